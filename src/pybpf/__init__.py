@@ -1,0 +1,33 @@
+"""pybpf: the Linux BPF map subsystem in Python.
+
+Two backends behind one bpf(2)-shaped interface (``pybpf.system``): the real kernel through
+ctypes, and an emulation of the map subsystem in user space.
+"""
+
+from .errors import (
+    BPFError,
+    BPFPermissionError,
+    KeyExistsError,
+    KeyNotFoundError,
+    MapFullError,
+    NotSupportedError,
+    VerifierError,
+)
+from .system import System, system
+from .uapi import MapFlags, MapType
+
+__all__ = [
+    "BPFError",
+    "BPFPermissionError",
+    "KeyExistsError",
+    "KeyNotFoundError",
+    "MapFlags",
+    "MapFullError",
+    "MapType",
+    "NotSupportedError",
+    "System",
+    "VerifierError",
+    "system",
+]
+
+__version__ = "0.1.0"

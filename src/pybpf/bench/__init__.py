@@ -1,0 +1,1 @@
+"""Benchmarks: programs that print figures side by side with a reference."""

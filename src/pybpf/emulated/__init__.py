@@ -1,0 +1,1 @@
+"""The emulated backend: the BPF map subsystem reimplemented in user space."""

@@ -1,0 +1,139 @@
+"""struct bpf_map and struct bpf_map_ops of the emulated backend.
+
+Every map family (hashtab.py, arraymap.py, ...) subclasses ``BpfMap`` and registers itself for
+its map types with ``@map_ops(MapType.X, ...)``; the emulated system dispatches through the
+registry, as syscall.c does through ``bpf_map_types[]``.
+
+Rules a family keeps:
+- ``alloc_check(attr, machine)`` is pure: it validates and raises ``KernelError``, touching no
+  allocator or counter, so a rejected create leaves no trace. ``__init__`` then allocates
+  (and may raise what the kernel's map_alloc raises: E2BIG, ENOMEM, ...).
+- Syscall-side ops take and return ``bytes`` in the syscall layout (per-CPU values as all
+  CPUs' slots, fd maps as 4-byte ids); program-side ops work on live element memory
+  (``lookup_elem`` returns the ``bytearray`` a program's pointer refers to, the current CPU's
+  slot for per-CPU maps) and return 0 or a negative errno, as the helpers do.
+- Errors are ``KernelError(errno, detail)``; the system adds command and map at its boundary.
+- Defaults below are the kernel's for an op a type does not have.
+"""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from ..errors import KernelError
+from ..uapi import ENOTSUPP, MapType
+
+if TYPE_CHECKING:
+    from .machine import Machine
+
+
+@dataclass(frozen=True)
+class MapAttr:
+    """The MAP_CREATE part of union bpf_attr that the emulated maps read."""
+
+    map_type: int
+    key_size: int
+    value_size: int
+    max_entries: int
+    map_flags: int = 0
+    inner_map_fd: int = 0
+    numa_node: int = 0
+    map_name: bytes = b""
+    map_extra: int = 0
+
+
+class BpfMap:
+    """One map object (struct bpf_map). Subclasses implement a family's ops."""
+
+    # Set by @map_ops on each registered class.
+    map_types: ClassVar[tuple[int, ...]] = ()
+
+    def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
+        self.map_type = attr.map_type
+        self.key_size = attr.key_size
+        self.value_size = attr.value_size
+        self.max_entries = attr.max_entries
+        self.map_flags = attr.map_flags
+        self.map_extra = attr.map_extra
+        self.name = attr.map_name.split(b"\0", 1)[0].decode()
+        self.machine = machine
+        # NUMA node the map's memory lives on (bpf_map_attr_numa_node, or the creating CPU's
+        # node when none was given, as the kernel's allocator places it).
+        self.numa_node = node
+        self.id = 0  # assigned by the system when the map gets its id
+        self.frozen = False
+
+    # -- creation -----------------------------------------------------------------------------
+    @classmethod
+    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
+        """map_alloc_check: validate attr; raise KernelError(EINVAL, why) and allocate nothing."""
+
+    # -- syscall side (bytes in, bytes out) ---------------------------------------------------
+    def lookup_elem_sys(self, key: bytes, flags: int = 0) -> bytes:
+        raise KernelError(ENOTSUPP, "lookup is not supported by this map type")
+
+    def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
+        raise KernelError(ENOTSUPP, "update is not supported by this map type")
+
+    def delete_elem_sys(self, key: bytes) -> None:
+        raise KernelError(ENOTSUPP, "delete is not supported by this map type")
+
+    def get_next_key(self, key: bytes | None) -> bytes:
+        raise KernelError(ENOTSUPP, "get_next_key is not supported by this map type")
+
+    def lookup_and_delete_elem_sys(self, key: bytes | None, flags: int) -> bytes:
+        raise KernelError(ENOTSUPP, "lookup_and_delete is not supported by this map type")
+
+    # Batch ops: None means "no handler" (the system answers ENOTSUPP); families set these
+    # to the generic implementations or to their own, as the kernel's ops tables do.
+    map_lookup_batch: ClassVar[object] = None
+    map_lookup_and_delete_batch: ClassVar[object] = None
+    map_update_batch: ClassVar[object] = None
+    map_delete_batch: ClassVar[object] = None
+
+    # -- program side (live memory, negative errno) -------------------------------------------
+    def lookup_elem(self, key: bytes) -> bytearray | None:
+        """bpf_map_lookup_elem from a program: the live value buffer, or None."""
+        return None
+
+    def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
+        return -errno.EINVAL
+
+    def delete_elem(self, key: bytes) -> int:
+        return -errno.EINVAL
+
+    def push_elem(self, value: bytes, flags: int) -> int:
+        return -ENOTSUPP
+
+    def pop_elem(self) -> bytes | int:
+        return -ENOTSUPP
+
+    def peek_elem(self) -> bytes | int:
+        return -ENOTSUPP
+
+    # -- bookkeeping --------------------------------------------------------------------------
+    def release(self) -> None:
+        """Called when the last reference goes (map_free): return memory to allocators."""
+
+    def describe(self) -> str:
+        kind = MapType(self.map_type).name.lower() if self.map_type in MapType._value2member_map_ \
+            else str(self.map_type)
+        label = f" {self.name!r}" if self.name else ""
+        return f"{kind} map{label} (id {self.id})"
+
+
+MAP_OPS: dict[int, type[BpfMap]] = {}
+
+
+def map_ops(*types: int):
+    """Register a BpfMap subclass as the ops of the given map types."""
+
+    def register(cls: type[BpfMap]) -> type[BpfMap]:
+        cls.map_types = tuple(types)
+        for t in types:
+            MAP_OPS[int(t)] = cls
+        return cls
+
+    return register

@@ -1,0 +1,168 @@
+"""Exceptions: OSError subclasses that keep the kernel's errno and say what went wrong.
+
+Rules this module keeps:
+- Every failure of a bpf(2)-shaped command is a ``BPFError`` (an ``OSError``) whose
+  ``errno`` is exactly what the kernel returns for the same call, ENOTSUPP (524) included.
+- Semantic subclasses can be caught by type: ``KeyNotFoundError`` (also a ``KeyError``, so
+  ``m[k]`` behaves like a dict), ``KeyExistsError``, ``MapFullError``,
+  ``NotSupportedError``, ``BPFPermissionError`` (also a ``PermissionError``).
+- One function, ``bpf_error``, builds them; both backends go through it, so the same failure
+  reads the same whichever backend raised it.
+- Emulated internals raise the light ``KernelError(errno, detail)``; the emulated system turns
+  it into a ``BPFError`` at its boundary, adding the command and the map.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import os
+
+from .uapi import ENOTSUPP
+
+
+class BPFError(OSError):
+    """A bpf(2) command failed. ``errno`` is the kernel's; ``command`` names the command."""
+
+    def __init__(self, err: int, message: str, *, command: str = "", map: str = "",
+                 hint: str = "", count: int | None = None) -> None:
+        super().__init__(err, message)
+        self.command = command
+        self.map = map
+        self.hint = hint
+        # For batch commands: how many elements were processed before the error.
+        self.count = count
+
+    def __str__(self) -> str:
+        return f"[Errno {self.errno}] {self.strerror}"
+
+    def __reduce__(self):  # keep pickling (multiprocessing) working with keyword state
+        return (_rebuild, (type(self), self.errno, self.strerror, self.command, self.map,
+                           self.hint, self.count))
+
+
+def _rebuild(cls, err, message, command, map, hint, count):
+    return cls(err, message, command=command, map=map, hint=hint, count=count)
+
+
+class KeyNotFoundError(BPFError, KeyError):
+    """ENOENT from an element operation: the key is not in the map."""
+
+    def __str__(self) -> str:  # KeyError would quote the message otherwise
+        return BPFError.__str__(self)
+
+
+class KeyExistsError(BPFError):
+    """EEXIST: BPF_NOEXIST and the key is already there."""
+
+
+class MapFullError(BPFError):
+    """E2BIG on update: the map holds max_entries elements already."""
+
+
+class NotSupportedError(BPFError):
+    """ENOTSUPP (524) or EOPNOTSUPP: this map type does not do this command."""
+
+
+class BPFPermissionError(BPFError, PermissionError):
+    """EPERM / EACCES: not allowed (no privileges, read-only or frozen map)."""
+
+
+class VerifierError(BPFError):
+    """Program load rejected; ``log`` holds the verifier's log."""
+
+    def __init__(self, err: int, message: str, *, log: str = "", **kw) -> None:
+        super().__init__(err, message, **kw)
+        self.log = log
+
+    def __str__(self) -> str:
+        text = BPFError.__str__(self)
+        if self.log:
+            text += "\nverifier log:\n" + self.log.rstrip()
+        return text
+
+
+class KernelError(Exception):
+    """Internal to the emulated backend: an errno and a detail, before the boundary."""
+
+    __slots__ = ("errno", "detail")
+
+    def __init__(self, err: int, detail: str = "") -> None:
+        self.errno = err
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return f"{errno_name(self.errno)}: {self.detail}"
+
+
+def errno_name(err: int) -> str:
+    if err == ENOTSUPP:
+        return "ENOTSUPP"
+    return _errno.errorcode.get(err, f"errno {err}")
+
+
+def strerror(err: int) -> str:
+    if err == ENOTSUPP:
+        return "Operation not supported by this map type (ENOTSUPP)"
+    return os.strerror(err)
+
+
+_ELEMENT_COMMANDS = {"map_lookup_elem", "map_update_elem", "map_delete_elem",
+                     "map_get_next_key", "map_lookup_and_delete_elem",
+                     "map_lookup_batch", "map_lookup_and_delete_batch",
+                     "map_update_batch", "map_delete_batch"}
+
+PERMISSION_HINT = ("run as root or with CAP_BPF (and CAP_NET_ADMIN / CAP_SYS_ADMIN for some "
+                   "map types), or use the emulated backend: pybpf.system('emulated') or "
+                   "PYBPF_BACKEND=emulated")
+
+
+def _likely_cause(err: int, command: str) -> tuple[type[BPFError], str]:
+    """The exception class and a short hint for an errno from a command."""
+    elem = command in _ELEMENT_COMMANDS
+    if err == _errno.ENOENT:
+        if command == "map_get_next_key":
+            return KeyNotFoundError, "no next key: the iteration is at its end or the map is empty"
+        if elem:
+            return KeyNotFoundError, "key not found"
+        return BPFError, "no such object"
+    if err == _errno.EEXIST:
+        return KeyExistsError, "key exists (BPF_NOEXIST was given)"
+    if err == _errno.E2BIG:
+        if command in ("map_update_elem", "map_update_batch"):
+            return MapFullError, "map is full (max_entries reached); delete elements first"
+        return BPFError, "an attribute is too big (sizes or max_entries over the kernel's limit)"
+    if err in (ENOTSUPP, _errno.EOPNOTSUPP):
+        return NotSupportedError, "this map type does not support the command"
+    if err in (_errno.EPERM, _errno.EACCES):
+        if elem or command == "map_freeze":
+            return BPFPermissionError, ("the map is read-only, write-only or frozen for "
+                                        "syscalls (or you lack privileges)")
+        return BPFPermissionError, f"not permitted: {PERMISSION_HINT}"
+    if err == _errno.EBADF:
+        return BPFError, "bad file descriptor: the map or program was closed"
+    if err == _errno.EINVAL:
+        return BPFError, "invalid argument: an attribute or flag is not accepted"
+    if err == _errno.ENOMEM:
+        return BPFError, "out of memory (or the LRU had no free node)"
+    if err == _errno.ENOSPC:
+        return BPFError, "no space: the batch buffer is too small for one bucket"
+    if err == _errno.EBUSY:
+        return BPFError, "busy: already frozen, or the map is in use"
+    return BPFError, ""
+
+
+def bpf_error(err: int, command: str, *, map: str = "", detail: str = "",
+              count: int | None = None) -> BPFError:
+    """Build the exception for ``err`` from ``command`` on ``map`` (a short description)."""
+    cls, hint = _likely_cause(err, command)
+    parts = [command.replace("_", " ")]
+    if map:
+        parts.append(f"on {map}")
+    text = " ".join(parts) + f": {strerror(err)} ({errno_name(err)})"
+    if detail:
+        text += f": {detail}"
+    elif hint:
+        text += f": {hint}"
+    if cls is BPFPermissionError and command not in _ELEMENT_COMMANDS and PERMISSION_HINT not in text:
+        text += f" ({PERMISSION_HINT})"
+    return cls(err, text, command=command, map=map, hint=hint, count=count)
