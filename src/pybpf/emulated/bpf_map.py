@@ -19,7 +19,7 @@ Rules a family keeps:
 from __future__ import annotations
 
 import errno
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from ..errors import KernelError
@@ -42,6 +42,9 @@ class MapAttr:
     numa_node: int = 0
     map_name: bytes = b""
     map_extra: int = 0
+    # Map-in-map types: the map behind inner_map_fd, resolved by the system (EBADF/EINVAL
+    # as __bpf_map_get) after alloc_check, as bpf_map_meta_alloc does inside map_alloc.
+    inner_map: BpfMap | None = field(default=None, compare=False, repr=False)
 
 
 class BpfMap:
@@ -64,6 +67,13 @@ class BpfMap:
         self.numa_node = node
         self.id = 0  # assigned by the system when the map gets its id
         self.frozen = False
+        # References (fds, pins, programs, outer maps); release() runs when the last goes.
+        self.refcnt = 0
+        # The EmulatedSystem that owns the map, set right after creation: fd-holding maps
+        # resolve the fds in their values through it (system.fd_get / map_from_fd).
+        self.system = None
+        # Local/remote element accesses per CPU (machine.AccessStats).
+        self.access_stats = machine.new_access_stats()
 
     # -- creation -----------------------------------------------------------------------------
     @classmethod
@@ -116,6 +126,12 @@ class BpfMap:
     # -- bookkeeping --------------------------------------------------------------------------
     def release(self) -> None:
         """Called when the last reference goes (map_free): return memory to allocators."""
+
+    def mem_stats(self) -> dict:
+        """Memory counters: the map's node, NUMA accesses; families add allocator counters."""
+        local, remote = self.access_stats.totals()
+        return {"numa_node": self.numa_node, "local_accesses": local,
+                "remote_accesses": remote, "access_by_cpu": self.access_stats.by_cpu()}
 
     def describe(self) -> str:
         kind = MapType(self.map_type).name.lower() if self.map_type in MapType._value2member_map_ \

@@ -1,0 +1,185 @@
+"""The emulated machine: CPUs, NUMA nodes, the current CPU of each thread, a clock, RCU, and
+NUMA access accounting.
+
+Rules this module keeps:
+- The topology is this host's (read from /sys) unless declared: ``Machine(cpus=20, nodes=2)``
+  puts CPUs 0-9 on node 0 and 10-19 on node 1 (nodes are spread contiguously; a node count
+  that does not divide the CPUs gives the first nodes one CPU fewer).
+- The current CPU is per thread (``on_cpu``); a thread that never chose one runs on CPU 0.
+- Memory records its node; every element access from a CPU is counted as local (same node)
+  or remote, per map and per CPU, by ``AccessStats``. These counts are how the emulated backend
+  shows a NUMA effect; it never invents a timing.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from ..system import Topology
+from .rcu import Rcu
+
+SYS_CPU_POSSIBLE = "/sys/devices/system/cpu/possible"
+SYS_NODE_DIR = "/sys/devices/system/node"
+
+
+def parse_cpulist(text: str) -> list[int]:
+    """Parse a kernel cpulist such as ``0-3,8,10-11``."""
+    cpus: list[int] = []
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def host_topology() -> Topology:
+    """This host's possible CPUs and their NUMA nodes (one node when /sys says nothing)."""
+    try:
+        with open(SYS_CPU_POSSIBLE) as f:
+            ncpus = max(parse_cpulist(f.read())) + 1
+    except (OSError, ValueError):
+        ncpus = os.cpu_count() or 1
+    cpu_node = [0] * ncpus
+    try:
+        entries = os.listdir(SYS_NODE_DIR)
+    except OSError:
+        entries = []
+    for entry in entries:
+        if not (entry.startswith("node") and entry[4:].isdigit()):
+            continue
+        try:
+            with open(os.path.join(SYS_NODE_DIR, entry, "cpulist")) as f:
+                cpus = parse_cpulist(f.read())
+        except (OSError, ValueError):
+            continue
+        for cpu in cpus:
+            if cpu < ncpus:
+                cpu_node[cpu] = int(entry[4:])
+    return Topology(cpu_node)
+
+
+def declared_topology(cpus: int, nodes: int) -> Topology:
+    """``cpus`` CPUs spread contiguously over ``nodes`` nodes."""
+    if cpus < 1:
+        raise ValueError(f"a machine needs at least one CPU, got cpus={cpus}")
+    if nodes < 1:
+        raise ValueError(f"a machine needs at least one NUMA node, got nodes={nodes}")
+    if nodes > cpus:
+        raise ValueError(f"nodes={nodes} exceeds cpus={cpus}: every node needs a CPU")
+    return Topology([cpu * nodes // cpus for cpu in range(cpus)])
+
+
+class _CurrentCpu(threading.local):
+    cpu = 0
+
+
+class AccessStats:
+    """Local and remote element accesses of one object (a map), per CPU.
+
+    ``access(cpu, node)`` is the cheap call made on each element access: the memory touched
+    lives on ``node``, the access comes from ``cpu``.
+    """
+
+    __slots__ = ("cpu_node", "local", "remote")
+
+    def __init__(self, cpu_node: list[int]) -> None:
+        self.cpu_node = cpu_node
+        self.local = [0] * len(cpu_node)
+        self.remote = [0] * len(cpu_node)
+
+    def access(self, cpu: int, node: int) -> None:
+        if self.cpu_node[cpu] == node:
+            self.local[cpu] += 1
+        else:
+            self.remote[cpu] += 1
+
+    def by_cpu(self) -> dict[int, tuple[int, int]]:
+        """{cpu: (local, remote)} for every CPU that made an access."""
+        pairs = zip(self.local, self.remote, strict=True)
+        return {cpu: (loc, rem) for cpu, (loc, rem) in enumerate(pairs) if loc or rem}
+
+    def remote_share(self, cpu: int | None = None) -> float:
+        """Fraction of accesses (of ``cpu``, or of all CPUs) that were remote; 0.0 if none."""
+        if cpu is None:
+            loc, rem = sum(self.local), sum(self.remote)
+        else:
+            loc, rem = self.local[cpu], self.remote[cpu]
+        return rem / (loc + rem) if loc + rem else 0.0
+
+    def totals(self) -> tuple[int, int]:
+        return sum(self.local), sum(self.remote)
+
+    def reset(self) -> None:
+        n = len(self.cpu_node)
+        self.local = [0] * n
+        self.remote = [0] * n
+
+
+class Machine:
+    """CPUs, NUMA nodes, per-thread current CPU, a clock and RCU."""
+
+    def __init__(self, cpus: int | None = None, nodes: int | None = None) -> None:
+        if cpus is None and nodes is None:
+            self.topology = host_topology()
+        else:
+            self.topology = declared_topology(
+                cpus if cpus is not None else len(host_topology().cpu_node),
+                nodes if nodes is not None else 1)
+        self.cpu_node: list[int] = list(self.topology.cpu_node)
+        self.num_cpus = len(self.cpu_node)
+        self.num_nodes = self.topology.num_nodes
+        self._current = _CurrentCpu()
+        self.rcu = Rcu()
+
+    def __repr__(self) -> str:
+        return f"Machine(cpus={self.num_cpus}, nodes={self.num_nodes})"
+
+    def cpu_to_node(self, cpu: int) -> int:
+        self.check_cpu(cpu)
+        return self.cpu_node[cpu]
+
+    def check_cpu(self, cpu: int) -> None:
+        if not (isinstance(cpu, int) and 0 <= cpu < self.num_cpus):
+            raise ValueError(
+                f"CPU {cpu!r} does not exist: this machine has CPUs 0-{self.num_cpus - 1}")
+
+    def current_cpu(self) -> int:
+        """smp_processor_id() of the calling thread."""
+        return self._current.cpu
+
+    def numa_node_id(self) -> int:
+        """The NUMA node of the calling thread's CPU."""
+        return self.cpu_node[self._current.cpu]
+
+    @contextmanager
+    def on_cpu(self, cpu: int) -> Iterator[None]:
+        """Run the body on ``cpu`` (this thread's current CPU), restoring the previous one."""
+        self.check_cpu(cpu)
+        current = self._current
+        previous = current.cpu
+        current.cpu = cpu
+        try:
+            yield
+        finally:
+            current.cpu = previous
+
+    def set_cpu(self, cpu: int) -> None:
+        """Move the calling thread to ``cpu`` for good (worker threads standing for kthreads)."""
+        self.check_cpu(cpu)
+        self._current.cpu = cpu
+
+    def ktime_get_ns(self) -> int:
+        """bpf_ktime_get_ns(): the host's monotonic clock."""
+        return time.monotonic_ns()
+
+    def new_access_stats(self) -> AccessStats:
+        return AccessStats(self.cpu_node)
+
+    def step(self) -> int:
+        """Let deferred work advance: complete an RCU grace period if readers allow it."""
+        return self.rcu.poll()
