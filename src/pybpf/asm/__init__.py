@@ -1,0 +1,50 @@
+"""pybpf.asm: the eBPF instruction set, an assembler, a disassembler.
+
+``opcodes`` holds the one opcode table and the Instruction record with encode/decode;
+``builder`` the mnemonic functions, labels and ``assemble``; ``disasm`` the bpftool-like text.
+"""
+
+from . import builder as _builder
+from .builder import (
+    MNEMONICS,
+    Assembler,
+    Assembly,
+    AssemblyError,
+    Label,
+    MapRef,
+    Ref,
+    assemble,
+)
+from .opcodes import (
+    OPCODES,
+    AluOp,
+    AtomicOp,
+    Class,
+    Instruction,
+    InvalidInstruction,
+    JmpOp,
+    Kind,
+    Mode,
+    OpInfo,
+    Reg,
+    Size,
+    Source,
+    check,
+    decode,
+    encode,
+    iter_decode,
+    slot_table,
+)
+
+R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10 = Reg
+FP = Reg.R10
+
+globals().update({name: getattr(_builder, name) for name in MNEMONICS})
+
+__all__ = [
+    "MNEMONICS", "OPCODES", "AluOp", "Assembler", "Assembly", "AssemblyError", "AtomicOp",
+    "Class", "FP", "Instruction", "InvalidInstruction", "JmpOp", "Kind", "Label", "MapRef",
+    "Mode", "OpInfo", "R0", "R1", "R10", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R9", "Ref",
+    "Reg", "Size", "Source", "assemble", "check", "decode", "encode", "iter_decode",
+    "slot_table", *MNEMONICS,
+]
