@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import functools
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 
@@ -95,6 +96,21 @@ class Topology:
         return [cpu for cpu, n in enumerate(self.cpu_node) if n == node]
 
 
+@dataclass(frozen=True)
+class FastOps:
+    """Hot-path access to one open map fd, offered by ``System.fast_ops`` to the Map layer.
+
+    ``lookup(key)`` behaves exactly as ``map_lookup_elem(fd, key)`` (bytes out, the same
+    errors). ``table``, when a backend can offer it, is a live dict whose ``table.get(key)``
+    is exactly what that lookup returns (bytes or bytearray of the syscall value size), a
+    missing key meaning ENOENT; the Map layer (and its C accelerator) then reads it directly.
+    Both stay valid while the fd is open.
+    """
+
+    lookup: Callable[[bytes | None], bytes]
+    table: dict | None = None
+
+
 class System(abc.ABC):
     """The bpf(2)-shaped interface both backends implement."""
 
@@ -146,6 +162,11 @@ class System(abc.ABC):
 
     @abc.abstractmethod
     def map_freeze(self, fd: int) -> None: ...
+
+    def fast_ops(self, fd: int) -> FastOps:
+        """Hot-path callables for map ``fd`` (see ``FastOps``); backends may override this
+        with something leaner than the generic commands."""
+        return FastOps(lookup=functools.partial(self.map_lookup_elem, fd))
 
     @abc.abstractmethod
     def map_lookup_batch(self, fd: int, in_batch: bytes | None, count: int,
