@@ -1,0 +1,404 @@
+"""ARRAY, PERCPU_ARRAY and PROG_ARRAY (kernel/bpf/arraymap.c).
+
+Rules this module keeps (the kernel's, errno for errno):
+- Create (``array_map_alloc_check``): max_entries 0, key_size != 4, value_size 0, a flag outside
+  NUMA_NODE|MMAPABLE|ACCESS|PRESERVE_ELEMS|INNER_MAP, RDONLY_PROG+WRONLY_PROG, or a per-CPU
+  array with an explicit NUMA node -> EINVAL; MMAPABLE/INNER_MAP on anything but ARRAY and
+  PRESERVE_ELEMS on anything but PERF_EVENT_ARRAY -> EINVAL; value_size > INT_MAX, or a per-CPU
+  value over 32 KiB -> E2BIG. fd arrays also need value_size 4 and no RDONLY_PROG/WRONLY_PROG.
+- Every element exists from the start, zero-filled (materialised on first touch here, so a
+  huge array costs nothing until used). Lookup of index >= max_entries -> ENOENT; update of
+  index >= max_entries -> E2BIG, BPF_NOEXIST -> EEXIST, unknown flags -> EINVAL; delete ->
+  EINVAL; get_next_key walks every index (an index >= max_entries restarts at 0).
+- Per-CPU arrays: the syscall side reads and writes all CPUs' slots, each round_up(value_size,
+  8) bytes (padding round-trips); programs see the current CPU's slot only.
+- PROG_ARRAY holds programs: update takes a prog fd (flags must be BPF_ANY), lookup returns the
+  prog id, delete of an empty slot -> ENOENT, of index >= max_entries -> E2BIG; programs cannot
+  look it up (only tail-call through it). The first program stored fixes the array's owner
+  program type; a program of another type -> EINVAL (``bpf_prog_map_compatible``).
+- NUMA: the array's memory lives on the map's node; a per-CPU slot on its CPU's node. Every
+  element access from a program or a syscall is counted in ``access_stats``.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import TYPE_CHECKING
+
+from ..errors import KernelError
+from ..uapi import (
+    BPF_ANY,
+    BPF_EXIST,
+    BPF_F_ACCESS_MASK,
+    BPF_F_INNER_MAP,
+    BPF_F_LOCK,
+    BPF_F_MMAPABLE,
+    BPF_F_NUMA_NODE,
+    BPF_F_PRESERVE_ELEMS,
+    BPF_F_RDONLY_PROG,
+    BPF_F_WRONLY_PROG,
+    BPF_NOEXIST,
+    NUMA_NO_NODE,
+    PCPU_MIN_UNIT_SIZE,
+    MapType,
+    round_up,
+)
+from .bpf_map import BpfMap, MapAttr, map_ops
+
+if TYPE_CHECKING:
+    from .machine import Machine
+
+INT_MAX = 2**31 - 1
+U32_MAX = 2**32 - 1
+
+ARRAY_CREATE_FLAG_MASK = (BPF_F_NUMA_NODE | BPF_F_MMAPABLE | BPF_F_ACCESS_MASK
+                          | BPF_F_PRESERVE_ELEMS | BPF_F_INNER_MAP)
+
+
+def bpf_map_flags_access_ok(map_flags: int) -> bool:
+    """False when a map would be both read-only and write-only for programs."""
+    both = BPF_F_RDONLY_PROG | BPF_F_WRONLY_PROG
+    return (map_flags & both) != both
+
+
+def bpf_map_attr_numa_node(attr: MapAttr) -> int:
+    """The NUMA node asked for, or NUMA_NO_NODE (only meaningful with BPF_F_NUMA_NODE)."""
+    if not attr.map_flags & BPF_F_NUMA_NODE:
+        return NUMA_NO_NODE
+    node = attr.numa_node & U32_MAX
+    return node - 2**32 if node > INT_MAX else node
+
+
+def u32_key(key: bytes) -> int:
+    """A 4-byte little-endian key (array index, CPU, ifindex...)."""
+    return int.from_bytes(key[:4], "little")
+
+
+def index_get_next_key(max_entries: int, key: bytes | None) -> bytes:
+    """get_next_key of every index-keyed map: all indices in order, restart at 0 when unknown."""
+    index = U32_MAX if key is None else u32_key(key)
+    if index >= max_entries:
+        return b"\0\0\0\0"
+    if index == max_entries - 1:
+        raise KernelError(errno.ENOENT, f"index {index} is the last one (max_entries "
+                                        f"{max_entries})")
+    return (index + 1).to_bytes(4, "little")
+
+
+def array_map_alloc_check(attr: MapAttr) -> None:
+    percpu = attr.map_type == MapType.PERCPU_ARRAY
+    if attr.max_entries == 0:
+        raise KernelError(errno.EINVAL, "max_entries must be at least 1")
+    if attr.key_size != 4:
+        raise KernelError(errno.EINVAL, f"array keys are u32 indices: key_size must be 4, "
+                                        f"got {attr.key_size}")
+    if attr.value_size == 0:
+        raise KernelError(errno.EINVAL, "value_size must be at least 1")
+    if attr.map_flags & ~ARRAY_CREATE_FLAG_MASK:
+        raise KernelError(errno.EINVAL, f"map_flags {attr.map_flags:#x} has bits arrays do not "
+                                        f"accept ({attr.map_flags & ~ARRAY_CREATE_FLAG_MASK:#x})")
+    if not bpf_map_flags_access_ok(attr.map_flags):
+        raise KernelError(errno.EINVAL, "BPF_F_RDONLY_PROG and BPF_F_WRONLY_PROG exclude each "
+                                        "other")
+    if percpu and bpf_map_attr_numa_node(attr) != NUMA_NO_NODE:
+        raise KernelError(errno.EINVAL, "a per-CPU array cannot be placed on one NUMA node: "
+                                        "drop BPF_F_NUMA_NODE")
+    if attr.map_type != MapType.ARRAY and attr.map_flags & (BPF_F_MMAPABLE | BPF_F_INNER_MAP):
+        raise KernelError(errno.EINVAL, "BPF_F_MMAPABLE and BPF_F_INNER_MAP are for "
+                                        "BPF_MAP_TYPE_ARRAY only")
+    if attr.map_type != MapType.PERF_EVENT_ARRAY and attr.map_flags & BPF_F_PRESERVE_ELEMS:
+        raise KernelError(errno.EINVAL, "BPF_F_PRESERVE_ELEMS is for PERF_EVENT_ARRAY only")
+    if attr.value_size > INT_MAX:
+        raise KernelError(errno.E2BIG, f"value_size {attr.value_size} is over INT_MAX")
+    if percpu and attr.value_size > PCPU_MIN_UNIT_SIZE:
+        raise KernelError(errno.E2BIG, f"per-CPU values are limited to {PCPU_MIN_UNIT_SIZE} "
+                                       f"bytes, got {attr.value_size}")
+
+
+def fd_array_map_alloc_check(attr: MapAttr) -> None:
+    if attr.value_size != 4:
+        raise KernelError(errno.EINVAL, f"fd arrays hold 4-byte fds: value_size must be 4, got "
+                                        f"{attr.value_size}")
+    if attr.map_flags & (BPF_F_RDONLY_PROG | BPF_F_WRONLY_PROG):
+        raise KernelError(errno.EINVAL, "BPF_F_RDONLY_PROG/BPF_F_WRONLY_PROG are not supported "
+                                        "by fd arrays")
+    array_map_alloc_check(attr)
+
+
+def check_array_update_flags(flags: int, index: int, max_entries: int) -> int:
+    """array_map_update_elem's checks; returns 0 or a negative errno."""
+    if (flags & ~BPF_F_LOCK) > BPF_EXIST:
+        return -errno.EINVAL
+    if index >= max_entries:
+        return -errno.E2BIG
+    if flags & BPF_NOEXIST:
+        return -errno.EEXIST
+    if flags & BPF_F_LOCK:  # no map here carries a bpf_spin_lock (no BTF)
+        return -errno.EINVAL
+    return 0
+
+
+_UPDATE_ERRORS = {
+    errno.EINVAL: "flags must be BPF_ANY or BPF_EXIST (BPF_F_LOCK needs a value with a "
+                  "bpf_spin_lock)",
+    errno.E2BIG: "index is out of range: arrays have exactly max_entries elements",
+    errno.EEXIST: "every array element always exists, so BPF_NOEXIST always fails",
+}
+
+
+def raise_update_error(err: int, index: int, max_entries: int) -> None:
+    raise KernelError(err, f"index {index} (max_entries {max_entries}): {_UPDATE_ERRORS[err]}")
+
+
+class ArrayBase(BpfMap):
+    """What every array-shaped map shares: u32 index keys and get_next_key over all indices."""
+
+    @classmethod
+    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
+        array_map_alloc_check(attr)
+
+    def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
+        super().__init__(attr, machine, node)
+        self.elem_size = round_up(attr.value_size, 8)
+
+    def get_next_key(self, key: bytes | None) -> bytes:
+        return index_get_next_key(self.max_entries, key)
+
+    def delete_elem_sys(self, key: bytes) -> None:
+        raise KernelError(errno.EINVAL, "array elements cannot be deleted (they always exist); "
+                                        "write zeros instead")
+
+    def delete_elem(self, key: bytes) -> int:
+        return -errno.EINVAL
+
+    def check_index(self, index: int) -> None:
+        if index >= self.max_entries:
+            raise KernelError(errno.ENOENT, f"index {index} is out of range (max_entries "
+                                            f"{self.max_entries})")
+
+
+@map_ops(MapType.ARRAY)
+class BpfArray(ArrayBase):
+    """struct bpf_array for BPF_MAP_TYPE_ARRAY: one value buffer per index."""
+
+    def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
+        super().__init__(attr, machine, node)
+        # index -> element memory (elem_size bytes); absent means still all zeros.
+        self.elems: dict[int, bytearray] = {}
+
+    def elem(self, index: int) -> bytearray:
+        value = self.elems.get(index)
+        if value is None:
+            value = self.elems[index] = bytearray(self.elem_size)
+        return value
+
+    # -- syscall side -------------------------------------------------------------------------
+    def lookup_elem_sys(self, key: bytes, flags: int = 0) -> bytes:
+        index = u32_key(key)
+        self.check_index(index)
+        self.access_stats.access(self.machine.current_cpu(), self.numa_node)
+        value = self.elems.get(index)
+        return bytes(self.value_size) if value is None else bytes(value[:self.value_size])
+
+    def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
+        index = u32_key(key)
+        err = self.update_elem(key, value, flags)
+        if err:
+            raise_update_error(-err, index, self.max_entries)
+
+    # -- program side -------------------------------------------------------------------------
+    def lookup_elem(self, key: bytes) -> bytearray | None:
+        index = u32_key(key)
+        if index >= self.max_entries:
+            return None
+        self.access_stats.access(self.machine.current_cpu(), self.numa_node)
+        value = self.elems.get(index)
+        return self.elem(index) if value is None else value
+
+    def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
+        index = u32_key(key)
+        err = check_array_update_flags(flags, index, self.max_entries)
+        if err:
+            return err
+        self.access_stats.access(self.machine.current_cpu(), self.numa_node)
+        self.elem(index)[:self.value_size] = value[:self.value_size]
+        return 0
+
+
+@map_ops(MapType.PERCPU_ARRAY)
+class BpfPercpuArray(ArrayBase):
+    """BPF_MAP_TYPE_PERCPU_ARRAY: one elem_size slot per possible CPU per index."""
+
+    def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
+        super().__init__(attr, machine, node)
+        self.num_cpus = machine.num_cpus
+        # index -> one slot per CPU; absent means all zeros.
+        self.elems: dict[int, list[bytearray]] = {}
+
+    def slots(self, index: int) -> list[bytearray]:
+        slots = self.elems.get(index)
+        if slots is None:
+            slots = self.elems[index] = [bytearray(self.elem_size)
+                                         for _ in range(self.num_cpus)]
+        return slots
+
+    # -- syscall side (bpf_percpu_array_copy / bpf_percpu_array_update) -----------------------
+    def lookup_elem_sys(self, key: bytes, flags: int = 0) -> bytes:
+        index = u32_key(key)
+        self.check_index(index)
+        slots = self.elems.get(index)
+        if slots is None:
+            return bytes(self.elem_size * self.num_cpus)
+        self._count_all_cpus()
+        return b"".join(slots)
+
+    def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
+        index = u32_key(key)
+        if flags > BPF_EXIST:
+            raise KernelError(errno.EINVAL, f"flags {flags:#x}: per-CPU arrays take BPF_ANY or "
+                                            f"BPF_EXIST only")
+        if index >= self.max_entries:
+            raise_update_error(errno.E2BIG, index, self.max_entries)
+        if flags == BPF_NOEXIST:
+            raise_update_error(errno.EEXIST, index, self.max_entries)
+        size = self.elem_size
+        for cpu, slot in enumerate(self.slots(index)):
+            slot[:] = value[cpu * size:(cpu + 1) * size]
+        self._count_all_cpus()
+
+    def _count_all_cpus(self) -> None:
+        cpu = self.machine.current_cpu()
+        for node in self.machine.cpu_node:
+            self.access_stats.access(cpu, node)
+
+    # -- program side (this CPU's slot) -------------------------------------------------------
+    def lookup_elem(self, key: bytes) -> bytearray | None:
+        index = u32_key(key)
+        if index >= self.max_entries:
+            return None
+        cpu = self.machine.current_cpu()
+        self.access_stats.access(cpu, self.machine.cpu_node[cpu])
+        return self.slots(index)[cpu]
+
+    def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
+        index = u32_key(key)
+        err = check_array_update_flags(flags, index, self.max_entries)
+        if err:
+            return err
+        cpu = self.machine.current_cpu()
+        self.access_stats.access(cpu, self.machine.cpu_node[cpu])
+        self.slots(index)[cpu][:self.value_size] = value[:self.value_size]
+        return 0
+
+    def lookup_percpu_elem(self, key: bytes, cpu: int) -> bytearray | None:
+        """bpf_map_lookup_percpu_elem: ``cpu``'s slot, None for a bad index or CPU."""
+        index = u32_key(key)
+        if cpu >= self.num_cpus or index >= self.max_entries:
+            return None
+        self.access_stats.access(self.machine.current_cpu(), self.machine.cpu_node[cpu])
+        return self.slots(index)[cpu]
+
+
+class FdArray(ArrayBase):
+    """An array of kernel objects stored by fd (bpf_fd_array_map_*): PROG_ARRAY, ARRAY_OF_MAPS.
+
+    Subclasses say how an fd becomes an object (``fd_get_ptr``), how the object is released
+    (``fd_put_ptr``) and what id a syscall lookup reports (``fd_sys_lookup_elem``). Fds are
+    resolved in the fd table of ``self.system``, the EmulatedSystem that owns the map.
+    """
+
+    @classmethod
+    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
+        fd_array_map_alloc_check(attr)
+
+    def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
+        super().__init__(attr, machine, node)
+        self.ptrs: dict[int, object] = {}
+
+    def fd_get_ptr(self, ufd: int) -> object:
+        raise NotImplementedError
+
+    def fd_put_ptr(self, ptr: object) -> None:
+        raise NotImplementedError
+
+    def fd_sys_lookup_elem(self, ptr: object) -> int:
+        raise NotImplementedError
+
+    # -- syscall side -------------------------------------------------------------------------
+    def lookup_elem_sys(self, key: bytes, flags: int = 0) -> bytes:
+        index = u32_key(key)
+        ptr = self.ptrs.get(index) if index < self.max_entries else None
+        if ptr is None:
+            raise KernelError(errno.ENOENT, f"slot {index} is empty" if index < self.max_entries
+                              else f"index {index} is out of range (max_entries "
+                                   f"{self.max_entries})")
+        return self.fd_sys_lookup_elem(ptr).to_bytes(4, "little")
+
+    def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
+        index = u32_key(key)
+        if flags != BPF_ANY:
+            raise KernelError(errno.EINVAL, f"flags {flags:#x}: fd arrays take BPF_ANY only")
+        if index >= self.max_entries:
+            raise KernelError(errno.E2BIG, f"index {index} is out of range (max_entries "
+                                           f"{self.max_entries})")
+        new_ptr = self.fd_get_ptr(u32_key(value))
+        self.access_stats.access(self.machine.current_cpu(), self.numa_node)
+        old_ptr = self.ptrs.get(index)
+        self.ptrs[index] = new_ptr
+        if old_ptr is not None:
+            self.fd_put_ptr(old_ptr)
+
+    def delete_elem_sys(self, key: bytes) -> None:
+        index = u32_key(key)
+        if index >= self.max_entries:
+            raise KernelError(errno.E2BIG, f"index {index} is out of range (max_entries "
+                                           f"{self.max_entries})")
+        old_ptr = self.ptrs.pop(index, None)
+        if old_ptr is None:
+            raise KernelError(errno.ENOENT, f"slot {index} is already empty")
+        self.fd_put_ptr(old_ptr)
+
+    def delete_elem(self, key: bytes) -> int:
+        try:
+            self.delete_elem_sys(key)
+        except KernelError as e:
+            return -e.errno
+        return 0
+
+    def release(self) -> None:
+        """bpf_fd_array_map_clear: drop every object held."""
+        ptrs, self.ptrs = self.ptrs, {}
+        for ptr in ptrs.values():
+            self.fd_put_ptr(ptr)
+
+
+@map_ops(MapType.PROG_ARRAY)
+class ProgArray(FdArray):
+    """BPF_MAP_TYPE_PROG_ARRAY: tail-call targets."""
+
+    def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
+        super().__init__(attr, machine, node)
+        # bpf_map_owner: the program type every program in this array must have.
+        self.owner_prog_type: int | None = None
+
+    def fd_get_ptr(self, ufd: int) -> object:
+        prog = self.system.prog_from_fd(ufd)
+        if self.owner_prog_type is None:
+            self.owner_prog_type = prog.prog_type
+        elif prog.prog_type != self.owner_prog_type:
+            raise KernelError(errno.EINVAL, f"program type {prog.prog_type} does not match the "
+                                            f"array's owner type {self.owner_prog_type}")
+        self.system.bpf_prog_inc(prog)
+        return prog
+
+    def fd_put_ptr(self, ptr: object) -> None:
+        self.system.bpf_prog_put(ptr)
+
+    def fd_sys_lookup_elem(self, ptr: object) -> int:
+        return ptr.id
+
+    def tail_call_target(self, index: int) -> object | None:
+        """The program bpf_tail_call(ctx, map, index) jumps to, or None (fall through)."""
+        if index >= self.max_entries:
+            return None
+        return self.ptrs.get(index)
