@@ -143,7 +143,10 @@ class System(abc.ABC):
         """BPF_MAP_CREATE; returns the new map's fd."""
 
     @abc.abstractmethod
-    def map_lookup_elem(self, fd: int, key: bytes | None, flags: int = 0) -> bytes: ...
+    def map_lookup_elem(self, fd: int, key: bytes | None, flags: int = 0, *,
+                        value: bytes | None = None) -> bytes:
+        """BPF_MAP_LOOKUP_ELEM. ``value`` is the input of a map that looks up by value
+        (BLOOM_FILTER peek, key None): ENOENT when absent, else ``value`` comes back."""
 
     @abc.abstractmethod
     def map_update_elem(self, fd: int, key: bytes | None, value: bytes, flags: int = 0) -> None:
