@@ -1,0 +1,597 @@
+"""KernelSystem: the System interface on the real bpf(2).
+
+Rules this module keeps:
+- Every failure is built by ``errors.bpf_error`` with the kernel's errno, the command and
+  the map ("hash map 'name' (id 7)", read back with OBJ_GET_INFO_BY_FD only on failure).
+- The kernel reads and writes user memory at the sizes it knows; this module checks each
+  key, value and batch token against the map's sizes before the call (EINVAL with a detail
+  otherwise), so a short ``bytes`` never lets the kernel read past it.
+- Map sizes are cached per fd in ``_MAPS``, shared by every KernelSystem of the process,
+  filled when a map fd is made here (or first used) and dropped by ``close``. An fd closed
+  behind pybpf's back (``os.close``) and reused for another map must go through
+  ``map_get_fd_by_id``/``obj_get``/``map_create`` again, which refill the entry.
+- The element commands reuse one attr struct and one value buffer per thread and size,
+  so the hot path allocates nothing but the returned ``bytes``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import glob
+import os
+import re
+import threading
+from collections.abc import Iterator, Sequence
+
+from ..errors import VerifierError, bpf_error, errno_name, strerror
+from ..system import BatchLookup, FastOps, MapInfo, ProgInfo, System, TestRun, Topology
+from ..uapi import Cmd, MapType, ProgType, syscall_value_size
+from . import perf_event
+from .syscall import (
+    NR_BPF,
+    BpfMapInfo,
+    BpfProgInfo,
+    GetIdAttr,
+    InfoAttr,
+    MapBatchAttr,
+    MapCreateAttr,
+    MapElemAttr,
+    ObjPinAttr,
+    ProgLoadAttr,
+    TestRunAttr,
+    bpf,
+    get_errno,
+    libc_syscall,
+    map_name_bytes,
+    num_possible_cpus,
+    parse_cpu_list,
+    possible_cpus,
+)
+
+# Map types whose batch token is a u32 bucket index (htab); the others' token is a key.
+_HTAB_TOKEN_TYPES = frozenset({MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH,
+                               MapType.LRU_PERCPU_HASH, MapType.HASH_OF_MAPS})
+# Written into the htab token buffer first: the kernel never writes this bucket index, so
+# finding it afterwards means it wrote no token.
+_NO_TOKEN = b"\xff\xff\xff\xff"
+
+_LOG_SIZES = (1 << 20, 1 << 24)  # verifier log buffer: first try, last try
+_SIZEOF_ELEM = ctypes.sizeof(MapElemAttr)
+
+
+class _MapMeta:
+    """What the syscall wrappers need to know about a map fd."""
+
+    __slots__ = ("map_type", "key_size", "value_size", "token_size")
+
+    def __init__(self, map_type: int, key_size: int, value_size: int) -> None:
+        self.map_type = map_type
+        self.key_size = key_size
+        # Bytes of one value through the syscall (per-CPU slots, 4-byte fds/ids).
+        self.value_size = syscall_value_size(map_type, value_size, num_possible_cpus())
+        self.token_size = 4 if map_type in _HTAB_TOKEN_TYPES else key_size
+
+
+_MAPS: dict[int, _MapMeta] = {}
+
+
+class _ThreadState(threading.local):
+    """One element attr and the value buffers of the calling thread."""
+
+    def __init__(self) -> None:
+        self.elem = MapElemAttr()
+        self.elem_ref = ctypes.c_void_p(ctypes.addressof(self.elem))
+        self.buffers: dict[int, tuple[ctypes.Array, int]] = {}
+
+    def buffer(self, size: int) -> tuple[ctypes.Array, int]:
+        buf = ctypes.create_string_buffer(size)
+        entry = self.buffers[size] = (buf, ctypes.addressof(buf))
+        return entry
+
+
+_tls = _ThreadState()
+
+
+def map_description(map_type: int, name: str, map_id: int) -> str:
+    """"hash map 'name' (id 7)", as the emulated maps describe themselves."""
+    kind = MapType(map_type).name.lower() if map_type in MapType._value2member_map_ \
+        else str(map_type)
+    label = f" {name!r}" if name else ""
+    return f"{kind} map{label} (id {map_id})"
+
+
+def _fd_kind(fd: int) -> str:
+    """"bpf-map", "bpf-prog", ... for a bpf fd; "" for another file; raises on a closed fd."""
+    target = os.readlink(f"/proc/self/fd/{fd}")
+    return target[len("anon_inode:"):] if target.startswith("anon_inode:") else ""
+
+
+def _parse_node_cpus() -> dict[int, int]:
+    """CPU -> NUMA node from /sys/devices/system/node (empty without NUMA support)."""
+    cpu_node: dict[int, int] = {}
+    for path in glob.glob("/sys/devices/system/node/node[0-9]*/cpulist"):
+        node = int(re.search(r"node(\d+)/cpulist$", path).group(1))
+        with open(path) as f:
+            for cpu in parse_cpu_list(f.read()):
+                cpu_node[cpu] = node
+    return cpu_node
+
+
+class KernelSystem(System):
+    """bpf(2) on the running kernel."""
+
+    name = "kernel"
+
+    def __init__(self) -> None:
+        self._topology: Topology | None = None
+
+    # -- machine -------------------------------------------------------------------------------
+    @property
+    def num_possible_cpus(self) -> int:
+        return num_possible_cpus()
+
+    @property
+    def topology(self) -> Topology:
+        if self._topology is None:
+            cpu_node = _parse_node_cpus()
+            self._topology = Topology([cpu_node.get(cpu, 0) for cpu in possible_cpus()])
+        return self._topology
+
+    @contextlib.contextmanager
+    def on_cpu(self, cpu: int) -> Iterator[None]:
+        """Pin the calling thread to ``cpu`` for the body, then restore its affinity."""
+        previous = os.sched_getaffinity(0)
+        try:
+            os.sched_setaffinity(0, {cpu})
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot run on CPU {cpu}: {os.strerror(exc.errno)} "
+                          f"(online CPUs allowed here: {sorted(previous)})") from None
+        try:
+            yield
+        finally:
+            os.sched_setaffinity(0, previous)
+
+    def current_cpu(self) -> int:
+        cpu = _sched_getcpu()
+        if cpu < 0:
+            err = get_errno()
+            raise OSError(err, f"sched_getcpu: {os.strerror(err)}")
+        return cpu
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _describe_map(self, fd: int) -> str:
+        try:
+            info = self.map_get_info(fd)
+        except OSError:
+            return f"map fd {fd}"
+        return map_description(info.type, info.name, info.id)
+
+    def _error(self, err: int, command: str, fd: int, *, detail: str = "",
+               count: int | None = None) -> OSError:
+        return bpf_error(err, command, map=self._describe_map(fd), detail=detail, count=count)
+
+    def _meta(self, fd: int, command: str) -> _MapMeta:
+        """The cached sizes of map ``fd``, learnt from the kernel on first use."""
+        meta = _MAPS.get(fd)
+        if meta is not None:
+            return meta
+        try:
+            kind = _fd_kind(fd)
+        except OSError:
+            raise bpf_error(errno.EBADF, command, detail=f"fd {fd} is not open") from None
+        if kind != "bpf-map":
+            raise bpf_error(errno.EINVAL, command,
+                            detail=f"fd {fd} is not a BPF map ({kind or 'another file'})")
+        info = self.map_get_info(fd)
+        meta = _MAPS[fd] = _MapMeta(info.type, info.key_size, info.value_size)
+        return meta
+
+    def _key_arg(self, meta: _MapMeta, key, fd: int, command: str) -> bytes:
+        """``key`` as bytes of the map's key_size (the slow path of the element commands)."""
+        key = bytes(key)
+        if meta.key_size and len(key) != meta.key_size:
+            raise self._error(errno.EINVAL, command, fd,
+                              detail=f"key is {len(key)} bytes, the map's key_size is "
+                                     f"{meta.key_size}")
+        return key
+
+    def _value_arg(self, meta: _MapMeta, value, fd: int, command: str) -> bytes:
+        value = bytes(value)
+        if len(value) != meta.value_size:
+            raise self._error(errno.EINVAL, command, fd,
+                              detail=f"value is {len(value)} bytes, the map takes "
+                                     f"{meta.value_size} through the syscall")
+        return value
+
+    # -- maps ----------------------------------------------------------------------------------
+    def map_create(self, map_type: int, key_size: int, value_size: int, max_entries: int,
+                   map_flags: int = 0, inner_map_fd: int = 0, numa_node: int = 0,
+                   map_name: bytes = b"", map_extra: int = 0) -> int:
+        kind = MapType(map_type).name.lower() if map_type in MapType._value2member_map_ \
+            else f"type {map_type}"
+        what = f"{kind} map" + (f" {map_name!r}" if map_name else "")
+        try:
+            attr = MapCreateAttr(map_type=map_type, key_size=key_size, value_size=value_size,
+                                 max_entries=max_entries, map_flags=map_flags,
+                                 inner_map_fd=inner_map_fd, numa_node=numa_node & 0xFFFFFFFF,
+                                 map_name=map_name_bytes(map_name), map_extra=map_extra)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise bpf_error(errno.EINVAL, "map_create", map=what, detail=str(exc)) from None
+        fd = bpf(Cmd.MAP_CREATE, attr)
+        if fd < 0:
+            raise bpf_error(-fd, "map_create", map=what)
+        _MAPS[fd] = _MapMeta(map_type, key_size, value_size)
+        return fd
+
+    def map_lookup_elem(self, fd: int, key: bytes | None, flags: int = 0, *,
+                        value: bytes | None = None) -> bytes:
+        """BPF_MAP_LOOKUP_ELEM. ``value`` is the input of maps that look up by value
+        (BLOOM_FILTER: answers ENOENT or returns ``value``)."""
+        meta = _MAPS.get(fd) or self._meta(fd, "map_lookup_elem")
+        if key is not None and (key.__class__ is not bytes or len(key) != meta.key_size):
+            key = self._key_arg(meta, key, fd, "map_lookup_elem")
+        t = _tls
+        attr = t.elem
+        attr.map_fd = fd
+        attr.key = key
+        attr.flags = flags
+        if value is None:
+            size = meta.value_size
+            buf, attr.value = t.buffers.get(size) or t.buffer(size)
+        else:
+            value = self._value_arg(meta, value, fd, "map_lookup_elem")
+            attr.value = buf = value
+        if libc_syscall(NR_BPF, 1, t.elem_ref, _SIZEOF_ELEM) < 0:
+            raise self._error(get_errno(), "map_lookup_elem", fd)
+        return value if value is not None else buf.raw
+
+    def map_update_elem(self, fd: int, key: bytes | None, value: bytes, flags: int = 0) -> None:
+        meta = _MAPS.get(fd) or self._meta(fd, "map_update_elem")
+        if key is not None and (key.__class__ is not bytes or len(key) != meta.key_size):
+            key = self._key_arg(meta, key, fd, "map_update_elem")
+        if value.__class__ is not bytes or len(value) != meta.value_size:
+            value = self._value_arg(meta, value, fd, "map_update_elem")
+        t = _tls
+        attr = t.elem
+        attr.map_fd = fd
+        attr.key = key
+        attr.value = value
+        attr.flags = flags
+        if libc_syscall(NR_BPF, 2, t.elem_ref, _SIZEOF_ELEM) < 0:
+            raise self._error(get_errno(), "map_update_elem", fd)
+
+    def _elem_call(self, cmd: int, command: str, fd: int, key, out_size: int | None,
+                   flags: int = 0) -> bytes | None:
+        """One element command with ``key`` in and ``out_size`` bytes out (None: no output)."""
+        meta = _MAPS.get(fd) or self._meta(fd, command)
+        if key is not None and (key.__class__ is not bytes or len(key) != meta.key_size):
+            key = self._key_arg(meta, key, fd, command)
+        t = _tls
+        attr = t.elem
+        attr.map_fd = fd
+        attr.key = key
+        attr.flags = flags
+        buf = None
+        if out_size is None:
+            attr.value = None
+        else:
+            size = meta.value_size if out_size < 0 else out_size
+            buf, attr.value = t.buffers.get(size) or t.buffer(size)
+        if libc_syscall(NR_BPF, cmd, t.elem_ref, _SIZEOF_ELEM) < 0:
+            raise self._error(get_errno(), command, fd)
+        return None if buf is None else buf.raw
+
+    def map_delete_elem(self, fd: int, key: bytes | None) -> None:
+        self._elem_call(Cmd.MAP_DELETE_ELEM, "map_delete_elem", fd, key, None)
+
+    def map_get_next_key(self, fd: int, key: bytes | None) -> bytes:
+        meta = _MAPS.get(fd) or self._meta(fd, "map_get_next_key")
+        return self._elem_call(Cmd.MAP_GET_NEXT_KEY, "map_get_next_key", fd, key,
+                               meta.key_size)
+
+    def map_lookup_and_delete_elem(self, fd: int, key: bytes | None, flags: int = 0) -> bytes:
+        return self._elem_call(Cmd.MAP_LOOKUP_AND_DELETE_ELEM, "map_lookup_and_delete_elem",
+                               fd, key, -1, flags)
+
+    def map_freeze(self, fd: int) -> None:
+        ret = bpf(Cmd.MAP_FREEZE, MapElemAttr(map_fd=fd))
+        if ret < 0:
+            raise self._error(-ret, "map_freeze", fd)
+
+    def fast_ops(self, fd: int) -> FastOps:
+        """A lookup closure for ``fd`` with its sizes bound (no per-call cache lookups)."""
+        meta = self._meta(fd, "map_lookup_elem")
+        key_size, size = meta.key_size, meta.value_size
+        tls, nr, sizeof_elem, syscall = _tls, NR_BPF, _SIZEOF_ELEM, libc_syscall
+        slow = self.map_lookup_elem
+
+        def lookup(key: bytes | None) -> bytes:
+            if key is None or key.__class__ is not bytes or len(key) != key_size:
+                return slow(fd, key)
+            attr = tls.elem
+            attr.map_fd = fd
+            attr.key = key
+            attr.flags = 0
+            buf, attr.value = tls.buffers.get(size) or tls.buffer(size)
+            if syscall(nr, 1, tls.elem_ref, sizeof_elem) < 0:
+                raise self._error(get_errno(), "map_lookup_elem", fd)
+            return buf.raw
+
+        return FastOps(lookup=lookup)
+
+    # -- batches -------------------------------------------------------------------------------
+    def _lookup_batch(self, cmd: int, command: str, fd: int, in_batch: bytes | None,
+                      count: int, elem_flags: int, flags: int) -> BatchLookup:
+        meta = self._meta(fd, command)
+        if in_batch is not None:
+            in_batch = bytes(in_batch)
+            if len(in_batch) != meta.token_size:
+                raise self._error(errno.EINVAL, command, fd,
+                                  detail=f"in_batch is {len(in_batch)} bytes; this map's "
+                                         f"batch token is {meta.token_size} bytes")
+        if count < 0:
+            raise self._error(errno.EINVAL, command, fd, detail=f"count {count} < 0")
+        htab = meta.map_type in _HTAB_TOKEN_TYPES
+        keys = ctypes.create_string_buffer(count * meta.key_size)
+        values = ctypes.create_string_buffer(count * meta.value_size)
+        out = ctypes.create_string_buffer(max(meta.token_size, 4))
+        if htab:
+            out[:4] = _NO_TOKEN
+        attr = MapBatchAttr(in_batch=in_batch, out_batch=ctypes.addressof(out),
+                            keys=ctypes.addressof(keys), values=ctypes.addressof(values),
+                            count=count, map_fd=fd, elem_flags=elem_flags, flags=flags)
+        ret = bpf(cmd, attr)
+        if ret < 0 and ret != -errno.ENOENT:
+            raise self._error(-ret, command, fd, count=attr.count)
+        n = attr.count if count else 0
+        ks, vs = meta.key_size, meta.value_size
+        raw_keys, raw_values = keys.raw, values.raw
+        token = out.raw[:meta.token_size]
+        if (htab and token == _NO_TOKEN) or (not htab and n == 0) or count == 0:
+            token = None
+        return BatchLookup(keys=[raw_keys[i * ks:(i + 1) * ks] for i in range(n)],
+                           values=[raw_values[i * vs:(i + 1) * vs] for i in range(n)],
+                           out_batch=token, end=ret == -errno.ENOENT)
+
+    def map_lookup_batch(self, fd: int, in_batch: bytes | None, count: int,
+                         elem_flags: int = 0, flags: int = 0) -> BatchLookup:
+        return self._lookup_batch(Cmd.MAP_LOOKUP_BATCH, "map_lookup_batch", fd, in_batch,
+                                  count, elem_flags, flags)
+
+    def map_lookup_and_delete_batch(self, fd: int, in_batch: bytes | None, count: int,
+                                    elem_flags: int = 0, flags: int = 0) -> BatchLookup:
+        return self._lookup_batch(Cmd.MAP_LOOKUP_AND_DELETE_BATCH,
+                                  "map_lookup_and_delete_batch", fd, in_batch, count,
+                                  elem_flags, flags)
+
+    def _packed(self, items: Sequence[bytes], size: int, what: str, command: str,
+                fd: int) -> bytes:
+        for i, item in enumerate(items):
+            if len(item) != size:
+                raise self._error(errno.EINVAL, command, fd,
+                                  detail=f"{what}[{i}] is {len(item)} bytes, expected {size}")
+        return b"".join(items)
+
+    def _write_batch(self, cmd: int, command: str, fd: int, keys: Sequence[bytes],
+                     values: Sequence[bytes] | None, elem_flags: int, flags: int) -> int:
+        meta = self._meta(fd, command)
+        packed_keys = self._packed(keys, meta.key_size, "keys", command, fd)
+        packed_values = None
+        if values is not None:
+            if len(values) != len(keys):
+                raise self._error(errno.EINVAL, command, fd,
+                                  detail=f"{len(keys)} keys but {len(values)} values")
+            packed_values = self._packed(values, meta.value_size, "values", command, fd)
+        attr = MapBatchAttr(keys=packed_keys, values=packed_values, count=len(keys),
+                            map_fd=fd, elem_flags=elem_flags, flags=flags)
+        ret = bpf(cmd, attr)
+        if ret < 0:
+            raise self._error(-ret, command, fd, count=attr.count if keys else 0)
+        return attr.count if keys else 0
+
+    def map_update_batch(self, fd: int, keys: Sequence[bytes], values: Sequence[bytes],
+                         elem_flags: int = 0, flags: int = 0) -> int:
+        return self._write_batch(Cmd.MAP_UPDATE_BATCH, "map_update_batch", fd, keys, values,
+                                 elem_flags, flags)
+
+    def map_delete_batch(self, fd: int, keys: Sequence[bytes], elem_flags: int = 0,
+                         flags: int = 0) -> int:
+        return self._write_batch(Cmd.MAP_DELETE_BATCH, "map_delete_batch", fd, keys, None,
+                                 elem_flags, flags)
+
+    # -- object info and ids -------------------------------------------------------------------
+    def _obj_info(self, fd: int, info: ctypes.Structure, command: str) -> None:
+        attr = InfoAttr(bpf_fd=fd, info_len=ctypes.sizeof(info), info=ctypes.addressof(info))
+        ret = bpf(Cmd.OBJ_GET_INFO_BY_FD, attr)
+        if ret < 0:
+            raise bpf_error(-ret, command, map=f"fd {fd}")
+
+    def map_get_info(self, fd: int) -> MapInfo:
+        info = BpfMapInfo()
+        self._obj_info(fd, info, "map_get_info")
+        return MapInfo(type=info.type, id=info.id, key_size=info.key_size,
+                       value_size=info.value_size, max_entries=info.max_entries,
+                       map_flags=info.map_flags, name=info.name.decode(errors="replace"),
+                       ifindex=info.ifindex, map_extra=info.map_extra)
+
+    def _fd_by_id(self, cmd: int, command: str, obj_id: int, open_flags: int) -> int:
+        fd = bpf(cmd, GetIdAttr(start_id=obj_id, open_flags=open_flags))
+        if fd < 0:
+            raise bpf_error(-fd, command, map=f"id {obj_id}")
+        return fd
+
+    def map_get_fd_by_id(self, map_id: int, open_flags: int = 0) -> int:
+        fd = self._fd_by_id(Cmd.MAP_GET_FD_BY_ID, "map_get_fd_by_id", map_id, open_flags)
+        _MAPS.pop(fd, None)
+        return fd
+
+    def map_get_next_id(self, start_id: int) -> int:
+        attr = GetIdAttr(start_id=start_id)
+        ret = bpf(Cmd.MAP_GET_NEXT_ID, attr)
+        if ret < 0:
+            raise bpf_error(-ret, "map_get_next_id",
+                            detail="no map id after this one" if ret == -errno.ENOENT else "")
+        return attr.next_id
+
+    # -- objects -------------------------------------------------------------------------------
+    def obj_pin(self, fd: int, path: str) -> None:
+        ret = bpf(Cmd.OBJ_PIN, ObjPinAttr(pathname=os.fsencode(path), bpf_fd=fd))
+        if ret < 0:
+            raise bpf_error(-ret, "obj_pin", map=f"fd {fd}", detail=_pin_detail(-ret, path))
+
+    def obj_get(self, path: str, file_flags: int = 0) -> int:
+        fd = bpf(Cmd.OBJ_GET, ObjPinAttr(pathname=os.fsencode(path), file_flags=file_flags))
+        if fd < 0:
+            raise bpf_error(-fd, "obj_get", detail=_pin_detail(-fd, path))
+        _MAPS.pop(fd, None)
+        return fd
+
+    def close(self, fd: int) -> None:
+        _MAPS.pop(fd, None)
+        try:
+            os.close(fd)
+        except OSError as exc:
+            raise bpf_error(exc.errno, "close", detail=f"fd {fd}") from None
+
+    # -- programs ------------------------------------------------------------------------------
+    def prog_load(self, prog_type: int, insns: bytes, license: str = "GPL",
+                  expected_attach_type: int = 0, prog_name: bytes = b"",
+                  prog_flags: int = 0, log_level: int = 0) -> int:
+        insns = bytes(insns)
+        kind = ProgType(prog_type).name.lower() if prog_type in ProgType._value2member_map_ \
+            else f"type {prog_type}"
+        what = f"{kind} program" + (f" {prog_name!r}" if prog_name else "")
+        if len(insns) % 8:
+            raise bpf_error(errno.EINVAL, "prog_load", map=what,
+                            detail=f"{len(insns)} bytes of instructions is not a multiple of 8")
+        try:
+            attr = ProgLoadAttr(prog_type=prog_type, insn_cnt=len(insns) // 8, insns=insns,
+                                license=license.encode(),
+                                expected_attach_type=expected_attach_type,
+                                prog_name=map_name_bytes(prog_name), prog_flags=prog_flags)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise bpf_error(errno.EINVAL, "prog_load", map=what, detail=str(exc)) from None
+        fd = -errno.EINVAL
+        if not log_level:
+            fd = bpf(Cmd.PROG_LOAD, attr)
+            if fd >= 0:
+                return fd
+            if -fd not in (errno.EACCES, errno.EINVAL):
+                raise bpf_error(-fd, "prog_load", map=what)
+        # Load (again) with a verifier log; grow the buffer while the log is truncated.
+        first_err = -fd
+        for size in _LOG_SIZES:
+            log = ctypes.create_string_buffer(size)
+            attr.log_level, attr.log_size, attr.log_buf = log_level or 1, size, \
+                ctypes.addressof(log)
+            fd = bpf(Cmd.PROG_LOAD, attr)
+            if fd >= 0:
+                return fd
+            if -fd != errno.ENOSPC:
+                break
+        err = -fd if -fd != errno.ENOSPC else first_err
+        text = log.value.decode(errors="replace")
+        message = f"prog load on {what}: {strerror(err)} ({errno_name(err)})"
+        reason = _verifier_reason(text)
+        if reason:
+            message += f": verifier: {reason}"
+        raise VerifierError(err, message, log=text, command="prog_load", map=what,
+                            hint="the verifier rejected the program; its log says why")
+
+    def prog_test_run(self, prog_fd: int, data_in: bytes = b"", *,
+                      data_size_out: int | None = None, ctx_in: bytes | None = None,
+                      ctx_size_out: int | None = None, repeat: int = 1, flags: int = 0,
+                      cpu: int = 0) -> TestRun:
+        """BPF_PROG_TEST_RUN. ``data_size_out`` defaults to room for the input plus a page
+        (programs may grow the packet); ``ctx_size_out`` to the size of ``ctx_in``."""
+        data_in = bytes(data_in)
+        if data_size_out is None:
+            data_size_out = len(data_in) + 4096 if data_in else 0
+        if ctx_size_out is None:
+            ctx_size_out = len(ctx_in) if ctx_in else 0
+        data_out = ctypes.create_string_buffer(data_size_out)
+        ctx_out = ctypes.create_string_buffer(ctx_size_out)
+        attr = TestRunAttr(prog_fd=prog_fd, data_size_in=len(data_in),
+                           data_size_out=data_size_out,
+                           data_in=data_in if data_in else None,
+                           data_out=ctypes.addressof(data_out) if data_size_out else None,
+                           repeat=repeat, ctx_size_in=len(ctx_in) if ctx_in else 0,
+                           ctx_size_out=ctx_size_out, ctx_in=bytes(ctx_in) if ctx_in else None,
+                           ctx_out=ctypes.addressof(ctx_out) if ctx_size_out else None,
+                           flags=flags, cpu=cpu)
+        while True:
+            ret = bpf(Cmd.PROG_TEST_RUN, attr)
+            if ret != -errno.EINTR:  # a signal interrupted a long repeat: run it again
+                break
+        if ret < 0:
+            raise bpf_error(-ret, "prog_test_run", map=f"program fd {prog_fd}")
+        return TestRun(retval=attr.retval, duration=attr.duration,
+                       data_out=data_out.raw[:min(attr.data_size_out, data_size_out)],
+                       ctx_out=ctx_out.raw[:min(attr.ctx_size_out, ctx_size_out)])
+
+    def prog_get_info(self, fd: int) -> ProgInfo:
+        info = BpfProgInfo()
+        self._obj_info(fd, info, "prog_get_info")
+        map_ids: tuple[int, ...] = ()
+        if info.nr_map_ids:
+            ids = (ctypes.c_uint32 * info.nr_map_ids)()
+            info = BpfProgInfo(nr_map_ids=len(ids), map_ids=ctypes.addressof(ids))
+            self._obj_info(fd, info, "prog_get_info")
+            map_ids = tuple(ids[:min(info.nr_map_ids, len(ids))])
+        return ProgInfo(type=info.type, id=info.id, tag=bytes(info.tag),
+                        name=info.name.decode(errors="replace"),
+                        xlated_prog_len=info.xlated_prog_len,
+                        jited_prog_len=info.jited_prog_len, map_ids=map_ids,
+                        run_time_ns=info.run_time_ns, run_cnt=info.run_cnt)
+
+    def prog_get_fd_by_id(self, prog_id: int) -> int:
+        return self._fd_by_id(Cmd.PROG_GET_FD_BY_ID, "prog_get_fd_by_id", prog_id, 0)
+
+    def attach_tracepoint(self, prog_fd: int, category: str, name: str) -> int:
+        command = "attach_tracepoint"
+        where = f"tracepoint {category}/{name}"
+        try:
+            perf_fd = perf_event.open_tracepoint(perf_event.tracepoint_id(category, name))
+        except OSError as exc:
+            raise bpf_error(exc.errno or errno.EINVAL, command, map=where,
+                            detail=exc.strerror) from None
+        try:
+            perf_event.attach_bpf(perf_fd, prog_fd)
+        except OSError as exc:
+            os.close(perf_fd)
+            detail = ("the program must be a tracepoint program (ProgType.TRACEPOINT)"
+                      if exc.errno == errno.EINVAL else "")
+            raise bpf_error(exc.errno, command, map=where, detail=detail) from None
+        return perf_fd
+
+
+def _verifier_reason(log: str) -> str:
+    """The line of a verifier log that says why it refused (the last one before the stats)."""
+    for line in reversed(log.splitlines()):
+        line = line.strip()
+        if line and not line.startswith(("processed ", "verification time", "stack depth")):
+            return line
+    return ""
+
+
+def _pin_detail(err: int, path: str) -> str:
+    if err == errno.ENOENT:
+        return f"{path}: no such pin (or its directory is missing)"
+    if err == errno.EEXIST:
+        return f"{path} exists already"
+    if err == errno.EPERM:
+        return f"{path}: pins live on bpffs (mount -t bpf bpf /sys/fs/bpf)"
+    return path
+
+
+def _load_sched_getcpu():
+    from .syscall import _libc
+
+    if _libc is None:
+        return lambda: -1
+    return _libc.sched_getcpu
+
+
+_sched_getcpu = _load_sched_getcpu()
