@@ -218,6 +218,10 @@ class ProgType(enum.IntEnum):
     NETFILTER = 32
 
 
+# prog_flags of BPF_PROG_LOAD: the program may sleep (SYSCALL programs must).
+BPF_F_SLEEPABLE = 1 << 4
+
+
 class AttachType(enum.IntEnum):
     """enum bpf_attach_type."""
 
