@@ -81,6 +81,17 @@ class VerifierError(BPFError):
         return text
 
 
+class ProgramFault(BPFError):
+    """The emulated backend stopped a running program: a memory access outside every region
+    (EFAULT), a bad pointer given to a helper, or the run's instruction budget spent (ELOOP).
+    The kernel's verifier rejects such programs at load; the emulator catches them as they run.
+    ``pc`` is the faulting instruction's slot when known."""
+
+    def __init__(self, err: int, message: str, *, pc: int | None = None, **kw) -> None:
+        super().__init__(err, message, command=kw.pop("command", "prog_test_run"), **kw)
+        self.pc = pc
+
+
 class KernelError(Exception):
     """Internal to the emulated backend: an errno and a detail, before the boundary."""
 
