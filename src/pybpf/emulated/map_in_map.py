@@ -1,0 +1,115 @@
+"""ARRAY_OF_MAPS and HASH_OF_MAPS (kernel/bpf/map_in_map.c, arraymap.c, hashtab.c).
+
+Rules this module keeps:
+- Create: the outer map's own checks first (value_size must be 4: the value is a map fd), then
+  ``bpf_map_meta_alloc`` on ``inner_map_fd`` (resolved by the system: not open -> EBADF, not a
+  map -> EINVAL): an inner map that is itself a map-in-map -> EINVAL; an inner type with no
+  ``map_meta_equal`` (PROG_ARRAY) -> ENOTSUPP. The inner map is only a template: its type,
+  key_size, value_size, map_flags and max_entries are copied into the outer map's meta.
+- A map stored later must match the template (``bpf_map_meta_equal``): same type, key_size,
+  value_size and map_flags; an inner ARRAY must also have the same max_entries unless the
+  template had BPF_F_INNER_MAP. Mismatch -> EINVAL.
+- Values are map fds on update and map ids on lookup (4 bytes); programs get the inner map
+  itself. An outer map holds a reference on every inner map it stores; replacing, deleting
+  or freeing the outer map drops it.
+- ARRAY_OF_MAPS: update flags must be BPF_ANY (else EINVAL), index >= max_entries -> E2BIG;
+  delete of index >= max_entries -> E2BIG, of an empty slot -> ENOENT; lookup of an empty slot
+  -> ENOENT; batches: generic lookup and update.
+- HASH_OF_MAPS: the inner fd is resolved first, then hash semantics (EINVAL flags, EEXIST,
+  ENOENT, E2BIG); batches: all four.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import TYPE_CHECKING
+
+from ..errors import KernelError
+from ..uapi import BPF_F_INNER_MAP, ENOTSUPP, MAP_IN_MAP_TYPES, MapType
+from .arraymap import FdArray, u32_key
+from .bpf_map import BpfMap, MapAttr, map_ops
+
+if TYPE_CHECKING:
+    from .machine import Machine
+
+# Map types whose ops have no map_meta_equal: they cannot be inner maps.
+NO_META_EQUAL_TYPES = frozenset({MapType.PROG_ARRAY, *MAP_IN_MAP_TYPES})
+
+
+class MapMeta:
+    """The inner-map template (``inner_map_meta``): the fields ``map_meta_equal`` compares."""
+
+    __slots__ = ("map_type", "key_size", "value_size", "map_flags", "max_entries")
+
+    def __init__(self, inner: BpfMap) -> None:
+        self.map_type = inner.map_type
+        self.key_size = inner.key_size
+        self.value_size = inner.value_size
+        self.map_flags = inner.map_flags
+        self.max_entries = inner.max_entries
+
+    def mismatch(self, candidate: BpfMap) -> str:
+        """Why ``candidate`` cannot be stored ('' when it can): bpf_map_meta_equal and
+        array_map_meta_equal."""
+        for field in ("map_type", "key_size", "value_size", "map_flags"):
+            want, got = getattr(self, field), getattr(candidate, field)
+            if want != got:
+                return f"{field} {got} differs from the inner map template's {want}"
+        if (self.map_type == MapType.ARRAY and not self.map_flags & BPF_F_INNER_MAP
+                and self.max_entries != candidate.max_entries):
+            return (f"max_entries {candidate.max_entries} differs from the template's "
+                    f"{self.max_entries} (create the template with BPF_F_INNER_MAP to allow "
+                    f"inner arrays of any size)")
+        return ""
+
+
+def bpf_map_meta_alloc(inner: BpfMap | None) -> MapMeta:
+    """The template an outer map keeps of ``inner`` (resolved from inner_map_fd)."""
+    if inner is None:
+        raise KernelError(errno.EBADF, "a map-in-map needs inner_map_fd: the fd of a map to "
+                                       "use as the template of its inner maps")
+    if inner.map_type in MAP_IN_MAP_TYPES:
+        raise KernelError(errno.EINVAL, "maps of maps nest one level only: the inner map "
+                                        "cannot itself be a map of maps")
+    if inner.map_type in NO_META_EQUAL_TYPES:
+        raise KernelError(ENOTSUPP, f"{MapType(inner.map_type).name} maps cannot be inner maps")
+    return MapMeta(inner)
+
+
+class MapOfMapsMixin:
+    """What both outer map types share: resolving and releasing inner maps."""
+
+    inner_map_meta: MapMeta
+    system: object
+
+    def fd_get_ptr(self, ufd: int) -> BpfMap:
+        """bpf_map_fd_get_ptr: the map behind ``ufd``, if it matches the template."""
+        inner = self.system.map_from_fd(ufd)
+        why = self.inner_map_meta.mismatch(inner)
+        if why:
+            raise KernelError(errno.EINVAL, f"map fd {ufd} does not fit this map of maps: {why}")
+        self.system.bpf_map_inc(inner)
+        return inner
+
+    def fd_put_ptr(self, ptr: BpfMap) -> None:
+        self.system.bpf_map_put(ptr)
+
+    def fd_sys_lookup_elem(self, ptr: BpfMap) -> int:
+        return ptr.id
+
+
+@map_ops(MapType.ARRAY_OF_MAPS)
+class ArrayOfMaps(MapOfMapsMixin, FdArray):
+    """BPF_MAP_TYPE_ARRAY_OF_MAPS."""
+
+    def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
+        self.inner_map_meta = bpf_map_meta_alloc(attr.inner_map)
+        super().__init__(attr, machine, node)
+
+    def lookup_elem(self, key: bytes) -> BpfMap | None:
+        """array_of_map_lookup_elem: the inner map itself, for the program to use."""
+        index = u32_key(key)
+        if index >= self.max_entries:
+            return None
+        self.access_stats.access(self.machine.current_cpu(), self.numa_node)
+        return self.ptrs.get(index)
