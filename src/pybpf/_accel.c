@@ -1,0 +1,978 @@
+/*
+ * pybpf._accel: the optional C accelerator of the Map layer.
+ *
+ * Rules it keeps:
+ * - It is optional: pybpf works without it (src/pybpf/maps.py has a pure-Python twin of
+ *   MapCore), and PYBPF_NO_ACCEL=1 turns it off. Both paths give the same bytes and errno.
+ * - MapCore is the base class of pybpf.maps.Map: m[k], m[k] = v, del m[k] and k in m run
+ *   here without a Python frame. Mode KERNEL calls bpf(2) directly on the fd; mode TABLE
+ *   reads a backend's live dict (System.fast_ops().table); mode SLOW calls the backend's
+ *   Python callables. Errors are built by the Map's own _error(errno, command[, count]), so
+ *   they are exactly the exceptions of the pure-Python path.
+ * - Codecs of kind BYTES and (U)INT up to 8 bytes run natively; any other codec, or a value
+ *   the native path cannot take, goes through the Python codec (which also writes the
+ *   error messages).
+ * - The module functions are thin bpf(2) wrappers for the benchmarks and for batches into
+ *   preallocated buffers; batch calls release the GIL.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef __NR_bpf
+#if defined(__x86_64__)
+#define __NR_bpf 321
+#elif defined(__aarch64__)
+#define __NR_bpf 280
+#elif defined(__i386__)
+#define __NR_bpf 357
+#else
+#error "unknown bpf(2) syscall number for this architecture"
+#endif
+#endif
+
+enum {
+	CMD_MAP_LOOKUP_ELEM = 1,
+	CMD_MAP_UPDATE_ELEM = 2,
+	CMD_MAP_DELETE_ELEM = 3,
+	CMD_MAP_GET_NEXT_KEY = 4,
+	CMD_MAP_LOOKUP_AND_DELETE_ELEM = 21,
+	CMD_MAP_LOOKUP_BATCH = 24,
+	CMD_MAP_LOOKUP_AND_DELETE_BATCH = 25,
+	CMD_MAP_UPDATE_BATCH = 26,
+	CMD_MAP_DELETE_BATCH = 27,
+};
+
+/* Codec kinds: pybpf.codecs.KIND_*. */
+enum { KIND_GENERIC = 0, KIND_BYTES = 1, KIND_UINT = 2, KIND_INT = 3 };
+/* Core modes: pybpf.maps.MODE_*. */
+enum { MODE_SLOW = 0, MODE_KERNEL = 1, MODE_TABLE = 2 };
+
+/* union bpf_attr for the *_ELEM commands and for the batch commands. */
+struct elem_attr {
+	uint32_t map_fd;
+	uint32_t pad;
+	uint64_t key;
+	uint64_t value;
+	uint64_t flags;
+};
+
+struct batch_attr {
+	uint64_t in_batch;
+	uint64_t out_batch;
+	uint64_t keys;
+	uint64_t values;
+	uint32_t count;
+	uint32_t map_fd;
+	uint64_t elem_flags;
+	uint64_t flags;
+};
+
+/* 0 or the errno of the failed call. */
+static inline int sys_bpf(int cmd, void *attr, unsigned int size)
+{
+	return syscall(__NR_bpf, cmd, attr, size) < 0 ? errno : 0;
+}
+
+static int elem_op(int cmd, int fd, const void *key, void *value, uint64_t flags)
+{
+	struct elem_attr attr;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.map_fd = (uint32_t)fd;
+	attr.key = (uint64_t)(uintptr_t)key;
+	attr.value = (uint64_t)(uintptr_t)value;
+	attr.flags = flags;
+	return sys_bpf(cmd, &attr, sizeof(attr));
+}
+
+/* Little-endian integers of 1..8 bytes. */
+static void store_le(uint8_t *buf, uint64_t v, Py_ssize_t size)
+{
+	for (Py_ssize_t i = 0; i < size; i++)
+		buf[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint64_t load_le(const uint8_t *buf, Py_ssize_t size)
+{
+	uint64_t v = 0;
+
+	for (Py_ssize_t i = 0; i < size; i++)
+		v |= (uint64_t)buf[i] << (8 * i);
+	return v;
+}
+
+/* Encode an exact int natively; 0 on success, -1 (no exception set) when out of range. */
+static int int_to_le(PyObject *obj, Py_ssize_t size, int is_signed, uint8_t *buf)
+{
+	if (is_signed) {
+		int overflow;
+		long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+
+		if (overflow || (v == -1 && PyErr_Occurred())) {
+			PyErr_Clear();
+			return -1;
+		}
+		if (size < 8) {
+			long long lim = 1LL << (8 * size - 1);
+
+			if (v < -lim || v >= lim)
+				return -1;
+		}
+		store_le(buf, (uint64_t)v, size);
+		return 0;
+	}
+	unsigned long long v = PyLong_AsUnsignedLongLong(obj);
+
+	if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+		PyErr_Clear();
+		return -1;
+	}
+	if (size < 8 && (v >> (8 * size)))
+		return -1;
+	store_le(buf, v, size);
+	return 0;
+}
+
+static PyObject *int_from_le(const uint8_t *data, Py_ssize_t size, int is_signed)
+{
+	uint64_t v = load_le(data, size);
+
+	if (!is_signed)
+		return PyLong_FromUnsignedLongLong(v);
+	if (size < 8 && (v >> (8 * size - 1)) & 1)
+		v |= ~0ULL << (8 * size);
+	return PyLong_FromLongLong((long long)v);
+}
+
+typedef struct {
+	PyObject_HEAD
+	int mode;
+	int fd;
+	Py_ssize_t ksize;
+	Py_ssize_t vsize;
+	int kkind;
+	int vkind;
+	PyObject *kenc;   /* key codec's encode */
+	PyObject *venc;   /* value codec's encode */
+	PyObject *vdec;   /* value codec's decode */
+	PyObject *table;  /* MODE_TABLE: dict key bytes -> value bytes/bytearray */
+	PyObject *lookup; /* MODE_SLOW: callable(key bytes|None) -> value bytes */
+} MapCore;
+
+/* Raise self._error(err, command[, count]). Always returns NULL. */
+static PyObject *raise_error(MapCore *self, int err, const char *command, Py_ssize_t count)
+{
+	PyObject *exc;
+
+	if (count >= 0)
+		exc = PyObject_CallMethod((PyObject *)self, "_error", "isn", err, command, count);
+	else
+		exc = PyObject_CallMethod((PyObject *)self, "_error", "is", err, command);
+	if (exc) {
+		PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+		Py_DECREF(exc);
+	}
+	return NULL;
+}
+
+/*
+ * A key or value in bytes form: ptr points at `size` bytes (or is NULL for "no key"),
+ * either inside `buf` or inside `obj` (a bytes object we hold a reference to).
+ */
+typedef struct {
+	const void *ptr;
+	PyObject *obj;
+	uint8_t buf[8];
+} Encoded;
+
+static void encoded_release(Encoded *e)
+{
+	Py_CLEAR(e->obj);
+}
+
+static int encode(PyObject *codec_encode, int kind, Py_ssize_t size, PyObject *obj,
+		  Encoded *out, const char *what)
+{
+	out->obj = NULL;
+	out->ptr = NULL;
+	if (kind == KIND_BYTES) {
+		if (PyBytes_CheckExact(obj) && PyBytes_GET_SIZE(obj) == size) {
+			Py_INCREF(obj);
+			out->obj = obj;
+			out->ptr = PyBytes_AS_STRING(obj);
+			return 0;
+		}
+	} else if ((kind == KIND_UINT || kind == KIND_INT) && PyLong_CheckExact(obj)) {
+		if (int_to_le(obj, size, kind == KIND_INT, out->buf) == 0) {
+			out->ptr = out->buf;
+			return 0;
+		}
+	}
+	PyObject *b = PyObject_CallOneArg(codec_encode, obj);
+
+	if (!b)
+		return -1;
+	if (b == Py_None) {
+		Py_DECREF(b);
+		return 0;
+	}
+	if (!PyBytes_Check(b) || PyBytes_GET_SIZE(b) != size) {
+		PyErr_Format(PyExc_TypeError, "%s codec returned %R, expected %zd bytes", what, b,
+			     size);
+		Py_DECREF(b);
+		return -1;
+	}
+	out->obj = b;
+	out->ptr = PyBytes_AS_STRING(b);
+	return 0;
+}
+
+/* The encoded bytes as a bytes object (new reference), or None. */
+static PyObject *encoded_bytes(const Encoded *e, Py_ssize_t size)
+{
+	if (e->obj) {
+		Py_INCREF(e->obj);
+		return e->obj;
+	}
+	if (!e->ptr)
+		Py_RETURN_NONE;
+	return PyBytes_FromStringAndSize((const char *)e->ptr, size);
+}
+
+/* Decode `size` bytes at data; `whole` may be the exact bytes object holding them. */
+static PyObject *decode_value(MapCore *self, const uint8_t *data, Py_ssize_t size,
+			      PyObject *whole)
+{
+	switch (self->vkind) {
+	case KIND_UINT:
+	case KIND_INT:
+		if (size <= 8)
+			return int_from_le(data, size, self->vkind == KIND_INT);
+		break;
+	case KIND_BYTES:
+		if (whole && PyBytes_CheckExact(whole)) {
+			Py_INCREF(whole);
+			return whole;
+		}
+		return PyBytes_FromStringAndSize((const char *)data, size);
+	}
+	PyObject *b;
+
+	if (whole && PyBytes_CheckExact(whole)) {
+		Py_INCREF(whole);
+		b = whole;
+	} else {
+		b = PyBytes_FromStringAndSize((const char *)data, size);
+		if (!b)
+			return NULL;
+	}
+	PyObject *r = PyObject_CallOneArg(self->vdec, b);
+
+	Py_DECREF(b);
+	return r;
+}
+
+/*
+ * The lookup behind m[k] and k in m. Returns a new reference, or NULL with an exception;
+ * with `missing_ok`, ENOENT returns NULL with no exception set.
+ */
+static PyObject *core_lookup(MapCore *self, PyObject *key, int missing_ok)
+{
+	Encoded k;
+	PyObject *result = NULL;
+
+	if (encode(self->kenc, self->kkind, self->ksize, key, &k, "key") < 0)
+		return NULL;
+
+	if (self->mode == MODE_KERNEL) {
+		int err;
+
+		if ((self->vkind == KIND_UINT || self->vkind == KIND_INT) && self->vsize <= 8) {
+			uint8_t buf[8];
+
+			err = elem_op(CMD_MAP_LOOKUP_ELEM, self->fd, k.ptr, buf, 0);
+			if (!err)
+				result = int_from_le(buf, self->vsize, self->vkind == KIND_INT);
+		} else {
+			PyObject *b = PyBytes_FromStringAndSize(NULL, self->vsize);
+
+			if (!b)
+				goto out;
+			err = elem_op(CMD_MAP_LOOKUP_ELEM, self->fd, k.ptr, PyBytes_AS_STRING(b), 0);
+			if (!err)
+				result = decode_value(self, (uint8_t *)PyBytes_AS_STRING(b),
+						      self->vsize, b);
+			Py_DECREF(b);
+		}
+		if (err && !(missing_ok && err == ENOENT))
+			raise_error(self, err, "map_lookup_elem", -1);
+		goto out;
+	}
+
+	PyObject *kb = encoded_bytes(&k, self->ksize);
+
+	if (!kb)
+		goto out;
+	if (self->mode == MODE_TABLE) {
+		PyObject *v = PyDict_GetItemWithError(self->table, kb);
+
+		if (v) {
+			Py_INCREF(v);
+			if (PyBytes_CheckExact(v)) {
+				result = decode_value(self, (uint8_t *)PyBytes_AS_STRING(v),
+						      PyBytes_GET_SIZE(v), v);
+			} else if (PyByteArray_CheckExact(v)) {
+				result = decode_value(self, (uint8_t *)PyByteArray_AS_STRING(v),
+						      PyByteArray_GET_SIZE(v), NULL);
+			} else {
+				PyErr_Format(PyExc_TypeError,
+					     "fast-ops table holds %R, not bytes", v);
+			}
+			Py_DECREF(v);
+		} else if (!PyErr_Occurred() && !missing_ok) {
+			raise_error(self, ENOENT, "map_lookup_elem", -1);
+		}
+	} else {
+		PyObject *v = PyObject_CallOneArg(self->lookup, kb);
+
+		if (v) {
+			if (PyBytes_Check(v))
+				result = decode_value(self, (uint8_t *)PyBytes_AS_STRING(v),
+						      PyBytes_GET_SIZE(v), v);
+			else
+				PyErr_Format(PyExc_TypeError, "lookup returned %R, not bytes", v);
+			Py_DECREF(v);
+		} else if (missing_ok && PyErr_ExceptionMatches(PyExc_KeyError)) {
+			PyErr_Clear();
+		}
+	}
+	Py_DECREF(kb);
+out:
+	encoded_release(&k);
+	return result;
+}
+
+static PyObject *core_subscript(PyObject *self, PyObject *key)
+{
+	return core_lookup((MapCore *)self, key, 0);
+}
+
+static int core_contains(PyObject *self, PyObject *key)
+{
+	PyObject *v = core_lookup((MapCore *)self, key, 1);
+
+	if (v) {
+		Py_DECREF(v);
+		return 1;
+	}
+	return PyErr_Occurred() ? -1 : 0;
+}
+
+static int core_update(MapCore *self, PyObject *key, PyObject *value, uint64_t flags)
+{
+	Encoded k, v;
+	int rc = -1;
+
+	if (encode(self->kenc, self->kkind, self->ksize, key, &k, "key") < 0)
+		return -1;
+	if (encode(self->venc, self->vkind, self->vsize, value, &v, "value") < 0) {
+		encoded_release(&k);
+		return -1;
+	}
+	if (self->mode == MODE_KERNEL) {
+		int err = elem_op(CMD_MAP_UPDATE_ELEM, self->fd, k.ptr, (void *)v.ptr, flags);
+
+		if (err)
+			raise_error(self, err, "map_update_elem", -1);
+		else
+			rc = 0;
+	} else {
+		PyObject *kb = encoded_bytes(&k, self->ksize);
+		PyObject *vb = kb ? encoded_bytes(&v, self->vsize) : NULL;
+
+		if (vb) {
+			PyObject *r = PyObject_CallMethod((PyObject *)self, "_update_bytes", "OOK",
+							  kb, vb, (unsigned long long)flags);
+
+			if (r) {
+				Py_DECREF(r);
+				rc = 0;
+			}
+		}
+		Py_XDECREF(kb);
+		Py_XDECREF(vb);
+	}
+	encoded_release(&k);
+	encoded_release(&v);
+	return rc;
+}
+
+static int core_delete(MapCore *self, PyObject *key)
+{
+	Encoded k;
+	int rc = -1;
+
+	if (encode(self->kenc, self->kkind, self->ksize, key, &k, "key") < 0)
+		return -1;
+	if (self->mode == MODE_KERNEL) {
+		int err = elem_op(CMD_MAP_DELETE_ELEM, self->fd, k.ptr, NULL, 0);
+
+		if (err)
+			raise_error(self, err, "map_delete_elem", -1);
+		else
+			rc = 0;
+	} else {
+		PyObject *kb = encoded_bytes(&k, self->ksize);
+
+		if (kb) {
+			PyObject *r = PyObject_CallMethod((PyObject *)self, "_delete_bytes", "O", kb);
+
+			if (r) {
+				Py_DECREF(r);
+				rc = 0;
+			}
+			Py_DECREF(kb);
+		}
+	}
+	encoded_release(&k);
+	return rc;
+}
+
+static int core_ass_subscript(PyObject *self, PyObject *key, PyObject *value)
+{
+	if (value == NULL)
+		return core_delete((MapCore *)self, key);
+	return core_update((MapCore *)self, key, value, 0);
+}
+
+static PyObject *core_update_method(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+	if (nargs != 3) {
+		PyErr_SetString(PyExc_TypeError, "_update(key, value, flags)");
+		return NULL;
+	}
+	unsigned long long flags = PyLong_AsUnsignedLongLong(args[2]);
+
+	if (flags == (unsigned long long)-1 && PyErr_Occurred())
+		return NULL;
+	if (core_update((MapCore *)self, args[0], args[1], flags) < 0)
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+static PyObject *core_setup(PyObject *op, PyObject *args)
+{
+	MapCore *self = (MapCore *)op;
+	int mode, fd, kkind, vkind;
+	Py_ssize_t ksize, vsize;
+	PyObject *kenc, *venc, *vdec, *table, *lookup;
+
+	if (!PyArg_ParseTuple(args, "iinniiOOOOO:_core_setup", &mode, &fd, &ksize, &vsize,
+			      &kkind, &vkind, &kenc, &venc, &vdec, &table, &lookup))
+		return NULL;
+	if (mode == MODE_TABLE && !PyDict_Check(table)) {
+		PyErr_SetString(PyExc_TypeError, "table mode needs a dict");
+		return NULL;
+	}
+	if (mode == MODE_SLOW && !PyCallable_Check(lookup)) {
+		PyErr_SetString(PyExc_TypeError, "slow mode needs a lookup callable");
+		return NULL;
+	}
+	if ((kkind == KIND_UINT || kkind == KIND_INT) && ksize > 8)
+		kkind = KIND_GENERIC;
+	if ((vkind == KIND_UINT || vkind == KIND_INT) && vsize > 8)
+		vkind = KIND_GENERIC;
+	self->mode = mode;
+	self->fd = fd;
+	self->ksize = ksize;
+	self->vsize = vsize;
+	self->kkind = kkind;
+	self->vkind = vkind;
+	Py_INCREF(kenc);
+	Py_XSETREF(self->kenc, kenc);
+	Py_INCREF(venc);
+	Py_XSETREF(self->venc, venc);
+	Py_INCREF(vdec);
+	Py_XSETREF(self->vdec, vdec);
+	Py_INCREF(table);
+	Py_XSETREF(self->table, table);
+	Py_INCREF(lookup);
+	Py_XSETREF(self->lookup, lookup);
+	Py_RETURN_NONE;
+}
+
+static int core_init_check(MapCore *self)
+{
+	if (!self->kenc) {
+		PyErr_SetString(PyExc_RuntimeError, "map core used before _core_setup");
+		return -1;
+	}
+	return 0;
+}
+
+static PyObject *core_subscript_checked(PyObject *self, PyObject *key)
+{
+	if (core_init_check((MapCore *)self) < 0)
+		return NULL;
+	return core_subscript(self, key);
+}
+
+static int core_ass_subscript_checked(PyObject *self, PyObject *key, PyObject *value)
+{
+	if (core_init_check((MapCore *)self) < 0)
+		return -1;
+	return core_ass_subscript(self, key, value);
+}
+
+static int core_contains_checked(PyObject *self, PyObject *key)
+{
+	if (core_init_check((MapCore *)self) < 0)
+		return -1;
+	return core_contains(self, key);
+}
+
+static PyObject *core_update_checked(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+	if (core_init_check((MapCore *)self) < 0)
+		return NULL;
+	return core_update_method(self, args, nargs);
+}
+
+static int core_traverse(PyObject *op, visitproc visit, void *arg)
+{
+	MapCore *self = (MapCore *)op;
+
+	Py_VISIT(Py_TYPE(op));
+	Py_VISIT(self->kenc);
+	Py_VISIT(self->venc);
+	Py_VISIT(self->vdec);
+	Py_VISIT(self->table);
+	Py_VISIT(self->lookup);
+	return 0;
+}
+
+static int core_clear(PyObject *op)
+{
+	MapCore *self = (MapCore *)op;
+
+	Py_CLEAR(self->kenc);
+	Py_CLEAR(self->venc);
+	Py_CLEAR(self->vdec);
+	Py_CLEAR(self->table);
+	Py_CLEAR(self->lookup);
+	return 0;
+}
+
+static void core_dealloc(PyObject *op)
+{
+	PyTypeObject *tp = Py_TYPE(op);
+
+	PyObject_GC_UnTrack(op);
+	core_clear(op);
+	tp->tp_free(op);
+	Py_DECREF(tp);
+}
+
+static PyMethodDef core_methods[] = {
+	{"_core_setup", core_setup, METH_VARARGS,
+	 "_core_setup(mode, fd, key_size, value_size, key_kind, value_kind, key_encode, "
+	 "value_encode, value_decode, table, lookup)"},
+	{"_update", (PyCFunction)(void (*)(void))core_update_checked, METH_FASTCALL,
+	 "_update(key, value, flags): one element update"},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot core_slots[] = {
+	{Py_mp_subscript, core_subscript_checked},
+	{Py_mp_ass_subscript, core_ass_subscript_checked},
+	{Py_sq_contains, core_contains_checked},
+	{Py_tp_methods, core_methods},
+	{Py_tp_traverse, core_traverse},
+	{Py_tp_clear, core_clear},
+	{Py_tp_dealloc, core_dealloc},
+	{Py_tp_doc, "Hot element ops of pybpf.maps.Map (m[k], m[k] = v, del m[k], k in m)."},
+	{0, NULL},
+};
+
+static PyType_Spec core_spec = {
+	.name = "pybpf._accel.MapCore",
+	.basicsize = sizeof(MapCore),
+	.flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+	.slots = core_slots,
+};
+
+/* -- module functions: thin bpf(2) wrappers ------------------------------------------- */
+
+static PyObject *os_error(int err)
+{
+	errno = err;
+	return PyErr_SetFromErrno(PyExc_OSError);
+}
+
+/* Optional bytes key: None gives NULL. */
+static int opt_buffer(PyObject *obj, Py_buffer *view)
+{
+	if (obj == Py_None) {
+		view->obj = NULL;
+		view->buf = NULL;
+		view->len = 0;
+		return 0;
+	}
+	return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE);
+}
+
+static void opt_release(Py_buffer *view)
+{
+	if (view->obj)
+		PyBuffer_Release(view);
+}
+
+static PyObject *mod_lookup(PyObject *m, PyObject *args)
+{
+	int fd;
+	PyObject *key;
+	Py_ssize_t vsize;
+	unsigned long long flags = 0;
+	Py_buffer k;
+
+	if (!PyArg_ParseTuple(args, "iOn|K:lookup", &fd, &key, &vsize, &flags))
+		return NULL;
+	if (opt_buffer(key, &k) < 0)
+		return NULL;
+	PyObject *v = PyBytes_FromStringAndSize(NULL, vsize);
+
+	if (v) {
+		int err = elem_op(CMD_MAP_LOOKUP_ELEM, fd, k.buf, PyBytes_AS_STRING(v), flags);
+
+		if (err) {
+			Py_CLEAR(v);
+			os_error(err);
+		}
+	}
+	opt_release(&k);
+	return v;
+}
+
+static PyObject *mod_lookup_and_delete(PyObject *m, PyObject *args)
+{
+	int fd;
+	PyObject *key;
+	Py_ssize_t vsize;
+	unsigned long long flags = 0;
+	Py_buffer k;
+
+	if (!PyArg_ParseTuple(args, "iOn|K:lookup_and_delete", &fd, &key, &vsize, &flags))
+		return NULL;
+	if (opt_buffer(key, &k) < 0)
+		return NULL;
+	PyObject *v = PyBytes_FromStringAndSize(NULL, vsize);
+
+	if (v) {
+		int err = elem_op(CMD_MAP_LOOKUP_AND_DELETE_ELEM, fd, k.buf, PyBytes_AS_STRING(v),
+				  flags);
+
+		if (err) {
+			Py_CLEAR(v);
+			os_error(err);
+		}
+	}
+	opt_release(&k);
+	return v;
+}
+
+static PyObject *mod_update(PyObject *m, PyObject *args)
+{
+	int fd;
+	PyObject *key;
+	Py_buffer k, v;
+	unsigned long long flags = 0;
+
+	if (!PyArg_ParseTuple(args, "iOy*|K:update", &fd, &key, &v, &flags))
+		return NULL;
+	if (opt_buffer(key, &k) < 0) {
+		PyBuffer_Release(&v);
+		return NULL;
+	}
+	int err = elem_op(CMD_MAP_UPDATE_ELEM, fd, k.buf, v.buf, flags);
+
+	opt_release(&k);
+	PyBuffer_Release(&v);
+	if (err)
+		return os_error(err);
+	Py_RETURN_NONE;
+}
+
+static PyObject *mod_delete(PyObject *m, PyObject *args)
+{
+	int fd;
+	PyObject *key;
+	Py_buffer k;
+
+	if (!PyArg_ParseTuple(args, "iO:delete", &fd, &key))
+		return NULL;
+	if (opt_buffer(key, &k) < 0)
+		return NULL;
+	int err = elem_op(CMD_MAP_DELETE_ELEM, fd, k.buf, NULL, 0);
+
+	opt_release(&k);
+	if (err)
+		return os_error(err);
+	Py_RETURN_NONE;
+}
+
+static PyObject *mod_get_next_key(PyObject *m, PyObject *args)
+{
+	int fd;
+	PyObject *key;
+	Py_ssize_t ksize;
+	Py_buffer k;
+
+	if (!PyArg_ParseTuple(args, "iOn:get_next_key", &fd, &key, &ksize))
+		return NULL;
+	if (opt_buffer(key, &k) < 0)
+		return NULL;
+	PyObject *next = PyBytes_FromStringAndSize(NULL, ksize);
+
+	if (next) {
+		int err = elem_op(CMD_MAP_GET_NEXT_KEY, fd, k.buf, PyBytes_AS_STRING(next), 0);
+
+		if (err) {
+			Py_CLEAR(next);
+			os_error(err);
+		}
+	}
+	opt_release(&k);
+	return next;
+}
+
+static int writable(PyObject *obj, Py_buffer *view, Py_ssize_t need, const char *what)
+{
+	if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE) < 0)
+		return -1;
+	if (view->len < need) {
+		PyErr_Format(PyExc_ValueError, "%s buffer is %zd bytes, %zd needed", what,
+			     view->len, need);
+		PyBuffer_Release(view);
+		return -1;
+	}
+	return 0;
+}
+
+static int readable(PyObject *obj, Py_buffer *view, Py_ssize_t need, const char *what)
+{
+	if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0)
+		return -1;
+	if (view->len < need) {
+		PyErr_Format(PyExc_ValueError, "%s buffer is %zd bytes, %zd needed", what,
+			     view->len, need);
+		PyBuffer_Release(view);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * lookup_batch(fd, delete, token, key_size, value_size, keys, values, count, elem_flags,
+ *              flags) -> (errno, count, out_token)
+ * keys/values are writable buffers of at least count * size bytes. The token is
+ * max(key_size, 4) bytes (a bucket index for hash maps, a key for the generic ones);
+ * out_token is None when the kernel wrote none.
+ */
+static PyObject *mod_lookup_batch(PyObject *m, PyObject *args)
+{
+	int fd, del;
+	PyObject *token, *keys, *values;
+	Py_ssize_t ksize, vsize, count;
+	unsigned long long elem_flags, flags;
+	Py_buffer kb, vb, tb;
+
+	if (!PyArg_ParseTuple(args, "ipOnnOOnKK:lookup_batch", &fd, &del, &token, &ksize, &vsize,
+			      &keys, &values, &count, &elem_flags, &flags))
+		return NULL;
+	if (count < 0 || count > UINT32_MAX || ksize < 0 || vsize < 0) {
+		PyErr_SetString(PyExc_ValueError, "bad count or sizes");
+		return NULL;
+	}
+	Py_ssize_t tsize = ksize > 4 ? ksize : 4;
+
+	if (opt_buffer(token, &tb) < 0)
+		return NULL;
+	if (tb.obj && tb.len != tsize) {
+		opt_release(&tb);
+		return PyErr_Format(PyExc_ValueError, "batch token must be %zd bytes", tsize);
+	}
+	if (writable(keys, &kb, count * ksize, "keys") < 0) {
+		opt_release(&tb);
+		return NULL;
+	}
+	if (writable(values, &vb, count * vsize, "values") < 0) {
+		opt_release(&tb);
+		PyBuffer_Release(&kb);
+		return NULL;
+	}
+	PyObject *out = PyBytes_FromStringAndSize(NULL, tsize);
+
+	if (!out)
+		goto fail;
+	memset(PyBytes_AS_STRING(out), 0, tsize);
+
+	struct batch_attr attr;
+	int err;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.in_batch = (uint64_t)(uintptr_t)tb.buf;
+	attr.out_batch = (uint64_t)(uintptr_t)PyBytes_AS_STRING(out);
+	attr.keys = (uint64_t)(uintptr_t)kb.buf;
+	attr.values = (uint64_t)(uintptr_t)vb.buf;
+	attr.count = (uint32_t)count;
+	attr.map_fd = (uint32_t)fd;
+	attr.elem_flags = elem_flags;
+	attr.flags = flags;
+	Py_BEGIN_ALLOW_THREADS
+	err = sys_bpf(del ? CMD_MAP_LOOKUP_AND_DELETE_BATCH : CMD_MAP_LOOKUP_BATCH, &attr,
+		      sizeof(attr));
+	Py_END_ALLOW_THREADS
+	opt_release(&tb);
+	PyBuffer_Release(&kb);
+	PyBuffer_Release(&vb);
+	if (!(err == 0 || attr.count > 0)) {
+		Py_DECREF(out);
+		out = Py_NewRef(Py_None);
+	}
+	return Py_BuildValue("iIN", err, attr.count, out);
+fail:
+	opt_release(&tb);
+	PyBuffer_Release(&kb);
+	PyBuffer_Release(&vb);
+	return NULL;
+}
+
+static PyObject *write_batch(int cmd, int fd, Py_buffer *kb, Py_buffer *vb, Py_ssize_t count,
+			     unsigned long long elem_flags, unsigned long long flags)
+{
+	struct batch_attr attr;
+	int err;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.keys = (uint64_t)(uintptr_t)kb->buf;
+	attr.values = vb ? (uint64_t)(uintptr_t)vb->buf : 0;
+	attr.count = (uint32_t)count;
+	attr.map_fd = (uint32_t)fd;
+	attr.elem_flags = elem_flags;
+	attr.flags = flags;
+	Py_BEGIN_ALLOW_THREADS
+	err = sys_bpf(cmd, &attr, sizeof(attr));
+	Py_END_ALLOW_THREADS
+	return Py_BuildValue("iI", err, attr.count);
+}
+
+/* update_batch(fd, key_size, value_size, keys, values, count, elem_flags, flags)
+ * -> (errno, count done) */
+static PyObject *mod_update_batch(PyObject *m, PyObject *args)
+{
+	int fd;
+	Py_ssize_t ksize, vsize, count;
+	PyObject *keys, *values;
+	unsigned long long elem_flags, flags;
+	Py_buffer kb, vb;
+
+	if (!PyArg_ParseTuple(args, "innOOnKK:update_batch", &fd, &ksize, &vsize, &keys, &values,
+			      &count, &elem_flags, &flags))
+		return NULL;
+	if (count < 0 || count > UINT32_MAX) {
+		PyErr_SetString(PyExc_ValueError, "bad count");
+		return NULL;
+	}
+	if (readable(keys, &kb, count * ksize, "keys") < 0)
+		return NULL;
+	if (readable(values, &vb, count * vsize, "values") < 0) {
+		PyBuffer_Release(&kb);
+		return NULL;
+	}
+	PyObject *r = write_batch(CMD_MAP_UPDATE_BATCH, fd, &kb, &vb, count, elem_flags, flags);
+
+	PyBuffer_Release(&kb);
+	PyBuffer_Release(&vb);
+	return r;
+}
+
+/* delete_batch(fd, key_size, keys, count, elem_flags, flags) -> (errno, count done) */
+static PyObject *mod_delete_batch(PyObject *m, PyObject *args)
+{
+	int fd;
+	Py_ssize_t ksize, count;
+	PyObject *keys;
+	unsigned long long elem_flags, flags;
+	Py_buffer kb;
+
+	if (!PyArg_ParseTuple(args, "inOnKK:delete_batch", &fd, &ksize, &keys, &count,
+			      &elem_flags, &flags))
+		return NULL;
+	if (count < 0 || count > UINT32_MAX) {
+		PyErr_SetString(PyExc_ValueError, "bad count");
+		return NULL;
+	}
+	if (readable(keys, &kb, count * ksize, "keys") < 0)
+		return NULL;
+	PyObject *r = write_batch(CMD_MAP_DELETE_BATCH, fd, &kb, NULL, count, elem_flags, flags);
+
+	PyBuffer_Release(&kb);
+	return r;
+}
+
+static PyMethodDef module_methods[] = {
+	{"lookup", mod_lookup, METH_VARARGS,
+	 "lookup(fd, key|None, value_size, flags=0) -> bytes; OSError(errno) on failure"},
+	{"lookup_and_delete", mod_lookup_and_delete, METH_VARARGS,
+	 "lookup_and_delete(fd, key|None, value_size, flags=0) -> bytes"},
+	{"update", mod_update, METH_VARARGS, "update(fd, key|None, value, flags=0)"},
+	{"delete", mod_delete, METH_VARARGS, "delete(fd, key|None)"},
+	{"get_next_key", mod_get_next_key, METH_VARARGS,
+	 "get_next_key(fd, key|None, key_size) -> bytes"},
+	{"lookup_batch", mod_lookup_batch, METH_VARARGS,
+	 "lookup_batch(fd, delete, token|None, key_size, value_size, keys, values, count, "
+	 "elem_flags, flags) -> (errno, count, out_token|None)"},
+	{"update_batch", mod_update_batch, METH_VARARGS,
+	 "update_batch(fd, key_size, value_size, keys, values, count, elem_flags, flags) -> "
+	 "(errno, count)"},
+	{"delete_batch", mod_delete_batch, METH_VARARGS,
+	 "delete_batch(fd, key_size, keys, count, elem_flags, flags) -> (errno, count)"},
+	{NULL, NULL, 0, NULL},
+};
+
+static int module_exec(PyObject *module)
+{
+	PyObject *core = PyType_FromModuleAndSpec(module, &core_spec, NULL);
+
+	if (!core)
+		return -1;
+	if (PyModule_AddObject(module, "MapCore", core) < 0) {
+		Py_DECREF(core);
+		return -1;
+	}
+	return 0;
+}
+
+static PyModuleDef_Slot module_slots[] = {
+	{Py_mod_exec, module_exec},
+	{0, NULL},
+};
+
+static struct PyModuleDef accel_module = {
+	PyModuleDef_HEAD_INIT,
+	.m_name = "pybpf._accel",
+	.m_doc = "Optional C accelerator of pybpf's Map layer (bpf(2) without ctypes).",
+	.m_size = 0,
+	.m_methods = module_methods,
+	.m_slots = module_slots,
+};
+
+PyMODINIT_FUNC PyInit__accel(void)
+{
+	return PyModuleDef_Init(&accel_module);
+}

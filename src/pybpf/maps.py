@@ -1,0 +1,873 @@
+"""MapSpec and Map: the Pythonic layer over any System (kernel or emulated).
+
+Rules this module keeps:
+- ``MapSpec`` is a plain frozen description and knows nothing of backends; what depends on
+  the machine (``numa_node="auto"``, the per-CPU count) is resolved when a ``Map`` is created
+  or opened on a ``System``.
+- A ``Map`` owns its fd: ``close()``, leaving a ``with`` block, or garbage collection closes
+  it exactly once (``weakref.finalize``).
+- A ``Map`` is a ``MutableMapping``: ``m[k]`` is BPF_MAP_LOOKUP_ELEM (a missing key raises
+  ``KeyNotFoundError``, a ``KeyError``), ``m[k] = v`` is UPDATE_ELEM with BPF_ANY, ``del m[k]``
+  is DELETE_ELEM, iteration is GET_NEXT_KEY. Every error is the backend's errno, raised as a
+  ``BPFError`` by ``errors.bpf_error``.
+- Keys and values go through codecs (``pybpf.codecs``), checked against the map's sizes when
+  the map is opened. Per-CPU maps give ``PerCpuValue``; map-in-map values are ``Map``s on
+  update and ids on lookup.
+- The hot element ops (``m[k]``, ``m[k] = v``, ``del m[k]``, ``k in m``) run in a small core:
+  the C accelerator ``pybpf._accel`` when it was built (direct bpf(2) on the kernel backend,
+  the backend's ``FastOps`` on others), else the pure-Python ``_PyMapCore`` below. Both give
+  the same results and errors; ``PYBPF_NO_ACCEL=1`` forces the pure-Python core.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import enum
+import errno
+import functools
+import ipaddress
+import os
+import weakref
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from . import codecs as _codecs
+from .codecs import (
+    KIND_BYTES,
+    Codec,
+    CodecSpec,
+    MapFdCodec,
+    PerCpuCodec,
+    PerCpuValue,
+    make_codec,
+)
+from .errors import BPFError, KeyNotFoundError, bpf_error
+from .system import MapInfo, System
+from .system import system as _make_system
+from .uapi import (
+    BPF_F_NO_PREALLOC,
+    BPF_F_NUMA_NODE,
+    FD_VALUE_MAP_TYPES,
+    PERCPU_MAP_TYPES,
+    MapType,
+    syscall_value_size,
+)
+
+__all__ = [
+    "ArrayMap", "ArrayOfMaps", "BatchCursor", "BloomFilterMap", "HashMap", "HashOfMaps",
+    "LpmKey", "LpmTrieMap", "LruHashMap", "LruPercpuHashMap", "Map", "MapSpec",
+    "PercpuArrayMap", "PercpuHashMap", "PerCpuValue", "QueueMap", "StackMap", "UpdateFlags",
+    "accelerated",
+]
+
+
+class UpdateFlags(enum.IntFlag):
+    """Element-update flags (attr->flags): BPF_ANY, BPF_NOEXIST, BPF_EXIST, BPF_F_LOCK."""
+
+    ANY = 0
+    NOEXIST = 1
+    EXIST = 2
+    LOCK = 4
+
+
+def update_flags(flags: UpdateFlags | int | str) -> int:
+    """``UpdateFlags``, a uapi int, or a name ("any", "noexist", "exist", "lock", "exist|lock")."""
+    if isinstance(flags, str):
+        value = 0
+        for part in flags.lower().replace(" ", "").split("|"):
+            try:
+                value |= UpdateFlags[part.upper()]
+            except KeyError:
+                raise ValueError(f"unknown update flag {part!r}: use any, noexist, exist "
+                                 "or lock") from None
+        return value
+    if isinstance(flags, int) and not isinstance(flags, bool):
+        return int(flags)
+    raise TypeError(f"update flags must be UpdateFlags, an int or a name, got {flags!r}")
+
+
+# Maps whose keys are u32 indices: their default key codec is int.
+_INDEX_KEY_TYPES = frozenset({
+    MapType.ARRAY, MapType.PERCPU_ARRAY, MapType.PROG_ARRAY, MapType.PERF_EVENT_ARRAY,
+    MapType.CGROUP_ARRAY, MapType.ARRAY_OF_MAPS, MapType.DEVMAP, MapType.CPUMAP,
+    MapType.XSKMAP, MapType.SOCKMAP})
+# fd arrays: every index iterates, but an empty slot has no value (skipped, as bpftool does).
+_SPARSE_TYPES = frozenset(FD_VALUE_MAP_TYPES | {MapType.DEVMAP, MapType.CPUMAP,
+                                                 MapType.XSKMAP, MapType.SOCKMAP})
+
+
+@dataclass(frozen=True)
+class MapSpec:
+    """What a map is: the attributes of BPF_MAP_CREATE, plus optional key/value codecs.
+
+    ``numa_node=N`` (0 included) sets BPF_F_NUMA_NODE by itself; ``numa_node="auto"`` picks the
+    node of the CPU that creates the map; None leaves placement to the kernel.
+    ``inner_map`` (map-in-map) is a MapSpec (a template map is created and closed) or an open
+    Map whose fd is used.
+    """
+
+    type: MapType | int
+    key_size: int
+    value_size: int
+    max_entries: int
+    flags: int = 0
+    numa_node: int | str | None = None
+    inner_map: MapSpec | Map | None = None
+    name: str = ""
+    map_extra: int = 0
+    key: CodecSpec = None
+    value: CodecSpec = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.type, str):
+            try:
+                object.__setattr__(self, "type", MapType[self.type.upper()])
+            except KeyError:
+                raise ValueError(f"unknown map type {self.type!r}: one of "
+                                 f"{', '.join(t.name.lower() for t in MapType)}") from None
+        elif self.type in MapType._value2member_map_:
+            object.__setattr__(self, "type", MapType(self.type))
+        for field in ("key_size", "value_size", "max_entries", "flags", "map_extra"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"MapSpec.{field} must be a non-negative int, got {value!r}")
+        node = self.numa_node
+        if not (node is None or node == "auto" or
+                (isinstance(node, int) and not isinstance(node, bool) and node >= -1)):
+            raise ValueError(f"numa_node must be None, 'auto' or a node number, got {node!r}")
+        if self.inner_map is not None and not isinstance(self.inner_map, MapSpec | Map):
+            raise TypeError(f"inner_map must be a MapSpec or a Map, got {self.inner_map!r}")
+        if not isinstance(self.name, str):
+            raise TypeError(f"name must be a str, got {self.name!r}")
+
+    @property
+    def map_flags(self) -> int:
+        """The create flags as passed to the kernel (BPF_F_NUMA_NODE added for a node)."""
+        return self.flags | (BPF_F_NUMA_NODE if self.numa_node is not None else 0)
+
+    @classmethod
+    def from_info(cls, info: MapInfo) -> MapSpec:
+        """The spec of an existing map (inner-map template and NUMA node are not reported)."""
+        return cls(info.type, info.key_size, info.value_size, info.max_entries,
+                   flags=info.map_flags, name=info.name, map_extra=info.map_extra)
+
+
+_default_system: System | None = None
+
+
+def default_system() -> System:
+    """``pybpf.system()`` made once and shared by every Map that is given no system."""
+    global _default_system
+    if _default_system is None:
+        _default_system = _make_system()
+    return _default_system
+
+
+# -- the hot-path core ----------------------------------------------------------------------
+
+MODE_SLOW, MODE_KERNEL, MODE_TABLE = 0, 1, 2
+
+
+class _PyMapCore:
+    """Pure-Python twin of ``_accel.MapCore``: the element ops behind ``m[k]`` and friends."""
+
+    def _core_setup(self, mode: int, fd: int, key_size: int, value_size: int, key_kind: int,
+                    value_kind: int, key_encode, value_encode, value_decode, table,
+                    lookup) -> None:
+        if mode == MODE_TABLE:
+            lookup = self._table_lookup(table)
+        self._c_lookup = lookup
+        self._c_kenc = key_encode
+        self._c_venc = value_encode
+        self._c_vdec = bytes if value_kind == KIND_BYTES else value_decode
+
+    def _table_lookup(self, table: dict):
+        get = table.get
+
+        def lookup(key: bytes) -> bytes:
+            value = get(key)
+            if value is None:
+                raise self._error(errno.ENOENT, "map_lookup_elem")
+            return bytes(value)
+
+        return lookup
+
+    def __getitem__(self, key):
+        return self._c_vdec(self._c_lookup(self._c_kenc(key)))
+
+    def __contains__(self, key) -> bool:
+        try:
+            self._c_lookup(self._c_kenc(key))
+        except KeyError:
+            return False
+        return True
+
+    def __setitem__(self, key, value) -> None:
+        self._update_bytes(self._c_kenc(key), self._c_venc(value), 0)
+
+    def __delitem__(self, key) -> None:
+        self._delete_bytes(self._c_kenc(key))
+
+    def _update(self, key, value, flags: int) -> None:
+        self._update_bytes(self._c_kenc(key), self._c_venc(value), flags)
+
+
+def _load_accel():
+    if os.environ.get("PYBPF_NO_ACCEL"):
+        return None
+    try:
+        from . import _accel
+    except ImportError:
+        return None
+    return _accel
+
+
+_accel = _load_accel()
+_MapCore: type = _accel.MapCore if _accel is not None else _PyMapCore
+
+
+def accelerated() -> bool:
+    """True when the C accelerator is in use (built, and PYBPF_NO_ACCEL not set)."""
+    return _accel is not None
+
+
+def _close_fd(system: System, fd: int) -> None:
+    try:
+        system.close(fd)
+    except OSError:
+        pass  # already gone (the system itself was torn down)
+
+
+class Map(_MapCore, collections.abc.MutableMapping):
+    """A live BPF map: owns one fd on one System.
+
+    ``Map(spec, system=None, key=None, value=None)`` creates the map (``system`` defaults to
+    ``pybpf.system()``, made once); ``Map.create(spec)`` does the same and returns the typed
+    class for the spec's map type. ``key``/``value`` override the spec's codecs.
+    """
+
+    map_type: int | None = None  # set by the typed subclasses
+
+    def __init__(self, spec: MapSpec, system: System | None = None, *, key: CodecSpec = None,
+                 value: CodecSpec = None) -> None:
+        if not isinstance(spec, MapSpec):
+            raise TypeError(f"Map() takes a MapSpec, got {type(spec).__name__}: "
+                            "e.g. Map(MapSpec(MapType.HASH, 4, 8, 1024))")
+        if self.map_type is not None and spec.type != self.map_type:
+            raise ValueError(f"{type(self).__name__} is for {MapType(self.map_type).name} "
+                             f"maps, the spec says {spec.type!r}: use Map.create(spec)")
+        system = system if system is not None else default_system()
+        fd = _create(spec, system)
+        try:
+            self._attach(system, fd, spec, key, value)
+        except BaseException:
+            _close_fd(system, fd)
+            raise
+
+    # -- opening ---------------------------------------------------------------------------
+    @classmethod
+    def create(cls, spec: MapSpec, system: System | None = None, *, key: CodecSpec = None,
+               value: CodecSpec = None) -> Map:
+        """Create the map; the result is the typed class of its type (HashMap, ...)."""
+        klass = cls if cls is not Map else _CLASS_FOR_TYPE.get(spec.type, Map)
+        obj = klass.__new__(klass)
+        Map.__init__(obj, spec, system, key=key, value=value)
+        return obj
+
+    @classmethod
+    def from_fd(cls, fd: int, system: System | None = None, *, key: CodecSpec = None,
+                value: CodecSpec = None) -> Map:
+        """Wrap an open map fd; the Map takes ownership and closes it."""
+        system = system if system is not None else default_system()
+        spec = MapSpec.from_info(system.map_get_info(fd))
+        klass = cls if cls is not Map else _CLASS_FOR_TYPE.get(spec.type, Map)
+        obj = klass.__new__(klass)
+        try:
+            obj._attach(system, fd, spec, key, value)
+        except BaseException:
+            _close_fd(system, fd)
+            raise
+        return obj
+
+    @classmethod
+    def from_id(cls, map_id: int, system: System | None = None, *, key: CodecSpec = None,
+                value: CodecSpec = None) -> Map:
+        """Open the map with this id (BPF_MAP_GET_FD_BY_ID)."""
+        system = system if system is not None else default_system()
+        return cls.from_fd(system.map_get_fd_by_id(map_id), system, key=key, value=value)
+
+    @classmethod
+    def load_pinned(cls, path: str, system: System | None = None, *, key: CodecSpec = None,
+                    value: CodecSpec = None) -> Map:
+        """Open the map pinned at ``path`` (BPF_OBJ_GET)."""
+        system = system if system is not None else default_system()
+        return cls.from_fd(system.obj_get(path), system, key=key, value=value)
+
+    def _attach(self, system: System, fd: int, spec: MapSpec, key: CodecSpec,
+                value: CodecSpec) -> None:
+        self.system = system
+        self.fd = fd
+        self.spec = spec
+        self.type = spec.type
+        self.key_size = spec.key_size
+        self.value_size = spec.value_size
+        self.max_entries = spec.max_entries
+        self.name = spec.name
+        self._ncpus = system.num_possible_cpus
+        self._vsize = syscall_value_size(spec.type, spec.value_size, self._ncpus)
+        key = key if key is not None else spec.key
+        value = value if value is not None else spec.value
+        if key is None and spec.type in _INDEX_KEY_TYPES:
+            key = int
+        if key is None and spec.type == MapType.LPM_TRIE:
+            key = LpmKey(spec.key_size - 4)
+        self.key_codec: Codec = make_codec(key, spec.key_size, "key")
+        if spec.type in FD_VALUE_MAP_TYPES and value is None:
+            self.value_codec: Codec = MapFdCodec()
+        elif spec.type in PERCPU_MAP_TYPES:
+            self.value_codec = PerCpuCodec(make_codec(value, spec.value_size, "value"),
+                                           self._ncpus)
+        else:
+            self.value_codec = make_codec(value, self._vsize, "value")
+        self._sparse = spec.type in _SPARSE_TYPES
+        self._finalizer = weakref.finalize(self, _close_fd, system, fd)
+        self._setup_core()
+
+    def _setup_core(self) -> None:
+        kc, vc, fd = self.key_codec, self.value_codec, self.fd
+        table = None
+        lookup = None
+        if fd < 0:  # closed: every op goes to the backend, which answers EBADF
+            mode, lookup = MODE_SLOW, functools.partial(self.system.map_lookup_elem, fd)
+        elif _accel is not None and self.system.name == "kernel":
+            mode = MODE_KERNEL
+        else:
+            ops = self.system.fast_ops(fd)
+            mode = MODE_TABLE if ops.table is not None else MODE_SLOW
+            table, lookup = ops.table, ops.lookup
+        self._core_mode = mode
+        self._core_setup(mode, fd, kc.size, self._vsize, kc.kind, vc.kind, kc.encode,
+                         vc.encode, vc.decode, table, lookup)
+
+    # -- lifetime ----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the fd (idempotent). The map itself lives on while pinned or referenced."""
+        if self._finalizer.detach():
+            _close_fd(self.system, self.fd)
+        self.fd = -1
+        self._setup_core()
+
+    @property
+    def closed(self) -> bool:
+        return self.fd < 0
+
+    def __enter__(self) -> Map:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __eq__(self, other: object) -> bool:  # a handle compares by identity, not content
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def describe(self) -> str:
+        kind = self.type.name.lower() if isinstance(self.type, MapType) else f"type {self.type}"
+        label = f" {self.name!r}" if self.name else ""
+        return f"{kind} map{label} (fd {self.fd})"
+
+    def __repr__(self) -> str:
+        return (f"<{type(self).__name__} {self.describe()} key {self.key_size}B "
+                f"value {self.value_size}B max_entries {self.max_entries}>")
+
+    def _error(self, err: int, command: str, count: int | None = None) -> BPFError:
+        """The public error for ``err`` from ``command`` on this map (also used by _accel)."""
+        return bpf_error(err, command, map=self.describe(), count=count)
+
+    # -- byte-level ops (the slow path of the core, and the non-hot commands) ---------------
+    def _update_bytes(self, key: bytes | None, value: bytes, flags: int) -> None:
+        self.system.map_update_elem(self.fd, key, value, flags)
+
+    def _delete_bytes(self, key: bytes | None) -> None:
+        self.system.map_delete_elem(self.fd, key)
+
+    # -- element ops -------------------------------------------------------------------------
+    def lookup(self, key: Any = None, flags: UpdateFlags | int = 0) -> Any:
+        """BPF_MAP_LOOKUP_ELEM (``flags``: BPF_F_LOCK); KeyNotFoundError when absent."""
+        if not flags:
+            return self[key]
+        data = self.system.map_lookup_elem(self.fd, self.key_codec.encode(key),
+                                           update_flags(flags))
+        return self.value_codec.decode(data)
+
+    def update(self, *args: Any, flags: UpdateFlags | int | str = UpdateFlags.ANY,
+               **kwargs: Any) -> None:
+        """``update(key, value, flags=...)``: one BPF_MAP_UPDATE_ELEM with ``flags`` (any,
+        noexist, exist, lock; an UpdateFlags, a uapi int or a name).
+        ``update(mapping_or_pairs)``: dict-style, one BPF_ANY update per item."""
+        if len(args) == 2 and not kwargs:
+            self._update(args[0], args[1], update_flags(flags))
+            return
+        if flags:
+            raise TypeError("flags= only goes with update(key, value, flags=...)")
+        super().update(*args, **kwargs)
+
+    def delete(self, key: Any = None) -> None:
+        """BPF_MAP_DELETE_ELEM."""
+        del self[key]
+
+    def lookup_and_delete(self, key: Any = None, flags: UpdateFlags | int = 0) -> Any:
+        """BPF_MAP_LOOKUP_AND_DELETE_ELEM: the value, removed (queue/stack: pop)."""
+        data = self.system.map_lookup_and_delete_elem(self.fd, self.key_codec.encode(key),
+                                                      update_flags(flags))
+        return self.value_codec.decode(data)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyNotFoundError:
+            return default
+
+    def get_next_key(self, key: Any = None) -> Any:
+        """BPF_MAP_GET_NEXT_KEY: the key after ``key`` (None: the first)."""
+        raw = None if key is None else self.key_codec.encode(key)
+        return self.key_codec.decode(self.system.map_get_next_key(self.fd, raw))
+
+    def freeze(self) -> None:
+        """BPF_MAP_FREEZE: syscalls may no longer write the map."""
+        self.system.map_freeze(self.fd)
+
+    def info(self) -> MapInfo:
+        """BPF_OBJ_GET_INFO_BY_FD."""
+        return self.system.map_get_info(self.fd)
+
+    @property
+    def id(self) -> int:
+        return self.info().id
+
+    def pin(self, path: str) -> None:
+        """BPF_OBJ_PIN at ``path`` (bpffs, e.g. /sys/fs/bpf/name)."""
+        self.system.obj_pin(self.fd, path)
+
+    # -- iteration ---------------------------------------------------------------------------
+    def _raw_keys(self) -> Iterator[bytes]:
+        key = None
+        get_next = self.system.map_get_next_key
+        fd = self.fd
+        while True:
+            try:
+                key = get_next(fd, key)
+            except KeyNotFoundError:
+                return
+            yield key
+
+    def _raw_items(self) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) bytes, skipping keys that vanish (or fd-array slots that are empty)."""
+        lookup = self.system.map_lookup_elem
+        fd = self.fd
+        for key in self._raw_keys():
+            try:
+                yield key, lookup(fd, key)
+            except KeyNotFoundError:
+                continue
+
+    def __iter__(self) -> Iterator[Any]:
+        decode = self.key_codec.decode
+        if self._sparse:
+            return (decode(k) for k, _ in self._raw_items())
+        return map(decode, self._raw_keys())
+
+    def __len__(self) -> int:
+        """Elements, counted by iteration (the kernel keeps no count for user space)."""
+        return sum(1 for _ in (self._raw_items() if self._sparse else self._raw_keys()))
+
+    def items(self) -> _ItemsView:
+        return _ItemsView(self)
+
+    def values(self) -> _ValuesView:
+        return _ValuesView(self)
+
+    def clear(self) -> None:
+        """Delete every key (collected first, so the walk does not restart on each delete)."""
+        for raw in list(self._raw_keys()):
+            try:
+                self._delete_bytes(raw)
+            except KeyNotFoundError:
+                pass
+
+    # -- batches -----------------------------------------------------------------------------
+    def batch_cursor(self, *, delete: bool = False, chunk: int = 256) -> BatchCursor:
+        return BatchCursor(self, delete=delete, chunk=chunk)
+
+    def batch_lookup(self, chunk: int = 256) -> Iterator[tuple[list, list]]:
+        """``for keys, values in m.batch_lookup(chunk=N)``: the map by BPF_MAP_LOOKUP_BATCH."""
+        return iter(BatchCursor(self, chunk=chunk))
+
+    def batch_lookup_and_delete(self, chunk: int = 256) -> Iterator[tuple[list, list]]:
+        """Like batch_lookup, deleting what it returns (LOOKUP_AND_DELETE_BATCH)."""
+        return iter(BatchCursor(self, delete=True, chunk=chunk))
+
+    def batch_update(self, keys: Iterable[Any], values: Iterable[Any],
+                     flags: UpdateFlags | int | str = 0) -> int:
+        """BPF_MAP_UPDATE_BATCH; returns the count. On error the exception's ``count`` says
+        how many were updated before it."""
+        keys, values = list(keys), list(values)
+        if len(keys) != len(values):
+            raise ValueError(f"batch_update needs as many values as keys: {len(keys)} keys, "
+                             f"{len(values)} values")
+        kbuf = self.key_codec.encode_many(keys)
+        vbuf = self.value_codec.encode_many(values)
+        return self._write_batch("map_update_batch", kbuf, vbuf, len(keys),
+                                 update_flags(flags))
+
+    def batch_delete(self, keys: Iterable[Any], flags: UpdateFlags | int = 0) -> int:
+        """BPF_MAP_DELETE_BATCH; returns the count (``count`` on the exception on error)."""
+        keys = list(keys)
+        kbuf = self.key_codec.encode_many(keys)
+        return self._write_batch("map_delete_batch", kbuf, None, len(keys),
+                                 update_flags(flags))
+
+    def _write_batch(self, command: str, kbuf: bytes, vbuf: bytes | None, count: int,
+                     elem_flags: int) -> int:
+        if self._core_mode == MODE_KERNEL:
+            if vbuf is None:
+                err, done = _accel.delete_batch(self.fd, self.key_size, kbuf, count,
+                                                elem_flags, 0)
+            else:
+                err, done = _accel.update_batch(self.fd, self.key_size, self._vsize, kbuf,
+                                                vbuf, count, elem_flags, 0)
+            if err:
+                raise self._error(err, command, count=done)
+            return done
+        ks, vs = self.key_size, self._vsize
+        keys = [kbuf[i * ks:(i + 1) * ks] for i in range(count)]
+        if vbuf is None:
+            return self.system.map_delete_batch(self.fd, keys, elem_flags)
+        values = [vbuf[i * vs:(i + 1) * vs] for i in range(count)]
+        return self.system.map_update_batch(self.fd, keys, values, elem_flags)
+
+
+class _ItemsView(collections.abc.ItemsView):
+    def __iter__(self):
+        m = self._mapping
+        kdec, vdec = m.key_codec.decode, m.value_codec.decode
+        for key, value in m._raw_items():
+            yield kdec(key), vdec(value)
+
+
+class _ValuesView(collections.abc.ValuesView):
+    def __iter__(self):
+        vdec = self._mapping.value_codec.decode
+        for _, value in self._mapping._raw_items():
+            yield vdec(value)
+
+
+class BatchCursor:
+    """A walk over a map with BPF_MAP_LOOKUP_BATCH (``delete=True``: LOOKUP_AND_DELETE_BATCH).
+
+    It keeps the in/out token between calls (``max(key_size, 4)`` bytes: a bucket index for
+    hash maps, a key for the others), treats ENOENT as the end (with the elements that came
+    with it), and on ENOSPC (a hash bucket larger than the chunk) doubles the chunk and
+    retries. ``next()`` gives one chunk; iterating gives chunks until the end.
+    """
+
+    def __init__(self, m: Map, *, delete: bool = False, chunk: int = 256) -> None:
+        if chunk <= 0:
+            raise ValueError(f"chunk must be positive, got {chunk}")
+        self.map = m
+        self.delete = delete
+        self.chunk = chunk
+        self.token: bytes | None = None
+        self.done = False
+        self._command = "map_lookup_and_delete_batch" if delete else "map_lookup_batch"
+        self._bufs: tuple[bytearray, bytearray] | None = None
+
+    def __iter__(self) -> Iterator[tuple[list, list]]:
+        while not self.done:
+            keys, values = self.next()
+            if keys:
+                yield keys, values
+
+    def next(self, chunk: int | None = None) -> tuple[list, list]:
+        """One batch of up to ``chunk`` elements: (keys, values), decoded."""
+        if chunk is not None:
+            self.chunk = chunk
+        if self.done:
+            return [], []
+        m = self.map
+        while True:
+            try:
+                kbuf, vbuf, count = self._batch()
+                break
+            except BPFError as exc:
+                if exc.errno != errno.ENOSPC or self.chunk >= max(m.max_entries, 1):
+                    raise
+                self.chunk = min(self.chunk * 2, max(m.max_entries, 1))
+        return m.key_codec.decode_many(kbuf, count), m.value_codec.decode_many(vbuf, count)
+
+    def _batch(self) -> tuple[Any, Any, int]:
+        m = self.map
+        chunk = self.chunk
+        if m._core_mode == MODE_KERNEL:
+            bufs = self._bufs
+            if bufs is None or len(bufs[0]) < chunk * m.key_size or \
+                    len(bufs[1]) < chunk * m._vsize:
+                bufs = self._bufs = (bytearray(chunk * m.key_size), bytearray(chunk * m._vsize))
+            err, count, token = _accel.lookup_batch(
+                m.fd, self.delete, self.token, m.key_size, m._vsize, bufs[0], bufs[1], chunk,
+                0, 0)
+            if err and err != errno.ENOENT:
+                raise m._error(err, self._command, count=count)
+            self.done = err == errno.ENOENT
+            if token is not None:
+                self.token = token
+            return bufs[0], bufs[1], count
+        batch = (m.system.map_lookup_and_delete_batch if self.delete
+                 else m.system.map_lookup_batch)
+        result = batch(m.fd, self.token, chunk)
+        self.done = result.end
+        if result.out_batch is not None:
+            self.token = result.out_batch
+        return b"".join(result.keys), b"".join(result.values), len(result.keys)
+
+
+def _create(spec: MapSpec, system: System) -> int:
+    node = spec.numa_node
+    if node == "auto":
+        node = system.topology.cpu_node[system.current_cpu()]
+    numa = 0 if node is None else (node & 0xFFFFFFFF)
+    inner = spec.inner_map
+    template: Map | None = None
+    if isinstance(inner, MapSpec):
+        template = Map.create(inner, system)
+        inner_fd = template.fd
+    elif isinstance(inner, Map):
+        inner_fd = inner.fd
+    else:
+        inner_fd = 0
+    try:
+        return system.map_create(int(spec.type), spec.key_size, spec.value_size,
+                                 spec.max_entries, map_flags=spec.map_flags,
+                                 inner_map_fd=inner_fd, numa_node=numa,
+                                 map_name=spec.name.encode(), map_extra=spec.map_extra)
+    finally:
+        if template is not None:
+            template.close()
+
+
+# -- LPM trie keys --------------------------------------------------------------------------
+
+class LpmKey(Codec):
+    """struct bpf_lpm_trie_key_u8: u32 prefixlen (host order) then ``data_size`` bytes.
+
+    Encodes ``(prefixlen, data)``, an ``ipaddress`` network (when its size fits), or raw
+    bytes; decodes to ``(prefixlen, data)``.
+    """
+
+    def __init__(self, data_size: int) -> None:
+        if data_size <= 0:
+            raise ValueError(f"an LPM trie key needs data after the 4-byte prefixlen "
+                             f"(key_size >= 5), got data size {data_size}")
+        self.data_size = data_size
+        self.size = 4 + data_size
+
+    def encode(self, obj: Any) -> bytes:
+        if isinstance(obj, bytes | bytearray) and len(obj) == self.size:
+            return bytes(obj)
+        if isinstance(obj, ipaddress.IPv4Network | ipaddress.IPv6Network):
+            obj = (obj.prefixlen, obj.network_address.packed)
+        if isinstance(obj, tuple) and len(obj) == 2:
+            prefixlen, data = obj
+            data = bytes(data)
+            if len(data) != self.data_size:
+                raise ValueError(f"LPM key data must be {self.data_size} bytes, got "
+                                 f"{len(data)}")
+            return int(prefixlen).to_bytes(4, "little") + data
+        raise TypeError(f"an LPM key is (prefixlen, {self.data_size} data bytes), an "
+                        f"ipaddress network or {self.size} raw bytes, got {obj!r}")
+
+    def decode(self, data: bytes) -> tuple[int, bytes]:
+        return int.from_bytes(data[:4], "little"), bytes(data[4:])
+
+    def __eq__(self, other):
+        return isinstance(other, LpmKey) and other.data_size == self.data_size
+
+    def __hash__(self):
+        return hash(("lpm", self.data_size))
+
+    def describe(self) -> str:
+        return f"lpm key ({self.data_size} data bytes)"
+
+
+# -- typed convenience classes ----------------------------------------------------------------
+
+def _field_size(size: int | None, codec: CodecSpec, what: str, cls: str) -> int:
+    if size is not None:
+        return size
+    if isinstance(codec, Codec):
+        return codec.size
+    if isinstance(codec, str):
+        return _codecs.StructCodec(codec, what).size
+    if isinstance(codec, type) and codec not in (int, bytes):
+        import ctypes
+
+        return ctypes.sizeof(codec)
+    raise TypeError(f"{cls}: give {what}_size= (or a {what} codec with a size, like '<I' or "
+                    f"ctypes.c_uint32)")
+
+
+class _TypedMap(Map):
+    """A Map of one type, built from keyword arguments instead of a MapSpec."""
+
+    fixed_key_size: int | None = None
+    extra_flags: int = 0
+
+    def __init__(self, max_entries: int, key: CodecSpec = None, value: CodecSpec = None, *,
+                 key_size: int | None = None, value_size: int | None = None, flags: int = 0,
+                 name: str = "", numa_node: int | str | None = None, map_extra: int = 0,
+                 inner_map: MapSpec | Map | None = None, system: System | None = None) -> None:
+        cls = type(self).__name__
+        if self.fixed_key_size is not None:
+            key_size = self.fixed_key_size if key_size is None else key_size
+        ks = _field_size(key_size, key, "key", cls)
+        vs = _field_size(value_size, value, "value", cls)
+        spec = MapSpec(self.map_type, ks, vs, max_entries, flags=flags | self.extra_flags,
+                       numa_node=numa_node, inner_map=inner_map, name=name,
+                       map_extra=map_extra, key=key, value=value)
+        super().__init__(spec, system)
+
+
+class HashMap(_TypedMap):
+    map_type = MapType.HASH
+
+
+class LruHashMap(_TypedMap):
+    map_type = MapType.LRU_HASH
+
+
+class PercpuHashMap(_TypedMap):
+    map_type = MapType.PERCPU_HASH
+
+
+class LruPercpuHashMap(_TypedMap):
+    map_type = MapType.LRU_PERCPU_HASH
+
+
+class ArrayMap(_TypedMap):
+    """Indices 0..max_entries-1, all present from the start; ``del`` is EINVAL."""
+
+    map_type = MapType.ARRAY
+    fixed_key_size = 4
+
+
+class PercpuArrayMap(_TypedMap):
+    map_type = MapType.PERCPU_ARRAY
+    fixed_key_size = 4
+
+
+class _MapOfMaps(_TypedMap):
+    """Values are Maps on update (their fd) and ids on lookup; ``get_inner`` opens one."""
+
+    def __init__(self, max_entries: int, inner_map: MapSpec | Map, key: CodecSpec = None, *,
+                 key_size: int | None = None, flags: int = 0, name: str = "",
+                 numa_node: int | str | None = None, system: System | None = None) -> None:
+        super().__init__(max_entries, key, None, key_size=key_size, value_size=4, flags=flags,
+                         name=name, numa_node=numa_node, inner_map=inner_map, system=system)
+
+    def get_inner(self, key: Any, *, key_codec: CodecSpec = None,
+                  value_codec: CodecSpec = None) -> Map:
+        """Open the inner map stored at ``key`` (a new fd, owned by the returned Map)."""
+        return Map.from_id(self[key], self.system, key=key_codec, value=value_codec)
+
+
+class ArrayOfMaps(_MapOfMaps):
+    map_type = MapType.ARRAY_OF_MAPS
+    fixed_key_size = 4
+
+
+class HashOfMaps(_MapOfMaps):
+    map_type = MapType.HASH_OF_MAPS
+
+
+class _QueueStack(_TypedMap):
+    """No keys: ``push`` (update with a None key), ``pop`` (lookup_and_delete), ``peek``."""
+
+    fixed_key_size = 0
+
+    def __init__(self, max_entries: int, value: CodecSpec = None, *,
+                 value_size: int | None = None, flags: int = 0, name: str = "",
+                 numa_node: int | str | None = None, system: System | None = None) -> None:
+        super().__init__(max_entries, None, value, value_size=value_size, flags=flags,
+                         name=name, numa_node=numa_node, system=system)
+
+    def push(self, value: Any, flags: UpdateFlags | int | str = UpdateFlags.ANY) -> None:
+        """Push; when full, BPF_EXIST drops the oldest element instead of failing E2BIG."""
+        self._update(None, value, update_flags(flags))
+
+    def pop(self, *args: Any) -> Any:  # type: ignore[override]
+        """Remove and return the next element (queue: oldest, stack: newest)."""
+        if args:
+            raise TypeError(f"{type(self).__name__}.pop() takes no key")
+        return self.lookup_and_delete(None)
+
+    def peek(self) -> Any:
+        return self[None]
+
+
+class QueueMap(_QueueStack):
+    map_type = MapType.QUEUE
+
+
+class StackMap(_QueueStack):
+    map_type = MapType.STACK
+
+
+class LpmTrieMap(_TypedMap):
+    """Longest-prefix match: ``m[(32, ip_bytes)]`` finds the most specific prefix. Keys are
+    ``(prefixlen, data)`` (or ``ipaddress`` networks); BPF_F_NO_PREALLOC is set for you."""
+
+    map_type = MapType.LPM_TRIE
+    extra_flags = BPF_F_NO_PREALLOC
+
+    def __init__(self, max_entries: int, data_size: int, value: CodecSpec = None, *,
+                 value_size: int | None = None, flags: int = 0, name: str = "",
+                 numa_node: int | str | None = None, system: System | None = None) -> None:
+        super().__init__(max_entries, LpmKey(data_size), value, value_size=value_size,
+                         flags=flags, name=name, numa_node=numa_node, system=system)
+
+
+class BloomFilterMap(_TypedMap):
+    """``add(v)`` pushes a value; ``v in m`` asks "maybe present?" (False means absent)."""
+
+    map_type = MapType.BLOOM_FILTER
+    fixed_key_size = 0
+
+    def __init__(self, max_entries: int, value: CodecSpec = None, *,
+                 value_size: int | None = None, nr_hashes: int = 0, flags: int = 0,
+                 name: str = "", numa_node: int | str | None = None,
+                 system: System | None = None) -> None:
+        if not 0 <= nr_hashes <= 15:
+            raise ValueError(f"nr_hashes must be 0..15 (0 means the kernel's 5), got "
+                             f"{nr_hashes}")
+        super().__init__(max_entries, None, value, value_size=value_size, flags=flags,
+                         name=name, numa_node=numa_node, map_extra=nr_hashes, system=system)
+
+    def add(self, value: Any) -> None:
+        self._update_bytes(None, self.value_codec.encode(value), 0)
+
+    def __contains__(self, value: Any) -> bool:
+        try:
+            self.system.map_lookup_elem(self.fd, None, value=self.value_codec.encode(value))
+        except KeyNotFoundError:
+            return False
+        return True
+
+
+_CLASS_FOR_TYPE: dict[int, type[Map]] = {
+    cls.map_type: cls for cls in (HashMap, LruHashMap, PercpuHashMap, LruPercpuHashMap,
+                                  ArrayMap, PercpuArrayMap, ArrayOfMaps, HashOfMaps, QueueMap,
+                                  StackMap, LpmTrieMap, BloomFilterMap)
+}
