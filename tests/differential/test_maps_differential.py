@@ -1,0 +1,201 @@
+"""Kernel vs emulated: the same map-operation sequences, every returned byte and errno.
+
+The kernel is the oracle. Each family runs a fixed number of seeded random sequences
+(``pybpf.testing.differential``) on both backends and must show zero mismatches; a mismatch
+fails with the shrunk sequence and both results. Hash-family sequences also come from
+hypothesis. Everything here needs bpf(2) and skips with the reason where it is not allowed.
+The session summary prints how many sequences and operations were compared.
+"""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pybpf.testing import differential as d
+from pybpf.uapi import BPF_ANY, BPF_EXIST, BPF_NOEXIST, MapFlags, MapType, syscall_value_size
+
+SEED = 20250
+# Sequences per family: enough to reach full maps, eviction, deletes during walks and batch
+# resumption in every family, small enough that the whole module stays well under a minute.
+SEQUENCES = {
+    "hash": 30, "lru": 30, "array": 15, "map_in_map": 12, "queue_stack": 12, "lpm_trie": 20,
+    "bloom_filter": 10, "devmap": 10, "cpumap": 5, "sockmap": 10, "create": 25,
+}
+assert set(SEQUENCES) == set(d.GENERATORS), "every generator family runs in the suite"
+
+
+def _report(summary: d.Summary, a: str, b: str) -> str:
+    shown = "\n\n".join(m.format() for m in summary.mismatches[:3])
+    more = len(summary.mismatches) - 3
+    return (summary.report(a, b) + "\n\n" + shown
+            + (f"\n\n... and {more} more mismatching sequences" if more > 0 else ""))
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("family", sorted(SEQUENCES))
+def test_random_sequences_give_the_kernels_bytes_and_errnos(family, kernel, emulated,
+                                                             differential_tally,
+                                                             lookup_programs_off):
+    summary = d.compare([family], SEQUENCES[family], SEED, kernel, emulated, "kernel",
+                        "emulated", shrink_budget=150, programs_off=lookup_programs_off)
+    differential_tally.add("kernel", "emulated", family, summary.sequences, summary.ops,
+                           len(summary.mismatches))
+    assert not summary.mismatches, _report(summary, "kernel", "emulated")
+
+
+@pytest.mark.kernel
+@pytest.mark.parametrize("family", sorted(SEQUENCES))
+def test_harness_two_kernel_runs_agree(family, kernel, differential_tally):
+    """The harness's own check: sequences are deterministic data and the kernel answers them
+    the same way twice (so a kernel-vs-emulated mismatch is never the harness's noise)."""
+    other = type(kernel)()
+    summary = d.compare([family], 3, SEED, kernel, other, "kernel", "kernel", programs_off=None)
+    differential_tally.add("kernel", "kernel", family, summary.sequences, summary.ops,
+                           len(summary.mismatches))
+    assert not summary.mismatches, _report(summary, "kernel", "kernel")
+
+
+def test_generated_sequences_are_the_same_for_the_same_seed():
+    for family in d.GENERATORS:
+        assert d.generate(family, 7, 3, 2).ops == d.generate(family, 7, 3, 2).ops
+        assert d.generate(family, 7, 3, 2).ops != d.generate(family, 8, 3, 2).ops
+
+
+class _FlipFirstLookupByte:
+    """A System that answers like the one it wraps, except that every lookup comes back with
+    its first byte flipped: the harness must point at exactly that op."""
+
+    def __init__(self, inner) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def map_lookup_elem(self, fd, key, flags=0, **kw):
+        value = self._inner.map_lookup_elem(fd, key, flags, **kw)
+        return bytes([value[0] ^ 1]) + value[1:]
+
+
+@pytest.mark.kernel
+def test_comparator_reports_the_first_differing_op_and_shrinks_to_it(kernel):
+    k1, k2 = b"\x01\0\0\0", b"\x02\0\0\0"
+    ops = [d.Create(0, MapType.HASH, 4, 4, 8, int(MapFlags.ZERO_SEED)),
+           d.Update(0, k1, b"aaaa"), d.Update(0, k2, b"bbbb"), d.Walk(0), d.Delete(0, k2),
+           d.Lookup(0, k2), d.Lookup(0, k1), d.Walk(0)]
+    seq = d.Sequence_("flip", ops)
+    flipped = _FlipFirstLookupByte(kernel)
+    found, compared = d.first_mismatch(seq, kernel, flipped, "kernel", "flipped")
+    assert found is not None and found.index == 6 and compared == 7
+    assert found.a == ("ok", b"aaaa".hex()) and found.b == ("ok", b"`aaa".hex())
+    assert "<-- here" in found.format()
+    shrunk = d.shrink(found, kernel, flipped)
+    assert shrunk.seq.ops == [ops[0], ops[1], ops[6]]
+
+
+@pytest.mark.kernel
+def test_ids_and_cookies_are_normalised_to_handles(kernel):
+    """Map-in-map lookups name the inner map by creation slot, sockmap lookups the socket."""
+    seq = d.Sequence_("normalise", [
+        d.Create(1, MapType.ARRAY, 4, 8, 2),
+        d.Create(0, MapType.ARRAY_OF_MAPS, 4, 4, 2, inner=1),
+        d.Update(0, b"\0\0\0\0", d.MapRef(1)),
+        d.Lookup(0, b"\0\0\0\0"),
+        d.Create(2, MapType.SOCKMAP, 4, 8, 2),
+        d.OpenSocket(0, "tcp_listen"),
+        d.Update(2, b"\x01\0\0\0", d.SockRef(0)),
+        d.Lookup(2, b"\x01\0\0\0"),
+    ])
+    results = d.Runner(kernel).run(seq)
+    assert results[3] == ("ok", "map#1")
+    assert results[7] == ("ok", "sock#0")
+
+
+@pytest.mark.kernel
+def test_failing_write_batch_count_is_elements_done(kernel):
+    """A write batch that fails on its third key reports two done; one refused before any
+    element (no handler: ENOTSUPP) reports none."""
+    keys = tuple(bytes([i, 0, 0, 0]) for i in range(4))
+    seq = d.Sequence_("batch count", [
+        d.Create(0, MapType.HASH, 4, 4, 2),
+        d.UpdateBatch(0, keys, (b"vvvv",) * 4),
+        d.Create(1, MapType.QUEUE, 0, 4, 2),
+        d.UpdateBatch(1, (b"", b""), (b"vvvv", b"vvvv")),
+    ])
+    results = d.Runner(kernel).run(seq)
+    assert results[1] == ("err", "E2BIG", 2)
+    assert results[3] == ("err", "ENOTSUPP", 0)
+
+
+# -- hypothesis: the hash family -------------------------------------------------------------
+_HASH_TYPES = [MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH, MapType.LRU_PERCPU_HASH]
+
+
+@st.composite
+def hash_sequences(draw, ncpu: int, programs: bool):
+    """One hash-family map (BPF_F_ZERO_SEED: order is compared exactly) and ops on it."""
+    mt = draw(st.sampled_from(_HASH_TYPES))
+    lru = mt in (MapType.LRU_HASH, MapType.LRU_PERCPU_HASH)
+    flags = int(MapFlags.ZERO_SEED)
+    if lru and draw(st.booleans()):
+        flags |= MapFlags.NO_COMMON_LRU
+    if not lru and draw(st.booleans()):
+        flags |= MapFlags.NO_PREALLOC
+    ks = draw(st.sampled_from([1, 3, 4, 8]))
+    vs = draw(st.sampled_from([1, 4, 8, 12]))
+    me = draw(st.integers(1, 8))
+    pool = draw(st.lists(st.binary(min_size=ks, max_size=ks), min_size=1,
+                         max_size=3 * me + 2, unique=True))
+    key = st.sampled_from(pool)
+    n = syscall_value_size(mt, vs, ncpu)
+    value = st.binary(min_size=n, max_size=n)
+    pairs = st.lists(st.tuples(key, value), max_size=4)
+    op = st.one_of(
+        st.builds(d.Update, st.just(0), key, value,
+                  st.sampled_from([BPF_ANY, BPF_NOEXIST, BPF_EXIST])),
+        st.builds(d.Lookup, st.just(0), key),
+        st.builds(d.Delete, st.just(0), key),
+        st.builds(d.NextKey, st.just(0), st.one_of(st.just(d.CURSOR), st.none(), key)),
+        st.builds(d.LookupAndDelete, st.just(0), key),
+        st.builds(d.LookupBatch, st.just(0), st.integers(0, 6), st.booleans(), st.booleans()),
+        pairs.map(lambda kv: d.UpdateBatch(0, tuple(k for k, _ in kv),
+                                           tuple(v for _, v in kv))),
+        st.lists(key, max_size=4).map(lambda ks_: d.DeleteBatch(0, tuple(ks_))),
+        st.builds(d.Walk, st.just(0)),
+        st.builds(d.SetCpu, st.integers(0, ncpu - 1)),
+        *([st.builds(d.ProgLookup, st.just(0), key)] if programs else []),
+    )
+    ops = draw(st.lists(op, max_size=50))
+    return d.Sequence_("hypothesis hash family", [d.Create(0, mt, ks, vs, me, flags), *ops])
+
+
+@pytest.mark.kernel
+def test_hypothesis_hash_family_sequences_match_the_kernel(kernel, emulated,
+                                                           differential_tally,
+                                                           lookup_programs_off):
+    ncpu = kernel.num_possible_cpus
+    tally = [0, 0, 0]
+
+    @settings(max_examples=60, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @given(hash_sequences(ncpu, lookup_programs_off is None))
+    def check(seq):
+        found, compared = d.first_mismatch(seq, kernel, emulated, "kernel", "emulated")
+        tally[0] += 1
+        tally[1] += compared
+        tally[2] += found is not None
+        assert found is None, found.format()
+
+    try:
+        check()
+    finally:
+        differential_tally.add("kernel", "emulated", "hash (hypothesis)", *tally)
+
+
+def test_bad_map_handle_has_an_fd_no_backend_opened(emulated):
+    """Ops on BAD_MAP exercise EBADF on both backends."""
+    res = d.Runner(emulated).run(d.Sequence_("bad", [d.Lookup(d.BAD_MAP, b"\0\0\0\0")]))
+    assert res == [("err", errno.errorcode[errno.EBADF])]
