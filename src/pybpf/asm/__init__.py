@@ -15,6 +15,7 @@ from .builder import (
     Ref,
     assemble,
 )
+from .disasm import disassemble, format_insn, helper_name, mnemonic
 from .opcodes import (
     OPCODES,
     AluOp,
@@ -35,6 +36,7 @@ from .opcodes import (
     iter_decode,
     slot_table,
 )
+from .text import assemble_text, parse
 
 R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10 = Reg
 FP = Reg.R10
@@ -45,6 +47,7 @@ __all__ = [
     "MNEMONICS", "OPCODES", "AluOp", "Assembler", "Assembly", "AssemblyError", "AtomicOp",
     "Class", "FP", "Instruction", "InvalidInstruction", "JmpOp", "Kind", "Label", "MapRef",
     "Mode", "OpInfo", "R0", "R1", "R10", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R9", "Ref",
-    "Reg", "Size", "Source", "assemble", "check", "decode", "encode", "iter_decode",
-    "slot_table", *MNEMONICS,
+    "Reg", "Size", "Source", "assemble", "assemble_text", "check", "decode", "disassemble",
+    "encode", "format_insn", "helper_name", "iter_decode", "mnemonic", "parse", "slot_table",
+    *MNEMONICS,
 ]

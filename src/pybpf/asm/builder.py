@@ -158,6 +158,8 @@ def _resolve_target(insn: Instruction, target: str, labels: dict[str, int],
     if uses_imm:
         if not _fits(delta, 32):
             raise AssemblyError(f"insn {slot}: label {target!r} is {delta} slots away")
+        if info.kind is Kind.LD_IMM64:  # pseudo func: the offset is the first slot's s32
+            delta &= 0xFFFFFFFF
         return insn._replace(imm=delta)
     if not _fits(delta, 16):
         raise AssemblyError(f"insn {slot}: label {target!r} is {delta} slots away, more than "
@@ -339,14 +341,19 @@ def ld_map_idx_value(dst: Reg, index: int, offset: int = 0) -> Instruction:
                        _imm64(index | offset << 32))
 
 
-def ld_btf_id(dst: Reg, btf_id: int) -> Instruction:
-    """dst = address of the kernel variable with this BTF id (src = BPF_PSEUDO_BTF_ID)."""
-    return Instruction(LD_IMM64, _reg(dst, "dst"), BPF_PSEUDO_BTF_ID, 0, btf_id)
+def ld_btf_id(dst: Reg, btf_id: int, btf_fd: int = 0) -> Instruction:
+    """dst = address of the kernel variable with this BTF id (src = BPF_PSEUDO_BTF_ID);
+    ``btf_fd`` names a module's BTF (0: vmlinux)."""
+    return Instruction(LD_IMM64, _reg(dst, "dst"), BPF_PSEUDO_BTF_ID, 0,
+                       _imm64((btf_id & 0xFFFFFFFF) | btf_fd << 32))
 
 
 def ld_func(dst: Reg, target: str | int) -> Item:
     """dst = address of the subprogram at target, for callbacks (src = BPF_PSEUDO_FUNC)."""
-    return _with_target(Instruction(LD_IMM64, _reg(dst, "dst"), BPF_PSEUDO_FUNC), target, "imm")
+    insn = Instruction(LD_IMM64, _reg(dst, "dst"), BPF_PSEUDO_FUNC)
+    if isinstance(target, str):
+        return Ref(insn, target=target)
+    return insn._replace(imm=int(target) & 0xFFFFFFFF)  # s32 offset in the first slot only
 
 
 # -- memory -----------------------------------------------------------------------------------

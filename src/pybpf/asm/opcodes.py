@@ -399,6 +399,8 @@ def _field_problem(info: OpInfo, insn: Instruction) -> str | None:
             return "off must be 0"
         if src > BPF_PSEUDO_MAP_IDX_VALUE:
             return f"src (pseudo source) must be 0-6, not {src}"
+        if src in (BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_IDX, BPF_PSEUDO_FUNC) and imm >> 32:
+            return "the second slot's imm must be 0 for this pseudo source"
     elif kind is Kind.LD_ABS:
         if dst or src or off:
             return "dst, src and off must be 0"

@@ -1,0 +1,1 @@
+"""The program corpus (see corpus.py) and hypothesis strategies for instructions."""
