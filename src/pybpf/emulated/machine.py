@@ -135,6 +135,9 @@ class Machine:
         self.num_nodes = self.topology.num_nodes
         self._current = _CurrentCpu()
         self.rcu = Rcu()
+        # Element memory of NO_PREALLOC hash maps: "bpf_mem_alloc" (6.1+) or "call_rcu"
+        # (kmalloc + one call_rcu per freed element, before); EmulatedSystem(htab_mem=...).
+        self.htab_mem = "bpf_mem_alloc"
 
     def __repr__(self) -> str:
         return f"Machine(cpus={self.num_cpus}, nodes={self.num_nodes})"

@@ -142,7 +142,7 @@ class EmulatedSystem(ProgramsMixin, System):
         if htab_mem not in ("bpf_mem_alloc", "call_rcu"):
             raise ValueError(f"htab_mem={htab_mem!r}: choose 'bpf_mem_alloc' or 'call_rcu'")
         self.machine = machine if machine is not None else Machine(cpus, nodes)
-        self.htab_mem = htab_mem
+        self.machine.htab_mem = htab_mem
         self._lock = threading.RLock()  # fd table, idrs, pins, refcounts
         self._files: dict[int, Any] = {}
         self._next_fd = itertools.count(3)
@@ -352,7 +352,8 @@ class EmulatedSystem(ProgramsMixin, System):
         return bpf_map
 
     # -- element commands --------------------------------------------------------------------
-    def map_lookup_elem(self, fd: int, key: bytes | None, flags: int = 0) -> bytes:
+    def map_lookup_elem(self, fd: int, key: bytes | None, flags: int = 0, *,
+                        value: bytes | None = None) -> bytes:
         bpf_map = None
         try:
             if flags & ~BPF_F_LOCK:
@@ -365,6 +366,8 @@ class EmulatedSystem(ProgramsMixin, System):
                 raise KernelError(errno.EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value")
             if type(key) is not bytes or len(key) != bpf_map.key_size:
                 key = self._key(bpf_map, key)
+            if value is not None:  # maps that look up by value (bloom filter)
+                return bpf_map.lookup_elem_sys(key, flags, value=self._value(bpf_map, value))
             return bpf_map.lookup_elem_sys(key, flags)
         except KernelError as exc:
             raise self._error(exc, "map_lookup_elem", bpf_map) from None

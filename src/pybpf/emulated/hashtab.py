@@ -1,0 +1,700 @@
+"""HASH, PERCPU_HASH, LRU_HASH and LRU_PERCPU_HASH (kernel/bpf/hashtab.c).
+
+Rules this module keeps:
+- Create: ``htab_map_alloc_check``'s order (flags, NO_COMMON_LRU, LRU+NO_PREALLOC -> ENOTSUPP,
+  node with per-CPU, zero sizes, E2BIG limits), then ``htab_map_alloc`` (NO_COMMON_LRU rounds
+  max_entries to the CPUs; > 2^31 or > 2^27 buckets -> E2BIG).
+- Order: ``n_buckets = roundup_pow_of_two(max_entries)``; a key's bucket is
+  ``htab_map_hash(key, hashrnd) & (n_buckets - 1)`` with ``hashrnd`` 0 under BPF_F_ZERO_SEED
+  (random otherwise); a bucket lists its elements newest first. Replacing a key in HASH or
+  LRU_HASH puts a new element at the front; per-CPU maps update in place. get_next_key and
+  the batches walk buckets in index order and each bucket front to back, so with ZERO_SEED
+  the order is the kernel's.
+- Storage: a dict key -> element for lookups, plus the buckets (only the non-empty ones, with
+  a sorted index of them) for the order.
+- Memory: preallocated maps take elements from a ``PcpuFreelist`` (HASH keeps one spare
+  element per CPU so a replacement never fails) or, for LRU maps, from the ``BpfLru``;
+  NO_PREALLOC maps from ``BpfMemAlloc`` (or ``KmallocRcu``, the pre-6.1 design, when the
+  system was made with ``htab_mem="call_rcu"``). Preallocated elements are created lazily:
+  a free list holds a count of not-yet-materialised elements, which is unobservable.
+- Locks: striped bucket locks; the LRU and the free lists have their own. Lock order is
+  LRU -> bucket; LRU nodes are given back only after the bucket lock is dropped.
+- Syscall lookups never set LRU reference bits; program lookups do.
+"""
+
+from __future__ import annotations
+
+import bisect
+import errno
+import random
+import struct
+import threading
+from typing import TYPE_CHECKING, Any
+
+from ..errors import KernelError
+from ..system import BatchLookup
+from ..uapi import (
+    BPF_EXIST,
+    BPF_F_ACCESS_MASK,
+    BPF_F_LOCK,
+    BPF_F_RDONLY_PROG,
+    BPF_F_WRONLY_PROG,
+    BPF_NOEXIST,
+    ENOTSUPP,
+    KMALLOC_MAX_SIZE,
+    NUMA_NO_NODE,
+    PCPU_MIN_UNIT_SIZE,
+    MapFlags,
+    MapType,
+    round_up,
+)
+from .batch import generic_map_delete_batch, generic_map_update_batch
+from .bpf_lru_list import BpfLru, LruNode, lru_target_free
+from .bpf_map import BpfMap, MapAttr, map_ops
+from .jhash import htab_map_hash
+from .memalloc import BpfMemAlloc, KmallocRcu
+from .percpu_freelist import PcpuFreelist
+
+if TYPE_CHECKING:
+    from .machine import Machine
+
+HTAB_CREATE_FLAG_MASK = (MapFlags.NO_PREALLOC | MapFlags.NO_COMMON_LRU | MapFlags.NUMA_NODE
+                         | BPF_F_ACCESS_MASK | MapFlags.ZERO_SEED)
+HTAB_ELEM_SIZE = 48  # sizeof(struct htab_elem) on x86-64
+BUCKET_SIZE = 16  # sizeof(struct bucket)
+U32_MAX = 0xFFFFFFFF
+LOCK_STRIPES = 64
+
+
+def roundup_pow_of_two(n: int) -> int:
+    return 1 << (n - 1).bit_length() if n > 1 else 1
+
+
+def attr_numa_node(attr: MapAttr) -> int:
+    """bpf_map_attr_numa_node: the node, or NUMA_NO_NODE without BPF_F_NUMA_NODE."""
+    if attr.map_flags & MapFlags.NUMA_NODE and attr.numa_node != U32_MAX:
+        return attr.numa_node
+    return NUMA_NO_NODE
+
+
+class HtabElem(LruNode):
+    """struct htab_elem (the LRU node is embedded, as in the kernel)."""
+
+    __slots__ = ("key", "value", "hash", "node")
+
+    def __init__(self, value: Any, node: int) -> None:
+        super().__init__()
+        self.key = b""
+        self.value = value  # bytearray; per-CPU maps: one bytearray per CPU
+        self.hash = 0
+        self.node = node  # NUMA node of the element's memory
+
+
+@map_ops(MapType.HASH)
+class HtabMap(BpfMap):
+    """BPF_MAP_TYPE_HASH; the other three types subclass it."""
+
+    percpu = False
+    lru = False
+
+    map_update_batch = generic_map_update_batch
+    map_delete_batch = generic_map_delete_batch
+
+    # -- creation -----------------------------------------------------------------------------
+    @classmethod
+    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
+        flags = attr.map_flags
+        lru = attr.map_type in (MapType.LRU_HASH, MapType.LRU_PERCPU_HASH)
+        percpu = attr.map_type in (MapType.PERCPU_HASH, MapType.LRU_PERCPU_HASH)
+        percpu_lru = bool(flags & MapFlags.NO_COMMON_LRU)
+        prealloc = not flags & MapFlags.NO_PREALLOC
+        if flags & ~HTAB_CREATE_FLAG_MASK:
+            raise KernelError(errno.EINVAL, f"map_flags {flags & ~HTAB_CREATE_FLAG_MASK:#x} "
+                              "are not accepted by hash maps")
+        if flags & BPF_F_RDONLY_PROG and flags & BPF_F_WRONLY_PROG:
+            raise KernelError(errno.EINVAL, "BPF_F_RDONLY_PROG and BPF_F_WRONLY_PROG exclude "
+                              "each other")
+        if not lru and percpu_lru:
+            raise KernelError(errno.EINVAL, "BPF_F_NO_COMMON_LRU is only for LRU maps")
+        if lru and not prealloc:
+            raise KernelError(ENOTSUPP, "LRU maps are always preallocated: drop "
+                              "BPF_F_NO_PREALLOC")
+        if attr_numa_node(attr) != NUMA_NO_NODE and (percpu or percpu_lru):
+            raise KernelError(errno.EINVAL, "per-CPU hash maps and BPF_F_NO_COMMON_LRU maps "
+                              "cannot be placed on a NUMA node")
+        if attr.max_entries == 0 or attr.key_size == 0 or attr.value_size == 0:
+            raise KernelError(errno.EINVAL, "max_entries, key_size and value_size must be > 0")
+        if attr.key_size + attr.value_size >= KMALLOC_MAX_SIZE - HTAB_ELEM_SIZE:
+            raise KernelError(errno.E2BIG, f"key_size + value_size must stay below "
+                              f"{KMALLOC_MAX_SIZE - HTAB_ELEM_SIZE}")
+        if percpu and round_up(attr.value_size, 8) > PCPU_MIN_UNIT_SIZE:
+            raise KernelError(errno.E2BIG, f"per-CPU values are limited to "
+                              f"{PCPU_MIN_UNIT_SIZE} bytes")
+
+    def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
+        super().__init__(attr, machine, node)
+        ncpus = machine.num_cpus
+        self.prealloc = not attr.map_flags & MapFlags.NO_PREALLOC
+        self.percpu_lru = bool(attr.map_flags & MapFlags.NO_COMMON_LRU)
+        if self.percpu_lru:
+            rounded = round_up(self.max_entries, ncpus)
+            self.max_entries = rounded if rounded <= U32_MAX else \
+                self.max_entries // ncpus * ncpus
+        if self.max_entries > 1 << 31:
+            raise KernelError(errno.E2BIG, "max_entries is over 2^31")
+        self.n_buckets = roundup_pow_of_two(self.max_entries)
+        if self.n_buckets > U32_MAX // BUCKET_SIZE:
+            raise KernelError(errno.E2BIG, f"max_entries {self.max_entries} needs "
+                              f"{self.n_buckets} buckets, over the kernel's limit")
+        self.mask = self.n_buckets - 1
+        self.hashrnd = 0 if attr.map_flags & MapFlags.ZERO_SEED else random.getrandbits(32)
+        self.slot_size = round_up(self.value_size, 8)
+        self.explicit_node = attr_numa_node(attr)
+        self.cpu_node = machine.cpu_node
+        self.current_cpu = machine.current_cpu
+
+        self.table: dict[bytes, HtabElem] = {}
+        self.buckets: dict[int, list[HtabElem]] = {}
+        self.nonempty: list[int] = []  # sorted indices of non-empty buckets
+        self.nstripes = min(self.n_buckets, LOCK_STRIPES)
+        self.locks = [threading.Lock() for _ in range(self.nstripes)]
+        self.index_lock = threading.Lock()
+        self.count_lock = threading.Lock()
+        self.count = 0  # NO_PREALLOC element count (inc_elem_count / dec_elem_count)
+
+        self.freelist: PcpuFreelist | None = None
+        self.lru_list: BpfLru | None = None
+        self.ma: BpfMemAlloc | KmallocRcu | None = None
+        self.extra_elems: list[HtabElem] = []
+        if self.lru:
+            self.lru_list = BpfLru(ncpus, self.percpu_lru, self._lru_delete_node,
+                                   lru_target_free(self.max_entries, ncpus), self.current_cpu)
+            self.lru_list.populate_lazy(self.max_entries, self._new_elem_on_home)
+        elif self.prealloc:
+            self.freelist = PcpuFreelist(ncpus, self.current_cpu)
+            self.freelist.populate_lazy(self.max_entries, self._new_elem_on_home)
+            if not self.percpu:  # alloc_extra_elems: one spare per CPU for replacements
+                self.extra_elems = [self._new_elem_on_home() for _ in range(ncpus)]
+        else:
+            self.ma = self._new_mem_alloc(machine)
+
+    def _new_mem_alloc(self, machine: Machine) -> BpfMemAlloc | KmallocRcu:
+        if machine.htab_mem == "call_rcu":
+            return KmallocRcu(machine, self.explicit_node, self._new_elem)
+        elem_size = round_up(self.key_size, 8) + HTAB_ELEM_SIZE + (
+            8 if self.percpu else round_up(self.value_size, 8))
+        return BpfMemAlloc(machine, elem_size, self._new_elem)
+
+    def _new_value(self, node: int) -> Any:
+        if self.percpu:
+            return [bytearray(self.slot_size) for _ in range(self.machine.num_cpus)]
+        return bytearray(self.value_size)
+
+    def _new_elem(self, node: int) -> HtabElem:
+        if node == NUMA_NO_NODE:
+            node = self.machine.numa_node_id()
+        return HtabElem(self._new_value(node), node)
+
+    def _new_elem_on_home(self) -> HtabElem:
+        return HtabElem(self._new_value(self.numa_node), self.numa_node)
+
+    # -- bucket bookkeeping ---------------------------------------------------------------------
+    def _hash(self, key: bytes) -> int:
+        elem = self.table.get(key)
+        return elem.hash if elem is not None else htab_map_hash(key, self.hashrnd)
+
+    def _lock(self, hash_: int) -> threading.Lock:
+        return self.locks[hash_ & self.mask & (self.nstripes - 1)]
+
+    def _link(self, elem: HtabElem) -> None:
+        """hlist_nulls_add_head_rcu: at the bucket's front (bucket lock held)."""
+        index = elem.hash & self.mask
+        bucket = self.buckets.get(index)
+        if bucket is None:
+            self.buckets[index] = [elem]
+            with self.index_lock:
+                bisect.insort(self.nonempty, index)
+        else:
+            bucket.insert(0, elem)
+        self.table[elem.key] = elem
+
+    def _unlink(self, elem: HtabElem) -> None:
+        """hlist_nulls_del_rcu (bucket lock held)."""
+        index = elem.hash & self.mask
+        bucket = self.buckets[index]
+        bucket.remove(elem)
+        if not bucket:
+            del self.buckets[index]
+            with self.index_lock:
+                del self.nonempty[bisect.bisect_left(self.nonempty, index)]
+        if self.table.get(elem.key) is elem:
+            del self.table[elem.key]
+
+    def _replace(self, old: HtabElem, new: HtabElem) -> None:
+        """Link ``new`` at the front and unlink ``old`` (same key, same bucket)."""
+        bucket = self.buckets[old.hash & self.mask]
+        bucket.remove(old)
+        bucket.insert(0, new)
+        self.table[new.key] = new
+
+    # -- element memory ---------------------------------------------------------------------
+    def _fill_value(self, elem: HtabElem, value: bytes, onallcpus: bool) -> None:
+        if not self.percpu:
+            elem.value[:] = value
+        elif onallcpus:
+            size = self.slot_size
+            for cpu, slot in enumerate(elem.value):
+                slot[:] = value[cpu * size:(cpu + 1) * size]
+        else:
+            cpu = self.current_cpu()
+            for other, slot in enumerate(elem.value):
+                if other == cpu:
+                    slot[:self.value_size] = value[:self.value_size]
+                else:
+                    slot[:] = bytes(self.slot_size)
+
+    def _alloc_elem(self, key: bytes, value: bytes, hash_: int, old: HtabElem | None,
+                    onallcpus: bool) -> HtabElem:
+        """alloc_htab_elem: E2BIG when full (new keys only), ENOMEM when out of memory."""
+        if self.prealloc:
+            if old is not None and self.extra_elems:
+                cpu = self.current_cpu()
+                elem = self.extra_elems[cpu]
+                self.extra_elems[cpu] = old
+            else:
+                elem = self.freelist.pop()
+                if elem is None:
+                    raise KernelError(errno.E2BIG, f"the map is full ({self.max_entries} "
+                                      "elements)")
+        else:
+            with self.count_lock:
+                if self.count >= self.max_entries and old is None:
+                    raise KernelError(errno.E2BIG, f"the map is full ({self.max_entries} "
+                                      "elements)")
+                self.count += 1
+            elem = self.ma.alloc()
+            if elem is None:
+                with self.count_lock:
+                    self.count -= 1
+                raise KernelError(errno.ENOMEM, "bpf_mem_alloc had no free element")
+        elem.key = key
+        elem.hash = hash_
+        self._fill_value(elem, value, onallcpus)
+        return elem
+
+    def _free_elem(self, elem: HtabElem) -> None:
+        """free_htab_elem: back to the free list, or to the allocator."""
+        self.put_fd_value(elem)
+        if self.prealloc:
+            self.freelist.push(elem)
+        else:
+            with self.count_lock:
+                self.count -= 1
+            self.ma.free(elem)
+
+    def put_fd_value(self, elem: HtabElem) -> None:
+        """An element leaves the table: fd-holding subclasses drop their reference here."""
+
+    # -- update / delete core (shared by syscall and program paths) ---------------------------
+    def _check_update_flags(self, flags: int) -> None:
+        if (flags & ~BPF_F_LOCK) > BPF_EXIST:
+            raise KernelError(errno.EINVAL, f"flags {flags:#x}: use BPF_ANY, BPF_NOEXIST or "
+                              "BPF_EXIST")
+        if flags & BPF_F_LOCK:
+            raise KernelError(errno.EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value")
+
+    @staticmethod
+    def _check_flags(old: HtabElem | None, flags: int) -> None:
+        """check_flags: EEXIST / ENOENT."""
+        if old is not None and flags & 3 == BPF_NOEXIST:
+            raise KernelError(errno.EEXIST, "the key exists (BPF_NOEXIST)")
+        if old is None and flags & 3 == BPF_EXIST:
+            raise KernelError(errno.ENOENT, "the key does not exist (BPF_EXIST)")
+
+    def _update(self, key: bytes, value: bytes, flags: int, onallcpus: bool) -> None:
+        """htab_map_update_elem."""
+        self._check_update_flags(flags)
+        hash_ = self._hash(key)
+        with self._lock(hash_):
+            old = self.table.get(key)
+            self._check_flags(old, flags)
+            new = self._alloc_elem(key, value, hash_, old, onallcpus)
+            if old is None:
+                self._link(new)
+            else:
+                self._replace(old, new)
+        if old is not None:
+            # Preallocated: old became this CPU's spare in _alloc_elem.
+            self.put_fd_value(old)
+            if not self.prealloc:
+                with self.count_lock:
+                    self.count -= 1
+                self.ma.free(old)
+
+    def _delete(self, key: bytes) -> HtabElem:
+        """Unlink ``key``'s element under its bucket lock and return it (ENOENT if absent)."""
+        elem = self.table.get(key)
+        if elem is None:
+            raise KernelError(errno.ENOENT, "key not found")
+        with self._lock(elem.hash):
+            if self.table.get(key) is not elem:
+                elem = self.table.get(key)
+                if elem is None:
+                    raise KernelError(errno.ENOENT, "key not found")
+            self._unlink(elem)
+        return elem
+
+    def _release_elem(self, elem: HtabElem) -> None:
+        self._free_elem(elem)
+
+    # -- syscall side -------------------------------------------------------------------------
+    def _read_value(self, elem: HtabElem) -> bytes:
+        if self.percpu:
+            return b"".join(elem.value)
+        return bytes(elem.value)
+
+    def lookup_elem_sys(self, key: bytes, flags: int = 0) -> bytes:
+        elem = self.table.get(key)
+        if elem is None:
+            raise KernelError(errno.ENOENT, "key not found")
+        self.access_stats.access(self.current_cpu(), elem.node)
+        return self._read_value(elem)
+
+    def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
+        self._update(key, value, flags, onallcpus=True)
+
+    def delete_elem_sys(self, key: bytes) -> None:
+        self._release_elem(self._delete(key))
+
+    def lookup_and_delete_elem_sys(self, key: bytes | None, flags: int) -> bytes:
+        elem = self.table.get(key)
+        if elem is None:
+            raise KernelError(errno.ENOENT, "key not found")
+        with self._lock(elem.hash):
+            if self.table.get(key) is not elem:
+                raise KernelError(errno.ENOENT, "key not found")
+            data = self._read_value(elem)
+            self._unlink(elem)
+        self._release_elem(elem)
+        return data
+
+    def get_next_key(self, key: bytes | None) -> bytes:
+        """htab_map_get_next_key: a missing key restarts from the first element."""
+        start = 0
+        if key is not None:
+            elem = self.table.get(key)
+            if elem is not None:
+                index = elem.hash & self.mask
+                bucket = self.buckets.get(index, ())
+                try:
+                    pos = bucket.index(elem)
+                except ValueError:
+                    pos = len(bucket)
+                if pos + 1 < len(bucket):
+                    return bucket[pos + 1].key
+                start = index + 1
+        while True:
+            with self.index_lock:
+                at = bisect.bisect_left(self.nonempty, start)
+                if at == len(self.nonempty):
+                    raise KernelError(errno.ENOENT, "no next key")
+                index = self.nonempty[at]
+            bucket = self.buckets.get(index)
+            if bucket:
+                return bucket[0].key
+            start = index + 1  # emptied meanwhile
+
+    def _lookup_batch(self, in_batch: bytes | None, count: int, elem_flags: int, flags: int,
+                      delete: bool) -> BatchLookup:
+        """__htab_map_lookup_and_delete_batch: whole buckets; tokens are bucket indices."""
+        if elem_flags & ~BPF_F_LOCK or elem_flags:
+            raise KernelError(errno.EINVAL, f"elem_flags {elem_flags:#x}: only BPF_F_LOCK "
+                              "(with a bpf_spin_lock) is accepted")
+        if flags:
+            raise KernelError(errno.EINVAL, f"flags {flags:#x}: batch flags must be 0")
+        if count == 0:
+            return BatchLookup([], [], None, False)
+        batch = 0
+        if in_batch is not None:
+            if len(in_batch) != 4:
+                raise KernelError(errno.EINVAL, f"in_batch is {len(in_batch)} bytes: hash "
+                                  "batches take a 4-byte bucket index")
+            (batch,) = struct.unpack("<I", in_batch)
+        if batch >= self.n_buckets:
+            raise KernelError(errno.ENOENT, f"bucket {batch} is past the last "
+                              f"({self.n_buckets - 1})")
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        freed: list[HtabElem] = []
+        end = False
+        while True:
+            with self.index_lock:
+                at = bisect.bisect_left(self.nonempty, batch)
+                index = self.nonempty[at] if at < len(self.nonempty) else None
+            if index is None:
+                batch = self.n_buckets
+                end = True
+                break
+            batch = index
+            with self.locks[index & (self.nstripes - 1)]:
+                bucket = self.buckets.get(index, [])
+                if len(bucket) > count - len(keys):
+                    if not keys:
+                        raise KernelError(errno.ENOSPC, f"bucket {index} holds {len(bucket)} "
+                                          f"elements, more than count={count}")
+                    break
+                for elem in list(bucket):
+                    keys.append(elem.key)
+                    values.append(self._read_value(elem))
+                    if delete:
+                        self._unlink(elem)
+                        freed.append(elem)
+            batch = index + 1
+            if batch >= self.n_buckets:
+                end = True
+                break
+        for elem in freed:
+            self._release_elem(elem)
+        return BatchLookup(keys, values, struct.pack("<I", batch), end)
+
+    def map_lookup_batch(self, in_batch, count, elem_flags, flags) -> BatchLookup:
+        return self._lookup_batch(in_batch, count, elem_flags, flags, delete=False)
+
+    def map_lookup_and_delete_batch(self, in_batch, count, elem_flags, flags) -> BatchLookup:
+        return self._lookup_batch(in_batch, count, elem_flags, flags, delete=True)
+
+    # -- program side -------------------------------------------------------------------------
+    def lookup_elem(self, key: bytes) -> bytearray | None:
+        elem = self.table.get(key)
+        if elem is None:
+            return None
+        self.access_stats.access(self.current_cpu(), elem.node)
+        return elem.value
+
+    def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
+        try:
+            self._update(bytes(key), bytes(value), flags, onallcpus=False)
+        except KernelError as exc:
+            return -exc.errno
+        return 0
+
+    def delete_elem(self, key: bytes) -> int:
+        try:
+            self.delete_elem_sys(bytes(key))
+        except KernelError as exc:
+            return -exc.errno
+        return 0
+
+    # -- bookkeeping --------------------------------------------------------------------------
+    def elements(self) -> int:
+        return len(self.table)
+
+    def bucket_order(self) -> list[bytes]:
+        """Every key in the kernel's iteration order (buckets ascending, each newest first)."""
+        with self.index_lock:
+            indices = list(self.nonempty)
+        return [elem.key for index in indices for elem in self.buckets.get(index, ())]
+
+    def check_invariants(self) -> None:
+        """Table, buckets, index and free lists agree; raises RuntimeError if not."""
+        problems = []
+        linked = [elem for bucket in self.buckets.values() for elem in bucket]
+        if len(linked) != len(self.table):
+            problems.append(f"{len(linked)} linked elements but {len(self.table)} in the table")
+        for elem in linked:
+            if self.table.get(elem.key) is not elem:
+                problems.append(f"element {elem.key!r} linked but not in the table")
+            if htab_map_hash(elem.key, self.hashrnd) != elem.hash:
+                problems.append(f"element {elem.key!r} carries a wrong hash")
+        if sorted(self.buckets) != self.nonempty:
+            problems.append("the non-empty bucket index is out of date")
+        if len(self.table) > self.max_entries:
+            problems.append(f"{len(self.table)} elements in a map of {self.max_entries}")
+        if self.freelist is not None:
+            free = self.freelist.available()
+            if free + len(self.table) != self.max_entries:
+                problems.append(f"{free} free + {len(self.table)} used != max_entries "
+                                f"{self.max_entries}")
+        if self.lru_list is not None:
+            self.lru_list.check_invariants()
+            used = self.lru_list.in_use()
+            if used != len(self.table):
+                problems.append(f"{used} LRU nodes in use but {len(self.table)} elements")
+        if not self.prealloc and self.count != len(self.table):
+            problems.append(f"element count {self.count} but {len(self.table)} elements")
+        if problems:
+            raise RuntimeError(f"{self.describe()}: " + "; ".join(problems))
+
+    def mem_stats(self) -> dict:
+        stats = super().mem_stats()
+        stats.update(elements=len(self.table), max_entries=self.max_entries,
+                     n_buckets=self.n_buckets, prealloc=self.prealloc)
+        if self.freelist is not None:
+            stats.update(self.freelist.stats())
+        if self.lru_list is not None:
+            stats.update(self.lru_list.stats())
+        if self.ma is not None:
+            stats.update(self.ma.stats())
+        return stats
+
+    def release(self) -> None:
+        """htab_map_free: give every element back; NO_PREALLOC maps destroy their allocator."""
+        elems = list(self.table.values())
+        self.table.clear()
+        self.buckets.clear()
+        self.nonempty.clear()
+        for elem in elems:
+            self.put_fd_value(elem)
+        if self.ma is not None:
+            for elem in elems:
+                self.ma.free(elem)
+            self.count = 0
+            self.ma.destroy()
+
+
+@map_ops(MapType.PERCPU_HASH)
+class HtabPercpuMap(HtabMap):
+    """BPF_MAP_TYPE_PERCPU_HASH: values updated in place, one slot per CPU."""
+
+    percpu = True
+
+    def _update(self, key: bytes, value: bytes, flags: int, onallcpus: bool) -> None:
+        """__htab_percpu_map_update_elem."""
+        if flags > BPF_EXIST:
+            raise KernelError(errno.EINVAL, f"flags {flags:#x}: use BPF_ANY, BPF_NOEXIST or "
+                              "BPF_EXIST")
+        hash_ = self._hash(key)
+        with self._lock(hash_):
+            old = self.table.get(key)
+            self._check_flags(old, flags)
+            if old is not None:
+                self._fill_value(old, value, onallcpus)
+            else:
+                self._link(self._alloc_elem(key, value, hash_, None, onallcpus))
+
+    def lookup_elem(self, key: bytes) -> bytearray | None:
+        elem = self.table.get(key)
+        if elem is None:
+            return None
+        cpu = self.current_cpu()
+        self.access_stats.local[cpu] += 1  # a CPU's own slot lives on its node
+        return elem.value[cpu]
+
+
+@map_ops(MapType.LRU_HASH)
+class HtabLruMap(HtabMap):
+    """BPF_MAP_TYPE_LRU_HASH: a node comes from the LRU first, which may evict."""
+
+    lru = True
+
+    def _lru_delete_node(self, node: LruNode) -> bool:
+        """htab_lru_map_delete_node: the eviction callback; unhash the node's key."""
+        assert isinstance(node, HtabElem)
+        with self._lock(node.hash):
+            if self.table.get(node.key) is not node:
+                return False
+            self._unlink(node)
+        self.put_fd_value(node)
+        return True
+
+    def _pop_node(self) -> HtabElem:
+        node = self.lru_list.pop_free()
+        if node is None:
+            raise KernelError(errno.ENOMEM, "the LRU has no free node (all are in use on "
+                              "other CPUs)")
+        return node  # type: ignore[return-value]
+
+    def _release_elem(self, elem: HtabElem) -> None:
+        self.put_fd_value(elem)
+        self.lru_list.push_free(elem)
+
+    def _update(self, key: bytes, value: bytes, flags: int, onallcpus: bool) -> None:
+        """htab_lru_map_update_elem."""
+        if flags > BPF_EXIST:
+            raise KernelError(errno.EINVAL, f"flags {flags:#x}: use BPF_ANY, BPF_NOEXIST or "
+                              "BPF_EXIST")
+        hash_ = self._hash(key)
+        node = self._pop_node()
+        node.key = key
+        node.hash = hash_
+        self._fill_value(node, value, onallcpus)
+        with self._lock(hash_):
+            old = self.table.get(key)
+            try:
+                self._check_flags(old, flags)
+            except KernelError as exc:
+                error = exc
+            else:
+                error = None
+                if old is None:
+                    self._link(node)
+                else:
+                    node.ref = 1
+                    self._replace(old, node)
+        if error is not None:  # the node goes back, but what it evicted stays evicted
+            self.lru_list.push_free(node)
+            raise error
+        if old is not None:
+            self._release_elem(old)
+
+    def lookup_elem(self, key: bytes) -> bytearray | None:
+        elem = self.table.get(key)
+        if elem is None:
+            return None
+        if not elem.ref:
+            elem.ref = 1
+        self.access_stats.access(self.current_cpu(), elem.node)
+        return elem.value
+
+    def release(self) -> None:
+        for elem in self.table.values():
+            self.put_fd_value(elem)
+        self.table.clear()
+        self.buckets.clear()
+        self.nonempty.clear()
+
+
+@map_ops(MapType.LRU_PERCPU_HASH)
+class HtabLruPercpuMap(HtabLruMap):
+    """BPF_MAP_TYPE_LRU_PERCPU_HASH: in-place updates; BPF_EXIST takes no node."""
+
+    percpu = True
+
+    def _update(self, key: bytes, value: bytes, flags: int, onallcpus: bool) -> None:
+        """__htab_lru_percpu_map_update_elem."""
+        if flags > BPF_EXIST:
+            raise KernelError(errno.EINVAL, f"flags {flags:#x}: use BPF_ANY, BPF_NOEXIST or "
+                              "BPF_EXIST")
+        hash_ = self._hash(key)
+        node = self._pop_node() if flags != BPF_EXIST else None
+        error: KernelError | None = None
+        with self._lock(hash_):
+            old = self.table.get(key)
+            try:
+                self._check_flags(old, flags)
+            except KernelError as exc:
+                error = exc
+            else:
+                if old is not None:
+                    old.ref = 1
+                    self._fill_value(old, value, onallcpus)
+                else:
+                    node.key = key
+                    node.hash = hash_
+                    self._fill_value(node, value, onallcpus)
+                    self._link(node)
+                    node = None
+        if node is not None:
+            self.lru_list.push_free(node)
+        if error is not None:
+            raise error
+
+    def lookup_elem(self, key: bytes) -> bytearray | None:
+        elem = self.table.get(key)
+        if elem is None:
+            return None
+        if not elem.ref:
+            elem.ref = 1
+        cpu = self.current_cpu()
+        self.access_stats.local[cpu] += 1
+        return elem.value[cpu]

@@ -1,0 +1,239 @@
+"""Element memory for maps that do not preallocate: bpf_mem_alloc (kernel/bpf/memalloc.c,
+Linux 6.1+) and, for comparison, the design it replaced (kmalloc plus one call_rcu per
+freed element).
+
+Rules this module keeps:
+- ``BpfMemAlloc``: one cache per CPU. ``alloc`` pops from the current CPU's free list;
+  when fewer than ``low`` objects remain the refill (irq_work in the kernel, run at once
+  here) takes a batch: first objects parked for RCU (``free_by_rcu``, then
+  ``waiting_for_gp``: they are type-stable, so the kernel reuses them), then new ones.
+  ``free`` pushes onto the current CPU's list (reusable at once); above ``high`` the
+  excess down to ``(low + high) / 2`` is moved to ``free_by_rcu`` and handed to RCU with a
+  single ``call_rcu`` per batch; after the grace period what was not reused is freed.
+- ``KmallocRcu``: every ``alloc`` is a new object, every ``free`` one ``call_rcu`` whose
+  callback frees it; nothing is reused.
+- Both count what they do (``stats()``): ``allocated`` (new objects), ``freed`` (objects
+  given back for good), ``reused``, ``call_rcu``, ``refills``/``bulk_allocated``
+  (batches and objects taken in bulk), ``free_bulk``, ``cache_hits`` ... The counts are the
+  mechanism the 2022 patch changed; this module never invents a timing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from .machine import Machine
+
+LLIST_NODE_SIZE = 8
+
+
+def watermarks(unit_size: int) -> tuple[int, int, int]:
+    """(low, high, batch) as prefill_mem_cache / init_refill_work compute them."""
+    if unit_size <= 256:
+        low, high = 32, 96
+    else:
+        low = max(32 * 256 // unit_size, 1)
+        high = max(96 * 256 // unit_size, 3)
+    batch = max((high - low) // 4 * 3, 1)
+    return low, high, batch
+
+
+class _Cache:
+    """struct bpf_mem_cache of one CPU."""
+
+    __slots__ = ("cpu", "free", "free_by_rcu", "waiting_for_gp", "rcu_in_progress", "lock")
+
+    def __init__(self, cpu: int) -> None:
+        self.cpu = cpu
+        self.free: list[Any] = []
+        self.free_by_rcu: list[Any] = []
+        self.waiting_for_gp: list[Any] = []
+        self.rcu_in_progress = False
+        self.lock = threading.Lock()
+
+
+class _Counters:
+    def __init__(self) -> None:
+        self.allocated = 0      # new objects created
+        self.freed = 0          # objects given back for good
+        self.reused = 0         # objects handed out again from the RCU lists
+        self.call_rcu = 0       # call_rcu invocations
+        self.alloc_calls = 0
+        self.free_calls = 0
+        self.alloc_failures = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(vars(self))
+
+
+class BpfMemAlloc:
+    """bpf_mem_alloc in fixed-size mode: per-CPU caches with watermarks and batching."""
+
+    design = "bpf_mem_alloc"
+
+    def __init__(self, machine: Machine, unit_size: int,
+                 new_object: Callable[[int], Any]) -> None:
+        self.machine = machine
+        self.unit_size = unit_size + LLIST_NODE_SIZE
+        self.low, self.high, self.batch = watermarks(self.unit_size)
+        self.new_object = new_object
+        self.caches = [_Cache(cpu) for cpu in range(machine.num_cpus)]
+        self.counters = _Counters()
+        self.refills = 0
+        self.bulk_allocated = 0
+        self.free_bulk_runs = 0
+        self.cache_hits = 0
+        self._count_lock = threading.Lock()
+        prefill = 4 if self.unit_size <= 256 else 1
+        for cache in self.caches:
+            self._alloc_bulk(cache, prefill)
+        self.refills = 0  # the prefill is not a refill
+        self.bulk_allocated = 0
+
+    def _alloc_bulk(self, cache: _Cache, count: int) -> None:
+        """alloc_bulk: reuse objects parked for RCU, then allocate new ones on the CPU's node."""
+        taken: list[Any] = []
+        with cache.lock:
+            for source in (cache.free_by_rcu, cache.waiting_for_gp):
+                while source and len(taken) < count:
+                    taken.append(source.pop())
+        reused = len(taken)
+        node = self.machine.cpu_node[cache.cpu]
+        fresh = [self.new_object(node) for _ in range(count - reused)]
+        with cache.lock:
+            cache.free.extend(taken)
+            cache.free.extend(fresh)
+        with self._count_lock:
+            self.counters.reused += reused
+            self.counters.allocated += len(fresh)
+            self.refills += 1
+            self.bulk_allocated += count
+
+    def _free_bulk(self, cache: _Cache) -> None:
+        """free_bulk: trim the free list to the middle watermark, park the rest for RCU."""
+        target = (self.low + self.high) // 2
+        with cache.lock:
+            excess = len(cache.free) - target
+            if excess <= 0:
+                return
+            cache.free_by_rcu.extend(cache.free[-excess:])
+            del cache.free[-excess:]
+        with self._count_lock:
+            self.free_bulk_runs += 1
+        self._do_call_rcu(cache)
+
+    def _do_call_rcu(self, cache: _Cache) -> None:
+        with cache.lock:
+            if cache.rcu_in_progress:
+                return
+            cache.rcu_in_progress = True
+            cache.waiting_for_gp.extend(cache.free_by_rcu)
+            cache.free_by_rcu.clear()
+        with self._count_lock:
+            self.counters.call_rcu += 1
+        self.machine.rcu.call_rcu(lambda: self._free_rcu(cache))
+
+    def _free_rcu(self, cache: _Cache) -> None:
+        """After the grace period: free what was not reused meanwhile; go again if needed."""
+        with cache.lock:
+            gone = len(cache.waiting_for_gp)
+            cache.waiting_for_gp.clear()
+            cache.rcu_in_progress = False
+            again = bool(cache.free_by_rcu)
+        with self._count_lock:
+            self.counters.freed += gone
+        if again:
+            self._do_call_rcu(cache)
+
+    def alloc(self) -> Any | None:
+        """unit_alloc on the current CPU: an object, or None (the caller answers ENOMEM)."""
+        cache = self.caches[self.machine.current_cpu()]
+        with cache.lock:
+            obj = cache.free.pop() if cache.free else None
+            left = len(cache.free)
+        with self._count_lock:
+            self.counters.alloc_calls += 1
+            if obj is None:
+                self.counters.alloc_failures += 1
+            else:
+                self.cache_hits += 1
+        if left < self.low:
+            self._alloc_bulk(cache, self.batch)
+        return obj
+
+    def free(self, obj: Any) -> None:
+        """unit_free on the current CPU: reusable at once; trimmed above the high mark."""
+        cache = self.caches[self.machine.current_cpu()]
+        with cache.lock:
+            cache.free.append(obj)
+            over = len(cache.free) > self.high
+        with self._count_lock:
+            self.counters.free_calls += 1
+        if over:
+            self._free_bulk(cache)
+
+    def destroy(self) -> None:
+        """bpf_mem_alloc_destroy: wait for RCU, free everything cached."""
+        self.machine.rcu.barrier()
+        total = 0
+        for cache in self.caches:
+            with cache.lock:
+                total += len(cache.free) + len(cache.free_by_rcu) + len(cache.waiting_for_gp)
+                cache.free.clear()
+                cache.free_by_rcu.clear()
+                cache.waiting_for_gp.clear()
+        with self._count_lock:
+            self.counters.freed += total
+
+    def stats(self) -> dict[str, int | str]:
+        out: dict[str, int | str] = {"mem_design": self.design}
+        out.update(self.counters.as_dict())
+        out.update(refills=self.refills, bulk_allocated=self.bulk_allocated,
+                   free_bulk=self.free_bulk_runs, cache_hits=self.cache_hits,
+                   cached=sum(len(c.free) for c in self.caches),
+                   waiting_for_rcu=sum(len(c.free_by_rcu) + len(c.waiting_for_gp)
+                                       for c in self.caches),
+                   low_watermark=self.low, high_watermark=self.high, batch=self.batch)
+        return out
+
+
+class KmallocRcu:
+    """The pre-6.1 design: kmalloc per element, one call_rcu per freed element, no reuse."""
+
+    design = "call_rcu"
+
+    def __init__(self, machine: Machine, node: int, new_object: Callable[[int], Any]) -> None:
+        self.machine = machine
+        self.node = node  # kmalloc_node(..., map numa_node): the map's node
+        self.new_object = new_object
+        self.counters = _Counters()
+        self._lock = threading.Lock()
+
+    def alloc(self) -> Any:
+        obj = self.new_object(self.node)
+        with self._lock:
+            self.counters.alloc_calls += 1
+            self.counters.allocated += 1
+        return obj
+
+    def _free_rcu(self) -> None:
+        with self._lock:
+            self.counters.freed += 1
+
+    def free(self, obj: Any) -> None:
+        with self._lock:
+            self.counters.free_calls += 1
+            self.counters.call_rcu += 1
+        self.machine.rcu.call_rcu(self._free_rcu)
+
+    def destroy(self) -> None:
+        self.machine.rcu.barrier()
+
+    def stats(self) -> dict[str, int | str]:
+        out: dict[str, int | str] = {"mem_design": self.design}
+        out.update(self.counters.as_dict())
+        c = self.counters
+        out["waiting_for_rcu"] = c.call_rcu - c.freed
+        return out
