@@ -10,6 +10,7 @@ from .builder import (
     Assembler,
     Assembly,
     AssemblyError,
+    Item,
     Label,
     MapRef,
     Ref,
@@ -45,7 +46,7 @@ globals().update({name: getattr(_builder, name) for name in MNEMONICS})
 
 __all__ = [
     "MNEMONICS", "OPCODES", "AluOp", "Assembler", "Assembly", "AssemblyError", "AtomicOp",
-    "Class", "FP", "Instruction", "InvalidInstruction", "JmpOp", "Kind", "Label", "MapRef",
+    "Class", "FP", "Instruction", "InvalidInstruction", "Item", "JmpOp", "Kind", "Label", "MapRef",
     "Mode", "OpInfo", "R0", "R1", "R10", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R9", "Ref",
     "Reg", "Size", "Source", "assemble", "assemble_text", "check", "decode", "disassemble",
     "encode", "format_insn", "helper_name", "iter_decode", "mnemonic", "parse", "slot_table",

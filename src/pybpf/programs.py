@@ -1,0 +1,222 @@
+"""ProgramSpec (what to load) and Program (a loaded program on one System).
+
+Rules this module keeps:
+- ``ProgramSpec`` knows nothing of backends: instructions (assembler items, Instructions or
+  assembly text), the program type and load attributes. Map references in it are map
+  objects, raw fds, or names resolved by ``Program.load(..., maps={name: map})``.
+- ``Program.load`` resolves every map reference to an fd *of the system it loads on* (a map
+  of another system is an error), calls ``system.prog_load`` and keeps the referenced map
+  objects alive for as long as the Program, as the kernel keeps a loaded program's maps.
+- A rejected program raises ``errors.VerifierError`` with the verifier's log.
+- A Program owns its fd: ``close()`` (idempotent), ``with``, or garbage collection closes it.
+"""
+
+from __future__ import annotations
+
+import errno
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .asm import Assembly, Item, assemble, assemble_text, encode
+from .errors import bpf_error
+from .system import ProgInfo, System, TestRun
+from .uapi import ProgType
+
+# Program types whose BPF_PROG_TEST_RUN refuses ``repeat`` (and data): they run once on ctx.
+_RUN_ONCE_TYPES = frozenset({ProgType.RAW_TRACEPOINT, ProgType.SYSCALL})
+
+
+@dataclass(frozen=True)
+class ProgramSpec:
+    """A program to load: type, instructions and load attributes (plain, deterministic)."""
+
+    prog_type: ProgType | int
+    instructions: Sequence[Item] | str
+    license: str = "GPL"
+    expected_attach_type: int = 0
+    name: str = ""
+    prog_flags: int = 0
+    maps: Mapping[str, Any] = field(default_factory=dict)  # default map bindings by name
+
+    def assembly(self) -> Assembly:
+        """The assembled instructions (labels resolved, map references listed)."""
+        if isinstance(self.instructions, str):
+            return assemble_text(self.instructions)
+        return assemble(self.instructions)
+
+
+def _system_of(map_obj: Any) -> System | None:
+    return getattr(map_obj, "system", None)
+
+
+def _resolve_maps(assembly: Assembly, system: System,
+                  bindings: Mapping[str, Any]) -> tuple[list, list[Any]]:
+    """(instructions with fds in, map objects to keep alive)."""
+    keep: list[Any] = []
+
+    def fd_of(ref: Any) -> int:
+        target = ref
+        if isinstance(ref, str):
+            if ref not in bindings:
+                raise bpf_error(errno.EINVAL, "prog_load", detail=(
+                    f"the program refers to map {ref!r}, which is not bound: pass "
+                    f"maps={{{ref!r}: <Map>}} to Program.load"))
+            target = bindings[ref]
+        if isinstance(target, int):
+            return target
+        owner = _system_of(target)
+        if owner is not None and owner is not system:
+            raise bpf_error(errno.EINVAL, "prog_load", detail=(
+                f"map {ref!r} belongs to the {owner.name} system, the program is loaded on "
+                f"the {system.name} one: create the map on the same System"))
+        fd = getattr(target, "fd", None)
+        if not isinstance(fd, int) or fd < 0:
+            raise bpf_error(errno.EBADF, "prog_load",
+                            detail=f"map {ref!r} has no open fd (closed?)")
+        keep.append(target)
+        return fd
+
+    return assembly.with_map_fds(fd_of), keep
+
+
+class Program:
+    """A loaded BPF program: owns one fd on one System."""
+
+    def __init__(self, system: System, fd: int, spec: ProgramSpec | None = None,
+                 maps: Iterable[Any] = ()) -> None:
+        self.system = system
+        self.fd = fd
+        self.spec = spec
+        self._maps = list(maps)  # kept alive while the program is
+        self._finalizer = weakref.finalize(self, _close_quietly, system, fd)
+
+    # -- opening ---------------------------------------------------------------------------
+    @classmethod
+    def load(cls, spec: ProgramSpec, system: System | None = None, *,
+             maps: Mapping[str, Any] | None = None, log_level: int = 0) -> Program:
+        """Assemble, resolve map references to this system's fds, and BPF_PROG_LOAD.
+
+        ``maps`` binds map names used in the instructions (over ``spec.maps``).
+        ``log_level`` > 0 asks for a verifier log even when the load succeeds.
+        """
+        if system is None:
+            from .maps import default_system
+
+            system = default_system()
+        bindings = {**spec.maps, **(maps or {})}
+        insns, keep = _resolve_maps(spec.assembly(), system, bindings)
+        fd = system.prog_load(int(spec.prog_type), encode(insns), license=spec.license,
+                              expected_attach_type=int(spec.expected_attach_type),
+                              prog_name=spec.name.encode(), prog_flags=spec.prog_flags,
+                              log_level=log_level)
+        return cls(system, fd, spec, keep)
+
+    @classmethod
+    def from_fd(cls, fd: int, system: System | None = None) -> Program:
+        """Wrap an open program fd; the Program takes ownership and closes it."""
+        if system is None:
+            from .maps import default_system
+
+            system = default_system()
+        return cls(system, fd)
+
+    @classmethod
+    def from_id(cls, prog_id: int, system: System | None = None) -> Program:
+        """Open the program with this id (BPF_PROG_GET_FD_BY_ID)."""
+        if system is None:
+            from .maps import default_system
+
+            system = default_system()
+        return cls(system, system.prog_get_fd_by_id(prog_id))
+
+    # -- running ---------------------------------------------------------------------------
+    def test_run(self, data: bytes = b"", ctx: bytes | None = None, repeat: int | None = None,
+                 flags: int = 0, cpu: int = 0, data_size_out: int | None = None,
+                 ctx_size_out: int | None = None) -> TestRun:
+        """BPF_PROG_TEST_RUN. ``repeat=None`` runs once: 1 for packet programs, 0 for the
+        types that refuse a repeat count (raw_tracepoint, syscall)."""
+        if repeat is None:
+            prog_type = self.spec.prog_type if self.spec is not None else self.info().type
+            repeat = 0 if prog_type in _RUN_ONCE_TYPES else 1
+        return self.system.prog_test_run(self._open_fd(), data, data_size_out=data_size_out,
+                                         ctx_in=ctx, ctx_size_out=ctx_size_out, repeat=repeat,
+                                         flags=flags, cpu=cpu)
+
+    def attach_tracepoint(self, category: str, name: str) -> Link:
+        """Attach to tracepoint ``category/name``; the Link detaches when closed."""
+        return Link(self.system, self.system.attach_tracepoint(self._open_fd(), category,
+                                                               name), self)
+
+    # -- objects ---------------------------------------------------------------------------
+    def info(self) -> ProgInfo:
+        return self.system.prog_get_info(self._open_fd())
+
+    @property
+    def id(self) -> int:
+        return self.info().id
+
+    def pin(self, path: str) -> None:
+        self.system.obj_pin(self._open_fd(), path)
+
+    def _open_fd(self) -> int:
+        if self.fd < 0:
+            raise bpf_error(errno.EBADF, "program", detail="the program was closed")
+        return self.fd
+
+    # -- lifetime --------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the fd (idempotent); the program lives on while attached, pinned or in a
+        prog array."""
+        if self._finalizer.detach():
+            self.system.close(self.fd)
+        self.fd = -1
+        self._maps.clear()
+
+    @property
+    def closed(self) -> bool:
+        return self.fd < 0
+
+    def __enter__(self) -> Program:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        name = self.spec.name if self.spec is not None else ""
+        return f"<Program {name!r} fd={self.fd} on {self.system.name}>"
+
+
+class Link:
+    """An attachment (e.g. a tracepoint's perf event); closing it detaches the program."""
+
+    def __init__(self, system: System, fd: int, program: Program | None = None) -> None:
+        self.system = system
+        self.fd = fd
+        self.program = program  # keeps the program alive while attached
+        self._finalizer = weakref.finalize(self, _close_quietly, system, fd)
+
+    def close(self) -> None:
+        if self._finalizer.detach():
+            self.system.close(self.fd)
+        self.fd = -1
+        self.program = None
+
+    @property
+    def closed(self) -> bool:
+        return self.fd < 0
+
+    def __enter__(self) -> Link:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _close_quietly(system: System, fd: int) -> None:
+    try:
+        system.close(fd)
+    except OSError:
+        pass
