@@ -1,0 +1,702 @@
+"""``pybpf bench htab-mem``: the kernel selftests' htab-mem benchmark, on both backends.
+
+Rules this module keeps (tools/testing/selftests/bpf/benchs/bench_htab_mem.c and
+progs/htab_mem_bench.c; perf-tests-and-suites.md section 2.2):
+- One HASH map, 4-byte keys, ``--value-size`` values (default 8),
+  max_entries = max(8192, 64 * CPUs), BPF_F_NO_PREALLOC unless preallocated.
+- Each program run does OP_BATCH = 64 map operations on keys cpu, cpu + step, ... (step = the
+  producer count), so pinned producers work on disjoint keys. Use cases: ``overwrite`` (64
+  updates, op += 1), ``batch_add_batch_del`` (64 updates then 64 deletes, op += 2),
+  ``add_del_on_diff_cpu`` (producer pairs: the even one adds 64 keys BPF_NOEXIST on getpgid,
+  the odd one deletes them on getppid, taking turns; op += 1 each).
+- Producers call getpgid (getppid for the deleting half of a pair) in a loop, pinned to CPU
+  i. Each second the op count is sampled: ``per-prod-op`` is op-loops per second per
+  producer (k/s); memory is the map's cgroup charge (kernel) or the allocator's live element
+  memory (emulated). Output lines follow the selftest: ``Iter``, then ``Summary``.
+- Flavours: ``prealloc``, ``bpf_ma`` (non-preallocated: bpf_mem_alloc since 6.1) and, on the
+  emulated backend only, ``call_rcu`` (the pre-6.1 design: one call_rcu per freed element,
+  nothing reused). The emulated table adds the allocator counters that explain the speed:
+  call_rcu callbacks against reused elements.
+- The programs use a bounded sequence (64 straight-line operations, as ``bpf_loop`` would run
+  them) and ARRAY maps for the shared op counter and the zero value instead of .bss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import signal
+import statistics
+import struct
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from ..asm import (
+    FP,
+    R0,
+    R1,
+    R2,
+    R3,
+    R4,
+    R6,
+    R7,
+    R8,
+    add32,
+    add64,
+    assemble,
+    atomic_add64,
+    call,
+    encode,
+    exit_,
+    jeq,
+    label,
+    ld_map_fd,
+    mov64,
+    rsh32,
+    stw,
+    stxw,
+)
+from ..uapi import BPF_NOEXIST, MapFlags, MapType, ProgType
+from . import report
+
+OP_BATCH = 64
+USE_CASES = ("overwrite", "batch_add_batch_del", "add_del_on_diff_cpu")
+KERNEL_FLAVOURS = ("prealloc", "bpf_ma")
+EMULATED_FLAVOURS = ("prealloc", "bpf_ma", "call_rcu")
+MIB = 1048576.0
+
+
+# -- programs ------------------------------------------------------------------------------
+
+def _ptr(reg, off: int) -> list:
+    return [mov64(reg, FP), add64(reg, off)]
+
+
+def _ops(kind: str, step: int, flags: int = 0) -> list:
+    """64 updates (value in R7) or deletes of keys R6, R6 + step, ... (u32 arithmetic)."""
+    items: list = []
+    for _ in range(OP_BATCH):
+        items += [stxw(FP, -4, R6), ld_map_fd(R1, "htab"), *_ptr(R2, -4)]
+        if kind == "update":
+            items += [mov64(R3, R7), mov64(R4, flags), call("map_update_elem")]
+        else:
+            items += [call("map_delete_elem")]
+        items.append(add32(R6, step))
+    return items
+
+
+def _lookup_zero_value() -> list:
+    """R7 = &zero[0], the zeroed value every update writes."""
+    return [stw(FP, -8, 0), ld_map_fd(R1, "zero"), *_ptr(R2, -8), call("map_lookup_elem"),
+            jeq(R0, 0, "out"), mov64(R7, R0)]
+
+
+def _count(n: int) -> list:
+    """__sync_fetch_and_add(&op_cnt, n)."""
+    return [stw(FP, -8, 0), ld_map_fd(R1, "op_cnt"), *_ptr(R2, -8), call("map_lookup_elem"),
+            jeq(R0, 0, "out"), mov64(R1, n), atomic_add64(R0, 0, R1),
+            label("out"), mov64(R0, 0), exit_()]
+
+
+def htab_mem_program(name: str, producers: int) -> list:
+    """The items of overwrite / batch_add_batch_del / add_only / del_only."""
+    if name in ("add_only", "del_only"):
+        start = [call("get_smp_processor_id"), mov64(R6, R0), rsh32(R6, 1)]
+        step = producers // 2
+    else:
+        start = [call("get_smp_processor_id"), mov64(R6, R0), mov64(R8, R0)]
+        step = producers
+    if name == "overwrite":
+        return start + _lookup_zero_value() + _ops("update", step) + _count(1)
+    if name == "batch_add_batch_del":
+        return (start + _lookup_zero_value() + _ops("update", step) + [mov64(R6, R8)]
+                + _ops("delete", step) + _count(2))
+    if name == "add_only":
+        return start + _lookup_zero_value() + _ops("update", step, BPF_NOEXIST) + _count(1)
+    if name == "del_only":
+        return start + _ops("delete", step) + _count(1)
+    raise ValueError(f"no htab-mem program {name!r}")
+
+
+# Programs per use case, and the syscall (tracepoint) each runs on.
+USE_CASE_PROGS = {
+    "overwrite": (("overwrite", "getpgid"),),
+    "batch_add_batch_del": (("batch_add_batch_del", "getpgid"),),
+    "add_del_on_diff_cpu": (("add_only", "getpgid"), ("del_only", "getppid")),
+}
+
+
+# -- configuration -------------------------------------------------------------------------
+
+@dataclass
+class Config:
+    use_cases: list[str] = field(default_factory=lambda: list(USE_CASES))
+    flavours: list[str] | None = None  # None: all the backend can run
+    producers: int = 0  # 0: the CPUs (even, for add_del_on_diff_cpu)
+    value_size: int = 8
+    duration: float = 2.0
+    warmup: float = 1.0
+    backend: str | None = None
+    cpus: int | None = None
+    nodes: int | None = None
+    json: bool = False
+    plot: str | None = None
+    progress: bool = True
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.description = ("Hash map update throughput and memory: preallocated against "
+                          "non-preallocated (bpf_mem_alloc), and on the emulated backend "
+                          "the pre-6.1 call_rcu design (the selftests' htab-mem).")
+    parser.add_argument("--use-case", dest="use_case", default="all",
+                        choices=(*USE_CASES, "all"), help="default: all three")
+    parser.add_argument("--flavour", dest="flavours", action="append",
+                        choices=EMULATED_FLAVOURS,
+                        help="prealloc, bpf_ma, call_rcu (emulated only); repeatable; "
+                             "default: all the backend has")
+    parser.add_argument("--preallocated", action="store_true",
+                        help="only the preallocated map (the selftest's flag)")
+    parser.add_argument("-p", "--producers", type=_positive_int, default=0,
+                        help="producer processes/threads, one per CPU (default: CPUs)")
+    parser.add_argument("--value-size", dest="value_size", type=_value_size, default=8)
+    parser.add_argument("-d", "--duration", type=_positive_float, default=2.0,
+                        help="measured seconds per run (default 2)")
+    parser.add_argument("-w", "--warmup", type=_nonnegative_float, default=1.0,
+                        help="warm-up seconds per run (default 1)")
+    parser.add_argument("--backend", choices=("kernel", "emulated"), default=None)
+    parser.add_argument("--cpus", type=_positive_int, default=None)
+    parser.add_argument("--nodes", type=_positive_int, default=None)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--plot", metavar="FILE.png", default=None)
+    parser.add_argument("--no-progress", dest="progress", action="store_false")
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _value_size(text: str) -> int:
+    value = _positive_int(text)
+    if value > 4096:
+        raise argparse.ArgumentTypeError(f"too big value size {value} (at most 4096)")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {value}")
+    return value
+
+
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {value}")
+    return value
+
+
+def config_from_args(ns: argparse.Namespace) -> Config:
+    flavours = ["prealloc"] if ns.preallocated else ns.flavours
+    return Config(use_cases=list(USE_CASES) if ns.use_case == "all" else [ns.use_case],
+                  flavours=flavours, producers=ns.producers, value_size=ns.value_size,
+                  duration=ns.duration, warmup=ns.warmup, backend=ns.backend, cpus=ns.cpus,
+                  nodes=ns.nodes, json=ns.json, plot=ns.plot, progress=ns.progress)
+
+
+def run_from_args(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    cfg = config_from_args(ns)
+    if (cfg.cpus or cfg.nodes) and cfg.backend == "kernel":
+        parser.error("--cpus/--nodes declare an emulated machine; use --backend emulated")
+    if cfg.producers and cfg.producers % 2 and "add_del_on_diff_cpu" in cfg.use_cases:
+        parser.error("add_del_on_diff_cpu needs an even number of producers")
+    if cfg.cpus or cfg.nodes:
+        cfg.backend = "emulated"
+    backend = cfg.backend or _default_backend()
+    if backend == "kernel" and cfg.flavours and "call_rcu" in cfg.flavours:
+        parser.error("the call_rcu flavour is the pre-6.1 design; only the emulated backend "
+                     "has it (this kernel's non-preallocated maps use bpf_mem_alloc)")
+    cfg.backend = backend
+    results = run(cfg)
+    emit(results, cfg)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = configure_parser(argparse.ArgumentParser(prog="pybpf bench htab-mem"))
+    return run_from_args(parser.parse_args(argv), parser)
+
+
+def _default_backend() -> str:
+    backend = os.environ.get("PYBPF_BACKEND")
+    if backend:
+        return backend
+    from ..system import bpf_allowed
+
+    return "kernel" if bpf_allowed() else "emulated"
+
+
+# -- results -------------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    """One use case with one flavour."""
+
+    use_case: str
+    flavour: str
+    producers: int
+    samples: list[float] = field(default_factory=list)  # per-prod-op k/s, per second
+    memory: list[float] = field(default_factory=list)  # MiB, per second
+    peak_memory: float | None = None  # MiB
+    memory_source: str = ""
+    memlock: int | None = None  # kernel: the map's fdinfo memlock
+    counters: dict = field(default_factory=dict)  # emulated: the allocator's counters
+
+    @property
+    def ops_mean(self) -> float:
+        return statistics.fmean(self.samples) if self.samples else 0.0
+
+    @property
+    def ops_stddev(self) -> float:
+        return statistics.stdev(self.samples) if len(self.samples) > 1 else 0.0
+
+    @property
+    def mem_mean(self) -> float:
+        return statistics.fmean(self.memory) if self.memory else 0.0
+
+    @property
+    def mem_stddev(self) -> float:
+        return statistics.stdev(self.memory) if len(self.memory) > 1 else 0.0
+
+    def summary(self) -> str:
+        peak = f"{self.peak_memory:7.2f}MiB" if self.peak_memory is not None else "    n/a"
+        return (f"Summary: per-prod-op {self.ops_mean:7.2f} \u00b1 {self.ops_stddev:7.2f}k/s, "
+                f"memory usage {self.mem_mean:7.2f} \u00b1 {self.mem_stddev:7.2f}MiB, "
+                f"peak memory usage {peak}")
+
+
+def iter_line(i: int, drift_us: float, ops_k: float, mem_mib: float) -> str:
+    return (f"Iter {i:3d} ({drift_us:7.3f}us): per-prod-op {ops_k:7.2f}k/s, "
+            f"memory usage {mem_mib:7.2f}MiB")
+
+
+def emit(runs: list[Run], cfg: Config) -> None:
+    if cfg.json:
+        report.dump_json({
+            "benchmark": "htab_mem", "backend": cfg.backend,
+            "emulated": cfg.backend == "emulated",
+            "config": {k: v for k, v in asdict(cfg).items()
+                       if k not in ("json", "plot", "progress")},
+            "runs": [dict(asdict(r), ops_mean=r.ops_mean, ops_stddev=r.ops_stddev,
+                          mem_mean=r.mem_mean, mem_stddev=r.mem_stddev) for r in runs],
+        })
+    else:
+        print(comparison_table(runs, cfg.backend))
+    if cfg.plot:
+        series = {}
+        for r in runs:
+            series.setdefault(r.flavour, {})[USE_CASES.index(r.use_case)] = r.ops_mean * 1000
+        title = (f"htab-mem ({cfg.backend}): per-producer op-loops/s; x = use case "
+                 + ", ".join(f"{i}: {u}" for i, u in enumerate(USE_CASES)))
+        report.plot_per_cpu(cfg.plot, title, series, unit="op-loops per sec per producer")
+
+
+def comparison_table(runs: list[Run], backend: str) -> str:
+    """The run script's summary, one row per use case and flavour, plus allocator counters."""
+    header = ["use case", "flavour", "per-prod-op k/s", "mem MiB", "peak MiB", "memory from"]
+    rows = [[r.use_case, r.flavour, f"{r.ops_mean:.2f} \u00b1 {r.ops_stddev:.2f}",
+             f"{r.mem_mean:.2f}", "n/a" if r.peak_memory is None else f"{r.peak_memory:.2f}",
+             r.memory_source] for r in runs]
+    text = report.format_table(header, rows)
+    if backend == "emulated":
+        keys = ["allocated", "freed", "reused", "call_rcu", "cache_hits", "refills",
+                "free_bulk", "waiting_for_rcu", "freelist_pops", "freelist_pushes"]
+        cheader = ["use case", "flavour", *keys]
+        crows = [[r.use_case, r.flavour, *(r.counters.get(k, "-") for k in keys)] for r in runs]
+        text += ("\n\nallocator counters (emulated; why one design is faster: call_rcu frees "
+                 "each element through an RCU callback, bpf_mem_alloc reuses freed elements "
+                 "from per-CPU caches; a preallocated map only moves elements on its "
+                 "free list)\n" + report.format_table(cheader, crows))
+        text += ("\n# emulated backend: op-loops/s are interpreter figures (wall clock, one "
+                 "Python process); memory is live element memory from the allocator")
+    return text
+
+
+# -- the run -------------------------------------------------------------------------------
+
+def run(cfg: Config) -> list[Run]:
+    from ..system import system
+
+    flavours = cfg.flavours or list(EMULATED_FLAVOURS if cfg.backend == "emulated"
+                                    else KERNEL_FLAVOURS)
+    runs = []
+    total = len(cfg.use_cases) * len(flavours)
+    progress = report.Progress("htab-mem runs", total, enabled=cfg.progress)
+    for use_case in cfg.use_cases:
+        for flavour in flavours:
+            if cfg.backend == "emulated":
+                kwargs = {"htab_mem": "call_rcu"} if flavour == "call_rcu" else {}
+                if cfg.cpus:
+                    kwargs["cpus"] = cfg.cpus
+                if cfg.nodes:
+                    kwargs["nodes"] = cfg.nodes
+                bench = EmulatedBench(system("emulated", **kwargs), cfg, use_case, flavour)
+            else:
+                bench = KernelBench(system("kernel"), cfg, use_case, flavour)
+            if not cfg.json:
+                print(f"== {use_case} / {flavour} ({cfg.backend}) ==", flush=True)
+            runs.append(bench.run())
+            progress.advance(note=f"{use_case}/{flavour}")
+    progress.finish()
+    return runs
+
+
+class Bench:
+    """Maps and programs shared by both backends (all through the System interface)."""
+
+    def __init__(self, sys_, cfg: Config, use_case: str, flavour: str) -> None:
+        self.sys = sys_
+        self.cfg = cfg
+        self.use_case = use_case
+        self.flavour = flavour
+        ncpus = sys_.num_possible_cpus
+        producers = cfg.producers or ncpus
+        if use_case == "add_del_on_diff_cpu" and producers % 2:
+            producers += 1
+        self.producers = producers
+        self.max_entries = max(8192, 64 * ncpus)
+        self.fds: dict[str, int] = {}
+        self.prog_fds: list[int] = []
+        self.links: list[int] = []
+
+    def setup(self) -> None:
+        flags = 0 if self.flavour == "prealloc" else int(MapFlags.NO_PREALLOC)
+        s = self.sys
+        self.fds["htab"] = s.map_create(MapType.HASH, 4, self.cfg.value_size, self.max_entries,
+                                        map_flags=flags, map_name=b"htab")
+        self.fds["op_cnt"] = s.map_create(MapType.ARRAY, 4, 8, 1, map_name=b"op_cnt")
+        self.fds["zero"] = s.map_create(MapType.ARRAY, 4, self.cfg.value_size, 1,
+                                        map_name=b"zero")
+        for name, syscall in USE_CASE_PROGS[self.use_case]:
+            assembly = assemble(htab_mem_program(name, self.producers))
+            insns = encode(assembly.with_map_fds(lambda m: self.fds[m]))
+            fd = s.prog_load(ProgType.TRACEPOINT, insns, license="GPL",
+                             prog_name=name.encode()[:15])
+            self.prog_fds.append(fd)
+            self.links.append(s.attach_tracepoint(fd, "syscalls", f"sys_enter_{syscall}"))
+
+    def op_count(self) -> int:
+        return struct.unpack("=Q", self.sys.map_lookup_elem(self.fds["op_cnt"],
+                                                              struct.pack("=I", 0)))[0]
+
+    def teardown(self) -> None:
+        for fd in [*self.links, *self.prog_fds, *self.fds.values()]:
+            try:
+                self.sys.close(fd)
+            except OSError:
+                pass
+
+    def measure(self, run_: Run, memory) -> None:
+        """Warm up, then sample op count and memory once a second, printing Iter lines."""
+        cfg = self.cfg
+        time.sleep(cfg.warmup)
+        last_ops, last_t = self.op_count(), time.monotonic_ns()
+        seconds = max(1, round(cfg.duration))
+        for i in range(seconds):
+            time.sleep(min(1.0, cfg.duration))
+            ops, t = self.op_count(), time.monotonic_ns()
+            delta_ns = t - last_t
+            hits = (ops - last_ops) / self.producers
+            ops_k = hits / 1000.0 / (delta_ns / 1e9)
+            mem = memory()
+            run_.samples.append(ops_k)
+            run_.memory.append(mem)
+            if not cfg.json:
+                print(iter_line(i, (delta_ns - 1e9) / 1000.0, ops_k, mem), flush=True)
+            last_ops, last_t = ops, t
+
+
+# -- kernel backend ------------------------------------------------------------------------
+
+class MemCgroup:
+    """A memory cgroup the bench joins so the map's memory is charged there (v2 or v1)."""
+
+    V2_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
+    V1_ROOT = "/sys/fs/cgroup/memory"
+
+    def __init__(self, name: str = "pybpf_htab_mem") -> None:
+        self.path: str | None = None
+        self.current_file = self.peak_file = ""
+        self.previous: str | None = None
+        self.name = name
+
+    def join(self) -> bool:
+        """Create and join the cgroup; False (and nothing done) where that is not possible."""
+        for root in self.V2_ROOTS:
+            controllers = os.path.join(root, "cgroup.controllers")
+            if os.path.exists(controllers) and "memory" in open(controllers).read().split():
+                if self._enter(root, "memory.current", "memory.peak"):
+                    return True
+        if os.path.exists(os.path.join(self.V1_ROOT, "memory.usage_in_bytes")):
+            return self._enter(self.V1_ROOT, "memory.usage_in_bytes",
+                               "memory.max_usage_in_bytes")
+        return False
+
+    def _enter(self, root: str, current: str, peak: str) -> bool:
+        path = os.path.join(root, self.name)
+        try:
+            os.makedirs(path, exist_ok=True)
+            self.previous = _own_cgroup(root)
+            with open(os.path.join(path, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+        except OSError:
+            return False
+        self.path, self.root = path, root
+        self.current_file, self.peak_file = current, peak
+        self.label = f"cgroup {path}/{current}"
+        return True
+
+    def read(self, which: str) -> float | None:
+        if self.path is None:
+            return None
+        try:
+            with open(os.path.join(self.path, which)) as f:
+                return int(f.read().split()[0]) / MIB
+        except (OSError, ValueError):
+            return None
+
+    def leave(self) -> None:
+        if self.path is None:
+            return
+        target = os.path.join(self.root, (self.previous or "/").lstrip("/"), "cgroup.procs")
+        try:
+            with open(target, "w") as f:
+                f.write(str(os.getpid()))
+        except OSError:
+            with open(os.path.join(self.root, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+        for _ in range(50):  # the cgroup empties once the producers are reaped
+            try:
+                os.rmdir(self.path)
+                break
+            except OSError:
+                time.sleep(0.02)
+        self.path = None
+
+
+def _own_cgroup(root: str) -> str | None:
+    """This process's cgroup path under the hierarchy mounted at ``root``."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    v1 = root.endswith("/memory")
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if (v1 and "memory" in controllers.split(",")) or (not v1 and controllers == ""):
+            return path
+    return None
+
+
+class KernelBench(Bench):
+    """Producers are forked processes pinned to CPU i, calling the trigger until stopped."""
+
+    def run(self) -> Run:
+        run_ = Run(self.use_case, self.flavour, self.producers)
+        cgroup = MemCgroup()
+        joined = cgroup.join()
+        pids: list[int] = []
+        try:
+            self.setup()
+            fdinfo = _fdinfo(self.fds["htab"])
+            run_.memlock = int(fdinfo.get("memlock", "0"))
+            pids = self.start_producers()
+            if joined:
+                run_.memory_source = cgroup.label
+                memory = lambda: cgroup.read(cgroup.current_file) or 0.0  # noqa: E731
+            else:
+                run_.memory_source = "fdinfo memlock (no memory cgroup here)"
+                memory = lambda: int(_fdinfo(self.fds["htab"]).get("memlock", "0")) / MIB  # noqa: E731
+            self.measure(run_, memory)
+            run_.peak_memory = cgroup.read(cgroup.peak_file) if joined else None
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+            for pid in pids:
+                os.waitpid(pid, 0)
+            self.teardown()
+            cgroup.leave()
+        if not self.cfg.json:
+            print(run_.summary() + f" (map memlock {run_.memlock} bytes)", flush=True)
+        return run_
+
+    def start_producers(self) -> list[int]:
+        pids = []
+        pairs = [os.pipe() + os.pipe() for _ in range(self.producers // 2)] \
+            if self.use_case == "add_del_on_diff_cpu" else []
+        sys.stdout.flush()
+        for i in range(self.producers):
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.sched_setaffinity(0, {i % os.cpu_count()})
+                    if pairs:
+                        _ping_pong(i, pairs[i // 2])
+                    else:
+                        while True:
+                            deque(itertools.starmap(os.getpgid, itertools.repeat((0,), 4096)),
+                                  maxlen=0)
+                finally:
+                    os._exit(0)
+            pids.append(pid)
+        for fds in pairs:
+            for fd in fds:
+                os.close(fd)
+        return pids
+
+
+def _ping_pong(i: int, fds: tuple[int, int, int, int]) -> None:
+    """The pair's barrier dance over two pipes: add (getpgid), then delete (getppid)."""
+    to_del_r, to_del_w, to_add_r, to_add_w = fds
+    if i % 2 == 0:
+        while True:
+            os.getpgid(0)
+            os.write(to_del_w, b"a")
+            os.read(to_add_r, 1)
+    else:
+        while True:
+            os.read(to_del_r, 1)
+            os.getppid()
+            os.write(to_add_w, b"d")
+
+
+def _fdinfo(fd: int) -> dict[str, str]:
+    from .map_perf import read_fdinfo
+
+    return read_fdinfo(fd)
+
+
+# -- emulated backend ----------------------------------------------------------------------
+
+class EmulatedBench(Bench):
+    """Producers are threads bound to emulated CPUs running the programs in the interpreter;
+    a grace period is let through every ``GP_INTERVAL`` seconds, as RCU would."""
+
+    GP_INTERVAL = 0.005
+
+    def run(self) -> Run:
+        run_ = Run(self.use_case, self.flavour, self.producers)
+        stop = threading.Event()
+        threads: list[threading.Thread] = []
+        errors: list[BaseException] = []
+        self.setup()
+        try:
+            elem_size = self.element_size()
+            run_.memory_source = "allocator live elements x element size (emulated)"
+
+            def memory() -> float:
+                return self.live_elements() * elem_size / MIB
+
+            threads = self.start_producers(stop, errors)
+            gp = threading.Thread(target=self._grace_periods, args=(stop,), daemon=True)
+            gp.start()
+            self.measure(run_, memory)
+            stop.set()
+            for th in threads:
+                th.join()
+            gp.join()
+            self.sys.machine.step()
+            run_.peak_memory = self.peak_elements * elem_size / MIB
+            stats = self.sys.map_stats(self.fds["htab"])
+            run_.counters = {k: v for k, v in stats.items() if isinstance(v, int | str)
+                             and k != "numa_node"}
+        finally:
+            stop.set()
+            self.teardown()
+        if errors:
+            raise errors[0]
+        if not self.cfg.json:
+            print(run_.summary(), flush=True)
+        return run_
+
+    peak_elements = 0
+
+    def element_size(self) -> int:
+        from ..emulated.hashtab import HTAB_ELEM_SIZE
+        from ..uapi import round_up
+
+        return round_up(4, 8) + HTAB_ELEM_SIZE + round_up(self.cfg.value_size, 8)
+
+    def live_elements(self) -> int:
+        stats = self.sys.map_stats(self.fds["htab"])
+        if self.flavour == "prealloc":
+            live = self.max_entries  # allocated up front by the kernel
+        else:
+            live = stats.get("allocated", 0) - stats.get("freed", 0)
+        self.peak_elements = max(self.peak_elements, live)
+        return live
+
+    def _grace_periods(self, stop: threading.Event) -> None:
+        while not stop.wait(self.GP_INTERVAL):
+            self.sys.machine.step()
+
+    def start_producers(self, stop: threading.Event,
+                        errors: list[BaseException]) -> list[threading.Thread]:
+        fire = self.sys.trigger_tracepoint
+        barriers = [threading.Barrier(2) for _ in range(self.producers // 2)]
+
+        def producer(i: int) -> None:
+            try:
+                with self.sys.on_cpu(i % self.sys.num_possible_cpus):
+                    if self.use_case != "add_del_on_diff_cpu":
+                        while not stop.is_set():
+                            fire("syscalls", "sys_enter_getpgid", (0,))
+                        return
+                    barrier = barriers[i // 2]
+                    while not stop.is_set():
+                        if i % 2 == 0:
+                            fire("syscalls", "sys_enter_getpgid", (0,))
+                            barrier.wait(timeout=5)
+                            barrier.wait(timeout=5)
+                        else:
+                            barrier.wait(timeout=5)
+                            fire("syscalls", "sys_enter_getppid", ())
+                            barrier.wait(timeout=5)
+            except threading.BrokenBarrierError:
+                pass
+            except BaseException as exc:
+                errors.append(exc)
+                stop.set()
+            finally:
+                for b in barriers:
+                    if stop.is_set():
+                        b.abort()
+
+        threads = [threading.Thread(target=producer, args=(i,), daemon=True)
+                   for i in range(self.producers)]
+        for th in threads:
+            th.start()
+        return threads
+
+
+if __name__ == "__main__":
+    sys.exit(main())
