@@ -60,7 +60,7 @@ class BpfMap:
         self.max_entries = attr.max_entries
         self.map_flags = attr.map_flags
         self.map_extra = attr.map_extra
-        self.name = attr.map_name.split(b"\0", 1)[0].decode()
+        self.name = attr.map_name.split(b"\0", 1)[0].decode(errors="replace")
         self.machine = machine
         # NUMA node the map's memory lives on (bpf_map_attr_numa_node, or the creating CPU's
         # node when none was given, as the kernel's allocator places it).

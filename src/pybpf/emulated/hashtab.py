@@ -420,9 +420,8 @@ class HtabMap(BpfMap):
                 raise KernelError(errno.EINVAL, f"in_batch is {len(in_batch)} bytes: hash "
                                   "batches take a 4-byte bucket index")
             (batch,) = struct.unpack("<I", in_batch)
-        if batch >= self.n_buckets:
-            raise KernelError(errno.ENOENT, f"bucket {batch} is past the last "
-                              f"({self.n_buckets - 1})")
+        if batch >= self.n_buckets:  # ENOENT before anything is written
+            return BatchLookup([], [], None, True)
         keys: list[bytes] = []
         values: list[bytes] = []
         freed: list[HtabElem] = []

@@ -84,7 +84,10 @@ def _load_families() -> None:
 
 _load_families()
 
-_NAME_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
+# bpf_obj_name_cpy accepts isalnum() (the kernel's ctype is Latin-1: its letters count) and _ .
+_NAME_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_."
+                        + bytes(range(0xC0, 0xD7)) + bytes(range(0xD8, 0xF7))
+                        + bytes(range(0xF8, 0x100)))
 BPFFS_ROOT = "/sys/fs/bpf"
 # BPF_OBJ_FLAG_MASK: the open flags GET_FD_BY_ID and OBJ_GET accept.
 _OBJ_FLAG_MASK = MapFlags.RDONLY | MapFlags.WRONLY
@@ -118,10 +121,10 @@ def check_map_name(name: bytes) -> None:
     if not nul and len(text) == BPF_OBJ_NAME_LEN:
         raise KernelError(errno.EINVAL, f"map_name {name!r} must leave room for its NUL: "
                           f"at most {BPF_OBJ_NAME_LEN - 1} characters")
-    bad = sorted({chr(c) for c in text if c not in _NAME_CHARS})
+    bad = sorted({f"{c:#04x}" for c in text if c not in _NAME_CHARS})
     if bad:
-        raise KernelError(errno.EINVAL, f"map_name {name!r} has characters {bad} outside "
-                          "[A-Za-z0-9_.]")
+        raise KernelError(errno.EINVAL, f"map_name {name!r} has bytes {bad} that are not "
+                          "letters, digits, '_' or '.'")
 
 
 class EmulatedSystem(ProgramsMixin, System):
@@ -218,6 +221,28 @@ class EmulatedSystem(ProgramsMixin, System):
         self.bpf_map_inc(bpf_map)
         return self.fd_install(MapFile(bpf_map, file_flags))
 
+    def prog_from_fd(self, fd: int) -> Any:
+        """bpf_prog_get: EBADF when not open, EINVAL when the fd is not a program."""
+        obj = self.fd_get(fd)
+        if getattr(obj, "prog_type", None) is None:
+            raise KernelError(errno.EINVAL, f"fd {fd} is not a BPF program")
+        return obj
+
+    def bpf_prog_inc(self, prog: Any) -> None:
+        with self._lock:
+            prog.refcnt = getattr(prog, "refcnt", 0) + 1
+
+    def bpf_prog_put(self, prog: Any) -> None:
+        """Drop a program reference; the last one frees its id and calls ``prog.release()``."""
+        with self._lock:
+            prog.refcnt = getattr(prog, "refcnt", 0) - 1
+            if prog.refcnt > 0:
+                return
+            self._prog_idr.pop(getattr(prog, "id", 0), None)
+        release = getattr(prog, "release", None)
+        if release is not None:
+            release()
+
     def prog_idr_alloc(self, prog: Any) -> int:
         """A new program id (the program id space is separate from the maps')."""
         with self._lock:
@@ -301,6 +326,8 @@ class EmulatedSystem(ProgramsMixin, System):
     def _map_create(self, map_type: int, key_size: int, value_size: int, max_entries: int,
                     map_flags: int, inner_map_fd: int, numa_node: int, map_name: bytes,
                     map_extra: int) -> BpfMap:
+        if numa_node == NUMA_NO_NODE:
+            numa_node = _U32
         for label, number, limit in (("map_type", map_type, _U32), ("key_size", key_size, _U32),
                                      ("value_size", value_size, _U32),
                                      ("max_entries", max_entries, _U32),
@@ -313,6 +340,7 @@ class EmulatedSystem(ProgramsMixin, System):
                                   f"{'64' if limit >> 32 else '32'}-bit integer")
         if not isinstance(map_name, (bytes, bytearray)):
             raise KernelError(errno.EINVAL, f"map_name must be bytes, got {map_name!r}")
+        token_flag = map_flags & MapFlags.TOKEN_FD
         map_flags &= ~MapFlags.TOKEN_FD
         if map_extra and map_type not in (MapType.BLOOM_FILTER, MapType.ARENA):
             raise KernelError(errno.EINVAL, "map_extra is only for BLOOM_FILTER maps")
@@ -332,6 +360,9 @@ class EmulatedSystem(ProgramsMixin, System):
                        numa_node if map_flags & MapFlags.NUMA_NODE else 0, bytes(map_name),
                        map_extra)
         ops.alloc_check(attr, self.machine)
+        if token_flag:  # bpf_token_get_from_fd: there are no BPF tokens in this backend
+            raise KernelError(errno.EINVAL, "BPF_F_TOKEN_FD: map_token_fd is not a BPF token "
+                              "(the emulated backend has none)")
         if map_type in MAP_IN_MAP_TYPES:
             attr = MapAttr(map_type, key_size, value_size, max_entries, map_flags,
                            inner_map_fd, attr.numa_node, attr.map_name, map_extra,
@@ -438,8 +469,11 @@ class EmulatedSystem(ProgramsMixin, System):
         try:
             file = self._map_file(fd)
             bpf_map = file.map
-            if not file.can_write:
-                raise KernelError(errno.EPERM, "freezing needs a writable fd")
+            # map_get_sys_perms drops write from a frozen map, so a second freeze is EPERM
+            # (the EBUSY test behind it only catches a freeze racing with another).
+            if not file.can_write or bpf_map.frozen:
+                raise KernelError(errno.EPERM, "freezing needs a writable fd on a map that "
+                                  "is not frozen yet")
             with self._lock:
                 if bpf_map.frozen:
                     raise KernelError(errno.EBUSY, "the map is already frozen")
