@@ -138,10 +138,10 @@ class BloomFilter(BpfMap):
     # -- syscall side -------------------------------------------------------------------------
     def lookup_elem_sys(self, key: bytes | None, flags: int = 0,
                         value: bytes | None = None) -> bytes:
-        """Test ``value`` (read from the caller, as the kernel reads attr->value)."""
+        """Test ``value`` (read from the caller, as the kernel reads attr->value). Without one
+        the test is of an all-zero value, as with the kernel backend's zeroed buffer."""
         if value is None:
-            raise KernelError(errno.EFAULT, "a bloom filter lookup tests a value: pass the "
-                                            "value to look for")
+            value = bytes(self.value_size)
         if self.peek_elem(value):
             raise KernelError(errno.ENOENT, "the value is certainly not in the filter")
         return bytes(value[:self.value_size])

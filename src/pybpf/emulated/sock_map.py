@@ -7,8 +7,9 @@ Rules this module keeps:
 - Values on update are *socket fds of this process* (u32 or u64 by value_size), checked in
   ``sock_map_update_elem_sys``'s order: fd > INT_MAX -> EINVAL; not open -> EBADF; not a socket
   -> ENOTSOCK; a protocol without sockmap support (raw, ICMP, SCTP, netlink, packet...) ->
-  EOPNOTSUPP; a TCP socket neither ESTABLISHED nor LISTEN, or a unix stream socket that is
-  not connected -> EOPNOTSUPP (UDP and unix datagram sockets: any state); then flags >
+  EOPNOTSUPP; a TCP socket neither ESTABLISHED nor LISTEN, an unbound UDP socket, or a unix
+  or vsock stream socket that is not connected -> EOPNOTSUPP (unix datagram sockets: any
+  state; unix seqpacket sockets are not supported, as measured on 6.18); then flags >
   BPF_EXIST -> EINVAL; SOCKMAP index >= max_entries -> E2BIG; present + BPF_NOEXIST -> EEXIST;
   absent + BPF_EXIST -> ENOENT; SOCKHASH new key beyond max_entries -> E2BIG.
 - LOOKUP from user space: value_size != 8 -> ENOSPC; absent -> ENOENT; else the socket's
@@ -64,7 +65,6 @@ _SUITABLE = (
     (socket.AF_INET6, socket.SOCK_DGRAM, socket.IPPROTO_UDP),
     (socket.AF_UNIX, socket.SOCK_STREAM, None),
     (socket.AF_UNIX, socket.SOCK_DGRAM, None),
-    (socket.AF_UNIX, socket.SOCK_SEQPACKET, None),
     (getattr(socket, "AF_VSOCK", 40), None, None),
 )
 
@@ -95,11 +95,14 @@ def _suitable(family: int, sock_type: int, proto: int) -> bool:
 
 
 def _state_allowed(sock: socket.socket) -> bool:
-    """sock_map_sk_state_allowed: TCP established or listening; unix stream connected."""
-    if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM:
-        state = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0]
-        return state in (TCP_ESTABLISHED, TCP_LISTEN)
-    if sock.family == socket.AF_UNIX and sock.type == socket.SOCK_STREAM:
+    """sock_map_sk_state_allowed: TCP established or listening; UDP bound (hashed); unix and
+    vsock streams connected."""
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        if sock.type == socket.SOCK_STREAM:
+            state = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)[0]
+            return state in (TCP_ESTABLISHED, TCP_LISTEN)
+        return sock.getsockname()[1] != 0
+    if sock.type == socket.SOCK_STREAM:
         if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
             return False
         try:
@@ -128,7 +131,8 @@ def sock_from_fd(value: bytes, value_size: int) -> SockRef:
                                                 f"{sock.type!r}/proto {sock.proto}")
         if not _state_allowed(sock):
             raise KernelError(errno.EOPNOTSUPP, f"fd {ufd}: stream sockets must be connected "
-                                                f"(TCP also listening) to enter a sockmap")
+                                                f"(TCP also listening) and UDP sockets bound "
+                                                f"to enter a sockmap")
         cookie = struct.unpack("=Q", sock.getsockopt(socket.SOL_SOCKET, SO_COOKIE, 8))[0]
     finally:
         sock.detach()  # the fd stays the caller's
