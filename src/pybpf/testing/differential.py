@@ -697,15 +697,15 @@ class Mismatch:
         if len(earlier) > context:
             lines.append(f"  ... {len(earlier) - context} earlier ops on these maps")
         for i, o in earlier[-context:]:
-            lines.append(f"  [{i}] {o!r}")
-        lines.append(f"  [{self.index}] {op!r}   <-- here")
+            lines.append(f"  [{i}] {_show(o, 400)}")
+        lines.append(f"  [{self.index}] {_show(op, 400)}   <-- here")
         lines.append(f"    {self.a_name:>9}: {_show(self.a)}")
         lines.append(f"    {self.b_name:>9}: {_show(self.b)}")
         return "\n".join(lines)
 
 
-def _show(result: Result, limit: int = 600) -> str:
-    text = repr(result)
+def _show(thing: object, limit: int = 600) -> str:
+    text = repr(thing)
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
 
 
@@ -720,18 +720,29 @@ def first_mismatch(seq: Sequence_, a: System, b: System, a_name: str = "A",
     return None, len(ra)
 
 
+def _signature(m: Mismatch) -> tuple:
+    """What makes two mismatches the same finding: the kind of op and of both results
+    (ok, or which errno), not the exact bytes."""
+    def kind(r: Result) -> tuple:
+        return r[:2] if r[0] in ("err", "crash") else r[:1]
+
+    return type(m.seq.ops[m.index]), kind(m.a), kind(m.b)
+
+
 def shrink(mismatch: Mismatch, a: System, b: System, budget: int = 400) -> Mismatch:
-    """A shorter sequence that still mismatches: drop ops (greedily, chunks then singles)."""
+    """A shorter sequence with the same mismatch (same op kind, same kinds of results): drop
+    ops greedily, halves first, then smaller chunks, down to single ops."""
     best = mismatch
     ops = list(mismatch.seq.ops[:mismatch.index + 1])
     tries = 0
+    want = _signature(mismatch)
 
     def attempt(candidate: list[Op]) -> Mismatch | None:
         nonlocal tries
         tries += 1
         seq = replace(mismatch.seq, ops=candidate, label=mismatch.seq.label + " (shrunk)")
         found, _ = first_mismatch(seq, a, b, mismatch.a_name, mismatch.b_name)
-        return found
+        return found if found is not None and _signature(found) == want else None
 
     chunk = max(1, len(ops) // 2)
     while chunk >= 1 and tries < budget:
@@ -1289,8 +1300,10 @@ def gen_create(g: Gen) -> list[Op]:
     """Random map_create attributes across every type: errno, or success and map info."""
     ops: list[Op] = [Create(0, MapType.ARRAY, 4, 8, 4)]  # an inner map template
     for i in range(g.rng.randint(8, 24)):
+        # Each create gets its own handle, so a shrunk sequence never aims an op at another
+        # create's map.
         inner = g.pick({0: 10, BAD_MAP: 1, 1: 1})
-        c = _random_create(g, 1 + i % 3, inner)
+        c = _random_create(g, 1 + i, inner)
         ops.append(c)
         ops.extend(_create_elem_ops(g, c))
         if g.chance(0.7):
