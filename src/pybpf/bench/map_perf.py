@@ -999,9 +999,9 @@ class EmulatedRun:
         for r in results:
             if r.test != Test.INNER_LRU_HASH_PREALLOC.name:
                 continue
-            stats = self.sys.map_numa_stats(setup.inner_fds[r.cpu])
-            r.map_node = stats.node
-            r.local_accesses, r.remote_accesses = stats.local[r.cpu], stats.remote[r.cpu]
+            stats = self.sys.map_stats(setup.inner_fds[r.cpu])
+            r.map_node = stats["numa_node"]
+            r.local_accesses, r.remote_accesses = stats["access_by_cpu"].get(r.cpu, (0, 0))
 
 
 def emulated_events(td: TestDef, lookup_entries: int):

@@ -1,0 +1,315 @@
+"""pybpf map-perf: the sample's arguments, output lines, programs and map placement.
+
+Nothing here times anything: runs use a handful of events and check formats, flags and the
+emulated NUMA accounting, which are counts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from conftest import kernel_available
+from pybpf.bench import map_perf as mp
+from pybpf.bench.map_perf_progs import BUILDERS, build_program
+from pybpf.uapi import MapFlags, MapType
+
+SAMPLE_LINE = re.compile(
+    r"^(?P<cpu>\d+):(?P<label>[a-z_]+(?: (?:pre-alloc|kmalloc))?) (?P<rate>\d+) "
+    r"(?P<unit>events|lookups) per sec(?P<rest>.*)$")
+
+EXPECTED_LABELS = {
+    mp.Test.HASH_PREALLOC: "hash_map_perf pre-alloc",
+    mp.Test.PERCPU_HASH_PREALLOC: "percpu_hash_map_perf pre-alloc",
+    mp.Test.HASH_KMALLOC: "hash_map_perf kmalloc",
+    mp.Test.PERCPU_HASH_KMALLOC: "percpu_hash_map_perf kmalloc",
+    mp.Test.LRU_HASH_PREALLOC: "lru_hash_map_perf pre-alloc",
+    mp.Test.NOCOMMON_LRU_HASH_PREALLOC: "nocommon_lru_hash_map_perf pre-alloc",
+    mp.Test.LPM_KMALLOC: "lpm_perf kmalloc",
+    mp.Test.HASH_LOOKUP: "hash_lookup",
+    mp.Test.ARRAY_LOOKUP: "array_lookup",
+    mp.Test.INNER_LRU_HASH_PREALLOC: "inner_lru_hash_map_perf pre-alloc",
+    mp.Test.LRU_HASH_LOOKUP: "lru_hash_lookup_perf pre-alloc",
+}
+
+needs_kernel = pytest.mark.skipif(not kernel_available(),
+                                  reason="bpf(2) is not permitted here")
+
+
+def emulated_programs_available() -> bool:
+    from pybpf import system
+
+    return hasattr(system("emulated", cpus=1), "trigger_tracepoint")
+
+
+needs_emulated_programs = pytest.mark.skipif(
+    not emulated_programs_available(),
+    reason="the emulated backend has no trigger_tracepoint (interpreter not wired) yet")
+
+
+def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pybpf.bench.map_perf", *args],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+# -- the test table and the sample's arithmetic -----------------------------------------------
+
+def test_test_bits_are_the_samples_enum_positions():
+    assert [t.bit for t in mp.Test] == [1 << i for i in range(11)]
+    assert mp.Test.INNER_LRU_HASH_PREALLOC.bit == 512
+    assert mp.Test.HASH_KMALLOC.bit == 4  # "map_perf_test 4" is HASH_KMALLOC
+
+
+@pytest.mark.parametrize("test", list(mp.Test))
+def test_line_format_is_the_samples(test):
+    line = mp.TESTS[test].line(5, 1628380)
+    m = SAMPLE_LINE.match(line)
+    assert m and m["cpu"] == "5" and m["rate"] == "1628380"
+    assert m["label"] == EXPECTED_LABELS[test]
+    assert m["unit"] == ("lookups" if test in (mp.Test.HASH_LOOKUP, mp.Test.ARRAY_LOOKUP)
+                         else "events")
+
+
+def test_inner_lru_line_matches_the_patch_message():
+    line = mp.TESTS[mp.Test.INNER_LRU_HASH_PREALLOC].line(5, 1628380)
+    assert line == "5:inner_lru_hash_map_perf pre-alloc 1628380 events per sec"
+
+
+def test_rate_uses_integer_arithmetic_and_the_lookup_factor():
+    assert mp.rate_of(10000, 3_000_000_000) == 3333
+    assert mp.rate_of(10000, 1_000_000_000, 64) == 640000
+
+
+def test_maps_are_declared_as_in_the_sample():
+    d = mp.MAP_DEFS
+    assert d["hash_map_alloc"].map_flags == MapFlags.NO_PREALLOC
+    assert d["percpu_hash_map_alloc"].map_flags == MapFlags.NO_PREALLOC
+    assert d["nocommon_lru_hash_map"].map_flags == MapFlags.NO_COMMON_LRU
+    assert d["lru_hash_map"].max_entries == 10000
+    assert d["lpm_trie_map_alloc"].map_type == MapType.LPM_TRIE
+    assert d["array_of_lru_hashs"].max_entries == mp.MAX_NR_CPUS
+
+
+def test_lru_lookup_start_keys_wrap_like_the_sample():
+    assert mp.lru_lookup_keys(32) == [0]
+    assert mp.lru_lookup_keys(100) == [0, 32, 64, 96]
+    assert mp.lru_lookup_keys(1000)[-1] == 992
+
+
+def test_connect_address_carries_host_order_magic_and_test_case():
+    addr = mp.sockaddr_in6(2, 0x01020304)
+    assert len(addr) == 28
+    family, = struct.unpack_from("=H", addr, 0)
+    assert family == socket.AF_INET6
+    assert struct.unpack_from("=HHH", addr, 8) == (0xDEAD, 0xBEEF, 2)
+    assert struct.unpack_from("=I", addr, 20) == (0x01020304,)
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_every_program_assembles_with_its_maps(name):
+    fds = {m: 3 for m in mp.MAP_DEFS}
+    prog = build_program(name, fds)
+    assert len(prog.insns) % 8 == 0 and len(prog.insns) > 0
+
+
+def test_program_without_its_map_is_refused():
+    with pytest.raises(KeyError, match="hash_map"):
+        build_program("stress_hmap", {})
+
+
+def test_resizing_touches_only_the_enabled_tests_maps():
+    cfg = mp.Config(test_flags=mp.Test.HASH_KMALLOC.bit, num_map_entries=77)
+    setup = mp.Setup(None, cfg)
+    assert setup.max_entries("hash_map_alloc") == 77
+    assert setup.max_entries("hash_map") == 1000
+    assert setup.inner_lru_hash_size == 77
+
+
+# -- argument handling --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, message", [
+    (["abc"], "TEST_FLAGS must be an integer"),
+    (["4096"], "selects no test"),
+    (["1", "-2"], "NUM_PROCS must be >= 0"),
+    (["1", "1", "x"], "NUM_ENTRIES must be an integer"),
+    (["1", "1", "0", "0"], "MAX_CNT must be >= 1"),
+    (["1", "1", "0", "10", "5"], "unrecognized arguments"),
+    (["512", "--numa-node", "far"], "--numa-node takes"),
+    (["512", "--cpus", "2", "--nodes", "3"], "exceeds --cpus"),
+    (["1", "--backend", "kernel", "--cpus", "4"], "declare an emulated machine"),
+    (["1", "--backend", "emulated", "--baseline"], "--baseline"),
+    (["1", "--c-trigger", "/nonexistent/trigger"], "not an executable"),
+])
+def test_bad_arguments_print_usage_and_exit_2(args, message):
+    proc = run_cli(*args)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: pybpf map-perf")
+    assert message in proc.stderr
+
+
+@pytest.mark.parametrize("text, flags", [("0", mp.ALL_TESTS_MASK), ("-1", mp.ALL_TESTS_MASK),
+                                         ("512", 512), ("0x204", 0x204)])
+def test_test_flags_zero_means_all_like_atoi(text, flags):
+    parser = mp.configure_parser(mp.argparse.ArgumentParser())
+    assert parser.parse_args([text]).test_flags == flags
+
+
+def test_defaults_are_the_samples():
+    parser = mp.configure_parser(mp.argparse.ArgumentParser())
+    ns = parser.parse_args([])
+    assert (ns.test_flags, ns.num_procs, ns.num_map_entries, ns.max_cnt) == (
+        mp.ALL_TESTS_MASK, 0, 0, 10000)
+    assert ns.numa_node == "auto"
+
+
+# -- kernel backend -----------------------------------------------------------------------------
+
+@needs_kernel
+def test_kernel_run_prints_one_sample_line_per_test_and_cpu():
+    proc = run_cli("0", "2", "0", "30", "--backend", "kernel", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if SAMPLE_LINE.match(line)]
+    seen = {(int(SAMPLE_LINE.match(line)["cpu"]), SAMPLE_LINE.match(line)["label"])
+            for line in lines}
+    assert seen == {(cpu, label) for cpu in (0, 1) for label in EXPECTED_LABELS.values()}
+    assert all(int(SAMPLE_LINE.match(line)["rate"]) > 0 for line in lines)
+
+
+@needs_kernel
+def test_kernel_json_has_every_test_and_the_inner_maps_flags():
+    proc = run_cli("0", "2", "0", "20", "--backend", "kernel", "--json", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["backend"] == "kernel" and not doc["emulated"]
+    assert {r["test"] for r in doc["results"]} == {t.name for t in mp.Test}
+    inner = [r for r in doc["results"] if r["test"] == "INNER_LRU_HASH_PREALLOC"]
+    assert all(r["map_flags"] & MapFlags.NUMA_NODE for r in inner)
+    assert all(r["numa_node"] == 0 for r in inner)  # this machine has node 0 only
+
+
+@needs_kernel
+@pytest.mark.parametrize("mode, numa_flag", [("auto", True), ("none", False), ("0", True)])
+def test_kernel_inner_maps_carry_bpf_f_numa_node_as_asked(mode, numa_flag):
+    cfg = mp.Config(test_flags=mp.Test.INNER_LRU_HASH_PREALLOC.bit, num_procs=2, max_cnt=10,
+                    backend="kernel", numa_node=mode, json=True, progress=False)
+    result = mp.run(cfg)
+    assert sorted(r.cpu for r in result.results) == [0, 1]
+    for r in result.results:  # map_flags as /proc/self/fdinfo reports them
+        assert bool(r.map_flags & MapFlags.NUMA_NODE) is numa_flag
+        assert r.numa_node == (0 if numa_flag else None)
+
+
+@needs_kernel
+def test_kernel_maps_get_the_declared_flags():
+    from pybpf import system
+
+    k = system("kernel")
+    setup = mp.Setup(k, mp.Config(numa_node="none"))
+    try:
+        setup.create_maps(0)
+        for name, fd in setup.fds.items():
+            info = k.map_get_info(fd)
+            assert info.map_flags == mp.MAP_DEFS[name].map_flags, name
+            assert info.type == mp.MAP_DEFS[name].map_type, name
+    finally:
+        setup.close()
+
+
+@needs_kernel
+def test_kernel_lpm_trie_is_really_filled():
+    from pybpf import system
+
+    k = system("kernel")
+    setup = mp.Setup(k, mp.Config(test_flags=mp.Test.LPM_KMALLOC.bit))
+    try:
+        setup.create_maps(0)
+        setup.fill_lpm_trie()
+        value = k.map_lookup_elem(setup.fds["lpm_trie_map_alloc"],
+                                  struct.pack("=I4B", 32, 192, 168, 0, 1))
+        assert struct.unpack("=q", value) == (128,)
+    finally:
+        setup.close()
+
+
+# -- emulated backend ---------------------------------------------------------------------------
+
+@needs_emulated_programs
+@pytest.mark.parametrize("test", list(mp.Test))
+def test_emulated_every_test_runs_a_few_events(test):
+    cfg = mp.Config(test_flags=test.bit, num_procs=2, max_cnt=5, backend="emulated", cpus=2,
+                    json=True, progress=False)
+    result = mp.run(cfg)
+    assert sorted(r.cpu for r in result.results) == [0, 1]
+    for r in result.results:
+        assert r.events == 5 and r.rate > 0
+        assert SAMPLE_LINE.match(mp.result_line(r, "emulated"))["rest"].startswith(
+            " " + mp.EMULATED_LABEL)
+
+
+def _numa_run(mode: str):
+    cfg = mp.Config(test_flags=mp.Test.INNER_LRU_HASH_PREALLOC.bit, num_procs=20, max_cnt=20,
+                    backend="emulated", cpus=20, nodes=2, numa_node=mode, parent_cpu=10,
+                    json=True, progress=False)
+    return {r.cpu: r for r in mp.run(cfg).results}
+
+
+@needs_emulated_programs
+def test_emulated_without_numa_node_cpu0s_map_is_remote():
+    rows = _numa_run("none")
+    assert rows[0].map_node == 1  # made by the parent on CPU 10
+    assert rows[0].remote_share == 1.0
+    assert all(rows[cpu].remote_share == 0.0 for cpu in range(1, 20))
+
+
+@needs_emulated_programs
+def test_emulated_numa_auto_makes_every_inner_map_local():
+    rows = _numa_run("auto")
+    assert all(rows[cpu].remote_share == 0.0 for cpu in range(20))
+    assert [rows[cpu].map_node for cpu in range(20)] == [0] * 10 + [1] * 10
+    assert all(rows[cpu].map_flags & MapFlags.NUMA_NODE for cpu in range(20))
+
+
+@needs_emulated_programs
+def test_emulated_forced_node_puts_every_inner_map_there():
+    rows = _numa_run("1")
+    assert all(rows[cpu].map_node == 1 for cpu in range(20))
+    assert all(rows[cpu].remote_share == 1.0 for cpu in range(10))
+    assert all(rows[cpu].remote_share == 0.0 for cpu in range(10, 20))
+
+
+@needs_emulated_programs
+def test_emulated_output_is_labelled_and_shows_remote_share():
+    proc = run_cli("512", "4", "0", "5", "--backend", "emulated", "--cpus", "4", "--nodes", "2",
+                   "--numa-node", "none", "--parent-cpu", "2", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    inner = [line for line in proc.stdout.splitlines()
+             if line.split(":", 1)[0].isdigit()]
+    assert len(inner) == 4
+    assert all(mp.EMULATED_LABEL in line and "remote" in line for line in inner)
+    assert any(line.startswith("0:") and "remote 100.0%" in line for line in inner)
+    assert "inner_lru_hash_map placement" in proc.stdout
+
+
+def test_plot_without_matplotlib_is_a_clear_error(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError("no matplotlib")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    result = mp.RunResult("emulated", mp.Config(), [0], [
+        mp.Result(0, "HASH_PREALLOC", "0:x 1 events per sec", 1, "events", 1, 1)])
+    with pytest.raises(RuntimeError, match="pip install 'pybpf\\[plot\\]'"):
+        mp.plot(result, "/tmp/never.png")
