@@ -895,3 +895,131 @@ def test_sockhash_iteration_order_matches_the_kernel(kmaps, emaps, sockets):
         m.sys.map_update_elem(fd, struct.pack("<HI", 3, 3 * 7919), sockval(sock))
         walks.append(list(iter_keys(m.sys, fd)))
     assert walks[1] == walks[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# HASH_OF_MAPS
+# ----------------------------------------------------------------------------------------------
+
+def test_hash_of_maps_create_checks(maps):
+    inner = maps.create(MapType.ARRAY, 4, 4, 1)
+    assert maps.create_errno(MapType.HASH_OF_MAPS, 4, 8, 4, inner_map_fd=inner) == errno.EINVAL
+    prog_array = maps.create(MapType.PROG_ARRAY, 4, 4, 1)
+    assert maps.create_errno(MapType.HASH_OF_MAPS, 4, 4, 4, inner_map_fd=prog_array) == ENOTSUPP
+    assert maps.create_errno(MapType.HASH_OF_MAPS, 4, 4, 4, inner_map_fd=999_999) == errno.EBADF
+
+
+def test_hash_of_maps_resolves_the_fd_before_checking_flags(maps):
+    sys = maps.sys
+    template = maps.create(MapType.ARRAY, 4, 4, 1)
+    outer = maps.create(MapType.HASH_OF_MAPS, 4, 4, 2, inner_map_fd=template)
+    assert err_of(sys.map_update_elem, outer, k32(1), k32(999_999), 3) == errno.EBADF
+    assert err_of(sys.map_update_elem, outer, k32(1), k32(template), 3) == errno.EINVAL
+
+
+def test_hash_of_maps_update_rules_and_ids(maps):
+    sys = maps.sys
+    template = maps.create(MapType.ARRAY, 4, 4, 1)
+    outer = maps.create(MapType.HASH_OF_MAPS, 4, 4, 2, inner_map_fd=template)
+    inner = sys.map_create(MapType.ARRAY, 4, 4, 1)
+    inner_id = sys.map_get_info(inner).id
+    assert err_of(sys.map_update_elem, outer, k32(1), k32(inner), BPF_EXIST) == errno.ENOENT
+    sys.map_update_elem(outer, k32(1), k32(inner), BPF_NOEXIST)
+    sys.close(inner)  # the outer map holds a reference
+    assert sys.map_lookup_elem(outer, k32(1)) == k32(inner_id)
+    assert err_of(sys.map_update_elem, outer, k32(1), k32(template), BPF_NOEXIST) \
+        == errno.EEXIST
+    sys.map_update_elem(outer, k32(2), k32(template))
+    assert err_of(sys.map_update_elem, outer, k32(3), k32(template)) == errno.E2BIG
+    assert err_of(sys.map_lookup_and_delete_elem, outer, k32(1)) == ENOTSUPP
+    assert err_of(sys.map_delete_elem, outer, k32(3)) == errno.ENOENT
+    assert err_of(sys.map_lookup_elem, outer, k32(3)) == errno.ENOENT
+    again = sys.map_get_fd_by_id(inner_id)
+    maps.fds.append(again)
+    sys.map_delete_elem(outer, k32(1))
+
+
+def test_hash_of_maps_order_and_batch_match_the_kernel(kmaps, emaps):
+    results = []
+    for m in (kmaps, emaps):
+        sys = m.sys
+        template = m.create(MapType.ARRAY, 4, 4, 1)
+        outer = m.create(MapType.HASH_OF_MAPS, 4, 4, 16, inner_map_fd=template,
+                         map_flags=BPF_F_ZERO_SEED)
+        for i in range(10):
+            sys.map_update_elem(outer, k32(i * 37), k32(template))
+        walk = list(iter_keys(sys, outer))
+        batch = sys.map_lookup_batch(outer, None, 16)
+        template_id = sys.map_get_info(template).id
+        results.append((walk, batch.keys, batch.end,
+                        all(v == k32(template_id) for v in batch.values)))
+    assert results[1] == results[0]
+    assert results[0][3]
+
+
+# ----------------------------------------------------------------------------------------------
+# Batches
+# ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("map_type", [MapType.ARRAY, MapType.PERCPU_ARRAY])
+def test_array_lookup_batch_walks_indices_with_key_tokens(maps, map_type):
+    sys = maps.sys
+    fd = maps.create(map_type, 4, 8, 3)
+    first = sys.map_lookup_batch(fd, None, 2)
+    assert first.keys == [k32(0), k32(1)] and not first.end
+    assert first.out_batch == k32(1)
+    rest = sys.map_lookup_batch(fd, first.out_batch, 2)
+    assert rest.keys == [k32(2)] and rest.end
+
+
+def test_array_update_batch_stops_at_the_first_error(maps):
+    sys = maps.sys
+    fd = maps.create(MapType.ARRAY, 4, 4, 2)
+    with pytest.raises(OSError) as info:
+        sys.map_update_batch(fd, [k32(0), k32(5), k32(1)], [b"aaaa", b"bbbb", b"cccc"])
+    assert info.value.errno == errno.E2BIG
+    assert info.value.count == 1
+    assert sys.map_lookup_elem(fd, k32(0)) == b"aaaa"
+    assert sys.map_lookup_elem(fd, k32(1)) == bytes(4)
+
+
+def test_array_of_maps_lookup_batch_skips_empty_slots(maps):
+    sys = maps.sys
+    template = maps.create(MapType.ARRAY, 4, 4, 1)
+    outer = maps.create(MapType.ARRAY_OF_MAPS, 4, 4, 4, inner_map_fd=template)
+    sys.map_update_batch(outer, [k32(1), k32(3)], [k32(template), k32(template)])
+    template_id = k32(sys.map_get_info(template).id)
+    got = sys.map_lookup_batch(outer, None, 4)
+    assert got.keys == [k32(1), k32(3)] and got.values == [template_id, template_id]
+    assert got.end
+
+
+def test_lpm_batches_lookup_update_delete(maps):
+    sys = maps.sys
+    fd = maps.create(MapType.LPM_TRIE, 8, 4, 8, map_flags=BPF_F_NO_PREALLOC)
+    keys = [lpm_key(8, 10, 0, 0, 0), lpm_key(16, 10, 1, 0, 0), lpm_key(24, 10, 1, 2, 0)]
+    assert sys.map_update_batch(fd, keys, [b"aaaa", b"bbbb", b"cccc"]) == 3
+    got = sys.map_lookup_batch(fd, None, 8)
+    assert got.keys == list(iter_keys(sys, fd)) and got.end
+    assert sys.map_delete_batch(fd, keys[:2]) == 2
+    assert err_of(sys.map_lookup_and_delete_batch, fd, None, 8) == ENOTSUPP
+
+
+@pytest.mark.parametrize("map_type, key_size, value_size, max_entries, flags", [
+    (MapType.PROG_ARRAY, 4, 4, 2, 0),
+    (MapType.QUEUE, 0, 4, 2, 0),
+    (MapType.BLOOM_FILTER, 0, 4, 2, 0),
+    (MapType.RINGBUF, 0, 0, 4096, 0),
+    (MapType.DEVMAP, 4, 4, 2, 0),
+    (MapType.DEVMAP_HASH, 4, 4, 2, 0),
+    (MapType.CPUMAP, 4, 4, 2, 0),
+    (MapType.SOCKMAP, 4, 8, 2, 0),
+    (MapType.SOCKHASH, 4, 8, 2, 0),
+])
+def test_batch_commands_without_a_handler_give_enotsupp(maps, map_type, key_size, value_size,
+                                                        max_entries, flags):
+    sys = maps.sys
+    fd = maps.create(map_type, key_size, value_size, max_entries, map_flags=flags)
+    assert err_of(sys.map_lookup_batch, fd, None, 2) == ENOTSUPP
+    assert err_of(sys.map_lookup_and_delete_batch, fd, None, 2) == ENOTSUPP
+    assert err_of(sys.map_delete_batch, fd, []) == ENOTSUPP

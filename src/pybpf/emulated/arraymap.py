@@ -43,6 +43,7 @@ from ..uapi import (
     MapType,
     round_up,
 )
+from .batch import generic_map_lookup_batch, generic_map_update_batch
 from .bpf_map import BpfMap, MapAttr, map_ops
 
 if TYPE_CHECKING:
@@ -150,28 +151,6 @@ def raise_update_error(err: int, index: int, max_entries: int) -> None:
     raise KernelError(err, f"index {index} (max_entries {max_entries}): {_UPDATE_ERRORS[err]}")
 
 
-def bpf_prog_get(system, fd: int) -> object:
-    """bpf_prog_get: the program behind ``fd`` (not open -> EBADF, not a program -> EINVAL).
-
-    A program is what the system's fd table holds for a loaded program (emulated/progs.py):
-    an object with ``prog_type``, ``expected_attach_type`` and ``id``, or a file whose
-    ``prog`` is one.
-    """
-    obj = system.fd_get(fd)
-    prog = getattr(obj, "prog", obj)
-    if getattr(prog, "prog_type", None) is None:
-        raise KernelError(errno.EINVAL, f"fd {fd} is not a BPF program")
-    return prog
-
-
-def bpf_prog_ref(system, prog: object, delta: int) -> None:
-    """bpf_prog_inc / bpf_prog_put on a program an object stores, when the system counts
-    program references (a stored program keeps its id until released)."""
-    counter = getattr(system, "bpf_prog_inc" if delta > 0 else "bpf_prog_put", None)
-    if counter is not None:
-        counter(prog)
-
-
 class ArrayBase(BpfMap):
     """What every array-shaped map shares: u32 index keys and get_next_key over all indices."""
 
@@ -202,6 +181,9 @@ class ArrayBase(BpfMap):
 @map_ops(MapType.ARRAY)
 class BpfArray(ArrayBase):
     """struct bpf_array for BPF_MAP_TYPE_ARRAY: one value buffer per index."""
+
+    map_lookup_batch = generic_map_lookup_batch
+    map_update_batch = generic_map_update_batch
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
         super().__init__(attr, machine, node)
@@ -250,6 +232,9 @@ class BpfArray(ArrayBase):
 @map_ops(MapType.PERCPU_ARRAY)
 class BpfPercpuArray(ArrayBase):
     """BPF_MAP_TYPE_PERCPU_ARRAY: one elem_size slot per possible CPU per index."""
+
+    map_lookup_batch = generic_map_lookup_batch
+    map_update_batch = generic_map_update_batch
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
         super().__init__(attr, machine, node)
@@ -404,17 +389,17 @@ class ProgArray(FdArray):
         self.owner_prog_type: int | None = None
 
     def fd_get_ptr(self, ufd: int) -> object:
-        prog = bpf_prog_get(self.system, ufd)
+        prog = self.system.prog_from_fd(ufd)
         if self.owner_prog_type is None:
             self.owner_prog_type = prog.prog_type
         elif prog.prog_type != self.owner_prog_type:
             raise KernelError(errno.EINVAL, f"program type {prog.prog_type} does not match the "
                                             f"array's owner type {self.owner_prog_type}")
-        bpf_prog_ref(self.system, prog, +1)
+        self.system.bpf_prog_inc(prog)
         return prog
 
     def fd_put_ptr(self, ptr: object) -> None:
-        bpf_prog_ref(self.system, ptr, -1)
+        self.system.bpf_prog_put(ptr)
 
     def fd_sys_lookup_elem(self, ptr: object) -> int:
         return ptr.id

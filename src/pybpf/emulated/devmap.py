@@ -43,7 +43,7 @@ from ..uapi import (
     MapType,
     ProgType,
 )
-from .arraymap import bpf_prog_get, index_get_next_key, u32_key
+from .arraymap import index_get_next_key, u32_key
 from .bpf_map import BpfMap, MapAttr, map_ops
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ def machine_ifindexes(machine: Machine) -> frozenset[int]:
 def resolve_xdp_prog(system, fd: int, attach_type: int) -> object | None:
     """An XDP program fd stored with a devmap/cpumap entry; None when the check fails."""
     try:
-        prog = bpf_prog_get(system, fd)
+        prog = system.prog_from_fd(fd)
     except KernelError:
         return None
     if prog.prog_type != ProgType.XDP or prog.expected_attach_type != attach_type:

@@ -36,6 +36,7 @@ from ..uapi import (
     MapType,
 )
 from .arraymap import bpf_map_flags_access_ok
+from .batch import generic_map_delete_batch, generic_map_lookup_batch, generic_map_update_batch
 from .bpf_map import BpfMap, MapAttr, map_ops
 
 if TYPE_CHECKING:
@@ -70,6 +71,10 @@ class LpmTrieNode:
 @map_ops(MapType.LPM_TRIE)
 class LpmTrie(BpfMap):
     """struct lpm_trie."""
+
+    map_lookup_batch = generic_map_lookup_batch
+    map_update_batch = generic_map_update_batch
+    map_delete_batch = generic_map_delete_batch
 
     @classmethod
     def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:

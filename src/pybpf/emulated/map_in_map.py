@@ -15,8 +15,10 @@ Rules this module keeps:
 - ARRAY_OF_MAPS: update flags must be BPF_ANY (else EINVAL), index >= max_entries -> E2BIG;
   delete of index >= max_entries -> E2BIG, of an empty slot -> ENOENT; lookup of an empty slot
   -> ENOENT; batches: generic lookup and update.
-- HASH_OF_MAPS: the inner fd is resolved first, then hash semantics (EINVAL flags, EEXIST,
-  ENOENT, E2BIG); batches: all four.
+- HASH_OF_MAPS: value_size must be 4, then the hash map's create checks; on update the inner
+  fd is resolved first, then hash semantics (EINVAL flags, EEXIST, ENOENT, E2BIG) and the
+  hash order; batches: all four (the hash map's, values are inner map ids); lookup_and_delete
+  -> ENOTSUPP.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from typing import TYPE_CHECKING
 from ..errors import KernelError
 from ..uapi import BPF_F_INNER_MAP, ENOTSUPP, MAP_IN_MAP_TYPES, MapType
 from .arraymap import FdArray, u32_key
+from .batch import generic_map_lookup_batch, generic_map_update_batch
 from .bpf_map import BpfMap, MapAttr, map_ops
+from .hashtab import HtabElem, HtabMap
 
 if TYPE_CHECKING:
     from .machine import Machine
@@ -102,6 +106,9 @@ class MapOfMapsMixin:
 class ArrayOfMaps(MapOfMapsMixin, FdArray):
     """BPF_MAP_TYPE_ARRAY_OF_MAPS."""
 
+    map_lookup_batch = generic_map_lookup_batch
+    map_update_batch = generic_map_update_batch
+
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
         self.inner_map_meta = bpf_map_meta_alloc(attr.inner_map)
         super().__init__(attr, machine, node)
@@ -113,3 +120,57 @@ class ArrayOfMaps(MapOfMapsMixin, FdArray):
             return None
         self.access_stats.access(self.machine.current_cpu(), self.numa_node)
         return self.ptrs.get(index)
+
+
+@map_ops(MapType.HASH_OF_MAPS)
+class HashOfMaps(MapOfMapsMixin, HtabMap):
+    """BPF_MAP_TYPE_HASH_OF_MAPS: a hash map whose 4-byte values hold inner maps.
+
+    Each element's value holds the inner map's id (what a syscall lookup and the hash batch
+    report, where the kernel keeps a pointer); ``inner_maps`` turns an id back into the map,
+    counting how many elements hold it.
+    """
+
+    @classmethod
+    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
+        if attr.value_size != 4:
+            raise KernelError(errno.EINVAL, f"maps of maps hold 4-byte map fds: value_size must "
+                                            f"be 4, got {attr.value_size}")
+        super().alloc_check(attr, machine)
+
+    def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
+        self.inner_map_meta = bpf_map_meta_alloc(attr.inner_map)
+        super().__init__(attr, machine, node)
+        self.inner_maps: dict[int, list] = {}  # id -> [map, elements holding it]
+
+    def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
+        """bpf_fd_htab_map_update_elem: resolve the fd first, then the hash update."""
+        inner = self.fd_get_ptr(u32_key(value))
+        held = self.inner_maps.setdefault(inner.id, [inner, 0])
+        held[1] += 1
+        try:
+            self._update(key, inner.id.to_bytes(4, "little"), flags, onallcpus=True)
+        except KernelError:
+            self._drop(inner.id)
+            raise
+
+    def put_fd_value(self, elem: HtabElem) -> None:
+        self._drop(u32_key(elem.value))
+
+    def _drop(self, inner_id: int) -> None:
+        held = self.inner_maps[inner_id]
+        held[1] -= 1
+        if not held[1]:
+            del self.inner_maps[inner_id]
+        self.fd_put_ptr(held[0])
+
+    def lookup_and_delete_elem_sys(self, key: bytes | None, flags: int) -> bytes:
+        raise KernelError(ENOTSUPP, "lookup_and_delete is not supported by maps of maps")
+
+    def lookup_elem(self, key: bytes) -> BpfMap | None:
+        """htab_of_map_lookup_elem: the inner map itself, for the program to use."""
+        value = super().lookup_elem(key)
+        return None if value is None else self.inner_maps[u32_key(value)][0]
+
+    def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
+        return -errno.EINVAL  # programs cannot store maps (the verifier refuses)
