@@ -1218,6 +1218,8 @@ def _random_create(g: Gen, m: int, inner: int) -> Create:
         for bit in range(20):
             if g.chance(0.05):
                 flags |= 1 << bit
+    if g.chance(0.04):  # a bit no kernel defines (yet)
+        flags |= 1 << g.rng.randint(20, 31)
     if g.chance(0.15):
         flags |= int(MapFlags.ZERO_SEED)
     if g.chance(0.15):
