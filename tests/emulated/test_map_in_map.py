@@ -1,0 +1,76 @@
+"""ARRAY_OF_MAPS and HASH_OF_MAPS on the emulated backend: programs get inner maps, and the
+outer map's references keep inner maps alive exactly as long as it holds them."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from pybpf.uapi import BPF_F_INNER_MAP, MapType
+
+
+def k32(i: int) -> bytes:
+    return i.to_bytes(4, "little")
+
+
+@pytest.mark.parametrize("outer_type", [MapType.ARRAY_OF_MAPS, MapType.HASH_OF_MAPS])
+def test_program_lookup_returns_the_inner_map_object(emulated, outer_type):
+    template = emulated.map_create(MapType.ARRAY, 4, 4, 1)
+    outer = emulated.map_create(outer_type, 4, 4, 4, inner_map_fd=template)
+    emulated.map_update_elem(outer, k32(1), k32(template))
+    outer_map = emulated.map_from_fd(outer)
+    assert outer_map.lookup_elem(k32(1)) is emulated.map_from_fd(template)
+    assert outer_map.lookup_elem(k32(2)) is None
+
+
+@pytest.mark.parametrize("outer_type", [MapType.ARRAY_OF_MAPS, MapType.HASH_OF_MAPS])
+def test_inner_map_lives_while_the_outer_map_holds_it(emulated, outer_type):
+    template = emulated.map_create(MapType.ARRAY, 4, 4, 1)
+    outer = emulated.map_create(outer_type, 4, 4, 4, inner_map_fd=template)
+    inner = emulated.map_create(MapType.ARRAY, 4, 4, 1)
+    inner_id = emulated.map_get_info(inner).id
+    emulated.map_update_elem(outer, k32(0), k32(inner))
+    emulated.map_update_elem(outer, k32(1), k32(inner))
+    emulated.close(inner)
+    emulated.map_delete_elem(outer, k32(0))
+    emulated.close(emulated.map_get_fd_by_id(inner_id))  # one element still holds it
+    emulated.close(outer)
+    with pytest.raises(OSError) as info:
+        emulated.map_get_fd_by_id(inner_id)
+    assert info.value.errno == errno.ENOENT
+
+
+def test_replacing_an_inner_map_drops_the_old_one(emulated):
+    template = emulated.map_create(MapType.ARRAY, 4, 4, 2, map_flags=BPF_F_INNER_MAP)
+    outer = emulated.map_create(MapType.HASH_OF_MAPS, 4, 4, 4, inner_map_fd=template)
+    first = emulated.map_create(MapType.ARRAY, 4, 4, 8, map_flags=BPF_F_INNER_MAP)
+    first_id = emulated.map_get_info(first).id
+    emulated.map_update_elem(outer, k32(5), k32(first))
+    emulated.close(first)
+    emulated.map_update_elem(outer, k32(5), k32(template))
+    with pytest.raises(OSError) as info:
+        emulated.map_get_fd_by_id(first_id)
+    assert info.value.errno == errno.ENOENT
+    assert emulated.map_lookup_elem(outer, k32(5)) == k32(emulated.map_get_info(template).id)
+
+
+def test_failed_hash_of_maps_update_takes_no_reference(emulated):
+    template = emulated.map_create(MapType.ARRAY, 4, 4, 1)
+    outer = emulated.map_create(MapType.HASH_OF_MAPS, 4, 4, 1, inner_map_fd=template)
+    inner = emulated.map_create(MapType.ARRAY, 4, 4, 1)
+    inner_map = emulated.map_from_fd(inner)
+    emulated.map_update_elem(outer, k32(0), k32(template))
+    refs = inner_map.refcnt
+    with pytest.raises(OSError) as info:
+        emulated.map_update_elem(outer, k32(1), k32(inner))  # full
+    assert info.value.errno == errno.E2BIG
+    assert inner_map.refcnt == refs
+
+
+def test_the_template_is_a_snapshot_not_a_reference(emulated):
+    template = emulated.map_create(MapType.ARRAY, 4, 4, 3)
+    outer = emulated.map_create(MapType.ARRAY_OF_MAPS, 4, 4, 2, inner_map_fd=template)
+    emulated.close(template)  # the outer map keeps only the template's shape
+    same_shape = emulated.map_create(MapType.ARRAY, 4, 4, 3)
+    emulated.map_update_elem(outer, k32(0), k32(same_shape))
