@@ -238,7 +238,13 @@ class HtabMap(BpfMap):
         self.table[new.key] = new
 
     # -- element memory ---------------------------------------------------------------------
-    def _fill_value(self, elem: HtabElem, value: bytes, onallcpus: bool) -> None:
+    def _fill_value(self, elem: HtabElem, value: bytes, onallcpus: bool,
+                    init: bool = True) -> None:
+        """pcpu_init_value (``init``: a new element) or pcpu_copy_value (an existing one).
+
+        From the syscall (``onallcpus``) every CPU's slot is written; from a program only the
+        current CPU's, and a new element gets zeros on the other CPUs (5.11+).
+        """
         if not self.percpu:
             elem.value[:] = value
         elif onallcpus:
@@ -247,11 +253,12 @@ class HtabMap(BpfMap):
                 slot[:] = value[cpu * size:(cpu + 1) * size]
         else:
             cpu = self.current_cpu()
-            for other, slot in enumerate(elem.value):
-                if other == cpu:
-                    slot[:self.value_size] = value[:self.value_size]
-                else:
-                    slot[:] = bytes(self.slot_size)
+            elem.value[cpu][:self.value_size] = value[:self.value_size]
+            if init:
+                zeros = bytes(self.slot_size)
+                for other, slot in enumerate(elem.value):
+                    if other != cpu:
+                        slot[:] = zeros
 
     def _alloc_elem(self, key: bytes, value: bytes, hash_: int, old: HtabElem | None,
                     onallcpus: bool) -> HtabElem:
@@ -567,7 +574,7 @@ class HtabPercpuMap(HtabMap):
             old = self.table.get(key)
             self._check_flags(old, flags)
             if old is not None:
-                self._fill_value(old, value, onallcpus)
+                self._fill_value(old, value, onallcpus, init=False)
             else:
                 self._link(self._alloc_elem(key, value, hash_, None, onallcpus))
 
@@ -676,7 +683,7 @@ class HtabLruPercpuMap(HtabLruMap):
             else:
                 if old is not None:
                     old.ref = 1
-                    self._fill_value(old, value, onallcpus)
+                    self._fill_value(old, value, onallcpus, init=False)
                 else:
                     node.key = key
                     node.hash = hash_

@@ -502,7 +502,9 @@ class EmulatedSystem(ProgramsMixin, System):
                 in_batch = bytes(in_batch)
             return getattr(bpf_map, command)(in_batch, count, elem_flags, flags)
         except KernelError as exc:
-            raise self._error(exc, command, bpf_map) from None
+            # ENOSPC comes after the handler wrote count = 0.
+            raise self._error(exc, command, bpf_map,
+                              count=0 if exc.errno == errno.ENOSPC else None) from None
 
     def map_lookup_batch(self, fd: int, in_batch: bytes | None, count: int,
                          elem_flags: int = 0, flags: int = 0) -> BatchLookup:

@@ -1,0 +1,101 @@
+"""The emulated machine: topology, current CPU per thread, NUMA access accounting."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from pybpf.emulated.machine import AccessStats, Machine, parse_cpulist
+
+
+def test_declared_topology_spreads_nodes_contiguously():
+    machine = Machine(cpus=20, nodes=2)
+    assert machine.num_cpus == 20 and machine.num_nodes == 2
+    assert [machine.cpu_to_node(c) for c in range(20)] == [0] * 10 + [1] * 10
+    assert machine.topology.cpus_of_node(1) == list(range(10, 20))
+
+
+def test_declared_topology_with_uneven_nodes_covers_every_node():
+    machine = Machine(cpus=5, nodes=3)
+    assert sorted(set(machine.cpu_node)) == [0, 1, 2]
+    assert machine.cpu_node == sorted(machine.cpu_node)
+
+
+@pytest.mark.parametrize("cpus,nodes", [(0, 1), (4, 0), (2, 3)])
+def test_impossible_topology_is_rejected(cpus, nodes):
+    with pytest.raises(ValueError):
+        Machine(cpus=cpus, nodes=nodes)
+
+
+def test_host_topology_has_every_possible_cpu():
+    machine = Machine()
+    assert machine.num_cpus >= 1
+    assert all(0 <= machine.cpu_to_node(c) < machine.num_nodes for c in range(machine.num_cpus))
+
+
+def test_parse_cpulist_reads_ranges_and_singles():
+    assert parse_cpulist("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+
+
+def test_on_cpu_sets_and_restores_the_current_cpu_and_node():
+    machine = Machine(cpus=4, nodes=2)
+    assert machine.current_cpu() == 0
+    with machine.on_cpu(3):
+        assert machine.current_cpu() == 3 and machine.numa_node_id() == 1
+        with machine.on_cpu(1):
+            assert machine.current_cpu() == 1 and machine.numa_node_id() == 0
+        assert machine.current_cpu() == 3
+    assert machine.current_cpu() == 0
+
+
+@pytest.mark.parametrize("cpu", [-1, 4, "1", 1.0])
+def test_on_cpu_outside_the_machine_gives_valueerror(cpu):
+    machine = Machine(cpus=4)
+    with pytest.raises(ValueError, match="does not exist"):
+        with machine.on_cpu(cpu):
+            pass
+
+
+def test_current_cpu_is_per_thread():
+    machine = Machine(cpus=4)
+    seen = {}
+
+    def worker(cpu):
+        with machine.on_cpu(cpu):
+            barrier.wait()
+            seen[cpu] = machine.current_cpu()
+
+    barrier = threading.Barrier(3)
+    threads = [threading.Thread(target=worker, args=(c,)) for c in (1, 2, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == {1: 1, 2: 2, 3: 3}
+    assert machine.current_cpu() == 0
+
+
+def test_access_stats_count_local_and_remote_per_cpu():
+    machine = Machine(cpus=4, nodes=2)
+    stats = AccessStats(machine.cpu_node)
+    stats.access(0, 0)
+    stats.access(0, 1)
+    stats.access(3, 1)
+    stats.access(3, 1)
+    assert stats.by_cpu() == {0: (1, 1), 3: (2, 0)}
+    assert stats.remote_share(0) == 0.5
+    assert stats.remote_share(3) == 0.0
+    assert stats.remote_share() == 0.25
+    assert stats.remote_share(1) == 0.0
+    stats.reset()
+    assert stats.by_cpu() == {}
+
+
+def test_machine_step_runs_due_rcu_callbacks():
+    machine = Machine(cpus=2)
+    ran = []
+    machine.rcu.call_rcu(lambda: ran.append(1))
+    assert ran == []
+    assert machine.step() == 1
+    assert ran == [1]

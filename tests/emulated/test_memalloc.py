@@ -1,0 +1,126 @@
+"""Allocators: pcpu_freelist, bpf_mem_alloc and the call_rcu design it replaced."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from pybpf import system
+from pybpf.emulated.machine import Machine
+from pybpf.emulated.memalloc import BpfMemAlloc, KmallocRcu, watermarks
+from pybpf.emulated.percpu_freelist import PcpuFreelist
+from pybpf.uapi import BPF_F_NO_PREALLOC, MapType
+
+
+def u32(i):
+    return struct.pack("<I", i)
+
+
+@pytest.mark.parametrize("unit,expected", [(64, (32, 96, 48)), (256, (32, 96, 48)),
+                                           (512, (16, 48, 24)), (4096, (2, 6, 3))])
+def test_watermarks_follow_unit_size(unit, expected):
+    assert watermarks(unit) == expected
+
+
+def test_freelist_pops_own_cpu_first_then_steals():
+    machine = Machine(cpus=2)
+    fl = PcpuFreelist(2, machine.current_cpu)
+    fl.populate(list("abcd"))  # 3 per CPU: a b c on CPU 0, d on CPU 1
+    assert fl.free_counts() == [3, 1]
+    assert {fl.pop() for _ in range(3)} == {"a", "b", "c"}
+    assert fl.steals == 0
+    assert fl.pop() == "d" and fl.steals == 1
+    assert fl.pop() is None and fl.empty_pops == 1
+    with machine.on_cpu(1):
+        fl.push("x")
+    assert fl.free_counts() == [0, 1]
+
+
+def test_lazy_freelist_has_the_same_capacity():
+    machine = Machine(cpus=3)
+    fl = PcpuFreelist(3, machine.current_cpu)
+    made = []
+    fl.populate_lazy(7, lambda: made.append(1) or object())
+    assert fl.available() == 7 and made == []
+    objs = [fl.pop() for _ in range(7)]
+    assert None not in objs and fl.pop() is None and len(made) == 7
+
+
+def test_bpf_mem_alloc_prefills_refills_in_batches_and_reuses_after_free():
+    machine = Machine(cpus=1)
+    ma = BpfMemAlloc(machine, 40, lambda node: bytearray(40))
+    assert ma.counters.allocated == 4  # prefill
+    objs = [ma.alloc() for _ in range(200)]
+    assert None not in objs
+    assert ma.refills >= 4 and ma.counters.allocated == 4 + ma.refills * ma.batch
+    for obj in objs:
+        ma.free(obj)
+    stats = ma.stats()
+    assert stats["free_bulk"] >= 1 and stats["call_rcu"] >= 1
+    assert stats["call_rcu"] < 200 / 10  # batched: far fewer than one per free
+    before = ma.counters.allocated
+    again = [ma.alloc() for _ in range(200)]
+    assert None not in again
+    # Most come back from the cache and the RCU lists; only the refill's slack is new.
+    assert ma.counters.allocated - before <= ma.batch
+    assert ma.counters.reused >= 100
+
+
+def test_bpf_mem_alloc_frees_parked_objects_after_a_grace_period():
+    machine = Machine(cpus=1)
+    ma = BpfMemAlloc(machine, 40, lambda node: bytearray(40))
+    objs = [ma.alloc() for _ in range(300)]
+    for obj in objs:
+        ma.free(obj)
+    assert ma.counters.freed == 0
+    machine.rcu.barrier()
+    assert ma.counters.freed > 0
+
+
+def test_call_rcu_design_queues_one_callback_per_free_and_never_reuses():
+    machine = Machine(cpus=1)
+    ma = KmallocRcu(machine, -1, lambda node: bytearray(40))
+    objs = [ma.alloc() for _ in range(100)]
+    for obj in objs:
+        ma.free(obj)
+    assert ma.counters.call_rcu == 100 and ma.counters.freed == 0
+    assert machine.rcu.pending == 100
+    ma.alloc()
+    assert ma.counters.allocated == 101 and ma.counters.reused == 0
+    machine.step()
+    assert ma.counters.freed == 100
+
+
+def _churn(sys):
+    fd = sys.map_create(MapType.HASH, 4, 8, 64, map_flags=BPF_F_NO_PREALLOC)
+    for _round in range(20):
+        for i in range(64):
+            sys.map_update_elem(fd, u32(i), bytes(8))
+        for i in range(64):
+            sys.map_delete_elem(fd, u32(i))
+    return sys.map_stats(fd)
+
+
+def test_same_workload_shows_the_2022_patch_mechanism():
+    new = _churn(system("emulated", cpus=2, htab_mem="bpf_mem_alloc"))
+    old = _churn(system("emulated", cpus=2, htab_mem="call_rcu"))
+    assert new["mem_design"] == "bpf_mem_alloc" and old["mem_design"] == "call_rcu"
+    assert old["call_rcu"] == 64 * 20 and old["allocated"] == 64 * 20
+    assert new["call_rcu"] < old["call_rcu"] // 10
+    assert new["allocated"] < old["allocated"] // 4
+    assert new["elements"] == old["elements"] == 0
+
+
+def test_rejected_create_touches_no_allocator():
+    sys = system("emulated", cpus=2)
+    with pytest.raises(OSError):
+        sys.map_create(MapType.HASH, 4, 0, 64, map_flags=BPF_F_NO_PREALLOC)
+    assert sys.machine.rcu.stats()["callbacks_queued"] == 0
+    with pytest.raises(OSError):  # no map id was taken
+        sys.map_get_next_id(0)
+
+
+def test_htab_mem_must_be_a_known_design():
+    with pytest.raises(ValueError):
+        system("emulated", htab_mem="slab")
