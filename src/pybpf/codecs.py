@@ -145,13 +145,13 @@ class IntCodec(Codec):
 
     def encode_many(self, objs):
         fmt = _INT_FORMATS.get(self.size)
-        objs = list(objs)
-        if fmt is None or not all(type(o) is int for o in objs):
+        objs = objs if isinstance(objs, list) else list(objs)
+        if fmt is None:
             return super().encode_many(objs)
         try:
             return struct.pack(f"<{len(objs)}{fmt.lower() if self.signed else fmt}", *objs)
         except struct.error:
-            return super().encode_many(objs)  # names the offending value
+            return super().encode_many(objs)  # one by one, to name the offending value
 
     def describe(self) -> str:
         return f"{'' if self.signed else 'u'}int{self.size * 8}"

@@ -1,0 +1,522 @@
+"""Element and batch operation costs through pybpf, side by side with references.
+
+``python -m pybpf.bench.ops [--backend kernel|emulated|both] [--n N] [--json]``
+
+On one HASH map (4-byte keys, 8-byte values, ``--entries`` keys) it times lookup, update,
+delete, and batch lookup / batch update per element, through:
+
+- kernel backend: a C program using libbpf (``ops_ref.c``, compiled into a temporary
+  directory when gcc and libbpf-dev are present; nothing is installed), a bare ctypes
+  bpf(2) call, pybpf's ``System`` call, and ``Map`` with the C accelerator and with the
+  pure-Python path (a child process with PYBPF_NO_ACCEL=1);
+- emulated backend: a plain ``dict`` with the same keys, the ``System`` call, and ``Map``.
+
+Every figure is the best of ``--repeat`` rounds of ``--n`` operations, in ns per operation
+(per element for batches), with ops/s and the ratio to the reference (C for the kernel, the
+dict for the emulated backend). Nothing here is used by the tests: tests never time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from .. import maps as maps_mod
+from ..errors import BPFError
+from ..maps import HashMap
+from ..system import System
+from ..system import system as make_system
+from ..uapi import MapType
+
+OPS = ("lookup", "update", "delete", "batch_lookup", "batch_update")
+REF_SOURCE = Path(__file__).with_name("ops_ref.c")
+
+
+def once_ns(run: Callable[[], int]) -> float:
+    """ns per item of one ``run()`` (which returns how many items it did)."""
+    t0 = time.perf_counter_ns()
+    items = run()
+    return (time.perf_counter_ns() - t0) / max(items, 1)
+
+
+def measure(lookup, update, delete, batch_lookup, batch_update, st: Setup) -> dict:
+    """One round of every op: ns per op (``delete`` times itself and returns ns spent)."""
+    results: dict[str, float | str] = {"lookup": once_ns(lookup), "update": once_ns(update)}
+    results["delete"] = delete() / (st.rounds * st.entries)
+    for op, run in (("batch_lookup", batch_lookup), ("batch_update", batch_update)):
+        try:
+            results[op] = once_ns(run)
+        except BPFError as exc:  # a backend without this batch command
+            results[op] = f"n/a ({exc.strerror.split(':')[0]})"
+    return results
+
+
+class Setup:
+    def __init__(self, entries: int, n: int, chunk: int, repeat: int) -> None:
+        self.entries = entries
+        self.rounds = max(n // entries, 1)
+        self.chunk = chunk
+        self.repeat = repeat
+        self.keys = list(range(entries))
+        self.kbytes = [k.to_bytes(4, "little") for k in self.keys]
+        self.vbytes = [k.to_bytes(8, "little") for k in self.keys]
+
+
+# -- the paths ------------------------------------------------------------------------------
+
+def bench_map(system: System, st: Setup) -> tuple[Callable[[], dict], Callable]:
+    """pybpf Map with int codecs: m[k], m[k] = v, del m[k], batch_lookup, batch_update."""
+    m = HashMap(st.entries, int, int, key_size=4, value_size=8, name="bench_ops",
+                system=system)
+    keys, rounds = st.keys, st.rounds
+    try:
+        m.batch_update(keys, keys)
+
+        def lookup() -> int:
+            for _ in range(rounds):
+                for k in keys:
+                    m[k]
+            return rounds * len(keys)
+
+        def update() -> int:
+            for _ in range(rounds):
+                for k in keys:
+                    m[k] = k
+            return rounds * len(keys)
+
+        def delete() -> int:
+            spent = 0
+            for _ in range(rounds):
+                m.batch_update(keys, keys)
+                t0 = time.perf_counter_ns()
+                for k in keys:
+                    del m[k]
+                spent += time.perf_counter_ns() - t0
+            m.batch_update(keys, keys)
+            return spent
+
+        def batch_lookup() -> int:
+            seen = 0
+            for _ in range(rounds):
+                for ks, _vs in m.batch_lookup(chunk=st.chunk):
+                    seen += len(ks)
+            return seen
+
+        def batch_update() -> int:
+            for _ in range(rounds):
+                m.batch_update(keys, keys)
+            return rounds * len(keys)
+
+        return (lambda: measure(lookup, update, delete, batch_lookup, batch_update, st)), m.close
+    except BaseException:
+        m.close()
+        raise
+
+
+def bench_system(system: System, st: Setup) -> tuple[Callable[[], dict], Callable]:
+    """The System interface itself: bytes in, bytes out."""
+    fd = system.map_create(MapType.HASH, 4, 8, st.entries, map_name=b"bench_sys")
+    kb, vb, rounds = st.kbytes, st.vbytes, st.rounds
+    lookup_elem, update_elem = system.map_lookup_elem, system.map_update_elem
+    delete_elem = system.map_delete_elem
+    try:
+        def fill() -> None:
+            for k, v in zip(kb, vb, strict=True):
+                update_elem(fd, k, v, 0)
+
+        fill()
+
+        def lookup() -> int:
+            for _ in range(rounds):
+                for k in kb:
+                    lookup_elem(fd, k)
+            return rounds * len(kb)
+
+        def update() -> int:
+            for _ in range(rounds):
+                for k, v in zip(kb, vb, strict=True):
+                    update_elem(fd, k, v, 0)
+            return rounds * len(kb)
+
+        def delete() -> int:
+            spent = 0
+            for _ in range(rounds):
+                fill()
+                t0 = time.perf_counter_ns()
+                for k in kb:
+                    delete_elem(fd, k)
+                spent += time.perf_counter_ns() - t0
+            fill()
+            return spent
+
+        def batch_lookup() -> int:
+            seen = 0
+            for _ in range(rounds):
+                token = None
+                while True:
+                    result = system.map_lookup_batch(fd, token, st.chunk)
+                    seen += len(result.keys)
+                    if result.end:
+                        break
+                    token = result.out_batch
+            return seen
+
+        def batch_update() -> int:
+            for _ in range(rounds):
+                system.map_update_batch(fd, kb, vb)
+            return rounds * len(kb)
+
+        return ((lambda: measure(lookup, update, delete, batch_lookup, batch_update, st)),
+                lambda: system.close(fd))
+    except BaseException:
+        system.close(fd)
+        raise
+
+
+class _ElemAttr(ctypes.Structure):
+    _fields_ = [("map_fd", ctypes.c_uint32), ("pad", ctypes.c_uint32),
+                ("key", ctypes.c_char_p), ("value", ctypes.c_void_p),
+                ("flags", ctypes.c_uint64)]
+
+
+class _BatchAttr(ctypes.Structure):
+    _fields_ = [("in_batch", ctypes.c_void_p), ("out_batch", ctypes.c_void_p),
+                ("keys", ctypes.c_void_p), ("values", ctypes.c_void_p),
+                ("count", ctypes.c_uint32), ("map_fd", ctypes.c_uint32),
+                ("elem_flags", ctypes.c_uint64), ("flags", ctypes.c_uint64)]
+
+
+def bench_ctypes(system: System, st: Setup) -> tuple[Callable[[], dict], Callable]:
+    """A bare ctypes bpf(2) call per op: one prebuilt attr, no decoding (the floor of any
+    pure-Python binding)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    syscall = libc.syscall
+    syscall.restype = ctypes.c_long
+    nr = {"x86_64": 321, "aarch64": 280}.get(os.uname().machine)
+    if nr is None:
+        raise RuntimeError(f"bpf(2) number unknown for {os.uname().machine}")
+    fd = system.map_create(MapType.HASH, 4, 8, st.entries, map_name=b"bench_ctypes")
+    kb, vb, rounds = st.kbytes, st.vbytes, st.rounds
+    value = ctypes.create_string_buffer(8)
+    attr = _ElemAttr(map_fd=fd, value=ctypes.addressof(value))
+    ref, size = ctypes.byref(attr), ctypes.sizeof(attr)
+    vbufs = [ctypes.create_string_buffer(v, 8) for v in vb]
+    try:
+        def fill() -> None:
+            for k, v in zip(kb, vbufs, strict=True):
+                attr.key = k
+                attr.value = ctypes.addressof(v)
+                syscall(nr, 2, ref, size)
+            attr.value = ctypes.addressof(value)
+
+        fill()
+
+        def lookup() -> int:
+            for _ in range(rounds):
+                for k in kb:
+                    attr.key = k
+                    syscall(nr, 1, ref, size)
+            return rounds * len(kb)
+
+        def update() -> int:
+            addr = ctypes.addressof(value)
+            attr.value = addr
+            for _ in range(rounds):
+                for k in kb:
+                    attr.key = k
+                    syscall(nr, 2, ref, size)
+            return rounds * len(kb)
+
+        def delete() -> int:
+            spent = 0
+            for _ in range(rounds):
+                fill()
+                attr.value = None
+                t0 = time.perf_counter_ns()
+                for k in kb:
+                    attr.key = k
+                    syscall(nr, 3, ref, size)
+                spent += time.perf_counter_ns() - t0
+            fill()
+            return spent
+
+        keys_buf = ctypes.create_string_buffer(st.chunk * 4)
+        values_buf = ctypes.create_string_buffer(st.chunk * 8)
+        token_in, token_out = ctypes.c_uint32(), ctypes.c_uint32()
+        battr = _BatchAttr(map_fd=fd, out_batch=ctypes.addressof(token_out))
+        bref, bsize = ctypes.byref(battr), ctypes.sizeof(battr)
+
+        def batch_lookup() -> int:
+            # The addresses are taken here so the closure keeps the buffers alive.
+            battr.keys = ctypes.addressof(keys_buf)
+            battr.values = ctypes.addressof(values_buf)
+            seen = 0
+            for _ in range(rounds):
+                battr.in_batch = None
+                while True:
+                    battr.count = st.chunk
+                    ret = syscall(nr, 24, bref, bsize)
+                    seen += battr.count
+                    if ret < 0:
+                        break  # ENOENT: the end
+                    token_in.value = token_out.value
+                    battr.in_batch = ctypes.addressof(token_in)
+            return seen
+
+        all_keys = ctypes.create_string_buffer(b"".join(kb), len(kb) * 4)
+        all_values = ctypes.create_string_buffer(b"".join(vb), len(vb) * 8)
+        uattr = _BatchAttr(map_fd=fd)
+        uref = ctypes.byref(uattr)
+
+        def batch_update() -> int:
+            uattr.keys = ctypes.addressof(all_keys)
+            uattr.values = ctypes.addressof(all_values)
+            for _ in range(rounds):
+                uattr.count = len(kb)
+                syscall(nr, 26, uref, bsize)
+            return rounds * len(kb)
+
+        return ((lambda: measure(lookup, update, delete, batch_lookup, batch_update, st)),
+                lambda: system.close(fd))
+    except BaseException:
+        system.close(fd)
+        raise
+
+
+def bench_dict(st: Setup) -> tuple[Callable[[], dict], Callable]:
+    """A plain dict with the same int keys: the floor for an emulated map."""
+    keys, rounds = st.keys, st.rounds
+    d = dict.fromkeys(keys, 0)
+
+    def lookup() -> int:
+        for _ in range(rounds):
+            for k in keys:
+                d[k]
+        return rounds * len(keys)
+
+    def update() -> int:
+        for _ in range(rounds):
+            for k in keys:
+                d[k] = k
+        return rounds * len(keys)
+
+    def delete() -> int:
+        spent = 0
+        for _ in range(rounds):
+            d.update(dict.fromkeys(keys, 0))
+            t0 = time.perf_counter_ns()
+            for k in keys:
+                del d[k]
+            spent += time.perf_counter_ns() - t0
+        return spent
+
+    def one_round() -> dict:
+        return {"lookup": once_ns(lookup), "update": once_ns(update),
+                "delete": delete() / (st.rounds * st.entries)}
+
+    return one_round, lambda: None
+
+
+def bench_c_reference(st: Setup, tmp: str) -> tuple[Callable[[], dict], Callable] | str:
+    """Compile ops_ref.c against libbpf into ``tmp``; a reason string when that cannot be
+    done. Each round runs the program once."""
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        return "no C compiler (apt-get install gcc libbpf-dev)"
+    exe = Path(tmp) / "ops_ref"
+    build = subprocess.run([gcc, "-O2", "-o", str(exe), str(REF_SOURCE), "-lbpf"],
+                           capture_output=True, text=True)
+    if build.returncode:
+        first = (build.stderr.strip().splitlines() or ["?"])[0]
+        return f"cannot build the libbpf reference ({first}); apt-get install gcc libbpf-dev"
+
+    def one_round() -> dict | str:
+        run = subprocess.run([str(exe), str(st.entries), str(st.rounds * st.entries),
+                              str(st.chunk), "1"], capture_output=True, text=True)
+        if run.returncode:
+            return f"the libbpf reference failed: {run.stderr.strip()}"
+        return {op: float(ns) for op, ns in (line.split() for line in run.stdout.splitlines())}
+
+    return one_round, lambda: None
+
+
+def bench_map_pure(backend: str, st: Setup) -> tuple[Callable[[], dict], Callable]:
+    """``Map`` on the pure-Python path: each round is a child process with PYBPF_NO_ACCEL=1."""
+    env = dict(os.environ, PYBPF_NO_ACCEL="1")
+    cmd = [sys.executable, "-m", "pybpf.bench.ops", "--backend", backend, "--json",
+           "--map-only", "--entries", str(st.entries), "--n", str(st.rounds * st.entries),
+           "--chunk", str(st.chunk), "--repeat", "1"]
+
+    def one_round() -> dict | str:
+        run = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if run.returncode:
+            return f"child failed: {run.stderr.strip().splitlines()[-1:]}"
+        return {row["op"]: row.get("ns", row.get("note")) for row in json.loads(run.stdout)}
+
+    return one_round, lambda: None
+
+
+# -- running and printing ---------------------------------------------------------------------
+
+def run_backend(backend: str, st: Setup, map_only: bool, progress) -> list[dict]:
+    """Every path of one backend, interleaved round by round (so load on the machine hits
+    them alike); the best round of each figure is kept."""
+    system = make_system(backend)
+    with tempfile.TemporaryDirectory(prefix="pybpf-ops-") as tmp:
+        makers: list[tuple[str, Callable]] = []
+        ref = None
+        if not map_only and backend == "kernel":
+            makers += [("C libbpf", lambda: bench_c_reference(st, tmp)),
+                       ("raw ctypes", lambda: bench_ctypes(system, st))]
+            ref = "C libbpf"
+        elif not map_only:
+            makers.append(("dict", lambda: bench_dict(st)))
+            ref = "dict"
+        if not map_only:
+            makers.append(("System call", lambda: bench_system(system, st)))
+        label = "Map (C accel)" if maps_mod.accelerated() else "Map (pure Python)"
+        makers.append(("Map" if map_only else label, lambda: bench_map(system, st)))
+        if maps_mod.accelerated() and not map_only:
+            makers.append(("Map (pure Python)", lambda: bench_map_pure(backend, st)))
+        paths: dict[str, tuple | str] = {name: make() for name, make in makers}
+        best: dict[str, dict | str] = {name: {} for name in paths}
+        try:
+            for r in range(st.repeat):
+                progress(f"round {r + 1}/{st.repeat}")
+                for name, made in paths.items():
+                    if isinstance(made, str) or isinstance(best[name], str):
+                        best[name] = made if isinstance(made, str) else best[name]
+                        continue
+                    results = made[0]()
+                    if isinstance(results, str):
+                        best[name] = results
+                        continue
+                    for op, value in results.items():
+                        old = best[name].get(op)
+                        if isinstance(value, str) or old is None or value < old:
+                            best[name][op] = value
+        finally:
+            for made in paths.values():
+                if not isinstance(made, str):
+                    made[1]()
+    return _rows(backend, list(best.items()), ref)
+
+
+def _rows(backend: str, paths: list[tuple[str, dict | str]], ref: str | None) -> list[dict]:
+    refs = dict(paths).get(ref) if ref else None
+    rows = []
+    for op in OPS:
+        for path, results in paths:
+            row = {"backend": backend, "op": op, "path": path}
+            value = results if isinstance(results, str) else results.get(op)
+            if value is None:
+                continue
+            if isinstance(value, str):
+                row["note"] = value
+            else:
+                row["ns"] = round(value, 1)
+                row["ops_per_s"] = round(1e9 / value) if value else None
+                ref_value = refs.get(op) if isinstance(refs, dict) else None
+                if isinstance(ref_value, float) and ref_value:
+                    row["ref"] = ref
+                    row["ratio"] = round(value / ref_value, 2)
+            rows.append(row)
+    return rows
+
+
+def print_table(rows: list[dict], st: Setup, out=sys.stdout) -> None:
+    print(f"pybpf ops benchmark: HASH map, 4-byte keys, 8-byte values, {st.entries} entries; "
+          f"{st.rounds * st.entries} ops per figure, best of {st.repeat}; batch chunk "
+          f"{st.chunk}; ns per op (per element for batches)", file=out)
+    backend = None
+    for row in rows:
+        if row["backend"] != backend:
+            backend = row["backend"]
+            print(f"\n{backend} backend", file=out)
+            print(f"  {'op':<14}{'path':<20}{'ns/op':>10}{'ops/s':>13}   ratio", file=out)
+        if "note" in row:
+            print(f"  {row['op']:<14}{row['path']:<20}{'-':>10}{'':>13}   {row['note']}",
+                  file=out)
+            continue
+        ratio = f"{row['ratio']:.2f}x {row['ref']}" if "ratio" in row else ""
+        print(f"  {row['op']:<14}{row['path']:<20}{row['ns']:>10.1f}{row['ops_per_s']:>13,}"
+              f"   {ratio}", file=out)
+
+
+def summary(rows: list[dict]) -> list[str]:
+    """The issue's targets, as ratios from this run."""
+    by = {(r["backend"], r["op"], r["path"]): r.get("ns") for r in rows}
+    lines = []
+    fast = "Map (C accel)" if maps_mod.accelerated() else "Map (pure Python)"
+    checks = [(("kernel", "lookup", fast), ("kernel", "lookup", "C libbpf"), 1.3,
+               "kernel m[k] vs C bpf_map_lookup_elem"),
+              (("kernel", "batch_lookup", fast), ("kernel", "batch_lookup", "C libbpf"), 1.2,
+               "kernel batch lookup per element vs C"),
+              (("emulated", "lookup", fast), ("emulated", "lookup", "dict"), 3.0,
+               "emulated m[k] vs dict lookup"),
+              (("emulated", "lookup", fast), ("kernel", "lookup", fast), 1.0,
+               "emulated m[k] vs kernel m[k]")]
+    for mine, ref, target, what in checks:
+        a, b = by.get(mine), by.get(ref)
+        if isinstance(a, float) and isinstance(b, float) and b:
+            verdict = "meets" if a / b <= target else "misses"
+            lines.append(f"  {what}: {a / b:.2f}x ({verdict} the {target}x target)")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pybpf.bench.ops",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=("kernel", "emulated", "both"), default="both")
+    parser.add_argument("--n", type=int, default=50_000,
+                        help="operations per figure and round (default 50000)")
+    parser.add_argument("--entries", type=int, default=1000, help="keys in the map")
+    parser.add_argument("--chunk", type=int, default=256, help="batch size")
+    parser.add_argument("--repeat", type=int, default=5, help="rounds; the best is kept")
+    parser.add_argument("--json", action="store_true", help="print rows as JSON")
+    parser.add_argument("--map-only", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    for name in ("n", "entries", "chunk", "repeat"):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive")
+    st = Setup(args.entries, args.n, args.chunk, args.repeat)
+    backends = ["kernel", "emulated"] if args.backend == "both" else [args.backend]
+
+    def progress(what: str) -> None:
+        if not args.json and not args.map_only:
+            print(f"  ... {what}", file=sys.stderr, flush=True)
+
+    rows: list[dict] = []
+    for backend in backends:
+        if backend == "kernel":
+            from ..system import bpf_allowed
+
+            if not bpf_allowed():
+                print("kernel backend skipped: bpf(2) is not allowed here", file=sys.stderr)
+                continue
+        if not args.json and not args.map_only:
+            print(f"{backend} backend:", file=sys.stderr)
+        rows.extend(run_backend(backend, st, args.map_only, progress))
+    if args.json:
+        json.dump(rows, sys.stdout, indent=None if args.map_only else 1)
+        print()
+        return 0
+    print_table(rows, st)
+    lines = summary(rows)
+    if lines:
+        print("\ntargets (issue 2/3)")
+        print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
