@@ -136,10 +136,14 @@ class Program:
                  flags: int = 0, cpu: int = 0, data_size_out: int | None = None,
                  ctx_size_out: int | None = None) -> TestRun:
         """BPF_PROG_TEST_RUN. ``repeat=None`` runs once: 1 for packet programs, 0 for the
-        types that refuse a repeat count (raw_tracepoint, syscall)."""
-        if repeat is None:
-            prog_type = self.spec.prog_type if self.spec is not None else self.info().type
-            repeat = 0 if prog_type in _RUN_ONCE_TYPES else 1
+        types that refuse a repeat count (raw_tracepoint, syscall), which also refuse a
+        ctx_out buffer (``ctx_size_out`` then defaults to 0)."""
+        prog_type = self.spec.prog_type if self.spec is not None else self.info().type
+        if prog_type in _RUN_ONCE_TYPES:
+            repeat = 0 if repeat is None else repeat
+            ctx_size_out = 0 if ctx_size_out is None else ctx_size_out
+        elif repeat is None:
+            repeat = 1
         return self.system.prog_test_run(self._open_fd(), data, data_size_out=data_size_out,
                                          ctx_in=ctx, ctx_size_out=ctx_size_out, repeat=repeat,
                                          flags=flags, cpu=cpu)
