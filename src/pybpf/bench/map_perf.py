@@ -11,8 +11,10 @@ Rules this module keeps (the sample's, see perf-tests-and-suites.md section 1):
 - Output lines are the sample's, e.g. ``5:inner_lru_hash_map_perf pre-alloc 1628380 events per
   sec``; rate = MAX_CNT * 1e9 (* 64 for the two lookup tests) // elapsed ns, integer.
 - Kernel backend: programs on syscall tracepoints, one forked process per CPU pinned with
-  sched_setaffinity, each calling the trigger syscall MAX_CNT times per test (the loop runs in
-  C: ``deque(starmap(...))``, so Python adds tens of ns per event; ``--baseline`` measures it).
+  sched_setaffinity, each calling the trigger syscall MAX_CNT times per test. ``--trigger``
+  picks the loop (trigger.py): ``native`` (x86-64: machine code, no Python per event; the
+  default where it works) or ``python`` (CPython's itertools loop, ~30-190 ns more per event).
+  ``--baseline`` times the bare loop, ``--c-trigger`` compares with a C loop on the same CPU.
 - Emulated backend: one thread per emulated CPU (``on_cpu``), each running the same programs
   through the interpreter via ``trigger_tracepoint``; rates are wall-clock interpreter figures,
   labelled emulated, never scaled. The NUMA test adds each CPU's remote-access share of its
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import enum
-import errno
 import itertools
 import json
 import os
@@ -34,13 +35,12 @@ import struct
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from .. import uapi
 from ..uapi import MapFlags, MapType
-from . import report
+from . import report, trigger
 
 MAX_NR_CPUS = 1024  # slots of array_of_lru_hashs, as in the sample
 DEFAULT_MAX_CNT = 10000  # the sample's default since Sept 2022
@@ -154,6 +154,9 @@ LRU_PROG_MAPS = ("lru_hash_map", "nocommon_lru_hash_map", "array_of_lru_hashs",
 
 NUMA_AUTO = "auto"
 NUMA_NONE = "none"
+TRIGGER_NATIVE = "native"
+TRIGGER_PYTHON = "python"
+TRIGGER_AUTO = "auto"
 
 
 @dataclass
@@ -173,6 +176,7 @@ class Config:
     plot: str | None = None
     baseline: bool = False
     c_trigger: str | None = None
+    trigger: str = TRIGGER_AUTO
     progress: bool = True
 
     @property
@@ -263,8 +267,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--baseline", action="store_true",
                         help="kernel: also time each trigger loop with no program attached")
     parser.add_argument("--c-trigger", dest="c_trigger", metavar="PATH", default=None,
-                        help="kernel: after each Python trigger loop, run the C one "
+                        help="kernel: after each trigger loop, run the C one "
                              "(tools/map_perf_trigger.c) on the same CPU and compare")
+    parser.add_argument("--trigger", choices=(TRIGGER_AUTO, TRIGGER_NATIVE, TRIGGER_PYTHON),
+                        default=TRIGGER_AUTO,
+                        help="kernel: the trigger loop: native machine code (x86-64) or "
+                             "CPython's; auto = native where it works")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress lines on stderr")
     return parser
@@ -275,7 +283,8 @@ def config_from_args(ns: argparse.Namespace) -> Config:
                   num_map_entries=ns.num_map_entries, max_cnt=ns.max_cnt,
                   backend=ns.backend, cpus=ns.cpus, nodes=ns.nodes, numa_node=ns.numa_node,
                   parent_cpu=ns.parent_cpu, json=ns.json, plot=ns.plot,
-                  baseline=ns.baseline, c_trigger=ns.c_trigger, progress=ns.progress)
+                  baseline=ns.baseline, c_trigger=ns.c_trigger, trigger=ns.trigger,
+                  progress=ns.progress)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -303,6 +312,8 @@ def validate(cfg: Config) -> str | None:
         return f"--nodes {cfg.nodes} exceeds --cpus {cfg.cpus}: every node needs a CPU"
     if (cfg.baseline or cfg.c_trigger) and cfg.backend == "emulated":
         return "--baseline and --c-trigger measure the kernel's trigger loop; drop them"
+    if cfg.trigger == TRIGGER_NATIVE and not trigger.native_available():
+        return f"--trigger native: {trigger.native_unavailable_reason()}"
     if cfg.c_trigger and not os.access(cfg.c_trigger, os.X_OK):
         return (f"--c-trigger {cfg.c_trigger}: not an executable; build it with "
                 "cc -O2 -o map_perf_trigger tools/map_perf_trigger.c")
@@ -332,9 +343,9 @@ class Result:
     remote_accesses: int | None = None
     # --baseline (kernel): the same trigger loop with no program attached.
     baseline_rate: int | None = None
-    # --c-trigger (kernel): best rates of the C and the Python trigger loops, alternated.
+    # --c-trigger (kernel): best rates of the C and of pybpf's trigger loop, alternated.
     c_trigger_rate: int | None = None
-    python_best_rate: int | None = None
+    pybpf_best_rate: int | None = None
 
     @property
     def remote_share(self) -> float | None:
@@ -351,6 +362,7 @@ class RunResult:
     cpu_node: list[int]
     results: list[Result] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    trigger: str | None = None  # kernel: the trigger loop used (native or python)
 
     def by_test(self) -> dict[str, list[Result]]:
         out: dict[str, list[Result]] = {}
@@ -403,6 +415,7 @@ def to_json(run_result: RunResult) -> dict:
         "lines": [result_line(r, run_result.backend) for r in
                   sorted(run_result.results, key=lambda r: (Test[r.test].value, r.cpu))],
         "notes": run_result.notes,
+        "trigger": run_result.trigger,
     }
 
 
@@ -613,53 +626,18 @@ class Setup:
 
 # -- kernel backend ------------------------------------------------------------------------
 
-def kernel_trigger(test: Test, lookup_entries: int) -> Callable[[int], None]:
-    """``run(n)``: n trigger syscalls of ``test``, the loop itself running in C.
-
-    ``deque(starmap(f, repeat(args, n)), maxlen=0)`` calls f n times without executing Python
-    bytecode per call; what Python adds per event is the call of a builtin (~30 ns here),
-    which ``--baseline`` measures.
-    """
+def kernel_trigger(test: Test, lookup_entries: int, kind: str) -> Callable[[int], None]:
+    """``run(n)``: n trigger syscalls of ``test``, looped natively or by CPython (trigger.py)."""
     td = TESTS[test]
     if td.syscall == "connect":
-        return _connect_trigger(td.tcase, lookup_entries)
-    call, args = {
-        "getuid": (os.getuid, ()),
-        "geteuid": (os.geteuid, ()),
-        "getgid": (os.getgid, ()),
-        "getegid": (os.getegid, ()),
-        "gettid": (threading.get_native_id, ()),  # a real gettid(2) on each call
-        "getpgid": (os.getpgid, (0,)),
-        "getppid": (os.getppid, ()),
-    }[td.syscall]
-
-    def run_n(n: int) -> None:
-        deque(itertools.starmap(call, itertools.repeat(args, n)), maxlen=0)
-
-    return run_n
-
-
-def _connect_trigger(tcase: int, lookup_entries: int) -> Callable[[int], None]:
-    """connect(-1, &addr, 28) with the magic address; every call must fail with EBADF.
-
-    A socket object with its fd detached (-1) makes Python call connect(-1, ...), and
-    connect_ex returns the errno instead of raising. The address is passed as a 28-byte
-    abstract AF_UNIX address holding the sockaddr_in6 bytes from sin6_port on: the program
-    reads only addrlen and sin6_addr (offset 8), and the kernel fails the fd before it looks
-    at the family, so the kernel's work is the sample's, while Python copies the bytes
-    instead of parsing an IPv6 text address (about 80 ns less per call here).
-    """
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.detach()
-    addrs = [sockaddr_in6(tcase, key)[2:] for key in lru_lookup_keys(lookup_entries)]
-    connect_ex = sock.connect_ex
-
-    def run_n(n: int) -> None:
-        seen = set(map(connect_ex, itertools.islice(itertools.cycle(addrs), n)))
-        if seen != {errno.EBADF}:
-            raise AssertionError(f"connect(-1, ...) must fail with EBADF, got errnos {seen}")
-
-    return run_n
+        if kind == TRIGGER_NATIVE:
+            return trigger.native_connect_loop(sockaddr_in6(td.tcase, 0),
+                                               lookup_entries - LRU_LOOKUP_BATCH)
+        return trigger.python_connect_loop([sockaddr_in6(td.tcase, key)
+                                            for key in lru_lookup_keys(lookup_entries)])
+    if kind == TRIGGER_NATIVE:
+        return trigger.native_syscall_loop(td.syscall)
+    return trigger.python_syscall_loop(td.syscall)
 
 
 def _online_cpus() -> int:
@@ -695,11 +673,14 @@ class KernelRun:
         self.sys = sys_
         self.cfg = cfg
         self.nprocs = cfg.num_procs or _online_cpus()
+        self.trigger = cfg.trigger
+        if self.trigger == TRIGGER_AUTO:
+            self.trigger = TRIGGER_NATIVE if trigger.native_available() else TRIGGER_PYTHON
 
     def run(self) -> RunResult:
         cfg = self.cfg
         cpu_node = list(self.sys.topology.cpu_node)
-        result = RunResult("kernel", cfg, cpu_node)
+        result = RunResult("kernel", cfg, cpu_node, trigger=self.trigger)
         if cfg.parent_cpu is not None:
             _pin(cfg.parent_cpu)
         _, parent_node = _getcpu()
@@ -721,7 +702,7 @@ class KernelRun:
         if baseline:
             result.notes.extend(overhead_notes(result.results))
         if cfg.c_trigger:
-            result.notes.extend(c_trigger_notes(result.results))
+            result.notes.extend(c_trigger_notes(result.results, self.trigger))
         return result
 
     def measure_baseline(self, setup: Setup) -> dict[tuple[str, int], int]:
@@ -732,9 +713,10 @@ class KernelRun:
             for cpu in range(self.nprocs):
                 _pin(cpu)
                 for t in self.cfg.tests:
-                    trigger = kernel_trigger(t, setup.lru_hash_lookup_test_entries)
+                    run_n = kernel_trigger(t, setup.lru_hash_lookup_test_entries,
+                                           self.trigger)
                     start = time.monotonic_ns()
-                    trigger(self.cfg.max_cnt)
+                    run_n(self.cfg.max_cnt)
                     out[(t.name, cpu)] = rate_of(self.cfg.max_cnt, time.monotonic_ns() - start)
         finally:
             os.sched_setaffinity(0, old)
@@ -774,26 +756,26 @@ class KernelRun:
             raise RuntimeError(f"map-perf children for CPUs {failed} failed (see stderr)")
         return results
 
-    def compare_c_trigger(self, res: Result, trigger: Callable[[int], None], test: Test,
+    def compare_c_trigger(self, res: Result, run_n: Callable[[int], None], test: Test,
                           cpu: int, lookup_entries: int) -> None:
-        """C and Python trigger loops, alternated COMPARE_ROUNDS times; the best of each.
+        """C and pybpf trigger loops, alternated COMPARE_ROUNDS times; the best of each.
 
         Alternating on the same CPU against the same attached program and maps puts both
         under the same conditions; the best rate of each is the least disturbed one.
         """
         cfg = self.cfg
         per_event = TESTS[test].per_event
-        python_rates = [res.rate]
+        pybpf_rates = [res.rate]
         c_rates = []
         for round_ in range(COMPARE_ROUNDS):
             c_rates.append(run_c_trigger(cfg.c_trigger, test, cpu, cfg.max_cnt,
                                          lookup_entries, echo=not cfg.json and round_ == 0))
             if round_ < COMPARE_ROUNDS - 1:
                 start = time.monotonic_ns()
-                trigger(cfg.max_cnt)
-                python_rates.append(rate_of(cfg.max_cnt, time.monotonic_ns() - start,
+                run_n(cfg.max_cnt)
+                pybpf_rates.append(rate_of(cfg.max_cnt, time.monotonic_ns() - start,
                                             per_event))
-        res.python_best_rate = max(python_rates)
+        res.pybpf_best_rate = max(pybpf_rates)
         res.c_trigger_rate = max(c_rates)
 
     def child(self, setup: Setup, cpu: int, out_fd: int) -> int:
@@ -813,9 +795,9 @@ class KernelRun:
                 info = read_fdinfo(fd)
                 extra["map_flags"] = int(info["map_flags"], 16)
                 extra["numa_node"] = setup.inner_numa[cpu][1]
-            trigger = kernel_trigger(t, setup.lru_hash_lookup_test_entries)
+            run_n = kernel_trigger(t, setup.lru_hash_lookup_test_entries, self.trigger)
             start = time.monotonic_ns()
-            trigger(cfg.max_cnt)
+            run_n(cfg.max_cnt)
             elapsed = time.monotonic_ns() - start
             rate = rate_of(cfg.max_cnt, elapsed, td.per_event)
             res = Result(cpu, t.name, td.line(cpu, rate), rate, td.unit, cfg.max_cnt, elapsed,
@@ -824,7 +806,7 @@ class KernelRun:
                 sys.stdout.write(res.line + "\n")
                 sys.stdout.flush()
             if cfg.c_trigger:
-                self.compare_c_trigger(res, trigger, t, cpu, setup.lru_hash_lookup_test_entries)
+                self.compare_c_trigger(res, run_n, t, cpu, setup.lru_hash_lookup_test_entries)
             os.write(out_fd, (json.dumps(asdict(res)) + "\n").encode())
         return 0
 
@@ -845,14 +827,14 @@ def run_c_trigger(path: str, test: Test, cpu: int, max_cnt: int, lookup_entries:
     return int(match.group(1))
 
 
-def c_trigger_notes(results: Sequence[Result]) -> list[str]:
-    """Python's rate against the C trigger's, test by test, CPU by CPU."""
+def c_trigger_notes(results: Sequence[Result], kind: str) -> list[str]:
+    """pybpf's rate against the C trigger's, test by test, CPU by CPU."""
     notes = []
     for r in sorted(results, key=lambda r: (Test[r.test].value, r.cpu)):
         if r.c_trigger_rate:
-            notes.append(f"{r.cpu}:{r.test}: best of {COMPARE_ROUNDS}: Python trigger "
-                         f"{r.python_best_rate}, C trigger {r.c_trigger_rate} {r.unit}/s: "
-                         f"Python at {100 * r.python_best_rate / r.c_trigger_rate:.1f}% of C")
+            notes.append(f"{r.cpu}:{r.test}: best of {COMPARE_ROUNDS}: pybpf ({kind} trigger) "
+                         f"{r.pybpf_best_rate}, C trigger {r.c_trigger_rate} {r.unit}/s: "
+                         f"pybpf at {100 * r.pybpf_best_rate / r.c_trigger_rate:.1f}% of C")
     return notes
 
 
@@ -893,7 +875,7 @@ def overhead_notes(results: Sequence[Result]) -> list[str]:
         event_ns = 1e9 * per_event / r.rate
         empty_ns = 1e9 / r.baseline_rate
         notes.append(f"{r.cpu}:{r.test}: {event_ns:.0f} ns/event with the program, "
-                     f"{empty_ns:.0f} ns/event for the bare trigger loop (syscall + Python)")
+                     f"{empty_ns:.0f} ns/event for the bare trigger loop (no program attached)")
     return notes
 
 
