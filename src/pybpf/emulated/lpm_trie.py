@@ -349,3 +349,36 @@ class LpmTrie(BpfMap):
                 return self._key_of(parent)
             node = parent
         raise KernelError(errno.ENOENT, "the key is the last one in the trie's order")
+
+    # -- bookkeeping --------------------------------------------------------------------------
+    def check_invariants(self) -> None:
+        """The trie's shape is the kernel's; raises RuntimeError if not.
+
+        Every intermediate node has two children; a child extends its parent's prefix and
+        sits under the bit that follows it; n_entries counts the real nodes.
+        """
+        problems = []
+        real = 0
+        stack = [(self.root, None, 0)]
+        while stack:
+            node, parent, bit = stack.pop()
+            if node is None:
+                continue
+            if node.intermediate:
+                if node.child[0] is None or node.child[1] is None:
+                    problems.append(f"intermediate node /{node.prefixlen} lacks a child")
+            else:
+                real += 1
+            if parent is not None:
+                if node.prefixlen <= parent.prefixlen:
+                    problems.append(f"/{node.prefixlen} under /{parent.prefixlen}")
+                elif self._longest_prefix_match(parent, node.prefixlen, node.bits) \
+                        != parent.prefixlen:
+                    problems.append(f"/{node.prefixlen} does not extend its parent's prefix")
+                elif self._extract_bit(node.bits, parent.prefixlen) != bit:
+                    problems.append(f"/{node.prefixlen} hangs under the wrong child")
+            stack.extend((child, node, b) for b, child in enumerate(node.child))
+        if real != self.n_entries:
+            problems.append(f"{real} elements but n_entries {self.n_entries}")
+        if problems:
+            raise RuntimeError(f"{self.describe()}: " + "; ".join(problems))
