@@ -165,6 +165,16 @@ def mem_read(rs: RunState, addr: int, size: int, what: str) -> bytes:
     return bytes(region[off:off + size])
 
 
+def mem_write(rs: RunState, addr: int, data: bytes, what: str) -> None:
+    """Write ``data`` at ``addr`` for a helper (a popped value into the program's buffer)."""
+    region = rs.mem.get(addr >> 32) if addr >= 0 else None
+    off = addr & OFF_MASK
+    if not isinstance(region, (bytearray, memoryview)) or off + len(data) > len(region):
+        raise ProgramFault(errno.EFAULT, f"helper argument {what}: {len(data)} bytes at "
+                           f"{_describe(addr)} are not writable memory")
+    region[off:off + len(data)] = data
+
+
 # -- the state of one run ------------------------------------------------------------------------
 class RunState:
     """One program run: its regions, instruction count and budget, tail calls, environment.
@@ -174,7 +184,7 @@ class RunState:
     """
 
     __slots__ = ("mem", "next_region", "value_regions", "count", "budget", "tail_calls",
-                 "system", "packet", "redirect", "engine", "trace")
+                 "system", "packet", "redirect", "engine", "trace", "retval")
 
     def __init__(self, system: Any = None, budget: int = DEFAULT_BUDGET,
                  packet: bytes | bytearray | memoryview = b"") -> None:
@@ -189,6 +199,7 @@ class RunState:
         self.redirect: Any = None
         self.engine: Callable[[Executable], Callable] | None = None
         self.trace: list[bytes] = []
+        self.retval = 0  # R0 at exit, set by whoever runs the program
 
     def region_of(self, buf: Any) -> int:
         """The pointer to the start of ``buf`` (a map value), giving it a region once."""
@@ -266,6 +277,10 @@ class Executable:
             interpreter = Interpreter(self)
             self._interp = interpreter.entry
         return self._interp
+
+    def prepare(self, engine: str) -> Callable:
+        """Make (and cache) the entry of ``engine`` now rather than at the first run."""
+        return _ENGINES[engine](self)
 
     def subprog_end(self, start: int) -> int:
         later = [s for s in self.subprogs if s > start]

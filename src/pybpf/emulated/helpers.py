@@ -1,0 +1,277 @@
+"""BPF helpers of the emulated backend, by helper id (kernel/bpf/helpers.c, net/core/filter.c).
+
+Rules this module keeps:
+- A helper is ``f(rs, r1, r2, r3, r4, r5) -> r0``: arguments and result are the raw 64-bit
+  register values; errors come back as the kernel's negative errno in two's complement, and
+  the return values (SK_PASS / SK_DROP, XDP actions, -EEXIST, ...) are exactly the kernel's.
+- Map arguments are map pointers (see interpreter: a region holding the ``BpfMap``); keys and
+  values are read from program memory with the map's sizes, so a short buffer faults cleanly.
+- ``HELPERS`` is the one table: id -> ``HelperProto`` (name, function, argument count, the
+  program types that may call it). The verifier reads it (unknown ids, argument registers
+  that must be initialised, per-type availability); the engines call ``proto.func``.
+- ``bpf_tail_call`` is in the table for the verifier; the engines run it themselves because
+  it does not return to the caller on success.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import ProgramFault
+from ..uapi import BpfFunc, MapType, ProgType
+from .bpf_map import BpfMap
+from .interpreter import M32, M64, OFF_MASK, RunState, mem_read, mem_write
+
+# XDP actions and sk_skb verdicts (include/uapi/linux/bpf.h)
+XDP_ABORTED, XDP_DROP, XDP_PASS, XDP_TX, XDP_REDIRECT = range(5)
+SK_DROP, SK_PASS = 0, 1
+BPF_F_INGRESS = 1
+BPF_F_BROADCAST = 1 << 3
+BPF_F_EXCLUDE_INGRESS = 1 << 4
+_XDP_ACTION_MASK = XDP_ABORTED | XDP_DROP | XDP_PASS | XDP_TX
+_REDIRECT_MAP_TYPES = frozenset({MapType.DEVMAP, MapType.DEVMAP_HASH, MapType.CPUMAP,
+                                 MapType.XSKMAP})
+_SOCK_MAP_TYPES = frozenset({MapType.SOCKMAP, MapType.SOCKHASH})
+
+
+@dataclass(frozen=True)
+class HelperProto:
+    """struct bpf_func_proto, the parts the emulator uses."""
+
+    func_id: int
+    func: Callable[..., int]
+    nargs: int  # R1..R<nargs> must be initialised at the call
+    prog_types: frozenset[int] | None = None  # None: every program type
+
+    @property
+    def name(self) -> str:
+        return f"bpf_{BpfFunc(self.func_id).name}"
+
+
+def bpf_map_of(rs: RunState, ptr: int, helper: str) -> BpfMap:
+    """The map a map-pointer argument points to (a region holding the map object)."""
+    obj = rs.mem.get(ptr >> 32) if ptr >= 0 else None
+    if not isinstance(obj, BpfMap) or ptr & OFF_MASK:
+        raise ProgramFault(errno.EFAULT, f"{helper}: R1 is not a map pointer ({ptr:#x})")
+    return obj
+
+
+def _machine(rs: RunState):
+    system = rs.system
+    return system.machine if system is not None else None
+
+
+# -- map helpers (kernel/bpf/helpers.c) ----------------------------------------------------------
+def bpf_map_lookup_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    bpf_map = bpf_map_of(rs, r1, "bpf_map_lookup_elem")
+    value = bpf_map.lookup_elem(mem_read(rs, r2, bpf_map.key_size, "key (R2)"))
+    return 0 if value is None else rs.region_of(value)
+
+
+def bpf_map_update_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    bpf_map = bpf_map_of(rs, r1, "bpf_map_update_elem")
+    key = mem_read(rs, r2, bpf_map.key_size, "key (R2)")
+    value = mem_read(rs, r3, bpf_map.value_size, "value (R3)")
+    return bpf_map.update_elem(key, value, r4) & M64
+
+
+def bpf_map_delete_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    bpf_map = bpf_map_of(rs, r1, "bpf_map_delete_elem")
+    return bpf_map.delete_elem(mem_read(rs, r2, bpf_map.key_size, "key (R2)")) & M64
+
+
+def bpf_map_push_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    bpf_map = bpf_map_of(rs, r1, "bpf_map_push_elem")
+    return bpf_map.push_elem(mem_read(rs, r2, bpf_map.value_size, "value (R2)"), r3) & M64
+
+
+def _pop_or_peek(rs: RunState, bpf_map: BpfMap, got: bytes | int, r2: int) -> int:
+    """Copy what pop/peek returned into the program's buffer at R2; 0 or the -errno."""
+    if isinstance(got, int):
+        return got & M64
+    mem_write(rs, r2, got, "value (R2)")
+    return 0
+
+
+def bpf_map_pop_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    bpf_map = bpf_map_of(rs, r1, "bpf_map_pop_elem")
+    mem_read(rs, r2, bpf_map.value_size, "value (R2)")  # the buffer must be there first
+    return _pop_or_peek(rs, bpf_map, bpf_map.pop_elem(), r2)
+
+
+def bpf_map_peek_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    bpf_map = bpf_map_of(rs, r1, "bpf_map_peek_elem")
+    value = mem_read(rs, r2, bpf_map.value_size, "value (R2)")
+    if bpf_map.map_type == MapType.BLOOM_FILTER:  # peek is "is this value in the filter"
+        return bpf_map.peek_elem(value) & M64
+    return _pop_or_peek(rs, bpf_map, bpf_map.peek_elem(), r2)
+
+
+def bpf_map_lookup_percpu_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int,
+                               r5: int) -> int:
+    bpf_map = bpf_map_of(rs, r1, "bpf_map_lookup_percpu_elem")
+    lookup = getattr(bpf_map, "lookup_percpu_elem", None)
+    if lookup is None:
+        raise ProgramFault(errno.EFAULT, "bpf_map_lookup_percpu_elem needs a per-CPU map")
+    value = lookup(mem_read(rs, r2, bpf_map.key_size, "key (R2)"), r3 & M32)
+    return 0 if value is None else rs.region_of(value)
+
+
+# -- machine helpers -----------------------------------------------------------------------------
+def bpf_get_smp_processor_id(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    machine = _machine(rs)
+    return machine.current_cpu() if machine is not None else 0
+
+
+def bpf_get_numa_node_id(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    machine = _machine(rs)
+    return machine.numa_node_id() if machine is not None else 0
+
+
+def bpf_ktime_get_ns(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    machine = _machine(rs)
+    return machine.ktime_get_ns() if machine is not None else 0
+
+
+def bpf_get_prandom_u32(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    return random.getrandbits(32)
+
+
+def bpf_get_current_pid_tgid(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    return (os.getpid() << 32) | threading.get_native_id()
+
+
+def bpf_trace_printk(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """Format like the kernel's bpf_trace_printk (%d %i %u %x %c %%, with l/ll); appended to
+    ``rs.trace``. Returns the length written, or -EINVAL for a format it does not take."""
+    fmt = mem_read(rs, r1, r2, "format (R1)").split(b"\0", 1)[0]
+    try:
+        text = _format(fmt, [r3, r4, r5])
+    except ValueError:
+        return -errno.EINVAL & M64
+    rs.trace.append(text)
+    return len(text)
+
+
+def _format(fmt: bytes, args: list[int]) -> bytes:
+    out = bytearray()
+    i = 0
+    while i < len(fmt):
+        c = fmt[i]
+        i += 1
+        if c != ord("%"):
+            out.append(c)
+            continue
+        if fmt[i:i + 1] == b"%":
+            out += b"%"
+            i += 1
+            continue
+        bits = 32
+        while fmt[i:i + 1] == b"l":
+            bits = 64
+            i += 1
+        conv = fmt[i:i + 1]
+        i += 1
+        if not args or conv not in (b"d", b"i", b"u", b"x", b"c"):
+            raise ValueError(f"unsupported conversion %{conv.decode(errors='replace')}")
+        value = args.pop(0) & ((1 << bits) - 1)
+        if conv in (b"d", b"i"):
+            value = value - (1 << bits) if value >> (bits - 1) else value
+            out += str(value).encode()
+        elif conv == b"u":
+            out += str(value).encode()
+        elif conv == b"x":
+            out += f"{value:x}".encode()
+        else:
+            out.append(value & 0xFF)
+    return bytes(out)
+
+
+# -- redirects (net/core/filter.c, net/core/sock_map.c) -----------------------------------------
+def bpf_redirect_map(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """__bpf_xdp_redirect_map: XDP_REDIRECT when the key has a target, else the low bits of
+    flags (the default action); flags outside the allowed set give XDP_ABORTED."""
+    bpf_map = bpf_map_of(rs, r1, "bpf_redirect_map")
+    if bpf_map.map_type not in _REDIRECT_MAP_TYPES:
+        raise ProgramFault(errno.EFAULT, f"bpf_redirect_map: {bpf_map.describe()} is not a "
+                           "devmap, cpumap or xskmap")
+    flags = r3
+    broadcast_ok = bpf_map.map_type in (MapType.DEVMAP, MapType.DEVMAP_HASH)
+    allowed = _XDP_ACTION_MASK | (BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS if broadcast_ok else 0)
+    if flags & ~allowed:
+        return XDP_ABORTED
+    target = None
+    if not flags & BPF_F_BROADCAST:
+        target = bpf_map.lookup_elem((r2 & M32).to_bytes(4, "little"))
+        if target is None:
+            rs.redirect = None
+            return flags & _XDP_ACTION_MASK
+    rs.redirect = (bpf_map, r2 & M32, flags)
+    return XDP_REDIRECT
+
+
+def _sk_redirect(rs: RunState, bpf_map: BpfMap, key: bytes, flags: int) -> int:
+    if bpf_map.map_type not in _SOCK_MAP_TYPES:
+        raise ProgramFault(errno.EFAULT, f"sk redirect: {bpf_map.describe()} is not a sockmap")
+    if flags & ~BPF_F_INGRESS:
+        return SK_DROP
+    sock = bpf_map._lookup(key)
+    if sock is None:
+        return SK_DROP
+    rs.redirect = (bpf_map, sock, flags & BPF_F_INGRESS)
+    return SK_PASS
+
+
+def bpf_sk_redirect_map(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    bpf_map = bpf_map_of(rs, r2, "bpf_sk_redirect_map")
+    return _sk_redirect(rs, bpf_map, (r3 & M32).to_bytes(4, "little"), r4)
+
+
+def bpf_sk_redirect_hash(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    bpf_map = bpf_map_of(rs, r2, "bpf_sk_redirect_hash")
+    return _sk_redirect(rs, bpf_map, mem_read(rs, r3, bpf_map.key_size, "key (R3)"), r4)
+
+
+def bpf_tail_call(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    raise AssertionError("the engines run bpf_tail_call themselves")  # pragma: no cover
+
+
+_XDP = frozenset({ProgType.XDP})
+_SK_SKB = frozenset({ProgType.SK_SKB})
+
+
+def _table() -> dict[int, HelperProto]:
+    entries = [
+        (BpfFunc.map_lookup_elem, bpf_map_lookup_elem, 2, None),
+        (BpfFunc.map_update_elem, bpf_map_update_elem, 4, None),
+        (BpfFunc.map_delete_elem, bpf_map_delete_elem, 2, None),
+        (BpfFunc.map_push_elem, bpf_map_push_elem, 3, None),
+        (BpfFunc.map_pop_elem, bpf_map_pop_elem, 2, None),
+        (BpfFunc.map_peek_elem, bpf_map_peek_elem, 2, None),
+        (BpfFunc.map_lookup_percpu_elem, bpf_map_lookup_percpu_elem, 3, None),
+        (BpfFunc.ktime_get_ns, bpf_ktime_get_ns, 0, None),
+        (BpfFunc.trace_printk, bpf_trace_printk, 2, None),
+        (BpfFunc.get_prandom_u32, bpf_get_prandom_u32, 0, None),
+        (BpfFunc.get_smp_processor_id, bpf_get_smp_processor_id, 0, None),
+        (BpfFunc.tail_call, bpf_tail_call, 3, None),
+        (BpfFunc.get_current_pid_tgid, bpf_get_current_pid_tgid, 0, None),
+        (BpfFunc.get_numa_node_id, bpf_get_numa_node_id, 0, None),
+        (BpfFunc.redirect_map, bpf_redirect_map, 3, _XDP),
+        (BpfFunc.sk_redirect_map, bpf_sk_redirect_map, 4, _SK_SKB),
+        (BpfFunc.sk_redirect_hash, bpf_sk_redirect_hash, 4, _SK_SKB),
+    ]
+    return {int(fid): HelperProto(int(fid), func, nargs, types)
+            for fid, func, nargs, types in entries}
+
+
+HELPERS: dict[int, HelperProto] = _table()
+
+
+def helper_funcs() -> dict[int, Callable[..., int]]:
+    """id -> function, what the engines call."""
+    return {fid: proto.func for fid, proto in HELPERS.items()}

@@ -1,0 +1,582 @@
+"""Programs on the emulated backend: load, test run, info, ids, tracepoint attachment.
+
+``ProgramsMixin`` is the part of ``EmulatedSystem`` that does BPF_PROG_LOAD,
+BPF_PROG_TEST_RUN, prog info / get_fd_by_id and tracepoint attachment; it relies on the
+system's fd table, id allocator and map references (``fd_install``, ``map_from_fd``,
+``bpf_map_inc`` / ``bpf_map_put``, ``prog_idr_alloc``, ``bpf_prog_inc`` / ``bpf_prog_put``).
+
+Rules this module keeps:
+- Load checks follow kernel/bpf/syscall.c ``bpf_prog_load`` then the verifier: unknown flags
+  and types -> EINVAL, 0 or > 1M insns -> E2BIG, a bad name -> EINVAL, then
+  ``verifier.bpf_check`` (the kernel's messages, in a ``VerifierError`` with the log).
+- A program holds a reference on every map it uses until it is released; each fd and each
+  PROG_ARRAY slot holds a reference on the program.
+- Test runs follow net/bpf/test_run.c per program type (skb, xdp, raw_tp, syscall): the same
+  EINVAL / ENOSPC / E2BIG rules, the same data_out (a socket filter's Ethernet header comes
+  back zeroed) and ctx_out. ``duration`` is measured for real (perf_counter_ns, the mean per
+  run over ``repeat``). Types without a test_run answer ENOTSUPP.
+- The tag is the kernel's: the first 8 bytes of SHA-256 over the instructions with the
+  immediates of map-referencing lddw zeroed.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import struct
+import threading
+import time
+from typing import Any
+
+from ..errors import KernelError, VerifierError, bpf_error, errno_name, strerror
+from ..system import ProgInfo, TestRun
+from ..uapi import (
+    BPF_OBJ_NAME_LEN,
+    BPF_PSEUDO_MAP_FD,
+    BPF_PSEUDO_MAP_VALUE,
+    AttachType,
+    ProgType,
+)
+from .helpers import helper_funcs
+from .interpreter import (
+    CTX_REGION,
+    DEFAULT_BUDGET,
+    M32,
+    PACKET_REGION,
+    CtxRegion,
+    Executable,
+    RunState,
+    run,
+)
+from .verifier import bpf_check
+
+BPF_F_SLEEPABLE = 1 << 4
+# prog_flags bpf_prog_load accepts (BPF_F_STRICT_ALIGNMENT .. BPF_F_XDP_DEV_BOUND_ONLY)
+_PROG_FLAGS = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 3) | BPF_F_SLEEPABLE | (1 << 5) | (1 << 6)
+BPF_COMPLEXITY_LIMIT_INSNS = 1_000_000
+BPF_F_TEST_RUN_ON_CPU = 1 << 0
+BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
+
+ETH_HLEN = 14
+PAGE_SIZE = 4096
+NET_SKB_PAD = 64  # max(32, L1_CACHE_BYTES) on x86-64; NET_IP_ALIGN is 0 there
+SKB_SHINFO_SIZE = 320  # SKB_DATA_ALIGN(sizeof(struct skb_shared_info)) on 6.18 x86-64
+XDP_PACKET_HEADROOM = 256
+XDP_METADATA_MAX = 32
+LOOPBACK_IFINDEX = 1
+MAX_BPF_FUNC_ARGS = 12
+U16_MAX = 0xFFFF
+
+# Program types the emulated backend loads, and which of them have a test run.
+SKB_PROG_TYPES = frozenset({ProgType.SOCKET_FILTER, ProgType.SCHED_CLS, ProgType.SCHED_ACT,
+                            ProgType.CGROUP_SKB, ProgType.LWT_IN, ProgType.LWT_OUT,
+                            ProgType.LWT_XMIT})
+L2_PROG_TYPES = frozenset({ProgType.SCHED_CLS, ProgType.SCHED_ACT})
+DIRECT_PACKET_PROG_TYPES = frozenset({ProgType.SCHED_CLS, ProgType.SCHED_ACT, ProgType.LWT_IN,
+                                      ProgType.LWT_OUT, ProgType.LWT_XMIT,
+                                      ProgType.CGROUP_SKB})
+LOADABLE_PROG_TYPES = SKB_PROG_TYPES | {ProgType.XDP, ProgType.TRACEPOINT,
+                                        ProgType.RAW_TRACEPOINT, ProgType.SYSCALL,
+                                        ProgType.SK_SKB, ProgType.SK_MSG, ProgType.KPROBE,
+                                        ProgType.PERF_EVENT}
+TRACEPOINT_PROG_TYPES = frozenset({ProgType.TRACEPOINT})
+
+_GPL_COMPATIBLE = ("GPL", "GPL v2", "GPL and additional rights", "Dual BSD/GPL",
+                   "Dual MIT/GPL", "Dual MPL/GPL")
+_NAME_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
+
+# struct __sk_buff (include/uapi/linux/bpf.h): the offsets the emulator fills or lets
+# programs write, and those a test run's ctx_in may set (convert___skb_to_skb).
+SK_BUFF_SIZE = 192
+SKB_LEN, SKB_PKT_TYPE, SKB_MARK, SKB_QUEUE_MAPPING, SKB_PROTOCOL = 0, 4, 8, 12, 16
+SKB_PRIORITY, SKB_INGRESS_IFINDEX, SKB_IFINDEX, SKB_TC_INDEX, SKB_CB = 32, 36, 40, 44, 48
+SKB_HASH, SKB_TC_CLASSID, SKB_DATA, SKB_DATA_END, SKB_DATA_META = 68, 72, 76, 80, 140
+SKB_TSTAMP, SKB_WIRE_LEN, SKB_GSO_SEGS, SKB_GSO_SIZE, SKB_HWTSTAMP = 152, 160, 164, 176, 184
+_SKB_CTX_IN_FIELDS = ((SKB_MARK, 4), (SKB_PRIORITY, 4), (SKB_INGRESS_IFINDEX, 4),
+                      (SKB_IFINDEX, 4), (SKB_CB, 20), (SKB_TSTAMP, 8), (SKB_GSO_SEGS, 4),
+                      (SKB_GSO_SIZE, 4), (SKB_HWTSTAMP, 8))
+_SKB_WRITABLE_ALL = ((SKB_CB, 20),)
+_SKB_WRITABLE_TC = ((SKB_MARK, 4), (SKB_QUEUE_MAPPING, 4), (SKB_PRIORITY, 4),
+                    (SKB_TC_INDEX, 4), (SKB_CB, 20), (SKB_TC_CLASSID, 4), (SKB_TSTAMP, 8))
+# struct xdp_md
+XDP_MD_SIZE = 24
+_XDP_MD = struct.Struct("<6I")
+
+
+def bpf_prog_calc_tag(insns: bytes) -> bytes:
+    """The program tag: SHA-256 (6.18) over the insns, map lddw immediates zeroed."""
+    data = bytearray(insns)
+    pc = 0
+    while pc < len(data) // 8:
+        code, regs = data[8 * pc], data[8 * pc + 1]
+        if code == 0x18 and (regs >> 4) in (BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE) \
+                and pc + 1 < len(data) // 8:
+            data[8 * pc + 4:8 * pc + 8] = bytes(4)
+            data[8 * pc + 12:8 * pc + 16] = bytes(4)
+            pc += 2
+            continue
+        pc += 1
+    return hashlib.sha256(bytes(data)).digest()[:8]
+
+
+class BpfProg:
+    """struct bpf_prog: the loaded program, its maps, its compiled form."""
+
+    def __init__(self, system: Any, prog_type: int, insns: bytes, verified, name: str,
+                 expected_attach_type: int, prog_flags: int, gpl: bool) -> None:
+        self.system = system
+        self.prog_type = prog_type
+        self.expected_attach_type = expected_attach_type
+        self.prog_flags = prog_flags
+        self.gpl_compatible = gpl
+        self.insns = insns
+        self.name = name
+        self.tag = bpf_prog_calc_tag(insns)
+        self.used_maps = list(verified.maps)
+        self.max_ctx_offset = verified.max_ctx_offset
+        self.executable = Executable(verified.insns, helper_funcs(), verified.pseudo, owner=self)
+        self.refcnt = 0
+        self.id = 0
+        self.run_cnt = 0
+        self.run_time_ns = 0
+
+    def fd_release(self) -> None:
+        """Closing one fd drops that fd's reference."""
+        self.system.bpf_prog_put(self)
+
+    def release(self) -> None:
+        """The last reference is gone (bpf_prog_put -> __bpf_prog_put_noref): drop the maps."""
+        maps, self.used_maps = self.used_maps, []
+        for bpf_map in maps:
+            self.system.bpf_map_put(bpf_map)
+
+    def describe(self) -> str:
+        kind = ProgType(self.prog_type).name.lower()
+        label = f" {self.name!r}" if self.name else ""
+        return f"{kind} program{label} (id {self.id})"
+
+    def run(self, ctx: Any, *, packet: Any = b"", engine: str | None = None) -> RunState:
+        """Run once with ``ctx`` (a ``CtxRegion``, bytes (read-only) or a bytearray) as R1;
+        the returned RunState has ``retval`` (R0, 64 bits) and what helpers recorded."""
+        system = self.system
+        rs = RunState(system, getattr(system, "insn_budget", DEFAULT_BUDGET), packet)
+        rs.mem[CTX_REGION] = ctx
+        if isinstance(packet, (bytearray, memoryview)):
+            rs.mem[PACKET_REGION] = packet
+        rs.retval = run(self.executable, rs, CTX_REGION << 32,
+                        engine or getattr(system, "bpf_engine", "jit"))
+        return rs
+
+
+class _Tracepoint:
+    """An attachment of a TRACEPOINT program (the perf event fd the kernel would give)."""
+
+    def __init__(self, system: Any, prog: BpfProg, category: str, name: str) -> None:
+        self.system = system
+        self.prog = prog
+        self.key = (category, name)
+
+    def fd_release(self) -> None:
+        self.system._detach_tracepoint(self)
+
+
+def _check_prog_name(name: bytes) -> str:
+    if len(name) > BPF_OBJ_NAME_LEN:
+        raise KernelError(errno.EINVAL, f"prog_name {name!r} is longer than "
+                                        f"{BPF_OBJ_NAME_LEN} bytes")
+    text, nul, _ = name.partition(b"\0")
+    if not nul and len(text) == BPF_OBJ_NAME_LEN:
+        raise KernelError(errno.EINVAL, f"prog_name {name!r} must leave room for its NUL")
+    bad = sorted({chr(c) for c in text if c not in _NAME_CHARS})
+    if bad:
+        raise KernelError(errno.EINVAL, f"prog_name {name!r} has characters {bad} outside "
+                                        "[A-Za-z0-9_.]")
+    return text.decode()
+
+
+class ProgramsMixin:
+    """BPF_PROG_* commands of the emulated system (see the module docstring)."""
+
+    bpf_engine = "jit"  # "jit" or "interp" (the reference interpreter)
+    insn_budget = DEFAULT_BUDGET  # instructions one run may execute
+
+    # -- load --------------------------------------------------------------------------------
+    def prog_load(self, prog_type: int, insns: bytes, license: str = "GPL",
+                  expected_attach_type: int = 0, prog_name: bytes = b"",
+                  prog_flags: int = 0, log_level: int = 0) -> int:
+        insns = bytes(insns)
+        kind = ProgType(prog_type).name.lower() if prog_type in ProgType._value2member_map_ \
+            else f"type {prog_type}"
+        what = f"{kind} program" + (f" {prog_name!r}" if prog_name else "")
+        try:
+            prog = self._bpf_prog_load(prog_type, insns, license, expected_attach_type,
+                                       prog_name, prog_flags)
+        except KernelError as exc:
+            log = getattr(exc, "log", "")
+            if log and exc.errno in (errno.EACCES, errno.EINVAL):
+                raise VerifierError(exc.errno, f"prog load on {what}: {strerror(exc.errno)} "
+                                    f"({errno_name(exc.errno)}): verifier: {exc.detail}",
+                                    log=log, command="prog_load",
+                                    map=what, hint="the verifier rejected the program; its "
+                                    "log says why") from None
+            raise bpf_error(exc.errno, "prog_load", map=what, detail=exc.detail) from None
+        return self.fd_install(prog)
+
+    def _bpf_prog_load(self, prog_type: int, insns: bytes, license: str,
+                       expected_attach_type: int, prog_name: bytes, prog_flags: int) -> BpfProg:
+        if prog_flags & ~_PROG_FLAGS:
+            raise KernelError(errno.EINVAL, f"prog_flags {prog_flags:#x} has unknown bits")
+        if len(insns) % 8:
+            raise KernelError(errno.EINVAL, f"{len(insns)} bytes of instructions is not a "
+                                            "multiple of 8")
+        count = len(insns) // 8
+        if count == 0 or count > BPF_COMPLEXITY_LIMIT_INSNS:
+            raise KernelError(errno.E2BIG, f"{count} instructions: a program has 1 to "
+                                           f"{BPF_COMPLEXITY_LIMIT_INSNS}")
+        if prog_type not in LOADABLE_PROG_TYPES:
+            raise KernelError(errno.EINVAL, f"program type {prog_type} cannot be loaded by the "
+                              "emulated backend (it loads: " + ", ".join(
+                                  sorted(ProgType(t).name for t in LOADABLE_PROG_TYPES)) + ")")
+        name = _check_prog_name(bytes(prog_name))
+        if prog_type == ProgType.SYSCALL and not prog_flags & BPF_F_SLEEPABLE:
+            raise _verifier_reject("Syscall programs can only be sleepable")
+        if prog_type == ProgType.XDP and expected_attach_type not in (
+                0, AttachType.XDP, AttachType.XDP_DEVMAP, AttachType.XDP_CPUMAP):
+            raise KernelError(errno.EINVAL, f"expected_attach_type {expected_attach_type} is "
+                                            "not an XDP attach type")
+        verified = bpf_check(insns, prog_type, self.map_from_fd)
+        gpl = license.split("\0", 1)[0] in _GPL_COMPATIBLE
+        prog = BpfProg(self, prog_type, insns, verified, name, expected_attach_type,
+                       prog_flags, gpl)
+        for bpf_map in prog.used_maps:
+            self.bpf_map_inc(bpf_map)
+        prog.executable.prepare(self.bpf_engine)  # translate at load: runs time only the run
+        prog.refcnt = 1
+        prog.id = self.prog_idr_alloc(prog)
+        return prog
+
+    # -- info and ids ------------------------------------------------------------------------
+    def _prog(self, fd: int, command: str) -> BpfProg:
+        try:
+            return self.prog_from_fd(fd)
+        except KernelError as exc:
+            raise bpf_error(exc.errno, command, detail=exc.detail) from None
+
+    def prog_get_info(self, fd: int) -> ProgInfo:
+        try:
+            obj = self.fd_get(fd)
+        except KernelError as exc:
+            raise bpf_error(exc.errno, "prog_get_info", detail=exc.detail) from None
+        if not isinstance(obj, BpfProg):
+            raise bpf_error(errno.EINVAL, "prog_get_info", detail=f"fd {fd} is not a program")
+        return ProgInfo(type=obj.prog_type, id=obj.id, tag=obj.tag, name=obj.name,
+                        xlated_prog_len=len(obj.insns), jited_prog_len=0,
+                        map_ids=tuple(m.id for m in obj.used_maps),
+                        run_time_ns=obj.run_time_ns, run_cnt=obj.run_cnt)
+
+    def prog_get_fd_by_id(self, prog_id: int) -> int:
+        try:
+            prog = self.prog_from_id(prog_id)
+        except KernelError as exc:
+            raise bpf_error(exc.errno, "prog_get_fd_by_id", detail=exc.detail) from None
+        self.bpf_prog_inc(prog)
+        return self.fd_install(prog)
+
+    # -- test run ----------------------------------------------------------------------------
+    def prog_test_run(self, prog_fd: int, data_in: bytes = b"", *,
+                      data_size_out: int | None = None, ctx_in: bytes | None = None,
+                      ctx_size_out: int | None = None, repeat: int = 1, flags: int = 0,
+                      cpu: int = 0) -> TestRun:
+        """BPF_PROG_TEST_RUN. Defaults as the kernel backend's: ``data_size_out`` room for
+        the input plus a page, ``ctx_size_out`` the size of ``ctx_in``."""
+        prog = self._prog(prog_fd, "prog_test_run")
+        data_in = bytes(data_in)
+        ctx_in = bytes(ctx_in) if ctx_in else b""
+        if data_size_out is None:
+            data_size_out = len(data_in) + PAGE_SIZE if data_in else 0
+        if ctx_size_out is None:
+            ctx_size_out = len(ctx_in)
+        request = _TestRequest(data_in, data_size_out, ctx_in, ctx_size_out, repeat, flags, cpu)
+        prog_type = prog.prog_type
+        try:
+            if prog_type in SKB_PROG_TYPES:
+                return self._test_run_skb(prog, request)
+            if prog_type == ProgType.XDP:
+                return self._test_run_xdp(prog, request)
+            if prog_type == ProgType.RAW_TRACEPOINT:
+                return self._test_run_raw_tp(prog, request)
+            if prog_type == ProgType.SYSCALL:
+                return self._test_run_syscall(prog, request)
+            raise KernelError(524, f"{ProgType(prog_type).name} programs have no test run")
+        except KernelError as exc:
+            raise bpf_error(exc.errno, "prog_test_run", map=prog.describe(),
+                            detail=exc.detail) from None
+
+    def _timed_runs(self, prog: BpfProg, repeat: int, run_once) -> tuple[int, int]:
+        """Run ``repeat`` times (0 means 1); (retval of the last run, mean ns per run)."""
+        repeat = repeat or 1
+        start = time.perf_counter_ns()
+        for _ in range(repeat):
+            retval = run_once()
+        elapsed = time.perf_counter_ns() - start
+        return retval & M32, min(elapsed // repeat, M32)
+
+    def _test_run_skb(self, prog: BpfProg, req: _TestRequest) -> TestRun:
+        if req.flags or req.cpu:
+            raise KernelError(errno.EINVAL, "skb test runs take no flags and no cpu")
+        size = len(req.data_in)
+        if size < ETH_HLEN:
+            raise KernelError(errno.EINVAL, f"data_in is {size} bytes, less than an Ethernet "
+                                            f"header ({ETH_HLEN})")
+        if size > PAGE_SIZE - NET_SKB_PAD - SKB_SHINFO_SIZE:
+            raise KernelError(errno.EINVAL, f"data_in is {size} bytes, over the "
+                              f"{PAGE_SIZE - NET_SKB_PAD - SKB_SHINFO_SIZE} an skb test run takes")
+        ctx = _ctx_init(req, SK_BUFF_SIZE)
+        if ctx is not None:
+            _check_skb_ctx_in(ctx)
+        l2 = prog.prog_type in L2_PROG_TYPES
+        packet = bytearray(req.data_in)
+        start = 0 if l2 else ETH_HLEN
+        skb = bytearray(ctx) if ctx is not None else bytearray(SK_BUFF_SIZE)
+        _fill_sk_buff(skb, packet, start)
+        writable = _SKB_WRITABLE_TC if prog.prog_type in L2_PROG_TYPES else _SKB_WRITABLE_ALL
+        pointers = {}
+        if prog.prog_type in DIRECT_PACKET_PROG_TYPES:
+            base = PACKET_REGION << 32
+            pointers = {SKB_DATA: base | start, SKB_DATA_END: base | len(packet),
+                        SKB_DATA_META: base | start}
+        ctx_region = CtxRegion("__sk_buff", skb, pointers, writable)
+        view = memoryview(packet)
+        data = view[start:]
+        retval, duration = self._timed_runs(
+            prog, req.repeat, lambda: self._run_skb(prog, ctx_region, view, data))
+        if not l2:
+            packet[:ETH_HLEN] = bytes(ETH_HLEN)
+        ctx_out = None
+        if ctx is not None:
+            ctx_out = bytearray(ctx)
+            for off, length in ((SKB_MARK, 4), (SKB_PRIORITY, 4), (SKB_CB, 20),
+                                (SKB_TSTAMP, 8)):
+                ctx_out[off:off + length] = skb[off:off + length]
+            struct.pack_into("<I", ctx_out, SKB_INGRESS_IFINDEX,
+                             struct.unpack_from("<I", ctx, SKB_INGRESS_IFINDEX)[0])
+            struct.pack_into("<I", ctx_out, SKB_IFINDEX, LOOPBACK_IFINDEX)
+            struct.pack_into("<I", ctx_out, SKB_WIRE_LEN, len(packet) - start)
+        return _test_finish(req, bytes(packet), retval, duration, ctx_out)
+
+    def _run_skb(self, prog: BpfProg, ctx_region: CtxRegion, packet: memoryview,
+                 data: memoryview) -> int:
+        rs = RunState(self, self.insn_budget, data)
+        rs.mem[CTX_REGION] = ctx_region
+        rs.mem[PACKET_REGION] = packet
+        return run(prog.executable, rs, CTX_REGION << 32, self.bpf_engine)
+
+    def _test_run_xdp(self, prog: BpfProg, req: _TestRequest) -> TestRun:
+        if prog.expected_attach_type in (AttachType.XDP_DEVMAP, AttachType.XDP_CPUMAP):
+            raise KernelError(errno.EINVAL, "XDP programs for devmap/cpumap entries have no "
+                                            "test run")
+        if req.flags & ~BPF_F_TEST_XDP_LIVE_FRAMES:
+            raise KernelError(errno.EINVAL, f"flags {req.flags:#x}: XDP test runs take only "
+                                            "BPF_F_TEST_XDP_LIVE_FRAMES")
+        if req.flags & BPF_F_TEST_XDP_LIVE_FRAMES:
+            raise KernelError(524, "live-frame XDP test runs are not emulated")
+        size = len(req.data_in)
+        ctx = _ctx_init(req, XDP_MD_SIZE)
+        headroom = XDP_PACKET_HEADROOM
+        meta = 0
+        linear = size
+        ingress = LOOPBACK_IFINDEX
+        rx_queue = 0
+        if ctx is not None:
+            data, data_end, data_meta, ingress, rx_queue, egress = _XDP_MD.unpack_from(ctx)
+            if data_meta or data_end > size or data > data_end or data % 4 \
+                    or data > XDP_METADATA_MAX:
+                raise KernelError(errno.EINVAL, "xdp_md: data_meta must be 0, data <= "
+                                  "data_end <= data size, metadata a multiple of 4 up to 32")
+            headroom -= data
+            meta, linear = data, data_end
+        max_linear = PAGE_SIZE - headroom - SKB_SHINFO_SIZE
+        linear = min(linear, max_linear)
+        if size - meta < ETH_HLEN:
+            raise KernelError(errno.EINVAL, f"data_in is {size - meta} bytes after the metadata, "
+                                            f"less than an Ethernet header ({ETH_HLEN})")
+        if ctx is not None:
+            if egress:
+                raise KernelError(errno.EINVAL, "xdp_md.egress_ifindex must be 0")
+            if ingress and ingress != LOOPBACK_IFINDEX:
+                raise KernelError(errno.ENODEV, f"no device with ifindex {ingress}")
+            if rx_queue:
+                raise KernelError(errno.EINVAL, f"rx_queue_index {rx_queue}: the device has one "
+                                                "queue")
+            if not ingress:
+                ingress = 0
+        buf = bytearray(headroom) + bytearray(req.data_in[:linear])
+        frags = req.data_in[linear:]
+        base = PACKET_REGION << 32
+        pointers = {0: base | (headroom + meta), 4: base | len(buf), 8: base | headroom}
+        md = bytearray(XDP_MD_SIZE)
+        struct.pack_into("<III", md, 12, ingress, rx_queue, 0)
+        ctx_region = CtxRegion("xdp_md", md, pointers)
+        view = memoryview(buf)
+
+        def once() -> int:
+            rs = RunState(self, self.insn_budget, view[headroom + meta:])
+            rs.mem[CTX_REGION] = ctx_region
+            rs.mem[PACKET_REGION] = view
+            return run(prog.executable, rs, CTX_REGION << 32, self.bpf_engine)
+
+        retval, duration = self._timed_runs(prog, req.repeat, once)
+        data_out = bytes(buf[headroom:]) + frags
+        ctx_out = None
+        if ctx is not None:
+            ctx_out = bytearray(_XDP_MD.pack(meta, linear, 0, ingress, rx_queue, 0))
+        return _test_finish(req, data_out, retval, duration, ctx_out)
+
+    def _test_run_raw_tp(self, prog: BpfProg, req: _TestRequest) -> TestRun:
+        if req.data_in or req.data_size_out or req.ctx_size_out or req.repeat:
+            raise KernelError(errno.EINVAL, "raw tracepoint test runs take only ctx_in (no "
+                              "data, no ctx_out, repeat 0)")
+        ctx_size = len(req.ctx_in)
+        if ctx_size < prog.max_ctx_offset or ctx_size > MAX_BPF_FUNC_ARGS * 8:
+            raise KernelError(errno.EINVAL, f"ctx_in is {ctx_size} bytes: the program reads "
+                              f"{prog.max_ctx_offset}, at most {MAX_BPF_FUNC_ARGS * 8} allowed")
+        if not req.flags & BPF_F_TEST_RUN_ON_CPU and req.cpu:
+            raise KernelError(errno.EINVAL, "cpu needs flags=BPF_F_TEST_RUN_ON_CPU")
+        cpu = req.cpu if req.flags & BPF_F_TEST_RUN_ON_CPU else self.machine.current_cpu()
+        if not 0 <= cpu < self.machine.num_cpus:
+            raise KernelError(errno.ENXIO, f"CPU {cpu} is not online")
+        with self.machine.on_cpu(cpu):
+            rs = prog.run(bytes(req.ctx_in))
+        return TestRun(retval=rs.retval & M32, duration=0)
+
+    def _test_run_syscall(self, prog: BpfProg, req: _TestRequest) -> TestRun:
+        if req.flags or req.cpu:
+            raise KernelError(errno.EINVAL, "syscall program test runs take no flags and no cpu")
+        ctx_size = len(req.ctx_in)
+        if ctx_size > U16_MAX:
+            raise KernelError(errno.EINVAL, f"ctx_in is {ctx_size} bytes, over {U16_MAX}")
+        if req.data_in or req.data_size_out or req.ctx_size_out or req.repeat:
+            raise KernelError(errno.EINVAL, "syscall program test runs take only ctx_in (no "
+                              "data, no ctx_out, repeat 0)")
+        if ctx_size < prog.max_ctx_offset:
+            raise KernelError(errno.EACCES, f"ctx_in is {ctx_size} bytes, the program reads "
+                                            f"{prog.max_ctx_offset}")
+        rs = prog.run(bytearray(req.ctx_in))
+        return TestRun(retval=rs.retval & M32, duration=0)
+
+    # -- tracepoints -------------------------------------------------------------------------
+    def attach_tracepoint(self, prog_fd: int, category: str, name: str) -> int:
+        command = "attach_tracepoint"
+        where = f"tracepoint {category}/{name}"
+        prog = self._prog(prog_fd, command)
+        if prog.prog_type not in TRACEPOINT_PROG_TYPES:
+            raise bpf_error(errno.EINVAL, command, map=where,
+                            detail=f"{prog.describe()} is not a TRACEPOINT program")
+        events = "/sys/kernel/tracing/events"
+        if os.path.isdir(events) and not os.path.isdir(os.path.join(events, category, name)):
+            raise bpf_error(errno.ENOENT, command, map=where,
+                            detail=f"no tracepoint {category}/{name} in {events}")
+        self.bpf_prog_inc(prog)
+        link = _Tracepoint(self, prog, category, name)
+        with _tracepoint_lock:
+            self.__dict__.setdefault("_tracepoints", {}).setdefault(link.key, []).append(link)
+        return self.fd_install(link)
+
+    def _detach_tracepoint(self, link: _Tracepoint) -> None:
+        with _tracepoint_lock:
+            links = self.__dict__.get("_tracepoints", {}).get(link.key, [])
+            if link in links:
+                links.remove(link)
+        self.bpf_prog_put(link.prog)
+
+    def trigger_tracepoint(self, category: str, name: str, ctx: bytes = b"") -> list[int]:
+        """Fire tracepoint ``category/name`` with the raw record ``ctx``: every attached
+        program runs once on the current CPU; returns their return values (R0) in order."""
+        with _tracepoint_lock:
+            links = list(self.__dict__.get("_tracepoints", {}).get((category, name), ()))
+        record = bytes(ctx)
+        return [link.prog.run(record).retval for link in links]
+
+
+_tracepoint_lock = threading.Lock()
+
+
+class _TestRequest:
+    __slots__ = ("data_in", "data_size_out", "ctx_in", "ctx_size_out", "repeat", "flags", "cpu")
+
+    def __init__(self, data_in: bytes, data_size_out: int, ctx_in: bytes, ctx_size_out: int,
+                 repeat: int, flags: int, cpu: int) -> None:
+        self.data_in = data_in
+        self.data_size_out = data_size_out
+        self.ctx_in = ctx_in
+        self.ctx_size_out = ctx_size_out
+        self.repeat = repeat
+        self.flags = flags
+        self.cpu = cpu
+
+
+def _verifier_reject(message: str) -> KernelError:
+    exc = KernelError(errno.EINVAL, message)
+    exc.log = message + "\n"  # type: ignore[attr-defined]
+    return exc
+
+
+def _ctx_init(req: _TestRequest, max_size: int) -> bytes | None:
+    """bpf_ctx_init: None without ctx_in and ctx_out; a tail past the struct must be zero."""
+    if not req.ctx_in and not req.ctx_size_out:
+        return None
+    ctx_in = req.ctx_in
+    if len(ctx_in) > max_size and any(ctx_in[max_size:]):
+        raise KernelError(errno.E2BIG, f"ctx_in has non-zero bytes past the {max_size}-byte "
+                                       "context")
+    return ctx_in[:max_size].ljust(max_size, b"\0")
+
+
+def _check_skb_ctx_in(ctx: bytes) -> None:
+    """convert___skb_to_skb: only some __sk_buff fields may be set."""
+    allowed = bytearray(SK_BUFF_SIZE)
+    for off, length in _SKB_CTX_IN_FIELDS:
+        allowed[off:off + length] = b"\1" * length
+    for i, byte in enumerate(ctx):
+        if byte and not allowed[i]:
+            raise KernelError(errno.EINVAL, f"ctx_in sets __sk_buff byte {i}: a test run takes "
+                              "only mark, priority, ingress_ifindex, ifindex, cb, tstamp, "
+                              "gso_segs, gso_size and hwtstamp")
+    ifindex = struct.unpack_from("<I", ctx, SKB_IFINDEX)[0]
+    if ifindex > LOOPBACK_IFINDEX:
+        raise KernelError(errno.ENODEV, f"no device with ifindex {ifindex}")
+
+
+def _fill_sk_buff(skb: bytearray, packet: bytearray, start: int) -> None:
+    """The __sk_buff fields a program reads, as the kernel's test-run skb has them."""
+    dst = packet[:6]
+    if dst == b"\xff" * 6:
+        pkt_type = 1  # PACKET_BROADCAST
+    elif dst[0] & 1:
+        pkt_type = 2  # PACKET_MULTICAST
+    elif dst == bytes(6):  # the loopback device's address
+        pkt_type = 0  # PACKET_HOST
+    else:
+        pkt_type = 3  # PACKET_OTHERHOST
+    struct.pack_into("<I", skb, SKB_LEN, len(packet) - start)
+    struct.pack_into("<I", skb, SKB_PKT_TYPE, pkt_type)
+    struct.pack_into("<I", skb, SKB_PROTOCOL, int.from_bytes(packet[12:14], "little"))
+    struct.pack_into("<I", skb, SKB_IFINDEX, LOOPBACK_IFINDEX)
+    struct.pack_into("<I", skb, SKB_WIRE_LEN, len(packet) - start)
+
+
+def _test_finish(req: _TestRequest, data: bytes, retval: int, duration: int,
+                 ctx: bytes | bytearray | None) -> TestRun:
+    """bpf_test_finish + bpf_ctx_finish: clamp to the output sizes; ENOSPC when clamped."""
+    data_out = data[:req.data_size_out] if req.data_size_out else b""
+    if req.data_size_out and len(data) > req.data_size_out:
+        raise KernelError(errno.ENOSPC, f"data_out needs {len(data)} bytes, data_size_out is "
+                                        f"{req.data_size_out}")
+    ctx_out = b""
+    if ctx is not None and req.ctx_size_out:
+        if len(ctx) > req.ctx_size_out:
+            raise KernelError(errno.ENOSPC, f"ctx_out needs {len(ctx)} bytes, ctx_size_out is "
+                                            f"{req.ctx_size_out}")
+        ctx_out = bytes(ctx)
+    return TestRun(retval=retval, duration=duration, data_out=data_out, ctx_out=ctx_out)

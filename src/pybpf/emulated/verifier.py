@@ -1,0 +1,493 @@
+"""Load-time checks of the emulated backend: what the kernel's verifier rejects in simple cases.
+
+Rules this module keeps:
+- Checks run in the kernel's phases (kernel/bpf/verifier.c ``bpf_check``), so the same
+  problem wins when a program has several: opcodes; subprograms (jump ranges, last insn);
+  lddw and map fds; the control-flow graph (unreachable insns, call depth); then each
+  reachable instruction (reserved fields, R10 writes, div by zero, shifts, stack bounds,
+  helpers) and a dataflow over registers (a read of a register no path initialised is
+  "R<n> !read_ok").
+- Messages and errnos are the kernel's (EINVAL mostly; EACCES for register and stack access;
+  E2BIG for a too-deep call stack; EBADF for an fd that is not open).
+- What it does NOT do: track types, ranges or pointer provenance, prove termination, prune
+  dead branches. A program the kernel rejects for those reasons may load here; the
+  interpreter then catches bad accesses (ProgramFault) and endless loops (its budget).
+"""
+
+from __future__ import annotations
+
+import errno
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..asm.opcodes import (
+    OPCODES,
+    AluOp,
+    AtomicOp,
+    Class,
+    Instruction,
+    InvalidInstruction,
+    JmpOp,
+    Kind,
+    Source,
+    check,
+)
+from ..errors import KernelError
+from ..uapi import (
+    BPF_PSEUDO_CALL,
+    BPF_PSEUDO_KFUNC_CALL,
+    BPF_PSEUDO_MAP_FD,
+    BPF_PSEUDO_MAP_VALUE,
+    MAX_BPF_STACK,
+    BpfFunc,
+    MapType,
+    ProgType,
+)
+from .helpers import HELPERS
+from .interpreter import MAX_CALL_FRAMES
+
+LD_IMM64 = 0x18
+EXIT = Class.JMP | JmpOp.EXIT
+JA = Class.JMP | JmpOp.JA
+R10_BIT = 1 << 10
+ALL_REGS = (1 << 11) - 1
+CALLER_SAVED = 0b111110  # R1-R5
+# Program types that may use the legacy packet loads (may_access_skb).
+LD_ABS_PROG_TYPES = frozenset({ProgType.SOCKET_FILTER, ProgType.SCHED_CLS, ProgType.SCHED_ACT})
+# Maps whose values a program may address directly (map_direct_value_addr).
+DIRECT_VALUE_MAP_TYPES = frozenset({MapType.ARRAY})
+
+_SLOT = struct.Struct("<BBhi")
+
+
+class VerifierReject(KernelError):
+    """The program is rejected; ``log`` is the verifier log."""
+
+    def __init__(self, err: int, message: str) -> None:
+        super().__init__(err, message)
+        self.log = message + "\n"
+
+
+@dataclass
+class VerifiedProgram:
+    """What loading keeps: instructions, map references by lddw slot, maps in use order."""
+
+    insns: list[Instruction]
+    pseudo: dict[int, tuple[str, Any, int]] = field(default_factory=dict)
+    maps: list[Any] = field(default_factory=list)
+    processed: int = 0
+    max_ctx_offset: int = 0  # bytes of the context the program reads or writes (at most)
+
+
+def _reject(err: int, message: str) -> VerifierReject:
+    return VerifierReject(err, message)
+
+
+def bpf_check(insns: bytes, prog_type: int, map_from_fd: Callable[[int], Any]) -> VerifiedProgram:
+    """Verify ``insns`` for ``prog_type``; ``map_from_fd(fd)`` resolves lddw map fds (raises
+    KernelError). Returns the decoded program or raises ``VerifierReject``."""
+    return _Verifier(insns, prog_type, map_from_fd).run()
+
+
+class _Verifier:
+    def __init__(self, data: bytes, prog_type: int, map_from_fd: Callable[[int], Any]) -> None:
+        self.data = data
+        self.prog_type = prog_type
+        self.map_from_fd = map_from_fd
+        self.n = len(data) // 8
+        self.raw = [_SLOT.unpack_from(data, 8 * i) for i in range(self.n)]
+        self.slots: list[Instruction | None] = []
+        self.subprogs: list[int] = [0]
+
+    def run(self) -> VerifiedProgram:
+        self.decode_slots()
+        self.add_subprog_and_kfunc()
+        self.check_subprogs()
+        program = self.resolve_pseudo_ldimm64()
+        reachable = self.check_cfg()
+        self.check_max_stack_depth()
+        self.do_check(reachable)
+        program.processed = len(reachable)
+        program.max_ctx_offset = self.max_ctx_offset()
+        return program
+
+    # -- phase 1: slots, subprograms and kfuncs --------------------------------------------------
+    def decode_slots(self) -> None:
+        """Instructions by slot (None in lddw's second slot); nothing is checked yet."""
+        pc = 0
+        while pc < self.n:
+            code, regs, off, imm = self.raw[pc]
+            if code == LD_IMM64 and pc + 1 < self.n:
+                _, _, _, imm2 = self.raw[pc + 1]
+                imm = (imm & 0xFFFFFFFF) | (imm2 << 32)
+                self.slots += [Instruction(code, regs & 0xF, regs >> 4, off, imm), None]
+                pc += 2
+                continue
+            self.slots.append(Instruction(code, regs & 0xF, regs >> 4, off, imm))
+            pc += 1
+
+    def add_subprog_and_kfunc(self) -> None:
+        starts = {0}
+        for pc, insn in enumerate(self.slots):
+            if insn is None or insn.opcode != Class.JMP | JmpOp.CALL:
+                continue
+            if insn.src == BPF_PSEUDO_KFUNC_CALL:
+                raise _reject(errno.EINVAL, f"kernel btf_id {insn.imm} is not a function")
+            if insn.src == BPF_PSEUDO_CALL:
+                target = pc + insn.imm + 1
+                if not 0 <= target < self.n:
+                    raise _reject(errno.EINVAL, "call to invalid destination")
+                starts.add(target)
+        self.subprogs = sorted(starts)
+
+    # -- phase 2: jumps stay in their subprogram, which ends in exit or ja -----------------------
+    def check_subprogs(self) -> None:
+        """On the raw slots, as the kernel does (before opcodes are checked)."""
+        for i, start in enumerate(self.subprogs):
+            end = self.subprogs[i + 1] if i + 1 < len(self.subprogs) else self.n
+            for pc in range(start, end):
+                code, _, off, imm = self.raw[pc]
+                cls, op = code & 0x07, code & 0xF0
+                if cls in (Class.JMP, Class.JMP32) and op not in (JmpOp.EXIT, JmpOp.CALL):
+                    target = pc + (imm if cls == Class.JMP32 and op == JmpOp.JA else off) + 1
+                    if not start <= target < end:
+                        raise _reject(errno.EINVAL,
+                                      f"jump out of range from insn {pc} to {target}")
+            if self.raw[end - 1][0] not in (EXIT, JA):
+                raise _reject(errno.EINVAL, "last insn is not an exit or jmp")
+
+    def subprog_of(self, pc: int) -> int:
+        return max(s for s in self.subprogs if s <= pc)
+
+    # -- phase 3: opcodes, lddw, map fds ---------------------------------------------------------
+    def resolve_pseudo_ldimm64(self) -> VerifiedProgram:
+        insns: list[Instruction] = []
+        pseudo: dict[int, tuple[str, Any, int]] = {}
+        maps: list[Any] = []
+        for pc, insn in enumerate(self.slots):
+            if insn is None:
+                continue
+            insns.append(insn)
+            info = OPCODES.get(insn.opcode)
+            if info is None:
+                raise _reject(errno.EINVAL, f"unknown opcode {insn.opcode:02x}")
+            if info.kind in (Kind.LDX, Kind.LDX_SX) and insn.imm:
+                raise _reject(errno.EINVAL, "BPF_LDX uses reserved fields")
+            if insn.opcode != LD_IMM64:
+                continue
+            _, regs2, off2, _ = self.raw[pc + 1] if pc + 1 < self.n else (1, 0, 0, 0)
+            code2 = self.raw[pc + 1][0] if pc + 1 < self.n else 1
+            if pc + 1 >= self.n or code2 or regs2 or off2 or insn.off:
+                raise _reject(errno.EINVAL, "invalid bpf_ld_imm64 insn")
+            src = insn.src
+            if src == 0:
+                continue
+            if src not in (BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE):
+                raise _reject(errno.EINVAL, f"unrecognized bpf_ld_imm64 insn (src {src} is not "
+                              "supported by the emulated backend: map fd or map value only)")
+            fd = insn.imm & 0xFFFFFFFF
+            fd = fd - (1 << 32) if fd >> 31 else fd
+            try:
+                bpf_map = self.map_from_fd(fd)
+            except KernelError as exc:
+                raise _reject(exc.errno, f"fd {fd} is not pointing to valid bpf_map") from None
+            if bpf_map not in maps:
+                maps.append(bpf_map)
+            if src == BPF_PSEUDO_MAP_FD:
+                pseudo[pc] = ("map", bpf_map, 0)
+                continue
+            off = (insn.imm >> 32) & 0xFFFFFFFF
+            if bpf_map.map_type not in DIRECT_VALUE_MAP_TYPES:
+                raise _reject(errno.EINVAL, "no direct value access support for this map type")
+            if off >= bpf_map.value_size:
+                raise _reject(errno.EINVAL, f"invalid access to map value pointer, value_size="
+                              f"{bpf_map.value_size} off={off}")
+            value = bpf_map.lookup_elem(b"\0\0\0\0")
+            pseudo[pc] = ("map_value", value, off)
+        return VerifiedProgram(insns, pseudo, maps)
+
+    # -- phase 4: control flow -------------------------------------------------------------------
+    def successors(self, pc: int) -> list[int]:
+        insn = self.slots[pc]
+        info = OPCODES[insn.opcode]
+        if info.kind is Kind.EXIT:
+            return []
+        nxt = pc + insn.slots if insn.opcode == LD_IMM64 else pc + 1
+        if info.kind is Kind.JA:
+            return [_jump_target(pc, insn)]
+        if info.kind in (Kind.JMP, Kind.JCOND):
+            return [nxt, _jump_target(pc, insn)]
+        if info.kind is Kind.CALL and insn.src == BPF_PSEUDO_CALL:
+            return [nxt, pc + insn.imm + 1]
+        return [nxt]
+
+    def check_cfg(self) -> list[int]:
+        seen = [False] * self.n
+        stack = [0]
+        seen[0] = True
+        while stack:
+            pc = stack.pop()
+            if self.slots[pc] is None:  # a jump into lddw's second slot
+                continue
+            for succ in self.successors(pc):
+                if succ < self.n and not seen[succ]:
+                    seen[succ] = True
+                    stack.append(succ)
+        for pc in range(self.n):
+            if self.slots[pc] is None:
+                if seen[pc - 1]:
+                    continue
+            if not seen[pc]:
+                raise _reject(errno.EINVAL, f"unreachable insn {pc}")
+        return [pc for pc in range(self.n) if self.slots[pc] is not None]
+
+    def check_max_stack_depth(self) -> None:
+        callees: dict[int, set[int]] = {s: set() for s in self.subprogs}
+        for pc, insn in enumerate(self.slots):
+            if insn is not None and insn.opcode == Class.JMP | JmpOp.CALL \
+                    and insn.src == BPF_PSEUDO_CALL:
+                callees[self.subprog_of(pc)].add(pc + insn.imm + 1)
+
+        def depth(sub: int, frames: int) -> None:
+            if frames > MAX_CALL_FRAMES:
+                raise _reject(errno.E2BIG, f"the call stack of {frames} frames is too deep")
+            for callee in callees[sub]:
+                depth(callee, frames + 1)
+
+        depth(0, 1)
+
+    # -- phase 5: each instruction, and the registers' dataflow ----------------------------------
+    def do_check(self, reachable: list[int]) -> None:
+        init = self.register_dataflow()
+        for pc in reachable:
+            insn = self.slots[pc]
+            self.check_insn(pc, insn)
+            self.check_reads(pc, insn, init[pc])
+
+    def check_insn(self, pc: int, insn: Instruction) -> None:
+        info = OPCODES[insn.opcode]
+        kind = info.kind
+        for reg in (insn.dst, insn.src):
+            if reg > 10:
+                raise _reject(errno.EINVAL, f"R{reg} is invalid")
+        try:
+            check(insn, pc)
+        except InvalidInstruction:
+            raise _reject(errno.EINVAL, _reserved_message(info, insn)) from None
+        if insn.dst == 10 and _writes_dst(info, insn):
+            raise _reject(errno.EACCES, "frame pointer is read only")
+        if kind is Kind.ALU and info.source is Source.K:
+            if info.op in (AluOp.DIV, AluOp.MOD) and insn.imm == 0:
+                raise _reject(errno.EINVAL, "div by zero")
+            bits = 64 if info.is64 else 32
+            if info.op in (AluOp.LSH, AluOp.RSH, AluOp.ARSH) and not 0 <= insn.imm < bits:
+                raise _reject(errno.EINVAL, f"invalid shift {insn.imm}")
+        if kind in (Kind.LDX, Kind.LDX_SX) and insn.src == 10:
+            self.check_stack(insn.off, info.nbytes, "read from")
+        if kind in (Kind.ST, Kind.STX, Kind.ATOMIC) and insn.dst == 10:
+            self.check_stack(insn.off, info.nbytes, "write to")
+        if kind in (Kind.LD_ABS, Kind.LD_IND):
+            if self.prog_type not in LD_ABS_PROG_TYPES:
+                raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] instructions not allowed for this "
+                              "program type")
+            if len(self.subprogs) > 1:
+                raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] instructions cannot be mixed with "
+                              "bpf-to-bpf calls")
+        if kind is Kind.CALL and insn.src == 0:
+            self.check_helper(insn.imm)
+
+    @staticmethod
+    def check_stack(off: int, size: int, access: str) -> None:
+        if off % size:
+            raise _reject(errno.EACCES, f"misaligned stack access off 0+0+{off} size {size}")
+        if off < -MAX_BPF_STACK or off + size > 0:
+            raise _reject(errno.EACCES, f"invalid {access} stack R10 off={off} size={size}")
+
+    def check_helper(self, func_id: int) -> None:
+        if func_id not in BpfFunc._value2member_map_ or func_id == 0:
+            raise _reject(errno.EINVAL, f"invalid func unknown#{func_id}")
+        proto = HELPERS.get(func_id)
+        name = f"bpf_{BpfFunc(func_id).name}"
+        if proto is None:
+            raise _reject(errno.EINVAL, f"program of this type cannot use helper {name}#{func_id}"
+                          " (the emulated backend does not implement it)")
+        if proto.prog_types is not None and self.prog_type not in proto.prog_types:
+            raise _reject(errno.EINVAL, f"program of this type cannot use helper {name}#{func_id}")
+
+    def check_reads(self, pc: int, insn: Instruction, init: int) -> None:
+        for reg in _reads(insn):
+            if not init >> reg & 1:
+                raise _reject(errno.EACCES, f"R{reg} !read_ok")
+
+    def max_ctx_offset(self) -> int:
+        """prog->aux->max_ctx_offset: the end of the furthest context access of the main
+        program, following which registers surely hold the context pointer (R1 at entry)."""
+        holds = [ALL_REGS] * self.n
+        visited = [False] * self.n
+        holds[0], visited[0] = 0b10, True
+        end = self.subprogs[1] if len(self.subprogs) > 1 else self.n
+        work = [0]
+        while work:
+            pc = work.pop()
+            insn = self.slots[pc]
+            if insn is None:
+                continue
+            out = _ctx_transfer(insn, holds[pc])
+            for succ in self.successors(pc):
+                if succ >= end:
+                    continue
+                new = out if not visited[succ] else holds[succ] & out
+                if not visited[succ] or new != holds[succ]:
+                    holds[succ], visited[succ] = new, True
+                    work.append(succ)
+        furthest = 0
+        for pc in range(end):
+            insn = self.slots[pc]
+            if insn is None or not visited[pc]:
+                continue
+            info = OPCODES[insn.opcode]
+            base = insn.src if info.kind in (Kind.LDX, Kind.LDX_SX) else (
+                insn.dst if info.kind in (Kind.ST, Kind.STX) else None)
+            if base is not None and holds[pc] >> base & 1:
+                furthest = max(furthest, insn.off + info.nbytes)
+        return furthest
+
+    def register_dataflow(self) -> list[int]:
+        """Registers initialised on every path into each slot (a must-analysis to a fixpoint)."""
+        state = [ALL_REGS] * self.n
+        entry = {s: (0b10 | R10_BIT) if s == 0 else (CALLER_SAVED | R10_BIT)
+                 for s in self.subprogs}
+        visited = [False] * self.n
+        work = list(entry)
+        for start, regs in entry.items():
+            state[start] = regs
+            visited[start] = True
+        while work:
+            pc = work.pop()
+            insn = self.slots[pc]
+            if insn is None:
+                continue
+            out = _transfer(insn, state[pc])
+            for succ in self.successors(pc):
+                if succ >= self.n or succ in entry and succ != pc + 1 and \
+                        OPCODES[insn.opcode].kind is Kind.CALL:
+                    continue  # a call's edge into the callee: the callee has its own entry
+                new = out if not visited[succ] else state[succ] & out
+                if not visited[succ] or new != state[succ]:
+                    state[succ] = new
+                    visited[succ] = True
+                    work.append(succ)
+        return state
+
+
+def _jump_target(pc: int, insn: Instruction | None) -> int | None:
+    info = OPCODES.get(insn.opcode) if insn is not None else None
+    if info is None:
+        return None
+    if info.kind is Kind.JA:
+        return pc + (insn.imm if info.cls is Class.JMP32 else insn.off) + 1
+    if info.kind in (Kind.JMP, Kind.JCOND):
+        return pc + insn.off + 1
+    return None
+
+
+def _writes_dst(info, insn: Instruction) -> bool:
+    kind = info.kind
+    if kind in (Kind.ALU, Kind.NEG, Kind.END, Kind.LD_IMM64, Kind.LDX, Kind.LDX_SX):
+        return True
+    return kind is Kind.ATOMIC and insn.imm == AtomicOp.LOAD_ACQ
+
+
+def _reads(insn: Instruction) -> list[int]:
+    """Registers ``insn`` reads."""
+    info = OPCODES[insn.opcode]
+    kind = info.kind
+    if kind is Kind.ALU:
+        regs = [] if info.op is AluOp.MOV else [insn.dst]
+        return regs + [insn.src] if info.source is Source.X else regs
+    if kind in (Kind.NEG, Kind.END):
+        return [insn.dst]
+    if kind is Kind.JMP:
+        return [insn.dst, insn.src] if info.source is Source.X else [insn.dst]
+    if kind in (Kind.LDX, Kind.LDX_SX):
+        return [insn.src]
+    if kind is Kind.ST:
+        return [insn.dst]
+    if kind is Kind.STX:
+        return [insn.dst, insn.src]
+    if kind is Kind.ATOMIC:
+        if insn.imm == AtomicOp.LOAD_ACQ:
+            return [insn.src]
+        regs = [insn.dst, insn.src]
+        return regs + [0] if insn.imm == AtomicOp.CMPXCHG else regs
+    if kind is Kind.CALL:
+        if insn.src == BPF_PSEUDO_CALL:
+            return []
+        proto = HELPERS.get(insn.imm)
+        return list(range(1, proto.nargs + 1)) if proto else []
+    if kind is Kind.EXIT:
+        return [0]
+    if kind is Kind.LD_ABS:
+        return [6]
+    if kind is Kind.LD_IND:
+        return [6, insn.src]
+    return []
+
+
+def _transfer(insn: Instruction, regs: int) -> int:
+    """Registers initialised after ``insn`` given those before."""
+    info = OPCODES[insn.opcode]
+    kind = info.kind
+    if _writes_dst(info, insn):
+        return regs | 1 << insn.dst
+    if kind is Kind.ATOMIC:
+        if insn.imm == AtomicOp.CMPXCHG:
+            return regs | 1
+        if insn.imm & 1:  # fetch variants and xchg load into src
+            return regs | 1 << insn.src
+        return regs
+    if kind is Kind.CALL:
+        regs &= ~CALLER_SAVED
+        if insn.src == 0 and insn.imm == BpfFunc.tail_call:
+            return regs & ~1  # RET_VOID: R0 is not readable after a failed tail call
+        return regs | 1
+    if kind in (Kind.LD_ABS, Kind.LD_IND):
+        return (regs & ~CALLER_SAVED) | 1
+    return regs
+
+
+def _ctx_transfer(insn: Instruction, holds: int) -> int:
+    """Registers holding the context pointer after ``insn``: kept by ``mov64 rX, rY`` of a
+    holder, lost by any other write (and by calls, for R0-R5)."""
+    info = OPCODES[insn.opcode]
+    if info.kind is Kind.ALU and info.op is AluOp.MOV and info.is64 \
+            and info.source is Source.X and not insn.off:
+        if holds >> insn.src & 1:
+            return holds | 1 << insn.dst
+        return holds & ~(1 << insn.dst)
+    if info.kind is Kind.CALL or info.kind in (Kind.LD_ABS, Kind.LD_IND):
+        return holds & ~(CALLER_SAVED | 1)
+    if _writes_dst(info, insn):
+        return holds & ~(1 << insn.dst)
+    if info.kind is Kind.ATOMIC and insn.imm & 1:
+        return holds & ~(1 << (0 if insn.imm == AtomicOp.CMPXCHG else insn.src))
+    return holds
+
+
+def _reserved_message(info, insn: Instruction) -> str:
+    kind = info.kind
+    if kind is Kind.ALU:
+        return "BPF_MOV uses reserved fields" if info.op is AluOp.MOV else \
+            "BPF_ALU uses reserved fields"
+    names = {Kind.NEG: "BPF_NEG", Kind.END: "BPF_END", Kind.JA: "BPF_JA", Kind.CALL: "BPF_CALL",
+             Kind.EXIT: "BPF_EXIT", Kind.JMP: "BPF_JMP/JMP32", Kind.JCOND: "BPF_JCOND",
+             Kind.LDX: "BPF_LDX", Kind.LDX_SX: "BPF_LDX", Kind.ST: "BPF_ST",
+             Kind.STX: "BPF_STX", Kind.LD_ABS: "BPF_LD_[ABS|IND]",
+             Kind.LD_IND: "BPF_LD_[ABS|IND]"}
+    if kind is Kind.ATOMIC:
+        return f"BPF_ATOMIC uses invalid atomic opcode {insn.imm:02x}"
+    if kind is Kind.LD_IMM64:
+        return "invalid BPF_LD_IMM insn"
+    return f"{names[kind]} uses reserved fields"
