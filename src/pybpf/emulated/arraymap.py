@@ -189,6 +189,9 @@ class BpfArray(ArrayBase):
         super().__init__(attr, machine, node)
         # index -> element memory (elem_size bytes); absent means still all zeros.
         self.elems: dict[int, bytearray] = {}
+        # The program lookup is the interpreter's hot path: bind what it needs once.
+        self._current_cpu = machine.current_cpu
+        self._local = [cpu_node == node for cpu_node in machine.cpu_node]
 
     def elem(self, index: int) -> bytearray:
         value = self.elems.get(index)
@@ -212,10 +215,15 @@ class BpfArray(ArrayBase):
 
     # -- program side -------------------------------------------------------------------------
     def lookup_elem(self, key: bytes) -> bytearray | None:
-        index = u32_key(key)
+        index = int.from_bytes(key[:4], "little")
         if index >= self.max_entries:
             return None
-        self.access_stats.access(self.machine.current_cpu(), self.numa_node)
+        cpu = self._current_cpu()
+        stats = self.access_stats
+        if self._local[cpu]:
+            stats.local[cpu] += 1
+        else:
+            stats.remote[cpu] += 1
         value = self.elems.get(index)
         return self.elem(index) if value is None else value
 
@@ -239,6 +247,7 @@ class BpfPercpuArray(ArrayBase):
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
         super().__init__(attr, machine, node)
         self.num_cpus = machine.num_cpus
+        self._current_cpu = machine.current_cpu
         # index -> one slot per CPU; absent means all zeros.
         self.elems: dict[int, list[bytearray]] = {}
 
@@ -280,12 +289,13 @@ class BpfPercpuArray(ArrayBase):
 
     # -- program side (this CPU's slot) -------------------------------------------------------
     def lookup_elem(self, key: bytes) -> bytearray | None:
-        index = u32_key(key)
+        index = int.from_bytes(key[:4], "little")
         if index >= self.max_entries:
             return None
-        cpu = self.machine.current_cpu()
-        self.access_stats.access(cpu, self.machine.cpu_node[cpu])
-        return self.slots(index)[cpu]
+        cpu = self._current_cpu()
+        self.access_stats.local[cpu] += 1  # a CPU's own slot is on its own node
+        slots = self.elems.get(index)
+        return (self.slots(index) if slots is None else slots)[cpu]
 
     def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
         index = u32_key(key)
