@@ -78,17 +78,23 @@ _MAPS: dict[int, _MapMeta] = {}
 
 
 class _ThreadState(threading.local):
-    """One element attr and the value buffers of the calling thread."""
+    """The calling thread's scratch: attrs and value buffers reused call after call.
+
+    ``scratch`` is one tuple so the hot path pays for one thread-local lookup:
+    (lookup attr, its address, attr of the other element commands, its address, buffers by
+    size). The lookup attr's ``flags`` stays 0: lookups with flags take the general path.
+    """
 
     def __init__(self) -> None:
-        self.elem = MapElemAttr()
-        self.elem_ref = ctypes.c_void_p(ctypes.addressof(self.elem))
-        self.buffers: dict[int, tuple[ctypes.Array, int]] = {}
+        lookup, elem = MapElemAttr(), MapElemAttr()
+        self.scratch = (lookup, ctypes.c_void_p(ctypes.addressof(lookup)),
+                        elem, ctypes.c_void_p(ctypes.addressof(elem)), {})
 
-    def buffer(self, size: int) -> tuple[ctypes.Array, int]:
-        buf = ctypes.create_string_buffer(size)
-        entry = self.buffers[size] = (buf, ctypes.addressof(buf))
-        return entry
+
+def _new_buffer(buffers: dict, size: int) -> tuple[ctypes.Array, int]:
+    buf = ctypes.create_string_buffer(size)
+    entry = buffers[size] = (buf, ctypes.addressof(buf))
+    return entry
 
 
 _tls = _ThreadState()
@@ -232,20 +238,24 @@ class KernelSystem(System):
         meta = _MAPS.get(fd) or self._meta(fd, "map_lookup_elem")
         if key is not None and (key.__class__ is not bytes or len(key) != meta.key_size):
             key = self._key_arg(meta, key, fd, "map_lookup_elem")
-        t = _tls
-        attr = t.elem
+        if flags or value is not None:
+            if value is None:
+                return self._elem_call(Cmd.MAP_LOOKUP_ELEM, "map_lookup_elem", fd, key, -1,
+                                       flags)
+            value = self._value_arg(meta, value, fd, "map_lookup_elem")
+            attr = MapElemAttr(map_fd=fd, key=key, value=value, flags=flags)
+            ret = bpf(Cmd.MAP_LOOKUP_ELEM, attr)
+            if ret < 0:
+                raise self._error(-ret, "map_lookup_elem", fd)
+            return value
+        attr, ref, _, _, buffers = _tls.scratch
         attr.map_fd = fd
         attr.key = key
-        attr.flags = flags
-        if value is None:
-            size = meta.value_size
-            buf, attr.value = t.buffers.get(size) or t.buffer(size)
-        else:
-            value = self._value_arg(meta, value, fd, "map_lookup_elem")
-            attr.value = buf = value
-        if libc_syscall(NR_BPF, 1, t.elem_ref, _SIZEOF_ELEM) < 0:
+        size = meta.value_size
+        buf, attr.value = buffers.get(size) or _new_buffer(buffers, size)
+        if libc_syscall(NR_BPF, 1, ref, _SIZEOF_ELEM) < 0:
             raise self._error(get_errno(), "map_lookup_elem", fd)
-        return value if value is not None else buf.raw
+        return buf.raw
 
     def map_update_elem(self, fd: int, key: bytes | None, value: bytes, flags: int = 0) -> None:
         meta = _MAPS.get(fd) or self._meta(fd, "map_update_elem")
@@ -253,13 +263,12 @@ class KernelSystem(System):
             key = self._key_arg(meta, key, fd, "map_update_elem")
         if value.__class__ is not bytes or len(value) != meta.value_size:
             value = self._value_arg(meta, value, fd, "map_update_elem")
-        t = _tls
-        attr = t.elem
+        _, _, attr, ref, _ = _tls.scratch
         attr.map_fd = fd
         attr.key = key
         attr.value = value
         attr.flags = flags
-        if libc_syscall(NR_BPF, 2, t.elem_ref, _SIZEOF_ELEM) < 0:
+        if libc_syscall(NR_BPF, 2, ref, _SIZEOF_ELEM) < 0:
             raise self._error(get_errno(), "map_update_elem", fd)
 
     def _elem_call(self, cmd: int, command: str, fd: int, key, out_size: int | None,
@@ -268,8 +277,7 @@ class KernelSystem(System):
         meta = _MAPS.get(fd) or self._meta(fd, command)
         if key is not None and (key.__class__ is not bytes or len(key) != meta.key_size):
             key = self._key_arg(meta, key, fd, command)
-        t = _tls
-        attr = t.elem
+        _, _, attr, ref, buffers = _tls.scratch
         attr.map_fd = fd
         attr.key = key
         attr.flags = flags
@@ -278,8 +286,8 @@ class KernelSystem(System):
             attr.value = None
         else:
             size = meta.value_size if out_size < 0 else out_size
-            buf, attr.value = t.buffers.get(size) or t.buffer(size)
-        if libc_syscall(NR_BPF, cmd, t.elem_ref, _SIZEOF_ELEM) < 0:
+            buf, attr.value = buffers.get(size) or _new_buffer(buffers, size)
+        if libc_syscall(NR_BPF, cmd, ref, _SIZEOF_ELEM) < 0:
             raise self._error(get_errno(), command, fd)
         return None if buf is None else buf.raw
 
@@ -301,21 +309,29 @@ class KernelSystem(System):
             raise self._error(-ret, "map_freeze", fd)
 
     def fast_ops(self, fd: int) -> FastOps:
-        """A lookup closure for ``fd`` with its sizes bound (no per-call cache lookups)."""
+        """A lookup closure for ``fd``: per thread, an attr with the fd and the value buffer
+        already in place, so a call sets the key pointer and makes the syscall."""
         meta = self._meta(fd, "map_lookup_elem")
         key_size, size = meta.key_size, meta.value_size
-        tls, nr, sizeof_elem, syscall = _tls, NR_BPF, _SIZEOF_ELEM, libc_syscall
+        nr, sizeof_elem, syscall = NR_BPF, _SIZEOF_ELEM, libc_syscall
         slow = self.map_lookup_elem
+        per_thread = threading.local()
+
+        def prepare() -> tuple[MapElemAttr, ctypes.c_void_p, ctypes.Array]:
+            buf = ctypes.create_string_buffer(size)
+            attr = MapElemAttr(map_fd=fd, value=ctypes.addressof(buf))
+            per_thread.state = (attr, ctypes.c_void_p(ctypes.addressof(attr)), buf)
+            return per_thread.state
 
         def lookup(key: bytes | None) -> bytes:
-            if key is None or key.__class__ is not bytes or len(key) != key_size:
+            if key.__class__ is not bytes or len(key) != key_size:
                 return slow(fd, key)
-            attr = tls.elem
-            attr.map_fd = fd
+            try:
+                attr, ref, buf = per_thread.state
+            except AttributeError:
+                attr, ref, buf = prepare()
             attr.key = key
-            attr.flags = 0
-            buf, attr.value = tls.buffers.get(size) or tls.buffer(size)
-            if syscall(nr, 1, tls.elem_ref, sizeof_elem) < 0:
+            if syscall(nr, 1, ref, sizeof_elem) < 0:
                 raise self._error(get_errno(), "map_lookup_elem", fd)
             return buf.raw
 
