@@ -1,0 +1,283 @@
+"""The ``pybpf`` command line (also ``python -m pybpf``).
+
+Adding a command: write ``def <name>_command(parser) -> runner`` in any module (it adds its
+arguments to ``parser`` and returns ``runner(args) -> exit code``) and add one line to
+``COMMANDS``. Bad arguments print the usage and exit with code 2 (argparse's convention).
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import importlib
+import os
+import sys
+from collections.abc import Callable
+
+from .uapi import PERCPU_MAP_TYPES, MapType, round_up
+
+# name -> (help, "module:function"); the function is the command's ``*_command(parser)``.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "maps": ("create one map of each supported type, fill a few elements and print them as "
+             "`bpftool map show` and `bpftool map dump` do", "pybpf.cli:maps_command"),
+}
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable]]:
+    parser = argparse.ArgumentParser(
+        prog="pybpf", description="The Linux BPF map subsystem in Python: kernel and "
+                                  "emulated backends behind one bpf(2)-shaped interface.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    runners: dict[str, Callable] = {}
+    for name, (help_text, target) in COMMANDS.items():
+        module, function = target.split(":")
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        runners[name] = getattr(importlib.import_module(module), function)(command)
+    return parser, runners
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, runners = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return runners[args.command](args) or 0
+    except BrokenPipeError:  # `pybpf maps | head`: stop quietly
+        sys.stderr.close()
+        return 0
+
+
+# -- pybpf maps ---------------------------------------------------------------------------------
+
+def maps_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    parser.add_argument("--backend", choices=("kernel", "emulated"), default=None,
+                        help="backend (default: kernel when bpf(2) is allowed, else emulated; "
+                             "PYBPF_BACKEND overrides)")
+    return run_maps
+
+
+def run_maps(args: argparse.Namespace) -> int:
+    from .system import system
+
+    try:
+        sys_ = system(args.backend)
+    except OSError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    print(f"# pybpf maps on the {sys_.name} backend ({sys_.num_possible_cpus} possible CPUs)\n")
+    failures = 0
+    for title, build in demo_maps():
+        try:
+            with build(sys_) as m:
+                print(f"$ bpftool map show id {m.id}   # {title}")
+                print(bpftool_show(m), end="")
+                print(f"$ bpftool map dump id {m.id}")
+                print(bpftool_dump(m), end="")
+                if m.key_size == 0 and m.type != MapType.BLOOM_FILTER:
+                    print(f"$ bpftool map peek id {m.id}")
+                    print(bpftool_peek(m), end="")
+                print()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            failures += 1
+            print(f"Error: {title}: {exc}\n", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def demo_maps() -> list[tuple[str, Callable]]:
+    """(title, build(system) -> open Map with a few elements) for each supported type."""
+    from . import maps as M
+
+    def hash_(s):
+        m = M.HashMap(16, int, int, key_size=4, value_size=8, name="demo_hash", system=s)
+        for k in (1, 2, 3):
+            m[k] = k * 100
+        return m
+
+    def array(s):
+        m = M.ArrayMap(4, value=int, value_size=8, name="demo_array", system=s)
+        m[1] = 0x1111
+        m[3] = 0x3333
+        return m
+
+    def percpu(cls, name):
+        def build(s):
+            m = cls(8, int, int, key_size=4, value_size=4, name=name, system=s)
+            m[1] = 7
+            m[2] = [10 + cpu for cpu in range(s.num_possible_cpus)]
+            return m
+        return build
+
+    def percpu_array(s):
+        m = M.PercpuArrayMap(2, value=int, value_size=4, name="demo_pcpu_arr", system=s)
+        m[0] = [cpu + 1 for cpu in range(s.num_possible_cpus)]
+        return m
+
+    def lru(s):
+        m = M.LruHashMap(16, int, int, key_size=4, value_size=8, name="demo_lru", system=s)
+        for k in (5, 6):
+            m[k] = k
+        return m
+
+    def lpm(s):
+        m = M.LpmTrieMap(8, 4, int, value_size=4, name="demo_lpm", system=s)
+        m[(8, bytes([10, 0, 0, 0]))] = 1
+        m[(16, bytes([192, 168, 0, 0]))] = 2
+        return m
+
+    def of_maps(cls, name, key):
+        def build(s):
+            inner = M.MapSpec(MapType.ARRAY, 4, 4, 2)
+            m = cls(4, inner_map=inner, key=int, key_size=4, name=name, system=s)
+            for i, k in enumerate(key):
+                with M.ArrayMap(2, value=int, value_size=4, system=s) as a:
+                    a[0] = i
+                    m[k] = a
+            return m
+        return build
+
+    def queue_stack(cls, name):
+        def build(s):
+            m = cls(4, int, value_size=4, name=name, system=s)
+            for v in (1, 2, 3):
+                m.push(v)
+            return m
+        return build
+
+    def bloom(s):
+        m = M.BloomFilterMap(16, int, value_size=4, name="demo_bloom", system=s)
+        for v in (1, 2, 3):
+            m.add(v)
+        return m
+
+    return [
+        ("hash", hash_), ("array", array),
+        ("percpu_hash", percpu(M.PercpuHashMap, "demo_pcpu_hash")),
+        ("percpu_array", percpu_array), ("lru_hash", lru),
+        ("lru_percpu_hash", percpu(M.LruPercpuHashMap, "demo_lru_pcpu")),
+        ("lpm_trie", lpm),
+        ("array_of_maps", of_maps(M.ArrayOfMaps, "demo_aom", (0, 2))),
+        ("hash_of_maps", of_maps(M.HashOfMaps, "demo_hom", (7,))),
+        ("queue", queue_stack(M.QueueMap, "demo_queue")),
+        ("stack", queue_stack(M.StackMap, "demo_stack")),
+        ("bloom_filter", bloom),
+    ]
+
+
+# -- bpftool's plain output (src/map.c, src/common.c of bpftool) --------------------------------
+
+def hex_bytes(data: bytes) -> str:
+    """fprint_hex: "%02x" bytes, one space apart, two spaces every 8, a newline every 16."""
+    out = []
+    for i, byte in enumerate(data):
+        if i:
+            out.append("\n" if i % 16 == 0 else "  " if i % 8 == 0 else " ")
+        out.append(f"{byte:02x}")
+    return "".join(out)
+
+
+def type_name(map_type: int) -> str:
+    """libbpf_bpf_map_type_str."""
+    if map_type in MapType._value2member_map_:
+        return MapType(map_type).name.lower()
+    return f"type {map_type}"
+
+
+def _fdinfo(m) -> dict[str, str]:
+    """/proc/self/fdinfo of a kernel map fd (memlock, frozen); nothing for other backends."""
+    if m.system.name != "kernel":
+        return {}
+    try:
+        with open(f"/proc/self/fdinfo/{m.fd}") as f:
+            return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+    except OSError:
+        return {}
+
+
+def bpftool_show(m) -> str:
+    """`bpftool map show`: header line, sizes line, then `frozen` if it is."""
+    info = m.info()
+    head = f"{info.id}: {type_name(info.type)}  "
+    if info.name:
+        head += f"name {info.name}  "
+    head += f"flags {info.map_flags:#x}"
+    sizes = f"\tkey {info.key_size}B  value {info.value_size}B  max_entries {info.max_entries}"
+    fdinfo = _fdinfo(m)
+    if "memlock" in fdinfo:
+        sizes += f"  memlock {fdinfo['memlock']}B"
+    text = f"{head}\n{sizes}"
+    if fdinfo.get("frozen", "0") != "0":
+        text += "\n\tfrozen"
+    return text + "\n"
+
+
+def _entry_plain(info, key: bytes, value: bytes, ncpus: int) -> str:
+    """print_entry_plain."""
+    if info.type not in PERCPU_MAP_TYPES:
+        break_names = info.key_size > 16 or info.value_size > 16
+        single_line = info.key_size + info.value_size <= 24 and not break_names
+        text = ""
+        if info.key_size:
+            text += "key:" + ("\n" if break_names else " ") + hex_bytes(key)
+            text += "  " if single_line else "\n"
+        if info.value_size:
+            text += "value:" + ("\n" if break_names else " ") + hex_bytes(value)
+        return text + "\n"
+    step = round_up(info.value_size, 8)
+    text = f"key:\n{hex_bytes(key)}\n" if info.key_size else ""
+    if info.value_size:
+        for cpu in range(ncpus):
+            slot = value[cpu * step:cpu * step + info.value_size]
+            text += (f"value (CPU {cpu:02d}):" + ("\n" if info.value_size > 16 else " ") +
+                     hex_bytes(slot) + "\n")
+    return text
+
+
+def _entry_error(info, key: bytes, err: int) -> str | None:
+    """print_entry_error: fd maps skip ENOENT silently."""
+    from .uapi import FD_VALUE_MAP_TYPES
+
+    if info.type in FD_VALUE_MAP_TYPES and err == errno.ENOENT:
+        return None
+    msg = "<no entry>" if err == errno.ENOENT else os.strerror(err)
+    break_names = info.key_size > 16 or len(msg) > 16
+    single_line = info.key_size + len(msg) <= 24 and not break_names
+    return ("key:" + ("\n" if break_names else " ") + hex_bytes(key) +
+            ("  " if single_line else "\n") + "value:" + ("\n" if break_names else " ") +
+            msg + "\n")
+
+
+def bpftool_dump(m) -> str:
+    """`bpftool map dump`: GET_NEXT_KEY from NULL, LOOKUP each key, `Found N elements`."""
+    info = m.info()
+    system, fd = m.system, m.fd
+    ncpus = system.num_possible_cpus
+    out, found, key = [], 0, None
+    while True:
+        try:
+            key = system.map_get_next_key(fd, key)
+        except OSError:
+            break  # ENOENT at the end; other errors end the walk as in bpftool
+        try:
+            value = system.map_lookup_elem(fd, key)
+        except OSError as exc:
+            line = _entry_error(info, key, exc.errno)
+            if line:
+                out.append(line)
+            continue
+        out.append(_entry_plain(info, key, value, ncpus))
+        found += 1
+    out.append(f"Found {found} element{'s' if found != 1 else ''}\n")
+    return "".join(out)
+
+
+def bpftool_peek(m) -> str:
+    """`bpftool map peek` of a queue or stack."""
+    info = m.info()
+    try:
+        value = m.system.map_lookup_elem(m.fd, None)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return "Error: empty map\n"
+        return f"Error: peek failed: {os.strerror(exc.errno)}\n"
+    return _entry_plain(info, b"", value, m.system.num_possible_cpus)
