@@ -51,6 +51,7 @@ from .interpreter import MAX_CALL_FRAMES
 LD_IMM64 = 0x18
 EXIT = Class.JMP | JmpOp.EXIT
 JA = Class.JMP | JmpOp.JA
+GOTOL = Class.JMP32 | JmpOp.JA
 R10_BIT = 1 << 10
 ALL_REGS = (1 << 11) - 1
 CALLER_SAVED = 0b111110  # R1-R5
@@ -155,7 +156,7 @@ class _Verifier:
                     if not start <= target < end:
                         raise _reject(errno.EINVAL,
                                       f"jump out of range from insn {pc} to {target}")
-            if self.raw[end - 1][0] not in (EXIT, JA):
+            if self.raw[end - 1][0] not in (EXIT, JA, GOTOL):
                 raise _reject(errno.EINVAL, "last insn is not an exit or jmp")
 
     def subprog_of(self, pc: int) -> int:
