@@ -15,6 +15,7 @@ import struct
 
 import pytest
 
+from pybpf.asm import R0, R2, R3, assemble, call, encode, exit_, ld_map_fd, mov64
 from pybpf.system import iter_keys
 from pybpf.uapi import (
     BPF_ANY,
@@ -30,7 +31,9 @@ from pybpf.uapi import (
     BPF_F_ZERO_SEED,
     BPF_NOEXIST,
     ENOTSUPP,
+    AttachType,
     MapType,
+    ProgType,
 )
 
 KMALLOC_MAX_SIZE = 4 << 20
@@ -1023,3 +1026,66 @@ def test_batch_commands_without_a_handler_give_enotsupp(maps, map_type, key_size
     assert err_of(sys.map_lookup_batch, fd, None, 2) == ENOTSUPP
     assert err_of(sys.map_lookup_and_delete_batch, fd, None, 2) == ENOTSUPP
     assert err_of(sys.map_delete_batch, fd, []) == ENOTSUPP
+
+
+# ----------------------------------------------------------------------------------------------
+# Programs in maps: PROG_ARRAY, DEVMAP and CPUMAP entries
+# ----------------------------------------------------------------------------------------------
+
+PACKET = bytes(range(64))
+
+
+def load(m: Maps, prog_type: int, items, attach_type: int = 0) -> int:
+    insns = encode(assemble(items).instructions)
+    fd = m.sys.prog_load(prog_type, insns, expected_attach_type=attach_type)
+    m.fds.append(fd)
+    return fd
+
+
+def returning(value: int):
+    return [mov64(R0, value), exit_()]
+
+
+def test_prog_array_lookup_gives_the_program_id(maps):
+    sys = maps.sys
+    table = maps.create(MapType.PROG_ARRAY, 4, 4, 2)
+    prog = load(maps, ProgType.XDP, returning(7))
+    sys.map_update_elem(table, k32(1), k32(prog))
+    assert sys.map_lookup_elem(table, k32(1)) == k32(sys.prog_get_info(prog).id)
+    other = load(maps, ProgType.SOCKET_FILTER, returning(0))
+    assert err_of(sys.map_update_elem, table, k32(0), k32(other)) == errno.EINVAL
+
+
+def test_tail_call_runs_the_stored_program_or_falls_through(maps):
+    sys = maps.sys
+    table = maps.create(MapType.PROG_ARRAY, 4, 4, 2)
+    target = load(maps, ProgType.XDP, returning(7))
+    caller = load(maps, ProgType.XDP, [ld_map_fd(R2, table), mov64(R3, 0), call("tail_call"),
+                                       mov64(R0, 1), exit_()])
+    assert sys.prog_test_run(caller, PACKET).retval == 1
+    sys.map_update_elem(table, k32(0), k32(target))
+    assert sys.prog_test_run(caller, PACKET).retval == 7
+    sys.map_delete_elem(table, k32(0))
+    assert sys.prog_test_run(caller, PACKET).retval == 1
+
+
+@pytest.mark.parametrize("map_type", [MapType.DEVMAP, MapType.DEVMAP_HASH])
+def test_devmap_entry_program_must_be_attached_as_xdp_devmap(maps, map_type):
+    sys = maps.sys
+    fd = maps.create(map_type, 4, 8, 4)
+    prog = load(maps, ProgType.XDP, returning(2), AttachType.XDP_DEVMAP)
+    sys.map_update_elem(fd, k32(1), devval(LO, prog))
+    assert sys.map_lookup_elem(fd, k32(1)) == struct.pack("<II", LO, sys.prog_get_info(prog).id)
+    plain = load(maps, ProgType.XDP, returning(2))
+    assert err_of(sys.map_update_elem, fd, k32(1), devval(LO, plain)) == errno.EINVAL
+
+
+def test_cpumap_entry_program_must_be_attached_as_xdp_cpumap(maps):
+    sys = maps.sys
+    fd = maps.create(MapType.CPUMAP, 4, 8, 1)
+    prog = load(maps, ProgType.XDP, returning(2), AttachType.XDP_CPUMAP)
+    sys.map_update_elem(fd, k32(0), struct.pack("<Ii", 32, prog))
+    assert sys.map_lookup_elem(fd, k32(0)) == struct.pack("<II", 32, sys.prog_get_info(prog).id)
+    plain = load(maps, ProgType.XDP, returning(2))
+    assert err_of(sys.map_update_elem, fd, k32(0), struct.pack("<Ii", 32, plain)) \
+        == errno.ENOMEM
