@@ -50,7 +50,7 @@ def pytest_terminal_summary(terminalreporter) -> None:
     tr.section("differential map tests: what was compared")
     totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
     for (a, b, family), (n, ops, bad) in sorted(_TALLY.items()):
-        tr.write_line(f"{a} vs {b:<9} {family:<16} {n:>5} sequences {ops:>7} operations "
+        tr.write_line(f"{a} vs {b:<9} {family:<20} {n:>5} sequences {ops:>7} operations "
                       f"{bad:>3} mismatching")
         t = totals[(a, b)]
         t[0] += n

@@ -1200,7 +1200,7 @@ _HUGE_OK = {
     MapType.HASH_OF_MAPS: (1 << 27) + 1, MapType.SOCKHASH: (1 << 27) + 1,
     MapType.CPUMAP: 8193, MapType.DEVMAP_HASH: (1 << 31) + 1,
 }
-_MEM_LIMIT = 48 << 20
+_MEM_LIMIT = 16 << 20
 
 
 def _random_create(g: Gen, m: int, inner: int) -> Create:
@@ -1248,11 +1248,12 @@ def _random_create(g: Gen, m: int, inner: int) -> Create:
             me = g.rng.choice([1, 2, 4])
             if (me + 2) * (ks + vs + 64) * ncpu > _MEM_LIMIT:
                 vs = 8
+    # Past 2^16 entries only types that reject the size before allocating (or, RINGBUF and
+    # LPM_TRIE, allocate nothing per entry) keep it: an ARRAY of 2^31 entries is created.
+    if me > 1 << 16 and mt not in _HUGE_OK and mt not in (MapType.LPM_TRIE, MapType.RINGBUF):
+        me = 4096
     if mt == MapType.RINGBUF and me > 1 << 20 and me not in (0xFFFFFFFF, (1 << 31) + 1):
         me = 1 << 20
-    if mt in (MapType.RINGBUF, MapType.BLOOM_FILTER, MapType.QUEUE, MapType.STACK) \
-            and me in ((1 << 31) + 1, 0xFFFFFFFF) and mt != MapType.RINGBUF:
-        me = 4096
     return Create(m, mt, ks, vs, me, flags,
                   inner=inner if mt in MAP_IN_MAP_TYPES else None, numa_node=numa,
                   map_name=name, map_extra=extra)
@@ -1339,12 +1340,13 @@ def generate(family: str, seed: int, index: int, ncpu: int,
 
 def compare(families: Iterable[str], sequences: int, seed: int, a: System, b: System,
             a_name: str = "A", b_name: str = "B", *, shrink_budget: int = 0,
-            programs_off: str | None | bool = True,
+            shrink_first: int = 1 << 30, programs_off: str | None | bool = True,
             progress: Callable[[str], None] | None = None) -> Summary:
     """Run ``sequences`` generated sequences of each family on ``a`` and ``b``.
 
-    ``programs_off``: why program-side lookups are left out (None: they are included); the
-    default, True, probes both backends for it."""
+    ``shrink_budget`` re-runs are spent shrinking each of the first ``shrink_first``
+    mismatches. ``programs_off``: why program-side lookups are left out (None: they are
+    included); the default, True, probes both backends for it."""
     if a.num_possible_cpus != b.num_possible_cpus:
         raise ValueError(f"the backends disagree on the CPU count ({a.num_possible_cpus} vs "
                          f"{b.num_possible_cpus}); give the emulated one cpus= to match")
@@ -1357,7 +1359,7 @@ def compare(families: Iterable[str], sequences: int, seed: int, a: System, b: Sy
         for i in range(sequences):
             seq = generate(family, seed, i, a.num_possible_cpus, programs=not programs_off)
             found, nops = first_mismatch(seq, a, b, a_name, b_name)
-            if found is not None and shrink_budget:
+            if found is not None and shrink_budget and len(summary.mismatches) < shrink_first:
                 found = shrink(found, a, b, shrink_budget)
             summary.add(family, found, nops)
         if progress is not None:
