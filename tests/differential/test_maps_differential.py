@@ -133,6 +133,32 @@ def test_failing_write_batch_count_is_elements_done(kernel):
     assert results[3] == ("err", "ENOTSUPP", 0)
 
 
+def _lru_fill_sequence(with_program_lookup: bool) -> d.Sequence_:
+    key = [i.to_bytes(4, "little") for i in range(14)]
+    ops: list[d.Op] = [d.Create(0, MapType.LRU_HASH, 4, 4, 8)]
+    ops += [d.Update(0, key[i], b"vvvv") for i in range(8)]
+    if with_program_lookup:
+        ops.append(d.ProgLookup(0, key[0]))
+    ops += [d.Update(0, key[i], b"vvvv") for i in range(8, 14)]
+    ops.append(d.Walk(0))
+    return d.Sequence_("lru fill", ops)
+
+
+@pytest.mark.kernel
+def test_program_lookup_sets_the_lru_reference_bit_so_the_key_survives(kernel, emulated,
+                                                                        lookup_programs_off):
+    """ProgLookup is the program path: on the kernel (and so on the emulated backend) the
+    looked-up key gets a second chance when the LRU evicts, unlike after a syscall lookup."""
+    if lookup_programs_off:
+        pytest.skip(f"program-side lookups cannot run: {lookup_programs_off}")
+    plain = d.Runner(kernel).run(_lru_fill_sequence(False))[-1]
+    referenced = d.Runner(kernel).run(_lru_fill_sequence(True))[-1]
+    first = (0).to_bytes(4, "little").hex()
+    assert first not in plain[1] and first in referenced[1]
+    found, _ = d.first_mismatch(_lru_fill_sequence(True), kernel, emulated)
+    assert found is None, found.format()
+
+
 # -- hypothesis: the hash family -------------------------------------------------------------
 _HASH_TYPES = [MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH, MapType.LRU_PERCPU_HASH]
 
