@@ -124,6 +124,11 @@ class BpfMap:
         return -ENOTSUPP
 
     # -- bookkeeping --------------------------------------------------------------------------
+    def sys_lookup_table(self) -> dict | None:
+        """A live dict whose ``get(key)`` equals the syscall lookup's bytes (missing: ENOENT),
+        for the Map layer's hot path (``System.fast_ops``); None when the type has none."""
+        return None
+
     def release(self) -> None:
         """Called when the last reference goes (map_free): return memory to allocators."""
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import errno
+import functools
 import random
 import struct
 import threading
@@ -64,6 +65,7 @@ HTAB_ELEM_SIZE = 48  # sizeof(struct htab_elem) on x86-64
 BUCKET_SIZE = 16  # sizeof(struct bucket)
 U32_MAX = 0xFFFFFFFF
 LOCK_STRIPES = 64
+HASH_CACHE_SIZE = 1 << 16
 
 
 def roundup_pow_of_two(n: int) -> int:
@@ -154,6 +156,12 @@ class HtabMap(BpfMap):
         self.current_cpu = machine.current_cpu
 
         self.table: dict[bytes, HtabElem] = {}
+        # key -> live value buffer, kept beside the table for the Map layer's direct reads
+        # (System.fast_ops); per-CPU values are assembled per lookup, so they have none.
+        self.values: dict[bytes, bytearray] | None = None if self.percpu else {}
+        # jhash in Python costs microseconds; keys come back often (delete, re-insert).
+        self._hash_cached = functools.lru_cache(maxsize=HASH_CACHE_SIZE)(
+            functools.partial(htab_map_hash, hashrnd=self.hashrnd))
         self.buckets: dict[int, list[HtabElem]] = {}
         self.nonempty: list[int] = []  # sorted indices of non-empty buckets
         self.nstripes = min(self.n_buckets, LOCK_STRIPES)
@@ -201,7 +209,7 @@ class HtabMap(BpfMap):
     # -- bucket bookkeeping ---------------------------------------------------------------------
     def _hash(self, key: bytes) -> int:
         elem = self.table.get(key)
-        return elem.hash if elem is not None else htab_map_hash(key, self.hashrnd)
+        return elem.hash if elem is not None else self._hash_cached(key)
 
     def _lock(self, hash_: int) -> threading.Lock:
         return self.locks[hash_ & self.mask & (self.nstripes - 1)]
@@ -217,6 +225,8 @@ class HtabMap(BpfMap):
         else:
             bucket.insert(0, elem)
         self.table[elem.key] = elem
+        if self.values is not None:
+            self.values[elem.key] = elem.value
 
     def _unlink(self, elem: HtabElem) -> None:
         """hlist_nulls_del_rcu (bucket lock held)."""
@@ -229,6 +239,8 @@ class HtabMap(BpfMap):
                 del self.nonempty[bisect.bisect_left(self.nonempty, index)]
         if self.table.get(elem.key) is elem:
             del self.table[elem.key]
+            if self.values is not None:
+                del self.values[elem.key]
 
     def _replace(self, old: HtabElem, new: HtabElem) -> None:
         """Link ``new`` at the front and unlink ``old`` (same key, same bucket)."""
@@ -236,6 +248,8 @@ class HtabMap(BpfMap):
         bucket.remove(old)
         bucket.insert(0, new)
         self.table[new.key] = new
+        if self.values is not None:
+            self.values[new.key] = new.value
 
     # -- element memory ---------------------------------------------------------------------
     def _fill_value(self, elem: HtabElem, value: bytes, onallcpus: bool,
@@ -246,6 +260,8 @@ class HtabMap(BpfMap):
         current CPU's, and a new element gets zeros on the other CPUs (5.11+).
         """
         if not self.percpu:
+            # Writing the element is an access to its memory, like a lookup's read.
+            self.access_stats.access(self.current_cpu(), elem.node)
             elem.value[:] = value
         elif onallcpus:
             size = self.slot_size
@@ -492,6 +508,10 @@ class HtabMap(BpfMap):
         return 0
 
     # -- bookkeeping --------------------------------------------------------------------------
+    def sys_lookup_table(self) -> dict[bytes, bytearray] | None:
+        """A live dict whose ``get(key)`` is what a syscall lookup returns (None: per-CPU)."""
+        return self.values
+
     def elements(self) -> int:
         return len(self.table)
 
@@ -512,6 +532,9 @@ class HtabMap(BpfMap):
                 problems.append(f"element {elem.key!r} linked but not in the table")
             if htab_map_hash(elem.key, self.hashrnd) != elem.hash:
                 problems.append(f"element {elem.key!r} carries a wrong hash")
+        if self.values is not None and (self.values.keys() != self.table.keys() or any(
+                self.values[k] is not e.value for k, e in self.table.items())):
+            problems.append("the value table disagrees with the element table")
         if sorted(self.buckets) != self.nonempty:
             problems.append("the non-empty bucket index is out of date")
         if len(self.table) > self.max_entries:
@@ -547,6 +570,8 @@ class HtabMap(BpfMap):
         """htab_map_free: give every element back; NO_PREALLOC maps destroy their allocator."""
         elems = list(self.table.values())
         self.table.clear()
+        if self.values is not None:
+            self.values.clear()
         self.buckets.clear()
         self.nonempty.clear()
         for elem in elems:
@@ -656,6 +681,8 @@ class HtabLruMap(HtabMap):
         for elem in self.table.values():
             self.put_fd_value(elem)
         self.table.clear()
+        if self.values is not None:
+            self.values.clear()
         self.buckets.clear()
         self.nonempty.clear()
 

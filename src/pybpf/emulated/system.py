@@ -19,6 +19,7 @@ allocator counters of one map.
 from __future__ import annotations
 
 import errno
+import functools
 import importlib
 import itertools
 import threading
@@ -26,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import BPFError, KernelError, bpf_error
-from ..system import BatchLookup, MapInfo, System, Topology
+from ..system import BatchLookup, FastOps, MapInfo, System, Topology
 from ..uapi import (
     BPF_F_LOCK,
     BPF_OBJ_NAME_LEN,
@@ -402,6 +403,15 @@ class EmulatedSystem(ProgramsMixin, System):
             return bpf_map.lookup_elem_sys(key, flags)
         except KernelError as exc:
             raise self._error(exc, "map_lookup_elem", bpf_map) from None
+
+    def fast_ops(self, fd: int) -> FastOps:
+        """The Map layer's hot path: the map's live lookup table when it has one (hash maps)
+        and the fd may read, else the generic lookup."""
+        lookup = functools.partial(self.map_lookup_elem, fd)
+        file = self._files.get(fd)
+        if type(file) is not MapFile or not file.can_read:
+            return FastOps(lookup=lookup)
+        return FastOps(lookup=lookup, table=file.map.sys_lookup_table())
 
     def _writable_map(self, fd: int) -> BpfMap:
         file = self._map_file(fd)
