@@ -126,10 +126,10 @@ def assemble(items: Iterable[Item]) -> Assembly:
                 insn = _resolve_target(insn, item.target, labels, slot)
             if item.map is not None:
                 map_refs.append(MapRef(len(insns), item.map))
-                if isinstance(item.map, int):
-                    insn = insn._replace(imm=(insn.imm & ~0xFFFFFFFF) | item.map)
-                elif hasattr(item.map, "fd"):
-                    insn = insn._replace(imm=(insn.imm & ~0xFFFFFFFF) | item.map.fd)
+                # the fd, when already known (an int, or an open map's); else load fills it
+                fd = item.map if isinstance(item.map, int) else getattr(item.map, "fd", -1)
+                if isinstance(fd, int) and 0 <= fd <= 0xFFFFFFFF:
+                    insn = insn._replace(imm=(insn.imm & ~0xFFFFFFFF) | fd)
         try:
             check(insn, slot)
         except InvalidInstruction as exc:

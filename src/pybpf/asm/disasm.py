@@ -73,7 +73,16 @@ def mnemonic(insn: Instruction) -> str:
             insn.src]
     if info.kind is Kind.EXIT:
         return "exit_"
+    if info.kind is Kind.LD_IMM64:
+        return _LD_IMM64_MNEMONICS[insn.src]
     return info.name
+
+
+_LD_IMM64_MNEMONICS = {
+    0: "lddw", BPF_PSEUDO_MAP_FD: "ld_map_fd", BPF_PSEUDO_MAP_VALUE: "ld_map_value",
+    BPF_PSEUDO_BTF_ID: "ld_btf_id", BPF_PSEUDO_FUNC: "ld_func", BPF_PSEUDO_MAP_IDX: "ld_map_idx",
+    BPF_PSEUDO_MAP_IDX_VALUE: "ld_map_idx_value",
+}
 
 
 def helper_name(func_id: int) -> str:

@@ -1,0 +1,205 @@
+"""ProgramSpec / Program on both backends, and the corpus through the assembler and the
+disassembler."""
+
+from __future__ import annotations
+
+import errno
+import gc
+import os
+import weakref
+
+import pytest
+
+from programs.corpus import CASES, PACKET
+from programs.runner import spec_of
+from pybpf.asm import (
+    FP,
+    MNEMONICS,
+    OPCODES,
+    R0,
+    R1,
+    R2,
+    assemble,
+    assemble_text,
+    atomic_add64,
+    call,
+    decode,
+    disassemble,
+    encode,
+    exit_,
+    jeq,
+    label,
+    ld_map_fd,
+    mnemonic,
+    mov64,
+    stw,
+)
+from pybpf.asm import add64 as add64_
+from pybpf.errors import BPFError, VerifierError
+from pybpf.maps import Map, MapSpec
+from pybpf.programs import Program, ProgramSpec
+from pybpf.uapi import MapType, ProgType
+
+
+def _all_instructions():
+    for case in CASES:
+        yield case, spec_of(case).assembly().instructions
+        for _, (_, items) in case.progs.items():
+            yield case, assemble(items).instructions
+
+
+# -- the corpus through the assembler and disassembler --------------------------------------------
+
+def test_corpus_names_are_unique():
+    assert len({case.name for case in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_corpus_program_round_trips_through_bytes_and_text(case):
+    insns = spec_of(case).assembly().instructions
+    raw = encode(insns)
+    assert decode(raw) == insns
+    assert encode(decode(raw)) == raw
+    assert assemble_text(disassemble(raw)).instructions == insns
+
+
+def test_corpus_uses_every_opcode():
+    used = {insn.opcode for _, insns in _all_instructions() for insn in insns}
+    missing = sorted(OPCODES[code].name for code in set(OPCODES) - used)
+    assert not missing, f"no corpus program uses {missing}"
+
+
+def test_corpus_uses_every_alu_jump_memory_and_atomic_variant():
+    used = {mnemonic(insn) for _, insns in _all_instructions() for insn in insns}
+    not_runnable = {"call_kfunc"}  # needs BTF ids of this kernel's functions
+    variants = {name for name in MNEMONICS if name[-2:] in ("32", "64") or name.startswith(
+        ("ld", "st", "j", "atomic_", "load_", "store_"))}
+    # the generic forms (ldx, st, atomic, ...) take the size as an argument
+    generic = {"ldx", "ldxs", "st", "stx", "ld_abs", "ld_ind", "load_acquire", "store_release"}
+    # pseudo lddw sources that need BTF, callbacks or an fd_array
+    not_runnable |= {"ld_btf_id", "ld_func", "ld_map_idx", "ld_map_idx_value"}
+    missing = sorted(variants - used - not_runnable - generic)
+    assert not missing, f"no corpus program uses {missing}"
+
+
+# -- Program on either backend -------------------------------------------------------------------
+
+def _counter_spec(map_ref) -> ProgramSpec:
+    """XDP: counts[0] += 1, returns 2 (XDP_PASS)."""
+    return ProgramSpec(ProgType.XDP, [
+        ld_map_fd(R1, map_ref), stw(FP, -4, 0), mov64(R2, FP), add64_(R2, -4),
+        call("map_lookup_elem"), jeq(R0, 0, "out"), mov64(R1, 1), atomic_add64(R0, 0, R1),
+        label("out"), mov64(R0, 2), exit_()], name="counter")
+
+
+def _counts(system) -> Map:
+    return Map(MapSpec(MapType.ARRAY, 4, 8, 1, key=int, value=int), system)
+
+
+def test_program_loads_runs_and_updates_the_map_it_references(backend):
+    counts = _counts(backend)
+    with Program.load(_counter_spec(counts), backend) as prog:
+        for _ in range(3):
+            assert prog.test_run(PACKET).retval == 2
+    assert counts[0] == 3
+
+
+def test_program_keeps_referenced_maps_alive(backend):
+    counts = _counts(backend)
+    ref = weakref.ref(counts)
+    prog = Program.load(_counter_spec("counts"), backend, maps={"counts": counts})
+    del counts
+    gc.collect()
+    assert ref() is not None
+    assert prog.test_run(PACKET).retval == 2
+    assert ref()[0] == 1
+    prog.close()
+    gc.collect()
+    assert ref() is None
+
+
+def test_map_names_bind_at_load(backend):
+    counts = _counts(backend)
+    spec = _counter_spec("counts")
+    with Program.load(spec, backend, maps={"counts": counts}) as prog:
+        prog.test_run(PACKET)
+    assert counts[0] == 1
+    with pytest.raises(BPFError, match="not bound") as err:
+        Program.load(spec, backend)
+    assert err.value.errno == errno.EINVAL
+
+
+def test_map_of_another_system_is_refused(kernel, emulated):
+    counts = _counts(emulated)
+    with pytest.raises(BPFError, match="belongs to the emulated system") as err:
+        Program.load(_counter_spec(counts), kernel)
+    assert err.value.errno == errno.EINVAL
+
+
+def test_closed_map_is_refused(backend):
+    counts = _counts(backend)
+    counts.close()
+    with pytest.raises(BPFError, match="no open fd") as err:
+        Program.load(_counter_spec(counts), backend)
+    assert err.value.errno == errno.EBADF
+
+
+def test_verifier_rejection_carries_the_log(backend):
+    spec = ProgramSpec(ProgType.XDP, [exit_()], name="no_r0")
+    with pytest.raises(VerifierError) as err:
+        Program.load(spec, backend)
+    assert err.value.errno == errno.EACCES
+    assert "R0 !read_ok" in err.value.log
+
+
+def test_info_id_and_from_id(backend):
+    counts = _counts(backend)
+    with Program.load(_counter_spec(counts), backend) as prog:
+        info = prog.info()
+        assert info.type == ProgType.XDP and info.name == "counter"
+        assert info.id == prog.id > 0
+        assert counts.id in info.map_ids
+        with Program.from_id(prog.id, backend) as again:
+            assert again.fd != prog.fd
+            assert again.info().id == prog.id
+            again.test_run(PACKET)
+    assert counts[0] == 1
+
+
+def test_text_program_loads(backend):
+    spec = ProgramSpec(ProgType.XDP, """
+        r0 = 0
+        r1 = 1
+    loop:
+        r0 += r1
+        r1 += 1
+        if r1 <= 100 goto loop
+        exit
+    """)
+    with Program.load(spec, backend) as prog:
+        assert prog.test_run(PACKET).retval == 5050
+
+
+def test_closed_program_gives_ebadf(backend):
+    prog = Program.load(ProgramSpec(ProgType.XDP, [mov64(R0, 2), exit_()]), backend)
+    prog.close()
+    prog.close()  # idempotent
+    assert prog.closed
+    with pytest.raises(BPFError) as err:
+        prog.test_run(PACKET)
+    assert err.value.errno == errno.EBADF
+
+
+def test_tracepoint_link_runs_the_program_until_closed(kernel):
+    counts = _counts(kernel)
+    spec = ProgramSpec(ProgType.TRACEPOINT, _counter_spec(counts).instructions, name="getpid")
+    with Program.load(spec, kernel) as prog:
+        with prog.attach_tracepoint("syscalls", "sys_enter_getpid") as link:
+            assert not link.closed
+            for _ in range(5):
+                os.getpid()
+            assert counts[0] >= 5
+        assert link.closed
+        seen = counts[0]
+        os.getpid()
+        assert counts[0] == seen
