@@ -53,6 +53,11 @@ from .syscall import (
 # Map types whose batch token is a u32 bucket index (htab); the others' token is a key.
 _HTAB_TOKEN_TYPES = frozenset({MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH,
                                MapType.LRU_PERCPU_HASH, MapType.HASH_OF_MAPS})
+# Array-like maps: E2BIG from an update means an index past max_entries, not a full map.
+_INDEXED_TYPES = frozenset({MapType.ARRAY, MapType.PERCPU_ARRAY, MapType.PROG_ARRAY,
+                            MapType.PERF_EVENT_ARRAY, MapType.CGROUP_ARRAY,
+                            MapType.ARRAY_OF_MAPS, MapType.DEVMAP, MapType.CPUMAP,
+                            MapType.SOCKMAP})
 # Written into the htab token buffer first: the kernel never writes this bucket index, so
 # finding it afterwards means it wrote no token.
 _NO_TOKEN = b"\xff\xff\xff\xff"
@@ -167,16 +172,20 @@ class KernelSystem(System):
         return cpu
 
     # -- helpers -------------------------------------------------------------------------------
-    def _describe_map(self, fd: int) -> str:
+    def _error(self, err: int, command: str, fd: int, *, detail: str = "",
+               count: int | None = None) -> OSError:
+        """The error of ``command`` on map ``fd``, naming the map as its info describes it."""
         try:
             info = self.map_get_info(fd)
         except OSError:
-            return f"map fd {fd}"
-        return map_description(info.type, info.name, info.id)
-
-    def _error(self, err: int, command: str, fd: int, *, detail: str = "",
-               count: int | None = None) -> OSError:
-        return bpf_error(err, command, map=self._describe_map(fd), detail=detail, count=count)
+            where = f"map fd {fd}"
+        else:
+            where = map_description(info.type, info.name, info.id)
+            if (not detail and err == errno.E2BIG and info.type in _INDEXED_TYPES
+                    and command in ("map_update_elem", "map_update_batch")):
+                detail = (f"index out of range: the map's keys are 0..{info.max_entries - 1} "
+                          "(max_entries)")
+        return bpf_error(err, command, map=where, detail=detail, count=count)
 
     def _meta(self, fd: int, command: str) -> _MapMeta:
         """The cached sizes of map ``fd``, learnt from the kernel on first use."""
@@ -196,7 +205,7 @@ class KernelSystem(System):
 
     def _key_arg(self, meta: _MapMeta, key, fd: int, command: str) -> bytes:
         """``key`` as bytes of the map's key_size (the slow path of the element commands)."""
-        key = bytes(key)
+        key = self._as_bytes(key, "key", fd, command)
         if meta.key_size and len(key) != meta.key_size:
             raise self._error(errno.EINVAL, command, fd,
                               detail=f"key is {len(key)} bytes, the map's key_size is "
@@ -204,12 +213,20 @@ class KernelSystem(System):
         return key
 
     def _value_arg(self, meta: _MapMeta, value, fd: int, command: str) -> bytes:
-        value = bytes(value)
+        value = self._as_bytes(value, "value", fd, command)
         if len(value) != meta.value_size:
             raise self._error(errno.EINVAL, command, fd,
                               detail=f"value is {len(value)} bytes, the map takes "
                                      f"{meta.value_size} through the syscall")
         return value
+
+    def _as_bytes(self, data, what: str, fd: int, command: str) -> bytes:
+        try:
+            return memoryview(data).tobytes()  # bytes-like only (bytes(5) would be 5 zeros)
+        except TypeError:
+            raise self._error(errno.EINVAL, command, fd,
+                              detail=f"{what} must be bytes (or bytes-like), not "
+                                     f"{type(data).__name__}") from None
 
     # -- maps ----------------------------------------------------------------------------------
     def map_create(self, map_type: int, key_size: int, value_size: int, max_entries: int,
