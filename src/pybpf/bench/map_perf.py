@@ -907,7 +907,6 @@ class EmulatedRun:
                 setup.fill_lpm_trie()
                 setup.pre_test()
             result.results = self.run_workers(setup)
-            self.add_numa_accounting(setup, result.results)
         finally:
             setup.close()
         result.notes.append(
@@ -930,8 +929,9 @@ class EmulatedRun:
                         res = self.run_test(setup, t, cpu, done)
                         with lock:
                             results.append(res)
-                        if not cfg.json:
-                            print(result_line(res, "emulated"), flush=True)
+                            if not cfg.json:
+                                sys.stdout.write(result_line(res, "emulated") + "\n")
+                                sys.stdout.flush()
             except BaseException as exc:
                 errors.append(exc)
 
@@ -964,36 +964,51 @@ class EmulatedRun:
             extra["numa_node"] = node
         fire = self.sys.trigger_tracepoint
         name = f"sys_enter_{td.syscall}"
-        events = emulated_events(td, setup.lru_hash_lookup_test_entries)
+        events = emulated_events(td, setup.lru_hash_lookup_test_entries,
+                                 getattr(self.sys.machine, "user_memory", None))
         chunk = max(1, min(1000, cfg.max_cnt // 20))
+        left = cfg.max_cnt
         start = time.monotonic_ns()
-        for i, args in enumerate(itertools.islice(events, cfg.max_cnt)):
-            fire("syscalls", name, args)
-            if i % chunk == 0:
-                done[cpu] += 1 if i == 0 else chunk
+        while left:
+            n = min(chunk, left)
+            for record in itertools.islice(events, n):
+                fire("syscalls", name, record)
+            left -= n
+            done[cpu] += n
         elapsed = time.monotonic_ns() - start
-        done[cpu] += cfg.max_cnt - (1 + chunk * ((cfg.max_cnt - 1) // chunk))
+        if t == Test.INNER_LRU_HASH_PREALLOC:
+            # Only this CPU uses its inner map, so its counts are final now.
+            stats = self.sys.map_stats(setup.inner_fds[cpu])
+            extra["map_node"] = stats["numa_node"]
+            extra["local_accesses"], extra["remote_accesses"] = \
+                stats["access_by_cpu"].get(cpu, (0, 0))
         rate = rate_of(cfg.max_cnt, elapsed, td.per_event)
         return Result(cpu, t.name, td.line(cpu, rate), rate, td.unit, cfg.max_cnt, elapsed,
                       **extra)
 
-    def add_numa_accounting(self, setup: Setup, results: list[Result]) -> None:
-        for r in results:
-            if r.test != Test.INNER_LRU_HASH_PREALLOC.name:
-                continue
-            stats = self.sys.map_stats(setup.inner_fds[r.cpu])
-            r.map_node = stats["numa_node"]
-            r.local_accesses, r.remote_accesses = stats["access_by_cpu"].get(r.cpu, (0, 0))
+
+def sys_enter_record(syscall: str, args: Sequence[int] = ()) -> bytes:
+    """The raw record of tracepoint syscalls/sys_enter_<syscall> (trace_event_raw_sys_enter):
+    common fields (type, flags, preempt_count, pid), __syscall_nr, args[6]."""
+    padded = [a & 0xFFFFFFFFFFFFFFFF for a in args] + [0] * (6 - len(args))
+    return struct.pack("=HBBii4x6Q", 0, 0, 0, threading.get_native_id(),
+                       trigger.X86_64_NR[syscall], *padded)
 
 
-def emulated_events(td: TestDef, lookup_entries: int):
-    """The syscall arguments of each event, as the emulated tracepoint receives them."""
+def emulated_events(td: TestDef, lookup_entries: int, user_memory=None):
+    """The tracepoint record of each event, in order (an endless iterator).
+
+    For connect, each sockaddr_in6 is placed in the emulated machine's user memory and the
+    record carries its address, as the kernel's record carries the user pointer.
+    """
     if td.syscall == "connect":
-        addrs = [sockaddr_in6(td.tcase, key) for key in lru_lookup_keys(lookup_entries)]
-        return ((-1, addr, len(addr)) for addr in itertools.cycle(addrs))
-    if td.syscall == "getpgid":
-        return itertools.repeat((0,))
-    return itertools.repeat(())
+        records = []
+        for key in lru_lookup_keys(lookup_entries):
+            addr = sockaddr_in6(td.tcase, key)
+            records.append(sys_enter_record("connect", (-1, user_memory.map(addr), len(addr))))
+        return itertools.cycle(records)
+    args = (0,) if td.syscall in ("getpgid", "getppid") else ()
+    return itertools.repeat(sys_enter_record(td.syscall, args))
 
 
 if __name__ == "__main__":

@@ -237,11 +237,26 @@ def bpf_sk_redirect_hash(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: i
     return _sk_redirect(rs, bpf_map, mem_read(rs, r3, bpf_map.key_size, "key (R3)"), r4)
 
 
+def bpf_probe_read_user(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """Copy R2 bytes of user memory at R3 (the machine's ``user_memory``) to R1; on a fault
+    the buffer is zeroed and -EFAULT returned, as the kernel does."""
+    machine = _machine(rs)
+    data = machine.user_memory.read(r3, r2) if machine is not None else None
+    if data is None:
+        mem_write(rs, r1, bytes(r2), "dst (R1)")
+        return -errno.EFAULT & M64
+    mem_write(rs, r1, data, "dst (R1)")
+    return 0
+
+
 def bpf_tail_call(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     raise AssertionError("the engines run bpf_tail_call themselves")  # pragma: no cover
 
 
 _XDP = frozenset({ProgType.XDP})
+_TRACING = frozenset({ProgType.KPROBE, ProgType.TRACEPOINT, ProgType.PERF_EVENT,
+                      ProgType.RAW_TRACEPOINT, ProgType.RAW_TRACEPOINT_WRITABLE,
+                      ProgType.TRACING})
 _SK_SKB = frozenset({ProgType.SK_SKB})
 
 
@@ -261,6 +276,7 @@ def _table() -> dict[int, HelperProto]:
         (BpfFunc.tail_call, bpf_tail_call, 3, None),
         (BpfFunc.get_current_pid_tgid, bpf_get_current_pid_tgid, 0, None),
         (BpfFunc.get_numa_node_id, bpf_get_numa_node_id, 0, None),
+        (BpfFunc.probe_read_user, bpf_probe_read_user, 3, _TRACING),
         (BpfFunc.redirect_map, bpf_redirect_map, 3, _XDP),
         (BpfFunc.sk_redirect_map, bpf_sk_redirect_map, 4, _SK_SKB),
         (BpfFunc.sk_redirect_hash, bpf_sk_redirect_hash, 4, _SK_SKB),

@@ -13,6 +13,7 @@ Rules this module keeps:
 
 from __future__ import annotations
 
+import bisect
 import os
 import threading
 import time
@@ -120,6 +121,40 @@ class AccessStats:
         self.remote = [0] * n
 
 
+class UserMemory:
+    """User-space memory of the emulated tasks (one address space), for what programs read
+    with bpf_probe_read_user: a syscall tracepoint's record carries user pointers.
+
+    ``map(data)`` places a copy at a fresh page-aligned address and returns it; ``read``
+    answers None for an address range that is not (wholly) mapped, i.e. a fault.
+    """
+
+    BASE = 0x7F00_0000_0000
+    PAGE = 4096
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []  # ascending: addresses are handed out in order
+        self._blocks: list[bytes] = []
+        self._next = self.BASE
+        self._lock = threading.Lock()
+
+    def map(self, data: bytes) -> int:
+        with self._lock:
+            addr = self._next
+            self._next += -(-max(1, len(data)) // self.PAGE) * self.PAGE
+            self._starts.append(addr)
+            self._blocks.append(bytes(data))
+        return addr
+
+    def read(self, addr: int, size: int) -> bytes | None:
+        i = bisect.bisect_right(self._starts, addr) - 1
+        if i < 0:
+            return None
+        off = addr - self._starts[i]
+        block = self._blocks[i]
+        return block[off:off + size] if off + size <= len(block) else None
+
+
 class Machine:
     """CPUs, NUMA nodes, per-thread current CPU, a clock and RCU."""
 
@@ -135,6 +170,7 @@ class Machine:
         self.num_nodes = self.topology.num_nodes
         self._current = _CurrentCpu()
         self.rcu = Rcu()
+        self.user_memory = UserMemory()
         # Element memory of NO_PREALLOC hash maps: "bpf_mem_alloc" (6.1+) or "call_rcu"
         # (kmalloc + one call_rcu per freed element, before); EmulatedSystem(htab_mem=...).
         self.htab_mem = "bpf_mem_alloc"
