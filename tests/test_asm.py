@@ -299,3 +299,14 @@ def test_instruction_record_is_immutable():
     with pytest.raises(AttributeError):
         insn.imm = 2  # type: ignore[misc]
     assert insn._replace(imm=2).imm == 2 and insn.imm == 1
+
+
+def test_disassembly_of_an_assembly_names_its_maps_and_reads_back():
+    prog = assemble([ld_map_fd(R1, "counts"), ld_map_value(R2, "glob", 8), mov64(R0, 0),
+                     exit_()])
+    listing = disassemble(prog)
+    assert listing.splitlines()[:2] == ["0: (18) r1 = map[counts]",
+                                        "2: (18) r2 = map[glob][0]+8"]
+    again = assemble_text(listing)
+    assert again.instructions == prog.instructions
+    assert [(r.index, r.map) for r in again.map_refs] == [(0, "counts"), (1, "glob")]

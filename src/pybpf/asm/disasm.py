@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from ..uapi import BpfFunc
+from .builder import Assembly
 from .opcodes import (
     ATOMIC_FETCH,
     BPF_PSEUDO_BTF_ID,
@@ -182,9 +183,17 @@ def format_insn(insn: Instruction, *, map_name: MapNamer | None = None) -> str:
     return f"{code} lock *{where} {ATOMIC_OP_TEXT[AtomicOp(imm)]} r{src}"
 
 
-def disassemble(program: bytes | Iterable[Instruction], *,
+def disassemble(program: bytes | Iterable[Instruction] | Assembly, *,
                 map_name: MapNamer | None = None) -> str:
-    """Listing with slot numbers, like ``bpftool prog dump xlated``: ``0: (b7) r0 = 0``."""
+    """Listing with slot numbers, like ``bpftool prog dump xlated``: ``0: (b7) r0 = 0``.
+
+    An ``Assembly`` prints its maps referred to by name as ``map[name]`` (which the text
+    assembler reads back)."""
+    names: dict[int, str] = {}
+    if isinstance(program, Assembly):
+        names = {ref.index: f"map[{ref.map}]" for ref in program.map_refs
+                 if isinstance(ref.map, str)}
+        program = program.instructions
     if isinstance(program, (bytes, bytearray, memoryview)):
         pairs = list(iter_decode(bytes(program)))
     else:
@@ -193,8 +202,13 @@ def disassemble(program: bytes | Iterable[Instruction], *,
             pairs.append((pc, insn))
             pc += insn.slots
     width = len(str(pairs[-1][0])) if pairs else 1
-    return "\n".join(f"{pc:>{width}}: {format_insn(insn, map_name=map_name)}"
-                     for pc, insn in pairs)
+    lines = []
+    for index, (pc, insn) in enumerate(pairs):
+        namer = map_name
+        if index in names:
+            namer = lambda _insn, name=names[index]: name  # noqa: E731
+        lines.append(f"{pc:>{width}}: {format_insn(insn, map_name=namer)}")
+    return "\n".join(lines)
 
 
 SIZE_TEXT = {n: _mem_type(n) for n in SIZE_BYTES.values()}
