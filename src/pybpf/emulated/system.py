@@ -39,35 +39,7 @@ from ..uapi import (
 )
 from .bpf_map import MAP_OPS, BpfMap, MapAttr
 from .machine import Machine
-
-try:
-    from .progs import ProgramsMixin
-except ModuleNotFoundError as exc:  # the interpreter is not there yet
-    if exc.name != f"{__package__}.progs":
-        raise
-
-    class ProgramsMixin:  # type: ignore[no-redef]
-        """Stands in until emulated/progs.py exists: every program command is EINVAL."""
-
-        def _no_programs(self, command: str):
-            raise bpf_error(errno.EINVAL, command,
-                            detail="programs not available in the emulated backend yet")
-
-        def prog_load(self, *args, **kwargs):
-            self._no_programs("prog_load")
-
-        def prog_test_run(self, *args, **kwargs):
-            self._no_programs("prog_test_run")
-
-        def prog_get_info(self, *args, **kwargs):
-            self._no_programs("prog_get_info")
-
-        def prog_get_fd_by_id(self, *args, **kwargs):
-            self._no_programs("prog_get_fd_by_id")
-
-        def attach_tracepoint(self, *args, **kwargs):
-            self._no_programs("attach_tracepoint")
-
+from .progs import ProgramsMixin
 
 # Map family modules; importing one registers its types in MAP_OPS.
 _FAMILY_MODULES = ("hashtab", "arraymap", "map_in_map", "queue_stack_maps", "lpm_trie",
