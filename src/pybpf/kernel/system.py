@@ -6,10 +6,11 @@ Rules this module keeps:
 - The kernel reads and writes user memory at the sizes it knows; this module checks each
   key, value and batch token against the map's sizes before the call (EINVAL with a detail
   otherwise), so a short ``bytes`` never lets the kernel read past it.
-- Map sizes are cached per fd in ``_MAPS``, shared by every KernelSystem of the process,
-  filled when a map fd is made here (or first used) and dropped by ``close``. An fd closed
-  behind pybpf's back (``os.close``) and reused for another map must go through
-  ``map_get_fd_by_id``/``obj_get``/``map_create`` again, which refill the entry.
+- Map sizes are cached per fd in ``_MAPS``, shared by every KernelSystem of the process:
+  set by ``map_create``, learnt on first use otherwise, dropped by ``close`` and whenever
+  this module gets a new fd from the kernel (so a reused fd number never keeps old sizes).
+  The one thing it cannot see is an fd closed behind pybpf's back (``os.close``) and
+  reused by a map made elsewhere: close pybpf's fds with ``close``.
 - The element commands reuse one attr struct and one value buffer per thread and size,
   so the hot path allocates nothing but the returned ``bytes``.
 """
@@ -106,7 +107,7 @@ _tls = _ThreadState()
 
 
 def map_description(map_type: int, name: str, map_id: int) -> str:
-    """"hash map 'name' (id 7)", as the emulated maps describe themselves."""
+    """The map as errors name it, e.g. ``hash map 'name' (id 7)`` (as emulated maps do)."""
     kind = MapType(map_type).name.lower() if map_type in MapType._value2member_map_ \
         else str(map_type)
     label = f" {name!r}" if name else ""
@@ -114,7 +115,7 @@ def map_description(map_type: int, name: str, map_id: int) -> str:
 
 
 def _fd_kind(fd: int) -> str:
-    """"bpf-map", "bpf-prog", ... for a bpf fd; "" for another file; raises on a closed fd."""
+    """``bpf-map``, ``bpf-prog``... for a bpf fd, "" for another file; raises if closed."""
     target = os.readlink(f"/proc/self/fd/{fd}")
     return target[len("anon_inode:"):] if target.startswith("anon_inode:") else ""
 
@@ -453,12 +454,11 @@ class KernelSystem(System):
         fd = bpf(cmd, GetIdAttr(start_id=obj_id, open_flags=open_flags))
         if fd < 0:
             raise bpf_error(-fd, command, map=f"id {obj_id}")
+        _MAPS.pop(fd, None)
         return fd
 
     def map_get_fd_by_id(self, map_id: int, open_flags: int = 0) -> int:
-        fd = self._fd_by_id(Cmd.MAP_GET_FD_BY_ID, "map_get_fd_by_id", map_id, open_flags)
-        _MAPS.pop(fd, None)
-        return fd
+        return self._fd_by_id(Cmd.MAP_GET_FD_BY_ID, "map_get_fd_by_id", map_id, open_flags)
 
     def map_get_next_id(self, start_id: int) -> int:
         attr = GetIdAttr(start_id=start_id)
@@ -510,6 +510,7 @@ class KernelSystem(System):
         if not log_level:
             fd = bpf(Cmd.PROG_LOAD, attr)
             if fd >= 0:
+                _MAPS.pop(fd, None)
                 return fd
             if -fd not in (errno.EACCES, errno.EINVAL):
                 raise bpf_error(-fd, "prog_load", map=what)
@@ -521,6 +522,7 @@ class KernelSystem(System):
                 ctypes.addressof(log)
             fd = bpf(Cmd.PROG_LOAD, attr)
             if fd >= 0:
+                _MAPS.pop(fd, None)
                 return fd
             if -fd != errno.ENOSPC:
                 break
@@ -597,6 +599,7 @@ class KernelSystem(System):
             detail = ("the program must be a tracepoint program (ProgType.TRACEPOINT)"
                       if exc.errno == errno.EINVAL else "")
             raise bpf_error(exc.errno, command, map=where, detail=detail) from None
+        _MAPS.pop(perf_fd, None)
         return perf_fd
 
 
