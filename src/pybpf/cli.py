@@ -20,6 +20,9 @@ from .uapi import PERCPU_MAP_TYPES, MapType, round_up
 COMMANDS: dict[str, tuple[str, str]] = {
     "maps": ("create one map of each supported type, fill a few elements and print them as "
              "`bpftool map show` and `bpftool map dump` do", "pybpf.cli:maps_command"),
+    "map-perf": ("the kernel's samples/bpf/map_perf_test: per-CPU events/s of map work on "
+                 "syscall tracepoints", "pybpf.bench.map_perf:map_perf_command"),
+    "bench": ("benchmarks (htab-mem)", "pybpf.bench:bench_command"),
 }
 
 

@@ -1,1 +1,29 @@
-"""Benchmarks: programs that print figures side by side with a reference."""
+"""Benchmarks: programs that print figures side by side with a reference.
+
+``pybpf bench NAME``: each benchmark is one line in ``BENCHMARKS`` naming its
+``*_command(parser) -> runner`` (the same shape as ``cli.COMMANDS``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+
+# name -> (help, "module:function")
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "htab-mem": ("hash map update throughput and memory: preallocated vs bpf_mem_alloc "
+                 "(and, emulated, the old call_rcu design); the selftests' htab-mem",
+                 "pybpf.bench.htab_mem:htab_mem_command"),
+}
+
+
+def bench_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    """``pybpf bench NAME ...``: one subcommand per benchmark."""
+    sub = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
+    runners: dict[str, Callable] = {}
+    for name, (help_text, target) in BENCHMARKS.items():
+        module, function = target.split(":")
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        runners[name] = getattr(importlib.import_module(module), function)(command)
+    return lambda ns: runners[ns.benchmark](ns)

@@ -240,6 +240,12 @@ def run_from_args(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     return 0
 
 
+def htab_mem_command(parser: argparse.ArgumentParser):
+    """``pybpf bench htab-mem`` (bench.BENCHMARKS)."""
+    configure_parser(parser)
+    return lambda ns: run_from_args(ns, parser)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = configure_parser(argparse.ArgumentParser(prog="pybpf bench htab-mem"))
     return run_from_args(parser.parse_args(argv), parser)
@@ -335,9 +341,29 @@ def comparison_table(runs: list[Run], backend: str) -> str:
                  "each element through an RCU callback, bpf_mem_alloc reuses freed elements "
                  "from per-CPU caches; a preallocated map only moves elements on its "
                  "free list)\n" + report.format_table(cheader, crows))
+        text += "".join("\n" + line for line in why_lines(runs))
         text += ("\n# emulated backend: op-loops/s are interpreter figures (wall clock, one "
                  "Python process); memory is live element memory from the allocator")
     return text
+
+
+def why_lines(runs: list[Run]) -> list[str]:
+    """Per use case, the two non-preallocated designs side by side, in their own counters."""
+    lines = []
+    for use_case in USE_CASES:
+        by = {r.flavour: r.counters for r in runs if r.use_case == use_case}
+        old, new = by.get("call_rcu"), by.get("bpf_ma")
+        if not old or not new:
+            continue
+        lines.append(
+            f"{use_case}: call_rcu design: {old.get('call_rcu', 0)} RCU callbacks for "
+            f"{old.get('free_calls', 0)} frees, {old.get('reused', 0)} reused, "
+            f"{old.get('allocated', 0)} new elements; bpf_mem_alloc: "
+            f"{new.get('call_rcu', 0)} RCU callbacks for {new.get('free_calls', 0)} frees, "
+            f"{new.get('cache_hits', 0)} allocations from per-CPU caches, "
+            f"{new.get('reused', 0)} reused from the RCU lists, "
+            f"{new.get('allocated', 0)} new elements")
+    return lines
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -661,6 +687,8 @@ class EmulatedBench(Bench):
 
     def start_producers(self, stop: threading.Event,
                         errors: list[BaseException]) -> list[threading.Thread]:
+        from .map_perf import sys_enter_record
+
         fire = self.sys.trigger_tracepoint
         barriers = [threading.Barrier(2) for _ in range(self.producers // 2)]
 
@@ -668,18 +696,20 @@ class EmulatedBench(Bench):
             try:
                 with self.sys.on_cpu(i % self.sys.num_possible_cpus):
                     if self.use_case != "add_del_on_diff_cpu":
+                        add = sys_enter_record("getpgid", (0,))
                         while not stop.is_set():
-                            fire("syscalls", "sys_enter_getpgid", (0,))
+                            fire("syscalls", "sys_enter_getpgid", add)
                         return
                     barrier = barriers[i // 2]
+                    add, delete = sys_enter_record("getpgid", (0,)), sys_enter_record("getppid")
                     while not stop.is_set():
                         if i % 2 == 0:
-                            fire("syscalls", "sys_enter_getpgid", (0,))
+                            fire("syscalls", "sys_enter_getpgid", add)
                             barrier.wait(timeout=5)
                             barrier.wait(timeout=5)
                         else:
                             barrier.wait(timeout=5)
-                            fire("syscalls", "sys_enter_getppid", ())
+                            fire("syscalls", "sys_enter_getppid", delete)
                             barrier.wait(timeout=5)
             except threading.BrokenBarrierError:
                 pass

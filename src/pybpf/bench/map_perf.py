@@ -287,6 +287,12 @@ def config_from_args(ns: argparse.Namespace) -> Config:
                   progress=ns.progress)
 
 
+def map_perf_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    """``pybpf map-perf`` (cli.COMMANDS)."""
+    configure_parser(parser)
+    return lambda ns: run_from_args(ns, parser)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m pybpf.bench.map_perf``: the standalone entry point."""
     parser = configure_parser(argparse.ArgumentParser(prog="pybpf map-perf"))
