@@ -46,14 +46,17 @@ from pybpf.asm import (
     atomic_cmpxchg64,
     atomic_fetch_add32,
     atomic_fetch_add64,
+    atomic_fetch_and32,
     atomic_fetch_and64,
     atomic_fetch_or32,
     atomic_fetch_or64,
     atomic_fetch_xor32,
     atomic_fetch_xor64,
+    atomic_or32,
     atomic_or64,
     atomic_xchg32,
     atomic_xchg64,
+    atomic_xor32,
     atomic_xor64,
     be,
     bswap,
@@ -68,12 +71,14 @@ from pybpf.asm import (
     jne,
     label,
     ld_map_fd,
+    ld_map_value,
     ldabsb,
     ldabsh,
     ldabsw,
     lddw,
     ldindb,
     ldindh,
+    ldindw,
     ldxb,
     ldxdw,
     ldxh,
@@ -82,6 +87,10 @@ from pybpf.asm import (
     ldxsw,
     ldxw,
     le,
+    load_acquire8,
+    load_acquire16,
+    load_acquire32,
+    load_acquire64,
     lsh32,
     lsh64,
     may_goto,
@@ -106,6 +115,10 @@ from pybpf.asm import (
     stb,
     stdw,
     sth,
+    store_release8,
+    store_release16,
+    store_release32,
+    store_release64,
     stw,
     stxb,
     stxdw,
@@ -287,6 +300,18 @@ ALU_TABLE: list[tuple[str, Op, str, int, int, int]] = [
     ("arsh64_amount_masked", arsh64, X, -256, 64 + 4, -16),
     ("arsh32_copies_sign_and_zero_extends", arsh32, K, 0x8000_0000, 31, 0xFFFFFFFF),
     ("arsh32_amount_masked", arsh32, X, 0xFFFF_FF00, 32 + 4, 0xFFFF_FFF0),
+    ("add32_imm", add32, K, 0xFFFF_FFFF_FFFF_FFF0, 0x20, 0x10),
+    ("sub64_imm", sub64, K, 10, 20, -10),
+    ("sub32_reg_clears_upper_half", sub32, X, 0x5_0000_0003, 0x1_0000_0001, 2),
+    ("div32_imm", div32, K, 0xFFFF_FFFF_0000_0064, 7, 14),
+    ("or64_imm_sign_extends", or64, K, 0x1234, -0x10000, 0xFFFF_FFFF_FFFF_1234),
+    ("or32_reg", or32, X, 0xAAAA_0000_0000_0F00, 0xFFFF_0000_0000_00F0, 0xFF0),
+    ("and64_reg", and64, X, 0xFF00_FF00_FF00_FF00, 0x0FF0_0FF0_0FF0_0FF0,
+     0x0F00_0F00_0F00_0F00),
+    ("and32_reg_clears_upper_half", and32, X, M64, 0xFFFF_FFFF_0000_FFFF, 0xFFFF),
+    ("xor64_reg", xor64, X, 0xFFFF_0000_FFFF_0000, 0xFF00_FF00_FF00_FF00,
+     0x00FF_FF00_00FF_FF00),
+    ("xor32_imm_minus_one", xor32, K, 0x1234_5678_0000_FFFF, -1, 0xFFFF_0000),
     ("mov64_imm_sign_extends", mov64, K, 0x55, -1, M64),
     ("mov64_reg", mov64, X, 0, 0x8877_6655_4433_2211, 0x8877_6655_4433_2211),
     ("mov32_imm_zero_extends", mov32, K, 0x55, -1, 0xFFFFFFFF),
@@ -431,6 +456,20 @@ result_case("atomic_fetch_or32_xor32", [
     stdw(FP, -8, 0x10), mov64(R3, 0x01), atomic_fetch_or32(FP, -8, R3),
     mov64(R4, 0x11), atomic_fetch_xor32(FP, -8, R4), ldxdw(R5, FP, -8)],
     [R3, R4, R5], [0x10, 0x11, 0])
+result_case("atomic_or_xor32_and_fetch_and32", [
+    stdw(FP, -8, -1), stw(FP, -8, 0x0F), mov64(R3, 0x30), atomic_or32(FP, -8, R3),
+    mov64(R3, 0x11), atomic_xor32(FP, -8, R3), mov64(R4, 0x0F), atomic_fetch_and32(FP, -8, R4),
+    ldxdw(R5, FP, -8)], [R4, R5], [0x2E, 0xFFFF_FFFF_0000_000E])
+result_case("load_acquire_of_each_size", [
+    lddw(R2, 0x8877_6655_4433_2211), stxdw(FP, -8, R2),
+    load_acquire8(R3, FP, -8), load_acquire16(R4, FP, -8), load_acquire32(R5, FP, -8),
+    load_acquire64(R9, FP, -8)],
+    [R3, R4, R5, R9], [0x11, 0x2211, 0x4433_2211, 0x8877_6655_4433_2211])
+result_case("store_release_of_each_size", [
+    lddw(R2, 0x8877_6655_4433_2211), stdw(FP, -16, -1), stdw(FP, -8, 0),
+    store_release8(FP, -16, R2), store_release16(FP, -14, R2), store_release32(FP, -12, R2),
+    store_release64(FP, -8, R2), ldxdw(R3, FP, -16), ldxdw(R4, FP, -8)],
+    [R3, R4], [0x4433_2211_2211_FF11, 0x8877_6655_4433_2211])
 result_case("atomic_xchg64", [
     stdw(FP, -8, 7), mov64(R3, 9), atomic_xchg64(FP, -8, R3), ldxdw(R4, FP, -8)],
     [R3, R4], [7, 9])
@@ -481,6 +520,9 @@ _add(Case("ld_ind_adds_the_register", ProgType.SCHED_CLS,
           (mov64(R6, R1), mov64(R7, 10), ldindh(R7, 2), mov64(R8, R0), ldindb(R7, 4),
            add64(R0, R8), exit_()), retval=0x0800 + 0x45, data=ETH_PACKET,
           data_out=ETH_PACKET))
+_add(Case("ld_ind_w", ProgType.SCHED_CLS,
+          (mov64(R6, R1), mov64(R7, 26), ldindw(R7, 4), exit_()), retval=0x0A00_0002,
+          data=ETH_PACKET, data_out=ETH_PACKET))
 _add(Case("ld_abs_out_of_bounds_exits_with_zero", ProgType.SCHED_CLS,
           (mov64(R6, R1), mov64(R0, 7), ldabsw(100), mov64(R0, 9), exit_()), retval=0,
           data=ETH_PACKET, data_out=ETH_PACKET))
@@ -555,6 +597,11 @@ _map_case("map_array_delete_gives_einval", [_array],
           (ld_map_fd(R1, "counts"), *_key_on_stack(1), call("map_delete_elem"), exit_()),
           retval=-EINVAL, expect_maps={"counts": {u32(0): u64(0), u32(1): u64(41),
                                                   u32(2): u64(0), u32(3): u64(0)}})
+
+_global = MapDef("glob", MapType.ARRAY, 4, 16, 1, init=((u32(0), u64(1) + u64(99)),))
+_map_case("map_value_address_loaded_directly", [_global], (
+    ld_map_value(R1, "glob", 8), ldxdw(R0, R1, 0), add64(R0, 1), stxdw(R1, 0, R0), exit_()),
+    retval=100, expect_maps={"glob": {u32(0): u64(1) + u64(100)}})
 
 _hash = MapDef("table", MapType.HASH, 4, 8, 8, init=((u32(7), u64(70)),))
 _map_case("map_hash_update_lookup_delete", [_hash], (
