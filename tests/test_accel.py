@@ -1,0 +1,197 @@
+"""The optional C accelerator: the same bytes and errno as the pure-Python path.
+
+- Its bpf(2) wrappers against the kernel backend's System calls (same results, same errno).
+- The Map core (C) against the pure-Python core (PYBPF_NO_ACCEL=1, in a child process), on a
+  transcript of element, batch and error operations on both backends.
+- Its table mode (a backend's FastOps.table) on whichever core this process runs.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pybpf import maps as M
+from pybpf.errors import KeyNotFoundError
+from pybpf.system import FastOps
+from pybpf.uapi import ENOTSUPP, MapType
+
+accel = pytest.importorskip("pybpf._accel", reason="the C accelerator was not built here "
+                                                  "(no C compiler or Python headers)")
+
+
+def errno_of(call) -> int | None:
+    try:
+        call()
+    except OSError as exc:
+        return exc.errno
+    return None
+
+
+def test_no_accel_env_var_forces_the_pure_python_core():
+    code = ("import pybpf.maps as M; "
+            "print(M.accelerated(), M.Map.__mro__[1].__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, PYBPF_NO_ACCEL="1"), check=True).stdout
+    assert out.split() == ["False", "_PyMapCore"]
+
+
+def test_accelerated_core_is_the_c_one_here():
+    assert M.accelerated() == (not os.environ.get("PYBPF_NO_ACCEL"))
+
+
+def test_element_wrappers_match_the_kernel_backend(kernel):
+    fd = kernel.map_create(MapType.HASH, 4, 8, 2)
+    try:
+        k1, k2, k3 = (i.to_bytes(4, "little") for i in (1, 2, 3))
+        v = (42).to_bytes(8, "little")
+        accel.update(fd, k1, v, 0)
+        assert kernel.map_lookup_elem(fd, k1) == accel.lookup(fd, k1, 8) == v
+        assert accel.get_next_key(fd, None, 4) == kernel.map_get_next_key(fd, None)
+        for call_accel, call_sys in [
+            (lambda: accel.lookup(fd, k2, 8), lambda: kernel.map_lookup_elem(fd, k2)),
+            (lambda: accel.update(fd, k1, v, 1), lambda: kernel.map_update_elem(fd, k1, v, 1)),
+            (lambda: accel.update(fd, k2, v, 2), lambda: kernel.map_update_elem(fd, k2, v, 2)),
+            (lambda: accel.delete(fd, k3), lambda: kernel.map_delete_elem(fd, k3)),
+            (lambda: accel.update(fd, k1, v, 99), lambda: kernel.map_update_elem(fd, k1, v, 99)),
+        ]:
+            assert errno_of(call_accel) == errno_of(call_sys) is not None
+        accel.update(fd, k2, v, 0)
+        assert errno_of(lambda: accel.update(fd, k3, v, 0)) == errno.E2BIG
+        assert accel.lookup_and_delete(fd, k2, 8) == v
+        assert errno_of(lambda: accel.lookup(fd, k2, 8)) == errno.ENOENT
+        assert errno_of(lambda: accel.lookup(999, k1, 8)) == errno.EBADF
+    finally:
+        kernel.close(fd)
+
+
+def test_array_errors_match_the_kernel_backend(kernel):
+    fd = kernel.map_create(MapType.ARRAY, 4, 4, 2)
+    try:
+        k = (0).to_bytes(4, "little")
+        assert errno_of(lambda: accel.delete(fd, k)) == \
+            errno_of(lambda: kernel.map_delete_elem(fd, k)) == errno.EINVAL
+        assert errno_of(lambda: accel.lookup_and_delete(fd, k, 4)) == \
+            errno_of(lambda: kernel.map_lookup_and_delete_elem(fd, k)) == ENOTSUPP
+    finally:
+        kernel.close(fd)
+
+
+def test_batch_wrappers_match_the_kernel_backend(kernel):
+    fd = kernel.map_create(MapType.HASH, 4, 4, 64)
+    try:
+        keys = b"".join(i.to_bytes(4, "little") for i in range(40))
+        values = b"".join((i * 7).to_bytes(4, "little") for i in range(40))
+        assert accel.update_batch(fd, 4, 4, keys, values, 40, 0, 0) == (0, 40)
+        kbuf, vbuf = bytearray(64 * 4), bytearray(64 * 4)
+        err, count, _token = accel.lookup_batch(fd, False, None, 4, 4, kbuf, vbuf, 64, 0, 0)
+        assert (err, count) == (errno.ENOENT, 40)
+        mine = {bytes(kbuf[i * 4:i * 4 + 4]): bytes(vbuf[i * 4:i * 4 + 4]) for i in range(40)}
+        theirs = kernel.map_lookup_batch(fd, None, 64)
+        assert mine == dict(zip(theirs.keys, theirs.values, strict=True))
+        missing = b"".join(i.to_bytes(4, "little") for i in (1, 2, 99, 3))
+        assert accel.delete_batch(fd, 4, missing, 4, 0, 0) == (errno.ENOENT, 2)
+    finally:
+        kernel.close(fd)
+
+
+def test_batch_wrapper_refuses_buffers_too_small_for_count(kernel):
+    fd = kernel.map_create(MapType.HASH, 4, 4, 8)
+    try:
+        with pytest.raises(ValueError, match="keys buffer is 8 bytes, 16 needed"):
+            accel.lookup_batch(fd, False, None, 4, 4, bytearray(8), bytearray(16), 4, 0, 0)
+        with pytest.raises(ValueError, match="values buffer"):
+            accel.update_batch(fd, 4, 4, bytes(16), bytes(4), 4, 0, 0)
+        with pytest.raises(ValueError, match="batch token must be 4 bytes"):
+            accel.lookup_batch(fd, False, b"x", 4, 4, bytearray(16), bytearray(16), 4, 0, 0)
+    finally:
+        kernel.close(fd)
+
+
+def test_core_used_before_setup_is_a_clear_error():
+    core = accel.MapCore()
+    with pytest.raises(RuntimeError, match="before _core_setup"):
+        core[1]
+
+
+# A transcript of Map operations; run once with the C core and once with the pure-Python
+# core, on both backends, the outputs must be identical.
+TRANSCRIPT = textwrap.dedent("""
+    import errno, sys
+    from pybpf import maps as M, system
+    from pybpf.uapi import BPF_F_ZERO_SEED
+    from pybpf.system import bpf_allowed
+
+    def attempt(f):
+        try:
+            return repr(f())
+        except Exception as exc:
+            return f"{type(exc).__name__}:{getattr(exc, 'errno', None)}"
+
+    for name in (["kernel"] if bpf_allowed() else []) + ["emulated"]:
+        s = system(name)
+        h = M.HashMap(4, int, "<q", key_size=4, flags=BPF_F_ZERO_SEED, system=s)
+        b = M.HashMap(4, bytes, bytes, key_size=3, value_size=5, system=s)
+        p = M.PercpuArrayMap(2, value="<I", system=s)
+        q = M.QueueMap(2, int, value_size=2, system=s)
+        ops = [
+            lambda: h.__setitem__(1, -5), lambda: h[1], lambda: h[2], lambda: 1 in h,
+            lambda: 2 in h, lambda: h.update(1, 7, flags="noexist"),
+            lambda: h.update(2, 7, flags="exist"), lambda: h.__setitem__(2, 2 ** 63 - 1),
+            lambda: h.__setitem__(3, -2 ** 63), lambda: h.__setitem__(4, 0),
+            lambda: h.__setitem__(5, 0), lambda: h.__setitem__("x", 0),
+            lambda: h.__setitem__(1 << 33, 0), lambda: h.__setitem__(-1, 0),
+            lambda: sorted(h.items()), lambda: h.__delitem__(4), lambda: h.__delitem__(4),
+            lambda: sorted(k for ks, _ in h.batch_lookup(chunk=1) for k in ks),
+            lambda: h.batch_update([7], [1]), lambda: h.batch_delete([1, 9]),
+            lambda: b.__setitem__(b"abc", b"12345"), lambda: b[b"abc"],
+            lambda: b.__setitem__(b"ab", b"12345"), lambda: b.__setitem__(0x616263, b"x"),
+            lambda: b[0x636261], lambda: p.__setitem__(0, 3), lambda: p[0],
+            lambda: p.__setitem__(1, [1] * s.num_possible_cpus), lambda: p[1].sum(),
+            lambda: p.__setitem__(2, 1), lambda: q.push(1), lambda: q.push(2),
+            lambda: q.push(3), lambda: q.peek(), lambda: q.pop(), lambda: q[None],
+            lambda: q[5],
+        ]
+        print(name, [attempt(op) for op in ops])
+        h.close()
+        print(name, attempt(lambda: h[1]), attempt(lambda: h.__setitem__(1, 1)))
+""")
+
+
+def run_transcript(no_accel: bool) -> str:
+    env = dict(os.environ)
+    env.pop("PYBPF_NO_ACCEL", None)
+    if no_accel:
+        env["PYBPF_NO_ACCEL"] = "1"
+    run = subprocess.run([sys.executable, "-c", TRANSCRIPT], capture_output=True, text=True,
+                         env=env)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def test_c_core_and_pure_python_core_give_identical_results():
+    accelerated = run_transcript(no_accel=False)
+    pure = run_transcript(no_accel=True)
+    assert "emulated" in accelerated
+    assert accelerated == pure
+
+
+@pytest.mark.parametrize("stored", [bytes, bytearray])
+def test_table_mode_reads_the_backends_dict(emulated, monkeypatch, stored):
+    table = {(1).to_bytes(4, "little"): stored((5).to_bytes(8, "little"))}
+    default = emulated.fast_ops
+    monkeypatch.setattr(emulated, "fast_ops",
+                        lambda fd: FastOps(lookup=default(fd).lookup, table=table))
+    with M.HashMap(4, int, int, key_size=4, value_size=8, system=emulated) as m:
+        assert m._core_mode == M.MODE_TABLE
+        assert m[1] == 5 and 1 in m and 2 not in m
+        with pytest.raises(KeyNotFoundError):
+            m[2]
+        m[3] = 9  # writes go to the backend
+        assert emulated.map_lookup_elem(m.fd, (3).to_bytes(4, "little")) == \
+            (9).to_bytes(8, "little")
