@@ -1,0 +1,94 @@
+"""The ``pybpf`` command line: usage errors, ``pybpf maps`` on both backends, and its output
+checked against the real bpftool on the kernel where bpftool is installed."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from pybpf import cli
+from pybpf.system import bpf_allowed
+
+
+def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pybpf", *args], capture_output=True,
+                          text=True, env=dict(os.environ, **env))
+
+
+@pytest.mark.parametrize("args", [[], ["nosuch"], ["maps", "--backend", "nope"],
+                                  ["maps", "--unknown"]])
+def test_bad_arguments_print_usage_and_exit_2(args):
+    result = run_cli(*args)
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: pybpf")
+
+
+def test_help_lists_the_commands():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    assert "maps" in result.stdout
+
+
+def test_every_registered_command_resolves():
+    parser, runners = cli.build_parser()
+    assert set(runners) == set(cli.COMMANDS)
+    assert all(callable(r) for r in runners.values())
+
+
+def test_maps_on_the_emulated_backend_shows_and_dumps_every_type():
+    result = run_cli("maps", "--backend", "emulated")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for kind in ("hash", "array", "percpu_hash", "percpu_array", "lru_hash", "lru_percpu_hash",
+                 "lpm_trie", "array_of_maps", "hash_of_maps", "queue", "stack",
+                 "bloom_filter"):
+        assert re.search(rf"^\d+: {kind}  name demo_\w+  flags 0x[0-9a-f]+$", out, re.M), kind
+    assert "key: 01 00 00 00  value: 64 00 00 00 00 00 00 00\n" in out
+    assert "value (CPU 01): 0b 00 00 00\n" in out
+    assert out.count("Found 3 elements") == 1
+    assert "$ bpftool map peek" in out and "value: 03 00 00 00\n" in out  # the stack's top
+
+
+def test_hex_bytes_groups_like_fprint_hex():
+    data = bytes(range(20))
+    assert cli.hex_bytes(data) == ("00 01 02 03 04 05 06 07  08 09 0a 0b 0c 0d 0e 0f\n"
+                                   "10 11 12 13")
+    assert cli.hex_bytes(b"") == ""
+
+
+def test_type_names_are_libbpfs():
+    assert cli.type_name(1) == "hash" and cli.type_name(30) == "bloom_filter"
+    assert cli.type_name(999) == "type 999"
+
+
+@pytest.mark.skipif(shutil.which("bpftool") is None, reason="bpftool is not installed")
+def test_show_and_dump_match_the_real_bpftool(kernel, tmp_path):
+    if not os.path.ismount("/sys/fs/bpf"):
+        pytest.skip("bpffs is not mounted at /sys/fs/bpf")
+    for title, build in cli.demo_maps():
+        with build(kernel) as m:
+            path = f"/sys/fs/bpf/pybpf_cli_{os.getpid()}_{title}"
+            m.pin(path)
+            try:
+                show = subprocess.run(["bpftool", "map", "show", "pinned", path],
+                                      capture_output=True, text=True, check=True).stdout
+                dump = subprocess.run(["bpftool", "map", "dump", "pinned", path],
+                                      capture_output=True, text=True).stdout
+            finally:
+                os.unlink(path)
+            # bpftool adds "pids" lines for processes holding the map (this one).
+            show = re.sub(r"\n\tpids [^\n]*", "", show)
+            assert cli.bpftool_show(m) == show, title
+            assert cli.bpftool_dump(m) == dump, title
+
+
+@pytest.mark.skipif(not bpf_allowed(), reason="bpf(2) is not permitted here")
+def test_maps_on_the_kernel_backend_succeeds():
+    result = run_cli("maps", "--backend", "kernel")
+    assert result.returncode == 0, result.stderr
+    assert "memlock" in result.stdout
