@@ -1,0 +1,142 @@
+"""pybpf bench htab-mem: programs, arguments, both backends, and the allocator counters that
+explain the 2022 patch (call_rcu per free against bpf_mem_alloc reuse). Nothing is timed:
+runs are a fraction of a second and the checks are on counts, flags and formats."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import kernel_available
+from pybpf.bench import htab_mem as hm
+from pybpf.uapi import MapFlags
+
+needs_kernel = pytest.mark.skipif(not kernel_available(), reason="bpf(2) is not permitted here")
+
+SUMMARY = re.compile(r"^Summary: per-prod-op +[\d.]+ \u00b1 +[\d.]+k/s, memory usage +[\d.]+ "
+                     r"\u00b1 +[\d.]+MiB, peak memory usage +([\d.]+MiB|n/a)")
+ITER = re.compile(r"^Iter +\d+ \( *-?[\d.]+us\): per-prod-op +[\d.]+k/s, memory usage +[\d.]+MiB$")
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pybpf", "bench", "htab-mem", *args],
+                          capture_output=True, text=True, timeout=300, env=dict(os.environ))
+
+
+def quick(backend: str, use_case: str, flavours: list[str], producers: int = 2,
+          **kw) -> list[hm.Run]:
+    cfg = hm.Config(use_cases=[use_case], flavours=flavours, producers=producers,
+                    duration=0.3, warmup=0.0, backend=backend, json=True, progress=False,
+                    **kw)
+    return hm.run(cfg)
+
+
+@pytest.mark.parametrize("name", ["overwrite", "batch_add_batch_del", "add_only", "del_only"])
+def test_programs_assemble(name):
+    from pybpf.asm import assemble
+
+    assembly = assemble(hm.htab_mem_program(name, 4))
+    assert {ref.map for ref in assembly.map_refs} <= {"htab", "op_cnt", "zero"}
+
+
+def test_summary_and_iter_lines_follow_the_selftest():
+    run = hm.Run("overwrite", "bpf_ma", 2, samples=[10.0, 12.0], memory=[2.0, 2.0],
+                 peak_memory=2.5)
+    assert SUMMARY.match(run.summary())
+    assert ITER.match(hm.iter_line(0, 12.5, 11.0, 2.0))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--value-size", "5000"], "too big value size"),
+    (["--use-case", "nope"], "invalid choice"),
+    (["-p", "3", "--use-case", "add_del_on_diff_cpu"], "even number of producers"),
+    (["--backend", "kernel", "--flavour", "call_rcu"], "only the emulated backend"),
+    (["--backend", "kernel", "--cpus", "4"], "emulated machine"),
+    (["-d", "0"], "positive number of seconds"),
+])
+def test_bad_arguments_print_usage_and_exit_2(args, message):
+    proc = run_cli(*args)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("usage: pybpf bench htab-mem")
+    assert message in proc.stderr
+
+
+@needs_kernel
+def test_kernel_maps_are_preallocated_or_not_as_asked():
+    from pybpf import system
+
+    k = system("kernel")
+    for flavour, flags in (("prealloc", 0), ("bpf_ma", MapFlags.NO_PREALLOC)):
+        bench = hm.KernelBench(k, hm.Config(), "overwrite", flavour)
+        bench.setup()
+        try:
+            info = k.map_get_info(bench.fds["htab"])
+            assert info.map_flags == flags
+            assert info.max_entries == max(8192, 64 * k.num_possible_cpus)
+        finally:
+            bench.teardown()
+
+
+@needs_kernel
+def test_kernel_overwrite_counts_ops_and_memory_for_both_flavours():
+    runs = quick("kernel", "overwrite", ["prealloc", "bpf_ma"])
+    assert [r.flavour for r in runs] == ["prealloc", "bpf_ma"]
+    for r in runs:
+        assert len(r.samples) == 1 and r.samples[0] > 0
+        assert r.memlock and r.memlock > 0
+        assert r.memory_source
+
+
+@needs_kernel
+def test_kernel_add_del_on_diff_cpu_pairs_make_progress():
+    runs = quick("kernel", "add_del_on_diff_cpu", ["bpf_ma"])
+    assert runs[0].samples[0] > 0
+
+
+@needs_kernel
+def test_kernel_json_document():
+    proc = run_cli("--backend", "kernel", "--use-case", "batch_add_batch_del", "-d", "0.3",
+                   "-w", "0", "--json", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["benchmark"] == "htab_mem" and doc["backend"] == "kernel"
+    assert [r["flavour"] for r in doc["runs"]] == ["prealloc", "bpf_ma"]
+
+
+def test_emulated_call_rcu_design_frees_every_element_through_rcu():
+    (run,) = quick("emulated", "batch_add_batch_del", ["call_rcu"], cpus=2)
+    c = run.counters
+    assert c["mem_design"] == "call_rcu"
+    assert c["free_calls"] > 0
+    assert c["call_rcu"] == c["free_calls"]  # one callback per freed element
+    assert c["reused"] == 0
+    assert c["allocated"] >= c["free_calls"]  # every insert is a new element
+
+
+def test_emulated_bpf_mem_alloc_reuses_instead_of_calling_rcu():
+    (run,) = quick("emulated", "batch_add_batch_del", ["bpf_ma"], cpus=2)
+    c = run.counters
+    assert c["mem_design"] == "bpf_mem_alloc"
+    assert c["free_calls"] > 0
+    assert c["call_rcu"] < c["free_calls"] / 10  # batches, not one per element
+    assert c["cache_hits"] + c["reused"] > c["allocated"]
+
+
+def test_emulated_prealloc_only_moves_elements_on_its_free_list():
+    (run,) = quick("emulated", "batch_add_batch_del", ["prealloc"], cpus=2)
+    assert run.counters["freelist_pops"] > 0
+    assert run.counters["freelist_pops"] == run.counters["freelist_pushes"]
+    assert "call_rcu" not in run.counters
+
+
+def test_emulated_table_explains_the_difference():
+    runs = quick("emulated", "overwrite", ["bpf_ma", "call_rcu"], cpus=2)
+    text = hm.comparison_table(runs, "emulated")
+    assert "allocator counters" in text
+    assert re.search(r"overwrite: call_rcu design: \d+ RCU callbacks for \d+ frees", text)
+    assert "interpreter figures" in text
