@@ -104,3 +104,21 @@ def test_unprivileged_create_gives_eperm_with_hint(kernel):
     assert "map create" in seen["message"] and "lru_hash map" in seen["message"]
     assert PERMISSION_HINT in seen["message"]
     assert "ctypes" not in seen["message"] and "Traceback" not in seen["message"]
+
+
+def test_unprivileged_kernel_system_refuses_at_construction_with_hint(kernel):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to drop privileges to nobody in a child")
+    from pybpf.kernel import system as kernel_system
+
+    def construct():
+        kernel_system._bpf_allowed = False  # the child has not probed yet
+        kernel_system.KernelSystem()
+
+    seen = _run_as_nobody(construct)
+    if not seen["dropped"]:
+        pytest.skip(f"cannot drop privileges here: {seen['why']}")
+    if seen["ok"]:
+        pytest.skip("unprivileged bpf(2) is allowed on this kernel")
+    assert seen["errno"] == errno.EPERM and seen["is_permission_error"]
+    assert PERMISSION_HINT in seen["message"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import fcntl
 import os
 
 from .syscall import UNAVAILABLE, get_errno, libc_syscall, syscall_number, u16, u32, u64
@@ -104,5 +103,7 @@ def open_tracepoint(tp_id: int) -> int:
 
 def attach_bpf(perf_fd: int, prog_fd: int) -> None:
     """PERF_EVENT_IOC_SET_BPF then PERF_EVENT_IOC_ENABLE; raises OSError(errno)."""
+    import fcntl  # Unix only: imported here so the module loads everywhere
+
     fcntl.ioctl(perf_fd, PERF_EVENT_IOC_SET_BPF, prog_fd)
     fcntl.ioctl(perf_fd, PERF_EVENT_IOC_ENABLE, 0)

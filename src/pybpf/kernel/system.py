@@ -32,6 +32,7 @@ from ..uapi import Cmd, MapType, ProgType, syscall_value_size
 from . import perf_event
 from .syscall import (
     NR_BPF,
+    UNAVAILABLE,
     BpfMapInfo,
     BpfProgInfo,
     GetIdAttr,
@@ -137,6 +138,9 @@ class KernelSystem(System):
     name = "kernel"
 
     def __init__(self) -> None:
+        """Raises OSError (EPERM with the hint, or ENOSYS off Linux) when bpf(2) is refused,
+        so ``pybpf.system("kernel")`` fails at once rather than at the first command."""
+        _check_bpf_allowed()
         self._topology: Topology | None = None
 
     # -- machine -------------------------------------------------------------------------------
@@ -601,6 +605,26 @@ class KernelSystem(System):
             raise bpf_error(exc.errno, command, map=where, detail=detail) from None
         _MAPS.pop(perf_fd, None)
         return perf_fd
+
+
+_bpf_allowed = False  # set once a probe succeeded in this process
+
+
+def _check_bpf_allowed() -> None:
+    """Create and close a 1-entry ARRAY map; raise the kernel's refusal as a BPFError."""
+    global _bpf_allowed
+    if _bpf_allowed:
+        return
+    if UNAVAILABLE is not None:
+        raise UNAVAILABLE
+    fd = bpf(Cmd.MAP_CREATE, MapCreateAttr(map_type=MapType.ARRAY, key_size=4, value_size=4,
+                                           max_entries=1))
+    if fd < 0:
+        raise bpf_error(-fd, "map_create", map="array map (probing bpf(2))",
+                        detail="this process may not use bpf(2)"
+                        if -fd in (errno.EPERM, errno.EACCES) else "")
+    os.close(fd)
+    _bpf_allowed = True
 
 
 def _verifier_reason(log: str) -> str:
