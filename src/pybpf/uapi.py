@@ -121,17 +121,19 @@ class MapFlags(enum.IntFlag):
     NO_USER_CONV = 0x40000
 
 
-BPF_F_NO_PREALLOC = MapFlags.NO_PREALLOC
-BPF_F_NO_COMMON_LRU = MapFlags.NO_COMMON_LRU
-BPF_F_NUMA_NODE = MapFlags.NUMA_NODE
-BPF_F_RDONLY = MapFlags.RDONLY
-BPF_F_WRONLY = MapFlags.WRONLY
-BPF_F_ZERO_SEED = MapFlags.ZERO_SEED
-BPF_F_RDONLY_PROG = MapFlags.RDONLY_PROG
-BPF_F_WRONLY_PROG = MapFlags.WRONLY_PROG
-BPF_F_MMAPABLE = MapFlags.MMAPABLE
-BPF_F_PRESERVE_ELEMS = MapFlags.PRESERVE_ELEMS
-BPF_F_INNER_MAP = MapFlags.INNER_MAP
+# Plain ints: ~ of an IntFlag member only complements the defined bits, which would let
+# unknown flag bits slip through masks such as ``flags & ~BPF_F_NUMA_NODE``.
+BPF_F_NO_PREALLOC = int(MapFlags.NO_PREALLOC)
+BPF_F_NO_COMMON_LRU = int(MapFlags.NO_COMMON_LRU)
+BPF_F_NUMA_NODE = int(MapFlags.NUMA_NODE)
+BPF_F_RDONLY = int(MapFlags.RDONLY)
+BPF_F_WRONLY = int(MapFlags.WRONLY)
+BPF_F_ZERO_SEED = int(MapFlags.ZERO_SEED)
+BPF_F_RDONLY_PROG = int(MapFlags.RDONLY_PROG)
+BPF_F_WRONLY_PROG = int(MapFlags.WRONLY_PROG)
+BPF_F_MMAPABLE = int(MapFlags.MMAPABLE)
+BPF_F_PRESERVE_ELEMS = int(MapFlags.PRESERVE_ELEMS)
+BPF_F_INNER_MAP = int(MapFlags.INNER_MAP)
 
 # include/linux/bpf.h: the flags that restrict access from syscalls or programs.
 BPF_F_ACCESS_MASK = BPF_F_RDONLY | BPF_F_RDONLY_PROG | BPF_F_WRONLY | BPF_F_WRONLY_PROG

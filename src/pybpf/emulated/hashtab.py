@@ -59,8 +59,8 @@ from .percpu_freelist import PcpuFreelist
 if TYPE_CHECKING:
     from .machine import Machine
 
-HTAB_CREATE_FLAG_MASK = (MapFlags.NO_PREALLOC | MapFlags.NO_COMMON_LRU | MapFlags.NUMA_NODE
-                         | BPF_F_ACCESS_MASK | MapFlags.ZERO_SEED)
+HTAB_CREATE_FLAG_MASK = int(MapFlags.NO_PREALLOC | MapFlags.NO_COMMON_LRU | MapFlags.NUMA_NODE
+                            | BPF_F_ACCESS_MASK | MapFlags.ZERO_SEED)
 HTAB_ELEM_SIZE = 48  # sizeof(struct htab_elem) on x86-64
 BUCKET_SIZE = 16  # sizeof(struct bucket)
 U32_MAX = 0xFFFFFFFF

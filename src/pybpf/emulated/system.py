@@ -63,7 +63,7 @@ _NAME_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01
                         + bytes(range(0xF8, 0x100)))
 BPFFS_ROOT = "/sys/fs/bpf"
 # BPF_OBJ_FLAG_MASK: the open flags GET_FD_BY_ID and OBJ_GET accept.
-_OBJ_FLAG_MASK = MapFlags.RDONLY | MapFlags.WRONLY
+_OBJ_FLAG_MASK = int(MapFlags.RDONLY | MapFlags.WRONLY)
 _U32 = 0xFFFFFFFF
 
 
@@ -314,7 +314,7 @@ class EmulatedSystem(ProgramsMixin, System):
         if not isinstance(map_name, (bytes, bytearray)):
             raise KernelError(errno.EINVAL, f"map_name must be bytes, got {map_name!r}")
         token_flag = map_flags & MapFlags.TOKEN_FD
-        map_flags &= ~MapFlags.TOKEN_FD
+        map_flags &= ~int(MapFlags.TOKEN_FD)  # int: ~ of an IntFlag keeps only known bits
         if map_extra and map_type not in (MapType.BLOOM_FILTER, MapType.ARENA):
             raise KernelError(errno.EINVAL, "map_extra is only for BLOOM_FILTER maps")
         file_flags = _file_flags(map_flags)
@@ -348,7 +348,7 @@ class EmulatedSystem(ProgramsMixin, System):
         except KernelError:
             bpf_map.release()
             raise
-        bpf_map.map_flags &= ~(file_flags | MapFlags.TOKEN_FD)
+        bpf_map.map_flags &= ~int(file_flags | MapFlags.TOKEN_FD)
         bpf_map.system = self
         with self._lock:
             bpf_map.id = next(self._next_map_id)
