@@ -1089,3 +1089,28 @@ def test_cpumap_entry_program_must_be_attached_as_xdp_cpumap(maps):
     plain = load(maps, ProgType.XDP, returning(2))
     assert err_of(sys.map_update_elem, fd, k32(0), struct.pack("<Ii", 32, plain)) \
         == errno.ENOMEM
+
+
+@pytest.mark.parametrize("map_type, key_size, value_size, max_entries, base_flags", [
+    (MapType.ARRAY, 4, 4, 1, 0), (MapType.PERCPU_ARRAY, 4, 4, 1, 0),
+    (MapType.PROG_ARRAY, 4, 4, 1, 0), (MapType.QUEUE, 0, 4, 1, 0), (MapType.STACK, 0, 4, 1, 0),
+    (MapType.LPM_TRIE, 8, 4, 1, BPF_F_NO_PREALLOC), (MapType.BLOOM_FILTER, 0, 4, 1, 0),
+    (MapType.RINGBUF, 0, 0, 4096, 0), (MapType.DEVMAP, 4, 4, 1, 0),
+    (MapType.DEVMAP_HASH, 4, 4, 1, 0), (MapType.CPUMAP, 4, 4, 1, 0),
+    (MapType.SOCKMAP, 4, 8, 1, 0), (MapType.SOCKHASH, 4, 8, 1, 0),
+])
+@pytest.mark.parametrize("unknown", [1 << 19, 1 << 22, 1 << 24, 1 << 31])
+def test_create_with_a_flag_bit_no_type_knows_gives_einval(maps, map_type, key_size, value_size,
+                                                          max_entries, base_flags, unknown):
+    assert maps.create_errno(map_type, key_size, value_size, max_entries,
+                             map_flags=base_flags | unknown) == errno.EINVAL
+
+
+def test_lookup_batch_token_is_the_last_key_visited_even_if_skipped(maps):
+    sys = maps.sys
+    template = maps.create(MapType.ARRAY, 4, 4, 1)
+    outer = maps.create(MapType.ARRAY_OF_MAPS, 4, 4, 8, inner_map_fd=template)
+    sys.map_update_elem(outer, k32(2), k32(template))
+    got = sys.map_lookup_batch(outer, None, 4)
+    assert got.keys == [k32(2)] and got.end
+    assert got.out_batch == k32(7)

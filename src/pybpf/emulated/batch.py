@@ -83,7 +83,8 @@ def generic_map_lookup_batch(bpf_map: BpfMap, in_batch: bytes | None, count: int
         keys.append(key)
         values.append(value)
         prev = key
-    return BatchLookup(keys, values, keys[-1] if keys else None, end)
+    # out_batch is the last key visited (a skipped, vanished key included), as syscall.c does.
+    return BatchLookup(keys, values, prev if keys else None, end)
 
 
 def generic_map_update_batch(bpf_map: BpfMap, keys: Sequence[bytes], values: Sequence[bytes],
