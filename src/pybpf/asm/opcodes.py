@@ -29,18 +29,30 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from .. import uapi
+from ..uapi import (  # noqa: F401  (re-exported: the pseudo sources belong with the ISA)
+    BPF_PSEUDO_BTF_ID,
+    BPF_PSEUDO_CALL,
+    BPF_PSEUDO_FUNC,
+    BPF_PSEUDO_KFUNC_CALL,
+    BPF_PSEUDO_MAP_FD,
+    BPF_PSEUDO_MAP_IDX,
+    BPF_PSEUDO_MAP_IDX_VALUE,
+    BPF_PSEUDO_MAP_VALUE,
+)
+
 
 class Class(enum.IntEnum):
     """Bits 0-2: instruction class."""
 
-    LD = 0x00
-    LDX = 0x01
-    ST = 0x02
-    STX = 0x03
-    ALU = 0x04  # 32-bit arithmetic, results zero-extended
-    JMP = 0x05
-    JMP32 = 0x06  # compares the low 32 bits
-    ALU64 = 0x07
+    LD = uapi.BPF_LD
+    LDX = uapi.BPF_LDX
+    ST = uapi.BPF_ST
+    STX = uapi.BPF_STX
+    ALU = uapi.BPF_ALU  # 32-bit arithmetic, results zero-extended
+    JMP = uapi.BPF_JMP
+    JMP32 = uapi.BPF_JMP32  # compares the low 32 bits
+    ALU64 = uapi.BPF_ALU64
 
 
 class Source(enum.IntEnum):
@@ -158,14 +170,6 @@ class Reg(enum.IntEnum):
 
 
 MAX_BPF_REG = 11
-BPF_PSEUDO_MAP_FD = 1
-BPF_PSEUDO_MAP_VALUE = 2
-BPF_PSEUDO_BTF_ID = 3
-BPF_PSEUDO_FUNC = 4
-BPF_PSEUDO_MAP_IDX = 5
-BPF_PSEUDO_MAP_IDX_VALUE = 6
-BPF_PSEUDO_CALL = 1
-BPF_PSEUDO_KFUNC_CALL = 2
 
 
 class Kind(enum.Enum):
