@@ -203,3 +203,16 @@ def test_tracepoint_link_runs_the_program_until_closed(kernel):
         seen = counts[0]
         os.getpid()
         assert counts[0] == seen
+
+
+def test_readme_program_example_runs_and_counts_on_both_backends(kernel, capsys):
+    import pathlib
+    import re
+
+    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+    section = readme[readme.index("## Programs: assemble"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    exec(compile(code, "README.md", "exec"), {})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == ["kernel 2 3", "emulated 2 3"]
+    assert lines[2].strip() == "0: (18) r1 = map[counts]"
