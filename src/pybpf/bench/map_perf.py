@@ -177,6 +177,7 @@ class Config:
     baseline: bool = False
     c_trigger: str | None = None
     trigger: str = TRIGGER_AUTO
+    htab_mem: str | None = None  # emulated: "bpf_mem_alloc" (default) or "call_rcu"
     progress: bool = True
 
     @property
@@ -273,6 +274,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         default=TRIGGER_AUTO,
                         help="kernel: the trigger loop: native machine code (x86-64) or "
                              "CPython's; auto = native where it works")
+    parser.add_argument("--htab-mem", dest="htab_mem", choices=("bpf_mem_alloc", "call_rcu"),
+                        default=None, help="emulated: element memory of non-preallocated "
+                                           "hash maps: bpf_mem_alloc (6.1+) or the older "
+                                           "kmalloc + call_rcu per free")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress lines on stderr")
     return parser
@@ -284,7 +289,7 @@ def config_from_args(ns: argparse.Namespace) -> Config:
                   backend=ns.backend, cpus=ns.cpus, nodes=ns.nodes, numa_node=ns.numa_node,
                   parent_cpu=ns.parent_cpu, json=ns.json, plot=ns.plot,
                   baseline=ns.baseline, c_trigger=ns.c_trigger, trigger=ns.trigger,
-                  progress=ns.progress)
+                  htab_mem=ns.htab_mem, progress=ns.progress)
 
 
 def map_perf_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
@@ -316,6 +321,9 @@ def validate(cfg: Config) -> str | None:
         return "--cpus/--nodes declare an emulated machine; drop them or use --backend emulated"
     if cfg.cpus is not None and cfg.nodes is not None and cfg.nodes > cfg.cpus:
         return f"--nodes {cfg.nodes} exceeds --cpus {cfg.cpus}: every node needs a CPU"
+    if cfg.htab_mem and cfg.backend == "kernel":
+        return ("--htab-mem picks the emulated allocator design; this kernel's "
+                "non-preallocated maps use bpf_mem_alloc")
     if (cfg.baseline or cfg.c_trigger) and cfg.backend == "emulated":
         return "--baseline and --c-trigger measure the kernel's trigger loop; drop them"
     if cfg.trigger == TRIGGER_NATIVE and not trigger.native_available():
@@ -347,6 +355,9 @@ class Result:
     map_node: int | None = None
     local_accesses: int | None = None
     remote_accesses: int | None = None
+    # emulated: events per wall-clock second while all workers ran (``rate`` is per second
+    # of the worker thread's CPU time, ``elapsed_ns`` that CPU time).
+    wall_rate: int | None = None
     # --baseline (kernel): the same trigger loop with no program attached.
     baseline_rate: int | None = None
     # --c-trigger (kernel): best rates of the C and of pybpf's trigger loop, alternated.
@@ -369,6 +380,9 @@ class RunResult:
     results: list[Result] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     trigger: str | None = None  # kernel: the trigger loop used (native or python)
+    # Non-preallocated maps of the run: {name: counters} (emulated: the allocator's;
+    # kernel: fdinfo's memlock), read when the workers are done.
+    alloc_stats: dict[str, dict] = field(default_factory=dict)
 
     def by_test(self) -> dict[str, list[Result]]:
         out: dict[str, list[Result]] = {}
@@ -399,9 +413,9 @@ def emit(run_result: RunResult, cfg: Config) -> None:
     if cfg.json:
         report.dump_json(to_json(run_result))
     else:
-        summary = numa_summary(run_result)
-        if summary:
-            print(summary)
+        for summary in (numa_summary(run_result), alloc_summary(run_result)):
+            if summary:
+                print(summary)
         for note in run_result.notes:
             print(f"# {note}")
     if cfg.plot:
@@ -422,6 +436,7 @@ def to_json(run_result: RunResult) -> dict:
                   sorted(run_result.results, key=lambda r: (Test[r.test].value, r.cpu))],
         "notes": run_result.notes,
         "trigger": run_result.trigger,
+        "alloc_stats": run_result.alloc_stats,
     }
 
 
@@ -441,6 +456,30 @@ def numa_summary(run_result: RunResult) -> str:
     title = (f"inner_lru_hash_map placement (--numa-node {run_result.config.numa_node}, "
              f"{run_result.backend} backend)")
     return title + "\n" + report.format_table(header, table)
+
+
+ALLOC_COUNTERS = ("mem_design", "alloc_calls", "free_calls", "call_rcu", "cache_hits",
+                  "reused", "allocated", "freed", "waiting_for_rcu")
+
+
+def allocator_counters(stats: dict) -> dict:
+    return {k: stats[k] for k in ALLOC_COUNTERS if k in stats}
+
+
+def alloc_summary(run_result: RunResult) -> str:
+    """The allocator behind the kmalloc tests: why HASH_KMALLOC runs at the speed it does."""
+    if not run_result.alloc_stats:
+        return ""
+    if run_result.backend == "kernel":
+        return "\n".join(f"{name}: memlock {c['memlock']} bytes (fdinfo; this kernel's "
+                         "non-preallocated maps use bpf_mem_alloc)"
+                         for name, c in run_result.alloc_stats.items())
+    header = ["map", *ALLOC_COUNTERS]
+    rows = [[name, *(c.get(k, "-") for k in ALLOC_COUNTERS)]
+            for name, c in run_result.alloc_stats.items()]
+    return ("element allocator of the non-preallocated maps (emulated counters: call_rcu = "
+            "RCU callbacks queued, cache_hits = allocations served by reusing freed "
+            "elements from a per-CPU cache)\n" + report.format_table(header, rows))
 
 
 def plot(run_result: RunResult, path: str) -> None:
@@ -469,6 +508,8 @@ def run(cfg: Config) -> RunResult:
         kwargs["cpus"] = cfg.cpus
     if cfg.nodes is not None:
         kwargs["nodes"] = cfg.nodes
+    if cfg.htab_mem is not None:
+        kwargs["htab_mem"] = cfg.htab_mem
     if kwargs and cfg.backend is None:
         cfg.backend = "emulated"
     sys_ = system(cfg.backend, **kwargs)
@@ -619,6 +660,12 @@ class Setup:
         self.inner_numa[cpu] = (flags, node if flags else None)
         return fd
 
+    def no_prealloc_fds(self) -> dict[str, int]:
+        """The maps whose elements come from an allocator (BPF_F_NO_PREALLOC hashes)."""
+        return {name: fd for name, fd in self.fds.items()
+                if MAP_DEFS[name].map_flags & MapFlags.NO_PREALLOC
+                and MAP_DEFS[name].map_type in (MapType.HASH, MapType.PERCPU_HASH)}
+
     def close(self) -> None:
         for fd in self.links + list(self.prog_fds.values()):
             self.sys.close(fd)
@@ -699,6 +746,8 @@ class KernelRun:
             setup.fill_lpm_trie()
             setup.pre_test()
             result.results = self.fork_children(setup)
+            result.alloc_stats = {name: {"memlock": int(read_fdinfo(fd).get("memlock", 0))}
+                                  for name, fd in setup.no_prealloc_fds().items()}
         finally:
             setup.close()
         for r in result.results:
@@ -913,12 +962,16 @@ class EmulatedRun:
                 setup.fill_lpm_trie()
                 setup.pre_test()
             result.results = self.run_workers(setup)
+            self.sys.machine.step()  # let a grace period end, as it would by now
+            result.alloc_stats = {name: allocator_counters(self.sys.map_stats(fd))
+                                  for name, fd in setup.no_prealloc_fds().items()}
         finally:
             setup.close()
         result.notes.append(
             f"emulated backend: {len(cpu_node)} CPUs on {max(cpu_node) + 1} NUMA node(s); "
-            f"{self.nprocs} worker threads share one Python interpreter, so each rate is "
-            "that worker's interpreter events per wall-clock second, not a kernel figure")
+            f"{self.nprocs} worker threads share one Python interpreter (one runs at a time), "
+            "so each rate is interpreter events per second of that worker's own CPU time "
+            "(the JSON has the wall-clock rate too); these are not kernel figures")
         return result
 
     def run_workers(self, setup: Setup) -> list[Result]:
@@ -927,19 +980,23 @@ class EmulatedRun:
         errors: list[BaseException] = []
         done = [0] * self.nprocs
         lock = threading.Lock()
+        start_line = threading.Barrier(self.nprocs)
 
         def worker(cpu: int) -> None:
             try:
                 with self.sys.on_cpu(cpu):
                     for t in cfg.tests:
-                        res = self.run_test(setup, t, cpu, done)
+                        res = self.run_test(setup, t, cpu, done, start_line)
                         with lock:
                             results.append(res)
                             if not cfg.json:
                                 sys.stdout.write(result_line(res, "emulated") + "\n")
                                 sys.stdout.flush()
+            except threading.BrokenBarrierError:
+                pass  # another worker failed; its error is reported
             except BaseException as exc:
                 errors.append(exc)
+                start_line.abort()
 
         threads = [threading.Thread(target=worker, args=(cpu,), name=f"map-perf-cpu{cpu}")
                    for cpu in range(self.nprocs)]
@@ -948,7 +1005,7 @@ class EmulatedRun:
         for th in threads:
             th.start()
         while any(th.is_alive() for th in threads):
-            threads[0].join(0.5) if threads[0].is_alive() else time.sleep(0.5)
+            time.sleep(0.1)
             progress.update(sum(done))
         for th in threads:
             th.join()
@@ -958,7 +1015,8 @@ class EmulatedRun:
             raise errors[0]
         return results
 
-    def run_test(self, setup: Setup, t: Test, cpu: int, done: list[int]) -> Result:
+    def run_test(self, setup: Setup, t: Test, cpu: int, done: list[int],
+                 start_line: threading.Barrier) -> Result:
         cfg = self.cfg
         td = TESTS[t]
         extra: dict = {}
@@ -974,7 +1032,8 @@ class EmulatedRun:
                                  getattr(self.sys.machine, "user_memory", None))
         chunk = max(1, min(1000, cfg.max_cnt // 20))
         left = cfg.max_cnt
-        start = time.monotonic_ns()
+        start_line.wait()  # every worker starts the timed loop together, as forked children do
+        start, cpu_start = time.monotonic_ns(), time.thread_time_ns()
         while left:
             n = min(chunk, left)
             for record in itertools.islice(events, n):
@@ -982,15 +1041,18 @@ class EmulatedRun:
             left -= n
             done[cpu] += n
         elapsed = time.monotonic_ns() - start
+        busy = time.thread_time_ns() - cpu_start
         if t == Test.INNER_LRU_HASH_PREALLOC:
             # Only this CPU uses its inner map, so its counts are final now.
             stats = self.sys.map_stats(setup.inner_fds[cpu])
             extra["map_node"] = stats["numa_node"]
             extra["local_accesses"], extra["remote_accesses"] = \
                 stats["access_by_cpu"].get(cpu, (0, 0))
-        rate = rate_of(cfg.max_cnt, elapsed, td.per_event)
-        return Result(cpu, t.name, td.line(cpu, rate), rate, td.unit, cfg.max_cnt, elapsed,
-                      **extra)
+        # The workers share one interpreter (the GIL runs one at a time), so the rate is per
+        # second of this worker's own CPU time; the wall-clock rate is kept beside it.
+        rate = rate_of(cfg.max_cnt, busy, td.per_event)
+        return Result(cpu, t.name, td.line(cpu, rate), rate, td.unit, cfg.max_cnt, busy,
+                      wall_rate=rate_of(cfg.max_cnt, elapsed, td.per_event), **extra)
 
 
 def sys_enter_record(syscall: str, args: Sequence[int] = ()) -> bytes:
