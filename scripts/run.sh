@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The main job: set up (idempotent), then create one map of each supported type on the
-# default backend and print them as `bpftool map show` / `bpftool map dump` would.
+# The main job: set up (idempotent), then reproduce the two map_perf_test results (NUMA node
+# selection, bpf_mem_alloc) on the default backend in a few seconds (`pybpf reproduce`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-python3 -m pybpf maps "$@"
+python3 -m pybpf reproduce "$@"
