@@ -180,6 +180,12 @@ def test_text_program_loads(backend):
         assert prog.test_run(PACKET).retval == 5050
 
 
+def test_encoded_program_loads(backend):
+    raw = encode([mov64(R0, 40), add64_(R0, 2), exit_()])
+    with Program.load(ProgramSpec(ProgType.XDP, raw), backend) as prog:
+        assert prog.test_run(PACKET).retval == 42
+
+
 def test_closed_program_gives_ebadf(backend):
     prog = Program.load(ProgramSpec(ProgType.XDP, [mov64(R0, 2), exit_()]), backend)
     prog.close()

@@ -1,9 +1,9 @@
 """ProgramSpec (what to load) and Program (a loaded program on one System).
 
 Rules this module keeps:
-- ``ProgramSpec`` knows nothing of backends: instructions (assembler items, Instructions or
-  assembly text), the program type and load attributes. Map references in it are map
-  objects, raw fds, or names resolved by ``Program.load(..., maps={name: map})``.
+- ``ProgramSpec`` knows nothing of backends: instructions (assembler items, Instructions,
+  assembly text or encoded bytes), the program type and load attributes. Map references in
+  it are map objects, raw fds, or names resolved by ``Program.load(..., maps={name: map})``.
 - ``Program.load`` resolves every map reference to an fd *of the system it loads on* (a map
   of another system is an error), calls ``system.prog_load`` and keeps the referenced map
   objects alive for as long as the Program, as the kernel keeps a loaded program's maps.
@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .asm import Assembly, Item, assemble, assemble_text, encode
+from .asm import Assembly, Item, assemble, assemble_text, decode, encode
 from .errors import bpf_error
 from .system import ProgInfo, System, TestRun
 from .uapi import ProgType
@@ -33,7 +33,7 @@ class ProgramSpec:
     """A program to load: type, instructions and load attributes (plain, deterministic)."""
 
     prog_type: ProgType | int
-    instructions: Sequence[Item] | str
+    instructions: Sequence[Item] | str | bytes  # items, assembly text, or encoded bytes
     license: str = "GPL"
     expected_attach_type: int = 0
     name: str = ""
@@ -44,6 +44,8 @@ class ProgramSpec:
         """The assembled instructions (labels resolved, map references listed)."""
         if isinstance(self.instructions, str):
             return assemble_text(self.instructions)
+        if isinstance(self.instructions, (bytes, bytearray)):
+            return assemble(decode(bytes(self.instructions)))
         return assemble(self.instructions)
 
 
