@@ -313,3 +313,26 @@ def test_plot_without_matplotlib_is_a_clear_error(monkeypatch):
         mp.Result(0, "HASH_PREALLOC", "0:x 1 events per sec", 1, "events", 1, 1)])
     with pytest.raises(RuntimeError, match="pip install 'pybpf\\[plot\\]'"):
         mp.plot(result, "/tmp/never.png")
+
+
+# -- pybpf reproduce ----------------------------------------------------------------------------
+
+def test_reproduce_shows_both_results_on_the_emulated_backend():
+    proc = subprocess.run([sys.executable, "-m", "pybpf", "reproduce", "--backend", "emulated",
+                           "--events", "10"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "CPU 0's inner map: 100% remote accesses before the patch" in out
+    assert "0% after (BPF_F_NUMA_NODE, node 0)" in out
+    m = re.search(r"before: (\d+) RCU callbacks for (\d+) frees, every element new; "
+                  r"after: (\d+) RCU callbacks, (\d+) allocations reuse", out)
+    assert m and m[1] == m[2] and int(m[1]) > 0 and int(m[3]) < int(m[1]) and int(m[4]) > 0
+    assert "Where to look next" in out
+
+
+def test_map_perf_htab_mem_switch_shows_the_allocator_counters():
+    cfg = mp.Config(test_flags=mp.Test.HASH_KMALLOC.bit, num_procs=2, max_cnt=5,
+                    backend="emulated", cpus=2, htab_mem="call_rcu", json=True, progress=False)
+    counters = mp.run(cfg).alloc_stats["hash_map_alloc"]
+    assert counters["mem_design"] == "call_rcu"
+    assert counters["call_rcu"] == counters["free_calls"] == 2 * 5 * 10
