@@ -162,7 +162,11 @@ typedef struct {
 	PyObject *vdec;   /* value codec's decode */
 	PyObject *table;  /* MODE_TABLE: dict key bytes -> value bytes/bytearray */
 	PyObject *lookup; /* MODE_SLOW: callable(key bytes|None) -> value bytes */
+	PyObject *keys;   /* MODE_TABLE with int keys: int -> its key bytes (hash cached) */
 } MapCore;
+
+/* Bound on MapCore.keys: past it the cache starts over. */
+#define KEY_CACHE_MAX 16384
 
 /* Raise self._error(err, command[, count]). Always returns NULL. */
 static PyObject *raise_error(MapCore *self, int err, const char *command, Py_ssize_t count)
@@ -281,11 +285,21 @@ static PyObject *decode_value(MapCore *self, const uint8_t *data, Py_ssize_t siz
  * The lookup behind m[k] and k in m. Returns a new reference, or NULL with an exception;
  * with `missing_ok`, ENOENT returns NULL with no exception set.
  */
+static PyObject *table_value(MapCore *self, PyObject *kb, int missing_ok);
+
 static PyObject *core_lookup(MapCore *self, PyObject *key, int missing_ok)
 {
 	Encoded k;
 	PyObject *result = NULL;
 
+	if (self->keys && PyLong_CheckExact(key)) {
+		PyObject *kb = PyDict_GetItemWithError(self->keys, key);
+
+		if (kb)
+			return table_value(self, kb, missing_ok);
+		if (PyErr_Occurred())
+			return NULL;
+	}
 	if (encode(self->kenc, self->kkind, self->ksize, key, &k, "key") < 0)
 		return NULL;
 
@@ -318,25 +332,16 @@ static PyObject *core_lookup(MapCore *self, PyObject *key, int missing_ok)
 
 	if (!kb)
 		goto out;
+	if (self->keys && PyLong_CheckExact(key) && !k.obj && k.ptr) {
+		/* Remember the bytes of this int key: next time the table lookup needs no new
+		 * bytes object and no hashing. */
+		if (PyDict_GET_SIZE(self->keys) >= KEY_CACHE_MAX)
+			PyDict_Clear(self->keys);
+		if (PyDict_SetItem(self->keys, key, kb) < 0)
+			goto done;
+	}
 	if (self->mode == MODE_TABLE) {
-		PyObject *v = PyDict_GetItemWithError(self->table, kb);
-
-		if (v) {
-			Py_INCREF(v);
-			if (PyBytes_CheckExact(v)) {
-				result = decode_value(self, (uint8_t *)PyBytes_AS_STRING(v),
-						      PyBytes_GET_SIZE(v), v);
-			} else if (PyByteArray_CheckExact(v)) {
-				result = decode_value(self, (uint8_t *)PyByteArray_AS_STRING(v),
-						      PyByteArray_GET_SIZE(v), NULL);
-			} else {
-				PyErr_Format(PyExc_TypeError,
-					     "fast-ops table holds %R, not bytes", v);
-			}
-			Py_DECREF(v);
-		} else if (!PyErr_Occurred() && !missing_ok) {
-			raise_error(self, ENOENT, "map_lookup_elem", -1);
-		}
+		result = table_value(self, kb, missing_ok);
 	} else {
 		PyObject *v = PyObject_CallOneArg(self->lookup, kb);
 
@@ -351,9 +356,33 @@ static PyObject *core_lookup(MapCore *self, PyObject *key, int missing_ok)
 			PyErr_Clear();
 		}
 	}
+done:
 	Py_DECREF(kb);
 out:
 	encoded_release(&k);
+	return result;
+}
+
+/* MODE_TABLE: the value stored for key bytes `kb` in the backend's table, decoded. */
+static PyObject *table_value(MapCore *self, PyObject *kb, int missing_ok)
+{
+	PyObject *result = NULL;
+	PyObject *v = PyDict_GetItemWithError(self->table, kb);
+
+	if (!v) {
+		if (!PyErr_Occurred() && !missing_ok)
+			raise_error(self, ENOENT, "map_lookup_elem", -1);
+		return NULL;
+	}
+	Py_INCREF(v);
+	if (PyBytes_CheckExact(v))
+		result = decode_value(self, (uint8_t *)PyBytes_AS_STRING(v), PyBytes_GET_SIZE(v), v);
+	else if (PyByteArray_CheckExact(v))
+		result = decode_value(self, (uint8_t *)PyByteArray_AS_STRING(v),
+				      PyByteArray_GET_SIZE(v), NULL);
+	else
+		PyErr_Format(PyExc_TypeError, "fast-ops table holds %R, not bytes", v);
+	Py_DECREF(v);
 	return result;
 }
 
@@ -503,6 +532,12 @@ static PyObject *core_setup(PyObject *op, PyObject *args)
 	Py_XSETREF(self->table, table);
 	Py_INCREF(lookup);
 	Py_XSETREF(self->lookup, lookup);
+	Py_CLEAR(self->keys);
+	if (mode == MODE_TABLE && (kkind == KIND_UINT || kkind == KIND_INT)) {
+		self->keys = PyDict_New();
+		if (!self->keys)
+			return NULL;
+	}
 	Py_RETURN_NONE;
 }
 
@@ -553,6 +588,7 @@ static int core_traverse(PyObject *op, visitproc visit, void *arg)
 	Py_VISIT(self->vdec);
 	Py_VISIT(self->table);
 	Py_VISIT(self->lookup);
+	Py_VISIT(self->keys);
 	return 0;
 }
 
@@ -565,6 +601,7 @@ static int core_clear(PyObject *op)
 	Py_CLEAR(self->vdec);
 	Py_CLEAR(self->table);
 	Py_CLEAR(self->lookup);
+	Py_CLEAR(self->keys);
 	return 0;
 }
 
