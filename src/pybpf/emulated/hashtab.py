@@ -181,7 +181,8 @@ class HtabMap(BpfMap):
         elif self.prealloc:
             self.freelist = PcpuFreelist(ncpus, self.current_cpu)
             self.freelist.populate_lazy(self.max_entries, self._new_elem_on_home)
-            if not self.percpu:  # alloc_extra_elems: one spare per CPU for replacements
+            if type(self)._update is HtabMap._update:  # htab_has_extra_elems: replacing
+                # allocates, so one spare per CPU makes a replacement in a full map succeed
                 self.extra_elems = [self._new_elem_on_home() for _ in range(ncpus)]
         else:
             self.ma = self._new_mem_alloc(machine)
@@ -353,6 +354,25 @@ class HtabMap(BpfMap):
                 with self.count_lock:
                     self.count -= 1
                 self.ma.free(old)
+
+    def _update_in_place(self, key: bytes, value: bytes, flags: int,
+                         onallcpus: bool) -> None:
+        """htab_map_update_elem_in_place: per-CPU maps, and (6.16+) maps of maps, overwrite
+        an existing element's value where it is, so its bucket position does not change."""
+        if flags > BPF_EXIST:
+            raise KernelError(errno.EINVAL, f"flags {flags:#x}: use BPF_ANY, BPF_NOEXIST or "
+                              "BPF_EXIST")
+        hash_ = self._hash(key)
+        with self._lock(hash_):
+            old = self.table.get(key)
+            self._check_flags(old, flags)
+            if old is None:
+                self._link(self._alloc_elem(key, value, hash_, None, onallcpus))
+            elif self.percpu:
+                self._fill_value(old, value, onallcpus, init=False)
+            else:
+                self.put_fd_value(old)  # the value it replaces (an inner map) is let go
+                old.value[:] = value
 
     def _delete(self, key: bytes) -> HtabElem:
         """Unlink ``key``'s element under its bucket lock and return it (ENOENT if absent)."""
@@ -589,19 +609,7 @@ class HtabPercpuMap(HtabMap):
 
     percpu = True
 
-    def _update(self, key: bytes, value: bytes, flags: int, onallcpus: bool) -> None:
-        """__htab_percpu_map_update_elem."""
-        if flags > BPF_EXIST:
-            raise KernelError(errno.EINVAL, f"flags {flags:#x}: use BPF_ANY, BPF_NOEXIST or "
-                              "BPF_EXIST")
-        hash_ = self._hash(key)
-        with self._lock(hash_):
-            old = self.table.get(key)
-            self._check_flags(old, flags)
-            if old is not None:
-                self._fill_value(old, value, onallcpus, init=False)
-            else:
-                self._link(self._alloc_elem(key, value, hash_, None, onallcpus))
+    _update = HtabMap._update_in_place
 
     def lookup_elem(self, key: bytes) -> bytearray | None:
         elem = self.table.get(key)

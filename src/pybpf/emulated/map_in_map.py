@@ -17,8 +17,9 @@ Rules this module keeps:
   -> ENOENT; batches: generic lookup and update.
 - HASH_OF_MAPS: value_size must be 4, then the hash map's create checks; on update the inner
   fd is resolved first, then hash semantics (EINVAL flags, EEXIST, ENOENT, E2BIG) and the
-  hash order; batches: all four (the hash map's, values are inner map ids); lookup_and_delete
-  -> ENOTSUPP.
+  hash order; replacing an inner map updates the element in place (it keeps its position,
+  ``htab_map_update_elem_in_place``); batches: all four (the hash map's, values are inner map
+  ids); lookup_and_delete -> ENOTSUPP.
 """
 
 from __future__ import annotations
@@ -138,10 +139,17 @@ class HashOfMaps(MapOfMapsMixin, HtabMap):
                                             f"be 4, got {attr.value_size}")
         super().alloc_check(attr, machine)
 
+    # 6.16+: an existing key's inner map is swapped in place (atomic for lookups), so its
+    # bucket position stays and no spare elements are needed.
+    _update = HtabMap._update_in_place
+
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
         self.inner_map_meta = bpf_map_meta_alloc(attr.inner_map)
         super().__init__(attr, machine, node)
         self.inner_maps: dict[int, list] = {}  # id -> [map, elements holding it]
+
+    # Replacing an inner map overwrites the element where it is (6.8+): no bucket reordering.
+    _update = HtabMap._update_in_place
 
     def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
         """bpf_fd_htab_map_update_elem: resolve the fd first, then the hash update."""
