@@ -190,6 +190,8 @@ def test_table_mode_reads_the_backends_dict(emulated, monkeypatch, stored):
     with M.HashMap(4, int, int, key_size=4, value_size=8, system=emulated) as m:
         assert m._core_mode == M.MODE_TABLE
         assert m[1] == 5 and 1 in m and 2 not in m
+        table[(1).to_bytes(4, "little")] = stored((6).to_bytes(8, "little"))
+        assert m[1] == 6  # read live, not remembered
         with pytest.raises(KeyNotFoundError):
             m[2]
         m[3] = 9  # writes go to the backend
