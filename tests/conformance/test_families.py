@@ -1114,3 +1114,24 @@ def test_lookup_batch_token_is_the_last_key_visited_even_if_skipped(maps):
     got = sys.map_lookup_batch(outer, None, 4)
     assert got.keys == [k32(2)] and got.end
     assert got.out_batch == k32(7)
+
+
+def test_hash_of_maps_replacement_keeps_the_elements_position(kmaps, emaps):
+    walks = []
+    for m in (kmaps, emaps):
+        sys = m.sys
+        template = m.create(MapType.ARRAY, 4, 4, 1)
+        outer = m.create(MapType.HASH_OF_MAPS, 4, 4, 1, inner_map_fd=template,
+                         map_flags=BPF_F_ZERO_SEED)
+        other = m.create(MapType.ARRAY, 4, 4, 1)
+        bigger = m.create(MapType.HASH_OF_MAPS, 4, 4, 2, inner_map_fd=template,
+                          map_flags=BPF_F_ZERO_SEED)
+        for fd in (outer, bigger):
+            for key in (1, 2):
+                try:
+                    sys.map_update_elem(fd, k32(key), k32(template))
+                except OSError as e:
+                    walks.append(e.errno)
+            sys.map_update_elem(fd, k32(1), k32(other))  # replaced in place even when full
+            walks.append(list(iter_keys(sys, fd)))
+    assert walks[len(walks) // 2:] == walks[:len(walks) // 2]
