@@ -1135,3 +1135,23 @@ def test_hash_of_maps_replacement_keeps_the_elements_position(kmaps, emaps):
             sys.map_update_elem(fd, k32(1), k32(other))  # replaced in place even when full
             walks.append(list(iter_keys(sys, fd)))
     assert walks[len(walks) // 2:] == walks[:len(walks) // 2]
+
+
+@pytest.mark.parametrize("map_type, key_size, value_size, max_entries, flags, numa_node, want", [
+    (MapType.PERCPU_ARRAY, 4, 8, 4, BPF_F_NUMA_NODE, 0xFFFFFFFF, 0),  # "no node" is fine
+    (MapType.DEVMAP_HASH, 4, 4, 2**31 + 1, 0, 0, errno.EINVAL),  # bucket count overflows
+    (MapType.SOCKHASH, 4, 8, 2**28 + 1, 0, 0, errno.EINVAL),  # bucket array too big
+    (MapType.QUEUE, 0, KMALLOC_MAX_SIZE, 1, 0, 0, 0),
+    (MapType.BLOOM_FILTER, 0, KMALLOC_MAX_SIZE, 1, 0, 0, 0),
+    (MapType.LPM_TRIE, 8, KMALLOC_MAX_SIZE - 256 - 24, 1, BPF_F_NO_PREALLOC, 0, 0),
+    (MapType.LPM_TRIE, 8, KMALLOC_MAX_SIZE - 256 - 23, 1, BPF_F_NO_PREALLOC, 0, errno.EINVAL),
+    (MapType.CPUMAP, 4, 4, 2**32 - 1, 0, 0, errno.E2BIG),
+    (MapType.RINGBUF, 0, 0, 2**31, 0, 0, 0),
+])
+def test_create_size_limits(maps, map_type, key_size, value_size, max_entries, flags, numa_node,
+                            want):
+    kw = dict(map_flags=flags, numa_node=numa_node)
+    if want:
+        assert maps.create_errno(map_type, key_size, value_size, max_entries, **kw) == want
+    else:
+        maps.create(map_type, key_size, value_size, max_entries, **kw)
