@@ -166,3 +166,19 @@ def test_system_delegates_cpus_to_the_machine():
     with pytest.raises(ValueError):
         with sys.on_cpu(3):
             pass
+
+
+def test_pinned_program_outlives_its_fd_and_goes_with_the_pin(sys):
+    from pybpf.uapi import ProgType
+
+    exit0 = bytes.fromhex("b700000000000000" "9500000000000000")  # r0 = 0; exit
+    fd = sys.prog_load(ProgType.SOCKET_FILTER, exit0)
+    prog_id = sys.prog_get_info(fd).id
+    sys.obj_pin(fd, "/sys/fs/bpf/prog")
+    sys.close(fd)
+    assert err_of(sys.obj_get, "/sys/fs/bpf/prog", BPF_F_RDONLY) == errno.EINVAL
+    again = sys.obj_get("/sys/fs/bpf/prog")
+    assert sys.prog_get_info(again).id == prog_id
+    sys.close(again)
+    sys.obj_unpin("/sys/fs/bpf/prog")
+    assert sys.prog_ids() == [] and sys.open_fds() == []

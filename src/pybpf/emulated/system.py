@@ -378,7 +378,8 @@ class EmulatedSystem(ProgramsMixin, System):
 
     def fast_ops(self, fd: int) -> FastOps:
         """The Map layer's hot path: the map's live lookup table when it has one (hash maps)
-        and the fd may read, else the generic lookup."""
+        and the fd may read, else the generic lookup. Reads through the table are not
+        counted in the map's NUMA access stats (they bypass the element ops)."""
         lookup = functools.partial(self.map_lookup_elem, fd)
         file = self._files.get(fd)
         if type(file) is not MapFile or not file.can_read:
@@ -580,10 +581,11 @@ class EmulatedSystem(ProgramsMixin, System):
                 if type(file) is MapFile:
                     self.bpf_map_inc(file.map)
                     self._pins[path] = file.map
-                elif hasattr(file, "pin_get"):
-                    self._pins[path] = file.pin_get()
+                elif getattr(file, "prog_type", None) is not None:
+                    self.bpf_prog_inc(file)
+                    self._pins[path] = file
                 else:
-                    raise KernelError(errno.EINVAL, f"fd {fd} is not a pinnable BPF object")
+                    raise KernelError(errno.EINVAL, f"fd {fd} is not a map or a program")
         except KernelError as exc:
             raise self._error(exc, "obj_pin") from None
 
@@ -600,7 +602,11 @@ class EmulatedSystem(ProgramsMixin, System):
                     raise KernelError(errno.ENOENT, f"nothing is pinned at {path}")
                 if isinstance(obj, BpfMap):
                     return self._map_new_fd(obj, flags)
-            return self.fd_install(obj.pin_open(flags))
+                if flags:  # bpf_obj_get_user: programs open read-write only
+                    raise KernelError(errno.EINVAL, "a pinned program opens without "
+                                      "BPF_F_RDONLY / BPF_F_WRONLY")
+                self.bpf_prog_inc(obj)
+            return self.fd_install(obj)
         except KernelError as exc:
             raise self._error(exc, "obj_get") from None
 
@@ -616,8 +622,8 @@ class EmulatedSystem(ProgramsMixin, System):
             raise self._error(exc, "obj_unpin") from None
         if isinstance(obj, BpfMap):
             self.bpf_map_put(obj)
-        elif hasattr(obj, "pin_release"):
-            obj.pin_release()
+        else:
+            self.bpf_prog_put(obj)
 
     def pinned_paths(self) -> list[str]:
         with self._lock:
