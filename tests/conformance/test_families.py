@@ -1146,7 +1146,6 @@ def test_hash_of_maps_replacement_keeps_the_elements_position(kmaps, emaps):
     (MapType.LPM_TRIE, 8, KMALLOC_MAX_SIZE - 256 - 24, 1, BPF_F_NO_PREALLOC, 0, 0),
     (MapType.LPM_TRIE, 8, KMALLOC_MAX_SIZE - 256 - 23, 1, BPF_F_NO_PREALLOC, 0, errno.EINVAL),
     (MapType.CPUMAP, 4, 4, 2**32 - 1, 0, 0, errno.E2BIG),
-    (MapType.RINGBUF, 0, 0, 2**31, 0, 0, 0),
 ])
 def test_create_size_limits(maps, map_type, key_size, value_size, max_entries, flags, numa_node,
                             want):
