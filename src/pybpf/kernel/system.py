@@ -239,7 +239,7 @@ class KernelSystem(System):
                    map_name: bytes = b"", map_extra: int = 0) -> int:
         kind = MapType(map_type).name.lower() if map_type in MapType._value2member_map_ \
             else f"type {map_type}"
-        what = f"{kind} map" + (f" {map_name!r}" if map_name else "")
+        what = f"{kind} map" + (f" {_text(map_name)!r}" if map_name else "")
         try:
             attr = MapCreateAttr(map_type=map_type, key_size=key_size, value_size=value_size,
                                  max_entries=max_entries, map_flags=map_flags,
@@ -499,7 +499,7 @@ class KernelSystem(System):
         insns = bytes(insns)
         kind = ProgType(prog_type).name.lower() if prog_type in ProgType._value2member_map_ \
             else f"type {prog_type}"
-        what = f"{kind} program" + (f" {prog_name!r}" if prog_name else "")
+        what = f"{kind} program" + (f" {_text(prog_name)!r}" if prog_name else "")
         if len(insns) % 8:
             raise bpf_error(errno.EINVAL, "prog_load", map=what,
                             detail=f"{len(insns)} bytes of instructions is not a multiple of 8")
@@ -605,6 +605,10 @@ class KernelSystem(System):
             raise bpf_error(exc.errno, command, map=where, detail=detail) from None
         _MAPS.pop(perf_fd, None)
         return perf_fd
+
+
+def _text(name: bytes | str) -> str:
+    return name.decode(errors="replace") if isinstance(name, bytes | bytearray) else str(name)
 
 
 _bpf_allowed = False  # set once a probe succeeded in this process
