@@ -113,7 +113,7 @@ def errno_name(err: int) -> str:
 
 def strerror(err: int) -> str:
     if err == ENOTSUPP:
-        return "Operation not supported by this map type (ENOTSUPP)"
+        return "Operation not supported by this map type"
     return os.strerror(err)
 
 
