@@ -336,3 +336,24 @@ def test_map_perf_htab_mem_switch_shows_the_allocator_counters():
     counters = mp.run(cfg).alloc_stats["hash_map_alloc"]
     assert counters["mem_design"] == "call_rcu"
     assert counters["call_rcu"] == counters["free_calls"] == 2 * 5 * 10
+
+
+def test_plot_draws_per_cpu_bars_with_remote_share(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed")
+    result = mp.RunResult("emulated", mp.Config(), [0, 1], [
+        mp.Result(cpu, "INNER_LRU_HASH_PREALLOC", f"{cpu}:x 1 events per sec", 100 + cpu,
+                  "events", 1, 1, local_accesses=cpu, remote_accesses=1 - cpu)
+        for cpu in (0, 1)])
+    path = tmp_path / "perf.png"
+    mp.plot(result, str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_emulated_json_document_is_labelled():
+    proc = run_cli("0x40", "2", "0", "3", "--backend", "emulated", "--cpus", "2", "--json",
+                   "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["emulated"] is True and doc["tests"] == ["LPM_KMALLOC"]
+    assert all(line.endswith(mp.EMULATED_LABEL) for line in doc["lines"])
+    assert all(r["wall_rate"] > 0 for r in doc["results"])

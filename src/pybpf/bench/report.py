@@ -110,18 +110,20 @@ def plot_per_cpu(path: str, title: str, series: Mapping[str, Mapping[int, float]
     ax.set_ylabel(unit)
     ax.set_xticks(cpus)
     ax.set_title(title)
+    handles, names = ax.get_legend_handles_labels()
     if remote_share:
         ax2 = ax.twinx()
         for label, shares in remote_share.items():
             known = sorted(shares)
-            ax2.plot(known, [100.0 * shares[c] for c in known], "o--", color="black",
-                     label=f"{label}: remote accesses")
+            ax2.plot(known, [100.0 * shares[c] for c in known], "D", color="black",
+                     linestyle="none", label=f"{label}: remote accesses (right axis)")
         ax2.set_ylabel("remote-node accesses (%)")
         ax2.set_ylim(0, 105)
-        ax2.legend(loc="upper right", fontsize="small")
-    ax.legend(loc="upper left", fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path)
+        more_handles, more_names = ax2.get_legend_handles_labels()
+        handles, names = handles + more_handles, names + more_names
+    ax.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, -0.12),
+              fontsize="small", ncol=1, frameon=False)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
 
 
