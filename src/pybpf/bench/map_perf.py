@@ -698,12 +698,12 @@ def _online_cpus() -> int:
 
 
 def _getcpu() -> tuple[int, int]:
-    """getcpu(2): (cpu, node) of the caller."""
+    """getcpu(2) (glibc's wrapper): (cpu, node) of the caller, as the sample asks."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
     cpu, node = ctypes.c_uint(), ctypes.c_uint()
-    if libc.syscall(309, ctypes.byref(cpu), ctypes.byref(node), None) != 0:  # __NR_getcpu
+    if libc.getcpu(ctypes.byref(cpu), ctypes.byref(node)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"getcpu: {os.strerror(err)}")
     return cpu.value, node.value
