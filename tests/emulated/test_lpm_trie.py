@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import struct
+import threading
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -97,3 +98,21 @@ def test_nodes_live_on_the_inserting_cpus_node():
     with sys.on_cpu(0):
         trie.lookup_elem(struct.pack("<I", 32) + bytes([10, 1, 2, 3]))
     assert trie.access_stats.by_cpu() == {0: (0, 1)}
+
+
+def test_concurrent_inserts_keep_the_trie_whole():
+    sys = pybpf.system("emulated", cpus=4)
+    fd = sys.map_create(MapType.LPM_TRIE, 4 + DATA_SIZE, 4, 4096, map_flags=BPF_F_NO_PREALLOC)
+    trie = sys.map_from_fd(fd)
+
+    def writer(part: int) -> None:
+        for n in range(part, 2**MAX_PREFIXLEN, 64):
+            assert trie.update_elem(key(MAX_PREFIXLEN, n), struct.pack("<I", n), 0) == 0
+
+    threads = [threading.Thread(target=writer, args=(part,)) for part in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    trie.check_invariants()
+    assert trie.n_entries == len(list(iter_keys(sys, fd))) == 4 * (2**MAX_PREFIXLEN // 64)

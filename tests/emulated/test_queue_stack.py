@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import threading
 from collections import deque
 
 from hypothesis import given, settings
@@ -68,3 +69,26 @@ def test_queue_and_stack_match_a_bounded_deque(map_type, capacity, program):
         assert got == want
         if op[0] == "pop" and model:
             take()
+
+
+def test_pushes_from_many_threads_are_all_kept():
+    sys = pybpf.system("emulated", cpus=4)
+    fd = sys.map_create(MapType.QUEUE, 0, 4, 4000)
+    queue = sys.map_from_fd(fd)
+
+    def producer(cpu: int) -> None:
+        sys.machine.set_cpu(cpu)
+        for i in range(1000):
+            assert queue.push_elem((cpu * 1000 + i).to_bytes(4, "little"), 0) == 0
+
+    threads = [threading.Thread(target=producer, args=(cpu,)) for cpu in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    got = [int.from_bytes(sys.map_lookup_and_delete_elem(fd, None), "little")
+           for _ in range(4000)]
+    assert sorted(got) == list(range(4000))
+    for cpu in range(4):  # each producer's elements come out in its push order
+        mine = [v for v in got if v // 1000 == cpu]
+        assert mine == sorted(mine)

@@ -23,6 +23,7 @@ Rules this module keeps:
 from __future__ import annotations
 
 import errno
+import threading
 from typing import TYPE_CHECKING
 
 from ..errors import KernelError
@@ -102,6 +103,8 @@ class LpmTrie(BpfMap):
         self.max_prefixlen = 8 * self.data_size
         self.root: LpmTrieNode | None = None
         self.n_entries = 0
+        # trie->lock: updates and deletes are serialised; lookups walk without it (RCU).
+        self.lock = threading.Lock()
 
     # -- helpers --------------------------------------------------------------------------------
     def _split_key(self, key: bytes) -> tuple[int, bytes, int]:
@@ -167,6 +170,10 @@ class LpmTrie(BpfMap):
 
     def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
         """trie_update_elem; 0 or a negative errno."""
+        with self.lock:
+            return self._trie_update_elem(key, value, flags)
+
+    def _trie_update_elem(self, key: bytes, value: bytes, flags: int) -> int:
         if flags > BPF_EXIST:
             return -errno.EINVAL
         prefixlen, data, bits = self._split_key(key)
@@ -251,6 +258,10 @@ class LpmTrie(BpfMap):
     # -- delete -------------------------------------------------------------------------------
     def delete_elem(self, key: bytes) -> int:
         """trie_delete_elem; 0 or a negative errno."""
+        with self.lock:
+            return self._trie_delete_elem(key)
+
+    def _trie_delete_elem(self, key: bytes) -> int:
         prefixlen, _data, bits = self._split_key(key)
         if prefixlen > self.max_prefixlen:
             return -errno.EINVAL

@@ -18,6 +18,7 @@ Rules this module keeps:
 from __future__ import annotations
 
 import errno
+import threading
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -65,6 +66,7 @@ class QueueStackBase(BpfMap):
         super().__init__(attr, machine, node)
         # Oldest element on the left, newest on the right.
         self.elements: deque[bytes] = deque()
+        self.lock = threading.Lock()  # qs->lock: push and pop are atomic across threads
 
     def _take(self) -> bytes:
         raise NotImplementedError
@@ -80,25 +82,31 @@ class QueueStackBase(BpfMap):
         """queue_stack_map_push_elem."""
         if flags & BPF_NOEXIST or flags > BPF_EXIST:
             return -errno.EINVAL
-        if len(self.elements) >= self.max_entries:
-            if not flags & BPF_EXIST:
-                return -errno.E2BIG
-            self.elements.popleft()  # make room: the oldest element goes
+        value = bytes(value[:self.value_size])
+        with self.lock:
+            if len(self.elements) >= self.max_entries:
+                if not flags & BPF_EXIST:
+                    return -errno.E2BIG
+                self.elements.popleft()  # make room: the oldest element goes
+            self.elements.append(value)
         self._count()
-        self.elements.append(bytes(value[:self.value_size]))
         return 0
 
     def pop_elem(self) -> bytes | int:
-        if not self.elements:
-            return -errno.ENOENT
+        with self.lock:
+            if not self.elements:
+                return -errno.ENOENT
+            value = self._take()
         self._count()
-        return self._take()
+        return value
 
     def peek_elem(self) -> bytes | int:
-        if not self.elements:
-            return -errno.ENOENT
+        with self.lock:
+            if not self.elements:
+                return -errno.ENOENT
+            value = self._peek()
         self._count()
-        return self._peek()
+        return value
 
     def lookup_elem(self, key: bytes) -> bytearray | None:
         return None
