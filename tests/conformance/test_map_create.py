@@ -10,6 +10,8 @@ from __future__ import annotations
 import errno
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pybpf.uapi import ENOTSUPP
 from pybpf.uapi import MapFlags as F
@@ -279,3 +281,35 @@ def test_map_in_map_inner_that_is_map_in_map_gives_einval(backend, inner_array):
 def test_inner_map_fd_ignored_by_other_types(backend):
     assert create_errno(backend, dict(map_type=T.HASH, key_size=4, value_size=4,
                                       max_entries=4, inner_map_fd=12345)) == 0
+
+
+# -- kernel vs emulated over random attributes -------------------------------------------------
+
+IN_SCOPE_TYPES = [T.HASH, T.ARRAY, T.PROG_ARRAY, T.PERCPU_HASH, T.PERCPU_ARRAY, T.LRU_HASH,
+                  T.LRU_PERCPU_HASH, T.LPM_TRIE, T.DEVMAP, T.SOCKMAP, T.CPUMAP, T.SOCKHASH,
+                  T.QUEUE, T.STACK, T.DEVMAP_HASH, T.RINGBUF, T.BLOOM_FILTER]
+SIZES = [0, 1, 4, 5, 8, 12, 64, 260, 261]
+
+
+@st.composite
+def create_specs(draw):
+    flags = draw(st.sampled_from([0, 0, 0, F.NO_PREALLOC, F.NUMA_NODE, F.NO_COMMON_LRU,
+                                  F.ZERO_SEED, F.RDONLY, F.WRONLY_PROG, F.MMAPABLE,
+                                  F.INNER_MAP, F.PRESERVE_ELEMS]))
+    flags |= draw(st.sampled_from([0, 0, F.NO_PREALLOC, F.NUMA_NODE, F.RDONLY_PROG,
+                                   F.WRONLY, F.NO_COMMON_LRU]))
+    return dict(map_type=draw(st.sampled_from(IN_SCOPE_TYPES)),
+                key_size=draw(st.sampled_from(SIZES)),
+                value_size=draw(st.sampled_from(SIZES)),
+                max_entries=draw(st.sampled_from([0, 1, 3, 4, 64, 4096])),
+                map_flags=int(flags),
+                numa_node=draw(st.sampled_from([0, 0, 1, -1])),
+                map_name=draw(st.sampled_from([b"", b"ok_name", b"bad-name"])),
+                map_extra=draw(st.sampled_from([0, 0, 0, 2, 16])))
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(spec=create_specs())
+def test_random_create_attributes_give_the_kernels_errno(kernel, emulated, spec):
+    assert create_errno(emulated, spec) == create_errno(kernel, spec), spec
