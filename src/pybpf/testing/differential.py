@@ -40,6 +40,7 @@ from ..uapi import (
     BPF_NOEXIST,
     FD_VALUE_MAP_TYPES,
     MAP_IN_MAP_TYPES,
+    PERCPU_MAP_TYPES,
     MapFlags,
     MapType,
     syscall_value_size,
@@ -273,7 +274,31 @@ class ProgLookup(Op):
     key: bytes
 
     def run(self, r: Runner) -> Result:
-        return r.prog_lookup(self.m, self.key)
+        return r.prog_call(self.m, "map_lookup_elem", self.key)
+
+
+@dataclass(frozen=True)
+class ProgUpdate(Op):
+    """bpf_map_update_elem from a BPF program: ``value`` is value_size bytes (one CPU's)."""
+
+    m: int
+    key: bytes
+    value: bytes
+    flags: int = BPF_ANY
+
+    def run(self, r: Runner) -> Result:
+        return r.prog_call(self.m, "map_update_elem", self.key, self.value, self.flags)
+
+
+@dataclass(frozen=True)
+class ProgDelete(Op):
+    """bpf_map_delete_elem from a BPF program."""
+
+    m: int
+    key: bytes
+
+    def run(self, r: Runner) -> Result:
+        return r.prog_call(self.m, "map_delete_elem", self.key)
 
 
 SOCKET_KINDS = ("tcp_listen", "tcp_established", "tcp_unbound", "udp", "udp_bound", "pipe")
@@ -363,7 +388,7 @@ class Runner:
         self.id_to_handle: dict[int, int] = {}
         self.sockets: dict[int, object] = {}
         self.cookie_to_handle: dict[int, int] = {}
-        self.programs: dict[int, int] = {}
+        self.programs: dict[tuple[int, str], int] = {}  # (map handle, helper) -> prog fd
         self._cpu_stack = contextlib.ExitStack()
 
     # plumbing
@@ -505,7 +530,8 @@ class Runner:
         st = self.maps.pop(handle, None)
         if st is None:
             return ("nomap",)
-        self.programs.pop(handle, None)
+        for key in [k for k in self.programs if k[0] == handle]:
+            self._close_fd(self.programs.pop(key))
         self._close_fd(st.fd)
         return ("ok",)
 
@@ -520,18 +546,23 @@ class Runner:
             return _err(exc)
         return ("ok",)
 
-    def prog_lookup(self, handle: int, key: bytes) -> Result:
+    def prog_call(self, handle: int, helper: str, key: bytes, value: bytes = b"",
+                  flags: int = 0) -> Result:
         st = self.maps.get(handle)
         if st is None:
             return ("nomap",)
         try:
-            prog = self.programs.get(handle)
+            prog = self.programs.get((handle, helper))
             if prog is None:
-                prog = self.programs[handle] = load_lookup_program(self.sys, st.fd,
-                                                                   st.create.key_size)
-            run = self.sys.prog_test_run(prog, ctx_in=key, ctx_size_out=0, repeat=0)
-        except Exception as exc:
+                prog = self.programs[(handle, helper)] = load_map_program(
+                    self.sys, st.fd, helper, st.create.key_size,
+                    st.create.value_size if helper == "map_update_elem" else 0)
+            run = self.sys.prog_test_run(prog, ctx_in=prog_ctx(key, value, flags),
+                                         ctx_size_out=0, repeat=0)
+        except Exception as exc:  # a backend crash is a result to compare
             return _err(exc)
+        if helper != "map_lookup_elem":
+            return ("ok", _helper_result(run.retval))
         return ("ok", "miss" if run.retval == _PROG_MISS else f"hit {run.retval & 0xFF:02x}")
 
     def open_socket(self, s: int, kind: str) -> Result:
@@ -561,9 +592,8 @@ class Runner:
                 for op in seq.ops:
                     results.append(op.run(self))
         finally:
-            for handle in list(self.programs):
-                with contextlib.suppress(Exception):
-                    self.sys.close(self.programs.pop(handle))
+            for key in list(self.programs):
+                self._close_fd(self.programs.pop(key))
             for handle in list(self.maps):
                 self.close_map(handle)
             for s in list(self.sockets):
@@ -618,41 +648,64 @@ def _make_socket(kind: str):
 
 # -- program-side lookups -------------------------------------------------------------------
 _PROG_MISS = 0xFFFF
-# Map types a sleepable (SYSCALL) program may use that ProgLookup is generated for.
+# Map types a sleepable (SYSCALL) program may use that program-side ops are generated for.
 PROG_LOOKUP_TYPES = frozenset({MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH,
                                MapType.LRU_PERCPU_HASH, MapType.ARRAY, MapType.PERCPU_ARRAY})
 
 
-def load_lookup_program(system: System, map_fd: int, key_size: int) -> int:
-    """A SYSCALL program whose ctx is a key: bpf_map_lookup_elem(map, key); returns
-    0x100 | the value's first byte (this CPU's slot for per-CPU maps), or 0xFFFF if absent.
+def _round8(n: int) -> int:
+    return (n + 7) // 8 * 8
 
-    Its lookup is the program path: on LRU maps it sets the element's reference bit, which no
-    syscall does.
+
+def prog_ctx(key: bytes, value: bytes = b"", flags: int = 0) -> bytes:
+    """The ctx the map programs read: u64 flags, the key and the value, each 8-byte aligned."""
+    return (struct.pack("<Q", flags & (1 << 64) - 1) + key.ljust(_round8(len(key)), b"\0")
+            + value)
+
+
+def load_map_program(system: System, map_fd: int, helper: str, key_size: int,
+                     value_size: int = 0) -> int:
+    """A SYSCALL program that calls ``helper`` (map_lookup_elem, map_update_elem or
+    map_delete_elem) on the map with the key (and value, and flags) from its ctx
+    (``prog_ctx``). Lookup returns 0x100 | the value's first byte (this CPU's slot for per-CPU
+    maps) or 0xFFFF if absent; update and delete return the helper's result (0 or -errno).
+
+    These are the program paths: a program lookup sets an LRU element's reference bit, which
+    no syscall does, and a program update of a per-CPU map writes only this CPU's slot.
     """
     from .. import asm
     from ..uapi import BPF_F_SLEEPABLE, ProgType
 
-    stack = -((key_size + 7) // 8 * 8)
+    key_at = 8
+    value_at = key_at + _round8(key_size)
+    key_stack = -_round8(key_size)
+    value_stack = key_stack - _round8(value_size)
     items: list = [asm.mov64(asm.R6, asm.R1)]
-    for i in range(key_size):  # ctx -> stack, a byte at a time (any key size)
-        items += [asm.ldxb(asm.R0, asm.R6, i), asm.stxb(asm.R10, stack + i, asm.R0)]
-    items += [
-        asm.ld_map_fd(asm.R1, map_fd),
-        asm.mov64(asm.R2, asm.R10),
-        asm.add64(asm.R2, stack),
-        asm.call("map_lookup_elem"),
-        asm.jeq(asm.R0, 0, "miss"),
-        asm.ldxb(asm.R0, asm.R0, 0),
-        asm.or64(asm.R0, 0x100),
-        asm.exit_(),
-        asm.label("miss"),
-        asm.mov64(asm.R0, _PROG_MISS),
-        asm.exit_(),
-    ]
+    # ctx -> stack a byte at a time (any size; helpers take stack pointers, not ctx ones)
+    for i in range(key_size):
+        items += [asm.ldxb(asm.R0, asm.R6, key_at + i), asm.stxb(asm.R10, key_stack + i, asm.R0)]
+    for i in range(value_size):
+        items += [asm.ldxb(asm.R0, asm.R6, value_at + i),
+                  asm.stxb(asm.R10, value_stack + i, asm.R0)]
+    items += [asm.ld_map_fd(asm.R1, map_fd), asm.mov64(asm.R2, asm.R10),
+              asm.add64(asm.R2, key_stack)]
+    if helper == "map_update_elem":
+        items += [asm.mov64(asm.R3, asm.R10), asm.add64(asm.R3, value_stack),
+                  asm.ldxdw(asm.R4, asm.R6, 0)]
+    items.append(asm.call(helper))
+    if helper == "map_lookup_elem":
+        items += [asm.jeq(asm.R0, 0, "miss"), asm.ldxb(asm.R0, asm.R0, 0),
+                  asm.or64(asm.R0, 0x100), asm.exit_(), asm.label("miss"),
+                  asm.mov64(asm.R0, _PROG_MISS)]
+    items.append(asm.exit_())
     insns = asm.encode(asm.assemble(items).instructions)
-    return system.prog_load(ProgType.SYSCALL, insns, prog_name=b"pybpf_difflook",
+    return system.prog_load(ProgType.SYSCALL, insns, prog_name=b"pybpf_diffmap",
                             prog_flags=BPF_F_SLEEPABLE)
+
+
+def _helper_result(retval: int) -> str:
+    ret = retval - (1 << 32) if retval >> 31 else retval
+    return f"ret {ret}" if ret >= 0 else f"ret -{_errno(-ret)}"
 
 
 def programs_supported(system: System) -> str | None:
@@ -660,9 +713,10 @@ def programs_supported(system: System) -> str | None:
     fd = None
     try:
         fd = system.map_create(MapType.HASH, 4, 4, 1)
-        prog = load_lookup_program(system, fd, 4)
+        prog = load_map_program(system, fd, "map_lookup_elem", 4)
         try:
-            run = system.prog_test_run(prog, ctx_in=b"\0" * 4, ctx_size_out=0, repeat=0)
+            run = system.prog_test_run(prog, ctx_in=prog_ctx(b"\0" * 4), ctx_size_out=0,
+                                       repeat=0)
         finally:
             system.close(prog)
         if run.retval != _PROG_MISS:
@@ -894,9 +948,19 @@ def _element_ops(g: Gen, m: int, create: Create, n: int, keys: Callable[[], byte
             ops.append(Info(m))
         elif kind == "set_cpu":
             ops.append(SetCpu(g.rng.randrange(g.ncpu)))
-        elif kind == "prog_lookup":
+        elif kind.startswith("prog_"):
             if g.programs and create.map_type in PROG_LOOKUP_TYPES:
-                ops.append(ProgLookup(m, keys()))
+                if kind == "prog_lookup":
+                    ops.append(ProgLookup(m, keys()))
+                elif kind == "prog_update":
+                    # A program's per-CPU update copies round_up(value_size, 8) bytes from
+                    # its stack and zeroes only value_size bytes of the other CPUs' slots, so
+                    # padding would hold stack garbage and stale bytes: no padding here.
+                    if create.map_type not in PERCPU_MAP_TYPES or create.value_size % 8 == 0:
+                        ops.append(ProgUpdate(m, keys(), g.data(create.value_size),
+                                              g.update_flags()))
+                else:
+                    ops.append(ProgDelete(m, keys()))
         else:
             raise ValueError(f"unknown op kind {kind!r}")
     return ops
@@ -923,9 +987,10 @@ def _hash_family(g: Gen, types: Sequence[int], lru: bool) -> list[Op]:
     pool = g.keys(ks, me * (3 if lru else 2) + 2)
     weights = dict(_HASH_WEIGHTS)
     if lru:
-        weights.update(update=45, prog_lookup=10, set_cpu=0.7)
-    elif mt == MapType.PERCPU_HASH:
-        weights.update(set_cpu=0.5)
+        weights.update(update=45, prog_lookup=10, prog_update=6, prog_delete=2, set_cpu=0.7)
+    else:
+        weights.update(prog_lookup=2, prog_update=3, prog_delete=1,
+                       set_cpu=0.5 if mt == MapType.PERCPU_HASH else 0)
     n = g.rng.randint(20, 120 if lru else 90)
     return [create] + _element_ops(
         g, 0, create, n, lambda: g.rng.choice(pool), lambda: g.value(mt, vs), zero_seed,
@@ -958,7 +1023,8 @@ def gen_array(g: Gen) -> list[Op]:
             return _u32(0xFFFFFFFF)
         return _u32(g.rng.randrange(me + 2))[:ks].ljust(ks, b"\0")
 
-    weights = dict(_HASH_WEIGHTS, freeze=0.7, prog_lookup=2, set_cpu=0.5)
+    weights = dict(_HASH_WEIGHTS, freeze=0.7, prog_lookup=2, prog_update=2, prog_delete=0.5,
+                   set_cpu=0.5)
     return [create] + _element_ops(g, 0, create, g.rng.randint(15, 70), key,
                                    lambda: g.value(mt, vs), True, weights)
 
