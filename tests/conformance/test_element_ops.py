@@ -654,3 +654,39 @@ def test_zero_seed_order_and_batches_match_between_backends(kernel, emulated, ma
                                                             key_size):
     assert _zero_seed_walks(kernel, map_type, key_size) == \
         _zero_seed_walks(emulated, map_type, key_size)
+
+
+# -- batches on map-in-map and LPM tries (§2.13 handler table) ---------------------------------
+
+def test_hash_of_maps_batches_take_fds_and_give_ids(backend, maps):
+    inner = [maps(T.ARRAY, value_size=4, max_entries=2) for _ in range(3)]
+    outer = maps(T.HASH_OF_MAPS, value_size=4, max_entries=8, inner_map_fd=inner[0])
+    assert backend.map_update_batch(outer, [u32(k) for k in range(3)],
+                                    [u32(fd) for fd in inner]) == 3
+    result = backend.map_lookup_batch(outer, None, 8)
+    assert result.end
+    ids = {backend.map_get_info(fd).id for fd in inner}
+    assert dict(zip(result.keys, result.values, strict=True)) == {
+        u32(k): u32(backend.map_get_info(fd).id) for k, fd in enumerate(inner)}
+    assert {struct.unpack("<I", v)[0] for v in result.values} == ids
+    assert backend.map_delete_batch(outer, [u32(0), u32(1)]) == 2
+    assert list(iter_keys(backend, outer)) == [u32(2)]
+
+
+def lpm_key(prefixlen: int, *octets: int) -> bytes:
+    return struct.pack("<I", prefixlen) + bytes(octets)
+
+
+def test_lpm_batches_are_generic_with_key_tokens(backend, maps):
+    fd = maps(T.LPM_TRIE, key_size=8, value_size=4, max_entries=8, map_flags=F.NO_PREALLOC)
+    keys = [lpm_key(8, 10, 0, 0, 0), lpm_key(16, 10, 1, 0, 0), lpm_key(24, 10, 1, 2, 0),
+            lpm_key(8, 192, 0, 0, 0)]
+    assert backend.map_update_batch(fd, keys, [u32(i) for i in range(4)]) == 4
+    walk = list(iter_keys(backend, fd))
+    first = backend.map_lookup_batch(fd, None, 2)
+    assert first.keys == walk[:2] and first.out_batch == walk[1] and not first.end
+    rest = backend.map_lookup_batch(fd, first.out_batch, 8)
+    assert rest.keys == walk[2:] and rest.end
+    assert errno_of(backend.map_lookup_and_delete_batch, fd, None, 4) == ENOTSUPP
+    assert backend.map_delete_batch(fd, keys[:2]) == 2
+    assert sorted(iter_keys(backend, fd)) == sorted(keys[2:])
