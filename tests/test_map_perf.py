@@ -18,6 +18,7 @@ import pytest
 
 from conftest import kernel_available
 from pybpf.bench import map_perf as mp
+from pybpf.bench import trigger
 from pybpf.bench.map_perf_progs import BUILDERS, build_program
 from pybpf.uapi import MapFlags, MapType
 
@@ -357,3 +358,68 @@ def test_emulated_json_document_is_labelled():
     assert doc["emulated"] is True and doc["tests"] == ["LPM_KMALLOC"]
     assert all(line.endswith(mp.EMULATED_LABEL) for line in doc["lines"])
     assert all(r["wall_rate"] > 0 for r in doc["results"])
+
+
+# -- trigger loops: each fires its tracepoint exactly once per call --------------------------
+
+def _counting_program(pid: int) -> list:
+    from pybpf.asm import (
+        FP,
+        R0,
+        R1,
+        R2,
+        add64,
+        atomic_add64,
+        call,
+        exit_,
+        jeq,
+        jne,
+        label,
+        ld_map_fd,
+        mov64,
+        rsh64,
+        stw,
+    )
+
+    return [call("get_current_pid_tgid"), rsh64(R0, 32), jne(R0, pid, "out"),
+            stw(FP, -4, 0), ld_map_fd(R1, "count"), mov64(R2, FP), add64(R2, -4),
+            call("map_lookup_elem"), jeq(R0, 0, "out"), mov64(R1, 1),
+            atomic_add64(R0, 0, R1), label("out"), mov64(R0, 0), exit_()]
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind", [mp.TRIGGER_PYTHON, mp.TRIGGER_NATIVE])
+@pytest.mark.parametrize("test", [mp.Test.HASH_PREALLOC, mp.Test.PERCPU_HASH_PREALLOC,
+                                  mp.Test.HASH_KMALLOC, mp.Test.PERCPU_HASH_KMALLOC,
+                                  mp.Test.LRU_HASH_PREALLOC, mp.Test.LPM_KMALLOC,
+                                  mp.Test.HASH_LOOKUP, mp.Test.ARRAY_LOOKUP])
+def test_trigger_loop_fires_the_tracepoint_once_per_event(kind, test):
+    from pybpf import system
+    from pybpf.asm import assemble, encode
+    from pybpf.uapi import ProgType
+
+    if kind == mp.TRIGGER_NATIVE and not trigger.native_available():
+        pytest.skip(trigger.native_unavailable_reason())
+    k = system("kernel")
+    count = k.map_create(MapType.ARRAY, 4, 8, 1)
+    insns = encode(assemble(_counting_program(os.getpid())).with_map_fds(lambda m: count))
+    prog = k.prog_load(ProgType.TRACEPOINT, insns)
+    link = k.attach_tracepoint(prog, "syscalls", f"sys_enter_{mp.TESTS[test].syscall}")
+    try:
+        mp.kernel_trigger(test, 32, kind)(1000)
+    finally:
+        k.close(link)
+        k.close(prog)
+    assert struct.unpack("=Q", k.map_lookup_elem(count, bytes(4))) == (1000,)
+    k.close(count)
+
+
+@pytest.mark.skipif(not trigger.native_available(),
+                    reason="the native trigger needs x86-64 Linux and executable memory")
+def test_native_connect_loop_walks_the_start_key_like_the_sample():
+    entries = 100  # keys 0, 32, 64, 96, then back to 0
+    run_n = trigger.native_connect_loop(mp.sockaddr_in6(3, 0), entries - 32)
+    run_n(5)
+    assert struct.unpack_from("=I", run_n.sockaddr.raw, 24) == (mp.lru_lookup_keys(entries)[1],)
+    run_n(3)
+    assert struct.unpack_from("=I", run_n.sockaddr.raw, 24) == (0,)
