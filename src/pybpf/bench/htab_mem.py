@@ -556,12 +556,14 @@ class KernelBench(Bench):
             fdinfo = _fdinfo(self.fds["htab"])
             run_.memlock = int(fdinfo.get("memlock", "0"))
             pids = self.start_producers()
-            if joined:
-                run_.memory_source = cgroup.label
-                memory = lambda: cgroup.read(cgroup.current_file) or 0.0  # noqa: E731
-            else:
-                run_.memory_source = "fdinfo memlock (no memory cgroup here)"
-                memory = lambda: int(_fdinfo(self.fds["htab"]).get("memlock", "0")) / MIB  # noqa: E731
+            run_.memory_source = (cgroup.label if joined
+                                  else "fdinfo memlock (no memory cgroup here)")
+
+            def memory() -> float:
+                if joined:
+                    return cgroup.read(cgroup.current_file) or 0.0
+                return int(_fdinfo(self.fds["htab"]).get("memlock", "0")) / MIB
+
             self.measure(run_, memory)
             run_.peak_memory = cgroup.read(cgroup.peak_file) if joined else None
         finally:
@@ -629,6 +631,10 @@ class EmulatedBench(Bench):
 
     GP_INTERVAL = 0.005
 
+    def __init__(self, sys_, cfg: Config, use_case: str, flavour: str) -> None:
+        super().__init__(sys_, cfg, use_case, flavour)
+        self.peak_elements = 0
+
     def run(self) -> Run:
         run_ = Run(self.use_case, self.flavour, self.producers)
         stop = threading.Event()
@@ -663,8 +669,6 @@ class EmulatedBench(Bench):
         if not self.cfg.json:
             print(run_.summary(), flush=True)
         return run_
-
-    peak_elements = 0
 
     def element_size(self) -> int:
         from ..emulated.hashtab import HTAB_ELEM_SIZE
