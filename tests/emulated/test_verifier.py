@@ -1,0 +1,144 @@
+"""Load-time checks: the emulated verifier rejects what the kernel's rejects, with its errno and
+message (run on both backends; the kernel's log must hold the same message)."""
+
+from __future__ import annotations
+
+import errno
+import struct
+
+import pytest
+
+from pybpf.emulated.verifier import VerifierReject, bpf_check
+from pybpf.errors import BPFError, VerifierError
+from pybpf.uapi import ProgType
+
+
+def ins(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
+    return struct.pack("<BBhi", code, dst | src << 4, off, imm)
+
+
+EXIT = ins(0x95)
+R0_0 = ins(0xB7, 0, 0, 0, 0)
+
+# (name, program, errno, message the log holds)
+REJECTIONS = [
+    ("unknown_opcode", ins(0x8D) + EXIT, errno.EINVAL, "unknown opcode 8d"),
+    ("neg_with_register_source", ins(0x8F) + EXIT, errno.EINVAL, "unknown opcode 8f"),
+    ("jump_out_of_range", R0_0 + ins(0x05, off=10) + EXIT, errno.EINVAL,
+     "jump out of range from insn 1 to 12"),
+    ("unknown_helper", ins(0x85, imm=999) + EXIT, errno.EINVAL, "invalid func unknown#999"),
+    ("helper_of_another_program_type", ins(0x85, imm=51) + EXIT, errno.EINVAL,
+     "program of this type cannot use helper bpf_redirect_map#51"),
+    ("uninitialised_register_read", ins(0xBF, 0, 2) + EXIT, errno.EACCES, "R2 !read_ok"),
+    ("r0_unset_at_exit", EXIT, errno.EACCES, "R0 !read_ok"),
+    ("r0_unset_on_one_path", ins(0x15, 1, 0, 1, 0) + EXIT + ins(0x05, off=-3),
+     errno.EACCES, "R0 !read_ok"),
+    ("argument_registers_clobbered_by_call", ins(0x85, imm=7) + ins(0xBF, 0, 1) + EXIT,
+     errno.EACCES, "R1 !read_ok"),
+    ("ld_abs_needs_r6", ins(0x30) + EXIT, errno.EACCES, "R6 !read_ok"),
+    ("frame_pointer_write", ins(0xB7, 10, 0, 0, 1) + R0_0 + EXIT, errno.EACCES,
+     "frame pointer is read only"),
+    ("no_exit_at_the_end", R0_0, errno.EINVAL, "last insn is not an exit or jmp"),
+    ("lddw_cut_off_at_the_end", R0_0 + EXIT + ins(0x18, 1, 0, 0, 1), errno.EINVAL,
+     "last insn is not an exit or jmp"),
+    ("stack_write_above_the_frame", ins(0x7A, 10, 0, 8, 1) + R0_0 + EXIT, errno.EACCES,
+     "invalid write to stack R10 off=8 size=8"),
+    ("stack_read_at_the_frame_pointer", ins(0x79, 0, 10, 0) + EXIT, errno.EACCES,
+     "invalid read from stack R10 off=0 size=8"),
+    ("misaligned_stack_access", ins(0x7A, 10, 0, -516, 1) + R0_0 + EXIT, errno.EACCES,
+     "misaligned stack access off 0+0+-516 size 8"),
+    ("division_by_constant_zero", ins(0xB7, 0, 0, 0, 1) + ins(0x37) + EXIT, errno.EINVAL,
+     "div by zero"),
+    ("shift_by_64", ins(0xB7, 0, 0, 0, 1) + ins(0x67, imm=64) + EXIT, errno.EINVAL,
+     "invalid shift 64"),
+    ("shift32_by_32", ins(0xB7, 0, 0, 0, 1) + ins(0x64, imm=32) + EXIT, errno.EINVAL,
+     "invalid shift 32"),
+    ("unreachable_code", R0_0 + EXIT + R0_0 + EXIT, errno.EINVAL, "unreachable insn 2"),
+    ("jump_into_the_middle_of_lddw", ins(0x05, off=1) + ins(0x18, 1, 0, 0, 1) + ins(0)
+     + R0_0 + EXIT, errno.EINVAL, "unreachable insn 1"),
+    ("reserved_field_in_mov", ins(0xB7, 0, 1) + EXIT, errno.EINVAL,
+     "BPF_MOV uses reserved fields"),
+    ("reserved_field_in_ldx", ins(0x61, 0, 1, 0, 5) + EXIT, errno.EINVAL,
+     "BPF_LDX uses reserved fields"),
+    ("reserved_field_in_exit", R0_0 + ins(0x95, imm=1), errno.EINVAL,
+     "BPF_EXIT uses reserved fields"),
+    ("register_eleven", ins(0xB7, 11) + EXIT, errno.EINVAL, "R11 is invalid"),
+    ("map_fd_not_open", ins(0x18, 1, 1, 0, 999) + ins(0) + R0_0 + EXIT, errno.EBADF,
+     "fd 999 is not pointing to valid bpf_map"),
+    ("call_outside_the_program", ins(0x85, 0, 1, 0, 10) + EXIT, errno.EINVAL,
+     "call to invalid destination"),
+    ("jump_out_of_a_subprogram", ins(0x85, 0, 1, 0, 1) + EXIT + R0_0 + ins(0x05, off=-4)
+     + EXIT, errno.EINVAL, "jump out of range from insn 3 to 0"),
+    ("recursion", ins(0x85, 0, 1, 0, -1) + EXIT, errno.E2BIG,
+     "the call stack of 9 frames is too deep"),
+    ("kfunc_call", ins(0x85, 0, 2, 0, 5) + R0_0 + EXIT, errno.EINVAL,
+     "kernel btf_id 5 is not a function"),
+    ("empty_program", b"", errno.E2BIG, ""),
+]
+
+
+@pytest.mark.parametrize("program,err,message", [pytest.param(p, e, m, id=name)
+                                                 for name, p, e, m in REJECTIONS])
+def test_verifier_rejects_as_the_kernel_does(backend, program, err, message):
+    with pytest.raises(BPFError) as info:
+        fd = backend.prog_load(ProgType.SOCKET_FILTER, program)
+        backend.close(fd)
+    assert info.value.errno == err
+    if isinstance(info.value, VerifierError):
+        assert message in info.value.log
+        assert message in str(info.value)
+
+
+def test_rejection_log_is_the_verifier_message():
+    with pytest.raises(VerifierReject) as info:
+        bpf_check(ins(0xBF, 0, 2) + EXIT, ProgType.SOCKET_FILTER, lambda fd: None)
+    assert info.value.log == "R2 !read_ok\n"
+    assert info.value.errno == errno.EACCES
+
+
+ACCEPTED = [
+    ("bounded_loop", ins(0xB7, 0, 0, 0, 0) + ins(0x07, 0, 0, 0, 1) + ins(0xA5, 0, 0, -2, 10)
+     + EXIT),
+    ("both_paths_set_r0", ins(0x15, 1, 0, 2, 0) + ins(0xB7, 0, 0, 0, 1) + ins(0x05, off=1)
+     + ins(0xB7, 0, 0, 0, 2) + EXIT),
+    ("subprogram_call", ins(0xB7, 1, 0, 0, 3) + ins(0x85, 0, 1, 0, 1) + EXIT
+     + ins(0xBF, 0, 1) + EXIT),
+    ("stack_round_trip", ins(0x7A, 10, 0, -512, 1) + ins(0x79, 0, 10, -512) + EXIT),
+    ("helper_with_no_arguments", ins(0x85, imm=8) + EXIT),
+]
+
+
+@pytest.mark.parametrize("program", [pytest.param(p, id=name) for name, p in ACCEPTED])
+def test_verifier_accepts_what_the_kernel_accepts(backend, program):
+    fd = backend.prog_load(ProgType.SOCKET_FILTER, program)
+    backend.close(fd)
+
+
+def test_max_ctx_offset_follows_copies_of_the_context_pointer():
+    # r6 = r1; r0 = *(u64 *)(r6 + 16); r1 is clobbered, so r1 + 40 is not the context
+    program = (ins(0xBF, 6, 1) + ins(0x79, 0, 6, 16) + ins(0x85, imm=8) + ins(0xBF, 1, 0)
+               + EXIT)
+    assert bpf_check(program, ProgType.RAW_TRACEPOINT, lambda fd: None).max_ctx_offset == 24
+
+
+@pytest.mark.parametrize("ctx_size,ok", [(8, False), (16, True)])
+def test_raw_tracepoint_ctx_must_cover_what_the_program_reads(backend, ctx_size, ok):
+    fd = backend.prog_load(ProgType.RAW_TRACEPOINT, ins(0x79, 0, 1, 8) + EXIT)
+    try:
+        ctx = bytes(8) + (7).to_bytes(8, "little")
+        if ok:
+            run = backend.prog_test_run(fd, ctx_in=ctx[:ctx_size], ctx_size_out=0, repeat=0)
+            assert run.retval == 7
+        else:
+            with pytest.raises(BPFError) as info:
+                backend.prog_test_run(fd, ctx_in=ctx[:ctx_size], ctx_size_out=0, repeat=0)
+            assert info.value.errno == errno.EINVAL
+    finally:
+        backend.close(fd)
+
+
+def test_syscall_programs_must_be_sleepable(backend):
+    with pytest.raises(VerifierError) as info:
+        backend.prog_load(ProgType.SYSCALL, R0_0 + EXIT)
+    assert info.value.errno == errno.EINVAL
+    assert "Syscall programs can only be sleepable" in info.value.log
