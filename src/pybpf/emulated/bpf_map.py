@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from ..errors import KernelError
-from ..uapi import ENOTSUPP, MapType
+from ..uapi import ENOTSUPP, MapType, syscall_value_size
 
 if TYPE_CHECKING:
     from .machine import Machine
@@ -72,6 +72,9 @@ class BpfMap:
         # The EmulatedSystem that owns the map, set right after creation: fd-holding maps
         # resolve the fds in their values through it (system.fd_get / map_from_fd).
         self.system = None
+        # Bytes of a value through the syscall (bpf_map_value_size).
+        self.sys_value_size = syscall_value_size(attr.map_type, attr.value_size,
+                                                 machine.num_cpus)
         # Local/remote element accesses per CPU (machine.AccessStats).
         self.access_stats = machine.new_access_stats()
 

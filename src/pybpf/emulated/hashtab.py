@@ -337,9 +337,11 @@ class HtabMap(BpfMap):
 
     def _update(self, key: bytes, value: bytes, flags: int, onallcpus: bool) -> None:
         """htab_map_update_elem."""
-        self._check_update_flags(flags)
-        hash_ = self._hash(key)
-        with self._lock(hash_):
+        if flags:
+            self._check_update_flags(flags)
+        elem = self.table.get(key)
+        hash_ = elem.hash if elem is not None else self._hash_cached(key)
+        with self.locks[hash_ & self.mask & (self.nstripes - 1)]:
             old = self.table.get(key)
             self._check_flags(old, flags)
             new = self._alloc_elem(key, value, hash_, old, onallcpus)

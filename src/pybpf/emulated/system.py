@@ -265,7 +265,7 @@ class EmulatedSystem(ProgramsMixin, System):
         return key
 
     def _value(self, bpf_map: BpfMap, value: Any) -> bytes:
-        size = syscall_value_size(bpf_map.map_type, bpf_map.value_size, self.machine.num_cpus)
+        size = bpf_map.sys_value_size
         if type(value) is not bytes:
             if not isinstance(value, (bytearray, memoryview)):
                 raise KernelError(errno.EINVAL,
@@ -400,8 +400,10 @@ class EmulatedSystem(ProgramsMixin, System):
             bpf_map = self._writable_map(fd)
             if flags & BPF_F_LOCK:
                 raise KernelError(errno.EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value")
-            key = self._key(bpf_map, key)
-            value = self._value(bpf_map, value)
+            if type(key) is not bytes or len(key) != bpf_map.key_size:
+                key = self._key(bpf_map, key)
+            if type(value) is not bytes or len(value) != bpf_map.sys_value_size:
+                value = self._value(bpf_map, value)
             bpf_map.update_elem_sys(key, value, flags)
         except KernelError as exc:
             raise self._error(exc, "map_update_elem", bpf_map) from None
@@ -410,7 +412,8 @@ class EmulatedSystem(ProgramsMixin, System):
         bpf_map = None
         try:
             bpf_map = self._writable_map(fd)
-            key = self._key(bpf_map, key)
+            if type(key) is not bytes or len(key) != bpf_map.key_size:
+                key = self._key(bpf_map, key)
             bpf_map.delete_elem_sys(key)
         except KernelError as exc:
             raise self._error(exc, "map_delete_elem", bpf_map) from None
