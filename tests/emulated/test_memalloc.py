@@ -124,3 +124,16 @@ def test_rejected_create_touches_no_allocator():
 def test_htab_mem_must_be_a_known_design():
     with pytest.raises(ValueError):
         system("emulated", htab_mem="slab")
+
+
+def test_closing_a_map_frees_its_cached_elements_after_a_grace_period():
+    sys = system("emulated", cpus=2)
+    fd = sys.map_create(MapType.HASH, 4, 8, 64, map_flags=BPF_F_NO_PREALLOC)
+    for i in range(64):
+        sys.map_update_elem(fd, u32(i), bytes(8))
+    ma = sys.map_from_fd(fd).ma
+    with sys.machine.rcu.read_section():  # a program still running
+        sys.close(fd)
+        assert sys.machine.step() == 0
+    sys.machine.rcu.barrier()
+    assert ma.counters.freed == ma.counters.allocated

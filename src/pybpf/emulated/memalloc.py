@@ -175,8 +175,12 @@ class BpfMemAlloc:
             self._free_bulk(cache)
 
     def destroy(self) -> None:
-        """bpf_mem_alloc_destroy: wait for RCU, free everything cached."""
-        self.machine.rcu.barrier()
+        """bpf_mem_alloc_destroy: everything cached is freed after a grace period (deferred,
+        as the kernel's free_mem_alloc work does, so a reader still inside a program keeps
+        its element)."""
+        self.machine.rcu.call_rcu(self._drain)
+
+    def _drain(self) -> None:
         total = 0
         for cache in self.caches:
             with cache.lock:
@@ -229,7 +233,7 @@ class KmallocRcu:
         self.machine.rcu.call_rcu(self._free_rcu)
 
     def destroy(self) -> None:
-        self.machine.rcu.barrier()
+        """Nothing is cached; callbacks already queued free their elements in time."""
 
     def stats(self) -> dict[str, int | str]:
         out: dict[str, int | str] = {"mem_design": self.design}
