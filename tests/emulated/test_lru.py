@@ -158,12 +158,12 @@ def test_rotation_moves_referenced_inactive_nodes_to_active():
 
 # -- the kernel is the oracle for which keys get evicted ----------------------------------------
 
-def _run(sys, map_type, max_entries, flags, ops):
+def _run(sys, map_type, max_entries, flags, ops, cpus=None):
     fd = lru_map(sys, max_entries, map_type, flags)
     value = value_for(sys, map_type)
     trace = []
-    with sys.on_cpu(0):
-        for op, key, uflags in ops:
+    for i, (op, key, uflags) in enumerate(ops):
+        with sys.on_cpu(cpus[i] if cpus else 0):
             try:
                 if op == "upd":
                     sys.map_update_elem(fd, u32(key), value, uflags)
@@ -172,7 +172,7 @@ def _run(sys, map_type, max_entries, flags, ops):
                 result = 0
             except OSError as exc:
                 result = exc.errno
-            trace.append((result, tuple(iter_keys(sys, fd))))
+        trace.append((result, tuple(iter_keys(sys, fd))))
     sys.close(fd)
     return trace
 
@@ -188,6 +188,24 @@ def test_eviction_on_one_pinned_cpu_matches_the_kernel(kernel_sys, ops, map_type
     emulated = system("emulated", cpus=kernel_sys.num_possible_cpus)
     assert _run(emulated, map_type, size, flags, ops) == \
         _run(kernel_sys, map_type, size, flags, ops)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["upd", "upd", "upd", "del"]), st.integers(0, 40),
+                          st.sampled_from([0, 0, BPF_NOEXIST, BPF_EXIST]), st.integers(0, 1)),
+                min_size=1, max_size=80),
+       st.sampled_from([T.LRU_HASH, T.LRU_PERCPU_HASH]),
+       st.sampled_from([4, 8, 16]),
+       st.sampled_from([0, BPF_F_NO_COMMON_LRU]))
+def test_eviction_moving_between_cpus_matches_the_kernel(kernel_sys, ops, map_type, size, flags):
+    """One thread, each operation pinned to CPU 0 or 1: local lists, refills and steals."""
+    if kernel_sys.num_possible_cpus < 2:
+        pytest.skip("needs two CPUs")
+    cpus = [op[3] for op in ops]
+    ops = [op[:3] for op in ops]
+    emulated = system("emulated", cpus=kernel_sys.num_possible_cpus)
+    assert _run(emulated, map_type, size, flags, ops, cpus) == \
+        _run(kernel_sys, map_type, size, flags, ops, cpus)
 
 
 @pytest.fixture(scope="module")
