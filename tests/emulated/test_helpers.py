@@ -1,0 +1,372 @@
+"""BPF helpers on maps, the redirect helpers, test-run rules, program objects and tracepoints.
+
+Helper return values and test-run errnos are compared with the kernel (``backend`` runs each
+test on both); what only the emulator can show (CPUs it declares, sockmap verdicts, trace
+output) runs on the emulated backend.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+import pytest
+
+import pybpf
+from pybpf.asm import FP, R0, R1, R2, R3, R4, R6
+from pybpf.asm import builder as b
+from pybpf.emulated.helpers import SK_DROP, SK_PASS, XDP_ABORTED, XDP_PASS, XDP_REDIRECT
+from pybpf.emulated.interpreter import CtxRegion
+from pybpf.emulated.progs import BPF_F_TEST_RUN_ON_CPU
+from pybpf.errors import BPFError
+from pybpf.programs import Program, ProgramSpec
+from pybpf.uapi import BPF_ANY, BPF_EXIST, BPF_NOEXIST, MapType, ProgType
+
+U32 = 0xFFFF_FFFF
+ETH_FRAME = bytes.fromhex("ffffffffffff" "020000000001" "0800") + bytes(range(50))
+
+
+def load(system, prog_type, items, maps=None, **spec) -> Program:
+    return Program.load(ProgramSpec(prog_type, items, **spec), system, maps=maps or {})
+
+
+def key_at(off: int, key: int, size: int = 4) -> list:
+    """R2 = pointer to ``key`` stored at FP+off."""
+    return [b.st(size, FP, off, key), b.mov64(R2, FP), b.add64(R2, off)]
+
+
+def update(map_name: str, key: int, value: int, flags: int) -> list:
+    return [*key_at(-4, key), b.st(8, FP, -16, value), b.mov64(R3, FP), b.add64(R3, -16),
+            b.ld_map_fd(R1, map_name), b.mov64(R4, flags), b.call("map_update_elem")]
+
+
+def errno_ret(err: int) -> int:
+    return -err & U32
+
+
+# -- map helpers: return values as the kernel's ---------------------------------------------------
+@pytest.mark.parametrize("map_type", [MapType.HASH, MapType.LRU_HASH])
+def test_update_noexist_on_existing_key_returns_minus_eexist(backend, map_type):
+    fd = backend.map_create(map_type, 4, 8, 8)
+    prog = load(backend, ProgType.SCHED_CLS, [*update("m", 1, 10, BPF_NOEXIST),
+                                              *update("m", 1, 11, BPF_NOEXIST), b.exit_()],
+                maps={"m": fd})
+    assert prog.test_run(ETH_FRAME).retval == errno_ret(errno.EEXIST)
+    assert backend.map_lookup_elem(fd, (1).to_bytes(4, "little")) == (10).to_bytes(8, "little")
+
+
+def test_update_exist_on_missing_key_returns_minus_enoent(backend):
+    fd = backend.map_create(MapType.HASH, 4, 8, 8)
+    prog = load(backend, ProgType.SCHED_CLS, [*update("m", 1, 10, BPF_EXIST), b.exit_()],
+                maps={"m": fd})
+    assert prog.test_run(ETH_FRAME).retval == errno_ret(errno.ENOENT)
+
+
+def test_update_of_a_full_hash_returns_minus_e2big(backend):
+    fd = backend.map_create(MapType.HASH, 4, 8, 1)
+    prog = load(backend, ProgType.SCHED_CLS, [*update("m", 1, 10, BPF_ANY),
+                                              *update("m", 2, 10, BPF_ANY), b.exit_()],
+                maps={"m": fd})
+    assert prog.test_run(ETH_FRAME).retval == errno_ret(errno.E2BIG)
+
+
+def test_delete_of_a_missing_key_returns_minus_enoent(backend):
+    fd = backend.map_create(MapType.HASH, 4, 8, 4)
+    prog = load(backend, ProgType.SCHED_CLS, [*key_at(-4, 3), b.ld_map_fd(R1, "m"),
+                                              b.call("map_delete_elem"), b.exit_()],
+                maps={"m": fd})
+    assert prog.test_run(ETH_FRAME).retval == errno_ret(errno.ENOENT)
+
+
+def test_lookup_returns_the_live_value(backend):
+    fd = backend.map_create(MapType.ARRAY, 4, 8, 4)
+    backend.map_update_elem(fd, (2).to_bytes(4, "little"), (40).to_bytes(8, "little"))
+    prog = load(backend, ProgType.SCHED_CLS, [
+        *key_at(-4, 2), b.ld_map_fd(R1, "m"), b.call("map_lookup_elem"),
+        b.jeq(R0, 0, "miss"), b.mov64(R1, 2), b.atomic_add64(R0, 0, R1), b.mov64(R0, 1),
+        b.exit_(), b.label("miss"), b.mov64(R0, 0), b.exit_()], maps={"m": fd})
+    assert prog.test_run(ETH_FRAME).retval == 1
+    assert backend.map_lookup_elem(fd, (2).to_bytes(4, "little")) == (42).to_bytes(8, "little")
+
+
+def test_lookup_of_a_missing_key_returns_null(backend):
+    fd = backend.map_create(MapType.HASH, 4, 8, 4)
+    prog = load(backend, ProgType.SCHED_CLS, [
+        *key_at(-4, 9), b.ld_map_fd(R1, "m"), b.call("map_lookup_elem"), b.exit_()],
+        maps={"m": fd})
+    assert prog.test_run(ETH_FRAME).retval == 0
+
+
+def test_queue_push_pop_peek(backend):
+    fd = backend.map_create(MapType.QUEUE, 0, 8, 2)
+
+    def push(value):
+        return [b.st(8, FP, -8, value), b.ld_map_fd(R1, "q"), b.mov64(R2, FP),
+                b.add64(R2, -8), b.mov64(R3, 0), b.call("map_push_elem")]
+
+    def take(helper):
+        return [b.ld_map_fd(R1, "q"), b.mov64(R2, FP), b.add64(R2, -16), b.call(helper)]
+
+    prog = load(backend, ProgType.SCHED_CLS, [
+        *push(5), *push(6), *push(7), b.mov64(R6, R0),  # third push: full -> -E2BIG
+        *take("map_pop_elem"), *take("map_peek_elem"),  # peek sees 6
+        b.ldx(8, R0, FP, -16), b.lsh64(R0, 32), b.or64(R0, R6), b.exit_()], maps={"q": fd})
+    run = prog.test_run(ETH_FRAME)
+    assert run.retval == errno_ret(errno.E2BIG)
+    assert backend.map_lookup_elem(fd, None) == (6).to_bytes(8, "little")
+
+
+def test_peek_of_an_empty_queue_returns_minus_enoent(backend):
+    fd = backend.map_create(MapType.QUEUE, 0, 8, 2)
+    prog = load(backend, ProgType.SCHED_CLS, [
+        b.ld_map_fd(R1, "q"), b.mov64(R2, FP), b.add64(R2, -8), b.call("map_peek_elem"),
+        b.exit_()], maps={"q": fd})
+    assert prog.test_run(ETH_FRAME).retval == errno_ret(errno.ENOENT)
+
+
+def test_smp_processor_id_is_the_cpu_the_run_is_on(backend):
+    prog = load(backend, ProgType.RAW_TRACEPOINT, [b.call("get_smp_processor_id"), b.exit_()])
+    cpu = backend.num_possible_cpus - 1
+    assert prog.test_run(flags=BPF_F_TEST_RUN_ON_CPU, cpu=cpu).retval == cpu
+
+
+def test_numa_node_id_follows_the_declared_topology():
+    system = pybpf.system("emulated", cpus=4, nodes=2)
+    prog = load(system, ProgType.RAW_TRACEPOINT, [b.call("get_numa_node_id"), b.exit_()])
+    assert [prog.test_run(flags=BPF_F_TEST_RUN_ON_CPU, cpu=cpu).retval
+            for cpu in range(4)] == [0, 0, 1, 1]
+
+
+def test_percpu_lookup_gives_the_current_cpus_slot():
+    system = pybpf.system("emulated", cpus=4, nodes=1)
+    fd = system.map_create(MapType.PERCPU_ARRAY, 4, 8, 1)
+    prog = load(system, ProgType.RAW_TRACEPOINT, [
+        *key_at(-4, 0), b.ld_map_fd(R1, "m"), b.call("map_lookup_elem"), b.jeq(R0, 0, "out"),
+        b.st(8, R0, 0, 7), b.label("out"), b.mov64(R0, 0), b.exit_()], maps={"m": fd})
+    prog.test_run(flags=BPF_F_TEST_RUN_ON_CPU, cpu=2)
+    slots = system.map_lookup_elem(fd, bytes(4))
+    assert [int.from_bytes(slots[i:i + 8], "little") for i in range(0, 32, 8)] == [0, 0, 7, 0]
+
+
+def test_ktime_get_ns_does_not_go_backwards(backend):
+    prog = load(backend, ProgType.RAW_TRACEPOINT, [
+        b.call("ktime_get_ns"), b.mov64(R6, R0), b.call("ktime_get_ns"), b.mov64(R1, R0),
+        b.mov64(R0, 1), b.jge(R1, R6, "out"), b.mov64(R0, 0), b.label("out"), b.exit_()])
+    assert prog.test_run().retval == 1
+
+
+# -- redirects ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("key,flags,action", [
+    (0, 0, XDP_REDIRECT),          # the slot holds a device
+    (1, XDP_PASS, XDP_PASS),       # empty slot: the low bits of flags are the action
+    (1, 0, XDP_ABORTED),
+    (0, 1 << 5, XDP_ABORTED),      # flags outside the accepted set
+])
+def test_redirect_map_returns_the_kernels_action(backend, key, flags, action):
+    fd = backend.map_create(MapType.DEVMAP, 4, 4, 2)
+    backend.map_update_elem(fd, bytes(4), (1).to_bytes(4, "little"))  # lo
+    prog = load(backend, ProgType.XDP, [b.ld_map_fd(R1, "d"), b.mov64(R2, key),
+                                        b.mov64(R3, flags), b.call("redirect_map"), b.exit_()],
+                maps={"d": fd})
+    assert prog.test_run(ETH_FRAME).retval == action
+
+
+@pytest.mark.parametrize("in_map,flags,verdict", [(True, 0, SK_PASS), (False, 0, SK_DROP),
+                                                  (True, 2, SK_DROP)])
+def test_sk_redirect_map_verdict(emulated, in_map, flags, verdict):
+    fd = emulated.map_create(MapType.SOCKMAP, 4, 4, 2)
+    left, right = socket.socketpair()
+    try:
+        if in_map:
+            emulated.map_update_elem(fd, bytes(4), left.fileno().to_bytes(4, "little"))
+        prog = load(emulated, ProgType.SK_SKB, [
+            b.ld_map_fd(R2, "s"), b.mov64(R3, 0), b.mov64(R4, flags),
+            b.call("sk_redirect_map"), b.exit_()], maps={"s": fd})
+        rs = emulated.prog_from_fd(prog.fd).run(CtxRegion("__sk_buff", bytearray(192)))
+        assert rs.retval == verdict
+        assert (rs.redirect is not None) == (verdict == SK_PASS)
+    finally:
+        left.close()
+        right.close()
+
+
+def test_trace_printk_formats_into_the_run_trace(emulated):
+    fmt = b"n=%d u=%u\0"
+    items = [b.lddw(R1, int.from_bytes(fmt[:8], "little")), b.stx(8, FP, -16, R1),
+             b.st(2, FP, -8, int.from_bytes(fmt[8:], "little")),
+             b.mov64(R1, FP), b.add64(R1, -16), b.mov64(R2, len(fmt)), b.mov64(R3, -5),
+             b.mov64(R4, 7), b.call("trace_printk"), b.exit_()]
+    prog = load(emulated, ProgType.RAW_TRACEPOINT, items)
+    rs = emulated.prog_from_fd(prog.fd).run(bytes(8))
+    assert rs.trace == [b"n=-5 u=7"]
+    assert rs.retval == len(b"n=-5 u=7")
+
+
+# -- test-run rules -------------------------------------------------------------------------------
+RET_2 = [b.mov64(R0, 2), b.exit_()]
+
+
+@pytest.mark.parametrize("prog_type,kwargs,err", [
+    (ProgType.SOCKET_FILTER, {"data": bytes(13)}, errno.EINVAL),
+    (ProgType.SOCKET_FILTER, {"data": bytes(3713)}, errno.EINVAL),
+    (ProgType.SOCKET_FILTER, {"data": ETH_FRAME, "flags": 1}, errno.EINVAL),
+    (ProgType.SOCKET_FILTER, {"data": ETH_FRAME, "cpu": 1}, errno.EINVAL),
+    (ProgType.SOCKET_FILTER, {"data": ETH_FRAME, "data_size_out": 10}, errno.ENOSPC),
+    (ProgType.SOCKET_FILTER, {"data": ETH_FRAME, "ctx": bytes(20)}, errno.ENOSPC),
+    (ProgType.SOCKET_FILTER, {"data": ETH_FRAME, "ctx": bytes(4) + b"\1" + bytes(187)},
+     errno.EINVAL),
+    (ProgType.SOCKET_FILTER, {"data": ETH_FRAME, "ctx": bytes(192) + b"\1"}, errno.E2BIG),
+    (ProgType.XDP, {"data": bytes(13)}, errno.EINVAL),
+    (ProgType.XDP, {"data": ETH_FRAME, "flags": 1}, errno.EINVAL),
+    (ProgType.XDP, {"data": ETH_FRAME, "ctx": (0).to_bytes(4, "little") * 5 + b"\1\0\0\0"},
+     errno.EINVAL),
+    (ProgType.RAW_TRACEPOINT, {"repeat": 1}, errno.EINVAL),
+    (ProgType.RAW_TRACEPOINT, {"cpu": 1}, errno.EINVAL),
+    (ProgType.RAW_TRACEPOINT, {"ctx": bytes(104)}, errno.EINVAL),
+    (ProgType.TRACEPOINT, {"data": ETH_FRAME}, 524),
+])
+def test_test_run_refuses_what_the_kernel_refuses(backend, prog_type, kwargs, err):
+    prog = load(backend, prog_type, RET_2)
+    with pytest.raises(BPFError) as info:
+        prog.test_run(**kwargs)
+    assert info.value.errno == err
+
+
+def test_socket_filter_data_out_has_the_ethernet_header_zeroed(backend):
+    run = load(backend, ProgType.SOCKET_FILTER, RET_2).test_run(ETH_FRAME)
+    assert run.retval == 2
+    assert run.data_out == bytes(14) + ETH_FRAME[14:]
+
+
+def test_ld_abs_reads_after_the_ethernet_header_in_a_socket_filter(backend):
+    prog = load(backend, ProgType.SOCKET_FILTER, [b.mov64(R6, R1), b.ld_abs(2, 0), b.exit_()])
+    assert prog.test_run(ETH_FRAME).retval == int.from_bytes(ETH_FRAME[14:16], "big")
+
+
+def test_ld_abs_past_the_packet_returns_zero(backend):
+    prog = load(backend, ProgType.SOCKET_FILTER, [b.mov64(R6, R1), b.ld_abs(4, 1000),
+                                                  b.mov64(R0, 9), b.exit_()])
+    assert prog.test_run(ETH_FRAME).retval == 0
+
+
+def test_skb_ctx_out_carries_what_the_program_wrote(backend):
+    prog = load(backend, ProgType.SCHED_CLS, [b.st(4, R1, 8, 0x1234), b.st(4, R1, 48, 7),
+                                              *RET_2])
+    run = prog.test_run(ETH_FRAME, ctx=bytes(192))
+    assert run.ctx_out[8:12] == (0x1234).to_bytes(4, "little")  # mark
+    assert run.ctx_out[48:52] == (7).to_bytes(4, "little")  # cb[0]
+    assert run.ctx_out[40:44] == (1).to_bytes(4, "little")  # ifindex: loopback
+    assert run.ctx_out[160:164] == len(ETH_FRAME).to_bytes(4, "little")  # wire_len
+
+
+def test_skb_ctx_gives_len_and_direct_packet_pointers(backend):
+    prog = load(backend, ProgType.SCHED_CLS, [
+        b.ldx(4, R2, R1, 76), b.ldx(4, R3, R1, 80), b.mov64(R0, R3), b.sub64(R0, R2),
+        b.ldx(4, R4, R1, 0), b.lsh64(R4, 16), b.or64(R0, R4), b.exit_()])
+    assert prog.test_run(ETH_FRAME).retval == len(ETH_FRAME) << 16 | len(ETH_FRAME)
+
+
+def test_xdp_program_writes_the_packet(backend):
+    prog = load(backend, ProgType.XDP, [
+        b.ldx(4, R2, R1, 0), b.ldx(4, R3, R1, 4), b.mov64(R4, R2), b.add64(R4, 1),
+        b.jgt(R4, R3, "out"), b.st(1, R2, 0, 0x5A), b.label("out"), *RET_2])
+    assert prog.test_run(ETH_FRAME).data_out == b"\x5a" + ETH_FRAME[1:]
+
+
+def test_xdp_ctx_in_metadata_comes_before_data(backend):
+    meta = 8
+    data = bytes(range(meta)) + ETH_FRAME
+    ctx = b"".join(v.to_bytes(4, "little") for v in (meta, len(data), 0, 0, 0, 0))
+    prog = load(backend, ProgType.XDP, [  # R0 = data - data_meta
+        b.ldx(4, R2, R1, 0), b.ldx(4, R3, R1, 8), b.mov64(R0, R2), b.sub64(R0, R3), b.exit_()])
+    run = prog.test_run(data, ctx=ctx)
+    assert run.retval == meta
+    assert run.data_out == data
+    assert run.ctx_out == ctx
+
+
+def test_repeat_runs_the_program_that_many_times(backend):
+    fd = backend.map_create(MapType.ARRAY, 4, 8, 1)
+    prog = load(backend, ProgType.SCHED_CLS, [
+        *key_at(-4, 0), b.ld_map_fd(R1, "m"), b.call("map_lookup_elem"), b.jeq(R0, 0, "out"),
+        b.mov64(R1, 1), b.atomic_add64(R0, 0, R1), b.label("out"), *RET_2], maps={"m": fd})
+    run = prog.test_run(ETH_FRAME, repeat=25)
+    assert isinstance(run.duration, int)
+    assert backend.map_lookup_elem(fd, bytes(4)) == (25).to_bytes(8, "little")
+
+
+# -- program objects ------------------------------------------------------------------------------
+def test_tag_and_map_ids_match_the_kernels(kernel, emulated):
+    infos = []
+    for system in (kernel, emulated):
+        fd = system.map_create(MapType.HASH, 4, 8, 4)
+        prog = load(system, ProgType.SCHED_CLS, [*update("m", 1, 2, BPF_ANY), *RET_2],
+                    maps={"m": fd}, name="tagged")
+        info = prog.info()
+        assert info.map_ids == (system.map_get_info(fd).id,)
+        assert info.name == "tagged"
+        assert info.type == ProgType.SCHED_CLS
+        infos.append(info)
+    assert infos[0].tag == infos[1].tag
+
+
+def test_prog_get_fd_by_id_opens_the_same_program(backend):
+    prog = load(backend, ProgType.SOCKET_FILTER, RET_2)
+    prog_id = prog.info().id
+    fd = backend.prog_get_fd_by_id(prog_id)
+    assert backend.prog_get_info(fd).id == prog_id
+    backend.close(fd)
+
+
+def test_last_close_frees_the_id_and_the_maps(emulated):
+    map_fd = emulated.map_create(MapType.HASH, 4, 8, 4)
+    map_id = emulated.map_get_info(map_fd).id
+    prog = load(emulated, ProgType.SCHED_CLS, [*update("m", 1, 2, BPF_ANY), *RET_2],
+                maps={"m": map_fd})
+    prog_id = prog.info().id
+    emulated.close(map_fd)
+    kept = emulated.map_get_fd_by_id(map_id)  # the program holds the map
+    emulated.close(kept)
+    prog.close()
+    for command, obj_id in ((emulated.prog_get_fd_by_id, prog_id),
+                            (emulated.map_get_fd_by_id, map_id)):
+        with pytest.raises(BPFError) as info:
+            command(obj_id)
+        assert info.value.errno == errno.ENOENT
+
+
+# -- tracepoints ----------------------------------------------------------------------------------
+def counting_tracepoint(system) -> tuple[Program, int]:
+    fd = system.map_create(MapType.ARRAY, 4, 8, 1)
+    prog = load(system, ProgType.TRACEPOINT, [
+        *key_at(-4, 0), b.ld_map_fd(R1, "m"), b.call("map_lookup_elem"), b.jeq(R0, 0, "out"),
+        b.mov64(R1, 1), b.atomic_add64(R0, 0, R1), b.label("out"), b.mov64(R0, 0), b.exit_()],
+        maps={"m": fd})
+    return prog, fd
+
+
+def test_triggered_tracepoint_runs_attached_programs_until_detached(emulated):
+    prog, fd = counting_tracepoint(emulated)
+    link = prog.attach_tracepoint("syscalls", "sys_enter_getpid")
+    for _ in range(3):
+        assert emulated.trigger_tracepoint("syscalls", "sys_enter_getpid", bytes(64)) == [0]
+    link.close()
+    assert emulated.trigger_tracepoint("syscalls", "sys_enter_getpid", bytes(64)) == []
+    assert emulated.map_lookup_elem(fd, bytes(4)) == (3).to_bytes(8, "little")
+
+
+def test_attach_tracepoint_needs_a_tracepoint_program(backend):
+    prog = load(backend, ProgType.SOCKET_FILTER, RET_2)
+    with pytest.raises(BPFError) as info:
+        prog.attach_tracepoint("syscalls", "sys_enter_getpid")
+    assert info.value.errno == errno.EINVAL
+
+
+def test_tracepoint_program_counts_real_syscalls_on_the_kernel(kernel):
+    import os
+
+    prog, fd = counting_tracepoint(kernel)
+    with prog.attach_tracepoint("syscalls", "sys_enter_getppid"):
+        for _ in range(3):
+            os.getppid()
+    assert int.from_bytes(kernel.map_lookup_elem(fd, bytes(4)), "little") >= 3
