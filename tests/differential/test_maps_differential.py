@@ -164,6 +164,11 @@ RECORDED = {
         d.Create(1, MapType.LRU_HASH, 4, 8, 4, int(MapFlags.WRONLY_PROG)),
         d.ProgLookup(1, _u32(1)),
     ],
+    "program_writing_a_rdonly_prog_map_is_refused_with_eacces": [
+        d.Create(0, MapType.HASH, 4, 8, 4, int(MapFlags.RDONLY_PROG)),
+        d.ProgUpdate(0, _u32(1), b"12345678"),
+        d.ProgDelete(0, _u32(1)),
+    ],
 }
 
 
