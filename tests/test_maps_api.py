@@ -10,8 +10,11 @@ import ipaddress
 import os
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pybpf import maps as M
+from pybpf.codecs import Int
 from pybpf.errors import (
     BPFError,
     BPFPermissionError,
@@ -140,6 +143,46 @@ def test_codec_size_mismatch_is_reported_when_the_map_opens(backend):
     with pytest.raises(ValueError, match="key codec struct '<Q' is 8 bytes but the map's "
                                          "key_size is 4"):
         M.Map(MapSpec(MapType.HASH, 4, 8, 4), backend, key="<Q")
+
+
+_ops = st.lists(st.tuples(st.sampled_from(["set", "del", "get", "noexist", "exist"]),
+                          st.integers(0, 12), st.integers(-2**63, 2**63 - 1)), max_size=40)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=_ops)
+def test_hash_map_behaves_like_a_dict_for_any_op_sequence(backend, ops):
+    model: dict[int, int] = {}
+    with M.HashMap(16, int, Int(8, signed=True), key_size=4, system=backend) as m:
+        for op, key, value in ops:
+            if op == "set":
+                m[key] = value
+                model[key] = value
+            elif op == "del":
+                with pytest.raises(KeyError) if key not in model else _nothing():
+                    del m[key]
+                model.pop(key, None)
+            elif op == "get":
+                assert m.get(key) == model.get(key)
+                assert (key in m) == (key in model)
+            else:
+                flags = UpdateFlags.NOEXIST if op == "noexist" else UpdateFlags.EXIST
+                fails = (key in model) == (op == "noexist")
+                with pytest.raises(BPFError) if fails else _nothing():
+                    m.update(key, value, flags=flags)
+                if not fails:
+                    model[key] = value
+        assert dict(m.items()) == model
+        assert len(m) == len(model)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 # -- arrays -------------------------------------------------------------------------------
