@@ -88,7 +88,7 @@ def test_comparator_reports_the_first_differing_op_and_shrinks_to_it(backend):
     ops = [d.Create(0, MapType.HASH, 4, 4, 8, int(MapFlags.ZERO_SEED)),
            d.Update(0, k1, b"aaaa"), d.Update(0, k2, b"bbbb"), d.Walk(0), d.Delete(0, k2),
            d.Lookup(0, k2), d.Lookup(0, k1), d.Walk(0)]
-    seq = d.Sequence_("flip", ops)
+    seq = d.OpSequence("flip", ops)
     flipped = _FlipFirstLookupByte(backend)
     found, compared = d.first_mismatch(seq, backend, flipped, "backend", "flipped")
     assert found is not None and found.index == 6 and compared == 7
@@ -100,7 +100,7 @@ def test_comparator_reports_the_first_differing_op_and_shrinks_to_it(backend):
 
 def test_ids_and_cookies_are_normalised_to_handles(backend):
     """Map-in-map lookups name the inner map by creation slot, sockmap lookups the socket."""
-    seq = d.Sequence_("normalise", [
+    seq = d.OpSequence("normalise", [
         d.Create(1, MapType.ARRAY, 4, 8, 2),
         d.Create(0, MapType.ARRAY_OF_MAPS, 4, 4, 2, inner=1),
         d.Update(0, b"\0\0\0\0", d.MapRef(1)),
@@ -119,7 +119,7 @@ def test_failing_write_batch_count_is_elements_done(backend):
     """A write batch that fails on its third key reports two done; one refused before any
     element (no handler: ENOTSUPP) reports none."""
     keys = tuple(bytes([i, 0, 0, 0]) for i in range(4))
-    seq = d.Sequence_("batch count", [
+    seq = d.OpSequence("batch count", [
         d.Create(0, MapType.HASH, 4, 4, 2),
         d.UpdateBatch(0, keys, (b"vvvv",) * 4),
         d.Create(1, MapType.QUEUE, 0, 4, 2),
@@ -179,14 +179,14 @@ def test_recorded_sequence_agrees_with_the_kernel(name, kernel, emulated, differ
     ops = RECORDED[name]
     if lookup_programs_off and any(isinstance(op, d.ProgLookup) for op in ops):
         pytest.skip(f"program-side lookups cannot run: {lookup_programs_off}")
-    found, compared = d.first_mismatch(d.Sequence_(name, ops), kernel, emulated, "kernel",
+    found, compared = d.first_mismatch(d.OpSequence(name, ops), kernel, emulated, "kernel",
                                        "emulated")
     differential_tally.add("kernel", "emulated", "recorded", 1, compared, found is not None)
     if found is not None:
         pytest.fail(found.format(), pytrace=False)
 
 
-def _lru_fill_sequence(with_program_lookup: bool) -> d.Sequence_:
+def _lru_fill_sequence(with_program_lookup: bool) -> d.OpSequence:
     key = [_u32(i) for i in range(14)]
     ops: list[d.Op] = [d.Create(0, MapType.LRU_HASH, 4, 4, 8)]
     ops += [d.Update(0, key[i], b"vvvv") for i in range(8)]
@@ -194,7 +194,7 @@ def _lru_fill_sequence(with_program_lookup: bool) -> d.Sequence_:
         ops.append(d.ProgLookup(0, key[0]))
     ops += [d.Update(0, key[i], b"vvvv") for i in range(8, 14)]
     ops.append(d.Walk(0))
-    return d.Sequence_("lru fill", ops)
+    return d.OpSequence("lru fill", ops)
 
 
 @pytest.mark.kernel
@@ -256,7 +256,7 @@ def hash_sequences(draw, ncpu: int, programs: bool):
           if programs and (mt in (MapType.HASH, MapType.LRU_HASH) or vs % 8 == 0) else []),
     )
     ops = draw(st.lists(op, min_size=5, max_size=60))
-    return d.Sequence_("hypothesis hash family", [d.Create(0, mt, ks, vs, me, flags), *ops])
+    return d.OpSequence("hypothesis hash family", [d.Create(0, mt, ks, vs, me, flags), *ops])
 
 
 @pytest.mark.kernel
@@ -284,5 +284,5 @@ def test_hypothesis_hash_family_sequences_match_the_kernel(kernel, emulated,
 
 def test_bad_map_handle_has_an_fd_no_backend_opened(emulated):
     """Ops on BAD_MAP exercise EBADF on both backends."""
-    res = d.Runner(emulated).run(d.Sequence_("bad", [d.Lookup(d.BAD_MAP, b"\0\0\0\0")]))
+    res = d.Runner(emulated).run(d.OpSequence("bad", [d.Lookup(d.BAD_MAP, b"\0\0\0\0")]))
     assert res == [("err", errno.errorcode[errno.EBADF])]

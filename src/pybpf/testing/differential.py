@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..errors import errno_name
-from ..system import System
+from ..system import MapInfo, System
 from ..uapi import (
     BPF_ANY,
     BPF_EXIST,
@@ -123,7 +123,7 @@ class Update(Op):
 
     def run(self, r: Runner) -> Result:
         return r.call(self.m, lambda s, fd: s.map_update_elem(
-            fd, self.key, r.encode_value(self.m, self.value), self.flags))
+            fd, self.key, r.encode_value(self.value), self.flags))
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,7 @@ class UpdateBatch(Op):
 
     def run(self, r: Runner) -> Result:
         return _write_batch_result(len(self.keys), r.call(self.m, lambda s, fd: s.map_update_batch(
-            fd, list(self.keys), [r.encode_value(self.m, v) for v in self.values],
+            fd, list(self.keys), [r.encode_value(v) for v in self.values],
             self.elem_flags, self.flags)))
 
 
@@ -324,7 +324,7 @@ class CloseSocket(Op):
 
 
 @dataclass
-class Sequence_:
+class OpSequence:
     """A named list of ops, run from CPU ``cpu``."""
 
     label: str
@@ -360,6 +360,11 @@ def _lookup_batch_error(res: Result) -> Result:
     """A failing lookup batch returns no elements; what its count field holds then is not
     part of the contract (the kernel may not have written it), so it is not compared."""
     return res[:2] if res[0] == "err" else res
+
+
+def _info_fields(i: MapInfo) -> tuple:
+    return (MapType(i.type).name if i.type in MapType._value2member_map_ else i.type,
+            i.key_size, i.value_size, i.max_entries, hex(i.map_flags), i.name, i.map_extra)
 
 
 def _hex(b: bytes | None) -> str | None:
@@ -408,12 +413,10 @@ class Runner:
         return ("ok",) if out is None else ("ok", out)
 
     def info(self, fd: int) -> tuple:
-        i = self.sys.map_get_info(fd)
-        return (MapType(i.type).name if i.type in MapType._value2member_map_ else i.type,
-                i.key_size, i.value_size, i.max_entries, hex(i.map_flags), i.name,
-                i.map_extra)
+        """map_get_info without the id (ids differ between backends; see decode_value)."""
+        return _info_fields(self.sys.map_get_info(fd))
 
-    def encode_value(self, handle: int, value: Value) -> bytes:
+    def encode_value(self, value: Value) -> bytes:
         if isinstance(value, MapRef):
             return struct.pack("<I", self.fd_of(value.handle))
         if isinstance(value, SockRef):
@@ -446,11 +449,11 @@ class Runner:
             self._close_fd(old.fd)
         self.maps[op.m] = _MapState(fd, op)
         try:
-            info = self.info(fd)
-            self.id_to_handle[self.sys.map_get_info(fd).id] = op.m
+            info = self.sys.map_get_info(fd)
         except Exception as exc:
             return ("ok", "info failed", _err(exc))
-        return ("ok", info)
+        self.id_to_handle[info.id] = op.m
+        return ("ok", _info_fields(info))
 
     def next_key(self, op: NextKey) -> Result:
         st = self.maps.get(op.m)
@@ -585,7 +588,7 @@ class Runner:
             extra.close()
         return ("ok",)
 
-    def run(self, seq: Sequence_) -> list[Result]:
+    def run(self, seq: OpSequence) -> list[Result]:
         results: list[Result] = []
         try:
             with self.sys.on_cpu(seq.cpu), self._cpu_stack:
@@ -734,7 +737,7 @@ def programs_supported(system: System) -> str | None:
 class Mismatch:
     """The first op of a sequence whose results differ between the two backends."""
 
-    seq: Sequence_
+    seq: OpSequence
     index: int
     a_name: str
     b_name: str
@@ -763,7 +766,7 @@ def _show(thing: object, limit: int = 600) -> str:
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
 
 
-def first_mismatch(seq: Sequence_, a: System, b: System, a_name: str = "A",
+def first_mismatch(seq: OpSequence, a: System, b: System, a_name: str = "A",
                    b_name: str = "B") -> tuple[Mismatch | None, int]:
     """Run ``seq`` on both; the first mismatch (or None) and the number of ops compared."""
     ra = Runner(a).run(seq)
@@ -1401,11 +1404,11 @@ GENERATORS: dict[str, Callable[[Gen], list[Op]]] = {
 
 
 def generate(family: str, seed: int, index: int, ncpu: int,
-             programs: bool = True) -> Sequence_:
+             programs: bool = True) -> OpSequence:
     """Sequence ``index`` of ``family`` for ``seed`` (the same on every run and machine);
     ``programs=False`` leaves out the program-side lookups."""
     rng = random.Random(f"pybpf-differential:{seed}:{family}:{index}")
-    return Sequence_(f"{family} seed={seed} #{index}",
+    return OpSequence(f"{family} seed={seed} #{index}",
                      GENERATORS[family](Gen(rng, ncpu, programs)))
 
 
