@@ -124,7 +124,6 @@ def test_core_used_before_setup_is_a_clear_error():
 TRANSCRIPT = textwrap.dedent("""
     import errno, sys
     from pybpf import maps as M, system
-    from pybpf.uapi import BPF_F_ZERO_SEED
     from pybpf.system import bpf_allowed
 
     def attempt(f):
@@ -135,7 +134,7 @@ TRANSCRIPT = textwrap.dedent("""
 
     for name in (["kernel"] if bpf_allowed() else []) + ["emulated"]:
         s = system(name)
-        h = M.HashMap(4, int, "<q", key_size=4, flags=BPF_F_ZERO_SEED, system=s)
+        h = M.HashMap(4, int, "<q", key_size=4, system=s)
         b = M.HashMap(4, bytes, bytes, key_size=3, value_size=5, system=s)
         p = M.PercpuArrayMap(2, value="<I", system=s)
         q = M.QueueMap(2, int, value_size=2, system=s)
