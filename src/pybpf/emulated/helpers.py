@@ -53,11 +53,16 @@ class HelperProto:
         return f"bpf_{BpfFunc(self.func_id).name}"
 
 
+# Exact map classes seen so far (a fast type check for the hot helpers); filled lazily.
+_MAP_CLASSES: set[type] = set()
+
+
 def bpf_map_of(rs: RunState, ptr: int, helper: str) -> BpfMap:
     """The map a map-pointer argument points to (a region holding the map object)."""
     obj = rs.mem.get(ptr >> 32) if ptr >= 0 else None
     if not isinstance(obj, BpfMap) or ptr & OFF_MASK:
         raise ProgramFault(errno.EFAULT, f"{helper}: R1 is not a map pointer ({ptr:#x})")
+    _MAP_CLASSES.add(type(obj))
     return obj
 
 
@@ -68,9 +73,23 @@ def _machine(rs: RunState):
 
 # -- map helpers (kernel/bpf/helpers.c) ----------------------------------------------------------
 def bpf_map_lookup_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
-    bpf_map = bpf_map_of(rs, r1, "bpf_map_lookup_elem")
-    value = bpf_map.lookup_elem(mem_read(rs, r2, bpf_map.key_size, "key (R2)"))
-    return 0 if value is None else rs.region_of(value)
+    # the hottest helper: the common case (a map pointer, a key in plain memory) inline
+    mem = rs.mem
+    bpf_map = mem.get(r1 >> 32)
+    if type(bpf_map) not in _MAP_CLASSES or r1 & OFF_MASK:
+        bpf_map = bpf_map_of(rs, r1, "bpf_map_lookup_elem")
+    size = bpf_map.key_size
+    region = mem.get(r2 >> 32)
+    off = r2 & OFF_MASK
+    if type(region) is bytearray and off + size <= len(region):
+        key = bytes(region[off:off + size])
+    else:
+        key = mem_read(rs, r2, size, "key (R2)")
+    value = bpf_map.lookup_elem(key)
+    if value is None:
+        return 0
+    pointer = rs.value_regions.get(id(value))
+    return rs.region_of(value) if pointer is None else pointer
 
 
 def bpf_map_update_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:

@@ -190,7 +190,7 @@ class RunState:
                  packet: bytes | bytearray | memoryview = b"") -> None:
         self.mem: dict[int, Any] = {}
         self.next_region = DYNAMIC_REGION_BASE
-        self.value_regions: dict[int, int] = {}  # id(buffer) -> region, for map values
+        self.value_regions: dict[int, int] = {}  # id(buffer) -> its pointer, for map values
         self.count = 0
         self.budget = budget
         self.tail_calls = 0
@@ -204,13 +204,13 @@ class RunState:
     def region_of(self, buf: Any) -> int:
         """The pointer to the start of ``buf`` (a map value), giving it a region once."""
         key = id(buf)
-        region = self.value_regions.get(key)
-        if region is None:
+        pointer = self.value_regions.get(key)
+        if pointer is None:
             region = self.next_region
             self.next_region = region + 1
             self.mem[region] = buf  # also keeps buf alive, so its id stays unique
-            self.value_regions[key] = region
-        return region << 32
+            pointer = self.value_regions[key] = region << 32
+        return pointer
 
     def add_region(self, buf: Any) -> int:
         region = self.next_region
@@ -759,11 +759,10 @@ class _FunctionWriter:
             elif imm == AtomicOp.CMPXCHG:
                 emit(depth, f"r0 = atomic_op(rs, {d} + {insn.off}, {size}, {imm}, {src}, r0, "
                             f"{pc})")
-            elif imm & ATOMIC_FETCH:
-                emit(depth, f"{src} = atomic_op(rs, {d} + {insn.off}, {size}, {imm}, {src}, r0, "
-                            f"{pc})")
-            else:
+            elif imm == AtomicOp.STORE_REL:
                 emit(depth, f"atomic_op(rs, {d} + {insn.off}, {size}, {imm}, {src}, r0, {pc})")
+            else:
+                self.write_atomic_rmw(pc, insn, size, depth)
         elif kind is Kind.LD_ABS:
             emit(depth, f"r0 = ld_abs(rs, {imm}, {info.nbytes})")
         elif kind is Kind.LD_IND:
@@ -771,6 +770,27 @@ class _FunctionWriter:
         else:  # pragma: no cover
             raise ValueError(f"insn {pc}: the JIT cannot translate {info.name}")
         return depth
+
+    def write_atomic_rmw(self, pc: int, insn: Instruction, size: int, depth: int) -> None:
+        """add/or/and/xor (with or without fetch) and xchg, inline under the atomic lock; a
+        region that is not plain memory takes atomic_op's checked path."""
+        emit = self.emit
+        d, src, imm = f"r{insn.dst}", f"r{insn.src}", insn.imm
+        mask = (1 << (8 * size)) - 1
+        new = {AtomicOp.ADD: f"(old + {src}) & {mask}", AtomicOp.OR: f"old | ({src} & {mask})",
+               AtomicOp.AND: f"old & {src}", AtomicOp.XOR: f"(old ^ {src}) & {mask}",
+               AtomicOp.XCHG & ~ATOMIC_FETCH: f"{src} & {mask}"}[imm & ~ATOMIC_FETCH]
+        emit(depth, "try:")
+        emit(depth + 1, f"a = {d} + {insn.off}")
+        emit(depth + 1, "m = mem[a >> 32]")
+        emit(depth + 1, "o = a & 0xffffffff")
+        emit(depth + 1, "with ATOMIC_LOCK:")
+        emit(depth + 2, f"old = L{size}(m, o)[0]")
+        emit(depth + 2, f"S{size}(m, o, {new})")
+        emit(depth, "except ACCESS_ERRORS:")
+        emit(depth + 1, f"old = atomic_op(rs, {d} + {insn.off}, {size}, {imm}, {src}, r0, {pc})")
+        if imm & ATOMIC_FETCH:
+            emit(depth, f"{src} = old")
 
     def write_load(self, pc: int, insn: Instruction, info, depth: int) -> None:
         emit = self.emit
@@ -909,6 +929,7 @@ def jit_compile(exe: Executable) -> Callable:
         "BPF_MAX_LOOPS": BPF_MAX_LOOPS, "ACCESS_ERRORS": ACCESS_ERRORS,
         "mem_load": mem_load, "mem_store": mem_store, "atomic_op": atomic_op,
         "ld_abs": ld_abs, "tail_call": tail_call, "bad_jump": bad_jump,
+        "ATOMIC_LOCK": _atomic_lock,
         "sdiv": sdiv, "smod": smod, "bswap": bswap,
     }
     for size, fmt in _LOAD.items():

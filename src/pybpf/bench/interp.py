@@ -1,0 +1,210 @@
+"""``python -m pybpf.bench.interp`` (``pybpf bench interp``): eBPF execution speed.
+
+Rules this module keeps:
+- Loop-heavy programs (ALU and stack work; a map lookup and an atomic add per iteration) run
+  on the emulated backend's two engines, the reference interpreter and the JIT to Python,
+  and, when bpf(2) works, on the kernel through BPF_PROG_TEST_RUN: the same bytes everywhere.
+- Instructions per run are counted by the emulator (every executed instruction); the kernel's
+  rate uses that count and its own ``duration`` (mean ns per run over ``repeat``).
+- ns/run is what each backend's test run reports as ``duration`` (the emulator measures it
+  with perf_counter_ns around the runs); nothing is estimated or scaled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from ..asm import (
+    FP,
+    R0,
+    R1,
+    R2,
+    R3,
+    R4,
+    R6,
+    R7,
+    add64,
+    assemble,
+    atomic_add64,
+    call,
+    encode,
+    exit_,
+    jeq,
+    jlt,
+    label,
+    ld_map_fd,
+    lddw,
+    ldxdw,
+    mov64,
+    rsh64,
+    st,
+    stxdw,
+    xor64,
+)
+from ..uapi import MapType, ProgType
+from .report import Progress, dump_json, format_table
+
+PACKET = bytes(64)
+
+
+def alu_loop(iterations: int) -> list:
+    """Hashing-style ALU and stack work: 9 instructions per iteration."""
+    return [
+        mov64(R0, 0), mov64(R1, 0), lddw(R2, 0x9E37_79B9_7F4A_7C15),
+        label("loop"),
+        add64(R0, R1), xor64(R0, R2), mov64(R3, R0), rsh64(R3, 7), add64(R0, R3),
+        stxdw(FP, -8, R0), ldxdw(R4, FP, -8), add64(R1, 1),
+        jlt(R1, iterations, "loop"),
+        exit_(),
+    ]
+
+
+def map_loop(iterations: int) -> list:
+    """A map lookup and an atomic add per iteration (helper calls in the hot loop)."""
+    return [
+        mov64(R6, 0), mov64(R7, 0), st(4, FP, -4, 0),
+        label("loop"),
+        ld_map_fd(R1, "counters"), mov64(R2, FP), add64(R2, -4), call("map_lookup_elem"),
+        jeq(R0, 0, "next"), mov64(R1, 1), atomic_add64(R0, 0, R1), add64(R7, 1),
+        label("next"), add64(R6, 1), jlt(R6, iterations, "loop"),
+        mov64(R0, R7), exit_(),
+    ]
+
+
+PROGRAMS = {"alu-loop": alu_loop, "map-loop": map_loop}
+
+
+@dataclass
+class Row:
+    program: str
+    engine: str
+    insns_per_run: int
+    runs: int
+    ns_per_run: int
+    insns_per_sec: float
+
+
+def _load(system, program: str, iterations: int):
+    """Load ``program`` on ``system``; (prog fd, the map fds to close)."""
+    items = PROGRAMS[program](iterations)
+    maps = {}
+    if program == "map-loop":
+        maps["counters"] = system.map_create(MapType.ARRAY, 4, 8, 1)
+    insns = encode(assemble(items).with_map_fds(lambda name: maps[name]))
+    return system.prog_load(ProgType.SCHED_CLS, insns, prog_name=program.replace("-", "_")
+                            .encode()), list(maps.values())
+
+
+def count_insns(program: str, iterations: int) -> int:
+    """Instructions one run executes, counted by the emulator's reference interpreter."""
+    from ..emulated.interpreter import CTX_REGION, RunState, run
+    from ..system import system as make_system
+
+    emulated = make_system("emulated")
+    fd, map_fds = _load(emulated, program, iterations)
+    prog = emulated.prog_from_fd(fd)
+    rs = RunState(emulated, budget=1 << 62)
+    rs.mem[CTX_REGION] = bytearray(192)
+    run(prog.executable, rs, CTX_REGION << 32, "jit")
+    for obj in (fd, *map_fds):
+        emulated.close(obj)
+    return rs.count
+
+
+def measure(system, engine: str, program: str, iterations: int, repeat: int) -> Row:
+    fd, map_fds = _load(system, program, iterations)
+    try:
+        if engine != "kernel":
+            system.bpf_engine = engine
+            system.insn_budget = 1 << 62
+        result = system.prog_test_run(fd, PACKET, repeat=repeat)
+    finally:
+        for obj in (fd, *map_fds):
+            system.close(obj)
+    insns = count_insns(program, iterations)
+    ns = max(result.duration, 1)
+    return Row(program, engine, insns, repeat, result.duration, insns * 1e9 / ns)
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--iterations", type=int, default=20_000,
+                        help="loop iterations per run (the kernel's verifier walks every "
+                             "iteration: keep it under ~100k; default 20000)")
+    parser.add_argument("--programs", nargs="+", choices=sorted(PROGRAMS),
+                        default=sorted(PROGRAMS), help="which programs (default: all)")
+    parser.add_argument("--interp-repeat", type=int, default=1,
+                        help="runs on the reference interpreter (default 1)")
+    parser.add_argument("--jit-repeat", type=int, default=10,
+                        help="runs on the JIT (default 10)")
+    parser.add_argument("--kernel-repeat", type=int, default=1000,
+                        help="BPF_PROG_TEST_RUN repeat on the kernel (default 1000)")
+    parser.add_argument("--no-kernel", action="store_true", help="skip the kernel")
+    parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    return parser
+
+
+def run_from_args(ns: argparse.Namespace) -> int:
+    from ..system import bpf_allowed
+    from ..system import system as make_system
+
+    kernel = None
+    kernel_note = "skipped (--no-kernel)"
+    if not ns.no_kernel:
+        if bpf_allowed():
+            kernel = make_system("kernel")
+        else:
+            kernel_note = "bpf(2) is not allowed here: kernel figures skipped"
+    emulated = make_system("emulated")
+    plan = [(program, engine, repeat) for program in ns.programs
+            for engine, repeat in (("interp", ns.interp_repeat), ("jit", ns.jit_repeat),
+                                   ("kernel", ns.kernel_repeat))
+            if engine != "kernel" or kernel is not None]
+    progress = Progress("bench interp", len(plan), enabled=not ns.json)
+    rows = []
+    for program, engine, repeat in plan:
+        system = kernel if engine == "kernel" else emulated
+        rows.append(measure(system, engine, program, ns.iterations, repeat))
+        progress.advance(note=f"{program} on {engine}")
+    progress.finish()
+    if ns.json:
+        dump_json({"iterations": ns.iterations, "kernel": kernel_note if kernel is None
+                   else "measured", "rows": [asdict(r) for r in rows]})
+        return 0
+    print(f"eBPF execution speed, {ns.iterations} loop iterations per run "
+          "(instructions counted by the emulator; ns/run as each backend's test run reports)")
+    names = {"interp": "emulated: reference interpreter", "jit": "emulated: JIT to Python",
+             "kernel": "kernel: BPF_PROG_TEST_RUN"}
+    print(format_table(
+        ["program", "engine", "insns/run", "runs", "ns/run", "M insns/s"],
+        [[r.program, names[r.engine], r.insns_per_run, r.runs, r.ns_per_run,
+          round(r.insns_per_sec / 1e6, 2)] for r in rows]))
+    by_key = {(r.program, r.engine): r for r in rows}
+    for program in ns.programs:
+        jit, interp = by_key[(program, "jit")], by_key[(program, "interp")]
+        line = f"{program}: JIT {jit.insns_per_sec / interp.insns_per_sec:.1f}x the interpreter"
+        if (program, "kernel") in by_key:
+            kernel_rate = by_key[(program, "kernel")].insns_per_sec
+            line += f"; kernel {kernel_rate / jit.insns_per_sec:.0f}x the JIT"
+        print(line)
+    if kernel is None:
+        print(kernel_note)
+    return 0
+
+
+def interp_command(parser: argparse.ArgumentParser):
+    """``pybpf bench interp`` (bench.BENCHMARKS)."""
+    configure_parser(parser)
+    return run_from_args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = configure_parser(argparse.ArgumentParser(
+        prog="python -m pybpf.bench.interp", description=__doc__.splitlines()[0]))
+    return run_from_args(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
