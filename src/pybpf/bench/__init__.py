@@ -15,6 +15,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "htab-mem": ("hash map update throughput and memory: preallocated vs bpf_mem_alloc "
                  "(and, emulated, the old call_rcu design); the selftests' htab-mem",
                  "pybpf.bench.htab_mem:htab_mem_command"),
+    "interp": ("eBPF execution speed: the emulator's interpreter and JIT beside the "
+               "kernel's BPF_PROG_TEST_RUN on loop-heavy programs",
+               "pybpf.bench.interp:interp_command"),
 }
 
 
