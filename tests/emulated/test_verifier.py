@@ -137,6 +137,20 @@ def test_raw_tracepoint_ctx_must_cover_what_the_program_reads(backend, ctx_size,
         backend.close(fd)
 
 
+@pytest.mark.parametrize("license,ok", [("GPL", True), ("Dual BSD/GPL", True), ("MIT", False)])
+def test_gpl_only_helper_needs_a_gpl_compatible_license(backend, license, ok):
+    program = (ins(0x7A, 10, 0, -8, 0) + ins(0xBF, 1, 10) + ins(0x07, 1, 0, 0, -8)
+               + ins(0xB7, 2, 0, 0, 1) + ins(0x85, imm=6) + EXIT)  # trace_printk("", 1)
+    if ok:
+        backend.close(backend.prog_load(ProgType.RAW_TRACEPOINT, program, license=license))
+        return
+    with pytest.raises(VerifierError) as info:
+        backend.prog_load(ProgType.RAW_TRACEPOINT, program, license=license)
+    assert info.value.errno == errno.EINVAL
+    assert "cannot call GPL-restricted function from non-GPL compatible program" in \
+        info.value.log
+
+
 def test_syscall_programs_must_be_sleepable(backend):
     with pytest.raises(VerifierError) as info:
         backend.prog_load(ProgType.SYSCALL, R0_0 + EXIT)

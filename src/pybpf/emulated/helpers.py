@@ -47,6 +47,7 @@ class HelperProto:
     func: Callable[..., int]
     nargs: int  # R1..R<nargs> must be initialised at the call
     prog_types: frozenset[int] | None = None  # None: every program type
+    gpl_only: bool = False  # only programs with a GPL-compatible license may call it
 
     @property
     def name(self) -> str:
@@ -300,7 +301,8 @@ def _table() -> dict[int, HelperProto]:
         (BpfFunc.sk_redirect_map, bpf_sk_redirect_map, 4, _SK_SKB),
         (BpfFunc.sk_redirect_hash, bpf_sk_redirect_hash, 4, _SK_SKB),
     ]
-    return {int(fid): HelperProto(int(fid), func, nargs, types)
+    gpl_only = {BpfFunc.trace_printk}
+    return {int(fid): HelperProto(int(fid), func, nargs, types, fid in gpl_only)
             for fid, func, nargs, types in entries}
 
 

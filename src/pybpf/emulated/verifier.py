@@ -86,15 +86,19 @@ def _reject(err: int, message: str) -> VerifierReject:
     return VerifierReject(err, message)
 
 
-def bpf_check(insns: bytes, prog_type: int, map_from_fd: Callable[[int], Any]) -> VerifiedProgram:
+def bpf_check(insns: bytes, prog_type: int, map_from_fd: Callable[[int], Any],
+              gpl: bool = True) -> VerifiedProgram:
     """Verify ``insns`` for ``prog_type``; ``map_from_fd(fd)`` resolves lddw map fds (raises
-    KernelError). Returns the decoded program or raises ``VerifierReject``."""
-    return _Verifier(insns, prog_type, map_from_fd).run()
+    KernelError); ``gpl``: the license is GPL-compatible. Returns the decoded program or
+    raises ``VerifierReject``."""
+    return _Verifier(insns, prog_type, map_from_fd, gpl).run()
 
 
 class _Verifier:
-    def __init__(self, data: bytes, prog_type: int, map_from_fd: Callable[[int], Any]) -> None:
+    def __init__(self, data: bytes, prog_type: int, map_from_fd: Callable[[int], Any],
+                 gpl: bool = True) -> None:
         self.data = data
+        self.gpl = gpl
         self.prog_type = prog_type
         self.map_from_fd = map_from_fd
         self.n = len(data) // 8
@@ -316,6 +320,9 @@ class _Verifier:
                           " (the emulated backend does not implement it)")
         if proto.prog_types is not None and self.prog_type not in proto.prog_types:
             raise _reject(errno.EINVAL, f"program of this type cannot use helper {name}#{func_id}")
+        if proto.gpl_only and not self.gpl:
+            raise _reject(errno.EINVAL, "cannot call GPL-restricted function from non-GPL "
+                          "compatible program")
 
     def check_reads(self, pc: int, insn: Instruction, init: int) -> None:
         for reg in _reads(insn):
