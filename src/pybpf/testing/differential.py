@@ -983,9 +983,10 @@ def _hash_family(g: Gen, types: Sequence[int], lru: bool) -> list[Op]:
     if g.chance(0.02 if lru else 0.3):
         flags |= MapFlags.NO_PREALLOC
     flags |= g.access_flags(0.03)
-    ks = g.rng.choice([1, 2, 3, 4, 5, 6, 8, 12, 16])
+    ks = g.pick({1: 2, 2: 2, 3: 2, 4: 3, 5: 2, 6: 1, 8: 3, 12: 2, 16: 2, 20: 1, 33: 1, 64: 1})
     vs = g.rng.choice([1, 2, 4, 7, 8, 12, 16, 24])
-    me = g.rng.choice([2, 3, 4, 5, 8, 9, 16, 31, 64] if lru else [1, 2, 3, 4, 5, 8, 16, 31])
+    me = g.pick({2: 1, 3: 1, 4: 1, 5: 1, 8: 1, 9: 1, 16: 1, 31: 1, 64: 1, 130: 0.3,
+                 300: 0.2} if lru else {1: 1, 2: 1, 3: 1, 4: 1, 5: 1, 8: 1, 16: 1, 31: 1})
     create = Create(0, mt, ks, vs, me, int(flags))
     pool = g.keys(ks, me * (3 if lru else 2) + 2)
     weights = dict(_HASH_WEIGHTS)
@@ -994,7 +995,7 @@ def _hash_family(g: Gen, types: Sequence[int], lru: bool) -> list[Op]:
     else:
         weights.update(prog_lookup=2, prog_update=3, prog_delete=1,
                        set_cpu=0.5 if mt == MapType.PERCPU_HASH else 0)
-    n = g.rng.randint(20, 120 if lru else 90)
+    n = g.rng.randint(20, 120 if lru else 90) + (2 * me if me > 64 else 0)
     return [create] + _element_ops(
         g, 0, create, n, lambda: g.rng.choice(pool), lambda: g.value(mt, vs), zero_seed,
         weights)
