@@ -6,7 +6,9 @@
  * It loads and attaches nothing: run it while `pybpf map-perf --c-trigger PATH` has the
  * programs attached (map-perf runs it in each child, right after its own loop for the same
  * test on the same CPU). It pins itself to CPU, makes MAX_CNT trigger syscalls and prints
- * the map-perf line with "(C trigger)" appended.
+ * the map-perf line with "(C trigger)" appended, and the same rate per second of the
+ * process's CPU time (user + system: the programs run in the syscalls), which other load on
+ * the machine does not disturb.
  *
  * Build: cc -O2 -o map_perf_trigger tools/map_perf_trigger.c
  * Usage: map_perf_trigger TEST CPU MAX_CNT LOOKUP_ENTRIES     (TEST: 0-10, the enum index)
@@ -42,18 +44,18 @@ static const struct {
 	{ "lru_hash_lookup_perf pre-alloc", "events", -1, 3, 1 },
 };
 
-static unsigned long long now_ns(void)
+static unsigned long long clock_ns(clockid_t clock)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(clock, &ts);
 	return ts.tv_sec * 1000000000ull + ts.tv_nsec;
 }
 
 int main(int argc, char **argv)
 {
 	struct sockaddr_in6 addr = { .sin6_family = AF_INET6 };
-	unsigned long long start, elapsed;
+	unsigned long long start, cpu_start, elapsed, cpu_time;
 	unsigned int entries;
 	long i, max_cnt;
 	cpu_set_t set;
@@ -80,7 +82,8 @@ int main(int argc, char **argv)
 	addr.sin6_addr.s6_addr16[1] = 0xbeef;
 	addr.sin6_addr.s6_addr16[2] = tests[test].tcase;
 
-	start = now_ns();
+	start = clock_ns(CLOCK_MONOTONIC);
+	cpu_start = clock_ns(CLOCK_THREAD_CPUTIME_ID);
 	if (tests[test].nr < 0) {
 		for (i = 0; i < max_cnt; i++) {
 			if (connect(-1, (struct sockaddr *)&addr, sizeof(addr)) != -1 ||
@@ -100,9 +103,12 @@ int main(int argc, char **argv)
 		for (i = 0; i < max_cnt; i++)
 			syscall(tests[test].nr);
 	}
-	elapsed = now_ns() - start;
-	printf("%d:%s %lld %s per sec (C trigger)\n", cpu, tests[test].label,
+	elapsed = clock_ns(CLOCK_MONOTONIC) - start;
+	cpu_time = clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu_start;
+	printf("%d:%s %lld %s per sec (C trigger; %lld per CPU-second)\n", cpu,
+	       tests[test].label,
 	       (long long)(max_cnt * 1000000000ll * tests[test].per_event / elapsed),
-	       tests[test].unit);
+	       tests[test].unit,
+	       (long long)(max_cnt * 1000000000ll * tests[test].per_event / cpu_time));
 	return 0;
 }
