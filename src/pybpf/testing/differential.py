@@ -1459,7 +1459,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from ..system import system
 
-    a, b = system(args.a), system(args.b)
+    try:
+        a, b = system(args.a), system(args.b)
+    except OSError as exc:  # bpf(2) not allowed here: nothing to compare against
+        print(f"cannot compare {args.a} with {args.b}: {exc}", file=sys.stderr)
+        return 2
     families = args.family or list(GENERATORS)
     summary = compare(families, args.sequences, args.seed, a, b, args.a, args.b,
                       shrink_budget=args.shrink, progress=lambda s: print(s, flush=True))
