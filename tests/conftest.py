@@ -4,23 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pybpf.system import bpf_allowed
-
-_BPF_OK: bool | None = None
-
-
-def kernel_available() -> bool:
-    global _BPF_OK
-    if _BPF_OK is None:
-        try:
-            _BPF_OK = bpf_allowed()
-        except Exception:  # no Linux, no ctypes libc, ...
-            _BPF_OK = False
-    return _BPF_OK
-
-
-KERNEL_SKIP_REASON = ("bpf(2) is not permitted here (needs Linux with root or CAP_BPF); "
-                      "the emulated backend is tested instead")
+from pybpf.testing import KERNEL_SKIP_REASON, kernel_available
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import kernel_available
+from pybpf.testing import kernel_available
 from pybpf.bench import htab_mem as hm
 from pybpf.uapi import MapFlags
 

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from conftest import kernel_available
+from pybpf.testing import kernel_available
 from pybpf.bench import map_perf as mp
 from pybpf.bench import trigger
 from pybpf.bench.map_perf_progs import BUILDERS, build_program

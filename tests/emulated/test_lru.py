@@ -210,7 +210,7 @@ def test_eviction_moving_between_cpus_matches_the_kernel(kernel_sys, ops, map_ty
 
 @pytest.fixture(scope="module")
 def kernel_sys():
-    from tests.conftest import KERNEL_SKIP_REASON, kernel_available
+    from pybpf.testing import KERNEL_SKIP_REASON, kernel_available
 
     if not kernel_available():
         pytest.skip(KERNEL_SKIP_REASON)

@@ -3,3 +3,19 @@
 ``pybpf.testing.differential`` runs one operation sequence on two ``System`` backends and
 compares every returned byte and errno; ``python -m pybpf.testing.differential`` is its CLI.
 """
+
+from functools import cache
+
+from ..system import bpf_allowed
+
+KERNEL_SKIP_REASON = ("bpf(2) is not permitted here (needs Linux with root or CAP_BPF); "
+                      "the emulated backend is tested instead")
+
+
+@cache
+def kernel_available() -> bool:
+    """True when the kernel backend can run here; never raises (no Linux, no libc, ...)."""
+    try:
+        return bpf_allowed()
+    except Exception:
+        return False
