@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from pybpf.testing import kernel_available
 from pybpf.bench import htab_mem as hm
+from pybpf.testing import kernel_available
 from pybpf.uapi import MapFlags
 
 needs_kernel = pytest.mark.skipif(not kernel_available(), reason="bpf(2) is not permitted here")

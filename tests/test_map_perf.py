@@ -16,10 +16,10 @@ import sys
 
 import pytest
 
-from pybpf.testing import kernel_available
 from pybpf.bench import map_perf as mp
 from pybpf.bench import trigger
 from pybpf.bench.map_perf_progs import BUILDERS, build_program
+from pybpf.testing import kernel_available
 from pybpf.uapi import MapFlags, MapType
 
 SAMPLE_LINE = re.compile(
