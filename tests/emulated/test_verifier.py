@@ -156,3 +156,41 @@ def test_syscall_programs_must_be_sleepable(backend):
         backend.prog_load(ProgType.SYSCALL, R0_0 + EXIT)
     assert info.value.errno == errno.EINVAL
     assert "Syscall programs can only be sleepable" in info.value.log
+
+
+def _lookup_then(map_fd: int, *access: bytes) -> bytes:
+    """key 0 on the stack, r0 = lookup(map, &key); if r0: <access>; r0 = 0; exit."""
+    body = b"".join(access)
+    return (ins(0x62, 10, 0, -4, 0) + ins(0xBF, 2, 10) + ins(0x07, 2, 0, 0, -4)
+            + ins(0x18, 1, 1, 0, map_fd) + ins(0) + ins(0x85, imm=1)
+            + ins(0x15, 0, 0, len(body) // 8, 0) + body + R0_0 + EXIT)
+
+
+@pytest.mark.parametrize("flag,access,message", [
+    (0x100, ins(0x79, 3, 0, 0), "read from map forbidden, value_size=8 off=0 size=8"),
+    (0x80, ins(0x62, 0, 0, 4, 1), "write into map forbidden, value_size=8 off=4 size=4"),
+    (0x80, ins(0xBF, 3, 0) + ins(0x07, 3, 0, 0, 2) + ins(0x73, 3, 0, 1, 0),
+     "write into map forbidden, value_size=8 off=3 size=1"),
+])
+def test_prog_access_flags_of_a_map_are_enforced_at_load(backend, flag, access, message):
+    map_fd = backend.map_create(2, 4, 8, 1, map_flags=flag)  # ARRAY
+    with pytest.raises(VerifierError) as info:
+        backend.prog_load(ProgType.SOCKET_FILTER, _lookup_then(map_fd, access))
+    assert info.value.errno == errno.EACCES
+    assert message in info.value.log
+
+
+def test_update_helper_on_a_rdonly_prog_map_is_refused(backend):
+    map_fd = backend.map_create(1, 4, 8, 1, map_flags=0x80)  # HASH
+    program = (ins(0x62, 10, 0, -4, 0) + ins(0xBF, 2, 10) + ins(0x07, 2, 0, 0, -4)
+               + ins(0x18, 1, 1, 0, map_fd) + ins(0) + ins(0x85, imm=3) + EXIT)
+    with pytest.raises(VerifierError) as info:
+        backend.prog_load(ProgType.SOCKET_FILTER, program)
+    assert info.value.errno == errno.EACCES
+    assert "write into map forbidden" in info.value.log
+
+
+def test_reading_a_rdonly_prog_map_is_allowed(backend):
+    map_fd = backend.map_create(2, 4, 8, 1, map_flags=0x80)
+    backend.close(backend.prog_load(ProgType.SOCKET_FILTER,
+                                    _lookup_then(map_fd, ins(0x79, 3, 0, 0))))

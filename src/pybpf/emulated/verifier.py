@@ -113,7 +113,7 @@ class _Verifier:
         program = self.resolve_pseudo_ldimm64()
         reachable = self.check_cfg()
         self.check_max_stack_depth()
-        self.do_check(reachable)
+        self.do_check(reachable, program)
         program.processed = len(reachable)
         program.max_ctx_offset = self.max_ctx_offset()
         return program
@@ -264,12 +264,75 @@ class _Verifier:
         depth(0, 1)
 
     # -- phase 5: each instruction, and the registers' dataflow ----------------------------------
-    def do_check(self, reachable: list[int]) -> None:
+    def do_check(self, reachable: list[int], program: VerifiedProgram) -> None:
         init = self.register_dataflow()
+        pointers = self.map_pointer_dataflow(program)
         for pc in reachable:
             insn = self.slots[pc]
             self.check_insn(pc, insn)
             self.check_reads(pc, insn, init[pc])
+            self.check_map_access(insn, pointers[pc])
+
+    # -- which registers may point to a map or into a map's value --------------------------------
+    def map_pointer_dataflow(self, program: VerifiedProgram) -> list[tuple | None]:
+        """Per slot, per register: the set of ("map", map) / ("value", map, off) it may hold
+        (a may-analysis; ``off`` None once unknown). Enough to apply BPF_F_RDONLY_PROG and
+        BPF_F_WRONLY_PROG as the kernel does; spills to the stack are not followed."""
+        empty = frozenset()
+        state: list[tuple | None] = [None] * self.n
+        work = []
+        for start in self.subprogs:
+            state[start] = (empty,) * 16  # src/dst fields hold 0-15
+            work.append(start)
+        while work:
+            pc = work.pop()
+            insn = self.slots[pc]
+            if insn is None:
+                continue
+            out = _pointer_transfer(insn, state[pc], program.pseudo.get(pc))
+            for succ in self.successors(pc):
+                if succ >= self.n or (succ in self.subprogs and succ != pc + 1):
+                    continue
+                old = state[succ]
+                if old is None:
+                    new = out
+                else:  # widen: an offset not seen here before becomes unknown
+                    new = tuple(a | frozenset(t if t in a or t[0] == "map" else t[:2] + (None,)
+                                              for t in b) for a, b in zip(old, out, strict=True))
+                if new != old:
+                    state[succ] = new
+                    work.append(succ)
+        return state
+
+    def check_map_access(self, insn: Instruction, regs: tuple | None) -> None:
+        if regs is None:
+            return
+        info = OPCODES[insn.opcode]
+        kind = info.kind
+        if kind is Kind.CALL and insn.src == 0 and insn.imm in _MAP_WRITING_HELPERS:
+            for tag in regs[1]:
+                if tag[0] == "map" and tag[1].map_flags & BPF_F_RDONLY_PROG:
+                    raise _reject(errno.EACCES, "write into map forbidden")
+            return
+        accesses = []
+        if kind in (Kind.LDX, Kind.LDX_SX):
+            accesses = [(insn.src, "read from")]
+        elif kind in (Kind.ST, Kind.STX):
+            accesses = [(insn.dst, "write into")]
+        elif kind is Kind.ATOMIC and insn.imm == AtomicOp.LOAD_ACQ:
+            accesses = [(insn.src, "read from")]
+        elif kind is Kind.ATOMIC:
+            accesses = [(insn.dst, "read from"), (insn.dst, "write into")]
+        for reg, access in accesses:
+            for tag in regs[reg]:
+                if tag[0] != "value":
+                    continue
+                bpf_map, off = tag[1], tag[2]
+                flag = BPF_F_WRONLY_PROG if access == "read from" else BPF_F_RDONLY_PROG
+                if bpf_map.map_flags & flag:
+                    where = insn.off + (off or 0)
+                    raise _reject(errno.EACCES, f"{access} map forbidden, value_size="
+                                  f"{bpf_map.value_size} off={where} size={info.nbytes}")
 
     def check_insn(self, pc: int, insn: Instruction) -> None:
         info = OPCODES[insn.opcode]
@@ -464,6 +527,60 @@ def _transfer(insn: Instruction, regs: int) -> int:
     if kind in (Kind.LD_ABS, Kind.LD_IND):
         return (regs & ~CALLER_SAVED) | 1
     return regs
+
+
+BPF_F_RDONLY_PROG = 0x80
+BPF_F_WRONLY_PROG = 0x100
+_MAP_WRITING_HELPERS = frozenset({BpfFunc.map_update_elem, BpfFunc.map_delete_elem,
+                                  BpfFunc.map_push_elem, BpfFunc.map_pop_elem})
+_VALUE_RETURNING_HELPERS = frozenset({BpfFunc.map_lookup_elem,
+                                      BpfFunc.map_lookup_percpu_elem})
+_NO_POINTER: frozenset = frozenset()
+
+
+def _pointer_transfer(insn: Instruction, regs: tuple, pseudo: tuple | None) -> tuple:
+    """map_pointer_dataflow's step: which map pointers each register may hold after."""
+    info = OPCODES[insn.opcode]
+    kind = info.kind
+    out = list(regs)
+    if kind is Kind.LD_IMM64:
+        if pseudo is None:
+            out[insn.dst] = _NO_POINTER
+        elif pseudo[0] == "map":
+            out[insn.dst] = frozenset({("map", pseudo[1])})
+        else:
+            out[insn.dst] = _NO_POINTER  # direct value: the verifier's map is not kept here
+        return tuple(out)
+    if kind is Kind.ALU:
+        if info.is64 and info.op is AluOp.MOV and info.source is Source.X and not insn.off:
+            out[insn.dst] = regs[insn.src]
+        elif info.is64 and info.op in (AluOp.ADD, AluOp.SUB):
+            delta = None
+            if info.source is Source.K:
+                delta = insn.imm if info.op is AluOp.ADD else -insn.imm
+            out[insn.dst] = frozenset(
+                ("value", t[1], None if delta is None or t[2] is None else t[2] + delta)
+                for t in regs[insn.dst] if t[0] == "value")
+        else:
+            out[insn.dst] = _NO_POINTER
+        return tuple(out)
+    if kind is Kind.CALL:
+        result = _NO_POINTER
+        if insn.src == 0 and insn.imm in _VALUE_RETURNING_HELPERS:
+            result = frozenset(("value", t[1], 0) for t in regs[1] if t[0] == "map")
+        out[0] = result
+        for reg in range(1, 6):
+            out[reg] = _NO_POINTER
+        return tuple(out)
+    if kind in (Kind.LD_ABS, Kind.LD_IND):
+        for reg in range(0, 6):
+            out[reg] = _NO_POINTER
+        return tuple(out)
+    if _writes_dst(info, insn):
+        out[insn.dst] = _NO_POINTER
+    elif kind is Kind.ATOMIC and insn.imm & 1:
+        out[0 if insn.imm == AtomicOp.CMPXCHG else insn.src] = _NO_POINTER
+    return tuple(out)
 
 
 def _ctx_transfer(insn: Instruction, holds: int) -> int:
