@@ -250,3 +250,19 @@ def test_attach_to_missing_tracepoint_gives_enoent_with_where_it_looked(kernel):
         assert info.value.errno == errno.ENOENT and "tracefs" in str(info.value)
     finally:
         kernel.close(prog)
+
+
+def test_syscall_program_writing_its_ctx_leaves_the_callers_bytes_untouched(kernel):
+    # The kernel copies a syscall program's ctx back into ctx_in: that must land in a
+    # private buffer, never in the caller's immutable bytes object.
+    from pybpf.asm import R0, R1, encode, exit_, mov64, stw
+    from pybpf.uapi import BPF_F_SLEEPABLE
+
+    insns = encode([stw(R1, 0, 0x41414141), mov64(R0, 0), exit_()])
+    fd = kernel.prog_load(ProgType.SYSCALL, insns, prog_flags=BPF_F_SLEEPABLE)
+    try:
+        ctx = bytes(b"zzzzzzzz")
+        kernel.prog_test_run(fd, ctx_in=ctx, ctx_size_out=0, repeat=0)
+        assert ctx == b"zzzzzzzz"
+    finally:
+        kernel.close(fd)

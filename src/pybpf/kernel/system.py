@@ -552,12 +552,15 @@ class KernelSystem(System):
             ctx_size_out = len(ctx_in) if ctx_in else 0
         data_out = ctypes.create_string_buffer(data_size_out)
         ctx_out = ctypes.create_string_buffer(ctx_size_out)
+        # A private copy: the kernel writes a syscall program's ctx back into ctx_in, and
+        # the caller's bytes must stay immutable.
+        ctx_buf = ctypes.create_string_buffer(bytes(ctx_in), len(ctx_in)) if ctx_in else None
         attr = TestRunAttr(prog_fd=prog_fd, data_size_in=len(data_in),
                            data_size_out=data_size_out,
                            data_in=data_in if data_in else None,
                            data_out=ctypes.addressof(data_out) if data_size_out else None,
                            repeat=repeat, ctx_size_in=len(ctx_in) if ctx_in else 0,
-                           ctx_size_out=ctx_size_out, ctx_in=bytes(ctx_in) if ctx_in else None,
+                           ctx_size_out=ctx_size_out, ctx_in=ctypes.addressof(ctx_buf) if ctx_buf else None,
                            ctx_out=ctypes.addressof(ctx_out) if ctx_size_out else None,
                            flags=flags, cpu=cpu)
         while True:
