@@ -690,3 +690,17 @@ def test_lpm_batches_are_generic_with_key_tokens(backend, maps):
     assert errno_of(backend.map_lookup_and_delete_batch, fd, None, 4) == ENOTSUPP
     assert backend.map_delete_batch(fd, keys[:2]) == 2
     assert sorted(iter_keys(backend, fd)) == sorted(keys[2:])
+
+
+@pytest.mark.parametrize("command", ["map_lookup_elem", "map_lookup_and_delete_elem"])
+def test_lookup_with_unknown_flag_on_a_closed_fd_gives_einval_before_ebadf(backend, command):
+    # map_lookup_elem checks flags & ~BPF_F_LOCK before it resolves the fd.
+    with pytest.raises(OSError) as exc:
+        getattr(backend, command)(1_000_000, b"\0" * 4, 8)
+    assert exc.value.errno == errno.EINVAL
+
+
+def test_lookup_on_a_closed_fd_gives_ebadf(backend):
+    with pytest.raises(OSError) as exc:
+        backend.map_lookup_elem(1_000_000, b"\0" * 4)
+    assert exc.value.errno == errno.EBADF

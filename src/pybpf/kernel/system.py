@@ -192,15 +192,24 @@ class KernelSystem(System):
                           "(max_entries)")
         return bpf_error(err, command, map=where, detail=detail, count=count)
 
-    def _meta(self, fd: int, command: str) -> _MapMeta:
-        """The cached sizes of map ``fd``, learnt from the kernel on first use."""
+    def _meta(self, fd: int, command: str, cmd: int | None = None, flags: int = 0) -> _MapMeta:
+        """The cached sizes of map ``fd``, learnt from the kernel on first use.
+
+        For an element command ``cmd`` on an fd that is not a map, the kernel itself answers:
+        some commands check their flags before the fd, so its errno is the one to give."""
         meta = _MAPS.get(fd)
         if meta is not None:
             return meta
         try:
             kind = _fd_kind(fd)
         except OSError:
-            raise bpf_error(errno.EBADF, command, detail=f"fd {fd} is not open") from None
+            kind = None
+        if kind != "bpf-map" and cmd is not None:
+            ret = bpf(cmd, MapElemAttr(map_fd=fd, flags=flags))
+            if ret < 0:
+                raise self._error(-ret, command, fd)
+        if kind is None:
+            raise bpf_error(errno.EBADF, command, detail=f"fd {fd} is not open")
         if kind != "bpf-map":
             raise bpf_error(errno.EINVAL, command,
                             detail=f"fd {fd} is not a BPF map ({kind or 'another file'})")
@@ -257,7 +266,7 @@ class KernelSystem(System):
                         value: bytes | None = None) -> bytes:
         """BPF_MAP_LOOKUP_ELEM. ``value`` is the input of maps that look up by value
         (BLOOM_FILTER: answers ENOENT or returns ``value``)."""
-        meta = _MAPS.get(fd) or self._meta(fd, "map_lookup_elem")
+        meta = _MAPS.get(fd) or self._meta(fd, "map_lookup_elem", Cmd.MAP_LOOKUP_ELEM, flags)
         if key is not None and (key.__class__ is not bytes or len(key) != meta.key_size):
             key = self._key_arg(meta, key, fd, "map_lookup_elem")
         if flags or value is not None:
@@ -296,7 +305,7 @@ class KernelSystem(System):
     def _elem_call(self, cmd: int, command: str, fd: int, key, out_size: int | None,
                    flags: int = 0) -> bytes | None:
         """One element command with ``key`` in and ``out_size`` bytes out (None: no output)."""
-        meta = _MAPS.get(fd) or self._meta(fd, command)
+        meta = _MAPS.get(fd) or self._meta(fd, command, cmd, flags)
         if key is not None and (key.__class__ is not bytes or len(key) != meta.key_size):
             key = self._key_arg(meta, key, fd, command)
         _, _, attr, ref, buffers = _tls.scratch
