@@ -370,3 +370,23 @@ def test_tracepoint_program_counts_real_syscalls_on_the_kernel(kernel):
         for _ in range(3):
             os.getppid()
     assert int.from_bytes(kernel.map_lookup_elem(fd, bytes(4)), "little") >= 3
+
+
+@pytest.mark.parametrize("helper,delta", [
+    ("xdp_adjust_head", -216), ("xdp_adjust_head", -217), ("xdp_adjust_head", -8),
+    ("xdp_adjust_head", 8), ("xdp_adjust_head", 50), ("xdp_adjust_head", 51),
+    ("xdp_adjust_tail", -50), ("xdp_adjust_tail", -51), ("xdp_adjust_tail", 100),
+    ("xdp_adjust_tail", 3456), ("xdp_adjust_tail", 3457),
+    ("xdp_adjust_meta", -8), ("xdp_adjust_meta", -2), ("xdp_adjust_meta", 4),
+    ("xdp_adjust_meta", -216), ("xdp_adjust_meta", -220),
+])
+def test_xdp_adjustments_give_the_kernels_return_and_packet(kernel, emulated, helper, delta):
+    """Return value and data_out (from data_meta); two runs share the buffer, as the
+    kernel's repeated runs do."""
+    results = []
+    for system in (kernel, emulated):
+        prog = load(system, ProgType.XDP, [b.mov64(R2, delta), b.call(helper), b.exit_()])
+        run = prog.test_run(bytes(range(64)), repeat=2)
+        results.append((run.retval, run.data_out))
+        prog.close()
+    assert results[0] == results[1]

@@ -25,7 +25,16 @@ from dataclasses import dataclass
 from ..errors import ProgramFault
 from ..uapi import BpfFunc, MapType, ProgType
 from .bpf_map import BpfMap
-from .interpreter import M32, M64, OFF_MASK, RunState, mem_read, mem_write
+from .interpreter import (
+    M32,
+    M64,
+    OFF_MASK,
+    PACKET_REGION,
+    CtxRegion,
+    RunState,
+    mem_read,
+    mem_write,
+)
 
 # XDP actions and sk_skb verdicts (include/uapi/linux/bpf.h)
 XDP_ABORTED, XDP_DROP, XDP_PASS, XDP_TX, XDP_REDIRECT = range(5)
@@ -269,6 +278,72 @@ def bpf_probe_read_user(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: in
     return 0
 
 
+# -- XDP packet adjustments (net/core/filter.c) ---------------------------------------------------
+XDP_FRAME_SIZE = 40  # sizeof(struct xdp_frame): the head cannot grow into it
+ETH_HLEN = 14
+_XDP_DATA, _XDP_DATA_END, _XDP_DATA_META = 0, 4, 8
+_XDP_HARD_END = 4096 - 320  # frame_sz less the skb_shared_info tailroom
+
+
+def _xdp_buff(rs: RunState, ctx: int, helper: str) -> tuple[dict[int, int], bytearray]:
+    region = rs.mem.get(ctx >> 32) if ctx >= 0 else None
+    packet = rs.mem.get(PACKET_REGION)
+    if type(region) is not CtxRegion or region.name != "xdp_md" or ctx & OFF_MASK \
+            or packet is None:
+        raise ProgramFault(errno.EFAULT, f"{helper}: R1 is not the xdp_md context")
+    return region.pointers, packet
+
+
+def _s32(value: int) -> int:
+    value &= M32
+    return value - (1 << 32) if value >> 31 else value
+
+
+def bpf_xdp_adjust_head(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """Move xdp->data by ``offset`` (the metadata moves with it)."""
+    ptrs, packet = _xdp_buff(rs, r1, "bpf_xdp_adjust_head")
+    offset = _s32(r2)
+    base = PACKET_REGION << 32
+    data, data_end, meta = ptrs[_XDP_DATA], ptrs[_XDP_DATA_END], ptrs[_XDP_DATA_META]
+    metalen = data - meta
+    new_data = data + offset
+    if new_data < base + XDP_FRAME_SIZE + metalen or new_data > data_end - ETH_HLEN:
+        return -errno.EINVAL & M64
+    if metalen:
+        start = meta & OFF_MASK
+        packet[start + offset:start + offset + metalen] = packet[start:start + metalen]
+    ptrs[_XDP_DATA_META] = meta + offset
+    ptrs[_XDP_DATA] = new_data
+    return 0
+
+
+def bpf_xdp_adjust_tail(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """Move xdp->data_end by ``offset``; grown bytes are zeroed."""
+    ptrs, packet = _xdp_buff(rs, r1, "bpf_xdp_adjust_tail")
+    offset = _s32(r2)
+    data_end = ptrs[_XDP_DATA_END]
+    new_end = data_end + offset
+    if new_end > (PACKET_REGION << 32) + _XDP_HARD_END or new_end < ptrs[_XDP_DATA] + ETH_HLEN:
+        return -errno.EINVAL & M64
+    if offset > 0:
+        start = data_end & OFF_MASK
+        packet[start:start + offset] = bytes(offset)
+    ptrs[_XDP_DATA_END] = new_end
+    return 0
+
+
+def bpf_xdp_adjust_meta(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """Move xdp->data_meta by ``offset``: the metadata area before the packet."""
+    ptrs, _ = _xdp_buff(rs, r1, "bpf_xdp_adjust_meta")
+    meta = ptrs[_XDP_DATA_META] + _s32(r2)
+    if meta < (PACKET_REGION << 32) + XDP_FRAME_SIZE or meta > ptrs[_XDP_DATA]:
+        return -errno.EINVAL & M64
+    if (ptrs[_XDP_DATA] - meta) % 4:
+        return -errno.EACCES & M64
+    ptrs[_XDP_DATA_META] = meta
+    return 0
+
+
 def bpf_tail_call(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     raise AssertionError("the engines run bpf_tail_call themselves")  # pragma: no cover
 
@@ -298,6 +373,9 @@ def _table() -> dict[int, HelperProto]:
         (BpfFunc.get_numa_node_id, bpf_get_numa_node_id, 0, None),
         (BpfFunc.probe_read_user, bpf_probe_read_user, 3, _TRACING),
         (BpfFunc.redirect_map, bpf_redirect_map, 3, _XDP),
+        (BpfFunc.xdp_adjust_head, bpf_xdp_adjust_head, 2, _XDP),
+        (BpfFunc.xdp_adjust_tail, bpf_xdp_adjust_tail, 2, _XDP),
+        (BpfFunc.xdp_adjust_meta, bpf_xdp_adjust_meta, 2, _XDP),
         (BpfFunc.sk_redirect_map, bpf_sk_redirect_map, 4, _SK_SKB),
         (BpfFunc.sk_redirect_hash, bpf_sk_redirect_hash, 4, _SK_SKB),
     ]

@@ -101,6 +101,8 @@ _SKB_WRITABLE_TC = ((SKB_MARK, 4), (SKB_QUEUE_MAPPING, 4), (SKB_PRIORITY, 4),
                     (SKB_TC_INDEX, 4), (SKB_CB, 20), (SKB_TC_CLASSID, 4), (SKB_TSTAMP, 8))
 # struct xdp_md
 XDP_MD_SIZE = 24
+XDP_MD_DATA, XDP_MD_DATA_END, XDP_MD_DATA_META = 0, 4, 8
+XDP_FRAME_SZ = PAGE_SIZE  # xdp_buff.frame_sz of a test run
 _XDP_MD = struct.Struct("<6I")
 
 
@@ -411,26 +413,35 @@ class ProgramsMixin:
                                                 "queue")
             if not ingress:
                 ingress = 0
-        buf = bytearray(headroom) + bytearray(req.data_in[:linear])
+        # The page: data_hard_start at 0, the packet (metadata first) after the headroom,
+        # room to grow up to the frame's end less the shared info (xdp_data_hard_end).
+        buf = bytearray(XDP_FRAME_SZ - SKB_SHINFO_SIZE)
+        buf[headroom:headroom + linear] = req.data_in[:linear]
         frags = req.data_in[linear:]
         base = PACKET_REGION << 32
-        pointers = {0: base | (headroom + meta), 4: base | len(buf), 8: base | headroom}
+        pointers = {XDP_MD_DATA: base | (headroom + meta),
+                    XDP_MD_DATA_END: base | (headroom + linear),
+                    XDP_MD_DATA_META: base | headroom}
         md = bytearray(XDP_MD_SIZE)
         struct.pack_into("<III", md, 12, ingress, rx_queue, 0)
         ctx_region = CtxRegion("xdp_md", md, pointers)
         view = memoryview(buf)
 
-        def once() -> int:
-            rs = RunState(self, self.insn_budget, view[headroom + meta:])
+        def once() -> int:  # repeated runs share the buffer, head adjustments included
+            start = pointers[XDP_MD_DATA] & M32
+            rs = RunState(self, self.insn_budget, view[start:pointers[XDP_MD_DATA_END] & M32])
             rs.mem[CTX_REGION] = ctx_region
             rs.mem[PACKET_REGION] = view
             return run(prog.executable, rs, CTX_REGION << 32, self.bpf_engine)
 
         retval, duration = self._timed_runs(prog, req.repeat, once)
-        data_out = bytes(buf[headroom:]) + frags
+        data_meta, data, data_end = (pointers[f] & M32 for f in (
+            XDP_MD_DATA_META, XDP_MD_DATA, XDP_MD_DATA_END))
+        data_out = bytes(buf[data_meta:data_end]) + frags
         ctx_out = None
         if ctx is not None:
-            ctx_out = bytearray(_XDP_MD.pack(meta, linear, 0, ingress, rx_queue, 0))
+            ctx_out = bytearray(_XDP_MD.pack(data - data_meta, data_end - data_meta, 0, ingress,
+                                             rx_queue, 0))
         return _test_finish(req, data_out, retval, duration, ctx_out)
 
     def _test_run_raw_tp(self, prog: BpfProg, req: _TestRequest) -> TestRun:
