@@ -704,3 +704,12 @@ def test_lookup_on_a_closed_fd_gives_ebadf(backend):
     with pytest.raises(OSError) as exc:
         backend.map_lookup_elem(1_000_000, b"\0" * 4)
     assert exc.value.errno == errno.EBADF
+
+
+def test_write_batch_refused_before_its_first_element_reports_count_zero(backend, maps):
+    # Arrays have no delete-batch handler: ENOTSUPP before any element, so none was done.
+    fd = maps(T.ARRAY, max_entries=4)
+    with pytest.raises(OSError) as exc:
+        backend.map_delete_batch(fd, [u32(0), u32(1)])
+    assert exc.value.errno == ENOTSUPP
+    assert exc.value.count == 0

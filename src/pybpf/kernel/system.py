@@ -435,7 +435,10 @@ class KernelSystem(System):
                             map_fd=fd, elem_flags=elem_flags, flags=flags)
         ret = bpf(cmd, attr)
         if ret < 0:
-            raise self._error(-ret, command, fd, count=attr.count if keys else 0)
+            # The generic handlers stop at the failing element, so a count still equal to
+            # len(keys) was never written: the command was refused before its first element.
+            done = attr.count if attr.count < len(keys) else 0
+            raise self._error(-ret, command, fd, count=done)
         return attr.count if keys else 0
 
     def map_update_batch(self, fd: int, keys: Sequence[bytes], values: Sequence[bytes],
