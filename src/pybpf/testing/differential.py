@@ -201,9 +201,9 @@ class UpdateBatch(Op):
     flags: int = 0
 
     def run(self, r: Runner) -> Result:
-        return _write_batch_result(len(self.keys), r.call(self.m, lambda s, fd: s.map_update_batch(
+        return r.call(self.m, lambda s, fd: s.map_update_batch(
             fd, list(self.keys), [r.encode_value(v) for v in self.values],
-            self.elem_flags, self.flags)))
+            self.elem_flags, self.flags))
 
 
 @dataclass(frozen=True)
@@ -214,8 +214,8 @@ class DeleteBatch(Op):
     flags: int = 0
 
     def run(self, r: Runner) -> Result:
-        return _write_batch_result(len(self.keys), r.call(self.m, lambda s, fd: s.map_delete_batch(
-            fd, list(self.keys), self.elem_flags, self.flags)))
+        return r.call(self.m, lambda s, fd: s.map_delete_batch(
+            fd, list(self.keys), self.elem_flags, self.flags))
 
 
 @dataclass(frozen=True)
@@ -345,15 +345,6 @@ def _err(exc: BaseException) -> Result:
             return ("err", _errno(exc.errno), count)
         return ("err", _errno(exc.errno))
     return ("crash", f"{type(exc).__name__}: {exc}")
-
-
-def _write_batch_result(nkeys: int, res: Result) -> Result:
-    """A failing write batch reports how many elements it did. The kernel stops at the first
-    failing element, so a count equal to the number of keys is one it never wrote (it failed
-    before the first element): none were done."""
-    if res[0] == "err" and len(res) == 3 and res[2] == nkeys:
-        return ("err", res[1], 0)
-    return res
 
 
 def _lookup_batch_error(res: Result) -> Result:
