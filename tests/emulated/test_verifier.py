@@ -194,3 +194,51 @@ def test_reading_a_rdonly_prog_map_is_allowed(backend):
     map_fd = backend.map_create(2, 4, 8, 1, map_flags=0x80)
     backend.close(backend.prog_load(ProgType.SOCKET_FILTER,
                                     _lookup_then(map_fd, ins(0x79, 3, 0, 0))))
+
+
+def _ctx_access(size: int, off: int, write: bool) -> bytes:
+    width = {1: 0x10, 2: 0x08, 4: 0x00, 8: 0x18}[size]
+    if write:
+        return ins(0x62 | width, 1, 0, off, 1) + R0_0 + EXIT  # *(size *)(r1 + off) = 1
+    return ins(0x61 | width, 0, 1, off) + EXIT  # r0 = *(size *)(r1 + off)
+
+
+CTX_ACCESSES = [
+    (ProgType.XDP, 4, 0, False), (ProgType.XDP, 4, 20, False), (ProgType.XDP, 4, 24, False),
+    (ProgType.XDP, 8, 0, False), (ProgType.XDP, 2, 12, False), (ProgType.XDP, 4, 0, True),
+    (ProgType.SOCKET_FILTER, 4, 0, False), (ProgType.SOCKET_FILTER, 4, 76, False),
+    (ProgType.SOCKET_FILTER, 4, 2, False), (ProgType.SOCKET_FILTER, 4, 8, True),
+    (ProgType.SOCKET_FILTER, 1, 48, True), (ProgType.SOCKET_FILTER, 8, 48, True),
+    (ProgType.SOCKET_FILTER, 4, 164, False), (ProgType.SOCKET_FILTER, 4, 160, False),
+    (ProgType.SCHED_CLS, 4, 76, False), (ProgType.SCHED_CLS, 4, 140, False),
+    (ProgType.SCHED_CLS, 4, 192, False), (ProgType.SCHED_CLS, 2, 0, False),
+    (ProgType.SCHED_CLS, 8, 152, False), (ProgType.SCHED_CLS, 4, 152, False),
+    (ProgType.SCHED_CLS, 8, 152, True), (ProgType.SCHED_CLS, 4, 8, True),
+    (ProgType.SCHED_CLS, 2, 8, True), (ProgType.SCHED_CLS, 4, 0, True),
+    (ProgType.SCHED_CLS, 4, 72, True), (ProgType.SCHED_CLS, 4, 16, True),
+    (ProgType.TRACEPOINT, 8, 0, False), (ProgType.TRACEPOINT, 8, 8, False),
+    (ProgType.TRACEPOINT, 4, 12, False), (ProgType.TRACEPOINT, 8, 8192, False),
+    (ProgType.TRACEPOINT, 4, 8, True),
+    (ProgType.RAW_TRACEPOINT, 4, 0, False), (ProgType.RAW_TRACEPOINT, 8, 88, False),
+    (ProgType.RAW_TRACEPOINT, 8, 96, False), (ProgType.RAW_TRACEPOINT, 8, 0, True),
+]
+
+
+@pytest.mark.parametrize("prog_type,size,off,write", [
+    pytest.param(*case, id=f"{case[0].name.lower()}-{'w' if case[3] else 'r'}{case[1]}@{case[2]}")
+    for case in CTX_ACCESSES])
+def test_context_access_is_checked_at_load_as_the_kernel_does(kernel, emulated, prog_type,
+                                                              size, off, write):
+    results = []
+    for system in (kernel, emulated):
+        try:
+            system.close(system.prog_load(prog_type, _ctx_access(size, off, write)))
+            results.append("ok")
+        except BPFError as exc:
+            results.append((exc.errno, getattr(exc, "log", "").strip().splitlines()[-1:]))
+    kernel_result, emulated_result = results
+    if kernel_result == "ok":
+        assert emulated_result == "ok"
+    else:
+        assert emulated_result != "ok" and emulated_result[0] == kernel_result[0]
+        assert f"invalid bpf_context access off={off} size={size}" in emulated_result[1][0]

@@ -394,7 +394,8 @@ class _Verifier:
 
     def max_ctx_offset(self) -> int:
         """prog->aux->max_ctx_offset: the end of the furthest context access of the main
-        program, following which registers surely hold the context pointer (R1 at entry)."""
+        program, following which registers surely hold the context pointer (R1 at entry).
+        Each such access must be one the program type's context allows (EACCES)."""
         holds = [ALL_REGS] * self.n
         visited = [False] * self.n
         holds[0], visited[0] = 0b10, True
@@ -418,10 +419,16 @@ class _Verifier:
             insn = self.slots[pc]
             if insn is None or not visited[pc]:
                 continue
-            info = OPCODES[insn.opcode]
+            info = OPCODES.get(insn.opcode)
+            if info is None:
+                continue
+            write = info.kind in (Kind.ST, Kind.STX, Kind.ATOMIC)
             base = insn.src if info.kind in (Kind.LDX, Kind.LDX_SX) else (
-                insn.dst if info.kind in (Kind.ST, Kind.STX) else None)
-            if base is not None and holds[pc] >> base & 1:
+                insn.dst if write else None)
+            if base is not None and base <= 10 and holds[pc] >> base & 1:
+                if not ctx_access_ok(self.prog_type, insn.off, info.nbytes, write):
+                    raise _reject(errno.EACCES, f"invalid bpf_context access off={insn.off} "
+                                  f"size={info.nbytes}")
                 furthest = max(furthest, insn.off + info.nbytes)
         return furthest
 
@@ -527,6 +534,55 @@ def _transfer(insn: Instruction, regs: int) -> int:
     if kind in (Kind.LD_ABS, Kind.LD_IND):
         return (regs & ~CALLER_SAVED) | 1
     return regs
+
+
+# -- what each program type's context lets a program read and write -------------------------------
+# struct __sk_buff: 4-byte fields readable by every skb program type; what direct packet access
+# types add; pointer fields (4-byte loads only); 8-byte fields; writable fields.
+_SKB_READ = frozenset(range(0, 72, 4)) | {84, 164, 176}
+_SKB_READ_TC = _SKB_READ | {72, 76, 80, 140, 160}
+_SKB_POINTERS = frozenset({76, 80, 140})
+_SKB_READ_8 = frozenset({152, 184})
+_SKB_CB = range(48, 68)
+_SKB_WRITE_TC = frozenset({8, 12, 32, 44, 72})  # mark, queue_mapping, priority, tc_index,
+_SKB_WRITE_CGROUP = frozenset({8, 32})  # tc_classid; cgroup skb: mark, priority
+_TC_TYPES = frozenset({ProgType.SCHED_CLS, ProgType.SCHED_ACT})
+_SKB_TYPES = frozenset({ProgType.SOCKET_FILTER, ProgType.SCHED_CLS, ProgType.SCHED_ACT,
+                        ProgType.CGROUP_SKB, ProgType.LWT_IN, ProgType.LWT_OUT,
+                        ProgType.LWT_XMIT})
+PERF_MAX_TRACE_SIZE = 8192
+MAX_BPF_FUNC_ARGS = 12
+
+
+def ctx_access_ok(prog_type: int, off: int, size: int, write: bool) -> bool:
+    """Whether a program of ``prog_type`` may read (or write) ``size`` bytes of its context at
+    ``off`` (the types' is_valid_access; types not modelled here are not checked)."""
+    if off < 0 or off % size:
+        return False
+    if prog_type == ProgType.XDP:
+        return not write and size == 4 and off < 20  # egress_ifindex: devmap programs only
+    if prog_type == ProgType.TRACEPOINT:
+        return not write and 8 <= off < PERF_MAX_TRACE_SIZE
+    if prog_type == ProgType.RAW_TRACEPOINT:
+        return not write and off < 8 * MAX_BPF_FUNC_ARGS
+    if prog_type == ProgType.SYSCALL:
+        return off < 0xFFFF
+    if prog_type not in _SKB_TYPES:
+        return True
+    if off in _SKB_READ_8 or off - 4 in _SKB_READ_8:
+        return size == 8 and off in _SKB_READ_8 and (
+            not write or (off == 152 and prog_type in _TC_TYPES))
+    if write:
+        if off in _SKB_CB:
+            return off + size <= _SKB_CB.stop
+        writable = _SKB_WRITE_TC if prog_type in _TC_TYPES else (
+            _SKB_WRITE_CGROUP if prog_type == ProgType.CGROUP_SKB else frozenset())
+        return size == 4 and off in writable
+    field = off - off % 4
+    readable = _SKB_READ_TC if prog_type in _TC_TYPES else _SKB_READ
+    if field not in readable or (field in _SKB_POINTERS and size != 4):
+        return False
+    return size <= 4 or off in _SKB_CB and off + size <= _SKB_CB.stop
 
 
 BPF_F_RDONLY_PROG = 0x80
