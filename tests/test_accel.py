@@ -17,6 +17,7 @@ import textwrap
 import pytest
 
 from pybpf import maps as M
+from pybpf.codecs import KIND_INT, KIND_UINT
 from pybpf.errors import KeyNotFoundError
 from pybpf.system import FastOps
 from pybpf.uapi import ENOTSUPP, MapType
@@ -89,11 +90,17 @@ def test_batch_wrappers_match_the_kernel_backend(kernel):
         values = b"".join((i * 7).to_bytes(4, "little") for i in range(40))
         assert accel.update_batch(fd, 4, 4, keys, values, 40, 0, 0) == (0, 40)
         kbuf, vbuf = bytearray(64 * 4), bytearray(64 * 4)
-        err, count, _token = accel.lookup_batch(fd, False, None, 4, 4, kbuf, vbuf, 64, 0, 0)
-        assert (err, count) == (errno.ENOENT, 40)
+        err, count, _token, keys_out, values_out = accel.lookup_batch(
+            fd, False, None, 4, 4, kbuf, vbuf, 64, 0, 0)
+        assert (err, count, keys_out, values_out) == (errno.ENOENT, 40, None, None)
         mine = {bytes(kbuf[i * 4:i * 4 + 4]): bytes(vbuf[i * 4:i * 4 + 4]) for i in range(40)}
         theirs = kernel.map_lookup_batch(fd, None, 64)
         assert mine == dict(zip(theirs.keys, theirs.values, strict=True))
+        # With int codec kinds it hands back the decoded lists, in the same order.
+        _, _, _, keys_out, values_out = accel.lookup_batch(
+            fd, False, None, 4, 4, kbuf, vbuf, 64, 0, 0, KIND_UINT, KIND_INT)
+        assert keys_out == [int.from_bytes(k, "little") for k in theirs.keys]
+        assert values_out == [int.from_bytes(v, "little", signed=True) for v in theirs.values]
         missing = b"".join(i.to_bytes(4, "little") for i in (1, 2, 99, 3))
         assert accel.delete_batch(fd, 4, missing, 4, 0, 0) == (errno.ENOENT, 2)
     finally:

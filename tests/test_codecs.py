@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import ctypes
 
 import pytest
@@ -75,6 +76,21 @@ def test_int_codec_encode_many_and_decode_many_match_one_by_one(size, signed, da
     packed = c.encode_many(values)
     assert packed == b"".join(c.encode(v) for v in values)
     assert c.decode_many(bytearray(packed) + b"\xff" * 8, len(values)) == values
+
+
+@given(size=st.sampled_from([1, 2, 4, 8]), signed=st.booleans(), data=st.data())
+def test_int_codec_decode_array_matches_decode_many(size, signed, data):
+    lo, hi = ((-(1 << (8 * size - 1)), (1 << (8 * size - 1)) - 1) if signed
+              else (0, (1 << (8 * size)) - 1))
+    values = data.draw(st.lists(st.integers(lo, hi), max_size=20))
+    c = IntCodec(size, signed)
+    got = c.decode_array(bytearray(c.encode_many(values)) + b"\x01" * 8, len(values))
+    assert isinstance(got, array.array) and got.itemsize == size
+    assert list(got) == values
+
+
+def test_decode_array_of_other_codecs_is_a_list():
+    assert StructCodec("<HH").decode_array(b"\x01\0\x02\0", 1) == [(1, 2)]
 
 
 def test_int_codec_out_of_range_names_the_range():

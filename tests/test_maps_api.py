@@ -3,6 +3,7 @@ the same results and the same errno on the kernel and on the emulated backend.""
 
 from __future__ import annotations
 
+import array
 import ctypes
 import errno
 import gc
@@ -241,6 +242,17 @@ def test_batch_update_then_batch_lookup_returns_everything(backend):
             assert len(keys) == len(values) <= 16 or len(keys) > 16  # grown only on ENOSPC
             seen.update(zip(keys, values, strict=True))
         assert seen == {k: k * 3 for k in range(50)}
+
+
+def test_batch_lookup_arrays_gives_the_same_items_as_arrays(backend):
+    with hash_map(backend, entries=64) as m:
+        m.batch_update(range(40), [k << 40 for k in range(40)])
+        lists = [(list(k), list(v)) for k, v in m.batch_lookup(chunk=16)]
+        arrays = list(m.batch_lookup(chunk=16, arrays=True))
+        assert all(isinstance(k, array.array) and isinstance(v, array.array)
+                   for k, v in arrays)
+        assert [(list(k), list(v)) for k, v in arrays] == lists
+        assert sorted(k for k, _ in lists for k in k) == list(range(40))
 
 
 def test_batch_cursor_grows_the_chunk_on_enospc(backend):

@@ -18,10 +18,15 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#if LONG_MAX < INT64_MAX
+#error "pybpf._accel assumes a 64-bit long (LP64)"
+#endif
 
 #ifndef __NR_bpf
 #if defined(__x86_64__)
@@ -142,11 +147,12 @@ static PyObject *int_from_le(const uint8_t *data, Py_ssize_t size, int is_signed
 {
 	uint64_t v = load_le(data, size);
 
+	/* PyLong_FromLong has CPython's fast path for small and one-digit values. */
 	if (!is_signed)
-		return PyLong_FromUnsignedLongLong(v);
+		return v <= LONG_MAX ? PyLong_FromLong((long)v) : PyLong_FromUnsignedLongLong(v);
 	if (size < 8 && (v >> (8 * size - 1)) & 1)
 		v |= ~0ULL << (8 * size);
-	return PyLong_FromLongLong((long long)v);
+	return PyLong_FromLong((long)(int64_t)v);
 }
 
 typedef struct {
@@ -162,11 +168,30 @@ typedef struct {
 	PyObject *vdec;   /* value codec's decode */
 	PyObject *table;  /* MODE_TABLE: dict key bytes -> value bytes/bytearray */
 	PyObject *lookup; /* MODE_SLOW: callable(key bytes|None) -> value bytes */
-	PyObject *keys;   /* MODE_TABLE with int keys: int -> its key bytes (hash cached) */
+	int int_keys;     /* MODE_TABLE with an int key codec: key bytes are remembered */
+	struct key_slot *slots; /* KEY_SLOTS of them, made on first use */
 } MapCore;
 
-/* Bound on MapCore.keys: past it the cache starts over. */
-#define KEY_CACHE_MAX 16384
+/*
+ * The key bytes of recently used int keys, direct-mapped by value: a table lookup of a
+ * remembered key makes no bytes object and hashes nothing (bytes cache their hash).
+ */
+#define KEY_SLOTS 1024
+
+struct key_slot {
+	uint64_t value;
+	PyObject *bytes;
+};
+
+static void clear_slots(MapCore *self)
+{
+	if (!self->slots)
+		return;
+	for (int i = 0; i < KEY_SLOTS; i++)
+		Py_XDECREF(self->slots[i].bytes);
+	PyMem_Free(self->slots);
+	self->slots = NULL;
+}
 
 /* Raise self._error(err, command[, count]). Always returns NULL. */
 static PyObject *raise_error(MapCore *self, int err, const char *command, Py_ssize_t count)
@@ -286,19 +311,19 @@ static PyObject *decode_value(MapCore *self, const uint8_t *data, Py_ssize_t siz
  * with `missing_ok`, ENOENT returns NULL with no exception set.
  */
 static PyObject *table_value(MapCore *self, PyObject *kb, int missing_ok);
+static PyObject *table_int_key(MapCore *self, const uint8_t *le, int missing_ok);
 
 static PyObject *core_lookup(MapCore *self, PyObject *key, int missing_ok)
 {
 	Encoded k;
 	PyObject *result = NULL;
 
-	if (self->keys && PyLong_CheckExact(key)) {
-		PyObject *kb = PyDict_GetItemWithError(self->keys, key);
+	if (self->int_keys && PyLong_CheckExact(key)) {
+		uint8_t buf[8];
 
-		if (kb)
-			return table_value(self, kb, missing_ok);
-		if (PyErr_Occurred())
-			return NULL;
+		/* Out of range: the codec below says why. */
+		if (int_to_le(key, self->ksize, self->kkind == KIND_INT, buf) == 0)
+			return table_int_key(self, buf, missing_ok);
 	}
 	if (encode(self->kenc, self->kkind, self->ksize, key, &k, "key") < 0)
 		return NULL;
@@ -332,14 +357,6 @@ static PyObject *core_lookup(MapCore *self, PyObject *key, int missing_ok)
 
 	if (!kb)
 		goto out;
-	if (self->keys && PyLong_CheckExact(key) && !k.obj && k.ptr) {
-		/* Remember the bytes of this int key: next time the table lookup needs no new
-		 * bytes object and no hashing. */
-		if (PyDict_GET_SIZE(self->keys) >= KEY_CACHE_MAX)
-			PyDict_Clear(self->keys);
-		if (PyDict_SetItem(self->keys, key, kb) < 0)
-			goto done;
-	}
 	if (self->mode == MODE_TABLE) {
 		result = table_value(self, kb, missing_ok);
 	} else {
@@ -356,7 +373,6 @@ static PyObject *core_lookup(MapCore *self, PyObject *key, int missing_ok)
 			PyErr_Clear();
 		}
 	}
-done:
 	Py_DECREF(kb);
 out:
 	encoded_release(&k);
@@ -383,6 +399,34 @@ static PyObject *table_value(MapCore *self, PyObject *kb, int missing_ok)
 	else
 		PyErr_Format(PyExc_TypeError, "fast-ops table holds %R, not bytes", v);
 	Py_DECREF(v);
+	return result;
+}
+
+/* MODE_TABLE, an int key already encoded to its ksize little-endian bytes `le`. */
+static PyObject *table_int_key(MapCore *self, const uint8_t *le, int missing_ok)
+{
+	uint64_t value = load_le(le, self->ksize);
+
+	if (!self->slots) {
+		self->slots = PyMem_Calloc(KEY_SLOTS, sizeof(struct key_slot));
+		if (!self->slots)
+			return PyErr_NoMemory();
+	}
+	struct key_slot *slot = &self->slots[value % KEY_SLOTS];
+
+	if (!slot->bytes || slot->value != value) {
+		PyObject *b = PyBytes_FromStringAndSize((const char *)le, self->ksize);
+
+		if (!b)
+			return NULL;
+		Py_XSETREF(slot->bytes, b);
+		slot->value = value;
+	}
+	/* A reference of our own: a Python value codec may run and reuse the slot. */
+	PyObject *kb = Py_NewRef(slot->bytes);
+	PyObject *result = table_value(self, kb, missing_ok);
+
+	Py_DECREF(kb);
 	return result;
 }
 
@@ -532,12 +576,8 @@ static PyObject *core_setup(PyObject *op, PyObject *args)
 	Py_XSETREF(self->table, table);
 	Py_INCREF(lookup);
 	Py_XSETREF(self->lookup, lookup);
-	Py_CLEAR(self->keys);
-	if (mode == MODE_TABLE && (kkind == KIND_UINT || kkind == KIND_INT)) {
-		self->keys = PyDict_New();
-		if (!self->keys)
-			return NULL;
-	}
+	clear_slots(self);
+	self->int_keys = mode == MODE_TABLE && (kkind == KIND_UINT || kkind == KIND_INT);
 	Py_RETURN_NONE;
 }
 
@@ -588,7 +628,6 @@ static int core_traverse(PyObject *op, visitproc visit, void *arg)
 	Py_VISIT(self->vdec);
 	Py_VISIT(self->table);
 	Py_VISIT(self->lookup);
-	Py_VISIT(self->keys);
 	return 0;
 }
 
@@ -601,7 +640,7 @@ static int core_clear(PyObject *op)
 	Py_CLEAR(self->vdec);
 	Py_CLEAR(self->table);
 	Py_CLEAR(self->lookup);
-	Py_CLEAR(self->keys);
+	clear_slots(self);
 	return 0;
 }
 
@@ -813,12 +852,40 @@ static int readable(PyObject *obj, Py_buffer *view, Py_ssize_t need, const char 
 	return 0;
 }
 
+/* `count` little-endian integers of `size` bytes (1..8) at buf, as a list of ints. */
+static PyObject *int_list(const uint8_t *buf, Py_ssize_t count, Py_ssize_t size, int is_signed)
+{
+	PyObject *list = PyList_New(count);
+
+	if (!list)
+		return NULL;
+	for (Py_ssize_t i = 0; i < count; i++) {
+		PyObject *v = int_from_le(buf + i * size, size, is_signed);
+
+		if (!v) {
+			Py_DECREF(list);
+			return NULL;
+		}
+		PyList_SET_ITEM(list, i, v);
+	}
+	return list;
+}
+
+/* The decoded list for a codec kind the C side runs natively, else None. */
+static PyObject *decoded(int kind, const void *buf, Py_ssize_t count, Py_ssize_t size)
+{
+	if ((kind == KIND_UINT || kind == KIND_INT) && size >= 1 && size <= 8)
+		return int_list(buf, count, size, kind == KIND_INT);
+	Py_RETURN_NONE;
+}
+
 /*
  * lookup_batch(fd, delete, token, key_size, value_size, keys, values, count, elem_flags,
- *              flags) -> (errno, count, out_token)
+ *              flags[, key_kind, value_kind]) -> (errno, count, out_token, keys, values)
  * keys/values are writable buffers of at least count * size bytes. The token is
  * max(key_size, 4) bytes (a bucket index for hash maps, a key for the generic ones);
- * out_token is None when the kernel wrote none.
+ * out_token is None when the kernel wrote none. With an int codec kind the returned keys
+ * (values) are the decoded list, else None (decode the buffer yourself).
  */
 static PyObject *mod_lookup_batch(PyObject *m, PyObject *args)
 {
@@ -826,10 +893,11 @@ static PyObject *mod_lookup_batch(PyObject *m, PyObject *args)
 	PyObject *token, *keys, *values;
 	Py_ssize_t ksize, vsize, count;
 	unsigned long long elem_flags, flags;
+	int kkind = KIND_GENERIC, vkind = KIND_GENERIC;
 	Py_buffer kb, vb, tb;
 
-	if (!PyArg_ParseTuple(args, "ipOnnOOnKK:lookup_batch", &fd, &del, &token, &ksize, &vsize,
-			      &keys, &values, &count, &elem_flags, &flags))
+	if (!PyArg_ParseTuple(args, "ipOnnOOnKK|ii:lookup_batch", &fd, &del, &token, &ksize,
+			      &vsize, &keys, &values, &count, &elem_flags, &flags, &kkind, &vkind))
 		return NULL;
 	if (count < 0 || count > UINT32_MAX || ksize < 0 || vsize < 0) {
 		PyErr_SetString(PyExc_ValueError, "bad count or sizes");
@@ -875,13 +943,21 @@ static PyObject *mod_lookup_batch(PyObject *m, PyObject *args)
 		      sizeof(attr));
 	Py_END_ALLOW_THREADS
 	opt_release(&tb);
-	PyBuffer_Release(&kb);
-	PyBuffer_Release(&vb);
 	if (!(err == 0 || attr.count > 0)) {
 		Py_DECREF(out);
 		out = Py_NewRef(Py_None);
 	}
-	return Py_BuildValue("iIN", err, attr.count, out);
+	PyObject *klist = decoded(kkind, kb.buf, attr.count, ksize);
+	PyObject *vlist = klist ? decoded(vkind, vb.buf, attr.count, vsize) : NULL;
+
+	PyBuffer_Release(&kb);
+	PyBuffer_Release(&vb);
+	if (!vlist) {
+		Py_XDECREF(klist);
+		Py_DECREF(out);
+		return NULL;
+	}
+	return Py_BuildValue("iINNN", err, attr.count, out, klist, vlist);
 fail:
 	opt_release(&tb);
 	PyBuffer_Release(&kb);
@@ -973,7 +1049,8 @@ static PyMethodDef module_methods[] = {
 	 "get_next_key(fd, key|None, key_size) -> bytes"},
 	{"lookup_batch", mod_lookup_batch, METH_VARARGS,
 	 "lookup_batch(fd, delete, token|None, key_size, value_size, keys, values, count, "
-	 "elem_flags, flags) -> (errno, count, out_token|None)"},
+	 "elem_flags, flags[, key_kind, value_kind]) -> (errno, count, out_token|None, "
+	 "keys|None, values|None)"},
 	{"update_batch", mod_update_batch, METH_VARARGS,
 	 "update_batch(fd, key_size, value_size, keys, values, count, elem_flags, flags) -> "
 	 "(errno, count)"},

@@ -14,8 +14,10 @@ Rules this module keeps:
 
 from __future__ import annotations
 
+import array
 import ctypes
 import struct
+import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -45,6 +47,11 @@ class Codec:
         size = self.size
         view = memoryview(buf)
         return [self.decode(bytes(view[i * size:(i + 1) * size])) for i in range(count)]
+
+    def decode_array(self, buf: bytes | bytearray | memoryview, count: int) -> Sequence[Any]:
+        """Like ``decode_many``, as the most compact sequence this codec has (int codecs: an
+        ``array.array`` that makes its ints only when read; others: a list)."""
+        return self.decode_many(buf, count)
 
     def encode_many(self, objs: Iterable[Any]) -> bytes:
         """Pack items back to back (batch arguments)."""
@@ -111,6 +118,8 @@ def _int_to_bytes(obj: int, size: int, signed: bool, what: str) -> bytes:
 
 
 _INT_FORMATS = {1: "B", 2: "H", 4: "I", 8: "Q"}
+# array.array type codes by item size (unsigned; lower case is signed).
+_ARRAY_CODES = {array.array(code).itemsize: code for code in ("Q", "L", "I", "H", "B")}
 
 
 class IntCodec(Codec):
@@ -142,6 +151,16 @@ class IntCodec(Codec):
         if self.signed:
             fmt = fmt.lower()
         return memoryview(buf)[:count * self.size].cast("B").cast(fmt).tolist()
+
+    def decode_array(self, buf, count):
+        code = _ARRAY_CODES.get(self.size)
+        if code is None:
+            return self.decode_many(buf, count)
+        values = array.array(code.lower() if self.signed else code)
+        values.frombytes(memoryview(buf)[:count * self.size])
+        if sys.byteorder == "big":
+            values.byteswap()
+        return values
 
     def encode_many(self, objs):
         fmt = _INT_FORMATS.get(self.size)

@@ -28,7 +28,7 @@ import functools
 import ipaddress
 import os
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -499,16 +499,21 @@ class Map(_MapCore, collections.abc.MutableMapping):
                 pass
 
     # -- batches -----------------------------------------------------------------------------
-    def batch_cursor(self, *, delete: bool = False, chunk: int = 256) -> BatchCursor:
-        return BatchCursor(self, delete=delete, chunk=chunk)
+    def batch_cursor(self, *, delete: bool = False, chunk: int = 256,
+                     arrays: bool = False) -> BatchCursor:
+        return BatchCursor(self, delete=delete, chunk=chunk, arrays=arrays)
 
-    def batch_lookup(self, chunk: int = 256) -> Iterator[tuple[list, list]]:
-        """``for keys, values in m.batch_lookup(chunk=N)``: the map by BPF_MAP_LOOKUP_BATCH."""
-        return iter(BatchCursor(self, chunk=chunk))
+    def batch_lookup(self, chunk: int = 256, *, arrays: bool = False
+                     ) -> Iterator[tuple[Sequence, Sequence]]:
+        """``for keys, values in m.batch_lookup(chunk=N)``: the map by BPF_MAP_LOOKUP_BATCH.
+        Keys and values are lists; ``arrays=True`` gives int codecs' results as
+        ``array.array`` (no int objects made until read)."""
+        return iter(BatchCursor(self, chunk=chunk, arrays=arrays))
 
-    def batch_lookup_and_delete(self, chunk: int = 256) -> Iterator[tuple[list, list]]:
+    def batch_lookup_and_delete(self, chunk: int = 256, *, arrays: bool = False
+                                ) -> Iterator[tuple[Sequence, Sequence]]:
         """Like batch_lookup, deleting what it returns (LOOKUP_AND_DELETE_BATCH)."""
-        return iter(BatchCursor(self, delete=True, chunk=chunk))
+        return iter(BatchCursor(self, delete=True, chunk=chunk, arrays=arrays))
 
     def batch_update(self, keys: Iterable[Any], values: Iterable[Any],
                      flags: UpdateFlags | int | str = 0) -> int:
@@ -571,27 +576,31 @@ class BatchCursor:
     It keeps the in/out token between calls (``max(key_size, 4)`` bytes: a bucket index for
     hash maps, a key for the others), treats ENOENT as the end (with the elements that came
     with it), and on ENOSPC (a hash bucket larger than the chunk) doubles the chunk and
-    retries. ``next()`` gives one chunk; iterating gives chunks until the end.
+    retries. ``next()`` gives one chunk; iterating gives chunks until the end. Keys and
+    values come as lists, or with ``arrays=True`` as ``Codec.decode_array`` gives them
+    (``array.array`` for int codecs).
     """
 
-    def __init__(self, m: Map, *, delete: bool = False, chunk: int = 256) -> None:
+    def __init__(self, m: Map, *, delete: bool = False, chunk: int = 256,
+                 arrays: bool = False) -> None:
         if chunk <= 0:
             raise ValueError(f"chunk must be positive, got {chunk}")
         self.map = m
         self.delete = delete
+        self.arrays = arrays
         self.chunk = chunk
         self.token: bytes | None = None
         self.done = False
         self._command = "map_lookup_and_delete_batch" if delete else "map_lookup_batch"
         self._bufs: tuple[bytearray, bytearray] | None = None
 
-    def __iter__(self) -> Iterator[tuple[list, list]]:
+    def __iter__(self) -> Iterator[tuple[Sequence, Sequence]]:
         while not self.done:
             keys, values = self.next()
             if keys:
                 yield keys, values
 
-    def next(self, chunk: int | None = None) -> tuple[list, list]:
+    def next(self, chunk: int | None = None) -> tuple[Sequence, Sequence]:
         """One batch of up to ``chunk`` elements: (keys, values), decoded."""
         if chunk is not None:
             self.chunk = chunk
@@ -600,38 +609,45 @@ class BatchCursor:
         m = self.map
         while True:
             try:
-                kbuf, vbuf, count = self._batch()
-                break
+                return self._batch()
             except BPFError as exc:
                 if exc.errno != errno.ENOSPC or self.chunk >= max(m.max_entries, 1):
                     raise
                 self.chunk = min(self.chunk * 2, max(m.max_entries, 1))
-        return m.key_codec.decode_many(kbuf, count), m.value_codec.decode_many(vbuf, count)
 
-    def _batch(self) -> tuple[Any, Any, int]:
+    def _batch(self) -> tuple[Sequence, Sequence]:
         m = self.map
         chunk = self.chunk
+        kc, vc = m.key_codec, m.value_codec
+        if self.arrays:
+            kdec, vdec, kkind, vkind = kc.decode_array, vc.decode_array, 0, 0
+        else:
+            kdec, vdec, kkind, vkind = kc.decode_many, vc.decode_many, kc.kind, vc.kind
         if m._core_mode == MODE_KERNEL:
             bufs = self._bufs
             if bufs is None or len(bufs[0]) < chunk * m.key_size or \
                     len(bufs[1]) < chunk * m._vsize:
                 bufs = self._bufs = (bytearray(chunk * m.key_size), bytearray(chunk * m._vsize))
-            err, count, token = _accel.lookup_batch(
+            # The accelerator decodes int keys and values into lists itself (None: decode
+            # here).
+            err, count, token, keys, values = _accel.lookup_batch(
                 m.fd, self.delete, self.token, m.key_size, m._vsize, bufs[0], bufs[1], chunk,
-                0, 0)
+                0, 0, kkind, vkind)
             if err and err != errno.ENOENT:
                 raise m._error(err, self._command, count=count)
             self.done = err == errno.ENOENT
             if token is not None:
                 self.token = token
-            return bufs[0], bufs[1], count
+            return (kdec(bufs[0], count) if keys is None else keys,
+                    vdec(bufs[1], count) if values is None else values)
         batch = (m.system.map_lookup_and_delete_batch if self.delete
                  else m.system.map_lookup_batch)
         result = batch(m.fd, self.token, chunk)
         self.done = result.end
         if result.out_batch is not None:
             self.token = result.out_batch
-        return b"".join(result.keys), b"".join(result.values), len(result.keys)
+        count = len(result.keys)
+        return kdec(b"".join(result.keys), count), vdec(b"".join(result.values), count)
 
 
 def _create(spec: MapSpec, system: System) -> int:

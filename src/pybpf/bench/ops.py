@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import json
 import os
 import shutil
@@ -37,7 +38,9 @@ from ..system import System
 from ..system import system as make_system
 from ..uapi import MapType
 
-OPS = ("lookup", "update", "delete", "batch_lookup", "batch_update")
+OPS = ("lookup", "update", "delete", "batch_lookup", "batch_lookup_arrays", "batch_update")
+# Ops compared with another op of the reference (arrays=True against the plain batch).
+REF_OP = {"batch_lookup_arrays": "batch_lookup"}
 REF_SOURCE = Path(__file__).with_name("ops_ref.c")
 
 
@@ -48,16 +51,26 @@ def once_ns(run: Callable[[], int]) -> float:
     return (time.perf_counter_ns() - t0) / max(items, 1)
 
 
-def measure(lookup, update, delete, batch_lookup, batch_update, st: Setup) -> dict:
-    """One round of every op: ns per op (``delete`` times itself and returns ns spent)."""
-    results: dict[str, float | str] = {"lookup": once_ns(lookup), "update": once_ns(update)}
-    results["delete"] = delete() / (st.rounds * st.entries)
-    for op, run in (("batch_lookup", batch_lookup), ("batch_update", batch_update)):
+def per_op(lookup, update, delete, batch_lookup, batch_update, st: Setup,
+           batch_lookup_arrays=None) -> dict[str, Callable[[], float | str]]:
+    """One measurement per op: ns per op (``delete`` times itself and returns ns spent);
+    a backend without a batch command gives a note instead."""
+    ops = {"lookup": lambda: once_ns(lookup), "update": lambda: once_ns(update),
+           "delete": lambda: delete() / (st.rounds * st.entries),
+           "batch_lookup": _unless_unsupported(batch_lookup),
+           "batch_update": _unless_unsupported(batch_update)}
+    if batch_lookup_arrays is not None:
+        ops["batch_lookup_arrays"] = _unless_unsupported(batch_lookup_arrays)
+    return ops
+
+
+def _unless_unsupported(run: Callable[[], int]) -> Callable[[], float | str]:
+    def one() -> float | str:
         try:
-            results[op] = once_ns(run)
-        except BPFError as exc:  # a backend without this batch command
-            results[op] = f"n/a ({exc.strerror.split(':')[0]})"
-    return results
+            return once_ns(run)
+        except BPFError as exc:
+            return f"n/a ({exc.strerror.split(':')[0]})"
+    return one
 
 
 class Setup:
@@ -73,7 +86,7 @@ class Setup:
 
 # -- the paths ------------------------------------------------------------------------------
 
-def bench_map(system: System, st: Setup) -> tuple[Callable[[], dict], Callable]:
+def bench_map(system: System, st: Setup) -> tuple[dict, Callable]:
     """pybpf Map with int codecs: m[k], m[k] = v, del m[k], batch_lookup, batch_update."""
     m = HashMap(st.entries, int, int, key_size=4, value_size=8, name="bench_ops",
                 system=system)
@@ -104,10 +117,10 @@ def bench_map(system: System, st: Setup) -> tuple[Callable[[], dict], Callable]:
             m.batch_update(keys, keys)
             return spent
 
-        def batch_lookup() -> int:
+        def batch_lookup(arrays: bool = False) -> int:
             seen = 0
             for _ in range(rounds):
-                for ks, _vs in m.batch_lookup(chunk=st.chunk):
+                for ks, _vs in m.batch_lookup(chunk=st.chunk, arrays=arrays):
                     seen += len(ks)
             return seen
 
@@ -116,13 +129,14 @@ def bench_map(system: System, st: Setup) -> tuple[Callable[[], dict], Callable]:
                 m.batch_update(keys, keys)
             return rounds * len(keys)
 
-        return (lambda: measure(lookup, update, delete, batch_lookup, batch_update, st)), m.close
+        return (per_op(lookup, update, delete, batch_lookup, batch_update, st,
+                       lambda: batch_lookup(arrays=True)), m.close)
     except BaseException:
         m.close()
         raise
 
 
-def bench_system(system: System, st: Setup) -> tuple[Callable[[], dict], Callable]:
+def bench_system(system: System, st: Setup) -> tuple[dict, Callable]:
     """The System interface itself: bytes in, bytes out."""
     fd = system.map_create(MapType.HASH, 4, 8, st.entries, map_name=b"bench_sys")
     kb, vb, rounds = st.kbytes, st.vbytes, st.rounds
@@ -175,7 +189,7 @@ def bench_system(system: System, st: Setup) -> tuple[Callable[[], dict], Callabl
                 system.map_update_batch(fd, kb, vb)
             return rounds * len(kb)
 
-        return ((lambda: measure(lookup, update, delete, batch_lookup, batch_update, st)),
+        return (per_op(lookup, update, delete, batch_lookup, batch_update, st),
                 lambda: system.close(fd))
     except BaseException:
         system.close(fd)
@@ -195,7 +209,7 @@ class _BatchAttr(ctypes.Structure):
                 ("elem_flags", ctypes.c_uint64), ("flags", ctypes.c_uint64)]
 
 
-def bench_ctypes(system: System, st: Setup) -> tuple[Callable[[], dict], Callable]:
+def bench_ctypes(system: System, st: Setup) -> tuple[dict, Callable]:
     """A bare ctypes bpf(2) call per op: one prebuilt attr, no decoding (the floor of any
     pure-Python binding)."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -285,14 +299,14 @@ def bench_ctypes(system: System, st: Setup) -> tuple[Callable[[], dict], Callabl
                 syscall(nr, 26, uref, bsize)
             return rounds * len(kb)
 
-        return ((lambda: measure(lookup, update, delete, batch_lookup, batch_update, st)),
+        return (per_op(lookup, update, delete, batch_lookup, batch_update, st),
                 lambda: system.close(fd))
     except BaseException:
         system.close(fd)
         raise
 
 
-def bench_dict(st: Setup) -> tuple[Callable[[], dict], Callable]:
+def bench_dict(st: Setup) -> tuple[dict, Callable]:
     """A plain dict with the same int keys: the floor for an emulated map."""
     keys, rounds = st.keys, st.rounds
     d = dict.fromkeys(keys, 0)
@@ -320,14 +334,11 @@ def bench_dict(st: Setup) -> tuple[Callable[[], dict], Callable]:
         d.update(dict.fromkeys(keys, 0))
         return spent
 
-    def one_round() -> dict:
-        return {"lookup": once_ns(lookup), "update": once_ns(update),
-                "delete": delete() / (st.rounds * st.entries)}
-
-    return one_round, lambda: None
+    return ({"lookup": lambda: once_ns(lookup), "update": lambda: once_ns(update),
+             "delete": lambda: delete() / (st.rounds * st.entries)}, lambda: None)
 
 
-def bench_c_reference(st: Setup, tmp: str) -> tuple[Callable[[], dict], Callable] | str:
+def bench_c_reference(st: Setup, tmp: str) -> tuple[dict, Callable] | str:
     """Compile ops_ref.c against libbpf into ``tmp``; a reason string when that cannot be
     done. Each round runs the program once."""
     gcc = shutil.which("gcc") or shutil.which("cc")
@@ -340,37 +351,44 @@ def bench_c_reference(st: Setup, tmp: str) -> tuple[Callable[[], dict], Callable
         first = (build.stderr.strip().splitlines() or ["?"])[0]
         return f"cannot build the libbpf reference ({first}); apt-get install gcc libbpf-dev"
 
-    def one_round() -> dict | str:
+    def one(op: str) -> float | str:
         run = subprocess.run([str(exe), str(st.entries), str(st.rounds * st.entries),
-                              str(st.chunk), "1"], capture_output=True, text=True)
+                              str(st.chunk), "1", op], capture_output=True, text=True)
         if run.returncode:
             return f"the libbpf reference failed: {run.stderr.strip()}"
-        return {op: float(ns) for op, ns in (line.split() for line in run.stdout.splitlines())}
+        return float(run.stdout.split()[1])
 
-    return one_round, lambda: None
+    ops = ("lookup", "update", "delete", "batch_lookup", "batch_update")
+    return {op: functools.partial(one, op) for op in ops}, lambda: None
 
 
-def bench_map_pure(backend: str, st: Setup) -> tuple[Callable[[], dict], Callable]:
+def bench_map_pure(backend: str, st: Setup) -> tuple[dict, Callable]:
     """``Map`` on the pure-Python path: each round is a child process with PYBPF_NO_ACCEL=1."""
     env = dict(os.environ, PYBPF_NO_ACCEL="1")
     cmd = [sys.executable, "-m", "pybpf.bench.ops", "--backend", backend, "--json",
            "--map-only", "--entries", str(st.entries), "--n", str(st.rounds * st.entries),
            "--chunk", str(st.chunk), "--repeat", "1"]
 
-    def one_round() -> dict | str:
-        run = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if run.returncode:
-            return f"child failed: {run.stderr.strip().splitlines()[-1:]}"
-        return {row["op"]: row.get("ns", row.get("note")) for row in json.loads(run.stdout)}
+    latest: dict[str, float | str] = {}
 
-    return one_round, lambda: None
+    def one(op: str) -> float | str:
+        # One child run per round gives every op: it runs when the round asks for lookup.
+        if op == "lookup" or not latest:
+            run = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if run.returncode:
+                return f"child failed: {run.stderr.strip().splitlines()[-1:]}"
+            latest.clear()
+            latest.update((row["op"], row.get("ns", row.get("note")))
+                          for row in json.loads(run.stdout))
+        return latest.get(op, "n/a")
+
+    return {op: functools.partial(one, op) for op in OPS}, lambda: None
 
 
 # -- running and printing ---------------------------------------------------------------------
 
 def run_backend(backend: str, st: Setup, map_only: bool, progress) -> list[dict]:
-    """Every path of one backend, interleaved round by round (so load on the machine hits
-    them alike); the best round of each figure is kept."""
+    """Every path of one backend, interleaved op by op and round by round."""
     system = make_system(backend)
     with tempfile.TemporaryDirectory(prefix="pybpf-ops-") as tmp:
         makers: list[tuple[str, Callable]] = []
@@ -389,21 +407,22 @@ def run_backend(backend: str, st: Setup, map_only: bool, progress) -> list[dict]
         if maps_mod.accelerated() and not map_only:
             makers.append(("Map (pure Python)", lambda: bench_map_pure(backend, st)))
         paths: dict[str, tuple | str] = {name: make() for name, make in makers}
-        best: dict[str, dict | str] = {name: {} for name in paths}
+        best: dict[str, dict | str] = {name: made if isinstance(made, str) else {}
+                                       for name, made in paths.items()}
         try:
+            # Op by op, every path in turn, round after round: load on the machine hits the
+            # paths alike, and the best round of each figure is kept.
             for r in range(st.repeat):
                 progress(f"round {r + 1}/{st.repeat}")
-                for name, made in paths.items():
-                    if isinstance(made, str) or isinstance(best[name], str):
-                        best[name] = made if isinstance(made, str) else best[name]
-                        continue
-                    results = made[0]()
-                    if isinstance(results, str):
-                        best[name] = results
-                        continue
-                    for op, value in results.items():
+                for op in OPS:
+                    for name, made in paths.items():
+                        run = None if isinstance(made, str) else made[0].get(op)
+                        if run is None:
+                            continue
+                        value = run()
                         old = best[name].get(op)
-                        if isinstance(value, str) or old is None or value < old:
+                        if isinstance(value, str) or old is None or \
+                                (not isinstance(old, str) and value < old):
                             best[name][op] = value
         finally:
             for made in paths.values():
@@ -426,7 +445,7 @@ def _rows(backend: str, paths: list[tuple[str, dict | str]], ref: str | None) ->
             else:
                 row["ns"] = round(value, 1)
                 row["ops_per_s"] = round(1e9 / value) if value else None
-                ref_value = refs.get(op) if isinstance(refs, dict) else None
+                ref_value = refs.get(REF_OP.get(op, op)) if isinstance(refs, dict) else None
                 if isinstance(ref_value, float) and ref_value:
                     row["ref"] = ref
                     row["ratio"] = round(value / ref_value, 2)
@@ -443,13 +462,13 @@ def print_table(rows: list[dict], st: Setup, out=sys.stdout) -> None:
         if row["backend"] != backend:
             backend = row["backend"]
             print(f"\n{backend} backend", file=out)
-            print(f"  {'op':<14}{'path':<20}{'ns/op':>10}{'ops/s':>13}   ratio", file=out)
+            print(f"  {'op':<20}{'path':<20}{'ns/op':>10}{'ops/s':>13}   ratio", file=out)
         if "note" in row:
-            print(f"  {row['op']:<14}{row['path']:<20}{'-':>10}{'':>13}   {row['note']}",
+            print(f"  {row['op']:<20}{row['path']:<20}{'-':>10}{'':>13}   {row['note']}",
                   file=out)
             continue
         ratio = f"{row['ratio']:.2f}x {row['ref']}" if "ratio" in row else ""
-        print(f"  {row['op']:<14}{row['path']:<20}{row['ns']:>10.1f}{row['ops_per_s']:>13,}"
+        print(f"  {row['op']:<20}{row['path']:<20}{row['ns']:>10.1f}{row['ops_per_s']:>13,}"
               f"   {ratio}", file=out)
 
 
@@ -461,7 +480,9 @@ def summary(rows: list[dict]) -> list[str]:
     checks = [(("kernel", "lookup", fast), ("kernel", "lookup", "C libbpf"), 1.3,
                "kernel m[k] vs C bpf_map_lookup_elem"),
               (("kernel", "batch_lookup", fast), ("kernel", "batch_lookup", "C libbpf"), 1.2,
-               "kernel batch lookup per element vs C"),
+               "kernel batch lookup per element vs C (lists of ints)"),
+              (("kernel", "batch_lookup_arrays", fast), ("kernel", "batch_lookup", "C libbpf"),
+               1.2, "kernel batch lookup per element vs C (arrays=True)"),
               (("emulated", "lookup", fast), ("emulated", "lookup", "dict"), 3.0,
                "emulated m[k] vs dict lookup"),
               (("emulated", "lookup", fast), ("kernel", "lookup", fast), 1.0,

@@ -3,8 +3,8 @@
  * libbpf, on a map of the same shape, timed the same way (best of `repeat` rounds).
  * Built at run time into a temporary directory (gcc -O2 ops_ref.c -lbpf); nothing installed.
  *
- * usage: ops_ref ENTRIES OPS CHUNK REPEAT
- * prints one line per operation: "<op> <ns per op or element>"
+ * usage: ops_ref ENTRIES OPS CHUNK REPEAT [OP]
+ * prints one line per operation (or just OP): "<op> <ns per op or element>"
  */
 #include <bpf/bpf.h>
 #include <errno.h>
@@ -34,111 +34,144 @@ static void fill(int fd, uint32_t entries)
 	}
 }
 
+static uint32_t entries, chunk;
+static uint64_t rounds;
+static uint32_t *keys;
+static uint64_t *values;
+
+static double op_lookup(int fd)
+{
+	uint64_t v;
+	double t0 = now_ns();
+
+	for (uint64_t i = 0; i < rounds; i++)
+		for (uint32_t k = 0; k < entries; k++)
+			bpf_map_lookup_elem(fd, &k, &v);
+	return (now_ns() - t0) / (rounds * entries);
+}
+
+static double op_update(int fd)
+{
+	double t0 = now_ns();
+
+	for (uint64_t i = 0; i < rounds; i++)
+		for (uint32_t k = 0; k < entries; k++) {
+			uint64_t v = k + i;
+
+			bpf_map_update_elem(fd, &k, &v, BPF_ANY);
+		}
+	return (now_ns() - t0) / (rounds * entries);
+}
+
+static double op_delete(int fd)
+{
+	double spent = 0;
+
+	for (uint64_t i = 0; i < rounds; i++) {
+		double t0 = now_ns();
+
+		for (uint32_t k = 0; k < entries; k++)
+			bpf_map_delete_elem(fd, &k);
+		spent += now_ns() - t0;
+		fill(fd, entries);
+	}
+	return spent / (rounds * entries);
+}
+
+/* Whole-map walks in chunks, per element. */
+static double op_batch_lookup(int fd)
+{
+	uint64_t seen = 0;
+	uint32_t token = 0;
+	double t0 = now_ns();
+
+	for (uint64_t i = 0; i < rounds; i++) {
+		void *in = NULL;
+
+		for (;;) {
+			uint32_t count = chunk;
+			int err = bpf_map_lookup_batch(fd, in, &token, keys, values, &count, NULL);
+
+			seen += count;
+			if (err) {
+				if (errno == ENOENT)
+					break;
+				perror("bpf_map_lookup_batch");
+				exit(1);
+			}
+			in = &token;
+		}
+	}
+	return (now_ns() - t0) / (seen ? seen : 1);
+}
+
+static double op_batch_update(int fd)
+{
+	for (uint32_t k = 0; k < entries; k++) {
+		keys[k] = k;
+		values[k] = k;
+	}
+	double t0 = now_ns();
+
+	for (uint64_t i = 0; i < rounds; i++) {
+		uint32_t count = entries;
+
+		if (bpf_map_update_batch(fd, keys, values, &count, NULL)) {
+			perror("bpf_map_update_batch");
+			exit(1);
+		}
+	}
+	return (now_ns() - t0) / (rounds * entries);
+}
+
+static const struct {
+	const char *name;
+	double (*run)(int fd);
+} ops[] = {
+	{"lookup", op_lookup},
+	{"update", op_update},
+	{"delete", op_delete},
+	{"batch_lookup", op_batch_lookup},
+	{"batch_update", op_batch_update},
+};
+
 int main(int argc, char **argv)
 {
-	if (argc != 5) {
-		fprintf(stderr, "usage: %s ENTRIES OPS CHUNK REPEAT\n", argv[0]);
+	if (argc != 5 && argc != 6) {
+		fprintf(stderr, "usage: %s ENTRIES OPS CHUNK REPEAT [OP]\n", argv[0]);
 		return 2;
 	}
-	uint32_t entries = strtoul(argv[1], NULL, 0);
-	uint64_t ops = strtoull(argv[2], NULL, 0);
-	uint32_t chunk = strtoul(argv[3], NULL, 0);
+	entries = strtoul(argv[1], NULL, 0);
+	uint64_t nops = strtoull(argv[2], NULL, 0);
+	chunk = strtoul(argv[3], NULL, 0);
 	int repeat = atoi(argv[4]);
-	uint64_t rounds = ops / entries ? ops / entries : 1;
-	double best_lookup = 1e30, best_update = 1e30, best_delete = 1e30;
-	double best_blookup = 1e30, best_bupdate = 1e30;
-	uint32_t *keys = calloc(entries, sizeof(*keys));
-	uint64_t *values = calloc(entries, sizeof(*values));
-	uint32_t token = 0;
+	const char *only = argc == 6 ? argv[5] : NULL;
 
+	rounds = nops / entries ? nops / entries : 1;
+	/* Batch buffers hold a whole chunk (or the whole map for the update batch). */
+	size_t slots = entries > chunk ? entries : chunk;
+
+	keys = calloc(slots, sizeof(*keys));
+	values = calloc(slots, sizeof(*values));
 	int fd = bpf_map_create(BPF_MAP_TYPE_HASH, "ops_ref", 4, 8, entries, NULL);
 
 	if (fd < 0 || !keys || !values) {
 		perror("bpf_map_create");
 		return 1;
 	}
-	for (uint32_t k = 0; k < entries; k++) {
-		keys[k] = k;
-		values[k] = k;
-	}
 	fill(fd, entries);
-	for (int r = 0; r < repeat; r++) {
-		uint64_t v;
-		double t0 = now_ns();
+	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+		double best = 1e30;
 
-		for (uint64_t i = 0; i < rounds; i++)
-			for (uint32_t k = 0; k < entries; k++)
-				bpf_map_lookup_elem(fd, &k, &v);
-		double t = (now_ns() - t0) / (rounds * entries);
+		if (only && strcmp(only, ops[i].name))
+			continue;
+		for (int r = 0; r < repeat; r++) {
+			double t = ops[i].run(fd);
 
-		if (t < best_lookup)
-			best_lookup = t;
-
-		t0 = now_ns();
-		for (uint64_t i = 0; i < rounds; i++)
-			for (uint32_t k = 0; k < entries; k++) {
-				v = k + i;
-				bpf_map_update_elem(fd, &k, &v, BPF_ANY);
-			}
-		t = (now_ns() - t0) / (rounds * entries);
-		if (t < best_update)
-			best_update = t;
-
-		double spent = 0;
-
-		for (uint64_t i = 0; i < rounds; i++) {
-			t0 = now_ns();
-			for (uint32_t k = 0; k < entries; k++)
-				bpf_map_delete_elem(fd, &k);
-			spent += now_ns() - t0;
-			fill(fd, entries);
+			if (t < best)
+				best = t;
 		}
-		t = spent / (rounds * entries);
-		if (t < best_delete)
-			best_delete = t;
-
-		/* Batch lookup: whole-map walks in chunks, per element. */
-		uint64_t seen = 0;
-
-		t0 = now_ns();
-		for (uint64_t i = 0; i < rounds; i++) {
-			void *in = NULL;
-
-			for (;;) {
-				uint32_t count = chunk;
-				int err = bpf_map_lookup_batch(fd, in, &token, keys, values, &count,
-							       NULL);
-
-				seen += count;
-				if (err) {
-					if (errno == ENOENT)
-						break;
-					perror("bpf_map_lookup_batch");
-					return 1;
-				}
-				in = &token;
-			}
-		}
-		t = (now_ns() - t0) / (seen ? seen : 1);
-		if (t < best_blookup)
-			best_blookup = t;
-
-		for (uint32_t k = 0; k < entries; k++)
-			keys[k] = k;
-		t0 = now_ns();
-		for (uint64_t i = 0; i < rounds; i++) {
-			uint32_t count = entries;
-
-			if (bpf_map_update_batch(fd, keys, values, &count, NULL)) {
-				perror("bpf_map_update_batch");
-				return 1;
-			}
-		}
-		t = (now_ns() - t0) / (rounds * entries);
-		if (t < best_bupdate)
-			best_bupdate = t;
+		printf("%s %.1f\n", ops[i].name, best);
 	}
-	printf("lookup %.1f\nupdate %.1f\ndelete %.1f\nbatch_lookup %.1f\nbatch_update %.1f\n",
-	       best_lookup, best_update, best_delete, best_blookup, best_bupdate);
 	return 0;
 }
