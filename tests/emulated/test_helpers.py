@@ -390,3 +390,32 @@ def test_xdp_adjustments_give_the_kernels_return_and_packet(kernel, emulated, he
         results.append((run.retval, run.data_out))
         prog.close()
     assert results[0] == results[1]
+
+
+def test_atomic_adds_from_threads_on_several_cpus_lose_nothing():
+    import threading
+
+    system = pybpf.system("emulated", cpus=4, nodes=1)
+    shared = system.map_create(MapType.ARRAY, 4, 8, 1)
+    per_cpu = system.map_create(MapType.PERCPU_ARRAY, 4, 8, 1)
+
+    def bump(name):
+        return [*key_at(-4, 0), b.ld_map_fd(R1, name), b.call("map_lookup_elem"),
+                b.jeq(R0, 0, f"skip_{name}"), b.mov64(R1, 1), b.atomic_add64(R0, 0, R1),
+                b.label(f"skip_{name}")]
+
+    prog = load(system, ProgType.XDP, [*bump("shared"), *bump("per_cpu"), *RET_2],
+                maps={"shared": shared, "per_cpu": per_cpu})
+
+    def worker(cpu):
+        with system.on_cpu(cpu):
+            prog.test_run(ETH_FRAME, repeat=300)
+
+    threads = [threading.Thread(target=worker, args=(cpu,)) for cpu in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert system.map_lookup_elem(shared, bytes(4)) == (1200).to_bytes(8, "little")
+    slots = system.map_lookup_elem(per_cpu, bytes(4))
+    assert [int.from_bytes(slots[i:i + 8], "little") for i in range(0, 32, 8)] == [300] * 4

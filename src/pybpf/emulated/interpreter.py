@@ -568,7 +568,7 @@ _JMP_JIT = {
 _JMP_SIGNED = {JmpOp.JSGT: ">", JmpOp.JSGE: ">=", JmpOp.JSLT: "<", JmpOp.JSLE: "<="}
 
 _MAX_NESTING = 40  # forward jumps nest as if/else up to this depth, then use ``continue``
-JIT_MAX_SLOTS = 200_000  # bigger programs run on the reference interpreter
+JIT_MAX_SLOTS = 100_000  # bigger programs run on the reference interpreter (compile ~3 s)
 
 
 class _FunctionWriter:
