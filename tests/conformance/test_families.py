@@ -1154,3 +1154,24 @@ def test_create_size_limits(maps, map_type, key_size, value_size, max_entries, f
         assert maps.create_errno(map_type, key_size, value_size, max_entries, **kw) == want
     else:
         maps.create(map_type, key_size, value_size, max_entries, **kw)
+
+
+def test_perf_event_array_rules(maps):
+    sys = maps.sys
+    assert maps.create_errno(MapType.PERF_EVENT_ARRAY, 4, 8, 4) == errno.EINVAL
+    assert maps.create_errno(MapType.PERF_EVENT_ARRAY, 4, 4, 4,
+                             map_flags=BPF_F_RDONLY_PROG) == errno.EINVAL
+    fd = maps.create(MapType.PERF_EVENT_ARRAY, 4, 4, 4, map_flags=BPF_F_PRESERVE_ELEMS)
+    not_a_perf_event = maps.create(MapType.ARRAY, 4, 4, 1)
+    assert err_of(sys.map_lookup_elem, fd, k32(0)) == ENOTSUPP
+    assert err_of(sys.map_lookup_elem, fd, k32(9)) == ENOTSUPP
+    assert err_of(sys.map_update_elem, fd, k32(0), k32(not_a_perf_event), BPF_NOEXIST) \
+        == errno.EINVAL
+    assert err_of(sys.map_update_elem, fd, k32(9), k32(not_a_perf_event)) == errno.E2BIG
+    assert err_of(sys.map_update_elem, fd, k32(0), k32(not_a_perf_event)) == errno.EBADF
+    assert err_of(sys.map_update_elem, fd, k32(0), k32(999_999)) == errno.EBADF
+    assert err_of(sys.map_delete_elem, fd, k32(0)) == errno.ENOENT
+    assert err_of(sys.map_delete_elem, fd, k32(9)) == errno.E2BIG
+    assert err_of(sys.map_lookup_and_delete_elem, fd, k32(0)) == ENOTSUPP
+    assert err_of(sys.map_lookup_batch, fd, None, 4) == ENOTSUPP
+    assert list(iter_keys(sys, fd)) == [k32(i) for i in range(4)]

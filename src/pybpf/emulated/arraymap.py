@@ -38,6 +38,7 @@ from ..uapi import (
     BPF_F_RDONLY_PROG,
     BPF_F_WRONLY_PROG,
     BPF_NOEXIST,
+    ENOTSUPP,
     NUMA_NO_NODE,
     PCPU_MIN_UNIT_SIZE,
     MapType,
@@ -419,3 +420,22 @@ class ProgArray(FdArray):
         if index >= self.max_entries:
             return None
         return self.ptrs.get(index)
+
+
+@map_ops(MapType.PERF_EVENT_ARRAY)
+class PerfEventArray(FdArray):
+    """BPF_MAP_TYPE_PERF_EVENT_ARRAY: perf event fds for bpf_perf_event_output.
+
+    Syscall lookups always give ENOTSUPP (the type has no ``map_fd_sys_lookup_elem``).
+    Deliberate gap: the emulated machine has no perf events, so every fd stored here is
+    refused as the kernel refuses a file that is not a perf event (EBADF); the output data
+    path does not exist either.
+    """
+
+    def lookup_elem_sys(self, key: bytes, flags: int = 0) -> bytes:
+        raise KernelError(ENOTSUPP, "perf event arrays cannot be read from user space")
+
+    def fd_get_ptr(self, ufd: int) -> object:
+        self.system.fd_get(ufd)  # not open -> EBADF
+        raise KernelError(errno.EBADF, f"fd {ufd} is not a perf event (the emulated machine "
+                                       f"has none)")
