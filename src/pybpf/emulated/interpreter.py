@@ -445,13 +445,18 @@ class Interpreter:
 
     def __init__(self, exe: Executable) -> None:
         self.exe = exe
+        # per slot: (info, kind, bits, mask, insn), looked up once rather than every step
+        self.steps = [None if insn is None else (
+            OPCODES[insn.opcode], OPCODES[insn.opcode].kind,
+            64 if OPCODES[insn.opcode].is64 else 32, M64 if OPCODES[insn.opcode].is64 else M32,
+            insn) for insn in exe.slots]
 
     def entry(self, rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
         return self.run_frame(rs, 0, (r1, r2, r3, r4, r5))
 
     def run_frame(self, rs: RunState, start: int, args: tuple[int, ...]) -> int:
         exe = self.exe
-        slots = exe.slots
+        steps = self.steps
         regs = [0] * 11
         regs[1:6] = args
         stack = bytearray(MAX_BPF_STACK)
@@ -461,15 +466,11 @@ class Interpreter:
         pc = start
         try:
             while True:
-                insn = slots[pc]
-                info = OPCODES[insn.opcode]
-                kind = info.kind
+                info, kind, bits, mask, insn = steps[pc]
                 rs.count += 1
                 if rs.count > rs.budget:
                     raise rs.over_budget(pc)
-                dst, src, off, imm = insn.dst, insn.src, insn.off, insn.imm
-                bits = 64 if info.is64 else 32
-                mask = M64 if bits == 64 else M32
+                _, dst, src, off, imm = insn
                 if kind is Kind.ALU:
                     s = (regs[src] if info.source is Source.X else imm) & mask
                     regs[dst] = _ALU_REF[info.op](regs[dst] & mask, s, off, bits) & mask
