@@ -1,4 +1,4 @@
-"""ARRAY, PERCPU_ARRAY and PROG_ARRAY (kernel/bpf/arraymap.c).
+"""ARRAY, PERCPU_ARRAY, PROG_ARRAY and PERF_EVENT_ARRAY (kernel/bpf/arraymap.c).
 
 Rules this module keeps (the kernel's, errno for errno):
 - Create (``array_map_alloc_check``): max_entries 0, key_size != 4, value_size 0, a flag outside
@@ -16,6 +16,7 @@ Rules this module keeps (the kernel's, errno for errno):
   prog id, delete of an empty slot -> ENOENT, of index >= max_entries -> E2BIG; programs cannot
   look it up (only tail-call through it). The first program stored fixes the array's owner
   program type; a program of another type -> EINVAL (``bpf_prog_map_compatible``).
+  PERF_EVENT_ARRAY is the same fd array for perf events (see ``PerfEventArray``).
 - NUMA: the array's memory lives on the map's node; a per-CPU slot on its CPU's node. Every
   element access from a program or a syscall is counted in ``access_stats``.
 """
