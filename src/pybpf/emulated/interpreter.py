@@ -134,6 +134,11 @@ def mem_load(rs: RunState, addr: int, size: int, pc: int) -> int:
     return int.from_bytes(region[off:off + size], "little")
 
 
+def _writable(region: Any) -> bool:
+    """Plain memory a program may store to (bytes and read-only views are read-only)."""
+    return type(region) is bytearray or (type(region) is memoryview and not region.readonly)
+
+
 def mem_store(rs: RunState, addr: int, size: int, value: int, pc: int) -> None:
     """Store the low ``size`` bytes of ``value`` at ``addr``: the checked slow path."""
     region = rs.mem.get(addr >> 32) if addr >= 0 else None
@@ -144,8 +149,7 @@ def mem_store(rs: RunState, addr: int, size: int, value: int, pc: int) -> None:
     if type(region) is CtxRegion:
         region.store(off, size, value, pc)
         return
-    if not isinstance(region, (bytearray, memoryview)) or (
-            isinstance(region, memoryview) and region.readonly):
+    if not _writable(region):
         what = "read-only memory" if isinstance(region, (bytes, memoryview)) else "a map pointer"
         raise ProgramFault(errno.EFAULT, f"insn {pc}: invalid memory access: {size}-byte store "
                            f"into {what} ({_describe(addr)})", pc=pc)
@@ -169,7 +173,7 @@ def mem_write(rs: RunState, addr: int, data: bytes, what: str) -> None:
     """Write ``data`` at ``addr`` for a helper (a popped value into the program's buffer)."""
     region = rs.mem.get(addr >> 32) if addr >= 0 else None
     off = addr & OFF_MASK
-    if not isinstance(region, (bytearray, memoryview)) or off + len(data) > len(region):
+    if not _writable(region) or off + len(data) > len(region):
         raise ProgramFault(errno.EFAULT, f"helper argument {what}: {len(data)} bytes at "
                            f"{_describe(addr)} are not writable memory")
     region[off:off + len(data)] = data

@@ -491,12 +491,16 @@ class ProgramsMixin:
         self.bpf_prog_inc(prog)
         link = _Tracepoint(self, prog, category, name)
         with _tracepoint_lock:
-            self.__dict__.setdefault("_tracepoints", {}).setdefault(link.key, []).append(link)
+            self._tracepoint_links().setdefault(link.key, []).append(link)
         return self.fd_install(link)
+
+    def _tracepoint_links(self) -> dict[tuple[str, str], list[_Tracepoint]]:
+        """(category, name) -> attached links, kept on the system (the mixin has no __init__)."""
+        return self.__dict__.setdefault("_tracepoints", {})
 
     def _detach_tracepoint(self, link: _Tracepoint) -> None:
         with _tracepoint_lock:
-            links = self.__dict__.get("_tracepoints", {}).get(link.key, [])
+            links = self._tracepoint_links().get(link.key, [])
             if link in links:
                 links.remove(link)
         self.bpf_prog_put(link.prog)
@@ -505,7 +509,7 @@ class ProgramsMixin:
         """Fire tracepoint ``category/name`` with the raw record ``ctx``: every attached
         program runs once on the current CPU; returns their return values (R0) in order."""
         with _tracepoint_lock:
-            links = list(self.__dict__.get("_tracepoints", {}).get((category, name), ()))
+            links = list(self._tracepoint_links().get((category, name), ()))
         record = bytes(ctx)
         return [link.prog.run(record).retval for link in links]
 
