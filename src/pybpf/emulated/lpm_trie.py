@@ -130,21 +130,27 @@ class LpmTrie(BpfMap):
 
     # -- lookup ---------------------------------------------------------------------------------
     def _trie_lookup(self, key: bytes) -> LpmTrieNode | None:
-        prefixlen, _data, bits = self._split_key(key)
-        if prefixlen > self.max_prefixlen:
+        """trie_lookup_elem's walk (the program hot path: helpers inlined)."""
+        prefixlen = int.from_bytes(key[:4], "little")
+        max_prefixlen = self.max_prefixlen
+        if prefixlen > max_prefixlen:
             return None
+        bits = int.from_bytes(key[4:4 + self.data_size], "big")
         found = None
         node = self.root
         while node is not None:
-            matchlen = self._longest_prefix_match(node, prefixlen, bits)
-            if matchlen == self.max_prefixlen:
+            node_prefixlen = node.prefixlen
+            # __longest_prefix_match: common leading bits, capped by both prefix lengths
+            matchlen = min(max_prefixlen - (node.bits ^ bits).bit_length(), node_prefixlen,
+                           prefixlen)
+            if matchlen == max_prefixlen:
                 found = node
                 break
-            if matchlen < node.prefixlen:
+            if matchlen < node_prefixlen:
                 break
             if not node.intermediate:
                 found = node
-            node = node.child[self._extract_bit(bits, node.prefixlen)]
+            node = node.child[(bits >> (max_prefixlen - 1 - node_prefixlen)) & 1]
         if found is not None:
             self.access_stats.access(self.machine.current_cpu(), found.node)
         return found
