@@ -12,6 +12,7 @@ import os
 import random
 import socket
 import struct
+import time
 
 import pytest
 
@@ -1175,3 +1176,29 @@ def test_perf_event_array_rules(maps):
     assert err_of(sys.map_lookup_and_delete_elem, fd, k32(0)) == ENOTSUPP
     assert err_of(sys.map_lookup_batch, fd, None, 4) == ENOTSUPP
     assert list(iter_keys(sys, fd)) == [k32(i) for i in range(4)]
+
+
+def test_hash_of_maps_lookup_and_delete_batch_gives_ids_and_lets_inner_maps_go(maps):
+    sys = maps.sys
+    template = maps.create(MapType.ARRAY, 4, 4, 1)
+    outer = maps.create(MapType.HASH_OF_MAPS, 4, 4, 4, inner_map_fd=template)
+    inner = sys.map_create(MapType.ARRAY, 4, 4, 1)
+    inner_id = sys.map_get_info(inner).id
+    sys.map_update_batch(outer, [k32(1), k32(2)], [k32(inner), k32(inner)])
+    sys.close(inner)
+    got = sys.map_lookup_and_delete_batch(outer, None, 4)
+    assert sorted(got.keys) == [k32(1), k32(2)] and got.values == [k32(inner_id)] * 2
+    assert err_of(sys.map_get_next_key, outer, None) == errno.ENOENT
+    assert map_is_freed(sys, inner_id)
+
+
+def map_is_freed(sys, map_id: int, polls: int = 200) -> bool:
+    """True once no map has ``map_id`` (the kernel frees after an RCU grace period)."""
+    for _ in range(polls):
+        try:
+            sys.close(sys.map_get_fd_by_id(map_id))
+        except OSError as e:
+            assert e.errno == errno.ENOENT
+            return True
+        time.sleep(0.005)
+    return False
