@@ -411,6 +411,19 @@ def test_garbage_collection_closes_the_fd(backend):
     assert info.value.errno == errno.EBADF
 
 
+def test_dropping_the_last_reference_closes_the_fd_without_waiting_for_gc(backend):
+    gc.disable()  # no reference cycle may keep a dropped Map's fd open
+    try:
+        m = hash_map(backend)
+        m[1] = 1
+        assert m[1] == 1 and 2 not in m
+        finalizer = m._finalizer
+        del m
+        assert not finalizer.alive
+    finally:
+        gc.enable()
+
+
 def test_info_reports_the_spec(backend):
     with hash_map(backend, name="info_test") as m:
         info = m.info()

@@ -176,22 +176,11 @@ class _PyMapCore:
                     value_kind: int, key_encode, value_encode, value_decode, table,
                     lookup) -> None:
         if mode == MODE_TABLE:
-            lookup = self._table_lookup(table)
+            lookup = _table_lookup(table, lookup)
         self._c_lookup = lookup
         self._c_kenc = key_encode
         self._c_venc = value_encode
         self._c_vdec = bytes if value_kind == KIND_BYTES else value_decode
-
-    def _table_lookup(self, table: dict):
-        get = table.get
-
-        def lookup(key: bytes) -> bytes:
-            value = get(key)
-            if value is None:
-                raise self._error(errno.ENOENT, "map_lookup_elem")
-            return bytes(value)
-
-        return lookup
 
     def __getitem__(self, key):
         return self._c_vdec(self._c_lookup(self._c_kenc(key)))
@@ -211,6 +200,20 @@ class _PyMapCore:
 
     def _update(self, key, value, flags: int) -> None:
         self._update_bytes(self._c_kenc(key), self._c_venc(value), flags)
+
+
+def _table_lookup(table: dict, backend_lookup):
+    """A lookup that reads ``table``; a missing key goes to the backend, which raises the
+    error (no reference to the Map: its fd must close as soon as it is dropped)."""
+    get = table.get
+
+    def lookup(key: bytes) -> bytes:
+        value = get(key)
+        if value is None:
+            return backend_lookup(key)
+        return bytes(value)
+
+    return lookup
 
 
 def _load_accel():
