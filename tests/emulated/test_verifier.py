@@ -74,6 +74,8 @@ REJECTIONS = [
     ("kfunc_call", ins(0x85, 0, 2, 0, 5) + R0_0 + EXIT, errno.EINVAL,
      "kernel btf_id 5 is not a function"),
     ("empty_program", b"", errno.E2BIG, ""),
+    ("callback_without_btf", ins(0x18, 2, 4, 0, 3) + ins(0) + R0_0 + EXIT + R0_0 + EXIT,
+     errno.EINVAL, "missing btf func_info"),
 ]
 
 

@@ -201,7 +201,7 @@ class RunState:
         self.system = system
         self.packet = packet
         self.redirect: Any = None
-        self.engine: Callable[[Executable], Callable] | None = None
+        self.engine = "jit"  # the engine of this run: callbacks and tail calls use it too
         self.trace: list[bytes] = []
         self.retval = 0  # R0 at exit, set by whoever runs the program
 
@@ -248,8 +248,11 @@ class Executable:
         self.owner = owner  # the BpfProg, for tail calls and diagnostics
         self.static_regions: dict[int, Any] = {}
         self.ld_imm: dict[int, int] = {}
+        starts = {0}
         regions_of: dict[int, int] = {}
         for pc, insn in enumerate(self.slots):
+            if insn is not None and _is_local_call(insn):
+                starts.add(pc + insn.imm + 1)
             if insn is None or insn.opcode != 0x18:
                 continue
             ref = (pseudo or {}).get(pc)
@@ -263,28 +266,35 @@ class Executable:
                 regions_of[id(obj)] = region
                 self.static_regions[region] = obj
             self.ld_imm[pc] = (region << 32) | off if kind == "map_value" else region << 32
-        self.subprogs = sorted({0} | {pc + insn.imm + 1 for pc, insn in enumerate(self.slots)
-                                      if insn is not None and _is_local_call(insn)})
-        self._jit: Callable | None = None
-        self._interp: Callable | None = None
+        self.subprogs = sorted(starts)
+        self._entries: dict[tuple[str, int], Callable] = {}
+        self._jit_functions: dict[str, Callable] | None = None
+        self._interpreter: Interpreter | None = None
 
-    @property
-    def jit(self) -> Callable:
-        """The compiled entry ``f(rs, r1, r2, r3, r4, r5) -> r0`` (made once, then cached)."""
-        if self._jit is None:
-            self._jit = jit_compile(self)
-        return self._jit
-
-    @property
-    def interp(self) -> Callable:
-        if self._interp is None:
-            interpreter = Interpreter(self)
-            self._interp = interpreter.entry
-        return self._interp
+    def entry(self, engine: str, start: int = 0) -> Callable:
+        """The function ``f(rs, r1, r2, r3, r4, r5) -> r0`` that runs the subprogram at
+        ``start`` on ``engine`` ("jit" or "interp"); the JIT translates the whole program the
+        first time it is asked, then every entry is cached."""
+        key = (engine, start)
+        found = self._entries.get(key)
+        if found is not None:
+            return found
+        if engine == "jit" and len(self.slots) <= JIT_MAX_SLOTS:
+            if self._jit_functions is None:
+                self._jit_functions = jit_compile(self)
+            found = self._jit_functions[f"F{start}"]
+        elif engine in ("jit", "interp"):
+            if self._interpreter is None:
+                self._interpreter = Interpreter(self)
+            found = self._interpreter.entry_of(start)
+        else:
+            raise ValueError(f"unknown engine {engine!r}: choose 'jit' or 'interp'")
+        self._entries[key] = found
+        return found
 
     def prepare(self, engine: str) -> Callable:
         """Make (and cache) the entry of ``engine`` now rather than at the first run."""
-        return _ENGINES[engine](self)
+        return self.entry(engine)
 
     def subprog_end(self, start: int) -> int:
         later = [s for s in self.subprogs if s > start]
@@ -297,20 +307,14 @@ def _is_local_call(insn: Instruction) -> bool:
 
 def run(exe: Executable, rs: RunState, ctx: int, engine: str = "jit") -> int:
     """Run ``exe`` with R1 = ``ctx``; returns R0 (64 bits). ``engine``: "jit" or "interp"."""
-    rs.engine = _ENGINES[engine]
+    rs.engine = engine
     rs.mem.update(exe.static_regions)
     try:
-        return rs.engine(exe)(rs, ctx, 0, 0, 0, 0)
+        return exe.entry(engine)(rs, ctx, 0, 0, 0, 0)
     except RunAbort:
         return 0
     except RecursionError:
         raise ProgramFault(errno.EFAULT, "the call stack is too deep") from None
-
-
-_ENGINES: dict[str, Callable[[Executable], Callable]] = {
-    "jit": lambda exe: exe.jit,
-    "interp": lambda exe: exe.interp,
-}
 
 
 # -- shared semantics (both engines call these for the rare, wide operations) --------------------
@@ -455,8 +459,12 @@ class Interpreter:
             64 if OPCODES[insn.opcode].is64 else 32, M64 if OPCODES[insn.opcode].is64 else M32,
             insn) for insn in exe.slots]
 
-    def entry(self, rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
-        return self.run_frame(rs, 0, (r1, r2, r3, r4, r5))
+    def entry_of(self, start: int) -> Callable:
+        """``f(rs, r1, r2, r3, r4, r5) -> r0`` running the subprogram at ``start``."""
+        def entry(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+            return self.run_frame(rs, start, (r1, r2, r3, r4, r5))
+
+        return entry
 
     def run_frame(self, rs: RunState, start: int, args: tuple[int, ...]) -> int:
         exe = self.exe
@@ -505,7 +513,7 @@ class Interpreter:
                     elif imm == BpfFunc.tail_call:
                         target = tail_call(rs, regs[1], regs[2], regs[3])
                         if target is not None:
-                            return rs.engine(target)(rs, regs[1], 0, 0, 0, 0)
+                            return target.entry(rs.engine)(rs, regs[1], 0, 0, 0, 0)
                     else:
                         regs[0] = exe.helpers[imm](rs, *regs[1:6]) & M64
                 elif kind is Kind.EXIT:
@@ -742,7 +750,7 @@ class _FunctionWriter:
                 emit(depth, "if t is not None:")
                 emit(depth + 1, "rs.count = n")
                 emit(depth + 1, "del mem[frame]")
-                emit(depth + 1, "return rs.engine(t)(rs, r1, 0, 0, 0, 0)")
+                emit(depth + 1, "return t.entry(rs.engine)(rs, r1, 0, 0, 0, 0)")
             else:
                 emit(depth, f"r0 = H{imm}(rs, r1, r2, r3, r4, r5)")
         elif kind is Kind.EXIT:
@@ -924,10 +932,8 @@ def jit_source(exe: Executable) -> str:
     return _LITERAL_RE.sub(lambda m: _LITERALS[m.group(1)], "\n".join(lines))
 
 
-def jit_compile(exe: Executable) -> Callable:
-    """Translate ``exe`` to Python once; returns the entry of subprogram 0."""
-    if len(exe.slots) > JIT_MAX_SLOTS:
-        return exe.interp
+def jit_compile(exe: Executable) -> dict[str, Callable]:
+    """Translate ``exe`` to Python once; returns its functions (``F<start>`` per subprogram)."""
     source = jit_source(exe)
     namespace: dict[str, Any] = {
         "M64": M64, "M32": M32, "SIGN64": SIGN64, "SIGN32": SIGN32,
@@ -944,4 +950,4 @@ def jit_compile(exe: Executable) -> Callable:
         namespace[f"H{helper_id}"] = helper
     code = compile(source, f"<bpf-jit {getattr(exe.owner, 'name', '') or 'prog'}>", "exec")
     exec(code, namespace)  # noqa: S102 - our own generated source
-    return namespace["F0"]
+    return {f"F{start}": namespace[f"F{start}"] for start in exe.subprogs}

@@ -37,6 +37,7 @@ from ..asm.opcodes import (
 from ..errors import KernelError
 from ..uapi import (
     BPF_PSEUDO_CALL,
+    BPF_PSEUDO_FUNC,
     BPF_PSEUDO_KFUNC_CALL,
     BPF_PSEUDO_MAP_FD,
     BPF_PSEUDO_MAP_VALUE,
@@ -136,6 +137,12 @@ class _Verifier:
     def add_subprog_and_kfunc(self) -> None:
         starts = {0}
         for pc, insn in enumerate(self.slots):
+            if insn is not None and insn.opcode == LD_IMM64 and insn.src == BPF_PSEUDO_FUNC:
+                target = _callback_target(pc, insn)
+                if not 0 <= target < self.n:
+                    raise _reject(errno.EINVAL, "call to invalid destination")
+                starts.add(target)  # a callback: a subprogram of its own
+                continue
             if insn is None or insn.opcode != Class.JMP | JmpOp.CALL:
                 continue
             if insn.src == BPF_PSEUDO_KFUNC_CALL:
@@ -189,6 +196,8 @@ class _Verifier:
             src = insn.src
             if src == 0:
                 continue
+            if src == BPF_PSEUDO_FUNC:
+                continue  # refused by do_check, as the kernel does without BTF
             if src not in (BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_VALUE):
                 raise _reject(errno.EINVAL, f"unrecognized bpf_ld_imm64 insn (src {src} is not "
                               "supported by the emulated backend: map fd or map value only)")
@@ -226,6 +235,8 @@ class _Verifier:
             return [nxt, _jump_target(pc, insn)]
         if info.kind is Kind.CALL and insn.src == BPF_PSEUDO_CALL:
             return [nxt, pc + insn.imm + 1]
+        if insn.opcode == LD_IMM64 and insn.src == BPF_PSEUDO_FUNC:
+            return [nxt, _callback_target(pc, insn)]  # the callback is reached from here
         return [nxt]
 
     def check_cfg(self) -> list[int]:
@@ -254,6 +265,8 @@ class _Verifier:
             if insn is not None and insn.opcode == Class.JMP | JmpOp.CALL \
                     and insn.src == BPF_PSEUDO_CALL:
                 callees[self.subprog_of(pc)].add(pc + insn.imm + 1)
+            elif insn is not None and insn.opcode == LD_IMM64 and insn.src == BPF_PSEUDO_FUNC:
+                callees[self.subprog_of(pc)].add(_callback_target(pc, insn))
 
         def depth(sub: int, frames: int) -> None:
             if frames > MAX_CALL_FRAMES:
@@ -365,6 +378,9 @@ class _Verifier:
                               "bpf-to-bpf calls")
         if kind is Kind.CALL and insn.src == 0:
             self.check_helper(insn.imm)
+        if kind is Kind.LD_IMM64 and insn.src == BPF_PSEUDO_FUNC:
+            # callbacks (bpf_loop, timers, ...) need BTF func_info, which loads here do not pass
+            raise _reject(errno.EINVAL, "missing btf func_info")
 
     @staticmethod
     def check_stack(off: int, size: int, access: str) -> None:
@@ -449,15 +465,20 @@ class _Verifier:
                 continue
             out = _transfer(insn, state[pc])
             for succ in self.successors(pc):
-                if succ >= self.n or succ in entry and succ != pc + 1 and \
-                        OPCODES[insn.opcode].kind is Kind.CALL:
-                    continue  # a call's edge into the callee: the callee has its own entry
+                if succ >= self.n or succ in entry and succ != pc + insn.slots:
+                    continue  # an edge into a callee or callback: it has its own entry state
                 new = out if not visited[succ] else state[succ] & out
                 if not visited[succ] or new != state[succ]:
                     state[succ] = new
                     visited[succ] = True
                     work.append(succ)
         return state
+
+
+def _callback_target(pc: int, insn: Instruction) -> int:
+    """The first slot of the subprogram a BPF_PSEUDO_FUNC lddw points to (low imm: offset)."""
+    offset = insn.imm & 0xFFFFFFFF
+    return pc + (offset - (1 << 32) if offset >> 31 else offset) + 1
 
 
 def _jump_target(pc: int, insn: Instruction | None) -> int | None:
