@@ -204,15 +204,16 @@ class KernelSystem(System):
             kind = _fd_kind(fd)
         except OSError:
             kind = None
-        if kind != "bpf-map" and cmd is not None:
-            ret = bpf(cmd, MapElemAttr(map_fd=fd, flags=flags))
-            if ret < 0:
-                raise self._error(-ret, command, fd)
-        if kind is None:
-            raise bpf_error(errno.EBADF, command, detail=f"fd {fd} is not open")
         if kind != "bpf-map":
-            raise bpf_error(errno.EINVAL, command,
-                            detail=f"fd {fd} is not a BPF map ({kind or 'another file'})")
+            if kind is None:
+                err, detail = errno.EBADF, f"fd {fd} is not open"
+            else:
+                err, detail = errno.EINVAL, f"fd {fd} is not a BPF map ({kind or 'another file'})"
+            if cmd is not None:
+                ret = bpf(cmd, MapElemAttr(map_fd=fd, flags=flags))
+                if ret < 0 and -ret != err:  # refused by a check made before the fd's
+                    raise self._error(-ret, command, fd)
+            raise bpf_error(err, command, detail=detail)
         info = self.map_get_info(fd)
         meta = _MAPS[fd] = _MapMeta(info.type, info.key_size, info.value_size)
         return meta
@@ -572,7 +573,8 @@ class KernelSystem(System):
                            data_in=data_in if data_in else None,
                            data_out=ctypes.addressof(data_out) if data_size_out else None,
                            repeat=repeat, ctx_size_in=len(ctx_in) if ctx_in else 0,
-                           ctx_size_out=ctx_size_out, ctx_in=ctypes.addressof(ctx_buf) if ctx_buf else None,
+                           ctx_size_out=ctx_size_out,
+                           ctx_in=ctypes.addressof(ctx_buf) if ctx_buf else None,
                            ctx_out=ctypes.addressof(ctx_out) if ctx_size_out else None,
                            flags=flags, cpu=cpu)
         while True:
