@@ -186,6 +186,16 @@ class _nothing:
         return False
 
 
+def test_a_bad_codec_is_refused_before_the_map_is_created(emulated):
+    with hash_map(emulated) as first:
+        last_id = first.id
+    with pytest.raises(ValueError, match="value codec"):
+        M.Map(MapSpec(MapType.HASH, 4, 8, 4), emulated, value="<I")
+    with pytest.raises(BPFError) as info:  # no map was made after the first one
+        emulated.map_get_next_id(last_id)
+    assert info.value.errno == errno.ENOENT
+
+
 # -- arrays -------------------------------------------------------------------------------
 
 def test_array_has_every_index_and_int_keys_by_default(backend):

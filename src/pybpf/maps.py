@@ -261,9 +261,10 @@ class Map(_MapCore, collections.abc.MutableMapping):
             raise ValueError(f"{type(self).__name__} is for {MapType(self.map_type).name} "
                              f"maps, the spec says {spec.type!r}: use Map.create(spec)")
         system = system if system is not None else default_system()
+        codecs = _codecs_for(spec, system, key, value)  # bad codecs fail before the create
         fd = _create(spec, system)
         try:
-            self._attach(system, fd, spec, key, value)
+            self._attach(system, fd, spec, codecs)
         except BaseException:
             _close_fd(system, fd)
             raise
@@ -283,11 +284,11 @@ class Map(_MapCore, collections.abc.MutableMapping):
                 value: CodecSpec = None) -> Map:
         """Wrap an open map fd; the Map takes ownership and closes it."""
         system = system if system is not None else default_system()
-        spec = MapSpec.from_info(system.map_get_info(fd))
-        klass = cls if cls is not Map else _CLASS_FOR_TYPE.get(spec.type, Map)
-        obj = klass.__new__(klass)
         try:
-            obj._attach(system, fd, spec, key, value)
+            spec = MapSpec.from_info(system.map_get_info(fd))
+            klass = cls if cls is not Map else _CLASS_FOR_TYPE.get(spec.type, Map)
+            obj = klass.__new__(klass)
+            obj._attach(system, fd, spec, _codecs_for(spec, system, key, value))
         except BaseException:
             _close_fd(system, fd)
             raise
@@ -307,8 +308,8 @@ class Map(_MapCore, collections.abc.MutableMapping):
         system = system if system is not None else default_system()
         return cls.from_fd(system.obj_get(path), system, key=key, value=value)
 
-    def _attach(self, system: System, fd: int, spec: MapSpec, key: CodecSpec,
-                value: CodecSpec) -> None:
+    def _attach(self, system: System, fd: int, spec: MapSpec,
+                codecs: tuple[Codec, Codec]) -> None:
         self.system = system
         self.fd = fd
         self.spec = spec
@@ -317,22 +318,8 @@ class Map(_MapCore, collections.abc.MutableMapping):
         self.value_size = spec.value_size
         self.max_entries = spec.max_entries
         self.name = spec.name
-        self._ncpus = system.num_possible_cpus
-        self._vsize = syscall_value_size(spec.type, spec.value_size, self._ncpus)
-        key = key if key is not None else spec.key
-        value = value if value is not None else spec.value
-        if key is None and spec.type in _INDEX_KEY_TYPES:
-            key = int
-        if key is None and spec.type == MapType.LPM_TRIE:
-            key = LpmKey(spec.key_size - 4)
-        self.key_codec: Codec = make_codec(key, spec.key_size, "key")
-        if spec.type in FD_VALUE_MAP_TYPES and value is None:
-            self.value_codec: Codec = MapFdCodec()
-        elif spec.type in PERCPU_MAP_TYPES:
-            self.value_codec = PerCpuCodec(make_codec(value, spec.value_size, "value"),
-                                           self._ncpus)
-        else:
-            self.value_codec = make_codec(value, self._vsize, "value")
+        self.key_codec, self.value_codec = codecs
+        self._vsize = syscall_value_size(spec.type, spec.value_size, system.num_possible_cpus)
         self._sparse = spec.type in _SPARSE_TYPES
         self._finalizer = weakref.finalize(self, _close_fd, system, fd)
         self._setup_core()
@@ -651,6 +638,29 @@ class BatchCursor:
             self.token = result.out_batch
         count = len(result.keys)
         return kdec(b"".join(result.keys), count), vdec(b"".join(result.values), count)
+
+
+def _codecs_for(spec: MapSpec, system: System, key: CodecSpec,
+                value: CodecSpec) -> tuple[Codec, Codec]:
+    """The key and value codecs of a map of ``spec`` on ``system`` (``key``/``value``
+    override the spec's; defaults: int keys for index maps, LpmKey for LPM tries, raw bytes
+    otherwise; fd maps take Maps and give ids; per-CPU values are PerCpuValues)."""
+    key = key if key is not None else spec.key
+    value = value if value is not None else spec.value
+    if key is None and spec.type in _INDEX_KEY_TYPES:
+        key = int
+    if key is None and spec.type == MapType.LPM_TRIE and spec.key_size > 4:
+        key = LpmKey(spec.key_size - 4)
+    key_codec = make_codec(key, spec.key_size, "key")
+    ncpus = system.num_possible_cpus
+    if spec.type in FD_VALUE_MAP_TYPES and value is None:
+        value_codec: Codec = MapFdCodec()
+    elif spec.type in PERCPU_MAP_TYPES:
+        value_codec = PerCpuCodec(make_codec(value, spec.value_size, "value"), ncpus)
+    else:
+        value_codec = make_codec(value, syscall_value_size(spec.type, spec.value_size, ncpus),
+                                 "value")
+    return key_codec, value_codec
 
 
 def _create(spec: MapSpec, system: System) -> int:
