@@ -713,3 +713,14 @@ def test_write_batch_refused_before_its_first_element_reports_count_zero(backend
         backend.map_delete_batch(fd, [u32(0), u32(1)])
     assert exc.value.errno == ENOTSUPP
     assert exc.value.count == 0
+
+
+def test_element_command_on_an_open_non_bpf_fd_gives_einval(backend):
+    read_end, write_end = os.pipe()
+    try:
+        with pytest.raises(OSError) as exc:
+            backend.map_lookup_elem(read_end, b"\0" * 4)
+        assert exc.value.errno == errno.EINVAL
+    finally:
+        os.close(read_end)
+        os.close(write_end)

@@ -22,7 +22,9 @@ import errno
 import functools
 import importlib
 import itertools
+import os
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -120,8 +122,11 @@ class EmulatedSystem(ProgramsMixin, System):
         self.machine = machine if machine is not None else Machine(cpus, nodes)
         self.machine.htab_mem = htab_mem
         self._lock = threading.RLock()  # fd table, idrs, pins, refcounts
+        # fd -> object. Each emulated fd holds a real host fd (on /dev/null) of the same number,
+        # so emulated objects and the process's real files (sockets for sockmap, say) share one
+        # fd namespace, as BPF objects and files do in a real process.
         self._files: dict[int, Any] = {}
-        self._next_fd = itertools.count(3)
+        weakref.finalize(self, _close_host_fds, self._files)
         self._map_idr: dict[int, BpfMap] = {}
         self._next_map_id = itertools.count(1)
         self._prog_idr: dict[int, Any] = {}
@@ -149,8 +154,8 @@ class EmulatedSystem(ProgramsMixin, System):
     # -- fd table, ids, references -----------------------------------------------------------
     def fd_install(self, obj: Any) -> int:
         """Open a new fd on ``obj``; closing it calls ``obj.fd_release()`` if it has one."""
+        fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         with self._lock:
-            fd = next(self._next_fd)
             self._files[fd] = obj
         return fd
 
@@ -159,7 +164,7 @@ class EmulatedSystem(ProgramsMixin, System):
         try:
             return self._files[fd]
         except (KeyError, TypeError):
-            raise KernelError(errno.EBADF, f"fd {fd!r} is not open") from None
+            raise _missing_fd(fd) from None
 
     def map_from_fd(self, fd: int) -> BpfMap:
         """__bpf_map_get: EBADF when not open, EINVAL when not a map."""
@@ -172,7 +177,7 @@ class EmulatedSystem(ProgramsMixin, System):
         try:
             file = self._files[fd]
         except (KeyError, TypeError):
-            raise KernelError(errno.EBADF, f"fd {fd!r} is not open") from None
+            raise _missing_fd(fd) from None
         if type(file) is not MapFile:
             raise KernelError(errno.EINVAL, f"fd {fd} is not a BPF map")
         return file
@@ -638,6 +643,7 @@ class EmulatedSystem(ProgramsMixin, System):
             file = self._files.pop(fd, None) if isinstance(fd, int) else None
         if file is None:
             raise bpf_error(errno.EBADF, "close", detail=f"fd {fd!r} is not open")
+        os.close(fd)
         if type(file) is MapFile:
             self.bpf_map_put(file.map)
         elif hasattr(file, "fd_release"):
@@ -663,3 +669,23 @@ class EmulatedSystem(ProgramsMixin, System):
         except KernelError as exc:
             raise self._error(exc, "map_stats") from None
         return bpf_map.mem_stats()
+
+
+def _missing_fd(fd: object) -> KernelError:
+    """The error for an fd the emulated table lacks. The emulated objects share the process's
+    fd namespace with its real files, so an fd open on the host is, as on the kernel, open
+    but not a BPF object (EINVAL); any other is not open (EBADF)."""
+    try:
+        os.fstat(fd)  # type: ignore[arg-type]
+    except (OSError, TypeError, ValueError, OverflowError):
+        return KernelError(errno.EBADF, f"fd {fd!r} is not open")
+    return KernelError(errno.EINVAL, f"fd {fd} is not a BPF object (an open file of this process)")
+
+
+def _close_host_fds(files: dict[int, Any]) -> None:
+    """When the emulated system goes away, its fds' host halves go too."""
+    for fd in list(files):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
