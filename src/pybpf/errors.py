@@ -174,6 +174,7 @@ def bpf_error(err: int, command: str, *, map: str = "", detail: str = "",
         text += f": {detail}"
     elif hint:
         text += f": {hint}"
-    if cls is BPFPermissionError and command not in _ELEMENT_COMMANDS and PERMISSION_HINT not in text:
+    elem = command in _ELEMENT_COMMANDS
+    if cls is BPFPermissionError and not elem and PERMISSION_HINT not in text:
         text += f" ({PERMISSION_HINT})"
     return cls(err, text, command=command, map=map, hint=hint, count=count)

@@ -261,7 +261,7 @@ def test_syscall_program_writing_its_ctx_leaves_the_callers_bytes_untouched(kern
     insns = encode([stw(R1, 0, 0x41414141), mov64(R0, 0), exit_()])
     fd = kernel.prog_load(ProgType.SYSCALL, insns, prog_flags=BPF_F_SLEEPABLE)
     try:
-        ctx = bytes(b"zzzzzzzz")
+        ctx = b"zzzzzzzz"
         kernel.prog_test_run(fd, ctx_in=ctx, ctx_size_out=0, repeat=0)
         assert ctx == b"zzzzzzzz"
     finally:
