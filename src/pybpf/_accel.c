@@ -193,6 +193,16 @@ static void clear_slots(MapCore *self)
 	self->slots = NULL;
 }
 
+/* fn(arg), holding fn: the call may run Python that sets the core up again. */
+static PyObject *call_one(PyObject *fn, PyObject *arg)
+{
+	Py_INCREF(fn);
+	PyObject *r = PyObject_CallOneArg(fn, arg);
+
+	Py_DECREF(fn);
+	return r;
+}
+
 /* Raise self._error(err, command[, count]). Always returns NULL. */
 static PyObject *raise_error(MapCore *self, int err, const char *command, Py_ssize_t count)
 {
@@ -242,7 +252,7 @@ static int encode(PyObject *codec_encode, int kind, Py_ssize_t size, PyObject *o
 			return 0;
 		}
 	}
-	PyObject *b = PyObject_CallOneArg(codec_encode, obj);
+	PyObject *b = call_one(codec_encode, obj);
 
 	if (!b)
 		return -1;
@@ -300,7 +310,7 @@ static PyObject *decode_value(MapCore *self, const uint8_t *data, Py_ssize_t siz
 		if (!b)
 			return NULL;
 	}
-	PyObject *r = PyObject_CallOneArg(self->vdec, b);
+	PyObject *r = call_one(self->vdec, b);
 
 	Py_DECREF(b);
 	return r;
@@ -360,7 +370,7 @@ static PyObject *core_lookup(MapCore *self, PyObject *key, int missing_ok)
 	if (self->mode == MODE_TABLE) {
 		result = table_value(self, kb, missing_ok);
 	} else {
-		PyObject *v = PyObject_CallOneArg(self->lookup, kb);
+		PyObject *v = call_one(self->lookup, kb);
 
 		if (v) {
 			if (PyBytes_Check(v))
