@@ -3,6 +3,7 @@ checked against the real bpftool on the kernel where bpftool is installed."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -85,6 +86,38 @@ def test_show_and_dump_match_the_real_bpftool(kernel, tmp_path):
             show = re.sub(r"\n\tpids [^\n]*", "", show)
             assert cli.bpftool_show(m) == show, title
             assert cli.bpftool_dump(m) == dump, title
+
+
+@pytest.mark.skipif(shutil.which("bpftool") is None, reason="bpftool is not installed")
+def test_json_show_and_dump_match_bpftool_j(kernel):
+    if not os.path.ismount("/sys/fs/bpf"):
+        pytest.skip("bpffs is not mounted at /sys/fs/bpf")
+    for title, build in cli.demo_maps():
+        with build(kernel) as m:
+            path = f"/sys/fs/bpf/pybpf_cli_json_{os.getpid()}_{title}"
+            m.pin(path)
+            try:
+                show = json.loads(subprocess.run(["bpftool", "-j", "map", "show", "pinned", path],
+                                                 capture_output=True, text=True,
+                                                 check=True).stdout)
+                dump = json.loads(subprocess.run(["bpftool", "-j", "map", "dump", "pinned",
+                                                  path], capture_output=True, text=True).stdout)
+            finally:
+                os.unlink(path)
+            show.pop("pids", None)
+            assert cli.bpftool_show_json(m) == show, title
+            assert cli.bpftool_dump_json(m) == dump, title
+
+
+def test_maps_json_on_the_emulated_backend():
+    result = run_cli("maps", "--backend", "emulated", "--json")
+    assert result.returncode == 0, result.stderr
+    shown = {entry["map"]: entry for entry in json.loads(result.stdout)}
+    assert shown["hash"]["show"]["type"] == "hash"
+    assert {"key": ["0x01", "0x00", "0x00", "0x00"],
+            "value": ["0x64"] + ["0x00"] * 7} in shown["hash"]["dump"]
+    assert shown["percpu_hash"]["dump"][0]["values"][0]["cpu"] == 0
+    assert shown["queue"]["dump"] == []
 
 
 @pytest.mark.skipif(not bpf_allowed(), reason="bpf(2) is not permitted here")

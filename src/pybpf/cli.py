@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -58,6 +59,9 @@ def maps_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespac
     parser.add_argument("--backend", choices=("kernel", "emulated"), default=None,
                         help="backend (default: kernel when bpf(2) is allowed, else emulated; "
                              "PYBPF_BACKEND overrides)")
+    parser.add_argument("--json", action="store_true",
+                        help="print each map as `bpftool -j map show` / `map dump` would, in "
+                             "one JSON list of {\"map\", \"show\", \"dump\"}")
     return run_maps
 
 
@@ -69,11 +73,18 @@ def run_maps(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
-    print(f"# pybpf maps on the {sys_.name} backend ({sys_.num_possible_cpus} possible CPUs)\n")
+    if not args.json:
+        print(f"# pybpf maps on the {sys_.name} backend ({sys_.num_possible_cpus} possible "
+              "CPUs)\n")
     failures = 0
+    shown = []
     for title, build in demo_maps():
         try:
             with build(sys_) as m:
+                if args.json:
+                    shown.append({"map": title, "show": bpftool_show_json(m),
+                                  "dump": bpftool_dump_json(m)})
+                    continue
                 print(f"$ bpftool map show id {m.id}   # {title}")
                 print(bpftool_show(m), end="")
                 print(f"$ bpftool map dump id {m.id}")
@@ -87,6 +98,8 @@ def run_maps(args: argparse.Namespace) -> int:
         except OSError as exc:
             failures += 1
             print(f"Error: {title}: {exc}\n", file=sys.stderr)
+    if args.json:
+        print(json.dumps(shown))
     return 1 if failures else 0
 
 
@@ -287,3 +300,54 @@ def bpftool_peek(m) -> str:
             return "Error: empty map\n"
         return f"Error: peek failed: {os.strerror(exc.errno)}\n"
     return _entry_plain(info, b"", value, m.system.num_possible_cpus)
+
+
+# -- bpftool's JSON output (-j) -----------------------------------------------------------------
+
+def hex_json(data: bytes) -> list[str]:
+    """print_hex_data_json: each byte as "0x%02x"."""
+    return [f"0x{byte:02x}" for byte in data]
+
+
+def bpftool_show_json(m) -> dict:
+    """`bpftool -j map show` of one map (without "pids", which depends on who holds it)."""
+    info = m.info()
+    out: dict = {"id": info.id, "type": type_name(info.type)}
+    if info.name:
+        out["name"] = info.name
+    out.update(flags=info.map_flags, bytes_key=info.key_size, bytes_value=info.value_size,
+               max_entries=info.max_entries)
+    fdinfo = _fdinfo(m)  # none on the emulated backend: memlock and frozen are left out
+    if "memlock" in fdinfo:
+        out["bytes_memlock"] = int(fdinfo["memlock"])
+    if "frozen" in fdinfo:
+        out["frozen"] = int(fdinfo["frozen"])
+    return out
+
+
+def bpftool_dump_json(m) -> list[dict]:
+    """`bpftool -j map dump`: one object per element (per-CPU: "values" by CPU)."""
+    from .uapi import FD_VALUE_MAP_TYPES
+
+    info = m.info()
+    system, fd = m.system, m.fd
+    step = round_up(info.value_size, 8)
+    out, key = [], None
+    while True:
+        try:
+            key = system.map_get_next_key(fd, key)
+        except OSError:
+            break
+        try:
+            value = system.map_lookup_elem(fd, key)
+        except OSError as exc:
+            if not (info.type in FD_VALUE_MAP_TYPES and exc.errno == errno.ENOENT):
+                out.append({"key": hex_json(key), "value": {"error": os.strerror(exc.errno)}})
+            continue
+        if info.type in PERCPU_MAP_TYPES:
+            out.append({"key": hex_json(key), "values": [
+                {"cpu": cpu, "value": hex_json(value[cpu * step:cpu * step + info.value_size])}
+                for cpu in range(system.num_possible_cpus)]})
+        else:
+            out.append({"key": hex_json(key), "value": hex_json(value)})
+    return out
