@@ -407,7 +407,7 @@ def tail_call(rs: RunState, ctx: int, map_ptr: int, index: int) -> Executable | 
 
 
 # -- the reference interpreter -------------------------------------------------------------------
-_ALU_REF: dict[int, Callable[[int, int, int, int], int]] = {
+ALU_REF: dict[int, Callable[[int, int, int, int], int]] = {
     # (dst, src, off, bits) -> result within ``bits``; unsigned operands already masked
     AluOp.ADD: lambda d, s, off, bits: d + s,
     AluOp.SUB: lambda d, s, off, bits: d - s,
@@ -423,7 +423,7 @@ _ALU_REF: dict[int, Callable[[int, int, int, int], int]] = {
     AluOp.ARSH: lambda d, s, off, bits: _signed(d, bits) >> (s & (bits - 1)),
 }
 
-_JMP_REF: dict[int, Callable[[int, int, int], bool]] = {
+JMP_REF: dict[int, Callable[[int, int, int], bool]] = {
     # (dst, src, bits) -> taken; operands unsigned within ``bits``
     JmpOp.JEQ: lambda d, s, bits: d == s,
     JmpOp.JNE: lambda d, s, bits: d != s,
@@ -485,7 +485,7 @@ class Interpreter:
                 _, dst, src, off, imm = insn
                 if kind is Kind.ALU:
                     s = (regs[src] if info.source is Source.X else imm) & mask
-                    regs[dst] = _ALU_REF[info.op](regs[dst] & mask, s, off, bits) & mask
+                    regs[dst] = ALU_REF[info.op](regs[dst] & mask, s, off, bits) & mask
                 elif kind is Kind.NEG:
                     regs[dst] = -regs[dst] & mask
                 elif kind is Kind.END:
@@ -504,7 +504,7 @@ class Interpreter:
                 elif kind is Kind.JMP:
                     d = regs[dst] & mask
                     s = (regs[src] if info.source is Source.X else imm) & mask
-                    if _JMP_REF[info.op](d, s, bits):
+                    if JMP_REF[info.op](d, s, bits):
                         pc += off + 1
                         continue
                 elif kind is Kind.CALL:

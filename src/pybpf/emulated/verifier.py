@@ -47,7 +47,7 @@ from ..uapi import (
     ProgType,
 )
 from .helpers import HELPERS
-from .interpreter import MAX_CALL_FRAMES
+from .interpreter import ALU_REF, JMP_REF, M32, M64, MAX_CALL_FRAMES
 
 LD_IMM64 = 0x18
 EXIT = Class.JMP | JmpOp.EXIT
@@ -281,9 +281,16 @@ class _Verifier:
         init = self.register_dataflow()
         pointers = self.map_pointer_dataflow(program)
         for pc in reachable:
+            if init[pc] is None:
+                continue  # behind a branch constants decide: never runs, never checked
             insn = self.slots[pc]
+            reads = _reads(insn)
+            if OPCODES[insn.opcode].kind is Kind.JMP:  # check_cond_jmp_op reads dst first
+                self.check_reads(reads[:1], init[pc])
+                reads = reads[1:]
+            self.check_fields(pc, insn)
+            self.check_reads(reads, init[pc])
             self.check_insn(pc, insn)
-            self.check_reads(pc, insn, init[pc])
             self.check_map_access(insn, pointers[pc])
 
     # -- which registers may point to a map or into a map's value --------------------------------
@@ -347,7 +354,9 @@ class _Verifier:
                     raise _reject(errno.EACCES, f"{access} map forbidden, value_size="
                                   f"{bpf_map.value_size} off={where} size={info.nbytes}")
 
-    def check_insn(self, pc: int, insn: Instruction) -> None:
+    def check_fields(self, pc: int, insn: Instruction) -> None:
+        """What the kernel checks before reading operands: registers, reserved fields, the
+        helper id, whether legacy packet loads are allowed here."""
         info = OPCODES[insn.opcode]
         kind = info.kind
         for reg in (insn.dst, insn.src):
@@ -357,18 +366,6 @@ class _Verifier:
             check(insn, pc)
         except InvalidInstruction:
             raise _reject(errno.EINVAL, _reserved_message(info, insn)) from None
-        if insn.dst == 10 and _writes_dst(info, insn):
-            raise _reject(errno.EACCES, "frame pointer is read only")
-        if kind is Kind.ALU and info.source is Source.K:
-            if info.op in (AluOp.DIV, AluOp.MOD) and insn.imm == 0:
-                raise _reject(errno.EINVAL, "div by zero")
-            bits = 64 if info.is64 else 32
-            if info.op in (AluOp.LSH, AluOp.RSH, AluOp.ARSH) and not 0 <= insn.imm < bits:
-                raise _reject(errno.EINVAL, f"invalid shift {insn.imm}")
-        if kind in (Kind.LDX, Kind.LDX_SX) and insn.src == 10:
-            self.check_stack(insn.off, info.nbytes, "read from")
-        if kind in (Kind.ST, Kind.STX, Kind.ATOMIC) and insn.dst == 10:
-            self.check_stack(insn.off, info.nbytes, "write to")
         if kind in (Kind.LD_ABS, Kind.LD_IND):
             if self.prog_type not in LD_ABS_PROG_TYPES:
                 raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] instructions not allowed for this "
@@ -378,6 +375,24 @@ class _Verifier:
                               "bpf-to-bpf calls")
         if kind is Kind.CALL and insn.src == 0:
             self.check_helper(insn.imm)
+
+    def check_insn(self, pc: int, insn: Instruction) -> None:
+        """What the kernel checks once the operands are readable: constant divisors and
+        shifts, the destination (R10 is read-only), stack bounds, callbacks."""
+        info = OPCODES[insn.opcode]
+        kind = info.kind
+        if kind is Kind.ALU and info.source is Source.K:
+            if info.op in (AluOp.DIV, AluOp.MOD) and insn.imm == 0:
+                raise _reject(errno.EINVAL, "div by zero")
+            bits = 64 if info.is64 else 32
+            if info.op in (AluOp.LSH, AluOp.RSH, AluOp.ARSH) and not 0 <= insn.imm < bits:
+                raise _reject(errno.EINVAL, f"invalid shift {insn.imm}")
+        if insn.dst == 10 and _writes_dst(info, insn):
+            raise _reject(errno.EACCES, "frame pointer is read only")
+        if kind in (Kind.LDX, Kind.LDX_SX) and insn.src == 10:
+            self.check_stack(insn.off, info.nbytes, "read from")
+        if kind in (Kind.ST, Kind.STX, Kind.ATOMIC) and insn.dst == 10:
+            self.check_stack(insn.off, info.nbytes, "write to")
         if kind is Kind.LD_IMM64 and insn.src == BPF_PSEUDO_FUNC:
             # callbacks (bpf_loop, timers, ...) need BTF func_info, which loads here do not pass
             raise _reject(errno.EINVAL, "missing btf func_info")
@@ -403,8 +418,9 @@ class _Verifier:
             raise _reject(errno.EINVAL, "cannot call GPL-restricted function from non-GPL "
                           "compatible program")
 
-    def check_reads(self, pc: int, insn: Instruction, init: int) -> None:
-        for reg in _reads(insn):
+    @staticmethod
+    def check_reads(regs: list[int], init: int) -> None:
+        for reg in regs:
             if not init >> reg & 1:
                 raise _reject(errno.EACCES, f"R{reg} !read_ok")
 
@@ -448,31 +464,47 @@ class _Verifier:
                 furthest = max(furthest, insn.off + info.nbytes)
         return furthest
 
-    def register_dataflow(self) -> list[int]:
-        """Registers initialised on every path into each slot (a must-analysis to a fixpoint)."""
-        state = [ALL_REGS] * self.n
+    def register_dataflow(self) -> list[int | None]:
+        """Registers initialised on every path into each slot (a must-analysis to a fixpoint),
+        None for slots no path reaches. Registers holding a known constant are followed too,
+        so a branch decided by constants has one successor, as in the kernel's
+        is_branch_taken: code behind it is not checked."""
+        unknown = (None,) * 16
+        state: list[tuple[int, tuple] | None] = [None] * self.n
         entry = {s: (0b10 | R10_BIT) if s == 0 else (CALLER_SAVED | R10_BIT)
                  for s in self.subprogs}
-        visited = [False] * self.n
         work = list(entry)
         for start, regs in entry.items():
-            state[start] = regs
-            visited[start] = True
+            state[start] = (regs, unknown)
         while work:
             pc = work.pop()
             insn = self.slots[pc]
             if insn is None:
                 continue
-            out = _transfer(insn, state[pc])
-            for succ in self.successors(pc):
+            init, consts = state[pc]
+            out = (_transfer(insn, init), _const_transfer(insn, consts))
+            for succ in self.taken_successors(pc, insn, consts):
                 if succ >= self.n or succ in entry and succ != pc + insn.slots:
                     continue  # an edge into a callee or callback: it has its own entry state
-                new = out if not visited[succ] else state[succ] & out
-                if not visited[succ] or new != state[succ]:
+                old = state[succ]
+                new = out if old is None else (old[0] & out[0], tuple(
+                    a if a == b else None for a, b in zip(old[1], out[1], strict=True)))
+                if new != old:
                     state[succ] = new
-                    visited[succ] = True
                     work.append(succ)
-        return state
+        return [None if st is None else st[0] for st in state]
+
+    def taken_successors(self, pc: int, insn: Instruction, consts: tuple) -> list[int]:
+        info = OPCODES[insn.opcode]
+        if info.kind is Kind.JMP:
+            dst = consts[insn.dst]
+            src = consts[insn.src] if info.source is Source.X else insn.imm
+            if dst is not None and src is not None:
+                bits = 64 if info.is64 else 32
+                mask = (1 << bits) - 1
+                taken = JMP_REF[info.op](dst & mask, src & mask, bits)
+                return [_jump_target(pc, insn)] if taken else [pc + 1]
+        return self.successors(pc)
 
 
 def _callback_target(pc: int, insn: Instruction) -> int:
@@ -500,12 +532,13 @@ def _writes_dst(info, insn: Instruction) -> bool:
 
 
 def _reads(insn: Instruction) -> list[int]:
-    """Registers ``insn`` reads."""
+    """Registers ``insn`` reads, in the order the kernel checks them (src before dst, but for
+    conditional jumps)."""
     info = OPCODES[insn.opcode]
     kind = info.kind
     if kind is Kind.ALU:
         regs = [] if info.op is AluOp.MOV else [insn.dst]
-        return regs + [insn.src] if info.source is Source.X else regs
+        return [insn.src] + regs if info.source is Source.X else regs
     if kind in (Kind.NEG, Kind.END):
         return [insn.dst]
     if kind is Kind.JMP:
@@ -515,11 +548,11 @@ def _reads(insn: Instruction) -> list[int]:
     if kind is Kind.ST:
         return [insn.dst]
     if kind is Kind.STX:
-        return [insn.dst, insn.src]
+        return [insn.src, insn.dst]
     if kind is Kind.ATOMIC:
         if insn.imm == AtomicOp.LOAD_ACQ:
             return [insn.src]
-        regs = [insn.dst, insn.src]
+        regs = [insn.src, insn.dst]
         return regs + [0] if insn.imm == AtomicOp.CMPXCHG else regs
     if kind is Kind.CALL:
         if insn.src == BPF_PSEUDO_CALL:
@@ -657,6 +690,33 @@ def _pointer_transfer(insn: Instruction, regs: tuple, pseudo: tuple | None) -> t
         out[insn.dst] = _NO_POINTER
     elif kind is Kind.ATOMIC and insn.imm & 1:
         out[0 if insn.imm == AtomicOp.CMPXCHG else insn.src] = _NO_POINTER
+    return tuple(out)
+
+
+def _const_transfer(insn: Instruction, consts: tuple) -> tuple:
+    """Known constant register values after ``insn`` (None: not known)."""
+    info = OPCODES[insn.opcode]
+    kind = info.kind
+    out = list(consts)
+    if kind is Kind.LD_IMM64:
+        out[insn.dst] = insn.imm & ((1 << 64) - 1) if insn.src == 0 else None
+    elif kind is Kind.ALU:
+        bits = 64 if info.is64 else 32
+        mask = (1 << bits) - 1
+        src = consts[insn.src] if info.source is Source.X else insn.imm
+        dst = 0 if info.op is AluOp.MOV else consts[insn.dst]
+        out[insn.dst] = None if src is None or dst is None else \
+            ALU_REF[info.op](dst & mask, src & mask, insn.off, bits) & mask
+    elif kind is Kind.NEG:
+        dst = consts[insn.dst]
+        out[insn.dst] = None if dst is None else -dst & (M64 if info.is64 else M32)
+    elif kind is Kind.CALL or kind in (Kind.LD_ABS, Kind.LD_IND):
+        for reg in range(6):
+            out[reg] = None
+    elif _writes_dst(info, insn) or kind is Kind.END:
+        out[insn.dst] = None
+    elif kind is Kind.ATOMIC and insn.imm & 1:
+        out[0 if insn.imm == AtomicOp.CMPXCHG else insn.src] = None
     return tuple(out)
 
 
