@@ -32,7 +32,6 @@ from typing import Any
 from ..errors import KernelError, VerifierError, bpf_error, errno_name, strerror
 from ..system import ProgInfo, TestRun
 from ..uapi import (
-    BPF_OBJ_NAME_LEN,
     BPF_PSEUDO_MAP_FD,
     BPF_PSEUDO_MAP_VALUE,
     AttachType,
@@ -84,7 +83,6 @@ TRACEPOINT_PROG_TYPES = frozenset({ProgType.TRACEPOINT})
 
 _GPL_COMPATIBLE = ("GPL", "GPL v2", "GPL and additional rights", "Dual BSD/GPL",
                    "Dual MIT/GPL", "Dual MPL/GPL")
-_NAME_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
 
 # struct __sk_buff (include/uapi/linux/bpf.h): the offsets the emulator fills or lets
 # programs write, and those a test run's ctx_in may set (convert___skb_to_skb).
@@ -183,20 +181,6 @@ class _Tracepoint:
         self.system._detach_tracepoint(self)
 
 
-def _check_prog_name(name: bytes) -> str:
-    if len(name) > BPF_OBJ_NAME_LEN:
-        raise KernelError(errno.EINVAL, f"prog_name {name!r} is longer than "
-                                        f"{BPF_OBJ_NAME_LEN} bytes")
-    text, nul, _ = name.partition(b"\0")
-    if not nul and len(text) == BPF_OBJ_NAME_LEN:
-        raise KernelError(errno.EINVAL, f"prog_name {name!r} must leave room for its NUL")
-    bad = sorted({chr(c) for c in text if c not in _NAME_CHARS})
-    if bad:
-        raise KernelError(errno.EINVAL, f"prog_name {name!r} has characters {bad} outside "
-                                        "[A-Za-z0-9_.]")
-    return text.decode()
-
-
 class ProgramsMixin:
     """BPF_PROG_* commands of the emulated system (see the module docstring)."""
 
@@ -240,7 +224,10 @@ class ProgramsMixin:
             raise KernelError(errno.EINVAL, f"program type {prog_type} cannot be loaded by the "
                               "emulated backend (it loads: " + ", ".join(
                                   sorted(ProgType(t).name for t in LOADABLE_PROG_TYPES)) + ")")
-        name = _check_prog_name(bytes(prog_name))
+        from .system import check_map_name  # system imports this module
+
+        check_map_name(bytes(prog_name), "prog_name")
+        name = bytes(prog_name).split(b"\0", 1)[0].decode()
         if prog_type == ProgType.SYSCALL and not prog_flags & BPF_F_SLEEPABLE:
             raise _verifier_reject("Syscall programs can only be sleepable")
         if prog_type == ProgType.XDP and expected_attach_type not in (

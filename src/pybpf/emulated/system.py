@@ -87,18 +87,19 @@ def _file_flags(flags: int) -> int:
     return flags & _OBJ_FLAG_MASK
 
 
-def check_map_name(name: bytes) -> None:
-    """bpf_obj_name_cpy: [A-Za-z0-9_.] up to a NUL that must fit in 16 bytes."""
+def check_map_name(name: bytes, field: str = "map_name") -> None:
+    """bpf_obj_name_cpy: [A-Za-z0-9_.] up to a NUL that must fit in 16 bytes (``field``
+    names the attribute in messages: map_name, prog_name)."""
     if len(name) > BPF_OBJ_NAME_LEN:
         raise KernelError(errno.EINVAL,
-                          f"map_name {name!r} is longer than {BPF_OBJ_NAME_LEN} bytes")
+                          f"{field} {name!r} is longer than {BPF_OBJ_NAME_LEN} bytes")
     text, nul, _ = name.partition(b"\0")
     if not nul and len(text) == BPF_OBJ_NAME_LEN:
-        raise KernelError(errno.EINVAL, f"map_name {name!r} must leave room for its NUL: "
+        raise KernelError(errno.EINVAL, f"{field} {name!r} must leave room for its NUL: "
                           f"at most {BPF_OBJ_NAME_LEN - 1} characters")
     bad = sorted({f"{c:#04x}" for c in text if c not in _NAME_CHARS})
     if bad:
-        raise KernelError(errno.EINVAL, f"map_name {name!r} has bytes {bad} that are not "
+        raise KernelError(errno.EINVAL, f"{field} {name!r} has bytes {bad} that are not "
                           "letters, digits, '_' or '.'")
 
 
