@@ -13,6 +13,7 @@ import socket
 import pytest
 
 import pybpf
+from pybpf import asm
 from pybpf.asm import FP, R0, R1, R2, R3, R4, R6
 from pybpf.asm import builder as b
 from pybpf.emulated.helpers import SK_DROP, SK_PASS, XDP_ABORTED, XDP_PASS, XDP_REDIRECT
@@ -308,6 +309,22 @@ def test_tag_and_map_ids_match_the_kernels(kernel, emulated):
         assert info.type == ProgType.SCHED_CLS
         infos.append(info)
     assert infos[0].tag == infos[1].tag
+
+
+@pytest.mark.parametrize("name,ok", [(b"ok_name.1", True), (b"bad-name", False),
+                                     (b"x" * 16, False), (b"x" * 15, True)])
+def test_program_name_rules_are_the_kernels(backend, name, ok):
+    if ok:
+        fd = backend.prog_load(ProgType.SOCKET_FILTER, asm.encode(asm.assemble(RET_2)
+                                                                  .instructions),
+                               prog_name=name)
+        assert backend.prog_get_info(fd).name == name.decode()
+        backend.close(fd)
+        return
+    with pytest.raises(BPFError) as info:
+        backend.prog_load(ProgType.SOCKET_FILTER, asm.encode(asm.assemble(RET_2).instructions),
+                          prog_name=name)
+    assert info.value.errno == errno.EINVAL
 
 
 def test_prog_get_fd_by_id_opens_the_same_program(backend):

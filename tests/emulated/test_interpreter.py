@@ -252,6 +252,16 @@ def test_budget_counts_every_instruction(engine):
     assert rs.count == 1 + 2 * 100 + 1
 
 
+def test_instruction_count_includes_called_subprograms():
+    items = [b.mov64(R6, 0), b.label("loop"), b.mov64(R1, R6), b.call_local("sub"),
+             b.add64(R6, 1), b.jlt(R6, 3, "loop"), b.exit_(),
+             b.label("sub"), b.mov64(R0, R1), b.exit_()]
+    for engine in ENGINES:
+        rs = RunState()
+        run(executable(items), rs, 0, engine)
+        assert rs.count == 1 + 3 * (4 + 2) + 1
+
+
 def test_stack_regions_are_released_when_frames_return():
     items = [b.mov64(R6, 0), b.label("loop"), b.call_local("sub"), b.add64(R6, 1),
              b.jlt(R6, 50, "loop"), b.mov64(R0, 0), b.exit_(),
@@ -358,8 +368,11 @@ def branchy_programs(draw) -> list:
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(items=branchy_programs())
 def test_random_programs_give_the_same_result_on_both_engines(items):
-    # forward jumps only: a short run, far under this budget
-    results = {engine: run_engine(items, engine, budget=10_000) for engine in ENGINES}
+    # forward jumps only: a short run, far under this budget; R0 and the instruction count
+    results = {}
+    for engine in ENGINES:
+        rs = RunState(budget=10_000)
+        results[engine] = (run(executable(items), rs, 0, engine), rs.count)
     assert results["interp"] == results["jit"]
 
 
