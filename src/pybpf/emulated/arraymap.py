@@ -46,7 +46,7 @@ from ..uapi import (
     round_up,
 )
 from .batch import generic_map_lookup_batch, generic_map_update_batch
-from .bpf_map import BpfMap, MapAttr, map_ops
+from .bpf_map import BpfMap, MapAttr, delete_elem_via_sys, map_ops
 
 if TYPE_CHECKING:
     from .machine import Machine
@@ -326,6 +326,8 @@ class FdArray(ArrayBase):
     resolved in the fd table of ``self.system``, the EmulatedSystem that owns the map.
     """
 
+    delete_elem = delete_elem_via_sys
+
     @classmethod
     def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
         fd_array_map_alloc_check(attr)
@@ -376,13 +378,6 @@ class FdArray(ArrayBase):
         if old_ptr is None:
             raise KernelError(errno.ENOENT, f"slot {index} is already empty")
         self.fd_put_ptr(old_ptr)
-
-    def delete_elem(self, key: bytes) -> int:
-        try:
-            self.delete_elem_sys(key)
-        except KernelError as e:
-            return -e.errno
-        return 0
 
     def release(self) -> None:
         """bpf_fd_array_map_clear: drop every object held."""

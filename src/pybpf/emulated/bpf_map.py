@@ -148,6 +148,25 @@ class BpfMap:
         return f"{kind} map{label} (id {self.id})"
 
 
+# Program-side ops for types whose kernel op serves both sides (one map_update_elem or
+# map_delete_elem in the ops table): run the syscall-side op, give 0 or its negative errno.
+# A family sets them as it sets the generic batch ops (``update_elem = update_elem_via_sys``).
+def update_elem_via_sys(self: BpfMap, key: bytes, value: bytes, flags: int) -> int:
+    try:
+        self.update_elem_sys(key, value, flags)
+    except KernelError as e:
+        return -e.errno
+    return 0
+
+
+def delete_elem_via_sys(self: BpfMap, key: bytes) -> int:
+    try:
+        self.delete_elem_sys(key)
+    except KernelError as e:
+        return -e.errno
+    return 0
+
+
 MAP_OPS: dict[int, type[BpfMap]] = {}
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from ..errors import KernelError
 from ..uapi import BPF_EXIST, BPF_F_NUMA_NODE, BPF_NOEXIST, AttachType, MapType
 from .arraymap import index_get_next_key, u32_key
-from .bpf_map import BpfMap, MapAttr, map_ops
+from .bpf_map import BpfMap, MapAttr, delete_elem_via_sys, map_ops, update_elem_via_sys
 from .devmap import resolve_xdp_prog
 
 if TYPE_CHECKING:
@@ -53,6 +53,9 @@ def nr_cpus(machine: Machine) -> int:
 @map_ops(MapType.CPUMAP)
 class CpuMap(BpfMap):
     """struct bpf_cpu_map: one optional entry per destination CPU."""
+
+    update_elem = update_elem_via_sys
+    delete_elem = delete_elem_via_sys
 
     @classmethod
     def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
@@ -124,20 +127,6 @@ class CpuMap(BpfMap):
             raise KernelError(errno.EINVAL, f"CPU {key_cpu} is out of range (max_entries "
                                             f"{self.max_entries})")
         self.cpu_map.pop(key_cpu, None)
-
-    def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
-        try:
-            self.update_elem_sys(key, value, flags)
-        except KernelError as e:
-            return -e.errno
-        return 0
-
-    def delete_elem(self, key: bytes) -> int:
-        try:
-            self.delete_elem_sys(key)
-        except KernelError as e:
-            return -e.errno
-        return 0
 
     def get_next_key(self, key: bytes | None) -> bytes:
         return index_get_next_key(self.max_entries, key)

@@ -44,7 +44,7 @@ from ..uapi import (
     ProgType,
 )
 from .arraymap import index_get_next_key, u32_key
-from .bpf_map import BpfMap, MapAttr, map_ops
+from .bpf_map import BpfMap, MapAttr, delete_elem_via_sys, map_ops, update_elem_via_sys
 
 if TYPE_CHECKING:
     from .machine import Machine
@@ -130,6 +130,9 @@ class HashBuckets:
 
 class DevMapBase(BpfMap):
     """What DEVMAP and DEVMAP_HASH share: creation, value parsing, the device check."""
+
+    update_elem = update_elem_via_sys
+    delete_elem = delete_elem_via_sys
 
     @classmethod
     def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
@@ -218,20 +221,6 @@ class DevMap(DevMapBase):
                                             f"{self.max_entries})")
         self.netdev_map.pop(index, None)
 
-    def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
-        try:
-            self.update_elem_sys(key, value, flags)
-        except KernelError as e:
-            return -e.errno
-        return 0
-
-    def delete_elem(self, key: bytes) -> int:
-        try:
-            self.delete_elem_sys(key)
-        except KernelError as e:
-            return -e.errno
-        return 0
-
     def get_next_key(self, key: bytes | None) -> bytes:
         return index_get_next_key(self.max_entries, key)
 
@@ -285,20 +274,6 @@ class DevMapHash(DevMapBase):
         if entry is None:
             raise KernelError(errno.ENOENT, f"no device under key {u32_key(key)}")
         self.index.remove(entry)
-
-    def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
-        try:
-            self.update_elem_sys(key, value, flags)
-        except KernelError as e:
-            return -e.errno
-        return 0
-
-    def delete_elem(self, key: bytes) -> int:
-        try:
-            self.delete_elem_sys(key)
-        except KernelError as e:
-            return -e.errno
-        return 0
 
     def get_next_key(self, key: bytes | None) -> bytes:
         return self.index.get_next_key(key)

@@ -42,7 +42,7 @@ from ..uapi import (
     MapType,
 )
 from .arraymap import index_get_next_key, u32_key
-from .bpf_map import BpfMap, MapAttr, map_ops
+from .bpf_map import BpfMap, MapAttr, delete_elem_via_sys, map_ops
 from .devmap import HashBuckets, roundup_pow_of_two
 from .jhash import jhash
 
@@ -142,6 +142,8 @@ def sock_from_fd(value: bytes, value_size: int) -> SockRef:
 class SockMapBase(BpfMap):
     """What SOCKMAP and SOCKHASH share: creation checks, socket values, cookie lookups."""
 
+    delete_elem = delete_elem_via_sys
+
     @classmethod
     def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
         if attr.max_entries == 0:
@@ -176,13 +178,6 @@ class SockMapBase(BpfMap):
 
     def _update(self, key: bytes, ref: SockRef, flags: int) -> None:
         raise NotImplementedError
-
-    def delete_elem(self, key: bytes) -> int:
-        try:
-            self.delete_elem_sys(key)
-        except KernelError as e:
-            return -e.errno
-        return 0
 
 
 @map_ops(MapType.SOCKMAP)
