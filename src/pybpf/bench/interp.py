@@ -99,7 +99,7 @@ def _load(system, program: str, iterations: int):
 
 
 def count_insns(program: str, iterations: int) -> int:
-    """Instructions one run executes, counted by the emulator's reference interpreter."""
+    """Instructions one run executes, as the emulator counts them (both engines agree)."""
     from ..emulated.interpreter import CTX_REGION, RunState, run
     from ..system import system as make_system
 
