@@ -389,3 +389,17 @@ def test_jump_opcodes_cover_the_table():
     """Every conditional jump opcode has a JIT condition (the random test draws from them)."""
     assert {OPCODES[c].op for c in JMP_CODES} == {op for op in JmpOp if op not in (
         JmpOp.JA, JmpOp.CALL, JmpOp.EXIT, JmpOp.JCOND)}
+
+
+def test_interp_benchmark_reports_both_engines_with_exact_instruction_counts(capsys):
+    import json
+
+    from pybpf.bench.interp import main
+
+    assert main(["--iterations", "50", "--no-kernel", "--json", "--jit-repeat", "1"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    counts = {(row["program"], row["engine"]): row["insns_per_run"] for row in rows}
+    alu = 3 + 9 * 50 + 1  # mov, mov, lddw; 9 per iteration; exit
+    maps = 3 + 10 * 50 + 2  # mov, mov, st; 10 per iteration; mov, exit
+    assert counts == {("alu-loop", "interp"): alu, ("alu-loop", "jit"): alu,
+                      ("map-loop", "interp"): maps, ("map-loop", "jit"): maps}
