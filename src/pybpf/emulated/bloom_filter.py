@@ -14,7 +14,7 @@ Rules this module keeps:
   peek: the value is *input*; all k bits set -> success (maybe present; the value comes back
   unchanged), else ENOENT. DELETE and GET_NEXT_KEY -> EOPNOTSUPP (95); LOOKUP_AND_DELETE and
   batches -> ENOTSUPP (524). Programs use push/peek; their lookup finds nothing and update
-  is -EINVAL; pop is -EOPNOTSUPP.
+  is -EINVAL (BpfMap's defaults); pop is -EOPNOTSUPP.
 """
 
 from __future__ import annotations
@@ -125,12 +125,6 @@ class BloomFilter(BpfMap):
 
     def pop_elem(self) -> bytes | int:
         return -errno.EOPNOTSUPP
-
-    def lookup_elem(self, key: bytes) -> bytearray | None:
-        return None
-
-    def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
-        return -errno.EINVAL
 
     def delete_elem(self, key: bytes) -> int:
         return -errno.EOPNOTSUPP

@@ -10,7 +10,7 @@ Rules this module keeps:
   ENOENT; a queue gives its oldest element, a stack its newest. DELETE and GET_NEXT_KEY ->
   EINVAL; batches -> ENOTSUPP (no handler).
 - Programs use bpf_map_push_elem / pop / peek; their map_lookup_elem finds nothing and their
-  update/delete give -EINVAL, as in the kernel.
+  update/delete give -EINVAL, as in the kernel (BpfMap's defaults).
 - The kernel's ring of max_entries + 1 slots is a deque here: the order of elements is the
   same, and memory follows what is stored, not max_entries.
 """
@@ -107,15 +107,6 @@ class QueueStackBase(BpfMap):
             value = self._peek()
         self._count()
         return value
-
-    def lookup_elem(self, key: bytes) -> bytearray | None:
-        return None
-
-    def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
-        return -errno.EINVAL
-
-    def delete_elem(self, key: bytes) -> int:
-        return -errno.EINVAL
 
     # -- syscall side -------------------------------------------------------------------------
     def lookup_elem_sys(self, key: bytes | None, flags: int = 0) -> bytes:
