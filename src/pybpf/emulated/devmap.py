@@ -45,6 +45,7 @@ from ..uapi import (
 )
 from .arraymap import index_get_next_key, u32_key
 from .bpf_map import BpfMap, MapAttr, delete_elem_via_sys, map_ops, update_elem_via_sys
+from .hashtab import roundup_pow_of_two
 
 if TYPE_CHECKING:
     from .machine import Machine
@@ -52,10 +53,6 @@ if TYPE_CHECKING:
 DEV_CREATE_FLAG_MASK = BPF_F_NUMA_NODE | BPF_F_RDONLY | BPF_F_WRONLY
 # The emulated machine's network devices when it declares none: the loopback device.
 DEFAULT_IFINDEXES = frozenset({1})
-
-
-def roundup_pow_of_two(n: int) -> int:
-    return 1 << (n - 1).bit_length() if n > 1 else 1
 
 
 def machine_ifindexes(machine: Machine) -> frozenset[int]:
@@ -77,12 +74,13 @@ def resolve_xdp_prog(system, fd: int, attach_type: int) -> object | None:
 class HashBuckets:
     """hlist buckets as devmap_hash and sockhash keep them: front insertion, per-bucket order.
 
-    ``bucket_of(key)`` picks a bucket index in 0..n_buckets-1; entries are ``[key, obj]``.
+    ``roundup_pow_of_two(max_entries)`` buckets; a key goes to bucket ``key_hash(key) &
+    (n_buckets - 1)``; entries are ``[key, obj]``.
     """
 
-    def __init__(self, n_buckets: int, bucket_of: Callable[[bytes], int]) -> None:
-        self.n_buckets = n_buckets
-        self.bucket_of = bucket_of
+    def __init__(self, max_entries: int, key_hash: Callable[[bytes], int]) -> None:
+        mask = roundup_pow_of_two(max_entries) - 1
+        self.bucket_of = lambda key: key_hash(key) & mask
         self.buckets: dict[int, list[list]] = {}  # only non-empty buckets
         self.count = 0
 
@@ -238,8 +236,7 @@ class DevMapHash(DevMapBase):
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
         super().__init__(attr, machine, node)
-        mask = roundup_pow_of_two(attr.max_entries) - 1
-        self.index = HashBuckets(mask + 1, lambda key: u32_key(key) & mask)
+        self.index = HashBuckets(attr.max_entries, u32_key)
 
     def lookup_elem(self, key: bytes) -> bytearray | None:
         self._count()

@@ -43,7 +43,8 @@ from ..uapi import (
 )
 from .arraymap import index_get_next_key, u32_key
 from .bpf_map import BpfMap, MapAttr, delete_elem_via_sys, map_ops
-from .devmap import HashBuckets, roundup_pow_of_two
+from .devmap import HashBuckets
+from .hashtab import roundup_pow_of_two
 from .jhash import jhash
 
 if TYPE_CHECKING:
@@ -251,8 +252,7 @@ class SockHash(SockMapBase):
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
         super().__init__(attr, machine, node)
-        mask = roundup_pow_of_two(attr.max_entries) - 1
-        self.table = HashBuckets(mask + 1, lambda key: sock_hash_bucket_hash(key) & mask)
+        self.table = HashBuckets(attr.max_entries, sock_hash_bucket_hash)
 
     def _prune(self) -> None:
         """Drop entries whose socket was closed (sock_map_close removes them in the kernel)."""
