@@ -2,16 +2,22 @@
 
 Rules this module keeps:
 - Checks run in the kernel's phases (kernel/bpf/verifier.c ``bpf_check``), so the same
-  problem wins when a program has several: opcodes; subprograms (jump ranges, last insn);
-  lddw and map fds; the control-flow graph (unreachable insns, call depth); then each
-  reachable instruction (reserved fields, R10 writes, div by zero, shifts, stack bounds,
-  helpers) and a dataflow over registers (a read of a register no path initialised is
-  "R<n> !read_ok").
-- Messages and errnos are the kernel's (EINVAL mostly; EACCES for register and stack access;
-  E2BIG for a too-deep call stack; EBADF for an fd that is not open).
-- What it does NOT do: track types, ranges or pointer provenance, prove termination, prune
-  dead branches. A program the kernel rejects for those reasons may load here; the
-  interpreter then catches bad accesses (ProgramFault) and endless loops (its budget).
+  problem wins when a program has several: subprograms (call targets, jump ranges, last
+  insn, on the raw slots); opcodes, lddw and map fds; the control-flow graph (unreachable
+  insns, call depth); then each instruction a path reaches, its checks in the kernel's order
+  (reserved fields and helper ids, operand reads, constant divisors and shifts, R10 writes,
+  stack, context and map-value access).
+- Dataflows to a fixpoint stand in for the kernel's path walk: which registers every path
+  initialised ("R<n> !read_ok" otherwise), which hold a known constant (a branch constants
+  decide has one successor, and code behind it is not checked, as with is_branch_taken),
+  which hold the context pointer (max_ctx_offset, context access rules per program type),
+  which may point to a map or into its values (BPF_F_RDONLY_PROG / BPF_F_WRONLY_PROG).
+- Messages and errnos are the kernel's (EINVAL mostly; EACCES for register, stack, context
+  and map access; E2BIG for a too-deep call stack; EBADF for an fd that is not open).
+- What it does NOT do: track value ranges, pointer types in general or packet bounds, follow
+  spilled registers, prove termination. A program the kernel rejects for those reasons may
+  load here; the interpreter then catches bad accesses (ProgramFault) and endless loops (its
+  budget).
 """
 
 from __future__ import annotations
