@@ -46,7 +46,14 @@ from ..uapi import (
     round_up,
 )
 from .batch import generic_map_lookup_batch, generic_map_update_batch
-from .bpf_map import BpfMap, MapAttr, delete_elem_via_sys, map_ops
+from .bpf_map import (
+    BpfMap,
+    MapAttr,
+    bpf_map_attr_numa_node,
+    bpf_map_flags_access_ok,
+    delete_elem_via_sys,
+    map_ops,
+)
 
 if TYPE_CHECKING:
     from .machine import Machine
@@ -56,20 +63,6 @@ U32_MAX = 2**32 - 1
 
 ARRAY_CREATE_FLAG_MASK = (BPF_F_NUMA_NODE | BPF_F_MMAPABLE | BPF_F_ACCESS_MASK
                           | BPF_F_PRESERVE_ELEMS | BPF_F_INNER_MAP)
-
-
-def bpf_map_flags_access_ok(map_flags: int) -> bool:
-    """False when a map would be both read-only and write-only for programs."""
-    both = BPF_F_RDONLY_PROG | BPF_F_WRONLY_PROG
-    return (map_flags & both) != both
-
-
-def bpf_map_attr_numa_node(attr: MapAttr) -> int:
-    """The NUMA node asked for, or NUMA_NO_NODE (only meaningful with BPF_F_NUMA_NODE)."""
-    if not attr.map_flags & BPF_F_NUMA_NODE:
-        return NUMA_NO_NODE
-    node = attr.numa_node & U32_MAX
-    return node - 2**32 if node > INT_MAX else node
 
 
 def u32_key(key: bytes) -> int:

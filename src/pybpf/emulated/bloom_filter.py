@@ -33,8 +33,7 @@ from ..uapi import (
     KMALLOC_MAX_SIZE,
     MapType,
 )
-from .arraymap import bpf_map_flags_access_ok
-from .bpf_map import BpfMap, MapAttr, map_ops
+from .bpf_map import BpfMap, MapAttr, bpf_map_flags_access_ok, map_ops
 from .jhash import jhash, jhash2
 
 if TYPE_CHECKING:

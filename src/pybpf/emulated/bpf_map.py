@@ -23,10 +23,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from ..errors import KernelError
-from ..uapi import ENOTSUPP, MapType, syscall_value_size
+from ..uapi import (
+    BPF_F_NUMA_NODE,
+    BPF_F_RDONLY_PROG,
+    BPF_F_WRONLY_PROG,
+    ENOTSUPP,
+    NUMA_NO_NODE,
+    MapType,
+    syscall_value_size,
+)
 
 if TYPE_CHECKING:
     from .machine import Machine
+
+INT_MAX = 2**31 - 1
+U32_MAX = 2**32 - 1
 
 
 @dataclass(frozen=True)
@@ -45,6 +56,21 @@ class MapAttr:
     # Map-in-map types: the map behind inner_map_fd, resolved by the system (EBADF/EINVAL
     # as __bpf_map_get) after alloc_check, as bpf_map_meta_alloc does inside map_alloc.
     inner_map: BpfMap | None = field(default=None, compare=False, repr=False)
+
+
+# include/linux/bpf.h helpers the families' alloc_checks share.
+def bpf_map_flags_access_ok(map_flags: int) -> bool:
+    """False when a map would be both read-only and write-only for programs."""
+    both = BPF_F_RDONLY_PROG | BPF_F_WRONLY_PROG
+    return (map_flags & both) != both
+
+
+def bpf_map_attr_numa_node(attr: MapAttr) -> int:
+    """The NUMA node asked for, or NUMA_NO_NODE (only meaningful with BPF_F_NUMA_NODE)."""
+    if not attr.map_flags & BPF_F_NUMA_NODE:
+        return NUMA_NO_NODE
+    node = attr.numa_node & U32_MAX
+    return node - 2**32 if node > INT_MAX else node
 
 
 class BpfMap:

@@ -38,8 +38,6 @@ from ..uapi import (
     BPF_EXIST,
     BPF_F_ACCESS_MASK,
     BPF_F_LOCK,
-    BPF_F_RDONLY_PROG,
-    BPF_F_WRONLY_PROG,
     BPF_NOEXIST,
     ENOTSUPP,
     KMALLOC_MAX_SIZE,
@@ -51,7 +49,13 @@ from ..uapi import (
 )
 from .batch import generic_map_delete_batch, generic_map_update_batch
 from .bpf_lru_list import BpfLru, LruNode, lru_target_free
-from .bpf_map import BpfMap, MapAttr, map_ops
+from .bpf_map import (
+    BpfMap,
+    MapAttr,
+    bpf_map_attr_numa_node,
+    bpf_map_flags_access_ok,
+    map_ops,
+)
 from .jhash import htab_map_hash
 from .memalloc import BpfMemAlloc, KmallocRcu
 from .percpu_freelist import PcpuFreelist
@@ -70,13 +74,6 @@ HASH_CACHE_SIZE = 1 << 16
 
 def roundup_pow_of_two(n: int) -> int:
     return 1 << (n - 1).bit_length() if n > 1 else 1
-
-
-def attr_numa_node(attr: MapAttr) -> int:
-    """bpf_map_attr_numa_node: the node, or NUMA_NO_NODE without BPF_F_NUMA_NODE."""
-    if attr.map_flags & MapFlags.NUMA_NODE and attr.numa_node != U32_MAX:
-        return attr.numa_node
-    return NUMA_NO_NODE
 
 
 class HtabElem(LruNode):
@@ -113,7 +110,7 @@ class HtabMap(BpfMap):
         if flags & ~HTAB_CREATE_FLAG_MASK:
             raise KernelError(errno.EINVAL, f"map_flags {flags & ~HTAB_CREATE_FLAG_MASK:#x} "
                               "are not accepted by hash maps")
-        if flags & BPF_F_RDONLY_PROG and flags & BPF_F_WRONLY_PROG:
+        if not bpf_map_flags_access_ok(flags):
             raise KernelError(errno.EINVAL, "BPF_F_RDONLY_PROG and BPF_F_WRONLY_PROG exclude "
                               "each other")
         if not lru and percpu_lru:
@@ -121,7 +118,7 @@ class HtabMap(BpfMap):
         if lru and not prealloc:
             raise KernelError(ENOTSUPP, "LRU maps are always preallocated: drop "
                               "BPF_F_NO_PREALLOC")
-        if attr_numa_node(attr) != NUMA_NO_NODE and (percpu or percpu_lru):
+        if bpf_map_attr_numa_node(attr) != NUMA_NO_NODE and (percpu or percpu_lru):
             raise KernelError(errno.EINVAL, "per-CPU hash maps and BPF_F_NO_COMMON_LRU maps "
                               "cannot be placed on a NUMA node")
         if attr.max_entries == 0 or attr.key_size == 0 or attr.value_size == 0:
@@ -151,7 +148,7 @@ class HtabMap(BpfMap):
         self.mask = self.n_buckets - 1
         self.hashrnd = 0 if attr.map_flags & MapFlags.ZERO_SEED else random.getrandbits(32)
         self.slot_size = round_up(self.value_size, 8)
-        self.explicit_node = attr_numa_node(attr)
+        self.explicit_node = bpf_map_attr_numa_node(attr)
         self.cpu_node = machine.cpu_node
         self.current_cpu = machine.current_cpu
 

@@ -36,9 +36,8 @@ from ..uapi import (
     KMALLOC_MAX_SIZE,
     MapType,
 )
-from .arraymap import bpf_map_flags_access_ok
 from .batch import generic_map_delete_batch, generic_map_lookup_batch, generic_map_update_batch
-from .bpf_map import BpfMap, MapAttr, map_ops
+from .bpf_map import BpfMap, MapAttr, bpf_map_flags_access_ok, map_ops
 
 if TYPE_CHECKING:
     from .machine import Machine

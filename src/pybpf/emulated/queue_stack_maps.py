@@ -31,8 +31,7 @@ from ..uapi import (
     KMALLOC_MAX_SIZE,
     MapType,
 )
-from .arraymap import bpf_map_flags_access_ok
-from .bpf_map import BpfMap, MapAttr, map_ops
+from .bpf_map import BpfMap, MapAttr, bpf_map_flags_access_ok, map_ops
 
 if TYPE_CHECKING:
     from .machine import Machine
