@@ -249,7 +249,7 @@ def _sk_redirect(rs: RunState, bpf_map: BpfMap, key: bytes, flags: int) -> int:
         raise ProgramFault(errno.EFAULT, f"sk redirect: {bpf_map.describe()} is not a sockmap")
     if flags & ~BPF_F_INGRESS:
         return SK_DROP
-    sock = bpf_map._lookup(key)
+    sock = bpf_map.lookup_sock(key)
     if sock is None:
         return SK_DROP
     rs.redirect = (bpf_map, sock, flags & BPF_F_INGRESS)

@@ -156,14 +156,16 @@ class SockMapBase(BpfMap):
             raise KernelError(errno.EINVAL, f"map_flags {attr.map_flags:#x}: sockmaps accept only "
                                             f"NUMA_NODE, RDONLY and WRONLY")
 
-    def _lookup(self, key: bytes) -> SockRef | None:
+    def lookup_sock(self, key: bytes) -> SockRef | None:
+        """The socket under ``key`` (__sock_map_lookup_elem / __sock_hash_lookup_elem), used by
+        the syscall lookups and by bpf_sk_redirect_map / bpf_sk_redirect_hash."""
         raise NotImplementedError
 
     def lookup_elem_sys(self, key: bytes, flags: int = 0) -> bytes:
         if self.value_size != 8:
             raise KernelError(errno.ENOSPC, "user space reads socket cookies (u64): create the "
                                             "map with value_size 8 to look elements up")
-        ref = self._lookup(key)
+        ref = self.lookup_sock(key)
         if ref is None:
             raise KernelError(errno.ENOENT, "no socket under this key")
         self.access_stats.access(self.machine.current_cpu(), self.numa_node)
@@ -196,7 +198,7 @@ class SockMap(SockMapBase):
         super().__init__(attr, machine, node)
         self.sks: dict[int, SockRef] = {}
 
-    def _lookup(self, key: bytes) -> SockRef | None:
+    def lookup_sock(self, key: bytes) -> SockRef | None:
         index = u32_key(key)
         ref = self.sks.get(index)
         if ref is not None and not ref.alive():
@@ -209,7 +211,7 @@ class SockMap(SockMapBase):
         if index >= self.max_entries:
             raise KernelError(errno.E2BIG, f"index {index} is out of range (max_entries "
                                            f"{self.max_entries})")
-        old = self._lookup(key)
+        old = self.lookup_sock(key)
         if old is not None and flags == BPF_NOEXIST:
             raise KernelError(errno.EEXIST, f"slot {index} holds a socket and BPF_NOEXIST was "
                                             f"given")
@@ -222,7 +224,7 @@ class SockMap(SockMapBase):
         if index >= self.max_entries:
             raise KernelError(errno.EINVAL, f"index {index} is out of range (max_entries "
                                             f"{self.max_entries})")
-        if self._lookup(key) is None:
+        if self.lookup_sock(key) is None:
             raise KernelError(errno.EINVAL, f"slot {index} holds no socket")
         del self.sks[index]
 
@@ -259,7 +261,7 @@ class SockHash(SockMapBase):
         for entry in [e for e in self.table.entries() if not e[1].alive()]:
             self.table.remove(entry)
 
-    def _lookup(self, key: bytes) -> SockRef | None:
+    def lookup_sock(self, key: bytes) -> SockRef | None:
         entry = self.table.find(key)
         if entry is not None and not entry[1].alive():
             self.table.remove(entry)
