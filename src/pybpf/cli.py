@@ -30,17 +30,24 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def add_commands(sub: argparse._SubParsersAction,
+                 table: dict[str, tuple[str, str]]) -> dict[str, Callable]:
+    """One subcommand per ``name -> (help, "module:function")`` line of ``table`` (COMMANDS,
+    bench.BENCHMARKS); returns name -> runner."""
+    runners: dict[str, Callable] = {}
+    for name, (help_text, target) in table.items():
+        module, function = target.split(":")
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        runners[name] = getattr(importlib.import_module(module), function)(command)
+    return runners
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable]]:
     parser = argparse.ArgumentParser(
         prog="pybpf", description="The Linux BPF map subsystem in Python: kernel and "
                                   "emulated backends behind one bpf(2)-shaped interface.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    runners: dict[str, Callable] = {}
-    for name, (help_text, target) in COMMANDS.items():
-        module, function = target.split(":")
-        command = sub.add_parser(name, help=help_text, description=help_text)
-        runners[name] = getattr(importlib.import_module(module), function)(command)
-    return parser, runners
+    return parser, add_commands(sub, COMMANDS)
 
 
 def main(argv: list[str] | None = None) -> int:

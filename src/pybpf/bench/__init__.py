@@ -7,8 +7,9 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 from collections.abc import Callable
+
+from ..cli import add_commands
 
 # name -> (help, "module:function")
 BENCHMARKS: dict[str, tuple[str, str]] = {
@@ -24,9 +25,5 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 def bench_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
     """``pybpf bench NAME ...``: one subcommand per benchmark."""
     sub = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
-    runners: dict[str, Callable] = {}
-    for name, (help_text, target) in BENCHMARKS.items():
-        module, function = target.split(":")
-        command = sub.add_parser(name, help=help_text, description=help_text)
-        runners[name] = getattr(importlib.import_module(module), function)(command)
+    runners = add_commands(sub, BENCHMARKS)
     return lambda ns: runners[ns.benchmark](ns)
