@@ -47,6 +47,8 @@ from ..uapi import (
 )
 from .batch import generic_map_lookup_batch, generic_map_update_batch
 from .bpf_map import (
+    INT_MAX,
+    U32_MAX,
     BpfMap,
     MapAttr,
     bpf_map_attr_numa_node,
@@ -57,9 +59,6 @@ from .bpf_map import (
 
 if TYPE_CHECKING:
     from .machine import Machine
-
-INT_MAX = 2**31 - 1
-U32_MAX = 2**32 - 1
 
 ARRAY_CREATE_FLAG_MASK = (BPF_F_NUMA_NODE | BPF_F_MMAPABLE | BPF_F_ACCESS_MASK
                           | BPF_F_PRESERVE_ELEMS | BPF_F_INNER_MAP)

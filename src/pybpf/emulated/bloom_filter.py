@@ -33,7 +33,7 @@ from ..uapi import (
     KMALLOC_MAX_SIZE,
     MapType,
 )
-from .bpf_map import BpfMap, MapAttr, bpf_map_flags_access_ok, map_ops
+from .bpf_map import U32_MAX, BpfMap, MapAttr, bpf_map_flags_access_ok, map_ops
 from .jhash import jhash, jhash2
 
 if TYPE_CHECKING:
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 
 BLOOM_CREATE_FLAG_MASK = BPF_F_NUMA_NODE | BPF_F_ZERO_SEED | BPF_F_ACCESS_MASK
 BLOOM_DEFAULT_HASHES = 5
-U32_MAX = 0xFFFFFFFF
 BITS_PER_LONG = 64
 
 

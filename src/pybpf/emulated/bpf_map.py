@@ -36,7 +36,7 @@ from ..uapi import (
 if TYPE_CHECKING:
     from .machine import Machine
 
-INT_MAX = 2**31 - 1
+INT_MAX = 2**31 - 1  # include/linux/limits.h, for every family
 U32_MAX = 2**32 - 1
 
 

@@ -50,6 +50,7 @@ from ..uapi import (
 from .batch import generic_map_delete_batch, generic_map_update_batch
 from .bpf_lru_list import BpfLru, LruNode, lru_target_free
 from .bpf_map import (
+    U32_MAX,
     BpfMap,
     MapAttr,
     bpf_map_attr_numa_node,
@@ -67,7 +68,6 @@ HTAB_CREATE_FLAG_MASK = int(MapFlags.NO_PREALLOC | MapFlags.NO_COMMON_LRU | MapF
                             | BPF_F_ACCESS_MASK | MapFlags.ZERO_SEED)
 HTAB_ELEM_SIZE = 48  # sizeof(struct htab_elem) on x86-64
 BUCKET_SIZE = 16  # sizeof(struct bucket)
-U32_MAX = 0xFFFFFFFF
 LOCK_STRIPES = 64
 HASH_CACHE_SIZE = 1 << 16
 

@@ -42,7 +42,7 @@ from ..uapi import (
     MapType,
 )
 from .arraymap import index_get_next_key, u32_key
-from .bpf_map import BpfMap, MapAttr, delete_elem_via_sys, map_ops
+from .bpf_map import INT_MAX, U32_MAX, BpfMap, MapAttr, delete_elem_via_sys, map_ops
 from .devmap import HashBuckets
 from .hashtab import roundup_pow_of_two
 from .jhash import jhash
@@ -51,12 +51,10 @@ if TYPE_CHECKING:
     from .machine import Machine
 
 SOCK_CREATE_FLAG_MASK = BPF_F_NUMA_NODE | BPF_F_RDONLY | BPF_F_WRONLY
-S32_MAX = 2**31 - 1
 SO_COOKIE = 57
 TCP_ESTABLISHED = 1
 TCP_LISTEN = 10
 SHTAB_BUCKET_SIZE = 16  # sizeof(struct bpf_shtab_bucket)
-U32_MAX = 0xFFFFFFFF
 
 # (family, type, protocol) whose struct proto has psock_update_sk_prot; None: any value.
 _SUITABLE = (
@@ -116,7 +114,7 @@ def _state_allowed(sock: socket.socket) -> bool:
 def sock_from_fd(value: bytes, value_size: int) -> SockRef:
     """The checks of sock_map_update_elem_sys up to the socket state; the socket's SockRef."""
     ufd = int.from_bytes(value[:value_size], "little")
-    if ufd > S32_MAX:
+    if ufd > INT_MAX:
         raise KernelError(errno.EINVAL, f"socket fd {ufd} is over INT_MAX")
     try:
         st = os.fstat(ufd)
