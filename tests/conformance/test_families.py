@@ -127,8 +127,9 @@ def test_percpu_array_with_explicit_numa_node_gives_einval(maps):
 
 
 def test_array_accepts_numa_node_mmapable_and_inner_map_flags(maps):
-    maps.create(MapType.ARRAY, 4, 8, 4, map_flags=BPF_F_NUMA_NODE | BPF_F_MMAPABLE
-                | BPF_F_INNER_MAP, numa_node=0)
+    flags = BPF_F_NUMA_NODE | BPF_F_MMAPABLE | BPF_F_INNER_MAP
+    fd = maps.create(MapType.ARRAY, 4, 8, 4, map_flags=flags, numa_node=0)
+    assert maps.sys.map_get_info(fd).map_flags == flags
 
 
 def test_array_elements_start_zeroed_and_round_trip(maps):
@@ -294,6 +295,7 @@ def test_inner_map_of_any_non_array_type_may_differ_in_max_entries(maps):
     outer = maps.create(MapType.ARRAY_OF_MAPS, 4, 4, 2, inner_map_fd=template)
     bigger = maps.create(MapType.QUEUE, 0, 4, 64)
     sys.map_update_elem(outer, k32(0), k32(bigger))
+    assert sys.map_lookup_elem(outer, k32(0)) == k32(sys.map_get_info(bigger).id)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -238,7 +238,11 @@ def inner_array(backend):
 @pytest.mark.parametrize("outer", [T.ARRAY_OF_MAPS, T.HASH_OF_MAPS])
 def test_map_in_map_with_array_inner_ok(backend, inner_array, outer):
     fd = backend.map_create(outer, 4, 4, 4, inner_map_fd=inner_array)
-    backend.close(fd)
+    try:
+        info = backend.map_get_info(fd)
+    finally:
+        backend.close(fd)
+    assert (info.type, info.key_size, info.value_size, info.max_entries) == (outer, 4, 4, 4)
 
 
 @pytest.mark.parametrize("outer", [T.ARRAY_OF_MAPS, T.HASH_OF_MAPS])

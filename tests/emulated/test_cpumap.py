@@ -31,6 +31,7 @@ def test_a_machine_with_more_cpus_than_the_host_kernel_allows_larger_maps():
     sys = pybpf.system("emulated", cpus=cpus)
     fd = sys.map_create(MapType.CPUMAP, 4, 4, cpus)
     sys.map_update_elem(fd, k32(cpus - 1), k32(16))
+    assert sys.map_lookup_elem(fd, k32(cpus - 1)) == k32(16)
 
 
 def test_entry_with_a_cpumap_xdp_program_reports_its_id(emulated):

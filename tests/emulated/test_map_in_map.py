@@ -74,3 +74,4 @@ def test_the_template_is_a_snapshot_not_a_reference(emulated):
     emulated.close(template)  # the outer map keeps only the template's shape
     same_shape = emulated.map_create(MapType.ARRAY, 4, 4, 3)
     emulated.map_update_elem(outer, k32(0), k32(same_shape))
+    assert emulated.map_lookup_elem(outer, k32(0)) == k32(emulated.map_get_info(same_shape).id)

@@ -115,7 +115,10 @@ ACCEPTED = [
 @pytest.mark.parametrize("program", [pytest.param(p, id=name) for name, p in ACCEPTED])
 def test_verifier_accepts_what_the_kernel_accepts(backend, program):
     fd = backend.prog_load(ProgType.SOCKET_FILTER, program)
-    backend.close(fd)
+    try:
+        assert backend.prog_get_info(fd).type == ProgType.SOCKET_FILTER
+    finally:
+        backend.close(fd)
 
 
 def test_max_ctx_offset_follows_copies_of_the_context_pointer():
@@ -196,8 +199,12 @@ def test_update_helper_on_a_rdonly_prog_map_is_refused(backend):
 
 def test_reading_a_rdonly_prog_map_is_allowed(backend):
     map_fd = backend.map_create(2, 4, 8, 1, map_flags=0x80)
-    backend.close(backend.prog_load(ProgType.SOCKET_FILTER,
-                                    _lookup_then(map_fd, ins(0x79, 3, 0, 0))))
+    fd = backend.prog_load(ProgType.SOCKET_FILTER, _lookup_then(map_fd, ins(0x79, 3, 0, 0)))
+    try:
+        assert backend.prog_get_info(fd).map_ids == (backend.map_get_info(map_fd).id,)
+    finally:
+        backend.close(fd)
+        backend.close(map_fd)
 
 
 def _ctx_access(size: int, off: int, write: bool) -> bytes:
