@@ -358,9 +358,6 @@ def ld_func(dst: Reg, target: str | int) -> Item:
 
 # -- memory -----------------------------------------------------------------------------------
 
-_SIZE_NAMES = {"b": Size.B, "h": Size.H, "w": Size.W, "dw": Size.DW}
-
-
 def _size(size: Size | int) -> Size:
     if isinstance(size, Size):
         return size

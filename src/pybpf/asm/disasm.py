@@ -22,7 +22,6 @@ from .opcodes import (
     BPF_PSEUDO_MAP_IDX,
     BPF_PSEUDO_MAP_IDX_VALUE,
     BPF_PSEUDO_MAP_VALUE,
-    SIZE_BYTES,
     AluOp,
     AtomicOp,
     Instruction,
@@ -209,6 +208,3 @@ def disassemble(program: bytes | Iterable[Instruction] | Assembly, *,
             namer = lambda _insn, name=names[index]: name  # noqa: E731
         lines.append(f"{pc:>{width}}: {format_insn(insn, map_name=namer)}")
     return "\n".join(lines)
-
-
-SIZE_TEXT = {n: _mem_type(n) for n in SIZE_BYTES.values()}

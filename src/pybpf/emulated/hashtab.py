@@ -534,12 +534,6 @@ class HtabMap(BpfMap):
     def elements(self) -> int:
         return len(self.table)
 
-    def bucket_order(self) -> list[bytes]:
-        """Every key in the kernel's iteration order (buckets ascending, each newest first)."""
-        with self.index_lock:
-            indices = list(self.nonempty)
-        return [elem.key for index in indices for elem in self.buckets.get(index, ())]
-
     def check_invariants(self) -> None:
         """Table, buckets, index and free lists agree; raises RuntimeError if not."""
         problems = []

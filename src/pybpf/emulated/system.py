@@ -229,10 +229,6 @@ class EmulatedSystem(ProgramsMixin, System):
             self._prog_idr[prog_id] = prog
         return prog_id
 
-    def prog_idr_remove(self, prog_id: int) -> None:
-        with self._lock:
-            self._prog_idr.pop(prog_id, None)
-
     def prog_from_id(self, prog_id: int) -> Any:
         try:
             return self._prog_idr[prog_id]
@@ -633,10 +629,6 @@ class EmulatedSystem(ProgramsMixin, System):
             self.bpf_map_put(obj)
         else:
             self.bpf_prog_put(obj)
-
-    def pinned_paths(self) -> list[str]:
-        with self._lock:
-            return sorted(self._pins)
 
     # -- close -------------------------------------------------------------------------------
     def close(self, fd: int) -> None:
