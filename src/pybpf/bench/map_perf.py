@@ -568,8 +568,8 @@ class Setup:
     def inner_lru_hash_size(self) -> int:
         return self.cfg.num_map_entries or MAP_DEFS["inner_lru_hash_map"].max_entries
 
-    def numa_for_cpu(self, cpu: int, node_of_caller: int) -> tuple[int, int]:
-        """(map_flags, numa_node) of the inner LRU map serving ``cpu``."""
+    def numa_for_cpu(self, node_of_caller: int) -> tuple[int, int]:
+        """(map_flags, numa_node) of an inner LRU map made by a CPU of ``node_of_caller``."""
         mode = self.cfg.numa_node
         if mode == NUMA_NONE:
             return 0, 0
@@ -600,7 +600,7 @@ class Setup:
             if name == "inner_lru_hash_map":
                 # CPU 0's inner map, made by the parent (the sample's static map). The
                 # sample hard-codes node 0, which is CPU 0's node; 'auto' says so.
-                flags, node = self.numa_for_cpu(0, cpu0_node)
+                flags, node = self.numa_for_cpu(cpu0_node)
                 fd = self.create_map(name, self.max_entries(name), flags, node)
                 self.inner_fds[0] = fd
                 self.inner_numa[0] = (flags, node if flags else None)
@@ -655,7 +655,7 @@ class Setup:
 
     def create_inner_map(self, cpu: int, node_of_cpu: int) -> int:
         """A CPU other than 0 makes its own inner LRU map and stores it in outer[cpu]."""
-        flags, node = self.numa_for_cpu(cpu, node_of_cpu)
+        flags, node = self.numa_for_cpu(node_of_cpu)
         fd = self.create_map("inner_lru_hash_map", self.inner_lru_hash_size, flags, node)
         self.sys.map_update_elem(self.fds["array_of_lru_hashs"], struct.pack("=I", cpu),
                                  struct.pack("=I", fd))

@@ -191,7 +191,7 @@ class HtabMap(BpfMap):
             8 if self.percpu else round_up(self.value_size, 8))
         return BpfMemAlloc(machine, elem_size, self._new_elem)
 
-    def _new_value(self, node: int) -> Any:
+    def _new_value(self) -> Any:
         if self.percpu:
             return [bytearray(self.slot_size) for _ in range(self.machine.num_cpus)]
         return bytearray(self.value_size)
@@ -199,10 +199,10 @@ class HtabMap(BpfMap):
     def _new_elem(self, node: int) -> HtabElem:
         if node == NUMA_NO_NODE:
             node = self.machine.numa_node_id()
-        return HtabElem(self._new_value(node), node)
+        return HtabElem(self._new_value(), node)
 
     def _new_elem_on_home(self) -> HtabElem:
-        return HtabElem(self._new_value(self.numa_node), self.numa_node)
+        return HtabElem(self._new_value(), self.numa_node)
 
     # -- bucket bookkeeping ---------------------------------------------------------------------
     def _hash(self, key: bytes) -> int:
