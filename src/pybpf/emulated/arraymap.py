@@ -24,6 +24,7 @@ Rules this module keeps (the kernel's, errno for errno):
 from __future__ import annotations
 
 import errno
+import struct
 from typing import TYPE_CHECKING
 
 from ..errors import KernelError
@@ -62,6 +63,9 @@ if TYPE_CHECKING:
 
 ARRAY_CREATE_FLAG_MASK = (BPF_F_NUMA_NODE | BPF_F_MMAPABLE | BPF_F_ACCESS_MASK
                           | BPF_F_PRESERVE_ELEMS | BPF_F_INNER_MAP)
+
+
+unpack_u32 = struct.Struct("<I").unpack_from  # an index read where it lies, no copy
 
 
 def u32_key(key: bytes) -> int:
@@ -184,7 +188,7 @@ class BpfArray(ArrayBase):
         # index -> element memory (elem_size bytes); absent means still all zeros.
         self.elems: dict[int, bytearray] = {}
         # The program lookup is the interpreter's hot path: bind what it needs once.
-        self._current_cpu = machine.current_cpu
+        self._current = machine.current
         self._local = [cpu_node == node for cpu_node in machine.cpu_node]
 
     def elem(self, index: int) -> bytearray:
@@ -209,10 +213,13 @@ class BpfArray(ArrayBase):
 
     # -- program side -------------------------------------------------------------------------
     def lookup_elem(self, key: bytes) -> bytearray | None:
-        index = int.from_bytes(key[:4], "little")
+        return self.lookup_elem_at(key, 0)
+
+    def lookup_elem_at(self, mem: bytes | bytearray, off: int) -> bytearray | None:
+        index = unpack_u32(mem, off)[0]  # key_size is 4
         if index >= self.max_entries:
             return None
-        cpu = self._current_cpu()
+        cpu = self._current.cpu
         stats = self.access_stats
         if self._local[cpu]:
             stats.local[cpu] += 1
@@ -241,7 +248,7 @@ class BpfPercpuArray(ArrayBase):
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
         super().__init__(attr, machine, node)
         self.num_cpus = machine.num_cpus
-        self._current_cpu = machine.current_cpu
+        self._current = machine.current
         # index -> one slot per CPU; absent means all zeros.
         self.elems: dict[int, list[bytearray]] = {}
 
@@ -283,10 +290,13 @@ class BpfPercpuArray(ArrayBase):
 
     # -- program side (this CPU's slot) -------------------------------------------------------
     def lookup_elem(self, key: bytes) -> bytearray | None:
-        index = int.from_bytes(key[:4], "little")
+        return self.lookup_elem_at(key, 0)
+
+    def lookup_elem_at(self, mem: bytes | bytearray, off: int) -> bytearray | None:
+        index = unpack_u32(mem, off)[0]  # key_size is 4
         if index >= self.max_entries:
             return None
-        cpu = self._current_cpu()
+        cpu = self._current.cpu
         self.access_stats.local[cpu] += 1  # a CPU's own slot is on its own node
         slots = self.elems.get(index)
         return (self.slots(index) if slots is None else slots)[cpu]

@@ -137,6 +137,11 @@ class BpfMap:
         """bpf_map_lookup_elem from a program: the live value buffer, or None."""
         return None
 
+    def lookup_elem_at(self, mem: bytes | bytearray, off: int) -> bytearray | None:
+        """lookup_elem with the key read where it lies (``key_size`` bytes of program memory
+        at ``off``, bounds already checked); families whose keys need no copy override it."""
+        return self.lookup_elem(bytes(mem[off:off + self.key_size]))
+
     def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
         return -errno.EINVAL
 

@@ -168,7 +168,8 @@ class Machine:
         self.cpu_node: list[int] = list(self.topology.cpu_node)
         self.num_cpus = len(self.cpu_node)
         self.num_nodes = self.topology.num_nodes
-        self._current = _CurrentCpu()
+        # The calling thread's CPU (``current.cpu``); hot paths read it without a call.
+        self.current = _CurrentCpu()
         self.rcu = Rcu()
         self.user_memory = UserMemory()
         # Element memory of NO_PREALLOC hash maps: "bpf_mem_alloc" (6.1+) or "call_rcu"
@@ -189,17 +190,17 @@ class Machine:
 
     def current_cpu(self) -> int:
         """smp_processor_id() of the calling thread."""
-        return self._current.cpu
+        return self.current.cpu
 
     def numa_node_id(self) -> int:
         """The NUMA node of the calling thread's CPU."""
-        return self.cpu_node[self._current.cpu]
+        return self.cpu_node[self.current.cpu]
 
     @contextmanager
     def on_cpu(self, cpu: int) -> Iterator[None]:
         """Run the body on ``cpu`` (this thread's current CPU), restoring the previous one."""
         self.check_cpu(cpu)
-        current = self._current
+        current = self.current
         previous = current.cpu
         current.cpu = cpu
         try:
@@ -210,7 +211,7 @@ class Machine:
     def set_cpu(self, cpu: int) -> None:
         """Move the calling thread to ``cpu`` for good (worker threads standing for kthreads)."""
         self.check_cpu(cpu)
-        self._current.cpu = cpu
+        self.current.cpu = cpu
 
     def ktime_get_ns(self) -> int:
         """bpf_ktime_get_ns(): the host's monotonic clock."""
