@@ -17,7 +17,7 @@ from pybpf import asm
 from pybpf.asm import FP, R0, R1, R2, R3, R4, R6
 from pybpf.asm import builder as b
 from pybpf.emulated.helpers import SK_DROP, SK_PASS, XDP_ABORTED, XDP_PASS, XDP_REDIRECT
-from pybpf.emulated.interpreter import CtxRegion
+from pybpf.emulated.interpreter import CtxRegion, jit_source
 from pybpf.emulated.progs import BPF_F_TEST_RUN_ON_CPU
 from pybpf.errors import BPFError
 from pybpf.programs import Program, ProgramSpec
@@ -88,6 +88,30 @@ def test_lookup_returns_the_live_value(backend):
         b.exit_(), b.label("miss"), b.mov64(R0, 0), b.exit_()], maps={"m": fd})
     assert prog.test_run(ETH_FRAME).retval == 1
     assert backend.map_lookup_elem(fd, (2).to_bytes(4, "little")) == (42).to_bytes(8, "little")
+
+
+@pytest.mark.parametrize(("taken", "expected"), [(0, 2), (1, 1)])
+def test_lookup_after_a_join_uses_the_map_r1_holds_on_the_path_taken(backend, taken, expected):
+    """The JIT binds the helper to a map only in straight-line code; at a join either map
+    may be in R1."""
+    fds = {name: backend.map_create(MapType.ARRAY, 4, 8, 1) for name in ("a", "b")}
+    for value, fd in enumerate(fds.values(), start=1):
+        backend.map_update_elem(fd, bytes(4), value.to_bytes(8, "little"))
+    prog = load(backend, ProgType.SCHED_CLS, [
+        b.mov64(R6, taken), *key_at(-4, 0), b.ld_map_fd(R1, "a"), b.jeq(R6, 1, "join"),
+        b.ld_map_fd(R1, "b"), b.label("join"), b.call("map_lookup_elem"),
+        b.jeq(R0, 0, "miss"), b.ldxdw(R0, R0, 0), b.exit_(),
+        b.label("miss"), b.mov64(R0, 0), b.exit_()], maps=fds)
+    assert prog.test_run(ETH_FRAME).retval == expected
+
+
+def test_jit_binds_map_helpers_to_the_map_loaded_just_before(emulated):
+    fd = emulated.map_create(MapType.HASH, 4, 8, 4)
+    prog = load(emulated, ProgType.SCHED_CLS, [
+        *key_at(-4, 1), b.ld_map_fd(R1, "m"), b.call("map_lookup_elem"), b.exit_()],
+        maps={"m": fd})
+    source = jit_source(emulated.prog_from_fd(prog.fd).executable)
+    assert "r0 = H1_" in source and "H1(" not in source
 
 
 def test_lookup_of_a_missing_key_returns_null(backend):

@@ -16,6 +16,7 @@ Rules this module keeps:
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import random
 import threading
@@ -82,36 +83,71 @@ def _machine(rs: RunState):
 
 
 # -- map helpers (kernel/bpf/helpers.c) ----------------------------------------------------------
-def bpf_map_lookup_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
-    # the hottest helper: the common case (a map pointer, a key in plain memory) inline
-    mem = rs.mem
-    bpf_map = mem.get(r1 >> 32)
-    if type(bpf_map) not in _MAP_CLASSES or r1 & OFF_MASK:
-        bpf_map = bpf_map_of(rs, r1, "bpf_map_lookup_elem")
-    size = bpf_map.key_size
-    region = mem.get(r2 >> 32)
-    off = r2 & OFF_MASK
+# The hot three have a core taking the resolved map, ``(bpf_map, rs, r2, r3, r4, r5) -> r0``,
+# so the JIT can bind it to a map a program loads (``bind_map``) and skip resolving R1.
+def _read(rs: RunState, ptr: int, size: int, what: str) -> bytes:
+    """``mem_read`` with plain memory (the stack, mostly) inline."""
+    region = rs.mem.get(ptr >> 32)
+    off = ptr & OFF_MASK
     if type(region) is bytearray and off + size <= len(region):
-        key = bytes(region[off:off + size])
+        return bytes(region[off:off + size])
+    return mem_read(rs, ptr, size, what)
+
+
+def map_lookup_elem(bpf_map: BpfMap, rs: RunState, r2: int, r3: int = 0, r4: int = 0,
+                    r5: int = 0) -> int:
+    mem = rs.mem.get(r2 >> 32)
+    off = r2 & OFF_MASK
+    if type(mem) is bytearray and off + bpf_map.key_size <= len(mem):
+        value = bpf_map.lookup_elem_at(mem, off)
     else:
-        key = mem_read(rs, r2, size, "key (R2)")
-    value = bpf_map.lookup_elem(key)
+        value = bpf_map.lookup_elem(mem_read(rs, r2, bpf_map.key_size, "key (R2)"))
     if value is None:
         return 0
     pointer = rs.value_regions.get(id(value))
     return rs.region_of(value) if pointer is None else pointer
 
 
+def map_update_elem(bpf_map: BpfMap, rs: RunState, r2: int, r3: int, r4: int,
+                    r5: int = 0) -> int:
+    key = _read(rs, r2, bpf_map.key_size, "key (R2)")
+    return bpf_map.update_elem(key, _read(rs, r3, bpf_map.value_size, "value (R3)"), r4) & M64
+
+
+def map_delete_elem(bpf_map: BpfMap, rs: RunState, r2: int, r3: int = 0, r4: int = 0,
+                    r5: int = 0) -> int:
+    return bpf_map.delete_elem(_read(rs, r2, bpf_map.key_size, "key (R2)")) & M64
+
+
+def _resolve(rs: RunState, r1: int, helper: str) -> BpfMap:
+    # the common case (a map pointer at offset 0) inline
+    bpf_map = rs.mem.get(r1 >> 32)
+    if type(bpf_map) not in _MAP_CLASSES or r1 & OFF_MASK:
+        bpf_map = bpf_map_of(rs, r1, helper)
+    return bpf_map
+
+
+def bpf_map_lookup_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    return map_lookup_elem(_resolve(rs, r1, "bpf_map_lookup_elem"), rs, r2)
+
+
 def bpf_map_update_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
-    bpf_map = bpf_map_of(rs, r1, "bpf_map_update_elem")
-    key = mem_read(rs, r2, bpf_map.key_size, "key (R2)")
-    value = mem_read(rs, r3, bpf_map.value_size, "value (R3)")
-    return bpf_map.update_elem(key, value, r4) & M64
+    return map_update_elem(_resolve(rs, r1, "bpf_map_update_elem"), rs, r2, r3, r4)
 
 
 def bpf_map_delete_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
-    bpf_map = bpf_map_of(rs, r1, "bpf_map_delete_elem")
-    return bpf_map.delete_elem(mem_read(rs, r2, bpf_map.key_size, "key (R2)")) & M64
+    return map_delete_elem(_resolve(rs, r1, "bpf_map_delete_elem"), rs, r2)
+
+
+def _binder(core: Callable[..., int]) -> Callable[[object], Callable[..., int] | None]:
+    def bind_map(obj: object) -> Callable[..., int] | None:
+        return functools.partial(core, obj) if isinstance(obj, BpfMap) else None
+    return bind_map
+
+
+bpf_map_lookup_elem.bind_map = _binder(map_lookup_elem)
+bpf_map_update_elem.bind_map = _binder(map_update_elem)
+bpf_map_delete_elem.bind_map = _binder(map_delete_elem)
 
 
 def bpf_map_push_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:

@@ -587,10 +587,13 @@ JIT_MAX_SLOTS = 100_000  # bigger programs run on the reference interpreter (com
 class _FunctionWriter:
     """Python source of one subprogram [start, end): a block dispatch loop over its regions."""
 
-    def __init__(self, exe: Executable, start: int, end: int) -> None:
+    def __init__(self, exe: Executable, start: int, end: int,
+                 bound: dict[str, Callable] | None = None) -> None:
         self.exe = exe
         self.start = start
         self.end = end
+        self.bound = bound or {}
+        self.map_in_r1: int | None = None  # region of the map R1 surely points to, if any
         self.lines: list[str] = []
         targets: set[int] = {start}
         block_starts: set[int] = {start}
@@ -649,11 +652,13 @@ class _FunctionWriter:
         while pc < end:
             insn = self.exe.slots[pc]
             if pc in self.block_starts or pc == region:
+                self.map_in_r1 = None
                 count = self._block_length(pc, end)
                 self.emit(depth, f"n += {count}")
                 if pc == region and region in self.back_targets:
                     self.emit(depth, f"if n > limit: rs.count = n; raise rs.over_budget({pc})")
             depth = self.write_insn(pc, insn, depth, region, loops)
+            self.track_map_in_r1(pc, insn)
             if depth < 0:  # control does not reach the next instruction
                 return
             pc += insn.slots
@@ -663,6 +668,19 @@ class _FunctionWriter:
             self.emit(depth, "break")
         else:
             self.emit(depth, f"b = {end}")
+
+    def track_map_in_r1(self, pc: int, insn: Instruction) -> None:
+        """Follow R1 through straight-line code: a lddw of a map object sets it; anything that
+        may write R1 (or leave the block) forgets it. Stores and other registers' ALU keep it."""
+        kind = OPCODES[insn.opcode].kind
+        if kind is Kind.LD_IMM64 and insn.dst == 1:
+            pointer = self.exe.ld_imm[pc]
+            region = pointer >> 32
+            known = region in self.exe.static_regions and not pointer & OFF_MASK
+            self.map_in_r1 = region if known else None
+        elif not (kind in (Kind.ST, Kind.STX) or (insn.dst != 1 and kind in (
+                Kind.ALU, Kind.NEG, Kind.END, Kind.LDX, Kind.LDX_SX, Kind.LD_IMM64))):
+            self.map_in_r1 = None
 
     def _target(self, pc: int) -> int | None:
         insn = self.exe.slots[pc]
@@ -751,6 +769,9 @@ class _FunctionWriter:
                 emit(depth + 1, "rs.count = n")
                 emit(depth + 1, "del mem[frame]")
                 emit(depth + 1, "return t.entry(rs.engine)(rs, r1, 0, 0, 0, 0)")
+            elif bound_name(imm, self.map_in_r1) in self.bound:
+                # R1 is a known map: the helper bound to it skips resolving the map pointer
+                emit(depth, f"r0 = {bound_name(imm, self.map_in_r1)}(rs, r2, r3, r4, r5)")
             else:
                 emit(depth, f"r0 = H{imm}(rs, r1, r2, r3, r4, r5)")
         elif kind is Kind.EXIT:
@@ -923,18 +944,40 @@ _LITERALS = {"SIGN64": hex(SIGN64), "SIGN32": hex(SIGN32), "M64": hex(M64), "M32
 _LITERAL_RE = re.compile(r"\b(SIGN64|SIGN32|M64|M32)\b")
 
 
-def jit_source(exe: Executable) -> str:
+def bound_name(helper_id: int, region: int | None) -> str:
+    return f"H{helper_id}_{region:x}" if region is not None else ""
+
+
+def bound_helpers(exe: Executable) -> dict[str, Callable]:
+    """Map helpers bound to each map ``exe`` loads: a helper offers ``bind_map(bpf_map)``,
+    which gives ``f(rs, r2, r3, r4, r5) -> r0`` (None for objects it does not take)."""
+    bound: dict[str, Callable] = {}
+    for helper_id, helper in exe.helpers.items():
+        bind_map = getattr(helper, "bind_map", None)
+        if bind_map is None:
+            continue
+        for region, obj in exe.static_regions.items():
+            func = bind_map(obj)
+            if func is not None:
+                bound[bound_name(helper_id, region)] = func
+    return bound
+
+
+def jit_source(exe: Executable, bound: dict[str, Callable] | None = None) -> str:
     """The Python source the JIT makes of ``exe`` (one function per subprogram)."""
+    if bound is None:
+        bound = bound_helpers(exe)
     lines: list[str] = []
     for start in exe.subprogs:
-        lines += _FunctionWriter(exe, start, exe.subprog_end(start)).write(f"F{start}")
+        lines += _FunctionWriter(exe, start, exe.subprog_end(start), bound).write(f"F{start}")
         lines.append("")
     return _LITERAL_RE.sub(lambda m: _LITERALS[m.group(1)], "\n".join(lines))
 
 
 def jit_compile(exe: Executable) -> dict[str, Callable]:
     """Translate ``exe`` to Python once; returns its functions (``F<start>`` per subprogram)."""
-    source = jit_source(exe)
+    bound = bound_helpers(exe)
+    source = jit_source(exe, bound)
     namespace: dict[str, Any] = {
         "M64": M64, "M32": M32, "SIGN64": SIGN64, "SIGN32": SIGN32,
         "BPF_MAX_LOOPS": BPF_MAX_LOOPS, "ACCESS_ERRORS": ACCESS_ERRORS,
@@ -948,6 +991,7 @@ def jit_compile(exe: Executable) -> dict[str, Callable]:
         namespace[f"S{size}"] = fmt.pack_into
     for helper_id, helper in exe.helpers.items():
         namespace[f"H{helper_id}"] = helper
+    namespace.update(bound)
     code = compile(source, f"<bpf-jit {getattr(exe.owner, 'name', '') or 'prog'}>", "exec")
     exec(code, namespace)  # noqa: S102 - our own generated source
     return {f"F{start}": namespace[f"F{start}"] for start in exe.subprogs}
