@@ -34,6 +34,7 @@ from ..uapi import (
     MapType,
 )
 from .bpf_map import U32_MAX, BpfMap, MapAttr, bpf_map_flags_access_ok, map_ops
+from .hashtab import roundup_pow_of_two
 from .jhash import jhash, jhash2
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ def bloom_bitset_mask(max_entries: int, nr_hash_funcs: int) -> int:
         return U32_MAX
     if nr_bits <= BITS_PER_LONG:
         return BITS_PER_LONG - 1
-    return (1 << (nr_bits - 1).bit_length()) - 1
+    return roundup_pow_of_two(nr_bits) - 1
 
 
 @map_ops(MapType.BLOOM_FILTER)
