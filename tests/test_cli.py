@@ -13,7 +13,6 @@ import sys
 import pytest
 
 from pybpf import cli
-from pybpf.system import bpf_allowed
 
 
 def run_cli(*args: str, **env: str) -> subprocess.CompletedProcess:
@@ -120,8 +119,7 @@ def test_maps_json_on_the_emulated_backend():
     assert shown["queue"]["dump"] == []
 
 
-@pytest.mark.skipif(not bpf_allowed(), reason="bpf(2) is not permitted here")
-def test_maps_on_the_kernel_backend_succeeds():
+def test_maps_on_the_kernel_backend_succeeds(kernel):  # kernel: skips where bpf(2) is denied
     result = run_cli("maps", "--backend", "kernel")
     assert result.returncode == 0, result.stderr
     assert "memlock" in result.stdout

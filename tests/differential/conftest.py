@@ -33,10 +33,10 @@ def differential_tally() -> Tally:
 def lookup_programs_off() -> str | None:
     """Why program-side lookups cannot be compared here (None when both backends run them)."""
     from pybpf import system
-    from pybpf.system import bpf_allowed
+    from pybpf.testing import kernel_available
     from pybpf.testing.differential import programs_supported
 
-    if not bpf_allowed():
+    if not kernel_available():
         return "bpf(2) is not allowed here"
     reasons = [f"{name}: {why}" for name in ("kernel", "emulated")
                if (why := programs_supported(system(name)))]
