@@ -240,6 +240,11 @@ def bpf_allowed() -> bool:
     return probe_bpf()
 
 
+def default_backend() -> str:
+    """``PYBPF_BACKEND`` if set, else "kernel" when bpf(2) is allowed here, else "emulated"."""
+    return os.environ.get("PYBPF_BACKEND") or ("kernel" if bpf_allowed() else "emulated")
+
+
 _BACKENDS = ("kernel", "emulated")
 
 
@@ -250,9 +255,7 @@ def system(backend: str | None = None, **kwargs) -> System:
     emulated backend.
     """
     if backend is None:
-        backend = os.environ.get("PYBPF_BACKEND") or None
-    if backend is None:
-        backend = "kernel" if bpf_allowed() else "emulated"
+        backend = default_backend()
     if backend == "kernel":
         if kwargs:
             raise TypeError(f"the kernel backend takes no options, got {sorted(kwargs)}")

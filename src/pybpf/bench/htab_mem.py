@@ -61,6 +61,7 @@ from ..asm import (
     stw,
     stxw,
 )
+from ..system import default_backend
 from ..uapi import BPF_NOEXIST, MapFlags, MapType, ProgType
 from . import report
 
@@ -230,7 +231,7 @@ def run_from_args(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         parser.error("add_del_on_diff_cpu needs an even number of producers")
     if cfg.cpus or cfg.nodes:
         cfg.backend = "emulated"
-    backend = cfg.backend or _default_backend()
+    backend = cfg.backend or default_backend()
     if backend == "kernel" and cfg.flavours and "call_rcu" in cfg.flavours:
         parser.error("the call_rcu flavour is the pre-6.1 design; only the emulated backend "
                      "has it (this kernel's non-preallocated maps use bpf_mem_alloc)")
@@ -249,15 +250,6 @@ def htab_mem_command(parser: argparse.ArgumentParser):
 def main(argv: Sequence[str] | None = None) -> int:
     parser = configure_parser(argparse.ArgumentParser(prog="pybpf bench htab-mem"))
     return run_from_args(parser.parse_args(argv), parser)
-
-
-def _default_backend() -> str:
-    backend = os.environ.get("PYBPF_BACKEND")
-    if backend:
-        return backend
-    from ..system import bpf_allowed
-
-    return "kernel" if bpf_allowed() else "emulated"
 
 
 # -- results -------------------------------------------------------------------------------
