@@ -76,16 +76,19 @@ def test_pushes_from_many_threads_are_all_kept():
     fd = sys.map_create(MapType.QUEUE, 0, 4, 4000)
     queue = sys.map_from_fd(fd)
 
+    results = []  # an assert in a thread would not fail the test: check them here
+
     def producer(cpu: int) -> None:
         sys.machine.set_cpu(cpu)
         for i in range(1000):
-            assert queue.push_elem((cpu * 1000 + i).to_bytes(4, "little"), 0) == 0
+            results.append(queue.push_elem((cpu * 1000 + i).to_bytes(4, "little"), 0))
 
     threads = [threading.Thread(target=producer, args=(cpu,)) for cpu in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    assert results == [0] * 4000
     got = [int.from_bytes(sys.map_lookup_and_delete_elem(fd, None), "little")
            for _ in range(4000)]
     assert sorted(got) == list(range(4000))
