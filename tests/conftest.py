@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from pybpf.testing import KERNEL_SKIP_REASON, kernel_available
+
+# Tests never time anything: no hypothesis deadline, no "too slow" health check (a loaded
+# 2-CPU machine must not turn a correct property into a failure). Tests that pass their own
+# suppress_health_check list repeat too_slow there, since such a list replaces this one.
+settings.register_profile("pybpf", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("pybpf")
 
 
 @pytest.fixture
