@@ -151,7 +151,7 @@ _ops = st.lists(st.tuples(st.sampled_from(["set", "del", "get", "noexist", "exis
 
 
 @settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(ops=_ops)
 def test_hash_map_behaves_like_a_dict_for_any_op_sequence(backend, ops):
     model: dict[int, int] = {}

@@ -313,7 +313,7 @@ def create_specs(draw):
 
 
 @settings(max_examples=300, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(spec=create_specs())
 def test_random_create_attributes_give_the_kernels_errno(kernel, emulated, spec):
     assert create_errno(emulated, spec) == create_errno(kernel, spec), spec

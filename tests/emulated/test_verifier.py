@@ -300,7 +300,7 @@ def scalar_programs(draw) -> bytes:
 
 
 @settings(max_examples=150, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(program=scalar_programs())
 def test_random_program_gets_the_kernels_verdict(kernel, emulated, program):
     verdicts = []
