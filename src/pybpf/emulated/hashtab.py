@@ -151,6 +151,7 @@ class HtabMap(BpfMap):
         self.explicit_node = bpf_map_attr_numa_node(attr)
         self.cpu_node = machine.cpu_node
         self.current_cpu = machine.current_cpu
+        self._current = machine.current  # ``.cpu``: the hot paths read it without a call
 
         self.table: dict[bytes, HtabElem] = {}
         # key -> live value buffer, kept beside the table for the Map layer's direct reads
@@ -163,6 +164,7 @@ class HtabMap(BpfMap):
         self.nonempty: list[int] = []  # sorted indices of non-empty buckets
         self.nstripes = min(self.n_buckets, LOCK_STRIPES)
         self.locks = [threading.Lock() for _ in range(self.nstripes)]
+        self.stripe_mask = self.nstripes - 1  # both powers of two: hash & mask & stripe_mask
         self.index_lock = threading.Lock()
         self.count_lock = threading.Lock()
         self.count = 0  # NO_PREALLOC element count (inc_elem_count / dec_elem_count)
@@ -210,7 +212,7 @@ class HtabMap(BpfMap):
         return elem.hash if elem is not None else self._hash_cached(key)
 
     def _lock(self, hash_: int) -> threading.Lock:
-        return self.locks[hash_ & self.mask & (self.nstripes - 1)]
+        return self.locks[hash_ & self.stripe_mask]
 
     def _link(self, elem: HtabElem) -> None:
         """hlist_nulls_add_head_rcu: at the bucket's front (bucket lock held)."""
@@ -259,14 +261,14 @@ class HtabMap(BpfMap):
         """
         if not self.percpu:
             # Writing the element is an access to its memory, like a lookup's read.
-            self.access_stats.access(self.current_cpu(), elem.node)
+            self.access_stats.access(self._current.cpu, elem.node)
             elem.value[:] = value
         elif onallcpus:
             size = self.slot_size
             for cpu, slot in enumerate(elem.value):
                 slot[:] = value[cpu * size:(cpu + 1) * size]
         else:
-            cpu = self.current_cpu()
+            cpu = self._current.cpu
             elem.value[cpu][:self.value_size] = value[:self.value_size]
             if init:
                 zeros = bytes(self.slot_size)
@@ -279,7 +281,7 @@ class HtabMap(BpfMap):
         """alloc_htab_elem: E2BIG when full (new keys only), ENOMEM when out of memory."""
         if self.prealloc:
             if old is not None and self.extra_elems:
-                cpu = self.current_cpu()
+                cpu = self._current.cpu
                 elem = self.extra_elems[cpu]
                 self.extra_elems[cpu] = old
             else:
@@ -338,9 +340,10 @@ class HtabMap(BpfMap):
             self._check_update_flags(flags)
         elem = self.table.get(key)
         hash_ = elem.hash if elem is not None else self._hash_cached(key)
-        with self.locks[hash_ & self.mask & (self.nstripes - 1)]:
+        with self.locks[hash_ & self.stripe_mask]:
             old = self.table.get(key)
-            self._check_flags(old, flags)
+            if flags:  # BPF_ANY passes check_flags
+                self._check_flags(old, flags)
             new = self._alloc_elem(key, value, hash_, old, onallcpus)
             if old is None:
                 self._link(new)
@@ -378,7 +381,7 @@ class HtabMap(BpfMap):
         elem = self.table.get(key)
         if elem is None:
             raise KernelError(errno.ENOENT, "key not found")
-        with self._lock(elem.hash):
+        with self.locks[elem.hash & self.stripe_mask]:
             if self.table.get(key) is not elem:
                 elem = self.table.get(key)
                 if elem is None:
@@ -399,7 +402,7 @@ class HtabMap(BpfMap):
         elem = self.table.get(key)
         if elem is None:
             raise KernelError(errno.ENOENT, "key not found")
-        self.access_stats.access(self.current_cpu(), elem.node)
+        self.access_stats.access(self._current.cpu, elem.node)
         return self._read_value(elem)
 
     def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
@@ -509,7 +512,7 @@ class HtabMap(BpfMap):
         elem = self.table.get(key)
         if elem is None:
             return None
-        self.access_stats.access(self.current_cpu(), elem.node)
+        self.access_stats.access(self._current.cpu, elem.node)
         return elem.value
 
     def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
@@ -608,7 +611,7 @@ class HtabPercpuMap(HtabMap):
         elem = self.table.get(key)
         if elem is None:
             return None
-        cpu = self.current_cpu()
+        cpu = self._current.cpu
         self.access_stats.local[cpu] += 1  # a CPU's own slot lives on its node
         return elem.value[cpu]
 
@@ -675,7 +678,7 @@ class HtabLruMap(HtabMap):
             return None
         if not elem.ref:
             elem.ref = 1
-        self.access_stats.access(self.current_cpu(), elem.node)
+        self.access_stats.access(self._current.cpu, elem.node)
         return elem.value
 
     def release(self) -> None:
@@ -729,6 +732,6 @@ class HtabLruPercpuMap(HtabLruMap):
             return None
         if not elem.ref:
             elem.ref = 1
-        cpu = self.current_cpu()
+        cpu = self._current.cpu
         self.access_stats.local[cpu] += 1
         return elem.value[cpu]
