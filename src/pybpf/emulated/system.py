@@ -389,7 +389,9 @@ class EmulatedSystem(ProgramsMixin, System):
         return FastOps(lookup=lookup, table=file.map.sys_lookup_table())
 
     def _writable_map(self, fd: int) -> BpfMap:
-        file = self._map_file(fd)
+        file = self._files.get(fd) if type(fd) is int else None
+        if type(file) is not MapFile:  # the hot path skips _map_file's call
+            file = self._map_file(fd)
         if not file.can_write:
             raise KernelError(errno.EPERM, "the fd is read-only")
         if file.map.frozen:
