@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import KernelError
 from ..system import BatchLookup
-from ..uapi import BPF_F_LOCK, syscall_value_size
+from ..uapi import BPF_F_LOCK
 
 if TYPE_CHECKING:
     from .bpf_map import BpfMap
@@ -44,8 +44,7 @@ def check_batch_key(bpf_map: BpfMap, key: bytes, index: int) -> bytes:
 
 
 def check_batch_value(bpf_map: BpfMap, value: bytes, index: int) -> bytes:
-    size = syscall_value_size(bpf_map.map_type, bpf_map.value_size,
-                              bpf_map.machine.num_cpus)
+    size = bpf_map.sys_value_size
     if not isinstance(value, (bytes, bytearray, memoryview)):
         raise KernelError(errno.EINVAL, f"value {index} must be bytes")
     value = bytes(value)
