@@ -37,7 +37,6 @@ from ..uapi import (
     NUMA_NO_NODE,
     MapFlags,
     MapType,
-    syscall_value_size,
 )
 from .bpf_map import MAP_OPS, BpfMap, MapAttr
 from .machine import Machine
@@ -279,7 +278,7 @@ class EmulatedSystem(ProgramsMixin, System):
         return value
 
     def _value_layout(self, bpf_map: BpfMap) -> str:
-        size = syscall_value_size(bpf_map.map_type, bpf_map.value_size, self.machine.num_cpus)
+        size = bpf_map.sys_value_size
         if size == bpf_map.value_size:
             return f"value_size {size}"
         if size == 4 and bpf_map.value_size == 4:
