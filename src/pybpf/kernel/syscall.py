@@ -344,14 +344,19 @@ def probe_bpf() -> bool:
     if UNAVAILABLE is not None:
         return False
     try:
-        attr = MapCreateAttr(map_type=MapType.ARRAY, key_size=4, value_size=4, max_entries=1)
-        fd = bpf(Cmd.MAP_CREATE, attr)
-        if fd < 0:
-            return False
-        os.close(fd)
-        return True
+        return probe_map_create() == 0
     except Exception:
         return False
+
+
+def probe_map_create() -> int:
+    """Create and close a 1-entry ARRAY map: 0 when bpf(2) allows it, else the kernel's errno."""
+    fd = bpf(Cmd.MAP_CREATE, MapCreateAttr(map_type=MapType.ARRAY, key_size=4, value_size=4,
+                                           max_entries=1))
+    if fd < 0:
+        return -fd
+    os.close(fd)
+    return 0
 
 
 def parse_cpu_list(text: str) -> list[int]:

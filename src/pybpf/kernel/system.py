@@ -50,6 +50,7 @@ from .syscall import (
     num_possible_cpus,
     parse_cpu_list,
     possible_cpus,
+    probe_map_create,
 )
 
 # Map types whose batch token is a u32 bucket index (htab); the others' token is a key.
@@ -638,13 +639,11 @@ def _check_bpf_allowed() -> None:
         return
     if UNAVAILABLE is not None:
         raise UNAVAILABLE
-    fd = bpf(Cmd.MAP_CREATE, MapCreateAttr(map_type=MapType.ARRAY, key_size=4, value_size=4,
-                                           max_entries=1))
-    if fd < 0:
-        raise bpf_error(-fd, "map_create", map="array map (probing bpf(2))",
+    err = probe_map_create()
+    if err:
+        raise bpf_error(err, "map_create", map="array map (probing bpf(2))",
                         detail="this process may not use bpf(2)"
-                        if -fd in (errno.EPERM, errno.EACCES) else "")
-    os.close(fd)
+                        if err in (errno.EPERM, errno.EACCES) else "")
     _bpf_allowed = True
 
 
