@@ -15,6 +15,7 @@ import os
 import sys
 from collections.abc import Callable
 
+from .errors import BPFPermissionError
 from .uapi import PERCPU_MAP_TYPES, MapType, round_up
 
 # name -> (help, "module:function"); the function is the command's ``*_command(parser)``.
@@ -58,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `pybpf maps | head`: stop quietly
         sys.stderr.close()
         return 0
+    except BPFPermissionError as exc:  # bpf(2) denied: the message says what to do, no traceback
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
 
 
 # -- pybpf maps ---------------------------------------------------------------------------------
