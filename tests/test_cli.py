@@ -3,6 +3,7 @@ checked against the real bpftool on the kernel where bpftool is installed."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -123,3 +124,21 @@ def test_maps_on_the_kernel_backend_succeeds(kernel):  # kernel: skips where bpf
     result = run_cli("maps", "--backend", "kernel")
     assert result.returncode == 0, result.stderr
     assert "memlock" in result.stdout
+
+
+@pytest.mark.parametrize("args", [["maps", "--backend", "kernel"],
+                                  ["map-perf", "0", "2", "0", "10", "--backend", "kernel"],
+                                  ["reproduce", "--backend", "kernel", "--events", "5"]])
+def test_bpf_denied_is_one_error_line_with_the_way_out(args, monkeypatch, capsys):
+    from pybpf.errors import PERMISSION_HINT, bpf_error
+    from pybpf.kernel import system as kernel_system
+
+    def denied(self):
+        raise bpf_error(errno.EPERM, "map_create", map="array map (probing bpf(2))",
+                        detail="this process may not use bpf(2)")
+
+    monkeypatch.setattr(kernel_system.KernelSystem, "__init__", denied)
+    assert cli.main(args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Error: ") and "Traceback" not in err
+    assert "EPERM" in err and PERMISSION_HINT in err
