@@ -17,7 +17,7 @@ from __future__ import annotations
 import errno as _errno
 import os
 
-from .uapi import ENOTSUPP
+from .uapi import ENOTSUPP, MapType
 
 
 class BPFError(OSError):
@@ -160,6 +160,15 @@ def _likely_cause(err: int, command: str) -> tuple[type[BPFError], str]:
     if err == _errno.EBUSY:
         return BPFError, "busy: already frozen, or the map is in use"
     return BPFError, ""
+
+
+def map_description(map_type: int, name: str, map_id: int) -> str:
+    """A map as errors name it (``map=`` below), e.g. ``hash map 'name' (id 7)``: the same
+    text from both backends."""
+    kind = MapType(map_type).name.lower() if map_type in MapType._value2member_map_ \
+        else str(map_type)
+    label = f" {name!r}" if name else ""
+    return f"{kind} map{label} (id {map_id})"
 
 
 def bpf_error(err: int, command: str, *, map: str = "", detail: str = "",

@@ -22,14 +22,13 @@ import errno
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from ..errors import KernelError
+from ..errors import KernelError, map_description
 from ..uapi import (
     BPF_F_NUMA_NODE,
     BPF_F_RDONLY_PROG,
     BPF_F_WRONLY_PROG,
     ENOTSUPP,
     NUMA_NO_NODE,
-    MapType,
     syscall_value_size,
 )
 
@@ -173,10 +172,7 @@ class BpfMap:
                 "remote_accesses": remote, "access_by_cpu": self.access_stats.by_cpu()}
 
     def describe(self) -> str:
-        kind = MapType(self.map_type).name.lower() if self.map_type in MapType._value2member_map_ \
-            else str(self.map_type)
-        label = f" {self.name!r}" if self.name else ""
-        return f"{kind} map{label} (id {self.id})"
+        return map_description(self.map_type, self.name, self.id)
 
 
 # Program-side ops for types whose kernel op serves both sides (one map_update_elem or

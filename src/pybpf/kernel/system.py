@@ -26,7 +26,7 @@ import re
 import threading
 from collections.abc import Iterator, Sequence
 
-from ..errors import VerifierError, bpf_error, errno_name, strerror
+from ..errors import VerifierError, bpf_error, errno_name, map_description, strerror
 from ..system import BatchLookup, FastOps, MapInfo, ProgInfo, System, TestRun, Topology
 from ..uapi import Cmd, MapType, ProgType, syscall_value_size
 from . import perf_event
@@ -106,14 +106,6 @@ def _new_buffer(buffers: dict, size: int) -> tuple[ctypes.Array, int]:
 
 
 _tls = _ThreadState()
-
-
-def map_description(map_type: int, name: str, map_id: int) -> str:
-    """The map as errors name it, e.g. ``hash map 'name' (id 7)`` (as emulated maps do)."""
-    kind = MapType(map_type).name.lower() if map_type in MapType._value2member_map_ \
-        else str(map_type)
-    label = f" {name!r}" if name else ""
-    return f"{kind} map{label} (id {map_id})"
 
 
 def _fd_kind(fd: int) -> str:
