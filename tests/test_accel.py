@@ -202,3 +202,14 @@ def test_table_mode_reads_the_backends_dict(emulated, monkeypatch, stored):
         m[3] = 9  # writes go to the backend
         assert emulated.map_lookup_elem(m.fd, (3).to_bytes(4, "little")) == \
             (9).to_bytes(8, "little")
+
+
+def test_table_mode_sees_a_value_changed_in_place(emulated):
+    """The C core keeps the int it decoded last per key, and must notice new bytes."""
+    with M.HashMap(4, int, int, key_size=4, value_size=8, system=emulated) as m:
+        m[1] = 5
+        live = emulated.fast_ops(m.fd).table[(1).to_bytes(4, "little")]
+        assert m[1] == 5
+        for value in (7, 5, 2**64 - 1, 0):
+            live[:] = value.to_bytes(8, "little")  # as a program's store would
+            assert m[1] == value

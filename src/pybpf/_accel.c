@@ -174,21 +174,27 @@ typedef struct {
 
 /*
  * The key bytes of recently used int keys, direct-mapped by value: a table lookup of a
- * remembered key makes no bytes object and hashes nothing (bytes cache their hash).
+ * remembered key makes no bytes object and hashes nothing (bytes cache their hash). With an
+ * int value codec the slot also keeps the int last decoded for the key and the raw value it
+ * came from: while the value's bytes are unchanged the same int object is returned.
  */
 #define KEY_SLOTS 1024
 
 struct key_slot {
 	uint64_t value;
 	PyObject *bytes;
+	uint64_t raw;       /* the value bytes `decoded` was made from */
+	PyObject *decoded;  /* NULL until an int value was decoded for this key */
 };
 
 static void clear_slots(MapCore *self)
 {
 	if (!self->slots)
 		return;
-	for (int i = 0; i < KEY_SLOTS; i++)
+	for (int i = 0; i < KEY_SLOTS; i++) {
 		Py_XDECREF(self->slots[i].bytes);
+		Py_XDECREF(self->slots[i].decoded);
+	}
 	PyMem_Free(self->slots);
 	self->slots = NULL;
 }
@@ -412,6 +418,44 @@ static PyObject *table_value(MapCore *self, PyObject *kb, int missing_ok)
 	return result;
 }
 
+/*
+ * MODE_TABLE with an int value codec: the int for the table's value of slot's key, the
+ * slot's cached one while the value's bytes are unchanged. NULL with no exception when the
+ * key is absent or the value is not vsize bytes: table_value then answers. No Python code
+ * runs here, so the borrowed table value stays valid.
+ */
+static PyObject *slot_int_value(MapCore *self, struct key_slot *slot)
+{
+	PyObject *v = PyDict_GetItemWithError(self->table, slot->bytes);
+	const uint8_t *data;
+	Py_ssize_t size;
+
+	if (!v)
+		return NULL;
+	if (PyByteArray_CheckExact(v)) {
+		data = (const uint8_t *)PyByteArray_AS_STRING(v);
+		size = PyByteArray_GET_SIZE(v);
+	} else if (PyBytes_CheckExact(v)) {
+		data = (const uint8_t *)PyBytes_AS_STRING(v);
+		size = PyBytes_GET_SIZE(v);
+	} else {
+		return NULL;
+	}
+	if (size != self->vsize)
+		return NULL;
+	uint64_t raw = load_le(data, size);
+
+	if (!slot->decoded || slot->raw != raw) {
+		PyObject *decoded = int_from_le(data, size, self->vkind == KIND_INT);
+
+		if (!decoded)
+			return NULL;
+		Py_XSETREF(slot->decoded, decoded);
+		slot->raw = raw;
+	}
+	return Py_NewRef(slot->decoded);
+}
+
 /* MODE_TABLE, an int key already encoded to its ksize little-endian bytes `le`. */
 static PyObject *table_int_key(MapCore *self, const uint8_t *le, int missing_ok)
 {
@@ -430,7 +474,14 @@ static PyObject *table_int_key(MapCore *self, const uint8_t *le, int missing_ok)
 		if (!b)
 			return NULL;
 		Py_XSETREF(slot->bytes, b);
+		Py_CLEAR(slot->decoded);
 		slot->value = value;
+	}
+	if (self->vkind == KIND_UINT || self->vkind == KIND_INT) {
+		PyObject *result = slot_int_value(self, slot);
+
+		if (result || PyErr_Occurred())
+			return result;
 	}
 	/* A reference of our own: a Python value codec may run and reuse the slot. */
 	PyObject *kb = Py_NewRef(slot->bytes);
