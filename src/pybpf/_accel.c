@@ -106,6 +106,19 @@ static uint64_t load_le(const uint8_t *buf, Py_ssize_t size)
 {
 	uint64_t v = 0;
 
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	/* the hot sizes as single loads */
+	if (size == 8) {
+		memcpy(&v, buf, 8);
+		return v;
+	}
+	if (size == 4) {
+		uint32_t w;
+
+		memcpy(&w, buf, 4);
+		return w;
+	}
+#endif
 	for (Py_ssize_t i = 0; i < size; i++)
 		v |= (uint64_t)buf[i] << (8 * i);
 	return v;
