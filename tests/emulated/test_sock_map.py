@@ -53,7 +53,7 @@ def test_closed_sockets_leave_the_hash_iteration(emulated):
             b.close()
 
 
-def test_a_reused_fd_number_is_not_the_same_socket(emulated):
+def test_a_reused_fd_number_is_not_the_same_socket(emulated, no_gc):
     fd = emulated.map_create(MapType.SOCKMAP, 4, 8, 2)
     first = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     first.bind(("127.0.0.1", 0))

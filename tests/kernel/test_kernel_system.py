@@ -98,7 +98,7 @@ def test_threads_looking_up_maps_of_different_value_sizes_get_their_own_bytes(ke
     assert failures == []
 
 
-def test_reused_fd_number_gets_the_new_maps_sizes(kernel):
+def test_reused_fd_number_gets_the_new_maps_sizes(kernel, no_gc):
     fd = kernel.map_create(MapType.HASH, 4, 4, 4)
     kernel.close(fd)
     again = kernel.map_create(MapType.HASH, 8, 64, 4)
