@@ -16,17 +16,19 @@ NOBODY = 65534
 
 
 def open_fds() -> int:
+    """How many fds this process has open (tests that compare counts take no_gc, so no
+    finalizer of an earlier test's garbage closes one in between)."""
     return len(os.listdir("/proc/self/fd"))
 
 
-def test_100k_maps_created_and_closed_leave_fd_count_unchanged(kernel):
+def test_100k_maps_created_and_closed_leave_fd_count_unchanged(kernel, no_gc):
     before = open_fds()
     for _ in range(100_000):
         kernel.close(kernel.map_create(MapType.ARRAY, 4, 4, 1))
     assert open_fds() == before
 
 
-def test_failed_creates_and_ops_leave_fd_count_unchanged(kernel):
+def test_failed_creates_and_ops_leave_fd_count_unchanged(kernel, no_gc):
     before = open_fds()
     for _ in range(1000):
         with pytest.raises(OSError):
@@ -40,7 +42,7 @@ def test_failed_creates_and_ops_leave_fd_count_unchanged(kernel):
     assert open_fds() == before
 
 
-def test_failed_prog_load_and_attach_leave_fd_count_unchanged(kernel):
+def test_failed_prog_load_and_attach_leave_fd_count_unchanged(kernel, no_gc):
     exit_only = struct.pack("<BBhi", 0x95, 0, 0, 0)  # exit without setting r0: rejected
     ret0 = struct.pack("<BBhi", 0xB7, 0, 0, 0) + exit_only
     socket_prog = kernel.prog_load(ProgType.SOCKET_FILTER, ret0)
