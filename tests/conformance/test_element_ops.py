@@ -130,6 +130,8 @@ def test_hash_full_gives_e2big_but_replacing_still_works(backend, maps, flags):
     assert backend.map_lookup_elem(fd, u32(2)) == b"B" * 8
     backend.map_delete_elem(fd, u32(1))
     backend.map_update_elem(fd, u32(3), b"c" * 8)
+    assert sorted(iter_keys(backend, fd)) == [u32(2), u32(3)]
+    assert backend.map_lookup_elem(fd, u32(3)) == b"c" * 8
 
 
 @pytest.mark.parametrize("map_type", [T.LRU_HASH, T.LRU_PERCPU_HASH])
@@ -339,6 +341,7 @@ def test_wronly_map_writes_but_reads_give_eperm(backend, maps):
     assert errno_of(backend.map_lookup_and_delete_elem, fd, u32(1)) == EPERM
     assert errno_of(backend.map_lookup_batch, fd, None, 4) == EPERM
     backend.map_delete_elem(fd, u32(1))
+    assert errno_of(backend.map_delete_elem, fd, u32(1)) == ENOENT  # the first one removed it
 
 
 def test_rdonly_fd_by_id_of_writable_map(backend, maps):
@@ -351,6 +354,7 @@ def test_rdonly_fd_by_id_of_writable_map(backend, maps):
     finally:
         backend.close(ro)
     backend.map_update_elem(fd, u32(1), b"b" * 8)
+    assert backend.map_lookup_elem(fd, u32(1)) == b"b" * 8
 
 
 # -- batches (§2.13) ---------------------------------------------------------------------------
@@ -533,6 +537,7 @@ def test_array_inner_max_entries_must_match_unless_inner_map_flag(backend, maps)
     outer2 = maps(T.ARRAY_OF_MAPS, value_size=4, max_entries=2, inner_map_fd=flexible)
     bigger2 = maps(T.ARRAY, value_size=4, max_entries=8, map_flags=F.INNER_MAP)
     backend.map_update_elem(outer2, u32(0), u32(bigger2))
+    assert backend.map_lookup_elem(outer2, u32(0)) == u32(backend.map_get_info(bigger2).id)
 
 
 # -- ids and info ------------------------------------------------------------------------------

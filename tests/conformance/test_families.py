@@ -649,6 +649,7 @@ def test_devmap_hash_update_rules(maps):
     assert err_of(sys.map_delete_elem, fd, k32(9)) == errno.ENOENT
     assert err_of(sys.map_lookup_elem, fd, k32(9)) == errno.ENOENT
     sys.map_delete_elem(fd, k32(7))
+    assert list(iter_keys(sys, fd)) == [k32(8)]
 
 
 def test_devmap_hash_iteration_order_matches_the_kernel(kmaps, emaps):
@@ -891,6 +892,7 @@ def test_sockhash_capacity_and_delete(maps, sockets):
     sys.map_update_elem(fd, k32(11), sockval(sock))  # replacing works when full
     assert err_of(sys.map_delete_elem, fd, k32(12)) == errno.ENOENT
     sys.map_delete_elem(fd, k32(11))
+    assert list(iter_keys(sys, fd)) == [k32(10)]
 
 
 def test_sockhash_iteration_order_matches_the_kernel(kmaps, emaps, sockets):
@@ -945,6 +947,8 @@ def test_hash_of_maps_update_rules_and_ids(maps):
     again = sys.map_get_fd_by_id(inner_id)
     maps.fds.append(again)
     sys.map_delete_elem(outer, k32(1))
+    assert err_of(sys.map_lookup_elem, outer, k32(1)) == errno.ENOENT
+    assert sys.map_get_info(again).id == inner_id  # the fd taken by id keeps the inner map
 
 
 def test_hash_of_maps_order_and_batch_match_the_kernel(kmaps, emaps):

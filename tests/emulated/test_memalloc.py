@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import struct
 
 import pytest
@@ -117,8 +118,9 @@ def test_rejected_create_touches_no_allocator():
     with pytest.raises(OSError):
         sys.map_create(MapType.HASH, 4, 0, 64, map_flags=BPF_F_NO_PREALLOC)
     assert sys.machine.rcu.stats()["callbacks_queued"] == 0
-    with pytest.raises(OSError):  # no map id was taken
+    with pytest.raises(OSError) as info:  # no map id was taken
         sys.map_get_next_id(0)
+    assert info.value.errno == errno.ENOENT
 
 
 def test_htab_mem_must_be_a_known_design():
