@@ -389,8 +389,7 @@ class HtabMap(BpfMap):
             self._unlink(elem)
         return elem
 
-    def _release_elem(self, elem: HtabElem) -> None:
-        self._free_elem(elem)
+    _release_elem = _free_elem  # where a deleted element goes (LRU maps: back to the LRU)
 
     # -- syscall side -------------------------------------------------------------------------
     def _read_value(self, elem: HtabElem) -> bytes:

@@ -149,7 +149,7 @@ class BpfMemAlloc:
 
     def alloc(self) -> Any | None:
         """unit_alloc on the current CPU: an object, or None (the caller answers ENOMEM)."""
-        cache = self.caches[self.machine.current_cpu()]
+        cache = self.caches[self.machine.current.cpu]
         with cache.lock:
             obj = cache.free.pop() if cache.free else None
             left = len(cache.free)
@@ -165,7 +165,7 @@ class BpfMemAlloc:
 
     def free(self, obj: Any) -> None:
         """unit_free on the current CPU: reusable at once; trimmed above the high mark."""
-        cache = self.caches[self.machine.current_cpu()]
+        cache = self.caches[self.machine.current.cpu]
         with cache.lock:
             cache.free.append(obj)
             over = len(cache.free) > self.high
