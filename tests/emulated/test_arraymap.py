@@ -91,8 +91,9 @@ def test_huge_array_costs_nothing_until_touched(emulated):
 
 
 def test_rejected_array_create_leaves_no_map(emulated):
-    with pytest.raises(OSError):
+    with pytest.raises(OSError) as info:
         emulated.map_create(MapType.ARRAY, 4, 0, 4)
+    assert info.value.errno == errno.EINVAL
     with pytest.raises(OSError) as info:
         emulated.map_get_next_id(0)
     assert info.value.errno == errno.ENOENT

@@ -106,8 +106,9 @@ def test_failed_noexist_update_still_takes_and_returns_a_node():
     sys.map_update_elem(fd, u32(1), bytes(8))
     m = sys.map_from_fd(fd)
     pops, pushes = m.lru_list.pops, m.lru_list.pushes
-    with pytest.raises(OSError):
+    with pytest.raises(OSError) as info:
         sys.map_update_elem(fd, u32(1), bytes(8), BPF_NOEXIST)
+    assert info.value.errno == errno.EEXIST
     assert (m.lru_list.pops, m.lru_list.pushes) == (pops + 1, pushes + 1)
     m.check_invariants()
 

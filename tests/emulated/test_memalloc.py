@@ -115,8 +115,9 @@ def test_same_workload_shows_the_2022_patch_mechanism():
 
 def test_rejected_create_touches_no_allocator():
     sys = system("emulated", cpus=2)
-    with pytest.raises(OSError):
+    with pytest.raises(OSError) as info:
         sys.map_create(MapType.HASH, 4, 0, 64, map_flags=BPF_F_NO_PREALLOC)
+    assert info.value.errno == errno.EINVAL
     assert sys.machine.rcu.stats()["callbacks_queued"] == 0
     with pytest.raises(OSError) as info:  # no map id was taken
         sys.map_get_next_id(0)
