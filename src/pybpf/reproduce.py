@@ -30,8 +30,9 @@ def reproduce_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Nam
     """``pybpf reproduce`` (cli.COMMANDS)."""
     parser.description = __doc__.split("\n\n")[0]
     parser.add_argument("--backend", choices=("kernel", "emulated"), default=None,
-                        help="where the kernel-side figures come from (default: kernel when "
-                             "bpf(2) is allowed, else emulated only)")
+                        help="where the kernel-side figures come from (default: "
+                             "PYBPF_BACKEND, else kernel when bpf(2) is allowed, else "
+                             "emulated only)")
     parser.add_argument("--events", type=int, default=200,
                         help="emulated events per CPU per test (default 200)")
     parser.add_argument("--kernel-events", dest="kernel_events", type=int, default=10000,
@@ -40,9 +41,9 @@ def reproduce_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Nam
 
 
 def run(ns: argparse.Namespace) -> int:
-    from .system import bpf_allowed
+    from .system import default_backend
 
-    backend = ns.backend or ("kernel" if bpf_allowed() else "emulated")
+    backend = ns.backend or default_backend()
     out = sys.stdout
     numa_section(out, ns.events, backend == "kernel", ns.kernel_events)
     alloc_section(out, ns.events, backend == "kernel", ns.kernel_events)
