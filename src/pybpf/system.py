@@ -111,6 +111,47 @@ class FastOps:
     table: dict | None = None
 
 
+SYS_CPU_POSSIBLE = "/sys/devices/system/cpu/possible"
+SYS_NODE_DIR = "/sys/devices/system/node"
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """Parse a kernel CPU list such as ``0-3,5,8-9`` into sorted CPU numbers."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return sorted(cpus)
+
+
+def host_topology() -> Topology:
+    """This host's possible CPUs and their NUMA nodes (one node when /sys says nothing)."""
+    try:
+        with open(SYS_CPU_POSSIBLE) as f:
+            ncpus = max(parse_cpu_list(f.read())) + 1
+    except (OSError, ValueError):
+        ncpus = os.cpu_count() or 1
+    cpu_node = [0] * ncpus
+    try:
+        entries = os.listdir(SYS_NODE_DIR)
+    except OSError:
+        entries = []
+    for entry in entries:
+        if not (entry.startswith("node") and entry[4:].isdigit()):
+            continue
+        try:
+            with open(os.path.join(SYS_NODE_DIR, entry, "cpulist")) as f:
+                cpus = parse_cpu_list(f.read())
+        except (OSError, ValueError):
+            continue
+        for cpu in cpus:
+            if cpu < ncpus:
+                cpu_node[cpu] = int(entry[4:])
+    return Topology(cpu_node)
+
+
 class System(abc.ABC):
     """The bpf(2)-shaped interface both backends implement."""
 

@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from pybpf.emulated.machine import AccessStats, Machine, parse_cpulist
+from pybpf.emulated.machine import AccessStats, Machine
+from pybpf.system import parse_cpu_list
 
 
 def test_declared_topology_spreads_nodes_contiguously():
@@ -34,8 +35,8 @@ def test_host_topology_has_every_possible_cpu():
     assert all(0 <= machine.cpu_to_node(c) < machine.num_nodes for c in range(machine.num_cpus))
 
 
-def test_parse_cpulist_reads_ranges_and_singles():
-    assert parse_cpulist("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+def test_parse_cpu_list_reads_ranges_and_singles():
+    assert parse_cpu_list("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
 
 
 def test_on_cpu_sets_and_restores_the_current_cpu_and_node():

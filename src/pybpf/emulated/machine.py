@@ -14,54 +14,13 @@ Rules this module keeps:
 from __future__ import annotations
 
 import bisect
-import os
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ..system import Topology
+from ..system import Topology, host_topology
 from .rcu import Rcu
-
-SYS_CPU_POSSIBLE = "/sys/devices/system/cpu/possible"
-SYS_NODE_DIR = "/sys/devices/system/node"
-
-
-def parse_cpulist(text: str) -> list[int]:
-    """Parse a kernel cpulist such as ``0-3,8,10-11``."""
-    cpus: list[int] = []
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        cpus.extend(range(int(lo), int(hi or lo) + 1))
-    return cpus
-
-
-def host_topology() -> Topology:
-    """This host's possible CPUs and their NUMA nodes (one node when /sys says nothing)."""
-    try:
-        with open(SYS_CPU_POSSIBLE) as f:
-            ncpus = max(parse_cpulist(f.read())) + 1
-    except (OSError, ValueError):
-        ncpus = os.cpu_count() or 1
-    cpu_node = [0] * ncpus
-    try:
-        entries = os.listdir(SYS_NODE_DIR)
-    except OSError:
-        entries = []
-    for entry in entries:
-        if not (entry.startswith("node") and entry[4:].isdigit()):
-            continue
-        try:
-            with open(os.path.join(SYS_NODE_DIR, entry, "cpulist")) as f:
-                cpus = parse_cpulist(f.read())
-        except (OSError, ValueError):
-            continue
-        for cpu in cpus:
-            if cpu < ncpus:
-                cpu_node[cpu] = int(entry[4:])
-    return Topology(cpu_node)
 
 
 def declared_topology(cpus: int, nodes: int) -> Topology:

@@ -26,6 +26,7 @@ import os
 import platform
 import sys
 
+from ..system import SYS_CPU_POSSIBLE, parse_cpu_list
 from ..uapi import BPF_OBJ_NAME_LEN, Cmd, MapType
 
 u8 = ctypes.c_uint8
@@ -359,22 +360,11 @@ def probe_map_create() -> int:
     return 0
 
 
-def parse_cpu_list(text: str) -> list[int]:
-    """Parse a kernel CPU list such as ``0-3,5,8-9`` into sorted CPU numbers."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        first, _, last = part.partition("-")
-        cpus.update(range(int(first), int(last or first) + 1))
-    return sorted(cpus)
-
-
 @functools.cache
 def possible_cpus() -> tuple[int, ...]:
     """The possible CPUs (per-CPU values have one slot each, in this order)."""
     try:
-        with open("/sys/devices/system/cpu/possible") as f:
+        with open(SYS_CPU_POSSIBLE) as f:
             return tuple(parse_cpu_list(f.read()))
     except OSError:
         return tuple(range(os.cpu_count() or 1))

@@ -20,14 +20,21 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import glob
 import os
-import re
 import threading
 from collections.abc import Iterator, Sequence
 
 from ..errors import VerifierError, bpf_error, errno_name, map_description, strerror
-from ..system import BatchLookup, FastOps, MapInfo, ProgInfo, System, TestRun, Topology
+from ..system import (
+    BatchLookup,
+    FastOps,
+    MapInfo,
+    ProgInfo,
+    System,
+    TestRun,
+    Topology,
+    host_topology,
+)
 from ..uapi import Cmd, MapType, ProgType, syscall_value_size
 from . import perf_event
 from .syscall import (
@@ -48,8 +55,6 @@ from .syscall import (
     libc_syscall,
     map_name_bytes,
     num_possible_cpus,
-    parse_cpu_list,
-    possible_cpus,
     probe_map_create,
 )
 
@@ -114,17 +119,6 @@ def _fd_kind(fd: int) -> str:
     return target[len("anon_inode:"):] if target.startswith("anon_inode:") else ""
 
 
-def _parse_node_cpus() -> dict[int, int]:
-    """CPU -> NUMA node from /sys/devices/system/node (empty without NUMA support)."""
-    cpu_node: dict[int, int] = {}
-    for path in glob.glob("/sys/devices/system/node/node[0-9]*/cpulist"):
-        node = int(re.search(r"node(\d+)/cpulist$", path).group(1))
-        with open(path) as f:
-            for cpu in parse_cpu_list(f.read()):
-                cpu_node[cpu] = node
-    return cpu_node
-
-
 class KernelSystem(System):
     """bpf(2) on the running kernel."""
 
@@ -144,8 +138,7 @@ class KernelSystem(System):
     @property
     def topology(self) -> Topology:
         if self._topology is None:
-            cpu_node = _parse_node_cpus()
-            self._topology = Topology([cpu_node.get(cpu, 0) for cpu in possible_cpus()])
+            self._topology = host_topology()
         return self._topology
 
     @contextlib.contextmanager
