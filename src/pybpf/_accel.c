@@ -181,6 +181,8 @@ typedef struct {
 	PyObject *vdec;   /* value codec's decode */
 	PyObject *table;  /* MODE_TABLE: dict key bytes -> value bytes/bytearray */
 	PyObject *lookup; /* MODE_SLOW: callable(key bytes|None) -> value bytes */
+	PyObject *update; /* not MODE_KERNEL: callable(key bytes, value bytes, flags) */
+	PyObject *delete; /* not MODE_KERNEL: callable(key bytes) */
 	int int_keys;     /* MODE_TABLE with an int key codec: key bytes are remembered */
 	struct key_slot *slots; /* KEY_SLOTS of them, made on first use */
 } MapCore;
@@ -210,6 +212,16 @@ static void clear_slots(MapCore *self)
 	}
 	PyMem_Free(self->slots);
 	self->slots = NULL;
+}
+
+/* fn(*args), holding fn: the call may run Python that sets the core up again. */
+static PyObject *call_n(PyObject *fn, PyObject *const *args, size_t nargs)
+{
+	Py_INCREF(fn);
+	PyObject *r = PyObject_Vectorcall(fn, args, nargs, NULL);
+
+	Py_DECREF(fn);
+	return r;
 }
 
 /* fn(arg), holding fn: the call may run Python that sets the core up again. */
@@ -541,10 +553,11 @@ static int core_update(MapCore *self, PyObject *key, PyObject *value, uint64_t f
 	} else {
 		PyObject *kb = encoded_bytes(&k, self->ksize);
 		PyObject *vb = kb ? encoded_bytes(&v, self->vsize) : NULL;
+		PyObject *fl = vb ? PyLong_FromUnsignedLongLong(flags) : NULL;
 
-		if (vb) {
-			PyObject *r = PyObject_CallMethod((PyObject *)self, "_update_bytes", "OOK",
-							  kb, vb, (unsigned long long)flags);
+		if (fl) {
+			PyObject *args[] = {kb, vb, fl};
+			PyObject *r = call_n(self->update, args, 3);
 
 			if (r) {
 				Py_DECREF(r);
@@ -553,6 +566,7 @@ static int core_update(MapCore *self, PyObject *key, PyObject *value, uint64_t f
 		}
 		Py_XDECREF(kb);
 		Py_XDECREF(vb);
+		Py_XDECREF(fl);
 	}
 	encoded_release(&k);
 	encoded_release(&v);
@@ -577,7 +591,7 @@ static int core_delete(MapCore *self, PyObject *key)
 		PyObject *kb = encoded_bytes(&k, self->ksize);
 
 		if (kb) {
-			PyObject *r = PyObject_CallMethod((PyObject *)self, "_delete_bytes", "O", kb);
+			PyObject *r = call_one(self->delete, kb);
 
 			if (r) {
 				Py_DECREF(r);
@@ -617,10 +631,11 @@ static PyObject *core_setup(PyObject *op, PyObject *args)
 	MapCore *self = (MapCore *)op;
 	int mode, fd, kkind, vkind;
 	Py_ssize_t ksize, vsize;
-	PyObject *kenc, *venc, *vdec, *table, *lookup;
+	PyObject *kenc, *venc, *vdec, *table, *lookup, *update, *delete;
 
-	if (!PyArg_ParseTuple(args, "iinniiOOOOO:_core_setup", &mode, &fd, &ksize, &vsize,
-			      &kkind, &vkind, &kenc, &venc, &vdec, &table, &lookup))
+	if (!PyArg_ParseTuple(args, "iinniiOOOOOOO:_core_setup", &mode, &fd, &ksize, &vsize,
+			      &kkind, &vkind, &kenc, &venc, &vdec, &table, &lookup, &update,
+			      &delete))
 		return NULL;
 	if (mode == MODE_TABLE && !PyDict_Check(table)) {
 		PyErr_SetString(PyExc_TypeError, "table mode needs a dict");
@@ -628,6 +643,11 @@ static PyObject *core_setup(PyObject *op, PyObject *args)
 	}
 	if (mode == MODE_SLOW && !PyCallable_Check(lookup)) {
 		PyErr_SetString(PyExc_TypeError, "slow mode needs a lookup callable");
+		return NULL;
+	}
+	if (mode != MODE_KERNEL && !(PyCallable_Check(update) && PyCallable_Check(delete))) {
+		PyErr_SetString(PyExc_TypeError, "table and slow modes need update and delete "
+				"callables");
 		return NULL;
 	}
 	if ((kkind == KIND_UINT || kkind == KIND_INT) && ksize > 8)
@@ -650,6 +670,10 @@ static PyObject *core_setup(PyObject *op, PyObject *args)
 	Py_XSETREF(self->table, table);
 	Py_INCREF(lookup);
 	Py_XSETREF(self->lookup, lookup);
+	Py_INCREF(update);
+	Py_XSETREF(self->update, update);
+	Py_INCREF(delete);
+	Py_XSETREF(self->delete, delete);
 	clear_slots(self);
 	self->int_keys = mode == MODE_TABLE && (kkind == KIND_UINT || kkind == KIND_INT);
 	Py_RETURN_NONE;
@@ -702,6 +726,8 @@ static int core_traverse(PyObject *op, visitproc visit, void *arg)
 	Py_VISIT(self->vdec);
 	Py_VISIT(self->table);
 	Py_VISIT(self->lookup);
+	Py_VISIT(self->update);
+	Py_VISIT(self->delete);
 	return 0;
 }
 
@@ -714,6 +740,8 @@ static int core_clear(PyObject *op)
 	Py_CLEAR(self->vdec);
 	Py_CLEAR(self->table);
 	Py_CLEAR(self->lookup);
+	Py_CLEAR(self->update);
+	Py_CLEAR(self->delete);
 	clear_slots(self);
 	return 0;
 }
@@ -731,7 +759,7 @@ static void core_dealloc(PyObject *op)
 static PyMethodDef core_methods[] = {
 	{"_core_setup", core_setup, METH_VARARGS,
 	 "_core_setup(mode, fd, key_size, value_size, key_kind, value_kind, key_encode, "
-	 "value_encode, value_decode, table, lookup)"},
+	 "value_encode, value_decode, table, lookup, update, delete)"},
 	{"_update", (PyCFunction)(void (*)(void))core_update_checked, METH_FASTCALL,
 	 "_update(key, value, flags): one element update"},
 	{NULL, NULL, 0, NULL},

@@ -174,10 +174,12 @@ class _PyMapCore:
 
     def _core_setup(self, mode: int, fd: int, key_size: int, value_size: int, key_kind: int,
                     value_kind: int, key_encode, value_encode, value_decode, table,
-                    lookup) -> None:
+                    lookup, update, delete) -> None:
         if mode == MODE_TABLE:
             lookup = _table_lookup(table, lookup)
         self._c_lookup = lookup
+        self._c_update = update
+        self._c_delete = delete
         self._c_kenc = key_encode
         self._c_venc = value_encode
         self._c_vdec = bytes if value_kind == KIND_BYTES else value_decode
@@ -193,13 +195,13 @@ class _PyMapCore:
         return True
 
     def __setitem__(self, key, value) -> None:
-        self._update_bytes(self._c_kenc(key), self._c_venc(value), 0)
+        self._c_update(self._c_kenc(key), self._c_venc(value), 0)
 
     def __delitem__(self, key) -> None:
-        self._delete_bytes(self._c_kenc(key))
+        self._c_delete(self._c_kenc(key))
 
     def _update(self, key, value, flags: int) -> None:
-        self._update_bytes(self._c_kenc(key), self._c_venc(value), flags)
+        self._c_update(self._c_kenc(key), self._c_venc(value), flags)
 
 
 def _table_lookup(table: dict, backend_lookup):
@@ -328,6 +330,9 @@ class Map(_MapCore, collections.abc.MutableMapping):
         kc, vc, fd = self.key_codec, self.value_codec, self.fd
         table = None
         lookup = None
+        # m[k] = v and del m[k] call the backend directly (the C core: no Python frame)
+        update = functools.partial(self.system.map_update_elem, fd)
+        delete = functools.partial(self.system.map_delete_elem, fd)
         if fd < 0:  # closed: every op goes to the backend, which answers EBADF
             mode, lookup = MODE_SLOW, functools.partial(self.system.map_lookup_elem, fd)
         elif _accel is not None and self.system.name == "kernel":
@@ -338,7 +343,7 @@ class Map(_MapCore, collections.abc.MutableMapping):
             table, lookup = ops.table, ops.lookup
         self._core_mode = mode
         self._core_setup(mode, fd, kc.size, self._vsize, kc.kind, vc.kind, kc.encode,
-                         vc.encode, vc.decode, table, lookup)
+                         vc.encode, vc.decode, table, lookup, update, delete)
 
     # -- lifetime ----------------------------------------------------------------------------
     def close(self) -> None:
