@@ -17,7 +17,7 @@ from __future__ import annotations
 import errno as _errno
 import os
 
-from .uapi import ENOTSUPP, MapType
+from .uapi import ENOTSUPP, MapType, ProgType
 
 
 class BPFError(OSError):
@@ -169,6 +169,14 @@ def map_description(map_type: int, name: str, map_id: int) -> str:
         else str(map_type)
     label = f" {name!r}" if name else ""
     return f"{kind} map{label} (id {map_id})"
+
+
+def prog_description(prog_type: int, name: str, prog_id: int = 0) -> str:
+    """A program as errors name it, e.g. ``xdp program 'count' (id 3)`` (no id before load)."""
+    kind = ProgType(prog_type).name.lower() if prog_type in ProgType._value2member_map_ \
+        else f"type {prog_type}"
+    label = f" {name!r}" if name else ""
+    return f"{kind} program{label}" + (f" (id {prog_id})" if prog_id else "")
 
 
 def bpf_error(err: int, command: str, *, map: str = "", detail: str = "",

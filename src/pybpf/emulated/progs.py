@@ -29,7 +29,14 @@ import threading
 import time
 from typing import Any
 
-from ..errors import KernelError, VerifierError, bpf_error, errno_name, strerror
+from ..errors import (
+    KernelError,
+    VerifierError,
+    bpf_error,
+    errno_name,
+    prog_description,
+    strerror,
+)
 from ..system import ProgInfo, TestRun
 from ..uapi import (
     BPF_PSEUDO_MAP_FD,
@@ -152,9 +159,7 @@ class BpfProg:
             self.system.bpf_map_put(bpf_map)
 
     def describe(self) -> str:
-        kind = ProgType(self.prog_type).name.lower()
-        label = f" {self.name!r}" if self.name else ""
-        return f"{kind} program{label} (id {self.id})"
+        return prog_description(self.prog_type, self.name, self.id)
 
     def run(self, ctx: Any, *, packet: Any = b"", engine: str | None = None) -> RunState:
         """Run once with ``ctx`` (a ``CtxRegion``, bytes (read-only) or a bytearray) as R1;

@@ -24,7 +24,14 @@ import os
 import threading
 from collections.abc import Iterator, Sequence
 
-from ..errors import VerifierError, bpf_error, errno_name, map_description, strerror
+from ..errors import (
+    VerifierError,
+    bpf_error,
+    errno_name,
+    map_description,
+    prog_description,
+    strerror,
+)
 from ..system import (
     BatchLookup,
     FastOps,
@@ -35,7 +42,7 @@ from ..system import (
     Topology,
     host_topology,
 )
-from ..uapi import Cmd, MapType, ProgType, syscall_value_size
+from ..uapi import Cmd, MapType, syscall_value_size
 from . import perf_event
 from .syscall import (
     NR_BPF,
@@ -496,9 +503,7 @@ class KernelSystem(System):
                   expected_attach_type: int = 0, prog_name: bytes = b"",
                   prog_flags: int = 0, log_level: int = 0) -> int:
         insns = bytes(insns)
-        kind = ProgType(prog_type).name.lower() if prog_type in ProgType._value2member_map_ \
-            else f"type {prog_type}"
-        what = f"{kind} program" + (f" {_text(prog_name)!r}" if prog_name else "")
+        what = prog_description(prog_type, _text(prog_name).split("\0", 1)[0])
         if len(insns) % 8:
             raise bpf_error(errno.EINVAL, "prog_load", map=what,
                             detail=f"{len(insns)} bytes of instructions is not a multiple of 8")
