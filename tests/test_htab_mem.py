@@ -13,10 +13,10 @@ import sys
 import pytest
 
 from pybpf.bench import htab_mem as hm
-from pybpf.testing import kernel_available
+from pybpf.testing import KERNEL_SKIP_REASON, kernel_available
 from pybpf.uapi import MapFlags
 
-needs_kernel = pytest.mark.skipif(not kernel_available(), reason="bpf(2) is not permitted here")
+needs_kernel = pytest.mark.skipif(not kernel_available(), reason=KERNEL_SKIP_REASON)
 
 SUMMARY = re.compile(r"^Summary: per-prod-op +[\d.]+ \u00b1 +[\d.]+k/s, memory usage +[\d.]+ "
                      r"\u00b1 +[\d.]+MiB, peak memory usage +([\d.]+MiB|n/a)")

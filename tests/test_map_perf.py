@@ -19,7 +19,7 @@ import pytest
 from pybpf.bench import map_perf as mp
 from pybpf.bench import trigger
 from pybpf.bench.map_perf_progs import BUILDERS, build_program
-from pybpf.testing import kernel_available
+from pybpf.testing import KERNEL_SKIP_REASON, kernel_available
 from pybpf.uapi import MapFlags, MapType
 
 SAMPLE_LINE = re.compile(
@@ -40,8 +40,7 @@ EXPECTED_LABELS = {
     mp.Test.LRU_HASH_LOOKUP: "lru_hash_lookup_perf pre-alloc",
 }
 
-needs_kernel = pytest.mark.skipif(not kernel_available(),
-                                  reason="bpf(2) is not permitted here")
+needs_kernel = pytest.mark.skipif(not kernel_available(), reason=KERNEL_SKIP_REASON)
 
 
 def emulated_programs_available() -> bool:
