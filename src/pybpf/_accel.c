@@ -98,6 +98,19 @@ static int elem_op(int cmd, int fd, const void *key, void *value, uint64_t flags
 /* Little-endian integers of 1..8 bytes. */
 static void store_le(uint8_t *buf, uint64_t v, Py_ssize_t size)
 {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	/* the hot sizes as single stores (a later single load of them then forwards) */
+	if (size == 8) {
+		memcpy(buf, &v, 8);
+		return;
+	}
+	if (size == 4) {
+		uint32_t w = (uint32_t)v;
+
+		memcpy(buf, &w, 4);
+		return;
+	}
+#endif
 	for (Py_ssize_t i = 0; i < size; i++)
 		buf[i] = (uint8_t)(v >> (8 * i));
 }
@@ -124,8 +137,11 @@ static uint64_t load_le(const uint8_t *buf, Py_ssize_t size)
 	return v;
 }
 
-/* Encode an exact int natively; 0 on success, -1 (no exception set) when out of range. */
-static int int_to_le(PyObject *obj, Py_ssize_t size, int is_signed, uint8_t *buf)
+/*
+ * An exact int as the value of the `size` little-endian bytes it encodes to (what load_le
+ * of them gives); 0 on success, -1 (no exception set) when out of range.
+ */
+static int int_to_u64(PyObject *obj, Py_ssize_t size, int is_signed, uint64_t *out)
 {
 	if (is_signed) {
 		int overflow;
@@ -140,8 +156,10 @@ static int int_to_le(PyObject *obj, Py_ssize_t size, int is_signed, uint8_t *buf
 
 			if (v < -lim || v >= lim)
 				return -1;
+			*out = (uint64_t)v & ((1ULL << (8 * size)) - 1);
+			return 0;
 		}
-		store_le(buf, (uint64_t)v, size);
+		*out = (uint64_t)v;
 		return 0;
 	}
 	unsigned long long v = PyLong_AsUnsignedLongLong(obj);
@@ -151,6 +169,17 @@ static int int_to_le(PyObject *obj, Py_ssize_t size, int is_signed, uint8_t *buf
 		return -1;
 	}
 	if (size < 8 && (v >> (8 * size)))
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* Encode an exact int natively; 0 on success, -1 (no exception set) when out of range. */
+static int int_to_le(PyObject *obj, Py_ssize_t size, int is_signed, uint8_t *buf)
+{
+	uint64_t v;
+
+	if (int_to_u64(obj, size, is_signed, &v) < 0)
 		return -1;
 	store_le(buf, v, size);
 	return 0;
@@ -352,7 +381,7 @@ static PyObject *decode_value(MapCore *self, const uint8_t *data, Py_ssize_t siz
  * with `missing_ok`, ENOENT returns NULL with no exception set.
  */
 static PyObject *table_value(MapCore *self, PyObject *kb, int missing_ok);
-static PyObject *table_int_key(MapCore *self, const uint8_t *le, int missing_ok);
+static PyObject *table_int_key(MapCore *self, uint64_t value, int missing_ok);
 
 static PyObject *core_lookup(MapCore *self, PyObject *key, int missing_ok)
 {
@@ -360,11 +389,11 @@ static PyObject *core_lookup(MapCore *self, PyObject *key, int missing_ok)
 	PyObject *result = NULL;
 
 	if (self->int_keys && PyLong_CheckExact(key)) {
-		uint8_t buf[8];
+		uint64_t value;
 
 		/* Out of range: the codec below says why. */
-		if (int_to_le(key, self->ksize, self->kkind == KIND_INT, buf) == 0)
-			return table_int_key(self, buf, missing_ok);
+		if (int_to_u64(key, self->ksize, self->kkind == KIND_INT, &value) == 0)
+			return table_int_key(self, value, missing_ok);
 	}
 	if (encode(self->kenc, self->kkind, self->ksize, key, &k, "key") < 0)
 		return NULL;
@@ -481,11 +510,9 @@ static PyObject *slot_int_value(MapCore *self, struct key_slot *slot)
 	return Py_NewRef(slot->decoded);
 }
 
-/* MODE_TABLE, an int key already encoded to its ksize little-endian bytes `le`. */
-static PyObject *table_int_key(MapCore *self, const uint8_t *le, int missing_ok)
+/* MODE_TABLE, an int key given as the value of its ksize little-endian bytes. */
+static PyObject *table_int_key(MapCore *self, uint64_t value, int missing_ok)
 {
-	uint64_t value = load_le(le, self->ksize);
-
 	if (!self->slots) {
 		self->slots = PyMem_Calloc(KEY_SLOTS, sizeof(struct key_slot));
 		if (!self->slots)
@@ -494,6 +521,9 @@ static PyObject *table_int_key(MapCore *self, const uint8_t *le, int missing_ok)
 	struct key_slot *slot = &self->slots[value % KEY_SLOTS];
 
 	if (!slot->bytes || slot->value != value) {
+		uint8_t le[8];
+
+		store_le(le, value, self->ksize);
 		PyObject *b = PyBytes_FromStringAndSize((const char *)le, self->ksize);
 
 		if (!b)
