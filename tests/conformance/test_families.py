@@ -66,11 +66,15 @@ class Maps:
         return err_of(self.create, *args, **kw)
 
     def close(self) -> None:
+        """Close every fd made here; each must still be open (no test closes them), so a
+        failing close is a backend that lost or closed an fd behind the test's back."""
+        failed = []
         for fd in self.fds:
             try:
                 self.sys.close(fd)
-            except OSError:
-                pass
+            except OSError as exc:
+                failed.append((fd, exc.errno))
+        assert not failed, f"(fd, errno) of closes that failed: {failed}"
 
 
 @pytest.fixture
