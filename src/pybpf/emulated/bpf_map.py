@@ -31,6 +31,7 @@ from ..uapi import (
     NUMA_NO_NODE,
     syscall_value_size,
 )
+from .interpreter import BYTES_AT
 
 if TYPE_CHECKING:
     from .machine import Machine
@@ -139,7 +140,7 @@ class BpfMap:
     def lookup_elem_at(self, mem: bytes | bytearray, off: int) -> bytearray | None:
         """lookup_elem with the key read where it lies (``key_size`` bytes of program memory
         at ``off``, bounds already checked); families whose keys need no copy override it."""
-        return self.lookup_elem(bytes(mem[off:off + self.key_size]))
+        return self.lookup_elem(BYTES_AT[self.key_size](mem, off)[0])
 
     def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
         return -errno.EINVAL

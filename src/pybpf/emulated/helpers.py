@@ -27,6 +27,7 @@ from ..errors import ProgramFault
 from ..uapi import BpfFunc, MapType, ProgType
 from .bpf_map import BpfMap
 from .interpreter import (
+    BYTES_AT,
     M32,
     M64,
     OFF_MASK,
@@ -90,7 +91,7 @@ def _read(rs: RunState, ptr: int, size: int, what: str) -> bytes:
     region = rs.mem.get(ptr >> 32)
     off = ptr & OFF_MASK
     if type(region) is bytearray and off + size <= len(region):
-        return bytes(region[off:off + size])
+        return BYTES_AT[size](region, off)[0]
     return mem_read(rs, ptr, size, what)
 
 

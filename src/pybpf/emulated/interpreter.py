@@ -65,6 +65,19 @@ PACKET_REGION = 0x11
 
 _LOAD = {1: struct.Struct("<B"), 2: struct.Struct("<H"), 4: struct.Struct("<I"),
          8: struct.Struct("<Q")}
+
+
+class _BytesAt(dict):
+    """size -> ``unpack_from`` of that many bytes: ``BYTES_AT[size](mem, off)[0]`` copies a
+    key or value out of program memory in one C call (a slice then ``bytes`` costs ~3x)."""
+
+    def __missing__(self, size: int) -> Callable:
+        unpack = self[size] = struct.Struct(f"{size}s").unpack_from
+        return unpack
+
+
+BYTES_AT = _BytesAt()
+
 # What a fast-path load or store raises when the address is not plain, in-bounds memory.
 ACCESS_ERRORS = (KeyError, struct.error, TypeError)
 
