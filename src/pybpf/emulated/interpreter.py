@@ -828,7 +828,7 @@ class _FunctionWriter:
                AtomicOp.AND: f"old & {src}", AtomicOp.XOR: f"(old ^ {src}) & {mask}",
                AtomicOp.XCHG & ~ATOMIC_FETCH: f"{src} & {mask}"}[imm & ~ATOMIC_FETCH]
         emit(depth, "try:")
-        emit(depth + 1, f"a = {d} + {insn.off}")
+        emit(depth + 1, f"a = {_address(d, insn.off)}")
         emit(depth + 1, "m = mem[a >> 32]")
         emit(depth + 1, "o = a & 0xffffffff")
         emit(depth + 1, "with ATOMIC_LOCK:")
@@ -852,7 +852,7 @@ class _FunctionWriter:
             emit(depth, f"{d} = L{size}(stack, {off})[0]")
         else:
             emit(depth, "try:")
-            emit(depth + 1, f"a = r{insn.src} + {insn.off}")
+            emit(depth + 1, f"a = {_address(f'r{insn.src}', insn.off)}")
             emit(depth + 1, f"{d} = L{size}(mem[a >> 32], a & 0xffffffff)[0]")
             emit(depth, "except ACCESS_ERRORS:")
             emit(depth + 1, f"{d} = mem_load(rs, r{insn.src} + {insn.off}, {size}, {pc})")
@@ -870,10 +870,15 @@ class _FunctionWriter:
             emit(depth, f"S{size}(stack, {off}, {masked})")
         else:
             emit(depth, "try:")
-            emit(depth + 1, f"a = r{insn.dst} + {insn.off}")
+            emit(depth + 1, f"a = {_address(f'r{insn.dst}', insn.off)}")
             emit(depth + 1, f"S{size}(mem[a >> 32], a & 0xffffffff, {masked})")
             emit(depth, "except ACCESS_ERRORS:")
             emit(depth + 1, f"mem_store(rs, r{insn.dst} + {insn.off}, {size}, {value}, {pc})")
+
+
+def _address(reg: str, off: int) -> str:
+    """The expression of ``reg + off`` (most accesses are at offset 0)."""
+    return f"{reg} + {off}" if off else reg
 
 
 def _jump_target(pc: int, insn: Instruction) -> int | None:
