@@ -30,6 +30,7 @@ def hammer(sys, worker):
                 worker(cpu)
         except BaseException as exc:  # reported below, with the thread's CPU
             errors.append((cpu, exc))
+            start.abort()  # threads still at the barrier stop waiting for this one
 
     threads = [threading.Thread(target=run, args=(cpu,)) for cpu in range(THREADS)]
     for t in threads:

@@ -63,9 +63,13 @@ def test_current_cpu_is_per_thread():
     seen = {}
 
     def worker(cpu):
-        with machine.on_cpu(cpu):
-            barrier.wait()
-            seen[cpu] = machine.current_cpu()
+        try:
+            with machine.on_cpu(cpu):
+                barrier.wait()
+                seen[cpu] = machine.current_cpu()
+        except BaseException:
+            barrier.abort()  # the others stop waiting; seen shows what went wrong
+            raise
 
     barrier = threading.Barrier(3)
     threads = [threading.Thread(target=worker, args=(c,)) for c in (1, 2, 3)]

@@ -44,15 +44,21 @@ def test_read_sections_nest_and_only_the_outermost_counts():
 def test_a_reader_in_another_thread_holds_the_grace_period():
     rcu = Rcu()
     entered, release = threading.Event(), threading.Event()
+    errors = []
 
     def reader():
-        with rcu.read_section():
+        try:
+            with rcu.read_section():
+                entered.set()
+                release.wait()
+        except BaseException as exc:  # reported below instead of leaving the test waiting
+            errors.append(exc)
             entered.set()
-            release.wait()
 
     thread = threading.Thread(target=reader)
     thread.start()
     entered.wait()
+    assert errors == []
     ran = []
     rcu.call_rcu(lambda: ran.append(1))
     assert rcu.poll() == 0
