@@ -29,6 +29,18 @@ def test_bad_arguments_print_usage_and_exit_2(args):
     assert result.stderr.startswith("usage: pybpf")
 
 
+@pytest.mark.parametrize("args, usage", [
+    (["map-perf", "1", "1", "0", "10", "5"], "usage: pybpf map-perf"),
+    (["bench", "ops", "--bogus"], "usage: pybpf bench ops"),
+    (["bench", "htab-mem", "--bogus"], "usage: pybpf bench htab-mem"),
+])
+def test_unrecognized_arguments_show_the_subcommands_usage(args, usage):
+    result = run_cli(*args)
+    assert result.returncode == 2
+    assert result.stderr.startswith(usage)
+    assert "unrecognized arguments" in result.stderr
+
+
 def test_help_lists_the_commands():
     result = run_cli("--help")
     assert result.returncode == 0

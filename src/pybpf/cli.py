@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
              "`bpftool map show` and `bpftool map dump` do", "pybpf.cli:maps_command"),
     "map-perf": ("the kernel's samples/bpf/map_perf_test: per-CPU events/s of map work on "
                  "syscall tracepoints", "pybpf.bench.map_perf:map_perf_command"),
-    "bench": ("benchmarks (htab-mem)", "pybpf.bench:bench_command"),
+    "bench": ("benchmarks: htab-mem, ops, interp", "pybpf.bench:bench_command"),
     "reproduce": ("a few seconds that reproduce the NUMA-node (2017) and bpf_mem_alloc (2022) "
                   "map_perf_test results, with where to look next",
                   "pybpf.reproduce:reproduce_command"),
@@ -39,6 +39,7 @@ def add_commands(sub: argparse._SubParsersAction,
     for name, (help_text, target) in table.items():
         module, function = target.split(":")
         command = sub.add_parser(name, help=help_text, description=help_text)
+        command.set_defaults(subparser=command)  # the innermost one wins: it reports errors
         runners[name] = getattr(importlib.import_module(module), function)(command)
     return runners
 
@@ -53,7 +54,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser, runners = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # say so with the subcommand's usage, not the top-level one
+        args.subparser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return runners[args.command](args) or 0
     except BrokenPipeError:  # `pybpf maps | head`: stop quietly

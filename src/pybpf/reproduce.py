@@ -149,8 +149,11 @@ Where to look next:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pybpf reproduce")
-    return reproduce_command(parser)(parser.parse_args(argv))
+    """The standalone entry point: the same as the ``pybpf`` subcommand."""
+    from .cli import main as cli_main
+
+    return cli_main(["reproduce", *(sys.argv[1:] if argv is None else argv)])
+
 
 
 if __name__ == "__main__":

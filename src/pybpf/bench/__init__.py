@@ -16,6 +16,9 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "htab-mem": ("hash map update throughput and memory: preallocated vs bpf_mem_alloc "
                  "(and, emulated, the old call_rcu design); the selftests' htab-mem",
                  "pybpf.bench.htab_mem:htab_mem_command"),
+    "ops": ("per-operation cost of lookup, update, delete and batches through Map, the "
+            "System call and bare ctypes, beside C libbpf and a dict",
+            "pybpf.bench.ops:ops_command"),
     "interp": ("eBPF execution speed: the emulator's interpreter and JIT beside the "
                "kernel's BPF_PROG_TEST_RUN on loop-heavy programs",
                "pybpf.bench.interp:interp_command"),

@@ -248,8 +248,11 @@ def htab_mem_command(parser: argparse.ArgumentParser):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = configure_parser(argparse.ArgumentParser(prog="pybpf bench htab-mem"))
-    return run_from_args(parser.parse_args(argv), parser)
+    """The standalone entry point: the same as the ``pybpf`` subcommand."""
+    from ..cli import main as cli_main
+
+    return cli_main(["bench", "htab-mem", *(sys.argv[1:] if argv is None else argv)])
+
 
 
 # -- results -------------------------------------------------------------------------------

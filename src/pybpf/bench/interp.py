@@ -201,9 +201,11 @@ def interp_command(parser: argparse.ArgumentParser):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = configure_parser(argparse.ArgumentParser(
-        prog="python -m pybpf.bench.interp", description=__doc__.splitlines()[0]))
-    return run_from_args(parser.parse_args(argv))
+    """The standalone entry point: the same as the ``pybpf`` subcommand."""
+    from ..cli import main as cli_main
+
+    return cli_main(["bench", "interp", *(sys.argv[1:] if argv is None else argv)])
+
 
 
 if __name__ == "__main__":

@@ -299,9 +299,11 @@ def map_perf_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m pybpf.bench.map_perf``: the standalone entry point."""
-    parser = configure_parser(argparse.ArgumentParser(prog="pybpf map-perf"))
-    return run_from_args(parser.parse_args(argv), parser)
+    """The standalone entry point: the same as the ``pybpf`` subcommand."""
+    from ..cli import main as cli_main
+
+    return cli_main(["map-perf", *(sys.argv[1:] if argv is None else argv)])
+
 
 
 def run_from_args(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

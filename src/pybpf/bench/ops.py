@@ -495,9 +495,8 @@ def summary(rows: list[dict]) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pybpf.bench.ops",
-                                     description=__doc__.split("\n\n")[0])
+def ops_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    """``pybpf bench ops`` (bench.BENCHMARKS)."""
     parser.add_argument("--backend", choices=("kernel", "emulated", "both"), default="both")
     parser.add_argument("--n", type=int, default=50_000,
                         help="operations per figure and round (default 50000)")
@@ -506,10 +505,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5, help="rounds; the best is kept")
     parser.add_argument("--json", action="store_true", help="print rows as JSON")
     parser.add_argument("--map-only", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    for name in ("n", "entries", "chunk", "repeat"):
-        if getattr(args, name) <= 0:
-            parser.error(f"--{name.replace('_', '-')} must be positive")
+
+    def checked(args: argparse.Namespace) -> int:
+        for name in ("n", "entries", "chunk", "repeat"):
+            if getattr(args, name) <= 0:
+                parser.error(f"--{name.replace('_', '-')} must be positive")
+        return run(args)
+
+    return checked
+
+
+def run(args: argparse.Namespace) -> int:
     st = Setup(args.entries, args.n, args.chunk, args.repeat)
     backends = ["kernel", "emulated"] if args.backend == "both" else [args.backend]
 
@@ -538,6 +544,13 @@ def main(argv: list[str] | None = None) -> int:
         print("\ntargets (issue 2/3)")
         print("\n".join(lines))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pybpf.bench.ops``: the same as ``pybpf bench ops``."""
+    from ..cli import main as cli_main
+
+    return cli_main(["bench", "ops", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
