@@ -463,11 +463,12 @@ class MemCgroup:
     V2_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
     V1_ROOT = "/sys/fs/cgroup/memory"
 
-    def __init__(self, name: str = "pybpf_htab_mem") -> None:
+    def __init__(self, name: str | None = None) -> None:
         self.path: str | None = None
         self.current_file = self.peak_file = ""
         self.previous: str | None = None
-        self.name = name
+        # One cgroup per process: concurrent runs must not charge each other's maps.
+        self.name = name or f"pybpf_htab_mem.{os.getpid()}"
 
     def join(self) -> bool:
         """Create and join the cgroup; False (and nothing done) where that is not possible."""
