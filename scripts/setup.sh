@@ -20,4 +20,4 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing || true
 fi
 
-python3 -m pip install -q -e '.[test]'
+python3 -m pip install -q -e '.[test,plot]'
