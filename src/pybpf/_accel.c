@@ -44,8 +44,6 @@ enum {
 	CMD_MAP_LOOKUP_ELEM = 1,
 	CMD_MAP_UPDATE_ELEM = 2,
 	CMD_MAP_DELETE_ELEM = 3,
-	CMD_MAP_GET_NEXT_KEY = 4,
-	CMD_MAP_LOOKUP_AND_DELETE_ELEM = 21,
 	CMD_MAP_LOOKUP_BATCH = 24,
 	CMD_MAP_LOOKUP_AND_DELETE_BATCH = 25,
 	CMD_MAP_UPDATE_BATCH = 26,
@@ -816,13 +814,6 @@ static PyType_Spec core_spec = {
 
 /* -- module functions: thin bpf(2) wrappers ------------------------------------------- */
 
-static PyObject *os_error(int err)
-{
-	errno = err;
-	return PyErr_SetFromErrno(PyExc_OSError);
-}
-
-/* Optional bytes key: None gives NULL. */
 static int opt_buffer(PyObject *obj, Py_buffer *view)
 {
 	if (obj == Py_None) {
@@ -838,124 +829,6 @@ static void opt_release(Py_buffer *view)
 {
 	if (view->obj)
 		PyBuffer_Release(view);
-}
-
-static PyObject *mod_lookup(PyObject *m, PyObject *args)
-{
-	int fd;
-	PyObject *key;
-	Py_ssize_t vsize;
-	unsigned long long flags = 0;
-	Py_buffer k;
-
-	if (!PyArg_ParseTuple(args, "iOn|K:lookup", &fd, &key, &vsize, &flags))
-		return NULL;
-	if (opt_buffer(key, &k) < 0)
-		return NULL;
-	PyObject *v = PyBytes_FromStringAndSize(NULL, vsize);
-
-	if (v) {
-		int err = elem_op(CMD_MAP_LOOKUP_ELEM, fd, k.buf, PyBytes_AS_STRING(v), flags);
-
-		if (err) {
-			Py_CLEAR(v);
-			os_error(err);
-		}
-	}
-	opt_release(&k);
-	return v;
-}
-
-static PyObject *mod_lookup_and_delete(PyObject *m, PyObject *args)
-{
-	int fd;
-	PyObject *key;
-	Py_ssize_t vsize;
-	unsigned long long flags = 0;
-	Py_buffer k;
-
-	if (!PyArg_ParseTuple(args, "iOn|K:lookup_and_delete", &fd, &key, &vsize, &flags))
-		return NULL;
-	if (opt_buffer(key, &k) < 0)
-		return NULL;
-	PyObject *v = PyBytes_FromStringAndSize(NULL, vsize);
-
-	if (v) {
-		int err = elem_op(CMD_MAP_LOOKUP_AND_DELETE_ELEM, fd, k.buf, PyBytes_AS_STRING(v),
-				  flags);
-
-		if (err) {
-			Py_CLEAR(v);
-			os_error(err);
-		}
-	}
-	opt_release(&k);
-	return v;
-}
-
-static PyObject *mod_update(PyObject *m, PyObject *args)
-{
-	int fd;
-	PyObject *key;
-	Py_buffer k, v;
-	unsigned long long flags = 0;
-
-	if (!PyArg_ParseTuple(args, "iOy*|K:update", &fd, &key, &v, &flags))
-		return NULL;
-	if (opt_buffer(key, &k) < 0) {
-		PyBuffer_Release(&v);
-		return NULL;
-	}
-	int err = elem_op(CMD_MAP_UPDATE_ELEM, fd, k.buf, v.buf, flags);
-
-	opt_release(&k);
-	PyBuffer_Release(&v);
-	if (err)
-		return os_error(err);
-	Py_RETURN_NONE;
-}
-
-static PyObject *mod_delete(PyObject *m, PyObject *args)
-{
-	int fd;
-	PyObject *key;
-	Py_buffer k;
-
-	if (!PyArg_ParseTuple(args, "iO:delete", &fd, &key))
-		return NULL;
-	if (opt_buffer(key, &k) < 0)
-		return NULL;
-	int err = elem_op(CMD_MAP_DELETE_ELEM, fd, k.buf, NULL, 0);
-
-	opt_release(&k);
-	if (err)
-		return os_error(err);
-	Py_RETURN_NONE;
-}
-
-static PyObject *mod_get_next_key(PyObject *m, PyObject *args)
-{
-	int fd;
-	PyObject *key;
-	Py_ssize_t ksize;
-	Py_buffer k;
-
-	if (!PyArg_ParseTuple(args, "iOn:get_next_key", &fd, &key, &ksize))
-		return NULL;
-	if (opt_buffer(key, &k) < 0)
-		return NULL;
-	PyObject *next = PyBytes_FromStringAndSize(NULL, ksize);
-
-	if (next) {
-		int err = elem_op(CMD_MAP_GET_NEXT_KEY, fd, k.buf, PyBytes_AS_STRING(next), 0);
-
-		if (err) {
-			Py_CLEAR(next);
-			os_error(err);
-		}
-	}
-	opt_release(&k);
-	return next;
 }
 
 static int writable(PyObject *obj, Py_buffer *view, Py_ssize_t need, const char *what)
@@ -1171,14 +1044,6 @@ static PyObject *mod_delete_batch(PyObject *m, PyObject *args)
 }
 
 static PyMethodDef module_methods[] = {
-	{"lookup", mod_lookup, METH_VARARGS,
-	 "lookup(fd, key|None, value_size, flags=0) -> bytes; OSError(errno) on failure"},
-	{"lookup_and_delete", mod_lookup_and_delete, METH_VARARGS,
-	 "lookup_and_delete(fd, key|None, value_size, flags=0) -> bytes"},
-	{"update", mod_update, METH_VARARGS, "update(fd, key|None, value, flags=0)"},
-	{"delete", mod_delete, METH_VARARGS, "delete(fd, key|None)"},
-	{"get_next_key", mod_get_next_key, METH_VARARGS,
-	 "get_next_key(fd, key|None, key_size) -> bytes"},
 	{"lookup_batch", mod_lookup_batch, METH_VARARGS,
 	 "lookup_batch(fd, delete, token|None, key_size, value_size, keys, values, count, "
 	 "elem_flags, flags[, key_kind, value_kind]) -> (errno, count, out_token|None, "
