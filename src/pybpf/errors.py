@@ -24,11 +24,13 @@ class BPFError(OSError):
     """A bpf(2) command failed. ``errno`` is the kernel's; ``command`` names the command."""
 
     def __init__(self, err: int, message: str, *, command: str = "", map: str = "",
-                 hint: str = "", count: int | None = None) -> None:
+                 hint: str = "", count: int | None = None, detail: str = "") -> None:
         super().__init__(err, message)
         self.command = command
         self.map = map
         self.hint = hint
+        # What exactly was wrong, where the backend could tell (e.g. which attribute).
+        self.detail = detail
         # For batch commands: how many elements were processed before the error.
         self.count = count
 
@@ -37,11 +39,11 @@ class BPFError(OSError):
 
     def __reduce__(self):  # keep pickling (multiprocessing) working with keyword state
         return (_rebuild, (type(self), self.errno, self.strerror, self.command, self.map,
-                           self.hint, self.count))
+                           self.hint, self.count, self.detail))
 
 
-def _rebuild(cls, err, message, command, map, hint, count):
-    return cls(err, message, command=command, map=map, hint=hint, count=count)
+def _rebuild(cls, err, message, command, map, hint, count, detail=""):
+    return cls(err, message, command=command, map=map, hint=hint, count=count, detail=detail)
 
 
 class KeyNotFoundError(BPFError, KeyError):
@@ -194,4 +196,4 @@ def bpf_error(err: int, command: str, *, map: str = "", detail: str = "",
     elem = command in _ELEMENT_COMMANDS
     if cls is BPFPermissionError and not elem and PERMISSION_HINT not in text:
         text += f" ({PERMISSION_HINT})"
-    return cls(err, text, command=command, map=map, hint=hint, count=count)
+    return cls(err, text, command=command, map=map, hint=hint, count=count, detail=detail)

@@ -273,3 +273,19 @@ def test_syscall_program_writing_its_ctx_leaves_the_callers_bytes_untouched(kern
         assert ctx == b"zzzzzzzz"
     finally:
         kernel.close(fd)
+
+
+@pytest.mark.parametrize("attrs, errno_, says", [
+    (dict(map_type=MapType.LRU_HASH, map_flags=MapFlags.NO_PREALLOC), 524, "BPF_F_NO_PREALLOC"),
+    (dict(map_type=MapType.HASH, map_flags=MapFlags.NUMA_NODE, numa_node=64), errno.EINVAL,
+     "numa_node 64"),
+    (dict(map_type=MapType.ARRAY, key_size=8), errno.EINVAL, "key_size"),
+    (dict(map_type=MapType.HASH, map_extra=1), errno.EINVAL, "map_extra"),
+])
+def test_refused_create_names_the_attribute(kernel, attrs, errno_, says):
+    # The kernel says only EINVAL/ENOTSUPP; the emulated checks, run in the same order, say why.
+    args = dict(key_size=4, value_size=8, max_entries=4) | attrs
+    with pytest.raises(OSError) as exc:
+        kernel.map_create(**args)
+    assert exc.value.errno == errno_
+    assert says in str(exc.value) and says in exc.value.detail

@@ -25,6 +25,7 @@ import threading
 from collections.abc import Iterator, Sequence
 
 from ..errors import (
+    BPFError,
     VerifierError,
     bpf_error,
     errno_name,
@@ -42,7 +43,7 @@ from ..system import (
     Topology,
     host_topology,
 )
-from ..uapi import Cmd, MapType, syscall_value_size
+from ..uapi import ENOTSUPP, Cmd, MapType, syscall_value_size
 from . import perf_event
 from .syscall import (
     NR_BPF,
@@ -252,7 +253,11 @@ class KernelSystem(System):
             raise bpf_error(errno.EINVAL, "map_create", map=what, detail=str(exc)) from None
         fd = bpf(Cmd.MAP_CREATE, attr)
         if fd < 0:
-            raise bpf_error(-fd, "map_create", map=what)
+            detail = "" if inner_map_fd else _create_refusal_detail(
+                -fd, map_type=map_type, key_size=key_size, value_size=value_size,
+                max_entries=max_entries, map_flags=map_flags, numa_node=numa_node,
+                map_name=map_name, map_extra=map_extra)
+            raise bpf_error(-fd, "map_create", map=what, detail=detail)
         _MAPS[fd] = _MapMeta(map_type, key_size, value_size)
         return fd
 
@@ -613,6 +618,22 @@ class KernelSystem(System):
             raise bpf_error(exc.errno, command, map=where, detail=detail) from None
         _MAPS.pop(perf_fd, None)
         return perf_fd
+
+
+def _create_refusal_detail(err: int, **attrs) -> str:
+    """Which attribute the kernel refused a map for: the emulated backend runs map_create's
+    checks in the kernel's order, so when it refuses with the same errno, its detail names the
+    attribute. "" when it cannot tell (another errno, or it would create the map)."""
+    if err not in (errno.EINVAL, errno.E2BIG, ENOTSUPP):  # attribute errors, not EPERM/ENOMEM
+        return ""
+    from ..emulated.system import EmulatedSystem
+
+    emulated = EmulatedSystem()  # this host's CPUs and NUMA nodes
+    try:
+        emulated.close(emulated.map_create(**attrs))
+    except BPFError as exc:
+        return exc.detail if exc.errno == err else ""
+    return ""
 
 
 def _text(name: bytes | str) -> str:
