@@ -42,7 +42,7 @@ from .codecs import (
     PerCpuValue,
     make_codec,
 )
-from .errors import BPFError, KeyNotFoundError, bpf_error
+from .errors import BPFError, KeyNotFoundError, bpf_error, map_description
 from .system import MapInfo, System
 from .system import system as _make_system
 from .uapi import (
@@ -370,9 +370,12 @@ class Map(_MapCore, collections.abc.MutableMapping):
         return id(self)
 
     def describe(self) -> str:
-        kind = self.type.name.lower() if isinstance(self.type, MapType) else f"type {self.type}"
-        label = f" {self.name!r}" if self.name else ""
-        return f"{kind} map{label} (fd {self.fd})"
+        """The map as errors name it, the same text as the backends' (errors.map_description)."""
+        try:
+            return map_description(self.type, self.name, self.id)
+        except OSError:  # closed: no id to give
+            kind = self.type.name.lower() if isinstance(self.type, MapType) else str(self.type)
+            return f"{kind} map" + (f" {self.name!r}" if self.name else "") + " (closed)"
 
     def __repr__(self) -> str:
         return (f"<{type(self).__name__} {self.describe()} key {self.key_size}B "
