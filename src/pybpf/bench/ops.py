@@ -473,7 +473,7 @@ def print_table(rows: list[dict], st: Setup, out=sys.stdout) -> None:
 
 
 def summary(rows: list[dict]) -> list[str]:
-    """The issue's targets, as ratios from this run."""
+    """The project's speed targets (a ratio at or under the target meets it), from this run."""
     by = {(r["backend"], r["op"], r["path"]): r.get("ns") for r in rows}
     lines = []
     fast = "Map (C accel)" if maps_mod.accelerated() else "Map (pure Python)"
@@ -541,7 +541,7 @@ def run(args: argparse.Namespace) -> int:
     print_table(rows, st)
     lines = summary(rows)
     if lines:
-        print("\ntargets (issue 2/3)")
+        print("\nspeed targets (time ratio; at or under the target meets it)")
         print("\n".join(lines))
     return 0
 
