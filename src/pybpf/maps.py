@@ -83,6 +83,9 @@ def update_flags(flags: UpdateFlags | int | str) -> int:
                                  "or lock") from None
         return value
     if isinstance(flags, int) and not isinstance(flags, bool):
+        if not 0 <= flags < 1 << 64:
+            raise ValueError(f"update flags must fit in the u64 attr->flags, got {flags}: "
+                             "use UpdateFlags (ANY, NOEXIST, EXIST, LOCK) or their names")
         return int(flags)
     raise TypeError(f"update flags must be UpdateFlags, an int or a name, got {flags!r}")
 
@@ -285,6 +288,8 @@ class Map(_MapCore, collections.abc.MutableMapping):
     def from_fd(cls, fd: int, system: System | None = None, *, key: CodecSpec = None,
                 value: CodecSpec = None) -> Map:
         """Wrap an open map fd; the Map takes ownership and closes it."""
+        if not isinstance(fd, int) or isinstance(fd, bool):
+            raise TypeError(f"Map.from_fd needs an open map fd (an int), got {fd!r}")
         system = system if system is not None else default_system()
         try:
             spec = MapSpec.from_info(system.map_get_info(fd))
@@ -581,6 +586,8 @@ class BatchCursor:
 
     def __init__(self, m: Map, *, delete: bool = False, chunk: int = 256,
                  arrays: bool = False) -> None:
+        if not isinstance(chunk, int) or isinstance(chunk, bool):
+            raise TypeError(f"chunk must be an int (elements per batch call), got {chunk!r}")
         if chunk <= 0:
             raise ValueError(f"chunk must be positive, got {chunk}")
         self.map = m
