@@ -129,9 +129,17 @@ PERMISSION_HINT = ("run as root or with CAP_BPF (and CAP_NET_ADMIN / CAP_SYS_ADM
                    "PYBPF_BACKEND=emulated")
 
 
-def _likely_cause(err: int, command: str) -> tuple[type[BPFError], str]:
-    """The exception class and a short hint for an errno from a command."""
+# Map types whose keys are u32 indices below max_entries (map_description's first word).
+_INDEX_MAP_KINDS = frozenset({"array", "percpu_array", "prog_array", "perf_event_array",
+                              "cgroup_array", "array_of_maps", "devmap", "cpumap", "xskmap",
+                              "sockmap"})
+
+
+def _likely_cause(err: int, command: str, map_kind: str = "") -> tuple[type[BPFError], str]:
+    """The exception class and a short hint for an errno from a command on a map of
+    ``map_kind`` (a MapType name in lower case, or "")."""
     elem = command in _ELEMENT_COMMANDS
+    index_map = map_kind in _INDEX_MAP_KINDS
     if err == _errno.ENOENT:
         if command == "map_get_next_key":
             return KeyNotFoundError, "no next key: the iteration is at its end or the map is empty"
@@ -141,6 +149,9 @@ def _likely_cause(err: int, command: str) -> tuple[type[BPFError], str]:
     if err == _errno.EEXIST:
         return KeyExistsError, "key exists (BPF_NOEXIST was given)"
     if err == _errno.E2BIG:
+        if command in ("map_update_elem", "map_update_batch") and index_map:
+            return MapFullError, ("index out of range: this map's keys are 0 .. "
+                                  "max_entries - 1")
         if command in ("map_update_elem", "map_update_batch"):
             return MapFullError, "map is full (max_entries reached); delete elements first"
         return BPFError, "an attribute is too big (sizes or max_entries over the kernel's limit)"
@@ -151,8 +162,12 @@ def _likely_cause(err: int, command: str) -> tuple[type[BPFError], str]:
             return BPFPermissionError, ("the map is read-only, write-only or frozen for "
                                         "syscalls (or you lack privileges)")
         return BPFPermissionError, f"not permitted: {PERMISSION_HINT}"
-    if err == _errno.EBADF:
-        return BPFError, "bad file descriptor: the map or program was closed"
+    if err in (_errno.EBADF, _errno.EBADFD):
+        return BPFError, "bad file descriptor: the fd is not open (was the map or program closed?)"
+    if err == _errno.EINVAL and command in ("map_delete_elem", "map_delete_batch") \
+            and map_kind in ("array", "percpu_array"):
+        return BPFError, ("array elements cannot be deleted (they always exist): write a "
+                          "zero value instead")
     if err == _errno.EINVAL:
         return BPFError, "invalid argument: an attribute or flag is not accepted"
     if err == _errno.ENOMEM:
@@ -184,7 +199,7 @@ def prog_description(prog_type: int, name: str, prog_id: int = 0) -> str:
 def bpf_error(err: int, command: str, *, map: str = "", detail: str = "",
               count: int | None = None) -> BPFError:
     """Build the exception for ``err`` from ``command`` on ``map`` (a short description)."""
-    cls, hint = _likely_cause(err, command)
+    cls, hint = _likely_cause(err, command, map.split(" ", 1)[0])
     parts = [command.replace("_", " ")]
     if map:
         parts.append(f"on {map}")

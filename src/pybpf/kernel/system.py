@@ -200,7 +200,8 @@ class KernelSystem(System):
             kind = None
         if kind != "bpf-map":
             if kind is None:
-                err, detail = errno.EBADF, f"fd {fd} is not open"
+                err, detail = errno.EBADF, f"fd {fd} is not open" + (
+                    " (a closed Map or Program has fd -1)" if fd == -1 else "")
             else:
                 err, detail = errno.EINVAL, f"fd {fd} is not a BPF map ({kind or 'another file'})"
             if cmd is not None:
