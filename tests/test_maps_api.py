@@ -95,6 +95,28 @@ def test_unknown_update_flag_name_is_value_error(backend):
         m.update(1, 1, flags="sometimes")
 
 
+@pytest.mark.parametrize("flags", [-1, 1 << 64])
+def test_update_flags_outside_u64_are_value_error_and_change_nothing(backend, flags):
+    with hash_map(backend) as m:
+        with pytest.raises(ValueError, match="u64"):
+            m.update(1, 1, flags=flags)
+        assert dict(m) == {}
+
+
+def test_array_update_past_max_entries_says_index_out_of_range(backend):
+    with M.ArrayMap(4, value=int, value_size=8, system=backend) as m:
+        with pytest.raises(MapFullError, match="out of range") as info:
+            m[4] = 1
+        assert info.value.errno == errno.E2BIG
+
+
+def test_array_delete_says_array_elements_cannot_be_deleted(backend):
+    with M.ArrayMap(4, value=int, value_size=8, system=backend) as m:
+        with pytest.raises(BPFError, match="cannot be deleted") as info:
+            del m[1]
+        assert info.value.errno == errno.EINVAL
+
+
 def test_full_hash_map_gives_map_full_e2big(backend):
     with hash_map(backend, entries=2) as m:
         m[1] = 1
@@ -265,6 +287,14 @@ def test_batch_lookup_arrays_gives_the_same_items_as_arrays(backend):
         assert sorted(k for k, _ in lists for k in k) == list(range(40))
 
 
+def test_batch_chunk_that_is_not_a_positive_int_is_refused(backend):
+    with hash_map(backend) as m:
+        with pytest.raises(TypeError, match="chunk must be an int"):
+            list(m.batch_lookup(chunk="256"))
+        with pytest.raises(ValueError, match="chunk must be positive"):
+            list(m.batch_lookup(chunk=0))
+
+
 def test_batch_cursor_grows_the_chunk_on_enospc(backend):
     # 64 keys in 64 buckets: some bucket holds two (all distinct has odds 64!/64**64, about
     # 3e-27, whatever the seed), which a chunk of 1 cannot take.
@@ -408,6 +438,11 @@ def test_close_is_idempotent_and_later_ops_give_ebadf(backend):
     with pytest.raises(BPFError) as info:
         m[1] = 1
     assert info.value.errno == errno.EBADF
+
+
+def test_map_from_fd_that_is_not_an_int_is_type_error(backend):
+    with pytest.raises(TypeError, match="needs an open map fd"):
+        M.Map.from_fd("3", backend)
 
 
 def test_garbage_collection_closes_the_fd(backend):
