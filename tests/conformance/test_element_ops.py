@@ -344,6 +344,23 @@ def test_wronly_map_writes_but_reads_give_eperm(backend, maps):
     assert errno_of(backend.map_delete_elem, fd, u32(1)) == ENOENT  # the first one removed it
 
 
+def test_permission_errors_name_the_map(backend, maps):
+    # A write refused by the fd's or the map's permissions still says which map it was.
+    frozen = maps(T.HASH)
+    backend.map_freeze(frozen)
+    wronly = maps(T.HASH, map_flags=F.WRONLY)
+    calls = [(frozen, backend.map_update_elem, (u32(1), b"a" * 8)),
+             (frozen, backend.map_delete_elem, (u32(1),)),
+             (frozen, backend.map_update_batch, ([u32(1)], [b"a" * 8])),
+             (frozen, backend.map_delete_batch, ([u32(1)],)),
+             (wronly, backend.map_lookup_batch, (None, 4))]
+    for fd, call, args in calls:
+        with pytest.raises(OSError) as info:
+            call(fd, *args)
+        assert info.value.errno == EPERM
+        assert f"(id {backend.map_get_info(fd).id})" in str(info.value), call.__name__
+
+
 def test_rdonly_fd_by_id_of_writable_map(backend, maps):
     fd = maps(T.HASH)
     backend.map_update_elem(fd, u32(1), b"a" * 8)

@@ -239,9 +239,13 @@ class EmulatedSystem(ProgramsMixin, System):
             return sorted(self._prog_idr)
 
     # -- errors ------------------------------------------------------------------------------
-    @staticmethod
-    def _error(exc: KernelError, command: str, bpf_map: BpfMap | None = None,
-               count: int | None = None) -> BPFError:
+    def _error(self, exc: KernelError, command: str, bpf_map: BpfMap | None = None,
+               count: int | None = None, fd: int | None = None) -> BPFError:
+        """The public error; ``fd`` names the map when the command failed before it held one
+        (a permission check on the fd), so every error on a map says which map."""
+        if bpf_map is None and fd is not None:
+            file = self._files.get(fd) if type(fd) is int else None
+            bpf_map = file.map if type(file) is MapFile else None
         return bpf_error(exc.errno, command, map=bpf_map.describe() if bpf_map else "",
                          detail=exc.detail, count=count)
 
@@ -409,7 +413,7 @@ class EmulatedSystem(ProgramsMixin, System):
                 value = self._value(bpf_map, value)
             bpf_map.update_elem_sys(key, value, flags)
         except KernelError as exc:
-            raise self._error(exc, "map_update_elem", bpf_map) from None
+            raise self._error(exc, "map_update_elem", bpf_map, fd=fd) from None
 
     def map_delete_elem(self, fd: int, key: bytes | None) -> None:
         bpf_map = None
@@ -419,7 +423,7 @@ class EmulatedSystem(ProgramsMixin, System):
                 key = self._key(bpf_map, key)
             bpf_map.delete_elem_sys(key)
         except KernelError as exc:
-            raise self._error(exc, "map_delete_elem", bpf_map) from None
+            raise self._error(exc, "map_delete_elem", bpf_map, fd=fd) from None
 
     def map_get_next_key(self, fd: int, key: bytes | None) -> bytes:
         bpf_map = None
@@ -493,7 +497,7 @@ class EmulatedSystem(ProgramsMixin, System):
         except KernelError as exc:
             # ENOSPC comes after the handler wrote count = 0.
             raise self._error(exc, command, bpf_map,
-                              count=0 if exc.errno == errno.ENOSPC else None) from None
+                              count=0 if exc.errno == errno.ENOSPC else None, fd=fd) from None
 
     def map_lookup_batch(self, fd: int, in_batch: bytes | None, count: int,
                          elem_flags: int = 0, flags: int = 0) -> BatchLookup:
@@ -514,7 +518,7 @@ class EmulatedSystem(ProgramsMixin, System):
                 raise KernelError(errno.EINVAL, f"{len(keys)} keys but {len(values)} values")
             done, err = bpf_map.map_update_batch(keys, values, elem_flags, flags)
         except KernelError as exc:
-            raise self._error(exc, "map_update_batch", bpf_map, count=0) from None
+            raise self._error(exc, "map_update_batch", bpf_map, count=0, fd=fd) from None
         if err is not None:
             raise self._error(err, "map_update_batch", bpf_map, count=done)
         return done
@@ -526,7 +530,7 @@ class EmulatedSystem(ProgramsMixin, System):
             bpf_map = self._batch_map(fd, "map_delete_batch", read=False, write=True)
             done, err = bpf_map.map_delete_batch(keys, elem_flags, flags)
         except KernelError as exc:
-            raise self._error(exc, "map_delete_batch", bpf_map, count=0) from None
+            raise self._error(exc, "map_delete_batch", bpf_map, count=0, fd=fd) from None
         if err is not None:
             raise self._error(err, "map_delete_batch", bpf_map, count=done)
         return done
