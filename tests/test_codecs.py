@@ -122,6 +122,28 @@ def test_struct_codec_wrong_shape_is_type_error_naming_the_format():
         StructCodec("<IH").encode(1)
 
 
+@pytest.mark.parametrize("value", [-1, 1 << 32, (1 << 32, 0)])
+def test_struct_codec_number_out_of_its_field_range_is_value_error(value):
+    codec = StructCodec("<I" if isinstance(value, int) else "<IH")
+    with pytest.raises(ValueError, match="does not fit struct format"):
+        codec.encode(value)
+
+
+@pytest.mark.parametrize("ctype,value", [(ctypes.c_uint32, 1 << 32), (ctypes.c_uint32, -1),
+                                         (ctypes.c_int8, 128), (ctypes.c_uint8 * 2, [1, 300])])
+def test_ctypes_codec_refuses_an_int_ctypes_would_wrap(ctype, value):
+    with pytest.raises(ValueError, match="does not fit in"):
+        CtypesCodec(ctype).encode(value)
+
+
+def test_ctypes_array_codec_needs_exactly_its_length():
+    codec = CtypesCodec(ctypes.c_uint8 * 2)
+    assert codec.encode((3, 4)) == b"\x03\x04"
+    for value in ([1], [1, 2, 3]):
+        with pytest.raises(ValueError, match="needs 2 elements"):
+            codec.encode(value)
+
+
 def test_bad_struct_format_is_value_error():
     with pytest.raises(ValueError, match="bad struct format"):
         StructCodec("<Z")

@@ -195,10 +195,14 @@ class StructCodec(Codec):
             if self.fields == 1:
                 return self.struct.pack(obj)
             return self.struct.pack(*obj)
-        except (struct.error, TypeError) as exc:
+        except (struct.error, TypeError, OverflowError) as exc:
             shape = "one value" if self.fields == 1 else f"a tuple of {self.fields} values"
-            raise TypeError(f"{self.what} {obj!r} does not fit struct format {self.fmt!r} "
-                            f"({shape}, {self.size} bytes): {exc}") from None
+            # A number out of its field's range is a bad value, anything else a bad shape/type.
+            out_of_range = isinstance(exc, OverflowError) or "range" in str(exc) \
+                or "format requires" in str(exc)
+            raise (ValueError if out_of_range else TypeError)(
+                f"{self.what} {obj!r} does not fit struct format {self.fmt!r} "
+                f"({shape}, {self.size} bytes): {exc}") from None
 
     def decode(self, data: bytes) -> Any:
         values = self.struct.unpack(data)
@@ -220,6 +224,9 @@ class StructCodec(Codec):
         return f"struct {self.fmt!r}"
 
 
+_CTYPES_INT_CODES = frozenset("bBhHiIlLqQ")  # ctypes _type_ codes of the integer types
+
+
 class CtypesCodec(Codec):
     """A ctypes type. Simple types (c_uint32, c_double, ...) give and take plain values;
     structures, unions and arrays give instances and take instances (or, for a simple
@@ -237,14 +244,25 @@ class CtypesCodec(Codec):
             return bytes(obj)
         if isinstance(obj, bytes | bytearray) and len(obj) == self.size:
             return bytes(obj)
+        array = issubclass(ctype, ctypes.Array) and isinstance(obj, Sequence)
+        if array and len(obj) != ctype._length_:
+            raise ValueError(f"{self.what} needs {ctype._length_} elements for "
+                             f"{ctype.__name__}, got {len(obj)}")
         try:
             if self.simple:
-                return bytes(ctype(obj))
-            if issubclass(ctype, ctypes.Array) and isinstance(obj, Sequence):
-                return bytes(ctype(*obj))
+                cobj, code, values = ctype(obj), ctype._type_, [obj]
+            elif array:
+                cobj, code, values = ctype(*obj), getattr(ctype._type_, "_type_", ""), obj
         except (TypeError, ValueError) as exc:
             raise TypeError(f"{self.what} {obj!r} cannot be converted to "
                             f"{ctype.__name__}: {exc}") from None
+        if self.simple or array:
+            # ctypes wraps an int that does not fit (c_uint32(-1) is 2**32 - 1): refuse it.
+            if code in _CTYPES_INT_CODES and list(cobj if array else [cobj.value]) != list(values):
+                raise ValueError(f"{self.what} {obj!r} does not fit in {ctype.__name__} "
+                                 f"({self.size} bytes): use a wider field or numbers in "
+                                 "its range")
+            return bytes(cobj)
         raise TypeError(f"{self.what} must be a {ctype.__name__} ({self.size} bytes) "
                         f"or bytes of that size, got {type(obj).__name__}")
 
