@@ -423,13 +423,17 @@ class HtabMap(BpfMap):
         return data
 
     def get_next_key(self, key: bytes | None) -> bytes:
-        """htab_map_get_next_key: a missing key restarts from the first element."""
+        """htab_map_get_next_key: a missing key restarts from the first element.
+
+        No bucket lock is taken (the kernel walks under RCU), so each bucket is read through
+        a copy: a concurrent update or delete cannot shrink it between two reads.
+        """
         start = 0
         if key is not None:
             elem = self.table.get(key)
             if elem is not None:
                 index = elem.hash & self.mask
-                bucket = self.buckets.get(index, ())
+                bucket = tuple(self.buckets.get(index, ()))
                 try:
                     pos = bucket.index(elem)
                 except ValueError:
@@ -443,7 +447,7 @@ class HtabMap(BpfMap):
                 if at == len(self.nonempty):
                     raise KernelError(errno.ENOENT, "no next key")
                 index = self.nonempty[at]
-            bucket = self.buckets.get(index)
+            bucket = tuple(self.buckets.get(index, ()))
             if bucket:
                 return bucket[0].key
             start = index + 1  # emptied meanwhile
