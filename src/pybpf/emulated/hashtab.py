@@ -47,7 +47,7 @@ from ..uapi import (
     MapType,
     round_up,
 )
-from .batch import generic_map_delete_batch, generic_map_update_batch
+from .batch import check_elem_flags, generic_map_delete_batch, generic_map_update_batch
 from .bpf_lru_list import BpfLru, LruNode, lru_target_free
 from .bpf_map import (
     U32_MAX,
@@ -455,9 +455,7 @@ class HtabMap(BpfMap):
     def _lookup_batch(self, in_batch: bytes | None, count: int, elem_flags: int, flags: int,
                       delete: bool) -> BatchLookup:
         """__htab_map_lookup_and_delete_batch: whole buckets; tokens are bucket indices."""
-        if elem_flags & ~BPF_F_LOCK or elem_flags:
-            raise KernelError(errno.EINVAL, f"elem_flags {elem_flags:#x}: only BPF_F_LOCK "
-                              "(with a bpf_spin_lock) is accepted")
+        check_elem_flags(elem_flags)
         if flags:
             raise KernelError(errno.EINVAL, f"flags {flags:#x}: batch flags must be 0")
         if count == 0:
