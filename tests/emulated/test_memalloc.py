@@ -79,6 +79,26 @@ def test_bpf_mem_alloc_frees_parked_objects_after_a_grace_period():
     assert ma.counters.freed > 0
 
 
+def test_bpf_mem_alloc_grace_period_does_not_requeue_what_was_parked_meanwhile():
+    # __free_rcu frees waiting_for_gp_ttrace and clears the in-flight mark, nothing more:
+    # objects parked during the grace period wait for the next free_bulk (or a refill).
+    machine = Machine(cpus=1)
+    ma = BpfMemAlloc(machine, 40, lambda node: bytearray(40))
+    objs = [ma.alloc() for _ in range(200)]
+    for obj in objs:
+        ma.free(obj)
+    cache = ma.caches[0]
+    assert ma.counters.call_rcu == 1 and cache.call_rcu_ttrace_in_progress
+    in_flight, parked = len(cache.waiting_for_gp_ttrace), len(cache.free_by_rcu_ttrace)
+    assert in_flight and parked
+    machine.rcu.barrier()
+    assert ma.counters.call_rcu == 1 and ma.counters.freed == in_flight
+    assert len(cache.free_by_rcu_ttrace) == parked and not cache.call_rcu_ttrace_in_progress
+    for obj in [ma.alloc() for _ in range(100)]:  # refills reuse the parked objects first
+        ma.free(obj)
+    assert ma.counters.reused > 0
+
+
 def test_call_rcu_design_queues_one_callback_per_free_and_never_reuses():
     machine = Machine(cpus=1)
     ma = KmallocRcu(machine, -1, lambda node: bytearray(40))

@@ -5,11 +5,12 @@ freed element).
 Rules this module keeps:
 - ``BpfMemAlloc``: one cache per CPU. ``alloc`` pops from the current CPU's free list;
   when fewer than ``low`` objects remain the refill (irq_work in the kernel, run at once
-  here) takes a batch: first objects parked for RCU (``free_by_rcu``, then
-  ``waiting_for_gp``: they are type-stable, so the kernel reuses them), then new ones.
+  here) takes a batch: first objects parked for RCU (``free_by_rcu_ttrace``, then
+  ``waiting_for_gp_ttrace``: they are type-stable, so the kernel reuses them), then new ones.
   ``free`` pushes onto the current CPU's list (reusable at once); above ``high`` the
-  excess down to ``(low + high) / 2`` is moved to ``free_by_rcu`` and handed to RCU with a
-  single ``call_rcu`` per batch; after the grace period what was not reused is freed.
+  excess down to ``(low + high) / 2`` is moved to ``free_by_rcu_ttrace`` and handed to RCU
+  with a single ``call_rcu`` per batch (none while one is in flight: what is parked then
+  waits for the next free_bulk); after the grace period what was not reused is freed.
 - ``KmallocRcu``: every ``alloc`` is a new object, every ``free`` one ``call_rcu`` whose
   callback frees it; nothing is reused.
 - Both count what they do (``stats()``): ``allocated`` (new objects), ``freed`` (objects
@@ -43,14 +44,17 @@ def watermarks(unit_size: int) -> tuple[int, int, int]:
 class _Cache:
     """struct bpf_mem_cache of one CPU."""
 
-    __slots__ = ("cpu", "free", "free_by_rcu", "waiting_for_gp", "rcu_in_progress", "lock")
+    # The kernel's _ttrace lists wait for an RCU Tasks Trace grace period (sleepable
+    # programs); this machine has one RCU flavour, so they wait for its grace period.
+    __slots__ = ("cpu", "free", "free_by_rcu_ttrace", "waiting_for_gp_ttrace",
+                 "call_rcu_ttrace_in_progress", "lock")
 
     def __init__(self, cpu: int) -> None:
         self.cpu = cpu
         self.free: list[Any] = []
-        self.free_by_rcu: list[Any] = []
-        self.waiting_for_gp: list[Any] = []
-        self.rcu_in_progress = False
+        self.free_by_rcu_ttrace: list[Any] = []
+        self.waiting_for_gp_ttrace: list[Any] = []
+        self.call_rcu_ttrace_in_progress = False
         self.lock = threading.Lock()
 
 
@@ -96,7 +100,7 @@ class BpfMemAlloc:
         """alloc_bulk: reuse objects parked for RCU, then allocate new ones on the CPU's node."""
         taken: list[Any] = []
         with cache.lock:
-            for source in (cache.free_by_rcu, cache.waiting_for_gp):
+            for source in (cache.free_by_rcu_ttrace, cache.waiting_for_gp_ttrace):
                 while source and len(taken) < count:
                     taken.append(source.pop())
         reused = len(taken)
@@ -118,34 +122,37 @@ class BpfMemAlloc:
             excess = len(cache.free) - target
             if excess <= 0:
                 return
-            cache.free_by_rcu.extend(cache.free[-excess:])
+            cache.free_by_rcu_ttrace.extend(cache.free[-excess:])
             del cache.free[-excess:]
         with self._count_lock:
             self.free_bulk_runs += 1
         self._do_call_rcu(cache)
 
     def _do_call_rcu(self, cache: _Cache) -> None:
+        """do_call_rcu_ttrace: one callback per batch; none while one is in flight."""
         with cache.lock:
-            if cache.rcu_in_progress:
+            if cache.call_rcu_ttrace_in_progress:
                 return
-            cache.rcu_in_progress = True
-            cache.waiting_for_gp.extend(cache.free_by_rcu)
-            cache.free_by_rcu.clear()
+            cache.call_rcu_ttrace_in_progress = True
+            cache.waiting_for_gp_ttrace.extend(cache.free_by_rcu_ttrace)
+            cache.free_by_rcu_ttrace.clear()
         with self._count_lock:
             self.counters.call_rcu += 1
         self.machine.rcu.call_rcu(lambda: self._free_rcu(cache))
 
     def _free_rcu(self, cache: _Cache) -> None:
-        """After the grace period: free what was not reused meanwhile; go again if needed."""
+        """__free_rcu: after the grace period, free what was not reused meanwhile.
+
+        Objects parked while this grace period ran stay in ``free_by_rcu_ttrace`` (reusable
+        by a refill) until the next free_bulk hands them to RCU: the callback does not
+        queue another one.
+        """
         with cache.lock:
-            gone = len(cache.waiting_for_gp)
-            cache.waiting_for_gp.clear()
-            cache.rcu_in_progress = False
-            again = bool(cache.free_by_rcu)
+            gone = len(cache.waiting_for_gp_ttrace)
+            cache.waiting_for_gp_ttrace.clear()
+            cache.call_rcu_ttrace_in_progress = False
         with self._count_lock:
             self.counters.freed += gone
-        if again:
-            self._do_call_rcu(cache)
 
     def alloc(self) -> Any | None:
         """unit_alloc on the current CPU: an object, or None (the caller answers ENOMEM)."""
@@ -184,10 +191,11 @@ class BpfMemAlloc:
         total = 0
         for cache in self.caches:
             with cache.lock:
-                total += len(cache.free) + len(cache.free_by_rcu) + len(cache.waiting_for_gp)
+                total += (len(cache.free) + len(cache.free_by_rcu_ttrace)
+                          + len(cache.waiting_for_gp_ttrace))
                 cache.free.clear()
-                cache.free_by_rcu.clear()
-                cache.waiting_for_gp.clear()
+                cache.free_by_rcu_ttrace.clear()
+                cache.waiting_for_gp_ttrace.clear()
         with self._count_lock:
             self.counters.freed += total
 
@@ -197,7 +205,7 @@ class BpfMemAlloc:
         out.update(refills=self.refills, bulk_allocated=self.bulk_allocated,
                    free_bulk=self.free_bulk_runs, cache_hits=self.cache_hits,
                    cached=sum(len(c.free) for c in self.caches),
-                   waiting_for_rcu=sum(len(c.free_by_rcu) + len(c.waiting_for_gp)
+                   waiting_for_rcu=sum(len(c.free_by_rcu_ttrace) + len(c.waiting_for_gp_ttrace)
                                        for c in self.caches),
                    low_watermark=self.low, high_watermark=self.high, batch=self.batch)
         return out
