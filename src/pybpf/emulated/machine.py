@@ -74,11 +74,6 @@ class AccessStats:
     def totals(self) -> tuple[int, int]:
         return sum(self.local), sum(self.remote)
 
-    def reset(self) -> None:
-        n = len(self.cpu_node)
-        self.local = [0] * n
-        self.remote = [0] * n
-
 
 class UserMemory:
     """User-space memory of the emulated tasks (one address space), for what programs read
