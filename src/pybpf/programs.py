@@ -40,6 +40,32 @@ class ProgramSpec:
     prog_flags: int = 0
     maps: Mapping[str, Any] = field(default_factory=dict)  # default map bindings by name
 
+    def __post_init__(self) -> None:
+        if isinstance(self.prog_type, str):
+            try:
+                object.__setattr__(self, "prog_type", ProgType[self.prog_type.upper()])
+            except KeyError:
+                raise ValueError(f"unknown program type {self.prog_type!r}: one of "
+                                 f"{', '.join(t.name.lower() for t in ProgType)}") from None
+        elif isinstance(self.prog_type, int) and not isinstance(self.prog_type, bool):
+            if self.prog_type in ProgType._value2member_map_:
+                object.__setattr__(self, "prog_type", ProgType(self.prog_type))
+        else:
+            raise TypeError(f"prog_type must be a ProgType, an int or a name like 'xdp', got "
+                            f"{self.prog_type!r}")
+        if not isinstance(self.instructions, str | bytes | bytearray | Sequence):
+            raise TypeError("instructions must be a list of instructions and labels, assembly "
+                            f"text or encoded bytes, got {type(self.instructions).__name__}")
+        for attr in ("license", "name"):
+            if not isinstance(getattr(self, attr), str):
+                raise TypeError(f"ProgramSpec.{attr} must be a str, got "
+                                f"{getattr(self, attr)!r}")
+        for attr in ("expected_attach_type", "prog_flags"):
+            value = getattr(self, attr)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 32:
+                raise ValueError(f"ProgramSpec.{attr} must be an unsigned 32-bit int, got "
+                                 f"{value!r}")
+
     def assembly(self) -> Assembly:
         """The assembled instructions (labels resolved, map references listed)."""
         if isinstance(self.instructions, str):
@@ -66,8 +92,11 @@ def _resolve_maps(assembly: Assembly, system: System,
                     f"the program refers to map {ref!r}, which is not bound: pass "
                     f"maps={{{ref!r}: <Map>}} to Program.load"))
             target = bindings[ref]
-        if isinstance(target, int):
+        if isinstance(target, int) and not isinstance(target, bool):
             return target
+        if not hasattr(target, "fd"):
+            raise TypeError(f"map {ref!r} must be a Map (or an open map fd), got "
+                            f"{type(target).__name__}")
         owner = _system_of(target)
         if owner is not None and owner is not system:
             raise bpf_error(errno.EINVAL, "prog_load", detail=(
@@ -140,6 +169,18 @@ class Program:
         """BPF_PROG_TEST_RUN. ``repeat=None`` runs once: 1 for packet programs, 0 for the
         types that refuse a repeat count (raw_tracepoint, syscall), which also refuse a
         ctx_out buffer (``ctx_size_out`` then defaults to 0)."""
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(f"data must be bytes (the packet or input), got "
+                            f"{type(data).__name__}")
+        if ctx is not None and not isinstance(ctx, bytes | bytearray | memoryview):
+            raise TypeError(f"ctx must be bytes (the context struct) or None, got "
+                            f"{type(ctx).__name__}")
+        for what, value in (("repeat", repeat), ("flags", flags), ("cpu", cpu),
+                            ("data_size_out", data_size_out), ("ctx_size_out", ctx_size_out)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                      or not 0 <= value < 1 << 32):
+                raise ValueError(f"test_run {what} must be an unsigned 32-bit int, got "
+                                 f"{value!r}")
         prog_type = self.spec.prog_type if self.spec is not None else self.info().type
         if prog_type in _RUN_ONCE_TYPES:
             repeat = 0 if repeat is None else repeat
