@@ -154,6 +154,9 @@ def _likely_cause(err: int, command: str, map_kind: str = "") -> tuple[type[BPFE
                                   "max_entries - 1")
         if command in ("map_update_elem", "map_update_batch"):
             return MapFullError, "map is full (max_entries reached); delete elements first"
+        if command == "prog_load":
+            return BPFError, ("the program has no instructions or more than the kernel allows "
+                              "(1M, 4096 without CAP_BPF)")
         return BPFError, "an attribute is too big (sizes or max_entries over the kernel's limit)"
     if err in (ENOTSUPP, _errno.EOPNOTSUPP):
         return NotSupportedError, "this map type does not support the command"
