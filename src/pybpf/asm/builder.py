@@ -170,7 +170,9 @@ def _resolve_target(insn: Instruction, target: str, labels: dict[str, int],
 def _with_target(insn: Instruction, target: str | int, field_name: str = "off") -> Item:
     if isinstance(target, str):
         return Ref(insn, target=target)
-    return insn._replace(**{field_name: int(target)})
+    if isinstance(target, bool) or not isinstance(target, int):
+        raise AssemblyError(f"a jump target is a label name or an int offset, not {target!r}")
+    return insn._replace(**{field_name: target})
 
 
 def _reg(value: Any, what: str) -> int:
