@@ -206,6 +206,13 @@ def test_register_operand_selects_bpf_x_and_int_selects_bpf_k():
         add64(1, 2)
 
 
+def test_jump_target_must_be_a_label_or_an_int_offset():
+    assert jlt(R1, 10, 3).off == 3 and ja(-1).off == -1
+    for target in (3.5, True, None):
+        with pytest.raises(AssemblyError, match="jump target is a label name or an int"):
+            ja(target)
+
+
 def test_helpers_are_called_by_name_or_id():
     assert call("map_lookup_elem") == call("bpf_map_lookup_elem") == call(
         BpfFunc.map_lookup_elem) == Instruction(0x85, imm=1)

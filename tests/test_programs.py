@@ -147,6 +147,40 @@ def test_closed_map_is_refused(backend):
     assert err.value.errno == errno.EBADF
 
 
+def test_map_binding_that_is_not_a_map_is_type_error(backend):
+    with pytest.raises(TypeError, match="must be a Map"):
+        Program.load(ProgramSpec(ProgType.XDP, [ld_map_fd(R1, "m"), mov64(R0, 0), exit_()]),
+                     backend, maps={"m": "counts"})
+
+
+def test_program_spec_takes_a_type_name_and_refuses_an_unknown_one():
+    assert ProgramSpec("xdp", [exit_()]).prog_type is ProgType.XDP
+    with pytest.raises(ValueError, match="unknown program type 'xdpp'"):
+        ProgramSpec("xdpp", [exit_()])
+    with pytest.raises(TypeError, match="instructions must be"):
+        ProgramSpec(ProgType.XDP, 5)
+    with pytest.raises(ValueError, match="prog_flags must be an unsigned 32-bit int"):
+        ProgramSpec(ProgType.XDP, [exit_()], prog_flags=-1)
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    ({"data": "packet"}, TypeError, "data must be bytes"),
+    ({"data": PACKET, "ctx": 5}, TypeError, "ctx must be bytes"),
+    ({"data": PACKET, "repeat": -1}, ValueError, "repeat must be an unsigned 32-bit int"),
+    ({"data": PACKET, "cpu": 1 << 32}, ValueError, "cpu must be an unsigned 32-bit int"),
+])
+def test_test_run_bad_arguments_are_clear_errors(backend, kwargs, error, match):
+    with Program.load(ProgramSpec(ProgType.XDP, [mov64(R0, 2), exit_()]), backend) as prog:
+        with pytest.raises(error, match=match):
+            prog.test_run(**kwargs)
+
+
+def test_empty_program_is_e2big_saying_why(backend):
+    with pytest.raises(BPFError, match="instructions") as err:
+        Program.load(ProgramSpec(ProgType.XDP, []), backend)
+    assert err.value.errno == errno.E2BIG
+
+
 def test_verifier_rejection_carries_the_log(backend):
     spec = ProgramSpec(ProgType.XDP, [exit_()], name="no_r0")
     with pytest.raises(VerifierError) as err:
@@ -215,6 +249,21 @@ def test_tracepoint_link_runs_the_program_until_closed(kernel):
         assert link.closed
         os.getpid()
         assert counts[0] == 5
+
+
+@pytest.mark.parametrize("backend_name", ["kernel", "emulated"])
+def test_every_readme_python_example_runs_as_written(kernel, monkeypatch, capsys, backend_name):
+    import pathlib
+    import re
+
+    monkeypatch.setenv("PYBPF_BACKEND", backend_name)
+    monkeypatch.setattr("pybpf.maps._default_system", None)
+    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    assert len(blocks) >= 4
+    for number, code in enumerate(blocks):
+        exec(compile(code, f"README.md python block {number}", "exec"), {})
+    capsys.readouterr()
 
 
 def test_readme_program_example_runs_and_counts_on_both_backends(kernel, capsys):
