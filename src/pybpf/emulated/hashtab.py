@@ -183,6 +183,7 @@ class HtabMap(BpfMap):
             if type(self)._update is HtabMap._update:  # htab_has_extra_elems: replacing
                 # allocates, so one spare per CPU makes a replacement in a full map succeed
                 self.extra_elems = [self._new_elem_on_home() for _ in range(ncpus)]
+                self.extra_locks = [threading.Lock() for _ in range(ncpus)]
         else:
             self.ma = self._new_mem_alloc(machine)
 
@@ -208,8 +209,9 @@ class HtabMap(BpfMap):
 
     # -- bucket bookkeeping ---------------------------------------------------------------------
     def _hash(self, key: bytes) -> int:
-        elem = self.table.get(key)
-        return elem.hash if elem is not None else self._hash_cached(key)
+        """htab_map_hash of ``key``, always from the key: an element found without its bucket
+        lock may be recycled for another key meanwhile, so its ``hash`` cannot be trusted."""
+        return self._hash_cached(key)
 
     def _lock(self, hash_: int) -> threading.Lock:
         return self.locks[hash_ & self.stripe_mask]
@@ -338,17 +340,21 @@ class HtabMap(BpfMap):
         """htab_map_update_elem."""
         if flags:
             self._check_update_flags(flags)
-        elem = self.table.get(key)
-        hash_ = elem.hash if elem is not None else self._hash_cached(key)
+        hash_ = self._hash_cached(key)
         with self.locks[hash_ & self.stripe_mask]:
             old = self.table.get(key)
             if flags:  # BPF_ANY passes check_flags
                 self._check_flags(old, flags)
-            new = self._alloc_elem(key, value, hash_, old, onallcpus)
             if old is None:
-                self._link(new)
+                self._link(self._alloc_elem(key, value, hash_, None, onallcpus))
+            elif self.extra_elems:
+                # Between taking this CPU's spare and unlinking old (the next spare) the
+                # kernel's CPU cannot be preempted; threads sharing an emulated CPU must not
+                # interleave there either, or two keys get the same element.
+                with self.extra_locks[self._current.cpu]:
+                    self._replace(old, self._alloc_elem(key, value, hash_, old, onallcpus))
             else:
-                self._replace(old, new)
+                self._replace(old, self._alloc_elem(key, value, hash_, old, onallcpus))
         if old is not None:
             # Preallocated: old became this CPU's spare in _alloc_elem.
             self.put_fd_value(old)
@@ -378,14 +384,10 @@ class HtabMap(BpfMap):
 
     def _delete(self, key: bytes) -> HtabElem:
         """Unlink ``key``'s element under its bucket lock and return it (ENOENT if absent)."""
-        elem = self.table.get(key)
-        if elem is None:
-            raise KernelError(errno.ENOENT, "key not found")
-        with self.locks[elem.hash & self.stripe_mask]:
-            if self.table.get(key) is not elem:
-                elem = self.table.get(key)
-                if elem is None:
-                    raise KernelError(errno.ENOENT, "key not found")
+        with self._lock(self._hash(key)):
+            elem = self.table.get(key)
+            if elem is None:
+                raise KernelError(errno.ENOENT, "key not found")
             self._unlink(elem)
         return elem
 
@@ -411,11 +413,9 @@ class HtabMap(BpfMap):
         self._release_elem(self._delete(key))
 
     def lookup_and_delete_elem_sys(self, key: bytes | None, flags: int) -> bytes:
-        elem = self.table.get(key)
-        if elem is None:
-            raise KernelError(errno.ENOENT, "key not found")
-        with self._lock(elem.hash):
-            if self.table.get(key) is not elem:
+        with self._lock(self._hash(key)):
+            elem = self.table.get(key)
+            if elem is None:
                 raise KernelError(errno.ENOENT, "key not found")
             data = self._read_value(elem)
             self._unlink(elem)
@@ -432,7 +432,7 @@ class HtabMap(BpfMap):
         if key is not None:
             elem = self.table.get(key)
             if elem is not None:
-                index = elem.hash & self.mask
+                index = self._hash(key) & self.mask
                 bucket = tuple(self.buckets.get(index, ()))
                 try:
                     pos = bucket.index(elem)
