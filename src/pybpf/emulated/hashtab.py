@@ -18,7 +18,9 @@ Rules this module keeps:
   system was made with ``htab_mem="call_rcu"``). Preallocated elements are created lazily:
   a free list holds a count of not-yet-materialised elements, which is unobservable.
 - Locks: striped bucket locks; the LRU and the free lists have their own. Lock order is
-  LRU -> bucket; LRU nodes are given back only after the bucket lock is dropped.
+  LRU -> bucket -> a CPU's spare-element lock; LRU nodes are given back only after the
+  bucket lock is dropped. A key's bucket always comes from hashing the key: an element
+  reached without its bucket lock may be recycled for another key at any time.
 - Syscall lookups never set LRU reference bits; program lookups do.
 """
 
