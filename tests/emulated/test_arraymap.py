@@ -90,6 +90,33 @@ def test_huge_array_costs_nothing_until_touched(emulated):
     assert len(emap(emulated, fd).elems) == 1  # reading an untouched element allocates nothing
 
 
+class _RacingElems(dict):
+    """Element memory where another thread materialises an element between this thread's
+    miss and its store: the first miss runs ``touch`` (the other thread) before answering."""
+
+    def __init__(self, touch):
+        super().__init__()
+        self.touch = touch
+
+    def get(self, index, default=None):
+        value = super().get(index, default)
+        if value is None and self.touch is not None:
+            touch, self.touch = self.touch, None
+            touch(index)
+        return value
+
+
+@pytest.mark.parametrize("map_type", [MapType.ARRAY, MapType.PERCPU_ARRAY])
+def test_array_element_first_touched_by_two_threads_is_one_buffer(emulated, map_type):
+    fd = emulated.map_create(map_type, 4, 8, 4)
+    m = emulated.map_from_fd(fd)
+    materialise = m.elem if map_type == MapType.ARRAY else m.slots
+    other = []
+    m.elems = _RacingElems(lambda index: other.append(materialise(index)))
+    mine = materialise(2)
+    assert mine is other[0] is m.elems[2]  # both threads write the same memory
+
+
 def test_rejected_array_create_leaves_no_map(emulated):
     with pytest.raises(OSError) as info:
         emulated.map_create(MapType.ARRAY, 4, 0, 4)

@@ -194,7 +194,9 @@ class BpfArray(ArrayBase):
     def elem(self, index: int) -> bytearray:
         value = self.elems.get(index)
         if value is None:
-            value = self.elems[index] = bytearray(self.elem_size)
+            # setdefault: threads touching a fresh element at once must share one buffer,
+            # or writes through a pointer a program holds would land in a lost copy.
+            value = self.elems.setdefault(index, bytearray(self.elem_size))
         return value
 
     # -- syscall side -------------------------------------------------------------------------
@@ -254,9 +256,9 @@ class BpfPercpuArray(ArrayBase):
 
     def slots(self, index: int) -> list[bytearray]:
         slots = self.elems.get(index)
-        if slots is None:
-            slots = self.elems[index] = [bytearray(self.elem_size)
-                                         for _ in range(self.num_cpus)]
+        if slots is None:  # setdefault, as in BpfArray.elem
+            slots = self.elems.setdefault(index, [bytearray(self.elem_size)
+                                                  for _ in range(self.num_cpus)])
         return slots
 
     # -- syscall side (bpf_percpu_array_copy / bpf_percpu_array_update) -----------------------
