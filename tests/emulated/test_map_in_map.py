@@ -4,6 +4,7 @@ outer map's references keep inner maps alive exactly as long as it holds them.""
 from __future__ import annotations
 
 import errno
+import threading
 
 import pytest
 
@@ -75,3 +76,69 @@ def test_the_template_is_a_snapshot_not_a_reference(emulated):
     same_shape = emulated.map_create(MapType.ARRAY, 4, 4, 3)
     emulated.map_update_elem(outer, k32(0), k32(same_shape))
     assert emulated.map_lookup_elem(outer, k32(0)) == k32(emulated.map_get_info(same_shape).id)
+
+
+class _InterleavedHolders(dict):
+    """HASH_OF_MAPS' inner-map holder table, where another thread runs ``hook`` in the middle
+    of the first ``setdefault``: between finding an inner map's entry and counting on it."""
+
+    def __init__(self, hook):
+        super().__init__()
+        self.hook = hook
+
+    def setdefault(self, key, default=None):
+        held = super().setdefault(key, default)
+        if self.hook is not None:
+            hook, self.hook = self.hook, None
+            hook()
+        return held
+
+
+def test_hash_of_maps_counts_holders_of_an_inner_map_across_threads(emulated):
+    inner = emulated.map_create(MapType.ARRAY, 4, 4, 1)
+    outer = emulated.map_create(MapType.HASH_OF_MAPS, 4, 4, 4, inner_map_fd=inner)
+    emulated.map_update_elem(outer, k32(1), k32(inner))
+    m = emulated.map_from_fd(outer)
+    deleter = threading.Thread(target=emulated.map_delete_elem, args=(outer, k32(1)))
+
+    def delete_the_other_holder():
+        deleter.start()
+        deleter.join(0.2)  # it must wait for the holder table, not slip in between
+
+    holders = _InterleavedHolders(delete_the_other_holder)
+    holders.update(m.inner_maps)
+    m.inner_maps = holders
+    emulated.map_update_elem(outer, k32(2), k32(inner))
+    deleter.join()
+    inner_map = emulated.map_from_fd(inner)
+    assert m.lookup_elem(k32(2)) is inner_map
+    assert m.inner_maps == {inner_map.id: [inner_map, 1]}
+
+
+class _ReplacedOnce(dict):
+    """The holder table as a program lookup sees it while another thread replaces the key's
+    inner map: the first look finds the old map's entry already gone."""
+
+    missed = False
+
+    def _first_look_misses(self) -> bool:
+        missed, self.missed = self.missed, True
+        return not missed
+
+    def get(self, key, default=None):
+        return default if self._first_look_misses() else super().get(key, default)
+
+    def __getitem__(self, key):
+        if self._first_look_misses():
+            raise KeyError(key)
+        return super().__getitem__(key)
+
+
+def test_hash_of_maps_program_lookup_rereads_a_value_replaced_meanwhile(emulated):
+    inner = emulated.map_create(MapType.ARRAY, 4, 4, 1)
+    outer = emulated.map_create(MapType.HASH_OF_MAPS, 4, 4, 4, inner_map_fd=inner)
+    emulated.map_update_elem(outer, k32(1), k32(inner))
+    m = emulated.map_from_fd(outer)
+    holders = _ReplacedOnce(m.inner_maps)
+    m.inner_maps = holders
+    assert m.lookup_elem(k32(1)) is emulated.map_from_fd(inner)

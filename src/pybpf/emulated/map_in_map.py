@@ -25,6 +25,7 @@ Rules this module keeps:
 from __future__ import annotations
 
 import errno
+import threading
 from typing import TYPE_CHECKING
 
 from ..errors import KernelError
@@ -147,15 +148,14 @@ class HashOfMaps(MapOfMapsMixin, HtabMap):
         self.inner_map_meta = bpf_map_meta_alloc(attr.inner_map)
         super().__init__(attr, machine, node)
         self.inner_maps: dict[int, list] = {}  # id -> [map, elements holding it]
-
-    # Replacing an inner map overwrites the element where it is (6.8+): no bucket reordering.
-    _update = HtabMap._update_in_place
+        # Elements of different buckets share an entry; taken inside a bucket lock.
+        self.inner_maps_lock = threading.Lock()
 
     def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
         """bpf_fd_htab_map_update_elem: resolve the fd first, then the hash update."""
         inner = self.fd_get_ptr(u32_key(value))
-        held = self.inner_maps.setdefault(inner.id, [inner, 0])
-        held[1] += 1
+        with self.inner_maps_lock:
+            self.inner_maps.setdefault(inner.id, [inner, 0])[1] += 1
         try:
             self._update(key, inner.id.to_bytes(4, "little"), flags, onallcpus=True)
         except KernelError:
@@ -166,19 +166,29 @@ class HashOfMaps(MapOfMapsMixin, HtabMap):
         self._drop(u32_key(elem.value))
 
     def _drop(self, inner_id: int) -> None:
-        held = self.inner_maps[inner_id]
-        held[1] -= 1
-        if not held[1]:
-            del self.inner_maps[inner_id]
+        with self.inner_maps_lock:
+            held = self.inner_maps[inner_id]
+            held[1] -= 1
+            if not held[1]:
+                del self.inner_maps[inner_id]
         self.fd_put_ptr(held[0])
 
     def lookup_and_delete_elem_sys(self, key: bytes | None, flags: int) -> bytes:
         raise KernelError(ENOTSUPP, "lookup_and_delete is not supported by maps of maps")
 
     def lookup_elem(self, key: bytes) -> BpfMap | None:
-        """htab_of_map_lookup_elem: the inner map itself, for the program to use."""
-        value = super().lookup_elem(key)
-        return None if value is None else self.inner_maps[u32_key(value)][0]
+        """htab_of_map_lookup_elem: the inner map itself, for the program to use.
+
+        Lock-free like the kernel's: an inner map replaced meanwhile may have lost its last
+        holder between reading the value and finding the map; the value is then read again.
+        """
+        while True:
+            value = super().lookup_elem(key)
+            if value is None:
+                return None
+            held = self.inner_maps.get(u32_key(value))
+            if held is not None:
+                return held[0]
 
     def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
         return -errno.EINVAL  # programs cannot store maps (the verifier refuses)
