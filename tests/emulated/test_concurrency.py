@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import socket
 import struct
 import sys as sys_module
 import threading
@@ -179,3 +180,41 @@ def test_threads_sharing_a_cpu_replace_keys_without_corrupting_the_map(
     m = sys.map_from_fd(fd)
     m.check_invariants()  # one element per key, each in its key's bucket, none lost
     assert sorted(iter_keys(sys, fd)) == sorted(m.table)
+
+
+@pytest.mark.parametrize("map_type", [T.DEVMAP_HASH, T.SOCKHASH])
+def test_hashed_fd_maps_keep_their_buckets_under_concurrent_updates_and_deletes(
+        map_type, fast_thread_switches):
+    sys = system("emulated", cpus=2)
+    sys.machine.ifindexes = {1}
+    fd = sys.map_create(map_type, 4, 4, 8)
+    pair = socket.socketpair()
+    value = u32(1 if map_type == T.DEVMAP_HASH else pair[0].fileno())
+    errors = []
+
+    def worker(seed):
+        try:
+            for i in range(1500):
+                key = u32((i + seed) % 4)
+                try:
+                    sys.map_update_elem(fd, key, value)
+                    sys.map_delete_elem(fd, key)
+                except OSError as exc:
+                    if exc.errno != errno.ENOENT:  # another thread deleted it first
+                        raise
+                if i % 50 == 0:
+                    list(iter_keys(sys, fd))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    pair[0].close()
+    pair[1].close()
+    assert not errors, errors[:3]
+    buckets = sys.map_from_fd(fd).index if map_type == T.DEVMAP_HASH else \
+        sys.map_from_fd(fd).table
+    assert buckets.count == sum(len(b) for b in buckets.buckets.values())

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import errno
 import struct
+import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -75,7 +76,8 @@ class HashBuckets:
     """hlist buckets as devmap_hash and sockhash keep them: front insertion, per-bucket order.
 
     ``roundup_pow_of_two(max_entries)`` buckets; a key goes to bucket ``key_hash(key) &
-    (n_buckets - 1)``; entries are ``[key, obj]``.
+    (n_buckets - 1)``; entries are ``[key, obj]``. Writers hold the owning map's lock;
+    readers take none (RCU in the kernel), so they read buckets through copies.
     """
 
     def __init__(self, max_entries: int, key_hash: Callable[[bytes], int]) -> None:
@@ -85,7 +87,7 @@ class HashBuckets:
         self.count = 0
 
     def find(self, key: bytes) -> list | None:
-        for entry in self.buckets.get(self.bucket_of(key), ()):
+        for entry in tuple(self.buckets.get(self.bucket_of(key), ())):
             if entry[0] == key:
                 return entry
         return None
@@ -104,20 +106,25 @@ class HashBuckets:
 
     def entries(self) -> Iterator[list]:
         for index in sorted(self.buckets):
-            yield from self.buckets[index]
+            yield from tuple(self.buckets.get(index, ()))
 
     def _first_from(self, start: int) -> bytes:
-        later = [index for index in self.buckets if index >= start]
-        if not later:
-            raise KernelError(errno.ENOENT, "no more keys")
-        return self.buckets[min(later)][0][0]
+        while True:
+            later = [index for index in list(self.buckets) if index >= start]
+            if not later:
+                raise KernelError(errno.ENOENT, "no more keys")
+            index = min(later)
+            bucket = tuple(self.buckets.get(index, ()))
+            if bucket:
+                return bucket[0][0]
+            start = index + 1  # emptied meanwhile
 
     def get_next_key(self, key: bytes | None) -> bytes:
         """The hash maps' get_next_key: next in the bucket, then the next non-empty bucket."""
         if key is None:
             return self._first_from(0)
         index = self.bucket_of(key)
-        bucket = self.buckets.get(index, ())
+        bucket = tuple(self.buckets.get(index, ()))
         for pos, entry in enumerate(bucket):
             if entry[0] == key:
                 if pos + 1 < len(bucket):
@@ -237,6 +244,7 @@ class DevMapHash(DevMapBase):
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
         super().__init__(attr, machine, node)
         self.index = HashBuckets(attr.max_entries, u32_key)
+        self.index_lock = threading.Lock()  # dtab->index_lock: updates and deletes
 
     def lookup_elem(self, key: bytes) -> bytearray | None:
         self._count()
@@ -254,23 +262,25 @@ class DevMapHash(DevMapBase):
         if flags > BPF_EXIST or not ifindex:
             raise KernelError(errno.EINVAL, f"flags {flags:#x} / ifindex {ifindex}: use BPF_ANY, "
                                             f"BPF_NOEXIST or BPF_EXIST and a non-zero ifindex")
-        old = self.index.find(key)
-        if old is not None and flags & BPF_NOEXIST:
-            raise KernelError(errno.EEXIST, f"key {u32_key(key)} is present and BPF_NOEXIST "
-                                            f"was given")
-        dev = self._alloc_node(ifindex, prog_fd)
-        if old is not None:
-            self.index.remove(old)
-        elif self.index.count >= self.max_entries:
-            raise KernelError(errno.E2BIG, f"the map is full ({self.max_entries} devices)")
-        self.index.add_head(key, dev)
+        with self.index_lock:
+            old = self.index.find(key)
+            if old is not None and flags & BPF_NOEXIST:
+                raise KernelError(errno.EEXIST, f"key {u32_key(key)} is present and "
+                                                f"BPF_NOEXIST was given")
+            dev = self._alloc_node(ifindex, prog_fd)
+            if old is not None:
+                self.index.remove(old)
+            elif self.index.count >= self.max_entries:
+                raise KernelError(errno.E2BIG, f"the map is full ({self.max_entries} devices)")
+            self.index.add_head(key, dev)
         self._count()
 
     def delete_elem_sys(self, key: bytes) -> None:
-        entry = self.index.find(key)
-        if entry is None:
-            raise KernelError(errno.ENOENT, f"no device under key {u32_key(key)}")
-        self.index.remove(entry)
+        with self.index_lock:
+            entry = self.index.find(key)
+            if entry is None:
+                raise KernelError(errno.ENOENT, f"no device under key {u32_key(key)}")
+            self.index.remove(entry)
 
     def get_next_key(self, key: bytes | None) -> bytes:
         return self.index.get_next_key(key)

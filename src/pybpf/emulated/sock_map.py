@@ -29,6 +29,7 @@ import os
 import socket
 import stat
 import struct
+import threading
 from typing import TYPE_CHECKING
 
 from ..errors import KernelError
@@ -154,6 +155,13 @@ class SockMapBase(BpfMap):
             raise KernelError(errno.EINVAL, f"map_flags {attr.map_flags:#x}: sockmaps accept only "
                                             f"NUMA_NODE, RDONLY and WRONLY")
 
+    def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
+        super().__init__(attr, machine, node)
+        # stab->lock, or the shtab bucket locks (one for the whole map here): writers take
+        # it. Reentrant: a closed socket that lookup_sock finds inside an update or delete
+        # is dropped under it too.
+        self.lock = threading.RLock()
+
     def lookup_sock(self, key: bytes) -> SockRef | None:
         """The socket under ``key`` (__sock_map_lookup_elem / __sock_hash_lookup_elem), used by
         the syscall lookups and by bpf_sk_redirect_map / bpf_sk_redirect_hash."""
@@ -174,7 +182,8 @@ class SockMapBase(BpfMap):
         if flags > BPF_EXIST:
             raise KernelError(errno.EINVAL, f"flags {flags:#x}: use BPF_ANY, BPF_NOEXIST or "
                                             f"BPF_EXIST")
-        self._update(key, ref, flags)
+        with self.lock:
+            self._update(key, ref, flags)
         self.access_stats.access(self.machine.current_cpu(), self.numa_node)
 
     def _update(self, key: bytes, ref: SockRef, flags: int) -> None:
@@ -200,7 +209,9 @@ class SockMap(SockMapBase):
         index = u32_key(key)
         ref = self.sks.get(index)
         if ref is not None and not ref.alive():
-            del self.sks[index]  # sock_map_close: the socket went away
+            with self.lock:  # sock_map_close: the socket went away
+                if self.sks.get(index) is ref:
+                    del self.sks[index]
             return None
         return ref
 
@@ -222,9 +233,10 @@ class SockMap(SockMapBase):
         if index >= self.max_entries:
             raise KernelError(errno.EINVAL, f"index {index} is out of range (max_entries "
                                             f"{self.max_entries})")
-        if self.lookup_sock(key) is None:
-            raise KernelError(errno.EINVAL, f"slot {index} holds no socket")
-        del self.sks[index]
+        with self.lock:
+            if self.lookup_sock(key) is None:
+                raise KernelError(errno.EINVAL, f"slot {index} holds no socket")
+            del self.sks[index]
 
     def get_next_key(self, key: bytes | None) -> bytes:
         return index_get_next_key(self.max_entries, key)
@@ -256,13 +268,19 @@ class SockHash(SockMapBase):
 
     def _prune(self) -> None:
         """Drop entries whose socket was closed (sock_map_close removes them in the kernel)."""
-        for entry in [e for e in self.table.entries() if not e[1].alive()]:
-            self.table.remove(entry)
+        with self.lock:
+            for entry in [e for e in self.table.entries() if not e[1].alive()]:
+                self.table.remove(entry)
+
+    def _remove_dead(self, key: bytes, entry: list) -> None:
+        with self.lock:
+            if self.table.find(key) is entry:
+                self.table.remove(entry)
 
     def lookup_sock(self, key: bytes) -> SockRef | None:
         entry = self.table.find(key)
         if entry is not None and not entry[1].alive():
-            self.table.remove(entry)
+            self._remove_dead(key, entry)
             return None
         return None if entry is None else entry[1]
 
@@ -281,12 +299,13 @@ class SockHash(SockMapBase):
             self.table.remove(old)
 
     def delete_elem_sys(self, key: bytes) -> None:
-        entry = self.table.find(key)
-        if entry is None or not entry[1].alive():
-            if entry is not None:
-                self.table.remove(entry)
-            raise KernelError(errno.ENOENT, "no socket under this key")
-        self.table.remove(entry)
+        with self.lock:
+            entry = self.table.find(key)
+            if entry is None or not entry[1].alive():
+                if entry is not None:
+                    self.table.remove(entry)
+                raise KernelError(errno.ENOENT, "no socket under this key")
+            self.table.remove(entry)
 
     def get_next_key(self, key: bytes | None) -> bytes:
         self._prune()
