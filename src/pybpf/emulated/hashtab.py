@@ -684,15 +684,6 @@ class HtabLruMap(HtabMap):
         self.access_stats.access(self._current.cpu, elem.node)
         return elem.value
 
-    def release(self) -> None:
-        for elem in self.table.values():
-            self.put_fd_value(elem)
-        self.table.clear()
-        if self.values is not None:
-            self.values.clear()
-        self.buckets.clear()
-        self.nonempty.clear()
-
 
 @map_ops(MapType.LRU_PERCPU_HASH)
 class HtabLruPercpuMap(HtabLruMap):
