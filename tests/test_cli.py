@@ -41,6 +41,22 @@ def test_unrecognized_arguments_show_the_subcommands_usage(args, usage):
     assert "unrecognized arguments" in result.stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    (["bench", "interp", "--iterations", "-5"], "--iterations must be >= 1, got -5"),
+    (["bench", "ops", "--chunk", "x"], "--chunk must be an integer, got 'x'"),
+    (["bench", "htab-mem", "-p", "0"], "--producers must be >= 1, got 0"),
+    (["reproduce", "--events", "-3"], "--events must be >= 1, got -3"),
+    (["map-perf", "512", "--backend", "emulated", "--cpus", "4", "--parent-cpu", "4"],
+     "--parent-cpu 4: the machine has CPUs 0-3"),
+])
+def test_out_of_range_numbers_are_usage_errors_naming_the_argument(args, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: pybpf") and message in err
+
+
 def test_help_lists_the_commands():
     result = run_cli("--help")
     assert result.returncode == 0

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from .bench import map_perf as mp
-from .bench.report import format_table
+from .bench.report import format_table, int_arg
 
 NUMA_CPUS, NUMA_NODES, NUMA_PARENT_CPU = 20, 2, 10
 
@@ -33,9 +33,10 @@ def reproduce_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Nam
                         help="where the kernel-side figures come from (default: "
                              "PYBPF_BACKEND, else kernel when bpf(2) is allowed, else "
                              "emulated only)")
-    parser.add_argument("--events", type=int, default=200,
+    parser.add_argument("--events", type=int_arg("--events", 1), default=200,
                         help="emulated events per CPU per test (default 200)")
-    parser.add_argument("--kernel-events", dest="kernel_events", type=int, default=10000,
+    parser.add_argument("--kernel-events", dest="kernel_events",
+                        type=int_arg("--kernel-events", 1), default=10000,
                         help="kernel events per CPU per test (default 10000, the sample's)")
     return run
 

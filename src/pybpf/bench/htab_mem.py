@@ -162,7 +162,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                              "default: all the backend has")
     parser.add_argument("--preallocated", action="store_true",
                         help="only the preallocated map (the selftest's flag)")
-    parser.add_argument("-p", "--producers", type=_positive_int, default=0,
+    parser.add_argument("-p", "--producers", type=report.int_arg("--producers", 1), default=0,
                         help="producer processes/threads, one per CPU (default: CPUs)")
     parser.add_argument("--value-size", dest="value_size", type=_value_size, default=8)
     parser.add_argument("-d", "--duration", type=_positive_float, default=2.0,
@@ -170,26 +170,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("-w", "--warmup", type=_nonnegative_float, default=1.0,
                         help="warm-up seconds per run (default 1)")
     parser.add_argument("--backend", choices=("kernel", "emulated"), default=None)
-    parser.add_argument("--cpus", type=_positive_int, default=None)
-    parser.add_argument("--nodes", type=_positive_int, default=None)
+    parser.add_argument("--cpus", type=report.int_arg("--cpus", 1), default=None)
+    parser.add_argument("--nodes", type=report.int_arg("--nodes", 1), default=None)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--plot", metavar="FILE.png", default=None)
     parser.add_argument("--no-progress", dest="progress", action="store_false")
     return parser
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
 def _value_size(text: str) -> int:
-    value = _positive_int(text)
+    value = report.int_arg("--value-size", 1)(text)
     if value > 4096:
         raise argparse.ArgumentTypeError(f"too big value size {value} (at most 4096)")
     return value

@@ -45,7 +45,7 @@ from ..asm import (
     xor64,
 )
 from ..uapi import MapType, ProgType
-from .report import Progress, dump_json, format_table
+from .report import Progress, dump_json, format_table, int_arg
 
 PACKET = bytes(64)
 
@@ -130,16 +130,16 @@ def measure(system, engine: str, program: str, iterations: int, repeat: int) -> 
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--iterations", type=int, default=20_000,
+    parser.add_argument("--iterations", type=int_arg("--iterations", 1), default=20_000,
                         help="loop iterations per run (the kernel's verifier walks every "
                              "iteration: keep it under ~100k; default 20000)")
     parser.add_argument("--programs", nargs="+", choices=sorted(PROGRAMS),
                         default=sorted(PROGRAMS), help="which programs (default: all)")
-    parser.add_argument("--interp-repeat", type=int, default=1,
+    parser.add_argument("--interp-repeat", type=int_arg("--interp-repeat", 1), default=1,
                         help="runs on the reference interpreter (default 1)")
-    parser.add_argument("--jit-repeat", type=int, default=10,
+    parser.add_argument("--jit-repeat", type=int_arg("--jit-repeat", 1), default=10,
                         help="runs on the JIT (default 10)")
-    parser.add_argument("--kernel-repeat", type=int, default=1000,
+    parser.add_argument("--kernel-repeat", type=int_arg("--kernel-repeat", 1), default=1000,
                         help="BPF_PROG_TEST_RUN repeat on the kernel (default 1000)")
     parser.add_argument("--no-kernel", action="store_true", help="skip the kernel")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")

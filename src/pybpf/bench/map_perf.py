@@ -185,20 +185,6 @@ class Config:
         return [t for t in Test if self.test_flags & t.bit]
 
 
-def _int_arg(name: str, minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text, 0)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}, got {value}")
-        return value
-
-    parse.__name__ = name
-    return parse
-
-
 def _test_flags_arg(text: str) -> int:
     try:
         value = int(text, 0)
@@ -242,24 +228,24 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("test_flags", metavar="TEST_FLAGS", nargs="?", type=_test_flags_arg,
                         default=ALL_TESTS_MASK, help="bitmask of tests, 0 = all (default)")
     parser.add_argument("num_procs", metavar="NUM_PROCS", nargs="?",
-                        type=_int_arg("NUM_PROCS", 0), default=0,
+                        type=report.int_arg("NUM_PROCS", 0), default=0,
                         help="processes, one per CPU 0..N-1 (default, 0: online CPUs)")
     parser.add_argument("num_map_entries", metavar="NUM_ENTRIES", nargs="?",
-                        type=_int_arg("NUM_ENTRIES", 0), default=0,
+                        type=report.int_arg("NUM_ENTRIES", 0), default=0,
                         help="max_entries of the enabled tests' maps (default, 0: as declared)")
-    parser.add_argument("max_cnt", metavar="MAX_CNT", nargs="?", type=_int_arg("MAX_CNT", 1),
+    parser.add_argument("max_cnt", metavar="MAX_CNT", nargs="?", type=report.int_arg("MAX_CNT", 1),
                         default=DEFAULT_MAX_CNT,
                         help=f"trigger syscalls per test per CPU (default {DEFAULT_MAX_CNT})")
     parser.add_argument("--backend", choices=("kernel", "emulated"), default=None,
                         help="default: kernel where bpf(2) is allowed, else emulated")
-    parser.add_argument("--cpus", type=_int_arg("--cpus", 1), default=None,
+    parser.add_argument("--cpus", type=report.int_arg("--cpus", 1), default=None,
                         help="emulated: CPUs of the declared machine")
-    parser.add_argument("--nodes", type=_int_arg("--nodes", 1), default=None,
+    parser.add_argument("--nodes", type=report.int_arg("--nodes", 1), default=None,
                         help="emulated: NUMA nodes of the declared machine")
     parser.add_argument("--numa-node", dest="numa_node", type=_numa_arg, default=NUMA_AUTO,
                         help="inner LRU maps: 'auto' each on its CPU's node (the 2017 patch), "
                              "'none' where created (before it), or node N")
-    parser.add_argument("--parent-cpu", dest="parent_cpu", type=_int_arg("--parent-cpu", 0),
+    parser.add_argument("--parent-cpu", dest="parent_cpu", type=report.int_arg("--parent-cpu", 0),
                         default=None, help="CPU the parent runs on while creating the maps "
                                            "(the patch's 'taskset -c 10')")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
@@ -335,6 +321,9 @@ def validate(cfg: Config) -> str | None:
                 "cc -O2 -o map_perf_trigger tools/map_perf_trigger.c")
     if cfg.num_procs > MAX_NR_CPUS:
         return f"NUM_PROCS {cfg.num_procs} exceeds {MAX_NR_CPUS}, the outer map's slots"
+    cpus = cfg.cpus if cfg.cpus is not None else os.cpu_count()
+    if cfg.parent_cpu is not None and cpus and cfg.parent_cpu >= cpus:
+        return f"--parent-cpu {cfg.parent_cpu}: the machine has CPUs 0-{cpus - 1}"
     return None
 
 

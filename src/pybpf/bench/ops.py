@@ -37,6 +37,7 @@ from ..maps import HashMap
 from ..system import System
 from ..system import system as make_system
 from ..uapi import MapType
+from .report import int_arg
 
 OPS = ("lookup", "update", "delete", "batch_lookup", "batch_lookup_arrays", "batch_update")
 # Ops compared with another op of the reference (arrays=True against the plain batch).
@@ -498,21 +499,16 @@ def summary(rows: list[dict]) -> list[str]:
 def ops_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
     """``pybpf bench ops`` (bench.BENCHMARKS)."""
     parser.add_argument("--backend", choices=("kernel", "emulated", "both"), default="both")
-    parser.add_argument("--n", type=int, default=50_000,
+    parser.add_argument("--n", type=int_arg("--n", 1), default=50_000,
                         help="operations per figure and round (default 50000)")
-    parser.add_argument("--entries", type=int, default=1000, help="keys in the map")
-    parser.add_argument("--chunk", type=int, default=256, help="batch size")
-    parser.add_argument("--repeat", type=int, default=5, help="rounds; the best is kept")
+    parser.add_argument("--entries", type=int_arg("--entries", 1), default=1000,
+                        help="keys in the map")
+    parser.add_argument("--chunk", type=int_arg("--chunk", 1), default=256, help="batch size")
+    parser.add_argument("--repeat", type=int_arg("--repeat", 1), default=5,
+                        help="rounds; the best is kept")
     parser.add_argument("--json", action="store_true", help="print rows as JSON")
     parser.add_argument("--map-only", action="store_true", help=argparse.SUPPRESS)
-
-    def checked(args: argparse.Namespace) -> int:
-        for name in ("n", "entries", "chunk", "repeat"):
-            if getattr(args, name) <= 0:
-                parser.error(f"--{name.replace('_', '-')} must be positive")
-        return run(args)
-
-    return checked
+    return run
 
 
 def run(args: argparse.Namespace) -> int:
