@@ -165,9 +165,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("-p", "--producers", type=report.int_arg("--producers", 1), default=0,
                         help="producer processes/threads, one per CPU (default: CPUs)")
     parser.add_argument("--value-size", dest="value_size", type=_value_size, default=8)
-    parser.add_argument("-d", "--duration", type=_positive_float, default=2.0,
+    parser.add_argument("-d", "--duration", type=_seconds_arg(zero_ok=False), default=2.0,
                         help="measured seconds per run (default 2)")
-    parser.add_argument("-w", "--warmup", type=_nonnegative_float, default=1.0,
+    parser.add_argument("-w", "--warmup", type=_seconds_arg(zero_ok=True), default=1.0,
                         help="warm-up seconds per run (default 1)")
     parser.add_argument("--backend", choices=("kernel", "emulated"), default=None)
     parser.add_argument("--cpus", type=report.int_arg("--cpus", 1), default=None)
@@ -185,24 +185,20 @@ def _value_size(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {value}")
-    return value
+def _seconds_arg(zero_ok: bool):
+    """An argparse ``type=`` for seconds: positive, or (``zero_ok``) at least 0."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+        if value < 0 or (value == 0 and not zero_ok):
+            raise argparse.ArgumentTypeError(
+                f"expected {'seconds >= 0' if zero_ok else 'a positive number of seconds'}, "
+                f"got {value}")
+        return value
 
-
-def _nonnegative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {value}")
-    return value
+    return parse
 
 
 def config_from_args(ns: argparse.Namespace) -> Config:
