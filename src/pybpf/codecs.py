@@ -97,7 +97,7 @@ class BytesCodec(Codec):
     def decode(self, data: bytes) -> bytes:
         return bytes(data)
 
-    def decode_many(self, buf, count):
+    def decode_many(self, buf: bytes | bytearray | memoryview, count: int) -> list[Any]:
         size = self.size
         data = bytes(memoryview(buf)[:count * size])
         return [data[i:i + size] for i in range(0, count * size, size)]
@@ -144,7 +144,7 @@ class IntCodec(Codec):
     def decode(self, data: bytes) -> int:
         return int.from_bytes(data, "little", signed=self.signed)
 
-    def decode_many(self, buf, count):
+    def decode_many(self, buf: bytes | bytearray | memoryview, count: int) -> list[Any]:
         fmt = _INT_FORMATS.get(self.size)
         if fmt is None:
             return super().decode_many(buf, count)
@@ -152,7 +152,7 @@ class IntCodec(Codec):
             fmt = fmt.lower()
         return memoryview(buf)[:count * self.size].cast("B").cast(fmt).tolist()
 
-    def decode_array(self, buf, count):
+    def decode_array(self, buf: bytes | bytearray | memoryview, count: int) -> Sequence[Any]:
         code = _ARRAY_CODES.get(self.size)
         if code is None:
             return self.decode_many(buf, count)
@@ -162,7 +162,7 @@ class IntCodec(Codec):
             values.byteswap()
         return values
 
-    def encode_many(self, objs):
+    def encode_many(self, objs: Iterable[Any]) -> bytes:
         fmt = _INT_FORMATS.get(self.size)
         objs = objs if isinstance(objs, list) else list(objs)
         if fmt is None:
@@ -208,7 +208,7 @@ class StructCodec(Codec):
         values = self.struct.unpack(data)
         return values[0] if self.fields == 1 else values
 
-    def decode_many(self, buf, count):
+    def decode_many(self, buf: bytes | bytearray | memoryview, count: int) -> list[Any]:
         view = memoryview(buf)[:count * self.size]
         if self.fields == 1:
             return [v[0] for v in self.struct.iter_unpack(view)]
@@ -362,7 +362,7 @@ class PerCpuCodec(Codec):
         stride, size, dec = self.stride, self.inner.size, self.inner.decode
         return PerCpuValue(dec(data[i:i + size]) for i in range(0, self.size, stride))
 
-    def decode_many(self, buf, count):
+    def decode_many(self, buf: bytes | bytearray | memoryview, count: int) -> list[Any]:
         size = self.size
         data = bytes(memoryview(buf)[:count * size])
         return [self.decode(data[i:i + size]) for i in range(0, count * size, size)]
@@ -397,7 +397,7 @@ class MapFdCodec(Codec):
     def decode(self, data: bytes) -> int:
         return int.from_bytes(data, "little")
 
-    def decode_many(self, buf, count):
+    def decode_many(self, buf: bytes | bytearray | memoryview, count: int) -> list[Any]:
         return memoryview(buf)[:count * 4].cast("B").cast("I").tolist()
 
     def describe(self) -> str:
