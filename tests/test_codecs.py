@@ -179,6 +179,8 @@ def test_make_codec_size_mismatch_says_both_sizes_and_a_fix():
     with pytest.raises(ValueError, match=r"key codec struct '<Q' is 8 bytes but the map's "
                                          r"key_size is 4: use a 4-byte codec \(e\.g\. '<I'"):
         make_codec("<Q", 4, "key")
+    with pytest.raises(ValueError, match=r"use an 8-byte codec"):
+        make_codec("<I", 8)
 
 
 def test_make_codec_rejects_unknown_specs():

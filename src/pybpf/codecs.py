@@ -435,9 +435,17 @@ def make_codec(spec: CodecSpec, size: int, what: str = "value") -> Codec:
     if codec.size != size:
         raise ValueError(
             f"{what} codec {codec.describe()} is {codec.size} bytes but the map's {what}_size "
-            f"is {size}: use a {size}-byte codec (e.g. {_suggest(size)}) or a map with "
+            f"is {size}: use {_article(size)} {size}-byte codec (e.g. {_suggest(size)}) or a "
+            f"map with "
             f"{what}_size={codec.size}")
     return codec
+
+
+def _article(number: int) -> str:
+    """"an" before a number read with a vowel sound (8, 11, 18, 80-89, 800, 11000...), else "a"."""
+    digits = str(number)
+    return "an" if digits[0] == "8" or (digits[:2] in ("11", "18") and len(digits) % 3 == 2) \
+        else "a"
 
 
 def _suggest(size: int) -> str:
