@@ -211,7 +211,9 @@ def bpf_error(err: int, command: str, *, map: str = "", detail: str = "",
         text += f": {detail}"
     elif hint:
         text += f": {hint}"
-    elem = command in _ELEMENT_COMMANDS
-    if cls is BPFPermissionError and not elem and PERMISSION_HINT not in text:
+    # EPERM from these is about the map or the path (frozen, read-only, not on bpffs), not
+    # about privileges: the hint to run as root would mislead.
+    not_privileges = command in _ELEMENT_COMMANDS or command in ("map_freeze", "obj_pin")
+    if cls is BPFPermissionError and not not_privileges and PERMISSION_HINT not in text:
         text += f" ({PERMISSION_HINT})"
     return cls(err, text, command=command, map=map, hint=hint, count=count, detail=detail)

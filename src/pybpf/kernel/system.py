@@ -488,7 +488,8 @@ class KernelSystem(System):
     def obj_pin(self, fd: int, path: str) -> None:
         ret = bpf(Cmd.OBJ_PIN, ObjPinAttr(pathname=os.fsencode(path), bpf_fd=fd))
         if ret < 0:
-            raise bpf_error(-ret, "obj_pin", map=f"fd {fd}", detail=_pin_detail(-ret, path))
+            raise bpf_error(-ret, "obj_pin", map=f"fd {fd}",
+                            detail=_pin_detail(-ret, path, pinning=True))
 
     def obj_get(self, path: str, file_flags: int = 0) -> int:
         fd = bpf(Cmd.OBJ_GET, ObjPinAttr(pathname=os.fsencode(path), file_flags=file_flags))
@@ -668,7 +669,9 @@ def _verifier_reason(log: str) -> str:
     return ""
 
 
-def _pin_detail(err: int, path: str) -> str:
+def _pin_detail(err: int, path: str, pinning: bool = False) -> str:
+    if err == errno.ENOENT and pinning:
+        return f"{path}: its directory does not exist (create it on bpffs first)"
     if err == errno.ENOENT:
         return f"{path}: no such pin (or its directory is missing)"
     if err == errno.EEXIST:
