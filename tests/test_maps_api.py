@@ -508,6 +508,26 @@ def test_freeze_makes_syscall_writes_eperm(backend):
         assert m[1] == 1
 
 
+def test_second_freeze_is_eperm_without_the_run_as_root_hint(backend):
+    from pybpf.errors import PERMISSION_HINT
+
+    with hash_map(backend) as m:
+        m.freeze()
+        with pytest.raises(BPFPermissionError) as info:
+            m.freeze()
+        assert info.value.errno == errno.EPERM
+        assert PERMISSION_HINT not in str(info.value)
+
+
+def test_pin_outside_bpffs_is_eperm_saying_so_without_the_run_as_root_hint(backend, tmp_path):
+    from pybpf.errors import PERMISSION_HINT
+
+    with hash_map(backend) as m, pytest.raises(BPFPermissionError) as info:
+        m.pin(str(tmp_path / "pin"))
+    assert info.value.errno == errno.EPERM
+    assert "bpffs" in str(info.value) and PERMISSION_HINT not in str(info.value)
+
+
 @pytest.mark.parametrize("node", [0, "auto"])
 def test_numa_node_sets_the_numa_flag(backend, node):
     with M.HashMap(4, int, int, key_size=4, value_size=4, numa_node=node,
