@@ -167,6 +167,19 @@ def default_system() -> System:
     return _default_system
 
 
+def resolve_system(system: System | None) -> System:
+    """``system``, or the shared default for None; anything else is a TypeError."""
+    if system is None:
+        return default_system()
+    if not isinstance(system, System):
+        raise TypeError(f"system must be a System, e.g. pybpf.system({system!r}) or "
+                        f"pybpf.system('emulated'), got {type(system).__name__}"
+                        if isinstance(system, str) else
+                        f"system must be a System (pybpf.system(...)), got "
+                        f"{type(system).__name__}")
+    return system
+
+
 # -- the hot-path core ----------------------------------------------------------------------
 
 MODE_SLOW, MODE_KERNEL, MODE_TABLE = 0, 1, 2
@@ -265,7 +278,7 @@ class Map(_MapCore, collections.abc.MutableMapping):
         if self.map_type is not None and spec.type != self.map_type:
             raise ValueError(f"{type(self).__name__} is for {MapType(self.map_type).name} "
                              f"maps, the spec says {spec.type!r}: use Map.create(spec)")
-        system = system if system is not None else default_system()
+        system = resolve_system(system)
         codecs = _codecs_for(spec, system, key, value)  # bad codecs fail before the create
         fd = _create(spec, system)
         try:
@@ -290,7 +303,7 @@ class Map(_MapCore, collections.abc.MutableMapping):
         """Wrap an open map fd; the Map takes ownership and closes it."""
         if not isinstance(fd, int) or isinstance(fd, bool):
             raise TypeError(f"Map.from_fd needs an open map fd (an int), got {fd!r}")
-        system = system if system is not None else default_system()
+        system = resolve_system(system)
         try:
             spec = MapSpec.from_info(system.map_get_info(fd))
             klass = cls if cls is not Map else _CLASS_FOR_TYPE.get(spec.type, Map)
@@ -305,14 +318,14 @@ class Map(_MapCore, collections.abc.MutableMapping):
     def from_id(cls, map_id: int, system: System | None = None, *, key: CodecSpec = None,
                 value: CodecSpec = None) -> Map:
         """Open the map with this id (BPF_MAP_GET_FD_BY_ID)."""
-        system = system if system is not None else default_system()
+        system = resolve_system(system)
         return cls.from_fd(system.map_get_fd_by_id(map_id), system, key=key, value=value)
 
     @classmethod
     def load_pinned(cls, path: str, system: System | None = None, *, key: CodecSpec = None,
                     value: CodecSpec = None) -> Map:
         """Open the map pinned at ``path`` (BPF_OBJ_GET)."""
-        system = system if system is not None else default_system()
+        system = resolve_system(system)
         return cls.from_fd(system.obj_get(path), system, key=key, value=value)
 
     def _attach(self, system: System, fd: int, spec: MapSpec,
@@ -712,6 +725,9 @@ class LpmKey(Codec):
     """
 
     def __init__(self, data_size: int) -> None:
+        if not isinstance(data_size, int) or isinstance(data_size, bool):
+            raise TypeError(f"an LPM trie's data_size is the byte count after the prefixlen "
+                            f"(4 for IPv4, 16 for IPv6), got {data_size!r}")
         if data_size <= 0:
             raise ValueError(f"an LPM trie key needs data after the 4-byte prefixlen "
                              f"(key_size >= 5), got data size {data_size}")
@@ -778,6 +794,8 @@ class _TypedMap(Map):
             key_size = self.fixed_key_size if key_size is None else key_size
         ks = _field_size(key_size, key, "key", cls)
         vs = _field_size(value_size, value, "value", cls)
+        if not isinstance(flags, int) or isinstance(flags, bool):
+            raise TypeError(f"{cls}: flags must be an int (pybpf.uapi.MapFlags), got {flags!r}")
         spec = MapSpec(self.map_type, ks, vs, max_entries, flags=flags | self.extra_flags,
                        numa_node=numa_node, inner_map=inner_map, name=name,
                        map_extra=map_extra, key=key, value=value)
@@ -893,9 +911,10 @@ class BloomFilterMap(_TypedMap):
                  value_size: int | None = None, nr_hashes: int = 0, flags: int = 0,
                  name: str = "", numa_node: int | str | None = None,
                  system: System | None = None) -> None:
-        if not 0 <= nr_hashes <= 15:
-            raise ValueError(f"nr_hashes must be 0..15 (0 means the kernel's 5), got "
-                             f"{nr_hashes}")
+        if not isinstance(nr_hashes, int) or isinstance(nr_hashes, bool) \
+                or not 0 <= nr_hashes <= 15:
+            raise ValueError(f"nr_hashes must be an int 0..15 (0 means the kernel's 5), got "
+                             f"{nr_hashes!r}")
         super().__init__(max_entries, None, value, value_size=value_size, flags=flags,
                          name=name, numa_node=numa_node, map_extra=nr_hashes, system=system)
 

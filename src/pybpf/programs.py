@@ -132,10 +132,9 @@ class Program:
         ``maps`` binds map names used in the instructions (over ``spec.maps``).
         ``log_level`` > 0 asks for a verifier log even when the load succeeds.
         """
-        if system is None:
-            from .maps import default_system
+        from .maps import resolve_system
 
-            system = default_system()
+        system = resolve_system(system)
         bindings = {**spec.maps, **(maps or {})}
         insns, keep = _resolve_maps(spec.assembly(), system, bindings)
         fd = system.prog_load(int(spec.prog_type), encode(insns), license=spec.license,
@@ -147,19 +146,17 @@ class Program:
     @classmethod
     def from_fd(cls, fd: int, system: System | None = None) -> Program:
         """Wrap an open program fd; the Program takes ownership and closes it."""
-        if system is None:
-            from .maps import default_system
+        from .maps import resolve_system
 
-            system = default_system()
+        system = resolve_system(system)
         return cls(system, fd)
 
     @classmethod
     def from_id(cls, prog_id: int, system: System | None = None) -> Program:
         """Open the program with this id (BPF_PROG_GET_FD_BY_ID)."""
-        if system is None:
-            from .maps import default_system
+        from .maps import resolve_system
 
-            system = default_system()
+        system = resolve_system(system)
         return cls(system, system.prog_get_fd_by_id(prog_id))
 
     # -- running ---------------------------------------------------------------------------
