@@ -440,6 +440,20 @@ def test_close_is_idempotent_and_later_ops_give_ebadf(backend):
     assert info.value.errno == errno.EBADF
 
 
+@pytest.mark.parametrize("make, error, match", [
+    (lambda s: M.HashMap(4, key_size=4, value_size=8, system="kernel"), TypeError,
+     r"system must be a System, e.g. pybpf.system\('kernel'\)"),
+    (lambda s: M.HashMap(4, key_size=4, value_size=8, flags="no_prealloc", system=s),
+     TypeError, "flags must be an int"),
+    (lambda s: M.BloomFilterMap(4, value="<I", nr_hashes="3", system=s), ValueError,
+     "nr_hashes must be an int 0..15"),
+    (lambda s: M.LpmTrieMap(4, "4", system=s), TypeError, "data_size is the byte count"),
+])
+def test_typed_map_arguments_of_the_wrong_type_say_what_is_expected(backend, make, error, match):
+    with pytest.raises(error, match=match):
+        make(backend)
+
+
 def test_map_from_fd_that_is_not_an_int_is_type_error(backend):
     with pytest.raises(TypeError, match="needs an open map fd"):
         M.Map.from_fd("3", backend)
