@@ -170,3 +170,17 @@ def test_bpf_denied_is_one_error_line_with_the_way_out(args, monkeypatch, capsys
     err = capsys.readouterr().err
     assert err.startswith("Error: ") and "Traceback" not in err
     assert "EPERM" in err and PERMISSION_HINT in err
+
+
+def test_any_bpf_error_is_one_error_line_not_a_traceback(monkeypatch, capsys):
+    from pybpf.errors import bpf_error
+    from pybpf.kernel import system as kernel_system
+
+    def no_tracefs(self):
+        raise bpf_error(errno.ENOENT, "attach_tracepoint", map="tracepoint syscalls/x",
+                        detail="is tracefs mounted?")
+
+    monkeypatch.setattr(kernel_system.KernelSystem, "__init__", no_tracefs)
+    assert cli.main(["maps", "--backend", "kernel"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Error: ") and "ENOENT" in err and "tracefs" in err

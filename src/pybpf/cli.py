@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from .errors import BPFPermissionError
+from .errors import BPFError
 from .uapi import PERCPU_MAP_TYPES, MapType, round_up
 
 # name -> (help, "module:function"); the function is the command's ``*_command(parser)``.
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `pybpf maps | head`: stop quietly
         sys.stderr.close()
         return 0
-    except BPFPermissionError as exc:  # bpf(2) denied: the message says what to do, no traceback
+    except BPFError as exc:  # bpf(2) denied, tracefs missing...: the message says what to do
         print(f"Error: {exc}", file=sys.stderr)
         return 1
 
