@@ -411,7 +411,7 @@ class Map(_MapCore, collections.abc.MutableMapping):
         self.system.map_delete_elem(self.fd, key)
 
     # -- element ops -------------------------------------------------------------------------
-    def lookup(self, key: Any = None, flags: UpdateFlags | int = 0) -> Any:
+    def lookup(self, key: Any = None, flags: UpdateFlags | int | str = 0) -> Any:
         """BPF_MAP_LOOKUP_ELEM (``flags``: BPF_F_LOCK); KeyNotFoundError when absent."""
         if not flags:
             return self[key]
@@ -435,7 +435,7 @@ class Map(_MapCore, collections.abc.MutableMapping):
         """BPF_MAP_DELETE_ELEM."""
         del self[key]
 
-    def lookup_and_delete(self, key: Any = None, flags: UpdateFlags | int = 0) -> Any:
+    def lookup_and_delete(self, key: Any = None, flags: UpdateFlags | int | str = 0) -> Any:
         """BPF_MAP_LOOKUP_AND_DELETE_ELEM: the value, removed (queue/stack: pop)."""
         data = self.system.map_lookup_and_delete_elem(self.fd, self.key_codec.encode(key),
                                                       update_flags(flags))
@@ -544,7 +544,7 @@ class Map(_MapCore, collections.abc.MutableMapping):
         return self._write_batch("map_update_batch", kbuf, vbuf, len(keys),
                                  update_flags(flags))
 
-    def batch_delete(self, keys: Iterable[Any], flags: UpdateFlags | int = 0) -> int:
+    def batch_delete(self, keys: Iterable[Any], flags: UpdateFlags | int | str = 0) -> int:
         """BPF_MAP_DELETE_BATCH; returns the count (``count`` on the exception on error)."""
         keys = list(keys)
         kbuf = self.key_codec.encode_many(keys)
