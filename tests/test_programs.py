@@ -175,6 +175,11 @@ def test_test_run_bad_arguments_are_clear_errors(backend, kwargs, error, match):
             prog.test_run(**kwargs)
 
 
+def test_program_from_fd_that_is_not_an_int_is_type_error(backend):
+    with pytest.raises(TypeError, match="needs an open program fd"):
+        Program.from_fd("3", backend)
+
+
 def test_empty_program_is_e2big_saying_why(backend):
     with pytest.raises(BPFError, match="instructions") as err:
         Program.load(ProgramSpec(ProgType.XDP, []), backend)

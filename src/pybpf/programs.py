@@ -146,6 +146,8 @@ class Program:
     @classmethod
     def from_fd(cls, fd: int, system: System | None = None) -> Program:
         """Wrap an open program fd; the Program takes ownership and closes it."""
+        if not isinstance(fd, int) or isinstance(fd, bool):
+            raise TypeError(f"Program.from_fd needs an open program fd (an int), got {fd!r}")
         from .maps import resolve_system
 
         system = resolve_system(system)
