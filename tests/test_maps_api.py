@@ -110,6 +110,14 @@ def test_array_update_past_max_entries_says_index_out_of_range(backend):
         assert info.value.errno == errno.E2BIG
 
 
+def test_map_in_map_value_unlike_the_template_is_einval_naming_the_template(backend):
+    with M.ArrayOfMaps(2, inner_map=MapSpec("array", 4, 4, 1), system=backend) as outer, \
+            M.HashMap(3, key_size=4, value_size=4, system=backend) as wrong:
+        with pytest.raises(BPFError, match="template") as info:
+            outer[0] = wrong
+        assert info.value.errno == errno.EINVAL
+
+
 def test_array_delete_says_array_elements_cannot_be_deleted(backend):
     with M.ArrayMap(4, value=int, value_size=8, system=backend) as m:
         with pytest.raises(BPFError, match="cannot be deleted") as info:

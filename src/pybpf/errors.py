@@ -171,6 +171,10 @@ def _likely_cause(err: int, command: str, map_kind: str = "") -> tuple[type[BPFE
             and map_kind in ("array", "percpu_array"):
         return BPFError, ("array elements cannot be deleted (they always exist): write a "
                           "zero value instead")
+    if err == _errno.EINVAL and command == "map_update_elem" \
+            and map_kind in ("array_of_maps", "hash_of_maps"):
+        return BPFError, ("the value must be a map like the inner-map template (type, key and "
+                          "value size, flags, max_entries unless BPF_F_INNER_MAP)")
     if err == _errno.EINVAL:
         return BPFError, "invalid argument: an attribute or flag is not accepted"
     if err == _errno.ENOMEM:
