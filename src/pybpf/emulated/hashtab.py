@@ -18,9 +18,9 @@ Rules this module keeps:
   system was made with ``htab_mem="call_rcu"``). Preallocated elements are created lazily:
   a free list holds a count of not-yet-materialised elements, which is unobservable.
 - Locks: striped bucket locks; the LRU and the free lists have their own. Lock order is
-  LRU -> bucket -> a CPU's spare-element lock; LRU nodes are given back only after the
-  bucket lock is dropped. A key's bucket always comes from hashing the key: an element
-  reached without its bucket lock may be recycled for another key at any time.
+  LRU -> bucket; LRU nodes are given back only after the bucket lock is dropped. A key's
+  bucket always comes from hashing the key: an element reached without its bucket lock may
+  be recycled for another key at any time.
 - Syscall lookups never set LRU reference bits; program lookups do.
 """
 
@@ -174,7 +174,9 @@ class HtabMap(BpfMap):
         self.freelist: PcpuFreelist | None = None
         self.lru_list: BpfLru | None = None
         self.ma: BpfMemAlloc | KmallocRcu | None = None
-        self.extra_elems: list[HtabElem] = []
+        # Per CPU, the spare elements a replacement takes (one each, as the kernel's
+        # extra_elems); a second thread replacing on the same CPU finds none and makes one.
+        self.extra_elems: list[list[HtabElem]] = []
         if self.lru:
             self.lru_list = BpfLru(ncpus, self.percpu_lru, self._lru_delete_node,
                                    lru_target_free(self.max_entries, ncpus), self.current_cpu)
@@ -184,8 +186,7 @@ class HtabMap(BpfMap):
             self.freelist.populate_lazy(self.max_entries, self._new_elem_on_home)
             if type(self)._update is HtabMap._update:  # htab_has_extra_elems: replacing
                 # allocates, so one spare per CPU makes a replacement in a full map succeed
-                self.extra_elems = [self._new_elem_on_home() for _ in range(ncpus)]
-                self.extra_locks = [threading.Lock() for _ in range(ncpus)]
+                self.extra_elems = [[self._new_elem_on_home()] for _ in range(ncpus)]
         else:
             self.ma = self._new_mem_alloc(machine)
 
@@ -285,9 +286,13 @@ class HtabMap(BpfMap):
         """alloc_htab_elem: E2BIG when full (new keys only), ENOMEM when out of memory."""
         if self.prealloc:
             if old is not None and self.extra_elems:
-                cpu = self._current.cpu
-                elem = self.extra_elems[cpu]
-                self.extra_elems[cpu] = old
+                # The kernel swaps its CPU's spare for old with preemption off; here several
+                # threads may share an emulated CPU, so the spare is taken now (list.pop is
+                # atomic) and old is given back once unlinked (_update).
+                try:
+                    elem = self.extra_elems[self._current.cpu].pop()
+                except IndexError:
+                    elem = self._new_elem_on_home()
             else:
                 elem = self.freelist.pop()
                 if elem is None:
@@ -347,20 +352,16 @@ class HtabMap(BpfMap):
             old = self.table.get(key)
             if flags:  # BPF_ANY passes check_flags
                 self._check_flags(old, flags)
+            new = self._alloc_elem(key, value, hash_, old, onallcpus)
             if old is None:
-                self._link(self._alloc_elem(key, value, hash_, None, onallcpus))
-            elif self.extra_elems:
-                # Between taking this CPU's spare and unlinking old (the next spare) the
-                # kernel's CPU cannot be preempted; threads sharing an emulated CPU must not
-                # interleave there either, or two keys get the same element.
-                with self.extra_locks[self._current.cpu]:
-                    self._replace(old, self._alloc_elem(key, value, hash_, old, onallcpus))
+                self._link(new)
             else:
-                self._replace(old, self._alloc_elem(key, value, hash_, old, onallcpus))
+                self._replace(old, new)
         if old is not None:
-            # Preallocated: old became this CPU's spare in _alloc_elem.
             self.put_fd_value(old)
-            if not self.prealloc:
+            if self.prealloc:  # unlinked now: it becomes this CPU's spare
+                self.extra_elems[self._current.cpu].append(old)
+            else:
                 with self.count_lock:
                     self.count -= 1
                 self.ma.free(old)
