@@ -347,8 +347,22 @@ class HtabMap(BpfMap):
         """htab_map_update_elem."""
         if flags:
             self._check_update_flags(flags)
-        hash_ = self._hash_cached(key)
-        with self.locks[hash_ & self.stripe_mask]:
+        # Hot path: the hash an existing element carries saves hashing the key, but that
+        # element was found without a lock and may have been recycled for another key; it
+        # is trusted only if, under the lock it chose, it is still key's with that hash.
+        old = self.table.get(key)
+        if old is not None:
+            hash_ = old.hash
+            lock = self.locks[hash_ & self.stripe_mask]
+            lock.acquire()
+            if self.table.get(key) is not old or old.hash != hash_:
+                lock.release()
+                old = None
+        if old is None:
+            hash_ = self._hash_cached(key)
+            lock = self.locks[hash_ & self.stripe_mask]
+            lock.acquire()
+        try:
             old = self.table.get(key)
             if flags:  # BPF_ANY passes check_flags
                 self._check_flags(old, flags)
@@ -357,6 +371,8 @@ class HtabMap(BpfMap):
                 self._link(new)
             else:
                 self._replace(old, new)
+        finally:
+            lock.release()
         if old is not None:
             self.put_fd_value(old)
             if self.prealloc:  # unlinked now: it becomes this CPU's spare
