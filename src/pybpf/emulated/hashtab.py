@@ -7,9 +7,9 @@ Rules this module keeps:
 - Order: ``n_buckets = roundup_pow_of_two(max_entries)``; a key's bucket is
   ``htab_map_hash(key, hashrnd) & (n_buckets - 1)`` with ``hashrnd`` 0 under BPF_F_ZERO_SEED
   (random otherwise); a bucket lists its elements newest first. Replacing a key in HASH or
-  LRU_HASH puts a new element at the front; per-CPU maps update in place. get_next_key and
-  the batches walk buckets in index order and each bucket front to back, so with ZERO_SEED
-  the order is the kernel's.
+  LRU_HASH puts a new element at the front; per-CPU maps and (6.16+) HASH_OF_MAPS update in
+  place. get_next_key and the batches walk buckets in index order and each bucket front to
+  back, so with ZERO_SEED the order is the kernel's.
 - Storage: a dict key -> element for lookups, plus the buckets (only the non-empty ones, with
   a sorted index of them) for the order.
 - Memory: preallocated maps take elements from a ``PcpuFreelist`` (HASH keeps one spare
