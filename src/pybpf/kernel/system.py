@@ -43,7 +43,7 @@ from ..system import (
     Topology,
     host_topology,
 )
-from ..uapi import ENOTSUPP, Cmd, MapType, syscall_value_size
+from ..uapi import ENOTSUPP, NUMA_NO_NODE, Cmd, MapType, syscall_value_size
 from . import perf_event
 from .syscall import (
     NR_BPF,
@@ -245,6 +245,20 @@ class KernelSystem(System):
         kind = MapType(map_type).name.lower() if map_type in MapType._value2member_map_ \
             else f"type {map_type}"
         what = f"{kind} map" + (f" {_text(map_name)!r}" if map_name else "")
+        # ctypes would wrap an out-of-range int into the u32/u64 field (max_entries 2**32 + 10
+        # becoming 10): refuse it as the emulated backend does, with the same words.
+        for label, number, bits in (("map_type", map_type, 32), ("key_size", key_size, 32),
+                                    ("value_size", value_size, 32),
+                                    ("max_entries", max_entries, 32),
+                                    ("map_flags", map_flags, 32),
+                                    ("inner_map_fd", inner_map_fd, 32),
+                                    ("numa_node", numa_node & 0xFFFFFFFF
+                                     if numa_node == NUMA_NO_NODE else numa_node, 32),
+                                    ("map_extra", map_extra, 64)):
+            if not isinstance(number, int) or not 0 <= number < 1 << bits:
+                raise bpf_error(errno.EINVAL, "map_create", map=what,
+                                detail=f"{label}={number!r} is not an unsigned {bits}-bit "
+                                       "integer")
         try:
             attr = MapCreateAttr(map_type=map_type, key_size=key_size, value_size=value_size,
                                  max_entries=max_entries, map_flags=map_flags,
