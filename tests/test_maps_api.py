@@ -462,6 +462,18 @@ def test_typed_map_arguments_of_the_wrong_type_say_what_is_expected(backend, mak
         make(backend)
 
 
+@pytest.mark.parametrize("attrs, label", [
+    ({"max_entries": (1 << 32) + 10}, "max_entries"),  # would wrap to 10 in a u32 field
+    ({"key_size": -4}, "key_size"),
+    ({"map_extra": 1 << 64}, "map_extra"),
+])
+def test_map_create_attribute_outside_its_field_is_einval_not_wrapped(backend, attrs, label):
+    args = {"map_type": MapType.HASH, "key_size": 4, "value_size": 8, "max_entries": 4, **attrs}
+    with pytest.raises(BPFError, match=f"{label}=.* is not an unsigned") as info:
+        backend.map_create(**args)
+    assert info.value.errno == errno.EINVAL
+
+
 def test_map_from_fd_that_is_not_an_int_is_type_error(backend):
     with pytest.raises(TypeError, match="needs an open map fd"):
         M.Map.from_fd("3", backend)
