@@ -299,6 +299,18 @@ def test_bloom_filter_push_and_peek_by_value(backend, maps):
     assert errno_of(backend.map_lookup_and_delete_elem, fd, None) == ENOTSUPP
 
 
+def test_bloom_filter_lookup_without_a_value_tests_zeros(backend, maps):
+    # The value is the lookup's input; none given must not mean "whatever a buffer held".
+    bloom = maps(T.BLOOM_FILTER, key_size=0, value_size=4, max_entries=16, map_flags=F.ZERO_SEED)
+    array = maps(T.ARRAY, value_size=4, max_entries=1)
+    backend.map_update_elem(bloom, None, u32(42))
+    backend.map_update_elem(array, u32(0), u32(42))
+    assert backend.map_lookup_elem(array, u32(0)) == u32(42)  # leaves 42 in a 4-byte buffer
+    assert errno_of(backend.map_lookup_elem, bloom, None) == ENOENT
+    backend.map_update_elem(bloom, None, u32(0))
+    assert backend.map_lookup_elem(bloom, None) == u32(0)
+
+
 def test_ringbuf_element_commands_give_enotsupp(backend, maps):
     fd = maps(T.RINGBUF, key_size=0, value_size=0, max_entries=4096)
     assert errno_of(backend.map_lookup_elem, fd, None) == ENOTSUPP

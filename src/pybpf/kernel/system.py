@@ -283,6 +283,8 @@ class KernelSystem(System):
         meta = _MAPS.get(fd) or self._meta(fd, "map_lookup_elem", Cmd.MAP_LOOKUP_ELEM, flags)
         if key is not None and (key.__class__ is not bytes or len(key) != meta.key_size):
             key = self._key_arg(meta, key, fd, "map_lookup_elem")
+        if value is None and meta.map_type == MapType.BLOOM_FILTER:
+            value = bytes(meta.value_size)  # an input here: none given reads as zeros
         if flags or value is not None:
             if value is None:
                 return self._elem_call(Cmd.MAP_LOOKUP_ELEM, "map_lookup_elem", fd, key, -1,
