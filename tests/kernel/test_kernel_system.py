@@ -289,3 +289,24 @@ def test_refused_create_names_the_attribute(kernel, attrs, errno_, says):
         kernel.map_create(**args)
     assert exc.value.errno == errno_
     assert says in str(exc.value) and says in exc.value.detail
+
+
+def test_ids_fds_and_counts_beyond_their_fields_are_refused_not_wrapped(kernel):
+    # ctypes wraps an int into a u32 field: id + 2**32 would open the map with that id.
+    fd = kernel.map_create(MapType.HASH, 4, 8, 4)
+    try:
+        map_id = kernel.map_get_info(fd).id
+        with pytest.raises(OSError) as info:
+            kernel.map_get_fd_by_id(map_id + (1 << 32))
+        assert info.value.errno == errno.ENOENT
+        with pytest.raises(OSError) as info:
+            kernel.map_get_info(fd + (1 << 32))
+        assert info.value.errno == errno.EBADFD
+        with pytest.raises(OSError) as info:
+            kernel.map_lookup_elem(fd + (1 << 32), bytes(4))
+        assert info.value.errno == errno.EBADF
+        with pytest.raises(OSError, match="not an unsigned 32-bit integer") as info:
+            kernel.map_lookup_batch(fd, None, (1 << 32) + 1)
+        assert info.value.errno == errno.EINVAL
+    finally:
+        kernel.close(fd)

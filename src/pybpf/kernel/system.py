@@ -204,7 +204,7 @@ class KernelSystem(System):
                     " (a closed Map or Program has fd -1)" if fd == -1 else "")
             else:
                 err, detail = errno.EINVAL, f"fd {fd} is not a BPF map ({kind or 'another file'})"
-            if cmd is not None:
+            if cmd is not None and isinstance(fd, int) and fd < 1 << 31:  # not wrapped to a u32
                 ret = bpf(cmd, MapElemAttr(map_fd=fd, flags=flags))
                 if ret < 0 and -ret != err:  # refused by a check made before the fd's
                     raise self._error(-ret, command, fd)
@@ -394,8 +394,9 @@ class KernelSystem(System):
                 raise self._error(errno.EINVAL, command, fd,
                                   detail=f"in_batch is {len(in_batch)} bytes; this map's "
                                          f"batch token is {meta.token_size} bytes")
-        if count < 0:
-            raise self._error(errno.EINVAL, command, fd, detail=f"count {count} < 0")
+        if not isinstance(count, int) or not 0 <= count < 1 << 32:
+            raise self._error(errno.EINVAL, command, fd,
+                              detail=f"count {count!r} is not an unsigned 32-bit integer")
         htab = meta.map_type in _HTAB_TOKEN_TYPES
         keys = ctypes.create_string_buffer(count * meta.key_size)
         values = ctypes.create_string_buffer(count * meta.value_size)
@@ -469,6 +470,8 @@ class KernelSystem(System):
 
     # -- object info and ids -------------------------------------------------------------------
     def _obj_info(self, fd: int, info: ctypes.Structure, command: str) -> None:
+        if not isinstance(fd, int) or not -(1 << 31) <= fd < 1 << 31:  # ctypes would wrap it
+            raise bpf_error(errno.EBADFD, command, map=f"fd {fd}")
         attr = InfoAttr(bpf_fd=fd, info_len=ctypes.sizeof(info), info=ctypes.addressof(info))
         ret = bpf(Cmd.OBJ_GET_INFO_BY_FD, attr)
         if ret < 0:
@@ -483,6 +486,8 @@ class KernelSystem(System):
                        ifindex=info.ifindex, map_extra=info.map_extra)
 
     def _fd_by_id(self, cmd: int, command: str, obj_id: int, open_flags: int) -> int:
+        if not isinstance(obj_id, int) or not 0 <= obj_id < 1 << 32:  # ctypes would wrap it
+            raise bpf_error(errno.ENOENT, command, map=f"id {obj_id}")
         fd = bpf(cmd, GetIdAttr(start_id=obj_id, open_flags=open_flags))
         if fd < 0:
             raise bpf_error(-fd, command, map=f"id {obj_id}")
