@@ -308,5 +308,13 @@ def test_ids_fds_and_counts_beyond_their_fields_are_refused_not_wrapped(kernel):
         with pytest.raises(OSError, match="not an unsigned 32-bit integer") as info:
             kernel.map_lookup_batch(fd, None, (1 << 32) + 1)
         assert info.value.errno == errno.EINVAL
+        for call in (lambda: kernel.map_freeze(fd + (1 << 32)),
+                     lambda: kernel.obj_pin(fd + (1 << 32), "/sys/fs/bpf/pybpf_never_pinned"),
+                     lambda: kernel.prog_test_run(fd + (1 << 32), bytes(64))):
+            with pytest.raises(OSError) as info:
+                call()
+            assert info.value.errno == errno.EBADF
+        assert not os.path.exists("/sys/fs/bpf/pybpf_never_pinned")
+        kernel.map_update_elem(fd, bytes(4), bytes(8))  # not frozen by the wrapped fd
     finally:
         kernel.close(fd)

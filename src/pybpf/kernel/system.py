@@ -127,6 +127,13 @@ def _fd_kind(fd: int) -> str:
     return target[len("anon_inode:"):] if target.startswith("anon_inode:") else ""
 
 
+def _check_fd(fd: int, command: str) -> None:
+    """EBADF for an fd no process can have: ctypes would wrap it into the u32 attr field and
+    name another object (fd + 2**32 is fd)."""
+    if not isinstance(fd, int) or not -(1 << 31) <= fd < 1 << 31:
+        raise bpf_error(errno.EBADF, command, detail=f"fd {fd!r} is not open")
+
+
 class KernelSystem(System):
     """bpf(2) on the running kernel."""
 
@@ -351,6 +358,7 @@ class KernelSystem(System):
                                fd, key, -1, flags)
 
     def map_freeze(self, fd: int) -> None:
+        _check_fd(fd, "map_freeze")
         ret = bpf(Cmd.MAP_FREEZE, MapElemAttr(map_fd=fd))
         if ret < 0:
             raise self._error(-ret, "map_freeze", fd)
@@ -470,7 +478,7 @@ class KernelSystem(System):
 
     # -- object info and ids -------------------------------------------------------------------
     def _obj_info(self, fd: int, info: ctypes.Structure, command: str) -> None:
-        if not isinstance(fd, int) or not -(1 << 31) <= fd < 1 << 31:  # ctypes would wrap it
+        if not isinstance(fd, int) or not -(1 << 31) <= fd < 1 << 31:  # see _check_fd
             raise bpf_error(errno.EBADFD, command, map=f"fd {fd}")
         attr = InfoAttr(bpf_fd=fd, info_len=ctypes.sizeof(info), info=ctypes.addressof(info))
         ret = bpf(Cmd.OBJ_GET_INFO_BY_FD, attr)
@@ -507,6 +515,7 @@ class KernelSystem(System):
 
     # -- objects -------------------------------------------------------------------------------
     def obj_pin(self, fd: int, path: str) -> None:
+        _check_fd(fd, "obj_pin")
         ret = bpf(Cmd.OBJ_PIN, ObjPinAttr(pathname=os.fsencode(path), bpf_fd=fd))
         if ret < 0:
             raise bpf_error(-ret, "obj_pin", map=f"fd {fd}",
@@ -577,6 +586,7 @@ class KernelSystem(System):
                       cpu: int = 0) -> TestRun:
         """BPF_PROG_TEST_RUN. ``data_size_out`` defaults to room for the input plus a page
         (programs may grow the packet); ``ctx_size_out`` to the size of ``ctx_in``."""
+        _check_fd(prog_fd, "prog_test_run")
         data_in = bytes(data_in)
         if data_size_out is None:
             data_size_out = len(data_in) + 4096 if data_in else 0
