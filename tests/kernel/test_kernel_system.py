@@ -310,7 +310,10 @@ def test_ids_fds_and_counts_beyond_their_fields_are_refused_not_wrapped(kernel):
         assert info.value.errno == errno.EINVAL
         for call in (lambda: kernel.map_freeze(fd + (1 << 32)),
                      lambda: kernel.obj_pin(fd + (1 << 32), "/sys/fs/bpf/pybpf_never_pinned"),
-                     lambda: kernel.prog_test_run(fd + (1 << 32), bytes(64))):
+                     lambda: kernel.prog_test_run(fd + (1 << 32), bytes(64)),
+                     lambda: kernel.attach_tracepoint(fd + (1 << 32), "syscalls",
+                                                      "sys_enter_getpid"),
+                     lambda: kernel.close(fd + (1 << 32)), lambda: kernel.close("3")):
             with pytest.raises(OSError) as info:
                 call()
             assert info.value.errno == errno.EBADF

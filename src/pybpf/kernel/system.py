@@ -529,6 +529,7 @@ class KernelSystem(System):
         return fd
 
     def close(self, fd: int) -> None:
+        _check_fd(fd, "close")
         _MAPS.pop(fd, None)
         try:
             os.close(fd)
@@ -636,6 +637,7 @@ class KernelSystem(System):
 
     def attach_tracepoint(self, prog_fd: int, category: str, name: str) -> int:
         command = "attach_tracepoint"
+        _check_fd(prog_fd, command)
         where = f"tracepoint {category}/{name}"
         try:
             perf_fd = perf_event.open_tracepoint(perf_event.tracepoint_id(category, name))
