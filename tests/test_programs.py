@@ -180,6 +180,17 @@ def test_program_from_fd_that_is_not_an_int_is_type_error(backend):
         Program.from_fd("3", backend)
 
 
+def test_map_info_of_a_program_fd_and_program_info_of_a_map_fd_are_einval(backend):
+    # The kernel fills whichever info the fd's object has: a program's must not read as a map's.
+    counts = _counts(backend)
+    with Program.load(ProgramSpec(ProgType.XDP, [mov64(R0, 2), exit_()]), backend) as prog:
+        for call in (lambda: backend.map_get_info(prog.fd),
+                     lambda: backend.prog_get_info(counts.fd)):
+            with pytest.raises(BPFError) as err:
+                call()
+            assert err.value.errno == errno.EINVAL
+
+
 def test_empty_program_is_e2big_saying_why(backend):
     with pytest.raises(BPFError, match="instructions") as err:
         Program.load(ProgramSpec(ProgType.XDP, []), backend)

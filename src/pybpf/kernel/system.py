@@ -477,9 +477,19 @@ class KernelSystem(System):
                                  elem_flags, flags)
 
     # -- object info and ids -------------------------------------------------------------------
-    def _obj_info(self, fd: int, info: ctypes.Structure, command: str) -> None:
+    def _obj_info(self, fd: int, info: ctypes.Structure, command: str, kind: str) -> None:
+        """BPF_OBJ_GET_INFO_BY_FD into ``info``, for an fd of ``kind`` (bpf-map, bpf-prog):
+        the kernel fills whichever info the fd's object has, so a program's would be read
+        as a map's."""
         if not isinstance(fd, int) or not -(1 << 31) <= fd < 1 << 31:  # see _check_fd
             raise bpf_error(errno.EBADFD, command, map=f"fd {fd}")
+        try:
+            actual = _fd_kind(fd)
+        except OSError:  # not open: the kernel answers
+            actual = ""
+        if actual.startswith("bpf") and actual != kind:
+            raise bpf_error(errno.EINVAL, command, map=f"fd {fd}",
+                            detail=f"fd {fd} is a {actual}, not a {kind}")
         attr = InfoAttr(bpf_fd=fd, info_len=ctypes.sizeof(info), info=ctypes.addressof(info))
         ret = bpf(Cmd.OBJ_GET_INFO_BY_FD, attr)
         if ret < 0:
@@ -487,7 +497,7 @@ class KernelSystem(System):
 
     def map_get_info(self, fd: int) -> MapInfo:
         info = BpfMapInfo()
-        self._obj_info(fd, info, "map_get_info")
+        self._obj_info(fd, info, "map_get_info", "bpf-map")
         return MapInfo(type=info.type, id=info.id, key_size=info.key_size,
                        value_size=info.value_size, max_entries=info.max_entries,
                        map_flags=info.map_flags, name=info.name.decode(errors="replace"),
@@ -619,12 +629,12 @@ class KernelSystem(System):
 
     def prog_get_info(self, fd: int) -> ProgInfo:
         info = BpfProgInfo()
-        self._obj_info(fd, info, "prog_get_info")
+        self._obj_info(fd, info, "prog_get_info", "bpf-prog")
         map_ids: tuple[int, ...] = ()
         if info.nr_map_ids:
             ids = (ctypes.c_uint32 * info.nr_map_ids)()
             info = BpfProgInfo(nr_map_ids=len(ids), map_ids=ctypes.addressof(ids))
-            self._obj_info(fd, info, "prog_get_info")
+            self._obj_info(fd, info, "prog_get_info", "bpf-prog")
             map_ids = tuple(ids[:min(info.nr_map_ids, len(ids))])
         return ProgInfo(type=info.type, id=info.id, tag=bytes(info.tag),
                         name=info.name.decode(errors="replace"),
