@@ -652,6 +652,16 @@ def test_obj_get_missing_path_gives_enoent(backend, pin_path):
     assert errno_of(backend.obj_get, pin_path) == ENOENT
 
 
+def test_pin_into_a_missing_directory_gives_enoent(backend, maps, pin_path):
+    fd = maps(T.HASH)
+    assert errno_of(backend.obj_pin, fd, pin_path + "_nodir/obj") == ENOENT
+
+
+def test_pin_outside_bpffs_gives_eperm(backend, maps):
+    fd = maps(T.HASH)
+    assert errno_of(backend.obj_pin, fd, f"/tmp/pybpf_not_bpffs_{os.getpid()}") == EPERM
+
+
 # -- kernel vs emulated: deterministic order with BPF_F_ZERO_SEED ------------------------------
 
 def _zero_seed_walks(system, map_type, key_size):

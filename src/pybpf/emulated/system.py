@@ -579,6 +579,9 @@ class EmulatedSystem(ProgramsMixin, System):
         if path.endswith("/") or path == BPFFS_ROOT:
             raise KernelError(errno.EISDIR if path == BPFFS_ROOT else errno.ENOENT,
                               f"{path!r} names a directory, not an object")
+        if "/" in path[len(BPFFS_ROOT) + 1:]:
+            raise KernelError(errno.ENOENT, f"{path!r}: its directory does not exist (the "
+                              f"emulated bpffs has no subdirectories: pin under {BPFFS_ROOT}/)")
         return path
 
     def obj_pin(self, fd: int, path: str) -> None:
