@@ -293,3 +293,17 @@ def test_readme_program_example_runs_and_counts_on_both_backends(kernel, capsys)
     lines = capsys.readouterr().out.splitlines()
     assert lines[:2] == ["kernel 2 3", "emulated 2 3"]
     assert lines[2].strip() == "0: (18) r1 = map[counts]"
+
+
+@pytest.mark.parametrize("field", ["repeat", "cpu", "flags", "data_size_out", "ctx_size_out"])
+@pytest.mark.parametrize("value", [-1, 1 << 32, "3"])
+def test_test_run_integer_outside_u32_gives_einval(backend, field, value):
+    from pybpf.asm import encode
+
+    fd = backend.prog_load(ProgType.XDP, encode([mov64(R0, 2), exit_()]))
+    try:
+        with pytest.raises(BPFError) as exc:
+            backend.prog_test_run(fd, bytes(64), **{field: value})
+        assert exc.value.errno == errno.EINVAL and field in str(exc.value)
+    finally:
+        backend.close(fd)

@@ -152,6 +152,15 @@ def host_topology() -> Topology:
     return Topology(cpu_node)
 
 
+def test_run_args_problem(**u32_fields: object) -> str:
+    """What is wrong with BPF_PROG_TEST_RUN's integer arguments, all u32 fields of the attr
+    (repeat, cpu, flags, data_size_out, ctx_size_out), or "" when nothing is."""
+    for name, value in u32_fields.items():
+        if type(value) is not int or not 0 <= value < 1 << 32:
+            return f"{name} {value!r} is not an unsigned 32-bit integer"
+    return ""
+
+
 class System(abc.ABC):
     """The bpf(2)-shaped interface both backends implement."""
 

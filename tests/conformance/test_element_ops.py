@@ -768,3 +768,9 @@ def test_element_command_on_an_open_non_bpf_fd_gives_einval(backend):
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+@pytest.mark.parametrize("count", [-1, 1 << 32, "3"])
+def test_lookup_batch_count_outside_u32_gives_einval(backend, maps, count):
+    fd = maps(T.HASH)
+    assert errno_of(backend.map_lookup_batch, fd, None, count) == EINVAL

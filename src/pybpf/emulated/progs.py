@@ -37,7 +37,7 @@ from ..errors import (
     prog_description,
     strerror,
 )
-from ..system import ProgInfo, TestRun
+from ..system import ProgInfo, TestRun, test_run_args_problem
 from ..uapi import (
     BPF_PSEUDO_MAP_FD,
     BPF_PSEUDO_MAP_VALUE,
@@ -291,6 +291,10 @@ class ProgramsMixin:
             data_size_out = len(data_in) + PAGE_SIZE if data_in else 0
         if ctx_size_out is None:
             ctx_size_out = len(ctx_in)
+        problem = test_run_args_problem(data_size_out=data_size_out, ctx_size_out=ctx_size_out,
+                                        repeat=repeat, flags=flags, cpu=cpu)
+        if problem:
+            raise bpf_error(errno.EINVAL, "prog_test_run", map=prog.describe(), detail=problem)
         request = _TestRequest(data_in, data_size_out, ctx_in, ctx_size_out, repeat, flags, cpu)
         prog_type = prog.prog_type
         try:

@@ -491,6 +491,9 @@ class EmulatedSystem(ProgramsMixin, System):
         bpf_map = None
         try:
             bpf_map = self._batch_map(fd, command, read=True, write=delete)
+            if type(count) is not int or not 0 <= count < 1 << 32:
+                raise KernelError(errno.EINVAL, f"count {count!r} is not an unsigned 32-bit "
+                                  "integer")
             if in_batch is not None and type(in_batch) is not bytes:
                 in_batch = bytes(in_batch)
             return getattr(bpf_map, command)(in_batch, count, elem_flags, flags)

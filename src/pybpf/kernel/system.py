@@ -42,6 +42,7 @@ from ..system import (
     TestRun,
     Topology,
     host_topology,
+    test_run_args_problem,
 )
 from ..uapi import ENOTSUPP, NUMA_NO_NODE, Cmd, MapType, syscall_value_size
 from . import perf_event
@@ -603,6 +604,11 @@ class KernelSystem(System):
             data_size_out = len(data_in) + 4096 if data_in else 0
         if ctx_size_out is None:
             ctx_size_out = len(ctx_in) if ctx_in else 0
+        problem = test_run_args_problem(data_size_out=data_size_out, ctx_size_out=ctx_size_out,
+                                        repeat=repeat, flags=flags, cpu=cpu)
+        if problem:
+            raise bpf_error(errno.EINVAL, "prog_test_run", map=f"program fd {prog_fd}",
+                            detail=problem)
         data_out = ctypes.create_string_buffer(data_size_out)
         ctx_out = ctypes.create_string_buffer(ctx_size_out)
         # A private copy: the kernel writes a syscall program's ctx back into ctx_in, and
