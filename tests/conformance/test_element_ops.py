@@ -774,3 +774,8 @@ def test_element_command_on_an_open_non_bpf_fd_gives_einval(backend):
 def test_lookup_batch_count_outside_u32_gives_einval(backend, maps, count):
     fd = maps(T.HASH)
     assert errno_of(backend.map_lookup_batch, fd, None, count) == EINVAL
+
+
+def test_map_name_may_be_given_as_str(backend, maps):
+    fd = maps(T.HASH, map_name="counts_v1")
+    assert backend.map_get_info(fd).name == "counts_v1"

@@ -102,3 +102,9 @@ def test_machine_step_runs_due_rcu_callbacks():
     assert ran == []
     assert machine.step() == 1
     assert ran == [1]
+
+
+@pytest.mark.parametrize("kw", [dict(cpus="4"), dict(cpus=4, nodes=2.0)])
+def test_declared_topology_refuses_non_int_sizes(kw):
+    with pytest.raises(TypeError, match="must be an int"):
+        Machine(**kw)

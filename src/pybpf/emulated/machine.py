@@ -25,6 +25,9 @@ from .rcu import Rcu
 
 def declared_topology(cpus: int, nodes: int) -> Topology:
     """``cpus`` CPUs spread contiguously over ``nodes`` nodes."""
+    for name, value in (("cpus", cpus), ("nodes", nodes)):
+        if type(value) is not int:
+            raise TypeError(f"{name} must be an int, got {value!r}")
     if cpus < 1:
         raise ValueError(f"a machine needs at least one CPU, got cpus={cpus}")
     if nodes < 1:

@@ -316,8 +316,10 @@ class EmulatedSystem(ProgramsMixin, System):
             if not isinstance(number, int) or not 0 <= number <= limit:
                 raise KernelError(errno.EINVAL, f"{label}={number!r} is not an unsigned "
                                   f"{'64' if limit >> 32 else '32'}-bit integer")
+        if isinstance(map_name, str):  # as the kernel backend takes it
+            map_name = map_name.encode()
         if not isinstance(map_name, (bytes, bytearray)):
-            raise KernelError(errno.EINVAL, f"map_name must be bytes, got {map_name!r}")
+            raise KernelError(errno.EINVAL, f"map_name must be bytes or str, got {map_name!r}")
         token_flag = map_flags & MapFlags.TOKEN_FD
         map_flags &= ~int(MapFlags.TOKEN_FD)  # int: ~ of an IntFlag keeps only known bits
         if map_extra and map_type not in (MapType.BLOOM_FILTER, MapType.ARENA):
