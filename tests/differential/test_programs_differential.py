@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from programs.corpus import CASES, PACKET, Case, packet_results
 from programs.runner import Outcome, check_expected, run_case
+from programs.strategies import JMP_CODES, alu_instruction, imm32, value64
 from pybpf.asm import (
     FP,
     OPCODES,
@@ -25,7 +26,6 @@ from pybpf.asm import (
     R7,
     R8,
     R9,
-    AluOp,
     AtomicOp,
     Instruction,
     Kind,
@@ -81,45 +81,13 @@ def test_corpus_program_gives_the_kernels_result_on_the_emulator(case: Case, ker
 # -- random programs: straight-line ALU, then with forward jumps and stack memory ------------------
 
 WORK_REGS = [R0, R1, R2, R3, R4, R5, R9]  # R6-R8 hold the packet bounds in packet_results
-ALU_CODES = sorted(code for code, info in OPCODES.items() if info.kind in (
-    Kind.ALU, Kind.NEG, Kind.END))
 regs = st.sampled_from([int(r) for r in WORK_REGS])
-imm32 = st.one_of(st.integers(-(1 << 31), (1 << 31) - 1),
-                  st.sampled_from([0, 1, -1, 31, 32, 63, 64, -(1 << 31), (1 << 31) - 1]))
-value64 = st.one_of(st.integers(0, (1 << 64) - 1),
-                    st.sampled_from([0, 1, (1 << 64) - 1, 1 << 63, (1 << 63) - 1, 1 << 31,
-                                     0xFFFF_FFFF, 0x8000_0000]))
-
-
-@st.composite
-def alu_instruction(draw) -> Instruction:
-    """An ALU instruction the verifier accepts on initialised scalars."""
-    info = OPCODES[draw(st.sampled_from(ALU_CODES))]
-    dst = draw(regs)
-    if info.kind is Kind.NEG:
-        return Instruction(info.code, dst)
-    if info.kind is Kind.END:
-        return Instruction(info.code, dst, imm=draw(st.sampled_from([16, 32, 64])))
-    off = 0
-    if info.op in (AluOp.DIV, AluOp.MOD):
-        off = draw(st.sampled_from([0, 1]))
-    elif info.op is AluOp.MOV and info.source is Source.X:
-        off = draw(st.sampled_from([0, 8, 16, 32] if info.is64 else [0, 8, 16]))
-    if info.source is Source.X:
-        return Instruction(info.code, dst, draw(regs), off)
-    imm = draw(imm32)
-    bits = 64 if info.is64 else 32
-    if info.op in (AluOp.DIV, AluOp.MOD) and imm == 0:
-        imm = 1  # the verifier refuses a constant zero divisor
-    if info.op in (AluOp.LSH, AluOp.RSH, AluOp.ARSH):
-        imm %= bits  # and a constant shift out of range
-    return Instruction(info.code, dst, 0, off, imm)
 
 
 @st.composite
 def alu_programs(draw) -> tuple:
     init = [lddw(reg, draw(value64)) for reg in WORK_REGS]
-    body = draw(st.lists(alu_instruction(), min_size=1, max_size=30))
+    body = draw(st.lists(alu_instruction(regs), min_size=1, max_size=30))
     return packet_results([*init, *body], WORK_REGS)
 
 
@@ -152,7 +120,6 @@ def test_random_alu_program_gives_the_same_registers_on_both_backends(program, k
 STACK_SLOTS = 8  # fp-64 .. fp-1, zeroed first so every load reads initialised bytes
 MEM_CODES = sorted(code for code, info in OPCODES.items()
                    if info.kind in (Kind.LDX, Kind.LDX_SX, Kind.ST, Kind.STX, Kind.ATOMIC))
-JMP_CODES = sorted(code for code, info in OPCODES.items() if info.kind is Kind.JMP)
 
 
 @st.composite
@@ -180,7 +147,7 @@ def branchy_programs(draw) -> tuple:
     stack are written into the packet at the end."""
     init = [lddw(reg, draw(value64)) for reg in WORK_REGS]
     init += [stdw(FP, -8 * (i + 1), 0) for i in range(STACK_SLOTS)]
-    body = draw(st.lists(st.one_of(alu_instruction(), stack_instruction()), min_size=1,
+    body = draw(st.lists(st.one_of(alu_instruction(regs), stack_instruction()), min_size=1,
                          max_size=30))
     for _ in range(draw(st.integers(0, 6))):
         at = draw(st.integers(0, len(body)))

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from programs.corpus import CASES, Case
 from programs.runner import run_case
+from programs.strategies import JMP_CODES, alu_instruction, imm32, value64
 from pybpf import asm
 from pybpf.asm import (
     FP,
@@ -29,10 +30,8 @@ from pybpf.asm import (
     R7,
     R8,
     R9,
-    AluOp,
     Instruction,
     JmpOp,
-    Kind,
     Source,
 )
 from pybpf.asm import builder as b
@@ -288,38 +287,8 @@ def test_jit_translates_a_self_loop_into_a_python_while_loop():
 
 # -- random programs: both engines agree ---------------------------------------------------------
 WORK_REGS = [R0, R1, R2, R3, R4, R5, R6, R7, R8, R9]
-ALU_CODES = sorted(code for code, info in OPCODES.items()
-                   if info.kind in (Kind.ALU, Kind.NEG, Kind.END))
-JMP_CODES = sorted(code for code, info in OPCODES.items() if info.kind is Kind.JMP)
 regs = st.sampled_from([int(r) for r in WORK_REGS])
 reg_names = st.sampled_from(WORK_REGS)
-imm32 = st.one_of(st.integers(-(1 << 31), (1 << 31) - 1),
-                  st.sampled_from([0, 1, -1, 31, 32, 63, 64, -(1 << 31), (1 << 31) - 1]))
-value64 = st.one_of(st.integers(0, M64), st.sampled_from([0, 1, M64, 1 << 63, (1 << 63) - 1,
-                                                         1 << 31, 0xFFFF_FFFF]))
-
-
-@st.composite
-def alu_insn(draw) -> Instruction:
-    info = OPCODES[draw(st.sampled_from(ALU_CODES))]
-    dst = draw(regs)
-    if info.kind is Kind.NEG:
-        return Instruction(info.code, dst)
-    if info.kind is Kind.END:
-        return Instruction(info.code, dst, imm=draw(st.sampled_from([16, 32, 64])))
-    off = 0
-    if info.op in (AluOp.DIV, AluOp.MOD):
-        off = draw(st.sampled_from([0, 1]))
-    elif info.op is AluOp.MOV and info.source is Source.X:
-        off = draw(st.sampled_from([0, 8, 16, 32] if info.is64 else [0, 8, 16]))
-    if info.source is Source.X:
-        return Instruction(info.code, dst, draw(regs), off)
-    imm = draw(imm32)
-    if info.op in (AluOp.DIV, AluOp.MOD) and imm == 0:
-        imm = 1
-    if info.op in (AluOp.LSH, AluOp.RSH, AluOp.ARSH):
-        imm %= 64 if info.is64 else 32
-    return Instruction(info.code, dst, 0, off, imm)
 
 
 @st.composite
@@ -340,7 +309,7 @@ def stack_insn(draw) -> Instruction:
 def branchy_programs(draw) -> list:
     """Straight-line ALU and stack code with forward conditional jumps over parts of it."""
     items: list = [b.lddw(reg, draw(value64)) for reg in WORK_REGS]
-    body = draw(st.lists(st.one_of(alu_insn(), stack_insn()), min_size=1, max_size=40))
+    body = draw(st.lists(st.one_of(alu_instruction(regs), stack_insn()), min_size=1, max_size=40))
     jumps = draw(st.lists(st.tuples(st.integers(0, len(body) - 1), st.integers(1, 6),
                                     st.sampled_from(JMP_CODES), regs, regs, imm32),
                           max_size=6))

@@ -71,3 +71,38 @@ def instructions_of(code: int) -> st.SearchStrategy[Instruction]:
 
 
 any_instruction = st.sampled_from(sorted(OPCODES)).flatmap(instructions_of)
+
+
+# -- verifiable programs: ALU on initialised scalars ----------------------------------------------
+
+ALU_CODES = sorted(code for code, info in OPCODES.items()
+                   if info.kind in (Kind.ALU, Kind.NEG, Kind.END))
+JMP_CODES = sorted(code for code, info in OPCODES.items() if info.kind is Kind.JMP)
+imm32 = st.one_of(s32, st.sampled_from([0, 1, -1, 31, 32, 63, 64, -(1 << 31), (1 << 31) - 1]))
+value64 = st.one_of(st.integers(0, (1 << 64) - 1),
+                    st.sampled_from([0, 1, (1 << 64) - 1, 1 << 63, (1 << 63) - 1, 1 << 31,
+                                     0xFFFF_FFFF, 0x8000_0000]))
+
+
+@st.composite
+def alu_instruction(draw, regs: st.SearchStrategy[int]) -> Instruction:
+    """An ALU instruction the verifier accepts on the initialised scalars ``regs``."""
+    info = OPCODES[draw(st.sampled_from(ALU_CODES))]
+    dst = draw(regs)
+    if info.kind is Kind.NEG:
+        return Instruction(info.code, dst)
+    if info.kind is Kind.END:
+        return Instruction(info.code, dst, imm=draw(st.sampled_from([16, 32, 64])))
+    off = 0
+    if info.op in (AluOp.DIV, AluOp.MOD):
+        off = draw(st.sampled_from([0, 1]))
+    elif info.op is AluOp.MOV and info.source is Source.X:
+        off = draw(st.sampled_from([0, 8, 16, 32] if info.is64 else [0, 8, 16]))
+    if info.source is Source.X:
+        return Instruction(info.code, dst, draw(regs), off)
+    imm = draw(imm32)
+    if info.op in (AluOp.DIV, AluOp.MOD) and imm == 0:
+        imm = 1  # the verifier refuses a constant zero divisor
+    if info.op in (AluOp.LSH, AluOp.RSH, AluOp.ARSH):
+        imm %= 64 if info.is64 else 32  # and a constant shift out of range
+    return Instruction(info.code, dst, 0, off, imm)
