@@ -831,22 +831,11 @@ static void opt_release(Py_buffer *view)
 		PyBuffer_Release(view);
 }
 
-static int writable(PyObject *obj, Py_buffer *view, Py_ssize_t need, const char *what)
+/* A buffer of at least `need` bytes (flags: PyBUF_SIMPLE to read, PyBUF_WRITABLE to fill). */
+static int sized_buffer(PyObject *obj, Py_buffer *view, int flags, Py_ssize_t need,
+			const char *what)
 {
-	if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE) < 0)
-		return -1;
-	if (view->len < need) {
-		PyErr_Format(PyExc_ValueError, "%s buffer is %zd bytes, %zd needed", what,
-			     view->len, need);
-		PyBuffer_Release(view);
-		return -1;
-	}
-	return 0;
-}
-
-static int readable(PyObject *obj, Py_buffer *view, Py_ssize_t need, const char *what)
-{
-	if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0)
+	if (PyObject_GetBuffer(obj, view, flags) < 0)
 		return -1;
 	if (view->len < need) {
 		PyErr_Format(PyExc_ValueError, "%s buffer is %zd bytes, %zd needed", what,
@@ -916,11 +905,11 @@ static PyObject *mod_lookup_batch(PyObject *m, PyObject *args)
 		opt_release(&tb);
 		return PyErr_Format(PyExc_ValueError, "batch token must be %zd bytes", tsize);
 	}
-	if (writable(keys, &kb, count * ksize, "keys") < 0) {
+	if (sized_buffer(keys, &kb, PyBUF_WRITABLE, count * ksize, "keys") < 0) {
 		opt_release(&tb);
 		return NULL;
 	}
-	if (writable(values, &vb, count * vsize, "values") < 0) {
+	if (sized_buffer(values, &vb, PyBUF_WRITABLE, count * vsize, "values") < 0) {
 		opt_release(&tb);
 		PyBuffer_Release(&kb);
 		return NULL;
@@ -1006,9 +995,9 @@ static PyObject *mod_update_batch(PyObject *m, PyObject *args)
 		PyErr_SetString(PyExc_ValueError, "bad count");
 		return NULL;
 	}
-	if (readable(keys, &kb, count * ksize, "keys") < 0)
+	if (sized_buffer(keys, &kb, PyBUF_SIMPLE, count * ksize, "keys") < 0)
 		return NULL;
-	if (readable(values, &vb, count * vsize, "values") < 0) {
+	if (sized_buffer(values, &vb, PyBUF_SIMPLE, count * vsize, "values") < 0) {
 		PyBuffer_Release(&kb);
 		return NULL;
 	}
@@ -1035,7 +1024,7 @@ static PyObject *mod_delete_batch(PyObject *m, PyObject *args)
 		PyErr_SetString(PyExc_ValueError, "bad count");
 		return NULL;
 	}
-	if (readable(keys, &kb, count * ksize, "keys") < 0)
+	if (sized_buffer(keys, &kb, PyBUF_SIMPLE, count * ksize, "keys") < 0)
 		return NULL;
 	PyObject *r = write_batch(CMD_MAP_DELETE_BATCH, fd, &kb, NULL, count, elem_flags, flags);
 
