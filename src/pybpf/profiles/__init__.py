@@ -1,0 +1,374 @@
+"""Machine profiles: the topology and the cost table the emulated machine's timing model uses.
+
+A profile is a small TOML file (read with ``tomllib``). Every value is a table
+``{ value = ..., source = "..." }``: the number and where it comes from (a paper, a vendor
+document, a review that measured it, "calibrated on <host> by pybpf calibrate on <date>", or
+a derivation from other values of the same file). Top level::
+
+    format = 1
+    name = "haswell-ep-2s"
+    description = "2 x Xeon E5-2660 v3 ..."
+
+    [topology]
+    cpus = { value = 20, source = "..." }
+    ...
+
+The sections and keys are exactly those of ``SCHEMA`` (below, with units and meanings); a
+profile must give every one of them, and nothing else, except an optional ``[reference]``
+section of measured figures the model does not use (``pybpf calibrate`` records the host's
+map_perf_test costs there, in ns per event, to compare with). Errors name the file and the
+key. Shipped profiles live beside this module
+(``shipped_profiles()``); ``load_profile`` takes a shipped name or a path.
+
+Rules this module keeps: loading validates everything (types, ranges, matrix shapes, a remote
+access never cheaper than a local one), so the timing model can trust a ``Profile``; writing
+(``dump_profile``) produces a file ``load_profile`` reads back to an equal ``Profile``.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FORMAT = 1
+PROFILE_DIR = Path(__file__).parent
+SUFFIX = ".toml"
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One entry of the cost table: where it lives, its unit and what it means."""
+
+    section: str
+    key: str
+    unit: str  # "count", "ns", "kib", "bytes", "ghz", "slit"
+    doc: str
+    integer: bool = False
+
+    @property
+    def path(self) -> str:
+        return f"{self.section}.{self.key}"
+
+
+def _p(section: str, key: str, unit: str, doc: str, integer: bool = False) -> Param:
+    return Param(section, key, unit, doc, integer)
+
+
+SCHEMA: tuple[Param, ...] = (
+    # -- topology ----------------------------------------------------------------------------
+    _p("topology", "cpus", "count", "CPUs of the machine (logical CPUs the kernel sees)", True),
+    _p("topology", "nodes", "count", "NUMA nodes; CPUs are spread over them contiguously "
+       "(CPUs 0..cpus/nodes-1 on node 0, ...)", True),
+    _p("topology", "distances", "slit", "node x node SLIT distances as "
+       "/sys/devices/system/node/node*/distance print them (10 = local)"),
+    # -- cpu work ----------------------------------------------------------------------------
+    _p("cpu", "clock_ghz", "ghz", "core clock under load; used to convert cycle counts of "
+       "the sources into ns"),
+    _p("cpu", "syscall_entry", "ns", "one cheap syscall (getppid) from user space and back, "
+       "as a glibc syscall() loop issues it, nothing attached"),
+    _p("cpu", "syscall_connect", "ns", "connect(-1, sockaddr_in6, 28) from user space and "
+       "back through glibc's wrapper, failing with EBADF, nothing attached (the LRU tests' "
+       "trigger)"),
+    _p("cpu", "tracepoint_entry", "ns", "what a syscall entry probe with one BPF program "
+       "attached adds to the syscall, beyond the program's own instructions and calls"),
+    _p("cpu", "prog_test_run", "ns", "BPF_PROG_TEST_RUN: per repetition, beyond the program"),
+    _p("cpu", "bpf_insn", "ns", "one instruction of a JITed BPF program (a mix of ALU, "
+       "stack loads and stores)"),
+    _p("cpu", "helper_call", "ns", "a call of a BPF helper that does almost nothing "
+       "(bpf_get_numa_node_id): the call and return"),
+    _p("cpu", "probe_read_user", "ns", "bpf_probe_read_user of 16 bytes: the call and "
+       "copy_from_user_nofault"),
+    _p("cpu", "jhash_byte", "ns", "jhash of the key, per key byte"),
+    _p("cpu", "atomic", "ns", "a locked read-modify-write (lock xadd/cmpxchg) on a line this "
+       "CPU already holds"),
+    _p("cpu", "spin_lock", "ns", "an uncontended raw_spin_lock_irqsave + unlock pair on a line "
+       "this CPU already holds"),
+    _p("cpu", "irq_work", "ns", "raising and running one irq_work (self-IPI) on this CPU"),
+    # -- memory ------------------------------------------------------------------------------
+    _p("memory", "line_bytes", "bytes", "cache line size", True),
+    _p("memory", "private_kib", "kib", "private cache per CPU (L2): lines a CPU reaches "
+       "without a stall the work costs above do not already include", True),
+    _p("memory", "shared_kib", "kib", "last-level cache per NUMA node", True),
+    _p("memory", "shared_hit", "ns", "load that misses the private cache and hits the node's "
+       "last-level cache"),
+    _p("memory", "dram_local", "ns", "load from DRAM of the CPU's own node (idle latency)"),
+    _p("memory", "dram_remote", "ns", "load from DRAM of another node at the largest distance "
+       "of the matrix (nearer nodes are interpolated by SLIT distance)"),
+    _p("memory", "transfer_local", "ns", "load of a line another CPU of the same node has "
+       "modified (core-to-core transfer)"),
+    _p("memory", "transfer_remote", "ns", "load of a line a CPU of another node has modified "
+       "(cross-socket transfer)"),
+    # -- map operations: CPU work beyond what is modeled separately --------------------------
+    _p("ops", "array_map_lookup_elem", "ns", "array lookup from a program (the JIT inlines "
+       "it), beyond the program's own instructions"),
+    _p("ops", "htab_map_lookup_elem", "ns", "hash lookup from a program: call and bucket "
+       "walk, beyond jhash and memory stalls"),
+    _p("ops", "htab_map_update_elem", "ns", "hash update of a new key from a program, beyond "
+       "jhash, the bucket lock, the element allocation and memory stalls"),
+    _p("ops", "htab_map_delete_elem", "ns", "hash delete from a program, beyond jhash, the "
+       "bucket lock, freeing the element and memory stalls"),
+    _p("ops", "htab_lru_map_update_elem", "ns", "LRU hash update from a program while free "
+       "nodes remain, beyond jhash, locks and memory stalls"),
+    _p("ops", "bpf_lru_evict", "ns", "per node the LRU takes back from the lists when none is "
+       "free (shrink, htab_lru_map_delete_node), beyond locks and memory stalls"),
+    _p("ops", "trie_lookup_elem", "ns", "LPM trie lookup from a program, beyond memory stalls"),
+    # -- element allocation ------------------------------------------------------------------
+    _p("alloc", "bpf_mem_cache", "ns", "bpf_mem_alloc's unit_alloc or unit_free: the per-CPU "
+       "free list with interrupts off"),
+    _p("alloc", "kmalloc", "ns", "slab allocation fast path (per-CPU slab)"),
+    _p("alloc", "kfree", "ns", "slab free fast path"),
+    _p("alloc", "call_rcu", "ns", "queueing one RCU callback"),
+    _p("alloc", "rcu_callback", "ns", "invoking one RCU callback from rcu_do_batch, beyond "
+       "what the callback does"),
+    # -- rcu ---------------------------------------------------------------------------------
+    _p("rcu", "grace_period", "ns", "length of an RCU grace period on a busy machine"),
+)
+
+SCHEMA_BY_PATH: dict[str, Param] = {p.path: p for p in SCHEMA}
+SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(p.section for p in SCHEMA))
+REFERENCE = "reference"
+
+
+@dataclass(frozen=True)
+class Value:
+    value: float | int | list[list[int]]
+    source: str
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A validated profile: ``values["cpu.syscall_entry"]`` is a ``Value``."""
+
+    name: str
+    description: str
+    values: dict[str, Value]
+    path: str = ""  # where it was read from ("" when built in memory)
+    reference: dict[str, Value] = field(default_factory=dict)  # measured, not used by the model
+
+    def __getitem__(self, path: str) -> float:
+        """The number of parameter ``path`` (e.g. "memory.dram_local")."""
+        return self.values[path].value  # type: ignore[return-value]
+
+    def source(self, path: str) -> str:
+        return self.values[path].source
+
+    @property
+    def num_cpus(self) -> int:
+        return int(self["topology.cpus"])
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self["topology.nodes"])
+
+    @property
+    def cpu_node(self) -> list[int]:
+        """Node of each CPU: contiguous, as the emulated machine declares topologies."""
+        cpus, nodes = self.num_cpus, self.num_nodes
+        return [cpu * nodes // cpus for cpu in range(cpus)]
+
+    @property
+    def distances(self) -> list[list[int]]:
+        return self.values["topology.distances"].value  # type: ignore[return-value]
+
+    def replace(self, changes: dict[str, Value], name: str | None = None,
+                description: str | None = None) -> Profile:
+        """A copy with some values replaced (keys "section.key"), validated again."""
+        return validate(name or self.name, description or self.description,
+                        {**self.values, **changes}, self.path, self.reference)
+
+
+# -- reading -------------------------------------------------------------------------------
+
+def shipped_profiles() -> list[str]:
+    """Names of the profiles that come with pybpf."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*" + SUFFIX))
+
+
+def profile_path(name_or_path: str | Path) -> Path:
+    """A shipped profile's file, or the given path; ProfileError if neither exists."""
+    text = str(name_or_path)
+    shipped = PROFILE_DIR / (text + SUFFIX)
+    if "/" not in text and not text.endswith(SUFFIX) and shipped.is_file():
+        return shipped
+    path = Path(text).expanduser()
+    if path.is_file():
+        return path
+    raise ProfileError(
+        f"no profile {text!r}: give a file or one of the shipped profiles "
+        f"({', '.join(shipped_profiles())})")
+
+
+def load_profile(name_or_path: str | Path) -> Profile:
+    """Read and validate a profile (a shipped name such as "host", or a TOML file)."""
+    path = profile_path(name_or_path)
+    try:
+        doc = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ProfileError(f"{path}: not valid TOML: {exc}") from None
+    return parse_profile(doc, str(path))
+
+
+def parse_profile(doc: dict, where: str = "<profile>") -> Profile:
+    """A ``Profile`` from a parsed TOML document; ProfileError names what is wrong."""
+    fmt = doc.get("format")
+    if fmt != FORMAT:
+        raise ProfileError(f"{where}: format must be {FORMAT}, got {fmt!r}")
+    for key in ("name", "description"):
+        if not isinstance(doc.get(key), str) or not doc[key]:
+            raise ProfileError(f"{where}: '{key}' must be a non-empty string")
+    extra = sorted(set(doc) - {"format", "name", "description", REFERENCE, *SECTIONS})
+    if extra:
+        raise ProfileError(f"{where}: unknown top-level key(s) {extra}; sections are "
+                           f"{list(SECTIONS)}")
+    values: dict[str, Value] = {}
+    for section in SECTIONS:
+        table = doc.get(section)
+        if not isinstance(table, dict):
+            raise ProfileError(f"{where}: missing section [{section}]")
+        known = {p.key for p in SCHEMA if p.section == section}
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise ProfileError(f"{where}: unknown key(s) {[f'{section}.{k}' for k in unknown]}; "
+                               f"[{section}] takes {sorted(known)}")
+        for key, entry in table.items():
+            path = f"{section}.{key}"
+            if not isinstance(entry, dict) or set(entry) != {"value", "source"}:
+                raise ProfileError(f"{where}: {path} must be a table "
+                                   "{ value = ..., source = \"...\" }")
+            values[path] = Value(entry["value"], entry["source"])
+    reference = doc.get(REFERENCE, {})
+    if not isinstance(reference, dict):
+        raise ProfileError(f"{where}: [{REFERENCE}] must be a table")
+    refs = {}
+    for key, entry in reference.items():
+        if (not isinstance(entry, dict) or set(entry) != {"value", "source"}
+                or isinstance(entry["value"], bool)
+                or not isinstance(entry["value"], int | float)
+                or not isinstance(entry["source"], str) or not entry["source"].strip()):
+            raise ProfileError(f"{where}: {REFERENCE}.{key} must be a table "
+                               "{ value = <number>, source = \"...\" }")
+        refs[key] = Value(entry["value"], entry["source"])
+    return validate(doc["name"], doc["description"], values,
+                    "" if where == "<profile>" else where, refs)
+
+
+def validate(name: str, description: str, values: dict[str, Value], path: str = "",
+             reference: dict[str, Value] | None = None) -> Profile:
+    """Check every value against ``SCHEMA`` and the rules between values."""
+    where = path or f"profile {name!r}"
+    missing = [p.path for p in SCHEMA if p.path not in values]
+    if missing:
+        raise ProfileError(f"{where}: missing {', '.join(missing)}")
+    for path, v in values.items():
+        param = SCHEMA_BY_PATH.get(path)
+        if param is None:
+            raise ProfileError(f"{where}: unknown key {path}")
+        if not isinstance(v.source, str) or not v.source.strip():
+            raise ProfileError(f"{where}: {path} needs a source (where the value comes from)")
+        if param.unit == "slit":
+            continue
+        x = v.value
+        if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
+            raise ProfileError(f"{where}: {path} must be a finite number, got {x!r}")
+        if param.integer and not isinstance(x, int):
+            raise ProfileError(f"{where}: {path} must be an integer, got {x!r}")
+        if x < 0:
+            raise ProfileError(f"{where}: {path} must not be negative, got {x!r} {param.unit}")
+    _check_topology(values, where)
+    _check_memory(values, where)
+    return Profile(name, description, dict(values), path, dict(reference or {}))
+
+
+def _check_topology(values: dict[str, Value], where: str) -> None:
+    cpus, nodes = values["topology.cpus"].value, values["topology.nodes"].value
+    if cpus < 1:
+        raise ProfileError(f"{where}: topology.cpus must be at least 1, got {cpus}")
+    if not 1 <= nodes <= cpus:
+        raise ProfileError(f"{where}: topology.nodes must be 1..cpus ({cpus}), got {nodes}")
+    dist = values["topology.distances"].value
+    if (not isinstance(dist, list) or len(dist) != nodes
+            or any(not isinstance(row, list) or len(row) != nodes for row in dist)):
+        raise ProfileError(f"{where}: topology.distances must be a {nodes} x {nodes} matrix "
+                           f"(one row per node), got {dist!r}")
+    for i, row in enumerate(dist):
+        for j, d in enumerate(row):
+            if isinstance(d, bool) or not isinstance(d, int):
+                raise ProfileError(f"{where}: topology.distances[{i}][{j}] must be an "
+                                   f"integer, got {d!r}")
+            if i == j and d != 10:
+                raise ProfileError(f"{where}: topology.distances[{i}][{i}] must be 10 "
+                                   f"(local), got {d}")
+            if i != j and d <= 10:
+                raise ProfileError(f"{where}: topology.distances[{i}][{j}] must exceed 10 "
+                                   f"(a remote node is farther than the local one), got {d}")
+
+
+def _check_memory(values: dict[str, Value], where: str) -> None:
+    def v(key: str) -> float:
+        return values[f"memory.{key}"].value  # type: ignore[return-value]
+
+    if v("line_bytes") < 8 or v("line_bytes") & (v("line_bytes") - 1):
+        raise ProfileError(f"{where}: memory.line_bytes must be a power of two >= 8, "
+                           f"got {v('line_bytes')}")
+    for key in ("private_kib", "shared_kib"):
+        if v(key) * 1024 < v("line_bytes"):
+            raise ProfileError(f"{where}: memory.{key} must hold at least one line")
+    order = ("shared_hit", "dram_local", "dram_remote")
+    for near, far in zip(order, order[1:], strict=False):
+        if v(near) > v(far):
+            raise ProfileError(f"{where}: memory.{near} ({v(near)} ns) exceeds memory.{far} "
+                               f"({v(far)} ns): a farther level is never faster")
+    if v("transfer_local") > v("transfer_remote"):
+        raise ProfileError(f"{where}: memory.transfer_local exceeds memory.transfer_remote: "
+                           "a cross-node transfer is never faster")
+
+
+# -- writing -------------------------------------------------------------------------------
+
+def _toml_str(text: str) -> str:
+    escaped = (text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+               .replace("\t", "\\t"))
+    return f'"{escaped}"'
+
+
+def _toml_value(x: object) -> str:
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        return repr(x)
+    if isinstance(x, list):
+        return "[" + ", ".join(_toml_value(e) for e in x) + "]"
+    raise TypeError(f"cannot write {x!r} in a profile")
+
+
+def dumps_profile(profile: Profile, header: str = "") -> str:
+    """The TOML text of ``profile`` (``header`` lines become comments at the top)."""
+    lines = [f"# {line}".rstrip() for line in header.splitlines()]
+    lines += [f"format = {FORMAT}", f"name = {_toml_str(profile.name)}",
+              f"description = {_toml_str(profile.description)}"]
+    for section in SECTIONS:
+        lines += ["", f"[{section}]"]
+        for param in (p for p in SCHEMA if p.section == section):
+            v = profile.values[param.path]
+            lines.append(f"# {param.doc} ({param.unit})")
+            lines.append(f"{param.key} = {{ value = {_toml_value(v.value)}, "
+                         f"source = {_toml_str(v.source)} }}")
+    if profile.reference:
+        lines += ["", f"[{REFERENCE}]", "# measured figures, not used by the model"]
+        lines += [f"{key} = {{ value = {_toml_value(v.value)}, source = {_toml_str(v.source)} }}"
+                  for key, v in profile.reference.items()]
+    return "\n".join(lines) + "\n"
+
+
+def dump_profile(profile: Profile, path: str | Path, header: str = "") -> None:
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dumps_profile(profile, header))

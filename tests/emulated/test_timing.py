@@ -1,0 +1,281 @@
+"""The timing model: clocks, costs, memory by NUMA distance and cache state, locks, grace
+periods, deferred work, and the virtual-time scheduler that makes figures independent of how
+the host interleaves the emulated CPUs' threads."""
+
+import random
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pybpf.emulated.timing import NODE_SHIFT, Timing, VirtualTimeScheduler, kmalloc_size
+from pybpf.profiles import load_profile
+
+PROFILE = load_profile("haswell-ep-2s")  # 20 CPUs: 0-9 on node 0, 10-19 on node 1
+LOCAL_CPU, REMOTE_CPU = 0, 10
+
+
+def timing(**kw) -> Timing:
+    return Timing(PROFILE, **kw)
+
+
+def test_charge_adds_the_profile_cost_and_counts_it():
+    t = timing()
+    t.charge(3, "htab_map_lookup_elem", 5)
+    assert t.now(3) == pytest.approx(5 * PROFILE["ops.htab_map_lookup_elem"])
+    assert t.now(2) == 0
+    assert t.breakdown(3)["htab_map_lookup_elem"][0] == 5
+
+
+def test_unknown_event_is_a_clear_error():
+    with pytest.raises(ValueError, match="no cost 'htab_lookup'.*htab_map_lookup_elem"):
+        timing().charge(0, "htab_lookup")
+
+
+def test_first_access_goes_to_dram_then_hits_the_private_cache():
+    t = timing()
+    addr = t.alloc_region(4096, node=0)
+    assert t.access(LOCAL_CPU, addr) == PROFILE["memory.dram_local"]
+    assert t.access(LOCAL_CPU, addr + 8) == 0  # same line
+    assert t.access(REMOTE_CPU, addr) == PROFILE["memory.dram_remote"]
+
+
+def test_node_llc_serves_a_line_another_cpu_of_the_node_loaded():
+    t = timing()
+    addr = t.alloc_region(64, node=0)
+    t.access(0, addr)
+    assert t.access(1, addr) == PROFILE["memory.shared_hit"]
+
+
+def test_a_write_makes_the_next_access_from_another_cpu_a_transfer():
+    t = timing()
+    addr = t.alloc_region(64, node=0)
+    t.access(0, addr)
+    t.access(1, addr, write=True)
+    assert t.access(0, addr) == PROFILE["memory.transfer_local"]
+    t.access(REMOTE_CPU, addr, write=True)
+    assert t.access(1, addr) == PROFILE["memory.transfer_remote"]
+    assert t.access(1, addr) == 0  # a read leaves a shared copy
+
+
+def test_private_cache_capacity_is_the_profile_l2_scaled():
+    t = timing(cache_scale=1 / 64)  # 256 KiB / 64 = 64 lines
+    base = t.alloc_region(1 << 20, node=0)
+    lines = [base + 64 * i for i in range(t.private_lines + 1)]
+    for addr in lines:
+        t.access(0, addr)
+    assert t.private_lines == 64
+    assert t.access(0, lines[-1]) == 0
+    assert t.access(0, lines[0]) > 0  # evicted: least recently used
+
+
+def test_kmalloc_hands_back_the_last_freed_object_of_its_class():
+    t = timing()
+    a = t.kmalloc(0, 48)
+    t.kfree(0, a, 48)
+    assert t.kmalloc(0, 60) == a  # same 64-byte class
+    assert t.kmalloc(0, 60) != a
+    assert kmalloc_size(65) == 96 and kmalloc_size(5000) == 8192
+    assert t.kmalloc(REMOTE_CPU, 64) >> NODE_SHIFT == 1
+
+
+def test_contended_lock_waits_for_the_release_then_pays_the_transfer():
+    t = timing()
+    lock = t.new_lock(t.alloc_region(64, node=0))
+    t.spin_lock(0, lock)
+    t.charge(0, "htab_map_update_elem")
+    t.spin_unlock(0, lock)
+    (acquired, released, _), = lock.held
+    t.wait_until(1, (acquired + released) / 2)
+    t.spin_lock(1, lock)  # CPU 1 asks while CPU 0 holds it
+    assert t.now(1) == pytest.approx(released + PROFILE["memory.transfer_local"]
+                                     + PROFILE["cpu.spin_lock"])
+    assert t.breakdown(1)["lock_wait"][0] == 1
+
+
+def test_unlock_by_another_cpu_is_refused():
+    t = timing()
+    lock = t.new_lock(t.alloc_region(64, node=0))
+    t.spin_lock(0, lock)
+    with pytest.raises(RuntimeError, match="CPU 1 releases a lock held by CPU 0"):
+        t.spin_unlock(1, lock)
+
+
+def test_grace_periods_run_one_after_another():
+    t = timing()
+    gp = PROFILE["rcu.grace_period"]
+    assert t.rcu_gp_end(100.0) == 100.0 + gp
+    assert t.rcu_gp_end(200.0) == 100.0 + 2 * gp  # queued during the first: waits for the next
+    assert t.rcu_gp_end(50.0) == 100.0 + gp  # a later-starting one covers an earlier queue time
+
+
+def test_deferred_work_runs_on_its_cpu_once_the_clock_reaches_it():
+    t = timing()
+    ran = []
+    t.defer(0, 1000.0, lambda: ran.append("b"))
+    t.defer(0, 500.0, lambda: ran.append("a"))
+    t.sync(0)
+    assert ran == [] and t.deferred(0) == 2
+    t.wait_until(0, 600.0)
+    t.sync(0)
+    assert ran == ["a"]
+    assert t.run_deferred(0, until=2000.0) == 1
+    assert ran == ["a", "b"] and t.now(0) == 1000.0
+
+
+# -- properties ----------------------------------------------------------------------------
+
+ops = st.lists(st.tuples(st.integers(0, 40), st.booleans()), min_size=1, max_size=60)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops)
+def test_remote_memory_never_costs_less_than_local(accesses):
+    """The same access sequence from CPU 0, to memory on its node and on the other one."""
+    clocks = []
+    for node in (0, 1):
+        t = timing(cache_scale=1 / 512)  # a small cache, so lines get evicted
+        base = t.alloc_region(1 << 16, node)
+        for line, write in accesses:
+            t.access(0, base + 64 * line, write)
+        clocks.append(t.now(0))
+    assert clocks[1] >= clocks[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops, st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3)), max_size=60),
+       st.integers(1, 19))
+def test_contention_never_speeds_a_cpu_up(own, theirs, other):
+    """CPU 0 warms its lines, then works; another CPU's locks and atomics on the same lines,
+    interleaved at any points, never make CPU 0 finish earlier."""
+    def run(with_other: bool) -> float:
+        t = timing()
+        base = t.alloc_region(1 << 16, 0)
+        lock = t.new_lock(base + 64 * 41)
+        for line in range(42):
+            t.access(0, base + 64 * line, write=True)
+        extra = iter(theirs if with_other else [])
+        for line, write in own:
+            step = next(extra, None)
+            if step is not None:
+                other_line, kind = step
+                if kind == 0:
+                    t.spin_lock(other, lock)
+                    t.charge(other, "htab_map_update_elem")
+                    t.spin_unlock(other, lock)
+                else:
+                    t.atomic(other, base + 64 * other_line)
+            if line % 5 == 0:
+                t.spin_lock(0, lock)
+                t.spin_unlock(0, lock)
+            else:
+                t.access(0, base + 64 * line, write)
+        return t.now(0)
+
+    assert run(True) >= run(False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.tuples(st.just("charge"), st.integers(1, 5)),
+                          st.tuples(st.just("wait"), st.floats(-1e4, 1e4)))))
+def test_a_clock_never_goes_back(steps):
+    t = timing()
+    previous = 0.0
+    for kind, x in steps:
+        if kind == "charge":
+            t.charge(0, "bpf_insn", x)
+        else:
+            t.wait_until(0, t.now(0) + x)
+        assert t.now(0) >= previous
+        previous = t.now(0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0, 1e8), min_size=1, max_size=30))
+def test_a_grace_period_never_ends_before_its_length_has_passed(times):
+    t = timing()
+    for x in times:
+        assert t.rcu_gp_end(x) >= x + PROFILE["rcu.grace_period"]
+
+
+# -- determinism under host threads --------------------------------------------------------
+
+CPUS = (0, 1, 10, 11)
+
+
+def contended_workload(jitter: random.Random | None) -> tuple:
+    """Four CPU threads (two per node) hammer one lock, one counter and a shared table under
+    the virtual-time scheduler; with ``jitter`` each thread also sleeps or yields at random
+    host moments. Returns everything that could differ."""
+    t = timing(cache_scale=1 / 256)
+    table = t.alloc_region(64 * 64, 0)
+    counter = t.alloc_region(64, 1)
+    lock = t.new_lock(t.alloc_region(64, 0))
+    order: list[tuple[int, int]] = []
+    sched = VirtualTimeScheduler(t, CPUS)
+    errors = []
+
+    def worker(cpu: int, seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            with sched.running(cpu):
+                for i in range(40):
+                    t.sync(cpu)
+                    if jitter is not None and jitter.random() < 0.3:
+                        time.sleep(jitter.random() / 2000)
+                    t.spin_lock(cpu, lock)
+                    order.append((cpu, i))  # who got the lock, in order
+                    t.access(cpu, table + 64 * rng.randrange(64), write=rng.random() < 0.5)
+                    t.charge(cpu, "htab_map_update_elem")
+                    t.spin_unlock(cpu, lock)
+                    if jitter is not None and jitter.random() < 0.3:
+                        time.sleep(0)
+                    t.sync(cpu)
+                    t.atomic(cpu, counter)
+                    t.charge(cpu, "bpf_insn", rng.randrange(1, 200))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    with sched:
+        threads = [threading.Thread(target=worker, args=(cpu, cpu)) for cpu in CPUS]
+        if jitter is not None:
+            jitter.shuffle(threads)  # start them in a different host order too
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    assert not errors, errors
+    return (tuple(t.clock), tuple(order),
+            tuple(tuple(sorted((e, c, round(ns, 6)) for e, (c, ns) in t.breakdown(cpu).items()))
+                  for cpu in CPUS))
+
+
+def test_figures_are_identical_whatever_the_host_interleaving():
+    calm = contended_workload(None)
+    assert contended_workload(None) == calm
+    for seed in range(3):
+        assert contended_workload(random.Random(seed)) == calm
+    clocks, order, _ = calm
+    assert len(order) == 4 * 40 and {cpu for cpu, _ in order} == set(CPUS)
+
+
+def test_a_participant_that_never_runs_is_reported_not_waited_for_forever():
+    t = timing()
+    sched = VirtualTimeScheduler(t, (0, 1), timeout_s=0.2)
+    with sched, pytest.raises(RuntimeError, match="CPU 0 waited.*held by CPU 1"):
+        t.charge(0, "bpf_insn", 10)  # CPU 1 (clock 0) is behind and its thread never comes
+        with sched.running(0):
+            t.sync(0)
+
+
+def test_running_needs_the_scheduler_attached_and_a_participant():
+    t = timing()
+    sched = VirtualTimeScheduler(t, (0,))
+    with pytest.raises(RuntimeError, match="not attached"):
+        with sched.running(0):
+            pass
+    with sched, pytest.raises(ValueError, match="CPU 5 is not a participant"):
+        with sched.running(5):
+            pass
