@@ -28,6 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reproduce": ("a few seconds that reproduce the NUMA-node (2017) and bpf_mem_alloc (2022) "
                   "map_perf_test results, with where to look next",
                   "pybpf.reproduce:reproduce_command"),
+    "calibrate": ("measure this host's costs on the kernel backend and write a machine profile "
+                  "for the emulated machine's timing model", "pybpf.calibrate:calibrate_command"),
 }
 
 
