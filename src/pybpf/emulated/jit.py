@@ -361,40 +361,25 @@ def _jump_target(pc: int, insn: Instruction) -> int | None:
 
 def _alu_expr(op: AluOp, off: int, d: str, s: str, bits: int) -> str:
     """The Python expression of ``d op s`` for 64- or 32-bit ALU, result masked."""
-    if bits == 64:
-        if op in _ALU_JIT64 and not (op is AluOp.MOV and off):
-            return _ALU_JIT64[op].format(d=d, s=s)
-        if op is AluOp.MOV:
-            sign = 1 << (off - 1)
-            return f"((({s} & {(1 << off) - 1}) ^ {sign}) - {sign}) & M64"
-        if op is AluOp.LSH:
-            return f"({d} << ({s} & 63)) & M64"
-        if op is AluOp.RSH:
-            return f"{d} >> ({s} & 63)"
-        if op is AluOp.ARSH:
-            return f"((({d} ^ SIGN64) - SIGN64) >> ({s} & 63)) & M64"
-        if op is AluOp.DIV:
-            return f"sdiv({d}, {s}, 64)" if off else f"({d} // {s} if {s} else 0)"
-        if op is AluOp.MOD:
-            return f"smod({d}, {s}, 64)" if off else f"({d} % {s} if {s} else {d})"
-    else:
-        if op in _ALU_JIT32 and not (op is AluOp.MOV and off):
-            return _ALU_JIT32[op].format(d=d, s=s)
-        if op is AluOp.MOV:
-            sign = 1 << (off - 1)
-            return f"((({s} & {(1 << off) - 1}) ^ {sign}) - {sign}) & M32"
-        if op is AluOp.LSH:
-            return f"({d} << ({s} & 31)) & M32"
-        if op is AluOp.RSH:
-            return f"({d} & M32) >> ({s} & 31)"
-        if op is AluOp.ARSH:
-            return f"(((({d} & M32) ^ SIGN32) - SIGN32) >> ({s} & 31)) & M32"
-        if op is AluOp.DIV:
-            return (f"sdiv({d}, {s}, 32)" if off else
-                    f"(({d} & M32) // ({s} & M32) if {s} & M32 else 0)")
-        if op is AluOp.MOD:
-            return (f"smod({d}, {s}, 32)" if off else
-                    f"(({d} & M32) % ({s} & M32) if {s} & M32 else {d} & M32)")
+    table, mask, sign, shift = ((_ALU_JIT64, "M64", "SIGN64", 63) if bits == 64
+                                else (_ALU_JIT32, "M32", "SIGN32", 31))
+    if op in table and not (op is AluOp.MOV and off):
+        return table[op].format(d=d, s=s)
+    # 32-bit operands are the low halves of the registers
+    dm, sm = (d, s) if bits == 64 else (f"({d} & M32)", f"({s} & M32)")
+    if op is AluOp.MOV:
+        sign_bit = 1 << (off - 1)
+        return f"((({s} & {(1 << off) - 1}) ^ {sign_bit}) - {sign_bit}) & {mask}"
+    if op is AluOp.LSH:
+        return f"({d} << ({s} & {shift})) & {mask}"
+    if op is AluOp.RSH:
+        return f"{dm} >> ({s} & {shift})"
+    if op is AluOp.ARSH:
+        return f"((({dm} ^ {sign}) - {sign}) >> ({s} & {shift})) & {mask}"
+    if op is AluOp.DIV:
+        return f"sdiv({d}, {s}, {bits})" if off else f"({dm} // {sm} if {sm} else 0)"
+    if op is AluOp.MOD:
+        return f"smod({d}, {s}, {bits})" if off else f"({dm} % {sm} if {sm} else {dm})"
     raise ValueError(f"no ALU expression for {op!r}")
 
 
