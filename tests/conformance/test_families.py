@@ -15,6 +15,7 @@ import struct
 
 import pytest
 
+from helpers import err_of, u32
 from pybpf.asm import R0, R2, R3, assemble, call, encode, exit_, ld_map_fd, mov64
 from pybpf.system import iter_keys
 from pybpf.uapi import (
@@ -37,17 +38,6 @@ from pybpf.uapi import (
 )
 
 KMALLOC_MAX_SIZE = 4 << 20
-
-
-def k32(i: int) -> bytes:
-    return i.to_bytes(4, "little")
-
-
-def err_of(fn, *args, **kwargs) -> int:
-    """The errno ``fn`` fails with (the test fails if it succeeds)."""
-    with pytest.raises(OSError) as info:
-        fn(*args, **kwargs)
-    return info.value.errno
 
 
 class Maps:
@@ -137,16 +127,16 @@ def test_array_accepts_numa_node_mmapable_and_inner_map_flags(maps):
 
 def test_array_elements_start_zeroed_and_round_trip(maps):
     fd = maps.create(MapType.ARRAY, 4, 6, 3)
-    assert maps.sys.map_lookup_elem(fd, k32(2)) == bytes(6)
-    maps.sys.map_update_elem(fd, k32(2), b"abcdef")
-    maps.sys.map_update_elem(fd, k32(0), b"zzzzzz", BPF_EXIST)
-    assert maps.sys.map_lookup_elem(fd, k32(2)) == b"abcdef"
-    assert maps.sys.map_lookup_elem(fd, k32(0)) == b"zzzzzz"
+    assert maps.sys.map_lookup_elem(fd, u32(2)) == bytes(6)
+    maps.sys.map_update_elem(fd, u32(2), b"abcdef")
+    maps.sys.map_update_elem(fd, u32(0), b"zzzzzz", BPF_EXIST)
+    assert maps.sys.map_lookup_elem(fd, u32(2)) == b"abcdef"
+    assert maps.sys.map_lookup_elem(fd, u32(0)) == b"zzzzzz"
 
 
 def test_array_lookup_out_of_range_gives_enoent(maps):
     fd = maps.create(MapType.ARRAY, 4, 4, 3)
-    assert err_of(maps.sys.map_lookup_elem, fd, k32(3)) == errno.ENOENT
+    assert err_of(maps.sys.map_lookup_elem, fd, u32(3)) == errno.ENOENT
 
 
 @pytest.mark.parametrize("index, flags, want", [
@@ -160,37 +150,37 @@ def test_array_lookup_out_of_range_gives_enoent(maps):
 def test_array_update_errors(maps, map_type, index, flags, want):
     fd = maps.create(map_type, 4, 8, 3)
     value = bytes(8 * maps.sys.num_possible_cpus if map_type == MapType.PERCPU_ARRAY else 8)
-    assert err_of(maps.sys.map_update_elem, fd, k32(index), value, flags) == want
+    assert err_of(maps.sys.map_update_elem, fd, u32(index), value, flags) == want
 
 
 @pytest.mark.parametrize("map_type", [MapType.ARRAY, MapType.PERCPU_ARRAY])
 def test_array_delete_gives_einval_and_lookup_and_delete_enotsupp(maps, map_type):
     fd = maps.create(map_type, 4, 8, 3)
-    assert err_of(maps.sys.map_delete_elem, fd, k32(0)) == errno.EINVAL
-    assert err_of(maps.sys.map_lookup_and_delete_elem, fd, k32(0)) == ENOTSUPP
+    assert err_of(maps.sys.map_delete_elem, fd, u32(0)) == errno.EINVAL
+    assert err_of(maps.sys.map_lookup_and_delete_elem, fd, u32(0)) == ENOTSUPP
 
 
 def test_array_get_next_key_walks_every_index_and_restarts_out_of_range(maps):
     fd = maps.create(MapType.ARRAY, 4, 4, 3)
-    assert list(iter_keys(maps.sys, fd)) == [k32(0), k32(1), k32(2)]
-    assert maps.sys.map_get_next_key(fd, k32(7)) == k32(0)
-    assert err_of(maps.sys.map_get_next_key, fd, k32(2)) == errno.ENOENT
+    assert list(iter_keys(maps.sys, fd)) == [u32(0), u32(1), u32(2)]
+    assert maps.sys.map_get_next_key(fd, u32(7)) == u32(0)
+    assert err_of(maps.sys.map_get_next_key, fd, u32(2)) == errno.ENOENT
 
 
 def test_percpu_array_syscall_value_has_every_cpus_padded_slot(maps):
     ncpus = maps.sys.num_possible_cpus
     fd = maps.create(MapType.PERCPU_ARRAY, 4, 4, 2)
-    assert maps.sys.map_lookup_elem(fd, k32(1)) == bytes(8 * ncpus)
+    assert maps.sys.map_lookup_elem(fd, u32(1)) == bytes(8 * ncpus)
     # Padding bytes of each slot are stored and come back.
     value = b"".join(struct.pack("<II", cpu + 1, 0xA0 + cpu) for cpu in range(ncpus))
-    maps.sys.map_update_elem(fd, k32(1), value)
-    assert maps.sys.map_lookup_elem(fd, k32(1)) == value
+    maps.sys.map_update_elem(fd, u32(1), value)
+    assert maps.sys.map_lookup_elem(fd, u32(1)) == value
 
 
 def test_array_batch_lookup_and_delete_batch_is_enotsupp(maps):
     fd = maps.create(MapType.ARRAY, 4, 4, 3)
     assert err_of(maps.sys.map_lookup_and_delete_batch, fd, None, 3) == ENOTSUPP
-    assert err_of(maps.sys.map_delete_batch, fd, [k32(0)]) == ENOTSUPP
+    assert err_of(maps.sys.map_delete_batch, fd, [u32(0)]) == ENOTSUPP
 
 
 # ----------------------------------------------------------------------------------------------
@@ -210,19 +200,19 @@ def test_prog_array_rejects_prog_access_flags(maps):
 
 def test_prog_array_empty_slot_lookup_and_delete(maps):
     fd = maps.create(MapType.PROG_ARRAY, 4, 4, 2)
-    assert err_of(maps.sys.map_lookup_elem, fd, k32(0)) == errno.ENOENT
-    assert err_of(maps.sys.map_delete_elem, fd, k32(0)) == errno.ENOENT
-    assert err_of(maps.sys.map_delete_elem, fd, k32(2)) == errno.E2BIG
-    assert err_of(maps.sys.map_lookup_elem, fd, k32(2)) == errno.ENOENT
+    assert err_of(maps.sys.map_lookup_elem, fd, u32(0)) == errno.ENOENT
+    assert err_of(maps.sys.map_delete_elem, fd, u32(0)) == errno.ENOENT
+    assert err_of(maps.sys.map_delete_elem, fd, u32(2)) == errno.E2BIG
+    assert err_of(maps.sys.map_lookup_elem, fd, u32(2)) == errno.ENOENT
 
 
 def test_prog_array_update_checks_flags_then_range_then_fd(maps):
     fd = maps.create(MapType.PROG_ARRAY, 4, 4, 2)
     not_a_prog = maps.create(MapType.ARRAY, 4, 4, 1)
-    assert err_of(maps.sys.map_update_elem, fd, k32(0), k32(not_a_prog), BPF_NOEXIST) \
+    assert err_of(maps.sys.map_update_elem, fd, u32(0), u32(not_a_prog), BPF_NOEXIST) \
         == errno.EINVAL
-    assert err_of(maps.sys.map_update_elem, fd, k32(2), k32(not_a_prog)) == errno.E2BIG
-    assert err_of(maps.sys.map_update_elem, fd, k32(0), k32(not_a_prog)) == errno.EINVAL
+    assert err_of(maps.sys.map_update_elem, fd, u32(2), u32(not_a_prog)) == errno.E2BIG
+    assert err_of(maps.sys.map_update_elem, fd, u32(0), u32(not_a_prog)) == errno.EINVAL
 
 
 def test_array_of_maps_create_checks_inner_map(maps):
@@ -247,15 +237,15 @@ def test_array_of_maps_lookup_gives_inner_id_and_holds_a_reference(maps):
     outer = maps.create(MapType.ARRAY_OF_MAPS, 4, 4, 2, inner_map_fd=template)
     inner = sys.map_create(MapType.ARRAY, 4, 4, 1)
     inner_id = sys.map_get_info(inner).id
-    sys.map_update_elem(outer, k32(1), k32(inner))
+    sys.map_update_elem(outer, u32(1), u32(inner))
     sys.close(inner)  # the outer map keeps the inner one alive
-    assert sys.map_lookup_elem(outer, k32(1)) == k32(inner_id)
+    assert sys.map_lookup_elem(outer, u32(1)) == u32(inner_id)
     again = sys.map_get_fd_by_id(inner_id)
     maps.fds.append(again)
-    assert err_of(sys.map_lookup_elem, outer, k32(0)) == errno.ENOENT
-    sys.map_delete_elem(outer, k32(1))
-    assert err_of(sys.map_delete_elem, outer, k32(1)) == errno.ENOENT
-    assert err_of(sys.map_delete_elem, outer, k32(2)) == errno.E2BIG
+    assert err_of(sys.map_lookup_elem, outer, u32(0)) == errno.ENOENT
+    sys.map_delete_elem(outer, u32(1))
+    assert err_of(sys.map_delete_elem, outer, u32(1)) == errno.ENOENT
+    assert err_of(sys.map_delete_elem, outer, u32(2)) == errno.E2BIG
 
 
 def test_array_of_maps_inner_array_max_entries_must_match_unless_inner_map_flag(maps):
@@ -263,13 +253,13 @@ def test_array_of_maps_inner_array_max_entries_must_match_unless_inner_map_flag(
     strict = maps.create(MapType.ARRAY, 4, 4, 4)
     outer = maps.create(MapType.ARRAY_OF_MAPS, 4, 4, 2, inner_map_fd=strict)
     bigger = maps.create(MapType.ARRAY, 4, 4, 8)
-    assert err_of(sys.map_update_elem, outer, k32(0), k32(bigger)) == errno.EINVAL
+    assert err_of(sys.map_update_elem, outer, u32(0), u32(bigger)) == errno.EINVAL
     loose = maps.create(MapType.ARRAY, 4, 4, 4, map_flags=BPF_F_INNER_MAP)
     outer2 = maps.create(MapType.ARRAY_OF_MAPS, 4, 4, 2, inner_map_fd=loose)
     bigger_loose = maps.create(MapType.ARRAY, 4, 4, 8, map_flags=BPF_F_INNER_MAP)
-    sys.map_update_elem(outer2, k32(0), k32(bigger_loose))
+    sys.map_update_elem(outer2, u32(0), u32(bigger_loose))
     # Flags must still match exactly.
-    assert err_of(sys.map_update_elem, outer2, k32(0), k32(bigger)) == errno.EINVAL
+    assert err_of(sys.map_update_elem, outer2, u32(0), u32(bigger)) == errno.EINVAL
 
 
 def test_array_of_maps_inner_of_other_shape_gives_einval(maps):
@@ -278,18 +268,18 @@ def test_array_of_maps_inner_of_other_shape_gives_einval(maps):
     outer = maps.create(MapType.ARRAY_OF_MAPS, 4, 4, 2, inner_map_fd=template)
     other_value = maps.create(MapType.ARRAY, 4, 8, 4)
     queue = maps.create(MapType.QUEUE, 0, 4, 4)
-    assert err_of(sys.map_update_elem, outer, k32(0), k32(other_value)) == errno.EINVAL
-    assert err_of(sys.map_update_elem, outer, k32(0), k32(queue)) == errno.EINVAL
-    assert err_of(sys.map_update_elem, outer, k32(0), k32(999_999)) == errno.EBADF
+    assert err_of(sys.map_update_elem, outer, u32(0), u32(other_value)) == errno.EINVAL
+    assert err_of(sys.map_update_elem, outer, u32(0), u32(queue)) == errno.EINVAL
+    assert err_of(sys.map_update_elem, outer, u32(0), u32(999_999)) == errno.EBADF
 
 
 def test_array_of_maps_update_flags_and_range(maps):
     sys = maps.sys
     template = maps.create(MapType.ARRAY, 4, 4, 4)
     outer = maps.create(MapType.ARRAY_OF_MAPS, 4, 4, 2, inner_map_fd=template)
-    assert err_of(sys.map_update_elem, outer, k32(0), k32(template), BPF_EXIST) == errno.EINVAL
-    assert err_of(sys.map_update_elem, outer, k32(2), k32(template)) == errno.E2BIG
-    assert err_of(sys.map_update_elem, outer, k32(2), k32(999_999)) == errno.E2BIG
+    assert err_of(sys.map_update_elem, outer, u32(0), u32(template), BPF_EXIST) == errno.EINVAL
+    assert err_of(sys.map_update_elem, outer, u32(2), u32(template)) == errno.E2BIG
+    assert err_of(sys.map_update_elem, outer, u32(2), u32(999_999)) == errno.E2BIG
 
 
 def test_inner_map_of_any_non_array_type_may_differ_in_max_entries(maps):
@@ -297,8 +287,8 @@ def test_inner_map_of_any_non_array_type_may_differ_in_max_entries(maps):
     template = maps.create(MapType.QUEUE, 0, 4, 4)
     outer = maps.create(MapType.ARRAY_OF_MAPS, 4, 4, 2, inner_map_fd=template)
     bigger = maps.create(MapType.QUEUE, 0, 4, 64)
-    sys.map_update_elem(outer, k32(0), k32(bigger))
-    assert sys.map_lookup_elem(outer, k32(0)) == k32(sys.map_get_info(bigger).id)
+    sys.map_update_elem(outer, u32(0), u32(bigger))
+    assert sys.map_lookup_elem(outer, u32(0)) == u32(sys.map_get_info(bigger).id)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -326,10 +316,10 @@ def test_queue_stack_pop_order(maps, map_type, order):
     sys = maps.sys
     fd = maps.create(map_type, 0, 4, 3)
     for i in (1, 2, 3):
-        sys.map_update_elem(fd, None, k32(i))
-    assert sys.map_lookup_elem(fd, None) == k32(order[0])  # peek leaves it there
+        sys.map_update_elem(fd, None, u32(i))
+    assert sys.map_lookup_elem(fd, None) == u32(order[0])  # peek leaves it there
     assert [sys.map_lookup_and_delete_elem(fd, None) for _ in range(3)] == \
-        [k32(i) for i in order]
+        [u32(i) for i in order]
     assert err_of(sys.map_lookup_and_delete_elem, fd, None) == errno.ENOENT
     assert err_of(sys.map_lookup_elem, fd, None) == errno.ENOENT
 
@@ -340,22 +330,22 @@ def test_queue_stack_full_gives_e2big_unless_exist_drops_oldest(maps, map_type, 
     sys = maps.sys
     fd = maps.create(map_type, 0, 4, 3)
     for i in (1, 2, 3):
-        sys.map_update_elem(fd, None, k32(i))
-    assert err_of(sys.map_update_elem, fd, None, k32(4)) == errno.E2BIG
-    sys.map_update_elem(fd, None, k32(4), BPF_EXIST)
+        sys.map_update_elem(fd, None, u32(i))
+    assert err_of(sys.map_update_elem, fd, None, u32(4)) == errno.E2BIG
+    sys.map_update_elem(fd, None, u32(4), BPF_EXIST)
     assert [sys.map_lookup_and_delete_elem(fd, None) for _ in range(3)] == \
-        [k32(i) for i in after]
+        [u32(i) for i in after]
 
 
 @pytest.mark.parametrize("map_type", [MapType.QUEUE, MapType.STACK])
 def test_queue_stack_element_errors(maps, map_type):
     sys = maps.sys
     fd = maps.create(map_type, 0, 4, 3)
-    assert err_of(sys.map_update_elem, fd, None, k32(1), BPF_NOEXIST) == errno.EINVAL
-    assert err_of(sys.map_update_elem, fd, None, k32(1), 3) == errno.EINVAL
+    assert err_of(sys.map_update_elem, fd, None, u32(1), BPF_NOEXIST) == errno.EINVAL
+    assert err_of(sys.map_update_elem, fd, None, u32(1), 3) == errno.EINVAL
     assert err_of(sys.map_delete_elem, fd, None) == errno.EINVAL
     assert err_of(sys.map_get_next_key, fd, None) == errno.EINVAL
-    sys.map_update_elem(fd, None, k32(1))
+    sys.map_update_elem(fd, None, u32(1))
     assert err_of(sys.map_lookup_and_delete_elem, fd, None, 4) == errno.EINVAL
     assert err_of(sys.map_lookup_batch, fd, None, 4) == ENOTSUPP
 
@@ -611,49 +601,49 @@ def test_devmap_gets_rdonly_prog_added_to_its_flags(maps, map_type):
 def test_devmap_update_lookup_delete(maps, value_size):
     sys = maps.sys
     fd = maps.create(MapType.DEVMAP, 4, value_size, 4)
-    assert err_of(sys.map_lookup_elem, fd, k32(1)) == errno.ENOENT
-    sys.map_update_elem(fd, k32(1), devval(LO, size=value_size))
-    assert sys.map_lookup_elem(fd, k32(1)) == devval(LO, size=value_size)
-    sys.map_update_elem(fd, k32(1), devval(0, size=value_size))  # ifindex 0 clears the slot
-    assert err_of(sys.map_lookup_elem, fd, k32(1)) == errno.ENOENT
-    sys.map_delete_elem(fd, k32(2))  # deleting an empty slot is fine
-    assert err_of(sys.map_delete_elem, fd, k32(4)) == errno.EINVAL
-    assert err_of(sys.map_lookup_elem, fd, k32(4)) == errno.ENOENT
+    assert err_of(sys.map_lookup_elem, fd, u32(1)) == errno.ENOENT
+    sys.map_update_elem(fd, u32(1), devval(LO, size=value_size))
+    assert sys.map_lookup_elem(fd, u32(1)) == devval(LO, size=value_size)
+    sys.map_update_elem(fd, u32(1), devval(0, size=value_size))  # ifindex 0 clears the slot
+    assert err_of(sys.map_lookup_elem, fd, u32(1)) == errno.ENOENT
+    sys.map_delete_elem(fd, u32(2))  # deleting an empty slot is fine
+    assert err_of(sys.map_delete_elem, fd, u32(4)) == errno.EINVAL
+    assert err_of(sys.map_lookup_elem, fd, u32(4)) == errno.ENOENT
 
 
 def test_devmap_update_errors_in_kernel_order(maps):
     sys = maps.sys
     fd = maps.create(MapType.DEVMAP, 4, 8, 4)
     not_a_prog = maps.create(MapType.ARRAY, 4, 4, 1)
-    assert err_of(sys.map_update_elem, fd, k32(9), devval(LO), 3) == errno.EINVAL
-    assert err_of(sys.map_update_elem, fd, k32(9), devval(LO)) == errno.E2BIG
-    assert err_of(sys.map_update_elem, fd, k32(0), devval(LO), BPF_NOEXIST) == errno.EEXIST
-    assert err_of(sys.map_update_elem, fd, k32(0), devval(0, not_a_prog)) == errno.EINVAL
-    assert err_of(sys.map_update_elem, fd, k32(0), devval(999_999)) == errno.EINVAL
-    assert err_of(sys.map_update_elem, fd, k32(0), devval(LO, not_a_prog)) == errno.EINVAL
+    assert err_of(sys.map_update_elem, fd, u32(9), devval(LO), 3) == errno.EINVAL
+    assert err_of(sys.map_update_elem, fd, u32(9), devval(LO)) == errno.E2BIG
+    assert err_of(sys.map_update_elem, fd, u32(0), devval(LO), BPF_NOEXIST) == errno.EEXIST
+    assert err_of(sys.map_update_elem, fd, u32(0), devval(0, not_a_prog)) == errno.EINVAL
+    assert err_of(sys.map_update_elem, fd, u32(0), devval(999_999)) == errno.EINVAL
+    assert err_of(sys.map_update_elem, fd, u32(0), devval(LO, not_a_prog)) == errno.EINVAL
 
 
 def test_devmap_get_next_key_walks_every_index(maps):
     fd = maps.create(MapType.DEVMAP, 4, 4, 3)
-    assert list(iter_keys(maps.sys, fd)) == [k32(0), k32(1), k32(2)]
+    assert list(iter_keys(maps.sys, fd)) == [u32(0), u32(1), u32(2)]
 
 
 def test_devmap_hash_update_rules(maps):
     sys = maps.sys
     fd = maps.create(MapType.DEVMAP_HASH, 4, 4, 2)
-    assert err_of(sys.map_update_elem, fd, k32(7), devval(0, size=4)) == errno.EINVAL
-    assert err_of(sys.map_update_elem, fd, k32(7), devval(LO, size=4), 3) == errno.EINVAL
-    sys.map_update_elem(fd, k32(7), devval(LO, size=4), BPF_EXIST)  # EXIST inserts
-    assert err_of(sys.map_update_elem, fd, k32(7), devval(LO, size=4), BPF_NOEXIST) \
+    assert err_of(sys.map_update_elem, fd, u32(7), devval(0, size=4)) == errno.EINVAL
+    assert err_of(sys.map_update_elem, fd, u32(7), devval(LO, size=4), 3) == errno.EINVAL
+    sys.map_update_elem(fd, u32(7), devval(LO, size=4), BPF_EXIST)  # EXIST inserts
+    assert err_of(sys.map_update_elem, fd, u32(7), devval(LO, size=4), BPF_NOEXIST) \
         == errno.EEXIST
-    sys.map_update_elem(fd, k32(8), devval(LO, size=4))
-    assert err_of(sys.map_update_elem, fd, k32(9), devval(999_999, size=4)) == errno.EINVAL
-    assert err_of(sys.map_update_elem, fd, k32(9), devval(LO, size=4)) == errno.E2BIG
-    sys.map_update_elem(fd, k32(8), devval(LO, size=4))  # replacing works when full
-    assert err_of(sys.map_delete_elem, fd, k32(9)) == errno.ENOENT
-    assert err_of(sys.map_lookup_elem, fd, k32(9)) == errno.ENOENT
-    sys.map_delete_elem(fd, k32(7))
-    assert list(iter_keys(sys, fd)) == [k32(8)]
+    sys.map_update_elem(fd, u32(8), devval(LO, size=4))
+    assert err_of(sys.map_update_elem, fd, u32(9), devval(999_999, size=4)) == errno.EINVAL
+    assert err_of(sys.map_update_elem, fd, u32(9), devval(LO, size=4)) == errno.E2BIG
+    sys.map_update_elem(fd, u32(8), devval(LO, size=4))  # replacing works when full
+    assert err_of(sys.map_delete_elem, fd, u32(9)) == errno.ENOENT
+    assert err_of(sys.map_lookup_elem, fd, u32(9)) == errno.ENOENT
+    sys.map_delete_elem(fd, u32(7))
+    assert list(iter_keys(sys, fd)) == [u32(8)]
 
 
 def test_devmap_hash_iteration_order_matches_the_kernel(kmaps, emaps):
@@ -661,9 +651,9 @@ def test_devmap_hash_iteration_order_matches_the_kernel(kmaps, emaps):
     for m in (kmaps, emaps):
         fd = m.create(MapType.DEVMAP_HASH, 4, 4, 8)
         for key in (1, 9, 17, 3, 2, 25, 9):
-            m.sys.map_update_elem(fd, k32(key), devval(LO, size=4))
+            m.sys.map_update_elem(fd, u32(key), devval(LO, size=4))
         walks.append(list(iter_keys(m.sys, fd)))
-        walks.append(m.sys.map_get_next_key(fd, k32(4)))  # missing key: first again
+        walks.append(m.sys.map_get_next_key(fd, u32(4)))  # missing key: first again
     assert walks[2:] == walks[:2]
 
 
@@ -699,14 +689,14 @@ def test_cpumap_update_lookup_delete(maps):
     sys = maps.sys
     ncpus = sys.num_possible_cpus
     fd = maps.create(MapType.CPUMAP, 4, 8, ncpus + 2)
-    sys.map_update_elem(fd, k32(0), struct.pack("<Ii", 64, 0))
-    assert sys.map_lookup_elem(fd, k32(0)) == struct.pack("<II", 64, 0)
-    assert err_of(sys.map_lookup_elem, fd, k32(1 % ncpus + ncpus)) == errno.ENOENT
-    sys.map_update_elem(fd, k32(0), struct.pack("<Ii", 0, 0))  # qsize 0 removes the entry
-    assert err_of(sys.map_lookup_elem, fd, k32(0)) == errno.ENOENT
-    sys.map_delete_elem(fd, k32(1))
-    assert err_of(sys.map_delete_elem, fd, k32(ncpus + 2)) == errno.EINVAL
-    assert list(iter_keys(sys, fd)) == [k32(i) for i in range(ncpus + 2)]
+    sys.map_update_elem(fd, u32(0), struct.pack("<Ii", 64, 0))
+    assert sys.map_lookup_elem(fd, u32(0)) == struct.pack("<II", 64, 0)
+    assert err_of(sys.map_lookup_elem, fd, u32(1 % ncpus + ncpus)) == errno.ENOENT
+    sys.map_update_elem(fd, u32(0), struct.pack("<Ii", 0, 0))  # qsize 0 removes the entry
+    assert err_of(sys.map_lookup_elem, fd, u32(0)) == errno.ENOENT
+    sys.map_delete_elem(fd, u32(1))
+    assert err_of(sys.map_delete_elem, fd, u32(ncpus + 2)) == errno.EINVAL
+    assert list(iter_keys(sys, fd)) == [u32(i) for i in range(ncpus + 2)]
 
 
 def test_cpumap_update_errors_in_kernel_order(maps):
@@ -714,17 +704,17 @@ def test_cpumap_update_errors_in_kernel_order(maps):
     ncpus = sys.num_possible_cpus
     fd = maps.create(MapType.CPUMAP, 4, 8, ncpus + 1)
     not_a_prog = maps.create(MapType.ARRAY, 4, 4, 1)
-    assert err_of(sys.map_update_elem, fd, k32(0), struct.pack("<Ii", 16385, 0), 3) \
+    assert err_of(sys.map_update_elem, fd, u32(0), struct.pack("<Ii", 16385, 0), 3) \
         == errno.EINVAL
-    assert err_of(sys.map_update_elem, fd, k32(ncpus + 1), struct.pack("<Ii", 16385, 0)) \
+    assert err_of(sys.map_update_elem, fd, u32(ncpus + 1), struct.pack("<Ii", 16385, 0)) \
         == errno.E2BIG
-    assert err_of(sys.map_update_elem, fd, k32(0), struct.pack("<Ii", 16, 0), BPF_NOEXIST) \
+    assert err_of(sys.map_update_elem, fd, u32(0), struct.pack("<Ii", 16, 0), BPF_NOEXIST) \
         == errno.EEXIST
-    assert err_of(sys.map_update_elem, fd, k32(ncpus), struct.pack("<Ii", 16385, 0)) \
+    assert err_of(sys.map_update_elem, fd, u32(ncpus), struct.pack("<Ii", 16385, 0)) \
         == errno.EOVERFLOW
-    assert err_of(sys.map_update_elem, fd, k32(ncpus), struct.pack("<Ii", 16, 0)) \
+    assert err_of(sys.map_update_elem, fd, u32(ncpus), struct.pack("<Ii", 16, 0)) \
         == errno.ENODEV
-    assert err_of(sys.map_update_elem, fd, k32(0), struct.pack("<Ii", 16, not_a_prog)) \
+    assert err_of(sys.map_update_elem, fd, u32(0), struct.pack("<Ii", 16, not_a_prog)) \
         == errno.ENOMEM
 
 
@@ -826,10 +816,10 @@ def test_sockmap_accepts_only_supported_sockets_in_allowed_states(maps, sockets,
     fd = maps.create(map_type, 4, 8, 4)
     sock = sockets(kind)
     if want:
-        assert err_of(sys.map_update_elem, fd, k32(0), sockval(sock.fileno())) == want
+        assert err_of(sys.map_update_elem, fd, u32(0), sockval(sock.fileno())) == want
     else:
-        sys.map_update_elem(fd, k32(0), sockval(sock.fileno()))
-        assert sys.map_lookup_elem(fd, k32(0)) == cookie(sock)
+        sys.map_update_elem(fd, u32(0), sockval(sock.fileno()))
+        assert sys.map_lookup_elem(fd, u32(0)) == cookie(sock)
 
 
 @pytest.mark.parametrize("map_type", [MapType.SOCKMAP, MapType.SOCKHASH])
@@ -838,41 +828,41 @@ def test_sockmap_update_fd_errors(maps, map_type):
     fd = maps.create(map_type, 4, 8, 4)
     read_end, write_end = os.pipe()
     try:
-        assert err_of(sys.map_update_elem, fd, k32(0), sockval(read_end)) == errno.ENOTSOCK
+        assert err_of(sys.map_update_elem, fd, u32(0), sockval(read_end)) == errno.ENOTSOCK
     finally:
         os.close(read_end)
         os.close(write_end)
     closed = os.open("/dev/null", os.O_RDONLY)
     os.close(closed)
-    assert err_of(sys.map_update_elem, fd, k32(0), sockval(closed)) == errno.EBADF
-    assert err_of(sys.map_update_elem, fd, k32(0), sockval(2**31)) == errno.EINVAL
+    assert err_of(sys.map_update_elem, fd, u32(0), sockval(closed)) == errno.EBADF
+    assert err_of(sys.map_update_elem, fd, u32(0), sockval(2**31)) == errno.EINVAL
 
 
 def test_sockmap_update_flags_range_and_delete(maps, sockets):
     sys = maps.sys
     fd = maps.create(MapType.SOCKMAP, 4, 8, 2)
     sock = sockets("udp").fileno()
-    assert err_of(sys.map_update_elem, fd, k32(0), sockval(sock), 3) == errno.EINVAL
-    assert err_of(sys.map_update_elem, fd, k32(2), sockval(sock)) == errno.E2BIG
-    assert err_of(sys.map_update_elem, fd, k32(0), sockval(sock), BPF_EXIST) == errno.ENOENT
-    sys.map_update_elem(fd, k32(0), sockval(sock), BPF_NOEXIST)
-    assert err_of(sys.map_update_elem, fd, k32(0), sockval(sock), BPF_NOEXIST) == errno.EEXIST
-    sys.map_update_elem(fd, k32(0), sockval(sock), BPF_EXIST)
-    assert err_of(sys.map_delete_elem, fd, k32(1)) == errno.EINVAL  # empty slot
-    assert err_of(sys.map_delete_elem, fd, k32(2)) == errno.EINVAL
-    sys.map_delete_elem(fd, k32(0))
-    assert err_of(sys.map_lookup_elem, fd, k32(0)) == errno.ENOENT
-    assert list(iter_keys(sys, fd)) == [k32(0), k32(1)]
-    assert err_of(sys.map_lookup_and_delete_elem, fd, k32(0)) == ENOTSUPP
+    assert err_of(sys.map_update_elem, fd, u32(0), sockval(sock), 3) == errno.EINVAL
+    assert err_of(sys.map_update_elem, fd, u32(2), sockval(sock)) == errno.E2BIG
+    assert err_of(sys.map_update_elem, fd, u32(0), sockval(sock), BPF_EXIST) == errno.ENOENT
+    sys.map_update_elem(fd, u32(0), sockval(sock), BPF_NOEXIST)
+    assert err_of(sys.map_update_elem, fd, u32(0), sockval(sock), BPF_NOEXIST) == errno.EEXIST
+    sys.map_update_elem(fd, u32(0), sockval(sock), BPF_EXIST)
+    assert err_of(sys.map_delete_elem, fd, u32(1)) == errno.EINVAL  # empty slot
+    assert err_of(sys.map_delete_elem, fd, u32(2)) == errno.EINVAL
+    sys.map_delete_elem(fd, u32(0))
+    assert err_of(sys.map_lookup_elem, fd, u32(0)) == errno.ENOENT
+    assert list(iter_keys(sys, fd)) == [u32(0), u32(1)]
+    assert err_of(sys.map_lookup_and_delete_elem, fd, u32(0)) == ENOTSUPP
 
 
 @pytest.mark.parametrize("map_type", [MapType.SOCKMAP, MapType.SOCKHASH])
 def test_sockmap_lookup_with_4_byte_values_gives_enospc(maps, sockets, map_type):
     sys = maps.sys
     fd = maps.create(map_type, 4, 4, 2)
-    sys.map_update_elem(fd, k32(0), sockval(sockets("udp").fileno(), 4))
-    assert err_of(sys.map_lookup_elem, fd, k32(0)) == errno.ENOSPC
-    assert err_of(sys.map_lookup_elem, fd, k32(1)) == errno.ENOSPC
+    sys.map_update_elem(fd, u32(0), sockval(sockets("udp").fileno(), 4))
+    assert err_of(sys.map_lookup_elem, fd, u32(0)) == errno.ENOSPC
+    assert err_of(sys.map_lookup_elem, fd, u32(1)) == errno.ENOSPC
 
 
 @pytest.mark.parametrize("map_type", [MapType.SOCKMAP, MapType.SOCKHASH])
@@ -881,22 +871,22 @@ def test_closing_a_socket_removes_it_from_the_map(maps, map_type):
     fd = maps.create(map_type, 4, 8, 2)
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind(("127.0.0.1", 0))
-    sys.map_update_elem(fd, k32(1), sockval(sock.fileno()))
+    sys.map_update_elem(fd, u32(1), sockval(sock.fileno()))
     sock.close()
-    assert err_of(sys.map_lookup_elem, fd, k32(1)) == errno.ENOENT
+    assert err_of(sys.map_lookup_elem, fd, u32(1)) == errno.ENOENT
 
 
 def test_sockhash_capacity_and_delete(maps, sockets):
     sys = maps.sys
     fd = maps.create(MapType.SOCKHASH, 4, 8, 2)
     sock = sockets("udp").fileno()
-    sys.map_update_elem(fd, k32(10), sockval(sock))
-    sys.map_update_elem(fd, k32(11), sockval(sock))
-    assert err_of(sys.map_update_elem, fd, k32(12), sockval(sock)) == errno.E2BIG
-    sys.map_update_elem(fd, k32(11), sockval(sock))  # replacing works when full
-    assert err_of(sys.map_delete_elem, fd, k32(12)) == errno.ENOENT
-    sys.map_delete_elem(fd, k32(11))
-    assert list(iter_keys(sys, fd)) == [k32(10)]
+    sys.map_update_elem(fd, u32(10), sockval(sock))
+    sys.map_update_elem(fd, u32(11), sockval(sock))
+    assert err_of(sys.map_update_elem, fd, u32(12), sockval(sock)) == errno.E2BIG
+    sys.map_update_elem(fd, u32(11), sockval(sock))  # replacing works when full
+    assert err_of(sys.map_delete_elem, fd, u32(12)) == errno.ENOENT
+    sys.map_delete_elem(fd, u32(11))
+    assert list(iter_keys(sys, fd)) == [u32(10)]
 
 
 def test_sockhash_iteration_order_matches_the_kernel(kmaps, emaps, sockets):
@@ -927,8 +917,8 @@ def test_hash_of_maps_resolves_the_fd_before_checking_flags(maps):
     sys = maps.sys
     template = maps.create(MapType.ARRAY, 4, 4, 1)
     outer = maps.create(MapType.HASH_OF_MAPS, 4, 4, 2, inner_map_fd=template)
-    assert err_of(sys.map_update_elem, outer, k32(1), k32(999_999), 3) == errno.EBADF
-    assert err_of(sys.map_update_elem, outer, k32(1), k32(template), 3) == errno.EINVAL
+    assert err_of(sys.map_update_elem, outer, u32(1), u32(999_999), 3) == errno.EBADF
+    assert err_of(sys.map_update_elem, outer, u32(1), u32(template), 3) == errno.EINVAL
 
 
 def test_hash_of_maps_update_rules_and_ids(maps):
@@ -937,21 +927,21 @@ def test_hash_of_maps_update_rules_and_ids(maps):
     outer = maps.create(MapType.HASH_OF_MAPS, 4, 4, 2, inner_map_fd=template)
     inner = sys.map_create(MapType.ARRAY, 4, 4, 1)
     inner_id = sys.map_get_info(inner).id
-    assert err_of(sys.map_update_elem, outer, k32(1), k32(inner), BPF_EXIST) == errno.ENOENT
-    sys.map_update_elem(outer, k32(1), k32(inner), BPF_NOEXIST)
+    assert err_of(sys.map_update_elem, outer, u32(1), u32(inner), BPF_EXIST) == errno.ENOENT
+    sys.map_update_elem(outer, u32(1), u32(inner), BPF_NOEXIST)
     sys.close(inner)  # the outer map holds a reference
-    assert sys.map_lookup_elem(outer, k32(1)) == k32(inner_id)
-    assert err_of(sys.map_update_elem, outer, k32(1), k32(template), BPF_NOEXIST) \
+    assert sys.map_lookup_elem(outer, u32(1)) == u32(inner_id)
+    assert err_of(sys.map_update_elem, outer, u32(1), u32(template), BPF_NOEXIST) \
         == errno.EEXIST
-    sys.map_update_elem(outer, k32(2), k32(template))
-    assert err_of(sys.map_update_elem, outer, k32(3), k32(template)) == errno.E2BIG
-    assert err_of(sys.map_lookup_and_delete_elem, outer, k32(1)) == ENOTSUPP
-    assert err_of(sys.map_delete_elem, outer, k32(3)) == errno.ENOENT
-    assert err_of(sys.map_lookup_elem, outer, k32(3)) == errno.ENOENT
+    sys.map_update_elem(outer, u32(2), u32(template))
+    assert err_of(sys.map_update_elem, outer, u32(3), u32(template)) == errno.E2BIG
+    assert err_of(sys.map_lookup_and_delete_elem, outer, u32(1)) == ENOTSUPP
+    assert err_of(sys.map_delete_elem, outer, u32(3)) == errno.ENOENT
+    assert err_of(sys.map_lookup_elem, outer, u32(3)) == errno.ENOENT
     again = sys.map_get_fd_by_id(inner_id)
     maps.fds.append(again)
-    sys.map_delete_elem(outer, k32(1))
-    assert err_of(sys.map_lookup_elem, outer, k32(1)) == errno.ENOENT
+    sys.map_delete_elem(outer, u32(1))
+    assert err_of(sys.map_lookup_elem, outer, u32(1)) == errno.ENOENT
     assert sys.map_get_info(again).id == inner_id  # the fd taken by id keeps the inner map
 
 
@@ -963,12 +953,12 @@ def test_hash_of_maps_order_and_batch_match_the_kernel(kmaps, emaps):
         outer = m.create(MapType.HASH_OF_MAPS, 4, 4, 16, inner_map_fd=template,
                          map_flags=BPF_F_ZERO_SEED)
         for i in range(10):
-            sys.map_update_elem(outer, k32(i * 37), k32(template))
+            sys.map_update_elem(outer, u32(i * 37), u32(template))
         walk = list(iter_keys(sys, outer))
         batch = sys.map_lookup_batch(outer, None, 16)
         template_id = sys.map_get_info(template).id
         results.append((walk, batch.keys, batch.end,
-                        all(v == k32(template_id) for v in batch.values)))
+                        all(v == u32(template_id) for v in batch.values)))
     assert results[1] == results[0]
     assert results[0][3]
 
@@ -982,31 +972,31 @@ def test_array_lookup_batch_walks_indices_with_key_tokens(maps, map_type):
     sys = maps.sys
     fd = maps.create(map_type, 4, 8, 3)
     first = sys.map_lookup_batch(fd, None, 2)
-    assert first.keys == [k32(0), k32(1)] and not first.end
-    assert first.out_batch == k32(1)
+    assert first.keys == [u32(0), u32(1)] and not first.end
+    assert first.out_batch == u32(1)
     rest = sys.map_lookup_batch(fd, first.out_batch, 2)
-    assert rest.keys == [k32(2)] and rest.end
+    assert rest.keys == [u32(2)] and rest.end
 
 
 def test_array_update_batch_stops_at_the_first_error(maps):
     sys = maps.sys
     fd = maps.create(MapType.ARRAY, 4, 4, 2)
     with pytest.raises(OSError) as info:
-        sys.map_update_batch(fd, [k32(0), k32(5), k32(1)], [b"aaaa", b"bbbb", b"cccc"])
+        sys.map_update_batch(fd, [u32(0), u32(5), u32(1)], [b"aaaa", b"bbbb", b"cccc"])
     assert info.value.errno == errno.E2BIG
     assert info.value.count == 1
-    assert sys.map_lookup_elem(fd, k32(0)) == b"aaaa"
-    assert sys.map_lookup_elem(fd, k32(1)) == bytes(4)
+    assert sys.map_lookup_elem(fd, u32(0)) == b"aaaa"
+    assert sys.map_lookup_elem(fd, u32(1)) == bytes(4)
 
 
 def test_array_of_maps_lookup_batch_skips_empty_slots(maps):
     sys = maps.sys
     template = maps.create(MapType.ARRAY, 4, 4, 1)
     outer = maps.create(MapType.ARRAY_OF_MAPS, 4, 4, 4, inner_map_fd=template)
-    sys.map_update_batch(outer, [k32(1), k32(3)], [k32(template), k32(template)])
-    template_id = k32(sys.map_get_info(template).id)
+    sys.map_update_batch(outer, [u32(1), u32(3)], [u32(template), u32(template)])
+    template_id = u32(sys.map_get_info(template).id)
     got = sys.map_lookup_batch(outer, None, 4)
-    assert got.keys == [k32(1), k32(3)] and got.values == [template_id, template_id]
+    assert got.keys == [u32(1), u32(3)] and got.values == [template_id, template_id]
     assert got.end
 
 
@@ -1063,10 +1053,10 @@ def test_prog_array_lookup_gives_the_program_id(maps):
     sys = maps.sys
     table = maps.create(MapType.PROG_ARRAY, 4, 4, 2)
     prog = load(maps, ProgType.XDP, returning(7))
-    sys.map_update_elem(table, k32(1), k32(prog))
-    assert sys.map_lookup_elem(table, k32(1)) == k32(sys.prog_get_info(prog).id)
+    sys.map_update_elem(table, u32(1), u32(prog))
+    assert sys.map_lookup_elem(table, u32(1)) == u32(sys.prog_get_info(prog).id)
     other = load(maps, ProgType.SOCKET_FILTER, returning(0))
-    assert err_of(sys.map_update_elem, table, k32(0), k32(other)) == errno.EINVAL
+    assert err_of(sys.map_update_elem, table, u32(0), u32(other)) == errno.EINVAL
 
 
 def test_tail_call_runs_the_stored_program_or_falls_through(maps):
@@ -1076,9 +1066,9 @@ def test_tail_call_runs_the_stored_program_or_falls_through(maps):
     caller = load(maps, ProgType.XDP, [ld_map_fd(R2, table), mov64(R3, 0), call("tail_call"),
                                        mov64(R0, 1), exit_()])
     assert sys.prog_test_run(caller, PACKET).retval == 1
-    sys.map_update_elem(table, k32(0), k32(target))
+    sys.map_update_elem(table, u32(0), u32(target))
     assert sys.prog_test_run(caller, PACKET).retval == 7
-    sys.map_delete_elem(table, k32(0))
+    sys.map_delete_elem(table, u32(0))
     assert sys.prog_test_run(caller, PACKET).retval == 1
 
 
@@ -1087,20 +1077,20 @@ def test_devmap_entry_program_must_be_attached_as_xdp_devmap(maps, map_type):
     sys = maps.sys
     fd = maps.create(map_type, 4, 8, 4)
     prog = load(maps, ProgType.XDP, returning(2), AttachType.XDP_DEVMAP)
-    sys.map_update_elem(fd, k32(1), devval(LO, prog))
-    assert sys.map_lookup_elem(fd, k32(1)) == struct.pack("<II", LO, sys.prog_get_info(prog).id)
+    sys.map_update_elem(fd, u32(1), devval(LO, prog))
+    assert sys.map_lookup_elem(fd, u32(1)) == struct.pack("<II", LO, sys.prog_get_info(prog).id)
     plain = load(maps, ProgType.XDP, returning(2))
-    assert err_of(sys.map_update_elem, fd, k32(1), devval(LO, plain)) == errno.EINVAL
+    assert err_of(sys.map_update_elem, fd, u32(1), devval(LO, plain)) == errno.EINVAL
 
 
 def test_cpumap_entry_program_must_be_attached_as_xdp_cpumap(maps):
     sys = maps.sys
     fd = maps.create(MapType.CPUMAP, 4, 8, 1)
     prog = load(maps, ProgType.XDP, returning(2), AttachType.XDP_CPUMAP)
-    sys.map_update_elem(fd, k32(0), struct.pack("<Ii", 32, prog))
-    assert sys.map_lookup_elem(fd, k32(0)) == struct.pack("<II", 32, sys.prog_get_info(prog).id)
+    sys.map_update_elem(fd, u32(0), struct.pack("<Ii", 32, prog))
+    assert sys.map_lookup_elem(fd, u32(0)) == struct.pack("<II", 32, sys.prog_get_info(prog).id)
     plain = load(maps, ProgType.XDP, returning(2))
-    assert err_of(sys.map_update_elem, fd, k32(0), struct.pack("<Ii", 32, plain)) \
+    assert err_of(sys.map_update_elem, fd, u32(0), struct.pack("<Ii", 32, plain)) \
         == errno.ENOMEM
 
 
@@ -1123,10 +1113,10 @@ def test_lookup_batch_token_is_the_last_key_visited_even_if_skipped(maps):
     sys = maps.sys
     template = maps.create(MapType.ARRAY, 4, 4, 1)
     outer = maps.create(MapType.ARRAY_OF_MAPS, 4, 4, 8, inner_map_fd=template)
-    sys.map_update_elem(outer, k32(2), k32(template))
+    sys.map_update_elem(outer, u32(2), u32(template))
     got = sys.map_lookup_batch(outer, None, 4)
-    assert got.keys == [k32(2)] and got.end
-    assert got.out_batch == k32(7)
+    assert got.keys == [u32(2)] and got.end
+    assert got.out_batch == u32(7)
 
 
 def test_hash_of_maps_replacement_keeps_the_elements_position(kmaps, emaps):
@@ -1142,10 +1132,10 @@ def test_hash_of_maps_replacement_keeps_the_elements_position(kmaps, emaps):
         for fd in (outer, bigger):
             for key in (1, 2):
                 try:
-                    sys.map_update_elem(fd, k32(key), k32(template))
+                    sys.map_update_elem(fd, u32(key), u32(template))
                 except OSError as e:
                     walks.append(e.errno)
-            sys.map_update_elem(fd, k32(1), k32(other))  # replaced in place even when full
+            sys.map_update_elem(fd, u32(1), u32(other))  # replaced in place even when full
             walks.append(list(iter_keys(sys, fd)))
     assert walks[len(walks) // 2:] == walks[:len(walks) // 2]
 
@@ -1176,18 +1166,18 @@ def test_perf_event_array_rules(maps):
                              map_flags=BPF_F_RDONLY_PROG) == errno.EINVAL
     fd = maps.create(MapType.PERF_EVENT_ARRAY, 4, 4, 4, map_flags=BPF_F_PRESERVE_ELEMS)
     not_a_perf_event = maps.create(MapType.ARRAY, 4, 4, 1)
-    assert err_of(sys.map_lookup_elem, fd, k32(0)) == ENOTSUPP
-    assert err_of(sys.map_lookup_elem, fd, k32(9)) == ENOTSUPP
-    assert err_of(sys.map_update_elem, fd, k32(0), k32(not_a_perf_event), BPF_NOEXIST) \
+    assert err_of(sys.map_lookup_elem, fd, u32(0)) == ENOTSUPP
+    assert err_of(sys.map_lookup_elem, fd, u32(9)) == ENOTSUPP
+    assert err_of(sys.map_update_elem, fd, u32(0), u32(not_a_perf_event), BPF_NOEXIST) \
         == errno.EINVAL
-    assert err_of(sys.map_update_elem, fd, k32(9), k32(not_a_perf_event)) == errno.E2BIG
-    assert err_of(sys.map_update_elem, fd, k32(0), k32(not_a_perf_event)) == errno.EBADF
-    assert err_of(sys.map_update_elem, fd, k32(0), k32(999_999)) == errno.EBADF
-    assert err_of(sys.map_delete_elem, fd, k32(0)) == errno.ENOENT
-    assert err_of(sys.map_delete_elem, fd, k32(9)) == errno.E2BIG
-    assert err_of(sys.map_lookup_and_delete_elem, fd, k32(0)) == ENOTSUPP
+    assert err_of(sys.map_update_elem, fd, u32(9), u32(not_a_perf_event)) == errno.E2BIG
+    assert err_of(sys.map_update_elem, fd, u32(0), u32(not_a_perf_event)) == errno.EBADF
+    assert err_of(sys.map_update_elem, fd, u32(0), u32(999_999)) == errno.EBADF
+    assert err_of(sys.map_delete_elem, fd, u32(0)) == errno.ENOENT
+    assert err_of(sys.map_delete_elem, fd, u32(9)) == errno.E2BIG
+    assert err_of(sys.map_lookup_and_delete_elem, fd, u32(0)) == ENOTSUPP
     assert err_of(sys.map_lookup_batch, fd, None, 4) == ENOTSUPP
-    assert list(iter_keys(sys, fd)) == [k32(i) for i in range(4)]
+    assert list(iter_keys(sys, fd)) == [u32(i) for i in range(4)]
 
 
 def test_hash_of_maps_lookup_and_delete_batch_gives_ids_and_lets_inner_maps_go(maps):
@@ -1196,10 +1186,10 @@ def test_hash_of_maps_lookup_and_delete_batch_gives_ids_and_lets_inner_maps_go(m
     outer = maps.create(MapType.HASH_OF_MAPS, 4, 4, 4, inner_map_fd=template)
     inner = sys.map_create(MapType.ARRAY, 4, 4, 1)
     inner_id = sys.map_get_info(inner).id
-    sys.map_update_batch(outer, [k32(1), k32(2)], [k32(inner), k32(inner)])
+    sys.map_update_batch(outer, [u32(1), u32(2)], [u32(inner), u32(inner)])
     sys.close(inner)
     got = sys.map_lookup_and_delete_batch(outer, None, 4)
-    assert sorted(got.keys) == [k32(1), k32(2)] and got.values == [k32(inner_id)] * 2
+    assert sorted(got.keys) == [u32(1), u32(2)] and got.values == [u32(inner_id)] * 2
     assert err_of(sys.map_get_next_key, outer, None) == errno.ENOENT
     assert map_is_freed(sys, inner_id)
 
