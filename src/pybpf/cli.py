@@ -30,6 +30,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
                   "pybpf.reproduce:reproduce_command"),
     "calibrate": ("measure this host's costs on the kernel backend and write a machine profile "
                   "for the emulated machine's timing model", "pybpf.calibrate:calibrate_command"),
+    "differential": ("run random map-operation sequences on two backends and compare every "
+                     "returned byte and errno (the kernel is the oracle)",
+                     "pybpf.testing.differential.command:differential_command"),
 }
 
 
