@@ -116,7 +116,7 @@ def design_counters(flavour: str) -> dict:
     2 emulated CPUs, with a grace period after each round: what a bench run does, minus the
     threads and the clock, so the counts are the same on every machine."""
     from pybpf import system
-    from pybpf.bench.map_perf import sys_enter_record
+    from pybpf.bench.common import sys_enter_record
 
     sys_ = system("emulated", cpus=2, **({"htab_mem": "call_rcu"} if flavour == "call_rcu"
                                           else {}))

@@ -6,6 +6,7 @@ emulated NUMA accounting, which are counts.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -18,7 +19,10 @@ import pytest
 
 from pybpf.bench import map_perf as mp
 from pybpf.bench import trigger
-from pybpf.bench.map_perf_progs import BUILDERS, build_program
+from pybpf.bench.map_perf.kernel_run import kernel_trigger
+from pybpf.bench.map_perf.progs import BUILDERS, build_program
+from pybpf.bench.map_perf.results import plot
+from pybpf.bench.map_perf.testbed import Setup, lru_lookup_keys, sockaddr_in6
 from pybpf.testing import KERNEL_SKIP_REASON, kernel_available
 from pybpf.uapi import MapFlags, MapType
 
@@ -99,13 +103,13 @@ def test_maps_are_declared_as_in_the_sample():
 
 
 def test_lru_lookup_start_keys_wrap_like_the_sample():
-    assert mp.lru_lookup_keys(32) == [0]
-    assert mp.lru_lookup_keys(100) == [0, 32, 64, 96]
-    assert mp.lru_lookup_keys(1000)[-1] == 992
+    assert lru_lookup_keys(32) == [0]
+    assert lru_lookup_keys(100) == [0, 32, 64, 96]
+    assert lru_lookup_keys(1000)[-1] == 992
 
 
 def test_connect_address_carries_host_order_magic_and_test_case():
-    addr = mp.sockaddr_in6(2, 0x01020304)
+    addr = sockaddr_in6(2, 0x01020304)
     assert len(addr) == 28
     family, = struct.unpack_from("=H", addr, 0)
     assert family == socket.AF_INET6
@@ -127,7 +131,7 @@ def test_program_without_its_map_is_refused():
 
 def test_resizing_touches_only_the_enabled_tests_maps():
     cfg = mp.Config(test_flags=mp.Test.HASH_KMALLOC.bit, num_map_entries=77)
-    setup = mp.Setup(None, cfg)
+    setup = Setup(None, cfg)
     assert setup.max_entries("hash_map_alloc") == 77
     assert setup.max_entries("hash_map") == 1000
     assert setup.inner_lru_hash_size == 77
@@ -158,12 +162,12 @@ def test_bad_arguments_print_usage_and_exit_2(args, message):
 @pytest.mark.parametrize("text, flags", [("0", mp.ALL_TESTS_MASK), ("-1", mp.ALL_TESTS_MASK),
                                          ("512", 512), ("0x204", 0x204)])
 def test_test_flags_zero_means_all_like_atoi(text, flags):
-    parser = mp.configure_parser(mp.argparse.ArgumentParser())
+    parser = mp.configure_parser(argparse.ArgumentParser())
     assert parser.parse_args([text]).test_flags == flags
 
 
 def test_defaults_are_the_samples():
-    parser = mp.configure_parser(mp.argparse.ArgumentParser())
+    parser = mp.configure_parser(argparse.ArgumentParser())
     ns = parser.parse_args([])
     assert (ns.test_flags, ns.num_procs, ns.num_map_entries, ns.max_cnt) == (
         mp.ALL_TESTS_MASK, 0, 0, 10000)
@@ -212,7 +216,7 @@ def test_kernel_maps_get_the_declared_flags():
     from pybpf import system
 
     k = system("kernel")
-    setup = mp.Setup(k, mp.Config(numa_node="none"))
+    setup = Setup(k, mp.Config(numa_node="none"))
     try:
         setup.create_maps(0)
         for name, fd in setup.fds.items():
@@ -228,7 +232,7 @@ def test_kernel_lpm_trie_is_really_filled():
     from pybpf import system
 
     k = system("kernel")
-    setup = mp.Setup(k, mp.Config(test_flags=mp.Test.LPM_KMALLOC.bit))
+    setup = Setup(k, mp.Config(test_flags=mp.Test.LPM_KMALLOC.bit))
     try:
         setup.create_maps(0)
         setup.fill_lpm_trie()
@@ -312,7 +316,7 @@ def test_plot_without_matplotlib_is_a_clear_error(monkeypatch):
     result = mp.RunResult("emulated", mp.Config(), [0], [
         mp.Result(0, "HASH_PREALLOC", "0:x 1 events per sec", 1, "events", 1, 1)])
     with pytest.raises(RuntimeError, match="pip install 'pybpf\\[plot\\]'"):
-        mp.plot(result, "/tmp/never.png")
+        plot(result, "/tmp/never.png")
 
 
 # -- pybpf reproduce ----------------------------------------------------------------------------
@@ -345,7 +349,7 @@ def test_plot_draws_per_cpu_bars_with_remote_share(tmp_path):
                   "events", 1, 1, local_accesses=cpu, remote_accesses=1 - cpu)
         for cpu in (0, 1)])
     path = tmp_path / "perf.png"
-    mp.plot(result, str(path))
+    plot(result, str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -405,7 +409,7 @@ def test_trigger_loop_fires_the_tracepoint_once_per_event(kind, test):
     prog = k.prog_load(ProgType.TRACEPOINT, insns)
     link = k.attach_tracepoint(prog, "syscalls", f"sys_enter_{mp.TESTS[test].syscall}")
     try:
-        mp.kernel_trigger(test, 32, kind)(1000)
+        kernel_trigger(test, 32, kind)(1000)
     finally:
         k.close(link)
         k.close(prog)
@@ -417,8 +421,8 @@ def test_trigger_loop_fires_the_tracepoint_once_per_event(kind, test):
                     reason="the native trigger needs x86-64 Linux and executable memory")
 def test_native_connect_loop_walks_the_start_key_like_the_sample():
     entries = 100  # keys 0, 32, 64, 96, then back to 0
-    run_n = trigger.native_connect_loop(mp.sockaddr_in6(3, 0), entries - 32)
+    run_n = trigger.native_connect_loop(sockaddr_in6(3, 0), entries - 32)
     run_n(5)
-    assert struct.unpack_from("=I", run_n.sockaddr.raw, 24) == (mp.lru_lookup_keys(entries)[1],)
+    assert struct.unpack_from("=I", run_n.sockaddr.raw, 24) == (lru_lookup_keys(entries)[1],)
     run_n(3)
     assert struct.unpack_from("=I", run_n.sockaddr.raw, 24) == (0,)

@@ -64,12 +64,12 @@ from ..asm import (
 from ..system import default_backend
 from ..uapi import BPF_NOEXIST, MapFlags, MapType, ProgType
 from . import report
+from .common import MIB, MemCgroup, read_fdinfo, sys_enter_record
 
 OP_BATCH = 64
 USE_CASES = ("overwrite", "batch_add_batch_del", "add_del_on_diff_cpu")
 KERNEL_FLAVOURS = ("prealloc", "bpf_ma")
 EMULATED_FLAVOURS = ("prealloc", "bpf_ma", "call_rcu")
-MIB = 1048576.0
 
 
 # -- programs ------------------------------------------------------------------------------
@@ -445,99 +445,18 @@ class Bench:
 
 # -- kernel backend ------------------------------------------------------------------------
 
-class MemCgroup:
-    """A memory cgroup the bench joins so the map's memory is charged there (v2 or v1)."""
-
-    V2_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
-    V1_ROOT = "/sys/fs/cgroup/memory"
-
-    def __init__(self, name: str | None = None) -> None:
-        self.path: str | None = None
-        self.current_file = self.peak_file = ""
-        self.previous: str | None = None
-        # One cgroup per process: concurrent runs must not charge each other's maps.
-        self.name = name or f"pybpf_htab_mem.{os.getpid()}"
-
-    def join(self) -> bool:
-        """Create and join the cgroup; False (and nothing done) where that is not possible."""
-        for root in self.V2_ROOTS:
-            controllers = os.path.join(root, "cgroup.controllers")
-            if os.path.exists(controllers) and "memory" in open(controllers).read().split():
-                if self._enter(root, "memory.current", "memory.peak"):
-                    return True
-        if os.path.exists(os.path.join(self.V1_ROOT, "memory.usage_in_bytes")):
-            return self._enter(self.V1_ROOT, "memory.usage_in_bytes",
-                               "memory.max_usage_in_bytes")
-        return False
-
-    def _enter(self, root: str, current: str, peak: str) -> bool:
-        path = os.path.join(root, self.name)
-        try:
-            os.makedirs(path, exist_ok=True)
-            self.previous = _own_cgroup(root)
-            with open(os.path.join(path, "cgroup.procs"), "w") as f:
-                f.write(str(os.getpid()))
-        except OSError:
-            return False
-        self.path, self.root = path, root
-        self.current_file, self.peak_file = current, peak
-        self.label = f"cgroup {path}/{current}"
-        return True
-
-    def read(self, which: str) -> float | None:
-        if self.path is None:
-            return None
-        try:
-            with open(os.path.join(self.path, which)) as f:
-                return int(f.read().split()[0]) / MIB
-        except (OSError, ValueError):
-            return None
-
-    def leave(self) -> None:
-        if self.path is None:
-            return
-        target = os.path.join(self.root, (self.previous or "/").lstrip("/"), "cgroup.procs")
-        try:
-            with open(target, "w") as f:
-                f.write(str(os.getpid()))
-        except OSError:
-            with open(os.path.join(self.root, "cgroup.procs"), "w") as f:
-                f.write(str(os.getpid()))
-        for _ in range(50):  # the cgroup empties once the producers are reaped
-            try:
-                os.rmdir(self.path)
-                break
-            except OSError:
-                time.sleep(0.02)
-        self.path = None
-
-
-def _own_cgroup(root: str) -> str | None:
-    """This process's cgroup path under the hierarchy mounted at ``root``."""
-    try:
-        with open("/proc/self/cgroup") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    v1 = root.endswith("/memory")
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if (v1 and "memory" in controllers.split(",")) or (not v1 and controllers == ""):
-            return path
-    return None
-
-
 class KernelBench(Bench):
     """Producers are forked processes pinned to CPU i, calling the trigger until stopped."""
 
     def run(self) -> Run:
         run_ = Run(self.use_case, self.flavour, self.producers)
-        cgroup = MemCgroup()
+        # One cgroup per process: concurrent runs must not charge each other's maps.
+        cgroup = MemCgroup(f"pybpf_htab_mem.{os.getpid()}")
         joined = cgroup.join()
         pids: list[int] = []
         try:
             self.setup()
-            fdinfo = _fdinfo(self.fds["htab"])
+            fdinfo = read_fdinfo(self.fds["htab"])
             run_.memlock = int(fdinfo.get("memlock", "0"))
             pids = self.start_producers()
             run_.memory_source = (cgroup.label if joined
@@ -546,7 +465,7 @@ class KernelBench(Bench):
             def memory() -> float:
                 if joined:
                     return cgroup.read(cgroup.current_file) or 0.0
-                return int(_fdinfo(self.fds["htab"]).get("memlock", "0")) / MIB
+                return int(read_fdinfo(self.fds["htab"]).get("memlock", "0")) / MIB
 
             self.measure(run_, memory)
             run_.peak_memory = cgroup.read(cgroup.peak_file) if joined else None
@@ -599,12 +518,6 @@ def _ping_pong(i: int, fds: tuple[int, int, int, int]) -> None:
             os.read(to_del_r, 1)
             os.getppid()
             os.write(to_add_w, b"d")
-
-
-def _fdinfo(fd: int) -> dict[str, str]:
-    from .map_perf import read_fdinfo
-
-    return read_fdinfo(fd)
 
 
 # -- emulated backend ----------------------------------------------------------------------
@@ -675,8 +588,6 @@ class EmulatedBench(Bench):
 
     def start_producers(self, stop: threading.Event,
                         errors: list[BaseException]) -> list[threading.Thread]:
-        from .map_perf import sys_enter_record
-
         fire = self.sys.trigger_tracepoint
         barriers = [threading.Barrier(2) for _ in range(self.producers // 2)]
 

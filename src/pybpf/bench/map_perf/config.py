@@ -1,0 +1,273 @@
+"""map-perf's tests, maps and arguments: the sample's test table (enum test_type, the maps of
+map_perf_test.bpf.c, which program and output line each test has), the run's ``Config``, and
+the command line that fills it (checked before anything runs)."""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import os
+from dataclasses import dataclass
+
+from ...uapi import MapFlags, MapType
+from .. import report, trigger
+
+MAX_NR_CPUS = 1024  # slots of array_of_lru_hashs, as in the sample
+DEFAULT_MAX_CNT = 10000  # the sample's default since Sept 2022
+LRU_LOOKUP_BATCH = 32  # keys looked up per LRU_HASH_LOOKUP event
+EMULATED_LABEL = "[emulated]"
+COMPARE_ROUNDS = 5  # --c-trigger: the C and pybpf loops alternated this many times
+
+
+class Test(enum.IntEnum):
+    """enum test_type of map_perf_test_user.c; TEST_FLAGS bit t selects test t."""
+
+    HASH_PREALLOC = 0
+    PERCPU_HASH_PREALLOC = 1
+    HASH_KMALLOC = 2
+    PERCPU_HASH_KMALLOC = 3
+    LRU_HASH_PREALLOC = 4
+    NOCOMMON_LRU_HASH_PREALLOC = 5
+    LPM_KMALLOC = 6
+    HASH_LOOKUP = 7
+    ARRAY_LOOKUP = 8
+    INNER_LRU_HASH_PREALLOC = 9
+    LRU_HASH_LOOKUP = 10
+
+    @property
+    def bit(self) -> int:
+        return 1 << self.value
+
+
+ALL_TESTS_MASK = (1 << len(Test)) - 1
+
+
+@dataclass(frozen=True)
+class MapDef:
+    """A map of map_perf_test.bpf.c, as declared there (before NUM_ENTRIES resizing)."""
+
+    name: str
+    map_type: MapType
+    key_size: int
+    value_size: int
+    max_entries: int
+    map_flags: int = 0
+
+
+MAP_DEFS: dict[str, MapDef] = {m.name: m for m in (
+    MapDef("hash_map", MapType.HASH, 4, 8, 1000),
+    MapDef("lru_hash_map", MapType.LRU_HASH, 4, 8, 10000),
+    MapDef("nocommon_lru_hash_map", MapType.LRU_HASH, 4, 8, 10000, MapFlags.NO_COMMON_LRU),
+    # The sample declares BPF_F_NUMA_NODE, node 0; --numa-node decides here (see numa_for_cpu).
+    MapDef("inner_lru_hash_map", MapType.LRU_HASH, 4, 8, 1000),
+    MapDef("array_of_lru_hashs", MapType.ARRAY_OF_MAPS, 4, 4, MAX_NR_CPUS),
+    MapDef("percpu_hash_map", MapType.PERCPU_HASH, 4, 8, 1000),
+    MapDef("hash_map_alloc", MapType.HASH, 4, 8, 1000, MapFlags.NO_PREALLOC),
+    MapDef("percpu_hash_map_alloc", MapType.PERCPU_HASH, 4, 8, 1000, MapFlags.NO_PREALLOC),
+    MapDef("lpm_trie_map_alloc", MapType.LPM_TRIE, 8, 8, 10000, MapFlags.NO_PREALLOC),
+    MapDef("array_map", MapType.ARRAY, 4, 8, 1000),
+    MapDef("lru_hash_lookup_map", MapType.LRU_HASH, 4, 8, 1000),
+)}
+
+
+@dataclass(frozen=True)
+class TestDef:
+    """One row of the sample: its map, trigger, program and output line."""
+
+    test: Test
+    map_name: str  # test_map_names[]: the map NUM_ENTRIES resizes
+    maps: tuple[str, ...]  # every map the program uses
+    syscall: str  # the program runs on tracepoint syscalls/sys_enter_<syscall>
+    prog: str  # program name in progs.BUILDERS
+    label: str  # the output line between "cpu:" and the rate
+    unit: str = "events"
+    per_event: int = 1  # the lookup tests print lookups: rate * 64
+    tcase: int | None = None  # connect() test case of the LRU tests
+
+    def line(self, cpu: int, rate: int) -> str:
+        return f"{cpu}:{self.label} {rate} {self.unit} per sec"
+
+
+TESTS: dict[Test, TestDef] = {t.test: t for t in (
+    TestDef(Test.HASH_PREALLOC, "hash_map", ("hash_map",), "getuid", "stress_hmap",
+            "hash_map_perf pre-alloc"),
+    TestDef(Test.PERCPU_HASH_PREALLOC, "percpu_hash_map", ("percpu_hash_map",), "geteuid",
+            "stress_percpu_hmap", "percpu_hash_map_perf pre-alloc"),
+    TestDef(Test.HASH_KMALLOC, "hash_map_alloc", ("hash_map_alloc",), "getgid",
+            "stress_hmap_alloc", "hash_map_perf kmalloc"),
+    TestDef(Test.PERCPU_HASH_KMALLOC, "percpu_hash_map_alloc", ("percpu_hash_map_alloc",),
+            "getegid", "stress_percpu_hmap_alloc", "percpu_hash_map_perf kmalloc"),
+    TestDef(Test.LRU_HASH_PREALLOC, "lru_hash_map", ("lru_hash_map",), "connect",
+            "stress_lru_hmap_alloc", "lru_hash_map_perf pre-alloc", tcase=0),
+    TestDef(Test.NOCOMMON_LRU_HASH_PREALLOC, "nocommon_lru_hash_map",
+            ("nocommon_lru_hash_map",), "connect", "stress_lru_hmap_alloc",
+            "nocommon_lru_hash_map_perf pre-alloc", tcase=1),
+    TestDef(Test.LPM_KMALLOC, "lpm_trie_map_alloc", ("lpm_trie_map_alloc",), "gettid",
+            "stress_lpm_trie_map_alloc", "lpm_perf kmalloc"),
+    TestDef(Test.HASH_LOOKUP, "hash_map", ("hash_map",), "getpgid", "stress_hash_map_lookup",
+            "hash_lookup", unit="lookups", per_event=64),
+    TestDef(Test.ARRAY_LOOKUP, "array_map", ("array_map",), "getppid",
+            "stress_array_map_lookup", "array_lookup", unit="lookups", per_event=64),
+    TestDef(Test.INNER_LRU_HASH_PREALLOC, "inner_lru_hash_map",
+            ("inner_lru_hash_map", "array_of_lru_hashs"), "connect", "stress_lru_hmap_alloc",
+            "inner_lru_hash_map_perf pre-alloc", tcase=2),
+    TestDef(Test.LRU_HASH_LOOKUP, "lru_hash_lookup_map", ("lru_hash_lookup_map",), "connect",
+            "stress_lru_hmap_alloc", "lru_hash_lookup_perf pre-alloc", tcase=3),
+)}
+
+# The connect() program serves all four LRU tests and so needs all their maps.
+LRU_PROG_MAPS = ("lru_hash_map", "nocommon_lru_hash_map", "array_of_lru_hashs",
+                 "lru_hash_lookup_map")
+
+
+# -- arguments -----------------------------------------------------------------------------
+
+NUMA_AUTO = "auto"
+NUMA_NONE = "none"
+TRIGGER_NATIVE = "native"
+TRIGGER_PYTHON = "python"
+TRIGGER_AUTO = "auto"
+
+
+@dataclass
+class Config:
+    """A map-perf run: the sample's four arguments plus pybpf's options."""
+
+    test_flags: int = ALL_TESTS_MASK
+    num_procs: int = 0  # 0: the online CPUs (emulated: the machine's CPUs)
+    num_map_entries: int = 0
+    max_cnt: int = DEFAULT_MAX_CNT
+    backend: str | None = None
+    cpus: int | None = None
+    nodes: int | None = None
+    numa_node: str = NUMA_AUTO  # "auto", "none" or a node number
+    parent_cpu: int | None = None
+    json: bool = False
+    plot: str | None = None
+    baseline: bool = False
+    c_trigger: str | None = None
+    trigger: str = TRIGGER_AUTO
+    htab_mem: str | None = None  # emulated: "bpf_mem_alloc" (default) or "call_rcu"
+    progress: bool = True
+
+    @property
+    def tests(self) -> list[Test]:
+        return [t for t in Test if self.test_flags & t.bit]
+
+
+def _test_flags_arg(text: str) -> int:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"TEST_FLAGS must be an integer bitmask, got {text!r}") from None
+    if value == 0 or value == -1:  # the sample: atoi() ?: ~0
+        return ALL_TESTS_MASK
+    if value < 0 or not value & ALL_TESTS_MASK or value & ~ALL_TESTS_MASK:
+        raise argparse.ArgumentTypeError(
+            f"TEST_FLAGS {value} selects no test: use 0 for all, or a sum of bits 1<<t for "
+            f"t in 0-{len(Test) - 1} (e.g. 512 = INNER_LRU_HASH_PREALLOC)")
+    return value
+
+
+def _numa_arg(text: str) -> str:
+    if text in (NUMA_AUTO, NUMA_NONE):
+        return text
+    try:
+        node = int(text)
+    except ValueError:
+        node = -1
+    if node < 0:
+        raise argparse.ArgumentTypeError(
+            f"--numa-node takes 'auto', 'none' or a node number, got {text!r}")
+    return str(node)
+
+
+def test_list_epilog() -> str:
+    rows = [f"  {t.bit:5d}  {t.name:28s} {TESTS[t].label} (sys_enter_{TESTS[t].syscall})"
+            for t in Test]
+    return "tests (TEST_FLAGS bits):\n" + "\n".join(rows)
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add map-perf's arguments to ``parser`` (a subcommand's or a standalone one)."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.description = ("Run the kernel's samples/bpf/map_perf_test: per-CPU events/s of "
+                          "BPF programs doing map work on syscall tracepoints.")
+    parser.epilog = test_list_epilog()
+    parser.add_argument("test_flags", metavar="TEST_FLAGS", nargs="?", type=_test_flags_arg,
+                        default=ALL_TESTS_MASK, help="bitmask of tests, 0 = all (default)")
+    parser.add_argument("num_procs", metavar="NUM_PROCS", nargs="?",
+                        type=report.int_arg("NUM_PROCS", 0), default=0,
+                        help="processes, one per CPU 0..N-1 (default, 0: online CPUs)")
+    parser.add_argument("num_map_entries", metavar="NUM_ENTRIES", nargs="?",
+                        type=report.int_arg("NUM_ENTRIES", 0), default=0,
+                        help="max_entries of the enabled tests' maps (default, 0: as declared)")
+    parser.add_argument("max_cnt", metavar="MAX_CNT", nargs="?", type=report.int_arg("MAX_CNT", 1),
+                        default=DEFAULT_MAX_CNT,
+                        help=f"trigger syscalls per test per CPU (default {DEFAULT_MAX_CNT})")
+    parser.add_argument("--backend", choices=("kernel", "emulated"), default=None,
+                        help="default: kernel where bpf(2) is allowed, else emulated")
+    parser.add_argument("--cpus", type=report.int_arg("--cpus", 1), default=None,
+                        help="emulated: CPUs of the declared machine")
+    parser.add_argument("--nodes", type=report.int_arg("--nodes", 1), default=None,
+                        help="emulated: NUMA nodes of the declared machine")
+    parser.add_argument("--numa-node", dest="numa_node", type=_numa_arg, default=NUMA_AUTO,
+                        help="inner LRU maps: 'auto' each on its CPU's node (the 2017 patch), "
+                             "'none' where created (before it), or node N")
+    parser.add_argument("--parent-cpu", dest="parent_cpu", type=report.int_arg("--parent-cpu", 0),
+                        default=None, help="CPU the parent runs on while creating the maps "
+                                           "(the patch's 'taskset -c 10')")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--plot", metavar="FILE.png", default=None,
+                        help="bar chart of per-CPU rates (needs matplotlib)")
+    parser.add_argument("--baseline", action="store_true",
+                        help="kernel: also time each trigger loop with no program attached")
+    parser.add_argument("--c-trigger", dest="c_trigger", metavar="PATH", default=None,
+                        help="kernel: after each trigger loop, run the C one "
+                             "(tools/map_perf_trigger.c) on the same CPU and compare")
+    parser.add_argument("--trigger", choices=(TRIGGER_AUTO, TRIGGER_NATIVE, TRIGGER_PYTHON),
+                        default=TRIGGER_AUTO,
+                        help="kernel: the trigger loop: native machine code (x86-64) or "
+                             "CPython's; auto = native where it works")
+    parser.add_argument("--htab-mem", dest="htab_mem", choices=("bpf_mem_alloc", "call_rcu"),
+                        default=None, help="emulated: element memory of non-preallocated "
+                                           "hash maps: bpf_mem_alloc (6.1+) or the older "
+                                           "kmalloc + call_rcu per free")
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress lines on stderr")
+    return parser
+
+
+def config_from_args(ns: argparse.Namespace) -> Config:
+    return Config(test_flags=ns.test_flags, num_procs=ns.num_procs,
+                  num_map_entries=ns.num_map_entries, max_cnt=ns.max_cnt,
+                  backend=ns.backend, cpus=ns.cpus, nodes=ns.nodes, numa_node=ns.numa_node,
+                  parent_cpu=ns.parent_cpu, json=ns.json, plot=ns.plot,
+                  baseline=ns.baseline, c_trigger=ns.c_trigger, trigger=ns.trigger,
+                  htab_mem=ns.htab_mem, progress=ns.progress)
+
+
+def validate(cfg: Config) -> str | None:
+    """What is wrong with the combination of arguments, or None."""
+    if cfg.backend == "kernel" and (cfg.cpus is not None or cfg.nodes is not None):
+        return "--cpus/--nodes declare an emulated machine; drop them or use --backend emulated"
+    if cfg.cpus is not None and cfg.nodes is not None and cfg.nodes > cfg.cpus:
+        return f"--nodes {cfg.nodes} exceeds --cpus {cfg.cpus}: every node needs a CPU"
+    if cfg.htab_mem and cfg.backend == "kernel":
+        return ("--htab-mem picks the emulated allocator design; this kernel's "
+                "non-preallocated maps use bpf_mem_alloc")
+    if (cfg.baseline or cfg.c_trigger) and cfg.backend == "emulated":
+        return "--baseline and --c-trigger measure the kernel's trigger loop; drop them"
+    if cfg.trigger == TRIGGER_NATIVE and not trigger.native_available():
+        return f"--trigger native: {trigger.native_unavailable_reason()}"
+    if cfg.c_trigger and not os.access(cfg.c_trigger, os.X_OK):
+        return (f"--c-trigger {cfg.c_trigger}: not an executable; build it with "
+                "cc -O2 -o map_perf_trigger tools/map_perf_trigger.c")
+    if cfg.num_procs > MAX_NR_CPUS:
+        return f"NUM_PROCS {cfg.num_procs} exceeds {MAX_NR_CPUS}, the outer map's slots"
+    cpus = cfg.cpus if cfg.cpus is not None else os.cpu_count()
+    if cfg.parent_cpu is not None and cpus and cfg.parent_cpu >= cpus:
+        return f"--parent-cpu {cfg.parent_cpu}: the machine has CPUs 0-{cpus - 1}"
+    return None
+
