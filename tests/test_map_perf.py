@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import re
+import shutil
 import socket
 import struct
 import subprocess
@@ -141,7 +143,9 @@ def test_resizing_touches_only_the_enabled_tests_maps():
 
 @pytest.mark.parametrize("args, message", [
     (["abc"], "TEST_FLAGS must be an integer"),
-    (["4096"], "selects no test"),
+    (["4096"], "has bits outside the 11 tests (0x1000): use 0 for all, or a sum of bits"),
+    (["4097"], "(1 to 2047; e.g. 512"),
+    (["-5"], "TEST_FLAGS -5 is negative"),
     (["1", "-2"], "NUM_PROCS must be >= 0"),
     (["1", "1", "x"], "NUM_ENTRIES must be an integer"),
     (["1", "1", "0", "0"], "MAX_CNT must be >= 1"),
@@ -185,6 +189,21 @@ def test_kernel_run_prints_one_sample_line_per_test_and_cpu():
             for line in lines}
     assert seen == {(cpu, label) for cpu in (0, 1) for label in EXPECTED_LABELS.values()}
     assert all(int(SAMPLE_LINE.match(line)["rate"]) > 0 for line in lines)
+
+
+@needs_kernel
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler for tools/map_perf_trigger.c")
+def test_kernel_c_trigger_is_compared_test_by_test(tmp_path):
+    source = pathlib.Path(__file__).parent.parent / "tools" / "map_perf_trigger.c"
+    exe = tmp_path / "map_perf_trigger"
+    subprocess.run(["cc", "-O2", "-o", str(exe), str(source)], check=True)
+    proc = run_cli("4", "1", "0", "50", "--backend", "kernel", "--no-progress",
+                   "--c-trigger", str(exe))
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^0:hash_map_perf kmalloc \d+ events per sec \(C trigger; \d+ per "
+                     r"CPU-second\)$", proc.stdout, re.M)
+    assert re.search(rf"^# 0:HASH_KMALLOC: best of {mp.COMPARE_ROUNDS}, pybpf \(\w+ trigger\) "
+                     r"vs C: \d+ vs \d+ events/s", proc.stdout, re.M)
 
 
 @needs_kernel

@@ -64,6 +64,7 @@ from ..asm import (
 from ..system import default_backend
 from ..uapi import BPF_NOEXIST, MapFlags, MapType, ProgType
 from . import report
+from .args import MAX_EMULATED_CPUS, MAX_SECONDS, emulated_machine, int_arg, plot_arg, seconds_arg
 from .common import MIB, MemCgroup, read_fdinfo, sys_enter_record
 
 OP_BATCH = 64
@@ -162,43 +163,31 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                              "default: all the backend has")
     parser.add_argument("--preallocated", action="store_true",
                         help="only the preallocated map (the selftest's flag)")
-    parser.add_argument("-p", "--producers", type=report.int_arg("--producers", 1), default=0,
+    parser.add_argument("-p", "--producers", default=0,
+                        type=int_arg("--producers", 1, MAX_EMULATED_CPUS, "one per CPU"),
                         help="producer processes/threads, one per CPU (default: CPUs)")
     parser.add_argument("--value-size", dest="value_size", type=_value_size, default=8)
-    parser.add_argument("-d", "--duration", type=_seconds_arg(zero_ok=False), default=2.0,
-                        help="measured seconds per run (default 2)")
-    parser.add_argument("-w", "--warmup", type=_seconds_arg(zero_ok=True), default=1.0,
-                        help="warm-up seconds per run (default 1)")
+    parser.add_argument("-d", "--duration", type=seconds_arg("--duration", zero_ok=False),
+                        default=2.0, help="measured seconds per run (default 2, at most "
+                                          f"{MAX_SECONDS:g})")
+    parser.add_argument("-w", "--warmup", type=seconds_arg("--warmup", zero_ok=True),
+                        default=1.0, help="warm-up seconds per run (default 1)")
     parser.add_argument("--backend", choices=("kernel", "emulated"), default=None)
-    parser.add_argument("--cpus", type=report.int_arg("--cpus", 1), default=None)
-    parser.add_argument("--nodes", type=report.int_arg("--nodes", 1), default=None)
+    parser.add_argument("--cpus", type=int_arg("--cpus", 1, MAX_EMULATED_CPUS,
+                                               "one producer thread per CPU"), default=None)
+    parser.add_argument("--nodes", type=int_arg("--nodes", 1, MAX_EMULATED_CPUS,
+                                                "one CPU per node at least"), default=None)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--plot", metavar="FILE.png", default=None)
+    parser.add_argument("--plot", metavar="FILE.png", type=plot_arg, default=None)
     parser.add_argument("--no-progress", dest="progress", action="store_false")
     return parser
 
 
 def _value_size(text: str) -> int:
-    value = report.int_arg("--value-size", 1)(text)
+    value = int_arg("--value-size", 1)(text)
     if value > 4096:
         raise argparse.ArgumentTypeError(f"too big value size {value} (at most 4096)")
     return value
-
-
-def _seconds_arg(zero_ok: bool):
-    """An argparse ``type=`` for seconds: positive, or (``zero_ok``) at least 0."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-        if value < 0 or (value == 0 and not zero_ok):
-            raise argparse.ArgumentTypeError(
-                f"expected {'seconds >= 0' if zero_ok else 'a positive number of seconds'}, "
-                f"got {value}")
-        return value
-
-    return parse
 
 
 def config_from_args(ns: argparse.Namespace) -> Config:
@@ -210,6 +199,9 @@ def config_from_args(ns: argparse.Namespace) -> Config:
 
 
 def run_from_args(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if ns.preallocated and ns.flavours and set(ns.flavours) != {"prealloc"}:
+        parser.error("--preallocated runs only the prealloc flavour; drop it to run "
+                     f"--flavour {' '.join(ns.flavours)}")
     cfg = config_from_args(ns)
     if (cfg.cpus or cfg.nodes) and cfg.backend == "kernel":
         parser.error("--cpus/--nodes declare an emulated machine; use --backend emulated")
@@ -218,6 +210,11 @@ def run_from_args(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     if cfg.cpus or cfg.nodes:
         cfg.backend = "emulated"
     backend = cfg.backend or default_backend()
+    if backend == "emulated":
+        try:
+            emulated_machine(cfg.cpus, cfg.nodes)
+        except ValueError as exc:
+            parser.error(str(exc))
     if backend == "kernel" and cfg.flavours and "call_rcu" in cfg.flavours:
         parser.error("the call_rcu flavour is the pre-6.1 design; only the emulated backend "
                      "has it (this kernel's non-preallocated maps use bpf_mem_alloc)")

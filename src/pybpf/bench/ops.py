@@ -37,12 +37,18 @@ from ..maps import HashMap
 from ..system import System
 from ..system import system as make_system
 from ..uapi import MapType
-from .report import int_arg
+from .args import int_arg
 
 OPS = ("lookup", "update", "delete", "batch_lookup", "batch_lookup_arrays", "batch_update")
 # Ops compared with another op of the reference (arrays=True against the plain batch).
 REF_OP = {"batch_lookup_arrays": "batch_lookup"}
 REF_SOURCE = Path(__file__).with_name("ops_ref.c")
+# What fits: every path holds the keys as ints and bytes, and the emulated map's elements cost
+# about 2 KB per key in all; a batch buffer is at most as large.
+MAX_ENTRIES = 1 << 20
+ENTRIES_WHY = "about 2 KB of memory per key"
+MAX_OPS = 10**8
+MAX_REPEAT = 100
 
 
 def once_ns(run: Callable[[], int]) -> float:
@@ -499,12 +505,13 @@ def summary(rows: list[dict]) -> list[str]:
 def ops_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
     """``pybpf bench ops`` (bench.BENCHMARKS)."""
     parser.add_argument("--backend", choices=("kernel", "emulated", "both"), default="both")
-    parser.add_argument("--n", type=int_arg("--n", 1), default=50_000,
-                        help="operations per figure and round (default 50000)")
-    parser.add_argument("--entries", type=int_arg("--entries", 1), default=1000,
-                        help="keys in the map")
-    parser.add_argument("--chunk", type=int_arg("--chunk", 1), default=256, help="batch size")
-    parser.add_argument("--repeat", type=int_arg("--repeat", 1), default=5,
+    parser.add_argument("--n", type=int_arg("--n", 1, MAX_OPS, "minutes per figure"),
+                        default=50_000, help="operations per figure and round (default 50000)")
+    parser.add_argument("--entries", type=int_arg("--entries", 1, MAX_ENTRIES, ENTRIES_WHY),
+                        default=1000, help="keys in the map")
+    parser.add_argument("--chunk", type=int_arg("--chunk", 1, MAX_ENTRIES, ENTRIES_WHY),
+                        default=256, help="batch size")
+    parser.add_argument("--repeat", type=int_arg("--repeat", 1, MAX_REPEAT), default=5,
                         help="rounds; the best is kept")
     parser.add_argument("--json", action="store_true", help="print rows as JSON")
     parser.add_argument("--map-only", action="store_true", help=argparse.SUPPRESS)
@@ -521,11 +528,12 @@ def run(args: argparse.Namespace) -> int:
 
     rows: list[dict] = []
     for backend in backends:
-        if backend == "kernel":
+        if backend == "kernel" and args.backend == "both":
             from ..system import bpf_allowed
 
             if not bpf_allowed():
-                print("kernel backend skipped: bpf(2) is not allowed here", file=sys.stderr)
+                print("kernel backend skipped: bpf(2) is not allowed here (--backend kernel "
+                      "says why)", file=sys.stderr)
                 continue
         if not args.json and not args.map_only:
             print(f"{backend} backend:", file=sys.stderr)

@@ -10,29 +10,13 @@ Rules this module keeps:
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 PLOT_EXTRA_HINT = "install the plot extra: pip install 'pybpf[plot]' (it brings matplotlib)"
-
-
-def int_arg(name: str, minimum: int) -> Callable[[str], int]:
-    """An argparse ``type=`` for an integer option or argument of at least ``minimum``."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text, 0)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}, got {value}")
-        return value
-
-    parse.__name__ = name
-    return parse
 
 
 class Progress:

@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 
 from .config import (
     ALL_TESTS_MASK,
+    COMPARE_ROUNDS,
     EMULATED_LABEL,
     MAP_DEFS,
     MAX_NR_CPUS,
@@ -44,6 +45,7 @@ from .config import (
     TRIGGER_PYTHON,
     Config,
     Test,
+    backend_of,
     config_from_args,
     configure_parser,
     validate,
@@ -53,10 +55,10 @@ from .kernel_run import KernelRun
 from .results import Result, RunResult, emit, rate_of, result_line
 
 __all__ = [
-    "ALL_TESTS_MASK", "EMULATED_LABEL", "MAP_DEFS", "MAX_NR_CPUS", "NUMA_AUTO", "NUMA_NONE",
-    "TESTS", "TRIGGER_AUTO", "TRIGGER_NATIVE", "TRIGGER_PYTHON", "Config", "Result",
-    "RunResult", "Test", "configure_parser", "main", "map_perf_command", "rate_of",
-    "result_line", "run",
+    "ALL_TESTS_MASK", "COMPARE_ROUNDS", "EMULATED_LABEL", "MAP_DEFS", "MAX_NR_CPUS",
+    "NUMA_AUTO", "NUMA_NONE", "TESTS", "TRIGGER_AUTO", "TRIGGER_NATIVE", "TRIGGER_PYTHON",
+    "Config", "Result", "RunResult", "Test", "configure_parser", "main", "map_perf_command",
+    "rate_of", "result_line", "run",
 ]
 
 
@@ -72,8 +74,7 @@ def run(cfg: Config) -> RunResult:
         kwargs["nodes"] = cfg.nodes
     if cfg.htab_mem is not None:
         kwargs["htab_mem"] = cfg.htab_mem
-    if kwargs and cfg.backend is None:
-        cfg.backend = "emulated"
+    cfg.backend = backend_of(cfg)
     sys_ = system(cfg.backend, **kwargs)
     if sys_.name == "kernel":
         return KernelRun(sys_, cfg).run()
@@ -89,6 +90,7 @@ def map_perf_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Name
 def run_from_args(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Validate what argparse cannot, run, report. Usage errors exit 2 via ``parser.error``."""
     cfg = config_from_args(ns)
+    cfg.backend = backend_of(cfg)
     problem = validate(cfg)
     if problem:
         parser.error(problem)

@@ -7,16 +7,21 @@ from __future__ import annotations
 import argparse
 import enum
 import os
+import re
 from dataclasses import dataclass
 
 from ...uapi import MapFlags, MapType
-from .. import report, trigger
+from .. import trigger
+from ..args import MAX_EMULATED_CPUS, U32_MAX, emulated_machine, int_arg, plot_arg
 
 MAX_NR_CPUS = 1024  # slots of array_of_lru_hashs, as in the sample
+MAX_NUMNODES = 1024  # the kernel's largest (CONFIG_NODES_SHIFT 10)
 DEFAULT_MAX_CNT = 10000  # the sample's default since Sept 2022
 LRU_LOOKUP_BATCH = 32  # keys looked up per LRU_HASH_LOOKUP event
 EMULATED_LABEL = "[emulated]"
 COMPARE_ROUNDS = 5  # --c-trigger: the C and pybpf loops alternated this many times
+# The line tools/map_perf_trigger.c prints: wall-clock rate, then rate per CPU-second.
+C_TRIGGER_LINE = re.compile(r" (\d+) (?:events|lookups) per sec \(C trigger; (\d+) per CPU")
 
 
 class Test(enum.IntEnum):
@@ -163,10 +168,14 @@ def _test_flags_arg(text: str) -> int:
             f"TEST_FLAGS must be an integer bitmask, got {text!r}") from None
     if value == 0 or value == -1:  # the sample: atoi() ?: ~0
         return ALL_TESTS_MASK
-    if value < 0 or not value & ALL_TESTS_MASK or value & ~ALL_TESTS_MASK:
+    valid = (f"use 0 for all, or a sum of bits 1<<t for t in 0-{len(Test) - 1} "
+             f"(1 to {ALL_TESTS_MASK}; e.g. 512 = INNER_LRU_HASH_PREALLOC)")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"TEST_FLAGS {value} is negative: {valid}")
+    if value & ~ALL_TESTS_MASK:
         raise argparse.ArgumentTypeError(
-            f"TEST_FLAGS {value} selects no test: use 0 for all, or a sum of bits 1<<t for "
-            f"t in 0-{len(Test) - 1} (e.g. 512 = INNER_LRU_HASH_PREALLOC)")
+            f"TEST_FLAGS {value} has bits outside the {len(Test)} tests "
+            f"({value & ~ALL_TESTS_MASK:#x}): {valid}")
     return value
 
 
@@ -177,9 +186,10 @@ def _numa_arg(text: str) -> str:
         node = int(text)
     except ValueError:
         node = -1
-    if node < 0:
+    if not 0 <= node < MAX_NUMNODES:
         raise argparse.ArgumentTypeError(
-            f"--numa-node takes 'auto', 'none' or a node number, got {text!r}")
+            f"--numa-node takes 'auto', 'none' or a node number 0-{MAX_NUMNODES - 1}, "
+            f"got {text!r}")
     return str(node)
 
 
@@ -198,28 +208,34 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("test_flags", metavar="TEST_FLAGS", nargs="?", type=_test_flags_arg,
                         default=ALL_TESTS_MASK, help="bitmask of tests, 0 = all (default)")
     parser.add_argument("num_procs", metavar="NUM_PROCS", nargs="?",
-                        type=report.int_arg("NUM_PROCS", 0), default=0,
-                        help="processes, one per CPU 0..N-1 (default, 0: online CPUs)")
+                        type=int_arg("NUM_PROCS", 0, MAX_NR_CPUS, "the outer map's slots"),
+                        default=0, help="processes, one per CPU 0..N-1 (default, 0: online "
+                                        f"CPUs; at most {MAX_NR_CPUS})")
     parser.add_argument("num_map_entries", metavar="NUM_ENTRIES", nargs="?",
-                        type=report.int_arg("NUM_ENTRIES", 0), default=0,
+                        type=int_arg("NUM_ENTRIES", 0, U32_MAX, "max_entries is a u32"),
+                        default=0,
                         help="max_entries of the enabled tests' maps (default, 0: as declared)")
-    parser.add_argument("max_cnt", metavar="MAX_CNT", nargs="?", type=report.int_arg("MAX_CNT", 1),
+    parser.add_argument("max_cnt", metavar="MAX_CNT", nargs="?",
+                        type=int_arg("MAX_CNT", 1, U32_MAX, "the sample's u32 max_cnt"),
                         default=DEFAULT_MAX_CNT,
                         help=f"trigger syscalls per test per CPU (default {DEFAULT_MAX_CNT})")
     parser.add_argument("--backend", choices=("kernel", "emulated"), default=None,
                         help="default: kernel where bpf(2) is allowed, else emulated")
-    parser.add_argument("--cpus", type=report.int_arg("--cpus", 1), default=None,
-                        help="emulated: CPUs of the declared machine")
-    parser.add_argument("--nodes", type=report.int_arg("--nodes", 1), default=None,
+    parser.add_argument("--cpus", type=int_arg("--cpus", 1, MAX_EMULATED_CPUS,
+                                               "the outer map's slots"), default=None,
+                        help="emulated: CPUs of the declared machine (at most "
+                             f"{MAX_EMULATED_CPUS})")
+    parser.add_argument("--nodes", type=int_arg("--nodes", 1, MAX_EMULATED_CPUS,
+                                                "one CPU per node at least"), default=None,
                         help="emulated: NUMA nodes of the declared machine")
     parser.add_argument("--numa-node", dest="numa_node", type=_numa_arg, default=NUMA_AUTO,
                         help="inner LRU maps: 'auto' each on its CPU's node (the 2017 patch), "
                              "'none' where created (before it), or node N")
-    parser.add_argument("--parent-cpu", dest="parent_cpu", type=report.int_arg("--parent-cpu", 0),
+    parser.add_argument("--parent-cpu", dest="parent_cpu", type=int_arg("--parent-cpu", 0),
                         default=None, help="CPU the parent runs on while creating the maps "
                                            "(the patch's 'taskset -c 10')")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
-    parser.add_argument("--plot", metavar="FILE.png", default=None,
+    parser.add_argument("--plot", metavar="FILE.png", type=plot_arg, default=None,
                         help="bar chart of per-CPU rates (needs matplotlib)")
     parser.add_argument("--baseline", action="store_true",
                         help="kernel: also time each trigger loop with no program attached")
@@ -248,26 +264,64 @@ def config_from_args(ns: argparse.Namespace) -> Config:
                   htab_mem=ns.htab_mem, progress=ns.progress)
 
 
+def backend_of(cfg: Config) -> str:
+    """The backend a run uses: ``--backend``, else the emulated one where an emulated machine
+    or allocator is asked for, else the default (PYBPF_BACKEND, else kernel where allowed)."""
+    if cfg.backend is not None:
+        return cfg.backend
+    if cfg.cpus is not None or cfg.nodes is not None or cfg.htab_mem is not None:
+        return "emulated"
+    from ...system import default_backend
+
+    return default_backend()
+
+
 def validate(cfg: Config) -> str | None:
-    """What is wrong with the combination of arguments, or None."""
-    if cfg.backend == "kernel" and (cfg.cpus is not None or cfg.nodes is not None):
-        return "--cpus/--nodes declare an emulated machine; drop them or use --backend emulated"
-    if cfg.cpus is not None and cfg.nodes is not None and cfg.nodes > cfg.cpus:
-        return f"--nodes {cfg.nodes} exceeds --cpus {cfg.cpus}: every node needs a CPU"
-    if cfg.htab_mem and cfg.backend == "kernel":
-        return ("--htab-mem picks the emulated allocator design; this kernel's "
-                "non-preallocated maps use bpf_mem_alloc")
-    if (cfg.baseline or cfg.c_trigger) and cfg.backend == "emulated":
-        return "--baseline and --c-trigger measure the kernel's trigger loop; drop them"
+    """What is wrong with the combination of arguments (``cfg.backend`` resolved), or None.
+    Runs before anything is created or run; checks that need a program run (the C trigger)
+    come last."""
+    if cfg.backend == "kernel":
+        if cfg.cpus is not None or cfg.nodes is not None:
+            return ("--cpus/--nodes declare an emulated machine; drop them or use --backend "
+                    "emulated")
+        if cfg.htab_mem:
+            return ("--htab-mem picks the emulated allocator design; this kernel's "
+                    "non-preallocated maps use bpf_mem_alloc")
+        cpus = os.cpu_count() or 1
+    else:
+        if cfg.baseline or cfg.c_trigger:
+            return "--baseline and --c-trigger measure the kernel's trigger loop; drop them"
+        try:
+            cpus = emulated_machine(cfg.cpus, cfg.nodes).num_possible_cpus
+        except ValueError as exc:
+            return str(exc)
+        if cfg.num_procs > cpus:
+            return (f"NUM_PROCS {cfg.num_procs} exceeds the emulated machine's {cpus} CPUs: "
+                    f"give --cpus {cfg.num_procs} or fewer processes")
+    if cfg.parent_cpu is not None and cfg.parent_cpu >= cpus:
+        return f"--parent-cpu {cfg.parent_cpu}: the machine has CPUs 0-{cpus - 1}"
     if cfg.trigger == TRIGGER_NATIVE and not trigger.native_available():
         return f"--trigger native: {trigger.native_unavailable_reason()}"
-    if cfg.c_trigger and not os.access(cfg.c_trigger, os.X_OK):
-        return (f"--c-trigger {cfg.c_trigger}: not an executable; build it with "
-                "cc -O2 -o map_perf_trigger tools/map_perf_trigger.c")
-    if cfg.num_procs > MAX_NR_CPUS:
-        return f"NUM_PROCS {cfg.num_procs} exceeds {MAX_NR_CPUS}, the outer map's slots"
-    cpus = cfg.cpus if cfg.cpus is not None else os.cpu_count()
-    if cfg.parent_cpu is not None and cpus and cfg.parent_cpu >= cpus:
-        return f"--parent-cpu {cfg.parent_cpu}: the machine has CPUs 0-{cpus - 1}"
+    if cfg.c_trigger:
+        return c_trigger_problem(cfg.c_trigger)
     return None
 
+
+def c_trigger_problem(path: str) -> str | None:
+    """Whether ``path`` is tools/map_perf_trigger.c built: one trigger call of HASH_PREALLOC on
+    CPU 0 must print its rate line."""
+    import subprocess
+
+    build = "build it with cc -O2 -o map_perf_trigger tools/map_perf_trigger.c"
+    if not os.access(path, os.X_OK) or os.path.isdir(path):
+        return f"--c-trigger {path}: not an executable; {build}"
+    try:
+        out = subprocess.run([path, str(Test.HASH_PREALLOC.value), "0", "1",
+                              str(LRU_LOOKUP_BATCH)], capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"--c-trigger {path}: cannot run it ({exc}); {build}"
+    if out.returncode or C_TRIGGER_LINE.search(out.stdout) is None:
+        return (f"--c-trigger {path}: a trial run (TEST 0, CPU 0, MAX_CNT 1) printed no "
+                f"map-perf rate line (exit status {out.returncode}); {build}")
+    return None

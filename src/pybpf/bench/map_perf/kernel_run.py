@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import select
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict
 
+from ...cli import CommandError
 from .. import report, trigger
 from ..common import getcpu, pin_to_cpu, read_fdinfo
 from .config import (
+    C_TRIGGER_LINE,
     COMPARE_ROUNDS,
     LRU_LOOKUP_BATCH,
     NUMA_AUTO,
@@ -64,6 +65,16 @@ class KernelRun:
         cfg = self.cfg
         cpu_node = list(self.sys.topology.cpu_node)
         result = RunResult("kernel", cfg, cpu_node, trigger=self.trigger)
+        online = _online_cpus()
+        if self.nprocs > online:
+            # The sample forks NUM_PROCS children all the same; those past the online CPUs
+            # fail to pin and share the CPUs there are.
+            extra = (f"child {online} runs" if self.nprocs == online + 1
+                     else f"children {online}-{self.nprocs - 1} run")
+            note = (f"NUM_PROCS {self.nprocs} exceeds the {online} online CPUs: {extra} "
+                    "unpinned, as in the sample; their lines are numbered by child, not by CPU")
+            print(f"map-perf: {note}", file=sys.stderr, flush=True)
+            result.notes.append(note)
         if cfg.parent_cpu is not None:
             pin_to_cpu(cfg.parent_cpu)
         _, parent_node = getcpu()
@@ -120,12 +131,16 @@ class KernelRun:
                 try:
                     os.close(read_end)
                     status = self.child(setup, cpu, write_end)
+                except BrokenPipeError:  # `pybpf map-perf | head`: stop quietly, as the parent
+                    status = 0
                 except BaseException as exc:  # report, then leave without cleanup
                     sys.stderr.write(f"{cpu}: map-perf child failed: {exc!r}\n")
                 finally:
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                    os._exit(status)
+                    try:
+                        sys.stdout.flush()
+                        sys.stderr.flush()
+                    finally:
+                        os._exit(status)
             pids.append(pid)
         os.close(write_end)
         total = self.nprocs * len(cfg.tests)
@@ -138,7 +153,8 @@ class KernelRun:
                 failed.append(cpu)
         progress.finish()
         if failed:
-            raise RuntimeError(f"map-perf children for CPUs {failed} failed (see stderr)")
+            raise CommandError(f"map-perf: the children for CPUs {failed} failed (their "
+                               "errors are above)")
         return results
 
     def compare_c_trigger(self, res: Result, run_n: Callable[[int], None], test: Test,
@@ -208,7 +224,7 @@ def run_c_trigger(path: str, test: Test, cpu: int, max_cnt: int, lookup_entries:
     if echo:
         sys.stdout.write(out)
         sys.stdout.flush()
-    match = re.search(r" (\d+) (?:events|lookups) per sec \(C trigger; (\d+) per CPU", out)
+    match = C_TRIGGER_LINE.search(out)
     if match is None:
         raise RuntimeError(f"{path} printed no rate: {out!r}")
     return int(match.group(1)), int(match.group(2))
