@@ -186,6 +186,14 @@ def test_any_bpf_error_is_one_error_line_not_a_traceback(monkeypatch, capsys):
     assert err.startswith("Error: ") and "ENOENT" in err and "tracefs" in err
 
 
+def test_differential_compares_two_backends_and_prints_the_tally():
+    result = run_cli("differential", "--a", "emulated", "--b", "emulated", "--sequences", "1",
+                     "--family", "hash")
+    assert result.returncode == 0, result.stderr
+    assert "hash: 1 sequences" in result.stdout
+    assert "0 mismatching sequences" in result.stdout
+
+
 # -- bad input on every command: found up front, one line, exit 2 (usage) or 1 (refused) ---------
 
 def bench_commands() -> list[list[str]]:

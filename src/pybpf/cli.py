@@ -36,6 +36,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reproduce": ("a few seconds that reproduce the NUMA-node (2017) and bpf_mem_alloc (2022) "
                   "map_perf_test results, with where to look next",
                   "pybpf.reproduce:reproduce_command"),
+    "differential": ("run random map-operation sequences on two backends and compare every "
+                     "returned byte and errno (the kernel is the oracle)",
+                     "pybpf.testing.differential.command:differential_command"),
 }
 
 

@@ -102,7 +102,8 @@ def _load(system, program: str, iterations: int):
 
 def count_insns(program: str, iterations: int) -> int:
     """Instructions one run executes, as the emulator counts them (both engines agree)."""
-    from ..emulated.interpreter import CTX_REGION, RunState, run
+    from ..emulated.executable import run
+    from ..emulated.memory import CTX_REGION, RunState
     from ..system import system as make_system
 
     emulated = make_system("emulated")

@@ -53,7 +53,9 @@ from ..uapi import (
     ProgType,
 )
 from .helpers import HELPERS
-from .interpreter import ALU_REF, JMP_REF, M32, M64, MAX_CALL_FRAMES
+from .interpreter import ALU_REF, JMP_REF
+from .memory import M32, M64
+from .semantics import MAX_CALL_FRAMES
 
 LD_IMM64 = 0x18
 EXIT = Class.JMP | JmpOp.EXIT
