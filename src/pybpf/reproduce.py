@@ -61,7 +61,9 @@ def run(ns: argparse.Namespace) -> int:
 
 
 def _quiet(**kw) -> mp.Config:
-    return mp.Config(json=True, progress=False, **kw)
+    """A map-perf run that prints nothing on stdout (this command prints its tables) and
+    its progress on stderr."""
+    return mp.Config(json=True, progress=True, **kw)
 
 
 def numa_section(out, events: int, kernel: bool, kernel_events: int) -> None:

@@ -353,6 +353,7 @@ def run(cfg: Config) -> list[Run]:
                                     else KERNEL_FLAVOURS)
     runs = []
     total = len(cfg.use_cases) * len(flavours)
+    # No heartbeat thread: the kernel producers are forked; measure() reports each second.
     progress = report.Progress("htab-mem runs", total, enabled=cfg.progress)
     for use_case in cfg.use_cases:
         for flavour in flavours:
@@ -362,9 +363,11 @@ def run(cfg: Config) -> list[Run]:
                     kwargs["cpus"] = cfg.cpus
                 if cfg.nodes:
                     kwargs["nodes"] = cfg.nodes
-                bench = EmulatedBench(system("emulated", **kwargs), cfg, use_case, flavour)
+                bench = EmulatedBench(system("emulated", **kwargs), cfg, use_case, flavour,
+                                      progress=progress)
             else:
-                bench = KernelBench(system("kernel"), cfg, use_case, flavour)
+                bench = KernelBench(system("kernel"), cfg, use_case, flavour,
+                                    progress=progress)
             if not cfg.json:
                 print(f"== {use_case} / {flavour} ({cfg.backend}) ==", flush=True)
             runs.append(bench.run())
@@ -376,9 +379,11 @@ def run(cfg: Config) -> list[Run]:
 class Bench:
     """Maps and programs shared by both backends (all through the System interface)."""
 
-    def __init__(self, sys_, cfg: Config, use_case: str, flavour: str) -> None:
+    def __init__(self, sys_, cfg: Config, use_case: str, flavour: str, *,
+                 progress: report.Progress | None = None) -> None:
         self.sys = sys_
         self.cfg = cfg
+        self.progress = progress or report.Progress("htab-mem", 1, enabled=False)
         self.use_case = use_case
         self.flavour = flavour
         ncpus = sys_.num_possible_cpus
@@ -422,11 +427,16 @@ class Bench:
         """Warm up, then sample op count and memory once a second, printing Iter lines (each
         with its drift from the interval, as the selftests' bench prints it)."""
         cfg = self.cfg
-        time.sleep(cfg.warmup)
+        name = f"{self.use_case}/{self.flavour}"
+        warm_until = time.monotonic() + cfg.warmup
+        while (left := warm_until - time.monotonic()) > 0:
+            self.progress.update(self.progress.done, f"{name}: warming up, {left:.0f}s left")
+            time.sleep(min(left, 1.0))
         last_ops, last_t = self.op_count(), time.monotonic_ns()
         seconds = max(1, round(cfg.duration))
         interval_ns = min(1.0, cfg.duration) * 1e9   # a shorter run samples once, after it
         for i in range(seconds):
+            self.progress.update(self.progress.done, f"{name}: second {i + 1}/{seconds}")
             time.sleep(interval_ns / 1e9)
             ops, t = self.op_count(), time.monotonic_ns()
             delta_ns = t - last_t
@@ -525,8 +535,9 @@ class EmulatedBench(Bench):
 
     GP_INTERVAL = 0.005
 
-    def __init__(self, sys_, cfg: Config, use_case: str, flavour: str) -> None:
-        super().__init__(sys_, cfg, use_case, flavour)
+    def __init__(self, sys_, cfg: Config, use_case: str, flavour: str, *,
+                 progress: report.Progress | None = None) -> None:
+        super().__init__(sys_, cfg, use_case, flavour, progress=progress)
         self.peak_elements = 0
 
     def run(self) -> Run:

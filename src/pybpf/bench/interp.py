@@ -147,6 +147,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         default=1000, help="BPF_PROG_TEST_RUN repeat on the kernel (default 1000)")
     parser.add_argument("--no-kernel", action="store_true", help="skip the kernel")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress lines on stderr")
     return parser
 
 
@@ -173,13 +175,13 @@ def run_from_args(ns: argparse.Namespace) -> int:
             for engine, repeat in (("interp", ns.interp_repeat), ("jit", ns.jit_repeat),
                                    ("kernel", ns.kernel_repeat))
             if engine != "kernel" or kernel is not None]
-    progress = Progress("bench interp", len(plan), enabled=not ns.json)
     rows = []
-    for program, engine, repeat in plan:
-        system = kernel if engine == "kernel" else emulated
-        rows.append(measure(system, engine, program, ns.iterations, repeat))
-        progress.advance(note=f"{program} on {engine}")
-    progress.finish()
+    with Progress("bench interp runs", len(plan), enabled=ns.progress) as progress:
+        for program, engine, repeat in plan:
+            progress.update(progress.done, f"{program} on {engine}")
+            system = kernel if engine == "kernel" else emulated
+            rows.append(measure(system, engine, program, ns.iterations, repeat))
+            progress.advance(note=f"{program} on {engine}")
     if ns.json:
         dump_json({"iterations": ns.iterations, "kernel": kernel_note if kernel is None
                    else "measured", "rows": [asdict(r) for r in rows]})

@@ -105,15 +105,22 @@ class KernelRun:
         """Each CPU's trigger loop with nothing attached: what Python + the syscall cost."""
         out: dict[tuple[str, int], int] = {}
         old = os.sched_getaffinity(0)
+        # The heartbeat thread ends before the children are forked.
+        progress = report.Progress("map-perf (kernel) bare trigger loops",
+                                   self.nprocs * len(self.cfg.tests), enabled=self.cfg.progress)
         try:
-            for cpu in range(self.nprocs):
-                pin_to_cpu(cpu)
-                for t in self.cfg.tests:
-                    run_n = kernel_trigger(t, setup.lru_hash_lookup_test_entries,
-                                           self.trigger)
-                    start = time.monotonic_ns()
-                    run_n(self.cfg.max_cnt)
-                    out[(t.name, cpu)] = rate_of(self.cfg.max_cnt, time.monotonic_ns() - start)
+            with progress:
+                for cpu in range(self.nprocs):
+                    pin_to_cpu(cpu)
+                    for t in self.cfg.tests:
+                        progress.note = f"{t.name} on CPU {cpu}"
+                        run_n = kernel_trigger(t, setup.lru_hash_lookup_test_entries,
+                                               self.trigger)
+                        start = time.monotonic_ns()
+                        run_n(self.cfg.max_cnt)
+                        out[(t.name, cpu)] = rate_of(self.cfg.max_cnt,
+                                                     time.monotonic_ns() - start)
+                        progress.advance(note=progress.note)
         finally:
             os.sched_setaffinity(0, old)
         return out
@@ -236,12 +243,13 @@ def _collect(read_fd: int, progress: report.Progress) -> list[Result]:
     results: list[Result] = []
     with os.fdopen(read_fd, "rb", buffering=0) as f:
         while True:
-            select.select([f], [], [], 1.0)
+            ready, _, _ = select.select([f], [], [], 1.0)
+            if not ready:  # the children are still in a test: say so every few seconds
+                progress.update(len(results), progress.note)
+                continue
             chunk = f.read(65536)
             if chunk == b"":
                 break
-            if chunk is None:
-                continue
             buf += chunk
             *lines, buf = buf.split(b"\n")
             for line in lines:

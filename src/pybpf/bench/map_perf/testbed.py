@@ -9,6 +9,7 @@ import struct
 
 from ... import uapi
 from ...uapi import MapFlags, MapType
+from .. import report
 from .config import (
     LRU_LOOKUP_BATCH,
     LRU_PROG_MAPS,
@@ -151,8 +152,14 @@ class Setup:
             self.lru_hash_lookup_test_entries = self.cfg.num_map_entries
         fd = self.fds["lru_hash_lookup_map"]
         one = struct.pack("=q", 1)
-        for key in range(self.lru_hash_lookup_test_entries):
-            self.sys.map_update_elem(fd, struct.pack("=I", key), one, uapi.BPF_NOEXIST)
+        entries = self.lru_hash_lookup_test_entries
+        # Long only where NUM_ENTRIES resized the map; the heartbeat ends before any fork.
+        with report.Progress("map-perf: pre-filling lru_hash_lookup_map", entries,
+                             enabled=self.cfg.progress and entries > LRU_LOOKUP_BATCH
+                             ) as progress:
+            for key in range(entries):
+                self.sys.map_update_elem(fd, struct.pack("=I", key), one, uapi.BPF_NOEXIST)
+                progress.done = key + 1
 
     def create_inner_map(self, cpu: int, node_of_cpu: int) -> int:
         """A CPU other than 0 makes its own inner LRU map and stores it in outer[cpu]."""
