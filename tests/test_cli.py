@@ -292,6 +292,12 @@ BAD_VALUES = [
     (["reproduce", "--kernel-events", "x"], "--kernel-events must be an integer"),
     (["reproduce", "--backend", "both"], "invalid choice"),
     (["maps", "--backend", "both"], "invalid choice"),
+    # differential
+    (["differential", "--sequences", "0"], "--sequences must be >= 1"),
+    (["differential", "--sequences", "10000000"], "--sequences must be <= 1000000"),
+    (["differential", "--shrink", "-5"], "--shrink must be >= 0"),
+    (["differential", "--seed", "1e3"], "invalid int value"),
+    (["differential", "--family", "nope"], "invalid choice"),
 ]
 
 
@@ -387,6 +393,7 @@ needs_setpriv = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") 
 
 @needs_setpriv
 @pytest.mark.parametrize("argv", [["maps", "--backend", "kernel"],
+                                  ["differential", "--sequences", "1", "--family", "hash"],
                                   ["bench", "ops", "--backend", "kernel", "--n", "10"],
                                   ["bench", "interp", "--iterations", "10"],
                                   ["map-perf", "4", "1", "0", "5", "--backend", "kernel"]],
