@@ -16,6 +16,7 @@ from dataclasses import asdict
 from ...cli import CommandError
 from .. import report, trigger
 from ..common import getcpu, pin_to_cpu, read_fdinfo
+from ..report import Ratio
 from .config import (
     C_TRIGGER_LINE,
     COMPARE_ROUNDS,
@@ -187,6 +188,9 @@ class KernelRun:
         res.pybpf_best_cpu_rate = max(r for _, r in pybpf)
         res.c_trigger_rate = max(r for r, _ in c)
         res.c_trigger_cpu_rate = max(r for _, r in c)
+        # The rounds' noise, on time per event (report.Ratio's figures: lower is better).
+        res.c_trigger_noise, res.c_trigger_cpu_noise = (
+            Ratio.of([1 / p[i] for p in pybpf], [1 / r[i] for r in c]).noise for i in (0, 1))
 
     def child(self, setup: Setup, cpu: int, out_fd: int) -> int:
         cfg = self.cfg
