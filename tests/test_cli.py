@@ -395,6 +395,7 @@ needs_setpriv = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") 
 @pytest.mark.parametrize("argv", [["maps", "--backend", "kernel"],
                                   ["differential", "--sequences", "1", "--family", "hash"],
                                   ["bench", "ops", "--backend", "kernel", "--n", "10"],
+                                  ["bench", "htab-mem", "--backend", "kernel", "-d", "0.1"],
                                   ["bench", "interp", "--iterations", "10"],
                                   ["map-perf", "4", "1", "0", "5", "--backend", "kernel"]],
                          ids=argv_id)
