@@ -73,11 +73,13 @@ from .asm import (
 )
 from .asm.builder import Item, Label
 from .bench import report, trigger
+from .bench.args import int_arg
 from .profiles import Profile, Value, dump_profile, validate
 from .uapi import MapFlags, MapType, ProgType
 
 DEFAULT_OUTPUT = "~/.config/pybpf/profiles/host.toml"
 DEFAULT_ROUNDS = 5
+MAX_ROUNDS = 100
 DATA_IN = bytes(64)  # a socket filter's test run needs at least an Ethernet header
 # Not measurable from user space; see the sources these appear in.
 IRQ_SAVE_RESTORE_CYCLES = 20
@@ -94,10 +96,13 @@ def calibrate_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Nam
     parser.add_argument("--output", "-o", default=DEFAULT_OUTPUT,
                         help=f"profile to write (default {DEFAULT_OUTPUT}); use it with "
                              "--profile FILE")
-    parser.add_argument("--rounds", type=report.int_arg("--rounds", 1), default=DEFAULT_ROUNDS,
+    parser.add_argument("--rounds", type=int_arg("--rounds", 1, MAX_ROUNDS,
+                                                 "about 10 s a round"),
+                        default=DEFAULT_ROUNDS,
                         help=f"interleaved rounds of every probe (default {DEFAULT_ROUNDS})")
-    parser.add_argument("--cpu", type=report.int_arg("--cpu", 0), default=0,
-                        help="CPU to measure on (default 0)")
+    cpus = os.cpu_count() or 1
+    parser.add_argument("--cpu", type=int_arg("--cpu", 0, cpus - 1, "this host's CPUs"),
+                        default=0, help="CPU to measure on (default 0)")
     parser.add_argument("--json", action="store_true",
                         help="print the measurements and the profile as one JSON document")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
@@ -108,9 +113,6 @@ def calibrate_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Nam
 def run(ns: argparse.Namespace) -> int:
     from .system import system
 
-    if ns.cpu >= (os.cpu_count() or 1):
-        raise SystemExit(f"pybpf calibrate: --cpu {ns.cpu}: this host has CPUs "
-                         f"0-{(os.cpu_count() or 1) - 1}")
     calib = Calibration(system("kernel"), ns.cpu, ns.rounds, ns.progress)
     samples = calib.measure()
     profile = host_profile(samples, calib.host)
@@ -435,7 +437,7 @@ class Calibration:
         self.record(probe.name, "ns/run", float(duration))
 
     def syscalls(self) -> None:
-        from .bench.map_perf import sockaddr_in6
+        from .bench.map_perf.testbed import sockaddr_in6
 
         n = 100000
         getppid = trigger.native_syscall_loop("getppid")
@@ -526,20 +528,21 @@ class Calibration:
         """map_perf_test's maps, programs and trigger loop (bench/map_perf.py), run in this
         process on the calibration CPU and timed by its CPU time: events as the sample makes
         them, undisturbed by other processes."""
-        from .bench import map_perf as mp
+        from .bench.map_perf.config import DEFAULT_MAX_CNT, TRIGGER_NATIVE, Config, Test
+        from .bench.map_perf.kernel_run import kernel_trigger
+        from .bench.map_perf.testbed import Setup
 
         for value in MAP_PERF_TESTS:
-            test = mp.Test(value)
-            cfg = mp.Config(test_flags=test.bit, num_procs=1, max_cnt=mp.DEFAULT_MAX_CNT,
-                            backend="kernel", progress=False)
-            setup = mp.Setup(self.sys, cfg)
+            test = Test(value)
+            cfg = Config(test_flags=test.bit, num_procs=1, max_cnt=DEFAULT_MAX_CNT,
+                         backend="kernel", progress=False)
+            setup = Setup(self.sys, cfg)
             try:
                 setup.create_maps(self.host["cpu_node"][self.cpu])
                 setup.load_and_attach()
                 setup.fill_lpm_trie()
                 setup.pre_test()
-                run_n = mp.kernel_trigger(test, setup.lru_hash_lookup_test_entries,
-                                          mp.TRIGGER_NATIVE)
+                run_n = kernel_trigger(test, setup.lru_hash_lookup_test_entries, TRIGGER_NATIVE)
                 with pinned(self.cpu):
                     ns = thread_ns(lambda: run_n(cfg.max_cnt))  # noqa: B023 (called now)
             finally:
