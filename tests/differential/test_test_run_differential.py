@@ -78,7 +78,7 @@ XDP = """
     exit
 """
 PROGRAMS = {ProgType.SOCKET_FILTER: SOCKET_FILTER, ProgType.SCHED_CLS: SCHED_CLS,
-            ProgType.XDP: XDP}
+            ProgType.CGROUP_SKB: CGROUP_SKB, ProgType.XDP: XDP}
 
 
 def _load(system, prog_type: int) -> int:

@@ -248,7 +248,7 @@ class ProgramsMixin:
             raise KernelError(errno.EINVAL, f"expected_attach_type {expected_attach_type} is "
                                             "not an XDP attach type")
         gpl = license.split("\0", 1)[0] in _GPL_COMPATIBLE
-        verified = bpf_check(insns, prog_type, self.map_from_fd, gpl)
+        verified = bpf_check(insns, prog_type, self.map_from_fd, gpl, expected_attach_type)
         prog = BpfProg(self, prog_type, insns, verified, name, expected_attach_type,
                        prog_flags, gpl)
         for bpf_map in prog.used_maps:
