@@ -10,6 +10,7 @@ import struct
 
 import pytest
 
+from helpers import errno_of, u32
 from pybpf.errors import KeyExistsError, KeyNotFoundError
 from pybpf.system import iter_keys
 from pybpf.uapi import BPF_ANY, BPF_EXIST, BPF_F_LOCK, BPF_NOEXIST, ENOTSUPP, round_up
@@ -22,19 +23,6 @@ EINVAL, ENOENT, EEXIST, E2BIG, EPERM, ENOSPC, EBADF, EOPNOTSUPP = (
 
 HASHES = [T.HASH, T.PERCPU_HASH, T.LRU_HASH, T.LRU_PERCPU_HASH]
 PERCPU = {T.PERCPU_HASH, T.LRU_PERCPU_HASH, T.PERCPU_ARRAY}
-
-
-def u32(n: int) -> bytes:
-    return struct.pack("<I", n)
-
-
-def errno_of(call, *args, **kwargs) -> int:
-    """0 when ``call`` succeeds, else the errno it raised."""
-    try:
-        call(*args, **kwargs)
-    except OSError as exc:
-        return exc.errno
-    return 0
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import u32
 from pybpf.testing import differential as d
 from pybpf.uapi import BPF_ANY, BPF_EXIST, BPF_NOEXIST, MapFlags, MapType, syscall_value_size
 
@@ -130,10 +131,6 @@ def test_failing_write_batch_count_is_elements_done(backend):
     assert results[3] == ("err", "ENOTSUPP", 0)
 
 
-def _u32(i: int) -> bytes:
-    return i.to_bytes(4, "little")
-
-
 # Sequences that once showed (or still show) a kernel/emulated difference, shrunk by the
 # harness; each must agree from now on.
 RECORDED = {
@@ -145,29 +142,29 @@ RECORDED = {
         d.Create(1, MapType.ARRAY, 4, 8, 4, int(MapFlags.INNER_MAP)),
         d.Create(0, MapType.ARRAY_OF_MAPS, 4, 4, 4, inner=1),
         d.Create(3, MapType.ARRAY, 4, 8, 2, int(MapFlags.INNER_MAP)),
-        d.Update(0, _u32(2), d.MapRef(3)),
+        d.Update(0, u32(2), d.MapRef(3)),
         d.LookupBatch(0, 4),
     ],
     "hash_of_maps_update_of_an_existing_key_keeps_its_bucket_position": [
         d.Create(1, MapType.HASH, 4, 8, 4),
         d.Create(2, MapType.HASH, 4, 8, 4),
         d.Create(0, MapType.HASH_OF_MAPS, 4, 4, 2, int(MapFlags.ZERO_SEED), inner=1),
-        d.Update(0, _u32(0), d.MapRef(1)),
-        d.Update(0, _u32(2), d.MapRef(1)),
-        d.Update(0, _u32(0), d.MapRef(2)),
+        d.Update(0, u32(0), d.MapRef(1)),
+        d.Update(0, u32(2), d.MapRef(1)),
+        d.Update(0, u32(0), d.MapRef(2)),
         d.Walk(0),
-        d.NextKey(0, _u32(2)),
+        d.NextKey(0, u32(2)),
     ],
     "program_reading_a_wronly_prog_map_value_is_refused_with_eacces": [
         d.Create(0, MapType.ARRAY, 4, 8, 4, int(MapFlags.WRONLY_PROG)),
-        d.ProgLookup(0, _u32(1)),
+        d.ProgLookup(0, u32(1)),
         d.Create(1, MapType.LRU_HASH, 4, 8, 4, int(MapFlags.WRONLY_PROG)),
-        d.ProgLookup(1, _u32(1)),
+        d.ProgLookup(1, u32(1)),
     ],
     "program_writing_a_rdonly_prog_map_is_refused_with_eacces": [
         d.Create(0, MapType.HASH, 4, 8, 4, int(MapFlags.RDONLY_PROG)),
-        d.ProgUpdate(0, _u32(1), b"12345678"),
-        d.ProgDelete(0, _u32(1)),
+        d.ProgUpdate(0, u32(1), b"12345678"),
+        d.ProgDelete(0, u32(1)),
     ],
 }
 
@@ -187,7 +184,7 @@ def test_recorded_sequence_agrees_with_the_kernel(name, kernel, emulated, differ
 
 
 def _lru_fill_sequence(with_program_lookup: bool) -> d.OpSequence:
-    key = [_u32(i) for i in range(14)]
+    key = [u32(i) for i in range(14)]
     ops: list[d.Op] = [d.Create(0, MapType.LRU_HASH, 4, 4, 8)]
     ops += [d.Update(0, key[i], b"vvvv") for i in range(8)]
     if with_program_lookup:

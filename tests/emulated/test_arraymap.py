@@ -11,11 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pybpf
+from helpers import u32
 from pybpf.uapi import BPF_EXIST, BPF_F_NUMA_NODE, BPF_NOEXIST, MapType, ProgType
-
-
-def k32(i: int) -> bytes:
-    return i.to_bytes(4, "little")
 
 
 def emap(sys, fd):
@@ -26,21 +23,21 @@ def emap(sys, fd):
 def test_array_program_lookup_returns_live_memory_seen_by_syscalls(emulated):
     fd = emulated.map_create(MapType.ARRAY, 4, 6, 4)
     array = emap(emulated, fd)
-    value = array.lookup_elem(k32(2))
+    value = array.lookup_elem(u32(2))
     value[:6] = b"abcdef"
-    assert array.lookup_elem(k32(2)) is value
-    assert emulated.map_lookup_elem(fd, k32(2)) == b"abcdef"
-    assert array.lookup_elem(k32(4)) is None
+    assert array.lookup_elem(u32(2)) is value
+    assert emulated.map_lookup_elem(fd, u32(2)) == b"abcdef"
+    assert array.lookup_elem(u32(4)) is None
 
 
 def test_array_program_update_returns_negative_errno(emulated):
     array = emap(emulated, emulated.map_create(MapType.ARRAY, 4, 4, 2))
-    assert array.update_elem(k32(0), b"wxyz", BPF_EXIST) == 0
-    assert array.update_elem(k32(0), b"wxyz", BPF_NOEXIST) == -errno.EEXIST
-    assert array.update_elem(k32(2), b"wxyz", 0) == -errno.E2BIG
-    assert array.update_elem(k32(0), b"wxyz", 3) == -errno.EINVAL
-    assert array.delete_elem(k32(0)) == -errno.EINVAL
-    assert bytes(array.lookup_elem(k32(0))[:4]) == b"wxyz"
+    assert array.update_elem(u32(0), b"wxyz", BPF_EXIST) == 0
+    assert array.update_elem(u32(0), b"wxyz", BPF_NOEXIST) == -errno.EEXIST
+    assert array.update_elem(u32(2), b"wxyz", 0) == -errno.E2BIG
+    assert array.update_elem(u32(0), b"wxyz", 3) == -errno.EINVAL
+    assert array.delete_elem(u32(0)) == -errno.EINVAL
+    assert bytes(array.lookup_elem(u32(0))[:4]) == b"wxyz"
 
 
 def test_percpu_array_programs_see_their_cpus_slot():
@@ -49,13 +46,13 @@ def test_percpu_array_programs_see_their_cpus_slot():
     array = emap(sys, fd)
     for cpu in range(4):
         with sys.on_cpu(cpu):
-            assert array.update_elem(k32(1), k32(10 + cpu), 0) == 0
+            assert array.update_elem(u32(1), u32(10 + cpu), 0) == 0
     with sys.on_cpu(2):
-        assert bytes(array.lookup_elem(k32(1))[:4]) == k32(12)
-    assert bytes(array.lookup_percpu_elem(k32(1), 3)[:4]) == k32(13)
-    assert array.lookup_percpu_elem(k32(1), 4) is None
-    value = sys.map_lookup_elem(fd, k32(1))
-    assert value == b"".join(k32(10 + cpu) + bytes(4) for cpu in range(4))
+        assert bytes(array.lookup_elem(u32(1))[:4]) == u32(12)
+    assert bytes(array.lookup_percpu_elem(u32(1), 3)[:4]) == u32(13)
+    assert array.lookup_percpu_elem(u32(1), 4) is None
+    value = sys.map_lookup_elem(fd, u32(1))
+    assert value == b"".join(u32(10 + cpu) + bytes(4) for cpu in range(4))
 
 
 def test_array_accesses_are_counted_local_or_remote_by_node():
@@ -63,10 +60,10 @@ def test_array_accesses_are_counted_local_or_remote_by_node():
     fd = sys.map_create(MapType.ARRAY, 4, 8, 4, map_flags=BPF_F_NUMA_NODE, numa_node=1)
     array = emap(sys, fd)
     with sys.on_cpu(0):
-        array.lookup_elem(k32(0))
+        array.lookup_elem(u32(0))
     with sys.on_cpu(3):
-        array.lookup_elem(k32(0))
-        array.lookup_elem(k32(1))
+        array.lookup_elem(u32(0))
+        array.lookup_elem(u32(1))
     stats = sys.map_stats(fd)
     assert stats["numa_node"] == 1
     assert stats["access_by_cpu"] == {0: (0, 1), 3: (2, 0)}
@@ -77,16 +74,16 @@ def test_percpu_array_program_accesses_are_always_local():
     array = emap(sys, sys.map_create(MapType.PERCPU_ARRAY, 4, 8, 4))
     for cpu in range(4):
         with sys.on_cpu(cpu):
-            array.lookup_elem(k32(0))
+            array.lookup_elem(u32(0))
     assert array.access_stats.totals() == (4, 0)
 
 
 def test_huge_array_costs_nothing_until_touched(emulated):
     fd = emulated.map_create(MapType.ARRAY, 4, 8, 2**32 - 1)
-    last = k32(2**32 - 2)
+    last = u32(2**32 - 2)
     emulated.map_update_elem(fd, last, b"12345678")
     assert emulated.map_lookup_elem(fd, last) == b"12345678"
-    assert emulated.map_lookup_elem(fd, k32(7)) == bytes(8)
+    assert emulated.map_lookup_elem(fd, u32(7)) == bytes(8)
     assert len(emap(emulated, fd).elems) == 1  # reading an untouched element allocates nothing
 
 
@@ -135,7 +132,7 @@ def test_array_behaves_like_a_fixed_list_of_values(ops):
     model = [bytes(4)] * 8
     for index, value, flags in ops:
         try:
-            sys.map_update_elem(fd, k32(index), value, flags)
+            sys.map_update_elem(fd, u32(index), value, flags)
             outcome = 0
         except OSError as e:
             outcome = e.errno
@@ -146,7 +143,7 @@ def test_array_behaves_like_a_fixed_list_of_values(ops):
         else:
             assert outcome == 0
             model[index] = value
-    assert [sys.map_lookup_elem(fd, k32(i)) for i in range(8)] == model
+    assert [sys.map_lookup_elem(fd, u32(i)) for i in range(8)] == model
 
 
 def stand_in_prog(sys, prog_type: int, prog_id: int) -> int:
@@ -158,22 +155,22 @@ def stand_in_prog(sys, prog_type: int, prog_id: int) -> int:
 def test_prog_array_stores_programs_by_fd_and_reports_ids(emulated):
     fd = emulated.map_create(MapType.PROG_ARRAY, 4, 4, 4)
     prog = stand_in_prog(emulated, ProgType.XDP, 41)
-    emulated.map_update_elem(fd, k32(2), k32(prog))
-    assert emulated.map_lookup_elem(fd, k32(2)) == k32(41)
+    emulated.map_update_elem(fd, u32(2), u32(prog))
+    assert emulated.map_lookup_elem(fd, u32(2)) == u32(41)
     table = emap(emulated, fd)
     assert table.tail_call_target(2) is emulated.fd_get(prog)
     assert table.tail_call_target(1) is None
     assert table.tail_call_target(4) is None
-    assert table.lookup_elem(k32(2)) is None  # programs cannot look into a prog array
+    assert table.lookup_elem(u32(2)) is None  # programs cannot look into a prog array
 
 
 def test_prog_array_first_program_fixes_the_owner_type(emulated):
     fd = emulated.map_create(MapType.PROG_ARRAY, 4, 4, 4)
-    emulated.map_update_elem(fd, k32(0), k32(stand_in_prog(emulated, ProgType.XDP, 1)))
-    emulated.map_delete_elem(fd, k32(0))  # the owner type stays
+    emulated.map_update_elem(fd, u32(0), u32(stand_in_prog(emulated, ProgType.XDP, 1)))
+    emulated.map_delete_elem(fd, u32(0))  # the owner type stays
     other = stand_in_prog(emulated, ProgType.SOCKET_FILTER, 2)
     with pytest.raises(OSError) as info:
-        emulated.map_update_elem(fd, k32(1), k32(other))
+        emulated.map_update_elem(fd, u32(1), u32(other))
     assert info.value.errno == errno.EINVAL
 
 
@@ -181,10 +178,10 @@ def test_prog_array_holds_a_program_reference_until_released(emulated):
     fd = emulated.map_create(MapType.PROG_ARRAY, 4, 4, 2)
     prog_fd = stand_in_prog(emulated, ProgType.XDP, 5)
     prog = emulated.fd_get(prog_fd)
-    emulated.map_update_elem(fd, k32(0), k32(prog_fd))
-    emulated.map_update_elem(fd, k32(1), k32(prog_fd))
+    emulated.map_update_elem(fd, u32(0), u32(prog_fd))
+    emulated.map_update_elem(fd, u32(1), u32(prog_fd))
     assert prog.refcnt == 2
-    emulated.map_update_elem(fd, k32(1), k32(prog_fd))  # replacing drops the old reference
+    emulated.map_update_elem(fd, u32(1), u32(prog_fd))  # replacing drops the old reference
     assert prog.refcnt == 2
     emulated.close(fd)  # freeing the array releases what it holds
     assert prog.refcnt == 0

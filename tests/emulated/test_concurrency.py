@@ -10,6 +10,7 @@ import threading
 
 import pytest
 
+from helpers import u32
 from pybpf import system
 from pybpf.system import iter_keys
 from pybpf.uapi import BPF_F_NO_COMMON_LRU, BPF_F_NO_PREALLOC, BPF_NOEXIST, MapType
@@ -17,10 +18,6 @@ from pybpf.uapi import BPF_F_NO_COMMON_LRU, BPF_F_NO_PREALLOC, BPF_NOEXIST, MapT
 T = MapType
 THREADS = 4
 ROUNDS = 300
-
-
-def u32(i):
-    return struct.pack("<I", i)
 
 
 def hammer(sys, worker):

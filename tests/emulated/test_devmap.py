@@ -9,12 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from helpers import u32
 from pybpf.system import iter_keys
 from pybpf.uapi import AttachType, MapType, ProgType
-
-
-def k32(i: int) -> bytes:
-    return i.to_bytes(4, "little")
 
 
 def xdp_prog(sys, attach_type: int, prog_id: int) -> int:
@@ -25,38 +22,38 @@ def xdp_prog(sys, attach_type: int, prog_id: int) -> int:
 def test_only_the_machines_devices_can_be_stored(emulated):
     fd = emulated.map_create(MapType.DEVMAP, 4, 4, 4)
     with pytest.raises(OSError) as info:
-        emulated.map_update_elem(fd, k32(0), k32(7))
+        emulated.map_update_elem(fd, u32(0), u32(7))
     assert info.value.errno == errno.EINVAL
     emulated.machine.ifindexes = {1, 7}
-    emulated.map_update_elem(fd, k32(0), k32(7))
-    assert emulated.map_lookup_elem(fd, k32(0)) == k32(7)
+    emulated.map_update_elem(fd, u32(0), u32(7))
+    assert emulated.map_lookup_elem(fd, u32(0)) == u32(7)
 
 
 @pytest.mark.parametrize("map_type", [MapType.DEVMAP, MapType.DEVMAP_HASH])
 def test_entry_with_a_devmap_xdp_program_reports_its_id(emulated, map_type):
     fd = emulated.map_create(map_type, 4, 8, 4)
     prog = xdp_prog(emulated, AttachType.XDP_DEVMAP, 33)
-    emulated.map_update_elem(fd, k32(1), struct.pack("<Ii", 1, prog))
-    assert emulated.map_lookup_elem(fd, k32(1)) == struct.pack("<II", 1, 33)
+    emulated.map_update_elem(fd, u32(1), struct.pack("<Ii", 1, prog))
+    assert emulated.map_lookup_elem(fd, u32(1)) == struct.pack("<II", 1, 33)
     wrong = xdp_prog(emulated, AttachType.XDP_CPUMAP, 34)
     with pytest.raises(OSError) as info:
-        emulated.map_update_elem(fd, k32(1), struct.pack("<Ii", 1, wrong))
+        emulated.map_update_elem(fd, u32(1), struct.pack("<Ii", 1, wrong))
     assert info.value.errno == errno.EINVAL
 
 
 def test_devmap_hash_buckets_by_key_newest_first(emulated):
     fd = emulated.map_create(MapType.DEVMAP_HASH, 4, 4, 4)
     for key in (1, 5, 2, 9):
-        emulated.map_update_elem(fd, k32(key), k32(1))
-    assert list(iter_keys(emulated, fd)) == [k32(9), k32(5), k32(1), k32(2)]
-    emulated.map_update_elem(fd, k32(1), k32(1))  # a replaced entry moves to the front
-    assert list(iter_keys(emulated, fd)) == [k32(1), k32(9), k32(5), k32(2)]
+        emulated.map_update_elem(fd, u32(key), u32(1))
+    assert list(iter_keys(emulated, fd)) == [u32(9), u32(5), u32(1), u32(2)]
+    emulated.map_update_elem(fd, u32(1), u32(1))  # a replaced entry moves to the front
+    assert list(iter_keys(emulated, fd)) == [u32(1), u32(9), u32(5), u32(2)]
 
 
 def test_program_lookup_returns_the_entry(emulated):
     fd = emulated.map_create(MapType.DEVMAP, 4, 4, 4)
-    emulated.map_update_elem(fd, k32(3), k32(1))
+    emulated.map_update_elem(fd, u32(3), u32(1))
     dev = emulated.map_from_fd(fd)
-    assert bytes(dev.lookup_elem(k32(3))) == struct.pack("<II", 1, 0)
-    assert dev.lookup_elem(k32(2)) is None
-    assert dev.delete_elem(k32(9)) == -errno.EINVAL
+    assert bytes(dev.lookup_elem(u32(3))) == struct.pack("<II", 1, 0)
+    assert dev.lookup_elem(u32(2)) is None
+    assert dev.delete_elem(u32(9)) == -errno.EINVAL

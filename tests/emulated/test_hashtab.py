@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import errno_of, u32
 from pybpf import system
 from pybpf.emulated.jhash import htab_map_hash, jhash, jhash2
 from pybpf.system import iter_keys
@@ -27,18 +28,6 @@ from pybpf.uapi import (
 )
 
 T = MapType
-
-
-def u32(i):
-    return struct.pack("<I", i)
-
-
-def err_of(fn, *args):
-    try:
-        fn(*args)
-    except OSError as exc:
-        return exc.errno
-    return 0
 
 
 def hmap(sys, map_type=T.HASH, key_size=4, value_size=8, max_entries=8, flags=0):
@@ -99,7 +88,7 @@ def test_full_hash_gives_e2big_for_a_new_key_but_replaces_existing(backend):
     fd = hmap(backend, max_entries=4)
     for i in range(4):
         backend.map_update_elem(fd, u32(i), bytes(8))
-    assert err_of(backend.map_update_elem, fd, u32(9), bytes(8)) == errno.E2BIG
+    assert errno_of(backend.map_update_elem, fd, u32(9), bytes(8)) == errno.E2BIG
     for _ in range(3):  # replacing in a full map uses the per-CPU spare element
         backend.map_update_elem(fd, u32(2), b"r" * 8)
     assert backend.map_lookup_elem(fd, u32(2)) == b"r" * 8
@@ -109,9 +98,9 @@ def test_full_hash_gives_e2big_for_a_new_key_but_replaces_existing(backend):
 def test_update_flags_give_eexist_enoent_einval(backend, flags):
     fd = hmap(backend, flags=flags)
     backend.map_update_elem(fd, u32(1), bytes(8), BPF_NOEXIST)
-    assert err_of(backend.map_update_elem, fd, u32(1), bytes(8), BPF_NOEXIST) == errno.EEXIST
-    assert err_of(backend.map_update_elem, fd, u32(2), bytes(8), BPF_EXIST) == errno.ENOENT
-    assert err_of(backend.map_update_elem, fd, u32(2), bytes(8), 3) == errno.EINVAL
+    assert errno_of(backend.map_update_elem, fd, u32(1), bytes(8), BPF_NOEXIST) == errno.EEXIST
+    assert errno_of(backend.map_update_elem, fd, u32(2), bytes(8), BPF_EXIST) == errno.ENOENT
+    assert errno_of(backend.map_update_elem, fd, u32(2), bytes(8), 3) == errno.EINVAL
     backend.map_update_elem(fd, u32(1), b"e" * 8, BPF_EXIST)
     assert backend.map_lookup_elem(fd, u32(1)) == b"e" * 8
 
@@ -123,7 +112,7 @@ def test_percpu_hash_values_have_one_rounded_slot_per_cpu(backend):
     backend.map_update_elem(fd, u32(5), value)
     assert backend.map_lookup_elem(fd, u32(5)) == value  # padding round-trips
     assert backend.map_lookup_and_delete_elem(fd, u32(5)) == value
-    assert err_of(backend.map_lookup_elem, fd, u32(5)) == errno.ENOENT
+    assert errno_of(backend.map_lookup_elem, fd, u32(5)) == errno.ENOENT
 
 
 def test_get_next_key_of_a_missing_key_restarts_at_the_first(backend):
@@ -133,7 +122,7 @@ def test_get_next_key_of_a_missing_key_restarts_at_the_first(backend):
     first = backend.map_get_next_key(fd, None)
     assert backend.map_get_next_key(fd, u32(77)) == first
     last = list(iter_keys(backend, fd))[-1]
-    assert err_of(backend.map_get_next_key, fd, last) == errno.ENOENT
+    assert errno_of(backend.map_get_next_key, fd, last) == errno.ENOENT
 
 
 class _ShrinkingBucket(list):
@@ -180,11 +169,11 @@ def test_lookup_and_delete_batch_empties_the_map(backend):
         backend.map_update_elem(fd, u32(i), bytes(8))
     result = backend.map_lookup_and_delete_batch(fd, None, 64)
     assert result.end and sorted(result.keys) == [u32(i) for i in range(6)]
-    assert err_of(backend.map_get_next_key, fd, None) == errno.ENOENT
+    assert errno_of(backend.map_get_next_key, fd, None) == errno.ENOENT
 
 
 def test_lru_with_no_prealloc_gives_enotsupp(backend):
-    assert err_of(backend.map_create, T.LRU_HASH, 4, 8, 8, BPF_F_NO_PREALLOC) == ENOTSUPP
+    assert errno_of(backend.map_create, T.LRU_HASH, 4, 8, 8, BPF_F_NO_PREALLOC) == ENOTSUPP
 
 
 def test_no_common_lru_rounds_max_entries_to_the_cpus(backend):

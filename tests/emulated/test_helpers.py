@@ -17,7 +17,8 @@ from pybpf import asm
 from pybpf.asm import FP, R0, R1, R2, R3, R4, R6
 from pybpf.asm import builder as b
 from pybpf.emulated.helpers import SK_DROP, SK_PASS, XDP_ABORTED, XDP_PASS, XDP_REDIRECT
-from pybpf.emulated.interpreter import CtxRegion, jit_source
+from pybpf.emulated.jit import jit_source
+from pybpf.emulated.memory import CtxRegion
 from pybpf.emulated.progs import BPF_F_TEST_RUN_ON_CPU
 from pybpf.errors import BPFError
 from pybpf.programs import Program, ProgramSpec

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import errno
-import struct
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import u32
 from pybpf import system
 from pybpf.emulated.bpf_lru_list import (
     ACTIVE,
@@ -24,10 +24,6 @@ from pybpf.system import iter_keys
 from pybpf.uapi import BPF_EXIST, BPF_F_NO_COMMON_LRU, BPF_F_ZERO_SEED, BPF_NOEXIST, MapType
 
 T = MapType
-
-
-def u32(i):
-    return struct.pack("<I", i)
 
 
 def lru_map(sys, max_entries, map_type=T.LRU_HASH, flags=0):

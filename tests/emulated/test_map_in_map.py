@@ -8,21 +8,18 @@ import threading
 
 import pytest
 
+from helpers import u32
 from pybpf.uapi import BPF_F_INNER_MAP, MapType
-
-
-def k32(i: int) -> bytes:
-    return i.to_bytes(4, "little")
 
 
 @pytest.mark.parametrize("outer_type", [MapType.ARRAY_OF_MAPS, MapType.HASH_OF_MAPS])
 def test_program_lookup_returns_the_inner_map_object(emulated, outer_type):
     template = emulated.map_create(MapType.ARRAY, 4, 4, 1)
     outer = emulated.map_create(outer_type, 4, 4, 4, inner_map_fd=template)
-    emulated.map_update_elem(outer, k32(1), k32(template))
+    emulated.map_update_elem(outer, u32(1), u32(template))
     outer_map = emulated.map_from_fd(outer)
-    assert outer_map.lookup_elem(k32(1)) is emulated.map_from_fd(template)
-    assert outer_map.lookup_elem(k32(2)) is None
+    assert outer_map.lookup_elem(u32(1)) is emulated.map_from_fd(template)
+    assert outer_map.lookup_elem(u32(2)) is None
 
 
 @pytest.mark.parametrize("outer_type", [MapType.ARRAY_OF_MAPS, MapType.HASH_OF_MAPS])
@@ -31,10 +28,10 @@ def test_inner_map_lives_while_the_outer_map_holds_it(emulated, outer_type):
     outer = emulated.map_create(outer_type, 4, 4, 4, inner_map_fd=template)
     inner = emulated.map_create(MapType.ARRAY, 4, 4, 1)
     inner_id = emulated.map_get_info(inner).id
-    emulated.map_update_elem(outer, k32(0), k32(inner))
-    emulated.map_update_elem(outer, k32(1), k32(inner))
+    emulated.map_update_elem(outer, u32(0), u32(inner))
+    emulated.map_update_elem(outer, u32(1), u32(inner))
     emulated.close(inner)
-    emulated.map_delete_elem(outer, k32(0))
+    emulated.map_delete_elem(outer, u32(0))
     emulated.close(emulated.map_get_fd_by_id(inner_id))  # one element still holds it
     emulated.close(outer)
     with pytest.raises(OSError) as info:
@@ -47,13 +44,13 @@ def test_replacing_an_inner_map_drops_the_old_one(emulated):
     outer = emulated.map_create(MapType.HASH_OF_MAPS, 4, 4, 4, inner_map_fd=template)
     first = emulated.map_create(MapType.ARRAY, 4, 4, 8, map_flags=BPF_F_INNER_MAP)
     first_id = emulated.map_get_info(first).id
-    emulated.map_update_elem(outer, k32(5), k32(first))
+    emulated.map_update_elem(outer, u32(5), u32(first))
     emulated.close(first)
-    emulated.map_update_elem(outer, k32(5), k32(template))
+    emulated.map_update_elem(outer, u32(5), u32(template))
     with pytest.raises(OSError) as info:
         emulated.map_get_fd_by_id(first_id)
     assert info.value.errno == errno.ENOENT
-    assert emulated.map_lookup_elem(outer, k32(5)) == k32(emulated.map_get_info(template).id)
+    assert emulated.map_lookup_elem(outer, u32(5)) == u32(emulated.map_get_info(template).id)
 
 
 def test_failed_hash_of_maps_update_takes_no_reference(emulated):
@@ -61,10 +58,10 @@ def test_failed_hash_of_maps_update_takes_no_reference(emulated):
     outer = emulated.map_create(MapType.HASH_OF_MAPS, 4, 4, 1, inner_map_fd=template)
     inner = emulated.map_create(MapType.ARRAY, 4, 4, 1)
     inner_map = emulated.map_from_fd(inner)
-    emulated.map_update_elem(outer, k32(0), k32(template))
+    emulated.map_update_elem(outer, u32(0), u32(template))
     refs = inner_map.refcnt
     with pytest.raises(OSError) as info:
-        emulated.map_update_elem(outer, k32(1), k32(inner))  # full
+        emulated.map_update_elem(outer, u32(1), u32(inner))  # full
     assert info.value.errno == errno.E2BIG
     assert inner_map.refcnt == refs
 
@@ -74,8 +71,8 @@ def test_the_template_is_a_snapshot_not_a_reference(emulated):
     outer = emulated.map_create(MapType.ARRAY_OF_MAPS, 4, 4, 2, inner_map_fd=template)
     emulated.close(template)  # the outer map keeps only the template's shape
     same_shape = emulated.map_create(MapType.ARRAY, 4, 4, 3)
-    emulated.map_update_elem(outer, k32(0), k32(same_shape))
-    assert emulated.map_lookup_elem(outer, k32(0)) == k32(emulated.map_get_info(same_shape).id)
+    emulated.map_update_elem(outer, u32(0), u32(same_shape))
+    assert emulated.map_lookup_elem(outer, u32(0)) == u32(emulated.map_get_info(same_shape).id)
 
 
 class _InterleavedHolders(dict):
@@ -97,9 +94,9 @@ class _InterleavedHolders(dict):
 def test_hash_of_maps_counts_holders_of_an_inner_map_across_threads(emulated):
     inner = emulated.map_create(MapType.ARRAY, 4, 4, 1)
     outer = emulated.map_create(MapType.HASH_OF_MAPS, 4, 4, 4, inner_map_fd=inner)
-    emulated.map_update_elem(outer, k32(1), k32(inner))
+    emulated.map_update_elem(outer, u32(1), u32(inner))
     m = emulated.map_from_fd(outer)
-    deleter = threading.Thread(target=emulated.map_delete_elem, args=(outer, k32(1)))
+    deleter = threading.Thread(target=emulated.map_delete_elem, args=(outer, u32(1)))
 
     def delete_the_other_holder():
         deleter.start()
@@ -108,10 +105,10 @@ def test_hash_of_maps_counts_holders_of_an_inner_map_across_threads(emulated):
     holders = _InterleavedHolders(delete_the_other_holder)
     holders.update(m.inner_maps)
     m.inner_maps = holders
-    emulated.map_update_elem(outer, k32(2), k32(inner))
+    emulated.map_update_elem(outer, u32(2), u32(inner))
     deleter.join()
     inner_map = emulated.map_from_fd(inner)
-    assert m.lookup_elem(k32(2)) is inner_map
+    assert m.lookup_elem(u32(2)) is inner_map
     assert m.inner_maps == {inner_map.id: [inner_map, 1]}
 
 
@@ -137,8 +134,8 @@ class _ReplacedOnce(dict):
 def test_hash_of_maps_program_lookup_rereads_a_value_replaced_meanwhile(emulated):
     inner = emulated.map_create(MapType.ARRAY, 4, 4, 1)
     outer = emulated.map_create(MapType.HASH_OF_MAPS, 4, 4, 4, inner_map_fd=inner)
-    emulated.map_update_elem(outer, k32(1), k32(inner))
+    emulated.map_update_elem(outer, u32(1), u32(inner))
     m = emulated.map_from_fd(outer)
     holders = _ReplacedOnce(m.inner_maps)
     m.inner_maps = holders
-    assert m.lookup_elem(k32(1)) is emulated.map_from_fd(inner)
+    assert m.lookup_elem(u32(1)) is emulated.map_from_fd(inner)

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import errno
-import struct
 
 import pytest
 
+from helpers import u32
 from pybpf import system
 from pybpf.emulated.machine import Machine
 from pybpf.emulated.memalloc import BpfMemAlloc, KmallocRcu, watermarks
 from pybpf.emulated.percpu_freelist import PcpuFreelist
 from pybpf.uapi import BPF_F_NO_PREALLOC, MapType
-
-
-def u32(i):
-    return struct.pack("<I", i)
 
 
 @pytest.mark.parametrize("unit,expected", [(64, (32, 96, 48)), (256, (32, 96, 48)),

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import errno
-import struct
 
 import pytest
 
+from helpers import errno_of, u32
 from pybpf import system
 from pybpf.errors import BPFError, KeyNotFoundError
 from pybpf.uapi import (
@@ -20,31 +20,19 @@ from pybpf.uapi import (
 T = MapType
 
 
-def u32(i):
-    return struct.pack("<I", i)
-
-
-def err_of(fn, *args, **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except OSError as exc:
-        return exc.errno
-    return 0
-
-
 @pytest.fixture
 def sys():
     return system("emulated", cpus=2)
 
 
 def test_lookup_flags_are_checked_before_the_fd(sys):
-    assert err_of(sys.map_lookup_elem, 999, u32(0), 8) == errno.EINVAL
-    assert err_of(sys.map_lookup_elem, 999, u32(0)) == errno.EBADF
+    assert errno_of(sys.map_lookup_elem, 999, u32(0), 8) == errno.EINVAL
+    assert errno_of(sys.map_lookup_elem, 999, u32(0)) == errno.EBADF
 
 
 def test_an_fd_that_is_not_a_map_gives_einval(sys):
     fd = sys.fd_install(object())
-    assert err_of(sys.map_lookup_elem, fd, u32(0)) == errno.EINVAL
+    assert errno_of(sys.map_lookup_elem, fd, u32(0)) == errno.EINVAL
 
 
 def test_wrong_key_or_value_length_gives_einval_with_the_expected_size(sys):
@@ -71,16 +59,16 @@ def test_errors_name_the_command_and_the_map(sys):
 def test_rdonly_and_wronly_fds_and_frozen_maps_give_eperm(sys):
     ro = sys.map_create(T.HASH, 4, 8, 4, map_flags=BPF_F_RDONLY)
     wo = sys.map_create(T.HASH, 4, 8, 4, map_flags=BPF_F_WRONLY)
-    assert err_of(sys.map_update_elem, ro, u32(0), bytes(8)) == errno.EPERM
-    assert err_of(sys.map_lookup_elem, wo, u32(0)) == errno.EPERM
-    assert err_of(sys.map_get_next_key, wo, None) == errno.EPERM
-    assert err_of(sys.map_lookup_and_delete_elem, ro, u32(0)) == errno.EPERM
+    assert errno_of(sys.map_update_elem, ro, u32(0), bytes(8)) == errno.EPERM
+    assert errno_of(sys.map_lookup_elem, wo, u32(0)) == errno.EPERM
+    assert errno_of(sys.map_get_next_key, wo, None) == errno.EPERM
+    assert errno_of(sys.map_lookup_and_delete_elem, ro, u32(0)) == errno.EPERM
     assert sys.map_get_info(ro).map_flags == 0  # RDONLY/WRONLY are not kept
     rw = sys.map_get_fd_by_id(sys.map_get_info(ro).id)  # another fd, read-write
     sys.map_update_elem(rw, u32(0), bytes(8))
     sys.map_freeze(rw)
-    assert err_of(sys.map_update_elem, rw, u32(1), bytes(8)) == errno.EPERM
-    assert err_of(sys.map_freeze, rw) == errno.EPERM
+    assert errno_of(sys.map_update_elem, rw, u32(1), bytes(8)) == errno.EPERM
+    assert errno_of(sys.map_freeze, rw) == errno.EPERM
 
 
 @pytest.mark.parametrize("kwargs,err", [
@@ -101,7 +89,7 @@ def test_rdonly_and_wronly_fds_and_frozen_maps_give_eperm(sys):
 def test_map_create_checks_in_the_kernels_order(sys, kwargs, err):
     args = dict(key_size=4, value_size=8, max_entries=4) | kwargs
     map_type = args.pop("map_type")
-    assert err_of(sys.map_create, map_type, args.pop("key_size"), args.pop("value_size"),
+    assert errno_of(sys.map_create, map_type, args.pop("key_size"), args.pop("value_size"),
                   args.pop("max_entries"), **args) == err
 
 
@@ -117,45 +105,45 @@ def test_ids_fds_and_refcounts(sys):
     map_id = sys.map_get_info(fd).id
     assert sys.map_get_next_id(0) == map_id
     other = sys.map_get_fd_by_id(map_id, BPF_F_RDONLY)
-    assert err_of(sys.map_update_elem, other, u32(0), bytes(8)) == errno.EPERM
+    assert errno_of(sys.map_update_elem, other, u32(0), bytes(8)) == errno.EPERM
     sys.close(fd)
     assert sys.map_get_info(other).id == map_id  # the second fd keeps it alive
     sys.close(other)
-    assert err_of(sys.map_get_fd_by_id, map_id) == errno.ENOENT
-    assert err_of(sys.close, other) == errno.EBADF
-    assert err_of(sys.map_get_next_id, 0) == errno.ENOENT
-    assert err_of(sys.map_get_fd_by_id, map_id, 0x40) == errno.EINVAL
+    assert errno_of(sys.map_get_fd_by_id, map_id) == errno.ENOENT
+    assert errno_of(sys.close, other) == errno.EBADF
+    assert errno_of(sys.map_get_next_id, 0) == errno.ENOENT
+    assert errno_of(sys.map_get_fd_by_id, map_id, 0x40) == errno.EINVAL
 
 
 def test_pins_hold_a_reference_and_follow_bpffs_rules(sys):
     fd = sys.map_create(T.HASH, 4, 8, 4)
     sys.map_update_elem(fd, u32(1), b"p" * 8)
     sys.obj_pin(fd, "/sys/fs/bpf/flows")
-    assert err_of(sys.obj_pin, fd, "/sys/fs/bpf/flows") == errno.EEXIST
-    assert err_of(sys.obj_pin, fd, "/tmp/flows") == errno.EPERM
-    assert err_of(sys.obj_get, "/sys/fs/bpf/missing") == errno.ENOENT
+    assert errno_of(sys.obj_pin, fd, "/sys/fs/bpf/flows") == errno.EEXIST
+    assert errno_of(sys.obj_pin, fd, "/tmp/flows") == errno.EPERM
+    assert errno_of(sys.obj_get, "/sys/fs/bpf/missing") == errno.ENOENT
     sys.close(fd)
     again = sys.obj_get("/sys/fs/bpf/flows")
     assert sys.map_lookup_elem(again, u32(1)) == b"p" * 8
     ro = sys.obj_get("/sys/fs/bpf/flows", BPF_F_RDONLY)
-    assert err_of(sys.map_delete_elem, ro, u32(1)) == errno.EPERM
+    assert errno_of(sys.map_delete_elem, ro, u32(1)) == errno.EPERM
     sys.close(again)
     sys.close(ro)
     map_id = sys.map_get_next_id(0)
     sys.obj_unpin("/sys/fs/bpf/flows")
-    assert err_of(sys.map_get_fd_by_id, map_id) == errno.ENOENT
+    assert errno_of(sys.map_get_fd_by_id, map_id) == errno.ENOENT
     assert sys.open_fds() == []
 
 
 def test_batch_without_a_handler_gives_enotsupp_after_permissions(sys):
     fd = sys.map_create(T.HASH, 4, 8, 4, map_flags=BPF_F_WRONLY)
-    assert err_of(sys.map_lookup_batch, fd, None, 4) == errno.EPERM
+    assert errno_of(sys.map_lookup_batch, fd, None, 4) == errno.EPERM
     hfd = sys.map_create(T.HASH, 4, 8, 4)
     assert sys.map_update_batch(hfd, [u32(1), u32(2)], [bytes(8)] * 2) == 2
     with pytest.raises(BPFError) as info:
         sys.map_delete_batch(hfd, [u32(1), u32(3), u32(2)])
     assert (info.value.errno, info.value.count) == (errno.ENOENT, 1)
-    assert err_of(sys.map_update_batch, hfd, [u32(1)], [bytes(8)], 1) == errno.EINVAL
+    assert errno_of(sys.map_update_batch, hfd, [u32(1)], [bytes(8)], 1) == errno.EINVAL
 
 
 def test_system_delegates_cpus_to_the_machine():
@@ -176,7 +164,7 @@ def test_pinned_program_outlives_its_fd_and_goes_with_the_pin(sys):
     prog_id = sys.prog_get_info(fd).id
     sys.obj_pin(fd, "/sys/fs/bpf/prog")
     sys.close(fd)
-    assert err_of(sys.obj_get, "/sys/fs/bpf/prog", BPF_F_RDONLY) == errno.EINVAL
+    assert errno_of(sys.obj_get, "/sys/fs/bpf/prog", BPF_F_RDONLY) == errno.EINVAL
     again = sys.obj_get("/sys/fs/bpf/prog")
     assert sys.prog_get_info(again).id == prog_id
     sys.close(again)

@@ -31,7 +31,7 @@ from ..uapi import (
     NUMA_NO_NODE,
     syscall_value_size,
 )
-from .interpreter import BYTES_AT
+from .memory import BYTES_AT
 
 if TYPE_CHECKING:
     from .machine import Machine

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from ..errors import ProgramFault
 from ..uapi import BpfFunc, MapType, ProgType
 from .bpf_map import BpfMap
-from .interpreter import (
+from .memory import (
     BYTES_AT,
     M32,
     M64,

@@ -44,17 +44,9 @@ from ..uapi import (
     AttachType,
     ProgType,
 )
+from .executable import Executable, run
 from .helpers import helper_funcs
-from .interpreter import (
-    CTX_REGION,
-    DEFAULT_BUDGET,
-    M32,
-    PACKET_REGION,
-    CtxRegion,
-    Executable,
-    RunState,
-    run,
-)
+from .memory import CTX_REGION, DEFAULT_BUDGET, M32, PACKET_REGION, CtxRegion, RunState
 from .verifier import bpf_check
 
 BPF_F_SLEEPABLE = 1 << 4

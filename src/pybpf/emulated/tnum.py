@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-M64 = (1 << 64) - 1
-M32 = (1 << 32) - 1
+from .memory import M32, M64
 
 
 class Tnum(NamedTuple):

@@ -73,7 +73,8 @@ from .filter import (
     PTR_TO_SOCKET,
 )
 from .helpers import HELPERS
-from .interpreter import M32, M64, MAX_CALL_FRAMES
+from .memory import M32, M64
+from .semantics import MAX_CALL_FRAMES
 from .tnum import Tnum
 
 LD_IMM64 = 0x18

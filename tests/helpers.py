@@ -1,0 +1,29 @@
+"""Helpers the tests share. tests/conftest.py puts tests/ on ``sys.path``, so a test in any
+directory imports them as ``from helpers import u32, err_of``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+
+def u32(i: int) -> bytes:
+    """``i`` as a 4-byte little-endian key or value (an index, an fd, a CPU's qsize)."""
+    return i.to_bytes(4, "little")
+
+
+def err_of(fn: Callable, *args, **kwargs) -> int:
+    """The errno ``fn`` fails with (the test fails if it succeeds)."""
+    with pytest.raises(OSError) as info:
+        fn(*args, **kwargs)
+    return info.value.errno
+
+
+def errno_of(fn: Callable, *args, **kwargs) -> int:
+    """0 when ``fn`` succeeds, else the errno it raised."""
+    try:
+        fn(*args, **kwargs)
+    except OSError as exc:
+        return exc.errno
+    return 0
