@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from programs.strategies import assemble_items, constant_branch_programs
 from pybpf.asm import assemble_text
 from pybpf.errors import BPFError
-from pybpf.uapi import MapType, ProgType
+from pybpf.uapi import AttachType, MapType, ProgType
 
 _SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[
     HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large])
@@ -158,3 +158,143 @@ def test_malformed_instructions_are_refused_with_the_kernels_reason(backend, pro
         backend.close(backend.prog_load(ProgType.SOCKET_FILTER, program))
     assert info.value.errno == errno.EINVAL
     assert reason in info.value.log
+
+
+# -- the context: what each program type may read and write, and what a read gives -----------
+# (program type, bytes of its context to try, expected_attach_type)
+CONTEXTS = [
+    (ProgType.SOCKET_FILTER, 200, 0), (ProgType.SCHED_CLS, 200, 0), (ProgType.SCHED_ACT, 200, 0),
+    (ProgType.CGROUP_SKB, 200, 0), (ProgType.LWT_IN, 200, 0), (ProgType.LWT_OUT, 200, 0),
+    (ProgType.LWT_XMIT, 200, 0), (ProgType.SK_SKB, 200, 0), (ProgType.SK_MSG, 88, 0),
+    (ProgType.XDP, 32, 0), (ProgType.XDP, 32, AttachType.XDP_DEVMAP),
+    (ProgType.KPROBE, 176, 0), (ProgType.PERF_EVENT, 192, 0),
+    (ProgType.TRACEPOINT, 72, 0), (ProgType.RAW_TRACEPOINT, 104, 0), (ProgType.SYSCALL, 72, 0),
+]
+_WIDTH = {1: 0x10, 2: 0x08, 4: 0x00, 8: 0x18}
+_MODES = ("load", "load_sx", "store_imm", "store_reg")
+
+
+def ctx_access(size: int, off: int, mode: str) -> bytes | None:
+    """A program making one access of the context (R1) at ``off``, then returning 0."""
+    if mode == "store_imm":
+        return ins(0x62 | _WIDTH[size], 1, 0, off, 1) + EXIT_0
+    if mode == "store_reg":
+        return ins(0xB7, 2, 0, 0, 1) + ins(0x63 | _WIDTH[size], 1, 2, off) + EXIT_0
+    if mode == "load_sx":
+        return None if size == 8 else ins(0x81 | _WIDTH[size], 2, 1, off) + EXIT_0
+    return ins(0x61 | _WIDTH[size], 2, 1, off) + EXIT_0
+
+
+@pytest.mark.parametrize("prog_type,span,attach_type", CONTEXTS,
+                         ids=[c[0].name.lower() + ("-devmap" if c[2] else "") for c in CONTEXTS])
+def test_every_context_access_gets_the_kernels_verdict(kernel, emulated, prog_type, span,
+                                                       attach_type, differential_tally):
+    flags = 1 << 4 if prog_type == ProgType.SYSCALL else 0  # syscall programs are sleepable
+    disagreements = []
+    for off in range(-8, span):
+        for size in (1, 2, 4, 8):
+            for mode in _MODES:
+                program = ctx_access(size, off, mode)
+                if program is None:
+                    continue
+                verdicts = [verdict(system, prog_type, program, prog_flags=flags,
+                                    expected_attach_type=attach_type)
+                            for system in (kernel, emulated)]
+                if verdicts[0] != verdicts[1]:
+                    disagreements.append((off, size, mode, *verdicts))
+    differential_tally.add("kernel", "emulated", "verifier: context", 1, (span + 8) * 15,
+                           len(disagreements))
+    assert not disagreements
+
+
+# A test run's context: a multicast IPv4 frame, a __sk_buff with every field a test run takes
+_FRAME = b"\x01\x00\x5e\x00\x00\x01" + bytes(range(1, 7)) + b"\x08\x00" + bytes(range(46))
+_SK_BUFF = bytearray(192)
+for _off, _value in ((8, 0x11223344), (32, 0x55667788), (36, 1), (40, 1), (48, 0x01020304),
+                     (52, 0xA0B0C0D0), (56, 7), (60, 8), (64, 9), (164, 0x1234),
+                     (176, 0x12345)):
+    struct.pack_into("<I", _SK_BUFF, _off, _value)
+struct.pack_into("<QQ", _SK_BUFF, 152, 0x0102030405060708, 0)
+struct.pack_into("<I", _SK_BUFF, 160, 100)  # wire_len
+struct.pack_into("<Q", _SK_BUFF, 184, 0x1122334455667788)
+_RAW_ARGS = bytes(range(1, 97))
+# program type -> how its test run is called, and whether the value comes back in ctx_out
+# (written to cb[0] and cb[1], low and high half) or as the return value (two runs)
+VALUE_CONTEXTS = {
+    ProgType.SOCKET_FILTER: "skb", ProgType.SCHED_CLS: "skb", ProgType.CGROUP_SKB: "skb",
+    ProgType.LWT_IN: "skb", ProgType.XDP: "xdp", ProgType.RAW_TRACEPOINT: "args",
+    ProgType.SYSCALL: "args",
+}
+
+
+def _read_value(system, prog_type: int, load: bytes) -> int | str:
+    """What a test run's context gives ``load`` (an instruction loading it into r2)."""
+    how = VALUE_CONTEXTS[prog_type]
+    flags = 1 << 4 if prog_type == ProgType.SYSCALL else 0
+    if how == "skb":  # cb[0], cb[1] = low, high half
+        program = (load + ins(0x63, 1, 2, 48) + ins(0x77, 2, 0, 0, 32) + ins(0x63, 1, 2, 52)
+                   + ins(0xB7, 0, 0, 0, 1) + ins(0x95))
+        fd = system.prog_load(prog_type, program)
+        try:
+            run = system.prog_test_run(fd, _FRAME, ctx_in=bytes(_SK_BUFF))
+        finally:
+            system.close(fd)
+        return struct.unpack_from("<Q", run.ctx_out, 48)[0]
+    value = 0
+    for shift in (0, 32):
+        program = load + ins(0xBF, 0, 2) + ins(0x77, 0, 0, 0, shift) + ins(0x95)
+        fd = system.prog_load(prog_type, program, prog_flags=flags)
+        try:
+            if how == "xdp":
+                run = system.prog_test_run(fd, _FRAME)
+            else:
+                run = system.prog_test_run(fd, ctx_in=_RAW_ARGS, ctx_size_out=0, repeat=0,
+                                           data_size_out=0)
+        finally:
+            system.close(fd)
+        value |= run.retval << shift
+    return value
+
+
+_POINTER_FIELDS = {ProgType.XDP: [range(0, 12)]}  # data, data_end, data_meta: addresses
+_SKB_POINTERS = [range(76, 84), range(140, 152), range(168, 176)]  # data(_end), meta, sk
+
+
+@pytest.mark.parametrize("prog_type", sorted(VALUE_CONTEXTS),
+                         ids=[t.name.lower() for t in sorted(VALUE_CONTEXTS)])
+def test_every_context_read_gives_the_kernels_value(kernel, emulated, prog_type,
+                                                    differential_tally):
+    span = {"skb": 192, "xdp": 24, "args": 96}[VALUE_CONTEXTS[prog_type]]
+    pointers = _POINTER_FIELDS.get(prog_type, _SKB_POINTERS
+                                   if VALUE_CONTEXTS[prog_type] == "skb" else [])
+    flags = 1 << 4 if prog_type == ProgType.SYSCALL else 0
+    compared, disagreements = 0, []
+    for off in range(span):
+        if any(off in field for field in pointers):
+            continue
+        for size in (1, 2, 4, 8):
+            for code in (0x61 | _WIDTH[size], 0x81 | _WIDTH[size]):
+                if size == 8 and code & 0xE0 == 0x80:
+                    continue  # no 8-byte sign-extending load
+                load = ins(code, 2, 1, off)
+                if verdict(kernel, prog_type, load + EXIT_0, prog_flags=flags) != "ok":
+                    continue
+                values = [_read_value(system, prog_type, load) for system in (kernel, emulated)]
+                compared += 1
+                if values[0] != values[1]:
+                    disagreements.append((off, size, hex(code), *map(hex, values)))
+    differential_tally.add("kernel", "emulated", "verifier: context values", 1, compared,
+                           len(disagreements))
+    assert compared and not disagreements, disagreements[:40]
+
+
+@pytest.mark.parametrize("prog_type", [ProgType.SOCKET_FILTER, ProgType.SCHED_CLS])
+def test_a_test_runs_skb_has_a_socket(kernel, emulated, prog_type):
+    # r0 = skb->sk != NULL (the NULL check the kernel requires before any use)
+    program = asm("r2 = *(u64 *)(r1 +168)\nr0 = 0\nif r2 == 0 goto +1\nr0 = 1\nexit")
+    for system in (kernel, emulated):
+        fd = system.prog_load(prog_type, program)
+        try:
+            assert system.prog_test_run(fd, _FRAME).retval == 1
+        finally:
+            system.close(fd)

@@ -48,7 +48,7 @@ U16_MAX = 0xFFFF
 PTR_TO_PACKET, PTR_TO_PACKET_META, PTR_TO_PACKET_END = "pkt", "pkt_meta", "pkt_end"
 PTR_TO_SOCK_COMMON_OR_NULL, PTR_TO_SOCKET = "sock_common_or_null", "sock"
 
-SKB_PROG_TYPES = frozenset({ProgType.SOCKET_FILTER, ProgType.SCHED_CLS, ProgType.SCHED_ACT,
+SK_BUFF_PROG_TYPES = frozenset({ProgType.SOCKET_FILTER, ProgType.SCHED_CLS, ProgType.SCHED_ACT,
                             ProgType.CGROUP_SKB, ProgType.LWT_IN, ProgType.LWT_OUT,
                             ProgType.LWT_XMIT, ProgType.SK_SKB})
 _TC = frozenset({ProgType.SCHED_CLS, ProgType.SCHED_ACT})
@@ -84,8 +84,8 @@ def _bpf_skb_is_valid_access(off: int, size: int, write: bool, ldsx: bool) -> bo
         return not write and size == 8
     if off in _field(SKB_TSTAMP, 8):
         return size == 8
-    if off == SKB_SK:
-        return not write and size == 8
+    if off in _field(SKB_SK, 8):
+        return off == SKB_SK and not write and size == 8
     if off in range(SKB_TSTAMP_TYPE, SKB_HWTSTAMP):  # tstamp_type and the padding after it
         return False
     return size == 4 if write else size <= 4  # narrow reads of a 4-byte field are fine
@@ -170,7 +170,7 @@ def is_valid_access(prog_type: int, off: int, size: int, write: bool, ldsx: bool
                     attach_type: int = 0) -> bool:
     """Whether a program of ``prog_type`` may read (``ldsx``: with a sign-extending load) or
     write ``size`` bytes of its context at ``off``."""
-    if prog_type in SKB_PROG_TYPES:
+    if prog_type in SK_BUFF_PROG_TYPES:
         return _skb_valid(prog_type, off, size, write, ldsx)
     if prog_type == ProgType.XDP:
         return _xdp_valid(off, size, write, ldsx, attach_type)
@@ -180,8 +180,8 @@ def is_valid_access(prog_type: int, off: int, size: int, write: bool, ldsx: bool
         return not write and 0 <= off and off % size == 0 and off + size <= PT_REGS_SIZE
     if prog_type == ProgType.PERF_EVENT:
         return _perf_event_valid(off, size, write)
-    if prog_type == ProgType.TRACEPOINT:
-        return not write and 8 <= off < PERF_MAX_TRACE_SIZE and off % size == 0
+    if prog_type == ProgType.TRACEPOINT:  # "off < sizeof(void *)" is unsigned: off < 0 passes
+        return not write and not 0 <= off < 8 and off < PERF_MAX_TRACE_SIZE and off % size == 0
     if prog_type == ProgType.RAW_TRACEPOINT:
         return not write and 0 <= off < 8 * MAX_BPF_FUNC_ARGS and off % size == 0
     if prog_type == ProgType.SYSCALL:
@@ -197,7 +197,7 @@ def ctx_field_type(prog_type: int, off: int) -> str | None:
     if prog_type == ProgType.SK_MSG:
         return {SK_MSG_DATA: PTR_TO_PACKET, SK_MSG_DATA_END: PTR_TO_PACKET_END,
                 SK_MSG_SK: PTR_TO_SOCKET}.get(off)
-    if prog_type in SKB_PROG_TYPES:
+    if prog_type in SK_BUFF_PROG_TYPES:
         return {SKB_DATA: PTR_TO_PACKET, SKB_DATA_END: PTR_TO_PACKET_END,
                 SKB_DATA_META: PTR_TO_PACKET_META,
                 SKB_SK: PTR_TO_SOCK_COMMON_OR_NULL}.get(off)
@@ -208,7 +208,7 @@ def ctx_field_type(prog_type: int, off: int) -> str | None:
 # target size convert_ctx_access sets); pkt_type is a 3-bit field read as one byte.
 _SKB_FIELD_BYTES = {SKB_PKT_TYPE: 1, SKB_QUEUE_MAPPING: 2, SKB_PROTOCOL: 2, SKB_VLAN_TCI: 2,
                     SKB_VLAN_PROTO: 2, SKB_TC_INDEX: 2, SKB_TC_CLASSID: 2, SKB_GSO_SEGS: 2,
-                    SKB_GSO_SIZE: 2}
+                    SKB_GSO_SIZE: 2, SKB_FAMILY: 2}
 
 
 def narrow_load_offset(prog_type: int, off: int, size: int) -> int:
@@ -216,9 +216,22 @@ def narrow_load_offset(prog_type: int, off: int, size: int) -> int:
     the field's start when the load is at least as wide as the field behind the slot (the
     whole field is read, wherever in the slot the load was), else ``off`` itself (the
     kernel's shift and mask give the bytes a plain load of the slot gives)."""
-    if prog_type not in SKB_PROG_TYPES or size >= 4:
+    if prog_type not in SK_BUFF_PROG_TYPES or size >= 4:
         return off
     slot = off - off % 4
     if slot in _CB or slot in _field(SKB_TSTAMP_TYPE, 1):
         return off
     return slot if size >= _SKB_FIELD_BYTES.get(slot, 4) else off
+
+
+def writable_fields(prog_type: int, ctx_size: int) -> tuple[tuple[int, int], ...]:
+    """The (offset, size) ranges of the context a program of ``prog_type`` may store to
+    (what ``is_valid_access`` allows for some store), for the run-time context."""
+    fields: list[tuple[int, int]] = []
+    off = 0
+    while off < ctx_size:
+        size = next((n for n in (8, 4, 2, 1) if is_valid_access(prog_type, off, n, True)), 0)
+        if size:
+            fields.append((off, size))
+        off += size or 1
+    return tuple(fields)

@@ -45,8 +45,46 @@ from ..uapi import (
     ProgType,
 )
 from .executable import Executable, run
+from .filter import (
+    SK_BUFF_SIZE,
+    SKB_CB,
+    SKB_DATA,
+    SKB_DATA_END,
+    SKB_DATA_META,
+    SKB_FAMILY,
+    SKB_GSO_SEGS,
+    SKB_GSO_SIZE,
+    SKB_HWTSTAMP,
+    SKB_IFINDEX,
+    SKB_INGRESS_IFINDEX,
+    SKB_LEN,
+    SKB_LOCAL_IP4,
+    SKB_LOCAL_IP6,
+    SKB_MARK,
+    SKB_PKT_TYPE,
+    SKB_PRIORITY,
+    SKB_PROTOCOL,
+    SKB_REMOTE_IP4,
+    SKB_REMOTE_IP6,
+    SKB_SK,
+    SKB_TSTAMP,
+    SKB_WIRE_LEN,
+    XDP_MD_DATA,
+    XDP_MD_DATA_END,
+    XDP_MD_DATA_META,
+    XDP_MD_SIZE,
+    writable_fields,
+)
 from .helpers import helper_funcs
-from .memory import CTX_REGION, DEFAULT_BUDGET, M32, PACKET_REGION, CtxRegion, RunState
+from .memory import (
+    CTX_REGION,
+    DEFAULT_BUDGET,
+    M32,
+    PACKET_REGION,
+    SOCK_REGION,
+    CtxRegion,
+    RunState,
+)
 from .verifier import bpf_check
 
 BPF_F_SLEEPABLE = 1 << 4
@@ -71,6 +109,7 @@ GSO_LEGACY_MAX_SIZE = 65536
 ETH_P_802_3_MIN, ETH_P_802_3, ETH_P_802_2, ETH_P_IP, ETH_P_IPV6 = 0x600, 1, 4, 0x800, 0x86DD
 IPV4_HLEN, IPV6_HLEN = 20, 40
 PACKET_HOST, PACKET_MULTICAST, PACKET_OTHERHOST = 0, 2, 3
+AF_INET, AF_INET6 = 2, 10
 MAX_BPF_FUNC_ARGS = 12
 U16_MAX = 0xFFFF
 
@@ -91,22 +130,10 @@ TRACEPOINT_PROG_TYPES = frozenset({ProgType.TRACEPOINT})
 _GPL_COMPATIBLE = ("GPL", "GPL v2", "GPL and additional rights", "Dual BSD/GPL",
                    "Dual MIT/GPL", "Dual MPL/GPL")
 
-# struct __sk_buff (include/uapi/linux/bpf.h): the offsets the emulator fills or lets
-# programs write, and those a test run's ctx_in may set (convert___skb_to_skb).
-SK_BUFF_SIZE = 192
-SKB_LEN, SKB_PKT_TYPE, SKB_MARK, SKB_QUEUE_MAPPING, SKB_PROTOCOL = 0, 4, 8, 12, 16
-SKB_PRIORITY, SKB_INGRESS_IFINDEX, SKB_IFINDEX, SKB_TC_INDEX, SKB_CB = 32, 36, 40, 44, 48
-SKB_HASH, SKB_TC_CLASSID, SKB_DATA, SKB_DATA_END, SKB_DATA_META = 68, 72, 76, 80, 140
-SKB_TSTAMP, SKB_WIRE_LEN, SKB_GSO_SEGS, SKB_GSO_SIZE, SKB_HWTSTAMP = 152, 160, 164, 176, 184
+# The __sk_buff fields a test run's ctx_in may set (convert___skb_to_skb).
 _SKB_CTX_IN_FIELDS = ((SKB_MARK, 4), (SKB_PRIORITY, 4), (SKB_INGRESS_IFINDEX, 4),
                       (SKB_IFINDEX, 4), (SKB_CB, 20), (SKB_TSTAMP, 8), (SKB_WIRE_LEN, 4),
                       (SKB_GSO_SEGS, 4), (SKB_GSO_SIZE, 4), (SKB_HWTSTAMP, 8))
-_SKB_WRITABLE_ALL = ((SKB_CB, 20),)
-_SKB_WRITABLE_TC = ((SKB_MARK, 4), (SKB_QUEUE_MAPPING, 4), (SKB_PRIORITY, 4),
-                    (SKB_TC_INDEX, 4), (SKB_CB, 20), (SKB_TC_CLASSID, 4), (SKB_TSTAMP, 8))
-# struct xdp_md
-XDP_MD_SIZE = 24
-XDP_MD_DATA, XDP_MD_DATA_END, XDP_MD_DATA_META = 0, 4, 8
 XDP_FRAME_SZ = PAGE_SIZE  # xdp_buff.frame_sz of a test run
 _XDP_MD = struct.Struct("<6I")
 
@@ -352,7 +379,7 @@ class ProgramsMixin:
             _convert___skb_to_skb(ctx, skb, size - start)
         checksum = req.flags & BPF_F_TEST_SKB_CHECKSUM_COMPLETE
         csum = _csum(packet[ETH_HLEN:]) if checksum else 0
-        writable = _SKB_WRITABLE_TC if prog.prog_type in L2_PROG_TYPES else _SKB_WRITABLE_ALL
+        writable = writable_fields(prog.prog_type, SK_BUFF_SIZE)
         pointers = {}
         if prog.prog_type in DIRECT_PACKET_PROG_TYPES:
             base = PACKET_REGION << 32
@@ -609,6 +636,16 @@ def _fill_sk_buff(skb: bytearray, packet: bytearray, start: int, protocol: int) 
     skb[SKB_PROTOCOL:SKB_PROTOCOL + 2] = protocol.to_bytes(2, "big")  # __be16
     struct.pack_into("<I", skb, SKB_IFINDEX, LOOPBACK_IFINDEX)
     struct.pack_into("<I", skb, SKB_WIRE_LEN, len(packet) - start)
+    struct.pack_into("<Q", skb, SKB_SK, SOCK_REGION << 32)
+    # the test run's socket takes the family and addresses of an IP frame (raw, big-endian)
+    if protocol == ETH_P_IP:
+        struct.pack_into("<I", skb, SKB_FAMILY, AF_INET)
+        skb[SKB_REMOTE_IP4:SKB_REMOTE_IP4 + 4] = packet[30:34]  # daddr
+        skb[SKB_LOCAL_IP4:SKB_LOCAL_IP4 + 4] = packet[26:30]  # saddr
+    elif protocol == ETH_P_IPV6:
+        struct.pack_into("<I", skb, SKB_FAMILY, AF_INET6)
+        skb[SKB_REMOTE_IP6:SKB_REMOTE_IP6 + 16] = packet[38:54]
+        skb[SKB_LOCAL_IP6:SKB_LOCAL_IP6 + 16] = packet[22:38]
 
 
 def _csum(data: bytes | bytearray) -> int:
