@@ -62,8 +62,8 @@ SCHED_CLS = SKB_DIRECT.replace("    r0 = *(u32 *)(r1 +0)", """    r2 = *(u32 *)(
     *(u32 *)(r1 +8) = r2
     r0 = *(u32 *)(r1 +0)""")
 # cgroup skb and lwt programs may not read wire_len: cb[0] = len there
-CGROUP_SKB = SKB_DIRECT.replace("(r1 +160)", "(r1 +0)").replace("    r0 = *(u32 *)(r1 +0)\n",
-                                                                 "    r0 = 1\n")
+LWT = SKB_DIRECT.replace("(r1 +160)", "(r1 +0)")
+CGROUP_SKB = LWT.replace("    r0 = *(u32 *)(r1 +0)\n", "    r0 = 1\n")
 # r0 = rx_queue_index << 24 | ingress_ifindex << 16 | (data_end - data)
 XDP = """
     r2 = *(u32 *)(r1 +4)
@@ -78,7 +78,7 @@ XDP = """
     exit
 """
 PROGRAMS = {ProgType.SOCKET_FILTER: SOCKET_FILTER, ProgType.SCHED_CLS: SCHED_CLS,
-            ProgType.CGROUP_SKB: CGROUP_SKB, ProgType.XDP: XDP}
+            ProgType.CGROUP_SKB: CGROUP_SKB, ProgType.LWT_IN: LWT, ProgType.XDP: XDP}
 
 
 def _load(system, prog_type: int) -> int:
