@@ -298,3 +298,69 @@ def test_a_test_runs_skb_has_a_socket(kernel, emulated, prog_type):
             assert system.prog_test_run(fd, _FRAME).retval == 1
         finally:
             system.close(fd)
+
+
+# -- helpers and the maps they are given ----------------------------------------------------------
+# (key_size, value_size, max_entries) of each map type both backends create
+HELPER_MAPS = {
+    MapType.HASH: (4, 8, 4), MapType.ARRAY: (4, 8, 4), MapType.PROG_ARRAY: (4, 4, 4),
+    MapType.PERF_EVENT_ARRAY: (4, 4, 4), MapType.PERCPU_HASH: (4, 8, 4),
+    MapType.PERCPU_ARRAY: (4, 8, 4), MapType.LRU_HASH: (4, 8, 4),
+    MapType.LRU_PERCPU_HASH: (4, 8, 4), MapType.LPM_TRIE: (8, 8, 4), MapType.DEVMAP: (4, 4, 4),
+    MapType.SOCKMAP: (4, 4, 4), MapType.CPUMAP: (4, 4, 4), MapType.SOCKHASH: (4, 4, 4),
+    MapType.QUEUE: (0, 8, 4), MapType.STACK: (0, 8, 4), MapType.DEVMAP_HASH: (4, 4, 4),
+    MapType.RINGBUF: (0, 0, 4096), MapType.BLOOM_FILTER: (0, 8, 4),
+}
+_KEY = "r2 = r10\nr2 += -8\n*(u64 *)(r10 -8) = 0\n"
+# helper -> (program with the map's fd to fill in, program type)
+HELPER_CALLS = {
+    "map_lookup_elem": (f"r1 = map[fd:{{fd}}]\n{_KEY}call 1\nr0 = 0\nexit", ProgType.SOCKET_FILTER),
+    "map_lookup_elem, NULL checked": (f"r1 = map[fd:{{fd}}]\n{_KEY}call 1\nif r0 != 0 goto +1\n"
+                                      "exit\nr0 = 0\nexit", ProgType.SOCKET_FILTER),
+    "map_update_elem": (f"r1 = map[fd:{{fd}}]\n{_KEY}*(u64 *)(r10 -16) = 0\nr3 = r10\n"
+                        "r3 += -16\nr4 = 0\ncall 2\nr0 = 0\nexit", ProgType.SOCKET_FILTER),
+    "map_delete_elem": (f"r1 = map[fd:{{fd}}]\n{_KEY}call 3\nr0 = 0\nexit",
+                        ProgType.SOCKET_FILTER),
+    "map_push_elem": (f"r1 = map[fd:{{fd}}]\n{_KEY}r3 = 0\ncall 87\nr0 = 0\nexit",
+                      ProgType.SOCKET_FILTER),
+    "map_pop_elem": ("r1 = map[fd:{fd}]\nr2 = r10\nr2 += -8\ncall 88\nr0 = 0\nexit",
+                     ProgType.SOCKET_FILTER),
+    "map_peek_elem": ("r1 = map[fd:{fd}]\nr2 = r10\nr2 += -8\ncall 89\nr0 = 0\nexit",
+                      ProgType.SOCKET_FILTER),
+    "map_lookup_percpu_elem": (f"r1 = map[fd:{{fd}}]\n{_KEY}r3 = 0\ncall 195\nr0 = 0\nexit",
+                               ProgType.SOCKET_FILTER),
+    "tail_call": ("r2 = map[fd:{fd}]\nr3 = 0\ncall 12\nr0 = 0\nexit", ProgType.SOCKET_FILTER),
+    "redirect_map": ("r1 = map[fd:{fd}]\nr2 = 0\nr3 = 0\ncall 51\nexit", ProgType.XDP),
+    "sk_redirect_map": ("r2 = map[fd:{fd}]\nr3 = 0\nr4 = 0\ncall 52\nexit", ProgType.SK_SKB),
+    "sk_redirect_hash": ("r2 = map[fd:{fd}]\nr3 = r10\nr3 += -8\n*(u64 *)(r10 -8) = 0\nr4 = 0\n"
+                         "call 72\nexit", ProgType.SK_SKB),
+    "trace_printk, R1 the context": ("r2 = 8\ncall 6\nr0 = 0\nexit", ProgType.SOCKET_FILTER),
+    "map_lookup_elem, R1 the context": (f"{_KEY}call 1\nr0 = 0\nexit", ProgType.SOCKET_FILTER),
+    "map_lookup_elem, a key past the frame": ("r1 = map[fd:{fd}]\nr2 = r10\nr2 += -2\ncall 1\n"
+                                              "r0 = 0\nexit", ProgType.SOCKET_FILTER),
+    "xdp_adjust_head, a modified context": ("r1 += 8\nr2 = 0\ncall 44\nr0 = 0\nexit",
+                                            ProgType.XDP),
+}
+
+
+@pytest.mark.parametrize("call", sorted(HELPER_CALLS))
+def test_a_helper_takes_the_arguments_and_maps_the_kernel_lets_it(kernel, emulated, call,
+                                                                   differential_tally):
+    """Argument types, the memory a key or value lies in, which map types each helper
+    takes (check_map_func_compatibility), and socket references a lookup holds."""
+    text, prog_type = HELPER_CALLS[call]
+    disagreements = []
+    for map_type, (key_size, value_size, entries) in HELPER_MAPS.items():
+        verdicts = []
+        for system in (kernel, emulated):  # a fresh map: the kernel ties some to a program type
+            fd = system.map_create(map_type, key_size, value_size, entries,
+                                   map_flags=1 if map_type == MapType.LPM_TRIE else 0)
+            try:
+                verdicts.append(verdict(system, prog_type, asm(text.format(fd=fd))))
+            finally:
+                system.close(fd)
+        if verdicts[0] != verdicts[1]:
+            disagreements.append((map_type.name, *verdicts))
+    differential_tally.add("kernel", "emulated", "verifier: helpers", 1, len(HELPER_MAPS),
+                           len(disagreements))
+    assert not disagreements

@@ -4,8 +4,8 @@ far as it can be followed without value ranges.
 Rules this module keeps:
 - Checks run in the kernel's phases (``bpf_check``), so the same problem wins when a program
   has several: subprograms (call targets, jump ranges, last insn, on the raw slots); opcodes,
-  lddw and map fds; the control-flow graph (unreachable insns, jumps into an lddw, call
-  depth); then ``do_check``.
+  lddw and map fds; the control-flow graph (unreachable insns, jumps into an lddw); then
+  ``do_check`` (which also finds a call stack too deep, as it follows the calls).
 - ``do_check`` walks every path as the kernel does: depth first, a conditional jump's
   fall-through first and its target pushed, bpf-to-bpf calls followed into the callee with
   a frame of their own. Each instruction's checks run in the kernel's order on an abstract
@@ -72,7 +72,19 @@ from .filter import (
     PTR_TO_SOCK_COMMON_OR_NULL,
     PTR_TO_SOCKET,
 )
-from .helpers import HELPERS
+from .helpers import (
+    ARG_ANYTHING,
+    ARG_CONST_MAP_PTR,
+    ARG_CONST_SIZE,
+    ARG_CONST_SIZE_OR_ZERO,
+    ARG_PTR_TO_CTX,
+    ARG_PTR_TO_MAP_KEY,
+    ARG_PTR_TO_MAP_VALUE,
+    ARG_PTR_TO_MEM,
+    ARG_PTR_TO_UNINIT_MAP_VALUE,
+    ARG_PTR_TO_UNINIT_MEM,
+    HELPERS,
+)
 from .memory import M32, M64
 from .semantics import MAX_CALL_FRAMES
 from .tnum import Tnum
@@ -212,36 +224,39 @@ class Frame:
 
 
 class State:
-    """struct bpf_verifier_state: the frames of the calls in progress, innermost last."""
+    """struct bpf_verifier_state: the frames of the calls in progress, innermost last, and
+    the references the program holds (acquired sockets not yet found NULL)."""
 
-    __slots__ = ("frames",)
+    __slots__ = ("frames", "refs")
 
-    def __init__(self, frames: list[Frame]) -> None:
+    def __init__(self, frames: list[Frame], refs: set[int] | None = None) -> None:
         self.frames = frames
+        self.refs = refs if refs is not None else set()
 
     @property
     def cur(self) -> Frame:
         return self.frames[-1]
 
     def copy(self) -> State:
-        return State([f.copy() for f in self.frames])
+        return State([f.copy() for f in self.frames], set(self.refs))
 
     def key(self) -> tuple:
-        return tuple(f.key() for f in self.frames)
+        return tuple(f.key() for f in self.frames) + (tuple(sorted(self.refs)),)
 
 
 def _covers(old: tuple, cur: tuple, live: int) -> bool:
     """is_state_visited's states_equal: every path from ``cur`` is one from ``old`` (which
     was explored, or is being), so ``cur`` needs no walk of its own. ``live``: registers of
     the innermost frame that may still be read."""
-    if len(old) != len(cur):
-        return False
+    if len(old) != len(cur) or len(old[-1]) != len(cur[-1]):
+        return False  # other calls in progress, or other references held
     ids: dict[int, int] = {}
+    frames = len(old) - 1
     for depth, ((old_regs, old_stack, old_call), (regs, stack, call)) in enumerate(
-            zip(old, cur, strict=True)):
+            zip(old[:frames], cur[:frames], strict=True)):
         if old_call != call:
             return False
-        inner = depth == len(old) - 1
+        inner = depth == frames - 1
         for regno, (a, b) in enumerate(zip(old_regs, regs, strict=True)):
             if inner and not live >> regno & 1:
                 continue
@@ -254,7 +269,7 @@ def _covers(old: tuple, cur: tuple, live: int) -> bool:
             other = cur_slots.get(spi, EMPTY_SLOT)
             if slot.types != other.types or not _reg_covers(slot.spilled, other.spilled, ids):
                 return False
-    return True
+    return all(ids.get(ref, ref) in cur[-1] for ref in old[-1])
 
 
 def _reg_covers(old: Reg, cur: Reg, ids: dict[int, int]) -> bool:
@@ -293,7 +308,6 @@ class _Verifier:
         self.check_subprogs()
         program = self.resolve_pseudo_ldimm64()
         self.check_cfg()
-        self.check_max_stack_depth()
         self.do_check(program)
         program.insns = self.converted_insns()
         program.processed = self.processed
@@ -301,13 +315,17 @@ class _Verifier:
         return program
 
     def converted_insns(self) -> list[Instruction]:
-        """convert_ctx_accesses, for narrow loads: each reads where the kernel's rewrite does."""
+        """What the engines get: dead code (never walked: no field of it was checked) as
+        ``goto -1``, as sanitize_dead_code leaves it; narrow context loads reading where the
+        kernel's rewrite (convert_ctx_accesses) reads."""
         insns = []
         for pc, insn in enumerate(self.slots):
             if insn is None:
                 continue
             info = OPCODES[insn.opcode]
-            if self.ctx_insns.get(pc) and info.kind in (Kind.LDX, Kind.LDX_SX):
+            if pc not in self.walked and info.kind is not Kind.LD_IMM64:
+                insn = Instruction(JA, off=-1)
+            elif self.ctx_insns.get(pc) and info.kind in (Kind.LDX, Kind.LDX_SX):
                 insn = insn._replace(off=ctx_rules.narrow_load_offset(
                     self.prog_type, insn.off, info.nbytes))
             insns.append(insn)
@@ -369,9 +387,6 @@ class _Verifier:
                                       f"jump out of range from insn {pc} to {target}")
             if self.raw[end - 1][0] not in (EXIT, JA, GOTOL):
                 raise _reject(errno.EINVAL, "last insn is not an exit or jmp")
-
-    def subprog_of(self, pc: int) -> int:
-        return max(s for s in self.subprogs if s <= pc)
 
     # -- phase 3: opcodes, lddw, map fds ---------------------------------------------------------
     def resolve_pseudo_ldimm64(self) -> VerifiedProgram:
@@ -467,23 +482,6 @@ class _Verifier:
                 pc += 1
             pc += 1
 
-    def check_max_stack_depth(self) -> None:
-        callees: dict[int, set[int]] = {s: set() for s in self.subprogs}
-        for pc, insn in enumerate(self.slots):
-            if insn is not None and insn.opcode == Class.JMP | JmpOp.CALL \
-                    and insn.src == BPF_PSEUDO_CALL:
-                callees[self.subprog_of(pc)].add(pc + insn.imm + 1)
-            elif insn is not None and insn.opcode == LD_IMM64 and insn.src == BPF_PSEUDO_FUNC:
-                callees[self.subprog_of(pc)].add(_callback_target(pc, insn))
-
-        def depth(sub: int, frames: int) -> None:
-            if frames > MAX_CALL_FRAMES:
-                raise _reject(errno.E2BIG, f"the call stack of {frames} frames is too deep")
-            for callee in callees[sub]:
-                depth(callee, frames + 1)
-
-        depth(0, 1)
-
     def live_registers(self) -> list[int]:
         """compute_live_registers: per slot, the registers some path from it may read before
         writing (a bit set); pruning ignores the others."""
@@ -533,6 +531,7 @@ class _Verifier:
         self.id_gen = 0
         self.max_ctx = 0
         self.ctx_insns: dict[int, bool] = {}  # pc -> whether a load/store there used ctx
+        self.walked: set[int] = set()
         live = self.live_registers()
         prune = self.prune_points()
         explored: dict[int, list[tuple]] = {}
@@ -565,6 +564,7 @@ class _Verifier:
                     visits[pc] = _Visit(key, state.copy(), widened, last,
                                         last.count + 1 if last else 1)
                 processed += 1
+                self.walked.add(pc)
                 if processed > BPF_COMPLEXITY_LIMIT_INSNS:
                     raise _reject(errno.E2BIG, f"BPF program is too large. Processed "
                                   f"{processed} insn")
@@ -613,7 +613,7 @@ class _Verifier:
         elif kind in (Kind.JMP, Kind.JCOND):
             return self.check_cond_jmp_op(pc, insn, info, state)
         elif kind in (Kind.LD_ABS, Kind.LD_IND):
-            self.check_ld_abs(insn, info, regs)
+            self.check_ld_abs(insn, info, state)
         else:
             self.check_ld_imm(pc, insn, regs)
         return pc + insn.slots, []
@@ -873,15 +873,7 @@ class _Verifier:
 
     def check_ctx_access(self, regno: int, reg: Reg, off: int, size: int, write: bool,
                          ldsx: bool) -> Reg:
-        if reg.off < 0:
-            raise _reject(errno.EACCES, f"negative offset ctx ptr R{regno} off={reg.off} "
-                          "disallowed")
-        if reg.off:
-            raise _reject(errno.EACCES, f"dereference of modified ctx ptr R{regno} "
-                          f"off={reg.off} disallowed")
-        if reg.var != tnum.const(0):
-            raise _reject(errno.EACCES, f"variable ctx access var_off={_tnum_str(reg.var)} "
-                          "disallowed")
+        self.check_ctx_pointer(regno, reg)
         if not ctx_rules.is_valid_access(self.prog_type, off, size, write, ldsx,
                                          self.attach_type):
             raise _reject(errno.EACCES, f"invalid bpf_context access off={off} size={size}")
@@ -945,13 +937,14 @@ class _Verifier:
             raise _reject(errno.EINVAL, "cannot call GPL-restricted function from non-GPL "
                           "compatible program")
         regs = state.cur.regs
-        for regno in range(1, proto.nargs + 1):
-            self.check_reg_arg(regs, regno, SRC_OP)
-        map_arg = regs[1] if regs[1].type == CONST_PTR_TO_MAP and not regs[1].id else None
-        bpf_map = map_arg.map if map_arg is not None else None
+        bpf_map = None  # meta->map_ptr: the map argument, once seen (None: not known here)
+        for regno in range(1, len(proto.args) + 1):
+            bpf_map = self.check_func_arg(state, func_id, proto.args, regno, bpf_map)
         if bpf_map is not None and func_id in _MAP_WRITING_HELPERS \
                 and bpf_map.map_flags & BPF_F_RDONLY_PROG:
             raise _reject(errno.EACCES, "write into map forbidden")
+        if bpf_map is not None:
+            _check_map_func_compatibility(bpf_map, func_id, name)
         result = UNKNOWN
         if func_id in _VALUE_RETURNING_HELPERS:
             result = self.map_lookup_result(state, bpf_map, regs[2], func_id)
@@ -962,11 +955,88 @@ class _Verifier:
             regs[regno] = UNINIT
         regs[0] = result
 
+    def check_func_arg(self, state: State, func_id: int, args: tuple[str, ...], regno: int,
+                       bpf_map: Any) -> Any:
+        """check_func_arg: the argument is readable and of a type ``arg`` takes; memory it
+        points to (a key, a value, a sized buffer) lies where the pointer may reach. Returns
+        the map argument seen so far."""
+        regs = state.cur.regs
+        arg = args[regno - 1]
+        self.check_reg_arg(regs, regno, SRC_OP)
+        if arg == ARG_ANYTHING:
+            return bpf_map
+        reg = regs[regno]
+        if bpf_map is not None and bpf_map.map_type in SOCK_MAP_TYPES:
+            if arg == ARG_PTR_TO_MAP_VALUE:  # resolve_map_arg_type: the value is a socket
+                arg = _ARG_SOCK_COMMON
+            elif arg not in (ARG_CONST_MAP_PTR, ARG_PTR_TO_MAP_KEY):
+                raise _reject(errno.EINVAL, "invalid arg_type for sockmap/sockhash")
+        expected = _ARG_TYPES[arg]
+        if reg.id or reg.type not in expected:
+            raise _reject(errno.EACCES, f"R{regno} type={reg.type_str()} expected="
+                          + ", ".join(expected))
+        if arg == ARG_PTR_TO_CTX:
+            self.check_ctx_pointer(regno, reg)
+        elif arg == ARG_CONST_MAP_PTR:
+            bpf_map = reg.map
+            if func_id == BpfFunc.tail_call and bpf_map is not None \
+                    and bpf_map.map_type != MapType.PROG_ARRAY:
+                raise _reject(errno.EINVAL, "expected prog array map for tail call")
+        elif arg == ARG_PTR_TO_MAP_KEY and bpf_map is not None:
+            self.check_helper_mem_access(state, regno, bpf_map.key_size, False, False)
+        elif arg in (ARG_PTR_TO_MAP_VALUE, ARG_PTR_TO_UNINIT_MAP_VALUE) and bpf_map is not None:
+            self.check_helper_mem_access(state, regno, bpf_map.value_size,
+                                         arg == ARG_PTR_TO_UNINIT_MAP_VALUE, False)
+        elif arg in (ARG_CONST_SIZE, ARG_CONST_SIZE_OR_ZERO) and reg.is_const:
+            size = reg.var.value
+            if not size and arg == ARG_CONST_SIZE:
+                raise _reject(errno.EACCES, f"R{regno} invalid zero-sized read: u64=[0,0]")
+            self.check_helper_mem_access(state, regno - 1, size,
+                                         args[regno - 2] == ARG_PTR_TO_UNINIT_MEM, True)
+        return bpf_map
+
+    @staticmethod
+    def check_helper_mem_access(state: State, regno: int, size: int, write: bool,
+                                zero_size_allowed: bool) -> None:
+        """The ``size`` bytes a helper reads or writes at a stack pointer or map value with a
+        known offset are all there."""
+        reg = state.cur.regs[regno]
+        if not reg.var.is_const:
+            return  # a variable offset: its bounds are value ranges, not kept here
+        off = reg.off + _s64(reg.var.value)
+        if reg.type == PTR_TO_STACK:
+            if not size and not zero_size_allowed:
+                raise _reject(errno.EACCES, "invalid zero-sized read")
+            access = "write to" if write else "read from"
+            if off < -MAX_BPF_STACK or off + size > 0:
+                err = errno.EACCES if off < -MAX_BPF_STACK else errno.EINVAL
+                raise _reject(err, f"invalid {access} stack R{regno} off={off} size={size}")
+        elif reg.type == PTR_TO_MAP_VALUE and reg.map is not None and size:
+            if off < 0 or off + size > reg.map.value_size:
+                raise _reject(errno.EACCES, f"invalid access to map value, value_size="
+                              f"{reg.map.value_size} off={off} size={size}")
+
+    def check_ctx_pointer(self, regno: int, reg: Reg) -> None:
+        """check_ptr_off_reg: the context is used only as it came, unmodified."""
+        if reg.off < 0:
+            raise _reject(errno.EACCES, f"negative offset ctx ptr R{regno} off={reg.off} "
+                          "disallowed")
+        if reg.off:
+            raise _reject(errno.EACCES, f"dereference of modified ctx ptr R{regno} "
+                          f"off={reg.off} disallowed")
+        if reg.var != tnum.const(0):
+            raise _reject(errno.EACCES, f"variable ctx access var_off={_tnum_str(reg.var)} "
+                          "disallowed")
+
     def map_lookup_result(self, state: State, bpf_map: Any, key: Reg, func_id: int) -> Reg:
         """A map value pointer, which may be NULL unless the map is an array and the key a
         constant on the stack that is in range (the kernel elides the check)."""
         if bpf_map is not None and bpf_map.map_type in MAP_IN_MAP_TYPES:
             return Reg(CONST_PTR_TO_MAP, tnum.const(0), id=self.new_id())
+        if bpf_map is not None and bpf_map.map_type in SOCK_MAP_TYPES:
+            ref = self.new_id()  # a socket the program holds until it is NULL or released
+            state.refs.add(ref)
+            return Reg(PTR_TO_SOCKET, tnum.const(0), id=ref)
         if func_id == BpfFunc.map_lookup_elem and bpf_map is not None \
                 and bpf_map.map_type in ELIDE_NULL_MAP_TYPES:
             value = _constant_map_key(state, key, bpf_map.key_size)
@@ -1000,6 +1070,9 @@ class _Verifier:
     def check_func_call(self, pc: int, insn: Instruction, state: State) -> int:
         """A bpf-to-bpf call: the callee runs in a frame of its own, with the caller's R1-R5;
         the caller's R1-R5 are not readable after it."""
+        if len(state.frames) >= MAX_CALL_FRAMES:
+            raise _reject(errno.E2BIG, f"the call stack of {len(state.frames) + 1} frames is "
+                          "too deep")
         caller = state.cur
         regs = [UNINIT] * MAX_BPF_REG
         regs[1:6] = caller.regs[1:6]
@@ -1021,6 +1094,9 @@ class _Verifier:
                 raise _reject(errno.EINVAL, "cannot return stack pointer to the caller")
             state.cur.regs[0] = r0
             return callee.callsite + 1
+        if state.refs:
+            raise _reject(errno.EINVAL, "BPF_EXIT instruction in main prog would lead to "
+                          "reference leak")
         self.check_reg_arg(insn_regs, 0, SRC_OP)
         self.check_return_code(insn_regs[0])
         return None
@@ -1075,7 +1151,8 @@ class _Verifier:
         return pc + 1, [(target, other)]
 
     # -- legacy packet loads and 64-bit immediates -------------------------------------------
-    def check_ld_abs(self, insn: Instruction, info, regs: list[Reg]) -> None:
+    def check_ld_abs(self, insn: Instruction, info, state: State) -> None:
+        regs = state.cur.regs
         if self.prog_type not in LD_ABS_PROG_TYPES:
             raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] instructions not allowed for this "
                           "program type")
@@ -1085,6 +1162,8 @@ class _Verifier:
             raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] instructions cannot be mixed with "
                           "bpf-to-bpf calls")
         self.check_reg_arg(regs, 6, SRC_OP)
+        if state.refs:
+            raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] would lead to reference leak")
         if regs[6].type != PTR_TO_CTX:
             raise _reject(errno.EINVAL, "at the time of BPF_LD_ABS|IND R6 != pointer to skb")
         if info.kind is Kind.LD_IND:
@@ -1180,6 +1259,59 @@ _ALU_TEXT = {AluOp.ADD: "+=", AluOp.SUB: "-=", AluOp.MUL: "*=", AluOp.DIV: "/=",
 _ATOMIC_RMW = frozenset(int(op) | fetch for op in (AtomicOp.ADD, AtomicOp.OR, AtomicOp.AND,
                                                     AtomicOp.XOR) for fetch in (0, 1)) \
     | {int(AtomicOp.XCHG), int(AtomicOp.CMPXCHG)}
+SOCK_MAP_TYPES = frozenset({MapType.SOCKMAP, MapType.SOCKHASH})
+_ARG_SOCK_COMMON = "sock_common"  # a sockmap's value argument (ARG_PTR_TO_BTF_ID_SOCK_COMMON)
+_MEM_TYPES = (PTR_TO_STACK, PTR_TO_PACKET, PTR_TO_PACKET_META, "map_key", PTR_TO_MAP_VALUE,
+              "mem", "ringbuf_mem", "buf", "trusted_ptr_")
+# compatible_reg_types: the register types each argument type takes (the kernel's list, in
+# its order, names the message prints; types this verifier never gives are names only)
+_ARG_TYPES = {
+    ARG_CONST_MAP_PTR: (CONST_PTR_TO_MAP,), ARG_PTR_TO_CTX: (PTR_TO_CTX,),
+    ARG_PTR_TO_MAP_KEY: _MEM_TYPES, ARG_PTR_TO_MAP_VALUE: _MEM_TYPES,
+    ARG_PTR_TO_UNINIT_MAP_VALUE: _MEM_TYPES, ARG_PTR_TO_MEM: _MEM_TYPES,
+    ARG_PTR_TO_UNINIT_MEM: _MEM_TYPES, ARG_CONST_SIZE: (SCALAR,),
+    ARG_CONST_SIZE_OR_ZERO: (SCALAR,),
+    _ARG_SOCK_COMMON: ("sock_common", PTR_TO_SOCKET, "tcp_sock", "xdp_sock", "ptr_",
+                       "trusted_ptr_"),
+}
+# check_map_func_compatibility: the helpers (of those emulated) a map type may be passed to,
+# where it is restricted, and the map types a helper takes, where it is
+_MAP_FUNCS = {
+    MapType.PROG_ARRAY: {BpfFunc.tail_call}, MapType.PERF_EVENT_ARRAY: set(),
+    MapType.RINGBUF: set(), MapType.CPUMAP: {BpfFunc.redirect_map},
+    MapType.DEVMAP: {BpfFunc.redirect_map, BpfFunc.map_lookup_elem},
+    MapType.DEVMAP_HASH: {BpfFunc.redirect_map, BpfFunc.map_lookup_elem},
+    MapType.XSKMAP: {BpfFunc.redirect_map, BpfFunc.map_lookup_elem},
+    MapType.QUEUE: {BpfFunc.map_push_elem, BpfFunc.map_pop_elem, BpfFunc.map_peek_elem},
+    MapType.STACK: {BpfFunc.map_push_elem, BpfFunc.map_pop_elem, BpfFunc.map_peek_elem},
+    MapType.BLOOM_FILTER: {BpfFunc.map_push_elem, BpfFunc.map_peek_elem},
+    MapType.SOCKMAP: {BpfFunc.sk_redirect_map, BpfFunc.map_delete_elem,
+                      BpfFunc.map_lookup_elem, BpfFunc.map_update_elem},
+    MapType.SOCKHASH: {BpfFunc.sk_redirect_hash, BpfFunc.map_delete_elem,
+                       BpfFunc.map_lookup_elem, BpfFunc.map_update_elem},
+    MapType.ARRAY_OF_MAPS: {BpfFunc.map_lookup_elem},
+    MapType.HASH_OF_MAPS: {BpfFunc.map_lookup_elem},
+}
+_FUNC_MAPS = {
+    BpfFunc.redirect_map: {MapType.DEVMAP, MapType.DEVMAP_HASH, MapType.CPUMAP, MapType.XSKMAP},
+    BpfFunc.sk_redirect_map: {MapType.SOCKMAP}, BpfFunc.sk_redirect_hash: {MapType.SOCKHASH},
+    BpfFunc.map_lookup_percpu_elem: {MapType.PERCPU_HASH, MapType.PERCPU_ARRAY,
+                                     MapType.LRU_PERCPU_HASH},
+    BpfFunc.map_pop_elem: {MapType.QUEUE, MapType.STACK},
+    BpfFunc.map_peek_elem: {MapType.QUEUE, MapType.STACK, MapType.BLOOM_FILTER},
+    BpfFunc.map_push_elem: {MapType.QUEUE, MapType.STACK, MapType.BLOOM_FILTER},
+}
+
+
+def _check_map_func_compatibility(bpf_map: Any, func_id: int, name: str) -> None:
+    funcs = _MAP_FUNCS.get(bpf_map.map_type)
+    maps = _FUNC_MAPS.get(func_id)
+    if funcs is not None and func_id not in funcs \
+            or maps is not None and bpf_map.map_type not in maps:
+        raise _reject(errno.EINVAL, f"cannot pass map_type {bpf_map.map_type} into func "
+                      f"{name}#{func_id}")
+
+
 _MAP_WRITING_HELPERS = frozenset({BpfFunc.map_update_elem, BpfFunc.map_delete_elem,
                                   BpfFunc.map_push_elem, BpfFunc.map_pop_elem})
 _VALUE_RETURNING_HELPERS = frozenset({BpfFunc.map_lookup_elem,
@@ -1315,8 +1447,8 @@ def _const_in(var: Tnum, is_jmp32: bool) -> bool:
 def _refine(taken: list[Reg], fallthrough: list[Reg], insn: Instruction, op: JmpOp,
             is_jmp32: bool) -> None:
     """regs_refine_cond_op, for the known bits: where a branch says two scalars are equal
-    (JEQ taken, JNE not) both get the bits either has; where JSET with one bit says it is set
-    (or not), that bit is known."""
+    (JEQ taken, JNE not) both get the bits either has; where JSET with a constant says bits
+    are clear, they are known 0, and where it says a single bit is set, that bit is 1."""
     dst, src_reg = insn.dst, insn.src if insn.opcode & Source.X else None
 
     def same(regs: list[Reg]) -> None:
@@ -1332,17 +1464,31 @@ def _refine(taken: list[Reg], fallthrough: list[Reg], insn: Instruction, op: Jmp
             if src_reg is not None:
                 regs[src_reg] = regs[dst]
 
+    def bits(regs: list[Reg], regno: int, combine, value: int) -> None:
+        var = regs[regno].var
+        if is_jmp32:
+            var = tnum.with_subreg(var, combine(tnum.subreg(var), tnum.const(value & M32)))
+        else:
+            var = combine(var, tnum.const(value))
+        regs[regno] = Reg(SCALAR, var)
+
     if op is JmpOp.JEQ:
         same(taken)
     elif op is JmpOp.JNE:
         same(fallthrough)
-    elif op is JmpOp.JSET and src_reg is None:
-        bit = _imm(insn, is_jmp32)
-        if bit and not bit & (bit - 1):
-            var = taken[dst].var
-            taken[dst] = Reg(SCALAR, tnum.or_(var, tnum.const(bit)))
-            fall = fallthrough[dst].var
-            fallthrough[dst] = Reg(SCALAR, tnum.and_(fall, tnum.const(~bit & M64)))
+    elif op is JmpOp.JSET:
+        regno, mask = dst, None  # the register tested against a constant mask
+        if src_reg is None:
+            mask = _imm(insn, is_jmp32)
+        elif _const_in(fallthrough[src_reg].var, is_jmp32):
+            mask = _low(fallthrough[src_reg].var, is_jmp32).value
+        elif _const_in(fallthrough[dst].var, is_jmp32):
+            regno, mask = src_reg, _low(fallthrough[dst].var, is_jmp32).value
+        if mask is None:
+            return
+        if mask and not mask & (mask - 1):
+            bits(taken, regno, tnum.or_, mask)
+        bits(fallthrough, regno, tnum.and_, ~mask & M64)
 
 
 def _imm(insn: Instruction, is_jmp32: bool) -> int:
@@ -1350,7 +1496,10 @@ def _imm(insn: Instruction, is_jmp32: bool) -> int:
 
 
 def _mark_ptr_or_null_regs(state: State, ptr_id: int, is_null: bool) -> None:
-    """After a NULL check, every copy of the pointer is the scalar 0, or not NULL."""
+    """After a NULL check, every copy of the pointer is the scalar 0 (and a reference it
+    held is gone), or not NULL."""
+    if is_null:
+        state.refs.discard(ptr_id)
     for frame in state.frames:
         for regno, reg in enumerate(frame.regs):
             if reg.id == ptr_id:
