@@ -14,18 +14,21 @@ Rules this module keeps:
   fixed offset and whether it may still be NULL; per stack slot the kernel's slot types and
   spilled register. A branch the known bits (or a non-NULL pointer) decide has one
   successor (``is_branch_taken``), so code behind it is never checked, as in the kernel. A
-  state that an explored state at the same instruction covers is pruned.
+  state that an explored state at the same instruction covers is pruned; one equal to a
+  state the same path had there is an endless loop; a loop still changing after LOOP_UNROLL
+  rounds has what changes widened to unknown.
 - It refuses only on facts the kernel has too (a known value, a register's type, an offset),
   never because a value is unknown: the kernel also tracks value ranges and packet bounds,
   which this module does not, so where the kernel proves a bound this module cannot, it
   accepts, and the interpreter catches a bad access at run time (``ProgramFault``) and an
-  endless loop with its budget. Helper arguments are checked for being readable only.
+  endless loop with its budget. Helper arguments are checked as the kernel checks them
+  (``check_func_arg``, ``check_map_func_compatibility``), but for bounds that need a range.
 - Messages and errnos are the kernel's (EINVAL mostly; EACCES for register, stack, context,
   packet and map access; E2BIG for a too-deep call stack or too many instructions walked;
   EBADF for an fd that is not open).
 - The result keeps what loading changes: instructions with narrow context loads rewritten as
-  ``convert_ctx_accesses`` does (``filter.narrow_load_offset``), the maps by lddw slot, and
-  ``max_ctx_offset``.
+  ``convert_ctx_accesses`` does (``filter.narrow_load_offset``) and dead code as ``goto -1``
+  (its fields were never checked), the maps by lddw slot, and ``max_ctx_offset``.
 """
 
 from __future__ import annotations
