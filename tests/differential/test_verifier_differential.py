@@ -97,7 +97,7 @@ def test_an_array_lookup_with_a_constant_in_range_key_is_not_null(kernel, emulat
     assert verdicts == (["ok", "ok"] if ok else ["EACCES", "EACCES"])
 
 
-@settings(max_examples=400, **_SETTINGS)
+@settings(max_examples=1000, **_SETTINGS)
 @given(items=constant_branch_programs())
 def test_generated_programs_get_the_kernels_verdict(kernel, emulated, lookup_maps, items,
                                                    differential_tally):
@@ -133,7 +133,7 @@ def raw_instructions(draw) -> bytes:
     return raw
 
 
-@settings(max_examples=1500, **_SETTINGS)
+@settings(max_examples=3000, **_SETTINGS)
 @given(insn=raw_instructions(), preamble=st.booleans(),
        prog_type=st.sampled_from([ProgType.SOCKET_FILTER, ProgType.XDP, ProgType.SCHED_CLS,
                                   ProgType.RAW_TRACEPOINT]))
