@@ -13,10 +13,12 @@ Rules this module keeps:
 - Keys and values go through codecs (``pybpf.codecs``), checked against the map's sizes when
   the map is opened. Per-CPU maps give ``PerCpuValue``; map-in-map values are ``Map``s on
   update and ids on lookup.
-- The hot element ops (``m[k]``, ``m[k] = v``, ``del m[k]``, ``k in m``) run in a small core:
-  the C accelerator ``pybpf._accel`` when it was built (direct bpf(2) on the kernel backend,
-  the backend's ``FastOps`` on others), else the pure-Python ``_PyMapCore`` below. Both give
-  the same results and errors; ``PYBPF_NO_ACCEL=1`` forces the pure-Python core.
+- The hot element ops (``m[k]``, ``m[k] = v``, ``del m[k]``, ``k in m``) and the batches run
+  on what the System hands out for the fd (``System.fast_ops``, a ``FastOps`` capability),
+  never on a branch on the backend's name: bpf(2) made in C where the capability offers an
+  fd for it, a live table where it offers one, else its callables. The core is the C
+  accelerator ``pybpf._accel`` when it was built, else the pure-Python ``_PyMapCore`` below;
+  both give the same results and errors; ``PYBPF_NO_ACCEL=1`` forces the pure-Python core.
 """
 
 from __future__ import annotations
@@ -24,15 +26,16 @@ from __future__ import annotations
 import collections.abc
 import enum
 import errno
-import functools
 import ipaddress
-import os
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from . import codecs as _codecs
+from .accelerator import ACCEL as _accel
+from .accelerator import accelerated
+from .backends import system as _make_system
 from .codecs import (
     KIND_BYTES,
     Codec,
@@ -42,15 +45,13 @@ from .codecs import (
     PerCpuValue,
     make_codec,
 )
-from .errors import BPFError, KeyNotFoundError, bpf_error, map_description
-from .system import MapInfo, System
-from .system import system as _make_system
+from .errors import BPFError, KeyNotFoundError, map_description
+from .system import FastOps, MapInfo, System
 from .uapi import (
     BPF_F_NO_PREALLOC,
     BPF_F_NUMA_NODE,
-    FD_VALUE_MAP_TYPES,
-    PERCPU_MAP_TYPES,
     MapType,
+    map_traits,
     syscall_value_size,
 )
 
@@ -88,16 +89,6 @@ def update_flags(flags: UpdateFlags | int | str) -> int:
                              "use UpdateFlags (ANY, NOEXIST, EXIST, LOCK) or their names")
         return int(flags)
     raise TypeError(f"update flags must be UpdateFlags, an int or a name, got {flags!r}")
-
-
-# Maps whose keys are u32 indices: their default key codec is int.
-_INDEX_KEY_TYPES = frozenset({
-    MapType.ARRAY, MapType.PERCPU_ARRAY, MapType.PROG_ARRAY, MapType.PERF_EVENT_ARRAY,
-    MapType.CGROUP_ARRAY, MapType.ARRAY_OF_MAPS, MapType.DEVMAP, MapType.CPUMAP,
-    MapType.XSKMAP, MapType.SOCKMAP})
-# fd arrays: every index iterates, but an empty slot has no value (skipped, as bpftool does).
-_SPARSE_TYPES = frozenset(FD_VALUE_MAP_TYPES | {MapType.DEVMAP, MapType.CPUMAP,
-                                                 MapType.XSKMAP, MapType.SOCKMAP})
 
 
 @dataclass(frozen=True)
@@ -234,23 +225,7 @@ def _table_lookup(table: dict, backend_lookup):
     return lookup
 
 
-def _load_accel():
-    if os.environ.get("PYBPF_NO_ACCEL"):
-        return None
-    try:
-        from . import _accel
-    except ImportError:
-        return None
-    return _accel
-
-
-_accel = _load_accel()
 _MapCore: type = _accel.MapCore if _accel is not None else _PyMapCore
-
-
-def accelerated() -> bool:
-    """True when the C accelerator is in use (built, and PYBPF_NO_ACCEL not set)."""
-    return _accel is not None
 
 
 def _close_fd(system: System, fd: int) -> None:
@@ -340,28 +315,26 @@ class Map(_MapCore, collections.abc.MutableMapping):
         self.name = spec.name
         self.key_codec, self.value_codec = codecs
         self._vsize = syscall_value_size(spec.type, spec.value_size, system.num_possible_cpus)
-        self._sparse = spec.type in _SPARSE_TYPES
+        # Every index iterates, but an empty slot has no value (skipped, as bpftool does).
+        self._sparse = map_traits(spec.type).sparse
         self._finalizer = weakref.finalize(self, _close_fd, system, fd)
         self._setup_core()
 
     def _setup_core(self) -> None:
         kc, vc, fd = self.key_codec, self.value_codec, self.fd
-        table = None
-        lookup = None
-        # m[k] = v and del m[k] call the backend directly (the C core: no Python frame)
-        update = functools.partial(self.system.map_update_elem, fd)
-        delete = functools.partial(self.system.map_delete_elem, fd)
-        if fd < 0:  # closed: every op goes to the backend, which answers EBADF
-            mode, lookup = MODE_SLOW, functools.partial(self.system.map_lookup_elem, fd)
-        elif _accel is not None and self.system.name == "kernel":
-            mode = MODE_KERNEL
+        if fd < 0:  # closed: every op goes to the System, which answers EBADF
+            ops = System.fast_ops(self.system, fd)
         else:
             ops = self.system.fast_ops(fd)
+        self._ops: FastOps = ops
+        if ops.bpf_fd is not None and _accel is not None:
+            mode = MODE_KERNEL
+        else:
             mode = MODE_TABLE if ops.table is not None else MODE_SLOW
-            table, lookup = ops.table, ops.lookup
         self._core_mode = mode
+        # m[k] = v and del m[k] call the capability directly (the C core: no Python frame)
         self._core_setup(mode, fd, kc.size, self._vsize, kc.kind, vc.kind, kc.encode,
-                         vc.encode, vc.decode, table, lookup, update, delete)
+                         vc.encode, vc.decode, ops.table, ops.lookup, ops.update, ops.delete)
 
     # -- lifetime ----------------------------------------------------------------------------
     def close(self) -> None:
@@ -400,8 +373,9 @@ class Map(_MapCore, collections.abc.MutableMapping):
                 f"value {self.value_size}B max_entries {self.max_entries}>")
 
     def _error(self, err: int, command: str, count: int | None = None) -> BPFError:
-        """The public error for ``err`` from ``command`` on this map (also used by _accel)."""
-        return bpf_error(err, command, map=self.describe(), count=count)
+        """The System's error for ``err`` from ``command`` made through the capability (the
+        C accelerator calls this)."""
+        return self._ops.error(err, command, count)
 
     # -- byte-level ops (the slow path of the core, and the non-hot commands) ---------------
     def _update_bytes(self, key: bytes | None, value: bytes, flags: int) -> None:
@@ -553,22 +527,22 @@ class Map(_MapCore, collections.abc.MutableMapping):
 
     def _write_batch(self, command: str, kbuf: bytes, vbuf: bytes | None, count: int,
                      elem_flags: int) -> int:
-        if self._core_mode == MODE_KERNEL:
+        ops = self._ops
+        if vbuf is None and ops.delete_batch is not None:
+            err, done = ops.delete_batch(self.key_size, kbuf, count, elem_flags, 0)
+        elif vbuf is not None and ops.update_batch is not None:
+            err, done = ops.update_batch(self.key_size, self._vsize, kbuf, vbuf, count,
+                                         elem_flags, 0)
+        else:
+            ks, vs = self.key_size, self._vsize
+            keys = [kbuf[i * ks:(i + 1) * ks] for i in range(count)]
             if vbuf is None:
-                err, done = _accel.delete_batch(self.fd, self.key_size, kbuf, count,
-                                                elem_flags, 0)
-            else:
-                err, done = _accel.update_batch(self.fd, self.key_size, self._vsize, kbuf,
-                                                vbuf, count, elem_flags, 0)
-            if err:
-                raise self._error(err, command, count=done)
-            return done
-        ks, vs = self.key_size, self._vsize
-        keys = [kbuf[i * ks:(i + 1) * ks] for i in range(count)]
-        if vbuf is None:
-            return self.system.map_delete_batch(self.fd, keys, elem_flags)
-        values = [vbuf[i * vs:(i + 1) * vs] for i in range(count)]
-        return self.system.map_update_batch(self.fd, keys, values, elem_flags)
+                return self.system.map_delete_batch(self.fd, keys, elem_flags)
+            values = [vbuf[i * vs:(i + 1) * vs] for i in range(count)]
+            return self.system.map_update_batch(self.fd, keys, values, elem_flags)
+        if err:
+            raise self._error(err, command, count=done)
+        return done
 
 
 class _ItemsView(collections.abc.ItemsView):
@@ -641,16 +615,18 @@ class BatchCursor:
             kdec, vdec, kkind, vkind = kc.decode_array, vc.decode_array, 0, 0
         else:
             kdec, vdec, kkind, vkind = kc.decode_many, vc.decode_many, kc.kind, vc.kind
-        if m._core_mode == MODE_KERNEL:
+        lookup_batch = m._ops.lookup_batch
+        if lookup_batch is not None:
+            chunk = min(chunk, max(m.max_entries, 1))  # what one call can return at most
             bufs = self._bufs
             if bufs is None or len(bufs[0]) < chunk * m.key_size or \
                     len(bufs[1]) < chunk * m._vsize:
                 bufs = self._bufs = (bytearray(chunk * m.key_size), bytearray(chunk * m._vsize))
             # The accelerator decodes int keys and values into lists itself (None: decode
             # here).
-            err, count, token, keys, values = _accel.lookup_batch(
-                m.fd, self.delete, self.token, m.key_size, m._vsize, bufs[0], bufs[1], chunk,
-                0, 0, kkind, vkind)
+            err, count, token, keys, values = lookup_batch(
+                self.delete, self.token, m.key_size, m._vsize, bufs[0], bufs[1], chunk, 0, 0,
+                kkind, vkind)
             if err and err != errno.ENOENT:
                 raise m._error(err, self._command, count=count)
             self.done = err == errno.ENOENT
@@ -675,15 +651,16 @@ def _codecs_for(spec: MapSpec, system: System, key: CodecSpec,
     otherwise; fd maps take Maps and give ids; per-CPU values are PerCpuValues)."""
     key = key if key is not None else spec.key
     value = value if value is not None else spec.value
-    if key is None and spec.type in _INDEX_KEY_TYPES:
+    traits = map_traits(spec.type)
+    if key is None and traits.indexed:
         key = int
     if key is None and spec.type == MapType.LPM_TRIE and spec.key_size > 4:
         key = LpmKey(spec.key_size - 4)
     key_codec = make_codec(key, spec.key_size, "key")
     ncpus = system.num_possible_cpus
-    if spec.type in FD_VALUE_MAP_TYPES and value is None:
+    if traits.fd_values and value is None:
         value_codec: Codec = MapFdCodec()
-    elif spec.type in PERCPU_MAP_TYPES:
+    elif traits.percpu:
         value_codec = PerCpuCodec(make_codec(value, spec.value_size, "value"), ncpus)
     else:
         value_codec = make_codec(value, syscall_value_size(spec.type, spec.value_size, ncpus),
@@ -695,7 +672,6 @@ def _create(spec: MapSpec, system: System) -> int:
     node = spec.numa_node
     if node == "auto":
         node = system.topology.cpu_node[system.current_cpu()]
-    numa = 0 if node is None else (node & 0xFFFFFFFF)
     inner = spec.inner_map
     template: Map | None = None
     if isinstance(inner, MapSpec):
@@ -708,7 +684,7 @@ def _create(spec: MapSpec, system: System) -> int:
     try:
         return system.map_create(int(spec.type), spec.key_size, spec.value_size,
                                  spec.max_entries, map_flags=spec.map_flags,
-                                 inner_map_fd=inner_fd, numa_node=numa,
+                                 inner_map_fd=inner_fd, numa_node=node or 0,
                                  map_name=spec.name.encode(), map_extra=spec.map_extra)
     finally:
         if template is not None:

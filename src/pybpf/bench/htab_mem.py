@@ -61,7 +61,7 @@ from ..asm import (
     stw,
     stxw,
 )
-from ..system import default_backend
+from ..backends import default_backend
 from ..uapi import BPF_NOEXIST, MapFlags, MapType, ProgType
 from . import report
 
@@ -350,7 +350,7 @@ def why_lines(runs: list[Run]) -> list[str]:
 # -- the run -------------------------------------------------------------------------------
 
 def run(cfg: Config) -> list[Run]:
-    from ..system import system
+    from ..backends import system
 
     flavours = cfg.flavours or list(EMULATED_FLAVOURS if cfg.backend == "emulated"
                                     else KERNEL_FLAVOURS)

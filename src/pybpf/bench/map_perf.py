@@ -495,7 +495,7 @@ def plot(run_result: RunResult, path: str) -> None:
 # -- the run -------------------------------------------------------------------------------
 
 def run(cfg: Config) -> RunResult:
-    from ..system import system
+    from ..backends import system
 
     kwargs = {}
     if cfg.cpus is not None:

@@ -19,10 +19,10 @@ Rules a family keeps:
 from __future__ import annotations
 
 import errno
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from ..errors import KernelError, map_description
+from ..system import MapAttr
 from ..uapi import (
     BPF_F_NUMA_NODE,
     BPF_F_RDONLY_PROG,
@@ -40,24 +40,6 @@ INT_MAX = 2**31 - 1  # include/linux/limits.h, for every family
 U32_MAX = 2**32 - 1
 
 
-@dataclass(frozen=True)
-class MapAttr:
-    """The MAP_CREATE part of union bpf_attr that the emulated maps read."""
-
-    map_type: int
-    key_size: int
-    value_size: int
-    max_entries: int
-    map_flags: int = 0
-    inner_map_fd: int = 0
-    numa_node: int = 0
-    map_name: bytes = b""
-    map_extra: int = 0
-    # Map-in-map types: the map behind inner_map_fd, resolved by the system (EBADF/EINVAL
-    # as __bpf_map_get) after alloc_check, as bpf_map_meta_alloc does inside map_alloc.
-    inner_map: BpfMap | None = field(default=None, compare=False, repr=False)
-
-
 # include/linux/bpf.h helpers the families' alloc_checks share.
 def bpf_map_flags_access_ok(map_flags: int) -> bool:
     """False when a map would be both read-only and write-only for programs."""
@@ -66,11 +48,11 @@ def bpf_map_flags_access_ok(map_flags: int) -> bool:
 
 
 def bpf_map_attr_numa_node(attr: MapAttr) -> int:
-    """The NUMA node asked for, or NUMA_NO_NODE (only meaningful with BPF_F_NUMA_NODE)."""
+    """The NUMA node asked for, or NUMA_NO_NODE (only meaningful with BPF_F_NUMA_NODE): the
+    u32 field read as the kernel's int."""
     if not attr.map_flags & BPF_F_NUMA_NODE:
         return NUMA_NO_NODE
-    node = attr.numa_node & U32_MAX
-    return node - 2**32 if node > INT_MAX else node
+    return attr.numa_node - (1 << 32) if attr.numa_node > INT_MAX else attr.numa_node
 
 
 class BpfMap:

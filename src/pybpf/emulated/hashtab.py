@@ -505,7 +505,7 @@ class HtabMap(BpfMap):
                 if len(bucket) > count - len(keys):
                     if not keys:
                         raise KernelError(errno.ENOSPC, f"bucket {index} holds {len(bucket)} "
-                                          f"elements, more than count={count}")
+                                          f"elements, more than count={count}", count=0)
                     break
                 for elem in list(bucket):
                     keys.append(elem.key)

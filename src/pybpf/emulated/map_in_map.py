@@ -29,7 +29,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from ..errors import KernelError
-from ..uapi import BPF_F_INNER_MAP, ENOTSUPP, MAP_IN_MAP_TYPES, MapType
+from ..uapi import BPF_F_INNER_MAP, ENOTSUPP, MapType, map_traits
 from .arraymap import FdArray, u32_key
 from .batch import generic_map_lookup_batch, generic_map_update_batch
 from .bpf_map import BpfMap, MapAttr, map_ops
@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     from .machine import Machine
 
 # Map types whose ops have no map_meta_equal: they cannot be inner maps.
-NO_META_EQUAL_TYPES = frozenset({MapType.PROG_ARRAY, *MAP_IN_MAP_TYPES})
+NO_META_EQUAL_TYPES = frozenset({MapType.PROG_ARRAY, MapType.ARRAY_OF_MAPS,
+                                 MapType.HASH_OF_MAPS})
 
 
 class MapMeta:
@@ -69,12 +70,9 @@ class MapMeta:
         return ""
 
 
-def bpf_map_meta_alloc(inner: BpfMap | None) -> MapMeta:
+def bpf_map_meta_alloc(inner: BpfMap) -> MapMeta:
     """The template an outer map keeps of ``inner`` (resolved from inner_map_fd)."""
-    if inner is None:
-        raise KernelError(errno.EBADF, "a map-in-map needs inner_map_fd: the fd of a map to "
-                                       "use as the template of its inner maps")
-    if inner.map_type in MAP_IN_MAP_TYPES:
+    if map_traits(inner.map_type).map_in_map:
         raise KernelError(errno.EINVAL, "maps of maps nest one level only: the inner map "
                                         "cannot itself be a map of maps")
     if inner.map_type in NO_META_EQUAL_TYPES:
@@ -111,8 +109,9 @@ class ArrayOfMaps(MapOfMapsMixin, FdArray):
     map_lookup_batch = generic_map_lookup_batch
     map_update_batch = generic_map_update_batch
 
-    def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
-        self.inner_map_meta = bpf_map_meta_alloc(attr.inner_map)
+    def __init__(self, attr: MapAttr, machine: Machine, node: int, *,
+                 inner_map: BpfMap) -> None:
+        self.inner_map_meta = bpf_map_meta_alloc(inner_map)
         super().__init__(attr, machine, node)
 
     def lookup_elem(self, key: bytes) -> BpfMap | None:
@@ -144,8 +143,9 @@ class HashOfMaps(MapOfMapsMixin, HtabMap):
     # bucket position stays and no spare elements are needed.
     _update = HtabMap._update_in_place
 
-    def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
-        self.inner_map_meta = bpf_map_meta_alloc(attr.inner_map)
+    def __init__(self, attr: MapAttr, machine: Machine, node: int, *,
+                 inner_map: BpfMap) -> None:
+        self.inner_map_meta = bpf_map_meta_alloc(inner_map)
         super().__init__(attr, machine, node)
         self.inner_maps: dict[int, list] = {}  # id -> [map, elements holding it]
         # Elements of different buckets share an entry; taken inside a bucket lock.
