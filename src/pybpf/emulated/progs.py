@@ -2,8 +2,8 @@
 
 ``ProgramsMixin`` is the part of ``EmulatedSystem`` that translates BPF_PROG_LOAD,
 BPF_PROG_TEST_RUN, prog info / get_fd_by_id and tracepoint attachment (``pybpf.system.System``
-normalised the arguments and owns the error boundary); it relies on the
-system's fd table, id allocator and map references (``fd_install``, ``map_from_fd``,
+normalised the arguments and owns the error boundary); it relies on the system's fd table,
+id allocator and map references (``fd_install``, ``info_fd_get``, ``map_from_fd``,
 ``bpf_map_inc`` / ``bpf_map_put``, ``prog_idr_alloc``, ``bpf_prog_inc`` / ``bpf_prog_put``).
 
 Rules this module keeps:
@@ -220,7 +220,7 @@ class ProgramsMixin:
 
     # -- info and ids ------------------------------------------------------------------------
     def _prog_get_info(self, fd: int) -> ProgInfo:
-        obj = self.fd_get(fd)
+        obj = self.info_fd_get(fd)
         if not isinstance(obj, BpfProg):
             raise KernelError(errno.EINVAL, f"fd {fd} is not a program")
         return ProgInfo(type=obj.prog_type, id=obj.id, tag=obj.tag, name=obj.name,

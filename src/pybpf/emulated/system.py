@@ -394,13 +394,18 @@ class EmulatedSystem(ProgramsMixin, System):
         return handler(keys, values, elem_flags, flags)
 
     # -- info and ids ------------------------------------------------------------------------
-    def _map_get_info(self, fd: int) -> MapInfo:
+    def info_fd_get(self, fd: int) -> Any:
+        """bpf_obj_get_info_by_fd's fdget: the object, EBADFD when the fd is not open."""
         file = self._files.get(fd)
         if file is None:
             exc = _missing_fd(fd)
-            if exc.errno == errno.EBADF:  # bpf_obj_get_info_by_fd: an fd not open is EBADFD
+            if exc.errno == errno.EBADF:
                 exc.errno = errno.EBADFD
             raise exc
+        return file
+
+    def _map_get_info(self, fd: int) -> MapInfo:
+        file = self.info_fd_get(fd)
         if type(file) is not MapFile:
             raise KernelError(errno.EINVAL, f"fd {fd} is not a BPF map")
         bpf_map = file.map
@@ -429,14 +434,15 @@ class EmulatedSystem(ProgramsMixin, System):
 
     # -- pins --------------------------------------------------------------------------------
     def _obj_pin(self, fd: int, path: str) -> None:
-        """bpf_obj_pin_user: the fd is resolved first (bpf_fd_probe_obj), then the path."""
-        file = self.fd_get(fd)
+        """bpf_obj_pin_user: the fd is resolved first (bpf_fd_probe_obj: anything but a map or
+        a program, a closed fd included, is EINVAL), then the path."""
+        file = self._files.get(fd)
         if type(file) is MapFile:
             obj, inc = file.map, self.bpf_map_inc
         elif getattr(file, "prog_type", None) is not None:
             obj, inc = file, self.bpf_prog_inc
         else:
-            raise KernelError(errno.EINVAL, f"fd {fd} is not a map or a program")
+            raise KernelError(errno.EINVAL, f"fd {fd} is not an open map or program")
         with self._lock:
             self.bpffs.pin(path, obj)
             inc(obj)
