@@ -13,8 +13,9 @@ from __future__ import annotations
 import errno
 import os
 
+from .attrs import MapAttr
 from .errors import BPFError
-from .system import MapAttr, System
+from .system import System
 from .uapi import ENOTSUPP
 
 BACKENDS = ("kernel", "emulated")
@@ -53,6 +54,30 @@ def system(backend: str | None = None, **kwargs) -> System:
 
         return EmulatedSystem(**kwargs)
     raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+
+
+_default_system: System | None = None
+
+
+def default_system() -> System:
+    """``pybpf.system()`` made once and shared by every Map that is given no system."""
+    global _default_system
+    if _default_system is None:
+        _default_system = system()
+    return _default_system
+
+
+def resolve_system(system: System | None) -> System:
+    """``system``, or the shared default for None; anything else is a TypeError."""
+    if system is None:
+        return default_system()
+    if not isinstance(system, System):
+        raise TypeError(f"system must be a System, e.g. pybpf.system({system!r}) or "
+                        f"pybpf.system('emulated'), got {type(system).__name__}"
+                        if isinstance(system, str) else
+                        f"system must be a System (pybpf.system(...)), got "
+                        f"{type(system).__name__}")
+    return system
 
 
 def explain_create_refusal(err: int, attr: MapAttr) -> str:

@@ -16,36 +16,35 @@ Rules this module keeps:
 - The hot element ops (``m[k]``, ``m[k] = v``, ``del m[k]``, ``k in m``) and the batches run
   on what the System hands out for the fd (``System.fast_ops``, a ``FastOps`` capability),
   never on a branch on the backend's name: bpf(2) made in C where the capability offers an
-  fd for it, a live table where it offers one, else its callables. The core is the C
-  accelerator ``pybpf._accel`` when it was built, else the pure-Python ``_PyMapCore`` below;
-  both give the same results and errors; ``PYBPF_NO_ACCEL=1`` forces the pure-Python core.
+  fd for it, a live table where it offers one, else its callables (``pybpf.mapcore``: the C
+  accelerator's core when it was built, else its pure-Python twin; both give the same
+  results and errors; ``PYBPF_NO_ACCEL=1`` forces the pure-Python core).
 """
 
 from __future__ import annotations
 
 import collections.abc
 import enum
-import errno
-import ipaddress
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from . import codecs as _codecs
-from .accelerator import ACCEL as _accel
-from .accelerator import accelerated
-from .backends import system as _make_system
+from .accelerator import ACCEL, accelerated
+from .backends import resolve_system
+from .batches import BatchCursor
 from .codecs import (
-    KIND_BYTES,
     Codec,
     CodecSpec,
+    LpmKey,
     MapFdCodec,
     PerCpuCodec,
     PerCpuValue,
     make_codec,
 )
 from .errors import BPFError, KeyNotFoundError, map_description
+from .mapcore import MODE_KERNEL, MODE_SLOW, MODE_TABLE, MapCore
 from .system import FastOps, MapInfo, System
 from .uapi import (
     BPF_F_NO_PREALLOC,
@@ -147,87 +146,6 @@ class MapSpec:
                    flags=info.map_flags, name=info.name, map_extra=info.map_extra)
 
 
-_default_system: System | None = None
-
-
-def default_system() -> System:
-    """``pybpf.system()`` made once and shared by every Map that is given no system."""
-    global _default_system
-    if _default_system is None:
-        _default_system = _make_system()
-    return _default_system
-
-
-def resolve_system(system: System | None) -> System:
-    """``system``, or the shared default for None; anything else is a TypeError."""
-    if system is None:
-        return default_system()
-    if not isinstance(system, System):
-        raise TypeError(f"system must be a System, e.g. pybpf.system({system!r}) or "
-                        f"pybpf.system('emulated'), got {type(system).__name__}"
-                        if isinstance(system, str) else
-                        f"system must be a System (pybpf.system(...)), got "
-                        f"{type(system).__name__}")
-    return system
-
-
-# -- the hot-path core ----------------------------------------------------------------------
-
-MODE_SLOW, MODE_KERNEL, MODE_TABLE = 0, 1, 2
-
-
-class _PyMapCore:
-    """Pure-Python twin of ``_accel.MapCore``: the element ops behind ``m[k]`` and friends."""
-
-    def _core_setup(self, mode: int, fd: int, key_size: int, value_size: int, key_kind: int,
-                    value_kind: int, key_encode, value_encode, value_decode, table,
-                    lookup, update, delete) -> None:
-        if mode == MODE_TABLE:
-            lookup = _table_lookup(table, lookup)
-        self._c_lookup = lookup
-        self._c_update = update
-        self._c_delete = delete
-        self._c_kenc = key_encode
-        self._c_venc = value_encode
-        self._c_vdec = bytes if value_kind == KIND_BYTES else value_decode
-
-    def __getitem__(self, key):
-        return self._c_vdec(self._c_lookup(self._c_kenc(key)))
-
-    def __contains__(self, key) -> bool:
-        try:
-            self._c_lookup(self._c_kenc(key))
-        except KeyError:
-            return False
-        return True
-
-    def __setitem__(self, key, value) -> None:
-        self._c_update(self._c_kenc(key), self._c_venc(value), 0)
-
-    def __delitem__(self, key) -> None:
-        self._c_delete(self._c_kenc(key))
-
-    def _update(self, key, value, flags: int) -> None:
-        self._c_update(self._c_kenc(key), self._c_venc(value), flags)
-
-
-def _table_lookup(table: dict, backend_lookup):
-    """A lookup that reads ``table``; a missing key goes to the backend, which raises the
-    error (no reference to the Map: its fd must close as soon as it is dropped)."""
-    get = table.get
-
-    def lookup(key: bytes) -> bytes:
-        value = get(key)
-        if value is None:
-            return backend_lookup(key)
-        return bytes(value)
-
-    return lookup
-
-
-_MapCore: type = _accel.MapCore if _accel is not None else _PyMapCore
-
-
 def _close_fd(system: System, fd: int) -> None:
     try:
         system.close(fd)
@@ -235,7 +153,7 @@ def _close_fd(system: System, fd: int) -> None:
         pass  # already gone (the system itself was torn down)
 
 
-class Map(_MapCore, collections.abc.MutableMapping):
+class Map(MapCore, collections.abc.MutableMapping):
     """A live BPF map: owns one fd on one System.
 
     ``Map(spec, system=None, key=None, value=None)`` creates the map (``system`` defaults to
@@ -327,7 +245,7 @@ class Map(_MapCore, collections.abc.MutableMapping):
         else:
             ops = self.system.fast_ops(fd)
         self._ops: FastOps = ops
-        if ops.bpf_fd is not None and _accel is not None:
+        if ops.bpf_fd is not None and ACCEL is not None:
             mode = MODE_KERNEL
         else:
             mode = MODE_TABLE if ops.table is not None else MODE_SLOW
@@ -560,90 +478,6 @@ class _ValuesView(collections.abc.ValuesView):
             yield vdec(value)
 
 
-class BatchCursor:
-    """A walk over a map with BPF_MAP_LOOKUP_BATCH (``delete=True``: LOOKUP_AND_DELETE_BATCH).
-
-    It keeps the in/out token between calls (``max(key_size, 4)`` bytes: a bucket index for
-    hash maps, a key for the others), treats ENOENT as the end (with the elements that came
-    with it), and on ENOSPC (a hash bucket larger than the chunk) doubles the chunk and
-    retries. ``next()`` gives one chunk; iterating gives chunks until the end. Keys and
-    values come as lists, or with ``arrays=True`` as ``Codec.decode_array`` gives them
-    (``array.array`` for int codecs).
-    """
-
-    def __init__(self, m: Map, *, delete: bool = False, chunk: int = 256,
-                 arrays: bool = False) -> None:
-        if not isinstance(chunk, int) or isinstance(chunk, bool):
-            raise TypeError(f"chunk must be an int (elements per batch call), got {chunk!r}")
-        if chunk <= 0:
-            raise ValueError(f"chunk must be positive, got {chunk}")
-        self.map = m
-        self.delete = delete
-        self.arrays = arrays
-        self.chunk = chunk
-        self.token: bytes | None = None
-        self.done = False
-        self._command = "map_lookup_and_delete_batch" if delete else "map_lookup_batch"
-        self._bufs: tuple[bytearray, bytearray] | None = None
-
-    def __iter__(self) -> Iterator[tuple[Sequence, Sequence]]:
-        while not self.done:
-            keys, values = self.next()
-            if keys:
-                yield keys, values
-
-    def next(self, chunk: int | None = None) -> tuple[Sequence, Sequence]:
-        """One batch of up to ``chunk`` elements: (keys, values), decoded."""
-        if chunk is not None:
-            self.chunk = chunk
-        if self.done:
-            return [], []
-        m = self.map
-        while True:
-            try:
-                return self._batch()
-            except BPFError as exc:
-                if exc.errno != errno.ENOSPC or self.chunk >= max(m.max_entries, 1):
-                    raise
-                self.chunk = min(self.chunk * 2, max(m.max_entries, 1))
-
-    def _batch(self) -> tuple[Sequence, Sequence]:
-        m = self.map
-        chunk = self.chunk
-        kc, vc = m.key_codec, m.value_codec
-        if self.arrays:
-            kdec, vdec, kkind, vkind = kc.decode_array, vc.decode_array, 0, 0
-        else:
-            kdec, vdec, kkind, vkind = kc.decode_many, vc.decode_many, kc.kind, vc.kind
-        lookup_batch = m._ops.lookup_batch
-        if lookup_batch is not None:
-            chunk = min(chunk, max(m.max_entries, 1))  # what one call can return at most
-            bufs = self._bufs
-            if bufs is None or len(bufs[0]) < chunk * m.key_size or \
-                    len(bufs[1]) < chunk * m._vsize:
-                bufs = self._bufs = (bytearray(chunk * m.key_size), bytearray(chunk * m._vsize))
-            # The accelerator decodes int keys and values into lists itself (None: decode
-            # here).
-            err, count, token, keys, values = lookup_batch(
-                self.delete, self.token, m.key_size, m._vsize, bufs[0], bufs[1], chunk, 0, 0,
-                kkind, vkind)
-            if err and err != errno.ENOENT:
-                raise m._error(err, self._command, count=count)
-            self.done = err == errno.ENOENT
-            if token is not None:
-                self.token = token
-            return (kdec(bufs[0], count) if keys is None else keys,
-                    vdec(bufs[1], count) if values is None else values)
-        batch = (m.system.map_lookup_and_delete_batch if self.delete
-                 else m.system.map_lookup_batch)
-        result = batch(m.fd, self.token, chunk)
-        self.done = result.end
-        if result.out_batch is not None:
-            self.token = result.out_batch
-        count = len(result.keys)
-        return kdec(b"".join(result.keys), count), vdec(b"".join(result.values), count)
-
-
 def _codecs_for(spec: MapSpec, system: System, key: CodecSpec,
                 value: CodecSpec) -> tuple[Codec, Codec]:
     """The key and value codecs of a map of ``spec`` on ``system`` (``key``/``value``
@@ -689,53 +523,6 @@ def _create(spec: MapSpec, system: System) -> int:
     finally:
         if template is not None:
             template.close()
-
-
-# -- LPM trie keys --------------------------------------------------------------------------
-
-class LpmKey(Codec):
-    """struct bpf_lpm_trie_key_u8: u32 prefixlen (host order) then ``data_size`` bytes.
-
-    Encodes ``(prefixlen, data)``, an ``ipaddress`` network (when its size fits), or raw
-    bytes; decodes to ``(prefixlen, data)``.
-    """
-
-    def __init__(self, data_size: int) -> None:
-        if not isinstance(data_size, int) or isinstance(data_size, bool):
-            raise TypeError(f"an LPM trie's data_size is the byte count after the prefixlen "
-                            f"(4 for IPv4, 16 for IPv6), got {data_size!r}")
-        if data_size <= 0:
-            raise ValueError(f"an LPM trie key needs data after the 4-byte prefixlen "
-                             f"(key_size >= 5), got data size {data_size}")
-        self.data_size = data_size
-        self.size = 4 + data_size
-
-    def encode(self, obj: Any) -> bytes:
-        if isinstance(obj, bytes | bytearray) and len(obj) == self.size:
-            return bytes(obj)
-        if isinstance(obj, ipaddress.IPv4Network | ipaddress.IPv6Network):
-            obj = (obj.prefixlen, obj.network_address.packed)
-        if isinstance(obj, tuple) and len(obj) == 2:
-            prefixlen, data = obj
-            data = bytes(data)
-            if len(data) != self.data_size:
-                raise ValueError(f"LPM key data must be {self.data_size} bytes, got "
-                                 f"{len(data)}")
-            return int(prefixlen).to_bytes(4, "little") + data
-        raise TypeError(f"an LPM key is (prefixlen, {self.data_size} data bytes), an "
-                        f"ipaddress network or {self.size} raw bytes, got {obj!r}")
-
-    def decode(self, data: bytes) -> tuple[int, bytes]:
-        return int.from_bytes(data[:4], "little"), bytes(data[4:])
-
-    def __eq__(self, other):
-        return isinstance(other, LpmKey) and other.data_size == self.data_size
-
-    def __hash__(self):
-        return hash(("lpm", self.data_size))
-
-    def describe(self) -> str:
-        return f"lpm key ({self.data_size} data bytes)"
 
 
 # -- typed convenience classes ----------------------------------------------------------------

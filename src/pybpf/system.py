@@ -8,11 +8,12 @@ that only translates it, to bpf(2) (``pybpf.kernel``) or to the emulated subsyst
 - Arguments are the kernel's: integers from ``pybpf.uapi``, keys and values as ``bytes``
   (bytes-like accepted). Per-CPU values are ``round_up(value_size, 8) * num_possible_cpus``
   bytes; map-in-map and prog-array values are 4-byte fds on update and 4-byte ids on lookup.
-- Normalised once, here: an argument that cannot be put into its attr field is refused before
-  a backend sees it, so nothing is wrapped or cut the way ctypes would: an int outside its
-  u32/u64 field (flags too: a negative flag is EINVAL), a key, value or token that is not
-  bytes-like, a name over 16 bytes, a path with a NUL byte (EINVAL); an fd that is not an int
-  of the fd range (EBADF; EBADFD for OBJ_GET_INFO, as the kernel says for a closed fd).
+- Normalised once, here (with ``pybpf.attrs``): an argument that cannot be put into its attr
+  field is refused before a backend sees it, so nothing is wrapped or cut the way ctypes
+  would: an int outside its u32/u64 field (flags too: a negative flag is EINVAL), a key,
+  value or token that is not bytes-like, a name over 16 bytes, a path with a NUL byte
+  (EINVAL); an fd that is not an int of the fd range (EBADF; EBADFD for OBJ_GET_INFO, as the
+  kernel says for a closed fd).
 - Everything else is checked where the kernel checks it, in syscall.c's order, so the same
   errno wins on both backends: flags some commands test first, the fd (not open -> EBADF, not
   a map -> EINVAL), permissions (read-only, write-only, frozen -> EPERM), then the key and
@@ -34,14 +35,25 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import dataclasses
 import errno
 import functools
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from .attrs import (
+    INT_MAX,
+    U32_MAX,
+    MapAttr,
+    ProgAttr,
+    TestRunRequest,
+    bytes_arg,
+    fd_arg,
+    key_arg,
+    name_arg,
+    pin_path,
+    unsigned,
+)
 from .errors import (
     BPFError,
     KernelError,
@@ -54,77 +66,7 @@ from .errors import (
     strerror,
 )
 from .topology import Topology
-from .uapi import BPF_OBJ_NAME_LEN, NUMA_NO_NODE, MapType, map_traits, syscall_value_size
-
-U32_MAX = (1 << 32) - 1
-U64_MAX = (1 << 64) - 1
-INT_MAX = (1 << 31) - 1
-PATH_MAX = 4096
-# The address the kernel backend passes for a buffer of the wrong length: above TASK_SIZE, so
-# the kernel's copy from it fails with EFAULT (access_ok), after every check made before it.
-UNREADABLE = 0xFFFF_FFFF_FFFF_F000
-
-
-@dataclass(frozen=True)
-class MapAttr:
-    """The MAP_CREATE part of union bpf_attr, normalised by ``System.map_create``: every field
-    as the kernel reads it. ``numa_node`` is the u32 field (NUMA_NO_NODE is 0xFFFFFFFF); the
-    kernel reads it only with BPF_F_NUMA_NODE in ``map_flags`` (bpf_map_attr_numa_node)."""
-
-    map_type: int
-    key_size: int
-    value_size: int
-    max_entries: int
-    map_flags: int = 0
-    inner_map_fd: int = 0
-    numa_node: int = 0
-    map_name: bytes = b""  # at most BPF_OBJ_NAME_LEN bytes; the kernel checks its characters
-    map_extra: int = 0
-
-    def create_args(self) -> dict[str, Any]:
-        """Keyword arguments of ``System.map_create`` that make this map again."""
-        return dataclasses.asdict(self)
-
-    def describe(self) -> str:
-        """The map as a failed create names it: ``hash map 'name'``."""
-        kind = MapType(self.map_type).name.lower() \
-            if self.map_type in MapType._value2member_map_ else f"type {self.map_type}"
-        name = self.map_name.split(b"\0", 1)[0].decode(errors="replace")
-        return f"{kind} map" + (f" {name!r}" if name else "")
-
-
-@dataclass(frozen=True)
-class ProgAttr:
-    """The BPF_PROG_LOAD part of union bpf_attr that pybpf sets, normalised by
-    ``System.prog_load``: ``insns`` holds whole instructions, ``license`` and ``prog_name``
-    are bytes as the kernel reads them (the license up to its first NUL)."""
-
-    prog_type: int
-    insns: bytes
-    license: bytes = b"GPL"
-    expected_attach_type: int = 0
-    prog_name: bytes = b""
-    prog_flags: int = 0
-    log_level: int = 0
-
-    def describe(self) -> str:
-        return prog_description(self.prog_type, _text(self.prog_name.split(b"\0", 1)[0]))
-
-
-@dataclass(frozen=True)
-class TestRunRequest:
-    """BPF_PROG_TEST_RUN's inputs, normalised by ``System.prog_test_run`` (``ctx_in`` b""
-    when there is none; every integer an unsigned 32-bit attr field)."""
-
-    __test__ = False  # not a pytest test class despite the name
-
-    data_in: bytes
-    data_size_out: int
-    ctx_in: bytes
-    ctx_size_out: int
-    repeat: int
-    flags: int
-    cpu: int
+from .uapi import NUMA_NO_NODE, map_traits
 
 
 @dataclass(frozen=True)
@@ -214,91 +156,6 @@ class FastOps:
     delete_batch: Callable[..., tuple] | None = None
 
 
-# -- argument normalisation (the part of each attr field Python could get wrong) --------------
-
-def _unsigned(value: object, bits: int, what: str) -> int:
-    """``value`` as an unsigned ``bits``-bit attr field, or KernelError(EINVAL)."""
-    if isinstance(value, int) and 0 <= value < 1 << bits:
-        return int(value)
-    raise KernelError(errno.EINVAL, f"{what}={value!r} is not an unsigned {bits}-bit integer")
-
-
-def _fd_arg(fd: object, err: int = errno.EBADF) -> int:
-    """An fd: an int (not a bool) that a process can have open, else KernelError(``err``)."""
-    if isinstance(fd, int) and not isinstance(fd, bool) and -(1 << 31) <= fd < 1 << 31:
-        return int(fd)
-    raise KernelError(err, f"fd {fd!r} is not open" + (
-        " (a closed Map or Program has fd -1)" if fd == -1 else ""))
-
-
-def _bytes_arg(data: object, what: str) -> bytes:
-    """Bytes of a bytes-like ``data`` (``bytes(5)`` would be five zeros: ints are refused)."""
-    if data.__class__ is bytes:
-        return data  # type: ignore[return-value]
-    try:
-        return memoryview(data).tobytes()  # type: ignore[arg-type]
-    except TypeError:
-        raise KernelError(errno.EINVAL, f"{what} must be bytes (or bytes-like), not "
-                          f"{type(data).__name__}") from None
-
-
-def _key_arg(key: object) -> bytes | None:
-    return None if key is None else _bytes_arg(key, "key")
-
-
-def _name_arg(name: object, what: str) -> bytes:
-    """A map or program name as the kernel's char[16] holds it (it checks the characters)."""
-    if isinstance(name, str):
-        name = name.encode()
-    if not isinstance(name, bytes | bytearray):
-        raise KernelError(errno.EINVAL, f"{what} must be bytes or str, got {name!r}")
-    if len(name) > BPF_OBJ_NAME_LEN:
-        raise KernelError(errno.EINVAL, f"{what} {bytes(name)!r} is longer than "
-                          f"{BPF_OBJ_NAME_LEN} bytes (at most {BPF_OBJ_NAME_LEN - 1} "
-                          "characters and a NUL)")
-    return bytes(name)
-
-
-def pin_path(path: object) -> str:
-    """A pin path: str, bytes or os.PathLike; a NUL byte would cut it where the kernel reads."""
-    try:
-        text = os.fsdecode(path)  # type: ignore[arg-type]
-    except TypeError:
-        raise KernelError(errno.EINVAL, f"a pin path is a str, bytes or os.PathLike, got "
-                          f"{path!r}") from None
-    if "\0" in text:
-        raise KernelError(errno.EINVAL, f"path {text!r} has a NUL byte: the kernel would read "
-                          "only the part before it")
-    return text
-
-
-def _text(name: bytes) -> str:
-    return name.decode(errors="replace")
-
-
-def length_problem(what: str, got: int, size: int, unit: str = "") -> str:
-    """The detail of a key, value or token of the wrong length (``unit`` says what the map's
-    size is, e.g. "the map's key_size")."""
-    return f"{what} is {got} bytes, {unit or 'the map takes'} {size}"
-
-
-def value_layout(map_type: int, value_size: int, ncpus: int) -> str:
-    """How a map's syscall value size comes about, for messages."""
-    traits = map_traits(map_type)
-    if traits.percpu:
-        return f"round_up(value_size {value_size}, 8) x {ncpus} possible CPUs"
-    if traits.fd_values:
-        return "a 4-byte fd"
-    return f"value_size {value_size}"
-
-
-def value_problem(map_type: int, value_size: int, ncpus: int, what: str, got: int) -> str:
-    """The detail of a value of the wrong length for a map of this type and value_size."""
-    size = syscall_value_size(map_type, value_size, ncpus)
-    return (f"{what} is {got} bytes, this map takes {size} "
-            f"({value_layout(map_type, value_size, ncpus)})")
-
-
 def map_describe(info: MapInfo) -> str:
     return map_description(info.type, info.name, info.id)
 
@@ -365,14 +222,14 @@ class System(abc.ABC):
         BPF_F_NUMA_NODE only; NUMA_NO_NODE (-1) is the u32 field's 0xFFFFFFFF."""
         try:
             attr = MapAttr(
-                _unsigned(map_type, 32, "map_type"), _unsigned(key_size, 32, "key_size"),
-                _unsigned(value_size, 32, "value_size"),
-                _unsigned(max_entries, 32, "max_entries"),
-                _unsigned(map_flags, 32, "map_flags"),
-                _unsigned(inner_map_fd, 32, "inner_map_fd"),
+                unsigned(map_type, 32, "map_type"), unsigned(key_size, 32, "key_size"),
+                unsigned(value_size, 32, "value_size"),
+                unsigned(max_entries, 32, "max_entries"),
+                unsigned(map_flags, 32, "map_flags"),
+                unsigned(inner_map_fd, 32, "inner_map_fd"),
                 U32_MAX if numa_node == NUMA_NO_NODE and isinstance(numa_node, int)
-                else _unsigned(numa_node, 32, "numa_node"),
-                _name_arg(map_name, "map_name"), _unsigned(map_extra, 64, "map_extra"))
+                else unsigned(numa_node, 32, "numa_node"),
+                name_arg(map_name, "map_name"), unsigned(map_extra, 64, "map_extra"))
         except KernelError as exc:
             what = f"type {map_type!r}" if not isinstance(map_type, int) else \
                 MapAttr(map_type, 0, 0, 0).describe()
@@ -393,11 +250,11 @@ class System(abc.ABC):
                     and (key is None or key.__class__ is bytes)
                     and 0 <= flags <= 0xFFFF_FFFF_FFFF_FFFF
                     and -0x8000_0000 <= fd < 0x8000_0000):
-                fd = _fd_arg(fd)
-                key = _key_arg(key)
-                flags = _unsigned(flags, 64, "flags")
+                fd = fd_arg(fd)
+                key = key_arg(key)
+                flags = unsigned(flags, 64, "flags")
                 if value is not None:
-                    value = _bytes_arg(value, "value")
+                    value = bytes_arg(value, "value")
             return self._map_lookup_elem(fd, key, flags, value)
         except KernelError as exc:
             raise self._map_fail(exc, "map_lookup_elem", fd) from None
@@ -409,10 +266,10 @@ class System(abc.ABC):
                     and value.__class__ is bytes and (key is None or key.__class__ is bytes)
                     and 0 <= flags <= 0xFFFF_FFFF_FFFF_FFFF
                     and -0x8000_0000 <= fd < 0x8000_0000):
-                fd = _fd_arg(fd)
-                key = _key_arg(key)
-                value = _bytes_arg(value, "value")
-                flags = _unsigned(flags, 64, "flags")
+                fd = fd_arg(fd)
+                key = key_arg(key)
+                value = bytes_arg(value, "value")
+                flags = unsigned(flags, 64, "flags")
             self._map_update_elem(fd, key, value, flags)
         except KernelError as exc:
             raise self._map_fail(exc, "map_update_elem", fd) from None
@@ -422,8 +279,8 @@ class System(abc.ABC):
         try:
             if not (fd.__class__ is int and (key is None or key.__class__ is bytes)
                     and -0x8000_0000 <= fd < 0x8000_0000):
-                fd = _fd_arg(fd)
-                key = _key_arg(key)
+                fd = fd_arg(fd)
+                key = key_arg(key)
             self._map_delete_elem(fd, key)
         except KernelError as exc:
             raise self._map_fail(exc, "map_delete_elem", fd) from None
@@ -431,24 +288,24 @@ class System(abc.ABC):
     def map_get_next_key(self, fd: int, key: bytes | None) -> bytes:
         """Next key after ``key``; None (or a missing key, for most types) gives the first."""
         try:
-            fd = _fd_arg(fd)
-            return self._map_get_next_key(fd, _key_arg(key))
+            fd = fd_arg(fd)
+            return self._map_get_next_key(fd, key_arg(key))
         except KernelError as exc:
             raise self._map_fail(exc, "map_get_next_key", fd) from None
 
     def map_lookup_and_delete_elem(self, fd: int, key: bytes | None, flags: int = 0) -> bytes:
         """BPF_MAP_LOOKUP_AND_DELETE_ELEM (queue and stack: pop, key None)."""
         try:
-            fd = _fd_arg(fd)
-            return self._map_lookup_and_delete_elem(fd, _key_arg(key),
-                                                    _unsigned(flags, 64, "flags"))
+            fd = fd_arg(fd)
+            return self._map_lookup_and_delete_elem(fd, key_arg(key),
+                                                    unsigned(flags, 64, "flags"))
         except KernelError as exc:
             raise self._map_fail(exc, "map_lookup_and_delete_elem", fd) from None
 
     def map_freeze(self, fd: int) -> None:
         """BPF_MAP_FREEZE: syscalls may no longer write the map."""
         try:
-            self._map_freeze(_fd_arg(fd))
+            self._map_freeze(fd_arg(fd))
         except KernelError as exc:
             raise self._map_fail(exc, "map_freeze", fd) from None
 
@@ -464,11 +321,11 @@ class System(abc.ABC):
     def _lookup_batch(self, command: str, fd: int, in_batch: bytes | None, count: int,
                       elem_flags: int, flags: int, delete: bool) -> BatchLookup:
         try:
-            fd = _fd_arg(fd)
-            in_batch = None if in_batch is None else _bytes_arg(in_batch, "in_batch")
-            return self._map_lookup_batch(fd, in_batch, _unsigned(count, 32, "count"),
-                                          _unsigned(elem_flags, 64, "elem_flags"),
-                                          _unsigned(flags, 64, "flags"), delete)
+            fd = fd_arg(fd)
+            in_batch = None if in_batch is None else bytes_arg(in_batch, "in_batch")
+            return self._map_lookup_batch(fd, in_batch, unsigned(count, 32, "count"),
+                                          unsigned(elem_flags, 64, "elem_flags"),
+                                          unsigned(flags, 64, "flags"), delete)
         except KernelError as exc:
             raise self._map_fail(exc, command, fd) from None
 
@@ -487,17 +344,17 @@ class System(abc.ABC):
     def _write_batch(self, command: str, fd: int, keys: Sequence[bytes],
                      values: Sequence[bytes] | None, elem_flags: int, flags: int) -> int:
         try:
-            fd = _fd_arg(fd)
-            keys = [_bytes_arg(key, f"keys[{i}]") for i, key in enumerate(keys)]
+            fd = fd_arg(fd)
+            keys = [bytes_arg(key, f"keys[{i}]") for i, key in enumerate(keys)]
             if values is not None:
-                values = [_bytes_arg(value, f"values[{i}]") for i, value in enumerate(values)]
+                values = [bytes_arg(value, f"values[{i}]") for i, value in enumerate(values)]
                 if len(values) != len(keys):
                     raise KernelError(errno.EINVAL, f"{len(keys)} keys but {len(values)} "
                                       "values", count=0)
-            _unsigned(len(keys), 32, "count")
-            return self._map_write_batch(fd, keys, values, _unsigned(elem_flags, 64,
+            unsigned(len(keys), 32, "count")
+            return self._map_write_batch(fd, keys, values, unsigned(elem_flags, 64,
                                                                      "elem_flags"),
-                                         _unsigned(flags, 64, "flags"))
+                                         unsigned(flags, 64, "flags"))
         except KernelError as exc:
             if exc.count is None:
                 exc.count = 0
@@ -518,14 +375,14 @@ class System(abc.ABC):
     def map_get_info(self, fd: int) -> MapInfo:
         """BPF_OBJ_GET_INFO_BY_FD on a map (EBADFD for an fd that is not open)."""
         try:
-            return self._map_get_info(_fd_arg(fd, errno.EBADFD))
+            return self._map_get_info(fd_arg(fd, errno.EBADFD))
         except KernelError as exc:
             raise self._fail(exc, "map_get_info", f"fd {fd}") from None
 
     def map_get_fd_by_id(self, map_id: int, open_flags: int = 0) -> int:
         """BPF_MAP_GET_FD_BY_ID (open_flags: BPF_F_RDONLY or BPF_F_WRONLY)."""
         try:
-            open_flags = _unsigned(open_flags, 32, "open_flags")
+            open_flags = unsigned(open_flags, 32, "open_flags")
             if not isinstance(map_id, int) or not 0 <= map_id <= U32_MAX:
                 raise KernelError(errno.ENOENT, f"no map has id {map_id!r}")
             return self._map_get_fd_by_id(int(map_id), open_flags)
@@ -536,7 +393,7 @@ class System(abc.ABC):
         """The next map id after ``start_id``; ENOENT past the last, EINVAL from INT_MAX on
         (bpf_obj_get_next_id)."""
         try:
-            start_id = _unsigned(start_id, 32, "start_id")
+            start_id = unsigned(start_id, 32, "start_id")
             if start_id >= INT_MAX:
                 raise KernelError(errno.EINVAL, f"start_id {start_id} is not below INT_MAX")
             return self._map_get_next_id(start_id)
@@ -547,7 +404,7 @@ class System(abc.ABC):
     def obj_pin(self, fd: int, path: str | bytes | os.PathLike) -> None:
         """BPF_OBJ_PIN: pin map or program ``fd`` at ``path`` on bpffs."""
         try:
-            fd = _fd_arg(fd)
+            fd = fd_arg(fd)
             self._obj_pin(fd, pin_path(path))
         except KernelError as exc:
             raise self._fail(exc, "obj_pin", f"fd {fd}") from None
@@ -555,7 +412,7 @@ class System(abc.ABC):
     def obj_get(self, path: str | bytes | os.PathLike, file_flags: int = 0) -> int:
         """BPF_OBJ_GET: a new fd on what is pinned at ``path``."""
         try:
-            file_flags = _unsigned(file_flags, 32, "file_flags")
+            file_flags = unsigned(file_flags, 32, "file_flags")
             return self._obj_get(pin_path(path), file_flags)
         except KernelError as exc:
             raise self._fail(exc, "obj_get") from None
@@ -563,7 +420,7 @@ class System(abc.ABC):
     def close(self, fd: int) -> None:
         """close(2) of an fd this System gave out (a map, program or attachment)."""
         try:
-            self._close(_fd_arg(fd))
+            self._close(fd_arg(fd))
         except KernelError as exc:
             raise self._fail(exc, "close") from None
 
@@ -579,15 +436,15 @@ class System(abc.ABC):
             if not isinstance(license, bytes | bytearray):
                 raise KernelError(errno.EINVAL, f"license must be a str such as 'GPL', got "
                                   f"{license!r}")
-            code = _bytes_arg(insns, "insns")
+            code = bytes_arg(insns, "insns")
             if len(code) % 8:
                 raise KernelError(errno.EINVAL, f"{len(code)} bytes of instructions is not "
                                   "a multiple of 8")
-            attr = ProgAttr(_unsigned(prog_type, 32, "prog_type"), code, bytes(license),
-                            _unsigned(expected_attach_type, 32, "expected_attach_type"),
-                            _name_arg(prog_name, "prog_name"),
-                            _unsigned(prog_flags, 32, "prog_flags"),
-                            _unsigned(log_level, 32, "log_level"))
+            attr = ProgAttr(unsigned(prog_type, 32, "prog_type"), code, bytes(license),
+                            unsigned(expected_attach_type, 32, "expected_attach_type"),
+                            name_arg(prog_name, "prog_name"),
+                            unsigned(prog_flags, 32, "prog_flags"),
+                            unsigned(log_level, 32, "log_level"))
         except KernelError as exc:
             raise self._fail(exc, "prog_load", f"program type {prog_type!r}") from None
         try:
@@ -611,17 +468,17 @@ class System(abc.ABC):
         """BPF_PROG_TEST_RUN. ``data_size_out`` defaults to room for the input plus a page
         (programs may grow the packet); ``ctx_size_out`` to the size of ``ctx_in``."""
         try:
-            prog_fd = _fd_arg(prog_fd)
-            data = _bytes_arg(data_in, "data_in")
-            ctx = b"" if ctx_in is None else _bytes_arg(ctx_in, "ctx_in")
+            prog_fd = fd_arg(prog_fd)
+            data = bytes_arg(data_in, "data_in")
+            ctx = b"" if ctx_in is None else bytes_arg(ctx_in, "ctx_in")
             if data_size_out is None:
                 data_size_out = len(data) + 4096 if data else 0
             if ctx_size_out is None:
                 ctx_size_out = len(ctx)
             request = TestRunRequest(
-                data, _unsigned(data_size_out, 32, "data_size_out"), ctx,
-                _unsigned(ctx_size_out, 32, "ctx_size_out"), _unsigned(repeat, 32, "repeat"),
-                _unsigned(flags, 32, "flags"), _unsigned(cpu, 32, "cpu"))
+                data, unsigned(data_size_out, 32, "data_size_out"), ctx,
+                unsigned(ctx_size_out, 32, "ctx_size_out"), unsigned(repeat, 32, "repeat"),
+                unsigned(flags, 32, "flags"), unsigned(cpu, 32, "cpu"))
             return self._prog_test_run(prog_fd, request)
         except KernelError as exc:
             raise self._fail(exc, "prog_test_run", self._prog_where(prog_fd)) from None
@@ -629,7 +486,7 @@ class System(abc.ABC):
     def prog_get_info(self, fd: int) -> ProgInfo:
         """BPF_OBJ_GET_INFO_BY_FD on a program (EBADFD for an fd that is not open)."""
         try:
-            return self._prog_get_info(_fd_arg(fd, errno.EBADFD))
+            return self._prog_get_info(fd_arg(fd, errno.EBADFD))
         except KernelError as exc:
             raise self._fail(exc, "prog_get_info", f"fd {fd}") from None
 
@@ -646,7 +503,7 @@ class System(abc.ABC):
         """Attach a tracepoint program; returns a handle (an fd) that ``close`` detaches."""
         where = f"tracepoint {category}/{name}"
         try:
-            prog_fd = _fd_arg(prog_fd)
+            prog_fd = fd_arg(prog_fd)
             for part in (category, name):
                 if not isinstance(part, str) or not part or "/" in part or "\0" in part:
                     raise KernelError(errno.EINVAL, f"{part!r} is not a tracepoint category "

@@ -17,8 +17,9 @@ import errno
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ..attrs import length_problem, value_problem
 from ..errors import KernelError
-from ..system import BatchLookup, length_problem, value_problem
+from ..system import BatchLookup
 from ..uapi import BPF_F_LOCK
 
 if TYPE_CHECKING:

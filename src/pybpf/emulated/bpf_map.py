@@ -21,8 +21,8 @@ from __future__ import annotations
 import errno
 from typing import TYPE_CHECKING, ClassVar
 
+from ..attrs import MapAttr
 from ..errors import KernelError, map_description
-from ..system import MapAttr
 from ..uapi import (
     BPF_F_NUMA_NODE,
     BPF_F_RDONLY_PROG,

@@ -30,8 +30,9 @@ import threading
 import time
 from typing import Any
 
+from ..attrs import ProgAttr, TestRunRequest
 from ..errors import KernelError, prog_description
-from ..system import ProgAttr, ProgInfo, TestRun, TestRunRequest
+from ..system import ProgInfo, TestRun
 from ..uapi import (
     BPF_PSEUDO_MAP_FD,
     BPF_PSEUDO_MAP_VALUE,

@@ -27,17 +27,9 @@ import threading
 import weakref
 from typing import Any
 
+from ..attrs import MapAttr, length_problem, pin_path, value_problem
 from ..errors import KernelError
-from ..system import (
-    BatchLookup,
-    FastOps,
-    MapAttr,
-    MapInfo,
-    System,
-    length_problem,
-    pin_path,
-    value_problem,
-)
+from ..system import BatchLookup, FastOps, MapInfo, System
 from ..topology import Topology
 from ..uapi import (
     BPF_F_LOCK,

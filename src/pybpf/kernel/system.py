@@ -30,21 +30,9 @@ import threading
 from collections.abc import Iterator
 
 from ..accelerator import ACCEL
+from ..attrs import UNREADABLE, MapAttr, ProgAttr, TestRunRequest, length_problem, value_problem
 from ..errors import KernelError, bpf_error
-from ..system import (
-    UNREADABLE,
-    BatchLookup,
-    FastOps,
-    MapAttr,
-    MapInfo,
-    ProgAttr,
-    ProgInfo,
-    System,
-    TestRun,
-    TestRunRequest,
-    length_problem,
-    value_problem,
-)
+from ..system import BatchLookup, FastOps, MapInfo, ProgInfo, System, TestRun
 from ..topology import Topology, host_topology
 from ..uapi import Cmd, MapType, map_traits, syscall_value_size
 from . import perf_event
