@@ -62,14 +62,14 @@ def generic_map_lookup_batch(bpf_map: BpfMap, in_batch: bytes | None, count: int
     end = False
     while len(keys) < count:
         try:
-            key = bpf_map.get_next_key(prev)
+            key = bpf_map.map_get_next_key(prev)
         except KernelError as exc:
             if exc.errno != errno.ENOENT:
                 raise
             end = True
             break
         try:
-            value = bpf_map.lookup_elem_sys(key, elem_flags)
+            value = bpf_map.bpf_map_copy_value(key, elem_flags)
         except KernelError as exc:
             if exc.errno != errno.ENOENT:
                 raise
@@ -87,7 +87,7 @@ def generic_map_update_batch(bpf_map: BpfMap, keys: Sequence[bytes], values: Seq
     check_elem_flags(elem_flags)
     for done, (key, value) in enumerate(zip(keys, values, strict=True)):
         try:
-            bpf_map.update_elem_sys(check_batch_key(bpf_map, key, f"keys[{done}]"),
+            bpf_map.bpf_map_update_value(check_batch_key(bpf_map, key, f"keys[{done}]"),
                                     check_batch_value(bpf_map, value, f"values[{done}]"),
                                     elem_flags)
         except KernelError as exc:
@@ -101,7 +101,7 @@ def generic_map_delete_batch(bpf_map: BpfMap, keys: Sequence[bytes], elem_flags:
     check_elem_flags(elem_flags)
     for done, key in enumerate(keys):
         try:
-            bpf_map.delete_elem_sys(check_batch_key(bpf_map, key, f"keys[{done}]"))
+            bpf_map.map_delete_elem(check_batch_key(bpf_map, key, f"keys[{done}]"))
         except KernelError as exc:
             exc.count = done
             raise

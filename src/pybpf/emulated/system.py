@@ -180,7 +180,7 @@ class EmulatedSystem(ProgramsMixin, System):
             if bpf_map.refcnt:
                 return
             self._map_idr.pop(bpf_map.id, None)
-        bpf_map.release()
+        bpf_map.map_free()
 
     def _map_new_fd(self, bpf_map: BpfMap, file_flags: int) -> int:
         self.bpf_map_inc(bpf_map)
@@ -227,7 +227,7 @@ class EmulatedSystem(ProgramsMixin, System):
 
     # -- BPF_MAP_CREATE ----------------------------------------------------------------------
     def _map_create(self, attr: MapAttr) -> int:
-        """map_create: its checks in syscall.c's order, then the type's alloc_check and
+        """map_create: its checks in syscall.c's order, then the type's map_alloc_check and
         map_alloc, then the name (bpf_obj_name_cpy comes after the allocation)."""
         token_flag = attr.map_flags & MapFlags.TOKEN_FD
         if token_flag:  # cleared before anything else reads map_flags
@@ -245,7 +245,7 @@ class EmulatedSystem(ProgramsMixin, System):
                 if attr.map_type in MapType._value2member_map_ else None
             raise KernelError(errno.EINVAL, f"map type {known} is not emulated"
                               if known and attr.map_type else f"unknown map type {attr.map_type}")
-        ops.alloc_check(attr, self.machine)
+        ops.map_alloc_check(attr, self.machine)
         if token_flag:  # bpf_token_get_from_fd: there are no BPF tokens in this backend
             raise KernelError(errno.EINVAL, "BPF_F_TOKEN_FD: map_token_fd is not a BPF token "
                               "(the emulated backend has none)")
@@ -259,7 +259,7 @@ class EmulatedSystem(ProgramsMixin, System):
         try:
             bpf_map.name = bpf_obj_name_cpy(attr.map_name)
         except KernelError:
-            bpf_map.release()
+            bpf_map.map_free()
             raise
         bpf_map.map_flags = bpf_map_flags_retain_permanent(bpf_map.map_flags)
         bpf_map.system = self
@@ -284,8 +284,8 @@ class EmulatedSystem(ProgramsMixin, System):
         if key is None or not key or len(key) != bpf_map.key_size:
             key = bpf_copy_key(bpf_map, key)
         if value is not None:  # maps that look up by value (bloom filter)
-            return bpf_map.lookup_elem_sys(key, flags, value=bpf_copy_value(bpf_map, value))
-        return bpf_map.lookup_elem_sys(key, flags)
+            return bpf_map.bpf_map_copy_value(key, flags, value=bpf_copy_value(bpf_map, value))
+        return bpf_map.bpf_map_copy_value(key, flags)
 
     def fast_ops(self, fd: int) -> FastOps:
         """The System commands, and for a map that has one (hash maps) read through a
@@ -319,19 +319,19 @@ class EmulatedSystem(ProgramsMixin, System):
             key = bpf_copy_key(bpf_map, key)
         if len(value) != bpf_map.sys_value_size:
             value = bpf_copy_value(bpf_map, value)
-        bpf_map.update_elem_sys(key, value, flags)
+        bpf_map.bpf_map_update_value(key, value, flags)
 
     def _map_delete_elem(self, fd: int, key: bytes | None) -> None:
         bpf_map = self._writable_map(fd)
         if key is None or not key or len(key) != bpf_map.key_size:
             key = bpf_copy_key(bpf_map, key)
-        bpf_map.delete_elem_sys(key)
+        bpf_map.map_delete_elem(key)
 
     def _map_get_next_key(self, fd: int, key: bytes | None) -> bytes:
         file = self._map_file(fd)
         if not file.can_read:
             raise KernelError(errno.EPERM, "the fd is write-only")
-        return file.map.get_next_key(None if key is None else bpf_copy_key(file.map, key))
+        return file.map.map_get_next_key(None if key is None else bpf_copy_key(file.map, key))
 
     def _map_lookup_and_delete_elem(self, fd: int, key: bytes | None, flags: int) -> bytes:
         if flags & ~BPF_F_LOCK:
@@ -345,7 +345,7 @@ class EmulatedSystem(ProgramsMixin, System):
             raise KernelError(errno.EINVAL, "queue and stack pops take no flags")
         if flags:
             raise KernelError(errno.EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value")
-        return bpf_map.lookup_and_delete_elem_sys(bpf_copy_key(bpf_map, key), flags)
+        return bpf_map.map_lookup_and_delete_elem(bpf_copy_key(bpf_map, key), flags)
 
     def _map_freeze(self, fd: int) -> None:
         file = self._map_file(fd)

@@ -226,7 +226,7 @@ class _Verifier:
             if off >= bpf_map.value_size:
                 raise _reject(errno.EINVAL, f"invalid access to map value pointer, value_size="
                               f"{bpf_map.value_size} off={off}")
-            value = bpf_map.lookup_elem(b"\0\0\0\0")
+            value = bpf_map.map_lookup_elem(b"\0\0\0\0")
             pseudo[pc] = ("map_value", value, off)
         return VerifiedProgram(insns, pseudo, maps)
 
