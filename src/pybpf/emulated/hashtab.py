@@ -10,13 +10,8 @@ Rules this module keeps:
   LRU_HASH puts a new element at the front; per-CPU maps and (6.16+) HASH_OF_MAPS update in
   place. get_next_key and the batches walk buckets in index order and each bucket front to
   back, so with ZERO_SEED the order is the kernel's.
-- Storage: a dict key -> element for lookups, plus the buckets (only the non-empty ones, with
-  a sorted index of them) for the order.
-- Memory: preallocated maps take elements from a ``PcpuFreelist`` (HASH keeps one spare
-  element per CPU so a replacement never fails) or, for LRU maps, from the ``BpfLru``;
-  NO_PREALLOC maps from ``BpfMemAlloc`` (or ``KmallocRcu``, the pre-6.1 design, when the
-  system was made with ``htab_mem="call_rcu"``). Preallocated elements are created lazily:
-  a free list holds a count of not-yet-materialised elements, which is unobservable.
+- Storage: ``htab_buckets.HtabBuckets`` (the buckets, a dict for lookups, an index of the
+  non-empty buckets for the order); element memory: ``htab_elem.HtabElemMemory``.
 - Locks: striped bucket locks; the LRU and the free lists have their own. Lock order is
   LRU -> bucket; LRU nodes are given back only after the bucket lock is dropped. A key's
   bucket always comes from hashing the key: an element reached without its bucket lock may
@@ -31,7 +26,7 @@ import functools
 import random
 import struct
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import KernelError
 from ..system import BatchLookup
@@ -49,7 +44,7 @@ from ..uapi import (
     round_up,
 )
 from .batch import check_elem_flags, generic_map_delete_batch, generic_map_update_batch
-from .bpf_lru_list import BpfLru, LruNode, lru_target_free
+from .bpf_lru_list import LruNode
 from .bpf_map import (
     U32_MAX,
     BpfMap,
@@ -61,37 +56,22 @@ from .bpf_map import (
     u32_key,
 )
 from .htab_buckets import HtabBuckets
+from .htab_elem import HTAB_ELEM_SIZE, HtabElem, HtabElemMemory
 from .jhash import htab_map_hash
 from .map_in_map import MapOfMapsMixin, bpf_map_meta_alloc
-from .memalloc import BpfMemAlloc, KmallocRcu
-from .percpu_freelist import PcpuFreelist
 
 if TYPE_CHECKING:
     from .machine import Machine
 
 HTAB_CREATE_FLAG_MASK = int(MapFlags.NO_PREALLOC | MapFlags.NO_COMMON_LRU | MapFlags.NUMA_NODE
                             | BPF_F_ACCESS_MASK | MapFlags.ZERO_SEED)
-HTAB_ELEM_SIZE = 48  # sizeof(struct htab_elem) on x86-64
 BUCKET_SIZE = 16  # sizeof(struct bucket)
 LOCK_STRIPES = 64
 HASH_CACHE_SIZE = 1 << 16
 
 
-class HtabElem(LruNode):
-    """struct htab_elem (the LRU node is embedded, as in the kernel)."""
-
-    __slots__ = ("key", "value", "hash", "node")
-
-    def __init__(self, value: Any, node: int) -> None:
-        super().__init__()
-        self.key = b""
-        self.value = value  # bytearray; per-CPU maps: one bytearray per CPU
-        self.hash = 0
-        self.node = node  # NUMA node of the element's memory
-
-
 @map_ops(MapType.HASH)
-class HtabMap(BpfMap):
+class HtabMap(HtabElemMemory, BpfMap):
     """BPF_MAP_TYPE_HASH; the other three types subclass it."""
 
     percpu = False
@@ -148,10 +128,8 @@ class HtabMap(BpfMap):
         self.mask = self.n_buckets - 1
         self.hashrnd = 0 if attr.map_flags & MapFlags.ZERO_SEED else random.getrandbits(32)
         self.slot_size = round_up(self.value_size, 8)
-        self.explicit_node = bpf_map_attr_numa_node(attr)
-        self.cpu_node = machine.cpu_node
-        self.current_cpu = machine.current_cpu
         self._current = machine.current  # ``.cpu``: the hot paths read it without a call
+        self.prealloc_init(attr, machine)
 
         # Per-CPU values are assembled per lookup, so they have no live value table.
         self.storage = HtabBuckets(self.n_buckets, with_values=not self.percpu)
@@ -166,53 +144,6 @@ class HtabMap(BpfMap):
         self.nstripes = min(self.n_buckets, LOCK_STRIPES)
         self.locks = [threading.Lock() for _ in range(self.nstripes)]
         self.stripe_mask = self.nstripes - 1  # both powers of two: hash & mask & stripe_mask
-        self.count_lock = threading.Lock()
-        self.count = 0  # NO_PREALLOC element count (inc_elem_count / dec_elem_count)
-
-        self.freelist: PcpuFreelist | None = None
-        self.lru_list: BpfLru | None = None
-        self.ma: BpfMemAlloc | KmallocRcu | None = None
-        # Per CPU, the spare elements a replacement takes (one each, as the kernel's
-        # extra_elems); a second thread replacing on the same CPU finds none and makes one.
-        self.extra_elems: list[list[HtabElem]] = []
-        if self.lru:
-            self.lru_list = BpfLru(ncpus, self.percpu_lru, self.htab_lru_map_delete_node,
-                                   lru_target_free(self.max_entries, ncpus), self.current_cpu)
-            self.lru_list.populate_lazy(self.max_entries, self._new_elem_on_home)
-        elif self.prealloc:
-            self.freelist = PcpuFreelist(ncpus, self.current_cpu)
-            self.freelist.populate_lazy(self.max_entries, self._new_elem_on_home)
-            if self.htab_has_extra_elems():  # replacing allocates: one spare per CPU makes a
-                # replacement in a full map succeed
-                self.extra_elems = [[self._new_elem_on_home()] for _ in range(ncpus)]
-        else:
-            self.ma = self._new_mem_alloc(machine)
-
-    def htab_has_extra_elems(self) -> bool:
-        """Types that replace an element with a new one (the others update in place)."""
-        return not (self.percpu or self.lru or self.fd_htab)
-
-    def _new_mem_alloc(self, machine: Machine) -> BpfMemAlloc | KmallocRcu:
-        if machine.htab_mem == "call_rcu":
-            return KmallocRcu(machine, self.explicit_node, self._new_elem)
-        elem_size = round_up(self.key_size, 8) + HTAB_ELEM_SIZE + (
-            8 if self.percpu else round_up(self.value_size, 8))
-        return BpfMemAlloc(machine, elem_size, self._new_elem)
-
-    def _new_value(self) -> Any:
-        if self.percpu:
-            return [bytearray(self.slot_size) for _ in range(self.machine.num_cpus)]
-        return bytearray(self.value_size)
-
-    def _new_elem(self, node: int) -> HtabElem:
-        if node == NUMA_NO_NODE:
-            node = self.machine.numa_node_id()
-        return HtabElem(self._new_value(), node)
-
-    def _new_elem_on_home(self) -> HtabElem:
-        return HtabElem(self._new_value(), self.numa_node)
-
-    # -- bucket bookkeeping ---------------------------------------------------------------------
     def _hash(self, key: bytes) -> int:
         """htab_map_hash of ``key``, always from the key: an element found without its bucket
         lock may be recycled for another key meanwhile, so its ``hash`` cannot be trusted."""
@@ -221,79 +152,11 @@ class HtabMap(BpfMap):
     def _lock(self, hash_: int) -> threading.Lock:
         return self.locks[hash_ & self.stripe_mask]
 
-    # -- element memory ---------------------------------------------------------------------
-    def _fill_value(self, elem: HtabElem, value: bytes, onallcpus: bool,
-                    init: bool = True) -> None:
-        """pcpu_init_value (``init``: a new element) or pcpu_copy_value (an existing one).
-
-        From the syscall (``onallcpus``) every CPU's slot is written; from a program only the
-        current CPU's, and a new element gets zeros on the other CPUs (5.11+).
-        """
-        if not self.percpu:
-            # Writing the element is an access to its memory, like a lookup's read.
-            self.access_stats.access(self._current.cpu, elem.node)
-            elem.value[:] = value
-        elif onallcpus:
-            size = self.slot_size
-            for cpu, slot in enumerate(elem.value):
-                slot[:] = value[cpu * size:(cpu + 1) * size]
-        else:
-            cpu = self._current.cpu
-            elem.value[cpu][:self.value_size] = value[:self.value_size]
-            if init:
-                zeros = bytes(self.slot_size)
-                for other, slot in enumerate(elem.value):
-                    if other != cpu:
-                        slot[:] = zeros
-
-    def alloc_htab_elem(self, key: bytes, value: bytes, hash_: int, old: HtabElem | None,
-                        onallcpus: bool) -> HtabElem:
-        """alloc_htab_elem: E2BIG when full (new keys only), ENOMEM when out of memory."""
-        if self.prealloc:
-            if old is not None and self.extra_elems:
-                # The kernel swaps its CPU's spare for old with preemption off; here several
-                # threads may share an emulated CPU, so the spare is taken now (list.pop is
-                # atomic) and old is given back once unlinked (htab_map_update_elem).
-                try:
-                    elem = self.extra_elems[self._current.cpu].pop()
-                except IndexError:
-                    elem = self._new_elem_on_home()
-            else:
-                elem = self.freelist.pop()
-                if elem is None:
-                    raise KernelError(errno.E2BIG, f"the map is full ({self.max_entries} "
-                                      "elements)")
-        else:
-            with self.count_lock:
-                if self.count >= self.max_entries and old is None:
-                    raise KernelError(errno.E2BIG, f"the map is full ({self.max_entries} "
-                                      "elements)")
-                self.count += 1
-            elem = self.ma.alloc()
-            if elem is None:
-                with self.count_lock:
-                    self.count -= 1
-                raise KernelError(errno.ENOMEM, "bpf_mem_alloc had no free element")
-        elem.key = key
-        elem.hash = hash_
-        self._fill_value(elem, value, onallcpus)
-        return elem
-
-    def free_htab_elem(self, elem: HtabElem) -> None:
-        """free_htab_elem: back to the free list, or to the allocator."""
-        self.htab_put_fd_value(elem)
-        if self.prealloc:
-            self.freelist.push(elem)
-        else:
-            with self.count_lock:
-                self.count -= 1
-            self.ma.free(elem)
-
-    def htab_put_fd_value(self, elem: HtabElem) -> None:
-        """An element leaves the table: fd-holding subclasses drop their reference here."""
-
     # -- update and delete (both sides, as the kernel's ops) -----------------------------------
-    def _check_update_flags(self, flags: int) -> None:
+    @staticmethod
+    def check_update_flags(flags: int) -> None:
+        """Every htab update's first check: BPF_ANY, BPF_NOEXIST or BPF_EXIST (BPF_F_LOCK needs
+        a bpf_spin_lock, which no value has here)."""
         if (flags & ~BPF_F_LOCK) > BPF_EXIST:
             raise KernelError(errno.EINVAL, f"flags {flags:#x}: use BPF_ANY, BPF_NOEXIST or "
                               "BPF_EXIST")
@@ -311,7 +174,7 @@ class HtabMap(BpfMap):
     def htab_map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
         """htab_map_update_elem."""
         if flags:
-            self._check_update_flags(flags)
+            self.check_update_flags(flags)
         # Hot path: the hash an existing element carries saves hashing the key, but that
         # element was found without a lock and may have been recycled for another key; it
         # is trusted only if, under the lock it chose, it is still key's with that hash.
@@ -351,9 +214,7 @@ class HtabMap(BpfMap):
                                       onallcpus: bool) -> None:
         """htab_map_update_elem_in_place: per-CPU maps, and (6.16+) maps of maps, overwrite
         an existing element's value where it is, so its bucket position does not change."""
-        if flags > BPF_EXIST:
-            raise KernelError(errno.EINVAL, f"flags {flags:#x}: use BPF_ANY, BPF_NOEXIST or "
-                              "BPF_EXIST")
+        self.check_update_flags(flags)
         hash_ = self._hash(key)
         with self._lock(hash_):
             old = self.table.get(key)
@@ -375,7 +236,8 @@ class HtabMap(BpfMap):
             self._unlink(elem)
         self._release_elem(elem)
 
-    _release_elem = free_htab_elem  # where a deleted element goes (LRU maps: back to the LRU)
+    _release_elem = HtabElemMemory.free_htab_elem  # where a deleted element goes (LRU maps:
+    # back to the LRU)
 
     # -- reads ----------------------------------------------------------------------------------
     def _read_value(self, elem: HtabElem) -> bytes:
@@ -612,9 +474,7 @@ class HtabLruMap(HtabMap):
 
     def htab_lru_map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
         """htab_lru_map_update_elem."""
-        if flags > BPF_EXIST:
-            raise KernelError(errno.EINVAL, f"flags {flags:#x}: use BPF_ANY, BPF_NOEXIST or "
-                              "BPF_EXIST")
+        self.check_update_flags(flags)
         hash_ = self._hash(key)
         node = self.prealloc_lru_pop()
         node.key = key
@@ -664,9 +524,7 @@ class HtabLruPercpuMap(HtabLruMap):
     def _htab_lru_percpu_map_update_elem(self, key: bytes, value: bytes, flags: int,
                                          onallcpus: bool) -> None:
         """__htab_lru_percpu_map_update_elem."""
-        if flags > BPF_EXIST:
-            raise KernelError(errno.EINVAL, f"flags {flags:#x}: use BPF_ANY, BPF_NOEXIST or "
-                              "BPF_EXIST")
+        self.check_update_flags(flags)
         hash_ = self._hash(key)
         node = self.prealloc_lru_pop() if flags != BPF_EXIST else None
         error: KernelError | None = None
