@@ -393,6 +393,8 @@ class MapFdCodec(Codec):
                             f"{type(obj).__name__}")
         if fd < 0:
             raise ValueError("the inner map is closed (fd -1): keep it open while inserting")
+        if fd >= 1 << 31:
+            raise ValueError(f"{fd} is not an fd (fds are below 2**31)")
         return fd.to_bytes(4, "little")
 
     def decode(self, data: bytes) -> int:
@@ -488,7 +490,10 @@ class LpmKey(Codec):
             if len(data) != self.data_size:
                 raise ValueError(f"LPM key data must be {self.data_size} bytes, got "
                                  f"{len(data)}")
-            return int(prefixlen).to_bytes(4, "little") + data
+            if not isinstance(prefixlen, int) or not 0 <= prefixlen < 1 << 32:
+                raise ValueError(f"an LPM prefixlen is a u32 (at most the key's "
+                                 f"{8 * self.data_size} bits), got {prefixlen!r}")
+            return prefixlen.to_bytes(4, "little") + data
         raise TypeError(f"an LPM key is (prefixlen, {self.data_size} data bytes), an "
                         f"ipaddress network or {self.size} raw bytes, got {obj!r}")
 
