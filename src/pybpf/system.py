@@ -156,6 +156,22 @@ class FastOps:
     delete_batch: Callable[..., tuple] | None = None
 
 
+# ``flags is _NO_FLAGS``: the int 0 (CPython keeps one), the flags of nearly every call.
+_NO_FLAGS = 0
+
+
+def _bytes_list(items: Sequence[object], what: str) -> list[bytes]:
+    """A batch's keys or values as a list of bytes (``what[i]`` named in an error)."""
+    items = list(items)
+    if not set(map(type, items)) <= _BYTES_ONLY:
+        for i, item in enumerate(items):
+            items[i] = bytes_arg(item, f"{what}[{i}]")
+    return items  # type: ignore[return-value]
+
+
+_BYTES_ONLY = frozenset({bytes})
+
+
 def map_describe(info: MapInfo) -> str:
     return map_description(info.type, info.name, info.id)
 
@@ -246,10 +262,9 @@ class System(abc.ABC):
         """BPF_MAP_LOOKUP_ELEM. ``value`` is the input of a map that looks up by value
         (BLOOM_FILTER peek, key None): ENOENT when absent, else ``value`` comes back."""
         try:
-            if not (fd.__class__ is int and flags.__class__ is int and value is None
-                    and (key is None or key.__class__ is bytes)
-                    and 0 <= flags <= 0xFFFF_FFFF_FFFF_FFFF
-                    and -0x8000_0000 <= fd < 0x8000_0000):
+            # The hot case in one cheap test; anything else is normalised (or refused).
+            if not (fd.__class__ is int and flags is _NO_FLAGS and value is None
+                    and key.__class__ is bytes and -0x8000_0000 <= fd < 0x8000_0000):
                 fd = fd_arg(fd)
                 key = key_arg(key)
                 flags = unsigned(flags, 64, "flags")
@@ -262,10 +277,10 @@ class System(abc.ABC):
     def map_update_elem(self, fd: int, key: bytes | None, value: bytes, flags: int = 0) -> None:
         """BPF_MAP_UPDATE_ELEM (flags: BPF_ANY, BPF_NOEXIST, BPF_EXIST, BPF_F_LOCK)."""
         try:
-            if not (fd.__class__ is int and flags.__class__ is int
-                    and value.__class__ is bytes and (key is None or key.__class__ is bytes)
-                    and 0 <= flags <= 0xFFFF_FFFF_FFFF_FFFF
-                    and -0x8000_0000 <= fd < 0x8000_0000):
+            if not (fd.__class__ is int and value.__class__ is bytes
+                    and key.__class__ is bytes and -0x8000_0000 <= fd < 0x8000_0000
+                    and (flags is _NO_FLAGS or flags.__class__ is int
+                         and 0 < flags <= 0xFFFF_FFFF_FFFF_FFFF)):
                 fd = fd_arg(fd)
                 key = key_arg(key)
                 value = bytes_arg(value, "value")
@@ -277,7 +292,7 @@ class System(abc.ABC):
     def map_delete_elem(self, fd: int, key: bytes | None) -> None:
         """BPF_MAP_DELETE_ELEM."""
         try:
-            if not (fd.__class__ is int and (key is None or key.__class__ is bytes)
+            if not (fd.__class__ is int and key.__class__ is bytes
                     and -0x8000_0000 <= fd < 0x8000_0000):
                 fd = fd_arg(fd)
                 key = key_arg(key)
@@ -345,9 +360,9 @@ class System(abc.ABC):
                      values: Sequence[bytes] | None, elem_flags: int, flags: int) -> int:
         try:
             fd = fd_arg(fd)
-            keys = [bytes_arg(key, f"keys[{i}]") for i, key in enumerate(keys)]
+            keys = _bytes_list(keys, "keys")
             if values is not None:
-                values = [bytes_arg(value, f"values[{i}]") for i, value in enumerate(values)]
+                values = _bytes_list(values, "values")
                 if len(values) != len(keys):
                     raise KernelError(errno.EINVAL, f"{len(keys)} keys but {len(values)} "
                                       "values", count=0)

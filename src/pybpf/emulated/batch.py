@@ -35,18 +35,21 @@ def check_elem_flags(elem_flags: int) -> None:
         raise KernelError(errno.EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value")
 
 
-def check_batch_key(bpf_map: BpfMap, key: bytes, what: str) -> bytes:
-    """The copy of one key of a batch (or its token): EINVAL when its length is wrong."""
+def check_batch_key(bpf_map: BpfMap, key: bytes, what: str, index: int | None = None) -> bytes:
+    """The copy of one key of a batch (``what[index]``) or its token (``what``): EINVAL when
+    its length is wrong."""
     if len(key) != bpf_map.key_size:
-        raise KernelError(errno.EINVAL, length_problem(what, len(key), bpf_map.key_size,
+        name = what if index is None else f"{what}[{index}]"
+        raise KernelError(errno.EINVAL, length_problem(name, len(key), bpf_map.key_size,
                                                        "the map's key_size is"))
     return key
 
 
-def check_batch_value(bpf_map: BpfMap, value: bytes, what: str) -> bytes:
+def check_batch_value(bpf_map: BpfMap, value: bytes, index: int) -> bytes:
     if len(value) != bpf_map.sys_value_size:
         raise KernelError(errno.EINVAL, value_problem(
-            bpf_map.map_type, bpf_map.value_size, bpf_map.machine.num_cpus, what, len(value)))
+            bpf_map.map_type, bpf_map.value_size, bpf_map.machine.num_cpus,
+            f"values[{index}]", len(value)))
     return value
 
 
@@ -87,9 +90,8 @@ def generic_map_update_batch(bpf_map: BpfMap, keys: Sequence[bytes], values: Seq
     check_elem_flags(elem_flags)
     for done, (key, value) in enumerate(zip(keys, values, strict=True)):
         try:
-            bpf_map.bpf_map_update_value(check_batch_key(bpf_map, key, f"keys[{done}]"),
-                                    check_batch_value(bpf_map, value, f"values[{done}]"),
-                                    elem_flags)
+            bpf_map.bpf_map_update_value(check_batch_key(bpf_map, key, "keys", done),
+                                         check_batch_value(bpf_map, value, done), elem_flags)
         except KernelError as exc:
             exc.count = done
             raise
@@ -101,7 +103,7 @@ def generic_map_delete_batch(bpf_map: BpfMap, keys: Sequence[bytes], elem_flags:
     check_elem_flags(elem_flags)
     for done, key in enumerate(keys):
         try:
-            bpf_map.map_delete_elem(check_batch_key(bpf_map, key, f"keys[{done}]"))
+            bpf_map.map_delete_elem(check_batch_key(bpf_map, key, "keys", done))
         except KernelError as exc:
             exc.count = done
             raise

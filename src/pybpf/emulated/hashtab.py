@@ -261,7 +261,7 @@ class HtabMap(HtabElemMemory, BpfMap):
         if elem is None:
             raise KernelError(errno.ENOENT, "key not found")
         self.access_stats.access(self._current.cpu, elem.node)
-        return self._read_value(elem)
+        return b"".join(elem.value) if self.percpu else bytes(elem.value)
 
     def htab_map_lookup_and_delete_elem(self, key: bytes | None, flags: int) -> bytes:
         """htab_map_lookup_and_delete_elem (and its LRU and per-CPU variants)."""

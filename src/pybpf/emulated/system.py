@@ -271,10 +271,10 @@ class EmulatedSystem(ProgramsMixin, System):
     # -- element commands --------------------------------------------------------------------
     def _map_lookup_elem(self, fd: int, key: bytes | None, flags: int,
                          value: bytes | None) -> bytes:
-        if flags & ~BPF_F_LOCK:
+        if flags and flags & ~BPF_F_LOCK:
             raise KernelError(errno.EINVAL, f"flags {flags:#x}: only BPF_F_LOCK is accepted")
         file = self._files.get(fd)
-        if type(file) is not MapFile:  # the hot path skips _map_file's call
+        if file.__class__ is not MapFile:  # the hot path skips _map_file's call
             file = self._map_file(fd)
         if not file.can_read:
             raise KernelError(errno.EPERM, "the fd is write-only")
@@ -303,7 +303,7 @@ class EmulatedSystem(ProgramsMixin, System):
 
     def _writable_map(self, fd: int) -> BpfMap:
         file = self._files.get(fd)
-        if type(file) is not MapFile:  # the hot path skips _map_file's call
+        if file.__class__ is not MapFile:  # the hot path skips _map_file's call
             file = self._map_file(fd)
         if not file.can_write:
             raise KernelError(errno.EPERM, "the fd is read-only")

@@ -67,10 +67,12 @@ _SIZEOF_ELEM = ctypes.sizeof(MapElemAttr)
 class _MapMeta:
     """What the translation needs to know about a map fd."""
 
-    __slots__ = ("map_type", "key_size", "value_size", "token_size", "capacity", "problem")
+    __slots__ = ("map_type", "key_size", "value_size", "token_size", "capacity", "problem",
+                 "by_value")
 
     def __init__(self, map_type: int, key_size: int, value_size: int, max_entries: int) -> None:
         self.map_type = map_type
+        self.by_value = map_type == MapType.BLOOM_FILTER  # lookups read the value, not a key
         self.key_size = key_size
         # Bytes of one value through the syscall (per-CPU slots, 4-byte fds/ids).
         self.value_size = syscall_value_size(map_type, value_size, num_possible_cpus())
@@ -89,15 +91,19 @@ _MAPS: dict[int, _MapMeta] = {}
 class _ThreadState(threading.local):
     """The calling thread's scratch: attrs and value buffers reused call after call.
 
-    ``scratch`` is one tuple so the hot path pays for one thread-local lookup:
-    (lookup attr, its address, attr of the other element commands, its address, buffers by
-    size). The lookup attr's ``flags`` stays 0: lookups with flags take the general path.
+    Each path pays for one thread-local lookup of one tuple: ``lookup`` and ``update`` (the
+    hot paths: attr, its address, and what the attr holds now, so a field is set only when it
+    changes: [the map's _MapMeta, the value buffer or the flags]), ``elem`` (the general
+    path: attr, address, value buffers by size). The lookup attr's ``flags`` stays 0: lookups
+    with flags take the general path. A _MapMeta is made anew for every fd the kernel hands
+    out, so "the same meta" means the same fd and the same sizes.
     """
 
     def __init__(self) -> None:
-        lookup, elem = MapElemAttr(), MapElemAttr()
-        self.scratch = (lookup, ctypes.c_void_p(ctypes.addressof(lookup)),
-                        elem, ctypes.c_void_p(ctypes.addressof(elem)), {})
+        lookup, update, elem = MapElemAttr(), MapElemAttr(), MapElemAttr()
+        self.lookup = (lookup, ctypes.c_void_p(ctypes.addressof(lookup)), [None, None])
+        self.update = (update, ctypes.c_void_p(ctypes.addressof(update)), [None, 0])
+        self.elem = (elem, ctypes.c_void_p(ctypes.addressof(elem)), {})
 
 
 def _new_buffer(buffers: dict, size: int) -> tuple[ctypes.Array, int]:
@@ -127,6 +133,11 @@ def _not_a_map(fd: int, err: int) -> KernelError:
     if err == errno.EINVAL and kind is not None and kind != "bpf-map":
         return KernelError(err, f"fd {fd} is not a BPF map ({kind or 'another file'})")
     return KernelError(err)
+
+
+def _all_of_size(items: list[bytes], size: int) -> bool:
+    lengths = set(map(len, items))
+    return not lengths or lengths == {size}
 
 
 def _fresh(fd: int) -> int:
@@ -204,22 +215,25 @@ class KernelSystem(System):
     def _map_lookup_elem(self, fd: int, key: bytes | None, flags: int,
                          value: bytes | None) -> bytes:
         meta = _MAPS.get(fd) or self._meta(fd)
-        if meta is not None and meta.map_type == MapType.BLOOM_FILTER and value is None:
-            value = bytes(meta.value_size)  # an input here: none given reads as zeros
-        if value is not None:  # a lookup by value (bloom filter): it comes back on a hit
-            self._elem(Cmd.MAP_LOOKUP_ELEM, fd, meta, key, flags, value)
-            return value
-        if (meta is None or flags or key.__class__ is not bytes
-                or len(key) != meta.key_size):
+        if (meta is None or flags or value is not None or meta.by_value
+                or key.__class__ is not bytes or len(key) != meta.key_size):
+            if meta is not None and meta.by_value and value is None:
+                value = bytes(meta.value_size)  # an input here: none given reads as zeros
+            if value is not None:  # a lookup by value (bloom filter): it comes back on a hit
+                self._elem(Cmd.MAP_LOOKUP_ELEM, fd, meta, key, flags, value)
+                return value
             return self._elem(Cmd.MAP_LOOKUP_ELEM, fd, meta, key, flags, out=-1)
-        attr, ref, _, _, buffers = _tls.scratch
-        attr.map_fd = fd
+        attr, ref, holds = _tls.lookup
+        if holds[0] is not meta:
+            buffers = _tls.elem[2]
+            buf, attr.value = buffers.get(meta.value_size) or _new_buffer(buffers,
+                                                                          meta.value_size)
+            attr.map_fd = fd
+            holds[:] = meta, buf
         attr.key = key
-        size = meta.value_size
-        buf, attr.value = buffers.get(size) or _new_buffer(buffers, size)
         if libc_syscall(NR_BPF, 1, ref, _SIZEOF_ELEM) < 0:
             raise KernelError(get_errno())
-        return buf.raw
+        return holds[1].raw
 
     def _map_update_elem(self, fd: int, key: bytes | None, value: bytes, flags: int) -> None:
         meta = _MAPS.get(fd) or self._meta(fd)
@@ -227,11 +241,15 @@ class KernelSystem(System):
                 or len(value) != meta.value_size):
             self._elem(Cmd.MAP_UPDATE_ELEM, fd, meta, key, flags, value)
             return
-        _, _, attr, ref, _ = _tls.scratch
-        attr.map_fd = fd
+        attr, ref, holds = _tls.update
+        if holds[0] is not meta:
+            attr.map_fd = fd
+            holds[0] = meta
+        if holds[1] != flags:
+            attr.flags = flags
+            holds[1] = flags
         attr.key = key
         attr.value = value
-        attr.flags = flags
         if libc_syscall(NR_BPF, 2, ref, _SIZEOF_ELEM) < 0:
             raise KernelError(get_errno())
 
@@ -250,7 +268,7 @@ class KernelSystem(System):
             if value is not None and len(value) != meta.value_size:
                 problem = problem or meta.problem("value", len(value))
                 value = UNREADABLE  # type: ignore[assignment]
-        _, _, attr, ref, buffers = _tls.scratch
+        attr, ref, buffers = _tls.elem
         attr.map_fd = fd
         attr.key = key
         attr.flags = flags
@@ -374,14 +392,16 @@ class KernelSystem(System):
                                         flags=flags))
             raise _not_a_map(fd, -ret if ret < 0 else errno.EINVAL)
         good, problem = len(keys), ""
-        for i, key in enumerate(keys):
-            if len(key) != meta.key_size:
-                good, problem = i, length_problem(f"keys[{i}]", len(key), meta.key_size,
-                                                  "the map's key_size is")
-                break
-            if values is not None and len(values[i]) != meta.value_size:
-                good, problem = i, meta.problem(f"values[{i}]", len(values[i]))
-                break
+        if not (_all_of_size(keys, meta.key_size)
+                and (values is None or _all_of_size(values, meta.value_size))):
+            for i, key in enumerate(keys):
+                if len(key) != meta.key_size:
+                    good, problem = i, length_problem(f"keys[{i}]", len(key), meta.key_size,
+                                                      "the map's key_size is")
+                    break
+                if values is not None and len(values[i]) != meta.value_size:
+                    good, problem = i, meta.problem(f"values[{i}]", len(values[i]))
+                    break
         attr = MapBatchAttr(keys=b"".join(keys[:good]), count=good, map_fd=fd,
                             values=None if values is None else b"".join(values[:good]),
                             elem_flags=elem_flags, flags=flags)
