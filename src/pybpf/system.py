@@ -162,8 +162,9 @@ _NO_FLAGS = 0
 
 def _bytes_list(items: Sequence[object], what: str) -> list[bytes]:
     """A batch's keys or values as a list of bytes (``what[i]`` named in an error)."""
-    items = list(items)
+    items = items if items.__class__ is list else list(items)
     if not set(map(type, items)) <= _BYTES_ONLY:
+        items = list(items)  # a copy: the caller's list stays as it was
         for i, item in enumerate(items):
             items[i] = bytes_arg(item, f"{what}[{i}]")
     return items  # type: ignore[return-value]

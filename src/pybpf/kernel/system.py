@@ -91,18 +91,19 @@ _MAPS: dict[int, _MapMeta] = {}
 class _ThreadState(threading.local):
     """The calling thread's scratch: attrs and value buffers reused call after call.
 
-    Each path pays for one thread-local lookup of one tuple: ``lookup`` and ``update`` (the
-    hot paths: attr, its address, and what the attr holds now, so a field is set only when it
-    changes: [the map's _MapMeta, the value buffer or the flags]), ``elem`` (the general
-    path: attr, address, value buffers by size). The lookup attr's ``flags`` stays 0: lookups
-    with flags take the general path. A _MapMeta is made anew for every fd the kernel hands
-    out, so "the same meta" means the same fd and the same sizes.
+    Each path pays for one thread-local lookup of one tuple: ``lookup``, ``update`` and
+    ``delete`` (the hot paths: attr, its address, and what the attr holds now, so a field is
+    set only when it changes: [the map's _MapMeta, the value buffer or the flags]), ``elem``
+    (the general path: attr, address, value buffers by size). The lookup attr's ``flags``
+    stays 0: lookups with flags take the general path. A _MapMeta is made anew for every fd
+    the kernel hands out, so "the same meta" means the same fd and the same sizes.
     """
 
     def __init__(self) -> None:
-        lookup, update, elem = MapElemAttr(), MapElemAttr(), MapElemAttr()
+        lookup, update, delete, elem = MapElemAttr(), MapElemAttr(), MapElemAttr(), MapElemAttr()
         self.lookup = (lookup, ctypes.c_void_p(ctypes.addressof(lookup)), [None, None])
         self.update = (update, ctypes.c_void_p(ctypes.addressof(update)), [None, 0])
+        self.delete = (delete, ctypes.c_void_p(ctypes.addressof(delete)), [None])
         self.elem = (elem, ctypes.c_void_p(ctypes.addressof(elem)), {})
 
 
@@ -286,7 +287,17 @@ class KernelSystem(System):
         return None if buf is None else buf.raw
 
     def _map_delete_elem(self, fd: int, key: bytes | None) -> None:
-        self._elem(Cmd.MAP_DELETE_ELEM, fd, _MAPS.get(fd) or self._meta(fd), key, 0)
+        meta = _MAPS.get(fd) or self._meta(fd)
+        if meta is None or key.__class__ is not bytes or len(key) != meta.key_size:
+            self._elem(Cmd.MAP_DELETE_ELEM, fd, meta, key, 0)
+            return
+        attr, ref, holds = _tls.delete
+        if holds[0] is not meta:
+            attr.map_fd = fd
+            holds[0] = meta
+        attr.key = key
+        if libc_syscall(NR_BPF, 3, ref, _SIZEOF_ELEM) < 0:
+            raise KernelError(get_errno())
 
     def _map_get_next_key(self, fd: int, key: bytes | None) -> bytes:
         meta = _MAPS.get(fd) or self._meta(fd)
