@@ -23,6 +23,15 @@ def bpf_get_file_flag(flags: int) -> int:
     return flags & BPF_OBJ_FLAG_MASK
 
 
+def bpf_obj_file_flags(flags: int, what: str) -> int:
+    """The open flags of GET_FD_BY_ID and OBJ_GET (``what``: the attr field): only RDONLY or
+    WRONLY (BPF_OBJ_FLAG_MASK), then bpf_get_file_flag."""
+    if flags & ~BPF_OBJ_FLAG_MASK:
+        raise KernelError(errno.EINVAL, f"{what} {flags:#x}: only BPF_F_RDONLY or BPF_F_WRONLY "
+                          "are accepted")
+    return bpf_get_file_flag(flags)
+
+
 def bpf_obj_name_cpy(name: bytes, field: str = "map_name") -> str:
     """The object's name: [A-Za-z0-9_.] (and Latin-1 letters) up to a NUL that must fit in
     16 bytes (``field`` names the attribute in messages: map_name, prog_name). The name reads

@@ -45,7 +45,7 @@ from .bpf_map import MAP_OPS, BpfMap, bpf_map_attr_numa_node
 from .inode import BpfFs
 from .machine import Machine
 from .progs import ProgramsMixin
-from .syscall import BPF_OBJ_FLAG_MASK, bpf_get_file_flag, bpf_obj_name_cpy
+from .syscall import bpf_get_file_flag, bpf_obj_file_flags, bpf_obj_name_cpy
 
 # Map family modules; importing one registers its types in MAP_OPS (bpf_map_types[]).
 _FAMILY_MODULES = ("hashtab", "arraymap", "map_in_map", "queue_stack_maps", "lpm_trie",
@@ -407,10 +407,7 @@ class EmulatedSystem(ProgramsMixin, System):
                        map_extra=bpf_map.map_extra)
 
     def _map_get_fd_by_id(self, map_id: int, open_flags: int) -> int:
-        if open_flags & ~BPF_OBJ_FLAG_MASK:
-            raise KernelError(errno.EINVAL, f"open_flags {open_flags:#x}: only BPF_F_RDONLY or "
-                              "BPF_F_WRONLY are accepted")
-        file_flags = bpf_get_file_flag(open_flags)
+        file_flags = bpf_obj_file_flags(open_flags, "open_flags")
         with self._lock:
             bpf_map = self._map_idr.get(map_id)
             if bpf_map is None:
@@ -440,10 +437,7 @@ class EmulatedSystem(ProgramsMixin, System):
             inc(obj)
 
     def _obj_get(self, path: str, file_flags: int) -> int:
-        if file_flags & ~BPF_OBJ_FLAG_MASK:
-            raise KernelError(errno.EINVAL, f"file_flags {file_flags:#x}: only BPF_F_RDONLY or "
-                              "BPF_F_WRONLY are accepted")
-        flags = bpf_get_file_flag(file_flags)
+        flags = bpf_obj_file_flags(file_flags, "file_flags")
         with self._lock:
             obj = self.bpffs.get(path)
             if isinstance(obj, BpfMap):
