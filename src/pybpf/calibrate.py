@@ -111,7 +111,7 @@ def calibrate_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Nam
 
 
 def run(ns: argparse.Namespace) -> int:
-    from .system import system
+    from .backends import system
 
     calib = Calibration(system("kernel"), ns.cpu, ns.rounds, ns.progress)
     samples = calib.measure()
@@ -552,7 +552,7 @@ class Calibration:
 
 def host_facts() -> dict:
     """What the profile's topology and memory sections come from: sysfs, /proc."""
-    from .system import host_topology
+    from .topology import host_topology
 
     cache = Path("/sys/devices/system/cpu/cpu0/cache")
     sizes: dict[int, int] = {}
