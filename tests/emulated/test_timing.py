@@ -61,14 +61,19 @@ def test_a_write_makes_the_next_access_from_another_cpu_a_transfer():
 
 
 def test_private_cache_capacity_is_the_profile_l2_scaled():
-    t = timing(cache_scale=1 / 64)  # 256 KiB / 64 = 64 lines
+    t = timing(cache_scale=1 / 32)  # 256 KiB / 32 = 128 lines
     base = t.alloc_region(1 << 20, node=0)
     lines = [base + 64 * i for i in range(t.private_lines + 1)]
     for addr in lines:
         t.access(0, addr)
-    assert t.private_lines == 64
+    assert t.private_lines == 128
     assert t.access(0, lines[-1]) == 0
     assert t.access(0, lines[0]) > 0  # evicted: least recently used
+
+
+def test_a_scaled_cache_keeps_room_for_the_hot_lines():
+    t = timing(cache_scale=1e-6)
+    assert t.private_lines == t.shared_lines == 64
 
 
 def test_kmalloc_hands_back_the_last_freed_object_of_its_class():
@@ -95,14 +100,6 @@ def test_contended_lock_waits_for_the_release_then_pays_the_transfer():
     assert t.breakdown(1)["lock_wait"][0] == 1
 
 
-def test_unlock_by_another_cpu_is_refused():
-    t = timing()
-    lock = t.new_lock(t.alloc_region(64, node=0))
-    t.spin_lock(0, lock)
-    with pytest.raises(RuntimeError, match="CPU 1 releases a lock held by CPU 0"):
-        t.spin_unlock(1, lock)
-
-
 def test_grace_periods_run_one_after_another():
     t = timing()
     gp = PROFILE["rcu.grace_period"]
@@ -127,7 +124,7 @@ def test_deferred_work_runs_on_its_cpu_once_the_clock_reaches_it():
 
 # -- properties ----------------------------------------------------------------------------
 
-ops = st.lists(st.tuples(st.integers(0, 40), st.booleans()), min_size=1, max_size=60)
+ops = st.lists(st.tuples(st.integers(0, 200), st.booleans()), min_size=1, max_size=80)
 
 
 @settings(max_examples=60, deadline=None)
@@ -145,7 +142,8 @@ def test_remote_memory_never_costs_less_than_local(accesses):
 
 
 @settings(max_examples=60, deadline=None)
-@given(ops, st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3)), max_size=60),
+@given(st.lists(st.tuples(st.integers(0, 40), st.booleans()), min_size=1, max_size=60),
+       st.lists(st.tuples(st.integers(0, 40), st.integers(0, 3)), max_size=60),
        st.integers(1, 19))
 def test_contention_never_speeds_a_cpu_up(own, theirs, other):
     """CPU 0 warms its lines, then works; another CPU's locks and atomics on the same lines,

@@ -94,14 +94,38 @@ def plot_arg(text: str) -> str:
     return text
 
 
-def emulated_machine(cpus: int | None, nodes: int | None):
-    """The emulated System of ``--cpus``/``--nodes`` (the host's shape where not given);
-    ValueError naming the arguments where the emulated backend refuses that machine."""
+PROFILE_HELP = ("emulated: the machine profile whose costs the modeled time uses, a shipped "
+                "one ({}) or a TOML file (pybpf calibrate writes one); without --cpus/--nodes "
+                "the machine has the profile's CPUs and nodes. Default: host")
+
+
+def profile_help() -> str:
+    from ..profiles import shipped_profiles
+
+    return PROFILE_HELP.format(", ".join(shipped_profiles()))
+
+
+def profile_arg(text: str) -> str:
+    """``--profile NAME|FILE``: a shipped profile or a file that loads (checked now)."""
+    from ..profiles import ProfileError, load_profile
+
+    try:
+        load_profile(text)
+    except ProfileError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def emulated_machine(cpus: int | None, nodes: int | None, profile: str | None = None):
+    """The emulated System of ``--cpus``/``--nodes``/``--profile`` (the host's shape where
+    none is given); ValueError naming the arguments where the emulated backend refuses that
+    machine."""
     import pybpf
 
     if cpus is not None and nodes is not None and nodes > cpus:
         raise ValueError(f"--nodes {nodes} exceeds --cpus {cpus}: every node needs a CPU")
-    declared = {k: v for k, v in (("cpus", cpus), ("nodes", nodes)) if v is not None}
+    declared = {k: v for k, v in (("cpus", cpus), ("nodes", nodes), ("profile", profile))
+                if v is not None}
     try:
         return pybpf.system("emulated", **declared)
     except (TypeError, ValueError) as exc:

@@ -151,6 +151,15 @@ class ArrayBase(BpfMap):
         """array_map_alloc."""
         super().__init__(attr, machine, node)
         self.elem_size = round_up(attr.value_size, 8)
+        # The value array's memory on the map's node (fd arrays: the pointer array).
+        self.value_base = self.timing.alloc_region(attr.max_entries * self.elem_size, node)
+
+    def array_cost(self, index: int, write: bool = False) -> None:
+        """What reaching element ``index`` costs: ``array_map_lookup_elem`` (the JIT's inlined
+        lookup; a write is charged the same) and the element's line. (Modeled time.)"""
+        cpu = self.machine.current.cpu
+        self.timing.charge(cpu, "array_map_lookup_elem")
+        self.timing.access(cpu, self.value_base + index * self.elem_size, write)
 
     def array_map_get_next_key(self, key: bytes | None) -> bytes:
         return index_get_next_key(self.max_entries, key)
@@ -194,6 +203,7 @@ class BpfArray(ArrayBase):
         index = unpack_u32(mem, off)[0]  # key_size is 4
         if index >= self.max_entries:
             return None
+        self.array_cost(index)
         cpu = self._current.cpu
         stats = self.access_stats
         if self._local[cpu]:
@@ -210,6 +220,7 @@ class BpfArray(ArrayBase):
         if index >= self.max_entries:
             raise KernelError(errno.ENOENT, f"index {index} is out of range (max_entries "
                                             f"{self.max_entries})")
+        self.array_cost(index)
         self.access_stats.access(self.machine.current_cpu(), self.numa_node)
         value = self.elems.get(index)
         return bytes(self.value_size) if value is None else bytes(value[:self.value_size])
@@ -217,6 +228,7 @@ class BpfArray(ArrayBase):
     def array_map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
         index = u32_key(key)
         check_array_update_flags(flags, index, self.max_entries)
+        self.array_cost(index, write=True)
         self.access_stats.access(self.machine.current_cpu(), self.numa_node)
         self.elem(index)[:self.value_size] = value[:self.value_size]
 
@@ -279,6 +291,7 @@ class BpfPercpuArray(ArrayBase):
         if index >= self.max_entries:
             return None
         cpu = self._current.cpu
+        self.timing.charge(cpu, "array_map_lookup_elem")
         self.access_stats.local[cpu] += 1  # a CPU's own slot is on its own node
         slots = self.elems.get(index)
         return (self.slots(index) if slots is None else slots)[cpu]
@@ -288,6 +301,7 @@ class BpfPercpuArray(ArrayBase):
         index = u32_key(key)
         check_array_update_flags(flags, index, self.max_entries)
         cpu = self.machine.current_cpu()
+        self.timing.charge(cpu, "array_map_lookup_elem")
         self.access_stats.access(cpu, self.machine.cpu_node[cpu])
         self.slots(index)[cpu][:self.value_size] = value[:self.value_size]
 
@@ -459,6 +473,7 @@ class ArrayOfMaps(MapOfMapsMixin, FdArray):
         index = u32_key(key)
         if index >= self.max_entries:
             return None
+        self.array_cost(index)
         self.access_stats.access(self.machine.current_cpu(), self.numa_node)
         return self.ptrs.get(index)
 

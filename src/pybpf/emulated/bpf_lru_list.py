@@ -14,12 +14,20 @@ Rules this module keeps:
 - Eviction goes through the ``del_from_htab(node) -> bool`` callback the owner gives.
 - ``check_invariants()`` verifies list membership, counters, the rotation cursor and that every
   node is on exactly one list.
+- Modeled time (``timing``, when given): each list lock taken is a spinlock on its own line
+  (the global lists' on the map's node, a CPU's local lists on that CPU's node); every node
+  moved writes its line (its list_head); every node taken back from the lists for an insert
+  costs ``bpf_lru_evict``.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .timing import SpinLock, Timing
 
 # enum bpf_lru_list_type
 ACTIVE, INACTIVE, FREE, LOCAL_FREE, LOCAL_PENDING = range(5)
@@ -55,7 +63,7 @@ def lru_target_free(max_entries: int, ncpus: int) -> int:
 class LruNode:
     """struct bpf_lru_node; hash elements embed it (subclass) as the kernel's do."""
 
-    __slots__ = ("prev", "next", "type", "ref", "cpu")
+    __slots__ = ("prev", "next", "type", "ref", "cpu", "addr")
 
     def __init__(self) -> None:
         self.prev: LruNode = self
@@ -63,6 +71,7 @@ class LruNode:
         self.type = FREE
         self.ref = 0
         self.cpu = 0
+        self.addr = 0  # where the node's memory is, for the timing model (0: not placed)
 
 
 class _Head(LruNode):
@@ -109,11 +118,12 @@ def _iter_front(head: LruNode) -> Iterator[LruNode]:
 class LruList:
     """struct bpf_lru_list: ACTIVE, INACTIVE and FREE lists with their lock."""
 
-    def __init__(self) -> None:
+    def __init__(self, tlock: SpinLock | None = None) -> None:
         self.heads = [_Head(t) for t in (ACTIVE, INACTIVE, FREE)]
         self.counts = [0, 0]
         self.next_inactive_rotation: LruNode = self.heads[INACTIVE]
         self.lock = threading.Lock()
+        self.tlock = tlock  # the lock as the timing model sees it
         # Free nodes not created yet (they count as the back of FREE; see populate_lazy).
         self.unmade = 0
 
@@ -121,11 +131,12 @@ class LruList:
 class LocalList:
     """struct bpf_lru_locallist: one CPU's FREE and PENDING lists."""
 
-    def __init__(self, cpu: int) -> None:
+    def __init__(self, cpu: int, tlock: SpinLock | None = None) -> None:
         self.free = _Head(LOCAL_FREE)
         self.pending = _Head(LOCAL_PENDING)
         self.next_steal = cpu
         self.lock = threading.Lock()
+        self.tlock = tlock
 
 
 class BpfLru:
@@ -133,28 +144,57 @@ class BpfLru:
 
     def __init__(self, ncpus: int, percpu: bool, del_from_htab: Callable[[LruNode], bool],
                  target_free: int = LOCAL_FREE_TARGET,
-                 current_cpu: Callable[[], int] = lambda: 0) -> None:
+                 current_cpu: Callable[[], int] = lambda: 0, timing: Timing | None = None,
+                 node: int = 0) -> None:
         self.ncpus = ncpus
         self.percpu = percpu
         self.del_from_htab = del_from_htab
         self.current_cpu = current_cpu
+        self.timing = timing
         self.broken = ""
         self.factory: Callable[[], LruNode] = LruNode
+
+        def tlock(on_node: int) -> SpinLock | None:
+            return None if timing is None else timing.new_lock(
+                timing.alloc_region(64, on_node))
+
+        def cpu_node(cpu: int) -> int:
+            return 0 if timing is None else timing.cpu_node[cpu]
+
         if percpu:
             self.nr_scans = PERCPU_NR_SCANS
             self.target_free = PERCPU_FREE_TARGET
-            self.percpu_lists = [LruList() for _ in range(ncpus)]
+            self.percpu_lists = [LruList(tlock(cpu_node(cpu))) for cpu in range(ncpus)]
         else:
             self.nr_scans = LOCAL_NR_SCANS
             self.target_free = target_free
-            self.common = LruList()
-            self.local = [LocalList(cpu) for cpu in range(ncpus)]
+            self.common = LruList(tlock(node))
+            self.local = [LocalList(cpu, tlock(cpu_node(cpu))) for cpu in range(ncpus)]
         # Counters: nodes handed out, given back, evicted, stolen from other CPUs, refills.
         self.pops = 0
         self.pushes = 0
         self.evictions = 0
         self.steals = 0
         self.refills = 0
+
+    # -- modeled time ------------------------------------------------------------------------
+    def _touch(self, node: LruNode) -> None:
+        """A list move writes the node's list_head."""
+        if self.timing is not None:
+            self.timing.access(self.current_cpu(), node.addr, write=True)
+
+    def _lock(self, owner: LruList | LocalList) -> None:
+        if self.timing is not None:
+            self.timing.spin_lock(self.current_cpu(), owner.tlock)
+
+    def _unlock(self, owner: LruList | LocalList) -> None:
+        if self.timing is not None:
+            self.timing.spin_unlock(self.current_cpu(), owner.tlock)
+
+    def _evicted(self) -> None:
+        self.evictions += 1
+        if self.timing is not None:
+            self.timing.charge(self.current_cpu(), "bpf_lru_evict")
 
     # -- primitive moves -------------------------------------------------------------------------
     def _check(self, primitive: str, node: LruNode, to_type: int) -> None:
@@ -177,6 +217,7 @@ class BpfLru:
             lst.next_inactive_rotation = node.prev
         _unlink(node)
         _add_front(node, lst.heads[to_type])
+        self._touch(node)
 
     def _move_in(self, lst: LruList, node: LruNode, to_type: int) -> None:
         """__bpf_lru_node_move_in: a local node enters ACTIVE or INACTIVE."""
@@ -186,6 +227,7 @@ class BpfLru:
         node.ref = 0
         _unlink(node)
         _add_front(node, lst.heads[to_type])
+        self._touch(node)
 
     def _move_to_free(self, lst: LruList, node: LruNode, free_head: LruNode,
                       free_type: int) -> None:
@@ -198,6 +240,7 @@ class BpfLru:
         node.type = free_type
         _unlink(node)
         _add_front(node, free_head)
+        self._touch(node)
 
     # -- rotation and shrinking --------------------------------------------------------------
     def _rotate_active(self, lst: LruList) -> None:
@@ -247,7 +290,7 @@ class BpfLru:
                 self._move(lst, node, ACTIVE)
             elif self.del_from_htab(node):
                 self._move_to_free(lst, node, free_head, free_type)
-                self.evictions += 1
+                self._evicted()
                 done += 1
                 if done == want:
                     break
@@ -265,7 +308,7 @@ class BpfLru:
         for node in _iter_back(victims):
             if self.del_from_htab(node):
                 self._move_to_free(lst, node, free_head, free_type)
-                self.evictions += 1
+                self._evicted()
                 return 1
         return 0
 
@@ -277,18 +320,22 @@ class BpfLru:
     def _pop_free_to_local(self, loc: LocalList) -> None:
         lst = self.common
         with lst.lock:
-            self.refills += 1
-            self._flush_pending(lst, loc)
-            self._rotate(lst)
-            self._make_free(lst, self.target_free)
-            taken = 0
-            for node in _iter_front(lst.heads[FREE]):
-                self._move_to_free(lst, node, loc.free, LOCAL_FREE)
-                taken += 1
-                if taken == self.target_free:
-                    break
-            if taken < self.target_free:
-                self._shrink(lst, self.target_free - taken, loc.free, LOCAL_FREE)
+            self._lock(lst)
+            try:
+                self.refills += 1
+                self._flush_pending(lst, loc)
+                self._rotate(lst)
+                self._make_free(lst, self.target_free)
+                taken = 0
+                for node in _iter_front(lst.heads[FREE]):
+                    self._move_to_free(lst, node, loc.free, LOCAL_FREE)
+                    taken += 1
+                    if taken == self.target_free:
+                        break
+                if taken < self.target_free:
+                    self._shrink(lst, self.target_free - taken, loc.free, LOCAL_FREE)
+            finally:
+                self._unlock(lst)
 
     @staticmethod
     def _local_pop_free(loc: LocalList) -> LruNode | None:
@@ -303,6 +350,8 @@ class BpfLru:
             for node in _iter_back(loc.pending):
                 if (force or not node.ref) and self.del_from_htab(node):
                     _unlink(node)
+                    self._evicted()
+                    self._touch(node)
                     return node
         return None
 
@@ -312,24 +361,33 @@ class BpfLru:
         node.type = LOCAL_PENDING
         node.ref = 0
         _add_front(node, loc.pending)
+        self._touch(node)
 
     def _common_pop_free(self, cpu: int) -> LruNode | None:
         loc = self.local[cpu]
         with loc.lock:
-            node = self._local_pop_free(loc)
-            if node is None:
-                self._pop_free_to_local(loc)
+            self._lock(loc)
+            try:
                 node = self._local_pop_free(loc)
-            if node is not None:
-                self._add_pending(loc, cpu, node)
-                return node
+                if node is None:
+                    self._pop_free_to_local(loc)
+                    node = self._local_pop_free(loc)
+                if node is not None:
+                    self._add_pending(loc, cpu, node)
+                    return node
+            finally:
+                self._unlock(loc)
         first = steal = loc.next_steal
         while True:
             victim = self.local[steal]
             with victim.lock:
-                node = self._local_pop_free(victim)
-                if node is None:
-                    node = self._local_pop_pending(victim)
+                self._lock(victim)
+                try:
+                    node = self._local_pop_free(victim)
+                    if node is None:
+                        node = self._local_pop_pending(victim)
+                finally:
+                    self._unlock(victim)
             steal = (steal + 1) % self.ncpus
             if node is not None or steal == first:
                 break
@@ -337,7 +395,9 @@ class BpfLru:
         if node is not None:
             self.steals += 1
             with loc.lock:
+                self._lock(loc)
                 self._add_pending(loc, cpu, node)
+                self._unlock(loc)
         return node
 
     def _common_push_free(self, node: LruNode) -> None:
@@ -345,36 +405,47 @@ class BpfLru:
             loc = self.local[node.cpu]
             with loc.lock:
                 if node.type == LOCAL_PENDING:
+                    self._lock(loc)
                     self._check("pending_to_free", node, LOCAL_FREE)
                     node.type = LOCAL_FREE
                     node.ref = 0
                     _unlink(node)
                     _add_front(node, loc.free)
+                    self._touch(node)
+                    self._unlock(loc)
                     return
         with self.common.lock:
+            self._lock(self.common)
             self._move(self.common, node, FREE)
+            self._unlock(self.common)
 
     # -- per-CPU LRU -------------------------------------------------------------------------
     def _percpu_pop_free(self, cpu: int) -> LruNode | None:
         lst = self.percpu_lists[cpu]
         with lst.lock:
-            self._rotate(lst)
-            free = lst.heads[FREE]
-            if free.next is free:
-                self._make_free(lst, 1, cpu)
-            if free.next is free:
-                self._shrink(lst, PERCPU_FREE_TARGET, free, FREE)
-            node = free.next
-            if node is free:
-                return None
-            node.ref = 0
-            self._move(lst, node, INACTIVE)
-            return node
+            self._lock(lst)
+            try:
+                self._rotate(lst)
+                free = lst.heads[FREE]
+                if free.next is free:
+                    self._make_free(lst, 1, cpu)
+                if free.next is free:
+                    self._shrink(lst, PERCPU_FREE_TARGET, free, FREE)
+                node = free.next
+                if node is free:
+                    return None
+                node.ref = 0
+                self._move(lst, node, INACTIVE)
+                return node
+            finally:
+                self._unlock(lst)
 
     def _percpu_push_free(self, node: LruNode) -> None:
         lst = self.percpu_lists[node.cpu]
         with lst.lock:
+            self._lock(lst)
             self._move(lst, node, FREE)
+            self._unlock(lst)
 
     def _make_free(self, lst: LruList, count: int, cpu: int = 0) -> None:
         """Create up to ``count`` of the list's unmade free nodes at the back of FREE."""

@@ -99,6 +99,7 @@ class BpfMap:
                                                  machine.num_cpus)
         # Local/remote element accesses per CPU (machine.AccessStats).
         self.access_stats = machine.new_access_stats()
+        self.timing = machine.timing  # what the ops cost (emulated/timing.py)
 
     # -- struct bpf_map_ops ------------------------------------------------------------------
     # A family implements these under the kernel's function names and lists its table at the

@@ -103,7 +103,8 @@ def _is_local_call(insn: Instruction) -> bool:
 
 
 def run(exe: Executable, rs: RunState, ctx: int, engine: str = "jit") -> int:
-    """Run ``exe`` with R1 = ``ctx``; returns R0 (64 bits). ``engine``: "jit" or "interp"."""
+    """Run ``exe`` with R1 = ``ctx``; returns R0 (64 bits). ``engine``: "jit" or "interp".
+    The instructions it executed are charged to the current CPU of the run's machine."""
     rs.engine = engine
     rs.mem.update(exe.static_regions)
     try:
@@ -112,3 +113,7 @@ def run(exe: Executable, rs: RunState, ctx: int, engine: str = "jit") -> int:
         return 0
     except RecursionError:
         raise ProgramFault(errno.EFAULT, "the call stack is too deep") from None
+    finally:
+        machine = getattr(rs.system, "machine", None)
+        if machine is not None:
+            machine.timing.charge(machine.current.cpu, "bpf_insn", rs.count)

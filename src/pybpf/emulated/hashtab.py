@@ -17,13 +17,17 @@ Rules this module keeps:
   bucket always comes from hashing the key: an element reached without its bucket lock may
   be recycled for another key at any time.
 - Syscall lookups never set LRU reference bits; program lookups do.
+- Modeled time: each op charges its profile cost (``htab_map_lookup_elem``, ...) and jhash per
+  key byte, takes the bucket's spinlock (the lock lives in the bucket's line) around its
+  writes, and touches the bucket's line and each element of the chain up to the key; the
+  element's memory and the allocator charge what they do (htab_elem.py, memalloc.py,
+  bpf_lru_list.py, percpu_freelist.py).
 """
 
 from __future__ import annotations
 
 import errno
 import functools
-import random
 import struct
 import threading
 from typing import TYPE_CHECKING
@@ -59,6 +63,7 @@ from .htab_buckets import HtabBuckets
 from .htab_elem import HTAB_ELEM_SIZE, HtabElem, HtabElemMemory
 from .jhash import htab_map_hash
 from .map_in_map import MapOfMapsMixin, bpf_map_meta_alloc
+from .timing import SpinLock
 
 if TYPE_CHECKING:
     from .machine import Machine
@@ -126,7 +131,8 @@ class HtabMap(HtabElemMemory, BpfMap):
             raise KernelError(errno.E2BIG, f"max_entries {self.max_entries} needs "
                               f"{self.n_buckets} buckets, over the kernel's limit")
         self.mask = self.n_buckets - 1
-        self.hashrnd = 0 if attr.map_flags & MapFlags.ZERO_SEED else random.getrandbits(32)
+        self.hashrnd = 0 if attr.map_flags & MapFlags.ZERO_SEED else \
+            machine.random.getrandbits(32)
         self.slot_size = round_up(self.value_size, 8)
         self._current = machine.current  # ``.cpu``: the hot paths read it without a call
         self.prealloc_init(attr, machine)
@@ -144,6 +150,9 @@ class HtabMap(HtabElemMemory, BpfMap):
         self.nstripes = min(self.n_buckets, LOCK_STRIPES)
         self.locks = [threading.Lock() for _ in range(self.nstripes)]
         self.stripe_mask = self.nstripes - 1  # both powers of two: hash & mask & stripe_mask
+        # The bucket array's memory, and each used bucket's spinlock, for the timing model.
+        self.bucket_base = self.timing.alloc_region(self.n_buckets * BUCKET_SIZE, node)
+        self._bucket_locks: dict[int, SpinLock] = {}
     def _hash(self, key: bytes) -> int:
         """htab_map_hash of ``key``, always from the key: an element found without its bucket
         lock may be recycled for another key meanwhile, so its ``hash`` cannot be trusted."""
@@ -151,6 +160,34 @@ class HtabMap(HtabElemMemory, BpfMap):
 
     def _lock(self, hash_: int) -> threading.Lock:
         return self.locks[hash_ & self.stripe_mask]
+
+    # -- modeled time -----------------------------------------------------------------------
+    def _walk_cost(self, cpu: int, key: bytes, hash_: int) -> None:
+        """What finding ``key`` costs: the bucket's line, then each element of its chain up
+        to the key (every one when it is absent)."""
+        timing = self.timing
+        index = hash_ & self.mask
+        timing.access(cpu, self.bucket_base + index * BUCKET_SIZE)
+        for elem in self.buckets.get(index, ()):
+            timing.access(cpu, elem.addr)
+            if elem.key == key:
+                break
+
+    def _op_cost(self, cpu: int, op: str, key: bytes, hash_: int) -> None:
+        """An op's own work, jhash of the key, and the walk to it."""
+        timing = self.timing
+        timing.charge(cpu, op)
+        timing.charge(cpu, "jhash_byte", self.key_size)
+        self._walk_cost(cpu, key, hash_)
+
+    def _bucket_lock(self, hash_: int) -> SpinLock:
+        """The modeled raw spinlock of ``hash_``'s bucket (in the bucket's line)."""
+        index = hash_ & self.mask
+        lock = self._bucket_locks.get(index)
+        if lock is None:
+            lock = self._bucket_locks.setdefault(
+                index, self.timing.new_lock(self.bucket_base + index * BUCKET_SIZE))
+        return lock
 
     # -- update and delete (both sides, as the kernel's ops) -----------------------------------
     @staticmethod
@@ -190,7 +227,14 @@ class HtabMap(HtabElemMemory, BpfMap):
             hash_ = self._hash_cached(key)
             lock = self.locks[hash_ & self.stripe_mask]
             lock.acquire()
+        cpu = self._current.cpu
+        timing = self.timing
+        timing.charge(cpu, "htab_map_update_elem")
+        timing.charge(cpu, "jhash_byte", self.key_size)
+        tlock = self._bucket_lock(hash_)
+        timing.spin_lock(cpu, tlock)
         try:
+            self._walk_cost(cpu, key, hash_)
             old = self.table.get(key)
             if flags:  # BPF_ANY passes check_flags
                 self.check_flags(old, flags)
@@ -200,6 +244,7 @@ class HtabMap(HtabElemMemory, BpfMap):
             else:
                 self._replace(old, new)
         finally:
+            timing.spin_unlock(cpu, tlock)
             lock.release()
         if old is not None:
             self.htab_put_fd_value(old)
@@ -216,24 +261,39 @@ class HtabMap(HtabElemMemory, BpfMap):
         an existing element's value where it is, so its bucket position does not change."""
         self.check_update_flags(flags)
         hash_ = self._hash(key)
+        cpu = self._current.cpu
+        tlock = self._bucket_lock(hash_)
         with self._lock(hash_):
-            old = self.table.get(key)
-            self.check_flags(old, flags)
-            if old is None:
-                self._link(self.alloc_htab_elem(key, value, hash_, None, onallcpus))
-            elif self.percpu:
-                self._fill_value(old, value, onallcpus, init=False)
-            else:
-                self.htab_put_fd_value(old)  # the value it replaces (an inner map) is let go
-                old.value[:] = value
+            self.timing.spin_lock(cpu, tlock)
+            try:
+                self._op_cost(cpu, "htab_map_update_elem", key, hash_)
+                old = self.table.get(key)
+                self.check_flags(old, flags)
+                if old is None:
+                    self._link(self.alloc_htab_elem(key, value, hash_, None, onallcpus))
+                elif self.percpu:
+                    self._fill_value(old, value, onallcpus, init=False)
+                else:
+                    self.htab_put_fd_value(old)  # the value it replaces (an inner map) goes
+                    old.value[:] = value
+            finally:
+                self.timing.spin_unlock(cpu, tlock)
 
     def htab_map_delete_elem(self, key: bytes) -> None:
         """htab_map_delete_elem (htab_lru_map_delete_elem: the element goes back to the LRU)."""
-        with self._lock(self._hash(key)):
-            elem = self.table.get(key)
-            if elem is None:
-                raise KernelError(errno.ENOENT, "key not found")
-            self._unlink(elem)
+        hash_ = self._hash(key)
+        cpu = self._current.cpu
+        tlock = self._bucket_lock(hash_)
+        with self._lock(hash_):
+            self.timing.spin_lock(cpu, tlock)
+            try:
+                self._op_cost(cpu, "htab_map_delete_elem", key, hash_)
+                elem = self.table.get(key)
+                if elem is None:
+                    raise KernelError(errno.ENOENT, "key not found")
+                self._unlink(elem)
+            finally:
+                self.timing.spin_unlock(cpu, tlock)
         self._release_elem(elem)
 
     _release_elem = HtabElemMemory.free_htab_elem  # where a deleted element goes (LRU maps:
@@ -245,32 +305,45 @@ class HtabMap(HtabElemMemory, BpfMap):
             return b"".join(elem.value)
         return bytes(elem.value)
 
+    def _lookup(self, key: bytes) -> HtabElem | None:
+        """__htab_map_lookup_elem: the element (its access counted and costed), or None."""
+        cpu = self._current.cpu
+        self._op_cost(cpu, "htab_map_lookup_elem", key, self._hash_cached(key))
+        elem = self.table.get(key)
+        if elem is not None:
+            self.access_stats.access(cpu, elem.node)
+        return elem
+
     def htab_map_lookup_elem(self, key: bytes) -> bytearray | None:
         """htab_map_lookup_elem: the live value (counted as an access from this CPU)."""
-        elem = self.table.get(key)
-        if elem is None:
-            return None
-        self.access_stats.access(self._current.cpu, elem.node)
-        return elem.value
+        elem = self._lookup(key)
+        return None if elem is None else elem.value
 
     def htab_map_copy_value(self, key: bytes, flags: int = 0) -> bytes:
         """bpf_map_copy_value of a hash map: htab_map_lookup_elem (an LRU map's
         htab_lru_map_lookup_elem_sys, which leaves the reference bit alone) and the copy;
         bpf_percpu_hash_copy for per-CPU maps (every CPU's slot)."""
-        elem = self.table.get(key)
+        elem = self._lookup(key)
         if elem is None:
             raise KernelError(errno.ENOENT, "key not found")
-        self.access_stats.access(self._current.cpu, elem.node)
         return b"".join(elem.value) if self.percpu else bytes(elem.value)
 
     def htab_map_lookup_and_delete_elem(self, key: bytes | None, flags: int) -> bytes:
         """htab_map_lookup_and_delete_elem (and its LRU and per-CPU variants)."""
-        with self._lock(self._hash(key)):
-            elem = self.table.get(key)
-            if elem is None:
-                raise KernelError(errno.ENOENT, "key not found")
-            data = self._read_value(elem)
-            self._unlink(elem)
+        hash_ = self._hash(key)
+        cpu = self._current.cpu
+        tlock = self._bucket_lock(hash_)
+        with self._lock(hash_):
+            self.timing.spin_lock(cpu, tlock)
+            try:
+                self._op_cost(cpu, "htab_map_delete_elem", key, hash_)
+                elem = self.table.get(key)
+                if elem is None:
+                    raise KernelError(errno.ENOENT, "key not found")
+                data = self._read_value(elem)
+                self._unlink(elem)
+            finally:
+                self.timing.spin_unlock(cpu, tlock)
         self._release_elem(elem)
         return data
 
@@ -420,10 +493,11 @@ class HtabPercpuMap(HtabMap):
 
     def htab_percpu_map_lookup_elem(self, key: bytes) -> bytearray | None:
         """htab_percpu_map_lookup_elem: this CPU's slot."""
+        cpu = self._current.cpu
+        self._op_cost(cpu, "htab_map_lookup_elem", key, self._hash_cached(key))
         elem = self.table.get(key)
         if elem is None:
             return None
-        cpu = self._current.cpu
         self.access_stats.local[cpu] += 1  # a CPU's own slot lives on its node
         return elem.value[cpu]
 
@@ -451,10 +525,17 @@ class HtabLruMap(HtabMap):
     def htab_lru_map_delete_node(self, node: LruNode) -> bool:
         """htab_lru_map_delete_node: the eviction callback; unhash the node's key."""
         assert isinstance(node, HtabElem)
+        cpu = self._current.cpu
+        tlock = self._bucket_lock(node.hash)
         with self._lock(node.hash):
-            if self.table.get(node.key) is not node:
-                return False
-            self._unlink(node)
+            self.timing.spin_lock(cpu, tlock)
+            try:
+                self._walk_cost(cpu, node.key, node.hash)
+                if self.table.get(node.key) is not node:
+                    return False
+                self._unlink(node)
+            finally:
+                self.timing.spin_unlock(cpu, tlock)
         self.htab_put_fd_value(node)
         return True
 
@@ -476,11 +557,18 @@ class HtabLruMap(HtabMap):
         """htab_lru_map_update_elem."""
         self.check_update_flags(flags)
         hash_ = self._hash(key)
+        cpu = self._current.cpu
+        timing = self.timing
+        timing.charge(cpu, "htab_lru_map_update_elem")
+        timing.charge(cpu, "jhash_byte", self.key_size)
         node = self.prealloc_lru_pop()
         node.key = key
         node.hash = hash_
         self._fill_value(node, value, onallcpus=False)
+        tlock = self._bucket_lock(hash_)
         with self._lock(hash_):
+            timing.spin_lock(cpu, tlock)
+            self._walk_cost(cpu, key, hash_)
             old = self.table.get(key)
             try:
                 self.check_flags(old, flags)
@@ -493,6 +581,7 @@ class HtabLruMap(HtabMap):
                 else:
                     node.ref = 1
                     self._replace(old, node)
+            timing.spin_unlock(cpu, tlock)
         if error is not None:  # the node goes back, but what it evicted stays evicted
             self.lru_list.push_free(node)
             raise error
@@ -501,12 +590,12 @@ class HtabLruMap(HtabMap):
 
     def htab_lru_map_lookup_elem(self, key: bytes) -> bytearray | None:
         """htab_lru_map_lookup_elem: sets the reference bit (the syscall read does not)."""
-        elem = self.table.get(key)
+        elem = self._lookup(key)
         if elem is None:
             return None
         if not elem.ref:
             elem.ref = 1
-        self.access_stats.access(self._current.cpu, elem.node)
+            self.timing.access(self._current.cpu, elem.addr, write=True)
         return elem.value
 
     # struct bpf_map_ops htab_lru_map_ops
@@ -526,9 +615,15 @@ class HtabLruPercpuMap(HtabLruMap):
         """__htab_lru_percpu_map_update_elem."""
         self.check_update_flags(flags)
         hash_ = self._hash(key)
+        cpu = self._current.cpu
+        self.timing.charge(cpu, "htab_lru_map_update_elem")
+        self.timing.charge(cpu, "jhash_byte", self.key_size)
         node = self.prealloc_lru_pop() if flags != BPF_EXIST else None
         error: KernelError | None = None
+        tlock = self._bucket_lock(hash_)
         with self._lock(hash_):
+            self.timing.spin_lock(cpu, tlock)
+            self._walk_cost(cpu, key, hash_)
             old = self.table.get(key)
             try:
                 self.check_flags(old, flags)
@@ -544,6 +639,7 @@ class HtabLruPercpuMap(HtabLruMap):
                     self._fill_value(node, value, onallcpus)
                     self._link(node)
                     node = None
+            self.timing.spin_unlock(cpu, tlock)
         if node is not None:
             self.lru_list.push_free(node)
         if error is not None:
@@ -557,12 +653,13 @@ class HtabLruPercpuMap(HtabLruMap):
         self._htab_lru_percpu_map_update_elem(key, value, flags, onallcpus=True)
 
     def htab_lru_percpu_map_lookup_elem(self, key: bytes) -> bytearray | None:
+        cpu = self._current.cpu
+        self._op_cost(cpu, "htab_map_lookup_elem", key, self._hash_cached(key))
         elem = self.table.get(key)
         if elem is None:
             return None
         if not elem.ref:
             elem.ref = 1
-        cpu = self._current.cpu
         self.access_stats.local[cpu] += 1
         return elem.value[cpu]
 

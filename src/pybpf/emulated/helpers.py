@@ -11,15 +11,16 @@ Rules this module keeps:
   that must be initialised, per-type availability); the engines call ``proto.func``.
 - ``bpf_tail_call`` is in the table for the verifier; the engines run it themselves because
   it does not return to the caller on success.
+- Modeled time: a helper's call costs its proto's ``cost`` (``helper_call``, or its own
+  profile entry such as ``probe_read_user``), charged by the function ``helper_funcs`` hands
+  out; the three map helpers instead begin a modeled operation (``Timing.sync``: the
+  virtual-time scheduler may let other CPUs go first) and the map op charges its own cost.
 """
 
 from __future__ import annotations
 
 import errno
 import functools
-import os
-import random
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -69,6 +70,7 @@ class HelperProto:
     args: tuple[str, ...]  # arg1_type.. (R1.. must be initialised and of these types)
     prog_types: frozenset[int] | None = None  # None: every program type
     gpl_only: bool = False  # only programs with a GPL-compatible license may call it
+    cost: str | None = "helper_call"  # what a call costs (a profile entry); None: the op's
 
     @property
     def name(self) -> str:
@@ -111,6 +113,7 @@ def _read(rs: RunState, ptr: int, size: int, what: str) -> bytes:
 
 def map_lookup_elem(bpf_map: BpfMap, rs: RunState, r2: int, r3: int = 0, r4: int = 0,
                     r5: int = 0) -> int:
+    bpf_map.timing.sync(bpf_map.machine.current.cpu)
     mem = rs.mem.get(r2 >> 32)
     off = r2 & OFF_MASK
     if type(mem) is bytearray and off + bpf_map.key_size <= len(mem):
@@ -125,6 +128,7 @@ def map_lookup_elem(bpf_map: BpfMap, rs: RunState, r2: int, r3: int = 0, r4: int
 
 def map_update_elem(bpf_map: BpfMap, rs: RunState, r2: int, r3: int, r4: int,
                     r5: int = 0) -> int:
+    bpf_map.timing.sync(bpf_map.machine.current.cpu)
     key = _read(rs, r2, bpf_map.key_size, "key (R2)")
     try:
         bpf_map.map_update_elem(key, _read(rs, r3, bpf_map.value_size, "value (R3)"), r4)
@@ -135,6 +139,7 @@ def map_update_elem(bpf_map: BpfMap, rs: RunState, r2: int, r3: int, r4: int,
 
 def map_delete_elem(bpf_map: BpfMap, rs: RunState, r2: int, r3: int = 0, r4: int = 0,
                     r5: int = 0) -> int:
+    bpf_map.timing.sync(bpf_map.machine.current.cpu)
     try:
         bpf_map.map_delete_elem(_read(rs, r2, bpf_map.key_size, "key (R2)"))
     except KernelError as exc:
@@ -237,11 +242,13 @@ def bpf_ktime_get_ns(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) 
 
 
 def bpf_get_prandom_u32(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
-    return random.getrandbits(32)
+    machine = _machine(rs)
+    return machine.prandom_u32() if machine is not None else 0
 
 
 def bpf_get_current_pid_tgid(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
-    return (os.getpid() << 32) | threading.get_native_id()
+    machine = _machine(rs)
+    return machine.current_pid_tgid() if machine is not None else 0
 
 
 def bpf_trace_printk(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
@@ -460,13 +467,31 @@ def _table() -> dict[int, HelperProto]:
          (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_PTR_TO_MAP_KEY, ARG_ANYTHING), _SK_SKB),
     ]
     gpl_only = {BpfFunc.trace_printk}
-    return {int(fid): HelperProto(int(fid), func, args, types, fid in gpl_only)
+    # The map ops charge themselves; the engines run tail calls.
+    own_cost = {BpfFunc.map_lookup_elem: None, BpfFunc.map_update_elem: None,
+                BpfFunc.map_delete_elem: None, BpfFunc.tail_call: None,
+                BpfFunc.probe_read_user: "probe_read_user"}
+    return {int(fid): HelperProto(int(fid), func, args, types, fid in gpl_only,
+                                  own_cost.get(fid, "helper_call"))
             for fid, func, args, types in entries}
 
 
 HELPERS: dict[int, HelperProto] = _table()
 
 
+def _charged(func: Callable[..., int], cost: str) -> Callable[..., int]:
+    """``func``, charging ``cost`` to the current CPU of the program's machine first."""
+    def helper(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+        machine = _machine(rs)
+        if machine is not None:
+            machine.timing.charge(machine.current.cpu, cost)
+        return func(rs, r1, r2, r3, r4, r5)
+
+    return functools.update_wrapper(helper, func)
+
+
 def helper_funcs() -> dict[int, Callable[..., int]]:
-    """id -> function, what the engines call."""
-    return {fid: proto.func for fid, proto in HELPERS.items()}
+    """id -> function, what the engines call (charging the call's cost where the proto has
+    one)."""
+    return {fid: proto.func if proto.cost is None else _charged(proto.func, proto.cost)
+            for fid, proto in HELPERS.items()}

@@ -10,11 +10,17 @@ Rules this module keeps:
   elements, which is unobservable.
 - An element records the NUMA node of its memory; writing its value is an access, counted as
   a lookup's read is.
+- Modeled time: preallocated elements sit in one region on the map's node (max_entries plus
+  one spare per CPU, as prealloc_init allocates them); an allocator's new element is a
+  kmalloc on the node asked for. Filling an element writes its line. The element count of a
+  NO_PREALLOC map is a percpu_counter when max_entries / 2 > CPUs x 32 (6.1+), else one
+  atomic_t on a line every CPU writes.
 """
 
 from __future__ import annotations
 
 import errno
+import itertools
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -24,11 +30,13 @@ from .bpf_lru_list import BpfLru, LruNode, lru_target_free
 from .bpf_map import MapAttr, bpf_map_attr_numa_node
 from .memalloc import BpfMemAlloc, KmallocRcu
 from .percpu_freelist import PcpuFreelist
+from .timing import SpinLock
 
 if TYPE_CHECKING:
     from .machine import Machine
 
 HTAB_ELEM_SIZE = 48  # sizeof(struct htab_elem) on x86-64
+PERCPU_COUNTER_BATCH = 32
 
 
 class HtabElem(LruNode):
@@ -67,6 +75,19 @@ class HtabElemMemory:
         what it allocates on the node the map asked for, else the allocating CPU's)."""
         self.count_lock = threading.Lock()
         self.count = 0  # NO_PREALLOC element count (inc_elem_count / dec_elem_count)
+        timing = self.timing
+        self.elem_size = round_up(self.key_size, 8) + HTAB_ELEM_SIZE + (
+            8 if self.percpu else round_up(self.value_size, 8))
+        self.use_percpu_counter = (machine.htab_mem != "call_rcu" and
+                                   self.max_entries // 2 > machine.num_cpus
+                                   * PERCPU_COUNTER_BATCH)
+        self.count_addr = timing.alloc_region(64, self.numa_node)  # htab->count's line
+        self.elem_slots = 0
+        if self.prealloc:
+            self.elem_slots = self.max_entries + machine.num_cpus
+            self.elem_base = timing.alloc_region(self.elem_slots * self.elem_size,
+                                                 self.numa_node)
+        self._next_slot = itertools.count()
 
         self.freelist: PcpuFreelist | None = None
         self.lru_list: BpfLru | None = None
@@ -78,10 +99,10 @@ class HtabElemMemory:
             self.lru_list = BpfLru(machine.num_cpus, self.percpu_lru,
                                    self.htab_lru_map_delete_node,
                                    lru_target_free(self.max_entries, machine.num_cpus),
-                                   machine.current_cpu)
+                                   machine.current_cpu, timing, self.numa_node)
             self.lru_list.populate_lazy(self.max_entries, self._new_elem_on_home)
         elif self.prealloc:
-            self.freelist = PcpuFreelist(machine.num_cpus, machine.current_cpu)
+            self.freelist = PcpuFreelist(machine.num_cpus, machine.current_cpu, timing)
             self.freelist.populate_lazy(self.max_entries, self._new_elem_on_home)
             if self.htab_has_extra_elems():  # replacing allocates: one spare per CPU makes a
                 # replacement in a full map succeed
@@ -96,10 +117,9 @@ class HtabElemMemory:
 
     def _new_mem_alloc(self, machine: Machine, node: int) -> BpfMemAlloc | KmallocRcu:
         if machine.htab_mem == "call_rcu":
-            return KmallocRcu(machine, node, self._new_elem)
-        elem_size = round_up(self.key_size, 8) + HTAB_ELEM_SIZE + (
-            8 if self.percpu else round_up(self.value_size, 8))
-        return BpfMemAlloc(machine, elem_size, self._new_elem)
+            return KmallocRcu(machine, node, self._new_elem, self.elem_size)
+        return BpfMemAlloc(machine, self.elem_size, self._new_elem,
+                           free_through_rcu=machine.htab_mem == "bpf_mem_alloc_call_rcu")
 
     def _new_value(self) -> Any:
         if self.percpu:
@@ -107,12 +127,29 @@ class HtabElemMemory:
         return bytearray(self.value_size)
 
     def _new_elem(self, node: int) -> HtabElem:
+        """An allocator's new element: a kmalloc on ``node`` (the allocating CPU's if none)."""
         if node == NUMA_NO_NODE:
             node = self.machine.numa_node_id()
-        return HtabElem(self._new_value(), node)
+        elem = HtabElem(self._new_value(), node)
+        elem.addr = self.timing.kmalloc(self._current.cpu, self.elem_size, node)
+        return elem
 
     def _new_elem_on_home(self) -> HtabElem:
-        return HtabElem(self._new_value(), self.numa_node)
+        """A preallocated element: the next slot of the map's element region."""
+        elem = HtabElem(self._new_value(), self.numa_node)
+        slot = next(self._next_slot)
+        elem.addr = (self.elem_base + slot * self.elem_size if slot < self.elem_slots
+                     else self.timing.kmalloc(self._current.cpu, self.elem_size, self.numa_node))
+        return elem
+
+    def count_elem(self, delta: int) -> None:
+        """inc_elem_count / dec_elem_count's cost: a percpu_counter stays on this CPU; an
+        atomic_t is a locked add on the map's shared line."""
+        if not self.use_percpu_counter:
+            self.timing.atomic(self._current.cpu, self.count_addr)
+
+    def new_bucket_lock(self, addr: int) -> SpinLock:
+        return self.timing.new_lock(addr)
 
     def _fill_value(self, elem: HtabElem, value: bytes, onallcpus: bool,
                     init: bool = True) -> None:
@@ -121,6 +158,7 @@ class HtabElemMemory:
         From the syscall (``onallcpus``) every CPU's slot is written; from a program only the
         current CPU's, and a new element gets zeros on the other CPUs (5.11+).
         """
+        self.timing.access(self._current.cpu, elem.addr, write=True)
         if not self.percpu:
             # Writing the element is an access to its memory, like a lookup's read.
             self.access_stats.access(self._current.cpu, elem.node)
@@ -161,6 +199,7 @@ class HtabElemMemory:
                     raise KernelError(errno.E2BIG, f"the map is full ({self.max_entries} "
                                       "elements)")
                 self.count += 1
+            self.count_elem(+1)
             elem = self.ma.alloc()
             if elem is None:
                 with self.count_lock:
@@ -179,6 +218,7 @@ class HtabElemMemory:
         else:
             with self.count_lock:
                 self.count -= 1
+            self.count_elem(-1)
             self.ma.free(elem)
 
     def htab_put_fd_value(self, elem: HtabElem) -> None:

@@ -1,26 +1,38 @@
-"""The emulated machine: CPUs, NUMA nodes, the current CPU of each thread, a clock, RCU, and
-NUMA access accounting.
+"""The emulated machine: CPUs, NUMA nodes, the current CPU and task of each thread, modeled
+time, RCU, and NUMA access accounting.
 
 Rules this module keeps:
 - The topology is this host's (read from /sys) unless declared: ``Machine(cpus=20, nodes=2)``
   puts CPUs 0-9 on node 0 and 10-19 on node 1 (nodes are spread contiguously; a node count
-  that does not divide the CPUs gives the first nodes one CPU fewer).
-- The current CPU is per thread (``on_cpu``); a thread that never chose one runs on CPU 0.
+  that does not divide the CPUs gives the first nodes one CPU fewer). A profile given without
+  cpus/nodes brings its own topology.
+- Time is modeled (``timing``, emulated/timing.py): every CPU has a virtual clock that the work
+  the emulator does advances, at the costs of a machine profile (the shipped ``host`` one unless
+  another is given). ``bpf_ktime_get_ns`` reads the current CPU's clock.
+- The current CPU is per thread (``on_cpu``); a thread that never chose one runs on CPU 0. A
+  thread may also stand for a task with its own pid (``set_task``), which
+  bpf_get_current_pid_tgid reports; otherwise the host's ids.
+- Randomness the kernel draws (hash seeds, bpf_get_prandom_u32 per CPU) comes from generators
+  seeded by ``seed``, so a run can be repeated exactly.
 - Memory records its node; every element access from a CPU is counted as local (same node)
-  or remote, per map and per CPU, by ``AccessStats``. These counts are how the emulated backend
-  shows a NUMA effect; it never invents a timing.
+  or remote, per map and per CPU, by ``AccessStats``, beside what the accesses cost.
 """
 
 from __future__ import annotations
 
 import bisect
+import os
+import random
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ..profiles import Profile, load_profile
 from ..topology import Topology, host_topology
 from .rcu import Rcu
+from .timing import Timing
+
+DEFAULT_PROFILE = "host"
 
 
 def declared_topology(cpus: int, nodes: int) -> Topology:
@@ -39,6 +51,7 @@ def declared_topology(cpus: int, nodes: int) -> Topology:
 
 class _CurrentCpu(threading.local):
     cpu = 0
+    task: tuple[int, int] | None = None  # (tgid, pid) this thread stands for, if set
 
 
 class AccessStats:
@@ -113,11 +126,22 @@ class UserMemory:
 
 
 class Machine:
-    """CPUs, NUMA nodes, per-thread current CPU, a clock and RCU."""
+    """CPUs, NUMA nodes, per-thread current CPU, modeled time and RCU.
 
-    def __init__(self, cpus: int | None = None, nodes: int | None = None) -> None:
+    ``profile`` is a ``Profile`` or a shipped profile's name or a file (default ``host``);
+    ``cache_scale`` shrinks the modeled caches for an experiment scaled down as much.
+    """
+
+    def __init__(self, cpus: int | None = None, nodes: int | None = None,
+                 profile: Profile | str | None = None, cache_scale: float = 1.0,
+                 seed: int = 0) -> None:
+        if isinstance(profile, Profile):
+            self.profile = profile
+        else:
+            self.profile = load_profile(DEFAULT_PROFILE if profile is None else profile)
         if cpus is None and nodes is None:
-            self.topology = host_topology()
+            self.topology = host_topology() if profile is None else declared_topology(
+                self.profile.num_cpus, self.profile.num_nodes)
         else:
             self.topology = declared_topology(
                 cpus if cpus is not None else len(host_topology().cpu_node),
@@ -127,14 +151,18 @@ class Machine:
         self.num_nodes = self.topology.num_nodes
         # The calling thread's CPU (``current.cpu``); hot paths read it without a call.
         self.current = _CurrentCpu()
-        self.rcu = Rcu()
+        self.timing = Timing(self.profile, self.cpu_node, cache_scale=cache_scale)
+        self.rcu = Rcu(timing=self.timing, current=self.current)
+        self.random = random.Random(seed)  # hash seeds and the like, in creation order
+        self._prandom = [random.Random(seed * 1_000_003 + cpu) for cpu in range(self.num_cpus)]
         self.user_memory = UserMemory()
         # Element memory of NO_PREALLOC hash maps: "bpf_mem_alloc" (6.1+) or "call_rcu"
         # (kmalloc + one call_rcu per freed element, before); EmulatedSystem(htab_mem=...).
         self.htab_mem = "bpf_mem_alloc"
 
     def __repr__(self) -> str:
-        return f"Machine(cpus={self.num_cpus}, nodes={self.num_nodes})"
+        return (f"Machine(cpus={self.num_cpus}, nodes={self.num_nodes}, "
+                f"profile={self.profile.name!r})")
 
     def cpu_to_node(self, cpu: int) -> int:
         self.check_cpu(cpu)
@@ -170,13 +198,46 @@ class Machine:
         self.check_cpu(cpu)
         self.current.cpu = cpu
 
+    def set_task(self, pid: int, tgid: int | None = None) -> None:
+        """The calling thread stands for task ``pid`` of process ``tgid`` (default: its own
+        process), as bpf_get_current_pid_tgid reports it."""
+        self.current.task = (pid if tgid is None else tgid, pid)
+
+    def current_pid_tgid(self) -> int:
+        """bpf_get_current_pid_tgid(): tgid << 32 | pid of the calling thread's task."""
+        task = self.current.task
+        if task is None:
+            return (os.getpid() << 32) | threading.get_native_id()
+        return (task[0] << 32) | task[1]
+
+    def prandom_u32(self) -> int:
+        """bpf_get_prandom_u32(): the current CPU's generator (per CPU, as the kernel's)."""
+        return self._prandom[self.current.cpu].getrandbits(32)
+
     def ktime_get_ns(self) -> int:
-        """bpf_ktime_get_ns(): the host's monotonic clock."""
-        return time.monotonic_ns()
+        """bpf_ktime_get_ns(): the current CPU's modeled clock (ns since the machine began)."""
+        return int(self.timing.clock[self.current.cpu])
+
+    def bpf_syscall(self, entry: str = "syscall_entry") -> int:
+        """A task on the current CPU enters the kernel: a modeled operation begins (the
+        virtual-time scheduler may let other CPUs go first), and the entry is charged.
+        Returns the CPU."""
+        cpu = self.current.cpu
+        timing = self.timing
+        timing.sync(cpu)
+        timing.charge(cpu, entry)
+        return cpu
 
     def new_access_stats(self) -> AccessStats:
         return AccessStats(self.cpu_node)
 
     def step(self) -> int:
-        """Let deferred work advance: complete an RCU grace period if readers allow it."""
-        return self.rcu.poll()
+        """Let deferred work advance: every CPU's clock moves on to its pending work (RCU
+        callbacks at their grace period's end, say), which runs; then a grace period completes
+        if readers allow it. Returns how many RCU callbacks ran."""
+        ran = self.rcu.callbacks_run
+        for cpu in range(self.num_cpus):
+            with self.on_cpu(cpu):
+                self.timing.run_deferred(cpu, until=float("inf"))
+        self.rcu.poll()
+        return self.rcu.callbacks_run - ran

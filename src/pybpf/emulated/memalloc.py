@@ -1,6 +1,6 @@
 """Element memory for maps that do not preallocate: bpf_mem_alloc (kernel/bpf/memalloc.c,
 Linux 6.1+) and, for comparison, the design it replaced (kmalloc plus one call_rcu per
-freed element).
+freed element) and the step between them.
 
 Rules this module keeps:
 - ``BpfMemAlloc``: one cache per CPU. ``alloc`` pops from the current CPU's free list;
@@ -11,12 +11,20 @@ Rules this module keeps:
   excess down to ``(low + high) / 2`` is moved to ``free_by_rcu_ttrace`` and handed to RCU
   with a single ``call_rcu`` per batch (none while one is in flight: what is parked then
   waits for the next free_bulk); after the grace period what was not reused is freed.
+- ``BpfMemAlloc(free_through_rcu=True)``: the same caches, but ``free`` first waits a grace
+  period (one ``call_rcu`` per object, whose callback does the unit_free): the hash map of the
+  2022 series before "bpf: Optimize call_rcu in non-preallocated hash map" (0fd7c5d43339).
 - ``KmallocRcu``: every ``alloc`` is a new object, every ``free`` one ``call_rcu`` whose
   callback frees it; nothing is reused.
-- Both count what they do (``stats()``): ``allocated`` (new objects), ``freed`` (objects
+- All count what they do (``stats()``): ``allocated`` (new objects), ``freed`` (objects
   given back for good), ``reused``, ``call_rcu``, ``refills``/``bulk_allocated``
   (batches and objects taken in bulk), ``free_bulk``, ``cache_hits`` ... The counts are the
-  mechanism the 2022 patch changed; this module never invents a timing.
+  mechanism the 2022 patch changed.
+- Modeled time (the machine's ``timing``): unit_alloc and unit_free cost ``bpf_mem_cache`` and
+  touch the object's line; a refill or a free_bulk runs as an irq_work on the CPU; new objects
+  come from the ``new_object`` factory, which charges their kmalloc; objects given back for good
+  are kfree'd on the CPU whose callback frees them. An object's memory is its ``addr``
+  attribute where it has one.
 """
 
 from __future__ import annotations
@@ -28,6 +36,13 @@ from typing import Any
 from .machine import Machine
 
 LLIST_NODE_SIZE = 8
+# EmulatedSystem(htab_mem=...): how NO_PREALLOC hash maps get element memory.
+HTAB_MEM_DESIGNS = ("bpf_mem_alloc", "bpf_mem_alloc_call_rcu", "call_rcu")
+
+
+def addr_of(obj: Any) -> int:
+    """The modeled address of an allocator's object (0: not placed, free to touch)."""
+    return getattr(obj, "addr", 0)
 
 
 def watermarks(unit_size: int) -> tuple[int, int, int]:
@@ -77,9 +92,13 @@ class BpfMemAlloc:
 
     design = "bpf_mem_alloc"
 
-    def __init__(self, machine: Machine, unit_size: int,
-                 new_object: Callable[[int], Any]) -> None:
+    def __init__(self, machine: Machine, unit_size: int, new_object: Callable[[int], Any],
+                 free_through_rcu: bool = False) -> None:
         self.machine = machine
+        self.timing = machine.timing
+        self.free_through_rcu = free_through_rcu
+        if free_through_rcu:
+            self.design = "bpf_mem_alloc_call_rcu"
         self.unit_size = unit_size + LLIST_NODE_SIZE
         self.low, self.high, self.batch = watermarks(self.unit_size)
         self.new_object = new_object
@@ -148,37 +167,58 @@ class BpfMemAlloc:
         queue another one.
         """
         with cache.lock:
-            gone = len(cache.waiting_for_gp_ttrace)
+            gone = cache.waiting_for_gp_ttrace[:]
             cache.waiting_for_gp_ttrace.clear()
             cache.call_rcu_ttrace_in_progress = False
         with self._count_lock:
-            self.counters.freed += gone
+            self.counters.freed += len(gone)
+        cpu = self.machine.current.cpu
+        for obj in gone:
+            self.timing.kfree(cpu, addr_of(obj), self.unit_size)
 
     def alloc(self) -> Any | None:
         """unit_alloc on the current CPU: an object, or None (the caller answers ENOMEM)."""
-        cache = self.caches[self.machine.current.cpu]
+        cpu = self.machine.current.cpu
+        cache = self.caches[cpu]
         with cache.lock:
             obj = cache.free.pop() if cache.free else None
             left = len(cache.free)
+        self.timing.charge(cpu, "bpf_mem_cache")
         with self._count_lock:
             self.counters.alloc_calls += 1
             if obj is None:
                 self.counters.alloc_failures += 1
             else:
                 self.cache_hits += 1
+        if obj is not None:
+            self.timing.access(cpu, addr_of(obj), write=True)  # llist_del_first
         if left < self.low:
+            self.timing.charge(cpu, "irq_work")  # bpf_mem_refill
             self._alloc_bulk(cache, self.batch)
         return obj
 
     def free(self, obj: Any) -> None:
-        """unit_free on the current CPU: reusable at once; trimmed above the high mark."""
-        cache = self.caches[self.machine.current.cpu]
+        """unit_free on the current CPU: reusable at once; trimmed above the high mark. With
+        ``free_through_rcu`` the unit_free waits for a grace period first."""
+        with self._count_lock:
+            self.counters.free_calls += 1
+        if self.free_through_rcu:
+            with self._count_lock:
+                self.counters.call_rcu += 1
+            self.machine.rcu.call_rcu(lambda: self._unit_free(obj))
+        else:
+            self._unit_free(obj)
+
+    def _unit_free(self, obj: Any) -> None:
+        cpu = self.machine.current.cpu
+        cache = self.caches[cpu]
         with cache.lock:
             cache.free.append(obj)
             over = len(cache.free) > self.high
-        with self._count_lock:
-            self.counters.free_calls += 1
+        self.timing.charge(cpu, "bpf_mem_cache")
+        self.timing.access(cpu, addr_of(obj), write=True)  # llist_add
         if over:
+            self.timing.charge(cpu, "irq_work")  # bpf_mem_free_bulk
             self._free_bulk(cache)
 
     def destroy(self) -> None:
@@ -216,10 +256,12 @@ class KmallocRcu:
 
     design = "call_rcu"
 
-    def __init__(self, machine: Machine, node: int, new_object: Callable[[int], Any]) -> None:
+    def __init__(self, machine: Machine, node: int, new_object: Callable[[int], Any],
+                 unit_size: int = 0) -> None:
         self.machine = machine
         self.node = node  # kmalloc_node(..., map numa_node): the map's node
         self.new_object = new_object
+        self.unit_size = unit_size
         self.counters = _Counters()
         self._lock = threading.Lock()
 
@@ -230,15 +272,20 @@ class KmallocRcu:
             self.counters.allocated += 1
         return obj
 
-    def _free_rcu(self) -> None:
+    def _free_rcu(self, obj: Any) -> None:
+        """The callback: kfree, after a grace period, on the CPU that queued it (it reads the
+        rcu_head inside the object)."""
         with self._lock:
             self.counters.freed += 1
+        cpu = self.machine.current.cpu
+        self.machine.timing.access(cpu, addr_of(obj), write=True)
+        self.machine.timing.kfree(cpu, addr_of(obj), self.unit_size)
 
     def free(self, obj: Any) -> None:
         with self._lock:
             self.counters.free_calls += 1
             self.counters.call_rcu += 1
-        self.machine.rcu.call_rcu(self._free_rcu)
+        self.machine.rcu.call_rcu(lambda: self._free_rcu(obj))
 
     def destroy(self) -> None:
         """Nothing is cached; callbacks already queued free their elements in time."""

@@ -8,19 +8,30 @@ Rules this module keeps:
 - ``push`` puts an object on the current CPU's list; it is reusable at once (preallocated
   hash elements are recycled without waiting for RCU, as in the kernel).
 - Each CPU's list has its own lock.
+- Modeled time (``timing``, when given): a pop or push takes that CPU's lock (a spinlock on a
+  line of the CPU's node) and touches the object's line (the list link lives in it); an
+  object's memory is its ``addr`` attribute where it has one.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .timing import Timing
 
 
 class PcpuFreelist:
-    def __init__(self, ncpus: int, current_cpu: Callable[[], int]) -> None:
+    def __init__(self, ncpus: int, current_cpu: Callable[[], int],
+                 timing: Timing | None = None) -> None:
         self.ncpus = ncpus
         self.current_cpu = current_cpu
+        self.timing = timing
+        self.tlocks = [] if timing is None else [
+            timing.new_lock(timing.alloc_region(64, timing.cpu_node[cpu]))
+            for cpu in range(ncpus)]
         self.lists: list[list[Any]] = [[] for _ in range(ncpus)]
         self.unmade = [0] * ncpus  # objects of each CPU's share not created yet
         self.factory: Callable[[], Any] | None = None
@@ -63,6 +74,7 @@ class PcpuFreelist:
                     self.pops += 1
                     if cpu != orig:
                         self.steals += 1
+                    self._cost(orig, cpu, obj)
                     return obj
             cpu = (cpu + 1) % self.ncpus
             if cpu == orig:
@@ -74,6 +86,12 @@ class PcpuFreelist:
         with self.locks[cpu]:
             self.lists[cpu].append(obj)
         self.pushes += 1
+        self._cost(cpu, cpu, obj)
+
+    def _cost(self, cpu: int, owner: int, obj: Any) -> None:
+        """``cpu`` took ``owner``'s list lock and moved ``obj`` (modeled time)."""
+        if self.timing is not None:
+            self.timing.locked_access(cpu, self.tlocks[owner], getattr(obj, "addr", 0))
 
     def free_counts(self) -> list[int]:
         """Objects on each CPU's list (those not created yet included)."""

@@ -14,8 +14,12 @@ Rules this module keeps:
   PROG_ARRAY slot holds a reference on the program.
 - Test runs follow net/bpf/test_run.c per program type (skb, xdp, raw_tp, syscall): the same
   EINVAL / ENOSPC / E2BIG rules, the same data_out (a socket filter's Ethernet header comes
-  back zeroed) and ctx_out. ``duration`` is measured for real (perf_counter_ns, the mean per
-  run over ``repeat``). Types without a test_run answer ENOTSUPP.
+  back zeroed) and ctx_out. ``duration`` is modeled time: the mean per run over ``repeat`` of
+  what the run cost on the machine's profile (``prog_test_run`` per repetition, the program's
+  instructions and calls, its map operations). Types without a test_run answer ENOTSUPP.
+- Tracepoints: ``trigger_tracepoint`` runs the attached programs on the current CPU (each run
+  costs ``tracepoint_entry``); ``enter_syscall`` is a task on the current CPU making a syscall:
+  its entry cost, then its sys_enter tracepoint.
 - The tag is the kernel's: the first 8 bytes of SHA-256 over the instructions with the
   immediates of map-referencing lddw zeroed.
 """
@@ -27,7 +31,6 @@ import hashlib
 import os
 import struct
 import threading
-import time
 from typing import Any
 
 from ..attrs import ProgAttr, TestRunRequest
@@ -285,13 +288,17 @@ class ProgramsMixin:
         raise KernelError(ENOTSUPP, f"{ProgType(prog_type).name} programs have no test run")
 
     def _timed_runs(self, prog: BpfProg, repeat: int, run_once) -> tuple[int, int]:
-        """Run ``repeat`` times (0 means 1); (retval of the last run, mean ns per run)."""
+        """Run ``repeat`` times (0 means 1); (retval of the last run, mean modeled ns per
+        run on the current CPU)."""
         repeat = repeat or 1
-        start = time.perf_counter_ns()
+        timing = self.machine.timing
+        cpu = self.machine.current.cpu
+        start = timing.clock[cpu]
         for _ in range(repeat):
+            timing.charge(cpu, "prog_test_run")
             retval = run_once()
-        elapsed = time.perf_counter_ns() - start
-        return retval & M32, min(elapsed // repeat, M32)
+        elapsed = timing.clock[cpu] - start
+        return retval & M32, min(int(elapsed // repeat), M32)
 
     def _test_run_skb(self, prog: BpfProg, req: TestRunRequest) -> TestRun:
         """bpf_prog_test_run_skb, its checks in the kernel's order."""
@@ -492,7 +499,20 @@ class ProgramsMixin:
         with _tracepoint_lock:
             links = list(self._tracepoint_links().get((category, name), ()))
         record = bytes(ctx)
-        return [link.prog.run(record).retval for link in links]
+        timing = self.machine.timing
+        cpu = self.machine.current.cpu
+        retvals = []
+        for link in links:
+            timing.charge(cpu, "tracepoint_entry")
+            retvals.append(link.prog.run(record).retval)
+        return retvals
+
+    def enter_syscall(self, syscall: str, ctx: bytes = b"") -> list[int]:
+        """A task on the current CPU makes ``syscall``: a modeled operation begins, the entry
+        costs ``syscall_entry`` (``syscall_connect`` for connect), and tracepoint
+        syscalls/sys_enter_<syscall> fires with the record ``ctx``."""
+        self.machine.bpf_syscall("syscall_connect" if syscall == "connect" else "syscall_entry")
+        return self.trigger_tracepoint("syscalls", f"sys_enter_{syscall}", ctx)
 
 
 _tracepoint_lock = threading.Lock()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import importlib
 import itertools
 import os
@@ -44,6 +45,7 @@ from ..uapi import (
 from .bpf_map import MAP_OPS, BpfMap, bpf_map_attr_numa_node
 from .inode import BpfFs
 from .machine import Machine
+from .memalloc import HTAB_MEM_DESIGNS
 from .progs import ProgramsMixin
 from .syscall import bpf_get_file_flag, bpf_obj_file_flags, bpf_obj_name_cpy
 
@@ -99,20 +101,30 @@ class EmulatedSystem(ProgramsMixin, System):
     """The BPF map subsystem in user space, on an emulated ``Machine``.
 
     ``EmulatedSystem(cpus=20, nodes=2)`` declares a topology; ``machine=`` shares one.
+    ``profile`` (a shipped profile's name, a file or a ``Profile``; default ``host``) gives the
+    costs of the modeled time, and its topology when cpus/nodes are not given; ``cache_scale``
+    shrinks the modeled caches for a scaled-down experiment; ``seed`` seeds the machine's
+    randomness (hash seeds, bpf_get_prandom_u32).
     ``htab_mem`` picks how NO_PREALLOC hash maps get element memory: ``"bpf_mem_alloc"``
-    (per-CPU caches, freed objects reused after a grace period; the kernel since 6.1) or
-    ``"call_rcu"`` (kmalloc per element, one call_rcu per freed element, no reuse; before).
+    (per-CPU caches, freed objects reused at once; the kernel since 6.1), ``"call_rcu"``
+    (kmalloc per element, one call_rcu per freed element, no reuse; before) or
+    ``"bpf_mem_alloc_call_rcu"`` (per-CPU caches, but each freed element through call_rcu
+    first: the 2022 series between its bpf_mem_alloc patch and 0fd7c5d43339).
     """
 
     name = "emulated"
 
     def __init__(self, cpus: int | None = None, nodes: int | None = None,
-                 machine: Machine | None = None, htab_mem: str = "bpf_mem_alloc") -> None:
-        if machine is not None and (cpus is not None or nodes is not None):
-            raise TypeError("give either machine= or cpus=/nodes=, not both")
-        if htab_mem not in ("bpf_mem_alloc", "call_rcu"):
-            raise ValueError(f"htab_mem={htab_mem!r}: choose 'bpf_mem_alloc' or 'call_rcu'")
-        self.machine = machine if machine is not None else Machine(cpus, nodes)
+                 machine: Machine | None = None, htab_mem: str = "bpf_mem_alloc",
+                 profile: Any = None, cache_scale: float = 1.0, seed: int = 0) -> None:
+        if machine is not None and (cpus is not None or nodes is not None
+                                    or profile is not None):
+            raise TypeError("give either machine= or cpus=/nodes=/profile=, not both")
+        if htab_mem not in HTAB_MEM_DESIGNS:
+            raise ValueError(f"htab_mem={htab_mem!r}: choose one of "
+                             f"{', '.join(HTAB_MEM_DESIGNS)}")
+        self.machine = machine if machine is not None else Machine(
+            cpus, nodes, profile=profile, cache_scale=cache_scale, seed=seed)
         self.machine.htab_mem = htab_mem
         self._lock = threading.RLock()  # fd table, idrs, pins, refcounts
         # fd -> object. Each emulated fd holds a real host fd (on /dev/null) of the same number,
@@ -492,6 +504,27 @@ class EmulatedSystem(ProgramsMixin, System):
         except KernelError as exc:
             raise self._fail(exc, "map_stats") from None
         return bpf_map.mem_stats()
+
+
+def _bpf_syscall(command):
+    """A backend command is a syscall of the task on the current CPU: a modeled operation
+    begins (``Machine.bpf_syscall``), then the command runs."""
+    @functools.wraps(command)
+    def syscall(self, *args, **kwargs):
+        self.machine.bpf_syscall()
+        return command(self, *args, **kwargs)
+    return syscall
+
+
+# The System's backend commands (every one a syscall).
+SYSCALL_COMMANDS = ("_map_create", "_map_lookup_elem", "_map_update_elem", "_map_delete_elem",
+                    "_map_get_next_key", "_map_lookup_and_delete_elem", "_map_freeze",
+                    "_map_lookup_batch", "_map_write_batch", "_map_get_info",
+                    "_map_get_fd_by_id", "_map_get_next_id", "_obj_pin", "_obj_get", "_close",
+                    "_prog_load", "_prog_test_run", "_prog_get_info", "_prog_get_fd_by_id",
+                    "_attach_tracepoint")
+for _command in SYSCALL_COMMANDS:
+    setattr(EmulatedSystem, _command, _bpf_syscall(getattr(EmulatedSystem, _command)))
 
 
 def _missing_fd(fd: object) -> KernelError:

@@ -49,12 +49,14 @@ from dataclasses import dataclass
 
 from ..profiles import SCHEMA, Profile
 
-NODE_SHIFT = 40  # an address's NUMA node: addr >> NODE_SHIFT
+NODE_SHIFT = 56  # an address's NUMA node: addr >> NODE_SHIFT
 PAGE = 4096
 # Sections of the profile whose ns values are work ``charge`` can be asked for.
 WORK_SECTIONS = ("cpu", "ops", "alloc")
 MEMORY_KINDS = ("private_hit", "shared_hit", "dram_local", "dram_remote", "transfer_local",
                 "transfer_remote")
+HOT_LINES = 64  # the least a scaled cache keeps (4 KiB): a CPU's every-event lines
+LOCK_HISTORY = 32  # intervals a lock remembers (the latest half is kept when it is full)
 KMALLOC_SIZES = (8, 16, 32, 64, 96, 128, 192, 256, 512, 1024, 2048, 4096, 8192)
 
 
@@ -68,14 +70,31 @@ def addr_node(addr: int) -> int:
     return addr >> NODE_SHIFT
 
 
+def _evict_oldest(cache: OrderedDict) -> None:
+    try:
+        cache.popitem(last=False)
+    except KeyError:  # emptied by a thread racing on the same cache
+        pass
+
+
+def machine_distances(distances: list[list[int]], nodes: int) -> list[list[int]]:
+    """The profile's SLIT matrix for a machine of ``nodes`` nodes: a machine with more nodes
+    than the profile describes puts every pair beyond the matrix at its largest distance (a
+    one-node profile has none: such nodes are as near as the local one)."""
+    far = max(max(row) for row in distances)
+    return [[10 if a == b else distances[a][b] if a < len(distances) and b < len(distances)
+             else far for b in range(nodes)] for a in range(nodes)]
+
+
 @dataclass
 class SpinLock:
-    """A modeled spinlock: its line, and the intervals other CPUs held it [start, end)."""
+    """A modeled spinlock: its line, and the intervals CPUs held it [start, end), sorted."""
 
     addr: int
     held: list[tuple[float, float, int]]
     acquired_at: float = 0.0
     holder: int = -1
+    last_end: float = 0.0  # the latest end of any interval: a CPU asking later never waits
 
 
 class Timing:
@@ -87,9 +106,6 @@ class Timing:
         self.cpu_node = list(profile.cpu_node if cpu_node is None else cpu_node)
         num_cpus = len(self.cpu_node)
         self.num_nodes = max(self.cpu_node) + 1
-        if self.num_nodes > profile.num_nodes:
-            raise ValueError(f"the machine has {self.num_nodes} NUMA nodes, profile "
-                             f"{profile.name!r} describes {profile.num_nodes}")
         if not cache_scale > 0:
             raise ValueError(f"cache_scale must be positive, got {cache_scale!r}")
         self.cache_scale = cache_scale
@@ -98,7 +114,10 @@ class Timing:
             p.key: float(profile[p.path]) for p in SCHEMA
             if p.section in WORK_SECTIONS and p.unit == "ns"}
         self.grace_period = float(profile["rcu.grace_period"])
-        # Per CPU: event -> [count, ns]; memory kinds and waits are events too.
+        self._spin_lock_ns = self.cost["spin_lock"]
+        # Per CPU: work event -> count (its ns is count x cost); memory kinds and waits,
+        # whose cost varies, -> [count, ns].
+        self.counts: list[dict[str, int]] = [{} for _ in range(num_cpus)]
         self.stats: list[dict[str, list]] = [{} for _ in range(num_cpus)]
         self._lock = threading.Lock()  # model state, for callers without a scheduler
         self.scheduler: VirtualTimeScheduler | None = None
@@ -129,12 +148,12 @@ class Timing:
 
     def charge(self, cpu: int, event: str, n: int = 1) -> None:
         """Work: ``n`` times the profile's cost of ``event`` (a key of [cpu], [ops], [alloc])."""
-        try:
-            ns = self.cost[event] * n
-        except KeyError:
-            raise ValueError(f"no cost {event!r} in the model; events are "
-                             f"{sorted(self.cost)}") from None
-        self._account(cpu, event, n, ns)
+        cost = self.cost.get(event)
+        if cost is None:
+            raise ValueError(f"no cost {event!r} in the model; events are {sorted(self.cost)}")
+        self.clock[cpu] += cost * n  # the model's hottest call: only a count is kept
+        counts = self.counts[cpu]
+        counts[event] = counts.get(event, 0) + n
 
     def wait_until(self, cpu: int, t: float, why: str = "wait") -> None:
         """Advance the CPU's clock to ``t`` if it is behind (waiting never goes back)."""
@@ -146,17 +165,21 @@ class Timing:
         p = self.profile
         line = int(p["memory.line_bytes"])
         self.line_shift = line.bit_length() - 1
-        self.private_lines = max(1, int(p["memory.private_kib"] * 1024 // line
-                                        * self.cache_scale))
-        self.shared_lines = max(1, int(p["memory.shared_kib"] * 1024 // line * self.cache_scale))
+        # A scaled-down cache keeps room for the lines touched on every event (locks, list
+        # heads, per-CPU data), which stay cached on the real machine at any scale.
+        self.private_lines = max(min(HOT_LINES, int(p["memory.private_kib"] * 1024 // line)),
+                                 int(p["memory.private_kib"] * 1024 // line * self.cache_scale))
+        self.shared_lines = max(min(HOT_LINES, int(p["memory.shared_kib"] * 1024 // line)),
+                                int(p["memory.shared_kib"] * 1024 // line * self.cache_scale))
         self._private: list[OrderedDict[int, int]] = [OrderedDict() for _ in self.clock]
         self._shared: list[OrderedDict[int, None]] = [OrderedDict()
                                                       for _ in range(self.num_nodes)]
+        self.hits = [0] * len(self.clock)  # private-cache hits per CPU (they cost nothing)
         self._version: dict[int, int] = {}  # line -> bumped whenever another CPU writes it
         self._dirty: dict[int, int] = {}  # line -> the CPU holding it modified
         self.private_hit = 0.0  # included in the work costs, which were measured hot
         self.shared_hit = float(p["memory.shared_hit"])
-        dist = p.distances
+        dist = machine_distances(p.distances, self.num_nodes)
         far = max(max(row) for row in dist)
         local, remote = float(p["memory.dram_local"]), float(p["memory.dram_remote"])
 
@@ -170,6 +193,7 @@ class Timing:
                           for b in range(len(dist))] for a in range(len(dist))]
         self._next_addr = [(node << NODE_SHIFT) + PAGE for node in range(len(dist))]
         self._slab: dict[tuple[int, int, int], list[int]] = {}  # (cpu, node, size) -> LIFO
+        self._slab_page: dict[tuple[int, int, int], list[int]] = {}  # -> [next, end]
 
     def alloc_region(self, size: int, node: int) -> int:
         """Fresh memory of ``size`` bytes on ``node`` (page aligned): cold in every cache."""
@@ -189,60 +213,78 @@ class Timing:
         free = self._slab.get((cpu, node, cls))
         if free:
             return free.pop()
-        with self._lock:
-            addr = self._next_addr[node]
-            self._next_addr[node] += cls
+        # A fresh object comes from this CPU's slab page of the class (SLUB's per-CPU slab),
+        # so CPUs never share a line of new objects.
+        page = self._slab_page.get((cpu, node, cls))
+        if page is None or page[0] + cls > page[1]:
+            start = self.alloc_region(max(PAGE, cls), node)
+            page = self._slab_page[(cpu, node, cls)] = [start, start + max(PAGE, cls)]
+        addr = page[0]
+        page[0] += cls
         return addr
 
     def kfree(self, cpu: int, addr: int, size: int) -> None:
         """Give a slab object back to this CPU's free list of its class. Charges ``kfree``."""
         self.charge(cpu, "kfree")
-        self._slab.setdefault((cpu, addr_node(addr), kmalloc_size(size)), []).append(addr)
+        if addr:
+            self._slab.setdefault((cpu, addr_node(addr), kmalloc_size(size)), []).append(addr)
 
     def access(self, cpu: int, addr: int, write: bool = False) -> float:
-        """One access to the line holding ``addr``; returns (and charges) the stall in ns."""
+        """One access to the line holding ``addr``; returns (and charges) the stall in ns.
+        Address 0 is memory the model does not place (objects made outside a map): free.
+
+        A line's version moves on whenever a CPU writes it without holding it modified, so a
+        copy in a private cache is current exactly when it carries the line's version (and
+        then no other CPU holds the line modified). The dict operations here are each atomic
+        under the GIL and the caches tolerate a racing thread on the same CPU, so the model
+        needs no lock of its own.
+        """
+        if not addr:
+            return 0.0
         line = addr >> self.line_shift
-        with self._lock:
-            private = self._private[cpu]
-            version = self._version.get(line, 0)
-            owner = self._dirty.get(line, cpu)
-            if private.get(line) == version and owner == cpu:
-                private.move_to_end(line)
-                kind, ns = "private_hit", self.private_hit
-            else:
-                node = self.cpu_node[cpu]
-                if owner != cpu and self._private[owner].get(line) == version:
-                    far = self.cpu_node[owner] != node
-                    kind = "transfer_remote" if far else "transfer_local"
-                    ns = self.transfer[node][self.cpu_node[owner]]
-                    if not write:
-                        del self._dirty[line]  # written back: shared and clean from now on
-                else:
-                    if owner != cpu:  # the owner's copy was evicted, so written back
-                        del self._dirty[line]
-                    shared = self._shared[node]
-                    if line in shared:
-                        shared.move_to_end(line)
-                        kind, ns = "shared_hit", self.shared_hit
-                    else:
-                        home = addr_node(addr)
-                        kind = "dram_local" if home == node else "dram_remote"
-                        ns = self.dram[node][home]
-                        shared[line] = None
-                        if len(shared) > self.shared_lines:
-                            shared.popitem(last=False)
-                private[line] = version
-                private.move_to_end(line)
-                if len(private) > self.private_lines:
-                    private.popitem(last=False)
+        private = self._private[cpu]
+        version = self._version.get(line, 0)
+        if private.get(line) == version:  # the hot case: a hit in the private cache
+            private[line] = private.pop(line, version)  # most recently used now
+            self.hits[cpu] += 1
             if write and self._dirty.get(line) != cpu:
-                # Read for ownership: every other copy becomes invalid.
-                version += 1
-                self._version[line] = version
-                private[line] = version
-                self._dirty[line] = cpu
+                self._own(cpu, line, version, private)
+            return 0.0
+        node = self.cpu_node[cpu]
+        owner = self._dirty.get(line, cpu)
+        if owner != cpu and self._private[owner].get(line) == version:
+            kind = "transfer_remote" if self.cpu_node[owner] != node else "transfer_local"
+            ns = self.transfer[node][self.cpu_node[owner]]
+            if not write:
+                self._dirty.pop(line, None)  # written back: shared and clean from now on
+        else:
+            if owner != cpu:  # the owner's copy was evicted, so written back
+                self._dirty.pop(line, None)
+            shared = self._shared[node]
+            if shared.pop(line, False) is None:
+                kind, ns = "shared_hit", self.shared_hit
+            else:
+                home = addr_node(addr)
+                kind = "dram_local" if home == node else "dram_remote"
+                ns = self.dram[node][home]
+            shared[line] = None
+            if len(shared) > self.shared_lines:
+                _evict_oldest(shared)
+        private.pop(line, None)  # a stale copy goes: the fresh one is the most recent
+        private[line] = version
+        if len(private) > self.private_lines:
+            _evict_oldest(private)
+        if write and self._dirty.get(line) != cpu:
+            self._own(cpu, line, version, private)
         self._account(cpu, kind, 1, ns)
         return ns
+
+    def _own(self, cpu: int, line: int, version: int, private: OrderedDict) -> None:
+        """Read for ownership: every other copy of ``line`` becomes stale."""
+        version += 1
+        self._version[line] = version
+        private[line] = version
+        self._dirty[line] = cpu
 
     def atomic(self, cpu: int, addr: int) -> None:
         """A locked read-modify-write of the line holding ``addr`` (a shared counter)."""
@@ -256,24 +298,46 @@ class Timing:
     def spin_lock(self, cpu: int, lock: SpinLock) -> None:
         """Take ``lock``: wait while another CPU held it at this CPU's time, then the line."""
         t = self.clock[cpu]
-        for start, end, holder in lock.held:
-            if start <= t < end and holder != cpu:
-                t = end  # intervals are sorted: a later one may start right at this end
-        if t > self.clock[cpu]:
-            self.wait_until(cpu, t, "lock_wait")
-        self.access(cpu, lock.addr, write=True)
-        self.charge(cpu, "spin_lock")
+        if t < lock.last_end:
+            for start, end, holder in lock.held:
+                if start <= t < end and holder != cpu:
+                    t = end  # intervals are sorted: a later one may start right at this end
+            if t > self.clock[cpu]:
+                self.wait_until(cpu, t, "lock_wait")
+        line = lock.addr >> self.line_shift
+        private = self._private[cpu]
+        if self._dirty.get(line) == cpu and private.get(line) == self._version.get(line, 0):
+            private[line] = private.pop(line)  # the hot case, inline: this CPU holds the line
+            self.hits[cpu] += 1
+        else:
+            self.access(cpu, lock.addr, write=True)
+        self.clock[cpu] += self._spin_lock_ns
+        counts = self.counts[cpu]
+        counts["spin_lock"] = counts.get("spin_lock", 0) + 1
         lock.acquired_at, lock.holder = self.clock[cpu], cpu
 
     def spin_unlock(self, cpu: int, lock: SpinLock) -> None:
-        if lock.holder != cpu:
-            raise RuntimeError(f"CPU {cpu} releases a lock held by CPU {lock.holder}")
+        """Release ``lock``: the interval it was held joins its history. (Threads sharing one
+        emulated CPU without a scheduler may interleave here; the interval then starts at
+        the release, since the acquire is no longer known.)"""
+        end = self.clock[cpu]
+        start = lock.acquired_at if lock.holder == cpu else end
         held = lock.held
-        bisect.insort(held, (lock.acquired_at, self.clock[cpu], cpu))
+        if not held or start >= held[-1][0]:
+            held.append((start, end, cpu))
+        else:
+            bisect.insort(held, (start, end, cpu))
         lock.holder = -1
-        if len(held) > 8:  # nobody can ask for the lock before the slowest clock
-            horizon = min(self.clock)
-            lock.held = [h for h in held if h[1] > horizon]
+        if end > lock.last_end:
+            lock.last_end = end
+        if len(held) > LOCK_HISTORY:
+            del held[:-LOCK_HISTORY // 2]  # a CPU further behind than these does not wait
+
+    def locked_access(self, cpu: int, lock: SpinLock, addr: int, write: bool = True) -> None:
+        """Take ``lock``, touch ``addr``, release: a list push or pop under its lock."""
+        self.spin_lock(cpu, lock)
+        self.access(cpu, addr, write)
+        self.spin_unlock(cpu, lock)
 
     # -- RCU and deferred work -----------------------------------------------------------------
     def rcu_gp_end(self, t: float) -> float:
@@ -294,9 +358,8 @@ class Timing:
                     last = gps[-1][1]
                     gps.append((last, last + self.grace_period))
                     end = gps[-1][1]
-            if len(gps) > 16:
-                horizon = min(self.clock)
-                self._gps = [g for g in gps if g[1] > horizon] or gps[-1:]
+            if len(gps) > LOCK_HISTORY:
+                del gps[:-LOCK_HISTORY // 2]
         return end
 
     def defer(self, cpu: int, at: float, work: Callable[[], None]) -> None:
@@ -329,20 +392,26 @@ class Timing:
 
     # -- reports -------------------------------------------------------------------------------
     def breakdown(self, cpu: int) -> dict[str, tuple[int, float]]:
-        """{event: (count, ns)} of ``cpu``, most expensive first."""
-        items = sorted(self.stats[cpu].items(), key=lambda kv: -kv[1][1])
-        return {event: (count, ns) for event, (count, ns) in items}
+        """{event: (count, ns)} of ``cpu``, most expensive first (private-cache hits, which
+        cost nothing, last)."""
+        items = [(event, count, count * self.cost[event])
+                 for event, count in self.counts[cpu].items()]
+        items += [(event, count, ns) for event, (count, ns) in self.stats[cpu].items()]
+        out = {event: (count, ns) for event, count, ns in sorted(items, key=lambda i: -i[2])}
+        if self.hits[cpu]:
+            out["private_hit"] = (self.hits[cpu], 0.0)
+        return out
 
     def snapshot(self, cpu: int) -> tuple[float, dict[str, tuple[int, float]]]:
         """(clock, per-event totals) of ``cpu``, to subtract from a later one."""
-        return self.clock[cpu], {e: (c, ns) for e, (c, ns) in self.stats[cpu].items()}
+        return self.clock[cpu], self.breakdown(cpu)
 
     def since(self, cpu: int, snap: tuple[float, dict[str, tuple[int, float]]]
               ) -> tuple[float, dict[str, tuple[int, float]]]:
         """ns elapsed on ``cpu`` since ``snap`` and what it was spent on."""
         t0, before = snap
         delta = {}
-        for event, (count, ns) in self.stats[cpu].items():
+        for event, (count, ns) in self.breakdown(cpu).items():
             c0, ns0 = before.get(event, (0, 0.0))
             if count != c0:
                 delta[event] = (count - c0, ns - ns0)

@@ -63,8 +63,8 @@ __all__ = [
 
 
 def run(cfg: Config) -> RunResult:
-    """One map-perf run on the backend ``cfg`` names (``--cpus``/``--nodes``/``--htab-mem``
-    imply the emulated one)."""
+    """One map-perf run on the backend ``cfg`` names (``--cpus``/``--nodes``/``--htab-mem``/
+    ``--profile``/``--cache-scale`` imply the emulated one)."""
     from ...backends import system
 
     kwargs = {}
@@ -74,6 +74,10 @@ def run(cfg: Config) -> RunResult:
         kwargs["nodes"] = cfg.nodes
     if cfg.htab_mem is not None:
         kwargs["htab_mem"] = cfg.htab_mem
+    if cfg.profile is not None:
+        kwargs["profile"] = cfg.profile
+    if cfg.cache_scale != 1.0:
+        kwargs["cache_scale"] = cfg.cache_scale
     cfg.backend = backend_of(cfg)
     sys_ = system(cfg.backend, **kwargs)
     if sys_.name == "kernel":

@@ -10,9 +10,18 @@ import os
 import re
 from dataclasses import dataclass
 
+from ...emulated.memalloc import HTAB_MEM_DESIGNS
 from ...uapi import MapFlags, MapType
 from .. import trigger
-from ..args import MAX_EMULATED_CPUS, U32_MAX, emulated_machine, int_arg, plot_arg
+from ..args import (
+    MAX_EMULATED_CPUS,
+    U32_MAX,
+    emulated_machine,
+    int_arg,
+    plot_arg,
+    profile_arg,
+    profile_help,
+)
 
 MAX_NR_CPUS = 1024  # slots of array_of_lru_hashs, as in the sample
 MAX_NUMNODES = 1024  # the kernel's largest (CONFIG_NODES_SHIFT 10)
@@ -152,8 +161,10 @@ class Config:
     baseline: bool = False
     c_trigger: str | None = None
     trigger: str = TRIGGER_AUTO
-    htab_mem: str | None = None  # emulated: "bpf_mem_alloc" (default) or "call_rcu"
+    htab_mem: str | None = None  # emulated: one of memalloc.HTAB_MEM_DESIGNS
     progress: bool = True
+    profile: str | None = None  # emulated: the machine profile of the modeled time
+    cache_scale: float = 1.0  # emulated: modeled caches scaled with a scaled-down experiment
 
     @property
     def tests(self) -> list[Test]:
@@ -246,13 +257,30 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         default=TRIGGER_AUTO,
                         help="kernel: the trigger loop: native machine code (x86-64) or "
                              "CPython's; auto = native where it works")
-    parser.add_argument("--htab-mem", dest="htab_mem", choices=("bpf_mem_alloc", "call_rcu"),
+    parser.add_argument("--htab-mem", dest="htab_mem", choices=HTAB_MEM_DESIGNS,
                         default=None, help="emulated: element memory of non-preallocated "
-                                           "hash maps: bpf_mem_alloc (6.1+) or the older "
-                                           "kmalloc + call_rcu per free")
+                                           "hash maps: bpf_mem_alloc (6.1+), the older "
+                                           "kmalloc + call_rcu per free, or bpf_mem_alloc with "
+                                           "call_rcu per free (the 2022 series before "
+                                           "0fd7c5d43339)")
+    parser.add_argument("--profile", type=profile_arg, default=None, help=profile_help())
+    parser.add_argument("--cache-scale", dest="cache_scale", type=_cache_scale_arg,
+                        default=1.0, help="emulated: multiply the profile's cache sizes by "
+                                          "this (0 < x <= 1), for NUM_ENTRIES scaled down as "
+                                          "much, so working set and caches keep their ratio")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress lines on stderr")
     return parser
+
+
+def _cache_scale_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--cache-scale takes a number, got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"--cache-scale must be in (0, 1], got {text}")
+    return value
 
 
 def config_from_args(ns: argparse.Namespace) -> Config:
@@ -261,7 +289,8 @@ def config_from_args(ns: argparse.Namespace) -> Config:
                   backend=ns.backend, cpus=ns.cpus, nodes=ns.nodes, numa_node=ns.numa_node,
                   parent_cpu=ns.parent_cpu, json=ns.json, plot=ns.plot,
                   baseline=ns.baseline, c_trigger=ns.c_trigger, trigger=ns.trigger,
-                  htab_mem=ns.htab_mem, progress=ns.progress)
+                  htab_mem=ns.htab_mem, progress=ns.progress, profile=ns.profile,
+                  cache_scale=ns.cache_scale)
 
 
 def backend_of(cfg: Config) -> str:
@@ -269,7 +298,8 @@ def backend_of(cfg: Config) -> str:
     or allocator is asked for, else the default (PYBPF_BACKEND, else kernel where allowed)."""
     if cfg.backend is not None:
         return cfg.backend
-    if cfg.cpus is not None or cfg.nodes is not None or cfg.htab_mem is not None:
+    if cfg.cpus is not None or cfg.nodes is not None or cfg.htab_mem is not None \
+            or cfg.profile is not None or cfg.cache_scale != 1.0:
         return "emulated"
     from ...backends import default_backend
 
@@ -287,12 +317,15 @@ def validate(cfg: Config) -> str | None:
         if cfg.htab_mem:
             return ("--htab-mem picks the emulated allocator design; this kernel's "
                     "non-preallocated maps use bpf_mem_alloc")
+        if cfg.profile is not None or cfg.cache_scale != 1.0:
+            return ("--profile and --cache-scale shape the emulated machine's modeled time; "
+                    "drop them or use --backend emulated")
         cpus = os.cpu_count() or 1
     else:
         if cfg.baseline or cfg.c_trigger:
             return "--baseline and --c-trigger measure the kernel's trigger loop; drop them"
         try:
-            cpus = emulated_machine(cfg.cpus, cfg.nodes).num_possible_cpus
+            cpus = emulated_machine(cfg.cpus, cfg.nodes, cfg.profile).num_possible_cpus
         except ValueError as exc:
             return str(exc)
         if cfg.num_procs > cpus:

@@ -1,6 +1,12 @@
 """map-perf on the emulated backend: one thread per emulated CPU, bound to it with ``on_cpu``,
-fires the programs through ``trigger_tracepoint`` MAX_CNT times per test; rates are
-interpreter figures per second of each worker's own CPU time, never scaled."""
+makes the trigger syscall (``enter_syscall``) MAX_CNT times per test.
+
+Rates are modeled: events per second of the CPU's virtual clock (emulated/timing.py) on the
+machine's profile. The threads take part in a virtual-time scheduler, so the figures are the
+same on every run whatever the host's load. Each worker stands for a task of its own (pid
+``TASK_PID_BASE + cpu``), as the sample's forked children do. The interpreter's own speed is
+kept beside each rate (events per second of the worker's CPU time), labelled as the host's.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +15,19 @@ import sys
 import threading
 import time
 
+from ...emulated.timing import VirtualTimeScheduler
 from .. import report
 from ..common import sys_enter_record
 from .config import NUMA_AUTO, TESTS, Config, Test, TestDef
 from .results import Result, RunResult, allocator_counters, rate_of, result_line
 from .testbed import Setup, lru_lookup_keys, sockaddr_in6
 
+TASK_PID_BASE = 1000  # the workers' pids: a fixed base, so hash keys repeat across runs
+
 
 class EmulatedRun:
     """One thread per emulated CPU, each bound to its CPU, running the programs through the
-    interpreter. Figures are wall-clock rates of each worker while all run under one GIL."""
+    interpreter under a virtual-time scheduler; rates are modeled."""
 
     def __init__(self, sys_, cfg: Config) -> None:
         self.sys = sys_
@@ -30,6 +39,7 @@ class EmulatedRun:
 
     def run(self) -> RunResult:
         cfg = self.cfg
+        machine = self.sys.machine
         cpu_node = list(self.sys.topology.cpu_node)
         result = RunResult("emulated", cfg, cpu_node)
         parent_cpu = cfg.parent_cpu if cfg.parent_cpu is not None else 0
@@ -41,17 +51,27 @@ class EmulatedRun:
                 setup.load_and_attach()
                 setup.fill_lpm_trie()
                 setup.pre_test()
+            if Test.INNER_LRU_HASH_PREALLOC in cfg.tests:
+                # Each child makes its inner map on its own CPU (placed on that CPU's node).
+                for cpu in range(1, self.nprocs):
+                    with self.sys.on_cpu(cpu):
+                        setup.create_inner_map(cpu, cpu_node[cpu])
+            # The children start together: every clock moves on to the latest one.
+            start = max(machine.timing.clock)
+            for cpu in range(self.nprocs):
+                machine.timing.wait_until(cpu, start, "idle")
             result.results = self.run_workers(setup)
-            self.sys.machine.step()  # let a grace period end, as it would by now
+            machine.step()  # let the grace periods end, as they would by now
             result.alloc_stats = {name: allocator_counters(self.sys.map_stats(fd))
                                   for name, fd in setup.no_prealloc_fds().items()}
         finally:
             setup.close()
         result.notes.append(
-            f"emulated backend: {len(cpu_node)} CPUs on {max(cpu_node) + 1} NUMA node(s); "
-            f"{self.nprocs} worker threads share one Python interpreter (one runs at a time), "
-            "so each rate is interpreter events per second of that worker's own CPU time "
-            "(the JSON has the wall-clock rate too); these are not kernel figures")
+            f"emulated backend: {len(cpu_node)} CPUs on {max(cpu_node) + 1} NUMA node(s), "
+            f"profile {machine.profile.name}: each rate is modeled events per second of that "
+            "CPU's virtual clock (the same on every run); 'host' is the interpreter's own rate "
+            "per second of the worker thread's CPU time. Modeled figures are predictions, not "
+            "kernel measurements")
         return result
 
     def run_workers(self, setup: Setup) -> list[Result]:
@@ -60,79 +80,78 @@ class EmulatedRun:
         errors: list[BaseException] = []
         done = [0] * self.nprocs
         lock = threading.Lock()
-        start_line = threading.Barrier(self.nprocs)
+        scheduler = VirtualTimeScheduler(self.sys.machine.timing, range(self.nprocs))
 
         def worker(cpu: int) -> None:
             try:
-                with self.sys.on_cpu(cpu):
+                with self.sys.on_cpu(cpu), scheduler.running(cpu):
+                    self.sys.machine.set_task(TASK_PID_BASE + cpu)
                     for t in cfg.tests:
-                        res = self.run_test(setup, t, cpu, done, start_line)
+                        res = self.run_test(setup, t, cpu, done)
                         with lock:
                             results.append(res)
                             if not cfg.json:
                                 sys.stdout.write(result_line(res, "emulated") + "\n")
                                 sys.stdout.flush()
-            except threading.BrokenBarrierError:
-                pass  # another worker failed; its error is reported
             except BaseException as exc:
                 errors.append(exc)
-                start_line.abort()
 
         threads = [threading.Thread(target=worker, args=(cpu,), name=f"map-perf-cpu{cpu}")
                    for cpu in range(self.nprocs)]
         total = self.nprocs * len(cfg.tests) * cfg.max_cnt
         progress = report.Progress("map-perf (emulated) events", total, enabled=cfg.progress)
-        for th in threads:
-            th.start()
-        while any(th.is_alive() for th in threads):
-            time.sleep(0.1)
-            progress.update(sum(done))
-        for th in threads:
-            th.join()
+        with scheduler:
+            for th in threads:
+                th.start()
+            while any(th.is_alive() for th in threads):
+                time.sleep(0.1)
+                progress.update(sum(done))
+            for th in threads:
+                th.join()
         progress.update(sum(done))
         progress.finish()
         if errors:
             raise errors[0]
         return results
 
-    def run_test(self, setup: Setup, t: Test, cpu: int, done: list[int],
-                 start_line: threading.Barrier) -> Result:
+    def run_test(self, setup: Setup, t: Test, cpu: int, done: list[int]) -> Result:
         cfg = self.cfg
         td = TESTS[t]
+        machine = self.sys.machine
         extra: dict = {}
         if t == Test.INNER_LRU_HASH_PREALLOC:
-            if cpu:
-                setup.create_inner_map(cpu, self.sys.topology.cpu_node[cpu])
             flags, node = setup.inner_numa[cpu]
             extra["map_flags"] = self.sys.map_get_info(setup.inner_fds[cpu]).map_flags
             extra["numa_node"] = node
-        fire = self.sys.trigger_tracepoint
-        name = f"sys_enter_{td.syscall}"
-        events = emulated_events(td, setup.lru_hash_lookup_test_entries,
-                                 getattr(self.sys.machine, "user_memory", None))
+        enter = self.sys.enter_syscall
+        events = emulated_events(td, setup.lru_hash_lookup_test_entries, machine.user_memory)
         chunk = max(1, min(1000, cfg.max_cnt // 20))
         left = cfg.max_cnt
-        start_line.wait()  # every worker starts the timed loop together, as forked children do
+        snap = machine.timing.snapshot(cpu)
         start, cpu_start = time.monotonic_ns(), time.thread_time_ns()
         while left:
             n = min(chunk, left)
             for record in itertools.islice(events, n):
-                fire("syscalls", name, record)
+                enter(td.syscall, record)
             left -= n
             done[cpu] += n
         elapsed = time.monotonic_ns() - start
         busy = time.thread_time_ns() - cpu_start
+        modeled, spent = machine.timing.since(cpu, snap)
         if t == Test.INNER_LRU_HASH_PREALLOC:
             # Only this CPU uses its inner map, so its counts are final now.
             stats = self.sys.map_stats(setup.inner_fds[cpu])
             extra["map_node"] = stats["numa_node"]
             extra["local_accesses"], extra["remote_accesses"] = \
                 stats["access_by_cpu"].get(cpu, (0, 0))
-        # The workers share one interpreter (the GIL runs one at a time), so the rate is per
-        # second of this worker's own CPU time; the wall-clock rate is kept beside it.
-        rate = rate_of(cfg.max_cnt, busy, td.per_event)
-        return Result(cpu, t.name, td.line(cpu, rate), rate, td.unit, cfg.max_cnt, busy,
-                      wall_rate=rate_of(cfg.max_cnt, elapsed, td.per_event), **extra)
+        top = sorted(spent.items(), key=lambda kv: -kv[1][1])
+        rate = rate_of(cfg.max_cnt, int(modeled), td.per_event)
+        return Result(cpu, t.name, td.line(cpu, rate), rate, td.unit, cfg.max_cnt, int(modeled),
+                      profile=machine.profile.name,
+                      host_rate=rate_of(cfg.max_cnt, busy, td.per_event),
+                      wall_rate=rate_of(cfg.max_cnt, elapsed, td.per_event),
+                      breakdown={event: round(ns / cfg.max_cnt, 3) for event, (_, ns) in top},
+                      **extra)
 
 
 def emulated_events(td: TestDef, lookup_entries: int, user_memory=None):

@@ -29,9 +29,14 @@ class Result:
     map_node: int | None = None
     local_accesses: int | None = None
     remote_accesses: int | None = None
-    # emulated: events per wall-clock second while all workers ran (``rate`` is per second
-    # of the worker thread's CPU time, ``elapsed_ns`` that CPU time).
+    # emulated: ``rate`` is modeled events per second of the CPU's virtual clock on the
+    # machine's profile (``elapsed_ns`` that modeled time); ``host_rate`` interpreter events
+    # per second of the worker thread's own CPU time, ``wall_rate`` per wall-clock second
+    # while all workers ran; ``breakdown`` the modeled ns per event by cost.
+    profile: str | None = None
+    host_rate: int | None = None
     wall_rate: int | None = None
+    breakdown: dict[str, float] | None = None
     # --baseline (kernel): the same trigger loop with no program attached.
     baseline_rate: int | None = None
     # --c-trigger (kernel): best rates of the C and of pybpf's trigger loop, alternated, per
@@ -77,10 +82,13 @@ def rate_of(events: int, elapsed_ns: int, per_event: int = 1) -> int:
 
 
 def result_line(res: Result, backend: str) -> str:
-    """The sample's line; emulated lines say so, and NUMA ones add the remote share."""
+    """The sample's line; emulated lines say so (the rate is modeled on a profile; the host
+    rate of the interpreter beside it), and NUMA ones add the remote share."""
     line = res.line
     if backend == "emulated":
         line += f" {EMULATED_LABEL}"
+        if res.profile is not None:
+            line += f" modeled on {res.profile}; host {res.host_rate} {res.unit}/s of CPU time"
         share = res.remote_share
         if share is not None:
             line += (f" remote {100 * share:.1f}% of "
