@@ -73,7 +73,7 @@ from .asm import (
 )
 from .asm.builder import Item, Label
 from .bench import report, trigger
-from .bench.args import int_arg
+from .bench.args import int_arg, profile_arg
 from .profiles import Profile, Value, dump_profile, validate
 from .uapi import MapFlags, MapType, ProgType
 
@@ -86,6 +86,7 @@ IRQ_SAVE_RESTORE_CYCLES = 20
 SLAB_FASTPATH_CYCLES = 25
 TICKS_PER_GRACE_PERIOD = 2
 MAP_PERF_TESTS = (0, 2, 8, 9)  # HASH_PREALLOC, HASH_KMALLOC, ARRAY_LOOKUP, INNER_LRU_HASH
+CHECK_TOLERANCE = 0.30  # --check: how far a modeled per-event rate may be from the kernel's
 CHASE_DRAM_BYTES = 128 << 20
 CHASE_LOADS = 1 << 20
 
@@ -103,6 +104,13 @@ def calibrate_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Nam
     cpus = os.cpu_count() or 1
     parser.add_argument("--cpu", type=int_arg("--cpu", 0, cpus - 1, "this host's CPUs"),
                         default=0, help="CPU to measure on (default 0)")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing: measure map_perf_test's tests 0, 2, 8 and 9 on "
+                             "the kernel and model them on --profile, side by side (exit "
+                             f"status 1 when a modeled rate is off by more than "
+                             f"{CHECK_TOLERANCE:.0%})")
+    parser.add_argument("--profile", type=profile_arg, default="host",
+                        help="--check: the profile to model with (default host)")
     parser.add_argument("--json", action="store_true",
                         help="print the measurements and the profile as one JSON document")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
@@ -114,6 +122,8 @@ def run(ns: argparse.Namespace) -> int:
     from .backends import system
 
     calib = Calibration(system("kernel"), ns.cpu, ns.rounds, ns.progress)
+    if ns.check:
+        return check(calib, ns)
     samples = calib.measure()
     profile = host_profile(samples, calib.host)
     dump_profile(profile, ns.output, header=PROFILE_HEADER)
@@ -129,6 +139,48 @@ def run(ns: argparse.Namespace) -> int:
         print(f"wrote {Path(ns.output).expanduser()}; use it with --profile "
               f"{Path(ns.output).expanduser()}")
     return 0
+
+
+def check(calib: Calibration, ns: argparse.Namespace) -> int:
+    """The round trip: map_perf_test's tests on the kernel (as calibrate measures them) beside
+    the same tests modeled on the profile, in ns per event."""
+    from .bench import map_perf as mp
+    from .bench.map_perf.config import DEFAULT_MAX_CNT
+
+    progress = report.Progress("calibrate --check (kernel)", calib.rounds,
+                               enabled=calib.progress)
+    for _ in range(calib.rounds):
+        calib.map_perf()
+        progress.advance()
+    progress.finish()
+    rows = []
+    for value in MAP_PERF_TESTS:
+        test = mp.Test(value)
+        measured = calib.samples[f"map_perf_{test.name.lower()}"]
+        cfg = mp.Config(test_flags=test.bit, num_procs=1, max_cnt=DEFAULT_MAX_CNT,
+                        backend="emulated", profile=ns.profile, json=True,
+                        progress=calib.progress)
+        result = mp.run(cfg).results[0]
+        modeled = 1e9 * mp.TESTS[test].per_event / result.rate
+        off = modeled / measured.median - 1
+        rows.append({"test": test.name, "kernel_ns_per_event": round(measured.median, 1),
+                     "kernel_spread": [round(min(measured.values), 1),
+                                       round(max(measured.values), 1)],
+                     "modeled_ns_per_event": round(modeled, 1), "off": round(off, 4),
+                     "within": abs(off) <= CHECK_TOLERANCE})
+    ok = all(row["within"] for row in rows)
+    if ns.json:
+        report.dump_json({"profile": ns.profile, "host": calib.host, "rounds": calib.rounds,
+                          "tolerance": CHECK_TOLERANCE, "tests": rows, "ok": ok})
+    else:
+        print(f"map_perf_test on CPU {calib.cpu}: the kernel here (median of {calib.rounds} "
+              f"rounds, by CPU time) and the model on profile {ns.profile}, ns per event")
+        print(report.format_table(
+            ["test", "kernel", "spread", "modeled", "off", f"within {CHECK_TOLERANCE:.0%}"],
+            [[r["test"], r["kernel_ns_per_event"], "-".join(map(str, r["kernel_spread"])),
+              r["modeled_ns_per_event"], f"{r['off']:+.1%}", "yes" if r["within"] else "NO"]
+             for r in rows]))
+    return 0 if ok else 1
 
 
 PROFILE_HEADER = """\
@@ -676,11 +728,11 @@ def derive(samples: dict[str, Samples], host: dict) -> tuple[dict[str, Value], d
     put("cpu.spin_lock", spin, f"estimate: atomic (the lock's locked op; the unlock is a plain "
         f"store on x86) + {IRQ_SAVE_RESTORE_CYCLES} cycles for pushf/cli/popf, which user "
         "space cannot time")
-    update = per_op("htab_update_existing_64") - 4 * jhash - 3 * spin
+    update = per_op("htab_update_existing_64") - 4 * jhash - spin
     put("ops.htab_map_update_elem", update,
-        "per update of an existing key of 64 (preallocated map), less 4 x jhash_byte and 3 x "
-        "spin_lock (bucket, free-list pop of the new element, push of the old one); "
-        + seen("htab_update_existing_64"))
+        "per update of an existing key of 64 (preallocated map: the new element is the CPU's "
+        "spare, the old one becomes it, no free list), less 4 x jhash_byte and the bucket's "
+        "spin_lock; " + seen("htab_update_existing_64"))
     triple_p = per_op("htab_triples_prealloc")
     put("ops.htab_map_delete_elem", triple_p - update - lookup - 12 * jhash - 4 * spin,
         "per (update, lookup, delete) of 10 on a preallocated map, less update and lookup, "
