@@ -105,7 +105,7 @@ def test_derivations_take_out_what_the_model_charges_separately():
     assert v("ops.htab_map_delete_elem") == pytest.approx(500 - update - 20 - 12 * 0.25
                                                           - 4 * spin)
     assert v("alloc.bpf_mem_cache") == pytest.approx((520 - 500 + 2 * spin) / 2)
-    assert v("ops.bpf_lru_evict") == pytest.approx(50)
+    assert v("ops.bpf_lru_evict") == pytest.approx(50 - spin)
     assert v("cpu.tracepoint_entry") == pytest.approx(60 - 2 * 0.5)
     assert v("cpu.probe_read_user") == pytest.approx(30)
     assert v("rcu.grace_period") == 2 * 1e9 / 250

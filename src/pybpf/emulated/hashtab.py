@@ -279,8 +279,9 @@ class HtabMap(HtabElemMemory, BpfMap):
             finally:
                 self.timing.spin_unlock(cpu, tlock)
 
-    def htab_map_delete_elem(self, key: bytes) -> None:
-        """htab_map_delete_elem (htab_lru_map_delete_elem: the element goes back to the LRU)."""
+    def _unhash(self, key: bytes, read: bool) -> tuple[HtabElem, bytes | None]:
+        """Unlink ``key``'s element under its bucket lock (ENOENT when absent), reading its
+        value first when ``read``."""
         hash_ = self._hash(key)
         cpu = self._current.cpu
         tlock = self._bucket_lock(hash_)
@@ -291,9 +292,15 @@ class HtabMap(HtabElemMemory, BpfMap):
                 elem = self.table.get(key)
                 if elem is None:
                     raise KernelError(errno.ENOENT, "key not found")
+                data = self._read_value(elem) if read else None
                 self._unlink(elem)
             finally:
                 self.timing.spin_unlock(cpu, tlock)
+        return elem, data
+
+    def htab_map_delete_elem(self, key: bytes) -> None:
+        """htab_map_delete_elem (htab_lru_map_delete_elem: the element goes back to the LRU)."""
+        elem, _ = self._unhash(key, read=False)
         self._release_elem(elem)
 
     _release_elem = HtabElemMemory.free_htab_elem  # where a deleted element goes (LRU maps:
@@ -330,20 +337,7 @@ class HtabMap(HtabElemMemory, BpfMap):
 
     def htab_map_lookup_and_delete_elem(self, key: bytes | None, flags: int) -> bytes:
         """htab_map_lookup_and_delete_elem (and its LRU and per-CPU variants)."""
-        hash_ = self._hash(key)
-        cpu = self._current.cpu
-        tlock = self._bucket_lock(hash_)
-        with self._lock(hash_):
-            self.timing.spin_lock(cpu, tlock)
-            try:
-                self._op_cost(cpu, "htab_map_delete_elem", key, hash_)
-                elem = self.table.get(key)
-                if elem is None:
-                    raise KernelError(errno.ENOENT, "key not found")
-                data = self._read_value(elem)
-                self._unlink(elem)
-            finally:
-                self.timing.spin_unlock(cpu, tlock)
+        elem, data = self._unhash(key, read=True)
         self._release_elem(elem)
         return data
 
