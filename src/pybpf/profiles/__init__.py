@@ -27,8 +27,11 @@ access never cheaper than a local one), so the timing model can trust a ``Profil
 
 from __future__ import annotations
 
+import functools
 import math
 import tomllib
+import types
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -147,9 +150,9 @@ class Profile:
 
     name: str
     description: str
-    values: dict[str, Value]
+    values: Mapping[str, Value]  # read-only: profiles are shared (load_profile caches them)
     path: str = ""  # where it was read from ("" when built in memory)
-    reference: dict[str, Value] = field(default_factory=dict)  # measured, not used by the model
+    reference: Mapping[str, Value] = field(default_factory=dict)  # measured, unused by the model
 
     def __getitem__(self, path: str) -> float:
         """The number of parameter ``path`` (e.g. "memory.dram_local")."""
@@ -205,13 +208,20 @@ def profile_path(name_or_path: str | Path) -> Path:
 
 
 def load_profile(name_or_path: str | Path) -> Profile:
-    """Read and validate a profile (a shipped name such as "host", or a TOML file)."""
+    """Read and validate a profile (a shipped name such as "host", or a TOML file). A file
+    read before and unchanged since comes from a cache (every emulated machine loads one)."""
     path = profile_path(name_or_path)
+    stat = path.stat()
+    return _load(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=32)
+def _load(path: str, mtime_ns: int, size: int) -> Profile:
     try:
-        doc = tomllib.loads(path.read_text())
+        doc = tomllib.loads(Path(path).read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ProfileError(f"{path}: not valid TOML: {exc}") from None
-    return parse_profile(doc, str(path))
+    return parse_profile(doc, path)
 
 
 def parse_profile(doc: dict, where: str = "<profile>") -> Profile:
@@ -282,7 +292,8 @@ def validate(name: str, description: str, values: dict[str, Value], path: str = 
             raise ProfileError(f"{where}: {path} must not be negative, got {x!r} {param.unit}")
     _check_topology(values, where)
     _check_memory(values, where)
-    return Profile(name, description, dict(values), path, dict(reference or {}))
+    return Profile(name, description, types.MappingProxyType(dict(values)), path,
+                   types.MappingProxyType(dict(reference or {})))
 
 
 def _check_topology(values: dict[str, Value], where: str) -> None:
