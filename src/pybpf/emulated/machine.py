@@ -14,13 +14,18 @@ Rules this module keeps:
 from __future__ import annotations
 
 import bisect
+import functools
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from ..system import Topology, host_topology
 from .rcu import Rcu
+
+if TYPE_CHECKING:
+    from .netdev import Net
 
 
 def declared_topology(cpus: int, nodes: int) -> Topology:
@@ -169,6 +174,13 @@ class Machine:
         """Move the calling thread to ``cpu`` for good (worker threads standing for kthreads)."""
         self.check_cpu(cpu)
         self.current.cpu = cpu
+
+    @functools.cached_property
+    def net(self) -> Net:
+        """The machine's network namespace (devices, sockets, skb caches), made on first use."""
+        from .netdev import Net
+
+        return Net(self)
 
     def ktime_get_ns(self) -> int:
         """bpf_ktime_get_ns(): the host's monotonic clock."""
