@@ -32,6 +32,8 @@ from .. import netns
 
 SOL_UDP = 17
 UDP_GRO = 104  # include/uapi/linux/udp.h
+SO_RCVBUFFORCE = 33
+RCVBUF = 32 << 20
 _SNMP_TABLES = ("Udp", "Udp6")
 
 
@@ -118,8 +120,9 @@ class VethPair(abc.ABC):
 
     @abc.abstractmethod
     def udp_receiver(self, port: int, *, gro: bool = True, v6: bool = False,
-                     keep: bool = False) -> UdpReceiver:
-        """A UDP socket on ``port`` of every address (UDP_GRO when ``gro``), drained."""
+                     keep: bool = False, rcvbuf: int = RCVBUF) -> UdpReceiver:
+        """A UDP socket on ``port`` of every address (UDP_GRO when ``gro``; SO_RCVBUF
+        ``rcvbuf``, so a short stall of the reader drops nothing), drained."""
 
     @abc.abstractmethod
     def snmp(self) -> dict[str, dict[str, int]]: ...
@@ -157,10 +160,11 @@ class KernelVethPair(VethPair):
         return self.ns.entered()
 
     def udp_receiver(self, port: int, *, gro: bool = True, v6: bool = False,
-                     keep: bool = False) -> UdpReceiver:
+                     keep: bool = False, rcvbuf: int = RCVBUF) -> UdpReceiver:
         family = socket.AF_INET6 if v6 else socket.AF_INET
         with self.ns.entered():
             sock = socket.socket(family, socket.SOCK_DGRAM)
+        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, rcvbuf)  # root: past rmem_max
         sock.bind(("::" if v6 else "0.0.0.0", port))
         if gro:
             sock.setsockopt(SOL_UDP, UDP_GRO, 1)
@@ -211,8 +215,10 @@ class EmulatedVethPair(VethPair):
         self.devs[name].set_gro(on)
 
     def udp_receiver(self, port: int, *, gro: bool = True, v6: bool = False,
-                     keep: bool = False) -> UdpReceiver:
-        sock = self.net.stack.udp_socket(port, gro=gro, family=10 if v6 else 2)
+                     keep: bool = False, rcvbuf: int = RCVBUF) -> UdpReceiver:
+        # the kernel doubles SO_RCVBUF for its bookkeeping; the emulated socket takes that
+        sock = self.net.stack.udp_socket(port, gro=gro, family=10 if v6 else 2,
+                                         rcvbuf=2 * rcvbuf)
 
         def recv() -> tuple[bytes, int] | None:
             dgram = sock.recv(timeout=0.1)
