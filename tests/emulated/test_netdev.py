@@ -145,6 +145,21 @@ def test_a_devmap_entrys_program_runs_before_the_device_sends(make_lab):
     assert eth1.counters()["xdp_prog_drops"] == 3
 
 
+def test_a_devmap_program_sees_the_egress_device(make_lab):
+    lab = make_lab()
+    eth1, eth2 = lab.net.add_device("eth1"), lab.net.add_device("eth2")
+    # pass only what leaves through eth2: egress_ifindex is at offset 20 of xdp_md
+    only_eth2 = xdp(lab.system, [b.ldx(4, R2, R1, 20), b.mov64(R0, XDP_DROP),
+                                 b.jne(R2, eth2.ifindex, "out"), b.mov64(R0, XDP_PASS),
+                                 b.label("out"), b.exit_()], attach=AttachType.XDP_DEVMAP)
+    dm = lab.system.map_create(MapType.DEVMAP, 4, 8, 2)
+    for i, dev in enumerate((eth1, eth2)):
+        lab.system.map_update_elem(dm, u32(i), struct.pack("<Ii", dev.ifindex, only_eth2.fd))
+    lab.live(redirect_prog(lab.system, dm, 0), lab.frame(), 2)
+    lab.live(redirect_prog(lab.system, dm, 1), lab.frame(), 2)
+    assert (len(eth1.transmitted()), len(eth2.transmitted())) == (0, 2)
+
+
 def test_a_broadcast_reaches_every_device_but_the_excluded_ingress(make_lab):
     lab = make_lab()
     devs = [lab.net.add_device(f"eth{i}") for i in range(3)]
