@@ -48,8 +48,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import KernelError
 from ..uapi import BPF_EXIST, BPF_F_NUMA_NODE, BPF_NOEXIST, AttachType, MapType
-from .arraymap import index_get_next_key, u32_key
-from .bpf_map import BpfMap, MapAttr, delete_elem_via_sys, map_ops, update_elem_via_sys
+from .arraymap import index_get_next_key
+from .bpf_map import BpfMap, MapAttr, map_ops, u32_key
 from .devmap import resolve_xdp_prog
 from .gro import GroNode
 from .helpers import XDP_DROP, XDP_PASS, XDP_REDIRECT
@@ -91,11 +91,9 @@ def nr_cpus(machine: Machine) -> int:
 class CpuMap(BpfMap):
     """struct bpf_cpu_map: one optional entry per destination CPU."""
 
-    update_elem = update_elem_via_sys
-    delete_elem = delete_elem_via_sys
-
-    @classmethod
-    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
+    @staticmethod
+    def cpu_map_alloc_check(attr: MapAttr, machine: Machine) -> None:
+        """cpu_map_alloc's checks, made before it allocates."""
         if attr.max_entries == 0:
             raise KernelError(errno.EINVAL, "max_entries must be at least 1")
         if attr.key_size != 4:
@@ -113,6 +111,7 @@ class CpuMap(BpfMap):
                                            f"({limit})")
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
+        """cpu_map_alloc."""
         super().__init__(attr, machine, node)
         self.cpu_map: dict[int, BpfCpuMapEntry] = {}
         self.cpu_map_lock = threading.Lock()  # the xchg of a slot
@@ -127,7 +126,7 @@ class CpuMap(BpfMap):
             self.freed_counters.update({f"gro_{k}": v for k, v in gro.items()})
             self.freed_counters["entries"] += 1
 
-    def lookup_elem(self, key: bytes) -> bytearray | None:
+    def cpu_map_lookup_elem(self, key: bytes) -> bytearray | None:
         """The entry's live bpf_cpumap_val (qsize, prog id)."""
         self.access_stats.access(self.machine.current_cpu(), self.numa_node)
         entry = self.cpu_map.get(u32_key(key))
@@ -137,13 +136,7 @@ class CpuMap(BpfMap):
         """__cpu_map_lookup_elem: the entry a redirect enqueues to."""
         return self.cpu_map.get(index)
 
-    def lookup_elem_sys(self, key: bytes, flags: int = 0) -> bytes:
-        entry = self.lookup_elem(key)
-        if entry is None:
-            raise KernelError(errno.ENOENT, f"CPU {u32_key(key)} has no entry")
-        return bytes(entry[:self.value_size])
-
-    def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
+    def cpu_map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
         key_cpu = u32_key(key)
         qsize = int.from_bytes(value[:4], "little")
         prog_fd = struct.unpack("<i", value[4:8])[0] if self.value_size == 8 else 0
@@ -184,7 +177,7 @@ class CpuMap(BpfMap):
             rcu.call_rcu(old.free)
             rcu.poll()
 
-    def release(self) -> None:
+    def cpu_map_free(self) -> None:
         """cpu_map_free: after a grace period, every entry drains and stops."""
         rcu = self.machine.rcu
         if not rcu.in_read_section():
@@ -202,15 +195,23 @@ class CpuMap(BpfMap):
             stats["freed_entries"] = dict(self.freed_counters)
         return stats
 
-    def delete_elem_sys(self, key: bytes) -> None:
+    def cpu_map_delete_elem(self, key: bytes) -> None:
         key_cpu = u32_key(key)
         if key_cpu >= self.max_entries:
             raise KernelError(errno.EINVAL, f"CPU {key_cpu} is out of range (max_entries "
                                             f"{self.max_entries})")
         self._entry_replace(key_cpu, None)
 
-    def get_next_key(self, key: bytes | None) -> bytes:
+    def cpu_map_get_next_key(self, key: bytes | None) -> bytes:
         return index_get_next_key(self.max_entries, key)
+
+    # struct bpf_map_ops cpu_map_ops
+    map_alloc_check = cpu_map_alloc_check
+    map_lookup_elem = cpu_map_lookup_elem
+    map_update_elem = cpu_map_update_elem
+    map_delete_elem = cpu_map_delete_elem
+    map_get_next_key = cpu_map_get_next_key
+    map_free = cpu_map_free
 
 
 # -- the data path ---------------------------------------------------------------------------------

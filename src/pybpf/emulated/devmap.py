@@ -51,9 +51,8 @@ from ..uapi import (
     MapType,
     ProgType,
 )
-from .arraymap import index_get_next_key, u32_key
-from .bpf_map import BpfMap, MapAttr, delete_elem_via_sys, map_ops, update_elem_via_sys
-from .hashtab import roundup_pow_of_two
+from .arraymap import index_get_next_key
+from .bpf_map import BpfMap, MapAttr, map_ops, roundup_pow_of_two, u32_key
 from .helpers import XDP_PASS
 from .skbuff import SkBuff
 from .xdp import XdpBuff, bpf_prog_run_xdp, dev_flush_list
@@ -280,11 +279,9 @@ def skb_clone(skb: SkBuff, net: Any) -> SkBuff:
 class DevMapBase(BpfMap):
     """What DEVMAP and DEVMAP_HASH share: creation, value parsing, the device check."""
 
-    update_elem = update_elem_via_sys
-    delete_elem = delete_elem_via_sys
-
-    @classmethod
-    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
+    @staticmethod
+    def dev_map_alloc_check(attr: MapAttr, machine: Machine) -> None:
+        """dev_map_alloc's checks, made before it allocates."""
         if attr.max_entries == 0:
             raise KernelError(errno.EINVAL, "max_entries must be at least 1")
         if attr.key_size != 4:
@@ -298,6 +295,7 @@ class DevMapBase(BpfMap):
                                             f"NUMA_NODE, RDONLY and WRONLY")
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
+        """dev_map_alloc."""
         super().__init__(attr, machine, node)
         self.map_flags |= BPF_F_RDONLY_PROG
 
@@ -306,7 +304,7 @@ class DevMapBase(BpfMap):
         prog_fd = struct.unpack("<i", value[4:8])[0] if self.value_size == 8 else 0
         return ifindex, prog_fd
 
-    def _alloc_node(self, ifindex: int, prog_fd: int, key: int) -> BpfDtabNetdev:
+    def dev_map_alloc_node(self, ifindex: int, prog_fd: int, key: int) -> BpfDtabNetdev:
         """__dev_map_alloc_node: the device, the program (a reference taken) and the
         entry's live ``bpf_devmap_val`` (ifindex, prog id)."""
         dev = self.machine.net.dev_get_by_index(ifindex)
@@ -320,9 +318,6 @@ class DevMapBase(BpfMap):
                                                 f"with expected_attach_type BPF_XDP_DEVMAP")
             self.system.bpf_prog_inc(prog)
         return BpfDtabNetdev(self.system, dev, prog, key)
-
-    def _entry_value(self, entry: BpfDtabNetdev) -> bytes:
-        return bytes(entry.val[:self.value_size])
 
     def _free_entry(self, entry: BpfDtabNetdev | None) -> None:
         """A replaced or deleted entry goes after a grace period (__dev_map_entry_free)."""
@@ -351,8 +346,8 @@ class DevMapBase(BpfMap):
             dst.generic_redirect(skb_clone(skb, dst.dev.net))
         return targets[-1].generic_redirect(skb)
 
-    def release(self) -> None:
-        """dev_map_free: every entry's program reference goes."""
+    def dev_map_free(self) -> None:
+        """Every entry's program reference goes."""
         for entry in self.entries():
             entry.free()
 
@@ -368,7 +363,7 @@ class DevMap(DevMapBase):
         super().__init__(attr, machine, node)
         self.netdev_map: dict[int, BpfDtabNetdev] = {}
 
-    def lookup_elem(self, key: bytes) -> bytearray | None:
+    def dev_map_lookup_elem(self, key: bytes) -> bytearray | None:
         self._count()
         entry = self.netdev_map.get(u32_key(key))
         return None if entry is None else entry.val
@@ -379,14 +374,7 @@ class DevMap(DevMapBase):
     def entries(self) -> list[BpfDtabNetdev]:
         return [self.netdev_map[k] for k in sorted(self.netdev_map)]
 
-    def lookup_elem_sys(self, key: bytes, flags: int = 0) -> bytes:
-        self._count()
-        entry = self.netdev_map.get(u32_key(key))
-        if entry is None:
-            raise KernelError(errno.ENOENT, f"slot {u32_key(key)} holds no device")
-        return self._entry_value(entry)
-
-    def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
+    def dev_map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
         index = u32_key(key)
         if flags > BPF_EXIST:
             raise KernelError(errno.EINVAL, f"flags {flags:#x}: use BPF_ANY or BPF_EXIST")
@@ -402,30 +390,38 @@ class DevMap(DevMapBase):
                 raise KernelError(errno.EINVAL, "a program fd needs a device: ifindex is 0")
             self._free_entry(self.netdev_map.pop(index, None))
             return
-        entry = self._alloc_node(ifindex, prog_fd, index)
+        entry = self.dev_map_alloc_node(ifindex, prog_fd, index)
         old = self.netdev_map.get(index)
         self.netdev_map[index] = entry
         self._free_entry(old)
         self._count()
 
-    def delete_elem_sys(self, key: bytes) -> None:
+    def dev_map_delete_elem(self, key: bytes) -> None:
         index = u32_key(key)
         if index >= self.max_entries:
             raise KernelError(errno.EINVAL, f"index {index} is out of range (max_entries "
                                             f"{self.max_entries})")
         self._free_entry(self.netdev_map.pop(index, None))
 
-    def get_next_key(self, key: bytes | None) -> bytes:
+    def dev_map_get_next_key(self, key: bytes | None) -> bytes:
         return index_get_next_key(self.max_entries, key)
+
+    # struct bpf_map_ops dev_map_ops
+    map_alloc_check = DevMapBase.dev_map_alloc_check
+    map_lookup_elem = dev_map_lookup_elem
+    map_update_elem = dev_map_update_elem
+    map_delete_elem = dev_map_delete_elem
+    map_get_next_key = dev_map_get_next_key
+    map_free = DevMapBase.dev_map_free
 
 
 @map_ops(MapType.DEVMAP_HASH)
 class DevMapHash(DevMapBase):
     """BPF_MAP_TYPE_DEVMAP_HASH: devices keyed by any u32 (usually the ifindex)."""
 
-    @classmethod
-    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
-        super().alloc_check(attr, machine)
+    @staticmethod
+    def dev_map_hash_alloc_check(attr: MapAttr, machine: Machine) -> None:
+        DevMapBase.dev_map_alloc_check(attr, machine)
         if attr.max_entries > 1 << 31:
             raise KernelError(errno.EINVAL, f"max_entries {attr.max_entries}: the bucket count "
                                             f"(next power of two) would overflow u32")
@@ -435,7 +431,7 @@ class DevMapHash(DevMapBase):
         self.index = HashBuckets(attr.max_entries, u32_key)
         self.index_lock = threading.Lock()  # dtab->index_lock: updates and deletes
 
-    def lookup_elem(self, key: bytes) -> bytearray | None:
+    def dev_map_hash_lookup_elem(self, key: bytes) -> bytearray | None:
         self._count()
         entry = self.index.find(key)
         return None if entry is None else entry[1].val
@@ -447,14 +443,7 @@ class DevMapHash(DevMapBase):
     def entries(self) -> list[BpfDtabNetdev]:
         return [entry[1] for entry in self.index.entries()]
 
-    def lookup_elem_sys(self, key: bytes, flags: int = 0) -> bytes:
-        self._count()
-        entry = self.index.find(key)
-        if entry is None:
-            raise KernelError(errno.ENOENT, f"no device under key {u32_key(key)}")
-        return self._entry_value(entry[1])
-
-    def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
+    def dev_map_hash_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
         ifindex, prog_fd = self._parse_value(value)
         if flags > BPF_EXIST or not ifindex:
             raise KernelError(errno.EINVAL, f"flags {flags:#x} / ifindex {ifindex}: use BPF_ANY, "
@@ -464,7 +453,7 @@ class DevMapHash(DevMapBase):
             if old is not None and flags & BPF_NOEXIST:
                 raise KernelError(errno.EEXIST, f"key {u32_key(key)} is present and "
                                                 f"BPF_NOEXIST was given")
-            dev = self._alloc_node(ifindex, prog_fd, u32_key(key))
+            dev = self.dev_map_alloc_node(ifindex, prog_fd, u32_key(key))
             if old is not None:
                 self.index.remove(old)
             elif self.index.count >= self.max_entries:
@@ -474,7 +463,7 @@ class DevMapHash(DevMapBase):
         self._free_entry(old[1] if old is not None else None)
         self._count()
 
-    def delete_elem_sys(self, key: bytes) -> None:
+    def dev_map_hash_delete_elem(self, key: bytes) -> None:
         with self.index_lock:
             entry = self.index.find(key)
             if entry is None:
@@ -482,5 +471,13 @@ class DevMapHash(DevMapBase):
             self.index.remove(entry)
         self._free_entry(entry[1])
 
-    def get_next_key(self, key: bytes | None) -> bytes:
+    def dev_map_hash_get_next_key(self, key: bytes | None) -> bytes:
         return self.index.get_next_key(key)
+
+    # struct bpf_map_ops dev_map_hash_ops
+    map_alloc_check = dev_map_hash_alloc_check
+    map_lookup_elem = dev_map_hash_lookup_elem
+    map_update_elem = dev_map_hash_update_elem
+    map_delete_elem = dev_map_hash_delete_elem
+    map_get_next_key = dev_map_hash_get_next_key
+    map_free = DevMapBase.dev_map_free

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from ..system import Topology, host_topology
+from ..topology import Topology, host_topology
 from .rcu import Rcu
 
 if TYPE_CHECKING:
