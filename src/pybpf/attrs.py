@@ -86,6 +86,18 @@ class TestRunRequest:
     repeat: int
     flags: int
     cpu: int
+    batch_size: int = 0  # live-frames XDP runs: frames per batch (0: the kernel's 64)
+
+
+@dataclass(frozen=True)
+class LinkCreateRequest:
+    """BPF_LINK_CREATE's inputs, normalised by ``System.link_create``: ``target`` is the
+    attr's ``target_fd`` / ``target_ifindex`` union (an ifindex for BPF_XDP)."""
+
+    prog_fd: int
+    target: int
+    attach_type: int
+    flags: int
 
 
 # -- normalisation: the part of each attr field Python could get wrong -------------------------

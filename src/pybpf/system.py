@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from .attrs import (
     INT_MAX,
     U32_MAX,
+    LinkCreateRequest,
     MapAttr,
     ProgAttr,
     TestRunRequest,
@@ -480,9 +481,12 @@ class System(abc.ABC):
     def prog_test_run(self, prog_fd: int, data_in: bytes = b"", *,
                       data_size_out: int | None = None, ctx_in: bytes | None = None,
                       ctx_size_out: int | None = None, repeat: int = 1, flags: int = 0,
-                      cpu: int = 0) -> TestRun:
+                      cpu: int = 0, batch_size: int = 0) -> TestRun:
         """BPF_PROG_TEST_RUN. ``data_size_out`` defaults to room for the input plus a page
-        (programs may grow the packet); ``ctx_size_out`` to the size of ``ctx_in``."""
+        (programs may grow the packet); ``ctx_size_out`` to the size of ``ctx_in``.
+        ``batch_size`` is for XDP runs in live-frames mode (``flags`` has
+        BPF_F_TEST_XDP_LIVE_FRAMES: every frame really goes where the program sends it;
+        ``data_size_out`` and ``ctx_size_out`` must then be 0)."""
         try:
             prog_fd = fd_arg(prog_fd)
             data = bytes_arg(data_in, "data_in")
@@ -494,7 +498,8 @@ class System(abc.ABC):
             request = TestRunRequest(
                 data, unsigned(data_size_out, 32, "data_size_out"), ctx,
                 unsigned(ctx_size_out, 32, "ctx_size_out"), unsigned(repeat, 32, "repeat"),
-                unsigned(flags, 32, "flags"), unsigned(cpu, 32, "cpu"))
+                unsigned(flags, 32, "flags"), unsigned(cpu, 32, "cpu"),
+                unsigned(batch_size, 32, "batch_size"))
             return self._prog_test_run(prog_fd, request)
         except KernelError as exc:
             raise self._fail(exc, "prog_test_run", self._prog_where(prog_fd)) from None
@@ -527,6 +532,30 @@ class System(abc.ABC):
             return self._attach_tracepoint(prog_fd, category, name)
         except KernelError as exc:
             raise self._fail(exc, "attach_tracepoint", where) from None
+
+    def link_create(self, prog_fd: int, target: int, attach_type: int, flags: int = 0) -> int:
+        """BPF_LINK_CREATE: attach ``prog_fd`` to ``target`` (an interface's ifindex for
+        BPF_XDP, with XDP_FLAGS_* in ``flags``); returns the link's fd, whose ``close``
+        detaches the program."""
+        try:
+            request = LinkCreateRequest(fd_arg(prog_fd), unsigned(target, 32, "target"),
+                                        unsigned(attach_type, 32, "attach_type"),
+                                        unsigned(flags, 32, "flags"))
+            return self._link_create(request)
+        except KernelError as exc:
+            raise self._fail(exc, "link_create", self._prog_where(prog_fd)) from None
+
+    def raw_tracepoint_open(self, name: str, prog_fd: int) -> int:
+        """BPF_RAW_TRACEPOINT_OPEN: run a RAW_TRACEPOINT program at tracepoint ``name``
+        (e.g. ``xdp_cpumap_kthread``) with its raw arguments; returns the link's fd."""
+        where = f"raw tracepoint {name!r}"
+        try:
+            if not isinstance(name, str) or not name or "\0" in name or "/" in name:
+                raise KernelError(errno.EINVAL, f"{name!r} is not a tracepoint name (e.g. "
+                                  "'xdp_cpumap_kthread', no category)")
+            return self._raw_tracepoint_open(name, fd_arg(prog_fd))
+        except KernelError as exc:
+            raise self._fail(exc, "raw_tracepoint_open", where) from None
 
     def _prog_where(self, fd: object) -> str:
         """A program as errors name it ("" when ``fd`` is not one)."""
@@ -606,6 +635,12 @@ class System(abc.ABC):
 
     @abc.abstractmethod
     def _attach_tracepoint(self, prog_fd: int, category: str, name: str) -> int: ...
+
+    @abc.abstractmethod
+    def _link_create(self, request: LinkCreateRequest) -> int: ...
+
+    @abc.abstractmethod
+    def _raw_tracepoint_open(self, name: str, prog_fd: int) -> int: ...
 
 
 def iter_keys(sys: System, fd: int) -> Iterator[bytes]:

@@ -20,7 +20,6 @@ from xdp_lab import (
 
 from pybpf.asm import R0, R1, R2
 from pybpf.asm import builder as b
-from pybpf.emulated.helpers import BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS
 from pybpf.emulated.netdev import (
     XDP_FLAGS_DRV_MODE,
     XDP_FLAGS_REPLACE,
@@ -29,7 +28,7 @@ from pybpf.emulated.netdev import (
 )
 from pybpf.errors import KernelError
 from pybpf.packet import udp_frame
-from pybpf.uapi import AttachType, MapType
+from pybpf.uapi import BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, AttachType, MapType
 
 
 def test_a_veth_pair_registers_the_peer_first_as_in_a_fresh_namespace(make_lab):

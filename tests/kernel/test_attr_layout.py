@@ -58,6 +58,9 @@ EXPECTED = {
         "data_in": (16, 8), "data_out": (24, 8), "repeat": (32, 4), "duration": (36, 4),
         "ctx_size_in": (40, 4), "ctx_size_out": (44, 4), "ctx_in": (48, 8),
         "ctx_out": (56, 8), "flags": (64, 4), "cpu": (68, 4), "batch_size": (72, 4)}),
+    sc.LinkCreateAttr: (64, {"prog_fd": (0, 4), "target_fd": (4, 4), "attach_type": (8, 4),
+                             "flags": (12, 4), "uprobe_multi": (16, 48)}),
+    sc.RawTracepointAttr: (24, {"name": (0, 8), "prog_fd": (8, 4), "cookie": (16, 8)}),
     sc.BpfMapInfo: (104, {
         "type": (0, 4), "id": (4, 4), "key_size": (8, 4), "value_size": (12, 4),
         "max_entries": (16, 4), "map_flags": (20, 4), "name": (24, 16), "ifindex": (40, 4),
@@ -101,6 +104,8 @@ BTF_HOME = {
     sc.InfoAttr: ("bpf_attr", "info"),
     sc.ProgLoadAttr: ("bpf_attr", "prog_type"),
     sc.TestRunAttr: ("bpf_attr", "test"),
+    sc.LinkCreateAttr: ("bpf_attr", "link_create"),
+    sc.RawTracepointAttr: ("bpf_attr", "raw_tracepoint"),
     sc.BpfMapInfo: ("bpf_map_info", None),
     sc.BpfProgInfo: ("bpf_prog_info", None),
     PerfEventAttr: ("perf_event_attr", None),

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import KernelError, ProgramFault
-from ..uapi import BpfFunc, MapType, ProgType, map_traits
+from ..uapi import BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, BpfFunc, MapType, ProgType, map_traits
 from .bpf_map import INT_MAX, BpfMap
 from .memory import (
     BYTES_AT,
@@ -42,8 +42,6 @@ from .memory import (
 XDP_ABORTED, XDP_DROP, XDP_PASS, XDP_TX, XDP_REDIRECT = range(5)
 SK_DROP, SK_PASS = 0, 1
 BPF_F_INGRESS = 1
-BPF_F_BROADCAST = 1 << 3
-BPF_F_EXCLUDE_INGRESS = 1 << 4
 _XDP_ACTION_MASK = XDP_ABORTED | XDP_DROP | XDP_PASS | XDP_TX
 
 

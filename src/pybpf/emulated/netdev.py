@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import KernelError
-from ..uapi import AttachType, MapType
+from ..uapi import AttachType, MapType, XdpFlags
 from . import devmap
 from .gro import GroNode, gro_stats_total
 from .helpers import XDP_ABORTED, XDP_DROP, XDP_PASS, XDP_REDIRECT, XDP_TX
@@ -61,12 +61,11 @@ VLAN_HLEN = 4
 ETH_HLEN = 14
 XDP_XMIT_FLUSH = 1
 
-# include/uapi/linux/if_link.h
-XDP_FLAGS_UPDATE_IF_NOEXIST = 1 << 0
-XDP_FLAGS_SKB_MODE = 1 << 1
-XDP_FLAGS_DRV_MODE = 1 << 2
-XDP_FLAGS_HW_MODE = 1 << 3
-XDP_FLAGS_REPLACE = 1 << 4
+XDP_FLAGS_UPDATE_IF_NOEXIST = int(XdpFlags.UPDATE_IF_NOEXIST)
+XDP_FLAGS_SKB_MODE = int(XdpFlags.SKB_MODE)
+XDP_FLAGS_DRV_MODE = int(XdpFlags.DRV_MODE)
+XDP_FLAGS_HW_MODE = int(XdpFlags.HW_MODE)
+XDP_FLAGS_REPLACE = int(XdpFlags.REPLACE)
 XDP_FLAGS_MODES = XDP_FLAGS_SKB_MODE | XDP_FLAGS_DRV_MODE | XDP_FLAGS_HW_MODE
 XDP_FLAGS_MASK = XDP_FLAGS_UPDATE_IF_NOEXIST | XDP_FLAGS_MODES | XDP_FLAGS_REPLACE
 XDP_MODE_SKB, XDP_MODE_DRV, XDP_MODE_HW = "skb", "drv", "hw"

@@ -34,6 +34,9 @@ from ..attrs import ProgAttr, TestRunRequest
 from ..errors import KernelError, prog_description
 from ..system import ProgInfo, TestRun
 from ..uapi import (
+    BPF_F_TEST_RUN_ON_CPU,
+    BPF_F_TEST_SKB_CHECKSUM_COMPLETE,
+    BPF_F_TEST_XDP_LIVE_FRAMES,
     BPF_PSEUDO_MAP_FD,
     BPF_PSEUDO_MAP_VALUE,
     ENOTSUPP,
@@ -81,8 +84,11 @@ from .memory import (
     CtxRegion,
     RunState,
 )
+from .netdev import NAPI_POLL_WEIGHT
 from .syscall import bpf_obj_name_cpy
+from .test_run import TEST_XDP_MAX_BATCH, bpf_test_run_xdp_live
 from .verifier import bpf_check
+from .xdp import XdpBuff
 
 BPF_F_SLEEPABLE = 1 << 4
 BPF_F_TOKEN_FD = 1 << 16
@@ -90,9 +96,6 @@ BPF_F_TOKEN_FD = 1 << 16
 # and BPF_F_TOKEN_FD.
 _PROG_FLAGS = (1 << 8) - 1 | BPF_F_TOKEN_FD
 BPF_COMPLEXITY_LIMIT_INSNS = 1_000_000
-BPF_F_TEST_RUN_ON_CPU = 1 << 0
-BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
-BPF_F_TEST_SKB_CHECKSUM_COMPLETE = 1 << 2  # accepted; no __sk_buff field shows the checksum
 
 ETH_HLEN = 14
 PAGE_SIZE = 4096
@@ -101,7 +104,9 @@ SKB_SHINFO_SIZE = 320  # SKB_DATA_ALIGN(sizeof(struct skb_shared_info)) on 6.18 
 XDP_PACKET_HEADROOM = 256
 XDP_METADATA_MAX = 255  # xdp_metalen_invalid: skb_shared_info.meta_len is a u8
 LOOPBACK_IFINDEX = 1
-LOOPBACK_RX_QUEUES = 1
+# sizeof(struct xdp_page_head) on x86-64: two struct xdp_buff (56 bytes each) and the
+# struct xdp_frame (40) a live-frames run keeps at the start of each page
+XDP_PAGE_HEAD_SIZE = 2 * 56 + 40
 GSO_MAX_SEGS = 65535
 GSO_LEGACY_MAX_SIZE = 65536
 # eth_type_trans: EtherType values from 0x600 up name a protocol; below, the frame is 802.3
@@ -365,8 +370,16 @@ class ProgramsMixin:
         if req.flags & ~BPF_F_TEST_XDP_LIVE_FRAMES:
             raise KernelError(errno.EINVAL, f"flags {req.flags:#x}: XDP test runs take only "
                                             "BPF_F_TEST_XDP_LIVE_FRAMES")
-        if req.flags & BPF_F_TEST_XDP_LIVE_FRAMES:
-            raise KernelError(524, "live-frame XDP test runs are not emulated")
+        live = bool(req.flags & BPF_F_TEST_XDP_LIVE_FRAMES)
+        batch_size = req.batch_size
+        if live:
+            batch_size = batch_size or NAPI_POLL_WEIGHT
+            if batch_size > TEST_XDP_MAX_BATCH:
+                raise KernelError(errno.E2BIG, f"batch_size {batch_size} is over "
+                                               f"{TEST_XDP_MAX_BATCH}")
+        elif batch_size:
+            raise KernelError(errno.EINVAL, "batch_size is for live-frames runs only "
+                                            "(flags BPF_F_TEST_XDP_LIVE_FRAMES)")
         size = len(req.data_in)
         ctx = _ctx_init(req, XDP_MD_SIZE)
         headroom = XDP_PACKET_HEADROOM
@@ -375,15 +388,22 @@ class ProgramsMixin:
         ingress = rx_queue = 0
         if ctx is not None:
             data, data_end, data_meta, ingress, rx_queue, egress = _XDP_MD.unpack_from(ctx)
-            if data_meta or data_end > size or data > data_end or data % 4 \
-                    or data > XDP_METADATA_MAX:
+            if data_meta or data_end > size or data > data_end or (
+                    live and (req.data_size_out or req.ctx_size_out)):
                 raise KernelError(errno.EINVAL, "xdp_md: data_meta must be 0, data <= "
-                                  f"data_end <= data size, metadata a multiple of 4 up to "
-                                  f"{XDP_METADATA_MAX}")
+                                  "data_end <= data size; a live-frames run returns no "
+                                  "data_out or ctx_out")
+            if data % 4 or data > XDP_METADATA_MAX:
+                raise KernelError(errno.EINVAL, "xdp_md: metadata a multiple of 4 up to "
+                                                f"{XDP_METADATA_MAX}")
             headroom -= data
             meta, linear = data, data_end
-        max_linear = PAGE_SIZE - headroom - SKB_SHINFO_SIZE
+        max_linear = PAGE_SIZE - headroom - (XDP_PAGE_HEAD_SIZE if live else 0) \
+            - SKB_SHINFO_SIZE
         linear = min(linear, max_linear)
+        if live and size > linear:
+            raise KernelError(errno.EINVAL, f"data_in is {size} bytes: a live-frames run "
+                                            f"takes no frame over {linear} bytes")
         if size - meta < ETH_HLEN:
             raise KernelError(errno.EINVAL, f"data_in is {size - meta} bytes after the metadata, "
                                             f"less than an Ethernet header ({ETH_HLEN})")
@@ -393,11 +413,18 @@ class ProgramsMixin:
             if not ingress and rx_queue:
                 raise KernelError(errno.EINVAL, "xdp_md.rx_queue_index needs an "
                                                 "ingress_ifindex")
-            if ingress and ingress != LOOPBACK_IFINDEX:
-                raise KernelError(errno.ENODEV, f"no device with ifindex {ingress}")
-            if rx_queue >= LOOPBACK_RX_QUEUES:
-                raise KernelError(errno.EINVAL, f"rx_queue_index {rx_queue}: the device has "
-                                                f"{LOOPBACK_RX_QUEUES} queue")
+        dev = self.machine.net.dev_get_by_index(ingress or LOOPBACK_IFINDEX)
+        if dev is None:
+            raise KernelError(errno.ENODEV, f"no device with ifindex {ingress}")
+        if rx_queue >= dev.real_num_rx_queues:
+            raise KernelError(errno.EINVAL, f"rx_queue_index {rx_queue}: {dev.name} has "
+                                            f"{dev.real_num_rx_queues} rx queue(s)")
+        if live:
+            template = XdpBuff.from_bytes(req.data_in, dev, rx_queue, metasize=meta,
+                                          headroom=headroom)
+            duration = bpf_test_run_xdp_live(prog, template, req.repeat, batch_size)
+            ctx_out = bytearray(ctx) if ctx is not None else None
+            return _test_finish(req, req.data_in, 0, min(duration, M32), ctx_out)
         # The page: data_hard_start at 0, the packet (metadata first) after the headroom,
         # room to grow up to the frame's end less the shared info (xdp_data_hard_end).
         buf = bytearray(XDP_FRAME_SZ - SKB_SHINFO_SIZE)
@@ -408,7 +435,7 @@ class ProgramsMixin:
                     XDP_MD_DATA_END: base | (headroom + linear),
                     XDP_MD_DATA_META: base | headroom}
         md = bytearray(XDP_MD_SIZE)
-        struct.pack_into("<III", md, 12, LOOPBACK_IFINDEX, rx_queue, 0)
+        struct.pack_into("<III", md, 12, dev.ifindex, rx_queue, 0)
         ctx_region = CtxRegion("xdp_md", md, pointers)
         view = memoryview(buf)
 

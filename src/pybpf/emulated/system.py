@@ -43,6 +43,7 @@ from ..uapi import (
 )
 from .bpf_map import MAP_OPS, BpfMap, bpf_map_attr_numa_node
 from .inode import BpfFs
+from .links import LinksMixin
 from .machine import Machine
 from .progs import ProgramsMixin
 from .syscall import bpf_get_file_flag, bpf_obj_file_flags, bpf_obj_name_cpy
@@ -95,7 +96,7 @@ def bpf_map_flags_retain_permanent(flags: int) -> int:
     return flags & ~(BPF_F_RDONLY | BPF_F_WRONLY)
 
 
-class EmulatedSystem(ProgramsMixin, System):
+class EmulatedSystem(ProgramsMixin, LinksMixin, System):
     """The BPF map subsystem in user space, on an emulated ``Machine``.
 
     ``EmulatedSystem(cpus=20, nodes=2)`` declares a topology; ``machine=`` shares one.

@@ -212,6 +212,31 @@ class TestRunAttr(ctypes.Structure):
     ]
 
 
+class LinkCreateAttr(ctypes.Structure):
+    """attr.link_create of BPF_LINK_CREATE; ``target_fd`` is also target_ifindex. The
+    per-attach-type union after ``flags`` (cgroup, perf_event, kprobe_multi, tcx, ...) is
+    spanned by its largest member, ``uprobe_multi``, and left zero: no attach type pybpf
+    makes links for uses it."""
+
+    _fields_ = [
+        ("prog_fd", u32),
+        ("target_fd", u32),
+        ("attach_type", u32),
+        ("flags", u32),
+        ("uprobe_multi", ctypes.c_uint8 * 48),
+    ]
+
+
+class RawTracepointAttr(ctypes.Structure):
+    """attr.raw_tracepoint of BPF_RAW_TRACEPOINT_OPEN."""
+
+    _fields_ = [
+        ("name", uptr),
+        ("prog_fd", u32),
+        ("cookie", ctypes.c_uint64),
+    ]
+
+
 # -- info structs ------------------------------------------------------------------------------
 
 class BpfMapInfo(ctypes.Structure):

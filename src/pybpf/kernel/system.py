@@ -30,7 +30,15 @@ import threading
 from collections.abc import Iterator
 
 from ..accelerator import ACCEL
-from ..attrs import UNREADABLE, MapAttr, ProgAttr, TestRunRequest, length_problem, value_problem
+from ..attrs import (
+    UNREADABLE,
+    LinkCreateRequest,
+    MapAttr,
+    ProgAttr,
+    TestRunRequest,
+    length_problem,
+    value_problem,
+)
 from ..errors import KernelError, bpf_error
 from ..system import BatchLookup, FastOps, MapInfo, ProgInfo, System, TestRun
 from ..topology import Topology, host_topology
@@ -43,11 +51,13 @@ from .syscall import (
     BpfProgInfo,
     GetIdAttr,
     InfoAttr,
+    LinkCreateAttr,
     MapBatchAttr,
     MapCreateAttr,
     MapElemAttr,
     ObjPinAttr,
     ProgLoadAttr,
+    RawTracepointAttr,
     TestRunAttr,
     bpf,
     get_errno,
@@ -525,7 +535,7 @@ class KernelSystem(System):
                            ctx_size_out=req.ctx_size_out,
                            ctx_in=ctypes.addressof(ctx_buf) if ctx_buf else None,
                            ctx_out=ctypes.addressof(ctx_out) if req.ctx_size_out else None,
-                           flags=req.flags, cpu=req.cpu)
+                           flags=req.flags, cpu=req.cpu, batch_size=req.batch_size)
         while True:
             ret = bpf(Cmd.PROG_TEST_RUN, attr)
             if ret != -errno.EINTR:  # a signal interrupted a long repeat: run it again
@@ -553,6 +563,21 @@ class KernelSystem(System):
 
     def _prog_get_fd_by_id(self, prog_id: int) -> int:
         return self._fd_by_id(Cmd.PROG_GET_FD_BY_ID, prog_id, 0)
+
+    def _link_create(self, request: LinkCreateRequest) -> int:
+        attr = LinkCreateAttr(prog_fd=request.prog_fd, target_fd=request.target,
+                              attach_type=request.attach_type, flags=request.flags)
+        fd = bpf(Cmd.LINK_CREATE, attr)
+        if fd < 0:
+            raise KernelError(-fd)
+        return _fresh(fd)
+
+    def _raw_tracepoint_open(self, name: str, prog_fd: int) -> int:
+        attr = RawTracepointAttr(name=name.encode(), prog_fd=prog_fd)
+        fd = bpf(Cmd.RAW_TRACEPOINT_OPEN, attr)
+        if fd < 0:
+            raise KernelError(-fd, f"no tracepoint {name!r}" if fd == -errno.ENOENT else "")
+        return _fresh(fd)
 
     def _attach_tracepoint(self, prog_fd: int, category: str, name: str) -> int:
         try:
