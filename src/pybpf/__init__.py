@@ -14,12 +14,18 @@ from .errors import (
     NotSupportedError,
     VerifierError,
 )
+from .redirect_maps import CpuMap, CpuMapEntry, DevMap, DevMapEntry, DevMapHash
 from .system import System
 from .uapi import MapFlags, MapType
 
 __all__ = [
     "BPFError",
     "BPFPermissionError",
+    "CpuMap",
+    "CpuMapEntry",
+    "DevMap",
+    "DevMapEntry",
+    "DevMapHash",
     "KeyExistsError",
     "KeyNotFoundError",
     "MapFlags",
