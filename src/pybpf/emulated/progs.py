@@ -313,7 +313,7 @@ class ProgramsMixin:
         ctx = _ctx_init(req, SK_BUFF_SIZE)
         if ctx is not None:
             ifindex = struct.unpack_from("<I", ctx, SKB_IFINDEX)[0]
-            if ifindex > LOOPBACK_IFINDEX:
+            if ifindex > LOOPBACK_IFINDEX and self.machine.net.dev_get_by_index(ifindex) is None:
                 raise KernelError(errno.ENODEV, f"no device with ifindex {ifindex}")
         packet = bytearray(req.data_in)
         protocol = eth_type_trans(packet)
