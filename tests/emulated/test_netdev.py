@@ -20,15 +20,9 @@ from xdp_lab import (
 
 from pybpf.asm import R0, R1, R2
 from pybpf.asm import builder as b
-from pybpf.emulated.netdev import (
-    XDP_FLAGS_DRV_MODE,
-    XDP_FLAGS_REPLACE,
-    XDP_FLAGS_SKB_MODE,
-    XDP_FLAGS_UPDATE_IF_NOEXIST,
-)
 from pybpf.errors import KernelError
 from pybpf.packet import udp_frame
-from pybpf.uapi import BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, AttachType, MapType
+from pybpf.uapi import BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, AttachType, MapType, XdpFlags
 
 
 def test_a_veth_pair_registers_the_peer_first_as_in_a_fresh_namespace(make_lab):
@@ -54,13 +48,13 @@ def test_frames_sent_to_a_veth_without_napi_fail_until_gro_or_xdp_enables_it(mak
 
 
 @pytest.mark.parametrize("flags,prog_attach,errnum,message", [
-    (XDP_FLAGS_SKB_MODE | XDP_FLAGS_DRV_MODE, AttachType.XDP, errno.EINVAL,
+    (XdpFlags.SKB_MODE | XdpFlags.DRV_MODE, AttachType.XDP, errno.EINVAL,
      "Only one XDP mode flag can be set"),
     (0, AttachType.XDP_CPUMAP, errno.EINVAL,
      "BPF_XDP_CPUMAP programs can not be attached to a device"),
     (0, AttachType.XDP_DEVMAP, errno.EINVAL,
      "BPF_XDP_DEVMAP programs can not be attached to a device"),
-    (XDP_FLAGS_REPLACE, AttachType.XDP, errno.EEXIST, "Active program does not match"),
+    (XdpFlags.REPLACE, AttachType.XDP, errno.EEXIST, "Active program does not match"),
 ])
 def test_xdp_attach_refuses_what_dev_xdp_attach_refuses(make_lab, flags, prog_attach, errnum,
                                                          message):
@@ -68,7 +62,7 @@ def test_xdp_attach_refuses_what_dev_xdp_attach_refuses(make_lab, flags, prog_at
     progs = action_prog(lab.system, XDP_PASS, prog_attach), action_prog(lab.system, XDP_PASS)
     prog, other = (lab.system.prog_from_fd(p.fd) for p in progs)
     with pytest.raises(KernelError, match=message) as info:
-        lab.net.dev_xdp_attach(lab.vB, prog, old_prog=other if flags & XDP_FLAGS_REPLACE
+        lab.net.dev_xdp_attach(lab.vB, prog, old_prog=other if flags & XdpFlags.REPLACE
                                else None, flags=flags)
     assert info.value.errno == errnum
 
@@ -76,16 +70,16 @@ def test_xdp_attach_refuses_what_dev_xdp_attach_refuses(make_lab, flags, prog_at
 def test_native_and_generic_modes_exclude_each_other_and_lo_has_no_native_mode(make_lab):
     lab = make_lab()
     prog = action_prog(lab.system, XDP_PASS)
-    lab.attach(lab.vB, prog, XDP_FLAGS_SKB_MODE)
+    lab.attach(lab.vB, prog, XdpFlags.SKB_MODE)
     with pytest.raises(KernelError, match="Native and generic XDP") as info:
-        lab.attach(lab.vB, prog, XDP_FLAGS_DRV_MODE)
+        lab.attach(lab.vB, prog, XdpFlags.DRV_MODE)
     assert info.value.errno == errno.EEXIST
     with pytest.raises(KernelError, match="already attached") as info:
-        lab.attach(lab.vB, prog, XDP_FLAGS_SKB_MODE | XDP_FLAGS_UPDATE_IF_NOEXIST)
+        lab.attach(lab.vB, prog, XdpFlags.SKB_MODE | XdpFlags.UPDATE_IF_NOEXIST)
     assert info.value.errno == errno.EBUSY
     lo = lab.net.dev_get_by_index(1)
     with pytest.raises(KernelError, match="native mode") as info:
-        lab.attach(lo, prog, XDP_FLAGS_DRV_MODE)
+        lab.attach(lo, prog, XdpFlags.DRV_MODE)
     assert info.value.errno == errno.EOPNOTSUPP
     lab.attach(lo, prog)  # no mode asked: generic, since lo has no ndo_bpf
     assert lo.xdp_generic_prog is not None
@@ -178,7 +172,7 @@ def test_a_generic_program_runs_on_skbs_and_turns_gro_off_for_its_device(make_la
         b.ldx(4, R2, R1, 0), b.ldx(4, R1, R1, 4), b.mov64(R0, R2), b.add64(R0, 43),
         b.jgt(R0, R1, "pass"), b.ldx(1, R0, R2, 42), b.and64(R0, 1), b.jeq(R0, 0, "pass"),
         b.mov64(R0, XDP_DROP), b.exit_(), b.label("pass"), b.mov64(R0, XDP_PASS), b.exit_()])
-    lab.attach(nic, drop_odd, XDP_FLAGS_SKB_MODE)
+    lab.attach(nic, drop_odd, XdpFlags.SKB_MODE)
     nic.receive([udp_frame(nic.mac, lab.vA.mac, "10.0.0.1", "10.0.0.2", 1, PORT,
                            bytes([i]) * 18, ident=i) for i in range(8)])
     assert lab.drain() == [bytes([i]) * 18 for i in range(0, 8, 2)]

@@ -54,7 +54,7 @@ from .devmap import resolve_xdp_prog
 from .gro import GroNode
 from .helpers import XDP_DROP, XDP_PASS, XDP_REDIRECT
 from .netdev import NAPI_POLL_WEIGHT, xdp_do_generic_redirect
-from .skbuff import SkBuff
+from .skbuff import Counters, SkBuff
 from .xdp import (
     XdpBuff,
     bpf_prog_run_xdp,
@@ -285,18 +285,13 @@ def cpu_map_kthread_run(ref: weakref.ref, wake: threading.Event,
     rcpu.kthread_exit()
 
 
-class CpuMapEntryStats:
-    """What an entry's kthread did."""
+class CpuMapEntryStats(Counters):
+    """What an entry's kthread did: frames taken off the ring, passes that took some, sleeps,
+    the program's verdicts, skb heads (recycled through the NAPI cache or new), heads it
+    could not get, skbs handed to GRO."""
 
     __slots__ = ("polled", "batches", "sched", "prog_pass", "prog_drop", "prog_redirect",
                  "skb_heads", "heads_recycled", "heads_new", "alloc_drops", "skbs_in")
-
-    def __init__(self) -> None:
-        for name in self.__slots__:
-            setattr(self, name, 0)
-
-    def as_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in self.__slots__}
 
 
 class BpfCpuMapEntry:

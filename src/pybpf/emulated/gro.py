@@ -53,7 +53,7 @@ from ..packet import (
     parse,
     pseudo_header_sum,
 )
-from .skbuff import CHECKSUM_UNNECESSARY, SKB_HEAD_SIZE, SkBuff
+from .skbuff import CHECKSUM_UNNECESSARY, SKB_HEAD_SIZE, Counters, SkBuff
 
 GRO_HASH_BUCKETS = 8
 MAX_GRO_SKBS = 8
@@ -76,16 +76,12 @@ class GroCb:
         self.payload = h.payload  # where this skb's L4 payload starts
 
 
-class GroStats:
+class GroStats(Counters):
+    """skbs GRO received, merged into a held one, held, completed, passed on without
+    merging; skbs and segments it sent up."""
+
     __slots__ = ("received", "merged", "held", "completed", "normal", "delivered_skbs",
                  "delivered_segs")
-
-    def __init__(self) -> None:
-        for name in self.__slots__:
-            setattr(self, name, 0)
-
-    def as_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in self.__slots__}
 
 
 class GroNode:

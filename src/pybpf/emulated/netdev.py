@@ -61,13 +61,9 @@ VLAN_HLEN = 4
 ETH_HLEN = 14
 XDP_XMIT_FLUSH = 1
 
-XDP_FLAGS_UPDATE_IF_NOEXIST = int(XdpFlags.UPDATE_IF_NOEXIST)
-XDP_FLAGS_SKB_MODE = int(XdpFlags.SKB_MODE)
-XDP_FLAGS_DRV_MODE = int(XdpFlags.DRV_MODE)
-XDP_FLAGS_HW_MODE = int(XdpFlags.HW_MODE)
-XDP_FLAGS_REPLACE = int(XdpFlags.REPLACE)
-XDP_FLAGS_MODES = XDP_FLAGS_SKB_MODE | XDP_FLAGS_DRV_MODE | XDP_FLAGS_HW_MODE
-XDP_FLAGS_MASK = XDP_FLAGS_UPDATE_IF_NOEXIST | XDP_FLAGS_MODES | XDP_FLAGS_REPLACE
+# plain ints: ~ of an IntFlag would keep only the defined bits
+XDP_FLAGS_MODES = int(XdpFlags.SKB_MODE | XdpFlags.DRV_MODE | XdpFlags.HW_MODE)
+XDP_FLAGS_MASK = int(XdpFlags.UPDATE_IF_NOEXIST | XDP_FLAGS_MODES | XdpFlags.REPLACE)
 XDP_MODE_SKB, XDP_MODE_DRV, XDP_MODE_HW = "skb", "drv", "hw"
 
 
@@ -596,14 +592,14 @@ class Net:
             raise KernelError(errno.EINVAL, "Invalid XDP flags for BPF link attachment")
         if bin(modes).count("1") > 1:
             raise KernelError(errno.EINVAL, "Only one XDP mode flag can be set")
-        if old_prog is not None and not flags & XDP_FLAGS_REPLACE:
-            raise KernelError(errno.EINVAL, "XDP_FLAGS_REPLACE is not specified")
-        if flags & XDP_FLAGS_HW_MODE:
+        if old_prog is not None and not flags & XdpFlags.REPLACE:
+            raise KernelError(errno.EINVAL, "XdpFlags.REPLACE is not specified")
+        if flags & XdpFlags.HW_MODE:
             raise KernelError(errno.EOPNOTSUPP, "Underlying driver does not support XDP in "
                                                 "HW mode")
-        if flags & XDP_FLAGS_SKB_MODE:
+        if flags & XdpFlags.SKB_MODE:
             mode = XDP_MODE_SKB
-        elif flags & XDP_FLAGS_DRV_MODE or dev.native_xdp:
+        elif flags & XdpFlags.DRV_MODE or dev.native_xdp:
             mode = XDP_MODE_DRV
         else:
             mode = XDP_MODE_SKB
@@ -614,12 +610,12 @@ class Net:
             cur = state.prog
             if link is not None and cur is not None:
                 raise KernelError(errno.EBUSY, "Can't replace active XDP program with BPF link")
-            if flags & XDP_FLAGS_REPLACE and cur is not old_prog:
+            if flags & XdpFlags.REPLACE and cur is not old_prog:
                 raise KernelError(errno.EEXIST, "Active program does not match expected")
             new = link.prog if link is not None else prog
             if new is not None:
                 other = XDP_MODE_DRV if mode == XDP_MODE_SKB else XDP_MODE_SKB
-                if flags & XDP_FLAGS_UPDATE_IF_NOEXIST and cur is not None:
+                if flags & XdpFlags.UPDATE_IF_NOEXIST and cur is not None:
                     raise KernelError(errno.EBUSY, "XDP program already attached")
                 if dev.xdp[other].prog is not None:
                     raise KernelError(errno.EEXIST, "Native and generic XDP can't be active "

@@ -77,21 +77,28 @@ class SkBuff:
         return bytes(self.data) + b"".join(self.frags) if self.frags else bytes(self.data)
 
 
-class NapiCacheStats:
-    """What one CPU's NAPI cache did (counts of heads)."""
+class Counters:
+    """A fixed set of integer counters (a subclass names them in ``__slots__``), all 0 at
+    first; ``as_dict`` reads them out."""
 
-    __slots__ = ("get", "recycled", "refill", "slab_direct", "put", "flushed")
+    __slots__: tuple[str, ...] = ()
 
     def __init__(self) -> None:
-        self.get = 0  # heads handed out by napi_skb_cache_get_bulk
-        self.recycled = 0  # ... of which had come back through napi_skb_cache_put
-        self.refill = 0  # heads moved slab -> cache by refills
-        self.slab_direct = 0  # heads allocated from the slab when the refill was not enough
-        self.put = 0  # heads given back by napi_skb_cache_put
-        self.flushed = 0  # heads the full cache gave back to the slab
+        for name in self.__slots__:
+            setattr(self, name, 0)
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in self.__slots__}
+
+
+class NapiCacheStats(Counters):
+    """What one CPU's NAPI cache did, in heads: handed out by napi_skb_cache_get_bulk
+    (``get``), of which had come back through napi_skb_cache_put (``recycled``); moved from
+    the slab by refills (``refill``) or allocated from it when a refill was not enough
+    (``slab_direct``); given back (``put``); spilled back to the slab by a full cache
+    (``flushed``)."""
+
+    __slots__ = ("get", "recycled", "refill", "slab_direct", "put", "flushed")
 
 
 class SkbHeadCache:
