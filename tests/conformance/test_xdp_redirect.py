@@ -223,3 +223,33 @@ def test_gro_merges_a_flow_for_a_udp_gro_socket(backend):
         received = setup.received(64)
         assert received[-64:] == [b"g" * 18] * 64
         assert setup.receiver.datagrams < 64  # fewer skbs than frames: they were merged
+
+
+def test_entries_replaced_or_deleted_under_traffic_lose_no_accounting(backend):
+    import threading
+
+    with veth_pair(backend) as pair, pair.entered():
+        setup = Setup(backend, pair, qsize=64)
+        stop = threading.Event()
+        errors: list[BaseException] = []
+
+        def traffic() -> None:
+            try:
+                with pair.entered():
+                    while not stop.is_set():
+                        setup.send(b"r" * 18, repeat=512)
+            except BaseException as exc:  # noqa: BLE001 (reported below)
+                errors.append(exc)
+
+        sender = threading.Thread(target=traffic)
+        sender.start()
+        try:
+            for qsize in (8, 512, 0, 64, 16, 0, 2048):
+                setup.cpus[1] = CpuMapEntry(qsize)  # qsize 0 deletes the entry
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            sender.join()
+        assert errors == []
+        kthread, enqueued, drops = setup.counted()
+        assert enqueued > 0 and kthread + drops == enqueued
