@@ -88,7 +88,7 @@ from .netdev import NAPI_POLL_WEIGHT
 from .syscall import bpf_obj_name_cpy
 from .test_run import TEST_XDP_MAX_BATCH, bpf_test_run_xdp_live
 from .verifier import bpf_check
-from .xdp import XdpBuff
+from .xdp import XDP_FRAME_SIZE, XDP_PACKET_HEADROOM, XdpBuff
 
 BPF_F_SLEEPABLE = 1 << 4
 BPF_F_TOKEN_FD = 1 << 16
@@ -101,7 +101,6 @@ ETH_HLEN = 14
 PAGE_SIZE = 4096
 NET_SKB_PAD = 64  # max(32, L1_CACHE_BYTES) on x86-64; NET_IP_ALIGN is 0 there
 SKB_SHINFO_SIZE = 320  # SKB_DATA_ALIGN(sizeof(struct skb_shared_info)) on 6.18 x86-64
-XDP_PACKET_HEADROOM = 256
 XDP_METADATA_MAX = 255  # xdp_metalen_invalid: skb_shared_info.meta_len is a u8
 LOOPBACK_IFINDEX = 1
 # sizeof(struct xdp_page_head) on x86-64: two struct xdp_buff (56 bytes each) and the
@@ -393,9 +392,11 @@ class ProgramsMixin:
                 raise KernelError(errno.EINVAL, "xdp_md: data_meta must be 0, data <= "
                                   "data_end <= data size; a live-frames run returns no "
                                   "data_out or ctx_out")
-            if data % 4 or data > XDP_METADATA_MAX:
+            if data % 4 or data > XDP_METADATA_MAX \
+                    or data > XDP_PACKET_HEADROOM - XDP_FRAME_SIZE:
                 raise KernelError(errno.EINVAL, "xdp_md: metadata a multiple of 4 up to "
-                                                f"{XDP_METADATA_MAX}")
+                                  f"{XDP_PACKET_HEADROOM - XDP_FRAME_SIZE} bytes (the "
+                                  "headroom less struct xdp_frame)")
             headroom -= data
             meta, linear = data, data_end
         max_linear = PAGE_SIZE - headroom - (XDP_PAGE_HEAD_SIZE if live else 0) \
