@@ -8,6 +8,7 @@ import threading
 import pytest
 from xdp_lab import XDP_DROP, XDP_REDIRECT, Lab, cpu_recorder, redirect_prog, u32, xdp
 
+import pybpf
 from pybpf.asm import FP, R0, R1, R2, R3, R6
 from pybpf.asm import builder as b
 from pybpf.uapi import AttachType, MapType
@@ -111,8 +112,7 @@ def test_with_gro_off_every_head_comes_from_the_allocator(make_lab):
 
 
 def test_before_the_bulk_cache_gro_returns_heads_cpumap_never_takes_back(make_lab):
-    lab = make_lab()
-    lab.net.cpumap_skb_alloc = "kmem_cache_alloc_bulk"
+    lab = make_lab(cpumap_skb_alloc="kmem_cache_alloc_bulk")
     cm = lab.cpumap()
     lab.set_entry(cm, 1, 2048)
     _udp_flow_in_bursts(lab, cm, 8)
@@ -120,6 +120,11 @@ def test_before_the_bulk_cache_gro_returns_heads_cpumap_never_takes_back(make_la
     assert counters["heads_new"] == 128 and counters["heads_recycled"] == 0
     napi = lab.net.skb_cache.counters()["napi_cache"][1]
     assert napi["put"] == 8 * 15 and napi["get"] == 0 and napi["flushed"] > 0
+
+
+def test_the_skb_head_path_is_one_of_two():
+    with pytest.raises(ValueError, match="kmem_cache_alloc_bulk"):
+        pybpf.system("emulated", cpumap_skb_alloc="slab")
 
 
 def test_the_cpumap_program_may_drop_or_redirect_on_the_target_cpu(make_lab):

@@ -52,8 +52,8 @@ class Lab:
     """An emulated machine with vA <-> vB (vB 10.0.0.2) and a UDP socket on vB's port."""
 
     def __init__(self, cpus: int = 2, *, gro: bool = True, sock_gro: bool = True,
-                 rcvbuf: int = 212992) -> None:
-        self.system = pybpf.system("emulated", cpus=cpus)
+                 rcvbuf: int = 212992, **system_options) -> None:
+        self.system = pybpf.system("emulated", cpus=cpus, **system_options)
         self.net = self.system.machine.net
         self.vA, self.vB = self.net.add_veth("vA", "vB")
         self.vB.add_address("10.0.0.2")

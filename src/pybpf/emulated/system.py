@@ -103,18 +103,27 @@ class EmulatedSystem(ProgramsMixin, LinksMixin, System):
     ``htab_mem`` picks how NO_PREALLOC hash maps get element memory: ``"bpf_mem_alloc"``
     (per-CPU caches, freed objects reused after a grace period; the kernel since 6.1) or
     ``"call_rcu"`` (kmalloc per element, one call_rcu per freed element, no reuse; before).
+    ``cpumap_skb_alloc`` picks where cpumap's kthreads get skb heads:
+    ``"napi_skb_cache_get_bulk"`` (the CPU's NAPI cache, refilled in bulk; since 6.15) or
+    ``"kmem_cache_alloc_bulk"`` (straight from the slab; before).
     """
 
     name = "emulated"
 
     def __init__(self, cpus: int | None = None, nodes: int | None = None,
-                 machine: Machine | None = None, htab_mem: str = "bpf_mem_alloc") -> None:
+                 machine: Machine | None = None, htab_mem: str = "bpf_mem_alloc",
+                 cpumap_skb_alloc: str = "napi_skb_cache_get_bulk") -> None:
         if machine is not None and (cpus is not None or nodes is not None):
             raise TypeError("give either machine= or cpus=/nodes=, not both")
         if htab_mem not in ("bpf_mem_alloc", "call_rcu"):
             raise ValueError(f"htab_mem={htab_mem!r}: choose 'bpf_mem_alloc' or 'call_rcu'")
+        if cpumap_skb_alloc not in ("napi_skb_cache_get_bulk", "kmem_cache_alloc_bulk"):
+            raise ValueError(f"cpumap_skb_alloc={cpumap_skb_alloc!r}: choose "
+                             "'napi_skb_cache_get_bulk' or 'kmem_cache_alloc_bulk'")
         self.machine = machine if machine is not None else Machine(cpus, nodes)
         self.machine.htab_mem = htab_mem
+        if cpumap_skb_alloc != "napi_skb_cache_get_bulk":
+            self.machine.net.cpumap_skb_alloc = cpumap_skb_alloc
         self._lock = threading.RLock()  # fd table, idrs, pins, refcounts
         # fd -> object. Each emulated fd holds a real host fd (on /dev/null) of the same number,
         # so emulated objects and the process's real files (sockets for sockmap, say) share one
