@@ -1,7 +1,7 @@
 """The attr structs match include/uapi/linux/bpf.h byte for byte, and the running kernel.
 
 Expected offsets are copied from the 6.18 uapi header; the BTF cross-check reads the running
-kernel's own description of its types (/sys/kernel/btf/vmlinux) with pybpf.kernel.btf, and
+kernel's own description of its types (/sys/kernel/btf/vmlinux) with pybpf.btf, and
 the BTF reader itself is checked against bpftool where bpftool is installed.
 """
 
@@ -17,8 +17,8 @@ import subprocess
 
 import pytest
 
+from pybpf.btf import VMLINUX, Btf, Kind
 from pybpf.kernel import syscall as sc
-from pybpf.kernel.btf import STRUCT, UNION, VMLINUX, Btf
 from pybpf.kernel.perf_event import PerfEventAttr
 
 # struct -> (sizeof, {field: (offset, size)}), from include/uapi/linux/bpf.h (6.18) and
@@ -133,10 +133,11 @@ def vmlinux_btf() -> Btf:
 def _kernel_variant(btf: Btf, container: str, variant: str | None) -> int:
     if variant is None:
         return btf.find(container)
-    union = btf.find(container, UNION)
-    for name, type_id in btf.union_variants(union):
-        if name == variant or (not name and variant in btf.flat_members(type_id)):
-            return type_id
+    union = btf.find(container, Kind.UNION)
+    for member in btf.members(union):
+        if member.name == variant or (not member.name and
+                                      variant in btf.flat_members(member.type_id)):
+            return member.type_id
     raise AssertionError(f"no variant with {variant!r} in union {container}")
 
 
@@ -169,7 +170,7 @@ def test_struct_matches_running_kernel_btf(cls, vmlinux_btf):
 def test_every_attr_struct_fits_the_running_kernels_union(vmlinux_btf):
     # A longer struct would carry bytes past the kernel's union, which it only accepts
     # when they are zero: fine, but then some field of ours does not exist here.
-    union_size = vmlinux_btf.size_of(vmlinux_btf.find("bpf_attr", UNION))
+    union_size = vmlinux_btf.size_of(vmlinux_btf.find("bpf_attr", Kind.UNION))
     assert union_size % 8 == 0
     for cls, (container, _variant) in BTF_HOME.items():
         if container == "bpf_attr":
@@ -193,8 +194,8 @@ def test_btf_reader_agrees_with_bpftool(struct_name, vmlinux_btf):
     if shutil.which("bpftool") is None:
         pytest.skip("bpftool is not installed (apt-get install bpftool)")
     expected = _bpftool_members(struct_name)
-    direct = {name: bits for name, _t, bits, _bf in
-              vmlinux_btf.members(vmlinux_btf.find(struct_name, STRUCT)) if name}
+    direct = {m.name: m.bit_offset for m in vmlinux_btf.members(vmlinux_btf.find(struct_name))
+              if m.name}
     assert direct == expected
 
 
