@@ -29,6 +29,7 @@ int fold_globals(void *ctx)
 {
 	calls++;
 	counter += hidden_step;
+	hidden_step += 1;
 	results[0] = counter;
 	results[1] = settings.enabled ? settings.scale * limit : 0;
 	results[2] = settings.mode + settings.offsets[0] + settings.label[0];

@@ -192,7 +192,8 @@ def _reloc(elf: ElfFile, rel: Relocation, function: Function, insn: int,
         return Reloc(insn, RelocKind.MAP_FD, map_name)
     map_name = data_map(symbol.shndx)
     if map_name is not None:
-        return Reloc(insn, RelocKind.MAP_VALUE, map_name, symbol.value)
+        # A global's symbol gives its offset; a static's is its section's, plus the imm.
+        return Reloc(insn, RelocKind.MAP_VALUE, map_name, symbol.value + imm)
     if section.name in (".maps", "maps"):
         raise RelocationError(f"{where}: map relo failed to find a map in section "
                               f"'{section.name}' at offset {symbol.value}")
@@ -287,15 +288,14 @@ def _patch_map_load(code: bytearray, relo: Reloc, prog: str) -> None:
     if pos + 2 * INSN_SIZE > len(code):
         raise RelocationError(f"prog '{prog}': insn #{relo.insn} against '{relo.target}' is "
                               "a 64-bit load cut short by the end of the program")
-    opcode, regs, off, imm = _INSN.unpack_from(code, pos)
+    opcode, regs, off, _imm = _INSN.unpack_from(code, pos)
     hi = _INSN.unpack_from(code, pos + INSN_SIZE)
     dst = regs & 0xF
     if relo.kind == RelocKind.MAP_FD:
         _INSN.pack_into(code, pos, opcode, BPF_PSEUDO_MAP_FD << 4 | dst, off, 0)
     else:
         _INSN.pack_into(code, pos, opcode, BPF_PSEUDO_MAP_VALUE << 4 | dst, off, 0)
-        _INSN.pack_into(code, pos + INSN_SIZE, hi[0], hi[1], hi[2],
-                        _s32(imm + relo.offset))
+        _INSN.pack_into(code, pos + INSN_SIZE, hi[0], hi[1], hi[2], _s32(relo.offset))
 
 
 def _s32(value: int) -> int:
