@@ -6,9 +6,10 @@ cd "$(dirname "$0")/.."
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     # gcc and libbpf-dev build the optional C references of the benchmarks; bpftool is used
-    # by tests to cross-check what the kernel reports.
+    # by tests to cross-check what the kernel reports; clang compiles the BPF C corpus of
+    # tests/objects, and llvm's readobj/objdump cross-check how pybpf reads the objects.
     need=()
-    for pkg in gcc libbpf-dev bpftool iproute2; do
+    for pkg in gcc libbpf-dev bpftool iproute2 clang llvm; do
         dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
     done
     if [ "${#need[@]}" -gt 0 ]; then

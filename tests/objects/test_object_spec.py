@@ -347,3 +347,22 @@ def test_a_relocation_on_a_plain_instruction_is_a_relocation_error(build_object)
     data[socket.offset + rel.offset] = 0xB7  # the map's lddw becomes a mov
     with pytest.raises(RelocationError, match="neither a call nor a 64-bit load"):
         ObjectSpec.from_bytes(bytes(data))
+
+
+def test_map_perf_c_twin_declares_the_assembled_programs_maps(spec):
+    from pybpf.bench.map_perf import LRU_PROG_MAPS, MAP_DEFS, TESTS
+
+    s = spec("map_perf")
+    for name, d in MAP_DEFS.items():
+        m = s.maps[name].spec
+        assert (m.type, m.key_size, m.value_size, m.max_entries, m.flags) == \
+            (d.map_type, d.key_size, d.value_size, d.max_entries, d.map_flags), name
+    assert s.maps["array_of_lru_hashs"].slots == {0: "inner_lru_hash_map"}
+    for test in TESTS.values():
+        prog = s.programs[test.prog]
+        assert prog.prog_type == ProgType.TRACEPOINT
+        assert prog.attach_target == f"syscalls/sys_enter_{test.syscall}"
+        # The connect() program serves the four LRU tests; the inner map is reached through
+        # array_of_lru_hashs, not referenced by the code.
+        expected = set(LRU_PROG_MAPS) if test.syscall == "connect" else set(test.maps)
+        assert set(prog.maps) == expected
