@@ -366,3 +366,22 @@ def test_map_perf_c_twin_declares_the_assembled_programs_maps(spec):
         # array_of_lru_hashs, not referenced by the code.
         expected = set(LRU_PROG_MAPS) if test.syscall == "connect" else set(test.maps)
         assert set(prog.maps) == expected
+
+
+def test_struct_ops_and_arena_maps_are_recorded_as_unsupported(compile_source):
+    path = compile_source("struct_ops_arena", """
+struct my_ops { int (*init)(void *ctx); };
+SEC("struct_ops/my_init") int my_init(void *ctx) { return 0; }
+SEC(".struct_ops") struct my_ops ops = { .init = (void *)my_init };
+struct { __uint(type, 33); __uint(max_entries, 1); __uint(map_flags, 1024); } arena
+    SEC(".maps");
+SEC("socket") int plain(void *ctx) { return 0; }
+char LICENSE[] SEC("license") = "GPL";
+""")
+    s = ObjectSpec.from_file(path)
+    assert s.unsupported == ["struct_ops (section '.struct_ops')", "arena maps (map 'arena')"]
+    assert s.programs["my_init"].prog_type == ProgType.STRUCT_OPS
+    with pytest.raises(UnsupportedError, match=r"prog 'my_init': unsupported: struct_ops "
+                                               r"\(section '.struct_ops'\); arena maps .*; "
+                                               "struct_ops program"):
+        check_loadable(s, s.programs["my_init"])
