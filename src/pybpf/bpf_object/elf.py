@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
+from ..strtab import string_at
 from .errors import ElfError
 
 ELFMAG = b"\x7fELF"
@@ -317,11 +318,7 @@ def _string(table: bytes, offset: int, what: str) -> str:
     """The NUL-terminated string at ``offset`` of a string table."""
     if offset == 0 and not table:
         return ""
-    end = table.find(b"\0", offset) if 0 <= offset < len(table) else -1
-    if end < 0:
-        raise ElfError(f"{what}: string offset {offset} is outside its string table "
-                       f"({len(table)} bytes) or has no terminating NUL")
     try:
-        return table[offset:end].decode()
-    except UnicodeDecodeError:
-        raise ElfError(f"{what}: the name at string offset {offset} is not UTF-8") from None
+        return string_at(table, offset)
+    except ValueError as exc:
+        raise ElfError(f"{what}: {exc}") from None

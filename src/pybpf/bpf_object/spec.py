@@ -150,22 +150,22 @@ class Globals(MutableMapping[str, Any]):
         return f"Globals({dict(self.items())!r})"
 
 
+@dataclass(repr=False)
 class ObjectSpec:
     """A parsed BPF object file: maps, programs, globals, BTF (see the module doc)."""
 
-    def __init__(self, name: str, byteorder: str, maps: dict[str, ObjectMap],
-                 programs: dict[str, ObjectProgram], license: str, kern_version: int,
-                 btf: Btf | None, btf_ext: BtfExt | None, unsupported: list[str]) -> None:
-        self.name = name
-        self.byteorder = byteorder
-        self.maps = maps
-        self.programs = programs
-        self.license = license
-        self.kern_version = kern_version
-        self.btf = btf
-        self.btf_ext = btf_ext
-        self.unsupported = unsupported
-        self.globals = Globals(maps)
+    name: str
+    byteorder: str
+    maps: dict[str, ObjectMap]
+    programs: dict[str, ObjectProgram]
+    license: str
+    kern_version: int
+    btf: Btf | None
+    btf_ext: BtfExt | None
+    unsupported: list[str]
+
+    def __post_init__(self) -> None:
+        self.globals = Globals(self.maps)
 
     def __repr__(self) -> str:
         return (f"<ObjectSpec {self.name!r}: maps {', '.join(self.maps) or '-'}; programs "

@@ -37,6 +37,7 @@ from .types import (
     Member,
     Param,
     Ptr,
+    RefType,
     Restrict,
     Struct,
     Type,
@@ -55,6 +56,6 @@ __all__ = [
     "MODIFIERS", "VMLINUX", "Array", "Btf", "BtfError", "BtfExt", "Const", "CoreRelo",
     "CoreReloKind", "Datasec", "DeclTag", "Enum", "Enum64", "EnumValue", "FlatMember",
     "Float", "Func", "FuncInfo", "FuncProto", "Fwd", "Int", "Kind", "LineInfo", "Member",
-    "Param", "Ptr", "Restrict", "StringTable", "Struct", "Type", "TypeTag", "Typedef",
+    "Param", "Ptr", "RefType", "Restrict", "StringTable", "Struct", "Type", "TypeTag", "Typedef",
     "Union", "Var", "VarSecinfo", "Void", "Volatile", "btf_codec",
 ]

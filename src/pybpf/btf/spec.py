@@ -18,6 +18,7 @@ import struct
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from ..strtab import string_at
 from .types import (
     MODIFIERS,
     Array,
@@ -88,15 +89,10 @@ class StringTable:
             pos += len(raw) + 1
 
     def get(self, offset: int, what: str = "a name") -> str:
-        data = self._data
-        end = data.find(b"\0", offset) if 0 <= offset < len(data) else -1
-        if end < 0:
-            raise BtfError(f"{what}: string offset {offset} is outside the string section "
-                           f"({len(data)} bytes)")
         try:
-            return data[offset:end].decode()
-        except UnicodeDecodeError:
-            raise BtfError(f"{what}: the string at offset {offset} is not UTF-8") from None
+            return string_at(self._data, offset)
+        except ValueError as exc:
+            raise BtfError(f"{what}: {exc}") from None
 
     def add(self, text: str) -> int:
         """The offset of ``text``, appended if it is not there yet."""

@@ -71,8 +71,13 @@ class Int(Type):
 
 
 @dataclass(frozen=True)
-class Ptr(Type):
+class RefType(Type):
+    """A kind whose ``struct btf_type`` only refers to another type."""
+
     type_id: int = 0
+
+
+class Ptr(RefType):
     kind: ClassVar[Kind] = Kind.PTR
 
 
@@ -133,27 +138,19 @@ class Fwd(Type):
     kind: ClassVar[Kind] = Kind.FWD
 
 
-@dataclass(frozen=True)
-class Typedef(Type):
-    type_id: int = 0
+class Typedef(RefType):
     kind: ClassVar[Kind] = Kind.TYPEDEF
 
 
-@dataclass(frozen=True)
-class Volatile(Type):
-    type_id: int = 0
+class Volatile(RefType):
     kind: ClassVar[Kind] = Kind.VOLATILE
 
 
-@dataclass(frozen=True)
-class Const(Type):
-    type_id: int = 0
+class Const(RefType):
     kind: ClassVar[Kind] = Kind.CONST
 
 
-@dataclass(frozen=True)
-class Restrict(Type):
-    type_id: int = 0
+class Restrict(RefType):
     kind: ClassVar[Kind] = Kind.RESTRICT
 
 
