@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up (idempotent), then run the whole test suite.
+# Set up (idempotent), then run the whole test suite with the project's venv (.venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-python3 -m pytest -q
+.venv/bin/python -m pytest -q "$@"

@@ -57,7 +57,7 @@ def test_summary_and_iter_lines_follow_the_selftest():
     (["-p", "3", "--use-case", "add_del_on_diff_cpu"], "even number of producers"),
     (["--backend", "kernel", "--flavour", "call_rcu"], "only the emulated backend"),
     (["--backend", "kernel", "--cpus", "4"], "emulated machine"),
-    (["-d", "0"], "positive number of seconds"),
+    (["-d", "0"], "--duration must be > 0 seconds, got 0"),
 ])
 def test_bad_arguments_print_usage_and_exit_2(args, message):
     proc = run_cli(*args)
@@ -116,7 +116,7 @@ def design_counters(flavour: str) -> dict:
     2 emulated CPUs, with a grace period after each round: what a bench run does, minus the
     threads and the clock, so the counts are the same on every machine."""
     from pybpf import system
-    from pybpf.bench.map_perf import sys_enter_record
+    from pybpf.bench.common import sys_enter_record
 
     sys_ = system("emulated", cpus=2, **({"htab_mem": "call_rcu"} if flavour == "call_rcu"
                                           else {}))

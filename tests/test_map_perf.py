@@ -6,9 +6,12 @@ emulated NUMA accounting, which are counts.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import pathlib
 import re
+import shutil
 import socket
 import struct
 import subprocess
@@ -18,7 +21,10 @@ import pytest
 
 from pybpf.bench import map_perf as mp
 from pybpf.bench import trigger
-from pybpf.bench.map_perf_progs import BUILDERS, build_program
+from pybpf.bench.map_perf.kernel_run import kernel_trigger
+from pybpf.bench.map_perf.progs import BUILDERS, build_program
+from pybpf.bench.map_perf.results import plot
+from pybpf.bench.map_perf.testbed import Setup, lru_lookup_keys, sockaddr_in6
 from pybpf.testing import KERNEL_SKIP_REASON, kernel_available
 from pybpf.uapi import MapFlags, MapType
 
@@ -99,13 +105,13 @@ def test_maps_are_declared_as_in_the_sample():
 
 
 def test_lru_lookup_start_keys_wrap_like_the_sample():
-    assert mp.lru_lookup_keys(32) == [0]
-    assert mp.lru_lookup_keys(100) == [0, 32, 64, 96]
-    assert mp.lru_lookup_keys(1000)[-1] == 992
+    assert lru_lookup_keys(32) == [0]
+    assert lru_lookup_keys(100) == [0, 32, 64, 96]
+    assert lru_lookup_keys(1000)[-1] == 992
 
 
 def test_connect_address_carries_host_order_magic_and_test_case():
-    addr = mp.sockaddr_in6(2, 0x01020304)
+    addr = sockaddr_in6(2, 0x01020304)
     assert len(addr) == 28
     family, = struct.unpack_from("=H", addr, 0)
     assert family == socket.AF_INET6
@@ -127,7 +133,7 @@ def test_program_without_its_map_is_refused():
 
 def test_resizing_touches_only_the_enabled_tests_maps():
     cfg = mp.Config(test_flags=mp.Test.HASH_KMALLOC.bit, num_map_entries=77)
-    setup = mp.Setup(None, cfg)
+    setup = Setup(None, cfg)
     assert setup.max_entries("hash_map_alloc") == 77
     assert setup.max_entries("hash_map") == 1000
     assert setup.inner_lru_hash_size == 77
@@ -137,7 +143,9 @@ def test_resizing_touches_only_the_enabled_tests_maps():
 
 @pytest.mark.parametrize("args, message", [
     (["abc"], "TEST_FLAGS must be an integer"),
-    (["4096"], "selects no test"),
+    (["4096"], "has bits outside the 11 tests (0x1000): use 0 for all, or a sum of bits"),
+    (["4097"], "(1 to 2047; e.g. 512"),
+    (["-5"], "TEST_FLAGS -5 is negative"),
     (["1", "-2"], "NUM_PROCS must be >= 0"),
     (["1", "1", "x"], "NUM_ENTRIES must be an integer"),
     (["1", "1", "0", "0"], "MAX_CNT must be >= 1"),
@@ -158,12 +166,12 @@ def test_bad_arguments_print_usage_and_exit_2(args, message):
 @pytest.mark.parametrize("text, flags", [("0", mp.ALL_TESTS_MASK), ("-1", mp.ALL_TESTS_MASK),
                                          ("512", 512), ("0x204", 0x204)])
 def test_test_flags_zero_means_all_like_atoi(text, flags):
-    parser = mp.configure_parser(mp.argparse.ArgumentParser())
+    parser = mp.configure_parser(argparse.ArgumentParser())
     assert parser.parse_args([text]).test_flags == flags
 
 
 def test_defaults_are_the_samples():
-    parser = mp.configure_parser(mp.argparse.ArgumentParser())
+    parser = mp.configure_parser(argparse.ArgumentParser())
     ns = parser.parse_args([])
     assert (ns.test_flags, ns.num_procs, ns.num_map_entries, ns.max_cnt) == (
         mp.ALL_TESTS_MASK, 0, 0, 10000)
@@ -181,6 +189,21 @@ def test_kernel_run_prints_one_sample_line_per_test_and_cpu():
             for line in lines}
     assert seen == {(cpu, label) for cpu in (0, 1) for label in EXPECTED_LABELS.values()}
     assert all(int(SAMPLE_LINE.match(line)["rate"]) > 0 for line in lines)
+
+
+@needs_kernel
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler for tools/map_perf_trigger.c")
+def test_kernel_c_trigger_is_compared_test_by_test(tmp_path):
+    source = pathlib.Path(__file__).parent.parent / "tools" / "map_perf_trigger.c"
+    exe = tmp_path / "map_perf_trigger"
+    subprocess.run(["cc", "-O2", "-o", str(exe), str(source)], check=True)
+    proc = run_cli("4", "1", "0", "50", "--backend", "kernel", "--no-progress",
+                   "--c-trigger", str(exe))
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^0:hash_map_perf kmalloc \d+ events per sec \(C trigger; \d+ per "
+                     r"CPU-second\)$", proc.stdout, re.M)
+    assert re.search(rf"^# 0:HASH_KMALLOC: best of {mp.COMPARE_ROUNDS}, pybpf \(\w+ trigger\) "
+                     r"vs C: \d+ vs \d+ events/s", proc.stdout, re.M)
 
 
 @needs_kernel
@@ -212,7 +235,7 @@ def test_kernel_maps_get_the_declared_flags():
     from pybpf import system
 
     k = system("kernel")
-    setup = mp.Setup(k, mp.Config(numa_node="none"))
+    setup = Setup(k, mp.Config(numa_node="none"))
     try:
         setup.create_maps(0)
         for name, fd in setup.fds.items():
@@ -228,7 +251,7 @@ def test_kernel_lpm_trie_is_really_filled():
     from pybpf import system
 
     k = system("kernel")
-    setup = mp.Setup(k, mp.Config(test_flags=mp.Test.LPM_KMALLOC.bit))
+    setup = Setup(k, mp.Config(test_flags=mp.Test.LPM_KMALLOC.bit))
     try:
         setup.create_maps(0)
         setup.fill_lpm_trie()
@@ -312,7 +335,7 @@ def test_plot_without_matplotlib_is_a_clear_error(monkeypatch):
     result = mp.RunResult("emulated", mp.Config(), [0], [
         mp.Result(0, "HASH_PREALLOC", "0:x 1 events per sec", 1, "events", 1, 1)])
     with pytest.raises(RuntimeError, match="pip install 'pybpf\\[plot\\]'"):
-        mp.plot(result, "/tmp/never.png")
+        plot(result, "/tmp/never.png")
 
 
 # -- pybpf reproduce ----------------------------------------------------------------------------
@@ -345,7 +368,7 @@ def test_plot_draws_per_cpu_bars_with_remote_share(tmp_path):
                   "events", 1, 1, local_accesses=cpu, remote_accesses=1 - cpu)
         for cpu in (0, 1)])
     path = tmp_path / "perf.png"
-    mp.plot(result, str(path))
+    plot(result, str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -405,7 +428,7 @@ def test_trigger_loop_fires_the_tracepoint_once_per_event(kind, test):
     prog = k.prog_load(ProgType.TRACEPOINT, insns)
     link = k.attach_tracepoint(prog, "syscalls", f"sys_enter_{mp.TESTS[test].syscall}")
     try:
-        mp.kernel_trigger(test, 32, kind)(1000)
+        kernel_trigger(test, 32, kind)(1000)
     finally:
         k.close(link)
         k.close(prog)
@@ -417,8 +440,8 @@ def test_trigger_loop_fires_the_tracepoint_once_per_event(kind, test):
                     reason="the native trigger needs x86-64 Linux and executable memory")
 def test_native_connect_loop_walks_the_start_key_like_the_sample():
     entries = 100  # keys 0, 32, 64, 96, then back to 0
-    run_n = trigger.native_connect_loop(mp.sockaddr_in6(3, 0), entries - 32)
+    run_n = trigger.native_connect_loop(sockaddr_in6(3, 0), entries - 32)
     run_n(5)
-    assert struct.unpack_from("=I", run_n.sockaddr.raw, 24) == (mp.lru_lookup_keys(entries)[1],)
+    assert struct.unpack_from("=I", run_n.sockaddr.raw, 24) == (lru_lookup_keys(entries)[1],)
     run_n(3)
     assert struct.unpack_from("=I", run_n.sockaddr.raw, 24) == (0,)

@@ -2,7 +2,12 @@
 
 Adding a command: write ``def <name>_command(parser) -> runner`` in any module (it adds its
 arguments to ``parser`` and returns ``runner(args) -> exit code``) and add one line to
-``COMMANDS``. Bad arguments print the usage and exit with code 2 (argparse's convention).
+``COMMANDS``.
+
+Rules every command keeps: bad input (arguments, PYBPF_BACKEND) is found before any long work
+starts and ends with the usage and one ``error:`` line, exit status 2 (argparse's convention);
+a refused operation (bpf(2) denied, a failed run) ends with one ``Error:`` line, exit status 1
+(raise ``BPFError`` or ``CommandError``); never a traceback.
 """
 
 from __future__ import annotations
@@ -15,8 +20,11 @@ import os
 import sys
 from collections.abc import Callable
 
+from . import __version__
 from .errors import BPFError
 from .uapi import PERCPU_MAP_TYPES, MapType, round_up
+
+BACKENDS = ("kernel", "emulated")
 
 # name -> (help, "module:function"); the function is the command's ``*_command(parser)``.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -32,6 +40,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
                      "returned byte and errno (the kernel is the oracle)",
                      "pybpf.testing.differential.command:differential_command"),
 }
+
+
+class CommandError(Exception):
+    """A command that cannot do what was asked: ``main`` prints ``Error: <message>`` and exits
+    with status 1. The message says what failed and what to do."""
 
 
 def add_commands(sub: argparse._SubParsersAction,
@@ -51,6 +64,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable]]:
     parser = argparse.ArgumentParser(
         prog="pybpf", description="The Linux BPF map subsystem in Python: kernel and "
                                   "emulated backends behind one bpf(2)-shaped interface.")
+    parser.add_argument("--version", action="version", version=f"pybpf {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     return parser, add_commands(sub, COMMANDS)
 
@@ -60,20 +74,32 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:  # say so with the subcommand's usage, not the top-level one
         args.subparser.error(f"unrecognized arguments: {' '.join(extra)}")
+    problem = backend_env_problem()
+    if problem:
+        args.subparser.error(problem)
     try:
         return runners[args.command](args) or 0
     except BrokenPipeError:  # `pybpf maps | head`: stop quietly
         sys.stderr.close()
         return 0
-    except BPFError as exc:  # bpf(2) denied, tracefs missing...: the message says what to do
+    except (BPFError, CommandError) as exc:  # bpf(2) denied, tracefs missing, a failed run
         print(f"Error: {exc}", file=sys.stderr)
         return 1
+
+
+def backend_env_problem() -> str | None:
+    """What is wrong with ``PYBPF_BACKEND`` (which picks the default backend), or None."""
+    value = os.environ.get("PYBPF_BACKEND")
+    if value and value not in BACKENDS:
+        return (f"PYBPF_BACKEND={value!r} is not a backend: set it to "
+                f"{' or '.join(BACKENDS)}, or unset it")
+    return None
 
 
 # -- pybpf maps ---------------------------------------------------------------------------------
 
 def maps_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
-    parser.add_argument("--backend", choices=("kernel", "emulated"), default=None,
+    parser.add_argument("--backend", choices=BACKENDS, default=None,
                         help="backend (default: kernel when bpf(2) is allowed, else emulated; "
                              "PYBPF_BACKEND overrides)")
     parser.add_argument("--json", action="store_true",

@@ -64,12 +64,13 @@ from ..asm import (
 from ..system import default_backend
 from ..uapi import BPF_NOEXIST, MapFlags, MapType, ProgType
 from . import report
+from .args import MAX_EMULATED_CPUS, MAX_SECONDS, emulated_machine, int_arg, plot_arg, seconds_arg
+from .common import MIB, MemCgroup, read_fdinfo, sys_enter_record
 
 OP_BATCH = 64
 USE_CASES = ("overwrite", "batch_add_batch_del", "add_del_on_diff_cpu")
 KERNEL_FLAVOURS = ("prealloc", "bpf_ma")
 EMULATED_FLAVOURS = ("prealloc", "bpf_ma", "call_rcu")
-MIB = 1048576.0
 
 
 # -- programs ------------------------------------------------------------------------------
@@ -162,43 +163,31 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                              "default: all the backend has")
     parser.add_argument("--preallocated", action="store_true",
                         help="only the preallocated map (the selftest's flag)")
-    parser.add_argument("-p", "--producers", type=report.int_arg("--producers", 1), default=0,
+    parser.add_argument("-p", "--producers", default=0,
+                        type=int_arg("--producers", 1, MAX_EMULATED_CPUS, "one per CPU"),
                         help="producer processes/threads, one per CPU (default: CPUs)")
     parser.add_argument("--value-size", dest="value_size", type=_value_size, default=8)
-    parser.add_argument("-d", "--duration", type=_seconds_arg(zero_ok=False), default=2.0,
-                        help="measured seconds per run (default 2)")
-    parser.add_argument("-w", "--warmup", type=_seconds_arg(zero_ok=True), default=1.0,
-                        help="warm-up seconds per run (default 1)")
+    parser.add_argument("-d", "--duration", type=seconds_arg("--duration", zero_ok=False),
+                        default=2.0, help="measured seconds per run (default 2, at most "
+                                          f"{MAX_SECONDS:g})")
+    parser.add_argument("-w", "--warmup", type=seconds_arg("--warmup", zero_ok=True),
+                        default=1.0, help="warm-up seconds per run (default 1)")
     parser.add_argument("--backend", choices=("kernel", "emulated"), default=None)
-    parser.add_argument("--cpus", type=report.int_arg("--cpus", 1), default=None)
-    parser.add_argument("--nodes", type=report.int_arg("--nodes", 1), default=None)
+    parser.add_argument("--cpus", type=int_arg("--cpus", 1, MAX_EMULATED_CPUS,
+                                               "one producer thread per CPU"), default=None)
+    parser.add_argument("--nodes", type=int_arg("--nodes", 1, MAX_EMULATED_CPUS,
+                                                "one CPU per node at least"), default=None)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--plot", metavar="FILE.png", default=None)
+    parser.add_argument("--plot", metavar="FILE.png", type=plot_arg, default=None)
     parser.add_argument("--no-progress", dest="progress", action="store_false")
     return parser
 
 
 def _value_size(text: str) -> int:
-    value = report.int_arg("--value-size", 1)(text)
+    value = int_arg("--value-size", 1)(text)
     if value > 4096:
         raise argparse.ArgumentTypeError(f"too big value size {value} (at most 4096)")
     return value
-
-
-def _seconds_arg(zero_ok: bool):
-    """An argparse ``type=`` for seconds: positive, or (``zero_ok``) at least 0."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-        if value < 0 or (value == 0 and not zero_ok):
-            raise argparse.ArgumentTypeError(
-                f"expected {'seconds >= 0' if zero_ok else 'a positive number of seconds'}, "
-                f"got {value}")
-        return value
-
-    return parse
 
 
 def config_from_args(ns: argparse.Namespace) -> Config:
@@ -210,6 +199,9 @@ def config_from_args(ns: argparse.Namespace) -> Config:
 
 
 def run_from_args(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if ns.preallocated and ns.flavours and set(ns.flavours) != {"prealloc"}:
+        parser.error("--preallocated runs only the prealloc flavour; drop it to run "
+                     f"--flavour {' '.join(ns.flavours)}")
     cfg = config_from_args(ns)
     if (cfg.cpus or cfg.nodes) and cfg.backend == "kernel":
         parser.error("--cpus/--nodes declare an emulated machine; use --backend emulated")
@@ -218,6 +210,11 @@ def run_from_args(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     if cfg.cpus or cfg.nodes:
         cfg.backend = "emulated"
     backend = cfg.backend or default_backend()
+    if backend == "emulated":
+        try:
+            emulated_machine(cfg.cpus, cfg.nodes)
+        except ValueError as exc:
+            parser.error(str(exc))
     if backend == "kernel" and cfg.flavours and "call_rcu" in cfg.flavours:
         parser.error("the call_rcu flavour is the pre-6.1 design; only the emulated backend "
                      "has it (this kernel's non-preallocated maps use bpf_mem_alloc)")
@@ -356,6 +353,7 @@ def run(cfg: Config) -> list[Run]:
                                     else KERNEL_FLAVOURS)
     runs = []
     total = len(cfg.use_cases) * len(flavours)
+    # No heartbeat thread: the kernel producers are forked; measure() reports each second.
     progress = report.Progress("htab-mem runs", total, enabled=cfg.progress)
     for use_case in cfg.use_cases:
         for flavour in flavours:
@@ -365,9 +363,11 @@ def run(cfg: Config) -> list[Run]:
                     kwargs["cpus"] = cfg.cpus
                 if cfg.nodes:
                     kwargs["nodes"] = cfg.nodes
-                bench = EmulatedBench(system("emulated", **kwargs), cfg, use_case, flavour)
+                bench = EmulatedBench(system("emulated", **kwargs), cfg, use_case, flavour,
+                                      progress=progress)
             else:
-                bench = KernelBench(system("kernel"), cfg, use_case, flavour)
+                bench = KernelBench(system("kernel"), cfg, use_case, flavour,
+                                    progress=progress)
             if not cfg.json:
                 print(f"== {use_case} / {flavour} ({cfg.backend}) ==", flush=True)
             runs.append(bench.run())
@@ -379,9 +379,11 @@ def run(cfg: Config) -> list[Run]:
 class Bench:
     """Maps and programs shared by both backends (all through the System interface)."""
 
-    def __init__(self, sys_, cfg: Config, use_case: str, flavour: str) -> None:
+    def __init__(self, sys_, cfg: Config, use_case: str, flavour: str, *,
+                 progress: report.Progress | None = None) -> None:
         self.sys = sys_
         self.cfg = cfg
+        self.progress = progress or report.Progress("htab-mem", 1, enabled=False)
         self.use_case = use_case
         self.flavour = flavour
         ncpus = sys_.num_possible_cpus
@@ -425,11 +427,16 @@ class Bench:
         """Warm up, then sample op count and memory once a second, printing Iter lines (each
         with its drift from the interval, as the selftests' bench prints it)."""
         cfg = self.cfg
-        time.sleep(cfg.warmup)
+        name = f"{self.use_case}/{self.flavour}"
+        warm_until = time.monotonic() + cfg.warmup
+        while (left := warm_until - time.monotonic()) > 0:
+            self.progress.update(self.progress.done, f"{name}: warming up, {left:.0f}s left")
+            time.sleep(min(left, 1.0))
         last_ops, last_t = self.op_count(), time.monotonic_ns()
         seconds = max(1, round(cfg.duration))
         interval_ns = min(1.0, cfg.duration) * 1e9   # a shorter run samples once, after it
         for i in range(seconds):
+            self.progress.update(self.progress.done, f"{name}: second {i + 1}/{seconds}")
             time.sleep(interval_ns / 1e9)
             ops, t = self.op_count(), time.monotonic_ns()
             delta_ns = t - last_t
@@ -445,99 +452,18 @@ class Bench:
 
 # -- kernel backend ------------------------------------------------------------------------
 
-class MemCgroup:
-    """A memory cgroup the bench joins so the map's memory is charged there (v2 or v1)."""
-
-    V2_ROOTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
-    V1_ROOT = "/sys/fs/cgroup/memory"
-
-    def __init__(self, name: str | None = None) -> None:
-        self.path: str | None = None
-        self.current_file = self.peak_file = ""
-        self.previous: str | None = None
-        # One cgroup per process: concurrent runs must not charge each other's maps.
-        self.name = name or f"pybpf_htab_mem.{os.getpid()}"
-
-    def join(self) -> bool:
-        """Create and join the cgroup; False (and nothing done) where that is not possible."""
-        for root in self.V2_ROOTS:
-            controllers = os.path.join(root, "cgroup.controllers")
-            if os.path.exists(controllers) and "memory" in open(controllers).read().split():
-                if self._enter(root, "memory.current", "memory.peak"):
-                    return True
-        if os.path.exists(os.path.join(self.V1_ROOT, "memory.usage_in_bytes")):
-            return self._enter(self.V1_ROOT, "memory.usage_in_bytes",
-                               "memory.max_usage_in_bytes")
-        return False
-
-    def _enter(self, root: str, current: str, peak: str) -> bool:
-        path = os.path.join(root, self.name)
-        try:
-            os.makedirs(path, exist_ok=True)
-            self.previous = _own_cgroup(root)
-            with open(os.path.join(path, "cgroup.procs"), "w") as f:
-                f.write(str(os.getpid()))
-        except OSError:
-            return False
-        self.path, self.root = path, root
-        self.current_file, self.peak_file = current, peak
-        self.label = f"cgroup {path}/{current}"
-        return True
-
-    def read(self, which: str) -> float | None:
-        if self.path is None:
-            return None
-        try:
-            with open(os.path.join(self.path, which)) as f:
-                return int(f.read().split()[0]) / MIB
-        except (OSError, ValueError):
-            return None
-
-    def leave(self) -> None:
-        if self.path is None:
-            return
-        target = os.path.join(self.root, (self.previous or "/").lstrip("/"), "cgroup.procs")
-        try:
-            with open(target, "w") as f:
-                f.write(str(os.getpid()))
-        except OSError:
-            with open(os.path.join(self.root, "cgroup.procs"), "w") as f:
-                f.write(str(os.getpid()))
-        for _ in range(50):  # the cgroup empties once the producers are reaped
-            try:
-                os.rmdir(self.path)
-                break
-            except OSError:
-                time.sleep(0.02)
-        self.path = None
-
-
-def _own_cgroup(root: str) -> str | None:
-    """This process's cgroup path under the hierarchy mounted at ``root``."""
-    try:
-        with open("/proc/self/cgroup") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
-    v1 = root.endswith("/memory")
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if (v1 and "memory" in controllers.split(",")) or (not v1 and controllers == ""):
-            return path
-    return None
-
-
 class KernelBench(Bench):
     """Producers are forked processes pinned to CPU i, calling the trigger until stopped."""
 
     def run(self) -> Run:
         run_ = Run(self.use_case, self.flavour, self.producers)
-        cgroup = MemCgroup()
+        # One cgroup per process: concurrent runs must not charge each other's maps.
+        cgroup = MemCgroup(f"pybpf_htab_mem.{os.getpid()}")
         joined = cgroup.join()
         pids: list[int] = []
         try:
             self.setup()
-            fdinfo = _fdinfo(self.fds["htab"])
+            fdinfo = read_fdinfo(self.fds["htab"])
             run_.memlock = int(fdinfo.get("memlock", "0"))
             pids = self.start_producers()
             run_.memory_source = (cgroup.label if joined
@@ -546,7 +472,7 @@ class KernelBench(Bench):
             def memory() -> float:
                 if joined:
                     return cgroup.read(cgroup.current_file) or 0.0
-                return int(_fdinfo(self.fds["htab"]).get("memlock", "0")) / MIB
+                return int(read_fdinfo(self.fds["htab"]).get("memlock", "0")) / MIB
 
             self.measure(run_, memory)
             run_.peak_memory = cgroup.read(cgroup.peak_file) if joined else None
@@ -601,12 +527,6 @@ def _ping_pong(i: int, fds: tuple[int, int, int, int]) -> None:
             os.write(to_add_w, b"d")
 
 
-def _fdinfo(fd: int) -> dict[str, str]:
-    from .map_perf import read_fdinfo
-
-    return read_fdinfo(fd)
-
-
 # -- emulated backend ----------------------------------------------------------------------
 
 class EmulatedBench(Bench):
@@ -615,8 +535,9 @@ class EmulatedBench(Bench):
 
     GP_INTERVAL = 0.005
 
-    def __init__(self, sys_, cfg: Config, use_case: str, flavour: str) -> None:
-        super().__init__(sys_, cfg, use_case, flavour)
+    def __init__(self, sys_, cfg: Config, use_case: str, flavour: str, *,
+                 progress: report.Progress | None = None) -> None:
+        super().__init__(sys_, cfg, use_case, flavour, progress=progress)
         self.peak_elements = 0
 
     def run(self) -> Run:
@@ -675,8 +596,6 @@ class EmulatedBench(Bench):
 
     def start_producers(self, stop: threading.Event,
                         errors: list[BaseException]) -> list[threading.Thread]:
-        from .map_perf import sys_enter_record
-
         fire = self.sys.trigger_tracepoint
         barriers = [threading.Barrier(2) for _ in range(self.producers // 2)]
 

@@ -45,9 +45,11 @@ from ..asm import (
     xor64,
 )
 from ..uapi import MapType, ProgType
-from .report import Progress, dump_json, format_table, int_arg
+from .args import S32_MAX, U32_MAX, int_arg
+from .report import Progress, dump_json, format_table
 
 PACKET = bytes(64)
+REPEAT_WHY = "BPF_PROG_TEST_RUN's repeat is a u32"
 
 
 def alu_loop(iterations: int) -> list:
@@ -131,19 +133,22 @@ def measure(system, engine: str, program: str, iterations: int, repeat: int) -> 
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--iterations", type=int_arg("--iterations", 1), default=20_000,
+    parser.add_argument("--iterations", default=20_000,
+                        type=int_arg("--iterations", 1, S32_MAX, "the loop bound is an imm32"),
                         help="loop iterations per run (the kernel's verifier walks every "
                              "iteration: keep it under ~100k; default 20000)")
     parser.add_argument("--programs", nargs="+", choices=sorted(PROGRAMS),
                         default=sorted(PROGRAMS), help="which programs (default: all)")
-    parser.add_argument("--interp-repeat", type=int_arg("--interp-repeat", 1), default=1,
-                        help="runs on the reference interpreter (default 1)")
-    parser.add_argument("--jit-repeat", type=int_arg("--jit-repeat", 1), default=10,
-                        help="runs on the JIT (default 10)")
-    parser.add_argument("--kernel-repeat", type=int_arg("--kernel-repeat", 1), default=1000,
-                        help="BPF_PROG_TEST_RUN repeat on the kernel (default 1000)")
+    parser.add_argument("--interp-repeat", type=int_arg("--interp-repeat", 1, U32_MAX, REPEAT_WHY),
+                        default=1, help="runs on the reference interpreter (default 1)")
+    parser.add_argument("--jit-repeat", type=int_arg("--jit-repeat", 1, U32_MAX, REPEAT_WHY),
+                        default=10, help="runs on the JIT (default 10)")
+    parser.add_argument("--kernel-repeat", type=int_arg("--kernel-repeat", 1, U32_MAX, REPEAT_WHY),
+                        default=1000, help="BPF_PROG_TEST_RUN repeat on the kernel (default 1000)")
     parser.add_argument("--no-kernel", action="store_true", help="skip the kernel")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress lines on stderr")
     return parser
 
 
@@ -159,17 +164,24 @@ def run_from_args(ns: argparse.Namespace) -> int:
         else:
             kernel_note = "bpf(2) is not allowed here: kernel figures skipped"
     emulated = make_system("emulated")
+    if kernel is not None:
+        # The kernel's verifier walks every iteration: let it refuse a program now (E2BIG past
+        # about a million instructions) rather than after the emulated runs.
+        for program in ns.programs:
+            fd, map_fds = _load(kernel, program, ns.iterations)
+            for obj in (fd, *map_fds):
+                kernel.close(obj)
     plan = [(program, engine, repeat) for program in ns.programs
             for engine, repeat in (("interp", ns.interp_repeat), ("jit", ns.jit_repeat),
                                    ("kernel", ns.kernel_repeat))
             if engine != "kernel" or kernel is not None]
-    progress = Progress("bench interp", len(plan), enabled=not ns.json)
     rows = []
-    for program, engine, repeat in plan:
-        system = kernel if engine == "kernel" else emulated
-        rows.append(measure(system, engine, program, ns.iterations, repeat))
-        progress.advance(note=f"{program} on {engine}")
-    progress.finish()
+    with Progress("bench interp runs", len(plan), enabled=ns.progress) as progress:
+        for program, engine, repeat in plan:
+            progress.update(progress.done, f"{program} on {engine}")
+            system = kernel if engine == "kernel" else emulated
+            rows.append(measure(system, engine, program, ns.iterations, repeat))
+            progress.advance(note=f"{program} on {engine}")
     if ns.json:
         dump_json({"iterations": ns.iterations, "kernel": kernel_note if kernel is None
                    else "measured", "rows": [asdict(r) for r in rows]})

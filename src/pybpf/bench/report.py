@@ -1,45 +1,40 @@
-"""What every benchmark shares: JSON output, a per-CPU bar chart, progress on stderr.
+"""What every benchmark shares: JSON output, a per-CPU bar chart, progress on stderr, and the
+rule for reading a ratio of two measured figures.
 
 Rules this module keeps:
 - Figures are printed as measured; nothing here scales or fills in a number.
-- Progress goes to stderr only, at most a few times a second, so stdout stays the benchmark's
-  own output (human lines, or one JSON document with ``--json``).
+- Progress goes to stderr only, at most a few times a second and at least every few seconds
+  while a command runs, so stdout stays the benchmark's own output (human lines, or one JSON
+  document with ``--json``).
+- A ratio is printed with the spread of the rounds it rests on, and no verdict or speed-up
+  is claimed beyond what that spread allows (``Ratio``).
 - matplotlib is an optional extra (``pip install 'pybpf[plot]'``); asking for a plot without
   it is a clear error, never a silent skip.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+import statistics
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 PLOT_EXTRA_HINT = "install the plot extra: pip install 'pybpf[plot]' (it brings matplotlib)"
 
 
-def int_arg(name: str, minimum: int) -> Callable[[str], int]:
-    """An argparse ``type=`` for an integer option or argument of at least ``minimum``."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text, 0)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}, got {value}")
-        return value
-
-    parse.__name__ = name
-    return parse
-
-
 class Progress:
-    """A one-line progress report on stderr: ``label: done/total``, throttled.
+    """A one-line progress report on stderr: ``label: done/total (elapsed) note``, throttled.
 
     On a terminal the line is rewritten in place; otherwise a line is written at most every
-    ``interval`` seconds (plus the final one), so logs stay short.
+    ``interval`` seconds (plus the final one), so logs stay short. A run shorter than the
+    interval writes nothing. Used as a context manager
+    it also keeps a heartbeat: while one step runs longer than ``interval`` (one long figure,
+    a child process), the line is written again every ``interval`` seconds, so a long run is
+    never silent. (Start it after any fork: its thread must not be running at a fork.)
     """
 
     def __init__(self, label: str, total: int, *, stream: TextIO | None = None,
@@ -51,29 +46,60 @@ class Progress:
         self.interval = interval if interval is not None else (0.2 if self.tty else 2.0)
         self.enabled = enabled
         self.done = 0
-        self._last = 0.0
+        self.note = ""
         self._started = time.monotonic()
+        self._last = self._started
+        self._written = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+
+    def __enter__(self) -> Progress:
+        if self.enabled:
+            self._heartbeat = threading.Thread(target=self._beat, daemon=True,
+                                               name=f"progress: {self.label}")
+            self._heartbeat.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._heartbeat is not None:
+            self._stop.set()
+            self._heartbeat.join()
+            self._heartbeat = None
+        if exc_info[0] is None:
+            self.finish()
 
     def update(self, done: int, note: str = "") -> None:
         self.done = done
-        now = time.monotonic()
-        if not self.enabled or now - self._last < self.interval:
-            return
-        self._last = now
-        self._write(note)
+        self.note = note
+        if self.enabled:
+            self._write_if_due()
 
     def advance(self, n: int = 1, note: str = "") -> None:
         self.update(self.done + n, note)
 
     def finish(self, note: str = "") -> None:
-        if not self.enabled:
+        if not self.enabled or not self._written:
             return
-        self._write(note)
-        if self.tty:
-            self.stream.write("\n")
-            self.stream.flush()
+        with self._lock:
+            self._write(note)
+            if self.tty:
+                self.stream.write("\n")
+                self.stream.flush()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval / 2):
+            self._write_if_due()
+
+    def _write_if_due(self) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._last >= self.interval:
+                self._last = now
+                self._write(self.note)
 
     def _write(self, note: str) -> None:
+        self._written = True
         elapsed = time.monotonic() - self._started
         text = f"{self.label}: {self.done}/{self.total} ({elapsed:.1f}s)"
         if note:
@@ -83,6 +109,66 @@ class Progress:
         else:
             self.stream.write(text + "\n")
         self.stream.flush()
+
+
+def spread(rounds: Sequence[float]) -> float:
+    """How far a figure's typical round is from its best: (median - best) / best, 0 for a
+    single round (one disturbed round among several does not widen it)."""
+    best = min(rounds)
+    return (statistics.median(rounds) - best) / best if best > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """Two figures (lower is better, e.g. ns per op) measured in alternating rounds: ``value``
+    is best(mine) / best(ref), ``noise`` the larger spread of the two figures' rounds.
+
+    The rule: rounds taken under the same conditions disagree by up to ``noise``, so the ratio
+    is only known within [value / (1 + noise), value * (1 + noise)]. A verdict against a
+    target is given only when that whole band is on one side of it ("within noise"
+    otherwise). Where ``mine`` does the reference's work and more (``floor`` 1: a binding
+    around the same syscall, a map around a dict), a ratio under 1 is a disturbed reference
+    round: within the noise it reads as parity, beyond it as no result.
+    """
+
+    value: float
+    noise: float
+
+    @classmethod
+    def of(cls, mine: Sequence[float], ref: Sequence[float]) -> Ratio:
+        return cls(min(mine) / min(ref), max(spread(mine), spread(ref)))
+
+    @property
+    def low(self) -> float:
+        return self.value / (1 + self.noise)
+
+    @property
+    def high(self) -> float:
+        return self.value * (1 + self.noise)
+
+    def below_floor(self, floor: float | None) -> bool:
+        """Under ``floor`` by more than the noise: the reference was disturbed."""
+        return floor is not None and self.high < floor
+
+    def verdict(self, target: float, floor: float | None = None) -> str:
+        """"meets", "misses", "within noise of", or "no verdict on" the ``target``."""
+        if self.below_floor(floor):
+            return "no verdict on"
+        if self.high <= target:
+            return "meets"
+        if self.low > target:
+            return "misses"
+        return "within noise of"
+
+    def describe(self, floor: float | None = None) -> str:
+        """The ratio with its noise, e.g. ``1.12x \u00b16%``; see the class for ``floor``."""
+        noise = f"\u00b1{100 * self.noise:.0f}%"
+        if self.below_floor(floor):
+            return (f"{self.value:.2f}x {noise}: below {floor:g}x beyond the noise, a "
+                    "disturbed reference round, not a result")
+        if floor is not None and self.value < floor:
+            return f"{floor:g}x within noise ({self.value:.2f}x {noise})"
+        return f"{self.value:.2f}x {noise}"
 
 
 def dump_json(document: Mapping[str, Any], stream: TextIO | None = None) -> None:

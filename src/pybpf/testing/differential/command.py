@@ -6,6 +6,8 @@ import argparse
 import sys
 from collections.abc import Callable, Iterable
 
+from ...bench.args import int_arg
+from ...bench.report import Progress
 from ...system import System
 from .generators import GENERATORS, generate
 from .runner import programs_supported
@@ -42,16 +44,21 @@ def compare(families: Iterable[str], sequences: int, seed: int, a: System, b: Sy
     return summary
 
 
+MAX_SEQUENCES = 10**6  # per family: hours of work at most
+
+
 def differential_command(parser: argparse.ArgumentParser
                          ) -> Callable[[argparse.Namespace], int]:
     """``pybpf differential`` (cli.COMMANDS)."""
-    parser.add_argument("--sequences", type=int, default=20, help="sequences per family")
+    parser.add_argument("--sequences", type=int_arg("--sequences", 1, MAX_SEQUENCES),
+                        default=20, help="sequences per family")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--family", action="append", choices=sorted(GENERATORS),
                         help="map family to test (repeatable; default: all)")
     parser.add_argument("--a", default="kernel", choices=["kernel", "emulated"])
     parser.add_argument("--b", default="emulated", choices=["kernel", "emulated"])
-    parser.add_argument("--shrink", type=int, default=200, metavar="TRIES",
+    parser.add_argument("--shrink", type=int_arg("--shrink", 0, MAX_SEQUENCES), default=200,
+                        metavar="TRIES",
                         help="re-runs spent shrinking each mismatch (0: report as found)")
     return run
 
@@ -62,11 +69,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         a, b = system(args.a), system(args.b)
     except OSError as exc:  # bpf(2) not allowed here: nothing to compare against
-        print(f"cannot compare {args.a} with {args.b}: {exc}", file=sys.stderr)
-        return 2
+        print(f"Error: cannot compare {args.a} with {args.b}: {exc}", file=sys.stderr)
+        return 1
     families = args.family or list(GENERATORS)
-    summary = compare(families, args.sequences, args.seed, a, b, args.a, args.b,
-                      shrink_budget=args.shrink, progress=lambda s: print(s, flush=True))
+    with Progress("differential families", len(families)) as heartbeat:
+        def done(line: str) -> None:
+            print(line, flush=True)
+            heartbeat.advance()
+
+        summary = compare(families, args.sequences, args.seed, a, b, args.a, args.b,
+                          shrink_budget=args.shrink, progress=done)
     for m in summary.mismatches:
         print(m.format())
         print()

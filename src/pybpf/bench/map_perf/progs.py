@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from ..asm import (
+from ...asm import (
     FP,
     R0,
     R1,
@@ -46,8 +46,8 @@ from ..asm import (
     stw,
     stxw,
 )
-from ..asm.builder import Item
-from ..uapi import ProgType
+from ...asm.builder import Item
+from ...uapi import ProgType
 
 SYS_ENTER_ARG0 = 16  # offsetof(struct trace_event_raw_sys_enter, args)
 SIZEOF_SOCKADDR_IN6 = 28

@@ -1,0 +1,109 @@
+"""Argument types and checks the commands share (argparse ``type=`` callables).
+
+Rules this module keeps:
+- Every bound is checked while the command line is parsed, before any work starts: a value out
+  of range is a usage error (exit status 2) whose message names the argument, the bound and
+  where the bound comes from.
+- Bounds are what the kernel or the sample accepts (a u32 field, an imm32), or what fits here in
+  memory and time; each is stated where it is defined, never silently clamped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Callable
+
+U32_MAX = 2**32 - 1
+S32_MAX = 2**31 - 1
+# The largest emulated machine a benchmark declares: map_perf_test's MAX_NR_CPUS (the slots of
+# its outer map); each emulated CPU gets a worker thread.
+MAX_EMULATED_CPUS = 1024
+MAX_SECONDS = 3600.0  # a measured phase (duration, warm-up) of at most an hour
+
+
+def int_arg(name: str, minimum: int, maximum: int | None = None,
+            why: str = "") -> Callable[[str], int]:
+    """An argparse ``type=`` for an integer in ``[minimum, maximum]``; ``why`` says where the
+    maximum comes from (it ends the message of a value over it)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 0)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            reason = f" ({why})" if why else ""
+            raise argparse.ArgumentTypeError(
+                f"{name} must be <= {maximum}{reason}, got {value}")
+        return value
+
+    parse.__name__ = name
+    return parse
+
+
+def seconds_arg(name: str, zero_ok: bool) -> Callable[[str], float]:
+    """An argparse ``type=`` for a finite number of seconds: positive (or, ``zero_ok``, at
+    least 0) and at most ``MAX_SECONDS``."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} takes seconds, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{name} takes a finite number of seconds, "
+                                             f"got {text!r}")
+        if value < 0 or (value == 0 and not zero_ok):
+            bound = ">= 0" if zero_ok else "> 0"
+            raise argparse.ArgumentTypeError(f"{name} must be {bound} seconds, got {value:g}")
+        if value > MAX_SECONDS:
+            raise argparse.ArgumentTypeError(
+                f"{name} must be <= {MAX_SECONDS:g} seconds, got {value:g}")
+        return value
+
+    parse.__name__ = name
+    return parse
+
+
+def plot_arg(text: str) -> str:
+    """``--plot FILE``: matplotlib is installed, the file name ends in a format it writes, and
+    the directory exists and is writable (checked now, not after the run)."""
+    from .report import require_matplotlib
+
+    try:
+        require_matplotlib()
+    except RuntimeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a directory; give a file name")
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    suffix = os.path.splitext(text)[1].lower().lstrip(".")
+    if suffix not in formats:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the file name must end in a format matplotlib writes "
+            f"(.{', .'.join(formats)}), e.g. rates.png")
+    directory = os.path.dirname(text) or "."
+    if not os.path.isdir(directory):
+        raise argparse.ArgumentTypeError(f"{text!r}: there is no directory {directory!r}")
+    if not os.access(directory, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text!r}: directory {directory!r} is not writable")
+    return text
+
+
+def emulated_machine(cpus: int | None, nodes: int | None):
+    """The emulated System of ``--cpus``/``--nodes`` (the host's shape where not given);
+    ValueError naming the arguments where the emulated backend refuses that machine."""
+    import pybpf
+
+    if cpus is not None and nodes is not None and nodes > cpus:
+        raise ValueError(f"--nodes {nodes} exceeds --cpus {cpus}: every node needs a CPU")
+    declared = {k: v for k, v in (("cpus", cpus), ("nodes", nodes)) if v is not None}
+    try:
+        return pybpf.system("emulated", **declared)
+    except (TypeError, ValueError) as exc:
+        given = " ".join(f"--{k} {v}" for k, v in declared.items())
+        raise ValueError(f"{given}: {exc}") from None

@@ -1,0 +1,107 @@
+"""``pybpf map-perf``: the kernel's samples/bpf/map_perf_test, on both backends.
+
+Rules this package keeps (the sample's, see perf-tests-and-suites.md section 1):
+- Arguments ``TEST_FLAGS [NUM_PROCS] [NUM_ENTRIES] [MAX_CNT]`` mean what they mean there:
+  TEST_FLAGS is a bitmask of tests (0 = all), NUM_PROCS defaults to the online CPUs,
+  NUM_ENTRIES > 0 resizes the maps of the enabled tests (and the run-time inner LRU maps),
+  MAX_CNT (default 10000) is the number of trigger syscalls per test per CPU.
+- The per-event map work is the modern sample's (10 update/lookup/delete rounds for the hash
+  tests, 32 LPM lookups, 64 hash/array lookups, one LRU update, 32 LRU lookups); the programs
+  are in ``progs``. The LPM trie is really filled (the sample fills the wrong map).
+- Output lines are the sample's, e.g. ``5:inner_lru_hash_map_perf pre-alloc 1628380 events per
+  sec``; rate = MAX_CNT * 1e9 (* 64 for the two lookup tests) // elapsed ns, integer.
+- Kernel backend: programs on syscall tracepoints, one forked process per CPU pinned with
+  sched_setaffinity, each calling the trigger syscall MAX_CNT times per test. ``--trigger``
+  picks the loop (trigger.py): ``native`` (x86-64: machine code, no Python per event; the
+  default where it works) or ``python`` (CPython's itertools loop, ~30-190 ns more per event).
+  ``--baseline`` times the bare loop, ``--c-trigger`` compares with a C loop on the same CPU.
+- Emulated backend: one thread per emulated CPU (``on_cpu``), each running the same programs
+  through the interpreter via ``trigger_tracepoint``; rates are interpreter events per second
+  of each worker's CPU time, labelled emulated, never scaled. The NUMA test adds each CPU's
+  remote-access share of its inner map, from the machine's NUMA accounting.
+
+Modules: ``config`` (the test table, ``Config``, the arguments), ``testbed`` (maps and programs
+through the System interface), ``kernel_run``, ``emulated_run``, ``results`` (lines, tables,
+JSON, plot) and ``progs`` (the BPF programs). ``Config`` and ``run(cfg)`` are the API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from .config import (
+    ALL_TESTS_MASK,
+    COMPARE_ROUNDS,
+    EMULATED_LABEL,
+    MAP_DEFS,
+    MAX_NR_CPUS,
+    NUMA_AUTO,
+    NUMA_NONE,
+    TESTS,
+    TRIGGER_AUTO,
+    TRIGGER_NATIVE,
+    TRIGGER_PYTHON,
+    Config,
+    Test,
+    backend_of,
+    config_from_args,
+    configure_parser,
+    validate,
+)
+from .emulated_run import EmulatedRun
+from .kernel_run import KernelRun
+from .results import Result, RunResult, emit, rate_of, result_line
+
+__all__ = [
+    "ALL_TESTS_MASK", "COMPARE_ROUNDS", "EMULATED_LABEL", "MAP_DEFS", "MAX_NR_CPUS",
+    "NUMA_AUTO", "NUMA_NONE", "TESTS", "TRIGGER_AUTO", "TRIGGER_NATIVE", "TRIGGER_PYTHON",
+    "Config", "Result", "RunResult", "Test", "configure_parser", "main", "map_perf_command",
+    "rate_of", "result_line", "run",
+]
+
+
+def run(cfg: Config) -> RunResult:
+    """One map-perf run on the backend ``cfg`` names (``--cpus``/``--nodes``/``--htab-mem``
+    imply the emulated one)."""
+    from ...system import system
+
+    kwargs = {}
+    if cfg.cpus is not None:
+        kwargs["cpus"] = cfg.cpus
+    if cfg.nodes is not None:
+        kwargs["nodes"] = cfg.nodes
+    if cfg.htab_mem is not None:
+        kwargs["htab_mem"] = cfg.htab_mem
+    cfg.backend = backend_of(cfg)
+    sys_ = system(cfg.backend, **kwargs)
+    if sys_.name == "kernel":
+        return KernelRun(sys_, cfg).run()
+    return EmulatedRun(sys_, cfg).run()
+
+
+def map_perf_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+    """``pybpf map-perf`` (cli.COMMANDS)."""
+    configure_parser(parser)
+    return lambda ns: run_from_args(ns, parser)
+
+
+def run_from_args(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Validate what argparse cannot, run, report. Usage errors exit 2 via ``parser.error``."""
+    cfg = config_from_args(ns)
+    cfg.backend = backend_of(cfg)
+    problem = validate(cfg)
+    if problem:
+        parser.error(problem)
+    result = run(cfg)
+    emit(result, cfg)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The standalone entry point (``python -m pybpf.bench.map_perf``): the same as the
+    ``pybpf map-perf`` subcommand."""
+    from ...cli import main as cli_main
+
+    return cli_main(["map-perf", *(sys.argv[1:] if argv is None else argv)])
