@@ -350,7 +350,7 @@ def test_a_relocation_on_a_plain_instruction_is_a_relocation_error(build_object)
 
 
 def test_map_perf_c_twin_declares_the_assembled_programs_maps(spec):
-    from pybpf.bench.map_perf import LRU_PROG_MAPS, MAP_DEFS, TESTS
+    from pybpf.bench.map_perf.config import LRU_PROG_MAPS, MAP_DEFS, TESTS
 
     s = spec("map_perf")
     for name, d in MAP_DEFS.items():
