@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import struct
 
 import pytest
@@ -294,6 +295,71 @@ def test_text_assembler_takes_labels_names_and_comments():
     assert prog.instructions[2] == Instruction(0xA5, 0, 0, -2, 10)
     assert prog.map_refs[0].map == "counts"
     assert prog.instructions[5] == lddw(R2, 5)
+
+
+# -- text -> instruction -> text: no operand of the text is dropped ------------------------------
+# Tokens of a disassembled statement that name an operand, and what each may become.
+_TEXT_TOKENS = re.compile(r"\b[rw]\d+\b|\bu(?:8|16|32|64)\b|\(s(?:8|16|32)\)|atomic(?:64)?_"
+                          r"|\b(?:le|be|bswap)(?:16|32|64)\b|bpf_\w+#|#\d+")
+_REGS = [f"{w}{n}" for w in "rw" for n in range(11)]
+_SIZES_TEXT = ["u8", "u16", "u32", "u64"]
+
+
+def _other_tokens(token: str) -> list[str]:
+    if re.fullmatch(r"[rw]\d+", token):
+        return _REGS
+    if token.startswith("u"):
+        return _SIZES_TEXT
+    if token.startswith("(s"):
+        return ["(s8)", "(s16)", "(s32)"]
+    if token.startswith("atomic"):
+        return ["atomic_", "atomic64_"]
+    if token.startswith("bpf_"):
+        return ["bpf_map_lookup_elem#", "bpf_map_update_elem#", "bpf_ktime_get_ns#"]
+    if token.startswith("#"):
+        return ["#1", "#2", "#5"]
+    return [f"{op}{bits}" for op in ("le", "be", "bswap") for bits in (16, 32, 64)]
+
+
+@settings(max_examples=400)
+@given(insn=any_instruction, data=st.data())
+def test_text_with_any_operand_changed_assembles_to_exactly_that_text_or_raises(insn, data):
+    """Change one operand token of a disassembled instruction (a register, a width, a helper,
+    the atomic name): the assembler either refuses the text or gives an instruction that
+    prints as that very text, so it can never drop an operand it was given."""
+    text = format_insn(insn).split(" ", 1)[1]
+    tokens = list(_TEXT_TOKENS.finditer(text))
+    if tokens:
+        token = data.draw(st.sampled_from(tokens))
+        replacement = data.draw(st.sampled_from(_other_tokens(token[0])))
+        text = text[:token.start()] + replacement + text[token.end():]
+    try:
+        assembled = assemble_text(text)
+    except AssemblyError:
+        return
+    (got,) = assembled.instructions
+    assert format_insn(got).split(" ", 1)[1] == text
+
+
+@given(insn=any_instruction, opcode=st.integers(0, 255))
+def test_the_printed_opcode_must_be_the_instructions(insn, opcode):
+    text = f"({opcode:02x}) " + format_insn(insn).split(" ", 1)[1]
+    if opcode == insn.opcode:
+        assert assemble_text(text).instructions == [insn]
+    else:
+        with pytest.raises(AssemblyError, match="the opcode must be the same"):
+            assemble_text(text)
+
+
+@pytest.mark.parametrize("text", [
+    "r3 = atomic64_xchg((u64 *)(r1 +0), r4)", "r3 = atomic_fetch_or((u32 *)(r1 +0), r4)",
+    "r1 = atomic64_fetch_add((u32 *)(r1 +0), r1)", "r1 = -r2", "w1 = -r1", "r1 = be16 r2",
+    "r1 += w2", "if r1 > w2 goto +1", "r1 = (s8)w2", "call bpf_map_update_elem#1",
+    "*(s32 *)(r1 +0) = r2",
+])
+def test_text_that_spells_one_operand_two_ways_is_refused(text):
+    with pytest.raises(AssemblyError):
+        assemble_text(text)
 
 
 def test_text_assembler_reports_the_line_it_cannot_parse():

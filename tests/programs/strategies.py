@@ -10,8 +10,10 @@ from pybpf.asm import (
     Class,
     Instruction,
     Kind,
+    Reg,
     Size,
     Source,
+    lddw,
 )
 from pybpf.asm.opcodes import ATOMIC_IMMS_NARROW, ATOMIC_IMMS_WIDE
 
@@ -106,3 +108,111 @@ def alu_instruction(draw, regs: st.SearchStrategy[int]) -> Instruction:
     if info.op in (AluOp.LSH, AluOp.RSH, AluOp.ARSH):
         imm %= 64 if info.is64 else 32  # and a constant shift out of range
     return Instruction(info.code, dst, 0, off, imm)
+
+
+# -- programs whose branches constants decide, with array lookups by constant keys -----------------
+# Every scalar is a constant (no division, no shift by a register: those leave the kernel's
+# verifier knowing nothing), so the kernel decides every branch between scalars and prunes the
+# dead side; what stays open is whether a map lookup may return NULL. Dead code holds
+# instructions the verifier refuses, each for its own reason.
+CONST_REGS = [2, 3, 4, 5, 6, 7]  # r6, r7 survive calls: lookup keys come from them
+KNOWN_ALU_CODES = sorted(
+    code for code, info in OPCODES.items()
+    if info.kind in (Kind.NEG, Kind.END)
+    or info.kind is Kind.ALU and info.op not in (AluOp.DIV, AluOp.MOD)
+    and not (info.op in (AluOp.LSH, AluOp.RSH, AluOp.ARSH) and info.source is Source.X))
+LOOKUP_MAPS = ["array", "percpu_array", "hash"]  # created by the test: 4-byte keys, 4 entries
+REFUSED = [
+    Instruction(0xBF, 0, 8),  # r0 = r8: R8 is never written (EACCES)
+    Instruction(0x7A, 10, 0, 8, 1),  # a store above the frame (EACCES)
+    Instruction(0x79, 0, 2, 0),  # a load through a scalar or a stale argument register
+    Instruction(0x79, 0, 9, 0),  # an 8-byte load of __sk_buff->len (EACCES)
+    Instruction(0xB7, 10, 0, 0, 1),  # the frame pointer is read only (EACCES)
+    Instruction(0x37, 2, 0, 0, 0),  # division by a constant zero (EINVAL)
+    Instruction(0x7A, 0, 0, 0, 7),  # a store through r0: a map value, maybe NULL, or a scalar
+]
+_KEY_STORES = [  # (how the key is written, where): spilled constants, zeros, other data
+    lambda draw: (Instruction(0x62, 10, 0, -8, draw(st.sampled_from([0, 1, 3, 4, -1]))), -8),
+    lambda draw: (Instruction(0x62, 10, 0, -4, draw(st.sampled_from([0, 1, 3]))), -4),
+    lambda draw: (Instruction(0x63, 10, draw(st.sampled_from([6, 7])), -8), -8),
+    lambda draw: (Instruction(0x7B, 10, draw(st.sampled_from([6, 7])), -8), -8),
+    lambda draw: (Instruction(0x63, 10, draw(st.sampled_from([6, 7])), -4), -4),
+]
+
+
+@st.composite
+def known_alu_instruction(draw) -> Instruction:
+    info = OPCODES[draw(st.sampled_from(KNOWN_ALU_CODES))]
+    dst = draw(st.sampled_from(CONST_REGS))
+    if info.kind is Kind.NEG:
+        return Instruction(info.code, dst)
+    if info.kind is Kind.END:
+        return Instruction(info.code, dst, imm=draw(st.sampled_from([16, 32, 64])))
+    if info.source is Source.X:
+        off = 0
+        if info.op is AluOp.MOV:
+            off = draw(st.sampled_from([0, 8, 16, 32] if info.is64 else [0, 8, 16]))
+        return Instruction(info.code, dst, draw(st.sampled_from(CONST_REGS)), off)
+    imm = draw(imm32)
+    if info.op in (AluOp.LSH, AluOp.RSH, AluOp.ARSH):
+        imm %= 64 if info.is64 else 32
+    return Instruction(info.code, dst, 0, 0, imm)
+
+
+@st.composite
+def constant_branch_programs(draw) -> list[tuple]:
+    """A socket filter as items: ("insns", [...]), ("jump", code, dst, src, imm, to_item),
+    ("lookup", key store, key offset, map name); ``assemble_items`` makes the bytes."""
+    init = [Instruction(0xBF, 9, 1)]  # r9 = the context
+    for reg in CONST_REGS:
+        value = draw(st.one_of(st.sampled_from([0, 1, 2, 3, 4, 5, -1, 100]), value64))
+        init += [lddw(Reg(reg), value)] if draw(st.booleans()) else [
+            Instruction(0xB7, reg, 0, 0, value & 0x7FFF_FFFF)]
+    items: list[tuple] = [("insns", init)]
+    for _ in range(draw(st.integers(2, 14))):
+        choice = draw(st.integers(0, 9))
+        if choice < 3:
+            items.append(("insns", [draw(known_alu_instruction())]))
+        elif choice < 6:
+            info = OPCODES[draw(st.sampled_from(JMP_CODES))]
+            dst = draw(st.sampled_from(CONST_REGS))
+            if info.source is Source.X:
+                src, imm = draw(st.sampled_from(CONST_REGS)), 0
+            else:
+                src, imm = 0, draw(st.one_of(st.sampled_from([0, 1, 2, 3, 5, 100, -1]), imm32))
+            items.append(["jump", info.code, dst, src, imm, None])
+        elif choice < 8:
+            key, key_off = draw(st.sampled_from(_KEY_STORES))(draw)
+            items.append(("lookup", key, key_off, draw(st.sampled_from(LOOKUP_MAPS))))
+            if draw(st.booleans()):  # the NULL check
+                items.append(["jump", draw(st.sampled_from([0x15, 0x55])), 0, 0, 0, None])
+            if draw(st.booleans()):
+                items.append(("insns", [Instruction(0x7A, 0, 0, 0, 7)]))  # *(u64 *)r0 = 7
+        else:
+            items.append(("insns", [draw(st.sampled_from(REFUSED))]))
+    items.append(("insns", [Instruction(0xB7, 0, 0, 0, 0), Instruction(0x95)]))
+    for index, item in enumerate(items):
+        if item[0] == "jump":  # forward, to the start of a later item
+            item[5] = draw(st.integers(index + 1, len(items) - 1))
+    return items
+
+
+def assemble_items(items: list[tuple], map_fds: dict[str, int]) -> bytes:
+    """The bytes of a ``constant_branch_programs`` program, with this system's map fds."""
+    def lookup(key: Instruction, key_off: int, name: str) -> list[Instruction]:
+        return [key, Instruction(0xBF, 2, 10), Instruction(0x07, 2, 0, 0, key_off),
+                Instruction(0x18, 1, 1, 0, map_fds[name]), Instruction(0x85, 0, 0, 0, 1)]
+
+    bodies = [lookup(*item[1:]) if item[0] == "lookup" else
+              [Instruction(item[1], item[2], item[3], 0, item[4])] if item[0] == "jump" else
+              item[1] for item in items]
+    starts, slot = [], 0
+    for body in bodies:
+        starts.append(slot)
+        slot += sum(insn.slots for insn in body)
+    out = bytearray()
+    for index, (item, body) in enumerate(zip(items, bodies, strict=True)):
+        if item[0] == "jump":
+            body = [body[0]._replace(off=starts[item[5]] - starts[index] - 1)]
+        out += b"".join(insn.encode() for insn in body)
+    return bytes(out)

@@ -14,13 +14,13 @@ import re
 
 from . import builder as b
 from .builder import AssemblyError, Item
-from .disasm import ALU_OP_TEXT, ATOMIC_OP_TEXT, JMP_OP_TEXT
+from .disasm import ALU_OP_TEXT, ATOMIC_OP_TEXT, JMP_OP_TEXT, helper_name
 from .opcodes import AluOp, AtomicOp, Class, JmpOp, Reg, Size
 
 _SIZES = {"8": Size.B, "16": Size.H, "32": Size.W, "64": Size.DW}
 _NUM = r"[+-]?(?:0x[0-9a-fA-F]+|\d+)"
 _REG = r"([rw])(\d+)"
-_MEM = rf"\((?:[us])(8|16|32|64) \*\)\(r(\d+)\s*({_NUM})?\)"
+_MEM = rf"\(u(8|16|32|64) \*\)\(r(\d+)\s*({_NUM})?\)"
 _TARGET = r"(?:pc)?([+-]\d+|[A-Za-z_]\w*)"
 
 
@@ -41,12 +41,25 @@ def _reg(text: str) -> Reg:
     return Reg(n)
 
 
+def _same(what: str, *texts: str) -> str:
+    """The one value ``texts`` all spell: the disassembler prints some operands twice (a
+    register both read and written, a width in the name and in the type); text that spells
+    them differently describes no instruction."""
+    if len(set(texts)) > 1:
+        raise AssemblyError(f"{what} must be the same in each place ({', '.join(texts)}): "
+                            "the instruction has only one")
+    return texts[0]
+
+
 def _target(text: str) -> str | int:
     return int(text) if text[0] in "+-" else text
 
 
-def _alu(width: str, op_text: str, dst: str, operand: str, operand_reg: str | None) -> Item:
+def _alu(width: str, op_text: str, dst: str, operand: str, operand_reg: str | None,
+         operand_width: str | None) -> Item:
     op, signed = _ALU_BY_TEXT[op_text]
+    if operand_reg is not None:
+        _same("the register width (r: 64 bits, w: 32 bits)", width, operand_width)
     bits = "64" if width == "r" else "32"
     name = f"{'s' if signed else ''}{op.name.lower()}{bits}"
     value = _reg(operand_reg) if operand_reg is not None else _imm32(operand)
@@ -79,16 +92,19 @@ def _exit(m):
 
 @_form(rf"{_REG} = -{_REG}")
 def _neg(m):
-    return (b.neg64 if m[1] == "r" else b.neg32)(_reg(m[2]))
+    reg = _same("neg's register", m[1] + m[2], m[3] + m[4])
+    return (b.neg64 if reg[0] == "r" else b.neg32)(_reg(reg[1:]))
 
 
-@_form(r"r(\d+) = (le|be|bswap)(16|32|64) r\d+")
+@_form(r"r(\d+) = (le|be|bswap)(16|32|64) r(\d+)")
 def _end(m):
-    return {"le": b.le, "be": b.be, "bswap": b.bswap}[m[2]](_reg(m[1]), int(m[3]))
+    reg = _same("the swapped register", f"r{m[1]}", f"r{m[4]}")
+    return {"le": b.le, "be": b.be, "bswap": b.bswap}[m[2]](_reg(reg[1:]), int(m[3]))
 
 
 @_form(rf"{_REG} = \(s(8|16|32)\){_REG}")
 def _movsx(m):
+    _same("the register width (r: 64 bits, w: 32 bits)", m[1], m[4])
     return (b.movsx64 if m[1] == "r" else b.movsx32)(_reg(m[2]), _reg(m[5]), int(m[3]))
 
 
@@ -122,15 +138,28 @@ def _atomic_rmw(m):
                     _reg(m[5]))
 
 
-@_form(rf"r(\d+) = atomic(64)?_(fetch_add|fetch_and|fetch_or|fetch_xor|xchg)\({_MEM}, r\d+\)")
+def _atomic_size(suffix: str | None, bits: str) -> Size:
+    """atomic64_* names a u64 operand, atomic_* a u32 one (as the disassembler prints)."""
+    named = "64" if suffix else "32"
+    if bits != named:
+        raise AssemblyError(f"atomic{suffix or ''}_ takes a (u{named} *) operand, not "
+                            f"(u{bits} *)")
+    return _SIZES[bits]
+
+
+@_form(rf"r(\d+) = atomic(64)?_(fetch_add|fetch_and|fetch_or|fetch_xor|xchg)\({_MEM}, "
+       r"r(\d+)\)")
 def _atomic_fetch(m):
     op = AtomicOp.XCHG if m[3] == "xchg" else AtomicOp[m[3][6:].upper()] | 0x01
-    return b.atomic(_SIZES[m[4]], op, _reg(m[5]), _num(m[6] or "0"), _reg(m[1]))
+    src = _same("the register that gives the operand and gets the old value", f"r{m[1]}",
+                f"r{m[7]}")
+    return b.atomic(_atomic_size(m[2], m[4]), op, _reg(m[5]), _num(m[6] or "0"), _reg(src[1:]))
 
 
 @_form(rf"r0 = atomic(64)?_cmpxchg\({_MEM}, r0, r(\d+)\)")
 def _cmpxchg(m):
-    return b.atomic(_SIZES[m[2]], AtomicOp.CMPXCHG, _reg(m[3]), _num(m[4] or "0"), _reg(m[5]))
+    return b.atomic(_atomic_size(m[1], m[2]), AtomicOp.CMPXCHG, _reg(m[3]), _num(m[4] or "0"),
+                    _reg(m[5]))
 
 
 @_form(rf"r(\d+) = load_acquire\({_MEM}\)")
@@ -179,18 +208,20 @@ def _lddw(m):
     return b.lddw(_reg(m[1]), _num(m[2].removesuffix(" ll")))
 
 
-@_form(rf"{_REG} ({_ALU_OPS}) (?:[rw](\d+)|({_NUM}))")
+@_form(rf"{_REG} ({_ALU_OPS}) (?:([rw])(\d+)|({_NUM}))")
 def _alu_form(m):
-    return _alu(m[1], m[3], m[2], m[5], m[4])
+    return _alu(m[1], m[3], m[2], m[6], m[5], m[4])
 
 
-@_form(rf"if {_REG} ({_JMP_OPS}) (?:[rw](\d+)|({_NUM})) goto {_TARGET}")
+@_form(rf"if {_REG} ({_JMP_OPS}) (?:([rw])(\d+)|({_NUM})) goto {_TARGET}")
 def _cond(m):
     op: JmpOp = _JMP_BY_TEXT[m[3]]
     cls = Class.JMP if m[1] == "r" else Class.JMP32
     name = op.name.lower() + ("" if cls is Class.JMP else "32")
-    operand = _reg(m[4]) if m[4] is not None else _imm32(m[5])
-    return b.MNEMONICS[name](_reg(m[2]), operand, _target(m[6]))
+    if m[5] is not None:
+        _same("the register width (r: 64 bits, w: 32 bits)", m[1], m[4])
+    operand = _reg(m[5]) if m[5] is not None else _imm32(m[6])
+    return b.MNEMONICS[name](_reg(m[2]), operand, _target(m[7]))
 
 
 @_form(rf"(goto|gotol|may_goto) {_TARGET}")
@@ -208,9 +239,12 @@ def _call_kfunc(m):
     return b.call_kfunc(int(m[1]), int(m[2] or 0))
 
 
-@_form(r"call (?:[A-Za-z_]\w*#)?(-?\d+)")
+@_form(r"call (?:([A-Za-z_]\w*)#)?(-?\d+)")
 def _call_id(m):
-    return b.call(int(m[1]))
+    func_id = int(m[2])
+    if m[1] is not None:
+        _same("the helper", m[1], helper_name(func_id))
+    return b.call(func_id)
 
 
 @_form(r"call ([A-Za-z_]\w*)")
@@ -223,8 +257,12 @@ def _call_label(m):
     return b.call_local(m[1])
 
 
-_PREFIX = re.compile(r"^\s*(?:\d+:\s*)?(?:\([0-9a-fA-F]{2}\)\s*)?")
+_PREFIX = re.compile(r"^\s*(?:\d+:\s*)?(?:\(([0-9a-fA-F]{2})\)\s*)?")
 _LABEL = re.compile(r"^([A-Za-z_]\w*):$")
+
+
+def _opcode(item: Item) -> int:
+    return (item.insn if isinstance(item, b.Ref) else item).opcode
 
 
 def parse(source: str) -> list[Item]:
@@ -232,7 +270,8 @@ def parse(source: str) -> list[Item]:
     items: list[Item] = []
     for lineno, raw in enumerate(source.splitlines(), 1):
         line = re.split(r"//|;", raw, maxsplit=1)[0].strip()
-        line = _PREFIX.sub("", line).strip()
+        prefix = _PREFIX.match(line)
+        line = line[prefix.end():].strip()
         if not line:
             continue
         label = _LABEL.match(line)
@@ -244,7 +283,11 @@ def parse(source: str) -> list[Item]:
             m = pattern.match(line)
             if m:
                 try:
-                    items.append(make(m))
+                    item = make(m)
+                    if prefix[1] is not None:  # the opcode the disassembler printed
+                        _same("the opcode", f"{int(prefix[1], 16):#04x}",
+                              f"{_opcode(item):#04x}")
+                    items.append(item)
                 except (AssemblyError, KeyError, ValueError) as exc:
                     raise AssemblyError(f"line {lineno}: {raw.strip()!r}: {exc}") from None
                 break

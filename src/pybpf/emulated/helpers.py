@@ -6,7 +6,7 @@ Rules this module keeps:
   the return values (SK_PASS / SK_DROP, XDP actions, -EEXIST, ...) are exactly the kernel's.
 - Map arguments are map pointers (see interpreter: a region holding the ``BpfMap``); keys and
   values are read from program memory with the map's sizes, so a short buffer faults cleanly.
-- ``HELPERS`` is the one table: id -> ``HelperProto`` (name, function, argument count, the
+- ``HELPERS`` is the one table: id -> ``HelperProto`` (name, function, argument types, the
   program types that may call it). The verifier reads it (unknown ids, argument registers
   that must be initialised, per-type availability); the engines call ``proto.func``.
 - ``bpf_tail_call`` is in the table for the verifier; the engines run it themselves because
@@ -50,19 +50,36 @@ _REDIRECT_MAP_TYPES = frozenset({MapType.DEVMAP, MapType.DEVMAP_HASH, MapType.CP
 _SOCK_MAP_TYPES = frozenset({MapType.SOCKMAP, MapType.SOCKHASH})
 
 
+# Argument types (enum bpf_arg_type): what the verifier lets a program pass in R1..R5.
+ARG_ANYTHING = "anything"  # any initialised value
+ARG_CONST_MAP_PTR = "map_ptr"  # a map (lddw of a map fd)
+ARG_PTR_TO_MAP_KEY = "map_key"  # memory holding the map's key_size bytes
+ARG_PTR_TO_MAP_VALUE = "map_value"  # memory holding value_size bytes, read
+ARG_PTR_TO_UNINIT_MAP_VALUE = "uninit_map_value"  # value_size bytes of memory, written
+ARG_PTR_TO_MEM = "mem"  # memory whose size the next argument gives, read
+ARG_PTR_TO_UNINIT_MEM = "uninit_mem"  # the same, written
+ARG_CONST_SIZE = "size"  # a scalar, the size of the memory before it (not 0)
+ARG_CONST_SIZE_OR_ZERO = "size_or_zero"
+ARG_PTR_TO_CTX = "ctx"  # the program's context, unmodified
+
+
 @dataclass(frozen=True)
 class HelperProto:
     """struct bpf_func_proto, the parts the emulator uses."""
 
     func_id: int
     func: Callable[..., int]
-    nargs: int  # R1..R<nargs> must be initialised at the call
+    args: tuple[str, ...]  # arg1_type.. (R1.. must be initialised and of these types)
     prog_types: frozenset[int] | None = None  # None: every program type
     gpl_only: bool = False  # only programs with a GPL-compatible license may call it
 
     @property
     def name(self) -> str:
         return f"bpf_{BpfFunc(self.func_id).name}"
+
+    @property
+    def nargs(self) -> int:
+        return len(self.args)
 
 
 # Exact map classes seen so far (a fast type check for the hot helpers); filled lazily.
@@ -393,32 +410,43 @@ _SK_SKB = frozenset({ProgType.SK_SKB})
 
 
 def _table() -> dict[int, HelperProto]:
+    map_key = (ARG_CONST_MAP_PTR, ARG_PTR_TO_MAP_KEY)
     entries = [
-        (BpfFunc.map_lookup_elem, bpf_map_lookup_elem, 2, None),
-        (BpfFunc.map_update_elem, bpf_map_update_elem, 4, None),
-        (BpfFunc.map_delete_elem, bpf_map_delete_elem, 2, None),
-        (BpfFunc.map_push_elem, bpf_map_push_elem, 3, None),
-        (BpfFunc.map_pop_elem, bpf_map_pop_elem, 2, None),
-        (BpfFunc.map_peek_elem, bpf_map_peek_elem, 2, None),
-        (BpfFunc.map_lookup_percpu_elem, bpf_map_lookup_percpu_elem, 3, None),
-        (BpfFunc.ktime_get_ns, bpf_ktime_get_ns, 0, None),
-        (BpfFunc.trace_printk, bpf_trace_printk, 2, None),
-        (BpfFunc.get_prandom_u32, bpf_get_prandom_u32, 0, None),
-        (BpfFunc.get_smp_processor_id, bpf_get_smp_processor_id, 0, None),
-        (BpfFunc.tail_call, bpf_tail_call, 3, None),
-        (BpfFunc.get_current_pid_tgid, bpf_get_current_pid_tgid, 0, None),
-        (BpfFunc.get_numa_node_id, bpf_get_numa_node_id, 0, None),
-        (BpfFunc.probe_read_user, bpf_probe_read_user, 3, _TRACING),
-        (BpfFunc.redirect_map, bpf_redirect_map, 3, _XDP),
-        (BpfFunc.xdp_adjust_head, bpf_xdp_adjust_head, 2, _XDP),
-        (BpfFunc.xdp_adjust_tail, bpf_xdp_adjust_tail, 2, _XDP),
-        (BpfFunc.xdp_adjust_meta, bpf_xdp_adjust_meta, 2, _XDP),
-        (BpfFunc.sk_redirect_map, bpf_sk_redirect_map, 4, _SK_SKB),
-        (BpfFunc.sk_redirect_hash, bpf_sk_redirect_hash, 4, _SK_SKB),
+        (BpfFunc.map_lookup_elem, bpf_map_lookup_elem, map_key, None),
+        (BpfFunc.map_update_elem, bpf_map_update_elem,
+         (*map_key, ARG_PTR_TO_MAP_VALUE, ARG_ANYTHING), None),
+        (BpfFunc.map_delete_elem, bpf_map_delete_elem, map_key, None),
+        (BpfFunc.map_push_elem, bpf_map_push_elem,
+         (ARG_CONST_MAP_PTR, ARG_PTR_TO_MAP_VALUE, ARG_ANYTHING), None),
+        (BpfFunc.map_pop_elem, bpf_map_pop_elem,
+         (ARG_CONST_MAP_PTR, ARG_PTR_TO_UNINIT_MAP_VALUE), None),
+        (BpfFunc.map_peek_elem, bpf_map_peek_elem,
+         (ARG_CONST_MAP_PTR, ARG_PTR_TO_UNINIT_MAP_VALUE), None),
+        (BpfFunc.map_lookup_percpu_elem, bpf_map_lookup_percpu_elem, (*map_key, ARG_ANYTHING),
+         None),
+        (BpfFunc.ktime_get_ns, bpf_ktime_get_ns, (), None),
+        (BpfFunc.trace_printk, bpf_trace_printk, (ARG_PTR_TO_MEM, ARG_CONST_SIZE), None),
+        (BpfFunc.get_prandom_u32, bpf_get_prandom_u32, (), None),
+        (BpfFunc.get_smp_processor_id, bpf_get_smp_processor_id, (), None),
+        (BpfFunc.tail_call, bpf_tail_call, (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_ANYTHING),
+         None),
+        (BpfFunc.get_current_pid_tgid, bpf_get_current_pid_tgid, (), None),
+        (BpfFunc.get_numa_node_id, bpf_get_numa_node_id, (), None),
+        (BpfFunc.probe_read_user, bpf_probe_read_user,
+         (ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE_OR_ZERO, ARG_ANYTHING), _TRACING),
+        (BpfFunc.redirect_map, bpf_redirect_map, (ARG_CONST_MAP_PTR, ARG_ANYTHING, ARG_ANYTHING),
+         _XDP),
+        (BpfFunc.xdp_adjust_head, bpf_xdp_adjust_head, (ARG_PTR_TO_CTX, ARG_ANYTHING), _XDP),
+        (BpfFunc.xdp_adjust_tail, bpf_xdp_adjust_tail, (ARG_PTR_TO_CTX, ARG_ANYTHING), _XDP),
+        (BpfFunc.xdp_adjust_meta, bpf_xdp_adjust_meta, (ARG_PTR_TO_CTX, ARG_ANYTHING), _XDP),
+        (BpfFunc.sk_redirect_map, bpf_sk_redirect_map,
+         (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_ANYTHING, ARG_ANYTHING), _SK_SKB),
+        (BpfFunc.sk_redirect_hash, bpf_sk_redirect_hash,
+         (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_PTR_TO_MAP_KEY, ARG_ANYTHING), _SK_SKB),
     ]
     gpl_only = {BpfFunc.trace_printk}
-    return {int(fid): HelperProto(int(fid), func, nargs, types, fid in gpl_only)
-            for fid, func, nargs, types in entries}
+    return {int(fid): HelperProto(int(fid), func, args, types, fid in gpl_only)
+            for fid, func, args, types in entries}
 
 
 HELPERS: dict[int, HelperProto] = _table()

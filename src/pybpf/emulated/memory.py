@@ -34,6 +34,7 @@ DEFAULT_BUDGET = 1_000_000  # instructions per run before ProgramFault(ELOOP)
 DYNAMIC_REGION_BASE = 1 << 31
 CTX_REGION = 0x10
 PACKET_REGION = 0x11
+SOCK_REGION = 0x12  # a test run's skb->sk: a socket not modelled (no memory: loads fault)
 
 
 class _BytesAt(dict):

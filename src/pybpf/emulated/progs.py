@@ -45,8 +45,46 @@ from ..uapi import (
     ProgType,
 )
 from .executable import Executable, run
+from .filter import (
+    SK_BUFF_SIZE,
+    SKB_CB,
+    SKB_DATA,
+    SKB_DATA_END,
+    SKB_DATA_META,
+    SKB_FAMILY,
+    SKB_GSO_SEGS,
+    SKB_GSO_SIZE,
+    SKB_HWTSTAMP,
+    SKB_IFINDEX,
+    SKB_INGRESS_IFINDEX,
+    SKB_LEN,
+    SKB_LOCAL_IP4,
+    SKB_LOCAL_IP6,
+    SKB_MARK,
+    SKB_PKT_TYPE,
+    SKB_PRIORITY,
+    SKB_PROTOCOL,
+    SKB_REMOTE_IP4,
+    SKB_REMOTE_IP6,
+    SKB_SK,
+    SKB_TSTAMP,
+    SKB_WIRE_LEN,
+    XDP_MD_DATA,
+    XDP_MD_DATA_END,
+    XDP_MD_DATA_META,
+    XDP_MD_SIZE,
+    writable_fields,
+)
 from .helpers import helper_funcs
-from .memory import CTX_REGION, DEFAULT_BUDGET, M32, PACKET_REGION, CtxRegion, RunState
+from .memory import (
+    CTX_REGION,
+    DEFAULT_BUDGET,
+    M32,
+    PACKET_REGION,
+    SOCK_REGION,
+    CtxRegion,
+    RunState,
+)
 from .verifier import bpf_check
 
 BPF_F_SLEEPABLE = 1 << 4
@@ -55,14 +93,23 @@ _PROG_FLAGS = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 3) | BPF_F_SLEEPABLE | (1 <
 BPF_COMPLEXITY_LIMIT_INSNS = 1_000_000
 BPF_F_TEST_RUN_ON_CPU = 1 << 0
 BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
+BPF_F_TEST_SKB_CHECKSUM_COMPLETE = 1 << 2
 
 ETH_HLEN = 14
 PAGE_SIZE = 4096
 NET_SKB_PAD = 64  # max(32, L1_CACHE_BYTES) on x86-64; NET_IP_ALIGN is 0 there
 SKB_SHINFO_SIZE = 320  # SKB_DATA_ALIGN(sizeof(struct skb_shared_info)) on 6.18 x86-64
 XDP_PACKET_HEADROOM = 256
-XDP_METADATA_MAX = 32
+XDP_METADATA_MAX = 255  # xdp_metalen_invalid: skb_shared_info.meta_len is a u8
 LOOPBACK_IFINDEX = 1
+LOOPBACK_RX_QUEUES = 1
+GSO_MAX_SEGS = 65535
+GSO_LEGACY_MAX_SIZE = 65536
+# eth_type_trans: EtherType values from 0x600 up name a protocol; below, the frame is 802.3
+ETH_P_802_3_MIN, ETH_P_802_3, ETH_P_802_2, ETH_P_IP, ETH_P_IPV6 = 0x600, 1, 4, 0x800, 0x86DD
+IPV4_HLEN, IPV6_HLEN = 20, 40
+PACKET_HOST, PACKET_MULTICAST, PACKET_OTHERHOST = 0, 2, 3
+AF_INET, AF_INET6 = 2, 10
 MAX_BPF_FUNC_ARGS = 12
 U16_MAX = 0xFFFF
 
@@ -83,22 +130,10 @@ TRACEPOINT_PROG_TYPES = frozenset({ProgType.TRACEPOINT})
 _GPL_COMPATIBLE = ("GPL", "GPL v2", "GPL and additional rights", "Dual BSD/GPL",
                    "Dual MIT/GPL", "Dual MPL/GPL")
 
-# struct __sk_buff (include/uapi/linux/bpf.h): the offsets the emulator fills or lets
-# programs write, and those a test run's ctx_in may set (convert___skb_to_skb).
-SK_BUFF_SIZE = 192
-SKB_LEN, SKB_PKT_TYPE, SKB_MARK, SKB_QUEUE_MAPPING, SKB_PROTOCOL = 0, 4, 8, 12, 16
-SKB_PRIORITY, SKB_INGRESS_IFINDEX, SKB_IFINDEX, SKB_TC_INDEX, SKB_CB = 32, 36, 40, 44, 48
-SKB_HASH, SKB_TC_CLASSID, SKB_DATA, SKB_DATA_END, SKB_DATA_META = 68, 72, 76, 80, 140
-SKB_TSTAMP, SKB_WIRE_LEN, SKB_GSO_SEGS, SKB_GSO_SIZE, SKB_HWTSTAMP = 152, 160, 164, 176, 184
+# The __sk_buff fields a test run's ctx_in may set (convert___skb_to_skb).
 _SKB_CTX_IN_FIELDS = ((SKB_MARK, 4), (SKB_PRIORITY, 4), (SKB_INGRESS_IFINDEX, 4),
-                      (SKB_IFINDEX, 4), (SKB_CB, 20), (SKB_TSTAMP, 8), (SKB_GSO_SEGS, 4),
-                      (SKB_GSO_SIZE, 4), (SKB_HWTSTAMP, 8))
-_SKB_WRITABLE_ALL = ((SKB_CB, 20),)
-_SKB_WRITABLE_TC = ((SKB_MARK, 4), (SKB_QUEUE_MAPPING, 4), (SKB_PRIORITY, 4),
-                    (SKB_TC_INDEX, 4), (SKB_CB, 20), (SKB_TC_CLASSID, 4), (SKB_TSTAMP, 8))
-# struct xdp_md
-XDP_MD_SIZE = 24
-XDP_MD_DATA, XDP_MD_DATA_END, XDP_MD_DATA_META = 0, 4, 8
+                      (SKB_IFINDEX, 4), (SKB_CB, 20), (SKB_TSTAMP, 8), (SKB_WIRE_LEN, 4),
+                      (SKB_GSO_SEGS, 4), (SKB_GSO_SIZE, 4), (SKB_HWTSTAMP, 8))
 XDP_FRAME_SZ = PAGE_SIZE  # xdp_buff.frame_sz of a test run
 _XDP_MD = struct.Struct("<6I")
 
@@ -232,7 +267,7 @@ class ProgramsMixin:
             raise KernelError(errno.EINVAL, f"expected_attach_type {expected_attach_type} is "
                                             "not an XDP attach type")
         gpl = license.split("\0", 1)[0] in _GPL_COMPATIBLE
-        verified = bpf_check(insns, prog_type, self.map_from_fd, gpl)
+        verified = bpf_check(insns, prog_type, self.map_from_fd, gpl, expected_attach_type)
         prog = BpfProg(self, prog_type, insns, verified, name, expected_attach_type,
                        prog_flags, gpl)
         for bpf_map in prog.used_maps:
@@ -313,8 +348,10 @@ class ProgramsMixin:
         return retval & M32, min(elapsed // repeat, M32)
 
     def _test_run_skb(self, prog: BpfProg, req: _TestRequest) -> TestRun:
-        if req.flags or req.cpu:
-            raise KernelError(errno.EINVAL, "skb test runs take no flags and no cpu")
+        """bpf_prog_test_run_skb, its checks in the kernel's order."""
+        if req.flags & ~BPF_F_TEST_SKB_CHECKSUM_COMPLETE or req.cpu:
+            raise KernelError(errno.EINVAL, "skb test runs take no cpu and no flags but "
+                                            "BPF_F_TEST_SKB_CHECKSUM_COMPLETE")
         size = len(req.data_in)
         if size < ETH_HLEN:
             raise KernelError(errno.EINVAL, f"data_in is {size} bytes, less than an Ethernet "
@@ -324,13 +361,25 @@ class ProgramsMixin:
                               f"{PAGE_SIZE - NET_SKB_PAD - SKB_SHINFO_SIZE} an skb test run takes")
         ctx = _ctx_init(req, SK_BUFF_SIZE)
         if ctx is not None:
-            _check_skb_ctx_in(ctx)
-        l2 = prog.prog_type in L2_PROG_TYPES
+            ifindex = struct.unpack_from("<I", ctx, SKB_IFINDEX)[0]
+            if ifindex > LOOPBACK_IFINDEX:
+                raise KernelError(errno.ENODEV, f"no device with ifindex {ifindex}")
         packet = bytearray(req.data_in)
+        protocol = eth_type_trans(packet)
+        headlen = size - ETH_HLEN
+        for proto, hlen, name in ((ETH_P_IP, IPV4_HLEN, "IPv4"), (ETH_P_IPV6, IPV6_HLEN, "IPv6")):
+            if protocol == proto and headlen < hlen:
+                raise KernelError(errno.EINVAL, f"an {name} frame of {size} bytes has no room "
+                                  f"for its {hlen}-byte header (at least {ETH_HLEN + hlen})")
+        l2 = prog.prog_type in L2_PROG_TYPES
         start = 0 if l2 else ETH_HLEN
-        skb = bytearray(ctx) if ctx is not None else bytearray(SK_BUFF_SIZE)
-        _fill_sk_buff(skb, packet, start)
-        writable = _SKB_WRITABLE_TC if prog.prog_type in L2_PROG_TYPES else _SKB_WRITABLE_ALL
+        skb = bytearray(SK_BUFF_SIZE)
+        _fill_sk_buff(skb, packet, start, protocol)
+        if ctx is not None:
+            _convert___skb_to_skb(ctx, skb, size - start)
+        checksum = req.flags & BPF_F_TEST_SKB_CHECKSUM_COMPLETE
+        csum = _csum(packet[ETH_HLEN:]) if checksum else 0
+        writable = writable_fields(prog.prog_type, SK_BUFF_SIZE)
         pointers = {}
         if prog.prog_type in DIRECT_PACKET_PROG_TYPES:
             base = PACKET_REGION << 32
@@ -343,16 +392,16 @@ class ProgramsMixin:
             prog, req.repeat, lambda: self._run_skb(prog, ctx_region, view, data))
         if not l2:
             packet[:ETH_HLEN] = bytes(ETH_HLEN)
+        if checksum and _csum(packet[ETH_HLEN:]) != csum:
+            raise KernelError(errno.EBADMSG, "the program changed the packet without updating "
+                                             "its CHECKSUM_COMPLETE checksum")
         ctx_out = None
-        if ctx is not None:
+        if ctx is not None:  # convert_skb_to___skb
             ctx_out = bytearray(ctx)
-            for off, length in ((SKB_MARK, 4), (SKB_PRIORITY, 4), (SKB_CB, 20),
-                                (SKB_TSTAMP, 8)):
+            for off, length in ((SKB_MARK, 4), (SKB_PRIORITY, 4), (SKB_INGRESS_IFINDEX, 4),
+                                (SKB_IFINDEX, 4), (SKB_CB, 20), (SKB_TSTAMP, 8),
+                                (SKB_WIRE_LEN, 4), (SKB_GSO_SEGS, 4), (SKB_HWTSTAMP, 8)):
                 ctx_out[off:off + length] = skb[off:off + length]
-            struct.pack_into("<I", ctx_out, SKB_INGRESS_IFINDEX,
-                             struct.unpack_from("<I", ctx, SKB_INGRESS_IFINDEX)[0])
-            struct.pack_into("<I", ctx_out, SKB_IFINDEX, LOOPBACK_IFINDEX)
-            struct.pack_into("<I", ctx_out, SKB_WIRE_LEN, len(packet) - start)
         return _test_finish(req, bytes(packet), retval, duration, ctx_out)
 
     def _run_skb(self, prog: BpfProg, ctx_region: CtxRegion, packet: memoryview,
@@ -363,6 +412,7 @@ class ProgramsMixin:
         return run(prog.executable, rs, CTX_REGION << 32, self.bpf_engine)
 
     def _test_run_xdp(self, prog: BpfProg, req: _TestRequest) -> TestRun:
+        """bpf_prog_test_run_xdp, its checks in the kernel's order."""
         if prog.expected_attach_type in (AttachType.XDP_DEVMAP, AttachType.XDP_CPUMAP):
             raise KernelError(errno.EINVAL, "XDP programs for devmap/cpumap entries have no "
                                             "test run")
@@ -376,14 +426,14 @@ class ProgramsMixin:
         headroom = XDP_PACKET_HEADROOM
         meta = 0
         linear = size
-        ingress = LOOPBACK_IFINDEX
-        rx_queue = 0
+        ingress = rx_queue = 0
         if ctx is not None:
             data, data_end, data_meta, ingress, rx_queue, egress = _XDP_MD.unpack_from(ctx)
             if data_meta or data_end > size or data > data_end or data % 4 \
                     or data > XDP_METADATA_MAX:
                 raise KernelError(errno.EINVAL, "xdp_md: data_meta must be 0, data <= "
-                                  "data_end <= data size, metadata a multiple of 4 up to 32")
+                                  f"data_end <= data size, metadata a multiple of 4 up to "
+                                  f"{XDP_METADATA_MAX}")
             headroom -= data
             meta, linear = data, data_end
         max_linear = PAGE_SIZE - headroom - SKB_SHINFO_SIZE
@@ -391,16 +441,17 @@ class ProgramsMixin:
         if size - meta < ETH_HLEN:
             raise KernelError(errno.EINVAL, f"data_in is {size - meta} bytes after the metadata, "
                                             f"less than an Ethernet header ({ETH_HLEN})")
-        if ctx is not None:
+        if ctx is not None:  # xdp_convert_md_to_buff
             if egress:
                 raise KernelError(errno.EINVAL, "xdp_md.egress_ifindex must be 0")
+            if not ingress and rx_queue:
+                raise KernelError(errno.EINVAL, "xdp_md.rx_queue_index needs an "
+                                                "ingress_ifindex")
             if ingress and ingress != LOOPBACK_IFINDEX:
                 raise KernelError(errno.ENODEV, f"no device with ifindex {ingress}")
-            if rx_queue:
-                raise KernelError(errno.EINVAL, f"rx_queue_index {rx_queue}: the device has one "
-                                                "queue")
-            if not ingress:
-                ingress = 0
+            if rx_queue >= LOOPBACK_RX_QUEUES:
+                raise KernelError(errno.EINVAL, f"rx_queue_index {rx_queue}: the device has "
+                                                f"{LOOPBACK_RX_QUEUES} queue")
         # The page: data_hard_start at 0, the packet (metadata first) after the headroom,
         # room to grow up to the frame's end less the shared info (xdp_data_hard_end).
         buf = bytearray(XDP_FRAME_SZ - SKB_SHINFO_SIZE)
@@ -411,7 +462,7 @@ class ProgramsMixin:
                     XDP_MD_DATA_END: base | (headroom + linear),
                     XDP_MD_DATA_META: base | headroom}
         md = bytearray(XDP_MD_SIZE)
-        struct.pack_into("<III", md, 12, ingress, rx_queue, 0)
+        struct.pack_into("<III", md, 12, LOOPBACK_IFINDEX, rx_queue, 0)
         ctx_region = CtxRegion("xdp_md", md, pointers)
         view = memoryview(buf)
 
@@ -536,8 +587,9 @@ def _ctx_init(req: _TestRequest, max_size: int) -> bytes | None:
     return ctx_in[:max_size].ljust(max_size, b"\0")
 
 
-def _check_skb_ctx_in(ctx: bytes) -> None:
-    """convert___skb_to_skb: only some __sk_buff fields may be set."""
+def _convert___skb_to_skb(ctx: bytes, skb: bytearray, skb_len: int) -> None:
+    """convert___skb_to_skb: only some __sk_buff fields may be set; copy them into ``skb``
+    (the program's view), with the kernel's limits and its u16 gso_size."""
     allowed = bytearray(SK_BUFF_SIZE)
     for off, length in _SKB_CTX_IN_FIELDS:
         allowed[off:off + length] = b"\1" * length
@@ -545,28 +597,65 @@ def _check_skb_ctx_in(ctx: bytes) -> None:
         if byte and not allowed[i]:
             raise KernelError(errno.EINVAL, f"ctx_in sets __sk_buff byte {i}: a test run takes "
                               "only mark, priority, ingress_ifindex, ifindex, cb, tstamp, "
-                              "gso_segs, gso_size and hwtstamp")
-    ifindex = struct.unpack_from("<I", ctx, SKB_IFINDEX)[0]
-    if ifindex > LOOPBACK_IFINDEX:
-        raise KernelError(errno.ENODEV, f"no device with ifindex {ifindex}")
+                              "wire_len, gso_segs, gso_size and hwtstamp")
+    for off, length in ((SKB_MARK, 4), (SKB_PRIORITY, 4), (SKB_INGRESS_IFINDEX, 4),
+                        (SKB_CB, 20), (SKB_TSTAMP, 8), (SKB_HWTSTAMP, 8)):
+        skb[off:off + length] = ctx[off:off + length]
+    wire_len, gso_segs, gso_size = (struct.unpack_from("<I", ctx, off)[0]
+                                    for off in (SKB_WIRE_LEN, SKB_GSO_SEGS, SKB_GSO_SIZE))
+    if wire_len and not skb_len <= wire_len <= GSO_LEGACY_MAX_SIZE:
+        raise KernelError(errno.EINVAL, f"wire_len {wire_len}: 0, or from the skb's length "
+                                        f"({skb_len}) to {GSO_LEGACY_MAX_SIZE}")
+    if gso_segs > GSO_MAX_SEGS:
+        raise KernelError(errno.EINVAL, f"gso_segs {gso_segs} is over {GSO_MAX_SEGS}")
+    for off, value in ((SKB_WIRE_LEN, wire_len or skb_len), (SKB_GSO_SEGS, gso_segs),
+                       (SKB_GSO_SIZE, gso_size & U16_MAX)):  # shinfo's gso_size is a u16
+        struct.pack_into("<I", skb, off, value)
 
 
-def _fill_sk_buff(skb: bytearray, packet: bytearray, start: int) -> None:
+def eth_type_trans(frame: bytes | bytearray) -> int:
+    """The frame's skb->protocol on the loopback device (host byte order): its EtherType,
+    or 802.3 (raw IPX, 0xFFFF after the header) / 802.2 LLC for a length field."""
+    proto = int.from_bytes(frame[12:14], "big")
+    if proto >= ETH_P_802_3_MIN:
+        return proto
+    return ETH_P_802_3 if frame[14:16] == b"\xff\xff" else ETH_P_802_2
+
+
+def _fill_sk_buff(skb: bytearray, packet: bytearray, start: int, protocol: int) -> None:
     """The __sk_buff fields a program reads, as the kernel's test-run skb has them."""
     dst = packet[:6]
-    if dst == b"\xff" * 6:
-        pkt_type = 1  # PACKET_BROADCAST
-    elif dst[0] & 1:
-        pkt_type = 2  # PACKET_MULTICAST
-    elif dst == bytes(6):  # the loopback device's address
-        pkt_type = 0  # PACKET_HOST
+    if dst == bytes(6):  # the loopback device's address
+        pkt_type = PACKET_HOST
+    elif dst[0] & 1:  # lo's broadcast address is all zeros: ff:ff:.. is multicast to it
+        pkt_type = PACKET_MULTICAST
     else:
-        pkt_type = 3  # PACKET_OTHERHOST
+        pkt_type = PACKET_OTHERHOST
     struct.pack_into("<I", skb, SKB_LEN, len(packet) - start)
     struct.pack_into("<I", skb, SKB_PKT_TYPE, pkt_type)
-    struct.pack_into("<I", skb, SKB_PROTOCOL, int.from_bytes(packet[12:14], "little"))
+    skb[SKB_PROTOCOL:SKB_PROTOCOL + 2] = protocol.to_bytes(2, "big")  # __be16
     struct.pack_into("<I", skb, SKB_IFINDEX, LOOPBACK_IFINDEX)
     struct.pack_into("<I", skb, SKB_WIRE_LEN, len(packet) - start)
+    struct.pack_into("<Q", skb, SKB_SK, SOCK_REGION << 32)
+    # the test run's socket takes the family and addresses of an IP frame (raw, big-endian)
+    if protocol == ETH_P_IP:
+        struct.pack_into("<I", skb, SKB_FAMILY, AF_INET)
+        skb[SKB_REMOTE_IP4:SKB_REMOTE_IP4 + 4] = packet[30:34]  # daddr
+        skb[SKB_LOCAL_IP4:SKB_LOCAL_IP4 + 4] = packet[26:30]  # saddr
+    elif protocol == ETH_P_IPV6:
+        struct.pack_into("<I", skb, SKB_FAMILY, AF_INET6)
+        skb[SKB_REMOTE_IP6:SKB_REMOTE_IP6 + 16] = packet[38:54]
+        skb[SKB_LOCAL_IP6:SKB_LOCAL_IP6 + 16] = packet[22:38]
+
+
+def _csum(data: bytes | bytearray) -> int:
+    """The folded ones' complement sum the kernel compares for CHECKSUM_COMPLETE."""
+    if len(data) % 2:
+        data = bytes(data) + b"\0"
+    total = sum(struct.unpack(f"<{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return total
 
 
 def _test_finish(req: _TestRequest, data: bytes, retval: int, duration: int,

@@ -1,0 +1,366 @@
+"""The emulated verifier against the kernel's (6.18): the same program gets the same verdict,
+accepted or refused with the same errno.
+
+- Programs whose branches constants decide (``constant_branch_programs``): the kernel walks
+  only the side a branch takes, so an instruction it would refuse may sit on the other side;
+  array lookups with a constant in-range key cannot return NULL, so their NULL check is
+  decided too.
+- Any instruction: a random 8-byte instruction (every opcode byte, random registers, offset
+  and immediate) between a preamble and ``r0 = 0; exit``.
+- Fixed seeds (``derandomize``): the budget below is the same set of programs every run.
+"""
+
+from __future__ import annotations
+
+import errno
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from programs.strategies import assemble_items, constant_branch_programs
+from pybpf.asm import assemble_text
+from pybpf.errors import BPFError
+from pybpf.uapi import AttachType, MapType, ProgType
+
+_SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large])
+
+
+def verdict(system, prog_type: int, insns: bytes, **kwargs) -> str:
+    """"ok", or the errno's name the load failed with."""
+    try:
+        fd = system.prog_load(prog_type, insns, **kwargs)
+    except BPFError as exc:
+        return errno.errorcode.get(exc.errno, str(exc.errno))
+    system.close(fd)
+    return "ok"
+
+
+def ins(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
+    return struct.pack("<BBhi", code, dst | src << 4, off, imm)
+
+
+def asm(text: str) -> bytes:
+    return b"".join(insn.encode() for insn in assemble_text(text).instructions)
+
+
+@pytest.fixture
+def lookup_maps(kernel, emulated):
+    """The maps generated programs look up, on each backend: name -> fd."""
+    specs = {"array": MapType.ARRAY, "percpu_array": MapType.PERCPU_ARRAY, "hash": MapType.HASH}
+    fds = {system: {name: system.map_create(kind, 4, 8, 4) for name, kind in specs.items()}
+           for system in (kernel, emulated)}
+    yield fds
+    for system, by_name in fds.items():
+        for fd in by_name.values():
+            system.close(fd)
+
+
+# -- branches constants decide ------------------------------------------------------------------
+@pytest.mark.parametrize("text", [
+    "r2 = 5\nif r2 == 5 goto +1\nr0 = r3\nr0 = 0\nexit",
+    "r2 = 0x1234\nr2 = be16 r2\nif r2 == 0x3412 goto +1\nr0 = r3\nr0 = 0\nexit",
+    "r2 = 0x12345\nr2 = le16 r2\nif r2 != 0x2345 goto +1\nr0 = 0\nexit",
+    "r2 = 1\nr2 = bswap64 r2\nr3 = 0x100000000000000 ll\nif r2 == r3 goto +1\nr0 = r4\nr0 = 0\n"
+    "exit",
+    "r2 = 5\nr2 = -r2\nif r2 s< 0 goto +1\nr0 = r3\nr0 = 0\nexit",
+    "call 5\nr2 = r0\nr2 &= 0\nif r2 == 0 goto +1\nr0 = r3\nr0 = 0\nexit",
+    "r2 = *(u32 *)(r1 +0)\nr2 >>= 32\nif r2 == 0 goto +1\nr0 = r3\nr0 = 0\nexit",
+    "call 5\nif r0 >= 0 goto +1\nr0 = r3\nr0 = 0\nexit",
+    # what the kernel does not know: a quotient, a shift by a register of 64
+    "r2 = 10\nr2 /= 3\nif r2 == 3 goto +1\nr0 = r3\nr0 = 0\nexit",
+    "r2 = 1\nr4 = 70\nr2 <<= r4\nif r2 == 64 goto +1\nr0 = r3\nr0 = 0\nexit",
+])
+def test_a_branch_the_known_bits_decide_leaves_the_other_side_unchecked(kernel, emulated, text):
+    program = asm(text)
+    on_kernel = verdict(kernel, ProgType.SOCKET_FILTER, program)
+    assert verdict(emulated, ProgType.SOCKET_FILTER, program) == on_kernel
+
+
+@pytest.mark.parametrize("map_name,key,ok", [
+    ("array", "*(u32 *)(r10 -4) = 0", True), ("array", "*(u32 *)(r10 -8) = 3", True),
+    ("array", "*(u32 *)(r10 -8) = 4", False), ("percpu_array", "*(u32 *)(r10 -8) = 1", True),
+    ("hash", "*(u32 *)(r10 -8) = 0", False),
+])
+def test_an_array_lookup_with_a_constant_in_range_key_is_not_null(kernel, emulated,
+                                                                  lookup_maps, map_name, key,
+                                                                  ok):
+    # the NULL branch reads r3, which is never set: only a lookup that may fail reaches it
+    offset = -4 if "-4" in key else -8
+    text = (f"{key}\nr2 = r10\nr2 += {offset}\nr1 = map[fd:{{fd}}]\ncall 1\n"
+            "if r0 != 0 goto +1\nr0 = r3\n*(u64 *)(r0 +0) = 7\nr0 = 0\nexit")
+    verdicts = [verdict(system, ProgType.SOCKET_FILTER,
+                        asm(text.format(fd=lookup_maps[system][map_name])))
+                for system in (kernel, emulated)]
+    assert verdicts == (["ok", "ok"] if ok else ["EACCES", "EACCES"])
+
+
+@settings(max_examples=1000, **_SETTINGS)
+@given(items=constant_branch_programs())
+def test_generated_programs_get_the_kernels_verdict(kernel, emulated, lookup_maps, items,
+                                                   differential_tally):
+    verdicts = [verdict(system, ProgType.SOCKET_FILTER,
+                        assemble_items(items, lookup_maps[system]))
+                for system in (kernel, emulated)]
+    differential_tally.add("kernel", "emulated", "verifier: branches", 1, 1,
+                           int(verdicts[0] != verdicts[1]))
+    assert verdicts[1] == verdicts[0]
+
+
+# -- any instruction -----------------------------------------------------------------------------
+# r2 = 5, r3 = fp-16, r4 = unknown, r5 = ctx, fp-8 holds r4, fp-12 zeros, r0 = 0
+PREAMBLE = (ins(0xB7, 2, 0, 0, 5) + ins(0xBF, 3, 10) + ins(0x07, 3, 0, 0, -16)
+            + ins(0x85, 0, 0, 0, 5) + ins(0xBF, 4, 0) + ins(0xBF, 5, 1) + ins(0x7B, 10, 4, -8)
+            + ins(0x62, 10, 0, -12, 0) + ins(0xB7, 0, 0, 0, 0))
+EXIT_0 = ins(0xB7, 0, 0, 0, 0) + ins(0x95)
+offsets = st.one_of(st.sampled_from([0, 1, -1, 2, 4, 8, -8, -4, -12, -16, 16, -520, 512]),
+                    st.integers(-(1 << 15), (1 << 15) - 1))
+immediates = st.one_of(st.sampled_from([0, 1, -1, 2, 8, 16, 32, 64, 0x100, 0x110, 0xE1, 0xF1,
+                                        0x41, 0xA1, 31, 63, 1 << 29]),
+                       st.integers(-(1 << 31), (1 << 31) - 1))
+
+
+@st.composite
+def raw_instructions(draw) -> bytes:
+    """Any 8 bytes as an instruction (the second slot too, for lddw)."""
+    code = draw(st.integers(0, 255))
+    dst, src = draw(st.integers(0, 15)), draw(st.integers(0, 15))
+    raw = ins(code, dst, src, draw(offsets), draw(immediates))
+    if code == 0x18:
+        raw += ins(0, 0, 0, 0, draw(st.sampled_from([0, 1, -1])))
+    return raw
+
+
+@settings(max_examples=3000, **_SETTINGS)
+@given(insn=raw_instructions(), preamble=st.booleans(),
+       prog_type=st.sampled_from([ProgType.SOCKET_FILTER, ProgType.XDP, ProgType.SCHED_CLS,
+                                  ProgType.RAW_TRACEPOINT]))
+def test_any_instruction_gets_the_kernels_verdict(kernel, emulated, insn, preamble, prog_type,
+                                                  differential_tally):
+    program = (PREAMBLE if preamble else b"") + insn + EXIT_0
+    verdicts = [verdict(system, prog_type, program) for system in (kernel, emulated)]
+    differential_tally.add("kernel", "emulated", "verifier: one insn", 1, 1,
+                           int(verdicts[0] != verdicts[1]))
+    assert verdicts[1] == verdicts[0]
+
+
+@pytest.mark.parametrize("program,reason", [
+    (ins(0x61, 0, 1, 0) + ins(0x15, 0, 0, 1, 0) + ins(0x18, 0, 0, 0, 1) + ins(0) + ins(0x95),
+     "jump into the middle of ldimm64 insn 2"),
+    (ins(0xB7, 0, 0, -1, 0) + ins(0x95), "BPF_MOV uses reserved fields"),
+    (ins(0xB7, 0, 0, 0, 0) + ins(0x87, 0, 0, -1, 0) + ins(0x95), "BPF_NEG uses reserved fields"),
+    (ins(0xB4, 10, 10, -32768, 1) + ins(0x95), "BPF_MOV uses reserved fields"),
+])
+def test_malformed_instructions_are_refused_with_the_kernels_reason(backend, program, reason):
+    with pytest.raises(BPFError) as info:
+        backend.close(backend.prog_load(ProgType.SOCKET_FILTER, program))
+    assert info.value.errno == errno.EINVAL
+    assert reason in info.value.log
+
+
+# -- the context: what each program type may read and write, and what a read gives -----------
+# (program type, bytes of its context to try, expected_attach_type)
+CONTEXTS = [
+    (ProgType.SOCKET_FILTER, 200, 0), (ProgType.SCHED_CLS, 200, 0), (ProgType.SCHED_ACT, 200, 0),
+    (ProgType.CGROUP_SKB, 200, 0), (ProgType.LWT_IN, 200, 0), (ProgType.LWT_OUT, 200, 0),
+    (ProgType.LWT_XMIT, 200, 0), (ProgType.SK_SKB, 200, 0), (ProgType.SK_MSG, 88, 0),
+    (ProgType.XDP, 32, 0), (ProgType.XDP, 32, AttachType.XDP_DEVMAP),
+    (ProgType.KPROBE, 176, 0), (ProgType.PERF_EVENT, 192, 0),
+    (ProgType.TRACEPOINT, 72, 0), (ProgType.RAW_TRACEPOINT, 104, 0), (ProgType.SYSCALL, 72, 0),
+]
+_WIDTH = {1: 0x10, 2: 0x08, 4: 0x00, 8: 0x18}
+_MODES = ("load", "load_sx", "store_imm", "store_reg")
+
+
+def ctx_access(size: int, off: int, mode: str) -> bytes | None:
+    """A program making one access of the context (R1) at ``off``, then returning 0."""
+    if mode == "store_imm":
+        return ins(0x62 | _WIDTH[size], 1, 0, off, 1) + EXIT_0
+    if mode == "store_reg":
+        return ins(0xB7, 2, 0, 0, 1) + ins(0x63 | _WIDTH[size], 1, 2, off) + EXIT_0
+    if mode == "load_sx":
+        return None if size == 8 else ins(0x81 | _WIDTH[size], 2, 1, off) + EXIT_0
+    return ins(0x61 | _WIDTH[size], 2, 1, off) + EXIT_0
+
+
+@pytest.mark.parametrize("prog_type,span,attach_type", CONTEXTS,
+                         ids=[c[0].name.lower() + ("-devmap" if c[2] else "") for c in CONTEXTS])
+def test_every_context_access_gets_the_kernels_verdict(kernel, emulated, prog_type, span,
+                                                       attach_type, differential_tally):
+    flags = 1 << 4 if prog_type == ProgType.SYSCALL else 0  # syscall programs are sleepable
+    disagreements = []
+    for off in range(-8, span):
+        for size in (1, 2, 4, 8):
+            for mode in _MODES:
+                program = ctx_access(size, off, mode)
+                if program is None:
+                    continue
+                verdicts = [verdict(system, prog_type, program, prog_flags=flags,
+                                    expected_attach_type=attach_type)
+                            for system in (kernel, emulated)]
+                if verdicts[0] != verdicts[1]:
+                    disagreements.append((off, size, mode, *verdicts))
+    differential_tally.add("kernel", "emulated", "verifier: context", 1, (span + 8) * 15,
+                           len(disagreements))
+    assert not disagreements
+
+
+# A test run's context: a multicast IPv4 frame, a __sk_buff with every field a test run takes
+_FRAME = b"\x01\x00\x5e\x00\x00\x01" + bytes(range(1, 7)) + b"\x08\x00" + bytes(range(46))
+_SK_BUFF = bytearray(192)
+for _off, _value in ((8, 0x11223344), (32, 0x55667788), (36, 1), (40, 1), (48, 0x01020304),
+                     (52, 0xA0B0C0D0), (56, 7), (60, 8), (64, 9), (164, 0x1234),
+                     (176, 0x12345)):
+    struct.pack_into("<I", _SK_BUFF, _off, _value)
+struct.pack_into("<QQ", _SK_BUFF, 152, 0x0102030405060708, 0)
+struct.pack_into("<I", _SK_BUFF, 160, 100)  # wire_len
+struct.pack_into("<Q", _SK_BUFF, 184, 0x1122334455667788)
+_RAW_ARGS = bytes(range(1, 97))
+# program type -> how its test run is called, and whether the value comes back in ctx_out
+# (written to cb[0] and cb[1], low and high half) or as the return value (two runs)
+VALUE_CONTEXTS = {
+    ProgType.SOCKET_FILTER: "skb", ProgType.SCHED_CLS: "skb", ProgType.CGROUP_SKB: "skb",
+    ProgType.LWT_IN: "skb", ProgType.XDP: "xdp", ProgType.RAW_TRACEPOINT: "args",
+    ProgType.SYSCALL: "args",
+}
+
+
+def _read_value(system, prog_type: int, load: bytes) -> int | str:
+    """What a test run's context gives ``load`` (an instruction loading it into r2)."""
+    how = VALUE_CONTEXTS[prog_type]
+    flags = 1 << 4 if prog_type == ProgType.SYSCALL else 0
+    if how == "skb":  # cb[0], cb[1] = low, high half
+        program = (load + ins(0x63, 1, 2, 48) + ins(0x77, 2, 0, 0, 32) + ins(0x63, 1, 2, 52)
+                   + ins(0xB7, 0, 0, 0, 1) + ins(0x95))
+        fd = system.prog_load(prog_type, program)
+        try:
+            run = system.prog_test_run(fd, _FRAME, ctx_in=bytes(_SK_BUFF))
+        finally:
+            system.close(fd)
+        return struct.unpack_from("<Q", run.ctx_out, 48)[0]
+    value = 0
+    for shift in (0, 32):
+        program = load + ins(0xBF, 0, 2) + ins(0x77, 0, 0, 0, shift) + ins(0x95)
+        fd = system.prog_load(prog_type, program, prog_flags=flags)
+        try:
+            if how == "xdp":
+                run = system.prog_test_run(fd, _FRAME)
+            else:
+                run = system.prog_test_run(fd, ctx_in=_RAW_ARGS, ctx_size_out=0, repeat=0,
+                                           data_size_out=0)
+        finally:
+            system.close(fd)
+        value |= run.retval << shift
+    return value
+
+
+_POINTER_FIELDS = {ProgType.XDP: [range(0, 12)]}  # data, data_end, data_meta: addresses
+_SKB_POINTERS = [range(76, 84), range(140, 152), range(168, 176)]  # data(_end), meta, sk
+
+
+@pytest.mark.parametrize("prog_type", sorted(VALUE_CONTEXTS),
+                         ids=[t.name.lower() for t in sorted(VALUE_CONTEXTS)])
+def test_every_context_read_gives_the_kernels_value(kernel, emulated, prog_type,
+                                                    differential_tally):
+    span = {"skb": 192, "xdp": 24, "args": 96}[VALUE_CONTEXTS[prog_type]]
+    pointers = _POINTER_FIELDS.get(prog_type, _SKB_POINTERS
+                                   if VALUE_CONTEXTS[prog_type] == "skb" else [])
+    flags = 1 << 4 if prog_type == ProgType.SYSCALL else 0
+    compared, disagreements = 0, []
+    for off in range(span):
+        if any(off in field for field in pointers):
+            continue
+        for size in (1, 2, 4, 8):
+            for code in (0x61 | _WIDTH[size], 0x81 | _WIDTH[size]):
+                if size == 8 and code & 0xE0 == 0x80:
+                    continue  # no 8-byte sign-extending load
+                load = ins(code, 2, 1, off)
+                if verdict(kernel, prog_type, load + EXIT_0, prog_flags=flags) != "ok":
+                    continue
+                values = [_read_value(system, prog_type, load) for system in (kernel, emulated)]
+                compared += 1
+                if values[0] != values[1]:
+                    disagreements.append((off, size, hex(code), *map(hex, values)))
+    differential_tally.add("kernel", "emulated", "verifier: context values", 1, compared,
+                           len(disagreements))
+    assert compared and not disagreements, disagreements[:40]
+
+
+@pytest.mark.parametrize("prog_type", [ProgType.SOCKET_FILTER, ProgType.SCHED_CLS])
+def test_a_test_runs_skb_has_a_socket(kernel, emulated, prog_type):
+    # r0 = skb->sk != NULL (the NULL check the kernel requires before any use)
+    program = asm("r2 = *(u64 *)(r1 +168)\nr0 = 0\nif r2 == 0 goto +1\nr0 = 1\nexit")
+    for system in (kernel, emulated):
+        fd = system.prog_load(prog_type, program)
+        try:
+            assert system.prog_test_run(fd, _FRAME).retval == 1
+        finally:
+            system.close(fd)
+
+
+# -- helpers and the maps they are given ----------------------------------------------------------
+# (key_size, value_size, max_entries) of each map type both backends create
+HELPER_MAPS = {
+    MapType.HASH: (4, 8, 4), MapType.ARRAY: (4, 8, 4), MapType.PROG_ARRAY: (4, 4, 4),
+    MapType.PERF_EVENT_ARRAY: (4, 4, 4), MapType.PERCPU_HASH: (4, 8, 4),
+    MapType.PERCPU_ARRAY: (4, 8, 4), MapType.LRU_HASH: (4, 8, 4),
+    MapType.LRU_PERCPU_HASH: (4, 8, 4), MapType.LPM_TRIE: (8, 8, 4), MapType.DEVMAP: (4, 4, 4),
+    MapType.SOCKMAP: (4, 4, 4), MapType.CPUMAP: (4, 4, 4), MapType.SOCKHASH: (4, 4, 4),
+    MapType.QUEUE: (0, 8, 4), MapType.STACK: (0, 8, 4), MapType.DEVMAP_HASH: (4, 4, 4),
+    MapType.RINGBUF: (0, 0, 4096), MapType.BLOOM_FILTER: (0, 8, 4),
+}
+_KEY = "r2 = r10\nr2 += -8\n*(u64 *)(r10 -8) = 0\n"
+# helper -> (program with the map's fd to fill in, program type)
+HELPER_CALLS = {
+    "map_lookup_elem": (f"r1 = map[fd:{{fd}}]\n{_KEY}call 1\nr0 = 0\nexit", ProgType.SOCKET_FILTER),
+    "map_lookup_elem, NULL checked": (f"r1 = map[fd:{{fd}}]\n{_KEY}call 1\nif r0 != 0 goto +1\n"
+                                      "exit\nr0 = 0\nexit", ProgType.SOCKET_FILTER),
+    "map_update_elem": (f"r1 = map[fd:{{fd}}]\n{_KEY}*(u64 *)(r10 -16) = 0\nr3 = r10\n"
+                        "r3 += -16\nr4 = 0\ncall 2\nr0 = 0\nexit", ProgType.SOCKET_FILTER),
+    "map_delete_elem": (f"r1 = map[fd:{{fd}}]\n{_KEY}call 3\nr0 = 0\nexit",
+                        ProgType.SOCKET_FILTER),
+    "map_push_elem": (f"r1 = map[fd:{{fd}}]\n{_KEY}r3 = 0\ncall 87\nr0 = 0\nexit",
+                      ProgType.SOCKET_FILTER),
+    "map_pop_elem": ("r1 = map[fd:{fd}]\nr2 = r10\nr2 += -8\ncall 88\nr0 = 0\nexit",
+                     ProgType.SOCKET_FILTER),
+    "map_peek_elem": ("r1 = map[fd:{fd}]\nr2 = r10\nr2 += -8\ncall 89\nr0 = 0\nexit",
+                      ProgType.SOCKET_FILTER),
+    "map_lookup_percpu_elem": (f"r1 = map[fd:{{fd}}]\n{_KEY}r3 = 0\ncall 195\nr0 = 0\nexit",
+                               ProgType.SOCKET_FILTER),
+    "tail_call": ("r2 = map[fd:{fd}]\nr3 = 0\ncall 12\nr0 = 0\nexit", ProgType.SOCKET_FILTER),
+    "redirect_map": ("r1 = map[fd:{fd}]\nr2 = 0\nr3 = 0\ncall 51\nexit", ProgType.XDP),
+    "sk_redirect_map": ("r2 = map[fd:{fd}]\nr3 = 0\nr4 = 0\ncall 52\nexit", ProgType.SK_SKB),
+    "sk_redirect_hash": ("r2 = map[fd:{fd}]\nr3 = r10\nr3 += -8\n*(u64 *)(r10 -8) = 0\nr4 = 0\n"
+                         "call 72\nexit", ProgType.SK_SKB),
+    "trace_printk, R1 the context": ("r2 = 8\ncall 6\nr0 = 0\nexit", ProgType.SOCKET_FILTER),
+    "map_lookup_elem, R1 the context": (f"{_KEY}call 1\nr0 = 0\nexit", ProgType.SOCKET_FILTER),
+    "map_lookup_elem, a key past the frame": ("r1 = map[fd:{fd}]\nr2 = r10\nr2 += -2\ncall 1\n"
+                                              "r0 = 0\nexit", ProgType.SOCKET_FILTER),
+    "xdp_adjust_head, a modified context": ("r1 += 8\nr2 = 0\ncall 44\nr0 = 0\nexit",
+                                            ProgType.XDP),
+}
+
+
+@pytest.mark.parametrize("call", sorted(HELPER_CALLS))
+def test_a_helper_takes_the_arguments_and_maps_the_kernel_lets_it(kernel, emulated, call,
+                                                                   differential_tally):
+    """Argument types, the memory a key or value lies in, which map types each helper
+    takes (check_map_func_compatibility), and socket references a lookup holds."""
+    text, prog_type = HELPER_CALLS[call]
+    disagreements = []
+    for map_type, (key_size, value_size, entries) in HELPER_MAPS.items():
+        verdicts = []
+        for system in (kernel, emulated):  # a fresh map: the kernel ties some to a program type
+            fd = system.map_create(map_type, key_size, value_size, entries,
+                                   map_flags=1 if map_type == MapType.LPM_TRIE else 0)
+            try:
+                verdicts.append(verdict(system, prog_type, asm(text.format(fd=fd))))
+            finally:
+                system.close(fd)
+        if verdicts[0] != verdicts[1]:
+            disagreements.append((map_type.name, *verdicts))
+    differential_tally.add("kernel", "emulated", "verifier: helpers", 1, len(HELPER_MAPS),
+                           len(disagreements))
+    assert not disagreements
