@@ -27,3 +27,15 @@ def errno_of(fn: Callable, *args, **kwargs) -> int:
     except OSError as exc:
         return exc.errno
     return 0
+
+
+def op_errno(op: Callable, *args) -> int:
+    """0 when an emulated map op succeeds, else the errno of the KernelError it raised: the
+    negated return value a program's helper call gets."""
+    from pybpf.errors import KernelError
+
+    try:
+        op(*args)
+    except KernelError as exc:
+        return exc.errno
+    return 0

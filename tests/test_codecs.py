@@ -239,3 +239,19 @@ def test_map_fd_codec_takes_fd_or_object_with_fd():
         c.encode(-1)
     with pytest.raises(TypeError, match="a map-in-map value is a Map"):
         c.encode("x")
+
+
+@pytest.mark.parametrize("prefixlen", [2**40, 2**32, -1, "8", 8.0])
+def test_lpm_key_prefixlen_outside_u32_is_a_value_error(prefixlen):
+    from pybpf.codecs import LpmKey
+
+    with pytest.raises(ValueError, match="prefixlen is a u32"):
+        LpmKey(4).encode((prefixlen, b"\0" * 4))
+
+
+@pytest.mark.parametrize("fd", [2**31, 2**63])
+def test_map_fd_codec_refuses_what_cannot_be_an_fd(fd):
+    from pybpf.codecs import MapFdCodec
+
+    with pytest.raises(ValueError, match="is not an fd"):
+        MapFdCodec().encode(fd)

@@ -273,7 +273,7 @@ def test_every_readme_python_example_runs_as_written(kernel, monkeypatch, capsys
     import re
 
     monkeypatch.setenv("PYBPF_BACKEND", backend_name)
-    monkeypatch.setattr("pybpf.maps._default_system", None)
+    monkeypatch.setattr("pybpf.backends._default_system", None)
     readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
     assert len(blocks) >= 4

@@ -4,6 +4,7 @@ Two backends behind one bpf(2)-shaped interface (``pybpf.system``): the real ker
 ctypes, and an emulation of the map subsystem in user space.
 """
 
+from .backends import system
 from .errors import (
     BPFError,
     BPFPermissionError,
@@ -13,7 +14,7 @@ from .errors import (
     NotSupportedError,
     VerifierError,
 )
-from .system import System, system
+from .system import System
 from .uapi import MapFlags, MapType
 
 __all__ = [

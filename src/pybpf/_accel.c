@@ -2,18 +2,19 @@
  * pybpf._accel: the optional C accelerator of the Map layer.
  *
  * Rules it keeps:
- * - It is optional: pybpf works without it (src/pybpf/maps.py has a pure-Python twin of
+ * - It is optional: pybpf works without it (src/pybpf/mapcore.py has a pure-Python twin of
  *   MapCore), and PYBPF_NO_ACCEL=1 turns it off. Both paths give the same bytes and errno.
  * - MapCore is the base class of pybpf.maps.Map: m[k], m[k] = v, del m[k] and k in m run
- *   here without a Python frame. Mode KERNEL calls bpf(2) directly on the fd; mode TABLE
- *   reads a backend's live dict (System.fast_ops().table); mode SLOW calls the backend's
- *   Python callables. Errors are built by the Map's own _error(errno, command[, count]), so
- *   they are exactly the exceptions of the pure-Python path.
+ *   here without a Python frame, on what the System's FastOps capability offers: mode
+ *   KERNEL calls bpf(2) directly on its bpf_fd; mode TABLE reads its live table; mode SLOW
+ *   calls its callables. Errors are built by the Map's own _error(errno, command[, count])
+ *   (the capability's error), so they are exactly the exceptions of the pure-Python path.
  * - Codecs of kind BYTES and (U)INT up to 8 bytes run natively; any other codec, or a value
  *   the native path cannot take, goes through the Python codec (which also writes the
  *   error messages).
  * - The module functions are thin bpf(2) wrappers for the benchmarks and for batches into
- *   preallocated buffers; batch calls release the GIL.
+ *   preallocated buffers (the kernel backend's FastOps offers them); batch calls release
+ *   the GIL.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -52,7 +53,7 @@ enum {
 
 /* Codec kinds: pybpf.codecs.KIND_*. */
 enum { KIND_GENERIC = 0, KIND_BYTES = 1, KIND_UINT = 2, KIND_INT = 3 };
-/* Core modes: pybpf.maps.MODE_*. */
+/* Core modes: pybpf.mapcore.MODE_*. */
 enum { MODE_SLOW = 0, MODE_KERNEL = 1, MODE_TABLE = 2 };
 
 /* union bpf_attr for the *_ELEM commands and for the batch commands. */

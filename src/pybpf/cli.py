@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from . import __version__
 from .errors import BPFError
-from .uapi import PERCPU_MAP_TYPES, MapType, round_up
+from .uapi import MapType, map_traits, round_up
 
 BACKENDS = ("kernel", "emulated")
 
@@ -109,7 +109,7 @@ def maps_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespac
 
 
 def run_maps(args: argparse.Namespace) -> int:
-    from .system import system
+    from .backends import system
 
     try:
         sys_ = system(args.backend)
@@ -275,7 +275,7 @@ def bpftool_show(m) -> str:
 
 def _entry_plain(info, key: bytes, value: bytes, ncpus: int) -> str:
     """print_entry_plain."""
-    if info.type not in PERCPU_MAP_TYPES:
+    if not map_traits(info.type).percpu:
         break_names = info.key_size > 16 or info.value_size > 16
         single_line = info.key_size + info.value_size <= 24 and not break_names
         text = ""
@@ -297,9 +297,7 @@ def _entry_plain(info, key: bytes, value: bytes, ncpus: int) -> str:
 
 def _entry_error(info, key: bytes, err: int) -> str | None:
     """print_entry_error: fd maps skip ENOENT silently."""
-    from .uapi import FD_VALUE_MAP_TYPES
-
-    if info.type in FD_VALUE_MAP_TYPES and err == errno.ENOENT:
+    if map_traits(info.type).fd_values and err == errno.ENOENT:
         return None
     msg = "<no entry>" if err == errno.ENOENT else os.strerror(err)
     break_names = info.key_size > 16 or len(msg) > 16
@@ -370,7 +368,6 @@ def bpftool_show_json(m) -> dict:
 
 def bpftool_dump_json(m) -> list[dict]:
     """`bpftool -j map dump`: one object per element (per-CPU: "values" by CPU)."""
-    from .uapi import FD_VALUE_MAP_TYPES
 
     info = m.info()
     system, fd = m.system, m.fd
@@ -384,10 +381,10 @@ def bpftool_dump_json(m) -> list[dict]:
         try:
             value = system.map_lookup_elem(fd, key)
         except OSError as exc:
-            if not (info.type in FD_VALUE_MAP_TYPES and exc.errno == errno.ENOENT):
+            if not (map_traits(info.type).fd_values and exc.errno == errno.ENOENT):
                 out.append({"key": hex_json(key), "value": {"error": os.strerror(exc.errno)}})
             continue
-        if info.type in PERCPU_MAP_TYPES:
+        if map_traits(info.type).percpu:
             out.append({"key": hex_json(key), "values": [
                 {"cpu": cpu, "value": hex_json(value[cpu * step:cpu * step + info.value_size])}
                 for cpu in range(system.num_possible_cpus)]})

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import array
 import ctypes
+import ipaddress
 import struct
 import sys
 from collections.abc import Iterable, Sequence
@@ -392,6 +393,8 @@ class MapFdCodec(Codec):
                             f"{type(obj).__name__}")
         if fd < 0:
             raise ValueError("the inner map is closed (fd -1): keep it open while inserting")
+        if fd >= 1 << 31:
+            raise ValueError(f"{fd} is not an fd (fds are below 2**31)")
         return fd.to_bytes(4, "little")
 
     def decode(self, data: bytes) -> int:
@@ -457,3 +460,51 @@ def _suggest(size: int) -> str:
 def Int(size: int, signed: bool = False) -> IntCodec:  # noqa: N802 - reads like a type
     """A little-endian integer codec: ``Int(8, signed=True)``."""
     return IntCodec(size, signed)
+
+
+class LpmKey(Codec):
+    """struct bpf_lpm_trie_key_u8: u32 prefixlen (host order) then ``data_size`` bytes.
+
+    Encodes ``(prefixlen, data)``, an ``ipaddress`` network (when its size fits), or raw
+    bytes; decodes to ``(prefixlen, data)``.
+    """
+
+    def __init__(self, data_size: int) -> None:
+        if not isinstance(data_size, int) or isinstance(data_size, bool):
+            raise TypeError(f"an LPM trie's data_size is the byte count after the prefixlen "
+                            f"(4 for IPv4, 16 for IPv6), got {data_size!r}")
+        if data_size <= 0:
+            raise ValueError(f"an LPM trie key needs data after the 4-byte prefixlen "
+                             f"(key_size >= 5), got data size {data_size}")
+        self.data_size = data_size
+        self.size = 4 + data_size
+
+    def encode(self, obj: Any) -> bytes:
+        if isinstance(obj, bytes | bytearray) and len(obj) == self.size:
+            return bytes(obj)
+        if isinstance(obj, ipaddress.IPv4Network | ipaddress.IPv6Network):
+            obj = (obj.prefixlen, obj.network_address.packed)
+        if isinstance(obj, tuple) and len(obj) == 2:
+            prefixlen, data = obj
+            data = bytes(data)
+            if len(data) != self.data_size:
+                raise ValueError(f"LPM key data must be {self.data_size} bytes, got "
+                                 f"{len(data)}")
+            if not isinstance(prefixlen, int) or not 0 <= prefixlen < 1 << 32:
+                raise ValueError(f"an LPM prefixlen is a u32 (at most the key's "
+                                 f"{8 * self.data_size} bits), got {prefixlen!r}")
+            return prefixlen.to_bytes(4, "little") + data
+        raise TypeError(f"an LPM key is (prefixlen, {self.data_size} data bytes), an "
+                        f"ipaddress network or {self.size} raw bytes, got {obj!r}")
+
+    def decode(self, data: bytes) -> tuple[int, bytes]:
+        return int.from_bytes(data[:4], "little"), bytes(data[4:])
+
+    def __eq__(self, other):
+        return isinstance(other, LpmKey) and other.data_size == self.data_size
+
+    def __hash__(self):
+        return hash(("lpm", self.data_size))
+
+    def describe(self) -> str:
+        return f"lpm key ({self.data_size} data bytes)"

@@ -6,10 +6,10 @@ Rules this module keeps:
 - Semantic subclasses can be caught by type: ``KeyNotFoundError`` (also a ``KeyError``, so
   ``m[k]`` behaves like a dict), ``KeyExistsError``, ``MapFullError``,
   ``NotSupportedError``, ``BPFPermissionError`` (also a ``PermissionError``).
-- One function, ``bpf_error``, builds them; both backends go through it, so the same failure
-  reads the same whichever backend raised it.
-- Emulated internals raise the light ``KernelError(errno, detail)``; the emulated system turns
-  it into a ``BPFError`` at its boundary, adding the command and the map.
+- One function, ``bpf_error``, builds them, called at one boundary (``pybpf.system.System``),
+  so the same failure reads the same whichever backend raised it.
+- Backends raise the light ``KernelError(errno, detail)``; ``System`` turns it into a
+  ``BPFError``, adding the command and the map.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import errno as _errno
 import os
 
-from .uapi import ENOTSUPP, MapType, ProgType
+from .uapi import ENOTSUPP, MapType, ProgType, map_traits
 
 
 class BPFError(OSError):
@@ -95,13 +95,19 @@ class ProgramFault(BPFError):
 
 
 class KernelError(Exception):
-    """Internal to the emulated backend: an errno and a detail, before the boundary."""
+    """A backend's failure before the public boundary (``System``): the errno, a detail, and
+    for batch commands ``count`` (elements done first), for program loads the verifier
+    ``log`` (None when no verifier ran). ``System`` turns it into a ``BPFError`` naming the
+    command and the object (a ``VerifierError`` when there is a log)."""
 
-    __slots__ = ("errno", "detail")
+    __slots__ = ("errno", "detail", "count", "log")
 
-    def __init__(self, err: int, detail: str = "") -> None:
+    def __init__(self, err: int, detail: str = "", *, count: int | None = None,
+                 log: str | None = None) -> None:
         self.errno = err
         self.detail = detail
+        self.count = count
+        self.log = log
 
     def __str__(self) -> str:
         return f"{errno_name(self.errno)}: {self.detail}"
@@ -129,17 +135,12 @@ PERMISSION_HINT = ("run as root or with CAP_BPF (and CAP_NET_ADMIN / CAP_SYS_ADM
                    "PYBPF_BACKEND=emulated")
 
 
-# Map types whose keys are u32 indices below max_entries (map_description's first word).
-_INDEX_MAP_KINDS = frozenset({"array", "percpu_array", "prog_array", "perf_event_array",
-                              "cgroup_array", "array_of_maps", "devmap", "cpumap", "xskmap",
-                              "sockmap"})
-
-
 def _likely_cause(err: int, command: str, map_kind: str = "") -> tuple[type[BPFError], str]:
     """The exception class and a short hint for an errno from a command on a map of
     ``map_kind`` (a MapType name in lower case, or "")."""
     elem = command in _ELEMENT_COMMANDS
-    index_map = map_kind in _INDEX_MAP_KINDS
+    kind = MapType.__members__.get(map_kind.upper())
+    index_map = kind is not None and map_traits(kind).indexed
     if err == _errno.ENOENT:
         if command == "map_get_next_key":
             return KeyNotFoundError, "no next key: the iteration is at its end or the map is empty"

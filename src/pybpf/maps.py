@@ -13,44 +13,44 @@ Rules this module keeps:
 - Keys and values go through codecs (``pybpf.codecs``), checked against the map's sizes when
   the map is opened. Per-CPU maps give ``PerCpuValue``; map-in-map values are ``Map``s on
   update and ids on lookup.
-- The hot element ops (``m[k]``, ``m[k] = v``, ``del m[k]``, ``k in m``) run in a small core:
-  the C accelerator ``pybpf._accel`` when it was built (direct bpf(2) on the kernel backend,
-  the backend's ``FastOps`` on others), else the pure-Python ``_PyMapCore`` below. Both give
-  the same results and errors; ``PYBPF_NO_ACCEL=1`` forces the pure-Python core.
+- The hot element ops (``m[k]``, ``m[k] = v``, ``del m[k]``, ``k in m``) and the batches run
+  on what the System hands out for the fd (``System.fast_ops``, a ``FastOps`` capability),
+  never on a branch on the backend's name: bpf(2) made in C where the capability offers an
+  fd for it, a live table where it offers one, else its callables (``pybpf.mapcore``: the C
+  accelerator's core when it was built, else its pure-Python twin; both give the same
+  results and errors; ``PYBPF_NO_ACCEL=1`` forces the pure-Python core).
 """
 
 from __future__ import annotations
 
 import collections.abc
 import enum
-import errno
-import functools
-import ipaddress
-import os
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from . import codecs as _codecs
+from .accelerator import ACCEL, accelerated
+from .backends import resolve_system
+from .batches import BatchCursor
 from .codecs import (
-    KIND_BYTES,
     Codec,
     CodecSpec,
+    LpmKey,
     MapFdCodec,
     PerCpuCodec,
     PerCpuValue,
     make_codec,
 )
-from .errors import BPFError, KeyNotFoundError, bpf_error, map_description
-from .system import MapInfo, System
-from .system import system as _make_system
+from .errors import BPFError, KeyNotFoundError, map_description
+from .mapcore import MODE_KERNEL, MODE_SLOW, MODE_TABLE, MapCore
+from .system import FastOps, MapInfo, System
 from .uapi import (
     BPF_F_NO_PREALLOC,
     BPF_F_NUMA_NODE,
-    FD_VALUE_MAP_TYPES,
-    PERCPU_MAP_TYPES,
     MapType,
+    map_traits,
     syscall_value_size,
 )
 
@@ -88,16 +88,6 @@ def update_flags(flags: UpdateFlags | int | str) -> int:
                              "use UpdateFlags (ANY, NOEXIST, EXIST, LOCK) or their names")
         return int(flags)
     raise TypeError(f"update flags must be UpdateFlags, an int or a name, got {flags!r}")
-
-
-# Maps whose keys are u32 indices: their default key codec is int.
-_INDEX_KEY_TYPES = frozenset({
-    MapType.ARRAY, MapType.PERCPU_ARRAY, MapType.PROG_ARRAY, MapType.PERF_EVENT_ARRAY,
-    MapType.CGROUP_ARRAY, MapType.ARRAY_OF_MAPS, MapType.DEVMAP, MapType.CPUMAP,
-    MapType.XSKMAP, MapType.SOCKMAP})
-# fd arrays: every index iterates, but an empty slot has no value (skipped, as bpftool does).
-_SPARSE_TYPES = frozenset(FD_VALUE_MAP_TYPES | {MapType.DEVMAP, MapType.CPUMAP,
-                                                 MapType.XSKMAP, MapType.SOCKMAP})
 
 
 @dataclass(frozen=True)
@@ -156,103 +146,6 @@ class MapSpec:
                    flags=info.map_flags, name=info.name, map_extra=info.map_extra)
 
 
-_default_system: System | None = None
-
-
-def default_system() -> System:
-    """``pybpf.system()`` made once and shared by every Map that is given no system."""
-    global _default_system
-    if _default_system is None:
-        _default_system = _make_system()
-    return _default_system
-
-
-def resolve_system(system: System | None) -> System:
-    """``system``, or the shared default for None; anything else is a TypeError."""
-    if system is None:
-        return default_system()
-    if not isinstance(system, System):
-        raise TypeError(f"system must be a System, e.g. pybpf.system({system!r}) or "
-                        f"pybpf.system('emulated'), got {type(system).__name__}"
-                        if isinstance(system, str) else
-                        f"system must be a System (pybpf.system(...)), got "
-                        f"{type(system).__name__}")
-    return system
-
-
-# -- the hot-path core ----------------------------------------------------------------------
-
-MODE_SLOW, MODE_KERNEL, MODE_TABLE = 0, 1, 2
-
-
-class _PyMapCore:
-    """Pure-Python twin of ``_accel.MapCore``: the element ops behind ``m[k]`` and friends."""
-
-    def _core_setup(self, mode: int, fd: int, key_size: int, value_size: int, key_kind: int,
-                    value_kind: int, key_encode, value_encode, value_decode, table,
-                    lookup, update, delete) -> None:
-        if mode == MODE_TABLE:
-            lookup = _table_lookup(table, lookup)
-        self._c_lookup = lookup
-        self._c_update = update
-        self._c_delete = delete
-        self._c_kenc = key_encode
-        self._c_venc = value_encode
-        self._c_vdec = bytes if value_kind == KIND_BYTES else value_decode
-
-    def __getitem__(self, key):
-        return self._c_vdec(self._c_lookup(self._c_kenc(key)))
-
-    def __contains__(self, key) -> bool:
-        try:
-            self._c_lookup(self._c_kenc(key))
-        except KeyError:
-            return False
-        return True
-
-    def __setitem__(self, key, value) -> None:
-        self._c_update(self._c_kenc(key), self._c_venc(value), 0)
-
-    def __delitem__(self, key) -> None:
-        self._c_delete(self._c_kenc(key))
-
-    def _update(self, key, value, flags: int) -> None:
-        self._c_update(self._c_kenc(key), self._c_venc(value), flags)
-
-
-def _table_lookup(table: dict, backend_lookup):
-    """A lookup that reads ``table``; a missing key goes to the backend, which raises the
-    error (no reference to the Map: its fd must close as soon as it is dropped)."""
-    get = table.get
-
-    def lookup(key: bytes) -> bytes:
-        value = get(key)
-        if value is None:
-            return backend_lookup(key)
-        return bytes(value)
-
-    return lookup
-
-
-def _load_accel():
-    if os.environ.get("PYBPF_NO_ACCEL"):
-        return None
-    try:
-        from . import _accel
-    except ImportError:
-        return None
-    return _accel
-
-
-_accel = _load_accel()
-_MapCore: type = _accel.MapCore if _accel is not None else _PyMapCore
-
-
-def accelerated() -> bool:
-    """True when the C accelerator is in use (built, and PYBPF_NO_ACCEL not set)."""
-    return _accel is not None
-
-
 def _close_fd(system: System, fd: int) -> None:
     try:
         system.close(fd)
@@ -260,7 +153,7 @@ def _close_fd(system: System, fd: int) -> None:
         pass  # already gone (the system itself was torn down)
 
 
-class Map(_MapCore, collections.abc.MutableMapping):
+class Map(MapCore, collections.abc.MutableMapping):
     """A live BPF map: owns one fd on one System.
 
     ``Map(spec, system=None, key=None, value=None)`` creates the map (``system`` defaults to
@@ -340,28 +233,26 @@ class Map(_MapCore, collections.abc.MutableMapping):
         self.name = spec.name
         self.key_codec, self.value_codec = codecs
         self._vsize = syscall_value_size(spec.type, spec.value_size, system.num_possible_cpus)
-        self._sparse = spec.type in _SPARSE_TYPES
+        # Every index iterates, but an empty slot has no value (skipped, as bpftool does).
+        self._sparse = map_traits(spec.type).sparse
         self._finalizer = weakref.finalize(self, _close_fd, system, fd)
         self._setup_core()
 
     def _setup_core(self) -> None:
         kc, vc, fd = self.key_codec, self.value_codec, self.fd
-        table = None
-        lookup = None
-        # m[k] = v and del m[k] call the backend directly (the C core: no Python frame)
-        update = functools.partial(self.system.map_update_elem, fd)
-        delete = functools.partial(self.system.map_delete_elem, fd)
-        if fd < 0:  # closed: every op goes to the backend, which answers EBADF
-            mode, lookup = MODE_SLOW, functools.partial(self.system.map_lookup_elem, fd)
-        elif _accel is not None and self.system.name == "kernel":
-            mode = MODE_KERNEL
+        if fd < 0:  # closed: every op goes to the System, which answers EBADF
+            ops = System.fast_ops(self.system, fd)
         else:
             ops = self.system.fast_ops(fd)
+        self._ops: FastOps = ops
+        if ops.bpf_fd is not None and ACCEL is not None:
+            mode = MODE_KERNEL
+        else:
             mode = MODE_TABLE if ops.table is not None else MODE_SLOW
-            table, lookup = ops.table, ops.lookup
         self._core_mode = mode
+        # m[k] = v and del m[k] call the capability directly (the C core: no Python frame)
         self._core_setup(mode, fd, kc.size, self._vsize, kc.kind, vc.kind, kc.encode,
-                         vc.encode, vc.decode, table, lookup, update, delete)
+                         vc.encode, vc.decode, ops.table, ops.lookup, ops.update, ops.delete)
 
     # -- lifetime ----------------------------------------------------------------------------
     def close(self) -> None:
@@ -400,8 +291,9 @@ class Map(_MapCore, collections.abc.MutableMapping):
                 f"value {self.value_size}B max_entries {self.max_entries}>")
 
     def _error(self, err: int, command: str, count: int | None = None) -> BPFError:
-        """The public error for ``err`` from ``command`` on this map (also used by _accel)."""
-        return bpf_error(err, command, map=self.describe(), count=count)
+        """The System's error for ``err`` from ``command`` made through the capability (the
+        C accelerator calls this)."""
+        return self._ops.error(err, command, count)
 
     # -- byte-level ops (the slow path of the core, and the non-hot commands) ---------------
     def _update_bytes(self, key: bytes | None, value: bytes, flags: int) -> None:
@@ -553,22 +445,22 @@ class Map(_MapCore, collections.abc.MutableMapping):
 
     def _write_batch(self, command: str, kbuf: bytes, vbuf: bytes | None, count: int,
                      elem_flags: int) -> int:
-        if self._core_mode == MODE_KERNEL:
+        ops = self._ops
+        if vbuf is None and ops.delete_batch is not None:
+            err, done = ops.delete_batch(self.key_size, kbuf, count, elem_flags, 0)
+        elif vbuf is not None and ops.update_batch is not None:
+            err, done = ops.update_batch(self.key_size, self._vsize, kbuf, vbuf, count,
+                                         elem_flags, 0)
+        else:
+            ks, vs = self.key_size, self._vsize
+            keys = [kbuf[i * ks:(i + 1) * ks] for i in range(count)]
             if vbuf is None:
-                err, done = _accel.delete_batch(self.fd, self.key_size, kbuf, count,
-                                                elem_flags, 0)
-            else:
-                err, done = _accel.update_batch(self.fd, self.key_size, self._vsize, kbuf,
-                                                vbuf, count, elem_flags, 0)
-            if err:
-                raise self._error(err, command, count=done)
-            return done
-        ks, vs = self.key_size, self._vsize
-        keys = [kbuf[i * ks:(i + 1) * ks] for i in range(count)]
-        if vbuf is None:
-            return self.system.map_delete_batch(self.fd, keys, elem_flags)
-        values = [vbuf[i * vs:(i + 1) * vs] for i in range(count)]
-        return self.system.map_update_batch(self.fd, keys, values, elem_flags)
+                return self.system.map_delete_batch(self.fd, keys, elem_flags)
+            values = [vbuf[i * vs:(i + 1) * vs] for i in range(count)]
+            return self.system.map_update_batch(self.fd, keys, values, elem_flags)
+        if err:
+            raise self._error(err, command, count=done)
+        return done
 
 
 class _ItemsView(collections.abc.ItemsView):
@@ -586,88 +478,6 @@ class _ValuesView(collections.abc.ValuesView):
             yield vdec(value)
 
 
-class BatchCursor:
-    """A walk over a map with BPF_MAP_LOOKUP_BATCH (``delete=True``: LOOKUP_AND_DELETE_BATCH).
-
-    It keeps the in/out token between calls (``max(key_size, 4)`` bytes: a bucket index for
-    hash maps, a key for the others), treats ENOENT as the end (with the elements that came
-    with it), and on ENOSPC (a hash bucket larger than the chunk) doubles the chunk and
-    retries. ``next()`` gives one chunk; iterating gives chunks until the end. Keys and
-    values come as lists, or with ``arrays=True`` as ``Codec.decode_array`` gives them
-    (``array.array`` for int codecs).
-    """
-
-    def __init__(self, m: Map, *, delete: bool = False, chunk: int = 256,
-                 arrays: bool = False) -> None:
-        if not isinstance(chunk, int) or isinstance(chunk, bool):
-            raise TypeError(f"chunk must be an int (elements per batch call), got {chunk!r}")
-        if chunk <= 0:
-            raise ValueError(f"chunk must be positive, got {chunk}")
-        self.map = m
-        self.delete = delete
-        self.arrays = arrays
-        self.chunk = chunk
-        self.token: bytes | None = None
-        self.done = False
-        self._command = "map_lookup_and_delete_batch" if delete else "map_lookup_batch"
-        self._bufs: tuple[bytearray, bytearray] | None = None
-
-    def __iter__(self) -> Iterator[tuple[Sequence, Sequence]]:
-        while not self.done:
-            keys, values = self.next()
-            if keys:
-                yield keys, values
-
-    def next(self, chunk: int | None = None) -> tuple[Sequence, Sequence]:
-        """One batch of up to ``chunk`` elements: (keys, values), decoded."""
-        if chunk is not None:
-            self.chunk = chunk
-        if self.done:
-            return [], []
-        m = self.map
-        while True:
-            try:
-                return self._batch()
-            except BPFError as exc:
-                if exc.errno != errno.ENOSPC or self.chunk >= max(m.max_entries, 1):
-                    raise
-                self.chunk = min(self.chunk * 2, max(m.max_entries, 1))
-
-    def _batch(self) -> tuple[Sequence, Sequence]:
-        m = self.map
-        chunk = self.chunk
-        kc, vc = m.key_codec, m.value_codec
-        if self.arrays:
-            kdec, vdec, kkind, vkind = kc.decode_array, vc.decode_array, 0, 0
-        else:
-            kdec, vdec, kkind, vkind = kc.decode_many, vc.decode_many, kc.kind, vc.kind
-        if m._core_mode == MODE_KERNEL:
-            bufs = self._bufs
-            if bufs is None or len(bufs[0]) < chunk * m.key_size or \
-                    len(bufs[1]) < chunk * m._vsize:
-                bufs = self._bufs = (bytearray(chunk * m.key_size), bytearray(chunk * m._vsize))
-            # The accelerator decodes int keys and values into lists itself (None: decode
-            # here).
-            err, count, token, keys, values = _accel.lookup_batch(
-                m.fd, self.delete, self.token, m.key_size, m._vsize, bufs[0], bufs[1], chunk,
-                0, 0, kkind, vkind)
-            if err and err != errno.ENOENT:
-                raise m._error(err, self._command, count=count)
-            self.done = err == errno.ENOENT
-            if token is not None:
-                self.token = token
-            return (kdec(bufs[0], count) if keys is None else keys,
-                    vdec(bufs[1], count) if values is None else values)
-        batch = (m.system.map_lookup_and_delete_batch if self.delete
-                 else m.system.map_lookup_batch)
-        result = batch(m.fd, self.token, chunk)
-        self.done = result.end
-        if result.out_batch is not None:
-            self.token = result.out_batch
-        count = len(result.keys)
-        return kdec(b"".join(result.keys), count), vdec(b"".join(result.values), count)
-
-
 def _codecs_for(spec: MapSpec, system: System, key: CodecSpec,
                 value: CodecSpec) -> tuple[Codec, Codec]:
     """The key and value codecs of a map of ``spec`` on ``system`` (``key``/``value``
@@ -675,15 +485,16 @@ def _codecs_for(spec: MapSpec, system: System, key: CodecSpec,
     otherwise; fd maps take Maps and give ids; per-CPU values are PerCpuValues)."""
     key = key if key is not None else spec.key
     value = value if value is not None else spec.value
-    if key is None and spec.type in _INDEX_KEY_TYPES:
+    traits = map_traits(spec.type)
+    if key is None and traits.indexed:
         key = int
     if key is None and spec.type == MapType.LPM_TRIE and spec.key_size > 4:
         key = LpmKey(spec.key_size - 4)
     key_codec = make_codec(key, spec.key_size, "key")
     ncpus = system.num_possible_cpus
-    if spec.type in FD_VALUE_MAP_TYPES and value is None:
+    if traits.fd_values and value is None:
         value_codec: Codec = MapFdCodec()
-    elif spec.type in PERCPU_MAP_TYPES:
+    elif traits.percpu:
         value_codec = PerCpuCodec(make_codec(value, spec.value_size, "value"), ncpus)
     else:
         value_codec = make_codec(value, syscall_value_size(spec.type, spec.value_size, ncpus),
@@ -695,7 +506,6 @@ def _create(spec: MapSpec, system: System) -> int:
     node = spec.numa_node
     if node == "auto":
         node = system.topology.cpu_node[system.current_cpu()]
-    numa = 0 if node is None else (node & 0xFFFFFFFF)
     inner = spec.inner_map
     template: Map | None = None
     if isinstance(inner, MapSpec):
@@ -708,58 +518,11 @@ def _create(spec: MapSpec, system: System) -> int:
     try:
         return system.map_create(int(spec.type), spec.key_size, spec.value_size,
                                  spec.max_entries, map_flags=spec.map_flags,
-                                 inner_map_fd=inner_fd, numa_node=numa,
+                                 inner_map_fd=inner_fd, numa_node=node or 0,
                                  map_name=spec.name.encode(), map_extra=spec.map_extra)
     finally:
         if template is not None:
             template.close()
-
-
-# -- LPM trie keys --------------------------------------------------------------------------
-
-class LpmKey(Codec):
-    """struct bpf_lpm_trie_key_u8: u32 prefixlen (host order) then ``data_size`` bytes.
-
-    Encodes ``(prefixlen, data)``, an ``ipaddress`` network (when its size fits), or raw
-    bytes; decodes to ``(prefixlen, data)``.
-    """
-
-    def __init__(self, data_size: int) -> None:
-        if not isinstance(data_size, int) or isinstance(data_size, bool):
-            raise TypeError(f"an LPM trie's data_size is the byte count after the prefixlen "
-                            f"(4 for IPv4, 16 for IPv6), got {data_size!r}")
-        if data_size <= 0:
-            raise ValueError(f"an LPM trie key needs data after the 4-byte prefixlen "
-                             f"(key_size >= 5), got data size {data_size}")
-        self.data_size = data_size
-        self.size = 4 + data_size
-
-    def encode(self, obj: Any) -> bytes:
-        if isinstance(obj, bytes | bytearray) and len(obj) == self.size:
-            return bytes(obj)
-        if isinstance(obj, ipaddress.IPv4Network | ipaddress.IPv6Network):
-            obj = (obj.prefixlen, obj.network_address.packed)
-        if isinstance(obj, tuple) and len(obj) == 2:
-            prefixlen, data = obj
-            data = bytes(data)
-            if len(data) != self.data_size:
-                raise ValueError(f"LPM key data must be {self.data_size} bytes, got "
-                                 f"{len(data)}")
-            return int(prefixlen).to_bytes(4, "little") + data
-        raise TypeError(f"an LPM key is (prefixlen, {self.data_size} data bytes), an "
-                        f"ipaddress network or {self.size} raw bytes, got {obj!r}")
-
-    def decode(self, data: bytes) -> tuple[int, bytes]:
-        return int.from_bytes(data[:4], "little"), bytes(data[4:])
-
-    def __eq__(self, other):
-        return isinstance(other, LpmKey) and other.data_size == self.data_size
-
-    def __hash__(self):
-        return hash(("lpm", self.data_size))
-
-    def describe(self) -> str:
-        return f"lpm key ({self.data_size} data bytes)"
 
 
 # -- typed convenience classes ----------------------------------------------------------------

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .asm import Assembly, Item, assemble, assemble_text, decode, encode
+from .backends import resolve_system
 from .errors import bpf_error
 from .system import ProgInfo, System, TestRun
 from .uapi import ProgType
@@ -132,8 +133,6 @@ class Program:
         ``maps`` binds map names used in the instructions (over ``spec.maps``).
         ``log_level`` > 0 asks for a verifier log even when the load succeeds.
         """
-        from .maps import resolve_system
-
         system = resolve_system(system)
         bindings = {**spec.maps, **(maps or {})}
         insns, keep = _resolve_maps(spec.assembly(), system, bindings)
@@ -148,16 +147,12 @@ class Program:
         """Wrap an open program fd; the Program takes ownership and closes it."""
         if not isinstance(fd, int) or isinstance(fd, bool):
             raise TypeError(f"Program.from_fd needs an open program fd (an int), got {fd!r}")
-        from .maps import resolve_system
-
         system = resolve_system(system)
         return cls(system, fd)
 
     @classmethod
     def from_id(cls, prog_id: int, system: System | None = None) -> Program:
         """Open the program with this id (BPF_PROG_GET_FD_BY_ID)."""
-        from .maps import resolve_system
-
         system = resolve_system(system)
         return cls(system, system.prog_get_fd_by_id(prog_id))
 

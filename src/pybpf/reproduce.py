@@ -45,7 +45,7 @@ def reproduce_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Nam
 
 
 def run(ns: argparse.Namespace) -> int:
-    from .system import default_backend
+    from .backends import default_backend
 
     backend = ns.backend or default_backend()
     if backend != "kernel":

@@ -1,26 +1,72 @@
-"""The System interface: one object shaped like bpf(2), with a kernel and an emulated backend.
+"""The System contract: one object shaped like bpf(2), written once; backends only translate.
 
-Rules every backend keeps (the kernel is the oracle):
-- Arguments are the kernel's: integers from ``pybpf.uapi``, keys and values as ``bytes``.
-  Per-CPU values are ``round_up(value_size, 8) * num_possible_cpus`` bytes; map-in-map and
-  prog-array values are 4-byte fds on update and 4-byte ids on lookup.
-- A failure raises ``pybpf.errors.BPFError`` (an ``OSError``) carrying the errno the kernel
-  returns for the same call, built by ``errors.bpf_error``.
+``System`` is a base class in the manner of CPython's ``selectors.BaseSelector``: each public
+command is implemented here, once, and calls a small backend method (``_map_lookup_elem``, ...)
+that only translates it, to bpf(2) (``pybpf.kernel``) or to the emulated subsystem
+(``pybpf.emulated``). Rules every System keeps (the kernel is the oracle):
+
+- Arguments are the kernel's: integers from ``pybpf.uapi``, keys and values as ``bytes``
+  (bytes-like accepted). Per-CPU values are ``round_up(value_size, 8) * num_possible_cpus``
+  bytes; map-in-map and prog-array values are 4-byte fds on update and 4-byte ids on lookup.
+- Normalised once, here (with ``pybpf.attrs``): an argument that cannot be put into its attr
+  field is refused before a backend sees it, so nothing is wrapped or cut the way ctypes
+  would: an int outside its u32/u64 field (flags too: a negative flag is EINVAL), a key,
+  value or token that is not bytes-like, a name over 16 bytes, a path with a NUL byte
+  (EINVAL); an fd that is not an int of the fd range (EBADF; EBADFD for OBJ_GET_INFO, as the
+  kernel says for a closed fd).
+- Everything else is checked where the kernel checks it, in syscall.c's order, so the same
+  errno wins on both backends: flags some commands test first, the fd (not open -> EBADF, not
+  a map -> EINVAL), permissions (read-only, write-only, frozen -> EPERM), then the key and
+  value as the kernel copies them, then the map type's op.
+- A key or value whose length is not the map's is refused with EINVAL, saying both lengths, at
+  the point where the kernel copies it. The kernel cannot see a length: the kernel backend
+  hands it an unreadable address instead (``UNREADABLE``), so the kernel itself answers every
+  earlier check and its EFAULT at the copy becomes that EINVAL; the emulated backend checks at
+  the same point. So a wrong-size key on a read-only or frozen map is EPERM on both, as the
+  kernel answers; a key given to a keyless map (queue, stack, bloom filter) is EINVAL, as the
+  kernel answers (``__bpf_copy_key``), after the same permission checks.
+- Failures: backends raise ``errors.KernelError``; ``_fail`` turns it into the public
+  ``BPFError`` (command, object, detail, ``count`` for batches) here, once.
 - Batch lookups return what the kernel wrote even when it ended with ENOENT (``end=True``);
   a write batch that stops early raises with ``count`` = elements done before the error.
-
-``system()`` picks a backend: ``PYBPF_BACKEND`` (kernel|emulated) if set, else the kernel when
-bpf(2) is allowed here, else the emulated one.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import errno
 import functools
 import os
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from .attrs import (
+    INT_MAX,
+    U32_MAX,
+    MapAttr,
+    ProgAttr,
+    TestRunRequest,
+    bytes_arg,
+    fd_arg,
+    key_arg,
+    name_arg,
+    pin_path,
+    unsigned,
+)
+from .errors import (
+    BPFError,
+    KernelError,
+    KeyNotFoundError,
+    VerifierError,
+    bpf_error,
+    errno_name,
+    map_description,
+    prog_description,
+    strerror,
+)
+from .topology import Topology
+from .uapi import NUMA_NO_NODE, map_traits
 
 
 @dataclass(frozen=True)
@@ -72,99 +118,76 @@ class BatchLookup:
 class TestRun:
     """BPF_PROG_TEST_RUN's results."""
 
+    __test__ = False
+
     retval: int
     duration: int  # ns per run, as the kernel reports it
     data_out: bytes = b""
     ctx_out: bytes = b""
 
 
-@dataclass
-class Topology:
-    """CPUs and NUMA nodes: ``cpu_node[cpu]`` is the node of each possible CPU."""
-
-    cpu_node: list[int] = field(default_factory=list)
-
-    @property
-    def num_cpus(self) -> int:
-        return len(self.cpu_node)
-
-    @property
-    def num_nodes(self) -> int:
-        return max(self.cpu_node, default=0) + 1
-
-    def cpus_of_node(self, node: int) -> list[int]:
-        return [cpu for cpu, n in enumerate(self.cpu_node) if n == node]
-
-
 @dataclass(frozen=True)
 class FastOps:
-    """Hot-path access to one open map fd, offered by ``System.fast_ops`` to the Map layer.
+    """What a backend can do fast on one open map fd: the capability ``System.fast_ops``
+    hands the Map layer, which asks it and never the backend's name.
 
-    ``lookup(key)`` behaves exactly as ``map_lookup_elem(fd, key)`` (bytes out, the same
-    errors). ``table``, when a backend can offer it, is a live dict whose ``table.get(key)``
-    is exactly what that lookup returns (bytes or bytearray of the syscall value size), a
-    missing key meaning ENOENT; the Map layer (and its C accelerator) then reads it directly.
-    Both stay valid while the fd is open.
+    Always: ``lookup(key)``, ``update(key, value, flags)`` and ``delete(key)`` behave exactly
+    as the System commands on the fd (same bytes, same errors); ``error(errno, command,
+    count=None)`` builds the System's error for an errno got some faster way.
+    Optional, None when the backend has none:
+    - ``table``: a live mapping whose ``get(key)`` is exactly what ``lookup`` returns (bytes
+      or bytearray of the syscall value size; missing: ENOENT), for the Map layer (and its C
+      accelerator) to read directly. What such reads skip is documented by the backend.
+    - ``bpf_fd``: the C accelerator's core may make the element commands with bpf(2) itself
+      on this fd (what the kernel backend offers when the accelerator is built).
+    - ``lookup_batch``, ``update_batch``, ``delete_batch``: batch commands into the caller's
+      buffers (``pybpf._accel``'s signatures, the fd already bound).
+    All stay valid while the fd is open.
     """
 
     lookup: Callable[[bytes | None], bytes]
-    table: dict | None = None
+    update: Callable[[bytes | None, bytes, int], None]
+    delete: Callable[[bytes | None], None]
+    error: Callable[..., BPFError]
+    table: Mapping | None = None
+    bpf_fd: int | None = None
+    lookup_batch: Callable[..., tuple] | None = None
+    update_batch: Callable[..., tuple] | None = None
+    delete_batch: Callable[..., tuple] | None = None
 
 
-SYS_CPU_POSSIBLE = "/sys/devices/system/cpu/possible"
-SYS_NODE_DIR = "/sys/devices/system/node"
+# ``flags is _NO_FLAGS``: the int 0 (CPython keeps one), the flags of nearly every call.
+_NO_FLAGS = 0
 
 
-def parse_cpu_list(text: str) -> list[int]:
-    """Parse a kernel CPU list such as ``0-3,5,8-9`` into sorted CPU numbers."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        first, _, last = part.partition("-")
-        cpus.update(range(int(first), int(last or first) + 1))
-    return sorted(cpus)
+def _bytes_list(items: Sequence[object], what: str) -> list[bytes]:
+    """A batch's keys or values as a list of bytes (``what[i]`` named in an error)."""
+    items = items if items.__class__ is list else list(items)
+    if not set(map(type, items)) <= _BYTES_ONLY:
+        items = list(items)  # a copy: the caller's list stays as it was
+        for i, item in enumerate(items):
+            items[i] = bytes_arg(item, f"{what}[{i}]")
+    return items  # type: ignore[return-value]
 
 
-def host_topology() -> Topology:
-    """This host's possible CPUs and their NUMA nodes (one node when /sys says nothing)."""
-    try:
-        with open(SYS_CPU_POSSIBLE) as f:
-            ncpus = max(parse_cpu_list(f.read())) + 1
-    except (OSError, ValueError):
-        ncpus = os.cpu_count() or 1
-    cpu_node = [0] * ncpus
-    try:
-        entries = os.listdir(SYS_NODE_DIR)
-    except OSError:
-        entries = []
-    for entry in entries:
-        if not (entry.startswith("node") and entry[4:].isdigit()):
-            continue
-        try:
-            with open(os.path.join(SYS_NODE_DIR, entry, "cpulist")) as f:
-                cpus = parse_cpu_list(f.read())
-        except (OSError, ValueError):
-            continue
-        for cpu in cpus:
-            if cpu < ncpus:
-                cpu_node[cpu] = int(entry[4:])
-    return Topology(cpu_node)
+_BYTES_ONLY = frozenset({bytes})
 
 
-def test_run_args_problem(**u32_fields: object) -> str:
-    """What is wrong with BPF_PROG_TEST_RUN's integer arguments, all u32 fields of the attr
-    (repeat, cpu, flags, data_size_out, ctx_size_out), or "" when nothing is."""
-    for name, value in u32_fields.items():
-        if type(value) is not int or not 0 <= value < 1 << 32:
-            return f"{name} {value!r} is not an unsigned 32-bit integer"
-    return ""
+def map_describe(info: MapInfo) -> str:
+    return map_description(info.type, info.name, info.id)
 
 
 class System(abc.ABC):
-    """The bpf(2)-shaped interface both backends implement."""
+    """The bpf(2)-shaped interface: commands in, bytes out, ``BPFError`` on failure.
+
+    Subclasses (the backends) implement the machine properties and the underscored
+    translation methods; every public command is here.
+    """
 
     name: str = "abstract"
+    # The kernel backend's refused creates say only an errno; ``pybpf.backends`` sets this to
+    # explain_create_refusal(errno, attr) -> detail ("" when it cannot tell).
+    explain_create_refusal: Callable[[int, MapAttr], str] | None = None
 
     # -- machine -----------------------------------------------------------------------------
     @property
@@ -185,144 +208,408 @@ class System(abc.ABC):
     def current_cpu(self) -> int:
         """The CPU the calling thread runs on."""
 
+    # -- the error boundary ------------------------------------------------------------------
+    def _fail(self, exc: KernelError, command: str, where: str = "") -> BPFError:
+        """The public error for ``exc`` from ``command`` on ``where`` (the object's words)."""
+        return bpf_error(exc.errno, command, map=where, detail=exc.detail, count=exc.count)
+
+    def _map_fail(self, exc: KernelError, command: str, fd: object) -> BPFError:
+        """The public error of a command on map ``fd``, naming the map as its info does."""
+        info = None
+        if isinstance(fd, int) and not isinstance(fd, bool) and -(1 << 31) <= fd < 1 << 31:
+            with contextlib.suppress(KernelError):
+                info = self._map_get_info(fd)
+        if (info is not None and not exc.detail and exc.errno == errno.E2BIG
+                and map_traits(info.type).indexed
+                and command in ("map_update_elem", "map_update_batch")):
+            exc.detail = (f"index out of range: the map's keys are 0..{info.max_entries - 1} "
+                          "(max_entries)")
+        return self._fail(exc, command, map_describe(info) if info is not None else "")
+
+    def map_error(self, fd: int, err: int, command: str, count: int | None = None) -> BPFError:
+        """The error for ``err`` from ``command`` on map ``fd`` when the call was made some
+        faster way (``FastOps.error``): the same exception as the command's own."""
+        return self._map_fail(KernelError(err, count=count), command, fd)
+
     # -- maps --------------------------------------------------------------------------------
-    @abc.abstractmethod
     def map_create(self, map_type: int, key_size: int, value_size: int, max_entries: int,
                    map_flags: int = 0, inner_map_fd: int = 0, numa_node: int = 0,
-                   map_name: bytes = b"", map_extra: int = 0) -> int:
-        """BPF_MAP_CREATE; returns the new map's fd."""
+                   map_name: bytes | str = b"", map_extra: int = 0) -> int:
+        """BPF_MAP_CREATE; returns the new map's fd. ``numa_node`` is read with
+        BPF_F_NUMA_NODE only; NUMA_NO_NODE (-1) is the u32 field's 0xFFFFFFFF."""
+        try:
+            attr = MapAttr(
+                unsigned(map_type, 32, "map_type"), unsigned(key_size, 32, "key_size"),
+                unsigned(value_size, 32, "value_size"),
+                unsigned(max_entries, 32, "max_entries"),
+                unsigned(map_flags, 32, "map_flags"),
+                unsigned(inner_map_fd, 32, "inner_map_fd"),
+                U32_MAX if numa_node == NUMA_NO_NODE and isinstance(numa_node, int)
+                else unsigned(numa_node, 32, "numa_node"),
+                name_arg(map_name, "map_name"), unsigned(map_extra, 64, "map_extra"))
+        except KernelError as exc:
+            what = f"type {map_type!r}" if not isinstance(map_type, int) else \
+                MapAttr(map_type, 0, 0, 0).describe()
+            raise self._fail(exc, "map_create", what) from None
+        try:
+            return self._map_create(attr)
+        except KernelError as exc:
+            if not exc.detail and self.explain_create_refusal is not None:
+                exc.detail = self.explain_create_refusal(exc.errno, attr)
+            raise self._fail(exc, "map_create", attr.describe()) from None
 
-    @abc.abstractmethod
     def map_lookup_elem(self, fd: int, key: bytes | None, flags: int = 0, *,
                         value: bytes | None = None) -> bytes:
         """BPF_MAP_LOOKUP_ELEM. ``value`` is the input of a map that looks up by value
         (BLOOM_FILTER peek, key None): ENOENT when absent, else ``value`` comes back."""
+        try:
+            # The hot case in one cheap test; anything else is normalised (or refused).
+            if not (fd.__class__ is int and flags is _NO_FLAGS and value is None
+                    and key.__class__ is bytes and -0x8000_0000 <= fd < 0x8000_0000):
+                fd = fd_arg(fd)
+                key = key_arg(key)
+                flags = unsigned(flags, 64, "flags")
+                if value is not None:
+                    value = bytes_arg(value, "value")
+            return self._map_lookup_elem(fd, key, flags, value)
+        except KernelError as exc:
+            raise self._map_fail(exc, "map_lookup_elem", fd) from None
 
-    @abc.abstractmethod
     def map_update_elem(self, fd: int, key: bytes | None, value: bytes, flags: int = 0) -> None:
-        ...
+        """BPF_MAP_UPDATE_ELEM (flags: BPF_ANY, BPF_NOEXIST, BPF_EXIST, BPF_F_LOCK)."""
+        try:
+            if not (fd.__class__ is int and value.__class__ is bytes
+                    and key.__class__ is bytes and -0x8000_0000 <= fd < 0x8000_0000
+                    and (flags is _NO_FLAGS or flags.__class__ is int
+                         and 0 < flags <= 0xFFFF_FFFF_FFFF_FFFF)):
+                fd = fd_arg(fd)
+                key = key_arg(key)
+                value = bytes_arg(value, "value")
+                flags = unsigned(flags, 64, "flags")
+            self._map_update_elem(fd, key, value, flags)
+        except KernelError as exc:
+            raise self._map_fail(exc, "map_update_elem", fd) from None
 
-    @abc.abstractmethod
-    def map_delete_elem(self, fd: int, key: bytes | None) -> None: ...
+    def map_delete_elem(self, fd: int, key: bytes | None) -> None:
+        """BPF_MAP_DELETE_ELEM."""
+        try:
+            if not (fd.__class__ is int and key.__class__ is bytes
+                    and -0x8000_0000 <= fd < 0x8000_0000):
+                fd = fd_arg(fd)
+                key = key_arg(key)
+            self._map_delete_elem(fd, key)
+        except KernelError as exc:
+            raise self._map_fail(exc, "map_delete_elem", fd) from None
 
-    @abc.abstractmethod
     def map_get_next_key(self, fd: int, key: bytes | None) -> bytes:
         """Next key after ``key``; None (or a missing key, for most types) gives the first."""
+        try:
+            fd = fd_arg(fd)
+            return self._map_get_next_key(fd, key_arg(key))
+        except KernelError as exc:
+            raise self._map_fail(exc, "map_get_next_key", fd) from None
 
-    @abc.abstractmethod
     def map_lookup_and_delete_elem(self, fd: int, key: bytes | None, flags: int = 0) -> bytes:
-        ...
+        """BPF_MAP_LOOKUP_AND_DELETE_ELEM (queue and stack: pop, key None)."""
+        try:
+            fd = fd_arg(fd)
+            return self._map_lookup_and_delete_elem(fd, key_arg(key),
+                                                    unsigned(flags, 64, "flags"))
+        except KernelError as exc:
+            raise self._map_fail(exc, "map_lookup_and_delete_elem", fd) from None
 
-    @abc.abstractmethod
-    def map_freeze(self, fd: int) -> None: ...
+    def map_freeze(self, fd: int) -> None:
+        """BPF_MAP_FREEZE: syscalls may no longer write the map."""
+        try:
+            self._map_freeze(fd_arg(fd))
+        except KernelError as exc:
+            raise self._map_fail(exc, "map_freeze", fd) from None
 
     def fast_ops(self, fd: int) -> FastOps:
-        """Hot-path callables for map ``fd`` (see ``FastOps``); backends may override this
-        with something leaner than the generic commands."""
-        return FastOps(lookup=functools.partial(self.map_lookup_elem, fd))
+        """The hot-path capability of map ``fd`` (see ``FastOps``): here the System commands
+        themselves; a backend overrides it with what it can do faster."""
+        return FastOps(lookup=functools.partial(self.map_lookup_elem, fd),
+                       update=functools.partial(self.map_update_elem, fd),
+                       delete=functools.partial(self.map_delete_elem, fd),
+                       error=functools.partial(self.map_error, fd))
 
-    @abc.abstractmethod
+    # -- batches -----------------------------------------------------------------------------
+    def _lookup_batch(self, command: str, fd: int, in_batch: bytes | None, count: int,
+                      elem_flags: int, flags: int, delete: bool) -> BatchLookup:
+        try:
+            fd = fd_arg(fd)
+            in_batch = None if in_batch is None else bytes_arg(in_batch, "in_batch")
+            return self._map_lookup_batch(fd, in_batch, unsigned(count, 32, "count"),
+                                          unsigned(elem_flags, 64, "elem_flags"),
+                                          unsigned(flags, 64, "flags"), delete)
+        except KernelError as exc:
+            raise self._map_fail(exc, command, fd) from None
+
     def map_lookup_batch(self, fd: int, in_batch: bytes | None, count: int,
-                         elem_flags: int = 0, flags: int = 0) -> BatchLookup: ...
+                         elem_flags: int = 0, flags: int = 0) -> BatchLookup:
+        """BPF_MAP_LOOKUP_BATCH: up to ``count`` elements after the token ``in_batch``."""
+        return self._lookup_batch("map_lookup_batch", fd, in_batch, count, elem_flags, flags,
+                                  delete=False)
 
-    @abc.abstractmethod
     def map_lookup_and_delete_batch(self, fd: int, in_batch: bytes | None, count: int,
-                                    elem_flags: int = 0, flags: int = 0) -> BatchLookup: ...
+                                    elem_flags: int = 0, flags: int = 0) -> BatchLookup:
+        """BPF_MAP_LOOKUP_AND_DELETE_BATCH."""
+        return self._lookup_batch("map_lookup_and_delete_batch", fd, in_batch, count,
+                                  elem_flags, flags, delete=True)
 
-    @abc.abstractmethod
+    def _write_batch(self, command: str, fd: int, keys: Sequence[bytes],
+                     values: Sequence[bytes] | None, elem_flags: int, flags: int) -> int:
+        try:
+            fd = fd_arg(fd)
+            keys = _bytes_list(keys, "keys")
+            if values is not None:
+                values = _bytes_list(values, "values")
+                if len(values) != len(keys):
+                    raise KernelError(errno.EINVAL, f"{len(keys)} keys but {len(values)} "
+                                      "values", count=0)
+            unsigned(len(keys), 32, "count")
+            return self._map_write_batch(fd, keys, values, unsigned(elem_flags, 64,
+                                                                     "elem_flags"),
+                                         unsigned(flags, 64, "flags"))
+        except KernelError as exc:
+            if exc.count is None:
+                exc.count = 0
+            raise self._map_fail(exc, command, fd) from None
+
     def map_update_batch(self, fd: int, keys: Sequence[bytes], values: Sequence[bytes],
                          elem_flags: int = 0, flags: int = 0) -> int:
-        """Returns the count updated; on error raises with ``count`` set."""
+        """BPF_MAP_UPDATE_BATCH; returns the count updated; on error raises with ``count``
+        set to the elements updated before it."""
+        return self._write_batch("map_update_batch", fd, keys, values, elem_flags, flags)
 
-    @abc.abstractmethod
     def map_delete_batch(self, fd: int, keys: Sequence[bytes], elem_flags: int = 0,
-                         flags: int = 0) -> int: ...
+                         flags: int = 0) -> int:
+        """BPF_MAP_DELETE_BATCH; returns the count deleted (``count`` on error, as above)."""
+        return self._write_batch("map_delete_batch", fd, keys, None, elem_flags, flags)
 
-    @abc.abstractmethod
+    # -- info and ids ------------------------------------------------------------------------
     def map_get_info(self, fd: int) -> MapInfo:
-        """BPF_OBJ_GET_INFO_BY_FD on a map."""
+        """BPF_OBJ_GET_INFO_BY_FD on a map (EBADFD for an fd that is not open)."""
+        try:
+            return self._map_get_info(fd_arg(fd, errno.EBADFD))
+        except KernelError as exc:
+            raise self._fail(exc, "map_get_info", f"fd {fd}") from None
 
-    @abc.abstractmethod
-    def map_get_fd_by_id(self, map_id: int, open_flags: int = 0) -> int: ...
+    def map_get_fd_by_id(self, map_id: int, open_flags: int = 0) -> int:
+        """BPF_MAP_GET_FD_BY_ID (open_flags: BPF_F_RDONLY or BPF_F_WRONLY)."""
+        try:
+            open_flags = unsigned(open_flags, 32, "open_flags")
+            if not isinstance(map_id, int) or not 0 <= map_id <= U32_MAX:
+                raise KernelError(errno.ENOENT, f"no map has id {map_id!r}")
+            return self._map_get_fd_by_id(int(map_id), open_flags)
+        except KernelError as exc:
+            raise self._fail(exc, "map_get_fd_by_id", f"id {map_id}") from None
 
-    @abc.abstractmethod
     def map_get_next_id(self, start_id: int) -> int:
-        """The next map id after ``start_id``; ENOENT past the last."""
+        """The next map id after ``start_id``; ENOENT past the last, EINVAL from INT_MAX on
+        (bpf_obj_get_next_id)."""
+        try:
+            start_id = unsigned(start_id, 32, "start_id")
+            if start_id >= INT_MAX:
+                raise KernelError(errno.EINVAL, f"start_id {start_id} is not below INT_MAX")
+            return self._map_get_next_id(start_id)
+        except KernelError as exc:
+            raise self._fail(exc, "map_get_next_id") from None
 
     # -- objects -----------------------------------------------------------------------------
-    @abc.abstractmethod
-    def obj_pin(self, fd: int, path: str) -> None: ...
+    def obj_pin(self, fd: int, path: str | bytes | os.PathLike) -> None:
+        """BPF_OBJ_PIN: pin map or program ``fd`` at ``path`` on bpffs."""
+        try:
+            fd = fd_arg(fd)
+            self._obj_pin(fd, pin_path(path))
+        except KernelError as exc:
+            raise self._fail(exc, "obj_pin", f"fd {fd}") from None
 
-    @abc.abstractmethod
-    def obj_get(self, path: str, file_flags: int = 0) -> int: ...
+    def obj_get(self, path: str | bytes | os.PathLike, file_flags: int = 0) -> int:
+        """BPF_OBJ_GET: a new fd on what is pinned at ``path``."""
+        try:
+            file_flags = unsigned(file_flags, 32, "file_flags")
+            return self._obj_get(pin_path(path), file_flags)
+        except KernelError as exc:
+            raise self._fail(exc, "obj_get") from None
 
-    @abc.abstractmethod
-    def close(self, fd: int) -> None: ...
+    def close(self, fd: int) -> None:
+        """close(2) of an fd this System gave out (a map, program or attachment)."""
+        try:
+            self._close(fd_arg(fd))
+        except KernelError as exc:
+            raise self._fail(exc, "close") from None
 
     # -- programs ----------------------------------------------------------------------------
-    @abc.abstractmethod
-    def prog_load(self, prog_type: int, insns: bytes, license: str = "GPL",
-                  expected_attach_type: int = 0, prog_name: bytes = b"",
+    def prog_load(self, prog_type: int, insns: bytes, license: str | bytes = "GPL",
+                  expected_attach_type: int = 0, prog_name: bytes | str = b"",
                   prog_flags: int = 0, log_level: int = 0) -> int:
-        """BPF_PROG_LOAD of raw instructions (map fds already in the lddw immediates)."""
+        """BPF_PROG_LOAD of raw instructions (map fds already in the lddw immediates).
+        A verifier refusal is a ``VerifierError`` with the log."""
+        try:
+            if isinstance(license, str):
+                license = license.encode()
+            if not isinstance(license, bytes | bytearray):
+                raise KernelError(errno.EINVAL, f"license must be a str such as 'GPL', got "
+                                  f"{license!r}")
+            code = bytes_arg(insns, "insns")
+            if len(code) % 8:
+                raise KernelError(errno.EINVAL, f"{len(code)} bytes of instructions is not "
+                                  "a multiple of 8")
+            attr = ProgAttr(unsigned(prog_type, 32, "prog_type"), code, bytes(license),
+                            unsigned(expected_attach_type, 32, "expected_attach_type"),
+                            name_arg(prog_name, "prog_name"),
+                            unsigned(prog_flags, 32, "prog_flags"),
+                            unsigned(log_level, 32, "log_level"))
+        except KernelError as exc:
+            raise self._fail(exc, "prog_load", f"program type {prog_type!r}") from None
+        try:
+            return self._prog_load(attr)
+        except KernelError as exc:
+            what = attr.describe()
+            if exc.log is None or exc.errno not in (errno.EACCES, errno.EINVAL):
+                raise self._fail(exc, "prog_load", what) from None
+            message = f"prog load on {what}: {strerror(exc.errno)} ({errno_name(exc.errno)})"
+            if exc.detail:
+                message += f": verifier: {exc.detail}"
+            raise VerifierError(exc.errno, message, log=exc.log, command="prog_load",
+                                map=what, detail=exc.detail,
+                                hint="the verifier rejected the program; its log says why"
+                                ) from None
 
-    @abc.abstractmethod
     def prog_test_run(self, prog_fd: int, data_in: bytes = b"", *,
                       data_size_out: int | None = None, ctx_in: bytes | None = None,
                       ctx_size_out: int | None = None, repeat: int = 1, flags: int = 0,
-                      cpu: int = 0) -> TestRun: ...
+                      cpu: int = 0) -> TestRun:
+        """BPF_PROG_TEST_RUN. ``data_size_out`` defaults to room for the input plus a page
+        (programs may grow the packet); ``ctx_size_out`` to the size of ``ctx_in``."""
+        try:
+            prog_fd = fd_arg(prog_fd)
+            data = bytes_arg(data_in, "data_in")
+            ctx = b"" if ctx_in is None else bytes_arg(ctx_in, "ctx_in")
+            if data_size_out is None:
+                data_size_out = len(data) + 4096 if data else 0
+            if ctx_size_out is None:
+                ctx_size_out = len(ctx)
+            request = TestRunRequest(
+                data, unsigned(data_size_out, 32, "data_size_out"), ctx,
+                unsigned(ctx_size_out, 32, "ctx_size_out"), unsigned(repeat, 32, "repeat"),
+                unsigned(flags, 32, "flags"), unsigned(cpu, 32, "cpu"))
+            return self._prog_test_run(prog_fd, request)
+        except KernelError as exc:
+            raise self._fail(exc, "prog_test_run", self._prog_where(prog_fd)) from None
 
-    @abc.abstractmethod
-    def prog_get_info(self, fd: int) -> ProgInfo: ...
+    def prog_get_info(self, fd: int) -> ProgInfo:
+        """BPF_OBJ_GET_INFO_BY_FD on a program (EBADFD for an fd that is not open)."""
+        try:
+            return self._prog_get_info(fd_arg(fd, errno.EBADFD))
+        except KernelError as exc:
+            raise self._fail(exc, "prog_get_info", f"fd {fd}") from None
 
-    @abc.abstractmethod
-    def prog_get_fd_by_id(self, prog_id: int) -> int: ...
+    def prog_get_fd_by_id(self, prog_id: int) -> int:
+        """BPF_PROG_GET_FD_BY_ID."""
+        try:
+            if not isinstance(prog_id, int) or not 0 <= prog_id <= U32_MAX:
+                raise KernelError(errno.ENOENT, f"no program has id {prog_id!r}")
+            return self._prog_get_fd_by_id(int(prog_id))
+        except KernelError as exc:
+            raise self._fail(exc, "prog_get_fd_by_id", f"id {prog_id}") from None
 
-    @abc.abstractmethod
     def attach_tracepoint(self, prog_fd: int, category: str, name: str) -> int:
         """Attach a tracepoint program; returns a handle (an fd) that ``close`` detaches."""
+        where = f"tracepoint {category}/{name}"
+        try:
+            prog_fd = fd_arg(prog_fd)
+            for part in (category, name):
+                if not isinstance(part, str) or not part or "/" in part or "\0" in part:
+                    raise KernelError(errno.EINVAL, f"{part!r} is not a tracepoint category "
+                                      "or name (e.g. 'syscalls', 'sys_enter_getpid')")
+            return self._attach_tracepoint(prog_fd, category, name)
+        except KernelError as exc:
+            raise self._fail(exc, "attach_tracepoint", where) from None
 
+    def _prog_where(self, fd: object) -> str:
+        """A program as errors name it ("" when ``fd`` is not one)."""
+        if not isinstance(fd, int) or isinstance(fd, bool) or not -(1 << 31) <= fd < 1 << 31:
+            return ""
+        try:
+            info = self._prog_get_info(fd)
+        except KernelError:
+            return f"program fd {fd}"
+        return prog_description(info.type, info.name, info.id)
 
-def bpf_allowed() -> bool:
-    """True when bpf(2) works here (a tiny array map can be created)."""
-    from .kernel.syscall import probe_bpf
+    # -- what a backend translates -----------------------------------------------------------
+    # Arguments arrive normalised (see the module rules); failures are KernelError.
+    @abc.abstractmethod
+    def _map_create(self, attr: MapAttr) -> int: ...
 
-    return probe_bpf()
+    @abc.abstractmethod
+    def _map_lookup_elem(self, fd: int, key: bytes | None, flags: int,
+                         value: bytes | None) -> bytes: ...
 
+    @abc.abstractmethod
+    def _map_update_elem(self, fd: int, key: bytes | None, value: bytes, flags: int) -> None:
+        ...
 
-def default_backend() -> str:
-    """``PYBPF_BACKEND`` if set, else "kernel" when bpf(2) is allowed here, else "emulated"."""
-    return os.environ.get("PYBPF_BACKEND") or ("kernel" if bpf_allowed() else "emulated")
+    @abc.abstractmethod
+    def _map_delete_elem(self, fd: int, key: bytes | None) -> None: ...
 
+    @abc.abstractmethod
+    def _map_get_next_key(self, fd: int, key: bytes | None) -> bytes: ...
 
-_BACKENDS = ("kernel", "emulated")
+    @abc.abstractmethod
+    def _map_lookup_and_delete_elem(self, fd: int, key: bytes | None, flags: int) -> bytes:
+        ...
 
+    @abc.abstractmethod
+    def _map_freeze(self, fd: int) -> None: ...
 
-def system(backend: str | None = None, **kwargs) -> System:
-    """A System: ``"kernel"``, ``"emulated"`` (kwargs: cpus=, nodes=), or None for the default.
+    @abc.abstractmethod
+    def _map_lookup_batch(self, fd: int, in_batch: bytes | None, count: int, elem_flags: int,
+                          flags: int, delete: bool) -> BatchLookup: ...
 
-    The default is ``PYBPF_BACKEND`` if set, else the kernel when bpf(2) is allowed, else the
-    emulated backend.
-    """
-    if backend is None:
-        backend = default_backend()
-    if backend == "kernel":
-        if kwargs:
-            raise TypeError(f"the kernel backend takes no options, got {sorted(kwargs)}")
-        from .kernel.system import KernelSystem
+    @abc.abstractmethod
+    def _map_write_batch(self, fd: int, keys: list[bytes], values: list[bytes] | None,
+                         elem_flags: int, flags: int) -> int:
+        """UPDATE_BATCH (``values`` given) or DELETE_BATCH; KernelError.count on failure."""
 
-        return KernelSystem()
-    if backend == "emulated":
-        from .emulated.system import EmulatedSystem
+    @abc.abstractmethod
+    def _map_get_info(self, fd: int) -> MapInfo: ...
 
-        return EmulatedSystem(**kwargs)
-    raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(_BACKENDS)}")
+    @abc.abstractmethod
+    def _map_get_fd_by_id(self, map_id: int, open_flags: int) -> int: ...
+
+    @abc.abstractmethod
+    def _map_get_next_id(self, start_id: int) -> int: ...
+
+    @abc.abstractmethod
+    def _obj_pin(self, fd: int, path: str) -> None: ...
+
+    @abc.abstractmethod
+    def _obj_get(self, path: str, file_flags: int) -> int: ...
+
+    @abc.abstractmethod
+    def _close(self, fd: int) -> None: ...
+
+    @abc.abstractmethod
+    def _prog_load(self, attr: ProgAttr) -> int:
+        """A verifier refusal is KernelError(EACCES or EINVAL, reason, log=the log)."""
+
+    @abc.abstractmethod
+    def _prog_test_run(self, prog_fd: int, request: TestRunRequest) -> TestRun: ...
+
+    @abc.abstractmethod
+    def _prog_get_info(self, fd: int) -> ProgInfo: ...
+
+    @abc.abstractmethod
+    def _prog_get_fd_by_id(self, prog_id: int) -> int: ...
+
+    @abc.abstractmethod
+    def _attach_tracepoint(self, prog_fd: int, category: str, name: str) -> int: ...
 
 
 def iter_keys(sys: System, fd: int) -> Iterator[bytes]:
     """Walk a map's keys with get_next_key, as user space does."""
-    from .errors import KeyNotFoundError
-
     key = None
     while True:
         try:

@@ -7,6 +7,7 @@ and the Pythonic layer take their constants from here, never from literals.
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
 
 class Cmd(enum.IntEnum):
@@ -157,25 +158,75 @@ def round_up(value: int, align: int) -> int:
     return (value + align - 1) // align * align
 
 
-PERCPU_MAP_TYPES = frozenset(
-    {MapType.PERCPU_HASH, MapType.LRU_PERCPU_HASH, MapType.PERCPU_ARRAY,
-     MapType.PERCPU_CGROUP_STORAGE}
-)
+@dataclass(frozen=True)
+class MapTraits:
+    """What the syscall ABI and user space need to know about a map type, in one table.
 
-# Maps whose syscall values are fds on update and object ids on lookup.
-FD_VALUE_MAP_TYPES = frozenset(
-    {MapType.PROG_ARRAY, MapType.PERF_EVENT_ARRAY, MapType.CGROUP_ARRAY,
-     MapType.ARRAY_OF_MAPS, MapType.HASH_OF_MAPS}
-)
+    - ``percpu``: a value through the syscall is one ``round_up(value_size, 8)`` slot per
+      possible CPU (bpf_map_value_size).
+    - ``fd_values``: values are fds on update and object ids on lookup, 4 bytes (IS_FD_MAP).
+    - ``map_in_map``: created with an inner-map template (``inner_map_fd``); values are maps.
+    - ``indexed``: keys are u32 indices below max_entries, so E2BIG from an update means an
+      index past the end, not a full map; user space defaults to int keys.
+    - ``htab_batch``: the batch token is a u32 bucket index (hashtab.c's batch ops), not a key.
+    - ``keyless``: key_size is 0 and commands take no key (queue, stack, bloom filter).
+    - ``sparse``: every index iterates, but an empty slot has no value (ENOENT on lookup).
+    - ``lru``: elements are evicted least recently used first when the map is full.
+    - ``sockets``: values are sockets (sock_map.c).
+    - ``redirect``: an XDP redirect target (bpf_redirect_map).
+    """
 
-MAP_IN_MAP_TYPES = frozenset({MapType.ARRAY_OF_MAPS, MapType.HASH_OF_MAPS})
+    percpu: bool = False
+    fd_values: bool = False
+    map_in_map: bool = False
+    indexed: bool = False
+    htab_batch: bool = False
+    keyless: bool = False
+    sparse: bool = False
+    lru: bool = False
+    sockets: bool = False
+    redirect: bool = False
+
+
+_FD_ARRAY = MapTraits(fd_values=True, indexed=True, sparse=True)
+MAP_TRAITS: dict[int, MapTraits] = {
+    MapType.HASH: MapTraits(htab_batch=True),
+    MapType.PERCPU_HASH: MapTraits(percpu=True, htab_batch=True),
+    MapType.LRU_HASH: MapTraits(htab_batch=True, lru=True),
+    MapType.LRU_PERCPU_HASH: MapTraits(percpu=True, htab_batch=True, lru=True),
+    MapType.HASH_OF_MAPS: MapTraits(fd_values=True, map_in_map=True, htab_batch=True),
+    MapType.ARRAY: MapTraits(indexed=True),
+    MapType.PERCPU_ARRAY: MapTraits(percpu=True, indexed=True),
+    MapType.PROG_ARRAY: _FD_ARRAY,
+    MapType.PERF_EVENT_ARRAY: _FD_ARRAY,
+    MapType.CGROUP_ARRAY: _FD_ARRAY,
+    MapType.ARRAY_OF_MAPS: MapTraits(fd_values=True, map_in_map=True, indexed=True,
+                                     sparse=True),
+    MapType.PERCPU_CGROUP_STORAGE: MapTraits(percpu=True),
+    MapType.DEVMAP: MapTraits(indexed=True, sparse=True, redirect=True),
+    MapType.DEVMAP_HASH: MapTraits(redirect=True),
+    MapType.CPUMAP: MapTraits(indexed=True, sparse=True, redirect=True),
+    MapType.XSKMAP: MapTraits(indexed=True, sparse=True, redirect=True),
+    MapType.SOCKMAP: MapTraits(indexed=True, sparse=True, sockets=True),
+    MapType.SOCKHASH: MapTraits(sockets=True),
+    MapType.QUEUE: MapTraits(keyless=True),
+    MapType.STACK: MapTraits(keyless=True),
+    MapType.BLOOM_FILTER: MapTraits(keyless=True),
+}
+_NO_TRAITS = MapTraits()
+
+
+def map_traits(map_type: int) -> MapTraits:
+    """The traits of ``map_type`` (all False for a type not in ``MAP_TRAITS``)."""
+    return MAP_TRAITS.get(map_type, _NO_TRAITS)
 
 
 def syscall_value_size(map_type: int, value_size: int, ncpus: int) -> int:
     """Bytes of a value buffer through the syscall (bpf_map_value_size)."""
-    if map_type in PERCPU_MAP_TYPES:
+    traits = map_traits(map_type)
+    if traits.percpu:
         return round_up(value_size, 8) * ncpus
-    if map_type in FD_VALUE_MAP_TYPES:
+    if traits.fd_values:
         return 4
     return value_size
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pybpf
-from helpers import u32
+from helpers import op_errno, u32
 from pybpf.uapi import BPF_EXIST, BPF_F_NUMA_NODE, BPF_NOEXIST, MapType, ProgType
 
 
@@ -23,21 +23,21 @@ def emap(sys, fd):
 def test_array_program_lookup_returns_live_memory_seen_by_syscalls(emulated):
     fd = emulated.map_create(MapType.ARRAY, 4, 6, 4)
     array = emap(emulated, fd)
-    value = array.lookup_elem(u32(2))
+    value = array.map_lookup_elem(u32(2))
     value[:6] = b"abcdef"
-    assert array.lookup_elem(u32(2)) is value
+    assert array.map_lookup_elem(u32(2)) is value
     assert emulated.map_lookup_elem(fd, u32(2)) == b"abcdef"
-    assert array.lookup_elem(u32(4)) is None
+    assert array.map_lookup_elem(u32(4)) is None
 
 
 def test_array_program_update_returns_negative_errno(emulated):
     array = emap(emulated, emulated.map_create(MapType.ARRAY, 4, 4, 2))
-    assert array.update_elem(u32(0), b"wxyz", BPF_EXIST) == 0
-    assert array.update_elem(u32(0), b"wxyz", BPF_NOEXIST) == -errno.EEXIST
-    assert array.update_elem(u32(2), b"wxyz", 0) == -errno.E2BIG
-    assert array.update_elem(u32(0), b"wxyz", 3) == -errno.EINVAL
-    assert array.delete_elem(u32(0)) == -errno.EINVAL
-    assert bytes(array.lookup_elem(u32(0))[:4]) == b"wxyz"
+    assert op_errno(array.map_update_elem, u32(0), b"wxyz", BPF_EXIST) == 0
+    assert op_errno(array.map_update_elem, u32(0), b"wxyz", BPF_NOEXIST) == errno.EEXIST
+    assert op_errno(array.map_update_elem, u32(2), b"wxyz", 0) == errno.E2BIG
+    assert op_errno(array.map_update_elem, u32(0), b"wxyz", 3) == errno.EINVAL
+    assert op_errno(array.map_delete_elem, u32(0)) == errno.EINVAL
+    assert bytes(array.map_lookup_elem(u32(0))[:4]) == b"wxyz"
 
 
 def test_percpu_array_programs_see_their_cpus_slot():
@@ -46,11 +46,11 @@ def test_percpu_array_programs_see_their_cpus_slot():
     array = emap(sys, fd)
     for cpu in range(4):
         with sys.on_cpu(cpu):
-            assert array.update_elem(u32(1), u32(10 + cpu), 0) == 0
+            assert op_errno(array.map_update_elem, u32(1), u32(10 + cpu), 0) == 0
     with sys.on_cpu(2):
-        assert bytes(array.lookup_elem(u32(1))[:4]) == u32(12)
-    assert bytes(array.lookup_percpu_elem(u32(1), 3)[:4]) == u32(13)
-    assert array.lookup_percpu_elem(u32(1), 4) is None
+        assert bytes(array.map_lookup_elem(u32(1))[:4]) == u32(12)
+    assert bytes(array.map_lookup_percpu_elem(u32(1), 3)[:4]) == u32(13)
+    assert array.map_lookup_percpu_elem(u32(1), 4) is None
     value = sys.map_lookup_elem(fd, u32(1))
     assert value == b"".join(u32(10 + cpu) + bytes(4) for cpu in range(4))
 
@@ -60,10 +60,10 @@ def test_array_accesses_are_counted_local_or_remote_by_node():
     fd = sys.map_create(MapType.ARRAY, 4, 8, 4, map_flags=BPF_F_NUMA_NODE, numa_node=1)
     array = emap(sys, fd)
     with sys.on_cpu(0):
-        array.lookup_elem(u32(0))
+        array.map_lookup_elem(u32(0))
     with sys.on_cpu(3):
-        array.lookup_elem(u32(0))
-        array.lookup_elem(u32(1))
+        array.map_lookup_elem(u32(0))
+        array.map_lookup_elem(u32(1))
     stats = sys.map_stats(fd)
     assert stats["numa_node"] == 1
     assert stats["access_by_cpu"] == {0: (0, 1), 3: (2, 0)}
@@ -74,7 +74,7 @@ def test_percpu_array_program_accesses_are_always_local():
     array = emap(sys, sys.map_create(MapType.PERCPU_ARRAY, 4, 8, 4))
     for cpu in range(4):
         with sys.on_cpu(cpu):
-            array.lookup_elem(u32(0))
+            array.map_lookup_elem(u32(0))
     assert array.access_stats.totals() == (4, 0)
 
 
@@ -161,7 +161,8 @@ def test_prog_array_stores_programs_by_fd_and_reports_ids(emulated):
     assert table.tail_call_target(2) is emulated.fd_get(prog)
     assert table.tail_call_target(1) is None
     assert table.tail_call_target(4) is None
-    assert table.lookup_elem(u32(2)) is None  # programs cannot look into a prog array
+    # programs cannot look into a prog array (fd_array_map_lookup_elem)
+    assert op_errno(table.map_lookup_elem, u32(2)) == errno.EOPNOTSUPP
 
 
 def test_prog_array_first_program_fixes_the_owner_type(emulated):

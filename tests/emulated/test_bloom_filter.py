@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pybpf
+from helpers import op_errno
 from pybpf.emulated.bloom_filter import bloom_bitset_mask
 from pybpf.emulated.jhash import jhash, jhash2
 from pybpf.uapi import BPF_F_ZERO_SEED, MapType
@@ -53,13 +54,13 @@ def test_no_false_negatives(values, nr_hashes):
 
 def test_program_helpers(emulated):
     bloom = emulated.map_from_fd(emulated.map_create(MapType.BLOOM_FILTER, 0, 4, 100))
-    assert bloom.push_elem(b"abcd", 0) == 0
-    assert bloom.push_elem(b"abcd", 1) == -errno.EINVAL
-    assert bloom.peek_elem(b"abcd") == 0
-    assert bloom.pop_elem() == -errno.EOPNOTSUPP
-    assert bloom.lookup_elem(b"") is None
-    assert bloom.update_elem(b"", b"abcd", 0) == -errno.EINVAL
-    assert bloom.delete_elem(b"") == -errno.EOPNOTSUPP
+    assert op_errno(bloom.map_push_elem, b"abcd", 0) == 0
+    assert op_errno(bloom.map_push_elem, b"abcd", 1) == errno.EINVAL
+    assert op_errno(bloom.map_peek_elem, b"abcd") == 0
+    assert op_errno(bloom.map_pop_elem) == errno.EOPNOTSUPP
+    assert op_errno(bloom.map_lookup_elem, b"") == errno.EOPNOTSUPP
+    assert op_errno(bloom.map_update_elem, b"", b"abcd", 0) == errno.EINVAL
+    assert op_errno(bloom.map_delete_elem, b"") == errno.EOPNOTSUPP
 
 
 def test_without_zero_seed_each_filter_draws_its_own_seed(emulated):

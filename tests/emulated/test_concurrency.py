@@ -87,7 +87,7 @@ def test_per_cpu_counters_lose_no_update():
 
     def worker(cpu):
         for _ in range(ROUNDS):
-            slot = m.lookup_elem(u32(0))  # what a program does: its CPU's slot
+            slot = m.map_lookup_elem(u32(0))  # what a program does: its CPU's slot
             slot[0:8] = struct.pack("<Q", struct.unpack_from("<Q", slot)[0] + 1)
 
     hammer(sys, worker)
@@ -111,7 +111,7 @@ def test_lru_under_contention_keeps_every_node_on_one_list(map_type, flags):
             except OSError as exc:
                 assert exc.errno == 12  # ENOMEM: every node held by other CPUs
             if i % 5 == 0:
-                m.lookup_elem(key)
+                m.map_lookup_elem(key)
             if i % 11 == 0:
                 try:
                     sys.map_delete_elem(fd, key)

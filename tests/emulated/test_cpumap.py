@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 import pybpf
-from helpers import u32
+from helpers import op_errno, u32
 from pybpf.emulated.cpumap import host_nr_cpus
 from pybpf.uapi import AttachType, MapType, ProgType
 
@@ -38,6 +38,6 @@ def test_entry_with_a_cpumap_xdp_program_reports_its_id(emulated):
     emulated.map_update_elem(fd, u32(1), struct.pack("<Ii", 256, prog))
     assert emulated.map_lookup_elem(fd, u32(1)) == struct.pack("<II", 256, 12)
     cpumap = emulated.map_from_fd(fd)
-    assert bytes(cpumap.lookup_elem(u32(1))) == struct.pack("<II", 256, 12)
-    assert cpumap.delete_elem(u32(1)) == 0
-    assert cpumap.lookup_elem(u32(1)) is None
+    assert bytes(cpumap.map_lookup_elem(u32(1))) == struct.pack("<II", 256, 12)
+    assert op_errno(cpumap.map_delete_elem, u32(1)) == 0
+    assert cpumap.map_lookup_elem(u32(1)) is None

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from helpers import u32
+from helpers import op_errno, u32
 from pybpf.system import iter_keys
 from pybpf.uapi import AttachType, MapType, ProgType
 
@@ -54,6 +54,6 @@ def test_program_lookup_returns_the_entry(emulated):
     fd = emulated.map_create(MapType.DEVMAP, 4, 4, 4)
     emulated.map_update_elem(fd, u32(3), u32(1))
     dev = emulated.map_from_fd(fd)
-    assert bytes(dev.lookup_elem(u32(3))) == struct.pack("<II", 1, 0)
-    assert dev.lookup_elem(u32(2)) is None
-    assert dev.delete_elem(u32(9)) == -errno.EINVAL
+    assert bytes(dev.map_lookup_elem(u32(3))) == struct.pack("<II", 1, 0)
+    assert dev.map_lookup_elem(u32(2)) is None
+    assert op_errno(dev.map_delete_elem, u32(9)) == errno.EINVAL

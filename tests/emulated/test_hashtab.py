@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import errno_of, u32
+from helpers import errno_of, op_errno, u32
 from pybpf import system
 from pybpf.emulated.jhash import htab_map_hash, jhash, jhash2
 from pybpf.system import iter_keys
@@ -189,20 +189,20 @@ def test_program_lookup_returns_the_live_value_buffer():
     fd = hmap(sys)
     sys.map_update_elem(fd, u32(1), bytes(8))
     m = sys.map_from_fd(fd)
-    buf = m.lookup_elem(u32(1))
+    buf = m.map_lookup_elem(u32(1))
     buf[0:4] = b"live"
     assert sys.map_lookup_elem(fd, u32(1)) == b"live" + bytes(4)
-    assert m.lookup_elem(u32(2)) is None
+    assert m.map_lookup_elem(u32(2)) is None
 
 
 def test_program_update_and_delete_return_negative_errno():
     sys = system("emulated", cpus=2)
     m = sys.map_from_fd(hmap(sys, max_entries=1))
-    assert m.update_elem(u32(1), bytes(8), BPF_ANY) == 0
-    assert m.update_elem(u32(1), bytes(8), BPF_NOEXIST) == -errno.EEXIST
-    assert m.update_elem(u32(2), bytes(8), BPF_ANY) == -errno.E2BIG
-    assert m.delete_elem(u32(2)) == -errno.ENOENT
-    assert m.delete_elem(u32(1)) == 0
+    assert op_errno(m.map_update_elem, u32(1), bytes(8), BPF_ANY) == 0
+    assert op_errno(m.map_update_elem, u32(1), bytes(8), BPF_NOEXIST) == errno.EEXIST
+    assert op_errno(m.map_update_elem, u32(2), bytes(8), BPF_ANY) == errno.E2BIG
+    assert op_errno(m.map_delete_elem, u32(2)) == errno.ENOENT
+    assert op_errno(m.map_delete_elem, u32(1)) == 0
 
 
 def test_program_update_of_a_new_percpu_key_zeroes_other_cpus():
@@ -210,11 +210,11 @@ def test_program_update_of_a_new_percpu_key_zeroes_other_cpus():
     fd = hmap(sys, T.PERCPU_HASH, value_size=8)
     m = sys.map_from_fd(fd)
     with sys.on_cpu(1):
-        assert m.update_elem(u32(1), b"A" * 8, BPF_ANY) == 0
-        assert bytes(m.lookup_elem(u32(1))) == b"A" * 8
+        assert op_errno(m.map_update_elem, u32(1), b"A" * 8, BPF_ANY) == 0
+        assert bytes(m.map_lookup_elem(u32(1))) == b"A" * 8
     assert sys.map_lookup_elem(fd, u32(1)) == bytes(8) + b"A" * 8 + bytes(8)
     with sys.on_cpu(2):
-        m.update_elem(u32(1), b"B" * 8, BPF_EXIST)  # existing: only this CPU's slot
+        m.map_update_elem(u32(1), b"B" * 8, BPF_EXIST)  # existing: only this CPU's slot
     assert sys.map_lookup_elem(fd, u32(1)) == bytes(8) + b"A" * 8 + b"B" * 8
 
 
@@ -224,10 +224,10 @@ def test_numa_access_stats_count_remote_reads():
     sys.map_update_elem(fd, u32(1), bytes(8))
     m = sys.map_from_fd(fd)
     with sys.on_cpu(0):
-        m.lookup_elem(u32(1))
-        m.lookup_elem(u32(1))
+        m.map_lookup_elem(u32(1))
+        m.map_lookup_elem(u32(1))
     with sys.on_cpu(3):
-        m.lookup_elem(u32(1))
+        m.map_lookup_elem(u32(1))
     stats = sys.map_stats(fd)
     assert stats["numa_node"] == 1
     # the syscall update from CPU 0 wrote the element too: a remote access

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pybpf
+from helpers import op_errno
 from pybpf.system import iter_keys
 from pybpf.uapi import BPF_F_NO_PREALLOC, MapType
 
@@ -83,10 +84,11 @@ def test_program_lookup_returns_the_live_value(emulated):
     fd = emulated.map_create(MapType.LPM_TRIE, 8, 4, 4, map_flags=BPF_F_NO_PREALLOC)
     emulated.map_update_elem(fd, struct.pack("<I", 8) + bytes([10, 0, 0, 0]), b"aaaa")
     trie = emulated.map_from_fd(fd)
-    value = trie.lookup_elem(struct.pack("<I", 32) + bytes([10, 1, 2, 3]))
+    value = trie.map_lookup_elem(struct.pack("<I", 32) + bytes([10, 1, 2, 3]))
     value[:] = b"bbbb"
     assert emulated.map_lookup_elem(fd, struct.pack("<I", 8) + bytes([10, 0, 0, 0])) == b"bbbb"
-    assert trie.update_elem(struct.pack("<I", 40) + bytes(4), b"cccc", 0) == -errno.EINVAL
+    assert op_errno(trie.map_update_elem, struct.pack("<I", 40) + bytes(4), b"cccc",
+                    0) == errno.EINVAL
 
 
 def test_nodes_live_on_the_inserting_cpus_node():
@@ -96,7 +98,7 @@ def test_nodes_live_on_the_inserting_cpus_node():
         sys.map_update_elem(fd, struct.pack("<I", 8) + bytes([10, 0, 0, 0]), b"aaaa")
     trie = sys.map_from_fd(fd)
     with sys.on_cpu(0):
-        trie.lookup_elem(struct.pack("<I", 32) + bytes([10, 1, 2, 3]))
+        trie.map_lookup_elem(struct.pack("<I", 32) + bytes([10, 1, 2, 3]))
     assert trie.access_stats.by_cpu() == {0: (0, 1)}
 
 
@@ -109,7 +111,8 @@ def test_concurrent_inserts_keep_the_trie_whole():
 
     def writer(part: int) -> None:
         for n in range(part, 2**MAX_PREFIXLEN, 64):
-            results.append(trie.update_elem(key(MAX_PREFIXLEN, n), struct.pack("<I", n), 0))
+            results.append(op_errno(trie.map_update_elem, key(MAX_PREFIXLEN, n),
+                                    struct.pack("<I", n), 0))
 
     threads = [threading.Thread(target=writer, args=(part,)) for part in range(4)]
     for t in threads:

@@ -82,7 +82,7 @@ def test_program_lookups_set_the_ref_bit_and_syscall_lookups_do_not():
     m = sys.map_from_fd(fd)
     sys.map_lookup_elem(fd, u32(1))
     assert m.table[u32(1)].ref == 0
-    m.lookup_elem(u32(2))
+    m.map_lookup_elem(u32(2))
     assert m.table[u32(2)].ref == 1
 
 

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from pybpf.emulated.machine import AccessStats, Machine
-from pybpf.system import parse_cpu_list
+from pybpf.topology import parse_cpu_list
 
 
 def test_declared_topology_spreads_nodes_contiguously():

@@ -18,8 +18,8 @@ def test_program_lookup_returns_the_inner_map_object(emulated, outer_type):
     outer = emulated.map_create(outer_type, 4, 4, 4, inner_map_fd=template)
     emulated.map_update_elem(outer, u32(1), u32(template))
     outer_map = emulated.map_from_fd(outer)
-    assert outer_map.lookup_elem(u32(1)) is emulated.map_from_fd(template)
-    assert outer_map.lookup_elem(u32(2)) is None
+    assert outer_map.map_lookup_elem(u32(1)) is emulated.map_from_fd(template)
+    assert outer_map.map_lookup_elem(u32(2)) is None
 
 
 @pytest.mark.parametrize("outer_type", [MapType.ARRAY_OF_MAPS, MapType.HASH_OF_MAPS])
@@ -108,7 +108,7 @@ def test_hash_of_maps_counts_holders_of_an_inner_map_across_threads(emulated):
     emulated.map_update_elem(outer, u32(2), u32(inner))
     deleter.join()
     inner_map = emulated.map_from_fd(inner)
-    assert m.lookup_elem(u32(2)) is inner_map
+    assert m.map_lookup_elem(u32(2)) is inner_map
     assert m.inner_maps == {inner_map.id: [inner_map, 1]}
 
 
@@ -138,4 +138,4 @@ def test_hash_of_maps_program_lookup_rereads_a_value_replaced_meanwhile(emulated
     m = emulated.map_from_fd(outer)
     holders = _ReplacedOnce(m.inner_maps)
     m.inner_maps = holders
-    assert m.lookup_elem(u32(1)) is emulated.map_from_fd(inner)
+    assert m.map_lookup_elem(u32(1)) is emulated.map_from_fd(inner)

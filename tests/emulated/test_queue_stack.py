@@ -10,22 +10,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pybpf
+from helpers import op_errno
 from pybpf.uapi import BPF_EXIST, BPF_NOEXIST, MapType
 
 
 def test_program_push_pop_peek_return_values_or_negative_errno(emulated):
     queue = emulated.map_from_fd(emulated.map_create(MapType.QUEUE, 0, 2, 2))
-    assert queue.pop_elem() == -errno.ENOENT
-    assert queue.peek_elem() == -errno.ENOENT
-    assert queue.push_elem(b"ab", 0) == 0
-    assert queue.push_elem(b"cd", 0) == 0
-    assert queue.push_elem(b"ef", 0) == -errno.E2BIG
-    assert queue.push_elem(b"ef", BPF_NOEXIST) == -errno.EINVAL
-    assert queue.peek_elem() == b"ab"
-    assert queue.pop_elem() == b"ab"
-    assert queue.lookup_elem(b"") is None
-    assert queue.update_elem(b"", b"zz", 0) == -errno.EINVAL
-    assert queue.delete_elem(b"") == -errno.EINVAL
+    assert op_errno(queue.map_pop_elem) == errno.ENOENT
+    assert op_errno(queue.map_peek_elem) == errno.ENOENT
+    assert op_errno(queue.map_push_elem, b"ab", 0) == 0
+    assert op_errno(queue.map_push_elem, b"cd", 0) == 0
+    assert op_errno(queue.map_push_elem, b"ef", 0) == errno.E2BIG
+    assert op_errno(queue.map_push_elem, b"ef", BPF_NOEXIST) == errno.EINVAL
+    assert queue.map_peek_elem() == b"ab"
+    assert queue.map_pop_elem() == b"ab"
+    assert queue.map_lookup_elem(b"") is None
+    assert op_errno(queue.map_update_elem, b"", b"zz", 0) == errno.EINVAL
+    assert op_errno(queue.map_delete_elem, b"") == errno.EINVAL
 
 
 ops = st.lists(st.one_of(
@@ -81,7 +82,7 @@ def test_pushes_from_many_threads_are_all_kept():
     def producer(cpu: int) -> None:
         sys.machine.set_cpu(cpu)
         for i in range(1000):
-            results.append(queue.push_elem((cpu * 1000 + i).to_bytes(4, "little"), 0))
+            results.append(op_errno(queue.map_push_elem, (cpu * 1000 + i).to_bytes(4, "little"), 0))
 
     threads = [threading.Thread(target=producer, args=(cpu,)) for cpu in range(4)]
     for t in threads:

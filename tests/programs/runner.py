@@ -9,7 +9,7 @@ from typing import Any
 from pybpf.errors import BPFError
 from pybpf.programs import Program, ProgramSpec
 from pybpf.system import System, iter_keys
-from pybpf.uapi import FD_VALUE_MAP_TYPES, PERCPU_MAP_TYPES, MapType, round_up
+from pybpf.uapi import MapType, map_traits, round_up
 
 from .corpus import Case, MapDef, MapFdRef, PerCpu, ProgRef
 
@@ -52,7 +52,7 @@ def run_case(case: Case, system: System) -> Outcome:
         with system.on_cpu(0):
             run = prog.test_run(case.data, ctx=case.ctx)
         contents = {md.name: snapshot(system, fds[md.name], md) for md in case.maps
-                    if md.type not in FD_VALUE_MAP_TYPES}
+                    if not map_traits(md.type).fd_values}
         return Outcome(run.retval, run.data_out, contents)
     finally:
         for prog in progs:
@@ -76,7 +76,7 @@ def snapshot(system: System, fd: int, md: MapDef) -> Any:
     contents = {}
     for key in iter_keys(system, fd):
         value = system.map_lookup_elem(fd, key)
-        if md.type in PERCPU_MAP_TYPES:
+        if map_traits(md.type).percpu:
             step = round_up(md.value_size, 8)
             value = tuple(value[i:i + md.value_size] for i in range(0, len(value), step))
         contents[key] = value

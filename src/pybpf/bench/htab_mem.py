@@ -61,7 +61,7 @@ from ..asm import (
     stw,
     stxw,
 )
-from ..system import default_backend
+from ..backends import default_backend
 from ..uapi import BPF_NOEXIST, MapFlags, MapType, ProgType
 from . import report
 from .args import MAX_EMULATED_CPUS, MAX_SECONDS, emulated_machine, int_arg, plot_arg, seconds_arg
@@ -347,7 +347,7 @@ def why_lines(runs: list[Run]) -> list[str]:
 # -- the run -------------------------------------------------------------------------------
 
 def run(cfg: Config) -> list[Run]:
-    from ..system import system
+    from ..backends import system
 
     flavours = cfg.flavours or list(EMULATED_FLAVOURS if cfg.backend == "emulated"
                                     else KERNEL_FLAVOURS)

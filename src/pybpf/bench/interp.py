@@ -102,9 +102,9 @@ def _load(system, program: str, iterations: int):
 
 def count_insns(program: str, iterations: int) -> int:
     """Instructions one run executes, as the emulator counts them (both engines agree)."""
+    from ..backends import system as make_system
     from ..emulated.executable import run
     from ..emulated.memory import CTX_REGION, RunState
-    from ..system import system as make_system
 
     emulated = make_system("emulated")
     fd, map_fds = _load(emulated, program, iterations)
@@ -153,8 +153,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
 
 
 def run_from_args(ns: argparse.Namespace) -> int:
-    from ..system import bpf_allowed
-    from ..system import system as make_system
+    from ..backends import bpf_allowed
+    from ..backends import system as make_system
 
     kernel = None
     kernel_note = "skipped (--no-kernel)"

@@ -34,10 +34,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import maps as maps_mod
+from ..backends import system as make_system
 from ..errors import BPFError
 from ..maps import HashMap
 from ..system import System
-from ..system import system as make_system
 from ..uapi import MapType
 from .args import int_arg
 from .report import Progress, Ratio, spread
@@ -548,7 +548,7 @@ def run(args: argparse.Namespace) -> int:
     rows: list[dict] = []
     for backend in backends:
         if backend == "kernel" and args.backend == "both":
-            from ..system import bpf_allowed
+            from ..backends import bpf_allowed
 
             if not bpf_allowed():
                 print("kernel backend skipped: bpf(2) is not allowed here (--backend kernel "

@@ -1,4 +1,4 @@
-"""ARRAY, PERCPU_ARRAY, PROG_ARRAY and PERF_EVENT_ARRAY (kernel/bpf/arraymap.c).
+"""ARRAY, PERCPU_ARRAY, PROG_ARRAY, PERF_EVENT_ARRAY and ARRAY_OF_MAPS (kernel/bpf/arraymap.c).
 
 Rules this module keeps (the kernel's, errno for errno):
 - Create (``array_map_alloc_check``): max_entries 0, key_size != 4, value_size 0, a flag outside
@@ -54,9 +54,10 @@ from .bpf_map import (
     MapAttr,
     bpf_map_attr_numa_node,
     bpf_map_flags_access_ok,
-    delete_elem_via_sys,
     map_ops,
+    u32_key,
 )
+from .map_in_map import MapOfMapsMixin, bpf_map_meta_alloc
 
 if TYPE_CHECKING:
     from .machine import Machine
@@ -66,11 +67,6 @@ ARRAY_CREATE_FLAG_MASK = (BPF_F_NUMA_NODE | BPF_F_MMAPABLE | BPF_F_ACCESS_MASK
 
 
 unpack_u32 = struct.Struct("<I").unpack_from  # an index read where it lies, no copy
-
-
-def u32_key(key: bytes) -> int:
-    """A 4-byte little-endian key (array index, CPU, ifindex...)."""
-    return int.from_bytes(key[:4], "little")
 
 
 def index_get_next_key(max_entries: int, key: bytes | None) -> bytes:
@@ -84,7 +80,7 @@ def index_get_next_key(max_entries: int, key: bytes | None) -> bytes:
     return (index + 1).to_bytes(4, "little")
 
 
-def array_map_alloc_check(attr: MapAttr) -> None:
+def array_map_alloc_check(attr: MapAttr, machine: Machine) -> None:
     percpu = attr.map_type == MapType.PERCPU_ARRAY
     if attr.max_entries == 0:
         raise KernelError(errno.EINVAL, "max_entries must be at least 1")
@@ -114,27 +110,14 @@ def array_map_alloc_check(attr: MapAttr) -> None:
                                        f"bytes, got {attr.value_size}")
 
 
-def fd_array_map_alloc_check(attr: MapAttr) -> None:
+def fd_array_map_alloc_check(attr: MapAttr, machine: Machine) -> None:
     if attr.value_size != 4:
         raise KernelError(errno.EINVAL, f"fd arrays hold 4-byte fds: value_size must be 4, got "
                                         f"{attr.value_size}")
     if attr.map_flags & (BPF_F_RDONLY_PROG | BPF_F_WRONLY_PROG):
         raise KernelError(errno.EINVAL, "BPF_F_RDONLY_PROG/BPF_F_WRONLY_PROG are not supported "
                                         "by fd arrays")
-    array_map_alloc_check(attr)
-
-
-def check_array_update_flags(flags: int, index: int, max_entries: int) -> int:
-    """array_map_update_elem's checks; returns 0 or a negative errno."""
-    if (flags & ~BPF_F_LOCK) > BPF_EXIST:
-        return -errno.EINVAL
-    if index >= max_entries:
-        return -errno.E2BIG
-    if flags & BPF_NOEXIST:
-        return -errno.EEXIST
-    if flags & BPF_F_LOCK:  # no map here carries a bpf_spin_lock (no BTF)
-        return -errno.EINVAL
-    return 0
+    array_map_alloc_check(attr, machine)
 
 
 _UPDATE_ERRORS = {
@@ -145,43 +128,47 @@ _UPDATE_ERRORS = {
 }
 
 
-def raise_update_error(err: int, index: int, max_entries: int) -> None:
-    raise KernelError(err, f"index {index} (max_entries {max_entries}): {_UPDATE_ERRORS[err]}")
+def check_array_update_flags(flags: int, index: int, max_entries: int) -> None:
+    """array_map_update_elem's checks, in its order."""
+    err = 0
+    if (flags & ~BPF_F_LOCK) > BPF_EXIST:
+        err = errno.EINVAL
+    elif index >= max_entries:
+        err = errno.E2BIG
+    elif flags & BPF_NOEXIST:
+        err = errno.EEXIST
+    elif flags & BPF_F_LOCK:  # no map here carries a bpf_spin_lock (no BTF)
+        err = errno.EINVAL
+    if err:
+        raise KernelError(err, f"index {index} (max_entries {max_entries}): "
+                          f"{_UPDATE_ERRORS[err]}")
 
 
 class ArrayBase(BpfMap):
     """What every array-shaped map shares: u32 index keys and get_next_key over all indices."""
 
-    @classmethod
-    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
-        array_map_alloc_check(attr)
-
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
+        """array_map_alloc."""
         super().__init__(attr, machine, node)
         self.elem_size = round_up(attr.value_size, 8)
 
-    def get_next_key(self, key: bytes | None) -> bytes:
+    def array_map_get_next_key(self, key: bytes | None) -> bytes:
         return index_get_next_key(self.max_entries, key)
 
-    def delete_elem_sys(self, key: bytes) -> None:
+    def array_map_delete_elem(self, key: bytes) -> None:
         raise KernelError(errno.EINVAL, "array elements cannot be deleted (they always exist); "
                                         "write zeros instead")
 
-    def delete_elem(self, key: bytes) -> int:
-        return -errno.EINVAL
-
-    def check_index(self, index: int) -> None:
-        if index >= self.max_entries:
-            raise KernelError(errno.ENOENT, f"index {index} is out of range (max_entries "
-                                            f"{self.max_entries})")
+    map_alloc_check = staticmethod(array_map_alloc_check)
+    map_get_next_key = array_map_get_next_key
+    map_delete_elem = array_map_delete_elem
+    map_lookup_batch = generic_map_lookup_batch
+    map_update_batch = generic_map_update_batch
 
 
 @map_ops(MapType.ARRAY)
 class BpfArray(ArrayBase):
     """struct bpf_array for BPF_MAP_TYPE_ARRAY: one value buffer per index."""
-
-    map_lookup_batch = generic_map_lookup_batch
-    map_update_batch = generic_map_update_batch
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
         super().__init__(attr, machine, node)
@@ -199,25 +186,11 @@ class BpfArray(ArrayBase):
             value = self.elems.setdefault(index, bytearray(self.elem_size))
         return value
 
-    # -- syscall side -------------------------------------------------------------------------
-    def lookup_elem_sys(self, key: bytes, flags: int = 0) -> bytes:
-        index = u32_key(key)
-        self.check_index(index)
-        self.access_stats.access(self.machine.current_cpu(), self.numa_node)
-        value = self.elems.get(index)
-        return bytes(self.value_size) if value is None else bytes(value[:self.value_size])
+    def array_map_lookup_elem(self, key: bytes) -> bytearray | None:
+        return self.map_lookup_elem_at(key, 0)
 
-    def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
-        index = u32_key(key)
-        err = self.update_elem(key, value, flags)
-        if err:
-            raise_update_error(-err, index, self.max_entries)
-
-    # -- program side -------------------------------------------------------------------------
-    def lookup_elem(self, key: bytes) -> bytearray | None:
-        return self.lookup_elem_at(key, 0)
-
-    def lookup_elem_at(self, mem: bytes | bytearray, off: int) -> bytearray | None:
+    def map_lookup_elem_at(self, mem: bytes | bytearray, off: int) -> bytearray | None:
+        """array_map_lookup_elem with the index read where it lies (array_map_gen_lookup)."""
         index = unpack_u32(mem, off)[0]  # key_size is 4
         if index >= self.max_entries:
             return None
@@ -230,22 +203,32 @@ class BpfArray(ArrayBase):
         value = self.elems.get(index)
         return self.elem(index) if value is None else value
 
-    def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
+    def array_map_copy_value(self, key: bytes, flags: int = 0) -> bytes:
+        """bpf_map_copy_value of an array: array_map_lookup_elem and the copy (an element
+        never written reads as zeros without being made)."""
         index = u32_key(key)
-        err = check_array_update_flags(flags, index, self.max_entries)
-        if err:
-            return err
+        if index >= self.max_entries:
+            raise KernelError(errno.ENOENT, f"index {index} is out of range (max_entries "
+                                            f"{self.max_entries})")
+        self.access_stats.access(self.machine.current_cpu(), self.numa_node)
+        value = self.elems.get(index)
+        return bytes(self.value_size) if value is None else bytes(value[:self.value_size])
+
+    def array_map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
+        index = u32_key(key)
+        check_array_update_flags(flags, index, self.max_entries)
         self.access_stats.access(self.machine.current_cpu(), self.numa_node)
         self.elem(index)[:self.value_size] = value[:self.value_size]
-        return 0
+
+    # struct bpf_map_ops array_map_ops
+    map_lookup_elem = array_map_lookup_elem
+    map_update_elem = array_map_update_elem
+    bpf_map_copy_value = array_map_copy_value
 
 
 @map_ops(MapType.PERCPU_ARRAY)
 class BpfPercpuArray(ArrayBase):
     """BPF_MAP_TYPE_PERCPU_ARRAY: one elem_size slot per possible CPU per index."""
-
-    map_lookup_batch = generic_map_lookup_batch
-    map_update_batch = generic_map_update_batch
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
         super().__init__(attr, machine, node)
@@ -261,25 +244,21 @@ class BpfPercpuArray(ArrayBase):
                                                   for _ in range(self.num_cpus)])
         return slots
 
-    # -- syscall side (bpf_percpu_array_copy / bpf_percpu_array_update) -----------------------
-    def lookup_elem_sys(self, key: bytes, flags: int = 0) -> bytes:
+    # -- syscall side: every CPU's slot ---------------------------------------------------------
+    def bpf_percpu_array_copy(self, key: bytes, flags: int = 0) -> bytes:
         index = u32_key(key)
-        self.check_index(index)
+        if index >= self.max_entries:
+            raise KernelError(errno.ENOENT, f"index {index} is out of range (max_entries "
+                                            f"{self.max_entries})")
         slots = self.elems.get(index)
         if slots is None:
             return bytes(self.elem_size * self.num_cpus)
         self._count_all_cpus()
         return b"".join(slots)
 
-    def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
+    def bpf_percpu_array_update(self, key: bytes, value: bytes, flags: int) -> None:
         index = u32_key(key)
-        if flags > BPF_EXIST:
-            raise KernelError(errno.EINVAL, f"flags {flags:#x}: per-CPU arrays take BPF_ANY or "
-                                            f"BPF_EXIST only")
-        if index >= self.max_entries:
-            raise_update_error(errno.E2BIG, index, self.max_entries)
-        if flags == BPF_NOEXIST:
-            raise_update_error(errno.EEXIST, index, self.max_entries)
+        check_array_update_flags(flags, index, self.max_entries)
         size = self.elem_size
         for cpu, slot in enumerate(self.slots(index)):
             slot[:] = value[cpu * size:(cpu + 1) * size]
@@ -290,11 +269,12 @@ class BpfPercpuArray(ArrayBase):
         for node in self.machine.cpu_node:
             self.access_stats.access(cpu, node)
 
-    # -- program side (this CPU's slot) -------------------------------------------------------
-    def lookup_elem(self, key: bytes) -> bytearray | None:
-        return self.lookup_elem_at(key, 0)
+    # -- program side: this CPU's slot --------------------------------------------------------
+    def percpu_array_map_lookup_elem(self, key: bytes) -> bytearray | None:
+        return self.map_lookup_elem_at(key, 0)
 
-    def lookup_elem_at(self, mem: bytes | bytearray, off: int) -> bytearray | None:
+    def map_lookup_elem_at(self, mem: bytes | bytearray, off: int) -> bytearray | None:
+        """percpu_array_map_lookup_elem with the index read where it lies."""
         index = unpack_u32(mem, off)[0]  # key_size is 4
         if index >= self.max_entries:
             return None
@@ -303,77 +283,80 @@ class BpfPercpuArray(ArrayBase):
         slots = self.elems.get(index)
         return (self.slots(index) if slots is None else slots)[cpu]
 
-    def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
+    def array_map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
+        """array_map_update_elem of a per-CPU array: a program writes its CPU's slot."""
         index = u32_key(key)
-        err = check_array_update_flags(flags, index, self.max_entries)
-        if err:
-            return err
+        check_array_update_flags(flags, index, self.max_entries)
         cpu = self.machine.current_cpu()
         self.access_stats.access(cpu, self.machine.cpu_node[cpu])
         self.slots(index)[cpu][:self.value_size] = value[:self.value_size]
-        return 0
 
-    def lookup_percpu_elem(self, key: bytes, cpu: int) -> bytearray | None:
-        """bpf_map_lookup_percpu_elem: ``cpu``'s slot, None for a bad index or CPU."""
+    def percpu_array_map_lookup_percpu_elem(self, key: bytes, cpu: int) -> bytearray | None:
+        """``cpu``'s slot, None for a bad index or CPU."""
         index = u32_key(key)
         if cpu >= self.num_cpus or index >= self.max_entries:
             return None
         self.access_stats.access(self.machine.current_cpu(), self.machine.cpu_node[cpu])
         return self.slots(index)[cpu]
 
+    # struct bpf_map_ops percpu_array_map_ops
+    map_lookup_elem = percpu_array_map_lookup_elem
+    map_update_elem = array_map_update_elem
+    map_lookup_percpu_elem = percpu_array_map_lookup_percpu_elem
+    bpf_map_copy_value = bpf_percpu_array_copy
+    bpf_map_update_value = bpf_percpu_array_update
+
 
 class FdArray(ArrayBase):
-    """An array of kernel objects stored by fd (bpf_fd_array_map_*): PROG_ARRAY, ARRAY_OF_MAPS.
+    """An array of kernel objects stored by fd (bpf_fd_array_map_*): PROG_ARRAY,
+    PERF_EVENT_ARRAY, ARRAY_OF_MAPS.
 
-    Subclasses say how an fd becomes an object (``fd_get_ptr``), how the object is released
-    (``fd_put_ptr``) and what id a syscall lookup reports (``fd_sys_lookup_elem``). Fds are
-    resolved in the fd table of ``self.system``, the EmulatedSystem that owns the map.
+    Subclasses say how an fd becomes an object (``map_fd_get_ptr``), how the object is
+    released (``map_fd_put_ptr``) and what id a syscall lookup reports
+    (``map_fd_sys_lookup_elem``). Fds are resolved in the fd table of ``self.system``, the
+    EmulatedSystem that owns the map.
     """
-
-    delete_elem = delete_elem_via_sys
-
-    @classmethod
-    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
-        fd_array_map_alloc_check(attr)
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
         super().__init__(attr, machine, node)
         self.ptrs: dict[int, object] = {}
 
-    def fd_get_ptr(self, ufd: int) -> object:
+    def map_fd_get_ptr(self, ufd: int) -> object:
         raise NotImplementedError
 
-    def fd_put_ptr(self, ptr: object) -> None:
+    def map_fd_put_ptr(self, ptr: object) -> None:
         raise NotImplementedError
 
-    def fd_sys_lookup_elem(self, ptr: object) -> int:
-        raise NotImplementedError
+    def map_fd_sys_lookup_elem(self, ptr: object) -> int:
+        raise KernelError(ENOTSUPP, "this map's objects cannot be read from user space")
 
-    # -- syscall side -------------------------------------------------------------------------
-    def lookup_elem_sys(self, key: bytes, flags: int = 0) -> bytes:
+    def fd_array_map_lookup_elem(self, key: bytes) -> bytearray | None:
+        raise KernelError(errno.EOPNOTSUPP, "programs cannot look into an fd array")
+
+    def bpf_fd_array_map_lookup_elem(self, key: bytes, flags: int = 0) -> bytes:
         index = u32_key(key)
         ptr = self.ptrs.get(index) if index < self.max_entries else None
         if ptr is None:
             raise KernelError(errno.ENOENT, f"slot {index} is empty" if index < self.max_entries
                               else f"index {index} is out of range (max_entries "
                                    f"{self.max_entries})")
-        return self.fd_sys_lookup_elem(ptr).to_bytes(4, "little")
+        return self.map_fd_sys_lookup_elem(ptr).to_bytes(4, "little")
 
-    def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
+    def bpf_fd_array_map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
         index = u32_key(key)
         if flags != BPF_ANY:
             raise KernelError(errno.EINVAL, f"flags {flags:#x}: fd arrays take BPF_ANY only")
         if index >= self.max_entries:
             raise KernelError(errno.E2BIG, f"index {index} is out of range (max_entries "
                                            f"{self.max_entries})")
-        new_ptr = self.fd_get_ptr(u32_key(value))
+        new_ptr = self.map_fd_get_ptr(u32_key(value))
         self.access_stats.access(self.machine.current_cpu(), self.numa_node)
         old_ptr = self.ptrs.get(index)
         self.ptrs[index] = new_ptr
         if old_ptr is not None:
-            self.fd_put_ptr(old_ptr)
+            self.map_fd_put_ptr(old_ptr)
 
-    def delete_elem_sys(self, key: bytes) -> None:
+    def fd_array_map_delete_elem(self, key: bytes) -> None:
         index = u32_key(key)
         if index >= self.max_entries:
             raise KernelError(errno.E2BIG, f"index {index} is out of range (max_entries "
@@ -381,13 +364,22 @@ class FdArray(ArrayBase):
         old_ptr = self.ptrs.pop(index, None)
         if old_ptr is None:
             raise KernelError(errno.ENOENT, f"slot {index} is already empty")
-        self.fd_put_ptr(old_ptr)
+        self.map_fd_put_ptr(old_ptr)
 
-    def release(self) -> None:
-        """bpf_fd_array_map_clear: drop every object held."""
+    def bpf_fd_array_map_clear(self) -> None:
+        """fd_array_map_free's bpf_fd_array_map_clear: drop every object held."""
         ptrs, self.ptrs = self.ptrs, {}
         for ptr in ptrs.values():
-            self.fd_put_ptr(ptr)
+            self.map_fd_put_ptr(ptr)
+
+    map_alloc_check = staticmethod(fd_array_map_alloc_check)
+    map_free = bpf_fd_array_map_clear
+    map_lookup_elem = fd_array_map_lookup_elem
+    map_delete_elem = fd_array_map_delete_elem
+    map_lookup_batch = None
+    map_update_batch = None
+    bpf_map_copy_value = bpf_fd_array_map_lookup_elem
+    bpf_map_update_value = bpf_fd_array_map_update_elem
 
 
 @map_ops(MapType.PROG_ARRAY)
@@ -399,7 +391,7 @@ class ProgArray(FdArray):
         # bpf_map_owner: the program type every program in this array must have.
         self.owner_prog_type: int | None = None
 
-    def fd_get_ptr(self, ufd: int) -> object:
+    def prog_fd_array_get_ptr(self, ufd: int) -> object:
         prog = self.system.prog_from_fd(ufd)
         if self.owner_prog_type is None:
             self.owner_prog_type = prog.prog_type
@@ -409,10 +401,10 @@ class ProgArray(FdArray):
         self.system.bpf_prog_inc(prog)
         return prog
 
-    def fd_put_ptr(self, ptr: object) -> None:
+    def prog_fd_array_put_ptr(self, ptr: object) -> None:
         self.system.bpf_prog_put(ptr)
 
-    def fd_sys_lookup_elem(self, ptr: object) -> int:
+    def prog_fd_array_sys_lookup_elem(self, ptr: object) -> int:
         return ptr.id
 
     def tail_call_target(self, index: int) -> object | None:
@@ -420,6 +412,11 @@ class ProgArray(FdArray):
         if index >= self.max_entries:
             return None
         return self.ptrs.get(index)
+
+    # struct bpf_map_ops prog_array_map_ops
+    map_fd_get_ptr = prog_fd_array_get_ptr
+    map_fd_put_ptr = prog_fd_array_put_ptr
+    map_fd_sys_lookup_elem = prog_fd_array_sys_lookup_elem
 
 
 @map_ops(MapType.PERF_EVENT_ARRAY)
@@ -432,10 +429,40 @@ class PerfEventArray(FdArray):
     path does not exist either.
     """
 
-    def lookup_elem_sys(self, key: bytes, flags: int = 0) -> bytes:
+    def perf_event_array_copy(self, key: bytes, flags: int = 0) -> bytes:
         raise KernelError(ENOTSUPP, "perf event arrays cannot be read from user space")
 
-    def fd_get_ptr(self, ufd: int) -> object:
+    def perf_event_fd_array_get_ptr(self, ufd: int) -> object:
         self.system.fd_get(ufd)  # not open -> EBADF
         raise KernelError(errno.EBADF, f"fd {ufd} is not a perf event (the emulated machine "
                                        f"has none)")
+
+    # struct bpf_map_ops perf_event_array_map_ops
+    map_fd_get_ptr = perf_event_fd_array_get_ptr
+    bpf_map_copy_value = perf_event_array_copy
+
+
+@map_ops(MapType.ARRAY_OF_MAPS)
+class ArrayOfMaps(MapOfMapsMixin, FdArray):
+    """BPF_MAP_TYPE_ARRAY_OF_MAPS: update flags must be BPF_ANY (else EINVAL), index >=
+    max_entries -> E2BIG; delete of index >= max_entries -> E2BIG, of an empty slot -> ENOENT;
+    lookup of an empty slot -> ENOENT; batches: generic lookup and update."""
+
+    def __init__(self, attr: MapAttr, machine: Machine, node: int, *,
+                 inner_map: BpfMap) -> None:
+        """array_of_map_alloc."""
+        self.inner_map_meta = bpf_map_meta_alloc(inner_map)
+        super().__init__(attr, machine, node)
+
+    def array_of_map_lookup_elem(self, key: bytes) -> BpfMap | None:
+        """array_of_map_lookup_elem: the inner map itself, for the program to use."""
+        index = u32_key(key)
+        if index >= self.max_entries:
+            return None
+        self.access_stats.access(self.machine.current_cpu(), self.numa_node)
+        return self.ptrs.get(index)
+
+    # struct bpf_map_ops array_of_maps_map_ops
+    map_lookup_elem = array_of_map_lookup_elem
+    map_lookup_batch = generic_map_lookup_batch
+    map_update_batch = generic_map_update_batch

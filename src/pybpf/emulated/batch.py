@@ -6,8 +6,9 @@ A family opts in by setting class attributes, as the kernel's ops tables do::
     map_update_batch = generic_map_update_batch
     map_delete_batch = generic_map_delete_batch
 
-Handlers raise ``KernelError`` for an error that returns nothing; update and delete return
-``(count_done, error_or_None)`` because the kernel reports how far a failed batch got.
+Handlers get bytes (``System`` normalised them) and raise ``KernelError``; update and delete
+handle one element at a time, as the kernel does, so a failure carries ``count``: the elements
+done before it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import errno
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from ..attrs import length_problem, value_problem
 from ..errors import KernelError
 from ..system import BatchLookup
 from ..uapi import BPF_F_LOCK
@@ -33,24 +35,21 @@ def check_elem_flags(elem_flags: int) -> None:
         raise KernelError(errno.EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value")
 
 
-def check_batch_key(bpf_map: BpfMap, key: bytes, index: int) -> bytes:
-    if not isinstance(key, (bytes, bytearray, memoryview)):
-        raise KernelError(errno.EINVAL, f"key {index} must be bytes")
-    key = bytes(key)
+def check_batch_key(bpf_map: BpfMap, key: bytes, what: str, index: int | None = None) -> bytes:
+    """The copy of one key of a batch (``what[index]``) or its token (``what``): EINVAL when
+    its length is wrong."""
     if len(key) != bpf_map.key_size:
-        raise KernelError(errno.EINVAL, f"key {index} is {len(key)} bytes, the map's "
-                          f"key_size is {bpf_map.key_size}")
+        name = what if index is None else f"{what}[{index}]"
+        raise KernelError(errno.EINVAL, length_problem(name, len(key), bpf_map.key_size,
+                                                       "the map's key_size is"))
     return key
 
 
 def check_batch_value(bpf_map: BpfMap, value: bytes, index: int) -> bytes:
-    size = bpf_map.sys_value_size
-    if not isinstance(value, (bytes, bytearray, memoryview)):
-        raise KernelError(errno.EINVAL, f"value {index} must be bytes")
-    value = bytes(value)
-    if len(value) != size:
-        raise KernelError(errno.EINVAL, f"value {index} is {len(value)} bytes, this map "
-                          f"takes {size}")
+    if len(value) != bpf_map.sys_value_size:
+        raise KernelError(errno.EINVAL, value_problem(
+            bpf_map.map_type, bpf_map.value_size, bpf_map.machine.num_cpus,
+            f"values[{index}]", len(value)))
     return value
 
 
@@ -60,20 +59,20 @@ def generic_map_lookup_batch(bpf_map: BpfMap, in_batch: bytes | None, count: int
     check_elem_flags(elem_flags)
     if count == 0:
         return BatchLookup([], [], None, False)
-    prev = None if in_batch is None else check_batch_key(bpf_map, in_batch, 0)
+    prev = None if in_batch is None else check_batch_key(bpf_map, in_batch, "in_batch")
     keys: list[bytes] = []
     values: list[bytes] = []
     end = False
     while len(keys) < count:
         try:
-            key = bpf_map.get_next_key(prev)
+            key = bpf_map.map_get_next_key(prev)
         except KernelError as exc:
             if exc.errno != errno.ENOENT:
                 raise
             end = True
             break
         try:
-            value = bpf_map.lookup_elem_sys(key, elem_flags)
+            value = bpf_map.bpf_map_copy_value(key, elem_flags)
         except KernelError as exc:
             if exc.errno != errno.ENOENT:
                 raise
@@ -87,24 +86,25 @@ def generic_map_lookup_batch(bpf_map: BpfMap, in_batch: bytes | None, count: int
 
 
 def generic_map_update_batch(bpf_map: BpfMap, keys: Sequence[bytes], values: Sequence[bytes],
-                             elem_flags: int, flags: int) -> tuple[int, KernelError | None]:
+                             elem_flags: int, flags: int) -> int:
     check_elem_flags(elem_flags)
-    done = 0
     for done, (key, value) in enumerate(zip(keys, values, strict=True)):
         try:
-            bpf_map.update_elem_sys(check_batch_key(bpf_map, key, done),
-                                    check_batch_value(bpf_map, value, done), elem_flags)
+            bpf_map.bpf_map_update_value(check_batch_key(bpf_map, key, "keys", done),
+                                         check_batch_value(bpf_map, value, done), elem_flags)
         except KernelError as exc:
-            return done, exc
-    return len(keys), None
+            exc.count = done
+            raise
+    return len(keys)
 
 
 def generic_map_delete_batch(bpf_map: BpfMap, keys: Sequence[bytes], elem_flags: int,
-                             flags: int) -> tuple[int, KernelError | None]:
+                             flags: int) -> int:
     check_elem_flags(elem_flags)
     for done, key in enumerate(keys):
         try:
-            bpf_map.delete_elem_sys(check_batch_key(bpf_map, key, done))
+            bpf_map.map_delete_elem(check_batch_key(bpf_map, key, "keys", done))
         except KernelError as exc:
-            return done, exc
-    return len(keys), None
+            exc.count = done
+            raise
+    return len(keys)

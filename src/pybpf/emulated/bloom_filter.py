@@ -33,8 +33,7 @@ from ..uapi import (
     KMALLOC_MAX_SIZE,
     MapType,
 )
-from .bpf_map import U32_MAX, BpfMap, MapAttr, bpf_map_flags_access_ok, map_ops
-from .hashtab import roundup_pow_of_two
+from .bpf_map import U32_MAX, BpfMap, MapAttr, bpf_map_flags_access_ok, map_ops, roundup_pow_of_two
 from .jhash import jhash, jhash2
 
 if TYPE_CHECKING:
@@ -62,8 +61,8 @@ def bloom_bitset_mask(max_entries: int, nr_hash_funcs: int) -> int:
 class BloomFilter(BpfMap):
     """struct bpf_bloom_filter."""
 
-    @classmethod
-    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
+    @staticmethod
+    def bloom_map_alloc_check(attr: MapAttr, machine: Machine) -> None:
         if attr.value_size > KMALLOC_MAX_SIZE:
             raise KernelError(errno.E2BIG, f"value_size {attr.value_size} is over "
                                            f"KMALLOC_MAX_SIZE ({KMALLOC_MAX_SIZE})")
@@ -86,6 +85,7 @@ class BloomFilter(BpfMap):
                                             f"number of hash functions) are defined")
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
+        """bloom_map_alloc."""
         super().__init__(attr, machine, node)
         self.nr_hash_funcs = attr.map_extra or BLOOM_DEFAULT_HASHES
         self.bitset_mask = bloom_bitset_mask(attr.max_entries, self.nr_hash_funcs)
@@ -105,47 +105,59 @@ class BloomFilter(BpfMap):
                     for i in range(self.nr_hash_funcs)]
         return [jhash(value, (seed + i) & U32_MAX) & mask for i in range(self.nr_hash_funcs)]
 
-    # -- program side -------------------------------------------------------------------------
-    def push_elem(self, value: bytes, flags: int) -> int:
+    def bloom_map_push_elem(self, value: bytes, flags: int) -> None:
         if flags != BPF_ANY:
-            return -errno.EINVAL
+            raise KernelError(errno.EINVAL, f"flags {flags:#x}: bloom filter pushes take "
+                                            f"BPF_ANY only")
         self.access_stats.access(self.machine.current_cpu(), self.numa_node)
         self.bitset.update(self._hashes(value))
-        return 0
 
-    def peek_elem(self, value: bytes) -> int:
-        """bloom_map_peek_elem: 0 when every bit of ``value`` is set, else -ENOENT."""
+    def bloom_map_peek_elem(self, value: bytes) -> None:
+        """Returns when every bit of ``value`` is set, else ENOENT."""
         self.access_stats.access(self.machine.current_cpu(), self.numa_node)
         bitset = self.bitset
         for h in self._hashes(value):
             if h not in bitset:
-                return -errno.ENOENT
-        return 0
+                raise KernelError(errno.ENOENT, "the value is certainly not in the filter")
 
-    def pop_elem(self) -> bytes | int:
-        return -errno.EOPNOTSUPP
-
-    def delete_elem(self, key: bytes) -> int:
-        return -errno.EOPNOTSUPP
-
-    # -- syscall side -------------------------------------------------------------------------
-    def lookup_elem_sys(self, key: bytes | None, flags: int = 0,
-                        value: bytes | None = None) -> bytes:
-        """Test ``value`` (read from the caller, as the kernel reads attr->value). Without one
-        the test is of an all-zero value, as with the kernel backend's zeroed buffer."""
-        if value is None:
-            value = bytes(self.value_size)
-        if self.peek_elem(value):
-            raise KernelError(errno.ENOENT, "the value is certainly not in the filter")
-        return bytes(value[:self.value_size])
-
-    def update_elem_sys(self, key: bytes | None, value: bytes, flags: int) -> None:
-        if self.push_elem(value, flags):
-            raise KernelError(errno.EINVAL, f"flags {flags:#x}: bloom filter pushes take "
-                                            f"BPF_ANY only")
-
-    def delete_elem_sys(self, key: bytes | None) -> None:
+    def bloom_map_pop_elem(self) -> bytes:
         raise KernelError(errno.EOPNOTSUPP, "values cannot be removed from a bloom filter")
 
-    def get_next_key(self, key: bytes | None) -> bytes:
+    def bloom_map_delete_elem(self, key: bytes | None) -> None:
+        raise KernelError(errno.EOPNOTSUPP, "values cannot be removed from a bloom filter")
+
+    def bloom_map_get_next_key(self, key: bytes | None) -> bytes:
         raise KernelError(errno.EOPNOTSUPP, "a bloom filter has no keys to iterate")
+
+    def bloom_map_update_elem(self, key: bytes | None, value: bytes, flags: int) -> None:
+        raise KernelError(errno.EINVAL, "programs add to a bloom filter with map_push_elem")
+
+    def bloom_map_lookup_elem(self, key: bytes | None) -> bytearray | None:
+        raise KernelError(errno.EOPNOTSUPP, "look up by value: map_lookup_elem(fd, None, "
+                                            "value=...)")
+
+    def bloom_map_copy_value(self, key: bytes | None, flags: int = 0,
+                             value: bytes | None = None) -> bytes:
+        """bpf_map_copy_value of a bloom filter: map_peek_elem of ``value`` (read from the
+        caller, as the kernel reads attr->value). Without one the test is of an all-zero
+        value, as with the kernel backend's zeroed buffer."""
+        if value is None:
+            value = bytes(self.value_size)
+        self.bloom_map_peek_elem(value)
+        return bytes(value[:self.value_size])
+
+    def bloom_map_update_value(self, key: bytes | None, value: bytes, flags: int) -> None:
+        """bpf_map_update_value of a bloom filter: map_push_elem."""
+        self.bloom_map_push_elem(value, flags)
+
+    # struct bpf_map_ops bloom_filter_map_ops
+    map_alloc_check = bloom_map_alloc_check
+    map_lookup_elem = bloom_map_lookup_elem
+    map_update_elem = bloom_map_update_elem
+    map_delete_elem = bloom_map_delete_elem
+    map_get_next_key = bloom_map_get_next_key
+    map_push_elem = bloom_map_push_elem
+    map_pop_elem = bloom_map_pop_elem
+    map_peek_elem = bloom_map_peek_elem
+    bpf_map_copy_value = bloom_map_copy_value
+    bpf_map_update_value = bloom_map_update_value

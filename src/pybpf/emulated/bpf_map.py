@@ -5,23 +5,28 @@ its map types with ``@map_ops(MapType.X, ...)``; the emulated system dispatches 
 registry, as syscall.c does through ``bpf_map_types[]``.
 
 Rules a family keeps:
-- ``alloc_check(attr, machine)`` is pure: it validates and raises ``KernelError``, touching no
+- ``map_alloc_check(attr, machine)`` is pure: it validates and raises ``KernelError``, touching no
   allocator or counter, so a rejected create leaves no trace. ``__init__`` then allocates
   (and may raise what the kernel's map_alloc raises: E2BIG, ENOMEM, ...).
-- Syscall-side ops take and return ``bytes`` in the syscall layout (per-CPU values as all
-  CPUs' slots, fd maps as 4-byte ids); program-side ops work on live element memory
-  (``lookup_elem`` returns the ``bytearray`` a program's pointer refers to, the current CPU's
-  slot for per-CPU maps) and return 0 or a negative errno, as the helpers do.
-- Errors are ``KernelError(errno, detail)``; the system adds command and map at its boundary.
-- Defaults below are the kernel's for an op a type does not have.
+- The ops are ``struct bpf_map_ops``'s, one set for both sides as in the kernel:
+  ``map_lookup_elem`` returns live element memory (the ``bytearray`` a program's pointer
+  refers to, the current CPU's slot for per-CPU maps), ``map_update_elem`` serves programs
+  and syscalls. Where syscall.c reads or writes a type another way, the type overrides
+  ``bpf_map_copy_value`` / ``bpf_map_update_value`` with the kernel's function (per-CPU
+  values in the syscall layout, all CPUs' slots; fd maps: fds in, 4-byte ids out).
+- Each method carries the name of the kernel function it implements, and each class ends with
+  its ops table (``map_update_elem = htab_map_update_elem``), so the C and the Python read
+  side by side.
+- Errors are ``KernelError(errno, detail)`` on both sides; the helpers turn them into a
+  program's negative errno, ``System`` into the public error.
 """
 
 from __future__ import annotations
 
 import errno
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
+from ..attrs import MapAttr
 from ..errors import KernelError, map_description
 from ..uapi import (
     BPF_F_NUMA_NODE,
@@ -40,24 +45,6 @@ INT_MAX = 2**31 - 1  # include/linux/limits.h, for every family
 U32_MAX = 2**32 - 1
 
 
-@dataclass(frozen=True)
-class MapAttr:
-    """The MAP_CREATE part of union bpf_attr that the emulated maps read."""
-
-    map_type: int
-    key_size: int
-    value_size: int
-    max_entries: int
-    map_flags: int = 0
-    inner_map_fd: int = 0
-    numa_node: int = 0
-    map_name: bytes = b""
-    map_extra: int = 0
-    # Map-in-map types: the map behind inner_map_fd, resolved by the system (EBADF/EINVAL
-    # as __bpf_map_get) after alloc_check, as bpf_map_meta_alloc does inside map_alloc.
-    inner_map: BpfMap | None = field(default=None, compare=False, repr=False)
-
-
 # include/linux/bpf.h helpers the families' alloc_checks share.
 def bpf_map_flags_access_ok(map_flags: int) -> bool:
     """False when a map would be both read-only and write-only for programs."""
@@ -65,12 +52,21 @@ def bpf_map_flags_access_ok(map_flags: int) -> bool:
     return (map_flags & both) != both
 
 
+def u32_key(key: bytes) -> int:
+    """A 4-byte little-endian key (array index, CPU, ifindex...)."""
+    return int.from_bytes(key[:4], "little")
+
+
+def roundup_pow_of_two(n: int) -> int:
+    return 1 << (n - 1).bit_length() if n > 1 else 1
+
+
 def bpf_map_attr_numa_node(attr: MapAttr) -> int:
-    """The NUMA node asked for, or NUMA_NO_NODE (only meaningful with BPF_F_NUMA_NODE)."""
+    """The NUMA node asked for, or NUMA_NO_NODE (only meaningful with BPF_F_NUMA_NODE): the
+    u32 field read as the kernel's int."""
     if not attr.map_flags & BPF_F_NUMA_NODE:
         return NUMA_NO_NODE
-    node = attr.numa_node & U32_MAX
-    return node - 2**32 if node > INT_MAX else node
+    return attr.numa_node - (1 << 32) if attr.numa_node > INT_MAX else attr.numa_node
 
 
 class BpfMap:
@@ -93,7 +89,7 @@ class BpfMap:
         self.numa_node = node
         self.id = 0  # assigned by the system when the map gets its id
         self.frozen = False
-        # References (fds, pins, programs, outer maps); release() runs when the last goes.
+        # References (fds, pins, programs, outer maps); map_free() runs when the last goes.
         self.refcnt = 0
         # The EmulatedSystem that owns the map, set right after creation: fd-holding maps
         # resolve the fds in their values through it (system.fd_get / map_from_fd).
@@ -104,26 +100,48 @@ class BpfMap:
         # Local/remote element accesses per CPU (machine.AccessStats).
         self.access_stats = machine.new_access_stats()
 
-    # -- creation -----------------------------------------------------------------------------
+    # -- struct bpf_map_ops ------------------------------------------------------------------
+    # A family implements these under the kernel's function names and lists its table at the
+    # end of its class (``map_update_elem = htab_map_update_elem``). Ops raise KernelError;
+    # the helpers turn it into the negative errno a program sees. The defaults are the
+    # kernel's answer for an op a type does not have.
     @classmethod
-    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
-        """map_alloc_check: validate attr; raise KernelError(EINVAL, why) and allocate nothing."""
+    def map_alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
+        """Validate attr; raise KernelError(EINVAL, why) and allocate nothing."""
 
-    # -- syscall side (bytes in, bytes out) ---------------------------------------------------
-    def lookup_elem_sys(self, key: bytes, flags: int = 0) -> bytes:
+    def map_free(self) -> None:
+        """The last reference went: return memory to the allocators."""
+
+    def map_lookup_elem(self, key: bytes) -> bytearray | None:
+        """The live value (what a program's pointer refers to), or None."""
         raise KernelError(ENOTSUPP, "lookup is not supported by this map type")
 
-    def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
+    def map_lookup_elem_at(self, mem: bytes | bytearray, off: int) -> bytearray | None:
+        """map_lookup_elem with the key read where it lies (``key_size`` bytes of program
+        memory at ``off``, bounds already checked); families whose keys need no copy
+        override it."""
+        return self.map_lookup_elem(BYTES_AT[self.key_size](mem, off)[0])
+
+    def map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
         raise KernelError(ENOTSUPP, "update is not supported by this map type")
 
-    def delete_elem_sys(self, key: bytes) -> None:
+    def map_delete_elem(self, key: bytes) -> None:
         raise KernelError(ENOTSUPP, "delete is not supported by this map type")
 
-    def get_next_key(self, key: bytes | None) -> bytes:
+    def map_get_next_key(self, key: bytes | None) -> bytes:
         raise KernelError(ENOTSUPP, "get_next_key is not supported by this map type")
 
-    def lookup_and_delete_elem_sys(self, key: bytes | None, flags: int) -> bytes:
+    def map_lookup_and_delete_elem(self, key: bytes | None, flags: int) -> bytes:
         raise KernelError(ENOTSUPP, "lookup_and_delete is not supported by this map type")
+
+    def map_push_elem(self, value: bytes, flags: int) -> None:
+        raise KernelError(ENOTSUPP, "push is not supported by this map type")
+
+    def map_pop_elem(self) -> bytes:
+        raise KernelError(ENOTSUPP, "pop is not supported by this map type")
+
+    def map_peek_elem(self) -> bytes:
+        raise KernelError(ENOTSUPP, "peek is not supported by this map type")
 
     # Batch ops: None means "no handler" (the system answers ENOTSUPP); families set these
     # to the generic implementations or to their own, as the kernel's ops tables do.
@@ -132,39 +150,25 @@ class BpfMap:
     map_update_batch: ClassVar[object] = None
     map_delete_batch: ClassVar[object] = None
 
-    # -- program side (live memory, negative errno) -------------------------------------------
-    def lookup_elem(self, key: bytes) -> bytearray | None:
-        """bpf_map_lookup_elem from a program: the live value buffer, or None."""
-        return None
+    # -- syscall.c's element reads and writes --------------------------------------------------
+    def bpf_map_copy_value(self, key: bytes | None, flags: int) -> bytes:
+        """A syscall lookup: the type's map_lookup_elem, copied out (ENOENT for none).
+        Types syscall.c reads another way (per-CPU, fd maps, queue/stack) override it."""
+        value = self.map_lookup_elem(key)
+        if value is None:
+            raise KernelError(errno.ENOENT, "key not found")
+        return bytes(value[:self.value_size])  # copy_map_value: value_size bytes
 
-    def lookup_elem_at(self, mem: bytes | bytearray, off: int) -> bytearray | None:
-        """lookup_elem with the key read where it lies (``key_size`` bytes of program memory
-        at ``off``, bounds already checked); families whose keys need no copy override it."""
-        return self.lookup_elem(BYTES_AT[self.key_size](mem, off)[0])
-
-    def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
-        return -errno.EINVAL
-
-    def delete_elem(self, key: bytes) -> int:
-        return -errno.EINVAL
-
-    def push_elem(self, value: bytes, flags: int) -> int:
-        return -ENOTSUPP
-
-    def pop_elem(self) -> bytes | int:
-        return -ENOTSUPP
-
-    def peek_elem(self) -> bytes | int:
-        return -ENOTSUPP
+    def bpf_map_update_value(self, key: bytes | None, value: bytes, flags: int) -> None:
+        """A syscall update: the type's map_update_elem, unless syscall.c dispatches the
+        type elsewhere (per-CPU values for all CPUs, fds to objects, pushes)."""
+        self.map_update_elem(key, value, flags)
 
     # -- bookkeeping --------------------------------------------------------------------------
     def sys_lookup_table(self) -> dict | None:
         """A live dict whose ``get(key)`` equals the syscall lookup's bytes (missing: ENOENT),
         for the Map layer's hot path (``System.fast_ops``); None when the type has none."""
         return None
-
-    def release(self) -> None:
-        """Called when the last reference goes (map_free): return memory to allocators."""
 
     def mem_stats(self) -> dict:
         """Memory counters: the map's node, NUMA accesses; families add allocator counters."""
@@ -174,25 +178,6 @@ class BpfMap:
 
     def describe(self) -> str:
         return map_description(self.map_type, self.name, self.id)
-
-
-# Program-side ops for types whose kernel op serves both sides (one map_update_elem or
-# map_delete_elem in the ops table): run the syscall-side op, give 0 or its negative errno.
-# A family sets them as it sets the generic batch ops (``update_elem = update_elem_via_sys``).
-def update_elem_via_sys(self: BpfMap, key: bytes, value: bytes, flags: int) -> int:
-    try:
-        self.update_elem_sys(key, value, flags)
-    except KernelError as e:
-        return -e.errno
-    return 0
-
-
-def delete_elem_via_sys(self: BpfMap, key: bytes) -> int:
-    try:
-        self.delete_elem_sys(key)
-    except KernelError as e:
-        return -e.errno
-    return 0
 
 
 MAP_OPS: dict[int, type[BpfMap]] = {}

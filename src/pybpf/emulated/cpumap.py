@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import KernelError
 from ..uapi import BPF_EXIST, BPF_F_NUMA_NODE, BPF_NOEXIST, AttachType, MapType
-from .arraymap import index_get_next_key, u32_key
-from .bpf_map import BpfMap, MapAttr, delete_elem_via_sys, map_ops, update_elem_via_sys
+from .arraymap import index_get_next_key
+from .bpf_map import BpfMap, MapAttr, map_ops, u32_key
 from .devmap import resolve_xdp_prog
 
 if TYPE_CHECKING:
@@ -54,11 +54,9 @@ def nr_cpus(machine: Machine) -> int:
 class CpuMap(BpfMap):
     """struct bpf_cpu_map: one optional entry per destination CPU."""
 
-    update_elem = update_elem_via_sys
-    delete_elem = delete_elem_via_sys
-
-    @classmethod
-    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
+    @staticmethod
+    def cpu_map_alloc_check(attr: MapAttr, machine: Machine) -> None:
+        """cpu_map_alloc's checks, made before it allocates."""
         if attr.max_entries == 0:
             raise KernelError(errno.EINVAL, "max_entries must be at least 1")
         if attr.key_size != 4:
@@ -76,21 +74,16 @@ class CpuMap(BpfMap):
                                            f"({limit})")
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
+        """cpu_map_alloc."""
         super().__init__(attr, machine, node)
         # cpu -> the entry's live bpf_cpumap_val (qsize, prog id).
         self.cpu_map: dict[int, bytearray] = {}
 
-    def lookup_elem(self, key: bytes) -> bytearray | None:
+    def cpu_map_lookup_elem(self, key: bytes) -> bytearray | None:
         self.access_stats.access(self.machine.current_cpu(), self.numa_node)
         return self.cpu_map.get(u32_key(key))
 
-    def lookup_elem_sys(self, key: bytes, flags: int = 0) -> bytes:
-        entry = self.lookup_elem(key)
-        if entry is None:
-            raise KernelError(errno.ENOENT, f"CPU {u32_key(key)} has no entry")
-        return bytes(entry[:self.value_size])
-
-    def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
+    def cpu_map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
         key_cpu = u32_key(key)
         qsize = int.from_bytes(value[:4], "little")
         prog_fd = struct.unpack("<i", value[4:8])[0] if self.value_size == 8 else 0
@@ -121,12 +114,19 @@ class CpuMap(BpfMap):
         self.cpu_map[key_cpu] = bytearray(struct.pack("<II", qsize, prog_id))
         self.access_stats.access(self.machine.current_cpu(), self.machine.cpu_node[key_cpu])
 
-    def delete_elem_sys(self, key: bytes) -> None:
+    def cpu_map_delete_elem(self, key: bytes) -> None:
         key_cpu = u32_key(key)
         if key_cpu >= self.max_entries:
             raise KernelError(errno.EINVAL, f"CPU {key_cpu} is out of range (max_entries "
                                             f"{self.max_entries})")
         self.cpu_map.pop(key_cpu, None)
 
-    def get_next_key(self, key: bytes | None) -> bytes:
+    def cpu_map_get_next_key(self, key: bytes | None) -> bytes:
         return index_get_next_key(self.max_entries, key)
+
+    # struct bpf_map_ops cpu_map_ops
+    map_alloc_check = cpu_map_alloc_check
+    map_lookup_elem = cpu_map_lookup_elem
+    map_update_elem = cpu_map_update_elem
+    map_delete_elem = cpu_map_delete_elem
+    map_get_next_key = cpu_map_get_next_key

@@ -44,9 +44,8 @@ from ..uapi import (
     MapType,
     ProgType,
 )
-from .arraymap import index_get_next_key, u32_key
-from .bpf_map import BpfMap, MapAttr, delete_elem_via_sys, map_ops, update_elem_via_sys
-from .hashtab import roundup_pow_of_two
+from .arraymap import index_get_next_key
+from .bpf_map import BpfMap, MapAttr, map_ops, roundup_pow_of_two, u32_key
 
 if TYPE_CHECKING:
     from .machine import Machine
@@ -136,11 +135,9 @@ class HashBuckets:
 class DevMapBase(BpfMap):
     """What DEVMAP and DEVMAP_HASH share: creation, value parsing, the device check."""
 
-    update_elem = update_elem_via_sys
-    delete_elem = delete_elem_via_sys
-
-    @classmethod
-    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
+    @staticmethod
+    def dev_map_alloc_check(attr: MapAttr, machine: Machine) -> None:
+        """dev_map_alloc's checks, made before it allocates."""
         if attr.max_entries == 0:
             raise KernelError(errno.EINVAL, "max_entries must be at least 1")
         if attr.key_size != 4:
@@ -154,6 +151,7 @@ class DevMapBase(BpfMap):
                                             f"NUMA_NODE, RDONLY and WRONLY")
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
+        """dev_map_alloc."""
         super().__init__(attr, machine, node)
         self.map_flags |= BPF_F_RDONLY_PROG
 
@@ -162,7 +160,7 @@ class DevMapBase(BpfMap):
         prog_fd = struct.unpack("<i", value[4:8])[0] if self.value_size == 8 else 0
         return ifindex, prog_fd
 
-    def _alloc_node(self, ifindex: int, prog_fd: int) -> bytearray:
+    def dev_map_alloc_node(self, ifindex: int, prog_fd: int) -> bytearray:
         """__dev_map_alloc_node: the entry's live ``bpf_devmap_val`` (ifindex, prog id)."""
         if ifindex not in machine_ifindexes(self.machine):
             raise KernelError(errno.EINVAL, f"no network device has ifindex {ifindex}")
@@ -174,9 +172,6 @@ class DevMapBase(BpfMap):
                                                 f"with expected_attach_type BPF_XDP_DEVMAP")
             prog_id = prog.id
         return bytearray(struct.pack("<II", ifindex, prog_id))
-
-    def _entry_value(self, entry: bytearray) -> bytes:
-        return bytes(entry[:self.value_size])
 
     def _count(self) -> None:
         self.access_stats.access(self.machine.current_cpu(), self.numa_node)
@@ -190,17 +185,11 @@ class DevMap(DevMapBase):
         super().__init__(attr, machine, node)
         self.netdev_map: dict[int, bytearray] = {}
 
-    def lookup_elem(self, key: bytes) -> bytearray | None:
+    def dev_map_lookup_elem(self, key: bytes) -> bytearray | None:
         self._count()
         return self.netdev_map.get(u32_key(key))
 
-    def lookup_elem_sys(self, key: bytes, flags: int = 0) -> bytes:
-        entry = self.lookup_elem(key)
-        if entry is None:
-            raise KernelError(errno.ENOENT, f"slot {u32_key(key)} holds no device")
-        return self._entry_value(entry)
-
-    def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
+    def dev_map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
         index = u32_key(key)
         if flags > BPF_EXIST:
             raise KernelError(errno.EINVAL, f"flags {flags:#x}: use BPF_ANY or BPF_EXIST")
@@ -216,27 +205,34 @@ class DevMap(DevMapBase):
                 raise KernelError(errno.EINVAL, "a program fd needs a device: ifindex is 0")
             self.netdev_map.pop(index, None)
             return
-        self.netdev_map[index] = self._alloc_node(ifindex, prog_fd)
+        self.netdev_map[index] = self.dev_map_alloc_node(ifindex, prog_fd)
         self._count()
 
-    def delete_elem_sys(self, key: bytes) -> None:
+    def dev_map_delete_elem(self, key: bytes) -> None:
         index = u32_key(key)
         if index >= self.max_entries:
             raise KernelError(errno.EINVAL, f"index {index} is out of range (max_entries "
                                             f"{self.max_entries})")
         self.netdev_map.pop(index, None)
 
-    def get_next_key(self, key: bytes | None) -> bytes:
+    def dev_map_get_next_key(self, key: bytes | None) -> bytes:
         return index_get_next_key(self.max_entries, key)
+
+    # struct bpf_map_ops dev_map_ops
+    map_alloc_check = DevMapBase.dev_map_alloc_check
+    map_lookup_elem = dev_map_lookup_elem
+    map_update_elem = dev_map_update_elem
+    map_delete_elem = dev_map_delete_elem
+    map_get_next_key = dev_map_get_next_key
 
 
 @map_ops(MapType.DEVMAP_HASH)
 class DevMapHash(DevMapBase):
     """BPF_MAP_TYPE_DEVMAP_HASH: devices keyed by any u32 (usually the ifindex)."""
 
-    @classmethod
-    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
-        super().alloc_check(attr, machine)
+    @staticmethod
+    def dev_map_hash_alloc_check(attr: MapAttr, machine: Machine) -> None:
+        DevMapBase.dev_map_alloc_check(attr, machine)
         if attr.max_entries > 1 << 31:
             raise KernelError(errno.EINVAL, f"max_entries {attr.max_entries}: the bucket count "
                                             f"(next power of two) would overflow u32")
@@ -246,18 +242,12 @@ class DevMapHash(DevMapBase):
         self.index = HashBuckets(attr.max_entries, u32_key)
         self.index_lock = threading.Lock()  # dtab->index_lock: updates and deletes
 
-    def lookup_elem(self, key: bytes) -> bytearray | None:
+    def dev_map_hash_lookup_elem(self, key: bytes) -> bytearray | None:
         self._count()
         entry = self.index.find(key)
         return None if entry is None else entry[1]
 
-    def lookup_elem_sys(self, key: bytes, flags: int = 0) -> bytes:
-        entry = self.lookup_elem(key)
-        if entry is None:
-            raise KernelError(errno.ENOENT, f"no device under key {u32_key(key)}")
-        return self._entry_value(entry)
-
-    def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
+    def dev_map_hash_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
         ifindex, prog_fd = self._parse_value(value)
         if flags > BPF_EXIST or not ifindex:
             raise KernelError(errno.EINVAL, f"flags {flags:#x} / ifindex {ifindex}: use BPF_ANY, "
@@ -267,7 +257,7 @@ class DevMapHash(DevMapBase):
             if old is not None and flags & BPF_NOEXIST:
                 raise KernelError(errno.EEXIST, f"key {u32_key(key)} is present and "
                                                 f"BPF_NOEXIST was given")
-            dev = self._alloc_node(ifindex, prog_fd)
+            dev = self.dev_map_alloc_node(ifindex, prog_fd)
             if old is not None:
                 self.index.remove(old)
             elif self.index.count >= self.max_entries:
@@ -275,12 +265,19 @@ class DevMapHash(DevMapBase):
             self.index.add_head(key, dev)
         self._count()
 
-    def delete_elem_sys(self, key: bytes) -> None:
+    def dev_map_hash_delete_elem(self, key: bytes) -> None:
         with self.index_lock:
             entry = self.index.find(key)
             if entry is None:
                 raise KernelError(errno.ENOENT, f"no device under key {u32_key(key)}")
             self.index.remove(entry)
 
-    def get_next_key(self, key: bytes | None) -> bytes:
+    def dev_map_hash_get_next_key(self, key: bytes | None) -> bytes:
         return self.index.get_next_key(key)
+
+    # struct bpf_map_ops dev_map_hash_ops
+    map_alloc_check = dev_map_hash_alloc_check
+    map_lookup_elem = dev_map_hash_lookup_elem
+    map_update_elem = dev_map_hash_update_elem
+    map_delete_elem = dev_map_hash_delete_elem
+    map_get_next_key = dev_map_hash_get_next_key

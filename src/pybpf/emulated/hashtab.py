@@ -1,4 +1,4 @@
-"""HASH, PERCPU_HASH, LRU_HASH and LRU_PERCPU_HASH (kernel/bpf/hashtab.c).
+"""HASH, PERCPU_HASH, LRU_HASH, LRU_PERCPU_HASH and HASH_OF_MAPS (kernel/bpf/hashtab.c).
 
 Rules this module keeps:
 - Create: ``htab_map_alloc_check``'s order (flags, NO_COMMON_LRU, LRU+NO_PREALLOC -> ENOTSUPP,
@@ -10,13 +10,8 @@ Rules this module keeps:
   LRU_HASH puts a new element at the front; per-CPU maps and (6.16+) HASH_OF_MAPS update in
   place. get_next_key and the batches walk buckets in index order and each bucket front to
   back, so with ZERO_SEED the order is the kernel's.
-- Storage: a dict key -> element for lookups, plus the buckets (only the non-empty ones, with
-  a sorted index of them) for the order.
-- Memory: preallocated maps take elements from a ``PcpuFreelist`` (HASH keeps one spare
-  element per CPU so a replacement never fails) or, for LRU maps, from the ``BpfLru``;
-  NO_PREALLOC maps from ``BpfMemAlloc`` (or ``KmallocRcu``, the pre-6.1 design, when the
-  system was made with ``htab_mem="call_rcu"``). Preallocated elements are created lazily:
-  a free list holds a count of not-yet-materialised elements, which is unobservable.
+- Storage: ``htab_buckets.HtabBuckets`` (the buckets, a dict for lookups, an index of the
+  non-empty buckets for the order); element memory: ``htab_elem.HtabElemMemory``.
 - Locks: striped bucket locks; the LRU and the free lists have their own. Lock order is
   LRU -> bucket; LRU nodes are given back only after the bucket lock is dropped. A key's
   bucket always comes from hashing the key: an element reached without its bucket lock may
@@ -26,13 +21,12 @@ Rules this module keeps:
 
 from __future__ import annotations
 
-import bisect
 import errno
 import functools
 import random
 import struct
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import KernelError
 from ..system import BatchLookup
@@ -50,7 +44,7 @@ from ..uapi import (
     round_up,
 )
 from .batch import check_elem_flags, generic_map_delete_batch, generic_map_update_batch
-from .bpf_lru_list import BpfLru, LruNode, lru_target_free
+from .bpf_lru_list import LruNode
 from .bpf_map import (
     U32_MAX,
     BpfMap,
@@ -58,52 +52,35 @@ from .bpf_map import (
     bpf_map_attr_numa_node,
     bpf_map_flags_access_ok,
     map_ops,
+    roundup_pow_of_two,
+    u32_key,
 )
+from .htab_buckets import HtabBuckets
+from .htab_elem import HTAB_ELEM_SIZE, HtabElem, HtabElemMemory
 from .jhash import htab_map_hash
-from .memalloc import BpfMemAlloc, KmallocRcu
-from .percpu_freelist import PcpuFreelist
+from .map_in_map import MapOfMapsMixin, bpf_map_meta_alloc
 
 if TYPE_CHECKING:
     from .machine import Machine
 
 HTAB_CREATE_FLAG_MASK = int(MapFlags.NO_PREALLOC | MapFlags.NO_COMMON_LRU | MapFlags.NUMA_NODE
                             | BPF_F_ACCESS_MASK | MapFlags.ZERO_SEED)
-HTAB_ELEM_SIZE = 48  # sizeof(struct htab_elem) on x86-64
 BUCKET_SIZE = 16  # sizeof(struct bucket)
 LOCK_STRIPES = 64
 HASH_CACHE_SIZE = 1 << 16
 
 
-def roundup_pow_of_two(n: int) -> int:
-    return 1 << (n - 1).bit_length() if n > 1 else 1
-
-
-class HtabElem(LruNode):
-    """struct htab_elem (the LRU node is embedded, as in the kernel)."""
-
-    __slots__ = ("key", "value", "hash", "node")
-
-    def __init__(self, value: Any, node: int) -> None:
-        super().__init__()
-        self.key = b""
-        self.value = value  # bytearray; per-CPU maps: one bytearray per CPU
-        self.hash = 0
-        self.node = node  # NUMA node of the element's memory
-
-
 @map_ops(MapType.HASH)
-class HtabMap(BpfMap):
+class HtabMap(HtabElemMemory, BpfMap):
     """BPF_MAP_TYPE_HASH; the other three types subclass it."""
 
     percpu = False
     lru = False
-
-    map_update_batch = generic_map_update_batch
-    map_delete_batch = generic_map_delete_batch
+    fd_htab = False
 
     # -- creation -----------------------------------------------------------------------------
     @classmethod
-    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
+    def htab_map_alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
         flags = attr.map_flags
         lru = attr.map_type in (MapType.LRU_HASH, MapType.LRU_PERCPU_HASH)
         percpu = attr.map_type in (MapType.PERCPU_HASH, MapType.LRU_PERCPU_HASH)
@@ -133,6 +110,7 @@ class HtabMap(BpfMap):
                               f"{PCPU_MIN_UNIT_SIZE} bytes")
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
+        """htab_map_alloc."""
         super().__init__(attr, machine, node)
         ncpus = machine.num_cpus
         self.prealloc = not attr.map_flags & MapFlags.NO_PREALLOC
@@ -150,67 +128,22 @@ class HtabMap(BpfMap):
         self.mask = self.n_buckets - 1
         self.hashrnd = 0 if attr.map_flags & MapFlags.ZERO_SEED else random.getrandbits(32)
         self.slot_size = round_up(self.value_size, 8)
-        self.explicit_node = bpf_map_attr_numa_node(attr)
-        self.cpu_node = machine.cpu_node
-        self.current_cpu = machine.current_cpu
         self._current = machine.current  # ``.cpu``: the hot paths read it without a call
+        self.prealloc_init(attr, machine)
 
-        self.table: dict[bytes, HtabElem] = {}
-        # key -> live value buffer, kept beside the table for the Map layer's direct reads
-        # (System.fast_ops); per-CPU values are assembled per lookup, so they have none.
-        self.values: dict[bytes, bytearray] | None = None if self.percpu else {}
+        # Per-CPU values are assembled per lookup, so they have no live value table.
+        self.storage = HtabBuckets(self.n_buckets, with_values=not self.percpu)
+        self.table: dict[bytes, HtabElem] = self.storage.table  # the hot paths read these
+        self.values = self.storage.values
+        self.buckets = self.storage.buckets
+        self._link, self._unlink = self.storage.link, self.storage.unlink
+        self._replace = self.storage.replace
         # jhash in Python costs microseconds; keys come back often (delete, re-insert).
         self._hash_cached = functools.lru_cache(maxsize=HASH_CACHE_SIZE)(
             functools.partial(htab_map_hash, hashrnd=self.hashrnd))
-        self.buckets: dict[int, list[HtabElem]] = {}
-        self.nonempty: list[int] = []  # sorted indices of non-empty buckets
         self.nstripes = min(self.n_buckets, LOCK_STRIPES)
         self.locks = [threading.Lock() for _ in range(self.nstripes)]
         self.stripe_mask = self.nstripes - 1  # both powers of two: hash & mask & stripe_mask
-        self.index_lock = threading.Lock()
-        self.count_lock = threading.Lock()
-        self.count = 0  # NO_PREALLOC element count (inc_elem_count / dec_elem_count)
-
-        self.freelist: PcpuFreelist | None = None
-        self.lru_list: BpfLru | None = None
-        self.ma: BpfMemAlloc | KmallocRcu | None = None
-        # Per CPU, the spare elements a replacement takes (one each, as the kernel's
-        # extra_elems); a second thread replacing on the same CPU finds none and makes one.
-        self.extra_elems: list[list[HtabElem]] = []
-        if self.lru:
-            self.lru_list = BpfLru(ncpus, self.percpu_lru, self._lru_delete_node,
-                                   lru_target_free(self.max_entries, ncpus), self.current_cpu)
-            self.lru_list.populate_lazy(self.max_entries, self._new_elem_on_home)
-        elif self.prealloc:
-            self.freelist = PcpuFreelist(ncpus, self.current_cpu)
-            self.freelist.populate_lazy(self.max_entries, self._new_elem_on_home)
-            if type(self)._update is HtabMap._update:  # htab_has_extra_elems: replacing
-                # allocates, so one spare per CPU makes a replacement in a full map succeed
-                self.extra_elems = [[self._new_elem_on_home()] for _ in range(ncpus)]
-        else:
-            self.ma = self._new_mem_alloc(machine)
-
-    def _new_mem_alloc(self, machine: Machine) -> BpfMemAlloc | KmallocRcu:
-        if machine.htab_mem == "call_rcu":
-            return KmallocRcu(machine, self.explicit_node, self._new_elem)
-        elem_size = round_up(self.key_size, 8) + HTAB_ELEM_SIZE + (
-            8 if self.percpu else round_up(self.value_size, 8))
-        return BpfMemAlloc(machine, elem_size, self._new_elem)
-
-    def _new_value(self) -> Any:
-        if self.percpu:
-            return [bytearray(self.slot_size) for _ in range(self.machine.num_cpus)]
-        return bytearray(self.value_size)
-
-    def _new_elem(self, node: int) -> HtabElem:
-        if node == NUMA_NO_NODE:
-            node = self.machine.numa_node_id()
-        return HtabElem(self._new_value(), node)
-
-    def _new_elem_on_home(self) -> HtabElem:
-        return HtabElem(self._new_value(), self.numa_node)
-
-    # -- bucket bookkeeping ---------------------------------------------------------------------
     def _hash(self, key: bytes) -> int:
         """htab_map_hash of ``key``, always from the key: an element found without its bucket
         lock may be recycled for another key meanwhile, so its ``hash`` cannot be trusted."""
@@ -219,116 +152,11 @@ class HtabMap(BpfMap):
     def _lock(self, hash_: int) -> threading.Lock:
         return self.locks[hash_ & self.stripe_mask]
 
-    def _link(self, elem: HtabElem) -> None:
-        """hlist_nulls_add_head_rcu: at the bucket's front (bucket lock held)."""
-        index = elem.hash & self.mask
-        bucket = self.buckets.get(index)
-        if bucket is None:
-            self.buckets[index] = [elem]
-            with self.index_lock:
-                bisect.insort(self.nonempty, index)
-        else:
-            bucket.insert(0, elem)
-        self.table[elem.key] = elem
-        if self.values is not None:
-            self.values[elem.key] = elem.value
-
-    def _unlink(self, elem: HtabElem) -> None:
-        """hlist_nulls_del_rcu (bucket lock held)."""
-        index = elem.hash & self.mask
-        bucket = self.buckets[index]
-        bucket.remove(elem)
-        if not bucket:
-            del self.buckets[index]
-            with self.index_lock:
-                del self.nonempty[bisect.bisect_left(self.nonempty, index)]
-        if self.table.get(elem.key) is elem:
-            del self.table[elem.key]
-            if self.values is not None:
-                del self.values[elem.key]
-
-    def _replace(self, old: HtabElem, new: HtabElem) -> None:
-        """Link ``new`` at the front and unlink ``old`` (same key, same bucket)."""
-        bucket = self.buckets[old.hash & self.mask]
-        bucket.remove(old)
-        bucket.insert(0, new)
-        self.table[new.key] = new
-        if self.values is not None:
-            self.values[new.key] = new.value
-
-    # -- element memory ---------------------------------------------------------------------
-    def _fill_value(self, elem: HtabElem, value: bytes, onallcpus: bool,
-                    init: bool = True) -> None:
-        """pcpu_init_value (``init``: a new element) or pcpu_copy_value (an existing one).
-
-        From the syscall (``onallcpus``) every CPU's slot is written; from a program only the
-        current CPU's, and a new element gets zeros on the other CPUs (5.11+).
-        """
-        if not self.percpu:
-            # Writing the element is an access to its memory, like a lookup's read.
-            self.access_stats.access(self._current.cpu, elem.node)
-            elem.value[:] = value
-        elif onallcpus:
-            size = self.slot_size
-            for cpu, slot in enumerate(elem.value):
-                slot[:] = value[cpu * size:(cpu + 1) * size]
-        else:
-            cpu = self._current.cpu
-            elem.value[cpu][:self.value_size] = value[:self.value_size]
-            if init:
-                zeros = bytes(self.slot_size)
-                for other, slot in enumerate(elem.value):
-                    if other != cpu:
-                        slot[:] = zeros
-
-    def _alloc_elem(self, key: bytes, value: bytes, hash_: int, old: HtabElem | None,
-                    onallcpus: bool) -> HtabElem:
-        """alloc_htab_elem: E2BIG when full (new keys only), ENOMEM when out of memory."""
-        if self.prealloc:
-            if old is not None and self.extra_elems:
-                # The kernel swaps its CPU's spare for old with preemption off; here several
-                # threads may share an emulated CPU, so the spare is taken now (list.pop is
-                # atomic) and old is given back once unlinked (_update).
-                try:
-                    elem = self.extra_elems[self._current.cpu].pop()
-                except IndexError:
-                    elem = self._new_elem_on_home()
-            else:
-                elem = self.freelist.pop()
-                if elem is None:
-                    raise KernelError(errno.E2BIG, f"the map is full ({self.max_entries} "
-                                      "elements)")
-        else:
-            with self.count_lock:
-                if self.count >= self.max_entries and old is None:
-                    raise KernelError(errno.E2BIG, f"the map is full ({self.max_entries} "
-                                      "elements)")
-                self.count += 1
-            elem = self.ma.alloc()
-            if elem is None:
-                with self.count_lock:
-                    self.count -= 1
-                raise KernelError(errno.ENOMEM, "bpf_mem_alloc had no free element")
-        elem.key = key
-        elem.hash = hash_
-        self._fill_value(elem, value, onallcpus)
-        return elem
-
-    def _free_elem(self, elem: HtabElem) -> None:
-        """free_htab_elem: back to the free list, or to the allocator."""
-        self.put_fd_value(elem)
-        if self.prealloc:
-            self.freelist.push(elem)
-        else:
-            with self.count_lock:
-                self.count -= 1
-            self.ma.free(elem)
-
-    def put_fd_value(self, elem: HtabElem) -> None:
-        """An element leaves the table: fd-holding subclasses drop their reference here."""
-
-    # -- update / delete core (shared by syscall and program paths) ---------------------------
-    def _check_update_flags(self, flags: int) -> None:
+    # -- update and delete (both sides, as the kernel's ops) -----------------------------------
+    @staticmethod
+    def check_update_flags(flags: int) -> None:
+        """Every htab update's first check: BPF_ANY, BPF_NOEXIST or BPF_EXIST (BPF_F_LOCK needs
+        a bpf_spin_lock, which no value has here)."""
         if (flags & ~BPF_F_LOCK) > BPF_EXIST:
             raise KernelError(errno.EINVAL, f"flags {flags:#x}: use BPF_ANY, BPF_NOEXIST or "
                               "BPF_EXIST")
@@ -336,17 +164,17 @@ class HtabMap(BpfMap):
             raise KernelError(errno.EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value")
 
     @staticmethod
-    def _check_flags(old: HtabElem | None, flags: int) -> None:
-        """check_flags: EEXIST / ENOENT."""
-        if old is not None and flags & 3 == BPF_NOEXIST:
+    def check_flags(old: HtabElem | None, flags: int) -> None:
+        """check_flags: EEXIST / ENOENT (BPF_F_LOCK aside)."""
+        if old is not None and flags & ~BPF_F_LOCK == BPF_NOEXIST:
             raise KernelError(errno.EEXIST, "the key exists (BPF_NOEXIST)")
-        if old is None and flags & 3 == BPF_EXIST:
+        if old is None and flags & ~BPF_F_LOCK == BPF_EXIST:
             raise KernelError(errno.ENOENT, "the key does not exist (BPF_EXIST)")
 
-    def _update(self, key: bytes, value: bytes, flags: int, onallcpus: bool) -> None:
+    def htab_map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
         """htab_map_update_elem."""
         if flags:
-            self._check_update_flags(flags)
+            self.check_update_flags(flags)
         # Hot path: the hash an existing element carries saves hashing the key, but that
         # element was found without a lock and may have been recycled for another key; it
         # is trusted only if, under the lock it chose, it is still key's with that hash.
@@ -365,8 +193,8 @@ class HtabMap(BpfMap):
         try:
             old = self.table.get(key)
             if flags:  # BPF_ANY passes check_flags
-                self._check_flags(old, flags)
-            new = self._alloc_elem(key, value, hash_, old, onallcpus)
+                self.check_flags(old, flags)
+            new = self.alloc_htab_elem(key, value, hash_, old, onallcpus=False)
             if old is None:
                 self._link(new)
             else:
@@ -374,7 +202,7 @@ class HtabMap(BpfMap):
         finally:
             lock.release()
         if old is not None:
-            self.put_fd_value(old)
+            self.htab_put_fd_value(old)
             if self.prealloc:  # unlinked now: it becomes this CPU's spare
                 self.extra_elems[self._current.cpu].append(old)
             else:
@@ -382,56 +210,61 @@ class HtabMap(BpfMap):
                     self.count -= 1
                 self.ma.free(old)
 
-    def _update_in_place(self, key: bytes, value: bytes, flags: int,
-                         onallcpus: bool) -> None:
+    def htab_map_update_elem_in_place(self, key: bytes, value: bytes, flags: int,
+                                      onallcpus: bool) -> None:
         """htab_map_update_elem_in_place: per-CPU maps, and (6.16+) maps of maps, overwrite
         an existing element's value where it is, so its bucket position does not change."""
-        if flags > BPF_EXIST:
-            raise KernelError(errno.EINVAL, f"flags {flags:#x}: use BPF_ANY, BPF_NOEXIST or "
-                              "BPF_EXIST")
+        self.check_update_flags(flags)
         hash_ = self._hash(key)
         with self._lock(hash_):
             old = self.table.get(key)
-            self._check_flags(old, flags)
+            self.check_flags(old, flags)
             if old is None:
-                self._link(self._alloc_elem(key, value, hash_, None, onallcpus))
+                self._link(self.alloc_htab_elem(key, value, hash_, None, onallcpus))
             elif self.percpu:
                 self._fill_value(old, value, onallcpus, init=False)
             else:
-                self.put_fd_value(old)  # the value it replaces (an inner map) is let go
+                self.htab_put_fd_value(old)  # the value it replaces (an inner map) is let go
                 old.value[:] = value
 
-    def _delete(self, key: bytes) -> HtabElem:
-        """Unlink ``key``'s element under its bucket lock and return it (ENOENT if absent)."""
+    def htab_map_delete_elem(self, key: bytes) -> None:
+        """htab_map_delete_elem (htab_lru_map_delete_elem: the element goes back to the LRU)."""
         with self._lock(self._hash(key)):
             elem = self.table.get(key)
             if elem is None:
                 raise KernelError(errno.ENOENT, "key not found")
             self._unlink(elem)
-        return elem
+        self._release_elem(elem)
 
-    _release_elem = _free_elem  # where a deleted element goes (LRU maps: back to the LRU)
+    _release_elem = HtabElemMemory.free_htab_elem  # where a deleted element goes (LRU maps:
+    # back to the LRU)
 
-    # -- syscall side -------------------------------------------------------------------------
+    # -- reads ----------------------------------------------------------------------------------
     def _read_value(self, elem: HtabElem) -> bytes:
         if self.percpu:
             return b"".join(elem.value)
         return bytes(elem.value)
 
-    def lookup_elem_sys(self, key: bytes, flags: int = 0) -> bytes:
+    def htab_map_lookup_elem(self, key: bytes) -> bytearray | None:
+        """htab_map_lookup_elem: the live value (counted as an access from this CPU)."""
+        elem = self.table.get(key)
+        if elem is None:
+            return None
+        self.access_stats.access(self._current.cpu, elem.node)
+        return elem.value
+
+    def htab_map_copy_value(self, key: bytes, flags: int = 0) -> bytes:
+        """bpf_map_copy_value of a hash map: htab_map_lookup_elem (an LRU map's
+        htab_lru_map_lookup_elem_sys, which leaves the reference bit alone) and the copy;
+        bpf_percpu_hash_copy for per-CPU maps (every CPU's slot)."""
         elem = self.table.get(key)
         if elem is None:
             raise KernelError(errno.ENOENT, "key not found")
         self.access_stats.access(self._current.cpu, elem.node)
-        return self._read_value(elem)
+        return b"".join(elem.value) if self.percpu else bytes(elem.value)
 
-    def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
-        self._update(key, value, flags, onallcpus=True)
-
-    def delete_elem_sys(self, key: bytes) -> None:
-        self._release_elem(self._delete(key))
-
-    def lookup_and_delete_elem_sys(self, key: bytes | None, flags: int) -> bytes:
+    def htab_map_lookup_and_delete_elem(self, key: bytes | None, flags: int) -> bytes:
+        """htab_map_lookup_and_delete_elem (and its LRU and per-CPU variants)."""
         with self._lock(self._hash(key)):
             elem = self.table.get(key)
             if elem is None:
@@ -441,38 +274,21 @@ class HtabMap(BpfMap):
         self._release_elem(elem)
         return data
 
-    def get_next_key(self, key: bytes | None) -> bytes:
+    def htab_map_get_next_key(self, key: bytes | None) -> bytes:
         """htab_map_get_next_key: a missing key restarts from the first element.
 
         No bucket lock is taken (the kernel walks under RCU), so each bucket is read through
         a copy: a concurrent update or delete cannot shrink it between two reads.
         """
-        start = 0
-        if key is not None:
-            elem = self.table.get(key)
-            if elem is not None:
-                index = self._hash(key) & self.mask
-                bucket = tuple(self.buckets.get(index, ()))
-                try:
-                    pos = bucket.index(elem)
-                except ValueError:
-                    pos = len(bucket)
-                if pos + 1 < len(bucket):
-                    return bucket[pos + 1].key
-                start = index + 1
-        while True:
-            with self.index_lock:
-                at = bisect.bisect_left(self.nonempty, start)
-                if at == len(self.nonempty):
-                    raise KernelError(errno.ENOENT, "no next key")
-                index = self.nonempty[at]
-            bucket = tuple(self.buckets.get(index, ()))
-            if bucket:
-                return bucket[0].key
-            start = index + 1  # emptied meanwhile
+        elem = None if key is None else self.table.get(key)
+        next_key = self.storage.next_key(elem, self._hash(key) & self.mask if elem else 0)
+        if next_key is None:
+            raise KernelError(errno.ENOENT, "no next key")
+        return next_key
 
-    def _lookup_batch(self, in_batch: bytes | None, count: int, elem_flags: int, flags: int,
-                      delete: bool) -> BatchLookup:
+    def _htab_map_lookup_and_delete_batch(self, in_batch: bytes | None, count: int,
+                                          elem_flags: int, flags: int,
+                                          delete: bool) -> BatchLookup:
         """__htab_map_lookup_and_delete_batch: whole buckets; tokens are bucket indices."""
         check_elem_flags(elem_flags)
         if flags:
@@ -492,9 +308,7 @@ class HtabMap(BpfMap):
         freed: list[HtabElem] = []
         end = False
         while True:
-            with self.index_lock:
-                at = bisect.bisect_left(self.nonempty, batch)
-                index = self.nonempty[at] if at < len(self.nonempty) else None
+            index = self.storage.next_nonempty(batch)
             if index is None:
                 batch = self.n_buckets
                 end = True
@@ -505,7 +319,7 @@ class HtabMap(BpfMap):
                 if len(bucket) > count - len(keys):
                     if not keys:
                         raise KernelError(errno.ENOSPC, f"bucket {index} holds {len(bucket)} "
-                                          f"elements, more than count={count}")
+                                          f"elements, more than count={count}", count=0)
                     break
                 for elem in list(bucket):
                     keys.append(elem.key)
@@ -521,33 +335,14 @@ class HtabMap(BpfMap):
             self._release_elem(elem)
         return BatchLookup(keys, values, struct.pack("<I", batch), end)
 
-    def map_lookup_batch(self, in_batch, count, elem_flags, flags) -> BatchLookup:
-        return self._lookup_batch(in_batch, count, elem_flags, flags, delete=False)
+    def htab_map_lookup_batch(self, in_batch, count, elem_flags, flags) -> BatchLookup:
+        return self._htab_map_lookup_and_delete_batch(in_batch, count, elem_flags, flags,
+                                                      delete=False)
 
-    def map_lookup_and_delete_batch(self, in_batch, count, elem_flags, flags) -> BatchLookup:
-        return self._lookup_batch(in_batch, count, elem_flags, flags, delete=True)
-
-    # -- program side -------------------------------------------------------------------------
-    def lookup_elem(self, key: bytes) -> bytearray | None:
-        elem = self.table.get(key)
-        if elem is None:
-            return None
-        self.access_stats.access(self._current.cpu, elem.node)
-        return elem.value
-
-    def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
-        try:
-            self._update(bytes(key), bytes(value), flags, onallcpus=False)
-        except KernelError as exc:
-            return -exc.errno
-        return 0
-
-    def delete_elem(self, key: bytes) -> int:
-        try:
-            self.delete_elem_sys(bytes(key))
-        except KernelError as exc:
-            return -exc.errno
-        return 0
+    def htab_map_lookup_and_delete_batch(self, in_batch, count, elem_flags,
+                                         flags) -> BatchLookup:
+        return self._htab_map_lookup_and_delete_batch(in_batch, count, elem_flags, flags,
+                                                      delete=True)
 
     # -- bookkeeping --------------------------------------------------------------------------
     def sys_lookup_table(self) -> dict[bytes, bytearray] | None:
@@ -559,20 +354,7 @@ class HtabMap(BpfMap):
 
     def check_invariants(self) -> None:
         """Table, buckets, index and free lists agree; raises RuntimeError if not."""
-        problems = []
-        linked = [elem for bucket in self.buckets.values() for elem in bucket]
-        if len(linked) != len(self.table):
-            problems.append(f"{len(linked)} linked elements but {len(self.table)} in the table")
-        for elem in linked:
-            if self.table.get(elem.key) is not elem:
-                problems.append(f"element {elem.key!r} linked but not in the table")
-            if htab_map_hash(elem.key, self.hashrnd) != elem.hash:
-                problems.append(f"element {elem.key!r} carries a wrong hash")
-        if self.values is not None and (self.values.keys() != self.table.keys() or any(
-                self.values[k] is not e.value for k, e in self.table.items())):
-            problems.append("the value table disagrees with the element table")
-        if sorted(self.buckets) != self.nonempty:
-            problems.append("the non-empty bucket index is out of date")
+        problems = self.storage.problems(self._hash)
         if len(self.table) > self.max_entries:
             problems.append(f"{len(self.table)} elements in a map of {self.max_entries}")
         if self.freelist is not None:
@@ -602,21 +384,32 @@ class HtabMap(BpfMap):
             stats.update(self.ma.stats())
         return stats
 
-    def release(self) -> None:
+    def htab_map_free(self) -> None:
         """htab_map_free: give every element back; NO_PREALLOC maps destroy their allocator."""
-        elems = list(self.table.values())
-        self.table.clear()
-        if self.values is not None:
-            self.values.clear()
-        self.buckets.clear()
-        self.nonempty.clear()
+        elems = self.storage.clear()
         for elem in elems:
-            self.put_fd_value(elem)
+            self.htab_put_fd_value(elem)
         if self.ma is not None:
             for elem in elems:
                 self.ma.free(elem)
             self.count = 0
             self.ma.destroy()
+
+    # struct bpf_map_ops htab_map_ops
+    map_alloc_check = htab_map_alloc_check
+    map_free = htab_map_free
+    map_get_next_key = htab_map_get_next_key
+    map_lookup_elem = htab_map_lookup_elem
+    map_lookup_and_delete_elem = htab_map_lookup_and_delete_elem
+    map_update_elem = htab_map_update_elem
+    map_delete_elem = htab_map_delete_elem
+    map_lookup_batch = htab_map_lookup_batch
+    map_lookup_and_delete_batch = htab_map_lookup_and_delete_batch
+    map_update_batch = generic_map_update_batch
+    map_delete_batch = generic_map_delete_batch
+    # syscall.c's reads and writes of a hash map
+    bpf_map_copy_value = htab_map_copy_value
+    bpf_map_update_value = htab_map_update_elem
 
 
 @map_ops(MapType.PERCPU_HASH)
@@ -625,15 +418,28 @@ class HtabPercpuMap(HtabMap):
 
     percpu = True
 
-    _update = HtabMap._update_in_place
-
-    def lookup_elem(self, key: bytes) -> bytearray | None:
+    def htab_percpu_map_lookup_elem(self, key: bytes) -> bytearray | None:
+        """htab_percpu_map_lookup_elem: this CPU's slot."""
         elem = self.table.get(key)
         if elem is None:
             return None
         cpu = self._current.cpu
         self.access_stats.local[cpu] += 1  # a CPU's own slot lives on its node
         return elem.value[cpu]
+
+    def htab_percpu_map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
+        """htab_percpu_map_update_elem: a program writes its own CPU's slot
+        (__htab_percpu_map_update_elem, onallcpus false)."""
+        self.htab_map_update_elem_in_place(key, value, flags, onallcpus=False)
+
+    def bpf_percpu_hash_update(self, key: bytes, value: bytes, flags: int) -> None:
+        """bpf_percpu_hash_update: a syscall writes every CPU's slot."""
+        self.htab_map_update_elem_in_place(key, value, flags, onallcpus=True)
+
+    # struct bpf_map_ops htab_percpu_map_ops
+    map_lookup_elem = htab_percpu_map_lookup_elem
+    map_update_elem = htab_percpu_map_update_elem
+    bpf_map_update_value = bpf_percpu_hash_update
 
 
 @map_ops(MapType.LRU_HASH)
@@ -642,41 +448,42 @@ class HtabLruMap(HtabMap):
 
     lru = True
 
-    def _lru_delete_node(self, node: LruNode) -> bool:
+    def htab_lru_map_delete_node(self, node: LruNode) -> bool:
         """htab_lru_map_delete_node: the eviction callback; unhash the node's key."""
         assert isinstance(node, HtabElem)
         with self._lock(node.hash):
             if self.table.get(node.key) is not node:
                 return False
             self._unlink(node)
-        self.put_fd_value(node)
+        self.htab_put_fd_value(node)
         return True
 
-    def _pop_node(self) -> HtabElem:
+    def prealloc_lru_pop(self) -> HtabElem:
+        """prealloc_lru_pop: a free node, evicting if it must (ENOMEM when none)."""
         node = self.lru_list.pop_free()
         if node is None:
             raise KernelError(errno.ENOMEM, "the LRU has no free node (all are in use on "
                               "other CPUs)")
         return node  # type: ignore[return-value]
 
-    def _release_elem(self, elem: HtabElem) -> None:
-        self.put_fd_value(elem)
+    def htab_lru_push_free(self, elem: HtabElem) -> None:
+        self.htab_put_fd_value(elem)
         self.lru_list.push_free(elem)
 
-    def _update(self, key: bytes, value: bytes, flags: int, onallcpus: bool) -> None:
+    _release_elem = htab_lru_push_free
+
+    def htab_lru_map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
         """htab_lru_map_update_elem."""
-        if flags > BPF_EXIST:
-            raise KernelError(errno.EINVAL, f"flags {flags:#x}: use BPF_ANY, BPF_NOEXIST or "
-                              "BPF_EXIST")
+        self.check_update_flags(flags)
         hash_ = self._hash(key)
-        node = self._pop_node()
+        node = self.prealloc_lru_pop()
         node.key = key
         node.hash = hash_
-        self._fill_value(node, value, onallcpus)
+        self._fill_value(node, value, onallcpus=False)
         with self._lock(hash_):
             old = self.table.get(key)
             try:
-                self._check_flags(old, flags)
+                self.check_flags(old, flags)
             except KernelError as exc:
                 error = exc
             else:
@@ -692,7 +499,8 @@ class HtabLruMap(HtabMap):
         if old is not None:
             self._release_elem(old)
 
-    def lookup_elem(self, key: bytes) -> bytearray | None:
+    def htab_lru_map_lookup_elem(self, key: bytes) -> bytearray | None:
+        """htab_lru_map_lookup_elem: sets the reference bit (the syscall read does not)."""
         elem = self.table.get(key)
         if elem is None:
             return None
@@ -701,6 +509,11 @@ class HtabLruMap(HtabMap):
         self.access_stats.access(self._current.cpu, elem.node)
         return elem.value
 
+    # struct bpf_map_ops htab_lru_map_ops
+    map_lookup_elem = htab_lru_map_lookup_elem
+    map_update_elem = htab_lru_map_update_elem
+    bpf_map_update_value = htab_lru_map_update_elem
+
 
 @map_ops(MapType.LRU_PERCPU_HASH)
 class HtabLruPercpuMap(HtabLruMap):
@@ -708,18 +521,17 @@ class HtabLruPercpuMap(HtabLruMap):
 
     percpu = True
 
-    def _update(self, key: bytes, value: bytes, flags: int, onallcpus: bool) -> None:
+    def _htab_lru_percpu_map_update_elem(self, key: bytes, value: bytes, flags: int,
+                                         onallcpus: bool) -> None:
         """__htab_lru_percpu_map_update_elem."""
-        if flags > BPF_EXIST:
-            raise KernelError(errno.EINVAL, f"flags {flags:#x}: use BPF_ANY, BPF_NOEXIST or "
-                              "BPF_EXIST")
+        self.check_update_flags(flags)
         hash_ = self._hash(key)
-        node = self._pop_node() if flags != BPF_EXIST else None
+        node = self.prealloc_lru_pop() if flags != BPF_EXIST else None
         error: KernelError | None = None
         with self._lock(hash_):
             old = self.table.get(key)
             try:
-                self._check_flags(old, flags)
+                self.check_flags(old, flags)
             except KernelError as exc:
                 error = exc
             else:
@@ -737,7 +549,14 @@ class HtabLruPercpuMap(HtabLruMap):
         if error is not None:
             raise error
 
-    def lookup_elem(self, key: bytes) -> bytearray | None:
+    def htab_lru_percpu_map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
+        self._htab_lru_percpu_map_update_elem(key, value, flags, onallcpus=False)
+
+    def bpf_percpu_hash_update(self, key: bytes, value: bytes, flags: int) -> None:
+        """bpf_percpu_hash_update: a syscall writes every CPU's slot."""
+        self._htab_lru_percpu_map_update_elem(key, value, flags, onallcpus=True)
+
+    def htab_lru_percpu_map_lookup_elem(self, key: bytes) -> bytearray | None:
         elem = self.table.get(key)
         if elem is None:
             return None
@@ -746,3 +565,83 @@ class HtabLruPercpuMap(HtabLruMap):
         cpu = self._current.cpu
         self.access_stats.local[cpu] += 1
         return elem.value[cpu]
+
+    # struct bpf_map_ops htab_lru_percpu_map_ops
+    map_lookup_elem = htab_lru_percpu_map_lookup_elem
+    map_update_elem = htab_lru_percpu_map_update_elem
+    bpf_map_update_value = bpf_percpu_hash_update
+
+
+@map_ops(MapType.HASH_OF_MAPS)
+class HtabOfMaps(MapOfMapsMixin, HtabMap):
+    """BPF_MAP_TYPE_HASH_OF_MAPS: a hash map whose 4-byte values hold inner maps.
+
+    Each element's value holds the inner map's id (what a syscall lookup and the hash batch
+    report, where the kernel keeps a pointer); ``inner_maps`` turns an id back into the map,
+    counting how many elements hold it. Programs cannot store maps (the verifier refuses),
+    so there is no map_update_elem; lookup_and_delete is ENOTSUPP.
+    """
+
+    fd_htab = True
+
+    @classmethod
+    def fd_htab_map_alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
+        if attr.value_size != 4:
+            raise KernelError(errno.EINVAL, f"maps of maps hold 4-byte map fds: value_size must "
+                                            f"be 4, got {attr.value_size}")
+        cls.htab_map_alloc_check(attr, machine)
+
+    def __init__(self, attr: MapAttr, machine: Machine, node: int, *,
+                 inner_map: BpfMap) -> None:
+        """htab_of_map_alloc."""
+        self.inner_map_meta = bpf_map_meta_alloc(inner_map)
+        super().__init__(attr, machine, node)
+        self.inner_maps: dict[int, list] = {}  # id -> [map, elements holding it]
+        # Elements of different buckets share an entry; taken inside a bucket lock.
+        self.inner_maps_lock = threading.Lock()
+
+    def bpf_fd_htab_map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
+        """bpf_fd_htab_map_update_elem: resolve the fd first, then (6.16+) replace in place,
+        atomic for lookups, so the element keeps its bucket position."""
+        inner = self.map_fd_get_ptr(u32_key(value))
+        with self.inner_maps_lock:
+            self.inner_maps.setdefault(inner.id, [inner, 0])[1] += 1
+        try:
+            self.htab_map_update_elem_in_place(key, inner.id.to_bytes(4, "little"), flags,
+                                               onallcpus=False)
+        except KernelError:
+            self._drop(inner.id)
+            raise
+
+    def htab_put_fd_value(self, elem: HtabElem) -> None:
+        self._drop(u32_key(elem.value))
+
+    def _drop(self, inner_id: int) -> None:
+        with self.inner_maps_lock:
+            held = self.inner_maps[inner_id]
+            held[1] -= 1
+            if not held[1]:
+                del self.inner_maps[inner_id]
+        self.map_fd_put_ptr(held[0])
+
+    def htab_of_map_lookup_elem(self, key: bytes) -> BpfMap | None:
+        """htab_of_map_lookup_elem: the inner map itself, for the program to use.
+
+        Lock-free like the kernel's: an inner map replaced meanwhile may have lost its last
+        holder between reading the value and finding the map; the value is then read again.
+        """
+        while True:
+            value = self.htab_map_lookup_elem(key)
+            if value is None:
+                return None
+            held = self.inner_maps.get(u32_key(value))
+            if held is not None:
+                return held[0]
+
+    # struct bpf_map_ops htab_of_maps_map_ops
+    map_alloc_check = fd_htab_map_alloc_check
+    map_lookup_elem = htab_of_map_lookup_elem
+    map_lookup_and_delete_elem = BpfMap.map_lookup_and_delete_elem
+    map_update_elem = BpfMap.map_update_elem
+    # syscall.c: bpf_fd_htab_map_lookup_elem reads the id the element holds
+    bpf_map_update_value = bpf_fd_htab_map_update_elem

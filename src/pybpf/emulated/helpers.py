@@ -23,8 +23,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..errors import ProgramFault
-from ..uapi import BpfFunc, MapType, ProgType
+from ..errors import KernelError, ProgramFault
+from ..uapi import BpfFunc, MapType, ProgType, map_traits
 from .bpf_map import BpfMap
 from .memory import (
     BYTES_AT,
@@ -45,9 +45,6 @@ BPF_F_INGRESS = 1
 BPF_F_BROADCAST = 1 << 3
 BPF_F_EXCLUDE_INGRESS = 1 << 4
 _XDP_ACTION_MASK = XDP_ABORTED | XDP_DROP | XDP_PASS | XDP_TX
-_REDIRECT_MAP_TYPES = frozenset({MapType.DEVMAP, MapType.DEVMAP_HASH, MapType.CPUMAP,
-                                 MapType.XSKMAP})
-_SOCK_MAP_TYPES = frozenset({MapType.SOCKMAP, MapType.SOCKHASH})
 
 
 # Argument types (enum bpf_arg_type): what the verifier lets a program pass in R1..R5.
@@ -117,9 +114,9 @@ def map_lookup_elem(bpf_map: BpfMap, rs: RunState, r2: int, r3: int = 0, r4: int
     mem = rs.mem.get(r2 >> 32)
     off = r2 & OFF_MASK
     if type(mem) is bytearray and off + bpf_map.key_size <= len(mem):
-        value = bpf_map.lookup_elem_at(mem, off)
+        value = bpf_map.map_lookup_elem_at(mem, off)
     else:
-        value = bpf_map.lookup_elem(mem_read(rs, r2, bpf_map.key_size, "key (R2)"))
+        value = bpf_map.map_lookup_elem(mem_read(rs, r2, bpf_map.key_size, "key (R2)"))
     if value is None:
         return 0
     pointer = rs.value_regions.get(id(value))
@@ -129,12 +126,20 @@ def map_lookup_elem(bpf_map: BpfMap, rs: RunState, r2: int, r3: int = 0, r4: int
 def map_update_elem(bpf_map: BpfMap, rs: RunState, r2: int, r3: int, r4: int,
                     r5: int = 0) -> int:
     key = _read(rs, r2, bpf_map.key_size, "key (R2)")
-    return bpf_map.update_elem(key, _read(rs, r3, bpf_map.value_size, "value (R3)"), r4) & M64
+    try:
+        bpf_map.map_update_elem(key, _read(rs, r3, bpf_map.value_size, "value (R3)"), r4)
+    except KernelError as exc:
+        return -exc.errno & M64
+    return 0
 
 
 def map_delete_elem(bpf_map: BpfMap, rs: RunState, r2: int, r3: int = 0, r4: int = 0,
                     r5: int = 0) -> int:
-    return bpf_map.delete_elem(_read(rs, r2, bpf_map.key_size, "key (R2)")) & M64
+    try:
+        bpf_map.map_delete_elem(_read(rs, r2, bpf_map.key_size, "key (R2)"))
+    except KernelError as exc:
+        return -exc.errno & M64
+    return 0
 
 
 def _resolve(rs: RunState, r1: int, helper: str) -> BpfMap:
@@ -170,13 +175,19 @@ bpf_map_delete_elem.bind_map = _binder(map_delete_elem)
 
 def bpf_map_push_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     bpf_map = bpf_map_of(rs, r1, "bpf_map_push_elem")
-    return bpf_map.push_elem(mem_read(rs, r2, bpf_map.value_size, "value (R2)"), r3) & M64
+    try:
+        bpf_map.map_push_elem(mem_read(rs, r2, bpf_map.value_size, "value (R2)"), r3)
+    except KernelError as exc:
+        return -exc.errno & M64
+    return 0
 
 
-def _pop_or_peek(rs: RunState, bpf_map: BpfMap, got: bytes | int, r2: int) -> int:
-    """Copy what pop/peek returned into the program's buffer at R2; 0 or the -errno."""
-    if isinstance(got, int):
-        return got & M64
+def _pop_or_peek(rs: RunState, op: Callable[[], bytes], r2: int) -> int:
+    """Copy what pop/peek gives into the program's buffer at R2; 0 or the -errno."""
+    try:
+        got = op()
+    except KernelError as exc:
+        return -exc.errno & M64
     mem_write(rs, r2, got, "value (R2)")
     return 0
 
@@ -184,21 +195,25 @@ def _pop_or_peek(rs: RunState, bpf_map: BpfMap, got: bytes | int, r2: int) -> in
 def bpf_map_pop_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     bpf_map = bpf_map_of(rs, r1, "bpf_map_pop_elem")
     mem_read(rs, r2, bpf_map.value_size, "value (R2)")  # the buffer must be there first
-    return _pop_or_peek(rs, bpf_map, bpf_map.pop_elem(), r2)
+    return _pop_or_peek(rs, bpf_map.map_pop_elem, r2)
 
 
 def bpf_map_peek_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     bpf_map = bpf_map_of(rs, r1, "bpf_map_peek_elem")
     value = mem_read(rs, r2, bpf_map.value_size, "value (R2)")
     if bpf_map.map_type == MapType.BLOOM_FILTER:  # peek is "is this value in the filter"
-        return bpf_map.peek_elem(value) & M64
-    return _pop_or_peek(rs, bpf_map, bpf_map.peek_elem(), r2)
+        try:
+            bpf_map.map_peek_elem(value)
+        except KernelError as exc:
+            return -exc.errno & M64
+        return 0
+    return _pop_or_peek(rs, bpf_map.map_peek_elem, r2)
 
 
 def bpf_map_lookup_percpu_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int,
                                r5: int) -> int:
     bpf_map = bpf_map_of(rs, r1, "bpf_map_lookup_percpu_elem")
-    lookup = getattr(bpf_map, "lookup_percpu_elem", None)
+    lookup = getattr(bpf_map, "map_lookup_percpu_elem", None)
     if lookup is None:
         raise ProgramFault(errno.EFAULT, "bpf_map_lookup_percpu_elem needs a per-CPU map")
     value = lookup(mem_read(rs, r2, bpf_map.key_size, "key (R2)"), r3 & M32)
@@ -280,7 +295,7 @@ def bpf_redirect_map(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) 
     """__bpf_xdp_redirect_map: XDP_REDIRECT when the key has a target, else the low bits of
     flags (the default action); flags outside the allowed set give XDP_ABORTED."""
     bpf_map = bpf_map_of(rs, r1, "bpf_redirect_map")
-    if bpf_map.map_type not in _REDIRECT_MAP_TYPES:
+    if not map_traits(bpf_map.map_type).redirect:
         raise ProgramFault(errno.EFAULT, f"bpf_redirect_map: {bpf_map.describe()} is not a "
                            "devmap, cpumap or xskmap")
     flags = r3
@@ -290,7 +305,7 @@ def bpf_redirect_map(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) 
         return XDP_ABORTED
     target = None
     if not flags & BPF_F_BROADCAST:
-        target = bpf_map.lookup_elem((r2 & M32).to_bytes(4, "little"))
+        target = bpf_map.map_lookup_elem((r2 & M32).to_bytes(4, "little"))
         if target is None:
             rs.redirect = None
             return flags & _XDP_ACTION_MASK
@@ -299,7 +314,7 @@ def bpf_redirect_map(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) 
 
 
 def _sk_redirect(rs: RunState, bpf_map: BpfMap, key: bytes, flags: int) -> int:
-    if bpf_map.map_type not in _SOCK_MAP_TYPES:
+    if not map_traits(bpf_map.map_type).sockets:
         raise ProgramFault(errno.EFAULT, f"sk redirect: {bpf_map.describe()} is not a sockmap")
     if flags & ~BPF_F_INGRESS:
         return SK_DROP

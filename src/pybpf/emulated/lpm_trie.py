@@ -72,12 +72,9 @@ class LpmTrieNode:
 class LpmTrie(BpfMap):
     """struct lpm_trie."""
 
-    map_lookup_batch = generic_map_lookup_batch
-    map_update_batch = generic_map_update_batch
-    map_delete_batch = generic_map_delete_batch
-
-    @classmethod
-    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
+    @staticmethod
+    def trie_alloc_check(attr: MapAttr, machine: Machine) -> None:
+        """trie_alloc's checks, made before it allocates."""
         # trie_alloc does these checks itself (there is no map_alloc_check); none allocates.
         if attr.max_entries == 0:
             raise KernelError(errno.EINVAL, "max_entries must be at least 1")
@@ -154,15 +151,9 @@ class LpmTrie(BpfMap):
             self.access_stats.access(self.machine.current_cpu(), found.node)
         return found
 
-    def lookup_elem(self, key: bytes) -> bytearray | None:
+    def trie_lookup_elem(self, key: bytes) -> bytearray | None:
         found = self._trie_lookup(key)
         return None if found is None else found.value
-
-    def lookup_elem_sys(self, key: bytes, flags: int = 0) -> bytes:
-        found = self._trie_lookup(key)
-        if found is None:
-            raise KernelError(errno.ENOENT, "no stored prefix matches the key")
-        return bytes(found.value)
 
     # -- update -----------------------------------------------------------------------------
     def _check_add_elem(self, flags: int) -> int:
@@ -173,12 +164,8 @@ class LpmTrie(BpfMap):
         self.n_entries += 1
         return 0
 
-    def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
-        """trie_update_elem; 0 or a negative errno."""
-        with self.lock:
-            return self._trie_update_elem(key, value, flags)
-
     def _trie_update_elem(self, key: bytes, value: bytes, flags: int) -> int:
+        """trie_update_elem under the trie's lock; 0 or a negative errno."""
         if flags > BPF_EXIST:
             return -errno.EINVAL
         prefixlen, data, bits = self._split_key(key)
@@ -242,8 +229,9 @@ class LpmTrie(BpfMap):
         assign(im_node)
         return 0
 
-    def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
-        err = self.update_elem(key, value, flags)
+    def trie_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
+        with self.lock:
+            err = self._trie_update_elem(key, value, flags)
         if not err:
             return
         prefixlen = int.from_bytes(key[:4], "little")
@@ -261,12 +249,8 @@ class LpmTrie(BpfMap):
         raise KernelError(-err, detail)
 
     # -- delete -------------------------------------------------------------------------------
-    def delete_elem(self, key: bytes) -> int:
-        """trie_delete_elem; 0 or a negative errno."""
-        with self.lock:
-            return self._trie_delete_elem(key)
-
     def _trie_delete_elem(self, key: bytes) -> int:
+        """trie_delete_elem under the trie's lock; 0 or a negative errno."""
         prefixlen, _data, bits = self._split_key(key)
         if prefixlen > self.max_prefixlen:
             return -errno.EINVAL
@@ -309,8 +293,9 @@ class LpmTrie(BpfMap):
         assign(trim, node.child[0] if node.child[0] is not None else node.child[1])
         return 0
 
-    def delete_elem_sys(self, key: bytes) -> None:
-        err = self.delete_elem(key)
+    def trie_delete_elem(self, key: bytes) -> None:
+        with self.lock:
+            err = self._trie_delete_elem(key)
         if err == -errno.EINVAL:
             raise KernelError(errno.EINVAL, f"prefixlen {int.from_bytes(key[:4], 'little')} is "
                                             f"over the trie's maximum {self.max_prefixlen}")
@@ -333,7 +318,7 @@ class LpmTrie(BpfMap):
                     node = next_node.child[1]
         return next_node
 
-    def get_next_key(self, key: bytes | None) -> bytes:
+    def trie_get_next_key(self, key: bytes | None) -> bytes:
         """trie_get_next_key: post-order; a missing or invalid key gives the leftmost node."""
         search_root = self.root
         if search_root is None:
@@ -398,3 +383,13 @@ class LpmTrie(BpfMap):
             problems.append(f"{real} elements but n_entries {self.n_entries}")
         if problems:
             raise RuntimeError(f"{self.describe()}: " + "; ".join(problems))
+
+    # struct bpf_map_ops trie_map_ops
+    map_alloc_check = trie_alloc_check
+    map_lookup_elem = trie_lookup_elem
+    map_update_elem = trie_update_elem
+    map_delete_elem = trie_delete_elem
+    map_get_next_key = trie_get_next_key
+    map_lookup_batch = generic_map_lookup_batch
+    map_update_batch = generic_map_update_batch
+    map_delete_batch = generic_map_delete_batch

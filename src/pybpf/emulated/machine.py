@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from ..system import Topology, host_topology
+from ..topology import Topology, host_topology
 from .rcu import Rcu
 
 

@@ -1,4 +1,6 @@
-"""ARRAY_OF_MAPS and HASH_OF_MAPS (kernel/bpf/map_in_map.c, arraymap.c, hashtab.c).
+"""Maps of maps (kernel/bpf/map_in_map.c): the inner-map template and the fd ops the two outer
+types share. The outer types live with their families, as in the kernel: ARRAY_OF_MAPS in
+arraymap.py, HASH_OF_MAPS in hashtab.py.
 
 Rules this module keeps:
 - Create: the outer map's own checks first (value_size must be 4: the value is a map fd), then
@@ -12,34 +14,19 @@ Rules this module keeps:
 - Values are map fds on update and map ids on lookup (4 bytes); programs get the inner map
   itself. An outer map holds a reference on every inner map it stores; replacing, deleting
   or freeing the outer map drops it.
-- ARRAY_OF_MAPS: update flags must be BPF_ANY (else EINVAL), index >= max_entries -> E2BIG;
-  delete of index >= max_entries -> E2BIG, of an empty slot -> ENOENT; lookup of an empty slot
-  -> ENOENT; batches: generic lookup and update.
-- HASH_OF_MAPS: value_size must be 4, then the hash map's create checks; on update the inner
-  fd is resolved first, then hash semantics (EINVAL flags, EEXIST, ENOENT, E2BIG) and the
-  hash order; replacing an inner map updates the element in place (it keeps its position,
-  ``htab_map_update_elem_in_place``); batches: all four (the hash map's, values are inner map
-  ids); lookup_and_delete -> ENOTSUPP.
 """
 
 from __future__ import annotations
 
 import errno
-import threading
-from typing import TYPE_CHECKING
 
 from ..errors import KernelError
-from ..uapi import BPF_F_INNER_MAP, ENOTSUPP, MAP_IN_MAP_TYPES, MapType
-from .arraymap import FdArray, u32_key
-from .batch import generic_map_lookup_batch, generic_map_update_batch
-from .bpf_map import BpfMap, MapAttr, map_ops
-from .hashtab import HtabElem, HtabMap
-
-if TYPE_CHECKING:
-    from .machine import Machine
+from ..uapi import BPF_F_INNER_MAP, ENOTSUPP, MapType, map_traits
+from .bpf_map import BpfMap
 
 # Map types whose ops have no map_meta_equal: they cannot be inner maps.
-NO_META_EQUAL_TYPES = frozenset({MapType.PROG_ARRAY, *MAP_IN_MAP_TYPES})
+NO_META_EQUAL_TYPES = frozenset({MapType.PROG_ARRAY, MapType.ARRAY_OF_MAPS,
+                                 MapType.HASH_OF_MAPS})
 
 
 class MapMeta:
@@ -54,9 +41,9 @@ class MapMeta:
         self.map_flags = inner.map_flags
         self.max_entries = inner.max_entries
 
-    def mismatch(self, candidate: BpfMap) -> str:
-        """Why ``candidate`` cannot be stored ('' when it can): bpf_map_meta_equal and
-        array_map_meta_equal."""
+    def bpf_map_meta_equal(self, candidate: BpfMap) -> str:
+        """Why ``candidate`` cannot be stored ('' when it can): bpf_map_meta_equal, and
+        array_map_meta_equal for an inner ARRAY."""
         for field in ("map_type", "key_size", "value_size", "map_flags"):
             want, got = getattr(self, field), getattr(candidate, field)
             if want != got:
@@ -69,12 +56,9 @@ class MapMeta:
         return ""
 
 
-def bpf_map_meta_alloc(inner: BpfMap | None) -> MapMeta:
+def bpf_map_meta_alloc(inner: BpfMap) -> MapMeta:
     """The template an outer map keeps of ``inner`` (resolved from inner_map_fd)."""
-    if inner is None:
-        raise KernelError(errno.EBADF, "a map-in-map needs inner_map_fd: the fd of a map to "
-                                       "use as the template of its inner maps")
-    if inner.map_type in MAP_IN_MAP_TYPES:
+    if map_traits(inner.map_type).map_in_map:
         raise KernelError(errno.EINVAL, "maps of maps nest one level only: the inner map "
                                         "cannot itself be a map of maps")
     if inner.map_type in NO_META_EQUAL_TYPES:
@@ -88,107 +72,21 @@ class MapOfMapsMixin:
     inner_map_meta: MapMeta
     system: object
 
-    def fd_get_ptr(self, ufd: int) -> BpfMap:
+    def bpf_map_fd_get_ptr(self, ufd: int) -> BpfMap:
         """bpf_map_fd_get_ptr: the map behind ``ufd``, if it matches the template."""
         inner = self.system.map_from_fd(ufd)
-        why = self.inner_map_meta.mismatch(inner)
+        why = self.inner_map_meta.bpf_map_meta_equal(inner)
         if why:
             raise KernelError(errno.EINVAL, f"map fd {ufd} does not fit this map of maps: {why}")
         self.system.bpf_map_inc(inner)
         return inner
 
-    def fd_put_ptr(self, ptr: BpfMap) -> None:
+    def bpf_map_fd_put_ptr(self, ptr: BpfMap) -> None:
         self.system.bpf_map_put(ptr)
 
-    def fd_sys_lookup_elem(self, ptr: BpfMap) -> int:
+    def bpf_map_fd_sys_lookup_elem(self, ptr: BpfMap) -> int:
         return ptr.id
 
-
-@map_ops(MapType.ARRAY_OF_MAPS)
-class ArrayOfMaps(MapOfMapsMixin, FdArray):
-    """BPF_MAP_TYPE_ARRAY_OF_MAPS."""
-
-    map_lookup_batch = generic_map_lookup_batch
-    map_update_batch = generic_map_update_batch
-
-    def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
-        self.inner_map_meta = bpf_map_meta_alloc(attr.inner_map)
-        super().__init__(attr, machine, node)
-
-    def lookup_elem(self, key: bytes) -> BpfMap | None:
-        """array_of_map_lookup_elem: the inner map itself, for the program to use."""
-        index = u32_key(key)
-        if index >= self.max_entries:
-            return None
-        self.access_stats.access(self.machine.current_cpu(), self.numa_node)
-        return self.ptrs.get(index)
-
-
-@map_ops(MapType.HASH_OF_MAPS)
-class HashOfMaps(MapOfMapsMixin, HtabMap):
-    """BPF_MAP_TYPE_HASH_OF_MAPS: a hash map whose 4-byte values hold inner maps.
-
-    Each element's value holds the inner map's id (what a syscall lookup and the hash batch
-    report, where the kernel keeps a pointer); ``inner_maps`` turns an id back into the map,
-    counting how many elements hold it.
-    """
-
-    @classmethod
-    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
-        if attr.value_size != 4:
-            raise KernelError(errno.EINVAL, f"maps of maps hold 4-byte map fds: value_size must "
-                                            f"be 4, got {attr.value_size}")
-        super().alloc_check(attr, machine)
-
-    # 6.16+: an existing key's inner map is swapped in place (atomic for lookups), so its
-    # bucket position stays and no spare elements are needed.
-    _update = HtabMap._update_in_place
-
-    def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
-        self.inner_map_meta = bpf_map_meta_alloc(attr.inner_map)
-        super().__init__(attr, machine, node)
-        self.inner_maps: dict[int, list] = {}  # id -> [map, elements holding it]
-        # Elements of different buckets share an entry; taken inside a bucket lock.
-        self.inner_maps_lock = threading.Lock()
-
-    def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
-        """bpf_fd_htab_map_update_elem: resolve the fd first, then the hash update."""
-        inner = self.fd_get_ptr(u32_key(value))
-        with self.inner_maps_lock:
-            self.inner_maps.setdefault(inner.id, [inner, 0])[1] += 1
-        try:
-            self._update(key, inner.id.to_bytes(4, "little"), flags, onallcpus=True)
-        except KernelError:
-            self._drop(inner.id)
-            raise
-
-    def put_fd_value(self, elem: HtabElem) -> None:
-        self._drop(u32_key(elem.value))
-
-    def _drop(self, inner_id: int) -> None:
-        with self.inner_maps_lock:
-            held = self.inner_maps[inner_id]
-            held[1] -= 1
-            if not held[1]:
-                del self.inner_maps[inner_id]
-        self.fd_put_ptr(held[0])
-
-    def lookup_and_delete_elem_sys(self, key: bytes | None, flags: int) -> bytes:
-        raise KernelError(ENOTSUPP, "lookup_and_delete is not supported by maps of maps")
-
-    def lookup_elem(self, key: bytes) -> BpfMap | None:
-        """htab_of_map_lookup_elem: the inner map itself, for the program to use.
-
-        Lock-free like the kernel's: an inner map replaced meanwhile may have lost its last
-        holder between reading the value and finding the map; the value is then read again.
-        """
-        while True:
-            value = super().lookup_elem(key)
-            if value is None:
-                return None
-            held = self.inner_maps.get(u32_key(value))
-            if held is not None:
-                return held[0]
-
-    def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
-        return -errno.EINVAL  # programs cannot store maps (the verifier refuses)
+    map_fd_get_ptr = bpf_map_fd_get_ptr
+    map_fd_put_ptr = bpf_map_fd_put_ptr
+    map_fd_sys_lookup_elem = bpf_map_fd_sys_lookup_elem

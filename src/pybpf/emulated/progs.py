@@ -1,8 +1,9 @@
 """Programs on the emulated backend: load, test run, info, ids, tracepoint attachment.
 
-``ProgramsMixin`` is the part of ``EmulatedSystem`` that does BPF_PROG_LOAD,
-BPF_PROG_TEST_RUN, prog info / get_fd_by_id and tracepoint attachment; it relies on the
-system's fd table, id allocator and map references (``fd_install``, ``map_from_fd``,
+``ProgramsMixin`` is the part of ``EmulatedSystem`` that translates BPF_PROG_LOAD,
+BPF_PROG_TEST_RUN, prog info / get_fd_by_id and tracepoint attachment (``pybpf.system.System``
+normalised the arguments and owns the error boundary); it relies on the system's fd table,
+id allocator and map references (``fd_install``, ``info_fd_get``, ``map_from_fd``,
 ``bpf_map_inc`` / ``bpf_map_put``, ``prog_idr_alloc``, ``bpf_prog_inc`` / ``bpf_prog_put``).
 
 Rules this module keeps:
@@ -29,18 +30,13 @@ import threading
 import time
 from typing import Any
 
-from ..errors import (
-    KernelError,
-    VerifierError,
-    bpf_error,
-    errno_name,
-    prog_description,
-    strerror,
-)
-from ..system import ProgInfo, TestRun, test_run_args_problem
+from ..attrs import ProgAttr, TestRunRequest
+from ..errors import KernelError, prog_description
+from ..system import ProgInfo, TestRun
 from ..uapi import (
     BPF_PSEUDO_MAP_FD,
     BPF_PSEUDO_MAP_VALUE,
+    ENOTSUPP,
     AttachType,
     ProgType,
 )
@@ -85,15 +81,18 @@ from .memory import (
     CtxRegion,
     RunState,
 )
+from .syscall import bpf_obj_name_cpy
 from .verifier import bpf_check
 
 BPF_F_SLEEPABLE = 1 << 4
-# prog_flags bpf_prog_load accepts (BPF_F_STRICT_ALIGNMENT .. BPF_F_XDP_DEV_BOUND_ONLY)
-_PROG_FLAGS = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 3) | BPF_F_SLEEPABLE | (1 << 5) | (1 << 6)
+BPF_F_TOKEN_FD = 1 << 16
+# prog_flags bpf_prog_load accepts: BPF_F_STRICT_ALIGNMENT .. BPF_F_TEST_REG_INVARIANTS (1 << 7)
+# and BPF_F_TOKEN_FD.
+_PROG_FLAGS = (1 << 8) - 1 | BPF_F_TOKEN_FD
 BPF_COMPLEXITY_LIMIT_INSNS = 1_000_000
 BPF_F_TEST_RUN_ON_CPU = 1 << 0
 BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
-BPF_F_TEST_SKB_CHECKSUM_COMPLETE = 1 << 2
+BPF_F_TEST_SKB_CHECKSUM_COMPLETE = 1 << 2  # accepted; no __sk_buff field shows the checksum
 
 ETH_HLEN = 14
 PAGE_SIZE = 4096
@@ -127,8 +126,8 @@ LOADABLE_PROG_TYPES = SKB_PROG_TYPES | {ProgType.XDP, ProgType.TRACEPOINT,
                                         ProgType.PERF_EVENT}
 TRACEPOINT_PROG_TYPES = frozenset({ProgType.TRACEPOINT})
 
-_GPL_COMPATIBLE = ("GPL", "GPL v2", "GPL and additional rights", "Dual BSD/GPL",
-                   "Dual MIT/GPL", "Dual MPL/GPL")
+_GPL_COMPATIBLE = (b"GPL", b"GPL v2", b"GPL and additional rights", b"Dual BSD/GPL",
+                   b"Dual MIT/GPL", b"Dual MPL/GPL")
 
 # The __sk_buff fields a test run's ctx_in may set (convert___skb_to_skb).
 _SKB_CTX_IN_FIELDS = ((SKB_MARK, 4), (SKB_PRIORITY, 4), (SKB_INGRESS_IFINDEX, 4),
@@ -220,123 +219,70 @@ class ProgramsMixin:
     insn_budget = DEFAULT_BUDGET  # instructions one run may execute
 
     # -- load --------------------------------------------------------------------------------
-    def prog_load(self, prog_type: int, insns: bytes, license: str = "GPL",
-                  expected_attach_type: int = 0, prog_name: bytes = b"",
-                  prog_flags: int = 0, log_level: int = 0) -> int:
-        insns = bytes(insns)
-        kind = ProgType(prog_type).name.lower() if prog_type in ProgType._value2member_map_ \
-            else f"type {prog_type}"
-        what = f"{kind} program" + (f" {prog_name!r}" if prog_name else "")
-        try:
-            prog = self._bpf_prog_load(prog_type, insns, license, expected_attach_type,
-                                       prog_name, prog_flags)
-        except KernelError as exc:
-            log = getattr(exc, "log", "")
-            if log and exc.errno in (errno.EACCES, errno.EINVAL):
-                raise VerifierError(exc.errno, f"prog load on {what}: {strerror(exc.errno)} "
-                                    f"({errno_name(exc.errno)}): verifier: {exc.detail}",
-                                    log=log, command="prog_load",
-                                    map=what, hint="the verifier rejected the program; its "
-                                    "log says why") from None
-            raise bpf_error(exc.errno, "prog_load", map=what, detail=exc.detail) from None
-        return self.fd_install(prog)
-
-    def _bpf_prog_load(self, prog_type: int, insns: bytes, license: str,
-                       expected_attach_type: int, prog_name: bytes, prog_flags: int) -> BpfProg:
-        if prog_flags & ~_PROG_FLAGS:
-            raise KernelError(errno.EINVAL, f"prog_flags {prog_flags:#x} has unknown bits")
-        if len(insns) % 8:
-            raise KernelError(errno.EINVAL, f"{len(insns)} bytes of instructions is not a "
-                                            "multiple of 8")
-        count = len(insns) // 8
+    def _prog_load(self, attr: ProgAttr) -> int:
+        """bpf_prog_load's checks, then the verifier; a refusal with a log is the verifier's."""
+        if attr.prog_flags & ~_PROG_FLAGS:
+            raise KernelError(errno.EINVAL, f"prog_flags {attr.prog_flags:#x} has unknown bits")
+        count = len(attr.insns) // 8
         if count == 0 or count > BPF_COMPLEXITY_LIMIT_INSNS:
             raise KernelError(errno.E2BIG, f"{count} instructions: a program has 1 to "
                                            f"{BPF_COMPLEXITY_LIMIT_INSNS}")
+        prog_type = attr.prog_type
         if prog_type not in LOADABLE_PROG_TYPES:
             raise KernelError(errno.EINVAL, f"program type {prog_type} cannot be loaded by the "
                               "emulated backend (it loads: " + ", ".join(
                                   sorted(ProgType(t).name for t in LOADABLE_PROG_TYPES)) + ")")
-        from .system import check_map_name  # system imports this module
-
-        check_map_name(bytes(prog_name), "prog_name")
-        name = bytes(prog_name).split(b"\0", 1)[0].decode()
-        if prog_type == ProgType.SYSCALL and not prog_flags & BPF_F_SLEEPABLE:
+        name = bpf_obj_name_cpy(attr.prog_name, "prog_name")
+        if attr.prog_flags & BPF_F_TOKEN_FD:  # bpf_token_get_from_fd: no BPF tokens here
+            raise KernelError(errno.EINVAL, "BPF_F_TOKEN_FD: prog_token_fd is not a BPF token "
+                              "(the emulated backend has none)")
+        if prog_type == ProgType.SYSCALL and not attr.prog_flags & BPF_F_SLEEPABLE:
             raise _verifier_reject("Syscall programs can only be sleepable")
-        if prog_type == ProgType.XDP and expected_attach_type not in (
+        if prog_type == ProgType.XDP and attr.expected_attach_type not in (
                 0, AttachType.XDP, AttachType.XDP_DEVMAP, AttachType.XDP_CPUMAP):
-            raise KernelError(errno.EINVAL, f"expected_attach_type {expected_attach_type} is "
-                                            "not an XDP attach type")
-        gpl = license.split("\0", 1)[0] in _GPL_COMPATIBLE
-        verified = bpf_check(insns, prog_type, self.map_from_fd, gpl, expected_attach_type)
-        prog = BpfProg(self, prog_type, insns, verified, name, expected_attach_type,
-                       prog_flags, gpl)
+            raise KernelError(errno.EINVAL, f"expected_attach_type {attr.expected_attach_type} "
+                                            "is not an XDP attach type")
+        gpl = attr.license.split(b"\0", 1)[0] in _GPL_COMPATIBLE
+        verified = bpf_check(attr.insns, prog_type, self.map_from_fd, gpl,
+                             attr.expected_attach_type)
+        prog = BpfProg(self, prog_type, attr.insns, verified, name, attr.expected_attach_type,
+                       attr.prog_flags, gpl)
         for bpf_map in prog.used_maps:
             self.bpf_map_inc(bpf_map)
         prog.executable.prepare(self.bpf_engine)  # translate at load: runs time only the run
         prog.refcnt = 1
         prog.id = self.prog_idr_alloc(prog)
-        return prog
+        return self.fd_install(prog)
 
     # -- info and ids ------------------------------------------------------------------------
-    def _prog(self, fd: int, command: str) -> BpfProg:
-        try:
-            return self.prog_from_fd(fd)
-        except KernelError as exc:
-            raise bpf_error(exc.errno, command, detail=exc.detail) from None
-
-    def prog_get_info(self, fd: int) -> ProgInfo:
-        try:
-            obj = self.fd_get(fd)
-        except KernelError as exc:
-            raise bpf_error(exc.errno, "prog_get_info", detail=exc.detail) from None
+    def _prog_get_info(self, fd: int) -> ProgInfo:
+        obj = self.info_fd_get(fd)
         if not isinstance(obj, BpfProg):
-            raise bpf_error(errno.EINVAL, "prog_get_info", detail=f"fd {fd} is not a program")
+            raise KernelError(errno.EINVAL, f"fd {fd} is not a program")
         return ProgInfo(type=obj.prog_type, id=obj.id, tag=obj.tag, name=obj.name,
                         xlated_prog_len=len(obj.insns), jited_prog_len=0,
                         map_ids=tuple(m.id for m in obj.used_maps),
                         run_time_ns=obj.run_time_ns, run_cnt=obj.run_cnt)
 
-    def prog_get_fd_by_id(self, prog_id: int) -> int:
-        try:
-            prog = self.prog_from_id(prog_id)
-        except KernelError as exc:
-            raise bpf_error(exc.errno, "prog_get_fd_by_id", detail=exc.detail) from None
+    def _prog_get_fd_by_id(self, prog_id: int) -> int:
+        prog = self.prog_from_id(prog_id)
         self.bpf_prog_inc(prog)
         return self.fd_install(prog)
 
     # -- test run ----------------------------------------------------------------------------
-    def prog_test_run(self, prog_fd: int, data_in: bytes = b"", *,
-                      data_size_out: int | None = None, ctx_in: bytes | None = None,
-                      ctx_size_out: int | None = None, repeat: int = 1, flags: int = 0,
-                      cpu: int = 0) -> TestRun:
-        """BPF_PROG_TEST_RUN. Defaults as the kernel backend's: ``data_size_out`` room for
-        the input plus a page, ``ctx_size_out`` the size of ``ctx_in``."""
-        prog = self._prog(prog_fd, "prog_test_run")
-        data_in = bytes(data_in)
-        ctx_in = bytes(ctx_in) if ctx_in else b""
-        if data_size_out is None:
-            data_size_out = len(data_in) + PAGE_SIZE if data_in else 0
-        if ctx_size_out is None:
-            ctx_size_out = len(ctx_in)
-        problem = test_run_args_problem(data_size_out=data_size_out, ctx_size_out=ctx_size_out,
-                                        repeat=repeat, flags=flags, cpu=cpu)
-        if problem:
-            raise bpf_error(errno.EINVAL, "prog_test_run", map=prog.describe(), detail=problem)
-        request = _TestRequest(data_in, data_size_out, ctx_in, ctx_size_out, repeat, flags, cpu)
+    def _prog_test_run(self, prog_fd: int, req: TestRunRequest) -> TestRun:
+        """BPF_PROG_TEST_RUN, per program type as net/bpf/test_run.c."""
+        prog = self.prog_from_fd(prog_fd)
         prog_type = prog.prog_type
-        try:
-            if prog_type in SKB_PROG_TYPES:
-                return self._test_run_skb(prog, request)
-            if prog_type == ProgType.XDP:
-                return self._test_run_xdp(prog, request)
-            if prog_type == ProgType.RAW_TRACEPOINT:
-                return self._test_run_raw_tp(prog, request)
-            if prog_type == ProgType.SYSCALL:
-                return self._test_run_syscall(prog, request)
-            raise KernelError(524, f"{ProgType(prog_type).name} programs have no test run")
-        except KernelError as exc:
-            raise bpf_error(exc.errno, "prog_test_run", map=prog.describe(),
-                            detail=exc.detail) from None
+        if prog_type in SKB_PROG_TYPES:
+            return self._test_run_skb(prog, req)
+        if prog_type == ProgType.XDP:
+            return self._test_run_xdp(prog, req)
+        if prog_type == ProgType.RAW_TRACEPOINT:
+            return self._test_run_raw_tp(prog, req)
+        if prog_type == ProgType.SYSCALL:
+            return self._test_run_syscall(prog, req)
+        raise KernelError(ENOTSUPP, f"{ProgType(prog_type).name} programs have no test run")
 
     def _timed_runs(self, prog: BpfProg, repeat: int, run_once) -> tuple[int, int]:
         """Run ``repeat`` times (0 means 1); (retval of the last run, mean ns per run)."""
@@ -347,7 +293,7 @@ class ProgramsMixin:
         elapsed = time.perf_counter_ns() - start
         return retval & M32, min(elapsed // repeat, M32)
 
-    def _test_run_skb(self, prog: BpfProg, req: _TestRequest) -> TestRun:
+    def _test_run_skb(self, prog: BpfProg, req: TestRunRequest) -> TestRun:
         """bpf_prog_test_run_skb, its checks in the kernel's order."""
         if req.flags & ~BPF_F_TEST_SKB_CHECKSUM_COMPLETE or req.cpu:
             raise KernelError(errno.EINVAL, "skb test runs take no cpu and no flags but "
@@ -411,7 +357,7 @@ class ProgramsMixin:
         rs.mem[PACKET_REGION] = packet
         return run(prog.executable, rs, CTX_REGION << 32, self.bpf_engine)
 
-    def _test_run_xdp(self, prog: BpfProg, req: _TestRequest) -> TestRun:
+    def _test_run_xdp(self, prog: BpfProg, req: TestRunRequest) -> TestRun:
         """bpf_prog_test_run_xdp, its checks in the kernel's order."""
         if prog.expected_attach_type in (AttachType.XDP_DEVMAP, AttachType.XDP_CPUMAP):
             raise KernelError(errno.EINVAL, "XDP programs for devmap/cpumap entries have no "
@@ -483,7 +429,7 @@ class ProgramsMixin:
                                              rx_queue, 0))
         return _test_finish(req, data_out, retval, duration, ctx_out)
 
-    def _test_run_raw_tp(self, prog: BpfProg, req: _TestRequest) -> TestRun:
+    def _test_run_raw_tp(self, prog: BpfProg, req: TestRunRequest) -> TestRun:
         if req.data_in or req.data_size_out or req.ctx_size_out or req.repeat:
             raise KernelError(errno.EINVAL, "raw tracepoint test runs take only ctx_in (no "
                               "data, no ctx_out, repeat 0)")
@@ -500,7 +446,7 @@ class ProgramsMixin:
             rs = prog.run(bytes(req.ctx_in))
         return TestRun(retval=rs.retval & M32, duration=0)
 
-    def _test_run_syscall(self, prog: BpfProg, req: _TestRequest) -> TestRun:
+    def _test_run_syscall(self, prog: BpfProg, req: TestRunRequest) -> TestRun:
         if req.flags or req.cpu:
             raise KernelError(errno.EINVAL, "syscall program test runs take no flags and no cpu")
         ctx_size = len(req.ctx_in)
@@ -516,17 +462,13 @@ class ProgramsMixin:
         return TestRun(retval=rs.retval & M32, duration=0)
 
     # -- tracepoints -------------------------------------------------------------------------
-    def attach_tracepoint(self, prog_fd: int, category: str, name: str) -> int:
-        command = "attach_tracepoint"
-        where = f"tracepoint {category}/{name}"
-        prog = self._prog(prog_fd, command)
+    def _attach_tracepoint(self, prog_fd: int, category: str, name: str) -> int:
+        prog = self.prog_from_fd(prog_fd)
         if prog.prog_type not in TRACEPOINT_PROG_TYPES:
-            raise bpf_error(errno.EINVAL, command, map=where,
-                            detail=f"{prog.describe()} is not a TRACEPOINT program")
+            raise KernelError(errno.EINVAL, f"{prog.describe()} is not a TRACEPOINT program")
         events = "/sys/kernel/tracing/events"
         if os.path.isdir(events) and not os.path.isdir(os.path.join(events, category, name)):
-            raise bpf_error(errno.ENOENT, command, map=where,
-                            detail=f"no tracepoint {category}/{name} in {events}")
+            raise KernelError(errno.ENOENT, f"no tracepoint {category}/{name} in {events}")
         self.bpf_prog_inc(prog)
         link = _Tracepoint(self, prog, category, name)
         with _tracepoint_lock:
@@ -556,27 +498,11 @@ class ProgramsMixin:
 _tracepoint_lock = threading.Lock()
 
 
-class _TestRequest:
-    __slots__ = ("data_in", "data_size_out", "ctx_in", "ctx_size_out", "repeat", "flags", "cpu")
-
-    def __init__(self, data_in: bytes, data_size_out: int, ctx_in: bytes, ctx_size_out: int,
-                 repeat: int, flags: int, cpu: int) -> None:
-        self.data_in = data_in
-        self.data_size_out = data_size_out
-        self.ctx_in = ctx_in
-        self.ctx_size_out = ctx_size_out
-        self.repeat = repeat
-        self.flags = flags
-        self.cpu = cpu
-
-
 def _verifier_reject(message: str) -> KernelError:
-    exc = KernelError(errno.EINVAL, message)
-    exc.log = message + "\n"  # type: ignore[attr-defined]
-    return exc
+    return KernelError(errno.EINVAL, message, log=message + "\n")
 
 
-def _ctx_init(req: _TestRequest, max_size: int) -> bytes | None:
+def _ctx_init(req: TestRunRequest, max_size: int) -> bytes | None:
     """bpf_ctx_init: None without ctx_in and ctx_out; a tail past the struct must be zero."""
     if not req.ctx_in and not req.ctx_size_out:
         return None
@@ -658,7 +584,7 @@ def _csum(data: bytes | bytearray) -> int:
     return total
 
 
-def _test_finish(req: _TestRequest, data: bytes, retval: int, duration: int,
+def _test_finish(req: TestRunRequest, data: bytes, retval: int, duration: int,
                  ctx: bytes | bytearray | None) -> TestRun:
     """bpf_test_finish + bpf_ctx_finish: clamp to the output sizes; ENOSPC when clamped."""
     data_out = data[:req.data_size_out] if req.data_size_out else b""

@@ -42,8 +42,8 @@ QUEUE_STACK_CREATE_FLAG_MASK = BPF_F_NUMA_NODE | BPF_F_ACCESS_MASK
 class QueueStackBase(BpfMap):
     """struct bpf_queue_stack: what QUEUE and STACK share (creation, push)."""
 
-    @classmethod
-    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
+    @staticmethod
+    def queue_stack_map_alloc_check(attr: MapAttr, machine: Machine) -> None:
         if attr.max_entries == 0:
             raise KernelError(errno.EINVAL, "max_entries must be at least 1")
         if attr.key_size != 0:
@@ -62,6 +62,7 @@ class QueueStackBase(BpfMap):
                                            f"KMALLOC_MAX_SIZE ({KMALLOC_MAX_SIZE})")
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
+        """queue_stack_map_alloc."""
         super().__init__(attr, machine, node)
         # Oldest element on the left, newest on the right.
         self.elements: deque[bytes] = deque()
@@ -76,71 +77,80 @@ class QueueStackBase(BpfMap):
     def _count(self) -> None:
         self.access_stats.access(self.machine.current_cpu(), self.numa_node)
 
-    # -- program side (also what the syscall side calls) --------------------------------------
-    def push_elem(self, value: bytes, flags: int) -> int:
-        """queue_stack_map_push_elem."""
+    def queue_stack_map_push_elem(self, value: bytes, flags: int) -> None:
         if flags & BPF_NOEXIST or flags > BPF_EXIST:
-            return -errno.EINVAL
+            raise KernelError(errno.EINVAL, f"flags {flags:#x}: push takes BPF_ANY, or "
+                              "BPF_EXIST to drop the oldest element when full")
         value = bytes(value[:self.value_size])
         with self.lock:
             if len(self.elements) >= self.max_entries:
                 if not flags & BPF_EXIST:
-                    return -errno.E2BIG
+                    raise KernelError(errno.E2BIG, f"the {self.kind} is full "
+                                      f"({self.max_entries} elements); pass BPF_EXIST to drop "
+                                      "the oldest")
                 self.elements.popleft()  # make room: the oldest element goes
             self.elements.append(value)
         self._count()
-        return 0
 
-    def pop_elem(self) -> bytes | int:
+    def _pop_or_peek(self, take: bool) -> bytes:
+        """__queue_map_get / __stack_map_get: ``take`` pops, else peeks."""
         with self.lock:
             if not self.elements:
-                return -errno.ENOENT
-            value = self._take()
+                raise KernelError(errno.ENOENT, f"the {self.kind} is empty")
+            value = self._take() if take else self._peek()
         self._count()
         return value
 
-    def peek_elem(self) -> bytes | int:
-        with self.lock:
-            if not self.elements:
-                return -errno.ENOENT
-            value = self._peek()
-        self._count()
-        return value
+    def queue_stack_map_pop_elem(self) -> bytes:
+        return self._pop_or_peek(take=True)
 
-    # -- syscall side -------------------------------------------------------------------------
-    def lookup_elem_sys(self, key: bytes | None, flags: int = 0) -> bytes:
-        value = self.peek_elem()
-        if isinstance(value, int):
-            raise KernelError(-value, f"the {self.kind} is empty")
-        return value
+    def queue_stack_map_peek_elem(self) -> bytes:
+        return self._pop_or_peek(take=False)
 
-    def update_elem_sys(self, key: bytes | None, value: bytes, flags: int) -> None:
-        err = self.push_elem(value, flags)
-        if err == -errno.EINVAL:
-            raise KernelError(errno.EINVAL, f"flags {flags:#x}: push takes BPF_ANY, or BPF_EXIST "
-                                            f"to drop the oldest element when full")
-        if err == -errno.E2BIG:
-            raise KernelError(errno.E2BIG, f"the {self.kind} is full ({self.max_entries} "
-                                           f"elements); pass BPF_EXIST to drop the oldest")
+    def queue_stack_map_lookup_elem(self, key: bytes | None) -> bytearray | None:
+        return None
 
-    def lookup_and_delete_elem_sys(self, key: bytes | None, flags: int) -> bytes:
+    def queue_stack_map_update_elem(self, key: bytes | None, value: bytes, flags: int) -> None:
+        raise KernelError(errno.EINVAL, f"a {self.kind} takes pushes, not keyed updates")
+
+    def queue_stack_map_copy_value(self, key: bytes | None, flags: int = 0) -> bytes:
+        """bpf_map_copy_value of a queue or stack: map_peek_elem."""
+        return self.map_peek_elem()
+
+    def queue_stack_map_update_value(self, key: bytes | None, value: bytes,
+                                     flags: int) -> None:
+        """bpf_map_update_value of a queue or stack: map_push_elem."""
+        self.map_push_elem(value, flags)
+
+    def queue_stack_map_lookup_and_delete_elem(self, key: bytes | None, flags: int) -> bytes:
+        """syscall.c's map_lookup_and_delete_elem of a queue or stack: map_pop_elem."""
         if flags:
             raise KernelError(errno.EINVAL, f"flags {flags:#x}: pop takes no flags")
-        value = self.pop_elem()
-        if isinstance(value, int):
-            raise KernelError(-value, f"the {self.kind} is empty")
-        return value
+        return self.map_pop_elem()
 
-    def delete_elem_sys(self, key: bytes | None) -> None:
+    def queue_stack_map_delete_elem(self, key: bytes | None) -> None:
         raise KernelError(errno.EINVAL, f"a {self.kind} has no keys to delete: pop with "
                                         f"map_lookup_and_delete_elem")
 
-    def get_next_key(self, key: bytes | None) -> bytes:
+    def queue_stack_map_get_next_key(self, key: bytes | None) -> bytes:
         raise KernelError(errno.EINVAL, f"a {self.kind} has no keys to iterate")
 
     @property
     def kind(self) -> str:
         return "stack" if self.map_type == MapType.STACK else "queue"
+
+    # struct bpf_map_ops queue_map_ops / stack_map_ops
+    map_alloc_check = queue_stack_map_alloc_check
+    map_lookup_elem = queue_stack_map_lookup_elem
+    map_update_elem = queue_stack_map_update_elem
+    map_delete_elem = queue_stack_map_delete_elem
+    map_get_next_key = queue_stack_map_get_next_key
+    map_push_elem = queue_stack_map_push_elem
+    map_pop_elem = queue_stack_map_pop_elem
+    map_peek_elem = queue_stack_map_peek_elem
+    map_lookup_and_delete_elem = queue_stack_map_lookup_and_delete_elem
+    bpf_map_copy_value = queue_stack_map_copy_value
+    bpf_map_update_value = queue_stack_map_update_value
 
 
 @map_ops(MapType.QUEUE)

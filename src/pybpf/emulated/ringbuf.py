@@ -36,8 +36,8 @@ _NOT_SUPPORTED = "ring buffers have no elements: records are read through mmap"
 class RingBuf(BpfMap):
     """struct bpf_ringbuf_map (the map object; see the module note on the data path)."""
 
-    @classmethod
-    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
+    @staticmethod
+    def ringbuf_map_alloc_check(attr: MapAttr, machine: Machine) -> None:
         if attr.map_flags & ~RINGBUF_CREATE_FLAG_MASK:
             raise KernelError(errno.EINVAL, f"map_flags {attr.map_flags:#x}: ring buffers accept "
                                             f"only BPF_F_NUMA_NODE")
@@ -51,20 +51,21 @@ class RingBuf(BpfMap):
         if size > RINGBUF_MAX_DATA_SZ:
             raise KernelError(errno.E2BIG, f"max_entries {size} is over {RINGBUF_MAX_DATA_SZ}")
 
-    def lookup_elem_sys(self, key: bytes | None, flags: int = 0) -> bytes:
+    def ringbuf_map_lookup_elem(self, key: bytes | None) -> bytearray | None:
         raise KernelError(ENOTSUPP, _NOT_SUPPORTED)
 
-    def update_elem_sys(self, key: bytes | None, value: bytes, flags: int) -> None:
+    def ringbuf_map_update_elem(self, key: bytes | None, value: bytes, flags: int) -> None:
         raise KernelError(ENOTSUPP, _NOT_SUPPORTED)
 
-    def delete_elem_sys(self, key: bytes | None) -> None:
+    def ringbuf_map_delete_elem(self, key: bytes | None) -> None:
         raise KernelError(ENOTSUPP, _NOT_SUPPORTED)
 
-    def get_next_key(self, key: bytes | None) -> bytes:
+    def ringbuf_map_get_next_key(self, key: bytes | None) -> bytes:
         raise KernelError(ENOTSUPP, _NOT_SUPPORTED)
 
-    def update_elem(self, key: bytes, value: bytes, flags: int) -> int:
-        return -ENOTSUPP
-
-    def delete_elem(self, key: bytes) -> int:
-        return -ENOTSUPP
+    # struct bpf_map_ops ringbuf_map_ops
+    map_alloc_check = ringbuf_map_alloc_check
+    map_lookup_elem = ringbuf_map_lookup_elem
+    map_update_elem = ringbuf_map_update_elem
+    map_delete_elem = ringbuf_map_delete_elem
+    map_get_next_key = ringbuf_map_get_next_key

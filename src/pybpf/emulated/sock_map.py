@@ -42,10 +42,9 @@ from ..uapi import (
     MAX_BPF_STACK,
     MapType,
 )
-from .arraymap import index_get_next_key, u32_key
-from .bpf_map import INT_MAX, U32_MAX, BpfMap, MapAttr, delete_elem_via_sys, map_ops
+from .arraymap import index_get_next_key
+from .bpf_map import INT_MAX, U32_MAX, BpfMap, MapAttr, map_ops, roundup_pow_of_two, u32_key
 from .devmap import HashBuckets
-from .hashtab import roundup_pow_of_two
 from .jhash import jhash
 
 if TYPE_CHECKING:
@@ -142,10 +141,9 @@ def sock_from_fd(value: bytes, value_size: int) -> SockRef:
 class SockMapBase(BpfMap):
     """What SOCKMAP and SOCKHASH share: creation checks, socket values, cookie lookups."""
 
-    delete_elem = delete_elem_via_sys
-
-    @classmethod
-    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
+    @staticmethod
+    def sock_common_alloc_check(attr: MapAttr, machine: Machine) -> None:
+        """The checks sock_map_alloc and sock_hash_alloc share."""
         if attr.max_entries == 0:
             raise KernelError(errno.EINVAL, "max_entries must be at least 1")
         if attr.value_size not in (4, 8):
@@ -167,7 +165,13 @@ class SockMapBase(BpfMap):
         the syscall lookups and by bpf_sk_redirect_map / bpf_sk_redirect_hash."""
         raise NotImplementedError
 
-    def lookup_elem_sys(self, key: bytes, flags: int = 0) -> bytes:
+    def sock_map_lookup(self, key: bytes) -> bytearray | None:
+        """sock_map_lookup / sock_hash_lookup: programs get no socket pointer here (the
+        emulated backend does not run socket data paths)."""
+        return None
+
+    def sock_map_lookup_sys(self, key: bytes, flags: int = 0) -> bytes:
+        """sock_map_lookup_sys / sock_hash_lookup_sys: the socket's cookie."""
         if self.value_size != 8:
             raise KernelError(errno.ENOSPC, "user space reads socket cookies (u64): create the "
                                             "map with value_size 8 to look elements up")
@@ -177,26 +181,35 @@ class SockMapBase(BpfMap):
         self.access_stats.access(self.machine.current_cpu(), self.numa_node)
         return ref.cookie.to_bytes(8, "little")
 
-    def update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
+    def sock_map_update_elem_sys(self, key: bytes, value: bytes, flags: int) -> None:
         ref = sock_from_fd(value, self.value_size)
         if flags > BPF_EXIST:
             raise KernelError(errno.EINVAL, f"flags {flags:#x}: use BPF_ANY, BPF_NOEXIST or "
                                             f"BPF_EXIST")
         with self.lock:
-            self._update(key, ref, flags)
+            self.update_common(key, ref, flags)
         self.access_stats.access(self.machine.current_cpu(), self.numa_node)
 
-    def _update(self, key: bytes, ref: SockRef, flags: int) -> None:
+    def update_common(self, key: bytes, ref: SockRef, flags: int) -> None:
         raise NotImplementedError
+
+    def sock_map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
+        """sock_map_update_elem, from a program: sockets are not emulated there."""
+        raise KernelError(errno.EINVAL, "programs cannot store sockets in the emulated backend")
+
+    map_lookup_elem = sock_map_lookup
+    map_update_elem = sock_map_update_elem
+    bpf_map_copy_value = sock_map_lookup_sys
+    bpf_map_update_value = sock_map_update_elem_sys
 
 
 @map_ops(MapType.SOCKMAP)
 class SockMap(SockMapBase):
     """struct bpf_stab: an array of sockets."""
 
-    @classmethod
-    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
-        super().alloc_check(attr, machine)
+    @staticmethod
+    def sock_map_alloc_check(attr: MapAttr, machine: Machine) -> None:
+        SockMapBase.sock_common_alloc_check(attr, machine)
         if attr.key_size != 4:
             raise KernelError(errno.EINVAL, f"sockmap keys are u32 indices: key_size must be 4, "
                                             f"got {attr.key_size}")
@@ -215,7 +228,7 @@ class SockMap(SockMapBase):
             return None
         return ref
 
-    def _update(self, key: bytes, ref: SockRef, flags: int) -> None:
+    def sock_map_update_common(self, key: bytes, ref: SockRef, flags: int) -> None:
         index = u32_key(key)
         if index >= self.max_entries:
             raise KernelError(errno.E2BIG, f"index {index} is out of range (max_entries "
@@ -228,7 +241,7 @@ class SockMap(SockMapBase):
             raise KernelError(errno.ENOENT, f"slot {index} is empty and BPF_EXIST was given")
         self.sks[index] = ref
 
-    def delete_elem_sys(self, key: bytes) -> None:
+    def sock_map_delete_elem(self, key: bytes) -> None:
         index = u32_key(key)
         if index >= self.max_entries:
             raise KernelError(errno.EINVAL, f"index {index} is out of range (max_entries "
@@ -238,8 +251,14 @@ class SockMap(SockMapBase):
                 raise KernelError(errno.EINVAL, f"slot {index} holds no socket")
             del self.sks[index]
 
-    def get_next_key(self, key: bytes | None) -> bytes:
+    def sock_map_get_next_key(self, key: bytes | None) -> bytes:
         return index_get_next_key(self.max_entries, key)
+
+    # struct bpf_map_ops sock_map_ops
+    map_alloc_check = sock_map_alloc_check
+    map_delete_elem = sock_map_delete_elem
+    map_get_next_key = sock_map_get_next_key
+    update_common = sock_map_update_common
 
 
 def sock_hash_bucket_hash(key: bytes) -> int:
@@ -250,9 +269,9 @@ def sock_hash_bucket_hash(key: bytes) -> int:
 class SockHash(SockMapBase):
     """struct bpf_shtab: sockets under arbitrary keys."""
 
-    @classmethod
-    def alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
-        super().alloc_check(attr, machine)
+    @staticmethod
+    def sock_hash_alloc_check(attr: MapAttr, machine: Machine) -> None:
+        SockMapBase.sock_common_alloc_check(attr, machine)
         if attr.key_size == 0:
             raise KernelError(errno.EINVAL, "key_size must be at least 1")
         if attr.key_size > MAX_BPF_STACK:
@@ -284,7 +303,7 @@ class SockHash(SockMapBase):
             return None
         return None if entry is None else entry[1]
 
-    def _update(self, key: bytes, ref: SockRef, flags: int) -> None:
+    def sock_hash_update_common(self, key: bytes, ref: SockRef, flags: int) -> None:
         self._prune()
         old = self.table.find(key)
         if old is not None and flags == BPF_NOEXIST:
@@ -298,7 +317,7 @@ class SockHash(SockMapBase):
         if old is not None:
             self.table.remove(old)
 
-    def delete_elem_sys(self, key: bytes) -> None:
+    def sock_hash_delete_elem(self, key: bytes) -> None:
         with self.lock:
             entry = self.table.find(key)
             if entry is None or not entry[1].alive():
@@ -307,6 +326,12 @@ class SockHash(SockMapBase):
                 raise KernelError(errno.ENOENT, "no socket under this key")
             self.table.remove(entry)
 
-    def get_next_key(self, key: bytes | None) -> bytes:
+    def sock_hash_get_next_key(self, key: bytes | None) -> bytes:
         self._prune()
         return self.table.get_next_key(key)
+
+    # struct bpf_map_ops sock_hash_ops
+    map_alloc_check = sock_hash_alloc_check
+    map_delete_elem = sock_hash_delete_elem
+    map_get_next_key = sock_hash_get_next_key
+    update_common = sock_hash_update_common

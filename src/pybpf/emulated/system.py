@@ -1,16 +1,16 @@
-"""EmulatedSystem: the bpf(2) map commands in user space, checked in syscall.c's order.
+"""EmulatedSystem: the System contract translated to the map subsystem in user space.
 
 Rules this module keeps:
-- Each command checks what the kernel checks, in the kernel's order, so the same errno wins:
-  flags the command tests before the fd, then the fd (not open -> EBADF, not a map -> EINVAL),
-  then permissions (RDONLY / WRONLY fds, a frozen map -> EPERM), then the key and value
-  buffers, then the map type's op. In the Python API a key or value of the wrong length is a
-  caller's error the kernel cannot see (it copies exactly key_size bytes): it gets EINVAL and
-  a message saying which length was expected.
-- Internal ``KernelError``s are turned into public errors once, here, by ``errors.bpf_error``.
+- It only translates (``pybpf.system.System`` normalised the arguments and turns each
+  ``KernelError`` raised here into the public error), and it checks what the kernel checks,
+  in syscall.c's order, so the same errno wins: flags the command tests before the fd, then
+  the fd (not open -> EBADF, not a map -> EINVAL), then permissions (RDONLY / WRONLY fds, a
+  frozen map -> EPERM), then the key and value as ``__bpf_copy_key`` copies them (a key on
+  a keyless map -> EINVAL; one of the wrong length -> EINVAL, the System's rule), then the
+  map type's op.
 - Objects live in one fd table; maps are refcounted (fds, pins, programs, outer maps hold
   references) and released when the last goes; maps and programs have separate id spaces.
-- Pins live in this system's own namespace (a dict path -> object) with bpffs's path rules.
+- Pins live in this system's own bpffs (``inode.BpfFs``), with the VFS's path rules.
 
 ``map_stats(fd)`` is the public window onto the machine model: NUMA accesses and the
 allocator counters of one map.
@@ -18,54 +18,40 @@ allocator counters of one map.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
-import functools
 import importlib
 import itertools
 import os
 import threading
 import weakref
-from collections.abc import Sequence
 from typing import Any
 
-from ..errors import BPFError, KernelError, bpf_error
-from ..system import BatchLookup, FastOps, MapInfo, System, Topology
+from ..attrs import MapAttr, length_problem, pin_path, value_problem
+from ..errors import KernelError
+from ..system import BatchLookup, FastOps, MapInfo, System
+from ..topology import Topology
 from ..uapi import (
     BPF_F_LOCK,
-    BPF_OBJ_NAME_LEN,
-    MAP_IN_MAP_TYPES,
+    BPF_F_RDONLY,
+    BPF_F_WRONLY,
+    ENOTSUPP,
     NUMA_NO_NODE,
     MapFlags,
     MapType,
+    map_traits,
 )
-from .bpf_map import MAP_OPS, BpfMap, MapAttr
+from .bpf_map import MAP_OPS, BpfMap, bpf_map_attr_numa_node
+from .inode import BpfFs
 from .machine import Machine
 from .progs import ProgramsMixin
+from .syscall import bpf_get_file_flag, bpf_obj_file_flags, bpf_obj_name_cpy
 
-# Map family modules; importing one registers its types in MAP_OPS.
+# Map family modules; importing one registers its types in MAP_OPS (bpf_map_types[]).
 _FAMILY_MODULES = ("hashtab", "arraymap", "map_in_map", "queue_stack_maps", "lpm_trie",
                    "bloom_filter", "ringbuf", "devmap", "cpumap", "sock_map")
-
-
-def _load_families() -> None:
-    for name in _FAMILY_MODULES:
-        try:
-            importlib.import_module(f"{__package__}.{name}")
-        except ModuleNotFoundError as exc:  # a family not written yet: its types stay EINVAL
-            if exc.name != f"{__package__}.{name}":
-                raise
-
-
-_load_families()
-
-# bpf_obj_name_cpy accepts isalnum() (the kernel's ctype is Latin-1: its letters count) and _ .
-_NAME_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_."
-                        + bytes(range(0xC0, 0xD7)) + bytes(range(0xD8, 0xF7))
-                        + bytes(range(0xF8, 0x100)))
-BPFFS_ROOT = "/sys/fs/bpf"
-# BPF_OBJ_FLAG_MASK: the open flags GET_FD_BY_ID and OBJ_GET accept.
-_OBJ_FLAG_MASK = int(MapFlags.RDONLY | MapFlags.WRONLY)
-_U32 = 0xFFFFFFFF
+for _name in _FAMILY_MODULES:
+    importlib.import_module(f"{__package__}.{_name}")
 
 
 class MapFile:
@@ -75,31 +61,38 @@ class MapFile:
 
     def __init__(self, bpf_map: BpfMap, file_flags: int) -> None:
         self.map = bpf_map
-        self.can_read = not file_flags & MapFlags.WRONLY
-        self.can_write = not file_flags & MapFlags.RDONLY
+        self.can_read = not file_flags & BPF_F_WRONLY
+        self.can_write = not file_flags & BPF_F_RDONLY
 
 
-def _file_flags(flags: int) -> int:
-    """bpf_get_file_flag: RDONLY and WRONLY together are EINVAL."""
-    if flags & MapFlags.RDONLY and flags & MapFlags.WRONLY:
-        raise KernelError(errno.EINVAL, "BPF_F_RDONLY and BPF_F_WRONLY exclude each other")
-    return flags & _OBJ_FLAG_MASK
+def bpf_copy_key(bpf_map: BpfMap, key: bytes | None) -> bytes | None:
+    """__bpf_copy_key: key_size bytes (None is a NULL pointer: EFAULT); a map without keys
+    takes none (EINVAL, whatever is given, b"" included)."""
+    size = bpf_map.key_size
+    if not size:
+        if key is not None:
+            raise KernelError(errno.EINVAL, "this map has no key (key_size 0): pass None")
+        return None
+    if key is None:
+        raise KernelError(errno.EFAULT, f"a key of {size} bytes is needed, got None")
+    if len(key) != size:
+        raise KernelError(errno.EINVAL, length_problem("key", len(key), size,
+                                                       "the map's key_size is"))
+    return key
 
 
-def check_map_name(name: bytes, field: str = "map_name") -> None:
-    """bpf_obj_name_cpy: [A-Za-z0-9_.] up to a NUL that must fit in 16 bytes (``field``
-    names the attribute in messages: map_name, prog_name)."""
-    if len(name) > BPF_OBJ_NAME_LEN:
-        raise KernelError(errno.EINVAL,
-                          f"{field} {name!r} is longer than {BPF_OBJ_NAME_LEN} bytes")
-    text, nul, _ = name.partition(b"\0")
-    if not nul and len(text) == BPF_OBJ_NAME_LEN:
-        raise KernelError(errno.EINVAL, f"{field} {name!r} must leave room for its NUL: "
-                          f"at most {BPF_OBJ_NAME_LEN - 1} characters")
-    bad = sorted({f"{c:#04x}" for c in text if c not in _NAME_CHARS})
-    if bad:
-        raise KernelError(errno.EINVAL, f"{field} {name!r} has bytes {bad} that are not "
-                          "letters, digits, '_' or '.'")
+def bpf_copy_value(bpf_map: BpfMap, value: bytes) -> bytes:
+    """The value as the kernel copies it: bpf_map_value_size bytes."""
+    if len(value) != bpf_map.sys_value_size:
+        raise KernelError(errno.EINVAL, value_problem(
+            bpf_map.map_type, bpf_map.value_size, bpf_map.machine.num_cpus, "value",
+            len(value)))
+    return value
+
+
+def bpf_map_flags_retain_permanent(flags: int) -> int:
+    """The map_flags a map keeps: the fd's access flags (RDONLY, WRONLY) are the fd's."""
+    return flags & ~(BPF_F_RDONLY | BPF_F_WRONLY)
 
 
 class EmulatedSystem(ProgramsMixin, System):
@@ -131,7 +124,7 @@ class EmulatedSystem(ProgramsMixin, System):
         self._next_map_id = itertools.count(1)
         self._prog_idr: dict[int, Any] = {}
         self._next_prog_id = itertools.count(1)
-        self._pins: dict[str, Any] = {}
+        self.bpffs = BpfFs()
 
     def __repr__(self) -> str:
         return f"EmulatedSystem({self.machine!r})"
@@ -168,16 +161,10 @@ class EmulatedSystem(ProgramsMixin, System):
 
     def map_from_fd(self, fd: int) -> BpfMap:
         """__bpf_map_get: EBADF when not open, EINVAL when not a map."""
-        file = self.fd_get(fd)
-        if type(file) is not MapFile:
-            raise KernelError(errno.EINVAL, f"fd {fd} is not a BPF map")
-        return file.map
+        return self._map_file(fd).map
 
     def _map_file(self, fd: int) -> MapFile:
-        try:
-            file = self._files[fd]
-        except (KeyError, TypeError):
-            raise _missing_fd(fd) from None
+        file = self.fd_get(fd)
         if type(file) is not MapFile:
             raise KernelError(errno.EINVAL, f"fd {fd} is not a BPF map")
         return file
@@ -193,7 +180,7 @@ class EmulatedSystem(ProgramsMixin, System):
             if bpf_map.refcnt:
                 return
             self._map_idr.pop(bpf_map.id, None)
-        bpf_map.release()
+        bpf_map.map_free()
 
     def _map_new_fd(self, bpf_map: BpfMap, file_flags: int) -> int:
         self.bpf_map_inc(bpf_map)
@@ -238,164 +225,85 @@ class EmulatedSystem(ProgramsMixin, System):
         with self._lock:
             return sorted(self._prog_idr)
 
-    # -- errors ------------------------------------------------------------------------------
-    def _error(self, exc: KernelError, command: str, bpf_map: BpfMap | None = None,
-               count: int | None = None, fd: int | None = None) -> BPFError:
-        """The public error; ``fd`` names the map when the command failed before it held one
-        (a permission check on the fd), so every error on a map says which map."""
-        if bpf_map is None and fd is not None:
-            file = self._files.get(fd) if type(fd) is int else None
-            bpf_map = file.map if type(file) is MapFile else None
-        return bpf_error(exc.errno, command, map=bpf_map.describe() if bpf_map else "",
-                         detail=exc.detail, count=count)
-
-    # -- buffers -----------------------------------------------------------------------------
-    @staticmethod
-    def _key(bpf_map: BpfMap, key: Any) -> bytes | None:
-        """__bpf_copy_key: key_size bytes; key_size 0 takes no key."""
-        size = bpf_map.key_size
-        if key is None:
-            if size:
-                raise KernelError(errno.EFAULT, f"a key of {size} bytes is needed, got None")
-            return None
-        if type(key) is not bytes:
-            if not isinstance(key, (bytearray, memoryview)):
-                raise KernelError(errno.EINVAL, f"key must be bytes, got {type(key).__name__}")
-            key = bytes(key)
-        if len(key) != size:
-            if not size:
-                raise KernelError(errno.EINVAL, "this map has no key (key_size 0): pass None")
-            raise KernelError(errno.EINVAL,
-                              f"key is {len(key)} bytes, the map's key_size is {size}")
-        return key
-
-    def _value(self, bpf_map: BpfMap, value: Any) -> bytes:
-        size = bpf_map.sys_value_size
-        if type(value) is not bytes:
-            if not isinstance(value, (bytearray, memoryview)):
-                raise KernelError(errno.EINVAL,
-                                  f"value must be bytes, got {type(value).__name__}")
-            value = bytes(value)
-        if len(value) != size:
-            raise KernelError(errno.EINVAL, f"value is {len(value)} bytes, this map takes "
-                              f"{size} ({self._value_layout(bpf_map)})")
-        return value
-
-    def _value_layout(self, bpf_map: BpfMap) -> str:
-        size = bpf_map.sys_value_size
-        if size == bpf_map.value_size:
-            return f"value_size {size}"
-        if size == 4 and bpf_map.value_size == 4:
-            return "a 4-byte fd"
-        return (f"round_up(value_size {bpf_map.value_size}, 8) x {self.machine.num_cpus} "
-                "possible CPUs")
-
     # -- BPF_MAP_CREATE ----------------------------------------------------------------------
-    def map_create(self, map_type: int, key_size: int, value_size: int, max_entries: int,
-                   map_flags: int = 0, inner_map_fd: int = 0, numa_node: int = 0,
-                   map_name: bytes = b"", map_extra: int = 0) -> int:
-        try:
-            bpf_map = self._map_create(map_type, key_size, value_size, max_entries, map_flags,
-                                       inner_map_fd, numa_node, map_name, map_extra)
-        except KernelError as exc:
-            raise self._error(exc, "map_create") from None
-        return self._map_new_fd(bpf_map, map_flags)
-
-    def _map_create(self, map_type: int, key_size: int, value_size: int, max_entries: int,
-                    map_flags: int, inner_map_fd: int, numa_node: int, map_name: bytes,
-                    map_extra: int) -> BpfMap:
-        if numa_node == NUMA_NO_NODE:
-            numa_node = _U32
-        for label, number, limit in (("map_type", map_type, _U32), ("key_size", key_size, _U32),
-                                     ("value_size", value_size, _U32),
-                                     ("max_entries", max_entries, _U32),
-                                     ("map_flags", map_flags, _U32),
-                                     ("inner_map_fd", inner_map_fd, _U32),
-                                     ("numa_node", numa_node, _U32),
-                                     ("map_extra", map_extra, (1 << 64) - 1)):
-            if not isinstance(number, int) or not 0 <= number <= limit:
-                raise KernelError(errno.EINVAL, f"{label}={number!r} is not an unsigned "
-                                  f"{'64' if limit >> 32 else '32'}-bit integer")
-        if isinstance(map_name, str):  # as the kernel backend takes it
-            map_name = map_name.encode()
-        if not isinstance(map_name, (bytes, bytearray)):
-            raise KernelError(errno.EINVAL, f"map_name must be bytes or str, got {map_name!r}")
-        token_flag = map_flags & MapFlags.TOKEN_FD
-        map_flags &= ~int(MapFlags.TOKEN_FD)  # int: ~ of an IntFlag keeps only known bits
-        if map_extra and map_type not in (MapType.BLOOM_FILTER, MapType.ARENA):
+    def _map_create(self, attr: MapAttr) -> int:
+        """map_create: its checks in syscall.c's order, then the type's map_alloc_check and
+        map_alloc, then the name (bpf_obj_name_cpy comes after the allocation)."""
+        token_flag = attr.map_flags & MapFlags.TOKEN_FD
+        if token_flag:  # cleared before anything else reads map_flags
+            attr = dataclasses.replace(attr, map_flags=attr.map_flags & ~int(MapFlags.TOKEN_FD))
+        if attr.map_extra and attr.map_type not in (MapType.BLOOM_FILTER, MapType.ARENA):
             raise KernelError(errno.EINVAL, "map_extra is only for BLOOM_FILTER maps")
-        file_flags = _file_flags(map_flags)
-        node = NUMA_NO_NODE
-        if map_flags & MapFlags.NUMA_NODE:
-            node = numa_node if numa_node != _U32 else NUMA_NO_NODE
-            if node != NUMA_NO_NODE and node >= self.machine.num_nodes:
-                raise KernelError(errno.EINVAL, f"numa_node {node} does not exist: this "
-                                  f"machine has nodes 0-{self.machine.num_nodes - 1}")
-        ops = MAP_OPS.get(map_type)
+        file_flags = bpf_get_file_flag(attr.map_flags)
+        node = bpf_map_attr_numa_node(attr)
+        if node != NUMA_NO_NODE and not 0 <= node < self.machine.num_nodes:
+            raise KernelError(errno.EINVAL, f"numa_node {attr.numa_node} does not exist: this "
+                              f"machine has nodes 0-{self.machine.num_nodes - 1}")
+        ops = MAP_OPS.get(attr.map_type)
         if ops is None:
-            known = MapType(map_type).name if map_type in MapType._value2member_map_ else None
-            raise KernelError(errno.EINVAL, f"map type {known} is not emulated" if known and
-                              map_type else f"unknown map type {map_type}")
-        attr = MapAttr(map_type, key_size, value_size, max_entries, map_flags, inner_map_fd,
-                       numa_node if map_flags & MapFlags.NUMA_NODE else 0, bytes(map_name),
-                       map_extra)
-        ops.alloc_check(attr, self.machine)
+            known = MapType(attr.map_type).name \
+                if attr.map_type in MapType._value2member_map_ else None
+            raise KernelError(errno.EINVAL, f"map type {known} is not emulated"
+                              if known and attr.map_type else f"unknown map type {attr.map_type}")
+        ops.map_alloc_check(attr, self.machine)
         if token_flag:  # bpf_token_get_from_fd: there are no BPF tokens in this backend
             raise KernelError(errno.EINVAL, "BPF_F_TOKEN_FD: map_token_fd is not a BPF token "
                               "(the emulated backend has none)")
-        if map_type in MAP_IN_MAP_TYPES:
-            attr = MapAttr(map_type, key_size, value_size, max_entries, map_flags,
-                           inner_map_fd, attr.numa_node, attr.map_name, map_extra,
-                           inner_map=self.map_from_fd(inner_map_fd))
         # Memory goes on the requested node, else on the creating CPU's (as kmalloc places it).
         home = node if node != NUMA_NO_NODE else self.machine.numa_node_id()
-        bpf_map = ops(attr, self.machine, home)
+        if map_traits(attr.map_type).map_in_map:  # bpf_map_meta_alloc reads inner_map_fd
+            bpf_map = ops(attr, self.machine, home,
+                          inner_map=self.map_from_fd(attr.inner_map_fd))
+        else:
+            bpf_map = ops(attr, self.machine, home)
         try:
-            check_map_name(bytes(map_name))
+            bpf_map.name = bpf_obj_name_cpy(attr.map_name)
         except KernelError:
-            bpf_map.release()
+            bpf_map.map_free()
             raise
-        bpf_map.map_flags &= ~int(file_flags | MapFlags.TOKEN_FD)
+        bpf_map.map_flags = bpf_map_flags_retain_permanent(bpf_map.map_flags)
         bpf_map.system = self
         with self._lock:
             bpf_map.id = next(self._next_map_id)
             self._map_idr[bpf_map.id] = bpf_map
-        return bpf_map
+        return self._map_new_fd(bpf_map, file_flags)
 
     # -- element commands --------------------------------------------------------------------
-    def map_lookup_elem(self, fd: int, key: bytes | None, flags: int = 0, *,
-                        value: bytes | None = None) -> bytes:
-        bpf_map = None
-        try:
-            if flags & ~BPF_F_LOCK:
-                raise KernelError(errno.EINVAL, f"flags {flags:#x}: only BPF_F_LOCK is accepted")
+    def _map_lookup_elem(self, fd: int, key: bytes | None, flags: int,
+                         value: bytes | None) -> bytes:
+        if flags and flags & ~BPF_F_LOCK:
+            raise KernelError(errno.EINVAL, f"flags {flags:#x}: only BPF_F_LOCK is accepted")
+        file = self._files.get(fd)
+        if file.__class__ is not MapFile:  # the hot path skips _map_file's call
             file = self._map_file(fd)
-            bpf_map = file.map
-            if not file.can_read:
-                raise KernelError(errno.EPERM, "the fd is write-only")
-            if flags:
-                raise KernelError(errno.EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value")
-            if type(key) is not bytes or len(key) != bpf_map.key_size:
-                key = self._key(bpf_map, key)
-            if value is not None:  # maps that look up by value (bloom filter)
-                return bpf_map.lookup_elem_sys(key, flags, value=self._value(bpf_map, value))
-            return bpf_map.lookup_elem_sys(key, flags)
-        except KernelError as exc:
-            raise self._error(exc, "map_lookup_elem", bpf_map) from None
+        if not file.can_read:
+            raise KernelError(errno.EPERM, "the fd is write-only")
+        if flags:
+            raise KernelError(errno.EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value")
+        bpf_map = file.map
+        if key is None or not key or len(key) != bpf_map.key_size:
+            key = bpf_copy_key(bpf_map, key)
+        if value is not None:  # maps that look up by value (bloom filter)
+            return bpf_map.bpf_map_copy_value(key, flags, value=bpf_copy_value(bpf_map, value))
+        return bpf_map.bpf_map_copy_value(key, flags)
 
     def fast_ops(self, fd: int) -> FastOps:
-        """The Map layer's hot path: the map's live lookup table when it has one (hash maps)
-        and the fd may read, else the generic lookup. Reads through the table are not
-        counted in the map's NUMA access stats (they bypass the element ops)."""
-        lookup = functools.partial(self.map_lookup_elem, fd)
-        file = self._files.get(fd)
+        """The System commands, and for a map that has one (hash maps) read through a
+        readable fd, its live lookup table. Reads through the table are not counted in the
+        map's NUMA access statistics (``map_stats``: they bypass the element ops); lookups
+        through ``lookup``, System calls and programs are."""
+        generic = super().fast_ops(fd)
+        file = self._files.get(fd) if type(fd) is int else None
         if type(file) is not MapFile or not file.can_read:
-            return FastOps(lookup=lookup)
-        return FastOps(lookup=lookup, table=file.map.sys_lookup_table())
+            return generic
+        table = file.map.sys_lookup_table()
+        if table is None:
+            return generic
+        return dataclasses.replace(generic, table=table)
 
     def _writable_map(self, fd: int) -> BpfMap:
-        file = self._files.get(fd) if type(fd) is int else None
-        if type(file) is not MapFile:  # the hot path skips _map_file's call
+        file = self._files.get(fd)
+        if file.__class__ is not MapFile:  # the hot path skips _map_file's call
             file = self._map_file(fd)
         if not file.can_write:
             raise KernelError(errno.EPERM, "the fd is read-only")
@@ -403,252 +311,161 @@ class EmulatedSystem(ProgramsMixin, System):
             raise KernelError(errno.EPERM, "the map is frozen: syscalls may not write it")
         return file.map
 
-    def map_update_elem(self, fd: int, key: bytes | None, value: bytes, flags: int = 0) -> None:
-        bpf_map = None
-        try:
-            bpf_map = self._writable_map(fd)
-            if flags & BPF_F_LOCK:
-                raise KernelError(errno.EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value")
-            if type(key) is not bytes or len(key) != bpf_map.key_size:
-                key = self._key(bpf_map, key)
-            if type(value) is not bytes or len(value) != bpf_map.sys_value_size:
-                value = self._value(bpf_map, value)
-            bpf_map.update_elem_sys(key, value, flags)
-        except KernelError as exc:
-            raise self._error(exc, "map_update_elem", bpf_map, fd=fd) from None
+    def _map_update_elem(self, fd: int, key: bytes | None, value: bytes, flags: int) -> None:
+        bpf_map = self._writable_map(fd)
+        if flags & BPF_F_LOCK:
+            raise KernelError(errno.EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value")
+        if key is None or not key or len(key) != bpf_map.key_size:
+            key = bpf_copy_key(bpf_map, key)
+        if len(value) != bpf_map.sys_value_size:
+            value = bpf_copy_value(bpf_map, value)
+        bpf_map.bpf_map_update_value(key, value, flags)
 
-    def map_delete_elem(self, fd: int, key: bytes | None) -> None:
-        bpf_map = None
-        try:
-            bpf_map = self._writable_map(fd)
-            if type(key) is not bytes or len(key) != bpf_map.key_size:
-                key = self._key(bpf_map, key)
-            bpf_map.delete_elem_sys(key)
-        except KernelError as exc:
-            raise self._error(exc, "map_delete_elem", bpf_map, fd=fd) from None
+    def _map_delete_elem(self, fd: int, key: bytes | None) -> None:
+        bpf_map = self._writable_map(fd)
+        if key is None or not key or len(key) != bpf_map.key_size:
+            key = bpf_copy_key(bpf_map, key)
+        bpf_map.map_delete_elem(key)
 
-    def map_get_next_key(self, fd: int, key: bytes | None) -> bytes:
-        bpf_map = None
-        try:
-            file = self._map_file(fd)
-            bpf_map = file.map
-            if not file.can_read:
-                raise KernelError(errno.EPERM, "the fd is write-only")
-            if key is not None:
-                key = self._key(bpf_map, key)
-            return bpf_map.get_next_key(key)
-        except KernelError as exc:
-            raise self._error(exc, "map_get_next_key", bpf_map) from None
+    def _map_get_next_key(self, fd: int, key: bytes | None) -> bytes:
+        file = self._map_file(fd)
+        if not file.can_read:
+            raise KernelError(errno.EPERM, "the fd is write-only")
+        return file.map.map_get_next_key(None if key is None else bpf_copy_key(file.map, key))
 
-    def map_lookup_and_delete_elem(self, fd: int, key: bytes | None, flags: int = 0) -> bytes:
-        bpf_map = None
-        try:
-            if flags & ~BPF_F_LOCK:
-                raise KernelError(errno.EINVAL, f"flags {flags:#x}: only BPF_F_LOCK is accepted")
-            file = self._map_file(fd)
-            bpf_map = file.map
-            if not (file.can_read and file.can_write) or bpf_map.frozen:
-                raise KernelError(errno.EPERM, "lookup_and_delete needs a readable and "
-                                  "writable fd on a map that is not frozen")
-            if flags and bpf_map.map_type in (MapType.QUEUE, MapType.STACK):
-                raise KernelError(errno.EINVAL, "queue and stack pops take no flags")
-            if flags:
-                raise KernelError(errno.EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value")
-            key = self._key(bpf_map, key)
-            return bpf_map.lookup_and_delete_elem_sys(key, flags)
-        except KernelError as exc:
-            raise self._error(exc, "map_lookup_and_delete_elem", bpf_map) from None
+    def _map_lookup_and_delete_elem(self, fd: int, key: bytes | None, flags: int) -> bytes:
+        if flags & ~BPF_F_LOCK:
+            raise KernelError(errno.EINVAL, f"flags {flags:#x}: only BPF_F_LOCK is accepted")
+        file = self._map_file(fd)
+        bpf_map = file.map
+        if not (file.can_read and file.can_write) or bpf_map.frozen:
+            raise KernelError(errno.EPERM, "lookup_and_delete needs a readable and writable "
+                              "fd on a map that is not frozen")
+        if flags and map_traits(bpf_map.map_type).keyless:
+            raise KernelError(errno.EINVAL, "queue and stack pops take no flags")
+        if flags:
+            raise KernelError(errno.EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value")
+        return bpf_map.map_lookup_and_delete_elem(bpf_copy_key(bpf_map, key), flags)
 
-    def map_freeze(self, fd: int) -> None:
-        bpf_map = None
-        try:
-            file = self._map_file(fd)
-            bpf_map = file.map
-            # map_get_sys_perms drops write from a frozen map, so a second freeze is EPERM
-            # (the EBUSY test behind it only catches a freeze racing with another).
-            if not file.can_write or bpf_map.frozen:
-                raise KernelError(errno.EPERM, "freezing needs a writable fd on a map that "
-                                  "is not frozen yet")
-            with self._lock:
-                if bpf_map.frozen:
-                    raise KernelError(errno.EBUSY, "the map is already frozen")
-                bpf_map.frozen = True
-        except KernelError as exc:
-            raise self._error(exc, "map_freeze", bpf_map) from None
+    def _map_freeze(self, fd: int) -> None:
+        file = self._map_file(fd)
+        # map_get_sys_perms drops write from a frozen map, so a second freeze is EPERM
+        # (the EBUSY test behind it only catches a freeze racing with another).
+        if not file.can_write or file.map.frozen:
+            raise KernelError(errno.EPERM, "freezing needs a writable fd on a map that is not "
+                              "frozen yet")
+        with self._lock:
+            if file.map.frozen:
+                raise KernelError(errno.EBUSY, "the map is already frozen")
+            file.map.frozen = True
 
     # -- batch commands ----------------------------------------------------------------------
-    def _batch_map(self, fd: int, command: str, read: bool, write: bool) -> BpfMap:
+    def _batch_handler(self, fd: int, command: str, read: bool, write: bool):
+        """bpf_map_do_batch: fd, permissions, then the type's handler (none: ENOTSUPP)."""
         file = self._map_file(fd)
         if read and not file.can_read:
             raise KernelError(errno.EPERM, "the fd is write-only")
         if write and (not file.can_write or file.map.frozen):
             raise KernelError(errno.EPERM, "the fd is read-only or the map is frozen")
-        handler = getattr(file.map, command)
-        if handler is None:
-            raise KernelError(524, "this map type has no batch handler for this command")
-        return file.map
+        if getattr(file.map, command) is None:
+            raise KernelError(ENOTSUPP, "this map type has no batch handler for this command")
+        return getattr(file.map, command)
 
-    def _lookup_batch(self, command: str, fd: int, in_batch: bytes | None, count: int,
-                      elem_flags: int, flags: int, delete: bool) -> BatchLookup:
-        bpf_map = None
-        try:
-            bpf_map = self._batch_map(fd, command, read=True, write=delete)
-            if type(count) is not int or not 0 <= count < 1 << 32:
-                raise KernelError(errno.EINVAL, f"count {count!r} is not an unsigned 32-bit "
-                                  "integer")
-            if in_batch is not None and type(in_batch) is not bytes:
-                in_batch = bytes(in_batch)
-            return getattr(bpf_map, command)(in_batch, count, elem_flags, flags)
-        except KernelError as exc:
-            # ENOSPC comes after the handler wrote count = 0.
-            raise self._error(exc, command, bpf_map,
-                              count=0 if exc.errno == errno.ENOSPC else None, fd=fd) from None
+    def _map_lookup_batch(self, fd: int, in_batch: bytes | None, count: int, elem_flags: int,
+                          flags: int, delete: bool) -> BatchLookup:
+        command = "map_lookup_and_delete_batch" if delete else "map_lookup_batch"
+        handler = self._batch_handler(fd, command, read=True, write=delete)
+        return handler(in_batch, count, elem_flags, flags)
 
-    def map_lookup_batch(self, fd: int, in_batch: bytes | None, count: int,
-                         elem_flags: int = 0, flags: int = 0) -> BatchLookup:
-        return self._lookup_batch("map_lookup_batch", fd, in_batch, count, elem_flags, flags,
-                                  delete=False)
-
-    def map_lookup_and_delete_batch(self, fd: int, in_batch: bytes | None, count: int,
-                                    elem_flags: int = 0, flags: int = 0) -> BatchLookup:
-        return self._lookup_batch("map_lookup_and_delete_batch", fd, in_batch, count,
-                                  elem_flags, flags, delete=True)
-
-    def map_update_batch(self, fd: int, keys: Sequence[bytes], values: Sequence[bytes],
-                         elem_flags: int = 0, flags: int = 0) -> int:
-        bpf_map = None
-        try:
-            bpf_map = self._batch_map(fd, "map_update_batch", read=False, write=True)
-            if len(keys) != len(values):
-                raise KernelError(errno.EINVAL, f"{len(keys)} keys but {len(values)} values")
-            done, err = bpf_map.map_update_batch(keys, values, elem_flags, flags)
-        except KernelError as exc:
-            raise self._error(exc, "map_update_batch", bpf_map, count=0, fd=fd) from None
-        if err is not None:
-            raise self._error(err, "map_update_batch", bpf_map, count=done)
-        return done
-
-    def map_delete_batch(self, fd: int, keys: Sequence[bytes], elem_flags: int = 0,
-                         flags: int = 0) -> int:
-        bpf_map = None
-        try:
-            bpf_map = self._batch_map(fd, "map_delete_batch", read=False, write=True)
-            done, err = bpf_map.map_delete_batch(keys, elem_flags, flags)
-        except KernelError as exc:
-            raise self._error(exc, "map_delete_batch", bpf_map, count=0, fd=fd) from None
-        if err is not None:
-            raise self._error(err, "map_delete_batch", bpf_map, count=done)
-        return done
+    def _map_write_batch(self, fd: int, keys: list[bytes], values: list[bytes] | None,
+                         elem_flags: int, flags: int) -> int:
+        if values is None:
+            handler = self._batch_handler(fd, "map_delete_batch", read=False, write=True)
+            return handler(keys, elem_flags, flags)
+        handler = self._batch_handler(fd, "map_update_batch", read=False, write=True)
+        return handler(keys, values, elem_flags, flags)
 
     # -- info and ids ------------------------------------------------------------------------
-    def map_get_info(self, fd: int) -> MapInfo:
-        try:
-            bpf_map = self.map_from_fd(fd)
-        except KernelError as exc:
-            raise self._error(exc, "obj_get_info_by_fd") from None
+    def info_fd_get(self, fd: int) -> Any:
+        """bpf_obj_get_info_by_fd's fdget: the object, EBADFD when the fd is not open."""
+        file = self._files.get(fd)
+        if file is None:
+            exc = _missing_fd(fd)
+            if exc.errno == errno.EBADF:
+                exc.errno = errno.EBADFD
+            raise exc
+        return file
+
+    def _map_get_info(self, fd: int) -> MapInfo:
+        file = self.info_fd_get(fd)
+        if type(file) is not MapFile:
+            raise KernelError(errno.EINVAL, f"fd {fd} is not a BPF map")
+        bpf_map = file.map
         return MapInfo(type=bpf_map.map_type, id=bpf_map.id, key_size=bpf_map.key_size,
                        value_size=bpf_map.value_size, max_entries=bpf_map.max_entries,
                        map_flags=bpf_map.map_flags, name=bpf_map.name,
                        map_extra=bpf_map.map_extra)
 
-    def map_get_fd_by_id(self, map_id: int, open_flags: int = 0) -> int:
-        try:
-            if open_flags & ~_OBJ_FLAG_MASK:
-                raise KernelError(errno.EINVAL, f"open_flags {open_flags:#x}: only "
-                                  "BPF_F_RDONLY or BPF_F_WRONLY are accepted")
-            file_flags = _file_flags(open_flags)
-            with self._lock:
-                bpf_map = self._map_idr.get(map_id)
-                if bpf_map is None:
-                    raise KernelError(errno.ENOENT, f"no map with id {map_id}")
-                return self._map_new_fd(bpf_map, file_flags)
-        except KernelError as exc:
-            raise self._error(exc, "map_get_fd_by_id") from None
+    def _map_get_fd_by_id(self, map_id: int, open_flags: int) -> int:
+        file_flags = bpf_obj_file_flags(open_flags, "open_flags")
+        with self._lock:
+            bpf_map = self._map_idr.get(map_id)
+            if bpf_map is None:
+                raise KernelError(errno.ENOENT, f"no map with id {map_id}")
+            return self._map_new_fd(bpf_map, file_flags)
 
-    def map_get_next_id(self, start_id: int) -> int:
+    def _map_get_next_id(self, start_id: int) -> int:
         with self._lock:
             later = [map_id for map_id in self._map_idr if map_id > start_id]
         if not later:
-            raise bpf_error(errno.ENOENT, "map_get_next_id",
-                            detail=f"no map id after {start_id}")
+            raise KernelError(errno.ENOENT, f"no map id after {start_id}")
         return min(later)
 
     # -- pins --------------------------------------------------------------------------------
-    @staticmethod
-    def _check_path(path: str) -> str:
-        if not isinstance(path, str) or not path:
-            raise KernelError(errno.EINVAL, f"path {path!r} is not a path")
-        if path != BPFFS_ROOT and not path.startswith(BPFFS_ROOT + "/"):
-            raise KernelError(errno.EPERM, f"{path!r} is not on bpffs: the emulated bpffs is "
-                              f"mounted at {BPFFS_ROOT}")
-        if path.endswith("/") or path == BPFFS_ROOT:
-            raise KernelError(errno.EISDIR if path == BPFFS_ROOT else errno.ENOENT,
-                              f"{path!r} names a directory, not an object")
-        if "/" in path[len(BPFFS_ROOT) + 1:]:
-            raise KernelError(errno.ENOENT, f"{path!r}: its directory does not exist (the "
-                              f"emulated bpffs has no subdirectories: pin under {BPFFS_ROOT}/)")
-        return path
+    def _obj_pin(self, fd: int, path: str) -> None:
+        """bpf_obj_pin_user: the fd is resolved first (bpf_fd_probe_obj: anything but a map or
+        a program, a closed fd included, is EINVAL), then the path."""
+        file = self._files.get(fd)
+        if type(file) is MapFile:
+            obj, inc = file.map, self.bpf_map_inc
+        elif getattr(file, "prog_type", None) is not None:
+            obj, inc = file, self.bpf_prog_inc
+        else:
+            raise KernelError(errno.EINVAL, f"fd {fd} is not an open map or program")
+        with self._lock:
+            self.bpffs.pin(path, obj)
+            inc(obj)
 
-    def obj_pin(self, fd: int, path: str) -> None:
-        try:
-            path = self._check_path(path)
-            file = self.fd_get(fd)
-            with self._lock:
-                if path in self._pins:
-                    raise KernelError(errno.EEXIST, f"{path} is pinned already")
-                if type(file) is MapFile:
-                    self.bpf_map_inc(file.map)
-                    self._pins[path] = file.map
-                elif getattr(file, "prog_type", None) is not None:
-                    self.bpf_prog_inc(file)
-                    self._pins[path] = file
-                else:
-                    raise KernelError(errno.EINVAL, f"fd {fd} is not a map or a program")
-        except KernelError as exc:
-            raise self._error(exc, "obj_pin") from None
-
-    def obj_get(self, path: str, file_flags: int = 0) -> int:
-        try:
-            if file_flags & ~_OBJ_FLAG_MASK:
-                raise KernelError(errno.EINVAL, f"file_flags {file_flags:#x}: only "
-                                  "BPF_F_RDONLY or BPF_F_WRONLY are accepted")
-            flags = _file_flags(file_flags)
-            path = self._check_path(path)
-            with self._lock:
-                obj = self._pins.get(path)
-                if obj is None:
-                    raise KernelError(errno.ENOENT, f"nothing is pinned at {path}")
-                if isinstance(obj, BpfMap):
-                    return self._map_new_fd(obj, flags)
-                if flags:  # bpf_obj_get_user: programs open read-write only
-                    raise KernelError(errno.EINVAL, "a pinned program opens without "
-                                      "BPF_F_RDONLY / BPF_F_WRONLY")
-                self.bpf_prog_inc(obj)
-            return self.fd_install(obj)
-        except KernelError as exc:
-            raise self._error(exc, "obj_get") from None
+    def _obj_get(self, path: str, file_flags: int) -> int:
+        flags = bpf_obj_file_flags(file_flags, "file_flags")
+        with self._lock:
+            obj = self.bpffs.get(path)
+            if isinstance(obj, BpfMap):
+                return self._map_new_fd(obj, flags)
+            if flags:  # bpf_obj_get_user: programs open read-write only
+                raise KernelError(errno.EINVAL, "a pinned program opens without "
+                                  "BPF_F_RDONLY / BPF_F_WRONLY")
+            self.bpf_prog_inc(obj)
+        return self.fd_install(obj)
 
     def obj_unpin(self, path: str) -> None:
         """unlink(2) of a pin: drop the pin's reference."""
         try:
-            path = self._check_path(path)
             with self._lock:
-                obj = self._pins.pop(path, None)
-            if obj is None:
-                raise KernelError(errno.ENOENT, f"nothing is pinned at {path}")
+                obj = self.bpffs.unpin(pin_path(path))
         except KernelError as exc:
-            raise self._error(exc, "obj_unpin") from None
+            raise self._fail(exc, "obj_unpin") from None
         if isinstance(obj, BpfMap):
             self.bpf_map_put(obj)
         else:
             self.bpf_prog_put(obj)
 
     # -- close -------------------------------------------------------------------------------
-    def close(self, fd: int) -> None:
+    def _close(self, fd: int) -> None:
         with self._lock:
-            file = self._files.pop(fd, None) if isinstance(fd, int) else None
+            file = self._files.pop(fd, None)
         if file is None:
-            raise bpf_error(errno.EBADF, "close", detail=f"fd {fd!r} is not open")
+            raise KernelError(errno.EBADF, f"fd {fd} is not open")
         os.close(fd)
         if type(file) is MapFile:
             self.bpf_map_put(file.map)
@@ -673,7 +490,7 @@ class EmulatedSystem(ProgramsMixin, System):
         try:
             bpf_map = self.map_from_fd(fd)
         except KernelError as exc:
-            raise self._error(exc, "map_stats") from None
+            raise self._fail(exc, "map_stats") from None
         return bpf_map.mem_stats()
 
 

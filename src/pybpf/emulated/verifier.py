@@ -65,6 +65,7 @@ from ..uapi import (
     BpfFunc,
     MapType,
     ProgType,
+    map_traits,
 )
 from . import filter as ctx_rules
 from . import tnum
@@ -102,7 +103,6 @@ LD_ABS_PROG_TYPES = frozenset({ProgType.SOCKET_FILTER, ProgType.SCHED_CLS, ProgT
 DIRECT_VALUE_MAP_TYPES = frozenset({MapType.ARRAY})
 # Maps whose lookups with a constant in-range key cannot fail (can_elide_value_nullness).
 ELIDE_NULL_MAP_TYPES = frozenset({MapType.ARRAY, MapType.PERCPU_ARRAY})
-MAP_IN_MAP_TYPES = frozenset({MapType.ARRAY_OF_MAPS, MapType.HASH_OF_MAPS})
 BPF_COMPLEXITY_LIMIT_INSNS = 1_000_000
 BPF_MAX_VAR_OFF = 1 << 29
 BPF_REG_SIZE = 8
@@ -441,7 +441,7 @@ class _Verifier:
             if off >= bpf_map.value_size:
                 raise _reject(errno.EINVAL, f"invalid access to map value pointer, value_size="
                               f"{bpf_map.value_size} off={off}")
-            value = bpf_map.lookup_elem(b"\0\0\0\0")
+            value = bpf_map.map_lookup_elem(b"\0\0\0\0")
             pseudo[pc] = ("map_value", value, off)
             self.pseudo_map[pc] = bpf_map
         return VerifiedProgram(insns, pseudo, maps)
@@ -969,7 +969,7 @@ class _Verifier:
         if arg == ARG_ANYTHING:
             return bpf_map
         reg = regs[regno]
-        if bpf_map is not None and bpf_map.map_type in SOCK_MAP_TYPES:
+        if bpf_map is not None and map_traits(bpf_map.map_type).sockets:
             if arg == ARG_PTR_TO_MAP_VALUE:  # resolve_map_arg_type: the value is a socket
                 arg = _ARG_SOCK_COMMON
             elif arg not in (ARG_CONST_MAP_PTR, ARG_PTR_TO_MAP_KEY):
@@ -1034,9 +1034,9 @@ class _Verifier:
     def map_lookup_result(self, state: State, bpf_map: Any, key: Reg, func_id: int) -> Reg:
         """A map value pointer, which may be NULL unless the map is an array and the key a
         constant on the stack that is in range (the kernel elides the check)."""
-        if bpf_map is not None and bpf_map.map_type in MAP_IN_MAP_TYPES:
+        if bpf_map is not None and map_traits(bpf_map.map_type).map_in_map:
             return Reg(CONST_PTR_TO_MAP, tnum.const(0), id=self.new_id())
-        if bpf_map is not None and bpf_map.map_type in SOCK_MAP_TYPES:
+        if bpf_map is not None and map_traits(bpf_map.map_type).sockets:
             ref = self.new_id()  # a socket the program holds until it is NULL or released
             state.refs.add(ref)
             return Reg(PTR_TO_SOCKET, tnum.const(0), id=ref)
@@ -1262,7 +1262,6 @@ _ALU_TEXT = {AluOp.ADD: "+=", AluOp.SUB: "-=", AluOp.MUL: "*=", AluOp.DIV: "/=",
 _ATOMIC_RMW = frozenset(int(op) | fetch for op in (AtomicOp.ADD, AtomicOp.OR, AtomicOp.AND,
                                                     AtomicOp.XOR) for fetch in (0, 1)) \
     | {int(AtomicOp.XCHG), int(AtomicOp.CMPXCHG)}
-SOCK_MAP_TYPES = frozenset({MapType.SOCKMAP, MapType.SOCKHASH})
 _ARG_SOCK_COMMON = "sock_common"  # a sockmap's value argument (ARG_PTR_TO_BTF_ID_SOCK_COMMON)
 _MEM_TYPES = (PTR_TO_STACK, PTR_TO_PACKET, PTR_TO_PACKET_META, "map_key", PTR_TO_MAP_VALUE,
               "mem", "ringbuf_mem", "buf", "trusted_ptr_")

@@ -26,7 +26,7 @@ import os
 import platform
 import sys
 
-from ..system import SYS_CPU_POSSIBLE, parse_cpu_list
+from ..topology import SYS_CPU_POSSIBLE, parse_cpu_list
 from ..uapi import BPF_OBJ_NAME_LEN, Cmd, MapType
 
 u8 = ctypes.c_uint8

@@ -1,11 +1,12 @@
-"""KernelSystem: the System interface on the real bpf(2).
+"""KernelSystem: the System contract translated to the real bpf(2).
 
 Rules this module keeps:
-- Every failure is built by ``errors.bpf_error`` with the kernel's errno, the command and
-  the map ("hash map 'name' (id 7)", read back with OBJ_GET_INFO_BY_FD only on failure).
-- The kernel reads and writes user memory at the sizes it knows; this module checks each
-  key, value and batch token against the map's sizes before the call (EINVAL with a detail
-  otherwise), so a short ``bytes`` never lets the kernel read past it.
+- It only translates: ``pybpf.system.System`` has normalised every argument and turns each
+  ``KernelError`` raised here into the public error.
+- The kernel answers every check it makes, in its own order. A key, value or batch token of
+  the wrong length (which the kernel cannot see) is passed as ``UNREADABLE``: the kernel makes
+  all its earlier checks and fails its copy with EFAULT, which becomes EINVAL with the lengths.
+  A short ``bytes`` never lets the kernel read past it.
 - Map sizes are cached per fd in ``_MAPS``, shared by every KernelSystem of the process:
   set by ``map_create``, learnt on first use otherwise, dropped by ``close`` and whenever
   this module gets a new fd from the kernel (so a reused fd number never keeps old sizes).
@@ -13,6 +14,9 @@ Rules this module keeps:
   reused by a map made elsewhere: close pybpf's fds with ``close``.
 - The element commands reuse one attr struct and one value buffer per thread and size,
   so the hot path allocates nothing but the returned ``bytes``.
+- Batch buffers are sized by what the map can hold (max_entries), never by the caller's count.
+- ``fast_ops`` offers the C accelerator's syscall core (element ops and batches) when it is
+  built (``pybpf.accelerator``).
 """
 
 from __future__ import annotations
@@ -20,31 +24,17 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
-from ..errors import (
-    BPFError,
-    VerifierError,
-    bpf_error,
-    errno_name,
-    map_description,
-    prog_description,
-    strerror,
-)
-from ..system import (
-    BatchLookup,
-    FastOps,
-    MapInfo,
-    ProgInfo,
-    System,
-    TestRun,
-    Topology,
-    host_topology,
-    test_run_args_problem,
-)
-from ..uapi import ENOTSUPP, NUMA_NO_NODE, Cmd, MapType, syscall_value_size
+from ..accelerator import ACCEL
+from ..attrs import UNREADABLE, MapAttr, ProgAttr, TestRunRequest, length_problem, value_problem
+from ..errors import KernelError, bpf_error
+from ..system import BatchLookup, FastOps, MapInfo, ProgInfo, System, TestRun
+from ..topology import Topology, host_topology
+from ..uapi import Cmd, MapType, map_traits, syscall_value_size
 from . import perf_event
 from .syscall import (
     NR_BPF,
@@ -62,19 +52,10 @@ from .syscall import (
     bpf,
     get_errno,
     libc_syscall,
-    map_name_bytes,
     num_possible_cpus,
     probe_map_create,
 )
 
-# Map types whose batch token is a u32 bucket index (htab); the others' token is a key.
-_HTAB_TOKEN_TYPES = frozenset({MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH,
-                               MapType.LRU_PERCPU_HASH, MapType.HASH_OF_MAPS})
-# Array-like maps: E2BIG from an update means an index past max_entries, not a full map.
-_INDEXED_TYPES = frozenset({MapType.ARRAY, MapType.PERCPU_ARRAY, MapType.PROG_ARRAY,
-                            MapType.PERF_EVENT_ARRAY, MapType.CGROUP_ARRAY,
-                            MapType.ARRAY_OF_MAPS, MapType.DEVMAP, MapType.CPUMAP,
-                            MapType.SOCKMAP})
 # Written into the htab token buffer first: the kernel never writes this bucket index, so
 # finding it afterwards means it wrote no token.
 _NO_TOKEN = b"\xff\xff\xff\xff"
@@ -84,16 +65,24 @@ _SIZEOF_ELEM = ctypes.sizeof(MapElemAttr)
 
 
 class _MapMeta:
-    """What the syscall wrappers need to know about a map fd."""
+    """What the translation needs to know about a map fd."""
 
-    __slots__ = ("map_type", "key_size", "value_size", "token_size")
+    __slots__ = ("map_type", "key_size", "value_size", "token_size", "capacity", "problem",
+                 "by_value")
 
-    def __init__(self, map_type: int, key_size: int, value_size: int) -> None:
+    def __init__(self, map_type: int, key_size: int, value_size: int, max_entries: int) -> None:
         self.map_type = map_type
+        self.by_value = map_type == MapType.BLOOM_FILTER  # lookups read the value, not a key
         self.key_size = key_size
         # Bytes of one value through the syscall (per-CPU slots, 4-byte fds/ids).
         self.value_size = syscall_value_size(map_type, value_size, num_possible_cpus())
-        self.token_size = 4 if map_type in _HTAB_TOKEN_TYPES else key_size
+        self.token_size = 4 if map_traits(map_type).htab_batch else key_size
+        # The most elements one batch can return (an LRU map's NO_COMMON_LRU rounding is
+        # at most one per CPU).
+        self.capacity = max(max_entries, 1) + num_possible_cpus()
+        # problem(what, got): the detail of a value of the wrong length.
+        self.problem = functools.partial(value_problem, map_type, value_size,
+                                         num_possible_cpus())
 
 
 _MAPS: dict[int, _MapMeta] = {}
@@ -102,15 +91,20 @@ _MAPS: dict[int, _MapMeta] = {}
 class _ThreadState(threading.local):
     """The calling thread's scratch: attrs and value buffers reused call after call.
 
-    ``scratch`` is one tuple so the hot path pays for one thread-local lookup:
-    (lookup attr, its address, attr of the other element commands, its address, buffers by
-    size). The lookup attr's ``flags`` stays 0: lookups with flags take the general path.
+    Each path pays for one thread-local lookup of one tuple: ``lookup``, ``update`` and
+    ``delete`` (the hot paths: attr, its address, and what the attr holds now, so a field is
+    set only when it changes: [the map's _MapMeta, the value buffer or the flags]), ``elem``
+    (the general path: attr, address, value buffers by size). The lookup attr's ``flags``
+    stays 0: lookups with flags take the general path. A _MapMeta is made anew for every fd
+    the kernel hands out, so "the same meta" means the same fd and the same sizes.
     """
 
     def __init__(self) -> None:
-        lookup, elem = MapElemAttr(), MapElemAttr()
-        self.scratch = (lookup, ctypes.c_void_p(ctypes.addressof(lookup)),
-                        elem, ctypes.c_void_p(ctypes.addressof(elem)), {})
+        lookup, update, delete, elem = MapElemAttr(), MapElemAttr(), MapElemAttr(), MapElemAttr()
+        self.lookup = (lookup, ctypes.c_void_p(ctypes.addressof(lookup)), [None, None])
+        self.update = (update, ctypes.c_void_p(ctypes.addressof(update)), [None, 0])
+        self.delete = (delete, ctypes.c_void_p(ctypes.addressof(delete)), [None])
+        self.elem = (elem, ctypes.c_void_p(ctypes.addressof(elem)), {})
 
 
 def _new_buffer(buffers: dict, size: int) -> tuple[ctypes.Array, int]:
@@ -122,17 +116,35 @@ def _new_buffer(buffers: dict, size: int) -> tuple[ctypes.Array, int]:
 _tls = _ThreadState()
 
 
-def _fd_kind(fd: int) -> str:
-    """``bpf-map``, ``bpf-prog``... for a bpf fd, "" for another file; raises if closed."""
-    target = os.readlink(f"/proc/self/fd/{fd}")
+def _fd_kind(fd: int) -> str | None:
+    """``bpf-map``, ``bpf-prog``... for a bpf fd, "" for another file, None if not open."""
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
     return target[len("anon_inode:"):] if target.startswith("anon_inode:") else ""
 
 
-def _check_fd(fd: int, command: str) -> None:
-    """EBADF for an fd no process can have: ctypes would wrap it into the u32 attr field and
-    name another object (fd + 2**32 is fd)."""
-    if not isinstance(fd, int) or not -(1 << 31) <= fd < 1 << 31:
-        raise bpf_error(errno.EBADF, command, detail=f"fd {fd!r} is not open")
+def _not_a_map(fd: int, err: int) -> KernelError:
+    """The kernel's refusal of a command on ``fd``, which is not a map, with the reason."""
+    kind = _fd_kind(fd)
+    if err == errno.EBADF and kind is None:
+        return KernelError(err, f"fd {fd} is not open" + (
+            " (a closed Map or Program has fd -1)" if fd == -1 else ""))
+    if err == errno.EINVAL and kind is not None and kind != "bpf-map":
+        return KernelError(err, f"fd {fd} is not a BPF map ({kind or 'another file'})")
+    return KernelError(err)
+
+
+def _all_of_size(items: list[bytes], size: int) -> bool:
+    lengths = set(map(len, items))
+    return not lengths or lengths == {size}
+
+
+def _fresh(fd: int) -> int:
+    """A new fd from the kernel: forget what was cached for an earlier file of that number."""
+    _MAPS.pop(fd, None)
+    return fd
 
 
 class KernelSystem(System):
@@ -178,199 +190,141 @@ class KernelSystem(System):
             raise OSError(err, f"sched_getcpu: {os.strerror(err)}")
         return cpu
 
-    # -- helpers -------------------------------------------------------------------------------
-    def _error(self, err: int, command: str, fd: int, *, detail: str = "",
-               count: int | None = None) -> OSError:
-        """The error of ``command`` on map ``fd``, naming the map as its info describes it."""
-        try:
-            info = self.map_get_info(fd)
-        except OSError:
-            where = f"map fd {fd}"
-        else:
-            where = map_description(info.type, info.name, info.id)
-            if (not detail and err == errno.E2BIG and info.type in _INDEXED_TYPES
-                    and command in ("map_update_elem", "map_update_batch")):
-                detail = (f"index out of range: the map's keys are 0..{info.max_entries - 1} "
-                          "(max_entries)")
-        return bpf_error(err, command, map=where, detail=detail, count=count)
-
-    def _meta(self, fd: int, command: str, cmd: int | None = None, flags: int = 0) -> _MapMeta:
-        """The cached sizes of map ``fd``, learnt from the kernel on first use.
-
-        For an element command ``cmd`` on an fd that is not a map, the kernel itself answers:
-        some commands check their flags before the fd, so its errno is the one to give."""
+    # -- map sizes -----------------------------------------------------------------------------
+    def _meta(self, fd: int) -> _MapMeta | None:
+        """The cached sizes of map ``fd``, learnt on first use; None when ``fd`` is not a map
+        (the kernel then answers the command itself, EBADF or EINVAL)."""
         meta = _MAPS.get(fd)
-        if meta is not None:
-            return meta
-        try:
-            kind = _fd_kind(fd)
-        except OSError:
-            kind = None
-        if kind != "bpf-map":
-            if kind is None:
-                err, detail = errno.EBADF, f"fd {fd} is not open" + (
-                    " (a closed Map or Program has fd -1)" if fd == -1 else "")
-            else:
-                err, detail = errno.EINVAL, f"fd {fd} is not a BPF map ({kind or 'another file'})"
-            if cmd is not None and isinstance(fd, int) and fd < 1 << 31:  # not wrapped to a u32
-                ret = bpf(cmd, MapElemAttr(map_fd=fd, flags=flags))
-                if ret < 0 and -ret != err:  # refused by a check made before the fd's
-                    raise self._error(-ret, command, fd)
-            raise bpf_error(err, command, detail=detail)
-        info = self.map_get_info(fd)
-        meta = _MAPS[fd] = _MapMeta(info.type, info.key_size, info.value_size)
+        if meta is None and _fd_kind(fd) == "bpf-map":
+            info = self._map_get_info(fd)
+            meta = _MAPS[fd] = _MapMeta(info.type, info.key_size, info.value_size,
+                                        info.max_entries)
         return meta
 
-    def _key_arg(self, meta: _MapMeta, key, fd: int, command: str) -> bytes:
-        """``key`` as bytes of the map's key_size (the slow path of the element commands)."""
-        key = self._as_bytes(key, "key", fd, command)
-        if meta.key_size and len(key) != meta.key_size:
-            raise self._error(errno.EINVAL, command, fd,
-                              detail=f"key is {len(key)} bytes, the map's key_size is "
-                                     f"{meta.key_size}")
-        return key
-
-    def _value_arg(self, meta: _MapMeta, value, fd: int, command: str) -> bytes:
-        value = self._as_bytes(value, "value", fd, command)
-        if len(value) != meta.value_size:
-            raise self._error(errno.EINVAL, command, fd,
-                              detail=f"value is {len(value)} bytes, the map takes "
-                                     f"{meta.value_size} through the syscall")
-        return value
-
-    def _as_bytes(self, data, what: str, fd: int, command: str) -> bytes:
-        try:
-            return memoryview(data).tobytes()  # bytes-like only (bytes(5) would be 5 zeros)
-        except TypeError:
-            raise self._error(errno.EINVAL, command, fd,
-                              detail=f"{what} must be bytes (or bytes-like), not "
-                                     f"{type(data).__name__}") from None
-
     # -- maps ----------------------------------------------------------------------------------
-    def map_create(self, map_type: int, key_size: int, value_size: int, max_entries: int,
-                   map_flags: int = 0, inner_map_fd: int = 0, numa_node: int = 0,
-                   map_name: bytes = b"", map_extra: int = 0) -> int:
-        kind = MapType(map_type).name.lower() if map_type in MapType._value2member_map_ \
-            else f"type {map_type}"
-        what = f"{kind} map" + (f" {_text(map_name)!r}" if map_name else "")
-        # ctypes would wrap an out-of-range int into the u32/u64 field (max_entries 2**32 + 10
-        # becoming 10): refuse it as the emulated backend does, with the same words.
-        for label, number, bits in (("map_type", map_type, 32), ("key_size", key_size, 32),
-                                    ("value_size", value_size, 32),
-                                    ("max_entries", max_entries, 32),
-                                    ("map_flags", map_flags, 32),
-                                    ("inner_map_fd", inner_map_fd, 32),
-                                    ("numa_node", numa_node & 0xFFFFFFFF
-                                     if numa_node == NUMA_NO_NODE else numa_node, 32),
-                                    ("map_extra", map_extra, 64)):
-            if not isinstance(number, int) or not 0 <= number < 1 << bits:
-                raise bpf_error(errno.EINVAL, "map_create", map=what,
-                                detail=f"{label}={number!r} is not an unsigned {bits}-bit "
-                                       "integer")
-        try:
-            attr = MapCreateAttr(map_type=map_type, key_size=key_size, value_size=value_size,
-                                 max_entries=max_entries, map_flags=map_flags,
-                                 inner_map_fd=inner_map_fd, numa_node=numa_node & 0xFFFFFFFF,
-                                 map_name=map_name_bytes(map_name), map_extra=map_extra)
-        except (ValueError, TypeError, OverflowError) as exc:
-            raise bpf_error(errno.EINVAL, "map_create", map=what, detail=str(exc)) from None
-        fd = bpf(Cmd.MAP_CREATE, attr)
+    def _map_create(self, attr: MapAttr) -> int:
+        fd = bpf(Cmd.MAP_CREATE, MapCreateAttr(
+            map_type=attr.map_type, key_size=attr.key_size, value_size=attr.value_size,
+            max_entries=attr.max_entries, map_flags=attr.map_flags,
+            inner_map_fd=attr.inner_map_fd, numa_node=attr.numa_node, map_name=attr.map_name,
+            map_extra=attr.map_extra))
         if fd < 0:
-            detail = "" if inner_map_fd else _create_refusal_detail(
-                -fd, map_type=map_type, key_size=key_size, value_size=value_size,
-                max_entries=max_entries, map_flags=map_flags, numa_node=numa_node,
-                map_name=map_name, map_extra=map_extra)
-            raise bpf_error(-fd, "map_create", map=what, detail=detail)
-        _MAPS[fd] = _MapMeta(map_type, key_size, value_size)
+            raise KernelError(-fd)
+        _MAPS[fd] = _MapMeta(attr.map_type, attr.key_size, attr.value_size, attr.max_entries)
         return fd
 
-    def map_lookup_elem(self, fd: int, key: bytes | None, flags: int = 0, *,
-                        value: bytes | None = None) -> bytes:
-        """BPF_MAP_LOOKUP_ELEM. ``value`` is the input of maps that look up by value
-        (BLOOM_FILTER: answers ENOENT or returns ``value``)."""
-        meta = _MAPS.get(fd) or self._meta(fd, "map_lookup_elem", Cmd.MAP_LOOKUP_ELEM, flags)
-        if key is not None and (key.__class__ is not bytes or len(key) != meta.key_size):
-            key = self._key_arg(meta, key, fd, "map_lookup_elem")
-        if value is None and meta.map_type == MapType.BLOOM_FILTER:
-            value = bytes(meta.value_size)  # an input here: none given reads as zeros
-        if flags or value is not None:
-            if value is None:
-                return self._elem_call(Cmd.MAP_LOOKUP_ELEM, "map_lookup_elem", fd, key, -1,
-                                       flags)
-            value = self._value_arg(meta, value, fd, "map_lookup_elem")
-            attr = MapElemAttr(map_fd=fd, key=key, value=value, flags=flags)
-            ret = bpf(Cmd.MAP_LOOKUP_ELEM, attr)
-            if ret < 0:
-                raise self._error(-ret, "map_lookup_elem", fd)
-            return value
-        attr, ref, _, _, buffers = _tls.scratch
-        attr.map_fd = fd
+    def _map_lookup_elem(self, fd: int, key: bytes | None, flags: int,
+                         value: bytes | None) -> bytes:
+        meta = _MAPS.get(fd) or self._meta(fd)
+        if (meta is None or flags or value is not None or meta.by_value
+                or key.__class__ is not bytes or len(key) != meta.key_size):
+            if meta is not None and meta.by_value and value is None:
+                value = bytes(meta.value_size)  # an input here: none given reads as zeros
+            if value is not None:  # a lookup by value (bloom filter): it comes back on a hit
+                self._elem(Cmd.MAP_LOOKUP_ELEM, fd, meta, key, flags, value)
+                return value
+            return self._elem(Cmd.MAP_LOOKUP_ELEM, fd, meta, key, flags, out=-1)
+        attr, ref, holds = _tls.lookup
+        if holds[0] is not meta:
+            buffers = _tls.elem[2]
+            buf, attr.value = buffers.get(meta.value_size) or _new_buffer(buffers,
+                                                                          meta.value_size)
+            attr.map_fd = fd
+            holds[:] = meta, buf
         attr.key = key
-        size = meta.value_size
-        buf, attr.value = buffers.get(size) or _new_buffer(buffers, size)
         if libc_syscall(NR_BPF, 1, ref, _SIZEOF_ELEM) < 0:
-            raise self._error(get_errno(), "map_lookup_elem", fd)
-        return buf.raw
+            raise KernelError(get_errno())
+        return holds[1].raw
 
-    def map_update_elem(self, fd: int, key: bytes | None, value: bytes, flags: int = 0) -> None:
-        meta = _MAPS.get(fd) or self._meta(fd, "map_update_elem")
-        if key is not None and (key.__class__ is not bytes or len(key) != meta.key_size):
-            key = self._key_arg(meta, key, fd, "map_update_elem")
-        if value.__class__ is not bytes or len(value) != meta.value_size:
-            value = self._value_arg(meta, value, fd, "map_update_elem")
-        _, _, attr, ref, _ = _tls.scratch
-        attr.map_fd = fd
+    def _map_update_elem(self, fd: int, key: bytes | None, value: bytes, flags: int) -> None:
+        meta = _MAPS.get(fd) or self._meta(fd)
+        if (meta is None or key.__class__ is not bytes or len(key) != meta.key_size
+                or len(value) != meta.value_size):
+            self._elem(Cmd.MAP_UPDATE_ELEM, fd, meta, key, flags, value)
+            return
+        attr, ref, holds = _tls.update
+        if holds[0] is not meta:
+            attr.map_fd = fd
+            holds[0] = meta
+        if holds[1] != flags:
+            attr.flags = flags
+            holds[1] = flags
         attr.key = key
         attr.value = value
-        attr.flags = flags
         if libc_syscall(NR_BPF, 2, ref, _SIZEOF_ELEM) < 0:
-            raise self._error(get_errno(), "map_update_elem", fd)
+            raise KernelError(get_errno())
 
-    def _elem_call(self, cmd: int, command: str, fd: int, key, out_size: int | None,
-                   flags: int = 0) -> bytes | None:
-        """One element command with ``key`` in and ``out_size`` bytes out (None: no output)."""
-        meta = _MAPS.get(fd) or self._meta(fd, command, cmd, flags)
-        if key is not None and (key.__class__ is not bytes or len(key) != meta.key_size):
-            key = self._key_arg(meta, key, fd, command)
-        _, _, attr, ref, buffers = _tls.scratch
+    def _elem(self, cmd: int, fd: int, meta: _MapMeta | None, key: bytes | None, flags: int,
+              value: bytes | None = None, out: int | None = None) -> bytes | None:
+        """One element command: ``key`` and ``value`` in (each passed as ``UNREADABLE`` when
+        its length is not the map's), or ``out`` bytes back (-1: the value size)."""
+        problem = ""
+        if meta is None:  # not a map: the kernel refuses before reading any buffer
+            key = value = UNREADABLE if key is not None else None  # type: ignore[assignment]
+        else:
+            if key is not None and meta.key_size and len(key) != meta.key_size:
+                problem = length_problem("key", len(key), meta.key_size, "the map's key_size "
+                                         "is")
+                key = UNREADABLE  # type: ignore[assignment]
+            if value is not None and len(value) != meta.value_size:
+                problem = problem or meta.problem("value", len(value))
+                value = UNREADABLE  # type: ignore[assignment]
+        attr, ref, buffers = _tls.elem
         attr.map_fd = fd
         attr.key = key
         attr.flags = flags
         buf = None
-        if out_size is None:
-            attr.value = None
+        if out is None:
+            attr.value = value
         else:
-            size = meta.value_size if out_size < 0 else out_size
+            size = (meta.value_size if out < 0 else out) if meta is not None else 0
             buf, attr.value = buffers.get(size) or _new_buffer(buffers, size)
         if libc_syscall(NR_BPF, cmd, ref, _SIZEOF_ELEM) < 0:
-            raise self._error(get_errno(), command, fd)
+            err = get_errno()
+            if problem and err == errno.EFAULT:
+                raise KernelError(errno.EINVAL, problem)
+            raise _not_a_map(fd, err) if meta is None else KernelError(err)
         return None if buf is None else buf.raw
 
-    def map_delete_elem(self, fd: int, key: bytes | None) -> None:
-        self._elem_call(Cmd.MAP_DELETE_ELEM, "map_delete_elem", fd, key, None)
+    def _map_delete_elem(self, fd: int, key: bytes | None) -> None:
+        meta = _MAPS.get(fd) or self._meta(fd)
+        if meta is None or key.__class__ is not bytes or len(key) != meta.key_size:
+            self._elem(Cmd.MAP_DELETE_ELEM, fd, meta, key, 0)
+            return
+        attr, ref, holds = _tls.delete
+        if holds[0] is not meta:
+            attr.map_fd = fd
+            holds[0] = meta
+        attr.key = key
+        if libc_syscall(NR_BPF, 3, ref, _SIZEOF_ELEM) < 0:
+            raise KernelError(get_errno())
 
-    def map_get_next_key(self, fd: int, key: bytes | None) -> bytes:
-        meta = _MAPS.get(fd) or self._meta(fd, "map_get_next_key")
-        return self._elem_call(Cmd.MAP_GET_NEXT_KEY, "map_get_next_key", fd, key,
-                               meta.key_size)
+    def _map_get_next_key(self, fd: int, key: bytes | None) -> bytes:
+        meta = _MAPS.get(fd) or self._meta(fd)
+        return self._elem(Cmd.MAP_GET_NEXT_KEY, fd, meta, key, 0,
+                          out=meta.key_size if meta is not None else 0)
 
-    def map_lookup_and_delete_elem(self, fd: int, key: bytes | None, flags: int = 0) -> bytes:
-        return self._elem_call(Cmd.MAP_LOOKUP_AND_DELETE_ELEM, "map_lookup_and_delete_elem",
-                               fd, key, -1, flags)
+    def _map_lookup_and_delete_elem(self, fd: int, key: bytes | None, flags: int) -> bytes:
+        return self._elem(Cmd.MAP_LOOKUP_AND_DELETE_ELEM, fd, _MAPS.get(fd) or self._meta(fd),
+                          key, flags, out=-1)
 
-    def map_freeze(self, fd: int) -> None:
-        _check_fd(fd, "map_freeze")
+    def _map_freeze(self, fd: int) -> None:
         ret = bpf(Cmd.MAP_FREEZE, MapElemAttr(map_fd=fd))
         if ret < 0:
-            raise self._error(-ret, "map_freeze", fd)
+            raise _not_a_map(fd, -ret) if _fd_kind(fd) != "bpf-map" else KernelError(-ret)
 
     def fast_ops(self, fd: int) -> FastOps:
-        """A lookup closure for ``fd``: per thread, an attr with the fd and the value buffer
-        already in place, so a call sets the key pointer and makes the syscall."""
-        meta = self._meta(fd, "map_lookup_elem")
+        """A lookup closure for ``fd`` (per thread, an attr with the fd and the value buffer
+        already in place, so a call sets the key pointer and makes the syscall), and with the
+        C accelerator its syscall core: element commands and batches made in C."""
+        generic = super().fast_ops(fd)
+        meta = self._meta(fd) if isinstance(fd, int) and fd >= 0 else None
+        if meta is None:  # not a map: the System commands give the errors
+            return generic
         key_size, size = meta.key_size, meta.value_size
         nr, sizeof_elem, syscall = NR_BPF, _SIZEOF_ELEM, libc_syscall
-        slow = self.map_lookup_elem
+        slow = generic.lookup
+        fail = generic.error
         per_thread = threading.local()
 
         def prepare() -> tuple[MapElemAttr, ctypes.c_void_p, ctypes.Array]:
@@ -381,266 +335,215 @@ class KernelSystem(System):
 
         def lookup(key: bytes | None) -> bytes:
             if key.__class__ is not bytes or len(key) != key_size:
-                return slow(fd, key)
+                return slow(key)
             try:
                 attr, ref, buf = per_thread.state
             except AttributeError:
                 attr, ref, buf = prepare()
             attr.key = key
             if syscall(nr, 1, ref, sizeof_elem) < 0:
-                raise self._error(get_errno(), "map_lookup_elem", fd)
+                raise fail(get_errno(), "map_lookup_elem")
             return buf.raw
 
-        return FastOps(lookup=lookup)
+        if ACCEL is None:
+            return FastOps(lookup=lookup, update=generic.update, delete=generic.delete,
+                           error=fail)
+        return FastOps(lookup=lookup, update=generic.update, delete=generic.delete, error=fail,
+                       bpf_fd=fd, lookup_batch=functools.partial(ACCEL.lookup_batch, fd),
+                       update_batch=functools.partial(ACCEL.update_batch, fd),
+                       delete_batch=functools.partial(ACCEL.delete_batch, fd))
 
     # -- batches -------------------------------------------------------------------------------
-    def _lookup_batch(self, cmd: int, command: str, fd: int, in_batch: bytes | None,
-                      count: int, elem_flags: int, flags: int) -> BatchLookup:
-        meta = self._meta(fd, command)
-        if in_batch is not None:
-            in_batch = bytes(in_batch)
-            if len(in_batch) != meta.token_size:
-                raise self._error(errno.EINVAL, command, fd,
-                                  detail=f"in_batch is {len(in_batch)} bytes; this map's "
-                                         f"batch token is {meta.token_size} bytes")
-        if not isinstance(count, int) or not 0 <= count < 1 << 32:
-            raise self._error(errno.EINVAL, command, fd,
-                              detail=f"count {count!r} is not an unsigned 32-bit integer")
-        htab = meta.map_type in _HTAB_TOKEN_TYPES
-        keys = ctypes.create_string_buffer(count * meta.key_size)
-        values = ctypes.create_string_buffer(count * meta.value_size)
+    def _map_lookup_batch(self, fd: int, in_batch: bytes | None, count: int, elem_flags: int,
+                          flags: int, delete: bool) -> BatchLookup:
+        cmd = Cmd.MAP_LOOKUP_AND_DELETE_BATCH if delete else Cmd.MAP_LOOKUP_BATCH
+        meta = self._meta(fd)
+        if meta is None:  # not a map: the kernel refuses before touching a buffer
+            ret = bpf(cmd, MapBatchAttr(map_fd=fd, count=count, elem_flags=elem_flags,
+                                        flags=flags))
+            raise _not_a_map(fd, -ret if ret < 0 else errno.EINVAL)
+        problem = ""
+        if in_batch is not None and len(in_batch) != meta.token_size:
+            problem = length_problem("in_batch", len(in_batch), meta.token_size,
+                                     "this map's batch token is")
+            in_batch = UNREADABLE  # type: ignore[assignment]
+        htab = map_traits(meta.map_type).htab_batch
+        n = min(count, meta.capacity)
+        keys = ctypes.create_string_buffer(n * meta.key_size)
+        values = ctypes.create_string_buffer(n * meta.value_size)
         out = ctypes.create_string_buffer(max(meta.token_size, 4))
         if htab:
             out[:4] = _NO_TOKEN
         attr = MapBatchAttr(in_batch=in_batch, out_batch=ctypes.addressof(out),
                             keys=ctypes.addressof(keys), values=ctypes.addressof(values),
-                            count=count, map_fd=fd, elem_flags=elem_flags, flags=flags)
+                            count=n, map_fd=fd, elem_flags=elem_flags, flags=flags)
         ret = bpf(cmd, attr)
         if ret < 0 and ret != -errno.ENOENT:
-            raise self._error(-ret, command, fd, count=attr.count)
-        n = attr.count if count else 0
+            if problem and ret == -errno.EFAULT:
+                raise KernelError(errno.EINVAL, problem)
+            raise KernelError(-ret, count=attr.count)
+        got = attr.count if n else 0
         ks, vs = meta.key_size, meta.value_size
         raw_keys, raw_values = keys.raw, values.raw
         token = out.raw[:meta.token_size]
-        if (htab and token == _NO_TOKEN) or (not htab and n == 0) or count == 0:
+        if (htab and token == _NO_TOKEN) or (not htab and got == 0) or n == 0:
             token = None
-        return BatchLookup(keys=[raw_keys[i * ks:(i + 1) * ks] for i in range(n)],
-                           values=[raw_values[i * vs:(i + 1) * vs] for i in range(n)],
+        return BatchLookup(keys=[raw_keys[i * ks:(i + 1) * ks] for i in range(got)],
+                           values=[raw_values[i * vs:(i + 1) * vs] for i in range(got)],
                            out_batch=token, end=ret == -errno.ENOENT)
 
-    def map_lookup_batch(self, fd: int, in_batch: bytes | None, count: int,
-                         elem_flags: int = 0, flags: int = 0) -> BatchLookup:
-        return self._lookup_batch(Cmd.MAP_LOOKUP_BATCH, "map_lookup_batch", fd, in_batch,
-                                  count, elem_flags, flags)
-
-    def map_lookup_and_delete_batch(self, fd: int, in_batch: bytes | None, count: int,
-                                    elem_flags: int = 0, flags: int = 0) -> BatchLookup:
-        return self._lookup_batch(Cmd.MAP_LOOKUP_AND_DELETE_BATCH,
-                                  "map_lookup_and_delete_batch", fd, in_batch, count,
-                                  elem_flags, flags)
-
-    def _packed(self, items: Sequence[bytes], size: int, what: str, command: str,
-                fd: int) -> bytes:
-        for i, item in enumerate(items):
-            if len(item) != size:
-                raise self._error(errno.EINVAL, command, fd,
-                                  detail=f"{what}[{i}] is {len(item)} bytes, expected {size}")
-        return b"".join(items)
-
-    def _write_batch(self, cmd: int, command: str, fd: int, keys: Sequence[bytes],
-                     values: Sequence[bytes] | None, elem_flags: int, flags: int) -> int:
-        meta = self._meta(fd, command)
-        packed_keys = self._packed(keys, meta.key_size, "keys", command, fd)
-        packed_values = None
-        if values is not None:
-            if len(values) != len(keys):
-                raise self._error(errno.EINVAL, command, fd,
-                                  detail=f"{len(keys)} keys but {len(values)} values")
-            packed_values = self._packed(values, meta.value_size, "values", command, fd)
-        attr = MapBatchAttr(keys=packed_keys, values=packed_values, count=len(keys),
-                            map_fd=fd, elem_flags=elem_flags, flags=flags)
+    def _map_write_batch(self, fd: int, keys: list[bytes], values: list[bytes] | None,
+                         elem_flags: int, flags: int) -> int:
+        """The generic handlers copy and apply one element at a time: elements before the
+        first of a wrong length are applied, and that one fails as the kernel's copy would."""
+        cmd = Cmd.MAP_DELETE_BATCH if values is None else Cmd.MAP_UPDATE_BATCH
+        meta = self._meta(fd)
+        if meta is None:  # not a map: the kernel refuses before touching a buffer
+            ret = bpf(cmd, MapBatchAttr(map_fd=fd, count=len(keys), elem_flags=elem_flags,
+                                        flags=flags))
+            raise _not_a_map(fd, -ret if ret < 0 else errno.EINVAL)
+        good, problem = len(keys), ""
+        if not (_all_of_size(keys, meta.key_size)
+                and (values is None or _all_of_size(values, meta.value_size))):
+            for i, key in enumerate(keys):
+                if len(key) != meta.key_size:
+                    good, problem = i, length_problem(f"keys[{i}]", len(key), meta.key_size,
+                                                      "the map's key_size is")
+                    break
+                if values is not None and len(values[i]) != meta.value_size:
+                    good, problem = i, meta.problem(f"values[{i}]", len(values[i]))
+                    break
+        attr = MapBatchAttr(keys=b"".join(keys[:good]), count=good, map_fd=fd,
+                            values=None if values is None else b"".join(values[:good]),
+                            elem_flags=elem_flags, flags=flags)
         ret = bpf(cmd, attr)
         if ret < 0:
             # The generic handlers stop at the failing element, so a count still equal to
-            # len(keys) was never written: the command was refused before its first element.
-            done = attr.count if attr.count < len(keys) else 0
-            raise self._error(-ret, command, fd, count=done)
-        return attr.count if keys else 0
-
-    def map_update_batch(self, fd: int, keys: Sequence[bytes], values: Sequence[bytes],
-                         elem_flags: int = 0, flags: int = 0) -> int:
-        return self._write_batch(Cmd.MAP_UPDATE_BATCH, "map_update_batch", fd, keys, values,
-                                 elem_flags, flags)
-
-    def map_delete_batch(self, fd: int, keys: Sequence[bytes], elem_flags: int = 0,
-                         flags: int = 0) -> int:
-        return self._write_batch(Cmd.MAP_DELETE_BATCH, "map_delete_batch", fd, keys, None,
-                                 elem_flags, flags)
+            # the one given was never written: the command was refused before its first.
+            raise KernelError(-ret, count=attr.count if attr.count < good else 0)
+        done = attr.count if good else 0
+        if problem:
+            raise KernelError(errno.EINVAL, problem, count=done)
+        return done
 
     # -- object info and ids -------------------------------------------------------------------
-    def _obj_info(self, fd: int, info: ctypes.Structure, command: str, kind: str) -> None:
+    def _obj_info(self, fd: int, info: ctypes.Structure, kind: str) -> None:
         """BPF_OBJ_GET_INFO_BY_FD into ``info``, for an fd of ``kind`` (bpf-map, bpf-prog):
         the kernel fills whichever info the fd's object has, so a program's would be read
         as a map's."""
-        if not isinstance(fd, int) or not -(1 << 31) <= fd < 1 << 31:  # see _check_fd
-            raise bpf_error(errno.EBADFD, command, map=f"fd {fd}")
-        try:
-            actual = _fd_kind(fd)
-        except OSError:  # not open: the kernel answers
-            actual = ""
+        actual = _fd_kind(fd) or ""  # not open: the kernel answers
         if actual.startswith("bpf") and actual != kind:
-            raise bpf_error(errno.EINVAL, command, map=f"fd {fd}",
-                            detail=f"fd {fd} is a {actual}, not a {kind}")
+            raise KernelError(errno.EINVAL, f"fd {fd} is a {actual}, not a {kind}")
         attr = InfoAttr(bpf_fd=fd, info_len=ctypes.sizeof(info), info=ctypes.addressof(info))
         ret = bpf(Cmd.OBJ_GET_INFO_BY_FD, attr)
         if ret < 0:
-            raise bpf_error(-ret, command, map=f"fd {fd}")
+            raise KernelError(-ret)
 
-    def map_get_info(self, fd: int) -> MapInfo:
+    def _map_get_info(self, fd: int) -> MapInfo:
         info = BpfMapInfo()
-        self._obj_info(fd, info, "map_get_info", "bpf-map")
+        self._obj_info(fd, info, "bpf-map")
         return MapInfo(type=info.type, id=info.id, key_size=info.key_size,
                        value_size=info.value_size, max_entries=info.max_entries,
                        map_flags=info.map_flags, name=info.name.decode(errors="replace"),
                        ifindex=info.ifindex, map_extra=info.map_extra)
 
-    def _fd_by_id(self, cmd: int, command: str, obj_id: int, open_flags: int) -> int:
-        if not isinstance(obj_id, int) or not 0 <= obj_id < 1 << 32:  # ctypes would wrap it
-            raise bpf_error(errno.ENOENT, command, map=f"id {obj_id}")
+    def _fd_by_id(self, cmd: int, obj_id: int, open_flags: int) -> int:
         fd = bpf(cmd, GetIdAttr(start_id=obj_id, open_flags=open_flags))
         if fd < 0:
-            raise bpf_error(-fd, command, map=f"id {obj_id}")
-        _MAPS.pop(fd, None)
-        return fd
+            raise KernelError(-fd)
+        return _fresh(fd)
 
-    def map_get_fd_by_id(self, map_id: int, open_flags: int = 0) -> int:
-        return self._fd_by_id(Cmd.MAP_GET_FD_BY_ID, "map_get_fd_by_id", map_id, open_flags)
+    def _map_get_fd_by_id(self, map_id: int, open_flags: int) -> int:
+        return self._fd_by_id(Cmd.MAP_GET_FD_BY_ID, map_id, open_flags)
 
-    def map_get_next_id(self, start_id: int) -> int:
+    def _map_get_next_id(self, start_id: int) -> int:
         attr = GetIdAttr(start_id=start_id)
         ret = bpf(Cmd.MAP_GET_NEXT_ID, attr)
         if ret < 0:
-            raise bpf_error(-ret, "map_get_next_id",
-                            detail="no map id after this one" if ret == -errno.ENOENT else "")
+            raise KernelError(-ret, "no map id after this one" if ret == -errno.ENOENT else "")
         return attr.next_id
 
     # -- objects -------------------------------------------------------------------------------
-    def obj_pin(self, fd: int, path: str) -> None:
-        _check_fd(fd, "obj_pin")
+    def _obj_pin(self, fd: int, path: str) -> None:
         ret = bpf(Cmd.OBJ_PIN, ObjPinAttr(pathname=os.fsencode(path), bpf_fd=fd))
         if ret < 0:
-            raise bpf_error(-ret, "obj_pin", map=f"fd {fd}",
-                            detail=_pin_detail(-ret, path, pinning=True))
+            raise KernelError(-ret, _pin_detail(-ret, path, pinning=True))
 
-    def obj_get(self, path: str, file_flags: int = 0) -> int:
+    def _obj_get(self, path: str, file_flags: int) -> int:
         fd = bpf(Cmd.OBJ_GET, ObjPinAttr(pathname=os.fsencode(path), file_flags=file_flags))
         if fd < 0:
-            raise bpf_error(-fd, "obj_get", detail=_pin_detail(-fd, path))
-        _MAPS.pop(fd, None)
-        return fd
+            raise KernelError(-fd, _pin_detail(-fd, path))
+        return _fresh(fd)
 
-    def close(self, fd: int) -> None:
-        _check_fd(fd, "close")
+    def _close(self, fd: int) -> None:
         _MAPS.pop(fd, None)
         try:
             os.close(fd)
         except OSError as exc:
-            raise bpf_error(exc.errno, "close", detail=f"fd {fd}") from None
+            raise KernelError(exc.errno, f"fd {fd}") from None
 
     # -- programs ------------------------------------------------------------------------------
-    def prog_load(self, prog_type: int, insns: bytes, license: str = "GPL",
-                  expected_attach_type: int = 0, prog_name: bytes = b"",
-                  prog_flags: int = 0, log_level: int = 0) -> int:
-        insns = bytes(insns)
-        what = prog_description(prog_type, _text(prog_name).split("\0", 1)[0])
-        if len(insns) % 8:
-            raise bpf_error(errno.EINVAL, "prog_load", map=what,
-                            detail=f"{len(insns)} bytes of instructions is not a multiple of 8")
-        try:
-            attr = ProgLoadAttr(prog_type=prog_type, insn_cnt=len(insns) // 8, insns=insns,
-                                license=license.encode(),
-                                expected_attach_type=expected_attach_type,
-                                prog_name=map_name_bytes(prog_name), prog_flags=prog_flags)
-        except (ValueError, TypeError, OverflowError) as exc:
-            raise bpf_error(errno.EINVAL, "prog_load", map=what, detail=str(exc)) from None
+    def _prog_load(self, prog: ProgAttr) -> int:
+        attr = ProgLoadAttr(prog_type=prog.prog_type, insn_cnt=len(prog.insns) // 8,
+                            insns=prog.insns, license=prog.license,
+                            expected_attach_type=prog.expected_attach_type,
+                            prog_name=prog.prog_name, prog_flags=prog.prog_flags)
         fd = -errno.EINVAL
-        if not log_level:
+        if not prog.log_level:
             fd = bpf(Cmd.PROG_LOAD, attr)
             if fd >= 0:
-                _MAPS.pop(fd, None)
-                return fd
+                return _fresh(fd)
             if -fd not in (errno.EACCES, errno.EINVAL):
-                raise bpf_error(-fd, "prog_load", map=what)
+                raise KernelError(-fd)
         # Load (again) with a verifier log; grow the buffer while the log is truncated.
         first_err = -fd
         for size in _LOG_SIZES:
             log = ctypes.create_string_buffer(size)
-            attr.log_level, attr.log_size, attr.log_buf = log_level or 1, size, \
+            attr.log_level, attr.log_size, attr.log_buf = prog.log_level or 1, size, \
                 ctypes.addressof(log)
             fd = bpf(Cmd.PROG_LOAD, attr)
             if fd >= 0:
-                _MAPS.pop(fd, None)
-                return fd
+                return _fresh(fd)
             if -fd != errno.ENOSPC:
                 break
-        err = -fd if -fd != errno.ENOSPC else first_err
         text = log.value.decode(errors="replace")
-        message = f"prog load on {what}: {strerror(err)} ({errno_name(err)})"
-        reason = _verifier_reason(text)
-        if reason:
-            message += f": verifier: {reason}"
-        raise VerifierError(err, message, log=text, command="prog_load", map=what,
-                            hint="the verifier rejected the program; its log says why")
+        raise KernelError(-fd if -fd != errno.ENOSPC else first_err, _verifier_reason(text),
+                          log=text)
 
-    def prog_test_run(self, prog_fd: int, data_in: bytes = b"", *,
-                      data_size_out: int | None = None, ctx_in: bytes | None = None,
-                      ctx_size_out: int | None = None, repeat: int = 1, flags: int = 0,
-                      cpu: int = 0) -> TestRun:
-        """BPF_PROG_TEST_RUN. ``data_size_out`` defaults to room for the input plus a page
-        (programs may grow the packet); ``ctx_size_out`` to the size of ``ctx_in``."""
-        _check_fd(prog_fd, "prog_test_run")
-        data_in = bytes(data_in)
-        if data_size_out is None:
-            data_size_out = len(data_in) + 4096 if data_in else 0
-        if ctx_size_out is None:
-            ctx_size_out = len(ctx_in) if ctx_in else 0
-        problem = test_run_args_problem(data_size_out=data_size_out, ctx_size_out=ctx_size_out,
-                                        repeat=repeat, flags=flags, cpu=cpu)
-        if problem:
-            raise bpf_error(errno.EINVAL, "prog_test_run", map=f"program fd {prog_fd}",
-                            detail=problem)
-        data_out = ctypes.create_string_buffer(data_size_out)
-        ctx_out = ctypes.create_string_buffer(ctx_size_out)
+    def _prog_test_run(self, prog_fd: int, req: TestRunRequest) -> TestRun:
+        data_out = ctypes.create_string_buffer(req.data_size_out)
+        ctx_out = ctypes.create_string_buffer(req.ctx_size_out)
         # A private copy: the kernel writes a syscall program's ctx back into ctx_in, and
         # the caller's bytes must stay immutable.
-        ctx_buf = ctypes.create_string_buffer(bytes(ctx_in), len(ctx_in)) if ctx_in else None
-        attr = TestRunAttr(prog_fd=prog_fd, data_size_in=len(data_in),
-                           data_size_out=data_size_out,
-                           data_in=data_in if data_in else None,
-                           data_out=ctypes.addressof(data_out) if data_size_out else None,
-                           repeat=repeat, ctx_size_in=len(ctx_in) if ctx_in else 0,
-                           ctx_size_out=ctx_size_out,
+        ctx_buf = ctypes.create_string_buffer(req.ctx_in, len(req.ctx_in)) \
+            if req.ctx_in else None
+        attr = TestRunAttr(prog_fd=prog_fd, data_size_in=len(req.data_in),
+                           data_size_out=req.data_size_out,
+                           data_in=req.data_in or None,
+                           data_out=ctypes.addressof(data_out) if req.data_size_out else None,
+                           repeat=req.repeat, ctx_size_in=len(req.ctx_in),
+                           ctx_size_out=req.ctx_size_out,
                            ctx_in=ctypes.addressof(ctx_buf) if ctx_buf else None,
-                           ctx_out=ctypes.addressof(ctx_out) if ctx_size_out else None,
-                           flags=flags, cpu=cpu)
+                           ctx_out=ctypes.addressof(ctx_out) if req.ctx_size_out else None,
+                           flags=req.flags, cpu=req.cpu)
         while True:
             ret = bpf(Cmd.PROG_TEST_RUN, attr)
             if ret != -errno.EINTR:  # a signal interrupted a long repeat: run it again
                 break
         if ret < 0:
-            raise bpf_error(-ret, "prog_test_run", map=f"program fd {prog_fd}")
+            raise KernelError(-ret)
         return TestRun(retval=attr.retval, duration=attr.duration,
-                       data_out=data_out.raw[:min(attr.data_size_out, data_size_out)],
-                       ctx_out=ctx_out.raw[:min(attr.ctx_size_out, ctx_size_out)])
+                       data_out=data_out.raw[:min(attr.data_size_out, req.data_size_out)],
+                       ctx_out=ctx_out.raw[:min(attr.ctx_size_out, req.ctx_size_out)])
 
-    def prog_get_info(self, fd: int) -> ProgInfo:
+    def _prog_get_info(self, fd: int) -> ProgInfo:
         info = BpfProgInfo()
-        self._obj_info(fd, info, "prog_get_info", "bpf-prog")
+        self._obj_info(fd, info, "bpf-prog")
         map_ids: tuple[int, ...] = ()
         if info.nr_map_ids:
             ids = (ctypes.c_uint32 * info.nr_map_ids)()
             info = BpfProgInfo(nr_map_ids=len(ids), map_ids=ctypes.addressof(ids))
-            self._obj_info(fd, info, "prog_get_info", "bpf-prog")
+            self._obj_info(fd, info, "bpf-prog")
             map_ids = tuple(ids[:min(info.nr_map_ids, len(ids))])
         return ProgInfo(type=info.type, id=info.id, tag=bytes(info.tag),
                         name=info.name.decode(errors="replace"),
@@ -648,47 +551,22 @@ class KernelSystem(System):
                         jited_prog_len=info.jited_prog_len, map_ids=map_ids,
                         run_time_ns=info.run_time_ns, run_cnt=info.run_cnt)
 
-    def prog_get_fd_by_id(self, prog_id: int) -> int:
-        return self._fd_by_id(Cmd.PROG_GET_FD_BY_ID, "prog_get_fd_by_id", prog_id, 0)
+    def _prog_get_fd_by_id(self, prog_id: int) -> int:
+        return self._fd_by_id(Cmd.PROG_GET_FD_BY_ID, prog_id, 0)
 
-    def attach_tracepoint(self, prog_fd: int, category: str, name: str) -> int:
-        command = "attach_tracepoint"
-        _check_fd(prog_fd, command)
-        where = f"tracepoint {category}/{name}"
+    def _attach_tracepoint(self, prog_fd: int, category: str, name: str) -> int:
         try:
             perf_fd = perf_event.open_tracepoint(perf_event.tracepoint_id(category, name))
         except OSError as exc:
-            raise bpf_error(exc.errno or errno.EINVAL, command, map=where,
-                            detail=exc.strerror) from None
+            raise KernelError(exc.errno or errno.EINVAL, exc.strerror or "") from None
         try:
             perf_event.attach_bpf(perf_fd, prog_fd)
         except OSError as exc:
             os.close(perf_fd)
-            detail = ("the program must be a tracepoint program (ProgType.TRACEPOINT)"
-                      if exc.errno == errno.EINVAL else "")
-            raise bpf_error(exc.errno, command, map=where, detail=detail) from None
-        _MAPS.pop(perf_fd, None)
-        return perf_fd
-
-
-def _create_refusal_detail(err: int, **attrs) -> str:
-    """Which attribute the kernel refused a map for: the emulated backend runs map_create's
-    checks in the kernel's order, so when it refuses with the same errno, its detail names the
-    attribute. "" when it cannot tell (another errno, or it would create the map)."""
-    if err not in (errno.EINVAL, errno.E2BIG, ENOTSUPP):  # attribute errors, not EPERM/ENOMEM
-        return ""
-    from ..emulated.system import EmulatedSystem
-
-    emulated = EmulatedSystem()  # this host's CPUs and NUMA nodes
-    try:
-        emulated.close(emulated.map_create(**attrs))
-    except BPFError as exc:
-        return exc.detail if exc.errno == err else ""
-    return ""
-
-
-def _text(name: bytes | str) -> str:
-    return name.decode(errors="replace") if isinstance(name, bytes | bytearray) else str(name)
+            raise KernelError(exc.errno, "the program must be a tracepoint program "
+                              "(ProgType.TRACEPOINT)" if exc.errno == errno.EINVAL else ""
+                              ) from None
+        return _fresh(perf_fd)
 
 
 _bpf_allowed = False  # set once a probe succeeded in this process

@@ -6,7 +6,7 @@ compares every returned byte and errno; ``pybpf differential`` is its command.
 
 from functools import cache
 
-from ..system import bpf_allowed
+from ..backends import bpf_allowed
 
 KERNEL_SKIP_REASON = ("bpf(2) is not permitted here (needs Linux with root or CAP_BPF); "
                       "the emulated backend is tested instead")

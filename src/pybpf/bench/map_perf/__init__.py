@@ -65,7 +65,7 @@ __all__ = [
 def run(cfg: Config) -> RunResult:
     """One map-perf run on the backend ``cfg`` names (``--cpus``/``--nodes``/``--htab-mem``
     imply the emulated one)."""
-    from ...system import system
+    from ...backends import system
 
     kwargs = {}
     if cfg.cpus is not None:

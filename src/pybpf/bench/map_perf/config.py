@@ -271,7 +271,7 @@ def backend_of(cfg: Config) -> str:
         return cfg.backend
     if cfg.cpus is not None or cfg.nodes is not None or cfg.htab_mem is not None:
         return "emulated"
-    from ...system import default_backend
+    from ...backends import default_backend
 
     return default_backend()
 

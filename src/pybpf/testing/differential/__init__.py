@@ -45,9 +45,6 @@ from .generators import (
 from .ops import (
     BAD_MAP,
     CURSOR,
-    HASH_TYPES,
-    LRU_TYPES,
-    SOCK_TYPES,
     SOCKET_KINDS,
     BloomPeek,
     Close,
@@ -83,9 +80,6 @@ from .shrink import Mismatch, Summary, first_mismatch, shrink
 __all__ = [
     "BAD_MAP",
     "CURSOR",
-    "HASH_TYPES",
-    "LRU_TYPES",
-    "SOCK_TYPES",
     "Result",
     "MapRef",
     "SockRef",

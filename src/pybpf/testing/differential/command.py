@@ -64,7 +64,7 @@ def differential_command(parser: argparse.ArgumentParser
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...system import system
+    from ...backends import system
 
     try:
         a, b = system(args.a), system(args.b)

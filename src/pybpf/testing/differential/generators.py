@@ -13,20 +13,15 @@ from ...uapi import (
     BPF_EXIST,
     BPF_F_LOCK,
     BPF_NOEXIST,
-    FD_VALUE_MAP_TYPES,
-    MAP_IN_MAP_TYPES,
-    PERCPU_MAP_TYPES,
     MapFlags,
     MapType,
+    map_traits,
     syscall_value_size,
 )
 from .ops import (
     BAD_FD,
     BAD_MAP,
     CURSOR,
-    HASH_TYPES,
-    LRU_TYPES,
-    SOCK_TYPES,
     SOCKET_KINDS,
     BloomPeek,
     Close,
@@ -169,7 +164,7 @@ def _element_ops(g: Gen, m: int, create: Create, n: int, keys: Callable[[], byte
                     # A program's per-CPU update copies round_up(value_size, 8) bytes from
                     # its stack and zeroes only value_size bytes of the other CPUs' slots, so
                     # padding would hold stack garbage and stale bytes: no padding here.
-                    if create.map_type not in PERCPU_MAP_TYPES or create.value_size % 8 == 0:
+                    if not map_traits(create.map_type).percpu or create.value_size % 8 == 0:
                         ops.append(ProgUpdate(m, keys(), g.data(create.value_size),
                                               g.update_flags()))
                 else:
@@ -188,7 +183,7 @@ def _hash_family(g: Gen, types: Sequence[int], lru: bool) -> list[Op]:
     mt = g.rng.choice(types)
     zero_seed = g.chance(0.8)
     flags = MapFlags.ZERO_SEED if zero_seed else 0
-    if mt in LRU_TYPES and g.chance(0.4):
+    if map_traits(mt).lru and g.chance(0.4):
         flags |= MapFlags.NO_COMMON_LRU
     if g.chance(0.02 if lru else 0.3):
         flags |= MapFlags.NO_PREALLOC
@@ -528,7 +523,7 @@ def _random_create(g: Gen, m: int, inner: int) -> Create:
     if mt == MapType.RINGBUF and me > 1 << 20 and me not in (0xFFFFFFFF, (1 << 31) + 1):
         me = 1 << 20
     return Create(m, mt, ks, vs, me, flags,
-                  inner=inner if mt in MAP_IN_MAP_TYPES else None, numa_node=numa,
+                  inner=inner if map_traits(mt).map_in_map else None, numa_node=numa,
                   map_name=name, map_extra=extra)
 
 
@@ -538,13 +533,13 @@ def _create_elem_ops(g: Gen, c: Create) -> list[Op]:
         return None if c.key_size == 0 else g.data(c.key_size)
 
     def value() -> Value:
-        if c.map_type in FD_VALUE_MAP_TYPES:
+        if map_traits(c.map_type).fd_values:
             return MapRef(BAD_MAP)
         if c.map_type in (MapType.DEVMAP, MapType.DEVMAP_HASH):
             return _devmap_value(g, min(c.value_size, 8)).ljust(c.value_size, b"\0")
         if c.map_type == MapType.CPUMAP:
             return (_u32(g.pick({0: 1, 64: 2, 16385: 1})) + b"\0" * 12)[:c.value_size]
-        if c.map_type in SOCK_TYPES:
+        if map_traits(c.map_type).sockets:
             return (_u32(g.pick({0x7FFFFFFF: 1, 0x80000000: 1})) + b"\0" * 12)[:c.value_size]
         return g.value(c.map_type, c.value_size) if c.value_size <= 1 << 16 else b""
 
@@ -561,12 +556,12 @@ def _create_elem_ops(g: Gen, c: Create) -> list[Op]:
         elif kind == "delete":
             ops.append(Delete(c.m, key()))
         elif kind == "next":
-            ops.append(NextKey(c.m, None) if c.map_type not in HASH_TYPES
+            ops.append(NextKey(c.m, None) if not map_traits(c.map_type).htab_batch
                        or c.map_flags & MapFlags.ZERO_SEED else Walk(c.m))
         elif kind == "lad":
             ops.append(LookupAndDelete(c.m, key()))
         elif kind == "batch":
-            ops.append(LookupBatch(c.m, 0 if c.map_type in HASH_TYPES else 4))
+            ops.append(LookupBatch(c.m, 0 if map_traits(c.map_type).htab_batch else 4))
         else:
             ops.append(Freeze(c.m))
     return ops

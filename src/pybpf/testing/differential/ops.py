@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ...uapi import BPF_ANY, MapType
+from ...uapi import BPF_ANY
 
 if TYPE_CHECKING:
     from .runner import Runner
@@ -19,11 +19,6 @@ BAD_FD = 999_999
 # Stands for "the key the previous get_next_key on this map returned" (None at the start or
 # after ENOENT), so a walk interleaved with other ops is plain data.
 CURSOR = "cursor"
-
-HASH_TYPES = frozenset({MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH,
-                        MapType.LRU_PERCPU_HASH, MapType.HASH_OF_MAPS})
-LRU_TYPES = frozenset({MapType.LRU_HASH, MapType.LRU_PERCPU_HASH})
-SOCK_TYPES = frozenset({MapType.SOCKMAP, MapType.SOCKHASH})
 
 Result = tuple
 

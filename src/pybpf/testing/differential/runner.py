@@ -13,13 +13,11 @@ from dataclasses import dataclass
 
 from ...errors import errno_name
 from ...system import MapInfo, System
-from ...uapi import MAP_IN_MAP_TYPES, MapFlags, MapType
+from ...uapi import MapFlags, MapType, map_traits
 from .ops import (
     BAD_FD,
     BAD_MAP,
     CURSOR,
-    HASH_TYPES,
-    SOCK_TYPES,
     SOCKET_KINDS,
     Create,
     Dump,
@@ -73,7 +71,7 @@ class _MapState:
 
     @property
     def ordered(self) -> bool:
-        return not (self.create.map_type in HASH_TYPES
+        return not (map_traits(self.create.map_type).htab_batch
                     and not self.create.map_flags & MapFlags.ZERO_SEED)
 
 
@@ -120,10 +118,10 @@ class Runner:
 
     def decode_value(self, handle: int, raw: bytes) -> object:
         mt = self.maps[handle].create.map_type if handle in self.maps else None
-        if mt in MAP_IN_MAP_TYPES and len(raw) == 4:
+        if map_traits(mt).map_in_map and len(raw) == 4:
             map_id = int.from_bytes(raw, "little")
             return f"map#{self.id_to_handle.get(map_id, f'?id{map_id}')}"
-        if mt in SOCK_TYPES and len(raw) == 8:
+        if map_traits(mt).sockets and len(raw) == 8:
             cookie = int.from_bytes(raw, "little")
             return f"sock#{self.cookie_to_handle.get(cookie, f'?cookie{cookie}')}"
         return raw.hex()

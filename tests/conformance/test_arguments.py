@@ -1,0 +1,364 @@
+"""The System contract at its edges (issue 9), on both backends: an argument outside its attr
+field is refused, never wrapped or cut; everything else gets the kernel's errno, in the
+kernel's order of checks. Every expected errno here was read from the running kernel.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import uuid
+
+import pytest
+
+from helpers import err_of, u32
+from pybpf.asm import R0, assemble, encode, exit_, mov64
+from pybpf.errors import BPFError
+from pybpf.uapi import (
+    BPF_EXIST,
+    BPF_F_RDONLY,
+    BPF_F_WRONLY,
+    BPF_NOEXIST,
+    MapType,
+    ProgType,
+)
+
+RETURN_0 = encode(assemble([mov64(R0, 0), exit_()]).instructions)
+BEYOND_U64 = [1 << 64, (1 << 64) + BPF_NOEXIST, (1 << 64) + BPF_EXIST, -8, -1]
+
+
+def test_element_flags_outside_u64_are_refused_not_wrapped(maps):
+    sys = maps.sys
+    fd = maps.create(MapType.HASH, 4, 8, 4)
+    sys.map_update_elem(fd, u32(1), b"a" * 8)
+    for flags in BEYOND_U64:
+        assert err_of(sys.map_update_elem, fd, u32(1), b"b" * 8, flags) == errno.EINVAL
+        assert err_of(sys.map_update_elem, fd, u32(2), b"b" * 8, flags) == errno.EINVAL
+        assert err_of(sys.map_lookup_elem, fd, u32(1), flags) == errno.EINVAL
+        assert err_of(sys.map_lookup_and_delete_elem, fd, u32(1), flags) == errno.EINVAL
+    assert sys.map_lookup_elem(fd, u32(1)) == b"a" * 8  # nothing written, nothing deleted
+    assert err_of(sys.map_lookup_elem, fd, u32(2)) == errno.ENOENT
+
+
+@pytest.mark.parametrize("field", ["elem_flags", "flags"])
+def test_batch_flags_outside_u64_are_refused_not_wrapped(maps, field):
+    sys = maps.sys
+    fd = maps.create(MapType.HASH, 4, 8, 4)
+    for flags in BEYOND_U64:
+        with pytest.raises(BPFError) as info:
+            sys.map_update_batch(fd, [u32(1)], [b"a" * 8], **{field: flags})
+        assert info.value.errno == errno.EINVAL and info.value.count == 0
+        assert err_of(sys.map_delete_batch, fd, [u32(1)], **{field: flags}) == errno.EINVAL
+        assert err_of(sys.map_lookup_batch, fd, None, 4, **{field: flags}) == errno.EINVAL
+    assert err_of(sys.map_lookup_elem, fd, u32(1)) == errno.ENOENT
+
+
+def test_open_and_file_flags_outside_u32_are_refused(maps):
+    sys = maps.sys
+    fd = maps.create(MapType.HASH, 4, 8, 4)
+    map_id = sys.map_get_info(fd).id
+    for flags in (1 << 32, (1 << 32) + BPF_F_RDONLY, -1):
+        assert err_of(sys.map_get_fd_by_id, map_id, flags) == errno.EINVAL
+        assert err_of(sys.obj_get, "/sys/fs/bpf/pybpf_never_pinned", flags) == errno.EINVAL
+
+
+def test_next_id_start_outside_its_field_or_past_int_max_is_einval(maps):
+    sys = maps.sys
+    maps.create(MapType.HASH, 4, 8, 4)
+    for start in (-1, 1 << 32, (1 << 31) - 1, 3.0):
+        assert err_of(sys.map_get_next_id, start) == errno.EINVAL
+    assert sys.map_get_next_id(0) > 0
+
+
+@pytest.mark.parametrize("args", [
+    dict(prog_type=(1 << 32) + ProgType.SOCKET_FILTER),
+    dict(prog_type=-1),
+    dict(prog_type=ProgType.SOCKET_FILTER, expected_attach_type=1 << 32),
+    dict(prog_type=ProgType.SOCKET_FILTER, prog_flags=(1 << 32) + 1),
+    dict(prog_type=ProgType.SOCKET_FILTER, prog_flags=-1),
+])
+def test_prog_load_fields_outside_u32_are_refused_not_wrapped(backend, args):
+    with pytest.raises(BPFError, match="is not an unsigned 32-bit integer") as info:
+        backend.prog_load(insns=RETURN_0, **args)
+    assert info.value.errno == errno.EINVAL
+
+
+@pytest.mark.parametrize("license", [None, 5, ["GPL"]])
+def test_prog_load_license_that_is_not_a_string_is_einval(backend, license):
+    with pytest.raises(BPFError, match="license must be a str") as info:
+        backend.prog_load(ProgType.SOCKET_FILTER, RETURN_0, license=license)
+    assert info.value.errno == errno.EINVAL
+
+
+def test_prog_load_takes_a_bytes_license(maps):
+    fd = maps.sys.prog_load(ProgType.SOCKET_FILTER, RETURN_0, license=b"GPL")
+    maps.fds.append(fd)
+
+
+def test_prog_flags_the_kernel_knows_load_on_both(maps):
+    # BPF_F_TEST_REG_INVARIANTS (1 << 7) is a 6.18 prog flag; 1 << 8 is not one.
+    fd = maps.sys.prog_load(ProgType.SOCKET_FILTER, RETURN_0, prog_flags=1 << 7)
+    maps.fds.append(fd)
+    assert err_of(maps.sys.prog_load, ProgType.SOCKET_FILTER, RETURN_0,
+                  prog_flags=1 << 8) == errno.EINVAL
+
+
+def test_latin1_program_name_loads_and_reads_back_the_same(maps):
+    fd = maps.sys.prog_load(ProgType.SOCKET_FILTER, RETURN_0, prog_name=b"caf\xe9")
+    maps.fds.append(fd)
+    assert maps.sys.prog_get_info(fd).name == "caf\ufffd"
+
+
+@pytest.mark.parametrize("flags, errno_", [(4, 0), (1, errno.EINVAL), (2, errno.EINVAL),
+                                           (8, errno.EINVAL), (1 << 32, errno.EINVAL)])
+def test_skb_test_run_flags(maps, flags, errno_):
+    # BPF_F_TEST_SKB_CHECKSUM_COMPLETE (1 << 2) is the one flag an skb test run takes.
+    fd = maps.sys.prog_load(ProgType.SOCKET_FILTER, RETURN_0)
+    maps.fds.append(fd)
+    try:
+        maps.sys.prog_test_run(fd, bytes(64), flags=flags)
+    except OSError as exc:
+        assert exc.errno == errno_
+    else:
+        assert errno_ == 0
+
+
+@pytest.mark.parametrize("fd", [3.0, "3", True, None, 1 << 32, -(1 << 31) - 1])
+def test_an_fd_that_is_not_an_int_of_the_fd_range_is_ebadf(maps, fd):
+    sys = maps.sys
+    maps.create(MapType.HASH, 4, 8, 4)
+    assert err_of(sys.map_freeze, fd) == errno.EBADF
+    assert err_of(sys.map_lookup_elem, fd, u32(0)) == errno.EBADF
+    assert err_of(sys.map_update_elem, fd, u32(0), bytes(8)) == errno.EBADF
+    assert err_of(sys.close, fd) == errno.EBADF
+    assert err_of(sys.map_get_info, fd) == errno.EBADFD
+
+
+def test_a_float_fd_does_not_freeze_the_map_of_its_integer(maps):
+    sys = maps.sys
+    fd = maps.create(MapType.HASH, 4, 8, 4)
+    assert err_of(sys.map_freeze, float(fd)) == errno.EBADF
+    sys.map_update_elem(fd, u32(1), bytes(8))  # not frozen
+
+
+def test_obj_get_info_on_an_fd_not_open_is_ebadfd(maps):
+    sys = maps.sys
+    fd = maps.create(MapType.HASH, 4, 8, 4)
+    prog = sys.prog_load(ProgType.SOCKET_FILTER, RETURN_0)
+    maps.fds.append(prog)
+    for closed in (999_999, -1):
+        assert err_of(sys.map_get_info, closed) == errno.EBADFD
+        assert err_of(sys.prog_get_info, closed) == errno.EBADFD
+    read_end, write_end = os.pipe()
+    try:
+        assert err_of(sys.map_get_info, read_end) == errno.EINVAL  # open, not a BPF object
+        assert err_of(sys.map_get_info, prog) == errno.EINVAL
+        assert err_of(sys.prog_get_info, fd) == errno.EINVAL
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+# -- keys on keyless maps, and the order of the checks -----------------------------------------
+
+@pytest.mark.parametrize("map_type", [MapType.QUEUE, MapType.STACK])
+def test_a_key_on_a_keyless_map_is_einval_and_pops_nothing(maps, map_type):
+    sys = maps.sys
+    fd = maps.create(map_type, 0, 4, 4)
+    sys.map_update_elem(fd, None, u32(7))
+    for key in (b"", b"k", bytearray()):
+        assert err_of(sys.map_lookup_and_delete_elem, fd, key) == errno.EINVAL
+        assert err_of(sys.map_lookup_elem, fd, key) == errno.EINVAL
+        assert err_of(sys.map_update_elem, fd, key, u32(8)) == errno.EINVAL
+        assert err_of(sys.map_delete_elem, fd, key) == errno.EINVAL
+        assert err_of(sys.map_get_next_key, fd, key) == errno.EINVAL
+    assert sys.map_lookup_and_delete_elem(fd, None) == u32(7)
+    assert err_of(sys.map_lookup_and_delete_elem, fd, None) == errno.ENOENT
+
+
+def test_a_key_on_a_keyless_bloom_filter_is_einval(maps):
+    sys = maps.sys
+    fd = maps.create(MapType.BLOOM_FILTER, 0, 4, 4)
+    assert err_of(sys.map_update_elem, fd, b"", u32(1)) == errno.EINVAL
+    assert err_of(sys.map_lookup_elem, fd, b"", value=u32(1)) == errno.EINVAL
+
+
+@pytest.mark.parametrize("key", [b"", b"abc", b"abcdefgh"])
+def test_wrong_size_key_on_a_read_only_fd_is_eperm_as_the_kernel_checks_first(maps, key):
+    sys = maps.sys
+    fd = maps.create(MapType.HASH, 4, 8, 4, map_flags=BPF_F_RDONLY)
+    assert err_of(sys.map_update_elem, fd, key, bytes(8)) == errno.EPERM
+    assert err_of(sys.map_update_elem, fd, u32(1), b"short") == errno.EPERM
+    assert err_of(sys.map_delete_elem, fd, key) == errno.EPERM
+    assert err_of(sys.map_lookup_and_delete_elem, fd, key) == errno.EPERM
+    assert err_of(sys.map_lookup_elem, fd, key) == errno.EINVAL  # reading is allowed
+
+
+@pytest.mark.parametrize("key", [b"", b"abc"])
+def test_wrong_size_key_on_a_write_only_fd_is_eperm_for_reads(maps, key):
+    sys = maps.sys
+    fd = maps.create(MapType.HASH, 4, 8, 4, map_flags=BPF_F_WRONLY)
+    assert err_of(sys.map_lookup_elem, fd, key) == errno.EPERM
+    assert err_of(sys.map_get_next_key, fd, key) == errno.EPERM
+    assert err_of(sys.map_update_elem, fd, key, bytes(8)) == errno.EINVAL
+
+
+def test_wrong_size_key_or_value_on_a_frozen_map_is_eperm(maps):
+    sys = maps.sys
+    fd = maps.create(MapType.HASH, 4, 8, 4)
+    sys.map_freeze(fd)
+    assert err_of(sys.map_update_elem, fd, b"abc", bytes(8)) == errno.EPERM
+    assert err_of(sys.map_update_elem, fd, u32(1), bytes(3)) == errno.EPERM
+    assert err_of(sys.map_delete_elem, fd, b"abcdef") == errno.EPERM
+    assert err_of(sys.map_lookup_and_delete_elem, fd, b"ab") == errno.EPERM
+
+
+def test_a_key_on_a_keyless_map_behind_a_read_only_fd_is_eperm(maps):
+    sys = maps.sys
+    fd = maps.create(MapType.QUEUE, 0, 4, 4, map_flags=BPF_F_RDONLY)
+    assert err_of(sys.map_update_elem, fd, b"", u32(1)) == errno.EPERM
+    fd = maps.create(MapType.QUEUE, 0, 4, 4, map_flags=BPF_F_WRONLY)
+    assert err_of(sys.map_lookup_elem, fd, b"") == errno.EPERM
+
+
+@pytest.mark.parametrize("key, value, says", [
+    (b"abc", bytes(8), "key is 3 bytes"),
+    (u32(1), bytes(9), "value is 9 bytes"),
+])
+def test_wrong_length_on_a_writable_map_is_einval_saying_the_sizes(maps, key, value, says):
+    fd = maps.create(MapType.HASH, 4, 8, 4)
+    with pytest.raises(BPFError, match=says) as info:
+        maps.sys.map_update_elem(fd, key, value)
+    assert info.value.errno == errno.EINVAL
+
+
+def test_a_wrong_length_batch_element_fails_after_the_ones_before_it(maps):
+    sys = maps.sys
+    fd = maps.create(MapType.HASH, 4, 8, 8)
+    with pytest.raises(BPFError, match=r"keys\[2\] is 3 bytes") as info:
+        sys.map_update_batch(fd, [u32(1), u32(2), b"abc", u32(4)], [bytes(8)] * 4)
+    assert (info.value.errno, info.value.count) == (errno.EINVAL, 2)
+    with pytest.raises(BPFError, match=r"values\[1\] is 2 bytes") as info:
+        sys.map_update_batch(fd, [u32(5), u32(6)], [bytes(8), bytes(2)])
+    assert (info.value.errno, info.value.count) == (errno.EINVAL, 1)
+    assert sorted(sys.map_lookup_batch(fd, None, 8).keys) == [u32(1), u32(2), u32(5)]
+    with pytest.raises(BPFError) as info:
+        sys.map_delete_batch(fd, [u32(1), b"toolong"])
+    assert (info.value.errno, info.value.count) == (errno.EINVAL, 1)
+
+
+def test_a_wrong_length_batch_on_a_read_only_map_is_eperm(maps):
+    sys = maps.sys
+    fd = maps.create(MapType.HASH, 4, 8, 8, map_flags=BPF_F_RDONLY)
+    with pytest.raises(BPFError) as info:
+        sys.map_update_batch(fd, [b"abc"], [bytes(8)])
+    assert (info.value.errno, info.value.count) == (errno.EPERM, 0)
+
+
+@pytest.mark.parametrize("map_type, token", [(MapType.HASH, b"abc"), (MapType.ARRAY, b"ab")])
+def test_a_batch_token_of_the_wrong_length_is_einval(maps, map_type, token):
+    fd = maps.create(map_type, 4, 8, 8)
+    with pytest.raises(BPFError, match="in_batch is") as info:
+        maps.sys.map_lookup_batch(fd, token, 4)
+    assert info.value.errno == errno.EINVAL
+
+
+def test_a_huge_batch_count_takes_no_more_memory_than_the_map_holds(maps):
+    sys = maps.sys
+    fd = maps.create(MapType.HASH, 4, 8, 16)
+    sys.map_update_elem(fd, u32(1), bytes(8))
+    result = sys.map_lookup_batch(fd, None, (1 << 32) - 1)
+    assert result.keys == [u32(1)] and result.end
+
+
+# -- pin paths --------------------------------------------------------------------------------
+
+@pytest.fixture
+def pin_name(backend):
+    """A fresh name under /sys/fs/bpf, unpinned (if pinned) when the test ends."""
+    name = f"pybpf_{uuid.uuid4().hex[:12]}"
+    yield name
+    path = f"/sys/fs/bpf/{name}"
+    if backend.name == "kernel":
+        if os.path.lexists(path):
+            os.unlink(path)
+    else:
+        try:
+            backend.obj_unpin(path)
+        except BPFError:
+            pass
+
+
+def test_a_pin_path_with_a_nul_byte_is_refused_not_cut(maps, pin_name):
+    sys = maps.sys
+    fd = maps.create(MapType.HASH, 4, 8, 4)
+    with pytest.raises(BPFError, match="NUL byte") as info:
+        sys.obj_pin(fd, f"/sys/fs/bpf/{pin_name}\0zz")
+    assert info.value.errno == errno.EINVAL
+    assert err_of(sys.obj_get, f"/sys/fs/bpf/{pin_name}") == errno.ENOENT
+    sys.obj_pin(fd, f"/sys/fs/bpf/{pin_name}")
+    assert err_of(sys.obj_get, f"/sys/fs/bpf/{pin_name}\0zz") == errno.EINVAL
+
+
+@pytest.mark.parametrize("spelling", ["/sys/fs/bpf/./{}", "/sys/fs/bpf//{}", "//sys/fs/bpf/{}",
+                                      "/sys/fs/../fs/bpf/{}", "/sys/fs/bpf/../bpf/{}"])
+def test_pin_paths_resolve_as_the_vfs_resolves_them(maps, pin_name, spelling):
+    sys = maps.sys
+    fd = maps.create(MapType.HASH, 4, 8, 4)
+    sys.obj_pin(fd, spelling.format(pin_name))
+    got = sys.obj_get(f"/sys/fs/bpf/{pin_name}")
+    maps.fds.append(got)
+    assert sys.map_get_info(got).id == sys.map_get_info(fd).id
+    got = sys.obj_get(spelling.format(pin_name).encode())  # bytes paths, as os.fsencode
+    maps.fds.append(got)
+
+
+@pytest.mark.parametrize("path, pin_errno, get_errno", [
+    ("/sys/fs/bpf/{}/", errno.ENOENT, errno.ENOENT),
+    ("/sys/fs/bpf/{}/x", errno.ENOENT, errno.ENOENT),
+    ("/sys/fs/bpf/" + "n" * 256, errno.ENAMETOOLONG, errno.ENAMETOOLONG),
+    ("/sys/fs/bpf/" + "d" * 256 + "/x", errno.ENAMETOOLONG, errno.ENAMETOOLONG),
+    ("/sys/fs/bpf/" + "./" * 2100 + "x", errno.ENAMETOOLONG, errno.ENAMETOOLONG),
+    ("/sys/fs/bpf", errno.EEXIST, errno.EACCES),
+    ("/sys/fs/bpf/", errno.EEXIST, errno.EACCES),
+    ("/sys/fs/bpf/..", errno.EEXIST, errno.EACCES),
+    ("/", errno.EEXIST, errno.EACCES),
+    ("/sys/fs/bpf/../{}", errno.EPERM, errno.ENOENT),
+    ("/pybpf_no_such_dir/{}", errno.ENOENT, errno.ENOENT),
+    ("", errno.ENOENT, errno.ENOENT),
+])
+def test_pin_path_errors_are_the_kernels(maps, pin_name, path, pin_errno, get_errno):
+    sys = maps.sys
+    fd = maps.create(MapType.HASH, 4, 8, 4)
+    assert err_of(sys.obj_pin, fd, path.format(pin_name)) == pin_errno
+    assert err_of(sys.obj_get, path.format(pin_name)) == get_errno
+
+
+def test_pinning_over_a_pin_and_reading_one_as_a_directory(maps, pin_name):
+    sys = maps.sys
+    fd = maps.create(MapType.HASH, 4, 8, 4)
+    sys.obj_pin(fd, f"/sys/fs/bpf/{pin_name}")
+    assert err_of(sys.obj_pin, fd, f"/sys/fs/bpf/{pin_name}") == errno.EEXIST
+    assert err_of(sys.obj_pin, fd, f"/sys/fs/bpf/{pin_name}/") == errno.EEXIST
+    assert err_of(sys.obj_get, f"/sys/fs/bpf/{pin_name}/") == errno.ENOTDIR
+    assert err_of(sys.obj_pin, fd, f"/sys/fs/bpf/{pin_name}/x") == errno.ENOTDIR
+    assert err_of(sys.obj_pin, fd, f"/sys/fs/bpf/{pin_name}/../y") == errno.ENOTDIR
+
+
+def test_a_pin_path_is_resolved_from_the_working_directory(maps, pin_name, monkeypatch):
+    sys = maps.sys
+    fd = maps.create(MapType.HASH, 4, 8, 4)
+    monkeypatch.chdir("/sys/fs/bpf")
+    sys.obj_pin(fd, pin_name)
+    maps.fds.append(sys.obj_get(f"/sys/fs/bpf/{pin_name}"))
+
+
+def test_the_pin_fd_is_checked_before_the_path(maps):
+    # bpf_fd_probe_obj tries a map, a program and a link: anything else is EINVAL.
+    assert err_of(maps.sys.obj_pin, 999_999, "/tmp/not/bpffs") == errno.EINVAL
+    read_end, write_end = os.pipe()
+    try:
+        assert err_of(maps.sys.obj_pin, read_end, "/tmp/not/bpffs") == errno.EINVAL
+    finally:
+        os.close(read_end)
+        os.close(write_end)
