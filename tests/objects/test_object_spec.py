@@ -17,10 +17,10 @@ from pybpf.bpf_object import (
     RelocationError,
     RelocKind,
     UnsupportedError,
+    check_loadable,
     find_section_def,
 )
 from pybpf.bpf_object.elf import STT_FUNC, ElfFile
-from pybpf.bpf_object.spec import check_loadable
 from pybpf.uapi import (
     BPF_F_MMAPABLE,
     BPF_F_NO_COMMON_LRU,

@@ -7,17 +7,20 @@ clang at run time.
 
 - ``elf``: the ELF reader; ``section_defs``: libbpf's section name table;
   ``map_defs``: map definitions; ``linker``: relocations and subprogram linking;
-  ``relo_core``: CO-RE relocation resolution; ``spec``: ``ObjectSpec``.
+  ``relo_core``: CO-RE relocation resolution; ``spec``: ``ObjectSpec``; ``loader``:
+  ``ObjectSpec.load`` -> ``Object`` (maps, programs, globals, links on a System).
 """
 
 from .errors import ElfError, ObjectError, RelocationError, UnsupportedError
 from .linker import Reloc, RelocKind
-from .map_defs import LIBBPF_PIN_BY_NAME, LIBBPF_PIN_NONE, GlobalVariable, ObjectMap
+from .loader import Object, check_loadable, load_object
+from .map_defs import LIBBPF_PIN_BY_NAME, LIBBPF_PIN_NONE, Globals, GlobalVariable, ObjectMap
 from .section_defs import SECTION_DEFS, SectionDef, find_section_def
-from .spec import Globals, ObjectProgram, ObjectSpec
+from .spec import ObjectProgram, ObjectSpec
 
 __all__ = [
     "LIBBPF_PIN_BY_NAME", "LIBBPF_PIN_NONE", "SECTION_DEFS", "ElfError", "GlobalVariable",
-    "Globals", "ObjectError", "ObjectMap", "ObjectProgram", "ObjectSpec", "Reloc",
-    "RelocKind", "RelocationError", "SectionDef", "UnsupportedError", "find_section_def",
+    "Globals", "Object", "ObjectError", "ObjectMap", "ObjectProgram", "ObjectSpec", "Reloc",
+    "RelocKind", "RelocationError", "SectionDef", "UnsupportedError", "check_loadable",
+    "find_section_def", "load_object",
 ]

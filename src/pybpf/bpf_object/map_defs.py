@@ -17,8 +17,9 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..btf import Array, Btf, BtfError, Datasec, Enum, FuncProto, Ptr, Struct, Var, btf_codec
 from ..btf.types import BTF_VAR_STATIC
@@ -78,6 +79,58 @@ class ObjectMap:
         if self.section == "maps":
             return "legacy"
         return _data_kind(self.section)[1:]
+
+
+class Globals(MutableMapping[str, Any]):
+    """Global variables by name, over the values of the global data maps: ``read(map)`` and
+    ``write(map, value)`` move a whole map value (the initial bytes before load, the map
+    itself after). Writing one variable rewrites its map's value around it, so a write races
+    with a program that writes the same map at the same time."""
+
+    def __init__(self, maps: dict[str, ObjectMap], read: Callable[[str], bytes],
+                 write: Callable[[str, bytes], None]) -> None:
+        self._maps = maps
+        self._read, self._write = read, write
+
+    @property
+    def variables(self) -> dict[str, GlobalVariable]:
+        out: dict[str, GlobalVariable] = {}
+        for m in self._maps.values():
+            for name, var in m.variables.items():
+                out.setdefault(name, var)
+        return out
+
+    def _variable(self, name: str) -> GlobalVariable:
+        var = self.variables.get(name)
+        if var is None:
+            raise KeyError(f"no global variable {name!r}; the object has "
+                           f"{', '.join(sorted(self.variables)) or 'none'}")
+        return var
+
+    def __getitem__(self, name: str) -> Any:
+        var = self._variable(name)
+        return var.codec.decode(self._read(var.map)[var.offset:var.offset + var.size])
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        """Set a variable; a dict for a struct changes only the fields it names."""
+        var = self._variable(name)
+        if isinstance(value, Mapping) and not getattr(var.codec, "union", True):
+            value = self[name]._replace(**value)
+        data = bytearray(self._read(var.map))
+        data[var.offset:var.offset + var.size] = var.codec.encode(value).ljust(var.size, b"\0")
+        self._write(var.map, bytes(data))
+
+    def __delitem__(self, name: str) -> None:
+        raise TypeError("global variables cannot be deleted; assign a new value instead")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.variables)
+
+    def __len__(self) -> int:
+        return len(self.variables)
+
+    def __repr__(self) -> str:
+        return f"Globals({dict(self.items())!r})"
 
 
 def _data_kind(section: str) -> str:

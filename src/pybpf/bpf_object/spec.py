@@ -23,18 +23,18 @@ from __future__ import annotations
 import dataclasses
 import os
 import struct
-from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import Any
 
 from ..btf import Btf, BtfError, BtfExt, CoreRelo, Datasec, FuncInfo, LineInfo, Var
 from ..btf.types import BTF_VAR_GLOBAL_EXTERN, BTF_VAR_STATIC
+from ..system import System
 from ..uapi import MapType, ProgType
 from .elf import STB_GLOBAL, STB_WEAK, STT_OBJECT, STV_HIDDEN, STV_INTERNAL, ElfFile
-from .errors import ObjectError, UnsupportedError
+from .errors import ObjectError
 from .linker import Reloc, RelocKind, attach_btf_ext, collect_functions, link, record_relocations
+from .loader import DEFAULT_PIN_ROOT, Object, load_object
 from .map_defs import (
-    GlobalVariable,
+    Globals,
     ObjectMap,
     btf_maps,
     data_map,
@@ -100,56 +100,6 @@ class ObjectProgram:
         return len(self.insns) // 8
 
 
-class Globals(MutableMapping[str, Any]):
-    """Global variables by name over the initial bytes of the global data maps."""
-
-    def __init__(self, maps: dict[str, ObjectMap]) -> None:
-        self._maps = maps
-
-    @property
-    def variables(self) -> dict[str, GlobalVariable]:
-        out: dict[str, GlobalVariable] = {}
-        for m in self._maps.values():
-            for name, var in m.variables.items():
-                out.setdefault(name, var)
-        return out
-
-    def _variable(self, name: str) -> GlobalVariable:
-        var = self.variables.get(name)
-        if var is None:
-            raise KeyError(f"no global variable {name!r}; the object has "
-                           f"{', '.join(sorted(self.variables)) or 'none'}")
-        return var
-
-    def __getitem__(self, name: str) -> Any:
-        var = self._variable(name)
-        data = self._maps[var.map].data
-        assert data is not None
-        return var.codec.decode(bytes(data[var.offset:var.offset + var.size]))
-
-    def __setitem__(self, name: str, value: Any) -> None:
-        """Set a variable; a dict for a struct changes only the fields it names."""
-        var = self._variable(name)
-        data = self._maps[var.map].data
-        assert data is not None
-        if isinstance(value, Mapping) and not getattr(var.codec, "union", True):
-            value = self[name]._replace(**value)
-        encoded = var.codec.encode(value)
-        data[var.offset:var.offset + var.size] = encoded.ljust(var.size, b"\0")
-
-    def __delitem__(self, name: str) -> None:
-        raise TypeError("global variables cannot be deleted; assign a new value instead")
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.variables)
-
-    def __len__(self) -> int:
-        return len(self.variables)
-
-    def __repr__(self) -> str:
-        return f"Globals({dict(self.items())!r})"
-
-
 @dataclass(repr=False)
 class ObjectSpec:
     """A parsed BPF object file: maps, programs, globals, BTF (see the module doc)."""
@@ -165,7 +115,28 @@ class ObjectSpec:
     unsupported: list[str]
 
     def __post_init__(self) -> None:
-        self.globals = Globals(self.maps)
+        def read(name: str) -> bytes:
+            return bytes(self.maps[name].data or b"")
+
+        def write(name: str, data: bytes) -> None:
+            self.maps[name].data[:] = data
+
+        self.globals = Globals(self.maps, read, write)
+
+    def set_autoload(self, program: str, autoload: bool) -> None:
+        """Load ``program`` with the others or not (libbpf's bpf_program__set_autoload;
+        ``SEC("?...")`` starts a program with autoload off)."""
+        if program not in self.programs:
+            raise KeyError(f"no program {program!r}; the object has "
+                           f"{', '.join(self.programs) or 'none'}")
+        self.programs[program] = dataclasses.replace(self.programs[program], autoload=autoload)
+
+    def load(self, system: System | None = None, *, pin_root_path: str = DEFAULT_PIN_ROOT,
+             log_level: int = 0) -> Object:
+        """Create the maps and load the programs on ``system`` (default ``pybpf.system()``);
+        the ``Object`` owns them. Pinned maps (LIBBPF_PIN_BY_NAME) live under
+        ``pin_root_path``; ``log_level`` > 0 asks for verifier logs."""
+        return load_object(self, system, pin_root_path=pin_root_path, log_level=log_level)
 
     def __repr__(self) -> str:
         return (f"<ObjectSpec {self.name!r}: maps {', '.join(self.maps) or '-'}; programs "
@@ -335,12 +306,3 @@ def _kern_version(elf: ElfFile) -> int:
     return struct.unpack(("<" if elf.byteorder == "little" else ">") + "I", section.data)[0]
 
 
-def check_loadable(spec: ObjectSpec, program: ObjectProgram) -> None:
-    """Raise ``UnsupportedError`` naming what pybpf cannot load in ``program``, or an
-    ``ObjectError`` when its section names no program type."""
-    problems = spec.unsupported + program.unsupported
-    if problems:
-        raise UnsupportedError(f"prog '{program.name}': unsupported: {'; '.join(problems)}")
-    if program.prog_type == ProgType.UNSPEC:
-        raise ObjectError(f"prog '{program.name}': missing BPF prog type, check ELF section "
-                          f"name '{program.section}'")
