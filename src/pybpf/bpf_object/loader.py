@@ -25,7 +25,7 @@ import errno
 import os
 import struct
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..btf import Btf, Func, Typedef
@@ -279,18 +279,34 @@ def _map_error(m: ObjectMap, what: str, exc: BPFError) -> BPFError:
                      map=exc.map, hint=exc.hint, detail=exc.detail)
 
 
-def _load_program(obj: Object, prog: Any, target_btf: Btf | None, log_level: int) -> Program:
-    system, spec = obj.system, obj.spec
+def program_code(prog: Any, map_fds: Mapping[str, int], local_btf: Btf | None = None,
+                 target_btf: Btf | None = None) -> tuple[bytes, list[Poisoned]]:
+    """A program's instructions ready for BPF_PROG_LOAD: CO-RE relocated (``local_btf``
+    against ``target_btf``) and with the fds of the maps it uses (``map_fds`` by name);
+    the CO-RE relocations that found no target come back with it."""
     code = bytearray(prog.insns)
     poisoned: list[Poisoned] = []
     if prog.core_relos:
-        patched, poisoned = apply_core_relos(bytes(code), prog.core_relos, spec.btf,
+        if local_btf is None or target_btf is None:
+            raise ObjectError(f"prog '{prog.name}': CO-RE relocations need the object's BTF "
+                              "and a target BTF")
+        patched, poisoned = apply_core_relos(bytes(code), prog.core_relos, local_btf,
                                              target_btf, prog.name)
         code[:] = patched
     for relo in prog.relocations:
         if relo.kind in (RelocKind.MAP_FD, RelocKind.MAP_VALUE):
+            if relo.target not in map_fds:
+                raise ObjectError(f"prog '{prog.name}': insn #{relo.insn} uses map "
+                                  f"'{relo.target}', which has no fd")
             opcode, regs, off, _imm = _INSN.unpack_from(code, relo.insn * 8)
-            _INSN.pack_into(code, relo.insn * 8, opcode, regs, off, obj.maps[relo.target].fd)
+            _INSN.pack_into(code, relo.insn * 8, opcode, regs, off, map_fds[relo.target])
+    return bytes(code), poisoned
+
+
+def _load_program(obj: Object, prog: Any, target_btf: Btf | None, log_level: int) -> Program:
+    system, spec = obj.system, obj.spec
+    code, poisoned = program_code(prog, {name: m.fd for name, m in obj.maps.items()},
+                                  spec.btf, target_btf)
     btf_args: dict[str, Any] = {}
     if obj.btf_fd is not None and prog.func_info:
         btf_args = dict(
