@@ -27,8 +27,8 @@ from pybpf.btf import (
     Union,
     Var,
     VarSecinfo,
-    btf_codec,
 )
+from pybpf.btf.codecs import btf_codec
 from pybpf.codecs import IntCodec
 from pybpf.maps import Map
 

@@ -299,3 +299,14 @@ def test_same_runs_give_the_same_maps_on_both_backends(build_object, kernel, emu
                       if not obj.maps[m].spec.key_size}
         results.append((retvals, maps, queues))
     assert results[0] == results[1]
+
+
+def test_readme_c_example_counts_the_same_on_both_backends(build_object, kernel, capsys):
+    import pathlib
+    import re
+
+    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Programs written in C"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    exec(compile(code, "README.md", "exec"), {})
+    assert capsys.readouterr().out.splitlines() == ["kernel 15 3", "emulated 15 3"]

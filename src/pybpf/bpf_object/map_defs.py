@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..btf import Array, Btf, BtfError, Datasec, Enum, FuncProto, Ptr, Struct, Var, btf_codec
+from ..btf import Array, Btf, BtfError, Datasec, Enum, FuncProto, Ptr, Struct, Var
+from ..btf.codecs import btf_codec
 from ..btf.types import BTF_VAR_STATIC
 from ..codecs import BytesCodec, Codec
 from ..maps import MapSpec

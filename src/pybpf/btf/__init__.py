@@ -4,10 +4,11 @@
 - ``spec``: ``Btf``, a parsed blob (an object's .BTF section or the kernel's
   /sys/kernel/btf/vmlinux): ids, lookup by name, ``resolve``/``size_of``, encoding back.
 - ``ext``: .BTF.ext (func_info, line_info, CO-RE relocation records).
-- ``codecs``: ``btf_codec(btf, id)``, a key/value codec that decodes as the C declared.
+- ``codecs``: ``btf_codec(btf, id)``, a key/value codec that decodes as the C declared. It
+  belongs to the layer of ``pybpf.codecs`` (above ``System``), so this package does not
+  import it: the backends may import ``pybpf.btf``; import ``pybpf.btf.codecs`` for codecs.
 """
 
-from .codecs import btf_codec
 from .ext import BtfExt, CoreRelo, CoreReloKind, FuncInfo, LineInfo
 from .spec import VMLINUX, Btf, BtfError, FlatMember, StringTable
 from .types import (
@@ -57,5 +58,5 @@ __all__ = [
     "CoreReloKind", "Datasec", "DeclTag", "Enum", "Enum64", "EnumValue", "FlatMember",
     "Float", "Func", "FuncInfo", "FuncProto", "Fwd", "Int", "Kind", "LineInfo", "Member",
     "Param", "Ptr", "RefType", "Restrict", "StringTable", "Struct", "Type", "TypeTag", "Typedef",
-    "Union", "Var", "VarSecinfo", "Void", "Volatile", "btf_codec",
+    "Union", "Var", "VarSecinfo", "Void", "Volatile",
 ]
