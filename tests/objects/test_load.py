@@ -310,3 +310,23 @@ def test_readme_c_example_counts_the_same_on_both_backends(build_object, kernel,
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     exec(compile(code, "README.md", "exec"), {})
     assert capsys.readouterr().out.splitlines() == ["kernel 15 3", "emulated 15 3"]
+
+
+@pytest.mark.parametrize("name", ["globals", "subprogs", "map_in_map", "btf_maps"])
+def test_the_emulated_interpreter_and_jit_agree(build_object, name):
+    from pybpf import system
+    from pybpf.uapi import map_traits
+
+    results = []
+    for engine in ("jit", "interp"):
+        emulated = system("emulated")
+        emulated.bpf_engine = engine
+        spec = ObjectSpec.from_file(build_object(name))
+        with spec.load(emulated) as obj:
+            retvals = [obj.programs[prog].test_run(**run).retval
+                       for prog, run in SCENARIOS[name]]
+            maps = {m: contents(obj.maps[m]) for m in obj.maps
+                    if not map_traits(obj.maps[m].spec.type).fd_values
+                    and obj.maps[m].spec.key_size}
+        results.append((retvals, maps))
+    assert results[0] == results[1]

@@ -38,9 +38,10 @@ from .errors import ObjectError, UnsupportedError
 from .linker import RelocKind
 from .map_defs import LIBBPF_PIN_BY_NAME, Globals, ObjectMap
 from .relo_core import POISON_IMM, Poisoned, apply_core_relos
-from .section_defs import SecFlag
+from .section_defs import SecFlag, SectionDef
 
 _INSN = struct.Struct("<BBhi")
+_NO_SEC_DEF = SectionDef("", ProgType.UNSPEC)
 _KEY0 = bytes(4)
 DEFAULT_PIN_ROOT = "/sys/fs/bpf"
 _NO_BTF_TYPES = frozenset({MapType.PERF_EVENT_ARRAY, MapType.CGROUP_ARRAY, MapType.STACK_TRACE,
@@ -87,18 +88,11 @@ class Object:
         self.system.map_update_elem(self.maps[name].fd, _KEY0, data)
 
     # -- attaching -----------------------------------------------------------------------
-    def attach(self, *, ifindex: int | None = None) -> list[Link]:
-        """Attach every loaded program libbpf auto-attaches (tracepoints, raw tracepoints),
-        and the XDP programs to ``ifindex`` when one is given; the new links."""
-        links = []
-        for name, program in self.programs.items():
-            sec_def = self.spec.programs[name].sec_def
-            if sec_def is None:
-                continue
-            if sec_def.attach in ("tp", "raw_tp") or \
-                    (ifindex is not None and program.spec.prog_type == ProgType.XDP):
-                links.append(self.attach_program(name, ifindex=ifindex))
-        return links
+    def attach(self) -> list[Link]:
+        """Attach every loaded program that libbpf auto-attaches by its section (tracepoints,
+        raw tracepoints); the new links. XDP programs need a device: ``attach_program``."""
+        return [self.attach_program(name) for name in self.programs
+                if (self.spec.programs[name].sec_def or _NO_SEC_DEF).attach in ("tp", "raw_tp")]
 
     def attach_program(self, name: str, *, ifindex: int | None = None) -> Link:
         """Attach program ``name`` as its section says (``tracepoint/<cat>/<name>``,
