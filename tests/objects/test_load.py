@@ -330,3 +330,13 @@ def test_the_emulated_interpreter_and_jit_agree(build_object, name):
                     and obj.maps[m].spec.key_size}
         results.append((retvals, maps))
     assert results[0] == results[1]
+
+
+def test_tracing_programs_find_their_target_in_the_kernels_btf(build_object, kernel,
+                                                                emulated):
+    spec = ObjectSpec.from_file(build_object("prog_types"))
+    with spec.load(kernel) as obj:
+        assert "on_tp_btf" in obj.programs  # attach_btf_id: typedef btf_trace_sys_enter
+    with pytest.raises(Exception, match="prog 'on_tp_btf': failed to find kernel BTF type ID "
+                                        "of 'sys_enter'"):
+        spec.load(emulated)
