@@ -184,9 +184,8 @@ class Map(MapCore, collections.abc.MutableMapping):
     @classmethod
     def create(cls, spec: MapSpec, system: System | None = None, *, key: CodecSpec = None,
                value: CodecSpec = None, btf: tuple[int, int, int] = (0, 0, 0)) -> Map:
-        """Create the map; the result is the typed class of its type (HashMap, ...).
-        ``btf`` is (btf_fd, key type id, value type id): the key and value types in a BTF
-        loaded with ``System.btf_load``, so the kernel (and bpftool) know them."""
+        """Create the map; the result is the typed class of its type (HashMap, ...). ``btf``:
+        (btf_fd, key type id, value type id) of a BTF loaded with ``System.btf_load``."""
         klass = cls if cls is not Map else _CLASS_FOR_TYPE.get(spec.type, Map)
         obj = klass.__new__(klass)
         Map.__init__(obj, spec, system, key=key, value=value, btf=btf)
@@ -522,8 +521,7 @@ def _create(spec: MapSpec, system: System, btf: tuple[int, int, int] = (0, 0, 0)
                                  spec.max_entries, map_flags=spec.map_flags,
                                  inner_map_fd=inner_fd, numa_node=node or 0,
                                  map_name=spec.name.encode(), map_extra=spec.map_extra,
-                                 btf_fd=btf[0], btf_key_type_id=btf[1],
-                                 btf_value_type_id=btf[2])
+                                 btf_fd=btf[0], btf_key_type_id=btf[1], btf_value_type_id=btf[2])
     finally:
         if template is not None:
             template.close()

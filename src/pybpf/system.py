@@ -551,8 +551,7 @@ class System(abc.ABC):
             raise self._fail(exc, "attach_tracepoint", where) from None
 
     def raw_tracepoint_open(self, prog_fd: int, name: str) -> int:
-        """BPF_RAW_TRACEPOINT_OPEN: attach a raw tracepoint program to ``name``
-        (``sys_enter``); returns the link's fd, which ``close`` detaches."""
+        """BPF_RAW_TRACEPOINT_OPEN to ``name`` (``sys_enter``); ``close`` the fd detaches."""
         try:
             prog_fd = fd_arg(prog_fd)
             if not isinstance(name, str) or not name or "\0" in name:
@@ -564,8 +563,8 @@ class System(abc.ABC):
 
     def link_create(self, prog_fd: int, target_fd: int, attach_type: int,
                     flags: int = 0) -> int:
-        """BPF_LINK_CREATE: attach ``prog_fd`` to ``target_fd`` (an ifindex for XDP) as
-        ``attach_type``; returns the link's fd, which ``close`` detaches."""
+        """BPF_LINK_CREATE of ``prog_fd`` on ``target_fd`` (an ifindex for XDP) as
+        ``attach_type``; ``close`` the link's fd detaches."""
         try:
             return self._link_create(fd_arg(prog_fd), unsigned(target_fd, 32, "target_fd"),
                                      unsigned(attach_type, 32, "attach_type"),
