@@ -1,10 +1,12 @@
 """pybpf: the Linux BPF map subsystem in Python.
 
 Two backends behind one bpf(2)-shaped interface (``pybpf.system``): the real kernel through
-ctypes, and an emulation of the map subsystem in user space.
+ctypes, and an emulation of the map subsystem in user space. ``pybpf.ObjectSpec`` reads a
+clang-built BPF object; ``spec.load(system)`` makes an ``Object`` of its maps and programs.
 """
 
 from .backends import system
+from .bpf_object import Object, ObjectSpec
 from .errors import (
     BPFError,
     BPFPermissionError,
@@ -32,6 +34,8 @@ __all__ = [
     "MapFullError",
     "MapType",
     "NotSupportedError",
+    "Object",
+    "ObjectSpec",
     "System",
     "VerifierError",
     "system",

@@ -209,7 +209,7 @@ class Program:
     def attach_raw_tracepoint(self, name: str) -> Link:
         """Attach this RAW_TRACEPOINT program to tracepoint ``name`` (e.g.
         ``xdp_cpumap_kthread``); it gets the tracepoint's raw arguments as u64s."""
-        return Link(self.system, self.system.raw_tracepoint_open(name, self._open_fd()), self)
+        return Link(self.system, self.system.raw_tracepoint_open(self._open_fd(), name), self)
 
     # -- objects ---------------------------------------------------------------------------
     def info(self) -> ProgInfo:

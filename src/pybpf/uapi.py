@@ -273,6 +273,7 @@ class ProgType(enum.IntEnum):
 
 # prog_flags of BPF_PROG_LOAD: the program may sleep (SYSCALL programs must).
 BPF_F_SLEEPABLE = 1 << 4
+BPF_F_XDP_HAS_FRAGS = 1 << 5  # an XDP program that handles multi-buffer packets
 
 # flags of BPF_PROG_TEST_RUN
 BPF_F_TEST_RUN_ON_CPU = 1 << 0

@@ -97,10 +97,10 @@ def test_xdp_links_refuse_what_the_kernel_refuses(backend):
 def test_raw_tracepoints_take_raw_tracepoint_programs_at_existing_tracepoints(backend):
     counts = ArrayMap(2, value_size=16, system=backend)
     prog = counter(backend, counts, 0)
-    assert errno_of(backend.raw_tracepoint_open, "no_such_tracepoint_here", prog.fd) == \
+    assert errno_of(backend.raw_tracepoint_open, prog.fd, "no_such_tracepoint_here") == \
         errno.ENOENT
-    assert errno_of(backend.raw_tracepoint_open, "xdp_cpumap_kthread",
-                    action(backend, XdpAction.PASS).fd) == errno.EINVAL
+    assert errno_of(backend.raw_tracepoint_open, action(backend, XdpAction.PASS).fd,
+                    "xdp_cpumap_kthread") == errno.EINVAL
     prog.attach_raw_tracepoint("xdp_cpumap_kthread").close()
 
 

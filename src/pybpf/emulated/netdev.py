@@ -419,8 +419,9 @@ class Net:
         # How cpumap's kthreads get skb heads: "napi_skb_cache_get_bulk" (6.15+) or
         # "kmem_cache_alloc_bulk" (before), for the before/after of the GRO series.
         self.cpumap_skb_alloc = "napi_skb_cache_get_bulk"
-        # Tracepoint name -> callbacks taking the raw arguments (raw tracepoint programs).
-        self.tracepoints: dict[str, list[Callable[..., Any]]] = {}
+        # Who hears the tracepoints the data path fires: sink(name, args), once each (the
+        # systems on this machine with raw tracepoint programs).
+        self.trace_sinks: list[Callable[[str, tuple[int, ...]], Any]] = []
         self._poll_lists: list[collections.deque[Napi]] = [
             collections.deque() for _ in range(machine.num_cpus)]
         self._softirq = _Softirq()
@@ -508,10 +509,13 @@ class Net:
 
     def trace(self, name: str, *args: int) -> None:
         """Fire tracepoint ``name`` (xdp_cpumap_enqueue, ...) with its raw arguments."""
-        callbacks = self.tracepoints.get(name)
-        if callbacks:
-            for callback in list(callbacks):
-                callback(*args)
+        for sink in self.trace_sinks:
+            sink(name, args)
+
+    def add_trace_sink(self, sink: Callable[[str, tuple[int, ...]], Any]) -> None:
+        with self._lock:
+            if sink not in self.trace_sinks:
+                self.trace_sinks.append(sink)
 
     # -- softirq ----------------------------------------------------------------------------------
     def napi_schedule(self, napi: Napi) -> None:

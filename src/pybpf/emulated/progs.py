@@ -28,6 +28,7 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from ..attrs import ProgAttr, TestRunRequest
@@ -43,6 +44,7 @@ from ..uapi import (
     AttachType,
     ProgType,
 )
+from .btf import check_btf_func
 from .executable import Executable, run
 from .filter import (
     SK_BUFF_SIZE,
@@ -247,6 +249,11 @@ class ProgramsMixin:
             raise KernelError(errno.EINVAL, f"expected_attach_type {attr.expected_attach_type} "
                                             "is not an XDP attach type")
         gpl = attr.license.split(b"\0", 1)[0] in _GPL_COMPATIBLE
+        if attr.prog_btf_fd or attr.func_info:
+            btf = self.btf_get_by_fd(attr.prog_btf_fd)
+            self.btf_put(btf)
+            if attr.func_info:
+                check_btf_func(attr.insns, btf.btf, attr.func_info, attr.func_info_rec_size)
         verified = bpf_check(attr.insns, prog_type, self.map_from_fd, gpl,
                              attr.expected_attach_type)
         prog = BpfProg(self, prog_type, attr.insns, verified, name, attr.expected_attach_type,
@@ -497,8 +504,26 @@ class ProgramsMixin:
         events = "/sys/kernel/tracing/events"
         if os.path.isdir(events) and not os.path.isdir(os.path.join(events, category, name)):
             raise KernelError(errno.ENOENT, f"no tracepoint {category}/{name} in {events}")
+        return self._attach(prog, (category, name))
+
+    def _raw_tracepoint_open(self, prog_fd: int, name: str) -> int:
+        """BPF_RAW_TRACEPOINT_OPEN: a RAW_TRACEPOINT program on tracepoint ``name`` (any
+        category: raw tracepoints are named without one)."""
+        prog = self.prog_from_fd(prog_fd)
+        if prog.prog_type not in (ProgType.RAW_TRACEPOINT, ProgType.RAW_TRACEPOINT_WRITABLE):
+            raise KernelError(errno.EINVAL, "not a raw tracepoint program "
+                              "(ProgType.RAW_TRACEPOINT)")
+        events = "/sys/kernel/tracing/events"
+        if os.path.isdir(events) and not any(
+                os.path.isdir(os.path.join(events, category, name))
+                for category in os.listdir(events)):
+            raise KernelError(errno.ENOENT, f"no tracepoint named {name} in {events}")
+        self.machine.net.add_trace_sink(self.trigger_raw_tracepoint)  # the data path's events
+        return self._attach(prog, ("raw", name))
+
+    def _attach(self, prog: BpfProg, key: tuple[str, str]) -> int:
         self.bpf_prog_inc(prog)
-        link = _Tracepoint(self, prog, category, name)
+        link = _Tracepoint(self, prog, *key)
         with _tracepoint_lock:
             self._tracepoint_links().setdefault(link.key, []).append(link)
         return self.fd_install(link)
@@ -513,6 +538,11 @@ class ProgramsMixin:
             if link in links:
                 links.remove(link)
         self.bpf_prog_put(link.prog)
+
+    def trigger_raw_tracepoint(self, name: str, args: Sequence[int] = ()) -> list[int]:
+        """Fire raw tracepoint ``name`` with ``args`` (struct bpf_raw_tracepoint_args, one
+        u64 each): every attached program runs once; their return values in order."""
+        return self.trigger_tracepoint("raw", name, struct.pack(f"<{len(args)}Q", *args))
 
     def trigger_tracepoint(self, category: str, name: str, ctx: bytes = b"") -> list[int]:
         """Fire tracepoint ``category/name`` with the raw record ``ctx``: every attached

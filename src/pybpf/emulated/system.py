@@ -42,6 +42,7 @@ from ..uapi import (
     map_traits,
 )
 from .bpf_map import MAP_OPS, BpfMap, bpf_map_attr_numa_node
+from .btf import BtfMixin, map_check_btf
 from .inode import BpfFs
 from .links import LinksMixin
 from .machine import Machine
@@ -96,7 +97,7 @@ def bpf_map_flags_retain_permanent(flags: int) -> int:
     return flags & ~(BPF_F_RDONLY | BPF_F_WRONLY)
 
 
-class EmulatedSystem(ProgramsMixin, LinksMixin, System):
+class EmulatedSystem(LinksMixin, ProgramsMixin, BtfMixin, System):
     """The BPF map subsystem in user space, on an emulated ``Machine``.
 
     ``EmulatedSystem(cpus=20, nodes=2)`` declares a topology; ``machine=`` shares one.
@@ -191,6 +192,8 @@ class EmulatedSystem(ProgramsMixin, LinksMixin, System):
                 return
             self._map_idr.pop(bpf_map.id, None)
         bpf_map.map_free()
+        if bpf_map.btf is not None:
+            self.btf_put(bpf_map.btf)
 
     def _map_new_fd(self, bpf_map: BpfMap, file_flags: int) -> int:
         self.bpf_map_inc(bpf_map)
@@ -239,6 +242,8 @@ class EmulatedSystem(ProgramsMixin, LinksMixin, System):
     def _map_create(self, attr: MapAttr) -> int:
         """map_create: its checks in syscall.c's order, then the type's map_alloc_check and
         map_alloc, then the name (bpf_obj_name_cpy comes after the allocation)."""
+        if attr.btf_key_type_id and not attr.btf_value_type_id:
+            raise KernelError(errno.EINVAL, "a BTF key type needs a BTF value type")
         token_flag = attr.map_flags & MapFlags.TOKEN_FD
         if token_flag:  # cleared before anything else reads map_flags
             attr = dataclasses.replace(attr, map_flags=attr.map_flags & ~int(MapFlags.TOKEN_FD))
@@ -271,12 +276,32 @@ class EmulatedSystem(ProgramsMixin, LinksMixin, System):
         except KernelError:
             bpf_map.map_free()
             raise
+        if attr.btf_key_type_id or attr.btf_value_type_id:
+            try:
+                self._map_set_btf(bpf_map, attr)
+            except KernelError:
+                bpf_map.map_free()
+                raise
         bpf_map.map_flags = bpf_map_flags_retain_permanent(bpf_map.map_flags)
         bpf_map.system = self
         with self._lock:
             bpf_map.id = next(self._next_map_id)
             self._map_idr[bpf_map.id] = bpf_map
         return self._map_new_fd(bpf_map, file_flags)
+
+    def _map_set_btf(self, bpf_map: BpfMap, attr: MapAttr) -> None:
+        """map_create's BTF part: the object behind btf_fd, then map_check_btf."""
+        btf = self.btf_get_by_fd(attr.btf_fd)
+        try:
+            if attr.btf_value_type_id:
+                map_check_btf(attr.map_type, attr.key_size, attr.value_size, attr.max_entries,
+                              btf.btf, attr.btf_key_type_id, attr.btf_value_type_id)
+        except KernelError:
+            self.btf_put(btf)
+            raise
+        bpf_map.btf = btf
+        bpf_map.btf_key_type_id = attr.btf_key_type_id
+        bpf_map.btf_value_type_id = attr.btf_value_type_id
 
     # -- element commands --------------------------------------------------------------------
     def _map_lookup_elem(self, fd: int, key: bytes | None, flags: int,
@@ -414,7 +439,10 @@ class EmulatedSystem(ProgramsMixin, LinksMixin, System):
         return MapInfo(type=bpf_map.map_type, id=bpf_map.id, key_size=bpf_map.key_size,
                        value_size=bpf_map.value_size, max_entries=bpf_map.max_entries,
                        map_flags=bpf_map.map_flags, name=bpf_map.name,
-                       map_extra=bpf_map.map_extra)
+                       map_extra=bpf_map.map_extra,
+                       btf_id=bpf_map.btf.id if bpf_map.btf is not None else 0,
+                       btf_key_type_id=bpf_map.btf_key_type_id,
+                       btf_value_type_id=bpf_map.btf_value_type_id)
 
     def _map_get_fd_by_id(self, map_id: int, open_flags: int) -> int:
         file_flags = bpf_obj_file_flags(open_flags, "open_flags")
