@@ -41,6 +41,9 @@ class MapAttr:
     numa_node: int = 0
     map_name: bytes = b""  # at most BPF_OBJ_NAME_LEN bytes; the kernel checks its characters
     map_extra: int = 0
+    btf_fd: int = 0             # the BTF the key and value type ids are in (BTF_LOAD's fd)
+    btf_key_type_id: int = 0
+    btf_value_type_id: int = 0
 
     def create_args(self) -> dict[str, Any]:
         """Keyword arguments of ``System.map_create`` that make this map again."""
@@ -67,6 +70,13 @@ class ProgAttr:
     prog_name: bytes = b""
     prog_flags: int = 0
     log_level: int = 0
+    kern_version: int = 0
+    prog_btf_fd: int = 0        # the program's BTF; func_info and line_info refer to it
+    func_info: bytes = b""      # func_info_rec_size-byte records, insn_off in instructions
+    func_info_rec_size: int = 0
+    line_info: bytes = b""
+    line_info_rec_size: int = 0
+    attach_btf_id: int = 0      # TRACING/LSM/EXT: the target's type id in vmlinux BTF
 
     def describe(self) -> str:
         return prog_description(self.prog_type, _text(self.prog_name.split(b"\0", 1)[0]))
@@ -86,6 +96,7 @@ class TestRunRequest:
     repeat: int
     flags: int
     cpu: int
+    batch_size: int = 0  # live-frames XDP runs: frames per batch (0: the kernel's 64)
 
 
 # -- normalisation: the part of each attr field Python could get wrong -------------------------

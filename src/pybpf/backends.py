@@ -85,8 +85,8 @@ def explain_create_refusal(err: int, attr: MapAttr) -> str:
     checks in the kernel's order, so when it refuses with the same errno, its detail names the
     attribute. "" when it cannot tell (another errno, an inner map it cannot see, or it would
     create the map)."""
-    if err not in (errno.EINVAL, errno.E2BIG, ENOTSUPP) or attr.inner_map_fd:
-        return ""  # EPERM/ENOMEM are not about attributes; inner maps live in the kernel
+    if err not in (errno.EINVAL, errno.E2BIG, ENOTSUPP) or attr.inner_map_fd or attr.btf_fd:
+        return ""  # EPERM/ENOMEM are not about attributes; inner maps and BTF live in the kernel
     from .emulated.system import EmulatedSystem
 
     emulated = EmulatedSystem()  # this host's CPUs and NUMA nodes

@@ -164,7 +164,7 @@ class Map(MapCore, collections.abc.MutableMapping):
     map_type: int | None = None  # set by the typed subclasses
 
     def __init__(self, spec: MapSpec, system: System | None = None, *, key: CodecSpec = None,
-                 value: CodecSpec = None) -> None:
+                 value: CodecSpec = None, btf: tuple[int, int, int] = (0, 0, 0)) -> None:
         if not isinstance(spec, MapSpec):
             raise TypeError(f"Map() takes a MapSpec, got {type(spec).__name__}: "
                             "e.g. Map(MapSpec(MapType.HASH, 4, 8, 1024))")
@@ -173,7 +173,7 @@ class Map(MapCore, collections.abc.MutableMapping):
                              f"maps, the spec says {spec.type!r}: use Map.create(spec)")
         system = resolve_system(system)
         codecs = _codecs_for(spec, system, key, value)  # bad codecs fail before the create
-        fd = _create(spec, system)
+        fd = _create(spec, system, btf)
         try:
             self._attach(system, fd, spec, codecs)
         except BaseException:
@@ -183,11 +183,12 @@ class Map(MapCore, collections.abc.MutableMapping):
     # -- opening ---------------------------------------------------------------------------
     @classmethod
     def create(cls, spec: MapSpec, system: System | None = None, *, key: CodecSpec = None,
-               value: CodecSpec = None) -> Map:
-        """Create the map; the result is the typed class of its type (HashMap, ...)."""
+               value: CodecSpec = None, btf: tuple[int, int, int] = (0, 0, 0)) -> Map:
+        """Create the map; the result is the typed class of its type (HashMap, ...). ``btf``:
+        (btf_fd, key type id, value type id) of a BTF loaded with ``System.btf_load``."""
         klass = cls if cls is not Map else _CLASS_FOR_TYPE.get(spec.type, Map)
         obj = klass.__new__(klass)
-        Map.__init__(obj, spec, system, key=key, value=value)
+        Map.__init__(obj, spec, system, key=key, value=value, btf=btf)
         return obj
 
     @classmethod
@@ -502,7 +503,7 @@ def _codecs_for(spec: MapSpec, system: System, key: CodecSpec,
     return key_codec, value_codec
 
 
-def _create(spec: MapSpec, system: System) -> int:
+def _create(spec: MapSpec, system: System, btf: tuple[int, int, int] = (0, 0, 0)) -> int:
     node = spec.numa_node
     if node == "auto":
         node = system.topology.cpu_node[system.current_cpu()]
@@ -519,7 +520,8 @@ def _create(spec: MapSpec, system: System) -> int:
         return system.map_create(int(spec.type), spec.key_size, spec.value_size,
                                  spec.max_entries, map_flags=spec.map_flags,
                                  inner_map_fd=inner_fd, numa_node=node or 0,
-                                 map_name=spec.name.encode(), map_extra=spec.map_extra)
+                                 map_name=spec.name.encode(), map_extra=spec.map_extra,
+                                 btf_fd=btf[0], btf_key_type_id=btf[1], btf_value_type_id=btf[2])
     finally:
         if template is not None:
             template.close()

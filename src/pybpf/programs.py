@@ -23,7 +23,7 @@ from .asm import Assembly, Item, assemble, assemble_text, decode, encode
 from .backends import resolve_system
 from .errors import bpf_error
 from .system import ProgInfo, System, TestRun
-from .uapi import ProgType
+from .uapi import BPF_F_TEST_XDP_LIVE_FRAMES, AttachType, ProgType
 
 # Program types whose BPF_PROG_TEST_RUN refuses ``repeat`` (and data): they run once on ctx.
 _RUN_ONCE_TYPES = frozenset({ProgType.RAW_TRACEPOINT, ProgType.SYSCALL})
@@ -159,10 +159,13 @@ class Program:
     # -- running ---------------------------------------------------------------------------
     def test_run(self, data: bytes = b"", ctx: bytes | None = None, repeat: int | None = None,
                  flags: int = 0, cpu: int = 0, data_size_out: int | None = None,
-                 ctx_size_out: int | None = None) -> TestRun:
+                 ctx_size_out: int | None = None, batch_size: int = 0) -> TestRun:
         """BPF_PROG_TEST_RUN. ``repeat=None`` runs once: 1 for packet programs, 0 for the
         types that refuse a repeat count (raw_tracepoint, syscall), which also refuse a
-        ctx_out buffer (``ctx_size_out`` then defaults to 0)."""
+        ctx_out buffer (``ctx_size_out`` then defaults to 0). An XDP program run with
+        ``flags=BPF_F_TEST_XDP_LIVE_FRAMES`` sends ``repeat`` real frames where it says
+        (``batch_size`` a batch); such a run returns no data or context, so its
+        ``data_size_out`` and ``ctx_size_out`` default to 0."""
         if not isinstance(data, bytes | bytearray | memoryview):
             raise TypeError(f"data must be bytes (the packet or input), got "
                             f"{type(data).__name__}")
@@ -170,7 +173,8 @@ class Program:
             raise TypeError(f"ctx must be bytes (the context struct) or None, got "
                             f"{type(ctx).__name__}")
         for what, value in (("repeat", repeat), ("flags", flags), ("cpu", cpu),
-                            ("data_size_out", data_size_out), ("ctx_size_out", ctx_size_out)):
+                            ("data_size_out", data_size_out), ("ctx_size_out", ctx_size_out),
+                            ("batch_size", batch_size)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)
                                       or not 0 <= value < 1 << 32):
                 raise ValueError(f"test_run {what} must be an unsigned 32-bit int, got "
@@ -181,14 +185,31 @@ class Program:
             ctx_size_out = 0 if ctx_size_out is None else ctx_size_out
         elif repeat is None:
             repeat = 1
+        if prog_type == ProgType.XDP and flags & BPF_F_TEST_XDP_LIVE_FRAMES:
+            data_size_out = 0 if data_size_out is None else data_size_out
+            ctx_size_out = 0 if ctx_size_out is None else ctx_size_out
         return self.system.prog_test_run(self._open_fd(), data, data_size_out=data_size_out,
                                          ctx_in=ctx, ctx_size_out=ctx_size_out, repeat=repeat,
-                                         flags=flags, cpu=cpu)
+                                         flags=flags, cpu=cpu, batch_size=batch_size)
 
     def attach_tracepoint(self, category: str, name: str) -> Link:
         """Attach to tracepoint ``category/name``; the Link detaches when closed."""
         return Link(self.system, self.system.attach_tracepoint(self._open_fd(), category,
                                                                name), self)
+
+    def attach_xdp(self, ifindex: int, flags: int = 0) -> Link:
+        """Attach this XDP program to interface ``ifindex`` by a link (BPF_LINK_CREATE,
+        BPF_XDP): native mode where the driver has it (veth), else generic;
+        ``XDP_FLAGS_SKB_MODE`` / ``XDP_FLAGS_DRV_MODE`` in ``flags`` choose. The interface
+        is looked up in the calling thread's network namespace; the Link detaches when
+        closed."""
+        fd = self.system.link_create(self._open_fd(), ifindex, AttachType.XDP, flags)
+        return Link(self.system, fd, self)
+
+    def attach_raw_tracepoint(self, name: str) -> Link:
+        """Attach this RAW_TRACEPOINT program to tracepoint ``name`` (e.g.
+        ``xdp_cpumap_kthread``); it gets the tracepoint's raw arguments as u64s."""
+        return Link(self.system, self.system.raw_tracepoint_open(self._open_fd(), name), self)
 
     # -- objects ---------------------------------------------------------------------------
     def info(self) -> ProgInfo:

@@ -323,7 +323,7 @@ SEEDS: tuple[Seed, ...] = (
     Seed("001", "sockmap CPU affinity (not merged)", "sockmap proxy throughput",
          (34.0, 66.7, "Gbit/s"), None, missing="the sockmap data path is not emulated yet"),
     Seed("002", "cpumap GRO (Linux 6.15)", "cpumap redirect rate", (2.7e6, 4.7e6, "pps"),
-         None, missing="the cpumap kthread data path is not emulated yet"),
+         None, missing="the cpumap data path does not charge the timing model yet"),
     Seed("003", "call_rcu in non-prealloc htab (0fd7c5d43339)", "map_perf_test 4",
          (1.0e5, 2.5e5, "events/s"), (1.9, 3.1), model=seed_003),
 )

@@ -82,6 +82,9 @@ class MapInfo:
     name: str
     ifindex: int = 0
     map_extra: int = 0
+    btf_id: int = 0             # the BTF object the key/value type ids are in (0: none)
+    btf_key_type_id: int = 0
+    btf_value_type_id: int = 0
 
 
 @dataclass(frozen=True)
@@ -234,9 +237,11 @@ class System(abc.ABC):
     # -- maps --------------------------------------------------------------------------------
     def map_create(self, map_type: int, key_size: int, value_size: int, max_entries: int,
                    map_flags: int = 0, inner_map_fd: int = 0, numa_node: int = 0,
-                   map_name: bytes | str = b"", map_extra: int = 0) -> int:
+                   map_name: bytes | str = b"", map_extra: int = 0, btf_fd: int = 0,
+                   btf_key_type_id: int = 0, btf_value_type_id: int = 0) -> int:
         """BPF_MAP_CREATE; returns the new map's fd. ``numa_node`` is read with
-        BPF_F_NUMA_NODE only; NUMA_NO_NODE (-1) is the u32 field's 0xFFFFFFFF."""
+        BPF_F_NUMA_NODE only; NUMA_NO_NODE (-1) is the u32 field's 0xFFFFFFFF. With type ids
+        (of the BTF loaded as ``btf_fd``) the map's key and value are typed (map_check_btf)."""
         try:
             attr = MapAttr(
                 unsigned(map_type, 32, "map_type"), unsigned(key_size, 32, "key_size"),
@@ -246,7 +251,9 @@ class System(abc.ABC):
                 unsigned(inner_map_fd, 32, "inner_map_fd"),
                 U32_MAX if numa_node == NUMA_NO_NODE and isinstance(numa_node, int)
                 else unsigned(numa_node, 32, "numa_node"),
-                name_arg(map_name, "map_name"), unsigned(map_extra, 64, "map_extra"))
+                name_arg(map_name, "map_name"), unsigned(map_extra, 64, "map_extra"),
+                unsigned(btf_fd, 32, "btf_fd"), unsigned(btf_key_type_id, 32, "btf_key_type_id"),
+                unsigned(btf_value_type_id, 32, "btf_value_type_id"))
         except KernelError as exc:
             what = f"type {map_type!r}" if not isinstance(map_type, int) else \
                 MapAttr(map_type, 0, 0, 0).describe()
@@ -443,8 +450,13 @@ class System(abc.ABC):
     # -- programs ----------------------------------------------------------------------------
     def prog_load(self, prog_type: int, insns: bytes, license: str | bytes = "GPL",
                   expected_attach_type: int = 0, prog_name: bytes | str = b"",
-                  prog_flags: int = 0, log_level: int = 0) -> int:
+                  prog_flags: int = 0, log_level: int = 0, *, kern_version: int = 0,
+                  prog_btf_fd: int = 0, func_info: bytes = b"", func_info_rec_size: int = 8,
+                  line_info: bytes = b"", line_info_rec_size: int = 16,
+                  attach_btf_id: int = 0) -> int:
         """BPF_PROG_LOAD of raw instructions (map fds already in the lddw immediates).
+        With ``prog_btf_fd`` (a loaded BTF), ``func_info`` and ``line_info`` are packed
+        records (bpf_func_info, bpf_line_info) whose insn_off counts instructions.
         A verifier refusal is a ``VerifierError`` with the log."""
         try:
             if isinstance(license, str):
@@ -456,11 +468,21 @@ class System(abc.ABC):
             if len(code) % 8:
                 raise KernelError(errno.EINVAL, f"{len(code)} bytes of instructions is not "
                                   "a multiple of 8")
+            infos = {what: (bytes_arg(data, what), unsigned(size, 32, f"{what}_rec_size"))
+                     for what, data, size in (("func_info", func_info, func_info_rec_size),
+                                              ("line_info", line_info, line_info_rec_size))}
+            for what, (data, size) in infos.items():
+                if data and (not size or len(data) % size):
+                    raise KernelError(errno.EINVAL, f"{what} is {len(data)} bytes, not whole "
+                                      f"{size}-byte records")
             attr = ProgAttr(unsigned(prog_type, 32, "prog_type"), code, bytes(license),
                             unsigned(expected_attach_type, 32, "expected_attach_type"),
                             name_arg(prog_name, "prog_name"),
                             unsigned(prog_flags, 32, "prog_flags"),
-                            unsigned(log_level, 32, "log_level"))
+                            unsigned(log_level, 32, "log_level"),
+                            unsigned(kern_version, 32, "kern_version"),
+                            unsigned(prog_btf_fd, 32, "prog_btf_fd"), *infos["func_info"],
+                            *infos["line_info"], unsigned(attach_btf_id, 32, "attach_btf_id"))
         except KernelError as exc:
             raise self._fail(exc, "prog_load", f"program type {prog_type!r}") from None
         try:
@@ -480,9 +502,12 @@ class System(abc.ABC):
     def prog_test_run(self, prog_fd: int, data_in: bytes = b"", *,
                       data_size_out: int | None = None, ctx_in: bytes | None = None,
                       ctx_size_out: int | None = None, repeat: int = 1, flags: int = 0,
-                      cpu: int = 0) -> TestRun:
+                      cpu: int = 0, batch_size: int = 0) -> TestRun:
         """BPF_PROG_TEST_RUN. ``data_size_out`` defaults to room for the input plus a page
-        (programs may grow the packet); ``ctx_size_out`` to the size of ``ctx_in``."""
+        (programs may grow the packet); ``ctx_size_out`` to the size of ``ctx_in``.
+        ``batch_size`` is for XDP runs in live-frames mode (``flags`` has
+        BPF_F_TEST_XDP_LIVE_FRAMES: every frame really goes where the program sends it;
+        ``data_size_out`` and ``ctx_size_out`` must then be 0)."""
         try:
             prog_fd = fd_arg(prog_fd)
             data = bytes_arg(data_in, "data_in")
@@ -494,7 +519,8 @@ class System(abc.ABC):
             request = TestRunRequest(
                 data, unsigned(data_size_out, 32, "data_size_out"), ctx,
                 unsigned(ctx_size_out, 32, "ctx_size_out"), unsigned(repeat, 32, "repeat"),
-                unsigned(flags, 32, "flags"), unsigned(cpu, 32, "cpu"))
+                unsigned(flags, 32, "flags"), unsigned(cpu, 32, "cpu"),
+                unsigned(batch_size, 32, "batch_size"))
             return self._prog_test_run(prog_fd, request)
         except KernelError as exc:
             raise self._fail(exc, "prog_test_run", self._prog_where(prog_fd)) from None
@@ -527,6 +553,52 @@ class System(abc.ABC):
             return self._attach_tracepoint(prog_fd, category, name)
         except KernelError as exc:
             raise self._fail(exc, "attach_tracepoint", where) from None
+
+    def raw_tracepoint_open(self, prog_fd: int, name: str) -> int:
+        """BPF_RAW_TRACEPOINT_OPEN to ``name`` (``sys_enter``); ``close`` the fd detaches."""
+        try:
+            prog_fd = fd_arg(prog_fd)
+            if not isinstance(name, str) or not name or "\0" in name:
+                raise KernelError(errno.EINVAL, f"{name!r} is not a raw tracepoint name "
+                                  "(e.g. 'sys_enter')")
+            return self._raw_tracepoint_open(prog_fd, name)
+        except KernelError as exc:
+            raise self._fail(exc, "raw_tracepoint_open", f"raw tracepoint {name}") from None
+
+    def link_create(self, prog_fd: int, target_fd: int, attach_type: int,
+                    flags: int = 0) -> int:
+        """BPF_LINK_CREATE of ``prog_fd`` on ``target_fd`` (an ifindex for XDP) as
+        ``attach_type``; ``close`` the link's fd detaches."""
+        try:
+            return self._link_create(fd_arg(prog_fd), unsigned(target_fd, 32, "target_fd"),
+                                     unsigned(attach_type, 32, "attach_type"),
+                                     unsigned(flags, 32, "flags"))
+        except KernelError as exc:
+            raise self._fail(exc, "link_create", f"target {target_fd}") from None
+
+    # -- BTF ---------------------------------------------------------------------------------
+    def btf_load(self, btf: bytes, log_level: int = 0) -> int:
+        """BPF_BTF_LOAD of a BTF blob (``pybpf.btf.Btf.to_bytes()``); returns its fd. A
+        refusal by the kernel's BTF checker is a ``VerifierError`` with its log."""
+        try:
+            data = bytes_arg(btf, "btf")
+            level = unsigned(log_level, 32, "log_level")
+            return self._btf_load(data, level)
+        except KernelError as exc:
+            if exc.log is None or exc.errno != errno.EINVAL:
+                raise self._fail(exc, "btf_load", "BTF") from None
+            raise VerifierError(exc.errno, f"btf load: {strerror(exc.errno)}: {exc.detail}",
+                                log=exc.log, command="btf_load", map="BTF", detail=exc.detail,
+                                hint="the kernel's BTF checker refused the type information; "
+                                     "its log says why") from None
+
+    def vmlinux_btf(self) -> bytes:
+        """The kernel's own BTF, what CO-RE relocates against: /sys/kernel/btf/vmlinux on
+        the kernel backend, the types the emulated backend models (program contexts) on it."""
+        try:
+            return self._vmlinux_btf()
+        except KernelError as exc:
+            raise self._fail(exc, "vmlinux_btf") from None
 
     def _prog_where(self, fd: object) -> str:
         """A program as errors name it ("" when ``fd`` is not one)."""
@@ -606,6 +678,20 @@ class System(abc.ABC):
 
     @abc.abstractmethod
     def _attach_tracepoint(self, prog_fd: int, category: str, name: str) -> int: ...
+
+    @abc.abstractmethod
+    def _raw_tracepoint_open(self, prog_fd: int, name: str) -> int: ...
+
+    @abc.abstractmethod
+    def _link_create(self, prog_fd: int, target_fd: int, attach_type: int, flags: int) -> int:
+        ...
+
+    @abc.abstractmethod
+    def _btf_load(self, data: bytes, log_level: int) -> int:
+        """A refusal is KernelError(EINVAL, reason, log=the BTF checker's log)."""
+
+    @abc.abstractmethod
+    def _vmlinux_btf(self) -> bytes: ...
 
 
 def iter_keys(sys: System, fd: int) -> Iterator[bytes]:

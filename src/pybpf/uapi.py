@@ -273,6 +273,37 @@ class ProgType(enum.IntEnum):
 
 # prog_flags of BPF_PROG_LOAD: the program may sleep (SYSCALL programs must).
 BPF_F_SLEEPABLE = 1 << 4
+BPF_F_XDP_HAS_FRAGS = 1 << 5  # an XDP program that handles multi-buffer packets
+
+# flags of BPF_PROG_TEST_RUN
+BPF_F_TEST_RUN_ON_CPU = 1 << 0
+BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1  # XDP: the frames really go where the program says
+BPF_F_TEST_SKB_CHECKSUM_COMPLETE = 1 << 2
+
+
+class XdpAction(enum.IntEnum):
+    """enum xdp_action: what an XDP program returns."""
+
+    ABORTED = 0
+    DROP = 1
+    PASS = 2
+    TX = 3
+    REDIRECT = 4
+
+
+class XdpFlags(enum.IntFlag):
+    """XDP_FLAGS_* (include/uapi/linux/if_link.h): how an XDP program is attached."""
+
+    UPDATE_IF_NOEXIST = 1 << 0
+    SKB_MODE = 1 << 1  # generic XDP, on skbs
+    DRV_MODE = 1 << 2  # native, in the driver
+    HW_MODE = 1 << 3
+    REPLACE = 1 << 4
+
+
+# flags of bpf_redirect_map for device maps: send to every device of the map (but the ingress)
+BPF_F_BROADCAST = 1 << 3
+BPF_F_EXCLUDE_INGRESS = 1 << 4
 
 
 class AttachType(enum.IntEnum):

@@ -183,7 +183,6 @@ def test_threads_sharing_a_cpu_replace_keys_without_corrupting_the_map(
 def test_hashed_fd_maps_keep_their_buckets_under_concurrent_updates_and_deletes(
         map_type, fast_thread_switches):
     sys = system("emulated", cpus=2)
-    sys.machine.ifindexes = {1}
     fd = sys.map_create(map_type, 4, 4, 8)
     pair = socket.socketpair()
     value = u32(1 if map_type == T.DEVMAP_HASH else pair[0].fileno())

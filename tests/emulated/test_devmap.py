@@ -24,7 +24,7 @@ def test_only_the_machines_devices_can_be_stored(emulated):
     with pytest.raises(OSError) as info:
         emulated.map_update_elem(fd, u32(0), u32(7))
     assert info.value.errno == errno.EINVAL
-    emulated.machine.ifindexes = {1, 7}
+    emulated.machine.net.add_device("eth7", ifindex=7)
     emulated.map_update_elem(fd, u32(0), u32(7))
     assert emulated.map_lookup_elem(fd, u32(0)) == u32(7)
 

@@ -1,7 +1,7 @@
 """The attr structs match include/uapi/linux/bpf.h byte for byte, and the running kernel.
 
 Expected offsets are copied from the 6.18 uapi header; the BTF cross-check reads the running
-kernel's own description of its types (/sys/kernel/btf/vmlinux) with pybpf.kernel.btf, and
+kernel's own description of its types (/sys/kernel/btf/vmlinux) with pybpf.btf, and
 the BTF reader itself is checked against bpftool where bpftool is installed.
 """
 
@@ -17,8 +17,8 @@ import subprocess
 
 import pytest
 
+from pybpf.btf import VMLINUX, Btf, Kind
 from pybpf.kernel import syscall as sc
-from pybpf.kernel.btf import STRUCT, UNION, VMLINUX, Btf
 from pybpf.kernel.perf_event import PerfEventAttr
 
 # struct -> (sizeof, {field: (offset, size)}), from include/uapi/linux/bpf.h (6.18) and
@@ -53,6 +53,14 @@ EXPECTED = {
         "fd_array": (120, 8), "core_relos": (128, 8), "core_relo_rec_size": (136, 4),
         "log_true_size": (140, 4), "prog_token_fd": (144, 4), "fd_array_cnt": (148, 4),
         "signature": (152, 8), "signature_size": (160, 4), "keyring_id": (164, 4)}),
+    sc.BtfLoadAttr: (40, {
+        "btf": (0, 8), "btf_log_buf": (8, 8), "btf_size": (16, 4), "btf_log_size": (20, 4),
+        "btf_log_level": (24, 4), "btf_log_true_size": (28, 4), "btf_flags": (32, 4),
+        "btf_token_fd": (36, 4)}),
+    sc.RawTracepointAttr: (24, {"name": (0, 8), "prog_fd": (8, 4), "_pad": (12, 4),
+                                "cookie": (16, 8)}),
+    sc.LinkCreateAttr: (64, {"prog_fd": (0, 4), "target_fd": (4, 4), "attach_type": (8, 4),
+                             "flags": (12, 4), "_target_args": (16, 48)}),
     sc.TestRunAttr: (80, {
         "prog_fd": (0, 4), "retval": (4, 4), "data_size_in": (8, 4), "data_size_out": (12, 4),
         "data_in": (16, 8), "data_out": (24, 8), "repeat": (32, 4), "duration": (36, 4),
@@ -101,6 +109,9 @@ BTF_HOME = {
     sc.InfoAttr: ("bpf_attr", "info"),
     sc.ProgLoadAttr: ("bpf_attr", "prog_type"),
     sc.TestRunAttr: ("bpf_attr", "test"),
+    sc.BtfLoadAttr: ("bpf_attr", "btf"),
+    sc.RawTracepointAttr: ("bpf_attr", "raw_tracepoint"),
+    sc.LinkCreateAttr: ("bpf_attr", "link_create"),
     sc.BpfMapInfo: ("bpf_map_info", None),
     sc.BpfProgInfo: ("bpf_prog_info", None),
     PerfEventAttr: ("perf_event_attr", None),
@@ -133,10 +144,11 @@ def vmlinux_btf() -> Btf:
 def _kernel_variant(btf: Btf, container: str, variant: str | None) -> int:
     if variant is None:
         return btf.find(container)
-    union = btf.find(container, UNION)
-    for name, type_id in btf.union_variants(union):
-        if name == variant or (not name and variant in btf.flat_members(type_id)):
-            return type_id
+    union = btf.find(container, Kind.UNION)
+    for member in btf.members(union):
+        if member.name == variant or (not member.name and
+                                      variant in btf.flat_members(member.type_id)):
+            return member.type_id
     raise AssertionError(f"no variant with {variant!r} in union {container}")
 
 
@@ -148,6 +160,8 @@ def test_struct_matches_running_kernel_btf(cls, vmlinux_btf):
     aliases = BITFIELD_WORDS.get(cls, {})
     ours = _layout(cls)
     for name, (offset, size) in ours.items():
+        if name.startswith("_"):  # padding or a union the kernel names otherwise
+            continue
         member = kernel.get(aliases.get(name, name))
         if member is None:
             # A field newer than this kernel: it must lie past the kernel's variant, where
@@ -162,14 +176,15 @@ def test_struct_matches_running_kernel_btf(cls, vmlinux_btf):
         if member.offset < ctypes.sizeof(cls):
             assert any(o <= member.offset < o + s for o, s in ours.values()), \
                 f"kernel field {member.name} at {member.offset} has no counterpart"
-    if not any(name not in kernel and name not in aliases for name in ours):
+    if not any(name not in kernel and name not in aliases and not name.startswith("_")
+               for name in ours):
         assert ctypes.sizeof(cls) == kernel_size
 
 
 def test_every_attr_struct_fits_the_running_kernels_union(vmlinux_btf):
     # A longer struct would carry bytes past the kernel's union, which it only accepts
     # when they are zero: fine, but then some field of ours does not exist here.
-    union_size = vmlinux_btf.size_of(vmlinux_btf.find("bpf_attr", UNION))
+    union_size = vmlinux_btf.size_of(vmlinux_btf.find("bpf_attr", Kind.UNION))
     assert union_size % 8 == 0
     for cls, (container, _variant) in BTF_HOME.items():
         if container == "bpf_attr":
@@ -193,8 +208,8 @@ def test_btf_reader_agrees_with_bpftool(struct_name, vmlinux_btf):
     if shutil.which("bpftool") is None:
         pytest.skip("bpftool is not installed (apt-get install bpftool)")
     expected = _bpftool_members(struct_name)
-    direct = {name: bits for name, _t, bits, _bf in
-              vmlinux_btf.members(vmlinux_btf.find(struct_name, STRUCT)) if name}
+    direct = {m.name: m.bit_offset for m in vmlinux_btf.members(vmlinux_btf.find(struct_name))
+              if m.name}
     assert direct == expected
 
 

@@ -13,6 +13,9 @@ from ..cli import add_commands
 
 # name -> (help, "module:function")
 BENCHMARKS: dict[str, tuple[str, str]] = {
+    "cpumap": ("XDP redirect to another CPU: kthread Mpps and frames per skb at UDP with GRO "
+               "on and off, on both backends, beside xdp-bench redirect-cpu",
+               "pybpf.bench.cpumap:cpumap_command"),
     "htab-mem": ("hash map update throughput and memory: preallocated vs bpf_mem_alloc "
                  "(and, emulated, the old call_rcu design); the selftests' htab-mem",
                  "pybpf.bench.htab_mem:htab_mem_command"),

@@ -100,6 +100,9 @@ class BpfMap:
         # Local/remote element accesses per CPU (machine.AccessStats).
         self.access_stats = machine.new_access_stats()
         self.timing = machine.timing  # what the ops cost (emulated/timing.py)
+        # The BTF object the key and value are described in (map_create with type ids).
+        self.btf = None
+        self.btf_key_type_id = self.btf_value_type_id = 0
 
     # -- struct bpf_map_ops ------------------------------------------------------------------
     # A family implements these under the kernel's function names and lists its table at the

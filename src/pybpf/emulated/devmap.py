@@ -7,11 +7,10 @@ Rules this module keeps:
   outside NUMA_NODE|RDONLY|WRONLY -> EINVAL; DEVMAP_HASH with max_entries over 2^31 (its
   bucket count overflows) -> EINVAL. The kernel then adds BPF_F_RDONLY_PROG to map_flags
   (programs get a pointer into the device entry and must not write it).
-- Devices: an ifindex must name a network device of the machine, else EINVAL (the kernel's
-  ``dev_get_by_index`` failure). The emulated machine has the devices in
-  ``machine.ifindexes`` when it declares them, else just the loopback device, ifindex 1.
-  A program fd > 0 must be an XDP program loaded with expected_attach_type XDP_DEVMAP, else
-  EINVAL.
+- Devices: an ifindex must name a network device of the machine (``machine.net``), else
+  EINVAL (the kernel's ``dev_get_by_index`` failure). A program fd > 0 must be an XDP program
+  loaded with expected_attach_type XDP_DEVMAP, else EINVAL. An entry holds a reference on its
+  program; a replaced or deleted entry lets it go after an RCU grace period.
 - DEVMAP: update flags > BPF_EXIST -> EINVAL, index >= max_entries -> E2BIG, BPF_NOEXIST ->
   EEXIST; ifindex 0 clears the slot (a prog fd with it -> EINVAL). Lookup of an empty slot or
   an index >= max_entries -> ENOENT. Delete of index >= max_entries -> EINVAL, else 0 even when
@@ -21,7 +20,15 @@ Rules this module keeps:
   max_entries -> E2BIG); BPF_EXIST on an absent key inserts it. Buckets are indexed by the key
   itself (``key & (n_buckets - 1)``, no hash), new and replaced entries go to the front, and
   get_next_key walks buckets in order (a missing key restarts at the first).
-- LOOKUP_AND_DELETE and batches -> ENOTSUPP. The redirect data path is not emulated yet.
+- LOOKUP_AND_DELETE and batches -> ENOTSUPP.
+- Data path (``dev_map_enqueue``, ``dev_xdp_enqueue``): a device without ``ndo_xdp_xmit`` is
+  EOPNOTSUPP, one that is down ENETDOWN, a frame over MTU + Ethernet + VLAN header EMSGSIZE;
+  otherwise the frame waits in the device's per-CPU bulk queue (16 frames; a full queue is
+  sent first) until ``xdp_do_flush``. Sending runs the entry's program on each frame first
+  (``egress_ifindex`` set; anything but PASS drops it), then ``ndo_xdp_xmit``; frames it did
+  not take are freed and counted on the device (``xdp_xmit_err``). Broadcasts
+  (``BPF_F_BROADCAST``) send a copy to every device of the map, the ingress device skipped
+  with ``BPF_F_EXCLUDE_INGRESS``.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import errno
 import struct
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import KernelError
 from ..uapi import (
@@ -46,18 +53,17 @@ from ..uapi import (
 )
 from .arraymap import index_get_next_key
 from .bpf_map import BpfMap, MapAttr, map_ops, roundup_pow_of_two, u32_key
+from .helpers import XDP_PASS
+from .skbuff import SkBuff
+from .xdp import XdpBuff, bpf_prog_run_xdp, dev_flush_list
 
 if TYPE_CHECKING:
     from .machine import Machine
 
 DEV_CREATE_FLAG_MASK = BPF_F_NUMA_NODE | BPF_F_RDONLY | BPF_F_WRONLY
-# The emulated machine's network devices when it declares none: the loopback device.
-DEFAULT_IFINDEXES = frozenset({1})
-
-
-def machine_ifindexes(machine: Machine) -> frozenset[int]:
-    """The ifindexes of the machine's network devices."""
-    return frozenset(getattr(machine, "ifindexes", DEFAULT_IFINDEXES))
+DEV_MAP_BULK_SIZE = 16
+XDP_XMIT_FLUSH = 1
+ETH_HLEN, VLAN_HLEN = 14, 4
 
 
 def resolve_xdp_prog(system, fd: int, attach_type: int) -> object | None:
@@ -132,6 +138,144 @@ class HashBuckets:
         return self._first_from(0)
 
 
+# -- the data path --------------------------------------------------------------------------------
+class BpfDtabNetdev:
+    """struct bpf_dtab_netdev: one entry: the device, its program, its live value."""
+
+    __slots__ = ("system", "dev", "xdp_prog", "val", "idx")
+
+    def __init__(self, system: Any, dev: Any, xdp_prog: Any, idx: int) -> None:
+        self.system = system  # the holder of the program reference
+        self.dev = dev
+        self.xdp_prog = xdp_prog
+        self.idx = idx
+        self.val = bytearray(struct.pack("<II", dev.ifindex, xdp_prog.id if xdp_prog else 0))
+
+    def xdp_enqueue(self, xdpf: XdpBuff, dev_rx: Any) -> int:
+        """dev_map_enqueue: a redirect through the map."""
+        return _xdp_enqueue(self.dev, xdpf, dev_rx, self.xdp_prog)
+
+    def generic_redirect(self, skb: SkBuff) -> int:
+        """dev_map_generic_redirect: the entry's program on the skb, then out of the device."""
+        err = xdp_ok_fwd_dev(self.dev, skb.len)
+        if err:
+            return err
+        if self.xdp_prog is not None:
+            xdp = XdpBuff.from_bytes(skb.linearize(), skb.dev, skb.rx_queue)
+            act, _ = bpf_prog_run_xdp(self.xdp_prog, xdp, self.dev.ifindex)
+            if act != XDP_PASS:
+                self.dev.net.stack.free_skb(skb)
+                return 0  # the redirect succeeded; the program dropped it
+            skb.data, skb.frags = bytearray(xdp.frame_bytes()), []
+        skb.dev = self.dev
+        self.dev.xmit_skb(skb)
+        return 0
+
+    def free(self) -> None:
+        """__dev_map_entry_free: the program reference goes."""
+        prog, self.xdp_prog = self.xdp_prog, None
+        if prog is not None:
+            self.system.bpf_prog_put(prog)
+
+
+class XdpDevBulkQueue:
+    """struct xdp_dev_bulk_queue: one device's frames from one CPU, waiting for the flush."""
+
+    __slots__ = ("dev", "q", "dev_rx", "xdp_prog", "lock", "on_list")
+
+    def __init__(self, dev: Any) -> None:
+        self.dev = dev
+        self.q: list[XdpBuff] = []
+        self.dev_rx: Any = None
+        self.xdp_prog: Any = None
+        self.lock = threading.Lock()
+        self.on_list = False
+
+    def flush(self) -> None:
+        """__dev_flush for this queue: send what it holds."""
+        with self.lock:
+            self._xmit_all(XDP_XMIT_FLUSH)
+            self.dev_rx = self.xdp_prog = None
+            self.on_list = False
+
+    def _xmit_all(self, flags: int) -> None:
+        """bq_xmit_all: the entry's program first, then ndo_xdp_xmit; the rest is freed."""
+        frames, self.q = self.q, []
+        if not frames:
+            return
+        dev = self.dev
+        cnt = len(frames)
+        if self.xdp_prog is not None:
+            frames = dev_map_bpf_prog_run(self.xdp_prog, frames, dev)
+            if cnt > len(frames):
+                dev.count("xdp_prog_drops", cnt - len(frames))
+            if not frames:
+                return
+        sent = dev.ndo_xdp_xmit(frames, flags)
+        dev.count("xdp_xmit", max(sent, 0))
+        if sent < len(frames):
+            dev.count("xdp_xmit_err", len(frames) - max(sent, 0))
+
+
+def dev_map_bpf_prog_run(prog: Any, frames: list[XdpBuff], dev: Any) -> list[XdpBuff]:
+    """The devmap entry's program on each frame, ``egress_ifindex`` set: the frames it
+    passed (any other action drops the frame)."""
+    return [xdpf for xdpf in frames
+            if bpf_prog_run_xdp(prog, xdpf, dev.ifindex)[0] == XDP_PASS]
+
+
+def xdp_ok_fwd_dev(dev: Any, length: int) -> int:
+    """0, or why ``dev`` cannot send a frame of ``length`` bytes (-ENETDOWN, -EMSGSIZE)."""
+    if not dev.up:
+        return -errno.ENETDOWN
+    if length > dev.mtu + ETH_HLEN + VLAN_HLEN:
+        return -errno.EMSGSIZE
+    return 0
+
+
+def is_valid_dst(dev: Any, length: int) -> bool:
+    return dev.xdp_xmit and not xdp_ok_fwd_dev(dev, length)
+
+
+def bq_enqueue(dev: Any, xdpf: XdpBuff, dev_rx: Any, xdp_prog: Any) -> None:
+    """Queue a frame on ``dev``'s bulk queue of this CPU (sending a full queue first)."""
+    cpu = dev.net.machine.current_cpu()
+    bq = dev.xdp_bulkq[cpu]
+    if bq is None:
+        bq = dev.xdp_bulkq[cpu] = XdpDevBulkQueue(dev)
+    with bq.lock:
+        if len(bq.q) == DEV_MAP_BULK_SIZE:
+            bq._xmit_all(0)
+        bq.q.append(xdpf)
+        if not bq.on_list:  # the first frame since the last flush names ingress and program
+            bq.dev_rx, bq.xdp_prog, bq.on_list = dev_rx, xdp_prog, True
+            dev_flush_list().append(bq)
+
+
+def _xdp_enqueue(dev: Any, xdpf: XdpBuff, dev_rx: Any, xdp_prog: Any) -> int:
+    if not dev.xdp_xmit:
+        return -errno.EOPNOTSUPP
+    err = xdp_ok_fwd_dev(dev, xdpf.len)
+    if err:
+        return err
+    bq_enqueue(dev, xdpf, dev_rx, xdp_prog)
+    return 0
+
+
+def dev_xdp_enqueue(dev: Any, xdpf: XdpBuff, dev_rx: Any) -> int:
+    """A redirect to a device by ifindex (``bpf_redirect``, a live test run's XDP_TX)."""
+    return _xdp_enqueue(dev, xdpf, dev_rx, None)
+
+
+def skb_clone(skb: SkBuff, net: Any) -> SkBuff:
+    """A copy of ``skb`` with its own head from the slab."""
+    copy = net.skb_cache.kmem_cache_alloc_bulk(1)[0]
+    copy.data, copy.frags = bytearray(skb.data), list(skb.frags)
+    copy.dev, copy.protocol, copy.pkt_type = skb.dev, skb.protocol, skb.pkt_type
+    copy.truesize, copy.rx_queue = skb.truesize, skb.rx_queue
+    return copy
+
+
 class DevMapBase(BpfMap):
     """What DEVMAP and DEVMAP_HASH share: creation, value parsing, the device check."""
 
@@ -160,18 +304,52 @@ class DevMapBase(BpfMap):
         prog_fd = struct.unpack("<i", value[4:8])[0] if self.value_size == 8 else 0
         return ifindex, prog_fd
 
-    def dev_map_alloc_node(self, ifindex: int, prog_fd: int) -> bytearray:
-        """__dev_map_alloc_node: the entry's live ``bpf_devmap_val`` (ifindex, prog id)."""
-        if ifindex not in machine_ifindexes(self.machine):
+    def dev_map_alloc_node(self, ifindex: int, prog_fd: int, key: int) -> BpfDtabNetdev:
+        """__dev_map_alloc_node: the device, the program (a reference taken) and the
+        entry's live ``bpf_devmap_val`` (ifindex, prog id)."""
+        dev = self.machine.net.dev_get_by_index(ifindex)
+        if dev is None:
             raise KernelError(errno.EINVAL, f"no network device has ifindex {ifindex}")
-        prog_id = 0
+        prog = None
         if prog_fd > 0:
             prog = resolve_xdp_prog(self.system, prog_fd, AttachType.XDP_DEVMAP)
             if prog is None:
                 raise KernelError(errno.EINVAL, f"fd {prog_fd} is not an XDP program loaded "
                                                 f"with expected_attach_type BPF_XDP_DEVMAP")
-            prog_id = prog.id
-        return bytearray(struct.pack("<II", ifindex, prog_id))
+            self.system.bpf_prog_inc(prog)
+        return BpfDtabNetdev(self.system, dev, prog, key)
+
+    def _free_entry(self, entry: BpfDtabNetdev | None) -> None:
+        """A replaced or deleted entry goes after a grace period (__dev_map_entry_free)."""
+        if entry is not None:
+            rcu = self.machine.rcu
+            rcu.call_rcu(entry.free)
+            rcu.poll()
+
+    def dev_map_enqueue_multi(self, xdpf: XdpBuff, dev_rx: Any, exclude_ingress: bool) -> int:
+        """A broadcast: a copy to each device of the map, the original to the last."""
+        targets = [dst for dst in self.entries() if is_valid_dst(dst.dev, xdpf.len)
+                   and not (exclude_ingress and dst.dev is dev_rx)]
+        for dst in targets[:-1]:
+            bq_enqueue(dst.dev, xdpf.clone(), dev_rx, dst.xdp_prog)
+        if targets:
+            bq_enqueue(targets[-1].dev, xdpf, dev_rx, targets[-1].xdp_prog)
+        return 0
+
+    def dev_map_redirect_multi(self, skb: SkBuff, exclude_ingress: bool) -> int:
+        """A generic-XDP broadcast: a copy of the skb out of each device of the map."""
+        targets = [dst for dst in self.entries() if not xdp_ok_fwd_dev(dst.dev, skb.len)
+                   and not (exclude_ingress and dst.dev is skb.dev)]
+        if not targets:
+            return -errno.ENOENT
+        for dst in targets[:-1]:
+            dst.generic_redirect(skb_clone(skb, dst.dev.net))
+        return targets[-1].generic_redirect(skb)
+
+    def dev_map_free(self) -> None:
+        """Every entry's program reference goes."""
+        for entry in self.entries():
+            entry.free()
 
     def _count(self) -> None:
         self.access_stats.access(self.machine.current_cpu(), self.numa_node)
@@ -183,11 +361,18 @@ class DevMap(DevMapBase):
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
         super().__init__(attr, machine, node)
-        self.netdev_map: dict[int, bytearray] = {}
+        self.netdev_map: dict[int, BpfDtabNetdev] = {}
 
     def dev_map_lookup_elem(self, key: bytes) -> bytearray | None:
         self._count()
-        return self.netdev_map.get(u32_key(key))
+        entry = self.netdev_map.get(u32_key(key))
+        return None if entry is None else entry.val
+
+    def redirect_target(self, index: int) -> BpfDtabNetdev | None:
+        return self.netdev_map.get(index)
+
+    def entries(self) -> list[BpfDtabNetdev]:
+        return [self.netdev_map[k] for k in sorted(self.netdev_map)]
 
     def dev_map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
         index = u32_key(key)
@@ -203,9 +388,12 @@ class DevMap(DevMapBase):
         if not ifindex:
             if prog_fd > 0:
                 raise KernelError(errno.EINVAL, "a program fd needs a device: ifindex is 0")
-            self.netdev_map.pop(index, None)
+            self._free_entry(self.netdev_map.pop(index, None))
             return
-        self.netdev_map[index] = self.dev_map_alloc_node(ifindex, prog_fd)
+        entry = self.dev_map_alloc_node(ifindex, prog_fd, index)
+        old = self.netdev_map.get(index)
+        self.netdev_map[index] = entry
+        self._free_entry(old)
         self._count()
 
     def dev_map_delete_elem(self, key: bytes) -> None:
@@ -213,7 +401,7 @@ class DevMap(DevMapBase):
         if index >= self.max_entries:
             raise KernelError(errno.EINVAL, f"index {index} is out of range (max_entries "
                                             f"{self.max_entries})")
-        self.netdev_map.pop(index, None)
+        self._free_entry(self.netdev_map.pop(index, None))
 
     def dev_map_get_next_key(self, key: bytes | None) -> bytes:
         return index_get_next_key(self.max_entries, key)
@@ -224,6 +412,7 @@ class DevMap(DevMapBase):
     map_update_elem = dev_map_update_elem
     map_delete_elem = dev_map_delete_elem
     map_get_next_key = dev_map_get_next_key
+    map_free = DevMapBase.dev_map_free
 
 
 @map_ops(MapType.DEVMAP_HASH)
@@ -245,7 +434,14 @@ class DevMapHash(DevMapBase):
     def dev_map_hash_lookup_elem(self, key: bytes) -> bytearray | None:
         self._count()
         entry = self.index.find(key)
+        return None if entry is None else entry[1].val
+
+    def redirect_target(self, index: int) -> BpfDtabNetdev | None:
+        entry = self.index.find(index.to_bytes(4, "little"))
         return None if entry is None else entry[1]
+
+    def entries(self) -> list[BpfDtabNetdev]:
+        return [entry[1] for entry in self.index.entries()]
 
     def dev_map_hash_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
         ifindex, prog_fd = self._parse_value(value)
@@ -257,12 +453,14 @@ class DevMapHash(DevMapBase):
             if old is not None and flags & BPF_NOEXIST:
                 raise KernelError(errno.EEXIST, f"key {u32_key(key)} is present and "
                                                 f"BPF_NOEXIST was given")
-            dev = self.dev_map_alloc_node(ifindex, prog_fd)
+            dev = self.dev_map_alloc_node(ifindex, prog_fd, u32_key(key))
             if old is not None:
                 self.index.remove(old)
             elif self.index.count >= self.max_entries:
+                dev.free()
                 raise KernelError(errno.E2BIG, f"the map is full ({self.max_entries} devices)")
             self.index.add_head(key, dev)
+        self._free_entry(old[1] if old is not None else None)
         self._count()
 
     def dev_map_hash_delete_elem(self, key: bytes) -> None:
@@ -271,6 +469,7 @@ class DevMapHash(DevMapBase):
             if entry is None:
                 raise KernelError(errno.ENOENT, f"no device under key {u32_key(key)}")
             self.index.remove(entry)
+        self._free_entry(entry[1])
 
     def dev_map_hash_get_next_key(self, key: bytes | None) -> bytes:
         return self.index.get_next_key(key)
@@ -281,3 +480,4 @@ class DevMapHash(DevMapBase):
     map_update_elem = dev_map_hash_update_elem
     map_delete_elem = dev_map_hash_delete_elem
     map_get_next_key = dev_map_hash_get_next_key
+    map_free = DevMapBase.dev_map_free

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import KernelError, ProgramFault
-from ..uapi import BpfFunc, MapType, ProgType, map_traits
-from .bpf_map import BpfMap
+from ..uapi import BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, BpfFunc, MapType, ProgType, map_traits
+from .bpf_map import INT_MAX, BpfMap
 from .memory import (
     BYTES_AT,
     M32,
@@ -43,8 +43,6 @@ from .memory import (
 XDP_ABORTED, XDP_DROP, XDP_PASS, XDP_TX, XDP_REDIRECT = range(5)
 SK_DROP, SK_PASS = 0, 1
 BPF_F_INGRESS = 1
-BPF_F_BROADCAST = 1 << 3
-BPF_F_EXCLUDE_INGRESS = 1 << 4
 _XDP_ACTION_MASK = XDP_ABORTED | XDP_DROP | XDP_PASS | XDP_TX
 
 
@@ -298,6 +296,31 @@ def _format(fmt: bytes, args: list[int]) -> bytes:
 
 
 # -- redirects (net/core/filter.c, net/core/sock_map.c) -----------------------------------------
+class XdpRedirect:
+    """struct bpf_redirect_info, as an XDP redirect helper leaves it for xdp_do_redirect:
+    the target's map type and id, its index and looked-up entry (``tgt_value``), and for a
+    broadcast the map and flags. ``map_type`` UNSPEC means "to the device ``tgt_index``"."""
+
+    __slots__ = ("map_type", "map_id", "tgt_index", "tgt_value", "bpf_map", "flags")
+
+    def __init__(self, map_type: int, map_id: int, tgt_index: int, tgt_value: object = None,
+                 bpf_map: BpfMap | None = None, flags: int = 0) -> None:
+        self.map_type = map_type
+        self.map_id = map_id
+        self.tgt_index = tgt_index
+        self.tgt_value = tgt_value
+        self.bpf_map = bpf_map
+        self.flags = flags
+
+    @property
+    def broadcast(self) -> bool:
+        return bool(self.flags & BPF_F_BROADCAST)
+
+    @property
+    def exclude_ingress(self) -> bool:
+        return bool(self.flags & BPF_F_EXCLUDE_INGRESS)
+
+
 def bpf_redirect_map(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     """__bpf_xdp_redirect_map: XDP_REDIRECT when the key has a target, else the low bits of
     flags (the default action); flags outside the allowed set give XDP_ABORTED."""
@@ -310,13 +333,22 @@ def bpf_redirect_map(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) 
     allowed = _XDP_ACTION_MASK | (BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS if broadcast_ok else 0)
     if flags & ~allowed:
         return XDP_ABORTED
-    target = None
-    if not flags & BPF_F_BROADCAST:
-        target = bpf_map.map_lookup_elem((r2 & M32).to_bytes(4, "little"))
-        if target is None:
-            rs.redirect = None
-            return flags & _XDP_ACTION_MASK
-    rs.redirect = (bpf_map, r2 & M32, flags)
+    index = r2 & M32
+    target = bpf_map.redirect_target(index)  # __cpu_map_lookup_elem and friends
+    if target is None and not flags & BPF_F_BROADCAST:
+        rs.redirect = None
+        return flags & _XDP_ACTION_MASK
+    broadcast = bool(flags & BPF_F_BROADCAST)
+    rs.redirect = XdpRedirect(bpf_map.map_type, bpf_map.id, index, target,
+                              bpf_map if broadcast else None, flags if broadcast else 0)
+    return XDP_REDIRECT
+
+
+def bpf_xdp_redirect(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_redirect(ifindex, flags) in XDP: to the device ``ifindex``; any flag aborts."""
+    if r2:
+        return XDP_ABORTED
+    rs.redirect = XdpRedirect(MapType.UNSPEC, INT_MAX, r1 & M32)
     return XDP_REDIRECT
 
 
@@ -456,6 +488,7 @@ def _table() -> dict[int, HelperProto]:
         (BpfFunc.get_numa_node_id, bpf_get_numa_node_id, (), None),
         (BpfFunc.probe_read_user, bpf_probe_read_user,
          (ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE_OR_ZERO, ARG_ANYTHING), _TRACING),
+        (BpfFunc.redirect, bpf_xdp_redirect, (ARG_ANYTHING, ARG_ANYTHING), _XDP),
         (BpfFunc.redirect_map, bpf_redirect_map, (ARG_CONST_MAP_PTR, ARG_ANYTHING, ARG_ANYTHING),
          _XDP),
         (BpfFunc.xdp_adjust_head, bpf_xdp_adjust_head, (ARG_PTR_TO_CTX, ARG_ANYTHING), _XDP),

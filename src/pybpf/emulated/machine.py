@@ -21,11 +21,13 @@ Rules this module keeps:
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import random
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from ..profiles import Profile, load_profile
 from ..topology import Topology, host_topology
@@ -33,6 +35,9 @@ from .rcu import Rcu
 from .timing import Timing
 
 DEFAULT_PROFILE = "host"
+
+if TYPE_CHECKING:
+    from .netdev import Net
 
 
 def declared_topology(cpus: int, nodes: int) -> Topology:
@@ -213,6 +218,12 @@ class Machine:
     def prandom_u32(self) -> int:
         """bpf_get_prandom_u32(): the current CPU's generator (per CPU, as the kernel's)."""
         return self._prandom[self.current.cpu].getrandbits(32)
+    @functools.cached_property
+    def net(self) -> Net:
+        """The machine's network namespace (devices, sockets, skb caches), made on first use."""
+        from .netdev import Net
+
+        return Net(self)
 
     def ktime_get_ns(self) -> int:
         """bpf_ktime_get_ns(): the current CPU's modeled clock (ns since the machine began)."""

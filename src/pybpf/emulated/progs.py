@@ -31,18 +31,23 @@ import hashlib
 import os
 import struct
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from ..attrs import ProgAttr, TestRunRequest
 from ..errors import KernelError, prog_description
 from ..system import ProgInfo, TestRun
 from ..uapi import (
+    BPF_F_TEST_RUN_ON_CPU,
+    BPF_F_TEST_SKB_CHECKSUM_COMPLETE,
+    BPF_F_TEST_XDP_LIVE_FRAMES,
     BPF_PSEUDO_MAP_FD,
     BPF_PSEUDO_MAP_VALUE,
     ENOTSUPP,
     AttachType,
     ProgType,
 )
+from .btf import check_btf_func
 from .executable import Executable, run
 from .filter import (
     SK_BUFF_SIZE,
@@ -84,8 +89,11 @@ from .memory import (
     CtxRegion,
     RunState,
 )
+from .netdev import NAPI_POLL_WEIGHT
 from .syscall import bpf_obj_name_cpy
+from .test_run import TEST_XDP_MAX_BATCH, bpf_test_run_xdp_live
 from .verifier import bpf_check
+from .xdp import XDP_FRAME_SIZE, XDP_PACKET_HEADROOM, XdpBuff
 
 BPF_F_SLEEPABLE = 1 << 4
 BPF_F_TOKEN_FD = 1 << 16
@@ -93,18 +101,16 @@ BPF_F_TOKEN_FD = 1 << 16
 # and BPF_F_TOKEN_FD.
 _PROG_FLAGS = (1 << 8) - 1 | BPF_F_TOKEN_FD
 BPF_COMPLEXITY_LIMIT_INSNS = 1_000_000
-BPF_F_TEST_RUN_ON_CPU = 1 << 0
-BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
-BPF_F_TEST_SKB_CHECKSUM_COMPLETE = 1 << 2  # accepted; no __sk_buff field shows the checksum
 
 ETH_HLEN = 14
 PAGE_SIZE = 4096
 NET_SKB_PAD = 64  # max(32, L1_CACHE_BYTES) on x86-64; NET_IP_ALIGN is 0 there
 SKB_SHINFO_SIZE = 320  # SKB_DATA_ALIGN(sizeof(struct skb_shared_info)) on 6.18 x86-64
-XDP_PACKET_HEADROOM = 256
 XDP_METADATA_MAX = 255  # xdp_metalen_invalid: skb_shared_info.meta_len is a u8
 LOOPBACK_IFINDEX = 1
-LOOPBACK_RX_QUEUES = 1
+# sizeof(struct xdp_page_head) on x86-64: two struct xdp_buff (56 bytes each) and the
+# struct xdp_frame (40) a live-frames run keeps at the start of each page
+XDP_PAGE_HEAD_SIZE = 2 * 56 + 40
 GSO_MAX_SEGS = 65535
 GSO_LEGACY_MAX_SIZE = 65536
 # eth_type_trans: EtherType values from 0x600 up name a protocol; below, the frame is 802.3
@@ -246,6 +252,11 @@ class ProgramsMixin:
             raise KernelError(errno.EINVAL, f"expected_attach_type {attr.expected_attach_type} "
                                             "is not an XDP attach type")
         gpl = attr.license.split(b"\0", 1)[0] in _GPL_COMPATIBLE
+        if attr.prog_btf_fd or attr.func_info:
+            btf = self.btf_get_by_fd(attr.prog_btf_fd)
+            self.btf_put(btf)
+            if attr.func_info:
+                check_btf_func(attr.insns, btf.btf, attr.func_info, attr.func_info_rec_size)
         verified = bpf_check(attr.insns, prog_type, self.map_from_fd, gpl,
                              attr.expected_attach_type)
         prog = BpfProg(self, prog_type, attr.insns, verified, name, attr.expected_attach_type,
@@ -315,7 +326,7 @@ class ProgramsMixin:
         ctx = _ctx_init(req, SK_BUFF_SIZE)
         if ctx is not None:
             ifindex = struct.unpack_from("<I", ctx, SKB_IFINDEX)[0]
-            if ifindex > LOOPBACK_IFINDEX:
+            if ifindex > LOOPBACK_IFINDEX and self.machine.net.dev_get_by_index(ifindex) is None:
                 raise KernelError(errno.ENODEV, f"no device with ifindex {ifindex}")
         packet = bytearray(req.data_in)
         protocol = eth_type_trans(packet)
@@ -372,8 +383,16 @@ class ProgramsMixin:
         if req.flags & ~BPF_F_TEST_XDP_LIVE_FRAMES:
             raise KernelError(errno.EINVAL, f"flags {req.flags:#x}: XDP test runs take only "
                                             "BPF_F_TEST_XDP_LIVE_FRAMES")
-        if req.flags & BPF_F_TEST_XDP_LIVE_FRAMES:
-            raise KernelError(524, "live-frame XDP test runs are not emulated")
+        live = bool(req.flags & BPF_F_TEST_XDP_LIVE_FRAMES)
+        batch_size = req.batch_size
+        if live:
+            batch_size = batch_size or NAPI_POLL_WEIGHT
+            if batch_size > TEST_XDP_MAX_BATCH:
+                raise KernelError(errno.E2BIG, f"batch_size {batch_size} is over "
+                                               f"{TEST_XDP_MAX_BATCH}")
+        elif batch_size:
+            raise KernelError(errno.EINVAL, "batch_size is for live-frames runs only "
+                                            "(flags BPF_F_TEST_XDP_LIVE_FRAMES)")
         size = len(req.data_in)
         ctx = _ctx_init(req, XDP_MD_SIZE)
         headroom = XDP_PACKET_HEADROOM
@@ -382,15 +401,24 @@ class ProgramsMixin:
         ingress = rx_queue = 0
         if ctx is not None:
             data, data_end, data_meta, ingress, rx_queue, egress = _XDP_MD.unpack_from(ctx)
-            if data_meta or data_end > size or data > data_end or data % 4 \
-                    or data > XDP_METADATA_MAX:
+            if data_meta or data_end > size or data > data_end or (
+                    live and (req.data_size_out or req.ctx_size_out)):
                 raise KernelError(errno.EINVAL, "xdp_md: data_meta must be 0, data <= "
-                                  f"data_end <= data size, metadata a multiple of 4 up to "
-                                  f"{XDP_METADATA_MAX}")
+                                  "data_end <= data size; a live-frames run returns no "
+                                  "data_out or ctx_out")
+            if data % 4 or data > XDP_METADATA_MAX \
+                    or data > XDP_PACKET_HEADROOM - XDP_FRAME_SIZE:
+                raise KernelError(errno.EINVAL, "xdp_md: metadata a multiple of 4 up to "
+                                  f"{XDP_PACKET_HEADROOM - XDP_FRAME_SIZE} bytes (the "
+                                  "headroom less struct xdp_frame)")
             headroom -= data
             meta, linear = data, data_end
-        max_linear = PAGE_SIZE - headroom - SKB_SHINFO_SIZE
+        max_linear = PAGE_SIZE - headroom - (XDP_PAGE_HEAD_SIZE if live else 0) \
+            - SKB_SHINFO_SIZE
         linear = min(linear, max_linear)
+        if live and size > linear:
+            raise KernelError(errno.EINVAL, f"data_in is {size} bytes: a live-frames run "
+                                            f"takes no frame over {linear} bytes")
         if size - meta < ETH_HLEN:
             raise KernelError(errno.EINVAL, f"data_in is {size - meta} bytes after the metadata, "
                                             f"less than an Ethernet header ({ETH_HLEN})")
@@ -400,11 +428,18 @@ class ProgramsMixin:
             if not ingress and rx_queue:
                 raise KernelError(errno.EINVAL, "xdp_md.rx_queue_index needs an "
                                                 "ingress_ifindex")
-            if ingress and ingress != LOOPBACK_IFINDEX:
-                raise KernelError(errno.ENODEV, f"no device with ifindex {ingress}")
-            if rx_queue >= LOOPBACK_RX_QUEUES:
-                raise KernelError(errno.EINVAL, f"rx_queue_index {rx_queue}: the device has "
-                                                f"{LOOPBACK_RX_QUEUES} queue")
+        dev = self.machine.net.dev_get_by_index(ingress or LOOPBACK_IFINDEX)
+        if dev is None:
+            raise KernelError(errno.ENODEV, f"no device with ifindex {ingress}")
+        if rx_queue >= dev.real_num_rx_queues:
+            raise KernelError(errno.EINVAL, f"rx_queue_index {rx_queue}: {dev.name} has "
+                                            f"{dev.real_num_rx_queues} rx queue(s)")
+        if live:
+            template = XdpBuff.from_bytes(req.data_in, dev, rx_queue, metasize=meta,
+                                          headroom=headroom)
+            duration = bpf_test_run_xdp_live(prog, template, req.repeat, batch_size)
+            ctx_out = bytearray(ctx) if ctx is not None else None
+            return _test_finish(req, req.data_in, 0, min(duration, M32), ctx_out)
         # The page: data_hard_start at 0, the packet (metadata first) after the headroom,
         # room to grow up to the frame's end less the shared info (xdp_data_hard_end).
         buf = bytearray(XDP_FRAME_SZ - SKB_SHINFO_SIZE)
@@ -415,7 +450,7 @@ class ProgramsMixin:
                     XDP_MD_DATA_END: base | (headroom + linear),
                     XDP_MD_DATA_META: base | headroom}
         md = bytearray(XDP_MD_SIZE)
-        struct.pack_into("<III", md, 12, LOOPBACK_IFINDEX, rx_queue, 0)
+        struct.pack_into("<III", md, 12, dev.ifindex, rx_queue, 0)
         ctx_region = CtxRegion("xdp_md", md, pointers)
         view = memoryview(buf)
 
@@ -476,8 +511,26 @@ class ProgramsMixin:
         events = "/sys/kernel/tracing/events"
         if os.path.isdir(events) and not os.path.isdir(os.path.join(events, category, name)):
             raise KernelError(errno.ENOENT, f"no tracepoint {category}/{name} in {events}")
+        return self._attach(prog, (category, name))
+
+    def _raw_tracepoint_open(self, prog_fd: int, name: str) -> int:
+        """BPF_RAW_TRACEPOINT_OPEN: a RAW_TRACEPOINT program on tracepoint ``name`` (any
+        category: raw tracepoints are named without one)."""
+        prog = self.prog_from_fd(prog_fd)
+        if prog.prog_type not in (ProgType.RAW_TRACEPOINT, ProgType.RAW_TRACEPOINT_WRITABLE):
+            raise KernelError(errno.EINVAL, "not a raw tracepoint program "
+                              "(ProgType.RAW_TRACEPOINT)")
+        events = "/sys/kernel/tracing/events"
+        if os.path.isdir(events) and not any(
+                os.path.isdir(os.path.join(events, category, name))
+                for category in os.listdir(events)):
+            raise KernelError(errno.ENOENT, f"no tracepoint named {name} in {events}")
+        self.machine.net.add_trace_sink(self.trigger_raw_tracepoint)  # the data path's events
+        return self._attach(prog, ("raw", name))
+
+    def _attach(self, prog: BpfProg, key: tuple[str, str]) -> int:
         self.bpf_prog_inc(prog)
-        link = _Tracepoint(self, prog, category, name)
+        link = _Tracepoint(self, prog, *key)
         with _tracepoint_lock:
             self._tracepoint_links().setdefault(link.key, []).append(link)
         return self.fd_install(link)
@@ -492,6 +545,11 @@ class ProgramsMixin:
             if link in links:
                 links.remove(link)
         self.bpf_prog_put(link.prog)
+
+    def trigger_raw_tracepoint(self, name: str, args: Sequence[int] = ()) -> list[int]:
+        """Fire raw tracepoint ``name`` with ``args`` (struct bpf_raw_tracepoint_args, one
+        u64 each): every attached program runs once; their return values in order."""
+        return self.trigger_tracepoint("raw", name, struct.pack(f"<{len(args)}Q", *args))
 
     def trigger_tracepoint(self, category: str, name: str, ctx: bytes = b"") -> list[int]:
         """Fire tracepoint ``category/name`` with the raw record ``ctx``: every attached

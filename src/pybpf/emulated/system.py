@@ -43,7 +43,9 @@ from ..uapi import (
     map_traits,
 )
 from .bpf_map import MAP_OPS, BpfMap, bpf_map_attr_numa_node
+from .btf import BtfMixin, map_check_btf
 from .inode import BpfFs
+from .links import LinksMixin
 from .machine import Machine
 from .memalloc import HTAB_MEM_DESIGNS
 from .progs import ProgramsMixin
@@ -97,7 +99,7 @@ def bpf_map_flags_retain_permanent(flags: int) -> int:
     return flags & ~(BPF_F_RDONLY | BPF_F_WRONLY)
 
 
-class EmulatedSystem(ProgramsMixin, System):
+class EmulatedSystem(LinksMixin, ProgramsMixin, BtfMixin, System):
     """The BPF map subsystem in user space, on an emulated ``Machine``.
 
     ``EmulatedSystem(cpus=20, nodes=2)`` declares a topology; ``machine=`` shares one.
@@ -110,22 +112,31 @@ class EmulatedSystem(ProgramsMixin, System):
     (kmalloc per element, one call_rcu per freed element, no reuse; before) or
     ``"bpf_mem_alloc_call_rcu"`` (per-CPU caches, but each freed element through call_rcu
     first: the 2022 series between its bpf_mem_alloc patch and 0fd7c5d43339).
+    ``cpumap_skb_alloc`` picks where cpumap's kthreads get skb heads:
+    ``"napi_skb_cache_get_bulk"`` (the CPU's NAPI cache, refilled in bulk; since 6.15) or
+    ``"kmem_cache_alloc_bulk"`` (straight from the slab; before).
     """
 
     name = "emulated"
 
     def __init__(self, cpus: int | None = None, nodes: int | None = None,
                  machine: Machine | None = None, htab_mem: str = "bpf_mem_alloc",
-                 profile: Any = None, cache_scale: float = 1.0, seed: int = 0) -> None:
+                 profile: Any = None, cache_scale: float = 1.0, seed: int = 0,
+                 cpumap_skb_alloc: str = "napi_skb_cache_get_bulk") -> None:
         if machine is not None and (cpus is not None or nodes is not None
                                     or profile is not None):
             raise TypeError("give either machine= or cpus=/nodes=/profile=, not both")
         if htab_mem not in HTAB_MEM_DESIGNS:
             raise ValueError(f"htab_mem={htab_mem!r}: choose one of "
                              f"{', '.join(HTAB_MEM_DESIGNS)}")
+        if cpumap_skb_alloc not in ("napi_skb_cache_get_bulk", "kmem_cache_alloc_bulk"):
+            raise ValueError(f"cpumap_skb_alloc={cpumap_skb_alloc!r}: choose "
+                             "'napi_skb_cache_get_bulk' or 'kmem_cache_alloc_bulk'")
         self.machine = machine if machine is not None else Machine(
             cpus, nodes, profile=profile, cache_scale=cache_scale, seed=seed)
         self.machine.htab_mem = htab_mem
+        if cpumap_skb_alloc != "napi_skb_cache_get_bulk":
+            self.machine.net.cpumap_skb_alloc = cpumap_skb_alloc
         self._lock = threading.RLock()  # fd table, idrs, pins, refcounts
         # fd -> object. Each emulated fd holds a real host fd (on /dev/null) of the same number,
         # so emulated objects and the process's real files (sockets for sockmap, say) share one
@@ -193,6 +204,8 @@ class EmulatedSystem(ProgramsMixin, System):
                 return
             self._map_idr.pop(bpf_map.id, None)
         bpf_map.map_free()
+        if bpf_map.btf is not None:
+            self.btf_put(bpf_map.btf)
 
     def _map_new_fd(self, bpf_map: BpfMap, file_flags: int) -> int:
         self.bpf_map_inc(bpf_map)
@@ -241,6 +254,8 @@ class EmulatedSystem(ProgramsMixin, System):
     def _map_create(self, attr: MapAttr) -> int:
         """map_create: its checks in syscall.c's order, then the type's map_alloc_check and
         map_alloc, then the name (bpf_obj_name_cpy comes after the allocation)."""
+        if attr.btf_key_type_id and not attr.btf_value_type_id:
+            raise KernelError(errno.EINVAL, "a BTF key type needs a BTF value type")
         token_flag = attr.map_flags & MapFlags.TOKEN_FD
         if token_flag:  # cleared before anything else reads map_flags
             attr = dataclasses.replace(attr, map_flags=attr.map_flags & ~int(MapFlags.TOKEN_FD))
@@ -273,12 +288,32 @@ class EmulatedSystem(ProgramsMixin, System):
         except KernelError:
             bpf_map.map_free()
             raise
+        if attr.btf_key_type_id or attr.btf_value_type_id:
+            try:
+                self._map_set_btf(bpf_map, attr)
+            except KernelError:
+                bpf_map.map_free()
+                raise
         bpf_map.map_flags = bpf_map_flags_retain_permanent(bpf_map.map_flags)
         bpf_map.system = self
         with self._lock:
             bpf_map.id = next(self._next_map_id)
             self._map_idr[bpf_map.id] = bpf_map
         return self._map_new_fd(bpf_map, file_flags)
+
+    def _map_set_btf(self, bpf_map: BpfMap, attr: MapAttr) -> None:
+        """map_create's BTF part: the object behind btf_fd, then map_check_btf."""
+        btf = self.btf_get_by_fd(attr.btf_fd)
+        try:
+            if attr.btf_value_type_id:
+                map_check_btf(attr.map_type, attr.key_size, attr.value_size, attr.max_entries,
+                              btf.btf, attr.btf_key_type_id, attr.btf_value_type_id)
+        except KernelError:
+            self.btf_put(btf)
+            raise
+        bpf_map.btf = btf
+        bpf_map.btf_key_type_id = attr.btf_key_type_id
+        bpf_map.btf_value_type_id = attr.btf_value_type_id
 
     # -- element commands --------------------------------------------------------------------
     def _map_lookup_elem(self, fd: int, key: bytes | None, flags: int,
@@ -416,7 +451,10 @@ class EmulatedSystem(ProgramsMixin, System):
         return MapInfo(type=bpf_map.map_type, id=bpf_map.id, key_size=bpf_map.key_size,
                        value_size=bpf_map.value_size, max_entries=bpf_map.max_entries,
                        map_flags=bpf_map.map_flags, name=bpf_map.name,
-                       map_extra=bpf_map.map_extra)
+                       map_extra=bpf_map.map_extra,
+                       btf_id=bpf_map.btf.id if bpf_map.btf is not None else 0,
+                       btf_key_type_id=bpf_map.btf_key_type_id,
+                       btf_value_type_id=bpf_map.btf_value_type_id)
 
     def _map_get_fd_by_id(self, map_id: int, open_flags: int) -> int:
         file_flags = bpf_obj_file_flags(open_flags, "open_flags")

@@ -188,6 +188,44 @@ class ProgLoadAttr(ctypes.Structure):
     ]
 
 
+class BtfLoadAttr(ctypes.Structure):
+    """BPF_BTF_LOAD."""
+
+    _fields_ = [
+        ("btf", uptr),
+        ("btf_log_buf", uptr),
+        ("btf_size", u32),
+        ("btf_log_size", u32),
+        ("btf_log_level", u32),
+        ("btf_log_true_size", u32),
+        ("btf_flags", u32),
+        ("btf_token_fd", s32),
+    ]
+
+
+class RawTracepointAttr(ctypes.Structure):
+    """BPF_RAW_TRACEPOINT_OPEN (``raw_tracepoint``)."""
+
+    _fields_ = [
+        ("name", uptr),
+        ("prog_fd", u32),
+        ("_pad", u32),
+        ("cookie", u64),
+    ]
+
+
+class LinkCreateAttr(ctypes.Structure):
+    """BPF_LINK_CREATE, its common head (``target_fd`` is ``target_ifindex`` for XDP)."""
+
+    _fields_ = [
+        ("prog_fd", u32),
+        ("target_fd", u32),
+        ("attach_type", u32),
+        ("flags", u32),
+        ("_target_args", u8 * 48),  # the per-attach-type union; XDP leaves it zero
+    ]
+
+
 class TestRunAttr(ctypes.Structure):
     """attr.test of BPF_PROG_TEST_RUN."""
 

@@ -30,7 +30,14 @@ import threading
 from collections.abc import Iterator
 
 from ..accelerator import ACCEL
-from ..attrs import UNREADABLE, MapAttr, ProgAttr, TestRunRequest, length_problem, value_problem
+from ..attrs import (
+    UNREADABLE,
+    MapAttr,
+    ProgAttr,
+    TestRunRequest,
+    length_problem,
+    value_problem,
+)
 from ..errors import KernelError, bpf_error
 from ..system import BatchLookup, FastOps, MapInfo, ProgInfo, System, TestRun
 from ..topology import Topology, host_topology
@@ -41,13 +48,16 @@ from .syscall import (
     UNAVAILABLE,
     BpfMapInfo,
     BpfProgInfo,
+    BtfLoadAttr,
     GetIdAttr,
     InfoAttr,
+    LinkCreateAttr,
     MapBatchAttr,
     MapCreateAttr,
     MapElemAttr,
     ObjPinAttr,
     ProgLoadAttr,
+    RawTracepointAttr,
     TestRunAttr,
     bpf,
     get_errno,
@@ -61,6 +71,7 @@ from .syscall import (
 _NO_TOKEN = b"\xff\xff\xff\xff"
 
 _LOG_SIZES = (1 << 20, 1 << 24)  # verifier log buffer: first try, last try
+VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
 _SIZEOF_ELEM = ctypes.sizeof(MapElemAttr)
 
 
@@ -207,7 +218,8 @@ class KernelSystem(System):
             map_type=attr.map_type, key_size=attr.key_size, value_size=attr.value_size,
             max_entries=attr.max_entries, map_flags=attr.map_flags,
             inner_map_fd=attr.inner_map_fd, numa_node=attr.numa_node, map_name=attr.map_name,
-            map_extra=attr.map_extra))
+            map_extra=attr.map_extra, btf_fd=attr.btf_fd,
+            btf_key_type_id=attr.btf_key_type_id, btf_value_type_id=attr.btf_value_type_id))
         if fd < 0:
             raise KernelError(-fd)
         _MAPS[fd] = _MapMeta(attr.map_type, attr.key_size, attr.value_size, attr.max_entries)
@@ -445,7 +457,9 @@ class KernelSystem(System):
         return MapInfo(type=info.type, id=info.id, key_size=info.key_size,
                        value_size=info.value_size, max_entries=info.max_entries,
                        map_flags=info.map_flags, name=info.name.decode(errors="replace"),
-                       ifindex=info.ifindex, map_extra=info.map_extra)
+                       ifindex=info.ifindex, map_extra=info.map_extra, btf_id=info.btf_id,
+                       btf_key_type_id=info.btf_key_type_id,
+                       btf_value_type_id=info.btf_value_type_id)
 
     def _fd_by_id(self, cmd: int, obj_id: int, open_flags: int) -> int:
         fd = bpf(cmd, GetIdAttr(start_id=obj_id, open_flags=open_flags))
@@ -487,28 +501,42 @@ class KernelSystem(System):
         attr = ProgLoadAttr(prog_type=prog.prog_type, insn_cnt=len(prog.insns) // 8,
                             insns=prog.insns, license=prog.license,
                             expected_attach_type=prog.expected_attach_type,
-                            prog_name=prog.prog_name, prog_flags=prog.prog_flags)
-        fd = -errno.EINVAL
-        if not prog.log_level:
-            fd = bpf(Cmd.PROG_LOAD, attr)
-            if fd >= 0:
-                return _fresh(fd)
-            if -fd not in (errno.EACCES, errno.EINVAL):
-                raise KernelError(-fd)
-        # Load (again) with a verifier log; grow the buffer while the log is truncated.
-        first_err = -fd
-        for size in _LOG_SIZES:
-            log = ctypes.create_string_buffer(size)
-            attr.log_level, attr.log_size, attr.log_buf = prog.log_level or 1, size, \
-                ctypes.addressof(log)
-            fd = bpf(Cmd.PROG_LOAD, attr)
-            if fd >= 0:
-                return _fresh(fd)
-            if -fd != errno.ENOSPC:
-                break
-        text = log.value.decode(errors="replace")
-        raise KernelError(-fd if -fd != errno.ENOSPC else first_err, _verifier_reason(text),
-                          log=text)
+                            prog_name=prog.prog_name, prog_flags=prog.prog_flags,
+                            kern_version=prog.kern_version, prog_btf_fd=prog.prog_btf_fd,
+                            attach_btf_id=prog.attach_btf_id)
+        for what in ("func_info", "line_info"):
+            data, size = getattr(prog, what), getattr(prog, f"{what}_rec_size")
+            if data:
+                setattr(attr, what, data)
+                setattr(attr, f"{what}_rec_size", size)
+                setattr(attr, f"{what}_cnt", len(data) // size)
+        return _load_with_log(Cmd.PROG_LOAD, attr, prog.log_level, "")
+
+    def _btf_load(self, data: bytes, log_level: int) -> int:
+        return _load_with_log(Cmd.BTF_LOAD, BtfLoadAttr(btf=data, btf_size=len(data)),
+                              log_level, "btf_")
+
+    def _vmlinux_btf(self) -> bytes:
+        try:
+            with open(VMLINUX_BTF, "rb") as f:
+                return f.read()
+        except OSError as exc:
+            raise KernelError(exc.errno or errno.ENOENT, f"{VMLINUX_BTF}: this kernel was "
+                              "built without CONFIG_DEBUG_INFO_BTF") from None
+
+    def _raw_tracepoint_open(self, prog_fd: int, name: str) -> int:
+        fd = bpf(Cmd.RAW_TRACEPOINT_OPEN, RawTracepointAttr(name=name.encode(),
+                                                            prog_fd=prog_fd))
+        if fd < 0:
+            raise KernelError(-fd)
+        return _fresh(fd)
+
+    def _link_create(self, prog_fd: int, target_fd: int, attach_type: int, flags: int) -> int:
+        fd = bpf(Cmd.LINK_CREATE, LinkCreateAttr(prog_fd=prog_fd, target_fd=target_fd,
+                                                 attach_type=attach_type, flags=flags))
+        if fd < 0:
+            raise KernelError(-fd)
+        return _fresh(fd)
 
     def _prog_test_run(self, prog_fd: int, req: TestRunRequest) -> TestRun:
         data_out = ctypes.create_string_buffer(req.data_size_out)
@@ -525,7 +553,7 @@ class KernelSystem(System):
                            ctx_size_out=req.ctx_size_out,
                            ctx_in=ctypes.addressof(ctx_buf) if ctx_buf else None,
                            ctx_out=ctypes.addressof(ctx_out) if req.ctx_size_out else None,
-                           flags=req.flags, cpu=req.cpu)
+                           flags=req.flags, cpu=req.cpu, batch_size=req.batch_size)
         while True:
             ret = bpf(Cmd.PROG_TEST_RUN, attr)
             if ret != -errno.EINTR:  # a signal interrupted a long repeat: run it again
@@ -585,6 +613,32 @@ def _check_bpf_allowed() -> None:
                         detail="this process may not use bpf(2)"
                         if err in (errno.EPERM, errno.EACCES) else "")
     _bpf_allowed = True
+
+
+def _load_with_log(cmd: int, attr: ctypes.Structure, log_level: int, prefix: str) -> int:
+    """BPF_PROG_LOAD or BPF_BTF_LOAD (``prefix`` "btf_" names its log fields): first without
+    a log unless one is asked for; on a refusal again with a log, grown while truncated."""
+    fd = -errno.EINVAL
+    if not log_level:
+        fd = bpf(cmd, attr)
+        if fd >= 0:
+            return _fresh(fd)
+        if -fd not in (errno.EACCES, errno.EINVAL):
+            raise KernelError(-fd)
+    first_err = -fd
+    for size in _LOG_SIZES:
+        log = ctypes.create_string_buffer(size)
+        setattr(attr, f"{prefix}log_level", log_level or 1)
+        setattr(attr, f"{prefix}log_size", size)
+        setattr(attr, f"{prefix}log_buf", ctypes.addressof(log))
+        fd = bpf(cmd, attr)
+        if fd >= 0:
+            return _fresh(fd)
+        if -fd != errno.ENOSPC:
+            break
+    text = log.value.decode(errors="replace")
+    raise KernelError(-fd if -fd != errno.ENOSPC else first_err, _verifier_reason(text),
+                      log=text)
 
 
 def _verifier_reason(log: str) -> str:

@@ -165,6 +165,7 @@ class Config:
     progress: bool = True
     profile: str | None = None  # emulated: the machine profile of the modeled time
     cache_scale: float = 1.0  # emulated: modeled caches scaled with a scaled-down experiment
+    object: str | None = None  # a clang-built object whose programs replace the assembled
 
     @property
     def tests(self) -> list[Test]:
@@ -268,6 +269,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         default=1.0, help="emulated: multiply the profile's cache sizes by "
                                           "this (0 < x <= 1), for NUM_ENTRIES scaled down as "
                                           "much, so working set and caches keep their ratio")
+    parser.add_argument("--object", metavar="FILE.o", default=None,
+                        help="load the programs from this clang-built BPF object (the C "
+                             "twin: tests/objects/map_perf.c) instead of the assembled ones")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress lines on stderr")
     return parser
@@ -289,8 +293,8 @@ def config_from_args(ns: argparse.Namespace) -> Config:
                   backend=ns.backend, cpus=ns.cpus, nodes=ns.nodes, numa_node=ns.numa_node,
                   parent_cpu=ns.parent_cpu, json=ns.json, plot=ns.plot,
                   baseline=ns.baseline, c_trigger=ns.c_trigger, trigger=ns.trigger,
-                  htab_mem=ns.htab_mem, progress=ns.progress, profile=ns.profile,
-                  cache_scale=ns.cache_scale)
+                  htab_mem=ns.htab_mem, progress=ns.progress, object=ns.object,
+                  profile=ns.profile, cache_scale=ns.cache_scale)
 
 
 def backend_of(cfg: Config) -> str:
@@ -335,8 +339,35 @@ def validate(cfg: Config) -> str | None:
         return f"--parent-cpu {cfg.parent_cpu}: the machine has CPUs 0-{cpus - 1}"
     if cfg.trigger == TRIGGER_NATIVE and not trigger.native_available():
         return f"--trigger native: {trigger.native_unavailable_reason()}"
+    if cfg.object:
+        problem = object_problem(cfg.object, cfg.tests)
+        if problem:
+            return problem
     if cfg.c_trigger:
         return c_trigger_problem(cfg.c_trigger)
+    return None
+
+
+def object_problem(path: str, tests: list[Test]) -> str | None:
+    """Whether ``path`` is an object with the tests' programs, each on its tracepoint and
+    using only maps of the sample (by name)."""
+    from ...bpf_object import ObjectError, ObjectSpec
+
+    try:
+        spec = ObjectSpec.from_file(path)
+    except (OSError, ObjectError) as exc:
+        return f"--object {path}: {exc}"
+    for test in tests:
+        td = TESTS[test]
+        prog = spec.programs.get(td.prog)
+        want = f"syscalls/sys_enter_{td.syscall}"
+        if prog is None or prog.attach_target != want:
+            return (f"--object {path}: test {test.name} needs a program {td.prog} in "
+                    f"SEC(\"tracepoint/{want}\"); compile tests/objects/map_perf.c")
+        unknown = sorted(set(prog.maps) - set(MAP_DEFS))
+        if unknown:
+            return (f"--object {path}: program {td.prog} uses maps {unknown} that "
+                    "map_perf_test does not have")
     return None
 
 

@@ -209,3 +209,12 @@ def build_program(name: str, map_fds: Mapping[str, int]) -> MapPerfProgram:
     if missing:
         raise KeyError(f"program {name} needs maps {missing}, which were not created")
     return MapPerfProgram(name, encode(assembly.with_map_fds(lambda m: map_fds[m])))
+
+
+def object_program(spec, name: str, map_fds: Mapping[str, int]) -> MapPerfProgram:
+    """Program ``name`` of a clang-built object (``pybpf.ObjectSpec``), with the fds of the
+    maps it uses: the C twin of the assembled program."""
+    from ...bpf_object.loader import program_code
+
+    code, _poisoned = program_code(spec.programs[name], map_fds)
+    return MapPerfProgram(name, code)

@@ -117,13 +117,19 @@ class Setup:
                                      struct.pack("=I", self.inner_fds[0]))
 
     def load_and_attach(self) -> None:
-        from .progs import build_program
+        from .progs import build_program, object_program
 
+        spec = None
+        if self.cfg.object:
+            from ...bpf_object import ObjectSpec
+
+            spec = ObjectSpec.from_file(self.cfg.object)
         for t in self.tests:
             td = TESTS[t]
             if td.prog in self.prog_fds:
                 continue
-            prog = build_program(td.prog, self.fds)
+            prog = object_program(spec, td.prog, self.fds) if spec is not None else \
+                build_program(td.prog, self.fds)
             fd = prog.load(self.sys)
             self.prog_fds[td.prog] = fd
             self.links.append(self.sys.attach_tracepoint(fd, "syscalls",

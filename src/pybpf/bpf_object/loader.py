@@ -1,0 +1,358 @@
+"""Loading an ``ObjectSpec`` on a System: libbpf's ``bpf_object__load``, step by step.
+
+1. BTF: the fixed-up BTF goes in with BTF_LOAD. As in libbpf it is optional: when the
+   kernel refuses it, a warning says why (with the kernel's log) and loading goes on
+   without it (maps untyped, programs without func_info).
+2. Maps, in the object's order: a pinned map (``LIBBPF_PIN_BY_NAME``) that already exists
+   under ``pin_root_path`` is reused when it matches, else created and pinned; maps are
+   created with their BTF key/value types (retried without them if the kernel refuses, as
+   libbpf does); global data maps get their initial bytes, ``.rodata`` is then frozen;
+   map-in-map slots get their inner maps.
+3. Programs (those with ``autoload``): CO-RE relocations against the System's own BTF
+   (``System.vmlinux_btf``), map fds into their loads, BPF_PROG_LOAD with the license,
+   kernel version, BTF, func_info and line_info; the target's BTF id for tracing programs.
+   A refusal reads like libbpf's: the program, the verifier's log, and for an instruction a
+   CO-RE relocation could not resolve, which relocation it was.
+4. Program-array slots get their programs.
+
+An ``Object`` owns what it made: closing it (or leaving its ``with`` block) detaches its
+links and closes its programs, maps and BTF; pinned maps stay pinned.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..btf import Btf, Func, Typedef
+from ..errors import BPFError, VerifierError, strerror
+from ..maps import Map, MapSpec, resolve_system
+from ..programs import Link, Program, ProgramSpec
+from ..system import System
+from ..uapi import AttachType, MapType, ProgType, map_traits
+from .errors import ObjectError, UnsupportedError
+from .linker import RelocKind
+from .map_defs import LIBBPF_PIN_BY_NAME, Globals, ObjectMap
+from .relo_core import POISON_IMM, Poisoned, apply_core_relos
+from .section_defs import SecFlag, SectionDef
+
+_INSN = struct.Struct("<BBhi")
+_NO_SEC_DEF = SectionDef("", ProgType.UNSPEC)
+_KEY0 = bytes(4)
+DEFAULT_PIN_ROOT = "/sys/fs/bpf"
+_NO_BTF_TYPES = frozenset({MapType.PERF_EVENT_ARRAY, MapType.CGROUP_ARRAY, MapType.STACK_TRACE,
+                           MapType.ARRAY_OF_MAPS, MapType.HASH_OF_MAPS, MapType.DEVMAP,
+                           MapType.DEVMAP_HASH, MapType.CPUMAP, MapType.XSKMAP,
+                           MapType.SOCKMAP, MapType.SOCKHASH, MapType.QUEUE, MapType.STACK,
+                           MapType.ARENA})
+# Where a BTF-attached program's target lives in vmlinux BTF: prefix of the type's name.
+_BTF_TARGET_PREFIX = {AttachType.TRACE_RAW_TP: "btf_trace_", AttachType.LSM_MAC: "bpf_lsm_",
+                      AttachType.TRACE_ITER: "bpf_iter_"}
+
+
+def check_loadable(spec: Any, program: Any) -> None:
+    """Raise ``UnsupportedError`` naming what pybpf cannot load in ``program``, or an
+    ``ObjectError`` when its section names no program type."""
+    problems = spec.unsupported + program.unsupported
+    if problems:
+        raise UnsupportedError(f"prog '{program.name}': unsupported: {'; '.join(problems)}")
+    if program.prog_type == ProgType.UNSPEC:
+        raise ObjectError(f"prog '{program.name}': missing BPF prog type, check ELF section "
+                          f"name '{program.section}'")
+
+
+class Object:
+    """A loaded BPF object (libbpf's ``bpf_object`` after load, cilium's ``Collection``).
+
+    ``maps`` and ``programs`` are by name (global data maps by section: ``.data``, ...);
+    ``globals`` reads and writes global variables in the live maps.
+    """
+
+    def __init__(self, spec: Any, system: System) -> None:
+        self.spec = spec
+        self.system = system
+        self.maps: dict[str, Map] = {}
+        self.programs: dict[str, Program] = {}
+        self.links: list[Link] = []
+        self.btf_fd: int | None = None
+        self.globals = Globals(spec.maps, self._read_value, self._write_value)
+
+    def _read_value(self, name: str) -> bytes:
+        return self.system.map_lookup_elem(self.maps[name].fd, _KEY0)
+
+    def _write_value(self, name: str, data: bytes) -> None:
+        self.system.map_update_elem(self.maps[name].fd, _KEY0, data)
+
+    # -- attaching -----------------------------------------------------------------------
+    def attach(self) -> list[Link]:
+        """Attach every loaded program that libbpf auto-attaches by its section (tracepoints,
+        raw tracepoints); the new links. XDP programs need a device: ``attach_program``."""
+        return [self.attach_program(name) for name in self.programs
+                if (self.spec.programs[name].sec_def or _NO_SEC_DEF).attach in ("tp", "raw_tp")]
+
+    def attach_program(self, name: str, *, ifindex: int | None = None) -> Link:
+        """Attach program ``name`` as its section says (``tracepoint/<cat>/<name>``,
+        ``raw_tp/<name>``, ``xdp`` to ``ifindex``); the link is also kept by the object."""
+        prog_spec = self.spec.programs[name]
+        program = self.programs[name]
+        target = prog_spec.attach_target
+        kind = prog_spec.sec_def.attach if prog_spec.sec_def else None
+        if kind == "tp":
+            category, _, event = target.partition("/")
+            if not event:
+                raise ObjectError(f"prog '{name}': section '{prog_spec.section}' names no "
+                                  "tracepoint: use SEC(\"tracepoint/<category>/<name>\")")
+            link = program.attach_tracepoint(category, event)
+        elif kind == "raw_tp":
+            if not target:
+                raise ObjectError(f"prog '{name}': section '{prog_spec.section}' names no "
+                                  "raw tracepoint: use SEC(\"raw_tp/<name>\")")
+            link = Link(self.system, self.system.raw_tracepoint_open(program.fd, target),
+                        program)
+        elif prog_spec.prog_type == ProgType.XDP:
+            if ifindex is None:
+                raise ObjectError(f"prog '{name}': an XDP program attaches to a network "
+                                  "device: pass ifindex=")
+            link = Link(self.system, self.system.link_create(program.fd, ifindex,
+                                                             AttachType.XDP), program)
+        else:
+            raise UnsupportedError(f"prog '{name}': section '{prog_spec.section}' is not "
+                                   "auto-attachable (pybpf attaches tracepoint, raw_tp and "
+                                   "xdp programs)")
+        self.links.append(link)
+        return link
+
+    # -- lifetime ------------------------------------------------------------------------
+    def close(self) -> None:
+        """Detach the links, close the programs, maps and BTF (idempotent)."""
+        for obj in [*self.links, *self.programs.values(), *self.maps.values()]:
+            obj.close()
+        self.links.clear()
+        if self.btf_fd is not None:
+            self.system.close(self.btf_fd)
+            self.btf_fd = None
+
+    def __enter__(self) -> Object:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<Object {self.spec.name!r} on {self.system.name}: maps "
+                f"{', '.join(self.maps) or '-'}; programs {', '.join(self.programs) or '-'}>")
+
+
+def load_object(spec: Any, system: System | None = None, *,
+                pin_root_path: str = DEFAULT_PIN_ROOT, log_level: int = 0) -> Object:
+    """Load ``spec`` (an ``ObjectSpec``) on ``system`` (default: ``pybpf.system()``)."""
+    system = resolve_system(system)
+    if spec.byteorder != ("little" if struct.pack("=H", 1)[0] else "big"):
+        raise ObjectError(f"object '{spec.name}' is {spec.byteorder}-endian; this machine "
+                          "is not: compile it with -target bpf for this host")
+    obj = Object(spec, system)
+    try:
+        _load_btf(obj)
+        for object_map in spec.maps.values():
+            obj.maps[object_map.name] = _create_map(obj, object_map, pin_root_path)
+        for object_map in spec.maps.values():
+            _fill_map(obj, object_map, programs=False)
+        target_btf = None
+        for name, prog in spec.programs.items():
+            if not prog.autoload:
+                continue
+            check_loadable(spec, prog)
+            if prog.core_relos and target_btf is None:
+                target_btf = Btf.from_bytes(system.vmlinux_btf())
+            obj.programs[name] = _load_program(obj, prog, target_btf, log_level)
+        for object_map in spec.maps.values():
+            _fill_map(obj, object_map, programs=True)
+    except BaseException:
+        obj.close()
+        raise
+    return obj
+
+
+def _load_btf(obj: Object) -> None:
+    btf = obj.spec.btf
+    if btf is None:
+        return
+    try:
+        obj.btf_fd = obj.system.btf_load(btf.to_bytes())
+    except BPFError as exc:
+        log = getattr(exc, "log", "")
+        warnings.warn(f"object '{obj.spec.name}': error loading .BTF into the kernel: "
+                      f"{exc.strerror}; BTF is optional, ignoring" +
+                      (f"\n-- BEGIN BTF LOAD LOG --\n{log.rstrip()}\n-- END BTF LOAD LOG --"
+                       if log else ""), RuntimeWarning, stacklevel=4)
+
+
+def _create_map(obj: Object, m: ObjectMap, pin_root: str) -> Map:
+    system, spec = obj.system, m.spec
+    path = os.path.join(pin_root, m.name) if m.pinning == LIBBPF_PIN_BY_NAME else None
+    if path is not None:
+        existing = _reuse_pinned(obj, m, path)
+        if existing is not None:
+            return existing
+    btf = (obj.btf_fd or 0, m.key_type_id, m.value_type_id)
+    typed = obj.btf_fd is not None and m.value_type_id and _takes_btf(spec)
+    try:
+        try:
+            created = Map.create(spec, system, btf=btf if typed else (0, 0, 0))
+        except BPFError as exc:
+            if not typed:
+                raise
+            warnings.warn(f"map '{m.name}': creating it with BTF types failed "
+                          f"({exc.strerror}); retrying without BTF", RuntimeWarning,
+                          stacklevel=4)
+            created = Map.create(spec, system)
+    except BPFError as exc:
+        raise _map_error(m, "failed to create", exc) from exc
+    if path is not None:
+        try:
+            created.pin(path)
+        except BPFError as exc:
+            created.close()
+            raise _map_error(m, f"failed to pin at '{path}'", exc) from exc
+    return created
+
+
+def _takes_btf(spec: MapSpec) -> bool:
+    """libbpf creates these map types without BTF types (bpf_object__create_map)."""
+    return spec.type not in _NO_BTF_TYPES
+
+
+def _reuse_pinned(obj: Object, m: ObjectMap, path: str) -> Map | None:
+    system = obj.system
+    try:
+        fd = system.obj_get(path)
+    except BPFError as exc:
+        if exc.errno == errno.ENOENT:
+            return None
+        raise _map_error(m, f"couldn't open the pinned map at '{path}'", exc) from exc
+    existing = Map.from_fd(fd, system, key=m.spec.key, value=m.spec.value)
+    info, want = existing.info(), m.spec
+    if (info.type, info.key_size, info.value_size, info.max_entries,
+            info.map_flags) != (want.type, want.key_size, want.value_size, want.max_entries,
+                                want.map_flags):
+        existing.close()
+        raise ObjectError(f"map '{m.name}': couldn't reuse pinned map at '{path}': parameter "
+                          "mismatch (type, key/value size, max_entries or flags differ)")
+    return existing
+
+
+def _fill_map(obj: Object, m: ObjectMap, *, programs: bool) -> None:
+    """Initial contents: data bytes (then .rodata frozen) and inner maps, or, once programs
+    are loaded, program-array slots."""
+    live = obj.maps[m.name]
+    prog_array = map_traits(m.spec.type).fd_values and not map_traits(m.spec.type).map_in_map
+    try:
+        if not programs and m.data is not None:
+            obj.system.map_update_elem(live.fd, _KEY0, bytes(m.data))
+            if m.frozen:
+                live.freeze()
+        for slot, target in m.slots.items():
+            if prog_array != programs:
+                continue
+            source = obj.programs.get(target) if prog_array else obj.maps.get(target)
+            if source is None:  # a program not loaded (autoload off)
+                continue
+            obj.system.map_update_elem(live.fd, slot.to_bytes(4, "little"),
+                                       source.fd.to_bytes(4, "little"))
+    except BPFError as exc:
+        raise _map_error(m, "failed to initialize", exc) from exc
+
+
+def _map_error(m: ObjectMap, what: str, exc: BPFError) -> BPFError:
+    """``exc`` again, its message saying which map, as libbpf's warnings do."""
+    return type(exc)(exc.errno, f"map '{m.name}': {what}: {exc}", command=exc.command,
+                     map=exc.map, hint=exc.hint, detail=exc.detail)
+
+
+def program_code(prog: Any, map_fds: Mapping[str, int], local_btf: Btf | None = None,
+                 target_btf: Btf | None = None) -> tuple[bytes, list[Poisoned]]:
+    """A program's instructions ready for BPF_PROG_LOAD: CO-RE relocated (``local_btf``
+    against ``target_btf``) and with the fds of the maps it uses (``map_fds`` by name);
+    the CO-RE relocations that found no target come back with it."""
+    code = bytearray(prog.insns)
+    poisoned: list[Poisoned] = []
+    if prog.core_relos:
+        if local_btf is None or target_btf is None:
+            raise ObjectError(f"prog '{prog.name}': CO-RE relocations need the object's BTF "
+                              "and a target BTF")
+        patched, poisoned = apply_core_relos(bytes(code), prog.core_relos, local_btf,
+                                             target_btf, prog.name)
+        code[:] = patched
+    for relo in prog.relocations:
+        if relo.kind in (RelocKind.MAP_FD, RelocKind.MAP_VALUE):
+            if relo.target not in map_fds:
+                raise ObjectError(f"prog '{prog.name}': insn #{relo.insn} uses map "
+                                  f"'{relo.target}', which has no fd")
+            opcode, regs, off, _imm = _INSN.unpack_from(code, relo.insn * 8)
+            _INSN.pack_into(code, relo.insn * 8, opcode, regs, off, map_fds[relo.target])
+    return bytes(code), poisoned
+
+
+def _load_program(obj: Object, prog: Any, target_btf: Btf | None, log_level: int) -> Program:
+    system, spec = obj.system, obj.spec
+    code, poisoned = program_code(prog, {name: m.fd for name, m in obj.maps.items()},
+                                  spec.btf, target_btf)
+    btf_args: dict[str, Any] = {}
+    if obj.btf_fd is not None and prog.func_info:
+        btf_args = dict(
+            prog_btf_fd=obj.btf_fd,
+            func_info=b"".join(struct.pack("=II", i, rec.type_id) for i, rec in prog.func_info),
+            line_info=b"".join(struct.pack("=IIII", i, rec.file_name_off, rec.line_off,
+                                           rec.line_col) for i, rec in prog.line_info))
+    attach_btf_id = _attach_btf_id(obj, prog) if prog.sec_def is not None and \
+        prog.sec_def.flags & SecFlag.ATTACH_BTF else 0
+    program_spec = ProgramSpec(prog.prog_type, bytes(code), license=prog.license,
+                               expected_attach_type=prog.expected_attach_type,
+                               name=prog.name[:15], prog_flags=prog.prog_flags)
+    try:
+        fd = system.prog_load(int(prog.prog_type), bytes(code), license=prog.license,
+                              expected_attach_type=prog.expected_attach_type,
+                              prog_name=prog.name[:15], prog_flags=prog.prog_flags,
+                              log_level=log_level, kern_version=prog.kern_version,
+                              attach_btf_id=attach_btf_id, **btf_args)
+    except VerifierError as exc:
+        raise _load_error(prog, exc, poisoned) from None
+    except BPFError as exc:
+        raise type(exc)(exc.errno, f"prog '{prog.name}': BPF program load failed: {exc}",
+                        command=exc.command, map=exc.map, detail=exc.detail,
+                        hint=exc.hint) from None
+    return Program(system, fd, program_spec, [obj.maps[n] for n in prog.maps])
+
+
+def _attach_btf_id(obj: Object, prog: Any) -> int:
+    """The vmlinux BTF id of a tracing program's target (libbpf_find_attach_btf_id)."""
+    target = prog.attach_target
+    if not target:
+        raise ObjectError(f"prog '{prog.name}': no BTF-based attach target is specified: "
+                          f"use SEC(\"{prog.section}/<target>\")")
+    vmlinux = Btf.from_bytes(obj.system.vmlinux_btf())
+    prefix = _BTF_TARGET_PREFIX.get(prog.expected_attach_type, "")
+    kind = Typedef if prog.expected_attach_type == AttachType.TRACE_RAW_TP else Func
+    for type_id in vmlinux.ids_named(prefix + target):
+        if isinstance(vmlinux[type_id], kind):
+            return type_id
+    raise ObjectError(f"prog '{prog.name}': failed to find kernel BTF type ID of "
+                      f"'{target}': no {kind.kind.name} '{prefix + target}' in the "
+                      f"{obj.system.name} backend's BTF")
+
+
+def _load_error(prog: Any, exc: VerifierError, poisoned: Iterable[Poisoned]) -> VerifierError:
+    """libbpf's report: the program and the errno (the log follows, as VerifierError prints
+    it); a poisoned CO-RE instruction that the verifier reached is explained (libbpf's
+    fixup_log_failed_core_relo)."""
+    lines = [f"prog '{prog.name}': BPF program load failed: {strerror(exc.errno)}"]
+    for p in poisoned:
+        if f"unknown#{POISON_IMM}" in exc.log:
+            lines.append(f"prog '{prog.name}': relo #{p.relo_index}: insn #{p.insn}: failed "
+                         f"to resolve CO-RE relocation {p.description}")
+    return VerifierError(exc.errno, "\n".join(lines), log=exc.log, command="prog_load",
+                         map=exc.map, detail=exc.detail, hint=exc.hint)

@@ -1,0 +1,308 @@
+"""``ObjectSpec``: everything a clang-built BPF object says, read without loading anything.
+
+Named as the ecosystem names it: libbpf's ``bpf_object`` before ``bpf_object__load``,
+cilium/ebpf's ``CollectionSpec``. An ``ObjectSpec`` holds
+
+- ``maps``: ``ObjectMap`` by name (BTF-defined, legacy, global data by section name);
+- ``programs``: ``ObjectProgram`` by function name, linked (subprograms appended), with
+  the relocations left for load time (map fds, unsupported externs) and the CO-RE records;
+- ``globals``: the global variables by name, readable and writable before load;
+- ``btf`` (fixed up as libbpf does before BTF_LOAD: DATASEC sizes and variable offsets
+  from the ELF symbols), ``btf_ext``, ``license``, ``kern_version``.
+
+Rules this module keeps:
+- Parsing is pure and complete: a malformed or unsupported object raises ``ObjectError``
+  (or a subclass) naming the section, map, program or relocation; nothing else escapes.
+- Features pybpf cannot load (kfunc calls, extern variables, arena, struct_ops) do not
+  stop parsing: they are listed in ``unsupported`` (per program and per object) so that
+  loading fails naming them, and an object can still be inspected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import struct
+from dataclasses import dataclass
+
+from ..btf import Btf, BtfError, BtfExt, CoreRelo, Datasec, FuncInfo, LineInfo, Var
+from ..btf.types import BTF_VAR_GLOBAL_EXTERN, BTF_VAR_STATIC
+from ..system import System
+from ..uapi import MapType, ProgType
+from .elf import STB_GLOBAL, STB_WEAK, STT_OBJECT, STV_HIDDEN, STV_INTERNAL, ElfFile
+from .errors import ObjectError
+from .linker import Reloc, RelocKind, attach_btf_ext, collect_functions, link, record_relocations
+from .loader import DEFAULT_PIN_ROOT, Object, load_object
+from .map_defs import (
+    Globals,
+    ObjectMap,
+    btf_maps,
+    data_map,
+    is_data_section,
+    legacy_maps,
+    map_slots,
+)
+from .section_defs import SectionDef, find_section_def
+
+_UNSUPPORTED_MAP_TYPES = {MapType.STRUCT_OPS: "struct_ops maps", MapType.ARENA: "arena maps"}
+_STRUCT_OPS_SECTIONS = (".struct_ops", ".struct_ops.link", "?.struct_ops",
+                        "?.struct_ops.link")
+
+
+@dataclass(frozen=True)
+class ObjectProgram:
+    """An entry program of the object, linked and ready to be loaded.
+
+    ``insns`` are the program's instructions followed by the subprograms it calls (little-
+    endian encoding); map references are BPF_PSEUDO_MAP_FD / BPF_PSEUDO_MAP_VALUE loads
+    whose fd ``relocations`` name. ``func_info``, ``line_info`` and ``core_relos`` pair an
+    instruction index of ``insns`` with its .BTF.ext record.
+    """
+
+    name: str
+    section: str
+    prog_type: ProgType | int
+    expected_attach_type: int
+    prog_flags: int
+    insns: bytes
+    relocations: tuple[Reloc, ...] = ()
+    func_info: tuple[tuple[int, FuncInfo], ...] = ()
+    line_info: tuple[tuple[int, LineInfo], ...] = ()
+    core_relos: tuple[tuple[int, CoreRelo], ...] = ()
+    subprograms: tuple[str, ...] = ()
+    autoload: bool = True
+    sec_def: SectionDef | None = None
+    license: str = ""
+    kern_version: int = 0
+
+    @property
+    def attach_target(self) -> str:
+        """What the section names to attach to (``syscalls/sys_enter_getpid``), or ""."""
+        return self.sec_def.target(self.section) if self.sec_def else ""
+
+    @property
+    def maps(self) -> list[str]:
+        """The maps the program uses, in order of first use."""
+        return list(dict.fromkeys(r.target for r in self.relocations
+                                  if r.kind in (RelocKind.MAP_FD, RelocKind.MAP_VALUE)))
+
+    @property
+    def unsupported(self) -> list[str]:
+        """What pybpf cannot load in this program, each naming where it is."""
+        problems = [f"{r.kind.value} '{r.target}' at insn #{r.insn}"
+                    for r in self.relocations
+                    if r.kind in (RelocKind.KFUNC_CALL, RelocKind.EXTERN_LD64)]
+        if self.prog_type == ProgType.STRUCT_OPS:
+            problems.append(f"struct_ops program (section '{self.section}')")
+        return problems
+
+    def instruction_count(self) -> int:
+        return len(self.insns) // 8
+
+
+@dataclass(repr=False)
+class ObjectSpec:
+    """A parsed BPF object file: maps, programs, globals, BTF (see the module doc)."""
+
+    name: str
+    byteorder: str
+    maps: dict[str, ObjectMap]
+    programs: dict[str, ObjectProgram]
+    license: str
+    kern_version: int
+    btf: Btf | None
+    btf_ext: BtfExt | None
+    unsupported: list[str]
+
+    def __post_init__(self) -> None:
+        def read(name: str) -> bytes:
+            return bytes(self.maps[name].data or b"")
+
+        def write(name: str, data: bytes) -> None:
+            self.maps[name].data[:] = data
+
+        self.globals = Globals(self.maps, read, write)
+
+    def set_autoload(self, program: str, autoload: bool) -> None:
+        """Load ``program`` with the others or not (libbpf's bpf_program__set_autoload;
+        ``SEC("?...")`` starts a program with autoload off)."""
+        if program not in self.programs:
+            raise KeyError(f"no program {program!r}; the object has "
+                           f"{', '.join(self.programs) or 'none'}")
+        self.programs[program] = dataclasses.replace(self.programs[program], autoload=autoload)
+
+    def load(self, system: System | None = None, *, pin_root_path: str = DEFAULT_PIN_ROOT,
+             log_level: int = 0) -> Object:
+        """Create the maps and load the programs on ``system`` (default ``pybpf.system()``);
+        the ``Object`` owns them. Pinned maps (LIBBPF_PIN_BY_NAME) live under
+        ``pin_root_path``; ``log_level`` > 0 asks for verifier logs."""
+        return load_object(self, system, pin_root_path=pin_root_path, log_level=log_level)
+
+    def __repr__(self) -> str:
+        return (f"<ObjectSpec {self.name!r}: maps {', '.join(self.maps) or '-'}; programs "
+                f"{', '.join(self.programs) or '-'}>")
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> ObjectSpec:
+        with open(path, "rb") as f:
+            data = f.read()
+        return cls.from_bytes(data, name=os.path.basename(os.fspath(path)).split(".")[0])
+
+    @classmethod
+    def from_bytes(cls, data: bytes | bytearray | memoryview, name: str = "") -> ObjectSpec:
+        """Parse an object; ``name`` (libbpf: the file name up to its first dot) prefixes
+        the kernel names of the .data/.rodata/.bss maps."""
+        try:
+            return _parse(ElfFile(data, name or "<bytes>"), name)
+        except BtfError as exc:
+            raise ObjectError(f"{name or 'object'}: BTF: {exc}") from None
+
+
+def _parse(elf: ElfFile, obj_name: str) -> ObjectSpec:
+    btf, btf_ext = _read_btf(elf)
+    license = _license(elf)
+    kern_version = _kern_version(elf)
+    unsupported = [f"struct_ops (section '{name}')" for name in _STRUCT_OPS_SECTIONS
+                   if elf.section(name) is not None]
+
+    maps: dict[str, ObjectMap] = {}
+    by_location: dict[tuple[int, int], str] = {}
+    data_by_section: dict[int, str] = {}
+    maps_section = elf.section(".maps")
+    if maps_section is not None:
+        if btf is None:
+            raise ObjectError("section '.maps': BTF-defined maps need the object's BTF "
+                              "(.BTF section): compile with clang -g")
+        found = btf_maps(elf, btf, maps_section)
+        for m in found:
+            maps[m.name] = m
+            by_location[(maps_section.index, m.offset)] = m.name
+    legacy = elf.section("maps")
+    if legacy is not None and legacy.size:
+        for m in legacy_maps(elf, legacy):
+            if m.name in maps:
+                raise ObjectError(f"map '{m.name}' is defined twice ('.maps' and 'maps')")
+            maps[m.name] = m
+            by_location[(legacy.index, m.offset)] = m.name
+    for section in elf.sections:
+        if is_data_section(section):
+            maps[section.name] = data_map(elf, btf, section, obj_name)
+            data_by_section[section.index] = section.name
+    for m in maps.values():
+        if m.spec.type in _UNSUPPORTED_MAP_TYPES:
+            unsupported.append(f"{_UNSUPPORTED_MAP_TYPES[m.spec.type]} (map '{m.name}')")
+
+    functions = collect_functions(elf)
+    record_relocations(elf, functions, lambda shndx, off: by_location.get((shndx, off)),
+                       data_by_section.get)
+    if btf_ext is not None:
+        attach_btf_ext(functions, btf_ext)
+    if maps_section is not None:
+        programs_at = {(f.section.index, f.sec_insn_off * 8): f.name for f in functions
+                       if f.section.name != ".text"}
+        map_slots(elf, maps_section, [m for m in maps.values() if m.section == ".maps"],
+                  lambda shndx, off: by_location.get((shndx, off)) or
+                  programs_at.get((shndx, off)))
+
+    programs: dict[str, ObjectProgram] = {}
+    for function in functions:
+        if function.section.name == ".text":
+            continue
+        programs[function.name] = _program(function, functions, license, kern_version)
+    return ObjectSpec(obj_name, elf.byteorder, maps, programs, license, kern_version, btf,
+                      btf_ext, unsupported)
+
+
+def _program(function, functions, license: str, kern_version: int) -> ObjectProgram:
+    section = function.section.name
+    autoload = not section.startswith("?")
+    section = section.lstrip("?")
+    sec_def = find_section_def(section)
+    linked = link(function, functions)
+    return ObjectProgram(
+        function.name, section,
+        sec_def.prog_type if sec_def else ProgType.UNSPEC,
+        sec_def.expected_attach_type if sec_def else 0,
+        sec_def.prog_flags if sec_def else 0,
+        linked.insns, tuple(linked.relos), tuple(linked.func_info), tuple(linked.line_info),
+        tuple(linked.core_relos), tuple(linked.subprograms), autoload, sec_def, license,
+        kern_version)
+
+
+def _read_btf(elf: ElfFile) -> tuple[Btf | None, BtfExt | None]:
+    section = elf.section(".BTF")
+    if section is None:
+        return None, None
+    try:
+        btf = fixup_btf(elf, Btf.from_bytes(section.data))
+    except BtfError as exc:
+        raise ObjectError(f"section '.BTF': {exc}") from None
+    ext_section = elf.section(".BTF.ext")
+    if ext_section is None:
+        return btf, None
+    try:
+        return btf, BtfExt.from_bytes(ext_section.data, btf)
+    except BtfError as exc:
+        raise ObjectError(f"section '.BTF.ext': {exc}") from None
+
+
+def fixup_btf(elf: ElfFile, btf: Btf) -> Btf:
+    """libbpf's btf_fixup_datasec(): clang leaves DATASEC sizes and variable offsets zero;
+    take them from the ELF (section sizes, symbol values). A global variable with hidden
+    visibility becomes static. Variables are sorted by offset."""
+    globals_by_name = {s.name: s for s in elf.symbols
+                       if s.type == STT_OBJECT and s.bind in (STB_GLOBAL, STB_WEAK)}
+    updates = {}
+    for type_id in range(1, len(btf)):
+        record = btf[type_id]
+        if not isinstance(record, Datasec):
+            continue
+        infos = list(record.vars)
+        size = record.size
+        var_updates = {}
+        if record.name not in (".kconfig", ".ksyms"):
+            fix_offsets = size == 0
+            if fix_offsets:
+                section = elf.section(record.name)
+                if section is None or section.size == 0:
+                    raise ObjectError(f"BTF DATASEC '{record.name}': no ELF section of that "
+                                      "name to take its size from")
+                size = section.size
+            for i, info in enumerate(infos):
+                var = btf[info.type_id]
+                if not isinstance(var, Var):
+                    raise ObjectError(f"BTF DATASEC '{record.name}': entry [{info.type_id}] "
+                                      "is not a variable")
+                if var.linkage in (BTF_VAR_STATIC, BTF_VAR_GLOBAL_EXTERN):
+                    continue
+                symbol = globals_by_name.get(var.name)
+                if symbol is None:
+                    raise ObjectError(f"BTF DATASEC '{record.name}': no ELF symbol for "
+                                      f"variable '{var.name}'")
+                if fix_offsets:
+                    infos[i] = dataclasses.replace(info, offset=symbol.value)
+                if symbol.visibility in (STV_HIDDEN, STV_INTERNAL):
+                    var_updates[info.type_id] = dataclasses.replace(var, linkage=BTF_VAR_STATIC)
+        infos.sort(key=lambda info: info.offset)
+        updates[type_id] = dataclasses.replace(record, size=size, vars=tuple(infos))
+        updates.update(var_updates)
+    return btf.replace(updates) if updates else btf
+
+
+def _license(elf: ElfFile) -> str:
+    section = elf.section("license")
+    if section is None:
+        return ""
+    return section.data.split(b"\0", 1)[0].decode(errors="replace")
+
+
+def _kern_version(elf: ElfFile) -> int:
+    section = elf.section("version")
+    if section is None:
+        return 0
+    if len(section.data) != 4:
+        raise ObjectError(f"section 'version': {len(section.data)} bytes, not a 4-byte "
+                          "kernel version")
+    return struct.unpack(("<" if elf.byteorder == "little" else ">") + "I", section.data)[0]
+
+

@@ -1,0 +1,58 @@
+"""skb heads: napi_skb_cache_get_bulk and napi_skb_cache_put, counted (net/core/skbuff.c)."""
+
+from __future__ import annotations
+
+from pybpf.emulated.skbuff import (
+    NAPI_SKB_CACHE_BULK,
+    NAPI_SKB_CACHE_HALF,
+    NAPI_SKB_CACHE_SIZE,
+    SkbHeadCache,
+)
+
+
+def test_an_empty_cache_is_refilled_in_one_bulk_then_serves_from_it():
+    cache = SkbHeadCache(2)
+    heads = cache.napi_skb_cache_get_bulk(1, 8)
+    assert len(heads) == 8 and not any(h.recycled for h in heads)
+    assert cache.slab_alloc == NAPI_SKB_CACHE_BULK and len(cache.caches[1]) == 8
+    cache.napi_skb_cache_get_bulk(1, 8)
+    assert cache.slab_alloc == NAPI_SKB_CACHE_BULK  # the second eight were cached
+    assert cache.stats[1].as_dict() == {"get": 16, "recycled": 0, "refill": 16,
+                                        "slab_direct": 0, "put": 0, "flushed": 0}
+
+
+def test_heads_given_back_go_out_first_and_count_as_recycled():
+    cache = SkbHeadCache(1)
+    first = cache.napi_skb_cache_get_bulk(0, 4)
+    for head in first:
+        cache.napi_skb_cache_put(0, head)
+    again = cache.napi_skb_cache_get_bulk(0, 4)
+    assert set(map(id, again)) == set(map(id, first))
+    assert cache.stats[0].recycled == 4 and cache.slab_alloc == NAPI_SKB_CACHE_BULK
+
+
+def test_a_request_beyond_the_refill_is_allocated_straight_from_the_slab():
+    cache = SkbHeadCache(1)
+    heads = cache.napi_skb_cache_get_bulk(0, 40)
+    assert len(heads) == 40
+    assert cache.stats[0].refill == NAPI_SKB_CACHE_BULK
+    assert cache.stats[0].slab_direct == 40 - NAPI_SKB_CACHE_BULK
+    assert cache.caches[0] == []
+
+
+def test_a_full_cache_gives_its_upper_half_back_to_the_slab():
+    cache = SkbHeadCache(1)
+    heads = cache.kmem_cache_alloc_bulk(NAPI_SKB_CACHE_SIZE)
+    for head in heads:
+        cache.napi_skb_cache_put(0, head)
+    assert len(cache.caches[0]) == NAPI_SKB_CACHE_HALF
+    assert cache.stats[0].flushed == NAPI_SKB_CACHE_HALF
+    assert cache.slab_free == NAPI_SKB_CACHE_HALF
+
+
+def test_each_cpu_has_its_own_cache():
+    cache = SkbHeadCache(2)
+    head = cache.kmem_cache_alloc_bulk(1)[0]
+    cache.napi_skb_cache_put(0, head)
+    assert cache.napi_skb_cache_get_bulk(1, 1)[0] is not head
+    assert cache.napi_skb_cache_get_bulk(0, 1)[0] is head
