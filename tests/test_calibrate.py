@@ -153,15 +153,20 @@ def test_calibration_writes_a_profile_that_loads(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not kernel_available(), reason=KERNEL_SKIP_REASON)
-def test_a_fresh_host_profile_predicts_this_hosts_map_perf_tests(tmp_path):
+def test_a_fresh_host_profile_predicts_this_hosts_map_perf_tests():
     """The round trip: calibrate here, then model map_perf_test's tests 0, 2, 8 and 9 on that
-    profile beside the kernel's own figures (calibrate --check, same tolerance)."""
-    out = tmp_path / "host.toml"
-    proc = run_cli("--rounds", "3", "-o", str(out), "--no-progress")
-    assert proc.returncode == 0, proc.stderr
-    proc = run_cli("--check", "--profile", str(out), "--rounds", "3", "--json",
-                   "--no-progress")
+    profile beside the kernel's figures of the same rounds (calibrate --check)."""
+    proc = run_cli("--check", "--rounds", "3", "--json", "--no-progress")
     doc = json.loads(proc.stdout)
     assert {t["test"] for t in doc["tests"]} == {"HASH_PREALLOC", "HASH_KMALLOC",
                                                  "ARRAY_LOOKUP", "INNER_LRU_HASH_PREALLOC"}
     assert doc["ok"] and proc.returncode == 0, doc["tests"]
+
+
+@pytest.mark.skipif(not kernel_available(), reason=KERNEL_SKIP_REASON)
+def test_check_against_a_given_profile_models_with_it():
+    proc = run_cli("--check", "--profile", "haswell-ep-2s", "--rounds", "1", "--json",
+                   "--no-progress")
+    doc = json.loads(proc.stdout)
+    assert doc["profile"] == "haswell-ep-2s" and len(doc["tests"]) == 4
+    assert proc.returncode == (0 if doc["ok"] else 1)

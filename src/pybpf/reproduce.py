@@ -337,7 +337,7 @@ Where to look next:
       --htab-mem bpf_mem_alloc_call_rcu   # seed 003 before the patch (bpf_mem_alloc = after)
   pybpf map-perf 0                # all eleven tests on the kernel (--c-trigger to compare
                                   # with tools/map_perf_trigger.c, --baseline, --json, --plot)
-  pybpf calibrate --check         # the host profile against this host's kernel, test by test
+  pybpf calibrate --check         # calibrate here, then model this host's kernel test by test
   pybpf bench htab-mem            # prealloc vs bpf_mem_alloc: ops/s and memory (cgroup)
 """
 

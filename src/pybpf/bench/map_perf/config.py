@@ -9,6 +9,7 @@ import enum
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from ...emulated.memalloc import HTAB_MEM_DESIGNS
 from ...uapi import MapFlags, MapType
@@ -163,7 +164,7 @@ class Config:
     trigger: str = TRIGGER_AUTO
     htab_mem: str | None = None  # emulated: one of memalloc.HTAB_MEM_DESIGNS
     progress: bool = True
-    profile: str | None = None  # emulated: the machine profile of the modeled time
+    profile: Any = None  # emulated: the machine profile (a name, a file or a Profile)
     cache_scale: float = 1.0  # emulated: modeled caches scaled with a scaled-down experiment
     object: str | None = None  # a clang-built object whose programs replace the assembled
 
