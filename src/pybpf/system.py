@@ -38,6 +38,7 @@ import contextlib
 import errno
 import functools
 import os
+import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -282,8 +283,24 @@ class System(abc.ABC):
         except KernelError as exc:
             raise self._map_fail(exc, "map_lookup_elem", fd) from None
 
-    def map_update_elem(self, fd: int, key: bytes | None, value: bytes, flags: int = 0) -> None:
-        """BPF_MAP_UPDATE_ELEM (flags: BPF_ANY, BPF_NOEXIST, BPF_EXIST, BPF_F_LOCK)."""
+    def map_update_elem(self, fd: int, key: bytes | None, value: bytes, flags: int = 0, *,
+                        target_cpu: int | None = None) -> None:
+        """BPF_MAP_UPDATE_ELEM (flags: BPF_ANY, BPF_NOEXIST, BPF_EXIST, BPF_F_LOCK).
+
+        ``target_cpu`` is the attr field of the unmerged sockmap CPU-affinity patch (v1, 2024:
+        the CPU that runs the socket's psock backlog work; None leaves it unset). Only the
+        emulated backend has it; the kernel answers EINVAL (a non-zero attr byte it does not
+        know). The reviewers' design, the CPU in the upper 32 bits of ``flags`` with
+        ``BPF_F_SOCKMAP_TARGET_CPU``, goes through ``flags``."""
+        if target_cpu is not None:
+            try:
+                cpu = unsigned(target_cpu, 64, "target_cpu")
+                fd = fd_arg(fd)
+                self._map_update_elem_target_cpu(fd, key_arg(key), bytes_arg(value, "value"),
+                                                 unsigned(flags, 64, "flags"), cpu)
+            except KernelError as exc:
+                raise self._map_fail(exc, "map_update_elem", fd) from None
+            return
         try:
             if not (fd.__class__ is int and value.__class__ is bytes
                     and key.__class__ is bytes and -0x8000_0000 <= fd < 0x8000_0000
@@ -576,6 +593,62 @@ class System(abc.ABC):
         except KernelError as exc:
             raise self._fail(exc, "link_create", f"target {target_fd}") from None
 
+    # -- sockets in sockmaps (net/core/sock_map.c, net/core/skmsg.c) --------------------------
+    def prog_attach(self, prog_fd: int, target_fd: int, attach_type: int,
+                    attach_flags: int = 0, replace_prog_fd: int = 0) -> None:
+        """BPF_PROG_ATTACH of ``prog_fd`` to ``target_fd`` as ``attach_type`` (SK_SKB and
+        SK_MSG programs: ``target_fd`` is a SOCKMAP or SOCKHASH fd; sockets inserted after
+        the attach take the program)."""
+        try:
+            self._prog_attach(fd_arg(prog_fd), fd_arg(target_fd),
+                              unsigned(attach_type, 32, "attach_type"),
+                              unsigned(attach_flags, 32, "attach_flags"),
+                              unsigned(replace_prog_fd, 32, "replace_prog_fd"))
+        except KernelError as exc:
+            raise self._map_fail(exc, "prog_attach", target_fd) from None
+
+    def prog_detach(self, target_fd: int, attach_type: int, prog_fd: int = 0) -> None:
+        """BPF_PROG_DETACH of ``prog_fd`` (attached as ``attach_type``) from ``target_fd``."""
+        try:
+            self._prog_detach(fd_arg(target_fd), unsigned(attach_type, 32, "attach_type"),
+                              unsigned(prog_fd, 32, "prog_fd"))
+        except KernelError as exc:
+            raise self._map_fail(exc, "prog_detach", target_fd) from None
+
+    def sock_recv(self, sock: int | socket.socket, bufsize: int, *,
+                  timeout: float | None = None) -> bytes:
+        """Read up to ``bufsize`` bytes from a socket as its application does (recvmsg):
+        for a socket in a sockmap with a psock, what the psock delivered to it (data passed
+        by its verdict, or redirected to its ingress) before the socket's own queue, as
+        tcp_bpf_recvmsg reads. b"" at end of stream; ``timeout`` seconds at most (None:
+        block; 0: EAGAIN when nothing is there)."""
+        try:
+            fd = fd_arg(sock.fileno() if isinstance(sock, socket.socket) else sock)
+            size = unsigned(bufsize, 31, "bufsize")
+            if timeout is not None and not (isinstance(timeout, int | float)
+                                            and 0 <= timeout < float("inf")):
+                raise KernelError(errno.EINVAL, f"timeout={timeout!r} is not a number of "
+                                  "seconds >= 0 (or None)")
+            return self._sock_recv(fd, size, timeout)
+        except KernelError as exc:
+            raise self._fail(exc, "sock_recv", f"socket fd {sock!r}") from None
+
+    def sock_send(self, sock: int | socket.socket, data: bytes, *,
+                  timeout: float | None = None) -> int:
+        """Send ``data`` on a socket as its application does (sendmsg): for a socket in a
+        sockmap with an SK_MSG verdict program, the program sees each message first
+        (tcp_bpf_sendmsg: pass, drop -> EACCES, or redirect). Returns the bytes taken."""
+        try:
+            fd = fd_arg(sock.fileno() if isinstance(sock, socket.socket) else sock)
+            payload = bytes_arg(data, "data")
+            if timeout is not None and not (isinstance(timeout, int | float)
+                                            and 0 <= timeout < float("inf")):
+                raise KernelError(errno.EINVAL, f"timeout={timeout!r} is not a number of "
+                                  "seconds >= 0 (or None)")
+            return self._sock_send(fd, payload, timeout)
+        except KernelError as exc:
+            raise self._fail(exc, "sock_send", f"socket fd {sock!r}") from None
+
     # -- BTF ---------------------------------------------------------------------------------
     def btf_load(self, btf: bytes, log_level: int = 0) -> int:
         """BPF_BTF_LOAD of a BTF blob (``pybpf.btf.Btf.to_bytes()``); returns its fd. A
@@ -685,6 +758,23 @@ class System(abc.ABC):
     @abc.abstractmethod
     def _link_create(self, prog_fd: int, target_fd: int, attach_type: int, flags: int) -> int:
         ...
+
+    @abc.abstractmethod
+    def _map_update_elem_target_cpu(self, fd: int, key: bytes | None, value: bytes,
+                                    flags: int, target_cpu: int) -> None: ...
+
+    @abc.abstractmethod
+    def _prog_attach(self, prog_fd: int, target_fd: int, attach_type: int,
+                     attach_flags: int, replace_prog_fd: int) -> None: ...
+
+    @abc.abstractmethod
+    def _prog_detach(self, target_fd: int, attach_type: int, prog_fd: int) -> None: ...
+
+    @abc.abstractmethod
+    def _sock_recv(self, fd: int, bufsize: int, timeout: float | None) -> bytes: ...
+
+    @abc.abstractmethod
+    def _sock_send(self, fd: int, data: bytes, timeout: float | None) -> int: ...
 
     @abc.abstractmethod
     def _btf_load(self, data: bytes, log_level: int) -> int:

@@ -96,6 +96,18 @@ BPF_ANY = 0
 BPF_NOEXIST = 1
 BPF_EXIST = 2
 BPF_F_LOCK = 4
+# Sockmap CPU affinity as the reviewers asked for it (Andrii Nakryiko, 2024): this flag on a
+# SOCKMAP/SOCKHASH update puts the target CPU of the socket's psock backlog work in the upper
+# 32 bits of flags (0 is a CPU). Never merged, so no kernel assigned it a bit: pybpf's value,
+# emulated backend only (the kernel answers EINVAL for the unknown flag).
+BPF_F_SOCKMAP_TARGET_CPU = 1 << 5
+
+# Redirect helper flags (bpf_sk_redirect_*, bpf_msg_redirect_*): to the target's receive
+# queue instead of its transmit path.
+BPF_F_INGRESS = 1
+# sk_skb / sk_msg verdicts
+SK_DROP = 0
+SK_PASS = 1
 
 
 class MapFlags(enum.IntFlag):

@@ -28,6 +28,7 @@ import threading
 import weakref
 from typing import Any
 
+from .. import sockio
 from ..attrs import MapAttr, length_problem, pin_path, value_problem
 from ..errors import KernelError
 from ..system import BatchLookup, FastOps, MapInfo, System
@@ -511,6 +512,24 @@ class EmulatedSystem(LinksMixin, ProgramsMixin, BtfMixin, System):
             self.bpf_prog_put(obj)
 
     # -- close -------------------------------------------------------------------------------
+    # Sockmap programs and psocks: placeholders until emulated/skmsg.py lands.
+    def _prog_attach(self, prog_fd: int, target_fd: int, attach_type: int,
+                     attach_flags: int, replace_prog_fd: int) -> None:
+        raise KernelError(errno.EINVAL, "the emulated backend has no BPF_PROG_ATTACH yet")
+
+    def _prog_detach(self, target_fd: int, attach_type: int, prog_fd: int) -> None:
+        raise KernelError(errno.EINVAL, "the emulated backend has no BPF_PROG_DETACH yet")
+
+    def _map_update_elem_target_cpu(self, fd: int, key: bytes | None, value: bytes,
+                                    flags: int, target_cpu: int) -> None:
+        raise KernelError(errno.EINVAL, "the emulated backend has no target_cpu yet")
+
+    def _sock_recv(self, fd: int, bufsize: int, timeout: float | None) -> bytes:
+        return sockio.recv(fd, bufsize, timeout)
+
+    def _sock_send(self, fd: int, data: bytes, timeout: float | None) -> int:
+        return sockio.send(fd, data, timeout)
+
     def _close(self, fd: int) -> None:
         with self._lock:
             file = self._files.pop(fd, None)

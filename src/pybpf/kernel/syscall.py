@@ -214,6 +214,32 @@ class RawTracepointAttr(ctypes.Structure):
     ]
 
 
+class ProgAttachAttr(ctypes.Structure):
+    """BPF_PROG_ATTACH / BPF_PROG_DETACH (the head every 6.x kernel reads)."""
+
+    _fields_ = [
+        ("target_fd", u32),
+        ("attach_bpf_fd", u32),
+        ("attach_type", u32),
+        ("attach_flags", u32),
+        ("replace_bpf_fd", u32),
+    ]
+
+
+class MapElemTargetCpuAttr(ctypes.Structure):
+    """The *_ELEM attr of the unmerged sockmap CPU-affinity patch (2024, v1): ``target_cpu``
+    (a user pointer to a u64 CPU) after ``flags``. No kernel has it: the kernel finds a
+    non-zero byte past the fields it knows and answers EINVAL."""
+
+    _fields_ = [
+        ("map_fd", u32),
+        ("key", uptr),
+        ("value", uptr),
+        ("flags", u64),
+        ("target_cpu", uptr),
+    ]
+
+
 class LinkCreateAttr(ctypes.Structure):
     """BPF_LINK_CREATE, its common head (``target_fd`` is ``target_ifindex`` for XDP)."""
 

@@ -29,6 +29,7 @@ import os
 import threading
 from collections.abc import Iterator
 
+from .. import sockio
 from ..accelerator import ACCEL
 from ..attrs import (
     UNREADABLE,
@@ -55,7 +56,9 @@ from .syscall import (
     MapBatchAttr,
     MapCreateAttr,
     MapElemAttr,
+    MapElemTargetCpuAttr,
     ObjPinAttr,
+    ProgAttachAttr,
     ProgLoadAttr,
     RawTracepointAttr,
     TestRunAttr,
@@ -537,6 +540,40 @@ class KernelSystem(System):
         if fd < 0:
             raise KernelError(-fd)
         return _fresh(fd)
+
+    def _prog_attach(self, prog_fd: int, target_fd: int, attach_type: int,
+                     attach_flags: int, replace_prog_fd: int) -> None:
+        ret = bpf(Cmd.PROG_ATTACH, ProgAttachAttr(
+            target_fd=target_fd, attach_bpf_fd=prog_fd, attach_type=attach_type,
+            attach_flags=attach_flags, replace_bpf_fd=replace_prog_fd))
+        if ret < 0:
+            raise KernelError(-ret)
+
+    def _prog_detach(self, target_fd: int, attach_type: int, prog_fd: int) -> None:
+        ret = bpf(Cmd.PROG_DETACH, ProgAttachAttr(target_fd=target_fd, attach_bpf_fd=prog_fd,
+                                                  attach_type=attach_type))
+        if ret < 0:
+            raise KernelError(-ret)
+
+    def _map_update_elem_target_cpu(self, fd: int, key: bytes | None, value: bytes,
+                                    flags: int, target_cpu: int) -> None:
+        cpu = ctypes.c_uint64(target_cpu)
+        ret = bpf(Cmd.MAP_UPDATE_ELEM, MapElemTargetCpuAttr(
+            map_fd=fd, key=key, value=value, flags=flags,
+            target_cpu=ctypes.addressof(cpu)))
+        if ret < 0:
+            detail = ""
+            if ret == -errno.EINVAL:
+                detail = ("this kernel has no target_cpu for sockmap updates: the sockmap "
+                          "CPU-affinity patch (2024) was never merged; the emulated backend "
+                          "has it, and RPS on the receiving device is the kernel's knob")
+            raise KernelError(-ret, detail)
+
+    def _sock_recv(self, fd: int, bufsize: int, timeout: float | None) -> bytes:
+        return sockio.recv(fd, bufsize, timeout)
+
+    def _sock_send(self, fd: int, data: bytes, timeout: float | None) -> int:
+        return sockio.send(fd, data, timeout)
 
     def _prog_test_run(self, prog_fd: int, req: TestRunRequest) -> TestRun:
         data_out = ctypes.create_string_buffer(req.data_size_out)
