@@ -56,6 +56,10 @@ class _Callback:
         self.done = False
 
 
+def _ran_already() -> None:
+    """What a callback a poll already ran leaves in its CPU's queue."""
+
+
 class Rcu:
     """RCU state of one emulated machine."""
 
@@ -192,6 +196,10 @@ class Rcu:
                 if not entry.done:
                     entry.done = True
                     due.append(entry.func)
+                    entry.func = _ran_already  # the CPU's queue keeps no freed object alive
+            for per_cpu in self._per_cpu.values():
+                while per_cpu and per_cpu[0].done:
+                    per_cpu.popleft()
             self._ran(due)
         # Callbacks run outside the lock: they may call_rcu or free into allocators.
         for callback in due:

@@ -143,7 +143,10 @@ class EmulatedSystem(LinksMixin, ProgramsMixin, BtfMixin, System):
         # so emulated objects and the process's real files (sockets for sockmap, say) share one
         # fd namespace, as BPF objects and files do in a real process.
         self._files: dict[int, Any] = {}
-        weakref.finalize(self, _close_host_fds, self._files)
+        # The finalizer holds only the host fd numbers: holding the objects (a map refers to
+        # its system) would keep a dropped system, and its host fds, alive for ever.
+        self._host_fds: set[int] = set()
+        weakref.finalize(self, _close_host_fds, self._host_fds)
         self._map_idr: dict[int, BpfMap] = {}
         self._next_map_id = itertools.count(1)
         self._prog_idr: dict[int, Any] = {}
@@ -174,6 +177,7 @@ class EmulatedSystem(LinksMixin, ProgramsMixin, BtfMixin, System):
         fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         with self._lock:
             self._files[fd] = obj
+            self._host_fds.add(fd)
         return fd
 
     def fd_get(self, fd: int) -> Any:
@@ -207,6 +211,11 @@ class EmulatedSystem(LinksMixin, ProgramsMixin, BtfMixin, System):
         bpf_map.map_free()
         if bpf_map.btf is not None:
             self.btf_put(bpf_map.btf)
+        # The kernel frees a map's memory after a grace period (bpf_mem_alloc_destroy waits
+        # in a worker), with nobody's help: here it comes back as soon as no reader holds it.
+        rcu = self.machine.rcu
+        if rcu.pending and not rcu.in_read_section():
+            rcu.poll()
 
     def _map_new_fd(self, bpf_map: BpfMap, file_flags: int) -> int:
         self.bpf_map_inc(bpf_map)
@@ -533,6 +542,7 @@ class EmulatedSystem(LinksMixin, ProgramsMixin, BtfMixin, System):
     def _close(self, fd: int) -> None:
         with self._lock:
             file = self._files.pop(fd, None)
+            self._host_fds.discard(fd)
         if file is None:
             raise KernelError(errno.EBADF, f"fd {fd} is not open")
         os.close(fd)
@@ -595,9 +605,9 @@ def _missing_fd(fd: object) -> KernelError:
     return KernelError(errno.EINVAL, f"fd {fd} is not a BPF object (an open file of this process)")
 
 
-def _close_host_fds(files: dict[int, Any]) -> None:
+def _close_host_fds(host_fds: set[int]) -> None:
     """When the emulated system goes away, its fds' host halves go too."""
-    for fd in list(files):
+    for fd in list(host_fds):
         try:
             os.close(fd)
         except OSError:

@@ -70,11 +70,12 @@ def addr_node(addr: int) -> int:
     return addr >> NODE_SHIFT
 
 
-def _evict_oldest(cache: OrderedDict) -> None:
+def _evict_oldest(cache: OrderedDict) -> int | None:
+    """Drop the least recently used line of ``cache``; the line (None if it was empty)."""
     try:
-        cache.popitem(last=False)
+        return cache.popitem(last=False)[0]
     except KeyError:  # emptied by a thread racing on the same cache
-        pass
+        return None
 
 
 def machine_distances(distances: list[list[int]], nodes: int) -> list[list[int]]:
@@ -269,7 +270,7 @@ class Timing:
                 ns = self.dram[node][home]
             shared[line] = None
             if len(shared) > self.shared_lines:
-                _evict_oldest(shared)
+                self._forget(_evict_oldest(shared))
         private.pop(line, None)  # a stale copy goes: the fresh one is the most recent
         private[line] = version
         if len(private) > self.private_lines:
@@ -278,6 +279,15 @@ class Timing:
             self._own(cpu, line, version, private)
         self._account(cpu, kind, 1, ns)
         return ns
+
+    def _forget(self, line: int | None) -> None:
+        """A line no cache holds any more needs no version or owner: the model's memory
+        stays bounded by the caches' sizes, however many objects come and go."""
+        if line is None or any(line in cache for cache in self._private) \
+                or any(line in cache for cache in self._shared):
+            return
+        self._version.pop(line, None)
+        self._dirty.pop(line, None)
 
     def _own(self, cpu: int, line: int, version: int, private: OrderedDict) -> None:
         """Read for ownership: every other copy of ``line`` becomes stale."""
