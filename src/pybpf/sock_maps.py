@@ -20,8 +20,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from .asm import R0, R1, R2, R3, R4, R10, Item, Size, add64, call, exit_, ld_map_fd, ldx, \
-    mov64, st
+from .asm import (
+    R0,
+    R1,
+    R2,
+    R3,
+    R4,
+    R10,
+    Item,
+    Size,
+    add64,
+    call,
+    exit_,
+    ld_map_fd,
+    ldx,
+    mov64,
+    st,
+)
 from .codecs import CodecSpec, SocketCodec
 from .maps import UpdateFlags, _TypedMap, register_typed_class, update_flags
 from .programs import sockmap_attach_type

@@ -86,7 +86,7 @@ CLOSED_FD = 999_999
 STALL = 10.0  # seconds without progress that fail a transfer
 
 
-# -- helpers ------------------------------------------------------------------------------------
+# -- helpers -----------------------------------------------------------------------------------
 def load(system, prog_type, items, maps=None, expected_attach_type=0) -> Program:
     return Program.load(ProgramSpec(prog_type, items, expected_attach_type=expected_attach_type),
                         system, maps=maps or {})
@@ -149,7 +149,13 @@ def recv_exactly(system, sock, size: int) -> bytes:
 
 
 def assert_nothing_to_read(system, sock) -> None:
-    assert err_of(system.sock_recv, sock, 1 << 16, timeout=0) == errno.EAGAIN
+    """No data waits on ``sock`` (nothing yet, or the end of stream)."""
+    try:
+        got = system.sock_recv(sock, 1 << 16, timeout=0)
+    except OSError as exc:
+        assert exc.errno == errno.EAGAIN
+        return
+    assert got == b"", f"{len(got)} bytes reached this socket's application"
 
 
 class Sender(threading.Thread):
@@ -226,7 +232,7 @@ def cookie(sock: socket.socket) -> int:
     return int.from_bytes(sock.getsockopt(socket.SOL_SOCKET, 57, 8), "little")
 
 
-# -- attaching: PROG_ATTACH / PROG_DETACH --------------------------------------------------------
+# -- attaching: PROG_ATTACH / PROG_DETACH ------------------------------------------------------
 @pytest.mark.parametrize("kind", ["sockmap", "sockhash"])
 @pytest.mark.parametrize("name, attach_type, prog_type", [
     ("stream_parser", PARSER, ProgType.SK_SKB),
@@ -339,7 +345,7 @@ def test_prog_detach_checks_in_syscall_order(backend, sockets):
     assert err_of(detach, m.fd, STREAM_VERDICT, skb.fd) == errno.ENOENT
 
 
-# -- links ----------------------------------------------------------------------------------------
+# -- links -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["sockmap", "sockhash"])
 @pytest.mark.parametrize("name, attach_type, prog_type", [
     ("stream_parser", PARSER, ProgType.SK_SKB),
@@ -400,3 +406,324 @@ def test_attach_type_names_and_their_errors():
         sockmap_attach_type("verdict")
     with pytest.raises(TypeError):
         sockmap_attach_type(None)
+
+
+# -- bytes through redirects -------------------------------------------------------------------
+class Proxy:
+    """c1 <-> p1 and c2 <-> p2, two connected stream pairs. p1 sits at key 0 of the map with
+    the verdict program; key 1 is the redirect target: p2 (egress: p2 sends, c2 receives) or
+    c2 itself (ingress: the bytes go to c2's receive side). The application writes c1 and
+    reads c2."""
+
+    def __init__(self, system, sockets, *, kind="sockmap", ingress=False, attach=STREAM_VERDICT,
+                 parser=False, family="tcp") -> None:
+        self.system = system
+        self.map = make_map(system, kind)
+        flags = BPF_F_INGRESS if ingress else 0
+        self.verdict = load(system, ProgType.SK_SKB, redirect_verdict(self.map, 1, flags))
+        self.map.attach(self.verdict, attach)
+        if parser:
+            self.parser = load(system, ProgType.SK_SKB, len_parser())
+            self.map.attach(self.parser, PARSER)
+        self.c1, self.p1 = sockets(family)
+        self.c2, self.p2 = sockets(family)
+        self.target = self.c2 if ingress else self.p2
+        self.map[0] = self.p1
+        self.map[1] = self.target
+
+
+def transfer(system, proxy: Proxy, data: bytes, chunk: int) -> bytes:
+    sender = Sender(system, proxy.c1, data, chunk)
+    sender.start()
+    got = recv_exactly(system, proxy.c2, len(data))
+    sender.finish()
+    assert sender.error is None, f"send failed with errno {sender.error}"
+    return got
+
+
+MODES = [pytest.param(STREAM_VERDICT, False, id="stream_verdict"),
+         pytest.param(STREAM_VERDICT, True, id="stream_verdict+parser"),
+         pytest.param(SKB_VERDICT, False, id="skb_verdict")]
+SIZES = [pytest.param(24 << 10, 7, id="24KiB-in-7B-writes"),
+         pytest.param(4 << 20, 256 << 10, id="4MiB-in-256KiB-writes")]
+
+
+@pytest.mark.parametrize("size, chunk", SIZES)
+@pytest.mark.parametrize("attach, parser", MODES)
+@pytest.mark.parametrize("ingress", [False, True], ids=["egress", "ingress"])
+@pytest.mark.parametrize("kind", ["sockmap", "sockhash"])
+def test_redirect_moves_bytes_intact(backend, sockets, kind, ingress, attach, parser, size,
+                                     chunk):
+    proxy = Proxy(backend, sockets, kind=kind, ingress=ingress, attach=attach, parser=parser)
+    data = pattern(size)
+    got = transfer(backend, proxy, data, chunk)
+    assert_prefix(got, data)
+    assert len(got) == len(data)
+    assert_nothing_to_read(backend, proxy.p1)  # nothing leaked to the source's application
+
+
+@pytest.mark.parametrize("attach", [STREAM_VERDICT, SKB_VERDICT], ids=["stream", "skb"])
+@pytest.mark.parametrize("ingress", [False, True], ids=["egress", "ingress"])
+def test_redirect_between_unix_socketpairs(backend, sockets, ingress, attach):
+    proxy = Proxy(backend, sockets, ingress=ingress, attach=attach, family="unix")
+    data = pattern(1 << 20)
+    got = transfer(backend, proxy, data, 64 << 10)
+    assert got == data
+
+
+@pytest.mark.parametrize("kind", ["sockmap", "sockhash"])
+def test_sk_pass_delivers_to_the_socket_itself(backend, sockets, kind):
+    m = make_map(backend, kind)
+    counters = ArrayMap(1, int, int, key_size=4, value_size=8, system=backend)
+    m.attach(counting(backend, ProgType.SK_SKB, counters, [b.mov64(R0, SK_PASS), b.exit_()]),
+             "stream_verdict")
+    client, server = sockets()
+    m[0] = server
+    data = pattern(1 << 20)
+    sender = Sender(backend, client, data, 64 << 10)
+    sender.start()
+    assert recv_exactly(backend, server, len(data)) == data
+    sender.finish()
+    assert counters[0] == len(data)  # the verdict saw every byte
+
+
+def test_sk_drop_drops_what_the_verdict_saw(backend, sockets):
+    m = SockMap(1, system=backend)
+    counters = ArrayMap(1, int, int, key_size=4, value_size=8, system=backend)
+    m.attach(counting(backend, ProgType.SK_SKB, counters, [b.mov64(R0, SK_DROP), b.exit_()]),
+             SKB_VERDICT)
+    client, server = sockets()
+    m[0] = server
+    data = pattern(256 << 10)
+    sender = Sender(backend, client, data, 16 << 10)
+    sender.start()
+    sender.finish()
+    assert sender.error is None
+    wait_for(lambda: counters[0] == len(data), "the verdict seeing every byte")
+    assert_nothing_to_read(backend, server)
+
+
+def test_redirect_to_an_empty_key_drops(backend, sockets):
+    m = SockMap(2, system=backend)
+    counters = ArrayMap(1, int, int, key_size=4, value_size=8, system=backend)
+    m.attach(counting(backend, ProgType.SK_SKB, counters, redirect_verdict(m, 1)),
+             STREAM_VERDICT)
+    c1, p1 = sockets()
+    c2, p2 = sockets()
+    m[0] = p1
+    lost = b"lost" * 1000
+    assert backend.sock_send(c1, lost, timeout=STALL) == len(lost)
+    wait_for(lambda: counters[0] == len(lost), "the verdict seeing the first bytes")
+    m[1] = p2
+    kept = pattern(64 << 10)
+    sender = Sender(backend, c1, kept, 8 << 10)
+    sender.start()
+    assert recv_exactly(backend, c2, len(kept)) == kept  # the dropped bytes never came
+    sender.finish()
+    assert_nothing_to_read(backend, p1)
+
+
+def test_sockets_inserted_before_the_attach_are_not_redirected(backend, sockets):
+    m = SockMap(2, system=backend)
+    c1, p1 = sockets()
+    c2, p2 = sockets()
+    m[0], m[1] = p1, p2
+    m.attach(load(backend, ProgType.SK_SKB, redirect_verdict(m, 1)), STREAM_VERDICT)
+    plain = b"plain tcp" * 100
+    assert backend.sock_send(c1, plain, timeout=STALL) == len(plain)
+    assert recv_exactly(backend, p1, len(plain)) == plain
+    assert_nothing_to_read(backend, c2)  # no program ran, so nothing can come later
+    del m[0]
+    m[0] = p1  # inserted again after the attach: now it takes the program
+    data = pattern(64 << 10)
+    sender = Sender(backend, c1, data, 8 << 10)
+    sender.start()
+    assert recv_exactly(backend, c2, len(data)) == data
+    sender.finish()
+    assert_nothing_to_read(backend, p1)
+
+
+def test_detach_leaves_inserted_sockets_running_the_program(backend, sockets):
+    m = SockMap(4, system=backend)
+    verdict = load(backend, ProgType.SK_SKB, redirect_verdict(m, 1))
+    m.attach(verdict, STREAM_VERDICT)
+    c1, p1 = sockets()
+    c2, p2 = sockets()
+    c3, p3 = sockets()
+    m[0], m[1] = p1, p2
+    m.detach(verdict, STREAM_VERDICT)
+    m[2] = p3  # inserted after the detach: no program
+    first = pattern(64 << 10)
+    sender = Sender(backend, c1, first, 8 << 10)
+    sender.start()
+    assert recv_exactly(backend, c2, len(first)) == first
+    sender.finish()
+    later = b"not redirected" * 50
+    assert backend.sock_send(c3, later, timeout=STALL) == len(later)
+    assert recv_exactly(backend, p3, len(later)) == later
+
+
+# -- SK_MSG ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("size, chunk", SIZES)
+@pytest.mark.parametrize("ingress", [False, True], ids=["egress", "ingress"])
+@pytest.mark.parametrize("kind", ["sockmap", "sockhash"])
+def test_msg_verdict_redirects_what_the_application_sends(backend, sockets, kind, ingress,
+                                                          size, chunk):
+    m = make_map(backend, kind)
+    flags = BPF_F_INGRESS if ingress else 0
+    m.attach(load(backend, ProgType.SK_MSG, redirect_verdict(m, 1, flags, msg=True)),
+             "msg_verdict")
+    c1, p1 = sockets()
+    c2, p2 = sockets()
+    m[0] = c1  # the sender's own socket: its sendmsg runs the program
+    m[1] = c2 if ingress else p2
+    data = pattern(size)
+    sender = Sender(backend, c1, data, chunk)
+    sender.start()
+    got = recv_exactly(backend, c2, len(data))
+    sender.finish()
+    assert sender.error is None
+    assert_prefix(got, data)
+    assert len(got) == len(data)
+    assert_nothing_to_read(backend, p1)
+
+
+def test_msg_verdict_drop_is_eacces_and_pass_sends(backend, sockets):
+    for verdict, want in ((SK_DROP, errno.EACCES), (SK_PASS, 0)):
+        m = SockMap(1, system=backend)
+        m.attach(returning(backend, ProgType.SK_MSG, verdict), MSG_VERDICT)
+        client, server = sockets()
+        m[0] = client
+        if want:
+            assert err_of(backend.sock_send, client, b"refused", timeout=STALL) == want
+            assert_nothing_to_read(backend, server)
+        else:
+            assert backend.sock_send(client, b"passed", timeout=STALL) == 6
+            assert recv_exactly(backend, server, 6) == b"passed"
+
+
+def test_msg_verdict_does_not_run_on_unix_sockets(backend, sockets):
+    m = SockMap(2, system=backend)
+    m.attach(load(backend, ProgType.SK_MSG, redirect_verdict(m, 1, msg=True)), MSG_VERDICT)
+    c1, p1 = sockets("unix")
+    c2, p2 = sockets("unix")
+    m[0], m[1] = c1, p2
+    assert backend.sock_send(c1, b"straight to the peer", timeout=STALL) == 20
+    assert recv_exactly(backend, p1, 20) == b"straight to the peer"
+    assert_nothing_to_read(backend, c2)
+
+
+# -- faults under load -------------------------------------------------------------------------
+FAULTS = [("delete-source", False), ("delete-source", True), ("delete-target", False),
+          ("delete-target", True), ("close-target", False), ("close-source", False),
+          ("close-source", True)]
+
+
+@pytest.mark.parametrize("fault, ingress", FAULTS,
+                         ids=[f"{f}-{'ingress' if i else 'egress'}" for f, i in FAULTS])
+def test_faults_under_load_never_hang_duplicate_or_reorder(backend, sockets, fault, ingress):
+    proxy = Proxy(backend, sockets, ingress=ingress)
+    data = pattern(8 << 20)
+    sender = Sender(backend, proxy.c1, data, 64 << 10)
+    source_reader = Reader(backend, proxy.p1)  # after a delete, the source gets plain TCP
+    got = bytearray()
+    sender.start()
+    if fault == "delete-source":
+        source_reader.start()
+    while len(got) < 1 << 20:
+        chunk = recv_some(backend, proxy.c2)
+        assert chunk, f"end of stream after {len(got)} bytes, before the fault"
+        got += chunk
+    if fault == "delete-source":
+        del proxy.map[0]
+    elif fault == "delete-target":
+        del proxy.map[1]
+    elif fault == "close-target":
+        proxy.p2.close()
+    else:
+        proxy.p1.close()
+    if fault == "delete-source":
+        # The target's part and the source's part together are what was sent, once each.
+        sender.finish()
+        assert sender.error is None
+        source_reader.join(STALL * 3)
+        deadline = time.monotonic() + STALL
+        while len(got) + len(source_reader.got) < sender.sent or source_reader.is_alive():
+            assert time.monotonic() < deadline, "bytes missing after the source's delete"
+            try:
+                got += backend.sock_recv(proxy.c2, 1 << 20, timeout=0.05)
+            except OSError as exc:
+                assert exc.errno == errno.EAGAIN
+        assert source_reader.finish() is not None
+        assert bytes(got) + bytes(source_reader.got) == data[:sender.sent]
+        return
+    sender.finish()
+    if fault == "close-source":
+        assert sender.error in (None, errno.EPIPE, errno.ECONNRESET)
+    else:
+        assert sender.error is None  # the rest was dropped, not refused
+    if fault != "close-target":
+        proxy.p2.close()  # c2 sees the end of stream once its queue is read
+    while chunk := recv_some(backend, proxy.c2):
+        got += chunk
+    assert_prefix(bytes(got), data)
+
+
+# -- values: sockets in, cookies out -----------------------------------------------------------
+@pytest.mark.parametrize("kind", ["sockmap", "sockhash"])
+def test_lookup_gives_the_socket_cookie(backend, sockets, kind):
+    m = make_map(backend, kind)
+    a, b_ = sockets()
+    m[0] = a
+    m.update(3, b_.fileno(), flags="noexist")
+    assert m[0] == cookie(a) and m[3] == cookie(b_)
+    assert dict(m.items()) == {0: cookie(a), 3: cookie(b_)}
+    assert err_of(m.update, 0, b_, flags="noexist") == errno.EEXIST
+    small = (SockMap if kind == "sockmap" else SockHash)(2, value_size=4, system=backend)
+    small[1] = a
+    assert err_of(small.lookup, 1) == errno.ENOSPC
+
+
+def test_map_create_gives_the_typed_socket_maps(backend, sockets):
+    sock, _ = sockets()
+    for map_type, klass in ((MapType.SOCKMAP, SockMap), (MapType.SOCKHASH, SockHash)):
+        with Map.create(MapSpec(map_type, 4, 8, 2), backend) as m:
+            assert type(m) is klass
+            m.update(1, sock)
+            assert m.lookup(1) == cookie(sock)
+
+
+def test_socket_values_are_checked_before_the_syscall(backend, sockets):
+    m = SockMap(2, system=backend)
+    sock, _ = sockets()
+    with pytest.raises(TypeError, match="socket"):
+        m[0] = "not a socket"
+    closed = socket.socket()
+    closed.close()
+    with pytest.raises(ValueError, match="closed"):
+        m[0] = closed
+    with pytest.raises(ValueError, match="4 or 8"):
+        SockMap(2, value_size=6, system=backend)
+    with pytest.raises(TypeError, match="target_cpu"):
+        m.update(0, sock, target_cpu="1")
+
+
+# -- target CPU: the unmerged designs (the emulated backend has them) --------------------------
+def test_target_cpu_flags_put_the_cpu_in_the_upper_32_bits():
+    assert target_cpu_flags(0) == 1 << 5
+    assert target_cpu_flags(3, "exist") == 3 << 32 | 1 << 5 | 2
+    with pytest.raises(ValueError):
+        target_cpu_flags(-1)
+
+
+@pytest.mark.parametrize("kind", ["sockmap", "sockhash"])
+def test_kernel_refuses_both_target_cpu_designs_naming_the_feature(kernel, sockets, kind):
+    m = make_map(kernel, kind)
+    sock, _ = sockets()
+    for attempt in (lambda: m.update(0, sock, target_cpu=0),
+                    lambda: m.update(0, sock, flags=target_cpu_flags(1))):
+        with pytest.raises(OSError) as info:
+            attempt()
+        assert info.value.errno == errno.EINVAL
+        assert "never merged" in str(info.value) and "affinity" in str(info.value)
+    assert err_of(m.lookup, 0) == errno.ENOENT  # nothing was inserted
