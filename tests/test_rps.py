@@ -72,3 +72,37 @@ def test_missing_device_is_enodev_and_closed_namespace_a_value_error():
     ns.close()
     with pytest.raises(ValueError, match="closed"):
         read_rps_cpus("lo", netns=ns)
+
+
+@needs_netns
+def test_sockmap_redirect_moves_bytes_intact_with_rps_on_the_namespace_loopback(kernel):
+    import socket
+    import threading
+
+    from pybpf import SockMap
+    from pybpf.programs import Program, ProgramSpec
+    from pybpf.sock_maps import redirect_verdict
+    from pybpf.uapi import ProgType
+
+    data = bytes(range(256)) * (16 << 10)  # 4 MiB
+    with netns.NetNamespace() as ns, rps_cpus("lo", [1], netns=ns):
+        with ns.entered():
+            pairs = []
+            for _ in range(2):
+                with socket.create_server(("127.0.0.1", 0)) as server:
+                    client = socket.create_connection(server.getsockname())
+                    pairs.append((client, server.accept()[0]))
+        (c1, p1), (c2, p2) = pairs
+        socks = SockMap(2, system=kernel)
+        socks.attach(Program.load(ProgramSpec(ProgType.SK_SKB, redirect_verdict(socks, 1)),
+                                  kernel), "skb_verdict")
+        socks[0], socks[1] = p1, p2
+        sender = threading.Thread(target=c1.sendall, args=(data,), daemon=True)
+        sender.start()
+        got = bytearray()
+        while len(got) < len(data) and (chunk := kernel.sock_recv(c2, 1 << 20, timeout=10)):
+            got += chunk
+        sender.join(10)
+        assert not sender.is_alive() and bytes(got) == data
+        for sock in (c1, p1, c2, p2):
+            sock.close()

@@ -26,8 +26,8 @@ BPF_PROG_ATTACH (syscall.c bpf_prog_attach, then sock_map_get_from_fd):
 BPF_PROG_DETACH (sock_map_prog_detach):
   1. attach_type unknown -> EINVAL
   2. target fd: closed -> EBADF, not a map -> EINVAL (before the prog fd is looked at)
-  3. prog fd: closed -> EBADF; not a program, or of the wrong type -> EINVAL (prog_fd=0 is
-     fd 0, not "any": EINVAL)
+  3. prog fd: closed -> EBADF; not a program, or of the wrong type -> EINVAL (there is no
+     "any program": prog_fd 0 is fd 0)
   4. not a sock map -> EOPNOTSUPP; the other verdict attached -> EBUSY (even with the slot
      empty); a link holds the slot -> EBUSY (whichever program is named)
   5. the slot holds another program, or none -> ENOENT
@@ -337,7 +337,7 @@ def test_prog_detach_checks_in_syscall_order(backend, sockets):
     assert err_of(detach, CLOSED_FD, STREAM_VERDICT, msg.fd) == errno.EBADF  # map first
     assert err_of(detach, pipe_end.fileno(), STREAM_VERDICT, CLOSED_FD) == errno.EINVAL
     assert err_of(detach, m.fd, STREAM_VERDICT, CLOSED_FD) == errno.EBADF
-    assert err_of(detach, m.fd, STREAM_VERDICT, 0) == errno.EINVAL  # fd 0 is no program
+    assert err_of(detach, m.fd, STREAM_VERDICT, pipe_end.fileno()) == errno.EINVAL
     assert err_of(detach, m.fd, STREAM_VERDICT, msg.fd) == errno.EINVAL
     assert err_of(detach, m.fd, MSG_VERDICT, skb.fd) == errno.EINVAL
     assert err_of(detach, array.fd, STREAM_VERDICT, skb.fd) == errno.EOPNOTSUPP
