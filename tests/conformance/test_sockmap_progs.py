@@ -97,12 +97,11 @@ def returning(system, prog_type, verdict, expected_attach_type=0) -> Program:
                 expected_attach_type=expected_attach_type)
 
 
-def counting(system, prog_type, counters, tail) -> Program:
-    """A program adding the bytes it sees (skb->len, or sk_msg size) to counters[0], then
-    running ``tail`` (items ending in exit) with the context back in r1."""
-    size_off = 0 if prog_type == ProgType.SK_SKB else 68  # __sk_buff.len, sk_msg_md.size
-    return load(system, prog_type, [
-        b.mov64(R6, R1), b.ldx(4, R7, R1, size_off), b.st(4, FP, -4, 0), b.mov64(R2, FP),
+def counting(system, counters, tail) -> Program:
+    """An SK_SKB program adding the bytes it sees (skb->len) to counters[0], then running
+    ``tail`` (items ending in exit) with the context back in r1."""
+    return load(system, ProgType.SK_SKB, [
+        b.mov64(R6, R1), b.ldx(4, R7, R1, 0), b.st(4, FP, -4, 0), b.mov64(R2, FP),
         b.add64(R2, -4), b.ld_map_fd(R1, "counters"), b.call("map_lookup_elem"),
         b.jeq(R0, 0, "out"), b.atomic(8, 0, R0, 0, R7), b.label("out"), b.mov64(R1, R6),
         *tail], {"counters": counters})
@@ -475,7 +474,7 @@ def test_redirect_between_unix_socketpairs(backend, sockets, ingress, attach):
 def test_sk_pass_delivers_to_the_socket_itself(backend, sockets, kind):
     m = make_map(backend, kind)
     counters = ArrayMap(1, int, int, key_size=4, value_size=8, system=backend)
-    m.attach(counting(backend, ProgType.SK_SKB, counters, [b.mov64(R0, SK_PASS), b.exit_()]),
+    m.attach(counting(backend, counters, [b.mov64(R0, SK_PASS), b.exit_()]),
              "stream_verdict")
     client, server = sockets()
     m[0] = server
@@ -490,7 +489,7 @@ def test_sk_pass_delivers_to_the_socket_itself(backend, sockets, kind):
 def test_sk_drop_drops_what_the_verdict_saw(backend, sockets):
     m = SockMap(1, system=backend)
     counters = ArrayMap(1, int, int, key_size=4, value_size=8, system=backend)
-    m.attach(counting(backend, ProgType.SK_SKB, counters, [b.mov64(R0, SK_DROP), b.exit_()]),
+    m.attach(counting(backend, counters, [b.mov64(R0, SK_DROP), b.exit_()]),
              SKB_VERDICT)
     client, server = sockets()
     m[0] = server
@@ -506,7 +505,7 @@ def test_sk_drop_drops_what_the_verdict_saw(backend, sockets):
 def test_redirect_to_an_empty_key_drops(backend, sockets):
     m = SockMap(2, system=backend)
     counters = ArrayMap(1, int, int, key_size=4, value_size=8, system=backend)
-    m.attach(counting(backend, ProgType.SK_SKB, counters, redirect_verdict(m, 1)),
+    m.attach(counting(backend, counters, redirect_verdict(m, 1)),
              STREAM_VERDICT)
     c1, p1 = sockets()
     c2, p2 = sockets()
