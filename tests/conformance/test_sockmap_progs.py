@@ -38,6 +38,11 @@ BPF_LINK_CREATE (sock_map_link_create, Linux 6.10+):
   A link replaces a program attached by PROG_ATTACH; PROG_ATTACH over a link -> EBUSY;
   closing the link's fd empties the slot (PROG_DETACH then -> ENOENT, PROG_ATTACH works).
 Sockets and programs:
+  - A psock holds one program per slot: inserting a socket whose psock already has a program
+    in a slot the map also fills (stream parser, msg verdict, or either skb verdict against
+    either) is EBUSY, at another key, at its own key again, or in another map; a map
+    without programs, or one filling other slots only (msg verdict beside a stream
+    verdict), takes it. A parser alone starts nothing: the data reaches the application.
   - A psock takes the map's programs when its socket is inserted. Sockets inserted before
     the attach are not redirected (their data reaches the application as plain TCP); deleted
     and inserted again, they are.
@@ -520,6 +525,41 @@ def test_redirect_to_an_empty_key_drops(backend, sockets):
     assert recv_exactly(backend, c2, len(kept)) == kept  # the dropped bytes never came
     sender.finish()
     assert_nothing_to_read(backend, p1)
+
+
+@pytest.mark.parametrize("held, other", [
+    ("stream_verdict", "stream_verdict"), ("skb_verdict", "skb_verdict"),
+    ("stream_verdict", "skb_verdict"), ("skb_verdict", "stream_verdict"),
+    ("stream_parser", "stream_parser"), ("msg_verdict", "msg_verdict")])
+def test_a_socket_takes_one_program_per_slot(backend, sockets, held, other):
+    def prog(name):
+        kind = ProgType.SK_MSG if name == "msg_verdict" else ProgType.SK_SKB
+        return returning(backend, kind, SK_PASS)
+
+    first, second, bare = (SockMap(4, system=backend) for _ in range(3))
+    first.attach(prog(held), held)
+    second.attach(prog(other), other)
+    _, sock = sockets()
+    first[0] = sock
+    assert err_of(first.update, 1, sock) == errno.EBUSY
+    assert err_of(first.update, 0, sock) == errno.EBUSY
+    assert err_of(second.update, 0, sock) == errno.EBUSY
+    bare[0] = sock
+    assert first[0] == bare[0] == cookie(sock)
+
+
+def test_other_slots_combine_and_a_parser_alone_passes_data(backend, sockets):
+    verdicts, messages, parsers = (SockMap(2, system=backend) for _ in range(3))
+    verdicts.attach(returning(backend, ProgType.SK_SKB, SK_PASS), "stream_verdict")
+    messages.attach(returning(backend, ProgType.SK_MSG, SK_PASS), "msg_verdict")
+    parsers.attach(load(backend, ProgType.SK_SKB, len_parser()), "stream_parser")
+    client, server = sockets()
+    verdicts[0] = server
+    messages[0] = server
+    other_client, other_server = sockets()
+    parsers[0] = other_server
+    assert backend.sock_send(other_client, b"parsed by nobody", timeout=STALL) == 16
+    assert recv_exactly(backend, other_server, 16) == b"parsed by nobody"
 
 
 def test_sockets_inserted_before_the_attach_are_not_redirected(backend, sockets):
