@@ -168,7 +168,7 @@ def redirect_verdict(sock_map: Any, key: int | bytes, flags: int = 0, *, msg: bo
         items += [mov64(R3, R10), add64(R3, slot)]
     else:
         if not isinstance(key, int) or isinstance(key, bool) or not 0 <= key < 1 << 31:
-            raise TypeError(f"a SOCKMAP key is an index (an int), got {key!r}")
+            raise TypeError(f"a SOCKMAP key is an index (an int 0..2**31-1), got {key!r}")
         items.append(mov64(R3, key))
     items += [ld_map_fd(R2, sock_map), mov64(R4, flags), call(helper), exit_()]
     return items
