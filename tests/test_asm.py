@@ -223,6 +223,8 @@ def test_helpers_are_called_by_name_or_id():
 
 def test_helper_ids_match_the_kernel_numbering():
     assert BpfFunc.map_lookup_elem == 1 and BpfFunc.tail_call == 12
+    assert (BpfFunc.sk_redirect_map, BpfFunc.msg_redirect_map) == (52, 60)
+    assert (BpfFunc.msg_redirect_hash, BpfFunc.sk_redirect_hash) == (71, 72)
     assert BpfFunc.ringbuf_output == 130 and BpfFunc.user_ringbuf_drain == 209
     assert BpfFunc.cgrp_storage_delete == 211
     assert list(BpfFunc) == sorted(BpfFunc)

@@ -17,6 +17,7 @@ from .errors import (
     VerifierError,
 )
 from .redirect_maps import CpuMap, CpuMapEntry, DevMap, DevMapEntry, DevMapHash
+from .sock_maps import SockHash, SockMap
 from .system import System
 from .uapi import MapFlags, MapType
 
@@ -36,6 +37,8 @@ __all__ = [
     "NotSupportedError",
     "Object",
     "ObjectSpec",
+    "SockHash",
+    "SockMap",
     "System",
     "VerifierError",
     "system",

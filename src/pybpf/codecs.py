@@ -407,6 +407,38 @@ class MapFdCodec(Codec):
         return "map fd in, map id out"
 
 
+class SocketCodec(Codec):
+    """Values of SOCKMAP / SOCKHASH: a socket (anything with ``fileno()``) or an fd on update,
+    sent as a u32 or u64 fd; lookups give the socket's cookie (SO_COOKIE) as an int, which
+    the kernel gives only for 8-byte values (4-byte ones are ENOSPC)."""
+
+    kind = KIND_GENERIC
+
+    def __init__(self, size: int) -> None:
+        if size not in (4, 8):
+            raise ValueError(f"a socket value is 4 or 8 bytes (an fd), not {size}")
+        self.size = size
+
+    def encode(self, obj: Any) -> bytes:
+        fd = obj if isinstance(obj, int) else getattr(obj, "fileno", None)
+        if callable(fd):
+            fd = fd()
+        if not isinstance(fd, int) or isinstance(fd, bool):
+            raise TypeError(f"a sockmap value is a socket (with fileno()) or its fd, got "
+                            f"{type(obj).__name__}")
+        if fd < 0:
+            raise ValueError(f"{obj!r} has no fd (a closed socket?): insert an open socket")
+        if fd >= 1 << (8 * self.size):
+            raise ValueError(f"fd {fd} does not fit in the map's {self.size}-byte value")
+        return fd.to_bytes(self.size, "little")
+
+    def decode(self, data: bytes) -> int:
+        return int.from_bytes(data, "little")
+
+    def describe(self) -> str:
+        return f"socket fd in ({self.size} bytes), cookie out"
+
+
 CodecSpec = Codec | str | type | None
 
 

@@ -41,6 +41,7 @@ from .codecs import (
     MapFdCodec,
     PerCpuCodec,
     PerCpuValue,
+    SocketCodec,
     make_codec,
 )
 from .errors import BPFError, KeyNotFoundError, map_description
@@ -483,7 +484,8 @@ def _codecs_for(spec: MapSpec, system: System, key: CodecSpec,
                 value: CodecSpec) -> tuple[Codec, Codec]:
     """The key and value codecs of a map of ``spec`` on ``system`` (``key``/``value``
     override the spec's; defaults: int keys for index maps, LpmKey for LPM tries, raw bytes
-    otherwise; fd maps take Maps and give ids; per-CPU values are PerCpuValues)."""
+    otherwise; fd maps take Maps and give ids, socket maps sockets and give cookies; per-CPU
+    values are PerCpuValues)."""
     key = key if key is not None else spec.key
     value = value if value is not None else spec.value
     traits = map_traits(spec.type)
@@ -495,6 +497,8 @@ def _codecs_for(spec: MapSpec, system: System, key: CodecSpec,
     ncpus = system.num_possible_cpus
     if traits.fd_values and value is None:
         value_codec: Codec = MapFdCodec()
+    elif traits.sockets and value is None and spec.value_size in (4, 8):
+        value_codec = SocketCodec(spec.value_size)
     elif traits.percpu:
         value_codec = PerCpuCodec(make_codec(value, spec.value_size, "value"), ncpus)
     else:
@@ -692,6 +696,13 @@ class BloomFilterMap(_TypedMap):
         except KeyNotFoundError:
             return False
         return True
+
+
+def register_typed_class(cls: type[Map]) -> type[Map]:
+    """Make ``cls`` the class ``Map.create`` / ``from_fd`` give for its ``map_type`` (typed
+    classes defined outside this module: sock_maps.py)."""
+    _CLASS_FOR_TYPE[cls.map_type] = cls
+    return cls
 
 
 _CLASS_FOR_TYPE: dict[int, type[Map]] = {

@@ -25,6 +25,34 @@ from .errors import bpf_error
 from .system import ProgInfo, System, TestRun
 from .uapi import BPF_F_TEST_XDP_LIVE_FRAMES, AttachType, ProgType
 
+# The attach types of programs on a SOCKMAP / SOCKHASH, by the names users write.
+SOCKMAP_ATTACH_TYPES: dict[str, AttachType] = {
+    "stream_parser": AttachType.SK_SKB_STREAM_PARSER,
+    "stream_verdict": AttachType.SK_SKB_STREAM_VERDICT,
+    "skb_verdict": AttachType.SK_SKB_VERDICT,
+    "msg_verdict": AttachType.SK_MSG_VERDICT,
+}
+
+
+def sockmap_attach_type(attach_type: AttachType | int | str) -> int:
+    """An attach type for a sockmap program: a uapi ``AttachType`` or int (passed on as it
+    is: the kernel judges it), or a name: "stream_parser", "stream_verdict",
+    "skb_verdict", "msg_verdict" (also with the uapi prefix, "sk_skb_stream_verdict")."""
+    if isinstance(attach_type, str):
+        name = attach_type.lower().removeprefix("bpf_")
+        found = SOCKMAP_ATTACH_TYPES.get(name)
+        if found is None:  # the uapi spelling: sk_skb_stream_verdict, sk_skb_verdict, ...
+            found = {t.name.lower(): t for t in SOCKMAP_ATTACH_TYPES.values()}.get(name)
+        if found is None:
+            raise ValueError(f"unknown sockmap attach type {attach_type!r}: one of "
+                             f"{', '.join(SOCKMAP_ATTACH_TYPES)}")
+        return found
+    if isinstance(attach_type, int) and not isinstance(attach_type, bool):
+        return int(attach_type)
+    raise TypeError(f"attach type must be an AttachType, an int or a name like "
+                    f"'stream_verdict', got {attach_type!r}")
+
+
 # Program types whose BPF_PROG_TEST_RUN refuses ``repeat`` (and data): they run once on ctx.
 _RUN_ONCE_TYPES = frozenset({ProgType.RAW_TRACEPOINT, ProgType.SYSCALL})
 
@@ -210,6 +238,15 @@ class Program:
         """Attach this RAW_TRACEPOINT program to tracepoint ``name`` (e.g.
         ``xdp_cpumap_kthread``); it gets the tracepoint's raw arguments as u64s."""
         return Link(self.system, self.system.raw_tracepoint_open(self._open_fd(), name), self)
+
+    def attach_sockmap(self, sock_map: Any, attach_type: AttachType | int | str) -> Link:
+        """Attach this SK_SKB / SK_MSG program to a SOCKMAP or SOCKHASH (a Map or its fd) by
+        a link (BPF_LINK_CREATE, Linux 6.10+) as ``attach_type`` ("stream_parser",
+        "stream_verdict", "skb_verdict", "msg_verdict" or an AttachType). Sockets inserted
+        afterwards take the program; closing the Link detaches it."""
+        map_fd = getattr(sock_map, "fd", sock_map)
+        fd = self.system.link_create(self._open_fd(), map_fd, sockmap_attach_type(attach_type))
+        return Link(self.system, fd, self)
 
     # -- objects ---------------------------------------------------------------------------
     def info(self) -> ProgInfo:

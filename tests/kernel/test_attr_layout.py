@@ -34,6 +34,12 @@ EXPECTED = {
         "excl_prog_hash": (80, 8), "excl_prog_hash_size": (88, 4)}),
     sc.MapElemAttr: (32, {"map_fd": (0, 4), "key": (8, 8), "value": (16, 8),
                           "flags": (24, 8)}),
+    sc.MapElemTargetCpuAttr: (40, {"map_fd": (0, 4), "key": (8, 8), "value": (16, 8),
+                                   "flags": (24, 8), "target_cpu": (32, 8)}),
+    sc.ProgAttachAttr: (32, {"target_fd": (0, 4), "attach_bpf_fd": (4, 4),
+                             "attach_type": (8, 4), "attach_flags": (12, 4),
+                             "replace_bpf_fd": (16, 4), "relative_fd": (20, 4),
+                             "expected_revision": (24, 8)}),
     sc.MapBatchAttr: (56, {"in_batch": (0, 8), "out_batch": (8, 8), "keys": (16, 8),
                            "values": (24, 8), "count": (32, 4), "map_fd": (36, 4),
                            "elem_flags": (40, 8), "flags": (48, 8)}),
@@ -103,6 +109,8 @@ EXPECTED = {
 BTF_HOME = {
     sc.MapCreateAttr: ("bpf_attr", "map_type"),
     sc.MapElemAttr: ("bpf_attr", "next_key"),
+    sc.MapElemTargetCpuAttr: ("bpf_attr", "next_key"),  # target_cpu: past the kernel's
+    sc.ProgAttachAttr: ("bpf_attr", "replace_bpf_fd"),
     sc.MapBatchAttr: ("bpf_attr", "batch"),
     sc.ObjPinAttr: ("bpf_attr", "pathname"),
     sc.GetIdAttr: ("bpf_attr", "fd_by_id_token_fd"),

@@ -215,7 +215,8 @@ class RawTracepointAttr(ctypes.Structure):
 
 
 class ProgAttachAttr(ctypes.Structure):
-    """BPF_PROG_ATTACH / BPF_PROG_DETACH (the head every 6.x kernel reads)."""
+    """BPF_PROG_ATTACH / BPF_PROG_DETACH (6.6+: ``relative_fd`` and ``expected_revision``
+    belong to mprog attachments, tcx and netkit; zero for everything else)."""
 
     _fields_ = [
         ("target_fd", u32),
@@ -223,6 +224,8 @@ class ProgAttachAttr(ctypes.Structure):
         ("attach_type", u32),
         ("attach_flags", u32),
         ("replace_bpf_fd", u32),
+        ("relative_fd", u32),
+        ("expected_revision", u64),
     ]
 
 

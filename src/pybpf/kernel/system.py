@@ -42,7 +42,7 @@ from ..attrs import (
 from ..errors import KernelError, bpf_error
 from ..system import BatchLookup, FastOps, MapInfo, ProgInfo, System, TestRun
 from ..topology import Topology, host_topology
-from ..uapi import Cmd, MapType, map_traits, syscall_value_size
+from ..uapi import BPF_F_SOCKMAP_TARGET_CPU, Cmd, MapType, map_traits, syscall_value_size
 from . import perf_event
 from .syscall import (
     NR_BPF,
@@ -76,6 +76,10 @@ _NO_TOKEN = b"\xff\xff\xff\xff"
 _LOG_SIZES = (1 << 20, 1 << 24)  # verifier log buffer: first try, last try
 VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
 _SIZEOF_ELEM = ctypes.sizeof(MapElemAttr)
+# Why a sockmap CPU binding is refused here, in both of its designs.
+_NO_TARGET_CPU = ("sockmap CPU affinity (Jiayuan Chen's 2024 patch, and the flag its review "
+                  "asked for) was never merged into Linux; the emulated backend has it, and "
+                  "RPS on the receiving device (pybpf.testing.rps) is the kernel's knob")
 
 
 class _MapMeta:
@@ -267,7 +271,11 @@ class KernelSystem(System):
         attr.key = key
         attr.value = value
         if libc_syscall(NR_BPF, 2, ref, _SIZEOF_ELEM) < 0:
-            raise KernelError(get_errno())
+            err = get_errno()
+            if err == errno.EINVAL and flags & BPF_F_SOCKMAP_TARGET_CPU:
+                raise KernelError(err, "BPF_F_SOCKMAP_TARGET_CPU (the CPU in the upper 32 "
+                                  "bits of flags) is not a kernel flag: " + _NO_TARGET_CPU)
+            raise KernelError(err)
 
     def _elem(self, cmd: int, fd: int, meta: _MapMeta | None, key: bytes | None, flags: int,
               value: bytes | None = None, out: int | None = None) -> bytes | None:
@@ -564,9 +572,7 @@ class KernelSystem(System):
         if ret < 0:
             detail = ""
             if ret == -errno.EINVAL:
-                detail = ("this kernel has no target_cpu for sockmap updates: the sockmap "
-                          "CPU-affinity patch (2024) was never merged; the emulated backend "
-                          "has it, and RPS on the receiving device is the kernel's knob")
+                detail = "this kernel has no target_cpu for sockmap updates: " + _NO_TARGET_CPU
             raise KernelError(-ret, detail)
 
     def _sock_recv(self, fd: int, bufsize: int, timeout: float | None) -> bytes:
