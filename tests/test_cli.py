@@ -432,3 +432,18 @@ def test_map_perf_into_a_closed_pipe_stops_quietly(backend, request):
     err = proc.stderr.read()
     assert proc.wait(timeout=300) == 0, err
     assert err == ""
+
+
+def _subcommands() -> list[list[str]]:
+    from pybpf.bench import BENCHMARKS
+
+    return ([[name] for name in cli.COMMANDS if name != "bench"]
+            + [["bench", name] for name in BENCHMARKS])
+
+
+@pytest.mark.parametrize("command", _subcommands(), ids=" ".join)
+def test_every_subcommand_prints_its_help(command, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([*command, "--help"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.startswith("usage: pybpf " + " ".join(command))
