@@ -131,6 +131,29 @@ SCHEMA: tuple[Param, ...] = (
        "what the callback does"),
     # -- rcu ---------------------------------------------------------------------------------
     _p("rcu", "grace_period", "ns", "length of an RCU grace period on a busy machine"),
+    # -- the XDP / cpumap / GRO receive path: CPU work beyond the memory stalls --------------
+    _p("net", "xdp_do_redirect", "ns", "per frame an XDP program redirects to a cpumap entry, "
+       "on the receiving CPU: xdp_do_redirect, xdp_convert_buff_to_frame, bq_enqueue"),
+    _p("net", "ptr_ring_produce", "ns", "per frame bq_flush_to_queue puts in the entry's "
+       "ptr_ring (beyond its producer lock)"),
+    _p("net", "cpu_map_kthread_frame", "ns", "per frame the cpumap kthread takes off its ring "
+       "(__ptr_ring_consume_batched, the frame's prefetch and the loop's bookkeeping)"),
+    _p("net", "napi_skb_cache_get", "ns", "per skb head napi_skb_cache_get_bulk hands out of "
+       "the per-CPU NAPI cache (the head's zeroing is charged as memory)"),
+    _p("net", "napi_skb_cache_put", "ns", "per skb head given back to the NAPI cache"),
+    _p("net", "kmem_cache_alloc_bulk", "ns", "per object of a kmem_cache_alloc_bulk from "
+       "skbuff_head_cache"),
+    _p("net", "kmem_cache_free_bulk", "ns", "per object of a kmem_cache_free_bulk"),
+    _p("net", "build_skb", "ns", "__xdp_build_skb_from_frame per skb: build_skb_around, the "
+       "shared info, eth_type_trans (the lines it touches are charged as memory)"),
+    _p("net", "gro_receive", "ns", "per skb GRO looks at (dev_gro_receive, inet/ipv6 and UDP "
+       "gro_receive with the software checksum check and the socket lookup)"),
+    _p("net", "gro_merge", "ns", "per skb merged into a held one: the frag append "
+       "(skb_gro_receive) and freeing the stolen head"),
+    _p("net", "gro_complete", "ns", "per merged skb GRO completes (the headers rewritten)"),
+    _p("net", "netif_receive_skb", "ns", "per skb up the stack to a UDP socket: "
+       "__netif_receive_skb_core, ip_rcv, the route lookup, ip_local_deliver, udp_rcv, the "
+       "socket lookup, __udp_enqueue_schedule_skb and the reader's wake-up"),
 )
 
 SCHEMA_BY_PATH: dict[str, Param] = {p.path: p for p in SCHEMA}
