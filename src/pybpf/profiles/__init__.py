@@ -298,21 +298,21 @@ def validate(name: str, description: str, values: dict[str, Value], path: str = 
     missing = [p.path for p in SCHEMA if p.path not in values]
     if missing:
         raise ProfileError(f"{where}: missing {', '.join(missing)}")
-    for path, v in values.items():
-        param = SCHEMA_BY_PATH.get(path)
+    for key, v in values.items():  # not ``path``: that is the file's, kept in the Profile
+        param = SCHEMA_BY_PATH.get(key)
         if param is None:
-            raise ProfileError(f"{where}: unknown key {path}")
+            raise ProfileError(f"{where}: unknown key {key}")
         if not isinstance(v.source, str) or not v.source.strip():
-            raise ProfileError(f"{where}: {path} needs a source (where the value comes from)")
+            raise ProfileError(f"{where}: {key} needs a source (where the value comes from)")
         if param.unit == "slit":
             continue
         x = v.value
         if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
-            raise ProfileError(f"{where}: {path} must be a finite number, got {x!r}")
+            raise ProfileError(f"{where}: {key} must be a finite number, got {x!r}")
         if param.integer and not isinstance(x, int):
-            raise ProfileError(f"{where}: {path} must be an integer, got {x!r}")
+            raise ProfileError(f"{where}: {key} must be an integer, got {x!r}")
         if x < 0:
-            raise ProfileError(f"{where}: {path} must not be negative, got {x!r} {param.unit}")
+            raise ProfileError(f"{where}: {key} must not be negative, got {x!r} {param.unit}")
     _check_topology(values, where)
     _check_memory(values, where)
     return Profile(name, description, types.MappingProxyType(dict(values)), path,
