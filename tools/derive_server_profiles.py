@@ -3,7 +3,8 @@
 profile: their CPU work is the host's, scaled by clock and a cited per-clock ratio, except where
 a cited figure of the era exists (syscall and probe entry, atomics, memory); what the host
 profile derives from other values is derived the same way, and the receive path's cycle
-estimates ([net], calibrate.NET_CYCLES) are converted at each machine's clock. Every value's source says which.
+estimates ([net], profiles/net_cycles.py) are converted at each machine's clock. Every
+value's source says which.
 
     python3 tools/derive_server_profiles.py src/pybpf/profiles
 
@@ -13,8 +14,8 @@ No value here was chosen by looking at the seed patches' published results.
 
 import sys
 
-from pybpf.calibrate import NET_CYCLES, net_source
 from pybpf.profiles import SCHEMA, Profile, Value, dump_profile, load_profile, validate
+from pybpf.profiles.net_cycles import NET_CYCLES, net_source
 
 V = Value
 DERIVED = ("cpu.spin_lock", "alloc.kmalloc", "alloc.kfree", "alloc.call_rcu",

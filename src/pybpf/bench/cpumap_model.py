@@ -44,7 +44,7 @@ class ModeledRate:
     skb_alloc: str
     frames: int  # frames the kthread took in the measured bursts
     kthread_ns: float  # busy ns per frame
-    producer_ns: float  # ns per frame on the producer's CPU
+    producer_ns: float  # ns per frame on the producer's CPU (the reader's work too, if there)
     frames_per_skb: float  # frames per skb reaching UDP
     heads: int
     heads_recycled: int
