@@ -25,6 +25,25 @@ def test_emulated_rows_show_the_mechanism(capsys):
     assert off["counters"]["heads_recycled"] == 0  # a fresh machine, nothing merged
     assert on["counters"]["heads_recycled"] > on["counters"]["skb_heads"] // 2
     assert all(run["kthread"] == 256 for run in on["runs"])
+    # the modeled kthread rate of the declared machine (default: the host profile)
+    assert on["modeled"]["profile"] == off["modeled"]["profile"] == "host"
+    assert on["modeled"]["mpps"] > off["modeled"]["mpps"] > 0
+    assert on["modeled"]["frames_per_skb"] == 64 and off["modeled"]["heads_recycled"] == 0
+
+
+def test_the_modeled_column_is_for_the_declared_profile(capsys):
+    assert main(["bench", "cpumap", "--backend", "emulated", "--runs", "1",
+                 "--emulated-frames", "64", "--no-progress", "--profile",
+                 "sapphire-rapids-2s"]) == 0
+    out = capsys.readouterr().out
+    assert "modeled Mpps (sapphire-rapids-2s)" in out
+    assert "a saturated cpumap kthread on profile sapphire-rapids-2s" in out
+
+
+def test_an_unknown_profile_is_one_error_line(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "cpumap", "--backend", "emulated", "--profile", "/no/such.toml"])
+    assert "no profile '/no/such.toml'" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(netns.unavailable() is not None, reason=str(netns.unavailable()))

@@ -96,6 +96,14 @@ def test_missing_value_is_named():
     refused(doc, "x.toml", "memory.dram_remote")
 
 
+def test_a_profile_without_the_net_section_gets_its_estimates_at_its_clock():
+    doc = doc_of(synthetic_values())
+    del doc["net"]  # written before the cpumap path was modeled
+    profile = parse_profile(doc)
+    assert profile["net.netif_receive_skb"] == pytest.approx(800 / 2.5)
+    assert profile.source("net.netif_receive_skb").startswith("estimate: 800 cycles at 2.50 GHz")
+
+
 def test_unknown_key_is_named_with_the_known_ones():
     doc = doc_of(synthetic_values())
     doc["cpu"]["syscal_entry"] = {"value": 1.0, "source": "typo"}

@@ -22,9 +22,10 @@ How each profile value follows from these is written into its ``source`` (``deri
 probes' own instructions are charged at the measured per-instruction cost and taken out, and a
 map operation's cost is what is left after what the model charges separately (jhash per key
 byte, one spinlock per bucket or free list taken, the allocator's fast path). What user space
-cannot measure (irq save/restore, kmalloc, call_rcu, irq_work, grace periods) is estimated from
-measured values, the kernel's configuration or a cited figure, and says so. No value is chosen
-by looking at the seed patches' published results: those are the held-out check.
+cannot measure (irq save/restore, kmalloc, call_rcu, irq_work, grace periods, the [net]
+receive path's CPU work) is estimated from measured values, the kernel's configuration or a
+cited figure, and says so. No value is chosen by looking at the seed patches' published
+results: those are the held-out check.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ from .asm.builder import Item, Label
 from .bench import report, trigger
 from .bench.args import int_arg, profile_arg
 from .profiles import Profile, Value, dump_profile, validate
+from .profiles.net_cycles import NET_CYCLES, net_source
 from .uapi import MapFlags, MapType, ProgType
 
 DEFAULT_OUTPUT = "~/.config/pybpf/profiles/host.toml"
@@ -825,6 +827,8 @@ def derive(samples: dict[str, Samples], host: dict) -> tuple[dict[str, Value], d
     put("alloc.rcu_callback", helper + mem_cache,
         "estimate: rcu_do_batch per callback dequeues one entry and makes one indirect "
         "call: helper_call + bpf_mem_cache")
+    for key, (cycles, what) in NET_CYCLES.items():
+        cite(f"net.{key}", cycles / ghz, net_source(cycles, ghz, what))
     hz = host["config_hz"]
     gp_hz = hz or 250
     cite("rcu.grace_period", TICKS_PER_GRACE_PERIOD * 1e9 / gp_hz,

@@ -35,7 +35,8 @@ class Lab:
         self.dev.set_gro(gro)
         self.up: list[SkBuff] = []
         self.heads: list[SkBuff] = []
-        self.node = GroNode(self.up.extend, self.heads.append, lambda skb, h: sock_gro)
+        self.node = GroNode(self.up.extend, self.heads.append, lambda skb, h: sock_gro,
+                            self.net.charge)
 
     def skb(self, frame: bytes) -> SkBuff:
         skb = SkBuff()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pybpf.emulated.machine import Machine
 from pybpf.emulated.skbuff import (
     NAPI_SKB_CACHE_BULK,
     NAPI_SKB_CACHE_HALF,
@@ -10,8 +11,13 @@ from pybpf.emulated.skbuff import (
 )
 
 
+def head_cache(cpus: int) -> SkbHeadCache:
+    machine = Machine(cpus=cpus)
+    return SkbHeadCache(cpus, machine.timing, machine.current)
+
+
 def test_an_empty_cache_is_refilled_in_one_bulk_then_serves_from_it():
-    cache = SkbHeadCache(2)
+    cache = head_cache(2)
     heads = cache.napi_skb_cache_get_bulk(1, 8)
     assert len(heads) == 8 and not any(h.recycled for h in heads)
     assert cache.slab_alloc == NAPI_SKB_CACHE_BULK and len(cache.caches[1]) == 8
@@ -22,7 +28,7 @@ def test_an_empty_cache_is_refilled_in_one_bulk_then_serves_from_it():
 
 
 def test_heads_given_back_go_out_first_and_count_as_recycled():
-    cache = SkbHeadCache(1)
+    cache = head_cache(1)
     first = cache.napi_skb_cache_get_bulk(0, 4)
     for head in first:
         cache.napi_skb_cache_put(0, head)
@@ -32,7 +38,7 @@ def test_heads_given_back_go_out_first_and_count_as_recycled():
 
 
 def test_a_request_beyond_the_refill_is_allocated_straight_from_the_slab():
-    cache = SkbHeadCache(1)
+    cache = head_cache(1)
     heads = cache.napi_skb_cache_get_bulk(0, 40)
     assert len(heads) == 40
     assert cache.stats[0].refill == NAPI_SKB_CACHE_BULK
@@ -41,7 +47,7 @@ def test_a_request_beyond_the_refill_is_allocated_straight_from_the_slab():
 
 
 def test_a_full_cache_gives_its_upper_half_back_to_the_slab():
-    cache = SkbHeadCache(1)
+    cache = head_cache(1)
     heads = cache.kmem_cache_alloc_bulk(NAPI_SKB_CACHE_SIZE)
     for head in heads:
         cache.napi_skb_cache_put(0, head)
@@ -51,7 +57,7 @@ def test_a_full_cache_gives_its_upper_half_back_to_the_slab():
 
 
 def test_each_cpu_has_its_own_cache():
-    cache = SkbHeadCache(2)
+    cache = head_cache(2)
     head = cache.kmem_cache_alloc_bulk(1)[0]
     cache.napi_skb_cache_put(0, head)
     assert cache.napi_skb_cache_get_bulk(1, 1)[0] is not head

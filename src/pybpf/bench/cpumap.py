@@ -24,7 +24,9 @@ Rules this module keeps:
   pybpf's kernel rows are compared with it as a rate ratio within the noise (report.Ratio).
 - The emulated rows run the same code on the emulated backend with fewer frames
   (``--emulated-frames``): the emulator's Python speed, and its counters (skb heads from the
-  NAPI cache, GRO merges) that show the series' mechanism.
+  NAPI cache, GRO merges) that show the series' mechanism. Beside the host rate they give
+  the modeled kthread Mpps of the machine ``--profile`` declares (bench/cpumap_model.py:
+  the same setup's modeled time, the same on every run), labelled as such.
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ from ..redirect_maps import CpuMap, CpuMapEntry
 from ..testing.veth import veth_pair
 from ..uapi import BPF_F_TEST_XDP_LIVE_FRAMES, AttachType, ProgType, XdpAction
 from . import report
-from .args import U32_MAX, int_arg, plot_arg
+from .args import U32_MAX, int_arg, plot_arg, profile_arg
+from .cpumap_model import model_cpumap_rate
 from .xdp_tools import ReferenceUnavailable, find_tools, run_reference
 
 LIVE_BATCH = 64
@@ -235,6 +238,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         "reference's traffic (default: the one on PATH)")
     parser.add_argument("--no-reference", action="store_true",
                         help="skip xdp-bench even where it can run")
+    parser.add_argument("--profile", type=profile_arg, default="host",
+                        help="the machine the emulated rows' modeled Mpps are for (a shipped "
+                             "profile or a TOML file; default host)")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     parser.add_argument("--plot", type=plot_arg, metavar="FILE",
                         help="a bar chart of the kthread rates")
@@ -299,7 +305,15 @@ def run_from_args(ns: argparse.Namespace) -> int:
                     except ReferenceUnavailable as exc:
                         row.error = str(exc)
                 progress.advance()
-    document = _document(rows, ref_rows, notes, ns)
+    modeled = {}
+    if "emulated" in systems:
+        for gro in GRO_STATES:
+            try:
+                modeled[gro] = model_cpumap_rate(ns.profile, gro=gro, cpu=ns.cpu,
+                                                 producer_cpu=ns.gen_cpu).as_dict()
+            except ValueError as exc:
+                raise CommandError(f"modeled rate on {ns.profile}: {exc}") from None
+    document = _document(rows, ref_rows, notes, ns, modeled)
     if ns.json:
         report.dump_json(document)
     else:
@@ -327,12 +341,15 @@ def _summary(values: Sequence[float]) -> dict:
 
 
 def _document(rows: list[Row], ref_rows: list[Row], notes: list[str],
-              ns: argparse.Namespace) -> dict:
+              ns: argparse.Namespace, modeled: dict | None = None) -> dict:
+    """The JSON document; an emulated row carries ``modeled`` (model_cpumap_rate's figures
+    for ``--profile``: ``modeled["mpps"]`` is the modeled kthread Mpps)."""
     out_rows = []
     for row in rows:
         runs = row.runs
         out_rows.append({
             "backend": row.name, "gro": row.gro,
+            "modeled": (modeled or {}).get(row.gro) if row.name == "emulated" else None,
             "kthread_mpps": _summary([r.kthread_mpps for r in runs]),
             "offered_mpps": _summary([r.offered_mpps for r in runs]),
             "frames_per_skb": _summary([r.frames_per_skb for r in runs]),
@@ -376,10 +393,14 @@ def _text(doc: dict) -> str:
             return "-"
         return f"{summary['median']:.{digits}f} ±{100 * summary['spread']:.0f}%"
 
-    header = ["backend", "GRO", "kthread Mpps", "offered Mpps", "frames/skb at UDP", "runs"]
+    profile = doc["config"].get("profile")
+    header = ["backend", "GRO", "kthread Mpps (host time)", f"modeled Mpps ({profile})",
+              "offered Mpps", "frames/skb at UDP", "runs"]
     lines = []
     for row in doc["rows"] + doc["reference"]:
+        model = row.get("modeled")
         lines.append([row["backend"], "on" if row["gro"] else "off", cell(row["kthread_mpps"]),
+                      f"{model['mpps']:.2f}" if model else "-",
                       cell(row.get("offered_mpps", {})), cell(row["frames_per_skb"], 1),
                       len(row["kthread_mpps"].get("runs", []))])
     out = [report.format_table(header, lines)]
@@ -392,6 +413,10 @@ def _text(doc: dict) -> str:
             out.append(f"emulated GRO {'on' if row['gro'] else 'off'}: skb heads "
                        f"{counters['skb_heads']}, recycled through the NAPI cache "
                        f"{counters['heads_recycled']}, GRO merged {counters['gro']['merged']}")
+    if any(row.get("modeled") for row in doc["rows"]):
+        out.append(f"modeled Mpps: a saturated cpumap kthread on profile {profile}, from the "
+                   "emulated path's modeled time (bench/cpumap_model.py; the same on every "
+                   "run); the kthread Mpps column is the emulator's speed on this host")
     load = doc["machine"]["loadavg"]
     out.append(f"machine: {doc['machine']['cpus']} CPUs, load average {load[0]:.2f} "
                f"{load[1]:.2f} {load[2]:.2f}")

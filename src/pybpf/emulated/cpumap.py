@@ -30,6 +30,13 @@ The data path (``BpfCpuMapEntry``), as cpu_map_enqueue and cpu_map_kthread_run (
   default) or, as before 6.15, straight from the slab (``kmem_cache_alloc_bulk``, with
   ``net.cpumap_skb_alloc``), builds the skbs and hands them to the entry's GRO node; after
   64 frames, or when the ring is empty, GRO is flushed and the skbs go up the stack.
+- Modeled time (emulated/timing.py): the redirecting CPU pays ``xdp_do_redirect`` per frame
+  and writes its xdp_frame and header lines, then ``ptr_ring_produce`` per frame under the
+  ring's producer lock with the slots' lines; the kthread pays ``cpu_map_kthread_frame`` per
+  frame with the slots' and frames' lines (transfers from the producer's CPU, dearer across
+  nodes), then what skbuff.py, xdp.py, gro.py and stack.py charge for heads, skbs, GRO and
+  the stack. A woken kthread first waits (``ring_wait``) until the producer's clock at the
+  flush that woke it; its sleep and wake-up themselves cost nothing.
 - Replacing or deleting an entry (or freeing the map) frees the old one after an RCU grace
   period: its kthread first empties the ring and the GRO node, so every frame that entered
   the ring is accounted for, then exits; the program reference goes with it.
@@ -70,6 +77,7 @@ if TYPE_CHECKING:
 CPU_MAP_QSIZE_MAX = 16384
 CPU_MAP_BULK_SIZE = 8
 CPUMAP_BATCH = 8
+RING_WAIT = "ring_wait"  # modeled time a woken kthread waits for the flush that woke it
 DEFAULT_NR_CPUS = 8192  # x86-64 distribution kernels, when /sys does not say
 SYS_KERNEL_MAX = "/sys/devices/system/cpu/kernel_max"
 
@@ -237,6 +245,7 @@ class XdpBulkQueue:
         rcpu = self.rcpu
         with rcpu.producer_lock:
             room = rcpu.qsize - len(rcpu.queue)
+            rcpu.ring_produce(len(frames[:room]))
             rcpu.queue.extend(frames[:room])
         drops = max(0, len(frames) - room)
         self.processed += len(frames)
@@ -249,7 +258,9 @@ class XdpBulkQueue:
         with self.lock:
             self.flush_to_queue()
             self.on_list = False
-        self.rcpu.wake.set()
+        rcpu = self.rcpu
+        rcpu.woken_at = rcpu.timing.now(rcpu.machine.current.cpu)
+        rcpu.wake.set()
 
 
 def cpu_map_kthread_run(ref: weakref.ref, wake: threading.Event,
@@ -276,6 +287,7 @@ def cpu_map_kthread_run(ref: weakref.ref, wake: threading.Event,
                 if rcpu is None:
                     return
                 rcpu.sleeping = False
+                rcpu.timing.wait_until(rcpu.cpu, rcpu.woken_at, RING_WAIT)
                 sched = 1
         packets += rcpu.poll_once(sched)
         if packets >= NAPI_POLL_WEIGHT or not rcpu.queue:
@@ -313,7 +325,16 @@ class BpfCpuMapEntry:
         self.bulkq: dict[int, XdpBulkQueue] = {}  # per producer CPU, made on first use
         stack = self.net.stack
         self.gro = GroNode(stack.netif_receive_skb_list, self.net.napi_put_head,
-                           stack.udp_gro_sock)
+                           stack.udp_gro_sock, self.net.charge)
+        # Modeled time: the ring's slots live on the entry's node (one 8-byte pointer each),
+        # its producer lock on a line of its own; slots produced and consumed so far.
+        timing = self.timing = machine.timing
+        node = machine.cpu_node[cpu]
+        self.ring_addr = timing.alloc_region(qsize * 8, node)
+        self.ring_tlock = timing.new_lock(timing.alloc_region(64, node))
+        self.ring_produced = 0
+        self.ring_consumed = 0
+        self.woken_at = 0.0  # the producer's clock at the flush that last woke the kthread
         self.stats = CpuMapEntryStats()
         self.skb_enqueued = 0  # generic-XDP skbs put in the ring
         self.skb_enqueue_drops = 0
@@ -334,8 +355,16 @@ class BpfCpuMapEntry:
 
     # -- producers ----------------------------------------------------------------------------
     def xdp_enqueue(self, xdpf: XdpBuff, dev_rx: Any) -> int:
-        """cpu_map_enqueue: into this CPU's bulk queue; 0 (drops are counted at the flush)."""
+        """cpu_map_enqueue: into this CPU's bulk queue; 0 (drops are counted at the flush).
+        Charges ``xdp_do_redirect``; the xdp_frame written into the page's headroom and the
+        packet's header line are this CPU's (it received the page, or generated it)."""
         cpu = self.machine.current_cpu()
+        timing = self.timing
+        timing.charge(cpu, "xdp_do_redirect")
+        if not xdpf.addr:
+            xdpf.addr = self.net.rx_page(cpu)
+        timing.access(cpu, xdpf.addr, write=True)
+        timing.access(cpu, xdpf.addr + xdpf.data, write=True)
         bq = self.bulkq.get(cpu)
         if bq is None:
             bq = self.bulkq.setdefault(cpu, XdpBulkQueue(self))
@@ -355,6 +384,7 @@ class BpfCpuMapEntry:
         with self.producer_lock:
             full = len(self.queue) >= self.qsize
             if not full:
+                self.ring_produce(1)
                 self.queue.append(skb)
         if full:
             self.skb_enqueue_drops += 1
@@ -363,6 +393,20 @@ class BpfCpuMapEntry:
             self.wake.set()
         self.trace_enqueue(1, int(full))
         return -errno.ENOSPC if full else 0
+
+    def ring_produce(self, n: int) -> None:
+        """Modeled time of ``n`` frames into the ring (producer_lock held): the producer's
+        ``ptr_ring_produce`` each, under the modeled lock, writing their slots (lines the
+        consumer zeroed come over from its CPU)."""
+        cpu = self.machine.current.cpu
+        timing = self.timing
+        timing.spin_lock(cpu, self.ring_tlock)
+        timing.charge(cpu, "ptr_ring_produce", n)
+        qsize, base = self.qsize, self.ring_addr
+        for slot in range(self.ring_produced, self.ring_produced + n):
+            timing.access(cpu, base + (slot % qsize) * 8, write=True)
+        self.ring_produced += n
+        timing.spin_unlock(cpu, self.ring_tlock)
 
     def trace_enqueue(self, processed: int, drops: int) -> None:
         """The xdp:xdp_cpumap_enqueue tracepoint."""
@@ -399,6 +443,7 @@ class BpfCpuMapEntry:
         n = len(items)
         if not n and not sched:
             return 0
+        self._ring_consume(items)
         frames = [item for item in items if type(item) is XdpBuff]
         skbs = [item for item in items if type(item) is not XdpBuff]
         stats = self.stats
@@ -422,6 +467,20 @@ class BpfCpuMapEntry:
         for skb in built + skbs:
             self.gro.receive(skb)
         return n
+
+    def _ring_consume(self, items: list[Any]) -> None:
+        """Modeled time of taking ``items`` off the ring: ``cpu_map_kthread_frame`` each, the
+        slots read and zeroed (their lines come over from the producer's CPU), each frame's
+        xdp_frame line read (written by the CPU that enqueued it)."""
+        timing, cpu = self.timing, self.cpu
+        timing.charge(cpu, "cpu_map_kthread_frame", len(items))
+        qsize, base = self.qsize, self.ring_addr
+        for slot in range(self.ring_consumed, self.ring_consumed + len(items)):
+            timing.access(cpu, base + (slot % qsize) * 8, write=True)
+        self.ring_consumed += len(items)
+        for item in items:
+            if type(item) is XdpBuff and item.addr:
+                timing.access(cpu, item.addr)
 
     def _prog_run_xdp(self, frames: list[XdpBuff]) -> tuple[list[XdpBuff], int]:
         """cpu_map_bpf_prog_run_xdp: the frames that pass, and how many were redirected."""

@@ -89,14 +89,19 @@ class GroNode:
 
     ``deliver(skbs)`` takes a list up the stack (netif_receive_skb_list); ``put_head(skb)``
     takes a merged skb's head back (napi_skb_cache_put on this CPU); ``udp_gro_sock(skb, h)``
-    says whether a local UDP socket with UDP_GRO receives this flow (None: no socket)."""
+    says whether a local UDP socket with UDP_GRO receives this flow (None: no socket);
+    ``charge(event)`` charges modeled work to the calling CPU: ``gro_receive`` per skb GRO
+    looks at (none when the device elides GRO), ``gro_merge`` per skb merged, ``gro_complete``
+    per merged skb completed."""
 
     def __init__(self, deliver: Callable[[list[SkBuff]], None],
                  put_head: Callable[[SkBuff], None],
-                 udp_gro_sock: Callable[[SkBuff, Headers], bool | None]) -> None:
+                 udp_gro_sock: Callable[[SkBuff, Headers], bool | None],
+                 charge: Callable[[str], None]) -> None:
         self.deliver = deliver
         self.put_head = put_head
         self.udp_gro_sock = udp_gro_sock
+        self.charge = charge
         self.hash: list[list[SkBuff]] = [[] for _ in range(GRO_HASH_BUCKETS)]  # oldest first
         self.rx_list: list[SkBuff] = []
         self.rx_count = 0
@@ -116,6 +121,7 @@ class GroNode:
             self.stats.normal += 1
             self.normal_one(skb, 1)
             return
+        self.charge("gro_receive")
         cb = skb.gro = GroCb(h)
         bucket = self.hash[skb.hash & (GRO_HASH_BUCKETS - 1)]
         mac = skb.data[:ETH_HLEN]
@@ -129,6 +135,7 @@ class GroNode:
             bucket.remove(pp)
             self._complete(pp)
         if cb.same_flow:  # merged: the head was stolen
+            self.charge("gro_merge")
             self.stats.merged += 1
             skb.gro = None
             self.put_head(skb)
@@ -292,6 +299,7 @@ class GroNode:
             skb.gso_size = 0
             self.normal_one(skb, 1)
             return
+        self.charge("gro_complete")
         h, data = cb.h, skb.data
         total = len(data) + _frags_len(skb)
         saddr, daddr = h.saddr, h.daddr

@@ -44,6 +44,7 @@ from .helpers import XDP_ABORTED, XDP_DROP, XDP_PASS, XDP_REDIRECT, XDP_TX
 from .skbuff import SkbHeadCache, SkBuff
 from .stack import Stack
 from .xdp import (
+    PAGE_SIZE,
     XdpBuff,
     bpf_prog_run_xdp,
     eth_type_trans,
@@ -57,6 +58,7 @@ NAPI_POLL_WEIGHT = 64
 VETH_RING_SIZE = 256
 VETH_XDP_BATCH = 16  # frames turned into skbs at once
 VETH_XDP_TX_BULK_SIZE = 16
+RX_PAGE_POOL = VETH_RING_SIZE  # pages a CPU's receive side cycles through (modeled time)
 VLAN_HLEN = 4
 ETH_HLEN = 14
 XDP_XMIT_FLUSH = 1
@@ -84,7 +86,7 @@ class Napi:
         self.scheduled = False
         net = dev.net
         self.gro = GroNode(net.stack.netif_receive_skb_list, net.napi_put_head,
-                           net.stack.udp_gro_sock)
+                           net.stack.udp_gro_sock, net.charge)
         self.polls = 0
 
     def produce(self, frames: list[XdpBuff], max_len: int) -> int:
@@ -414,7 +416,7 @@ class Net:
         self.machine = machine
         self._lock = threading.RLock()
         self.devices: dict[int, NetDevice] = {}
-        self.skb_cache = SkbHeadCache(machine.num_cpus)
+        self.skb_cache = SkbHeadCache(machine.num_cpus, machine.timing, machine.current)
         self.stack = Stack(self)
         # How cpumap's kthreads get skb heads: "napi_skb_cache_get_bulk" (6.15+) or
         # "kmem_cache_alloc_bulk" (before), for the before/after of the GRO series.
@@ -423,6 +425,8 @@ class Net:
         # systems on this machine with raw tracepoint programs).
         self.trace_sinks: list[Callable[[str, tuple[int, ...]], Any]] = []
         self._poll_lists: list[collections.deque[Napi]] = [
+            collections.deque() for _ in range(machine.num_cpus)]
+        self._rx_pages: list[collections.deque[int]] = [
             collections.deque() for _ in range(machine.num_cpus)]
         self._softirq = _Softirq()
         lo = Loopback(self, LOOPBACK_IFINDEX, "lo")
@@ -549,6 +553,26 @@ class Net:
         finally:
             self.machine.rcu.read_unlock()
             state.active = False
+
+    def charge(self, event: str, n: int = 1) -> None:
+        """Modeled work on the calling thread's CPU (a [net] cost of the profile)."""
+        self.machine.timing.charge(self.machine.current.cpu, event, n)
+
+    def access(self, addr: int, write: bool = False) -> None:
+        """A modeled memory access from the calling thread's CPU."""
+        self.machine.timing.access(self.machine.current.cpu, addr, write)
+
+    def rx_page(self, cpu: int) -> int:
+        """The next page of ``cpu``'s receive page pool: RX_PAGE_POOL pages on its node,
+        used in turn, as a driver's page_pool recycles them."""
+        pool = self._rx_pages[cpu]
+        if not pool:
+            base = self.machine.timing.alloc_region(RX_PAGE_POOL * PAGE_SIZE,
+                                                    self.machine.cpu_node[cpu])
+            pool.extend(base + i * PAGE_SIZE for i in range(RX_PAGE_POOL))
+        page = pool.popleft()
+        pool.append(page)
+        return page
 
     def napi_put_head(self, skb: SkBuff) -> None:
         """napi_skb_free_stolen_head: a merged skb's head goes to this CPU's NAPI cache."""

@@ -15,6 +15,12 @@ Rules this module keeps:
 - Every head knows whether it is new from the slab or ``recycled`` through the NAPI cache, and
   the counters say how many of each went out: with GRO merging 16 frames per skb, 15 of
   every 16 heads cpumap takes are recycled ones.
+- Modeled time (emulated/timing.py), charged to the calling thread's CPU: a slab head costs
+  ``kmem_cache_alloc_bulk`` (or ``kmem_cache_free_bulk`` when a full cache spills) per
+  object, a NAPI cache head ``napi_skb_cache_get`` / ``napi_skb_cache_put``, a head freed
+  alone ``kfree``. Heads have addresses (``addr``): the slab hands out the most recently
+  freed head of the node first, wherever it was freed, so a head the reader freed on another
+  CPU comes back with its lines still in that CPU's cache, and a recycled one comes back hot.
 """
 
 from __future__ import annotations
@@ -22,9 +28,12 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from .timing import Timing, addr_node
+
 NAPI_SKB_CACHE_SIZE = 64
 NAPI_SKB_CACHE_BULK = 16
 NAPI_SKB_CACHE_HALF = NAPI_SKB_CACHE_SIZE // 2
+PAGE_HEADS = 16  # heads a fresh slab page holds (4 KiB of 256-byte heads)
 
 # include/linux/skbuff.h
 CHECKSUM_NONE, CHECKSUM_UNNECESSARY, CHECKSUM_COMPLETE, CHECKSUM_PARTIAL = range(4)
@@ -32,6 +41,7 @@ PACKET_HOST, PACKET_BROADCAST, PACKET_MULTICAST, PACKET_OTHERHOST = range(4)
 SKB_DATA_ALIGN = 64  # SMP_CACHE_BYTES on x86-64
 SKB_SHINFO_SIZE = 320  # SKB_DATA_ALIGN(sizeof(struct skb_shared_info)) on 6.18 x86-64
 SKB_HEAD_SIZE = 256  # SKB_DATA_ALIGN(sizeof(struct sk_buff))
+SKB_ZEROED = 192  # offsetof(struct sk_buff, tail): what a head's zeroing writes
 
 
 def skb_data_align(size: int) -> int:
@@ -43,10 +53,11 @@ class SkBuff:
 
     __slots__ = ("data", "frags", "dev", "protocol", "pkt_type", "ip_summed", "gso_size",
                  "gso_segs", "hash", "skb_iif", "rx_queue", "metasize", "truesize",
-                 "recycled", "redirected", "gro")
+                 "recycled", "redirected", "gro", "addr")
 
-    def __init__(self) -> None:
+    def __init__(self, addr: int = 0) -> None:
         self.recycled = False
+        self.addr = addr  # the head's modeled memory (0: not placed)
         self.reset()
 
     def reset(self) -> None:
@@ -104,8 +115,8 @@ class NapiCacheStats(Counters):
 class SkbHeadCache:
     """skbuff_head_cache and the per-CPU ``napi_alloc_cache`` skb caches of one machine."""
 
-    def __init__(self, num_cpus: int) -> None:
-        self._lock = threading.Lock()  # slab counters
+    def __init__(self, num_cpus: int, timing: Timing, current: Any) -> None:
+        self._lock = threading.Lock()  # slab counters and free lists
         self.slab_alloc = 0  # heads allocated from the slab, by any path
         self.slab_free = 0
         # Per CPU: the cached heads (a stack) and its lock (bh_lock; host threads standing for
@@ -113,19 +124,49 @@ class SkbHeadCache:
         self.caches: list[list[SkBuff]] = [[] for _ in range(num_cpus)]
         self.cache_locks = [threading.Lock() for _ in range(num_cpus)]
         self.stats = [NapiCacheStats() for _ in range(num_cpus)]
+        self.timing = timing
+        self.current = current  # the machine's per-thread current CPU
+        self._free_heads: list[list[int]] = [[] for _ in range(timing.num_nodes)]  # LIFO
+        self._fresh: list[list[int]] = [[0, 0] for _ in range(timing.num_nodes)]  # next, end
 
     # -- the slab -----------------------------------------------------------------------------
+    def _head_addr(self, node: int) -> int:
+        """A head's memory on ``node``: the last one freed there, else a fresh one (lock held)."""
+        free = self._free_heads[node]
+        if free:
+            return free.pop()
+        fresh = self._fresh[node]
+        if fresh[0] == fresh[1]:
+            fresh[0] = self.timing.alloc_region(PAGE_HEADS * SKB_HEAD_SIZE, node)
+            fresh[1] = fresh[0] + PAGE_HEADS * SKB_HEAD_SIZE
+        addr = fresh[0]
+        fresh[0] += SKB_HEAD_SIZE
+        return addr
+
     def kmem_cache_alloc_bulk(self, n: int) -> list[SkBuff]:
         """``n`` new zeroed heads from the slab."""
+        cpu = self.current.cpu
+        node = self.timing.cpu_node[cpu]
+        self.timing.charge(cpu, "kmem_cache_alloc_bulk", n)
         with self._lock:
             self.slab_alloc += n
-        return [SkBuff() for _ in range(n)]
+            return [SkBuff(self._head_addr(node)) for _ in range(n)]
+
+    def _slab_put(self, cpu: int, skb: SkBuff) -> None:
+        """A head back to its node's slab; the free list's pointer is written into it."""
+        skb.reset()
+        if skb.addr:
+            self.timing.access(cpu, skb.addr, write=True)
+        with self._lock:
+            self.slab_free += 1
+            if skb.addr:
+                self._free_heads[addr_node(skb.addr)].append(skb.addr)
 
     def kmem_cache_free(self, skb: SkBuff) -> None:
         """kfree_skbmem: the head goes back to the slab."""
-        skb.reset()
-        with self._lock:
-            self.slab_free += 1
+        cpu = self.current.cpu
+        self.timing.charge(cpu, "kfree")
+        self._slab_put(cpu, skb)
 
     # -- the per-CPU NAPI cache ---------------------------------------------------------------
     def napi_skb_cache_get_bulk(self, cpu: int, n: int) -> list[SkBuff]:
@@ -143,6 +184,7 @@ class SkbHeadCache:
             take = min(n, len(cache))
             heads = cache[len(cache) - take:]
             del cache[len(cache) - take:]
+        self.timing.charge(self.current.cpu, "napi_skb_cache_get", take)
         heads += direct
         recycled = 0
         for skb in heads:
@@ -160,6 +202,7 @@ class SkbHeadCache:
         skb.data = bytearray()
         skb.frags = []
         spill: list[SkBuff] = []
+        self.timing.charge(cpu, "napi_skb_cache_put")
         with self.cache_locks[cpu]:
             cache.append(skb)
             stats.put += 1
@@ -167,8 +210,10 @@ class SkbHeadCache:
                 spill = cache[NAPI_SKB_CACHE_HALF:]
                 del cache[NAPI_SKB_CACHE_HALF:]
                 stats.flushed += len(spill)
+        if spill:
+            self.timing.charge(cpu, "kmem_cache_free_bulk", len(spill))
         for head in spill:
-            self.kmem_cache_free(head)
+            self._slab_put(cpu, head)
 
     # -- counters -----------------------------------------------------------------------------
     def counters(self) -> dict[str, Any]:

@@ -20,6 +20,9 @@ Rules this module keeps:
 - TCP has no sockets here: segments are counted (``InSegs``, GRO segments included) and a
   ``TcpSink`` bound to the port keeps their payloads in arrival order.
 - Every skb ends freed to the slab (``kmem_cache_free``): when dropped, or when read.
+- Modeled time: each skb up the stack costs ``netif_receive_skb`` (IP and UDP to the socket
+  included) on the CPU that passes it up, and a socket's queue line is written by the CPU
+  that enqueues and by the one that reads (a reader on another CPU pulls it over each time).
 """
 
 from __future__ import annotations
@@ -86,12 +89,17 @@ class UdpSocket:
         self.gro = gro
         self.rcvbuf = rcvbuf
         self.rmem = 0  # sk_rmem_alloc
+        # Modeled time: the line of the receive queue's lock and sk_rmem_alloc, written by
+        # the CPU that enqueues and by the one that reads.
+        machine = stack.net.machine
+        self.queue_line = machine.timing.alloc_region(64, machine.numa_node_id())
         self.queue: collections.deque[tuple[SkBuff, Headers]] = collections.deque()
         self.cond = threading.Condition()
         self.closed = False
 
     def enqueue(self, skb: SkBuff, h: Headers) -> bool:
         """__udp_enqueue_schedule_skb: False when the receive buffer is full."""
+        self.stack.net.access(self.queue_line, write=True)
         with self.cond:
             if self.closed or self.rmem > self.rcvbuf:
                 return False
@@ -110,6 +118,7 @@ class UdpSocket:
                 return None
             skb, h = self.queue.popleft()
             self.rmem -= skb.truesize
+        self.stack.net.access(self.queue_line, write=True)
         frame = skb.linearize()
         snmp = self.stack.udp_mib(h)
         snmp["InDatagrams"] += 1
@@ -220,6 +229,7 @@ class Stack:
             self.netif_receive_skb(skb)
 
     def netif_receive_skb(self, skb: SkBuff) -> None:
+        self.net.charge("netif_receive_skb")
         dev = skb.dev
         if dev.xdp_generic_prog is not None and not skb.redirected \
                 and not self.net.do_xdp_generic(skb):

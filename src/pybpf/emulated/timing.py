@@ -52,7 +52,7 @@ from ..profiles import SCHEMA, Profile
 NODE_SHIFT = 56  # an address's NUMA node: addr >> NODE_SHIFT
 PAGE = 4096
 # Sections of the profile whose ns values are work ``charge`` can be asked for.
-WORK_SECTIONS = ("cpu", "ops", "alloc")
+WORK_SECTIONS = ("cpu", "ops", "alloc", "net")
 MEMORY_KINDS = ("private_hit", "shared_hit", "dram_local", "dram_remote", "transfer_local",
                 "transfer_remote")
 HOT_LINES = 64  # the least a scaled cache keeps (4 KiB): a CPU's every-event lines
@@ -148,7 +148,8 @@ class Timing:
             entry[1] += ns
 
     def charge(self, cpu: int, event: str, n: int = 1) -> None:
-        """Work: ``n`` times the profile's cost of ``event`` (a key of [cpu], [ops], [alloc])."""
+        """Work: ``n`` times the profile's cost of ``event`` (a key of [cpu], [ops], [alloc],
+        [net])."""
         cost = self.cost.get(event)
         if cost is None:
             raise ValueError(f"no cost {event!r} in the model; events are {sorted(self.cost)}")

@@ -6,7 +6,9 @@ Rules this module keeps:
   (``data_meta <= data <= data_end``, ``XDP_PACKET_HEADROOM`` before the packet, the page
   ending ``SKB_SHINFO_SIZE`` before ``frame_sz``); the same object is the ``xdp_frame`` once
   converted, since only the offsets matter here. Each frame owns its page: nothing a program
-  writes leaks into another frame.
+  writes leaks into another frame. For modeled time a page gets an address (``addr``) when a
+  CPU first writes its xdp_frame (a redirect to a cpumap entry); building an skb from it then
+  reads its header line from wherever that CPU left it.
 - ``bpf_prog_run_xdp`` runs a program on a buffer and moves the offsets as its
   ``bpf_xdp_adjust_*`` calls did. A program that faults (the kernel's verifier would have
   refused it) returns XDP_ABORTED and is counted, never raised into a data path.
@@ -37,6 +39,7 @@ from .skbuff import (
     PACKET_OTHERHOST,
     SKB_HEAD_SIZE,
     SKB_SHINFO_SIZE,
+    SKB_ZEROED,
     SkBuff,
 )
 
@@ -53,7 +56,8 @@ ETH_P_802_2 = 0x0004
 class XdpBuff:
     """struct xdp_buff / xdp_frame: a page, offsets into it, and the receive queue."""
 
-    __slots__ = ("page", "data", "data_end", "data_meta", "dev_rx", "rxq_index", "frame_sz")
+    __slots__ = ("page", "data", "data_end", "data_meta", "dev_rx", "rxq_index", "frame_sz",
+                 "addr")
 
     def __init__(self, page: bytearray, data: int, data_end: int, dev_rx: Any,
                  rxq_index: int = 0, data_meta: int | None = None,
@@ -65,6 +69,7 @@ class XdpBuff:
         self.dev_rx = dev_rx
         self.rxq_index = rxq_index
         self.frame_sz = frame_sz
+        self.addr = 0  # the page's modeled memory, once a CPU placed it (0: not placed)
 
     @classmethod
     def from_bytes(cls, packet: bytes | bytearray, dev_rx: Any, rxq_index: int = 0, *,
@@ -187,7 +192,18 @@ def eth_type_trans(skb: SkBuff, dev: Any) -> int:
 
 
 def xdp_build_skb_from_frame(xdpf: XdpBuff, skb: SkBuff, dev: Any) -> SkBuff:
-    """__xdp_build_skb_from_frame: the head takes the frame's page (head_frag)."""
+    """__xdp_build_skb_from_frame: the head takes the frame's page (head_frag). Charges
+    ``build_skb``, the head's zeroed lines (written) and the frame's Ethernet header (read by
+    eth_type_trans) to the calling CPU."""
+    machine = dev.net.machine
+    cpu = machine.current.cpu
+    timing = machine.timing
+    timing.charge(cpu, "build_skb")
+    if skb.addr:
+        for offset in range(0, SKB_ZEROED, 1 << timing.line_shift):
+            timing.access(cpu, skb.addr + offset, write=True)
+    if xdpf.addr:
+        timing.access(cpu, xdpf.addr + xdpf.data)
     skb.data = bytearray(xdpf.page[xdpf.data:xdpf.data_end])
     skb.metasize = xdpf.metasize
     skb.truesize = xdpf.frame_sz + SKB_HEAD_SIZE  # build_skb_around over the whole page

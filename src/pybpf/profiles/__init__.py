@@ -35,6 +35,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .net_cycles import NET_CYCLES, net_source
+
 FORMAT = 1
 PROFILE_DIR = Path(__file__).parent
 SUFFIX = ".toml"
@@ -131,6 +133,29 @@ SCHEMA: tuple[Param, ...] = (
        "what the callback does"),
     # -- rcu ---------------------------------------------------------------------------------
     _p("rcu", "grace_period", "ns", "length of an RCU grace period on a busy machine"),
+    # -- the XDP / cpumap / GRO receive path: CPU work beyond the memory stalls --------------
+    _p("net", "xdp_do_redirect", "ns", "per frame an XDP program redirects to a cpumap entry, "
+       "on the receiving CPU: xdp_do_redirect, xdp_convert_buff_to_frame, bq_enqueue"),
+    _p("net", "ptr_ring_produce", "ns", "per frame bq_flush_to_queue puts in the entry's "
+       "ptr_ring (beyond its producer lock)"),
+    _p("net", "cpu_map_kthread_frame", "ns", "per frame the cpumap kthread takes off its ring "
+       "(__ptr_ring_consume_batched, the frame's prefetch and the loop's bookkeeping)"),
+    _p("net", "napi_skb_cache_get", "ns", "per skb head napi_skb_cache_get_bulk hands out of "
+       "the per-CPU NAPI cache (the head's zeroing is charged as memory)"),
+    _p("net", "napi_skb_cache_put", "ns", "per skb head given back to the NAPI cache"),
+    _p("net", "kmem_cache_alloc_bulk", "ns", "per object of a kmem_cache_alloc_bulk from "
+       "skbuff_head_cache"),
+    _p("net", "kmem_cache_free_bulk", "ns", "per object of a kmem_cache_free_bulk"),
+    _p("net", "build_skb", "ns", "__xdp_build_skb_from_frame per skb: build_skb_around, the "
+       "shared info, eth_type_trans (the lines it touches are charged as memory)"),
+    _p("net", "gro_receive", "ns", "per skb GRO looks at (dev_gro_receive, inet/ipv6 and UDP "
+       "gro_receive with the software checksum check and the socket lookup)"),
+    _p("net", "gro_merge", "ns", "per skb merged into a held one: the frag append "
+       "(skb_gro_receive) and freeing the stolen head"),
+    _p("net", "gro_complete", "ns", "per merged skb GRO completes (the headers rewritten)"),
+    _p("net", "netif_receive_skb", "ns", "per skb up the stack to a UDP socket: "
+       "__netif_receive_skb_core, ip_rcv, the route lookup, ip_local_deliver, udp_rcv, the "
+       "socket lookup, __udp_enqueue_schedule_skb and the reader's wake-up"),
 )
 
 SCHEMA_BY_PATH: dict[str, Param] = {p.path: p for p in SCHEMA}
@@ -239,6 +264,8 @@ def parse_profile(doc: dict, where: str = "<profile>") -> Profile:
     values: dict[str, Value] = {}
     for section in SECTIONS:
         table = doc.get(section)
+        if table is None and section == "net":
+            continue  # a profile written before [net] existed: the estimates, below
         if not isinstance(table, dict):
             raise ProfileError(f"{where}: missing section [{section}]")
         known = {p.key for p in SCHEMA if p.section == section}
@@ -252,6 +279,12 @@ def parse_profile(doc: dict, where: str = "<profile>") -> Profile:
                 raise ProfileError(f"{where}: {path} must be a table "
                                    "{ value = ..., source = \"...\" }")
             values[path] = Value(entry["value"], entry["source"])
+    if "net" not in doc and isinstance(values.get("cpu.clock_ghz"), Value):
+        ghz = values["cpu.clock_ghz"].value
+        if isinstance(ghz, int | float) and not isinstance(ghz, bool) and ghz > 0:
+            for key, (cycles, what) in NET_CYCLES.items():
+                values[f"net.{key}"] = Value(round(cycles / ghz, 3),
+                                             net_source(cycles, ghz, what))
     reference = doc.get(REFERENCE, {})
     if not isinstance(reference, dict):
         raise ProfileError(f"{where}: [{REFERENCE}] must be a table")
@@ -275,21 +308,21 @@ def validate(name: str, description: str, values: dict[str, Value], path: str = 
     missing = [p.path for p in SCHEMA if p.path not in values]
     if missing:
         raise ProfileError(f"{where}: missing {', '.join(missing)}")
-    for path, v in values.items():
-        param = SCHEMA_BY_PATH.get(path)
+    for key, v in values.items():  # not ``path``: that is the file's, kept in the Profile
+        param = SCHEMA_BY_PATH.get(key)
         if param is None:
-            raise ProfileError(f"{where}: unknown key {path}")
+            raise ProfileError(f"{where}: unknown key {key}")
         if not isinstance(v.source, str) or not v.source.strip():
-            raise ProfileError(f"{where}: {path} needs a source (where the value comes from)")
+            raise ProfileError(f"{where}: {key} needs a source (where the value comes from)")
         if param.unit == "slit":
             continue
         x = v.value
         if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x):
-            raise ProfileError(f"{where}: {path} must be a finite number, got {x!r}")
+            raise ProfileError(f"{where}: {key} must be a finite number, got {x!r}")
         if param.integer and not isinstance(x, int):
-            raise ProfileError(f"{where}: {path} must be an integer, got {x!r}")
+            raise ProfileError(f"{where}: {key} must be an integer, got {x!r}")
         if x < 0:
-            raise ProfileError(f"{where}: {path} must not be negative, got {x!r} {param.unit}")
+            raise ProfileError(f"{where}: {key} must not be negative, got {x!r} {param.unit}")
     _check_topology(values, where)
     _check_memory(values, where)
     return Profile(name, description, types.MappingProxyType(dict(values)), path,
