@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import uapi
 from ..asm.opcodes import (
     OPCODES,
     AluOp,
@@ -54,14 +55,6 @@ from ..asm.opcodes import (
 )
 from ..errors import KernelError
 from ..uapi import (
-    BPF_PSEUDO_BTF_ID,
-    BPF_PSEUDO_CALL,
-    BPF_PSEUDO_FUNC,
-    BPF_PSEUDO_KFUNC_CALL,
-    BPF_PSEUDO_MAP_FD,
-    BPF_PSEUDO_MAP_IDX,
-    BPF_PSEUDO_MAP_IDX_VALUE,
-    BPF_PSEUDO_MAP_VALUE,
     AttachType,
     ProgType,
 )
@@ -194,7 +187,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
     def add_subprog_and_kfunc(self) -> None:
         starts = {0}
         for pc, insn in enumerate(self.slots):
-            if insn is not None and insn.opcode == LD_IMM64 and insn.src == BPF_PSEUDO_FUNC:
+            if insn is not None and insn.opcode == LD_IMM64 and insn.src == uapi.BPF_PSEUDO_FUNC:
                 target = _callback_target(pc, insn)
                 if not 0 <= target < self.n:
                     raise _reject(errno.EINVAL, "call to invalid destination")
@@ -202,7 +195,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                 continue
             if insn is None or insn.opcode != Class.JMP | JmpOp.CALL:
                 continue
-            if insn.src == BPF_PSEUDO_KFUNC_CALL:  # add_kfunc_call: no BTF is passed here
+            if insn.src == uapi.BPF_PSEUDO_KFUNC_CALL:  # add_kfunc_call: no BTF is passed here
                 if insn.off < 0:
                     raise _reject(errno.EINVAL, "negative offset disallowed for kernel module "
                                   "function call\nfailed to find BTF for kernel function")
@@ -210,7 +203,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                     raise _reject(errno.EPROTO, "kfunc offset > 0 without fd_array is invalid"
                                   "\nfailed to find BTF for kernel function")
                 raise _reject(errno.EINVAL, f"kernel btf_id {insn.imm} is not a function")
-            if insn.src == BPF_PSEUDO_CALL:
+            if insn.src == uapi.BPF_PSEUDO_CALL:
                 target = pc + insn.imm + 1
                 if not 0 <= target < self.n:
                     raise _reject(errno.EINVAL, "call to invalid destination")
@@ -256,15 +249,16 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
             src = insn.src
             if src == 0:
                 continue
-            if src == BPF_PSEUDO_BTF_ID:
+            if src == uapi.BPF_PSEUDO_BTF_ID:
                 raise _reject(errno.EINVAL, f"pseudo btf_id {insn.imm & 0xFFFFFFFF} in ldimm64: "
                               "the emulated backend has no kernel BTF")
-            if src == BPF_PSEUDO_FUNC:
+            if src == uapi.BPF_PSEUDO_FUNC:
                 continue  # refused by do_check, as the kernel does without BTF
-            if src not in (BPF_PSEUDO_MAP_VALUE, BPF_PSEUDO_MAP_IDX_VALUE) \
-                    and not (src in (BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_IDX) and not insn.imm >> 32):
+            if src not in (uapi.BPF_PSEUDO_MAP_VALUE, uapi.BPF_PSEUDO_MAP_IDX_VALUE) \
+                    and not (src in (uapi.BPF_PSEUDO_MAP_FD, uapi.BPF_PSEUDO_MAP_IDX)
+                             and not insn.imm >> 32):
                 raise _reject(errno.EINVAL, "unrecognized bpf_ld_imm64 insn")
-            if src in (BPF_PSEUDO_MAP_IDX, BPF_PSEUDO_MAP_IDX_VALUE):
+            if src in (uapi.BPF_PSEUDO_MAP_IDX, uapi.BPF_PSEUDO_MAP_IDX_VALUE):
                 raise _reject(errno.EPROTO, "fd_idx without fd_array is invalid")
             fd = insn.imm & 0xFFFFFFFF
             fd = fd - (1 << 32) if fd >> 31 else fd
@@ -274,7 +268,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                 raise _reject(exc.errno, f"fd {fd} is not pointing to valid bpf_map") from None
             if bpf_map not in maps:
                 maps.append(bpf_map)
-            if src == BPF_PSEUDO_MAP_FD:
+            if src == uapi.BPF_PSEUDO_MAP_FD:
                 pseudo[pc] = ("map", bpf_map, 0)
                 continue
             off = (insn.imm >> 32) & 0xFFFFFFFF
@@ -299,9 +293,9 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
             return [_jump_target(pc, insn)]
         if info.kind in (Kind.JMP, Kind.JCOND):
             return [nxt, _jump_target(pc, insn)]
-        if info.kind is Kind.CALL and insn.src == BPF_PSEUDO_CALL:
+        if info.kind is Kind.CALL and insn.src == uapi.BPF_PSEUDO_CALL:
             return [nxt, pc + insn.imm + 1]
-        if insn.opcode == LD_IMM64 and insn.src == BPF_PSEUDO_FUNC:
+        if insn.opcode == LD_IMM64 and insn.src == uapi.BPF_PSEUDO_FUNC:
             return [nxt, _callback_target(pc, insn)]  # the callback is reached from here
         return [nxt]
 
@@ -441,10 +435,10 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
             self.check_mem_access(pc, insn, info, state, insn.dst, True, None, imm=insn.imm)
             self.save_aux_ptr_type(pc, regs[insn.dst])
         elif kind is Kind.CALL:
-            if insn.src not in (0, BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL) or insn.dst \
-                    or insn.off and insn.src != BPF_PSEUDO_KFUNC_CALL:
+            if insn.src not in (0, uapi.BPF_PSEUDO_CALL, uapi.BPF_PSEUDO_KFUNC_CALL) or insn.dst \
+                    or insn.off and insn.src != uapi.BPF_PSEUDO_KFUNC_CALL:
                 raise _reject(errno.EINVAL, "BPF_CALL uses reserved fields")
-            if insn.src == BPF_PSEUDO_CALL:
+            if insn.src == uapi.BPF_PSEUDO_CALL:
                 return self.check_func_call(pc, insn, state), []
             self.check_helper_call(pc, insn, state)
         elif kind is Kind.JA:
@@ -562,7 +556,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         if insn.src == 0:
             regs[insn.dst] = scalar(insn.imm)
             return
-        if insn.src == BPF_PSEUDO_FUNC:
+        if insn.src == uapi.BPF_PSEUDO_FUNC:
             # callbacks (bpf_loop, timers, ...) need BTF func_info, which loads here do not pass
             raise _reject(errno.EINVAL, "missing btf func_info")
         kind, target, off = self.pseudo[pc]
@@ -576,7 +570,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
 
 
 def _callback_target(pc: int, insn: Instruction) -> int:
-    """The first slot of the subprogram a BPF_PSEUDO_FUNC lddw points to (low imm: offset)."""
+    """The first slot of the subprogram a uapi.BPF_PSEUDO_FUNC lddw points to (low imm: offset)."""
     offset = insn.imm & 0xFFFFFFFF
     return pc + (offset - (1 << 32) if offset >> 31 else offset) + 1
 
