@@ -18,7 +18,19 @@ from .builder import (
 )
 from .disasm import disassemble, format_insn, helper_name, mnemonic
 from .opcodes import (
+    FP,
     OPCODES,
+    R0,
+    R1,
+    R2,
+    R3,
+    R4,
+    R5,
+    R6,
+    R7,
+    R8,
+    R9,
+    R10,
     AluOp,
     AtomicOp,
     Class,
@@ -38,9 +50,6 @@ from .opcodes import (
     slot_table,
 )
 from .text import assemble_text, parse
-
-R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10 = Reg
-FP = Reg.R10
 
 globals().update({name: getattr(_builder, name) for name in MNEMONICS})
 

@@ -159,6 +159,10 @@ class Reg(enum.IntEnum):
         return self.name
 
 
+R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10 = Reg
+FP = Reg.R10  # the frame pointer, read only
+
+
 MAX_BPF_REG = 11
 
 

@@ -9,13 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..asm import (
-    FP,
-    R0,
-    R1,
-    R2,
-    R3,
-    R4,
-    R6,
     add64,
     call,
     exit_,
@@ -31,6 +24,7 @@ from ..asm import (
     stxw,
 )
 from ..asm.builder import Item, Label
+from ..asm.opcodes import FP, R0, R1, R2, R3, R4, R6
 from ..uapi import MapFlags, MapType
 
 DATA_IN = bytes(64)  # a socket filter's test run needs at least an Ethernet header
