@@ -479,6 +479,9 @@ MNEMONICS.update({f.__name__: f for f in (
 # the generated ones become module attributes: add64, jeq32, ldxw, atomic_fetch_add64, ...
 vars(sys.modules[__name__]).update(MNEMONICS)
 
+__all__ = ["Assembler", "Assembly", "AssemblyError", "Item", "Label", "MNEMONICS", "MapRef", "Ref",
+    "assemble", *MNEMONICS]
+
 
 class Assembler:
     """A builder: ``a = Assembler(); a.mov64(R0, 0); a.label("out"); a.exit_()``.

@@ -26,6 +26,8 @@ from .opcodes import (
     iter_decode,
 )
 
+__all__ = ["disassemble", "format_insn", "helper_name", "mnemonic"]
+
 ALU_OP_TEXT = {
     AluOp.ADD: "+=", AluOp.SUB: "-=", AluOp.MUL: "*=", AluOp.DIV: "/=", AluOp.OR: "|=",
     AluOp.AND: "&=", AluOp.LSH: "<<=", AluOp.RSH: ">>=", AluOp.MOD: "%=", AluOp.XOR: "^=",

@@ -31,6 +31,10 @@ from typing import NamedTuple
 
 from .. import uapi
 
+__all__ = ["AluOp", "AtomicOp", "Class", "FP", "Instruction", "InvalidInstruction", "JmpOp", "Kind",
+    "Mode", "OPCODES", "OpInfo", "R0", "R1", "R10", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R9",
+    "Reg", "Size", "Source", "check", "decode", "encode", "iter_decode", "slot_table"]
+
 
 class Class(enum.IntEnum):
     """Bits 0-2: instruction class."""
