@@ -44,6 +44,7 @@ from .codecs import (
     make_codec,
 )
 from .errors import BPFError, KeyNotFoundError, map_description
+from .handles import FdHandle
 from .mapcore import MODE_KERNEL, MODE_SLOW, MODE_TABLE, MapCore
 from .system import FastOps, MapInfo, System
 from .uapi import (
@@ -153,7 +154,7 @@ def _close_fd(system: System, fd: int) -> None:
         pass  # already gone (the system itself was torn down)
 
 
-class Map(MapCore, collections.abc.MutableMapping):
+class Map(MapCore, collections.abc.MutableMapping, FdHandle):
     """A live BPF map: owns one fd on one System.
 
     ``Map(spec, system=None, key=None, value=None)`` creates the map (``system`` defaults to
@@ -262,16 +263,6 @@ class Map(MapCore, collections.abc.MutableMapping):
             _close_fd(self.system, self.fd)
         self.fd = -1
         self._setup_core()
-
-    @property
-    def closed(self) -> bool:
-        return self.fd < 0
-
-    def __enter__(self) -> Map:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __eq__(self, other: object) -> bool:  # a handle compares by identity, not content
         return self is other
