@@ -52,6 +52,7 @@ from .uapi import (
     BPF_F_NUMA_NODE,
     MapType,
     map_traits,
+    member_named,
     syscall_value_size,
 )
 
@@ -115,11 +116,7 @@ class MapSpec:
 
     def __post_init__(self) -> None:
         if isinstance(self.type, str):
-            try:
-                object.__setattr__(self, "type", MapType[self.type.upper()])
-            except KeyError:
-                raise ValueError(f"unknown map type {self.type!r}: one of "
-                                 f"{', '.join(t.name.lower() for t in MapType)}") from None
+            object.__setattr__(self, "type", member_named(MapType, self.type, "map type"))
         elif self.type in MapType._value2member_map_:
             object.__setattr__(self, "type", MapType(self.type))
         for field in ("key_size", "value_size", "max_entries", "flags", "map_extra"):

@@ -24,7 +24,7 @@ from .backends import resolve_system
 from .errors import bpf_error
 from .handles import FdHandle
 from .system import ProgInfo, System, TestRun
-from .uapi import BPF_F_TEST_XDP_LIVE_FRAMES, AttachType, ProgType
+from .uapi import BPF_F_TEST_XDP_LIVE_FRAMES, AttachType, ProgType, member_named
 
 # Program types whose BPF_PROG_TEST_RUN refuses ``repeat`` (and data): they run once on ctx.
 _RUN_ONCE_TYPES = frozenset({ProgType.RAW_TRACEPOINT, ProgType.SYSCALL})
@@ -44,11 +44,8 @@ class ProgramSpec:
 
     def __post_init__(self) -> None:
         if isinstance(self.prog_type, str):
-            try:
-                object.__setattr__(self, "prog_type", ProgType[self.prog_type.upper()])
-            except KeyError:
-                raise ValueError(f"unknown program type {self.prog_type!r}: one of "
-                                 f"{', '.join(t.name.lower() for t in ProgType)}") from None
+            object.__setattr__(self, "prog_type",
+                               member_named(ProgType, self.prog_type, "program type"))
         elif isinstance(self.prog_type, int) and not isinstance(self.prog_type, bool):
             if self.prog_type in ProgType._value2member_map_:
                 object.__setattr__(self, "prog_type", ProgType(self.prog_type))
