@@ -63,6 +63,15 @@ def test_help_lists_the_commands():
     assert "maps" in result.stdout
 
 
+@pytest.mark.parametrize("command", sorted(cli.COMMANDS))
+def test_every_commands_help_prints(command, capsys):
+    # argparse formats help with %: a literal percent sign must be written %%
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: pybpf {command}")
+
+
 def test_every_registered_command_resolves():
     parser, runners = cli.build_parser()
     assert set(runners) == set(cli.COMMANDS)

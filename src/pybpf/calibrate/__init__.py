@@ -65,7 +65,7 @@ def calibrate_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Nam
                         help="the round trip, writing nothing: calibrate, then model "
                              "map_perf_test's tests 0, 2, 8 and 9 on that profile beside the "
                              "kernel's figures of the same rounds (exit status 1 when a "
-                             f"modeled rate is off by more than {CHECK_TOLERANCE:.0%})")
+                             f"modeled rate is off by more than {CHECK_TOLERANCE:.0%}%)")
     parser.add_argument("--profile", type=profile_arg, default=None,
                         help="--check: model with this profile (e.g. the shipped host) and "
                              "measure only the map_perf tests, instead of calibrating first")
