@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from pybpf import calibrate as cal
+from pybpf.calibrate import derive, native, probes
 from pybpf.profiles import SCHEMA, load_profile
 from pybpf.testing import KERNEL_SKIP_REASON, kernel_available
 
@@ -20,12 +20,12 @@ x86_64_only = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"),
 
 @pytest.fixture(scope="module")
 def code():
-    return cal.NativeCode(cal.CHASE, cal.LOCK_ADD, cal.PING_PONG, cal.ADD_CHAIN)
+    return native.NativeCode(native.CHASE, native.LOCK_ADD, native.PING_PONG, native.ADD_CHAIN)
 
 
 @x86_64_only
 def test_chase_follows_the_random_cycle(code):
-    buf, start = cal.chase_buffer(64 * 64, 64, seed=3)
+    buf, start = native.chase_buffer(64 * 64, 64, seed=3)
     chase = code.fns[0]
     # The cycle visits every line once, so 64 steps come back to the start, fewer do not.
     assert chase(64, start, 0) & 0xFFFFFFFFFFFFFFFF == start
@@ -52,14 +52,14 @@ def test_ping_pong_alternates_between_two_threads(code):
     assert word.value == 1000
 
 
-def synthetic_samples() -> dict[str, cal.Samples]:
+def synthetic_samples() -> dict[str, probes.Samples]:
     """Medians chosen so each derivation has a round answer."""
-    ex = {p.name: cal._executed_of(p.name) for p in cal.TEST_RUN_PROBES}
+    ex = {p.name: derive._executed_of(p.name) for p in probes.TEST_RUN_PROBES}
     insn, helper = 0.5, 10.0
     empty = 30.0 + ex["empty"] * insn
 
     def run(name: str, per_op: float) -> float:
-        p = next(p for p in cal.TEST_RUN_PROBES if p.name == name)
+        p = next(p for p in probes.TEST_RUN_PROBES if p.name == name)
         return empty + (ex[name] - ex["empty"]) * insn + p.helper_calls * helper \
             + p.count * per_op
 
@@ -73,12 +73,12 @@ def synthetic_samples() -> dict[str, cal.Samples]:
         "lru_evict_64": run("lru_evict_64", 300), "lru_fill_64": run("lru_fill_64", 250),
         "trie_lookup_32": run("trie_lookup_32", 40), "syscall_getppid": 100.0,
         "syscall_connect": 120.0, "tracepoint_getppid": 160.0, "tracepoint_connect": 170.0,
-        "probe_read_user_connect": 170.0 + 30 + (cal.executed(cal.READ_SOCKADDR)
-                                                 - cal.executed(cal.RET)) * insn,
+        "probe_read_user_connect": 170.0 + 30 + (probes.executed(probes.READ_SOCKADDR)
+                                                 - probes.executed(probes.RET)) * insn,
         "chase_llc": 20.0, "chase_dram": 90.0, "lock_add": 5.0, "clock": 2.0,
         "transfer_same_node": 40.0, "map_perf_hash_prealloc": 3000.0,
     }
-    return {name: cal.Samples(name, "ns", [value, value + 1, value - 1])
+    return {name: probes.Samples(name, "ns", [value, value + 1, value - 1])
             for name, value in figures.items()}
 
 
@@ -90,7 +90,7 @@ HOST = {"hostname": "box", "cpu_model": "CPU", "mhz": 2000.0, "kernel": "6.18",
 
 
 def test_derivations_take_out_what_the_model_charges_separately():
-    profile = cal.host_profile(synthetic_samples(), HOST)
+    profile = derive.host_profile(synthetic_samples(), HOST)
     assert set(profile.values) == {p.path for p in SCHEMA}
     v = profile.__getitem__
     assert v("cpu.bpf_insn") == pytest.approx(0.5)
@@ -98,7 +98,7 @@ def test_derivations_take_out_what_the_model_charges_separately():
     assert v("ops.array_map_lookup_elem") == pytest.approx(2)
     assert v("cpu.jhash_byte") == pytest.approx(0.25)
     assert v("ops.htab_map_lookup_elem") == pytest.approx(21 - 4 * 0.25)
-    spin = 5 + cal.IRQ_SAVE_RESTORE_CYCLES / 2.0
+    spin = 5 + derive.IRQ_SAVE_RESTORE_CYCLES / 2.0
     assert v("cpu.spin_lock") == pytest.approx(spin)
     update = 200 - 4 * 0.25 - spin
     assert v("ops.htab_map_update_elem") == pytest.approx(update)
@@ -115,14 +115,14 @@ def test_derivations_take_out_what_the_model_charges_separately():
 
 def test_a_derivation_below_the_noise_is_zero_and_says_so():
     samples = synthetic_samples()
-    samples["array_lookup_64"] = cal.Samples("array_lookup_64", "ns", [1.0])
-    profile = cal.host_profile(samples, HOST)
+    samples["array_lookup_64"] = probes.Samples("array_lookup_64", "ns", [1.0])
+    profile = derive.host_profile(samples, HOST)
     assert profile["ops.array_map_lookup_elem"] == 0
     assert "below the noise" in profile.source("ops.array_map_lookup_elem")
 
 
 def test_one_node_host_sets_remote_costs_to_local_ones():
-    profile = cal.host_profile(synthetic_samples(), HOST)
+    profile = derive.host_profile(synthetic_samples(), HOST)
     assert profile["memory.dram_remote"] == profile["memory.dram_local"] == 89.0
     assert "one NUMA node" in profile.source("memory.dram_remote")
 

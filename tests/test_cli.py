@@ -443,6 +443,7 @@ def _subcommands() -> list[list[str]]:
 
 @pytest.mark.parametrize("command", _subcommands(), ids=" ".join)
 def test_every_subcommand_prints_its_help(command, capsys):
+    # argparse formats help with %: a literal percent sign must be written %%
     with pytest.raises(SystemExit) as exit_:
         cli.main([*command, "--help"])
     assert exit_.value.code == 0

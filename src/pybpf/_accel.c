@@ -738,18 +738,17 @@ static PyObject *core_update_checked(PyObject *self, PyObject *const *args, Py_s
 	return core_update_method(self, args, nargs);
 }
 
+/* The objects a MapCore owns, listed once for the GC's traverse and clear. */
+#define CORE_REFS(X) X(kenc) X(venc) X(vdec) X(table) X(lookup) X(update) X(delete)
+#define CORE_VISIT(field) Py_VISIT(self->field);
+#define CORE_CLEAR(field) Py_CLEAR(self->field);
+
 static int core_traverse(PyObject *op, visitproc visit, void *arg)
 {
 	MapCore *self = (MapCore *)op;
 
 	Py_VISIT(Py_TYPE(op));
-	Py_VISIT(self->kenc);
-	Py_VISIT(self->venc);
-	Py_VISIT(self->vdec);
-	Py_VISIT(self->table);
-	Py_VISIT(self->lookup);
-	Py_VISIT(self->update);
-	Py_VISIT(self->delete);
+	CORE_REFS(CORE_VISIT)
 	return 0;
 }
 
@@ -757,13 +756,7 @@ static int core_clear(PyObject *op)
 {
 	MapCore *self = (MapCore *)op;
 
-	Py_CLEAR(self->kenc);
-	Py_CLEAR(self->venc);
-	Py_CLEAR(self->vdec);
-	Py_CLEAR(self->table);
-	Py_CLEAR(self->lookup);
-	Py_CLEAR(self->update);
-	Py_CLEAR(self->delete);
+	CORE_REFS(CORE_CLEAR)
 	clear_slots(self);
 	return 0;
 }
@@ -875,6 +868,31 @@ static PyObject *decoded(int kind, const void *buf, Py_ssize_t count, Py_ssize_t
  * out_token is None when the kernel wrote none. With an int codec kind the returned keys
  * (values) are the decoded list, else None (decode the buffer yourself).
  */
+/* One batch command with the GIL released: its errno (0: success), the count the kernel
+ * wrote back in *done. */
+static int batch_cmd(int cmd, int fd, void *in_batch, void *out_batch, void *keys, void *values,
+		     Py_ssize_t count, unsigned long long elem_flags, unsigned long long flags,
+		     uint32_t *done)
+{
+	struct batch_attr attr;
+	int err;
+
+	memset(&attr, 0, sizeof(attr));
+	attr.in_batch = (uint64_t)(uintptr_t)in_batch;
+	attr.out_batch = (uint64_t)(uintptr_t)out_batch;
+	attr.keys = (uint64_t)(uintptr_t)keys;
+	attr.values = (uint64_t)(uintptr_t)values;
+	attr.count = (uint32_t)count;
+	attr.map_fd = (uint32_t)fd;
+	attr.elem_flags = elem_flags;
+	attr.flags = flags;
+	Py_BEGIN_ALLOW_THREADS
+	err = sys_bpf(cmd, &attr, sizeof(attr));
+	Py_END_ALLOW_THREADS
+	*done = attr.count;
+	return err;
+}
+
 static PyObject *mod_lookup_batch(PyObject *m, PyObject *args)
 {
 	int fd, del;
@@ -914,29 +932,18 @@ static PyObject *mod_lookup_batch(PyObject *m, PyObject *args)
 		goto fail;
 	memset(PyBytes_AS_STRING(out), 0, tsize);
 
-	struct batch_attr attr;
-	int err;
+	uint32_t done;
+	int err = batch_cmd(del ? CMD_MAP_LOOKUP_AND_DELETE_BATCH : CMD_MAP_LOOKUP_BATCH, fd,
+			    tb.buf, PyBytes_AS_STRING(out), kb.buf, vb.buf, count, elem_flags,
+			    flags, &done);
 
-	memset(&attr, 0, sizeof(attr));
-	attr.in_batch = (uint64_t)(uintptr_t)tb.buf;
-	attr.out_batch = (uint64_t)(uintptr_t)PyBytes_AS_STRING(out);
-	attr.keys = (uint64_t)(uintptr_t)kb.buf;
-	attr.values = (uint64_t)(uintptr_t)vb.buf;
-	attr.count = (uint32_t)count;
-	attr.map_fd = (uint32_t)fd;
-	attr.elem_flags = elem_flags;
-	attr.flags = flags;
-	Py_BEGIN_ALLOW_THREADS
-	err = sys_bpf(del ? CMD_MAP_LOOKUP_AND_DELETE_BATCH : CMD_MAP_LOOKUP_BATCH, &attr,
-		      sizeof(attr));
-	Py_END_ALLOW_THREADS
 	opt_release(&tb);
-	if (!(err == 0 || attr.count > 0)) {
+	if (!(err == 0 || done > 0)) {
 		Py_DECREF(out);
 		out = Py_NewRef(Py_None);
 	}
-	PyObject *klist = decoded(kkind, kb.buf, attr.count, ksize);
-	PyObject *vlist = klist ? decoded(vkind, vb.buf, attr.count, vsize) : NULL;
+	PyObject *klist = decoded(kkind, kb.buf, done, ksize);
+	PyObject *vlist = klist ? decoded(vkind, vb.buf, done, vsize) : NULL;
 
 	PyBuffer_Release(&kb);
 	PyBuffer_Release(&vb);
@@ -945,7 +952,7 @@ static PyObject *mod_lookup_batch(PyObject *m, PyObject *args)
 		Py_DECREF(out);
 		return NULL;
 	}
-	return Py_BuildValue("iINNN", err, attr.count, out, klist, vlist);
+	return Py_BuildValue("iINNN", err, done, out, klist, vlist);
 fail:
 	opt_release(&tb);
 	PyBuffer_Release(&kb);
@@ -956,20 +963,21 @@ fail:
 static PyObject *write_batch(int cmd, int fd, Py_buffer *kb, Py_buffer *vb, Py_ssize_t count,
 			     unsigned long long elem_flags, unsigned long long flags)
 {
-	struct batch_attr attr;
-	int err;
+	uint32_t done;
+	int err = batch_cmd(cmd, fd, NULL, NULL, kb->buf, vb ? vb->buf : NULL, count, elem_flags,
+			    flags, &done);
 
-	memset(&attr, 0, sizeof(attr));
-	attr.keys = (uint64_t)(uintptr_t)kb->buf;
-	attr.values = vb ? (uint64_t)(uintptr_t)vb->buf : 0;
-	attr.count = (uint32_t)count;
-	attr.map_fd = (uint32_t)fd;
-	attr.elem_flags = elem_flags;
-	attr.flags = flags;
-	Py_BEGIN_ALLOW_THREADS
-	err = sys_bpf(cmd, &attr, sizeof(attr));
-	Py_END_ALLOW_THREADS
-	return Py_BuildValue("iI", err, attr.count);
+	return Py_BuildValue("iI", err, done);
+}
+
+/* A batch's count as the u32 attr field holds it (ValueError otherwise). */
+static int check_batch_count(Py_ssize_t count)
+{
+	if (count < 0 || count > UINT32_MAX) {
+		PyErr_SetString(PyExc_ValueError, "bad count");
+		return -1;
+	}
+	return 0;
 }
 
 /* update_batch(fd, key_size, value_size, keys, values, count, elem_flags, flags)
@@ -985,10 +993,8 @@ static PyObject *mod_update_batch(PyObject *m, PyObject *args)
 	if (!PyArg_ParseTuple(args, "innOOnKK:update_batch", &fd, &ksize, &vsize, &keys, &values,
 			      &count, &elem_flags, &flags))
 		return NULL;
-	if (count < 0 || count > UINT32_MAX) {
-		PyErr_SetString(PyExc_ValueError, "bad count");
+	if (check_batch_count(count) < 0)
 		return NULL;
-	}
 	if (sized_buffer(keys, &kb, PyBUF_SIMPLE, count * ksize, "keys") < 0)
 		return NULL;
 	if (sized_buffer(values, &vb, PyBUF_SIMPLE, count * vsize, "values") < 0) {
@@ -1014,10 +1020,8 @@ static PyObject *mod_delete_batch(PyObject *m, PyObject *args)
 	if (!PyArg_ParseTuple(args, "inOnKK:delete_batch", &fd, &ksize, &keys, &count,
 			      &elem_flags, &flags))
 		return NULL;
-	if (count < 0 || count > UINT32_MAX) {
-		PyErr_SetString(PyExc_ValueError, "bad count");
+	if (check_batch_count(count) < 0)
 		return NULL;
-	}
 	if (sized_buffer(keys, &kb, PyBUF_SIMPLE, count * ksize, "keys") < 0)
 		return NULL;
 	PyObject *r = write_batch(CMD_MAP_DELETE_BATCH, fd, &kb, NULL, count, elem_flags, flags);

@@ -45,6 +45,7 @@ from .codecs import (
     make_codec,
 )
 from .errors import BPFError, KeyNotFoundError, map_description
+from .handles import FdHandle
 from .mapcore import MODE_KERNEL, MODE_SLOW, MODE_TABLE, MapCore
 from .system import FastOps, MapInfo, System
 from .uapi import (
@@ -52,6 +53,7 @@ from .uapi import (
     BPF_F_NUMA_NODE,
     MapType,
     map_traits,
+    member_named,
     syscall_value_size,
 )
 
@@ -115,11 +117,7 @@ class MapSpec:
 
     def __post_init__(self) -> None:
         if isinstance(self.type, str):
-            try:
-                object.__setattr__(self, "type", MapType[self.type.upper()])
-            except KeyError:
-                raise ValueError(f"unknown map type {self.type!r}: one of "
-                                 f"{', '.join(t.name.lower() for t in MapType)}") from None
+            object.__setattr__(self, "type", member_named(MapType, self.type, "map type"))
         elif self.type in MapType._value2member_map_:
             object.__setattr__(self, "type", MapType(self.type))
         for field in ("key_size", "value_size", "max_entries", "flags", "map_extra"):
@@ -154,7 +152,7 @@ def _close_fd(system: System, fd: int) -> None:
         pass  # already gone (the system itself was torn down)
 
 
-class Map(MapCore, collections.abc.MutableMapping):
+class Map(MapCore, collections.abc.MutableMapping, FdHandle):
     """A live BPF map: owns one fd on one System.
 
     ``Map(spec, system=None, key=None, value=None)`` creates the map (``system`` defaults to
@@ -263,16 +261,6 @@ class Map(MapCore, collections.abc.MutableMapping):
             _close_fd(self.system, self.fd)
         self.fd = -1
         self._setup_core()
-
-    @property
-    def closed(self) -> bool:
-        return self.fd < 0
-
-    def __enter__(self) -> Map:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     def __eq__(self, other: object) -> bool:  # a handle compares by identity, not content
         return self is other

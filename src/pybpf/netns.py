@@ -28,6 +28,8 @@ import subprocess
 import threading
 from collections.abc import Iterator, Sequence
 
+from .handles import Closable
+
 CLONE_NEWNET = 0x40000000
 SIOCETHTOOL = 0x8946
 ETHTOOL_GGRO = 0x2B
@@ -64,7 +66,7 @@ def unavailable() -> str | None:
     return None
 
 
-class NetNamespace:
+class NetNamespace(Closable):
     """An anonymous network namespace with its loopback up.
 
     ``with NetNamespace() as ns:`` ... ``ns.add_veth("vA", "vB")``, ``with ns.entered():``
@@ -94,12 +96,6 @@ class NetNamespace:
         except BaseException:
             self.close()
             raise
-
-    def __enter__(self) -> NetNamespace:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __del__(self) -> None:
         if getattr(self, "fd", -1) >= 0:

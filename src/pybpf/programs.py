@@ -22,8 +22,9 @@ from typing import Any
 from .asm import Assembly, Item, assemble, assemble_text, decode, encode
 from .backends import resolve_system
 from .errors import bpf_error
+from .handles import FdHandle
 from .system import ProgInfo, System, TestRun
-from .uapi import BPF_F_TEST_XDP_LIVE_FRAMES, AttachType, ProgType
+from .uapi import BPF_F_TEST_XDP_LIVE_FRAMES, AttachType, ProgType, member_named
 
 # The attach types of programs on a SOCKMAP / SOCKHASH, by the names users write.
 SOCKMAP_ATTACH_TYPES: dict[str, AttachType] = {
@@ -71,11 +72,8 @@ class ProgramSpec:
 
     def __post_init__(self) -> None:
         if isinstance(self.prog_type, str):
-            try:
-                object.__setattr__(self, "prog_type", ProgType[self.prog_type.upper()])
-            except KeyError:
-                raise ValueError(f"unknown program type {self.prog_type!r}: one of "
-                                 f"{', '.join(t.name.lower() for t in ProgType)}") from None
+            object.__setattr__(self, "prog_type",
+                               member_named(ProgType, self.prog_type, "program type"))
         elif isinstance(self.prog_type, int) and not isinstance(self.prog_type, bool):
             if self.prog_type in ProgType._value2member_map_:
                 object.__setattr__(self, "prog_type", ProgType(self.prog_type))
@@ -141,7 +139,7 @@ def _resolve_maps(assembly: Assembly, system: System,
     return assembly.with_map_fds(fd_of), keep
 
 
-class Program:
+class Program(FdHandle):
     """A loaded BPF program: owns one fd on one System."""
 
     def __init__(self, system: System, fd: int, spec: ProgramSpec | None = None,
@@ -273,22 +271,12 @@ class Program:
         self.fd = -1
         self._maps.clear()
 
-    @property
-    def closed(self) -> bool:
-        return self.fd < 0
-
-    def __enter__(self) -> Program:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         name = self.spec.name if self.spec is not None else ""
         return f"<Program {name!r} fd={self.fd} on {self.system.name}>"
 
 
-class Link:
+class Link(FdHandle):
     """An attachment (e.g. a tracepoint's perf event); closing it detaches the program."""
 
     def __init__(self, system: System, fd: int, program: Program | None = None) -> None:
@@ -303,15 +291,6 @@ class Link:
         self.fd = -1
         self.program = None
 
-    @property
-    def closed(self) -> bool:
-        return self.fd < 0
-
-    def __enter__(self) -> Link:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def _close_quietly(system: System, fd: int) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import errno
 import os
 import select
+from collections.abc import Callable
+from typing import Any
 
 from .errors import KernelError
 
@@ -21,17 +23,19 @@ def _wait(fd: int, events: int, timeout: float | None) -> None:
 
 def recv(fd: int, bufsize: int, timeout: float | None) -> bytes:
     """Up to ``bufsize`` bytes from socket ``fd`` (b"" at end of stream)."""
-    try:
-        _wait(fd, select.POLLIN, timeout)
-        return os.read(fd, bufsize)
-    except OSError as exc:
-        raise KernelError(exc.errno or errno.EIO, exc.strerror or "") from None
+    return _when_ready(fd, select.POLLIN, timeout, os.read, bufsize)
 
 
 def send(fd: int, data: bytes, timeout: float | None) -> int:
     """Write as much of ``data`` as socket ``fd`` takes in one call; the count taken."""
+    return _when_ready(fd, select.POLLOUT, timeout, os.write, data)
+
+
+def _when_ready(fd: int, events: int, timeout: float | None, io: Callable[[int, Any], Any],
+                arg: Any) -> Any:
+    """``io(fd, arg)`` once ``fd`` has ``events``; an OSError as the KernelError of its errno."""
     try:
-        _wait(fd, select.POLLOUT, timeout)
-        return os.write(fd, data)
+        _wait(fd, events, timeout)
+        return io(fd, arg)
     except OSError as exc:
         raise KernelError(exc.errno or errno.EIO, exc.strerror or "") from None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TypeVar
 
 
 class Cmd(enum.IntEnum):
@@ -164,10 +165,21 @@ KMALLOC_MAX_SIZE = 4 * 1024 * 1024
 PCPU_MIN_UNIT_SIZE = 32 * 1024
 MAX_BPF_STACK = 512
 
+_E = TypeVar("_E", bound=enum.Enum)
+
 
 def round_up(value: int, align: int) -> int:
     """Round ``value`` up to a multiple of ``align``."""
     return (value + align - 1) // align * align
+
+
+def member_named(enum_type: type[_E], name: str, what: str) -> _E:
+    """The member of ``enum_type`` called ``name`` (any case); ValueError listing the names."""
+    try:
+        return enum_type[name.upper()]
+    except KeyError:
+        raise ValueError(f"unknown {what} {name!r}: one of "
+                         f"{', '.join(t.name.lower() for t in enum_type)}") from None
 
 
 @dataclass(frozen=True)

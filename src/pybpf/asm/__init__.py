@@ -4,51 +4,15 @@
 ``builder`` the mnemonic functions, labels and ``assemble``; ``disasm`` the bpftool-like text.
 """
 
+# The package exports what its modules do (their __all__), gathered as asyncio's __init__ does;
+# builder's include every mnemonic (add64, jeq32, ...).
 from . import builder as _builder
-from .builder import (
-    MNEMONICS,
-    Assembler,
-    Assembly,
-    AssemblyError,
-    Item,
-    Label,
-    MapRef,
-    Ref,
-    assemble,
-)
-from .disasm import disassemble, format_insn, helper_name, mnemonic
-from .opcodes import (
-    OPCODES,
-    AluOp,
-    AtomicOp,
-    Class,
-    Instruction,
-    InvalidInstruction,
-    JmpOp,
-    Kind,
-    Mode,
-    OpInfo,
-    Reg,
-    Size,
-    Source,
-    check,
-    decode,
-    encode,
-    iter_decode,
-    slot_table,
-)
-from .text import assemble_text, parse
+from . import disasm as _disasm
+from . import opcodes as _opcodes
+from . import text as _text
+from .builder import *  # noqa: F403
+from .disasm import *  # noqa: F403
+from .opcodes import *  # noqa: F403
+from .text import *  # noqa: F403
 
-R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10 = Reg
-FP = Reg.R10
-
-globals().update({name: getattr(_builder, name) for name in MNEMONICS})
-
-__all__ = [
-    "MNEMONICS", "OPCODES", "AluOp", "Assembler", "Assembly", "AssemblyError", "AtomicOp",
-    "Class", "FP", "Instruction", "InvalidInstruction", "Item", "JmpOp", "Kind", "Label", "MapRef",
-    "Mode", "OpInfo", "R0", "R1", "R10", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R9", "Ref",
-    "Reg", "Size", "Source", "assemble", "assemble_text", "check", "decode", "disassemble",
-    "encode", "format_insn", "helper_name", "iter_decode", "mnemonic", "parse", "slot_table",
-    *MNEMONICS,
-]
+__all__ = [*_builder.__all__, *_disasm.__all__, *_opcodes.__all__, *_text.__all__]

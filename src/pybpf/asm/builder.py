@@ -19,18 +19,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import uapi
 from ..uapi import BpfFunc
 from .opcodes import (
     ATOMIC_FETCH,
     ATOMIC_RMW_OPS,
-    BPF_PSEUDO_BTF_ID,
-    BPF_PSEUDO_CALL,
-    BPF_PSEUDO_FUNC,
-    BPF_PSEUDO_KFUNC_CALL,
-    BPF_PSEUDO_MAP_FD,
-    BPF_PSEUDO_MAP_IDX,
-    BPF_PSEUDO_MAP_IDX_VALUE,
-    BPF_PSEUDO_MAP_VALUE,
     LD_IMM64,
     OPCODES,
     SIZE_OF_BYTES,
@@ -291,14 +284,14 @@ def call(helper: str | int) -> Instruction:
 
 
 def call_local(target: str | int) -> Item:
-    """bpf-to-bpf call of the subprogram at target (src = BPF_PSEUDO_CALL, imm relative)."""
-    return _with_target(Instruction(_opcode(cls=Class.JMP, op=JmpOp.CALL), src=BPF_PSEUDO_CALL),
-                        target, "imm")
+    """bpf-to-bpf call of the subprogram at target (src = uapi.BPF_PSEUDO_CALL, imm relative)."""
+    return _with_target(Instruction(_opcode(cls=Class.JMP, op=JmpOp.CALL),
+                                    src=uapi.BPF_PSEUDO_CALL), target, "imm")
 
 
 def call_kfunc(btf_id: int, btf_fd_index: int = 0) -> Instruction:
-    """Call a kernel function by BTF id (src = BPF_PSEUDO_KFUNC_CALL; off = fd_array index)."""
-    return Instruction(_opcode(cls=Class.JMP, op=JmpOp.CALL), src=BPF_PSEUDO_KFUNC_CALL,
+    """Call a kernel function by BTF id (src = uapi.BPF_PSEUDO_KFUNC_CALL; off = fd_array index)."""
+    return Instruction(_opcode(cls=Class.JMP, op=JmpOp.CALL), src=uapi.BPF_PSEUDO_KFUNC_CALL,
                        off=btf_fd_index, imm=btf_id)
 
 
@@ -322,37 +315,37 @@ def lddw(dst: Reg, value: int) -> Instruction:
 
 
 def ld_map_fd(dst: Reg, map: Any) -> Item:
-    """dst = &map (src = BPF_PSEUDO_MAP_FD); ``map`` is a map object, an fd or a name."""
-    return Ref(Instruction(LD_IMM64, _reg(dst, "dst"), BPF_PSEUDO_MAP_FD), map=map)
+    """dst = &map (src = uapi.BPF_PSEUDO_MAP_FD); ``map`` is a map object, an fd or a name."""
+    return Ref(Instruction(LD_IMM64, _reg(dst, "dst"), uapi.BPF_PSEUDO_MAP_FD), map=map)
 
 
 def ld_map_value(dst: Reg, map: Any, offset: int = 0) -> Item:
-    """dst = &map's value + offset (src = BPF_PSEUDO_MAP_VALUE; arrays with one element)."""
-    return Ref(Instruction(LD_IMM64, _reg(dst, "dst"), BPF_PSEUDO_MAP_VALUE, 0,
+    """dst = &map's value + offset (src = uapi.BPF_PSEUDO_MAP_VALUE; arrays with one element)."""
+    return Ref(Instruction(LD_IMM64, _reg(dst, "dst"), uapi.BPF_PSEUDO_MAP_VALUE, 0,
                            _imm64(offset << 32)), map=map)
 
 
 def ld_map_idx(dst: Reg, index: int) -> Instruction:
-    """dst = &fd_array[index] (src = BPF_PSEUDO_MAP_IDX)."""
-    return Instruction(LD_IMM64, _reg(dst, "dst"), BPF_PSEUDO_MAP_IDX, 0, index)
+    """dst = &fd_array[index] (src = uapi.BPF_PSEUDO_MAP_IDX)."""
+    return Instruction(LD_IMM64, _reg(dst, "dst"), uapi.BPF_PSEUDO_MAP_IDX, 0, index)
 
 
 def ld_map_idx_value(dst: Reg, index: int, offset: int = 0) -> Instruction:
-    """dst = &fd_array[index]'s value + offset (src = BPF_PSEUDO_MAP_IDX_VALUE)."""
-    return Instruction(LD_IMM64, _reg(dst, "dst"), BPF_PSEUDO_MAP_IDX_VALUE, 0,
+    """dst = &fd_array[index]'s value + offset (src = uapi.BPF_PSEUDO_MAP_IDX_VALUE)."""
+    return Instruction(LD_IMM64, _reg(dst, "dst"), uapi.BPF_PSEUDO_MAP_IDX_VALUE, 0,
                        _imm64(index | offset << 32))
 
 
 def ld_btf_id(dst: Reg, btf_id: int, btf_fd: int = 0) -> Instruction:
-    """dst = address of the kernel variable with this BTF id (src = BPF_PSEUDO_BTF_ID);
+    """dst = address of the kernel variable with this BTF id (src = uapi.BPF_PSEUDO_BTF_ID);
     ``btf_fd`` names a module's BTF (0: vmlinux)."""
-    return Instruction(LD_IMM64, _reg(dst, "dst"), BPF_PSEUDO_BTF_ID, 0,
+    return Instruction(LD_IMM64, _reg(dst, "dst"), uapi.BPF_PSEUDO_BTF_ID, 0,
                        _imm64((btf_id & 0xFFFFFFFF) | btf_fd << 32))
 
 
 def ld_func(dst: Reg, target: str | int) -> Item:
-    """dst = address of the subprogram at target, for callbacks (src = BPF_PSEUDO_FUNC)."""
-    insn = Instruction(LD_IMM64, _reg(dst, "dst"), BPF_PSEUDO_FUNC)
+    """dst = address of the subprogram at target, for callbacks (src = uapi.BPF_PSEUDO_FUNC)."""
+    insn = Instruction(LD_IMM64, _reg(dst, "dst"), uapi.BPF_PSEUDO_FUNC)
     if isinstance(target, str):
         return Ref(insn, target=target)
     return insn._replace(imm=int(target) & 0xFFFFFFFF)  # s32 offset in the first slot only
@@ -485,6 +478,9 @@ MNEMONICS.update({f.__name__: f for f in (
     ld_func, ldx, ldxs, st, stx, atomic, load_acquire, store_release, ld_abs, ld_ind, label)})
 # the generated ones become module attributes: add64, jeq32, ldxw, atomic_fetch_add64, ...
 vars(sys.modules[__name__]).update(MNEMONICS)
+
+__all__ = ["Assembler", "Assembly", "AssemblyError", "Item", "Label", "MNEMONICS", "MapRef", "Ref",
+    "assemble", *MNEMONICS]
 
 
 class Assembler:

@@ -10,18 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from .. import uapi
 from ..uapi import BpfFunc
 from .builder import Assembly
 from .opcodes import (
     ATOMIC_FETCH,
-    BPF_PSEUDO_BTF_ID,
-    BPF_PSEUDO_CALL,
-    BPF_PSEUDO_FUNC,
-    BPF_PSEUDO_KFUNC_CALL,
-    BPF_PSEUDO_MAP_FD,
-    BPF_PSEUDO_MAP_IDX,
-    BPF_PSEUDO_MAP_IDX_VALUE,
-    BPF_PSEUDO_MAP_VALUE,
     AluOp,
     AtomicOp,
     Instruction,
@@ -32,6 +25,8 @@ from .opcodes import (
     check,
     iter_decode,
 )
+
+__all__ = ["disassemble", "format_insn", "helper_name", "mnemonic"]
 
 ALU_OP_TEXT = {
     AluOp.ADD: "+=", AluOp.SUB: "-=", AluOp.MUL: "*=", AluOp.DIV: "/=", AluOp.OR: "|=",
@@ -69,8 +64,8 @@ def mnemonic(insn: Instruction) -> str:
         op = AtomicOp(insn.imm & ~ATOMIC_FETCH if fetch else insn.imm)
         return f"atomic_{fetch}{op.name.lower()}{bits}"
     if info.kind is Kind.CALL:
-        return {0: "call", BPF_PSEUDO_CALL: "call_local", BPF_PSEUDO_KFUNC_CALL: "call_kfunc"}[
-            insn.src]
+        return {0: "call", uapi.BPF_PSEUDO_CALL: "call_local",
+                uapi.BPF_PSEUDO_KFUNC_CALL: "call_kfunc"}[insn.src]
     if info.kind is Kind.EXIT:
         return "exit_"
     if info.kind is Kind.LD_IMM64:
@@ -79,9 +74,10 @@ def mnemonic(insn: Instruction) -> str:
 
 
 _LD_IMM64_MNEMONICS = {
-    0: "lddw", BPF_PSEUDO_MAP_FD: "ld_map_fd", BPF_PSEUDO_MAP_VALUE: "ld_map_value",
-    BPF_PSEUDO_BTF_ID: "ld_btf_id", BPF_PSEUDO_FUNC: "ld_func", BPF_PSEUDO_MAP_IDX: "ld_map_idx",
-    BPF_PSEUDO_MAP_IDX_VALUE: "ld_map_idx_value",
+    0: "lddw", uapi.BPF_PSEUDO_MAP_FD: "ld_map_fd", uapi.BPF_PSEUDO_MAP_VALUE: "ld_map_value",
+    uapi.BPF_PSEUDO_BTF_ID: "ld_btf_id", uapi.BPF_PSEUDO_FUNC: "ld_func",
+    uapi.BPF_PSEUDO_MAP_IDX: "ld_map_idx",
+    uapi.BPF_PSEUDO_MAP_IDX_VALUE: "ld_map_idx_value",
 }
 
 
@@ -99,17 +95,17 @@ def _mem_type(nbytes: int, signed: bool = False) -> str:
 def _imm64_text(insn: Instruction, map_name: MapNamer | None) -> str:
     named = map_name(insn) if map_name is not None else None
     lo, hi = insn.imm & 0xFFFFFFFF, (insn.imm >> 32) & 0xFFFFFFFF
-    if insn.src == BPF_PSEUDO_MAP_FD:
+    if insn.src == uapi.BPF_PSEUDO_MAP_FD:
         return named or f"map[fd:{lo}]"
-    if insn.src == BPF_PSEUDO_MAP_VALUE:
+    if insn.src == uapi.BPF_PSEUDO_MAP_VALUE:
         return f"{named or f'map[fd:{lo}]'}[0]+{hi}"
-    if insn.src == BPF_PSEUDO_MAP_IDX:
+    if insn.src == uapi.BPF_PSEUDO_MAP_IDX:
         return f"map[idx:{lo}]"
-    if insn.src == BPF_PSEUDO_MAP_IDX_VALUE:
+    if insn.src == uapi.BPF_PSEUDO_MAP_IDX_VALUE:
         return f"map[idx:{lo}]+{hi}"
-    if insn.src == BPF_PSEUDO_BTF_ID:  # the second slot's imm is the module BTF's fd
+    if insn.src == uapi.BPF_PSEUDO_BTF_ID:  # the second slot's imm is the module BTF's fd
         return f"btf_id[{lo}]" + (f"[btf_fd:{hi}]" if hi else "")
-    if insn.src == BPF_PSEUDO_FUNC:
+    if insn.src == uapi.BPF_PSEUDO_FUNC:
         return f"func[pc{lo - (1 << 32) if lo >> 31 else lo:+d}]"
     return f"{insn.imm & 0xFFFFFFFFFFFFFFFF:#x}"
 
@@ -145,9 +141,9 @@ def format_insn(insn: Instruction, *, map_name: MapNamer | None = None) -> str:
         operand = f"{reg}{src}" if info.source is Source.X else f"{imm & 0xFFFFFFFF:#x}"
         return f"{code} if {reg}{dst} {JMP_OP_TEXT[info.op]} {operand} goto pc{off:+d}"
     if kind is Kind.CALL:
-        if src == BPF_PSEUDO_CALL:
+        if src == uapi.BPF_PSEUDO_CALL:
             return f"{code} call pc{imm:+d}"
-        if src == BPF_PSEUDO_KFUNC_CALL:
+        if src == uapi.BPF_PSEUDO_KFUNC_CALL:
             return f"{code} call kernel-function#{imm}" + (f"@{off}" if off else "")
         return f"{code} call {helper_name(imm)}#{imm}"
     if kind is Kind.EXIT:

@@ -30,16 +30,10 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from .. import uapi
-from ..uapi import (  # noqa: F401  (re-exported: the pseudo sources belong with the ISA)
-    BPF_PSEUDO_BTF_ID,
-    BPF_PSEUDO_CALL,
-    BPF_PSEUDO_FUNC,
-    BPF_PSEUDO_KFUNC_CALL,
-    BPF_PSEUDO_MAP_FD,
-    BPF_PSEUDO_MAP_IDX,
-    BPF_PSEUDO_MAP_IDX_VALUE,
-    BPF_PSEUDO_MAP_VALUE,
-)
+
+__all__ = ["AluOp", "AtomicOp", "Class", "FP", "Instruction", "InvalidInstruction", "JmpOp", "Kind",
+    "Mode", "OPCODES", "OpInfo", "R0", "R1", "R10", "R2", "R3", "R4", "R5", "R6", "R7", "R8", "R9",
+    "Reg", "Size", "Source", "check", "decode", "encode", "iter_decode", "slot_table"]
 
 
 class Class(enum.IntEnum):
@@ -167,6 +161,10 @@ class Reg(enum.IntEnum):
 
     def __repr__(self) -> str:
         return self.name
+
+
+R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10 = Reg
+FP = Reg.R10  # the frame pointer, read only
 
 
 MAX_BPF_REG = 11
@@ -391,9 +389,9 @@ def _field_problem(info: OpInfo, insn: Instruction) -> str | None:
     elif kind is Kind.CALL:
         if dst:
             return "dst must be 0"
-        if src not in (0, BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL):
+        if src not in (0, uapi.BPF_PSEUDO_CALL, uapi.BPF_PSEUDO_KFUNC_CALL):
             return f"src must be 0 (helper), 1 (bpf-to-bpf) or 2 (kfunc), not {src}"
-        if off and src != BPF_PSEUDO_KFUNC_CALL:
+        if off and src != uapi.BPF_PSEUDO_KFUNC_CALL:
             return "off must be 0 (only kfunc calls use it, for the BTF fd index)"
     elif kind is Kind.EXIT:
         if dst or src or off or imm:
@@ -401,9 +399,10 @@ def _field_problem(info: OpInfo, insn: Instruction) -> str | None:
     elif kind is Kind.LD_IMM64:
         if off:
             return "off must be 0"
-        if src > BPF_PSEUDO_MAP_IDX_VALUE:
+        if src > uapi.BPF_PSEUDO_MAP_IDX_VALUE:
             return f"src (pseudo source) must be 0-6, not {src}"
-        if src in (BPF_PSEUDO_MAP_FD, BPF_PSEUDO_MAP_IDX, BPF_PSEUDO_FUNC) and imm >> 32:
+        if src in (uapi.BPF_PSEUDO_MAP_FD, uapi.BPF_PSEUDO_MAP_IDX, uapi.BPF_PSEUDO_FUNC) \
+                and imm >> 32:
             return "the second slot's imm must be 0 for this pseudo source"
     elif kind is Kind.LD_ABS:
         if dst or src or off:

@@ -37,15 +37,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from ..asm import (
-    FP,
-    R0,
-    R1,
-    R2,
-    R3,
-    R4,
-    R6,
-    R7,
-    R8,
     add32,
     add64,
     assemble,
@@ -61,6 +52,7 @@ from ..asm import (
     stw,
     stxw,
 )
+from ..asm.opcodes import FP, R0, R1, R2, R3, R4, R6, R7, R8
 from ..backends import default_backend
 from ..uapi import BPF_NOEXIST, MapFlags, MapType, ProgType
 from . import report

@@ -18,14 +18,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from ..asm import (
-    FP,
-    R0,
-    R1,
-    R2,
-    R3,
-    R4,
-    R6,
-    R7,
     add64,
     assemble,
     atomic_add64,
@@ -44,6 +36,7 @@ from ..asm import (
     stxdw,
     xor64,
 )
+from ..asm.opcodes import FP, R0, R1, R2, R3, R4, R6, R7
 from ..uapi import MapType, ProgType
 from .args import S32_MAX, U32_MAX, int_arg
 from .report import Progress, dump_json, format_table

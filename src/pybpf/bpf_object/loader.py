@@ -30,6 +30,7 @@ from typing import Any
 
 from ..btf import Btf, Func, Typedef
 from ..errors import BPFError, VerifierError, strerror
+from ..handles import Closable
 from ..maps import Map, MapSpec, resolve_system
 from ..programs import Link, Program, ProgramSpec
 from ..system import System
@@ -65,7 +66,7 @@ def check_loadable(spec: Any, program: Any) -> None:
                           f"name '{program.section}'")
 
 
-class Object:
+class Object(Closable):
     """A loaded BPF object (libbpf's ``bpf_object`` after load, cilium's ``Collection``).
 
     ``maps`` and ``programs`` are by name (global data maps by section: ``.data``, ...);
@@ -135,12 +136,6 @@ class Object:
         if self.btf_fd is not None:
             self.system.close(self.btf_fd)
             self.btf_fd = None
-
-    def __enter__(self) -> Object:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return (f"<Object {self.spec.name!r} on {self.system.name}: maps "

@@ -9,54 +9,12 @@
   import it: the backends may import ``pybpf.btf``; import ``pybpf.btf.codecs`` for codecs.
 """
 
-from .ext import BtfExt, CoreRelo, CoreReloKind, FuncInfo, LineInfo
-from .spec import VMLINUX, Btf, BtfError, FlatMember, StringTable
-from .types import (
-    BTF_FUNC_EXTERN,
-    BTF_FUNC_GLOBAL,
-    BTF_FUNC_STATIC,
-    BTF_INT_BOOL,
-    BTF_INT_CHAR,
-    BTF_INT_SIGNED,
-    BTF_VAR_GLOBAL_ALLOCATED,
-    BTF_VAR_GLOBAL_EXTERN,
-    BTF_VAR_STATIC,
-    MODIFIERS,
-    Array,
-    Const,
-    Datasec,
-    DeclTag,
-    Enum,
-    Enum64,
-    EnumValue,
-    Float,
-    Func,
-    FuncProto,
-    Fwd,
-    Int,
-    Kind,
-    Member,
-    Param,
-    Ptr,
-    RefType,
-    Restrict,
-    Struct,
-    Type,
-    Typedef,
-    TypeTag,
-    Union,
-    Var,
-    VarSecinfo,
-    Void,
-    Volatile,
-)
+# The package exports what its modules do (their __all__), gathered as asyncio's __init__ does.
+from . import ext as _ext
+from . import spec as _spec
+from . import types as _types
+from .ext import *  # noqa: F403
+from .spec import *  # noqa: F403
+from .types import *  # noqa: F403
 
-__all__ = [
-    "BTF_FUNC_EXTERN", "BTF_FUNC_GLOBAL", "BTF_FUNC_STATIC", "BTF_INT_BOOL", "BTF_INT_CHAR",
-    "BTF_INT_SIGNED", "BTF_VAR_GLOBAL_ALLOCATED", "BTF_VAR_GLOBAL_EXTERN", "BTF_VAR_STATIC",
-    "MODIFIERS", "VMLINUX", "Array", "Btf", "BtfError", "BtfExt", "Const", "CoreRelo",
-    "CoreReloKind", "Datasec", "DeclTag", "Enum", "Enum64", "EnumValue", "FlatMember",
-    "Float", "Func", "FuncInfo", "FuncProto", "Fwd", "Int", "Kind", "LineInfo", "Member",
-    "Param", "Ptr", "RefType", "Restrict", "StringTable", "Struct", "Type", "TypeTag", "Typedef",
-    "Union", "Var", "VarSecinfo", "Void", "Volatile",
-]
+__all__ = [*_ext.__all__, *_spec.__all__, *_types.__all__]

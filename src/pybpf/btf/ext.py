@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 from .spec import BTF_MAGIC, Btf, BtfError
 
+__all__ = ["BtfExt", "CoreRelo", "CoreReloKind", "FuncInfo", "LineInfo"]
+
 _HEADER = struct.Struct("HBBIIIII")  # magic, version, flags, hdr_len, func/line off+len
 _CORE_SIZE = 8                        # core_relo_off, core_relo_len
 _MIN_RECORD = {"func_info": 8, "line_info": 16, "core_relo": 16}

@@ -49,6 +49,8 @@ from .types import (
     Volatile,
 )
 
+__all__ = ["Btf", "BtfError", "FlatMember", "StringTable", "VMLINUX"]
+
 BTF_MAGIC = 0xEB9F
 BTF_VERSION = 1
 VMLINUX = "/sys/kernel/btf/vmlinux"

@@ -11,6 +11,12 @@ import enum
 from dataclasses import dataclass
 from typing import ClassVar
 
+__all__ = ["Array", "BTF_FUNC_EXTERN", "BTF_FUNC_GLOBAL", "BTF_FUNC_STATIC", "BTF_INT_BOOL",
+    "BTF_INT_CHAR", "BTF_INT_SIGNED", "BTF_VAR_GLOBAL_ALLOCATED", "BTF_VAR_GLOBAL_EXTERN",
+    "BTF_VAR_STATIC", "Const", "Datasec", "DeclTag", "Enum", "Enum64", "EnumValue", "Float", "Func",
+    "FuncProto", "Fwd", "Int", "Kind", "MODIFIERS", "Member", "Param", "Ptr", "RefType", "Restrict",
+    "Struct", "Type", "TypeTag", "Typedef", "Union", "Var", "VarSecinfo", "Void", "Volatile"]
+
 
 class Kind(enum.IntEnum):
     """BTF_KIND_* (Linux 6.18: every kind up to ENUM64)."""

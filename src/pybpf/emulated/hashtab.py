@@ -10,6 +10,7 @@ Rules this module keeps:
   LRU_HASH puts a new element at the front; per-CPU maps and (6.16+) HASH_OF_MAPS update in
   place. get_next_key and the batches walk buckets in index order and each bucket front to
   back, so with ZERO_SEED the order is the kernel's.
+- Batches: ``htab_batch.HtabBatchOps`` (whole buckets, bucket-index tokens).
 - Storage: ``htab_buckets.HtabBuckets`` (the buckets, a dict for lookups, an index of the
   non-empty buckets for the order); element memory: ``htab_elem.HtabElemMemory``.
 - Locks: striped bucket locks; the LRU and the free lists have their own. Lock order is
@@ -28,12 +29,10 @@ from __future__ import annotations
 
 import errno
 import functools
-import struct
 import threading
 from typing import TYPE_CHECKING
 
 from ..errors import KernelError
-from ..system import BatchLookup
 from ..uapi import (
     BPF_EXIST,
     BPF_F_ACCESS_MASK,
@@ -47,7 +46,7 @@ from ..uapi import (
     MapType,
     round_up,
 )
-from .batch import check_elem_flags, generic_map_delete_batch, generic_map_update_batch
+from .batch import generic_map_delete_batch, generic_map_update_batch
 from .bpf_lru_list import LruNode
 from .bpf_map import (
     U32_MAX,
@@ -59,6 +58,7 @@ from .bpf_map import (
     roundup_pow_of_two,
     u32_key,
 )
+from .htab_batch import HtabBatchOps
 from .htab_buckets import HtabBuckets
 from .htab_elem import HTAB_ELEM_SIZE, HtabElem, HtabElemMemory
 from .jhash import htab_map_hash
@@ -76,7 +76,7 @@ HASH_CACHE_SIZE = 1 << 16
 
 
 @map_ops(MapType.HASH)
-class HtabMap(HtabElemMemory, BpfMap):
+class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
     """BPF_MAP_TYPE_HASH; the other three types subclass it."""
 
     percpu = False
@@ -353,64 +353,6 @@ class HtabMap(HtabElemMemory, BpfMap):
             raise KernelError(errno.ENOENT, "no next key")
         return next_key
 
-    def _htab_map_lookup_and_delete_batch(self, in_batch: bytes | None, count: int,
-                                          elem_flags: int, flags: int,
-                                          delete: bool) -> BatchLookup:
-        """__htab_map_lookup_and_delete_batch: whole buckets; tokens are bucket indices."""
-        check_elem_flags(elem_flags)
-        if flags:
-            raise KernelError(errno.EINVAL, f"flags {flags:#x}: batch flags must be 0")
-        if count == 0:
-            return BatchLookup([], [], None, False)
-        batch = 0
-        if in_batch is not None:
-            if len(in_batch) != 4:
-                raise KernelError(errno.EINVAL, f"in_batch is {len(in_batch)} bytes: hash "
-                                  "batches take a 4-byte bucket index")
-            (batch,) = struct.unpack("<I", in_batch)
-        if batch >= self.n_buckets:  # ENOENT before anything is written
-            return BatchLookup([], [], None, True)
-        keys: list[bytes] = []
-        values: list[bytes] = []
-        freed: list[HtabElem] = []
-        end = False
-        while True:
-            index = self.storage.next_nonempty(batch)
-            if index is None:
-                batch = self.n_buckets
-                end = True
-                break
-            batch = index
-            with self.locks[index & (self.nstripes - 1)]:
-                bucket = self.buckets.get(index, [])
-                if len(bucket) > count - len(keys):
-                    if not keys:
-                        raise KernelError(errno.ENOSPC, f"bucket {index} holds {len(bucket)} "
-                                          f"elements, more than count={count}", count=0)
-                    break
-                for elem in list(bucket):
-                    keys.append(elem.key)
-                    values.append(self._read_value(elem))
-                    if delete:
-                        self._unlink(elem)
-                        freed.append(elem)
-            batch = index + 1
-            if batch >= self.n_buckets:
-                end = True
-                break
-        for elem in freed:
-            self._release_elem(elem)
-        return BatchLookup(keys, values, struct.pack("<I", batch), end)
-
-    def htab_map_lookup_batch(self, in_batch, count, elem_flags, flags) -> BatchLookup:
-        return self._htab_map_lookup_and_delete_batch(in_batch, count, elem_flags, flags,
-                                                      delete=False)
-
-    def htab_map_lookup_and_delete_batch(self, in_batch, count, elem_flags,
-                                         flags) -> BatchLookup:
-        return self._htab_map_lookup_and_delete_batch(in_batch, count, elem_flags, flags,
-                                                      delete=True)
-
     # -- bookkeeping --------------------------------------------------------------------------
     def sys_lookup_table(self) -> dict[bytes, bytearray] | None:
         """A live dict whose ``get(key)`` is what a syscall lookup returns (None: per-CPU)."""
@@ -470,8 +412,8 @@ class HtabMap(HtabElemMemory, BpfMap):
     map_lookup_and_delete_elem = htab_map_lookup_and_delete_elem
     map_update_elem = htab_map_update_elem
     map_delete_elem = htab_map_delete_elem
-    map_lookup_batch = htab_map_lookup_batch
-    map_lookup_and_delete_batch = htab_map_lookup_and_delete_batch
+    map_lookup_batch = HtabBatchOps.htab_map_lookup_batch
+    map_lookup_and_delete_batch = HtabBatchOps.htab_map_lookup_and_delete_batch
     map_update_batch = generic_map_update_batch
     map_delete_batch = generic_map_delete_batch
     # syscall.c's reads and writes of a hash map

@@ -306,41 +306,38 @@ class _FunctionWriter:
             emit(depth, f"{src} = old")
 
     def write_load(self, pc: int, insn: Instruction, info, depth: int) -> None:
-        emit = self.emit
         size = info.nbytes
         d = f"r{insn.dst}"
-        sx = info.kind is Kind.LDX_SX
-        sign = 1 << (8 * size - 1)
-        fix = f"{d} = (({d} ^ {sign}) - {sign}) & M64" if sx else None
-        off = MAX_BPF_STACK + insn.off
-        if insn.src == 10 and 0 <= off <= MAX_BPF_STACK - size:
-            # the frame pointer is constant: a fixed offset in this frame's stack
-            emit(depth, f"{d} = L{size}(stack, {off})[0]")
-        else:
-            emit(depth, "try:")
-            emit(depth + 1, f"a = {_address(f'r{insn.src}', insn.off)}")
-            emit(depth + 1, f"{d} = L{size}(mem[a >> 32], a & 0xffffffff)[0]")
-            emit(depth, "except ACCESS_ERRORS:")
-            emit(depth + 1, f"{d} = mem_load(rs, r{insn.src} + {insn.off}, {size}, {pc})")
-        if fix:
-            emit(depth, fix)
+        self.write_access(depth, insn.src, insn.off, size, f"{d} = L{size}({{buf}}, {{at}})[0]",
+                          f"{d} = mem_load(rs, r{insn.src} + {insn.off}, {size}, {pc})")
+        if info.kind is Kind.LDX_SX:
+            sign = 1 << (8 * size - 1)
+            self.emit(depth, f"{d} = (({d} ^ {sign}) - {sign}) & M64")
 
     def write_store(self, pc: int, insn: Instruction, info, depth: int, value: str) -> None:
-        emit = self.emit
         size = info.nbytes
         masked = value if size == 8 else (
             str(int(value) & ((1 << (8 * size)) - 1)) if value.isdigit()
             else f"{value} & {(1 << (8 * size)) - 1}")
-        off = MAX_BPF_STACK + insn.off
-        if insn.dst == 10 and 0 <= off <= MAX_BPF_STACK - size:
-            emit(depth, f"S{size}(stack, {off}, {masked})")
+        self.write_access(depth, insn.dst, insn.off, size, f"S{size}({{buf}}, {{at}}, {masked})",
+                          f"mem_store(rs, r{insn.dst} + {insn.off}, {size}, {value}, {pc})")
+
+    def write_access(self, depth: int, base: int, off: int, size: int, access: str,
+                     checked: str) -> None:
+        """A load or store of ``size`` bytes at ``r{base} + off``: ``access`` with ``{buf}``
+        and ``{at}`` filled in. A fixed offset from the frame pointer is one in this frame's
+        stack (the frame pointer is constant); anything else tries the region the address
+        names and falls back on ``checked``, the slow path that raises the fault."""
+        emit = self.emit
+        stack_off = MAX_BPF_STACK + off
+        if base == 10 and 0 <= stack_off <= MAX_BPF_STACK - size:
+            emit(depth, access.format(buf="stack", at=stack_off))
         else:
             emit(depth, "try:")
-            emit(depth + 1, f"a = {_address(f'r{insn.dst}', insn.off)}")
-            emit(depth + 1, f"S{size}(mem[a >> 32], a & 0xffffffff, {masked})")
+            emit(depth + 1, f"a = {_address(f'r{base}', off)}")
+            emit(depth + 1, access.format(buf="mem[a >> 32]", at="a & 0xffffffff"))
             emit(depth, "except ACCESS_ERRORS:")
-            emit(depth + 1, f"mem_store(rs, r{insn.dst} + {insn.off}, {size}, {value}, {pc})")
-
+            emit(depth + 1, checked)
 
 def _address(reg: str, off: int) -> str:
     """The expression of ``reg + off`` (most accesses are at offset 0)."""

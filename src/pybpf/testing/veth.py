@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import netns
+from ..handles import Closable
 
 SOL_UDP = 17
 UDP_GRO = 104  # include/uapi/linux/udp.h
@@ -80,7 +81,7 @@ class UdpReceiver:
         return self.segments / self.datagrams if self.datagrams else 0.0
 
 
-class VethPair(abc.ABC):
+class VethPair(Closable, abc.ABC):
     """Two ends, ``a`` (where traffic is made) and ``b`` (where it is received)."""
 
     def __init__(self, a: str, b: str, a_addr: str, b_addr: str) -> None:
@@ -88,12 +89,6 @@ class VethPair(abc.ABC):
         self.a_addr, self.b_addr = a_addr, b_addr
         self.receivers: list[UdpReceiver] = []
         self.closed = False
-
-    def __enter__(self) -> VethPair:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __del__(self) -> None:
         if not getattr(self, "closed", True):

@@ -24,6 +24,10 @@ from ..args import (
     profile_help,
 )
 
+__all__ = ["ALL_TESTS_MASK", "COMPARE_ROUNDS", "Config", "EMULATED_LABEL", "MAP_DEFS",
+    "MAX_NR_CPUS", "NUMA_AUTO", "NUMA_NONE", "TESTS", "TRIGGER_AUTO", "TRIGGER_NATIVE",
+    "TRIGGER_PYTHON", "Test", "configure_parser"]
+
 MAX_NR_CPUS = 1024  # slots of array_of_lru_hashs, as in the sample
 MAX_NUMNODES = 1024  # the kernel's largest (CONFIG_NODES_SHIFT 10)
 DEFAULT_MAX_CNT = 10000  # the sample's default since Sept 2022

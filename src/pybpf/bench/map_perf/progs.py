@@ -18,15 +18,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from ...asm import (
-    FP,
-    R0,
-    R1,
-    R2,
-    R3,
-    R4,
-    R6,
-    R7,
-    R8,
     add64,
     assemble,
     call,
@@ -47,6 +38,7 @@ from ...asm import (
     stxw,
 )
 from ...asm.builder import Item
+from ...asm.opcodes import FP, R0, R1, R2, R3, R4, R6, R7, R8
 from ...uapi import ProgType
 
 SYS_ENTER_ARG0 = 16  # offsetof(struct trace_event_raw_sys_enter, args)

@@ -24,114 +24,17 @@ command.py runs them all (``compare``) and is ``pybpf differential``.
 
 from __future__ import annotations
 
-from .command import compare, differential_command
-from .generators import (
-    CREATE_TYPES,
-    GENERATORS,
-    Gen,
-    gen_array,
-    gen_bloom,
-    gen_cpumap,
-    gen_create,
-    gen_devmap,
-    gen_hash,
-    gen_lpm,
-    gen_lru,
-    gen_map_in_map,
-    gen_queue_stack,
-    gen_sockmap,
-    generate,
-)
-from .ops import (
-    BAD_MAP,
-    CURSOR,
-    SOCKET_KINDS,
-    BloomPeek,
-    Close,
-    CloseSocket,
-    Create,
-    Delete,
-    DeleteBatch,
-    Dump,
-    Freeze,
-    Info,
-    Lookup,
-    LookupAndDelete,
-    LookupBatch,
-    MapRef,
-    NextKey,
-    Op,
-    OpenSocket,
-    OpSequence,
-    ProgDelete,
-    ProgLookup,
-    ProgUpdate,
-    Result,
-    SetCpu,
-    SockRef,
-    Update,
-    UpdateBatch,
-    Value,
-    Walk,
-)
-from .runner import PROG_LOOKUP_TYPES, Runner, load_map_program, prog_ctx, programs_supported
-from .shrink import Mismatch, Summary, first_mismatch, shrink
+# The package exports what its modules do (their __all__), gathered as asyncio's __init__ does.
+from . import command as _command
+from . import generators as _generators
+from . import ops as _ops
+from . import runner as _runner
+from . import shrink as _shrink
+from .command import *  # noqa: F403
+from .generators import *  # noqa: F403
+from .ops import *  # noqa: F403
+from .runner import *  # noqa: F403
+from .shrink import *  # noqa: F403
 
-__all__ = [
-    "BAD_MAP",
-    "CURSOR",
-    "Result",
-    "MapRef",
-    "SockRef",
-    "Value",
-    "Op",
-    "Create",
-    "Update",
-    "Lookup",
-    "Delete",
-    "NextKey",
-    "LookupAndDelete",
-    "Freeze",
-    "LookupBatch",
-    "UpdateBatch",
-    "DeleteBatch",
-    "Walk",
-    "Dump",
-    "Info",
-    "Close",
-    "SetCpu",
-    "ProgLookup",
-    "ProgUpdate",
-    "ProgDelete",
-    "SOCKET_KINDS",
-    "OpenSocket",
-    "CloseSocket",
-    "OpSequence",
-    "BloomPeek",
-    "Runner",
-    "PROG_LOOKUP_TYPES",
-    "prog_ctx",
-    "load_map_program",
-    "programs_supported",
-    "Mismatch",
-    "first_mismatch",
-    "shrink",
-    "Summary",
-    "Gen",
-    "gen_hash",
-    "gen_lru",
-    "gen_array",
-    "gen_map_in_map",
-    "gen_queue_stack",
-    "gen_lpm",
-    "gen_bloom",
-    "gen_devmap",
-    "gen_cpumap",
-    "gen_sockmap",
-    "CREATE_TYPES",
-    "gen_create",
-    "GENERATORS",
-    "generate",
-    "compare",
-    "differential_command",
-]
+__all__ = [*_command.__all__, *_generators.__all__, *_ops.__all__, *_runner.__all__,
+           *_shrink.__all__]

@@ -13,6 +13,8 @@ from .generators import GENERATORS, generate
 from .runner import programs_supported
 from .shrink import Summary, first_mismatch, shrink
 
+__all__ = ["compare", "differential_command"]
+
 
 def compare(families: Iterable[str], sequences: int, seed: int, a: System, b: System,
             a_name: str = "A", b_name: str = "B", *, shrink_budget: int = 0,

@@ -52,6 +52,10 @@ from .ops import (
 )
 from .runner import PROG_LOOKUP_TYPES
 
+__all__ = ["CREATE_TYPES", "GENERATORS", "Gen", "gen_array", "gen_bloom", "gen_cpumap",
+    "gen_create", "gen_devmap", "gen_hash", "gen_lpm", "gen_lru", "gen_map_in_map",
+    "gen_queue_stack", "gen_sockmap", "generate"]
+
 
 class Gen:
     """Random choices for one sequence: a seeded ``random.Random`` and the CPU count."""

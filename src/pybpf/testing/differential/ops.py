@@ -10,6 +10,11 @@ from typing import TYPE_CHECKING
 
 from ...uapi import BPF_ANY
 
+__all__ = ["BAD_MAP", "BloomPeek", "CURSOR", "Close", "CloseSocket", "Create", "Delete",
+    "DeleteBatch", "Dump", "Freeze", "Info", "Lookup", "LookupAndDelete", "LookupBatch", "MapRef",
+    "NextKey", "Op", "OpSequence", "OpenSocket", "ProgDelete", "ProgLookup", "ProgUpdate", "Result",
+    "SOCKET_KINDS", "SetCpu", "SockRef", "Update", "UpdateBatch", "Value", "Walk"]
+
 if TYPE_CHECKING:
     from .runner import Runner
 

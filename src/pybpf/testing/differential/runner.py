@@ -30,6 +30,8 @@ from .ops import (
     Value,
 )
 
+__all__ = ["PROG_LOOKUP_TYPES", "Runner", "load_map_program", "prog_ctx", "programs_supported"]
+
 _SO_COOKIE = 57  # include/uapi/asm-generic/socket.h
 
 

@@ -8,6 +8,8 @@ from ...system import System
 from .ops import CloseSocket, Op, OpenSocket, OpSequence, Result, SetCpu
 from .runner import Runner
 
+__all__ = ["Mismatch", "Summary", "first_mismatch", "shrink"]
+
 
 @dataclass
 class Mismatch:

@@ -1,0 +1,7 @@
+"""``python -m pybpf.calibrate``."""
+
+import sys
+
+from . import main
+
+sys.exit(main())
