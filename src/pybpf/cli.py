@@ -32,7 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
              "`bpftool map show` and `bpftool map dump` do", "pybpf.cli:maps_command"),
     "map-perf": ("the kernel's samples/bpf/map_perf_test: per-CPU events/s of map work on "
                  "syscall tracepoints", "pybpf.bench.map_perf:map_perf_command"),
-    "bench": ("benchmarks: htab-mem, ops, interp", "pybpf.bench:bench_command"),
+    "bench": ("benchmarks: cpumap, sockmap, htab-mem, ops, interp", "pybpf.bench:bench_command"),
     "reproduce": ("a few seconds that reproduce the NUMA-node (2017) and bpf_mem_alloc (2022) "
                   "map_perf_test results, with where to look next",
                   "pybpf.reproduce:reproduce_command"),
