@@ -40,8 +40,8 @@ from typing import Any
 from . import report
 from .args import int_arg, plot_arg, seconds_arg
 from .sockmap_paths import (
-    BuiltinReceiver,
     DRAIN_SECONDS,
+    BuiltinReceiver,
     CopyPath,
     Proxy,
     RunFailed,

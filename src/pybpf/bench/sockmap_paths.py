@@ -29,11 +29,26 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..asm import FP, R0, R1, R2, R3, R4, R6, add64, call, exit_, jne, label, ld_map_fd, ldxw, \
-    mov64, stxw
+from ..asm import (
+    FP,
+    R0,
+    R1,
+    R2,
+    R3,
+    R4,
+    R6,
+    add64,
+    call,
+    exit_,
+    jne,
+    label,
+    ld_map_fd,
+    ldxw,
+    mov64,
+    stxw,
+)
 from ..programs import Program, ProgramSpec
-from ..uapi import BPF_F_INGRESS, BPF_F_SOCKMAP_TARGET_CPU, SK_PASS, AttachType, MapType, \
-    ProgType
+from ..uapi import BPF_F_INGRESS, BPF_F_SOCKMAP_TARGET_CPU, SK_PASS, AttachType, MapType, ProgType
 
 PERIOD = 251  # the pattern's period: a prime, so no chunk size hides a shift
 CHUNK = PERIOD * 4177  # about 1 MiB of whole periods: every full send starts at offset 0
@@ -440,8 +455,11 @@ class SockmapPath:
 
     def add_pair(self, p1: socket.socket, p2: socket.socket) -> None:
         """Insert the pair, then forward what arrived before the insertion: those bytes sit
-        in the socket's own queue, which no verdict will see (iperf3's cookie waits there
-        for an answer that never comes)."""
+        in the socket's own queue, which no verdict sees until more data arrives (iperf3's
+        cookie waits there for an answer that never comes). A non-blocking read after the
+        insertion moves them: the kernel's tcp_bpf_recvmsg_parser runs the verdict on a
+        non-empty receive queue (they are redirected, and the read gets EAGAIN); whatever
+        the read returns instead is sent on by hand."""
         if self.ingress:
             target = self.receiver.peer_socket(p2.getsockname(), timeout=5)
             self._insert(socket_key(p1), target)
@@ -461,18 +479,23 @@ class SockmapPath:
         self.keys.append(key)
 
     def _forward_queued(self, src: socket.socket, dst: socket.socket) -> None:
-        while True:
-            try:
-                data = self.system.sock_recv(src, CHUNK, timeout=0)
-            except OSError as exc:
-                if exc.errno == errno.EAGAIN:
+        previous = src.gettimeout()
+        src.setblocking(False)  # a blocking read would wait for data the verdict took
+        try:
+            while True:
+                try:
+                    data = self.system.sock_recv(src, CHUNK, timeout=0)
+                except OSError as exc:
+                    if exc.errno == errno.EAGAIN:
+                        return
+                    raise
+                if not data:
                     return
-                raise
-            if not data:
-                return
-            view = memoryview(data)
-            while view:
-                view = view[self.system.sock_send(dst, bytes(view), timeout=5):]
+                view = memoryview(data)
+                while view:
+                    view = view[self.system.sock_send(dst, bytes(view), timeout=5):]
+        finally:
+            src.settimeout(previous)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
