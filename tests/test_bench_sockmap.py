@@ -53,6 +53,7 @@ def net_namespace_fds() -> set[str]:
     (["--plot", "/no/such/dir/out.png"], "there is no directory"),
     (["--plot", "out.jpg"], "--plot writes .png, .svg, .pdf"),
     (["--traffic", "carrier-pigeon"], "--traffic: choose"),
+    (["--rcvbuf", "-1"], "--rcvbuf must be >= 0"),
 ])
 def test_bad_arguments_are_one_usage_error_before_any_work(args, message, capsys,
                                                           monkeypatch):
@@ -117,6 +118,17 @@ def test_emulated_rows_run_or_say_why_not(capsys):
             assert all(run["complete"] for run in row["runs"]) and row["workers"]
         else:
             assert row["status"] == "not available" and row["error"], row
+
+
+def test_rcvbuf_is_the_receiving_sockets():
+    receiver = BuiltinReceiver(None, None, time.monotonic() + 5, rcvbuf=1 << 20)
+    try:
+        with socket.create_connection(("127.0.0.1", receiver.port), timeout=5) as client:
+            accepted = receiver.peer_socket(client.getsockname(), timeout=5)
+            # the kernel doubles SO_RCVBUF, capped by net.core.rmem_max
+            assert accepted.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) > 256 * 1024
+    finally:
+        receiver.close()
 
 
 @NETNS_SKIP

@@ -126,6 +126,7 @@ class Context:
     duration: float
     timeout: float
     iperf3: str | None
+    rcvbuf: int = 0
     kernel: Any = None
     kernel_refusal: str = ""
     emulated: Any = None
@@ -167,7 +168,7 @@ def measure(row: Row, ctx: Context) -> Run:
             ctx.ns.set_rps("lo", ctx.rps_cpus)
             rps = True
         if row.traffic == "builtin":
-            receiver = BuiltinReceiver(ctx.ns, ctx.server_cpu, deadline)
+            receiver = BuiltinReceiver(ctx.ns, ctx.server_cpu, deadline, ctx.rcvbuf)
             server_port = receiver.port
         else:
             server_port = free_port(ctx.ns)
@@ -274,6 +275,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--proxy-cpu", type=int_arg("--proxy-cpu", 0, last_cpu, cpu),
                         default=min(1, last_cpu), help="the proxy's CPU, and the emulated "
                         "psocks' target_cpu in emulated-cpu (default 1)")
+    parser.add_argument("--rcvbuf", type=int_arg("--rcvbuf", 0, 2**31 - 1, "SO_RCVBUF is an "
+                                                 "int"), default=0, metavar="BYTES",
+                        help="builtin traffic: SO_RCVBUF of the receiving socket (default 0: "
+                             "the kernel's default; an ingress redirect queues against it, "
+                             "and the kernel doubles it, up to net.core.rmem_max)")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     parser.add_argument("--plot", type=sockmap_plot_arg, metavar="FILE",
                         help="Gbit/s per mode and per-CPU busy time (.png, .svg or .pdf)")
@@ -310,7 +316,7 @@ def run_from_args(ns: argparse.Namespace) -> int:
         namespace = netns.NetNamespace()
     try:
         ctx = Context(namespace, ns.client_cpu, ns.server_cpu, ns.proxy_cpu, ns.duration,
-                      ns.timeout or ns.duration + 30, shutil.which("iperf3"))
+                      ns.timeout or ns.duration + 30, shutil.which("iperf3"), ns.rcvbuf)
         rows = _rows(ns.modes, traffic)
         if any(r.mode.backend == "kernel" for r in rows):
             if bpf_allowed():
@@ -388,7 +394,7 @@ def _document(rows: list[Row], notes: list[str], ns: argparse.Namespace,
                     "status": row.status, "error": row.error, "failures": row.failures,
                     "gbps": _summary(gbps), "ratio_to_direct": ratio,
                     "sent_gbps": _summary([run.sent_gbps for run in row.runs]),
-                    "complete": all(run.complete for run in row.runs),
+                    "complete": bool(row.runs) and all(run.complete for run in row.runs),
                     "cpu_busy": _mean_busy(row.runs), "workers": _workers(row.runs),
                     "runs": [asdict(run) for run in row.runs]})
     config = {k: v for k, v in vars(ns).items()

@@ -130,8 +130,10 @@ class BuiltinReceiver:
     ``accepted`` maps a peer address to the accepted socket (a proxy's ingress redirect puts
     that socket in its map)."""
 
-    def __init__(self, ns: Any, cpu: int | None, deadline: float) -> None:
+    def __init__(self, ns: Any, cpu: int | None, deadline: float, rcvbuf: int = 0) -> None:
         self.sock = listener(ns)
+        if rcvbuf:  # the accepted socket inherits it (0: the kernel's default, autotuned)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         self.port = self.sock.getsockname()[1]
         self.deadline = deadline
         self.accepted: dict[tuple, socket.socket] = {}
