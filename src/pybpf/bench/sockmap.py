@@ -18,7 +18,8 @@ Rules this module keeps:
 - Rounds are interleaved (each row once per round, ``--rounds``); a row reports the median
   Gbit/s, its spread (report.spread) and range, the ratio to direct (medians, noise: the
   larger spread), and per CPU the share of time in user, system and softirq over its runs
-  (/proc/stat), plus the emulated workers' own counters per emulated CPU.
+  (/proc/stat) and of its kworkers, which run the kernel's psock backlog work (their
+  /proc/<pid>/stat times), plus the emulated workers' own counters per emulated CPU.
 - Every run has a deadline (``--timeout``); a run past it is a failed round with its reason,
   never a hang. A mode that cannot be set up (bpf(2) refused, the emulated backend without
   the psock data path) is one line with the reason, and the rest still runs.
@@ -52,10 +53,13 @@ from .sockmap_paths import (
     cpu_ticks,
     free_port,
     iperf3_run,
+    kworker_busy,
+    kworker_ticks,
     worker_counters,
 )
 
 PLOT_FORMATS = ("png", "svg", "pdf")
+CPU_KINDS = ("user", "system", "softirq", "kworker")  # kworker: part of system and softirq
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,7 @@ class Run:
     sent_gbps: float
     complete: bool  # everything sent arrived
     seconds: float
-    cpu: dict  # cpu -> {"user", "system", "softirq"}: percent of that CPU's time
+    cpu: dict  # cpu -> {"user", "system", "softirq", "kworker"}: percent of its time
     workers: dict = field(default_factory=dict)  # emulated cpu -> the workers' counters
 
 
@@ -178,7 +182,8 @@ def measure(row: Row, ctx: Context) -> Run:
             connect_port = proxy.port
         system = ctx.emulated if mode.backend == "emulated" else None
         workers_before = worker_counters(system)
-        ticks_before, start = cpu_ticks(), time.perf_counter()
+        ticks_before, kworkers_before = cpu_ticks(), kworker_ticks()
+        start = time.perf_counter()
         try:
             if receiver is not None:
                 traffic = builtin_run(ctx.ns, receiver, connect_port, ctx.client_cpu,
@@ -193,6 +198,8 @@ def measure(row: Row, ctx: Context) -> Run:
             raise
         seconds = time.perf_counter() - start
         busy = cpu_busy(ticks_before, cpu_ticks())
+        for cpu, share in kworker_busy(kworkers_before, kworker_ticks(), seconds).items():
+            busy.setdefault(cpu, {})["kworker"] = share
         if proxy is not None:
             proxy.check()
         workers = counters_delta(workers_before, worker_counters(system))
@@ -362,8 +369,9 @@ def _summary(values: Sequence[float]) -> dict:
 
 def _mean_busy(runs: Sequence[Run]) -> dict:
     cpus = sorted({cpu for run in runs for cpu in run.cpu})
-    return {str(cpu): {kind: statistics.fmean(run.cpu[cpu][kind] for run in runs)
-                       for kind in ("user", "system", "softirq")} for cpu in cpus}
+    return {str(cpu): {kind: statistics.fmean(run.cpu.get(cpu, {}).get(kind, 0.0)
+                                              for run in runs)
+                       for kind in CPU_KINDS} for cpu in cpus}
 
 
 def _workers(runs: Sequence[Run]) -> dict:
@@ -408,7 +416,7 @@ def _document(rows: list[Row], notes: list[str], ns: argparse.Namespace,
 def _text(doc: dict) -> str:
     cpus = sorted({cpu for row in doc["rows"] for cpu in row["cpu_busy"]}, key=int)
     header = ["mode", "traffic", "Gbit/s", "min-max", "x direct", "sent Gbit/s", "runs",
-              *[f"cpu{c} usr/sys/si %" for c in cpus]]
+              *[f"cpu{c} usr/sys/si/kworker %" for c in cpus]]
     table, other = [], []
     for row in doc["rows"]:
         g = row["gbps"]
@@ -418,7 +426,8 @@ def _text(doc: dict) -> str:
             other.append(f"{row['mode']} ({row['traffic']}): {status}: {reason}")
             continue
         ratio = row["ratio_to_direct"]
-        busy = [("{user:.0f}/{system:.0f}/{softirq:.0f}".format(**row["cpu_busy"][c])
+        busy = [("{user:.0f}/{system:.0f}/{softirq:.0f}/{kworker:.0f}".format(
+                 **row["cpu_busy"][c])
                  if c in row["cpu_busy"] else "-") for c in cpus]
         table.append([row["mode"], row["traffic"], f"{g['median']:.2f}",
                       f"{g['min']:.2f}-{g['max']:.2f}",
