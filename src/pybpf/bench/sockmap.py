@@ -146,8 +146,6 @@ def _path(row: Row, ctx: Context, receiver: BuiltinReceiver | None):
     mode = row.mode
     if mode.proxy in ("copy", "splice"):
         return CopyPath(ctx.ns, ctx.proxy_cpu, splice=mode.proxy == "splice")
-    if mode.backend == "kernel" and ctx.kernel is None:
-        raise ModeUnavailable(ctx.kernel_refusal)
     system = ctx.kernel if mode.backend == "kernel" else ctx.emulated
     try:
         return SockmapPath(system, ingress=mode.ingress, receiver=receiver,
@@ -161,6 +159,8 @@ def measure(row: Row, ctx: Context) -> Run:
     (whatever happened). ModeUnavailable where the mode cannot be set up, RunFailed where the
     traffic did not complete."""
     mode = row.mode
+    if mode.backend == "kernel" and ctx.kernel is None:
+        raise ModeUnavailable(ctx.kernel_refusal)
     deadline = time.monotonic() + ctx.timeout
     receiver = proxy = None
     rps = False
@@ -222,7 +222,7 @@ def run_rounds(rows: list[Row], ctx: Context, rounds: int, progress: report.Prog
                     row.runs.append(measure(row, ctx))
                 except ModeUnavailable as exc:
                     row.status = "refused" if row.mode.backend == "kernel" and \
-                        ctx.kernel is None else "not available"
+                        ctx.kernel is None else "not available"  # bpf(2) refused, or not here
                     row.error = str(exc)
                 except (RunFailed, OSError) as exc:
                     row.failures.append(f"round {round_no + 1}: {exc}")
