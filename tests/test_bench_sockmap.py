@@ -193,3 +193,17 @@ def test_bytes_sent_before_insertion_arrive_first(kernel, ingress):
             receiver.close()
             for sock in (client, upstream, p1, proxy_side):
                 sock.close()
+
+
+@NETNS_SKIP
+def test_a_failing_proxy_ends_its_run_at_once(kernel, capsys, monkeypatch):
+    def refused(self, key, sock):
+        raise OSError(22, "map_update_elem refused")
+
+    monkeypatch.setattr(SockmapPath, "_insert", refused)
+    start = time.monotonic()
+    doc = run_json(capsys, "--modes", "direct,kernel-egress", "--timeout", "30")
+    direct, row = doc["rows"]
+    assert direct["status"] == "ok" and row["gbps"] == {}
+    assert "map_update_elem refused" in row["failures"][0]
+    assert time.monotonic() - start < 15  # not the 30 s deadline

@@ -180,6 +180,7 @@ def measure(row: Row, ctx: Context) -> Run:
         if mode.proxy:
             proxy = Proxy(ctx.ns, ctx.proxy_cpu, server_port, _path(row, ctx, receiver))
             connect_port = proxy.port
+        watch = [proxy.worker] if proxy is not None else []  # a proxy that fails ends the run
         system = ctx.emulated if mode.backend == "emulated" else None
         workers_before = worker_counters(system)
         ticks_before, kworkers_before = cpu_ticks(), kworker_ticks()
@@ -187,11 +188,11 @@ def measure(row: Row, ctx: Context) -> Run:
         try:
             if receiver is not None:
                 traffic = builtin_run(ctx.ns, receiver, connect_port, ctx.client_cpu,
-                                           ctx.duration, deadline)
+                                      ctx.duration, deadline, watch)
             else:
                 traffic = iperf3_run(ctx.ns, ctx.iperf3, server_port, connect_port,
-                                          ctx.server_cpu, ctx.client_cpu,
-                                          math.ceil(ctx.duration), deadline)
+                                     ctx.server_cpu, ctx.client_cpu,
+                                     math.ceil(ctx.duration), deadline, watch)
         except RunFailed:
             if proxy is not None:
                 proxy.check()  # the proxy's own failure explains a stalled stream better

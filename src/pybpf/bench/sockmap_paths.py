@@ -25,7 +25,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,10 +193,11 @@ class BuiltinReceiver:
 
 
 def builtin_run(ns: Any, receiver: BuiltinReceiver, port: int, cpu: int | None,
-                seconds: float, deadline: float) -> Traffic:
+                seconds: float, deadline: float, watch: Sequence[Worker] = ()) -> Traffic:
     """Stream the pattern to ``port`` (cookie first, as iperf3 does), measure what the
     receiver gets in the ``seconds`` after the cookie arrived, then give the rest up to
-    DRAIN_SECONDS to arrive (a queue in the path may hold more than it moves in that time)."""
+    DRAIN_SECONDS to arrive (a queue in the path may hold more than it moves in that time).
+    A thread of ``watch`` (the proxy's) that fails ends the run with its error."""
     started, stop, done = threading.Event(), threading.Event(), threading.Event()
     stopped = threading.Event()  # the sender has written its last byte
     state = {"sent": 0, "start": 0.0}
@@ -231,12 +232,12 @@ def builtin_run(ns: Any, receiver: BuiltinReceiver, port: int, cpu: int | None,
     sender.start()
     try:
         while not started.wait(0.05):
-            _raise_failed(sender, receiver)
+            _raise_failed(sender, receiver, *watch)
             if time.monotonic() > deadline:
                 raise RunFailed(f"timed out: the first {COOKIE_LEN} bytes did not arrive")
         window_end = state["start"] + seconds
         while (now := time.perf_counter()) < window_end:
-            _raise_failed(sender, receiver)
+            _raise_failed(sender, receiver, *watch)
             time.sleep(min(0.05, window_end - now))
         received, elapsed = receiver.received, time.perf_counter() - state["start"]
         stop.set()
@@ -285,9 +286,9 @@ def wait_listening(ns: Any, port: int, deadline: float) -> None:
 
 def iperf3_run(ns: Any, iperf3: str, server_port: int, connect_port: int,
                server_cpu: int | None, client_cpu: int | None, seconds: int,
-               deadline: float) -> Traffic:
+               deadline: float, watch: Sequence[Worker] = ()) -> Traffic:
     """``iperf3 -s -1`` on ``server_port``, ``iperf3 -c -t seconds -J`` to ``connect_port``
-    (the server's, or the proxy's)."""
+    (the server's, or the proxy's); ``watch`` as in builtin_run."""
     def pinned(cpu: int | None, args: list[str]) -> list[str]:
         return (["taskset", "-c", str(cpu)] if cpu is not None else []) + args
 
@@ -298,10 +299,12 @@ def iperf3_run(ns: Any, iperf3: str, server_port: int, connect_port: int,
         client = spawn(ns, pinned(client_cpu, [iperf3, "-c", "127.0.0.1", "-p",
                                                str(connect_port), "-t", str(seconds), "-J"]))
         procs.append(client)
-        try:
-            out, _ = client.communicate(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            raise RunFailed("timed out: iperf3's client did not finish") from None
+        while client.poll() is None:
+            _raise_failed(*watch)
+            if time.monotonic() > deadline:
+                raise RunFailed("timed out: iperf3's client did not finish")
+            time.sleep(0.05)
+        out = client.stdout.read()
         try:
             doc = json.loads(out)
         except ValueError:
@@ -533,6 +536,36 @@ def cpu_busy(before: Mapping[int, list[int]], after: Mapping[int, list[int]]) ->
         out[cpu] = {"user": 100.0 * (delta[0] + delta[1]) / total,
                     "system": 100.0 * delta[2] / total, "softirq": 100.0 * delta[6] / total}
     return out
+
+
+def kworker_ticks() -> dict[int, tuple[int, int]]:
+    """Per pid of a per-CPU workqueue worker (``kworker/N:M``, which runs the kernel's psock
+    backlog work): (N, its utime + stime in clock ticks)."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:  # gone meanwhile
+            continue
+        comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:]
+        cpu = comm.removeprefix("kworker/").split(":")[0]
+        if comm.startswith("kworker/") and cpu.isdigit():
+            fields = rest.split()  # from field 3 (state): utime and stime are 14 and 15
+            out[int(pid)] = (int(cpu), int(fields[11]) + int(fields[12]))
+    return out
+
+
+def kworker_busy(before: Mapping[int, tuple[int, int]], after: Mapping[int, tuple[int, int]],
+                 seconds: float) -> dict[int, float]:
+    """Per CPU, the share (percent) of ``seconds`` its kworkers ran in between."""
+    ticks: dict[int, int] = {}
+    for pid, (cpu, now) in after.items():
+        ticks[cpu] = ticks.get(cpu, 0) + now - before.get(pid, (cpu, 0))[1]
+    hz = os.sysconf("SC_CLK_TCK")
+    return {cpu: 100.0 * n / hz / seconds for cpu, n in sorted(ticks.items())}
 
 
 def worker_counters(system: Any) -> dict[int, dict[str, int]]:
