@@ -16,6 +16,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "cpumap": ("XDP redirect to another CPU: kthread Mpps and frames per skb at UDP with GRO "
                "on and off, on both backends, beside xdp-bench redirect-cpu",
                "pybpf.bench.cpumap:cpumap_command"),
+    "sockmap": ("client <-> proxy <-> server on loopback: direct, user-space proxies, the "
+                "kernel's sockmap (egress, ingress, RPS off and on) and the emulated one "
+                "(unbound, target_cpu); Gbit/s and per-CPU busy time, beside iperf3",
+                "pybpf.bench.sockmap:sockmap_command"),
     "htab-mem": ("hash map update throughput and memory: preallocated vs bpf_mem_alloc "
                  "(and, emulated, the old call_rcu design); the selftests' htab-mem",
                  "pybpf.bench.htab_mem:htab_mem_command"),
