@@ -2,11 +2,12 @@
 
 Rules this module keeps:
 - ``tcp_bpf_recvmsg``: what the psock's ``ingress_msg`` holds comes first (data its verdict
-  passed, or other sockets redirected to its ingress, in order); when it is empty and the
-  psock's receive thread does not read the socket (no verdict, or data_ready has not fired
-  since insertion), the socket's own queue is read, as tcp_recvmsg would; with the receive
-  thread reading, the call waits for ``ingress_msg``, and returns b"" once the peer's FIN
-  has been read and nothing is left. What a dropped psock's ``ingress_msg`` still held is
+  passed, or other sockets redirected to its ingress, in order). With a verdict program
+  (tcp_bpf_recvmsg_parser) that is all: the call waits for ``ingress_msg`` (data queued on
+  the socket before insertion stays unreadable until new data brings the verdict to it, as
+  measured on 6.18), and returns b"" once the peer's FIN has been read and nothing is left.
+  Without one (a psock with an SK_MSG program only, say), an empty ``ingress_msg`` lets the
+  socket's own queue be read, as tcp_recvmsg would. What a dropped psock's ``ingress_msg`` still held is
   read before the socket's queue.
 - ``tcp_bpf_sendmsg``: with an SK_MSG verdict program, each message (up to an sk_msg's
   MAX_MSG_FRAGS pages) goes through the program: SK_PASS sends it on the socket; a redirect
