@@ -14,10 +14,11 @@ Rules this module keeps:
   ``ingress_skb`` when work is pending, to keep the order); a redirect -> the target psock's
   ``ingress_skb`` and its work scheduled (``sk_psock_skb_redirect``); anything else dropped
   and counted. Data queued on the socket before insertion is left alone until new data (or
-  the peer's FIN) arrives, as the kernel's data_ready only fires then; it then goes through
-  the verdict with the new data. Meanwhile the application cannot read it: as on 6.18
-  (tcp_bpf_recvmsg_parser) a socket with a verdict gives only what ``ingress_msg`` holds
-  (iperf3's cookie trap: a proxy must read what is queued before it inserts the socket).
+  the peer's FIN) arrives, as the kernel's data_ready only fires then, or the application
+  calls recvmsg on the socket (measured on 6.18: even one that finds nothing); it then goes
+  through the verdict. The application never reads it as it is: a socket with a verdict
+  gives only what ``ingress_msg`` holds (tcp_bpf_recvmsg_parser). iperf3's cookie trap: a
+  proxy that only waits for its other socket hangs.
 - The backlog work (``sk_psock_backlog``) runs in the psock's worker thread: ingress entries go
   to ``ingress_msg``, egress ones are sent on the socket non-blocking; on EAGAIN the entry and
   the offset reached stay at the head and the work waits for write space (at most a jiffy,

@@ -3,9 +3,9 @@
 Rules this module keeps:
 - ``tcp_bpf_recvmsg``: what the psock's ``ingress_msg`` holds comes first (data its verdict
   passed, or other sockets redirected to its ingress, in order). With a verdict program
-  (tcp_bpf_recvmsg_parser) that is all: the call waits for ``ingress_msg`` (data queued on
-  the socket before insertion stays unreadable until new data brings the verdict to it, as
-  measured on 6.18), and returns b"" once the peer's FIN has been read and nothing is left.
+  (tcp_bpf_recvmsg_parser) that is all: the call waits for ``ingress_msg``; data queued on
+  the socket before insertion is never returned as it is, but the call sends it through the
+  verdict (as measured on 6.18: a recvmsg that finds nothing does), and it returns b"" once the peer's FIN has been read and nothing is left.
   Without one (a psock with an SK_MSG program only, say), an empty ``ingress_msg`` lets the
   socket's own queue be read, as tcp_recvmsg would. What a dropped psock's ``ingress_msg`` still held is
   read before the socket's queue.
@@ -73,6 +73,8 @@ def tcp_bpf_recvmsg(table: PsockTable, fd: int, bufsize: int, timeout: float | N
                     return data
         if psock is None:
             return sockio.recv(fd, bufsize, timeout)
+        if psock.running():
+            psock.armed = True  # a recvmsg runs what waits in the queue through the verdict
         with psock.lock:
             if psock.ingress_msg:
                 return _take(psock.ingress_msg, bufsize)
