@@ -5,10 +5,10 @@ Rules this module keeps:
   passed, or other sockets redirected to its ingress, in order). With a verdict program
   (tcp_bpf_recvmsg_parser) that is all: the call waits for ``ingress_msg``; data queued on
   the socket before insertion is never returned as it is, but the call sends it through the
-  verdict (as measured on 6.18: a recvmsg that finds nothing does), and it returns b"" once the peer's FIN has been read and nothing is left.
-  Without one (a psock with an SK_MSG program only, say), an empty ``ingress_msg`` lets the
-  socket's own queue be read, as tcp_recvmsg would. What a dropped psock's ``ingress_msg`` still held is
-  read before the socket's queue.
+  verdict (as measured on 6.18: a recvmsg that finds nothing does); b"" once the peer's FIN
+  has been read and nothing is left. Without one (a psock with an SK_MSG program only, say),
+  an empty ``ingress_msg`` lets the socket's own queue be read, as tcp_recvmsg would. What a
+  dropped psock's ``ingress_msg`` still held is read before the socket's queue.
 - ``tcp_bpf_sendmsg``: with an SK_MSG verdict program, each message (up to an sk_msg's
   MAX_MSG_FRAGS pages) goes through the program: SK_PASS sends it on the socket; a redirect
   (bpf_msg_redirect_map/hash) sends it on the target socket (egress) or puts it on the
