@@ -165,3 +165,16 @@ def test_sk_msg_redirect(backend, msg_lab, map_type, ingress):
     assert err_of(backend.sock_recv, lab.b, 100, timeout=0.05) == errno.EAGAIN
     backend.map_delete_elem(lab.map, u32(1))
     assert err_of(backend.sock_send, lab.a, b"nowhere") == errno.EACCES
+
+
+def test_a_socket_that_left_its_verdict_map_takes_another_maps_verdict(backend, proxies):
+    """Leaving the map stops its verdict (sock_map_del_link); entering a map with a dropping
+    verdict starts that one."""
+    proxy = proxies(backend)
+    backend.map_delete_elem(proxy.map, u32(0))
+    proxy.c1.sendall(b"plain")
+    assert proxy.receive(5, sock=proxy.p1) == b"plain"
+    dropping = proxies(backend, verdict=returning(0), insert=False)
+    backend.map_update_elem(dropping.map, u32(0), u32(proxy.p1.fileno()))
+    proxy.c1.sendall(b"dropped")
+    assert err_of(backend.sock_recv, proxy.p1, 100, timeout=0.2) == errno.EAGAIN

@@ -166,7 +166,7 @@ class PsockTable:
             return None
         return self.by_ino.get(ino)
 
-    def sk_psock_init(self, ref: Any, numa_node: int) -> SkPsock:
+    def sk_psock_init(self, ref: Any) -> SkPsock:
         psock = SkPsock(self, ref)
         with self.lock:
             self.by_ino[ref.ino] = psock
@@ -285,11 +285,15 @@ class SkPsock:
             self.sk_psock_drop()
 
     def sk_psock_start_verdict(self) -> None:
-        if self.receiver is None and not self.stopped:
-            with self.rx_lock:
-                self.rx_seen = socket_rx_queued(self.ref.fd)
-                self.armed = self.rx_seen == 0
-            self.receiver = self._start(self._sk_psock_verdict_data_ready, "rx")
+        if self.stopped or self.running():
+            return
+        if self.receiver is not None:  # a verdict stopped earlier: its thread is ending
+            self.receiver.join(POLL_S * 5)
+        self.receiver_stop = False
+        with self.rx_lock:
+            self.rx_seen = socket_rx_queued(self.ref.fd)
+            self.armed = self.rx_seen == 0
+        self.receiver = self._start(self._sk_psock_verdict_data_ready, "rx")
 
     def sk_psock_stop_verdict(self) -> None:
         """The verdict programs go and the socket is read as a plain one again."""

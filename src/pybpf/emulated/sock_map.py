@@ -237,7 +237,7 @@ class SockMapBase(BpfMap):
                 raise KernelError(errno.EBUSY, "the socket already has a program of this kind "
                                                "from another map (or this one)")
         else:
-            psock = self.psocks.sk_psock_init(ref, self.numa_node)
+            psock = self.psocks.sk_psock_init(ref)
         for slot, prog in new.items():
             if prog is not None:
                 setattr(psock.progs, slot, prog)
