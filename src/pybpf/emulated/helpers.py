@@ -358,7 +358,7 @@ def _sk_redirect(rs: RunState, bpf_map: BpfMap, key: bytes, flags: int) -> int:
     if flags & ~BPF_F_INGRESS:
         return SK_DROP
     sock = bpf_map.lookup_sock(key)
-    if sock is None:
+    if sock is None or sock.listening:  # sock_map_redirect_allowed
         return SK_DROP
     rs.redirect = (bpf_map, sock, flags & BPF_F_INGRESS)
     return SK_PASS
@@ -371,6 +371,17 @@ def bpf_sk_redirect_map(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: in
 
 def bpf_sk_redirect_hash(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     bpf_map = bpf_map_of(rs, r2, "bpf_sk_redirect_hash")
+    return _sk_redirect(rs, bpf_map, mem_read(rs, r3, bpf_map.key_size, "key (R3)"), r4)
+
+
+def bpf_msg_redirect_map(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """The message goes to the socket under index R3 (msg->sk_redir, msg->flags)."""
+    bpf_map = bpf_map_of(rs, r2, "bpf_msg_redirect_map")
+    return _sk_redirect(rs, bpf_map, (r3 & M32).to_bytes(4, "little"), r4)
+
+
+def bpf_msg_redirect_hash(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    bpf_map = bpf_map_of(rs, r2, "bpf_msg_redirect_hash")
     return _sk_redirect(rs, bpf_map, mem_read(rs, r3, bpf_map.key_size, "key (R3)"), r4)
 
 
@@ -461,6 +472,7 @@ _TRACING = frozenset({ProgType.KPROBE, ProgType.TRACEPOINT, ProgType.PERF_EVENT,
                       ProgType.RAW_TRACEPOINT, ProgType.RAW_TRACEPOINT_WRITABLE,
                       ProgType.TRACING})
 _SK_SKB = frozenset({ProgType.SK_SKB})
+_SK_MSG = frozenset({ProgType.SK_MSG})
 
 
 def _table() -> dict[int, HelperProto]:
@@ -498,6 +510,10 @@ def _table() -> dict[int, HelperProto]:
          (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_ANYTHING, ARG_ANYTHING), _SK_SKB),
         (BpfFunc.sk_redirect_hash, bpf_sk_redirect_hash,
          (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_PTR_TO_MAP_KEY, ARG_ANYTHING), _SK_SKB),
+        (BpfFunc.msg_redirect_map, bpf_msg_redirect_map,
+         (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_ANYTHING, ARG_ANYTHING), _SK_MSG),
+        (BpfFunc.msg_redirect_hash, bpf_msg_redirect_hash,
+         (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_PTR_TO_MAP_KEY, ARG_ANYTHING), _SK_MSG),
     ]
     gpl_only = {BpfFunc.trace_printk}
     # The map ops charge themselves; the engines run tail calls.

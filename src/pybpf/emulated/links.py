@@ -1,10 +1,12 @@
 """BPF_LINK_CREATE of the emulated backend: XDP programs on the machine's devices
-(net/core/dev.c bpf_xdp_link_attach).
+(net/core/dev.c bpf_xdp_link_attach) and sockmap programs on SOCKMAP / SOCKHASH
+(sockmap_progs.py, net/core/sock_map.c sock_map_link_create).
 
 Rules this module keeps:
 - ``link_create`` checks in kernel/bpf/syscall.c's order: the program fd (EBADF, EINVAL for
   something else), then the attach type against the program's type (EINVAL; BPF_XDP takes
-  XDP programs), then bpf_xdp_link_attach: flags outside XDP_FLAGS_MASK (EINVAL), an
+  XDP programs, the sockmap types SK_SKB / SK_MSG ones: sock_map_link_create follows), then
+  bpf_xdp_link_attach: flags outside XDP_FLAGS_MASK (EINVAL), an
   ifindex naming no device of the machine (EINVAL, as the kernel answers), then
   ``dev_xdp_attach``'s own checks.
   Attach types the emulated backend has no link for are EINVAL with a message saying so.
@@ -19,9 +21,10 @@ from typing import Any
 from ..errors import KernelError
 from ..uapi import AttachType, ProgType
 from .netdev import XDP_FLAGS_MASK
+from .sockmap_progs import SOCKMAP_ATTACH_PROG_TYPES
 
 # attach_type_to_prog_type for the attach types this backend makes links for
-_LINK_PROG_TYPES = {AttachType.XDP: ProgType.XDP}
+_LINK_PROG_TYPES = {AttachType.XDP: ProgType.XDP, **SOCKMAP_ATTACH_PROG_TYPES}
 
 
 class BpfXdpLink:
@@ -46,10 +49,13 @@ class LinksMixin:
         ptype = _LINK_PROG_TYPES.get(attach_type)
         if ptype is None:
             raise KernelError(errno.EINVAL, f"attach type {attach_type}: the emulated "
-                                            "backend makes links for BPF_XDP only")
+                                            "backend makes links for BPF_XDP and sockmap "
+                                            "programs only")
         if ptype != prog.prog_type:
             raise KernelError(errno.EINVAL, f"{prog.describe()} cannot be attached as "
                                             f"{AttachType(attach_type).name}")
+        if ptype != ProgType.XDP:
+            return self.sock_map_link_create(prog, target_fd, attach_type, flags)
         if flags & ~XDP_FLAGS_MASK:
             raise KernelError(errno.EINVAL, f"flags {flags:#x}: XDP links take only "
                                             "XDP_FLAGS_* bits")

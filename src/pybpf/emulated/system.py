@@ -28,7 +28,6 @@ import threading
 import weakref
 from typing import Any
 
-from .. import sockio
 from ..attrs import MapAttr, length_problem, pin_path, value_problem
 from ..errors import KernelError
 from ..system import BatchLookup, FastOps, MapInfo, System
@@ -50,6 +49,7 @@ from .links import LinksMixin
 from .machine import Machine
 from .memalloc import HTAB_MEM_DESIGNS
 from .progs import ProgramsMixin
+from .sockmap_progs import SockMapMixin
 from .syscall import bpf_get_file_flag, bpf_obj_file_flags, bpf_obj_name_cpy
 
 # Map family modules; importing one registers its types in MAP_OPS (bpf_map_types[]).
@@ -100,7 +100,7 @@ def bpf_map_flags_retain_permanent(flags: int) -> int:
     return flags & ~(BPF_F_RDONLY | BPF_F_WRONLY)
 
 
-class EmulatedSystem(LinksMixin, ProgramsMixin, BtfMixin, System):
+class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
     """The BPF map subsystem in user space, on an emulated ``Machine``.
 
     ``EmulatedSystem(cpus=20, nodes=2)`` declares a topology; ``machine=`` shares one.
@@ -369,6 +369,20 @@ class EmulatedSystem(LinksMixin, ProgramsMixin, BtfMixin, System):
         return file.map
 
     def _map_update_elem(self, fd: int, key: bytes | None, value: bytes, flags: int) -> None:
+        bpf_map, key, value = self._update_args(fd, key, value, flags)
+        bpf_map.bpf_map_update_value(key, value, flags)
+
+    def _map_update_elem_target_cpu(self, fd: int, key: bytes | None, value: bytes,
+                                    flags: int, target_cpu: int) -> None:
+        """The 2024 patch's separate target_cpu (sockmaps only: EINVAL elsewhere)."""
+        bpf_map, key, value = self._update_args(fd, key, value, flags)
+        if not map_traits(bpf_map.map_type).sockets:
+            raise KernelError(errno.EINVAL, f"target_cpu is for SOCKMAP and SOCKHASH updates, "
+                                            f"not {bpf_map.describe()}")
+        bpf_map.sock_map_update_elem_sys(key, value, flags, target_cpu)
+
+    def _update_args(self, fd: int, key: bytes | None, value: bytes,
+                     flags: int) -> tuple[BpfMap, bytes, bytes]:
         bpf_map = self._writable_map(fd)
         if flags & BPF_F_LOCK:
             raise KernelError(errno.EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value")
@@ -376,7 +390,7 @@ class EmulatedSystem(LinksMixin, ProgramsMixin, BtfMixin, System):
             key = bpf_copy_key(bpf_map, key)
         if len(value) != bpf_map.sys_value_size:
             value = bpf_copy_value(bpf_map, value)
-        bpf_map.bpf_map_update_value(key, value, flags)
+        return bpf_map, key, value
 
     def _map_delete_elem(self, fd: int, key: bytes | None) -> None:
         bpf_map = self._writable_map(fd)
@@ -521,24 +535,6 @@ class EmulatedSystem(LinksMixin, ProgramsMixin, BtfMixin, System):
             self.bpf_prog_put(obj)
 
     # -- close -------------------------------------------------------------------------------
-    # Sockmap programs and psocks: placeholders until emulated/skmsg.py lands.
-    def _prog_attach(self, prog_fd: int, target_fd: int, attach_type: int,
-                     attach_flags: int, replace_prog_fd: int) -> None:
-        raise KernelError(errno.EINVAL, "the emulated backend has no BPF_PROG_ATTACH yet")
-
-    def _prog_detach(self, target_fd: int, attach_type: int, prog_fd: int) -> None:
-        raise KernelError(errno.EINVAL, "the emulated backend has no BPF_PROG_DETACH yet")
-
-    def _map_update_elem_target_cpu(self, fd: int, key: bytes | None, value: bytes,
-                                    flags: int, target_cpu: int) -> None:
-        raise KernelError(errno.EINVAL, "the emulated backend has no target_cpu yet")
-
-    def _sock_recv(self, fd: int, bufsize: int, timeout: float | None) -> bytes:
-        return sockio.recv(fd, bufsize, timeout)
-
-    def _sock_send(self, fd: int, data: bytes, timeout: float | None) -> int:
-        return sockio.send(fd, data, timeout)
-
     def _close(self, fd: int) -> None:
         with self._lock:
             file = self._files.pop(fd, None)
@@ -589,7 +585,8 @@ SYSCALL_COMMANDS = ("_map_create", "_map_lookup_elem", "_map_update_elem", "_map
                     "_map_lookup_batch", "_map_write_batch", "_map_get_info",
                     "_map_get_fd_by_id", "_map_get_next_id", "_obj_pin", "_obj_get", "_close",
                     "_prog_load", "_prog_test_run", "_prog_get_info", "_prog_get_fd_by_id",
-                    "_attach_tracepoint")
+                    "_attach_tracepoint", "_map_update_elem_target_cpu", "_prog_attach",
+                    "_prog_detach")
 for _command in SYSCALL_COMMANDS:
     setattr(EmulatedSystem, _command, _bpf_syscall(getattr(EmulatedSystem, _command)))
 

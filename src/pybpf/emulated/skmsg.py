@@ -1,0 +1,627 @@
+"""The psock of a socket in a sockmap and its data path (net/core/skmsg.c, include/linux/skmsg.h),
+on real host sockets.
+
+Rules this module keeps:
+- One ``SkPsock`` per socket (by inode), made when the socket first enters a map
+  (``sk_psock_init``), holding a dup of the socket's fd (its reference on the socket), the
+  programs it took at insertion (``SkPsockProgs``), its map links, ``ingress_skb`` (data on
+  its way out of this socket or into its ingress, in order, with the work's offset into the
+  head) and ``ingress_msg`` (what ``sock_recv`` reads first, as tcp_bpf_recvmsg does).
+- With a verdict program (stream or skb verdict) a receive thread takes over reading the
+  socket (it stands for the softirq's ``sk_data_ready``): it runs the stream parser, when
+  attached with a stream verdict, then the verdict on each message, with the emulated engine,
+  and applies it (``sk_psock_verdict_apply``): SK_PASS -> this socket's ``ingress_msg`` (through
+  ``ingress_skb`` when work is pending, to keep the order); a redirect -> the target psock's
+  ``ingress_skb`` and its work scheduled (``sk_psock_skb_redirect``); anything else dropped
+  and counted. Data queued on the socket before insertion is left alone until new data (or
+  the peer's FIN) arrives, as the kernel's data_ready only fires then, or the application
+  calls recvmsg on the socket (measured on 6.18: even one that finds nothing); it then goes
+  through the verdict. The application never reads it as it is: a socket with a verdict
+  gives only what ``ingress_msg`` holds (tcp_bpf_recvmsg_parser). iperf3's cookie trap: a
+  proxy that only waits for its other socket hangs.
+- The backlog work (``sk_psock_backlog``) runs in the psock's worker thread: ingress entries go
+  to ``ingress_msg``, egress ones are sent on the socket non-blocking; on EAGAIN the entry and
+  the offset reached stay at the head and the work waits for write space (at most a jiffy,
+  4 ms) before it retries: nothing is lost or sent twice (the 6.16 fixes). A hard send error
+  stops transmission (TX_ENABLED cleared) and drops what is queued, counted.
+- Where work runs: a psock with a target CPU (``target_cpu``) runs its work there; an unbound
+  one on the CPU that queued the work (``schedule_delayed_work`` on WORK_CPU_UNBOUND: the
+  queuing CPU's kworker). The receive thread runs on the emulated CPU standing for the host
+  CPU that processed the socket's last incoming packets (SO_INCOMING_CPU: for loopback the
+  sender's). Each thread pins itself (sched_setaffinity) to the host CPU standing for the
+  emulated CPU it runs on (``emulated % host CPUs``) and sets the machine's current CPU.
+- Counters per emulated CPU (``SockmapCpuStats``): verdict runs, backlog work runs, bytes
+  delivered or sent, EAGAIN retries, drops, and host CPU time of the receive and work threads.
+- Teardown: when the psock's last link goes (map delete, replacement, map freed, socket
+  closed) it stops; its threads exit and the dup is closed by the last one out. Deliberately
+  kinder than the kernel, which purges both queues: when the socket is still open, what
+  ``ingress_msg`` held stays readable by ``sock_recv`` and egress data still queued is sent
+  before the worker exits (given up, counted as drops, after a second without progress).
+  A socket closed by the application (its fd no longer names it) is noticed by the psock's
+  threads within ``POLL_S`` and removed from every map, as sock_map_close does.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import select
+import socket
+import struct
+import termios
+import threading
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ..errors import KernelError
+from ..uapi import ProgType
+from .executable import run
+from .filter import (
+    SK_BUFF_SIZE,
+    SK_MSG_DATA,
+    SK_MSG_DATA_END,
+    SK_MSG_FAMILY,
+    SK_MSG_MD_SIZE,
+    SK_MSG_SIZE,
+    SKB_DATA,
+    SKB_DATA_END,
+    SKB_FAMILY,
+    SKB_LEN,
+    SKB_LOCAL_IP4,
+    SKB_LOCAL_PORT,
+    SKB_REMOTE_IP4,
+    SKB_REMOTE_PORT,
+    writable_fields,
+)
+from .memory import CTX_REGION, PACKET_REGION, CtxRegion, RunState
+
+SK_DROP, SK_PASS = 0, 1
+# enum __sk_action: what a verdict becomes (__SK_DROP, __SK_PASS, __SK_REDIRECT)
+SK_VERDICT_DROP, SK_VERDICT_PASS, SK_VERDICT_REDIRECT = 0, 1, 2
+SO_INCOMING_CPU = 49
+POLL_S = 0.02  # how often idle psock threads look at their socket
+JIFFY_S = 0.004  # HZ=250: the EAGAIN retry delay
+DRAIN_GIVE_UP_S = 1.0
+SKB_MAX_READ = 64 * 1024  # one skb of loopback TCP (64 KiB GSO)
+MSG_MAX = 17 * 4096  # an sk_msg's scatterlist: MAX_MSG_FRAGS pages
+_SKB_WRITABLE = writable_fields(ProgType.SK_SKB, SK_BUFF_SIZE)
+_NO_CPU = -1
+
+
+@dataclass
+class SockmapCpuStats:
+    """What the psock data path did on one emulated CPU."""
+
+    verdicts: int = 0  # verdict (and parser) program runs
+    backlog_runs: int = 0  # sk_psock_backlog runs
+    bytes: int = 0  # bytes delivered to an ingress_msg or sent by the work
+    eagain_retries: int = 0  # sends that met a full send buffer and were retried later
+    drops: int = 0  # messages dropped (SK_DROP, no target, stopped transmission)
+    busy_ns: int = 0  # host CPU time of the receive and work threads running as this CPU
+
+
+class SkPsockProgs:
+    """struct sk_psock_progs: a map's programs, or those a psock took, with their links."""
+
+    SLOTS = ("msg_parser", "stream_parser", "stream_verdict", "skb_verdict")
+
+    def __init__(self) -> None:
+        self.msg_parser: Any = None
+        self.stream_parser: Any = None
+        self.stream_verdict: Any = None
+        self.skb_verdict: Any = None
+        self.links: dict[str, Any] = dict.fromkeys(self.SLOTS)
+
+
+class _Entry:
+    """An skb on ingress_skb: its bytes, where the work got to, and which way it goes."""
+
+    __slots__ = ("data", "off", "ingress")
+
+    def __init__(self, data: bytes, ingress: bool) -> None:
+        self.data = data
+        self.off = 0
+        self.ingress = ingress
+
+
+class PsockTable:
+    """The machine's psocks by socket inode, the per-CPU counters and the host CPUs."""
+
+    def __init__(self, machine: Any) -> None:
+        self.machine = machine
+        self.lock = threading.Lock()
+        self.by_ino: dict[int, SkPsock] = {}
+        self.leftover: dict[int, deque] = {}  # what dropped psocks' ingress_msg still held
+        self.stats = [SockmapCpuStats() for _ in range(machine.num_cpus)]
+        self.host_cpus = sorted(os.sched_getaffinity(0))
+
+    def count(self, cpu: int, **deltas: int) -> None:
+        record = self.stats[cpu]
+        with self.lock:
+            for name, n in deltas.items():
+                setattr(record, name, getattr(record, name) + n)
+
+    def snapshot(self) -> dict[int, SockmapCpuStats]:
+        with self.lock:
+            return {cpu: SockmapCpuStats(**{f.name: getattr(s, f.name) for f in fields(s)})
+                    for cpu, s in enumerate(self.stats)}
+
+    def host_cpu(self, cpu: int) -> int:
+        """The host CPU standing for emulated ``cpu``."""
+        return self.host_cpus[cpu % len(self.host_cpus)]
+
+    def emulated_cpu(self, host_cpu: int) -> int:
+        """The emulated CPU standing for ``host_cpu`` (itself when the machine has it)."""
+        return host_cpu if 0 <= host_cpu < self.machine.num_cpus else host_cpu % \
+            self.machine.num_cpus
+
+    def lookup_fd(self, fd: int) -> SkPsock | None:
+        try:
+            ino = os.fstat(fd).st_ino
+        except OSError:
+            return None
+        return self.by_ino.get(ino)
+
+    def sk_psock_init(self, ref: Any) -> SkPsock:
+        psock = SkPsock(self, ref)
+        with self.lock:
+            self.by_ino[ref.ino] = psock
+        return psock
+
+    def sock_map_close(self, psock: SkPsock) -> None:
+        """The socket went: out of every map it is in (sock_map_remove_links)."""
+        for bpf_map, link_raw in list(psock.links):
+            bpf_map.sock_map_delete_from_link(psock.ref, link_raw)
+
+    def forget(self, psock: SkPsock) -> None:
+        with self.lock:
+            if self.by_ino.get(psock.ino) is psock:
+                del self.by_ino[psock.ino]
+
+
+_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_TABLES_LOCK = threading.Lock()
+
+
+def psock_table(machine: Any) -> PsockTable:
+    """The psocks of ``machine`` (made on first use)."""
+    with _TABLES_LOCK:
+        table = _TABLES.get(machine)
+        if table is None:
+            table = _TABLES[machine] = PsockTable(machine)
+        return table
+
+
+def _pin(host_cpu: int) -> None:
+    try:
+        os.sched_setaffinity(0, {host_cpu})
+    except OSError:  # a CPU outside this process's cpuset: leave the thread where it is
+        pass
+
+
+class SkPsock:
+    """struct sk_psock (see the module docstring)."""
+
+    def __init__(self, table: PsockTable, ref: Any) -> None:
+        self.table = table
+        self.machine = table.machine
+        self.ref = ref
+        self.ino = ref.ino
+        self.sock: socket.socket | None = None  # a dup of the socket while a thread runs
+        self.fd = -1
+        self.refcnt = 0
+        self.links: list[tuple[Any, Any]] = []  # (map, link_raw)
+        self.progs = SkPsockProgs()
+        self.target_cpu: int | None = None
+        self.lock = threading.Condition()
+        self.ingress_skb: deque[_Entry] = deque()
+        self.ingress_msg: deque[bytes] = deque()
+        self.tx_enabled = True
+        self.stopped = False  # sk_psock_drop: the last link went
+        self.closed = False  # the application closed the socket
+        self.rx_error = 0
+        self.rx_eof = False
+        self.work_pending = False
+        self.work_cpu = _NO_CPU
+        self.rx_lock = threading.Lock()  # whoever reads the socket itself holds it
+        self.armed = False  # data_ready fired since the verdict started
+        self.rx_seen = 0  # bytes queued on the socket when last looked at
+        self.receiver: threading.Thread | None = None
+        self.receiver_stop = False
+        self._fd_users = 0  # running threads: the last one out closes the dup
+        self.worker: threading.Thread | None = None
+        sock = socket.socket(fileno=ref.fd)
+        try:
+            self.family = sock.family
+            self.local = sock.getsockname() if sock.family != socket.AF_UNIX else None
+            try:
+                self.remote = sock.getpeername() if sock.family != socket.AF_UNIX else None
+            except OSError:
+                self.remote = None
+        finally:
+            sock.detach()
+
+    # -- lifetime -----------------------------------------------------------------------------
+    def _start(self, target, what: str) -> threading.Thread:
+        """A thread of this psock, with the psock's dup of the socket open while it runs (a
+        thread of its own, so that an idle psock keeps nothing open: a socket the application
+        closes goes at once, as in the kernel)."""
+        with self.lock:
+            if self.sock is None:
+                self.sock = socket.socket(fileno=os.dup(self.ref.fd))
+                self.fd = self.sock.fileno()
+            self._fd_users += 1
+        thread = threading.Thread(target=self._thread_main, args=(target,),
+                                  name=f"psock-{what}-{self.ino}", daemon=True)
+        thread.start()
+        return thread
+
+    def _thread_main(self, target) -> None:
+        try:
+            target()
+        finally:
+            self._fd_put()
+
+    def _fd_put(self) -> None:
+        with self.lock:
+            self._fd_users -= 1
+            if self._fd_users == 0 and self.sock is not None:
+                self.sock.close()
+                self.sock, self.fd = None, -1
+
+    def running(self) -> bool:
+        """Whether the verdict owns the socket's receive side (its receive thread runs)."""
+        return self.receiver is not None and not self.receiver_stop
+
+    def sk_psock_put(self) -> None:
+        with self.lock:
+            self.refcnt -= 1
+            last = self.refcnt == 0
+        if last:
+            self.sk_psock_drop()
+
+    def sk_psock_start_verdict(self) -> None:
+        if self.stopped or self.running():
+            return
+        if self.receiver is not None:  # a verdict stopped earlier: its thread is ending
+            self.receiver.join(POLL_S * 5)
+        self.receiver_stop = False
+        with self.rx_lock:
+            self.rx_seen = socket_rx_queued(self.ref.fd)
+            self.armed = self.rx_seen == 0
+        self.receiver = self._start(self._sk_psock_verdict_data_ready, "rx")
+
+    def sk_psock_stop_verdict(self) -> None:
+        """The verdict programs go and the socket is read as a plain one again."""
+        self.progs.stream_verdict = self.progs.skb_verdict = None
+        with self.lock:
+            self.receiver_stop = True
+            self.lock.notify_all()
+
+    def sk_psock_drop(self) -> None:
+        """The last link went: stop; the threads finish and exit."""
+        self.table.forget(self)
+        with self.lock:
+            self.stopped = True
+            self.receiver_stop = True
+            if self.closed or not self.ref.alive():
+                self.closed = True
+                self._purge()
+            elif self.ingress_msg:
+                with self.table.lock:
+                    self.table.leftover.setdefault(self.ino, deque()).extend(self.ingress_msg)
+                self.ingress_msg.clear()
+            self.lock.notify_all()
+
+    def _purge(self) -> None:
+        """__sk_psock_purge_ingress_msg and the ingress_skb purge (with self.lock held)."""
+        dropped = len(self.ingress_skb)
+        self.ingress_skb.clear()
+        self.ingress_msg.clear()
+        if dropped:
+            self.table.count(self.machine.current.cpu, drops=dropped)
+
+    def _check_alive(self) -> bool:
+        """sock_map_close when the application has closed the socket."""
+        if self.ref.alive():
+            return True
+        with self.lock:
+            self.closed = True
+        self.table.sock_map_close(self)
+        return False
+
+    # -- receive: sk_psock_verdict_data_ready / strparser --------------------------------------
+    def _sk_psock_verdict_data_ready(self) -> None:
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN | select.POLLRDHUP)
+        strp = bytearray()
+        host_cpu = -1
+        while not self.receiver_stop:
+            events = poller.poll(POLL_S * 1000)
+            if self.receiver_stop or not self._check_alive():
+                break
+            if not events:
+                continue
+            start = time.thread_time_ns()
+            with self.rx_lock:
+                if not self.armed:
+                    queued = socket_rx_queued(self.fd)
+                    if queued > self.rx_seen or events[0][1] & (select.POLLRDHUP | select.POLLHUP):
+                        self.armed = True
+                    else:
+                        self.rx_seen = queued
+                if not self.armed:
+                    time.sleep(POLL_S / 4)  # old data only: wait for data_ready
+                    continue
+                try:
+                    data = self.sock.recv(SKB_MAX_READ, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    continue
+                except OSError as exc:
+                    self._rx_done(exc.errno or errno.EIO)
+                    break
+                if not data:
+                    self._rx_done(0)
+                    break
+                incoming = self.sock.getsockopt(socket.SOL_SOCKET, SO_INCOMING_CPU)
+                cpu = self.table.emulated_cpu(incoming) if incoming >= 0 else \
+                    self.machine.current.cpu
+                if self.table.host_cpu(cpu) != host_cpu:
+                    host_cpu = self.table.host_cpu(cpu)
+                    _pin(host_cpu)
+                self.machine.set_cpu(cpu)
+                if self.progs.stream_parser is not None and self.progs.stream_verdict is not None:
+                    strp += data
+                    self._strp_recv(strp, cpu)
+                else:
+                    self._sk_psock_verdict_recv(data, cpu)
+            self.table.count(cpu, busy_ns=time.thread_time_ns() - start)
+
+    def _rx_done(self, err: int) -> None:
+        with self.lock:
+            self.rx_eof = True
+            self.rx_error = err
+            self.lock.notify_all()
+
+    def _strp_recv(self, buf: bytearray, cpu: int) -> None:
+        """strp_data_ready: the parser says how long the next message is; whole messages go
+        to the verdict; a negative length aborts the parser (the error goes to the socket)."""
+        while buf:
+            verdict_prog = self.progs.stream_verdict
+            parser = self.progs.stream_parser
+            if verdict_prog is None or parser is None:
+                self._sk_psock_verdict_recv(bytes(buf), cpu)
+                buf.clear()
+                return
+            retval, _ = self._run_skb(parser, bytearray(buf))
+            self.table.count(cpu, verdicts=1)
+            length = _s32(retval)
+            if length < 0:
+                self.table.count(cpu, drops=1)
+                buf.clear()
+                self._rx_done(-length)
+                self.receiver_stop = True
+                return
+            if length == 0 or length > len(buf):
+                return  # wait for more
+            message = bytes(buf[:length])
+            del buf[:length]
+            self._sk_psock_verdict_recv(message, cpu)
+
+    def _sk_psock_verdict_recv(self, data: bytes, cpu: int) -> None:
+        prog = self.progs.stream_verdict or self.progs.skb_verdict
+        if prog is None:  # the verdict went: the data stays this socket's
+            self._ingress_self(data, cpu)
+            return
+        packet = bytearray(data)
+        retval, redirect = self._run_skb(prog, packet)
+        self.table.count(cpu, verdicts=1)
+        verdict = sk_psock_map_verd(retval & 0xFFFFFFFF, redirect is not None)
+        self.sk_psock_verdict_apply(bytes(packet), verdict, redirect, cpu)
+
+    def _run_skb(self, prog: Any, packet: bytearray) -> tuple[int, Any]:
+        """Run an SK_SKB program on ``packet`` as the skb (data .. data_end)."""
+        skb = bytearray(SK_BUFF_SIZE)
+        struct.pack_into("<I", skb, SKB_LEN, len(packet))
+        self._fill_sock_fields(skb)
+        base = PACKET_REGION << 32
+        ctx = CtxRegion("__sk_buff", skb, {SKB_DATA: base, SKB_DATA_END: base | len(packet)},
+                        _SKB_WRITABLE)
+        return self._run(prog, ctx, packet)
+
+    def _run(self, prog: Any, ctx: CtxRegion, packet: bytearray) -> tuple[int, Any]:
+        system = prog.system
+        rs = RunState(system, system.insn_budget, packet)
+        rs.mem[CTX_REGION] = ctx
+        rs.mem[PACKET_REGION] = packet
+        retval = run(prog.executable, rs, CTX_REGION << 32, system.bpf_engine)
+        return retval, rs.redirect
+
+    def _fill_sock_fields(self, skb: bytearray) -> None:
+        """family, addresses and ports of the socket (sk_skb_convert_ctx_access)."""
+        family = socket.AF_UNIX if self.family == socket.AF_UNIX else self.family
+        struct.pack_into("<I", skb, SKB_FAMILY, int(family))
+        if self.family == socket.AF_INET and self.local and self.remote:
+            skb[SKB_REMOTE_IP4:SKB_REMOTE_IP4 + 4] = socket.inet_aton(self.remote[0])
+            skb[SKB_LOCAL_IP4:SKB_LOCAL_IP4 + 4] = socket.inet_aton(self.local[0])
+        if self.family in (socket.AF_INET, socket.AF_INET6) and self.local and self.remote:
+            # remote_port: the __be16 skc_dport shifted into the upper half on little-endian
+            # machines (bpf_convert_ctx_access's BPF_LSH 16); local_port: host order
+            skb[SKB_REMOTE_PORT + 2:SKB_REMOTE_PORT + 4] = self.remote[1].to_bytes(2, "big")
+            struct.pack_into("<I", skb, SKB_LOCAL_PORT, self.local[1])
+
+    # -- sk_psock_verdict_apply ----------------------------------------------------------------
+    def sk_psock_verdict_apply(self, data: bytes, verdict: int, redirect: Any, cpu: int) -> None:
+        if verdict == SK_VERDICT_PASS:
+            self._ingress_self(data, cpu)
+        elif verdict == SK_VERDICT_REDIRECT:
+            _, target, ingress = redirect
+            sk_psock_skb_redirect(getattr(target, "psock", None), data, bool(ingress), cpu)
+        else:
+            self.table.count(cpu, drops=1)
+
+    def _ingress_self(self, data: bytes, cpu: int) -> None:
+        """SK_PASS: straight to ingress_msg, unless work is queued (the order must hold)."""
+        with self.lock:
+            if self.stopped:
+                with self.table.lock:
+                    self.table.leftover.setdefault(self.ino, deque()).append(data)
+                self.lock.notify_all()
+                return
+            if not self.ingress_skb:
+                self.ingress_msg.append(data)
+                self.lock.notify_all()
+                delivered = True
+            else:
+                self.ingress_skb.append(_Entry(data, True))
+                self._schedule(cpu)
+                delivered = False
+        if delivered:
+            self.table.count(cpu, bytes=len(data))
+
+    def _schedule(self, cpu: int) -> None:
+        """schedule_delayed_work(&psock->work, 0), with self.lock held: pending work keeps the
+        CPU it was first queued on; a bound psock's work goes to its target CPU."""
+        if not self.work_pending:
+            self.work_pending = True
+            self.work_cpu = self.target_cpu if self.target_cpu is not None else cpu
+        if self.worker is None or not self.worker.is_alive():
+            self.worker = self._start(self._sk_psock_work, "work")
+        self.lock.notify_all()
+
+    # -- sk_psock_backlog -----------------------------------------------------------------------
+    def _sk_psock_work(self) -> None:
+        host_cpu = -1
+        while True:
+            with self.lock:
+                if not self.work_pending and not self.stopped:
+                    self.lock.wait(POLL_S)
+                if self.stopped and (self.closed or not self.ingress_skb):
+                    return
+                pending = self.work_pending or self.stopped  # stopped: drain what is queued
+                cpu = self.work_cpu if self.work_cpu != _NO_CPU else self.machine.current.cpu
+                self.work_pending = False
+            if not pending:
+                self._check_alive()
+                continue
+            if self.table.host_cpu(cpu) != host_cpu:
+                host_cpu = self.table.host_cpu(cpu)
+                _pin(host_cpu)
+            self.machine.set_cpu(cpu)
+            start = time.thread_time_ns()
+            self.sk_psock_backlog(cpu)
+            self.table.count(cpu, backlog_runs=1, busy_ns=time.thread_time_ns() - start)
+
+    def sk_psock_backlog(self, cpu: int) -> None:
+        """Drain ingress_skb in order; keep the head and its offset on EAGAIN."""
+        moved = 0
+        stalled_since = None
+        while True:
+            with self.lock:
+                if not self.ingress_skb or (self.stopped and self.closed):
+                    break
+                entry = self.ingress_skb[0]
+                if entry.ingress:
+                    self.ingress_skb.popleft()
+                    if self.stopped:
+                        with self.table.lock:
+                            self.table.leftover.setdefault(self.ino, deque()).append(entry.data)
+                    else:
+                        self.ingress_msg.append(entry.data)
+                    self.lock.notify_all()
+                    moved += len(entry.data)
+                    continue
+                if not self.tx_enabled:
+                    self._purge()
+                    break
+            try:
+                sent = self.sock.send(memoryview(entry.data)[entry.off:],
+                                      socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+            except BlockingIOError:
+                self.table.count(cpu, eagain_retries=1)
+                now = time.monotonic()
+                stalled_since = stalled_since or now
+                if self.stopped and now - stalled_since > DRAIN_GIVE_UP_S:
+                    with self.lock:
+                        self._purge()
+                    break
+                if not self.ref.alive() and not self.stopped:
+                    break  # the socket is going: the close path purges
+                _wait_writable(self.fd, JIFFY_S)  # sk_psock_write_space or the 1-jiffy retry
+                continue
+            except OSError as exc:  # sk_psock_report_error; TX_ENABLED cleared
+                with self.lock:
+                    self.tx_enabled = False
+                    self.rx_error = self.rx_error or exc.errno or errno.EPIPE
+                    self._purge()
+                break
+            stalled_since = None
+            moved += sent
+            with self.lock:
+                entry.off += sent
+                if entry.off >= len(entry.data) and self.ingress_skb and \
+                        self.ingress_skb[0] is entry:
+                    self.ingress_skb.popleft()
+        if moved:
+            self.table.count(cpu, bytes=moved)
+
+
+def sk_psock_map_verd(verdict: int, redir: bool) -> int:
+    if verdict == SK_PASS:
+        return SK_VERDICT_REDIRECT if redir else SK_VERDICT_PASS
+    return SK_VERDICT_DROP
+
+
+def sk_psock_skb_redirect(target: SkPsock | None, data: bytes, ingress: bool, cpu: int) -> None:
+    """Queue on the target's ingress_skb and schedule its work; a target without a psock or
+    with transmission stopped drops the skb."""
+    if target is None:
+        return
+    with target.lock:
+        if target.stopped or not target.tx_enabled:
+            dropped = True
+        else:
+            target.ingress_skb.append(_Entry(data, ingress))
+            target._schedule(cpu)
+            dropped = False
+    if dropped:
+        target.table.count(cpu, drops=1)
+
+
+def build_sk_msg(psock: SkPsock, data: bytearray) -> CtxRegion:
+    """struct sk_msg_md of a message being sent on ``psock``'s socket."""
+    md = bytearray(SK_MSG_MD_SIZE)
+    struct.pack_into("<I", md, SK_MSG_FAMILY, int(psock.family))
+    struct.pack_into("<I", md, SK_MSG_SIZE, len(data))
+    base = PACKET_REGION << 32
+    return CtxRegion("sk_msg_md", md, {SK_MSG_DATA: base, SK_MSG_DATA_END: base | len(data)})
+
+
+def _s32(value: int) -> int:
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value & 0x8000_0000 else value
+
+
+def socket_rx_queued(fd: int) -> int:
+    """SIOCINQ: bytes waiting in the socket's receive queue."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+    except OSError:
+        return 0
+
+
+def _wait_writable(fd: int, timeout: float) -> None:
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    poller.poll(timeout * 1000)
+
+
+def sock_error(psock: SkPsock) -> KernelError | None:
+    if psock.rx_error:
+        return KernelError(psock.rx_error, f"the socket's psock stopped: "
+                                           f"{os.strerror(psock.rx_error)}")
+    return None
