@@ -506,3 +506,13 @@ def test_the_token_flag_is_checked_before_the_instruction_count(maps):
     # prog_token_fd 0 is this process's stdin: open, and no BPF token
     assert err_of(maps.sys.prog_load, ProgType.SOCKET_FILTER, b"",
                   prog_flags=MapFlags.TOKEN_FD) == errno.EINVAL
+
+
+@pytest.mark.skipif(not os.path.isdir("/sys/kernel/tracing/events"),
+                    reason="tracefs is not mounted at /sys/kernel/tracing")
+def test_a_missing_tracepoint_is_enoent_before_the_program_is_looked_at(maps):
+    for prog in (999_999, _load(maps, ProgType.SOCKET_FILTER)):
+        assert err_of(maps.sys.attach_tracepoint, prog, "syscalls", "pybpf_none") == \
+            errno.ENOENT
+    assert err_of(maps.sys.attach_tracepoint, 999_999, "syscalls", "sys_enter_getpid") == \
+        errno.EBADF

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import struct
 from typing import Any
 
 from ..btf import (
@@ -39,6 +40,7 @@ from ..btf import (
     Ptr,
     Struct,
 )
+from ..btf.spec import BTF_MAGIC, BTF_VERSION, HEADER
 from ..errors import KernelError
 from ..uapi import ENOTSUPP, AttachType, MapType, ProgType
 from .filter import SK_BUFF_SIZE, SK_MSG_MD_SIZE, XDP_MD_SIZE
@@ -67,8 +69,18 @@ def btf_parse(data: bytes) -> Btf:
     """btf_parse(): the blob as a ``Btf``, or KernelError(EINVAL) with a log line."""
     if len(data) > BTF_MAX_SIZE:
         raise KernelError(errno.E2BIG, f"BTF is {len(data)} bytes, over {BTF_MAX_SIZE}")
+    if len(data) >= HEADER.size:  # btf_parse_hdr: a known magic, then version and flags
+        magic, version, flags = struct.unpack_from("<HBB", data)
+        if magic == BTF_MAGIC and version != BTF_VERSION:
+            raise KernelError(ENOTSUPP, f"Unsupported version {version}", log="Unsupported "
+                              "version\n")
+        if magic == BTF_MAGIC and flags:
+            raise KernelError(ENOTSUPP, f"Unsupported flags {flags:#x}",
+                              log="Unsupported flags\n")
     try:
         btf = Btf.from_bytes(data)
+        if len(btf) < 2:  # btf_parse_type_sec
+            raise BtfError("No type found")
         for type_id in range(1, len(btf)):
             _check_meta(btf, type_id)
     except BtfError as exc:

@@ -515,12 +515,14 @@ class ProgramsMixin:
 
     # -- tracepoints -------------------------------------------------------------------------
     def _attach_tracepoint(self, prog_fd: int, category: str, name: str) -> int:
-        prog = self.prog_from_fd(prog_fd)
-        if prog.prog_type not in TRACEPOINT_PROG_TYPES:
-            raise KernelError(errno.EINVAL, f"{prog.describe()} is not a TRACEPOINT program")
+        # The tracepoint's id is read (tracefs) and its perf event opened before the program
+        # is set on it (PERF_EVENT_IOC_SET_BPF), as the kernel backend does.
         events = "/sys/kernel/tracing/events"
         if os.path.isdir(events) and not os.path.isdir(os.path.join(events, category, name)):
             raise KernelError(errno.ENOENT, f"no tracepoint {category}/{name} in {events}")
+        prog = self.prog_from_fd(prog_fd)
+        if prog.prog_type not in TRACEPOINT_PROG_TYPES:
+            raise KernelError(errno.EINVAL, f"{prog.describe()} is not a TRACEPOINT program")
         return self._attach(prog, (category, name))
 
     def _raw_tracepoint_open(self, prog_fd: int, name: str) -> int:

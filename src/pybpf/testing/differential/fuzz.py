@@ -119,7 +119,7 @@ class Side:
 
     def resolve(self, arg: object) -> object:
         if isinstance(arg, Fd):
-            if arg.kind in ("map", "prog", "link"):
+            if arg.kind in ("map", "prog", "link", "btf"):
                 return self.fds.get(arg, CLOSED_FD)
             return self.host.fd(arg.kind)
         if isinstance(arg, IdOf):

@@ -105,6 +105,15 @@ def _lddw_map(fd: int) -> bytes:
     return _insn(0x18, 1, 1, imm=fd) + _insn(0)
 
 
+def _btf(types: bytes, strings: bytes, magic: int = 0xEB9F, version: int = 1) -> bytes:
+    """A BTF blob: header (bpf_btf_header), types, strings."""
+    return struct.pack("<HBBIIIII", magic, version, 0, 24, 0, len(types), len(types),
+                       len(strings)) + types + strings
+
+
+_BTF_INT = struct.pack("<IIII", 1, 1 << 24, 4, 32)  # [1] int, 4 bytes, 32 bits
+_BTF_STRINGS = b"\0int\0"
+
 # -- the generator ---------------------------------------------------------------------------
 
 _U64_EDGES = {"2**32": 1 << 32, "2**64": 1 << 64, "2**64+1": (1 << 64) + 1, "neg": -8,
@@ -164,6 +173,7 @@ class FuzzGen:
         self.maps: dict[int, _MapModel] = {}
         self.progs: dict[int, int] = {}
         self.links: list[int] = []
+        self.btfs: list[int] = []
         self.pins: list[str] = []
         self._next = 0
 
@@ -237,7 +247,7 @@ class FuzzGen:
         commands = [(self.element_op, 30), (self.map_create, 10), (self.batch_op, 10),
                     (self.misc_map_op, 10), (self.id_op, 6), (self.pin_op, 8),
                     (self.prog_load, 8), (self.test_run, 6), (self.attach_op, 5),
-                    (self.close, 3), (self.pool_map, 4)]
+                    (self.close, 3), (self.pool_map, 4), (self.btf_load, 2)]
         fns = [fn for fn, _ in commands]
         weights = [w for _, w in commands]
         while len(out) < calls:
@@ -370,6 +380,8 @@ class FuzzGen:
             label += f",name:{ntag}"
         if self.rng.random() < 0.1:
             btag, btf = self.fd("other")[:2]
+            if self.btfs and self.rng.random() < 0.6:
+                btag, btf = "btf", Fd("btf", self.rng.choice(self.btfs))
             kwargs.append(("btf_fd", btf))
             kwargs.append(("btf_key_type_id", self.rng.choice([0, 1])))
             label += f",btf:{btag}"
@@ -552,8 +564,17 @@ class FuzzGen:
 
     def attach_op(self) -> Call:
         command = self.pick({"link_create": 3, "raw_tracepoint_open": 2, "prog_attach": 2,
-                             "prog_detach": 1})
+                             "prog_detach": 1, "attach_tracepoint": 1})
         ptag, prog, _ = self.fd("prog")
+        if command == "attach_tracepoint":
+            ctag, where = self.choose({
+                "getpid": ("syscalls", "sys_enter_getpid"), "none_such": ("syscalls", "nope"),
+                "no_category": ("pybpf_none", "x"), "empty": ("", "x"),
+                "slash": ("sys/calls", "x"), "nul": ("syscalls", "sys\0x"), "int": (1, "x")})
+            h = self.handle()
+            self.links.append(h)
+            return Call(command, (prog, *where), (), f"{command}[{ptag}]({ctag})",
+                        creates=Fd("link", h))
         if command == "raw_tracepoint_open":
             ntag, name = self.choose({"sys_enter": "sys_enter", "none_such": "pybpf_none",
                                       "empty": "", "nul": "sys\0enter", "int": 1,
@@ -591,6 +612,21 @@ class FuzzGen:
                         f"{command}[{ptag}](target:{ttag},attach:{atag})")
         return Call(command, (target, attach, prog), (),
                     f"{command}(target:{ttag},attach:{atag},prog:{ptag})")
+
+    def btf_load(self) -> Call:
+        btag, blob = self.choose({
+            "int": _btf(_BTF_INT, _BTF_STRINGS), "empty": b"", "header": _btf(b"", b"\0"),
+            "magic": _btf(_BTF_INT, _BTF_STRINGS, magic=0x1234),
+            "version": _btf(_BTF_INT, _BTF_STRINGS, version=2),
+            "truncated": _btf(_BTF_INT, _BTF_STRINGS)[:30],
+            "junk": self.rng.randbytes(self.rng.randrange(1, 64)),
+            "badstr": _btf(_BTF_INT, b"int\0"), "str": "btf", "none": None})
+        ltag, level = self.choose({"0": 0, "1": 1, "2**32": 1 << 32, "neg": -1}) \
+            if self.rng.random() < 0.2 else ("0", 0)
+        h = self.handle()
+        self.btfs.append(h)
+        return Call("btf_load", (blob, level), (), f"btf_load({btag},level:{ltag})",
+                    creates=Fd("btf", h))
 
     def close(self) -> Call:
         # Not the shared host fds: the kernel backend's close(2) closes any fd, the emulated
