@@ -18,9 +18,9 @@ import pytest
 from pybpf.testing.differential import fuzz as f
 from pybpf.testing.differential.fuzz_calls import FuzzGen
 
-SEEDS = (9, 10)
-SEQUENCES = 500  # per seed, 40 calls each: ~40k calls, about 10 s on a 2-CPU machine
-CALLS = 40
+SEEDS = (9, 10, 11)
+SEQUENCES = 400  # per seed, CALLS calls each: ~70k calls, about 15 s on a 2-CPU machine
+CALLS = 60
 
 
 def _check(summary: f.FuzzSummary, a: str, b: str, differential_tally) -> None:
@@ -36,7 +36,7 @@ def _check(summary: f.FuzzSummary, a: str, b: str, differential_tally) -> None:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_random_calls_give_the_kernels_errnos(seed, kernel, emulated, differential_tally):
     summary = f.fuzz(kernel, emulated, seed, SEQUENCES, CALLS)
-    assert summary.calls == SEQUENCES * CALLS
+    assert summary.calls > SEQUENCES * CALLS // 2  # (an allowed one-sided success ends one)
     assert len(summary.classes) > 1000  # the inputs really vary
     _check(summary, "kernel", "emulated", differential_tally)
 
