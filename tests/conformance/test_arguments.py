@@ -516,3 +516,26 @@ def test_a_missing_tracepoint_is_enoent_before_the_program_is_looked_at(maps):
             errno.ENOENT
     assert err_of(maps.sys.attach_tracepoint, 999_999, "syscalls", "sys_enter_getpid") == \
         errno.EBADF
+
+
+def test_a_syscall_program_test_run_ignores_cpu_and_checks_the_ctx_size(maps):
+    reads_ctx_8 = bytes.fromhex("6110080000000000") + RETURN_0  # r0 = *(u32 *)(r1 + 8)
+    prog = _load(maps, ProgType.SYSCALL, reads_ctx_8, prog_flags=BPF_F_SLEEPABLE)
+    run = maps.sys.prog_test_run
+    assert run(prog, ctx_in=bytes(12), ctx_size_out=0, repeat=0, cpu=1).retval == 0
+    assert err_of(run, prog, ctx_in=bytes(4), ctx_size_out=0, repeat=0) == errno.EINVAL
+    for extra in ({"flags": 1, "cpu": 1}, {"batch_size": 5}, {"repeat": 1}):
+        kwargs = {"ctx_size_out": 0, "repeat": 0, **extra}
+        assert err_of(run, prog, ctx_in=bytes(12), **kwargs) == errno.EINVAL
+
+
+@pytest.mark.parametrize("prog_type", [ProgType.SOCKET_FILTER, ProgType.SCHED_CLS,
+                                       ProgType.CGROUP_SKB, ProgType.RAW_TRACEPOINT])
+def test_batch_size_is_for_xdp_test_runs_only(maps, prog_type):
+    prog = _load(maps, prog_type)
+    if prog_type == ProgType.RAW_TRACEPOINT:
+        kwargs = {"ctx_in": bytes(8), "ctx_size_out": 0, "repeat": 0}
+    else:
+        kwargs = {"data_in": bytes(64)}
+    maps.sys.prog_test_run(prog, **kwargs)
+    assert err_of(maps.sys.prog_test_run, prog, batch_size=1, **kwargs) == errno.EINVAL

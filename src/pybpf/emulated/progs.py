@@ -323,9 +323,9 @@ class ProgramsMixin:
 
     def _test_run_skb(self, prog: BpfProg, req: TestRunRequest) -> TestRun:
         """bpf_prog_test_run_skb, its checks in the kernel's order."""
-        if req.flags & ~BPF_F_TEST_SKB_CHECKSUM_COMPLETE or req.cpu:
-            raise KernelError(errno.EINVAL, "skb test runs take no cpu and no flags but "
-                                            "BPF_F_TEST_SKB_CHECKSUM_COMPLETE")
+        if req.flags & ~BPF_F_TEST_SKB_CHECKSUM_COMPLETE or req.cpu or req.batch_size:
+            raise KernelError(errno.EINVAL, "skb test runs take no cpu, no batch_size and no "
+                                            "flags but BPF_F_TEST_SKB_CHECKSUM_COMPLETE")
         size = len(req.data_in)
         if size < ETH_HLEN:
             raise KernelError(errno.EINVAL, f"data_in is {size} bytes, less than an Ethernet "
@@ -482,9 +482,10 @@ class ProgramsMixin:
         return _test_finish(req, data_out, retval, duration, ctx_out)
 
     def _test_run_raw_tp(self, prog: BpfProg, req: TestRunRequest) -> TestRun:
-        if req.data_in or req.data_size_out or req.ctx_size_out or req.repeat:
+        if req.data_in or req.data_size_out or req.ctx_size_out or req.repeat \
+                or req.batch_size:
             raise KernelError(errno.EINVAL, "raw tracepoint test runs take only ctx_in (no "
-                              "data, no ctx_out, repeat 0)")
+                              "data, no ctx_out, repeat 0, no batch_size)")
         ctx_size = len(req.ctx_in)
         if ctx_size < prog.max_ctx_offset or ctx_size > MAX_BPF_FUNC_ARGS * 8:
             raise KernelError(errno.EINVAL, f"ctx_in is {ctx_size} bytes: the program reads "
@@ -499,8 +500,10 @@ class ProgramsMixin:
         return TestRun(retval=rs.retval & M32, duration=0)
 
     def _test_run_syscall(self, prog: BpfProg, req: TestRunRequest) -> TestRun:
-        if req.flags or req.cpu:
-            raise KernelError(errno.EINVAL, "syscall program test runs take no flags and no cpu")
+        # bpf_prog_test_run_syscall reads no cpu (it runs where the caller does)
+        if req.flags or req.batch_size:
+            raise KernelError(errno.EINVAL, "syscall program test runs take no flags and no "
+                              "batch_size")
         ctx_size = len(req.ctx_in)
         if ctx_size > U16_MAX:
             raise KernelError(errno.EINVAL, f"ctx_in is {ctx_size} bytes, over {U16_MAX}")
@@ -508,7 +511,7 @@ class ProgramsMixin:
             raise KernelError(errno.EINVAL, "syscall program test runs take only ctx_in (no "
                               "data, no ctx_out, repeat 0)")
         if ctx_size < prog.max_ctx_offset:
-            raise KernelError(errno.EACCES, f"ctx_in is {ctx_size} bytes, the program reads "
+            raise KernelError(errno.EINVAL, f"ctx_in is {ctx_size} bytes, the program reads "
                                             f"{prog.max_ctx_offset}")
         rs = prog.run(bytearray(req.ctx_in))
         return TestRun(retval=rs.retval & M32, duration=0)

@@ -383,7 +383,8 @@ class FuzzGen:
             if self.btfs and self.rng.random() < 0.6:
                 btag, btf = "btf", Fd("btf", self.rng.choice(self.btfs))
             kwargs.append(("btf_fd", btf))
-            kwargs.append(("btf_key_type_id", self.rng.choice([0, 1])))
+            kwargs.append(("btf_key_type_id", self.rng.choice([0, 1, 2])))
+            kwargs.append(("btf_value_type_id", self.rng.choice([0, 1, 1, 7])))
             label += f",btf:{btag}"
         if self.rng.random() < 0.1:
             xtag, extra = self.choose({"0": 0, "5": 5, "2**32": 1 << 32, "neg": -1,
@@ -554,7 +555,8 @@ class FuzzGen:
                             "float": 1.0}),
                 ("flags", {"0": 0, "on_cpu": 1, "live": 2, "csum": 4, "8": 8,
                            "2**32": 1 << 32}),
-                ("cpu", {"0": 0, "1": 1, "ncpu": self.ncpu, "2**32": 1 << 32, "neg": -1})):
+                ("cpu", {"0": 0, "1": 1, "ncpu": self.ncpu, "2**32": 1 << 32, "neg": -1}),
+                ("batch_size", {"0": 0, "1": 1, "65": 65, "2**32": 1 << 32})):
             if self.rng.random() < 0.25:
                 vtag, value = self.choose(table)
                 kwargs.append((name, value))
