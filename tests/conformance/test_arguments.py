@@ -539,3 +539,17 @@ def test_batch_size_is_for_xdp_test_runs_only(maps, prog_type):
         kwargs = {"data_in": bytes(64)}
     maps.sys.prog_test_run(prog, **kwargs)
     assert err_of(maps.sys.prog_test_run, prog, batch_size=1, **kwargs) == errno.EINVAL
+
+
+def test_log_level_takes_the_known_bits_only(maps):
+    """bpf_vlog_init: LEVEL1 | LEVEL2 | STATS | FIXED (15); the BTF checker's log too."""
+    from pybpf.btf import Btf, Int
+
+    sys = maps.sys
+    btf = Btf([Int("int", 4, 1, 0, 32)]).to_bytes()
+    for level in (1, 2, 4, 8, 15):
+        _load(maps, ProgType.SOCKET_FILTER, log_level=level)
+        sys.close(sys.btf_load(btf, level))
+    for level in (16, 32):
+        assert err_of(_load, maps, ProgType.SOCKET_FILTER, log_level=level) == errno.EINVAL
+        assert err_of(sys.btf_load, btf, level) == errno.EINVAL

@@ -44,6 +44,7 @@ from ..btf.spec import BTF_MAGIC, BTF_VERSION, HEADER
 from ..errors import KernelError
 from ..uapi import ENOTSUPP, AttachType, MapType, ProgType
 from .filter import SK_BUFF_SIZE, SK_MSG_MD_SIZE, XDP_MD_SIZE
+from .syscall import bpf_vlog_init
 
 BTF_MAX_SIZE = 16 * 1024 * 1024
 
@@ -65,10 +66,11 @@ def _reject(message: str) -> KernelError:
     return KernelError(errno.EINVAL, message, log=message + "\n")
 
 
-def btf_parse(data: bytes) -> Btf:
+def btf_parse(data: bytes, log_level: int = 0) -> Btf:
     """btf_parse(): the blob as a ``Btf``, or KernelError(EINVAL) with a log line."""
     if len(data) > BTF_MAX_SIZE:
         raise KernelError(errno.E2BIG, f"BTF is {len(data)} bytes, over {BTF_MAX_SIZE}")
+    bpf_vlog_init(log_level)
     if len(data) >= HEADER.size:  # btf_parse_hdr: a known magic, then version and flags
         magic, version, flags = struct.unpack_from("<HBB", data)
         if magic == BTF_MAGIC and version != BTF_VERSION:
@@ -213,7 +215,7 @@ class BtfMixin:
     """BPF_BTF_LOAD and the BTF object fds of the emulated system."""
 
     def _btf_load(self, data: bytes, log_level: int) -> int:
-        obj = BtfObject(self, btf_parse(data))
+        obj = BtfObject(self, btf_parse(data, log_level))
         obj.id = self.btf_idr_alloc(obj)
         return self.fd_install(obj)
 

@@ -95,6 +95,7 @@ from .netdev import NAPI_POLL_WEIGHT
 from .syscall import (
     bpf_obj_name_cpy,
     bpf_prog_load_check_attach,
+    bpf_vlog_init,
     check_sleepable,
     sleepable_map_from_fd,
 )
@@ -254,6 +255,7 @@ class ProgramsMixin:
         bpf_prog_load_check_attach(prog_type, attr.expected_attach_type)
         name = bpf_obj_name_cpy(attr.prog_name, "prog_name")
         gpl = attr.license.split(b"\0", 1)[0] in _GPL_COMPATIBLE
+        bpf_vlog_init(attr.log_level)
         if attr.prog_btf_fd or attr.func_info:
             btf = self.btf_get_by_fd(attr.prog_btf_fd)
             self.btf_put(btf)

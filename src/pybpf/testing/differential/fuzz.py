@@ -64,6 +64,8 @@ ALLOWED: dict[Rule, str] = {
         "map types the emulated backend does not have are refused there",
     (r"link_create\[.*attach:(?!xdp,)", _ANY, frozenset({"EINVAL"})):
         "the emulated backend makes XDP links only",
+    (r"prog_load\[cgroup_skb\]\(lookup", frozenset({"EINVAL"}), frozenset({"ok"})):
+        "It does not track value ranges or packet bounds",
     (r"obj_pin\[link\]", _ANY, frozenset({"EINVAL"})):
         "links are not pinned there",
     (r"map_update_(elem|batch)\[devmap", frozenset({"ok"}), frozenset({"EINVAL"})):

@@ -512,11 +512,17 @@ class FuzzGen:
             ttag = "unknown"
         else:
             ttag, prog_type = self.choose(_U64_EDGES | _NOT_INTS)
-        code = self.pick({"ret": 5, "ret_map": 2, "junk": 2, "empty": 1, "odd": 1,
-                          "noexit": 1, "str": 1})
+        code = self.pick({"ret": 5, "ret_map": 2, "lookup": 3, "junk": 2, "empty": 1,
+                          "odd": 1, "noexit": 1, "str": 1})
         insns: object = {
             "ret": _ret(self.rng.choice([0, 1, 2])),
             "ret_map": Insns(b"", self.fd("map")[1] if self.maps else Fd("closed"), _ret(0)),
+            "lookup": Insns(_insn(0x7A, 10, off=-8, imm=0),  # *(u64 *)(r10 - 8) = 0
+                            self.fd("map")[1] if self.maps else Fd("closed"),
+                            _insn(0xBF, 2, 10) + _insn(0x07, 2, imm=-8)  # r2 = r10 - 8
+                            + _insn(0x85, imm=1)  # call bpf_map_lookup_elem
+                            + (_ret(0) if self.rng.random() < 0.5 else  # or read the value:
+                               _insn(0x15, 0, off=1) + _insn(0x61, 0, 0) + EXIT)),
             "junk": self.rng.randbytes(8 * self.rng.randrange(1, 6)),
             "empty": b"", "odd": _ret(0)[:13], "noexit": _insn(0xB7, 0, imm=0),
             "str": "insns"}[code]
@@ -537,9 +543,16 @@ class FuzzGen:
         h = self.handle()
         if isinstance(prog_type, int) and prog_type in ProgType._value2member_map_:
             self.progs[h] = prog_type
-        return Call("prog_load", (prog_type, insns, license, attach, name, flags), (),
-                    f"prog_load[{ttag}]({code},license:{ltag},name:{ntag},flags:{ftag},"
-                    f"attach:{atag})", creates=Fd("prog", h))
+        kwargs: tuple = ()
+        label = (f"prog_load[{ttag}]({code},license:{ltag},name:{ntag},flags:{ftag},"
+                 f"attach:{atag}")
+        if self.rng.random() < 0.1:
+            gtag, level = self.choose({"1": 1, "2": 2, "4": 4, "8": 8, "16": 16, "32": 32,
+                                       "2**32": 1 << 32})
+            kwargs = (("log_level", level),)
+            label += f",log_level:{gtag}"
+        return Call("prog_load", (prog_type, insns, license, attach, name, flags), kwargs,
+                    label + ")", creates=Fd("prog", h))
 
     def test_run(self) -> Call:
         tag, fd, _ = self.fd("prog")
@@ -623,7 +636,8 @@ class FuzzGen:
             "truncated": _btf(_BTF_INT, _BTF_STRINGS)[:30],
             "junk": self.rng.randbytes(self.rng.randrange(1, 64)),
             "badstr": _btf(_BTF_INT, b"int\0"), "str": "btf", "none": None})
-        ltag, level = self.choose({"0": 0, "1": 1, "2**32": 1 << 32, "neg": -1}) \
+        ltag, level = self.choose({"0": 0, "1": 1, "8": 8, "16": 16, "2**32": 1 << 32,
+                                   "neg": -1}) \
             if self.rng.random() < 0.2 else ("0", 0)
         h = self.handle()
         self.btfs.append(h)
