@@ -11,6 +11,8 @@ The session summary prints each run's figures.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 
 import pytest
@@ -21,6 +23,16 @@ from pybpf.testing.differential.fuzz_calls import FuzzGen
 SEEDS = (9, 10, 11)
 SEQUENCES = 400  # per seed, CALLS calls each: ~70k calls, about 15 s on a 2-CPU machine
 CALLS = 60
+
+
+@pytest.fixture
+def bpffs(kernel):
+    """The kernel's pins go to the bpffs at /sys/fs/bpf: mounted here if it is not yet."""
+    if not os.path.ismount(f.BPFFS):
+        mounted = subprocess.run(["mount", "-t", "bpf", "bpf", f.BPFFS], capture_output=True)
+        if mounted.returncode:
+            pytest.skip(f"bpffs is not mounted at {f.BPFFS} and mount -t bpf failed: "
+                        f"{mounted.stderr.decode().strip()}")
 
 
 def _check(summary: f.FuzzSummary, a: str, b: str, differential_tally) -> None:
@@ -34,7 +46,8 @@ def _check(summary: f.FuzzSummary, a: str, b: str, differential_tally) -> None:
 
 @pytest.mark.kernel
 @pytest.mark.parametrize("seed", SEEDS)
-def test_random_calls_give_the_kernels_errnos(seed, kernel, emulated, differential_tally):
+def test_random_calls_give_the_kernels_errnos(seed, kernel, emulated, bpffs,
+                                              differential_tally):
     summary = f.fuzz(kernel, emulated, seed, SEQUENCES, CALLS)
     assert summary.calls > SEQUENCES * CALLS // 2  # (an allowed one-sided success ends one)
     assert len(summary.classes) > 1000  # the inputs really vary
@@ -42,7 +55,7 @@ def test_random_calls_give_the_kernels_errnos(seed, kernel, emulated, differenti
 
 
 @pytest.mark.kernel
-def test_harness_two_kernel_runs_agree(kernel, differential_tally):
+def test_harness_two_kernel_runs_agree(kernel, bpffs, differential_tally):
     """The harness's own check: calls are data and the kernel answers them alike twice (so
     a kernel-vs-emulated disagreement is never the harness's noise: fds, ids, pin paths)."""
     summary = f.fuzz(kernel, type(kernel)(), SEEDS[0], 100, CALLS, "kernel", "kernel")

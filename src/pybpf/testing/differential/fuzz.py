@@ -41,6 +41,7 @@ CALL_SECONDS = 5.0          # a call slower than this is a hang
 GROWTH_BYTES = 512 << 20    # a call growing the process's peak RSS by more is a runaway
 CLOSED_FD = 999_999          # an fd number neither backend has open
 BPFFS = "/sys/fs/bpf"
+TRACEFS_EVENTS = "/sys/kernel/tracing/events"
 
 # Program types the emulated backend loads (emulated/progs.py's LOADABLE_PROG_TYPES).
 EMULATED_PROG_TYPES = ("socket_filter", "sched_cls", "sched_act", "cgroup_skb", "lwt_in",
@@ -286,7 +287,7 @@ def fuzz(a: System, b: System, seed: int, sequences: int, calls: int = 40,
 
 def _run_sequence(a: System, b: System, host: _HostFds, seed: int, index: int, calls: int,
                   names: tuple[str, str], summary: FuzzSummary, call_seconds: float) -> None:
-    gen = FuzzGen(seed, index, a.num_possible_cpus)
+    gen = FuzzGen(seed, index, a.num_possible_cpus, os.path.isdir(TRACEFS_EVENTS))
     # One prefix per side, of one length: two kernel sides share the real bpffs.
     sides = (Side(a, host, f"pyfz{os.getpid()}_{seed}_{index}_a_"),
              Side(b, host, f"pyfz{os.getpid()}_{seed}_{index}_b_"))

@@ -167,9 +167,11 @@ class _MapModel:
 class FuzzGen:
     """Random calls for one sequence; keeps what it meant to create, to aim some calls."""
 
-    def __init__(self, seed: int, index: int, ncpu: int) -> None:
+    def __init__(self, seed: int, index: int, ncpu: int, tracefs: bool = True) -> None:
         self.rng = random.Random(f"pybpf-fuzz/{seed}/{index}")
         self.ncpu = ncpu
+        # Tracepoints by name only where tracefs lists them (the emulated backend reads it).
+        self.tracefs = tracefs
         self.maps: dict[int, _MapModel] = {}
         self.progs: dict[int, int] = {}
         self.links: list[int] = []
@@ -578,8 +580,9 @@ class FuzzGen:
                     compare="test_run")
 
     def attach_op(self) -> Call:
-        command = self.pick({"link_create": 3, "raw_tracepoint_open": 2, "prog_attach": 2,
-                             "prog_detach": 1, "attach_tracepoint": 1})
+        command = self.pick({"link_create": 3, "raw_tracepoint_open": 2 * self.tracefs,
+                             "prog_attach": 2, "prog_detach": 1,
+                             "attach_tracepoint": 1 * self.tracefs})
         ptag, prog, _ = self.fd("prog")
         if command == "attach_tracepoint":
             ctag, where = self.choose({
