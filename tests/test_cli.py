@@ -194,6 +194,14 @@ def test_differential_compares_two_backends_and_prints_the_tally():
     assert "0 mismatching sequences" in result.stdout
 
 
+def test_differential_fuzz_runs_random_system_calls_and_prints_the_figures():
+    result = run_cli("differential", "--a", "emulated", "--b", "emulated", "--fuzz", "5",
+                     "--calls", "20", "--seed", "3")
+    assert result.returncode == 0, result.stderr
+    assert "system fuzz emulated vs emulated: 5 sequences, 100 calls" in result.stdout
+    assert "0 disagreements" in result.stdout and "0 failures" in result.stdout
+
+
 # -- bad input on every command: found up front, one line, exit 2 (usage) or 1 (refused) ---------
 
 def bench_commands() -> list[list[str]]:
@@ -298,6 +306,8 @@ BAD_VALUES = [
     (["differential", "--shrink", "-5"], "--shrink must be >= 0"),
     (["differential", "--seed", "1e3"], "invalid int value"),
     (["differential", "--family", "nope"], "invalid choice"),
+    (["differential", "--fuzz", "0"], "--fuzz must be >= 1"),
+    (["differential", "--fuzz", "2", "--calls", "0"], "--calls must be >= 1"),
 ]
 
 

@@ -17,8 +17,13 @@ from pybpf.errors import BPFError
 from pybpf.uapi import (
     BPF_EXIST,
     BPF_F_RDONLY,
+    BPF_F_SLEEPABLE,
     BPF_F_WRONLY,
+    BPF_F_XDP_HAS_FRAGS,
     BPF_NOEXIST,
+    ENOTSUPP,
+    AttachType,
+    MapFlags,
     MapType,
     ProgType,
 )
@@ -362,3 +367,189 @@ def test_the_pin_fd_is_checked_before_the_path(maps):
     finally:
         os.close(read_end)
         os.close(write_end)
+
+
+# -- found by the System-level fuzz (tests/differential/test_system_fuzz.py) -----------------
+
+def _lddw_map(fd: int) -> bytes:
+    """``lddw r1, map fd`` (the map the program uses), raw."""
+    return bytes([0x18, 0x11, 0, 0]) + fd.to_bytes(4, "little") + bytes(8)
+
+
+def _load(maps, prog_type, insns=RETURN_0, **kw) -> int:
+    fd = maps.sys.prog_load(prog_type, insns, **kw)
+    maps.fds.append(fd)
+    return fd
+
+
+def test_an_element_command_on_a_closed_or_foreign_fd(maps):
+    sys = maps.sys
+    read_end, write_end = os.pipe()
+    try:
+        for command in (sys.map_delete_elem, sys.map_lookup_elem, sys.map_get_next_key):
+            assert err_of(command, 999_999, u32(1)) == errno.EBADF
+            assert err_of(command, read_end, u32(1)) == errno.EINVAL
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+@pytest.mark.parametrize("map_type", [MapType.HASH, MapType.PERCPU_ARRAY])
+def test_a_null_key_faults_before_a_wrong_sized_value_is_read(maps, map_type):
+    fd = maps.create(map_type, 4, 8, 2)
+    assert err_of(maps.sys.map_update_elem, fd, None, b"short") == errno.EFAULT
+
+
+def test_a_map_without_values_reads_none_of_a_given_value(maps):
+    ringbuf = maps.create(MapType.RINGBUF, 0, 0, 4096)
+    for value in (b"", b"abc"):
+        assert err_of(maps.sys.map_update_elem, ringbuf, None, value) == ENOTSUPP
+
+
+@pytest.mark.parametrize("prog_type, attach_type, loads", [
+    (ProgType.XDP, AttachType.TRACE_RAW_TP, True), (ProgType.XDP, 99, True),
+    (ProgType.SOCKET_FILTER, 99, True), (ProgType.CGROUP_SKB, AttachType.CGROUP_INET_EGRESS, True),
+    (ProgType.CGROUP_SKB, AttachType.CGROUP_INET_SOCK_CREATE, False),
+    (ProgType.SYSCALL, 0, True), (ProgType.SYSCALL, AttachType.SK_SKB_STREAM_VERDICT, False)])
+def test_expected_attach_type_is_checked_where_the_kernel_checks_it(maps, prog_type,
+                                                                    attach_type, loads):
+    flags = BPF_F_SLEEPABLE if prog_type == ProgType.SYSCALL else 0
+    if loads:
+        _load(maps, prog_type, expected_attach_type=attach_type, prog_flags=flags)
+    else:
+        assert err_of(_load, maps, prog_type, expected_attach_type=attach_type,
+                      prog_flags=flags) == errno.EINVAL
+
+
+def test_only_syscall_and_kprobe_programs_are_sleepable(maps):
+    for prog_type in (ProgType.XDP, ProgType.SOCKET_FILTER, ProgType.SK_SKB):
+        assert err_of(_load, maps, prog_type, prog_flags=BPF_F_SLEEPABLE) == errno.EINVAL
+    _load(maps, ProgType.KPROBE, prog_flags=BPF_F_SLEEPABLE)
+    assert err_of(_load, maps, ProgType.SYSCALL) == errno.EINVAL
+
+
+def test_the_sleepable_checks_come_after_the_map_fds_and_the_cfg(maps):
+    assert err_of(_load, maps, ProgType.SYSCALL, _lddw_map(999_999) + RETURN_0) == errno.EBADF
+    with pytest.raises(BPFError, match="unreachable insn"):
+        _load(maps, ProgType.XDP, RETURN_0 + RETURN_0, prog_flags=BPF_F_SLEEPABLE)
+
+
+def test_a_sleepable_program_uses_array_hash_ringbuf_and_storage_maps_only(maps):
+    allowed = [maps.create(MapType.ARRAY, 4, 4, 2), maps.create(MapType.HASH, 4, 4, 2),
+               maps.create(MapType.QUEUE, 0, 4, 2)]
+    refused = [maps.create(MapType.LPM_TRIE, 8, 4, 2, map_flags=MapFlags.NO_PREALLOC),
+               maps.create(MapType.BLOOM_FILTER, 0, 4, 2),
+               maps.create(MapType.PROG_ARRAY, 4, 4, 2)]
+    for fd in allowed:
+        _load(maps, ProgType.SYSCALL, _lddw_map(fd) + RETURN_0, prog_flags=BPF_F_SLEEPABLE)
+    for fd in refused:
+        assert err_of(_load, maps, ProgType.SYSCALL, _lddw_map(fd) + RETURN_0,
+                      prog_flags=BPF_F_SLEEPABLE) == errno.EINVAL
+
+
+@pytest.mark.parametrize("map_type", [MapType.PROG_ARRAY, MapType.DEVMAP, MapType.CPUMAP])
+def test_a_map_holding_programs_takes_programs_of_its_first_ones_kind(maps, map_type):
+    """bpf_prog_map_compatible: the first program that uses the map fixes its owner."""
+    fd = maps.create(map_type, 4, 4, 1)
+    uses = _lddw_map(fd) + RETURN_0
+    _load(maps, ProgType.XDP, uses)
+    _load(maps, ProgType.XDP, uses)
+    assert err_of(_load, maps, ProgType.SOCKET_FILTER, uses) == errno.EINVAL
+    assert err_of(_load, maps, ProgType.XDP, uses,
+                  prog_flags=BPF_F_XDP_HAS_FRAGS) == errno.EINVAL
+    other_attach = AttachType.XDP if map_type == MapType.PROG_ARRAY else AttachType.XDP_DEVMAP
+    if map_type == MapType.PROG_ARRAY:  # a tail call also keeps the attach type
+        assert err_of(_load, maps, ProgType.XDP, uses,
+                      expected_attach_type=other_attach) == errno.EINVAL
+    other = maps.create(MapType.HASH, 4, 4, 1)  # other maps take any program
+    _load(maps, ProgType.XDP, _lddw_map(other) + RETURN_0)
+    _load(maps, ProgType.SOCKET_FILTER, _lddw_map(other) + RETURN_0)
+
+
+def test_a_program_stored_in_a_prog_array_is_its_owner(maps):
+    fd = maps.create(MapType.PROG_ARRAY, 4, 4, 1)
+    maps.sys.map_update_elem(fd, u32(0), u32(_load(maps, ProgType.XDP)))
+    assert err_of(_load, maps, ProgType.SOCKET_FILTER, _lddw_map(fd) + RETURN_0) == \
+        errno.EINVAL
+
+
+def test_a_pinned_program_opens_with_any_access_flag(maps, pin_name):
+    sys = maps.sys
+    path = f"/sys/fs/bpf/{pin_name}"
+    sys.obj_pin(_load(maps, ProgType.SOCKET_FILTER), path)
+    for flags in (0, BPF_F_RDONLY, BPF_F_WRONLY):
+        sys.close(sys.obj_get(path, flags))
+    assert err_of(sys.obj_get, path, BPF_F_RDONLY | BPF_F_WRONLY) == errno.EINVAL
+
+
+def test_obj_get_takes_bpf_f_path_fd(maps, pin_name):
+    sys = maps.sys
+    path = f"/sys/fs/bpf/{pin_name}"
+    sys.obj_pin(maps.create(MapType.HASH, 4, 8, 4), path)
+    sys.close(sys.obj_get(path, MapFlags.PATH_FD))
+    assert err_of(sys.obj_get, path, 1 << 21) == errno.EINVAL
+
+
+def test_a_perf_event_array_refuses_every_fd_that_is_not_a_perf_event(maps):
+    sys = maps.sys
+    fd = maps.create(MapType.PERF_EVENT_ARRAY, 4, 4, 2)
+    read_end, write_end = os.pipe()
+    try:
+        for value in (999_999, read_end, fd):
+            assert err_of(sys.map_update_elem, fd, u32(0), u32(value)) == errno.EBADF
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_the_token_flag_is_checked_before_the_instruction_count(maps):
+    # prog_token_fd 0 is this process's stdin: open, and no BPF token
+    assert err_of(maps.sys.prog_load, ProgType.SOCKET_FILTER, b"",
+                  prog_flags=MapFlags.TOKEN_FD) == errno.EINVAL
+
+
+@pytest.mark.skipif(not os.path.isdir("/sys/kernel/tracing/events"),
+                    reason="tracefs is not mounted at /sys/kernel/tracing")
+def test_a_missing_tracepoint_is_enoent_before_the_program_is_looked_at(maps):
+    for prog in (999_999, _load(maps, ProgType.SOCKET_FILTER)):
+        assert err_of(maps.sys.attach_tracepoint, prog, "syscalls", "pybpf_none") == \
+            errno.ENOENT
+    assert err_of(maps.sys.attach_tracepoint, 999_999, "syscalls", "sys_enter_getpid") == \
+        errno.EBADF
+
+
+def test_a_syscall_program_test_run_ignores_cpu_and_checks_the_ctx_size(maps):
+    reads_ctx_8 = bytes.fromhex("6110080000000000") + RETURN_0  # r0 = *(u32 *)(r1 + 8)
+    prog = _load(maps, ProgType.SYSCALL, reads_ctx_8, prog_flags=BPF_F_SLEEPABLE)
+    run = maps.sys.prog_test_run
+    assert run(prog, ctx_in=bytes(12), ctx_size_out=0, repeat=0, cpu=1).retval == 0
+    assert err_of(run, prog, ctx_in=bytes(4), ctx_size_out=0, repeat=0) == errno.EINVAL
+    for extra in ({"flags": 1, "cpu": 1}, {"batch_size": 5}, {"repeat": 1}):
+        kwargs = {"ctx_size_out": 0, "repeat": 0, **extra}
+        assert err_of(run, prog, ctx_in=bytes(12), **kwargs) == errno.EINVAL
+
+
+@pytest.mark.parametrize("prog_type", [ProgType.SOCKET_FILTER, ProgType.SCHED_CLS,
+                                       ProgType.CGROUP_SKB, ProgType.RAW_TRACEPOINT])
+def test_batch_size_is_for_xdp_test_runs_only(maps, prog_type):
+    prog = _load(maps, prog_type)
+    if prog_type == ProgType.RAW_TRACEPOINT:
+        kwargs = {"ctx_in": bytes(8), "ctx_size_out": 0, "repeat": 0}
+    else:
+        kwargs = {"data_in": bytes(64)}
+    maps.sys.prog_test_run(prog, **kwargs)
+    assert err_of(maps.sys.prog_test_run, prog, batch_size=1, **kwargs) == errno.EINVAL
+
+
+def test_log_level_takes_the_known_bits_only(maps):
+    """bpf_vlog_init: LEVEL1 | LEVEL2 | STATS | FIXED (15); the BTF checker's log too."""
+    from pybpf.btf import Btf, Int
+
+    sys = maps.sys
+    btf = Btf([Int("int", 4, 1, 0, 32)]).to_bytes()
+    for level in (1, 2, 4, 8, 15):
+        _load(maps, ProgType.SOCKET_FILTER, log_level=level)
+        sys.close(sys.btf_load(btf, level))
+    for level in (16, 32):
+        assert err_of(_load, maps, ProgType.SOCKET_FILTER, log_level=level) == errno.EINVAL
+        assert err_of(sys.btf_load, btf, level) == errno.EINVAL

@@ -107,6 +107,15 @@ def test_malformed_btf_is_refused_with_a_log(maps):
     assert err_of(maps.sys.btf_load, no_proto.to_bytes()) == errno.EINVAL
 
 
+def test_the_btf_header_is_checked_as_btf_parse_hdr_does(maps):
+    sys = maps.sys
+    good = Btf([Int("int", 4, 1, 0, 32)]).to_bytes()
+    sys.close(sys.btf_load(good))
+    assert err_of(sys.btf_load, good[:2] + bytes([2]) + good[3:]) == ENOTSUPP  # version 2
+    assert err_of(sys.btf_load, good[:3] + bytes([1]) + good[4:]) == ENOTSUPP  # flags
+    assert err_of(sys.btf_load, Btf([]).to_bytes()) == errno.EINVAL  # no type found
+
+
 @pytest.mark.parametrize("label,records,expected", [
     ("one record per subprogram", ((0, FUNC_MAIN), (2, FUNC_SUB)), 0),
     ("a record missing", ((0, FUNC_MAIN),), errno.EINVAL),

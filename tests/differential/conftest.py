@@ -15,7 +15,14 @@ import pytest
 _TALLY: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
 
 
+# Summary lines of the System-level fuzz (calls, input classes, disagreements), in run order.
+_FUZZ_REPORTS: list[str] = []
+
+
 class Tally:
+    def fuzz_report(self, line: str) -> None:
+        _FUZZ_REPORTS.append(line)
+
     def add(self, a: str, b: str, family: str, sequences: int, ops: int,
             mismatches: int) -> None:
         row = _TALLY[(a, b, family)]
@@ -44,9 +51,13 @@ def lookup_programs_off() -> str | None:
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
+    tr = terminalreporter
+    if _FUZZ_REPORTS:
+        tr.section("system fuzz: what was compared")
+        for line in _FUZZ_REPORTS:
+            tr.write_line(line)
     if not _TALLY:
         return
-    tr = terminalreporter
     tr.section("differential map tests: what was compared")
     totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
     for (a, b, family), (n, ops, bad) in sorted(_TALLY.items()):

@@ -149,7 +149,7 @@ def test_array_behaves_like_a_fixed_list_of_values(ops):
 def stand_in_prog(sys, prog_type: int, prog_id: int) -> int:
     """An fd on a program-shaped object (what the fd table holds for a loaded program)."""
     return sys.fd_install(SimpleNamespace(prog_type=prog_type, expected_attach_type=0,
-                                          id=prog_id))
+                                          prog_flags=0, id=prog_id))
 
 
 def test_prog_array_stores_programs_by_fd_and_reports_ids(emulated):

@@ -164,7 +164,7 @@ def test_pinned_program_outlives_its_fd_and_goes_with_the_pin(sys):
     prog_id = sys.prog_get_info(fd).id
     sys.obj_pin(fd, "/sys/fs/bpf/prog")
     sys.close(fd)
-    assert errno_of(sys.obj_get, "/sys/fs/bpf/prog", BPF_F_RDONLY) == errno.EINVAL
+    sys.close(sys.obj_get("/sys/fs/bpf/prog", BPF_F_RDONLY))  # 6.18 takes any access flag
     again = sys.obj_get("/sys/fs/bpf/prog")
     assert sys.prog_get_info(again).id == prog_id
     sys.close(again)

@@ -54,6 +54,7 @@ from .bpf_map import (
     MapAttr,
     bpf_map_attr_numa_node,
     bpf_map_flags_access_ok,
+    bpf_prog_map_compatible,
     map_ops,
     u32_key,
 )
@@ -400,18 +401,12 @@ class FdArray(ArrayBase):
 class ProgArray(FdArray):
     """BPF_MAP_TYPE_PROG_ARRAY: tail-call targets."""
 
-    def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
-        super().__init__(attr, machine, node)
-        # bpf_map_owner: the program type every program in this array must have.
-        self.owner_prog_type: int | None = None
-
     def prog_fd_array_get_ptr(self, ufd: int) -> object:
         prog = self.system.prog_from_fd(ufd)
-        if self.owner_prog_type is None:
-            self.owner_prog_type = prog.prog_type
-        elif prog.prog_type != self.owner_prog_type:
-            raise KernelError(errno.EINVAL, f"program type {prog.prog_type} does not match the "
-                                            f"array's owner type {self.owner_prog_type}")
+        if not bpf_prog_map_compatible(self, prog):
+            raise KernelError(errno.EINVAL, f"program type {prog.prog_type} (attach type "
+                              f"{prog.expected_attach_type}) is not the array's owner's "
+                              f"{self.owner[0]} ({self.owner[2]})")
         self.system.bpf_prog_inc(prog)
         return prog
 
@@ -447,7 +442,7 @@ class PerfEventArray(FdArray):
         raise KernelError(ENOTSUPP, "perf event arrays cannot be read from user space")
 
     def perf_event_fd_array_get_ptr(self, ufd: int) -> object:
-        self.system.fd_get(ufd)  # not open -> EBADF
+        # perf_event_get: EBADF for any fd that is not a perf event (open or not)
         raise KernelError(errno.EBADF, f"fd {ufd} is not a perf event (the emulated machine "
                                        f"has none)")
 

@@ -32,8 +32,10 @@ from ..uapi import (
     BPF_F_NUMA_NODE,
     BPF_F_RDONLY_PROG,
     BPF_F_WRONLY_PROG,
+    BPF_F_XDP_HAS_FRAGS,
     ENOTSUPP,
     NUMA_NO_NODE,
+    MapType,
     syscall_value_size,
 )
 from .memory import BYTES_AT
@@ -69,6 +71,25 @@ def bpf_map_attr_numa_node(attr: MapAttr) -> int:
     return attr.numa_node - (1 << 32) if attr.numa_node > INT_MAX else attr.numa_node
 
 
+# map_type_contains_progs: maps whose programs must all be alike (tail calls, devmap and
+# cpumap programs), checked at load (bpf_check_tail_call) and when a program is stored.
+MAPS_CONTAINING_PROGS = frozenset({MapType.PROG_ARRAY, MapType.DEVMAP, MapType.CPUMAP})
+
+
+def bpf_prog_map_compatible(bpf_map: BpfMap, prog: object) -> bool:
+    """__bpf_prog_map_compatible: the first program a map of MAPS_CONTAINING_PROGS meets
+    fixes its owner; every later one must have the owner's type and xdp_has_frags, and, in a
+    prog array, its expected_attach_type. Other maps take any program."""
+    if bpf_map.map_type not in MAPS_CONTAINING_PROGS:
+        return True
+    owner = (prog.prog_type, bool(prog.prog_flags & BPF_F_XDP_HAS_FRAGS),  # type: ignore
+             prog.expected_attach_type if bpf_map.map_type == MapType.PROG_ARRAY  # type: ignore
+             else None)
+    if bpf_map.owner is None:
+        bpf_map.owner = owner
+    return bpf_map.owner == owner
+
+
 class BpfMap:
     """One map object (struct bpf_map). Subclasses implement a family's ops."""
 
@@ -89,6 +110,8 @@ class BpfMap:
         self.numa_node = node
         self.id = 0  # assigned by the system when the map gets its id
         self.frozen = False
+        # bpf_map_owner of a map that holds programs (see bpf_prog_map_compatible)
+        self.owner: tuple | None = None
         # References (fds, pins, programs, outer maps); map_free() runs when the last goes.
         self.refcnt = 0
         # The EmulatedSystem that owns the map, set right after creation: fd-holding maps

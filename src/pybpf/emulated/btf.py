@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import struct
 from typing import Any
 
 from ..btf import (
@@ -39,9 +40,11 @@ from ..btf import (
     Ptr,
     Struct,
 )
+from ..btf.spec import BTF_MAGIC, BTF_VERSION, HEADER
 from ..errors import KernelError
 from ..uapi import ENOTSUPP, AttachType, MapType, ProgType
 from .filter import SK_BUFF_SIZE, SK_MSG_MD_SIZE, XDP_MD_SIZE
+from .syscall import bpf_vlog_init
 
 BTF_MAX_SIZE = 16 * 1024 * 1024
 
@@ -63,12 +66,23 @@ def _reject(message: str) -> KernelError:
     return KernelError(errno.EINVAL, message, log=message + "\n")
 
 
-def btf_parse(data: bytes) -> Btf:
+def btf_parse(data: bytes, log_level: int = 0) -> Btf:
     """btf_parse(): the blob as a ``Btf``, or KernelError(EINVAL) with a log line."""
     if len(data) > BTF_MAX_SIZE:
         raise KernelError(errno.E2BIG, f"BTF is {len(data)} bytes, over {BTF_MAX_SIZE}")
+    bpf_vlog_init(log_level)
+    if len(data) >= HEADER.size:  # btf_parse_hdr: a known magic, then version and flags
+        magic, version, flags = struct.unpack_from("<HBB", data)
+        if magic == BTF_MAGIC and version != BTF_VERSION:
+            raise KernelError(ENOTSUPP, f"Unsupported version {version}", log="Unsupported "
+                              "version\n")
+        if magic == BTF_MAGIC and flags:
+            raise KernelError(ENOTSUPP, f"Unsupported flags {flags:#x}",
+                              log="Unsupported flags\n")
     try:
         btf = Btf.from_bytes(data)
+        if len(btf) < 2:  # btf_parse_type_sec
+            raise BtfError("No type found")
         for type_id in range(1, len(btf)):
             _check_meta(btf, type_id)
     except BtfError as exc:
@@ -201,7 +215,7 @@ class BtfMixin:
     """BPF_BTF_LOAD and the BTF object fds of the emulated system."""
 
     def _btf_load(self, data: bytes, log_level: int) -> int:
-        obj = BtfObject(self, btf_parse(data))
+        obj = BtfObject(self, btf_parse(data, log_level))
         obj.id = self.btf_idr_alloc(obj)
         return self.fd_install(obj)
 

@@ -27,6 +27,7 @@ Rules this module keeps:
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import os
 import struct
@@ -47,6 +48,7 @@ from ..uapi import (
     AttachType,
     ProgType,
 )
+from .bpf_map import bpf_prog_map_compatible
 from .btf import check_btf_func
 from .executable import Executable, run
 from .filter import (
@@ -90,7 +92,13 @@ from .memory import (
     RunState,
 )
 from .netdev import NAPI_POLL_WEIGHT
-from .syscall import bpf_obj_name_cpy
+from .syscall import (
+    bpf_obj_name_cpy,
+    bpf_prog_load_check_attach,
+    bpf_vlog_init,
+    check_sleepable,
+    sleepable_map_from_fd,
+)
 from .test_run import TEST_XDP_MAX_BATCH, bpf_test_run_xdp_live
 from .verifier import bpf_check
 from .xdp import XDP_FRAME_SIZE, XDP_PACKET_HEADROOM, XdpBuff
@@ -232,6 +240,9 @@ class ProgramsMixin:
         """bpf_prog_load's checks, then the verifier; a refusal with a log is the verifier's."""
         if attr.prog_flags & ~_PROG_FLAGS:
             raise KernelError(errno.EINVAL, f"prog_flags {attr.prog_flags:#x} has unknown bits")
+        if attr.prog_flags & BPF_F_TOKEN_FD:  # bpf_token_get_from_fd: no BPF tokens here
+            raise KernelError(errno.EINVAL, "BPF_F_TOKEN_FD: prog_token_fd is not a BPF token "
+                              "(the emulated backend has none)")
         count = len(attr.insns) // 8
         if count == 0 or count > BPF_COMPLEXITY_LIMIT_INSNS:
             raise KernelError(errno.E2BIG, f"{count} instructions: a program has 1 to "
@@ -241,26 +252,27 @@ class ProgramsMixin:
             raise KernelError(errno.EINVAL, f"program type {prog_type} cannot be loaded by the "
                               "emulated backend (it loads: " + ", ".join(
                                   sorted(ProgType(t).name for t in LOADABLE_PROG_TYPES)) + ")")
+        bpf_prog_load_check_attach(prog_type, attr.expected_attach_type)
         name = bpf_obj_name_cpy(attr.prog_name, "prog_name")
-        if attr.prog_flags & BPF_F_TOKEN_FD:  # bpf_token_get_from_fd: no BPF tokens here
-            raise KernelError(errno.EINVAL, "BPF_F_TOKEN_FD: prog_token_fd is not a BPF token "
-                              "(the emulated backend has none)")
-        if prog_type == ProgType.SYSCALL and not attr.prog_flags & BPF_F_SLEEPABLE:
-            raise _verifier_reject("Syscall programs can only be sleepable")
-        if prog_type == ProgType.XDP and attr.expected_attach_type not in (
-                0, AttachType.XDP, AttachType.XDP_DEVMAP, AttachType.XDP_CPUMAP):
-            raise KernelError(errno.EINVAL, f"expected_attach_type {attr.expected_attach_type} "
-                                            "is not an XDP attach type")
         gpl = attr.license.split(b"\0", 1)[0] in _GPL_COMPATIBLE
+        bpf_vlog_init(attr.log_level)
         if attr.prog_btf_fd or attr.func_info:
             btf = self.btf_get_by_fd(attr.prog_btf_fd)
             self.btf_put(btf)
             if attr.func_info:
                 check_btf_func(attr.insns, btf.btf, attr.func_info, attr.func_info_rec_size)
-        verified = bpf_check(attr.insns, prog_type, self.map_from_fd, gpl,
-                             attr.expected_attach_type)
+        map_from_fd = self.map_from_fd
+        if attr.prog_flags & BPF_F_SLEEPABLE:
+            map_from_fd = functools.partial(sleepable_map_from_fd, self.map_from_fd)
+        verified = bpf_check(attr.insns, prog_type, map_from_fd, gpl,
+                             attr.expected_attach_type,
+                             functools.partial(check_sleepable, prog_type, attr.prog_flags))
         prog = BpfProg(self, prog_type, attr.insns, verified, name, attr.expected_attach_type,
                        attr.prog_flags, gpl)
+        # bpf_prog_select_runtime -> bpf_check_tail_call: after the verifier, no log
+        if not all(bpf_prog_map_compatible(bpf_map, prog) for bpf_map in prog.used_maps):
+            raise KernelError(errno.EINVAL, "a map of the program holds programs of another "
+                              "type (its owner: the first program that used it)")
         for bpf_map in prog.used_maps:
             self.bpf_map_inc(bpf_map)
         prog.executable.prepare(self.bpf_engine)  # translate at load: runs time only the run
@@ -313,9 +325,9 @@ class ProgramsMixin:
 
     def _test_run_skb(self, prog: BpfProg, req: TestRunRequest) -> TestRun:
         """bpf_prog_test_run_skb, its checks in the kernel's order."""
-        if req.flags & ~BPF_F_TEST_SKB_CHECKSUM_COMPLETE or req.cpu:
-            raise KernelError(errno.EINVAL, "skb test runs take no cpu and no flags but "
-                                            "BPF_F_TEST_SKB_CHECKSUM_COMPLETE")
+        if req.flags & ~BPF_F_TEST_SKB_CHECKSUM_COMPLETE or req.cpu or req.batch_size:
+            raise KernelError(errno.EINVAL, "skb test runs take no cpu, no batch_size and no "
+                                            "flags but BPF_F_TEST_SKB_CHECKSUM_COMPLETE")
         size = len(req.data_in)
         if size < ETH_HLEN:
             raise KernelError(errno.EINVAL, f"data_in is {size} bytes, less than an Ethernet "
@@ -472,9 +484,10 @@ class ProgramsMixin:
         return _test_finish(req, data_out, retval, duration, ctx_out)
 
     def _test_run_raw_tp(self, prog: BpfProg, req: TestRunRequest) -> TestRun:
-        if req.data_in or req.data_size_out or req.ctx_size_out or req.repeat:
+        if req.data_in or req.data_size_out or req.ctx_size_out or req.repeat \
+                or req.batch_size:
             raise KernelError(errno.EINVAL, "raw tracepoint test runs take only ctx_in (no "
-                              "data, no ctx_out, repeat 0)")
+                              "data, no ctx_out, repeat 0, no batch_size)")
         ctx_size = len(req.ctx_in)
         if ctx_size < prog.max_ctx_offset or ctx_size > MAX_BPF_FUNC_ARGS * 8:
             raise KernelError(errno.EINVAL, f"ctx_in is {ctx_size} bytes: the program reads "
@@ -489,8 +502,10 @@ class ProgramsMixin:
         return TestRun(retval=rs.retval & M32, duration=0)
 
     def _test_run_syscall(self, prog: BpfProg, req: TestRunRequest) -> TestRun:
-        if req.flags or req.cpu:
-            raise KernelError(errno.EINVAL, "syscall program test runs take no flags and no cpu")
+        # bpf_prog_test_run_syscall reads no cpu (it runs where the caller does)
+        if req.flags or req.batch_size:
+            raise KernelError(errno.EINVAL, "syscall program test runs take no flags and no "
+                              "batch_size")
         ctx_size = len(req.ctx_in)
         if ctx_size > U16_MAX:
             raise KernelError(errno.EINVAL, f"ctx_in is {ctx_size} bytes, over {U16_MAX}")
@@ -498,19 +513,21 @@ class ProgramsMixin:
             raise KernelError(errno.EINVAL, "syscall program test runs take only ctx_in (no "
                               "data, no ctx_out, repeat 0)")
         if ctx_size < prog.max_ctx_offset:
-            raise KernelError(errno.EACCES, f"ctx_in is {ctx_size} bytes, the program reads "
+            raise KernelError(errno.EINVAL, f"ctx_in is {ctx_size} bytes, the program reads "
                                             f"{prog.max_ctx_offset}")
         rs = prog.run(bytearray(req.ctx_in))
         return TestRun(retval=rs.retval & M32, duration=0)
 
     # -- tracepoints -------------------------------------------------------------------------
     def _attach_tracepoint(self, prog_fd: int, category: str, name: str) -> int:
-        prog = self.prog_from_fd(prog_fd)
-        if prog.prog_type not in TRACEPOINT_PROG_TYPES:
-            raise KernelError(errno.EINVAL, f"{prog.describe()} is not a TRACEPOINT program")
+        # The tracepoint's id is read (tracefs) and its perf event opened before the program
+        # is set on it (PERF_EVENT_IOC_SET_BPF), as the kernel backend does.
         events = "/sys/kernel/tracing/events"
         if os.path.isdir(events) and not os.path.isdir(os.path.join(events, category, name)):
             raise KernelError(errno.ENOENT, f"no tracepoint {category}/{name} in {events}")
+        prog = self.prog_from_fd(prog_fd)
+        if prog.prog_type not in TRACEPOINT_PROG_TYPES:
+            raise KernelError(errno.EINVAL, f"{prog.describe()} is not a TRACEPOINT program")
         return self._attach(prog, (category, name))
 
     def _raw_tracepoint_open(self, prog_fd: int, name: str) -> int:

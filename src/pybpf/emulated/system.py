@@ -87,7 +87,10 @@ def bpf_copy_key(bpf_map: BpfMap, key: bytes | None) -> bytes | None:
 
 
 def bpf_copy_value(bpf_map: BpfMap, value: bytes) -> bytes:
-    """The value as the kernel copies it: bpf_map_value_size bytes."""
+    """The value as the kernel copies it: bpf_map_value_size bytes (none, whatever is given,
+    when that is 0: a ring buffer's)."""
+    if not bpf_map.sys_value_size:
+        return b""
     if len(value) != bpf_map.sys_value_size:
         raise KernelError(errno.EINVAL, value_problem(
             bpf_map.map_type, bpf_map.value_size, bpf_map.machine.num_cpus, "value",
@@ -511,14 +514,14 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
             inc(obj)
 
     def _obj_get(self, path: str, file_flags: int) -> int:
-        flags = bpf_obj_file_flags(file_flags, "file_flags")
+        # bpf_obj_get also takes BPF_F_PATH_FD (a relative path is then resolved from
+        # path_fd, which the System leaves 0); the access bits are the rest.
+        flags = bpf_obj_file_flags(file_flags & ~int(MapFlags.PATH_FD), "file_flags")
         with self._lock:
             obj = self.bpffs.get(path)
             if isinstance(obj, BpfMap):
                 return self._map_new_fd(obj, flags)
-            if flags:  # bpf_obj_get_user: programs open read-write only
-                raise KernelError(errno.EINVAL, "a pinned program opens without "
-                                  "BPF_F_RDONLY / BPF_F_WRONLY")
+            # bpf_obj_get_user: a program's fd is read-write whatever the flags asked
             self.bpf_prog_inc(obj)
         return self.fd_install(obj)
 

@@ -118,11 +118,15 @@ class VerifiedProgram:
 
 
 def bpf_check(insns: bytes, prog_type: int, map_from_fd: Callable[[int], Any],
-              gpl: bool = True, expected_attach_type: int = 0) -> VerifiedProgram:
+              gpl: bool = True, expected_attach_type: int = 0,
+              check_attach_btf_id: Callable[[], None] | None = None) -> VerifiedProgram:
     """Verify ``insns`` for ``prog_type``; ``map_from_fd(fd)`` resolves lddw map fds (raises
-    KernelError); ``gpl``: the license is GPL-compatible. Returns the decoded program or
-    raises ``VerifierReject``."""
-    return _Verifier(insns, prog_type, map_from_fd, gpl, expected_attach_type).run()
+    KernelError); ``gpl``: the license is GPL-compatible; ``check_attach_btf_id`` (the
+    loader's checks of the program's kind: sleepable) runs where the kernel's does, after
+    check_cfg. Returns the decoded program or raises ``VerifierReject``."""
+    verifier = _Verifier(insns, prog_type, map_from_fd, gpl, expected_attach_type)
+    verifier.check_attach_btf_id = check_attach_btf_id
+    return verifier.run()
 
 
 
@@ -134,6 +138,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         self.prog_type = prog_type
         self.attach_type = attach_type
         self.map_from_fd = map_from_fd
+        self.check_attach_btf_id: Callable[[], None] | None = None
         self.n = len(data) // 8
         self.raw = [_SLOT.unpack_from(data, 8 * i) for i in range(self.n)]
         self.slots: list[Instruction | None] = []
@@ -146,6 +151,8 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         self.check_subprogs()
         program = self.resolve_pseudo_ldimm64()
         self.check_cfg()
+        if self.check_attach_btf_id is not None:
+            self.check_attach_btf_id()
         self.do_check(program)
         program.insns = self.converted_insns()
         program.processed = self.processed

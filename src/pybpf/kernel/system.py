@@ -283,7 +283,9 @@ class KernelSystem(System):
         its length is not the map's), or ``out`` bytes back (-1: the value size)."""
         problem = ""
         if meta is None:  # not a map: the kernel refuses before reading any buffer
-            key = value = UNREADABLE if key is not None else None  # type: ignore[assignment]
+            # (a field that is not given stays 0: DELETE_ELEM's CHECK_ATTR refuses a value)
+            key = UNREADABLE if key is not None else None  # type: ignore[assignment]
+            value = UNREADABLE if value is not None else None  # type: ignore[assignment]
         else:
             if key is not None and meta.key_size and len(key) != meta.key_size:
                 problem = length_problem("key", len(key), meta.key_size, "the map's key_size "
@@ -304,7 +306,9 @@ class KernelSystem(System):
             buf, attr.value = buffers.get(size) or _new_buffer(buffers, size)
         if libc_syscall(NR_BPF, cmd, ref, _SIZEOF_ELEM) < 0:
             err = get_errno()
-            if problem and err == errno.EFAULT:
+            # The key is copied first: with a NULL one (a map that takes a key), its EFAULT
+            # is the kernel's answer, not the value's length.
+            if problem and err == errno.EFAULT and not (key is None and meta and meta.key_size):
                 raise KernelError(errno.EINVAL, problem)
             raise _not_a_map(fd, err) if meta is None else KernelError(err)
         return None if buf is None else buf.raw

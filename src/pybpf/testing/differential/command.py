@@ -62,6 +62,11 @@ def differential_command(parser: argparse.ArgumentParser
     parser.add_argument("--shrink", type=int_arg("--shrink", 0, MAX_SEQUENCES), default=200,
                         metavar="TRIES",
                         help="re-runs spent shrinking each mismatch (0: report as found)")
+    parser.add_argument("--fuzz", type=int_arg("--fuzz", 1, MAX_SEQUENCES), metavar="N",
+                        help="instead of the map families: N sequences of random System "
+                             "calls, bad arguments included (the System-level fuzz)")
+    parser.add_argument("--calls", type=int_arg("--calls", 1, 10_000), default=40,
+                        help="calls per --fuzz sequence")
     return run
 
 
@@ -73,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:  # bpf(2) not allowed here: nothing to compare against
         print(f"Error: cannot compare {args.a} with {args.b}: {exc}", file=sys.stderr)
         return 1
+    if args.fuzz:
+        return run_fuzz(args, a, b)
     families = args.family or list(GENERATORS)
     with Progress("differential families", len(families)) as heartbeat:
         def done(line: str) -> None:
@@ -86,3 +93,18 @@ def run(args: argparse.Namespace) -> int:
         print()
     print(summary.report(args.a, args.b))
     return 1 if summary.mismatches else 0
+
+
+def run_fuzz(args: argparse.Namespace, a: System, b: System) -> int:
+    """``pybpf differential --fuzz N``: exit 1 on a disagreement outside the allow-list, a
+    crash, a hang or a runaway allocation."""
+    from .fuzz import fuzz
+
+    if a.num_possible_cpus != b.num_possible_cpus:
+        print(f"Error: {args.a} has {a.num_possible_cpus} CPUs, {args.b} "
+              f"{b.num_possible_cpus}: nothing to compare", file=sys.stderr)
+        return 1
+    summary = fuzz(a, b, args.seed, args.fuzz, args.calls, args.a, args.b,
+                   progress=lambda line: print(line, flush=True))
+    print(summary.report(args.a, args.b))
+    return 0 if summary.ok else 1
