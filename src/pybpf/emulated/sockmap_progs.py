@@ -42,14 +42,56 @@ SOCKMAP_ATTACH_PROG_TYPES = {
 }
 
 
+def _attach_prog_types() -> dict[int, int]:
+    """kernel/bpf/syscall.c attach_type_to_prog_type: the attach types BPF_PROG_ATTACH knows."""
+    table: dict[int, int] = dict(SOCKMAP_ATTACH_PROG_TYPES)
+    for attach in AttachType:
+        name = attach.name
+        if name in ("CGROUP_INET_INGRESS", "CGROUP_INET_EGRESS"):
+            table[attach] = ProgType.CGROUP_SKB
+        elif name in ("CGROUP_INET_SOCK_CREATE", "CGROUP_INET_SOCK_RELEASE",
+                      "CGROUP_INET4_POST_BIND", "CGROUP_INET6_POST_BIND"):
+            table[attach] = ProgType.CGROUP_SOCK
+        elif name.startswith("CGROUP_") and name.endswith(
+                ("_BIND", "_CONNECT", "_GETPEERNAME", "_GETSOCKNAME", "_SENDMSG", "_RECVMSG")):
+            table[attach] = ProgType.CGROUP_SOCK_ADDR
+        elif name in ("CGROUP_GETSOCKOPT", "CGROUP_SETSOCKOPT"):
+            table[attach] = ProgType.CGROUP_SOCKOPT
+        elif name in ("TRACE_ITER", "TRACE_RAW_TP", "TRACE_FENTRY", "TRACE_FEXIT",
+                      "MODIFY_RETURN"):
+            table[attach] = ProgType.TRACING
+        elif name in ("LSM_MAC", "LSM_CGROUP"):
+            table[attach] = ProgType.LSM
+        elif name in ("TCX_INGRESS", "TCX_EGRESS", "NETKIT_PRIMARY", "NETKIT_PEER"):
+            table[attach] = ProgType.SCHED_CLS
+    for attach, ptype in (("CGROUP_SOCK_OPS", "SOCK_OPS"), ("CGROUP_DEVICE", "CGROUP_DEVICE"),
+                          ("LIRC_MODE2", "LIRC_MODE2"), ("FLOW_DISSECTOR", "FLOW_DISSECTOR"),
+                          ("CGROUP_SYSCTL", "CGROUP_SYSCTL"), ("SK_LOOKUP", "SK_LOOKUP"),
+                          ("XDP", "XDP")):
+        table[AttachType[attach]] = ProgType[ptype]
+    return table
+
+
+ATTACH_PROG_TYPES = _attach_prog_types()
+# Program types whose BPF_PROG_ATTACH target is a cgroup (is_cgroup_prog_type)
+_CGROUP_PROG_TYPES = {ProgType.CGROUP_SKB, ProgType.CGROUP_SOCK, ProgType.CGROUP_SOCK_ADDR,
+                      ProgType.SOCK_OPS, ProgType.CGROUP_DEVICE, ProgType.CGROUP_SYSCTL,
+                      ProgType.CGROUP_SOCKOPT}
+# Types whose programs must be loaded for the attach type (bpf_prog_attach_check_attach_type)
+_EXPECTED_ATTACH_CHECKED = {ProgType.CGROUP_SOCK, ProgType.CGROUP_SOCK_ADDR,
+                            ProgType.CGROUP_SOCKOPT, ProgType.LSM}
+
+
 def attach_type_to_prog_type(attach_type: int) -> int | None:
-    """The program type an attach type takes (None: unknown); only the sockmap types and
-    XDP are resolved exactly, the others are "some other type" (-1)."""
-    if attach_type in SOCKMAP_ATTACH_PROG_TYPES:
-        return SOCKMAP_ATTACH_PROG_TYPES[attach_type]
-    if attach_type == AttachType.XDP:
-        return ProgType.XDP
-    return -1 if attach_type in AttachType._value2member_map_ else None
+    """The program type an attach type takes; None where BPF_PROG_ATTACH has none (UNSPEC)."""
+    return ATTACH_PROG_TYPES.get(attach_type)
+
+
+def _is_cgroup_attach(attach_type: int) -> bool:
+    """is_cgroup_prog_type(ptype, attach_type, false), as bpf_prog_detach asks it: the cgroup
+    program types, and every LSM attach type (the check of LSM_CGROUP is left out there)."""
+    ptype = attach_type_to_prog_type(attach_type)
+    return ptype in _CGROUP_PROG_TYPES or ptype == ProgType.LSM
 
 
 class BpfSockmapLink:
@@ -97,6 +139,13 @@ class SockMapMixin:
             raise KernelError(errno.EINVAL, f"attach_flags {attach_flags:#x}: only "
                                             "BPF_F_ALLOW_OVERRIDE|ALLOW_MULTI|REPLACE exist")
         prog = self._sockmap_prog(prog_fd, attach_type)
+        ptype = attach_type_to_prog_type(attach_type)
+        if ptype in _EXPECTED_ATTACH_CHECKED and prog.expected_attach_type != attach_type:
+            raise KernelError(errno.EINVAL, f"{prog.describe()} was loaded for another "
+                                            "attach type")
+        if ptype in _CGROUP_PROG_TYPES or attach_type == AttachType.LSM_CGROUP:
+            raise KernelError(errno.EBADF, f"fd {target_fd} is not a cgroup (the emulated "
+                                           "backend has no cgroups)")
         if attach_type not in SOCKMAP_ATTACH_PROG_TYPES:
             raise KernelError(errno.EINVAL, f"the emulated backend attaches only sockmap "
                                             f"programs, not {AttachType(attach_type).name}")
@@ -107,6 +156,11 @@ class SockMapMixin:
         bpf_map.sock_map_prog_update(prog, None, None, attach_type)
 
     def _prog_detach(self, target_fd: int, attach_type: int, prog_fd: int) -> None:
+        if attach_type_to_prog_type(attach_type) is None:
+            raise KernelError(errno.EINVAL, f"attach type {attach_type} is unknown")
+        if _is_cgroup_attach(attach_type):  # cgroup_bpf_prog_detach: cgroup_get_from_fd first
+            raise KernelError(errno.EBADF, f"fd {target_fd} is not a cgroup (the emulated "
+                                           "backend has no cgroups)")
         if attach_type not in SOCKMAP_ATTACH_PROG_TYPES:
             raise KernelError(errno.EINVAL, f"attach type {attach_type}: the emulated backend "
                                             "detaches only sockmap programs")
