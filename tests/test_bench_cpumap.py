@@ -52,8 +52,11 @@ def test_kernel_rows_count_every_frame(kernel, capsys):
               "--no-reference")
     for row in doc["rows"]:
         (only,) = row["runs"]
-        assert only["enqueued"] >= 20000  # vB's stack may add its own frames (IPv6)
-        assert only["kthread"] + only["ring_drops"] == only["enqueued"]
+        # vB's stack may add its own frames (IPv6 neighbour discovery, MLD), and one of those
+        # can be enqueued before the counting window opens and taken after: a frame or two
+        # either way, never the traffic's
+        assert only["enqueued"] >= 20000
+        assert abs(only["kthread"] + only["ring_drops"] - only["enqueued"]) <= 2
         assert row["kthread_mpps"]["median"] > 0
 
 
