@@ -298,12 +298,23 @@ class SkPsock:
     def sk_psock_stop_verdict(self) -> None:
         """The verdict programs go and the socket is read as a plain one again."""
         self.progs.stream_verdict = self.progs.skb_verdict = None
+        self.receiver_stop = True
+        self._quiesce_receiver()
         with self.lock:
-            self.receiver_stop = True
             self.lock.notify_all()
+
+    def _quiesce_receiver(self) -> None:
+        """Wait out a chunk the receive thread holds (read, not yet delivered): once the
+        kernel's delete returns no verdict runs on the socket, so what the application reads
+        next from the socket itself comes after everything the verdict took."""
+        if threading.current_thread() is not self.receiver:
+            with self.rx_lock:
+                pass
 
     def sk_psock_drop(self) -> None:
         """The last link went: stop; the threads finish and exit."""
+        self.receiver_stop = True
+        self._quiesce_receiver()
         self.table.forget(self)
         with self.lock:
             self.stopped = True
@@ -348,6 +359,8 @@ class SkPsock:
                 continue
             start = time.thread_time_ns()
             with self.rx_lock:
+                if self.receiver_stop:  # stopped while this thread waited for the lock
+                    break
                 if not self.armed:
                     queued = socket_rx_queued(self.fd)
                     if queued > self.rx_seen or events[0][1] & (select.POLLRDHUP | select.POLLHUP):
