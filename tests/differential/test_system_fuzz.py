@@ -59,7 +59,7 @@ def test_harness_two_kernel_runs_agree(kernel, bpffs, differential_tally):
     """The harness's own check: calls are data and the kernel answers them alike twice (so
     a kernel-vs-emulated disagreement is never the harness's noise: fds, ids, pin paths)."""
     summary = f.fuzz(kernel, type(kernel)(), SEEDS[0], 100, CALLS, "kernel", "kernel")
-    assert not summary.allowed and not summary.pending
+    assert not summary.allowed
     _check(summary, "kernel", "kernel", differential_tally)
 
 
