@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,6 +115,19 @@ def fd_arg(fd: object, err: int = errno.EBADF) -> int:
         return int(fd)
     raise KernelError(err, f"fd {fd!r} is not open" + (
         " (a closed Map or Program has fd -1)" if fd == -1 else ""))
+
+
+def sock_fd_arg(sock: object) -> int:
+    """A socket as its fd: a ``socket.socket`` (its fileno) or an fd (``fd_arg``)."""
+    return fd_arg(sock.fileno() if isinstance(sock, socket.socket) else sock)
+
+
+def timeout_arg(timeout: object) -> float | None:
+    """Seconds to wait: None (for ever) or a finite number >= 0, else KernelError(EINVAL)."""
+    if timeout is None or (isinstance(timeout, int | float) and 0 <= timeout < float("inf")):
+        return timeout  # type: ignore[return-value]
+    raise KernelError(errno.EINVAL, f"timeout={timeout!r} is not a number of seconds >= 0 "
+                      "(or None)")
 
 
 def bytes_arg(data: object, what: str) -> bytes:

@@ -52,6 +52,8 @@ from .attrs import (
     key_arg,
     name_arg,
     pin_path,
+    sock_fd_arg,
+    timeout_arg,
     unsigned,
 )
 from .errors import (
@@ -532,13 +534,8 @@ class System(abc.ABC):
         tcp_bpf_recvmsg reads. b"" at end of stream; ``timeout`` seconds at most (None:
         block; 0: EAGAIN when nothing is there)."""
         try:
-            fd = fd_arg(sock.fileno() if isinstance(sock, socket.socket) else sock)
-            size = unsigned(bufsize, 31, "bufsize")
-            if timeout is not None and not (isinstance(timeout, int | float)
-                                            and 0 <= timeout < float("inf")):
-                raise KernelError(errno.EINVAL, f"timeout={timeout!r} is not a number of "
-                                  "seconds >= 0 (or None)")
-            return self._sock_recv(fd, size, timeout)
+            return self._sock_recv(sock_fd_arg(sock), unsigned(bufsize, 31, "bufsize"),
+                                   timeout_arg(timeout))
         except KernelError as exc:
             raise self._fail(exc, "sock_recv", f"socket fd {sock!r}") from None
 
@@ -548,13 +545,8 @@ class System(abc.ABC):
         sockmap with an SK_MSG verdict program, the program sees each message first
         (tcp_bpf_sendmsg: pass, drop -> EACCES, or redirect). Returns the bytes taken."""
         try:
-            fd = fd_arg(sock.fileno() if isinstance(sock, socket.socket) else sock)
-            payload = bytes_arg(data, "data")
-            if timeout is not None and not (isinstance(timeout, int | float)
-                                            and 0 <= timeout < float("inf")):
-                raise KernelError(errno.EINVAL, f"timeout={timeout!r} is not a number of "
-                                  "seconds >= 0 (or None)")
-            return self._sock_send(fd, payload, timeout)
+            return self._sock_send(sock_fd_arg(sock), bytes_arg(data, "data"),
+                                   timeout_arg(timeout))
         except KernelError as exc:
             raise self._fail(exc, "sock_send", f"socket fd {sock!r}") from None
 

@@ -29,7 +29,6 @@ import os
 import threading
 from collections.abc import Iterator
 
-from .. import sockio
 from ..accelerator import ACCEL
 from ..attrs import (
     UNREADABLE,
@@ -44,6 +43,7 @@ from ..system import BatchLookup, FastOps, MapInfo, ProgInfo, System, TestRun
 from ..topology import Topology, host_topology
 from ..uapi import BPF_F_SOCKMAP_TARGET_CPU, Cmd, MapType, map_traits, syscall_value_size
 from . import perf_event
+from .sockmap import NO_TARGET_CPU, SockMapMixin
 from .syscall import (
     NR_BPF,
     UNAVAILABLE,
@@ -56,9 +56,7 @@ from .syscall import (
     MapBatchAttr,
     MapCreateAttr,
     MapElemAttr,
-    MapElemTargetCpuAttr,
     ObjPinAttr,
-    ProgAttachAttr,
     ProgLoadAttr,
     RawTracepointAttr,
     TestRunAttr,
@@ -76,12 +74,6 @@ _NO_TOKEN = b"\xff\xff\xff\xff"
 _LOG_SIZES = (1 << 20, 1 << 24)  # verifier log buffer: first try, last try
 VMLINUX_BTF = "/sys/kernel/btf/vmlinux"
 _SIZEOF_ELEM = ctypes.sizeof(MapElemAttr)
-# Why a sockmap CPU binding is refused here, in both of its designs.
-_NO_TARGET_CPU = ("sockmap CPU affinity (Jiayuan Chen's 2024 patch, and the flag its review "
-                  "asked for) was never merged into Linux; the emulated backend has it, and "
-                  "RPS on the receiving device (pybpf.testing.rps) is the kernel's knob")
-
-
 class _MapMeta:
     """What the translation needs to know about a map fd."""
 
@@ -165,7 +157,7 @@ def _fresh(fd: int) -> int:
     return fd
 
 
-class KernelSystem(System):
+class KernelSystem(SockMapMixin, System):
     """bpf(2) on the running kernel."""
 
     name = "kernel"
@@ -274,7 +266,7 @@ class KernelSystem(System):
             err = get_errno()
             if err == errno.EINVAL and flags & BPF_F_SOCKMAP_TARGET_CPU:
                 raise KernelError(err, "BPF_F_SOCKMAP_TARGET_CPU (the CPU in the upper 32 "
-                                  "bits of flags) is not a kernel flag: " + _NO_TARGET_CPU)
+                                  "bits of flags) is not a kernel flag: " + NO_TARGET_CPU)
             raise KernelError(err)
 
     def _elem(self, cmd: int, fd: int, meta: _MapMeta | None, key: bytes | None, flags: int,
@@ -552,38 +544,6 @@ class KernelSystem(System):
         if fd < 0:
             raise KernelError(-fd)
         return _fresh(fd)
-
-    def _prog_attach(self, prog_fd: int, target_fd: int, attach_type: int,
-                     attach_flags: int, replace_prog_fd: int) -> None:
-        ret = bpf(Cmd.PROG_ATTACH, ProgAttachAttr(
-            target_fd=target_fd, attach_bpf_fd=prog_fd, attach_type=attach_type,
-            attach_flags=attach_flags, replace_bpf_fd=replace_prog_fd))
-        if ret < 0:
-            raise KernelError(-ret)
-
-    def _prog_detach(self, target_fd: int, attach_type: int, prog_fd: int) -> None:
-        ret = bpf(Cmd.PROG_DETACH, ProgAttachAttr(target_fd=target_fd, attach_bpf_fd=prog_fd,
-                                                  attach_type=attach_type))
-        if ret < 0:
-            raise KernelError(-ret)
-
-    def _map_update_elem_target_cpu(self, fd: int, key: bytes | None, value: bytes,
-                                    flags: int, target_cpu: int) -> None:
-        cpu = ctypes.c_uint64(target_cpu)
-        ret = bpf(Cmd.MAP_UPDATE_ELEM, MapElemTargetCpuAttr(
-            map_fd=fd, key=key, value=value, flags=flags,
-            target_cpu=ctypes.addressof(cpu)))
-        if ret < 0:
-            detail = ""
-            if ret == -errno.EINVAL:
-                detail = "this kernel has no target_cpu for sockmap updates: " + _NO_TARGET_CPU
-            raise KernelError(-ret, detail)
-
-    def _sock_recv(self, fd: int, bufsize: int, timeout: float | None) -> bytes:
-        return sockio.recv(fd, bufsize, timeout)
-
-    def _sock_send(self, fd: int, data: bytes, timeout: float | None) -> int:
-        return sockio.send(fd, data, timeout)
 
     def _prog_test_run(self, prog_fd: int, req: TestRunRequest) -> TestRun:
         data_out = ctypes.create_string_buffer(req.data_size_out)
