@@ -25,7 +25,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import KernelError, ProgramFault
-from ..uapi import BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, BpfFunc, MapType, ProgType, map_traits
+from ..uapi import (
+    BPF_F_BROADCAST,
+    BPF_F_EXCLUDE_INGRESS,
+    BPF_F_INGRESS,
+    SK_DROP,
+    SK_PASS,
+    BpfFunc,
+    MapType,
+    ProgType,
+    map_traits,
+)
 from .bpf_map import INT_MAX, BpfMap
 from .memory import (
     BYTES_AT,
@@ -39,10 +49,8 @@ from .memory import (
     mem_write,
 )
 
-# XDP actions and sk_skb verdicts (include/uapi/linux/bpf.h)
+# XDP actions (include/uapi/linux/bpf.h)
 XDP_ABORTED, XDP_DROP, XDP_PASS, XDP_TX, XDP_REDIRECT = range(5)
-SK_DROP, SK_PASS = 0, 1
-BPF_F_INGRESS = 1
 _XDP_ACTION_MASK = XDP_ABORTED | XDP_DROP | XDP_PASS | XDP_TX
 
 

@@ -58,7 +58,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..errors import KernelError
-from ..uapi import ProgType
+from ..uapi import SK_PASS, ProgType
 from .executable import run
 from .filter import (
     SK_BUFF_SIZE,
@@ -79,7 +79,6 @@ from .filter import (
 )
 from .memory import CTX_REGION, PACKET_REGION, CtxRegion, RunState
 
-SK_DROP, SK_PASS = 0, 1
 # enum __sk_action: what a verdict becomes (__SK_DROP, __SK_PASS, __SK_REDIRECT)
 SK_VERDICT_DROP, SK_VERDICT_PASS, SK_VERDICT_REDIRECT = 0, 1, 2
 SO_INCOMING_CPU = 49
