@@ -484,23 +484,18 @@ class SockmapPath:
         self.keys.append(key)
 
     def _forward_queued(self, src: socket.socket, dst: socket.socket) -> None:
-        previous = src.gettimeout()
-        src.setblocking(False)  # a blocking read would wait for data the verdict took
-        try:
-            while True:
-                try:
-                    data = self.system.sock_recv(src, CHUNK, timeout=0)
-                except OSError as exc:
-                    if exc.errno == errno.EAGAIN:
-                        return
-                    raise
-                if not data:
+        while True:
+            try:
+                data = self.system.sock_recv(src, CHUNK, timeout=0)
+            except OSError as exc:
+                if exc.errno == errno.EAGAIN:
                     return
-                view = memoryview(data)
-                while view:
-                    view = view[self.system.sock_send(dst, bytes(view), timeout=5):]
-        finally:
-            src.settimeout(previous)
+                raise
+            if not data:
+                return
+            view = memoryview(data)
+            while view:
+                view = view[self.system.sock_send(dst, bytes(view), timeout=5):]
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
