@@ -5,8 +5,10 @@ Rules this module keeps:
   assembly text or encoded bytes), the program type and load attributes. Map references in
   it are map objects, raw fds, or names resolved by ``Program.load(..., maps={name: map})``.
 - ``Program.load`` resolves every map reference to an fd *of the system it loads on* (a map
-  of another system is an error), calls ``system.prog_load`` and keeps the referenced map
-  objects alive for as long as the Program, as the kernel keeps a loaded program's maps.
+  of another system is an error) and every kfunc named in a call to its BTF id in that
+  system's kernel BTF (``System.kfunc_btf_id``: a kernel without it fails here, before the
+  load), calls ``system.prog_load`` and keeps the referenced map objects alive for as long
+  as the Program, as the kernel keeps a loaded program's maps.
 - A rejected program raises ``errors.VerifierError`` with the verifier's log.
 - A Program owns its fd: ``close()`` (idempotent), ``with``, or garbage collection closes it.
 """
@@ -156,12 +158,15 @@ class Program(FdHandle):
              maps: Mapping[str, Any] | None = None, log_level: int = 0) -> Program:
         """Assemble, resolve map references to this system's fds, and BPF_PROG_LOAD.
 
-        ``maps`` binds map names used in the instructions (over ``spec.maps``).
+        ``maps`` binds map names used in the instructions (over ``spec.maps``); kfuncs
+        called by name get their BTF id on ``system``.
         ``log_level`` > 0 asks for a verifier log even when the load succeeds.
         """
         system = resolve_system(system)
         bindings = {**spec.maps, **(maps or {})}
-        insns, keep = _resolve_maps(spec.assembly(), system, bindings)
+        assembly = spec.assembly()
+        insns, keep = _resolve_maps(assembly, system, bindings)
+        insns = assembly.with_kfunc_ids(system.kfunc_btf_id, insns)
         fd = system.prog_load(int(spec.prog_type), encode(insns), license=spec.license,
                               expected_attach_type=int(spec.expected_attach_type),
                               prog_name=spec.name.encode(), prog_flags=spec.prog_flags,

@@ -574,6 +574,17 @@ class System(abc.ABC):
         except KernelError as exc:
             raise self._fail(exc, "vmlinux_btf") from None
 
+    def kfunc_btf_id(self, name: str) -> int:
+        """The BTF id of kernel function ``name`` in this system's kernel BTF, what a kfunc
+        call's imm names (``call_kfunc("name")`` gets it at ``Program.load``). A kernel
+        without it: ENOENT, as a BTF lookup by name answers."""
+        if not isinstance(name, str) or not name.isidentifier():
+            raise TypeError(f"a kernel function name is a C identifier (str), not {name!r}")
+        try:
+            return self._kfunc_btf_id(name)
+        except KernelError as exc:
+            raise self._fail(exc, "kfunc_btf_id", f"kernel function {name}") from None
+
     def _prog_where(self, fd: object) -> str:
         """A program as errors name it ("" when ``fd`` is not one)."""
         if not isinstance(fd, int) or isinstance(fd, bool) or not -(1 << 31) <= fd < 1 << 31:
@@ -683,6 +694,10 @@ class System(abc.ABC):
 
     @abc.abstractmethod
     def _vmlinux_btf(self) -> bytes: ...
+
+    @abc.abstractmethod
+    def _kfunc_btf_id(self, name: str) -> int:
+        """The id of FUNC ``name`` in the kernel's BTF; KernelError(ENOENT) when none."""
 
 
 def iter_keys(sys: System, fd: int) -> Iterator[bytes]:

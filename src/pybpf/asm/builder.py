@@ -10,6 +10,10 @@ Rules this module keeps:
 - Map references (``ld_map_fd``, ``ld_map_value``) name a map object (anything with ``fd``),
   a raw fd (int) or a name (str) that ``Program.load(..., maps=)`` resolves; ``assemble``
   leaves them in ``Assembly.map_refs`` and fills the fd in only when it is known.
+- A kfunc call (``call_kfunc``) names its kernel function by BTF id (an int, taken as is) or
+  by name (a str): ``assemble`` leaves a name in ``Assembly.kfunc_refs`` and ``Program.load``
+  puts in the id the system's kernel BTF gives it (``System.kfunc_btf_id``), as libbpf
+  resolves a ``__ksym`` extern, so one program names the same kfunc on either backend.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ class Ref:
     insn: Instruction
     target: str | None = None  # label: off (jumps) or imm (gotol, local call, ld_func)
     map: Any = None  # map object, fd or name, for lddw with a map pseudo source
+    kfunc: str | None = None  # kernel function name: imm (its BTF id) is put in at load
 
 
 Item = Instruction | Ref | Label
@@ -73,13 +78,24 @@ class MapRef:
     map: Any
 
 
+@dataclass(frozen=True)
+class KfuncRef:
+    """The kfunc call at ``index`` (in ``Assembly.instructions``) calls kernel function
+    ``name``."""
+
+    index: int
+    name: str
+
+
 @dataclass
 class Assembly:
-    """Assembled program: instructions with labels resolved, and where the maps go."""
+    """Assembled program: instructions with labels resolved, where the maps and the kfunc ids
+    go."""
 
     instructions: list[Instruction]
     labels: dict[str, int] = field(default_factory=dict)  # name -> slot
     map_refs: list[MapRef] = field(default_factory=list)
+    kfunc_refs: list[KfuncRef] = field(default_factory=list)
 
     def with_map_fds(self, fd_of) -> list[Instruction]:
         """The instructions with each map reference's fd put in by ``fd_of(map)``."""
@@ -88,6 +104,14 @@ class Assembly:
             insn = insns[ref.index]
             fd = fd_of(ref.map)
             insns[ref.index] = insn._replace(imm=(insn.imm & ~0xFFFFFFFF) | (fd & 0xFFFFFFFF))
+        return insns
+
+    def with_kfunc_ids(self, id_of, insns: list[Instruction] | None = None) -> list[Instruction]:
+        """``insns`` (default: these instructions) with each kfunc call's imm set to
+        ``id_of(name)``, the BTF id of its kernel function."""
+        insns = list(self.instructions if insns is None else insns)
+        for ref in self.kfunc_refs:
+            insns[ref.index] = insns[ref.index]._replace(imm=id_of(ref.name))
         return insns
 
 
@@ -109,6 +133,7 @@ def assemble(items: Iterable[Item]) -> Assembly:
             slot += _insn_of(item).slots
     insns: list[Instruction] = []
     map_refs: list[MapRef] = []
+    kfunc_refs: list[KfuncRef] = []
     slot = 0
     for item in items:
         if isinstance(item, Label):
@@ -123,13 +148,15 @@ def assemble(items: Iterable[Item]) -> Assembly:
                 fd = item.map if isinstance(item.map, int) else getattr(item.map, "fd", -1)
                 if isinstance(fd, int) and 0 <= fd <= 0xFFFFFFFF:
                     insn = insn._replace(imm=(insn.imm & ~0xFFFFFFFF) | fd)
+            if item.kfunc is not None:
+                kfunc_refs.append(KfuncRef(len(insns), item.kfunc))
         try:
             check(insn, slot)
         except InvalidInstruction as exc:
             raise AssemblyError(str(exc)) from None
         insns.append(insn)
         slot += insn.slots
-    return Assembly(insns, labels, map_refs)
+    return Assembly(insns, labels, map_refs, kfunc_refs)
 
 
 def _insn_of(item: Item) -> Instruction:
@@ -289,10 +316,18 @@ def call_local(target: str | int) -> Item:
                                     src=uapi.BPF_PSEUDO_CALL), target, "imm")
 
 
-def call_kfunc(btf_id: int, btf_fd_index: int = 0) -> Instruction:
-    """Call a kernel function by BTF id (src = uapi.BPF_PSEUDO_KFUNC_CALL; off = fd_array index)."""
-    return Instruction(_opcode(cls=Class.JMP, op=JmpOp.CALL), src=uapi.BPF_PSEUDO_KFUNC_CALL,
-                       off=btf_fd_index, imm=btf_id)
+def call_kfunc(func: str | int, btf_fd_index: int = 0) -> Item:
+    """Call a kernel function (src = uapi.BPF_PSEUDO_KFUNC_CALL; off = fd_array index) by BTF
+    id, or by name ("bpf_sk_skb_set_redirect_cpu"), whose id ``Program.load`` puts in."""
+    insn = Instruction(_opcode(cls=Class.JMP, op=JmpOp.CALL), src=uapi.BPF_PSEUDO_KFUNC_CALL,
+                       off=btf_fd_index)
+    if isinstance(func, str):
+        if not func.isidentifier():
+            raise AssemblyError(f"a kernel function name is a C identifier, not {func!r}")
+        return Ref(insn, kfunc=func)
+    if isinstance(func, bool) or not isinstance(func, int):
+        raise AssemblyError(f"a kfunc is a name or a BTF id (an int), not {func!r}")
+    return insn._replace(imm=func)
 
 
 def exit_() -> Instruction:
@@ -479,8 +514,8 @@ MNEMONICS.update({f.__name__: f for f in (
 # the generated ones become module attributes: add64, jeq32, ldxw, atomic_fetch_add64, ...
 vars(sys.modules[__name__]).update(MNEMONICS)
 
-__all__ = ["Assembler", "Assembly", "AssemblyError", "Item", "Label", "MNEMONICS", "MapRef", "Ref",
-    "assemble", *MNEMONICS]
+__all__ = ["Assembler", "Assembly", "AssemblyError", "Item", "KfuncRef", "Label", "MNEMONICS",
+    "MapRef", "Ref", "assemble", *MNEMONICS]
 
 
 class Assembler:

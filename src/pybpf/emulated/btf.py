@@ -15,7 +15,9 @@ Rules this module keeps:
   emulated backend models (``struct xdp_md``, ``struct __sk_buff``, ``struct sk_msg_md``)
   and the uapi enums, laid out as include/uapi/linux/bpf.h lays them out. CO-RE relocates
   against it; a kernel-internal type (``struct task_struct``) is not there, so a relocation
-  that needs one fails as on a kernel without that type.
+  that needs one fails as on a kernel without that type. After them come the kfuncs the
+  emulated kernel offers (``kfuncs.KFUNCS``): a FUNC each, whose id a kfunc call names
+  (``vmlinux_kfuncs()``: the kfuncs by that id).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import struct
 from typing import Any
 
 from ..btf import (
+    BTF_FUNC_GLOBAL,
+    BTF_INT_SIGNED,
     Array,
     Btf,
     BtfError,
@@ -37,6 +41,7 @@ from ..btf import (
     Int,
     Kind,
     Member,
+    Param,
     Ptr,
     Struct,
 )
@@ -44,6 +49,7 @@ from ..btf.spec import BTF_MAGIC, BTF_VERSION, HEADER
 from ..errors import KernelError
 from ..uapi import ENOTSUPP, AttachType, MapType, ProgType
 from .filter import SK_BUFF_SIZE, SK_MSG_MD_SIZE, XDP_MD_SIZE
+from .kfuncs import KF_ARG_PTR_TO_CTX, KFUNCS, KfuncProto
 from .syscall import bpf_vlog_init
 
 BTF_MAX_SIZE = 16 * 1024 * 1024
@@ -238,6 +244,13 @@ class BtfMixin:
     def _vmlinux_btf(self) -> bytes:
         return vmlinux_btf_types().to_bytes()
 
+    def _kfunc_btf_id(self, name: str) -> int:
+        try:
+            return vmlinux_btf_types().find(name, Kind.FUNC)
+        except KeyError:
+            raise KernelError(errno.ENOENT, f"the emulated kernel has no kernel function "
+                              f"{name!r}; the kfuncs it offers: {', '.join(KFUNCS)}") from None
+
 
 @functools.cache
 def vmlinux_btf_types() -> Btf:
@@ -281,4 +294,22 @@ def vmlinux_btf_types() -> Btf:
         btf.add(Enum(name, 4, tuple(EnumValue(prefix + m.name, int(m)) for m in members)))
     btf.add(Enum("xdp_action", 4, tuple(EnumValue(n, v) for v, n in enumerate(
         ("XDP_ABORTED", "XDP_DROP", "XDP_PASS", "XDP_TX", "XDP_REDIRECT")))))
+    # the kfuncs last, so that adding one moves no other type's id
+    int_id = btf.add(Int("int", 4, BTF_INT_SIGNED, 0, 32))
+    for proto in KFUNCS.values():
+        params = []
+        for name, kind in proto.params:
+            type_id = int_id
+            if kind == KF_ARG_PTR_TO_CTX:
+                type_id = btf.add(Ptr(type_id=btf.find(proto.ctx_struct)))
+            params.append(Param(name, type_id))
+        proto_id = btf.add(FuncProto(return_type_id=int_id, params=tuple(params)))
+        btf.add(Func(proto.name, type_id=proto_id, linkage=BTF_FUNC_GLOBAL))
     return btf
+
+
+@functools.cache
+def vmlinux_kfuncs() -> dict[int, KfuncProto]:
+    """The emulated kernel's kfuncs by the id of their FUNC in ``vmlinux_btf_types()``."""
+    btf = vmlinux_btf_types()
+    return {btf.find(name, Kind.FUNC): proto for name, proto in KFUNCS.items()}

@@ -30,11 +30,13 @@ class Executable:
 
     ``ld_imm`` maps the slot of every lddw to the value it loads: the plain immediate, or a
     pointer to a map object (BPF_PSEUDO_MAP_FD) or into a map value (BPF_PSEUDO_MAP_VALUE).
-    ``helpers`` maps helper ids to callables ``f(rs, r1, r2, r3, r4, r5) -> r0``.
+    ``helpers`` maps helper ids to callables ``f(rs, r1, r2, r3, r4, r5) -> r0``, ``kfuncs``
+    the BTF ids of kfuncs (calls with src BPF_PSEUDO_KFUNC_CALL) to the same.
     """
 
     def __init__(self, insns: list[Instruction], helpers: dict[int, Callable],
-                 pseudo: dict[int, tuple] | None = None, owner: Any = None) -> None:
+                 pseudo: dict[int, tuple] | None = None, owner: Any = None,
+                 kfuncs: dict[int, Callable] | None = None) -> None:
         self.insns = insns
         self.slots: list[Instruction | None] = []
         for insn in insns:
@@ -42,6 +44,7 @@ class Executable:
             if insn.opcode == 0x18:
                 self.slots.append(None)
         self.helpers = helpers
+        self.kfuncs = kfuncs or {}
         self.owner = owner  # the BpfProg, for tail calls and diagnostics
         self.static_regions: dict[int, Any] = {}
         self.ld_imm: dict[int, int] = {}

@@ -536,7 +536,7 @@ def _table() -> dict[int, HelperProto]:
 HELPERS: dict[int, HelperProto] = _table()
 
 
-def _charged(func: Callable[..., int], cost: str) -> Callable[..., int]:
+def charged(func: Callable[..., int], cost: str) -> Callable[..., int]:
     """``func``, charging ``cost`` to the current CPU of the program's machine first."""
     def helper(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
         machine = _machine(rs)
@@ -550,5 +550,5 @@ def _charged(func: Callable[..., int], cost: str) -> Callable[..., int]:
 def helper_funcs() -> dict[int, Callable[..., int]]:
     """id -> function, what the engines call (charging the call's cost where the proto has
     one)."""
-    return {fid: proto.func if proto.cost is None else _charged(proto.func, proto.cost)
+    return {fid: proto.func if proto.cost is None else charged(proto.func, proto.cost)
             for fid, proto in HELPERS.items()}

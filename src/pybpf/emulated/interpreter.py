@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..asm.opcodes import ATOMIC_FETCH, OPCODES, AluOp, AtomicOp, Class, JmpOp, Kind, Source
 from ..errors import ProgramFault
-from ..uapi import BPF_PSEUDO_CALL, MAX_BPF_STACK, BpfFunc
+from ..uapi import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, BpfFunc
 from .memory import M32, M64, RunState, mem_load, mem_store
 from .semantics import BPF_MAX_LOOPS, atomic_op, bswap, ld_abs, sdiv, smod, tail_call
 
@@ -126,6 +126,8 @@ class Interpreter:
                 elif kind is Kind.CALL:
                     if src == BPF_PSEUDO_CALL:
                         regs[0] = self.run_frame(rs, pc + imm + 1, tuple(regs[1:6]))
+                    elif src == BPF_PSEUDO_KFUNC_CALL:
+                        regs[0] = exe.kfuncs[imm](rs, *regs[1:6]) & M64
                     elif imm == BpfFunc.tail_call:
                         target = tail_call(rs, regs[1], regs[2], regs[3])
                         if target is not None:

@@ -23,7 +23,7 @@ from ..asm.opcodes import (
     Source,
 )
 from ..errors import ProgramFault
-from ..uapi import BPF_PSEUDO_CALL, MAX_BPF_STACK, BpfFunc
+from ..uapi import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, BpfFunc
 from .memory import ACCESS_ERRORS, M32, M64, OFF_MASK, SIGN32, SIGN64, mem_load, mem_store
 from .semantics import ATOMIC_LOCK, BPF_MAX_LOOPS, atomic_op, bswap, ld_abs, sdiv, smod, tail_call
 
@@ -242,6 +242,8 @@ class _FunctionWriter:
                 emit(depth, "rs.count = n")
                 emit(depth, f"r0 = F{callee}(rs, r1, r2, r3, r4, r5)")
                 emit(depth, "n = rs.count")
+            elif insn.src == BPF_PSEUDO_KFUNC_CALL:
+                emit(depth, f"r0 = K{imm}(rs, r1, r2, r3, r4, r5)")
             elif imm == BpfFunc.tail_call:
                 emit(depth, "t = tail_call(rs, r1, r2, r3)")
                 emit(depth, "if t is not None:")
@@ -457,6 +459,8 @@ def jit_compile(exe: Executable) -> dict[str, Callable]:
         namespace[f"S{size}"] = fmt.pack_into
     for helper_id, helper in exe.helpers.items():
         namespace[f"H{helper_id}"] = helper
+    for btf_id, kfunc in exe.kfuncs.items():
+        namespace[f"K{btf_id}"] = kfunc
     namespace.update(bound)
     code = compile(source, f"<bpf-jit {getattr(exe.owner, 'name', '') or 'prog'}>", "exec")
     exec(code, namespace)  # noqa: S102 - our own generated source

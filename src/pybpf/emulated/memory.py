@@ -163,11 +163,13 @@ class RunState:
     """One program run: its regions, instruction count and budget, tail calls, environment.
 
     ``env`` is what the helpers see of the world: ``system`` (the EmulatedSystem, for the
-    machine and the fd-less objects), the packet for LD_ABS, the redirect a helper recorded.
+    machine and the fd-less objects), the packet for LD_ABS, the redirect a helper recorded,
+    and for a program a psock runs the psock of the skb's socket (what kfuncs find as
+    ``sk_psock(skb->sk)``).
     """
 
     __slots__ = ("mem", "next_region", "value_regions", "count", "budget", "tail_calls",
-                 "system", "packet", "redirect", "engine", "trace", "retval")
+                 "system", "packet", "redirect", "engine", "trace", "retval", "psock")
 
     def __init__(self, system: Any = None, budget: int = DEFAULT_BUDGET,
                  packet: bytes | bytearray | memoryview = b"") -> None:
@@ -183,6 +185,7 @@ class RunState:
         self.engine = "jit"  # the engine of this run: callbacks and tail calls use it too
         self.trace: list[bytes] = []
         self.retval = 0  # R0 at exit, set by whoever runs the program
+        self.psock: Any = None  # the SkPsock running the program (None: run outside one)
 
     def region_of(self, buf: Any) -> int:
         """The pointer to the start of ``buf`` (a map value), giving it a region once."""

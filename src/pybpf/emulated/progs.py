@@ -49,7 +49,7 @@ from ..uapi import (
     ProgType,
 )
 from .bpf_map import bpf_prog_map_compatible
-from .btf import check_btf_func
+from .btf import check_btf_func, vmlinux_kfuncs
 from .executable import Executable, run
 from .filter import (
     SK_BUFF_SIZE,
@@ -82,6 +82,7 @@ from .filter import (
     writable_fields,
 )
 from .helpers import helper_funcs
+from .kfuncs import kfunc_funcs
 from .memory import (
     CTX_REGION,
     DEFAULT_BUDGET,
@@ -185,7 +186,8 @@ class BpfProg:
         self.tag = bpf_prog_calc_tag(insns)
         self.used_maps = list(verified.maps)
         self.max_ctx_offset = verified.max_ctx_offset
-        self.executable = Executable(verified.insns, helper_funcs(), verified.pseudo, owner=self)
+        self.executable = Executable(verified.insns, helper_funcs(), verified.pseudo, owner=self,
+                                     kfuncs=kfunc_funcs(vmlinux_kfuncs()))
         self.refcnt = 0
         self.id = 0
         self.run_cnt = 0

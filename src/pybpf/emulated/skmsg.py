@@ -24,7 +24,11 @@ Rules this module keeps:
   the offset reached stay at the head and the work waits for write space (at most a jiffy,
   4 ms) before it retries: nothing is lost or sent twice (the 6.16 fixes). A hard send error
   stops transmission (TX_ENABLED cleared) and drops what is queued, counted.
-- Where work runs: a psock with a target CPU (``target_cpu``) runs its work there; an unbound
+- Where work runs: a psock with a target CPU (``target_cpu``, the map update's binding: the
+  user's explicit choice, so it wins) runs its work there; else one with a redirect CPU
+  (``redir_cpu``: the 2025 series' kfunc ``bpf_sk_skb_set_redirect_cpu`` sets it on the
+  verdict's psock, and a redirect copies the source's onto the target, as
+  sk_psock_skb_redirect did there) on that one (sk_psock_schedule_delayed_work); an unbound
   one on the CPU that queued the work (``schedule_delayed_work`` on WORK_CPU_UNBOUND: the
   queuing CPU's kworker). The receive thread runs on the emulated CPU standing for the host
   CPU that processed the socket's last incoming packets (SO_INCOMING_CPU: for loopback the
@@ -77,6 +81,7 @@ from .filter import (
     SKB_REMOTE_PORT,
     writable_fields,
 )
+from .kfuncs import BPF_SK_REDIR_CPU_UNSET
 from .memory import CTX_REGION, PACKET_REGION, CtxRegion, RunState
 
 # enum __sk_action: what a verdict becomes (__SK_DROP, __SK_PASS, __SK_REDIRECT)
@@ -216,6 +221,7 @@ class SkPsock:
         self.links: list[tuple[Any, Any]] = []  # (map, link_raw)
         self.progs = SkPsockProgs()
         self.target_cpu: int | None = None
+        self.redir_cpu = BPF_SK_REDIR_CPU_UNSET
         self.lock = threading.Condition()
         self.ingress_skb: deque[_Entry] = deque()
         self.ingress_msg: deque[bytes] = deque()
@@ -448,6 +454,7 @@ class SkPsock:
     def _run(self, prog: Any, ctx: CtxRegion, packet: bytearray) -> tuple[int, Any]:
         system = prog.system
         rs = RunState(system, system.insn_budget, packet)
+        rs.psock = self
         rs.mem[CTX_REGION] = ctx
         rs.mem[PACKET_REGION] = packet
         retval = run(prog.executable, rs, CTX_REGION << 32, system.bpf_engine)
@@ -472,7 +479,7 @@ class SkPsock:
             self._ingress_self(data, cpu)
         elif verdict == SK_VERDICT_REDIRECT:
             _, target, ingress = redirect
-            sk_psock_skb_redirect(getattr(target, "psock", None), data, bool(ingress), cpu)
+            sk_psock_skb_redirect(self, getattr(target, "psock", None), data, bool(ingress), cpu)
         else:
             self.table.count(cpu, drops=1)
 
@@ -497,10 +504,16 @@ class SkPsock:
 
     def _schedule(self, cpu: int) -> None:
         """schedule_delayed_work(&psock->work, 0), with self.lock held: pending work keeps the
-        CPU it was first queued on; a bound psock's work goes to its target CPU."""
+        CPU it was first queued on; a bound psock's work goes to its target CPU, else to its
+        redirect CPU when one is set (sk_psock_schedule_delayed_work)."""
         if not self.work_pending:
             self.work_pending = True
-            self.work_cpu = self.target_cpu if self.target_cpu is not None else cpu
+            if self.target_cpu is not None:
+                self.work_cpu = self.target_cpu
+            elif self.redir_cpu != BPF_SK_REDIR_CPU_UNSET:
+                self.work_cpu = self.redir_cpu
+            else:
+                self.work_cpu = cpu
         if self.worker is None or not self.worker.is_alive():
             self.worker = self._start(self._sk_psock_work, "work")
         self.lock.notify_all()
@@ -588,11 +601,13 @@ def sk_psock_map_verd(verdict: int, redir: bool) -> int:
     return SK_VERDICT_DROP
 
 
-def sk_psock_skb_redirect(target: SkPsock | None, data: bytes, ingress: bool, cpu: int) -> None:
+def sk_psock_skb_redirect(source: SkPsock, target: SkPsock | None, data: bytes, ingress: bool,
+                          cpu: int) -> None:
     """Queue on the target's ingress_skb and schedule its work; a target without a psock or
-    with transmission stopped drops the skb."""
+    with transmission stopped drops the skb. The target takes the source's redirect CPU."""
     if target is None:
         return
+    target.redir_cpu = source.redir_cpu
     with target.lock:
         if target.stopped or not target.tx_enabled:
             dropped = True

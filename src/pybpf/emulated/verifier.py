@@ -202,14 +202,9 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                 continue
             if insn is None or insn.opcode != Class.JMP | JmpOp.CALL:
                 continue
-            if insn.src == uapi.BPF_PSEUDO_KFUNC_CALL:  # add_kfunc_call: no BTF is passed here
-                if insn.off < 0:
-                    raise _reject(errno.EINVAL, "negative offset disallowed for kernel module "
-                                  "function call\nfailed to find BTF for kernel function")
-                if insn.off > 0:
-                    raise _reject(errno.EPROTO, "kfunc offset > 0 without fd_array is invalid"
-                                  "\nfailed to find BTF for kernel function")
-                raise _reject(errno.EINVAL, f"kernel btf_id {insn.imm} is not a function")
+            if insn.src == uapi.BPF_PSEUDO_KFUNC_CALL:
+                self.add_kfunc_call(insn)
+                continue
             if insn.src == uapi.BPF_PSEUDO_CALL:
                 target = pc + insn.imm + 1
                 if not 0 <= target < self.n:
@@ -447,7 +442,10 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                 raise _reject(errno.EINVAL, "BPF_CALL uses reserved fields")
             if insn.src == uapi.BPF_PSEUDO_CALL:
                 return self.check_func_call(pc, insn, state), []
-            self.check_helper_call(pc, insn, state)
+            if insn.src == uapi.BPF_PSEUDO_KFUNC_CALL:
+                self.check_kfunc_call(insn, state)
+            else:
+                self.check_helper_call(pc, insn, state)
         elif kind is Kind.JA:
             if insn.src or insn.dst or (insn.off if info.cls is Class.JMP32 else insn.imm):
                 raise _reject(errno.EINVAL, "BPF_JA uses reserved fields")

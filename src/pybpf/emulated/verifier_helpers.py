@@ -1,6 +1,8 @@
 """The verifier's helper-call checks (kernel/bpf/verifier.c: check_helper_call,
-check_func_arg, check_helper_mem_access, check_map_func_compatibility) and their tables, as a
-part of ``verifier._Verifier``."""
+check_func_arg, check_helper_mem_access, check_map_func_compatibility) and their tables, and
+its kfunc-call checks (add_kfunc_call, check_kfunc_call, check_kfunc_args) against the
+emulated kernel's kfuncs (``kfuncs.KFUNCS``, by BTF id: ``btf.vmlinux_kfuncs``), as a part of
+``verifier._Verifier``."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from ..uapi import (
     map_traits,
 )
 from . import tnum
+from .btf import vmlinux_kfuncs
 from .filter import (
     PTR_TO_PACKET,
     PTR_TO_PACKET_META,
@@ -33,6 +36,7 @@ from .helpers import (
     ARG_PTR_TO_UNINIT_MEM,
     HELPERS,
 )
+from .kfuncs import KF_ARG_PTR_TO_CTX
 from .verifier_state import (
     BPF_F_RDONLY_PROG,
     BPF_REG_SIZE,
@@ -180,6 +184,45 @@ class HelperCallChecks:
         for regno in CALLER_SAVED:
             regs[regno] = UNINIT
         regs[0] = result
+
+    # -- kfunc calls -------------------------------------------------------------------------
+    def add_kfunc_call(self, insn: Instruction) -> None:
+        """add_kfunc_call (phase 1): the program may call kfuncs, the call names the
+        kernel's BTF (no module BTF: no fd_array here) and a FUNC there."""
+        if not self.gpl:
+            raise _reject(errno.EINVAL, "cannot call kernel function from non-GPL compatible "
+                          "program")
+        if insn.off < 0:
+            raise _reject(errno.EINVAL, "negative offset disallowed for kernel module "
+                          "function call\nfailed to find BTF for kernel function")
+        if insn.off > 0:
+            raise _reject(errno.EPROTO, "kfunc offset > 0 without fd_array is invalid"
+                          "\nfailed to find BTF for kernel function")
+        if insn.imm not in vmlinux_kfuncs():  # the emulated kernel's only FUNCs are kfuncs
+            raise _reject(errno.EINVAL, f"kernel btf_id {insn.imm} is not a function")
+
+    def check_kfunc_call(self, insn: Instruction, state: State) -> None:
+        """check_kfunc_call: the program type's kfunc set holds it; each argument is what
+        its BTF parameter asks (check_kfunc_args); R0 is a scalar (an int) after it."""
+        proto = vmlinux_kfuncs()[insn.imm]
+        if self.prog_type not in proto.prog_types:
+            raise _reject(errno.EACCES, f"calling kernel function {proto.name} is not allowed")
+        regs = state.cur.regs
+        for i, (_, kind) in enumerate(proto.params):
+            regno = i + 1
+            reg = regs[regno]
+            if kind != KF_ARG_PTR_TO_CTX:
+                if reg.type != SCALAR:
+                    raise _reject(errno.EINVAL, f"R{regno} is not a scalar")
+                continue
+            if reg.type == PTR_TO_CTX:  # check_func_arg_reg_off, then the type
+                self.check_ctx_pointer(regno, reg)
+            else:
+                raise _reject(errno.EINVAL, f"arg#{i} expected pointer to ctx, but got "
+                              f"{reg.type_str()}")
+        for regno in CALLER_SAVED:
+            regs[regno] = UNINIT
+        regs[0] = UNKNOWN
 
     def check_func_arg(self, state: State, func_id: int, args: tuple[str, ...], regno: int,
                        bpf_map: Any) -> Any:

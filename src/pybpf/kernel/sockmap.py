@@ -1,6 +1,7 @@
 """The sockmap commands of the kernel backend: BPF_PROG_ATTACH / DETACH of SK_SKB and SK_MSG
 programs, the socket I/O of an application, and the CPU binding the kernel never merged
-(sent as the 2024 patch's attr field, so the kernel itself refuses it)."""
+(sent as the 2024 patch's attr field, so the kernel itself refuses it; its 2025 kfunc is not
+in the kernel's BTF, and ``UNMERGED_KFUNCS`` says why when a program names it)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,15 @@ from .syscall import MapElemTargetCpuAttr, ProgAttachAttr, bpf
 NO_TARGET_CPU = ("sockmap CPU affinity (Jiayuan Chen's 2024 patch, and the flag its review "
                   "asked for) was never merged into Linux; the emulated backend has it, and "
                   "RPS on the receiving device (pybpf.testing.rps) is the kernel's knob")
+# Kfuncs proposed for Linux and never merged, and what to use instead.
+UNMERGED_KFUNCS = {
+    "bpf_sk_skb_set_redirect_cpu": (
+        "bpf_sk_skb_set_redirect_cpu (sockmap CPU affinity as a kfunc for SK_SKB programs) was "
+        "proposed in April 2025 (Jiayuan Chen, \"bpf, sockmap: Improve performance with CPU "
+        "affinity\") and never merged into Linux, so this kernel's BTF has no such function; "
+        "the alternatives: RPS on the receiving device (pybpf.testing.rps.rps_cpus), or the "
+        "emulated backend (pybpf.system('emulated')), which offers the kfunc"),
+}
 
 
 class SockMapMixin:

@@ -38,12 +38,13 @@ from ..attrs import (
     length_problem,
     value_problem,
 )
+from ..btf import Btf, Kind
 from ..errors import KernelError, bpf_error
 from ..system import BatchLookup, FastOps, MapInfo, ProgInfo, System, TestRun
 from ..topology import Topology, host_topology
 from ..uapi import BPF_F_SOCKMAP_TARGET_CPU, Cmd, MapType, map_traits, syscall_value_size
 from . import perf_event
-from .sockmap import NO_TARGET_CPU, SockMapMixin
+from .sockmap import NO_TARGET_CPU, UNMERGED_KFUNCS, SockMapMixin
 from .syscall import (
     NR_BPF,
     UNAVAILABLE,
@@ -530,6 +531,16 @@ class KernelSystem(SockMapMixin, System):
         except OSError as exc:
             raise KernelError(exc.errno or errno.ENOENT, f"{VMLINUX_BTF}: this kernel was "
                               "built without CONFIG_DEBUG_INFO_BTF") from None
+
+    def _kfunc_btf_id(self, name: str) -> int:
+        btf = self.__dict__.get("_kernel_btf")
+        if btf is None:  # parsed once: the lookup by name indexes every type
+            btf = self.__dict__["_kernel_btf"] = Btf.from_bytes(self._vmlinux_btf())
+        try:
+            return btf.find(name, Kind.FUNC)
+        except KeyError:
+            raise KernelError(errno.ENOENT, UNMERGED_KFUNCS.get(
+                name, f"this kernel's BTF ({VMLINUX_BTF}) has no function {name!r}")) from None
 
     def _raw_tracepoint_open(self, prog_fd: int, name: str) -> int:
         fd = bpf(Cmd.RAW_TRACEPOINT_OPEN, RawTracepointAttr(name=name.encode(),
