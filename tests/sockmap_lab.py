@@ -2,12 +2,15 @@
 c1 <-> p1 (in the map at key 0) and c2 <-> p2; key 1 holds p2 (egress redirect: p1's data
 leaves on p2 towards c2) or c2 (ingress redirect: straight into c2's receive side). The
 verdict program redirects everything to key 1; an optional stream parser returns the skb's
-length or a fixed message size."""
+length or a fixed message size; ``verdict`` replaces the program (its bytes, or a function of
+the map's fd giving them)."""
 
 from __future__ import annotations
 
 import socket
 import threading
+import time
+from collections.abc import Callable
 
 from helpers import u32
 from pybpf.asm import (
@@ -67,6 +70,19 @@ def returning(value: int) -> bytes:
 SKB_LEN_PARSER = encode(assemble([ldxw(R0, R1, 0), exit_()]).instructions)
 
 
+def psock_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("psock-")]
+
+
+def wait_for(predicate, timeout: float = 3.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
+
+
 def tcp_pair() -> tuple[socket.socket, socket.socket]:
     lst = socket.create_server(("127.0.0.1", 0))
     cli = socket.create_connection(lst.getsockname())
@@ -80,12 +96,15 @@ class Proxy:
 
     def __init__(self, sys, *, map_type: int = MapType.SOCKMAP, mode: str = "egress",
                  parser: bytes | None = None, verdict_type: int = AttachType.SK_SKB_VERDICT,
-                 verdict: bytes | None = None, insert: bool = True, **update_kw) -> None:
+                 verdict: bytes | Callable[[int], bytes] | None = None, insert: bool = True,
+                 **update_kw) -> None:
         self.sys = sys
         self.fds: list[int] = []
         self.map_type = map_type
         self.map = self._keep(sys.map_create(map_type, 4, 4, 4))
         flags = BPF_F_INGRESS if mode == "ingress" else 0
+        if callable(verdict):
+            verdict = verdict(self.map)
         code = verdict if verdict is not None else verdict_insns(self.map, map_type, 1, flags)
         self.verdict = self._keep(sys.prog_load(ProgType.SK_SKB, code))
         if parser is not None:

@@ -15,20 +15,7 @@ import pytest
 from helpers import err_of, u32
 from pybpf import system
 from pybpf.uapi import BPF_F_SOCKMAP_TARGET_CPU, AttachType, MapType
-from sockmap_lab import Proxy, pattern
-
-
-def psock_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("psock-")]
-
-
-def wait_for(predicate, timeout: float = 3.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
+from sockmap_lab import Proxy, pattern, psock_threads, wait_for
 
 
 @pytest.fixture
