@@ -104,34 +104,15 @@ def test_the_verifier_accepts_the_kfunc_in_sk_skb_programs(emulated, items):
 
 # (name, program type, items, license, errno, the kernel's message)
 REJECTIONS = [
-    ("xdp", ProgType.XDP, [*set_redirect_cpu(1), b.exit_()], "GPL", errno.EACCES,
-     f"calling kernel function {KFUNC} is not allowed"),
     ("sk_msg", ProgType.SK_MSG, [*set_redirect_cpu(1), b.exit_()], "GPL", errno.EACCES,
      f"calling kernel function {KFUNC} is not allowed"),
     ("socket_filter", ProgType.SOCKET_FILTER, [*set_redirect_cpu(1), b.exit_()], "GPL",
      errno.EACCES, f"calling kernel function {KFUNC} is not allowed"),
-    ("arg1_a_scalar", ProgType.SK_SKB, [b.mov64(R1, 0), b.mov64(R2, 1), b.call_kfunc(KFUNC),
-                                        b.exit_()], "GPL", errno.EINVAL,
-     "arg#0 expected pointer to ctx, but got scalar"),
-    ("arg1_the_stack", ProgType.SK_SKB, [b.mov64(R1, FP), b.mov64(R2, 1),
-                                         b.call_kfunc(KFUNC), b.exit_()], "GPL", errno.EINVAL,
-     "arg#0 expected pointer to ctx, but got fp"),
-    ("arg1_a_moved_ctx", ProgType.SK_SKB, [b.add64(R1, 8), b.mov64(R2, 1), b.call_kfunc(KFUNC),
-                                           b.exit_()], "GPL", errno.EACCES,
-     "dereference of modified ctx ptr R1 off=8 disallowed"),
-    ("arg2_a_pointer", ProgType.SK_SKB, [b.mov64(R2, FP), b.call_kfunc(KFUNC), b.exit_()],
-     "GPL", errno.EINVAL, "R2 is not a scalar"),
-    ("arg2_unset", ProgType.SK_SKB, [b.call_kfunc(KFUNC), b.exit_()], "GPL", errno.EINVAL,
-     "R2 is not a scalar"),
     ("r1_clobbered_after", ProgType.SK_SKB, [b.mov64(R2, 1), b.call_kfunc(KFUNC),
                                              b.mov64(R0, R1), b.exit_()], "GPL", errno.EACCES,
      "R1 !read_ok"),
     ("r0_not_a_pointer", ProgType.SK_SKB, [*set_redirect_cpu(1), b.ldxw(R0, R0, 0), b.exit_()],
      "GPL", errno.EACCES, "R0 invalid mem access 'scalar'"),
-    ("non_gpl", ProgType.SK_SKB, [*set_redirect_cpu(1), b.exit_()], "MIT", errno.EINVAL,
-     "cannot call kernel function from non-GPL compatible program"),
-    ("unknown_btf_id", ProgType.SK_SKB, [b.mov64(R2, 1), b.call_kfunc(9999), b.exit_()], "GPL",
-     errno.EINVAL, "kernel btf_id 9999 is not a function"),
 ]
 
 
@@ -143,6 +124,55 @@ def test_the_verifier_rejects_bad_kfunc_calls_as_the_kernel_does(emulated, prog_
         load(emulated, prog_type, items, license=license)
     assert info.value.errno == err
     assert message in info.value.log
+
+
+# Checked against the running kernel with a kfunc it has whose parameters are of the same
+# kinds (the context, then a scalar): bpf_dynptr_from_skb(struct __sk_buff *, u64, dynptr *),
+# allowed in SCHED_CLS programs, not in XDP ones.
+# (name, program type, R1/R2 set-up, license, errno, message with {kfunc} for its name)
+ARGUMENT_CASES = [
+    ("not_for_xdp", ProgType.XDP, [b.mov64(R2, 0)], "GPL", errno.EACCES,
+     "calling kernel function {kfunc} is not allowed"),
+    ("arg1_null", None, [b.mov64(R1, 0), b.mov64(R2, 0)], "GPL", errno.EACCES,
+     "Possibly NULL pointer passed to trusted arg0"),
+    ("arg1_a_scalar", None, [b.mov64(R1, 5), b.mov64(R2, 0)], "GPL", errno.EINVAL,
+     "arg#0 expected pointer to ctx, but got scalar"),
+    ("arg1_the_stack", None, [b.mov64(R1, FP), b.mov64(R2, 0)], "GPL", errno.EINVAL,
+     "arg#0 expected pointer to ctx, but got fp"),
+    ("arg1_a_moved_ctx", None, [b.add64(R1, 8), b.mov64(R2, 0)], "GPL", errno.EACCES,
+     "dereference of modified ctx ptr R1 off=8 disallowed"),
+    ("arg2_a_pointer", None, [b.mov64(R2, FP)], "GPL", errno.EINVAL, "R2 is not a scalar"),
+    ("arg2_unset", None, [], "GPL", errno.EINVAL, "R2 is not a scalar"),
+    ("non_gpl", None, [b.mov64(R2, 0)], "MIT", errno.EINVAL,
+     "cannot call kernel function from non-GPL compatible program"),
+]
+DYNPTR_KFUNC = "bpf_dynptr_from_skb"
+
+
+@pytest.mark.parametrize("on", ["emulated", "kernel"])
+@pytest.mark.parametrize("prog_type,setup,license,err,message", [
+    pytest.param(t, i, lic, e, m, id=n) for n, t, i, lic, e, m in ARGUMENT_CASES])
+def test_kfunc_arguments_are_checked_as_the_kernel_checks_them(request, on, prog_type, setup,
+                                                               license, err, message):
+    sys = request.getfixturevalue(on)
+    if on == "kernel":
+        kfunc, items = DYNPTR_KFUNC, [*setup, b.mov64(R3, FP), b.add64(R3, -16),
+                                      b.call_kfunc(DYNPTR_KFUNC), b.mov64(R0, 0), b.exit_()]
+        prog_type = prog_type or ProgType.SCHED_CLS
+    else:
+        kfunc, items = KFUNC, [*setup, b.call_kfunc(KFUNC), b.exit_()]
+        prog_type = prog_type or ProgType.SK_SKB
+    with pytest.raises(VerifierError) as info:
+        load(sys, prog_type, items, license=license)
+    assert info.value.errno == err
+    assert message.format(kfunc=kfunc) in info.value.log
+
+
+def test_a_btf_id_that_is_no_function_is_einval_on_both(backend):
+    with pytest.raises(VerifierError) as info:
+        load(backend, ProgType.SCHED_CLS, [b.mov64(R2, 1), b.call_kfunc(1), b.exit_()])
+    assert info.value.errno == errno.EINVAL
+    assert "kernel btf_id 1 is not a function" in info.value.log
 
 
 # -- what the program gets back ----------------------------------------------------------------

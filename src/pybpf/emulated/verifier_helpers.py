@@ -215,6 +215,8 @@ class HelperCallChecks:
                 if reg.type != SCALAR:
                     raise _reject(errno.EINVAL, f"R{regno} is not a scalar")
                 continue
+            if reg.id or reg.is_const and reg.var.value == 0:  # NULL, or a pointer that may be
+                raise _reject(errno.EACCES, f"Possibly NULL pointer passed to trusted arg{i}")
             if reg.type == PTR_TO_CTX:  # check_func_arg_reg_off, then the type
                 self.check_ctx_pointer(regno, reg)
             else:
