@@ -33,6 +33,7 @@ from pybpf.asm import (
     assemble,
     assemble_text,
     call,
+    call_kfunc,
     check,
     decode,
     disassemble,
@@ -385,3 +386,18 @@ def test_disassembly_of_an_assembly_names_its_maps_and_reads_back():
     again = assemble_text(listing)
     assert again.instructions == prog.instructions
     assert [(r.index, r.map) for r in again.map_refs] == [(0, "counts"), (1, "glob")]
+
+
+def test_a_kfunc_called_by_name_waits_for_its_btf_id_and_reads_back():
+    prog = assemble([mov64(R2, 1), call_kfunc("bpf_sk_skb_set_redirect_cpu"), call_kfunc(7),
+                     exit_()])
+    assert [(r.index, r.name) for r in prog.kfunc_refs] == [(1, "bpf_sk_skb_set_redirect_cpu")]
+    listing = disassemble(prog)
+    assert listing.splitlines()[1:3] == [
+        "1: (85) call kernel-function bpf_sk_skb_set_redirect_cpu",
+        "2: (85) call kernel-function#7"]
+    again = assemble_text(listing)
+    assert again.instructions == prog.instructions and again.kfunc_refs == prog.kfunc_refs
+    resolved = prog.with_kfunc_ids({"bpf_sk_skb_set_redirect_cpu": 42}.__getitem__)
+    assert [insn.imm for insn in resolved[1:3]] == [42, 7]
+    assert prog.instructions[1].imm == 0  # the assembly itself is left as it was

@@ -2,8 +2,10 @@
 
 ``format_insn`` is total over every instruction ``opcodes.check`` accepts. Map references
 print as ``map[fd:N]`` for raw (not yet loaded) instructions, or whatever ``map_name`` says
-(bpftool shows ``map[id:N]``). ``mnemonic`` gives the full name of an instruction's variant
-(``sdiv64``, ``movsx32``, ``atomic_fetch_add64``, ``load_acquire8`` ...).
+(bpftool shows ``map[id:N]``); a kfunc call as ``call kernel-function#<BTF id>``, or by its
+name (``call kernel-function <name>``) when an ``Assembly`` still names it. ``mnemonic``
+gives the full name of an instruction's variant (``sdiv64``, ``movsx32``,
+``atomic_fetch_add64``, ``load_acquire8`` ...).
 """
 
 from __future__ import annotations
@@ -110,8 +112,10 @@ def _imm64_text(insn: Instruction, map_name: MapNamer | None) -> str:
     return f"{insn.imm & 0xFFFFFFFFFFFFFFFF:#x}"
 
 
-def format_insn(insn: Instruction, *, map_name: MapNamer | None = None) -> str:
-    """``(b7) r0 = 0``: opcode in hex, then the statement, as disasm.c prints it."""
+def format_insn(insn: Instruction, *, map_name: MapNamer | None = None,
+                kfunc_name: str | None = None) -> str:
+    """``(b7) r0 = 0``: opcode in hex, then the statement, as disasm.c prints it;
+    ``kfunc_name``: the kernel function a kfunc call names (its imm not yet its BTF id)."""
     info = check(insn)
     kind, code = info.kind, f"({insn.opcode:02x})"
     dst, src, off, imm = insn.dst, insn.src, insn.off, insn.imm
@@ -144,7 +148,8 @@ def format_insn(insn: Instruction, *, map_name: MapNamer | None = None) -> str:
         if src == uapi.BPF_PSEUDO_CALL:
             return f"{code} call pc{imm:+d}"
         if src == uapi.BPF_PSEUDO_KFUNC_CALL:
-            return f"{code} call kernel-function#{imm}" + (f"@{off}" if off else "")
+            callee = f" {kfunc_name}" if kfunc_name is not None else f"#{imm}"
+            return f"{code} call kernel-function{callee}" + (f"@{off}" if off else "")
         return f"{code} call {helper_name(imm)}#{imm}"
     if kind is Kind.EXIT:
         return f"{code} exit"
@@ -182,12 +187,14 @@ def disassemble(program: bytes | Iterable[Instruction] | Assembly, *,
                 map_name: MapNamer | None = None) -> str:
     """Listing with slot numbers, like ``bpftool prog dump xlated``: ``0: (b7) r0 = 0``.
 
-    An ``Assembly`` prints its maps referred to by name as ``map[name]`` (which the text
-    assembler reads back)."""
+    An ``Assembly`` prints its maps referred to by name as ``map[name]`` and its kfuncs
+    called by name as ``kernel-function <name>`` (which the text assembler reads back)."""
     names: dict[int, str] = {}
+    kfuncs: dict[int, str] = {}
     if isinstance(program, Assembly):
         names = {ref.index: f"map[{ref.map}]" for ref in program.map_refs
                  if isinstance(ref.map, str)}
+        kfuncs = {ref.index: ref.name for ref in program.kfunc_refs}
         program = program.instructions
     if isinstance(program, (bytes, bytearray, memoryview)):
         pairs = list(iter_decode(bytes(program)))
@@ -202,5 +209,6 @@ def disassemble(program: bytes | Iterable[Instruction] | Assembly, *,
         namer = map_name
         if index in names:
             namer = lambda _insn, name=names[index]: name  # noqa: E731
-        lines.append(f"{pc:>{width}}: {format_insn(insn, map_name=namer)}")
+        text = format_insn(insn, map_name=namer, kfunc_name=kfuncs.get(index))
+        lines.append(f"{pc:>{width}}: {text}")
     return "\n".join(lines)

@@ -3,7 +3,8 @@
 Accepts what ``disasm.format_insn`` prints (with or without the ``12: (b7)`` prefix), plus:
 labels (``loop:`` on a line of its own), jump targets by label (``goto loop``,
 ``if r1 < 10 goto loop``) or as ``+3`` / ``pc+3``, helpers by name (``call map_lookup_elem``),
-maps by name (``r1 = map[counts]``, resolved at load), comments after ``//`` or ``;``.
+maps by name (``r1 = map[counts]``) and kfuncs by name (``call kernel-function
+bpf_sk_skb_set_redirect_cpu``), both resolved at load, comments after ``//`` or ``;``.
 Immediates are decimal or hex; ``rN = <hex>`` and ``rN = <n> ll`` are the 64-bit ``lddw``
 (as the disassembler prints it), ``rN = <decimal>`` is ``mov64``.
 """
@@ -234,9 +235,9 @@ def _call_local(m):
     return b.call_local(_num(m[1]))
 
 
-@_form(r"call kernel-function#(-?\d+)(?:@(-?\d+))?")
+@_form(r"call kernel-function(?:#(-?\d+)| ([A-Za-z_]\w*))(?:@(-?\d+))?")
 def _call_kfunc(m):
-    return b.call_kfunc(int(m[1]), int(m[2] or 0))
+    return b.call_kfunc(int(m[1]) if m[1] is not None else m[2], int(m[3] or 0))
 
 
 @_form(r"call (?:([A-Za-z_]\w*)#)?(-?\d+)")
