@@ -9,7 +9,10 @@ Rules this module keeps:
 - ``update(key, sock, target_cpu=N)`` sends the CPU of the socket's psock backlog work as the
   unmerged 2024 patch's attr field; ``flags=target_cpu_flags(N)`` is the reviewers' design
   (the CPU in the upper 32 bits of flags). Only the emulated backend has either; the kernel
-  answers EINVAL, with a detail naming the missing feature.
+  answers EINVAL, with a detail naming the missing feature. The 2025 design, a verdict that
+  calls the kfunc ``bpf_sk_skb_set_redirect_cpu``, is ``redirect_verdict(...,
+  redirect_cpu=N)``: the emulated backend has it; on the kernel ``Program.load`` refuses it
+  (ENOENT: no such function in the kernel's BTF), saying it was never merged.
 - ``m.attach(program, "stream_verdict")`` / ``m.detach(...)`` are BPF_PROG_ATTACH / DETACH
   with the map as target; ``program.attach_sockmap(m, ...)`` is the link form. A psock takes
   the map's programs when its socket is inserted: attach first, then insert.
@@ -26,11 +29,13 @@ from .asm import (
     R2,
     R3,
     R4,
+    R6,
     R10,
     Item,
     Size,
     add64,
     call,
+    call_kfunc,
     exit_,
     ld_map_fd,
     ldx,
@@ -141,17 +146,28 @@ def _is_hash(sock_map: Any, hash: bool | None) -> bool:
 
 
 def redirect_verdict(sock_map: Any, key: int | bytes, flags: int = 0, *, msg: bool = False,
-                     hash: bool | None = None) -> list[Item]:
+                     hash: bool | None = None, redirect_cpu: int | None = None) -> list[Item]:
     """A verdict program that redirects everything to the socket at ``key`` of
     ``sock_map`` (a SockMap / SockHash, a map fd or a name bound at load): an SK_SKB
     program calling ``bpf_sk_redirect_map`` / ``_hash``, or with ``msg=True`` an SK_MSG one
     calling ``bpf_msg_redirect_map`` / ``_hash``. ``flags=BPF_F_INGRESS`` redirects to the
     target's receive queue instead of its transmit path. The helper's result (SK_PASS when
     the target exists and may take it, else SK_DROP) is the verdict. A SOCKHASH key is an
-    int (``key_size`` bytes from the map, else 4) or bytes, put on the stack."""
+    int (``key_size`` bytes from the map, else 4) or bytes, put on the stack.
+    ``redirect_cpu`` (SK_SKB only): first call the kfunc ``bpf_sk_skb_set_redirect_cpu``
+    with it, so the target's backlog work runs on that CPU (its result is not looked at: a
+    CPU the machine lacks leaves the work unbound)."""
     helper = ("msg" if msg else "sk") + "_redirect_" + ("hash" if _is_hash(sock_map, hash)
                                                        else "map")
     items: list[Item] = []
+    if redirect_cpu is not None:
+        if msg:
+            raise ValueError("redirect_cpu is for SK_SKB verdicts: the kfunc "
+                             "bpf_sk_skb_set_redirect_cpu is not offered to SK_MSG programs")
+        if not isinstance(redirect_cpu, int) or isinstance(redirect_cpu, bool):
+            raise TypeError(f"redirect_cpu must be a CPU number (an int), got {redirect_cpu!r}")
+        items += [mov64(R6, R1), mov64(R2, redirect_cpu),
+                  call_kfunc("bpf_sk_skb_set_redirect_cpu"), mov64(R1, R6)]
     if helper.endswith("hash"):
         if isinstance(key, int):
             key = key.to_bytes(getattr(sock_map, "key_size", 4), "little")

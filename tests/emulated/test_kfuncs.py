@@ -20,8 +20,9 @@ from pybpf.emulated.memory import CtxRegion
 from pybpf.emulated.skmsg import psock_table
 from pybpf.errors import BPFError, VerifierError
 from pybpf.programs import Program, ProgramSpec
+from pybpf.sock_maps import SockMap, redirect_verdict
 from pybpf.uapi import BPF_F_INGRESS, MapType, ProgType
-from sockmap_lab import Proxy, pattern, psock_threads, wait_for
+from sockmap_lab import Proxy, pattern, psock_threads, tcp_pair, wait_for
 
 KFUNC = "bpf_sk_skb_set_redirect_cpu"
 EINVAL, ENOENT = -errno.EINVAL, -errno.ENOENT
@@ -294,6 +295,37 @@ def test_the_map_update_target_cpu_wins_over_the_redirect_cpu(four_cpus, kfunc_p
     assert work_cpus(four_cpus) == {2}
 
 
+def test_redirect_verdict_with_redirect_cpu_puts_the_work_there(four_cpus):
+    socks = SockMap(2, system=four_cpus)
+    verdict = Program.load(ProgramSpec(ProgType.SK_SKB, redirect_verdict(
+        socks, 1, redirect_cpu=2)), four_cpus)
+    socks.attach(verdict, "skb_verdict")
+    (c1, p1), (c2, p2) = tcp_pair(), tcp_pair()
+    try:
+        socks[0], socks[1] = p1, p2
+        data = pattern(100_000, seed=7)
+        four_cpus.sock_send(c1, data, timeout=5)
+        got = bytearray()
+        while len(got) < len(data):
+            got += four_cpus.sock_recv(c2, 1 << 20, timeout=10)
+        assert got == data
+        assert wait_for(lambda: four_cpus.sockmap_stats()[2].bytes == len(data))
+        assert work_cpus(four_cpus) == {2}
+    finally:
+        for sock in (c1, p1, c2, p2):
+            sock.close()
+        socks.close()
+        verdict.close()
+    assert wait_for(lambda: not psock_threads())
+
+
+def test_redirect_cpu_is_for_sk_skb_verdicts_only():
+    with pytest.raises(ValueError, match="SK_MSG"):
+        redirect_verdict(3, 1, msg=True, hash=False, redirect_cpu=1)
+    with pytest.raises(TypeError, match="CPU number"):
+        redirect_verdict(3, 1, hash=False, redirect_cpu="1")
+
+
 # -- the kernel backend --------------------------------------------------------------------------
 def test_the_kernel_refuses_the_never_merged_kfunc_before_the_load(kernel):
     with pytest.raises(BPFError) as info:
@@ -303,6 +335,17 @@ def test_the_kernel_refuses_the_never_merged_kfunc_before_the_load(kernel):
     for words in (KFUNC, "April 2025", "never merged", "pybpf.testing.rps.rps_cpus",
                   "emulated backend"):
         assert words in text
+
+
+def test_the_kernel_refuses_redirect_verdict_with_a_redirect_cpu(kernel):
+    socks = SockMap(2, system=kernel)
+    try:
+        with pytest.raises(BPFError) as info:
+            Program.load(ProgramSpec(ProgType.SK_SKB, redirect_verdict(socks, 1,
+                                                                       redirect_cpu=0)), kernel)
+        assert info.value.errno == errno.ENOENT and "never merged" in str(info.value)
+    finally:
+        socks.close()
 
 
 def test_the_kernel_resolves_a_kfunc_its_btf_has(kernel):
