@@ -32,7 +32,7 @@ Rules this module keeps:
 
 This module holds the phases and do_check's walk; the parts verifier.c keeps apart are modules
 of their own: the abstract state and pruning (``verifier_state``), ALU and jumps
-(``verifier_alu``), memory access (``verifier_mem``), helper calls and their tables
+(``verifier_alu``), memory access (``verifier_mem``), helper and kfunc calls and their tables
 (``verifier_helpers``).
 """
 
