@@ -112,15 +112,17 @@ def test_text_table_says_why_a_mode_did_not_run(capsys, monkeypatch):
 
 
 def test_emulated_rows_run_and_show_where_the_backlog_work_ran(capsys):
-    doc = run_json(capsys, "--modes", "direct,emulated,emulated-cpu")
-    direct, unbound, bound = doc["rows"]
+    doc = run_json(capsys, "--modes", "direct,emulated,emulated-cpu,emulated-kfunc")
+    direct, unbound, bound, kfunc = doc["rows"]
     assert direct["status"] == "ok"
-    for row in (unbound, bound):
+    for row in (unbound, bound, kfunc):
         assert row["status"] == "ok", row
         assert all(run["complete"] for run in row["runs"]) and row["workers"]
-    # with target_cpu the psocks' backlog work runs on that CPU (--emulated-cpu, default 1)
-    runs_on = {cpu for cpu, w in bound["workers"].items() if w["backlog_runs"]}
-    assert runs_on == {"1"}, bound["workers"]
+    # with target_cpu, or the verdict's bpf_sk_skb_set_redirect_cpu, the psocks' backlog work
+    # runs on that CPU (--proxy-cpu, default 1)
+    for row in (bound, kfunc):
+        runs_on = {cpu for cpu, w in row["workers"].items() if w["backlog_runs"]}
+        assert runs_on == {"1"}, row["workers"]
 
 
 def test_rcvbuf_is_the_receiving_sockets():

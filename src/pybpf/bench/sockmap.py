@@ -9,8 +9,10 @@ Rules this module keeps:
 - Modes (``--modes``): direct; user-copy and user-splice (a user-space proxy); kernel-egress,
   kernel-ingress and their -rps variants (a SOCKHASH with an SK_SKB verdict program that
   redirects; -rps: lo's receive work steered to the CPUs other than the client's);
-  emulated and emulated-cpu (the same program and System calls on the emulated backend,
-  unbound and with the psocks' backlog work on ``--proxy-cpu``).
+  emulated, emulated-cpu and emulated-kfunc (the same program and System calls on the
+  emulated backend, unbound, with the psocks' backlog work on ``--proxy-cpu`` by the map
+  update's target_cpu, and by the 2025 series' kfunc: the verdict calls
+  bpf_sk_skb_set_redirect_cpu(skb, proxy CPU) and the redirect takes the CPU to the target).
 - Traffic: iperf3 (``-s -1`` and ``-c -t T -J``, pinned with taskset) when installed, else
   pybpf's own sender and receiver, which check every byte (sockmap_paths). An ingress redirect
   puts the receiving socket in the proxy's map, so it must live in this process: the ingress
@@ -71,6 +73,7 @@ class Mode:
     ingress: bool = False
     rps: bool = False
     target_cpu: bool = False
+    redirect_cpu: bool = False  # the verdict sets the proxy CPU with the kfunc
 
 
 MODES = {m.name: m for m in (
@@ -87,6 +90,8 @@ MODES = {m.name: m for m in (
     Mode("emulated", "emulated sockmap, egress redirect, unbound", "sockmap", "emulated"),
     Mode("emulated-cpu", "emulated sockmap, egress redirect, target_cpu = proxy CPU",
          "sockmap", "emulated", target_cpu=True),
+    Mode("emulated-kfunc", "emulated sockmap, egress redirect, the verdict's "
+         "bpf_sk_skb_set_redirect_cpu = proxy CPU", "sockmap", "emulated", redirect_cpu=True),
 )}
 
 
@@ -149,7 +154,8 @@ def _path(row: Row, ctx: Context, receiver: BuiltinReceiver | None):
     system = ctx.kernel if mode.backend == "kernel" else ctx.emulated
     try:
         return SockmapPath(system, ingress=mode.ingress, receiver=receiver,
-                           target_cpu=ctx.proxy_cpu if mode.target_cpu else None)
+                           target_cpu=ctx.proxy_cpu if mode.target_cpu else None,
+                           redirect_cpu=ctx.proxy_cpu if mode.redirect_cpu else None)
     except OSError as exc:
         raise ModeUnavailable(str(exc)) from None
 
@@ -282,7 +288,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         default=min(1, last_cpu), help="the server's CPU (default 1)")
     parser.add_argument("--proxy-cpu", type=int_arg("--proxy-cpu", 0, last_cpu, cpu),
                         default=min(1, last_cpu), help="the proxy's CPU, and the emulated "
-                        "psocks' target_cpu in emulated-cpu (default 1)")
+                        "psocks' target_cpu in emulated-cpu and redirect CPU in "
+                        "emulated-kfunc (default 1)")
     parser.add_argument("--rcvbuf", type=int_arg("--rcvbuf", 0, 2**31 - 1, "SO_RCVBUF is an "
                                                  "int"), default=0, metavar="BYTES",
                         help="builtin traffic: SO_RCVBUF of the receiving socket (default 0: "

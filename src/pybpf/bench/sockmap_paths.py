@@ -39,6 +39,7 @@ from ..asm import (
     R6,
     add64,
     call,
+    call_kfunc,
     exit_,
     jne,
     label,
@@ -415,11 +416,14 @@ class CopyPath:
             worker.join(timeout=2)
 
 
-def verdict_program(flags: int) -> list:
+def verdict_program(flags: int, redirect_cpu: int | None = None) -> list:
     """SK_SKB verdict: redirect to the socket the SOCKHASH ``peers`` holds for the key
     (local_port, remote_port) of the socket the data arrived on; no entry: SK_PASS (the data
-    stays with that socket). ``flags``: 0 (egress) or BPF_F_INGRESS."""
-    return [mov64(R6, R1),
+    stays with that socket). ``flags``: 0 (egress) or BPF_F_INGRESS. ``redirect_cpu``: first
+    bpf_sk_skb_set_redirect_cpu(skb, redirect_cpu), as the 2025 series' bench program did."""
+    set_cpu = [] if redirect_cpu is None else [
+        mov64(R1, R6), mov64(R2, redirect_cpu), call_kfunc("bpf_sk_skb_set_redirect_cpu")]
+    return [mov64(R6, R1), *set_cpu,
             ldxw(R2, R6, SKB_LOCAL_PORT), stxw(FP, -8, R2),
             ldxw(R2, R6, SKB_REMOTE_PORT), stxw(FP, -4, R2),
             mov64(R1, R6), ld_map_fd(R2, "peers"), mov64(R3, FP), add64(R3, -8),
@@ -439,10 +443,12 @@ class SockmapPath:
     with the verdict program attached before any socket is inserted. Egress: p1's data is
     sent on p2 and p2's on p1. Ingress (``receiver`` given, builtin traffic): p1's data goes
     straight into the receiving socket's queue. ``target_cpu``: the psocks' backlog work on
-    that CPU (BPF_F_SOCKMAP_TARGET_CPU, the reviewers' design)."""
+    that CPU (BPF_F_SOCKMAP_TARGET_CPU, the reviewers' design); ``redirect_cpu``: the verdict
+    asks for that CPU with the kfunc bpf_sk_skb_set_redirect_cpu (the 2025 design)."""
 
     def __init__(self, system: Any, *, ingress: bool, target_cpu: int | None,
-                 receiver: BuiltinReceiver | None = None) -> None:
+                 receiver: BuiltinReceiver | None = None,
+                 redirect_cpu: int | None = None) -> None:
         self.system, self.ingress, self.receiver = system, ingress, receiver
         self.flags = 0 if target_cpu is None else BPF_F_SOCKMAP_TARGET_CPU | target_cpu << 32
         self.keys: list[bytes] = []
@@ -450,8 +456,9 @@ class SockmapPath:
         self.prog = None
         self.attached = False
         try:
-            self.prog = Program.load(ProgramSpec(ProgType.SK_SKB, verdict_program(
-                BPF_F_INGRESS if ingress else 0)), system, maps={"peers": self.map_fd})
+            verdict = verdict_program(BPF_F_INGRESS if ingress else 0, redirect_cpu)
+            self.prog = Program.load(ProgramSpec(ProgType.SK_SKB, verdict), system,
+                                     maps={"peers": self.map_fd})
             system.prog_attach(self.prog.fd, self.map_fd, AttachType.SK_SKB_VERDICT)
             self.attached = True
         except BaseException:
