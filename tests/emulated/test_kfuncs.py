@@ -191,6 +191,13 @@ def test_outside_a_psock_the_kfunc_returns_enoent_or_einval_for_a_bad_cpu(four_c
     assert s64(rs.retval) == expected
 
 
+def test_the_cpu_is_a_c_int_the_low_32_bits_of_r2(four_cpus):
+    prog = load(four_cpus, ProgType.SK_SKB, [
+        b.mov64(R6, R1), b.lddw(R2, 1 << 32 | 1), b.call_kfunc(KFUNC), b.exit_()])
+    rs = four_cpus.prog_from_fd(prog.fd).run(CtxRegion("__sk_buff", bytearray(192)))
+    assert s64(rs.retval) == ENOENT  # CPU 1: in range, so the psock is looked for
+
+
 def verdict_recording(sys, sock_map: int, results: int, cpu: int, flags: int = 0) -> bytes:
     """A verdict that calls the kfunc with ``cpu``, keeps its return in results[0], and
     redirects everything to key 1 of ``sock_map``."""

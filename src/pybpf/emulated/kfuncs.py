@@ -20,13 +20,14 @@ Rules this module keeps:
 
 from __future__ import annotations
 
+import ctypes
 import errno
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..uapi import ProgType
 from .helpers import charged
-from .memory import M32, M64, RunState
+from .memory import M64, RunState
 
 KF_ARG_PTR_TO_CTX = "ctx"  # the program's context, unmodified
 KF_ARG_SCALAR = "scalar"  # any scalar (a C int)
@@ -45,18 +46,13 @@ class KfuncProto:
     ctx_struct: str = ""  # the context struct a KF_ARG_PTR_TO_CTX parameter points to
 
 
-def _s32(value: int) -> int:
-    value &= M32
-    return value - (1 << 32) if value >> 31 else value
-
-
 def bpf_sk_skb_set_redirect_cpu(rs: RunState, r1: int, r2: int, r3: int, r4: int,
                                 r5: int) -> int:
-    """The psock of the skb's socket runs its redirect work on ``redir_cpu`` (R2): 0 then;
-    -EINVAL for a CPU the machine does not have (BPF_SK_REDIR_CPU_UNSET, -1, clears it:
-    the series checked only the upper end, so any negative CPU passed; here only -1 does),
+    """The psock of the skb's socket runs its redirect work on ``redir_cpu`` (R2). Returns
+    0; -EINVAL for a CPU the machine does not have (BPF_SK_REDIR_CPU_UNSET, -1, clears it:
+    the series checked only the upper end, so any negative CPU passed; here only -1 does);
     -ENOENT when the socket has no psock (a run outside a psock, or one being dropped)."""
-    redir_cpu = _s32(r2)
+    redir_cpu = ctypes.c_int32(r2).value  # the C int the kfunc takes: R2's low 32 bits
     num_cpus = rs.system.machine.num_cpus
     if redir_cpu >= num_cpus or redir_cpu < BPF_SK_REDIR_CPU_UNSET:
         return -errno.EINVAL & M64
@@ -74,7 +70,7 @@ KFUNCS: dict[str, KfuncProto] = {proto.name: proto for proto in (
 )}
 
 
-def kfunc_funcs(btf_ids: dict[int, KfuncProto]) -> dict[int, Callable[..., int]]:
+def kfunc_funcs(by_btf_id: dict[int, KfuncProto]) -> dict[int, Callable[..., int]]:
     """BTF id -> function, what the engines call for a kfunc call (each charged as a helper
     call: a kfunc call is a direct call, as cheap as one)."""
-    return {btf_id: charged(proto.func, "helper_call") for btf_id, proto in btf_ids.items()}
+    return {btf_id: charged(proto.func, "helper_call") for btf_id, proto in by_btf_id.items()}
