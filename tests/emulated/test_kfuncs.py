@@ -198,6 +198,14 @@ def test_the_cpu_is_a_c_int_the_low_32_bits_of_r2(four_cpus):
     assert s64(rs.retval) == ENOENT  # CPU 1: in range, so the psock is looked for
 
 
+def test_a_kfunc_call_is_charged_as_a_helper_call():
+    sys = system("emulated", cpus=1)
+    prog = load(sys, ProgType.SK_SKB, [*set_redirect_cpu(0), b.mov64(R1, R6), b.mov64(R2, 0),
+                                       b.call_kfunc(KFUNC), b.exit_()])
+    sys.prog_from_fd(prog.fd).run(CtxRegion("__sk_buff", bytearray(192)))
+    assert sys.machine.timing.breakdown(0)["helper_call"][0] == 2
+
+
 def verdict_recording(sys, sock_map: int, results: int, cpu: int, flags: int = 0) -> bytes:
     """A verdict that calls the kfunc with ``cpu``, keeps its return in results[0], and
     redirects everything to key 1 of ``sock_map``."""
