@@ -52,6 +52,32 @@ def no_gc():
 
 
 @pytest.fixture
+def four_cpus():
+    """An emulated machine of 4 CPUs (where work runs: more CPUs than the host's 2)."""
+    from pybpf import system
+
+    return system("emulated", cpus=4)
+
+
+@pytest.fixture
+def proxies():
+    """``proxies(sys, ...)`` builds a ``sockmap_lab.Proxy``; every proxy is closed after the
+    test, and the test fails if a psock thread outlives its sockets."""
+    from sockmap_lab import Proxy, psock_threads, wait_for
+
+    made = []
+
+    def make(sys, **kw):
+        made.append(Proxy(sys, **kw))
+        return made[-1]
+
+    yield make
+    for proxy in made:
+        proxy.close()
+    assert wait_for(lambda: not psock_threads()), "psock threads outlived their sockets"
+
+
+@pytest.fixture
 def make_lab():
     """``make_lab(...)`` builds an ``xdp_lab.Lab``; every lab is closed after the test, and
     the test fails if a cpumap kthread it started is still running then."""

@@ -22,7 +22,7 @@ from pybpf.errors import BPFError, VerifierError
 from pybpf.programs import Program, ProgramSpec
 from pybpf.sock_maps import SockMap, redirect_verdict
 from pybpf.uapi import BPF_F_INGRESS, MapType, ProgType
-from sockmap_lab import Proxy, pattern, psock_threads, tcp_pair, wait_for
+from sockmap_lab import pattern, psock_threads, tcp_pair, wait_for
 
 KFUNC = "bpf_sk_skb_set_redirect_cpu"
 EINVAL, ENOENT = -errno.EINVAL, -errno.ENOENT
@@ -39,11 +39,6 @@ def load(sys, prog_type, items, **spec) -> Program:
 
 def s64(value: int) -> int:
     return value - (1 << 64) if value >> 63 else value
-
-
-@pytest.fixture
-def four_cpus():
-    return system("emulated", cpus=4)
 
 
 # -- naming: the emulated kernel's BTF -----------------------------------------------------------
@@ -191,6 +186,18 @@ def test_outside_a_psock_the_kfunc_returns_enoent_or_einval_for_a_bad_cpu(four_c
     assert s64(rs.retval) == expected
 
 
+def test_on_a_psock_the_kfunc_sets_its_cpu_and_on_one_being_dropped_it_is_enoent(four_cpus,
+                                                                                 proxies):
+    proxy = proxies(four_cpus)
+    psock = psock_table(four_cpus.machine).lookup_fd(proxy.p1.fileno())
+    loaded = load(four_cpus, ProgType.SK_SKB, [*set_redirect_cpu(2), b.exit_()])
+    prog = four_cpus.prog_from_fd(loaded.fd)
+    assert s64(psock._run_skb(prog, bytearray(b"x"))[0]) == 0 and psock.redir_cpu == 2
+    four_cpus.map_delete_elem(proxy.map, u32(0))  # its last link: sk_psock_drop
+    assert psock.stopped
+    assert s64(psock._run_skb(prog, bytearray(b"x"))[0]) == ENOENT
+
+
 def test_the_cpu_is_a_c_int_the_low_32_bits_of_r2(four_cpus):
     prog = load(four_cpus, ProgType.SK_SKB, [
         b.mov64(R6, R1), b.lddw(R2, 1 << 32 | 1), b.call_kfunc(KFUNC), b.exit_()])
@@ -219,37 +226,20 @@ def verdict_recording(sys, sock_map: int, results: int, cpu: int, flags: int = 0
     return encode(assemble(items).with_kfunc_ids(sys.kfunc_btf_id))
 
 
-class KfuncProxy:
-    """The lab's proxy with the recording verdict: ``result()`` is what the kfunc returned."""
+def kfunc_proxy(proxies, sys, cpu: int, mode: str = "egress", **update_kw):
+    """The lab's proxy with the recording verdict, and a function giving what the kfunc
+    returned."""
+    results = sys.map_create(MapType.ARRAY, 4, 4, 1)
+    flags = BPF_F_INGRESS if mode == "ingress" else 0
+    proxy = proxies(sys, mode=mode, verdict=lambda sock_map: verdict_recording(
+        sys, sock_map, results, cpu, flags), **update_kw)
+    proxy.fds.insert(0, results)  # closed with the proxy, last
 
-    def __init__(self, sys, cpu: int, mode: str = "egress", **update_kw) -> None:
-        self.sys = sys
-        self.results = sys.map_create(MapType.ARRAY, 4, 4, 1)
-        flags = BPF_F_INGRESS if mode == "ingress" else 0
-        self.proxy = Proxy(sys, mode=mode, verdict=lambda sock_map: verdict_recording(
-            sys, sock_map, self.results, cpu, flags), **update_kw)
-
-    def result(self) -> int:
-        raw = int.from_bytes(self.sys.map_lookup_elem(self.results, u32(0)), "little")
+    def result() -> int:
+        raw = int.from_bytes(sys.map_lookup_elem(results, u32(0)), "little")
         return raw - (1 << 32) if raw >> 31 else raw
 
-    def close(self) -> None:
-        self.proxy.close()
-        self.sys.close(self.results)
-
-
-@pytest.fixture
-def kfunc_proxies():
-    made = []
-
-    def make(sys, cpu: int, **kw) -> KfuncProxy:
-        made.append(KfuncProxy(sys, cpu, **kw))
-        return made[-1]
-
-    yield make
-    for proxy in made:
-        proxy.close()
-    assert wait_for(lambda: not psock_threads()), "psock threads outlived their sockets"
+    return proxy, result
 
 
 def work_cpus(sys) -> set[int]:
@@ -258,14 +248,13 @@ def work_cpus(sys) -> set[int]:
 
 @pytest.mark.parametrize("mode", ["egress", "ingress"])
 def test_the_redirect_target_runs_its_backlog_work_on_the_cpu_the_verdict_set(
-        four_cpus, kfunc_proxies, mode):
-    lab = kfunc_proxies(four_cpus, 3, mode=mode)
-    proxy = lab.proxy
+        four_cpus, proxies, mode):
+    proxy, result = kfunc_proxy(proxies, four_cpus, 3, mode=mode)
     data = pattern(1 << 20, seed=3)
     sender = proxy.send_in_thread(data, 65536)
     assert proxy.receive(len(data)) == data
     sender.join(5)
-    assert lab.result() == 0
+    assert result() == 0
     assert wait_for(lambda: four_cpus.sockmap_stats()[3].bytes == len(data))
     assert work_cpus(four_cpus) == {3}
     table = psock_table(four_cpus.machine)
@@ -275,8 +264,8 @@ def test_the_redirect_target_runs_its_backlog_work_on_the_cpu_the_verdict_set(
     assert table.lookup_fd(target.fileno()).redir_cpu == 3
 
 
-def test_cpu_0_is_a_redirect_cpu(four_cpus, kfunc_proxies):
-    proxy = kfunc_proxies(four_cpus, 0).proxy
+def test_cpu_0_is_a_redirect_cpu(four_cpus, proxies):
+    proxy, _ = kfunc_proxy(proxies, four_cpus, 0)
     data = pattern(200_000)
     proxy.send_in_thread(data, 65536).join(5)
     assert proxy.receive(len(data)) == data
@@ -284,28 +273,27 @@ def test_cpu_0_is_a_redirect_cpu(four_cpus, kfunc_proxies):
     assert work_cpus(four_cpus) == {0}
 
 
-def test_an_out_of_range_cpu_gives_einval_and_leaves_the_work_unbound(four_cpus,
-                                                                      kfunc_proxies):
-    lab = kfunc_proxies(four_cpus, 4)
+def test_an_out_of_range_cpu_gives_einval_and_leaves_the_work_unbound(four_cpus, proxies):
+    proxy, result = kfunc_proxy(proxies, four_cpus, 4)
     data = pattern(300_000)
-    lab.proxy.send_in_thread(data, 65536).join(5)
-    assert lab.proxy.receive(len(data)) == data
-    assert lab.result() == EINVAL
+    proxy.send_in_thread(data, 65536).join(5)
+    assert proxy.receive(len(data)) == data
+    assert result() == EINVAL
     assert wait_for(lambda: sum(s.bytes for s in four_cpus.sockmap_stats().values())
                     == len(data))
     stats = four_cpus.sockmap_stats()
     assert work_cpus(four_cpus) <= {cpu for cpu, s in stats.items() if s.verdicts}
-    assert psock_table(four_cpus.machine).lookup_fd(lab.proxy.p2.fileno()).redir_cpu == -1
+    assert psock_table(four_cpus.machine).lookup_fd(proxy.p2.fileno()).redir_cpu == -1
 
 
-def test_the_map_update_target_cpu_wins_over_the_redirect_cpu(four_cpus, kfunc_proxies):
+def test_the_map_update_target_cpu_wins_over_the_redirect_cpu(four_cpus, proxies):
     """The two designs are alternatives; the binding the user made at the map update is the
     explicit one."""
-    lab = kfunc_proxies(four_cpus, 3, target_cpu=2)
+    proxy, result = kfunc_proxy(proxies, four_cpus, 3, target_cpu=2)
     data = pattern(300_000)
-    lab.proxy.send_in_thread(data, 65536).join(5)
-    assert lab.proxy.receive(len(data)) == data
-    assert lab.result() == 0
+    proxy.send_in_thread(data, 65536).join(5)
+    assert proxy.receive(len(data)) == data
+    assert result() == 0
     assert wait_for(lambda: four_cpus.sockmap_stats()[2].bytes == len(data))
     assert work_cpus(four_cpus) == {2}
 

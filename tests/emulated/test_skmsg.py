@@ -16,24 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import err_of, u32
-from pybpf import system
 from pybpf.emulated.skmsg import BACKLOG_MAX_BYTES, RX_MAX_READ, MsgQueue, psock_table
 from pybpf.uapi import BPF_F_SOCKMAP_TARGET_CPU, SK_PASS, AttachType, MapType
 from sockmap_lab import Proxy, pattern, psock_threads, returning, wait_for
-
-
-@pytest.fixture
-def proxies():
-    made = []
-
-    def make(sys, **kw) -> Proxy:
-        made.append(Proxy(sys, **kw))
-        return made[-1]
-
-    yield make
-    for proxy in made:
-        proxy.close()
-    assert wait_for(lambda: not psock_threads()), "psock threads outlived their sockets"
 
 
 def test_a_full_send_buffer_is_retried_without_loss_or_duplication(emulated, proxies):
@@ -157,11 +142,6 @@ def test_a_psock_without_programs_runs_no_thread_and_keeps_the_socket_plain(emul
 # -- target_cpu ------------------------------------------------------------------------------
 def flags_for(cpu: int) -> int:
     return BPF_F_SOCKMAP_TARGET_CPU | cpu << 32
-
-
-@pytest.fixture
-def four_cpus():
-    return system("emulated", cpus=4)
 
 
 @pytest.mark.parametrize("map_type", [MapType.SOCKMAP, MapType.SOCKHASH], ids=["map", "hash"])
