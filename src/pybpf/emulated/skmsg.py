@@ -30,6 +30,13 @@ Rules this module keeps:
   CPU that processed the socket's last incoming packets (SO_INCOMING_CPU: for loopback the
   sender's). Each thread pins itself (sched_setaffinity) to the host CPU standing for the
   emulated CPU it runs on (``emulated % host CPUs``) and sets the machine's current CPU.
+- Modeled time (emulated/timing.py): the kernel work this path stands for is charged to the
+  CPU it runs on, through ``_charge``: the verdict's take of each skb (tcp_read_skb, and the
+  ACK its tcp_cleanup_rbuf sends), the redirect (sk_psock_skb_redirect), the kworker's wake-up
+  and context switches per work run, each send of the backlog (``_charge_sent``: the skb's
+  pages spliced into the socket, no copy, the loopback transmit, and the receive softirq
+  that loopback runs in the sender's context), and each delivery to an ``ingress_msg``.
+  The verdict program's instructions are charged by executable.run.
 - Counters per emulated CPU (``SockmapCpuStats``): verdict runs, backlog work runs, bytes
   delivered or sent, EAGAIN retries, drops, and host CPU time of the receive and work threads.
 - Teardown: when the psock's last link goes (map delete, replacement, map freed, socket
@@ -86,6 +93,7 @@ POLL_S = 0.02  # how often idle psock threads look at their socket
 JIFFY_S = 0.004  # HZ=250: the EAGAIN retry delay
 DRAIN_GIVE_UP_S = 1.0
 SKB_MAX_READ = 64 * 1024  # one skb of loopback TCP (64 KiB GSO)
+SKB_FRAG = 32 * 1024  # a page frag of tcp_sendmsg's skbs (SKB_FRAG_PAGE_ORDER: 32 KiB pages)
 MSG_MAX = 17 * 4096  # an sk_msg's scatterlist: MAX_MSG_FRAGS pages
 _SKB_WRITABLE = writable_fields(ProgType.SK_SKB, SK_BUFF_SIZE)
 _NO_CPU = -1
@@ -425,6 +433,7 @@ class SkPsock:
             self._sk_psock_verdict_recv(message, cpu)
 
     def _sk_psock_verdict_recv(self, data: bytes, cpu: int) -> None:
+        _charge(self.machine, cpu, "tcp_read_skb", "tcp_ack")
         prog = self.progs.stream_verdict or self.progs.skb_verdict
         if prog is None:  # the verdict went: the data stays this socket's
             self._ingress_self(data, cpu)
@@ -486,6 +495,7 @@ class SkPsock:
                 return
             if not self.ingress_skb:
                 self.ingress_msg.append(data)
+                _charge(self.machine, cpu, "sk_psock_ingress_msg")
                 self.lock.notify_all()
                 delivered = True
             else:
@@ -525,8 +535,17 @@ class SkPsock:
                 _pin(host_cpu)
             self.machine.set_cpu(cpu)
             start = time.thread_time_ns()
+            _charge(self.machine, cpu, "kworker_wakeup")
             self.sk_psock_backlog(cpu)
             self.table.count(cpu, backlog_runs=1, busy_ns=time.thread_time_ns() - start)
+
+    def _charge_sent(self, cpu: int, nbytes: int, nskbs: int) -> None:
+        """skb_send_sock of ``nskbs`` skbs, ``nbytes`` in all: tcp_sendmsg_locked splicing
+        their page frags (no copy), the transmit through loopback, and the receiving socket's
+        softirq, which loopback runs on this, the sending, CPU."""
+        _charge(self.machine, cpu, "tcp_sendmsg_skb", "tcp_write_xmit_skb", "tcp_v4_rcv_skb",
+                n=nskbs)
+        _charge(self.machine, cpu, "skb_send_sock_frag", n=-(-nbytes // SKB_FRAG))
 
     def sk_psock_backlog(self, cpu: int) -> None:
         """Drain ingress_skb in order; keep the head and its offset on EAGAIN."""
@@ -544,6 +563,7 @@ class SkPsock:
                             self.table.leftover.setdefault(self.ino, deque()).append(entry.data)
                     else:
                         self.ingress_msg.append(entry.data)
+                        _charge(self.machine, cpu, "sk_psock_ingress_msg")
                     self.lock.notify_all()
                     moved += len(entry.data)
                     continue
@@ -572,6 +592,7 @@ class SkPsock:
                     self._purge()
                 break
             stalled_since = None
+            self._charge_sent(cpu, sent, 1 if entry.off + sent >= len(entry.data) else 0)
             moved += sent
             with self.lock:
                 entry.off += sent
@@ -593,6 +614,7 @@ def sk_psock_skb_redirect(target: SkPsock | None, data: bytes, ingress: bool, cp
     with transmission stopped drops the skb."""
     if target is None:
         return
+    _charge(target.machine, cpu, "sk_psock_skb_redirect")
     with target.lock:
         if target.stopped or not target.tx_enabled:
             dropped = True
@@ -602,6 +624,12 @@ def sk_psock_skb_redirect(target: SkPsock | None, data: bytes, ingress: bool, cp
             dropped = False
     if dropped:
         target.table.count(cpu, drops=1)
+
+
+def _charge(machine: Any, cpu: int, *events: str, n: int = 1) -> None:
+    """Modeled time: ``n`` times each of ``events`` (profile [net] costs) on ``cpu``."""
+    for event in events:
+        machine.timing.charge(cpu, event, n)
 
 
 def build_sk_msg(psock: SkPsock, data: bytearray) -> CtxRegion:
