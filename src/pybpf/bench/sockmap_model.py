@@ -90,7 +90,7 @@ def model_sockmap(profile: str = PROFILE, *, proxy_cpu: int | None = None,
     """Direct, unbound and bound on ``profile`` (a shipped name or a file). The client's CPU
     is the emulated CPU of the first host CPU this process may use (the verdict runs where
     the host's loopback softirq ran); the server's is the next; ``proxy_cpu`` (default: the
-    one after) takes the bound psock's work."""
+    one after, or the server's on a 2-CPU machine) takes the bound psock's work."""
     import pybpf
 
     from ..emulated.skmsg import psock_table
@@ -105,11 +105,11 @@ def model_sockmap(profile: str = PROFILE, *, proxy_cpu: int | None = None,
         host_cpu = table.host_cpus[0]
         client = table.emulated_cpu(host_cpu)
         others = [c for c in range(machine.num_cpus) if c != client]
-        if len(others) < 2:
-            raise ValueError(f"profile {machine.profile.name!r} has {machine.num_cpus} CPUs: "
-                             "the model needs 3 (client, server, proxy)")
+        if not others:
+            raise ValueError(f"profile {machine.profile.name!r} has one CPU: the model needs "
+                             "the client's and another")
         server = others[0]
-        proxy = others[1] if proxy_cpu is None else proxy_cpu
+        proxy = others[len(others) > 1] if proxy_cpu is None else proxy_cpu
         if path == "bound":
             machine.check_cpu(proxy)
             if proxy == client:
@@ -251,3 +251,32 @@ def _check_one_skb_each(path: str, before: dict, after: dict, skbs: int, verdict
         raise RuntimeError(f"{path}: the psock did not take one skb per verdict on CPU "
                            f"{verdict_cpu} and send one per work run on CPU {work_cpu} "
                            f"({skbs} skbs of {size} bytes); per CPU it did {busy}")
+
+
+def modeled_text(doc: dict) -> str:
+    """``ModeledSockmap.as_dict()`` as a table and, per path and CPU, where the ns of an skb
+    go."""
+    from .report import format_table
+
+    roles: dict[int, str] = {}
+    for role in ("client", "server", "proxy"):
+        cpu = doc[f"{role}_cpu"]
+        roles[cpu] = f"{roles[cpu]}+{role}" if cpu in roles else role
+    paths = doc["paths"]
+    skb = next(iter(paths.values()))["skb_bytes"]
+    rows = [[name, f"{p['gbps']:.1f}", f"{p['x_direct']:.2f}x",
+             f"cpu{p['busiest_cpu']} ({roles[p['busiest_cpu']]})",
+             " ".join(f"cpu{cpu}={ns:.0f}" for cpu, ns in p["cpu_ns"].items())]
+            for name, p in paths.items()]
+    out = [f"modeled on {doc['profile']} (the emulated proxy, one {skb}-byte skb at a time: "
+           f"client on CPU {doc['client_cpu']}, server on CPU {doc['server_cpu']}, the bound "
+           f"psock's work on CPU {doc['proxy_cpu']}; Gbit/s when the busiest CPU is "
+           "saturated):",
+           format_table(["path", "modeled Gbit/s", "x direct", "busiest", "ns per skb by CPU"],
+                        rows),
+           "where each CPU's time goes, modeled ns per skb:"]
+    for name, p in paths.items():
+        for cpu, ns in p["cpu_ns"].items():
+            costs = ", ".join(f"{cost} {c_ns:.0f}" for cost, c_ns in p["breakdown"][cpu].items())
+            out.append(f"  {name} cpu{cpu} ({roles[cpu]}) {ns:.0f}: {costs}")
+    return "\n".join(out)
