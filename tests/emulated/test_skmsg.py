@@ -4,6 +4,7 @@ faults under load, thread lifetimes, target_cpu in both designs and where the wo
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import random
 import socket
@@ -11,11 +12,14 @@ import threading
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers import err_of, u32
 from pybpf import system
-from pybpf.uapi import BPF_F_SOCKMAP_TARGET_CPU, AttachType, MapType
-from sockmap_lab import Proxy, pattern
+from pybpf.emulated.skmsg import BACKLOG_MAX_BYTES, RX_MAX_READ, MsgQueue, psock_table
+from pybpf.uapi import BPF_F_SOCKMAP_TARGET_CPU, SK_PASS, AttachType, MapType
+from sockmap_lab import Proxy, pattern, returning
 
 
 def psock_threads() -> list[threading.Thread]:
@@ -251,3 +255,89 @@ def test_the_kernel_refuses_the_target_cpu_flag(kernel):
         a.close()
         b.close()
         kernel.close(fd)
+
+
+# -- bounds: a reader that stops stops the sender, not the memory ------------------------------
+def blocked_sender(sock: socket.socket, data: bytes) -> tuple[threading.Thread, list[int]]:
+    """Send ``data`` on ``sock`` in a thread; the list holds the bytes sent so far."""
+    sent = [0]
+
+    def send() -> None:
+        view = memoryview(data)
+        while view:
+            n = sock.send(view[:1 << 20])
+            sent[0] += n
+            view = view[n:]
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread, sent
+
+
+def settled(sent: list[int]) -> int:
+    """The sender's count once it has stopped moving (its peer's buffers are full)."""
+    last = -1
+    while sent[0] != last:
+        last = sent[0]
+        time.sleep(0.3)
+    return last
+
+
+def test_a_target_that_cannot_send_stops_the_receive_thread_at_the_backlog_bound(
+        emulated, proxies):
+    proxy = proxies(emulated)
+    psock = psock_table(emulated.machine).lookup_fd(proxy.p2.fileno())
+    data = random.Random(1).randbytes(64 << 20)  # more than every buffer on the way
+    sender, sent = blocked_sender(proxy.c1, data)
+    settled(sent)
+    assert sender.is_alive(), "the sender should block: c2 reads nothing"
+    assert BACKLOG_MAX_BYTES <= psock.backlog_bytes <= BACKLOG_MAX_BYTES + RX_MAX_READ
+    assert proxy.receive(len(data)) == data
+    sender.join(5)
+    assert wait_for(lambda: psock.backlog_bytes == 0)
+
+
+def test_sk_pass_data_the_application_leaves_is_bounded_by_its_receive_buffer(
+        emulated, proxies):
+    proxy = proxies(emulated, verdict=returning(SK_PASS))
+    psock = psock_table(emulated.machine).lookup_fd(proxy.p1.fileno())
+    data = random.Random(2).randbytes(32 << 20)
+    sender, sent = blocked_sender(proxy.c1, data)
+    settled(sent)
+    assert sender.is_alive()
+    rcvbuf = proxy.p1.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+    assert rcvbuf <= psock.ingress_msg.nbytes <= rcvbuf + RX_MAX_READ
+    assert proxy.receive(len(data), sock=proxy.p1) == data
+    sender.join(5)
+
+
+def test_an_ingress_redirect_waits_for_the_targets_receive_buffer(emulated, proxies):
+    proxy = proxies(emulated, mode="ingress")
+    target = psock_table(emulated.machine).lookup_fd(proxy.c2.fileno())
+    data = random.Random(3).randbytes(32 << 20)
+    sender, sent = blocked_sender(proxy.c1, data)
+    settled(sent)
+    assert sender.is_alive()
+    rcvbuf = proxy.c2.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+    assert rcvbuf <= target.ingress_msg.nbytes <= rcvbuf + RX_MAX_READ
+    assert sum(s.eagain_retries for s in emulated.sockmap_stats().values()) > 0
+    assert proxy.receive(len(data)) == data
+    sender.join(5)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=20), st.lists(st.integers(1, 500), min_size=1))
+def test_msg_queue_reads_give_back_every_byte_in_order(chunks, reads):
+    queue = MsgQueue()
+    for chunk in chunks:
+        queue.append(chunk)
+    out = bytearray()
+    for i in itertools.count():
+        if not queue:
+            break
+        before = queue.nbytes
+        got = queue.take(reads[i % len(reads)])
+        assert 0 < len(got) <= reads[i % len(reads)] or not before
+        assert queue.nbytes == before - len(got)
+        out += got
+    assert out == b"".join(chunks) and queue.nbytes == 0

@@ -44,20 +44,6 @@ def _remaining(deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
-def _take(queue: Any, bufsize: int) -> bytes:
-    """Up to ``bufsize`` bytes off the front of a deque of byte strings."""
-    out = bytearray()
-    while queue and len(out) < bufsize:
-        head = queue[0]
-        want = bufsize - len(out)
-        if len(head) <= want:
-            out += queue.popleft()
-        else:
-            out += head[:want]
-            queue[0] = head[want:]
-    return bytes(out)
-
-
 def tcp_bpf_recvmsg(table: PsockTable, fd: int, bufsize: int, timeout: float | None) -> bytes:
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:
@@ -68,7 +54,7 @@ def tcp_bpf_recvmsg(table: PsockTable, fd: int, bufsize: int, timeout: float | N
                 ino = _ino(fd)
                 queue = leftover.get(ino)
                 if queue:
-                    data = _take(queue, bufsize)
+                    data = queue.take(bufsize)
                     if not queue:
                         del leftover[ino]
                     return data
@@ -78,7 +64,7 @@ def tcp_bpf_recvmsg(table: PsockTable, fd: int, bufsize: int, timeout: float | N
             psock.armed = True  # a recvmsg runs what waits in the queue through the verdict
         with psock.lock:
             if psock.ingress_msg:
-                return _take(psock.ingress_msg, bufsize)
+                return psock.ingress_msg.take(bufsize)
             error = sock_error(psock)
             if error is not None and not psock.running():
                 raise error
