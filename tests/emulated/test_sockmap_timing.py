@@ -6,6 +6,7 @@ row in ``pybpf reproduce``."""
 from __future__ import annotations
 
 import argparse
+import time
 
 import pytest
 
@@ -16,6 +17,15 @@ from pybpf.profiles import load_profile
 from sockmap_lab import Proxy, pattern
 
 QUICK = {"skbs": 3, "warmup": 1}
+
+
+def wait_for(predicate, timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
 VERDICT_SIDE = ("tcp_read_skb", "tcp_ack", "sk_psock_skb_redirect", "bpf_insn")
 WORK_SIDE = ("kworker_wakeup", "tcp_sendmsg_skb", "skb_send_sock_frag", "tcp_write_xmit_skb",
              "tcp_v4_rcv_skb")
@@ -74,6 +84,31 @@ def test_delivery_to_ingress_msg_is_charged(emulated):
     timing = emulated.machine.timing
     assert any(timing.counts[cpu].get("sk_psock_ingress_msg")
                for cpu in range(emulated.machine.num_cpus))
+
+
+def test_a_batched_send_charges_every_skb_it_finished_and_each_work_run_one_wakeup(emulated):
+    proxy = Proxy(emulated)
+    try:
+        data = pattern(4 << 20, seed=3)
+        sender = proxy.send_in_thread(data, 256 << 10)
+        got = bytearray()
+        while len(got) < len(data):
+            got += emulated.sock_recv(proxy.c2, 1 << 20, timeout=10)
+        sender.join(10)
+        assert got == data
+        assert wait_for(lambda: sum(s.bytes for s in emulated.sockmap_stats().values())
+                        == len(data))
+    finally:
+        proxy.close()
+    stats = emulated.sockmap_stats().values()
+    counts = emulated.machine.timing.counts
+    charged = {event: sum(c.get(event, 0) for c in counts)
+               for event in ("tcp_read_skb", "tcp_sendmsg_skb", "kworker_wakeup")}
+    # every skb the verdict took was redirected, sent and charged once, however the
+    # backlog batched them into sendmsg calls
+    assert charged["tcp_read_skb"] == charged["tcp_sendmsg_skb"] == sum(s.verdicts
+                                                                        for s in stats)
+    assert charged["kworker_wakeup"] == sum(s.backlog_runs for s in stats) > 0
 
 
 def test_bench_sockmap_has_the_modeled_block():
