@@ -70,6 +70,20 @@ def test_the_proxy_cpu_must_not_be_the_clients():
         model_sockmap("haswell-ep-2s", proxy_cpu=20, **QUICK)
 
 
+def test_a_run_whose_psock_split_or_moved_the_skbs_is_refused():
+    from pybpf.bench.sockmap_model import _check_one_skb_each
+    from pybpf.emulated.skmsg import SockmapCpuStats
+
+    before = {0: SockmapCpuStats(), 1: SockmapCpuStats()}
+    whole = {0: SockmapCpuStats(verdicts=3, backlog_runs=3, bytes=300), 1: SockmapCpuStats()}
+    _check_one_skb_each("unbound", before, whole, 3, 0, 0, 100)
+    split = {0: SockmapCpuStats(verdicts=4, backlog_runs=3, bytes=300), 1: SockmapCpuStats()}
+    moved = {0: SockmapCpuStats(verdicts=3), 1: SockmapCpuStats(backlog_runs=3, bytes=300)}
+    for after in (split, moved):
+        with pytest.raises(RuntimeError, match="one skb per verdict on CPU 0"):
+            _check_one_skb_each("unbound", before, after, 3, 0, 0, 100)
+
+
 def test_delivery_to_ingress_msg_is_charged(emulated):
     proxy = Proxy(emulated, mode="ingress")
     try:
