@@ -54,6 +54,7 @@ def net_namespace_fds() -> set[str]:
     (["--plot", "out.jpg"], "--plot writes .png, .svg, .pdf"),
     (["--traffic", "carrier-pigeon"], "--traffic: choose"),
     (["--rcvbuf", "-1"], "--rcvbuf must be >= 0"),
+    (["--model-profile", "nosuch"], "no profile 'nosuch'"),
 ])
 def test_bad_arguments_are_one_usage_error_before_any_work(args, message, capsys,
                                                           monkeypatch):
