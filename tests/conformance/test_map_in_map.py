@@ -204,3 +204,18 @@ def map_is_freed(sys, map_id: int) -> bool:
         assert e.errno == errno.ENOENT
         return True
     return False
+
+
+def test_an_inner_percpu_array_must_match_the_templates_max_entries(maps):
+    """array_map_meta_equal covers PERCPU_ARRAY too (a differential run found the emulated
+    backend storing a 2-entry per-CPU array under a 4-entry template)."""
+    sys = maps.sys
+    template = maps.create(MapType.PERCPU_ARRAY, 4, 8, 4)
+    outer = maps.create(MapType.ARRAY_OF_MAPS, 4, 4, 2, inner_map_fd=template)
+    for max_entries in (2, 8):
+        other = maps.create(MapType.PERCPU_ARRAY, 4, 8, max_entries)
+        assert err_of(sys.map_update_elem, outer, u32(0), u32(other)) == errno.EINVAL
+    same = maps.create(MapType.PERCPU_ARRAY, 4, 8, 4)
+    sys.map_update_elem(outer, u32(0), u32(same))
+    assert maps.create_errno(MapType.PERCPU_ARRAY, 4, 8, 4, map_flags=BPF_F_INNER_MAP) == \
+        errno.EINVAL

@@ -27,6 +27,9 @@ from .bpf_map import BpfMap
 # Map types whose ops have no map_meta_equal: they cannot be inner maps.
 NO_META_EQUAL_TYPES = frozenset({MapType.PROG_ARRAY, MapType.ARRAY_OF_MAPS,
                                  MapType.HASH_OF_MAPS})
+# Map types whose ops compare max_entries too (array_map_meta_equal; PERCPU_ARRAY's as well on
+# 6.18, measured).
+ARRAY_META_EQUAL_TYPES = frozenset({MapType.ARRAY, MapType.PERCPU_ARRAY})
 
 
 class MapMeta:
@@ -43,12 +46,12 @@ class MapMeta:
 
     def bpf_map_meta_equal(self, candidate: BpfMap) -> str:
         """Why ``candidate`` cannot be stored ('' when it can): bpf_map_meta_equal, and
-        array_map_meta_equal for an inner ARRAY."""
+        array_map_meta_equal for an inner ARRAY or PERCPU_ARRAY."""
         for field in ("map_type", "key_size", "value_size", "map_flags"):
             want, got = getattr(self, field), getattr(candidate, field)
             if want != got:
                 return f"{field} {got} differs from the inner map template's {want}"
-        if (self.map_type == MapType.ARRAY and not self.map_flags & BPF_F_INNER_MAP
+        if (self.map_type in ARRAY_META_EQUAL_TYPES and not self.map_flags & BPF_F_INNER_MAP
                 and self.max_entries != candidate.max_entries):
             return (f"max_entries {candidate.max_entries} differs from the template's "
                     f"{self.max_entries} (create the template with BPF_F_INNER_MAP to allow "

@@ -439,14 +439,21 @@ class SkPsock:
         strp = bytearray()
         host_cpu = -1
         fed: SkPsock | None = None  # the psock whose backlog the last skb joined
+        full = False  # the last read filled a whole buffer: more is queued, no poll needed
+        checked = 0.0  # when the socket was last seen open (at most POLL_S ago)
         while not self.receiver_stop:
             if self._rx_throttled(fed):
                 if not self._check_alive():
                     break
                 continue
-            events = poller.poll(POLL_S * 1000)
-            if self.receiver_stop or not self._check_alive():
+            events = [(self.fd, select.POLLIN)] if full else poller.poll(POLL_S * 1000)
+            full = False
+            if self.receiver_stop:
                 break
+            if not events or time.monotonic() - checked >= POLL_S:
+                if not self._check_alive():
+                    break
+                checked = time.monotonic()
             if not events:
                 continue
             start = time.thread_time_ns()
@@ -472,6 +479,7 @@ class SkPsock:
                 if not data:
                     self._rx_done(0)
                     break
+                full = len(data) == RX_MAX_READ
                 incoming = self.sock.getsockopt(socket.SOL_SOCKET, SO_INCOMING_CPU)
                 cpu = self.table.emulated_cpu(incoming) if incoming >= 0 else \
                     self.machine.current.cpu
