@@ -54,6 +54,7 @@ def net_namespace_fds() -> set[str]:
     (["--plot", "out.jpg"], "--plot writes .png, .svg, .pdf"),
     (["--traffic", "carrier-pigeon"], "--traffic: choose"),
     (["--rcvbuf", "-1"], "--rcvbuf must be >= 0"),
+    (["--model-profile", "nosuch"], "no profile 'nosuch'"),
 ])
 def test_bad_arguments_are_one_usage_error_before_any_work(args, message, capsys,
                                                           monkeypatch):
@@ -87,7 +88,9 @@ def test_direct_user_space_and_kernel_sockmap_move_checked_bytes(kernel, capsys,
 def test_json_schema(capsys, monkeypatch):
     monkeypatch.setattr("pybpf.backends.bpf_allowed", lambda: False)
     doc = run_json(capsys, "--modes", "direct,kernel-egress")
-    assert set(doc) == {"config", "machine", "rows", "notes"}
+    assert set(doc) == {"config", "machine", "rows", "notes", "modeled"}
+    assert doc["config"]["model_profile"] == "sapphire-rapids-2s"
+    assert set(doc["modeled"]["paths"]) == {"direct", "unbound", "bound"}
     assert doc["config"]["modes"] == ["direct", "kernel-egress"]
     assert doc["config"]["traffic"] == "builtin"
     direct, kernel_row = doc["rows"]

@@ -127,6 +127,18 @@ def test_one_node_host_sets_remote_costs_to_local_ones():
     assert "one NUMA node" in profile.source("memory.dram_remote")
 
 
+def test_a_farther_level_measured_faster_takes_the_nearer_ones_latency():
+    """A loaded host once measured the LLC chase above the DRAM one and calibrate ended in a
+    ProfileError traceback; the profile now keeps the levels ordered and says so."""
+    samples = synthetic_samples()
+    llc = samples["chase_llc"].values
+    samples["chase_dram"] = probes.Samples("chase_dram", "ns", [min(llc) - 5.0] * 3)
+    profile = derive.host_profile(samples, HOST)
+    assert profile["memory.dram_local"] == profile["memory.shared_hit"] == min(llc)
+    assert "raised to it" in profile.source("memory.dram_local")
+    assert profile["memory.dram_remote"] == profile["memory.dram_local"]
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pybpf", "calibrate", *args],
                           capture_output=True, text=True, timeout=600)

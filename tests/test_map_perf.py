@@ -354,7 +354,9 @@ def test_reproduce_shows_the_seeds_published_and_modeled_on_the_emulated_backend
     assert re.search(r"^003 .*sapphire-rapids-2s +1\.90-3\.10x +(within|MISS)", table, re.M)
     assert re.search(r"^002 .*pps +\d\.\d\dx +sapphire-rapids-2s +1\.31-2\.18x +(within|MISS)",
                      table, re.M), table
-    assert "the sockmap path does not charge the timing model yet" in table
+    assert re.search(r"^001 .*Gbit/s +\d\.\d\dx +sapphire-rapids-2s +1\.47-2\.45x +(within|MISS)",
+                     table, re.M), table
+    assert "where each CPU's time goes, modeled ns per skb" in out
     assert re.search(r"after: 6\.15, GRO on, napi_skb_cache_get_bulk +\d+\.\d\d +\d+ +64 "
                      r"+1008/1024", out), out
     for seed in re.findall(r"^(\d{3}) .*MISS$", table, re.M):  # a miss says its cause

@@ -104,6 +104,15 @@ def test_a_profile_without_the_net_section_gets_its_estimates_at_its_clock():
     assert profile.source("net.netif_receive_skb").startswith("estimate: 800 cycles at 2.50 GHz")
 
 
+def test_a_net_section_without_the_later_keys_gets_their_estimates():
+    doc = doc_of(synthetic_values())
+    del doc["net"]["kworker_wakeup"]  # written before the sockmap path was modeled
+    profile = parse_profile(doc)
+    assert profile["net.kworker_wakeup"] == pytest.approx(2500 / 2.5)
+    assert profile.source("net.kworker_wakeup").startswith("estimate: 2500 cycles at 2.50 GHz")
+    assert profile["net.netif_receive_skb"] == doc["net"]["netif_receive_skb"]["value"]
+
+
 def test_unknown_key_is_named_with_the_known_ones():
     doc = doc_of(synthetic_values())
     doc["cpu"]["syscal_entry"] = {"value": 1.0, "source": "typo"}

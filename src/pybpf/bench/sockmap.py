@@ -22,6 +22,10 @@ Rules this module keeps:
   larger spread), and per CPU the share of time in user, system and softirq over its runs
   (/proc/stat) and of its kworkers, which run the kernel's psock backlog work (their
   /proc/<pid>/stat times), plus the emulated workers' own counters per emulated CPU.
+- Beside the measured rows, the modeled throughput of the emulated proxy on a declared
+  machine (``--model-profile``, default sapphire-rapids-2s; bench/sockmap_model.py): direct,
+  unbound and bound, each with its ratio to direct and per CPU where its time goes. These
+  are timing-model figures, the same on every run, not measurements of this host.
 - Every run has a deadline (``--timeout``); a run past it is a failed round with its reason,
   never a hang. A mode that cannot be set up (bpf(2) refused, the emulated backend without
   the psock data path) is one line with the reason, and the rest still runs.
@@ -41,7 +45,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import report
-from .args import int_arg, plot_arg, seconds_arg
+from .args import int_arg, plot_arg, profile_arg, seconds_arg
+from .sockmap_model import PROFILE as MODEL_PROFILE
+from .sockmap_model import model_sockmap, modeled_text
 from .sockmap_paths import (
     DRAIN_SECONDS,
     BuiltinReceiver,
@@ -295,6 +301,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="builtin traffic: SO_RCVBUF of the receiving socket (default 0: "
                              "the kernel's default; an ingress redirect queues against it, "
                              "and the kernel doubles it, up to net.core.rmem_max)")
+    parser.add_argument("--model-profile", type=profile_arg, default=MODEL_PROFILE,
+                        metavar="NAME|FILE",
+                        help="the declared machine of the modeled rows (default "
+                             f"{MODEL_PROFILE}: a shipped profile or a TOML file)")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     parser.add_argument("--plot", type=sockmap_plot_arg, metavar="FILE",
                         help="Gbit/s per mode and per-CPU busy time (.png, .svg or .pdf)")
@@ -349,6 +359,7 @@ def run_from_args(ns: argparse.Namespace) -> int:
             namespace.close()
     notes.append(_setup_note(ctx, traffic, namespace is not None))
     document = _document(rows, notes, ns, traffic)
+    document["modeled"] = modeled_block(ns.model_profile)
     if ns.json:
         report.dump_json(document)
     else:
@@ -356,6 +367,14 @@ def run_from_args(ns: argparse.Namespace) -> int:
     if ns.plot:
         _plot(ns.plot, document)
     return 0
+
+
+def modeled_block(profile: str) -> dict:
+    """The modeled rows' document: the model's figures, or the reason there are none."""
+    try:
+        return model_sockmap(profile).as_dict()
+    except (OSError, RuntimeError, ValueError) as exc:
+        return {"profile": profile, "error": f"{type(exc).__name__}: {exc}"}
 
 
 def _setup_note(ctx: Context, traffic: str, in_namespace: bool) -> str:
@@ -457,6 +476,10 @@ def _text(doc: dict) -> str:
                      f"{w['eagain_retries']} EAGAIN retries, {w['drops']} drops)"
                      for cpu, w in row["workers"].items()]
             out.append(f"{row['mode']} psock workers: " + ", ".join(parts))
+    modeled = doc.get("modeled")
+    if modeled is not None:
+        out.append(f"modeled on {modeled['profile']}: not run: {modeled['error']}"
+                   if "error" in modeled else modeled_text(modeled))
     load = doc["machine"]["loadavg"]
     out.append(f"machine: {doc['machine']['cpus']} CPUs, load average {load[0]:.2f} "
                f"{load[1]:.2f} {load[2]:.2f}")

@@ -17,6 +17,18 @@ TICKS_PER_GRACE_PERIOD = 2
 
 # -- from measurements to a profile --------------------------------------------------------
 
+def _keep_levels_ordered(values: dict[str, Value], levels: tuple[str, ...]) -> None:
+    """A farther memory level is never faster: one measured below the level before it (the
+    chases hit the same level, as when the last-level cache is larger than the chase says,
+    or a loaded host disturbed the nearer one) takes the nearer one's latency, said in its
+    source."""
+    for near, far in zip(levels, levels[1:], strict=False):
+        lo, hi = values[f"memory.{near}"], values[f"memory.{far}"]
+        if hi.value < lo.value:
+            values[f"memory.{far}"] = Value(lo.value, f"{hi.source}; measured {hi.value} ns, "
+                                            f"below memory.{near}, so raised to it")
+
+
 def host_profile(samples: dict[str, Samples], host: dict) -> Profile:
     """The host profile: every value and how it follows from ``samples``."""
     values, reference = derive(samples, host)
@@ -157,6 +169,9 @@ def derive(samples: dict[str, Samples], host: dict) -> tuple[dict[str, Value], d
     else:
         put("memory.transfer_remote", values["memory.transfer_local"].value,
             "this host has one NUMA node: equal to transfer_local")
+
+    _keep_levels_ordered(values, ("shared_hit", "dram_local", "dram_remote"))
+    _keep_levels_ordered(values, ("transfer_local", "transfer_remote"))
 
     slab = SLAB_FASTPATH_CYCLES / ghz
     for key in ("kmalloc", "kfree"):

@@ -43,6 +43,13 @@ Rules this module keeps:
   CPU that processed the socket's last incoming packets (SO_INCOMING_CPU: for loopback the
   sender's). Each thread pins itself (sched_setaffinity) to the host CPU standing for the
   emulated CPU it runs on (``emulated % host CPUs``) and sets the machine's current CPU.
+- Modeled time (emulated/timing.py): the kernel work this path stands for is charged to the
+  CPU it runs on, through ``_charge``: the verdict's take of each skb (tcp_read_skb, and the
+  ACK its tcp_cleanup_rbuf sends), the redirect (sk_psock_skb_redirect), the kworker's wake-up
+  and context switches per work run, each send of the backlog (``_charge_sent``: the skb's
+  pages spliced into the socket, no copy, the loopback transmit, and the receive softirq
+  that loopback runs in the sender's context), and each delivery to an ``ingress_msg``.
+  The verdict program's instructions are charged by executable.run.
 - Counters per emulated CPU (``SockmapCpuStats``): verdict runs, backlog work runs, bytes
   delivered or sent, EAGAIN retries, drops, and host CPU time of the receive and work threads.
 - Teardown: when the psock's last link goes (map delete, replacement, map freed, socket
@@ -110,6 +117,7 @@ BACKLOG_MAX_BYTES = 4 << 20
 RX_BUFFERS_KEPT = 16  # full-size receive buffers kept for reuse once sent (zeroing one costs)
 SEND_BATCH_BYTES = 1 << 20  # at most this much queued egress data goes out in one sendmsg
 SEND_BATCH_SKBS = 64
+SKB_FRAG = 32 * 1024  # a page frag of tcp_sendmsg's skbs (SKB_FRAG_PAGE_ORDER: 32 KiB pages)
 MSG_MAX = 17 * 4096  # an sk_msg's scatterlist: MAX_MSG_FRAGS pages
 _SKB_WRITABLE = writable_fields(ProgType.SK_SKB, SK_BUFF_SIZE)
 _NO_CPU = -1
@@ -563,6 +571,7 @@ class SkPsock:
     def _sk_psock_verdict_recv(self, packet: bytearray, cpu: int) -> SkPsock | None:
         """Run the verdict on ``packet`` (the program may rewrite it) and apply it; returns
         the psock whose backlog took it, if one did."""
+        _charge(self.machine, cpu, "tcp_read_skb", "tcp_ack")
         prog = self.progs.stream_verdict or self.progs.skb_verdict
         if prog is None:  # the verdict went: the data stays this socket's
             return self._ingress_self(packet, cpu)
@@ -629,6 +638,7 @@ class SkPsock:
                 self._queue(_Entry(data, True), cpu)
                 return self
             self.ingress_msg.append(data)
+            _charge(self.machine, cpu, "sk_psock_ingress_msg")
             self.lock.notify_all()
         self.table.count(cpu, bytes=len(data))
         return None
@@ -682,8 +692,17 @@ class SkPsock:
                 _pin(host_cpu)
             self.machine.set_cpu(cpu)
             start = time.thread_time_ns()
+            _charge(self.machine, cpu, "kworker_wakeup")
             self.sk_psock_backlog(cpu)
             self.table.count(cpu, backlog_runs=1, busy_ns=time.thread_time_ns() - start)
+
+    def _charge_sent(self, cpu: int, nbytes: int, nskbs: int) -> None:
+        """skb_send_sock of ``nskbs`` skbs, ``nbytes`` in all: tcp_sendmsg_locked splicing
+        their page frags (no copy), the transmit through loopback, and the receiving socket's
+        softirq, which loopback runs on this, the sending, CPU."""
+        _charge(self.machine, cpu, "tcp_sendmsg_skb", "tcp_write_xmit_skb", "tcp_v4_rcv_skb",
+                n=nskbs)
+        _charge(self.machine, cpu, "skb_send_sock_frag", n=-(-nbytes // SKB_FRAG))
 
     def sk_psock_backlog(self, cpu: int) -> None:
         """Drain ingress_skb in order; keep the head and its offset on EAGAIN. A run of
@@ -711,6 +730,7 @@ class SkPsock:
                                 entry.data)
                     else:
                         self.ingress_msg.append(entry.data)
+                        _charge(self.machine, cpu, "sk_psock_ingress_msg")
                     self.lock.notify_all()
                     moved += len(entry.data)
                     continue
@@ -742,7 +762,8 @@ class SkPsock:
             stalled_since = None
             moved += sent
             with self.lock:
-                self._advance(batch, sent)
+                finished = self._advance(batch, sent)
+            self._charge_sent(cpu, sent, finished)
         if moved:
             self.table.count(cpu, bytes=moved)
 
@@ -758,20 +779,24 @@ class SkPsock:
             size += len(entry.data) - entry.off
         return batch
 
-    def _advance(self, batch: list[_Entry], sent: int) -> None:
+    def _advance(self, batch: list[_Entry], sent: int) -> int:
         """``sent`` bytes of ``batch`` went out: move the offsets on and unlink finished skbs
-        (self.lock held; a purge meanwhile has unlinked them already)."""
+        (self.lock held; a purge meanwhile has unlinked them already). Returns how many
+        skbs it finished."""
+        finished = 0
         for entry in batch:
             if not self.ingress_skb or self.ingress_skb[0] is not entry:
-                return
+                break
             step = min(sent, len(entry.data) - entry.off)
             entry.off += step
             sent -= step
             self._backlog_done(step)
             if entry.off < len(entry.data):
-                return
+                break
             self.ingress_skb.popleft()
             self.table.recycle(entry.data)
+            finished += 1
+        return finished
 
 
 def sk_psock_map_verd(verdict: int, redir: bool) -> int:
@@ -787,6 +812,7 @@ def sk_psock_skb_redirect(source: SkPsock, target: SkPsock | None, data: bytearr
     source's redirect CPU."""
     if target is None:
         return None
+    _charge(target.machine, cpu, "sk_psock_skb_redirect")
     target.redir_cpu = source.redir_cpu
     with target.lock:
         if not target.stopped and target.tx_enabled:
@@ -794,6 +820,12 @@ def sk_psock_skb_redirect(source: SkPsock, target: SkPsock | None, data: bytearr
             return target
     target.table.count(cpu, drops=1)
     return None
+
+
+def _charge(machine: Any, cpu: int, *events: str, n: int = 1) -> None:
+    """Modeled time: ``n`` times each of ``events`` (profile [net] costs) on ``cpu``."""
+    for event in events:
+        machine.timing.charge(cpu, event, n)
 
 
 def build_sk_msg(psock: SkPsock, data: bytearray) -> CtxRegion:

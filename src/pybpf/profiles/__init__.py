@@ -156,6 +156,30 @@ SCHEMA: tuple[Param, ...] = (
     _p("net", "netif_receive_skb", "ns", "per skb up the stack to a UDP socket: "
        "__netif_receive_skb_core, ip_rcv, the route lookup, ip_local_deliver, udp_rcv, the "
        "socket lookup, __udp_enqueue_schedule_skb and the reader's wake-up"),
+    # -- TCP over loopback and the sockmap psock path (bench/sockmap_model.py) ---------------
+    _p("net", "copy_user_line", "ns", "per 64-byte line tcp_sendmsg copies from user memory "
+       "into the skb's pages, or tcp_recvmsg copies out to user memory"),
+    _p("net", "tcp_sendmsg_skb", "ns", "per skb tcp_sendmsg_locked builds and queues (the "
+       "copy or splice of its data charged apart)"),
+    _p("net", "skb_send_sock_frag", "ns", "per 32 KiB page frag skb_send_sock splices into "
+       "a socket (MSG_SPLICE_PAGES: a page reference, no copy)"),
+    _p("net", "tcp_write_xmit_skb", "ns", "per skb from tcp_write_xmit through ip_output to "
+       "loopback_xmit and the backlog queue"),
+    _p("net", "tcp_v4_rcv_skb", "ns", "per skb of the receive softirq into a TCP socket: "
+       "process_backlog, ip_rcv, tcp_v4_rcv, tcp_rcv_established, the queueing, data_ready"),
+    _p("net", "tcp_ack", "ns", "per skb read: the ACK the reader's TCP sends and the "
+       "sender's processing of it, both on the reader's CPU over loopback"),
+    _p("net", "tcp_recvmsg_skb", "ns", "per skb tcp_recvmsg takes (the copy charged apart): "
+       "the queue walk, the skb's free, the receive-space bookkeeping"),
+    _p("net", "tcp_read_skb", "ns", "per skb a psock's verdict takes off its socket "
+       "(tcp_read_skb: unlink, ownership, tcp_cleanup_rbuf)"),
+    _p("net", "sk_psock_skb_redirect", "ns", "per skb redirected: the target psock's lookup, "
+       "skb_queue_tail on its ingress_skb, schedule_delayed_work and the kworker's wake-up "
+       "call"),
+    _p("net", "kworker_wakeup", "ns", "per run of a psock's backlog work: the kworker "
+       "scheduled in and out (two context switches) and process_one_work"),
+    _p("net", "sk_psock_ingress_msg", "ns", "per skb put on a psock's ingress_msg "
+       "(sk_psock_skb_ingress: the sk_msg, the scatterlist, data_ready)"),
 )
 
 SCHEMA_BY_PATH: dict[str, Param] = {p.path: p for p in SCHEMA}
@@ -279,12 +303,12 @@ def parse_profile(doc: dict, where: str = "<profile>") -> Profile:
                 raise ProfileError(f"{where}: {path} must be a table "
                                    "{ value = ..., source = \"...\" }")
             values[path] = Value(entry["value"], entry["source"])
-    if "net" not in doc and isinstance(values.get("cpu.clock_ghz"), Value):
+    if isinstance(values.get("cpu.clock_ghz"), Value):
         ghz = values["cpu.clock_ghz"].value
         if isinstance(ghz, int | float) and not isinstance(ghz, bool) and ghz > 0:
             for key, (cycles, what) in NET_CYCLES.items():
-                values[f"net.{key}"] = Value(round(cycles / ghz, 3),
-                                             net_source(cycles, ghz, what))
+                values.setdefault(f"net.{key}", Value(round(cycles / ghz, 3),
+                                                      net_source(cycles, ghz, what)))
     reference = doc.get(REFERENCE, {})
     if not isinstance(reference, dict):
         raise ProfileError(f"{where}: [{REFERENCE}] must be a table")

@@ -1,4 +1,5 @@
-"""The XDP / cpumap / GRO receive path's CPU work ([net] in every profile), in cycles.
+"""The network paths' CPU work ([net] in every profile), in cycles: the XDP / cpumap / GRO
+receive path, TCP over loopback and the sockmap psock path.
 
 User space cannot time these kernel functions, so ``pybpf calibrate`` (the host profile) and
 tools/derive_server_profiles.py (the server profiles) give each as the estimate below at the
@@ -47,6 +48,50 @@ NET_CYCLES: dict[str, tuple[int, str]] = {
                           "(the software checksum, the socket lookup), "
                           "__udp_enqueue_schedule_skb (rmem accounting, the queue lock) and "
                           "sock_def_readable's wake-up of the reader: about 800 instructions"),
+    # TCP over loopback and the sockmap psock path: written before any sockmap figure was
+    # modeled, never from the affinity patch's published figures (the held-out check).
+    "copy_user_line": (10, "rep movsb of 64 bytes at about 6 bytes a cycle: source or "
+                       "destination lines come from the other CPU's cache or the LLC, since "
+                       "loopback's page frags move between the sender's and the reader's "
+                       "CPUs"),
+    "tcp_sendmsg_skb": (600, "tcp_sendmsg_locked per skb: tcp_stream_alloc_skb, "
+                        "sk_wmem_schedule, the page frag refill, tcp_skb_entail, the size "
+                        "goal and the push decision: about 600 instructions"),
+    "skb_send_sock_frag": (400, "__skb_send_sock per frag: sock_sendmsg, lock_sock, "
+                           "tcp_sendmsg_locked with MSG_SPLICE_PAGES (skb_splice_from_iter: "
+                           "a page reference and a frag descriptor), release_sock: about 400 "
+                           "instructions"),
+    "tcp_write_xmit_skb": (1000, "tcp_write_xmit, tcp_transmit_skb (the clone, the header "
+                           "and options), ip_queue_xmit on a cached route, ip_finish_output2, "
+                           "neigh_output, __dev_queue_xmit without a qdisc, loopback_xmit and "
+                           "__netif_rx onto the backlog: about 1000 instructions"),
+    "tcp_v4_rcv_skb": (1500, "net_rx_action and process_backlog, __netif_receive_skb_core, "
+                       "ip_rcv and ip_local_deliver, tcp_v4_rcv (the socket lookup, the "
+                       "socket lock), tcp_rcv_established (the fast path, tcp_event_data_recv"
+                       "), tcp_queue_rcv with rmem accounting and sk_data_ready's wake-up: "
+                       "about 1500 instructions"),
+    "tcp_ack": (1200, "tcp_cleanup_rbuf -> tcp_send_ack (a header-only skb built and sent "
+                "through ip_output and loopback) and its receive: tcp_v4_rcv, tcp_ack "
+                "cleaning the acked skb off the retransmit queue and freeing it: about 1200 "
+                "instructions"),
+    "tcp_recvmsg_skb": (500, "tcp_recvmsg_locked per skb: the receive queue walk, "
+                        "tcp_rcv_space_adjust, skb_consume (the head, the page puts) and the "
+                        "rmem uncharge: about 500 instructions"),
+    "tcp_read_skb": (300, "tcp_read_skb per skb: __skb_unlink, WRITE_ONCE(copied_seq), "
+                     "tcp_eat_recv_skb's ownership transfer and the sk_psock lookup of "
+                     "sk_psock_verdict_recv: about 300 instructions"),
+    "sk_psock_skb_redirect": (300, "skb_bpf_redirect_fetch, sk_psock(sk_other), the "
+                              "TX_ENABLED check, skb_queue_tail under its lock, "
+                              "schedule_delayed_work (queue_work_on: the pending bit, the "
+                              "pool's worklist) and wake_up_process of the idle kworker: about "
+                              "300 instructions"),
+    "kworker_wakeup": (2500, "two context switches (__schedule into the kworker and out when "
+                       "it sleeps again: about 1000 cycles each with the mitigations) and "
+                       "worker_thread/process_one_work with the work_mutex of "
+                       "sk_psock_backlog: about 500"),
+    "sk_psock_ingress_msg": (400, "sk_psock_skb_ingress: an sk_msg allocated, skb_to_sgvec, "
+                             "the ingress_msg queueing under its lock and sk_data_ready: "
+                             "about 400 instructions"),
 }
 
 
