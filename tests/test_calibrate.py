@@ -144,6 +144,21 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.parametrize("output, says", [("", "the file name is empty"),
+                                          (".", "is a directory")])
+def test_an_output_that_cannot_be_a_file_is_refused_before_measuring(output, says):
+    proc = run_cli("-o", output)
+    assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(not kernel_available(), reason=KERNEL_SKIP_REASON)
+def test_a_profile_that_cannot_be_written_goes_to_standard_output():
+    proc = run_cli("--rounds", "1", "-o", "/proc/pybpf-host.toml", "--no-progress")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert "cannot write /proc/pybpf-host.toml" in proc.stderr
+    assert "[cpu]" in proc.stdout
+
+
 def test_cpu_that_does_not_exist_is_refused():
     proc = run_cli("--cpu", "4096", "-o", "/dev/null")
     assert proc.returncode == 2

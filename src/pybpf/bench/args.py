@@ -67,9 +67,32 @@ def seconds_arg(name: str, zero_ok: bool) -> Callable[[str], float]:
     return parse
 
 
+def _check_writable(text: str, make_parents: bool) -> None:
+    """``text`` names a file that can be written: not empty, not a directory, in a writable
+    directory that exists (or, with ``make_parents``, under one: the writer makes the rest)."""
+    if not text:
+        raise argparse.ArgumentTypeError("the file name is empty")
+    path = os.path.expanduser(text)
+    if os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{text!r} is a directory; give a file name")
+    directory = os.path.dirname(path) or "."
+    while make_parents and not os.path.exists(directory):
+        directory = os.path.dirname(directory) or "."
+    if not os.path.isdir(directory):
+        raise argparse.ArgumentTypeError(f"{text!r}: there is no directory {directory!r}")
+    if not os.access(directory, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text!r}: directory {directory!r} is not writable")
+
+
+def output_file_arg(text: str) -> str:
+    """A file to write whose missing directories the writer makes (``calibrate -o``)."""
+    _check_writable(text, make_parents=True)
+    return text
+
+
 def plot_arg(text: str) -> str:
     """``--plot FILE``: matplotlib is installed, the file name ends in a format it writes, and
-    the directory exists and is writable (checked now, not after the run)."""
+    its directory exists and is writable (checked now, not after the run)."""
     from .report import require_matplotlib
 
     try:
@@ -78,19 +101,13 @@ def plot_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
     from matplotlib.backend_bases import FigureCanvasBase
 
-    if os.path.isdir(text):
-        raise argparse.ArgumentTypeError(f"{text!r} is a directory; give a file name")
+    _check_writable(text, make_parents=False)
     formats = sorted(FigureCanvasBase.get_supported_filetypes())
     suffix = os.path.splitext(text)[1].lower().lstrip(".")
     if suffix not in formats:
         raise argparse.ArgumentTypeError(
             f"{text!r}: the file name must end in a format matplotlib writes "
             f"(.{', .'.join(formats)}), e.g. rates.png")
-    directory = os.path.dirname(text) or "."
-    if not os.path.isdir(directory):
-        raise argparse.ArgumentTypeError(f"{text!r}: there is no directory {directory!r}")
-    if not os.access(directory, os.W_OK):
-        raise argparse.ArgumentTypeError(f"{text!r}: directory {directory!r} is not writable")
     return text
 
 

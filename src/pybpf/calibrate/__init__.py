@@ -38,8 +38,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..bench import report
-from ..bench.args import int_arg, profile_arg
-from ..profiles import dump_profile
+from ..bench.args import int_arg, output_file_arg, profile_arg
+from ..profiles import dump_profile, dumps_profile
 from .check import CHECK_TOLERANCE, check
 from .derive import host_profile, summary
 from .measure import Calibration
@@ -52,7 +52,7 @@ MAX_ROUNDS = 100
 def calibrate_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
     """``pybpf calibrate`` (cli.COMMANDS)."""
     parser.description = __doc__.split("\n\n")[0]
-    parser.add_argument("--output", "-o", default=DEFAULT_OUTPUT,
+    parser.add_argument("--output", "-o", default=DEFAULT_OUTPUT, type=output_file_arg,
                         help=f"profile to write (default {DEFAULT_OUTPUT}); use it with "
                              "--profile FILE")
     parser.add_argument("--rounds", type=int_arg("--rounds", 1, MAX_ROUNDS,
@@ -85,7 +85,13 @@ def run(ns: argparse.Namespace) -> int:
         return check(calib, ns)
     samples = calib.measure()
     profile = host_profile(samples, calib.host)
-    dump_profile(profile, ns.output, header=PROFILE_HEADER)
+    try:
+        dump_profile(profile, ns.output, header=PROFILE_HEADER)
+    except OSError as exc:  # the check at parsing passed, the write did not (e.g. in /proc)
+        print(dumps_profile(profile, PROFILE_HEADER))
+        print(f"pybpf calibrate: cannot write {ns.output}: {exc.strerror}; the profile is on "
+              "standard output above: save it and pass it with --profile FILE", file=sys.stderr)
+        return 1
     if ns.json:
         report.dump_json({"profile": str(Path(ns.output).expanduser()),
                           "host": calib.host,
