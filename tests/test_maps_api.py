@@ -136,6 +136,16 @@ def test_full_hash_map_gives_map_full_e2big(backend):
         assert m[2] == 22
 
 
+def test_full_lpm_trie_gives_map_full_enospc(backend):
+    """An LPM trie answers a full map with ENOSPC, not E2BIG: the same MapFullError and hint
+    (it once said "the batch buffer is too small", the batch lookup's ENOSPC)."""
+    with M.LpmTrieMap(1, 4, "<I", system=backend) as m:
+        m[(32, bytes([10, 0, 0, 1]))] = 1
+        with pytest.raises(MapFullError, match="full") as info:
+            m[(32, bytes([10, 0, 0, 2]))] = 2
+        assert info.value.errno == errno.ENOSPC
+
+
 def test_lookup_and_delete_returns_and_removes(backend):
     with hash_map(backend) as m:
         m[4] = 44

@@ -181,7 +181,15 @@ def _likely_cause(err: int, command: str, map_kind: str = "") -> tuple[type[BPFE
     if err == _errno.ENOMEM:
         return BPFError, "out of memory (or the LRU had no free node)"
     if err == _errno.ENOSPC:
-        return BPFError, "no space: the batch buffer is too small for one bucket"
+        if command in ("map_update_elem", "map_update_batch"):
+            # an LPM trie's full answer (trie_update_elem), where other maps give E2BIG
+            return MapFullError, "map is full (max_entries reached); delete elements first"
+        if command in ("map_lookup_batch", "map_lookup_and_delete_batch"):
+            return BPFError, "no space: the batch buffer is too small for one bucket"
+        if command == "map_lookup_elem" and map_kind in ("sockmap", "sockhash"):
+            return BPFError, ("the value is too small for the socket's cookie: a lookup needs "
+                              "value_size 8")
+        return BPFError, "no space left"
     if err == _errno.EBUSY:
         return BPFError, "busy: already frozen, or the map is in use"
     return BPFError, ""
