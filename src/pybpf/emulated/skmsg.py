@@ -104,6 +104,7 @@ from .memory import CTX_REGION, PACKET_REGION, CtxRegion, RunState
 SK_VERDICT_DROP, SK_VERDICT_PASS, SK_VERDICT_REDIRECT = 0, 1, 2
 SO_INCOMING_CPU = 49
 POLL_S = 0.02  # how often idle psock threads look at their socket
+BUSY_FLUSH_S = 0.05  # how often a busy psock thread adds its CPU time to the counters
 JIFFY_S = 0.004  # HZ=250: the EAGAIN retry delay
 DRAIN_GIVE_UP_S = 1.0
 # One verdict run takes what the socket has queued, up to a coalesced skb: loopback skbs are
@@ -284,6 +285,34 @@ def psock_table(machine: Any) -> PsockTable:
         return table
 
 
+class _BusyMeter:
+    """Host CPU time of one psock thread, counted to the emulated CPU it runs as. Reading a
+    thread's CPU time is a system call made with the interpreter's lock held, so a busy
+    thread reads it every BUSY_FLUSH_S, when it changes CPU and before it waits, not per skb."""
+
+    __slots__ = ("table", "cpu", "since", "due")
+
+    def __init__(self, table: PsockTable) -> None:
+        self.table = table
+        self.cpu = _NO_CPU
+        self.since = time.thread_time_ns()
+        self.due = time.monotonic() + BUSY_FLUSH_S
+
+    def running_as(self, cpu: int) -> None:
+        if cpu != self.cpu:
+            self.flush()
+            self.cpu = cpu
+        elif time.monotonic() >= self.due:
+            self.flush()
+
+    def flush(self) -> None:
+        now = time.thread_time_ns()
+        if self.cpu != _NO_CPU and now > self.since:
+            self.table.count(self.cpu, busy_ns=now - self.since)
+        self.since = now
+        self.due = time.monotonic() + BUSY_FLUSH_S
+
+
 def _pin(host_cpu: int) -> None:
     try:
         os.sched_setaffinity(0, {host_cpu})
@@ -440,6 +469,14 @@ class SkPsock:
 
     # -- receive: sk_psock_verdict_data_ready / strparser --------------------------------------
     def _sk_psock_verdict_data_ready(self) -> None:
+        meter = _BusyMeter(self.table)
+        try:
+            self._receive(meter)
+        finally:
+            meter.flush()
+
+    def _receive(self, meter: _BusyMeter) -> None:
+        """The receive thread's loop: wait for data, read an skb, run the verdict on it."""
         poller = select.poll()
         poller.register(self.fd, select.POLLIN | select.POLLRDHUP)
         strp = bytearray()
@@ -447,22 +484,25 @@ class SkPsock:
         fed: SkPsock | None = None  # the psock whose backlog the last skb joined
         full = False  # the last read filled a whole buffer: more is queued, no poll needed
         checked = 0.0  # when the socket was last seen open (at most POLL_S ago)
+        incoming, incoming_at = -1, 0.0  # SO_INCOMING_CPU: read after a poll, or per POLL_S
         while not self.receiver_stop:
             if self._rx_throttled(fed):
                 if not self._check_alive():
                     break
                 continue
+            if not full:
+                meter.flush()
             events = [(self.fd, select.POLLIN)] if full else poller.poll(POLL_S * 1000)
-            full = False
+            polled, full = not full, False
             if self.receiver_stop:
                 break
-            if not events or time.monotonic() - checked >= POLL_S:
+            now = time.monotonic()
+            if not events or now - checked >= POLL_S:
                 if not self._check_alive():
                     break
-                checked = time.monotonic()
+                checked = now
             if not events:
                 continue
-            start = time.thread_time_ns()
             with self.rx_lock:
                 if self.receiver_stop:  # stopped while this thread waited for the lock
                     break
@@ -486,19 +526,21 @@ class SkPsock:
                     self._rx_done(0)
                     break
                 full = len(data) == RX_MAX_READ
-                incoming = self.sock.getsockopt(socket.SOL_SOCKET, SO_INCOMING_CPU)
+                if polled or now - incoming_at >= POLL_S:
+                    incoming = self.sock.getsockopt(socket.SOL_SOCKET, SO_INCOMING_CPU)
+                    incoming_at = now
                 cpu = self.table.emulated_cpu(incoming) if incoming >= 0 else \
                     self.machine.current.cpu
                 if self.table.host_cpu(cpu) != host_cpu:
                     host_cpu = self.table.host_cpu(cpu)
                     _pin(host_cpu)
                 self.machine.set_cpu(cpu)
+                meter.running_as(cpu)
                 if self.progs.stream_parser is not None and self.progs.stream_verdict is not None:
                     strp += data
                     fed = self._strp_recv(strp, cpu)
                 else:
                     fed = self._sk_psock_verdict_recv(data, cpu)
-            self.table.count(cpu, busy_ns=time.thread_time_ns() - start)
 
     def _read_skb(self) -> bytearray:
         """The next skb (tcp_read_skb): what the socket has queued, up to RX_MAX_READ, read
@@ -674,10 +716,19 @@ class SkPsock:
 
     # -- sk_psock_backlog -----------------------------------------------------------------------
     def _sk_psock_work(self) -> None:
+        meter = _BusyMeter(self.table)
+        try:
+            self._work(meter)
+        finally:
+            meter.flush()
+
+    def _work(self, meter: _BusyMeter) -> None:
+        """The worker's loop: wait for the work to be scheduled, run sk_psock_backlog."""
         host_cpu = -1
         while True:
             with self.lock:
                 if not self.work_pending and not self.stopped:
+                    meter.flush()
                     self.lock.wait(POLL_S)
                 if self.stopped and (self.closed or not self.ingress_skb):
                     return
@@ -691,10 +742,10 @@ class SkPsock:
                 host_cpu = self.table.host_cpu(cpu)
                 _pin(host_cpu)
             self.machine.set_cpu(cpu)
-            start = time.thread_time_ns()
+            meter.running_as(cpu)
             _charge(self.machine, cpu, "kworker_wakeup")
             self.sk_psock_backlog(cpu)
-            self.table.count(cpu, backlog_runs=1, busy_ns=time.thread_time_ns() - start)
+            self.table.count(cpu, backlog_runs=1)
 
     def _charge_sent(self, cpu: int, nbytes: int, nskbs: int) -> None:
         """skb_send_sock of ``nskbs`` skbs, ``nbytes`` in all: tcp_sendmsg_locked splicing
