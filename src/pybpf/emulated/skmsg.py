@@ -122,6 +122,7 @@ SKB_FRAG = 32 * 1024  # a page frag of tcp_sendmsg's skbs (SKB_FRAG_PAGE_ORDER: 
 MSG_MAX = 17 * 4096  # an sk_msg's scatterlist: MAX_MSG_FRAGS pages
 _SKB_WRITABLE = writable_fields(ProgType.SK_SKB, SK_BUFF_SIZE)
 _NO_CPU = -1
+_SEND_FLAGS = int(socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)  # an int: IntFlag's | is slow
 
 
 @dataclass
@@ -544,11 +545,18 @@ class SkPsock:
 
     def _read_skb(self) -> bytearray:
         """The next skb (tcp_read_skb): what the socket has queued, up to RX_MAX_READ, read
-        into the buffer the verdict then runs on and the backlog sends (no copy between)."""
-        queued = socket_rx_queued(self.fd)
-        buf = self.table.rx_buffer() if queued >= RX_MAX_READ else bytearray(max(queued, 1))
-        del buf[self.sock.recv_into(buf, len(buf), socket.MSG_DONTWAIT):]
-        return buf
+        into the buffer the verdict then runs on and the backlog sends (no copy between).
+        A short read keeps a copy of its bytes and gives the buffer back (asking first how
+        much is queued would cost an ioctl that takes the socket's lock, with the
+        interpreter's lock held, each time)."""
+        buf = self.table.rx_buffer()
+        n = self.sock.recv_into(buf, RX_MAX_READ, socket.MSG_DONTWAIT)
+        if n >= RX_MAX_READ // 2:
+            del buf[n:]  # a shrink by less than half keeps the allocation: no copy
+            return buf
+        data = buf[:n]
+        self.table.recycle(buf)
+        return data
 
     def _rx_throttled(self, fed: SkPsock | None) -> bool:
         """Whether the receive thread must wait (a jiffy at most) before reading more: the
@@ -791,7 +799,7 @@ class SkPsock:
                 batch = self._egress_run()
             try:
                 sent = self.sock.sendmsg([memoryview(e.data)[e.off:] for e in batch], (),
-                                         socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+                                         _SEND_FLAGS)
             except BlockingIOError:
                 self.table.count(cpu, eagain_retries=1)
                 now = time.monotonic()
