@@ -6,7 +6,6 @@ row in ``pybpf reproduce``."""
 from __future__ import annotations
 
 import argparse
-import time
 
 import pytest
 
@@ -14,18 +13,11 @@ from pybpf import reproduce
 from pybpf.bench import sockmap
 from pybpf.bench.sockmap_model import model_sockmap, modeled_text
 from pybpf.profiles import load_profile
-from sockmap_lab import Proxy, pattern
+from sockmap_lab import Proxy, pattern, wait_for
 
 QUICK = {"skbs": 3, "warmup": 1}
 
 
-def wait_for(predicate, timeout: float = 5.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 VERDICT_SIDE = ("tcp_read_skb", "tcp_ack", "sk_psock_skb_redirect", "bpf_insn")
 WORK_SIDE = ("kworker_wakeup", "tcp_sendmsg_skb", "skb_send_sock_frag", "tcp_write_xmit_skb",
              "tcp_v4_rcv_skb")

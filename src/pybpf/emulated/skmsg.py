@@ -383,9 +383,12 @@ class SkPsock:
         return thread
 
     def _thread_main(self, target) -> None:
+        """Run ``target(meter)``: the thread's loop, with the meter of its CPU time."""
+        meter = _BusyMeter(self.table)
         try:
-            target()
+            target(meter)
         finally:
+            meter.flush()
             self._fd_put()
 
     def _fd_put(self) -> None:
@@ -469,14 +472,7 @@ class SkPsock:
         return False
 
     # -- receive: sk_psock_verdict_data_ready / strparser --------------------------------------
-    def _sk_psock_verdict_data_ready(self) -> None:
-        meter = _BusyMeter(self.table)
-        try:
-            self._receive(meter)
-        finally:
-            meter.flush()
-
-    def _receive(self, meter: _BusyMeter) -> None:
+    def _sk_psock_verdict_data_ready(self, meter: _BusyMeter) -> None:
         """The receive thread's loop: wait for data, read an skb, run the verdict on it."""
         poller = select.poll()
         poller.register(self.fd, select.POLLIN | select.POLLRDHUP)
@@ -723,14 +719,7 @@ class SkPsock:
         self.lock.notify_all()
 
     # -- sk_psock_backlog -----------------------------------------------------------------------
-    def _sk_psock_work(self) -> None:
-        meter = _BusyMeter(self.table)
-        try:
-            self._work(meter)
-        finally:
-            meter.flush()
-
-    def _work(self, meter: _BusyMeter) -> None:
+    def _sk_psock_work(self, meter: _BusyMeter) -> None:
         """The worker's loop: wait for the work to be scheduled, run sk_psock_backlog."""
         host_cpu = -1
         while True:
