@@ -8,8 +8,9 @@ Steps, each libbpf's:
 2. ``record_relocations`` (bpf_object__record_reloc): each REL entry of a code section
    becomes a ``Reloc`` on the function that holds the instruction: a map (``.maps`` or
    legacy ``maps``), a global variable (a map value at an offset), a call or the address
-   of a subprogram, or an extern (kfunc, ksym, kconfig: recorded, reported as unsupported
-   when the program is loaded).
+   of a subprogram, or an extern: a kfunc (a call, or the address ``bpf_ksym_exists``
+   takes, of a function in ``.ksyms``: resolved at load time) or an extern variable
+   (ksym, kconfig: recorded, reported as unsupported when the program is loaded).
 3. ``link`` (bpf_object__reloc_code): a program's code is its own instructions followed by
    every subprogram it calls, directly or not, each appended once in first-call order,
    with call immediates rewritten to the new positions; map references become
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from ..btf import BtfExt, CoreRelo, FuncInfo, LineInfo
@@ -45,6 +46,7 @@ class RelocKind(enum.Enum):
     CALL = "call"                  # bpf-to-bpf call
     SUBPROG_ADDR = "subprog addr"  # lddw of a subprogram (callbacks, BPF_PSEUDO_FUNC)
     KFUNC_CALL = "kfunc call"      # call of an extern kernel function
+    KFUNC_ADDR = "kfunc address"   # lddw of an extern kernel function (bpf_ksym_exists)
     EXTERN_LD64 = "extern"         # lddw of an extern variable (.ksyms, .kconfig)
 
 
@@ -133,11 +135,13 @@ def find_function(functions: list[Function], section: Section,
 
 def record_relocations(elf: ElfFile, functions: list[Function],
                        map_at: Callable[[int, int], str | None],
-                       data_map: Callable[[int], str | None]) -> None:
+                       data_map: Callable[[int], str | None],
+                       kfuncs: Collection[str] = ()) -> None:
     """Attach every relocation of every code section to its function.
 
     ``map_at(shndx, offset)`` names the map defined there (``.maps``/``maps``);
-    ``data_map(shndx)`` names the global data map of a section.
+    ``data_map(shndx)`` names the global data map of a section; ``kfuncs`` are the
+    externs the object's BTF declares as kernel functions (FUNCs in ``.ksyms``).
     """
     text = elf.section(".text")
     for section in {f.section.index: f.section for f in functions}.values():
@@ -150,12 +154,13 @@ def record_relocations(elf: ElfFile, functions: list[Function],
             if function is None:
                 continue  # libbpf: an overridden weak function; nothing loads it
             insn = sec_insn - function.sec_insn_off
-            function.relos.append(_reloc(elf, rel, function, insn, text, map_at, data_map))
+            function.relos.append(_reloc(elf, rel, function, insn, text, map_at, data_map,
+                                         kfuncs))
 
 
 def _reloc(elf: ElfFile, rel: Relocation, function: Function, insn: int,
            text: Section | None, map_at: Callable[[int, int], str | None],
-           data_map: Callable[[int], str | None]) -> Reloc:
+           data_map: Callable[[int], str | None], kfuncs: Collection[str]) -> Reloc:
     """bpf_program__record_reloc()."""
     opcode, regs, _off, imm = _INSN.unpack_from(function.insns, insn * INSN_SIZE)
     symbol = rel.symbol
@@ -165,7 +170,13 @@ def _reloc(elf: ElfFile, rel: Relocation, function: Function, insn: int,
         raise RelocationError(f"{where}: the instruction (code {opcode:#04x}) is neither a "
                               "call nor a 64-bit load")
     if symbol.is_extern:
-        kind = RelocKind.KFUNC_CALL if opcode == CALL else RelocKind.EXTERN_LD64
+        if opcode == CALL and name not in kfuncs:
+            raise RelocationError(f"{where}: a call of an extern the object's BTF does not "
+                                  "declare as a kernel function: declare it __ksym and "
+                                  "compile with clang -g")
+        if opcode == CALL:
+            return Reloc(insn, RelocKind.KFUNC_CALL, name)
+        kind = RelocKind.KFUNC_ADDR if name in kfuncs else RelocKind.EXTERN_LD64
         return Reloc(insn, kind, name)
     if opcode == CALL:
         if regs >> 4 != BPF_PSEUDO_CALL:

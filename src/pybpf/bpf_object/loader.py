@@ -1,5 +1,14 @@
 """Loading an ``ObjectSpec`` on a System: libbpf's ``bpf_object__load``, step by step.
 
+0. Kfuncs (libbpf's bpf_object__resolve_externs, for func ksyms): each ``__ksym``
+   function the object declares is looked up by its essential name (``bpf_foo___v2`` ->
+   ``bpf_foo``) in the System's kernel BTF (``System.kfunc_btf_id``) and its prototype
+   checked against the kernel's (bpf_core_types_are_compat). A strong one that is missing
+   or incompatible stops the load (ESRCH, EINVAL, naming it); a weak one is left
+   unresolved: its ``bpf_ksym_exists`` address loads 0 and its calls are poisoned (a call
+   of helper POISON_CALL_KFUNC_BASE + its index), so only a guarded call loads, and a
+   reachable one is reported as libbpf does. Only vmlinux kfuncs: those of kernel
+   modules need a BTF fd array, which pybpf does not pass.
 1. BTF: the fixed-up BTF goes in with BTF_LOAD. As in libbpf it is optional: when the
    kernel refuses it, a warning says why (with the kernel's log) and loading goes on
    without it (maps untyped, programs without func_info).
@@ -9,7 +18,9 @@
    libbpf does); global data maps get their initial bytes, ``.rodata`` is then frozen;
    map-in-map slots get their inner maps.
 3. Programs (those with ``autoload``): CO-RE relocations against the System's own BTF
-   (``System.vmlinux_btf``), map fds into their loads, BPF_PROG_LOAD with the license,
+   (``System.vmlinux_btf``), map fds into their loads, kfunc calls made
+   ``BPF_PSEUDO_KFUNC_CALL`` (imm: the BTF id, off 0: vmlinux) and kfunc addresses
+   ``BPF_PSEUDO_BTF_ID`` loads, BPF_PROG_LOAD with the license,
    kernel version, BTF, func_info and line_info; the target's BTF id for tracing programs.
    A refusal reads like libbpf's: the program, the verifier's log, and for an instruction a
    CO-RE relocation could not resolve, which relocation it was.
@@ -34,11 +45,18 @@ from ..handles import Closable
 from ..maps import Map, MapSpec, resolve_system
 from ..programs import Link, Program, ProgramSpec
 from ..system import System
-from ..uapi import AttachType, MapType, ProgType, map_traits
+from ..uapi import (
+    BPF_PSEUDO_BTF_ID,
+    BPF_PSEUDO_KFUNC_CALL,
+    AttachType,
+    MapType,
+    ProgType,
+    map_traits,
+)
 from .errors import ObjectError, UnsupportedError
 from .linker import RelocKind
 from .map_defs import LIBBPF_PIN_BY_NAME, Globals, ObjectMap
-from .relo_core import POISON_IMM, Poisoned, apply_core_relos
+from .relo_core import POISON_IMM, Poisoned, apply_core_relos, essential_name, types_are_compat
 from .section_defs import SecFlag, SectionDef
 
 _INSN = struct.Struct("<BBhi")
@@ -50,6 +68,9 @@ _NO_BTF_TYPES = frozenset({MapType.PERF_EVENT_ARRAY, MapType.CGROUP_ARRAY, MapTy
                            MapType.DEVMAP_HASH, MapType.CPUMAP, MapType.XSKMAP,
                            MapType.SOCKMAP, MapType.SOCKHASH, MapType.QUEUE, MapType.STACK,
                            MapType.ARENA})
+# libbpf: an unresolved weak kfunc's calls become calls of helper BASE + the extern's index,
+# which the verifier refuses as "invalid func unknown#..." only where they are reachable.
+POISON_CALL_KFUNC_BASE = 2002000000
 # Where a BTF-attached program's target lives in vmlinux BTF: prefix of the type's name.
 _BTF_TARGET_PREFIX = {AttachType.TRACE_RAW_TP: "btf_trace_", AttachType.LSM_MAC: "bpf_lsm_",
                       AttachType.TRACE_ITER: "bpf_iter_"}
@@ -80,6 +101,8 @@ class Object(Closable):
         self.programs: dict[str, Program] = {}
         self.links: list[Link] = []
         self.btf_fd: int | None = None
+        # Each kfunc extern's BTF id in the System's kernel BTF; None: weak and unresolved.
+        self.kfuncs: dict[str, int | None] = {}
         self.globals = Globals(spec.maps, self._read_value, self._write_value)
 
     def _read_value(self, name: str) -> bytes:
@@ -151,18 +174,20 @@ def load_object(spec: Any, system: System | None = None, *,
                           "is not: compile it with -target bpf for this host")
     obj = Object(spec, system)
     try:
+        target_btf = None
+        if spec.kfuncs or any(p.core_relos for p in spec.programs.values() if p.autoload):
+            target_btf = Btf.from_bytes(system.vmlinux_btf())
+        if spec.kfuncs:
+            obj.kfuncs = resolve_kfuncs(spec, system, target_btf)
         _load_btf(obj)
         for object_map in spec.maps.values():
             obj.maps[object_map.name] = _create_map(obj, object_map, pin_root_path)
         for object_map in spec.maps.values():
             _fill_map(obj, object_map, programs=False)
-        target_btf = None
         for name, prog in spec.programs.items():
             if not prog.autoload:
                 continue
             check_loadable(spec, prog)
-            if prog.core_relos and target_btf is None:
-                target_btf = Btf.from_bytes(system.vmlinux_btf())
             obj.programs[name] = _load_program(obj, prog, target_btf, log_level)
         for object_map in spec.maps.values():
             _fill_map(obj, object_map, programs=True)
@@ -170,6 +195,48 @@ def load_object(spec: Any, system: System | None = None, *,
         obj.close()
         raise
     return obj
+
+
+def resolve_kfuncs(spec: Any, system: System, kernel_btf: Btf) -> dict[str, int | None]:
+    """bpf_object__resolve_ksym_func_btf_id() for each kfunc extern of ``spec``: its BTF id
+    in ``system``'s kernel BTF (``kernel_btf``, the same BTF parsed), or None for a weak one
+    the kernel lacks or declares with another prototype."""
+    ids: dict[str, int | None] = {}
+    for ext in spec.kfuncs.values():
+        where = f"extern (func ksym) '{ext.name}'"
+        try:
+            kfunc_id = system.kfunc_btf_id(essential_name(ext.name))
+        except BPFError as exc:
+            if exc.errno != errno.ENOENT:
+                raise
+            if ext.weak:
+                ids[ext.name] = None
+                continue
+            raise BPFError(errno.ESRCH, f"{where}: not found in the {system.name} backend's "
+                           f"kernel BTF: {exc.detail}", command="kfunc_btf_id",
+                           detail=exc.detail,
+                           hint="declare it __weak and guard its calls with "
+                                "bpf_ksym_exists() to load without it; pybpf looks in "
+                                "vmlinux only (kernel module kfuncs need a BTF fd array, "
+                                "which it does not pass)") from None
+        kernel_proto = kernel_btf[kfunc_id].type_id
+        if not types_are_compat(spec.btf, ext.proto_id, kernel_btf, kernel_proto):
+            if ext.weak:
+                ids[ext.name] = None
+                continue
+            raise BPFError(errno.EINVAL, f"{where}: func_proto [{ext.proto_id}] incompatible "
+                           f"with vmlinux [{kernel_proto}]", command="kfunc_btf_id",
+                           detail=f"the object declares {_proto_text(spec.btf, ext.proto_id)}"
+                                  f", the kernel {_proto_text(kernel_btf, kernel_proto)}",
+                           hint="declare the kfunc as the kernel's BTF does "
+                                "(bpftool btf dump file /sys/kernel/btf/vmlinux format c)")
+        ids[ext.name] = kfunc_id
+    return ids
+
+
+def _proto_text(btf: Btf, proto_id: int) -> str:
+    proto = btf[proto_id]
+    return f"{len(proto.params)} parameter{'s' if len(proto.params) != 1 else ''}"
 
 
 def _load_btf(obj: Object) -> None:
@@ -269,10 +336,13 @@ def _map_error(m: ObjectMap, what: str, exc: BPFError) -> BPFError:
 
 
 def program_code(prog: Any, map_fds: Mapping[str, int], local_btf: Btf | None = None,
-                 target_btf: Btf | None = None) -> tuple[bytes, list[Poisoned]]:
+                 target_btf: Btf | None = None,
+                 kfunc_ids: Mapping[str, int | None] | None = None
+                 ) -> tuple[bytes, list[Poisoned]]:
     """A program's instructions ready for BPF_PROG_LOAD: CO-RE relocated (``local_btf``
-    against ``target_btf``) and with the fds of the maps it uses (``map_fds`` by name);
-    the CO-RE relocations that found no target come back with it."""
+    against ``target_btf``), with the fds of the maps it uses (``map_fds`` by name) and the
+    kfuncs' BTF ids (``kfunc_ids``, what ``resolve_kfuncs`` gives); the CO-RE relocations
+    that found no target come back with it."""
     code = bytearray(prog.insns)
     poisoned: list[Poisoned] = []
     if prog.core_relos:
@@ -289,13 +359,39 @@ def program_code(prog: Any, map_fds: Mapping[str, int], local_btf: Btf | None = 
                                   f"'{relo.target}', which has no fd")
             opcode, regs, off, _imm = _INSN.unpack_from(code, relo.insn * 8)
             _INSN.pack_into(code, relo.insn * 8, opcode, regs, off, map_fds[relo.target])
+        elif relo.kind in (RelocKind.KFUNC_CALL, RelocKind.KFUNC_ADDR):
+            _patch_kfunc(code, prog.name, relo, kfunc_ids or {})
     return bytes(code), poisoned
+
+
+def _patch_kfunc(code: bytearray, prog: str, relo: Any,
+                 kfunc_ids: Mapping[str, int | None]) -> None:
+    """bpf_object__relocate_data(), RELO_EXTERN_CALL and RELO_EXTERN_LD64 of a func ksym."""
+    if relo.target not in kfunc_ids:
+        raise ObjectError(f"prog '{prog}': insn #{relo.insn} uses kfunc '{relo.target}', "
+                          "which was not resolved (resolve_kfuncs)")
+    kfunc_id = kfunc_ids[relo.target]
+    pos = relo.insn * 8
+    opcode, regs, _off, _imm = _INSN.unpack_from(code, pos)
+    if relo.kind == RelocKind.KFUNC_CALL:
+        if kfunc_id is None:  # poison_kfunc_call(): an invalid helper call if reachable
+            index = list(kfunc_ids).index(relo.target)
+            _INSN.pack_into(code, pos, opcode, 0, 0, POISON_CALL_KFUNC_BASE + index)
+        else:  # off 0: the kfunc is in vmlinux, not in a module's BTF (fd_array index)
+            _INSN.pack_into(code, pos, opcode, BPF_PSEUDO_KFUNC_CALL << 4, 0, kfunc_id)
+        return
+    hi = _INSN.unpack_from(code, pos + 8)
+    if kfunc_id is None:  # bpf_ksym_exists() of a missing weak kfunc: the constant 0
+        _INSN.pack_into(code, pos, opcode, regs & 0xF, 0, 0)
+    else:  # the kfunc's address: a BTF id load, of vmlinux (btf obj fd 0)
+        _INSN.pack_into(code, pos, opcode, BPF_PSEUDO_BTF_ID << 4 | regs & 0xF, 0, kfunc_id)
+    _INSN.pack_into(code, pos + 8, hi[0], hi[1], hi[2], 0)
 
 
 def _load_program(obj: Object, prog: Any, target_btf: Btf | None, log_level: int) -> Program:
     system, spec = obj.system, obj.spec
     code, poisoned = program_code(prog, {name: m.fd for name, m in obj.maps.items()},
-                                  spec.btf, target_btf)
+                                  spec.btf, target_btf, obj.kfuncs)
     btf_args: dict[str, Any] = {}
     if obj.btf_fd is not None and prog.func_info:
         btf_args = dict(
@@ -315,7 +411,7 @@ def _load_program(obj: Object, prog: Any, target_btf: Btf | None, log_level: int
                               log_level=log_level, kern_version=prog.kern_version,
                               attach_btf_id=attach_btf_id, **btf_args)
     except VerifierError as exc:
-        raise _load_error(prog, exc, poisoned) from None
+        raise _load_error(prog, exc, poisoned, obj.kfuncs) from None
     except BPFError as exc:
         raise type(exc)(exc.errno, f"prog '{prog.name}': BPF program load failed: {exc}",
                         command=exc.command, map=exc.map, detail=exc.detail,
@@ -340,14 +436,20 @@ def _attach_btf_id(obj: Object, prog: Any) -> int:
                       f"{obj.system.name} backend's BTF")
 
 
-def _load_error(prog: Any, exc: VerifierError, poisoned: Iterable[Poisoned]) -> VerifierError:
+def _load_error(prog: Any, exc: VerifierError, poisoned: Iterable[Poisoned],
+                kfunc_ids: Mapping[str, int | None]) -> VerifierError:
     """libbpf's report: the program and the errno (the log follows, as VerifierError prints
-    it); a poisoned CO-RE instruction that the verifier reached is explained (libbpf's
-    fixup_log_failed_core_relo)."""
+    it); a poisoned CO-RE instruction or call of an unresolved weak kfunc that the verifier
+    reached is explained (libbpf's fixup_log_failed_core_relo, fixup_log_missing_kfunc_call)."""
     lines = [f"prog '{prog.name}': BPF program load failed: {strerror(exc.errno)}"]
     for p in poisoned:
         if f"unknown#{POISON_IMM}" in exc.log:
             lines.append(f"prog '{prog.name}': relo #{p.relo_index}: insn #{p.insn}: failed "
                          f"to resolve CO-RE relocation {p.description}")
+    for index, name in enumerate(kfunc_ids):
+        if f"unknown#{POISON_CALL_KFUNC_BASE + index}" in exc.log:
+            lines.append(f"prog '{prog.name}': kfunc '{name}' is referenced but wasn't "
+                         f"resolved: the kernel lacks it; guard its calls with "
+                         f"bpf_ksym_exists({name})")
     return VerifierError(exc.errno, "\n".join(lines), log=exc.log, command="prog_load",
                          map=exc.map, detail=exc.detail, hint=exc.hint)

@@ -5,7 +5,10 @@ cilium/ebpf's ``CollectionSpec``. An ``ObjectSpec`` holds
 
 - ``maps``: ``ObjectMap`` by name (BTF-defined, legacy, global data by section name);
 - ``programs``: ``ObjectProgram`` by function name, linked (subprograms appended), with
-  the relocations left for load time (map fds, unsupported externs) and the CO-RE records;
+  the relocations left for load time (map fds, kfuncs, unsupported externs) and the CO-RE
+  records;
+- ``kfuncs``: ``KfuncExtern`` by name, the kernel functions the object declares ``__ksym``
+  (FUNCs in the BTF's ``.ksyms``), resolved against the System's kernel BTF at load;
 - ``globals``: the global variables by name, readable and writable before load;
 - ``btf`` (fixed up as libbpf does before BTF_LOAD: DATASEC sizes and variable offsets
   from the ELF symbols), ``btf_ext``, ``license``, ``kern_version``.
@@ -13,7 +16,7 @@ cilium/ebpf's ``CollectionSpec``. An ``ObjectSpec`` holds
 Rules this module keeps:
 - Parsing is pure and complete: a malformed or unsupported object raises ``ObjectError``
   (or a subclass) naming the section, map, program or relocation; nothing else escapes.
-- Features pybpf cannot load (kfunc calls, extern variables, arena, struct_ops) do not
+- Features pybpf cannot load (extern variables, arena, struct_ops) do not
   stop parsing: they are listed in ``unsupported`` (per program and per object) so that
   loading fails naming them, and an object can still be inspected.
 """
@@ -23,10 +26,30 @@ from __future__ import annotations
 import dataclasses
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..btf import Btf, BtfError, BtfExt, CoreRelo, Datasec, FuncInfo, LineInfo, Var
-from ..btf.types import BTF_VAR_GLOBAL_EXTERN, BTF_VAR_STATIC
+from ..btf import (
+    Btf,
+    BtfError,
+    BtfExt,
+    CoreRelo,
+    Datasec,
+    Func,
+    FuncInfo,
+    FuncProto,
+    Int,
+    LineInfo,
+    Param,
+    Var,
+    VarSecinfo,
+)
+from ..btf.types import (
+    BTF_FUNC_GLOBAL,
+    BTF_INT_SIGNED,
+    BTF_VAR_GLOBAL_ALLOCATED,
+    BTF_VAR_GLOBAL_EXTERN,
+    BTF_VAR_STATIC,
+)
 from ..system import System
 from ..uapi import MapType, ProgType
 from .elf import STB_GLOBAL, STB_WEAK, STT_OBJECT, STV_HIDDEN, STV_INTERNAL, ElfFile
@@ -47,6 +70,17 @@ from .section_defs import SectionDef, find_section_def
 _UNSUPPORTED_MAP_TYPES = {MapType.STRUCT_OPS: "struct_ops maps", MapType.ARENA: "arena maps"}
 _STRUCT_OPS_SECTIONS = (".struct_ops", ".struct_ops.link", "?.struct_ops",
                         "?.struct_ops.link")
+
+
+@dataclass(frozen=True)
+class KfuncExtern:
+    """A kernel function the object declares ``extern ... __ksym`` (libbpf's func ksym
+    ``extern_desc``): ``proto_id`` is its FUNC_PROTO in the object's BTF; a ``weak`` one
+    may be missing from the kernel (programs test it with ``bpf_ksym_exists``)."""
+
+    name: str
+    proto_id: int
+    weak: bool
 
 
 @dataclass(frozen=True)
@@ -91,7 +125,7 @@ class ObjectProgram:
         """What pybpf cannot load in this program, each naming where it is."""
         problems = [f"{r.kind.value} '{r.target}' at insn #{r.insn}"
                     for r in self.relocations
-                    if r.kind in (RelocKind.KFUNC_CALL, RelocKind.EXTERN_LD64)]
+                    if r.kind == RelocKind.EXTERN_LD64]
         if self.prog_type == ProgType.STRUCT_OPS:
             problems.append(f"struct_ops program (section '{self.section}')")
         return problems
@@ -113,6 +147,7 @@ class ObjectSpec:
     btf: Btf | None
     btf_ext: BtfExt | None
     unsupported: list[str]
+    kfuncs: dict[str, KfuncExtern] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         def read(name: str) -> bytes:
@@ -160,6 +195,9 @@ class ObjectSpec:
 
 def _parse(elf: ElfFile, obj_name: str) -> ObjectSpec:
     btf, btf_ext = _read_btf(elf)
+    kfuncs = _kfunc_externs(elf, btf)
+    if btf is not None:
+        btf = fixup_ksyms(btf)
     license = _license(elf)
     kern_version = _kern_version(elf)
     unsupported = [f"struct_ops (section '{name}')" for name in _STRUCT_OPS_SECTIONS
@@ -194,7 +232,7 @@ def _parse(elf: ElfFile, obj_name: str) -> ObjectSpec:
 
     functions = collect_functions(elf)
     record_relocations(elf, functions, lambda shndx, off: by_location.get((shndx, off)),
-                       data_by_section.get)
+                       data_by_section.get, kfuncs)
     if btf_ext is not None:
         attach_btf_ext(functions, btf_ext)
     if maps_section is not None:
@@ -210,7 +248,26 @@ def _parse(elf: ElfFile, obj_name: str) -> ObjectSpec:
             continue
         programs[function.name] = _program(function, functions, license, kern_version)
     return ObjectSpec(obj_name, elf.byteorder, maps, programs, license, kern_version, btf,
-                      btf_ext, unsupported)
+                      btf_ext, unsupported, kfuncs)
+
+
+def _kfunc_externs(elf: ElfFile, btf: Btf | None) -> dict[str, KfuncExtern]:
+    """bpf_object__collect_externs(), for functions: each FUNC of the BTF's ``.ksyms``
+    DATASEC whose ELF symbol is undefined; weak when the symbol is."""
+    if btf is None:
+        return {}
+    undefined = {s.name: s for s in elf.symbols if s.is_extern}
+    found = {}
+    for type_id in range(1, len(btf)):
+        record = btf[type_id]
+        if not isinstance(record, Datasec) or record.name != ".ksyms":
+            continue
+        for info in record.vars:
+            func = btf[info.type_id]
+            if isinstance(func, Func) and func.name in undefined:
+                found[func.name] = KfuncExtern(func.name, func.type_id,
+                                               undefined[func.name].bind == STB_WEAK)
+    return found
 
 
 def _program(function, functions, license: str, kern_version: int) -> ObjectProgram:
@@ -287,6 +344,44 @@ def fixup_btf(elf: ElfFile, btf: Btf) -> Btf:
         updates[type_id] = dataclasses.replace(record, size=size, vars=tuple(infos))
         updates.update(var_updates)
     return btf.replace(updates) if updates else btf
+
+
+def fixup_ksyms(btf: Btf) -> Btf:
+    """bpf_object__collect_externs(), its BTF part: the kernel takes no extern FUNC and
+    only VARs in a DATASEC, so each .ksyms entry becomes an int-sized slot of its own (a
+    function's pointing to one ``dummy_ksym`` VAR), functions become global, their unnamed
+    parameters named ``dummy_ksym``, and variables allocated ints."""
+    ksyms = [i for i in range(1, len(btf))
+             if isinstance(btf[i], Datasec) and btf[i].name == ".ksyms"]
+    if not ksyms:
+        return btf
+    int_id = next((i for i in range(1, len(btf)) if isinstance(btf[i], Int) and
+                   btf[i].size == 4 and btf[i].bits_offset == 0), 0)
+    btf = btf.replace({})
+    if not int_id:
+        int_id = btf.add(Int("int", 4, BTF_INT_SIGNED, 0, 32))
+    dummy_id = btf.add(Var("dummy_ksym", int_id, BTF_VAR_GLOBAL_ALLOCATED))
+    updates = {}
+    for sec_id in ksyms:
+        infos = []
+        for info in btf[sec_id].vars:
+            record = btf[info.type_id]
+            if isinstance(record, Func):
+                proto = btf[record.type_id]
+                if isinstance(proto, FuncProto):
+                    updates[record.type_id] = dataclasses.replace(proto, params=tuple(
+                        Param(p.name or ("dummy_ksym" if p.type_id else ""), p.type_id)
+                        for p in proto.params))
+                updates[info.type_id] = dataclasses.replace(record, linkage=BTF_FUNC_GLOBAL)
+                entry_id = dummy_id
+            else:
+                updates[info.type_id] = dataclasses.replace(
+                    record, type_id=int_id, linkage=BTF_VAR_GLOBAL_ALLOCATED)
+                entry_id = info.type_id
+            infos.append(VarSecinfo(entry_id, 4 * len(infos), 4))
+        updates[sec_id] = dataclasses.replace(btf[sec_id], size=4 * len(infos),
+                                              vars=tuple(infos))
+    return btf.replace(updates)
 
 
 def _license(elf: ElfFile) -> str:

@@ -60,6 +60,7 @@ from ..uapi import (
 )
 from . import filter as ctx_rules
 from . import tnum
+from .btf import vmlinux_btf_types, vmlinux_kfuncs
 from .semantics import MAX_CALL_FRAMES
 from .verifier_alu import AluChecks
 from .verifier_helpers import HelperCallChecks
@@ -82,6 +83,7 @@ from .verifier_state import (
     NOT_INIT,
     PTR_TO_CTX,
     PTR_TO_MAP_VALUE,
+    PTR_TO_RDONLY_MEM,
     PTR_TO_STACK,
     SCALAR,
     SRC_OP,
@@ -252,8 +254,8 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
             if src == 0:
                 continue
             if src == uapi.BPF_PSEUDO_BTF_ID:
-                raise _reject(errno.EINVAL, f"pseudo btf_id {insn.imm & 0xFFFFFFFF} in ldimm64: "
-                              "the emulated backend has no kernel BTF")
+                pseudo[pc] = ("kfunc", self.check_pseudo_btf_id(insn), 0)
+                continue
             if src == uapi.BPF_PSEUDO_FUNC:
                 continue  # refused by do_check, as the kernel does without BTF
             if src not in (uapi.BPF_PSEUDO_MAP_VALUE, uapi.BPF_PSEUDO_MAP_IDX_VALUE) \
@@ -283,6 +285,23 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
             pseudo[pc] = ("map_value", value, off)
             self.pseudo_map[pc] = bpf_map
         return VerifiedProgram(insns, pseudo, maps)
+
+    @staticmethod
+    def check_pseudo_btf_id(insn: Instruction) -> Any:
+        """check_pseudo_btf_id: the kernel's BTF (high imm, a module BTF fd: 0) names a FUNC,
+        whose address ``bpf_ksym_exists`` takes; the emulated kernel has no kernel variables
+        (a VAR), and its only FUNCs are its kfuncs."""
+        btf_id, btf_fd = insn.imm & 0xFFFFFFFF, insn.imm >> 32 & 0xFFFFFFFF
+        if btf_fd:
+            raise _reject(errno.EBADF, f"invalid module BTF object FD specified: fd {btf_fd}: "
+                          "the emulated kernel has no module BTF")
+        if not 0 < btf_id < len(vmlinux_btf_types()):
+            raise _reject(errno.EINVAL, f"ldimm64 insn specifies invalid btf_id {btf_id}.")
+        proto = vmlinux_kfuncs().get(btf_id)
+        if proto is None:
+            raise _reject(errno.EINVAL, f"pseudo btf_id {btf_id} in ldimm64 isn't KIND_VAR or "
+                          "KIND_FUNC")
+        return proto
 
     # -- phase 4: control flow -------------------------------------------------------------------
     def successors(self, pc: int) -> list[int]:
@@ -567,6 +586,8 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         kind, target, off = self.pseudo[pc]
         if kind == "map":
             regs[insn.dst] = Reg(CONST_PTR_TO_MAP, tnum.const(0), map=target)
+        elif kind == "kfunc":
+            regs[insn.dst] = Reg(PTR_TO_RDONLY_MEM, tnum.const(0))
         else:
             regs[insn.dst] = Reg(PTR_TO_MAP_VALUE, tnum.const(0), off=off,
                                  map=self.pseudo_map[pc])

@@ -34,6 +34,7 @@ from .verifier_state import (
     EMPTY_SLOT,
     PTR_TO_CTX,
     PTR_TO_MAP_VALUE,
+    PTR_TO_RDONLY_MEM,
     PTR_TO_STACK,
     SCALAR,
     SRC_OP,
@@ -167,6 +168,11 @@ class MemoryChecks:
                     self.check_stack_write(frame, state.cur, off, size, value, imm)
                 else:
                     result = _stack_read(frame, off, size)
+        elif reg.type == PTR_TO_RDONLY_MEM:
+            if write:
+                raise _reject(errno.EACCES, f"R{regno} cannot write into {reg.type}")
+            raise _reject(errno.EACCES, f"invalid access to memory, mem_size=0 off={off} "
+                          f"size={size}")
         elif reg.type in _PKT_TYPES:
             if write and self.prog_type not in DIRECT_WRITE_PROG_TYPES:
                 raise _reject(errno.EACCES, "cannot write into packet")

@@ -75,6 +75,7 @@ def _reject(err: int, message: str) -> VerifierReject:
 # -- the abstract state ------------------------------------------------------------------------
 NOT_INIT, SCALAR, PTR_TO_CTX, PTR_TO_STACK = "?", "scalar", "ctx", "fp"
 CONST_PTR_TO_MAP, PTR_TO_MAP_VALUE = "map_ptr", "map_value"
+PTR_TO_RDONLY_MEM = "rdonly_mem"  # PTR_TO_MEM | MEM_RDONLY: here only a kfunc's address, size 0
 _PKT_TYPES = frozenset({PTR_TO_PACKET, PTR_TO_PACKET_META})
 # Pointer types whose accesses are not checked here (sockets: their fields are not modelled).
 _SOCKET_TYPES = frozenset({PTR_TO_SOCKET, "sock_common"})
