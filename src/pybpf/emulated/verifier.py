@@ -9,8 +9,9 @@ Rules this module keeps:
 - ``do_check`` walks every path as the kernel does: depth first, a conditional jump's
   fall-through first and its target pushed, bpf-to-bpf calls followed into the callee with
   a frame of their own. Each instruction's checks run in the kernel's order on an abstract
-  state: per register its type (scalar, context, stack, map, map value, packet, socket) and,
-  for a scalar, the bits known of it (``tnum.py``, the kernel's tnums); for a pointer its
+  state: per register its type (scalar, context, stack, map, map value, packet, socket, a
+  kfunc's address: ``rdonly_mem`` of size 0, what ``bpf_ksym_exists`` tests) and, for a
+  scalar, the bits known of it (``tnum.py``, the kernel's tnums); for a pointer its
   fixed offset and whether it may still be NULL; per stack slot the kernel's slot types and
   spilled register. A branch the known bits (or a non-NULL pointer) decide has one
   successor (``is_branch_taken``), so code behind it is never checked, as in the kernel. A
@@ -292,11 +293,10 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         whose address ``bpf_ksym_exists`` takes; the emulated kernel has no kernel variables
         (a VAR), and its only FUNCs are its kfuncs."""
         btf_id, btf_fd = insn.imm & 0xFFFFFFFF, insn.imm >> 32 & 0xFFFFFFFF
-        if btf_fd:
-            raise _reject(errno.EBADF, f"invalid module BTF object FD specified: fd {btf_fd}: "
-                          "the emulated kernel has no module BTF")
+        if btf_fd:  # a module's BTF: the emulated kernel has none
+            raise _reject(errno.EINVAL, "invalid module BTF object FD specified.")
         if not 0 < btf_id < len(vmlinux_btf_types()):
-            raise _reject(errno.EINVAL, f"ldimm64 insn specifies invalid btf_id {btf_id}.")
+            raise _reject(errno.ENOENT, f"ldimm64 insn specifies invalid btf_id {btf_id}.")
         proto = vmlinux_kfuncs().get(btf_id)
         if proto is None:
             raise _reject(errno.EINVAL, f"pseudo btf_id {btf_id} in ldimm64 isn't KIND_VAR or "

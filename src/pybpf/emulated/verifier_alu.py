@@ -25,6 +25,7 @@ from .verifier_state import (
     DST_OP,
     DST_OP_NO_MARK,
     PTR_TO_MAP_VALUE,
+    PTR_TO_RDONLY_MEM,
     PTR_TO_STACK,
     SCALAR,
     SRC_OP,
@@ -144,7 +145,8 @@ def _is_branch_taken(dst: Reg, src: Reg, op: JmpOp, is_jmp32: bool) -> bool | No
 
 
 # reg_not_null: pointers that are never NULL (a map value once checked, a map, a socket)
-_NOT_NULL_TYPES = frozenset({PTR_TO_MAP_VALUE, CONST_PTR_TO_MAP, *_SOCKET_TYPES})
+# reg_not_null(): PTR_TO_MEM (here: a kfunc's address) is never NULL either
+_NOT_NULL_TYPES = frozenset({PTR_TO_MAP_VALUE, CONST_PTR_TO_MAP, PTR_TO_RDONLY_MEM, *_SOCKET_TYPES})
 
 
 def _low(var: Tnum, is_jmp32: bool) -> Tnum:

@@ -23,6 +23,7 @@ from pybpf.uapi import (
     BPF_PSEUDO_KFUNC_CALL,
     AttachType,
     MapType,
+    ProgType,
 )
 from sockmap_lab import tcp_pair
 
@@ -233,3 +234,60 @@ def test_a_weak_kfunc_of_another_prototype_is_left_unresolved(compile_source, ba
     obj = load(opened, path, backend)
     assert obj.kfuncs == {name: None}
     assert obj.programs["prog"].test_run(PACKET).retval == 7
+
+
+# -- a kfunc's address (BPF_PSEUDO_BTF_ID of a FUNC), the same checks on both backends ---------
+def known_kfunc(system) -> int:
+    """A kfunc of each backend's kernel BTF."""
+    return system.kfunc_btf_id("bpf_rcu_read_lock" if system.name == "kernel" else REDIRECT_CPU)
+
+
+def btf_id_load(dst: int, btf_id: int, btf_fd: int = 0) -> bytes:
+    return INSN.pack(0x18, BPF_PSEUDO_BTF_ID << 4 | dst, 0, btf_id) + INSN.pack(0, 0, 0, btf_fd)
+
+
+EXIT = INSN.pack(0x95, 0, 0, 0)
+# (name, the program after r1 = the address, errno, the kernel's message)
+ADDRESS_USES = [
+    ("read_through", INSN.pack(0x71, 0x10, 0, 0) + EXIT, errno.EACCES,
+     "invalid access to memory, mem_size=0 off=0 size=1"),
+    ("write_through", INSN.pack(0x72, 0x01, 0, 0) + EXIT, errno.EACCES,
+     "R1 cannot write into rdonly_mem"),
+]
+
+
+@pytest.mark.parametrize("tail,err,message", [
+    pytest.param(t, e, m, id=n) for n, t, e, m in ADDRESS_USES])
+def test_a_kfunc_address_is_memory_of_size_0(backend, tail, err, message):
+    with pytest.raises(VerifierError) as info:
+        backend.prog_load(ProgType.SCHED_CLS, btf_id_load(1, known_kfunc(backend)) + tail,
+                          license="GPL")
+    assert info.value.errno == err
+    assert message in info.value.log
+
+
+def test_a_kfunc_address_is_never_null_so_the_check_decides_the_branch(backend):
+    """The branch behind ``if r1 == 0`` is dead code: its invalid helper call never checked."""
+    code = (btf_id_load(1, known_kfunc(backend)) + INSN.pack(0x15, 0x01, 2, 0) +
+            INSN.pack(0xB7, 0x00, 0, 7) + EXIT + INSN.pack(0x85, 0, 0, 0x7FFFFFFF) + EXIT)
+    fd = backend.prog_load(ProgType.SCHED_CLS, code, license="GPL")
+    try:
+        assert backend.prog_test_run(fd, PACKET).retval == 7
+    finally:
+        backend.close(fd)
+
+
+def test_bad_btf_id_loads_are_refused_as_the_kernel_does(backend):
+    sk_buff = Btf.from_bytes(backend.vmlinux_btf()).find("__sk_buff")
+    cases = [(btf_id_load(1, 0x7FFFFFF0), errno.ENOENT,
+              f"ldimm64 insn specifies invalid btf_id {0x7FFFFFF0}."),
+             (btf_id_load(1, known_kfunc(backend), btf_fd=9999), errno.EINVAL,
+              "invalid module BTF object FD specified."),
+             (btf_id_load(1, sk_buff), errno.EINVAL,
+              f"pseudo btf_id {sk_buff} in ldimm64 isn't KIND_VAR or KIND_FUNC")]
+    for code, err, message in cases:
+        with pytest.raises(BPFError) as info:
+            backend.prog_load(ProgType.SCHED_CLS, code + EXIT, license="GPL")
+        assert info.value.errno == err, message
+        if isinstance(info.value, VerifierError):  # 6.18 gives ENOENT without its log
+            assert message in info.value.log
