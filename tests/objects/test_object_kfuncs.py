@@ -76,8 +76,8 @@ def test_kfunc_externs_are_read_with_their_prototype_and_weakness(build_object):
     spec = ObjectSpec.from_file(build_object("kfuncs"))
     assert {k.name: k.weak for k in spec.kfuncs.values()} == {
         "bpf_rcu_read_lock": False, "bpf_rcu_read_unlock": False,
-        "bpf_pybpf_no_such_kfunc": True}
-    assert [len(spec.btf[k.proto_id].params) for k in spec.kfuncs.values()] == [0, 0, 1]
+        "bpf_pybpf_no_such_kfunc": True, "bpf_rcu_read_lock___maybe": True}
+    assert [len(spec.btf[k.proto_id].params) for k in spec.kfuncs.values()] == [0, 0, 1, 0]
     assert [r.target for r in relocations(spec, "rcu_section", RelocKind.KFUNC_CALL)] == [
         "bpf_rcu_read_lock", "bpf_rcu_read_unlock", "bpf_pybpf_no_such_kfunc"]
     assert [r.target for r in relocations(spec, "rcu_section", RelocKind.KFUNC_ADDR)] == [
@@ -90,8 +90,8 @@ def test_the_ksyms_datasec_is_fixed_up_for_the_kernel_as_libbpf_does(build_objec
     bpf_object__collect_externs rewrites them the same way)."""
     btf = ObjectSpec.from_file(build_object("kfuncs")).btf
     ksyms = btf[btf.find(".ksyms", Datasec.kind)]
-    assert [(i.offset, i.size) for i in ksyms.vars] == [(0, 4), (4, 4), (8, 4)]
-    assert ksyms.size == 12
+    assert [(i.offset, i.size) for i in ksyms.vars] == [(0, 4), (4, 4), (8, 4), (12, 4)]
+    assert ksyms.size == 16
     assert {btf[i.type_id].name for i in ksyms.vars} == {"dummy_ksym"}
     assert isinstance(btf[ksyms.vars[0].type_id], Var)
     lock = btf[btf.find("bpf_rcu_read_lock", Func.kind)]
@@ -113,14 +113,17 @@ def test_a_call_of_an_extern_no_btf_declares_a_kfunc_is_refused(compile_source):
 
 # -- the kernel backend ---------------------------------------------------------------------
 def test_kfunc_calls_load_and_run_on_the_kernel(build_object, kernel, opened, recwarn):
-    """bpf_rcu_read_lock/unlock (6.18's common kfunc set: every program type) in a
-    SCHED_CLS program, run with BPF_PROG_TEST_RUN; the weak kfunc no kernel has is
-    unresolved and its guarded call dead code."""
+    """bpf_rcu_read_lock/unlock (6.18's common kfunc set: every program type) in
+    SCHED_CLS programs, run with BPF_PROG_TEST_RUN: the weak kfunc no kernel has is
+    unresolved and its guarded call dead code; the weak flavor of one it has resolves, and
+    the kernel takes bpf_ksym_exists()'s BPF_PSEUDO_BTF_ID load of it."""
     obj = load(opened, build_object("kfuncs"), kernel)
-    assert obj.kfuncs == {"bpf_rcu_read_lock": kernel.kfunc_btf_id("bpf_rcu_read_lock"),
+    lock = kernel.kfunc_btf_id("bpf_rcu_read_lock")
+    assert obj.kfuncs == {"bpf_rcu_read_lock": lock,
                           "bpf_rcu_read_unlock": kernel.kfunc_btf_id("bpf_rcu_read_unlock"),
-                          "bpf_pybpf_no_such_kfunc": None}
+                          "bpf_pybpf_no_such_kfunc": None, "bpf_rcu_read_lock___maybe": lock}
     assert obj.programs["rcu_section"].test_run(PACKET).retval == len(PACKET) + 1
+    assert obj.programs["rcu_if_there"].test_run(PACKET).retval == 2
     assert obj.btf_fd is not None and not recwarn.list  # the fixed-up BTF loaded
 
 
