@@ -136,7 +136,8 @@ def test_the_kernel_refuses_the_unmerged_kfunc_saying_why(compile_source, kernel
         load(opened, path, kernel)
     assert info.value.errno == errno.ESRCH
     assert str(info.value).startswith(f"[Errno 3] extern (func ksym) '{REDIRECT_CPU}': not "
-                                      "found in the kernel backend's kernel BTF: ")
+                                      "found in the kernel backend's kernel BTF (vmlinux; "
+                                      "module BTFs are not searched): ")
     assert UNMERGED_KFUNCS[REDIRECT_CPU] in str(info.value)
     assert "bpf_ksym_exists" in info.value.hint
 
@@ -147,8 +148,8 @@ def test_a_strong_kfunc_the_backend_lacks_stops_the_load_naming_it(build_object,
         ObjectSpec.from_file(build_object("kfuncs")).load(emulated)
     assert info.value.errno == errno.ESRCH
     assert "extern (func ksym) 'bpf_rcu_read_lock': not found in the emulated backend's " \
-           "kernel BTF: the emulated kernel has no kernel function 'bpf_rcu_read_lock'" \
-           in str(info.value)
+           "kernel BTF (vmlinux; module BTFs are not searched): the emulated kernel has no " \
+           "kernel function 'bpf_rcu_read_lock'" in str(info.value)
     assert "module" in info.value.hint
 
 

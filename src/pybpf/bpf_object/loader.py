@@ -91,7 +91,8 @@ class Object(Closable):
     """A loaded BPF object (libbpf's ``bpf_object`` after load, cilium's ``Collection``).
 
     ``maps`` and ``programs`` are by name (global data maps by section: ``.data``, ...);
-    ``globals`` reads and writes global variables in the live maps.
+    ``globals`` reads and writes global variables in the live maps; ``kfuncs`` gives each
+    kfunc extern's BTF id in the System's kernel BTF (None: weak, left unresolved).
     """
 
     def __init__(self, spec: Any, system: System) -> None:
@@ -213,12 +214,12 @@ def resolve_kfuncs(spec: Any, system: System, kernel_btf: Btf) -> dict[str, int 
                 ids[ext.name] = None
                 continue
             raise BPFError(errno.ESRCH, f"{where}: not found in the {system.name} backend's "
-                           f"kernel BTF: {exc.detail}", command="kfunc_btf_id",
-                           detail=exc.detail,
+                           f"kernel BTF (vmlinux; module BTFs are not searched): "
+                           f"{exc.detail}", command="kfunc_btf_id", detail=exc.detail,
                            hint="declare it __weak and guard its calls with "
-                                "bpf_ksym_exists() to load without it; pybpf looks in "
-                                "vmlinux only (kernel module kfuncs need a BTF fd array, "
-                                "which it does not pass)") from None
+                                "bpf_ksym_exists() to load without it; a kernel module's "
+                                "kfuncs need a BTF fd array, which pybpf does not pass") \
+                from None
         kernel_proto = kernel_btf[kfunc_id].type_id
         if not types_are_compat(spec.btf, ext.proto_id, kernel_btf, kernel_proto):
             if ext.weak:
