@@ -230,6 +230,18 @@ def test_a_strong_kfunc_of_another_prototype_is_refused(compile_source, backend,
     assert "the object declares 1 parameter" in info.value.detail
 
 
+def test_a_parameter_of_another_kind_is_another_prototype(compile_source, emulated):
+    path = compile_source("kind", f"extern int {REDIRECT_CPU}(struct __sk_buff *s, "
+                          "struct __sk_buff *cpu) __ksym;\nSEC(\"sk_skb\") int prog(struct "
+                          f"__sk_buff *skb) {{ return {REDIRECT_CPU}(skb, skb); }}\n" + GPL)
+    with pytest.raises(BPFError) as info:
+        ObjectSpec.from_file(path).load(emulated)
+    assert info.value.errno == errno.EINVAL
+    assert "incompatible with vmlinux" in str(info.value)
+    assert info.value.detail.startswith("both take 2 parameters; the return type or a "
+                                        "parameter's differs in kind")
+
+
 def test_a_weak_kfunc_of_another_prototype_is_left_unresolved(compile_source, backend,
                                                               opened):
     source, name = WRONG_ARITY[backend.name]

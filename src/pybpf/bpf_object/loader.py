@@ -227,17 +227,21 @@ def resolve_kfuncs(spec: Any, system: System, kernel_btf: Btf) -> dict[str, int 
                 continue
             raise BPFError(errno.EINVAL, f"{where}: func_proto [{ext.proto_id}] incompatible "
                            f"with vmlinux [{kernel_proto}]", command="kfunc_btf_id",
-                           detail=f"the object declares {_proto_text(spec.btf, ext.proto_id)}"
-                                  f", the kernel {_proto_text(kernel_btf, kernel_proto)}",
+                           detail=_proto_mismatch(len(spec.btf[ext.proto_id].params),
+                                                  len(kernel_btf[kernel_proto].params)),
                            hint="declare the kfunc as the kernel's BTF does "
                                 "(bpftool btf dump file /sys/kernel/btf/vmlinux format c)")
         ids[ext.name] = kfunc_id
     return ids
 
 
-def _proto_text(btf: Btf, proto_id: int) -> str:
-    proto = btf[proto_id]
-    return f"{len(proto.params)} parameter{'s' if len(proto.params) != 1 else ''}"
+def _proto_mismatch(local_params: int, kernel_params: int) -> str:
+    """What differs between two prototypes bpf_core_types_are_compat() refused."""
+    if local_params == kernel_params:
+        return (f"both take {kernel_params} parameters; the return type or a parameter's "
+                "differs in kind (integer, pointer, struct, ...)")
+    return (f"the object declares {local_params} parameter{'s' * (local_params != 1)}, the "
+            f"kernel {kernel_params}")
 
 
 def _load_btf(obj: Object) -> None:
