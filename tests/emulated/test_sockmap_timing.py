@@ -76,6 +76,31 @@ def test_a_run_whose_psock_split_or_moved_the_skbs_is_refused():
             _check_one_skb_each("unbound", before, after, 3, 0, 0, 100)
 
 
+def test_a_path_the_host_split_runs_again_on_a_fresh_machine(monkeypatch):
+    """A loaded host can split an skb (a full-suite run once did); the path is run again,
+    and a host that keeps splitting gets the refusal."""
+    from pybpf.bench import sockmap_model as sm
+
+    check, calls = sm._check_one_skb_each, []
+
+    def split_once(*args):
+        calls.append(args[0])
+        if len(calls) == 1:
+            raise sm.NotOneSkbEach("split")
+        check(*args)
+
+    monkeypatch.setattr(sm, "_check_one_skb_each", split_once)
+    assert set(model_sockmap("host", **QUICK).paths) == set(sm.PATHS)
+    assert calls == ["unbound", "unbound", "bound"]
+
+    def split_always(*args):
+        raise sm.NotOneSkbEach("split")
+
+    monkeypatch.setattr(sm, "_check_one_skb_each", split_always)
+    with pytest.raises(sm.NotOneSkbEach):
+        model_sockmap("host", **QUICK)
+
+
 def test_delivery_to_ingress_msg_is_charged(emulated):
     proxy = Proxy(emulated, mode="ingress")
     try:

@@ -37,6 +37,7 @@ from typing import Any
 PROFILE = "sapphire-rapids-2s"
 PATHS = ("direct", "unbound", "bound")
 SKBS, WARMUP = 16, 4
+ATTEMPTS = 3  # runs of a path the host split before the model gives up (NotOneSkbEach)
 BUF_BYTES = 1 << 20  # socket buffers: the receive window never bounds the MSS (half of it)
 WAIT_S = 10.0  # the most one skb may take through the real sockets
 LINE = 64  # copy_user_line's bytes
@@ -99,7 +100,9 @@ def model_sockmap(profile: str = PROFILE, *, proxy_cpu: int | None = None,
     if skbs < 1 or warmup < 0:
         raise ValueError(f"skbs must be >= 1 and warmup >= 0, got {skbs}, {warmup}")
     paths, cpus = {}, None
-    for path in PATHS:
+    for path, attempt in ((p, a) for p in PATHS for a in range(ATTEMPTS)):
+        if path in paths:
+            continue
         emulated = pybpf.system("emulated", profile=profile)
         machine = emulated.machine
         table = psock_table(machine)
@@ -116,7 +119,11 @@ def model_sockmap(profile: str = PROFILE, *, proxy_cpu: int | None = None,
             raise ValueError(f"proxy_cpu={proxy} is the client's CPU: the bound psock's "
                              "work must run on another CPU")
         cpus = (client, server, proxy)
-        paths[path] = _run_path(emulated, path, cpus, host_cpu, skbs, warmup)
+        try:
+            paths[path] = _run_path(emulated, path, cpus, host_cpu, skbs, warmup)
+        except NotOneSkbEach:
+            if attempt == ATTEMPTS - 1:
+                raise
     return ModeledSockmap(machine.profile.name, *cpus, paths)
 
 
@@ -243,6 +250,11 @@ def _wait_psock(table: Any, runs: int) -> None:
         time.sleep(0.0002)
 
 
+class NotOneSkbEach(RuntimeError):
+    """The host split a run's skbs (a loaded host can: a send cut short by memory pressure,
+    a read that came between two halves), so its figures would not be the model's."""
+
+
 def _check_one_skb_each(path: str, before: dict, after: dict, skbs: int, verdict_cpu: int,
                         work_cpu: int, size: int) -> None:
     """The measured skbs went one per verdict on the client's CPU and one per work run on
@@ -254,7 +266,7 @@ def _check_one_skb_each(path: str, before: dict, after: dict, skbs: int, verdict
     want.setdefault(work_cpu, {}).update(backlog_runs=skbs, bytes=skbs * size)
     if any(busy.get(cpu, {}).get(k) != v for cpu, rec in want.items() for k, v in rec.items()) \
             or set(busy) - set(want):
-        raise RuntimeError(f"{path}: the psock did not take one skb per verdict on CPU "
+        raise NotOneSkbEach(f"{path}: the psock did not take one skb per verdict on CPU "
                            f"{verdict_cpu} and send one per work run on CPU {work_cpu} "
                            f"({skbs} skbs of {size} bytes); per CPU it did {busy}")
 
