@@ -17,7 +17,7 @@ from pybpf.asm import builder as b
 from pybpf.btf import Btf, Kind
 from pybpf.emulated.kfuncs import KFUNCS
 from pybpf.emulated.memory import CtxRegion
-from pybpf.emulated.skmsg import psock_table
+from pybpf.emulated.psock import psock_table
 from pybpf.errors import BPFError, VerifierError
 from pybpf.programs import Program, ProgramSpec
 from pybpf.sock_maps import SockMap, redirect_verdict

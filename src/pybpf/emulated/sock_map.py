@@ -61,7 +61,8 @@ from .arraymap import index_get_next_key
 from .bpf_map import INT_MAX, U32_MAX, BpfMap, MapAttr, map_ops, roundup_pow_of_two, u32_key
 from .devmap import HashBuckets
 from .jhash import jhash
-from .skmsg import SkPsock, SkPsockProgs, psock_table
+from .psock import SkPsockProgs, psock_table
+from .skmsg import SkPsock, sk_psock_init
 
 if TYPE_CHECKING:
     from .machine import Machine
@@ -237,7 +238,7 @@ class SockMapBase(BpfMap):
                 raise KernelError(errno.EBUSY, "the socket already has a program of this kind "
                                                "from another map (or this one)")
         else:
-            psock = self.psocks.sk_psock_init(ref)
+            psock = sk_psock_init(self.psocks, ref)
         for slot, prog in new.items():
             if prog is not None:
                 setattr(psock.progs, slot, prog)

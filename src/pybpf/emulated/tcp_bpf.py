@@ -27,15 +27,9 @@ from typing import Any
 
 from .. import sockio
 from ..errors import KernelError
-from .skmsg import (
-    MSG_MAX,
-    SK_PASS,
-    PsockTable,
-    SkPsock,
-    build_sk_msg,
-    sock_error,
-    socket_rx_queued,
-)
+from ..uapi import SK_PASS
+from .psock import MSG_MAX, PsockTable, socket_rx_queued
+from .skmsg import SkPsock, build_sk_msg, sock_error
 
 WAIT_SLICE_S = 0.01  # a reader of both the socket and ingress_msg looks at each this often
 
