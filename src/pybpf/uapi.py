@@ -315,6 +315,10 @@ class XdpAction(enum.IntEnum):
     REDIRECT = 4
 
 
+# The actions as plain ints, for the data paths' comparisons (cheaper than an enum member's).
+XDP_ABORTED, XDP_DROP, XDP_PASS, XDP_TX, XDP_REDIRECT = map(int, XdpAction)
+
+
 class XdpFlags(enum.IntFlag):
     """XDP_FLAGS_* (include/uapi/linux/if_link.h): how an XDP program is attached."""
 

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 import pybpf
 from helpers import op_errno
-from pybpf.emulated.bloom_filter import bloom_bitset_mask
-from pybpf.emulated.jhash import jhash, jhash2
+from pybpf.emulated.maps.bloom_filter import bloom_bitset_mask
+from pybpf.emulated.maps.jhash import jhash, jhash2
 from pybpf.uapi import BPF_F_ZERO_SEED, MapType
 
 

@@ -10,7 +10,7 @@ import pytest
 
 import pybpf
 from helpers import op_errno, u32
-from pybpf.emulated.cpumap import host_nr_cpus
+from pybpf.emulated.net.cpumap import host_nr_cpus
 from pybpf.uapi import AttachType, MapType, ProgType
 
 

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from helpers import op_errno, u32
+from pybpf.emulated import net_of
 from pybpf.system import iter_keys
 from pybpf.uapi import AttachType, MapType, ProgType
 
@@ -24,7 +25,7 @@ def test_only_the_machines_devices_can_be_stored(emulated):
     with pytest.raises(OSError) as info:
         emulated.map_update_elem(fd, u32(0), u32(7))
     assert info.value.errno == errno.EINVAL
-    emulated.machine.net.add_device("eth7", ifindex=7)
+    net_of(emulated.machine).add_device("eth7", ifindex=7)
     emulated.map_update_elem(fd, u32(0), u32(7))
     assert emulated.map_lookup_elem(fd, u32(0)) == u32(7)
 

@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pybpf.emulated.gro import GRO_NORMAL_BATCH, UDP_GRO_CNT_MAX, GroNode
-from pybpf.emulated.machine import Machine
-from pybpf.emulated.skbuff import SkBuff
-from pybpf.emulated.xdp import eth_type_trans
+from pybpf.emulated.machine.machine import Machine
+from pybpf.emulated.net.gro import GRO_NORMAL_BATCH, UDP_GRO_CNT_MAX, GroNode
+from pybpf.emulated.net.netdev import net_of
+from pybpf.emulated.net.skbuff import SkBuff
+from pybpf.emulated.net.xdp import eth_type_trans
 from pybpf.packet import (
     TCP_ACK,
     TCP_PSH,
@@ -30,7 +31,7 @@ class Lab:
     """A device, a GRO node on it, what reached the stack and which heads came back."""
 
     def __init__(self, *, gro: bool = True, sock_gro: bool | None = True) -> None:
-        self.net = Machine(cpus=2).net
+        self.net = net_of(Machine(cpus=2))
         self.dev = self.net.add_device("eth0")
         self.dev.set_gro(gro)
         self.up: list[SkBuff] = []

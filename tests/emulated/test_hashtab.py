@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from helpers import errno_of, op_errno, u32
 from pybpf import system
-from pybpf.emulated.jhash import htab_map_hash, jhash, jhash2
+from pybpf.emulated.maps.jhash import htab_map_hash, jhash, jhash2
 from pybpf.system import iter_keys
 from pybpf.uapi import (
     BPF_ANY,

@@ -16,12 +16,22 @@ import pybpf
 from pybpf import asm
 from pybpf.asm import FP, R0, R1, R2, R3, R4, R6
 from pybpf.asm import builder as b
-from pybpf.emulated.helpers import SK_DROP, SK_PASS, XDP_ABORTED, XDP_PASS, XDP_REDIRECT
-from pybpf.emulated.jit import jit_source
-from pybpf.emulated.memory import CtxRegion
+from pybpf.emulated.prog.helpers import SK_DROP, SK_PASS
+from pybpf.emulated.prog.jit import jit_source
+from pybpf.emulated.prog.memory import CtxRegion
 from pybpf.errors import BPFError
 from pybpf.programs import Program, ProgramSpec
-from pybpf.uapi import BPF_ANY, BPF_EXIST, BPF_F_TEST_RUN_ON_CPU, BPF_NOEXIST, MapType, ProgType
+from pybpf.uapi import (
+    BPF_ANY,
+    BPF_EXIST,
+    BPF_F_TEST_RUN_ON_CPU,
+    BPF_NOEXIST,
+    XDP_ABORTED,
+    XDP_PASS,
+    XDP_REDIRECT,
+    MapType,
+    ProgType,
+)
 
 U32 = 0xFFFF_FFFF
 ETH_FRAME = bytes.fromhex("ffffffffffff" "020000000001" "0800") + bytes(range(50))

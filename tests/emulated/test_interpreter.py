@@ -35,10 +35,10 @@ from pybpf.asm import (
     Source,
 )
 from pybpf.asm import builder as b
-from pybpf.emulated.executable import Executable, run
-from pybpf.emulated.helpers import helper_funcs
-from pybpf.emulated.jit import jit_source
-from pybpf.emulated.memory import CTX_REGION, DYNAMIC_REGION_BASE, RunState
+from pybpf.emulated.prog.executable import Executable, run
+from pybpf.emulated.prog.helpers import helper_funcs
+from pybpf.emulated.prog.jit import jit_source
+from pybpf.emulated.prog.memory import CTX_REGION, DYNAMIC_REGION_BASE, RunState
 from pybpf.errors import ProgramFault
 
 M64 = (1 << 64) - 1

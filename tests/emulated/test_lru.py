@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from helpers import u32
 from pybpf import system
-from pybpf.emulated.bpf_lru_list import (
+from pybpf.emulated.maps.bpf_lru_list import (
     ACTIVE,
     FREE,
     INACTIVE,

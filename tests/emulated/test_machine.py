@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from pybpf.emulated.machine import AccessStats, Machine
+from pybpf.emulated.machine.machine import AccessStats, Machine
 from pybpf.topology import parse_cpu_list
 
 

@@ -8,9 +8,9 @@ import pytest
 
 from helpers import u32
 from pybpf import system
-from pybpf.emulated.machine import Machine
-from pybpf.emulated.memalloc import BpfMemAlloc, KmallocRcu, watermarks
-from pybpf.emulated.percpu_freelist import PcpuFreelist
+from pybpf.emulated.machine.machine import Machine
+from pybpf.emulated.machine.memalloc import BpfMemAlloc, KmallocRcu, watermarks
+from pybpf.emulated.maps.percpu_freelist import PcpuFreelist
 from pybpf.uapi import BPF_F_NO_PREALLOC, MapType
 
 

@@ -10,7 +10,7 @@ import pytest
 from pybpf import system
 from pybpf.asm import FP, R0, R1, R2, add64, assemble, call, encode, exit_, ld_map_fd, mov64, stw
 from pybpf.bench import map_perf as mp
-from pybpf.emulated import timing as timing_mod
+from pybpf.emulated.machine import timing as timing_mod
 from pybpf.profiles import load_profile
 from pybpf.uapi import MapFlags, MapType, ProgType
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from pybpf.emulated.rcu import Rcu
+from pybpf.emulated.machine.rcu import Rcu
 
 
 def test_call_rcu_waits_for_a_reader_that_entered_before():

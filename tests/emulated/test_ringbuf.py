@@ -7,7 +7,7 @@ import errno
 import pytest
 
 from helpers import op_errno
-from pybpf.emulated.ringbuf import RINGBUF_MAX_DATA_SZ
+from pybpf.emulated.maps.ringbuf import RINGBUF_MAX_DATA_SZ
 from pybpf.uapi import ENOTSUPP, MapType
 
 

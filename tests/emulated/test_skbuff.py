@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pybpf.emulated.machine import Machine
-from pybpf.emulated.skbuff import (
+from pybpf.emulated.machine.machine import Machine
+from pybpf.emulated.net.skbuff import (
     NAPI_SKB_CACHE_BULK,
     NAPI_SKB_CACHE_HALF,
     NAPI_SKB_CACHE_SIZE,

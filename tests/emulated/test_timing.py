@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pybpf.emulated.timing import NODE_SHIFT, Timing, VirtualTimeScheduler, kmalloc_size
+from pybpf.emulated.machine.timing import NODE_SHIFT, Timing, VirtualTimeScheduler, kmalloc_size
 from pybpf.profiles import load_profile
 
 PROFILE = load_profile("haswell-ep-2s")  # 20 CPUs: 0-9 on node 0, 10-19 on node 1

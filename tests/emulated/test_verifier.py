@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pybpf.emulated.verifier import VerifierReject, bpf_check
+from pybpf.emulated.prog.verifier import VerifierReject, bpf_check
 from pybpf.errors import BPFError, VerifierError
 from pybpf.uapi import ProgType
 

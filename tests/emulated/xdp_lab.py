@@ -7,8 +7,7 @@ import struct
 import pybpf
 from pybpf.asm import FP, R0, R1, R2, R3, R6
 from pybpf.asm import builder as b
-from pybpf.emulated.test_run import bpf_test_run_xdp_live
-from pybpf.emulated.xdp import XdpBuff
+from pybpf.emulated import XdpBuff, bpf_test_run_xdp_live, net_of
 from pybpf.packet import udp_frame
 from pybpf.programs import Program, ProgramSpec
 from pybpf.uapi import AttachType, MapType, ProgType
@@ -54,7 +53,7 @@ class Lab:
     def __init__(self, cpus: int = 2, *, gro: bool = True, sock_gro: bool = True,
                  rcvbuf: int = 212992, **system_options) -> None:
         self.system = pybpf.system("emulated", cpus=cpus, **system_options)
-        self.net = self.system.machine.net
+        self.net = net_of(self.system.machine)
         self.vA, self.vB = self.net.add_veth("vA", "vB")
         self.vB.add_address("10.0.0.2")
         self.vB.set_gro(gro)

@@ -70,9 +70,7 @@ def model_cpumap_rate(profile: str, *, gro: bool, skb_alloc: str = "napi_skb_cac
     import pybpf
     from pybpf.asm import R0, R1, R2, R3
     from pybpf.asm import builder as b
-    from pybpf.emulated.cpumap import RING_WAIT
-    from pybpf.emulated.test_run import bpf_test_run_xdp_live
-    from pybpf.emulated.xdp import XdpBuff
+    from pybpf.emulated import RING_WAIT, XdpBuff, bpf_test_run_xdp_live, net_of
     from pybpf.packet import udp_frame
     from pybpf.programs import Program, ProgramSpec
     from pybpf.uapi import AttachType, MapType, ProgType, XdpAction
@@ -91,7 +89,7 @@ def model_cpumap_rate(profile: str, *, gro: bool, skb_alloc: str = "napi_skb_cac
     if cpu == producer_cpu:
         raise ValueError("the cpumap CPU must differ from the producer's (a redirect to "
                          "another CPU)")
-    net = machine.net
+    net = net_of(machine)
     vA, vB = net.add_veth("vA", "vB")
     vB.add_address(B_ADDR)
     vB.set_gro(gro)

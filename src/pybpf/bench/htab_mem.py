@@ -568,7 +568,7 @@ class EmulatedBench(Bench):
         return run_
 
     def element_size(self) -> int:
-        from ..emulated.hashtab import HTAB_ELEM_SIZE
+        from ..emulated import HTAB_ELEM_SIZE
         from ..uapi import round_up
 
         return round_up(4, 8) + HTAB_ELEM_SIZE + round_up(self.cfg.value_size, 8)

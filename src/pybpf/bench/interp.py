@@ -96,8 +96,7 @@ def _load(system, program: str, iterations: int):
 def count_insns(program: str, iterations: int) -> int:
     """Instructions one run executes, as the emulator counts them (both engines agree)."""
     from ..backends import system as make_system
-    from ..emulated.executable import run
-    from ..emulated.memory import CTX_REGION, RunState
+    from ..emulated import CTX_REGION, RunState, run
 
     emulated = make_system("emulated")
     fd, map_fds = _load(emulated, program, iterations)

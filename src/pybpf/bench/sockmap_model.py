@@ -95,7 +95,7 @@ def model_sockmap(profile: str = PROFILE, *, proxy_cpu: int | None = None,
     one after, or the server's on a 2-CPU machine) takes the bound psock's work."""
     import pybpf
 
-    from ..emulated.psock import psock_table
+    from ..emulated import psock_table
 
     if skbs < 1 or warmup < 0:
         raise ValueError(f"skbs must be >= 1 and warmup >= 0, got {skbs}, {warmup}")
@@ -129,7 +129,7 @@ def model_sockmap(profile: str = PROFILE, *, proxy_cpu: int | None = None,
 
 def _run_path(emulated: Any, path: str, cpus: tuple[int, int, int], host_cpu: int,
               skbs: int, warmup: int) -> ModeledPath:
-    from ..emulated.psock import psock_table
+    from ..emulated import psock_table
     from .sockmap_paths import SockmapPath
 
     client, server, proxy = cpus

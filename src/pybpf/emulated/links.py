@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import KernelError
 from ..uapi import AttachType, ProgType
-from .netdev import XDP_FLAGS_MASK
+from .net.netdev import XDP_FLAGS_MASK, net_of
 from .sockmap_progs import SOCKMAP_ATTACH_PROG_TYPES
 
 # attach_type_to_prog_type for the attach types this backend makes links for
@@ -37,7 +37,7 @@ class BpfXdpLink:
         self.mode = ""
 
     def fd_release(self) -> None:
-        self.system.machine.net.dev_xdp_detach_link(self)
+        net_of(self.system.machine).dev_xdp_detach_link(self)
         self.system.bpf_prog_put(self.prog)
 
 
@@ -59,7 +59,7 @@ class LinksMixin:
         if flags & ~XDP_FLAGS_MASK:
             raise KernelError(errno.EINVAL, f"flags {flags:#x}: XDP links take only "
                                             "XDP_FLAGS_* bits")
-        net = self.machine.net
+        net = net_of(self.machine)
         dev = net.dev_get_by_index(target_fd)
         if dev is None:
             raise KernelError(errno.EINVAL, f"no network device has ifindex {target_fd}")

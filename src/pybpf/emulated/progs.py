@@ -48,10 +48,12 @@ from ..uapi import (
     AttachType,
     ProgType,
 )
-from .bpf_map import bpf_prog_map_compatible
-from .btf import check_btf_func, vmlinux_kfuncs
-from .executable import Executable, run
-from .filter import (
+from .maps.bpf_map import bpf_prog_map_compatible
+from .net.netdev import NAPI_POLL_WEIGHT, net_of
+from .net.xdp import XDP_FRAME_SIZE, XDP_PACKET_HEADROOM, XdpBuff
+from .prog.btf import check_btf_func, vmlinux_kfuncs
+from .prog.executable import Executable, run
+from .prog.filter import (
     SK_BUFF_SIZE,
     SKB_CB,
     SKB_DATA,
@@ -81,9 +83,10 @@ from .filter import (
     XDP_MD_SIZE,
     writable_fields,
 )
-from .helpers import helper_funcs
-from .kfuncs import kfunc_funcs
-from .memory import (
+from .prog.helpers import helper_funcs
+from .prog.kfuncs import kfunc_funcs
+from .prog.log import bpf_vlog_init
+from .prog.memory import (
     CTX_REGION,
     DEFAULT_BUDGET,
     M32,
@@ -92,17 +95,14 @@ from .memory import (
     CtxRegion,
     RunState,
 )
-from .netdev import NAPI_POLL_WEIGHT
+from .prog.verifier import bpf_check
 from .syscall import (
     bpf_obj_name_cpy,
     bpf_prog_load_check_attach,
-    bpf_vlog_init,
     check_sleepable,
     sleepable_map_from_fd,
 )
 from .test_run import TEST_XDP_MAX_BATCH, bpf_test_run_xdp_live
-from .verifier import bpf_check
-from .xdp import XDP_FRAME_SIZE, XDP_PACKET_HEADROOM, XdpBuff
 
 BPF_F_SLEEPABLE = 1 << 4
 BPF_F_TOKEN_FD = 1 << 16
@@ -340,7 +340,8 @@ class ProgramsMixin:
         ctx = _ctx_init(req, SK_BUFF_SIZE)
         if ctx is not None:
             ifindex = struct.unpack_from("<I", ctx, SKB_IFINDEX)[0]
-            if ifindex > LOOPBACK_IFINDEX and self.machine.net.dev_get_by_index(ifindex) is None:
+            net = net_of(self.machine)
+            if ifindex > LOOPBACK_IFINDEX and net.dev_get_by_index(ifindex) is None:
                 raise KernelError(errno.ENODEV, f"no device with ifindex {ifindex}")
         packet = bytearray(req.data_in)
         protocol = eth_type_trans(packet)
@@ -442,7 +443,7 @@ class ProgramsMixin:
             if not ingress and rx_queue:
                 raise KernelError(errno.EINVAL, "xdp_md.rx_queue_index needs an "
                                                 "ingress_ifindex")
-        dev = self.machine.net.dev_get_by_index(ingress or LOOPBACK_IFINDEX)
+        dev = net_of(self.machine).dev_get_by_index(ingress or LOOPBACK_IFINDEX)
         if dev is None:
             raise KernelError(errno.ENODEV, f"no device with ifindex {ingress}")
         if rx_queue >= dev.real_num_rx_queues:
@@ -544,7 +545,7 @@ class ProgramsMixin:
                 os.path.isdir(os.path.join(events, category, name))
                 for category in os.listdir(events)):
             raise KernelError(errno.ENOENT, f"no tracepoint named {name} in {events}")
-        self.machine.net.add_trace_sink(self.trigger_raw_tracepoint)  # the data path's events
+        net_of(self.machine).add_trace_sink(self.trigger_raw_tracepoint)  # the data path's events
         return self._attach(prog, ("raw", name))
 
     def _attach(self, prog: BpfProg, key: tuple[str, str]) -> int:

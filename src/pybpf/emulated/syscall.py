@@ -105,15 +105,3 @@ def sleepable_map_from_fd(map_from_fd: Any, fd: int) -> Any:
 def _verifier_log_reject(message: str) -> KernelError:
     """A refusal the verifier writes to its log (EINVAL)."""
     return KernelError(errno.EINVAL, message, log=message + "\n")
-
-
-# BPF_LOG_LEVEL1 | BPF_LOG_LEVEL2 | BPF_LOG_STATS | BPF_LOG_FIXED
-BPF_LOG_MASK = 15
-
-
-def bpf_vlog_init(log_level: int) -> None:
-    """bpf_vlog_init (the verifier's and the BTF checker's log): only the known level bits
-    (the System always hands a buffer)."""
-    if log_level & ~BPF_LOG_MASK:
-        raise KernelError(errno.EINVAL, f"log_level {log_level:#x}: only BPF_LOG_LEVEL1, "
-                          "BPF_LOG_LEVEL2, BPF_LOG_STATS and BPF_LOG_FIXED (15) are known")

@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import functools
-import importlib
 import itertools
 import os
 import threading
@@ -42,21 +41,17 @@ from ..uapi import (
     MapType,
     map_traits,
 )
-from .bpf_map import MAP_OPS, BpfMap, bpf_map_attr_numa_node
-from .btf import BtfMixin, map_check_btf
+from .bpf_types import MAP_OPS
 from .inode import BpfFs
 from .links import LinksMixin
-from .machine import Machine
-from .memalloc import HTAB_MEM_DESIGNS
+from .machine.machine import Machine
+from .machine.memalloc import HTAB_MEM_DESIGNS
+from .maps.bpf_map import BpfMap, bpf_map_attr_numa_node
+from .net.netdev import net_of
+from .prog.btf import BtfMixin, map_check_btf
 from .progs import ProgramsMixin
 from .sockmap_progs import SockMapMixin
 from .syscall import bpf_get_file_flag, bpf_obj_file_flags, bpf_obj_name_cpy
-
-# Map family modules; importing one registers its types in MAP_OPS (bpf_map_types[]).
-_FAMILY_MODULES = ("hashtab", "arraymap", "map_in_map", "queue_stack_maps", "lpm_trie",
-                   "bloom_filter", "ringbuf", "devmap", "cpumap", "sock_map")
-for _name in _FAMILY_MODULES:
-    importlib.import_module(f"{__package__}.{_name}")
 
 
 class MapFile:
@@ -140,7 +135,7 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
             cpus, nodes, profile=profile, cache_scale=cache_scale, seed=seed)
         self.machine.htab_mem = htab_mem
         if cpumap_skb_alloc != "napi_skb_cache_get_bulk":
-            self.machine.net.cpumap_skb_alloc = cpumap_skb_alloc
+            net_of(self.machine).cpumap_skb_alloc = cpumap_skb_alloc
         self._lock = threading.RLock()  # fd table, idrs, pins, refcounts
         # fd -> object. Each emulated fd holds a real host fd (on /dev/null) of the same number,
         # so emulated objects and the process's real files (sockets for sockmap, say) share one

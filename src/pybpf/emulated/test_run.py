@@ -19,11 +19,17 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..uapi import MapType
-from .bpf_map import INT_MAX
-from .helpers import XDP_PASS, XDP_REDIRECT, XDP_TX, XdpRedirect
-from .netdev import NAPI_POLL_WEIGHT
-from .xdp import XdpBuff, bpf_prog_run_xdp, xdp_build_skb_from_frame, xdp_do_flush, xdp_do_redirect
+from ..uapi import XDP_PASS, XDP_REDIRECT, XDP_TX, MapType
+from .maps.bpf_map import INT_MAX
+from .net.netdev import NAPI_POLL_WEIGHT, net_of
+from .net.xdp import (
+    XdpBuff,
+    bpf_prog_run_xdp,
+    xdp_build_skb_from_frame,
+    xdp_do_flush,
+    xdp_do_redirect,
+)
+from .prog.helpers import XdpRedirect
 
 TEST_XDP_MAX_BATCH = 256
 
@@ -31,7 +37,7 @@ TEST_XDP_MAX_BATCH = 256
 def bpf_test_run_xdp_live(prog: Any, template: XdpBuff, repeat: int, batch_size: int) -> int:
     """Run ``prog`` on ``repeat`` copies of ``template``; the mean ns per frame."""
     machine = prog.system.machine
-    net = machine.net
+    net = net_of(machine)
     repeat = repeat or 1
     batch_size = batch_size or NAPI_POLL_WEIGHT
     start = time.perf_counter_ns()

@@ -7,7 +7,7 @@
   as a martian. Commands that name an
   interface by ifindex (XDP attach, a live test run's ingress device) resolve it in the
   calling thread's namespace, so run them inside ``with pair.entered():``.
-- emulated: the pair in the system's machine (``machine.net``); ``entered()`` does nothing.
+- emulated: the pair in the system's machine (``net_of(machine)``); ``entered()`` does nothing.
 
 Rules this module keeps:
 - ``close()`` (or the ``with`` block) removes everything the pair made, on failure too;
@@ -196,7 +196,9 @@ class EmulatedVethPair(VethPair):
 
     def __init__(self, system: Any, a: str, b: str, a_addr: str, b_addr: str) -> None:
         super().__init__(a, b, a_addr, b_addr)
-        self.net = system.machine.net
+        from ..emulated import net_of
+
+        self.net = net_of(system.machine)
         self.devs = dict(zip((a, b), self.net.add_veth(a, b), strict=True))
         self.devs[b].add_address(b_addr)
 

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ...emulated.memalloc import HTAB_MEM_DESIGNS
+from ...emulated import HTAB_MEM_DESIGNS
 from ...uapi import MapFlags, MapType
 from .. import trigger
 from ..args import (

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 
-from ...emulated.timing import VirtualTimeScheduler
+from ...emulated import VirtualTimeScheduler
 from .. import report
 from ..common import sys_enter_record
 from .config import NUMA_AUTO, TESTS, Config, Test, TestDef

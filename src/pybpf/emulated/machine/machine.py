@@ -1,0 +1,266 @@
+"""The emulated machine: CPUs, NUMA nodes, the current CPU and task of each thread, modeled
+time, RCU, and NUMA access accounting.
+
+Rules this module keeps:
+- The topology is this host's (read from /sys) unless declared: ``Machine(cpus=20, nodes=2)``
+  puts CPUs 0-9 on node 0 and 10-19 on node 1 (nodes are spread contiguously; a node count
+  that does not divide the CPUs gives the first nodes one CPU fewer). A profile given without
+  cpus/nodes brings its own topology.
+- Time is modeled (``timing``, emulated/timing.py): every CPU has a virtual clock that the work
+  the emulator does advances, at the costs of a machine profile (the shipped ``host`` one unless
+  another is given). ``bpf_ktime_get_ns`` reads the current CPU's clock.
+- The current CPU is per thread (``on_cpu``); a thread that never chose one runs on CPU 0. A
+  thread may also stand for a task with its own pid (``set_task``), which
+  bpf_get_current_pid_tgid reports; otherwise the host's ids.
+- Randomness the kernel draws (hash seeds, bpf_get_prandom_u32 per CPU) comes from generators
+  seeded by ``seed``, so a run can be repeated exactly.
+- Memory records its node; every element access from a CPU is counted as local (same node)
+  or remote, per map and per CPU, by ``AccessStats``, beside what the accesses cost.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import random
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+from ...profiles import Profile, load_profile
+from ...topology import Topology, host_topology
+from .rcu import Rcu
+from .timing import Timing
+
+DEFAULT_PROFILE = "host"
+
+T = TypeVar("T")
+
+
+def per_machine(factory: Callable[[Machine], T]) -> Callable[[Machine], T]:
+    """A side table: the returned ``get(machine)`` gives the one ``factory(machine)`` made for
+    that machine on first use. The floors above keep their per-machine state so (the network,
+    the psock table), so the machine owns nothing that stands on it; an entry goes with its
+    machine."""
+    table: weakref.WeakKeyDictionary[Machine, T] = weakref.WeakKeyDictionary()
+    lock = threading.Lock()
+
+    def get(machine: Machine) -> T:
+        obj = table.get(machine)
+        if obj is None:
+            with lock:  # two threads asking first make one object
+                obj = table.get(machine)
+                if obj is None:
+                    obj = table[machine] = factory(machine)
+        return obj
+
+    return get
+
+
+def declared_topology(cpus: int, nodes: int) -> Topology:
+    """``cpus`` CPUs spread contiguously over ``nodes`` nodes."""
+    for name, value in (("cpus", cpus), ("nodes", nodes)):
+        if type(value) is not int:
+            raise TypeError(f"{name} must be an int, got {value!r}")
+    if cpus < 1:
+        raise ValueError(f"a machine needs at least one CPU, got cpus={cpus}")
+    if nodes < 1:
+        raise ValueError(f"a machine needs at least one NUMA node, got nodes={nodes}")
+    if nodes > cpus:
+        raise ValueError(f"nodes={nodes} exceeds cpus={cpus}: every node needs a CPU")
+    return Topology([cpu * nodes // cpus for cpu in range(cpus)])
+
+
+class _CurrentCpu(threading.local):
+    cpu = 0
+    task: tuple[int, int] | None = None  # (tgid, pid) this thread stands for, if set
+
+
+class AccessStats:
+    """Local and remote element accesses of one object (a map), per CPU.
+
+    ``access(cpu, node)`` is the cheap call made on each element access: the memory touched
+    lives on ``node``, the access comes from ``cpu``.
+    """
+
+    __slots__ = ("cpu_node", "local", "remote")
+
+    def __init__(self, cpu_node: list[int]) -> None:
+        self.cpu_node = cpu_node
+        self.local = [0] * len(cpu_node)
+        self.remote = [0] * len(cpu_node)
+
+    def access(self, cpu: int, node: int) -> None:
+        if self.cpu_node[cpu] == node:
+            self.local[cpu] += 1
+        else:
+            self.remote[cpu] += 1
+
+    def by_cpu(self) -> dict[int, tuple[int, int]]:
+        """{cpu: (local, remote)} for every CPU that made an access."""
+        pairs = zip(self.local, self.remote, strict=True)
+        return {cpu: (loc, rem) for cpu, (loc, rem) in enumerate(pairs) if loc or rem}
+
+    def remote_share(self, cpu: int | None = None) -> float:
+        """Fraction of accesses (of ``cpu``, or of all CPUs) that were remote; 0.0 if none."""
+        if cpu is None:
+            loc, rem = sum(self.local), sum(self.remote)
+        else:
+            loc, rem = self.local[cpu], self.remote[cpu]
+        return rem / (loc + rem) if loc + rem else 0.0
+
+    def totals(self) -> tuple[int, int]:
+        return sum(self.local), sum(self.remote)
+
+
+class UserMemory:
+    """User-space memory of the emulated tasks (one address space), for what programs read
+    with bpf_probe_read_user: a syscall tracepoint's record carries user pointers.
+
+    ``map(data)`` places a copy at a fresh page-aligned address and returns it; ``read``
+    answers None for an address range that is not (wholly) mapped, i.e. a fault.
+    """
+
+    BASE = 0x7F00_0000_0000
+    PAGE = 4096
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []  # ascending: addresses are handed out in order
+        self._blocks: list[bytes] = []
+        self._next = self.BASE
+        self._lock = threading.Lock()
+
+    def map(self, data: bytes) -> int:
+        with self._lock:
+            addr = self._next
+            self._next += -(-max(1, len(data)) // self.PAGE) * self.PAGE
+            self._starts.append(addr)
+            self._blocks.append(bytes(data))
+        return addr
+
+    def read(self, addr: int, size: int) -> bytes | None:
+        i = bisect.bisect_right(self._starts, addr) - 1
+        if i < 0:
+            return None
+        off = addr - self._starts[i]
+        block = self._blocks[i]
+        return block[off:off + size] if off + size <= len(block) else None
+
+
+class Machine:
+    """CPUs, NUMA nodes, per-thread current CPU, modeled time and RCU.
+
+    ``profile`` is a ``Profile`` or a shipped profile's name or a file (default ``host``);
+    ``cache_scale`` shrinks the modeled caches for an experiment scaled down as much.
+    """
+
+    def __init__(self, cpus: int | None = None, nodes: int | None = None,
+                 profile: Profile | str | None = None, cache_scale: float = 1.0,
+                 seed: int = 0) -> None:
+        if isinstance(profile, Profile):
+            self.profile = profile
+        else:
+            self.profile = load_profile(DEFAULT_PROFILE if profile is None else profile)
+        if cpus is None and nodes is None:
+            self.topology = host_topology() if profile is None else declared_topology(
+                self.profile.num_cpus, self.profile.num_nodes)
+        else:
+            self.topology = declared_topology(
+                cpus if cpus is not None else len(host_topology().cpu_node),
+                nodes if nodes is not None else 1)
+        self.cpu_node: list[int] = list(self.topology.cpu_node)
+        self.num_cpus = len(self.cpu_node)
+        self.num_nodes = self.topology.num_nodes
+        # The calling thread's CPU (``current.cpu``); hot paths read it without a call.
+        self.current = _CurrentCpu()
+        self.timing = Timing(self.profile, self.cpu_node, cache_scale=cache_scale)
+        self.rcu = Rcu(timing=self.timing, current=self.current)
+        self.random = random.Random(seed)  # hash seeds and the like, in creation order
+        self._prandom = [random.Random(seed * 1_000_003 + cpu) for cpu in range(self.num_cpus)]
+        self.user_memory = UserMemory()
+        # Element memory of NO_PREALLOC hash maps: "bpf_mem_alloc" (6.1+) or "call_rcu"
+        # (kmalloc + one call_rcu per freed element, before); EmulatedSystem(htab_mem=...).
+        self.htab_mem = "bpf_mem_alloc"
+
+    def __repr__(self) -> str:
+        return (f"Machine(cpus={self.num_cpus}, nodes={self.num_nodes}, "
+                f"profile={self.profile.name!r})")
+
+    def cpu_to_node(self, cpu: int) -> int:
+        self.check_cpu(cpu)
+        return self.cpu_node[cpu]
+
+    def check_cpu(self, cpu: int) -> None:
+        if not (isinstance(cpu, int) and 0 <= cpu < self.num_cpus):
+            raise ValueError(
+                f"CPU {cpu!r} does not exist: this machine has CPUs 0-{self.num_cpus - 1}")
+
+    def current_cpu(self) -> int:
+        """smp_processor_id() of the calling thread."""
+        return self.current.cpu
+
+    def numa_node_id(self) -> int:
+        """The NUMA node of the calling thread's CPU."""
+        return self.cpu_node[self.current.cpu]
+
+    @contextmanager
+    def on_cpu(self, cpu: int) -> Iterator[None]:
+        """Run the body on ``cpu`` (this thread's current CPU), restoring the previous one."""
+        self.check_cpu(cpu)
+        current = self.current
+        previous = current.cpu
+        current.cpu = cpu
+        try:
+            yield
+        finally:
+            current.cpu = previous
+
+    def set_cpu(self, cpu: int) -> None:
+        """Move the calling thread to ``cpu`` for good (worker threads standing for kthreads)."""
+        self.check_cpu(cpu)
+        self.current.cpu = cpu
+
+    def set_task(self, pid: int, tgid: int | None = None) -> None:
+        """The calling thread stands for task ``pid`` of process ``tgid`` (default: its own
+        process), as bpf_get_current_pid_tgid reports it."""
+        self.current.task = (pid if tgid is None else tgid, pid)
+
+    def current_pid_tgid(self) -> int:
+        """bpf_get_current_pid_tgid(): tgid << 32 | pid of the calling thread's task."""
+        task = self.current.task
+        if task is None:
+            return (os.getpid() << 32) | threading.get_native_id()
+        return (task[0] << 32) | task[1]
+
+    def prandom_u32(self) -> int:
+        """bpf_get_prandom_u32(): the current CPU's generator (per CPU, as the kernel's)."""
+        return self._prandom[self.current.cpu].getrandbits(32)
+    def ktime_get_ns(self) -> int:
+        """bpf_ktime_get_ns(): the current CPU's modeled clock (ns since the machine began)."""
+        return int(self.timing.clock[self.current.cpu])
+
+    def bpf_syscall(self, entry: str = "syscall_entry") -> int:
+        """A task on the current CPU enters the kernel: a modeled operation begins (the
+        virtual-time scheduler may let other CPUs go first), and the entry is charged.
+        Returns the CPU."""
+        cpu = self.current.cpu
+        timing = self.timing
+        timing.sync(cpu)
+        timing.charge(cpu, entry)
+        return cpu
+
+    def new_access_stats(self) -> AccessStats:
+        return AccessStats(self.cpu_node)
+
+    def step(self) -> int:
+        """Let deferred work advance: every CPU's clock moves on to its pending work (RCU
+        callbacks at their grace period's end, say), which runs; then a grace period completes
+        if readers allow it. Returns how many RCU callbacks ran."""
+        ran = self.rcu.callbacks_run
+        for cpu in range(self.num_cpus):
+            with self.on_cpu(cpu):
+                self.timing.run_deferred(cpu, until=float("inf"))
+        self.rcu.poll()
+        return self.rcu.callbacks_run - ran

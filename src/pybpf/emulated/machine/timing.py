@@ -1,0 +1,525 @@
+"""Modeled time: per-CPU virtual clocks that the emulated machine advances through a cost model.
+
+The emulator does the work a kernel would do (map operations, allocations, RCU callbacks,
+program instructions); this module says what that work would cost on a machine described by a
+``Profile`` (pybpf.profiles), and keeps one clock per emulated CPU in nanoseconds. It is the one
+place where time is modeled; everything that advances a clock calls one of these primitives:
+
+    timing.charge(cpu, "htab_map_update_elem")     work: the profile's cost, n times
+    timing.access(cpu, addr, write=False)          a memory access: free in the private cache,
+                                                   else the LLC, a line transfer from the CPU
+                                                   that modified it, or DRAM by NUMA distance
+    timing.atomic(cpu, addr)                       a locked read-modify-write of a shared line
+    timing.spin_lock(cpu, lock) / spin_unlock      waits while another CPU holds ``lock``
+    timing.wait_until(cpu, t)                      waiting (a queue, a grace period): never back
+    timing.rcu_gp_end(t) ; timing.defer(cpu, t, f) RCU: when a grace period that starts after t
+                                                   ends; work (callbacks) that runs on ``cpu``
+                                                   once its clock reaches t
+    timing.sync(cpu)                               a modeled operation begins (see below)
+
+Memory has addresses: ``alloc_region(size, node)`` places an object's memory on a node (the
+node is part of the address), ``kmalloc``/``kfree`` model a slab that hands back the most
+recently freed object of a size class first (hot) or fresh memory (cold). Caches are simulated
+per line: a private LRU cache per CPU and a shared LRU cache per node, with the sizes of the
+profile (times ``cache_scale``, so an experiment scaled down k times keeps the ratio of working
+set to cache); a line written by a CPU is invalid in every other private cache, and the next
+access from another CPU pays a transfer. Loads are assumed not to overlap (pointer chasing).
+
+Determinism. Emulated CPUs run as host threads, which interleave as the host pleases. With a
+``VirtualTimeScheduler`` attached, a participating CPU's thread runs a modeled operation only
+while its clock is the least among the running participants (within ``quantum_ns``; ties go to
+the lower CPU number): every ``sync`` hands the baton to whichever CPU is then furthest behind.
+So which CPU takes a lock first, whose write invalidates whose line and which allocation reuses
+which object follow virtual time, and two runs of the same workload give the same figures
+whatever the host's load. Callers must not call ``sync`` while holding a host lock another
+participant may need. Without a scheduler (one thread, or figures nobody compares) ``sync`` only
+runs due deferred work.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from ...profiles import SCHEMA, Profile
+
+NODE_SHIFT = 56  # an address's NUMA node: addr >> NODE_SHIFT
+PAGE = 4096
+# Sections of the profile whose ns values are work ``charge`` can be asked for.
+WORK_SECTIONS = ("cpu", "ops", "alloc", "net")
+MEMORY_KINDS = ("private_hit", "shared_hit", "dram_local", "dram_remote", "transfer_local",
+                "transfer_remote")
+HOT_LINES = 64  # the least a scaled cache keeps (4 KiB): a CPU's every-event lines
+LOCK_HISTORY = 32  # intervals a lock remembers (the latest half is kept when it is full)
+KMALLOC_SIZES = (8, 16, 32, 64, 96, 128, 192, 256, 512, 1024, 2048, 4096, 8192)
+
+
+def kmalloc_size(size: int) -> int:
+    """The kmalloc cache an object of ``size`` bytes comes from (larger: whole pages)."""
+    i = bisect.bisect_left(KMALLOC_SIZES, size)
+    return KMALLOC_SIZES[i] if i < len(KMALLOC_SIZES) else -(-size // PAGE) * PAGE
+
+
+def addr_node(addr: int) -> int:
+    return addr >> NODE_SHIFT
+
+
+def _evict_oldest(cache: OrderedDict) -> int | None:
+    """Drop the least recently used line of ``cache``; the line (None if it was empty)."""
+    try:
+        return cache.popitem(last=False)[0]
+    except KeyError:  # emptied by a thread racing on the same cache
+        return None
+
+
+def machine_distances(distances: list[list[int]], nodes: int) -> list[list[int]]:
+    """The profile's SLIT matrix for a machine of ``nodes`` nodes: a machine with more nodes
+    than the profile describes puts every pair beyond the matrix at its largest distance (a
+    one-node profile has none: such nodes are as near as the local one)."""
+    far = max(max(row) for row in distances)
+    return [[10 if a == b else distances[a][b] if a < len(distances) and b < len(distances)
+             else far for b in range(nodes)] for a in range(nodes)]
+
+
+@dataclass
+class SpinLock:
+    """A modeled spinlock: its line, and the intervals CPUs held it [start, end), sorted."""
+
+    addr: int
+    held: list[tuple[float, float, int]]
+    acquired_at: float = 0.0
+    holder: int = -1
+    last_end: float = 0.0  # the latest end of any interval: a CPU asking later never waits
+
+
+class Timing:
+    """Virtual clocks of the CPUs of one emulated machine, and the cost model."""
+
+    def __init__(self, profile: Profile, cpu_node: Iterable[int] | None = None, *,
+                 cache_scale: float = 1.0) -> None:
+        self.profile = profile
+        self.cpu_node = list(profile.cpu_node if cpu_node is None else cpu_node)
+        num_cpus = len(self.cpu_node)
+        self.num_nodes = max(self.cpu_node) + 1
+        if not cache_scale > 0:
+            raise ValueError(f"cache_scale must be positive, got {cache_scale!r}")
+        self.cache_scale = cache_scale
+        self.clock = [0.0] * num_cpus
+        self.cost: dict[str, float] = {
+            p.key: float(profile[p.path]) for p in SCHEMA
+            if p.section in WORK_SECTIONS and p.unit == "ns"}
+        self.grace_period = float(profile["rcu.grace_period"])
+        self._spin_lock_ns = self.cost["spin_lock"]
+        # Per CPU: work event -> count (its ns is count x cost); memory kinds and waits,
+        # whose cost varies, -> [count, ns].
+        self.counts: list[dict[str, int]] = [{} for _ in range(num_cpus)]
+        self.stats: list[dict[str, list]] = [{} for _ in range(num_cpus)]
+        self._lock = threading.Lock()  # model state, for callers without a scheduler
+        self.scheduler: VirtualTimeScheduler | None = None
+        self._init_memory()
+        self._gps: list[tuple[float, float]] = []  # grace periods (start, end), in order
+        self._deferred: list[list] = [[] for _ in range(num_cpus)]  # heaps (at, seq, fn)
+        self._seq = itertools.count()
+
+    def __repr__(self) -> str:
+        return f"Timing(profile={self.profile.name!r}, cpus={len(self.clock)})"
+
+    # -- clocks and work -----------------------------------------------------------------------
+    def now(self, cpu: int) -> float:
+        """The CPU's clock, ns since the machine started."""
+        return self.clock[cpu]
+
+    def ktime_get_ns(self, cpu: int) -> int:
+        return int(self.clock[cpu])
+
+    def _account(self, cpu: int, event: str, n: int, ns: float) -> None:
+        self.clock[cpu] += ns
+        entry = self.stats[cpu].get(event)
+        if entry is None:
+            self.stats[cpu][event] = [n, ns]
+        else:
+            entry[0] += n
+            entry[1] += ns
+
+    def charge(self, cpu: int, event: str, n: int = 1) -> None:
+        """Work: ``n`` times the profile's cost of ``event`` (a key of [cpu], [ops], [alloc],
+        [net])."""
+        cost = self.cost.get(event)
+        if cost is None:
+            raise ValueError(f"no cost {event!r} in the model; events are {sorted(self.cost)}")
+        self.clock[cpu] += cost * n  # the model's hottest call: only a count is kept
+        counts = self.counts[cpu]
+        counts[event] = counts.get(event, 0) + n
+
+    def wait_until(self, cpu: int, t: float, why: str = "wait") -> None:
+        """Advance the CPU's clock to ``t`` if it is behind (waiting never goes back)."""
+        if t > self.clock[cpu]:
+            self._account(cpu, why, 1, t - self.clock[cpu])
+
+    # -- memory --------------------------------------------------------------------------------
+    def _init_memory(self) -> None:
+        p = self.profile
+        line = int(p["memory.line_bytes"])
+        self.line_shift = line.bit_length() - 1
+        # A scaled-down cache keeps room for the lines touched on every event (locks, list
+        # heads, per-CPU data), which stay cached on the real machine at any scale.
+        self.private_lines = max(min(HOT_LINES, int(p["memory.private_kib"] * 1024 // line)),
+                                 int(p["memory.private_kib"] * 1024 // line * self.cache_scale))
+        self.shared_lines = max(min(HOT_LINES, int(p["memory.shared_kib"] * 1024 // line)),
+                                int(p["memory.shared_kib"] * 1024 // line * self.cache_scale))
+        self._private: list[OrderedDict[int, int]] = [OrderedDict() for _ in self.clock]
+        self._shared: list[OrderedDict[int, None]] = [OrderedDict()
+                                                      for _ in range(self.num_nodes)]
+        self.hits = [0] * len(self.clock)  # private-cache hits per CPU (they cost nothing)
+        self._version: dict[int, int] = {}  # line -> bumped whenever another CPU writes it
+        self._dirty: dict[int, int] = {}  # line -> the CPU holding it modified
+        self.private_hit = 0.0  # included in the work costs, which were measured hot
+        self.shared_hit = float(p["memory.shared_hit"])
+        dist = machine_distances(p.distances, self.num_nodes)
+        far = max(max(row) for row in dist)
+        local, remote = float(p["memory.dram_local"]), float(p["memory.dram_remote"])
+
+        def between(d: int, near: float, farthest: float) -> float:
+            return near if far == 10 else near + (farthest - near) * (d - 10) / (far - 10)
+
+        self.dram = [[between(dist[a][b], local, remote) for b in range(len(dist))]
+                     for a in range(len(dist))]
+        t_local, t_remote = float(p["memory.transfer_local"]), float(p["memory.transfer_remote"])
+        self.transfer = [[t_local if a == b else between(dist[a][b], t_local, t_remote)
+                          for b in range(len(dist))] for a in range(len(dist))]
+        self._next_addr = [(node << NODE_SHIFT) + PAGE for node in range(len(dist))]
+        self._slab: dict[tuple[int, int, int], list[int]] = {}  # (cpu, node, size) -> LIFO
+        self._slab_page: dict[tuple[int, int, int], list[int]] = {}  # -> [next, end]
+
+    def alloc_region(self, size: int, node: int) -> int:
+        """Fresh memory of ``size`` bytes on ``node`` (page aligned): cold in every cache."""
+        if not 0 <= node < len(self._next_addr):
+            raise ValueError(f"node {node} does not exist in profile {self.profile.name!r}")
+        with self._lock:
+            addr = self._next_addr[node]
+            self._next_addr[node] += max(PAGE, -(-size // PAGE) * PAGE)
+        return addr
+
+    def kmalloc(self, cpu: int, size: int, node: int | None = None) -> int:
+        """A slab object: the last one this CPU freed in that size class and node (hot), or
+        fresh memory (cold). Charges ``kmalloc``."""
+        node = self.cpu_node[cpu] if node is None else node
+        cls = kmalloc_size(size)
+        self.charge(cpu, "kmalloc")
+        free = self._slab.get((cpu, node, cls))
+        if free:
+            return free.pop()
+        # A fresh object comes from this CPU's slab page of the class (SLUB's per-CPU slab),
+        # so CPUs never share a line of new objects.
+        page = self._slab_page.get((cpu, node, cls))
+        if page is None or page[0] + cls > page[1]:
+            start = self.alloc_region(max(PAGE, cls), node)
+            page = self._slab_page[(cpu, node, cls)] = [start, start + max(PAGE, cls)]
+        addr = page[0]
+        page[0] += cls
+        return addr
+
+    def kfree(self, cpu: int, addr: int, size: int) -> None:
+        """Give a slab object back to this CPU's free list of its class. Charges ``kfree``."""
+        self.charge(cpu, "kfree")
+        if addr:
+            self._slab.setdefault((cpu, addr_node(addr), kmalloc_size(size)), []).append(addr)
+
+    def access(self, cpu: int, addr: int, write: bool = False) -> float:
+        """One access to the line holding ``addr``; returns (and charges) the stall in ns.
+        Address 0 is memory the model does not place (objects made outside a map): free.
+
+        A line's version moves on whenever a CPU writes it without holding it modified, so a
+        copy in a private cache is current exactly when it carries the line's version (and
+        then no other CPU holds the line modified). The dict operations here are each atomic
+        under the GIL and the caches tolerate a racing thread on the same CPU, so the model
+        needs no lock of its own.
+        """
+        if not addr:
+            return 0.0
+        line = addr >> self.line_shift
+        private = self._private[cpu]
+        version = self._version.get(line, 0)
+        if private.get(line) == version:  # the hot case: a hit in the private cache
+            private[line] = private.pop(line, version)  # most recently used now
+            self.hits[cpu] += 1
+            if write and self._dirty.get(line) != cpu:
+                self._own(cpu, line, version, private)
+            return 0.0
+        node = self.cpu_node[cpu]
+        owner = self._dirty.get(line, cpu)
+        if owner != cpu and self._private[owner].get(line) == version:
+            kind = "transfer_remote" if self.cpu_node[owner] != node else "transfer_local"
+            ns = self.transfer[node][self.cpu_node[owner]]
+            if not write:
+                self._dirty.pop(line, None)  # written back: shared and clean from now on
+        else:
+            if owner != cpu:  # the owner's copy was evicted, so written back
+                self._dirty.pop(line, None)
+            shared = self._shared[node]
+            if shared.pop(line, False) is None:
+                kind, ns = "shared_hit", self.shared_hit
+            else:
+                home = addr_node(addr)
+                kind = "dram_local" if home == node else "dram_remote"
+                ns = self.dram[node][home]
+            shared[line] = None
+            if len(shared) > self.shared_lines:
+                self._forget(_evict_oldest(shared))
+        private.pop(line, None)  # a stale copy goes: the fresh one is the most recent
+        private[line] = version
+        if len(private) > self.private_lines:
+            _evict_oldest(private)
+        if write and self._dirty.get(line) != cpu:
+            self._own(cpu, line, version, private)
+        self._account(cpu, kind, 1, ns)
+        return ns
+
+    def _forget(self, line: int | None) -> None:
+        """A line no cache holds any more needs no version or owner: the model's memory
+        stays bounded by the caches' sizes, however many objects come and go."""
+        if line is None or any(line in cache for cache in self._private) \
+                or any(line in cache for cache in self._shared):
+            return
+        self._version.pop(line, None)
+        self._dirty.pop(line, None)
+
+    def _own(self, cpu: int, line: int, version: int, private: OrderedDict) -> None:
+        """Read for ownership: every other copy of ``line`` becomes stale."""
+        version += 1
+        self._version[line] = version
+        private[line] = version
+        self._dirty[line] = cpu
+
+    def atomic(self, cpu: int, addr: int) -> None:
+        """A locked read-modify-write of the line holding ``addr`` (a shared counter)."""
+        self.access(cpu, addr, write=True)
+        self.charge(cpu, "atomic")
+
+    # -- locks ---------------------------------------------------------------------------------
+    def new_lock(self, addr: int) -> SpinLock:
+        return SpinLock(addr, [])
+
+    def spin_lock(self, cpu: int, lock: SpinLock) -> None:
+        """Take ``lock``: wait while another CPU held it at this CPU's time, then the line."""
+        t = self.clock[cpu]
+        if t < lock.last_end:
+            for start, end, holder in lock.held:
+                if start <= t < end and holder != cpu:
+                    t = end  # intervals are sorted: a later one may start right at this end
+            if t > self.clock[cpu]:
+                self.wait_until(cpu, t, "lock_wait")
+        line = lock.addr >> self.line_shift
+        private = self._private[cpu]
+        if self._dirty.get(line) == cpu and private.get(line) == self._version.get(line, 0):
+            private[line] = private.pop(line)  # the hot case, inline: this CPU holds the line
+            self.hits[cpu] += 1
+        else:
+            self.access(cpu, lock.addr, write=True)
+        self.clock[cpu] += self._spin_lock_ns
+        counts = self.counts[cpu]
+        counts["spin_lock"] = counts.get("spin_lock", 0) + 1
+        lock.acquired_at, lock.holder = self.clock[cpu], cpu
+
+    def spin_unlock(self, cpu: int, lock: SpinLock) -> None:
+        """Release ``lock``: the interval it was held joins its history. (Threads sharing one
+        emulated CPU without a scheduler may interleave here; the interval then starts at
+        the release, since the acquire is no longer known.)"""
+        end = self.clock[cpu]
+        start = lock.acquired_at if lock.holder == cpu else end
+        held = lock.held
+        if not held or start >= held[-1][0]:
+            held.append((start, end, cpu))
+        else:
+            bisect.insort(held, (start, end, cpu))
+        lock.holder = -1
+        if end > lock.last_end:
+            lock.last_end = end
+        if len(held) > LOCK_HISTORY:
+            del held[:-LOCK_HISTORY // 2]  # a CPU further behind than these does not wait
+
+    def locked_access(self, cpu: int, lock: SpinLock, addr: int, write: bool = True) -> None:
+        """Take ``lock``, touch ``addr``, release: a list push or pop under its lock."""
+        self.spin_lock(cpu, lock)
+        self.access(cpu, addr, write)
+        self.spin_unlock(cpu, lock)
+
+    # -- RCU and deferred work -----------------------------------------------------------------
+    def rcu_gp_end(self, t: float) -> float:
+        """When the grace period that a callback queued at ``t`` waits for ends: the first
+        one starting at or after ``t`` (grace periods run one after another, each
+        ``rcu.grace_period`` long, and start only when someone waits for one)."""
+        with self._lock:
+            gps = self._gps
+            if not gps or t >= gps[-1][1]:
+                gps.append((t, t + self.grace_period))
+                end = gps[-1][1]
+            else:
+                starts = [s for s, _ in gps]
+                i = bisect.bisect_left(starts, t)
+                if i < len(gps):
+                    end = gps[i][1]
+                else:  # t falls inside the last one: the next starts when it ends
+                    last = gps[-1][1]
+                    gps.append((last, last + self.grace_period))
+                    end = gps[-1][1]
+            if len(gps) > LOCK_HISTORY:
+                del gps[:-LOCK_HISTORY // 2]
+        return end
+
+    def defer(self, cpu: int, at: float, work: Callable[[], None]) -> None:
+        """Run ``work`` on ``cpu`` once its clock reaches ``at`` (at its next ``sync``); the
+        work charges its own costs to ``cpu``."""
+        heapq.heappush(self._deferred[cpu], (at, next(self._seq), work))
+
+    def deferred(self, cpu: int) -> int:
+        """Work waiting to run on ``cpu``."""
+        return len(self._deferred[cpu])
+
+    def run_deferred(self, cpu: int, until: float | None = None) -> int:
+        """Run ``cpu``'s deferred work due by ``until`` (default: its clock); how many ran."""
+        heap = self._deferred[cpu]
+        ran = 0
+        while heap and heap[0][0] <= (self.clock[cpu] if until is None else until):
+            at, _, work = heapq.heappop(heap)
+            self.wait_until(cpu, at, "idle")
+            work()
+            ran += 1
+        return ran
+
+    def sync(self, cpu: int) -> None:
+        """A modeled operation begins on ``cpu``: take the baton if a scheduler is attached,
+        then run the deferred work that is due."""
+        if self.scheduler is not None:
+            self.scheduler.sync(cpu)
+        if self._deferred[cpu]:
+            self.run_deferred(cpu)
+
+    # -- reports -------------------------------------------------------------------------------
+    def breakdown(self, cpu: int) -> dict[str, tuple[int, float]]:
+        """{event: (count, ns)} of ``cpu``, most expensive first (private-cache hits, which
+        cost nothing, last)."""
+        items = [(event, count, count * self.cost[event])
+                 for event, count in self.counts[cpu].items()]
+        items += [(event, count, ns) for event, (count, ns) in self.stats[cpu].items()]
+        out = {event: (count, ns) for event, count, ns in sorted(items, key=lambda i: -i[2])}
+        if self.hits[cpu]:
+            out["private_hit"] = (self.hits[cpu], 0.0)
+        return out
+
+    def snapshot(self, cpu: int) -> tuple[float, dict[str, tuple[int, float]]]:
+        """(clock, per-event totals) of ``cpu``, to subtract from a later one."""
+        return self.clock[cpu], self.breakdown(cpu)
+
+    def since(self, cpu: int, snap: tuple[float, dict[str, tuple[int, float]]]
+              ) -> tuple[float, dict[str, tuple[int, float]]]:
+        """ns elapsed on ``cpu`` since ``snap`` and what it was spent on."""
+        t0, before = snap
+        delta = {}
+        for event, (count, ns) in self.breakdown(cpu).items():
+            c0, ns0 = before.get(event, (0, 0.0))
+            if count != c0:
+                delta[event] = (count - c0, ns - ns0)
+        return self.clock[cpu] - t0, delta
+
+
+class VirtualTimeScheduler:
+    """Conservative virtual-time scheduling of emulated CPUs run by host threads.
+
+    ``participants`` are the CPUs whose threads take part, all known before any starts (a
+    thread that joined late could find others already ahead). ``with scheduler:`` attaches it
+    to the timing model around the experiment; each participant's thread runs inside
+    ``with scheduler.running(cpu):`` and calls ``timing.sync(cpu)`` before each modeled
+    operation; only the holder of the baton runs, and ``sync`` passes the baton to the
+    participant with the least clock (ties: the lower CPU) unless the caller's clock is within
+    ``quantum_ns`` of it. A participant that leaves (its thread is done) no longer holds
+    anyone back. A wait longer than ``timeout_s`` of host time raises: some participant is
+    blocked outside the model.
+    """
+
+    def __init__(self, timing: Timing, participants: Iterable[int], *, quantum_ns: float = 0.0,
+                 timeout_s: float = 120.0) -> None:
+        self.timing = timing
+        self.quantum_ns = quantum_ns
+        self.timeout_s = timeout_s
+        self._active = sorted(set(participants))
+        for cpu in self._active:
+            if not 0 <= cpu < len(timing.clock):
+                raise ValueError(f"CPU {cpu} is not a CPU of the machine")
+        self._lock = threading.Lock()
+        self._turn = {cpu: threading.Condition(self._lock) for cpu in self._active}
+        self._holder: int | None = None
+        self.handoffs = 0
+
+    def __enter__(self) -> VirtualTimeScheduler:
+        """Attach to the timing model for the experiment."""
+        if self.timing.scheduler is not None:
+            raise RuntimeError("another virtual-time scheduler is attached to this machine")
+        self.timing.scheduler = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.timing.scheduler = None
+
+    def _least(self) -> int:
+        clock = self.timing.clock
+        return min(self._active, key=lambda c: (clock[c], c))
+
+    def _pass_to(self, cpu: int) -> None:
+        if cpu != self._holder:
+            self.handoffs += 1
+        self._holder = cpu
+        self._turn[cpu].notify()
+
+    def _wait_turn(self, cpu: int) -> None:  # with self._lock held
+        if self._holder is None:
+            self._pass_to(self._least())
+        while self._holder != cpu:
+            if not self._turn[cpu].wait(self.timeout_s):
+                raise RuntimeError(
+                    f"virtual-time scheduler: CPU {cpu} waited {self.timeout_s} s for its turn, "
+                    f"held by CPU {self._holder}: is that CPU's thread blocked outside the "
+                    "model, or did it end without leaving?")
+
+    @contextmanager
+    def running(self, cpu: int) -> Iterator[None]:
+        """The body is ``cpu``'s thread: it starts on its turn and leaves when done."""
+        if cpu not in self._turn:
+            raise ValueError(f"CPU {cpu} is not a participant of this scheduler")
+        if self.timing.scheduler is not self:
+            raise RuntimeError("the scheduler is not attached: use `with scheduler:` around "
+                               "the participants' threads")
+        with self._lock:
+            self._wait_turn(cpu)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._active.remove(cpu)
+                if self._holder == cpu:
+                    self._holder = None
+                    if self._active:
+                        self._pass_to(self._least())
+
+    def sync(self, cpu: int) -> None:
+        """Let CPUs that are behind ``cpu`` in virtual time go first."""
+        with self._lock:
+            if self._holder != cpu:
+                if cpu not in self._active:
+                    return  # not a participant (a thread outside the experiment)
+                self._wait_turn(cpu)
+                return
+            least = self._least()
+            if least == cpu:
+                return
+            clock = self.timing.clock
+            if clock[cpu] <= clock[least] + self.quantum_ns:
+                return
+            self._pass_to(least)
+            self._wait_turn(cpu)

@@ -1,0 +1,315 @@
+"""BTF objects (kernel/bpf/btf.c): BPF_BTF_LOAD, what map_create and prog_load check with
+them, and the type information this backend describes itself with.
+
+Rules this module keeps:
+- A BTF object is an fd like a map's; closing the last reference frees it. Loading checks
+  lightly, with the kernel's errnos: the blob parses (header, kinds, string offsets), every
+  type id a type refers to exists, struct/union members lie inside their type, DATASEC
+  variables inside their section; a refusal is EINVAL with a log line, as the kernel's BTF
+  checker writes one. A blob over BTF_MAX_SIZE is E2BIG.
+- map_create with type ids runs ``map_check_btf``: the key and value types' sizes must be the
+  map's, and the map type's own rule (syscall.c and each type's ``map_check_btf`` op).
+- prog_load with func_info runs ``check_btf_func``'s rules: one FUNC record per subprogram,
+  the first at instruction 0, each at a subprogram's start.
+- ``vmlinux_btf_types()`` is the kernel BTF of this machine: the program contexts the
+  emulated backend models (``struct xdp_md``, ``struct __sk_buff``, ``struct sk_msg_md``)
+  and the uapi enums, laid out as include/uapi/linux/bpf.h lays them out. CO-RE relocates
+  against it; a kernel-internal type (``struct task_struct``) is not there, so a relocation
+  that needs one fails as on a kernel without that type. After them come the kfuncs the
+  emulated kernel offers (``kfuncs.KFUNCS``): a FUNC each, whose id a kfunc call names
+  (``vmlinux_kfuncs()``: the kfuncs by that id).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import struct
+from typing import Any
+
+from ...btf import (
+    BTF_FUNC_GLOBAL,
+    BTF_INT_SIGNED,
+    Array,
+    Btf,
+    BtfError,
+    Datasec,
+    Enum,
+    EnumValue,
+    Func,
+    FuncProto,
+    Int,
+    Kind,
+    Member,
+    Param,
+    Ptr,
+    Struct,
+)
+from ...btf.spec import BTF_MAGIC, BTF_VERSION, HEADER
+from ...errors import KernelError
+from ...uapi import ENOTSUPP, AttachType, MapType, ProgType
+from .filter import SK_BUFF_SIZE, SK_MSG_MD_SIZE, XDP_MD_SIZE
+from .kfuncs import KF_ARG_PTR_TO_CTX, KFUNCS, KfuncProto
+from .log import bpf_vlog_init
+
+BTF_MAX_SIZE = 16 * 1024 * 1024
+
+
+class BtfObject:
+    """struct btf loaded with BPF_BTF_LOAD."""
+
+    def __init__(self, system: Any, btf: Btf) -> None:
+        self.system = system
+        self.btf = btf
+        self.refcnt = 1
+        self.id = 0
+
+    def fd_release(self) -> None:
+        self.system.btf_put(self)
+
+
+def _reject(message: str) -> KernelError:
+    return KernelError(errno.EINVAL, message, log=message + "\n")
+
+
+def btf_parse(data: bytes, log_level: int = 0) -> Btf:
+    """btf_parse(): the blob as a ``Btf``, or KernelError(EINVAL) with a log line."""
+    if len(data) > BTF_MAX_SIZE:
+        raise KernelError(errno.E2BIG, f"BTF is {len(data)} bytes, over {BTF_MAX_SIZE}")
+    bpf_vlog_init(log_level)
+    if len(data) >= HEADER.size:  # btf_parse_hdr: a known magic, then version and flags
+        magic, version, flags = struct.unpack_from("<HBB", data)
+        if magic == BTF_MAGIC and version != BTF_VERSION:
+            raise KernelError(ENOTSUPP, f"Unsupported version {version}", log="Unsupported "
+                              "version\n")
+        if magic == BTF_MAGIC and flags:
+            raise KernelError(ENOTSUPP, f"Unsupported flags {flags:#x}",
+                              log="Unsupported flags\n")
+    try:
+        btf = Btf.from_bytes(data)
+        if len(btf) < 2:  # btf_parse_type_sec
+            raise BtfError("No type found")
+        for type_id in range(1, len(btf)):
+            _check_meta(btf, type_id)
+    except BtfError as exc:
+        raise _reject(str(exc)) from None
+    return btf
+
+
+def _check_meta(btf: Btf, type_id: int) -> None:
+    """The kind-by-kind checks (btf_*_check_meta / resolve) that pybpf makes."""
+    record = btf[type_id]
+    refs = [getattr(record, "type_id", 0)]
+    if isinstance(record, Struct):
+        size = record.size
+        for member in record.members:
+            refs.append(member.type_id)
+            end = member.bit_offset + (member.bitfield_size or
+                                       8 * _sized(btf, member.type_id, type_id))
+            if end > 8 * size:
+                raise BtfError(f"[{type_id}] {record.kind.name} {record.name or '(anon)'} "
+                               f"member {member.name or '(anon)'}: Member exceeds struct_size")
+    elif isinstance(record, Array):
+        refs += [record.index_type_id]
+    elif isinstance(record, FuncProto):
+        refs += [record.return_type_id, *(p.type_id for p in record.params)]
+    elif isinstance(record, Datasec):
+        for info in record.vars:
+            refs.append(info.type_id)
+            if info.offset + info.size > record.size:
+                raise BtfError(f"[{type_id}] DATASEC {record.name}: Invalid offset+size")
+    for ref in refs:
+        btf[ref]  # an id that does not exist raises
+    if isinstance(record, Func) and not isinstance(btf[record.type_id], FuncProto):
+        raise BtfError(f"[{type_id}] FUNC {record.name}: Invalid type_id")
+
+
+def _sized(btf: Btf, member_type: int, owner: int) -> int:
+    try:
+        return btf.size_of(member_type)
+    except BtfError:
+        raise BtfError(f"[{owner}] member type [{member_type}]: Invalid member") from None
+
+
+def btf_type_id_size(btf: Btf, type_id: int) -> int | None:
+    """The size of a type a map key or value may have (btf_type_id_size); None if none."""
+    try:
+        record = btf[btf.resolve(type_id)]
+        if record.kind in (Kind.FUNC, Kind.FUNC_PROTO, Kind.FWD, Kind.UNKN):
+            return None
+        return btf.size_of(type_id)
+    except BtfError:
+        return None
+
+
+# Map types whose map_check_btf op is map_check_no_btf (ENOTSUPP), and the others that have
+# an op, so that a value type may come without a key type.
+_NO_BTF = frozenset({MapType.PERF_EVENT_ARRAY, MapType.CGROUP_ARRAY, MapType.DEVMAP,
+                     MapType.DEVMAP_HASH, MapType.CPUMAP, MapType.SOCKMAP, MapType.SOCKHASH,
+                     MapType.XSKMAP, MapType.STACK_TRACE, MapType.ARRAY_OF_MAPS,
+                     MapType.HASH_OF_MAPS})
+_KEYLESS_OK = _NO_BTF | {MapType.ARRAY, MapType.PERCPU_ARRAY, MapType.BLOOM_FILTER,
+                         MapType.LPM_TRIE}
+
+
+def map_check_btf(map_type: int, key_size: int, value_size: int, max_entries: int,
+                  btf: Btf, key_id: int, value_id: int) -> None:
+    """map_check_btf(): the key and value types' sizes, then the map type's op."""
+    key_type = btf[btf.resolve(key_id)] if key_id and key_id < len(btf) else None
+    if key_id:
+        if btf_type_id_size(btf, key_id) != key_size:
+            raise KernelError(errno.EINVAL, f"BTF key type [{key_id}] is not {key_size} "
+                              "bytes, the map's key_size")
+    elif map_type not in _KEYLESS_OK:
+        raise KernelError(errno.EINVAL, "a map of this type needs a BTF key type with its "
+                          "value type")
+    if btf_type_id_size(btf, value_id) != value_size:
+        raise KernelError(errno.EINVAL, f"BTF value type [{value_id}] is not {value_size} "
+                          "bytes, the map's value_size")
+    value_type = btf[btf.resolve(value_id)]
+    if map_type in _NO_BTF:  # map_check_no_btf
+        raise KernelError(ENOTSUPP, f"{MapType(map_type).name} maps take no BTF types")
+    if map_type in (MapType.ARRAY, MapType.PERCPU_ARRAY):  # array_map_check_btf
+        if key_type is None:  # keyless: only the global data maps (.bss, .data, .rodata)
+            if map_type != MapType.ARRAY or max_entries != 1 or \
+                    not isinstance(value_type, Datasec):
+                raise KernelError(errno.EINVAL, "a keyless BTF array must be a one-element "
+                                  "ARRAY of a DATASEC (global data)")
+        elif not (isinstance(key_type, Int) and key_type.size == 4 and key_type.nr_bits == 32
+                  and key_type.bits_offset == 0):
+            raise KernelError(errno.EINVAL, "an array's BTF key type must be a 32-bit int")
+    elif map_type == MapType.LPM_TRIE and not isinstance(key_type, Struct):  # trie_check_btf
+        raise KernelError(errno.EINVAL, "an LPM trie's BTF key type must be a struct")
+    elif map_type == MapType.BLOOM_FILTER and key_type is not None:  # bloom_map_check_btf
+        raise KernelError(errno.EINVAL, "a bloom filter has no key: give no BTF key type")
+
+
+def check_btf_func(insns: bytes, btf: Btf, func_info: bytes, rec_size: int) -> None:
+    """check_btf_func(): one FUNC per subprogram, in order, the first at instruction 0."""
+    starts = _subprog_starts(insns)
+    records = [int.from_bytes(func_info[i:i + 4], "little") for i in range(0, len(func_info),
+                                                                         rec_size)]
+    types = [int.from_bytes(func_info[i + 4:i + 8], "little")
+             for i in range(0, len(func_info), rec_size)]
+    if len(records) != len(starts):
+        raise _reject("number of funcs in func_info doesn't match number of subprogs")
+    if records and records[0]:
+        raise _reject(f"nonzero insn_off {records[0]} for the first func info record")
+    for insn_off, type_id, start in zip(records, types, starts, strict=True):
+        if insn_off != start:
+            raise _reject("func_info BTF section doesn't match subprog layout in BPF program")
+        if type_id >= len(btf) or not isinstance(btf[type_id], Func):
+            raise _reject(f"invalid type id {type_id} in func info")
+
+
+def _subprog_starts(insns: bytes) -> list[int]:
+    """Instruction 0 and every bpf-to-bpf call or callback target (add_subprog_and_kfunc)."""
+    starts = {0}
+    pc, n = 0, len(insns) // 8
+    while pc < n:
+        code, regs = insns[8 * pc], insns[8 * pc + 1]
+        imm = int.from_bytes(insns[8 * pc + 4:8 * pc + 8], "little", signed=True)
+        if code == 0x85 and regs >> 4 == 1:  # BPF_PSEUDO_CALL
+            starts.add(pc + imm + 1)
+        elif code == 0x18 and regs >> 4 == 4:  # BPF_PSEUDO_FUNC
+            starts.add(pc + imm + 1)
+        pc += 2 if code == 0x18 else 1
+    return sorted(starts)
+
+
+class BtfMixin:
+    """BPF_BTF_LOAD and the BTF object fds of the emulated system."""
+
+    def _btf_load(self, data: bytes, log_level: int) -> int:
+        obj = BtfObject(self, btf_parse(data, log_level))
+        obj.id = self.btf_idr_alloc(obj)
+        return self.fd_install(obj)
+
+    def btf_idr_alloc(self, obj: BtfObject) -> int:
+        ids = self.__dict__.setdefault("_btf_ids", [0])
+        ids[0] += 1
+        return ids[0]
+
+    def btf_get_by_fd(self, fd: int) -> BtfObject:
+        """btf_get_by_fd: EBADF when not open, EINVAL when not a BTF object; a reference."""
+        obj = self.fd_get(fd)
+        if not isinstance(obj, BtfObject):
+            raise KernelError(errno.EINVAL, f"fd {fd} is not a BTF object")
+        obj.refcnt += 1
+        return obj
+
+    def btf_put(self, obj: BtfObject) -> None:
+        obj.refcnt -= 1
+
+    def _vmlinux_btf(self) -> bytes:
+        return vmlinux_btf_types().to_bytes()
+
+    def _kfunc_btf_id(self, name: str) -> int:
+        try:
+            return vmlinux_btf_types().find(name, Kind.FUNC)
+        except KeyError:
+            raise KernelError(errno.ENOENT, f"the emulated kernel has no kernel function "
+                              f"{name!r}; the kfuncs it offers: {', '.join(KFUNCS)}") from None
+
+
+@functools.cache
+def vmlinux_btf_types() -> Btf:
+    """The BTF this backend describes itself with (see the module rules)."""
+    btf = Btf()
+    u8 = btf.add(Int("__u8", 1, 0, 0, 8))
+    u32 = btf.add(Int("__u32", 4, 0, 0, 32))
+    u64 = btf.add(Int("__u64", 8, 0, 0, 64))
+    u32x4 = btf.add(Array("", u32, u32, 4))
+    u32x5 = btf.add(Array("", u32, u32, 5))
+    ptr = btf.add(Ptr(type_id=0))
+
+    def struct(name: str, size: int, fields: list[tuple[str, int, int]]) -> None:
+        btf.add(Struct(name, size, tuple(Member(n, t, 8 * off) for n, t, off in fields)))
+
+    struct("xdp_md", XDP_MD_SIZE, [
+        (name, u32, 4 * i) for i, name in enumerate(
+            ("data", "data_end", "data_meta", "ingress_ifindex", "rx_queue_index",
+             "egress_ifindex"))])
+    struct("__sk_buff", SK_BUFF_SIZE, [
+        ("len", u32, 0), ("pkt_type", u32, 4), ("mark", u32, 8), ("queue_mapping", u32, 12),
+        ("protocol", u32, 16), ("vlan_present", u32, 20), ("vlan_tci", u32, 24),
+        ("vlan_proto", u32, 28), ("priority", u32, 32), ("ingress_ifindex", u32, 36),
+        ("ifindex", u32, 40), ("tc_index", u32, 44), ("cb", u32x5, 48), ("hash", u32, 68),
+        ("tc_classid", u32, 72), ("data", u32, 76), ("data_end", u32, 80),
+        ("napi_id", u32, 84), ("family", u32, 88), ("remote_ip4", u32, 92),
+        ("local_ip4", u32, 96), ("remote_ip6", u32x4, 100), ("local_ip6", u32x4, 116),
+        ("remote_port", u32, 132), ("local_port", u32, 136), ("data_meta", u32, 140),
+        ("flow_keys", ptr, 144), ("tstamp", u64, 152), ("wire_len", u32, 160),
+        ("gso_segs", u32, 164), ("sk", ptr, 168), ("gso_size", u32, 176),
+        ("tstamp_type", u8, 180), ("hwtstamp", u64, 184)])
+    struct("sk_msg_md", SK_MSG_MD_SIZE, [
+        ("data", ptr, 0), ("data_end", ptr, 8), ("family", u32, 16), ("remote_ip4", u32, 20),
+        ("local_ip4", u32, 24), ("remote_ip6", u32x4, 28), ("local_ip6", u32x4, 44),
+        ("remote_port", u32, 60), ("local_port", u32, 64), ("size", u32, 68),
+        ("sk", ptr, 72)])
+    for name, members in (("bpf_map_type", MapType), ("bpf_prog_type", ProgType),
+                          ("bpf_attach_type", AttachType)):
+        prefix = {"bpf_map_type": "BPF_MAP_TYPE_", "bpf_prog_type": "BPF_PROG_TYPE_",
+                  "bpf_attach_type": "BPF_"}[name]
+        btf.add(Enum(name, 4, tuple(EnumValue(prefix + m.name, int(m)) for m in members)))
+    btf.add(Enum("xdp_action", 4, tuple(EnumValue(n, v) for v, n in enumerate(
+        ("XDP_ABORTED", "XDP_DROP", "XDP_PASS", "XDP_TX", "XDP_REDIRECT")))))
+    # the kfuncs last, so that adding one moves no other type's id
+    int_id = btf.add(Int("int", 4, BTF_INT_SIGNED, 0, 32))
+    for proto in KFUNCS.values():
+        params = []
+        for name, kind in proto.params:
+            type_id = int_id
+            if kind == KF_ARG_PTR_TO_CTX:
+                type_id = btf.add(Ptr(type_id=btf.find(proto.ctx_struct)))
+            params.append(Param(name, type_id))
+        proto_id = btf.add(FuncProto(return_type_id=int_id, params=tuple(params)))
+        btf.add(Func(proto.name, type_id=proto_id, linkage=BTF_FUNC_GLOBAL))
+    return btf
+
+
+@functools.cache
+def vmlinux_kfuncs() -> dict[int, KfuncProto]:
+    """The emulated kernel's kfuncs by the id of their FUNC in ``vmlinux_btf_types()``."""
+    btf = vmlinux_btf_types()
+    return {btf.find(name, Kind.FUNC): proto for name, proto in KFUNCS.items()}

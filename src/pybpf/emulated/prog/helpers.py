@@ -1,0 +1,557 @@
+"""BPF helpers of the emulated backend, by helper id (kernel/bpf/helpers.c, net/core/filter.c).
+
+Rules this module keeps:
+- A helper is ``f(rs, r1, r2, r3, r4, r5) -> r0``: arguments and result are the raw 64-bit
+  register values; errors come back as the kernel's negative errno in two's complement, and
+  the return values (SK_PASS / SK_DROP, XDP actions, -EEXIST, ...) are exactly the kernel's.
+- Map arguments are map pointers (see interpreter: a region holding the ``BpfMap``); keys and
+  values are read from program memory with the map's sizes, so a short buffer faults cleanly.
+- ``HELPERS`` is the one table: id -> ``HelperProto`` (name, function, argument types, the
+  program types that may call it). The verifier reads it (unknown ids, argument registers
+  that must be initialised, per-type availability); the engines call ``proto.func``.
+- ``bpf_tail_call`` is in the table for the verifier; the engines run it themselves because
+  it does not return to the caller on success.
+- Modeled time: a helper's call costs its proto's ``cost`` (``helper_call``, or its own
+  profile entry such as ``probe_read_user``), charged by the function ``helper_funcs`` hands
+  out; the three map helpers instead begin a modeled operation (``Timing.sync``: the
+  virtual-time scheduler may let other CPUs go first) and the map op charges its own cost.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ...errors import KernelError, ProgramFault
+from ...uapi import (
+    BPF_F_BROADCAST,
+    BPF_F_EXCLUDE_INGRESS,
+    BPF_F_INGRESS,
+    SK_DROP,
+    SK_PASS,
+    XDP_ABORTED,
+    XDP_DROP,
+    XDP_PASS,
+    XDP_REDIRECT,
+    XDP_TX,
+    BpfFunc,
+    MapType,
+    ProgType,
+    map_traits,
+)
+from ..maps.bpf_map import BYTES_AT, INT_MAX, BpfMap
+from .memory import (
+    M32,
+    M64,
+    OFF_MASK,
+    PACKET_REGION,
+    CtxRegion,
+    RunState,
+    mem_read,
+    mem_write,
+)
+
+# XDP actions (include/uapi/linux/bpf.h)
+_XDP_ACTION_MASK = XDP_ABORTED | XDP_DROP | XDP_PASS | XDP_TX
+
+
+# Argument types (enum bpf_arg_type): what the verifier lets a program pass in R1..R5.
+ARG_ANYTHING = "anything"  # any initialised value
+ARG_CONST_MAP_PTR = "map_ptr"  # a map (lddw of a map fd)
+ARG_PTR_TO_MAP_KEY = "map_key"  # memory holding the map's key_size bytes
+ARG_PTR_TO_MAP_VALUE = "map_value"  # memory holding value_size bytes, read
+ARG_PTR_TO_UNINIT_MAP_VALUE = "uninit_map_value"  # value_size bytes of memory, written
+ARG_PTR_TO_MEM = "mem"  # memory whose size the next argument gives, read
+ARG_PTR_TO_UNINIT_MEM = "uninit_mem"  # the same, written
+ARG_CONST_SIZE = "size"  # a scalar, the size of the memory before it (not 0)
+ARG_CONST_SIZE_OR_ZERO = "size_or_zero"
+ARG_PTR_TO_CTX = "ctx"  # the program's context, unmodified
+
+
+@dataclass(frozen=True)
+class HelperProto:
+    """struct bpf_func_proto, the parts the emulator uses."""
+
+    func_id: int
+    func: Callable[..., int]
+    args: tuple[str, ...]  # arg1_type.. (R1.. must be initialised and of these types)
+    prog_types: frozenset[int] | None = None  # None: every program type
+    gpl_only: bool = False  # only programs with a GPL-compatible license may call it
+    cost: str | None = "helper_call"  # what a call costs (a profile entry); None: the op's
+
+    @property
+    def name(self) -> str:
+        return f"bpf_{BpfFunc(self.func_id).name}"
+
+    @property
+    def nargs(self) -> int:
+        return len(self.args)
+
+
+# Exact map classes seen so far (a fast type check for the hot helpers); filled lazily.
+_MAP_CLASSES: set[type] = set()
+
+
+def bpf_map_of(rs: RunState, ptr: int, helper: str) -> BpfMap:
+    """The map a map-pointer argument points to (a region holding the map object)."""
+    obj = rs.mem.get(ptr >> 32) if ptr >= 0 else None
+    if not isinstance(obj, BpfMap) or ptr & OFF_MASK:
+        raise ProgramFault(errno.EFAULT, f"{helper}: R1 is not a map pointer ({ptr:#x})")
+    _MAP_CLASSES.add(type(obj))
+    return obj
+
+
+def _machine(rs: RunState):
+    system = rs.system
+    return system.machine if system is not None else None
+
+
+# -- map helpers (kernel/bpf/helpers.c) ----------------------------------------------------------
+# The hot three have a core taking the resolved map, ``(bpf_map, rs, r2, r3, r4, r5) -> r0``,
+# so the JIT can bind it to a map a program loads (``bind_map``) and skip resolving R1.
+def _read(rs: RunState, ptr: int, size: int, what: str) -> bytes:
+    """``mem_read`` with plain memory (the stack, mostly) inline."""
+    region = rs.mem.get(ptr >> 32)
+    off = ptr & OFF_MASK
+    if type(region) is bytearray and off + size <= len(region):
+        return BYTES_AT[size](region, off)[0]
+    return mem_read(rs, ptr, size, what)
+
+
+def map_lookup_elem(bpf_map: BpfMap, rs: RunState, r2: int, r3: int = 0, r4: int = 0,
+                    r5: int = 0) -> int:
+    bpf_map.timing.sync(bpf_map.machine.current.cpu)
+    mem = rs.mem.get(r2 >> 32)
+    off = r2 & OFF_MASK
+    if type(mem) is bytearray and off + bpf_map.key_size <= len(mem):
+        value = bpf_map.map_lookup_elem_at(mem, off)
+    else:
+        value = bpf_map.map_lookup_elem(mem_read(rs, r2, bpf_map.key_size, "key (R2)"))
+    if value is None:
+        return 0
+    pointer = rs.value_regions.get(id(value))
+    return rs.region_of(value) if pointer is None else pointer
+
+
+def map_update_elem(bpf_map: BpfMap, rs: RunState, r2: int, r3: int, r4: int,
+                    r5: int = 0) -> int:
+    bpf_map.timing.sync(bpf_map.machine.current.cpu)
+    key = _read(rs, r2, bpf_map.key_size, "key (R2)")
+    try:
+        bpf_map.map_update_elem(key, _read(rs, r3, bpf_map.value_size, "value (R3)"), r4)
+    except KernelError as exc:
+        return -exc.errno & M64
+    return 0
+
+
+def map_delete_elem(bpf_map: BpfMap, rs: RunState, r2: int, r3: int = 0, r4: int = 0,
+                    r5: int = 0) -> int:
+    bpf_map.timing.sync(bpf_map.machine.current.cpu)
+    try:
+        bpf_map.map_delete_elem(_read(rs, r2, bpf_map.key_size, "key (R2)"))
+    except KernelError as exc:
+        return -exc.errno & M64
+    return 0
+
+
+def _resolve(rs: RunState, r1: int, helper: str) -> BpfMap:
+    # the common case (a map pointer at offset 0) inline
+    bpf_map = rs.mem.get(r1 >> 32)
+    if type(bpf_map) not in _MAP_CLASSES or r1 & OFF_MASK:
+        bpf_map = bpf_map_of(rs, r1, helper)
+    return bpf_map
+
+
+def bpf_map_lookup_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    return map_lookup_elem(_resolve(rs, r1, "bpf_map_lookup_elem"), rs, r2)
+
+
+def bpf_map_update_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    return map_update_elem(_resolve(rs, r1, "bpf_map_update_elem"), rs, r2, r3, r4)
+
+
+def bpf_map_delete_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    return map_delete_elem(_resolve(rs, r1, "bpf_map_delete_elem"), rs, r2)
+
+
+def _binder(core: Callable[..., int]) -> Callable[[object], Callable[..., int] | None]:
+    def bind_map(obj: object) -> Callable[..., int] | None:
+        return functools.partial(core, obj) if isinstance(obj, BpfMap) else None
+    return bind_map
+
+
+bpf_map_lookup_elem.bind_map = _binder(map_lookup_elem)
+bpf_map_update_elem.bind_map = _binder(map_update_elem)
+bpf_map_delete_elem.bind_map = _binder(map_delete_elem)
+
+
+def bpf_map_push_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    bpf_map = bpf_map_of(rs, r1, "bpf_map_push_elem")
+    try:
+        bpf_map.map_push_elem(mem_read(rs, r2, bpf_map.value_size, "value (R2)"), r3)
+    except KernelError as exc:
+        return -exc.errno & M64
+    return 0
+
+
+def _pop_or_peek(rs: RunState, op: Callable[[], bytes], r2: int) -> int:
+    """Copy what pop/peek gives into the program's buffer at R2; 0 or the -errno."""
+    try:
+        got = op()
+    except KernelError as exc:
+        return -exc.errno & M64
+    mem_write(rs, r2, got, "value (R2)")
+    return 0
+
+
+def bpf_map_pop_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    bpf_map = bpf_map_of(rs, r1, "bpf_map_pop_elem")
+    mem_read(rs, r2, bpf_map.value_size, "value (R2)")  # the buffer must be there first
+    return _pop_or_peek(rs, bpf_map.map_pop_elem, r2)
+
+
+def bpf_map_peek_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    bpf_map = bpf_map_of(rs, r1, "bpf_map_peek_elem")
+    value = mem_read(rs, r2, bpf_map.value_size, "value (R2)")
+    if bpf_map.map_type == MapType.BLOOM_FILTER:  # peek is "is this value in the filter"
+        try:
+            bpf_map.map_peek_elem(value)
+        except KernelError as exc:
+            return -exc.errno & M64
+        return 0
+    return _pop_or_peek(rs, bpf_map.map_peek_elem, r2)
+
+
+def bpf_map_lookup_percpu_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int,
+                               r5: int) -> int:
+    bpf_map = bpf_map_of(rs, r1, "bpf_map_lookup_percpu_elem")
+    lookup = getattr(bpf_map, "map_lookup_percpu_elem", None)
+    if lookup is None:
+        raise ProgramFault(errno.EFAULT, "bpf_map_lookup_percpu_elem needs a per-CPU map")
+    value = lookup(mem_read(rs, r2, bpf_map.key_size, "key (R2)"), r3 & M32)
+    return 0 if value is None else rs.region_of(value)
+
+
+# -- machine helpers -----------------------------------------------------------------------------
+def bpf_get_smp_processor_id(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    machine = _machine(rs)
+    return machine.current_cpu() if machine is not None else 0
+
+
+def bpf_get_numa_node_id(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    machine = _machine(rs)
+    return machine.numa_node_id() if machine is not None else 0
+
+
+def bpf_ktime_get_ns(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    machine = _machine(rs)
+    return machine.ktime_get_ns() if machine is not None else 0
+
+
+def bpf_get_prandom_u32(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    machine = _machine(rs)
+    return machine.prandom_u32() if machine is not None else 0
+
+
+def bpf_get_current_pid_tgid(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    machine = _machine(rs)
+    return machine.current_pid_tgid() if machine is not None else 0
+
+
+def bpf_trace_printk(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """Format like the kernel's bpf_trace_printk (%d %i %u %x %c %%, with l/ll); appended to
+    ``rs.trace``. Returns the length written, or -EINVAL for a format it does not take."""
+    fmt = mem_read(rs, r1, r2, "format (R1)").split(b"\0", 1)[0]
+    try:
+        text = _format(fmt, [r3, r4, r5])
+    except ValueError:
+        return -errno.EINVAL & M64
+    rs.trace.append(text)
+    return len(text)
+
+
+def _format(fmt: bytes, args: list[int]) -> bytes:
+    out = bytearray()
+    i = 0
+    while i < len(fmt):
+        c = fmt[i]
+        i += 1
+        if c != ord("%"):
+            out.append(c)
+            continue
+        if fmt[i:i + 1] == b"%":
+            out += b"%"
+            i += 1
+            continue
+        bits = 32
+        while fmt[i:i + 1] == b"l":
+            bits = 64
+            i += 1
+        conv = fmt[i:i + 1]
+        i += 1
+        if not args or conv not in (b"d", b"i", b"u", b"x", b"c"):
+            raise ValueError(f"unsupported conversion %{conv.decode(errors='replace')}")
+        value = args.pop(0) & ((1 << bits) - 1)
+        if conv in (b"d", b"i"):
+            value = value - (1 << bits) if value >> (bits - 1) else value
+            out += str(value).encode()
+        elif conv == b"u":
+            out += str(value).encode()
+        elif conv == b"x":
+            out += f"{value:x}".encode()
+        else:
+            out.append(value & 0xFF)
+    return bytes(out)
+
+
+# -- redirects (net/core/filter.c, net/core/sock_map.c) -----------------------------------------
+class XdpRedirect:
+    """struct bpf_redirect_info, as an XDP redirect helper leaves it for xdp_do_redirect:
+    the target's map type and id, its index and looked-up entry (``tgt_value``), and for a
+    broadcast the map and flags. ``map_type`` UNSPEC means "to the device ``tgt_index``"."""
+
+    __slots__ = ("map_type", "map_id", "tgt_index", "tgt_value", "bpf_map", "flags")
+
+    def __init__(self, map_type: int, map_id: int, tgt_index: int, tgt_value: object = None,
+                 bpf_map: BpfMap | None = None, flags: int = 0) -> None:
+        self.map_type = map_type
+        self.map_id = map_id
+        self.tgt_index = tgt_index
+        self.tgt_value = tgt_value
+        self.bpf_map = bpf_map
+        self.flags = flags
+
+    @property
+    def broadcast(self) -> bool:
+        return bool(self.flags & BPF_F_BROADCAST)
+
+    @property
+    def exclude_ingress(self) -> bool:
+        return bool(self.flags & BPF_F_EXCLUDE_INGRESS)
+
+
+def bpf_redirect_map(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """__bpf_xdp_redirect_map: XDP_REDIRECT when the key has a target, else the low bits of
+    flags (the default action); flags outside the allowed set give XDP_ABORTED."""
+    bpf_map = bpf_map_of(rs, r1, "bpf_redirect_map")
+    if not map_traits(bpf_map.map_type).redirect:
+        raise ProgramFault(errno.EFAULT, f"bpf_redirect_map: {bpf_map.describe()} is not a "
+                           "devmap, cpumap or xskmap")
+    flags = r3
+    broadcast_ok = bpf_map.map_type in (MapType.DEVMAP, MapType.DEVMAP_HASH)
+    allowed = _XDP_ACTION_MASK | (BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS if broadcast_ok else 0)
+    if flags & ~allowed:
+        return XDP_ABORTED
+    index = r2 & M32
+    target = bpf_map.redirect_target(index)  # __cpu_map_lookup_elem and friends
+    if target is None and not flags & BPF_F_BROADCAST:
+        rs.redirect = None
+        return flags & _XDP_ACTION_MASK
+    broadcast = bool(flags & BPF_F_BROADCAST)
+    rs.redirect = XdpRedirect(bpf_map.map_type, bpf_map.id, index, target,
+                              bpf_map if broadcast else None, flags if broadcast else 0)
+    return XDP_REDIRECT
+
+
+def bpf_xdp_redirect(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_redirect(ifindex, flags) in XDP: to the device ``ifindex``; any flag aborts."""
+    if r2:
+        return XDP_ABORTED
+    rs.redirect = XdpRedirect(MapType.UNSPEC, INT_MAX, r1 & M32)
+    return XDP_REDIRECT
+
+
+def _sk_redirect(rs: RunState, bpf_map: BpfMap, key: bytes, flags: int) -> int:
+    if not map_traits(bpf_map.map_type).sockets:
+        raise ProgramFault(errno.EFAULT, f"sk redirect: {bpf_map.describe()} is not a sockmap")
+    if flags & ~BPF_F_INGRESS:
+        return SK_DROP
+    sock = bpf_map.lookup_sock(key)
+    if sock is None or sock.listening:  # sock_map_redirect_allowed
+        return SK_DROP
+    rs.redirect = (bpf_map, sock, flags & BPF_F_INGRESS)
+    return SK_PASS
+
+
+def bpf_sk_redirect_map(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    bpf_map = bpf_map_of(rs, r2, "bpf_sk_redirect_map")
+    return _sk_redirect(rs, bpf_map, (r3 & M32).to_bytes(4, "little"), r4)
+
+
+def bpf_sk_redirect_hash(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    bpf_map = bpf_map_of(rs, r2, "bpf_sk_redirect_hash")
+    return _sk_redirect(rs, bpf_map, mem_read(rs, r3, bpf_map.key_size, "key (R3)"), r4)
+
+
+def bpf_msg_redirect_map(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """The message goes to the socket under index R3 (msg->sk_redir, msg->flags)."""
+    bpf_map = bpf_map_of(rs, r2, "bpf_msg_redirect_map")
+    return _sk_redirect(rs, bpf_map, (r3 & M32).to_bytes(4, "little"), r4)
+
+
+def bpf_msg_redirect_hash(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    bpf_map = bpf_map_of(rs, r2, "bpf_msg_redirect_hash")
+    return _sk_redirect(rs, bpf_map, mem_read(rs, r3, bpf_map.key_size, "key (R3)"), r4)
+
+
+def bpf_probe_read_user(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """Copy R2 bytes of user memory at R3 (the machine's ``user_memory``) to R1; on a fault
+    the buffer is zeroed and -EFAULT returned, as the kernel does."""
+    machine = _machine(rs)
+    data = machine.user_memory.read(r3, r2) if machine is not None else None
+    if data is None:
+        mem_write(rs, r1, bytes(r2), "dst (R1)")
+        return -errno.EFAULT & M64
+    mem_write(rs, r1, data, "dst (R1)")
+    return 0
+
+
+# -- XDP packet adjustments (net/core/filter.c) ---------------------------------------------------
+XDP_FRAME_SIZE = 40  # sizeof(struct xdp_frame): the head cannot grow into it
+ETH_HLEN = 14
+_XDP_DATA, _XDP_DATA_END, _XDP_DATA_META = 0, 4, 8
+_XDP_HARD_END = 4096 - 320  # frame_sz less the skb_shared_info tailroom
+
+
+def _xdp_buff(rs: RunState, ctx: int, helper: str) -> tuple[dict[int, int], bytearray]:
+    region = rs.mem.get(ctx >> 32) if ctx >= 0 else None
+    packet = rs.mem.get(PACKET_REGION)
+    if type(region) is not CtxRegion or region.name != "xdp_md" or ctx & OFF_MASK \
+            or packet is None:
+        raise ProgramFault(errno.EFAULT, f"{helper}: R1 is not the xdp_md context")
+    return region.pointers, packet
+
+
+def _s32(value: int) -> int:
+    value &= M32
+    return value - (1 << 32) if value >> 31 else value
+
+
+def bpf_xdp_adjust_head(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """Move xdp->data by ``offset`` (the metadata moves with it)."""
+    ptrs, packet = _xdp_buff(rs, r1, "bpf_xdp_adjust_head")
+    offset = _s32(r2)
+    base = PACKET_REGION << 32
+    data, data_end, meta = ptrs[_XDP_DATA], ptrs[_XDP_DATA_END], ptrs[_XDP_DATA_META]
+    metalen = data - meta
+    new_data = data + offset
+    if new_data < base + XDP_FRAME_SIZE + metalen or new_data > data_end - ETH_HLEN:
+        return -errno.EINVAL & M64
+    if metalen:
+        start = meta & OFF_MASK
+        packet[start + offset:start + offset + metalen] = packet[start:start + metalen]
+    ptrs[_XDP_DATA_META] = meta + offset
+    ptrs[_XDP_DATA] = new_data
+    return 0
+
+
+def bpf_xdp_adjust_tail(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """Move xdp->data_end by ``offset``; grown bytes are zeroed."""
+    ptrs, packet = _xdp_buff(rs, r1, "bpf_xdp_adjust_tail")
+    offset = _s32(r2)
+    data_end = ptrs[_XDP_DATA_END]
+    new_end = data_end + offset
+    if new_end > (PACKET_REGION << 32) + _XDP_HARD_END or new_end < ptrs[_XDP_DATA] + ETH_HLEN:
+        return -errno.EINVAL & M64
+    if offset > 0:
+        start = data_end & OFF_MASK
+        packet[start:start + offset] = bytes(offset)
+    ptrs[_XDP_DATA_END] = new_end
+    return 0
+
+
+def bpf_xdp_adjust_meta(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """Move xdp->data_meta by ``offset``: the metadata area before the packet."""
+    ptrs, _ = _xdp_buff(rs, r1, "bpf_xdp_adjust_meta")
+    meta = ptrs[_XDP_DATA_META] + _s32(r2)
+    if meta < (PACKET_REGION << 32) + XDP_FRAME_SIZE or meta > ptrs[_XDP_DATA]:
+        return -errno.EINVAL & M64
+    if (ptrs[_XDP_DATA] - meta) % 4:
+        return -errno.EACCES & M64
+    ptrs[_XDP_DATA_META] = meta
+    return 0
+
+
+def bpf_tail_call(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    raise AssertionError("the engines run bpf_tail_call themselves")  # pragma: no cover
+
+
+_XDP = frozenset({ProgType.XDP})
+_TRACING = frozenset({ProgType.KPROBE, ProgType.TRACEPOINT, ProgType.PERF_EVENT,
+                      ProgType.RAW_TRACEPOINT, ProgType.RAW_TRACEPOINT_WRITABLE,
+                      ProgType.TRACING})
+_SK_SKB = frozenset({ProgType.SK_SKB})
+_SK_MSG = frozenset({ProgType.SK_MSG})
+
+
+def _table() -> dict[int, HelperProto]:
+    map_key = (ARG_CONST_MAP_PTR, ARG_PTR_TO_MAP_KEY)
+    entries = [
+        (BpfFunc.map_lookup_elem, bpf_map_lookup_elem, map_key, None),
+        (BpfFunc.map_update_elem, bpf_map_update_elem,
+         (*map_key, ARG_PTR_TO_MAP_VALUE, ARG_ANYTHING), None),
+        (BpfFunc.map_delete_elem, bpf_map_delete_elem, map_key, None),
+        (BpfFunc.map_push_elem, bpf_map_push_elem,
+         (ARG_CONST_MAP_PTR, ARG_PTR_TO_MAP_VALUE, ARG_ANYTHING), None),
+        (BpfFunc.map_pop_elem, bpf_map_pop_elem,
+         (ARG_CONST_MAP_PTR, ARG_PTR_TO_UNINIT_MAP_VALUE), None),
+        (BpfFunc.map_peek_elem, bpf_map_peek_elem,
+         (ARG_CONST_MAP_PTR, ARG_PTR_TO_UNINIT_MAP_VALUE), None),
+        (BpfFunc.map_lookup_percpu_elem, bpf_map_lookup_percpu_elem, (*map_key, ARG_ANYTHING),
+         None),
+        (BpfFunc.ktime_get_ns, bpf_ktime_get_ns, (), None),
+        (BpfFunc.trace_printk, bpf_trace_printk, (ARG_PTR_TO_MEM, ARG_CONST_SIZE), None),
+        (BpfFunc.get_prandom_u32, bpf_get_prandom_u32, (), None),
+        (BpfFunc.get_smp_processor_id, bpf_get_smp_processor_id, (), None),
+        (BpfFunc.tail_call, bpf_tail_call, (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_ANYTHING),
+         None),
+        (BpfFunc.get_current_pid_tgid, bpf_get_current_pid_tgid, (), None),
+        (BpfFunc.get_numa_node_id, bpf_get_numa_node_id, (), None),
+        (BpfFunc.probe_read_user, bpf_probe_read_user,
+         (ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE_OR_ZERO, ARG_ANYTHING), _TRACING),
+        (BpfFunc.redirect, bpf_xdp_redirect, (ARG_ANYTHING, ARG_ANYTHING), _XDP),
+        (BpfFunc.redirect_map, bpf_redirect_map, (ARG_CONST_MAP_PTR, ARG_ANYTHING, ARG_ANYTHING),
+         _XDP),
+        (BpfFunc.xdp_adjust_head, bpf_xdp_adjust_head, (ARG_PTR_TO_CTX, ARG_ANYTHING), _XDP),
+        (BpfFunc.xdp_adjust_tail, bpf_xdp_adjust_tail, (ARG_PTR_TO_CTX, ARG_ANYTHING), _XDP),
+        (BpfFunc.xdp_adjust_meta, bpf_xdp_adjust_meta, (ARG_PTR_TO_CTX, ARG_ANYTHING), _XDP),
+        (BpfFunc.sk_redirect_map, bpf_sk_redirect_map,
+         (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_ANYTHING, ARG_ANYTHING), _SK_SKB),
+        (BpfFunc.sk_redirect_hash, bpf_sk_redirect_hash,
+         (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_PTR_TO_MAP_KEY, ARG_ANYTHING), _SK_SKB),
+        (BpfFunc.msg_redirect_map, bpf_msg_redirect_map,
+         (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_ANYTHING, ARG_ANYTHING), _SK_MSG),
+        (BpfFunc.msg_redirect_hash, bpf_msg_redirect_hash,
+         (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_PTR_TO_MAP_KEY, ARG_ANYTHING), _SK_MSG),
+    ]
+    gpl_only = {BpfFunc.trace_printk}
+    # The map ops charge themselves; the engines run tail calls.
+    own_cost = {BpfFunc.map_lookup_elem: None, BpfFunc.map_update_elem: None,
+                BpfFunc.map_delete_elem: None, BpfFunc.tail_call: None,
+                BpfFunc.probe_read_user: "probe_read_user"}
+    return {int(fid): HelperProto(int(fid), func, args, types, fid in gpl_only,
+                                  own_cost.get(fid, "helper_call"))
+            for fid, func, args, types in entries}
+
+
+HELPERS: dict[int, HelperProto] = _table()
+
+
+def charged(func: Callable[..., int], cost: str) -> Callable[..., int]:
+    """``func``, charging ``cost`` to the current CPU of the program's machine first."""
+    def helper(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+        machine = _machine(rs)
+        if machine is not None:
+            machine.timing.charge(machine.current.cpu, cost)
+        return func(rs, r1, r2, r3, r4, r5)
+
+    return functools.update_wrapper(helper, func)
+
+
+def helper_funcs() -> dict[int, Callable[..., int]]:
+    """id -> function, what the engines call (charging the call's cost where the proto has
+    one)."""
+    return {fid: proto.func if proto.cost is None else charged(proto.func, proto.cost)
+            for fid, proto in HELPERS.items()}

@@ -1,0 +1,628 @@
+"""Load-time checks of the emulated backend: the kernel's verifier (kernel/bpf/verifier.c) as
+far as it can be followed without value ranges.
+
+Rules this module keeps:
+- Checks run in the kernel's phases (``bpf_check``), so the same problem wins when a program
+  has several: subprograms (call targets, jump ranges, last insn, on the raw slots); opcodes,
+  lddw and map fds; the control-flow graph (unreachable insns, jumps into an lddw); then
+  ``do_check`` (which also finds a call stack too deep, as it follows the calls).
+- ``do_check`` walks every path as the kernel does: depth first, a conditional jump's
+  fall-through first and its target pushed, bpf-to-bpf calls followed into the callee with
+  a frame of their own. Each instruction's checks run in the kernel's order on an abstract
+  state: per register its type (scalar, context, stack, map, map value, packet, socket, a
+  kfunc's address: ``rdonly_mem`` of size 0, what ``bpf_ksym_exists`` tests) and, for a
+  scalar, the bits known of it (``tnum.py``, the kernel's tnums); for a pointer its
+  fixed offset and whether it may still be NULL; per stack slot the kernel's slot types and
+  spilled register. A branch the known bits (or a non-NULL pointer) decide has one
+  successor (``is_branch_taken``), so code behind it is never checked, as in the kernel. A
+  state that an explored state at the same instruction covers is pruned; one equal to a
+  state the same path had there is an endless loop; a loop still changing after LOOP_UNROLL
+  rounds has what changes widened to unknown.
+- It refuses only on facts the kernel has too (a known value, a register's type, an offset),
+  never because a value is unknown: the kernel also tracks value ranges and packet bounds,
+  which this module does not, so where the kernel proves a bound this module cannot, it
+  accepts, and the interpreter catches a bad access at run time (``ProgramFault``) and an
+  endless loop with its budget. Helper arguments are checked as the kernel checks them
+  (``check_func_arg``, ``check_map_func_compatibility``), but for bounds that need a range.
+- Messages and errnos are the kernel's (EINVAL mostly; EACCES for register, stack, context,
+  packet and map access; E2BIG for a too-deep call stack or too many instructions walked;
+  EBADF for an fd that is not open).
+- The result keeps what loading changes: instructions with narrow context loads rewritten as
+  ``convert_ctx_accesses`` does (``filter.narrow_load_offset``) and dead code as ``goto -1``
+  (its fields were never checked), the maps by lddw slot, and ``max_ctx_offset``.
+
+This module holds the phases and do_check's walk; the parts verifier.c keeps apart are modules
+of their own: the abstract state and pruning (``verifier_state``), ALU and jumps
+(``verifier_alu``), memory access (``verifier_mem``), helper and kfunc calls and their tables
+(``verifier_helpers``).
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ... import uapi
+from ...asm.opcodes import (
+    OPCODES,
+    AluOp,
+    Class,
+    Instruction,
+    JmpOp,
+    Kind,
+    Source,
+)
+from ...errors import KernelError
+from ...uapi import (
+    AttachType,
+    ProgType,
+)
+from . import filter as ctx_rules
+from . import tnum
+from .btf import vmlinux_btf_types, vmlinux_kfuncs
+from .semantics import MAX_CALL_FRAMES
+from .verifier_alu import AluChecks
+from .verifier_helpers import HelperCallChecks
+from .verifier_mem import MemoryChecks
+from .verifier_state import (
+    _SLOT,
+    BPF_COMPLEXITY_LIMIT_INSNS,
+    CALLER_SAVED,
+    CONST_PTR_TO_MAP,
+    DIRECT_VALUE_MAP_TYPES,
+    DST_OP,
+    EXIT,
+    FP,
+    GOTOL,
+    JA,
+    LD_ABS_PROG_TYPES,
+    LD_IMM64,
+    LOOP_UNROLL,
+    MAX_BPF_REG,
+    NOT_INIT,
+    PTR_TO_CTX,
+    PTR_TO_MAP_VALUE,
+    PTR_TO_RDONLY_MEM,
+    PTR_TO_STACK,
+    SCALAR,
+    SRC_OP,
+    STATES_PER_INSN,
+    UNINIT,
+    UNKNOWN,
+    Frame,
+    Reg,
+    State,
+    VerifierReject,
+    _check_endless_loop,
+    _covers,
+    _jump_target,
+    _reject,
+    _s64,
+    _Visit,
+    _widen,
+    scalar,
+)
+
+__all__ = ["VerifiedProgram", "VerifierReject", "bpf_check"]
+
+
+@dataclass
+class VerifiedProgram:
+    """What loading keeps: instructions, map references by lddw slot, maps in use order."""
+
+    insns: list[Instruction]
+    pseudo: dict[int, tuple[str, Any, int]] = field(default_factory=dict)
+    maps: list[Any] = field(default_factory=list)
+    processed: int = 0
+    max_ctx_offset: int = 0  # bytes of the context the program reads or writes (at most)
+
+
+
+def bpf_check(insns: bytes, prog_type: int, map_from_fd: Callable[[int], Any],
+              gpl: bool = True, expected_attach_type: int = 0,
+              check_attach_btf_id: Callable[[], None] | None = None) -> VerifiedProgram:
+    """Verify ``insns`` for ``prog_type``; ``map_from_fd(fd)`` resolves lddw map fds (raises
+    KernelError); ``gpl``: the license is GPL-compatible; ``check_attach_btf_id`` (the
+    loader's checks of the program's kind: sleepable) runs where the kernel's does, after
+    check_cfg. Returns the decoded program or raises ``VerifierReject``."""
+    verifier = _Verifier(insns, prog_type, map_from_fd, gpl, expected_attach_type)
+    verifier.check_attach_btf_id = check_attach_btf_id
+    return verifier.run()
+
+
+
+class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
+    def __init__(self, data: bytes, prog_type: int, map_from_fd: Callable[[int], Any],
+                 gpl: bool = True, attach_type: int = 0) -> None:
+        self.data = data
+        self.gpl = gpl
+        self.prog_type = prog_type
+        self.attach_type = attach_type
+        self.map_from_fd = map_from_fd
+        self.check_attach_btf_id: Callable[[], None] | None = None
+        self.n = len(data) // 8
+        self.raw = [_SLOT.unpack_from(data, 8 * i) for i in range(self.n)]
+        self.slots: list[Instruction | None] = []
+        self.subprogs: list[int] = [0]
+        self.pseudo_map: dict[int, Any] = {}  # lddw slot of a direct map value -> its map
+
+    def run(self) -> VerifiedProgram:
+        self.decode_slots()
+        self.add_subprog_and_kfunc()
+        self.check_subprogs()
+        program = self.resolve_pseudo_ldimm64()
+        self.check_cfg()
+        if self.check_attach_btf_id is not None:
+            self.check_attach_btf_id()
+        self.do_check(program)
+        program.insns = self.converted_insns()
+        program.processed = self.processed
+        program.max_ctx_offset = self.max_ctx
+        return program
+
+    def converted_insns(self) -> list[Instruction]:
+        """What the engines get: dead code (never walked: no field of it was checked) as
+        ``goto -1``, as sanitize_dead_code leaves it; narrow context loads reading where the
+        kernel's rewrite (convert_ctx_accesses) reads."""
+        insns = []
+        for pc, insn in enumerate(self.slots):
+            if insn is None:
+                continue
+            info = OPCODES[insn.opcode]
+            if pc not in self.walked and info.kind is not Kind.LD_IMM64:
+                insn = Instruction(JA, off=-1)
+            elif self.ctx_insns.get(pc) and info.kind in (Kind.LDX, Kind.LDX_SX):
+                insn = insn._replace(off=ctx_rules.narrow_load_offset(
+                    self.prog_type, insn.off, info.nbytes))
+            insns.append(insn)
+        return insns
+
+    # -- phase 1: slots, subprograms and kfuncs --------------------------------------------------
+    def decode_slots(self) -> None:
+        """Instructions by slot (None in lddw's second slot); nothing is checked yet."""
+        pc = 0
+        while pc < self.n:
+            code, regs, off, imm = self.raw[pc]
+            if code == LD_IMM64 and pc + 1 < self.n:
+                _, _, _, imm2 = self.raw[pc + 1]
+                imm = (imm & 0xFFFFFFFF) | (imm2 << 32)
+                self.slots += [Instruction(code, regs & 0xF, regs >> 4, off, imm), None]
+                pc += 2
+                continue
+            self.slots.append(Instruction(code, regs & 0xF, regs >> 4, off, imm))
+            pc += 1
+
+    def add_subprog_and_kfunc(self) -> None:
+        starts = {0}
+        for pc, insn in enumerate(self.slots):
+            if insn is not None and insn.opcode == LD_IMM64 and insn.src == uapi.BPF_PSEUDO_FUNC:
+                target = _callback_target(pc, insn)
+                if not 0 <= target < self.n:
+                    raise _reject(errno.EINVAL, "call to invalid destination")
+                starts.add(target)  # a callback: a subprogram of its own
+                continue
+            if insn is None or insn.opcode != Class.JMP | JmpOp.CALL:
+                continue
+            if insn.src == uapi.BPF_PSEUDO_KFUNC_CALL:
+                self.add_kfunc_call(insn)
+                continue
+            if insn.src == uapi.BPF_PSEUDO_CALL:
+                target = pc + insn.imm + 1
+                if not 0 <= target < self.n:
+                    raise _reject(errno.EINVAL, "call to invalid destination")
+                starts.add(target)
+        self.subprogs = sorted(starts)
+
+    # -- phase 2: jumps stay in their subprogram, which ends in exit or ja -----------------------
+    def check_subprogs(self) -> None:
+        """On the raw slots, as the kernel does (before opcodes are checked)."""
+        for i, start in enumerate(self.subprogs):
+            end = self.subprogs[i + 1] if i + 1 < len(self.subprogs) else self.n
+            for pc in range(start, end):
+                code, _, off, imm = self.raw[pc]
+                cls, op = code & 0x07, code & 0xF0
+                if cls in (Class.JMP, Class.JMP32) and op not in (JmpOp.EXIT, JmpOp.CALL):
+                    target = pc + (imm if cls == Class.JMP32 and op == JmpOp.JA else off) + 1
+                    if not start <= target < end:
+                        raise _reject(errno.EINVAL,
+                                      f"jump out of range from insn {pc} to {target}")
+            if self.raw[end - 1][0] not in (EXIT, JA, GOTOL):
+                raise _reject(errno.EINVAL, "last insn is not an exit or jmp")
+
+    # -- phase 3: opcodes, lddw, map fds ---------------------------------------------------------
+    def resolve_pseudo_ldimm64(self) -> VerifiedProgram:
+        insns: list[Instruction] = []
+        pseudo: dict[int, tuple[str, Any, int]] = {}
+        maps: list[Any] = []
+        for pc, insn in enumerate(self.slots):
+            if insn is None:
+                continue
+            insns.append(insn)
+            info = OPCODES.get(insn.opcode)
+            if info is None:
+                raise _reject(errno.EINVAL, f"unknown opcode {insn.opcode:02x}")
+            if info.kind in (Kind.LDX, Kind.LDX_SX) and insn.imm:
+                raise _reject(errno.EINVAL, "BPF_LDX uses reserved fields")
+            if insn.opcode != LD_IMM64:
+                continue
+            _, regs2, off2, _ = self.raw[pc + 1] if pc + 1 < self.n else (1, 0, 0, 0)
+            code2 = self.raw[pc + 1][0] if pc + 1 < self.n else 1
+            if pc + 1 >= self.n or code2 or regs2 or off2:
+                raise _reject(errno.EINVAL, "invalid bpf_ld_imm64 insn")
+            src = insn.src
+            if src == 0:
+                continue
+            if src == uapi.BPF_PSEUDO_BTF_ID:
+                pseudo[pc] = ("kfunc", self.check_pseudo_btf_id(insn), 0)
+                continue
+            if src == uapi.BPF_PSEUDO_FUNC:
+                continue  # refused by do_check, as the kernel does without BTF
+            if src not in (uapi.BPF_PSEUDO_MAP_VALUE, uapi.BPF_PSEUDO_MAP_IDX_VALUE) \
+                    and not (src in (uapi.BPF_PSEUDO_MAP_FD, uapi.BPF_PSEUDO_MAP_IDX)
+                             and not insn.imm >> 32):
+                raise _reject(errno.EINVAL, "unrecognized bpf_ld_imm64 insn")
+            if src in (uapi.BPF_PSEUDO_MAP_IDX, uapi.BPF_PSEUDO_MAP_IDX_VALUE):
+                raise _reject(errno.EPROTO, "fd_idx without fd_array is invalid")
+            fd = insn.imm & 0xFFFFFFFF
+            fd = fd - (1 << 32) if fd >> 31 else fd
+            try:
+                bpf_map = self.map_from_fd(fd)
+            except KernelError as exc:
+                raise _reject(exc.errno, f"fd {fd} is not pointing to valid bpf_map") from None
+            if bpf_map not in maps:
+                maps.append(bpf_map)
+            if src == uapi.BPF_PSEUDO_MAP_FD:
+                pseudo[pc] = ("map", bpf_map, 0)
+                continue
+            off = (insn.imm >> 32) & 0xFFFFFFFF
+            if bpf_map.map_type not in DIRECT_VALUE_MAP_TYPES:
+                raise _reject(errno.EINVAL, "no direct value access support for this map type")
+            if off >= bpf_map.value_size:
+                raise _reject(errno.EINVAL, f"invalid access to map value pointer, value_size="
+                              f"{bpf_map.value_size} off={off}")
+            value = bpf_map.map_lookup_elem(b"\0\0\0\0")
+            pseudo[pc] = ("map_value", value, off)
+            self.pseudo_map[pc] = bpf_map
+        return VerifiedProgram(insns, pseudo, maps)
+
+    @staticmethod
+    def check_pseudo_btf_id(insn: Instruction) -> Any:
+        """check_pseudo_btf_id: the kernel's BTF (high imm, a module BTF fd: 0) names a FUNC,
+        whose address ``bpf_ksym_exists`` takes; the emulated kernel has no kernel variables
+        (a VAR), and its only FUNCs are its kfuncs."""
+        btf_id, btf_fd = insn.imm & 0xFFFFFFFF, insn.imm >> 32 & 0xFFFFFFFF
+        if btf_fd:  # a module's BTF: the emulated kernel has none
+            raise _reject(errno.EINVAL, "invalid module BTF object FD specified.")
+        if not 0 < btf_id < len(vmlinux_btf_types()):
+            raise _reject(errno.ENOENT, f"ldimm64 insn specifies invalid btf_id {btf_id}.")
+        proto = vmlinux_kfuncs().get(btf_id)
+        if proto is None:
+            raise _reject(errno.EINVAL, f"pseudo btf_id {btf_id} in ldimm64 isn't KIND_VAR or "
+                          "KIND_FUNC")
+        return proto
+
+    # -- phase 4: control flow -------------------------------------------------------------------
+    def successors(self, pc: int) -> list[int]:
+        insn = self.slots[pc]
+        info = OPCODES[insn.opcode]
+        if info.kind is Kind.EXIT:
+            return []
+        nxt = pc + insn.slots
+        if info.kind is Kind.JA:
+            return [_jump_target(pc, insn)]
+        if info.kind in (Kind.JMP, Kind.JCOND):
+            return [nxt, _jump_target(pc, insn)]
+        if info.kind is Kind.CALL and insn.src == uapi.BPF_PSEUDO_CALL:
+            return [nxt, pc + insn.imm + 1]
+        if insn.opcode == LD_IMM64 and insn.src == uapi.BPF_PSEUDO_FUNC:
+            return [nxt, _callback_target(pc, insn)]  # the callback is reached from here
+        return [nxt]
+
+    def check_cfg(self) -> None:
+        """Every slot is reached, and no jump lands in an lddw's second slot (which, as in
+        the kernel's walk, falls through to the next one)."""
+        seen = [False] * self.n
+        stack = [0]
+        seen[0] = True
+        while stack:
+            pc = stack.pop()
+            for succ in [pc + 1] if self.slots[pc] is None else self.successors(pc):
+                if succ < self.n and not seen[succ]:
+                    seen[succ] = True
+                    stack.append(succ)
+        pc = 0
+        while pc < self.n:
+            if not seen[pc]:
+                raise _reject(errno.EINVAL, f"unreachable insn {pc}")
+            if self.slots[pc].opcode == LD_IMM64:
+                if seen[pc + 1]:
+                    raise _reject(errno.EINVAL, f"jump into the middle of ldimm64 insn {pc}")
+                pc += 1
+            pc += 1
+
+    def live_registers(self) -> list[int]:
+        """compute_live_registers: per slot, the registers some path from it may read before
+        writing (a bit set); pruning ignores the others."""
+        live = [0] * self.n
+        use_def = {pc: _use_def(insn) for pc, insn in enumerate(self.slots) if insn is not None}
+        changed = True
+        while changed:
+            changed = False
+            for pc in range(self.n - 1, -1, -1):
+                if pc not in use_def:
+                    continue
+                use, define = use_def[pc]
+                out = 0
+                for succ in self.successors(pc):
+                    if succ < self.n:
+                        out |= live[succ]
+                new = use | (out & ~define)
+                if new != live[pc]:
+                    live[pc], changed = new, True
+        return live
+
+    def prune_points(self) -> set[int]:
+        """Where explored states are kept: jump targets, conditional jumps, calls and what
+        follows them (the kernel's prune points)."""
+        points = set(self.subprogs)
+        for pc, insn in enumerate(self.slots):
+            if insn is None:
+                continue
+            kind = OPCODES[insn.opcode].kind
+            if kind in (Kind.JA, Kind.JMP, Kind.JCOND):
+                points.add(_jump_target(pc, insn))
+                if kind is not Kind.JA:
+                    points.add(pc)
+            elif kind is Kind.CALL:
+                points.update((pc, pc + 1))
+        return points
+
+    # -- phase 5: every path, every instruction ----------------------------------------------
+    def do_check(self, program: VerifiedProgram) -> None:
+        """do_check_main: walk the paths from the program's entry (R1 the context, R10 the
+        frame pointer), depth first as the kernel does. At a prune point a state equal to
+        one this path is already walking from there is an endless loop; one an explored
+        state covers needs no walk of its own. A loop that still changes its state after
+        LOOP_UNROLL rounds has the values it changes widened to unknown (the kernel would
+        walk on, and usually give up at its instruction limit)."""
+        self.pseudo = program.pseudo
+        self.id_gen = 0
+        self.max_ctx = 0
+        self.ctx_insns: dict[int, bool] = {}  # pc -> whether a load/store there used ctx
+        self.walked: set[int] = set()
+        live = self.live_registers()
+        prune = self.prune_points()
+        explored: dict[int, list[tuple]] = {}
+        regs = [UNINIT] * MAX_BPF_REG
+        regs[1] = Reg(PTR_TO_CTX, tnum.const(0))
+        regs[FP] = Reg(PTR_TO_STACK, tnum.const(0))
+        # (pc, state, this path's latest visit of each prune point)
+        pending: list[tuple[int, State, dict[int, _Visit]]] = [
+            (0, State([Frame(regs, {}, -1, 0)]), {})]
+        processed = 0
+        while pending:
+            pc, state, visits = pending.pop()
+            while pc is not None:
+                if pc in prune:
+                    key = state.key()
+                    last = visits.get(pc)
+                    _check_endless_loop(pc, key, last)
+                    states = explored.setdefault(pc, [])
+                    if key in states or any(_covers(old, key, live[pc]) for old in states):
+                        break  # is_state_visited: a state explored here covers this one
+                    widened = last is not None and last.count >= LOOP_UNROLL
+                    if widened:
+                        _widen(state, last.state)
+                        key = state.key()
+                        if key in states or any(_covers(old, key, live[pc]) for old in states):
+                            break
+                    states.append(key)
+                    if len(states) > STATES_PER_INSN:
+                        del states[0]
+                    visits[pc] = _Visit(key, state.copy(), widened, last,
+                                        last.count + 1 if last else 1)
+                processed += 1
+                self.walked.add(pc)
+                if processed > BPF_COMPLEXITY_LIMIT_INSNS:
+                    raise _reject(errno.E2BIG, f"BPF program is too large. Processed "
+                                  f"{processed} insn")
+                pc, pushed = self.do_check_insn(pc, state)
+                pending.extend((target, other, dict(visits)) for target, other in pushed)
+        self.processed = processed
+
+    def do_check_insn(self, pc: int, state: State) -> tuple[int | None, list]:
+        """One instruction's checks and effect on ``state``; returns the next pc (None: the
+        path ended) and the (pc, state) pairs to walk later."""
+        insn = self.slots[pc]
+        info = OPCODES[insn.opcode]
+        kind = info.kind
+        regs = state.cur.regs
+        if kind in (Kind.ALU, Kind.NEG, Kind.END):
+            self.check_alu_op(insn, info, regs)
+        elif kind in (Kind.LDX, Kind.LDX_SX):
+            self.check_load_mem(pc, insn, info, state, kind is Kind.LDX_SX)
+        elif kind is Kind.STX:
+            if insn.imm:
+                raise _reject(errno.EINVAL, "BPF_STX uses reserved fields")
+            self.check_store_reg(pc, insn, info, state)
+        elif kind is Kind.ATOMIC:
+            self.check_atomic(pc, insn, info, state)
+        elif kind is Kind.ST:
+            if insn.src:
+                raise _reject(errno.EINVAL, "BPF_ST uses reserved fields")
+            self.check_reg_arg(regs, insn.dst, SRC_OP)
+            self.check_mem_access(pc, insn, info, state, insn.dst, True, None, imm=insn.imm)
+            self.save_aux_ptr_type(pc, regs[insn.dst])
+        elif kind is Kind.CALL:
+            if insn.src not in (0, uapi.BPF_PSEUDO_CALL, uapi.BPF_PSEUDO_KFUNC_CALL) or insn.dst \
+                    or insn.off and insn.src != uapi.BPF_PSEUDO_KFUNC_CALL:
+                raise _reject(errno.EINVAL, "BPF_CALL uses reserved fields")
+            if insn.src == uapi.BPF_PSEUDO_CALL:
+                return self.check_func_call(pc, insn, state), []
+            if insn.src == uapi.BPF_PSEUDO_KFUNC_CALL:
+                self.check_kfunc_call(insn, state)
+            else:
+                self.check_helper_call(pc, insn, state)
+        elif kind is Kind.JA:
+            if insn.src or insn.dst or (insn.off if info.cls is Class.JMP32 else insn.imm):
+                raise _reject(errno.EINVAL, "BPF_JA uses reserved fields")
+            return _jump_target(pc, insn), []
+        elif kind is Kind.EXIT:
+            if insn.imm or insn.src or insn.dst:
+                raise _reject(errno.EINVAL, "BPF_EXIT uses reserved fields")
+            return self.process_exit(state), []
+        elif kind in (Kind.JMP, Kind.JCOND):
+            return self.check_cond_jmp_op(pc, insn, info, state)
+        elif kind in (Kind.LD_ABS, Kind.LD_IND):
+            self.check_ld_abs(insn, info, state)
+        else:
+            self.check_ld_imm(pc, insn, regs)
+        return pc + insn.slots, []
+
+    # -- registers ---------------------------------------------------------------------------
+    @staticmethod
+    def check_reg_arg(regs: list[Reg], regno: int, t: int) -> None:
+        if regno >= MAX_BPF_REG:
+            raise _reject(errno.EINVAL, f"R{regno} is invalid")
+        if t == SRC_OP:
+            if regs[regno].type == NOT_INIT:
+                raise _reject(errno.EACCES, f"R{regno} !read_ok")
+            return
+        if regno == FP:
+            raise _reject(errno.EACCES, "frame pointer is read only")
+        if t == DST_OP:
+            regs[regno] = UNKNOWN
+
+    def new_id(self) -> int:
+        self.id_gen += 1
+        return self.id_gen
+
+    def check_func_call(self, pc: int, insn: Instruction, state: State) -> int:
+        """A bpf-to-bpf call: the callee runs in a frame of its own, with the caller's R1-R5;
+        the caller's R1-R5 are not readable after it."""
+        if len(state.frames) >= MAX_CALL_FRAMES:
+            raise _reject(errno.E2BIG, f"the call stack of {len(state.frames) + 1} frames is "
+                          "too deep")
+        caller = state.cur
+        regs = [UNINIT] * MAX_BPF_REG
+        regs[1:6] = caller.regs[1:6]
+        depth = len(state.frames)
+        regs[FP] = Reg(PTR_TO_STACK, tnum.const(0), frame=depth)
+        state.frames.append(Frame(regs, {}, pc, depth))
+        for regno in range(1, 6):
+            caller.regs[regno] = UNINIT
+        return pc + insn.imm + 1
+
+    def process_exit(self, state: State) -> int | None:
+        """The main program's exit ends the path (R0 must be readable and, for some
+        program types, a known value in range); a callee's returns to its caller."""
+        insn_regs = state.cur.regs
+        if len(state.frames) > 1:
+            callee = state.frames.pop()
+            r0 = callee.regs[0]
+            if r0.type == PTR_TO_STACK:
+                raise _reject(errno.EINVAL, "cannot return stack pointer to the caller")
+            state.cur.regs[0] = r0
+            return callee.callsite + 1
+        if state.refs:
+            raise _reject(errno.EINVAL, "BPF_EXIT instruction in main prog would lead to "
+                          "reference leak")
+        self.check_reg_arg(insn_regs, 0, SRC_OP)
+        self.check_return_code(insn_regs[0])
+        return None
+
+    def check_return_code(self, r0: Reg) -> None:
+        low, high = 0, 1
+        if self.prog_type == ProgType.CGROUP_SKB:
+            if self.attach_type == AttachType.CGROUP_INET_EGRESS:
+                high = 3
+        else:
+            return
+        if r0.type != SCALAR:
+            raise _reject(errno.EINVAL, f"At program exit the register R0 is not a known value "
+                          f"({r0.type_str()})")
+        value = _s64(r0.var.value)
+        if r0.var.is_const and not low <= value <= high:
+            raise _reject(errno.EINVAL, f"At program exit the register R0 has smin={value} "
+                          f"smax={value} should have been in [{low}, {high}]")
+
+    # -- legacy packet loads and 64-bit immediates -------------------------------------------
+    def check_ld_abs(self, insn: Instruction, info, state: State) -> None:
+        regs = state.cur.regs
+        if self.prog_type not in LD_ABS_PROG_TYPES:
+            raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] instructions not allowed for this "
+                          "program type")
+        if insn.dst or insn.off or info.kind is Kind.LD_ABS and insn.src:
+            raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] uses reserved fields")
+        if len(self.subprogs) > 1:
+            raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] instructions cannot be mixed with "
+                          "bpf-to-bpf calls")
+        self.check_reg_arg(regs, 6, SRC_OP)
+        if state.refs:
+            raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] would lead to reference leak")
+        if regs[6].type != PTR_TO_CTX:
+            raise _reject(errno.EINVAL, "at the time of BPF_LD_ABS|IND R6 != pointer to skb")
+        if info.kind is Kind.LD_IND:
+            self.check_reg_arg(regs, insn.src, SRC_OP)
+        if regs[6].off:
+            raise _reject(errno.EACCES, f"dereference of modified ctx ptr R6 off={regs[6].off} "
+                          "disallowed")
+        for regno in CALLER_SAVED:
+            regs[regno] = UNINIT
+        regs[0] = UNKNOWN
+
+    def check_ld_imm(self, pc: int, insn: Instruction, regs: list[Reg]) -> None:
+        if insn.off:
+            raise _reject(errno.EINVAL, "BPF_LD_IMM64 uses reserved fields")
+        self.check_reg_arg(regs, insn.dst, DST_OP)
+        if insn.src == 0:
+            regs[insn.dst] = scalar(insn.imm)
+            return
+        if insn.src == uapi.BPF_PSEUDO_FUNC:
+            # callbacks (bpf_loop, timers, ...) need BTF func_info, which loads here do not pass
+            raise _reject(errno.EINVAL, "missing btf func_info")
+        kind, target, off = self.pseudo[pc]
+        if kind == "map":
+            regs[insn.dst] = Reg(CONST_PTR_TO_MAP, tnum.const(0), map=target)
+        elif kind == "kfunc":
+            regs[insn.dst] = Reg(PTR_TO_RDONLY_MEM, tnum.const(0))
+        else:
+            regs[insn.dst] = Reg(PTR_TO_MAP_VALUE, tnum.const(0), off=off,
+                                 map=self.pseudo_map[pc])
+
+
+
+
+def _callback_target(pc: int, insn: Instruction) -> int:
+    """The first slot of the subprogram a uapi.BPF_PSEUDO_FUNC lddw points to (low imm: offset)."""
+    offset = insn.imm & 0xFFFFFFFF
+    return pc + (offset - (1 << 32) if offset >> 31 else offset) + 1
+
+
+
+def _use_def(insn: Instruction) -> tuple[int, int]:
+    """Registers an instruction may read, and those it surely writes (for liveness)."""
+    info = OPCODES.get(insn.opcode)
+    if info is None:
+        return 0, 0
+    kind, bit = info.kind, (lambda r: 1 << r if r < MAX_BPF_REG else 0)
+    if kind is Kind.ALU:
+        use = bit(insn.src) if info.source is Source.X else 0
+        return use | (0 if info.op is AluOp.MOV else bit(insn.dst)), bit(insn.dst)
+    if kind in (Kind.NEG, Kind.END):
+        return bit(insn.dst), bit(insn.dst)
+    if kind in (Kind.LDX, Kind.LDX_SX):
+        return bit(insn.src), bit(insn.dst)
+    if kind in (Kind.ST, Kind.STX, Kind.ATOMIC, Kind.JMP):
+        return bit(insn.dst) | bit(insn.src) | bit(0), 0
+    if kind is Kind.CALL:
+        return 0b111110, 0b111111
+    if kind is Kind.EXIT:
+        return 1, 0
+    if kind in (Kind.LD_ABS, Kind.LD_IND):
+        return bit(6) | bit(insn.src), 0b111111
+    if kind is Kind.LD_IMM64:
+        return 0, bit(insn.dst)
+    return 0, 0

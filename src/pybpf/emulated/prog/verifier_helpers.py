@@ -1,0 +1,339 @@
+"""The verifier's helper-call checks (kernel/bpf/verifier.c: check_helper_call,
+check_func_arg, check_helper_mem_access, check_map_func_compatibility) and their tables, and
+its kfunc-call checks (add_kfunc_call, check_kfunc_call, check_kfunc_args) against the
+emulated kernel's kfuncs (``kfuncs.KFUNCS``, by BTF id: ``btf.vmlinux_kfuncs``), as a part of
+``verifier._Verifier``."""
+
+from __future__ import annotations
+
+import errno
+from typing import Any
+
+from ...asm.opcodes import Instruction
+from ...uapi import (
+    MAX_BPF_STACK,
+    BpfFunc,
+    MapType,
+    map_traits,
+)
+from . import tnum
+from .btf import vmlinux_kfuncs
+from .filter import (
+    PTR_TO_PACKET,
+    PTR_TO_PACKET_META,
+    PTR_TO_SOCKET,
+)
+from .helpers import (
+    ARG_ANYTHING,
+    ARG_CONST_MAP_PTR,
+    ARG_CONST_SIZE,
+    ARG_CONST_SIZE_OR_ZERO,
+    ARG_PTR_TO_CTX,
+    ARG_PTR_TO_MAP_KEY,
+    ARG_PTR_TO_MAP_VALUE,
+    ARG_PTR_TO_MEM,
+    ARG_PTR_TO_UNINIT_MAP_VALUE,
+    ARG_PTR_TO_UNINIT_MEM,
+    HELPERS,
+)
+from .kfuncs import KF_ARG_PTR_TO_CTX
+from .verifier_state import (
+    BPF_F_RDONLY_PROG,
+    BPF_REG_SIZE,
+    CALLER_SAVED,
+    CONST_PTR_TO_MAP,
+    ELIDE_NULL_MAP_TYPES,
+    EMPTY_SLOT,
+    PTR_TO_CTX,
+    PTR_TO_MAP_VALUE,
+    PTR_TO_STACK,
+    SCALAR,
+    SRC_OP,
+    STACK_MISC,
+    STACK_SPILL,
+    STACK_ZERO,
+    UNINIT,
+    UNKNOWN,
+    Reg,
+    Slot,
+    State,
+    _reject,
+    _s64,
+    _tnum_str,
+)
+
+_ARG_SOCK_COMMON = "sock_common"  # a sockmap's value argument (ARG_PTR_TO_BTF_ID_SOCK_COMMON)
+_MEM_TYPES = (PTR_TO_STACK, PTR_TO_PACKET, PTR_TO_PACKET_META, "map_key", PTR_TO_MAP_VALUE,
+              "mem", "ringbuf_mem", "buf", "trusted_ptr_")
+# compatible_reg_types: the register types each argument type takes (the kernel's list, in
+# its order, names the message prints; types this verifier never gives are names only)
+_ARG_TYPES = {
+    ARG_CONST_MAP_PTR: (CONST_PTR_TO_MAP,), ARG_PTR_TO_CTX: (PTR_TO_CTX,),
+    ARG_PTR_TO_MAP_KEY: _MEM_TYPES, ARG_PTR_TO_MAP_VALUE: _MEM_TYPES,
+    ARG_PTR_TO_UNINIT_MAP_VALUE: _MEM_TYPES, ARG_PTR_TO_MEM: _MEM_TYPES,
+    ARG_PTR_TO_UNINIT_MEM: _MEM_TYPES, ARG_CONST_SIZE: (SCALAR,),
+    ARG_CONST_SIZE_OR_ZERO: (SCALAR,),
+    _ARG_SOCK_COMMON: ("sock_common", PTR_TO_SOCKET, "tcp_sock", "xdp_sock", "ptr_",
+                       "trusted_ptr_"),
+}
+# check_map_func_compatibility: the helpers (of those emulated) a map type may be passed to,
+# where it is restricted, and the map types a helper takes, where it is
+_MAP_FUNCS = {
+    MapType.PROG_ARRAY: {BpfFunc.tail_call}, MapType.PERF_EVENT_ARRAY: set(),
+    MapType.RINGBUF: set(), MapType.CPUMAP: {BpfFunc.redirect_map},
+    MapType.DEVMAP: {BpfFunc.redirect_map, BpfFunc.map_lookup_elem},
+    MapType.DEVMAP_HASH: {BpfFunc.redirect_map, BpfFunc.map_lookup_elem},
+    MapType.XSKMAP: {BpfFunc.redirect_map, BpfFunc.map_lookup_elem},
+    MapType.QUEUE: {BpfFunc.map_push_elem, BpfFunc.map_pop_elem, BpfFunc.map_peek_elem},
+    MapType.STACK: {BpfFunc.map_push_elem, BpfFunc.map_pop_elem, BpfFunc.map_peek_elem},
+    MapType.BLOOM_FILTER: {BpfFunc.map_push_elem, BpfFunc.map_peek_elem},
+    MapType.SOCKMAP: {BpfFunc.sk_redirect_map, BpfFunc.msg_redirect_map,
+                      BpfFunc.map_delete_elem, BpfFunc.map_lookup_elem,
+                      BpfFunc.map_update_elem},
+    MapType.SOCKHASH: {BpfFunc.sk_redirect_hash, BpfFunc.msg_redirect_hash,
+                       BpfFunc.map_delete_elem, BpfFunc.map_lookup_elem,
+                       BpfFunc.map_update_elem},
+    MapType.ARRAY_OF_MAPS: {BpfFunc.map_lookup_elem},
+    MapType.HASH_OF_MAPS: {BpfFunc.map_lookup_elem},
+}
+_FUNC_MAPS = {
+    BpfFunc.redirect_map: {MapType.DEVMAP, MapType.DEVMAP_HASH, MapType.CPUMAP, MapType.XSKMAP},
+    BpfFunc.sk_redirect_map: {MapType.SOCKMAP}, BpfFunc.sk_redirect_hash: {MapType.SOCKHASH},
+    BpfFunc.msg_redirect_map: {MapType.SOCKMAP}, BpfFunc.msg_redirect_hash: {MapType.SOCKHASH},
+    BpfFunc.map_lookup_percpu_elem: {MapType.PERCPU_HASH, MapType.PERCPU_ARRAY,
+                                     MapType.LRU_PERCPU_HASH},
+    BpfFunc.map_pop_elem: {MapType.QUEUE, MapType.STACK},
+    BpfFunc.map_peek_elem: {MapType.QUEUE, MapType.STACK, MapType.BLOOM_FILTER},
+    BpfFunc.map_push_elem: {MapType.QUEUE, MapType.STACK, MapType.BLOOM_FILTER},
+}
+
+
+def _check_map_func_compatibility(bpf_map: Any, func_id: int, name: str) -> None:
+    funcs = _MAP_FUNCS.get(bpf_map.map_type)
+    maps = _FUNC_MAPS.get(func_id)
+    if funcs is not None and func_id not in funcs \
+            or maps is not None and bpf_map.map_type not in maps:
+        raise _reject(errno.EINVAL, f"cannot pass map_type {bpf_map.map_type} into func "
+                      f"{name}#{func_id}")
+
+
+_MAP_WRITING_HELPERS = frozenset({BpfFunc.map_update_elem, BpfFunc.map_delete_elem,
+                                  BpfFunc.map_push_elem, BpfFunc.map_pop_elem})
+_VALUE_RETURNING_HELPERS = frozenset({BpfFunc.map_lookup_elem,
+                                      BpfFunc.map_lookup_percpu_elem})
+
+
+
+
+def _constant_map_key(state: State, key: Reg, key_size: int) -> int | None:
+    """get_constant_map_key: the key's value when the stack holds it as zeros or as a
+    spilled constant of exactly the key's size."""
+    if key.type != PTR_TO_STACK or not key.var.is_const:
+        return None
+    off = key.off + _s64(key.var.value)
+    slot = -off - 1
+    if not 0 <= slot < MAX_BPF_STACK:
+        return None
+    stored = state.frames[key.frame].stack.get(slot // BPF_REG_SIZE, EMPTY_SLOT)
+    below = stored.types[:slot % BPF_REG_SIZE + 1][::-1]  # from the key's first byte down
+    if len(below) - len(below.lstrip(STACK_ZERO)) >= key_size:
+        return 0
+    if stored.types[BPF_REG_SIZE - 1] != STACK_SPILL or stored.spilled.type != SCALAR:
+        return None
+    if len(below) - len(below.lstrip(STACK_SPILL)) != key_size \
+            or not stored.spilled.var.is_const:
+        return None
+    return stored.spilled.var.value
+
+
+
+
+class HelperCallChecks:
+    """check_helper_call and its argument checks, for ``_Verifier``."""
+
+    # -- calls and exits ---------------------------------------------------------------------
+    def check_helper_call(self, pc: int, insn: Instruction, state: State) -> None:
+        func_id = insn.imm
+        if func_id not in BpfFunc._value2member_map_ or func_id == 0:
+            raise _reject(errno.EINVAL, f"invalid func unknown#{func_id}")
+        proto = HELPERS.get(func_id)
+        name = f"bpf_{BpfFunc(func_id).name}"
+        if proto is None:
+            raise _reject(errno.EINVAL, f"program of this type cannot use helper {name}#{func_id}"
+                          " (the emulated backend does not implement it)")
+        if proto.prog_types is not None and self.prog_type not in proto.prog_types:
+            raise _reject(errno.EINVAL, f"program of this type cannot use helper {name}#{func_id}")
+        if proto.gpl_only and not self.gpl:
+            raise _reject(errno.EINVAL, "cannot call GPL-restricted function from non-GPL "
+                          "compatible program")
+        regs = state.cur.regs
+        bpf_map = None  # meta->map_ptr: the map argument, once seen (None: not known here)
+        for regno in range(1, len(proto.args) + 1):
+            bpf_map = self.check_func_arg(state, func_id, proto.args, regno, bpf_map)
+        if bpf_map is not None and func_id in _MAP_WRITING_HELPERS \
+                and bpf_map.map_flags & BPF_F_RDONLY_PROG:
+            raise _reject(errno.EACCES, "write into map forbidden")
+        if bpf_map is not None:
+            _check_map_func_compatibility(bpf_map, func_id, name)
+        result = UNKNOWN
+        if func_id in _VALUE_RETURNING_HELPERS:
+            result = self.map_lookup_result(state, bpf_map, regs[2], func_id)
+        elif func_id == BpfFunc.tail_call:
+            result = UNINIT  # RET_VOID: R0 is not readable after a failed tail call
+        self.clobber_helper_memory(state, func_id, bpf_map, regs)
+        for regno in CALLER_SAVED:
+            regs[regno] = UNINIT
+        regs[0] = result
+
+    # -- kfunc calls -------------------------------------------------------------------------
+    def add_kfunc_call(self, insn: Instruction) -> None:
+        """add_kfunc_call (phase 1): the program may call kfuncs, the call names the
+        kernel's BTF (no module BTF: no fd_array here) and a FUNC there."""
+        if not self.gpl:
+            raise _reject(errno.EINVAL, "cannot call kernel function from non-GPL compatible "
+                          "program")
+        if insn.off < 0:
+            raise _reject(errno.EINVAL, "negative offset disallowed for kernel module "
+                          "function call\nfailed to find BTF for kernel function")
+        if insn.off > 0:
+            raise _reject(errno.EPROTO, "kfunc offset > 0 without fd_array is invalid"
+                          "\nfailed to find BTF for kernel function")
+        if insn.imm not in vmlinux_kfuncs():  # the emulated kernel's only FUNCs are kfuncs
+            raise _reject(errno.EINVAL, f"kernel btf_id {insn.imm} is not a function")
+
+    def check_kfunc_call(self, insn: Instruction, state: State) -> None:
+        """check_kfunc_call: the program type's kfunc set holds it; each argument is what
+        its BTF parameter asks (check_kfunc_args); R0 is a scalar (an int) after it."""
+        proto = vmlinux_kfuncs()[insn.imm]
+        if self.prog_type not in proto.prog_types:
+            raise _reject(errno.EACCES, f"calling kernel function {proto.name} is not allowed")
+        regs = state.cur.regs
+        for i, (_, kind) in enumerate(proto.params):
+            regno = i + 1
+            reg = regs[regno]
+            if kind != KF_ARG_PTR_TO_CTX:
+                if reg.type != SCALAR:
+                    raise _reject(errno.EINVAL, f"R{regno} is not a scalar")
+                continue
+            if reg.id or reg.is_const and reg.var.value == 0:  # NULL, or a pointer that may be
+                raise _reject(errno.EACCES, f"Possibly NULL pointer passed to trusted arg{i}")
+            if reg.type == PTR_TO_CTX:  # check_func_arg_reg_off, then the type
+                self.check_ctx_pointer(regno, reg)
+            else:
+                raise _reject(errno.EINVAL, f"arg#{i} expected pointer to ctx, but got "
+                              f"{reg.type_str()}")
+        for regno in CALLER_SAVED:
+            regs[regno] = UNINIT
+        regs[0] = UNKNOWN
+
+    def check_func_arg(self, state: State, func_id: int, args: tuple[str, ...], regno: int,
+                       bpf_map: Any) -> Any:
+        """check_func_arg: the argument is readable and of a type ``arg`` takes; memory it
+        points to (a key, a value, a sized buffer) lies where the pointer may reach. Returns
+        the map argument seen so far."""
+        regs = state.cur.regs
+        arg = args[regno - 1]
+        self.check_reg_arg(regs, regno, SRC_OP)
+        if arg == ARG_ANYTHING:
+            return bpf_map
+        reg = regs[regno]
+        if bpf_map is not None and map_traits(bpf_map.map_type).sockets:
+            if arg == ARG_PTR_TO_MAP_VALUE:  # resolve_map_arg_type: the value is a socket
+                arg = _ARG_SOCK_COMMON
+            elif arg not in (ARG_CONST_MAP_PTR, ARG_PTR_TO_MAP_KEY):
+                raise _reject(errno.EINVAL, "invalid arg_type for sockmap/sockhash")
+        expected = _ARG_TYPES[arg]
+        if reg.id or reg.type not in expected:
+            raise _reject(errno.EACCES, f"R{regno} type={reg.type_str()} expected="
+                          + ", ".join(expected))
+        if arg == ARG_PTR_TO_CTX:
+            self.check_ctx_pointer(regno, reg)
+        elif arg == ARG_CONST_MAP_PTR:
+            bpf_map = reg.map
+            if func_id == BpfFunc.tail_call and bpf_map is not None \
+                    and bpf_map.map_type != MapType.PROG_ARRAY:
+                raise _reject(errno.EINVAL, "expected prog array map for tail call")
+        elif arg == ARG_PTR_TO_MAP_KEY and bpf_map is not None:
+            self.check_helper_mem_access(state, regno, bpf_map.key_size, False, False)
+        elif arg in (ARG_PTR_TO_MAP_VALUE, ARG_PTR_TO_UNINIT_MAP_VALUE) and bpf_map is not None:
+            self.check_helper_mem_access(state, regno, bpf_map.value_size,
+                                         arg == ARG_PTR_TO_UNINIT_MAP_VALUE, False)
+        elif arg in (ARG_CONST_SIZE, ARG_CONST_SIZE_OR_ZERO) and reg.is_const:
+            size = reg.var.value
+            if not size and arg == ARG_CONST_SIZE:
+                raise _reject(errno.EACCES, f"R{regno} invalid zero-sized read: u64=[0,0]")
+            self.check_helper_mem_access(state, regno - 1, size,
+                                         args[regno - 2] == ARG_PTR_TO_UNINIT_MEM, True)
+        return bpf_map
+
+    @staticmethod
+    def check_helper_mem_access(state: State, regno: int, size: int, write: bool,
+                                zero_size_allowed: bool) -> None:
+        """The ``size`` bytes a helper reads or writes at a stack pointer or map value with a
+        known offset are all there."""
+        reg = state.cur.regs[regno]
+        if not reg.var.is_const:
+            return  # a variable offset: its bounds are value ranges, not kept here
+        off = reg.off + _s64(reg.var.value)
+        if reg.type == PTR_TO_STACK:
+            if not size and not zero_size_allowed:
+                raise _reject(errno.EACCES, "invalid zero-sized read")
+            access = "write to" if write else "read from"
+            if off < -MAX_BPF_STACK or off + size > 0:
+                err = errno.EACCES if off < -MAX_BPF_STACK else errno.EINVAL
+                raise _reject(err, f"invalid {access} stack R{regno} off={off} size={size}")
+        elif reg.type == PTR_TO_MAP_VALUE and reg.map is not None and size:
+            if off < 0 or off + size > reg.map.value_size:
+                raise _reject(errno.EACCES, f"invalid access to map value, value_size="
+                              f"{reg.map.value_size} off={off} size={size}")
+
+    def check_ctx_pointer(self, regno: int, reg: Reg) -> None:
+        """check_ptr_off_reg: the context is used only as it came, unmodified."""
+        if reg.off < 0:
+            raise _reject(errno.EACCES, f"negative offset ctx ptr R{regno} off={reg.off} "
+                          "disallowed")
+        if reg.off:
+            raise _reject(errno.EACCES, f"dereference of modified ctx ptr R{regno} "
+                          f"off={reg.off} disallowed")
+        if reg.var != tnum.const(0):
+            raise _reject(errno.EACCES, f"variable ctx access var_off={_tnum_str(reg.var)} "
+                          "disallowed")
+
+    def map_lookup_result(self, state: State, bpf_map: Any, key: Reg, func_id: int) -> Reg:
+        """A map value pointer, which may be NULL unless the map is an array and the key a
+        constant on the stack that is in range (the kernel elides the check)."""
+        if bpf_map is not None and map_traits(bpf_map.map_type).map_in_map:
+            return Reg(CONST_PTR_TO_MAP, tnum.const(0), id=self.new_id())
+        if bpf_map is not None and map_traits(bpf_map.map_type).sockets:
+            ref = self.new_id()  # a socket the program holds until it is NULL or released
+            state.refs.add(ref)
+            return Reg(PTR_TO_SOCKET, tnum.const(0), id=ref)
+        if func_id == BpfFunc.map_lookup_elem and bpf_map is not None \
+                and bpf_map.map_type in ELIDE_NULL_MAP_TYPES:
+            value = _constant_map_key(state, key, bpf_map.key_size)
+            if value is not None and 0 <= _s64(value) < bpf_map.max_entries:
+                return Reg(PTR_TO_MAP_VALUE, tnum.const(0), map=bpf_map)
+        return Reg(PTR_TO_MAP_VALUE, tnum.const(0), map=bpf_map, id=self.new_id())
+
+    @staticmethod
+    def clobber_helper_memory(state: State, func_id: int, bpf_map: Any,
+                              regs: list[Reg]) -> None:
+        """Helpers that write into stack memory leave data there the program does not know."""
+        if func_id == BpfFunc.probe_read_user:
+            buf, size = regs[1], regs[2].var.value if regs[2].is_const else None
+        elif func_id in (BpfFunc.map_pop_elem, BpfFunc.map_peek_elem):
+            buf, size = regs[2], bpf_map.value_size if bpf_map is not None else None
+        else:
+            return
+        if buf.type != PTR_TO_STACK or not buf.var.is_const:
+            return
+        frame = state.frames[buf.frame]
+        start = buf.off + _s64(buf.var.value)
+        end = 0 if size is None else min(0, start + size)
+        for byte in range(max(start, -MAX_BPF_STACK), end):
+            slot = -byte - 1
+            spi = slot // BPF_REG_SIZE
+            old = frame.stack.get(spi, EMPTY_SLOT)
+            types = list(old.types)
+            types[slot % BPF_REG_SIZE] = STACK_MISC
+            frame.stack[spi] = Slot("".join(types), UNINIT)

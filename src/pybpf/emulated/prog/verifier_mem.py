@@ -1,0 +1,253 @@
+"""The verifier's memory-access checks (kernel/bpf/verifier.c: check_load_mem,
+check_store_reg, check_atomic, check_mem_access and the map-value, context and stack access
+checks below it), as a part of ``verifier._Verifier``."""
+
+from __future__ import annotations
+
+import errno
+
+from ...asm.opcodes import (
+    AtomicOp,
+    Instruction,
+    Size,
+)
+from ...uapi import (
+    MAX_BPF_STACK,
+    ProgType,
+)
+from . import filter as ctx_rules
+from . import tnum
+from .filter import (
+    PTR_TO_PACKET_END,
+    PTR_TO_SOCK_COMMON_OR_NULL,
+)
+from .memory import M32
+from .verifier_alu import _coerce
+from .verifier_state import (
+    _PKT_TYPES,
+    _SOCKET_TYPES,
+    BPF_F_RDONLY_PROG,
+    BPF_F_WRONLY_PROG,
+    BPF_REG_SIZE,
+    DST_OP,
+    DST_OP_NO_MARK,
+    EMPTY_SLOT,
+    PTR_TO_CTX,
+    PTR_TO_MAP_VALUE,
+    PTR_TO_RDONLY_MEM,
+    PTR_TO_STACK,
+    SCALAR,
+    SRC_OP,
+    STACK_INVALID,
+    STACK_MISC,
+    STACK_SPILL,
+    STACK_ZERO,
+    UNINIT,
+    UNKNOWN,
+    Frame,
+    Reg,
+    Slot,
+    State,
+    _reject,
+    _s64,
+    _spill,
+    _stack_read,
+    _tnum_str,
+    scalar,
+)
+
+# Program types that may write packet data directly (may_access_direct_pkt_data).
+DIRECT_WRITE_PROG_TYPES = frozenset({ProgType.SCHED_CLS, ProgType.SCHED_ACT, ProgType.XDP,
+                                     ProgType.LWT_XMIT, ProgType.SK_SKB, ProgType.SK_MSG})
+
+
+_ATOMIC_RMW = frozenset(int(op) | fetch for op in (AtomicOp.ADD, AtomicOp.OR, AtomicOp.AND,
+                                                    AtomicOp.XOR) for fetch in (0, 1)) \
+    | {int(AtomicOp.XCHG), int(AtomicOp.CMPXCHG)}
+
+
+def _atomic_ptr_type_ok(reg: Reg) -> bool:
+    return reg.type not in (PTR_TO_CTX, *_PKT_TYPES, PTR_TO_PACKET_END, *_SOCKET_TYPES)
+
+
+
+class MemoryChecks:
+    """check_mem_access and what leads to it, for ``_Verifier``."""
+
+    # -- memory ------------------------------------------------------------------------------
+    def check_load_mem(self, pc: int, insn: Instruction, info, state: State,
+                       ldsx: bool) -> None:
+        regs = state.cur.regs
+        self.check_reg_arg(regs, insn.src, SRC_OP)
+        self.check_reg_arg(regs, insn.dst, DST_OP_NO_MARK)
+        base = regs[insn.src]
+        self.check_mem_access(pc, insn, info, state, insn.src, False, insn.dst, ldsx=ldsx)
+        self.save_aux_ptr_type(pc, base)
+
+    def check_store_reg(self, pc: int, insn: Instruction, info, state: State) -> None:
+        regs = state.cur.regs
+        self.check_reg_arg(regs, insn.src, SRC_OP)
+        self.check_reg_arg(regs, insn.dst, SRC_OP)
+        base = regs[insn.dst]
+        self.check_mem_access(pc, insn, info, state, insn.dst, True, insn.src)
+        self.save_aux_ptr_type(pc, base)
+
+    def check_atomic(self, pc: int, insn: Instruction, info, state: State) -> None:
+        regs = state.cur.regs
+        imm = insn.imm
+        if imm == AtomicOp.LOAD_ACQ:
+            self.check_load_mem(pc, insn, info, state, False)
+            if not _atomic_ptr_type_ok(regs[insn.src]):
+                raise _reject(errno.EACCES, f"BPF_ATOMIC loads from R{insn.src} "
+                              f"{regs[insn.src].type_str()} is not allowed")
+            return
+        if imm == AtomicOp.STORE_REL:
+            self.check_store_reg(pc, insn, info, state)
+            if not _atomic_ptr_type_ok(regs[insn.dst]):
+                raise _reject(errno.EACCES, f"BPF_ATOMIC stores into R{insn.dst} "
+                              f"{regs[insn.dst].type_str()} is not allowed")
+            return
+        if imm not in _ATOMIC_RMW:
+            raise _reject(errno.EINVAL, f"BPF_ATOMIC uses invalid atomic opcode "
+                          f"{imm & M32:02x}")
+        if info.size not in (Size.W, Size.DW):
+            raise _reject(errno.EINVAL, "invalid atomic operand size")
+        self.check_reg_arg(regs, insn.src, SRC_OP)
+        self.check_reg_arg(regs, insn.dst, SRC_OP)
+        if imm == AtomicOp.CMPXCHG:
+            self.check_reg_arg(regs, 0, SRC_OP)
+        if not _atomic_ptr_type_ok(regs[insn.dst]):
+            raise _reject(errno.EACCES, f"BPF_ATOMIC stores into R{insn.dst} "
+                          f"{regs[insn.dst].type_str()} is not allowed")
+        load_reg = None
+        if imm & 1:  # fetch: the old value goes to src (to R0 for cmpxchg)
+            load_reg = 0 if imm == AtomicOp.CMPXCHG else insn.src
+            self.check_reg_arg(regs, load_reg, DST_OP)
+        self.check_mem_access(pc, insn, info, state, insn.dst, False, load_reg, strict=True)
+        self.check_mem_access(pc, insn, info, state, insn.dst, True, None, strict=True)
+
+    def save_aux_ptr_type(self, pc: int, base: Reg) -> None:
+        """The same instruction may not access the context on one path and other memory on
+        another (its context accesses are rewritten)."""
+        ctx = base.type == PTR_TO_CTX
+        known = base.type in (PTR_TO_STACK, PTR_TO_MAP_VALUE, *_PKT_TYPES)
+        if not ctx and not known:
+            return
+        if self.ctx_insns.setdefault(pc, ctx) != ctx:
+            raise _reject(errno.EINVAL, "same insn cannot be used with different pointers")
+
+    def check_mem_access(self, pc: int, insn: Instruction, info, state: State, regno: int,
+                         write: bool, value_regno: int | None, *, ldsx: bool = False,
+                         imm: int | None = None, strict: bool = False) -> None:
+        """check_mem_access: ``regno`` + insn.off, ``info.nbytes`` bytes; a read's result
+        goes to ``value_regno`` (None: none), a write's value comes from it (or ``imm``)."""
+        regs = state.cur.regs
+        reg = regs[regno]
+        size = info.nbytes
+        off = insn.off + reg.off
+        if reg.type == PTR_TO_STACK or strict and reg.type in (PTR_TO_CTX, PTR_TO_MAP_VALUE):
+            if reg.var.is_const and (reg.var.value + off) % size:
+                desc = {PTR_TO_STACK: "stack ", PTR_TO_CTX: "context ",
+                        PTR_TO_MAP_VALUE: "value "}[reg.type]
+                raise _reject(errno.EACCES, f"misaligned {desc}access off "
+                              f"{_tnum_str(reg.var)}+{reg.off}+{insn.off} size {size}")
+        result = UNKNOWN
+        if reg.type == PTR_TO_MAP_VALUE and not reg.id:
+            self.check_map_value_access(regno, reg, off, size, write)
+        elif reg.type == PTR_TO_CTX:
+            result = self.check_ctx_access(regno, reg, off, size, write, ldsx)
+        elif reg.type == PTR_TO_STACK:
+            if not reg.var.is_const:
+                result = UNKNOWN  # a variable offset: bounds are value ranges, not kept here
+            else:
+                off += _s64(reg.var.value)
+                self.check_stack_access_within_bounds(regno, off, size, write)
+                frame = state.frames[reg.frame]
+                if write:
+                    value = regs[value_regno] if value_regno is not None else None
+                    self.check_stack_write(frame, state.cur, off, size, value, imm)
+                else:
+                    result = _stack_read(frame, off, size)
+        elif reg.type == PTR_TO_RDONLY_MEM:
+            if write:
+                raise _reject(errno.EACCES, f"R{regno} cannot write into {reg.type}")
+            raise _reject(errno.EACCES, f"invalid access to memory, mem_size=0 off={off} "
+                          f"size={size}")
+        elif reg.type in _PKT_TYPES:
+            if write and self.prog_type not in DIRECT_WRITE_PROG_TYPES:
+                raise _reject(errno.EACCES, "cannot write into packet")
+        elif reg.type == SCALAR or reg.id or reg.type == PTR_TO_PACKET_END:
+            raise _reject(errno.EACCES, f"R{regno} invalid mem access '{reg.type_str()}'")
+        if write or value_regno is None:
+            return
+        if result.type == SCALAR and size < BPF_REG_SIZE:
+            result = Reg(SCALAR, _coerce(result.var, size, ldsx))
+        regs[value_regno] = result
+
+    def check_map_value_access(self, regno: int, reg: Reg, off: int, size: int,
+                               write: bool) -> None:
+        bpf_map = reg.map
+        if bpf_map is None:
+            return
+        flag = BPF_F_RDONLY_PROG if write else BPF_F_WRONLY_PROG
+        if bpf_map.map_flags & flag:
+            access = "write into" if write else "read from"
+            raise _reject(errno.EACCES, f"{access} map forbidden, value_size="
+                          f"{bpf_map.value_size} off={off} size={size}")
+        if not reg.var.is_const:
+            return  # a variable offset: its bounds are value ranges, not kept here
+        off += _s64(reg.var.value)
+        if off < 0 or off + size > bpf_map.value_size:
+            raise _reject(errno.EACCES, f"invalid access to map value, value_size="
+                          f"{bpf_map.value_size} off={off} size={size}\nR{regno} min value is "
+                          "outside of the allowed memory range")
+
+    def check_ctx_access(self, regno: int, reg: Reg, off: int, size: int, write: bool,
+                         ldsx: bool) -> Reg:
+        self.check_ctx_pointer(regno, reg)
+        if not ctx_rules.is_valid_access(self.prog_type, off, size, write, ldsx,
+                                         self.attach_type):
+            raise _reject(errno.EACCES, f"invalid bpf_context access off={off} size={size}")
+        self.max_ctx = max(self.max_ctx, off + size)
+        ptr = ctx_rules.ctx_field_type(self.prog_type, off)
+        if write or ptr is None:
+            return UNKNOWN
+        if ptr == PTR_TO_SOCK_COMMON_OR_NULL:
+            return Reg("sock_common", tnum.const(0), id=self.new_id())
+        return Reg(ptr, tnum.const(0))
+
+    @staticmethod
+    def check_stack_access_within_bounds(regno: int, off: int, size: int,
+                                         write: bool) -> None:
+        if off < -MAX_BPF_STACK or off + size > 0:
+            access = "write to" if write else "read from"
+            raise _reject(errno.EACCES, f"invalid {access} stack R{regno} off={off} "
+                          f"size={size}")
+
+    @staticmethod
+    def check_stack_write(frame: Frame, cur: Frame, off: int, size: int, value: Reg | None,
+                          imm: int | None) -> None:
+        """check_stack_write_fixed_off: spill a register (or BPF_ST's immediate) to an
+        aligned slot, or mark the bytes written as data (zeros when the value is 0)."""
+        slot = -off - 1
+        spi = slot // BPF_REG_SIZE
+        old = frame.stack.get(spi, EMPTY_SLOT)
+        if value is not None and off % BPF_REG_SIZE == 0 and value.type == SCALAR \
+                or value is None and imm is not None and off % BPF_REG_SIZE == 0:
+            frame.stack[spi] = _spill(old, value if value is not None else scalar(imm), size)
+            return
+        if value is not None and value.is_pointer:
+            if size != BPF_REG_SIZE:
+                raise _reject(errno.EACCES, "invalid size of register spill")
+            if frame is not cur and value.type == PTR_TO_STACK:
+                raise _reject(errno.EINVAL, "cannot spill pointers to stack into stack frame "
+                              "of the caller")
+            frame.stack[spi] = _spill(old, value, size)
+            return
+        zero = value.var == tnum.const(0) if value is not None else imm == 0
+        types = list(old.types)
+        if types[BPF_REG_SIZE - 1] == STACK_SPILL:  # the spill is gone: its bytes are data
+            types = [t if t == STACK_INVALID else STACK_MISC for t in types]
+        for i in range(size):
+            types[(slot - i) % BPF_REG_SIZE] = STACK_ZERO if zero else STACK_MISC
+        frame.stack[spi] = Slot("".join(types), UNINIT)

@@ -1,0 +1,334 @@
+"""The verifier's abstract state (kernel/bpf/verifier.c's struct bpf_reg_state,
+bpf_func_state, bpf_verifier_state), its stack slots, and what pruning compares: states_equal /
+regsafe (``_covers``), the endless-loop check and the widening of is_state_visited; the limits
+and errno helper every part of the verifier shares."""
+
+from __future__ import annotations
+
+import errno
+import struct
+from typing import Any, NamedTuple
+
+from ...asm.opcodes import (
+    Class,
+    Instruction,
+    JmpOp,
+)
+from ...errors import KernelError
+from ...uapi import (
+    MapType,
+    ProgType,
+)
+from . import tnum
+from .filter import (
+    PTR_TO_PACKET,
+    PTR_TO_PACKET_META,
+    PTR_TO_SOCK_COMMON_OR_NULL,
+    PTR_TO_SOCKET,
+)
+from .memory import M64
+from .tnum import Tnum
+
+LD_IMM64 = 0x18
+EXIT = Class.JMP | JmpOp.EXIT
+JA = Class.JMP | JmpOp.JA
+GOTOL = Class.JMP32 | JmpOp.JA
+# Program types that may use the legacy packet loads (may_access_skb).
+LD_ABS_PROG_TYPES = frozenset({ProgType.SOCKET_FILTER, ProgType.SCHED_CLS, ProgType.SCHED_ACT})
+# Maps whose values a program may address directly (map_direct_value_addr).
+DIRECT_VALUE_MAP_TYPES = frozenset({MapType.ARRAY})
+# Maps whose lookups with a constant in-range key cannot fail (can_elide_value_nullness).
+ELIDE_NULL_MAP_TYPES = frozenset({MapType.ARRAY, MapType.PERCPU_ARRAY})
+BPF_COMPLEXITY_LIMIT_INSNS = 1_000_000
+BPF_MAX_VAR_OFF = 1 << 29
+BPF_REG_SIZE = 8
+BPF_ADDR_SPACE_CAST = 1
+BPF_F_RDONLY_PROG = 0x80
+BPF_F_WRONLY_PROG = 0x100
+MAX_BPF_REG = 11
+FP = 10
+CALLER_SAVED = (0, 1, 2, 3, 4, 5)
+# Explored states kept per instruction for pruning (fewer only means more walking).
+STATES_PER_INSN = 8
+# Rounds of a loop walked with exact values before what changes is widened to unknown.
+LOOP_UNROLL = 1024
+# Rounds back a path's state is compared with to find an endless loop.
+LOOP_PERIOD = 8
+
+_SLOT = struct.Struct("<BBhi")
+
+
+class VerifierReject(KernelError):
+    """The program is rejected; ``log`` is the verifier log."""
+
+    def __init__(self, err: int, message: str) -> None:
+        super().__init__(err, message)
+        self.log = message + "\n"
+
+
+
+def _reject(err: int, message: str) -> VerifierReject:
+    return VerifierReject(err, message)
+
+
+
+# -- the abstract state ------------------------------------------------------------------------
+NOT_INIT, SCALAR, PTR_TO_CTX, PTR_TO_STACK = "?", "scalar", "ctx", "fp"
+CONST_PTR_TO_MAP, PTR_TO_MAP_VALUE = "map_ptr", "map_value"
+PTR_TO_RDONLY_MEM = "rdonly_mem"  # PTR_TO_MEM | MEM_RDONLY: here only a kfunc's address, size 0
+_PKT_TYPES = frozenset({PTR_TO_PACKET, PTR_TO_PACKET_META})
+# Pointer types whose accesses are not checked here (sockets: their fields are not modelled).
+_SOCKET_TYPES = frozenset({PTR_TO_SOCKET, "sock_common"})
+
+
+class Reg(NamedTuple):
+    """struct bpf_reg_state, the parts kept here."""
+
+    type: str = NOT_INIT
+    var: Tnum = tnum.UNKNOWN  # a scalar's known bits; a pointer's variable offset
+    off: int = 0  # a pointer's fixed offset
+    map: Any = None  # CONST_PTR_TO_MAP, PTR_TO_MAP_VALUE: the map (None: not known here)
+    frame: int = 0  # PTR_TO_STACK: whose stack
+    id: int = 0  # not 0: may be NULL (copies share the id until a NULL check)
+
+    @property
+    def is_pointer(self) -> bool:
+        return self.type not in (SCALAR, NOT_INIT)
+
+    @property
+    def is_const(self) -> bool:
+        return self.type == SCALAR and self.var.is_const
+
+    def type_str(self) -> str:
+        """reg_type_str: what the kernel's messages call this register's type."""
+        if self.id and self.type == "sock_common":
+            return PTR_TO_SOCK_COMMON_OR_NULL
+        return self.type + ("_or_null" if self.id else "")
+
+
+UNINIT = Reg()
+UNKNOWN = Reg(SCALAR)
+
+
+def scalar(value: int) -> Reg:
+    return Reg(SCALAR, tnum.const(value))
+
+
+# Stack slot types, by byte (kernel's STACK_INVALID / SPILL / MISC / ZERO); index i of a slot's
+# 8 is slot_type[i], the byte at -(8 * spi + i + 1) from the frame pointer.
+STACK_INVALID, STACK_SPILL, STACK_MISC, STACK_ZERO = "?", "s", "m", "z"
+
+
+class Slot(NamedTuple):
+    types: str = STACK_INVALID * BPF_REG_SIZE
+    spilled: Reg = UNINIT
+
+
+EMPTY_SLOT = Slot()
+
+
+class Frame:
+    """struct bpf_func_state: registers, stack slots and where the call returns to."""
+
+    __slots__ = ("regs", "stack", "callsite", "frameno")
+
+    def __init__(self, regs: list[Reg], stack: dict[int, Slot], callsite: int,
+                 frameno: int) -> None:
+        self.regs = regs
+        self.stack = stack
+        self.callsite = callsite
+        self.frameno = frameno
+
+    def copy(self) -> Frame:
+        return Frame(list(self.regs), dict(self.stack), self.callsite, self.frameno)
+
+    def key(self) -> tuple:
+        return tuple(self.regs), tuple(sorted(self.stack.items())), self.callsite
+
+
+class State:
+    """struct bpf_verifier_state: the frames of the calls in progress, innermost last, and
+    the references the program holds (acquired sockets not yet found NULL)."""
+
+    __slots__ = ("frames", "refs")
+
+    def __init__(self, frames: list[Frame], refs: set[int] | None = None) -> None:
+        self.frames = frames
+        self.refs = refs if refs is not None else set()
+
+    @property
+    def cur(self) -> Frame:
+        return self.frames[-1]
+
+    def copy(self) -> State:
+        return State([f.copy() for f in self.frames], set(self.refs))
+
+    def key(self) -> tuple:
+        return tuple(f.key() for f in self.frames) + (tuple(sorted(self.refs)),)
+
+
+def _covers(old: tuple, cur: tuple, live: int) -> bool:
+    """is_state_visited's states_equal: every path from ``cur`` is one from ``old`` (which
+    was explored, or is being), so ``cur`` needs no walk of its own. ``live``: registers of
+    the innermost frame that may still be read."""
+    if len(old) != len(cur) or len(old[-1]) != len(cur[-1]):
+        return False  # other calls in progress, or other references held
+    ids: dict[int, int] = {}
+    frames = len(old) - 1
+    for depth, ((old_regs, old_stack, old_call), (regs, stack, call)) in enumerate(
+            zip(old[:frames], cur[:frames], strict=True)):
+        if old_call != call:
+            return False
+        inner = depth == frames - 1
+        for regno, (a, b) in enumerate(zip(old_regs, regs, strict=True)):
+            if inner and not live >> regno & 1:
+                continue
+            if not _reg_covers(a, b, ids):
+                return False
+        cur_slots = dict(stack)
+        for spi, slot in old_stack:
+            if all(t in (STACK_INVALID, STACK_MISC) for t in slot.types):
+                continue  # the old walk read nothing from here it could rely on
+            other = cur_slots.get(spi, EMPTY_SLOT)
+            if slot.types != other.types or not _reg_covers(slot.spilled, other.spilled, ids):
+                return False
+    return all(ids.get(ref, ref) in cur[-1] for ref in old[-1])
+
+
+def _reg_covers(old: Reg, cur: Reg, ids: dict[int, int]) -> bool:
+    """regsafe: ``old`` allows every value ``cur`` may have (maybe-NULL ids map one to one)."""
+    if old.type == NOT_INIT:
+        return True  # old never read it (a read would have failed), nor will cur's paths
+    if old.type != cur.type:
+        return False
+    if old.type == SCALAR:
+        return old.var.contains(cur.var)
+    if (old.off, old.map, old.frame) != (cur.off, cur.map, cur.frame) \
+            or not old.var.contains(cur.var):
+        return False
+    if bool(old.id) != bool(cur.id):
+        return False
+    return not old.id or ids.setdefault(old.id, cur.id) == cur.id
+
+
+
+SRC_OP, DST_OP, DST_OP_NO_MARK = 0, 1, 2
+
+
+class _Visit(NamedTuple):
+    """A path's visit of a prune point, linked to its previous visit of the same one."""
+
+    key: tuple
+    state: State
+    widened: bool
+    previous: _Visit | None
+    count: int
+
+
+def _check_endless_loop(pc: int, key: tuple, visit: _Visit | None) -> None:
+    """is_state_visited: this path is back at ``pc`` in a state it had there in one of the
+    last LOOP_PERIOD rounds (and had not widened), so it would go round forever."""
+    for _ in range(LOOP_PERIOD):
+        if visit is None:
+            return
+        if not visit.widened and visit.key == key:
+            raise _reject(errno.EINVAL, f"infinite loop detected at insn {pc}")
+        visit = visit.previous
+
+
+def _widen(state: State, before: State) -> None:
+    """widen_imprecise_scalars: a scalar (or a pointer's offset) that differs from the
+    previous round becomes unknown."""
+    for frame, old in zip(state.frames, before.frames, strict=False):
+        for regno, (reg, was) in enumerate(zip(frame.regs, old.regs, strict=True)):
+            frame.regs[regno] = _widen_reg(reg, was)
+        for spi, slot in frame.stack.items():
+            was = old.stack.get(spi, EMPTY_SLOT).spilled
+            frame.stack[spi] = slot._replace(spilled=_widen_reg(slot.spilled, was))
+
+
+def _widen_reg(reg: Reg, was: Reg) -> Reg:
+    if reg == was or reg.type != was.type or reg.type == NOT_INIT:
+        return reg
+    if reg.type == SCALAR:
+        return UNKNOWN
+    if reg.map is not was.map or reg.frame != was.frame:
+        return reg
+    return reg._replace(off=was.off, var=tnum.UNKNOWN)  # the change is in the unknown part
+
+
+
+
+def _jump_target(pc: int, insn: Instruction) -> int:
+    if insn.opcode == GOTOL:
+        return pc + insn.imm + 1
+    return pc + insn.off + 1
+
+
+
+def _s64(value: int) -> int:
+    value &= M64
+    return value - (1 << 64) if value >> 63 else value
+
+
+def _tnum_str(var: Tnum) -> str:
+    return str(_s64(var.value)) if var.is_const else f"(0x{var.value:x}; 0x{var.mask:x})"
+
+
+def _ptr_at(ptr: Reg, off: int) -> Reg:
+    if not -BPF_MAX_VAR_OFF < off < BPF_MAX_VAR_OFF:
+        raise _reject(errno.EINVAL, f"{ptr.type_str()} pointer offset {off} is not allowed")
+    return ptr._replace(off=off)
+
+
+
+
+def _mark_ptr_or_null_regs(state: State, ptr_id: int, is_null: bool) -> None:
+    """After a NULL check, every copy of the pointer is the scalar 0 (and a reference it
+    held is gone), or not NULL."""
+    if is_null:
+        state.refs.discard(ptr_id)
+    for frame in state.frames:
+        for regno, reg in enumerate(frame.regs):
+            if reg.id == ptr_id:
+                frame.regs[regno] = scalar(0) if is_null else reg._replace(id=0)
+        for spi, slot in frame.stack.items():
+            if slot.spilled.id == ptr_id:
+                spilled = scalar(0) if is_null else slot.spilled._replace(id=0)
+                frame.stack[spi] = slot._replace(spilled=spilled)
+
+
+
+def _spill(old: Slot, value: Reg, size: int) -> Slot:
+    """save_register_state: the top ``size`` bytes of the slot hold the spilled register;
+    the bytes below keep what they were, but for spilled bytes, which become data."""
+    types = list(old.types)
+    for i in range(BPF_REG_SIZE - size, BPF_REG_SIZE):
+        types[i] = STACK_SPILL
+    for i in range(BPF_REG_SIZE - size):
+        if types[i] not in (STACK_ZERO, STACK_INVALID):
+            types[i] = STACK_MISC
+    return Slot("".join(types), value)
+
+
+def _stack_read(frame: Frame, off: int, size: int) -> Reg:
+    """check_stack_read_fixed_off: a full spill comes back as it went in; a narrow read of a
+    spilled scalar at its start, the scalar; zeros read as 0; anything else is unknown."""
+    slot = -off - 1
+    spi = slot // BPF_REG_SIZE
+    old = frame.stack.get(spi, EMPTY_SLOT)
+    types = old.types
+    read = [types[(slot - i) % BPF_REG_SIZE] for i in range(size)]
+    if types[BPF_REG_SIZE - 1] != STACK_SPILL:
+        return scalar(0) if all(t == STACK_ZERO for t in read) else UNKNOWN
+    spill_size = len(types) - len(types.rstrip(STACK_SPILL))
+    if size == BPF_REG_SIZE and spill_size == BPF_REG_SIZE:
+        return old.spilled
+    if old.spilled.type != SCALAR:
+        raise _reject(errno.EACCES, "invalid size of register fill")
+    if size <= spill_size and off % BPF_REG_SIZE == 0:
+        return old.spilled
+    if all(t == STACK_SPILL for t in read) and old.spilled.var == tnum.const(0) \
+            or all(t == STACK_ZERO for t in read):
+        return scalar(0)
+    return UNKNOWN
