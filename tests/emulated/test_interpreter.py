@@ -35,10 +35,11 @@ from pybpf.asm import (
     Source,
 )
 from pybpf.asm import builder as b
-from pybpf.emulated.prog.executable import Executable, run
+from pybpf.emulated.prog.core import run_prog
+from pybpf.emulated.prog.executable import Executable
 from pybpf.emulated.prog.helpers import helper_funcs
 from pybpf.emulated.prog.jit import jit_source
-from pybpf.emulated.prog.memory import CTX_REGION, DYNAMIC_REGION_BASE, RunState
+from pybpf.emulated.prog.memory import CTX_REGION, DYNAMIC_REGION_BASE, RunEnv, RunState
 from pybpf.errors import ProgramFault
 
 M64 = (1 << 64) - 1
@@ -50,10 +51,10 @@ def executable(items) -> Executable:
 
 
 def run_engine(items, engine: str, ctx=None, budget: int = 1_000_000) -> int:
-    rs = RunState(budget=budget)
+    rs = RunState(RunEnv(insn_budget=budget, engine=engine))
     if ctx is not None:
         rs.mem[CTX_REGION] = ctx
-    return run(executable(items), rs, CTX_REGION << 32, engine)
+    return run_prog(executable(items), rs, CTX_REGION << 32)
 
 
 def r0_of(*body, ctx=None) -> int:
@@ -241,8 +242,8 @@ def test_endless_loop_stops_at_the_budget(engine):
 @pytest.mark.parametrize("engine", ENGINES)
 def test_budget_counts_every_instruction(engine):
     items = [b.mov64(R0, 0), b.label("loop"), b.add64(R0, 1), b.jlt(R0, 100, "loop"), b.exit_()]
-    rs = RunState(budget=1_000)
-    assert run(executable(items), rs, 0, engine) == 100
+    rs = RunState(RunEnv(insn_budget=1_000, engine=engine))
+    assert run_prog(executable(items), rs, 0) == 100
     assert rs.count == 1 + 2 * 100 + 1
 
 
@@ -251,8 +252,8 @@ def test_instruction_count_includes_called_subprograms():
              b.add64(R6, 1), b.jlt(R6, 3, "loop"), b.exit_(),
              b.label("sub"), b.mov64(R0, R1), b.exit_()]
     for engine in ENGINES:
-        rs = RunState()
-        run(executable(items), rs, 0, engine)
+        rs = RunState(RunEnv(engine=engine))
+        run_prog(executable(items), rs, 0)
         assert rs.count == 1 + 3 * (4 + 2) + 1
 
 
@@ -261,8 +262,8 @@ def test_stack_regions_are_released_when_frames_return():
              b.jlt(R6, 50, "loop"), b.mov64(R0, 0), b.exit_(),
              b.label("sub"), b.mov64(R0, 0), b.exit_()]
     for engine in ENGINES:
-        rs = RunState()
-        run(executable(items), rs, 0, engine)
+        rs = RunState(RunEnv(engine=engine))
+        run_prog(executable(items), rs, 0)
         assert all(region < DYNAMIC_REGION_BASE for region in rs.mem)
 
 
@@ -335,8 +336,8 @@ def test_random_programs_give_the_same_result_on_both_engines(items):
     # forward jumps only: a short run, far under this budget; R0 and the instruction count
     results = {}
     for engine in ENGINES:
-        rs = RunState(budget=10_000)
-        results[engine] = (run(executable(items), rs, 0, engine), rs.count)
+        rs = RunState(RunEnv(insn_budget=10_000, engine=engine))
+        results[engine] = (run_prog(executable(items), rs, 0), rs.count)
     assert results["interp"] == results["jit"]
 
 

@@ -96,14 +96,11 @@ def _load(system, program: str, iterations: int):
 def count_insns(program: str, iterations: int) -> int:
     """Instructions one run executes, as the emulator counts them (both engines agree)."""
     from ..backends import system as make_system
-    from ..emulated import CTX_REGION, RunState, run
 
     emulated = make_system("emulated")
+    emulated.insn_budget = 1 << 62
     fd, map_fds = _load(emulated, program, iterations)
-    prog = emulated.prog_from_fd(fd)
-    rs = RunState(emulated, budget=1 << 62)
-    rs.mem[CTX_REGION] = bytearray(192)
-    run(prog.executable, rs, CTX_REGION << 32, "jit")
+    rs = emulated.prog_from_fd(fd).run(bytearray(192), engine="jit")
     for obj in (fd, *map_fds):
         emulated.close(obj)
     return rs.count

@@ -25,23 +25,23 @@ from .net.cpumap import RING_WAIT
 from .net.netdev import net_of
 from .net.psock import psock_table
 from .net.xdp import XdpBuff
-from .prog.executable import run
-from .prog.memory import CTX_REGION, RunState
+from .prog.core import run_prog
+from .prog.memory import RunEnv, RunState
 from .system import EmulatedSystem
 from .test_run import bpf_test_run_xdp_live
 
 __all__ = [
-    "CTX_REGION",
     "HTAB_ELEM_SIZE",
     "HTAB_MEM_DESIGNS",
     "RING_WAIT",
     "EmulatedSystem",
     "Machine",
+    "RunEnv",
     "RunState",
     "VirtualTimeScheduler",
     "XdpBuff",
     "bpf_test_run_xdp_live",
     "net_of",
     "psock_table",
-    "run",
+    "run_prog",
 ]

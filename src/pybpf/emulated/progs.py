@@ -26,6 +26,7 @@ Rules this module keeps:
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import functools
 import hashlib
@@ -52,7 +53,8 @@ from .maps.bpf_map import bpf_prog_map_compatible
 from .net.netdev import NAPI_POLL_WEIGHT, net_of
 from .net.xdp import XDP_FRAME_SIZE, XDP_PACKET_HEADROOM, XdpBuff
 from .prog.btf import check_btf_func, vmlinux_kfuncs
-from .prog.executable import Executable, run
+from .prog.core import bpf_prog_select_runtime, run_prog
+from .prog.executable import Executable
 from .prog.filter import (
     SK_BUFF_SIZE,
     SKB_CB,
@@ -93,6 +95,7 @@ from .prog.memory import (
     PACKET_REGION,
     SOCK_REGION,
     CtxRegion,
+    RunEnv,
     RunState,
 )
 from .prog.verifier import bpf_check
@@ -209,14 +212,20 @@ class BpfProg:
     def run(self, ctx: Any, *, packet: Any = b"", engine: str | None = None) -> RunState:
         """Run once with ``ctx`` (a ``CtxRegion``, bytes (read-only) or a bytearray) as R1;
         the returned RunState has ``retval`` (R0, 64 bits) and what helpers recorded."""
-        system = self.system
-        rs = RunState(system, getattr(system, "insn_budget", DEFAULT_BUDGET), packet)
+        env = self.run_env
+        if engine is not None:
+            env = dataclasses.replace(env, engine=engine)
+        rs = RunState(env, packet)
         rs.mem[CTX_REGION] = ctx
         if isinstance(packet, (bytearray, memoryview)):
             rs.mem[PACKET_REGION] = packet
-        rs.retval = run(self.executable, rs, CTX_REGION << 32,
-                        engine or getattr(system, "bpf_engine", "jit"))
+        rs.retval = run_prog(self.executable, rs)
         return rs
+
+    @property
+    def run_env(self) -> RunEnv:
+        """What a run of this program sees: its system's machine, budget and engine."""
+        return self.system.run_env
 
 
 class _Tracepoint:
@@ -236,6 +245,11 @@ class ProgramsMixin:
 
     bpf_engine = "jit"  # "jit" or "interp" (the reference interpreter)
     insn_budget = DEFAULT_BUDGET  # instructions one run may execute
+
+    @property
+    def run_env(self) -> RunEnv:
+        """The environment of this system's program runs (``prog/core.py``)."""
+        return RunEnv(self.machine, self.insn_budget, self.bpf_engine)
 
     # -- load --------------------------------------------------------------------------------
     def _prog_load(self, attr: ProgAttr) -> int:
@@ -277,7 +291,8 @@ class ProgramsMixin:
                               "type (its owner: the first program that used it)")
         for bpf_map in prog.used_maps:
             self.bpf_map_inc(bpf_map)
-        prog.executable.prepare(self.bpf_engine)  # translate at load: runs time only the run
+        # translate at load: a timed run times only the run
+        bpf_prog_select_runtime(prog.executable, self.bpf_engine)
         prog.refcnt = 1
         prog.id = self.prog_idr_alloc(prog)
         return self.fd_install(prog)
@@ -385,10 +400,10 @@ class ProgramsMixin:
 
     def _run_skb(self, prog: BpfProg, ctx_region: CtxRegion, packet: memoryview,
                  data: memoryview) -> int:
-        rs = RunState(self, self.insn_budget, data)
+        rs = RunState(self.run_env, data)
         rs.mem[CTX_REGION] = ctx_region
         rs.mem[PACKET_REGION] = packet
-        return run(prog.executable, rs, CTX_REGION << 32, self.bpf_engine)
+        return run_prog(prog.executable, rs)
 
     def _test_run_xdp(self, prog: BpfProg, req: TestRunRequest) -> TestRun:
         """bpf_prog_test_run_xdp, its checks in the kernel's order."""
@@ -471,10 +486,10 @@ class ProgramsMixin:
 
         def once() -> int:  # repeated runs share the buffer, head adjustments included
             start = pointers[XDP_MD_DATA] & M32
-            rs = RunState(self, self.insn_budget, view[start:pointers[XDP_MD_DATA_END] & M32])
+            rs = RunState(self.run_env, view[start:pointers[XDP_MD_DATA_END] & M32])
             rs.mem[CTX_REGION] = ctx_region
             rs.mem[PACKET_REGION] = view
-            return run(prog.executable, rs, CTX_REGION << 32, self.bpf_engine)
+            return run_prog(prog.executable, rs)
 
         retval, duration = self._timed_runs(prog, req.repeat, once)
         data_meta, data, data_end = (pointers[f] & M32 for f in (

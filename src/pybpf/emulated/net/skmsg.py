@@ -75,7 +75,7 @@ from typing import Any
 
 from ...errors import KernelError
 from ...uapi import SK_PASS, ProgType
-from ..prog.executable import run
+from ..prog.core import run_prog
 from ..prog.filter import (
     SK_BUFF_SIZE,
     SK_MSG_DATA,
@@ -433,12 +433,11 @@ class SkPsock(SkPsockBacklog):
         return self._run(prog, ctx, packet)
 
     def _run(self, prog: Any, ctx: CtxRegion, packet: bytearray) -> tuple[int, Any]:
-        system = prog.system
-        rs = RunState(system, system.insn_budget, packet)
+        rs = RunState(prog.run_env, packet)
         rs.psock = self
         rs.mem[CTX_REGION] = ctx
         rs.mem[PACKET_REGION] = packet
-        retval = run(prog.executable, rs, CTX_REGION << 32, system.bpf_engine)
+        retval = run_prog(prog.executable, rs)
         return retval, rs.redirect
 
     def _sock_fields(self) -> bytes:

@@ -30,9 +30,9 @@ from typing import Any
 from ...errors import ProgramFault
 from ...packet import ETH_HLEN, mac_bytes
 from ...uapi import XDP_ABORTED, XDP_PASS, MapType
-from ..prog.executable import run
+from ..prog.core import run_prog
 from ..prog.helpers import XdpRedirect
-from ..prog.memory import CTX_REGION, DEFAULT_BUDGET, M32, PACKET_REGION, CtxRegion, RunState
+from ..prog.memory import CTX_REGION, M32, PACKET_REGION, CtxRegion, RunState
 from .skbuff import (
     PACKET_BROADCAST,
     PACKET_HOST,
@@ -104,20 +104,17 @@ def bpf_prog_run_xdp(prog: Any, xdp: XdpBuff, egress_ifindex: int = 0) -> tuple[
     """Run ``prog`` on ``xdp``: (the action, the redirect the program recorded or None).
 
     The offsets follow what the program did to the packet (``bpf_xdp_adjust_*``)."""
-    system = prog.system
     base = PACKET_REGION << 32
     pointers = {_MD_DATA: base | xdp.data, _MD_DATA_END: base | xdp.data_end,
                 _MD_DATA_META: base | xdp.data_meta}
     md = bytearray(_XDP_MD.pack(0, 0, 0, getattr(xdp.dev_rx, "ifindex", 0), xdp.rxq_index,
                                 egress_ifindex))
     view = memoryview(xdp.page)
-    rs = RunState(system, getattr(system, "insn_budget", DEFAULT_BUDGET),
-                  view[xdp.data:xdp.data_end])
+    rs = RunState(prog.run_env, view[xdp.data:xdp.data_end])
     rs.mem[CTX_REGION] = CtxRegion("xdp_md", md, pointers)
     rs.mem[PACKET_REGION] = view
     try:
-        act = run(prog.executable, rs, CTX_REGION << 32,
-                  getattr(system, "bpf_engine", "jit")) & M32
+        act = run_prog(prog.executable, rs) & M32
     except ProgramFault:
         prog.faults = getattr(prog, "faults", 0) + 1
         return XDP_ABORTED, None

@@ -1,24 +1,18 @@
-"""A loaded program in executable form, and ``run``: the entry both engines share.
+"""A loaded program in executable form: what both engines read.
 
 ``Executable`` resolves a program once (slots, subprogram starts, lddw immediates, static
-regions); ``entry`` hands out the function that runs a subprogram on the reference
-interpreter (interpreter.py) or the JIT to Python (jit.py), made once and cached.
+regions). It knows no engine: core.py makes and caches the engines' entries for it.
 """
 
 from __future__ import annotations
 
-import errno
 import itertools
 from collections.abc import Callable
 from typing import Any
 
 from ...asm.opcodes import Class, Instruction, JmpOp
-from ...errors import ProgramFault
 from ...uapi import BPF_PSEUDO_CALL
-from .interpreter import Interpreter
-from .jit import JIT_MAX_SLOTS, jit_compile
-from .memory import M64, RunState
-from .semantics import RunAbort
+from .memory import M64
 
 # Static regions (map objects, global data) take numbers from one process-wide counter, so
 # programs that tail-call each other never collide (region numbers: memory.py).
@@ -67,34 +61,11 @@ class Executable:
                 self.static_regions[region] = obj
             self.ld_imm[pc] = (region << 32) | off if kind == "map_value" else region << 32
         self.subprogs = sorted(starts)
-        self._entries: dict[tuple[str, int], Callable] = {}
-        self._jit_functions: dict[str, Callable] | None = None
-        self._interpreter: Interpreter | None = None
-
-    def entry(self, engine: str, start: int = 0) -> Callable:
-        """The function ``f(rs, r1, r2, r3, r4, r5) -> r0`` that runs the subprogram at
-        ``start`` on ``engine`` ("jit" or "interp"); the JIT translates the whole program the
-        first time it is asked, then every entry is cached."""
-        key = (engine, start)
-        found = self._entries.get(key)
-        if found is not None:
-            return found
-        if engine == "jit" and len(self.slots) <= JIT_MAX_SLOTS:
-            if self._jit_functions is None:
-                self._jit_functions = jit_compile(self)
-            found = self._jit_functions[f"F{start}"]
-        elif engine in ("jit", "interp"):
-            if self._interpreter is None:
-                self._interpreter = Interpreter(self)
-            found = self._interpreter.entry_of(start)
-        else:
-            raise ValueError(f"unknown engine {engine!r}: choose 'jit' or 'interp'")
-        self._entries[key] = found
-        return found
-
-    def prepare(self, engine: str) -> Callable:
-        """Make (and cache) the entry of ``engine`` now rather than at the first run."""
-        return self.entry(engine)
+        # what core.py makes of it once, per engine: the JIT's functions by subprogram, the
+        # interpreter, and the entries handed out
+        self.jit_functions: dict[str, Callable] | None = None
+        self.interpreter: Any = None
+        self.entries: dict[tuple[str, int], Callable] = {}
 
     def subprog_end(self, start: int) -> int:
         later = [s for s in self.subprogs if s > start]
@@ -103,20 +74,3 @@ class Executable:
 
 def _is_local_call(insn: Instruction) -> bool:
     return insn.opcode == (Class.JMP | JmpOp.CALL) and insn.src == BPF_PSEUDO_CALL
-
-
-def run(exe: Executable, rs: RunState, ctx: int, engine: str = "jit") -> int:
-    """Run ``exe`` with R1 = ``ctx``; returns R0 (64 bits). ``engine``: "jit" or "interp".
-    The instructions it executed are charged to the current CPU of the run's machine."""
-    rs.engine = engine
-    rs.mem.update(exe.static_regions)
-    try:
-        return exe.entry(engine)(rs, ctx, 0, 0, 0, 0)
-    except RunAbort:
-        return 0
-    except RecursionError:
-        raise ProgramFault(errno.EFAULT, "the call stack is too deep") from None
-    finally:
-        machine = getattr(rs.system, "machine", None)
-        if machine is not None:
-            machine.timing.charge(machine.current.cpu, "bpf_insn", rs.count)

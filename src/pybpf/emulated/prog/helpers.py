@@ -103,11 +103,6 @@ def bpf_map_of(rs: RunState, ptr: int, helper: str) -> BpfMap:
     return obj
 
 
-def _machine(rs: RunState):
-    system = rs.system
-    return system.machine if system is not None else None
-
-
 # -- map helpers (kernel/bpf/helpers.c) ----------------------------------------------------------
 # The hot three have a core taking the resolved map, ``(bpf_map, rs, r2, r3, r4, r5) -> r0``,
 # so the JIT can bind it to a map a program loads (``bind_map``) and skip resolving R1.
@@ -236,27 +231,27 @@ def bpf_map_lookup_percpu_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int,
 
 # -- machine helpers -----------------------------------------------------------------------------
 def bpf_get_smp_processor_id(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
-    machine = _machine(rs)
+    machine = rs.machine
     return machine.current_cpu() if machine is not None else 0
 
 
 def bpf_get_numa_node_id(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
-    machine = _machine(rs)
+    machine = rs.machine
     return machine.numa_node_id() if machine is not None else 0
 
 
 def bpf_ktime_get_ns(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
-    machine = _machine(rs)
+    machine = rs.machine
     return machine.ktime_get_ns() if machine is not None else 0
 
 
 def bpf_get_prandom_u32(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
-    machine = _machine(rs)
+    machine = rs.machine
     return machine.prandom_u32() if machine is not None else 0
 
 
 def bpf_get_current_pid_tgid(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
-    machine = _machine(rs)
+    machine = rs.machine
     return machine.current_pid_tgid() if machine is not None else 0
 
 
@@ -399,7 +394,7 @@ def bpf_msg_redirect_hash(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: 
 def bpf_probe_read_user(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     """Copy R2 bytes of user memory at R3 (the machine's ``user_memory``) to R1; on a fault
     the buffer is zeroed and -EFAULT returned, as the kernel does."""
-    machine = _machine(rs)
+    machine = rs.machine
     data = machine.user_memory.read(r3, r2) if machine is not None else None
     if data is None:
         mem_write(rs, r1, bytes(r2), "dst (R1)")
@@ -542,7 +537,7 @@ HELPERS: dict[int, HelperProto] = _table()
 def charged(func: Callable[..., int], cost: str) -> Callable[..., int]:
     """``func``, charging ``cost`` to the current CPU of the program's machine first."""
     def helper(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
-        machine = _machine(rs)
+        machine = rs.machine
         if machine is not None:
             machine.timing.charge(machine.current.cpu, cost)
         return func(rs, r1, r2, r3, r4, r5)

@@ -131,7 +131,7 @@ class Interpreter:
                     elif imm == BpfFunc.tail_call:
                         target = tail_call(rs, regs[1], regs[2], regs[3])
                         if target is not None:
-                            return target.entry(rs.engine)(rs, regs[1], 0, 0, 0, 0)
+                            return rs.entry_of(target, 0)(rs, regs[1], 0, 0, 0, 0)
                     else:
                         regs[0] = exe.helpers[imm](rs, *regs[1:6]) & M64
                 elif kind is Kind.EXIT:

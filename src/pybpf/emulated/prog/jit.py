@@ -249,7 +249,7 @@ class _FunctionWriter:
                 emit(depth, "if t is not None:")
                 emit(depth + 1, "rs.count = n")
                 emit(depth + 1, "del mem[frame]")
-                emit(depth + 1, "return t.entry(rs.engine)(rs, r1, 0, 0, 0, 0)")
+                emit(depth + 1, "return rs.entry_of(t, 0)(rs, r1, 0, 0, 0, 0)")
             elif bound_name(imm, self.map_in_r1) in self.bound:
                 # R1 is a known map: the helper bound to it skips resolving the map pointer
                 emit(depth, f"r0 = {bound_name(imm, self.map_in_r1)}(rs, r2, r3, r4, r5)")

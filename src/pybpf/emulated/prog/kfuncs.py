@@ -53,7 +53,7 @@ def bpf_sk_skb_set_redirect_cpu(rs: RunState, r1: int, r2: int, r3: int, r4: int
     the series checked only the upper end, so any negative CPU passed; here only -1 does);
     -ENOENT when the socket has no psock (a run outside a psock, or one being dropped)."""
     redir_cpu = ctypes.c_int32(r2).value  # the C int the kfunc takes: R2's low 32 bits
-    num_cpus = rs.system.machine.num_cpus
+    num_cpus = rs.machine.num_cpus
     if redir_cpu >= num_cpus or redir_cpu < BPF_SK_REDIR_CPU_UNSET:
         return -errno.EINVAL & M64
     psock = rs.psock

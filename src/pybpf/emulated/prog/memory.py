@@ -14,9 +14,14 @@ from __future__ import annotations
 
 import errno
 import struct
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ...errors import ProgramFault
+
+if TYPE_CHECKING:
+    from ..machine.machine import Machine
 
 M64 = (1 << 64) - 1
 M32 = (1 << 32) - 1
@@ -147,30 +152,44 @@ def mem_write(rs: RunState, addr: int, data: bytes, what: str) -> None:
 
 
 # -- the state of one run ------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class RunEnv:
+    """What a program run sees of the world beyond its own memory: the machine it runs on
+    (its current CPU, clocks and charging; None: a bare run that charges nothing), its
+    instruction budget, and the engine ("jit" or "interp"). The engine never sees a System."""
+
+    machine: Machine | None = None
+    insn_budget: int = DEFAULT_BUDGET
+    engine: str = "jit"
+
+
 class RunState:
     """One program run: its regions, instruction count and budget, tail calls, environment.
 
-    ``env`` is what the helpers see of the world: ``system`` (the EmulatedSystem, for the
-    machine and the fd-less objects), the packet for LD_ABS, the redirect a helper recorded,
-    and for a program a psock runs the psock of the skb's socket (what kfuncs find as
-    ``sk_psock(skb->sk)``).
+    What the helpers see of the world: ``machine`` (from the run's ``RunEnv``), the packet for
+    LD_ABS, the redirect a helper recorded, and for a program a psock runs the psock of the
+    skb's socket (what kfuncs find as ``sk_psock(skb->sk)``). ``entry_of(exe, start)`` gives
+    the function running a subprogram on this run's engine (tail calls, callbacks); it is set
+    by ``core.run_prog``.
     """
 
     __slots__ = ("mem", "next_region", "value_regions", "count", "budget", "tail_calls",
-                 "system", "packet", "redirect", "engine", "trace", "retval", "psock")
+                 "machine", "packet", "redirect", "engine", "entry_of", "trace", "retval",
+                 "psock")
 
-    def __init__(self, system: Any = None, budget: int = DEFAULT_BUDGET,
+    def __init__(self, env: RunEnv = RunEnv(),
                  packet: bytes | bytearray | memoryview = b"") -> None:
         self.mem: dict[int, Any] = {}
         self.next_region = DYNAMIC_REGION_BASE
         self.value_regions: dict[int, int] = {}  # id(buffer) -> its pointer, for map values
         self.count = 0
-        self.budget = budget
+        self.budget = env.insn_budget
         self.tail_calls = 0
-        self.system = system
+        self.machine = env.machine
         self.packet = packet
         self.redirect: Any = None
-        self.engine = "jit"  # the engine of this run: callbacks and tail calls use it too
+        self.engine = env.engine
+        self.entry_of: Callable[[Any, int], Callable] | None = None
         self.trace: list[bytes] = []
         self.retval = 0  # R0 at exit, set by whoever runs the program
         self.psock: Any = None  # the SkPsock running the program (None: run outside one)

@@ -1,0 +1,85 @@
+"""Running a program (kernel/bpf/core.c: bpf_prog_select_runtime, bpf_prog_run).
+
+``run_prog`` is the one entry every caller uses: test runs, XDP, cpumap programs, psock
+verdicts, tracepoints, benchmarks. The caller gives the ``RunEnv`` (machine, instruction
+budget, engine) through the ``RunState``; the run's instructions are charged to the current
+CPU of its machine.
+
+Engines: "jit" translates the whole program to Python once (programs over ``JIT_MAX_SLOTS``
+run on the interpreter instead), "interp" steps the reference interpreter. A run stays on its
+engine through tail calls and callbacks (``rs.entry_of``).
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+
+from ...errors import ProgramFault
+from .executable import Executable
+from .interpreter import Interpreter
+from .jit import JIT_MAX_SLOTS, jit_compile
+from .memory import CTX_REGION, RunState
+from .semantics import RunAbort
+
+ENGINES = ("jit", "interp")
+
+
+def interp_entry(exe: Executable, start: int = 0) -> Callable:
+    """``f(rs, r1, r2, r3, r4, r5) -> r0`` running the subprogram at ``start`` on the
+    reference interpreter."""
+    found = exe.entries.get(("interp", start))
+    if found is None:
+        if exe.interpreter is None:
+            exe.interpreter = Interpreter(exe)
+        found = exe.entries["interp", start] = exe.interpreter.entry_of(start)
+    return found
+
+
+def jit_entry(exe: Executable, start: int = 0) -> Callable:
+    """The same on the JIT, which translates the whole program the first time it is asked."""
+    found = exe.entries.get(("jit", start))
+    if found is None:
+        if len(exe.slots) > JIT_MAX_SLOTS:
+            found = interp_entry(exe, start)
+        else:
+            if exe.jit_functions is None:
+                exe.jit_functions = jit_compile(exe)
+            found = exe.jit_functions[f"F{start}"]
+        exe.entries["jit", start] = found
+    return found
+
+
+_ENTRY_OF = {"jit": jit_entry, "interp": interp_entry}
+
+
+def entry_of(engine: str) -> Callable[[Executable, int], Callable]:
+    """The entry maker of ``engine`` (ValueError for an unknown one)."""
+    try:
+        return _ENTRY_OF[engine]
+    except KeyError:
+        raise ValueError(f"unknown engine {engine!r}: choose 'jit' or 'interp'") from None
+
+
+def bpf_prog_select_runtime(exe: Executable, engine: str) -> None:
+    """Make the main entry of ``engine`` now (the JIT translates at load), not at the first
+    run."""
+    entry_of(engine)(exe, 0)
+
+
+def run_prog(exe: Executable, rs: RunState, ctx: int = CTX_REGION << 32) -> int:
+    """Run ``exe`` with R1 = ``ctx`` on the engine of ``rs``'s environment; returns R0 (64
+    bits). The instructions it executed are charged to the current CPU of the run's
+    machine."""
+    make_entry = rs.entry_of = entry_of(rs.engine)
+    rs.mem.update(exe.static_regions)
+    try:
+        return make_entry(exe, 0)(rs, ctx, 0, 0, 0, 0)
+    except RunAbort:
+        return 0
+    except RecursionError:
+        raise ProgramFault(errno.EFAULT, "the call stack is too deep") from None
+    finally:
+        machine = rs.machine
+        if machine is not None:
+            machine.timing.charge(machine.current.cpu, "bpf_insn", rs.count)
