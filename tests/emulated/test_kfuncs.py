@@ -15,7 +15,7 @@ from pybpf import system
 from pybpf.asm import FP, R0, R1, R2, R3, R4, R6, R7, assemble, encode
 from pybpf.asm import builder as b
 from pybpf.btf import Btf, Kind
-from pybpf.emulated.net.psock import psock_table
+from pybpf.emulated.net.skmsg import psock_table
 from pybpf.emulated.prog.kfuncs import KFUNCS
 from pybpf.emulated.prog.memory import CtxRegion
 from pybpf.errors import BPFError, VerifierError

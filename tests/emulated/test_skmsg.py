@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import err_of, u32
-from pybpf.emulated.net.psock import BACKLOG_MAX_BYTES, RX_MAX_READ, MsgQueue, psock_table
+from pybpf.emulated.net.skmsg import BACKLOG_MAX_BYTES, RX_MAX_READ, MsgQueue, psock_table
 from pybpf.uapi import BPF_F_SOCKMAP_TARGET_CPU, SK_PASS, AttachType, MapType
 from sockmap_lab import Proxy, pattern, psock_threads, returning, wait_for
 

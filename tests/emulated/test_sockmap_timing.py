@@ -64,7 +64,7 @@ def test_the_proxy_cpu_must_not_be_the_clients():
 
 def test_a_run_whose_psock_split_or_moved_the_skbs_is_refused():
     from pybpf.bench.sockmap_model import _check_one_skb_each
-    from pybpf.emulated.net.psock import SockmapCpuStats
+    from pybpf.emulated.net.skmsg import SockmapCpuStats
 
     before = {0: SockmapCpuStats(), 1: SockmapCpuStats()}
     whole = {0: SockmapCpuStats(verdicts=3, backlog_runs=3, bytes=300), 1: SockmapCpuStats()}

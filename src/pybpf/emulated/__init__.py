@@ -23,7 +23,7 @@ from .machine.timing import VirtualTimeScheduler
 from .maps.hashtab import HTAB_ELEM_SIZE
 from .net.cpumap import RING_WAIT
 from .net.netdev import net_of
-from .net.psock import psock_table
+from .net.skmsg import psock_table
 from .net.xdp import XdpBuff
 from .prog.core import run_prog
 from .prog.memory import RunEnv, RunState

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import KernelError
 from ..uapi import AttachType, ProgType
-from .net.psock import SockmapCpuStats, psock_table
+from .net.skmsg import SockmapCpuStats, psock_table
 from .net.tcp_bpf import tcp_bpf_recvmsg, tcp_bpf_sendmsg
 
 BPF_F_ATTACH_MASK_BASE = 0x7  # ALLOW_OVERRIDE | ALLOW_MULTI | REPLACE

@@ -2,6 +2,10 @@
 on real host sockets.
 
 Rules this module keeps:
+- One ``PsockTable`` per emulated machine (``psock_table``), made on first use; psocks are
+  found by the inode of the socket an fd names. Counters (``SockmapCpuStats``) are per
+  emulated CPU and change under the table's lock; a psock thread's host CPU time goes to the
+  emulated CPU it runs as (``BusyMeter``).
 - One ``SkPsock`` per socket (by inode), made when the socket first enters a map
   (``sk_psock_init``), holding a dup of the socket's fd (its reference on the socket), the
   programs it took at insertion (``SkPsockProgs``), its map links, ``ingress_skb`` (data on
@@ -21,7 +25,7 @@ Rules this module keeps:
   then goes through the verdict. The application never reads it as it is: a socket with a
   verdict gives only what ``ingress_msg`` holds (tcp_bpf_recvmsg_parser). iperf3's cookie trap:
   a proxy that only waits for its other socket hangs.
-- The backlog work (``sk_psock_backlog``, skmsg_backlog.py) runs in the psock's worker thread:
+- The backlog work (``sk_psock_backlog``) runs in the psock's worker thread:
   ingress entries go to ``ingress_msg`` (while it holds the socket's receive buffer: -EAGAIN,
   retried a jiffy later, as sk_psock_skb_ingress does), egress ones are sent on the socket
   non-blocking, a run of them in one sendmsg; on EAGAIN the entries and the offset reached stay
@@ -64,17 +68,21 @@ Rules this module keeps:
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import select
 import socket
 import struct
+import termios
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ...errors import KernelError
 from ...uapi import SK_PASS, ProgType
+from ..machine.machine import per_machine
 from ..prog.core import run_prog
 from ..prog.filter import (
     SK_BUFF_SIZE,
@@ -95,31 +103,242 @@ from ..prog.filter import (
 )
 from ..prog.kfuncs import BPF_SK_REDIR_CPU_UNSET
 from ..prog.memory import CTX_REGION, PACKET_REGION, CtxRegion, RunState
-from .psock import (
-    BACKLOG_MAX_BYTES,
-    JIFFY_S,
-    NO_CPU,
-    POLL_S,
-    RX_MAX_READ,
-    SO_INCOMING_CPU,
-    BusyMeter,
-    MsgQueue,
-    PsockTable,
-    SkbEntry,
-    SkPsockProgs,
-    charge,
-    pin_thread,
-    socket_rx_queued,
-)
-from .skmsg_backlog import SkPsockBacklog
+
+SO_INCOMING_CPU = 49
+POLL_S = 0.02  # how often idle psock threads look at their socket
+BUSY_FLUSH_S = 0.05  # how often a busy psock thread adds its CPU time to the counters
+JIFFY_S = 0.004  # HZ=250: the EAGAIN retry delay
+DRAIN_GIVE_UP_S = 1.0
+# One verdict run takes what the socket has queued, up to a coalesced skb: loopback skbs are
+# 64 KiB (GSO) but tcp_try_coalesce merges queued ones up to MAX_SKB_FRAGS (17) page frags of
+# 32 KiB, so a reader that fell behind takes one skb of up to 544 KiB.
+RX_MAX_READ = 512 * 1024
+# Bytes a psock's ingress_skb may hold before the receive threads feeding it stop reading.
+# The kernel has no such bound (ingress_skb grows while the target cannot send); here the
+# senders' TCP windows close instead, so a stalled peer cannot grow the process without end.
+BACKLOG_MAX_BYTES = 4 << 20
+RX_BUFFERS_KEPT = 16  # full-size receive buffers kept for reuse once sent (zeroing one costs)
+SEND_BATCH_BYTES = 1 << 20  # at most this much queued egress data goes out in one sendmsg
+SEND_BATCH_SKBS = 64
+SKB_FRAG = 32 * 1024  # a page frag of tcp_sendmsg's skbs (SKB_FRAG_PAGE_ORDER: 32 KiB pages)
+MSG_MAX = 17 * 4096  # an sk_msg's scatterlist: MAX_MSG_FRAGS pages
+NO_CPU = -1
+SEND_FLAGS = int(socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)  # an int: IntFlag's | is slow
+
+
+@dataclass
+class SockmapCpuStats:
+    """What the psock data path did on one emulated CPU."""
+
+    verdicts: int = 0  # verdict (and parser) program runs
+    backlog_runs: int = 0  # sk_psock_backlog runs
+    bytes: int = 0  # bytes delivered to an ingress_msg or sent by the work
+    eagain_retries: int = 0  # sends that met a full send buffer and were retried later
+    drops: int = 0  # messages dropped (SK_DROP, no target, stopped transmission)
+    busy_ns: int = 0  # host CPU time of the receive and work threads running as this CPU
+
+
+class SkPsockProgs:
+    """struct sk_psock_progs: a map's programs, or those a psock took, with their links."""
+
+    SLOTS = ("msg_parser", "stream_parser", "stream_verdict", "skb_verdict")
+
+    def __init__(self) -> None:
+        self.msg_parser: Any = None
+        self.stream_parser: Any = None
+        self.stream_verdict: Any = None
+        self.skb_verdict: Any = None
+        self.links: dict[str, Any] = dict.fromkeys(self.SLOTS)
+
+
+class SkbEntry:
+    """An skb on ingress_skb: its bytes, where the work got to, and which way it goes."""
+
+    __slots__ = ("data", "off", "ingress")
+
+    def __init__(self, data: bytes | bytearray, ingress: bool) -> None:
+        self.data = data
+        self.off = 0
+        self.ingress = ingress
+
+
+class MsgQueue:
+    """Byte strings in order and their total: ``ingress_msg``, and what a dropped psock's
+    held. The total bounds the queue as sk_rmem_alloc bounds the kernel's."""
+
+    __slots__ = ("chunks", "nbytes")
+
+    def __init__(self) -> None:
+        self.chunks: deque[bytes | bytearray | memoryview] = deque()
+        self.nbytes = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.chunks)
+
+    def append(self, data: bytes | bytearray) -> None:
+        self.chunks.append(data)
+        self.nbytes += len(data)
+
+    def extend(self, other: MsgQueue) -> None:
+        self.chunks.extend(other.chunks)
+        self.nbytes += other.nbytes
+
+    def clear(self) -> None:
+        self.chunks.clear()
+        self.nbytes = 0
+
+    def take(self, bufsize: int) -> bytes:
+        """Up to ``bufsize`` bytes off the front; the rest of a chunk read in part stays as a
+        view (small reads of a large chunk copy each byte once)."""
+        out = bytearray()
+        chunks = self.chunks
+        while chunks and len(out) < bufsize:
+            head = chunks[0]
+            want = bufsize - len(out)
+            if len(head) <= want:
+                out += chunks.popleft()
+            else:
+                view = memoryview(head)
+                out += view[:want]
+                chunks[0] = view[want:]
+        self.nbytes -= len(out)
+        return bytes(out)
+
+
+class PsockTable:
+    """The machine's psocks by socket inode, the per-CPU counters and the host CPUs."""
+
+    def __init__(self, machine: Any) -> None:
+        self.machine = machine
+        self.lock = threading.Lock()
+        self.by_ino: dict[int, SkPsock] = {}
+        self.leftover: dict[int, MsgQueue] = {}  # what dropped psocks' ingress_msg held
+        self.stats = [SockmapCpuStats() for _ in range(machine.num_cpus)]
+        self.host_cpus = sorted(os.sched_getaffinity(0))
+        # Full-size receive buffers whose bytes went out (the emulator's skb cache): a fresh
+        # bytearray is zeroed, under the interpreter's lock, which costs as much as the copy.
+        self.rx_buffers: deque[bytearray] = deque(maxlen=RX_BUFFERS_KEPT)
+
+    def rx_buffer(self) -> bytearray:
+        try:
+            return self.rx_buffers.pop()
+        except IndexError:
+            return bytearray(RX_MAX_READ)
+
+    def recycle(self, data: Any) -> None:
+        """An egress skb's buffer after its last byte went out (nothing else refers to it)."""
+        if type(data) is bytearray and len(data) == RX_MAX_READ:
+            self.rx_buffers.append(data)
+
+    def count(self, cpu: int, **deltas: int) -> None:
+        record = self.stats[cpu]
+        with self.lock:
+            for name, n in deltas.items():
+                setattr(record, name, getattr(record, name) + n)
+
+    def snapshot(self) -> dict[int, SockmapCpuStats]:
+        with self.lock:
+            return {cpu: SockmapCpuStats(**{f.name: getattr(s, f.name) for f in fields(s)})
+                    for cpu, s in enumerate(self.stats)}
+
+    def host_cpu(self, cpu: int) -> int:
+        """The host CPU standing for emulated ``cpu``."""
+        return self.host_cpus[cpu % len(self.host_cpus)]
+
+    def emulated_cpu(self, host_cpu: int) -> int:
+        """The emulated CPU standing for ``host_cpu`` (itself when the machine has it)."""
+        return host_cpu if 0 <= host_cpu < self.machine.num_cpus else host_cpu % \
+            self.machine.num_cpus
+
+    def lookup_fd(self, fd: int) -> SkPsock | None:
+        try:
+            ino = os.fstat(fd).st_ino
+        except OSError:
+            return None
+        return self.by_ino.get(ino)
+
+    def register(self, psock: SkPsock) -> None:
+        with self.lock:
+            self.by_ino[psock.ino] = psock
+
+    def sock_map_close(self, psock: SkPsock) -> None:
+        """The socket went: out of every map it is in (sock_map_remove_links)."""
+        for bpf_map, link_raw in list(psock.links):
+            bpf_map.sock_map_delete_from_link(psock.ref, link_raw)
+
+    def forget(self, psock: SkPsock) -> None:
+        with self.lock:
+            if self.by_ino.get(psock.ino) is psock:
+                del self.by_ino[psock.ino]
+
+
+# psock_table(machine): the psocks of ``machine``, made on first use.
+psock_table = per_machine(PsockTable)
+
+
+class BusyMeter:
+    """Host CPU time of one psock thread, counted to the emulated CPU it runs as. Reading a
+    thread's CPU time is a system call made with the interpreter's lock held, so a busy
+    thread reads it every BUSY_FLUSH_S, when it changes CPU and before it waits, not per skb."""
+
+    __slots__ = ("table", "cpu", "since", "due")
+
+    def __init__(self, table: PsockTable) -> None:
+        self.table = table
+        self.cpu = NO_CPU
+        self.since = time.thread_time_ns()
+        self.due = time.monotonic() + BUSY_FLUSH_S
+
+    def running_as(self, cpu: int) -> None:
+        if cpu != self.cpu:
+            self.flush()
+            self.cpu = cpu
+        elif time.monotonic() >= self.due:
+            self.flush()
+
+    def flush(self) -> None:
+        now = time.thread_time_ns()
+        if self.cpu != NO_CPU and now > self.since:
+            self.table.count(self.cpu, busy_ns=now - self.since)
+        self.since = now
+        self.due = time.monotonic() + BUSY_FLUSH_S
+
+
+def pin_thread(host_cpu: int) -> None:
+    """Pin the calling thread to ``host_cpu``."""
+    try:
+        os.sched_setaffinity(0, {host_cpu})
+    except OSError:  # a CPU outside this process's cpuset: leave the thread where it is
+        pass
+
+
+def charge(machine: Any, cpu: int, *events: str, n: int = 1) -> None:
+    """Modeled time: ``n`` times each of ``events`` (profile [net] costs) on ``cpu``."""
+    for event in events:
+        machine.timing.charge(cpu, event, n)
+
+
+def socket_rx_queued(fd: int) -> int:
+    """SIOCINQ: bytes waiting in the socket's receive queue."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+    except OSError:
+        return 0
+
+
+def wait_writable(fd: int, timeout: float) -> None:
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    poller.poll(timeout * 1000)
+
 
 # enum __sk_action: what a verdict becomes (__SK_DROP, __SK_PASS, __SK_REDIRECT)
 SK_VERDICT_DROP, SK_VERDICT_PASS, SK_VERDICT_REDIRECT = 0, 1, 2
 _SKB_WRITABLE = writable_fields(ProgType.SK_SKB, SK_BUFF_SIZE)
 
 
-class SkPsock(SkPsockBacklog):
-    """struct sk_psock (see the module docstring; its backlog work is in skmsg_backlog.py)."""
+class SkPsock:
+    """struct sk_psock (see the module docstring)."""
 
     def __init__(self, table: PsockTable, ref: Any) -> None:
         self.table = table
@@ -513,6 +732,135 @@ class SkPsock(SkPsockBacklog):
         if self.worker is None or not self.worker.is_alive():
             self.worker = self._start(self._sk_psock_work, "work")
         self.lock.notify_all()
+
+    # -- sk_psock_backlog and its worker ----------------------------------------------------------
+    def _sk_psock_work(self, meter: BusyMeter) -> None:
+        """The worker's loop: wait for the work to be scheduled, run sk_psock_backlog."""
+        host_cpu = -1
+        while True:
+            with self.lock:
+                if not self.work_pending and not self.stopped:
+                    meter.flush()
+                    self.lock.wait(POLL_S)
+                if self.stopped and (self.closed or not self.ingress_skb):
+                    return
+                pending = self.work_pending or self.stopped  # stopped: drain what is queued
+                cpu = self.work_cpu if self.work_cpu != NO_CPU else self.machine.current.cpu
+                self.work_pending = False
+            if not pending:
+                self._check_alive()
+                continue
+            if self.table.host_cpu(cpu) != host_cpu:
+                host_cpu = self.table.host_cpu(cpu)
+                pin_thread(host_cpu)
+            self.machine.set_cpu(cpu)
+            meter.running_as(cpu)
+            charge(self.machine, cpu, "kworker_wakeup")
+            self.sk_psock_backlog(cpu)
+            self.table.count(cpu, backlog_runs=1)
+
+    def _charge_sent(self, cpu: int, nbytes: int, nskbs: int) -> None:
+        """skb_send_sock of ``nskbs`` skbs, ``nbytes`` in all: tcp_sendmsg_locked splicing
+        their page frags (no copy), the transmit through loopback, and the receiving socket's
+        softirq, which loopback runs on this, the sending, CPU."""
+        charge(self.machine, cpu, "tcp_sendmsg_skb", "tcp_write_xmit_skb", "tcp_v4_rcv_skb",
+                n=nskbs)
+        charge(self.machine, cpu, "skb_send_sock_frag", n=-(-nbytes // SKB_FRAG))
+
+    def sk_psock_backlog(self, cpu: int) -> None:
+        """Drain ingress_skb in order; keep the head and its offset on EAGAIN. A run of
+        egress skbs at the head goes out in one sendmsg (the kernel sends skb by skb: the
+        same bytes in the same order, with fewer trips through the interpreter's lock)."""
+        moved = 0
+        stalled_since = None
+        while True:
+            with self.lock:
+                if not self.ingress_skb or (self.stopped and self.closed):
+                    break
+                entry = self.ingress_skb[0]
+                if entry.ingress:
+                    if not self.stopped and self.ingress_msg.nbytes >= self._rcvbuf() > 0:
+                        # sk_psock_skb_ingress: the socket's receive buffer is full: -EAGAIN,
+                        # and the work retries a jiffy later
+                        self.table.count(cpu, eagain_retries=1)
+                        self.lock.wait(JIFFY_S)
+                        continue
+                    self.ingress_skb.popleft()
+                    self._backlog_done(len(entry.data))
+                    if self.stopped:
+                        with self.table.lock:
+                            self.table.leftover.setdefault(self.ino, MsgQueue()).append(
+                                entry.data)
+                    else:
+                        self.ingress_msg.append(entry.data)
+                        charge(self.machine, cpu, "sk_psock_ingress_msg")
+                    self.lock.notify_all()
+                    moved += len(entry.data)
+                    continue
+                if not self.tx_enabled:
+                    self._purge()
+                    break
+                batch = self._egress_run()
+            try:
+                sent = self.sock.sendmsg([memoryview(e.data)[e.off:] for e in batch], (),
+                                         SEND_FLAGS)
+            except BlockingIOError:
+                self.table.count(cpu, eagain_retries=1)
+                now = time.monotonic()
+                stalled_since = stalled_since or now
+                if self.stopped and now - stalled_since > DRAIN_GIVE_UP_S:
+                    with self.lock:
+                        self._purge()
+                    break
+                if not self.ref.alive() and not self.stopped:
+                    break  # the socket is going: the close path purges
+                wait_writable(self.fd, JIFFY_S)  # sk_psock_write_space or the 1-jiffy retry
+                continue
+            except OSError as exc:  # sk_psock_report_error; TX_ENABLED cleared
+                with self.lock:
+                    self.tx_enabled = False
+                    self.rx_error = self.rx_error or exc.errno or errno.EPIPE
+                    self._purge()
+                break
+            stalled_since = None
+            moved += sent
+            with self.lock:
+                finished = self._advance(batch, sent)
+            self._charge_sent(cpu, sent, finished)
+        if moved:
+            self.table.count(cpu, bytes=moved)
+
+    def _egress_run(self) -> list[SkbEntry]:
+        """The egress skbs at the head of ingress_skb, up to the next ingress one or a batch's
+        bound (self.lock held)."""
+        batch: list[SkbEntry] = []
+        size = 0
+        for entry in self.ingress_skb:
+            if entry.ingress or len(batch) == SEND_BATCH_SKBS or size >= SEND_BATCH_BYTES:
+                break
+            batch.append(entry)
+            size += len(entry.data) - entry.off
+        return batch
+
+    def _advance(self, batch: list[SkbEntry], sent: int) -> int:
+        """``sent`` bytes of ``batch`` went out: move the offsets on and unlink finished skbs
+        (self.lock held; a purge meanwhile has unlinked them already). Returns how many
+        skbs it finished."""
+        finished = 0
+        for entry in batch:
+            if not self.ingress_skb or self.ingress_skb[0] is not entry:
+                break
+            step = min(sent, len(entry.data) - entry.off)
+            entry.off += step
+            sent -= step
+            self._backlog_done(step)
+            if entry.off < len(entry.data):
+                break
+            self.ingress_skb.popleft()
+            self.table.recycle(entry.data)
+            finished += 1
+        return finished
+
 
 def sk_psock_init(table: PsockTable, ref: Any) -> SkPsock:
     """The socket's psock, made on its first insertion into a map, and in ``table``."""

@@ -61,8 +61,7 @@ from ..maps.arraymap import index_get_next_key
 from ..maps.bpf_map import INT_MAX, U32_MAX, BpfMap, MapAttr, map_ops, roundup_pow_of_two, u32_key
 from ..maps.jhash import jhash
 from .devmap import HashBuckets
-from .psock import SkPsockProgs, psock_table
-from .skmsg import SkPsock, sk_psock_init
+from .skmsg import SkPsock, SkPsockProgs, psock_table, sk_psock_init
 
 if TYPE_CHECKING:
     from ..machine.machine import Machine

@@ -28,8 +28,7 @@ from typing import Any
 from ... import sockio
 from ...errors import KernelError
 from ...uapi import SK_PASS
-from .psock import MSG_MAX, PsockTable, socket_rx_queued
-from .skmsg import SkPsock, build_sk_msg, sock_error
+from .skmsg import MSG_MAX, PsockTable, SkPsock, build_sk_msg, sock_error, socket_rx_queued
 
 WAIT_SLICE_S = 0.01  # a reader of both the socket and ingress_msg looks at each this often
 
