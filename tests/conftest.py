@@ -81,7 +81,7 @@ def proxies():
 def make_lab():
     """``make_lab(...)`` builds an ``xdp_lab.Lab``; every lab is closed after the test, and
     the test fails if a cpumap kthread it started is still running then."""
-    from xdp_lab import Lab  # tests/emulated: the emulated XDP data path's tests
+    from xdp_lab import Lab  # tests/xdp_lab.py: the emulated XDP data path's lab
 
     before = set(threading.enumerate())
     labs = []

@@ -3,8 +3,10 @@
 Arrows only point down: ``pybpf.kernel`` and ``pybpf.emulated`` never import each other, and no
 module imports (directly or through others) a module that imports it back. Imports are read
 with ``ast`` from every module, those inside functions included: a lazy import is still a
-dependency. Imports under ``if TYPE_CHECKING:`` run only for a type checker: they count for
-the backends' separation, not as cycles.
+dependency. Imports under ``if TYPE_CHECKING:`` run only for a type checker, yet they count too:
+a module that needs another's types while that one imports it is one piece split in two.
+Inside pybpf.emulated the floors (machine < maps < prog < net < the front) import only
+downwards, and nothing outside the package imports its floors.
 """
 
 from __future__ import annotations
@@ -125,9 +127,9 @@ def test_the_reader_resolves_relative_imports_and_submodules(tmp_path):
         "pybpf.a", "pybpf.c", "pybpf.sub.b", "pybpf.a"]
 
 
-def test_no_import_cycle_in_pybpf():
-    cycle = find_cycle(import_graph(type_only=False))
-    assert not cycle, "import cycle: " + " -> ".join(cycle)
+def test_no_import_cycle_in_pybpf_counting_type_only_imports():
+    cycle = find_cycle(import_graph(type_only=True))
+    assert not cycle, "import cycle (type-only imports counted): " + " -> ".join(cycle)
 
 
 @pytest.mark.parametrize("importer, imported", [("kernel", "emulated"), ("emulated", "kernel")])
@@ -138,3 +140,49 @@ def test_backends_never_import_each_other(importer, imported):
         if in_package(name, f"{PACKAGE}.{importer}")
         for target in targets if in_package(target, f"{PACKAGE}.{imported}"))
     assert not crossing, "; ".join(crossing)
+
+
+# The emulated kernel's floors, lowest first (docs/architecture.md): a module may import its
+# own floor and the floors below it, never one above. The front is the package's own modules.
+EMULATED = f"{PACKAGE}.emulated"
+FLOORS = ("machine", "maps", "prog", "net")
+
+
+def floor_of(module: str) -> int | None:
+    """The floor of a module of pybpf.emulated (len(FLOORS) for the front), else None."""
+    if not in_package(module, EMULATED) or module == EMULATED:
+        return None
+    part = module[len(EMULATED) + 1:].split(".")[0]
+    return FLOORS.index(part) if part in FLOORS else len(FLOORS)
+
+
+def test_the_floor_reader_places_modules():
+    assert floor_of(f"{EMULATED}.machine.rcu") == 0
+    assert floor_of(f"{EMULATED}.net") == 3
+    assert floor_of(f"{EMULATED}.system") == len(FLOORS)
+    assert floor_of(EMULATED) is None and floor_of(f"{PACKAGE}.maps") is None
+
+
+def test_the_emulated_floors_import_only_downwards():
+    upward = sorted(
+        f"{name} imports {target}"
+        for name, targets in import_graph().items()
+        if floor_of(name) is not None
+        for target in targets
+        if floor_of(target) is not None and floor_of(target) > floor_of(name))
+    assert not upward, "; ".join(upward)
+
+
+def test_no_module_outside_imports_the_floors_of_the_emulated_backend():
+    """Benchmarks, testing helpers and the rest use what pybpf.emulated exports; only the
+    backend factory makes an EmulatedSystem."""
+    allowed = {f"{PACKAGE}.backends": {f"{EMULATED}.system"}}
+    reaching = sorted(
+        f"{name} imports {target}"
+        for name, targets in import_graph().items()
+        if not in_package(name, EMULATED)
+        for target in targets
+        if in_package(target, EMULATED) and target != EMULATED
+        and target not in allowed.get(name, ()))
+    assert not reaching, "; ".join(reaching)
+

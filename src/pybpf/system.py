@@ -38,6 +38,7 @@ import contextlib
 import errno
 import functools
 import os
+import socket
 from collections.abc import Callable, Iterator, Sequence
 
 from .attrs import (
@@ -51,6 +52,8 @@ from .attrs import (
     key_arg,
     name_arg,
     pin_path,
+    sock_fd_arg,
+    timeout_arg,
     unsigned,
 )
 from .errors import (
@@ -65,7 +68,6 @@ from .errors import (
     strerror,
 )
 from .records import BatchLookup, FastOps, MapInfo, ProgInfo, TestRun
-from .sockmap_commands import SockmapCommands
 from .topology import Topology
 from .uapi import NUMA_NO_NODE, map_traits
 
@@ -90,7 +92,7 @@ def map_describe(info: MapInfo) -> str:
     return map_description(info.type, info.name, info.id)
 
 
-class System(SockmapCommands, abc.ABC):
+class System(abc.ABC):
     """The bpf(2)-shaped interface: commands in, bytes out, ``BPFError`` on failure.
 
     Subclasses (the backends) implement the machine properties and the underscored
@@ -502,6 +504,52 @@ class System(SockmapCommands, abc.ABC):
         except KernelError as exc:
             raise self._fail(exc, "link_create", f"target {target_fd}") from None
 
+    # -- sockmap: attaching to a map, the sockets' data path ---------------------------------
+    def prog_attach(self, prog_fd: int, target_fd: int, attach_type: int,
+                    attach_flags: int = 0, replace_prog_fd: int = 0) -> None:
+        """BPF_PROG_ATTACH of ``prog_fd`` to ``target_fd`` as ``attach_type`` (SK_SKB and
+        SK_MSG programs: ``target_fd`` is a SOCKMAP or SOCKHASH fd; sockets inserted after
+        the attach take the program)."""
+        try:
+            self._prog_attach(fd_arg(prog_fd), fd_arg(target_fd),
+                              unsigned(attach_type, 32, "attach_type"),
+                              unsigned(attach_flags, 32, "attach_flags"),
+                              unsigned(replace_prog_fd, 32, "replace_prog_fd"))
+        except KernelError as exc:
+            raise self._map_fail(exc, "prog_attach", target_fd) from None
+
+    def prog_detach(self, target_fd: int, attach_type: int, prog_fd: int = 0) -> None:
+        """BPF_PROG_DETACH of ``prog_fd`` (attached as ``attach_type``) from ``target_fd``."""
+        try:
+            self._prog_detach(fd_arg(target_fd), unsigned(attach_type, 32, "attach_type"),
+                              unsigned(prog_fd, 32, "prog_fd"))
+        except KernelError as exc:
+            raise self._map_fail(exc, "prog_detach", target_fd) from None
+
+    def sock_recv(self, sock: int | socket.socket, bufsize: int, *,
+                  timeout: float | None = None) -> bytes:
+        """Read up to ``bufsize`` bytes from a socket as its application does (recvmsg):
+        for a socket in a sockmap with a psock, what the psock delivered to it (data passed
+        by its verdict, or redirected to its ingress) before the socket's own queue, as
+        tcp_bpf_recvmsg reads. b"" at end of stream; ``timeout`` seconds at most (None:
+        block; 0: EAGAIN when nothing is there)."""
+        try:
+            return self._sock_recv(sock_fd_arg(sock), unsigned(bufsize, 31, "bufsize"),
+                                   timeout_arg(timeout))
+        except KernelError as exc:
+            raise self._fail(exc, "sock_recv", f"socket fd {sock!r}") from None
+
+    def sock_send(self, sock: int | socket.socket, data: bytes, *,
+                  timeout: float | None = None) -> int:
+        """Send ``data`` on a socket as its application does (sendmsg): for a socket in a
+        sockmap with an SK_MSG verdict program, the program sees each message first
+        (tcp_bpf_sendmsg: pass, drop -> EACCES, or redirect). Returns the bytes taken."""
+        try:
+            return self._sock_send(sock_fd_arg(sock), bytes_arg(data, "data"),
+                                   timeout_arg(timeout))
+        except KernelError as exc:
+            raise self._fail(exc, "sock_send", f"socket fd {sock!r}") from None
+
     # -- BTF ---------------------------------------------------------------------------------
     def btf_load(self, btf: bytes, log_level: int = 0) -> int:
         """BPF_BTF_LOAD of a BTF blob (``pybpf.btf.Btf.to_bytes()``); returns its fd. A
@@ -648,3 +696,16 @@ def iter_keys(sys: System, fd: int) -> Iterator[bytes]:
         except KeyNotFoundError:
             return
         yield key
+
+    @abc.abstractmethod
+    def _prog_attach(self, prog_fd: int, target_fd: int, attach_type: int,
+                     attach_flags: int, replace_prog_fd: int) -> None: ...
+
+    @abc.abstractmethod
+    def _prog_detach(self, target_fd: int, attach_type: int, prog_fd: int) -> None: ...
+
+    @abc.abstractmethod
+    def _sock_recv(self, fd: int, bufsize: int, timeout: float | None) -> bytes: ...
+
+    @abc.abstractmethod
+    def _sock_send(self, fd: int, data: bytes, timeout: float | None) -> int: ...

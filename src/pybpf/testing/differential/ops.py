@@ -5,8 +5,9 @@ Each op's ``run`` performs it through a ``Runner`` (runner.py) and returns its R
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ...uapi import BPF_ANY
 
@@ -16,7 +17,7 @@ __all__ = ["BAD_MAP", "BloomPeek", "CURSOR", "Close", "CloseSocket", "Create", "
     "SOCKET_KINDS", "SetCpu", "SockRef", "Update", "UpdateBatch", "Value", "Walk"]
 
 if TYPE_CHECKING:
-    from .runner import Runner
+    from ...system import System
 
 # A handle that never names an open map: its fd is one no backend has open.
 BAD_MAP = -1
@@ -45,6 +46,27 @@ class SockRef:
 
 
 Value = bytes | MapRef | SockRef
+
+
+class Runner(Protocol):
+    """What an op performs itself through: runner.Runner on one System (this protocol keeps
+    the ops free of the runner, which imports them)."""
+
+    def call(self, handle: int, fn: Callable[[System, int], object]) -> Result: ...
+    def info(self, fd: int) -> tuple: ...
+    def encode_value(self, value: Value) -> bytes: ...
+    def decode_value(self, handle: int, raw: bytes) -> object: ...
+    def create(self, op: Create) -> Result: ...
+    def next_key(self, op: NextKey) -> Result: ...
+    def lookup_batch(self, op: LookupBatch) -> Result: ...
+    def walk(self, handle: int) -> Result: ...
+    def dump(self, op: Dump) -> Result: ...
+    def close_map(self, handle: int) -> Result: ...
+    def set_cpu(self, cpu: int) -> Result: ...
+    def prog_call(self, handle: int, helper: str, key: bytes, value: bytes = b"",
+                  flags: int = 0) -> Result: ...
+    def open_socket(self, s: int, kind: str) -> Result: ...
+    def close_socket(self, s: int) -> Result: ...
 
 
 # -- ops --------------------------------------------------------------------------------------

@@ -6,12 +6,12 @@ from __future__ import annotations
 import threading
 
 import pytest
-from xdp_lab import XDP_DROP, XDP_REDIRECT, Lab, cpu_recorder, redirect_prog, u32, xdp
 
 import pybpf
 from pybpf.asm import FP, R0, R1, R2, R3, R6
 from pybpf.asm import builder as b
 from pybpf.uapi import AttachType, MapType
+from xdp_lab import XDP_DROP, XDP_REDIRECT, Lab, cpu_recorder, redirect_prog, u32, xdp
 
 
 def cpumap_threads(system) -> list[str]:

@@ -7,6 +7,12 @@ import errno
 import struct
 
 import pytest
+
+from pybpf.asm import R0, R1, R2
+from pybpf.asm import builder as b
+from pybpf.errors import KernelError
+from pybpf.packet import udp_frame
+from pybpf.uapi import BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, AttachType, MapType, XdpFlags
 from xdp_lab import (
     PORT,
     XDP_DROP,
@@ -17,12 +23,6 @@ from xdp_lab import (
     u32,
     xdp,
 )
-
-from pybpf.asm import R0, R1, R2
-from pybpf.asm import builder as b
-from pybpf.errors import KernelError
-from pybpf.packet import udp_frame
-from pybpf.uapi import BPF_F_BROADCAST, BPF_F_EXCLUDE_INGRESS, AttachType, MapType, XdpFlags
 
 
 def test_a_veth_pair_registers_the_peer_first_as_in_a_fresh_namespace(make_lab):
