@@ -23,7 +23,6 @@ Rules this module keeps:
 from __future__ import annotations
 
 import errno
-import struct
 import threading
 from typing import Any
 
@@ -31,6 +30,7 @@ from ...errors import ProgramFault
 from ...packet import ETH_HLEN, mac_bytes
 from ...uapi import XDP_ABORTED, XDP_PASS, MapType
 from ..prog.core import run_prog
+from ..prog.filter import XDP_MD, XDP_MD_DATA, XDP_MD_DATA_END, XDP_MD_DATA_META
 from ..prog.helpers import XdpRedirect
 from ..prog.memory import CTX_REGION, M32, PACKET_REGION, CtxRegion, RunState
 from .skbuff import (
@@ -47,9 +47,6 @@ from .skbuff import (
 PAGE_SIZE = 4096
 XDP_PACKET_HEADROOM = 256
 XDP_FRAME_SIZE = 40  # sizeof(struct xdp_frame), kept at the start of the headroom
-XDP_MD_SIZE = 24
-_XDP_MD = struct.Struct("<6I")
-_MD_DATA, _MD_DATA_END, _MD_DATA_META = 0, 4, 8
 ETH_P_802_3_MIN = 0x600  # below: an 802.3 length, not a type
 ETH_P_802_2 = 0x0004
 
@@ -100,28 +97,34 @@ class XdpBuff:
                        self.rxq_index, self.data_meta, self.frame_sz)
 
 
-def bpf_prog_run_xdp(prog: Any, xdp: XdpBuff, egress_ifindex: int = 0) -> tuple[int, Any]:
-    """Run ``prog`` on ``xdp``: (the action, the redirect the program recorded or None).
-
-    The offsets follow what the program did to the packet (``bpf_xdp_adjust_*``)."""
+def xdp_prog_run(prog: Any, xdp: XdpBuff, egress_ifindex: int = 0) -> tuple[int, Any]:
+    """Run ``prog`` on ``xdp`` with its ``xdp_md``: (the action, the redirect the program
+    recorded or None). The offsets follow what the program did to the packet
+    (``bpf_xdp_adjust_*``). A fault (ProgramFault) reaches the caller."""
     base = PACKET_REGION << 32
-    pointers = {_MD_DATA: base | xdp.data, _MD_DATA_END: base | xdp.data_end,
-                _MD_DATA_META: base | xdp.data_meta}
-    md = bytearray(_XDP_MD.pack(0, 0, 0, getattr(xdp.dev_rx, "ifindex", 0), xdp.rxq_index,
-                                egress_ifindex))
+    pointers = {XDP_MD_DATA: base | xdp.data, XDP_MD_DATA_END: base | xdp.data_end,
+                XDP_MD_DATA_META: base | xdp.data_meta}
+    md = bytearray(XDP_MD.pack(0, 0, 0, getattr(xdp.dev_rx, "ifindex", 0), xdp.rxq_index,
+                               egress_ifindex))
     view = memoryview(xdp.page)
     rs = RunState(prog.run_env, view[xdp.data:xdp.data_end])
     rs.mem[CTX_REGION] = CtxRegion("xdp_md", md, pointers)
     rs.mem[PACKET_REGION] = view
+    act = run_prog(prog.executable, rs) & M32
+    xdp.data = pointers[XDP_MD_DATA] & M32
+    xdp.data_end = pointers[XDP_MD_DATA_END] & M32
+    xdp.data_meta = pointers[XDP_MD_DATA_META] & M32
+    return act, rs.redirect
+
+
+def bpf_prog_run_xdp(prog: Any, xdp: XdpBuff, egress_ifindex: int = 0) -> tuple[int, Any]:
+    """``xdp_prog_run`` in a data path: a program that faults (the kernel's verifier would
+    have refused it) returns XDP_ABORTED and is counted."""
     try:
-        act = run_prog(prog.executable, rs) & M32
+        return xdp_prog_run(prog, xdp, egress_ifindex)
     except ProgramFault:
         prog.faults = getattr(prog, "faults", 0) + 1
         return XDP_ABORTED, None
-    xdp.data = pointers[_MD_DATA] & M32
-    xdp.data_end = pointers[_MD_DATA_END] & M32
-    xdp.data_meta = pointers[_MD_DATA_META] & M32
-    return act, rs.redirect
 
 
 # -- bpf_net_context: what this thread must flush -----------------------------------------------

@@ -17,6 +17,8 @@ Rules this module keeps:
 
 from __future__ import annotations
 
+import struct
+
 from ...uapi import AttachType, ProgType
 
 # struct __sk_buff (include/uapi/linux/bpf.h)
@@ -31,6 +33,7 @@ SKB_TSTAMP, SKB_WIRE_LEN, SKB_GSO_SEGS, SKB_SK, SKB_GSO_SIZE = 152, 160, 164, 16
 SKB_TSTAMP_TYPE, SKB_HWTSTAMP = 180, 184
 # struct xdp_md
 XDP_MD_SIZE = 24
+XDP_MD = struct.Struct("<6I")  # the six u32 fields, in order
 XDP_MD_DATA, XDP_MD_DATA_END, XDP_MD_DATA_META = 0, 4, 8
 XDP_MD_INGRESS_IFINDEX, XDP_MD_RX_QUEUE_INDEX, XDP_MD_EGRESS_IFINDEX = 12, 16, 20
 # struct sk_msg_md
