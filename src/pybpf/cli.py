@@ -5,11 +5,9 @@ runs it on the parsed arguments (returns the exit status) in the module that doe
 add one ``Command`` line to ``COMMANDS`` (or ``BENCHMARKS`` for ``pybpf bench NAME``). Those
 modules never import this one.
 
-Rules every command keeps (``commands.run_command`` enforces them): bad input (arguments,
-PYBPF_BACKEND) is found before any long work starts and ends with the usage and one ``error:``
-line, exit status 2 (argparse's convention; raise ``UsageError`` for what argparse cannot check
-alone); a refused operation (bpf(2) denied, a failed run) ends with one ``Error:`` line, exit
-status 1 (raise ``BPFError`` or ``CommandError``); never a traceback.
+Every command keeps the rules in ``commands`` (``run_command`` enforces them): a usage error
+exits 2 with one ``error:`` line, a refused operation exits 1 with one ``Error:`` line, never a
+traceback.
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ from dataclasses import dataclass
 from . import __version__, calibrate, reproduce
 from .backends import BACKENDS
 from .bench import cpumap, htab_mem, interp, map_perf, ops, sockmap
-from .commands import CommandError as CommandError  # raised by commands; tests catch it here
+from .commands import CommandError as CommandError  # what a refused run raises, as before
 from .commands import run_command
 from .testing.differential import command as differential
 from .uapi import MapType, map_traits, round_up

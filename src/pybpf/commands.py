@@ -72,12 +72,13 @@ def run_command(parser: argparse.ArgumentParser, run: Callable[[argparse.Namespa
 
 
 def run_standalone(prog: str, configure_parser: Callable[[argparse.ArgumentParser], object],
-                   run: Callable[[argparse.Namespace], int]) -> int:
+                   run: Callable[[argparse.Namespace], int],
+                   argv: list[str] | None = None) -> int:
     """``python -m pybpf.bench.MODULE``: one command on its own, its usage named ``prog`` (the
     ``pybpf`` subcommand it is), under the same rules."""
     parser = argparse.ArgumentParser(prog=prog)
     configure_parser(parser)
-    return run_command(parser, run)
+    return run_command(parser, run, argv)
 
 
 def int_arg(name: str, minimum: int, maximum: int | None = None,

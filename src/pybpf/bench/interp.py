@@ -205,5 +205,10 @@ def run_from_args(ns: argparse.Namespace) -> int:
     return 0
 
 
-if __name__ == "__main__":  # `python -m pybpf.bench.interp` (README): `pybpf bench interp`
-    sys.exit(run_standalone("pybpf bench interp", configure_parser, run_from_args))
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pybpf.bench.interp`` (README; a test calls it): ``pybpf bench interp``."""
+    return run_standalone("pybpf bench interp", configure_parser, run_from_args, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
