@@ -3,6 +3,7 @@ is gone after a failure, and bytes that arrive before the sockets enter the map 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import select
@@ -12,7 +13,7 @@ import time
 
 import pytest
 
-from pybpf import netns
+from pybpf import cli, netns
 from pybpf.bench import sockmap, sockmap_paths
 from pybpf.bench.sockmap_paths import COOKIE_LEN, PATTERN, BuiltinReceiver, SockmapPath
 from pybpf.cli import main
@@ -58,7 +59,9 @@ def net_namespace_fds() -> set[str]:
 ])
 def test_bad_arguments_are_one_usage_error_before_any_work(args, message, capsys,
                                                           monkeypatch):
-    monkeypatch.setattr(sockmap, "run_from_args", lambda ns: pytest.fail("work started"))
+    never_run = dataclasses.replace(cli.BENCHMARKS["sockmap"],
+                                    run=lambda ns: pytest.fail("work started"))
+    monkeypatch.setitem(cli.BENCHMARKS, "sockmap", never_run)
     with pytest.raises(SystemExit) as exit_info:
         main(["bench", "sockmap", *args])
     assert exit_info.value.code == 2

@@ -3,6 +3,7 @@ checked against the real bpftool on the kernel where bpftool is installed."""
 
 from __future__ import annotations
 
+import argparse
 import errno
 import json
 import os
@@ -64,9 +65,14 @@ def test_help_lists_the_commands():
 
 
 def test_every_registered_command_resolves():
-    parser, runners = cli.build_parser()
-    assert set(runners) == set(cli.COMMANDS)
-    assert all(callable(r) for r in runners.values())
+    parser = cli.build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    assert list(sub.choices) == list(cli.COMMANDS)
+    (bench,) = [a for a in sub.choices["bench"]._actions
+                if isinstance(a, argparse._SubParsersAction)]
+    assert list(bench.choices) == list(cli.BENCHMARKS)
+    for command in [*cli.COMMANDS.values(), *cli.BENCHMARKS.values()]:
+        assert command.help and callable(command.configure_parser) and callable(command.run)
 
 
 def test_maps_on_the_emulated_backend_shows_and_dumps_every_type():
@@ -206,10 +212,8 @@ def test_differential_fuzz_runs_random_system_calls_and_prints_the_figures():
 
 def bench_commands() -> list[list[str]]:
     """Every command and benchmark, as the argv prefix that reaches it."""
-    from pybpf.bench import BENCHMARKS
-
     return ([[name] for name in cli.COMMANDS if name != "bench"]
-            + [["bench", name] for name in BENCHMARKS])
+            + [["bench", name] for name in cli.BENCHMARKS])
 
 
 def assert_usage_error(argv: list[str], message: str, capsys) -> None:
@@ -349,14 +353,13 @@ def test_version_comes_from_the_package(capsys):
     assert capsys.readouterr().out == f"pybpf {pybpf.__version__}\n"
 
 
-def failing_command(parser):
-    def run(args):
-        raise cli.CommandError("the run failed: do this instead")
-    return run
+def failing_run(args):
+    raise cli.CommandError("the run failed: do this instead")
 
 
 def test_a_refused_operation_is_one_error_line_and_exit_1(monkeypatch, capsys):
-    monkeypatch.setitem(cli.COMMANDS, "failing", ("fails", f"{__name__}:failing_command"))
+    monkeypatch.setitem(cli.COMMANDS, "failing", cli.Command("fails", lambda parser: None,
+                                                              failing_run))
     assert cli.main(["failing"]) == 1
     assert capsys.readouterr().err == "Error: the run failed: do this instead\n"
 
@@ -445,10 +448,8 @@ def test_map_perf_into_a_closed_pipe_stops_quietly(backend, request):
 
 
 def _subcommands() -> list[list[str]]:
-    from pybpf.bench import BENCHMARKS
-
     return ([[name] for name in cli.COMMANDS if name != "bench"]
-            + [["bench", name] for name in BENCHMARKS])
+            + [["bench", name] for name in cli.BENCHMARKS])
 
 
 @pytest.mark.parametrize("command", _subcommands(), ids=" ".join)
@@ -458,3 +459,48 @@ def test_every_subcommand_prints_its_help(command, capsys):
         cli.main([*command, "--help"])
     assert exit_.value.code == 0
     assert capsys.readouterr().out.startswith("usage: pybpf " + " ".join(command))
+
+
+# -- the table: cli.py registers every command, the command modules never import it --------------
+
+@pytest.mark.parametrize("module, command", [("pybpf.bench.map_perf", "map-perf"),
+                                             ("pybpf.bench.ops", "bench ops"),
+                                             ("pybpf.bench.interp", "bench interp")])
+def test_python_m_entry_points_are_the_same_command(module, command):
+    # README and the tests run these; each is the command's own functions, not the cli.
+    alone = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
+                           text=True, env=dict(os.environ, COLUMNS="100"))
+    via_cli = run_cli(*command.split(), "--help", COLUMNS="100")
+    assert alone.returncode == via_cli.returncode == 0, alone.stderr
+    assert alone.stdout == via_cli.stdout
+
+
+COMMAND_PACKAGES = ["pybpf.bench", "pybpf.calibrate", "pybpf.testing", "pybpf.reproduce"]
+
+
+def imports_in(package: str) -> dict[str, set[str]]:
+    """What each module of ``package`` imports (read with ast, lazy imports included)."""
+    from test_layering import import_graph, in_package
+
+    return {name: targets for name, targets in import_graph().items()
+            if in_package(name, package)}
+
+
+@pytest.mark.parametrize("package", COMMAND_PACKAGES)
+def test_command_modules_never_import_the_cli(package):
+    from test_layering import in_package
+
+    graph = imports_in(package)
+    assert graph, f"no modules found under {package}"
+    upward = sorted(f"{name} imports {target}" for name, targets in graph.items()
+                    for target in targets if in_package(target, "pybpf.cli"))
+    assert not upward, "; ".join(upward)
+
+
+def test_testing_imports_nothing_from_bench():
+    from test_layering import in_package
+
+    upward = sorted(f"{name} imports {target}"
+                    for name, targets in imports_in("pybpf.testing").items()
+                    for target in targets if in_package(target, "pybpf.bench"))
+    assert not upward, "; ".join(upward)

@@ -1,113 +1,88 @@
-"""The ``pybpf`` command line (also ``python -m pybpf``).
+"""The ``pybpf`` command line (also ``python -m pybpf``): one table of its commands.
 
-Adding a command: write ``def <name>_command(parser) -> runner`` in any module (it adds its
-arguments to ``parser`` and returns ``runner(args) -> exit code``) and add one line to
-``COMMANDS``.
+Adding a command: write ``configure_parser(parser)`` (adds its arguments) and a function that
+runs it on the parsed arguments (returns the exit status) in the module that does the work, and
+add one ``Command`` line to ``COMMANDS`` (or ``BENCHMARKS`` for ``pybpf bench NAME``). Those
+modules never import this one.
 
-Rules every command keeps: bad input (arguments, PYBPF_BACKEND) is found before any long work
-starts and ends with the usage and one ``error:`` line, exit status 2 (argparse's convention);
-a refused operation (bpf(2) denied, a failed run) ends with one ``Error:`` line, exit status 1
-(raise ``BPFError`` or ``CommandError``); never a traceback.
+Every command keeps the rules in ``commands`` (``run_command`` enforces them): a usage error
+exits 2 with one ``error:`` line, a refused operation exits 1 with one ``Error:`` line, never a
+traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
-import importlib
 import json
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from . import __version__
-from .errors import BPFError
+from . import __version__, calibrate, reproduce
+from .backends import BACKENDS
+from .bench import cpumap, htab_mem, interp, map_perf, ops, sockmap
+from .commands import CommandError as CommandError  # what a refused run raises, as before
+from .commands import run_command
+from .testing.differential import command as differential
 from .uapi import MapType, map_traits, round_up
 
-BACKENDS = ("kernel", "emulated")
 
-# name -> (help, "module:function"); the function is the command's ``*_command(parser)``.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "maps": ("create one map of each supported type, fill a few elements and print them as "
-             "`bpftool map show` and `bpftool map dump` do", "pybpf.cli:maps_command"),
-    "map-perf": ("the kernel's samples/bpf/map_perf_test: per-CPU events/s of map work on "
-                 "syscall tracepoints", "pybpf.bench.map_perf:map_perf_command"),
-    "bench": ("benchmarks: htab-mem, ops, interp, cpumap, sockmap", "pybpf.bench:bench_command"),
-    "reproduce": ("the seed patches' published results beside the emulated machine's "
-                  "predictions on a profile of their era (about two minutes), and why",
-                  "pybpf.reproduce:reproduce_command"),
-    "calibrate": ("measure this host's costs on the kernel backend and write a machine profile "
-                  "for the emulated machine's timing model", "pybpf.calibrate:calibrate_command"),
-    "differential": ("run random map-operation sequences on two backends and compare every "
-                     "returned byte and errno (the kernel is the oracle)",
-                     "pybpf.testing.differential.command:differential_command"),
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its help line, the function that adds its arguments to its parser,
+    and the one that runs it on the parsed arguments (returning the exit status)."""
+
+    help: str
+    configure_parser: Callable[[argparse.ArgumentParser], object]
+    run: Callable[[argparse.Namespace], int]
+
+
+def add_commands(sub: argparse._SubParsersAction, table: dict[str, Command]) -> None:
+    """One subcommand per line of ``table`` (COMMANDS, BENCHMARKS)."""
+    for name, command in table.items():
+        parser = sub.add_parser(name, help=command.help, description=command.help)
+        parser.set_defaults(subparser=parser)  # the innermost one wins: it reports errors
+        command.configure_parser(parser)
+
+
+# -- pybpf bench NAME ---------------------------------------------------------------------------
+
+BENCHMARKS: dict[str, Command] = {
+    "cpumap": Command("XDP redirect to another CPU: kthread Mpps and frames per skb at UDP with "
+                      "GRO on and off, on both backends, beside xdp-bench redirect-cpu",
+                      cpumap.configure_parser, cpumap.run_from_args),
+    "sockmap": Command("client <-> proxy <-> server on loopback: direct, user-space proxies, the "
+                       "kernel's sockmap (egress, ingress, RPS off and on) and the emulated one "
+                       "(unbound, target_cpu); Gbit/s and per-CPU busy time, beside iperf3",
+                       sockmap.configure_parser, sockmap.run_from_args),
+    "htab-mem": Command("hash map update throughput and memory: preallocated vs bpf_mem_alloc "
+                        "(and, emulated, the old call_rcu design); the selftests' htab-mem",
+                        htab_mem.configure_parser, htab_mem.run_from_args),
+    "ops": Command(ops.ABOUT, ops.configure_parser, ops.run),
+    "interp": Command(interp.ABOUT, interp.configure_parser, interp.run_from_args),
 }
 
 
-class CommandError(Exception):
-    """A command that cannot do what was asked: ``main`` prints ``Error: <message>`` and exits
-    with status 1. The message says what failed and what to do."""
+def add_benchmarks(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK", required=True)
+    add_commands(sub, BENCHMARKS)
 
 
-def add_commands(sub: argparse._SubParsersAction,
-                 table: dict[str, tuple[str, str]]) -> dict[str, Callable]:
-    """One subcommand per ``name -> (help, "module:function")`` line of ``table`` (COMMANDS,
-    bench.BENCHMARKS); returns name -> runner."""
-    runners: dict[str, Callable] = {}
-    for name, (help_text, target) in table.items():
-        module, function = target.split(":")
-        command = sub.add_parser(name, help=help_text, description=help_text)
-        command.set_defaults(subparser=command)  # the innermost one wins: it reports errors
-        runners[name] = getattr(importlib.import_module(module), function)(command)
-    return runners
+def run_benchmark(args: argparse.Namespace) -> int:
+    return BENCHMARKS[args.benchmark].run(args)
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, Callable]]:
-    parser = argparse.ArgumentParser(
-        prog="pybpf", description="The Linux BPF map subsystem in Python: kernel and "
-                                  "emulated backends behind one bpf(2)-shaped interface.")
-    parser.add_argument("--version", action="version", version=f"pybpf {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    return parser, add_commands(sub, COMMANDS)
+# -- pybpf maps, then the table of commands --------------------------------------------------------
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser, runners = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra:  # say so with the subcommand's usage, not the top-level one
-        args.subparser.error(f"unrecognized arguments: {' '.join(extra)}")
-    problem = backend_env_problem()
-    if problem:
-        args.subparser.error(problem)
-    try:
-        return runners[args.command](args) or 0
-    except BrokenPipeError:  # `pybpf maps | head`: stop quietly
-        sys.stderr.close()
-        return 0
-    except (BPFError, CommandError) as exc:  # bpf(2) denied, tracefs missing, a failed run
-        print(f"Error: {exc}", file=sys.stderr)
-        return 1
-
-
-def backend_env_problem() -> str | None:
-    """What is wrong with ``PYBPF_BACKEND`` (which picks the default backend), or None."""
-    value = os.environ.get("PYBPF_BACKEND")
-    if value and value not in BACKENDS:
-        return (f"PYBPF_BACKEND={value!r} is not a backend: set it to "
-                f"{' or '.join(BACKENDS)}, or unset it")
-    return None
-
-
-# -- pybpf maps ---------------------------------------------------------------------------------
-
-def maps_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
+def add_maps_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", choices=BACKENDS, default=None,
                         help="backend (default: kernel when bpf(2) is allowed, else emulated; "
                              "PYBPF_BACKEND overrides)")
     parser.add_argument("--json", action="store_true",
                         help="print each map as `bpftool -j map show` / `map dump` would, in "
                              "one JSON list of {\"map\", \"show\", \"dump\"}")
-    return run_maps
 
 
 def run_maps(args: argparse.Namespace) -> int:
@@ -147,6 +122,43 @@ def run_maps(args: argparse.Namespace) -> int:
         print(json.dumps(shown))
     return 1 if failures else 0
 
+
+COMMANDS: dict[str, Command] = {
+    "maps": Command("create one map of each supported type, fill a few elements and print them "
+                    "as `bpftool map show` and `bpftool map dump` do",
+                    add_maps_arguments, run_maps),
+    "map-perf": Command("the kernel's samples/bpf/map_perf_test: per-CPU events/s of map work "
+                        "on syscall tracepoints",
+                        map_perf.configure_parser, map_perf.run_from_args),
+    "bench": Command("benchmarks: htab-mem, ops, interp, cpumap, sockmap",
+                     add_benchmarks, run_benchmark),
+    "reproduce": Command("the seed patches' published results beside the emulated machine's "
+                         "predictions on a profile of their era (about two minutes), and why",
+                         reproduce.configure_parser, reproduce.run),
+    "calibrate": Command("measure this host's costs on the kernel backend and write a machine "
+                         "profile for the emulated machine's timing model",
+                         calibrate.configure_parser, calibrate.run),
+    "differential": Command("run random map-operation sequences on two backends and compare "
+                            "every returned byte and errno (the kernel is the oracle)",
+                            differential.configure_parser, differential.run),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pybpf", description="The Linux BPF map subsystem in Python: kernel and "
+                                  "emulated backends behind one bpf(2)-shaped interface.")
+    parser.add_argument("--version", action="version", version=f"pybpf {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    add_commands(sub, COMMANDS)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(build_parser(), lambda args: COMMANDS[args.command].run(args), argv)
+
+
+# -- pybpf maps: the demo maps ---------------------------------------------------------------------
 
 def demo_maps() -> list[tuple[str, Callable]]:
     """(title, build(system) -> open Map with a few elements) for each supported type."""

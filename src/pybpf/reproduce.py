@@ -33,7 +33,7 @@ import argparse
 import io
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .bench import map_perf as mp
@@ -91,8 +91,8 @@ class Seed:
         return self.published[1] / self.published[0]
 
 
-def reproduce_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
-    """``pybpf reproduce`` (cli.COMMANDS)."""
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """``pybpf reproduce``'s arguments."""
     parser.description = __doc__.split("\n\n")[0]
     parser.add_argument("--backend", choices=("kernel", "emulated"), default=None,
                         help="where the kernel-side figures come from (default: "
@@ -113,7 +113,6 @@ def reproduce_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Nam
     parser.add_argument("--kernel-events", dest="kernel_events",
                         type=int_arg("--kernel-events", 1, U32_MAX, MAX_CNT_WHY), default=10000,
                         help="kernel events per CPU per test (default 10000, the sample's)")
-    return run
 
 
 def run(ns: argparse.Namespace) -> int:
@@ -466,14 +465,3 @@ Where to look next:
   pybpf calibrate --check         # calibrate here, then model this host's kernel test by test
   pybpf bench htab-mem            # prealloc vs bpf_mem_alloc: ops/s and memory (cgroup)
 """
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """The standalone entry point: the same as the ``pybpf`` subcommand."""
-    from .cli import main as cli_main
-
-    return cli_main(["reproduce", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,33 +15,15 @@ import math
 import os
 from collections.abc import Callable
 
+# The integer type every command uses lives below them all (testing/ uses it too).
+from ..commands import int_arg as int_arg
+
 U32_MAX = 2**32 - 1
 S32_MAX = 2**31 - 1
 # The largest emulated machine a benchmark declares: map_perf_test's MAX_NR_CPUS (the slots of
 # its outer map); each emulated CPU gets a worker thread.
 MAX_EMULATED_CPUS = 1024
 MAX_SECONDS = 3600.0  # a measured phase (duration, warm-up) of at most an hour
-
-
-def int_arg(name: str, minimum: int, maximum: int | None = None,
-            why: str = "") -> Callable[[str], int]:
-    """An argparse ``type=`` for an integer in ``[minimum, maximum]``; ``why`` says where the
-    maximum comes from (it ends the message of a value over it)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text, 0)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{name} must be >= {minimum}, got {value}")
-        if maximum is not None and value > maximum:
-            reason = f" ({why})" if why else ""
-            raise argparse.ArgumentTypeError(
-                f"{name} must be <= {maximum}{reason}, got {value}")
-        return value
-
-    parse.__name__ = name
-    return parse
 
 
 def seconds_arg(name: str, zero_ok: bool) -> Callable[[str], float]:

@@ -35,7 +35,6 @@ import argparse
 import os
 import statistics
 import struct
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -60,6 +59,7 @@ from ..asm import (
     mov64,
     st,
 )
+from ..commands import CommandError
 from ..maps import ArrayMap
 from ..packet import udp_frame
 from ..programs import Program, ProgramSpec
@@ -248,16 +248,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="no progress lines on stderr")
 
 
-def cpumap_command(parser: argparse.ArgumentParser):
-    """``pybpf bench cpumap`` (bench.BENCHMARKS)."""
-    configure_parser(parser)
-    return run_from_args
-
-
 def run_from_args(ns: argparse.Namespace) -> int:
+    """``pybpf bench cpumap``: every row, ``--runs`` times, the reference beside, the report."""
     import pybpf
-
-    from ..cli import CommandError
 
     backends = ["kernel", "emulated"] if ns.backend == "both" else [ns.backend]
     systems: dict[str, Any] = {}
@@ -439,13 +432,3 @@ def _plot(path: str, doc: dict) -> None:
     ax.set_title("XDP redirect to a CPU: GRO on and off")
     fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from ..cli import main as cli_main
-
-    return cli_main(["bench", "cpumap", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

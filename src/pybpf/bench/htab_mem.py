@@ -33,7 +33,6 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from ..asm import (
@@ -54,6 +53,7 @@ from ..asm import (
 )
 from ..asm.opcodes import FP, R0, R1, R2, R3, R4, R6, R7, R8
 from ..backends import default_backend
+from ..commands import UsageError
 from ..uapi import BPF_NOEXIST, MapFlags, MapType, ProgType
 from . import report
 from .args import MAX_EMULATED_CPUS, MAX_SECONDS, emulated_machine, int_arg, plot_arg, seconds_arg
@@ -190,15 +190,16 @@ def config_from_args(ns: argparse.Namespace) -> Config:
                   nodes=ns.nodes, json=ns.json, plot=ns.plot, progress=ns.progress)
 
 
-def run_from_args(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+def run_from_args(ns: argparse.Namespace) -> int:
+    """``pybpf bench htab-mem``: check what argparse cannot (``UsageError``), run, report."""
     if ns.preallocated and ns.flavours and set(ns.flavours) != {"prealloc"}:
-        parser.error("--preallocated runs only the prealloc flavour; drop it to run "
-                     f"--flavour {' '.join(ns.flavours)}")
+        raise UsageError("--preallocated runs only the prealloc flavour; drop it to run "
+                         f"--flavour {' '.join(ns.flavours)}")
     cfg = config_from_args(ns)
     if (cfg.cpus or cfg.nodes) and cfg.backend == "kernel":
-        parser.error("--cpus/--nodes declare an emulated machine; use --backend emulated")
+        raise UsageError("--cpus/--nodes declare an emulated machine; use --backend emulated")
     if cfg.producers and cfg.producers % 2 and "add_del_on_diff_cpu" in cfg.use_cases:
-        parser.error("add_del_on_diff_cpu needs an even number of producers")
+        raise UsageError("add_del_on_diff_cpu needs an even number of producers")
     if cfg.cpus or cfg.nodes:
         cfg.backend = "emulated"
     backend = cfg.backend or default_backend()
@@ -206,28 +207,15 @@ def run_from_args(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         try:
             emulated_machine(cfg.cpus, cfg.nodes)
         except ValueError as exc:
-            parser.error(str(exc))
+            raise UsageError(str(exc)) from None
     if backend == "kernel" and cfg.flavours and "call_rcu" in cfg.flavours:
-        parser.error("the call_rcu flavour is the pre-6.1 design; only the emulated backend "
-                     "has it (this kernel's non-preallocated maps use bpf_mem_alloc)")
+        raise UsageError("the call_rcu flavour is the pre-6.1 design; only the emulated "
+                         "backend has it (this kernel's non-preallocated maps use "
+                         "bpf_mem_alloc)")
     cfg.backend = backend
     results = run(cfg)
     emit(results, cfg)
     return 0
-
-
-def htab_mem_command(parser: argparse.ArgumentParser):
-    """``pybpf bench htab-mem`` (bench.BENCHMARKS)."""
-    configure_parser(parser)
-    return lambda ns: run_from_args(ns, parser)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """The standalone entry point: the same as the ``pybpf`` subcommand."""
-    from ..cli import main as cli_main
-
-    return cli_main(["bench", "htab-mem", *(sys.argv[1:] if argv is None else argv)])
-
 
 
 # -- results -------------------------------------------------------------------------------
@@ -625,7 +613,3 @@ class EmulatedBench(Bench):
         for th in threads:
             th.start()
         return threads
-
-
-if __name__ == "__main__":
-    sys.exit(main())

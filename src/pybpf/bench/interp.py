@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from ..asm import (
@@ -37,6 +36,7 @@ from ..asm import (
     xor64,
 )
 from ..asm.opcodes import FP, R0, R1, R2, R3, R4, R6, R7
+from ..commands import run_standalone
 from ..uapi import MapType, ProgType
 from .args import S32_MAX, U32_MAX, int_arg
 from .report import Progress, dump_json, format_table
@@ -121,7 +121,12 @@ def measure(system, engine: str, program: str, iterations: int, repeat: int) -> 
     return Row(program, engine, insns, repeat, result.duration, insns * 1e9 / ns)
 
 
+ABOUT = ("eBPF execution speed: the emulator's interpreter and JIT beside the kernel's "
+         "BPF_PROG_TEST_RUN on loop-heavy programs")
+
+
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.description = ABOUT
     parser.add_argument("--iterations", default=20_000,
                         type=int_arg("--iterations", 1, S32_MAX, "the loop bound is an imm32"),
                         help="loop iterations per run (the kernel's verifier walks every "
@@ -196,18 +201,9 @@ def run_from_args(ns: argparse.Namespace) -> int:
     return 0
 
 
-def interp_command(parser: argparse.ArgumentParser):
-    """``pybpf bench interp`` (bench.BENCHMARKS)."""
-    configure_parser(parser)
-    return run_from_args
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """The standalone entry point: the same as the ``pybpf`` subcommand."""
-    from ..cli import main as cli_main
-
-    return cli_main(["bench", "interp", *(sys.argv[1:] if argv is None else argv)])
-
+def main(argv: list[str] | None = None) -> int:
+    """``python -m pybpf.bench.interp`` (README; a test calls it): ``pybpf bench interp``."""
+    return run_standalone("pybpf bench interp", configure_parser, run_from_args, argv)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from .. import maps as maps_mod
 from ..backends import system as make_system
+from ..commands import run_standalone
 from ..errors import BPFError
 from ..maps import HashMap
 from ..system import System
@@ -523,8 +524,13 @@ def summary(rows: list[dict]) -> list[str]:
     return lines
 
 
-def ops_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
-    """``pybpf bench ops`` (bench.BENCHMARKS)."""
+ABOUT = ("per-operation cost of lookup, update, delete and batches through Map, the System "
+         "call and bare ctypes, beside C libbpf and a dict")
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """``pybpf bench ops``'s arguments."""
+    parser.description = ABOUT
     parser.add_argument("--backend", choices=("kernel", "emulated", "both"), default="both")
     parser.add_argument("--n", type=int_arg("--n", 1, MAX_OPS, "minutes per figure"),
                         default=50_000, help="operations per figure and round (default 50000)")
@@ -538,7 +544,6 @@ def ops_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress lines on stderr")
     parser.add_argument("--map-only", action="store_true", help=argparse.SUPPRESS)
-    return run
 
 
 def run(args: argparse.Namespace) -> int:
@@ -569,12 +574,5 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m pybpf.bench.ops``: the same as ``pybpf bench ops``."""
-    from ..cli import main as cli_main
-
-    return cli_main(["bench", "ops", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+if __name__ == "__main__":  # `python -m pybpf.bench.ops` (README): `pybpf bench ops`
+    sys.exit(run_standalone("pybpf bench ops", configure_parser, run))

@@ -1,5 +1,5 @@
-"""What every benchmark shares: JSON output, a per-CPU bar chart, progress on stderr, and the
-rule for reading a ratio of two measured figures.
+"""What every benchmark shares: JSON output, a per-CPU bar chart, progress on stderr
+(``Progress``, from ``commands``), and the rule for reading a ratio of two measured figures.
 
 Rules this module keeps:
 - Figures are printed as measured; nothing here scales or fills in a number.
@@ -17,98 +17,14 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import threading
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+# Progress lines on stderr are every command's (testing/ uses them too): they live below.
+from ..commands import Progress as Progress
+
 PLOT_EXTRA_HINT = "install the plot extra: pip install 'pybpf[plot]' (it brings matplotlib)"
-
-
-class Progress:
-    """A one-line progress report on stderr: ``label: done/total (elapsed) note``, throttled.
-
-    On a terminal the line is rewritten in place; otherwise a line is written at most every
-    ``interval`` seconds (plus the final one), so logs stay short. A run shorter than the
-    interval writes nothing. Used as a context manager
-    it also keeps a heartbeat: while one step runs longer than ``interval`` (one long figure,
-    a child process), the line is written again every ``interval`` seconds, so a long run is
-    never silent. (Start it after any fork: its thread must not be running at a fork.)
-    """
-
-    def __init__(self, label: str, total: int, *, stream: TextIO | None = None,
-                 interval: float | None = None, enabled: bool = True) -> None:
-        self.label = label
-        self.total = total
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.interval = interval if interval is not None else (0.2 if self.tty else 2.0)
-        self.enabled = enabled
-        self.done = 0
-        self.note = ""
-        self._started = time.monotonic()
-        self._last = self._started
-        self._written = False
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._heartbeat: threading.Thread | None = None
-
-    def __enter__(self) -> Progress:
-        if self.enabled:
-            self._heartbeat = threading.Thread(target=self._beat, daemon=True,
-                                               name=f"progress: {self.label}")
-            self._heartbeat.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        if self._heartbeat is not None:
-            self._stop.set()
-            self._heartbeat.join()
-            self._heartbeat = None
-        if exc_info[0] is None:
-            self.finish()
-
-    def update(self, done: int, note: str = "") -> None:
-        self.done = done
-        self.note = note
-        if self.enabled:
-            self._write_if_due()
-
-    def advance(self, n: int = 1, note: str = "") -> None:
-        self.update(self.done + n, note)
-
-    def finish(self, note: str = "") -> None:
-        if not self.enabled or not self._written:
-            return
-        with self._lock:
-            self._write(note)
-            if self.tty:
-                self.stream.write("\n")
-                self.stream.flush()
-
-    def _beat(self) -> None:
-        while not self._stop.wait(self.interval / 2):
-            self._write_if_due()
-
-    def _write_if_due(self) -> None:
-        with self._lock:
-            now = time.monotonic()
-            if now - self._last >= self.interval:
-                self._last = now
-                self._write(self.note)
-
-    def _write(self, note: str) -> None:
-        self._written = True
-        elapsed = time.monotonic() - self._started
-        text = f"{self.label}: {self.done}/{self.total} ({elapsed:.1f}s)"
-        if note:
-            text += f" {note}"
-        if self.tty:
-            self.stream.write("\r\x1b[K" + text)
-        else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
 
 
 def spread(rounds: Sequence[float]) -> float:

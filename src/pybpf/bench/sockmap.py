@@ -38,7 +38,6 @@ import math
 import os
 import shutil
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -312,12 +311,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="no progress lines on stderr")
 
 
-def sockmap_command(parser: argparse.ArgumentParser):
-    """``pybpf bench sockmap`` (bench.BENCHMARKS)."""
-    configure_parser(parser)
-    return run_from_args
-
-
 def _rows(modes: Sequence[str], traffic: str) -> list[Row]:
     rows = [Row(MODES[name], "builtin" if MODES[name].ingress else traffic) for name in modes]
     if traffic != "builtin" and any(r.traffic == "builtin" for r in rows):
@@ -326,6 +319,7 @@ def _rows(modes: Sequence[str], traffic: str) -> list[Row]:
 
 
 def run_from_args(ns: argparse.Namespace) -> int:
+    """``pybpf bench sockmap``: every mode, ``--rounds`` times, then the report."""
     from .. import netns
     from ..backends import bpf_allowed, system
 
@@ -519,13 +513,3 @@ def _plot(path: str, doc: dict) -> None:
         ax.tick_params(axis="x", labelsize="x-small", rotation=45)
     fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from ..cli import main as cli_main
-
-    return cli_main(["bench", "sockmap", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

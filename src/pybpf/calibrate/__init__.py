@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -49,8 +48,8 @@ DEFAULT_ROUNDS = 5
 MAX_ROUNDS = 100
 
 
-def calibrate_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
-    """``pybpf calibrate`` (cli.COMMANDS)."""
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """``pybpf calibrate``'s arguments."""
     parser.description = __doc__.split("\n\n")[0]
     parser.add_argument("--output", "-o", default=DEFAULT_OUTPUT, type=output_file_arg,
                         help=f"profile to write (default {DEFAULT_OUTPUT}); use it with "
@@ -74,10 +73,10 @@ def calibrate_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Nam
                         help="print the measurements and the profile as one JSON document")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress lines on stderr")
-    return run
 
 
 def run(ns: argparse.Namespace) -> int:
+    """``pybpf calibrate``: measure and write the profile, or ``--check`` the round trip."""
     from ..backends import system
 
     calib = Calibration(system("kernel"), ns.cpu, ns.rounds, ns.progress)
@@ -110,10 +109,3 @@ def run(ns: argparse.Namespace) -> int:
 PROFILE_HEADER = """\
 Written by `pybpf calibrate`: this host's costs, measured on the kernel backend.
 Each value's source says how it was measured or derived; see pybpf/calibrate/derive.py."""
-
-
-
-def main(argv: list[str] | None = None) -> int:
-    from ..cli import main as cli_main
-
-    return cli_main(["calibrate", *(sys.argv[1:] if argv is None else argv)])

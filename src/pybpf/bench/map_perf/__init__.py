@@ -28,18 +28,17 @@ JSON, plot) and ``progs`` (the BPF programs). ``Config`` and ``run(cfg)`` are th
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Callable, Sequence
 
+from ...commands import UsageError
 from . import config as _config
 from .config import *  # noqa: F403  (its __all__: the tests, their defaults, Config)
-from .config import Config, backend_of, config_from_args, configure_parser, validate
+from .config import Config, backend_of, config_from_args, validate
 from .emulated_run import EmulatedRun
 from .kernel_run import KernelRun
 from .results import Result, RunResult, emit, rate_of, result_line
 
-__all__ = [*_config.__all__, "Result", "RunResult", "main", "map_perf_command", "rate_of",
-           "result_line", "run"]
+__all__ = [*_config.__all__, "Result", "RunResult", "rate_of", "result_line", "run",
+           "run_from_args"]
 
 
 def run(cfg: Config) -> RunResult:
@@ -65,27 +64,14 @@ def run(cfg: Config) -> RunResult:
     return EmulatedRun(sys_, cfg).run()
 
 
-def map_perf_command(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace], int]:
-    """``pybpf map-perf`` (cli.COMMANDS)."""
-    configure_parser(parser)
-    return lambda ns: run_from_args(ns, parser)
-
-
-def run_from_args(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """Validate what argparse cannot, run, report. Usage errors exit 2 via ``parser.error``."""
+def run_from_args(ns: argparse.Namespace) -> int:
+    """``pybpf map-perf``: validate what argparse cannot (a ``UsageError``: exit status 2),
+    run, report."""
     cfg = config_from_args(ns)
     cfg.backend = backend_of(cfg)
     problem = validate(cfg)
     if problem:
-        parser.error(problem)
+        raise UsageError(problem)
     result = run(cfg)
     emit(result, cfg)
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """The standalone entry point (``python -m pybpf.bench.map_perf``): the same as the
-    ``pybpf map-perf`` subcommand."""
-    from ...cli import main as cli_main
-
-    return cli_main(["map-perf", *(sys.argv[1:] if argv is None else argv)])

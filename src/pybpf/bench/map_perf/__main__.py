@@ -1,7 +1,8 @@
-"""``python -m pybpf.bench.map_perf``: the same as ``pybpf map-perf``."""
+"""``python -m pybpf.bench.map_perf`` (the tests run it): the same as ``pybpf map-perf``."""
 
 import sys
 
-from . import main
+from ...commands import run_standalone
+from . import configure_parser, run_from_args
 
-sys.exit(main())
+sys.exit(run_standalone("pybpf map-perf", configure_parser, run_from_args))

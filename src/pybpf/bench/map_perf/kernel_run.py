@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 
-from ...cli import CommandError
+from ...commands import CommandError
 from .. import report, trigger
 from ..common import getcpu, pin_to_cpu, read_fdinfo
 from ..report import Ratio

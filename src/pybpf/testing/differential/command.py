@@ -6,14 +6,13 @@ import argparse
 import sys
 from collections.abc import Callable, Iterable
 
-from ...bench.args import int_arg
-from ...bench.report import Progress
+from ...commands import Progress, int_arg
 from ...system import System
 from .generators import GENERATORS, generate
 from .runner import programs_supported
 from .shrink import Summary, first_mismatch, shrink
 
-__all__ = ["compare", "differential_command"]
+__all__ = ["compare"]
 
 
 def compare(families: Iterable[str], sequences: int, seed: int, a: System, b: System,
@@ -49,9 +48,8 @@ def compare(families: Iterable[str], sequences: int, seed: int, a: System, b: Sy
 MAX_SEQUENCES = 10**6  # per family: hours of work at most
 
 
-def differential_command(parser: argparse.ArgumentParser
-                         ) -> Callable[[argparse.Namespace], int]:
-    """``pybpf differential`` (cli.COMMANDS)."""
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """``pybpf differential``'s arguments."""
     parser.add_argument("--sequences", type=int_arg("--sequences", 1, MAX_SEQUENCES),
                         default=20, help="sequences per family")
     parser.add_argument("--seed", type=int, default=0)
@@ -67,10 +65,10 @@ def differential_command(parser: argparse.ArgumentParser
                              "calls, bad arguments included (the System-level fuzz)")
     parser.add_argument("--calls", type=int_arg("--calls", 1, 10_000), default=40,
                         help="calls per --fuzz sequence")
-    return run
 
 
 def run(args: argparse.Namespace) -> int:
+    """``pybpf differential``: exit 1 on a mismatch (or when a backend cannot run here)."""
     from ...backends import system
 
     try:

@@ -1,7 +1,0 @@
-"""``python -m pybpf.calibrate``."""
-
-import sys
-
-from . import main
-
-sys.exit(main())
