@@ -14,7 +14,7 @@ import time
 import pytest
 
 from pybpf import netns
-from pybpf.emulated.net.xdp import XdpBuff
+from pybpf.emulated import XdpBuff
 from pybpf.packet import udp_frame
 from pybpf.testing.veth import KernelVethPair, veth_pair
 

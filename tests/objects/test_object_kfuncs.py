@@ -15,7 +15,7 @@ from pybpf.bpf_object import ObjectSpec, RelocKind
 from pybpf.bpf_object.loader import POISON_CALL_KFUNC_BASE, program_code
 from pybpf.btf import Btf, Datasec, Func, Var
 from pybpf.btf.types import BTF_FUNC_GLOBAL
-from pybpf.emulated.net.skmsg import psock_table
+from pybpf.emulated import psock_table
 from pybpf.errors import BPFError, VerifierError
 from pybpf.kernel.sockmap import UNMERGED_KFUNCS
 from pybpf.uapi import (

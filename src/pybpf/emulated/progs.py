@@ -317,7 +317,3 @@ class ProgramsMixin:
 
 
 _tracepoint_lock = threading.Lock()
-
-
-def _verifier_reject(message: str) -> KernelError:
-    return KernelError(errno.EINVAL, message, log=message + "\n")
