@@ -364,3 +364,16 @@ def test_a_helper_takes_the_arguments_and_maps_the_kernel_lets_it(kernel, emulat
     differential_tally.add("kernel", "emulated", "verifier: helpers", 1, len(HELPER_MAPS),
                            len(disagreements))
     assert not disagreements
+
+
+# -- the size argument of a helper that reads into memory -----------------------------------------
+@pytest.mark.parametrize("size", [1, 8, 9, 512, 513, (1 << 29) - 1, 1 << 29, 1 << 34, 1 << 40,
+                                  (1 << 63) - 1, -1])
+@pytest.mark.parametrize("dst_off", [-8, -512])
+def test_a_constant_size_gets_the_kernels_verdict(kernel, emulated, size, dst_off):
+    """check_mem_size_reg: a size of BPF_MAX_VAR_SIZ (2^29) or more is an unbounded access
+    (EACCES) before the buffer is checked; a smaller one must fit the stack (EINVAL past the
+    frame's top)."""
+    text = (f"r1 = r10\nr1 += {dst_off}\nr2 = {size} ll\nr3 = 0\ncall 112\nr0 = 0\nexit")
+    assert verdict(emulated, ProgType.TRACEPOINT, asm(text)) == \
+        verdict(kernel, ProgType.TRACEPOINT, asm(text))

@@ -39,6 +39,7 @@ from .helpers import (
 from .kfuncs import KF_ARG_PTR_TO_CTX
 from .verifier_state import (
     BPF_F_RDONLY_PROG,
+    BPF_MAX_VAR_SIZ,
     BPF_REG_SIZE,
     CALLER_SAVED,
     CONST_PTR_TO_MAP,
@@ -259,9 +260,16 @@ class HelperCallChecks:
             self.check_helper_mem_access(state, regno, bpf_map.value_size,
                                          arg == ARG_PTR_TO_UNINIT_MAP_VALUE, False)
         elif arg in (ARG_CONST_SIZE, ARG_CONST_SIZE_OR_ZERO) and reg.is_const:
+            # check_mem_size_reg, its checks in the kernel's order
             size = reg.var.value
+            if _s64(size) < 0:
+                raise _reject(errno.EACCES, f"R{regno} min value is negative, either use "
+                              "unsigned or 'var &= const'")
             if not size and arg == ARG_CONST_SIZE:
                 raise _reject(errno.EACCES, f"R{regno} invalid zero-sized read: u64=[0,0]")
+            if size >= BPF_MAX_VAR_SIZ:
+                raise _reject(errno.EACCES, f"R{regno} unbounded memory access, use 'var &= "
+                              "const' or 'if (var < const)'")
             self.check_helper_mem_access(state, regno - 1, size,
                                          args[regno - 2] == ARG_PTR_TO_UNINIT_MEM, True)
         return bpf_map

@@ -41,6 +41,7 @@ DIRECT_VALUE_MAP_TYPES = frozenset({MapType.ARRAY})
 ELIDE_NULL_MAP_TYPES = frozenset({MapType.ARRAY, MapType.PERCPU_ARRAY})
 BPF_COMPLEXITY_LIMIT_INSNS = 1_000_000
 BPF_MAX_VAR_OFF = 1 << 29
+BPF_MAX_VAR_SIZ = 1 << 29  # the largest size a helper may be given
 BPF_REG_SIZE = 8
 BPF_ADDR_SPACE_CAST = 1
 BPF_F_RDONLY_PROG = 0x80
