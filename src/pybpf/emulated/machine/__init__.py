@@ -10,9 +10,3 @@ Rules this package keeps:
   machine never owns what stands on it.
 - Everything per CPU exists for every possible CPU of the emulated machine, whatever the host.
 """
-
-from .machine import Machine, per_machine
-from .memalloc import HTAB_MEM_DESIGNS
-from .timing import Timing
-
-__all__ = ["HTAB_MEM_DESIGNS", "Machine", "Timing", "per_machine"]
