@@ -21,7 +21,8 @@ predicts for them, on a profile of their era, and why.
   runs the softirq) and bound to a CPU of its own; modeled with bench/sockmap_model.py on
   ``sapphire-rapids-2s`` (the emulated psock path on real sockets, charging its CPUs).
 
-Modeled figures come from the timing model (emulated/timing.py) and are the same on every run.
+Modeled figures come from the timing model (emulated/machine/timing.py) and are the same on
+every run.
 No profile value was chosen by looking at these published results: they are the held-out
 check, and the table says whether each prediction falls in the target range. On the kernel
 backend the same tests also run for real on this host.

@@ -1,6 +1,6 @@
 """The sockmap data path, on both backends: sockets on loopback, a verdict program that
 redirects, bytes checked by content (net/core/skmsg.c, net/ipv4/tcp_bpf.c; on the emulated
-backend emulated/skmsg.py and tcp_bpf.py). The application reads and writes through
+backend emulated/net/skmsg.py and tcp_bpf.py). The application reads and writes through
 ``sock_recv`` / ``sock_send``."""
 
 from __future__ import annotations

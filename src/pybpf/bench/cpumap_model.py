@@ -1,5 +1,5 @@
 """The modeled cpumap redirect rate: Mpps at the cpumap kthread of a declared machine,
-from the emulated data path's modeled time (emulated/timing.py), the same on every run.
+from the emulated data path's modeled time (emulated/machine/timing.py), the same on every run.
 
 Rules this module keeps:
 - The setup is ``pybpf bench cpumap``'s, on an emulated machine of the profile (its

@@ -1,6 +1,6 @@
 """The modeled throughput of the emulated sockmap proxy on a declared machine: Gbit/s of one
 TCP flow over loopback, direct and through the proxy with its backlog work unbound or on a
-CPU of its own, from the emulated CPUs' modeled time (emulated/timing.py), the same on every
+CPU of its own, from the emulated CPUs' modeled time (emulated/machine/timing.py), the same on every
 run (issue 10; the sockmap CPU-affinity patch, shared/reference/patches-followups.md 1.1-1.3).
 
 Rules this module keeps:
@@ -19,7 +19,7 @@ Rules this module keeps:
   their emulated CPUs (the client's send syscall, tcp_sendmsg with its copy from user memory,
   the loopback transmit and the receive softirq loopback runs on the sending CPU; the
   server's receive syscall, tcp_recvmsg with its copy out, the ACK). The psock's work is
-  charged by emulated/skmsg.py where it happens, and the verdict's instructions by the
+  charged by emulated/net/skmsg.py where it happens, and the verdict's instructions by the
   engine. Costs are the profile's ([net]: cycle estimates of what each kernel function
   does); nothing here looks at a published result.
 - Figures: per CPU, modeled ns per skb over the measured skbs (after warm-up ones) and what

@@ -1,7 +1,7 @@
-"""Programs on the emulated backend: load, test run, info, ids, tracepoint attachment.
+"""Programs on the emulated backend: load, info, ids, tracepoint attachment.
 
 ``ProgramsMixin`` is the part of ``EmulatedSystem`` that translates BPF_PROG_LOAD,
-BPF_PROG_TEST_RUN, prog info / get_fd_by_id and tracepoint attachment (``pybpf.system.System``
+BPF_PROG_TEST_RUN (through test_run.py), prog info / get_fd_by_id and tracepoint attachment (``pybpf.system.System``
 normalised the arguments and owns the error boundary); it relies on the system's fd table,
 id allocator and map references (``fd_install``, ``info_fd_get``, ``map_from_fd``,
 ``bpf_map_inc`` / ``bpf_map_put``, ``prog_idr_alloc``, ``bpf_prog_inc`` / ``bpf_prog_put``).
@@ -12,11 +12,8 @@ Rules this module keeps:
   ``verifier.bpf_check`` (the kernel's messages, in a ``VerifierError`` with the log).
 - A program holds a reference on every map it uses until it is released; each fd and each
   PROG_ARRAY slot holds a reference on the program.
-- Test runs follow net/bpf/test_run.c per program type (skb, xdp, raw_tp, syscall): the same
-  EINVAL / ENOSPC / E2BIG rules, the same data_out (a socket filter's Ethernet header comes
-  back zeroed) and ctx_out. ``duration`` is modeled time: the mean per run over ``repeat`` of
-  what the run cost on the machine's profile (``prog_test_run`` per repetition, the program's
-  instructions and calls, its map operations). Types without a test_run answer ENOTSUPP.
+- Test runs are test_run.py's (net/bpf/test_run.c). ``duration`` is modeled time: the mean
+  per run over ``repeat`` of what the run cost on the machine's profile.
 - Tracepoints: ``trigger_tracepoint`` runs the attached programs on the current CPU (each run
   costs ``tracepoint_entry``); ``enter_syscall`` is a task on the current CPU making a syscall:
   its entry cost, then its sys_enter tracepoint.

@@ -18,8 +18,11 @@ Rules this module keeps:
   RCU read-side section and with "BH disabled": its redirects are flushed at its end
   (``xdp_do_flush``), then the softirqs it raised run on this CPU (a veth peer's NAPI), then
   RCU may advance.
-- Output follows bpf_test_finish: data_out and ctx_out clamped to their sizes, ENOSPC when
-  clamped; ``duration`` is the mean modeled ns per run on the current CPU.
+- Output follows bpf_test_finish: data_out (a socket filter's Ethernet header comes back
+  zeroed) and ctx_out clamped to their sizes, ENOSPC when clamped. ``duration`` is modeled
+  time: the mean per run over ``repeat`` of what the run cost on the machine's profile
+  (``prog_test_run`` per repetition, the program's instructions and calls, its map
+  operations). Types without a test run answer ENOTSUPP.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The emulated psock data path (emulated/skmsg.py, tcp_bpf.py): the backlog's EAGAIN retry,
+"""The emulated psock data path (emulated/net/skmsg.py, tcp_bpf.py): the backlog's EAGAIN retry,
 faults under load, thread lifetimes, target_cpu in both designs and where the work runs."""
 
 from __future__ import annotations

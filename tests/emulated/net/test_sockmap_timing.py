@@ -1,5 +1,5 @@
 """Modeled time on the emulated sockmap path: the psock charges its CPUs where its work runs
-(emulated/skmsg.py), the modeled proxy throughput (bench/sockmap_model.py) is deterministic
+(emulated/net/skmsg.py), the modeled proxy throughput (bench/sockmap_model.py) is deterministic
 and keeps the model's order (a bound psock never slower than an unbound one), and seed 001's
 row in ``pybpf reproduce``."""
 

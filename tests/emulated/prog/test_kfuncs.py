@@ -1,4 +1,4 @@
-"""Kfuncs on the emulated backend (emulated/kfuncs.py): the emulated kernel's BTF names them,
+"""Kfuncs on the emulated backend (emulated/prog/kfuncs.py): the emulated kernel's BTF names them,
 the verifier checks a call as check_kfunc_call does, both engines run them, and the 2025
 sockmap series' bpf_sk_skb_set_redirect_cpu puts the redirect target's backlog work on the
 CPU a verdict program chose; the kernel backend, which has no such kfunc, refuses the

@@ -1,7 +1,7 @@
 """map-perf on the emulated backend: one thread per emulated CPU, bound to it with ``on_cpu``,
 makes the trigger syscall (``enter_syscall``) MAX_CNT times per test.
 
-Rates are modeled: events per second of the CPU's virtual clock (emulated/timing.py) on the
+Rates are modeled: events per second of the CPU's virtual clock (emulated/machine/timing.py) on the
 machine's profile. The threads take part in a virtual-time scheduler, so the figures are the
 same on every run whatever the host's load. Each worker stands for a task of its own (pid
 ``TASK_PID_BASE + cpu``), as the sample's forked children do. The interpreter's own speed is

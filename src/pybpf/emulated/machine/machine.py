@@ -6,8 +6,8 @@ Rules this module keeps:
   puts CPUs 0-9 on node 0 and 10-19 on node 1 (nodes are spread contiguously; a node count
   that does not divide the CPUs gives the first nodes one CPU fewer). A profile given without
   cpus/nodes brings its own topology.
-- Time is modeled (``timing``, emulated/timing.py): every CPU has a virtual clock that the work
-  the emulator does advances, at the costs of a machine profile (the shipped ``host`` one unless
+- Time is modeled (``timing``, timing.py): every CPU has a virtual clock that the work the
+  emulator does advances, at the costs of a machine profile (the shipped ``host`` one unless
   another is given). ``bpf_ktime_get_ns`` reads the current CPU's clock.
 - The current CPU is per thread (``on_cpu``); a thread that never chose one runs on CPU 0. A
   thread may also stand for a task with its own pid (``set_task``), which

@@ -136,7 +136,7 @@ class BpfMap:
                                                  machine.num_cpus)
         # Local/remote element accesses per CPU (machine.AccessStats).
         self.access_stats = machine.new_access_stats()
-        self.timing = machine.timing  # what the ops cost (emulated/timing.py)
+        self.timing = machine.timing  # what the ops cost (emulated/machine/timing.py)
         # The BTF object the key and value are described in (map_create with type ids).
         self.btf = None
         self.btf_key_type_id = self.btf_value_type_id = 0

@@ -30,7 +30,7 @@ The data path (``BpfCpuMapEntry``), as cpu_map_enqueue and cpu_map_kthread_run (
   default) or, as before 6.15, straight from the slab (``kmem_cache_alloc_bulk``, with
   ``net.cpumap_skb_alloc``), builds the skbs and hands them to the entry's GRO node; after
   64 frames, or when the ring is empty, GRO is flushed and the skbs go up the stack.
-- Modeled time (emulated/timing.py): the redirecting CPU pays ``xdp_do_redirect`` per frame
+- Modeled time (emulated/machine/timing.py): the redirecting CPU pays ``xdp_do_redirect`` per frame
   and writes its xdp_frame and header lines, then ``ptr_ring_produce`` per frame under the
   ring's producer lock with the slots' lines; the kthread pays ``cpu_map_kthread_frame`` per
   frame with the slots' and frames' lines (transfers from the producer's CPU, dearer across

@@ -15,7 +15,7 @@ Rules this module keeps:
 - Every head knows whether it is new from the slab or ``recycled`` through the NAPI cache, and
   the counters say how many of each went out: with GRO merging 16 frames per skb, 15 of
   every 16 heads cpumap takes are recycled ones.
-- Modeled time (emulated/timing.py), charged to the calling thread's CPU: a slab head costs
+- Modeled time (emulated/machine/timing.py), charged to the calling thread's CPU: a slab head costs
   ``kmem_cache_alloc_bulk`` (or ``kmem_cache_free_bulk`` when a full cache spills) per
   object, a NAPI cache head ``napi_skb_cache_get`` / ``napi_skb_cache_put``, a head freed
   alone ``kfree``. Heads have addresses (``addr``): the slab hands out the most recently

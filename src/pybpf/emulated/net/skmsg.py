@@ -47,13 +47,13 @@ Rules this module keeps:
   CPU that processed the socket's last incoming packets (SO_INCOMING_CPU: for loopback the
   sender's). Each thread pins itself (sched_setaffinity) to the host CPU standing for the
   emulated CPU it runs on (``emulated % host CPUs``) and sets the machine's current CPU.
-- Modeled time (emulated/timing.py): the kernel work this path stands for is charged to the
+- Modeled time (emulated/machine/timing.py): the kernel work this path stands for is charged to the
   CPU it runs on, through ``_charge``: the verdict's take of each skb (tcp_read_skb, and the
   ACK its tcp_cleanup_rbuf sends), the redirect (sk_psock_skb_redirect), the kworker's wake-up
   and context switches per work run, each send of the backlog (``_charge_sent``: the skb's
   pages spliced into the socket, no copy, the loopback transmit, and the receive softirq
   that loopback runs in the sender's context), and each delivery to an ``ingress_msg``.
-  The verdict program's instructions are charged by executable.run.
+  The verdict program's instructions are charged by run_prog (prog/core.py).
 - Counters per emulated CPU (``SockmapCpuStats``): verdict runs, backlog work runs, bytes
   delivered or sent, EAGAIN retries, drops, and host CPU time of the receive and work threads.
 - Teardown: when the psock's last link goes (map delete, replacement, map freed, socket

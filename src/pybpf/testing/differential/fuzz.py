@@ -53,7 +53,7 @@ Rule = tuple[str, frozenset[str], frozenset[str]]
 _ANY = frozenset({"*"})
 _NOT_LOADED = "|".join(name.lower() for name in ProgType.__members__
                        if name.lower() not in EMULATED_PROG_TYPES)
-# Map types the emulated backend has (emulated/bpf_map.py's MAP_OPS), by number.
+# Map types the emulated backend has (emulated/bpf_types.py's MAP_OPS), by number.
 EMULATED_MAP_TYPES = frozenset({1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 13, 14, 15, 16, 18, 22, 23, 25,
                                 27, 30})
 _NOT_CREATED = "|".join(str(t) for t in range(1, 40) if t not in EMULATED_MAP_TYPES
@@ -64,7 +64,7 @@ ALLOWED: dict[Rule, str] = {
     (rf"map_create\[type({_NOT_CREATED})\]", _ANY, frozenset({"EINVAL"})):
         "map types the emulated backend does not have are refused there",
     (r"link_create\[.*attach:(?!xdp,)", _ANY, frozenset({"EINVAL"})):
-        "the emulated backend makes XDP links only",
+        "the emulated backend makes XDP and sockmap links only",
     (r"prog_load\[cgroup_skb\]\(lookup", frozenset({"EINVAL"}), frozenset({"ok"})):
         "It does not track value ranges or packet bounds",
     (r"obj_pin\[link\]", _ANY, frozenset({"EINVAL"})):
