@@ -3,8 +3,9 @@
 ``ProgramsMixin`` is the part of ``EmulatedSystem`` that translates BPF_PROG_LOAD,
 BPF_PROG_TEST_RUN (through test_run.py), prog info / get_fd_by_id and tracepoint attachment
 (``pybpf.system.System`` normalised the arguments and owns the error boundary); it relies
-on the system's fd table, id allocator and map references (``fd_install``, ``info_fd_get``, ``map_from_fd``,
-``bpf_map_inc`` / ``bpf_map_put``, ``prog_idr_alloc``, ``bpf_prog_inc`` / ``bpf_prog_put``).
+on the system's fd table, id allocator and map references (``fd_install``, ``info_fd_get``,
+``map_from_fd``, ``bpf_map_inc`` / ``bpf_map_put``, ``prog_idr_alloc``, ``bpf_prog_inc`` /
+``bpf_prog_put``).
 
 Rules this module keeps:
 - Load checks follow kernel/bpf/syscall.c ``bpf_prog_load`` then the verifier: unknown flags
