@@ -378,6 +378,22 @@ def test_reproduce_figures_are_the_same_on_every_run():
     assert first.stdout == second.stdout
 
 
+def test_reproduce_json_is_one_document_with_every_seeds_figures_and_verdict():
+    proc = subprocess.run([sys.executable, "-m", "pybpf", "reproduce", "--backend", "emulated",
+                           "--scale", "40000", "--events", "5", "--json"], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    seeds = {s["seed"]: s for s in json.loads(proc.stdout)["seeds"]}
+    assert set(seeds) == {"000", "001", "002", "003"}
+    assert seeds["001"]["published"] == {"before": 34, "after": 66.7,
+                                         "ratio": pytest.approx(66.7 / 34)}
+    for seed in seeds.values():
+        modeled, (lo, hi) = seed["modeled"], seed["target"]
+        assert modeled["ratio"] == pytest.approx(modeled["after"] / modeled["before"])
+        assert seed["verdict"] == ("within" if lo <= modeled["ratio"] <= hi else "MISS")
+        assert (seed["miss_cause"] is None) == (seed["verdict"] == "within")
+
+
 def test_map_perf_htab_mem_switch_shows_the_allocator_counters():
     cfg = mp.Config(test_flags=mp.Test.HASH_KMALLOC.bit, num_procs=2, max_cnt=5,
                     backend="emulated", cpus=2, htab_mem="call_rcu", json=True, progress=False)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -114,6 +115,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kernel-events", dest="kernel_events",
                         type=int_arg("--kernel-events", 1, U32_MAX, MAX_CNT_WHY), default=10000,
                         help="kernel events per CPU per test (default 10000, the sample's)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON document instead of the tables: each seed's "
+                             "published and modeled figures, ratios, target and verdict")
 
 
 def run(ns: argparse.Namespace) -> int:
@@ -132,7 +136,12 @@ def run(ns: argparse.Namespace) -> int:
         system("kernel")  # a refusal ends the command now, before minutes of emulation
     done = {seed.number: seed.model(ns) for seed in SEEDS if seed.model is not None}
     out = sys.stdout
-    out.write(seeds_table({number: r.modeled for number, r in done.items()}))
+    modeled = {number: r.modeled for number, r in done.items()}
+    if ns.json:
+        json.dump({"seeds": seed_records(modeled)}, out, indent=2)
+        out.write("\n")
+        return 0
+    out.write(seeds_table(modeled))
     for seed_run in done.values():
         out.write(seed_run.section)
     out.write(WHERE_TO_LOOK)
@@ -154,6 +163,35 @@ def _rate(x: float) -> str:
 
 # -- the seeds ----------------------------------------------------------------------------
 
+def verdict_of(ratio: float, target: tuple[float, float]) -> str:
+    lo, hi = target
+    return "within" if lo <= ratio <= hi else "MISS"
+
+
+def seed_records(modeled: dict[str, Modeled]) -> list[dict]:
+    """``--json``: each seed's published and modeled figures, ratios, target and verdict
+    (``modeled`` null, with the reason, for a seed not modeled yet)."""
+    records = []
+    for seed in SEEDS:
+        before, after, unit = seed.published
+        record = {"seed": seed.number, "patch": seed.title, "benchmark": seed.benchmark,
+                  "unit": unit, "published": {"before": before, "after": after,
+                                              "ratio": seed.published_ratio},
+                  "target": list(seed.target) if seed.target else None}
+        m = modeled.get(seed.number)
+        if m is None:
+            record |= {"modeled": None, "verdict": None, "missing": seed.missing}
+        else:
+            verdict = verdict_of(m.ratio, seed.target)
+            record |= {"modeled": {"before": m.before, "after": m.after, "ratio": m.ratio,
+                                   "profile": m.profile, "detail": m.detail},
+                       "verdict": verdict,
+                       "miss_cause": (seed.miss_cause or "cause unknown")
+                       if verdict == "MISS" else None}
+        records.append(record)
+    return records
+
+
 def seeds_table(modeled: dict[str, Modeled]) -> str:
     header = ["seed", "patch", "benchmark", "published", "ratio", "modeled", "ratio",
               "profile", "target", "verdict"]
@@ -167,7 +205,7 @@ def seeds_table(modeled: dict[str, Modeled]) -> str:
             row += [f"({seed.missing})", "-", "-", "-", "-"]
         else:
             lo, hi = seed.target
-            verdict = "within" if lo <= m.ratio <= hi else "MISS"
+            verdict = verdict_of(m.ratio, seed.target)
             if verdict == "MISS":
                 misses.append(f"seed {seed.number} misses: {seed.miss_cause or 'cause unknown'}")
             row += [f"{_rate(m.before)} -> {_rate(m.after)} {unit}", f"{m.ratio:.2f}x",
