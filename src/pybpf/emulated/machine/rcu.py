@@ -79,8 +79,9 @@ class _ReaderState(threading.local):
     epoch = 0
 
 
-class _Callback:
-    """A queued callback: its epoch, the CPU that queued it, the bytes it frees."""
+class RcuHead:
+    """struct rcu_head: a queued callback, its epoch, the CPU that queued it, the bytes it
+    frees."""
 
     __slots__ = ("epoch", "func", "cpu", "size", "done")
 
@@ -102,14 +103,14 @@ class SegCbList:
     without one yet (NEXT). Grace periods are numbered 1, 2, ... as they end."""
 
     def __init__(self) -> None:
-        self.done: deque[_Callback] = deque()
-        self.waiting: list[tuple[int, deque[_Callback]]] = []  # (gp, callbacks), gp ascending
-        self.next: deque[_Callback] = deque()
+        self.done: deque[RcuHead] = deque()
+        self.waiting: list[tuple[int, deque[RcuHead]]] = []  # (gp, callbacks), gp ascending
+        self.next: deque[RcuHead] = deque()
 
     def __len__(self) -> int:
         return len(self.done) + sum(len(q) for _, q in self.waiting) + len(self.next)
 
-    def enqueue(self, cb: _Callback) -> None:
+    def enqueue(self, cb: RcuHead) -> None:
         self.next.append(cb)
 
     def accelerate(self, gp: int) -> None:
@@ -130,9 +131,9 @@ class SegCbList:
         while self.waiting and self.waiting[0][0] <= completed:
             self.done.extend(self.waiting.pop(0)[1])
 
-    def take(self, n: int, oldest_reader: int | None) -> list[_Callback]:
+    def take(self, n: int, oldest_reader: int | None) -> list[RcuHead]:
         """Up to ``n`` ready callbacks, in order, stopping at one a reader still holds."""
-        out: list[_Callback] = []
+        out: list[RcuHead] = []
         done = self.done
         while done and len(out) < n:
             cb = done[0]
@@ -142,7 +143,7 @@ class SegCbList:
             out.append(done.popleft())
         return out
 
-    def put_back(self, cbs: list[_Callback]) -> None:
+    def put_back(self, cbs: list[RcuHead]) -> None:
         """rcu_segcblist_insert_done_cbs: what a batch did not invoke goes back in front."""
         for cb in cbs:
             cb.done = False
@@ -180,7 +181,7 @@ class Rcu:
         self._lock = threading.Lock()
         self._epoch = 0
         self._readers: dict[int, int] = {}  # epoch -> readers inside a section from it
-        self._callbacks: deque[_Callback] = deque()  # every queued callback, epoch order
+        self._callbacks: deque[RcuHead] = deque()  # every queued callback, epoch order
         self._pending = 0
         self._local = _ReaderState()
         self.qhimark = qhimark
@@ -271,7 +272,7 @@ class Rcu:
             cpu = self.current.cpu
             timing.charge(cpu, "call_rcu")
         with self._lock:
-            entry = _Callback(self._epoch, callback, cpu, size)
+            entry = RcuHead(self._epoch, callback, cpu, size)
             self._callbacks.append(entry)
             self._epoch += 1
             self.callbacks_queued += 1
@@ -285,7 +286,7 @@ class Rcu:
         if timing is None and pending > self.qhimark:
             self.poll()
 
-    def _queue(self, rdp: RcuData, entry: _Callback, now: float) -> None:  # lock held
+    def _queue(self, rdp: RcuData, entry: RcuHead, now: float) -> None:  # lock held
         """__call_rcu_common and __call_rcu_core on the queuing CPU."""
         rdp.cblist.enqueue(entry)
         queued = len(rdp.cblist)
@@ -465,7 +466,7 @@ class Rcu:
                 rdp.qlen_last_fqs_check = queued
             return bool(count) and bool(rdp.cblist.done)
 
-    def _ran(self, entries: Iterable[_Callback]) -> int:  # with the lock held
+    def _ran(self, entries: Iterable[RcuHead]) -> int:  # with the lock held
         n = 0
         for entry in entries:
             self.held_bytes -= entry.size
@@ -476,6 +477,11 @@ class Rcu:
         while queue and queue[0].done and queue[0].func is _ran_already:
             queue.popleft()  # what the CPUs' softirqs ran, in the order polls see
         return n
+
+    @property
+    def gp_in_progress(self) -> bool:
+        """rcu_gp_in_progress() (modeled time)."""
+        return self._gp_active
 
     @property
     def pending(self) -> int:
