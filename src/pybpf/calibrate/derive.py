@@ -185,6 +185,10 @@ def derive(samples: dict[str, Samples], host: dict) -> tuple[dict[str, Value], d
     put("alloc.rcu_callback", helper + mem_cache,
         "estimate: rcu_do_batch per callback dequeues one entry and makes one indirect "
         "call: helper_call + bpf_mem_cache")
+    put("alloc.rcu_core", spin + 2 * mem_cache + helper,
+        "estimate: rcu_core's round takes the leaf rcu_node lock (spin_lock), takes the ready "
+        "callbacks off the per-CPU list and puts back the rest with interrupts off (2 x "
+        "bpf_mem_cache), and the softirq vector is one indirect call (helper_call)")
     for key, (cycles, what) in NET_CYCLES.items():
         cite(f"net.{key}", cycles / ghz, net_source(cycles, ghz, what))
     hz = host["config_hz"]
@@ -194,6 +198,10 @@ def derive(samples: dict[str, Samples], host: dict) -> tuple[dict[str, Value], d
          f"({'from /proc/config.gz' if hz else 'assumed: /proc/config.gz not readable'}): "
          "one for every busy CPU to report a quiescent state at its tick from user mode, one "
          "for the grace-period kthread (kernel/rcu/tree.c jiffies_till_first_fqs)")
+
+    cite("rcu.tick", 1e9 / gp_hz,
+         f"1 / CONFIG_HZ, CONFIG_HZ={gp_hz} "
+         f"({'from /proc/config.gz' if hz else 'assumed: /proc/config.gz not readable'})")
 
     sysfs = f"{where}: sysfs"
     cite("topology.cpus", host["cpus"], f"{sysfs} (/sys/devices/system/cpu/possible)")

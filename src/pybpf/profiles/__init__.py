@@ -131,8 +131,13 @@ SCHEMA: tuple[Param, ...] = (
     _p("alloc", "call_rcu", "ns", "queueing one RCU callback"),
     _p("alloc", "rcu_callback", "ns", "invoking one RCU callback from rcu_do_batch, beyond "
        "what the callback does"),
+    _p("alloc", "rcu_core", "ns", "one RCU_SOFTIRQ round beyond its callbacks: the vector's "
+       "dispatch, rcu_core's checks and rcu_do_batch taking the ready callbacks off the list "
+       "and putting back what it leaves"),
     # -- rcu ---------------------------------------------------------------------------------
     _p("rcu", "grace_period", "ns", "length of an RCU grace period on a busy machine"),
+    _p("rcu", "tick", "ns", "scheduling-clock tick period, 1 / CONFIG_HZ: RCU's quiescent "
+       "states are reported and its callbacks invoked from it"),
     # -- the XDP / cpumap / GRO receive path: CPU work beyond the memory stalls --------------
     _p("net", "xdp_do_redirect", "ns", "per frame an XDP program redirects to a cpumap entry, "
        "on the receiving CPU: xdp_do_redirect, xdp_convert_buff_to_frame, bq_enqueue"),

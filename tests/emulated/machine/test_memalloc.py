@@ -156,3 +156,65 @@ def test_closing_a_map_frees_its_cached_elements_after_a_grace_period():
         assert sys.machine.step() == 0
     sys.machine.rcu.barrier()
     assert ma.counters.freed == ma.counters.allocated
+
+
+# -- memory held by RCU in modeled time ----------------------------------------------------------
+
+class Elem:
+    """An element with a slab address (its kmalloc charged to the allocating CPU)."""
+
+    __slots__ = ("addr",)
+
+    def __init__(self, addr: int) -> None:
+        self.addr = addr
+
+
+def churn_in_syscalls(design: str, per_syscall: int):
+    """CPU 0 enters a syscall every 5 us for 10 ms of modeled time, allocating and freeing
+    ``per_syscall`` elements in each (map_perf_test's update / delete pairs)."""
+    machine = Machine(cpus=1, nodes=1, profile="sapphire-rapids-2s")
+
+    def new_object(node: int) -> Elem:
+        return Elem(machine.timing.kmalloc(machine.current_cpu(), 48, node))
+
+    if design == "call_rcu":
+        ma = KmallocRcu(machine, 0, new_object, unit_size=48)
+    else:
+        ma = BpfMemAlloc(machine, 40, new_object,
+                         free_through_rcu=design == "bpf_mem_alloc_call_rcu")
+    for k in range(2000):
+        machine.timing.wait_until(0, k * 5000.0)
+        machine.bpf_syscall()
+        objs = [ma.alloc() for _ in range(per_syscall)]
+        for obj in objs:
+            ma.free(obj)
+    return machine, ma
+
+
+@pytest.mark.parametrize("design", ["bpf_mem_alloc_call_rcu", "call_rcu"])
+def test_memory_held_until_callbacks_run_grows_with_the_free_rate(design):
+    (m1, slow), (m4, fast) = (churn_in_syscalls(design, n) for n in (1, 4))
+    held = [ma.counters.max_held_by_rcu_bytes for ma in (slow, fast)]
+    assert held[0] > 0 and held[1] > 3 * held[0]
+    # Freed memory still waits, so the allocator goes back to kmalloc, more the faster it frees.
+    new = [ma.counters.kmalloc_while_held for ma in (slow, fast)]
+    assert 0 < new[0] < new[1]
+    assert m4.timing.breakdown(0)["kmalloc"][0] > m1.timing.breakdown(0)["kmalloc"][0]
+    series = fast.counters.held_over_time()
+    assert len(series) > 5 and max(b for _, b in series) <= held[1]
+    assert [t for t, _ in series] == sorted(t for t, _ in series)
+    m4.step()
+    m4.rcu.barrier()
+    assert fast.counters.held_by_rcu_bytes == 0 == m4.rcu.held_bytes
+
+
+def test_call_rcu_design_goes_to_kmalloc_for_every_element_once_one_is_held():
+    _, ma = churn_in_syscalls("call_rcu", 2)
+    c = ma.counters
+    assert c.allocated == 4000 and c.kmalloc_while_held == 4000 - 2
+
+
+def test_bpf_mem_alloc_reuse_holds_nothing_back_from_a_balanced_churn():
+    machine, ma = churn_in_syscalls("bpf_mem_alloc", 4)
+    assert ma.counters.call_rcu == 0 and ma.counters.max_held_by_rcu_bytes == 0
+    assert ma.counters.kmalloc_while_held == 0 and machine.rcu.max_held_bytes == 0

@@ -247,6 +247,7 @@ class Machine:
         Returns the CPU."""
         cpu = self.current.cpu
         timing = self.timing
+        self.rcu.note_syscall(cpu)  # from user mode: a quiescent state
         timing.sync(cpu)
         timing.charge(cpu, entry)
         return cpu
@@ -255,12 +256,11 @@ class Machine:
         return AccessStats(self.cpu_node)
 
     def step(self) -> int:
-        """Let deferred work advance: every CPU's clock moves on to its pending work (RCU
-        callbacks at their grace period's end, say), which runs; then a grace period completes
-        if readers allow it. Returns how many RCU callbacks ran."""
+        """Let deferred work advance: the CPUs' clocks move on, in virtual-time order, through
+        their pending work (RCU's ticks, grace periods and callbacks, say), which runs, for as
+        long as RCU needs to settle what is queued now (``Rcu.settle_ns``); then a grace
+        period completes for whatever the readers allow. Returns how many RCU callbacks ran."""
         ran = self.rcu.callbacks_run
-        for cpu in range(self.num_cpus):
-            with self.on_cpu(cpu):
-                self.timing.run_deferred(cpu, until=float("inf"))
+        self.timing.run_all_deferred(max(self.timing.clock) + self.rcu.settle_ns, self.on_cpu)
         self.rcu.poll()
         return self.rcu.callbacks_run - ran

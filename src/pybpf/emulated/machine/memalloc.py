@@ -56,6 +56,15 @@ def watermarks(unit_size: int) -> tuple[int, int, int]:
     return low, high, batch
 
 
+def _pop_up_to(objects: list[Any], n: int) -> list[Any]:
+    """Up to ``n`` objects off the end of ``objects``, last first (as llist_del_first)."""
+    if n <= 0 or not objects:
+        return []
+    taken = objects[-n:][::-1]
+    del objects[-n:]
+    return taken
+
+
 class _Cache:
     """struct bpf_mem_cache of one CPU."""
 
@@ -82,9 +91,26 @@ class _Counters:
         self.alloc_calls = 0
         self.free_calls = 0
         self.alloc_failures = 0
+        self.held_by_rcu_bytes = 0  # freed memory whose RCU callback has not run yet
+        self.max_held_by_rcu_bytes = 0
+        self.kmalloc_while_held = 0  # new objects made while freed ones waited for RCU
+        self._held_samples: list[tuple[float, int]] = []
 
     def as_dict(self) -> dict[str, int]:
-        return dict(vars(self))
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+    def hold(self, nbytes: int, at: float, every: float) -> None:
+        """Freed memory handed to (positive) or released by (negative) an RCU callback at
+        modeled time ``at``; sampled at most once per ``every`` ns (``held_over_time``)."""
+        self.held_by_rcu_bytes += nbytes
+        self.max_held_by_rcu_bytes = max(self.max_held_by_rcu_bytes, self.held_by_rcu_bytes)
+        samples = self._held_samples
+        if not samples or at >= samples[-1][0] + every:
+            samples.append((at, self.held_by_rcu_bytes))
+
+    def held_over_time(self) -> list[tuple[float, int]]:
+        """(modeled ns, bytes held by pending RCU callbacks), about one sample a tick."""
+        return list(self._held_samples)
 
 
 class BpfMemAlloc:
@@ -117,11 +143,10 @@ class BpfMemAlloc:
 
     def _alloc_bulk(self, cache: _Cache, count: int) -> None:
         """alloc_bulk: reuse objects parked for RCU, then allocate new ones on the CPU's node."""
-        taken: list[Any] = []
         with cache.lock:
-            for source in (cache.free_by_rcu_ttrace, cache.waiting_for_gp_ttrace):
-                while source and len(taken) < count:
-                    taken.append(source.pop())
+            taken = _pop_up_to(cache.free_by_rcu_ttrace, count)
+            in_flight = _pop_up_to(cache.waiting_for_gp_ttrace, count - len(taken))
+            taken += in_flight
         reused = len(taken)
         node = self.machine.cpu_node[cache.cpu]
         fresh = [self.new_object(node) for _ in range(count - reused)]
@@ -129,6 +154,9 @@ class BpfMemAlloc:
             cache.free.extend(taken)
             cache.free.extend(fresh)
         with self._count_lock:
+            self._hold(cache.cpu, -len(in_flight) * self.unit_size)  # reused before the callback
+            if self.counters.held_by_rcu_bytes and fresh:
+                self.counters.kmalloc_while_held += len(fresh)
             self.counters.reused += reused
             self.counters.allocated += len(fresh)
             self.refills += 1
@@ -147,6 +175,10 @@ class BpfMemAlloc:
             self.free_bulk_runs += 1
         self._do_call_rcu(cache)
 
+    def _hold(self, cpu: int, nbytes: int) -> None:  # with self._count_lock held
+        if nbytes:
+            self.counters.hold(nbytes, self.timing.clock[cpu], self.timing.tick)
+
     def _do_call_rcu(self, cache: _Cache) -> None:
         """do_call_rcu_ttrace: one callback per batch; none while one is in flight."""
         with cache.lock:
@@ -155,9 +187,11 @@ class BpfMemAlloc:
             cache.call_rcu_ttrace_in_progress = True
             cache.waiting_for_gp_ttrace.extend(cache.free_by_rcu_ttrace)
             cache.free_by_rcu_ttrace.clear()
+            nbytes = len(cache.waiting_for_gp_ttrace) * self.unit_size
         with self._count_lock:
             self.counters.call_rcu += 1
-        self.machine.rcu.call_rcu(lambda: self._free_rcu(cache))
+            self._hold(cache.cpu, nbytes)
+        self.machine.rcu.call_rcu(lambda: self._free_rcu(cache), nbytes)
 
     def _free_rcu(self, cache: _Cache) -> None:
         """__free_rcu: after the grace period, free what was not reused meanwhile.
@@ -170,9 +204,10 @@ class BpfMemAlloc:
             gone = cache.waiting_for_gp_ttrace[:]
             cache.waiting_for_gp_ttrace.clear()
             cache.call_rcu_ttrace_in_progress = False
+        cpu = self.machine.current.cpu
         with self._count_lock:
             self.counters.freed += len(gone)
-        cpu = self.machine.current.cpu
+            self._hold(cpu, -len(gone) * self.unit_size)
         for obj in gone:
             self.timing.kfree(cpu, addr_of(obj), self.unit_size)
 
@@ -205,9 +240,15 @@ class BpfMemAlloc:
         if self.free_through_rcu:
             with self._count_lock:
                 self.counters.call_rcu += 1
-            self.machine.rcu.call_rcu(lambda: self._unit_free(obj))
+                self._hold(self.machine.current.cpu, self.unit_size)
+            self.machine.rcu.call_rcu(lambda: self._unit_free_after_gp(obj), self.unit_size)
         else:
             self._unit_free(obj)
+
+    def _unit_free_after_gp(self, obj: Any) -> None:
+        with self._count_lock:
+            self._hold(self.machine.current.cpu, -self.unit_size)
+        self._unit_free(obj)
 
     def _unit_free(self, obj: Any) -> None:
         cpu = self.machine.current.cpu
@@ -270,13 +311,20 @@ class KmallocRcu:
         with self._lock:
             self.counters.alloc_calls += 1
             self.counters.allocated += 1
+            if self.counters.held_by_rcu_bytes:
+                self.counters.kmalloc_while_held += 1
         return obj
+
+    def _hold(self, nbytes: int) -> None:  # with self._lock held
+        timing = self.machine.timing
+        self.counters.hold(nbytes, timing.clock[self.machine.current.cpu], timing.tick)
 
     def _free_rcu(self, obj: Any) -> None:
         """The callback: kfree, after a grace period, on the CPU that queued it (it reads the
         rcu_head inside the object)."""
         with self._lock:
             self.counters.freed += 1
+            self._hold(-self.unit_size)
         cpu = self.machine.current.cpu
         self.machine.timing.access(cpu, addr_of(obj), write=True)
         self.machine.timing.kfree(cpu, addr_of(obj), self.unit_size)
@@ -285,7 +333,8 @@ class KmallocRcu:
         with self._lock:
             self.counters.free_calls += 1
             self.counters.call_rcu += 1
-        self.machine.rcu.call_rcu(lambda: self._free_rcu(obj))
+            self._hold(self.unit_size)
+        self.machine.rcu.call_rcu(lambda: self._free_rcu(obj), self.unit_size)
 
     def destroy(self) -> None:
         """Nothing is cached; callbacks already queued free their elements in time."""

@@ -4,38 +4,74 @@ Rules this model keeps:
 - A grace period ends only when every reader that was inside a read-side section when the
   grace period began has left it; a callback queued with ``call_rcu`` runs after such a
   grace period, never inside a reader that could still see the object.
-- Nothing happens behind the caller's back: grace periods advance when someone polls —
-  ``poll()`` (what ``Machine.step()`` and ``synchronize_rcu()`` do), an allocator that waits
-  for objects to come back, or ``call_rcu`` once more than ``qhimark`` callbacks are queued
-  (the kernel then forces quiescent states too). A test can therefore hold a reader open and
-  watch a callback stay pending.
+- ``poll()`` (what ``Machine.step()`` and ``synchronize_rcu()`` do) completes a grace period
+  at once for whatever the readers allow, for code that steps the machine by hand; without
+  modeled time that is the only way, and a flood past ``qhimark`` polls too.
 
-Implementation: epochs. Every reader records the epoch current at its entry; every
-``call_rcu`` tags its callback with the current epoch and opens a new one, so readers that
-enter afterwards cannot delay it. A callback tagged ``e`` may run once no reader with an
+Implementation of the readers: epochs. Every reader records the epoch current at its entry;
+every ``call_rcu`` tags its callback with the current epoch and opens a new one, so readers
+that enter afterwards cannot delay it. A callback tagged ``e`` may run once no reader with an
 epoch <= ``e`` remains.
 
-Modeled time (``timing``): ``call_rcu`` is charged to the calling CPU, and the callback is due
-when the grace period it waits for ends in virtual time (``Timing.rcu_gp_end``); it then runs
-on that CPU, as the kernel invokes callbacks in the queuing CPU's softirq, once the CPU's clock
-gets there (``Timing.defer``), each invocation charged (``rcu_callback``). Polling (``poll``,
-``synchronize_rcu``, ``barrier``) still completes grace periods at once, for code that steps
-the machine by hand; without modeled time a flood past ``qhimark`` polls too.
+Modeled time (``timing``): RCU as kernel/rcu/tree.c runs it, in virtual time.
+- Each CPU has its ``RcuData``: a segmented callback list (``SegCbList``, the kernel's
+  rcu_segcblist: ready, waiting for a numbered grace period, not yet assigned one), its
+  ``blimit`` and ``qlen_last_fqs_check``.
+- Grace periods are numbered and run one after another. One starts from a CPU's RCU core
+  processing when its callbacks need one (or from ``call_rcu`` past ``qhimark``), or right
+  after the previous one when more were requested; it needs a quiescent state from every CPU
+  busy at its start. A CPU passes one when its task enters the kernel from user mode
+  (``note_syscall``: the previous syscall, program or softirq was left) and reports it at its
+  next scheduling-clock tick (``rcu.tick`` of the profile, aligned on every CPU). A CPU that
+  entered no syscall in the last tick, or that left the virtual-time scheduler, is idle: the
+  grace-period kthread's force-quiescent-state scan, every ``fqs_jiffies`` ticks, reports it.
+  The last report ends the grace period at that time; a CPU notices the end at its next tick.
+- At a tick, a CPU with callbacks or a quiescent state owed runs RCU_SOFTIRQ: ``rcu_core``
+  advances its callbacks past the grace periods it saw end, assigns new ones a grace period,
+  and ``rcu_do_batch`` invokes ready ones ``max(blimit, ready >> rcu_divisor)`` at a time
+  (``blimit`` 10, 10000 once more than ``qhimark`` callbacks are queued while a grace period
+  runs, back to 10 at ``qlowmark``; a batch over 100 stops after ``rcu_resched_ns``). Ready
+  callbacks left re-raise the softirq; after ``MAX_SOFTIRQ_RESTART`` rounds or
+  ``MAX_SOFTIRQ_TIME_NS`` the rest goes to ksoftirqd, which runs at the CPU's next operation
+  (it preempts the task on its way back to user space; the CPU's fair sharing is not modeled
+  here) until none are ready. Every round is charged ``rcu_core``, every callback
+  ``rcu_callback`` plus what it does, a ksoftirqd run one context switch in and out.
+- ``call_rcu(func, size)``: ``size`` is the memory the callback frees; the bytes held by
+  queued callbacks are counted over time (``history``), with the queue lengths and each grace
+  period's length.
 """
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .timing import Timing
 
-# kernel/rcu/tree.c: beyond this many queued callbacks RCU pushes grace periods harder.
-QHIMARK = 10000
+# kernel/rcu/tree.c's defaults (module parameters rcutree.*).
+BLIMIT = 10               # DEFAULT_RCU_BLIMIT: callbacks per rcu_do_batch
+MAX_BLIMIT = 10000        # DEFAULT_MAX_RCU_BLIMIT: blimit while callbacks flood
+QHIMARK = 10000           # DEFAULT_RCU_QHIMARK: queued callbacks that raise blimit
+QLOWMARK = 100            # DEFAULT_RCU_QLOMARK: queued callbacks that restore it
+RCU_DIVISOR = 7           # a batch takes at least ready >> rcu_divisor
+RCU_RESCHED_NS = 3_000_000  # rcu_resched_ns: time limit of a batch over 100 callbacks
+TIMED_BATCH = 100         # batches larger than this get the time limit
+CLOCK_CHECK_EVERY = 32    # rcu_do_batch_check_time reads the clock once per 32 callbacks
+FQS_DIV = 256             # RCU_JIFFIES_FQS_DIV
+# kernel/softirq.c: __do_softirq restarts at most this often, for at most this long.
+MAX_SOFTIRQ_RESTART = 10
+MAX_SOFTIRQ_TIME_NS = 2_000_000
+
+
+def fqs_jiffies(hz: float, cpus: int) -> int:
+    """Ticks between the grace-period kthread's force-quiescent-state scans: the kernel's
+    RCU_JIFFIES_TILL_FORCE_QS plus nr_cpu_ids / RCU_JIFFIES_FQS_DIV (rcu_init_geometry)."""
+    return 1 + (hz > 250) + (hz > 500) + cpus // FQS_DIV
 
 
 class _ReaderState(threading.local):
@@ -43,21 +79,98 @@ class _ReaderState(threading.local):
     epoch = 0
 
 
-class _Callback:
-    """A queued callback: its epoch, the CPU that queued it, when its grace period ends."""
+class RcuHead:
+    """struct rcu_head: a queued callback, its epoch, the CPU that queued it, the bytes it
+    frees."""
 
-    __slots__ = ("epoch", "func", "cpu", "due", "done")
+    __slots__ = ("epoch", "func", "cpu", "size", "done")
 
-    def __init__(self, epoch: int, func: Callable[[], None], cpu: int, due: float) -> None:
+    def __init__(self, epoch: int, func: Callable[[], None], cpu: int, size: int) -> None:
         self.epoch = epoch
         self.func = func
         self.cpu = cpu
-        self.due = due
+        self.size = size
         self.done = False
 
 
 def _ran_already() -> None:
-    """What a callback a poll already ran leaves in its CPU's queue."""
+    """What a callback a poll already ran leaves in its CPU's list."""
+
+
+class SegCbList:
+    """rcu_segcblist: callbacks ready to invoke (DONE), waiting for a numbered grace period
+    (WAIT, NEXT_READY: the kernel has two such segments, a list of them here), and queued
+    without one yet (NEXT). Grace periods are numbered 1, 2, ... as they end."""
+
+    def __init__(self) -> None:
+        self.done: deque[RcuHead] = deque()
+        self.waiting: list[tuple[int, deque[RcuHead]]] = []  # (gp, callbacks), gp ascending
+        self.next: deque[RcuHead] = deque()
+
+    def __len__(self) -> int:
+        return len(self.done) + sum(len(q) for _, q in self.waiting) + len(self.next)
+
+    def enqueue(self, cb: RcuHead) -> None:
+        self.next.append(cb)
+
+    def accelerate(self, gp: int) -> None:
+        """rcu_segcblist_accelerate: the unassigned callbacks wait for grace period ``gp``
+        (joining a segment that already waits for it)."""
+        if not self.next:
+            return
+        if self.waiting and self.waiting[-1][0] >= gp:
+            self.waiting[-1][1].extend(self.next)
+        else:
+            self.waiting.append((gp, self.next))
+            self.next = deque()
+            return
+        self.next.clear()
+
+    def advance(self, completed: int) -> None:
+        """rcu_segcblist_advance: segments whose grace period has ended become ready."""
+        while self.waiting and self.waiting[0][0] <= completed:
+            self.done.extend(self.waiting.pop(0)[1])
+
+    def take(self, n: int, oldest_reader: int | None) -> list[RcuHead]:
+        """Up to ``n`` ready callbacks, in order, stopping at one a reader still holds."""
+        out: list[RcuHead] = []
+        done = self.done
+        while done and len(out) < n:
+            cb = done[0]
+            if oldest_reader is not None and cb.epoch >= oldest_reader:
+                break
+            cb.done = True  # a poll meanwhile leaves it to this batch
+            out.append(done.popleft())
+        return out
+
+    def put_back(self, cbs: list[RcuHead]) -> None:
+        """rcu_segcblist_insert_done_cbs: what a batch did not invoke goes back in front."""
+        for cb in cbs:
+            cb.done = False
+        self.done.extendleft(reversed(cbs))
+
+    def purge(self) -> None:
+        """Drop callbacks a poll already ran."""
+        self.done = deque(cb for cb in self.done if not cb.done)
+        self.waiting = [(gp, q) for gp, q in ((gp, deque(cb for cb in q if not cb.done))
+                                              for gp, q in self.waiting) if q]
+        self.next = deque(cb for cb in self.next if not cb.done)
+
+
+class RcuData:
+    """struct rcu_data of one CPU."""
+
+    def __init__(self, cpu: int) -> None:
+        self.cpu = cpu
+        self.cblist = SegCbList()
+        self.blimit = BLIMIT
+        self.qlen_last_fqs_check = 0
+        self.gp_seq = 0  # grace periods this CPU has seen end
+        self.qs_at: float | None = None  # its quiescent state in the current grace period
+        self.last_seen = float("-inf")  # when its task last entered the kernel
+        self.tick_at: float | None = None  # its armed tick
+        self.batches = 0
+        self.max_batch = 0
 
 
 class Rcu:
@@ -68,10 +181,7 @@ class Rcu:
         self._lock = threading.Lock()
         self._epoch = 0
         self._readers: dict[int, int] = {}  # epoch -> readers inside a section from it
-        # Every queued callback in epoch order, and each CPU's in order of their due time
-        # (a CPU's clock only moves on); one that ran is marked done and dropped lazily.
-        self._callbacks: deque[_Callback] = deque()
-        self._per_cpu: dict[int, deque[_Callback]] = {}
+        self._callbacks: deque[RcuHead] = deque()  # every queued callback, epoch order
         self._pending = 0
         self._local = _ReaderState()
         self.qhimark = qhimark
@@ -82,6 +192,34 @@ class Rcu:
         self.callbacks_queued = 0
         self.callbacks_run = 0
         self.max_pending = 0
+        self.held_bytes = 0  # memory the queued callbacks will free
+        self.max_held_bytes = 0
+        if timing is not None:
+            self._init_modeled(timing)
+
+    def _init_modeled(self, timing: Timing) -> None:
+        cpus = len(timing.clock)
+        self.tick = timing.tick
+        self.fqs_ns = fqs_jiffies(1e9 / self.tick, cpus) * self.tick
+        self.cpus = [RcuData(cpu) for cpu in range(cpus)]
+        # Long enough for what is queued now to run: the grace period in progress and the
+        # next, each at most one force-quiescent-state scan past a tick, and the tick after.
+        self.settle_ns = 3 * (self.fqs_ns + self.tick)
+        self._completed = 0  # grace periods ended
+        self._gp_needed = 0  # the highest grace period a CPU waits for
+        self._gp_active = False
+        self._gp_start = 0.0
+        self._gp_epoch = 0
+        self._next_fqs = 0.0
+        self._holdouts: set[int] = set()
+        self._gp_end: list[float] = []  # end of grace period k at [k - 1]
+        self.gps: list[tuple[float, float]] = []  # (start, end) of each grace period
+        self.n_force_qs = 0
+        self.blimit_raised = 0  # times a CPU's blimit went to MAX_BLIMIT
+        self.softirq_rounds = 0
+        self.ksoftirqd_runs = 0
+        # (time, cpu, callbacks queued on it, bytes held machine-wide) at each of its ticks.
+        self.samples: list[tuple[float, int, int, int]] = []
 
     # -- readers -------------------------------------------------------------------------------
     def read_lock(self) -> None:
@@ -125,60 +263,225 @@ class Rcu:
             return sum(self._readers.values())
 
     # -- updaters ------------------------------------------------------------------------------
-    def call_rcu(self, callback: Callable[[], None]) -> None:
-        """Run ``callback`` after a grace period (on this CPU when the grace period ends in
-        modeled time, or from a poll)."""
-        cpu, due = 0, 0.0
+    def call_rcu(self, callback: Callable[[], None], size: int = 0) -> None:
+        """Run ``callback`` after a grace period (from the queuing CPU's RCU_SOFTIRQ in
+        modeled time, or from a poll). ``size``: the bytes it frees, held until then."""
         timing = self.timing
+        cpu = 0
         if timing is not None:
             cpu = self.current.cpu
             timing.charge(cpu, "call_rcu")
-            due = timing.rcu_gp_end(timing.clock[cpu])
         with self._lock:
-            entry = _Callback(self._epoch, callback, cpu, due)
+            entry = RcuHead(self._epoch, callback, cpu, size)
             self._callbacks.append(entry)
-            if timing is not None:
-                self._per_cpu.setdefault(cpu, deque()).append(entry)
             self._epoch += 1
             self.callbacks_queued += 1
             self._pending += 1
             pending = self._pending
-            if pending > self.max_pending:
-                self.max_pending = pending
-        if timing is not None:
-            # In modeled time callbacks run on their own CPU when their grace period ends;
-            # a flood does not make another CPU run them.
-            timing.defer(cpu, due, lambda: self.invoke_due(cpu))
-        elif pending > self.qhimark:
+            self.max_pending = max(self.max_pending, pending)
+            self.held_bytes += size
+            self.max_held_bytes = max(self.max_held_bytes, self.held_bytes)
+            if timing is not None:
+                self._queue(self.cpus[cpu], entry, timing.clock[cpu])
+        if timing is None and pending > self.qhimark:
             self.poll()
 
-    def invoke_due(self, cpu: int) -> int:
-        """rcu_do_batch on ``cpu``: its callbacks whose grace period has ended by its clock
-        (and whose readers are gone) run, each charged; returns how many."""
-        now = self.timing.clock[cpu]
-        due = []
-        with self._lock:
-            oldest = min(self._readers, default=None)
-            queue = self._per_cpu.get(cpu, ())
-            while queue:
-                entry = queue[0]
-                if not entry.done:
-                    if entry.due > now or (oldest is not None and entry.epoch >= oldest):
-                        break
-                    entry.done = True
-                    due.append(entry.func)
-                queue.popleft()
-            self._ran(due)
-        for func in due:
-            self.timing.charge(cpu, "rcu_callback")
-            func()
-        return len(due)
+    def _queue(self, rdp: RcuData, entry: RcuHead, now: float) -> None:  # lock held
+        """__call_rcu_common and __call_rcu_core on the queuing CPU."""
+        rdp.cblist.enqueue(entry)
+        queued = len(rdp.cblist)
+        if queued > rdp.qlen_last_fqs_check + self.qhimark:
+            if not self._gp_active:
+                self._accelerate(rdp, now)
+            else:  # give the grace period a kick
+                if rdp.blimit != MAX_BLIMIT:
+                    self.blimit_raised += 1
+                rdp.blimit = MAX_BLIMIT
+                self._force_qs(now)
+                rdp.qlen_last_fqs_check = queued
+        self._arm_tick(rdp, now)
 
-    def _ran(self, due: list) -> None:  # with the lock held
-        if due:
-            self._pending -= len(due)
-            self.grace_periods += 1
-            self.callbacks_run += len(due)
+    def note_syscall(self, cpu: int) -> None:
+        """The task on ``cpu`` enters the kernel from user mode at its clock: it left its
+        previous syscall (a quiescent state) and the CPU is busy."""
+        now = self.timing.clock[cpu]
+        with self._lock:
+            rdp = self.cpus[cpu]
+            rdp.last_seen = now
+            if cpu in self._holdouts and rdp.qs_at is None and now >= self._gp_start:
+                rdp.qs_at = now
+                self._arm_tick(rdp, now)
+
+    # -- grace periods (the grace-period kthread) --------------------------------------------
+    def _idle(self, cpu: int, now: float) -> bool:
+        """An extended quiescent state at ``now``: no syscall in the last tick, or the CPU's
+        thread has left the virtual-time scheduler."""
+        scheduler = self.timing.scheduler
+        if scheduler is not None and not scheduler.is_running(cpu):
+            return True
+        return self.cpus[cpu].last_seen < now - self.tick
+
+    def _start_gp(self, now: float) -> None:  # lock held
+        """rcu_gp_init: every CPU busy now owes a quiescent state. (A CPU behind the last
+        grace period's end in virtual time starts the next one at that end.)"""
+        if self._gp_end:
+            now = max(now, self._gp_end[-1])
+        self._gp_active = True
+        self._gp_start = now
+        self._gp_epoch = self._epoch  # readers from before it hold it
+        self._epoch += 1
+        self._next_fqs = now + self.fqs_ns
+        self._holdouts = {rdp.cpu for rdp in self.cpus if not self._idle(rdp.cpu, now)}
+        for rdp in self.cpus:
+            rdp.qs_at = None
+        self._try_end_gp(now)
+
+    def _try_end_gp(self, now: float) -> None:  # lock held
+        """The grace period ends once every holdout reported and no reader that entered
+        before it began is still inside its section (never before its start: a CPU behind
+        it in virtual time reports at the start)."""
+        if self._gp_active and not self._holdouts and \
+                min(self._readers, default=self._gp_epoch) >= self._gp_epoch:
+            self._end_gp(max(now, self._gp_start))
+
+    def _end_gp(self, now: float) -> None:  # lock held
+        """rcu_gp_cleanup, and the next grace period if one was requested meanwhile."""
+        self._gp_active = False
+        self._completed += 1
+        self._gp_end.append(now)
+        self.gps.append((self._gp_start, now))
+        if self._gp_needed > self._completed:
+            self._start_gp(now)
+
+    def _report_qs(self, cpu: int, now: float) -> None:  # lock held
+        """rcu_report_qs_rdp: the last one may end the grace period."""
+        self._holdouts.discard(cpu)
+        self._try_end_gp(now)
+
+    def _force_qs(self, now: float) -> None:  # lock held
+        """rcu_gp_fqs: report the holdouts that are idle."""
+        self.n_force_qs += 1
+        self._next_fqs = now + self.fqs_ns
+        for cpu in sorted(self._holdouts):
+            if self._gp_active and self._idle(cpu, now):
+                self._report_qs(cpu, now)
+
+    def _accelerate(self, rdp: RcuData, now: float) -> None:  # lock held
+        """rcu_accelerate_cbs: unassigned callbacks wait for the grace period after the
+        current one (rcu_seq_snap), which is started if none runs."""
+        if not rdp.cblist.next:
+            return
+        gp = self._completed + (2 if self._gp_active else 1)
+        rdp.cblist.accelerate(gp)
+        self._gp_needed = max(self._gp_needed, gp)
+        if not self._gp_active:
+            self._start_gp(now)
+
+    # -- the tick and RCU_SOFTIRQ on each CPU ------------------------------------------------
+    def _arm_tick(self, rdp: RcuData, now: float) -> None:  # lock held
+        if rdp.tick_at is None:
+            at = rdp.tick_at = (now // self.tick + 1) * self.tick
+            cpu = rdp.cpu
+            self.timing.defer(cpu, at, lambda: self._tick(cpu, at))
+
+    def _tick(self, cpu: int, now: float) -> None:
+        """rcu_sched_clock_irq on ``cpu`` at tick ``now`` (run once the CPU's clock has passed
+        it: what it decides is stamped ``now``), and RCU_SOFTIRQ when rcu_pending says so."""
+        with self._lock:
+            rdp = self.cpus[cpu]
+            rdp.tick_at = None
+            if self._gp_active and now >= self._next_fqs:
+                self._force_qs(now)
+            pending = cpu in self._holdouts and (
+                (rdp.qs_at is not None and rdp.qs_at <= now) or self._idle(cpu, now))
+            if pending:
+                self._report_qs(cpu, now)
+            self._try_end_gp(now)  # a reader that held it may have left
+            # note_gp_changes: the grace periods that ended before this tick.
+            seen = bisect.bisect_left(self._gp_end, now)
+            pending |= seen != rdp.gp_seq or bool(rdp.cblist.next)
+            rdp.gp_seq = seen
+            rdp.cblist.advance(seen)
+            self._accelerate(rdp, now)
+            ready = bool(rdp.cblist.done)
+            self.samples.append((now, cpu, len(rdp.cblist), self.held_bytes))
+        if ready:
+            self._softirq(cpu)
+        elif pending:  # rcu_pending raised RCU_SOFTIRQ: rcu_core with no callback to invoke
+            self.timing.charge(cpu, "rcu_core")
+        with self._lock:
+            if len(rdp.cblist) or cpu in self._holdouts:
+                self._arm_tick(rdp, now)
+
+    def _softirq(self, cpu: int) -> None:
+        """__do_softirq for RCU_SOFTIRQ: rounds of rcu_core while callbacks stay ready, then
+        ksoftirqd."""
+        start = self.timing.clock[cpu]
+        for _ in range(MAX_SOFTIRQ_RESTART):
+            if not self._rcu_core(cpu):
+                return
+            if self.timing.clock[cpu] - start >= MAX_SOFTIRQ_TIME_NS:
+                break
+        self.timing.defer(cpu, self.timing.clock[cpu], lambda: self._ksoftirqd(cpu))
+
+    def _ksoftirqd(self, cpu: int) -> None:
+        """ksoftirqd, switched in: it runs the softirq until nothing is pending."""
+        self.ksoftirqd_runs += 1
+        self.timing.charge(cpu, "kworker_wakeup")  # two context switches, as a kworker's
+        while self._rcu_core(cpu):
+            pass
+
+    def _rcu_core(self, cpu: int) -> bool:
+        """One RCU_SOFTIRQ round: rcu_core and rcu_do_batch on ``cpu``; whether ready
+        callbacks remain (the softirq is raised again)."""
+        timing = self.timing
+        timing.charge(cpu, "rcu_core")
+        with self._lock:
+            self.softirq_rounds += 1
+            rdp = self.cpus[cpu]
+            ready = len(rdp.cblist.done)
+            limit = max(rdp.blimit, ready >> RCU_DIVISOR)
+            batch = rdp.cblist.take(limit, min(self._readers, default=None))
+        deadline = timing.clock[cpu] + RCU_RESCHED_NS if limit > TIMED_BATCH else None
+        count = 0
+        for cb in batch:
+            count += 1
+            timing.charge(cpu, "rcu_callback")
+            func, cb.func = cb.func, _ran_already  # keep no freed object alive
+            func()
+            if (deadline is not None and count % CLOCK_CHECK_EVERY == 0
+                    and timing.clock[cpu] >= deadline):
+                break
+        with self._lock:
+            rdp.cblist.put_back(batch[count:])
+            self._ran(batch[:count])
+            rdp.batches += 1
+            rdp.max_batch = max(rdp.max_batch, count)
+            queued = len(rdp.cblist)
+            if rdp.blimit >= MAX_BLIMIT and queued <= QLOWMARK:
+                rdp.blimit = BLIMIT
+            if queued == 0:
+                rdp.qlen_last_fqs_check = 0
+            elif queued < rdp.qlen_last_fqs_check - self.qhimark:
+                rdp.qlen_last_fqs_check = queued
+            return bool(count) and bool(rdp.cblist.done)
+
+    def _ran(self, entries: Iterable[RcuHead]) -> int:  # with the lock held
+        n = 0
+        for entry in entries:
+            self.held_bytes -= entry.size
+            n += 1
+        self._pending -= n
+        self.callbacks_run += n
+        queue = self._callbacks
+        while queue and queue[0].done and queue[0].func is _ran_already:
+            queue.popleft()  # what the CPUs' softirqs ran, in the order polls see
+        return n
+
+    @property
+    def gp_in_progress(self) -> bool:
+        """rcu_gp_in_progress() (modeled time)."""
+        return self._gp_active
 
     @property
     def pending(self) -> int:
@@ -195,15 +498,16 @@ class Rcu:
                 entry = queue.popleft()
                 if not entry.done:
                     entry.done = True
-                    due.append(entry.func)
-                    entry.func = _ran_already  # the CPU's queue keeps no freed object alive
-            for per_cpu in self._per_cpu.values():
-                while per_cpu and per_cpu[0].done:
-                    per_cpu.popleft()
-            self._ran(due)
+                    due.append(entry)
+            if due and self.timing is not None:  # the CPUs' lists drop what ran
+                for rdp in self.cpus:
+                    rdp.cblist.purge()
+            if self._ran(due):
+                self.grace_periods += 1
         # Callbacks run outside the lock: they may call_rcu or free into allocators.
-        for callback in due:
-            callback()
+        for entry in due:
+            func, entry.func = entry.func, _ran_already  # keep no freed object alive
+            func()
         return len(due)
 
     def synchronize_rcu(self) -> None:
@@ -226,6 +530,17 @@ class Rcu:
                     f"rcu_barrier(): {self.readers} reader(s) still inside a read-side section")
 
     def stats(self) -> dict[str, int]:
-        return {"grace_periods": self.grace_periods, "callbacks_queued": self.callbacks_queued,
-                "callbacks_run": self.callbacks_run, "callbacks_pending": self.pending,
-                "max_pending": self.max_pending}
+        out = {"grace_periods": self.grace_periods, "callbacks_queued": self.callbacks_queued,
+               "callbacks_run": self.callbacks_run, "callbacks_pending": self.pending,
+               "max_pending": self.max_pending, "held_bytes": self.held_bytes,
+               "max_held_bytes": self.max_held_bytes}
+        if self.timing is not None:
+            lengths = [end - start for start, end in self.gps]
+            out.update(gp_completed=self._completed, n_force_qs=self.n_force_qs,
+                       gp_max_ns=int(max(lengths, default=0)),
+                       gp_mean_ns=int(sum(lengths) / len(lengths)) if lengths else 0,
+                       max_queued=max((queued for _, _, queued, _ in self.samples), default=0),
+                       blimit_raised=self.blimit_raised, softirq_rounds=self.softirq_rounds,
+                       ksoftirqd_runs=self.ksoftirqd_runs,
+                       max_batch=max(rdp.max_batch for rdp in self.cpus))
+        return out

@@ -44,7 +44,7 @@ import itertools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 
 from ...profiles import SCHEMA, Profile
@@ -115,6 +115,7 @@ class Timing:
             p.key: float(profile[p.path]) for p in SCHEMA
             if p.section in WORK_SECTIONS and p.unit == "ns"}
         self.grace_period = float(profile["rcu.grace_period"])
+        self.tick = float(profile["rcu.tick"])
         self._spin_lock_ns = self.cost["spin_lock"]
         # Per CPU: work event -> count (its ns is count x cost); memory kinds and waits,
         # whose cost varies, -> [count, ns].
@@ -393,6 +394,23 @@ class Timing:
             ran += 1
         return ran
 
+    def run_all_deferred(self, until: float,
+                         on_cpu: Callable[[int], AbstractContextManager]) -> int:
+        """Run every CPU's deferred work due by ``until`` in virtual-time order across the
+        CPUs (work on one CPU may make another's due: RCU's grace periods), each inside
+        ``on_cpu(cpu)``; how many ran."""
+        ran = 0
+        while True:
+            due = [(heap[0][0], cpu) for cpu, heap in enumerate(self._deferred) if heap]
+            if not due or min(due)[0] > until:
+                return ran
+            at, cpu = min(due)
+            _, _, work = heapq.heappop(self._deferred[cpu])
+            self.wait_until(cpu, at, "idle")
+            with on_cpu(cpu):
+                work()
+            ran += 1
+
     def sync(self, cpu: int) -> None:
         """A modeled operation begins on ``cpu``: take the baton if a scheduler is attached,
         then run the deferred work that is due."""
@@ -506,6 +524,10 @@ class VirtualTimeScheduler:
                     self._holder = None
                     if self._active:
                         self._pass_to(self._least())
+
+    def is_running(self, cpu: int) -> bool:
+        """Whether ``cpu`` is a participant whose thread has not left."""
+        return cpu in self._active
 
     def sync(self, cpu: int) -> None:
         """Let CPUs that are behind ``cpu`` in virtual time go first."""
