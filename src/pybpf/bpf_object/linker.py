@@ -12,8 +12,10 @@ Steps, each libbpf's:
    takes, of a function in ``.ksyms``: resolved at load time) or an extern variable
    (ksym, kconfig: recorded, reported as unsupported when the program is loaded).
 3. ``link`` (bpf_object__reloc_code): a program's code is its own instructions followed by
-   every subprogram it calls, directly or not, each appended once in first-call order,
-   with call immediates rewritten to the new positions; map references become
+   every subprogram it calls or takes the address of (a callback of bpf_loop, timers, ...),
+   directly or not, each appended once in first-call order, with call immediates rewritten
+   to the new positions and a function's address made a BPF_PSEUDO_FUNC load of its
+   callee's position (the verifier takes nothing else as a callback); map references become
    BPF_PSEUDO_MAP_FD / BPF_PSEUDO_MAP_VALUE loads (the fd is put in at load time). The
    .BTF.ext records (func_info, line_info, CO-RE) follow their instructions.
 """
@@ -243,11 +245,16 @@ def link(main: Function, functions: list[Function]) -> Linked:
         for insn in range(function.insn_cnt):
             pos = (base + insn) * INSN_SIZE
             opcode, regs, off, imm = _INSN.unpack_from(code, pos)
+            relo = relos.get(insn)
+            if relo is not None and relo.kind == RelocKind.SUBPROG_ADDR:
+                # clang leaves a function's address a plain ld_imm64 (src_reg 0); libbpf
+                # marks it BPF_PSEUDO_FUNC before relocating (bpf_object__relocate), and
+                # the verifier takes only that as a callback (PTR_TO_FUNC).
+                regs = BPF_PSEUDO_FUNC << 4 | regs & 0xF
             is_call = opcode == CALL and regs >> 4 == BPF_PSEUDO_CALL
             is_func = opcode == LD_IMM64 and regs >> 4 == BPF_PSEUDO_FUNC
             if not is_call and not is_func:
                 continue
-            relo = relos.get(insn)
             if relo is not None and relo.kind == RelocKind.KFUNC_CALL:
                 continue
             where = f"prog '{main.name}': insn #{insn} of '{function.name}'"
