@@ -47,6 +47,7 @@ from .codecs import (
 from .errors import BPFError, KeyNotFoundError, map_description
 from .handles import FdHandle
 from .mapcore import MODE_KERNEL, MODE_SLOW, MODE_TABLE, MapCore
+from .ringbuf import RingBufReader
 from .system import FastOps, MapInfo, System
 from .uapi import (
     BPF_F_NO_PREALLOC,
@@ -60,7 +61,8 @@ from .uapi import (
 __all__ = [
     "ArrayMap", "ArrayOfMaps", "BatchCursor", "BloomFilterMap", "HashMap", "HashOfMaps",
     "LpmKey", "LpmTrieMap", "LruHashMap", "LruPercpuHashMap", "Map", "MapSpec",
-    "PercpuArrayMap", "PercpuHashMap", "PerCpuValue", "QueueMap", "StackMap", "UpdateFlags",
+    "PercpuArrayMap", "PercpuHashMap", "PerCpuValue", "QueueMap", "RingBuf", "StackMap",
+    "UpdateFlags",
     "accelerated",
 ]
 
@@ -686,6 +688,48 @@ class BloomFilterMap(_TypedMap):
         return True
 
 
+class RingBuf(_TypedMap):
+    """BPF_MAP_TYPE_RINGBUF: ``size`` bytes (a power of two, whole pages) of records that
+    programs write (bpf_ringbuf_output, bpf_ringbuf_reserve + submit); it has no elements
+    (lookups: ENOTSUPP). ``poll(timeout)``, ``read()`` and ``records()`` read the committed
+    records, oldest first, through ``reader``: the System's reader of this map
+    (``System.ringbuf_reader``), made on first use and closed with the map."""
+
+    map_type = MapType.RINGBUF
+    fixed_key_size = 0
+    _reader: RingBufReader | None = None
+
+    def __init__(self, size: int, *, flags: int = 0, name: str = "",
+                 numa_node: int | str | None = None, system: System | None = None) -> None:
+        super().__init__(size, None, None, value_size=0, flags=flags, name=name,
+                         numa_node=numa_node, system=system)
+
+    @property
+    def reader(self) -> RingBufReader:
+        if self._reader is None:
+            self._reader = self.system.ringbuf_reader(self.fd)
+        return self._reader
+
+    def poll(self, timeout: float | None = None, limit: int | None = None) -> list[bytes]:
+        """The records there now, or those committed within ``timeout`` seconds (None: wait
+        for some); [] when none came."""
+        return self.reader.poll(timeout, limit)
+
+    def read(self, limit: int | None = None) -> list[bytes]:
+        """The records there now (at most ``limit``), without waiting."""
+        return self.reader.read(limit)
+
+    def records(self) -> Iterator[bytes]:
+        """The records there now, each consumed as it is yielded."""
+        return iter(self.reader)
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        super().close()
+
+
 def register_typed_class(cls: type[Map]) -> type[Map]:
     """Make ``cls`` the class ``Map.create`` / ``from_fd`` give for its ``map_type`` (typed
     classes defined outside this module: sock_maps.py)."""
@@ -696,7 +740,7 @@ def register_typed_class(cls: type[Map]) -> type[Map]:
 _CLASS_FOR_TYPE: dict[int, type[Map]] = {
     cls.map_type: cls for cls in (HashMap, LruHashMap, PercpuHashMap, LruPercpuHashMap,
                                   ArrayMap, PercpuArrayMap, ArrayOfMaps, HashOfMaps, QueueMap,
-                                  StackMap, LpmTrieMap, BloomFilterMap)
+                                  StackMap, LpmTrieMap, BloomFilterMap, RingBuf)
 }
 
 

@@ -68,8 +68,9 @@ from .errors import (
     strerror,
 )
 from .records import BatchLookup, FastOps, MapInfo, ProgInfo, TestRun
+from .ringbuf import RingBufReader
 from .topology import Topology
-from .uapi import NUMA_NO_NODE, map_traits
+from .uapi import NUMA_NO_NODE, MapType, map_traits
 
 # ``flags is _NO_FLAGS``: the int 0 (CPython keeps one), the flags of nearly every call.
 _NO_FLAGS = 0
@@ -267,6 +268,28 @@ class System(abc.ABC):
                        update=functools.partial(self.map_update_elem, fd),
                        delete=functools.partial(self.map_delete_elem, fd),
                        error=functools.partial(self.map_error, fd))
+
+    # -- ring buffers ------------------------------------------------------------------------
+    def ringbuf_reader(self, fd: int) -> RingBufReader:
+        """A consumer of RINGBUF map ``fd`` (libbpf's ring_buffer__add): iterate, ``read`` or
+        ``poll`` the records programs commit (``pybpf.ringbuf``). It maps the ring itself,
+        so it stays valid after ``fd`` is closed, until its own ``close``. A map of another
+        type: EINVAL, as libbpf answers."""
+        try:
+            fd = fd_arg(fd)
+            info = self._map_get_info(fd)
+            if info.type != MapType.RINGBUF:
+                raise KernelError(errno.EINVAL, f"not a ring buffer: a reader reads "
+                                  f"BPF_MAP_TYPE_RINGBUF maps, this is {map_describe(info)}")
+            return self._ringbuf_reader(fd, info.max_entries)
+        except KernelError as exc:
+            raise self._map_fail(exc, "ringbuf_reader", fd) from None
+
+    def _ringbuf_reader(self, fd: int, size: int) -> RingBufReader:
+        """The backend's reader of ring buffer ``fd`` (``size`` bytes of data); a backend
+        that can read ring buffers overrides this."""
+        raise KernelError(errno.EOPNOTSUPP, f"the {self.name} backend has no ring buffer "
+                          "reader yet (issue 21): records can be read on the kernel backend")
 
     # -- batches -----------------------------------------------------------------------------
     def _lookup_batch(self, command: str, fd: int, in_batch: bytes | None, count: int,

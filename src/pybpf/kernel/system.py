@@ -44,6 +44,7 @@ from ..system import BatchLookup, FastOps, MapInfo, ProgInfo, System, TestRun
 from ..topology import Topology, host_topology
 from ..uapi import BPF_F_SOCKMAP_TARGET_CPU, Cmd, MapType, map_traits, syscall_value_size
 from . import perf_event
+from .ringbuf import KernelRingBufReader
 from .sockmap import NO_TARGET_CPU, UNMERGED_KFUNCS, SockMapMixin
 from .syscall import (
     NR_BPF,
@@ -372,6 +373,9 @@ class KernelSystem(SockMapMixin, System):
                        bpf_fd=fd, lookup_batch=functools.partial(ACCEL.lookup_batch, fd),
                        update_batch=functools.partial(ACCEL.update_batch, fd),
                        delete_batch=functools.partial(ACCEL.delete_batch, fd))
+
+    def _ringbuf_reader(self, fd: int, size: int) -> KernelRingBufReader:
+        return KernelRingBufReader(fd, size)
 
     # -- batches -------------------------------------------------------------------------------
     def _map_lookup_batch(self, fd: int, in_batch: bytes | None, count: int, elem_flags: int,
