@@ -47,6 +47,7 @@ from .codecs import (
 from .errors import BPFError, KeyNotFoundError, map_description
 from .handles import FdHandle
 from .mapcore import MODE_KERNEL, MODE_SLOW, MODE_TABLE, MapCore
+from .perf_buffer import PerfBufferReader, PerfSample
 from .ringbuf import RingBufReader
 from .system import FastOps, MapInfo, System
 from .uapi import (
@@ -61,8 +62,8 @@ from .uapi import (
 __all__ = [
     "ArrayMap", "ArrayOfMaps", "BatchCursor", "BloomFilterMap", "HashMap", "HashOfMaps",
     "LpmKey", "LpmTrieMap", "LruHashMap", "LruPercpuHashMap", "Map", "MapSpec",
-    "PercpuArrayMap", "PercpuHashMap", "PerCpuValue", "QueueMap", "RingBuf", "StackMap",
-    "UpdateFlags",
+    "PercpuArrayMap", "PercpuHashMap", "PerCpuValue", "PerfEventArray", "QueueMap", "RingBuf",
+    "StackMap", "UpdateFlags",
     "accelerated",
 ]
 
@@ -730,6 +731,48 @@ class RingBuf(_TypedMap):
         super().close()
 
 
+class PerfEventArray(_TypedMap):
+    """BPF_MAP_TYPE_PERF_EVENT_ARRAY: a perf event fd per CPU, where programs send records
+    with bpf_perf_event_output (``max_entries`` None: one slot per possible CPU).
+    ``poll(timeout)`` and ``read()`` give them as ``PerfSample(cpu, data)`` through
+    ``reader``, the System's perf buffer (``System.perf_buffer_reader``: it fills the slots
+    with its own events), made on first use with ``pages`` pages a CPU and closed with the
+    map."""
+
+    map_type = MapType.PERF_EVENT_ARRAY
+    fixed_key_size = 4
+    _reader: PerfBufferReader | None = None
+    pages = 8
+
+    def __init__(self, max_entries: int | None = None, *, flags: int = 0, name: str = "",
+                 numa_node: int | str | None = None, system: System | None = None) -> None:
+        system = resolve_system(system)
+        super().__init__(system.num_possible_cpus if max_entries is None else max_entries,
+                         int, int, value_size=4, flags=flags, name=name,
+                         numa_node=numa_node, system=system)
+
+    @property
+    def reader(self) -> PerfBufferReader:
+        if self._reader is None:
+            self._reader = self.system.perf_buffer_reader(self.fd, self.pages)
+        return self._reader
+
+    def poll(self, timeout: float | None = None) -> list[PerfSample]:
+        """The records there now, or those sent within ``timeout`` seconds (None: wait for
+        some); [] when none came."""
+        return self.reader.poll(timeout)
+
+    def read(self) -> list[PerfSample]:
+        """The records there now, CPU by CPU, without waiting."""
+        return self.reader.read()
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        super().close()
+
+
 def register_typed_class(cls: type[Map]) -> type[Map]:
     """Make ``cls`` the class ``Map.create`` / ``from_fd`` give for its ``map_type`` (typed
     classes defined outside this module: sock_maps.py)."""
@@ -740,7 +783,8 @@ def register_typed_class(cls: type[Map]) -> type[Map]:
 _CLASS_FOR_TYPE: dict[int, type[Map]] = {
     cls.map_type: cls for cls in (HashMap, LruHashMap, PercpuHashMap, LruPercpuHashMap,
                                   ArrayMap, PercpuArrayMap, ArrayOfMaps, HashOfMaps, QueueMap,
-                                  StackMap, LpmTrieMap, BloomFilterMap, RingBuf)
+                                  StackMap, LpmTrieMap, BloomFilterMap, RingBuf,
+                                  PerfEventArray)
 }
 
 

@@ -67,6 +67,7 @@ from .errors import (
     prog_description,
     strerror,
 )
+from .perf_buffer import PerfBufferReader
 from .records import BatchLookup, FastOps, MapInfo, ProgInfo, TestRun
 from .ringbuf import RingBufReader
 from .topology import Topology
@@ -289,6 +290,31 @@ class System(abc.ABC):
         """The backend's reader of ring buffer ``fd`` (``size`` bytes of data); a backend
         that can read ring buffers overrides this."""
         raise KernelError(errno.EOPNOTSUPP, f"the {self.name} backend has no ring buffer "
+                          "reader yet (issue 21): records can be read on the kernel backend")
+
+    def perf_buffer_reader(self, fd: int, pages: int = 8) -> PerfBufferReader:
+        """A reader of what programs send to PERF_EVENT_ARRAY map ``fd`` with
+        bpf_perf_event_output (libbpf's perf_buffer__new): a BPF output event per online CPU
+        the map has a slot for, in that slot, each with a ring of ``pages`` pages (a power of
+        two); read, poll, lost counts: ``pybpf.perf_buffer``. Closing the reader empties the
+        slots. A map of another type or a page count that is not a power of two: EINVAL."""
+        try:
+            fd = fd_arg(fd)
+            if not isinstance(pages, int) or pages <= 0 or pages & (pages - 1):
+                raise KernelError(errno.EINVAL, f"pages must be a power of two, got {pages!r}")
+            info = self._map_get_info(fd)
+            if info.type != MapType.PERF_EVENT_ARRAY:
+                raise KernelError(errno.EINVAL, f"not a perf event array: a perf buffer reads "
+                                  f"BPF_MAP_TYPE_PERF_EVENT_ARRAY maps, this is "
+                                  f"{map_describe(info)}")
+            return self._perf_buffer_reader(fd, pages, info.max_entries)
+        except KernelError as exc:
+            raise self._map_fail(exc, "perf_buffer_reader", fd) from None
+
+    def _perf_buffer_reader(self, fd: int, pages: int, max_entries: int) -> PerfBufferReader:
+        """The backend's perf buffer reader of map ``fd``; a backend that has one overrides
+        this."""
+        raise KernelError(errno.EOPNOTSUPP, f"the {self.name} backend has no perf buffer "
                           "reader yet (issue 21): records can be read on the kernel backend")
 
     # -- batches -----------------------------------------------------------------------------

@@ -15,8 +15,9 @@
 2. Maps, in the object's order: a pinned map (``LIBBPF_PIN_BY_NAME``) that already exists
    under ``pin_root_path`` is reused when it matches, else created and pinned; maps are
    created with their BTF key/value types (retried without them if the kernel refuses, as
-   libbpf does); global data maps get their initial bytes, ``.rodata`` is then frozen;
-   map-in-map slots get their inner maps.
+   libbpf does; a PERF_EVENT_ARRAY without max_entries gets a slot per possible CPU);
+   global data maps get their initial bytes, ``.rodata`` is then frozen; map-in-map slots
+   get their inner maps.
 3. Programs (those with ``autoload``): CO-RE relocations against the System's own BTF
    (``System.vmlinux_btf``), map fds into their loads, kfunc calls made
    ``BPF_PSEUDO_KFUNC_CALL`` (imm: the BTF id, off 0: vmlinux) and kfunc addresses
@@ -32,6 +33,7 @@ links and closes its programs, maps and BTF; pinned maps stay pinned.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import struct
@@ -260,9 +262,12 @@ def _load_btf(obj: Object) -> None:
 
 def _create_map(obj: Object, m: ObjectMap, pin_root: str) -> Map:
     system, spec = obj.system, m.spec
+    if spec.type == MapType.PERF_EVENT_ARRAY and not spec.max_entries:
+        # libbpf's map_set_def_max_entries(): a slot per possible CPU
+        spec = dataclasses.replace(spec, max_entries=system.num_possible_cpus)
     path = os.path.join(pin_root, m.name) if m.pinning == LIBBPF_PIN_BY_NAME else None
     if path is not None:
-        existing = _reuse_pinned(obj, m, path)
+        existing = _reuse_pinned(obj, m, spec, path)
         if existing is not None:
             return existing
     btf = (obj.btf_fd or 0, m.key_type_id, m.value_type_id)
@@ -293,7 +298,7 @@ def _takes_btf(spec: MapSpec) -> bool:
     return spec.type not in _NO_BTF_TYPES
 
 
-def _reuse_pinned(obj: Object, m: ObjectMap, path: str) -> Map | None:
+def _reuse_pinned(obj: Object, m: ObjectMap, want: MapSpec, path: str) -> Map | None:
     system = obj.system
     try:
         fd = system.obj_get(path)
@@ -301,8 +306,8 @@ def _reuse_pinned(obj: Object, m: ObjectMap, path: str) -> Map | None:
         if exc.errno == errno.ENOENT:
             return None
         raise _map_error(m, f"couldn't open the pinned map at '{path}'", exc) from exc
-    existing = Map.from_fd(fd, system, key=m.spec.key, value=m.spec.value)
-    info, want = existing.info(), m.spec
+    existing = Map.from_fd(fd, system, key=want.key, value=want.value)
+    info = existing.info()
     if (info.type, info.key_size, info.value_size, info.max_entries,
             info.map_flags) != (want.type, want.key_size, want.value_size, want.max_entries,
                                 want.map_flags):

@@ -15,6 +15,8 @@ Rules this module keeps:
 - The element commands reuse one attr struct and one value buffer per thread and size,
   so the hot path allocates nothing but the returned ``bytes``.
 - Batch buffers are sized by what the map can hold (max_entries), never by the caller's count.
+- Ring buffers and perf event arrays are read through mmap and epoll (ringbuf.py,
+  perf_buffer.py), with the kernel's memory ordering (barrier.py).
 - ``fast_ops`` offers the C accelerator's syscall core (element ops and batches) when it is
   built (``pybpf.accelerator``).
 """
@@ -44,6 +46,7 @@ from ..system import BatchLookup, FastOps, MapInfo, ProgInfo, System, TestRun
 from ..topology import Topology, host_topology
 from ..uapi import BPF_F_SOCKMAP_TARGET_CPU, Cmd, MapType, map_traits, syscall_value_size
 from . import perf_event
+from .perf_buffer import KernelPerfBufferReader
 from .ringbuf import KernelRingBufReader
 from .sockmap import NO_TARGET_CPU, UNMERGED_KFUNCS, SockMapMixin
 from .syscall import (
@@ -376,6 +379,10 @@ class KernelSystem(SockMapMixin, System):
 
     def _ringbuf_reader(self, fd: int, size: int) -> KernelRingBufReader:
         return KernelRingBufReader(fd, size)
+
+    def _perf_buffer_reader(self, fd: int, pages: int,
+                            max_entries: int) -> KernelPerfBufferReader:
+        return KernelPerfBufferReader(fd, max_entries, pages)
 
     # -- batches -------------------------------------------------------------------------------
     def _map_lookup_batch(self, fd: int, in_batch: bytes | None, count: int, elem_flags: int,
