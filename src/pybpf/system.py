@@ -300,7 +300,8 @@ class System(abc.ABC):
         slots. A map of another type or a page count that is not a power of two: EINVAL."""
         try:
             fd = fd_arg(fd)
-            if not isinstance(pages, int) or pages <= 0 or pages & (pages - 1):
+            if not isinstance(pages, int) or isinstance(pages, bool) or pages <= 0 \
+                    or pages & (pages - 1):
                 raise KernelError(errno.EINVAL, f"pages must be a power of two, got {pages!r}")
             info = self._map_get_info(fd)
             if info.type != MapType.PERF_EVENT_ARRAY:
