@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from pybpf.bpf_object import ObjectSpec, RelocKind
+from pybpf.bpf_object import ObjectError, ObjectSpec, RelocKind
 from pybpf.btf.types import BTF_FUNC_STATIC
 from pybpf.errors import BPFError
 from pybpf.uapi import BPF_PSEUDO_FUNC
@@ -137,3 +137,25 @@ def test_same_callbacks_give_the_same_results_on_both_backends(build_object, ker
                          if not name.startswith("timer_")}
             results.append((retvals, variables, dict(obj.maps["slots"].items())))
     assert results[0] == results[1]
+
+
+def test_a_static_callback_in_the_programs_own_section_is_refused_as_libbpf_does(
+        compile_source):
+    # libbpf takes static functions from .text only (bpf_object__add_programs); one placed
+    # in a program's section is refused before any relocation, naming it.
+    path = compile_source("callback_in_section", """
+static __attribute__((section("xdp"), used)) int in_section(__u32 index, void *ctx)
+{
+	return 0;
+}
+
+SEC("xdp")
+int loops(struct xdp_md *xdp)
+{
+	bpf_loop(4, in_section, 0, 0);
+	return XDP_PASS;
+}
+""")
+    with pytest.raises(ObjectError, match="section 'xdp': program 'in_section' is static and "
+                                          "not supported"):
+        ObjectSpec.from_file(path)
