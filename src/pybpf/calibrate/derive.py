@@ -4,8 +4,7 @@ into its ``source``), and the summary printed beside it."""
 from __future__ import annotations
 
 from ..bench import report
-from ..profiles import Profile, Value, validate
-from ..profiles.net_cycles import NET_CYCLES, net_source
+from ..profiles import Profile, Value, cycle_estimates, validate
 from .native import CHASE_DRAM_BYTES
 from .probes import READ_SOCKADDR, RET, TEST_RUN_PROBES, Samples, executed
 
@@ -185,8 +184,8 @@ def derive(samples: dict[str, Samples], host: dict) -> tuple[dict[str, Value], d
     put("alloc.rcu_callback", helper + mem_cache,
         "estimate: rcu_do_batch per callback dequeues one entry and makes one indirect "
         "call: helper_call + bpf_mem_cache")
-    for key, (cycles, what) in NET_CYCLES.items():
-        cite(f"net.{key}", cycles / ghz, net_source(cycles, ghz, what))
+    for path, value in cycle_estimates(ghz).items():
+        cite(path, value.value, value.source)
     hz = host["config_hz"]
     gp_hz = hz or 250
     cite("rcu.grace_period", TICKS_PER_GRACE_PERIOD * 1e9 / gp_hz,
