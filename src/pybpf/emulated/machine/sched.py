@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections import deque
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
@@ -271,14 +272,28 @@ class Scheduler:
         """Queue ``work`` on ``cpu``'s kworker; False if it was already pending."""
         if work.pending:
             return False
-        rq = self._rq(cpu)
         work.pending = True
+        self._insert_work(self._rq(cpu), work)
+        return True
+
+    def queue_delayed_work_on(self, cpu: int, work: Work, delay_ns: float) -> bool:
+        """Queue ``work`` on ``cpu`` once ``delay_ns`` has passed; it is pending
+        meanwhile, so queueing it again does nothing (a delayed work's timer holds
+        WORK_STRUCT_PENDING); False if it was already pending."""
+        if delay_ns <= 0:
+            return self.queue_work_on(cpu, work)
+        if work.pending:
+            return False
+        work.pending = True
+        self.at(self.now + delay_ns, self._insert_work, self._rq(cpu), work)
+        return True
+
+    def _insert_work(self, rq: _RunQueue, work: Work) -> None:
+        """insert_work: on the CPU's list, its kworker woken."""
         rq.worklist.append(work)
         if rq.kworker is None:
-            rq.kworker = self.spawn(f"kworker/{cpu}", cpu, self._worker_thread(rq), "kworker")
-        else:
-            self.wake_up(rq.kworker)
-        return True
+            rq.kworker = self._kthread(rq, "kworker", self._worker_thread(rq))
+        self.wake_up(rq.kworker)
 
     def cpu_stats(self, cpu: int) -> CpuStats:
         """``cpu``'s totals so far (a copy)."""
@@ -319,10 +334,14 @@ class Scheduler:
     def _wakeup_softirqd(self, rq: _RunQueue) -> None:
         rq.stats.ksoftirqd_wakeups += 1
         if rq.ksoftirqd is None:
-            rq.ksoftirqd = self.spawn(f"ksoftirqd/{rq.cpu}", rq.cpu, self._run_ksoftirqd(rq),
-                                      "ksoftirqd")
-        else:
-            self.wake_up(rq.ksoftirqd)
+            rq.ksoftirqd = self._kthread(rq, "ksoftirqd", self._run_ksoftirqd(rq))
+        self.wake_up(rq.ksoftirqd)
+
+    @staticmethod
+    def _kthread(rq: _RunQueue, kind: str, body: Body) -> Task:
+        """A per-CPU kernel thread, asleep since boot: its first wake-up is a sleeper's
+        (made when first needed, so a CPU that never uses one has none to report)."""
+        return Task(f"{kind}/{rq.cpu}", kind, rq.cpu, body, vruntime=-math.inf)
 
     # -- the per-CPU machinery -------------------------------------------------------------
     def _account(self, rq: _RunQueue) -> None:
