@@ -243,7 +243,7 @@ def simulate_path(profile: Profile | str, path: str, costs: ContextCosts,
         if path == "bound":
             sched.queue_work_on(proxy, work)
         else:
-            sched.queue_work(cpu, work)
+            sched.queue_work(work)
 
     def sk_psock_backlog(cpu: int) -> Any:
         flow["runs"] += 1
@@ -289,7 +289,7 @@ def simulate_path(profile: Profile | str, path: str, costs: ContextCosts,
                     if path == "bound":
                         sched.queue_work_on(proxy, work)
                     else:
-                        sched.queue_work(server, work)
+                        sched.queue_work(work)
             if flow["read"] == warmup:
                 marks["start"] = (sched.now, {cpu: sched.cpu_stats(cpu) for cpu in used},
                                   flow["runs"], flow["retries"])

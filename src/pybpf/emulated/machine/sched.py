@@ -29,7 +29,7 @@ Rules this module keeps (each with its kernel source):
 - Costs: every switch between contexts (idle included) costs the profile's
   ``sched.context_switch``; a task woken onto an idle CPU starts ``sched.wakeup_latency``
   later (the IPI and the idle state's exit).
-- Work queues: ``queue_work(cpu, work)`` is WORK_CPU_UNBOUND, which queues on the calling CPU
+- Work queues: ``queue_work(work)`` is WORK_CPU_UNBOUND, which queues on the calling CPU
   (__queue_work: wq_select_unbound_cpu gives the local CPU when it is in
   wq_unbound_cpumask); ``queue_work_on`` on the chosen one; a work already pending is not
   queued again (WORK_STRUCT_PENDING); the pending bit clears before the work runs
@@ -264,9 +264,13 @@ class Scheduler:
         rq.softirq_due = True  # a local_bh_enable or an irq_exit will run it
         self._kick(rq)
 
-    def queue_work(self, cpu: int, work: Work) -> bool:
-        """queue_work(system_wq, work) from ``cpu``: WORK_CPU_UNBOUND, so on ``cpu``."""
-        return self.queue_work_on(cpu, work)
+    def queue_work(self, work: Work) -> bool:
+        """queue_work(system_wq, work) from the running context: WORK_CPU_UNBOUND, so on
+        that context's CPU; False if it was already pending."""
+        if self._stepping is None:
+            raise RuntimeError("queue_work is called by a running context (its CPU is where "
+                               "the work goes); use queue_work_on(cpu, work) from outside")
+        return self.queue_work_on(self._stepping.cpu, work)
 
     def queue_work_on(self, cpu: int, work: Work) -> bool:
         """Queue ``work`` on ``cpu``'s kworker; False if it was already pending."""
@@ -551,7 +555,8 @@ class Scheduler:
         prev = rq.curr
         rq.need_resched = False
         if prev is not None and prev.state == "running":
-            if not rq.queue or min(t.vruntime for t in rq.queue) >= prev.vruntime:
+            # put_prev_entity then the leftmost: on a tie the one put back goes right
+            if not rq.queue or min(t.vruntime for t in rq.queue) > prev.vruntime:
                 rq.stint_exec = prev.exec_ns  # it keeps the CPU for another slice
                 self._arm_tick(rq)
                 return False
