@@ -42,10 +42,12 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..emulated.machine.sched import SLEEP, CpuStats, Run, Scheduler, Work
 from ..profiles import Profile, load_profile
+
+if TYPE_CHECKING:
+    from ..emulated import CpuStats
 
 PROFILE = "sapphire-rapids-2s"
 PATHS = ("direct", "unbound", "bound")
@@ -214,6 +216,8 @@ def simulate_path(profile: Profile | str, path: str, costs: ContextCosts,
     CPU, as the emulated psock does (skmsg.py: it waits for write space, at most a jiffy;
     see docs/timing-model.md for the kernel's jiffy); the server reads while c2 holds
     data."""
+    from ..emulated import SLEEP, Run, Scheduler, Work
+
     if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     if skbs < 1 or warmup < 0:
