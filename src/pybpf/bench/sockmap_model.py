@@ -538,8 +538,8 @@ def modeled_text(doc: dict) -> str:
             if name != "direct":
                 out.append(f"  {name}: {s_path['work_runs']} runs of the backlog work, "
                            f"{s_path['eagain_stalls']} ended on a full p2 (-EAGAIN)")
-    out.append("what the emulated run charged each CPU, ns per skb (the additive figure: "
-               "the busiest CPU saturated):")
+    out.append("where each CPU's time goes, modeled ns per skb, as the emulated run charged "
+               "it (the additive figure: the busiest CPU saturated):")
     for name, p in paths.items():
         for cpu, ns in p["cpu_ns"].items():
             costs = ", ".join(f"{cost} {c_ns:.0f}" for cost, c_ns in p["breakdown"][cpu].items())
