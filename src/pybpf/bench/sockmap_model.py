@@ -60,6 +60,7 @@ WARM_BYTES = 1 << 16
 # The client's send as the model charges it (its syscall, tcp_sendmsg, the copy in, the
 # transmit); the receive softirq loopback runs next is charged apart.
 SEND_EVENTS = ("syscall_entry", "tcp_sendmsg_skb", "copy_user_line", "tcp_write_xmit_skb")
+SHOWN_CONTEXTS = ("user", "softirq", "ksoftirqd", "kworker")
 SIM_SKBS, SIM_WARMUP = 2000, 200  # skbs streamed on the scheduler (about 15 ms of flow)
 # c2's receive window: half its buffer (tcp_adv_win_scale 1, the default until 6.6, where
 # tcp_win_from_space's scaling_ratio measures about the same for loopback's large skbs)
@@ -79,7 +80,9 @@ class SimulatedCpu:
 
     @classmethod
     def of(cls, stats: CpuStats, skbs: int) -> SimulatedCpu:
-        return cls({k: v / skbs for k, v in stats.time.items() if v}, stats.waiting / skbs,
+        """Per skb; the four contexts always, the other states where the CPU had any."""
+        return cls({k: v / skbs for k, v in stats.time.items() if v or k in SHOWN_CONTEXTS},
+                   stats.waiting / skbs,
                    stats.preemptions, stats.switches, stats.softirq_entries,
                    stats.ksoftirqd_wakeups)
 
