@@ -71,6 +71,55 @@ def test_a_softirq_the_task_raises_runs_before_it_continues():
                      ("task", SWITCH + 40)]
 
 
+def test_a_hard_interrupt_preempts_a_softirq_and_what_it_raises_runs_in_that_softirq():
+    s, log = scheduler(), []
+
+    def tagged(name, ns, then=None):
+        def handler(cpu):
+            log.append((name, s.now))
+            yield Run(ns)
+            if then is not None:
+                then(cpu)
+        return handler
+
+    net_rx = tagged("softirq", 100_000)
+    timer = tagged("raised by the irq", 5_000)
+    irq = tagged("hardirq", 10_000, then=lambda cpu: s.raise_softirq(cpu, timer))
+    task = s.spawn("task", 0, iter([Run(1_000_000)]))
+    s.at(100_000, s.raise_softirq, 0, net_rx)
+    s.at(150_000, s.raise_irq, 0, irq)
+    s.run()
+    # the irq interrupts the softirq at once; what it raised waits for __do_softirq's next
+    # round, after the interrupted handler
+    assert log == [("softirq", 100_000), ("hardirq", 150_000),
+                   ("raised by the irq", 210_000)]
+    stats = s.cpu_stats(0)
+    assert (stats.irqs, stats.softirq_entries) == (1, 1)
+    assert stats.time["hardirq"] == pytest.approx(10_000)
+    assert stats.time["softirq"] == pytest.approx(105_000)
+    assert task.exec_ns == pytest.approx(1_000_000)
+    assert s.now == pytest.approx(SWITCH + 1_000_000 + 115_000 + SWITCH)
+
+
+def test_a_softirq_raised_by_a_hard_interrupt_runs_at_its_exit_before_the_task():
+    s, log = scheduler(), []
+
+    def softirq(cpu):
+        log.append(("softirq", s.now))
+        yield Run(1_000)
+
+    def irq(cpu):
+        log.append(("irq", s.now))
+        yield Run(500)
+        s.raise_softirq(cpu, softirq)
+
+    s.spawn("task", 1, iter([Run(100_000)]))
+    s.at(10_000, s.raise_irq, 1, irq)
+    s.run()
+    assert log == [("irq", 10_000), ("softirq", 10_500)]
+    assert s.now == pytest.approx(SWITCH + 100_000 + 1_500 + SWITCH)
+
+
 def test_work_queued_unbound_runs_on_the_queuing_cpu_and_queue_work_on_on_the_chosen_one():
     s, ran = scheduler(), []
     unbound = Work("unbound", lambda cpu: record(cpu, "unbound"))
@@ -203,6 +252,8 @@ def random_scenario(seed: int) -> tuple[Scheduler, list]:
                 s.raise_softirq(rng.randrange(3), handler)
             elif choice < 0.7:
                 s.wake_up(rng.choice(tasks))
+            elif choice < 0.8:
+                s.raise_irq(rng.randrange(3), handler)
 
     for i in range(6):
         tasks.append(s.spawn(f"t{i}", i % 3, body()))
@@ -223,13 +274,14 @@ def test_same_inputs_same_figures_and_every_cpu_ns_is_accounted_once(seed):
         [(t.exec_ns, t.wait_ns, t.preempted, t.state) for t in t2]
 
 
-def test_a_softirq_handler_may_not_sleep():
+@pytest.mark.parametrize("raise_it", ["raise_softirq", "raise_irq"])
+def test_an_interrupt_context_may_not_sleep(raise_it):
     s = scheduler()
 
     def bad(cpu):
         yield SLEEP
 
-    s.at(0, s.raise_softirq, 0, bad)
+    s.at(0, getattr(s, raise_it), 0, bad)
     with pytest.raises(RuntimeError, match="cannot sleep"):
         s.run()
 

@@ -9,11 +9,13 @@ discrete-event loop in virtual nanoseconds runs contexts written as generators t
 ``queue_work``/``queue_work_on`` and ``wake_up``.
 
 Rules this module keeps (each with its kernel source):
-- Priorities: a pending softirq runs before any task on its CPU. Raised by the CPU's own
-  context (loopback's netif_rx under rcu_read_lock_bh), it runs at the next step boundary, as
-  local_bh_enable runs do_softirq; raised from another CPU it interrupts at once (the IPI's
-  irq_exit). Softirq time is not a task's runtime (CONFIG_IRQ_TIME_ACCOUNTING, as distribution
-  kernels build). Hard interrupts are not modeled apart: their work is the softirq's.
+- Priorities: a hard interrupt (``raise_irq``) runs before anything else on its CPU and is
+  not preempted; softirqs it raises run at its exit (irq_exit), unless it interrupted a
+  softirq, whose restart loop takes them. A pending softirq runs before any task on its CPU.
+  Raised by the CPU's own context (loopback's netif_rx under rcu_read_lock_bh), it runs at
+  the next step boundary, as local_bh_enable runs do_softirq; raised from another CPU it
+  interrupts at once (the IPI's irq_exit). Interrupt time is not a task's runtime
+  (CONFIG_IRQ_TIME_ACCOUNTING, as distribution kernels build).
 - __do_softirq's budget: a round runs every vector pending at its start; it restarts while
   more is pending, for at most MAX_SOFTIRQ_RESTART rounds and MAX_SOFTIRQ_TIME and while no
   task needs the CPU (need_resched); what is left wakes the CPU's ksoftirqd, a normal
@@ -36,9 +38,9 @@ Rules this module keeps (each with its kernel source):
   (process_one_work), so it may queue itself again. Each CPU's kworker runs its list in order.
 - Deterministic: events at the same time run in the order they were scheduled; the same
   inputs give the same figures.
-- Accounting per CPU: time by context (user, kthread, kworker, ksoftirqd, softirq, switch,
-  wakeup, idle), time tasks spent runnable but waiting, preemptions (a task switched out
-  while still runnable), softirq entries and ksoftirqd wake-ups.
+- Accounting per CPU: time by context (user, kthread, kworker, ksoftirqd, softirq, hardirq,
+  switch, wakeup, idle), time tasks spent runnable but waiting, preemptions (a task switched
+  out while still runnable), hard interrupts, softirq entries and ksoftirqd wake-ups.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ MAX_SOFTIRQ_TIME_NS = 2_000_000
 MAX_SOFTIRQ_RESTART = 10
 
 KINDS = ("user", "kthread", "kworker", "ksoftirqd")  # tasks' kinds
-CPU_STATES = ("user", "kthread", "kworker", "ksoftirqd", "softirq", "switch", "wakeup", "idle")
+CPU_STATES = ("user", "kthread", "kworker", "ksoftirqd", "softirq", "hardirq", "switch", "wakeup",
+              "idle")
 
 
 @dataclass(frozen=True)
@@ -124,17 +127,27 @@ class CpuStats:
     switches: int = 0
     softirq_entries: int = 0
     ksoftirqd_wakeups: int = 0
+    irqs: int = 0
 
     def copy(self) -> CpuStats:
         return CpuStats(dict(self.time), self.waiting, self.preemptions, self.switches,
-                        self.softirq_entries, self.ksoftirqd_wakeups)
+                        self.softirq_entries, self.ksoftirqd_wakeups, self.irqs)
 
     def since(self, before: CpuStats) -> CpuStats:
         return CpuStats({k: v - before.time[k] for k, v in self.time.items()},
                         self.waiting - before.waiting, self.preemptions - before.preemptions,
                         self.switches - before.switches,
                         self.softirq_entries - before.softirq_entries,
-                        self.ksoftirqd_wakeups - before.ksoftirqd_wakeups)
+                        self.ksoftirqd_wakeups - before.ksoftirqd_wakeups,
+                        self.irqs - before.irqs)
+
+
+@dataclass
+class _Irq:
+    """A hard interrupt's handler running on a CPU."""
+
+    body: Body
+    remaining: float = 0.0
 
 
 @dataclass
@@ -155,6 +168,8 @@ class _RunQueue:
         self.queue: list[Task] = []  # runnable, not running
         self.min_vruntime = 0.0
         self.pending: deque[Callable[[int], Body]] = deque()  # raised softirq handlers
+        self.irqs: deque[Callable[[int], Body]] = deque()  # raised hard interrupts
+        self.hardirq: _Irq | None = None  # the one running
         self.softirq: _Softirq | None = None  # inline __do_softirq
         self.softirq_due = False  # raised where do_softirq follows (not inside softirq)
         self.need_resched = False
@@ -253,6 +268,13 @@ class Scheduler:
         task.wakeups += 1
         self._enqueue(rq, task, remote=self._stepping is not rq)
         return True
+
+    def raise_irq(self, cpu: int, handler: Callable[[int], Body]) -> None:
+        """A hard interrupt on ``cpu`` (a device's, or an IPI): ``handler`` runs there
+        before anything else, at once (at the step boundary when raised by that CPU)."""
+        rq = self._rq(cpu)
+        rq.irqs.append(handler)
+        self._kick(rq)
 
     def raise_softirq(self, cpu: int, handler: Callable[[int], Body]) -> None:
         """Mark ``handler`` pending on ``cpu``: it runs in softirq context there (see the
@@ -359,10 +381,11 @@ class Scheduler:
             rq.stats.time[rq.busy_kind] += busy
         rest = dt - busy
         if rest:
-            state = ("softirq" if rq.softirq is not None else
+            state = ("hardirq" if rq.hardirq is not None else
+                     "softirq" if rq.softirq is not None else
                      rq.curr.kind if rq.curr is not None else "idle")
             rq.stats.time[state] += rest
-            if rq.curr is not None and rq.softirq is None:
+            if rq.curr is not None and rq.softirq is None and rq.hardirq is None:
                 rq.curr.exec_ns += rest
                 rq.curr.vruntime += rest
         rq.stats.waiting += dt * len(rq.queue)
@@ -382,7 +405,8 @@ class Scheduler:
         rq.queue.append(task)
         curr = rq.curr
         if curr is None:
-            if rq.busy_until <= self.now and not rq.running and rq.softirq is None:
+            if rq.busy_until <= self.now and not rq.running and rq.softirq is None \
+                    and rq.hardirq is None:
                 # An idle CPU: a remote wake-up pays the IPI and the idle exit.
                 if remote:
                     rq.busy_until = self.now + self.wakeup_latency_ns
@@ -435,22 +459,22 @@ class Scheduler:
         if not rq.running:
             return
         self._account(rq)
-        done = self.now - rq.run_started
-        if rq.softirq is not None:
-            rq.softirq.remaining = max(rq.softirq.remaining - done, 0.0)
-        elif rq.curr is not None:
-            rq.curr.remaining = max(rq.curr.remaining - done, 0.0)
+        frame = self._running_frame(rq)
+        frame.remaining = max(frame.remaining - (self.now - rq.run_started), 0.0)
         rq.running = False
         rq.token += 1
+
+    @staticmethod
+    def _running_frame(rq: _RunQueue) -> _Irq | _Softirq | Task:
+        """What the running Run belongs to: the hard interrupt, else the softirq, else the
+        task."""
+        return rq.hardirq or rq.softirq or rq.curr
 
     def _run_done(self, rq: _RunQueue, token: int) -> None:
         if token != rq.token:
             return
         self._account(rq)
-        if rq.softirq is not None:
-            rq.softirq.remaining = 0.0
-        elif rq.curr is not None:
-            rq.curr.remaining = 0.0
+        self._running_frame(rq).remaining = 0.0
         rq.running = False
         rq.token += 1
         self._dispatch(rq)
@@ -461,6 +485,22 @@ class Scheduler:
         if rq.running or rq.busy_until > self.now:
             return
         while True:
+            if rq.hardirq is None and rq.irqs:
+                rq.hardirq = _Irq(rq.irqs.popleft()(rq.cpu))
+                rq.stats.irqs += 1
+            if rq.hardirq is not None:
+                irq = rq.hardirq
+                if irq.remaining > 0:
+                    self._start(rq, irq.remaining)
+                    return
+                cmd = self._step_body(rq, irq.body)
+                if cmd is SLEEP:
+                    raise RuntimeError("an interrupt handler cannot sleep")
+                if cmd is None:
+                    rq.hardirq = None  # irq_exit: pending softirqs run next
+                else:
+                    irq.remaining = cmd.ns
+                continue
             if rq.softirq is None and rq.softirq_due and not self._in_ksoftirqd(rq):
                 rq.softirq = _Softirq(self.now)  # do_softirq: the pending vectors run now
                 rq.stats.softirq_entries += 1
