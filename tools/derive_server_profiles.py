@@ -14,8 +14,15 @@ No value here was chosen by looking at the seed patches' published results.
 
 import sys
 
-from pybpf.profiles import SCHEMA, Profile, Value, dump_profile, load_profile, validate
-from pybpf.profiles.net_cycles import NET_CYCLES, net_source
+from pybpf.profiles import (
+    SCHEMA,
+    Profile,
+    Value,
+    cycle_estimates,
+    dump_profile,
+    load_profile,
+    validate,
+)
 
 V = Value
 DERIVED = ("cpu.spin_lock", "alloc.kmalloc", "alloc.kfree", "alloc.call_rcu",
@@ -52,8 +59,7 @@ def build(H: dict, host_date: str, name: str, desc: str, ghz: float, ghz_src: st
         "profile")
     vals["cpu.irq_work"] = V(round(2 * x["cpu.syscall_entry"], 3), "estimate: a self-IPI's "
         "interrupt entry and exit, 2 x syscall_entry, as in the host profile")
-    for key, (cycles, what) in NET_CYCLES.items():
-        vals[f"net.{key}"] = V(round(cycles / ghz, 3), net_source(cycles, ghz, what))
+    vals.update(cycle_estimates(ghz))
     vals["rcu.grace_period"] = V(2 * 1e9 / gp_hz, f"estimate: 2 ticks at CONFIG_HZ={gp_hz} "
         + ("(the RHEL/CentOS 7 kernels of 2017)" if gp_hz == 1000 else "(RHEL 9's kernels)")
         + ": one for every busy CPU to report a quiescent state at its tick from user mode, one "

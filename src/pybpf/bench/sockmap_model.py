@@ -22,8 +22,17 @@ Rules this module keeps:
   charged by emulated/net/skmsg.py where it happens, and the verdict's instructions by the
   engine. Costs are the profile's ([net]: cycle estimates of what each kernel function
   does); nothing here looks at a published result.
-- Figures: per CPU, modeled ns per skb over the measured skbs (after warm-up ones) and what
-  they went on; the busiest CPU bounds the flow: Gbit/s = bits of an skb / its ns.
+- The emulated run gives each context's work per skb (``ContextCosts``, split by the events
+  each context charges): the client's send, the receive softirq on the client's CPU (into c2
+  direct; into p1 with the verdict through the proxy), the backlog work's run and its send
+  with c2's receive softirq (loopback runs it in the kworker's context), the server's read.
+- Figures: that work streamed on the CPUs' scheduler (emulated/machine/sched.py): the
+  client task, its receive softirq, the kworker (unbound: on the client's CPU, since
+  schedule_delayed_work on WORK_CPU_UNBOUND queues locally; bound: on ``proxy_cpu``) and the
+  server task contend, switch and wake one another in virtual time; Gbit/s = bytes the
+  server read / the virtual time it took, after warm-up skbs; per CPU, time by context, time
+  runnable but waiting, preemptions. Beside them, the additive figure of before (the
+  busiest CPU's charged ns per skb, each event priced alone) for comparison.
 """
 
 from __future__ import annotations
@@ -31,8 +40,14 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from ..profiles import Profile, load_profile
+
+if TYPE_CHECKING:
+    from ..emulated import CpuStats
 
 PROFILE = "sapphire-rapids-2s"
 PATHS = ("direct", "unbound", "bound")
@@ -42,29 +57,83 @@ BUF_BYTES = 1 << 20  # socket buffers: the receive window never bounds the MSS (
 WAIT_S = 10.0  # the most one skb may take through the real sockets
 LINE = 64  # copy_user_line's bytes
 WARM_BYTES = 1 << 16
+# The client's send as the model charges it (its syscall, tcp_sendmsg, the copy in, the
+# transmit); the receive softirq loopback runs next is charged apart.
+SEND_EVENTS = ("syscall_entry", "tcp_sendmsg_skb", "copy_user_line", "tcp_write_xmit_skb")
+SHOWN_CONTEXTS = ("user", "softirq", "ksoftirqd", "kworker")
+SIM_SKBS, SIM_WARMUP = 2000, 200  # skbs streamed on the scheduler (about 15 ms of flow)
+# c2's receive window: half its buffer (tcp_adv_win_scale 1, the default until 6.6, where
+# tcp_win_from_space's scaling_ratio measures about the same for loopback's large skbs)
+WINDOW_BYTES = BUF_BYTES // 2
+
+
+@dataclass(frozen=True)
+class SimulatedCpu:
+    """One CPU over the measured skbs of a simulated path, ns per skb (counts in all)."""
+
+    time: dict[str, float]  # context (user, softirq, ksoftirqd, kworker, ...) -> ns per skb
+    waiting: float  # ns per skb its runnable tasks waited for it
+    preemptions: int
+    switches: int
+    softirq_entries: int
+    ksoftirqd_wakeups: int
+
+    @classmethod
+    def of(cls, stats: CpuStats, skbs: int) -> SimulatedCpu:
+        """Per skb; the four contexts always, the other states where the CPU had any."""
+        return cls({k: v / skbs for k, v in stats.time.items() if v or k in SHOWN_CONTEXTS},
+                   stats.waiting / skbs,
+                   stats.preemptions, stats.switches, stats.softirq_entries,
+                   stats.ksoftirqd_wakeups)
+
+    @property
+    def busy(self) -> float:
+        return sum(ns for state, ns in self.time.items() if state != "idle")
+
+
+@dataclass(frozen=True)
+class SimulatedPath:
+    """A path streamed on the scheduler: SIM_SKBS skbs after SIM_WARMUP."""
+
+    skbs: int
+    ns: float  # virtual ns the measured skbs took
+    cpus: dict[int, SimulatedCpu]
+    work_runs: int  # runs of the backlog work over the measured skbs
+    eagain_stalls: int  # runs the work ended on a full p2 (-EAGAIN), until write space
 
 
 @dataclass(frozen=True)
 class ModeledPath:
-    """One path's modeled figures (ns are modeled ns of the emulated CPUs, per skb)."""
+    """One path's modeled figures (ns are modeled ns of the emulated CPUs, per skb): the
+    emulated run's charges per CPU, and the flow streamed on the scheduler."""
 
     path: str
     skb_bytes: int
-    skbs: int  # measured skbs
-    cpu_ns: dict[int, float]  # CPU -> busy ns per skb
+    skbs: int  # measured skbs of the emulated run
+    cpu_ns: dict[int, float]  # CPU -> charged ns per skb
     breakdown: dict[int, dict[str, float]] = field(default_factory=dict)  # CPU -> cost -> ns
+    simulated: SimulatedPath | None = None
 
     @property
     def busiest_cpu(self) -> int:
         return max(self.cpu_ns, key=lambda cpu: (self.cpu_ns[cpu], -cpu))
 
     @property
-    def gbps(self) -> float:
-        """The flow's rate when the busiest CPU is saturated."""
+    def additive_gbps(self) -> float:
+        """The rate when the busiest CPU is saturated, each event priced alone (before the
+        scheduler)."""
         return self.skb_bytes * 8 / self.cpu_ns[self.busiest_cpu]
 
+    @property
+    def gbps(self) -> float:
+        """The flow's rate on the scheduler (the additive one when not simulated)."""
+        if self.simulated is None:
+            return self.additive_gbps
+        return self.simulated.skbs * self.skb_bytes * 8 / self.simulated.ns
+
     def as_dict(self) -> dict:
-        return {**asdict(self), "busiest_cpu": self.busiest_cpu, "gbps": self.gbps}
+        return {**asdict(self), "busiest_cpu": self.busiest_cpu, "gbps": self.gbps,
+                "additive_gbps": self.additive_gbps}
 
 
 @dataclass(frozen=True)
@@ -76,6 +145,7 @@ class ModeledSockmap:
     server_cpu: int
     proxy_cpu: int
     paths: dict[str, ModeledPath]
+    costs: ContextCosts | None = None
 
     def x_direct(self, path: str) -> float:
         return self.paths[path].gbps / self.paths["direct"].gbps
@@ -83,8 +153,165 @@ class ModeledSockmap:
     def as_dict(self) -> dict:
         return {"profile": self.profile, "client_cpu": self.client_cpu,
                 "server_cpu": self.server_cpu, "proxy_cpu": self.proxy_cpu,
-                "paths": {name: {**p.as_dict(), "x_direct": self.x_direct(name)}
+                "costs": None if self.costs is None else asdict(self.costs),
+                "paths": {name: {**p.as_dict(), "x_direct": self.x_direct(name),
+                                 "additive_x_direct": p.additive_gbps
+                                 / self.paths["direct"].additive_gbps}
                           for name, p in self.paths.items()}}
+
+
+@dataclass(frozen=True)
+class ContextCosts:
+    """Each context's work, ns per skb (``work_run`` per run of the backlog work), from the
+    emulated runs' charges."""
+
+    skb_bytes: int
+    send: float  # the client task: syscall, tcp_sendmsg, the copy in, the transmit
+    direct_rx: float  # direct: c2's receive softirq, on the client's CPU
+    proxy_rx: float  # proxy: p1's receive softirq with the verdict, on the client's CPU
+    work_run: float  # process_one_work of a run (its two switches are the scheduler's)
+    work_send: float  # skb_send_sock of one skb on p2, in the kworker
+    work_rx: float  # c2's receive softirq, run in the kworker's context
+    recv: float  # the server task: syscall, tcp_recvmsg, the copy out, the ACK
+
+
+def context_costs(paths: dict[str, ModeledPath], cpus: tuple[int, int, int],
+                  profile: Profile) -> ContextCosts:
+    """Split the emulated runs' charges by the context that charged them: direct's and
+    bound's client CPU into the send (SEND_EVENTS) and the receive softirq (the rest);
+    bound's proxy CPU into the work's run (kworker_wakeup less the two context switches
+    the scheduler now charges), c2's receive softirq (tcp_v4_rcv_skb) and the send (the
+    rest, less the server's read where the two share a CPU); direct's server CPU is the
+    server's read. The unbound path does the same work, on the client's CPU."""
+    client, server, proxy = cpus
+    direct, bound = paths["direct"].breakdown, paths["bound"].breakdown
+
+    def part(costs: dict[str, float], events: tuple[str, ...]) -> float:
+        return sum(ns for event, ns in costs.items() if event in events)
+
+    send = part(direct[client], SEND_EVENTS)
+    wakeup = bound[proxy].get("kworker_wakeup", 0.0)
+    work_run = wakeup - 2 * profile["sched.context_switch"]
+    if work_run < 0:
+        raise ValueError(f"profile {profile.name!r}: net.kworker_wakeup ({wakeup:.0f} ns) is "
+                         "less than the two context switches it includes "
+                         f"(2 x sched.context_switch, {profile['sched.context_switch']:.0f} ns)")
+    work_rx = bound[proxy].get("tcp_v4_rcv_skb", 0.0)
+    recv = paths["direct"].cpu_ns[server]
+    shared = recv if proxy == server else 0.0  # a 2-CPU machine: the work beside the server
+    return ContextCosts(
+        skb_bytes=paths["direct"].skb_bytes, send=send,
+        direct_rx=paths["direct"].cpu_ns[client] - send,
+        proxy_rx=paths["bound"].cpu_ns[client] - part(bound[client], SEND_EVENTS),
+        work_run=work_run, work_send=paths["bound"].cpu_ns[proxy] - wakeup - work_rx - shared,
+        work_rx=work_rx, recv=recv)
+
+
+def simulate_path(profile: Profile | str, path: str, costs: ContextCosts,
+                  cpus: tuple[int, int, int], *, skbs: int = SIM_SKBS,
+                  warmup: int = SIM_WARMUP) -> SimulatedPath:
+    """Stream ``path``'s skbs on the scheduler of ``profile``'s machine (see the module's
+    rules): the client sends as long as c2's window allows (direct; the psock drains p1 in
+    the softirq, so through the proxy nothing holds it back: ingress_skb has no bound), the
+    backlog work sends while ingress_skb holds skbs: into c2 while its window is open, else
+    into p2's write queue (sent on from the server's CPU as its reads open the window), and
+    when that is full too it stops until p2's write space queues it again, from the server's
+    CPU, as the emulated psock does (skmsg.py: it waits for write space, at most a jiffy;
+    see docs/timing-model.md for the kernel's jiffy); the server reads while c2 holds
+    data."""
+    from ..emulated import SLEEP, Run, Scheduler, Work
+
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    if skbs < 1 or warmup < 0:
+        raise ValueError(f"skbs must be >= 1 and warmup >= 0, got {skbs}, {warmup}")
+    prof = load_profile(profile) if isinstance(profile, str) else profile
+    client, server, proxy = cpus
+    sched = Scheduler.for_profile(prof)
+    window = max(1, WINDOW_BYTES // costs.skb_bytes)  # skbs c2 may hold unread
+    sndbuf = max(1, BUF_BYTES // costs.skb_bytes)  # skbs p2's write queue may hold
+    flow = {"c2": 0, "p2": 0, "ingress": 0, "read": 0, "runs": 0, "retries": 0, "stalled": 0}
+    marks: dict[str, Any] = {}
+    tasks: dict[str, Any] = {}
+    work = Work("sk_psock_backlog", lambda cpu: sk_psock_backlog(cpu))
+
+    def c2_data_ready(cpu: int, ns: float) -> Any:
+        """A receive softirq into c2: tcp_v4_rcv, the queueing, the server woken."""
+        yield Run(ns)
+        flow["c2"] += 1
+        sched.wake_up(tasks["server"])
+
+    def p1_verdict(cpu: int) -> Any:
+        """p1's receive softirq: the verdict redirects the skb to p2's ingress_skb and
+        schedules the work (queue_work_on the target CPU when bound, else WORK_CPU_UNBOUND:
+        this CPU)."""
+        yield Run(costs.proxy_rx)
+        flow["ingress"] += 1
+        if path == "bound":
+            sched.queue_work_on(proxy, work)
+        else:
+            sched.queue_work(work)
+
+    def sk_psock_backlog(cpu: int) -> Any:
+        flow["runs"] += 1
+        yield Run(costs.work_run)
+        while flow["ingress"]:
+            if flow["c2"] + flow["p2"] >= window + sndbuf:  # p2 full: -EAGAIN
+                flow["retries"] += 1
+                flow["stalled"] = 1  # the write-space callback queues the work again
+                return
+            flow["ingress"] -= 1
+            yield Run(costs.work_send)
+            if flow["c2"] < window:
+                sched.raise_softirq(cpu, lambda c: c2_data_ready(c, costs.work_rx))
+            else:
+                flow["p2"] += 1  # in p2's write queue until c2's window opens
+
+    def client_task() -> Any:
+        rx: Callable[[int], Any] = (p1_verdict if path != "direct"
+                                    else lambda c: c2_data_ready(c, costs.direct_rx))
+        while True:
+            while path == "direct" and flow["c2"] >= window:
+                yield SLEEP  # sk_stream_wait_memory: the server's read wakes it
+            yield Run(costs.send)
+            sched.raise_softirq(client, rx)  # loopback_xmit -> netif_rx, bh re-enabled
+
+    def server_task() -> Any:
+        while True:
+            while not flow["c2"]:
+                yield SLEEP
+            yield Run(costs.recv)
+            flow["c2"] -= 1
+            flow["read"] += 1
+            if path == "direct":
+                sched.wake_up(tasks["client"])
+            elif flow["p2"]:
+                # the read's window update reaches p2, which transmits a queued skb: c2's
+                # receive softirq runs here, on the reader's CPU (loopback), and p2's write
+                # space wakes a stalled work (sk_psock_write_space, from this CPU)
+                flow["p2"] -= 1
+                sched.raise_softirq(server, lambda c: c2_data_ready(c, costs.work_rx))
+                if flow["stalled"]:
+                    flow["stalled"] = 0
+                    if path == "bound":
+                        sched.queue_work_on(proxy, work)
+                    else:
+                        sched.queue_work(work)
+            if flow["read"] == warmup:
+                marks["start"] = (sched.now, {cpu: sched.cpu_stats(cpu) for cpu in used},
+                                  flow["runs"], flow["retries"])
+
+    used = (client, server) if path != "bound" else (client, server, proxy)
+    tasks["server"] = sched.spawn("server", server, server_task())
+    tasks["client"] = sched.spawn("client", client, client_task())
+    if warmup == 0:
+        marks["start"] = (0.0, {cpu: sched.cpu_stats(cpu) for cpu in used}, 0, 0)
+    sched.run(stop=lambda: flow["read"] >= warmup + skbs)
+    t0, before, runs0, retries0 = marks["start"]
+    return SimulatedPath(skbs, sched.now - t0,
+                         {cpu: SimulatedCpu.of(sched.cpu_stats(cpu).since(before[cpu]), skbs)
+                          for cpu in used},
+                         flow["runs"] - runs0, flow["retries"] - retries0)
 
 
 def model_sockmap(profile: str = PROFILE, *, proxy_cpu: int | None = None,
@@ -124,7 +351,12 @@ def model_sockmap(profile: str = PROFILE, *, proxy_cpu: int | None = None,
         except NotOneSkbEach:
             if attempt == ATTEMPTS - 1:
                 raise
-    return ModeledSockmap(machine.profile.name, *cpus, paths)
+    prof = machine.profile
+    costs = context_costs(paths, cpus, prof)
+    simulated = {name: ModeledPath(p.path, p.skb_bytes, p.skbs, p.cpu_ns, p.breakdown,
+                                   simulate_path(prof, name, costs, cpus))
+                 for name, p in paths.items()}
+    return ModeledSockmap(prof.name, *cpus, simulated, costs)
 
 
 def _run_path(emulated: Any, path: str, cpus: tuple[int, int, int], host_cpu: int,
@@ -272,8 +504,8 @@ def _check_one_skb_each(path: str, before: dict, after: dict, skbs: int, verdict
 
 
 def modeled_text(doc: dict) -> str:
-    """``ModeledSockmap.as_dict()`` as a table and, per path and CPU, where the ns of an skb
-    go."""
+    """``ModeledSockmap.as_dict()`` as a table and, per path and CPU, where its time goes on
+    the scheduler and what the emulated run charged."""
     from .report import format_table
 
     roles: dict[int, str] = {}
@@ -281,20 +513,38 @@ def modeled_text(doc: dict) -> str:
         cpu = doc[f"{role}_cpu"]
         roles[cpu] = f"{roles[cpu]}+{role}" if cpu in roles else role
     paths = doc["paths"]
-    skb = next(iter(paths.values()))["skb_bytes"]
-    rows = [[name, f"{p['gbps']:.1f}", f"{p['x_direct']:.2f}x",
-             f"cpu{p['busiest_cpu']} ({roles[p['busiest_cpu']]})",
-             " ".join(f"cpu{cpu}={ns:.0f}" for cpu, ns in p["cpu_ns"].items())]
+    first = next(iter(paths.values()))
+    rows = [[name, f"{p['gbps']:.1f}", f"{p['x_direct']:.2f}x", f"{p['additive_gbps']:.1f}",
+             f"{p['additive_x_direct']:.2f}x",
+             f"cpu{p['busiest_cpu']} ({roles[int(p['busiest_cpu'])]})"]
             for name, p in paths.items()]
-    out = [f"modeled on {doc['profile']} (the emulated proxy, one {skb}-byte skb at a time: "
-           f"client on CPU {doc['client_cpu']}, server on CPU {doc['server_cpu']}, the bound "
-           f"psock's work on CPU {doc['proxy_cpu']}; Gbit/s when the busiest CPU is "
-           "saturated):",
-           format_table(["path", "modeled Gbit/s", "x direct", "busiest", "ns per skb by CPU"],
-                        rows),
-           "where each CPU's time goes, modeled ns per skb:"]
+    sim = first.get("simulated")
+    streamed = (f"streamed on the CPUs' scheduler, {sim['skbs']} skbs after warm-up"
+                if sim else "not streamed")
+    out = [f"modeled on {doc['profile']} (the emulated proxy's work per {first['skb_bytes']}-"
+           f"byte skb, {streamed}: client on CPU {doc['client_cpu']}, server on CPU "
+           f"{doc['server_cpu']}, the bound psock's work on CPU {doc['proxy_cpu']}):",
+           format_table(["path", "modeled Gbit/s", "x direct", "additive Gbit/s", "x direct",
+                         "busiest (additive)"], rows)]
+    if sim:
+        out.append("each CPU on the scheduler, ns per skb by context (switch: context "
+                   "switches; wakeup: idle exits), ns per skb its runnable tasks waited, and "
+                   f"counts over the {sim['skbs']} skbs:")
+        for name, p in paths.items():
+            s_path = p["simulated"]
+            for cpu, c in s_path["cpus"].items():
+                time = ", ".join(f"{state} {ns:.0f}" for state, ns in c["time"].items())
+                out.append(f"  {name} cpu{cpu} ({roles[int(cpu)]}): {time}; waiting "
+                           f"{c['waiting']:.0f}; {c['preemptions']} preemptions, "
+                           f"{c['switches']} switches, {c['softirq_entries']} softirq entries, "
+                           f"{c['ksoftirqd_wakeups']} ksoftirqd wake-ups")
+            if name != "direct":
+                out.append(f"  {name}: {s_path['work_runs']} runs of the backlog work, "
+                           f"{s_path['eagain_stalls']} ended on a full p2 (-EAGAIN)")
+    out.append("where each CPU's time goes, modeled ns per skb, as the emulated run charged "
+               "it (the additive figure: the busiest CPU saturated):")
     for name, p in paths.items():
         for cpu, ns in p["cpu_ns"].items():
             costs = ", ".join(f"{cost} {c_ns:.0f}" for cost, c_ns in p["breakdown"][cpu].items())
-            out.append(f"  {name} cpu{cpu} ({roles[cpu]}) {ns:.0f}: {costs}")
+            out.append(f"  {name} cpu{cpu} ({roles[int(cpu)]}) {ns:.0f}: {costs}")
     return "\n".join(out)

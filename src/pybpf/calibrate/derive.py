@@ -4,8 +4,7 @@ into its ``source``), and the summary printed beside it."""
 from __future__ import annotations
 
 from ..bench import report
-from ..profiles import Profile, Value, validate
-from ..profiles.net_cycles import NET_CYCLES, net_source
+from ..profiles import Profile, Value, cycle_estimates, validate
 from .native import CHASE_DRAM_BYTES
 from .probes import READ_SOCKADDR, RET, TEST_RUN_PROBES, Samples, executed
 
@@ -189,8 +188,8 @@ def derive(samples: dict[str, Samples], host: dict) -> tuple[dict[str, Value], d
         "estimate: rcu_core's round takes the leaf rcu_node lock (spin_lock), takes the ready "
         "callbacks off the per-CPU list and puts back the rest with interrupts off (2 x "
         "bpf_mem_cache), and the softirq vector is one indirect call (helper_call)")
-    for key, (cycles, what) in NET_CYCLES.items():
-        cite(f"net.{key}", cycles / ghz, net_source(cycles, ghz, what))
+    for path, value in cycle_estimates(ghz).items():
+        cite(path, value.value, value.source)
     hz = host["config_hz"]
     gp_hz = hz or 250
     cite("rcu.grace_period", TICKS_PER_GRACE_PERIOD * 1e9 / gp_hz,

@@ -19,6 +19,7 @@ the exception: they test that module.
 
 from .machine.machine import Machine
 from .machine.memalloc import HTAB_MEM_DESIGNS
+from .machine.sched import SLEEP, CpuStats, Run, Scheduler, Work
 from .machine.timing import VirtualTimeScheduler
 from .maps.hashtab import HTAB_ELEM_SIZE
 from .net.cpumap import RING_WAIT
@@ -34,11 +35,16 @@ __all__ = [
     "HTAB_ELEM_SIZE",
     "HTAB_MEM_DESIGNS",
     "RING_WAIT",
+    "SLEEP",
+    "CpuStats",
     "EmulatedSystem",
     "Machine",
     "RunEnv",
+    "Run",
     "RunState",
+    "Scheduler",
     "VirtualTimeScheduler",
+    "Work",
     "XdpBuff",
     "bpf_test_run_xdp_live",
     "net_of",

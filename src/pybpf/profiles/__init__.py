@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .net_cycles import NET_CYCLES, net_source
+from .sched_cycles import SCHED_CYCLES
 
 FORMAT = 1
 PROFILE_DIR = Path(__file__).parent
@@ -185,7 +186,24 @@ SCHEMA: tuple[Param, ...] = (
        "scheduled in and out (two context switches) and process_one_work"),
     _p("net", "sk_psock_ingress_msg", "ns", "per skb put on a psock's ingress_msg "
        "(sk_psock_skb_ingress: the sk_msg, the scatterlist, data_ready)"),
+    # -- the scheduler (emulated/machine/sched.py) -------------------------------------------
+    _p("sched", "context_switch", "ns", "one switch between two contexts on a CPU "
+       "(__schedule: the pick, switch_mm, switch_to), its direct cost"),
+    _p("sched", "wakeup_latency", "ns", "from try_to_wake_up of a task on an idle CPU until "
+       "that CPU can switch to it: the IPI and the idle state's exit"),
 )
+
+# Sections a profile may leave out, and keys of them it may omit: each then gets its cycle
+# estimate at the profile's clock (profiles written before the section existed).
+CYCLE_ESTIMATES: dict[str, dict[str, tuple[int, str]]] = {"net": NET_CYCLES,
+                                                          "sched": SCHED_CYCLES}
+
+
+def cycle_estimates(ghz: float) -> dict[str, Value]:
+    """Every cycle-estimated value ("section.key") at a clock of ``ghz``."""
+    return {f"{section}.{key}": Value(round(cycles / ghz, 3), net_source(cycles, ghz, what))
+            for section, table in CYCLE_ESTIMATES.items()
+            for key, (cycles, what) in table.items()}
 
 SCHEMA_BY_PATH: dict[str, Param] = {p.path: p for p in SCHEMA}
 SECTIONS: tuple[str, ...] = tuple(dict.fromkeys(p.section for p in SCHEMA))
@@ -293,8 +311,8 @@ def parse_profile(doc: dict, where: str = "<profile>") -> Profile:
     values: dict[str, Value] = {}
     for section in SECTIONS:
         table = doc.get(section)
-        if table is None and section == "net":
-            continue  # a profile written before [net] existed: the estimates, below
+        if table is None and section in CYCLE_ESTIMATES:
+            continue  # a profile written before the section existed: the estimates, below
         if not isinstance(table, dict):
             raise ProfileError(f"{where}: missing section [{section}]")
         known = {p.key for p in SCHEMA if p.section == section}
@@ -311,9 +329,8 @@ def parse_profile(doc: dict, where: str = "<profile>") -> Profile:
     if isinstance(values.get("cpu.clock_ghz"), Value):
         ghz = values["cpu.clock_ghz"].value
         if isinstance(ghz, int | float) and not isinstance(ghz, bool) and ghz > 0:
-            for key, (cycles, what) in NET_CYCLES.items():
-                values.setdefault(f"net.{key}", Value(round(cycles / ghz, 3),
-                                                      net_source(cycles, ghz, what)))
+            for path, value in cycle_estimates(ghz).items():
+                values.setdefault(path, value)
     reference = doc.get(REFERENCE, {})
     if not isinstance(reference, dict):
         raise ProfileError(f"{where}: [{REFERENCE}] must be a table")

@@ -1,7 +1,8 @@
 """The emulated machine: the ground floor of the emulated kernel.
 
-CPUs and NUMA nodes (machine.py), modeled time and its costs (timing.py), RCU (rcu.py) and the
-allocators (memalloc.py: kmalloc, bpf_mem_alloc). As in the kernel, these know nothing of maps,
+CPUs and NUMA nodes (machine.py), modeled time and its costs (timing.py), contexts contending
+for each CPU in virtual time (sched.py), RCU (rcu.py) and the allocators (memalloc.py:
+kmalloc, bpf_mem_alloc). As in the kernel, these know nothing of maps,
 programs or the network.
 
 Rules this package keeps:
