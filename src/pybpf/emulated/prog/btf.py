@@ -184,8 +184,9 @@ def map_check_btf(map_type: int, key_size: int, value_size: int, max_entries: in
         raise KernelError(errno.EINVAL, "a bloom filter has no key: give no BTF key type")
 
 
-def check_btf_func(insns: bytes, btf: Btf, func_info: bytes, rec_size: int) -> None:
-    """check_btf_func(): one FUNC per subprogram, in order, the first at instruction 0."""
+def check_btf_func(insns: bytes, btf: Btf, func_info: bytes, rec_size: int) -> dict[int, int]:
+    """check_btf_func(): one FUNC per subprogram, in order, the first at instruction 0.
+    Returns each subprogram's linkage (BTF_FUNC_STATIC, ...) by its first instruction."""
     starts = _subprog_starts(insns)
     records = [int.from_bytes(func_info[i:i + 4], "little") for i in range(0, len(func_info),
                                                                          rec_size)]
@@ -200,6 +201,7 @@ def check_btf_func(insns: bytes, btf: Btf, func_info: bytes, rec_size: int) -> N
             raise _reject("func_info BTF section doesn't match subprog layout in BPF program")
         if type_id >= len(btf) or not isinstance(btf[type_id], Func):
             raise _reject(f"invalid type id {type_id} in func info")
+    return {start: btf[type_id].linkage for start, type_id in zip(starts, types, strict=True)}
 
 
 def _subprog_starts(insns: bytes) -> list[int]:

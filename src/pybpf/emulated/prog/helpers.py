@@ -42,6 +42,7 @@ from ...uapi import (
     map_traits,
 )
 from ..maps.bpf_map import BYTES_AT, INT_MAX, BpfMap
+from .bpf_iter import bpf_loop
 from .memory import (
     M32,
     M64,
@@ -68,6 +69,8 @@ ARG_PTR_TO_UNINIT_MEM = "uninit_mem"  # the same, written
 ARG_CONST_SIZE = "size"  # a scalar, the size of the memory before it (not 0)
 ARG_CONST_SIZE_OR_ZERO = "size_or_zero"
 ARG_PTR_TO_CTX = "ctx"  # the program's context, unmodified
+ARG_PTR_TO_FUNC = "func"  # a callback: the address of a static subprogram (BPF_PSEUDO_FUNC)
+ARG_PTR_TO_STACK_OR_NULL = "stack_or_null"  # a pointer into the stack, or NULL
 
 
 @dataclass(frozen=True)
@@ -525,6 +528,8 @@ def _table() -> dict[int, HelperProto]:
          (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_ANYTHING, ARG_ANYTHING), _SK_MSG),
         (BpfFunc.msg_redirect_hash, bpf_msg_redirect_hash,
          (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_PTR_TO_MAP_KEY, ARG_ANYTHING), _SK_MSG),
+        (BpfFunc.loop, bpf_loop,
+         (ARG_ANYTHING, ARG_PTR_TO_FUNC, ARG_PTR_TO_STACK_OR_NULL, ARG_ANYTHING), None),
     ]
     gpl_only = {BpfFunc.trace_printk}
     # The map ops charge themselves; the engines run tail calls.

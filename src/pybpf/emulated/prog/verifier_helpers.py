@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno
 from typing import Any
 
-from ...asm.opcodes import Instruction
+from ...asm.opcodes import Class, Instruction, JmpOp
 from ...uapi import (
     MAX_BPF_STACK,
     BpfFunc,
@@ -29,14 +29,17 @@ from .helpers import (
     ARG_CONST_SIZE,
     ARG_CONST_SIZE_OR_ZERO,
     ARG_PTR_TO_CTX,
+    ARG_PTR_TO_FUNC,
     ARG_PTR_TO_MAP_KEY,
     ARG_PTR_TO_MAP_VALUE,
     ARG_PTR_TO_MEM,
+    ARG_PTR_TO_STACK_OR_NULL,
     ARG_PTR_TO_UNINIT_MAP_VALUE,
     ARG_PTR_TO_UNINIT_MEM,
     HELPERS,
 )
 from .kfuncs import KF_ARG_PTR_TO_CTX
+from .semantics import MAX_CALL_FRAMES
 from .verifier_state import (
     BPF_F_RDONLY_PROG,
     BPF_REG_SIZE,
@@ -44,7 +47,10 @@ from .verifier_state import (
     CONST_PTR_TO_MAP,
     ELIDE_NULL_MAP_TYPES,
     EMPTY_SLOT,
+    FP,
+    MAX_BPF_REG,
     PTR_TO_CTX,
+    PTR_TO_FUNC,
     PTR_TO_MAP_VALUE,
     PTR_TO_STACK,
     SCALAR,
@@ -54,6 +60,7 @@ from .verifier_state import (
     STACK_ZERO,
     UNINIT,
     UNKNOWN,
+    Frame,
     Reg,
     Slot,
     State,
@@ -72,7 +79,8 @@ _ARG_TYPES = {
     ARG_PTR_TO_MAP_KEY: _MEM_TYPES, ARG_PTR_TO_MAP_VALUE: _MEM_TYPES,
     ARG_PTR_TO_UNINIT_MAP_VALUE: _MEM_TYPES, ARG_PTR_TO_MEM: _MEM_TYPES,
     ARG_PTR_TO_UNINIT_MEM: _MEM_TYPES, ARG_CONST_SIZE: (SCALAR,),
-    ARG_CONST_SIZE_OR_ZERO: (SCALAR,),
+    ARG_CONST_SIZE_OR_ZERO: (SCALAR,), ARG_PTR_TO_FUNC: (PTR_TO_FUNC,),
+    ARG_PTR_TO_STACK_OR_NULL: (PTR_TO_STACK,),
     _ARG_SOCK_COMMON: ("sock_common", PTR_TO_SOCKET, "tcp_sock", "xdp_sock", "ptr_",
                        "trusted_ptr_"),
 }
@@ -117,6 +125,16 @@ def _check_map_func_compatibility(bpf_map: Any, func_id: int, name: str) -> None
                       f"{name}#{func_id}")
 
 
+# Helpers that call a callback of the program (is_callback_calling_function, those emulated)
+_CALLBACK_HELPERS = frozenset({BpfFunc.loop})
+
+
+def is_callback_calling(insn: Instruction) -> bool:
+    """A call of a helper that calls back into the program (the kernel's calls_callback)."""
+    return insn.opcode == Class.JMP | JmpOp.CALL and insn.src == 0 \
+        and insn.imm in _CALLBACK_HELPERS
+
+
 _MAP_WRITING_HELPERS = frozenset({BpfFunc.map_update_elem, BpfFunc.map_delete_elem,
                                   BpfFunc.map_push_elem, BpfFunc.map_pop_elem})
 _VALUE_RETURNING_HELPERS = frozenset({BpfFunc.map_lookup_elem,
@@ -152,7 +170,9 @@ class HelperCallChecks:
     """check_helper_call and its argument checks, for ``_Verifier``."""
 
     # -- calls and exits ---------------------------------------------------------------------
-    def check_helper_call(self, pc: int, insn: Instruction, state: State) -> None:
+    def check_helper_call(self, pc: int, insn: Instruction, state: State) -> list:
+        """The call's checks and effect on ``state``; returns the (pc, state) pairs to walk
+        later: a callback's first insn in a frame of its own (push_callback_call)."""
         func_id = insn.imm
         if func_id not in BpfFunc._value2member_map_ or func_id == 0:
             raise _reject(errno.EINVAL, f"invalid func unknown#{func_id}")
@@ -175,6 +195,9 @@ class HelperCallChecks:
             raise _reject(errno.EACCES, "write into map forbidden")
         if bpf_map is not None:
             _check_map_func_compatibility(bpf_map, func_id, name)
+        pushed = []
+        if func_id in _CALLBACK_HELPERS:
+            pushed.append(self.push_callback_call(pc, func_id, state))
         result = UNKNOWN
         if func_id in _VALUE_RETURNING_HELPERS:
             result = self.map_lookup_result(state, bpf_map, regs[2], func_id)
@@ -184,6 +207,25 @@ class HelperCallChecks:
         for regno in CALLER_SAVED:
             regs[regno] = UNINIT
         regs[0] = result
+        return pushed
+
+    def push_callback_call(self, pc: int, func_id: int, state: State) -> tuple[int, State]:
+        """The callback's entry: a copy of ``state`` (the caller's registers as at the call,
+        where the callback returns to) with the callback's frame on top, its arguments as
+        the helper passes them (set_loop_callback_state)."""
+        if len(state.frames) >= MAX_CALL_FRAMES:
+            raise _reject(errno.E2BIG, f"the call stack of {len(state.frames) + 1} frames is "
+                          "too deep")
+        caller = state.cur.regs
+        callback = state.copy()
+        callback.callback_unroll += 1
+        regs = [UNINIT] * MAX_BPF_REG
+        depth = len(state.frames)
+        regs[FP] = Reg(PTR_TO_STACK, tnum.const(0), frame=depth)
+        if func_id == BpfFunc.loop:  # callback_fn(u64 index, void *callback_ctx)
+            regs[1], regs[2] = UNKNOWN, caller[3]
+        callback.frames.append(Frame(regs, {}, pc, depth))
+        return caller[2].map, callback
 
     # -- kfunc calls -------------------------------------------------------------------------
     def add_kfunc_call(self, insn: Instruction) -> None:
@@ -243,6 +285,8 @@ class HelperCallChecks:
             elif arg not in (ARG_CONST_MAP_PTR, ARG_PTR_TO_MAP_KEY):
                 raise _reject(errno.EINVAL, "invalid arg_type for sockmap/sockhash")
         expected = _ARG_TYPES[arg]
+        if arg == ARG_PTR_TO_STACK_OR_NULL and reg.is_const and reg.var.value == 0:
+            return bpf_map  # NULL (register_is_null): no type to check
         if reg.id or reg.type not in expected:
             raise _reject(errno.EACCES, f"R{regno} type={reg.type_str()} expected="
                           + ", ".join(expected))

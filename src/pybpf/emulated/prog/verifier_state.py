@@ -75,6 +75,7 @@ def _reject(err: int, message: str) -> VerifierReject:
 # -- the abstract state ------------------------------------------------------------------------
 NOT_INIT, SCALAR, PTR_TO_CTX, PTR_TO_STACK = "?", "scalar", "ctx", "fp"
 CONST_PTR_TO_MAP, PTR_TO_MAP_VALUE = "map_ptr", "map_value"
+PTR_TO_FUNC = "func"  # a callback's address (BPF_PSEUDO_FUNC); ``Reg.map``: its first insn
 PTR_TO_RDONLY_MEM = "rdonly_mem"  # PTR_TO_MEM | MEM_RDONLY: here only a kfunc's address, size 0
 _PKT_TYPES = frozenset({PTR_TO_PACKET, PTR_TO_PACKET_META})
 # Pointer types whose accesses are not checked here (sockets: their fields are not modelled).
@@ -148,20 +149,24 @@ class Frame:
 
 class State:
     """struct bpf_verifier_state: the frames of the calls in progress, innermost last, and
-    the references the program holds (acquired sockets not yet found NULL)."""
+    the references the program holds (acquired sockets not yet found NULL);
+    ``callback_unroll``: the callback calls walked on this path (callback_unroll_depth: a
+    state seen in an earlier call of a callback is no endless loop)."""
 
-    __slots__ = ("frames", "refs")
+    __slots__ = ("frames", "refs", "callback_unroll")
 
-    def __init__(self, frames: list[Frame], refs: set[int] | None = None) -> None:
+    def __init__(self, frames: list[Frame], refs: set[int] | None = None,
+                 callback_unroll: int = 0) -> None:
         self.frames = frames
         self.refs = refs if refs is not None else set()
+        self.callback_unroll = callback_unroll
 
     @property
     def cur(self) -> Frame:
         return self.frames[-1]
 
     def copy(self) -> State:
-        return State([f.copy() for f in self.frames], set(self.refs))
+        return State([f.copy() for f in self.frames], set(self.refs), self.callback_unroll)
 
     def key(self) -> tuple:
         return tuple(f.key() for f in self.frames) + (tuple(sorted(self.refs)),)
@@ -225,13 +230,16 @@ class _Visit(NamedTuple):
     count: int
 
 
-def _check_endless_loop(pc: int, key: tuple, visit: _Visit | None) -> None:
+def _check_endless_loop(pc: int, key: tuple, visit: _Visit | None,
+                        callback_unroll: int = 0) -> None:
     """is_state_visited: this path is back at ``pc`` in a state it had there in one of the
-    last LOOP_PERIOD rounds (and had not widened), so it would go round forever."""
+    last LOOP_PERIOD rounds (and had not widened) of the same call of a callback, so it would
+    go round forever."""
     for _ in range(LOOP_PERIOD):
         if visit is None:
             return
-        if not visit.widened and visit.key == key:
+        if not visit.widened and visit.key == key \
+                and visit.state.callback_unroll == callback_unroll:
             raise _reject(errno.EINVAL, f"infinite loop detected at insn {pc}")
         visit = visit.previous
 

@@ -1,0 +1,58 @@
+"""Helpers that call back into the program (kernel/bpf/bpf_iter.c): ``bpf_loop`` and
+``bpf_for_each_map_elem``.
+
+Rules this module keeps:
+- A callback's address is what a BPF_PSEUDO_FUNC lddw loads: a pointer to a region holding a
+  ``BpfCallback`` (the program's executable and the subprogram's first slot), made when the
+  program is resolved (``executable.Executable``). A helper runs it on the run's engine
+  (``rs.engine``) through ``Executable.entry``, in a frame of its own, counting its
+  instructions in the run's budget.
+- Results are the kernel's: the number of iterations (or elements) the callback saw, a stop
+  when it returns non-zero, -EINVAL for flags, -E2BIG past BPF_MAX_LOOPS.
+"""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import ProgramFault
+from .memory import M64, OFF_MASK, RunState
+from .semantics import BPF_MAX_LOOPS
+
+
+@dataclass(frozen=True, eq=False)
+class BpfCallback:
+    """The target of a BPF_PSEUDO_FUNC lddw: subprogram ``start`` of ``exe``."""
+
+    exe: Any  # the Executable holding the subprogram
+    start: int
+
+    def __call__(self, rs: RunState, r1: int, r2: int, r3: int = 0, r4: int = 0,
+                 r5: int = 0) -> int:
+        return self.exe.entry(rs.engine, self.start)(rs, r1, r2, r3, r4, r5) & M64
+
+
+def callback_of(rs: RunState, ptr: int, helper: str) -> BpfCallback:
+    """The callback a ``callback_fn`` argument points to."""
+    obj = rs.mem.get(ptr >> 32) if ptr >= 0 else None
+    if not isinstance(obj, BpfCallback) or ptr & OFF_MASK:
+        raise ProgramFault(errno.EFAULT, f"{helper}: the callback argument is not a BPF "
+                           f"function ({ptr:#x})")
+    return obj
+
+
+def bpf_loop(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_loop(nr_loops, callback_fn, callback_ctx, flags): ``callback_fn(i, ctx)`` for i
+    from 0 while it returns 0; the number of calls made. ``nr_loops`` is compared in 64 bits,
+    as the loop the kernel's verifier inlines in place of the call (flags a known 0) does."""
+    if r4:
+        return -errno.EINVAL & M64
+    if r1 > BPF_MAX_LOOPS:
+        return -errno.E2BIG & M64
+    callback = callback_of(rs, r2, "bpf_loop")
+    for index in range(r1):
+        if callback(rs, index, r3):
+            return index + 1
+    return r1
