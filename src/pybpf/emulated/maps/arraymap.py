@@ -61,6 +61,8 @@ from .bpf_map import (
 from .map_in_map import MapOfMapsMixin, bpf_map_meta_alloc
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..machine.machine import Machine
 
 ARRAY_CREATE_FLAG_MASK = (BPF_F_NUMA_NODE | BPF_F_MMAPABLE | BPF_F_ACCESS_MASK
@@ -162,6 +164,19 @@ class ArrayBase(BpfMap):
         self.timing.charge(cpu, "array_map_lookup_elem")
         self.timing.access(cpu, self.value_base + index * self.elem_size, write)
 
+    def bpf_for_each_array_elem(self, callback: Callable[[bytes, bytearray], int],
+                                flags: int) -> int:
+        """bpf_for_each_array_elem: every index from 0 (the key a u32 on the kernel's stack,
+        read-only), this CPU's slot of a per-CPU array (``elem_of_this_cpu``: the ops
+        tables that list it have one); stops when the callback returns non-zero. Returns
+        the elements visited."""
+        if flags:
+            raise KernelError(errno.EINVAL, f"flags {flags:#x}: must be 0")
+        for index in range(self.max_entries):
+            if callback(index.to_bytes(4, "little"), self.elem_of_this_cpu(index)):
+                return index + 1
+        return self.max_entries
+
     def array_map_get_next_key(self, key: bytes | None) -> bytes:
         return index_get_next_key(self.max_entries, key)
 
@@ -233,10 +248,13 @@ class BpfArray(ArrayBase):
         self.access_stats.access(self.machine.current_cpu(), self.numa_node)
         self.elem(index)[:self.value_size] = value[:self.value_size]
 
+    elem_of_this_cpu = elem
+
     # struct bpf_map_ops array_map_ops
     map_lookup_elem = array_map_lookup_elem
     map_update_elem = array_map_update_elem
     bpf_map_copy_value = array_map_copy_value
+    map_for_each_callback = ArrayBase.bpf_for_each_array_elem
 
 
 @map_ops(MapType.PERCPU_ARRAY)
@@ -314,7 +332,11 @@ class BpfPercpuArray(ArrayBase):
         self.access_stats.access(self.machine.current_cpu(), self.machine.cpu_node[cpu])
         return self.slots(index)[cpu]
 
+    def elem_of_this_cpu(self, index: int) -> bytearray:
+        return self.slots(index)[self._current.cpu]
+
     # struct bpf_map_ops percpu_array_map_ops
+    map_for_each_callback = ArrayBase.bpf_for_each_array_elem
     map_lookup_elem = percpu_array_map_lookup_elem
     map_update_elem = array_map_update_elem
     map_lookup_percpu_elem = percpu_array_map_lookup_percpu_elem

@@ -190,6 +190,10 @@ class BpfMap:
     map_lookup_and_delete_batch: ClassVar[object] = None
     map_update_batch: ClassVar[object] = None
     map_delete_batch: ClassVar[object] = None
+    # map_for_each_callback(self, callback, flags) -> elements visited, for
+    # bpf_for_each_map_elem: ``callback(key, value)`` (the element's memory) returns non-zero
+    # to stop. None: the type has none (the verifier refuses the helper on it).
+    map_for_each_callback: ClassVar[object] = None
 
     # -- syscall.c's element reads and writes --------------------------------------------------
     def bpf_map_copy_value(self, key: bytes | None, flags: int) -> bytes:

@@ -66,6 +66,8 @@ from .jhash import htab_map_hash
 from .map_in_map import MapOfMapsMixin, bpf_map_meta_alloc
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..machine.machine import Machine
 
 HTAB_CREATE_FLAG_MASK = int(MapFlags.NO_PREALLOC | MapFlags.NO_COMMON_LRU | MapFlags.NUMA_NODE
@@ -353,6 +355,24 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
             raise KernelError(errno.ENOENT, "no next key")
         return next_key
 
+    def bpf_for_each_hash_elem(self, callback: Callable[[bytes, bytearray], int],
+                               flags: int) -> int:
+        """bpf_for_each_hash_elem: every element in bucket order (a bucket as it was when the
+        walk reached it), this CPU's slot of a per-CPU value; stops when the callback
+        returns non-zero. Returns the elements visited."""
+        if flags:
+            raise KernelError(errno.EINVAL, f"flags {flags:#x}: must be 0")
+        visited = 0
+        index = self.storage.next_nonempty(0)
+        while index is not None:
+            for elem in self.storage.bucket(index):
+                visited += 1
+                value = elem.value[self._current.cpu] if self.percpu else elem.value
+                if callback(elem.key, value):
+                    return visited
+            index = self.storage.next_nonempty(index + 1)
+        return visited
+
     # -- bookkeeping --------------------------------------------------------------------------
     def sys_lookup_table(self) -> dict[bytes, bytearray] | None:
         """A live dict whose ``get(key)`` is what a syscall lookup returns (None: per-CPU)."""
@@ -416,6 +436,7 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
     map_lookup_and_delete_batch = HtabBatchOps.htab_map_lookup_and_delete_batch
     map_update_batch = generic_map_update_batch
     map_delete_batch = generic_map_delete_batch
+    map_for_each_callback = bpf_for_each_hash_elem
     # syscall.c's reads and writes of a hash map
     bpf_map_copy_value = htab_map_copy_value
     bpf_map_update_value = htab_map_update_elem
@@ -673,6 +694,7 @@ class HtabOfMaps(MapOfMapsMixin, HtabMap):
 
     # struct bpf_map_ops htab_of_maps_map_ops
     map_alloc_check = fd_htab_map_alloc_check
+    map_for_each_callback = None  # htab_of_maps_map_ops has none
     map_lookup_elem = htab_of_map_lookup_elem
     map_lookup_and_delete_elem = BpfMap.map_lookup_and_delete_elem
     map_update_elem = BpfMap.map_update_elem

@@ -1,5 +1,5 @@
 """Helpers that call back into the program (kernel/bpf/bpf_iter.c): ``bpf_loop`` and
-``bpf_for_each_map_elem``.
+``bpf_for_each_map_elem`` (which walks the map with its type's ``map_for_each_callback``).
 
 Rules this module keeps:
 - A callback's address is what a BPF_PSEUDO_FUNC lddw loads: a pointer to a region holding a
@@ -17,7 +17,8 @@ import errno
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import ProgramFault
+from ...errors import KernelError, ProgramFault
+from ..maps.bpf_map import BpfMap
 from .memory import M64, OFF_MASK, RunState
 from .semantics import BPF_MAX_LOOPS
 
@@ -56,3 +57,26 @@ def bpf_loop(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
         if callback(rs, index, r3):
             return index + 1
     return r1
+
+
+def bpf_for_each_map_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_for_each_map_elem(map, callback_fn, callback_ctx, flags): ``callback_fn(map, key,
+    value, ctx)`` per element until it returns non-zero; the elements visited. The value is
+    the element's memory (the pointer a lookup gives); the key is read-only."""
+    bpf_map = rs.mem.get(r1 >> 32) if r1 >= 0 else None
+    if not isinstance(bpf_map, BpfMap) or r1 & OFF_MASK:
+        raise ProgramFault(errno.EFAULT, f"bpf_for_each_map_elem: R1 is not a map pointer "
+                           f"({r1:#x})")
+    callback = callback_of(rs, r2, "bpf_for_each_map_elem")
+
+    def visit(key: bytes, value: bytearray) -> int:
+        key_ptr = rs.add_region(bytes(key))
+        try:
+            return callback(rs, r1, key_ptr, rs.region_of(value), r3)
+        finally:
+            del rs.mem[key_ptr >> 32]
+
+    try:
+        return bpf_map.map_for_each_callback(visit, r4)
+    except KernelError as exc:
+        return -exc.errno & M64

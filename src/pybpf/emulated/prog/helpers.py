@@ -42,7 +42,7 @@ from ...uapi import (
     map_traits,
 )
 from ..maps.bpf_map import BYTES_AT, INT_MAX, BpfMap
-from .bpf_iter import bpf_loop
+from .bpf_iter import bpf_for_each_map_elem, bpf_loop
 from .memory import (
     M32,
     M64,
@@ -528,6 +528,8 @@ def _table() -> dict[int, HelperProto]:
          (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_ANYTHING, ARG_ANYTHING), _SK_MSG),
         (BpfFunc.msg_redirect_hash, bpf_msg_redirect_hash,
          (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_PTR_TO_MAP_KEY, ARG_ANYTHING), _SK_MSG),
+        (BpfFunc.for_each_map_elem, bpf_for_each_map_elem,
+         (ARG_CONST_MAP_PTR, ARG_PTR_TO_FUNC, ARG_PTR_TO_STACK_OR_NULL, ARG_ANYTHING), None),
         (BpfFunc.loop, bpf_loop,
          (ARG_ANYTHING, ARG_PTR_TO_FUNC, ARG_PTR_TO_STACK_OR_NULL, ARG_ANYTHING), None),
     ]

@@ -11,6 +11,7 @@ from typing import Any
 
 from ...asm.opcodes import Class, Instruction, JmpOp
 from ...uapi import (
+    ENOTSUPP,
     MAX_BPF_STACK,
     BpfFunc,
     MapType,
@@ -51,6 +52,7 @@ from .verifier_state import (
     MAX_BPF_REG,
     PTR_TO_CTX,
     PTR_TO_FUNC,
+    PTR_TO_MAP_KEY,
     PTR_TO_MAP_VALUE,
     PTR_TO_STACK,
     SCALAR,
@@ -70,7 +72,7 @@ from .verifier_state import (
 )
 
 _ARG_SOCK_COMMON = "sock_common"  # a sockmap's value argument (ARG_PTR_TO_BTF_ID_SOCK_COMMON)
-_MEM_TYPES = (PTR_TO_STACK, PTR_TO_PACKET, PTR_TO_PACKET_META, "map_key", PTR_TO_MAP_VALUE,
+_MEM_TYPES = (PTR_TO_STACK, PTR_TO_PACKET, PTR_TO_PACKET_META, PTR_TO_MAP_KEY, PTR_TO_MAP_VALUE,
               "mem", "ringbuf_mem", "buf", "trusted_ptr_")
 # compatible_reg_types: the register types each argument type takes (the kernel's list, in
 # its order, names the message prints; types this verifier never gives are names only)
@@ -126,7 +128,7 @@ def _check_map_func_compatibility(bpf_map: Any, func_id: int, name: str) -> None
 
 
 # Helpers that call a callback of the program (is_callback_calling_function, those emulated)
-_CALLBACK_HELPERS = frozenset({BpfFunc.loop})
+_CALLBACK_HELPERS = frozenset({BpfFunc.loop, BpfFunc.for_each_map_elem})
 
 
 def is_callback_calling(insn: Instruction) -> bool:
@@ -193,11 +195,11 @@ class HelperCallChecks:
         if bpf_map is not None and func_id in _MAP_WRITING_HELPERS \
                 and bpf_map.map_flags & BPF_F_RDONLY_PROG:
             raise _reject(errno.EACCES, "write into map forbidden")
+        pushed = []  # the callback comes before the map's compatibility, as in the kernel
+        if func_id in _CALLBACK_HELPERS:
+            pushed.append(self.push_callback_call(pc, func_id, state, bpf_map))
         if bpf_map is not None:
             _check_map_func_compatibility(bpf_map, func_id, name)
-        pushed = []
-        if func_id in _CALLBACK_HELPERS:
-            pushed.append(self.push_callback_call(pc, func_id, state))
         result = UNKNOWN
         if func_id in _VALUE_RETURNING_HELPERS:
             result = self.map_lookup_result(state, bpf_map, regs[2], func_id)
@@ -209,10 +211,14 @@ class HelperCallChecks:
         regs[0] = result
         return pushed
 
-    def push_callback_call(self, pc: int, func_id: int, state: State) -> tuple[int, State]:
+    def push_callback_call(self, pc: int, func_id: int, state: State,
+                           bpf_map: Any) -> tuple[int, State]:
         """The callback's entry: a copy of ``state`` (the caller's registers as at the call,
         where the callback returns to) with the callback's frame on top, its arguments as
-        the helper passes them (set_loop_callback_state)."""
+        the helper passes them (set_loop_callback_state, set_map_elem_callback_state)."""
+        if func_id == BpfFunc.for_each_map_elem and bpf_map is not None \
+                and type(bpf_map).map_for_each_callback is None:
+            raise _reject(ENOTSUPP, "callback function not allowed for map")
         if len(state.frames) >= MAX_CALL_FRAMES:
             raise _reject(errno.E2BIG, f"the call stack of {len(state.frames) + 1} frames is "
                           "too deep")
@@ -224,6 +230,9 @@ class HelperCallChecks:
         regs[FP] = Reg(PTR_TO_STACK, tnum.const(0), frame=depth)
         if func_id == BpfFunc.loop:  # callback_fn(u64 index, void *callback_ctx)
             regs[1], regs[2] = UNKNOWN, caller[3]
+        else:  # callback_fn(struct bpf_map *map, void *key, void *value, void *callback_ctx)
+            regs[1:5] = [caller[1], Reg(PTR_TO_MAP_KEY, tnum.const(0), map=bpf_map),
+                         Reg(PTR_TO_MAP_VALUE, tnum.const(0), map=bpf_map), caller[3]]
         callback.frames.append(Frame(regs, {}, pc, depth))
         return caller[2].map, callback
 

@@ -33,6 +33,7 @@ from .verifier_state import (
     DST_OP_NO_MARK,
     EMPTY_SLOT,
     PTR_TO_CTX,
+    PTR_TO_MAP_KEY,
     PTR_TO_MAP_VALUE,
     PTR_TO_RDONLY_MEM,
     PTR_TO_STACK,
@@ -168,6 +169,8 @@ class MemoryChecks:
                     self.check_stack_write(frame, state.cur, off, size, value, imm)
                 else:
                     result = _stack_read(frame, off, size)
+        elif reg.type == PTR_TO_MAP_KEY:  # a for_each callback's key: the map's memory
+            self.check_map_key_access(regno, reg, off, size, write)
         elif reg.type == PTR_TO_RDONLY_MEM:
             if write:
                 raise _reject(errno.EACCES, f"R{regno} cannot write into {reg.type}")
@@ -183,6 +186,19 @@ class MemoryChecks:
         if result.type == SCALAR and size < BPF_REG_SIZE:
             result = Reg(SCALAR, _coerce(result.var, size, ldsx))
         regs[value_regno] = result
+
+    @staticmethod
+    def check_map_key_access(regno: int, reg: Reg, off: int, size: int, write: bool) -> None:
+        """The key is read-only, and read within key_size (check_mem_region_access)."""
+        if write:
+            raise _reject(errno.EACCES, f"write to change key R{regno} not allowed")
+        if not reg.var.is_const:
+            return  # a variable offset: its bounds are value ranges, not kept here
+        off += _s64(reg.var.value)
+        key_size = reg.map.key_size
+        if off < 0 or off + size > key_size:
+            raise _reject(errno.EACCES, f"invalid access to map key, key_size={key_size} "
+                          f"off={off} size={size}")
 
     def check_map_value_access(self, regno: int, reg: Reg, off: int, size: int,
                                write: bool) -> None:
