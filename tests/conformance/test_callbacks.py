@@ -317,3 +317,19 @@ def test_for_each_map_elem_refusals(sys, label, map_type, callback, expected, me
         assert (err, message in log) == (expected, True), (label, log)
     finally:
         sys.close(fd)
+
+
+@pytest.mark.parametrize("nr_loops,expected", [(3, 3), (4, errno.EACCES)])
+def test_bpf_loop_callback_is_verified_as_often_as_a_known_nr_loops(sys, nr_loops, expected):
+    """The callback writes ctx[i] for its i-th call (ctx: 3 u64 at fp-24): 3 calls stay in
+    the stack; a 4th would write at fp+0, and the verifier walks it only when nr_loops says
+    there is one."""
+    items = [b.st(8, FP, -24, 0), *loop(nr_loops, ctx=[b.mov64(R3, FP), b.add64(R3, -24)]),
+             b.ldx(8, R0, FP, -24), b.exit_(),
+             b.label("cb"), b.ldx(8, R3, R2, 0), b.mov64(R4, R3), b.lsh64(R4, 3),
+             b.mov64(R5, R2), b.add64(R5, R4), b.st(8, R5, 0, 7), b.add64(R3, 1),
+             b.stx(8, R2, 0, R3), b.mov64(R0, 0), b.exit_()]
+    if expected == errno.EACCES:
+        assert refusal(sys, items)[0] == expected
+    else:
+        assert run(sys, items) == expected

@@ -197,7 +197,12 @@ class HelperCallChecks:
             raise _reject(errno.EACCES, "write into map forbidden")
         pushed = []  # the callback comes before the map's compatibility, as in the kernel
         if func_id in _CALLBACK_HELPERS:
-            pushed.append(self.push_callback_call(pc, func_id, state, bpf_map))
+            nr_loops = regs[1]
+            # bpf_loop's callback is walked as many times as a known nr_loops says, at most
+            if func_id != BpfFunc.loop or not nr_loops.is_const \
+                    or state.cur.callback_depth < nr_loops.var.value:
+                pushed.append(self.push_callback_call(pc, func_id, state, bpf_map))
+            state.cur.callback_depth = 0
         if bpf_map is not None:
             _check_map_func_compatibility(bpf_map, func_id, name)
         result = UNKNOWN
@@ -225,6 +230,7 @@ class HelperCallChecks:
         caller = state.cur.regs
         callback = state.copy()
         callback.callback_unroll += 1
+        callback.cur.callback_depth += 1
         regs = [UNINIT] * MAX_BPF_REG
         depth = len(state.frames)
         regs[FP] = Reg(PTR_TO_STACK, tnum.const(0), frame=depth)

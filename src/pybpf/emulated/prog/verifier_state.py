@@ -129,19 +129,23 @@ EMPTY_SLOT = Slot()
 
 
 class Frame:
-    """struct bpf_func_state: registers, stack slots and where the call returns to."""
+    """struct bpf_func_state: registers, stack slots and where the call returns to;
+    ``callback_depth``: the calls of a bpf_loop callback this frame's path has walked (not
+    compared by pruning)."""
 
-    __slots__ = ("regs", "stack", "callsite", "frameno")
+    __slots__ = ("regs", "stack", "callsite", "frameno", "callback_depth")
 
     def __init__(self, regs: list[Reg], stack: dict[int, Slot], callsite: int,
-                 frameno: int) -> None:
+                 frameno: int, callback_depth: int = 0) -> None:
         self.regs = regs
         self.stack = stack
         self.callsite = callsite
         self.frameno = frameno
+        self.callback_depth = callback_depth
 
     def copy(self) -> Frame:
-        return Frame(list(self.regs), dict(self.stack), self.callsite, self.frameno)
+        return Frame(list(self.regs), dict(self.stack), self.callsite, self.frameno,
+                     self.callback_depth)
 
     def key(self) -> tuple:
         return tuple(self.regs), tuple(sorted(self.stack.items())), self.callsite
