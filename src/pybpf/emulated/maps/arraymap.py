@@ -58,6 +58,7 @@ from .bpf_map import (
     map_ops,
     u32_key,
 )
+from .bpf_spin_lock import copy_map_value, copy_map_value_locked
 from .map_in_map import MapOfMapsMixin, bpf_map_meta_alloc
 
 if TYPE_CHECKING:
@@ -131,7 +132,8 @@ _UPDATE_ERRORS = {
 }
 
 
-def check_array_update_flags(flags: int, index: int, max_entries: int) -> None:
+def check_array_update_flags(flags: int, index: int, max_entries: int,
+                             has_spin_lock: bool = False) -> None:
     """array_map_update_elem's checks, in its order."""
     err = 0
     if (flags & ~BPF_F_LOCK) > BPF_EXIST:
@@ -140,7 +142,7 @@ def check_array_update_flags(flags: int, index: int, max_entries: int) -> None:
         err = errno.E2BIG
     elif flags & BPF_NOEXIST:
         err = errno.EEXIST
-    elif flags & BPF_F_LOCK:  # no map here carries a bpf_spin_lock (no BTF)
+    elif flags & BPF_F_LOCK and not has_spin_lock:
         err = errno.EINVAL
     if err:
         raise KernelError(err, f"index {index} (max_entries {max_entries}): "
@@ -243,10 +245,15 @@ class BpfArray(ArrayBase):
 
     def array_map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
         index = u32_key(key)
-        check_array_update_flags(flags, index, self.max_entries)
+        check_array_update_flags(flags, index, self.max_entries, self.spin_lock_off >= 0)
         self.array_cost(index, write=True)
         self.access_stats.access(self.machine.current_cpu(), self.numa_node)
-        self.elem(index)[:self.value_size] = value[:self.value_size]
+        if self.spin_lock_off < 0:
+            self.elem(index)[:self.value_size] = value[:self.value_size]
+        elif flags & BPF_F_LOCK:
+            copy_map_value_locked(self, self.elem(index), value)
+        else:
+            copy_map_value(self, self.elem(index), value)
 
     elem_of_this_cpu = elem
 

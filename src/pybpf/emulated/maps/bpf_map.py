@@ -140,6 +140,7 @@ class BpfMap:
         # The BTF object the key and value are described in (map_create with type ids).
         self.btf = None
         self.btf_key_type_id = self.btf_value_type_id = 0
+        self.spin_lock_off = -1  # where the value's struct bpf_spin_lock is (-1: none)
 
     # -- struct bpf_map_ops ------------------------------------------------------------------
     # A family implements these under the kernel's function names and lists its table at the

@@ -59,6 +59,7 @@ from .bpf_map import (
     roundup_pow_of_two,
     u32_key,
 )
+from .bpf_spin_lock import check_and_init_map_value, copy_map_value_locked
 from .htab_batch import HtabBatchOps
 from .htab_buckets import HtabBuckets
 from .htab_elem import HTAB_ELEM_SIZE, HtabElem, HtabElemMemory
@@ -192,14 +193,13 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
         return lock
 
     # -- update and delete (both sides, as the kernel's ops) -----------------------------------
-    @staticmethod
-    def check_update_flags(flags: int) -> None:
+    def check_update_flags(self, flags: int) -> None:
         """Every htab update's first check: BPF_ANY, BPF_NOEXIST or BPF_EXIST (BPF_F_LOCK needs
-        a bpf_spin_lock, which no value has here)."""
+        a bpf_spin_lock in the value)."""
         if (flags & ~BPF_F_LOCK) > BPF_EXIST:
             raise KernelError(errno.EINVAL, f"flags {flags:#x}: use BPF_ANY, BPF_NOEXIST or "
                               "BPF_EXIST")
-        if flags & BPF_F_LOCK:
+        if flags & BPF_F_LOCK and self.spin_lock_off < 0:
             raise KernelError(errno.EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value")
 
     @staticmethod
@@ -214,6 +214,14 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
         """htab_map_update_elem."""
         if flags:
             self.check_update_flags(flags)
+            if flags & BPF_F_LOCK:  # an existing element is written in place, under its lock
+                old = self.table.get(key)
+                self.check_flags(old, flags)
+                if old is not None:
+                    copy_map_value_locked(self, old.value, value)
+                    return
+        if self.spin_lock_off >= 0:  # a new element's lock starts free
+            value = check_and_init_map_value(self, value)
         # Hot path: the hash an existing element carries saves hashing the key, but that
         # element was found without a lock and may have been recycled for another key; it
         # is trusted only if, under the lock it chose, it is still key's with that hash.
@@ -240,6 +248,9 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
             old = self.table.get(key)
             if flags:  # BPF_ANY passes check_flags
                 self.check_flags(old, flags)
+            if old is not None and flags & BPF_F_LOCK:  # it appeared since the first look
+                copy_map_value_locked(self, old.value, value)
+                return
             new = self.alloc_htab_elem(key, value, hash_, old, onallcpus=False)
             if old is None:
                 self._link(new)
@@ -375,8 +386,9 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
 
     # -- bookkeeping --------------------------------------------------------------------------
     def sys_lookup_table(self) -> dict[bytes, bytearray] | None:
-        """A live dict whose ``get(key)`` is what a syscall lookup returns (None: per-CPU)."""
-        return self.values
+        """A live dict whose ``get(key)`` is what a syscall lookup returns (None: per-CPU, or a
+        value with a bpf_spin_lock, whose word a syscall lookup zeroes)."""
+        return self.values if self.spin_lock_off < 0 else None
 
     def elements(self) -> int:
         return len(self.table)
