@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import errno
 import struct
+import sys as sys_module
+import threading
 
 import pytest
 
 from helpers import err_of
+from pybpf.asm import FP, R0, R1, R2, R6, R7, R8
+from pybpf.asm import builder as b
 from pybpf.btf import Btf, Int, Member, Struct
-from pybpf.uapi import BPF_EXIST, BPF_F_LOCK, BPF_NOEXIST, MapFlags, MapType
+from pybpf.errors import VerifierError
+from pybpf.programs import Program, ProgramSpec
+from pybpf.uapi import BPF_EXIST, BPF_F_LOCK, BPF_NOEXIST, MapFlags, MapType, ProgType
 
 U32, U64, LOCK, VALUE, PLAIN = range(1, 6)
 TYPES = [Int("unsigned int", 4, 0, 0, 32), Int("unsigned long long", 8, 0, 0, 64),
@@ -114,3 +120,133 @@ def test_bpf_f_lock_needs_a_lock_in_the_value(maps, btf_fd):
         errno.EINVAL
     sys.map_update_elem(fd, u32(1), value(0xDEADBEEF, 5, 7))  # a plain u32 is data
     assert sys.map_lookup_elem(fd, u32(1)) == value(0xDEADBEEF, 5, 7)
+
+
+# -- programs: bpf_spin_lock / bpf_spin_unlock -------------------------------------------------
+ETH_FRAME = bytes.fromhex("ffffffffffff" "020000000001" "0800") + bytes(range(50))
+
+
+def lookup_0() -> list:
+    """R6 = &m[0] (exit with 0 when NULL)."""
+    return [b.st(4, FP, -4, 0), b.ld_map_fd(R1, "m"), b.mov64(R2, FP), b.add64(R2, -4),
+            b.call("map_lookup_elem"), b.mov64(R6, R0), b.jeq(R0, 0, "out")]
+
+
+def locked(*body, lock_off: int = 0) -> list:
+    """lock(&v->lock); body; unlock(&v->lock) with R6 = v."""
+    return [b.mov64(R1, R6), b.add64(R1, lock_off), b.call("spin_lock"), *body,
+            b.mov64(R1, R6), b.call("spin_unlock")]
+
+
+INCREMENT = [b.ldx(4, R7, R6, 4), b.add64(R7, 1), b.stx(4, R6, 4, R7)]
+EXIT_0 = [b.label("out"), b.mov64(R0, 0), b.exit_()]
+
+
+def counter_map(sys, type_id: int = VALUE, **kw) -> int:
+    btf = sys.btf_load(Btf(TYPES).to_bytes())
+    try:
+        return sys.map_create(MapType.ARRAY, 4, 16, 1, btf_fd=btf, btf_key_type_id=U32,
+                              btf_value_type_id=type_id, **kw)
+    finally:
+        sys.close(btf)
+
+
+def load(sys, items: list, fd: int, prog_type: int = ProgType.SCHED_CLS) -> Program:
+    return Program.load(ProgramSpec(prog_type, items), sys, maps={"m": fd})
+
+
+def test_locked_increment(backend):
+    fd = counter_map(backend)
+    try:
+        prog = load(backend, [*lookup_0(), *locked(*INCREMENT), b.ldx(4, R0, R6, 4),
+                              b.exit_(), *EXIT_0], fd)
+        assert [prog.test_run(ETH_FRAME).retval for _ in range(3)] == [1, 2, 3]
+        assert backend.map_lookup_elem(fd, u32(0)) == value(0, 3, 0)
+        prog.close()
+    finally:
+        backend.close(fd)
+
+
+SPIN_LOCK_REFUSALS = [
+    ("a second lock", [*lookup_0(), *locked(b.mov64(R1, R6), b.call("spin_lock")), *EXIT_0],
+     {}, errno.EINVAL, "function calls are not allowed while holding a lock"),
+    ("unlock without lock", [*lookup_0(), b.mov64(R1, R6), b.call("spin_unlock"), *EXIT_0],
+     {}, errno.EINVAL, "bpf_spin_unlock without taking a lock"),
+    ("exit holding the lock", [*lookup_0(), b.mov64(R1, R6), b.call("spin_lock"), *EXIT_0],
+     {}, errno.EINVAL,
+     "BPF_EXIT instruction in main prog cannot be used inside bpf_spin_lock-ed region"),
+    ("a helper call holding the lock", [*lookup_0(), *locked(b.call("ktime_get_ns")),
+                                        *EXIT_0],
+     {}, errno.EINVAL, "function calls are not allowed while holding a lock"),
+    ("a lock at the wrong offset", [*lookup_0(), *locked(lock_off=4), *EXIT_0], {},
+     errno.EINVAL, "off 4 doesn't point to 'struct bpf_spin_lock' that is at 0"),
+    ("a load of the lock word", [*lookup_0(), b.ldx(4, R0, R6, 0), *EXIT_0], {},
+     errno.EACCES, "bpf_spin_lock cannot be accessed directly by load/store"),
+    ("a store over the lock word", [*lookup_0(), b.st(8, R6, 0, 0), *EXIT_0], {},
+     errno.EACCES, "bpf_spin_lock cannot be accessed directly by load/store"),
+    ("a value without a lock", [*lookup_0(), *locked(), *EXIT_0], dict(type_id=PLAIN),
+     errno.EINVAL, "map 'counter' has no valid bpf_spin_lock"),
+    ("a map without BTF", [*lookup_0(), *locked(), *EXIT_0], dict(type_id=0),
+     errno.EINVAL, "map 'counter' has to have BTF in order to use bpf_spin_lock"),
+    ("a lock on the stack", [b.mov64(R1, FP), b.add64(R1, -8), b.call("spin_lock"),
+                             *EXIT_0], {}, errno.EACCES, "R1 type=fp expected=map_value"),
+    ("R0 after bpf_spin_lock", [*lookup_0(), *locked(b.mov64(R7, R0)), *EXIT_0], {},
+     errno.EACCES, "R0 !read_ok"),
+    ("a socket filter", [*lookup_0(), *locked(), *EXIT_0], dict(prog_type=ProgType.SOCKET_FILTER),
+     errno.EINVAL, "socket filter progs cannot use bpf_spin_lock yet"),
+]
+
+
+@pytest.mark.parametrize("label,items,kw,expected,message", SPIN_LOCK_REFUSALS,
+                         ids=[case[0] for case in SPIN_LOCK_REFUSALS])
+def test_spin_lock_refusals(backend, label, items, kw, expected, message):
+    prog_type = kw.get("prog_type", ProgType.SCHED_CLS)
+    type_id = kw.get("type_id", VALUE)
+    if type_id:
+        fd = counter_map(backend, type_id, map_name="counter")
+    else:
+        fd = backend.map_create(MapType.ARRAY, 4, 16, 1, map_name="counter")
+    try:
+        with pytest.raises(VerifierError) as info:
+            load(backend, items, fd, prog_type)
+        assert (info.value.errno, message in info.value.log) == (expected, True), \
+            (label, info.value.log)
+    finally:
+        backend.close(fd)
+
+
+def test_locked_increments_from_several_cpus_lose_none(four_cpus):
+    """Four emulated CPUs (threads) run a locked read-modify-write of one counter, with a
+    loop inside the critical section to widen it (and a short thread switch interval), so
+    the threads do interleave there: no increment is lost."""
+    sys = four_cpus
+    rounds = 200
+    fd = counter_map(sys)
+    window = [b.mov64(R8, 0), b.label("spin"), b.add64(R8, 1), b.jlt(R8, 20, "spin")]
+    prog = load(sys, [*lookup_0(), *locked(b.ldx(4, R7, R6, 4), *window, b.add64(R7, 1),
+                                           b.stx(4, R6, 4, R7)), *EXIT_0], fd)
+    errors = []
+    start = threading.Barrier(4)
+
+    def run(cpu: int) -> None:
+        try:
+            with sys.on_cpu(cpu):
+                start.wait()
+                for _ in range(rounds):
+                    prog.test_run(ETH_FRAME)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+            start.abort()
+
+    interval = sys_module.getswitchinterval()
+    sys_module.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=run, args=(cpu,)) for cpu in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys_module.setswitchinterval(interval)
+    assert not errors
+    assert sys.map_lookup_elem(fd, u32(0)) == value(0, 4 * rounds, 0)

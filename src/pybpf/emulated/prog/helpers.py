@@ -41,6 +41,7 @@ from ...uapi import (
     ProgType,
     map_traits,
 )
+from ..maps import bpf_spin_lock as spin_lock
 from ..maps.bpf_map import BYTES_AT, INT_MAX, BpfMap
 from .bpf_iter import bpf_for_each_map_elem, bpf_loop
 from .memory import (
@@ -71,6 +72,7 @@ ARG_CONST_SIZE_OR_ZERO = "size_or_zero"
 ARG_PTR_TO_CTX = "ctx"  # the program's context, unmodified
 ARG_PTR_TO_FUNC = "func"  # a callback: the address of a static subprogram (BPF_PSEUDO_FUNC)
 ARG_PTR_TO_STACK_OR_NULL = "stack_or_null"  # a pointer into the stack, or NULL
+ARG_PTR_TO_SPIN_LOCK = "spin_lock"  # a map value's struct bpf_spin_lock
 
 
 @dataclass(frozen=True)
@@ -477,6 +479,27 @@ def bpf_xdp_adjust_meta(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: in
     return 0
 
 
+def _spin_lock_word(rs: RunState, ptr: int, helper: str) -> tuple[bytearray, int]:
+    """The map value memory and offset a bpf_spin_lock argument points to."""
+    region = rs.mem.get(ptr >> 32) if ptr >= 0 else None
+    off = ptr & OFF_MASK
+    if type(region) is not bytearray or off + spin_lock.BPF_SPIN_LOCK_SIZE > len(region):
+        raise ProgramFault(errno.EFAULT, f"{helper}: R1 ({ptr:#x}) is not a lock in a map "
+                           "value")
+    return region, off
+
+
+def bpf_spin_lock(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """Take the lock (other emulated CPUs running the program wait for it)."""
+    spin_lock.bpf_spin_lock(*_spin_lock_word(rs, r1, "bpf_spin_lock"), _machine(rs))
+    return 0
+
+
+def bpf_spin_unlock(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    spin_lock.bpf_spin_unlock(*_spin_lock_word(rs, r1, "bpf_spin_unlock"))
+    return 0
+
+
 def bpf_tail_call(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     raise AssertionError("the engines run bpf_tail_call themselves")  # pragma: no cover
 
@@ -528,6 +551,8 @@ def _table() -> dict[int, HelperProto]:
          (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_ANYTHING, ARG_ANYTHING), _SK_MSG),
         (BpfFunc.msg_redirect_hash, bpf_msg_redirect_hash,
          (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_PTR_TO_MAP_KEY, ARG_ANYTHING), _SK_MSG),
+        (BpfFunc.spin_lock, bpf_spin_lock, (ARG_PTR_TO_SPIN_LOCK,), None),
+        (BpfFunc.spin_unlock, bpf_spin_unlock, (ARG_PTR_TO_SPIN_LOCK,), None),
         (BpfFunc.for_each_map_elem, bpf_for_each_map_elem,
          (ARG_CONST_MAP_PTR, ARG_PTR_TO_FUNC, ARG_PTR_TO_STACK_OR_NULL, ARG_ANYTHING), None),
         (BpfFunc.loop, bpf_loop,

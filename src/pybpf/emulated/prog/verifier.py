@@ -58,6 +58,7 @@ from ...btf import BTF_FUNC_STATIC
 from ...errors import KernelError
 from ...uapi import (
     AttachType,
+    BpfFunc,
     ProgType,
 )
 from . import filter as ctx_rules
@@ -108,6 +109,10 @@ from .verifier_state import (
 )
 
 __all__ = ["VerifiedProgram", "VerifierReject", "bpf_check"]
+
+# is_tracing_prog_type
+_TRACING_PROG_TYPES = frozenset({ProgType.KPROBE, ProgType.TRACEPOINT, ProgType.PERF_EVENT,
+                                 ProgType.RAW_TRACEPOINT, ProgType.RAW_TRACEPOINT_WRITABLE})
 
 
 @dataclass
@@ -280,6 +285,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
             except KernelError as exc:
                 raise _reject(exc.errno, f"fd {fd} is not pointing to valid bpf_map") from None
             if bpf_map not in maps:
+                self.check_map_prog_compatibility(bpf_map)
                 maps.append(bpf_map)
             if src == uapi.BPF_PSEUDO_MAP_FD:
                 pseudo[pc] = ("map", bpf_map, 0)
@@ -294,6 +300,15 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
             pseudo[pc] = ("map_value", value, off)
             self.pseudo_map[pc] = bpf_map
         return VerifiedProgram(insns, pseudo, maps)
+
+    def check_map_prog_compatibility(self, bpf_map: Any) -> None:
+        """Maps whose values hold a bpf_spin_lock are not for socket filters nor tracing."""
+        if bpf_map.spin_lock_off < 0:
+            return
+        if self.prog_type == ProgType.SOCKET_FILTER:
+            raise _reject(errno.EINVAL, "socket filter progs cannot use bpf_spin_lock yet")
+        if self.prog_type in _TRACING_PROG_TYPES:
+            raise _reject(errno.EINVAL, "tracing progs cannot use bpf_spin_lock yet")
 
     @staticmethod
     def check_pseudo_btf_id(insn: Instruction) -> Any:
@@ -470,6 +485,11 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
             if insn.src not in (0, uapi.BPF_PSEUDO_CALL, uapi.BPF_PSEUDO_KFUNC_CALL) or insn.dst \
                     or insn.off and insn.src != uapi.BPF_PSEUDO_KFUNC_CALL:
                 raise _reject(errno.EINVAL, "BPF_CALL uses reserved fields")
+            if state.active_lock is not None and (
+                    insn.src == 0 and insn.imm != BpfFunc.spin_unlock
+                    or insn.src == uapi.BPF_PSEUDO_KFUNC_CALL):
+                raise _reject(errno.EINVAL, "function calls are not allowed while holding a "
+                              "lock")
             if insn.src == uapi.BPF_PSEUDO_CALL:
                 return self.check_func_call(pc, insn, state), []
             if insn.src == uapi.BPF_PSEUDO_KFUNC_CALL:
@@ -542,6 +562,9 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
             state.frames.pop()
             state.cur.regs[0] = r0
             return callee.callsite + 1
+        if state.active_lock is not None:
+            raise _reject(errno.EINVAL, "BPF_EXIT instruction in main prog cannot be used "
+                          "inside bpf_spin_lock-ed region")
         if state.refs:
             raise _reject(errno.EINVAL, "BPF_EXIT instruction in main prog would lead to "
                           "reference leak")
@@ -587,6 +610,9 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
             raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] instructions cannot be mixed with "
                           "bpf-to-bpf calls")
         self.check_reg_arg(regs, 6, SRC_OP)
+        if state.active_lock is not None:
+            raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] cannot be used inside "
+                          "bpf_spin_lock-ed region")
         if state.refs:
             raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] would lead to reference leak")
         if regs[6].type != PTR_TO_CTX:

@@ -34,6 +34,7 @@ from .helpers import (
     ARG_PTR_TO_MAP_KEY,
     ARG_PTR_TO_MAP_VALUE,
     ARG_PTR_TO_MEM,
+    ARG_PTR_TO_SPIN_LOCK,
     ARG_PTR_TO_STACK_OR_NULL,
     ARG_PTR_TO_UNINIT_MAP_VALUE,
     ARG_PTR_TO_UNINIT_MEM,
@@ -41,6 +42,7 @@ from .helpers import (
 )
 from .kfuncs import KF_ARG_PTR_TO_CTX
 from .semantics import MAX_CALL_FRAMES
+from .verifier_mem import check_spin_lock_untouched
 from .verifier_state import (
     BPF_F_RDONLY_PROG,
     BPF_REG_SIZE,
@@ -82,7 +84,7 @@ _ARG_TYPES = {
     ARG_PTR_TO_UNINIT_MAP_VALUE: _MEM_TYPES, ARG_PTR_TO_MEM: _MEM_TYPES,
     ARG_PTR_TO_UNINIT_MEM: _MEM_TYPES, ARG_CONST_SIZE: (SCALAR,),
     ARG_CONST_SIZE_OR_ZERO: (SCALAR,), ARG_PTR_TO_FUNC: (PTR_TO_FUNC,),
-    ARG_PTR_TO_STACK_OR_NULL: (PTR_TO_STACK,),
+    ARG_PTR_TO_STACK_OR_NULL: (PTR_TO_STACK,), ARG_PTR_TO_SPIN_LOCK: (PTR_TO_MAP_VALUE, "ptr_"),
     _ARG_SOCK_COMMON: ("sock_common", PTR_TO_SOCKET, "tcp_sock", "xdp_sock", "ptr_",
                        "trusted_ptr_"),
 }
@@ -137,6 +139,7 @@ def is_callback_calling(insn: Instruction) -> bool:
         and insn.imm in _CALLBACK_HELPERS
 
 
+_VOID_HELPERS = frozenset({BpfFunc.tail_call, BpfFunc.spin_lock, BpfFunc.spin_unlock})
 _MAP_WRITING_HELPERS = frozenset({BpfFunc.map_update_elem, BpfFunc.map_delete_elem,
                                   BpfFunc.map_push_elem, BpfFunc.map_pop_elem})
 _VALUE_RETURNING_HELPERS = frozenset({BpfFunc.map_lookup_elem,
@@ -208,8 +211,8 @@ class HelperCallChecks:
         result = UNKNOWN
         if func_id in _VALUE_RETURNING_HELPERS:
             result = self.map_lookup_result(state, bpf_map, regs[2], func_id)
-        elif func_id == BpfFunc.tail_call:
-            result = UNINIT  # RET_VOID: R0 is not readable after a failed tail call
+        elif func_id in _VOID_HELPERS:
+            result = UNINIT  # RET_VOID: R0 is not readable after (a failed tail call)
         self.clobber_helper_memory(state, func_id, bpf_map, regs)
         for regno in CALLER_SAVED:
             regs[regno] = UNINIT
@@ -307,6 +310,8 @@ class HelperCallChecks:
                           + ", ".join(expected))
         if arg == ARG_PTR_TO_CTX:
             self.check_ctx_pointer(regno, reg)
+        elif arg == ARG_PTR_TO_SPIN_LOCK:
+            self.process_spin_lock(state, regno, func_id == BpfFunc.spin_lock)
         elif arg == ARG_CONST_MAP_PTR:
             bpf_map = reg.map
             if func_id == BpfFunc.tail_call and bpf_map is not None \
@@ -324,6 +329,38 @@ class HelperCallChecks:
             self.check_helper_mem_access(state, regno - 1, size,
                                          args[regno - 2] == ARG_PTR_TO_UNINIT_MEM, True)
         return bpf_map
+
+    @staticmethod
+    def process_spin_lock(state: State, regno: int, is_lock: bool) -> None:
+        """process_spin_lock: the register points at its map value's bpf_spin_lock (a known
+        offset); one lock is held at a time, and released where it was taken. (Which lock
+        is which map's: the kernel also tells two elements of one map apart.)"""
+        reg = state.cur.regs[regno]
+        if not reg.var.is_const:
+            raise _reject(errno.EINVAL, f"R{regno} doesn't have constant offset. bpf_spin_lock "
+                          "has to be at the constant offset")
+        bpf_map = reg.map
+        if bpf_map is None:
+            return  # a value of a map not known here
+        if bpf_map.btf is None:
+            raise _reject(errno.EINVAL, f"map '{bpf_map.name}' has to have BTF in order to use "
+                          "bpf_spin_lock")
+        if bpf_map.spin_lock_off < 0:
+            raise _reject(errno.EINVAL, f"map '{bpf_map.name}' has no valid bpf_spin_lock")
+        off = _s64(reg.var.value) + reg.off
+        if off != bpf_map.spin_lock_off:
+            raise _reject(errno.EINVAL, f"off {off} doesn't point to 'struct bpf_spin_lock' "
+                          f"that is at {bpf_map.spin_lock_off}")
+        if is_lock:
+            if state.active_lock is not None:
+                raise _reject(errno.EINVAL, "Locking two bpf_spin_locks are not allowed")
+            state.active_lock = bpf_map
+            return
+        if state.active_lock is None:
+            raise _reject(errno.EINVAL, "bpf_spin_unlock without taking a lock")
+        if state.active_lock is not bpf_map:
+            raise _reject(errno.EINVAL, "bpf_spin_unlock of different lock")
+        state.active_lock = None
 
     @staticmethod
     def check_helper_mem_access(state: State, regno: int, size: int, write: bool,
@@ -345,6 +382,7 @@ class HelperCallChecks:
             if off < 0 or off + size > reg.map.value_size:
                 raise _reject(errno.EACCES, f"invalid access to map value, value_size="
                               f"{reg.map.value_size} off={off} size={size}")
+            check_spin_lock_untouched(reg.map, off, size)
 
     def check_ctx_pointer(self, regno: int, reg: Reg) -> None:
         """check_ptr_off_reg: the context is used only as it came, unmodified."""

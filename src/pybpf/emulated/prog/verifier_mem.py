@@ -5,6 +5,7 @@ checks below it), as a part of ``verifier._Verifier``."""
 from __future__ import annotations
 
 import errno
+from typing import Any
 
 from ...asm.opcodes import (
     AtomicOp,
@@ -15,6 +16,7 @@ from ...uapi import (
     MAX_BPF_STACK,
     ProgType,
 )
+from ..maps.bpf_spin_lock import BPF_SPIN_LOCK_SIZE
 from . import filter as ctx_rules
 from . import tnum
 from .filter import (
@@ -69,6 +71,13 @@ _ATOMIC_RMW = frozenset(int(op) | fetch for op in (AtomicOp.ADD, AtomicOp.OR, At
 
 def _atomic_ptr_type_ok(reg: Reg) -> bool:
     return reg.type not in (PTR_TO_CTX, *_PKT_TYPES, PTR_TO_PACKET_END, *_SOCKET_TYPES)
+
+
+def check_spin_lock_untouched(bpf_map: Any, off: int, size: int) -> None:
+    """check_map_access: no load, store or helper reaches a value's bpf_spin_lock."""
+    lock = bpf_map.spin_lock_off
+    if lock >= 0 and off < lock + BPF_SPIN_LOCK_SIZE and lock < off + size:
+        raise _reject(errno.EACCES, "bpf_spin_lock cannot be accessed directly by load/store")
 
 
 
@@ -217,6 +226,7 @@ class MemoryChecks:
             raise _reject(errno.EACCES, f"invalid access to map value, value_size="
                           f"{bpf_map.value_size} off={off} size={size}\nR{regno} min value is "
                           "outside of the allowed memory range")
+        check_spin_lock_untouched(bpf_map, off, size)
 
     def check_ctx_access(self, regno: int, reg: Reg, off: int, size: int, write: bool,
                          ldsx: bool) -> Reg:

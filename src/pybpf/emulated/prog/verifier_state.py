@@ -157,23 +157,30 @@ class State:
     ``callback_unroll``: the callback calls walked on this path (callback_unroll_depth: a
     state seen in an earlier call of a callback is no endless loop)."""
 
-    __slots__ = ("frames", "refs", "callback_unroll")
+    __slots__ = ("frames", "refs", "callback_unroll", "active_lock")
 
     def __init__(self, frames: list[Frame], refs: set[int] | None = None,
-                 callback_unroll: int = 0) -> None:
+                 callback_unroll: int = 0, active_lock: Any = None) -> None:
         self.frames = frames
         self.refs = refs if refs is not None else set()
         self.callback_unroll = callback_unroll
+        self.active_lock = active_lock  # the map whose bpf_spin_lock is held (None: none)
 
     @property
     def cur(self) -> Frame:
         return self.frames[-1]
 
     def copy(self) -> State:
-        return State([f.copy() for f in self.frames], set(self.refs), self.callback_unroll)
+        return State([f.copy() for f in self.frames], set(self.refs), self.callback_unroll,
+                     self.active_lock)
 
     def key(self) -> tuple:
-        return tuple(f.key() for f in self.frames) + (tuple(sorted(self.refs)),)
+        """The frames', then what the program holds: references and the lock (pruning needs
+        the same held)."""
+        held = tuple(sorted(self.refs))
+        if self.active_lock is not None:
+            held += (("spin_lock", id(self.active_lock)),)
+        return tuple(f.key() for f in self.frames) + (held,)
 
 
 def _covers(old: tuple, cur: tuple, live: int) -> bool:
