@@ -111,6 +111,20 @@ def test_bpf_f_lock_with_the_other_update_flags(maps, btf_fd):
         value(0, 2, 2)
 
 
+@pytest.mark.parametrize("map_type", [MapType.HASH, MapType.ARRAY])
+def test_batches_read_and_write_around_the_lock_word(maps, btf_fd, map_type):
+    sys = maps.sys
+    fd = maps.create(map_type, 4, 16, 4, btf_fd=btf_fd, btf_key_type_id=U32,
+                     btf_value_type_id=VALUE)
+    keys = [u32(0), u32(1)]
+    assert sys.map_update_batch(fd, keys, [value(7, 1, 2), value(9, 3, 4)],
+                                elem_flags=BPF_F_LOCK) == 2
+    for elem_flags in (0, BPF_F_LOCK):
+        batch = sys.map_lookup_batch(fd, None, 4, elem_flags=elem_flags)
+        found = dict(zip(batch.keys, batch.values, strict=True))
+        assert (found[u32(0)], found[u32(1)]) == (value(0, 1, 2), value(0, 3, 4))
+
+
 def test_bpf_f_lock_needs_a_lock_in_the_value(maps, btf_fd):
     sys = maps.sys
     fd = maps.create(MapType.ARRAY, 4, 16, 4, btf_fd=btf_fd, btf_key_type_id=U32,
