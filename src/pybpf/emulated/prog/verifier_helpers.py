@@ -26,6 +26,7 @@ from .filter import (
 )
 from .helpers import (
     ARG_ANYTHING,
+    ARG_CONST_ALLOC_SIZE_OR_ZERO,
     ARG_CONST_MAP_PTR,
     ARG_CONST_SIZE,
     ARG_CONST_SIZE_OR_ZERO,
@@ -34,6 +35,7 @@ from .helpers import (
     ARG_PTR_TO_MAP_KEY,
     ARG_PTR_TO_MAP_VALUE,
     ARG_PTR_TO_MEM,
+    ARG_PTR_TO_RINGBUF_MEM,
     ARG_PTR_TO_SPIN_LOCK,
     ARG_PTR_TO_STACK_OR_NULL,
     ARG_PTR_TO_UNINIT_MAP_VALUE,
@@ -56,6 +58,7 @@ from .verifier_state import (
     PTR_TO_FUNC,
     PTR_TO_MAP_KEY,
     PTR_TO_MAP_VALUE,
+    PTR_TO_RINGBUF_MEM,
     PTR_TO_STACK,
     SCALAR,
     SRC_OP,
@@ -71,11 +74,12 @@ from .verifier_state import (
     _reject,
     _s64,
     _tnum_str,
+    release_reference,
 )
 
 _ARG_SOCK_COMMON = "sock_common"  # a sockmap's value argument (ARG_PTR_TO_BTF_ID_SOCK_COMMON)
 _MEM_TYPES = (PTR_TO_STACK, PTR_TO_PACKET, PTR_TO_PACKET_META, PTR_TO_MAP_KEY, PTR_TO_MAP_VALUE,
-              "mem", "ringbuf_mem", "buf", "trusted_ptr_")
+              "mem", PTR_TO_RINGBUF_MEM, "buf", "trusted_ptr_")
 # compatible_reg_types: the register types each argument type takes (the kernel's list, in
 # its order, names the message prints; types this verifier never gives are names only)
 _ARG_TYPES = {
@@ -85,6 +89,7 @@ _ARG_TYPES = {
     ARG_PTR_TO_UNINIT_MEM: _MEM_TYPES, ARG_CONST_SIZE: (SCALAR,),
     ARG_CONST_SIZE_OR_ZERO: (SCALAR,), ARG_PTR_TO_FUNC: (PTR_TO_FUNC,),
     ARG_PTR_TO_STACK_OR_NULL: (PTR_TO_STACK,), ARG_PTR_TO_SPIN_LOCK: (PTR_TO_MAP_VALUE, "ptr_"),
+    ARG_CONST_ALLOC_SIZE_OR_ZERO: (SCALAR,), ARG_PTR_TO_RINGBUF_MEM: (PTR_TO_RINGBUF_MEM,),
     _ARG_SOCK_COMMON: ("sock_common", PTR_TO_SOCKET, "tcp_sock", "xdp_sock", "ptr_",
                        "trusted_ptr_"),
 }
@@ -92,7 +97,8 @@ _ARG_TYPES = {
 # where it is restricted, and the map types a helper takes, where it is
 _MAP_FUNCS = {
     MapType.PROG_ARRAY: {BpfFunc.tail_call}, MapType.PERF_EVENT_ARRAY: set(),
-    MapType.RINGBUF: set(), MapType.CPUMAP: {BpfFunc.redirect_map},
+    MapType.RINGBUF: {BpfFunc.ringbuf_output, BpfFunc.ringbuf_reserve, BpfFunc.ringbuf_query},
+    MapType.CPUMAP: {BpfFunc.redirect_map},
     MapType.DEVMAP: {BpfFunc.redirect_map, BpfFunc.map_lookup_elem},
     MapType.DEVMAP_HASH: {BpfFunc.redirect_map, BpfFunc.map_lookup_elem},
     MapType.XSKMAP: {BpfFunc.redirect_map, BpfFunc.map_lookup_elem},
@@ -117,6 +123,8 @@ _FUNC_MAPS = {
     BpfFunc.map_pop_elem: {MapType.QUEUE, MapType.STACK},
     BpfFunc.map_peek_elem: {MapType.QUEUE, MapType.STACK, MapType.BLOOM_FILTER},
     BpfFunc.map_push_elem: {MapType.QUEUE, MapType.STACK, MapType.BLOOM_FILTER},
+    BpfFunc.ringbuf_output: {MapType.RINGBUF}, BpfFunc.ringbuf_reserve: {MapType.RINGBUF},
+    BpfFunc.ringbuf_query: {MapType.RINGBUF},
 }
 
 
@@ -139,7 +147,9 @@ def is_callback_calling(insn: Instruction) -> bool:
         and insn.imm in _CALLBACK_HELPERS
 
 
-_VOID_HELPERS = frozenset({BpfFunc.tail_call, BpfFunc.spin_lock, BpfFunc.spin_unlock})
+_VOID_HELPERS = frozenset({BpfFunc.tail_call, BpfFunc.spin_lock, BpfFunc.spin_unlock,
+                           BpfFunc.ringbuf_submit, BpfFunc.ringbuf_discard})
+_RELEASE_HELPERS = frozenset({BpfFunc.ringbuf_submit, BpfFunc.ringbuf_discard})
 _MAP_WRITING_HELPERS = frozenset({BpfFunc.map_update_elem, BpfFunc.map_delete_elem,
                                   BpfFunc.map_push_elem, BpfFunc.map_pop_elem})
 _VALUE_RETURNING_HELPERS = frozenset({BpfFunc.map_lookup_elem,
@@ -213,6 +223,13 @@ class HelperCallChecks:
             result = self.map_lookup_result(state, bpf_map, regs[2], func_id)
         elif func_id in _VOID_HELPERS:
             result = UNINIT  # RET_VOID: R0 is not readable after (a failed tail call)
+        elif func_id == BpfFunc.ringbuf_reserve:  # RET_PTR_TO_RINGBUF_MEM_OR_NULL, acquired
+            ref = self.new_id()
+            state.refs.add(ref)
+            result = Reg(PTR_TO_RINGBUF_MEM, tnum.const(0), id=ref, ref=ref,
+                         mem_size=regs[2].var.value)
+        if func_id in _RELEASE_HELPERS:
+            release_reference(state, regs[1].ref)
         self.clobber_helper_memory(state, func_id, bpf_map, regs)
         for regno in CALLER_SAVED:
             regs[regno] = UNINIT
@@ -312,6 +329,12 @@ class HelperCallChecks:
             self.check_ctx_pointer(regno, reg)
         elif arg == ARG_PTR_TO_SPIN_LOCK:
             self.process_spin_lock(state, regno, func_id == BpfFunc.spin_lock)
+        elif arg == ARG_CONST_ALLOC_SIZE_OR_ZERO and not reg.is_const:
+            raise _reject(errno.EACCES, f"R{regno} is not a known constant'")
+        elif arg == ARG_PTR_TO_RINGBUF_MEM and (reg.off or not reg.var.is_const
+                                                 or reg.var.value):
+            raise _reject(errno.EINVAL, f"R{regno} must have zero offset when passed to "
+                          "release func or trusted arg to kfunc")
         elif arg == ARG_CONST_MAP_PTR:
             bpf_map = reg.map
             if func_id == BpfFunc.tail_call and bpf_map is not None \

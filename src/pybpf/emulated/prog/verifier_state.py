@@ -75,6 +75,7 @@ def _reject(err: int, message: str) -> VerifierReject:
 # -- the abstract state ------------------------------------------------------------------------
 NOT_INIT, SCALAR, PTR_TO_CTX, PTR_TO_STACK = "?", "scalar", "ctx", "fp"
 CONST_PTR_TO_MAP, PTR_TO_MAP_VALUE, PTR_TO_MAP_KEY = "map_ptr", "map_value", "map_key"
+PTR_TO_RINGBUF_MEM = "ringbuf_mem"  # a reserved ring buffer record, ``Reg.mem_size`` bytes
 PTR_TO_FUNC = "func"  # a callback's address (BPF_PSEUDO_FUNC); ``Reg.map``: its first insn
 PTR_TO_RDONLY_MEM = "rdonly_mem"  # PTR_TO_MEM | MEM_RDONLY: here only a kfunc's address, size 0
 _PKT_TYPES = frozenset({PTR_TO_PACKET, PTR_TO_PACKET_META})
@@ -91,6 +92,8 @@ class Reg(NamedTuple):
     map: Any = None  # CONST_PTR_TO_MAP, PTR_TO_MAP_VALUE: the map (None: not known here)
     frame: int = 0  # PTR_TO_STACK: whose stack
     id: int = 0  # not 0: may be NULL (copies share the id until a NULL check)
+    mem_size: int = 0  # PTR_TO_RINGBUF_MEM: the bytes it points to
+    ref: int = 0  # not 0: the reference it holds (ref_obj_id), released by a helper
 
     @property
     def is_pointer(self) -> bool:
@@ -222,7 +225,10 @@ def _reg_covers(old: Reg, cur: Reg, ids: dict[int, int]) -> bool:
     if (old.off, old.map, old.frame) != (cur.off, cur.map, cur.frame) \
             or not old.var.contains(cur.var):
         return False
-    if bool(old.id) != bool(cur.id):
+    if bool(old.id) != bool(cur.id) or bool(old.ref) != bool(cur.ref) \
+            or old.mem_size != cur.mem_size:
+        return False
+    if old.ref and ids.setdefault(old.ref, cur.ref) != cur.ref:
         return False
     return not old.id or ids.setdefault(old.id, cur.id) == cur.id
 
@@ -300,6 +306,19 @@ def _ptr_at(ptr: Reg, off: int) -> Reg:
     return ptr._replace(off=off)
 
 
+
+
+def release_reference(state: State, ref: int) -> None:
+    """release_reference: the reference is gone, and every copy of the pointer that held it
+    is an unknown scalar (mark_reg_invalid, as for a loader that may leak pointers)."""
+    state.refs.discard(ref)
+    for frame in state.frames:
+        for regno, reg in enumerate(frame.regs):
+            if reg.ref == ref:
+                frame.regs[regno] = UNKNOWN
+        for spi, slot in frame.stack.items():
+            if slot.spilled.ref == ref:
+                frame.stack[spi] = slot._replace(spilled=UNKNOWN)
 
 
 def _mark_ptr_or_null_regs(state: State, ptr_id: int, is_null: bool) -> None:
