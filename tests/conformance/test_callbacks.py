@@ -333,3 +333,11 @@ def test_bpf_loop_callback_is_verified_as_often_as_a_known_nr_loops(sys, nr_loop
         assert refusal(sys, items)[0] == expected
     else:
         assert run(sys, items) == expected
+
+
+def test_bpf_loop_runs_past_the_emulators_instruction_budget(sys):
+    """200000 calls of a callback that runs 6 instructions: more than the emulated run's
+    budget (1M), which bounds each call of the callback, not all of them together."""
+    nr_loops = 200_000
+    expected = (100 * sum(range(nr_loops)) + nr_loops) & U32
+    assert run(sys, sum_and_count(nr_loops)) == expected

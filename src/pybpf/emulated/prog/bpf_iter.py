@@ -7,6 +7,10 @@ Rules this module keeps:
   program is resolved (``executable.Executable``). A helper runs it on the run's engine
   (``rs.engine``) through ``Executable.entry``, in a frame of its own, counting its
   instructions in the run's budget.
+- The run's budget (an emulator's guard against endless loops) bounds each call of a callback
+  as it bounded the program when it called the helper: what a call ran is counted in the
+  run's instructions and added to its budget, so a verified bpf_loop of 2^23 calls runs to
+  the end, on either engine, as on the kernel.
 - Results are the kernel's: the number of iterations (or elements) the callback saw, a stop
   when it returns non-zero, -EINVAL for flags, -E2BIG past BPF_MAX_LOOPS.
 """
@@ -18,9 +22,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import KernelError, ProgramFault
+from ...uapi import BpfFunc
 from ..maps.bpf_map import BpfMap
 from .memory import M64, OFF_MASK, RunState
 from .semantics import BPF_MAX_LOOPS
+
+# The helpers that call back into the program (the verifier's is_callback_calling_function, as
+# far as emulated); the JIT keeps the run's count and budget current around their calls.
+CALLBACK_HELPERS = frozenset({BpfFunc.loop, BpfFunc.for_each_map_elem})
 
 
 @dataclass(frozen=True, eq=False)
@@ -32,7 +41,11 @@ class BpfCallback:
 
     def __call__(self, rs: RunState, r1: int, r2: int, r3: int = 0, r4: int = 0,
                  r5: int = 0) -> int:
-        return self.exe.entry(rs.engine, self.start)(rs, r1, r2, r3, r4, r5) & M64
+        before = rs.count
+        try:
+            return self.exe.entry(rs.engine, self.start)(rs, r1, r2, r3, r4, r5) & M64
+        finally:
+            rs.budget += rs.count - before
 
 
 def callback_of(rs: RunState, ptr: int, helper: str) -> BpfCallback:

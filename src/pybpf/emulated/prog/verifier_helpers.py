@@ -18,6 +18,7 @@ from ...uapi import (
     map_traits,
 )
 from . import tnum
+from .bpf_iter import CALLBACK_HELPERS
 from .btf import vmlinux_kfuncs
 from .filter import (
     PTR_TO_PACKET,
@@ -137,14 +138,10 @@ def _check_map_func_compatibility(bpf_map: Any, func_id: int, name: str) -> None
                       f"{name}#{func_id}")
 
 
-# Helpers that call a callback of the program (is_callback_calling_function, those emulated)
-_CALLBACK_HELPERS = frozenset({BpfFunc.loop, BpfFunc.for_each_map_elem})
-
-
 def is_callback_calling(insn: Instruction) -> bool:
     """A call of a helper that calls back into the program (the kernel's calls_callback)."""
     return insn.opcode == Class.JMP | JmpOp.CALL and insn.src == 0 \
-        and insn.imm in _CALLBACK_HELPERS
+        and insn.imm in CALLBACK_HELPERS
 
 
 _VOID_HELPERS = frozenset({BpfFunc.tail_call, BpfFunc.spin_lock, BpfFunc.spin_unlock,
@@ -209,7 +206,7 @@ class HelperCallChecks:
                 and bpf_map.map_flags & BPF_F_RDONLY_PROG:
             raise _reject(errno.EACCES, "write into map forbidden")
         pushed = []  # the callback comes before the map's compatibility, as in the kernel
-        if func_id in _CALLBACK_HELPERS:
+        if func_id in CALLBACK_HELPERS:
             nr_loops = regs[1]
             # bpf_loop's callback is walked as many times as a known nr_loops says, at most
             if func_id != BpfFunc.loop or not nr_loops.is_const \
