@@ -10,6 +10,8 @@ import struct
 from collections.abc import Sequence
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pybpf.asm import FP, R0, R1, R2, R3, R4, R5, R6, assemble, encode
 from pybpf.asm import builder as b
@@ -341,3 +343,13 @@ def test_bpf_loop_runs_past_the_emulators_instruction_budget(sys):
     nr_loops = 200_000
     expected = (100 * sum(range(nr_loops)) + nr_loops) & U32
     assert run(sys, sum_and_count(nr_loops)) == expected
+
+
+@settings(max_examples=20, suppress_health_check=[HealthCheck.too_slow,
+                                                  HealthCheck.function_scoped_fixture])
+@given(nr_loops=st.integers(0, 40), stop=st.integers(-1, 45))
+def test_bpf_loop_result_for_any_count_and_stop(sys, nr_loops, stop):
+    """bpf_loop returns the calls made: nr_loops, or stop + 1 when the callback stopped at
+    index stop; the callback saw indexes 0 up to there."""
+    calls = stop + 1 if 0 <= stop < nr_loops else nr_loops
+    assert run(sys, sum_and_count(nr_loops, stop=stop)) == 100 * sum(range(calls)) + calls
