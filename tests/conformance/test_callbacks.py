@@ -6,57 +6,22 @@ loaded with BTF: main (global), callbacks (static unless a case says otherwise).
 from __future__ import annotations
 
 import errno
-import struct
 from collections.abc import Sequence
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pybpf.asm import FP, R0, R1, R2, R3, R4, R5, R6, assemble, encode
+from pybpf.asm import FP, R0, R1, R2, R3, R4, R5, R6
 from pybpf.asm import builder as b
-from pybpf.btf import BTF_FUNC_GLOBAL, BTF_FUNC_STATIC, Btf, Func, FuncProto, Int, Param
+from pybpf.btf import BTF_FUNC_GLOBAL, BTF_FUNC_STATIC
 from pybpf.errors import VerifierError
-from pybpf.uapi import ENOTSUPP, MapFlags, MapType, ProgType
+from pybpf.uapi import ENOTSUPP, MapFlags, MapType
+
+from .conftest import load_with_func_info as load
 
 U32 = 0xFFFF_FFFF
 ETH_FRAME = bytes.fromhex("ffffffffffff" "020000000001" "0800") + bytes(range(50))
-LONG, MAIN_PROTO, CB_PROTO = 1, 2, 3
-BTF_TYPES = [Int("long", 8, 1, 0, 64), FuncProto("", LONG, (Param("ctx", LONG),)),
-             FuncProto("", LONG, (Param("index", LONG), Param("ctx", LONG)))]
-
-
-@pytest.fixture(params=["kernel", "emulated-jit", "emulated-interp"])
-def sys(request):
-    """Each backend, the emulated one on each of its engines."""
-    if request.param == "kernel":
-        return request.getfixturevalue("kernel")
-    system = request.getfixturevalue("emulated")
-    system.bpf_engine = request.param.split("-")[1]
-    return system
-
-
-def load(sys, items: Sequence, callbacks: dict[str, int] | None = None, maps=None,
-         func_info: bool = True) -> int:
-    """Load ``items`` as a SCHED_CLS program whose subprograms at the labels of
-    ``callbacks`` have the BTF linkage given there (each other label is a plain label)."""
-    callbacks = {"cb": BTF_FUNC_STATIC} if callbacks is None else callbacks
-    assembly = assemble(items)
-    insns = assembly.with_map_fds(lambda name: maps[name])
-    funcs = [Func("main", MAIN_PROTO, BTF_FUNC_GLOBAL)]
-    funcs += [Func(name, CB_PROTO, linkage) for name, linkage in callbacks.items()]
-    btf_fd = sys.btf_load(Btf(BTF_TYPES + funcs).to_bytes())
-    starts = [0] + [assembly.labels[name] for name in callbacks]
-    records = sorted(zip(starts, range(len(BTF_TYPES) + 1, len(BTF_TYPES) + 1 + len(funcs)),
-                         strict=True))
-    info = b"".join(struct.pack("<II", start, type_id) for start, type_id in records)
-    try:
-        return sys.prog_load(ProgType.SCHED_CLS, encode(insns), prog_btf_fd=btf_fd,
-                             func_info=info if func_info else b"")
-    finally:
-        sys.close(btf_fd)
-
-
 def run(sys, items: Sequence, **kw) -> int:
     fd = load(sys, items, **kw)
     try:

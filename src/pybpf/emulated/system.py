@@ -315,9 +315,9 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
         btf = self.btf_get_by_fd(attr.btf_fd)
         try:
             if attr.btf_value_type_id:
-                bpf_map.spin_lock_off = map_check_btf(
+                bpf_map.set_special_fields(*map_check_btf(
                     attr.map_type, attr.key_size, attr.value_size, attr.max_entries, btf.btf,
-                    attr.btf_key_type_id, attr.btf_value_type_id, attr.map_flags)
+                    attr.btf_key_type_id, attr.btf_value_type_id, attr.map_flags))
         except KernelError:
             self.btf_put(btf)
             raise
@@ -340,7 +340,7 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
             raise KernelError(errno.EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value")
         if key is None or not key or len(key) != bpf_map.key_size:
             key = bpf_copy_key(bpf_map, key)
-        if bpf_map.spin_lock_off >= 0:  # read around the lock word (under it: BPF_F_LOCK)
+        if bpf_map.special_fields:  # read around them (under the lock: BPF_F_LOCK)
             live = bpf_map.map_lookup_elem(key)
             if live is None:
                 raise KernelError(errno.ENOENT, "key not found")

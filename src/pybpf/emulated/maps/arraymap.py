@@ -59,6 +59,7 @@ from .bpf_map import (
     u32_key,
 )
 from .bpf_spin_lock import copy_map_value, copy_map_value_locked
+from .bpf_timer import bpf_obj_free_fields
 from .map_in_map import MapOfMapsMixin, bpf_map_meta_alloc
 
 if TYPE_CHECKING:
@@ -248,16 +249,31 @@ class BpfArray(ArrayBase):
         check_array_update_flags(flags, index, self.max_entries, self.spin_lock_off >= 0)
         self.array_cost(index, write=True)
         self.access_stats.access(self.machine.current_cpu(), self.numa_node)
-        if self.spin_lock_off < 0:
+        if not self.special_fields:
             self.elem(index)[:self.value_size] = value[:self.value_size]
         elif flags & BPF_F_LOCK:
             copy_map_value_locked(self, self.elem(index), value)
         else:
             copy_map_value(self, self.elem(index), value)
+        if self.timer_off >= 0:  # the old value's timer goes
+            bpf_obj_free_fields(self.elem(index))
+
+    def key_of_value(self, value: bytearray) -> bytes:
+        """The index whose memory ``value`` is (a walk: bpf_timer_init only)."""
+        for index, elem in list(self.elems.items()):
+            if elem is value:
+                return index.to_bytes(4, "little")
+        raise KernelError(errno.ENOENT, "the value is no element's")
+
+    def array_map_free(self) -> None:
+        """array_map_free: the values' timers are cancelled."""
+        for elem in list(self.elems.values()):
+            bpf_obj_free_fields(elem)
 
     elem_of_this_cpu = elem
 
     # struct bpf_map_ops array_map_ops
+    map_free = array_map_free
     map_lookup_elem = array_map_lookup_elem
     map_update_elem = array_map_update_elem
     bpf_map_copy_value = array_map_copy_value

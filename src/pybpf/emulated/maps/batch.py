@@ -55,9 +55,9 @@ def check_batch_value(bpf_map: BpfMap, value: bytes, index: int) -> bytes:
 
 
 def batch_copy_value(bpf_map: BpfMap, key: bytes, elem_flags: int) -> bytes:
-    """bpf_map_copy_value for a batch: a value with a bpf_spin_lock is read around its word
-    (under it for BPF_F_LOCK)."""
-    if bpf_map.spin_lock_off < 0:
+    """bpf_map_copy_value for a batch: a value with special fields is read around them
+    (under its lock for BPF_F_LOCK)."""
+    if not bpf_map.special_fields:
         return bpf_map.bpf_map_copy_value(key, elem_flags)
     live = bpf_map.map_lookup_elem(key)
     if live is None:

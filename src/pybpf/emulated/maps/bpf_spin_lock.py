@@ -7,8 +7,9 @@ Rules this module keeps:
   emulated CPUs (threads) that run programs at once exclude each other for real; a waiter
   spins, charging the spin to its CPU's virtual clock and giving way to CPUs behind it
   (``Timing.sync``), so a virtual-time schedule cannot stop the holder.
-- User space never sees nor writes the word: reads copy the value with the word zeroed,
-  writes copy around it (BPF_F_LOCK: while holding it).
+- User space never sees nor writes the word, nor any special field of the value (the map's
+  ``special_fields``: the lock, a bpf_timer): reads copy the value with them zeroed, writes
+  copy around them (BPF_F_LOCK: while holding the lock).
 """
 
 from __future__ import annotations
@@ -64,19 +65,21 @@ def value_locked(bpf_map: BpfMap, value: bytearray) -> Iterator[None]:
 
 
 def check_and_init_map_value(bpf_map: BpfMap, data: bytes) -> bytes:
-    """``data`` (a value's bytes) with the lock word zeroed, as user space sees it and as a
-    new element starts."""
-    off = bpf_map.spin_lock_off
-    if off < 0:
-        return data
-    return data[:off] + _FREE + data[off + BPF_SPIN_LOCK_SIZE:]
+    """``data`` (a value's bytes) with the special fields zeroed, as user space sees it and
+    as a new element starts."""
+    out = bytearray(data)
+    for off, size in bpf_map.special_fields:
+        out[off:off + size] = bytes(size)
+    return bytes(out)
 
 
 def copy_map_value(bpf_map: BpfMap, dst: bytearray, src: bytes) -> None:
-    """Write ``src`` (value_size bytes) over ``dst``, leaving its lock word alone."""
-    off, end = bpf_map.spin_lock_off, bpf_map.spin_lock_off + BPF_SPIN_LOCK_SIZE
-    dst[:off] = src[:off]
-    dst[end:bpf_map.value_size] = src[end:bpf_map.value_size]
+    """Write ``src`` (value_size bytes) over ``dst``, around its special fields."""
+    start = 0
+    for off, size in bpf_map.special_fields:
+        dst[start:off] = src[start:off]
+        start = off + size
+    dst[start:bpf_map.value_size] = src[start:bpf_map.value_size]
 
 
 def copy_map_value_locked(bpf_map: BpfMap, dst: bytearray, src: bytes) -> None:
@@ -86,7 +89,8 @@ def copy_map_value_locked(bpf_map: BpfMap, dst: bytearray, src: bytes) -> None:
 
 
 def read_map_value(bpf_map: BpfMap, value: bytearray, locked: bool) -> bytes:
-    """A user-space read of ``value``: under its lock for BPF_F_LOCK, the word zeroed."""
+    """A user-space read of ``value``: under its lock for BPF_F_LOCK, the special fields
+    zeroed."""
     if locked:
         with value_locked(bpf_map, value):
             data = bytes(value[:bpf_map.value_size])

@@ -220,7 +220,7 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
                 if old is not None:
                     copy_map_value_locked(self, old.value, value)
                     return
-        if self.spin_lock_off >= 0:  # a new element's lock starts free
+        if self.special_fields:  # a new element's lock starts free, its timer unset
             value = check_and_init_map_value(self, value)
         # Hot path: the hash an existing element carries saves hashing the key, but that
         # element was found without a lock and may have been recycled for another key; it
@@ -384,11 +384,18 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
             index = self.storage.next_nonempty(index + 1)
         return visited
 
+    def key_of_value(self, value: bytearray) -> bytes:
+        """The key of the element whose value ``value`` is (a walk: bpf_timer_init only)."""
+        for key, elem in list(self.table.items()):
+            if elem.value is value:
+                return key
+        raise KernelError(errno.ENOENT, "the value is no element's")
+
     # -- bookkeeping --------------------------------------------------------------------------
     def sys_lookup_table(self) -> dict[bytes, bytearray] | None:
         """A live dict whose ``get(key)`` is what a syscall lookup returns (None: per-CPU, or a
-        value with a bpf_spin_lock, whose word a syscall lookup zeroes)."""
-        return self.values if self.spin_lock_off < 0 else None
+        value with special fields, which a syscall lookup zeroes)."""
+        return None if self.special_fields else self.values
 
     def elements(self) -> int:
         return len(self.table)

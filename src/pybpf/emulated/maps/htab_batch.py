@@ -57,7 +57,7 @@ class HtabBatchOps:
                     break
                 for elem in list(bucket):
                     keys.append(elem.key)
-                    values.append(self._read_value(elem) if self.spin_lock_off < 0 else
+                    values.append(self._read_value(elem) if not self.special_fields else
                                   read_map_value(self, elem.value, bool(elem_flags)))
                     if delete:
                         self._unlink(elem)

@@ -18,12 +18,14 @@ Rules this module keeps:
 from __future__ import annotations
 
 import errno
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ...errors import KernelError, ProgramFault
 from ...uapi import BpfFunc
 from ..maps.bpf_map import BpfMap
+from ..maps.bpf_timer import BpfTimer
 from .memory import M64, OFF_MASK, RunState
 from .semantics import BPF_MAX_LOOPS
 
@@ -55,6 +57,23 @@ def callback_of(rs: RunState, ptr: int, helper: str) -> BpfCallback:
         raise ProgramFault(errno.EFAULT, f"{helper}: the callback argument is not a BPF "
                            f"function ({ptr:#x})")
     return obj
+
+
+def timer_runner(rs: RunState, callback: BpfCallback) -> Callable[[BpfTimer], None]:
+    """What a timer runs when it fires (the kernel's bpf_timer_cb, in the arming CPU's
+    softirq): ``callback(map, key, value)`` in a run of its own, on the engine of the
+    program that set it."""
+    system, engine = rs.system, rs.engine
+    static_regions = callback.exe.static_regions
+
+    def fire(timer: BpfTimer) -> None:
+        run = RunState(system)
+        run.engine = engine
+        run.mem.update(static_regions)
+        callback(run, run.add_region(timer.bpf_map), run.add_region(bytes(timer.key)),
+                 run.region_of(timer.value))
+
+    return fire
 
 
 def bpf_loop(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import errno
 import functools
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...btf import (
     BTF_FUNC_GLOBAL,
@@ -61,6 +61,7 @@ from .log import bpf_vlog_init
 
 BTF_MAX_SIZE = 16 * 1024 * 1024
 BPF_SPIN_LOCK_SIZE = 4  # sizeof(struct bpf_spin_lock)
+BPF_TIMER_SIZE = 16  # sizeof(struct bpf_timer)
 
 
 class BtfObject:
@@ -107,6 +108,35 @@ def btf_parse(data: bytes, log_level: int = 0) -> Btf:
     return btf
 
 
+class BtfFields(NamedTuple):
+    """The special fields of a map value (struct btf_record, the parts emulated)."""
+
+    spin_lock_off: int = -1
+    timer_off: int = -1
+
+
+NO_FIELDS = BtfFields()
+
+
+def btf_parse_fields(btf: Btf, type_id: int) -> BtfFields:
+    """btf_parse_fields: the value's bpf_spin_lock and bpf_timer (direct members). Two
+    timers, or one not 8-byte aligned, make the record an error, which map_check_btf
+    ignores: the value then has no special field (as measured on 6.18)."""
+    spin_lock_off = btf_find_spin_lock(btf, type_id)
+    record = btf[btf.resolve(type_id)]
+    timers = [member.bit_offset for member in getattr(record, "members", ())
+              if _is_struct_named(btf, member.type_id, "bpf_timer", BPF_TIMER_SIZE)]
+    if len(timers) > 1 or timers and timers[0] % (8 * 8):
+        return NO_FIELDS
+    return BtfFields(spin_lock_off, timers[0] // 8 if timers else -1)
+
+
+def _is_struct_named(btf: Btf, type_id: int, name: str, size: int) -> bool:
+    """The type (typedefs and modifiers skipped) is ``struct name`` of ``size`` bytes."""
+    record = btf[btf.resolve(type_id)]
+    return isinstance(record, Struct) and record.name == name and record.size == size
+
+
 def btf_find_spin_lock(btf: Btf, type_id: int) -> int:
     """btf_find_field for BPF_SPIN_LOCK: the byte offset of the struct's ``struct
     bpf_spin_lock`` member (typedefs and modifiers skipped), -1 when it has none; E2BIG for
@@ -116,9 +146,7 @@ def btf_find_spin_lock(btf: Btf, type_id: int) -> int:
         return -1
     found = -1
     for member in record.members:
-        member_type = btf[btf.resolve(member.type_id)]
-        if not (isinstance(member_type, Struct) and member_type.name == "bpf_spin_lock"
-                and member_type.size == BPF_SPIN_LOCK_SIZE):
+        if not _is_struct_named(btf, member.type_id, "bpf_spin_lock", BPF_SPIN_LOCK_SIZE):
             continue
         if found >= 0:
             raise KernelError(errno.E2BIG, f"[{type_id}] {record.name or '(anon)'}: more than "
@@ -187,10 +215,10 @@ _KEYLESS_OK = _NO_BTF | {MapType.ARRAY, MapType.PERCPU_ARRAY, MapType.BLOOM_FILT
 
 
 def map_check_btf(map_type: int, key_size: int, value_size: int, max_entries: int,
-                  btf: Btf, key_id: int, value_id: int, map_flags: int = 0) -> int:
+                  btf: Btf, key_id: int, value_id: int, map_flags: int = 0) -> BtfFields:
     """map_check_btf(): the key and value types' sizes, the value's special fields (a
-    bpf_spin_lock: only in HASH and ARRAY maps a program may read and write), then the map
-    type's op. Returns the spin lock's offset in the value (-1: none)."""
+    bpf_spin_lock: only in HASH and ARRAY maps, a bpf_timer: also LRU_HASH; maps programs
+    may read and write), then the map type's op. Returns the special fields found."""
     key_type = btf[btf.resolve(key_id)] if key_id and key_id < len(btf) else None
     if key_id:
         if btf_type_id_size(btf, key_id) != key_size:
@@ -203,14 +231,17 @@ def map_check_btf(map_type: int, key_size: int, value_size: int, max_entries: in
         raise KernelError(errno.EINVAL, f"BTF value type [{value_id}] is not {value_size} "
                           "bytes, the map's value_size")
     value_type = btf[btf.resolve(value_id)]
-    spin_lock_off = btf_find_spin_lock(btf, value_id)
-    if spin_lock_off >= 0:
-        if map_flags & (BPF_F_RDONLY_PROG | BPF_F_WRONLY_PROG):
-            raise KernelError(errno.EACCES, "a value with a bpf_spin_lock must be readable "
-                              "and writable by programs")
-        if map_type not in (MapType.HASH, MapType.ARRAY):  # the types here that allow one
-            raise KernelError(errno.EOPNOTSUPP, f"{MapType(map_type).name} maps cannot hold "
-                              "a bpf_spin_lock")
+    fields = btf_parse_fields(btf, value_id)
+    if fields != NO_FIELDS and map_flags & (BPF_F_RDONLY_PROG | BPF_F_WRONLY_PROG):
+        raise KernelError(errno.EACCES, "a value with a bpf_spin_lock or bpf_timer must be "
+                          "readable and writable by programs")
+    if fields.spin_lock_off >= 0 and map_type not in (MapType.HASH, MapType.ARRAY):
+        raise KernelError(errno.EOPNOTSUPP, f"{MapType(map_type).name} maps cannot hold a "
+                          "bpf_spin_lock")
+    if fields.timer_off >= 0 and map_type not in (MapType.HASH, MapType.LRU_HASH,
+                                                  MapType.ARRAY):
+        raise KernelError(errno.EOPNOTSUPP, f"{MapType(map_type).name} maps cannot hold a "
+                          "bpf_timer")
     if map_type in _NO_BTF:  # map_check_no_btf
         raise KernelError(ENOTSUPP, f"{MapType(map_type).name} maps take no BTF types")
     if map_type in (MapType.ARRAY, MapType.PERCPU_ARRAY):  # array_map_check_btf
@@ -226,7 +257,7 @@ def map_check_btf(map_type: int, key_size: int, value_size: int, max_entries: in
         raise KernelError(errno.EINVAL, "an LPM trie's BTF key type must be a struct")
     elif map_type == MapType.BLOOM_FILTER and key_type is not None:  # bloom_map_check_btf
         raise KernelError(errno.EINVAL, "a bloom filter has no key: give no BTF key type")
-    return spin_lock_off
+    return fields
 
 
 def check_btf_func(insns: bytes, btf: Btf, func_info: bytes, rec_size: int) -> dict[int, int]:

@@ -42,9 +42,10 @@ from ...uapi import (
     map_traits,
 )
 from ..maps import bpf_spin_lock as spin_lock
+from ..maps import bpf_timer as timers
 from ..maps import ringbuf
 from ..maps.bpf_map import BYTES_AT, INT_MAX, BpfMap
-from .bpf_iter import bpf_for_each_map_elem, bpf_loop
+from .bpf_iter import bpf_for_each_map_elem, bpf_loop, callback_of, timer_runner
 from .memory import (
     M32,
     M64,
@@ -74,6 +75,7 @@ ARG_PTR_TO_CTX = "ctx"  # the program's context, unmodified
 ARG_PTR_TO_FUNC = "func"  # a callback: the address of a static subprogram (BPF_PSEUDO_FUNC)
 ARG_PTR_TO_STACK_OR_NULL = "stack_or_null"  # a pointer into the stack, or NULL
 ARG_PTR_TO_SPIN_LOCK = "spin_lock"  # a map value's struct bpf_spin_lock
+ARG_PTR_TO_TIMER = "timer"  # a map value's struct bpf_timer
 ARG_CONST_ALLOC_SIZE_OR_ZERO = "alloc_size_or_zero"  # a known size of memory to allocate
 ARG_PTR_TO_RINGBUF_MEM = "ringbuf_mem"  # a reserved ring buffer record, which it releases
 
@@ -503,6 +505,38 @@ def bpf_spin_unlock(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -
     return 0
 
 
+# -- timers (kernel/bpf/helpers.c; maps/bpf_timer.py) --------------------------------------------
+def _timer_value(rs: RunState, ptr: int, helper: str) -> bytearray:
+    """The map value memory a timer argument lies in (the timer is the value's)."""
+    region = rs.mem.get(ptr >> 32) if ptr >= 0 else None
+    if type(region) is not bytearray:
+        raise ProgramFault(errno.EFAULT, f"{helper}: R1 ({ptr:#x}) is not a timer in a map "
+                           "value")
+    return region
+
+
+def bpf_timer_init(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    value = _timer_value(rs, r1, "bpf_timer_init")
+    return timers.bpf_timer_init(bpf_map_of(rs, r2, "bpf_timer_init"), value, r3) & M64
+
+
+def bpf_timer_set_callback(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    timer = timers.timer_of(_timer_value(rs, r1, "bpf_timer_set_callback"))
+    callback = callback_of(rs, r2, "bpf_timer_set_callback")
+    return timers.bpf_timer_set_callback(timer, callback, timer_runner(rs, callback)) & M64
+
+
+def bpf_timer_start(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    timer = timers.timer_of(_timer_value(rs, r1, "bpf_timer_start"))
+    return timers.bpf_timer_start(timer, r2, r3) & M64
+
+
+def bpf_timer_cancel(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    timer = timers.timer_of(_timer_value(rs, r1, "bpf_timer_cancel"))
+    machine = _machine(rs)
+    return timers.bpf_timer_cancel(timer, machine.current.cpu if machine else 0) & M64
+
+
 # -- ring buffers (kernel/bpf/ringbuf.c) ---------------------------------------------------------
 BPF_RB_NO_WAKEUP, BPF_RB_FORCE_WAKEUP = 1, 2
 
@@ -609,6 +643,13 @@ def _table() -> dict[int, HelperProto]:
         (BpfFunc.ringbuf_discard, bpf_ringbuf_discard, (ARG_PTR_TO_RINGBUF_MEM, ARG_ANYTHING),
          None),
         (BpfFunc.ringbuf_query, bpf_ringbuf_query, (ARG_CONST_MAP_PTR, ARG_ANYTHING), None),
+        (BpfFunc.timer_init, bpf_timer_init, (ARG_PTR_TO_TIMER, ARG_CONST_MAP_PTR, ARG_ANYTHING),
+         None),
+        (BpfFunc.timer_set_callback, bpf_timer_set_callback,
+         (ARG_PTR_TO_TIMER, ARG_PTR_TO_FUNC), None),
+        (BpfFunc.timer_start, bpf_timer_start, (ARG_PTR_TO_TIMER, ARG_ANYTHING, ARG_ANYTHING),
+         None),
+        (BpfFunc.timer_cancel, bpf_timer_cancel, (ARG_PTR_TO_TIMER,), None),
         (BpfFunc.spin_lock, bpf_spin_lock, (ARG_PTR_TO_SPIN_LOCK,), None),
         (BpfFunc.spin_unlock, bpf_spin_unlock, (ARG_PTR_TO_SPIN_LOCK,), None),
         (BpfFunc.for_each_map_elem, bpf_for_each_map_elem,

@@ -302,13 +302,15 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         return VerifiedProgram(insns, pseudo, maps)
 
     def check_map_prog_compatibility(self, bpf_map: Any) -> None:
-        """Maps whose values hold a bpf_spin_lock are not for socket filters nor tracing."""
-        if bpf_map.spin_lock_off < 0:
-            return
-        if self.prog_type == ProgType.SOCKET_FILTER:
-            raise _reject(errno.EINVAL, "socket filter progs cannot use bpf_spin_lock yet")
-        if self.prog_type in _TRACING_PROG_TYPES:
-            raise _reject(errno.EINVAL, "tracing progs cannot use bpf_spin_lock yet")
+        """Maps whose values hold a bpf_spin_lock are not for socket filters nor tracing,
+        those holding a bpf_timer not for tracing."""
+        if bpf_map.spin_lock_off >= 0:
+            if self.prog_type == ProgType.SOCKET_FILTER:
+                raise _reject(errno.EINVAL, "socket filter progs cannot use bpf_spin_lock yet")
+            if self.prog_type in _TRACING_PROG_TYPES:
+                raise _reject(errno.EINVAL, "tracing progs cannot use bpf_spin_lock yet")
+        if bpf_map.timer_off >= 0 and self.prog_type in _TRACING_PROG_TYPES:
+            raise _reject(errno.EINVAL, "tracing progs cannot use bpf_timer yet")
 
     @staticmethod
     def check_pseudo_btf_id(insn: Instruction) -> Any:
@@ -569,7 +571,10 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
             raise _reject(errno.EINVAL, "BPF_EXIT instruction in main prog would lead to "
                           "reference leak")
         self.check_reg_arg(insn_regs, 0, SRC_OP)
-        self.check_return_code(insn_regs[0])
+        if state.cur.callsite >= 0:  # a timer's callback (frame 0 of a walk of its own)
+            self.check_async_callback_return(insn_regs[0])
+        else:
+            self.check_return_code(insn_regs[0])
         return None
 
     @staticmethod
@@ -582,6 +587,18 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         if r0.var.is_const and not 0 <= value <= 1:
             raise _reject(errno.EINVAL, f"At callback return the register R0 has smin={value} "
                           f"smax={value} should have been in [0, 1]")
+
+    @staticmethod
+    def check_async_callback_return(r0: Reg) -> None:
+        """check_return_code for an async callback: R0 is 0 (refused here only when it is a
+        known value other than 0)."""
+        if r0.type != SCALAR:
+            raise _reject(errno.EINVAL, "At async callback return the register R0 is not a "
+                          f"known value ({r0.type_str()})")
+        value = _s64(r0.var.value)
+        if r0.var.is_const and value:
+            raise _reject(errno.EINVAL, f"At async callback return the register R0 has "
+                          f"smin={value} smax={value} should have been in [0, 0]")
 
     def check_return_code(self, r0: Reg) -> None:
         low, high = 0, 1

@@ -39,13 +39,14 @@ from .helpers import (
     ARG_PTR_TO_RINGBUF_MEM,
     ARG_PTR_TO_SPIN_LOCK,
     ARG_PTR_TO_STACK_OR_NULL,
+    ARG_PTR_TO_TIMER,
     ARG_PTR_TO_UNINIT_MAP_VALUE,
     ARG_PTR_TO_UNINIT_MEM,
     HELPERS,
 )
 from .kfuncs import KF_ARG_PTR_TO_CTX
 from .semantics import MAX_CALL_FRAMES
-from .verifier_mem import check_spin_lock_untouched
+from .verifier_mem import check_special_fields_untouched
 from .verifier_state import (
     BPF_F_RDONLY_PROG,
     BPF_REG_SIZE,
@@ -90,6 +91,7 @@ _ARG_TYPES = {
     ARG_PTR_TO_UNINIT_MEM: _MEM_TYPES, ARG_CONST_SIZE: (SCALAR,),
     ARG_CONST_SIZE_OR_ZERO: (SCALAR,), ARG_PTR_TO_FUNC: (PTR_TO_FUNC,),
     ARG_PTR_TO_STACK_OR_NULL: (PTR_TO_STACK,), ARG_PTR_TO_SPIN_LOCK: (PTR_TO_MAP_VALUE, "ptr_"),
+    ARG_PTR_TO_TIMER: (PTR_TO_MAP_VALUE,),
     ARG_CONST_ALLOC_SIZE_OR_ZERO: (SCALAR,), ARG_PTR_TO_RINGBUF_MEM: (PTR_TO_RINGBUF_MEM,),
     _ARG_SOCK_COMMON: ("sock_common", PTR_TO_SOCKET, "tcp_sock", "xdp_sock", "ptr_",
                        "trusted_ptr_"),
@@ -206,6 +208,8 @@ class HelperCallChecks:
                 and bpf_map.map_flags & BPF_F_RDONLY_PROG:
             raise _reject(errno.EACCES, "write into map forbidden")
         pushed = []  # the callback comes before the map's compatibility, as in the kernel
+        if func_id == BpfFunc.timer_set_callback:
+            pushed.append(self.push_async_cb(pc, regs, bpf_map))
         if func_id in CALLBACK_HELPERS:
             nr_loops = regs[1]
             # bpf_loop's callback is walked as many times as a known nr_loops says, at most
@@ -232,6 +236,17 @@ class HelperCallChecks:
             regs[regno] = UNINIT
         regs[0] = result
         return pushed
+
+    @staticmethod
+    def push_async_cb(pc: int, regs: list[Reg], bpf_map: Any) -> tuple[int, State]:
+        """push_async_cb_state: a timer's callback is a walk of its own, from a frame 0 whose
+        callsite is the call (set_timer_callback_state: the map, key and value)."""
+        callee = [UNINIT] * MAX_BPF_REG
+        callee[1:4] = [Reg(CONST_PTR_TO_MAP, tnum.const(0), map=bpf_map),
+                       Reg(PTR_TO_MAP_KEY, tnum.const(0), map=bpf_map),
+                       Reg(PTR_TO_MAP_VALUE, tnum.const(0), map=bpf_map)]
+        callee[FP] = Reg(PTR_TO_STACK, tnum.const(0), frame=0)
+        return regs[2].map, State([Frame(callee, {}, pc, 0)])
 
     def push_callback_call(self, pc: int, func_id: int, state: State,
                            bpf_map: Any) -> tuple[int, State]:
@@ -326,6 +341,8 @@ class HelperCallChecks:
             self.check_ctx_pointer(regno, reg)
         elif arg == ARG_PTR_TO_SPIN_LOCK:
             self.process_spin_lock(state, regno, func_id == BpfFunc.spin_lock)
+        elif arg == ARG_PTR_TO_TIMER:
+            bpf_map = self.process_timer_func(regno, reg)
         elif arg == ARG_CONST_ALLOC_SIZE_OR_ZERO and not reg.is_const:
             raise _reject(errno.EACCES, f"R{regno} is not a known constant'")
         elif arg == ARG_PTR_TO_RINGBUF_MEM and (reg.off or not reg.var.is_const
@@ -333,6 +350,9 @@ class HelperCallChecks:
             raise _reject(errno.EINVAL, f"R{regno} must have zero offset when passed to "
                           "release func or trusted arg to kfunc")
         elif arg == ARG_CONST_MAP_PTR:
+            if bpf_map is not None and reg.map is not bpf_map:  # the timer's map (map_uid 0)
+                raise _reject(errno.EINVAL, f"timer pointer in R{regno - 1} map_uid=0 doesn't "
+                              f"match map pointer in R{regno} map_uid=0")
             bpf_map = reg.map
             if func_id == BpfFunc.tail_call and bpf_map is not None \
                     and bpf_map.map_type != MapType.PROG_ARRAY:
@@ -348,6 +368,27 @@ class HelperCallChecks:
                 raise _reject(errno.EACCES, f"R{regno} invalid zero-sized read: u64=[0,0]")
             self.check_helper_mem_access(state, regno - 1, size,
                                          args[regno - 2] == ARG_PTR_TO_UNINIT_MEM, True)
+        return bpf_map
+
+    @staticmethod
+    def process_timer_func(regno: int, reg: Reg) -> Any:
+        """process_timer_func: the register points at its map value's bpf_timer (a known
+        offset). Returns the map (meta->map_ptr), which a map argument must then be."""
+        if not reg.var.is_const:
+            raise _reject(errno.EINVAL, f"R{regno} doesn't have constant offset. bpf_timer has "
+                          "to be at the constant offset")
+        bpf_map = reg.map
+        if bpf_map is None:
+            return None  # a value of a map not known here
+        if bpf_map.btf is None:
+            raise _reject(errno.EINVAL, f"map '{bpf_map.name}' has to have BTF in order to use "
+                          "bpf_timer")
+        if bpf_map.timer_off < 0:
+            raise _reject(errno.EINVAL, f"map '{bpf_map.name}' has no valid bpf_timer")
+        off = _s64(reg.var.value) + reg.off
+        if off != bpf_map.timer_off:
+            raise _reject(errno.EINVAL, f"off {off} doesn't point to 'struct bpf_timer' that "
+                          f"is at {bpf_map.timer_off}")
         return bpf_map
 
     @staticmethod
@@ -402,7 +443,7 @@ class HelperCallChecks:
             if off < 0 or off + size > reg.map.value_size:
                 raise _reject(errno.EACCES, f"invalid access to map value, value_size="
                               f"{reg.map.value_size} off={off} size={size}")
-            check_spin_lock_untouched(reg.map, off, size)
+            check_special_fields_untouched(reg.map, off, size)
 
     def check_ctx_pointer(self, regno: int, reg: Reg) -> None:
         """check_ptr_off_reg: the context is used only as it came, unmodified."""

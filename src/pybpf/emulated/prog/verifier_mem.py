@@ -16,7 +16,6 @@ from ...uapi import (
     MAX_BPF_STACK,
     ProgType,
 )
-from ..maps.bpf_spin_lock import BPF_SPIN_LOCK_SIZE
 from . import filter as ctx_rules
 from . import tnum
 from .filter import (
@@ -74,11 +73,13 @@ def _atomic_ptr_type_ok(reg: Reg) -> bool:
     return reg.type not in (PTR_TO_CTX, *_PKT_TYPES, PTR_TO_PACKET_END, *_SOCKET_TYPES)
 
 
-def check_spin_lock_untouched(bpf_map: Any, off: int, size: int) -> None:
-    """check_map_access: no load, store or helper reaches a value's bpf_spin_lock."""
-    lock = bpf_map.spin_lock_off
-    if lock >= 0 and off < lock + BPF_SPIN_LOCK_SIZE and lock < off + size:
-        raise _reject(errno.EACCES, "bpf_spin_lock cannot be accessed directly by load/store")
+def check_special_fields_untouched(bpf_map: Any, off: int, size: int) -> None:
+    """check_map_access: no load, store or helper reaches a value's bpf_spin_lock or
+    bpf_timer."""
+    for field_off, field_size in bpf_map.special_fields:
+        if off < field_off + field_size and field_off < off + size:
+            name = "bpf_spin_lock" if field_off == bpf_map.spin_lock_off else "bpf_timer"
+            raise _reject(errno.EACCES, f"{name} cannot be accessed directly by load/store")
 
 
 
@@ -239,7 +240,7 @@ class MemoryChecks:
             raise _reject(errno.EACCES, f"invalid access to map value, value_size="
                           f"{bpf_map.value_size} off={off} size={size}\nR{regno} min value is "
                           "outside of the allowed memory range")
-        check_spin_lock_untouched(bpf_map, off, size)
+        check_special_fields_untouched(bpf_map, off, size)
 
     def check_ctx_access(self, regno: int, reg: Reg, off: int, size: int, write: bool,
                          ldsx: bool) -> Reg:
