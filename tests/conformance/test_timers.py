@@ -225,3 +225,31 @@ def test_a_timer_fires_on_the_cpu_that_armed_it(four_cpus):
     assert fired(system, fd) == 3
     system.close(prog_fd)
     system.close(fd)
+
+
+@pytest.mark.parametrize("label,members,map_type,expected", [
+    ("a timer in an LRU hash", (Member("n", U64, 0), Member("t", TIMER, 64)),
+     MapType.LRU_HASH, 0),
+    ("a timer in a per-CPU array", (Member("n", U64, 0), Member("t", TIMER, 64)),
+     MapType.PERCPU_ARRAY, errno.EOPNOTSUPP),
+    ("a timer in a per-CPU hash", (Member("n", U64, 0), Member("t", TIMER, 64)),
+     MapType.PERCPU_HASH, errno.EOPNOTSUPP),
+    # no timer is found: the value has no special field, so any map may hold it
+    ("two timers", (Member("t", TIMER, 0), Member("u", TIMER, 128)), MapType.PERCPU_ARRAY,
+     0),
+    ("a timer at byte 4", (Member("n", U32, 0), Member("t", TIMER, 32)),
+     MapType.PERCPU_ARRAY, 0),
+])
+def test_which_maps_may_hold_a_timer(backend, label, members, map_type, expected):
+    value = Struct("v", 40, members)
+    btf = backend.btf_load(Btf(TYPES + [value]).to_bytes())
+    try:
+        fd = backend.map_create(map_type, 4, 40, 2, btf_fd=btf, btf_key_type_id=U32,
+                                btf_value_type_id=len(TYPES) + 1)
+    except OSError as exc:
+        assert exc.errno == expected, label
+    else:
+        backend.close(fd)
+        assert expected == 0, label
+    finally:
+        backend.close(btf)
