@@ -1,13 +1,18 @@
 """The conformance suite's shared fixtures: ``maps`` (on each backend in turn), ``kmaps``
-and ``emaps`` (kernel and emulated, for differential tests), and the helpers the family
-files share."""
+and ``emaps`` (kernel and emulated, for differential tests), ``sys`` (the kernel and each
+emulated engine, for programs), and the helpers the family files share."""
 
 from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
 
 import pytest
 
 from helpers import err_of
 from pybpf.asm import R0, assemble, encode, exit_, mov64
+from pybpf.btf import BTF_FUNC_GLOBAL, BTF_FUNC_STATIC, Btf, Func, FuncProto, Int, Param
+from pybpf.uapi import ProgType
 
 KMALLOC_MAX_SIZE = 4 << 20
 
@@ -69,3 +74,41 @@ def load(m: Maps, prog_type: int, items, attach_type: int = 0) -> int:
 
 def returning(value: int):
     return [mov64(R0, value), exit_()]
+
+
+# -- programs with callbacks (func_info) ------------------------------------------------------
+LONG, MAIN_PROTO, CB_PROTO = 1, 2, 3
+FUNC_BTF_TYPES = [Int("long", 8, 1, 0, 64), FuncProto("", LONG, (Param("ctx", LONG),)),
+                  FuncProto("", LONG, (Param("index", LONG), Param("ctx", LONG)))]
+
+
+@pytest.fixture(params=["kernel", "emulated-jit", "emulated-interp"])
+def sys(request):
+    """Each backend, the emulated one on each of its engines."""
+    if request.param == "kernel":
+        return request.getfixturevalue("kernel")
+    system = request.getfixturevalue("emulated")
+    system.bpf_engine = request.param.split("-")[1]
+    return system
+
+
+def load_with_func_info(sys, items: Sequence, callbacks: dict[str, int] | None = None,
+                        maps=None, func_info: bool = True) -> int:
+    """Load ``items`` as a SCHED_CLS program with BTF func_info: main (global) at 0, and a
+    subprogram at each label of ``callbacks`` with the BTF linkage given there (default: a
+    static ``cb``); other labels are plain labels."""
+    callbacks = {"cb": BTF_FUNC_STATIC} if callbacks is None else callbacks
+    assembly = assemble(items)
+    insns = assembly.with_map_fds(lambda name: maps[name])
+    funcs = [Func("main", MAIN_PROTO, BTF_FUNC_GLOBAL)]
+    funcs += [Func(name, CB_PROTO, linkage) for name, linkage in callbacks.items()]
+    btf_fd = sys.btf_load(Btf(FUNC_BTF_TYPES + funcs).to_bytes())
+    starts = [0] + [assembly.labels[name] for name in callbacks]
+    first = len(FUNC_BTF_TYPES) + 1
+    records = sorted(zip(starts, range(first, first + len(funcs)), strict=True))
+    info = b"".join(struct.pack("<II", start, type_id) for start, type_id in records)
+    try:
+        return sys.prog_load(ProgType.SCHED_CLS, encode(insns), prog_btf_fd=btf_fd,
+                             func_info=info if func_info else b"")
+    finally:
+        sys.close(btf_fd)

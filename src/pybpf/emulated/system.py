@@ -47,6 +47,7 @@ from .links import LinksMixin
 from .machine.machine import Machine
 from .machine.memalloc import HTAB_MEM_DESIGNS
 from .maps.bpf_map import BpfMap, bpf_map_attr_numa_node
+from .maps.bpf_spin_lock import check_and_init_map_value, read_map_value
 from .net.netdev import net_of
 from .prog.btf import BtfMixin, map_check_btf
 from .progs import ProgramsMixin
@@ -314,8 +315,9 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
         btf = self.btf_get_by_fd(attr.btf_fd)
         try:
             if attr.btf_value_type_id:
-                map_check_btf(attr.map_type, attr.key_size, attr.value_size, attr.max_entries,
-                              btf.btf, attr.btf_key_type_id, attr.btf_value_type_id)
+                bpf_map.set_special_fields(*map_check_btf(
+                    attr.map_type, attr.key_size, attr.value_size, attr.max_entries, btf.btf,
+                    attr.btf_key_type_id, attr.btf_value_type_id, attr.map_flags))
         except KernelError:
             self.btf_put(btf)
             raise
@@ -333,11 +335,16 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
             file = self._map_file(fd)
         if not file.can_read:
             raise KernelError(errno.EPERM, "the fd is write-only")
-        if flags:
-            raise KernelError(errno.EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value")
         bpf_map = file.map
+        if flags and bpf_map.spin_lock_off < 0:
+            raise KernelError(errno.EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value")
         if key is None or not key or len(key) != bpf_map.key_size:
             key = bpf_copy_key(bpf_map, key)
+        if bpf_map.special_fields:  # read around them (under the lock: BPF_F_LOCK)
+            live = bpf_map.map_lookup_elem(key)
+            if live is None:
+                raise KernelError(errno.ENOENT, "key not found")
+            return read_map_value(bpf_map, live, bool(flags))
         if value is not None:  # maps that look up by value (bloom filter)
             return bpf_map.bpf_map_copy_value(key, flags, value=bpf_copy_value(bpf_map, value))
         return bpf_map.bpf_map_copy_value(key, flags)
@@ -382,7 +389,7 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
     def _update_args(self, fd: int, key: bytes | None, value: bytes,
                      flags: int) -> tuple[BpfMap, bytes, bytes]:
         bpf_map = self._writable_map(fd)
-        if flags & BPF_F_LOCK:
+        if flags & BPF_F_LOCK and bpf_map.spin_lock_off < 0:
             raise KernelError(errno.EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value")
         if key is None or not key or len(key) != bpf_map.key_size:
             key = bpf_copy_key(bpf_map, key)
@@ -412,9 +419,10 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
                               "fd on a map that is not frozen")
         if flags and map_traits(bpf_map.map_type).keyless:
             raise KernelError(errno.EINVAL, "queue and stack pops take no flags")
-        if flags:
+        if flags and bpf_map.spin_lock_off < 0:
             raise KernelError(errno.EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value")
-        return bpf_map.map_lookup_and_delete_elem(bpf_copy_key(bpf_map, key), flags)
+        return check_and_init_map_value(
+            bpf_map, bpf_map.map_lookup_and_delete_elem(bpf_copy_key(bpf_map, key), flags))
 
     def _map_freeze(self, fd: int) -> None:
         file = self._map_file(fd)

@@ -58,9 +58,13 @@ from .bpf_map import (
     map_ops,
     u32_key,
 )
+from .bpf_spin_lock import copy_map_value, copy_map_value_locked
+from .bpf_timer import bpf_obj_free_fields
 from .map_in_map import MapOfMapsMixin, bpf_map_meta_alloc
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..machine.machine import Machine
 
 ARRAY_CREATE_FLAG_MASK = (BPF_F_NUMA_NODE | BPF_F_MMAPABLE | BPF_F_ACCESS_MASK
@@ -129,7 +133,8 @@ _UPDATE_ERRORS = {
 }
 
 
-def check_array_update_flags(flags: int, index: int, max_entries: int) -> None:
+def check_array_update_flags(flags: int, index: int, max_entries: int,
+                             has_spin_lock: bool = False) -> None:
     """array_map_update_elem's checks, in its order."""
     err = 0
     if (flags & ~BPF_F_LOCK) > BPF_EXIST:
@@ -138,7 +143,7 @@ def check_array_update_flags(flags: int, index: int, max_entries: int) -> None:
         err = errno.E2BIG
     elif flags & BPF_NOEXIST:
         err = errno.EEXIST
-    elif flags & BPF_F_LOCK:  # no map here carries a bpf_spin_lock (no BTF)
+    elif flags & BPF_F_LOCK and not has_spin_lock:
         err = errno.EINVAL
     if err:
         raise KernelError(err, f"index {index} (max_entries {max_entries}): "
@@ -161,6 +166,19 @@ class ArrayBase(BpfMap):
         cpu = self.machine.current.cpu
         self.timing.charge(cpu, "array_map_lookup_elem")
         self.timing.access(cpu, self.value_base + index * self.elem_size, write)
+
+    def bpf_for_each_array_elem(self, callback: Callable[[bytes, bytearray], int],
+                                flags: int) -> int:
+        """bpf_for_each_array_elem: every index from 0 (the key a u32 on the kernel's stack,
+        read-only), this CPU's slot of a per-CPU array (``elem_of_this_cpu``: the ops
+        tables that list it have one); stops when the callback returns non-zero. Returns
+        the elements visited."""
+        if flags:
+            raise KernelError(errno.EINVAL, f"flags {flags:#x}: must be 0")
+        for index in range(self.max_entries):
+            if callback(index.to_bytes(4, "little"), self.elem_of_this_cpu(index)):
+                return index + 1
+        return self.max_entries
 
     def array_map_get_next_key(self, key: bytes | None) -> bytes:
         return index_get_next_key(self.max_entries, key)
@@ -228,15 +246,38 @@ class BpfArray(ArrayBase):
 
     def array_map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
         index = u32_key(key)
-        check_array_update_flags(flags, index, self.max_entries)
+        check_array_update_flags(flags, index, self.max_entries, self.spin_lock_off >= 0)
         self.array_cost(index, write=True)
         self.access_stats.access(self.machine.current_cpu(), self.numa_node)
-        self.elem(index)[:self.value_size] = value[:self.value_size]
+        if not self.special_fields:
+            self.elem(index)[:self.value_size] = value[:self.value_size]
+        elif flags & BPF_F_LOCK:
+            copy_map_value_locked(self, self.elem(index), value)
+        else:
+            copy_map_value(self, self.elem(index), value)
+        if self.timer_off >= 0:  # the old value's timer goes
+            bpf_obj_free_fields(self.elem(index))
+
+    def key_of_value(self, value: bytearray) -> bytes:
+        """The index whose memory ``value`` is (a walk: bpf_timer_init only)."""
+        for index, elem in list(self.elems.items()):
+            if elem is value:
+                return index.to_bytes(4, "little")
+        raise KernelError(errno.ENOENT, "the value is no element's")
+
+    def array_map_free(self) -> None:
+        """array_map_free: the values' timers are cancelled."""
+        for elem in list(self.elems.values()):
+            bpf_obj_free_fields(elem)
+
+    elem_of_this_cpu = elem
 
     # struct bpf_map_ops array_map_ops
+    map_free = array_map_free
     map_lookup_elem = array_map_lookup_elem
     map_update_elem = array_map_update_elem
     bpf_map_copy_value = array_map_copy_value
+    map_for_each_callback = ArrayBase.bpf_for_each_array_elem
 
 
 @map_ops(MapType.PERCPU_ARRAY)
@@ -314,7 +355,11 @@ class BpfPercpuArray(ArrayBase):
         self.access_stats.access(self.machine.current_cpu(), self.machine.cpu_node[cpu])
         return self.slots(index)[cpu]
 
+    def elem_of_this_cpu(self, index: int) -> bytearray:
+        return self.slots(index)[self._current.cpu]
+
     # struct bpf_map_ops percpu_array_map_ops
+    map_for_each_callback = ArrayBase.bpf_for_each_array_elem
     map_lookup_elem = percpu_array_map_lookup_elem
     map_update_elem = array_map_update_elem
     map_lookup_percpu_elem = percpu_array_map_lookup_percpu_elem

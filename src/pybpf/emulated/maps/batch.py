@@ -21,17 +21,18 @@ from ...attrs import length_problem, value_problem
 from ...errors import KernelError
 from ...system import BatchLookup
 from ...uapi import BPF_F_LOCK
+from .bpf_spin_lock import read_map_value
 
 if TYPE_CHECKING:
     from .bpf_map import BpfMap
 
 
-def check_elem_flags(elem_flags: int) -> None:
-    """elem_flags may only hold BPF_F_LOCK, which needs a bpf_spin_lock (never here)."""
+def check_elem_flags(bpf_map: BpfMap, elem_flags: int) -> None:
+    """elem_flags may only hold BPF_F_LOCK, which needs a bpf_spin_lock in the value."""
     if elem_flags & ~BPF_F_LOCK:
         raise KernelError(errno.EINVAL, f"elem_flags {elem_flags:#x}: only BPF_F_LOCK is "
                           "accepted in batch element flags")
-    if elem_flags:
+    if elem_flags and bpf_map.spin_lock_off < 0:
         raise KernelError(errno.EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value")
 
 
@@ -53,10 +54,21 @@ def check_batch_value(bpf_map: BpfMap, value: bytes, index: int) -> bytes:
     return value
 
 
+def batch_copy_value(bpf_map: BpfMap, key: bytes, elem_flags: int) -> bytes:
+    """bpf_map_copy_value for a batch: a value with special fields is read around them
+    (under its lock for BPF_F_LOCK)."""
+    if not bpf_map.special_fields:
+        return bpf_map.bpf_map_copy_value(key, elem_flags)
+    live = bpf_map.map_lookup_elem(key)
+    if live is None:
+        raise KernelError(errno.ENOENT, "key not found")
+    return read_map_value(bpf_map, live, bool(elem_flags))
+
+
 def generic_map_lookup_batch(bpf_map: BpfMap, in_batch: bytes | None, count: int,
                              elem_flags: int, flags: int) -> BatchLookup:
     """Walk with get_next_key from the key in ``in_batch``; tokens are keys."""
-    check_elem_flags(elem_flags)
+    check_elem_flags(bpf_map, elem_flags)
     if count == 0:
         return BatchLookup([], [], None, False)
     prev = None if in_batch is None else check_batch_key(bpf_map, in_batch, "in_batch")
@@ -72,7 +84,7 @@ def generic_map_lookup_batch(bpf_map: BpfMap, in_batch: bytes | None, count: int
             end = True
             break
         try:
-            value = bpf_map.bpf_map_copy_value(key, elem_flags)
+            value = batch_copy_value(bpf_map, key, elem_flags)
         except KernelError as exc:
             if exc.errno != errno.ENOENT:
                 raise
@@ -87,7 +99,7 @@ def generic_map_lookup_batch(bpf_map: BpfMap, in_batch: bytes | None, count: int
 
 def generic_map_update_batch(bpf_map: BpfMap, keys: Sequence[bytes], values: Sequence[bytes],
                              elem_flags: int, flags: int) -> int:
-    check_elem_flags(elem_flags)
+    check_elem_flags(bpf_map, elem_flags)
     for done, (key, value) in enumerate(zip(keys, values, strict=True)):
         try:
             bpf_map.bpf_map_update_value(check_batch_key(bpf_map, key, "keys", done),
@@ -100,7 +112,7 @@ def generic_map_update_batch(bpf_map: BpfMap, keys: Sequence[bytes], values: Seq
 
 def generic_map_delete_batch(bpf_map: BpfMap, keys: Sequence[bytes], elem_flags: int,
                              flags: int) -> int:
-    check_elem_flags(elem_flags)
+    check_elem_flags(bpf_map, elem_flags)
     for done, key in enumerate(keys):
         try:
             bpf_map.map_delete_elem(check_batch_key(bpf_map, key, "keys", done))

@@ -140,6 +140,11 @@ class BpfMap:
         # The BTF object the key and value are described in (map_create with type ids).
         self.btf = None
         self.btf_key_type_id = self.btf_value_type_id = 0
+        self.spin_lock_off = -1  # where the value's struct bpf_spin_lock is (-1: none)
+        self.timer_off = -1  # where the value's struct bpf_timer is (-1: none)
+        # (offset, size) of the value's special fields (the lock, the timer), in offset order:
+        # user space never reads nor writes them
+        self.special_fields: tuple[tuple[int, int], ...] = ()
 
     # -- struct bpf_map_ops ------------------------------------------------------------------
     # A family implements these under the kernel's function names and lists its table at the
@@ -190,6 +195,10 @@ class BpfMap:
     map_lookup_and_delete_batch: ClassVar[object] = None
     map_update_batch: ClassVar[object] = None
     map_delete_batch: ClassVar[object] = None
+    # map_for_each_callback(self, callback, flags) -> elements visited, for
+    # bpf_for_each_map_elem: ``callback(key, value)`` (the element's memory) returns non-zero
+    # to stop. None: the type has none (the verifier refuses the helper on it).
+    map_for_each_callback: ClassVar[object] = None
 
     # -- syscall.c's element reads and writes --------------------------------------------------
     def bpf_map_copy_value(self, key: bytes | None, flags: int) -> bytes:
@@ -204,6 +213,18 @@ class BpfMap:
         """A syscall update: the type's map_update_elem, unless syscall.c dispatches the
         type elsewhere (per-CPU values for all CPUs, fds to objects, pushes)."""
         self.map_update_elem(key, value, flags)
+
+    # -- special fields of the value (BTF) ---------------------------------------------------
+    def set_special_fields(self, spin_lock_off: int, timer_off: int) -> None:
+        """Where map_check_btf found the value's bpf_spin_lock and bpf_timer (-1: none)."""
+        self.spin_lock_off, self.timer_off = spin_lock_off, timer_off
+        self.special_fields = tuple(sorted(
+            (off, size) for off, size in ((spin_lock_off, 4), (timer_off, 16)) if off >= 0))
+
+    def key_of_value(self, value: bytearray) -> bytes:
+        """The key of the element whose memory ``value`` is (for a timer's callback); the
+        types that may hold a bpf_timer answer."""
+        raise KernelError(ENOTSUPP, "this map type holds no bpf_timer")
 
     # -- bookkeeping --------------------------------------------------------------------------
     def sys_lookup_table(self) -> dict | None:

@@ -59,6 +59,7 @@ from .bpf_map import (
     roundup_pow_of_two,
     u32_key,
 )
+from .bpf_spin_lock import check_and_init_map_value, copy_map_value_locked
 from .htab_batch import HtabBatchOps
 from .htab_buckets import HtabBuckets
 from .htab_elem import HTAB_ELEM_SIZE, HtabElem, HtabElemMemory
@@ -66,6 +67,8 @@ from .jhash import htab_map_hash
 from .map_in_map import MapOfMapsMixin, bpf_map_meta_alloc
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ..machine.machine import Machine
 
 HTAB_CREATE_FLAG_MASK = int(MapFlags.NO_PREALLOC | MapFlags.NO_COMMON_LRU | MapFlags.NUMA_NODE
@@ -190,14 +193,13 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
         return lock
 
     # -- update and delete (both sides, as the kernel's ops) -----------------------------------
-    @staticmethod
-    def check_update_flags(flags: int) -> None:
+    def check_update_flags(self, flags: int) -> None:
         """Every htab update's first check: BPF_ANY, BPF_NOEXIST or BPF_EXIST (BPF_F_LOCK needs
-        a bpf_spin_lock, which no value has here)."""
+        a bpf_spin_lock in the value)."""
         if (flags & ~BPF_F_LOCK) > BPF_EXIST:
             raise KernelError(errno.EINVAL, f"flags {flags:#x}: use BPF_ANY, BPF_NOEXIST or "
                               "BPF_EXIST")
-        if flags & BPF_F_LOCK:
+        if flags & BPF_F_LOCK and self.spin_lock_off < 0:
             raise KernelError(errno.EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value")
 
     @staticmethod
@@ -212,6 +214,14 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
         """htab_map_update_elem."""
         if flags:
             self.check_update_flags(flags)
+            if flags & BPF_F_LOCK:  # an existing element is written in place, under its lock
+                old = self.table.get(key)
+                self.check_flags(old, flags)
+                if old is not None:
+                    copy_map_value_locked(self, old.value, value)
+                    return
+        if self.special_fields:  # a new element's lock starts free, its timer unset
+            value = check_and_init_map_value(self, value)
         # Hot path: the hash an existing element carries saves hashing the key, but that
         # element was found without a lock and may have been recycled for another key; it
         # is trusted only if, under the lock it chose, it is still key's with that hash.
@@ -238,6 +248,9 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
             old = self.table.get(key)
             if flags:  # BPF_ANY passes check_flags
                 self.check_flags(old, flags)
+            if old is not None and flags & BPF_F_LOCK:  # it appeared since the first look
+                copy_map_value_locked(self, old.value, value)
+                return
             new = self.alloc_htab_elem(key, value, hash_, old, onallcpus=False)
             if old is None:
                 self._link(new)
@@ -353,10 +366,36 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
             raise KernelError(errno.ENOENT, "no next key")
         return next_key
 
+    def bpf_for_each_hash_elem(self, callback: Callable[[bytes, bytearray], int],
+                               flags: int) -> int:
+        """bpf_for_each_hash_elem: every element in bucket order (a bucket as it was when the
+        walk reached it), this CPU's slot of a per-CPU value; stops when the callback
+        returns non-zero. Returns the elements visited."""
+        if flags:
+            raise KernelError(errno.EINVAL, f"flags {flags:#x}: must be 0")
+        visited = 0
+        index = self.storage.next_nonempty(0)
+        while index is not None:
+            for elem in self.storage.bucket(index):
+                visited += 1
+                value = elem.value[self._current.cpu] if self.percpu else elem.value
+                if callback(elem.key, value):
+                    return visited
+            index = self.storage.next_nonempty(index + 1)
+        return visited
+
+    def key_of_value(self, value: bytearray) -> bytes:
+        """The key of the element whose value ``value`` is (a walk: bpf_timer_init only)."""
+        for key, elem in list(self.table.items()):
+            if elem.value is value:
+                return key
+        raise KernelError(errno.ENOENT, "the value is no element's")
+
     # -- bookkeeping --------------------------------------------------------------------------
     def sys_lookup_table(self) -> dict[bytes, bytearray] | None:
-        """A live dict whose ``get(key)`` is what a syscall lookup returns (None: per-CPU)."""
-        return self.values
+        """A live dict whose ``get(key)`` is what a syscall lookup returns (None: per-CPU, or a
+        value with special fields, which a syscall lookup zeroes)."""
+        return None if self.special_fields else self.values
 
     def elements(self) -> int:
         return len(self.table)
@@ -416,6 +455,7 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
     map_lookup_and_delete_batch = HtabBatchOps.htab_map_lookup_and_delete_batch
     map_update_batch = generic_map_update_batch
     map_delete_batch = generic_map_delete_batch
+    map_for_each_callback = bpf_for_each_hash_elem
     # syscall.c's reads and writes of a hash map
     bpf_map_copy_value = htab_map_copy_value
     bpf_map_update_value = htab_map_update_elem
@@ -673,6 +713,7 @@ class HtabOfMaps(MapOfMapsMixin, HtabMap):
 
     # struct bpf_map_ops htab_of_maps_map_ops
     map_alloc_check = fd_htab_map_alloc_check
+    map_for_each_callback = None  # htab_of_maps_map_ops has none
     map_lookup_elem = htab_of_map_lookup_elem
     map_lookup_and_delete_elem = BpfMap.map_lookup_and_delete_elem
     map_update_elem = BpfMap.map_update_elem

@@ -13,6 +13,7 @@ import struct
 from ...errors import KernelError
 from ...system import BatchLookup
 from .batch import check_elem_flags
+from .bpf_spin_lock import read_map_value
 from .htab_elem import HtabElem
 
 
@@ -23,7 +24,7 @@ class HtabBatchOps:
                                           elem_flags: int, flags: int,
                                           delete: bool) -> BatchLookup:
         """__htab_map_lookup_and_delete_batch: whole buckets; tokens are bucket indices."""
-        check_elem_flags(elem_flags)
+        check_elem_flags(self, elem_flags)
         if flags:
             raise KernelError(errno.EINVAL, f"flags {flags:#x}: batch flags must be 0")
         if count == 0:
@@ -56,7 +57,8 @@ class HtabBatchOps:
                     break
                 for elem in list(bucket):
                     keys.append(elem.key)
-                    values.append(self._read_value(elem))
+                    values.append(self._read_value(elem) if not self.special_fields else
+                                  read_map_value(self, elem.value, bool(elem_flags)))
                     if delete:
                         self._unlink(elem)
                         freed.append(elem)

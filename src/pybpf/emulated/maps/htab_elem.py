@@ -30,6 +30,7 @@ from ..machine.memalloc import BpfMemAlloc, KmallocRcu
 from ..machine.timing import SpinLock
 from .bpf_lru_list import BpfLru, LruNode, lru_target_free
 from .bpf_map import MapAttr, bpf_map_attr_numa_node
+from .bpf_timer import bpf_obj_free_fields
 from .percpu_freelist import PcpuFreelist
 
 if TYPE_CHECKING:
@@ -69,6 +70,7 @@ class HtabElemMemory:
     machine: Machine
     access_stats: Any
     _current: Any
+    timer_off: int
 
     def prealloc_init(self, attr: MapAttr, machine: Machine) -> None:
         """Where elements will come from: the LRU, a free list, or an allocator (placing
@@ -222,4 +224,7 @@ class HtabElemMemory:
             self.ma.free(elem)
 
     def htab_put_fd_value(self, elem: HtabElem) -> None:
-        """An element leaves the table: fd-holding subclasses drop their reference here."""
+        """An element leaves the table: its timer is cancelled and freed; fd-holding
+        subclasses drop their reference here."""
+        if self.timer_off >= 0:
+            bpf_obj_free_fields(elem.value)

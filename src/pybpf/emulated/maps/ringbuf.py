@@ -7,13 +7,22 @@ Rules this module keeps:
   E2BIG (unreachable with a u32 max_entries on 64-bit, as in the kernel).
 - Every element command -> ENOTSUPP (524): lookup, update, delete, get_next_key; batches and
   lookup_and_delete have no handler (524 too). Records move through mmap and epoll only.
-- Deliberate gap: the emulated backend has no ring buffer data path yet (no reserve/submit/
-  output from programs, no consumer); only the map object and its syscall errors exist.
+- The producer side is the kernel's (__bpf_ringbuf_reserve, bpf_ringbuf_commit): a record is
+  an 8-byte header (length with the BUSY and DISCARD bits, page offset) and its data rounded
+  up to 8, at producer_pos in a data area of max_entries bytes that wraps; a reservation
+  fails when the producer would run more than max_entries - 1 ahead of the consumer or of
+  the oldest record still reserved. A reserved record is memory of its own, which the
+  program writes and commit copies into the ring (the kernel maps the data area twice so a
+  record may wrap; here the copy wraps).
+- Deliberate gap: no consumer yet (no mmap of the consumer and producer pages, no epoll):
+  consumer_pos stays 0, so a ring fills up; ``bpf_ringbuf_query`` shows the positions.
 """
 
 from __future__ import annotations
 
 import errno
+import struct
+import threading
 from typing import TYPE_CHECKING
 
 from ...errors import KernelError
@@ -30,6 +39,18 @@ RINGBUF_PGOFF = 1
 RINGBUF_MAX_DATA_SZ = ((1 << 24) - 2 - RINGBUF_PGOFF) * PAGE_SIZE
 
 _NOT_SUPPORTED = "ring buffers have no elements: records are read through mmap"
+BPF_RINGBUF_BUSY_BIT = 1 << 31
+BPF_RINGBUF_DISCARD_BIT = 1 << 30
+BPF_RINGBUF_HDR_SZ = 8
+RINGBUF_MAX_RECORD_SZ = 0xFFFFFFFF // 4
+# Pages before the data area: the map's own, then the consumer's and the producer's.
+RINGBUF_DATA_PGOFF = RINGBUF_PGOFF + 2
+BPF_RB_AVAIL_DATA, BPF_RB_RING_SIZE, BPF_RB_CONS_POS, BPF_RB_PROD_POS = range(4)
+_HEADER = struct.Struct("<II")  # struct bpf_ringbuf_hdr: len, pg_off
+# id(record memory) -> (its ring, its position, the memory) while reserved: what submit and
+# discard find a record's ring by (the kernel: from the header's page offset)
+_RESERVED: dict[int, tuple[RingBuf, int, bytearray]] = {}
+_reserved_lock = threading.Lock()
 
 
 @map_ops(MapType.RINGBUF)
@@ -51,6 +72,58 @@ class RingBuf(BpfMap):
         if size > RINGBUF_MAX_DATA_SZ:
             raise KernelError(errno.E2BIG, f"max_entries {size} is over {RINGBUF_MAX_DATA_SZ}")
 
+    def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
+        super().__init__(attr, machine, node)
+        self.data = bytearray(attr.max_entries)
+        self.mask = attr.max_entries - 1
+        self.consumer_pos = self.producer_pos = self.pending_pos = 0
+        self.spinlock = threading.Lock()
+
+    # -- the producer side (programs) ---------------------------------------------------------
+    def bpf_ringbuf_reserve(self, size: int) -> bytearray | None:
+        """__bpf_ringbuf_reserve: memory for a record of ``size`` bytes, or None (too big, or
+        no room)."""
+        if size > RINGBUF_MAX_RECORD_SZ:
+            return None
+        length = (size + BPF_RINGBUF_HDR_SZ + 7) & ~7
+        if length > self.mask + 1:
+            return None
+        with self.spinlock:
+            pending, prod = self.pending_pos, self.producer_pos
+            while pending < prod:  # skip the records committed since
+                hdr_len = _HEADER.unpack_from(self.data, pending & self.mask)[0]
+                if hdr_len & BPF_RINGBUF_BUSY_BIT:
+                    break
+                pending += ((hdr_len & ~BPF_RINGBUF_DISCARD_BIT) + BPF_RINGBUF_HDR_SZ + 7) & ~7
+            self.pending_pos = pending
+            new_prod = prod + length
+            if new_prod - self.consumer_pos > self.mask or new_prod - pending > self.mask:
+                return None
+            at = prod & self.mask
+            _HEADER.pack_into(self.data, at, size | BPF_RINGBUF_BUSY_BIT,
+                              RINGBUF_DATA_PGOFF + at // PAGE_SIZE)
+            self.producer_pos = new_prod
+        record = bytearray(size)
+        with _reserved_lock:
+            _RESERVED[id(record)] = (self, at, record)
+        return record
+
+    def bpf_ringbuf_commit(self, at: int, record: bytearray, discard: bool) -> None:
+        """bpf_ringbuf_commit: the record's data into the ring, then its header without the
+        BUSY bit (with DISCARD for a discarded one)."""
+        start = (at + BPF_RINGBUF_HDR_SZ) & self.mask
+        first = min(len(record), len(self.data) - start)
+        self.data[start:start + first] = record[:first]
+        self.data[:len(record) - first] = record[first:]
+        length = len(record) | (BPF_RINGBUF_DISCARD_BIT if discard else 0)
+        with self.spinlock:  # the kernel's xchg of hdr->len
+            self.data[at:at + 4] = length.to_bytes(4, "little")
+
+    def bpf_ringbuf_query(self, flags: int) -> int:
+        return {BPF_RB_AVAIL_DATA: self.producer_pos - self.consumer_pos,
+                BPF_RB_RING_SIZE: self.mask + 1, BPF_RB_CONS_POS: self.consumer_pos,
+                BPF_RB_PROD_POS: self.producer_pos}.get(flags, 0)
+
     def ringbuf_map_lookup_elem(self, key: bytes | None) -> bytearray | None:
         raise KernelError(ENOTSUPP, _NOT_SUPPORTED)
 
@@ -69,3 +142,14 @@ class RingBuf(BpfMap):
     map_update_elem = ringbuf_map_update_elem
     map_delete_elem = ringbuf_map_delete_elem
     map_get_next_key = ringbuf_map_get_next_key
+
+
+def bpf_ringbuf_commit(record: bytearray, discard: bool) -> bool:
+    """Submit (or discard) a reserved ``record``; False if it is not one."""
+    with _reserved_lock:
+        found = _RESERVED.pop(id(record), None)
+    if found is None or found[2] is not record:
+        return False
+    ring, at, _ = found
+    ring.bpf_ringbuf_commit(at, record, discard)
+    return True

@@ -25,7 +25,7 @@ from __future__ import annotations
 import errno
 import functools
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 from ...btf import (
     BTF_FUNC_GLOBAL,
@@ -47,12 +47,21 @@ from ...btf import (
 )
 from ...btf.spec import BTF_MAGIC, BTF_VERSION, HEADER
 from ...errors import KernelError
-from ...uapi import ENOTSUPP, AttachType, MapType, ProgType
+from ...uapi import (
+    BPF_F_RDONLY_PROG,
+    BPF_F_WRONLY_PROG,
+    ENOTSUPP,
+    AttachType,
+    MapType,
+    ProgType,
+)
 from .filter import SK_BUFF_SIZE, SK_MSG_MD_SIZE, XDP_MD_SIZE
 from .kfuncs import KF_ARG_PTR_TO_CTX, KFUNCS, KfuncProto
 from .log import bpf_vlog_init
 
 BTF_MAX_SIZE = 16 * 1024 * 1024
+BPF_SPIN_LOCK_SIZE = 4  # sizeof(struct bpf_spin_lock)
+BPF_TIMER_SIZE = 16  # sizeof(struct bpf_timer)
 
 
 class BtfObject:
@@ -93,7 +102,60 @@ def btf_parse(data: bytes, log_level: int = 0) -> Btf:
             _check_meta(btf, type_id)
     except BtfError as exc:
         raise _reject(str(exc)) from None
+    for type_id in range(1, len(btf)):  # the kernel finds each struct's special fields now
+        if isinstance(btf[type_id], Struct):
+            btf_find_spin_lock(btf, type_id)
     return btf
+
+
+class BtfFields(NamedTuple):
+    """The special fields of a map value (struct btf_record, the parts emulated)."""
+
+    spin_lock_off: int = -1
+    timer_off: int = -1
+
+
+NO_FIELDS = BtfFields()
+
+
+def btf_parse_fields(btf: Btf, type_id: int) -> BtfFields:
+    """btf_parse_fields: the value's bpf_spin_lock and bpf_timer (direct members). Two
+    timers, or one not 8-byte aligned, make the record an error, which map_check_btf
+    ignores: the value then has no special field (as measured on 6.18)."""
+    spin_lock_off = btf_find_spin_lock(btf, type_id)
+    record = btf[btf.resolve(type_id)]
+    timers = [member.bit_offset for member in getattr(record, "members", ())
+              if _is_struct_named(btf, member.type_id, "bpf_timer", BPF_TIMER_SIZE)]
+    if len(timers) > 1 or timers and timers[0] % (8 * 8):
+        return NO_FIELDS
+    return BtfFields(spin_lock_off, timers[0] // 8 if timers else -1)
+
+
+def _is_struct_named(btf: Btf, type_id: int, name: str, size: int) -> bool:
+    """The type (typedefs and modifiers skipped) is ``struct name`` of ``size`` bytes."""
+    record = btf[btf.resolve(type_id)]
+    return isinstance(record, Struct) and record.name == name and record.size == size
+
+
+def btf_find_spin_lock(btf: Btf, type_id: int) -> int:
+    """btf_find_field for BPF_SPIN_LOCK: the byte offset of the struct's ``struct
+    bpf_spin_lock`` member (typedefs and modifiers skipped), -1 when it has none; E2BIG for
+    two, EFAULT for one not 4-byte aligned (what BTF load answers, measured on 6.18)."""
+    record = btf[btf.resolve(type_id)]
+    if not isinstance(record, Struct):
+        return -1
+    found = -1
+    for member in record.members:
+        if not _is_struct_named(btf, member.type_id, "bpf_spin_lock", BPF_SPIN_LOCK_SIZE):
+            continue
+        if found >= 0:
+            raise KernelError(errno.E2BIG, f"[{type_id}] {record.name or '(anon)'}: more than "
+                              "one bpf_spin_lock")
+        if member.bit_offset % (8 * BPF_SPIN_LOCK_SIZE):
+            raise KernelError(errno.EFAULT, f"[{type_id}] {record.name or '(anon)'}: "
+                              f"bpf_spin_lock {member.name} is not 4-byte aligned")
+        found = member.bit_offset // 8
+    return found
 
 
 def _check_meta(btf: Btf, type_id: int) -> None:
@@ -153,8 +215,10 @@ _KEYLESS_OK = _NO_BTF | {MapType.ARRAY, MapType.PERCPU_ARRAY, MapType.BLOOM_FILT
 
 
 def map_check_btf(map_type: int, key_size: int, value_size: int, max_entries: int,
-                  btf: Btf, key_id: int, value_id: int) -> None:
-    """map_check_btf(): the key and value types' sizes, then the map type's op."""
+                  btf: Btf, key_id: int, value_id: int, map_flags: int = 0) -> BtfFields:
+    """map_check_btf(): the key and value types' sizes, the value's special fields (a
+    bpf_spin_lock: only in HASH and ARRAY maps, a bpf_timer: also LRU_HASH; maps programs
+    may read and write), then the map type's op. Returns the special fields found."""
     key_type = btf[btf.resolve(key_id)] if key_id and key_id < len(btf) else None
     if key_id:
         if btf_type_id_size(btf, key_id) != key_size:
@@ -167,6 +231,17 @@ def map_check_btf(map_type: int, key_size: int, value_size: int, max_entries: in
         raise KernelError(errno.EINVAL, f"BTF value type [{value_id}] is not {value_size} "
                           "bytes, the map's value_size")
     value_type = btf[btf.resolve(value_id)]
+    fields = btf_parse_fields(btf, value_id)
+    if fields != NO_FIELDS and map_flags & (BPF_F_RDONLY_PROG | BPF_F_WRONLY_PROG):
+        raise KernelError(errno.EACCES, "a value with a bpf_spin_lock or bpf_timer must be "
+                          "readable and writable by programs")
+    if fields.spin_lock_off >= 0 and map_type not in (MapType.HASH, MapType.ARRAY):
+        raise KernelError(errno.EOPNOTSUPP, f"{MapType(map_type).name} maps cannot hold a "
+                          "bpf_spin_lock")
+    if fields.timer_off >= 0 and map_type not in (MapType.HASH, MapType.LRU_HASH,
+                                                  MapType.ARRAY):
+        raise KernelError(errno.EOPNOTSUPP, f"{MapType(map_type).name} maps cannot hold a "
+                          "bpf_timer")
     if map_type in _NO_BTF:  # map_check_no_btf
         raise KernelError(ENOTSUPP, f"{MapType(map_type).name} maps take no BTF types")
     if map_type in (MapType.ARRAY, MapType.PERCPU_ARRAY):  # array_map_check_btf
@@ -182,10 +257,12 @@ def map_check_btf(map_type: int, key_size: int, value_size: int, max_entries: in
         raise KernelError(errno.EINVAL, "an LPM trie's BTF key type must be a struct")
     elif map_type == MapType.BLOOM_FILTER and key_type is not None:  # bloom_map_check_btf
         raise KernelError(errno.EINVAL, "a bloom filter has no key: give no BTF key type")
+    return fields
 
 
-def check_btf_func(insns: bytes, btf: Btf, func_info: bytes, rec_size: int) -> None:
-    """check_btf_func(): one FUNC per subprogram, in order, the first at instruction 0."""
+def check_btf_func(insns: bytes, btf: Btf, func_info: bytes, rec_size: int) -> dict[int, int]:
+    """check_btf_func(): one FUNC per subprogram, in order, the first at instruction 0.
+    Returns each subprogram's linkage (BTF_FUNC_STATIC, ...) by its first instruction."""
     starts = _subprog_starts(insns)
     records = [int.from_bytes(func_info[i:i + 4], "little") for i in range(0, len(func_info),
                                                                          rec_size)]
@@ -200,6 +277,7 @@ def check_btf_func(insns: bytes, btf: Btf, func_info: bytes, rec_size: int) -> N
             raise _reject("func_info BTF section doesn't match subprog layout in BPF program")
         if type_id >= len(btf) or not isinstance(btf[type_id], Func):
             raise _reject(f"invalid type id {type_id} in func info")
+    return {start: btf[type_id].linkage for start, type_id in zip(starts, types, strict=True)}
 
 
 def _subprog_starts(insns: bytes) -> list[int]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from ...asm.opcodes import Class, Instruction, JmpOp
 from ...uapi import BPF_PSEUDO_CALL
+from .bpf_iter import BpfCallback
 from .memory import M64
 
 # Static regions (map objects, global data) take numbers from one process-wide counter, so
@@ -23,7 +24,8 @@ class Executable:
     """Instructions by slot, subprogram starts, resolved lddw immediates, static regions.
 
     ``ld_imm`` maps the slot of every lddw to the value it loads: the plain immediate, or a
-    pointer to a map object (BPF_PSEUDO_MAP_FD) or into a map value (BPF_PSEUDO_MAP_VALUE).
+    pointer to a map object (BPF_PSEUDO_MAP_FD), into a map value (BPF_PSEUDO_MAP_VALUE) or
+    to a callback (BPF_PSEUDO_FUNC: a ``bpf_iter.BpfCallback``, its subprogram an entry).
     ``helpers`` maps helper ids to callables ``f(rs, r1, r2, r3, r4, r5) -> r0``, ``kfuncs``
     the BTF ids of kfuncs (calls with src BPF_PSEUDO_KFUNC_CALL) to the same.
     """
@@ -54,6 +56,9 @@ class Executable:
                 self.ld_imm[pc] = insn.imm & M64
                 continue
             kind, obj, off = ref
+            if kind == "func":  # a callback's address: a region naming its subprogram
+                starts.add(obj)
+                obj = BpfCallback(self, obj)
             region = regions_of.get(id(obj))
             if region is None:
                 region = next(_static_regions)

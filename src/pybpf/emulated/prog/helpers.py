@@ -41,7 +41,11 @@ from ...uapi import (
     ProgType,
     map_traits,
 )
+from ..maps import bpf_spin_lock as spin_lock
+from ..maps import bpf_timer as timers
+from ..maps import ringbuf
 from ..maps.bpf_map import BYTES_AT, INT_MAX, BpfMap
+from .bpf_iter import bpf_for_each_map_elem, bpf_loop, callback_of, timer_runner
 from .memory import (
     M32,
     M64,
@@ -68,6 +72,12 @@ ARG_PTR_TO_UNINIT_MEM = "uninit_mem"  # the same, written
 ARG_CONST_SIZE = "size"  # a scalar, the size of the memory before it (not 0)
 ARG_CONST_SIZE_OR_ZERO = "size_or_zero"
 ARG_PTR_TO_CTX = "ctx"  # the program's context, unmodified
+ARG_PTR_TO_FUNC = "func"  # a callback: the address of a static subprogram (BPF_PSEUDO_FUNC)
+ARG_PTR_TO_STACK_OR_NULL = "stack_or_null"  # a pointer into the stack, or NULL
+ARG_PTR_TO_SPIN_LOCK = "spin_lock"  # a map value's struct bpf_spin_lock
+ARG_PTR_TO_TIMER = "timer"  # a map value's struct bpf_timer
+ARG_CONST_ALLOC_SIZE_OR_ZERO = "alloc_size_or_zero"  # a known size of memory to allocate
+ARG_PTR_TO_RINGBUF_MEM = "ringbuf_mem"  # a reserved ring buffer record, which it releases
 
 
 @dataclass(frozen=True)
@@ -469,6 +479,105 @@ def bpf_xdp_adjust_meta(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: in
     return 0
 
 
+def _spin_lock_word(rs: RunState, ptr: int, helper: str) -> tuple[bytearray, int]:
+    """The map value memory and offset a bpf_spin_lock argument points to."""
+    region = rs.mem.get(ptr >> 32) if ptr >= 0 else None
+    off = ptr & OFF_MASK
+    if type(region) is not bytearray or off + spin_lock.BPF_SPIN_LOCK_SIZE > len(region):
+        raise ProgramFault(errno.EFAULT, f"{helper}: R1 ({ptr:#x}) is not a lock in a map "
+                           "value")
+    return region, off
+
+
+def bpf_spin_lock(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """Take the lock (other emulated CPUs running the program wait for it)."""
+    spin_lock.bpf_spin_lock(*_spin_lock_word(rs, r1, "bpf_spin_lock"), rs.machine)
+    return 0
+
+
+def bpf_spin_unlock(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    spin_lock.bpf_spin_unlock(*_spin_lock_word(rs, r1, "bpf_spin_unlock"))
+    return 0
+
+
+# -- timers (kernel/bpf/helpers.c; maps/bpf_timer.py) --------------------------------------------
+def _timer_value(rs: RunState, ptr: int, helper: str) -> bytearray:
+    """The map value memory a timer argument lies in (the timer is the value's)."""
+    region = rs.mem.get(ptr >> 32) if ptr >= 0 else None
+    if type(region) is not bytearray:
+        raise ProgramFault(errno.EFAULT, f"{helper}: R1 ({ptr:#x}) is not a timer in a map "
+                           "value")
+    return region
+
+
+def bpf_timer_init(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    value = _timer_value(rs, r1, "bpf_timer_init")
+    return timers.bpf_timer_init(bpf_map_of(rs, r2, "bpf_timer_init"), value, r3) & M64
+
+
+def bpf_timer_set_callback(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    timer = timers.timer_of(_timer_value(rs, r1, "bpf_timer_set_callback"))
+    callback = callback_of(rs, r2, "bpf_timer_set_callback")
+    return timers.bpf_timer_set_callback(timer, callback, timer_runner(rs, callback)) & M64
+
+
+def bpf_timer_start(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    timer = timers.timer_of(_timer_value(rs, r1, "bpf_timer_start"))
+    return timers.bpf_timer_start(timer, r2, r3) & M64
+
+
+def bpf_timer_cancel(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    timer = timers.timer_of(_timer_value(rs, r1, "bpf_timer_cancel"))
+    machine = rs.machine
+    return timers.bpf_timer_cancel(timer, machine.current.cpu if machine else 0) & M64
+
+
+# -- ring buffers (kernel/bpf/ringbuf.c) ---------------------------------------------------------
+BPF_RB_NO_WAKEUP, BPF_RB_FORCE_WAKEUP = 1, 2
+
+
+def bpf_ringbuf_output(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """A record of the ``r3`` bytes at ``r2``: 0, -EINVAL for flags, -EAGAIN for no room."""
+    ring = bpf_map_of(rs, r1, "bpf_ringbuf_output")
+    if r4 & ~(BPF_RB_NO_WAKEUP | BPF_RB_FORCE_WAKEUP):
+        return -errno.EINVAL & M64
+    data = mem_read(rs, r2, r3, "data (R2)")
+    record = ring.bpf_ringbuf_reserve(r3)
+    if record is None:
+        return -errno.EAGAIN & M64
+    record[:] = data
+    ringbuf.bpf_ringbuf_commit(record, discard=False)
+    return 0
+
+
+def bpf_ringbuf_reserve(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """A pointer to a new record of ``r2`` bytes, or NULL (flags, no room)."""
+    ring = bpf_map_of(rs, r1, "bpf_ringbuf_reserve")
+    record = None if r3 else ring.bpf_ringbuf_reserve(r2)
+    return 0 if record is None else rs.add_region(record)
+
+
+def _ringbuf_commit(rs: RunState, ptr: int, discard: bool, helper: str) -> int:
+    record = rs.mem.get(ptr >> 32) if ptr >= 0 else None
+    if type(record) is not bytearray or ptr & OFF_MASK \
+            or not ringbuf.bpf_ringbuf_commit(record, discard):
+        raise ProgramFault(errno.EFAULT, f"{helper}: R1 ({ptr:#x}) is not a reserved ring "
+                           "buffer record")
+    return 0
+
+
+def bpf_ringbuf_submit(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    return _ringbuf_commit(rs, r1, False, "bpf_ringbuf_submit")
+
+
+def bpf_ringbuf_discard(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    return _ringbuf_commit(rs, r1, True, "bpf_ringbuf_discard")
+
+
+def bpf_ringbuf_query(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    return bpf_map_of(rs, r1, "bpf_ringbuf_query").bpf_ringbuf_query(r2)
+
+
 def bpf_tail_call(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     raise AssertionError("the engines run bpf_tail_call themselves")  # pragma: no cover
 
@@ -520,6 +629,28 @@ def _table() -> dict[int, HelperProto]:
          (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_ANYTHING, ARG_ANYTHING), _SK_MSG),
         (BpfFunc.msg_redirect_hash, bpf_msg_redirect_hash,
          (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_PTR_TO_MAP_KEY, ARG_ANYTHING), _SK_MSG),
+        (BpfFunc.ringbuf_output, bpf_ringbuf_output,
+         (ARG_CONST_MAP_PTR, ARG_PTR_TO_MEM, ARG_CONST_SIZE_OR_ZERO, ARG_ANYTHING), None),
+        (BpfFunc.ringbuf_reserve, bpf_ringbuf_reserve,
+         (ARG_CONST_MAP_PTR, ARG_CONST_ALLOC_SIZE_OR_ZERO, ARG_ANYTHING), None),
+        (BpfFunc.ringbuf_submit, bpf_ringbuf_submit, (ARG_PTR_TO_RINGBUF_MEM, ARG_ANYTHING),
+         None),
+        (BpfFunc.ringbuf_discard, bpf_ringbuf_discard, (ARG_PTR_TO_RINGBUF_MEM, ARG_ANYTHING),
+         None),
+        (BpfFunc.ringbuf_query, bpf_ringbuf_query, (ARG_CONST_MAP_PTR, ARG_ANYTHING), None),
+        (BpfFunc.timer_init, bpf_timer_init, (ARG_PTR_TO_TIMER, ARG_CONST_MAP_PTR, ARG_ANYTHING),
+         None),
+        (BpfFunc.timer_set_callback, bpf_timer_set_callback,
+         (ARG_PTR_TO_TIMER, ARG_PTR_TO_FUNC), None),
+        (BpfFunc.timer_start, bpf_timer_start, (ARG_PTR_TO_TIMER, ARG_ANYTHING, ARG_ANYTHING),
+         None),
+        (BpfFunc.timer_cancel, bpf_timer_cancel, (ARG_PTR_TO_TIMER,), None),
+        (BpfFunc.spin_lock, bpf_spin_lock, (ARG_PTR_TO_SPIN_LOCK,), None),
+        (BpfFunc.spin_unlock, bpf_spin_unlock, (ARG_PTR_TO_SPIN_LOCK,), None),
+        (BpfFunc.for_each_map_elem, bpf_for_each_map_elem,
+         (ARG_CONST_MAP_PTR, ARG_PTR_TO_FUNC, ARG_PTR_TO_STACK_OR_NULL, ARG_ANYTHING), None),
+        (BpfFunc.loop, bpf_loop,
+         (ARG_ANYTHING, ARG_PTR_TO_FUNC, ARG_PTR_TO_STACK_OR_NULL, ARG_ANYTHING), None),
     ]
     gpl_only = {BpfFunc.trace_printk}
     # The map ops charge themselves; the engines run tail calls.

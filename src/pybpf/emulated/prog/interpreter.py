@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from ...asm.opcodes import ATOMIC_FETCH, OPCODES, AluOp, AtomicOp, Class, JmpOp, Kind, Source
 from ...errors import ProgramFault
 from ...uapi import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, BpfFunc
-from .memory import M32, M64, RunState, mem_load, mem_store
-from .semantics import BPF_MAX_LOOPS, atomic_op, bswap, ld_abs, sdiv, smod, tail_call
+from .memory import BPF_MAX_LOOPS, M32, M64, RunState, mem_load, mem_store
+from .semantics import atomic_op, bswap, ld_abs, sdiv, smod, tail_call
 
 if TYPE_CHECKING:
     from .executable import Executable

@@ -24,8 +24,19 @@ from ...asm.opcodes import (
 )
 from ...errors import ProgramFault
 from ...uapi import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, BpfFunc
-from .memory import ACCESS_ERRORS, M32, M64, OFF_MASK, SIGN32, SIGN64, mem_load, mem_store
-from .semantics import ATOMIC_LOCK, BPF_MAX_LOOPS, atomic_op, bswap, ld_abs, sdiv, smod, tail_call
+from .bpf_iter import CALLBACK_HELPERS
+from .memory import (
+    ACCESS_ERRORS,
+    BPF_MAX_LOOPS,
+    M32,
+    M64,
+    OFF_MASK,
+    SIGN32,
+    SIGN64,
+    mem_load,
+    mem_store,
+)
+from .semantics import ATOMIC_LOCK, atomic_op, bswap, ld_abs, sdiv, smod, tail_call
 
 if TYPE_CHECKING:
     from .executable import Executable
@@ -253,6 +264,12 @@ class _FunctionWriter:
             elif bound_name(imm, self.map_in_r1) in self.bound:
                 # R1 is a known map: the helper bound to it skips resolving the map pointer
                 emit(depth, f"r0 = {bound_name(imm, self.map_in_r1)}(rs, r2, r3, r4, r5)")
+            elif imm in CALLBACK_HELPERS:
+                # the callback counts its instructions in rs.count and raises rs.budget
+                emit(depth, "rs.count = n")
+                emit(depth, f"r0 = H{imm}(rs, r1, r2, r3, r4, r5)")
+                emit(depth, "n = rs.count")
+                emit(depth, "limit = rs.budget")
             else:
                 emit(depth, f"r0 = H{imm}(rs, r1, r2, r3, r4, r5)")
         elif kind is Kind.EXIT:

@@ -30,6 +30,8 @@ SIGN32 = 1 << 31
 OFF_MASK = M32  # low half of a pointer: the offset in its region
 
 DEFAULT_BUDGET = 1_000_000  # instructions per run before ProgramFault(ELOOP)
+# include/linux/bpf.h BPF_MAX_LOOPS: may_goto's budget per frame, bpf_loop's largest count
+BPF_MAX_LOOPS = 8 * 1024 * 1024
 
 # Region numbers (the high 32 bits of a pointer). Static regions (map objects, global data)
 # take numbers from one process-wide counter (executable.py), so programs that tail-call each
@@ -173,12 +175,13 @@ class RunState:
     by ``core.run_prog``.
     """
 
-    __slots__ = ("mem", "next_region", "value_regions", "count", "budget", "tail_calls",
+    __slots__ = ("env", "mem", "next_region", "value_regions", "count", "budget", "tail_calls",
                  "machine", "packet", "redirect", "engine", "entry_of", "trace", "retval",
                  "psock")
 
     def __init__(self, env: RunEnv = RunEnv(),
                  packet: bytes | bytearray | memoryview = b"") -> None:
+        self.env = env
         self.mem: dict[int, Any] = {}
         self.next_region = DYNAMIC_REGION_BASE
         self.value_regions: dict[int, int] = {}  # id(buffer) -> its pointer, for map values

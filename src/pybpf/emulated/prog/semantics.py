@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from .executable import Executable
 
 MAX_TAIL_CALL_CNT = 33
-BPF_MAX_LOOPS = 8 * 1024 * 1024  # may_goto's budget per frame
 MAX_CALL_FRAMES = 8
 
 

@@ -54,9 +54,11 @@ from ...asm.opcodes import (
     Kind,
     Source,
 )
+from ...btf import BTF_FUNC_STATIC
 from ...errors import KernelError
 from ...uapi import (
     AttachType,
+    BpfFunc,
     ProgType,
 )
 from . import filter as ctx_rules
@@ -64,7 +66,7 @@ from . import tnum
 from .btf import vmlinux_btf_types, vmlinux_kfuncs
 from .semantics import MAX_CALL_FRAMES
 from .verifier_alu import AluChecks
-from .verifier_helpers import HelperCallChecks
+from .verifier_helpers import HelperCallChecks, is_callback_calling
 from .verifier_mem import MemoryChecks
 from .verifier_state import (
     _SLOT,
@@ -83,6 +85,7 @@ from .verifier_state import (
     MAX_BPF_REG,
     NOT_INIT,
     PTR_TO_CTX,
+    PTR_TO_FUNC,
     PTR_TO_MAP_VALUE,
     PTR_TO_RDONLY_MEM,
     PTR_TO_STACK,
@@ -107,6 +110,10 @@ from .verifier_state import (
 
 __all__ = ["VerifiedProgram", "VerifierReject", "bpf_check"]
 
+# is_tracing_prog_type
+_TRACING_PROG_TYPES = frozenset({ProgType.KPROBE, ProgType.TRACEPOINT, ProgType.PERF_EVENT,
+                                 ProgType.RAW_TRACEPOINT, ProgType.RAW_TRACEPOINT_WRITABLE})
+
 
 @dataclass
 class VerifiedProgram:
@@ -122,13 +129,17 @@ class VerifiedProgram:
 
 def bpf_check(insns: bytes, prog_type: int, map_from_fd: Callable[[int], Any],
               gpl: bool = True, expected_attach_type: int = 0,
-              check_attach_btf_id: Callable[[], None] | None = None) -> VerifiedProgram:
+              check_attach_btf_id: Callable[[], None] | None = None,
+              func_linkage: dict[int, int] | None = None) -> VerifiedProgram:
     """Verify ``insns`` for ``prog_type``; ``map_from_fd(fd)`` resolves lddw map fds (raises
     KernelError); ``gpl``: the license is GPL-compatible; ``check_attach_btf_id`` (the
     loader's checks of the program's kind: sleepable) runs where the kernel's does, after
-    check_cfg. Returns the decoded program or raises ``VerifierReject``."""
+    check_cfg; ``func_linkage``: each subprogram's BTF linkage by first insn, when the load
+    gave func_info (callbacks need it). Returns the decoded program or raises
+    ``VerifierReject``."""
     verifier = _Verifier(insns, prog_type, map_from_fd, gpl, expected_attach_type)
     verifier.check_attach_btf_id = check_attach_btf_id
+    verifier.func_linkage = func_linkage
     return verifier.run()
 
 
@@ -147,6 +158,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         self.slots: list[Instruction | None] = []
         self.subprogs: list[int] = [0]
         self.pseudo_map: dict[int, Any] = {}  # lddw slot of a direct map value -> its map
+        self.func_linkage: dict[int, int] | None = None
 
     def run(self) -> VerifiedProgram:
         self.decode_slots()
@@ -257,8 +269,9 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
             if src == uapi.BPF_PSEUDO_BTF_ID:
                 pseudo[pc] = ("kfunc", self.check_pseudo_btf_id(insn), 0)
                 continue
-            if src == uapi.BPF_PSEUDO_FUNC:
-                continue  # refused by do_check, as the kernel does without BTF
+            if src == uapi.BPF_PSEUDO_FUNC:  # checked by do_check (check_ld_imm)
+                pseudo[pc] = ("func", _callback_target(pc, insn), 0)
+                continue
             if src not in (uapi.BPF_PSEUDO_MAP_VALUE, uapi.BPF_PSEUDO_MAP_IDX_VALUE) \
                     and not (src in (uapi.BPF_PSEUDO_MAP_FD, uapi.BPF_PSEUDO_MAP_IDX)
                              and not insn.imm >> 32):
@@ -272,6 +285,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
             except KernelError as exc:
                 raise _reject(exc.errno, f"fd {fd} is not pointing to valid bpf_map") from None
             if bpf_map not in maps:
+                self.check_map_prog_compatibility(bpf_map)
                 maps.append(bpf_map)
             if src == uapi.BPF_PSEUDO_MAP_FD:
                 pseudo[pc] = ("map", bpf_map, 0)
@@ -286,6 +300,17 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
             pseudo[pc] = ("map_value", value, off)
             self.pseudo_map[pc] = bpf_map
         return VerifiedProgram(insns, pseudo, maps)
+
+    def check_map_prog_compatibility(self, bpf_map: Any) -> None:
+        """Maps whose values hold a bpf_spin_lock are not for socket filters nor tracing,
+        those holding a bpf_timer not for tracing."""
+        if bpf_map.spin_lock_off >= 0:
+            if self.prog_type == ProgType.SOCKET_FILTER:
+                raise _reject(errno.EINVAL, "socket filter progs cannot use bpf_spin_lock yet")
+            if self.prog_type in _TRACING_PROG_TYPES:
+                raise _reject(errno.EINVAL, "tracing progs cannot use bpf_spin_lock yet")
+        if bpf_map.timer_off >= 0 and self.prog_type in _TRACING_PROG_TYPES:
+            raise _reject(errno.EINVAL, "tracing progs cannot use bpf_timer yet")
 
     @staticmethod
     def check_pseudo_btf_id(insn: Instruction) -> Any:
@@ -392,6 +417,8 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         self.max_ctx = 0
         self.ctx_insns: dict[int, bool] = {}  # pc -> whether a load/store there used ctx
         self.walked: set[int] = set()
+        self.callback_calls = {pc for pc, insn in enumerate(self.slots)
+                               if insn is not None and is_callback_calling(insn)}
         live = self.live_registers()
         prune = self.prune_points()
         explored: dict[int, list[tuple]] = {}
@@ -408,7 +435,8 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                 if pc in prune:
                     key = state.key()
                     last = visits.get(pc)
-                    _check_endless_loop(pc, key, last)
+                    if pc not in self.callback_calls:  # calls_callback: a loop, converging
+                        _check_endless_loop(pc, key, last, state.callback_unroll)
                     states = explored.setdefault(pc, [])
                     if key in states or any(_covers(old, key, live[pc]) for old in states):
                         break  # is_state_visited: a state explored here covers this one
@@ -459,12 +487,17 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
             if insn.src not in (0, uapi.BPF_PSEUDO_CALL, uapi.BPF_PSEUDO_KFUNC_CALL) or insn.dst \
                     or insn.off and insn.src != uapi.BPF_PSEUDO_KFUNC_CALL:
                 raise _reject(errno.EINVAL, "BPF_CALL uses reserved fields")
+            if state.active_lock is not None and (
+                    insn.src == 0 and insn.imm != BpfFunc.spin_unlock
+                    or insn.src == uapi.BPF_PSEUDO_KFUNC_CALL):
+                raise _reject(errno.EINVAL, "function calls are not allowed while holding a "
+                              "lock")
             if insn.src == uapi.BPF_PSEUDO_CALL:
                 return self.check_func_call(pc, insn, state), []
             if insn.src == uapi.BPF_PSEUDO_KFUNC_CALL:
                 self.check_kfunc_call(insn, state)
             else:
-                self.check_helper_call(pc, insn, state)
+                return pc + 1, self.check_helper_call(pc, insn, state)
         elif kind is Kind.JA:
             if insn.src or insn.dst or (insn.off if info.cls is Class.JMP32 else insn.imm):
                 raise _reject(errno.EINVAL, "BPF_JA uses reserved fields")
@@ -520,18 +553,52 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         program types, a known value in range); a callee's returns to its caller."""
         insn_regs = state.cur.regs
         if len(state.frames) > 1:
-            callee = state.frames.pop()
+            callee = state.cur
             r0 = callee.regs[0]
             if r0.type == PTR_TO_STACK:
                 raise _reject(errno.EINVAL, "cannot return stack pointer to the caller")
+            if callee.callsite in self.callback_calls:
+                self.check_callback_return(r0)
+                state.frames.pop()
+                return callee.callsite  # the helper may call it again: back to the call
+            state.frames.pop()
             state.cur.regs[0] = r0
             return callee.callsite + 1
+        if state.active_lock is not None:
+            raise _reject(errno.EINVAL, "BPF_EXIT instruction in main prog cannot be used "
+                          "inside bpf_spin_lock-ed region")
         if state.refs:
             raise _reject(errno.EINVAL, "BPF_EXIT instruction in main prog would lead to "
                           "reference leak")
         self.check_reg_arg(insn_regs, 0, SRC_OP)
-        self.check_return_code(insn_regs[0])
+        if state.cur.callsite >= 0:  # a timer's callback (frame 0 of a walk of its own)
+            self.check_async_callback_return(insn_regs[0])
+        else:
+            self.check_return_code(insn_regs[0])
         return None
+
+    @staticmethod
+    def check_callback_return(r0: Reg) -> None:
+        """prepare_func_exit for a callback: R0 is a scalar in [0, 1] (refused here only when
+        it is a known value outside: the kernel's bound may come from a range)."""
+        if r0.type != SCALAR:
+            raise _reject(errno.EACCES, "R0 not a scalar value")
+        value = _s64(r0.var.value)
+        if r0.var.is_const and not 0 <= value <= 1:
+            raise _reject(errno.EINVAL, f"At callback return the register R0 has smin={value} "
+                          f"smax={value} should have been in [0, 1]")
+
+    @staticmethod
+    def check_async_callback_return(r0: Reg) -> None:
+        """check_return_code for an async callback: R0 is 0 (refused here only when it is a
+        known value other than 0)."""
+        if r0.type != SCALAR:
+            raise _reject(errno.EINVAL, "At async callback return the register R0 is not a "
+                          f"known value ({r0.type_str()})")
+        value = _s64(r0.var.value)
+        if r0.var.is_const and value:
+            raise _reject(errno.EINVAL, f"At async callback return the register R0 has "
+                          f"smin={value} smax={value} should have been in [0, 0]")
 
     def check_return_code(self, r0: Reg) -> None:
         low, high = 0, 1
@@ -560,6 +627,9 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
             raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] instructions cannot be mixed with "
                           "bpf-to-bpf calls")
         self.check_reg_arg(regs, 6, SRC_OP)
+        if state.active_lock is not None:
+            raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] cannot be used inside "
+                          "bpf_spin_lock-ed region")
         if state.refs:
             raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] would lead to reference leak")
         if regs[6].type != PTR_TO_CTX:
@@ -580,10 +650,14 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         if insn.src == 0:
             regs[insn.dst] = scalar(insn.imm)
             return
-        if insn.src == uapi.BPF_PSEUDO_FUNC:
-            # callbacks (bpf_loop, timers, ...) need BTF func_info, which loads here do not pass
-            raise _reject(errno.EINVAL, "missing btf func_info")
         kind, target, off = self.pseudo[pc]
+        if kind == "func":
+            if self.func_linkage is None:
+                raise _reject(errno.EINVAL, "missing btf func_info")
+            if self.func_linkage.get(target) != BTF_FUNC_STATIC:
+                raise _reject(errno.EINVAL, "callback function not static")
+            regs[insn.dst] = Reg(PTR_TO_FUNC, tnum.const(0), map=target)
+            return
         if kind == "map":
             regs[insn.dst] = Reg(CONST_PTR_TO_MAP, tnum.const(0), map=target)
         elif kind == "kfunc":

@@ -9,14 +9,16 @@ from __future__ import annotations
 import errno
 from typing import Any
 
-from ...asm.opcodes import Instruction
+from ...asm.opcodes import Class, Instruction, JmpOp
 from ...uapi import (
+    ENOTSUPP,
     MAX_BPF_STACK,
     BpfFunc,
     MapType,
     map_traits,
 )
 from . import tnum
+from .bpf_iter import CALLBACK_HELPERS
 from .btf import vmlinux_kfuncs
 from .filter import (
     PTR_TO_PACKET,
@@ -25,18 +27,26 @@ from .filter import (
 )
 from .helpers import (
     ARG_ANYTHING,
+    ARG_CONST_ALLOC_SIZE_OR_ZERO,
     ARG_CONST_MAP_PTR,
     ARG_CONST_SIZE,
     ARG_CONST_SIZE_OR_ZERO,
     ARG_PTR_TO_CTX,
+    ARG_PTR_TO_FUNC,
     ARG_PTR_TO_MAP_KEY,
     ARG_PTR_TO_MAP_VALUE,
     ARG_PTR_TO_MEM,
+    ARG_PTR_TO_RINGBUF_MEM,
+    ARG_PTR_TO_SPIN_LOCK,
+    ARG_PTR_TO_STACK_OR_NULL,
+    ARG_PTR_TO_TIMER,
     ARG_PTR_TO_UNINIT_MAP_VALUE,
     ARG_PTR_TO_UNINIT_MEM,
     HELPERS,
 )
 from .kfuncs import KF_ARG_PTR_TO_CTX
+from .semantics import MAX_CALL_FRAMES
+from .verifier_mem import check_special_fields_untouched
 from .verifier_state import (
     BPF_F_RDONLY_PROG,
     BPF_MAX_VAR_SIZ,
@@ -45,8 +55,13 @@ from .verifier_state import (
     CONST_PTR_TO_MAP,
     ELIDE_NULL_MAP_TYPES,
     EMPTY_SLOT,
+    FP,
+    MAX_BPF_REG,
     PTR_TO_CTX,
+    PTR_TO_FUNC,
+    PTR_TO_MAP_KEY,
     PTR_TO_MAP_VALUE,
+    PTR_TO_RINGBUF_MEM,
     PTR_TO_STACK,
     SCALAR,
     SRC_OP,
@@ -55,17 +70,19 @@ from .verifier_state import (
     STACK_ZERO,
     UNINIT,
     UNKNOWN,
+    Frame,
     Reg,
     Slot,
     State,
     _reject,
     _s64,
     _tnum_str,
+    release_reference,
 )
 
 _ARG_SOCK_COMMON = "sock_common"  # a sockmap's value argument (ARG_PTR_TO_BTF_ID_SOCK_COMMON)
-_MEM_TYPES = (PTR_TO_STACK, PTR_TO_PACKET, PTR_TO_PACKET_META, "map_key", PTR_TO_MAP_VALUE,
-              "mem", "ringbuf_mem", "buf", "trusted_ptr_")
+_MEM_TYPES = (PTR_TO_STACK, PTR_TO_PACKET, PTR_TO_PACKET_META, PTR_TO_MAP_KEY, PTR_TO_MAP_VALUE,
+              "mem", PTR_TO_RINGBUF_MEM, "buf", "trusted_ptr_")
 # compatible_reg_types: the register types each argument type takes (the kernel's list, in
 # its order, names the message prints; types this verifier never gives are names only)
 _ARG_TYPES = {
@@ -73,7 +90,10 @@ _ARG_TYPES = {
     ARG_PTR_TO_MAP_KEY: _MEM_TYPES, ARG_PTR_TO_MAP_VALUE: _MEM_TYPES,
     ARG_PTR_TO_UNINIT_MAP_VALUE: _MEM_TYPES, ARG_PTR_TO_MEM: _MEM_TYPES,
     ARG_PTR_TO_UNINIT_MEM: _MEM_TYPES, ARG_CONST_SIZE: (SCALAR,),
-    ARG_CONST_SIZE_OR_ZERO: (SCALAR,),
+    ARG_CONST_SIZE_OR_ZERO: (SCALAR,), ARG_PTR_TO_FUNC: (PTR_TO_FUNC,),
+    ARG_PTR_TO_STACK_OR_NULL: (PTR_TO_STACK,), ARG_PTR_TO_SPIN_LOCK: (PTR_TO_MAP_VALUE, "ptr_"),
+    ARG_PTR_TO_TIMER: (PTR_TO_MAP_VALUE,),
+    ARG_CONST_ALLOC_SIZE_OR_ZERO: (SCALAR,), ARG_PTR_TO_RINGBUF_MEM: (PTR_TO_RINGBUF_MEM,),
     _ARG_SOCK_COMMON: ("sock_common", PTR_TO_SOCKET, "tcp_sock", "xdp_sock", "ptr_",
                        "trusted_ptr_"),
 }
@@ -81,7 +101,8 @@ _ARG_TYPES = {
 # where it is restricted, and the map types a helper takes, where it is
 _MAP_FUNCS = {
     MapType.PROG_ARRAY: {BpfFunc.tail_call}, MapType.PERF_EVENT_ARRAY: set(),
-    MapType.RINGBUF: set(), MapType.CPUMAP: {BpfFunc.redirect_map},
+    MapType.RINGBUF: {BpfFunc.ringbuf_output, BpfFunc.ringbuf_reserve, BpfFunc.ringbuf_query},
+    MapType.CPUMAP: {BpfFunc.redirect_map},
     MapType.DEVMAP: {BpfFunc.redirect_map, BpfFunc.map_lookup_elem},
     MapType.DEVMAP_HASH: {BpfFunc.redirect_map, BpfFunc.map_lookup_elem},
     MapType.XSKMAP: {BpfFunc.redirect_map, BpfFunc.map_lookup_elem},
@@ -106,6 +127,8 @@ _FUNC_MAPS = {
     BpfFunc.map_pop_elem: {MapType.QUEUE, MapType.STACK},
     BpfFunc.map_peek_elem: {MapType.QUEUE, MapType.STACK, MapType.BLOOM_FILTER},
     BpfFunc.map_push_elem: {MapType.QUEUE, MapType.STACK, MapType.BLOOM_FILTER},
+    BpfFunc.ringbuf_output: {MapType.RINGBUF}, BpfFunc.ringbuf_reserve: {MapType.RINGBUF},
+    BpfFunc.ringbuf_query: {MapType.RINGBUF},
 }
 
 
@@ -118,6 +141,15 @@ def _check_map_func_compatibility(bpf_map: Any, func_id: int, name: str) -> None
                       f"{name}#{func_id}")
 
 
+def is_callback_calling(insn: Instruction) -> bool:
+    """A call of a helper that calls back into the program (the kernel's calls_callback)."""
+    return insn.opcode == Class.JMP | JmpOp.CALL and insn.src == 0 \
+        and insn.imm in CALLBACK_HELPERS
+
+
+_VOID_HELPERS = frozenset({BpfFunc.tail_call, BpfFunc.spin_lock, BpfFunc.spin_unlock,
+                           BpfFunc.ringbuf_submit, BpfFunc.ringbuf_discard})
+_RELEASE_HELPERS = frozenset({BpfFunc.ringbuf_submit, BpfFunc.ringbuf_discard})
 _MAP_WRITING_HELPERS = frozenset({BpfFunc.map_update_elem, BpfFunc.map_delete_elem,
                                   BpfFunc.map_push_elem, BpfFunc.map_pop_elem})
 _VALUE_RETURNING_HELPERS = frozenset({BpfFunc.map_lookup_elem,
@@ -153,7 +185,9 @@ class HelperCallChecks:
     """check_helper_call and its argument checks, for ``_Verifier``."""
 
     # -- calls and exits ---------------------------------------------------------------------
-    def check_helper_call(self, pc: int, insn: Instruction, state: State) -> None:
+    def check_helper_call(self, pc: int, insn: Instruction, state: State) -> list:
+        """The call's checks and effect on ``state``; returns the (pc, state) pairs to walk
+        later: a callback's first insn in a frame of its own (push_callback_call)."""
         func_id = insn.imm
         if func_id not in BpfFunc._value2member_map_ or func_id == 0:
             raise _reject(errno.EINVAL, f"invalid func unknown#{func_id}")
@@ -174,17 +208,72 @@ class HelperCallChecks:
         if bpf_map is not None and func_id in _MAP_WRITING_HELPERS \
                 and bpf_map.map_flags & BPF_F_RDONLY_PROG:
             raise _reject(errno.EACCES, "write into map forbidden")
+        pushed = []  # the callback comes before the map's compatibility, as in the kernel
+        if func_id == BpfFunc.timer_set_callback:
+            pushed.append(self.push_async_cb(pc, regs, bpf_map))
+        if func_id in CALLBACK_HELPERS:
+            nr_loops = regs[1]
+            # bpf_loop's callback is walked as many times as a known nr_loops says, at most
+            if func_id != BpfFunc.loop or not nr_loops.is_const \
+                    or state.cur.callback_depth < nr_loops.var.value:
+                pushed.append(self.push_callback_call(pc, func_id, state, bpf_map))
+            state.cur.callback_depth = 0
         if bpf_map is not None:
             _check_map_func_compatibility(bpf_map, func_id, name)
         result = UNKNOWN
         if func_id in _VALUE_RETURNING_HELPERS:
             result = self.map_lookup_result(state, bpf_map, regs[2], func_id)
-        elif func_id == BpfFunc.tail_call:
-            result = UNINIT  # RET_VOID: R0 is not readable after a failed tail call
+        elif func_id in _VOID_HELPERS:
+            result = UNINIT  # RET_VOID: R0 is not readable after (a failed tail call)
+        elif func_id == BpfFunc.ringbuf_reserve:  # RET_PTR_TO_RINGBUF_MEM_OR_NULL, acquired
+            ref = self.new_id()
+            state.refs.add(ref)
+            result = Reg(PTR_TO_RINGBUF_MEM, tnum.const(0), id=ref, ref=ref,
+                         mem_size=regs[2].var.value)
+        if func_id in _RELEASE_HELPERS:
+            release_reference(state, regs[1].ref)
         self.clobber_helper_memory(state, func_id, bpf_map, regs)
         for regno in CALLER_SAVED:
             regs[regno] = UNINIT
         regs[0] = result
+        return pushed
+
+    @staticmethod
+    def push_async_cb(pc: int, regs: list[Reg], bpf_map: Any) -> tuple[int, State]:
+        """push_async_cb_state: a timer's callback is a walk of its own, from a frame 0 whose
+        callsite is the call (set_timer_callback_state: the map, key and value)."""
+        callee = [UNINIT] * MAX_BPF_REG
+        callee[1:4] = [Reg(CONST_PTR_TO_MAP, tnum.const(0), map=bpf_map),
+                       Reg(PTR_TO_MAP_KEY, tnum.const(0), map=bpf_map),
+                       Reg(PTR_TO_MAP_VALUE, tnum.const(0), map=bpf_map)]
+        callee[FP] = Reg(PTR_TO_STACK, tnum.const(0), frame=0)
+        return regs[2].map, State([Frame(callee, {}, pc, 0)])
+
+    def push_callback_call(self, pc: int, func_id: int, state: State,
+                           bpf_map: Any) -> tuple[int, State]:
+        """The callback's entry: a copy of ``state`` (the caller's registers as at the call,
+        where the callback returns to) with the callback's frame on top, its arguments as
+        the helper passes them (set_loop_callback_state, set_map_elem_callback_state)."""
+        if func_id == BpfFunc.for_each_map_elem and bpf_map is not None \
+                and type(bpf_map).map_for_each_callback is None:
+            raise _reject(ENOTSUPP, "callback function not allowed for map")
+        if len(state.frames) >= MAX_CALL_FRAMES:
+            raise _reject(errno.E2BIG, f"the call stack of {len(state.frames) + 1} frames is "
+                          "too deep")
+        caller = state.cur.regs
+        callback = state.copy()
+        callback.callback_unroll += 1
+        callback.cur.callback_depth += 1
+        regs = [UNINIT] * MAX_BPF_REG
+        depth = len(state.frames)
+        regs[FP] = Reg(PTR_TO_STACK, tnum.const(0), frame=depth)
+        if func_id == BpfFunc.loop:  # callback_fn(u64 index, void *callback_ctx)
+            regs[1], regs[2] = UNKNOWN, caller[3]
+        else:  # callback_fn(struct bpf_map *map, void *key, void *value, void *callback_ctx)
+            regs[1:5] = [caller[1], Reg(PTR_TO_MAP_KEY, tnum.const(0), map=bpf_map),
+                         Reg(PTR_TO_MAP_VALUE, tnum.const(0), map=bpf_map), caller[3]]
+        callback.frames.append(Frame(regs, {}, pc, depth))
+        return caller[2].map, callback
 
     # -- kfunc calls -------------------------------------------------------------------------
     def add_kfunc_call(self, insn: Instruction) -> None:
@@ -244,12 +333,27 @@ class HelperCallChecks:
             elif arg not in (ARG_CONST_MAP_PTR, ARG_PTR_TO_MAP_KEY):
                 raise _reject(errno.EINVAL, "invalid arg_type for sockmap/sockhash")
         expected = _ARG_TYPES[arg]
+        if arg == ARG_PTR_TO_STACK_OR_NULL and reg.is_const and reg.var.value == 0:
+            return bpf_map  # NULL (register_is_null): no type to check
         if reg.id or reg.type not in expected:
             raise _reject(errno.EACCES, f"R{regno} type={reg.type_str()} expected="
                           + ", ".join(expected))
         if arg == ARG_PTR_TO_CTX:
             self.check_ctx_pointer(regno, reg)
+        elif arg == ARG_PTR_TO_SPIN_LOCK:
+            self.process_spin_lock(state, regno, func_id == BpfFunc.spin_lock)
+        elif arg == ARG_PTR_TO_TIMER:
+            bpf_map = self.process_timer_func(regno, reg)
+        elif arg == ARG_CONST_ALLOC_SIZE_OR_ZERO and not reg.is_const:
+            raise _reject(errno.EACCES, f"R{regno} is not a known constant'")
+        elif arg == ARG_PTR_TO_RINGBUF_MEM and (reg.off or not reg.var.is_const
+                                                 or reg.var.value):
+            raise _reject(errno.EINVAL, f"R{regno} must have zero offset when passed to "
+                          "release func or trusted arg to kfunc")
         elif arg == ARG_CONST_MAP_PTR:
+            if bpf_map is not None and reg.map is not bpf_map:  # the timer's map (map_uid 0)
+                raise _reject(errno.EINVAL, f"timer pointer in R{regno - 1} map_uid=0 doesn't "
+                              f"match map pointer in R{regno} map_uid=0")
             bpf_map = reg.map
             if func_id == BpfFunc.tail_call and bpf_map is not None \
                     and bpf_map.map_type != MapType.PROG_ARRAY:
@@ -275,6 +379,59 @@ class HelperCallChecks:
         return bpf_map
 
     @staticmethod
+    def process_timer_func(regno: int, reg: Reg) -> Any:
+        """process_timer_func: the register points at its map value's bpf_timer (a known
+        offset). Returns the map (meta->map_ptr), which a map argument must then be."""
+        if not reg.var.is_const:
+            raise _reject(errno.EINVAL, f"R{regno} doesn't have constant offset. bpf_timer has "
+                          "to be at the constant offset")
+        bpf_map = reg.map
+        if bpf_map is None:
+            return None  # a value of a map not known here
+        if bpf_map.btf is None:
+            raise _reject(errno.EINVAL, f"map '{bpf_map.name}' has to have BTF in order to use "
+                          "bpf_timer")
+        if bpf_map.timer_off < 0:
+            raise _reject(errno.EINVAL, f"map '{bpf_map.name}' has no valid bpf_timer")
+        off = _s64(reg.var.value) + reg.off
+        if off != bpf_map.timer_off:
+            raise _reject(errno.EINVAL, f"off {off} doesn't point to 'struct bpf_timer' that "
+                          f"is at {bpf_map.timer_off}")
+        return bpf_map
+
+    @staticmethod
+    def process_spin_lock(state: State, regno: int, is_lock: bool) -> None:
+        """process_spin_lock: the register points at its map value's bpf_spin_lock (a known
+        offset); one lock is held at a time, and released where it was taken. (Which lock
+        is which map's: the kernel also tells two elements of one map apart.)"""
+        reg = state.cur.regs[regno]
+        if not reg.var.is_const:
+            raise _reject(errno.EINVAL, f"R{regno} doesn't have constant offset. bpf_spin_lock "
+                          "has to be at the constant offset")
+        bpf_map = reg.map
+        if bpf_map is None:
+            return  # a value of a map not known here
+        if bpf_map.btf is None:
+            raise _reject(errno.EINVAL, f"map '{bpf_map.name}' has to have BTF in order to use "
+                          "bpf_spin_lock")
+        if bpf_map.spin_lock_off < 0:
+            raise _reject(errno.EINVAL, f"map '{bpf_map.name}' has no valid bpf_spin_lock")
+        off = _s64(reg.var.value) + reg.off
+        if off != bpf_map.spin_lock_off:
+            raise _reject(errno.EINVAL, f"off {off} doesn't point to 'struct bpf_spin_lock' "
+                          f"that is at {bpf_map.spin_lock_off}")
+        if is_lock:
+            if state.active_lock is not None:
+                raise _reject(errno.EINVAL, "Locking two bpf_spin_locks are not allowed")
+            state.active_lock = bpf_map
+            return
+        if state.active_lock is None:
+            raise _reject(errno.EINVAL, "bpf_spin_unlock without taking a lock")
+        if state.active_lock is not bpf_map:
+            raise _reject(errno.EINVAL, "bpf_spin_unlock of different lock")
+        state.active_lock = None
+
+    @staticmethod
     def check_helper_mem_access(state: State, regno: int, size: int, write: bool,
                                 zero_size_allowed: bool) -> None:
         """The ``size`` bytes a helper reads or writes at a stack pointer or map value with a
@@ -294,6 +451,7 @@ class HelperCallChecks:
             if off < 0 or off + size > reg.map.value_size:
                 raise _reject(errno.EACCES, f"invalid access to map value, value_size="
                               f"{reg.map.value_size} off={off} size={size}")
+            check_special_fields_untouched(reg.map, off, size)
 
     def check_ctx_pointer(self, regno: int, reg: Reg) -> None:
         """check_ptr_off_reg: the context is used only as it came, unmodified."""

@@ -5,6 +5,7 @@ checks below it), as a part of ``verifier._Verifier``."""
 from __future__ import annotations
 
 import errno
+from typing import Any
 
 from ...asm.opcodes import (
     AtomicOp,
@@ -33,8 +34,10 @@ from .verifier_state import (
     DST_OP_NO_MARK,
     EMPTY_SLOT,
     PTR_TO_CTX,
+    PTR_TO_MAP_KEY,
     PTR_TO_MAP_VALUE,
     PTR_TO_RDONLY_MEM,
+    PTR_TO_RINGBUF_MEM,
     PTR_TO_STACK,
     SCALAR,
     SRC_OP,
@@ -68,6 +71,15 @@ _ATOMIC_RMW = frozenset(int(op) | fetch for op in (AtomicOp.ADD, AtomicOp.OR, At
 
 def _atomic_ptr_type_ok(reg: Reg) -> bool:
     return reg.type not in (PTR_TO_CTX, *_PKT_TYPES, PTR_TO_PACKET_END, *_SOCKET_TYPES)
+
+
+def check_special_fields_untouched(bpf_map: Any, off: int, size: int) -> None:
+    """check_map_access: no load, store or helper reaches a value's bpf_spin_lock or
+    bpf_timer."""
+    for field_off, field_size in bpf_map.special_fields:
+        if off < field_off + field_size and field_off < off + size:
+            name = "bpf_spin_lock" if field_off == bpf_map.spin_lock_off else "bpf_timer"
+            raise _reject(errno.EACCES, f"{name} cannot be accessed directly by load/store")
 
 
 
@@ -168,6 +180,10 @@ class MemoryChecks:
                     self.check_stack_write(frame, state.cur, off, size, value, imm)
                 else:
                     result = _stack_read(frame, off, size)
+        elif reg.type == PTR_TO_MAP_KEY:  # a for_each callback's key: the map's memory
+            self.check_map_key_access(regno, reg, off, size, write)
+        elif reg.type == PTR_TO_RINGBUF_MEM and not reg.id:
+            self.check_mem_region_access(reg, off, size)
         elif reg.type == PTR_TO_RDONLY_MEM:
             if write:
                 raise _reject(errno.EACCES, f"R{regno} cannot write into {reg.type}")
@@ -183,6 +199,29 @@ class MemoryChecks:
         if result.type == SCALAR and size < BPF_REG_SIZE:
             result = Reg(SCALAR, _coerce(result.var, size, ldsx))
         regs[value_regno] = result
+
+    @staticmethod
+    def check_mem_region_access(reg: Reg, off: int, size: int) -> None:
+        """Within the memory's mem_size bytes (known offsets only)."""
+        if not reg.var.is_const:
+            return  # a variable offset: its bounds are value ranges, not kept here
+        off += _s64(reg.var.value)
+        if off < 0 or off + size > reg.mem_size:
+            raise _reject(errno.EACCES, f"invalid access to memory, mem_size={reg.mem_size} "
+                          f"off={off} size={size}")
+
+    @staticmethod
+    def check_map_key_access(regno: int, reg: Reg, off: int, size: int, write: bool) -> None:
+        """The key is read-only, and read within key_size (check_mem_region_access)."""
+        if write:
+            raise _reject(errno.EACCES, f"write to change key R{regno} not allowed")
+        if not reg.var.is_const:
+            return  # a variable offset: its bounds are value ranges, not kept here
+        off += _s64(reg.var.value)
+        key_size = reg.map.key_size
+        if off < 0 or off + size > key_size:
+            raise _reject(errno.EACCES, f"invalid access to map key, key_size={key_size} "
+                          f"off={off} size={size}")
 
     def check_map_value_access(self, regno: int, reg: Reg, off: int, size: int,
                                write: bool) -> None:
@@ -201,6 +240,7 @@ class MemoryChecks:
             raise _reject(errno.EACCES, f"invalid access to map value, value_size="
                           f"{bpf_map.value_size} off={off} size={size}\nR{regno} min value is "
                           "outside of the allowed memory range")
+        check_special_fields_untouched(bpf_map, off, size)
 
     def check_ctx_access(self, regno: int, reg: Reg, off: int, size: int, write: bool,
                          ldsx: bool) -> Reg:

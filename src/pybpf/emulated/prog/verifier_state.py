@@ -75,7 +75,9 @@ def _reject(err: int, message: str) -> VerifierReject:
 
 # -- the abstract state ------------------------------------------------------------------------
 NOT_INIT, SCALAR, PTR_TO_CTX, PTR_TO_STACK = "?", "scalar", "ctx", "fp"
-CONST_PTR_TO_MAP, PTR_TO_MAP_VALUE = "map_ptr", "map_value"
+CONST_PTR_TO_MAP, PTR_TO_MAP_VALUE, PTR_TO_MAP_KEY = "map_ptr", "map_value", "map_key"
+PTR_TO_RINGBUF_MEM = "ringbuf_mem"  # a reserved ring buffer record, ``Reg.mem_size`` bytes
+PTR_TO_FUNC = "func"  # a callback's address (BPF_PSEUDO_FUNC); ``Reg.map``: its first insn
 PTR_TO_RDONLY_MEM = "rdonly_mem"  # PTR_TO_MEM | MEM_RDONLY: here only a kfunc's address, size 0
 _PKT_TYPES = frozenset({PTR_TO_PACKET, PTR_TO_PACKET_META})
 # Pointer types whose accesses are not checked here (sockets: their fields are not modelled).
@@ -91,6 +93,8 @@ class Reg(NamedTuple):
     map: Any = None  # CONST_PTR_TO_MAP, PTR_TO_MAP_VALUE: the map (None: not known here)
     frame: int = 0  # PTR_TO_STACK: whose stack
     id: int = 0  # not 0: may be NULL (copies share the id until a NULL check)
+    mem_size: int = 0  # PTR_TO_RINGBUF_MEM: the bytes it points to
+    ref: int = 0  # not 0: the reference it holds (ref_obj_id), released by a helper
 
     @property
     def is_pointer(self) -> bool:
@@ -129,19 +133,23 @@ EMPTY_SLOT = Slot()
 
 
 class Frame:
-    """struct bpf_func_state: registers, stack slots and where the call returns to."""
+    """struct bpf_func_state: registers, stack slots and where the call returns to;
+    ``callback_depth``: the calls of a bpf_loop callback this frame's path has walked (not
+    compared by pruning)."""
 
-    __slots__ = ("regs", "stack", "callsite", "frameno")
+    __slots__ = ("regs", "stack", "callsite", "frameno", "callback_depth")
 
     def __init__(self, regs: list[Reg], stack: dict[int, Slot], callsite: int,
-                 frameno: int) -> None:
+                 frameno: int, callback_depth: int = 0) -> None:
         self.regs = regs
         self.stack = stack
         self.callsite = callsite
         self.frameno = frameno
+        self.callback_depth = callback_depth
 
     def copy(self) -> Frame:
-        return Frame(list(self.regs), dict(self.stack), self.callsite, self.frameno)
+        return Frame(list(self.regs), dict(self.stack), self.callsite, self.frameno,
+                     self.callback_depth)
 
     def key(self) -> tuple:
         return tuple(self.regs), tuple(sorted(self.stack.items())), self.callsite
@@ -149,23 +157,34 @@ class Frame:
 
 class State:
     """struct bpf_verifier_state: the frames of the calls in progress, innermost last, and
-    the references the program holds (acquired sockets not yet found NULL)."""
+    the references the program holds (acquired sockets not yet found NULL);
+    ``callback_unroll``: the callback calls walked on this path (callback_unroll_depth: a
+    state seen in an earlier call of a callback is no endless loop)."""
 
-    __slots__ = ("frames", "refs")
+    __slots__ = ("frames", "refs", "callback_unroll", "active_lock")
 
-    def __init__(self, frames: list[Frame], refs: set[int] | None = None) -> None:
+    def __init__(self, frames: list[Frame], refs: set[int] | None = None,
+                 callback_unroll: int = 0, active_lock: Any = None) -> None:
         self.frames = frames
         self.refs = refs if refs is not None else set()
+        self.callback_unroll = callback_unroll
+        self.active_lock = active_lock  # the map whose bpf_spin_lock is held (None: none)
 
     @property
     def cur(self) -> Frame:
         return self.frames[-1]
 
     def copy(self) -> State:
-        return State([f.copy() for f in self.frames], set(self.refs))
+        return State([f.copy() for f in self.frames], set(self.refs), self.callback_unroll,
+                     self.active_lock)
 
     def key(self) -> tuple:
-        return tuple(f.key() for f in self.frames) + (tuple(sorted(self.refs)),)
+        """The frames', then what the program holds: references and the lock (pruning needs
+        the same held)."""
+        held = tuple(sorted(self.refs))
+        if self.active_lock is not None:
+            held += (("spin_lock", id(self.active_lock)),)
+        return tuple(f.key() for f in self.frames) + (held,)
 
 
 def _covers(old: tuple, cur: tuple, live: int) -> bool:
@@ -207,7 +226,10 @@ def _reg_covers(old: Reg, cur: Reg, ids: dict[int, int]) -> bool:
     if (old.off, old.map, old.frame) != (cur.off, cur.map, cur.frame) \
             or not old.var.contains(cur.var):
         return False
-    if bool(old.id) != bool(cur.id):
+    if bool(old.id) != bool(cur.id) or bool(old.ref) != bool(cur.ref) \
+            or old.mem_size != cur.mem_size:
+        return False
+    if old.ref and ids.setdefault(old.ref, cur.ref) != cur.ref:
         return False
     return not old.id or ids.setdefault(old.id, cur.id) == cur.id
 
@@ -226,13 +248,16 @@ class _Visit(NamedTuple):
     count: int
 
 
-def _check_endless_loop(pc: int, key: tuple, visit: _Visit | None) -> None:
+def _check_endless_loop(pc: int, key: tuple, visit: _Visit | None,
+                        callback_unroll: int = 0) -> None:
     """is_state_visited: this path is back at ``pc`` in a state it had there in one of the
-    last LOOP_PERIOD rounds (and had not widened), so it would go round forever."""
+    last LOOP_PERIOD rounds (and had not widened) of the same call of a callback, so it would
+    go round forever."""
     for _ in range(LOOP_PERIOD):
         if visit is None:
             return
-        if not visit.widened and visit.key == key:
+        if not visit.widened and visit.key == key \
+                and visit.state.callback_unroll == callback_unroll:
             raise _reject(errno.EINVAL, f"infinite loop detected at insn {pc}")
         visit = visit.previous
 
@@ -282,6 +307,19 @@ def _ptr_at(ptr: Reg, off: int) -> Reg:
     return ptr._replace(off=off)
 
 
+
+
+def release_reference(state: State, ref: int) -> None:
+    """release_reference: the reference is gone, and every copy of the pointer that held it
+    is an unknown scalar (mark_reg_invalid, as for a loader that may leak pointers)."""
+    state.refs.discard(ref)
+    for frame in state.frames:
+        for regno, reg in enumerate(frame.regs):
+            if reg.ref == ref:
+                frame.regs[regno] = UNKNOWN
+        for spi, slot in frame.stack.items():
+            if slot.spilled.ref == ref:
+                frame.stack[spi] = slot._replace(spilled=UNKNOWN)
 
 
 def _mark_ptr_or_null_regs(state: State, ptr_id: int, is_null: bool) -> None:

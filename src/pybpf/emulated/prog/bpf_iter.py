@@ -1,0 +1,113 @@
+"""Helpers that call back into the program (kernel/bpf/bpf_iter.c): ``bpf_loop`` and
+``bpf_for_each_map_elem`` (which walks the map with its type's ``map_for_each_callback``).
+
+Rules this module keeps:
+- A callback's address is what a BPF_PSEUDO_FUNC lddw loads: a pointer to a region holding a
+  ``BpfCallback`` (the program's executable and the subprogram's first slot), made when the
+  program is resolved (``executable.Executable``). A helper runs it on the run's engine
+  (``rs.engine``) through ``Executable.entry``, in a frame of its own, counting its
+  instructions in the run's budget.
+- The run's budget (an emulator's guard against endless loops) bounds each call of a callback
+  as it bounded the program when it called the helper: what a call ran is counted in the
+  run's instructions and added to its budget, so a verified bpf_loop of 2^23 calls runs to
+  the end, on either engine, as on the kernel.
+- Results are the kernel's: the number of iterations (or elements) the callback saw, a stop
+  when it returns non-zero, -EINVAL for flags, -E2BIG past BPF_MAX_LOOPS.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import KernelError, ProgramFault
+from ...uapi import BpfFunc
+from ..maps.bpf_map import BpfMap
+from ..maps.bpf_timer import BpfTimer
+from .memory import BPF_MAX_LOOPS, M64, OFF_MASK, RunState
+
+# The helpers that call back into the program (the verifier's is_callback_calling_function, as
+# far as emulated); the JIT keeps the run's count and budget current around their calls.
+CALLBACK_HELPERS = frozenset({BpfFunc.loop, BpfFunc.for_each_map_elem})
+
+
+@dataclass(frozen=True, eq=False)
+class BpfCallback:
+    """The target of a BPF_PSEUDO_FUNC lddw: subprogram ``start`` of ``exe``."""
+
+    exe: Any  # the Executable holding the subprogram
+    start: int
+
+    def __call__(self, rs: RunState, r1: int, r2: int, r3: int = 0, r4: int = 0,
+                 r5: int = 0) -> int:
+        before = rs.count
+        try:
+            return rs.entry_of(self.exe, self.start)(rs, r1, r2, r3, r4, r5) & M64
+        finally:
+            rs.budget += rs.count - before
+
+
+def callback_of(rs: RunState, ptr: int, helper: str) -> BpfCallback:
+    """The callback a ``callback_fn`` argument points to."""
+    obj = rs.mem.get(ptr >> 32) if ptr >= 0 else None
+    if not isinstance(obj, BpfCallback) or ptr & OFF_MASK:
+        raise ProgramFault(errno.EFAULT, f"{helper}: the callback argument is not a BPF "
+                           f"function ({ptr:#x})")
+    return obj
+
+
+def timer_runner(rs: RunState, callback: BpfCallback) -> Callable[[BpfTimer], None]:
+    """What a timer runs when it fires (the kernel's bpf_timer_cb, in the arming CPU's
+    softirq): ``callback(map, key, value)`` in a run of its own, on the engine of the
+    program that set it."""
+    env, entry_of = rs.env, rs.entry_of
+    static_regions = callback.exe.static_regions
+
+    def fire(timer: BpfTimer) -> None:
+        run = RunState(env)
+        run.entry_of = entry_of
+        run.mem.update(static_regions)
+        callback(run, run.add_region(timer.bpf_map), run.add_region(bytes(timer.key)),
+                 run.region_of(timer.value))
+
+    return fire
+
+
+def bpf_loop(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_loop(nr_loops, callback_fn, callback_ctx, flags): ``callback_fn(i, ctx)`` for i
+    from 0 while it returns 0; the number of calls made. ``nr_loops`` is compared in 64 bits,
+    as the loop the kernel's verifier inlines in place of the call (flags a known 0) does."""
+    if r4:
+        return -errno.EINVAL & M64
+    if r1 > BPF_MAX_LOOPS:
+        return -errno.E2BIG & M64
+    callback = callback_of(rs, r2, "bpf_loop")
+    for index in range(r1):
+        if callback(rs, index, r3):
+            return index + 1
+    return r1
+
+
+def bpf_for_each_map_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_for_each_map_elem(map, callback_fn, callback_ctx, flags): ``callback_fn(map, key,
+    value, ctx)`` per element until it returns non-zero; the elements visited. The value is
+    the element's memory (the pointer a lookup gives); the key is read-only."""
+    bpf_map = rs.mem.get(r1 >> 32) if r1 >= 0 else None
+    if not isinstance(bpf_map, BpfMap) or r1 & OFF_MASK:
+        raise ProgramFault(errno.EFAULT, f"bpf_for_each_map_elem: R1 is not a map pointer "
+                           f"({r1:#x})")
+    callback = callback_of(rs, r2, "bpf_for_each_map_elem")
+
+    def visit(key: bytes, value: bytearray) -> int:
+        key_ptr = rs.add_region(bytes(key))
+        try:
+            return callback(rs, r1, key_ptr, rs.region_of(value), r3)
+        finally:
+            del rs.mem[key_ptr >> 32]
+
+    try:
+        return bpf_map.map_for_each_callback(visit, r4)
+    except KernelError as exc:
+        return -exc.errno & M64
