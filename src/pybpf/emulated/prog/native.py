@@ -53,6 +53,8 @@ STATUS_OK, STATUS_ELOOP, STATUS_RAISED = 0, 1, 2
 OP_HELPER, OP_KFUNC, OP_LOAD, OP_STORE, OP_ATOMIC, OP_LD_ABS = range(6)
 
 _CALLBACK_TYPE = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p, *[ctypes.c_uint64] * 7)
+# CFUNCTYPE releases the GIL while compiled code runs (it touches only its run's state and
+# arena); the callback takes it back
 _ENTRY_TYPE = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p, *[ctypes.c_uint64] * 5)
 
 
@@ -570,58 +572,86 @@ def _machine() -> Any:
 
 
 class _Run:
-    """One run's state array, frame arena and Python's view of the frames."""
+    """One run's state array (``words``: Python's view of it), frame arena and Python's views
+    of the frames."""
 
     def __init__(self, frames: int) -> None:
         self.state = (ctypes.c_uint64 * (FRAME_REGIONS + frames))()
+        self.words = memoryview(self.state).cast("B").cast("Q")
         self.arena = bytearray(frames * MAX_BPF_STACK)
         self.arena_c = (ctypes.c_char * len(self.arena)).from_buffer(self.arena)
         self.views = [memoryview(self.arena)[k * MAX_BPF_STACK:(k + 1) * MAX_BPF_STACK]
                       for k in range(frames)]
         self.address = ctypes.addressof(self.state)
-        self.state[ARENA] = ctypes.addressof(self.arena_c)
-        self.state[CALLBACK] = _CALLBACK_ADDRESS
-        self.rs: RunState | None = None
+        self.words[ARENA] = ctypes.addressof(self.arena_c)
+        self.words[CALLBACK] = _CALLBACK_ADDRESS
+        self.rs: Any = None
+        self.exe: Any = None
         self.error: BaseException | None = None
+        self.registered: list[int] = []  # frame regions now in rs.mem
+
+    def framed(self, op: int, a: int, b: int, c: int, d: int, e: int, f: int) -> int:
+        """``op`` with the live frames as regions of ``rs.mem`` and the count and region
+        numbers handed over (a helper may run a callback, which counts and makes frames)."""
+        rs, words = self.rs, self.words
+        rs.count = words[COUNT]
+        rs.next_region = words[NEXT_REGION]
+        live = words[FRAME_REGIONS:FRAME_REGIONS + words[DEPTH]].tolist()
+        if live != self.registered:
+            self.unregister()
+            mem = rs.mem
+            for region, view in zip(live, self.views, strict=False):
+                mem[region] = view
+            self.registered = live
+        try:
+            if op == OP_HELPER:
+                return self.exe.helpers[a](rs, b, c, d, e, f) & M64
+            if op == OP_KFUNC:
+                return self.exe.kfuncs[a](rs, b, c, d, e, f) & M64
+            return _memory_op(rs, op, a, b, c, d, e, f)
+        finally:
+            words[COUNT] = rs.count
+            words[NEXT_REGION] = rs.next_region
+
+    def unregister(self) -> None:
+        """Take the frames out of ``rs.mem`` (they stay between callbacks, where only
+        compiled code runs, and are checked against the live ones at each)."""
+        mem = self.rs.mem
+        for region in self.registered:
+            mem.pop(region, None)
+        self.registered = []
 
 
 _ACTIVE: dict[int, _Run] = {}  # state address -> the run it belongs to, while it runs
 
 
+def _memory_op(rs: RunState, op: int, a: int, b: int, c: int, d: int, e: int, f: int) -> int:
+    if op == OP_LOAD:
+        return mem_load(rs, a, b, c)
+    if op == OP_STORE:
+        mem_store(rs, a, b, d, c)
+        return 0
+    if op == OP_ATOMIC:
+        return atomic_op(rs, a, b, c, d, e, f) & M64
+    return ld_abs(rs, a, b)
+
+
 def _callback(st: int, op: int, a: int, b: int, c: int, d: int, e: int, f: int) -> int:
     """What compiled code asks of Python; an exception is kept for the run to raise."""
     run = _ACTIVE[st]
-    rs, state = run.rs, run.state
-    rs.count = state[COUNT]
-    rs.next_region = state[NEXT_REGION]
-    mem = rs.mem
-    live = [state[FRAME_REGIONS + k] for k in range(state[DEPTH])]
-    for k, region in enumerate(live):
-        mem[region] = run.views[k]
     try:
-        if op == OP_HELPER:
-            result = run.exe.helpers[a](rs, b, c, d, e, f)
-        elif op == OP_LOAD:
-            result = mem_load(rs, a, b, c)
-        elif op == OP_STORE:
-            mem_store(rs, a, b, d, c)
-            result = 0
-        elif op == OP_ATOMIC:
-            result = atomic_op(rs, a, b, c, d, e, f)
-        elif op == OP_KFUNC:
-            result = run.exe.kfuncs[a](rs, b, c, d, e, f)
-        else:
-            result = ld_abs(rs, a, b)
+        if op >= OP_LOAD:
+            # memory outside the live frames needs neither them nor the count; a fault (or
+            # an atomic on the stack) is done again with the frames, where it is exact
+            try:
+                return _memory_op(run.rs, op, a, b, c, d, e, f)
+            except ProgramFault:
+                pass
+        return run.framed(op, a, b, c, d, e, f)
     except BaseException as exc:  # noqa: BLE001 - re-raised by the run, unchanged
         run.error = exc
-        state[STATUS] = STATUS_RAISED
-        result = 0
-    finally:
-        for region in live:
-            mem.pop(region, None)
-        state[COUNT] = rs.count
-        state[NEXT_REGION] = rs.next_region
-    return result & M64
+        run.words[STATUS] = STATUS_RAISED
+        return 0
 
 
 _CALLBACK = _CALLBACK_TYPE(_callback) if llvm is not None else None
@@ -654,27 +684,28 @@ class NativeProgram:
 
         def run_native(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
             run = free.pop() if free else _Run(self.frames)
-            state = run.state
-            state[COUNT] = rs.count
-            state[BUDGET] = rs.budget
-            state[NEXT_REGION] = rs.next_region
-            state[STATUS] = STATUS_OK
-            state[DEPTH] = 0
+            words = run.words
+            words[COUNT] = rs.count
+            words[BUDGET] = rs.budget
+            words[NEXT_REGION] = rs.next_region
+            words[STATUS] = STATUS_OK
+            words[DEPTH] = 0
             run.rs, run.exe = rs, self.exe
             _ACTIVE[run.address] = run
             try:
                 r0 = function(run.address, r1 & M64, r2 & M64, r3 & M64, r4 & M64, r5 & M64)
             finally:
                 del _ACTIVE[run.address]
-                rs.count = state[COUNT]
-                rs.next_region = state[NEXT_REGION]
-                status, error = state[STATUS], run.error
+                run.unregister()
+                rs.count = words[COUNT]
+                rs.next_region = words[NEXT_REGION]
+                status, error = words[STATUS], run.error
                 run.rs = run.error = None
                 free.append(run)
             if status == STATUS_RAISED:
                 raise error
             if status == STATUS_ELOOP:
-                raise self.over_budget(rs, state[FAULT_PC])
+                raise self.over_budget(rs, words[FAULT_PC])
             return r0
 
         return run_native
