@@ -357,6 +357,15 @@ def test_corpus_program_gives_the_same_outcome_on_every_engine(case: Case, emula
     assert all(outcome == outcomes["interp"] for outcome in outcomes.values()), outcomes
 
 
+def test_without_llvmlite_the_native_engine_is_refused_naming_the_package(monkeypatch):
+    from pybpf.emulated.prog import native
+
+    monkeypatch.setattr(native, "llvm", None)  # as where it is not installed
+    with pytest.raises(ValueError, match="needs the llvmlite package"):
+        run_engine([b.mov64(R0, 0), b.exit_()], "native")
+    assert run_engine([b.mov64(R0, 5), b.exit_()], "jit") == 5
+
+
 def test_jump_opcodes_cover_the_table():
     """Every conditional jump opcode has a JIT condition (the random test draws from them)."""
     assert {OPCODES[c].op for c in JMP_CODES} == {op for op in JmpOp if op not in (

@@ -1,7 +1,7 @@
 """The native engine (prog/native.py): machine code through LLVM against the reference
 interpreter and the JIT on random ALU/branch/loop programs (R0, the instruction count, the
 budget's fault point), the kernel's division rules at the edges, what it refuses and runs on
-the JIT, and a clear error without llvmlite."""
+the JIT (the error without llvmlite: test_interpreter.py, which runs without it too)."""
 
 from __future__ import annotations
 
@@ -152,11 +152,3 @@ def test_recursion_is_refused():
                       b.exit_()])
     with pytest.raises(native.NativeRefused, match="recursive"):
         native.check_compilable(exe)
-
-
-def test_without_llvmlite_the_engine_is_refused_naming_the_package(monkeypatch):
-    monkeypatch.setattr(native, "llvm", None)
-    with pytest.raises(ValueError, match="llvmlite"):
-        run_prog(executable([b.mov64(R0, 0), b.exit_()]), RunState(RunEnv(engine="native")), 0)
-    rs = RunState(RunEnv(engine="jit"))
-    assert run_prog(executable([b.mov64(R0, 5), b.exit_()]), rs, 0) == 5
