@@ -158,7 +158,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
 def run_from_args(ns: argparse.Namespace) -> int:
     from ..backends import bpf_allowed
     from ..backends import system as make_system
-    from ..emulated.prog.native import native_missing
+    from ..emulated import native_missing
 
     kernel = None
     kernel_note = "skipped (--no-kernel)"

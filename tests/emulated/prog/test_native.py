@@ -106,11 +106,19 @@ def test_division_edges_follow_the_kernels_rules(op, bits):
             assert len(set(results.values())) == 1, (dividend, divisor, results)
 
 
-def test_stack_fault_names_the_instruction_with_the_interpreters_count():
-    items = [b.mov64(R0, 1), b.add64(R0, 2), b.stx(8, FP, 0, R0), b.exit_()]
+@pytest.mark.parametrize("access", [b.stx(8, FP, 0, R0), b.ldx(4, R1, FP, -514),
+                                    b.ldx(8, R1, FP, -600)])
+def test_stack_fault_is_the_interpreters_with_its_count_and_message(access):
+    items = [b.mov64(R0, 1), b.add64(R0, 2), access, b.exit_()]
     reference = outcome(items, "interp", 100)
     assert reference[0] == ("fault", errno.EFAULT, 2)
     assert outcome(items, "native", 100) == reference
+    messages = set()
+    for engine in ("interp", "native"):
+        with pytest.raises(ProgramFault) as info:
+            run_prog(executable(items), RunState(RunEnv(engine=engine)), 0)
+        messages.add(str(info.value))
+    assert len(messages) == 1, messages
 
 
 def test_a_pointer_to_the_callers_stack_reaches_it_through_the_frame_table():

@@ -1,12 +1,13 @@
-"""The program engine: the verifier, the two execution engines, helpers, kfuncs, BTF.
+"""The program engine: the verifier, the execution engines, helpers, kfuncs, BTF.
 
 The verifier follows verifier.c's parts (verifier.py drives; verifier_state.py, verifier_alu.py,
 verifier_mem.py and verifier_helpers.py are its state, ALU, memory-access and call checks;
 tnum.py is tnum.c); filter.py holds the context layouts (``struct __sk_buff``, ``xdp_md``, ...)
 and their access rules as net/core/filter.c; log.py is kernel/bpf/log.c. memory.py is the
-engines' memory model, semantics.py the instruction semantics both engines share,
-interpreter.py and jit.py the two engines, executable.py a loaded program and ``run_prog``,
-the one entry every caller uses with a ``RunEnv``.
+engines' memory model, semantics.py the instruction semantics the engines share,
+interpreter.py, jit.py and native.py (machine code through LLVM, where llvmlite is installed)
+the engines, executable.py a loaded program and core.py ``run_prog``, the one entry every
+caller uses with a ``RunEnv``.
 
 Rules this package keeps:
 - Imports from ``machine`` and ``maps`` only (never from ``net`` or the front).

@@ -25,7 +25,17 @@ import ctypes
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ...asm.opcodes import OPCODES, AluOp, AtomicOp, Class, Instruction, JmpOp, Kind, Source
+from ...asm.opcodes import (
+    ATOMIC_FETCH,
+    OPCODES,
+    AluOp,
+    AtomicOp,
+    Class,
+    Instruction,
+    JmpOp,
+    Kind,
+    Source,
+)
 from ...errors import ProgramFault
 from ...uapi import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, BpfFunc
 from .memory import M64, RunState, mem_load, mem_store
@@ -99,7 +109,7 @@ def _writes_r10(insn: Instruction) -> bool:
     if kind in (Kind.ALU, Kind.NEG, Kind.END, Kind.LDX, Kind.LDX_SX, Kind.LD_IMM64):
         return insn.dst == 10
     if kind is Kind.ATOMIC:
-        fetches = insn.imm & 0x01 and insn.imm != AtomicOp.CMPXCHG
+        fetches = insn.imm & ATOMIC_FETCH and insn.imm != AtomicOp.CMPXCHG
         return (insn.imm == AtomicOp.LOAD_ACQ and insn.dst == 10) or bool(fetches and
                                                                            insn.src == 10)
     return False
@@ -475,7 +485,7 @@ class _FunctionIR:
                             self.get(0), str(pc))
         if imm == AtomicOp.CMPXCHG:
             self.put(0, old)
-        elif imm & 0x01 and imm != AtomicOp.STORE_REL:
+        elif imm & ATOMIC_FETCH:
             self.put(insn.src, old)
 
 
@@ -520,8 +530,8 @@ declare i64 @llvm.bswap.i64(i64)
 
 
 def native_ir(exe: Executable) -> str:
-    """The LLVM IR of ``exe``: one function per subprogram, an exported ``E<start>`` each."""
-    check_compilable(exe)
+    """The LLVM IR of ``exe`` (which ``check_compilable`` accepted): one function per
+    subprogram, an exported ``E<start>`` each."""
     parts = [_FRAME_PTR]
     for start in exe.subprogs:
         parts.append("\n".join(_FunctionIR(exe, start, exe.subprog_end(start)).write()))
