@@ -4,7 +4,8 @@ The package is laid out as the kernel tree, in floors that import only downwards
 
 - ``machine/``: CPUs, NUMA nodes, modeled time, RCU, the allocators (the ground floor);
 - ``maps/``: the map families of kernel/bpf;
-- ``prog/``: the verifier, the two engines (interpreter and JIT to Python), helpers, kfuncs;
+- ``prog/``: the verifier, the engines (interpreter, JIT to Python, native through LLVM),
+  helpers, kfuncs;
 - ``net/``: devices, skbs, GRO, XDP, and the maps whose data paths are the network's
   (devmap, cpumap, sockmap with its psocks);
 - the front (this folder): ``system.py`` (EmulatedSystem: fd table, ids, the commands in
@@ -28,6 +29,7 @@ from .net.skmsg import psock_table
 from .net.xdp import XdpBuff
 from .prog.core import run_prog
 from .prog.memory import RunEnv, RunState
+from .prog.native import native_missing
 from .system import EmulatedSystem
 from .test_run import bpf_test_run_xdp_live
 
@@ -47,6 +49,7 @@ __all__ = [
     "Work",
     "XdpBuff",
     "bpf_test_run_xdp_live",
+    "native_missing",
     "net_of",
     "psock_table",
     "run_prog",

@@ -1,8 +1,9 @@
-"""The emulated backend's two engines: the reference interpreter and the JIT to Python.
+"""The emulated backend's engines: the reference interpreter, the JIT to Python and, where
+llvmlite is installed, the native tier (machine code through LLVM).
 
-Per-op semantics come from a table (program, expected R0) run on both engines; memory faults
+Per-op semantics come from a table (program, expected R0) run on every engine; memory faults
 and the budget are clean ``ProgramFault``s; random programs and the whole corpus must give the
-same results on both engines.
+same results on every engine.
 """
 
 from __future__ import annotations
@@ -40,10 +41,16 @@ from pybpf.emulated.prog.executable import Executable
 from pybpf.emulated.prog.helpers import helper_funcs
 from pybpf.emulated.prog.jit import jit_source
 from pybpf.emulated.prog.memory import CTX_REGION, DYNAMIC_REGION_BASE, RunEnv, RunState
+from pybpf.emulated.prog.native import native_missing
 from pybpf.errors import ProgramFault
 
 M64 = (1 << 64) - 1
-ENGINES = ("interp", "jit")
+NATIVE_MISSING = native_missing()
+# the engines this machine runs (native only with llvmlite); parametrized tests list all three
+# and skip native with the reason
+ENGINES = ("interp", "jit") if NATIVE_MISSING else ("interp", "jit", "native")
+ENGINE_PARAMS = ["interp", "jit", pytest.param("native", marks=pytest.mark.skipif(
+    NATIVE_MISSING is not None, reason=str(NATIVE_MISSING)))]
 
 
 def executable(items) -> Executable:
@@ -58,10 +65,10 @@ def run_engine(items, engine: str, ctx=None, budget: int = 1_000_000) -> int:
 
 
 def r0_of(*body, ctx=None) -> int:
-    """R0 after ``body`` + exit on both engines, which must agree."""
+    """R0 after ``body`` + exit on every engine, which must agree."""
     items = [*body, b.exit_()]
     results = {engine: run_engine(items, engine, ctx) for engine in ENGINES}
-    assert results["interp"] == results["jit"], results
+    assert len(set(results.values())) == 1, results
     return results["jit"]
 
 
@@ -180,7 +187,7 @@ def test_bpf_to_bpf_call_keeps_callee_saved_registers_and_has_its_own_stack():
              b.label("sub"), b.mov64(R6, 1000), b.mov64(R9, 1000), b.st(8, FP, -8, 7),
              b.mov64(R0, R1), b.mul64(R0, 2), b.exit_()]
     results = {engine: run_engine(items, engine) for engine in ENGINES}
-    assert results == {"interp": 10 + 100 + 6 + 9, "jit": 10 + 100 + 6 + 9}
+    assert results == dict.fromkeys(ENGINES, 10 + 100 + 6 + 9)
 
 
 def test_callee_can_use_a_pointer_to_the_callers_stack():
@@ -188,8 +195,8 @@ def test_callee_can_use_a_pointer_to_the_callers_stack():
              b.ldx(8, R0, FP, -8), b.exit_(),
              b.label("sub"), b.mov64(R2, 39), b.atomic_add64(R1, 0, R2), b.mov64(R0, 0),
              b.exit_()]
-    assert {engine: run_engine(items, engine) for engine in ENGINES} == {"interp": 42,
-                                                                        "jit": 42}
+    assert {engine: run_engine(items, engine) for engine in ENGINES} == dict.fromkeys(ENGINES,
+                                                                                     42)
 
 
 def test_ctx_is_readable_and_writable_memory():
@@ -213,7 +220,7 @@ FAULTS = [
 ]
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", ENGINE_PARAMS)
 @pytest.mark.parametrize("items,pc", [pytest.param(items, pc, id=name)
                                       for name, items, pc in FAULTS])
 def test_bad_memory_access_is_a_program_fault_naming_the_insn(items, pc, engine):
@@ -224,13 +231,13 @@ def test_bad_memory_access_is_a_program_fault_naming_the_insn(items, pc, engine)
     assert f"insn {pc}" in str(info.value)
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", ENGINE_PARAMS)
 def test_store_into_read_only_memory_faults(engine):
     with pytest.raises(ProgramFault, match="read-only"):
         run_engine([b.st(4, R1, 0, 1), b.mov64(R0, 0), b.exit_()], engine, bytes(16))
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", ENGINE_PARAMS)
 def test_endless_loop_stops_at_the_budget(engine):
     with pytest.raises(ProgramFault) as info:
         run_engine([b.mov64(R0, 0), b.label("loop"), b.add64(R0, 1), b.ja("loop"), b.exit_()],
@@ -239,7 +246,7 @@ def test_endless_loop_stops_at_the_budget(engine):
     assert "budget of 10000" in str(info.value)
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", ENGINE_PARAMS)
 def test_budget_counts_every_instruction(engine):
     items = [b.mov64(R0, 0), b.label("loop"), b.add64(R0, 1), b.jlt(R0, 100, "loop"), b.exit_()]
     rs = RunState(RunEnv(insn_budget=1_000, engine=engine))
@@ -332,22 +339,31 @@ def branchy_programs(draw) -> list:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(items=branchy_programs())
-def test_random_programs_give_the_same_result_on_both_engines(items):
+def test_random_programs_give_the_same_result_on_every_engine(items):
     # forward jumps only: a short run, far under this budget; R0 and the instruction count
     results = {}
     for engine in ENGINES:
         rs = RunState(RunEnv(insn_budget=10_000, engine=engine))
         results[engine] = (run_prog(executable(items), rs, 0), rs.count)
-    assert results["interp"] == results["jit"]
+    assert len(set(results.values())) == 1, results
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
-def test_corpus_program_gives_the_same_outcome_on_both_engines(case: Case, emulated):
+def test_corpus_program_gives_the_same_outcome_on_every_engine(case: Case, emulated):
     outcomes = {}
     for engine in ENGINES:
         emulated.bpf_engine = engine
         outcomes[engine] = run_case(case, emulated)
-    assert outcomes["interp"] == outcomes["jit"]
+    assert all(outcome == outcomes["interp"] for outcome in outcomes.values()), outcomes
+
+
+def test_without_llvmlite_the_native_engine_is_refused_naming_the_package(monkeypatch):
+    from pybpf.emulated.prog import native
+
+    monkeypatch.setattr(native, "llvm", None)  # as where it is not installed
+    with pytest.raises(ValueError, match="needs the llvmlite package"):
+        run_engine([b.mov64(R0, 0), b.exit_()], "native")
+    assert run_engine([b.mov64(R0, 5), b.exit_()], "jit") == 5
 
 
 def test_jump_opcodes_cover_the_table():
@@ -356,15 +372,18 @@ def test_jump_opcodes_cover_the_table():
         JmpOp.JA, JmpOp.CALL, JmpOp.EXIT, JmpOp.JCOND)}
 
 
-def test_interp_benchmark_reports_both_engines_with_exact_instruction_counts(capsys):
+def test_interp_benchmark_reports_every_engine_with_exact_instruction_counts(capsys):
     import json
 
     from pybpf.bench.interp import main
 
-    assert main(["--iterations", "50", "--no-kernel", "--json", "--jit-repeat", "1"]) == 0
-    rows = json.loads(capsys.readouterr().out)["rows"]
-    counts = {(row["program"], row["engine"]): row["insns_per_run"] for row in rows}
+    assert main(["--iterations", "50", "--no-kernel", "--json", "--jit-repeat", "1",
+                 "--native-repeat", "1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    counts = {(row["program"], row["engine"]): row["insns_per_run"] for row in report["rows"]}
     alu = 3 + 9 * 50 + 1  # mov, mov, lddw; 9 per iteration; exit
     maps = 3 + 10 * 50 + 2  # mov, mov, st; 10 per iteration; mov, exit
-    assert counts == {("alu-loop", "interp"): alu, ("alu-loop", "jit"): alu,
-                      ("map-loop", "interp"): maps, ("map-loop", "jit"): maps}
+    assert counts == {(program, engine): insns for program, insns in (("alu-loop", alu),
+                                                                      ("map-loop", maps))
+                      for engine in ENGINES}
+    assert report["native"] == (NATIVE_MISSING or "measured")

@@ -18,6 +18,7 @@ from pybpf.btf import Btf, Kind
 from pybpf.emulated.net.skmsg import psock_table
 from pybpf.emulated.prog.kfuncs import KFUNCS
 from pybpf.emulated.prog.memory import CtxRegion
+from pybpf.emulated.prog.native import native_missing
 from pybpf.errors import BPFError, VerifierError
 from pybpf.programs import Program, ProgramSpec
 from pybpf.sock_maps import SockMap, redirect_verdict
@@ -172,7 +173,9 @@ def test_a_btf_id_that_is_no_function_is_einval_on_both(backend):
 
 
 # -- what the program gets back ----------------------------------------------------------------
-@pytest.mark.parametrize("engine", ["jit", "interp"])
+@pytest.mark.parametrize("engine", ["jit", "interp", pytest.param(
+    "native", marks=pytest.mark.skipif(native_missing() is not None,
+                                       reason=str(native_missing())))])
 @pytest.mark.parametrize("cpu,expected", [(1, ENOENT), (4, EINVAL), (-2, EINVAL),
                                           (-(1 << 31), EINVAL)])
 def test_outside_a_psock_the_kfunc_returns_enoent_or_einval_for_a_bad_cpu(four_cpus, engine,

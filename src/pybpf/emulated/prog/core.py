@@ -6,8 +6,10 @@ budget, engine) through the ``RunState``; the run's instructions are charged to 
 CPU of its machine.
 
 Engines: "jit" translates the whole program to Python once (programs over ``JIT_MAX_SLOTS``
-run on the interpreter instead), "interp" steps the reference interpreter. A run stays on its
-engine through tail calls and callbacks (``rs.entry_of``).
+run on the interpreter instead), "interp" steps the reference interpreter, "native" compiles
+the program to machine code through LLVM (native.py; needs llvmlite) and runs a program it
+refuses (a tail call, say) on the JIT, decided once per program. A run stays on its engine
+through tail calls and callbacks (``rs.entry_of``).
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from .executable import Executable
 from .interpreter import Interpreter
 from .jit import JIT_MAX_SLOTS, jit_compile
 from .memory import CTX_REGION, RunState
+from .native import NativeRefused, native_compile, native_missing
 from .semantics import RunAbort
 
-ENGINES = ("jit", "interp")
+ENGINES = ("jit", "interp", "native")
 
 
 def interp_entry(exe: Executable, start: int = 0) -> Callable:
@@ -50,15 +53,34 @@ def jit_entry(exe: Executable, start: int = 0) -> Callable:
     return found
 
 
-_ENTRY_OF = {"jit": jit_entry, "interp": interp_entry}
+def native_entry(exe: Executable, start: int = 0) -> Callable:
+    """The same in machine code, compiled the first time it is asked; a program the native
+    tier refuses runs on the JIT (``exe.native_refused`` says why)."""
+    found = exe.entries.get(("native", start))
+    if found is None:
+        if exe.native is None and exe.native_refused is None:
+            try:
+                exe.native = native_compile(exe)
+            except NativeRefused as refusal:
+                exe.native_refused = str(refusal)
+        found = exe.native.entry(start) if exe.native is not None else jit_entry(exe, start)
+        exe.entries["native", start] = found
+    return found
+
+
+_ENTRY_OF = {"jit": jit_entry, "interp": interp_entry, "native": native_entry}
 
 
 def entry_of(engine: str) -> Callable[[Executable, int], Callable]:
-    """The entry maker of ``engine`` (ValueError for an unknown one)."""
+    """The entry maker of ``engine`` (ValueError for an unknown one, or for "native" where
+    llvmlite is missing)."""
+    if engine == "native" and native_missing():
+        raise ValueError(native_missing())
     try:
         return _ENTRY_OF[engine]
     except KeyError:
-        raise ValueError(f"unknown engine {engine!r}: choose 'jit' or 'interp'") from None
+        raise ValueError(f"unknown engine {engine!r}: choose one of {', '.join(ENGINES)}") \
+            from None
 
 
 def bpf_prog_select_runtime(exe: Executable, engine: str) -> None:

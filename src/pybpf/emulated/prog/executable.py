@@ -67,9 +67,12 @@ class Executable:
             self.ld_imm[pc] = (region << 32) | off if kind == "map_value" else region << 32
         self.subprogs = sorted(starts)
         # what core.py makes of it once, per engine: the JIT's functions by subprogram, the
-        # interpreter, and the entries handed out
+        # interpreter, the native code (or why the native tier refused it), and the entries
+        # handed out
         self.jit_functions: dict[str, Callable] | None = None
         self.interpreter: Any = None
+        self.native: Any = None
+        self.native_refused: str | None = None
         self.entries: dict[tuple[str, int], Callable] = {}
 
     def subprog_end(self, start: int) -> int:

@@ -1,0 +1,738 @@
+"""The native engine (arch/x86/net/bpf_jit_comp.c): a program compiled to machine code through
+LLVM (eBPF -> LLVM IR -> native code with llvmlite's MCJIT), for speed on ALU and stack work.
+
+Rules this module keeps:
+- Results are the reference interpreter's, instruction for instruction: registers, memory,
+  ``rs.count`` (counted per basic block, a block also ending after a call), the budget
+  (ELOOP at the instruction where the count passes it, with the interpreter's count) and
+  faults. The tests run every engine on the same programs.
+- Each frame's 512-byte stack lives in a per-run arena, with the region number the Python
+  engines would give it (``rs.next_region``, one per frame), so ``r10`` holds the same value.
+  ``r10 + constant`` accesses inside the stack compile to plain loads and stores; any other
+  address is looked up among the live frames, and what is not a frame (ctx, packet, map
+  values) goes through one C callback into Python's ``mem_load``/``mem_store``, as do helper
+  and kfunc calls, atomics and legacy packet loads. During a callback the live frames are
+  regions of ``rs.mem`` (views of the arena), so helpers read keys from the stack as usual.
+- A program the tier does not compile (a tail call, an unknown helper, a write to r10,
+  recursion, a jump out of its subprogram) is refused once at load with a reason; core.py
+  then runs it on the JIT.
+- Without llvmlite nothing here is compiled: ``native_missing()`` says what to install.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ...asm.opcodes import (
+    ATOMIC_FETCH,
+    OPCODES,
+    AluOp,
+    AtomicOp,
+    Class,
+    Instruction,
+    JmpOp,
+    Kind,
+    Source,
+)
+from ...errors import ProgramFault
+from ...uapi import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, BpfFunc
+from .memory import M64, RunState, mem_load, mem_store
+from .semantics import BPF_MAX_LOOPS, atomic_op, ld_abs
+
+try:
+    import llvmlite.binding as llvm
+except ImportError:  # the pure-Python engines work without it
+    llvm = None
+
+if TYPE_CHECKING:
+    from .executable import Executable
+
+NATIVE_MAX_SLOTS = 20_000  # bigger programs run on the JIT (LLVM's compile time grows fast)
+MAX_NATIVE_FRAMES = 64  # deeper static call chains run on the JIT
+
+# The run state shared with the compiled code: an array of u64 (slot numbers below), then the
+# region number of each live frame by depth.
+COUNT, BUDGET, NEXT_REGION, STATUS, FAULT_PC, DEPTH, ARENA, CALLBACK = range(8)
+FRAME_REGIONS = 8
+STATUS_OK, STATUS_ELOOP, STATUS_RAISED = 0, 1, 2
+
+# What the compiled code asks of Python through the callback (its first argument after the
+# state): op, then up to six u64 arguments.
+OP_HELPER, OP_KFUNC, OP_LOAD, OP_STORE, OP_ATOMIC, OP_LD_ABS = range(6)
+
+_CALLBACK_TYPE = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p, *[ctypes.c_uint64] * 7)
+# CFUNCTYPE releases the GIL while compiled code runs (it touches only its run's state and
+# arena); the callback takes it back
+_ENTRY_TYPE = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p, *[ctypes.c_uint64] * 5)
+
+
+def native_missing() -> str | None:
+    """Why the native engine cannot run here (None: it can)."""
+    if llvm is None:
+        return ("engine 'native' needs the llvmlite package: pip install llvmlite "
+                "(or pip install 'pybpf[native]')")
+    return None
+
+
+class NativeRefused(Exception):  # noqa: N818 (a decision, not an error)
+    """The program uses something the native tier does not compile; the reason says what."""
+
+
+# -- IR generation -------------------------------------------------------------------------------
+_ICMP = {JmpOp.JEQ: "eq", JmpOp.JNE: "ne", JmpOp.JGT: "ugt", JmpOp.JGE: "uge",
+         JmpOp.JLT: "ult", JmpOp.JLE: "ule", JmpOp.JSGT: "sgt", JmpOp.JSGE: "sge",
+         JmpOp.JSLT: "slt", JmpOp.JSLE: "sle"}
+_PLAIN_ALU = {AluOp.ADD: "add", AluOp.SUB: "sub", AluOp.MUL: "mul", AluOp.OR: "or",
+              AluOp.AND: "and", AluOp.XOR: "xor", AluOp.LSH: "shl", AluOp.RSH: "lshr",
+              AluOp.ARSH: "ashr"}
+
+
+def _const(value: int, bits: int) -> str:
+    """``value`` as an LLVM integer literal of ``bits`` bits (LLVM reads them signed)."""
+    value &= (1 << bits) - 1
+    return str(value - (1 << bits) if value >> (bits - 1) else value)
+
+
+def _jump_target(pc: int, insn: Instruction) -> int | None:
+    info = OPCODES[insn.opcode]
+    if info.kind is Kind.JA:
+        return pc + (insn.imm if info.cls is Class.JMP32 else insn.off) + 1
+    if info.kind in (Kind.JMP, Kind.JCOND):
+        return pc + insn.off + 1
+    return None
+
+
+def _writes_r10(insn: Instruction) -> bool:
+    kind = OPCODES[insn.opcode].kind
+    if kind in (Kind.ALU, Kind.NEG, Kind.END, Kind.LDX, Kind.LDX_SX, Kind.LD_IMM64):
+        return insn.dst == 10
+    if kind is Kind.ATOMIC:
+        fetches = insn.imm & ATOMIC_FETCH and insn.imm != AtomicOp.CMPXCHG
+        return (insn.imm == AtomicOp.LOAD_ACQ and insn.dst == 10) or bool(fetches and
+                                                                           insn.src == 10)
+    return False
+
+
+class _FunctionIR:
+    """LLVM IR of one subprogram [start, end): registers in allocas (promoted by LLVM), one
+    basic block per counting block."""
+
+    def __init__(self, exe: Executable, start: int, end: int) -> None:
+        self.exe = exe
+        self.start = start
+        self.end = end
+        self.lines: list[str] = []
+        self.temps = 0
+        self.terminated = False
+        self.block_starts = self._block_starts()
+
+    def _block_starts(self) -> set[int]:
+        """Where counting blocks begin: the entry, jump targets, and after a jump, an exit or
+        a call (a callee's count starts where the caller's stops)."""
+        starts = {self.start}
+        pc = self.start
+        while pc < self.end:
+            insn = self.exe.slots[pc]
+            kind = OPCODES[insn.opcode].kind
+            target = _jump_target(pc, insn)
+            if target is not None:
+                if not self.start <= target < self.end or self.exe.slots[target] is None:
+                    raise NativeRefused(f"insn {pc} jumps to {target}, outside its subprogram")
+                starts.add(target)
+            if target is not None or kind in (Kind.EXIT, Kind.CALL):
+                starts.add(pc + insn.slots)
+            pc += insn.slots
+        last = self.exe.slots[self.end - 1] or self.exe.slots[self.end - 2]
+        if OPCODES[last.opcode].kind not in (Kind.EXIT, Kind.JA):
+            raise NativeRefused(f"subprogram {self.start} can run off its end")
+        return starts
+
+    # -- emission helpers
+    def emit(self, line: str) -> None:
+        self.lines.append("  " + line)
+
+    def tmp(self) -> str:
+        self.temps += 1
+        return f"%t{self.temps}"
+
+    def op(self, expr: str) -> str:
+        name = self.tmp()
+        self.emit(f"{name} = {expr}")
+        return name
+
+    def label(self, name: str) -> None:
+        if not self.terminated:
+            self.emit(f"br label %{name}")
+        self.lines.append(f"{name}:")
+        self.terminated = False
+
+    def branch(self, line: str) -> None:
+        self.emit(line)
+        self.terminated = True
+
+    def slot(self, index: int) -> str:
+        return self.op(f"getelementptr i64, ptr %st, i64 {index}")
+
+    def get(self, reg: int) -> str:
+        return "%fp" if reg == 10 else self.op(f"load i64, ptr %r{reg}")
+
+    def put(self, reg: int, value: str) -> None:
+        self.emit(f"store i64 {value}, ptr %r{reg}")
+
+    def trunc(self, value: str, bits: int) -> str:
+        return value if bits == 64 else self.op(f"trunc i64 {value} to i{bits}")
+
+    def zext(self, value: str, bits: int) -> str:
+        return value if bits == 64 else self.op(f"zext i{bits} {value} to i64")
+
+    # -- the function
+    def write(self) -> list[str]:
+        self.lines.append(f"define internal i64 @F{self.start}(ptr %st, i64 %a1, i64 %a2, "
+                          "i64 %a3, i64 %a4, i64 %a5) {")
+        self.lines.append("entry:")
+        for reg in range(10):
+            self.emit(f"%r{reg} = alloca i64")
+        self.emit("%n = alloca i64")
+        self.emit("%may_goto = alloca i64")
+        for reg in range(10):
+            self.put(reg, f"%a{reg}" if 1 <= reg <= 5 else "0")
+        self.emit(f"store i64 {BPF_MAX_LOOPS}, ptr %may_goto")
+        self.emit(f"%budget = load i64, ptr {self.slot(BUDGET)}")
+        self.emit(f"%count0 = load i64, ptr {self.slot(COUNT)}")
+        self.emit("store i64 %count0, ptr %n")
+        # this frame: the next region number, the arena's stack at this depth, zeroed
+        depth_slot = self.slot(DEPTH)
+        self.emit(f"%depth = load i64, ptr {depth_slot}")
+        self.emit(f"store i64 {self.op('add i64 %depth, 1')}, ptr {depth_slot}")
+        region_slot = self.slot(NEXT_REGION)
+        self.emit(f"%frame = load i64, ptr {region_slot}")
+        self.emit(f"store i64 {self.op('add i64 %frame, 1')}, ptr {region_slot}")
+        frame_index = self.op(f"add i64 %depth, {FRAME_REGIONS}")
+        frame_slot = self.op(f"getelementptr i64, ptr %st, i64 {frame_index}")
+        self.emit(f"store i64 %frame, ptr {frame_slot}")
+        arena = self.op(f"load ptr, ptr {self.slot(ARENA)}")
+        self.emit(f"%stack = getelementptr [{MAX_BPF_STACK} x i8], ptr {arena}, i64 %depth")
+        self.emit(f"call void @llvm.memset.p0.i64(ptr %stack, i8 0, i64 {MAX_BPF_STACK}, i1 false)")
+        self.emit(f"%fp = or i64 {self.op('shl i64 %frame, 32')}, {MAX_BPF_STACK}")
+        pc = self.start
+        while pc < self.end:
+            insn = self.exe.slots[pc]
+            if pc in self.block_starts:
+                self.start_block(pc)
+            self.write_insn(pc, insn)
+            pc += insn.slots
+        self.lines.append("bail:")
+        self.emit("ret i64 0")
+        self.lines.append("}")
+        return self.lines
+
+    def start_block(self, pc: int) -> None:
+        """Count the block's instructions; past the budget, stop with the count before it
+        (Python finds the instruction that passed it)."""
+        length = self.block_length(pc)
+        self.label(f"L{pc}")
+        before = self.op("load i64, ptr %n")
+        after = self.op(f"add i64 {before}, {length}")
+        over = self.op(f"icmp ugt i64 {after}, %budget")
+        self.branch(f"br i1 {over}, label %over{pc}, label %L{pc}.run")
+        self.lines.append(f"over{pc}:")
+        self.emit(f"store i64 {before}, ptr {self.slot(COUNT)}")
+        self.emit(f"store i64 {pc}, ptr {self.slot(FAULT_PC)}")
+        self.emit(f"store i64 {STATUS_ELOOP}, ptr {self.slot(STATUS)}")
+        self.branch("br label %bail")
+        self.label(f"L{pc}.run")
+        self.emit(f"store i64 {after}, ptr %n")
+        self.block_pc = pc
+
+    def block_length(self, pc: int) -> int:
+        count = 0
+        while True:
+            insn = self.exe.slots[pc]
+            count += 1
+            pc += insn.slots
+            if pc in self.block_starts or pc >= self.end:
+                return count
+
+    def insns_done(self, pc: int) -> int:
+        """Instructions of the current block up to and including the one at ``pc``."""
+        count, at = 0, self.block_pc
+        while at <= pc:
+            count += 1
+            at += self.exe.slots[at].slots
+        return count
+
+    def callback(self, pc: int, op: int, *args: str) -> str:
+        """Call into Python for the instruction at ``pc`` with the count through it; leave
+        the run when Python raised."""
+        length = self.block_length(self.block_pc)
+        done = self.insns_done(pc)
+        n = self.op("load i64, ptr %n")
+        count_slot = self.slot(COUNT)
+        self.emit(f"store i64 {self.op(f'sub i64 {n}, {length - done}')}, ptr {count_slot}")
+        fn = self.op(f"load ptr, ptr {self.slot(CALLBACK)}")
+        padded = [*args, *["0"] * (6 - len(args))]
+        result = self.op(f"call i64 {fn}(ptr %st, i64 {op}, "
+                         + ", ".join(f"i64 {a}" for a in padded) + ")")
+        self.check_status(pc)
+        counted = self.op(f"load i64, ptr {count_slot}")
+        self.emit(f"store i64 {self.op(f'add i64 {counted}, {length - done}')}, ptr %n")
+        return result
+
+    def check_status(self, pc: int) -> None:
+        status = self.op(f"load i64, ptr {self.slot(STATUS)}")
+        failed = self.op(f"icmp ne i64 {status}, 0")
+        self.branch(f"br i1 {failed}, label %bail, label %ok{pc}")
+        self.label(f"ok{pc}")
+
+    def write_insn(self, pc: int, insn: Instruction) -> None:
+        info = OPCODES[insn.opcode]
+        kind = info.kind
+        bits = 64 if info.is64 else 32
+        if kind is Kind.ALU:
+            self.write_alu(insn, info, bits)
+        elif kind is Kind.NEG:
+            value = self.trunc(self.get(insn.dst), bits)
+            self.put(insn.dst, self.zext(self.op(f"sub i{bits} 0, {value}"), bits))
+        elif kind is Kind.END:
+            self.write_end(pc, insn, info)
+        elif kind is Kind.JA:
+            self.branch(f"br label %L{_jump_target(pc, insn)}")
+        elif kind is Kind.JCOND:
+            left = self.op("load i64, ptr %may_goto")
+            spent = self.op(f"icmp eq i64 {left}, 0")
+            self.branch(f"br i1 {spent}, label %L{_jump_target(pc, insn)}, label %mg{pc}")
+            self.label(f"mg{pc}")
+            self.emit(f"store i64 {self.op(f'sub i64 {left}, 1')}, ptr %may_goto")
+        elif kind is Kind.JMP:
+            self.write_jmp(pc, insn, info, bits)
+        elif kind is Kind.CALL:
+            self.write_call(pc, insn)
+        elif kind is Kind.EXIT:
+            self.emit(f"store i64 {self.op('load i64, ptr %n')}, ptr {self.slot(COUNT)}")
+            self.emit(f"store i64 %depth, ptr {self.slot(DEPTH)}")
+            self.branch(f"ret i64 {self.get(0)}")
+        elif kind is Kind.LD_IMM64:
+            self.put(insn.dst, _const(self.exe.ld_imm[pc], 64))
+        elif kind in (Kind.LDX, Kind.LDX_SX):
+            size = info.nbytes
+            value = self.write_load(pc, insn.src, insn.off, size)
+            if kind is Kind.LDX_SX and size < 8:
+                value = self.op(f"sext i{8 * size} {self.trunc(value, 8 * size)} to i64")
+            self.put(insn.dst, value)
+        elif kind in (Kind.ST, Kind.STX):
+            value = self.get(insn.src) if kind is Kind.STX else _const(insn.imm, 64)
+            self.write_store(pc, insn.dst, insn.off, info.nbytes, value)
+        elif kind is Kind.ATOMIC:
+            self.write_atomic(pc, insn, info.nbytes)
+        elif kind is Kind.LD_ABS:
+            self.put(0, self.callback(pc, OP_LD_ABS, _const(insn.imm, 64), str(info.nbytes)))
+        elif kind is Kind.LD_IND:
+            offset = self.op(f"add i64 {self.get(insn.src)}, {_const(insn.imm, 64)}")
+            self.put(0, self.callback(pc, OP_LD_ABS, offset, str(info.nbytes)))
+        else:  # pragma: no cover - every Kind is handled above
+            raise NativeRefused(f"insn {pc}: {info.name} is not compiled")
+        if kind in (Kind.EXIT, Kind.JA):
+            self.terminated = True
+
+    def write_alu(self, insn: Instruction, info: Any, bits: int) -> None:
+        op, off = info.op, insn.off
+        d = self.trunc(self.get(insn.dst), bits)
+        if info.source is Source.X:
+            s = self.trunc(self.get(insn.src), bits)
+        else:
+            s = _const(insn.imm, bits)
+        t = f"i{bits}"
+        if op is AluOp.MOV:
+            if off not in (0, 8, 16, 32) or (off == 32 and bits == 32):
+                raise NativeRefused(f"mov with off={off}")
+            result = s if not off else self.op(
+                f"sext i{off} {self.op(f'trunc {t} {s} to i{off}')} to {t}")
+        elif op in (AluOp.LSH, AluOp.RSH, AluOp.ARSH):
+            amount = self.op(f"and {t} {s}, {bits - 1}")
+            result = self.op(f"{_PLAIN_ALU[op]} {t} {d}, {amount}")
+        elif op in _PLAIN_ALU:
+            result = self.op(f"{_PLAIN_ALU[op]} {t} {d}, {s}")
+        elif op in (AluOp.DIV, AluOp.MOD):
+            if off not in (0, 1):
+                raise NativeRefused(f"div/mod with off={off}")
+            result = self.division(op is AluOp.DIV, bool(off), t, d, s)
+        else:
+            raise NativeRefused(f"ALU op {op!r}")
+        self.put(insn.dst, self.zext(result, bits))
+
+    def division(self, divide: bool, signed: bool, t: str, d: str, s: str) -> str:
+        """The kernel's rules: by zero, quotient 0 and remainder dst; signed by -1, -dst and 0
+        (no trap on INT_MIN / -1)."""
+        zero = self.op(f"icmp eq {t} {s}, 0")
+        unsafe = zero
+        if signed:
+            minus_one = self.op(f"icmp eq {t} {s}, -1")
+            unsafe = self.op(f"or i1 {zero}, {minus_one}")
+        divisor = self.op(f"select i1 {unsafe}, {t} 1, {t} {s}")
+        name = ("s" if signed else "u") + ("div" if divide else "rem")
+        result = self.op(f"{name} {t} {d}, {divisor}")
+        if signed:
+            at_minus_one = self.op(f"sub {t} 0, {d}") if divide else "0"
+            result = self.op(f"select i1 {minus_one}, {t} {at_minus_one}, {t} {result}")
+        return self.op(f"select i1 {zero}, {t} {'0' if divide else d}, {t} {result}")
+
+    def write_end(self, pc: int, insn: Instruction, info: Any) -> None:
+        width = insn.imm
+        if width not in (16, 32, 64):
+            raise NativeRefused(f"insn {pc}: byte swap of {width} bits")
+        value = self.trunc(self.get(insn.dst), width)
+        if not (info.cls is Class.ALU and info.source is Source.K):  # to big endian / bswap
+            value = self.op(f"call i{width} @llvm.bswap.i{width}(i{width} {value})")
+        self.put(insn.dst, self.zext(value, width))
+
+    def write_jmp(self, pc: int, insn: Instruction, info: Any, bits: int) -> None:
+        d = self.trunc(self.get(insn.dst), bits)
+        s = (self.trunc(self.get(insn.src), bits) if info.source is Source.X
+             else _const(insn.imm, bits))
+        if info.op is JmpOp.JSET:
+            taken = self.op(f"icmp ne i{bits} {self.op(f'and i{bits} {d}, {s}')}, 0")
+        else:
+            taken = self.op(f"icmp {_ICMP[info.op]} i{bits} {d}, {s}")
+        self.branch(f"br i1 {taken}, label %L{_jump_target(pc, insn)}, "
+                    f"label %L{pc + 1}")
+
+    def write_call(self, pc: int, insn: Instruction) -> None:
+        if insn.src == BPF_PSEUDO_CALL:
+            args = ", ".join(f"i64 {self.get(reg)}" for reg in range(1, 6))
+            self.emit(f"store i64 {self.op('load i64, ptr %n')}, ptr {self.slot(COUNT)}")
+            result = self.op(f"call i64 @F{pc + insn.imm + 1}(ptr %st, {args})")
+            self.check_status(pc)
+            self.emit(f"store i64 {self.op(f'load i64, ptr {self.slot(COUNT)}')}, ptr %n")
+            self.put(0, result)
+            return
+        if insn.src == BPF_PSEUDO_KFUNC_CALL:
+            if insn.imm not in self.exe.kfuncs:
+                raise NativeRefused(f"insn {pc}: kfunc {insn.imm} is not bound")
+            op = OP_KFUNC
+        elif insn.imm == BpfFunc.tail_call:
+            raise NativeRefused(f"insn {pc}: tail calls run on the JIT")
+        elif insn.imm not in self.exe.helpers:
+            raise NativeRefused(f"insn {pc}: helper {insn.imm} is not bound")
+        else:
+            op = OP_HELPER
+        args = [self.get(reg) for reg in range(1, 6)]
+        self.put(0, self.callback(pc, op, str(insn.imm), *args))
+
+    def stack_pointer(self, base: int, off: int, size: int) -> str | None:
+        """The stack address of ``r10 + off`` when the whole access is inside this frame."""
+        at = MAX_BPF_STACK + off
+        if base != 10 or not 0 <= at <= MAX_BPF_STACK - size:
+            return None
+        return self.op(f"getelementptr i8, ptr %stack, i64 {at}")
+
+    def frame_or_python(self, pc: int, base: int, off: int, size: int) -> tuple[str, str]:
+        """(address, pointer into a live frame or null) for ``r{base} + off``."""
+        addr = self.op(f"add i64 {self.get(base)}, {_const(off, 64)}")
+        return addr, self.op(f"call ptr @frame_ptr(ptr %st, i64 {addr}, i64 {size})")
+
+    def write_load(self, pc: int, base: int, off: int, size: int) -> str:
+        t = f"i{8 * size}"
+        pointer = self.stack_pointer(base, off, size)
+        if pointer is not None:
+            return self.zext(self.op(f"load {t}, ptr {pointer}, align 1"), 8 * size)
+        addr, pointer = self.frame_or_python(pc, base, off, size)
+        in_frame = self.op(f"icmp ne ptr {pointer}, null")
+        self.branch(f"br i1 {in_frame}, label %fl{pc}, label %pl{pc}")
+        self.label(f"fl{pc}")
+        fast = self.zext(self.op(f"load {t}, ptr {pointer}, align 1"), 8 * size)
+        self.branch(f"br label %jl{pc}")
+        self.label(f"pl{pc}")
+        slow = self.callback(pc, OP_LOAD, addr, str(size), str(pc))
+        slow_block = self.current_block()
+        self.branch(f"br label %jl{pc}")
+        self.label(f"jl{pc}")
+        return self.op(f"phi i64 [{fast}, %fl{pc}], [{slow}, %{slow_block}]")
+
+    def current_block(self) -> str:
+        for line in reversed(self.lines):
+            if line.endswith(":") and not line.startswith(" "):
+                return line[:-1]
+        raise AssertionError("no block")  # pragma: no cover
+
+    def write_store(self, pc: int, base: int, off: int, size: int, value: str) -> None:
+        t = f"i{8 * size}"
+        pointer = self.stack_pointer(base, off, size)
+        if pointer is not None:
+            self.emit(f"store {t} {self.trunc(value, 8 * size)}, ptr {pointer}, align 1")
+            return
+        addr, pointer = self.frame_or_python(pc, base, off, size)
+        in_frame = self.op(f"icmp ne ptr {pointer}, null")
+        self.branch(f"br i1 {in_frame}, label %fs{pc}, label %ps{pc}")
+        self.label(f"fs{pc}")
+        self.emit(f"store {t} {self.trunc(value, 8 * size)}, ptr {pointer}, align 1")
+        self.branch(f"br label %js{pc}")
+        self.label(f"ps{pc}")
+        self.callback(pc, OP_STORE, addr, str(size), str(pc), value)
+        self.label(f"js{pc}")
+
+    def write_atomic(self, pc: int, insn: Instruction, size: int) -> None:
+        """Atomics go through semantics.atomic_op (the checked path, under its lock)."""
+        imm = insn.imm
+        if imm == AtomicOp.LOAD_ACQ:
+            addr = self.op(f"add i64 {self.get(insn.src)}, {_const(insn.off, 64)}")
+            self.put(insn.dst, self.callback(pc, OP_ATOMIC, addr, str(size), str(imm), "0",
+                                             "0", str(pc)))
+            return
+        addr = self.op(f"add i64 {self.get(insn.dst)}, {_const(insn.off, 64)}")
+        old = self.callback(pc, OP_ATOMIC, addr, str(size), str(imm), self.get(insn.src),
+                            self.get(0), str(pc))
+        if imm == AtomicOp.CMPXCHG:
+            self.put(0, old)
+        elif imm & ATOMIC_FETCH:
+            self.put(insn.src, old)
+
+
+_FRAME_PTR = f"""
+define internal ptr @frame_ptr(ptr %st, i64 %addr, i64 %size) alwaysinline {{
+entry:
+  %region = lshr i64 %addr, 32
+  %off = and i64 %addr, 4294967295
+  %end = add i64 %off, %size
+  %inside = icmp ule i64 %end, {MAX_BPF_STACK}
+  %depth_at = getelementptr i64, ptr %st, i64 {DEPTH}
+  %depth = load i64, ptr %depth_at
+  br i1 %inside, label %loop, label %none
+loop:
+  %k = phi i64 [0, %entry], [%next, %miss]
+  %more = icmp ult i64 %k, %depth
+  br i1 %more, label %look, label %none
+look:
+  %slot = add i64 %k, {FRAME_REGIONS}
+  %at = getelementptr i64, ptr %st, i64 %slot
+  %region_k = load i64, ptr %at
+  %hit = icmp eq i64 %region_k, %region
+  br i1 %hit, label %found, label %miss
+miss:
+  %next = add i64 %k, 1
+  br label %loop
+found:
+  %arena_at = getelementptr i64, ptr %st, i64 {ARENA}
+  %arena = load ptr, ptr %arena_at
+  %frame = getelementptr [{MAX_BPF_STACK} x i8], ptr %arena, i64 %k
+  %p = getelementptr i8, ptr %frame, i64 %off
+  ret ptr %p
+none:
+  ret ptr null
+}}
+
+declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
+declare i16 @llvm.bswap.i16(i16)
+declare i32 @llvm.bswap.i32(i32)
+declare i64 @llvm.bswap.i64(i64)
+"""
+
+
+def native_ir(exe: Executable) -> str:
+    """The LLVM IR of ``exe`` (which ``check_compilable`` accepted): one function per
+    subprogram, an exported ``E<start>`` each."""
+    parts = [_FRAME_PTR]
+    for start in exe.subprogs:
+        parts.append("\n".join(_FunctionIR(exe, start, exe.subprog_end(start)).write()))
+        parts.append(f"define i64 @E{start}(ptr %st, i64 %a1, i64 %a2, i64 %a3, i64 %a4, "
+                     f"i64 %a5) {{\n  %r = call i64 @F{start}(ptr %st, i64 %a1, i64 %a2, "
+                     "i64 %a3, i64 %a4, i64 %a5)\n  ret i64 %r\n}")
+    return "\n\n".join(parts)
+
+
+def check_compilable(exe: Executable) -> int:
+    """Refuse what the tier does not compile; returns the most frames a run can stack."""
+    if len(exe.slots) > NATIVE_MAX_SLOTS:
+        raise NativeRefused(f"{len(exe.slots)} slots: over {NATIVE_MAX_SLOTS}")
+    callees: dict[int, set[int]] = {start: set() for start in exe.subprogs}
+    for start in exe.subprogs:
+        for pc in range(start, exe.subprog_end(start)):
+            insn = exe.slots[pc]
+            if insn is None:
+                continue
+            if insn.opcode not in OPCODES:
+                raise NativeRefused(f"insn {pc}: unknown opcode {insn.opcode:#x}")
+            if _writes_r10(insn):
+                raise NativeRefused(f"insn {pc} writes r10 (its stack accesses would move)")
+            if OPCODES[insn.opcode].kind is Kind.CALL and insn.src == BPF_PSEUDO_CALL:
+                callees[start].add(pc + insn.imm + 1)
+    depth_of: dict[int, int] = {}
+
+    def frames(start: int, path: tuple[int, ...]) -> int:
+        if start in path:
+            raise NativeRefused(f"subprogram {start} is recursive")
+        if start not in depth_of:
+            depth_of[start] = 1 + max((frames(c, (*path, start)) for c in callees[start]),
+                                      default=0)
+        return depth_of[start]
+
+    deepest = max(frames(start, ()) for start in exe.subprogs)
+    if deepest > MAX_NATIVE_FRAMES:
+        raise NativeRefused(f"{deepest} nested frames: over {MAX_NATIVE_FRAMES}")
+    return deepest
+
+
+# -- compiling and running -----------------------------------------------------------------------
+def _machine() -> Any:
+    """A target machine for the host (each MCJIT engine takes one for its own)."""
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    return llvm.Target.from_default_triple().create_target_machine(opt=2)
+
+
+class _Run:
+    """One run's state array (``words``: Python's view of it), frame arena and Python's views
+    of the frames."""
+
+    def __init__(self, frames: int) -> None:
+        self.state = (ctypes.c_uint64 * (FRAME_REGIONS + frames))()
+        self.words = memoryview(self.state).cast("B").cast("Q")
+        self.arena = bytearray(frames * MAX_BPF_STACK)
+        self.arena_c = (ctypes.c_char * len(self.arena)).from_buffer(self.arena)
+        self.views = [memoryview(self.arena)[k * MAX_BPF_STACK:(k + 1) * MAX_BPF_STACK]
+                      for k in range(frames)]
+        self.address = ctypes.addressof(self.state)
+        self.words[ARENA] = ctypes.addressof(self.arena_c)
+        self.words[CALLBACK] = _CALLBACK_ADDRESS
+        self.rs: Any = None
+        self.exe: Any = None
+        self.error: BaseException | None = None
+        self.registered: list[int] = []  # frame regions now in rs.mem
+
+    def framed(self, op: int, a: int, b: int, c: int, d: int, e: int, f: int) -> int:
+        """``op`` with the live frames as regions of ``rs.mem`` and the count and region
+        numbers handed over (a helper may run a callback, which counts and makes frames)."""
+        rs, words = self.rs, self.words
+        rs.count = words[COUNT]
+        rs.next_region = words[NEXT_REGION]
+        live = words[FRAME_REGIONS:FRAME_REGIONS + words[DEPTH]].tolist()
+        if live != self.registered:
+            self.unregister()
+            mem = rs.mem
+            for region, view in zip(live, self.views, strict=False):
+                mem[region] = view
+            self.registered = live
+        try:
+            if op == OP_HELPER:
+                return self.exe.helpers[a](rs, b, c, d, e, f) & M64
+            if op == OP_KFUNC:
+                return self.exe.kfuncs[a](rs, b, c, d, e, f) & M64
+            return _memory_op(rs, op, a, b, c, d, e, f)
+        finally:
+            words[COUNT] = rs.count
+            words[NEXT_REGION] = rs.next_region
+
+    def unregister(self) -> None:
+        """Take the frames out of ``rs.mem`` (they stay between callbacks, where only
+        compiled code runs, and are checked against the live ones at each)."""
+        mem = self.rs.mem
+        for region in self.registered:
+            mem.pop(region, None)
+        self.registered = []
+
+
+_ACTIVE: dict[int, _Run] = {}  # state address -> the run it belongs to, while it runs
+
+
+def _memory_op(rs: RunState, op: int, a: int, b: int, c: int, d: int, e: int, f: int) -> int:
+    if op == OP_LOAD:
+        return mem_load(rs, a, b, c)
+    if op == OP_STORE:
+        mem_store(rs, a, b, d, c)
+        return 0
+    if op == OP_ATOMIC:
+        return atomic_op(rs, a, b, c, d, e, f) & M64
+    return ld_abs(rs, a, b)
+
+
+def _callback(st: int, op: int, a: int, b: int, c: int, d: int, e: int, f: int) -> int:
+    """What compiled code asks of Python; an exception is kept for the run to raise."""
+    run = _ACTIVE[st]
+    try:
+        if op >= OP_LOAD:
+            # memory outside the live frames needs neither them nor the count; a fault (or
+            # an atomic on the stack) is done again with the frames, where it is exact
+            try:
+                return _memory_op(run.rs, op, a, b, c, d, e, f)
+            except ProgramFault:
+                pass
+        return run.framed(op, a, b, c, d, e, f)
+    except BaseException as exc:  # noqa: BLE001 - re-raised by the run, unchanged
+        run.error = exc
+        run.words[STATUS] = STATUS_RAISED
+        return 0
+
+
+_CALLBACK = _CALLBACK_TYPE(_callback) if llvm is not None else None
+_CALLBACK_ADDRESS = ctypes.cast(_CALLBACK, ctypes.c_void_p).value if _CALLBACK else 0
+
+
+class NativeProgram:
+    """A program compiled to machine code; ``entry(start)`` runs a subprogram."""
+
+    def __init__(self, exe: Executable) -> None:
+        self.exe = exe
+        self.frames = check_compilable(exe)
+        module = llvm.parse_assembly(native_ir(exe))
+        module.verify()
+        machine = _machine()
+        tuning = llvm.create_pipeline_tuning_options(speed_level=2)
+        builder = llvm.create_pass_builder(machine, tuning)
+        builder.getModulePassManager().run(module, builder)
+        # MCJIT owns the module; the engine lives as long as this object (and exe)
+        self.engine = llvm.create_mcjit_compiler(module, machine)
+        self.engine.finalize_object()
+        self.functions = {start: _ENTRY_TYPE(self.engine.get_function_address(f"E{start}"))
+                          for start in exe.subprogs}
+        self.free: list[_Run] = []
+
+    def entry(self, start: int) -> Callable:
+        """``f(rs, r1, r2, r3, r4, r5) -> r0`` running the subprogram at ``start``."""
+        function = self.functions[start]
+        free = self.free
+
+        def run_native(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+            run = free.pop() if free else _Run(self.frames)
+            words = run.words
+            words[COUNT] = rs.count
+            words[BUDGET] = rs.budget
+            words[NEXT_REGION] = rs.next_region
+            words[STATUS] = STATUS_OK
+            words[DEPTH] = 0
+            run.rs, run.exe = rs, self.exe
+            _ACTIVE[run.address] = run
+            try:
+                r0 = function(run.address, r1 & M64, r2 & M64, r3 & M64, r4 & M64, r5 & M64)
+            finally:
+                del _ACTIVE[run.address]
+                run.unregister()
+                rs.count = words[COUNT]
+                rs.next_region = words[NEXT_REGION]
+                status, error = words[STATUS], run.error
+                run.rs = run.error = None
+                free.append(run)
+            if status == STATUS_RAISED:
+                raise error
+            if status == STATUS_ELOOP:
+                raise self.over_budget(rs, words[FAULT_PC])
+            return r0
+
+        return run_native
+
+    def over_budget(self, rs: RunState, block_pc: int) -> ProgramFault:
+        """The interpreter's ELOOP: at the instruction of the block that passed the budget."""
+        slots = self.exe.slots
+        pc = block_pc
+        for _ in range(rs.budget - rs.count):
+            pc += slots[pc].slots
+        rs.count = rs.budget + 1
+        return rs.over_budget(pc)
+
+
+def native_compile(exe: Executable) -> NativeProgram:
+    """Compile ``exe`` (NativeRefused: run it on the JIT instead)."""
+    missing = native_missing()
+    if missing:
+        raise ValueError(missing)
+    return NativeProgram(exe)

@@ -1,0 +1,162 @@
+"""The native engine (prog/native.py): machine code through LLVM against the reference
+interpreter and the JIT on random ALU/branch/loop programs (R0, the instruction count, the
+budget's fault point), the kernel's division rules at the edges, what it refuses and runs on
+the JIT (the error without llvmlite: test_interpreter.py, which runs without it too)."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from programs.strategies import JMP_CODES, alu_instruction, imm32, value64
+from pybpf import asm
+from pybpf.asm import FP, OPCODES, R0, R1, R2, R3, R6, Source
+from pybpf.asm import builder as b
+from pybpf.emulated.prog import core, native
+from pybpf.emulated.prog.core import run_prog
+from pybpf.emulated.prog.executable import Executable
+from pybpf.emulated.prog.helpers import helper_funcs
+from pybpf.emulated.prog.memory import RunEnv, RunState
+from pybpf.errors import ProgramFault
+
+pytestmark = pytest.mark.skipif(native.native_missing() is not None,
+                                reason=str(native.native_missing()))
+
+ENGINES = ("interp", "jit", "native")
+WORK_REGS = [int(r) for r in (R0, R1, R2, 3, 4, 5, R6, 7, 8, 9)]
+regs = st.sampled_from(WORK_REGS)
+body_regs = st.sampled_from([reg for reg in WORK_REGS if reg != 6])  # R6 counts the loop
+
+
+def executable(items) -> Executable:
+    return Executable(asm.assemble(items).instructions, helper_funcs())
+
+
+def outcome(items, engine: str, budget: int) -> tuple:
+    """(R0 or the fault's errno and pc, instructions counted) of one run."""
+    rs = RunState(RunEnv(insn_budget=budget, engine=engine))
+    try:
+        result: tuple = ("r0", run_prog(executable(items), rs, 0))
+    except ProgramFault as fault:
+        result = ("fault", fault.errno, fault.pc)
+    return result, rs.count
+
+
+@st.composite
+def looping_programs(draw) -> list:
+    """ALU code with forward jumps and a counted back edge around it (some loops outrun the
+    budget), stack stores and loads, every register folded into R0 at the end."""
+    items: list = [b.lddw(asm.Reg(reg), draw(value64)) for reg in WORK_REGS]
+    items.append(b.mov64(R6, 0))
+    body = draw(st.lists(alu_instruction(body_regs), min_size=1, max_size=25))
+    items.append(b.label("top"))
+    jumps = draw(st.lists(st.tuples(st.integers(0, max(len(body) - 1, 0)), st.integers(1, 5),
+                                    st.sampled_from(JMP_CODES), regs, regs, imm32), max_size=5))
+    targets: dict[int, list[str]] = {}
+    for n, (at, span, *_) in enumerate(jumps):
+        targets.setdefault(min(at + span, len(body)), []).append(f"L{n}")
+    for i in range(len(body) + 1):
+        items += [b.label(name) for name in targets.get(i, [])]
+        for n, (at, _, code, dst, src, imm) in enumerate(jumps):
+            if at == i:
+                info = OPCODES[code]
+                operand = asm.Reg(src) if info.source is Source.X else imm
+                items.append(getattr(b, info.name)(asm.Reg(dst), operand, f"L{n}"))
+        if i < len(body):
+            items.append(body[i])
+            if draw(st.booleans()):
+                size = draw(st.sampled_from([1, 2, 4, 8]))
+                off = -size * draw(st.integers(1, 8))
+                items += [b.stx(size, FP, off, asm.Reg(body[i].dst)),
+                          b.ldx(size, asm.Reg(draw(regs)), FP, off)]
+    items += [b.add64(R6, 1), b.jlt(R6, draw(st.integers(1, 40)), "top")]
+    for reg in WORK_REGS[1:]:
+        items.append(b.xor64(R0, asm.Reg(reg)))
+    items.append(b.exit_())
+    return items
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(items=looping_programs(), budget=st.integers(50, 1500))
+def test_random_loops_agree_with_the_interpreter_to_the_instruction(items, budget):
+    """R0 and the count, or ELOOP at the same instruction with the same count."""
+    reference = outcome(items, "interp", budget)
+    assert outcome(items, "native", budget) == reference
+    if reference[0][0] == "r0":  # the JIT stops over the budget at its own block boundaries
+        assert outcome(items, "jit", budget) == reference
+
+
+EDGES = [0, 1, 2, 0x7FFF_FFFF, 0x8000_0000, 0xFFFF_FFFF, 1 << 63, (1 << 64) - 1, 0x1_0000_0001]
+
+
+@pytest.mark.parametrize("op", ["div", "mod", "sdiv", "smod"])
+@pytest.mark.parametrize("bits", [32, 64])
+def test_division_edges_follow_the_kernels_rules(op, bits):
+    """By zero, by -1 and INT_MIN / -1 on every engine, every pair of edge values."""
+    make = getattr(b, f"{op}{bits}")
+    for dividend in EDGES:
+        for divisor in EDGES:
+            items = [b.lddw(R0, dividend - (1 << 64) if dividend >> 63 else dividend),
+                     b.lddw(R1, divisor - (1 << 64) if divisor >> 63 else divisor),
+                     make(R0, R1), b.exit_()]
+            results = {engine: outcome(items, engine, 100) for engine in ENGINES}
+            assert len(set(results.values())) == 1, (dividend, divisor, results)
+
+
+@pytest.mark.parametrize("access", [b.stx(8, FP, 0, R0), b.ldx(4, R1, FP, -514),
+                                    b.ldx(8, R1, FP, -600)])
+def test_stack_fault_is_the_interpreters_with_its_count_and_message(access):
+    items = [b.mov64(R0, 1), b.add64(R0, 2), access, b.exit_()]
+    reference = outcome(items, "interp", 100)
+    assert reference[0] == ("fault", errno.EFAULT, 2)
+    assert outcome(items, "native", 100) == reference
+    messages = set()
+    for engine in ("interp", "native"):
+        with pytest.raises(ProgramFault) as info:
+            run_prog(executable(items), RunState(RunEnv(engine=engine)), 0)
+        messages.add(str(info.value))
+    assert len(messages) == 1, messages
+
+
+def test_a_pointer_to_the_callers_stack_reaches_it_through_the_frame_table():
+    items = [b.st(8, FP, -8, 3), b.mov64(R1, FP), b.add64(R1, -8), b.call_local("sub"),
+             b.ldx(8, R0, FP, -8), b.exit_(),
+             b.label("sub"), b.ldx(8, R2, R1, 0), b.add64(R2, 39), b.stx(8, R1, 0, R2),
+             b.mov64(R0, 0), b.exit_()]
+    exe = executable(items)
+    rs = RunState(RunEnv(engine="native"))
+    assert run_prog(exe, rs, 0) == 42
+    assert exe.native is not None and rs.count == 11
+
+
+def test_helpers_run_through_the_callback_and_see_the_stack():
+    # bpf_get_prandom_u32 is not deterministic; bpf_trace_printk reads its format string from
+    # the stack (a frame registered in rs.mem during the callback)
+    items = [b.st(4, FP, -8, int.from_bytes(b"hi\n\0", "little")), b.mov64(R1, FP),
+             b.add64(R1, -8), b.mov64(R2, 4), b.call("trace_printk"), b.exit_()]
+    results = {}
+    for engine in ENGINES:
+        rs = RunState(RunEnv(engine=engine))
+        exe = executable(items)
+        results[engine] = (run_prog(exe, rs, 0), rs.count, rs.trace)
+    assert exe.native is not None
+    assert len({repr(r) for r in results.values()}) == 1, results
+
+
+def test_tail_calls_are_refused_and_run_on_the_jit():
+    exe = executable([b.mov64(R2, 0), b.mov64(R3, 0), b.call("tail_call"), b.mov64(R0, 7),
+                      b.exit_()])
+    core.native_entry(exe, 0)
+    assert exe.native is None
+    assert "tail call" in exe.native_refused
+    assert exe.entries["native", 0] is core.jit_entry(exe, 0)
+
+
+def test_recursion_is_refused():
+    exe = executable([b.call_local("f"), b.exit_(), b.label("f"), b.call_local("f"),
+                      b.exit_()])
+    with pytest.raises(native.NativeRefused, match="recursive"):
+        native.check_compilable(exe)
