@@ -13,7 +13,6 @@ import pytest
 
 from pybpf.bpf_object import ObjectError, ObjectSpec, RelocKind
 from pybpf.btf.types import BTF_FUNC_STATIC
-from pybpf.errors import BPFError
 from pybpf.uapi import BPF_PSEUDO_FUNC
 
 INSN = struct.Struct("<BBhi")
@@ -21,14 +20,10 @@ PACKET = bytes(range(64))
 EBUSY = 16
 CALLBACKS = {"sum_indices": ("add_index",), "sum_twice": ("add_index", "sum_below"),
              "walk_maps": ("add_elem", "double_until_3"), "arm_timer": ("on_timer",)}
-EMULATED_LACKS_CALLBACKS = pytest.mark.xfail(
-    raises=BPFError, strict=False, reason="emulated bpf_loop/timers: issue 21")
 
 
-@pytest.fixture(params=["kernel", pytest.param("emulated", marks=EMULATED_LACKS_CALLBACKS)])
+@pytest.fixture(params=["kernel", "emulated"])
 def backend(request):
-    """Both backends; the emulated one may only refuse (with a BPFError) until it has the
-    callback helpers."""
     return request.getfixturevalue(request.param)
 
 
@@ -122,11 +117,10 @@ def test_timer_in_a_map_value_fires_its_callback_in_the_kernel(spec, kernel):
         assert obj.maps["timers"][0].fired == 2
 
 
-@EMULATED_LACKS_CALLBACKS
 def test_same_callbacks_give_the_same_results_on_both_backends(build_object, kernel,
                                                                emulated):
     runs = [("sum_indices", PACKET), ("sum_twice", bytes(33)), ("walk_maps", PACKET),
-            ("walk_maps", bytes(10))]
+            ("walk_maps", bytes(20))]
     results = []
     for system in (kernel, emulated):
         with ObjectSpec.from_file(build_object("callbacks")).load(system) as obj:

@@ -3,8 +3,8 @@ and libbpf-bootstrap examples are, each compiled once, loaded on each backend an
 given inputs. Each case states what a run must leave behind (return values, map contents,
 .bss/.data globals, a data_out frame) or, for a program the verifier refuses, the errno;
 the expected values are the kernel's (measured on 6.18), so a backend that matches them
-matches the kernel. Cases for features still landing on the emulated backend (issue 21)
-are xfail there, not strictly: they turn green as the features merge."""
+matches the kernel. Cases the emulated backend does not run as the kernel does are xfail
+there, each with the exact difference as its reason."""
 
 from __future__ import annotations
 
@@ -45,15 +45,7 @@ ETH_P_ARP, ETH_P_8021Q = 0x0806, 0x8100
 SK_BUFF_SIZE = 192  # sizeof(struct __sk_buff): a tc run's ctx_out must hold all of it
 
 
-def landing(feature: str) -> str:
-    """The xfail reason of a case whose feature the emulated backend is still getting."""
-    return f"emulated {feature}: issue 21, landing"
-
-
-# Why a case does not give the kernel's results yet, where the reason is not a landing feature.
-CALLBACK_RELOCATION = ("loader: a callback's address is not relocated (BPF_PSEUDO_FUNC), so "
-                       "the kernel refuses the load with EINVAL, 'R2 type=scalar "
-                       "expected=func': issue 21 part 1, landing")
+# Why a case does not give the kernel's results yet.
 NO_ITER_NUM = ("emulated: no bpf_iter_num_* kfuncs, the load fails with ESRCH (extern not in "
                "its kernel BTF) where the kernel runs the open-coded iterator")
 PACKET_BOUNDS = ("disagreement: the emulated verifier does not track packet bounds, so it "
@@ -609,47 +601,30 @@ CASES = [
          # -E2BIG zero-extended: with flags 0 the verifier inlines bpf_loop, and the inlined
          # code sets it with a 32-bit move (inline_bpf_loop's BPF_MOV32_IMM)
          expected={"results": (100, 4950, 8, 8, -errno.EINVAL, (1 << 32) - errno.E2BIG)},
-         emulated_xfail=landing("bpf_loop") + "; and a disagreement once it lands (seen on "
-                        "the emu-callbacks branch): more than 1 << 23 loops gives -E2BIG "
-                        "sign-extended (-7) where the kernel's inlined bpf_loop gives "
-                        "0xfffffff9 (inline_bpf_loop: BPF_MOV32_IMM(BPF_REG_0, -E2BIG))",
-         kernel_xfail=CALLBACK_RELOCATION),
+         emulated_xfail="disagreement: more than 1 << 23 loops gives -E2BIG sign-extended (-7) "
+                        "where the kernel's inlined bpf_loop gives 0xfffffff9 "
+                        "(inline_bpf_loop: BPF_MOV32_IMM(BPF_REG_0, -E2BIG))"),
     Case("bpf_loop_map", "bpf_loop_map", run=run_bpf_loop_map,
-         expected={"retval": 10025, "squares": {i: i * i for i in range(10)}},
-         emulated_xfail=landing("bpf_loop"),
-         kernel_xfail=CALLBACK_RELOCATION),
+         expected={"retval": 10025, "squares": {i: i * i for i in range(10)}}),
     Case("for_each_array", "for_each_array", run=run_for_each_array,
-         expected={"visited": 4, "sum": 12, "last_key": 2},
-         emulated_xfail=landing("bpf_for_each_map_elem"),
-         kernel_xfail=CALLBACK_RELOCATION),
+         expected={"visited": 4, "sum": 12, "last_key": 2}),
     Case("for_each_hash", "for_each_hash", run=run_for_each_hash,
-         expected={"visited": 5, "deleted": 2, "doubled": 3, "table": {2: 4, 4: 8, 5: 12}},
-         emulated_xfail=landing("bpf_for_each_map_elem"),
-         kernel_xfail=CALLBACK_RELOCATION),
+         expected={"visited": 5, "deleted": 2, "doubled": 3, "table": {2: 4, 4: 8, 5: 12}}),
     Case("spin_lock_counter", "spin_lock_counter", run=run_spin_lock_counter,
          expected={"count": SPIN_THREADS * SPIN_REPEAT,
-                   "bytes": SPIN_THREADS * SPIN_REPEAT * 64},
-         emulated_xfail=landing("bpf_spin_lock")),
+                   "bytes": SPIN_THREADS * SPIN_REPEAT * 64}),
     Case("spin_lock_held_call", "spin_lock_held_call", refused=errno.EINVAL,
-         refusal="function calls are not allowed while holding a lock",
-         emulated_xfail=landing("bpf_spin_lock")),
+         refusal="function calls are not allowed while holding a lock"),
     Case("timer_fire", "timer_fire", run=run_timer_fire,
-         expected={"codes": (0, -errno.EBUSY, 0, 0), "fired": 1, "fired_key": 7},
-         emulated_xfail=landing("bpf_timer"),
-         kernel_xfail=CALLBACK_RELOCATION),
+         expected={"codes": (0, -errno.EBUSY, 0, 0), "fired": 1, "fired_key": 7}),
     Case("timer_cancel", "timer_cancel", run=run_timer_cancel,
-         expected={"codes": (-errno.EINVAL, 0, 0, 0, 10), "fired": [0, 0]},
-         emulated_xfail=landing("bpf_timer"),
-         kernel_xfail=CALLBACK_RELOCATION),
+         expected={"codes": (-errno.EINVAL, 0, 0, 0, 10), "fired": [0, 0]}),
     Case("ringbuf_output", "ringbuf_output", run=run_ringbuf_output,
-         expected={"seq": 3, "last_err": 0, "query": (72, 72, 0, 4096)},
-         emulated_xfail=landing("ring buffer")),
+         expected={"seq": 3, "last_err": 0, "query": (72, 72, 0, 4096)}),
     Case("ringbuf_reserve", "ringbuf_reserve", run=run_ringbuf_reserve,
-         expected={"avail": [24, 48, 72], "counts": (2, 1, 3)},
-         emulated_xfail=landing("ring buffer")),
+         expected={"avail": [24, 48, 72], "counts": (2, 1, 3)}),
     Case("ringbuf_leak", "ringbuf_leak", refused=errno.EINVAL,
-         refusal="would lead to reference leak",
-         emulated_xfail=landing("ring buffer")),
+         refusal="would lead to reference leak"),
 ]
 
 
@@ -704,7 +679,8 @@ def test_corpus(case: Case, backend_name: str, corpus_object, request):
 @pytest.mark.parametrize("backend_name", [
     "kernel",
     pytest.param("emulated", marks=pytest.mark.xfail(
-        strict=False, reason=landing("ring buffer consumer (System.ringbuf_reader)")))])
+        strict=False, reason="emulated: no ring buffer consumer yet (System.ringbuf_reader "
+                             "is the kernel backend's only)"))])
 def test_ringbuf_records_read_in_python(backend_name: str, corpus_object, request):
     """The records ringbuf_output and ringbuf_reserve commit, read back through
     System.ringbuf_reader: payloads in order, the discarded one skipped and counted, and the

@@ -38,8 +38,8 @@ from ...asm.opcodes import (
 )
 from ...errors import ProgramFault
 from ...uapi import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, BpfFunc
-from .memory import M64, RunState, mem_load, mem_store
-from .semantics import BPF_MAX_LOOPS, atomic_op, ld_abs
+from .memory import BPF_MAX_LOOPS, M64, RunState, mem_load, mem_store
+from .semantics import atomic_op, ld_abs
 
 try:
     import llvmlite.binding as llvm

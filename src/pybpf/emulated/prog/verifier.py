@@ -71,6 +71,7 @@ from .verifier_mem import MemoryChecks
 from .verifier_state import (
     _SLOT,
     BPF_COMPLEXITY_LIMIT_INSNS,
+    CALLBACK_UNROLL,
     CALLER_SAVED,
     CONST_PTR_TO_MAP,
     DIRECT_VALUE_MAP_TYPES,
@@ -440,7 +441,8 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                     states = explored.setdefault(pc, [])
                     if key in states or any(_covers(old, key, live[pc]) for old in states):
                         break  # is_state_visited: a state explored here covers this one
-                    widened = last is not None and last.count >= LOOP_UNROLL
+                    unroll = CALLBACK_UNROLL if pc in self.callback_calls else LOOP_UNROLL
+                    widened = last is not None and last.count >= unroll
                     if widened:
                         _widen(state, last.state)
                         key = state.key()

@@ -53,6 +53,11 @@ CALLER_SAVED = (0, 1, 2, 3, 4, 5)
 STATES_PER_INSN = 8
 # Rounds of a loop walked with exact values before what changes is widened to unknown.
 LOOP_UNROLL = 1024
+# A callback's call site is walked again after each return; the kernel's states converge there
+# because scalars no branch or pointer needs are imprecise. Without precision marks the values
+# a callback changes are widened sooner, or each round's state would walk the rest of the
+# program on its own (three for_each calls in a row: a product of their rounds).
+CALLBACK_UNROLL = 8
 # Rounds back a path's state is compared with to find an endless loop.
 LOOP_PERIOD = 8
 
