@@ -268,17 +268,21 @@ def test_tracepoint_link_runs_the_program_until_closed(kernel):
 
 
 @pytest.mark.parametrize("backend_name", ["kernel", "emulated"])
-def test_every_readme_python_example_runs_as_written(kernel, monkeypatch, capsys, backend_name):
+def test_every_python_example_of_the_guide_runs_as_written(kernel, monkeypatch, capsys, backend_name):
     import pathlib
     import re
 
     monkeypatch.setenv("PYBPF_BACKEND", backend_name)
     monkeypatch.setattr("pybpf.backends._default_system", None)
-    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
-    assert len(blocks) >= 4
-    for number, code in enumerate(blocks):
-        exec(compile(code, f"README.md python block {number}", "exec"), {})
+    root = pathlib.Path(__file__).parent.parent
+    ran = 0
+    for guide in ("README.md", "docs/networking.md"):  # the user guide and its network part
+        blocks = re.findall(r"```python\n(.*?)```", (root / guide).read_text(), re.S)
+        assert blocks, guide
+        for number, code in enumerate(blocks):
+            exec(compile(code, f"{guide} python block {number}", "exec"), {})
+        ran += len(blocks)
+    assert ran >= 6
     capsys.readouterr()
 
 
