@@ -268,7 +268,8 @@ def test_tracepoint_link_runs_the_program_until_closed(kernel):
 
 
 @pytest.mark.parametrize("backend_name", ["kernel", "emulated"])
-def test_every_python_example_of_the_guide_runs_as_written(kernel, monkeypatch, capsys, backend_name):
+def test_every_python_example_of_the_guide_runs_as_written(kernel, monkeypatch, capsys,
+                                                          backend_name):
     import pathlib
     import re
 
