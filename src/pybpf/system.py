@@ -290,7 +290,7 @@ class System(abc.ABC):
         """The backend's reader of ring buffer ``fd`` (``size`` bytes of data); a backend
         that can read ring buffers overrides this."""
         raise KernelError(errno.EOPNOTSUPP, f"the {self.name} backend has no ring buffer "
-                          "reader yet (issue 21): records can be read on the kernel backend")
+                          "reader")
 
     def perf_buffer_reader(self, fd: int, pages: int = 8) -> PerfBufferReader:
         """A reader of what programs send to PERF_EVENT_ARRAY map ``fd`` with

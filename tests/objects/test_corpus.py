@@ -676,11 +676,7 @@ def test_corpus(case: Case, backend_name: str, corpus_object, request):
     assert observed == expected
 
 
-@pytest.mark.parametrize("backend_name", [
-    "kernel",
-    pytest.param("emulated", marks=pytest.mark.xfail(
-        strict=False, reason="emulated: no ring buffer consumer yet (System.ringbuf_reader "
-                             "is the kernel backend's only)"))])
+@pytest.mark.parametrize("backend_name", ["kernel", "emulated"])
 def test_ringbuf_records_read_in_python(backend_name: str, corpus_object, request):
     """The records ringbuf_output and ringbuf_reserve commit, read back through
     System.ringbuf_reader: payloads in order, the discarded one skipped and counted, and the

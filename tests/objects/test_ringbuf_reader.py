@@ -2,8 +2,8 @@
 
 The walk over the ring (libbpf's ringbuf_process_ring) is checked on an in-memory ring a model
 producer fills, for every sequence of records; the kernel's reader on tests/objects/ringbuf.c,
-whose program writes with bpf_ringbuf_output, reserve + submit and reserve + discard. The
-emulated backend has no reader yet (issue 21): it refuses with NotSupportedError."""
+whose program writes with bpf_ringbuf_output, reserve + submit and reserve + discard, on
+each backend: the kernel's maps the ring's pages, the emulated one reads the map's own."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pybpf.bpf_object import ObjectSpec
-from pybpf.errors import BPFError, NotSupportedError
+from pybpf.errors import BPFError
 from pybpf.maps import HashMap, RingBuf
 from pybpf.ringbuf import (
     BPF_RINGBUF_BUSY_BIT,
@@ -121,11 +121,11 @@ def test_read_with_a_limit_leaves_the_rest_for_later():
     assert ring.read() == [b"c"]
 
 
-# -- the kernel's ring buffer -------------------------------------------------------------------
+# -- a ring buffer programs write, on each backend ------------------------------------------------
 
 @pytest.fixture
-def producer(build_object, kernel):
-    with ObjectSpec.from_file(build_object("ringbuf")).load(kernel) as obj:
+def producer(build_object, backend):
+    with ObjectSpec.from_file(build_object("ringbuf")).load(backend) as obj:
         yield obj
 
 
@@ -180,16 +180,16 @@ def test_poll_wakes_up_when_a_program_commits_a_record(producer):
         thread.join()
 
 
-def test_a_reader_outlives_the_maps_fd(producer, kernel):
-    reader = kernel.ringbuf_reader(producer.maps["events"].fd)
+def test_a_reader_outlives_the_maps_fd(producer, backend):
+    reader = backend.ringbuf_reader(producer.maps["events"].fd)
     with reader:
         producer.maps["events"].close()  # the program still holds the map
         producer.programs["produce"].test_run(bytes(64))
         assert len(reader.read()) == 3
 
 
-def test_a_ring_buffer_made_from_python_reads_nothing(kernel):
-    with RingBuf(4096, system=kernel) as ring:
+def test_a_ring_buffer_made_from_python_reads_nothing(backend):
+    with RingBuf(4096, system=backend) as ring:
         assert ring.read() == [] and ring.poll(0) == []
         reader = ring.reader
     assert ring._reader is None
@@ -197,15 +197,20 @@ def test_a_ring_buffer_made_from_python_reads_nothing(kernel):
         reader.read()  # closed with its map
 
 
-def test_only_a_ring_buffer_has_a_reader(kernel):
-    with HashMap(4, "<I", "<I", system=kernel) as other:
+def test_only_a_ring_buffer_has_a_reader(backend):
+    with HashMap(4, "<I", "<I", system=backend) as other:
         with pytest.raises(BPFError) as info:
-            kernel.ringbuf_reader(other.fd)
+            backend.ringbuf_reader(other.fd)
     assert info.value.errno == errno.EINVAL and "not a ring buffer" in str(info.value.detail)
 
 
-def test_the_emulated_backend_has_no_reader_yet(emulated):
-    with RingBuf(4096, system=emulated) as ring:
-        with pytest.raises(NotSupportedError) as info:
-            ring.read()
-    assert info.value.errno == errno.EOPNOTSUPP and "issue 21" in info.value.detail
+def test_a_reader_keeps_the_emulated_map_alive_and_lets_it_go_when_closed(emulated):
+    ring = RingBuf(4096, system=emulated)
+    map_id = emulated.map_get_info(ring.fd).id
+    reader = emulated.ringbuf_reader(ring.fd)
+    ring.close()
+    emulated.close(emulated.map_get_fd_by_id(map_id))  # still there: the reader holds it
+    reader.close()
+    with pytest.raises(BPFError) as info:
+        emulated.map_get_fd_by_id(map_id)
+    assert info.value.errno == errno.ENOENT

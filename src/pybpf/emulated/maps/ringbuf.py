@@ -14,18 +14,22 @@ Rules this module keeps:
   the oldest record still reserved. A reserved record is memory of its own, which the
   program writes and commit copies into the ring (the kernel maps the data area twice so a
   record may wrap; here the copy wraps).
-- Deliberate gap: no consumer yet (no mmap of the consumer and producer pages, no epoll):
-  consumer_pos stays 0, so a ring fills up; ``bpf_ringbuf_query`` shows the positions.
+- The consumer is ``RingBufConsumer`` (``System.ringbuf_reader``): pybpf.ringbuf's walk over
+  the positions and data kept here, woken by an eventfd at each commit.
 """
 
 from __future__ import annotations
 
 import errno
+import os
+import select
 import struct
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ...errors import KernelError
+from ...ringbuf import RingBufReader
 from ...uapi import BPF_F_NUMA_NODE, ENOTSUPP, MapType
 from .bpf_map import BpfMap, MapAttr, map_ops
 
@@ -53,6 +57,21 @@ _RESERVED: dict[int, tuple[RingBuf, int, bytearray]] = {}
 _reserved_lock = threading.Lock()
 
 
+# The rings this thread committed to since its last irq_work_run.
+_irq_work = threading.local()
+
+
+def irq_work_run() -> None:
+    """Wake the readers of the rings this thread's program committed to: the kernel queues
+    the wake-up as irq_work, which runs once the program is done (interrupts on again), so a
+    reader woken by a run finds all of its records."""
+    rings = getattr(_irq_work, "rings", None)
+    if rings:
+        _irq_work.rings = set()
+        for ring in rings:
+            ring.wake_readers()
+
+
 @map_ops(MapType.RINGBUF)
 class RingBuf(BpfMap):
     """struct bpf_ringbuf_map (the map object; see the module note on the data path)."""
@@ -78,6 +97,7 @@ class RingBuf(BpfMap):
         self.mask = attr.max_entries - 1
         self.consumer_pos = self.producer_pos = self.pending_pos = 0
         self.spinlock = threading.Lock()
+        self.wakeups: set[int] = set()  # the eventfds of this ring's readers
 
     # -- the producer side (programs) ---------------------------------------------------------
     def bpf_ringbuf_reserve(self, size: int) -> bytearray | None:
@@ -118,6 +138,14 @@ class RingBuf(BpfMap):
         length = len(record) | (BPF_RINGBUF_DISCARD_BIT if discard else 0)
         with self.spinlock:  # the kernel's xchg of hdr->len
             self.data[at:at + 4] = length.to_bytes(4, "little")
+        # the kernel's irq_work wakes the waiters once the program is done
+        _irq_work.__dict__.setdefault("rings", set()).add(self)
+
+    def wake_readers(self) -> None:
+        with self.spinlock:
+            wakeups = tuple(self.wakeups)
+        for event in wakeups:
+            os.eventfd_write(event, 1)
 
     def bpf_ringbuf_query(self, flags: int) -> int:
         return {BPF_RB_AVAIL_DATA: self.producer_pos - self.consumer_pos,
@@ -153,3 +181,66 @@ def bpf_ringbuf_commit(record: bytearray, discard: bool) -> bool:
     ring, at, _ = found
     ring.bpf_ringbuf_commit(at, record, discard)
     return True
+
+
+class RingBufConsumer(RingBufReader):
+    """The user-space consumer of an emulated ring (``System.ringbuf_reader``): the walk is
+    ``pybpf.ringbuf``'s, over the positions and data the map keeps, as the kernel's reader
+    walks the pages it maps. It holds a reference on the map (as a mapping does) until
+    ``close``. Every commit wakes it (the kernel wakes a reader only once it has caught up, or
+    on BPF_RB_FORCE_WAKEUP: an extra wake-up finds the same records)."""
+
+    def __init__(self, ring: RingBuf, release: Callable[[], None]) -> None:
+        super().__init__(len(ring.data))
+        self.ring = ring
+        self._release: Callable[[], None] | None = release
+        self._event = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        with ring.spinlock:
+            ring.wakeups.add(self._event)
+
+    def _load_producer_pos(self) -> int:
+        self._check_open()
+        return self.ring.producer_pos
+
+    def _load_consumer_pos(self) -> int:
+        self._check_open()
+        return self.ring.consumer_pos
+
+    def _check_open(self) -> None:
+        if self._release is None:  # as the kernel reader's released mapping answers
+            raise ValueError("the ring buffer reader is closed")
+
+    def _store_consumer_pos(self, pos: int) -> None:
+        with self.ring.spinlock:  # the producer's space check reads it under the lock
+            self.ring.consumer_pos = pos
+
+    def _load_header(self, offset: int) -> int:
+        with self.ring.spinlock:  # the commit writes the header under it
+            return int.from_bytes(self.ring.data[offset:offset + 4], "little")
+
+    def _payload(self, offset: int, length: int) -> bytes:
+        data, start = self.ring.data, offset & self.ring.mask
+        first = data[start:start + length]
+        return bytes(first + data[:length - len(first)])
+
+    def wait(self, timeout: float | None) -> bool:
+        ready, _, _ = select.select([self._event], [], [], timeout)
+        if not ready:
+            return False
+        try:
+            os.eventfd_read(self._event)
+        except BlockingIOError:  # another waiter took it
+            pass
+        return True
+
+    def fileno(self) -> int:
+        return self._event
+
+    def close(self) -> None:
+        if self._release is None:
+            return
+        with self.ring.spinlock:
+            self.ring.wakeups.discard(self._event)
+        os.close(self._event)
+        release, self._release = self._release, None
+        release()

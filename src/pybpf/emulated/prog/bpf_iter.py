@@ -26,6 +26,7 @@ from ...errors import KernelError, ProgramFault
 from ...uapi import BpfFunc
 from ..maps.bpf_map import BpfMap
 from ..maps.bpf_timer import BpfTimer
+from ..maps.ringbuf import irq_work_run
 from .memory import BPF_MAX_LOOPS, M64, OFF_MASK, RunState
 
 # The helpers that call back into the program (the verifier's is_callback_calling_function, as
@@ -69,8 +70,11 @@ def timer_runner(rs: RunState, callback: BpfCallback) -> Callable[[BpfTimer], No
         run = RunState(env)
         run.entry_of = entry_of
         run.mem.update(static_regions)
-        callback(run, run.add_region(timer.bpf_map), run.add_region(bytes(timer.key)),
-                 run.region_of(timer.value))
+        try:
+            callback(run, run.add_region(timer.bpf_map), run.add_region(bytes(timer.key)),
+                     run.region_of(timer.value))
+        finally:
+            irq_work_run()
 
     return fire
 

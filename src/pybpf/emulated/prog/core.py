@@ -18,6 +18,7 @@ import errno
 from collections.abc import Callable
 
 from ...errors import ProgramFault
+from ..maps.ringbuf import irq_work_run
 from .executable import Executable
 from .interpreter import Interpreter
 from .jit import JIT_MAX_SLOTS, jit_compile
@@ -102,6 +103,7 @@ def run_prog(exe: Executable, rs: RunState, ctx: int = CTX_REGION << 32) -> int:
     except RecursionError:
         raise ProgramFault(errno.EFAULT, "the call stack is too deep") from None
     finally:
+        irq_work_run()
         machine = rs.machine
         if machine is not None:
             machine.timing.charge(machine.current.cpu, "bpf_insn", rs.count)
