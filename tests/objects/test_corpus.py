@@ -570,9 +570,7 @@ CASES = [
     Case("tc_load_bytes", "tc_load_bytes", run=run_tc_load_bytes,
          expected={"retval": 0, "first_bytes": (0x08, 0x00, 0x45, 0x10),
                    "past_end_err": -errno.EFAULT, "len": 64, "protocol": 0x0008,
-                   "mark": 0x10},
-         emulated_xfail="emulated: bpf_skb_load_bytes is not implemented, the load fails "
-                        "with EINVAL where the kernel runs it"),
+                   "mark": 0x10}),
     Case("socket_filter_trunc", "socket_filter_trunc", run=run_socket_filter_trunc,
          before_load={"snap_len": 40},
          expected={"retvals": [40, 0, 28], "kept": {0: 1, 1: 2}}),

@@ -470,3 +470,20 @@ def test_atomic_adds_from_threads_on_several_cpus_lose_nothing():
     assert system.map_lookup_elem(shared, bytes(4)) == (1200).to_bytes(8, "little")
     slots = system.map_lookup_elem(per_cpu, bytes(4))
     assert [int.from_bytes(slots[i:i + 8], "little") for i in range(0, 32, 8)] == [300] * 4
+
+
+# -- bpf_skb_load_bytes ---------------------------------------------------------------------------
+@pytest.mark.parametrize("prog_type", [ProgType.SOCKET_FILTER, ProgType.SCHED_CLS])
+@pytest.mark.parametrize("offset, size", [(0, 8), (10, 4), (len(ETH_FRAME) - 22, 8),
+                                          (len(ETH_FRAME) - 8, 8), (len(ETH_FRAME) - 4, 8),
+                                          (200, 8), (0x7FFF_FFFF, 4)])
+def test_skb_load_bytes_reads_the_packet_or_zeroes_the_buffer(kernel, emulated, prog_type,
+                                                               offset, size):
+    """The bytes the kernel's skb_header_pointer finds from skb->data (a socket filter's
+    data starts past the Ethernet header, tc's at it), or -EFAULT with the buffer zeroed:
+    R0 is the return value xor the buffer's 8 bytes, on both backends alike."""
+    items = [b.st(8, FP, -8, 0x5A5A5A5A), b.mov64(R2, offset), b.mov64(R3, FP),
+             b.add64(R3, -8), b.mov64(R4, size), b.call("skb_load_bytes"),
+             b.ldx(8, R2, FP, -8), b.xor64(R0, R2), b.exit_()]
+    assert load(emulated, prog_type, items).test_run(ETH_FRAME).retval == \
+        load(kernel, prog_type, items).test_run(ETH_FRAME).retval

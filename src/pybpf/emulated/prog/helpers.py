@@ -413,6 +413,19 @@ def bpf_probe_read_user(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: in
     return 0
 
 
+def bpf_skb_load_bytes(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_skb_load_bytes(skb, offset, to, len): ``len`` bytes of the packet from ``offset``
+    (from skb->data, as LD_ABS reads) into ``to``; past the packet, ``to`` is zeroed and
+    -EFAULT returned (skb_header_pointer's failure)."""
+    offset, size = r2 & M32, r4 & M32
+    packet = rs.packet
+    if offset > INT_MAX or offset + size > len(packet):
+        mem_write(rs, r3, bytes(size), "to (R3)")
+        return -errno.EFAULT & M64
+    mem_write(rs, r3, bytes(packet[offset:offset + size]), "to (R3)")
+    return 0
+
+
 # -- XDP packet adjustments (net/core/filter.c) ---------------------------------------------------
 XDP_FRAME_SIZE = 40  # sizeof(struct xdp_frame): the head cannot grow into it
 ETH_HLEN = 14
@@ -587,6 +600,10 @@ _TRACING = frozenset({ProgType.KPROBE, ProgType.TRACEPOINT, ProgType.PERF_EVENT,
                       ProgType.RAW_TRACEPOINT, ProgType.RAW_TRACEPOINT_WRITABLE,
                       ProgType.TRACING})
 _SK_SKB = frozenset({ProgType.SK_SKB})
+# the programs of skbs (sk_filter_func_proto, tc_cls_act_func_proto, cg_skb, lwt, sk_skb)
+_SKB = frozenset({ProgType.SOCKET_FILTER, ProgType.SCHED_CLS, ProgType.SCHED_ACT,
+                  ProgType.CGROUP_SKB, ProgType.LWT_IN, ProgType.LWT_OUT, ProgType.LWT_XMIT,
+                  ProgType.SK_SKB})
 _SK_MSG = frozenset({ProgType.SK_MSG})
 
 
@@ -615,6 +632,8 @@ def _table() -> dict[int, HelperProto]:
         (BpfFunc.get_numa_node_id, bpf_get_numa_node_id, (), None),
         (BpfFunc.probe_read_user, bpf_probe_read_user,
          (ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE_OR_ZERO, ARG_ANYTHING), _TRACING),
+        (BpfFunc.skb_load_bytes, bpf_skb_load_bytes,
+         (ARG_PTR_TO_CTX, ARG_ANYTHING, ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE), _SKB),
         (BpfFunc.redirect, bpf_xdp_redirect, (ARG_ANYTHING, ARG_ANYTHING), _XDP),
         (BpfFunc.redirect_map, bpf_redirect_map, (ARG_CONST_MAP_PTR, ARG_ANYTHING, ARG_ANYTHING),
          _XDP),
