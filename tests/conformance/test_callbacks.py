@@ -74,6 +74,22 @@ def test_bpf_loop_calls_back_until_the_callback_stops(sys, label, nr_loops, flag
     assert run(sys, sum_and_count(nr_loops, flags, stop)) == expected, label
 
 
+@pytest.mark.parametrize("nr_loops, expected", [
+    (3, 100 * (0 + 1 + 2) + 3),
+    ((1 << 32) + 3, 100 * (0 + 1 + 2) + 3),  # the helper's nr_loops is a u32
+    ((1 << 23) + 1, -errno.E2BIG & U32),
+])
+def test_bpf_loop_called_with_flags_the_verifier_does_not_know_is_the_helper(sys, nr_loops,
+                                                                            expected):
+    """flags 0 at run time but not known to be 0 (ktime >> 63): the verifier cannot inline
+    the loop (update_loop_inline_state), so the helper runs it, nr_loops truncated to 32
+    bits; with a known 0 the inlined loop compares all 64 (the case above)."""
+    items = [b.st(8, FP, -8, 0), b.call("ktime_get_ns"), b.mov64(R6, R0), b.rsh64(R6, 63),
+             *loop(nr_loops)[:-2], b.mov64(R4, R6), b.call("loop"), b.ldx(8, R1, FP, -8),
+             b.mul64(R1, 100), b.add64(R0, R1), b.exit_(), *summing()]
+    assert run(sys, items) == expected
+
+
 def test_bpf_loop_with_a_null_context(sys):
     items = [*loop(7, ctx=[b.mov64(R3, 0)]), b.exit_(),
              b.label("cb"), b.mov64(R0, 0), b.exit_()]

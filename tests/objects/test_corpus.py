@@ -598,10 +598,7 @@ CASES = [
     Case("bpf_loop_sum", "bpf_loop_sum", run=run_bpf_loop_sum,
          # -E2BIG zero-extended: with flags 0 the verifier inlines bpf_loop, and the inlined
          # code sets it with a 32-bit move (inline_bpf_loop's BPF_MOV32_IMM)
-         expected={"results": (100, 4950, 8, 8, -errno.EINVAL, (1 << 32) - errno.E2BIG)},
-         emulated_xfail="disagreement: more than 1 << 23 loops gives -E2BIG sign-extended (-7) "
-                        "where the kernel's inlined bpf_loop gives 0xfffffff9 "
-                        "(inline_bpf_loop: BPF_MOV32_IMM(BPF_REG_0, -E2BIG))"),
+         expected={"results": (100, 4950, 8, 8, -errno.EINVAL, (1 << 32) - errno.E2BIG)}),
     Case("bpf_loop_map", "bpf_loop_map", run=run_bpf_loop_map,
          expected={"retval": 10025, "squares": {i: i * i for i in range(10)}}),
     Case("for_each_array", "for_each_array", run=run_for_each_array,

@@ -27,11 +27,13 @@ from ...uapi import BpfFunc
 from ..maps.bpf_map import BpfMap
 from ..maps.bpf_timer import BpfTimer
 from ..maps.ringbuf import irq_work_run
-from .memory import BPF_MAX_LOOPS, M64, OFF_MASK, RunState
+from .memory import BPF_MAX_LOOPS, M32, M64, OFF_MASK, RunState
 
-# The helpers that call back into the program (the verifier's is_callback_calling_function, as
-# far as emulated); the JIT keeps the run's count and budget current around their calls.
-CALLBACK_HELPERS = frozenset({BpfFunc.loop, BpfFunc.for_each_map_elem})
+# Not a helper id: what the verifier puts in place of a bpf_loop call it inlines.
+BPF_LOOP_INLINED = 1 << 16
+# The calls that run callbacks (the verifier's is_callback_calling_function, as far as
+# emulated, and the inlined loop): the JIT keeps the run's count and budget current around them.
+CALLBACK_HELPERS = frozenset({BpfFunc.loop, BpfFunc.for_each_map_elem, BPF_LOOP_INLINED})
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,18 +82,29 @@ def timer_runner(rs: RunState, callback: BpfCallback) -> Callable[[BpfTimer], No
 
 
 def bpf_loop(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
-    """bpf_loop(nr_loops, callback_fn, callback_ctx, flags): ``callback_fn(i, ctx)`` for i
-    from 0 while it returns 0; the number of calls made. ``nr_loops`` is compared in 64 bits,
-    as the loop the kernel's verifier inlines in place of the call (flags a known 0) does."""
+    """bpf_loop(nr_loops, callback_fn, callback_ctx, flags), the helper: ``callback_fn(i,
+    ctx)`` for i from 0 while it returns 0; the number of calls made. nr_loops is the
+    helper's u32; an error is its long (-EINVAL for flags, -E2BIG past BPF_MAX_LOOPS)."""
     if r4:
         return -errno.EINVAL & M64
-    if r1 > BPF_MAX_LOOPS:
-        return -errno.E2BIG & M64
-    callback = callback_of(rs, r2, "bpf_loop")
-    for index in range(r1):
-        if callback(rs, index, r3):
+    return _loop(rs, r1 & M32, r2, r3, -errno.E2BIG & M64)
+
+
+def bpf_loop_inlined(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """The loop the verifier writes in place of a bpf_loop call whose flags are a known 0
+    on every walk, with one callback (inline_bpf_loop): nr_loops compared in 64 bits, and
+    -E2BIG set with a 32-bit move (0xfffffff9)."""
+    return _loop(rs, r1, r2, r3, -errno.E2BIG & M32)
+
+
+def _loop(rs: RunState, nr_loops: int, callback_fn: int, ctx: int, too_many: int) -> int:
+    if nr_loops > BPF_MAX_LOOPS:
+        return too_many
+    callback = callback_of(rs, callback_fn, "bpf_loop")
+    for index in range(nr_loops):
+        if callback(rs, index, ctx):
             return index + 1
-    return r1
+    return nr_loops
 
 
 def bpf_for_each_map_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:

@@ -45,7 +45,14 @@ from ..maps import bpf_spin_lock as spin_lock
 from ..maps import bpf_timer as timers
 from ..maps import ringbuf
 from ..maps.bpf_map import BYTES_AT, INT_MAX, BpfMap
-from .bpf_iter import bpf_for_each_map_elem, bpf_loop, callback_of, timer_runner
+from .bpf_iter import (
+    BPF_LOOP_INLINED,
+    bpf_for_each_map_elem,
+    bpf_loop,
+    bpf_loop_inlined,
+    callback_of,
+    timer_runner,
+)
 from .memory import (
     M32,
     M64,
@@ -698,5 +705,7 @@ def charged(func: Callable[..., int], cost: str) -> Callable[..., int]:
 def helper_funcs() -> dict[int, Callable[..., int]]:
     """id -> function, what the engines call (charging the call's cost where the proto has
     one)."""
-    return {fid: proto.func if proto.cost is None else charged(proto.func, proto.cost)
-            for fid, proto in HELPERS.items()}
+    funcs = {fid: proto.func if proto.cost is None else charged(proto.func, proto.cost)
+             for fid, proto in HELPERS.items()}
+    funcs[BPF_LOOP_INLINED] = bpf_loop_inlined  # inlined: no call to charge
+    return funcs

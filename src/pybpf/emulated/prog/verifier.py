@@ -63,6 +63,7 @@ from ...uapi import (
 )
 from . import filter as ctx_rules
 from . import tnum
+from .bpf_iter import BPF_LOOP_INLINED
 from .btf import vmlinux_btf_types, vmlinux_kfuncs
 from .semantics import MAX_CALL_FRAMES
 from .verifier_alu import AluChecks
@@ -178,7 +179,8 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
     def converted_insns(self) -> list[Instruction]:
         """What the engines get: dead code (never walked: no field of it was checked) as
         ``goto -1``, as sanitize_dead_code leaves it; narrow context loads reading where the
-        kernel's rewrite (convert_ctx_accesses) reads."""
+        kernel's rewrite (convert_ctx_accesses) reads; bpf_loop calls fit for inlining as the
+        inlined loop (optimize_bpf_loop)."""
         insns = []
         for pc, insn in enumerate(self.slots):
             if insn is None:
@@ -189,6 +191,8 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
             elif self.ctx_insns.get(pc) and info.kind in (Kind.LDX, Kind.LDX_SX):
                 insn = insn._replace(off=ctx_rules.narrow_load_offset(
                     self.prog_type, insn.off, info.nbytes))
+            elif self.loop_inline.get(pc) is not None:
+                insn = insn._replace(imm=BPF_LOOP_INLINED)
             insns.append(insn)
         return insns
 
@@ -420,6 +424,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         self.walked: set[int] = set()
         self.callback_calls = {pc for pc, insn in enumerate(self.slots)
                                if insn is not None and is_callback_calling(insn)}
+        self.loop_inline: dict[int, int | None] = {}
         live = self.live_registers()
         prune = self.prune_points()
         explored: dict[int, list[tuple]] = {}

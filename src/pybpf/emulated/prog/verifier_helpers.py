@@ -211,6 +211,8 @@ class HelperCallChecks:
         pushed = []  # the callback comes before the map's compatibility, as in the kernel
         if func_id == BpfFunc.timer_set_callback:
             pushed.append(self.push_async_cb(pc, regs, bpf_map))
+        if func_id == BpfFunc.loop:
+            self.update_loop_inline_state(pc, regs[4], regs[2])
         if func_id in CALLBACK_HELPERS:
             nr_loops = regs[1]
             # bpf_loop's callback is walked as many times as a known nr_loops says, at most
@@ -248,6 +250,16 @@ class HelperCallChecks:
                        Reg(PTR_TO_MAP_VALUE, tnum.const(0), map=bpf_map)]
         callee[FP] = Reg(PTR_TO_STACK, tnum.const(0), frame=0)
         return regs[2].map, State([Frame(callee, {}, pc, 0)])
+
+    def update_loop_inline_state(self, pc: int, flags: Reg, callback: Reg) -> None:
+        """update_loop_inline_state: a bpf_loop call is inlined when every walk reaches it
+        with flags a known 0 and the same callback (``loop_inline``: pc -> the callback's
+        first insn, or None once unfit)."""
+        fit = flags.is_const and flags.var.value == 0
+        if pc not in self.loop_inline:
+            self.loop_inline[pc] = callback.map if fit else None
+        elif not fit or self.loop_inline[pc] != callback.map:
+            self.loop_inline[pc] = None
 
     def push_callback_call(self, pc: int, func_id: int, state: State,
                            bpf_map: Any) -> tuple[int, State]:
