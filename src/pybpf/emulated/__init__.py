@@ -27,8 +27,6 @@ from .net.cpumap import RING_WAIT
 from .net.netdev import net_of
 from .net.skmsg import psock_table
 from .net.xdp import XdpBuff
-from .prog.core import run_prog
-from .prog.memory import RunEnv, RunState
 from .prog.native import native_missing
 from .system import EmulatedSystem
 from .test_run import bpf_test_run_xdp_live
@@ -41,9 +39,7 @@ __all__ = [
     "CpuStats",
     "EmulatedSystem",
     "Machine",
-    "RunEnv",
     "Run",
-    "RunState",
     "Scheduler",
     "VirtualTimeScheduler",
     "Work",
@@ -52,5 +48,4 @@ __all__ = [
     "native_missing",
     "net_of",
     "psock_table",
-    "run_prog",
 ]

@@ -55,7 +55,6 @@ from .net.xdp import (
     ETH_P_802_2,
     ETH_P_802_3_MIN,
     PAGE_SIZE,
-    XDP_FRAME_SIZE,
     XDP_PACKET_HEADROOM,
     XdpBuff,
     bpf_prog_run_xdp,
@@ -93,7 +92,7 @@ from .prog.filter import (
     XDP_MD_SIZE,
     writable_fields,
 )
-from .prog.helpers import XdpRedirect
+from .prog.helpers import XDP_FRAME_SIZE, XdpRedirect
 from .prog.memory import CTX_REGION, M32, PACKET_REGION, SOCK_REGION, CtxRegion, RunState
 
 TEST_XDP_MAX_BATCH = 256

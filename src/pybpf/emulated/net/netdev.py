@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ...errors import KernelError
+from ...packet import ETH_HLEN
 from ...uapi import (
     XDP_ABORTED,
     XDP_DROP,
@@ -70,7 +71,6 @@ VETH_XDP_BATCH = 16  # frames turned into skbs at once
 VETH_XDP_TX_BULK_SIZE = 16
 RX_PAGE_POOL = VETH_RING_SIZE  # pages a CPU's receive side cycles through (modeled time)
 VLAN_HLEN = 4
-ETH_HLEN = 14
 XDP_XMIT_FLUSH = 1
 
 # plain ints: ~ of an IntFlag would keep only the defined bits

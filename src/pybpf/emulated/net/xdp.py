@@ -31,7 +31,7 @@ from ...packet import ETH_HLEN, mac_bytes
 from ...uapi import XDP_ABORTED, XDP_PASS, MapType
 from ..prog.core import run_prog
 from ..prog.filter import XDP_MD, XDP_MD_DATA, XDP_MD_DATA_END, XDP_MD_DATA_META
-from ..prog.helpers import XdpRedirect
+from ..prog.helpers import XDP_FRAME_SIZE, XdpRedirect
 from ..prog.memory import CTX_REGION, M32, PACKET_REGION, CtxRegion, RunState
 from .skbuff import (
     PACKET_BROADCAST,
@@ -46,7 +46,6 @@ from .skbuff import (
 
 PAGE_SIZE = 4096
 XDP_PACKET_HEADROOM = 256
-XDP_FRAME_SIZE = 40  # sizeof(struct xdp_frame), kept at the start of the headroom
 ETH_P_802_3_MIN = 0x600  # below: an 802.3 length, not a type
 ETH_P_802_2 = 0x0004
 

@@ -5,7 +5,7 @@ Rules this module keeps:
 - A callback's address is what a BPF_PSEUDO_FUNC lddw loads: a pointer to a region holding a
   ``BpfCallback`` (the program's executable and the subprogram's first slot), made when the
   program is resolved (``executable.Executable``). A helper runs it on the run's engine
-  (``rs.engine``) through ``Executable.entry``, in a frame of its own, counting its
+  through ``rs.entry_of``, in a frame of its own, counting its
   instructions in the run's budget.
 - The run's budget (an emulator's guard against endless loops) bounds each call of a callback
   as it bounded the program when it called the helper: what a call ran is counted in the

@@ -94,7 +94,7 @@ def run_prog(exe: Executable, rs: RunState, ctx: int = CTX_REGION << 32) -> int:
     """Run ``exe`` with R1 = ``ctx`` on the engine of ``rs``'s environment; returns R0 (64
     bits). The instructions it executed are charged to the current CPU of the run's
     machine."""
-    make_entry = rs.entry_of = entry_of(rs.engine)
+    make_entry = rs.entry_of = entry_of(rs.env.engine)
     rs.mem.update(exe.static_regions)
     try:
         return make_entry(exe, 0)(rs, ctx, 0, 0, 0, 0)

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...errors import KernelError, ProgramFault
+from ...packet import ETH_HLEN
 from ...uapi import (
     BPF_F_BROADCAST,
     BPF_F_EXCLUDE_INGRESS,
@@ -435,7 +436,6 @@ def bpf_skb_load_bytes(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int
 
 # -- XDP packet adjustments (net/core/filter.c) ---------------------------------------------------
 XDP_FRAME_SIZE = 40  # sizeof(struct xdp_frame): the head cannot grow into it
-ETH_HLEN = 14
 _XDP_DATA, _XDP_DATA_END, _XDP_DATA_META = 0, 4, 8
 _XDP_HARD_END = 4096 - 320  # frame_sz less the skb_shared_info tailroom
 

@@ -176,7 +176,7 @@ class RunState:
     """
 
     __slots__ = ("env", "mem", "next_region", "value_regions", "count", "budget", "tail_calls",
-                 "machine", "packet", "redirect", "engine", "entry_of", "trace", "retval",
+                 "machine", "packet", "redirect", "entry_of", "trace", "retval",
                  "psock")
 
     def __init__(self, env: RunEnv = RunEnv(),
@@ -188,10 +188,9 @@ class RunState:
         self.count = 0
         self.budget = env.insn_budget
         self.tail_calls = 0
-        self.machine = env.machine
+        self.machine = env.machine  # every helper reads it: kept at hand
         self.packet = packet
         self.redirect: Any = None
-        self.engine = env.engine
         self.entry_of: Callable[[Any, int], Callable] | None = None
         self.trace: list[bytes] = []
         self.retval = 0  # R0 at exit, set by whoever runs the program
