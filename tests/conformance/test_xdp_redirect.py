@@ -163,13 +163,22 @@ class Setup:
 
     def counted(self, timeout: float = 20) -> tuple[int, int, int]:
         """(kthread processed, enqueue processed, enqueue drops), once the kthread has taken
-        every frame that entered its ring."""
+        every frame that entered its ring and the counts have settled.
+
+        The kernel's kthread may count a frame before the enqueue tracepoint of its flush
+        fires (the ring is filled first), and the stack of vA sends frames of its own (MLD,
+        RS) at any time: one read can see kthread + drops > enqueued for a moment, so the
+        counts must agree on two reads in a row."""
         deadline = time.monotonic() + timeout
+        last = None
         while True:
             (kthread, _), (enqueued, drops) = (struct.unpack("<QQ", self.counts[i])
                                                for i in (0, 1))
-            if kthread + drops >= enqueued or time.monotonic() > deadline:
-                return kthread, enqueued, drops
+            now = (kthread, enqueued, drops)
+            settled = kthread + drops == enqueued and now == last
+            if settled or time.monotonic() > deadline:
+                return now
+            last = now
             time.sleep(0.02)
 
     def received(self, n: int, timeout: float = 10) -> list[bytes]:
