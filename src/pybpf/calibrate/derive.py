@@ -11,6 +11,9 @@ from .probes import READ_SOCKADDR, RET, TEST_RUN_PROBES, Samples, executed
 # Not measurable from user space; see the sources these appear in.
 IRQ_SAVE_RESTORE_CYCLES = 20
 SLAB_FASTPATH_CYCLES = 25
+SLAB_REFILL_CYCLES = 60
+SLAB_FREE_REMOTE_CYCLES = 30
+PAGE_ALLOC_CYCLES = 135
 TICKS_PER_GRACE_PERIOD = 2
 
 
@@ -178,6 +181,18 @@ def derive(samples: dict[str, Samples], host: dict) -> tuple[dict[str, Value], d
              f"estimate: {SLAB_FASTPATH_CYCLES} cycles at {ghz:.2f} GHz, half of the ~45-50 "
              "cycles Jesper Dangaard Brouer measured for a SLUB kmem_cache_alloc + free pair "
              "on the fast path (slab bulk-API series, Linux 4.3-4.4, 2015)")
+    cite("alloc.slab_refill", SLAB_REFILL_CYCLES / ghz,
+         f"estimate: {SLAB_REFILL_CYCLES} cycles at {ghz:.2f} GHz: ___slab_alloc's checks and "
+         "taking a slab off the partial list, about 60 instructions (its cmpxchg on the "
+         "struct slab is charged as cpu.atomic)")
+    cite("alloc.slab_free_remote", SLAB_FREE_REMOTE_CYCLES / ghz,
+         f"estimate: {SLAB_FREE_REMOTE_CYCLES} cycles at {ghz:.2f} GHz: __slab_free's loop "
+         "beyond its cmpxchg_double (charged as cpu.atomic), about 30 instructions")
+    for key in ("page_alloc", "page_free"):
+        cite(f"alloc.{key}", PAGE_ALLOC_CYCLES / ghz,
+             f"estimate: {PAGE_ALLOC_CYCLES} cycles at {ghz:.2f} GHz, half of the ~270 "
+             "cycles Jesper Dangaard Brouer measured for an order-0 alloc_pages + "
+             "__free_pages pair through the per-CPU lists (page_bench, 2016)")
     put("alloc.call_rcu", mem_cache,
         "estimate: __call_rcu_common's fast path is interrupts off, one per-CPU list push "
         "(rcu_segcblist_enqueue), interrupts on: the same work as bpf_mem_cache")

@@ -129,6 +129,13 @@ SCHEMA: tuple[Param, ...] = (
        "free list with interrupts off"),
     _p("alloc", "kmalloc", "ns", "slab allocation fast path (per-CPU slab)"),
     _p("alloc", "kfree", "ns", "slab free fast path"),
+    _p("alloc", "slab_refill", "ns", "SLUB's ___slab_alloc taking a partial slab when the "
+       "CPU's slab is used up, beyond its cmpxchg and memory stalls"),
+    _p("alloc", "slab_free_remote", "ns", "SLUB's __slab_free of an object whose slab is not "
+       "the CPU's, beyond its cmpxchg and memory stalls"),
+    _p("alloc", "page_alloc", "ns", "a new slab's order-0 page from the page allocator's "
+       "per-CPU lists"),
+    _p("alloc", "page_free", "ns", "an empty slab's page given back to the page allocator"),
     _p("alloc", "call_rcu", "ns", "queueing one RCU callback"),
     _p("alloc", "rcu_callback", "ns", "invoking one RCU callback from rcu_do_batch, beyond "
        "what the callback does"),

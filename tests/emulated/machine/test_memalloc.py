@@ -218,3 +218,17 @@ def test_bpf_mem_alloc_reuse_holds_nothing_back_from_a_balanced_churn():
     machine, ma = churn_in_syscalls("bpf_mem_alloc", 4)
     assert ma.counters.call_rcu == 0 and ma.counters.max_held_by_rcu_bytes == 0
     assert ma.counters.kmalloc_while_held == 0 and machine.rcu.max_held_bytes == 0
+
+
+def test_the_2022_allocator_refills_with_new_objects_and_frees_after_two_grace_periods():
+    """Before 0fd7c5d43339 the caches were the allocator as the series merged it: a refill
+    never takes parked objects back, and trimmed ones wait for a Tasks Trace grace period
+    and then an RCU one (this machine's one flavour twice) before their kfree."""
+    machine, ma = churn_in_syscalls("bpf_mem_alloc_call_rcu", 4)
+    c = ma.counters
+    assert c.reused == 0 and c.allocated > 4000 and c.freed > 0
+    # Each batch's first callback queues a second one, which does the kfree.
+    batches = c.call_rcu - c.free_calls
+    assert machine.rcu.callbacks_queued > c.call_rcu
+    assert machine.rcu.callbacks_queued <= c.call_rcu + batches
+    assert machine.timing.breakdown(0)["kfree"][0] == c.freed

@@ -10,7 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pybpf.emulated.machine.timing import NODE_SHIFT, Timing, VirtualTimeScheduler, kmalloc_size
+from pybpf.emulated.machine.timing import (
+    NODE_SHIFT,
+    KmemCache,
+    Timing,
+    VirtualTimeScheduler,
+    kmalloc_size,
+)
 from pybpf.profiles import load_profile
 
 PROFILE = load_profile("haswell-ep-2s")  # 20 CPUs: 0-9 on node 0, 10-19 on node 1
@@ -84,6 +90,71 @@ def test_kmalloc_hands_back_the_last_freed_object_of_its_class():
     assert t.kmalloc(0, 60) != a
     assert kmalloc_size(65) == 96 and kmalloc_size(5000) == 8192
     assert t.kmalloc(REMOTE_CPU, 64) >> NODE_SHIFT == 1
+
+
+@pytest.mark.parametrize("size,cpus,objects,cpu_partial_slabs,min_partial", [
+    (64, 2, 64, 4, 5),      # order 0 holds min_objects 4 * (fls(2) + 1) = 12
+    (256, 20, 32, 4, 5),    # 20 CPUs: min_objects 24; order 0 holds 16, so order 1
+    (1024, 20, 32, 2, 5),   # order 3: 32 objects
+    (8192, 2, 4, 3, 6),     # order 3 is the largest: 4 objects
+])
+def test_slub_geometry_follows_the_kernels_rules(size, cpus, objects, cpu_partial_slabs,
+                                                 min_partial):
+    cache = KmemCache(size, cpus)
+    assert cache.objects == objects
+    assert cache.cpu_partial_slabs == cpu_partial_slabs
+    assert cache.min_partial == min_partial
+
+
+def test_kfree_into_another_cpus_slab_is_the_slow_path_and_the_slab_comes_back_partial():
+    t = timing()
+    objects = KmemCache(64, len(t.clock)).objects
+    mine = [t.kmalloc(0, 64) for _ in range(objects)]  # CPU 0's first slab, used up
+    t.kmalloc(0, 64)  # the next slab: the first is deactivated, full, on no list
+    assert "slab_free_remote" not in t.breakdown(1)
+    t.kfree(1, mine[5], 64)
+    assert t.breakdown(1)["slab_free_remote"][0] == 1
+    assert t.breakdown(1)["atomic"][0] == 1  # __slab_free's cmpxchg on the struct slab
+    for addr in mine[6:9]:
+        t.kfree(1, addr, 64)
+    assert t.breakdown(1)["slab_free_remote"][0] == 4
+    # Full when the first object came back: it went to CPU 1's partial list, so CPU 1's
+    # first allocation takes it (last freed first) instead of a new page.
+    assert t.kmalloc(1, 64) == mine[8]
+    assert "page_alloc" not in t.breakdown(1)
+    assert t.breakdown(1)["slab_refill"][0] == 1
+
+
+def test_kfree_into_the_cpus_own_slab_is_the_fast_path():
+    t = timing()
+    a = t.kmalloc(0, 64)
+    t.kfree(0, a, 64)
+    assert "slab_free_remote" not in t.breakdown(0)
+    assert t.breakdown(0)["page_alloc"][0] == 1  # the first slab only
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0, 1, 10]), st.booleans(),
+                          st.sampled_from([32, 64, 512])), max_size=300))
+def test_slab_objects_are_never_handed_out_twice_nor_lost(ops):
+    """Whatever CPUs allocate and free, a live object is never handed out again, and every
+    freed object stays in some slab (the pages in use account for all of them)."""
+    t = timing()
+    live: dict[int, int] = {}
+    for cpu, free, size in ops:
+        if free and live:
+            addr = next(iter(live))
+            t.kfree(cpu, addr, live.pop(addr))
+        else:
+            addr = t.kmalloc(cpu, size)
+            assert addr not in live
+            live[addr] = kmalloc_size(size)
+    slabs = {id(slab): slab for slab in t._slab_of_page.values()}.values()
+    free = sum(len(slab.free) for slab in slabs)
+    total = sum(slab.cache.objects for slab in slabs)
+    assert free + len(live) == total
+    for slab in slabs:
+        assert len(set(slab.free)) == len(slab.free) and not set(slab.free) & set(live)
 
 
 def test_contended_lock_waits_for_the_release_then_pays_the_transfer():

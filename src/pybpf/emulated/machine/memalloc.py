@@ -11,9 +11,15 @@ Rules this module keeps:
   excess down to ``(low + high) / 2`` is moved to ``free_by_rcu_ttrace`` and handed to RCU
   with a single ``call_rcu`` per batch (none while one is in flight: what is parked then
   waits for the next free_bulk); after the grace period what was not reused is freed.
-- ``BpfMemAlloc(free_through_rcu=True)``: the same caches, but ``free`` first waits a grace
-  period (one ``call_rcu`` per object, whose callback does the unit_free): the hash map of the
-  2022 series before "bpf: Optimize call_rcu in non-preallocated hash map" (0fd7c5d43339).
+- ``BpfMemAlloc(free_through_rcu=True)``: the hash map of the 2022 series before "bpf:
+  Optimize call_rcu in non-preallocated hash map" (0fd7c5d43339): ``free`` first waits a
+  grace period (one ``call_rcu`` per object, whose callback does the unit_free), and the
+  caches are the allocator as that series merged it (7c8199e24fa0, Linux 6.1): a refill
+  always takes new objects (alloc_bulk called ``__alloc`` for each; taking parked objects
+  back first came with Hou Tao's "bpf: Reuse freed element in free_by_rcu during
+  allocation", December 2022), and what free_bulk trims is kfree'd after a Tasks Trace
+  grace period and then an RCU one (``__free_rcu_tasks_trace`` queued ``call_rcu``; the
+  machine has one RCU flavour, so both are its grace periods).
 - ``KmallocRcu``: every ``alloc`` is a new object, every ``free`` one ``call_rcu`` whose
   callback frees it; nothing is reused.
 - All count what they do (``stats()``): ``allocated`` (new objects), ``freed`` (objects
@@ -123,6 +129,8 @@ class BpfMemAlloc:
         self.machine = machine
         self.timing = machine.timing
         self.free_through_rcu = free_through_rcu
+        # The 2022 allocator (see the module's rules) came with the per-object call_rcu.
+        self.reuse_parked = not free_through_rcu
         if free_through_rcu:
             self.design = "bpf_mem_alloc_call_rcu"
         self.unit_size = unit_size + LLIST_NODE_SIZE
@@ -142,11 +150,15 @@ class BpfMemAlloc:
         self.bulk_allocated = 0
 
     def _alloc_bulk(self, cache: _Cache, count: int) -> None:
-        """alloc_bulk: reuse objects parked for RCU, then allocate new ones on the CPU's node."""
-        with cache.lock:
-            taken = _pop_up_to(cache.free_by_rcu_ttrace, count)
-            in_flight = _pop_up_to(cache.waiting_for_gp_ttrace, count - len(taken))
-            taken += in_flight
+        """alloc_bulk: reuse objects parked for RCU (not in the 2022 allocator), then allocate
+        new ones on the CPU's node."""
+        taken: list[Any] = []
+        in_flight: list[Any] = []
+        if self.reuse_parked:
+            with cache.lock:
+                taken = _pop_up_to(cache.free_by_rcu_ttrace, count)
+                in_flight = _pop_up_to(cache.waiting_for_gp_ttrace, count - len(taken))
+                taken += in_flight
         reused = len(taken)
         node = self.machine.cpu_node[cache.cpu]
         fresh = [self.new_object(node) for _ in range(count - reused)]
@@ -191,7 +203,11 @@ class BpfMemAlloc:
         with self._count_lock:
             self.counters.call_rcu += 1
             self._hold(cache.cpu, nbytes)
-        self.machine.rcu.call_rcu(lambda: self._free_rcu(cache), nbytes)
+        if self.reuse_parked:
+            self.machine.rcu.call_rcu(lambda: self._free_rcu(cache), nbytes)
+        else:  # __free_rcu_tasks_trace: call_rcu(&c->rcu, __free_rcu)
+            self.machine.rcu.call_rcu(
+                lambda: self.machine.rcu.call_rcu(lambda: self._free_rcu(cache), nbytes), nbytes)
 
     def _free_rcu(self, cache: _Cache) -> None:
         """__free_rcu: after the grace period, free what was not reused meanwhile.

@@ -58,6 +58,8 @@ MEMORY_KINDS = ("private_hit", "shared_hit", "dram_local", "dram_remote", "trans
 HOT_LINES = 64  # the least a scaled cache keeps (4 KiB): a CPU's every-event lines
 LOCK_HISTORY = 32  # intervals a lock remembers (the latest half is kept when it is full)
 KMALLOC_SIZES = (8, 16, 32, 64, 96, 128, 192, 256, 512, 1024, 2048, 4096, 8192)
+SLAB_MAX_ORDER = 3  # PAGE_ALLOC_COSTLY_ORDER: the largest slab calculate_order picks
+MEMMAP_OFFSET = 1 << (NODE_SHIFT - 1)  # where a node's struct slabs (the vmemmap) lie
 
 
 def kmalloc_size(size: int) -> int:
@@ -85,6 +87,50 @@ def machine_distances(distances: list[list[int]], nodes: int) -> list[list[int]]
     far = max(max(row) for row in distances)
     return [[10 if a == b else distances[a][b] if a < len(distances) and b < len(distances)
              else far for b in range(nodes)] for a in range(nodes)]
+
+
+class KmemCache:
+    """A SLUB cache (mm/slub.c) of one size class on one node.
+
+    Its geometry follows the kernel's rules: a slab is the smallest order up to
+    PAGE_ALLOC_COSTLY_ORDER (3) holding ``4 * (fls(nr_cpu_ids) + 1)`` objects
+    (calculate_order's min_objects); a CPU keeps up to ``cpu_partial_slabs`` partial slabs
+    (set_cpu_partial: 120 objects below 256 bytes, 52 below 1024, 24 below a page, 6 above,
+    twice that in slabs); a node keeps ``min_partial`` (ilog2(size) / 2, within 5..10)
+    partial slabs before empty ones are discarded."""
+
+    __slots__ = ("size", "slab_bytes", "objects", "cpu_partial_slabs", "min_partial",
+                 "cpu_slab", "cpu_partial", "node_partial", "list_lock")
+
+    def __init__(self, size: int, num_cpus: int) -> None:
+        self.size = size
+        min_objects = 4 * (num_cpus.bit_length() + 1)
+        order = 0
+        while order < SLAB_MAX_ORDER and (PAGE << order) // size < min_objects:
+            order += 1
+        self.slab_bytes = max(PAGE << order, size)
+        self.objects = self.slab_bytes // size
+        nr_objects = 120 if size < 256 else 52 if size < 1024 else 24 if size < PAGE else 6
+        self.cpu_partial_slabs = -(-nr_objects * 2 // self.objects)
+        self.min_partial = min(max((size.bit_length() - 1) // 2, 5), 10)
+        self.cpu_slab: list[Slab | None] = [None] * num_cpus
+        self.cpu_partial: list[list[Slab]] = [[] for _ in range(num_cpus)]
+        self.node_partial: list[Slab] = []
+        self.list_lock = SpinLock(0, [])  # kmem_cache_node.list_lock (its line unplaced)
+
+
+@dataclass(eq=False)
+class Slab:
+    """One slab: its objects' free list (last freed first), the CPU whose slab it is (SLUB's
+    frozen slab; None: none), the partial list it is on ("cpu", "node" or "") and the address
+    of its struct slab in the node's memory map."""
+
+    cache: KmemCache
+    start: int
+    meta: int
+    free: list[int]
+    owner: int | None = None
+    listed: str = ""
 
 
 @dataclass
@@ -195,8 +241,8 @@ class Timing:
         self.transfer = [[t_local if a == b else between(dist[a][b], t_local, t_remote)
                           for b in range(len(dist))] for a in range(len(dist))]
         self._next_addr = [(node << NODE_SHIFT) + PAGE for node in range(len(dist))]
-        self._slab: dict[tuple[int, int, int], list[int]] = {}  # (cpu, node, size) -> LIFO
-        self._slab_page: dict[tuple[int, int, int], list[int]] = {}  # -> [next, end]
+        self._kmem_caches: dict[tuple[int, int], KmemCache] = {}  # (node, class) -> cache
+        self._slab_of_page: dict[int, Slab] = {}  # page number -> the slab it belongs to
 
     def alloc_region(self, size: int, node: int) -> int:
         """Fresh memory of ``size`` bytes on ``node`` (page aligned): cold in every cache."""
@@ -208,29 +254,108 @@ class Timing:
         return addr
 
     def kmalloc(self, cpu: int, size: int, node: int | None = None) -> int:
-        """A slab object: the last one this CPU freed in that size class and node (hot), or
-        fresh memory (cold). Charges ``kmalloc``."""
+        """A slab object from SLUB (see ``KmemCache``): the CPU's slab's freelist, last freed
+        first (``kmalloc``); when it is empty ``___slab_alloc`` takes a partial slab
+        (``slab_refill`` and a cmpxchg on the slab's struct) or a new one from the page
+        allocator (``page_alloc``: fresh memory, cold in every cache)."""
         node = self.cpu_node[cpu] if node is None else node
-        cls = kmalloc_size(size)
+        cache = self._kmem_cache(node, kmalloc_size(size))
         self.charge(cpu, "kmalloc")
-        free = self._slab.get((cpu, node, cls))
-        if free:
-            return free.pop()
-        # A fresh object comes from this CPU's slab page of the class (SLUB's per-CPU slab),
-        # so CPUs never share a line of new objects.
-        page = self._slab_page.get((cpu, node, cls))
-        if page is None or page[0] + cls > page[1]:
-            start = self.alloc_region(max(PAGE, cls), node)
-            page = self._slab_page[(cpu, node, cls)] = [start, start + max(PAGE, cls)]
-        addr = page[0]
-        page[0] += cls
-        return addr
+        slab = cache.cpu_slab[cpu]
+        if slab is None or not slab.free:
+            slab = self._slab_refill(cpu, cache, node)
+        return slab.free.pop()
 
     def kfree(self, cpu: int, addr: int, size: int) -> None:
-        """Give a slab object back to this CPU's free list of its class. Charges ``kfree``."""
+        """Give a slab object back (``kfree``). Into the CPU's own slab it is the fast path;
+        into any other slab it is ``__slab_free`` (``slab_free_remote`` and a cmpxchg on the
+        slab's struct), which puts a slab that was full on this CPU's partial list, and
+        gives an empty one back to the page allocator when its node has partial slabs
+        enough (``page_free``)."""
         self.charge(cpu, "kfree")
-        if addr:
-            self._slab.setdefault((cpu, addr_node(addr), kmalloc_size(size)), []).append(addr)
+        slab = self._slab_of_page.get(addr // PAGE) if addr else None
+        if slab is None:
+            return
+        if slab.owner == cpu:
+            slab.free.append(addr)
+            return
+        self.charge(cpu, "slab_free_remote")
+        self.atomic(cpu, slab.meta)
+        was_full = not slab.free
+        slab.free.append(addr)
+        if slab.owner is not None:
+            return  # another CPU's slab: that CPU takes the object with its freelist
+        cache = slab.cache
+        if was_full:
+            self._put_cpu_partial(cpu, cache, slab)
+        elif len(slab.free) == cache.objects and slab.listed == "node" \
+                and len(cache.node_partial) > cache.min_partial:
+            cache.node_partial.remove(slab)
+            self._discard_slab(cpu, slab)
+
+    def _kmem_cache(self, node: int, size: int) -> KmemCache:
+        cache = self._kmem_caches.get((node, size))
+        if cache is None:
+            cache = self._kmem_caches[(node, size)] = KmemCache(size, len(self.clock))
+        return cache
+
+    def _slab_refill(self, cpu: int, cache: KmemCache, node: int) -> Slab:
+        """___slab_alloc: the CPU's slab is used up; the next comes from its partial list,
+        its node's (under the node's list_lock), or the page allocator."""
+        old = cache.cpu_slab[cpu]
+        if old is not None:
+            old.owner = None  # deactivated full: on no list until an object comes back
+        if cache.cpu_partial[cpu]:
+            slab = cache.cpu_partial[cpu].pop()
+        elif cache.node_partial:
+            self.spin_lock(cpu, cache.list_lock)
+            slab = cache.node_partial.pop()
+            self.spin_unlock(cpu, cache.list_lock)
+        else:
+            slab = self._new_slab(cpu, cache, node)
+        if slab.listed:
+            self.charge(cpu, "slab_refill")
+            self.atomic(cpu, slab.meta)  # get_freelist's cmpxchg takes the slab's objects
+        slab.listed = ""
+        slab.owner = cpu
+        cache.cpu_slab[cpu] = slab
+        return slab
+
+    def _new_slab(self, cpu: int, cache: KmemCache, node: int) -> Slab:
+        self.charge(cpu, "page_alloc")
+        nbytes = cache.slab_bytes
+        start = self.alloc_region(nbytes, node)
+        meta = (node << NODE_SHIFT) + MEMMAP_OFFSET + (start - (node << NODE_SHIFT)) // PAGE * 64
+        self.access(cpu, meta, write=True)  # allocate_slab initialises the struct slab
+        # The freelist hands out the lowest address first.
+        free = list(range(start + (cache.objects - 1) * cache.size, start - 1, -cache.size))
+        slab = Slab(cache, start, meta, free)
+        for page in range(start // PAGE, (start + nbytes) // PAGE):
+            self._slab_of_page[page] = slab
+        return slab
+
+    def _put_cpu_partial(self, cpu: int, cache: KmemCache, slab: Slab) -> None:
+        """put_cpu_partial: a full list is first moved to the node's partial list
+        (__put_partials), where empty slabs beyond ``min_partial`` are discarded."""
+        partial = cache.cpu_partial[cpu]
+        if len(partial) >= cache.cpu_partial_slabs:
+            self.spin_lock(cpu, cache.list_lock)
+            for old in partial:
+                if len(old.free) == cache.objects and \
+                        len(cache.node_partial) >= cache.min_partial:
+                    self._discard_slab(cpu, old)
+                else:
+                    old.listed = "node"
+                    cache.node_partial.append(old)
+            self.spin_unlock(cpu, cache.list_lock)
+            partial.clear()
+        slab.listed = "cpu"
+        partial.append(slab)
+
+    def _discard_slab(self, cpu: int, slab: Slab) -> None:
+        self.charge(cpu, "page_free")
+        for page in range(slab.start // PAGE, (slab.start + slab.cache.slab_bytes) // PAGE):
+            del self._slab_of_page[page]
 
     def access(self, cpu: int, addr: int, write: bool = False) -> float:
         """One access to the line holding ``addr``; returns (and charges) the stall in ns.
