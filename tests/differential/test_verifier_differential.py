@@ -152,6 +152,9 @@ def test_any_instruction_gets_the_kernels_verdict(kernel, emulated, insn, preamb
     (ins(0xB7, 0, 0, -1, 0) + ins(0x95), "BPF_MOV uses reserved fields"),
     (ins(0xB7, 0, 0, 0, 0) + ins(0x87, 0, 0, -1, 0) + ins(0x95), "BPF_NEG uses reserved fields"),
     (ins(0xB4, 10, 10, -32768, 1) + ins(0x95), "BPF_MOV uses reserved fields"),
+    # BTF id 0 is the void type: it exists, and is neither a VAR nor a FUNC
+    (ins(0x18, 0, 3, 0, 0) + ins(0) + ins(0xB7) + ins(0x95),
+     "pseudo btf_id 0 in ldimm64 isn't KIND_VAR or KIND_FUNC"),
 ])
 def test_malformed_instructions_are_refused_with_the_kernels_reason(backend, program, reason):
     with pytest.raises(BPFError) as info:

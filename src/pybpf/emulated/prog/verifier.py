@@ -325,7 +325,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         btf_id, btf_fd = insn.imm & 0xFFFFFFFF, insn.imm >> 32 & 0xFFFFFFFF
         if btf_fd:  # a module's BTF: the emulated kernel has none
             raise _reject(errno.EINVAL, "invalid module BTF object FD specified.")
-        if not 0 < btf_id < len(vmlinux_btf_types()):
+        if btf_id >= len(vmlinux_btf_types()):  # id 0 is void: found, not a VAR or FUNC
             raise _reject(errno.ENOENT, f"ldimm64 insn specifies invalid btf_id {btf_id}.")
         proto = vmlinux_kfuncs().get(btf_id)
         if proto is None:
