@@ -83,6 +83,25 @@ def check_special_fields_untouched(bpf_map: Any, off: int, size: int) -> None:
 
 
 
+def check_packet_access(regno: int, reg: Reg, off: int, size: int,
+                        zero_size_allowed: bool = False) -> None:
+    """check_packet_access: ``size`` bytes at ``off`` (the insn's offset and the pointer's
+    fixed one) lie within the range a comparison with the packet's end proved for the
+    pointer's base. The kernel also refuses a variable offset whose minimum may be negative;
+    that minimum is a value range, so it is refused here only when the known bits make the
+    offset negative for sure."""
+    if reg.var.smax() < 0:
+        raise _reject(errno.EACCES, f"R{regno} min value is negative, either use unsigned "
+                      "index or do a if (index >=0) check.")
+    outside = f"R{regno} offset is outside of the packet"
+    if reg.range < 0:  # at or past the end
+        raise _reject(errno.EINVAL, outside)
+    size_ok = size > 0 or size == 0 and zero_size_allowed
+    if off < 0 or not size_ok or off + size > reg.range:
+        raise _reject(errno.EACCES, f"invalid access to packet, off={off} size={size}, "
+                      f"R{regno}(id={reg.pkt_id},off={off},r={reg.range})\n{outside}")
+
+
 class MemoryChecks:
     """check_mem_access and what leads to it, for ``_Verifier``."""
 
@@ -192,6 +211,7 @@ class MemoryChecks:
         elif reg.type in _PKT_TYPES:
             if write and self.prog_type not in DIRECT_WRITE_PROG_TYPES:
                 raise _reject(errno.EACCES, "cannot write into packet")
+            check_packet_access(regno, reg, off, size)
         elif reg.type == SCALAR or reg.id or reg.type == PTR_TO_PACKET_END:
             raise _reject(errno.EACCES, f"R{regno} invalid mem access '{reg.type_str()}'")
         if write or value_regno is None:
