@@ -544,3 +544,22 @@ def test_a_helper_reads_packet_memory_only_within_the_proved_range(kernel, emula
                            int(verdicts[0] != verdicts[1]))
     assert verdicts[1] == verdicts[0]
     assert verdicts[0][0] == ("ok" if key_off <= 10 else "EACCES")
+
+
+@settings(max_examples=400, **_SETTINGS)
+@given(head=st.sampled_from(sorted(PACKET_HEADS)), form=st.sampled_from(COMPARE_FORMS),
+       taken=st.booleans(), checked=st.integers(-2, 80), off=st.integers(-4, 90),
+       width=st.sampled_from(["u8", "u16", "u32", "u64"]), through_checked=st.booleans())
+def test_any_checked_packet_read_gets_the_kernels_verdict(kernel, emulated, head, form, taken,
+                                                         checked, off, width, through_checked,
+                                                         differential_tally):
+    """Any bound, read offset, size, compare form and branch: the same verdict and reason."""
+    prog_type, _ = head
+    read = f"r0 = *({width} *)({'r4' if through_checked else 'r2'} {off:+d})"
+    fall, jump = ("r0 = 0", read) if taken else (read, "r0 = 0")
+    text = (f"{PACKET_HEADS[head]}r4 = r2\nr4 += {checked}\nif {form} goto +2\n{fall}\nexit\n"
+            f"{jump}\nexit")
+    verdicts = [packet_verdict(system, prog_type, text) for system in (kernel, emulated)]
+    differential_tally.add("kernel", "emulated", "verifier: packet reads", 1, 1,
+                           int(verdicts[0] != verdicts[1]))
+    assert verdicts[1] == verdicts[0]

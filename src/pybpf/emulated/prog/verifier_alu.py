@@ -150,12 +150,12 @@ def _find_good_pkt_pointers(state: State, pkt: Reg, right_open: bool) -> None:
         return
     new_range = pkt.off + 1 if right_open else pkt.off
 
-    def widen(reg: Reg) -> Reg:
+    def give_range(reg: Reg) -> Reg:
         if reg.type != pkt.type or reg.pkt_id != pkt.pkt_id or reg.range >= new_range:
             return reg
         return reg._replace(range=new_range)
 
-    update_each_reg(state, widen)
+    update_each_reg(state, give_range)
 
 
 def _mark_pkt_end(state: State, regno: int, beyond: bool) -> None:
