@@ -394,7 +394,8 @@ COMPARE_FORMS = ["r4 > r3", "r4 < r3", "r4 >= r3", "r4 <= r3",
                  "r3 > r4", "r3 < r4", "r3 >= r4", "r3 <= r4"]
 # The lines of a refusal that say why (ids left out: the kernel counts ids for more things)
 _PACKET_REFUSALS = re.compile(r"invalid access to packet.*|R\d+ offset is outside of the packet"
-                              r"|R\d+ invalid mem access '\w+'|R\d+ min value is negative.*")
+                              r"|R\d+ invalid mem access '\w+'|R\d+ min value is negative.*"
+                              r"|helper access to the packet is not allowed")
 
 
 def packet_verdict(system, prog_type: int, text: str) -> tuple[str, ...]:
@@ -561,5 +562,52 @@ def test_any_checked_packet_read_gets_the_kernels_verdict(kernel, emulated, head
             f"{jump}\nexit")
     verdicts = [packet_verdict(system, prog_type, text) for system in (kernel, emulated)]
     differential_tally.add("kernel", "emulated", "verifier: packet reads", 1, 1,
+                           int(verdicts[0] != verdicts[1]))
+    assert verdicts[1] == verdicts[0]
+
+
+_SKB_CHECKED = "r6 = r1\n" + PACKET_HEADS[ProgType.SCHED_CLS, "data"] + \
+    "r4 = r2\nr4 += 14\nif r4 > r3 goto out\n"
+_XDP_CHECKED = PACKET_HEADS[ProgType.XDP, "data"] + "r4 = r2\nr4 += 14\nif r4 > r3 goto out\n"
+# helper -> (program type, the map it is given: (type, key, value, entries) or None, program
+# passing it 14 checked bytes of the packet as memory)
+PACKET_HELPER_CALLS = {
+    "trace_printk": (ProgType.XDP, None, f"{_XDP_CHECKED}r1 = r2\nr2 = 4\ncall 6"),
+    "map_update_elem": (ProgType.XDP, (MapType.HASH, 4, 4, 4),
+                        f"{_XDP_CHECKED}r1 = map[fd:{{fd}}]\nr3 = r2\nr3 += 4\nr4 = 0\ncall 2"),
+    "map_delete_elem": (ProgType.XDP, (MapType.HASH, 4, 4, 4),
+                        f"{_XDP_CHECKED}r1 = map[fd:{{fd}}]\ncall 3"),
+    "map_lookup_percpu_elem": (ProgType.XDP, (MapType.PERCPU_HASH, 4, 4, 4),
+                               f"{_XDP_CHECKED}r1 = map[fd:{{fd}}]\nr3 = 0\ncall 195"),
+    "map_push_elem": (ProgType.XDP, (MapType.QUEUE, 0, 4, 4),
+                      f"{_XDP_CHECKED}r1 = map[fd:{{fd}}]\nr3 = 0\ncall 87"),
+    "map_pop_elem": (ProgType.XDP, (MapType.QUEUE, 0, 4, 4),
+                     f"{_XDP_CHECKED}r1 = map[fd:{{fd}}]\ncall 88"),
+    "map_peek_elem": (ProgType.XDP, (MapType.QUEUE, 0, 4, 4),
+                      f"{_XDP_CHECKED}r1 = map[fd:{{fd}}]\ncall 89"),
+    "ringbuf_output": (ProgType.XDP, (MapType.RINGBUF, 0, 0, 4096),
+                       f"{_XDP_CHECKED}r1 = map[fd:{{fd}}]\nr3 = 4\nr4 = 0\ncall 130"),
+    "skb_load_bytes": (ProgType.SCHED_CLS, None,
+                       f"{_SKB_CHECKED}r3 = r2\nr1 = r6\nr2 = 0\nr4 = 4\ncall 26"),
+}
+
+
+@pytest.mark.parametrize("helper", sorted(PACKET_HELPER_CALLS))
+def test_only_helpers_with_packet_access_take_packet_memory(kernel, emulated, helper,
+                                                            differential_tally):
+    """may_access_direct_pkt_data: a helper whose proto has pkt_access takes a packet
+    pointer as memory (within its range); any other is refused before its argument types
+    are checked."""
+    prog_type, map_spec, text = PACKET_HELPER_CALLS[helper]
+    verdicts = []
+    for system in (kernel, emulated):
+        fd = system.map_create(*map_spec) if map_spec else None
+        try:
+            verdicts.append(packet_verdict(system, prog_type,
+                                           f"{text.format(fd=fd)}\nout:\nr0 = 0\nexit"))
+        finally:
+            if fd is not None:
+                system.close(fd)
+    differential_tally.add("kernel", "emulated", "verifier: packet helper memory", 1, 1,
                            int(verdicts[0] != verdicts[1]))
     assert verdicts[1] == verdicts[0]

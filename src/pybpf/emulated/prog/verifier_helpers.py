@@ -355,6 +355,9 @@ class HelperCallChecks:
         if arg == ARG_ANYTHING:
             return bpf_map
         reg = regs[regno]
+        if reg.type in _PKT_TYPES and not HELPERS[func_id].pkt_access:
+            # may_access_direct_pkt_data with the helper's proto, before the type is checked
+            raise _reject(errno.EACCES, "helper access to the packet is not allowed")
         if bpf_map is not None and map_traits(bpf_map.map_type).sockets:
             if arg == ARG_PTR_TO_MAP_VALUE:  # resolve_map_arg_type: the value is a socket
                 arg = _ARG_SOCK_COMMON
