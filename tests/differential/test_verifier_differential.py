@@ -13,6 +13,7 @@ accepted or refused with the same errno.
 from __future__ import annotations
 
 import errno
+import re
 import struct
 
 import pytest
@@ -380,3 +381,236 @@ def test_a_constant_size_gets_the_kernels_verdict(kernel, emulated, size, dst_of
     text = (f"r1 = r10\nr1 += {dst_off}\nr2 = {size} ll\nr3 = 0\ncall 112\nr0 = 0\nexit")
     assert verdict(emulated, ProgType.TRACEPOINT, asm(text)) == \
         verdict(kernel, ProgType.TRACEPOINT, asm(text))
+
+
+# -- packet bounds: what a comparison with the packet's end proves ---------------------------------
+# Each program starts with r2 = the packet pointer and r3 = what bounds it: data and data_end,
+# or data_meta and data (the context's offsets differ between XDP and tc).
+PACKET_HEADS = {
+    (ProgType.XDP, "data"): "r2 = *(u32 *)(r1 +0)\nr3 = *(u32 *)(r1 +4)\n",
+    (ProgType.XDP, "meta"): "r2 = *(u32 *)(r1 +8)\nr3 = *(u32 *)(r1 +0)\n",
+    (ProgType.SCHED_CLS, "data"): "r2 = *(u32 *)(r1 +76)\nr3 = *(u32 *)(r1 +80)\n",
+    (ProgType.SCHED_CLS, "meta"): "r2 = *(u32 *)(r1 +140)\nr3 = *(u32 *)(r1 +76)\n",
+}
+# r4 = r2 + 14 compared with r3 in each order and operator the kernel matches
+COMPARE_FORMS = ["r4 > r3", "r4 < r3", "r4 >= r3", "r4 <= r3",
+                 "r3 > r4", "r3 < r4", "r3 >= r4", "r3 <= r4"]
+# The lines of a refusal that say why (ids left out: the kernel counts ids for more things)
+_PACKET_REFUSALS = re.compile(r"invalid access to packet.*|R\d+ offset is outside of the packet"
+                              r"|R\d+ invalid mem access '\w+'|R\d+ min value is negative.*"
+                              r"|helper access to the packet is not allowed")
+
+
+def packet_verdict(system, prog_type: int, text: str) -> tuple[str, ...]:
+    """The errno's name and the lines saying why the load failed, or ("ok",)."""
+    try:
+        system.close(system.prog_load(prog_type, asm(text)))
+    except BPFError as exc:
+        reasons = [re.sub(r"id=\d+", "id=_", m.group(0))
+                   for m in _PACKET_REFUSALS.finditer(exc.log or "")]
+        return (errno.errorcode.get(exc.errno, str(exc.errno)), *reasons)
+    return ("ok",)
+
+
+def assert_same_packet_verdicts(kernel, emulated, prog_type, programs, tally, family):
+    """Each program gets the kernel's verdict and reason; the refusals and acceptances both
+    occur among them (so the programs test a boundary)."""
+    disagreements, verdicts = [], set()
+    for text in programs:
+        on_kernel = packet_verdict(kernel, prog_type, text)
+        on_emulated = packet_verdict(emulated, prog_type, text)
+        verdicts.add(on_kernel[0])
+        if on_kernel != on_emulated:
+            disagreements.append((text, on_kernel, on_emulated))
+    tally.add("kernel", "emulated", f"verifier: packet {family}", 1, len(programs),
+              len(disagreements))
+    assert not disagreements, disagreements[:5]
+    return verdicts
+
+
+@pytest.mark.parametrize("prog_type,pointer", sorted(PACKET_HEADS),
+                         ids=[f"{t.name.lower()}-{p}" for t, p in sorted(PACKET_HEADS)])
+def test_a_packet_read_is_allowed_where_a_comparison_proved_it_in_range(
+        kernel, emulated, prog_type, pointer, differential_tally):
+    """Every compare form, each of its branches, reads at the bound and either side of it,
+    through the checked pointer and through the one compared (find_good_pkt_pointers,
+    check_packet_access)."""
+    programs = []
+    for form in COMPARE_FORMS:
+        for taken in (False, True):
+            for base, first in (("r2", 12), ("r4", -2)):
+                for off in range(first, first + 3):
+                    for width in ("u8", "u16"):
+                        read = f"r0 = *({width} *)({base} {off:+d})"
+                        fall, jump = ("r0 = 0", read) if taken else (read, "r0 = 0")
+                        programs.append(f"{PACKET_HEADS[prog_type, pointer]}r4 = r2\n"
+                                        f"r4 += 14\nif {form} goto +2\n{fall}\nexit\n"
+                                        f"{jump}\nexit")
+    verdicts = assert_same_packet_verdicts(kernel, emulated, prog_type, programs,
+                                           differential_tally, "compare forms")
+    assert {"ok", "EACCES"} <= verdicts
+
+
+@pytest.mark.parametrize("text", [
+    "r0 = *(u8 *)(r2 +0)\nexit",  # no check at all
+    "r4 = r2\nr4 += 14\nif w4 > w3 goto +2\nr0 = *(u8 *)(r2 +0)\nexit\nr0 = 0\nexit",  # 32 bits
+    "r4 = r2\nr4 += 14\nif r4 > r2 goto +2\nr0 = *(u8 *)(r2 +0)\nexit\nr0 = 0\nexit",  # not end
+    "r4 = r2\nr4 += 14\nif r4 > r3 goto +3\n*(u32 *)(r2 +10) = 1\nr0 = 0\nexit\nr0 = 0\nexit",
+    "r4 = r2\nr4 += 14\nif r4 > r3 goto +3\n*(u32 *)(r2 +11) = 1\nr0 = 0\nexit\nr0 = 0\nexit",
+    # a spilled copy gets the range too
+    "*(u64 *)(r10 -8) = r2\nr4 = r2\nr4 += 14\nif r4 > r3 goto +3\nr5 = *(u64 *)(r10 -8)\n"
+    "r0 = *(u8 *)(r5 +13)\nexit\nr0 = 0\nexit",
+    # at the end (r4 >= end) nothing past r4 is readable, and past it neither
+    "r4 = r2\nr4 += 14\nif r4 >= r3 goto +2\nr0 = 0\nexit\nr0 = *(u8 *)(r4 +0)\nexit",
+    "r4 = r2\nr4 += 14\nif r4 > r3 goto +2\nr0 = 0\nexit\nr0 = *(u8 *)(r4 -14)\nexit",
+    # a pointer known past the end, compared again: the branch is decided (the other side
+    # reads r7, never set)
+    "r4 = r2\nr4 += 14\nif r4 > r3 goto +2\nr0 = 0\nexit\nif r4 <= r3 goto +1\nexit\nr0 = r7\n"
+    "exit",
+    "r4 = r2\nr4 += 14\nif r4 >= r3 goto +2\nr0 = 0\nexit\nif r3 > r4 goto +1\nexit\nr0 = r7\n"
+    "exit",
+    "r4 = r2\nr4 += 14\nif r3 <= r4 goto +2\nr0 = 0\nexit\nif r4 >= r3 goto +2\nr0 = r7\nexit\n"
+    "r0 = 0\nexit",
+    "r4 = r2\nr4 += 14\nif r4 >= r3 goto +2\nr0 = 0\nexit\nif r4 > r3 goto +2\nr0 = 0\nexit\n"
+    "r0 = r7\nexit",
+])
+@pytest.mark.parametrize("prog_type", [ProgType.XDP, ProgType.SCHED_CLS])
+def test_a_packet_access_gets_the_kernels_verdict_and_reason(kernel, emulated, prog_type, text,
+                                                             differential_tally):
+    program = PACKET_HEADS[prog_type, "data"] + text
+    assert_same_packet_verdicts(kernel, emulated, prog_type, [program], differential_tally,
+                                "accesses")
+
+
+# A variable offset (a byte of the packet) with bounds its known bits give, so that both
+# verifiers have them: at most 15, 255, 0xff00; or at least 0xfff0, which a comparison cannot
+# bound within MAX_PACKET_OFF (0xffff)
+@pytest.mark.parametrize("offset", ["r5 &= 15", "r5 &= 255", "r5 <<= 8",
+                                    "r5 &= 15\nr5 |= 0xfff0"])
+def test_a_variable_offset_makes_a_new_base_with_nothing_in_range(kernel, emulated, offset,
+                                                                  differential_tally):
+    """pkt += var: a new id with range 0, bounded by a comparison of its own, which gives
+    no range where the offset may pass MAX_PACKET_OFF; the old base keeps its range."""
+    head = (PACKET_HEADS[ProgType.XDP, "data"] + "r4 = r2\nr4 += 4\nif r4 > r3 goto out\n"
+            f"r5 = *(u8 *)(r2 +0)\n{offset}\nr6 = r2\nr6 += r5\n")
+    checked = "r7 = r6\nr7 += 16\nif r7 > r3 goto out\n"
+    reads = ["r0 = *(u8 *)(r6 +0)",  # not compared yet
+             "r0 = *(u8 *)(r2 +3)", "r0 = *(u8 *)(r2 +4)",  # the old base's range
+             f"{checked}r0 = *(u8 *)(r6 +15)", f"{checked}r0 = *(u16 *)(r6 +15)",
+             f"{checked}r0 = *(u8 *)(r2 +3)", f"{checked}r0 = *(u8 *)(r2 +5)"]
+    programs = [f"{head}{read}\nexit\nout:\nr0 = 0\nexit" for read in reads]
+    verdicts = assert_same_packet_verdicts(kernel, emulated, ProgType.XDP, programs,
+                                           differential_tally, "variable offsets")
+    assert {"ok", "EACCES"} <= verdicts
+
+
+@pytest.mark.parametrize("helper", [44, 54, 65])  # xdp_adjust_head, _meta, _tail
+@pytest.mark.parametrize("use", [
+    "r0 = *(u8 *)(r6 +0)", "r0 = *(u8 *)(r8 +0)",  # a packet pointer, its end
+    "r9 = *(u64 *)(r10 -8)\nr0 = *(u8 *)(r9 +0)",  # a spilled packet pointer
+    "r2 = *(u32 *)(r7 +0)\nr0 = *(u8 *)(r2 +0)",  # data again, not checked
+    "r2 = *(u32 *)(r7 +0)\nr3 = *(u32 *)(r7 +4)\nr4 = r2\nr4 += 1\nif r4 > r3 goto out\n"
+    "r0 = *(u8 *)(r2 +0)",  # data again, checked
+])
+def test_a_helper_that_changes_packet_data_invalidates_every_packet_pointer(
+        kernel, emulated, helper, use, differential_tally):
+    program = (PACKET_HEADS[ProgType.XDP, "data"]
+               + "r4 = r2\nr4 += 14\nif r4 > r3 goto out\nr6 = r2\nr7 = r1\nr8 = r3\n"
+               f"*(u64 *)(r10 -8) = r2\nr2 = 0\ncall {helper}\nr0 = 0\n{use}\nexit\n"
+               "out:\nr0 = 0\nexit")
+    assert_same_packet_verdicts(kernel, emulated, ProgType.XDP, [program], differential_tally,
+                                "invalidation")
+
+
+def test_pruning_keeps_a_path_with_less_of_the_packet_in_range(kernel, emulated,
+                                                               differential_tally):
+    """regsafe: a state where the pointer has 20 bytes in range does not cover one where it
+    has none; the path with none is walked, and its read refused."""
+    program = (PACKET_HEADS[ProgType.XDP, "data"]
+               + "r4 = r2\nr4 += 20\nif r4 > r3 goto out\nr6 = *(u8 *)(r2 +0)\n"
+               "if r6 != 0 goto reload\ngoto read\nreload:\nr2 = *(u32 *)(r1 +0)\nread:\n"
+               "r0 = *(u8 *)(r2 +10)\nexit\nout:\nr0 = 0\nexit")
+    verdicts = assert_same_packet_verdicts(kernel, emulated, ProgType.XDP, [program],
+                                           differential_tally, "pruning")
+    assert verdicts == {"EACCES"}
+
+
+@pytest.mark.parametrize("key_off", [9, 10, 11])
+def test_a_helper_reads_packet_memory_only_within_the_proved_range(kernel, emulated, lookup_maps,
+                                                                   key_off, differential_tally):
+    """check_helper_mem_access: a 4-byte key at a packet pointer must lie in its range (14
+    bytes here)."""
+    text = (PACKET_HEADS[ProgType.XDP, "data"] + "r4 = r2\nr4 += 14\nif r4 > r3 goto out\n"
+            f"r2 += {key_off}\nr1 = map[fd:{{fd}}]\ncall 1\nout:\nr0 = 0\nexit")
+    verdicts = [packet_verdict(system, ProgType.XDP, text.format(fd=lookup_maps[system]["hash"]))
+                for system in (kernel, emulated)]
+    differential_tally.add("kernel", "emulated", "verifier: packet helper memory", 1, 1,
+                           int(verdicts[0] != verdicts[1]))
+    assert verdicts[1] == verdicts[0]
+    assert verdicts[0][0] == ("ok" if key_off <= 10 else "EACCES")
+
+
+@settings(max_examples=400, **_SETTINGS)
+@given(head=st.sampled_from(sorted(PACKET_HEADS)), form=st.sampled_from(COMPARE_FORMS),
+       taken=st.booleans(), checked=st.integers(-2, 80), off=st.integers(-4, 90),
+       width=st.sampled_from(["u8", "u16", "u32", "u64"]), through_checked=st.booleans())
+def test_any_checked_packet_read_gets_the_kernels_verdict(kernel, emulated, head, form, taken,
+                                                         checked, off, width, through_checked,
+                                                         differential_tally):
+    """Any bound, read offset, size, compare form and branch: the same verdict and reason."""
+    prog_type, _ = head
+    read = f"r0 = *({width} *)({'r4' if through_checked else 'r2'} {off:+d})"
+    fall, jump = ("r0 = 0", read) if taken else (read, "r0 = 0")
+    text = (f"{PACKET_HEADS[head]}r4 = r2\nr4 += {checked}\nif {form} goto +2\n{fall}\nexit\n"
+            f"{jump}\nexit")
+    verdicts = [packet_verdict(system, prog_type, text) for system in (kernel, emulated)]
+    differential_tally.add("kernel", "emulated", "verifier: packet reads", 1, 1,
+                           int(verdicts[0] != verdicts[1]))
+    assert verdicts[1] == verdicts[0]
+
+
+_SKB_CHECKED = "r6 = r1\n" + PACKET_HEADS[ProgType.SCHED_CLS, "data"] + \
+    "r4 = r2\nr4 += 14\nif r4 > r3 goto out\n"
+_XDP_CHECKED = PACKET_HEADS[ProgType.XDP, "data"] + "r4 = r2\nr4 += 14\nif r4 > r3 goto out\n"
+# helper -> (program type, the map it is given: (type, key, value, entries) or None, program
+# passing it 14 checked bytes of the packet as memory)
+PACKET_HELPER_CALLS = {
+    "trace_printk": (ProgType.XDP, None, f"{_XDP_CHECKED}r1 = r2\nr2 = 4\ncall 6"),
+    "map_update_elem": (ProgType.XDP, (MapType.HASH, 4, 4, 4),
+                        f"{_XDP_CHECKED}r1 = map[fd:{{fd}}]\nr3 = r2\nr3 += 4\nr4 = 0\ncall 2"),
+    "map_delete_elem": (ProgType.XDP, (MapType.HASH, 4, 4, 4),
+                        f"{_XDP_CHECKED}r1 = map[fd:{{fd}}]\ncall 3"),
+    "map_lookup_percpu_elem": (ProgType.XDP, (MapType.PERCPU_HASH, 4, 4, 4),
+                               f"{_XDP_CHECKED}r1 = map[fd:{{fd}}]\nr3 = 0\ncall 195"),
+    "map_push_elem": (ProgType.XDP, (MapType.QUEUE, 0, 4, 4),
+                      f"{_XDP_CHECKED}r1 = map[fd:{{fd}}]\nr3 = 0\ncall 87"),
+    "map_pop_elem": (ProgType.XDP, (MapType.QUEUE, 0, 4, 4),
+                     f"{_XDP_CHECKED}r1 = map[fd:{{fd}}]\ncall 88"),
+    "map_peek_elem": (ProgType.XDP, (MapType.QUEUE, 0, 4, 4),
+                      f"{_XDP_CHECKED}r1 = map[fd:{{fd}}]\ncall 89"),
+    "ringbuf_output": (ProgType.XDP, (MapType.RINGBUF, 0, 0, 4096),
+                       f"{_XDP_CHECKED}r1 = map[fd:{{fd}}]\nr3 = 4\nr4 = 0\ncall 130"),
+    "skb_load_bytes": (ProgType.SCHED_CLS, None,
+                       f"{_SKB_CHECKED}r3 = r2\nr1 = r6\nr2 = 0\nr4 = 4\ncall 26"),
+}
+
+
+@pytest.mark.parametrize("helper", sorted(PACKET_HELPER_CALLS))
+def test_only_helpers_with_packet_access_take_packet_memory(kernel, emulated, helper,
+                                                            differential_tally):
+    """may_access_direct_pkt_data: a helper whose proto has pkt_access takes a packet
+    pointer as memory (within its range); any other is refused before its argument types
+    are checked."""
+    prog_type, map_spec, text = PACKET_HELPER_CALLS[helper]
+    verdicts = []
+    for system in (kernel, emulated):
+        fd = system.map_create(*map_spec) if map_spec else None
+        try:
+            verdicts.append(packet_verdict(system, prog_type,
+                                           f"{text.format(fd=fd)}\nout:\nr0 = 0\nexit"))
+        finally:
+            if fd is not None:
+                system.close(fd)
+    differential_tally.add("kernel", "emulated", "verifier: packet helper memory", 1, 1,
+                           int(verdicts[0] != verdicts[1]))
+    assert verdicts[1] == verdicts[0]

@@ -48,9 +48,6 @@ SK_BUFF_SIZE = 192  # sizeof(struct __sk_buff): a tc run's ctx_out must hold all
 # Why a case does not give the kernel's results yet.
 NO_ITER_NUM = ("emulated: no bpf_iter_num_* kfuncs, the load fails with ESRCH (extern not in "
                "its kernel BTF) where the kernel runs the open-coded iterator")
-PACKET_BOUNDS = ("disagreement: the emulated verifier does not track packet bounds, so it "
-                 "loads a packet read past the checked range that the kernel refuses with "
-                 "EACCES ('invalid access to packet', 'R1 offset is outside of the packet')")
 
 
 # -- reading results -------------------------------------------------------------------------
@@ -538,7 +535,7 @@ CASES = [
     Case("rodata_dead_code_off", "rodata_dead_code", run=run_rodata_dead_code,
          expected={"retval": XDP_PASS}),
     Case("rodata_dead_code_on", "rodata_dead_code", before_load={"unsafe_read": 1},
-         refused=errno.EACCES, refusal="invalid access to packet", emulated_xfail=PACKET_BOUNDS),
+         refused=errno.EACCES, refusal="invalid access to packet"),
     Case("tail_calls", "tail_calls", run=run_tail_calls,
          expected={"retvals": [XDP_TX, XDP_TX, XDP_PASS, XDP_PASS], "visits": (4, 1, 2, 2),
                    "slots": {1: True, 2: True}}),
@@ -575,7 +572,7 @@ CASES = [
          before_load={"snap_len": 40},
          expected={"retvals": [40, 0, 28], "kept": {0: 1, 1: 2}}),
     Case("xdp_unchecked_read", "xdp_unchecked_read", refused=errno.EACCES,
-         refusal="invalid access to packet", emulated_xfail=PACKET_BOUNDS),
+         refusal="invalid access to packet"),
     Case("atomics", "atomics", run=run_atomics,
          expected={"retval": 200, "counter": 200, "bits": 0x3D,
                    "old": (15, 0xF0, 16, 100, 200)}),

@@ -98,6 +98,7 @@ class HelperProto:
     prog_types: frozenset[int] | None = None  # None: every program type
     gpl_only: bool = False  # only programs with a GPL-compatible license may call it
     cost: str | None = "helper_call"  # what a call costs (a profile entry); None: the op's
+    pkt_access: bool = False  # a memory argument may point into the packet
 
     @property
     def name(self) -> str:
@@ -679,12 +680,15 @@ def _table() -> dict[int, HelperProto]:
          (ARG_ANYTHING, ARG_PTR_TO_FUNC, ARG_PTR_TO_STACK_OR_NULL, ARG_ANYTHING), None),
     ]
     gpl_only = {BpfFunc.trace_printk}
+    # .pkt_access: the helpers that may read (or write) the packet through a memory argument
+    pkt_access = {BpfFunc.map_lookup_elem, BpfFunc.map_update_elem, BpfFunc.map_delete_elem,
+                  BpfFunc.map_push_elem, BpfFunc.map_lookup_percpu_elem}
     # The map ops charge themselves; the engines run tail calls.
     own_cost = {BpfFunc.map_lookup_elem: None, BpfFunc.map_update_elem: None,
                 BpfFunc.map_delete_elem: None, BpfFunc.tail_call: None,
                 BpfFunc.probe_read_user: "probe_read_user"}
     return {int(fid): HelperProto(int(fid), func, args, types, fid in gpl_only,
-                                  own_cost.get(fid, "helper_call"))
+                                  own_cost.get(fid, "helper_call"), fid in pkt_access)
             for fid, func, args, types in entries}
 
 

@@ -12,18 +12,24 @@ Rules this module keeps:
   state: per register its type (scalar, context, stack, map, map value, packet, socket, a
   kfunc's address: ``rdonly_mem`` of size 0, what ``bpf_ksym_exists`` tests) and, for a
   scalar, the bits known of it (``tnum.py``, the kernel's tnums); for a pointer its
-  fixed offset and whether it may still be NULL; per stack slot the kernel's slot types and
-  spilled register. A branch the known bits (or a non-NULL pointer) decide has one
-  successor (``is_branch_taken``), so code behind it is never checked, as in the kernel. A
+  fixed offset and whether it may still be NULL; for a packet pointer its id and range
+  (the bytes a comparison with the packet's end proved there, ``find_good_pkt_pointers``);
+  per stack slot the kernel's slot types and spilled register. A read at a known offset of
+  a frozen read-only map (.rodata) is a known value. A branch the known bits (or a non-NULL
+  pointer, or a packet pointer known past the end) decide has one successor
+  (``is_branch_taken``), so code behind it is never checked, as in the kernel. A
   state that an explored state at the same instruction covers is pruned; one equal to a
   state the same path had there is an endless loop; a loop still changing after LOOP_UNROLL
   rounds has what changes widened to unknown.
 - It refuses only on facts the kernel has too (a known value, a register's type, an offset),
-  never because a value is unknown: the kernel also tracks value ranges and packet bounds,
-  which this module does not, so where the kernel proves a bound this module cannot, it
-  accepts, and the interpreter catches a bad access at run time (``ProgramFault``) and an
-  endless loop with its budget. Helper arguments are checked as the kernel checks them
-  (``check_func_arg``, ``check_map_func_compatibility``), but for bounds that need a range.
+  never because a value is unknown: the kernel also tracks value ranges, which this module
+  does not, so where the kernel proves a bound this module cannot, it accepts, and the
+  interpreter catches a bad access at run time (``ProgramFault``) and an endless loop with
+  its budget. So a packet pointer with a variable offset gets a range unless its known
+  bits put it past MAX_PACKET_OFF, and its minimum is refused as negative only when the
+  known bits make it so (the kernel decides both on its value ranges). Helper arguments
+  are checked as the kernel checks them (``check_func_arg``,
+  ``check_map_func_compatibility``), but for bounds that need a range.
 - Messages and errnos are the kernel's (EINVAL mostly; EACCES for register, stack, context,
   packet and map access; E2BIG for a too-deep call stack or too many instructions walked;
   EBADF for an fd that is not open).

@@ -14,16 +14,21 @@ from ...asm.opcodes import (
     Source,
 )
 from . import tnum
-from .filter import PTR_TO_PACKET_END
+from .filter import PTR_TO_PACKET, PTR_TO_PACKET_END, PTR_TO_PACKET_META
 from .memory import M32, M64
 from .tnum import Tnum
 from .verifier_state import (
+    _PKT_ANY_TYPES,
+    _PKT_TYPES,
     _SOCKET_TYPES,
+    AT_PKT_END,
+    BEYOND_PKT_END,
     BPF_ADDR_SPACE_CAST,
     BPF_MAX_VAR_OFF,
     CONST_PTR_TO_MAP,
     DST_OP,
     DST_OP_NO_MARK,
+    MAX_PACKET_OFF,
     PTR_TO_MAP_VALUE,
     PTR_TO_RDONLY_MEM,
     PTR_TO_STACK,
@@ -38,6 +43,7 @@ from .verifier_state import (
     _reject,
     _s64,
     scalar,
+    update_each_reg,
 )
 
 _ALU_TEXT = {AluOp.ADD: "+=", AluOp.SUB: "-=", AluOp.MUL: "*=", AluOp.DIV: "/=",
@@ -98,9 +104,96 @@ def _scalar_alu(op: AluOp, dst: Tnum, src: Tnum, bits: int) -> Tnum:
     return result if bits == 64 else tnum.subreg(result)
 
 
+# flip_opcode, for the comparisons of a packet pointer with the end: b OP a is a FLIP[OP] b
+_FLIP = {JmpOp.JGT: JmpOp.JLT, JmpOp.JLT: JmpOp.JGT, JmpOp.JGE: JmpOp.JLE,
+         JmpOp.JLE: JmpOp.JGE}
+# try_match_pkt_pointers, as ``pkt OP end``: whether the taken branch (else the fall-through)
+# is the one where pkt is within the packet, and whether that side's bound is open (pkt < end:
+# the byte at pkt is in too); on the other side pkt is at the end or, where the bound is
+# closed, past it (mark_pkt_end)
+_PKT_END_COMPARE = {JmpOp.JGT: (False, False), JmpOp.JLT: (True, True),
+                    JmpOp.JGE: (False, True), JmpOp.JLE: (True, False)}
+
+
+def _is_pkt_ptr_branch_taken(dst: Reg, src: Reg, op: JmpOp) -> bool | None:
+    """is_pkt_ptr_branch_taken: a pointer known to be at (or past) the packet's end,
+    compared with the end again."""
+    if src.type == PTR_TO_PACKET_END:
+        pkt = dst
+    elif dst.type == PTR_TO_PACKET_END:
+        pkt, op = src, _FLIP.get(op, op)
+    else:
+        return None
+    if pkt.range >= 0:
+        return None
+    if op in (JmpOp.JLE, JmpOp.JGT) and pkt.range == BEYOND_PKT_END:
+        return op is JmpOp.JGT
+    if op in (JmpOp.JLT, JmpOp.JGE):
+        return op is JmpOp.JGE
+    return None
+
+
+def _is_init_pkt_pointer(reg: Reg, ptr_type: str) -> bool:
+    """reg_is_init_pkt_pointer: the pointer as the context gave it."""
+    return reg.type == ptr_type and reg.off == 0 and reg.var == tnum.const(0)
+
+
+def _find_good_pkt_pointers(state: State, pkt: Reg, right_open: bool) -> None:
+    """find_good_pkt_pointers: ``pkt`` is within the packet (``right_open``: before its
+    end), so every pointer with its base has at least the bytes up to ``pkt``'s offset in
+    range. The kernel gives no range when the variable offset may reach past
+    MAX_PACKET_OFF; that maximum is a value range, so here only offsets the known bits put
+    past it for sure give none."""
+    if pkt.off < 0 or pkt.off == 0 and right_open:
+        return
+    if pkt.var.umin() + pkt.off > MAX_PACKET_OFF:
+        return
+    new_range = pkt.off + 1 if right_open else pkt.off
+
+    def give_range(reg: Reg) -> Reg:
+        if reg.type != pkt.type or reg.pkt_id != pkt.pkt_id or reg.range >= new_range:
+            return reg
+        return reg._replace(range=new_range)
+
+    update_each_reg(state, give_range)
+
+
+def _mark_pkt_end(state: State, regno: int, beyond: bool) -> None:
+    """mark_pkt_end: the register (data, not data_meta) is at the packet's end, or past it."""
+    reg = state.cur.regs[regno]
+    if reg.type == PTR_TO_PACKET:
+        state.cur.regs[regno] = reg._replace(range=BEYOND_PKT_END if beyond else AT_PKT_END)
+
+
+def _try_match_pkt_pointers(insn: Instruction, info, this_branch: State,
+                            other_branch: State) -> None:
+    """try_match_pkt_pointers: a 64-bit comparison of a packet pointer with the packet's
+    end (or of a data_meta pointer with data as the context gave it), in either order, gives
+    the pointer's base a range on the side where it is within."""
+    if info.source is not Source.X or not info.is64 or info.op not in _PKT_END_COMPARE:
+        return
+    dst, src = this_branch.cur.regs[insn.dst], this_branch.cur.regs[insn.src]
+    if dst.type == PTR_TO_PACKET and src.type == PTR_TO_PACKET_END \
+            or dst.type == PTR_TO_PACKET_META and _is_init_pkt_pointer(src, PTR_TO_PACKET):
+        regno, op = insn.dst, info.op
+    elif dst.type == PTR_TO_PACKET_END and src.type == PTR_TO_PACKET \
+            or _is_init_pkt_pointer(dst, PTR_TO_PACKET) and src.type == PTR_TO_PACKET_META:
+        regno, op = insn.src, _FLIP[info.op]
+    else:
+        return
+    good_when_taken, right_open = _PKT_END_COMPARE[op]
+    good, at_end = (other_branch, this_branch) if good_when_taken \
+        else (this_branch, other_branch)
+    _find_good_pkt_pointers(good, good.cur.regs[regno], right_open)
+    _mark_pkt_end(at_end, regno, beyond=not right_open)
+
+
 def _is_branch_taken(dst: Reg, src: Reg, op: JmpOp, is_jmp32: bool) -> bool | None:
     """is_branch_taken: True/False when the known bits (or a pointer known not to be NULL,
-    compared with 0) decide the branch, None when both ways are possible."""
+    compared with 0, or one known to be at the packet's end) decide the branch, None when
+    both ways are possible."""
+    if dst.type in _PKT_ANY_TYPES and src.type in _PKT_ANY_TYPES and not is_jmp32:
+        return _is_pkt_ptr_branch_taken(dst, src, op)
     if dst.is_pointer or src.is_pointer:
         ptr, other = (dst, src) if src.type == SCALAR else (src, dst)
         if other.type != SCALAR or not _const_in(other.var, is_jmp32) or ptr.id \
@@ -309,7 +402,10 @@ class AluChecks:
         if op is AluOp.ADD:
             if known:
                 return _ptr_at(ptr, ptr.off + value)
-            return ptr._replace(var=tnum.add(ptr.var, off_reg.var))
+            moved = ptr._replace(var=tnum.add(ptr.var, off_reg.var))
+            if ptr.type in _PKT_TYPES:  # a new base, of which nothing is known in range yet
+                return moved._replace(pkt_id=self.new_id(), range=0)
+            return moved
         if op is AluOp.SUB:
             if scalar_dst:
                 raise _reject(errno.EACCES, f"R{dst} tried to subtract pointer from scalar")
@@ -318,7 +414,14 @@ class AluChecks:
                               "prohibited")
             if known:
                 return _ptr_at(ptr, ptr.off - value)
-            return ptr._replace(var=tnum.sub(ptr.var, off_reg.var))
+            moved = ptr._replace(var=tnum.sub(ptr.var, off_reg.var))
+            if ptr.type in _PKT_TYPES:
+                # a new base; the old range still holds unless the subtrahend may be
+                # negative (the kernel's smin, a value range: here only when the known bits
+                # make it negative for sure)
+                negative = off_reg.var.smax() < 0
+                return moved._replace(pkt_id=self.new_id(), range=0 if negative else ptr.range)
+            return moved
         if op in (AluOp.AND, AluOp.OR, AluOp.XOR):
             raise _reject(errno.EACCES, f"R{dst} bitwise operator {_ALU_TEXT[op]} on pointer "
                           "prohibited")
@@ -357,4 +460,6 @@ class AluChecks:
                 and info.op in (JmpOp.JEQ, JmpOp.JNE) and dst.id:
             _mark_ptr_or_null_regs(state, dst.id, is_null=info.op is JmpOp.JNE)
             _mark_ptr_or_null_regs(other, dst.id, is_null=info.op is JmpOp.JEQ)
+        else:
+            _try_match_pkt_pointers(insn, info, state, other)
         return pc + 1, [(target, other)]

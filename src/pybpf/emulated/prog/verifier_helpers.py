@@ -46,8 +46,9 @@ from .helpers import (
 )
 from .kfuncs import KF_ARG_PTR_TO_CTX
 from .semantics import MAX_CALL_FRAMES
-from .verifier_mem import check_special_fields_untouched
+from .verifier_mem import check_packet_access, check_special_fields_untouched
 from .verifier_state import (
+    _PKT_TYPES,
     BPF_F_RDONLY_PROG,
     BPF_MAX_VAR_SIZ,
     BPF_REG_SIZE,
@@ -77,6 +78,7 @@ from .verifier_state import (
     _reject,
     _s64,
     _tnum_str,
+    clear_all_pkt_pointers,
     release_reference,
 )
 
@@ -154,6 +156,18 @@ _MAP_WRITING_HELPERS = frozenset({BpfFunc.map_update_elem, BpfFunc.map_delete_el
                                   BpfFunc.map_push_elem, BpfFunc.map_pop_elem})
 _VALUE_RETURNING_HELPERS = frozenset({BpfFunc.map_lookup_elem,
                                       BpfFunc.map_lookup_percpu_elem})
+# bpf_helper_changes_pkt_data (net/core/filter.c): the packet may move or change length, so
+# every packet pointer is invalid after a call (the kernel's whole list: most of these
+# helpers are not emulated, and a call of one is refused before this matters)
+_PKT_DATA_CHANGING_HELPERS = frozenset({
+    BpfFunc.clone_redirect, BpfFunc.l3_csum_replace, BpfFunc.l4_csum_replace,
+    BpfFunc.lwt_push_encap, BpfFunc.lwt_seg6_action, BpfFunc.lwt_seg6_adjust_srh,
+    BpfFunc.lwt_seg6_store_bytes, BpfFunc.msg_pop_data, BpfFunc.msg_pull_data,
+    BpfFunc.msg_push_data, BpfFunc.skb_adjust_room, BpfFunc.skb_change_head,
+    BpfFunc.skb_change_proto, BpfFunc.skb_change_tail, BpfFunc.skb_pull_data,
+    BpfFunc.skb_store_bytes, BpfFunc.skb_vlan_pop, BpfFunc.skb_vlan_push,
+    BpfFunc.store_hdr_opt, BpfFunc.xdp_adjust_head, BpfFunc.xdp_adjust_meta,
+    BpfFunc.xdp_adjust_tail})
 
 
 
@@ -238,6 +252,8 @@ class HelperCallChecks:
         for regno in CALLER_SAVED:
             regs[regno] = UNINIT
         regs[0] = result
+        if func_id in _PKT_DATA_CHANGING_HELPERS:
+            clear_all_pkt_pointers(state)
         return pushed
 
     @staticmethod
@@ -339,6 +355,9 @@ class HelperCallChecks:
         if arg == ARG_ANYTHING:
             return bpf_map
         reg = regs[regno]
+        if reg.type in _PKT_TYPES and not HELPERS[func_id].pkt_access:
+            # may_access_direct_pkt_data with the helper's proto, before the type is checked
+            raise _reject(errno.EACCES, "helper access to the packet is not allowed")
         if bpf_map is not None and map_traits(bpf_map.map_type).sockets:
             if arg == ARG_PTR_TO_MAP_VALUE:  # resolve_map_arg_type: the value is a socket
                 arg = _ARG_SOCK_COMMON
@@ -447,8 +466,11 @@ class HelperCallChecks:
     def check_helper_mem_access(state: State, regno: int, size: int, write: bool,
                                 zero_size_allowed: bool) -> None:
         """The ``size`` bytes a helper reads or writes at a stack pointer or map value with a
-        known offset are all there."""
+        known offset, or at a packet pointer, are all there."""
         reg = state.cur.regs[regno]
+        if reg.type in _PKT_TYPES:  # the fixed offset only: the range covers the variable one
+            check_packet_access(regno, reg, reg.off, size, zero_size_allowed)
+            return
         if not reg.var.is_const:
             return  # a variable offset: its bounds are value ranges, not kept here
         off = reg.off + _s64(reg.var.value)

@@ -30,6 +30,7 @@ from .verifier_state import (
     BPF_F_RDONLY_PROG,
     BPF_F_WRONLY_PROG,
     BPF_REG_SIZE,
+    DIRECT_VALUE_MAP_TYPES,
     DST_OP,
     DST_OP_NO_MARK,
     EMPTY_SLOT,
@@ -81,6 +82,39 @@ def check_special_fields_untouched(bpf_map: Any, off: int, size: int) -> None:
             name = "bpf_spin_lock" if field_off == bpf_map.spin_lock_off else "bpf_timer"
             raise _reject(errno.EACCES, f"{name} cannot be accessed directly by load/store")
 
+
+
+def map_direct_read(reg: Reg, off: int, size: int) -> Reg:
+    """check_mem_access: a read at a known offset of a map the program may only read and
+    that is frozen (.rodata once loaded) is the value there (bpf_map_is_rdonly,
+    bpf_map_direct_read), so the branches it decides are walked one way only; any other
+    read of a map value is unknown."""
+    bpf_map = reg.map
+    if bpf_map is None or not reg.var.is_const or bpf_map.map_type not in DIRECT_VALUE_MAP_TYPES \
+            or not bpf_map.map_flags & BPF_F_RDONLY_PROG or not bpf_map.frozen:
+        return UNKNOWN
+    start = off + _s64(reg.var.value)
+    value = bpf_map.map_lookup_elem(b"\0\0\0\0")  # the element direct values point into
+    return scalar(int.from_bytes(value[start:start + size], "little"))
+
+
+def check_packet_access(regno: int, reg: Reg, off: int, size: int,
+                        zero_size_allowed: bool = False) -> None:
+    """check_packet_access: ``size`` bytes at ``off`` (the insn's offset and the pointer's
+    fixed one) lie within the range a comparison with the packet's end proved for the
+    pointer's base. The kernel also refuses a variable offset whose minimum may be negative;
+    that minimum is a value range, so it is refused here only when the known bits make the
+    offset negative for sure."""
+    if reg.var.smax() < 0:
+        raise _reject(errno.EACCES, f"R{regno} min value is negative, either use unsigned "
+                      "index or do a if (index >=0) check.")
+    outside = f"R{regno} offset is outside of the packet"
+    if reg.range < 0:  # at or past the end
+        raise _reject(errno.EINVAL, outside)
+    size_ok = size > 0 or size == 0 and zero_size_allowed
+    if off < 0 or not size_ok or off + size > reg.range:
+        raise _reject(errno.EACCES, f"invalid access to packet, off={off} size={size}, "
+                      f"R{regno}(id={reg.pkt_id},off={off},r={reg.range})\n{outside}")
 
 
 class MemoryChecks:
@@ -166,6 +200,8 @@ class MemoryChecks:
         result = UNKNOWN
         if reg.type == PTR_TO_MAP_VALUE and not reg.id:
             self.check_map_value_access(regno, reg, off, size, write)
+            if not write:
+                result = map_direct_read(reg, off, size)
         elif reg.type == PTR_TO_CTX:
             result = self.check_ctx_access(regno, reg, off, size, write, ldsx)
         elif reg.type == PTR_TO_STACK:
@@ -192,6 +228,7 @@ class MemoryChecks:
         elif reg.type in _PKT_TYPES:
             if write and self.prog_type not in DIRECT_WRITE_PROG_TYPES:
                 raise _reject(errno.EACCES, "cannot write into packet")
+            check_packet_access(regno, reg, off, size)
         elif reg.type == SCALAR or reg.id or reg.type == PTR_TO_PACKET_END:
             raise _reject(errno.EACCES, f"R{regno} invalid mem access '{reg.type_str()}'")
         if write or value_regno is None:

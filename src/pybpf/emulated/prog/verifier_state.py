@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import struct
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ...asm.opcodes import (
@@ -22,6 +23,7 @@ from ...uapi import (
 from . import tnum
 from .filter import (
     PTR_TO_PACKET,
+    PTR_TO_PACKET_END,
     PTR_TO_PACKET_META,
     PTR_TO_SOCK_COMMON_OR_NULL,
     PTR_TO_SOCKET,
@@ -85,6 +87,12 @@ PTR_TO_RINGBUF_MEM = "ringbuf_mem"  # a reserved ring buffer record, ``Reg.mem_s
 PTR_TO_FUNC = "func"  # a callback's address (BPF_PSEUDO_FUNC); ``Reg.map``: its first insn
 PTR_TO_RDONLY_MEM = "rdonly_mem"  # PTR_TO_MEM | MEM_RDONLY: here only a kfunc's address, size 0
 _PKT_TYPES = frozenset({PTR_TO_PACKET, PTR_TO_PACKET_META})
+# reg_is_pkt_pointer_any: what a helper that changes packet data invalidates
+_PKT_ANY_TYPES = _PKT_TYPES | {PTR_TO_PACKET_END}
+# A packet pointer's range after a comparison with data_end proved it at the end (pkt >= end)
+# or past it (pkt > end): no byte is readable there (is_pkt_ptr_branch_taken uses them).
+AT_PKT_END, BEYOND_PKT_END = -1, -2
+MAX_PACKET_OFF = 0xFFFF
 # Pointer types whose accesses are not checked here (sockets: their fields are not modelled).
 _SOCKET_TYPES = frozenset({PTR_TO_SOCKET, "sock_common"})
 
@@ -100,6 +108,11 @@ class Reg(NamedTuple):
     id: int = 0  # not 0: may be NULL (copies share the id until a NULL check)
     mem_size: int = 0  # PTR_TO_RINGBUF_MEM: the bytes it points to
     ref: int = 0  # not 0: the reference it holds (ref_obj_id), released by a helper
+    # PTR_TO_PACKET(_META): the kernel's id, shared by the pointers one variable offset made
+    # (0: the context's pointer and what constants moved), and ``range``, the bytes from that
+    # base (off 0) a comparison with the packet's end proved there (or AT/BEYOND_PKT_END)
+    pkt_id: int = 0
+    range: int = 0
 
     @property
     def is_pointer(self) -> bool:
@@ -228,6 +241,11 @@ def _reg_covers(old: Reg, cur: Reg, ids: dict[int, int]) -> bool:
         return False
     if old.type == SCALAR:
         return old.var.contains(cur.var)
+    if old.type in _PKT_TYPES:
+        # what old could read cur can (at least its range, from the same offset), and the
+        # pointers that share a base in old share one in cur
+        return old.range <= cur.range and old.off == cur.off and old.var.contains(cur.var) \
+            and _check_ids(old.pkt_id, cur.pkt_id, ids)
     if (old.off, old.map, old.frame) != (cur.off, cur.map, cur.frame) \
             or not old.var.contains(cur.var):
         return False
@@ -237,6 +255,13 @@ def _reg_covers(old: Reg, cur: Reg, ids: dict[int, int]) -> bool:
     if old.ref and ids.setdefault(old.ref, cur.ref) != cur.ref:
         return False
     return not old.id or ids.setdefault(old.id, cur.id) == cur.id
+
+
+def _check_ids(old_id: int, cur_id: int, ids: dict[int, int]) -> bool:
+    """check_ids: both 0, or an old id always seen with the same current one."""
+    if bool(old_id) != bool(cur_id):
+        return False
+    return not old_id or ids.setdefault(old_id, cur_id) == cur_id
 
 
 
@@ -314,17 +339,24 @@ def _ptr_at(ptr: Reg, off: int) -> Reg:
 
 
 
+def update_each_reg(state: State, update: Callable[[Reg], Reg]) -> None:
+    """bpf_for_each_reg_in_vstate: every register and spilled register of every frame
+    becomes what ``update`` makes of it (the lists are changed in place: callers hold
+    them)."""
+    for frame in state.frames:
+        for regno, reg in enumerate(frame.regs):
+            frame.regs[regno] = update(reg)
+        for spi, slot in frame.stack.items():
+            spilled = update(slot.spilled)
+            if spilled is not slot.spilled:
+                frame.stack[spi] = slot._replace(spilled=spilled)
+
+
 def release_reference(state: State, ref: int) -> None:
     """release_reference: the reference is gone, and every copy of the pointer that held it
     is an unknown scalar (mark_reg_invalid, as for a loader that may leak pointers)."""
     state.refs.discard(ref)
-    for frame in state.frames:
-        for regno, reg in enumerate(frame.regs):
-            if reg.ref == ref:
-                frame.regs[regno] = UNKNOWN
-        for spi, slot in frame.stack.items():
-            if slot.spilled.ref == ref:
-                frame.stack[spi] = slot._replace(spilled=UNKNOWN)
+    update_each_reg(state, lambda reg: UNKNOWN if reg.ref == ref else reg)
 
 
 def _mark_ptr_or_null_regs(state: State, ptr_id: int, is_null: bool) -> None:
@@ -332,14 +364,20 @@ def _mark_ptr_or_null_regs(state: State, ptr_id: int, is_null: bool) -> None:
     held is gone), or not NULL."""
     if is_null:
         state.refs.discard(ptr_id)
-    for frame in state.frames:
-        for regno, reg in enumerate(frame.regs):
-            if reg.id == ptr_id:
-                frame.regs[regno] = scalar(0) if is_null else reg._replace(id=0)
-        for spi, slot in frame.stack.items():
-            if slot.spilled.id == ptr_id:
-                spilled = scalar(0) if is_null else slot.spilled._replace(id=0)
-                frame.stack[spi] = slot._replace(spilled=spilled)
+
+    def checked(reg: Reg) -> Reg:
+        if reg.id != ptr_id:
+            return reg
+        return scalar(0) if is_null else reg._replace(id=0)
+
+    update_each_reg(state, checked)
+
+
+def clear_all_pkt_pointers(state: State) -> None:
+    """clear_all_pkt_pointers: after a helper that changes packet data, no packet pointer
+    (data, data_meta, data_end, nor a copy) is one any more: each is an unknown scalar
+    (mark_reg_invalid, as for a loader that may leak pointers)."""
+    update_each_reg(state, lambda reg: UNKNOWN if reg.type in _PKT_ANY_TYPES else reg)
 
 
 

@@ -66,7 +66,7 @@ ALLOWED: dict[Rule, str] = {
     (r"link_create\[.*attach:(?!xdp,)", _ANY, frozenset({"EINVAL"})):
         "the emulated backend makes XDP and sockmap links only",
     (r"prog_load\[cgroup_skb\]\(lookup", frozenset({"EINVAL"}), frozenset({"ok"})):
-        "It does not track value ranges or packet bounds",
+        "the emulated verifier does not track value ranges",
     (r"obj_pin\[link\]", _ANY, frozenset({"EINVAL"})):
         "links are not pinned there",
     (r"map_update_(elem|batch)\[devmap", frozenset({"ok"}), frozenset({"EINVAL"})):
