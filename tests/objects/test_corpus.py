@@ -505,11 +505,7 @@ CASES = [
     Case("global_funcs", "global_funcs", run=run_global_funcs,
          expected={"retval": XDP_PASS, "results": (64, 48, 0, 163)}),
     Case("global_func_unchecked", "global_func_unchecked", refused=errno.EACCES,
-         refusal="R1 invalid mem access 'mem_or_null'",
-         emulated_xfail="disagreement: the emulated verifier checks a global function in its "
-                        "caller's state, not on its own from its BTF signature, so it loads a "
-                        "write through a maybe-NULL pointer argument that the kernel refuses "
-                        "with EACCES (R1 invalid mem access 'mem_or_null')"),
+         refusal="R1 invalid mem access 'mem_or_null'"),
     Case("static_subprogs", "static_subprogs", run=run_static_subprogs,
          expected={"first": (6, 6, 36, 12346), "second": (3, 3, 42, 12343)}),
     Case("hash_struct_values", "hash_struct_values", run=run_hash_struct_values,

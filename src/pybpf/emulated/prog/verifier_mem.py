@@ -36,6 +36,7 @@ from .verifier_state import (
     PTR_TO_CTX,
     PTR_TO_MAP_KEY,
     PTR_TO_MAP_VALUE,
+    PTR_TO_MEM,
     PTR_TO_RDONLY_MEM,
     PTR_TO_RINGBUF_MEM,
     PTR_TO_STACK,
@@ -182,8 +183,8 @@ class MemoryChecks:
                     result = _stack_read(frame, off, size)
         elif reg.type == PTR_TO_MAP_KEY:  # a for_each callback's key: the map's memory
             self.check_map_key_access(regno, reg, off, size, write)
-        elif reg.type == PTR_TO_RINGBUF_MEM and not reg.id:
-            self.check_mem_region_access(reg, off, size)
+        elif reg.type in (PTR_TO_RINGBUF_MEM, PTR_TO_MEM) and not reg.id:
+            self.check_mem_region_access(regno, reg, off, size)
         elif reg.type == PTR_TO_RDONLY_MEM:
             if write:
                 raise _reject(errno.EACCES, f"R{regno} cannot write into {reg.type}")
@@ -201,14 +202,15 @@ class MemoryChecks:
         regs[value_regno] = result
 
     @staticmethod
-    def check_mem_region_access(reg: Reg, off: int, size: int) -> None:
+    def check_mem_region_access(regno: int, reg: Reg, off: int, size: int) -> None:
         """Within the memory's mem_size bytes (known offsets only)."""
         if not reg.var.is_const:
             return  # a variable offset: its bounds are value ranges, not kept here
         off += _s64(reg.var.value)
         if off < 0 or off + size > reg.mem_size:
             raise _reject(errno.EACCES, f"invalid access to memory, mem_size={reg.mem_size} "
-                          f"off={off} size={size}")
+                          f"off={off} size={size}\nR{regno} min value is outside of the "
+                          "allowed memory range")
 
     @staticmethod
     def check_map_key_access(regno: int, reg: Reg, off: int, size: int, write: bool) -> None:
