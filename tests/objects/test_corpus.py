@@ -522,10 +522,7 @@ CASES = [
     Case("core_ctx_types", "core_ctx_types", run=run_core_ctx_types,
          expected={"answers": (1, 0, 24, 1, 0, 16, 76, 8, 8)}),
     Case("core_kernel_types", "core_kernel_types", run=run_core_kernel_types,
-         expected={"facts": (1, 0, 1, 0, 4, 0, 27)},
-         emulated_xfail="emulated: its kernel BTF holds only the context structs, so the "
-                        "relocation of struct bpf_map's key_size fails at load (EINVAL) where "
-                        "the kernel resolves it"),
+         expected={"facts": (1, 0, 1, 0, 4, 0, 27)}),
     Case("rodata_config_default", "rodata_config", run=run_rodata_config,
          expected={"retvals": [XDP_DROP, XDP_PASS, XDP_PASS], "counts": (1, 0, 0)}),
     Case("rodata_config_set", "rodata_config", run=run_rodata_config,

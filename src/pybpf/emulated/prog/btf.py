@@ -18,9 +18,12 @@ Rules this module keeps:
   against them.
 - ``vmlinux_btf_types()`` is the kernel BTF of this machine: the program contexts the
   emulated backend models (``struct xdp_md``, ``struct __sk_buff``, ``struct sk_msg_md``)
-  and the uapi enums, laid out as include/uapi/linux/bpf.h lays them out. CO-RE relocates
-  against it; a kernel-internal type (``struct task_struct``) is not there, so a relocation
-  that needs one fails as on a kernel without that type. After them come the kfuncs the
+  and the uapi enums, laid out as include/uapi/linux/bpf.h lays them out, and of the
+  kernel's own types those the emulated machine has values for: ``struct bpf_map``'s
+  fields that an emulated map keeps, where 6.18's vmlinux has them (``BPF_MAP_FIELDS``).
+  CO-RE relocates against it; another kernel-internal type (``struct task_struct``) or
+  field (``bpf_map.ops``) is not there, so a relocation that needs one fails as on a kernel
+  without it. After them come the kfuncs the
   emulated kernel offers (``kfuncs.KFUNCS``): a FUNC each, whose id a kfunc call names
   (``vmlinux_kfuncs()``: the kfuncs by that id).
 """
@@ -34,6 +37,7 @@ from typing import Any, NamedTuple
 
 from ...btf import (
     BTF_FUNC_GLOBAL,
+    BTF_INT_BOOL,
     BTF_INT_SIGNED,
     Array,
     Btf,
@@ -456,6 +460,18 @@ class BtfMixin:
                               f"{name!r}; the kfuncs it offers: {', '.join(KFUNCS)}") from None
 
 
+# struct bpf_map as 6.18's vmlinux BTF lays it out (bpftool btf dump file
+# /sys/kernel/btf/vmlinux), the fields an emulated map has values for: (name, C type, byte
+# offset). The others (ops, record, btf, the locks and counters) have none here, so CO-RE
+# finds them missing.
+BPF_MAP_SIZE = 296
+BPF_MAP_FIELDS = (
+    ("map_type", "enum bpf_map_type", 64), ("key_size", "u32", 68), ("value_size", "u32", 72),
+    ("max_entries", "u32", 76), ("map_extra", "u64", 80), ("map_flags", "u32", 88),
+    ("id", "u32", 92), ("numa_node", "int", 104), ("btf_key_type_id", "u32", 108),
+    ("btf_value_type_id", "u32", 112), ("name", "char[16]", 136), ("frozen", "bool", 257))
+
+
 @functools.cache
 def vmlinux_btf_types() -> Btf:
     """The BTF this backend describes itself with (see the module rules)."""
@@ -491,15 +507,22 @@ def vmlinux_btf_types() -> Btf:
         ("local_ip4", u32, 24), ("remote_ip6", u32x4, 28), ("local_ip6", u32x4, 44),
         ("remote_port", u32, 60), ("local_port", u32, 64), ("size", u32, 68),
         ("sk", ptr, 72)])
+    enums = {}
     for name, members in (("bpf_map_type", MapType), ("bpf_prog_type", ProgType),
                           ("bpf_attach_type", AttachType)):
         prefix = {"bpf_map_type": "BPF_MAP_TYPE_", "bpf_prog_type": "BPF_PROG_TYPE_",
                   "bpf_attach_type": "BPF_"}[name]
-        btf.add(Enum(name, 4, tuple(EnumValue(prefix + m.name, int(m)) for m in members)))
+        enums[name] = btf.add(Enum(name, 4, tuple(EnumValue(prefix + m.name, int(m))
+                                                  for m in members)))
     btf.add(Enum("xdp_action", 4, tuple(EnumValue(n, v) for v, n in enumerate(
         ("XDP_ABORTED", "XDP_DROP", "XDP_PASS", "XDP_TX", "XDP_REDIRECT")))))
-    # the kfuncs last, so that adding one moves no other type's id
     int_id = btf.add(Int("int", 4, BTF_INT_SIGNED, 0, 32))
+    types = {"enum bpf_map_type": enums["bpf_map_type"], "u32": u32, "u64": u64,
+             "int": int_id, "bool": btf.add(Int("_Bool", 1, BTF_INT_BOOL, 0, 8)),
+             "char[16]": btf.add(Array("", btf.add(Int("char", 1, 0, 0, 8)), int_id, 16))}
+    struct("bpf_map", BPF_MAP_SIZE,
+           [(name, types[c_type], off) for name, c_type, off in BPF_MAP_FIELDS])
+    # the kfuncs last, so that adding one moves no other type's id
     for proto in KFUNCS.values():
         params = []
         for name, kind in proto.params:
