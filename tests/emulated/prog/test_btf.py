@@ -25,7 +25,7 @@ def test_struct_bpf_map_fields_lie_where_the_running_kernels_do(kernel_btf):
     ours = emulated.flat_members(emulated.find("bpf_map"))
     theirs = kernel_btf.flat_members(kernel_btf.find("bpf_map"))
     assert kernel_btf.size_of(kernel_btf.find("bpf_map")) == BPF_MAP_SIZE
-    assert [name for name, _, _ in BPF_MAP_FIELDS] == list(ours)
+    assert [name for name, _, _, _ in BPF_MAP_FIELDS] == list(ours)
     for name, member in ours.items():
         kernel = theirs[name]
         assert (member.bit_offset, member.bitfield_size) == \

@@ -65,6 +65,7 @@ from ...uapi import (
     MapType,
     ProgType,
 )
+from ..maps.bpf_map import BPF_MAP_FIELDS, BPF_MAP_SIZE
 from .filter import SK_BUFF_SIZE, SK_MSG_MD_SIZE, XDP_MD_SIZE
 from .kfuncs import KF_ARG_PTR_TO_CTX, KFUNCS, KfuncProto
 from .log import bpf_vlog_init
@@ -460,18 +461,6 @@ class BtfMixin:
                               f"{name!r}; the kfuncs it offers: {', '.join(KFUNCS)}") from None
 
 
-# struct bpf_map as 6.18's vmlinux BTF lays it out (bpftool btf dump file
-# /sys/kernel/btf/vmlinux), the fields an emulated map has values for: (name, C type, byte
-# offset). The others (ops, record, btf, the locks and counters) have none here, so CO-RE
-# finds them missing.
-BPF_MAP_SIZE = 296
-BPF_MAP_FIELDS = (
-    ("map_type", "enum bpf_map_type", 64), ("key_size", "u32", 68), ("value_size", "u32", 72),
-    ("max_entries", "u32", 76), ("map_extra", "u64", 80), ("map_flags", "u32", 88),
-    ("id", "u32", 92), ("numa_node", "int", 104), ("btf_key_type_id", "u32", 108),
-    ("btf_value_type_id", "u32", 112), ("name", "char[16]", 136), ("frozen", "bool", 257))
-
-
 @functools.cache
 def vmlinux_btf_types() -> Btf:
     """The BTF this backend describes itself with (see the module rules)."""
@@ -521,7 +510,7 @@ def vmlinux_btf_types() -> Btf:
              "int": int_id, "bool": btf.add(Int("_Bool", 1, BTF_INT_BOOL, 0, 8)),
              "char[16]": btf.add(Array("", btf.add(Int("char", 1, 0, 0, 8)), int_id, 16))}
     struct("bpf_map", BPF_MAP_SIZE,
-           [(name, types[c_type], off) for name, c_type, off in BPF_MAP_FIELDS])
+           [(name, types[c_type], off) for name, c_type, off, _ in BPF_MAP_FIELDS])
     # the kfuncs last, so that adding one moves no other type's id
     for proto in KFUNCS.values():
         params = []
