@@ -502,11 +502,7 @@ CASES = [
     Case("global_funcs", "global_funcs", run=run_global_funcs,
          expected={"retval": XDP_PASS, "results": (64, 48, 0, 163)}),
     Case("global_func_unchecked", "global_func_unchecked", refused=errno.EACCES,
-         refusal="R1 invalid mem access 'mem_or_null'",
-         emulated_xfail="disagreement: the emulated verifier checks a global function in its "
-                        "caller's state, not on its own from its BTF signature, so it loads a "
-                        "write through a maybe-NULL pointer argument that the kernel refuses "
-                        "with EACCES (R1 invalid mem access 'mem_or_null')"),
+         refusal="R1 invalid mem access 'mem_or_null'"),
     Case("static_subprogs", "static_subprogs", run=run_static_subprogs,
          expected={"first": (6, 6, 36, 12346), "second": (3, 3, 42, 12343)}),
     Case("hash_struct_values", "hash_struct_values", run=run_hash_struct_values,
@@ -523,10 +519,7 @@ CASES = [
     Case("core_ctx_types", "core_ctx_types", run=run_core_ctx_types,
          expected={"answers": (1, 0, 24, 1, 0, 16, 76, 8, 8)}),
     Case("core_kernel_types", "core_kernel_types", run=run_core_kernel_types,
-         expected={"facts": (1, 0, 1, 0, 4, 0, 27)},
-         emulated_xfail="emulated: its kernel BTF holds only the context structs, so the "
-                        "relocation of struct bpf_map's key_size fails at load (EINVAL) where "
-                        "the kernel resolves it"),
+         expected={"facts": (1, 0, 1, 0, 4, 0, 27)}),
     Case("rodata_config_default", "rodata_config", run=run_rodata_config,
          expected={"retvals": [XDP_DROP, XDP_PASS, XDP_PASS], "counts": (1, 0, 0)}),
     Case("rodata_config_set", "rodata_config", run=run_rodata_config,

@@ -198,20 +198,20 @@ class ProgramsMixin:
         name = bpf_obj_name_cpy(attr.prog_name, "prog_name")
         gpl = attr.license.split(b"\0", 1)[0] in _GPL_COMPATIBLE
         bpf_vlog_init(attr.log_level)
-        func_linkage = None  # without func_info, no callbacks
+        func_info = None  # without it, no callbacks, and every subprogram is static
         if attr.prog_btf_fd or attr.func_info:
             btf = self.btf_get_by_fd(attr.prog_btf_fd)
             self.btf_put(btf)
             if attr.func_info:
-                func_linkage = check_btf_func(attr.insns, btf.btf, attr.func_info,
-                                              attr.func_info_rec_size)
+                func_info = check_btf_func(attr.insns, btf.btf, attr.func_info,
+                                           attr.func_info_rec_size)
         map_from_fd = self.map_from_fd
         if attr.prog_flags & BPF_F_SLEEPABLE:
             map_from_fd = functools.partial(sleepable_map_from_fd, self.map_from_fd)
         verified = bpf_check(attr.insns, prog_type, map_from_fd, gpl,
                              attr.expected_attach_type,
                              functools.partial(check_sleepable, prog_type, attr.prog_flags),
-                             func_linkage)
+                             func_info)
         prog = BpfProg(self, prog_type, attr.insns, verified, name, attr.expected_attach_type,
                        attr.prog_flags, gpl)
         # bpf_prog_select_runtime -> bpf_check_tail_call: after the verifier, no log

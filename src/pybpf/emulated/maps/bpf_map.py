@@ -104,6 +104,28 @@ class _BytesAt(dict):
 
 BYTES_AT = _BytesAt()
 
+# struct bpf_map as 6.18's vmlinux BTF lays it out (bpftool btf dump file
+# /sys/kernel/btf/vmlinux), the fields an emulated map has values for: (name, C type, byte
+# offset, size). Its other fields (ops, record, btf, the locks and counters) have none here.
+# The emulated kernel's BTF describes these (prog/btf.py), and a program reads them through
+# a map pointer (``BpfMap.struct_bpf_map_load``).
+BPF_MAP_SIZE = 296
+BPF_MAP_FIELDS = (
+    ("map_type", "enum bpf_map_type", 64, 4), ("key_size", "u32", 68, 4),
+    ("value_size", "u32", 72, 4), ("max_entries", "u32", 76, 4), ("map_extra", "u64", 80, 8),
+    ("map_flags", "u32", 88, 4), ("id", "u32", 92, 4), ("numa_node", "int", 104, 4),
+    ("btf_key_type_id", "u32", 108, 4), ("btf_value_type_id", "u32", 112, 4),
+    ("name", "char[16]", 136, 16), ("frozen", "bool", 257, 1))
+
+
+def bpf_map_field_at(off: int, size: int) -> tuple[str, int] | None:
+    """The field of ``BPF_MAP_FIELDS`` the ``size`` bytes at ``off`` lie in, and its offset;
+    None when they lie in none (or across two)."""
+    for name, _, start, length in BPF_MAP_FIELDS:
+        if start <= off and off + size <= start + length:
+            return name, start
+    return None
+
 class BpfMap:
     """One map object (struct bpf_map). Subclasses implement a family's ops."""
 
@@ -145,6 +167,22 @@ class BpfMap:
         # (offset, size) of the value's special fields (the lock, the timer), in offset order:
         # user space never reads nor writes them
         self.special_fields: tuple[tuple[int, int], ...] = ()
+
+    def struct_bpf_map_load(self, off: int, size: int) -> int:
+        """A program's ``size``-byte load at ``off`` through a pointer to this map (the
+        verifier let it through: it lies in one field of ``BPF_MAP_FIELDS``), as the
+        kernel's struct bpf_map holds the field: numa_node NUMA_NO_NODE unless the map was
+        created with BPF_F_NUMA_NODE, the name NUL-padded."""
+        name, start = bpf_map_field_at(off, size)
+        if name == "numa_node":
+            raw = (self.numa_node if self.map_flags & BPF_F_NUMA_NODE else NUMA_NO_NODE
+                   ).to_bytes(4, "little", signed=True)
+        elif name == "name":
+            raw = self.name.encode().ljust(16, b"\0")
+        else:
+            width = {"map_extra": 8, "frozen": 1}.get(name, 4)
+            raw = int(getattr(self, name)).to_bytes(width, "little")
+        return int.from_bytes(raw[off - start:off - start + size], "little")
 
     # -- struct bpf_map_ops ------------------------------------------------------------------
     # A family implements these under the kernel's function names and lists its table at the

@@ -11,11 +11,19 @@ Rules this module keeps:
   map's, and the map type's own rule (syscall.c and each type's ``map_check_btf`` op).
 - prog_load with func_info runs ``check_btf_func``'s rules: one FUNC record per subprogram,
   the first at instruction 0, each at a subprogram's start.
+- A global subprogram's arguments come from its FUNC_PROTO (``btf_prepare_func_args``): an
+  int or enum is a scalar; a pointer to the program type's context struct (or tagged
+  ``arg:ctx``) the context; a pointer to a sized type memory of that size, maybe NULL unless
+  tagged ``arg:nonnull``. The verifier checks the subprogram alone with them, and each call
+  against them.
 - ``vmlinux_btf_types()`` is the kernel BTF of this machine: the program contexts the
   emulated backend models (``struct xdp_md``, ``struct __sk_buff``, ``struct sk_msg_md``)
-  and the uapi enums, laid out as include/uapi/linux/bpf.h lays them out. CO-RE relocates
-  against it; a kernel-internal type (``struct task_struct``) is not there, so a relocation
-  that needs one fails as on a kernel without that type. After them come the kfuncs the
+  and the uapi enums, laid out as include/uapi/linux/bpf.h lays them out, and of the
+  kernel's own types those the emulated machine has values for: ``struct bpf_map``'s
+  fields that an emulated map keeps, where 6.18's vmlinux has them (``BPF_MAP_FIELDS``).
+  CO-RE relocates against it; another kernel-internal type (``struct task_struct``) or
+  field (``bpf_map.ops``) is not there, so a relocation that needs one fails as on a kernel
+  without it. After them come the kfuncs the
   emulated kernel offers (``kfuncs.KFUNCS``): a FUNC each, whose id a kfunc call names
   (``vmlinux_kfuncs()``: the kfuncs by that id).
 """
@@ -29,11 +37,13 @@ from typing import Any, NamedTuple
 
 from ...btf import (
     BTF_FUNC_GLOBAL,
+    BTF_INT_BOOL,
     BTF_INT_SIGNED,
     Array,
     Btf,
     BtfError,
     Datasec,
+    DeclTag,
     Enum,
     EnumValue,
     Func,
@@ -55,6 +65,7 @@ from ...uapi import (
     MapType,
     ProgType,
 )
+from ..maps.bpf_map import BPF_MAP_FIELDS, BPF_MAP_SIZE
 from .filter import SK_BUFF_SIZE, SK_MSG_MD_SIZE, XDP_MD_SIZE
 from .kfuncs import KF_ARG_PTR_TO_CTX, KFUNCS, KfuncProto
 from .log import bpf_vlog_init
@@ -260,9 +271,19 @@ def map_check_btf(map_type: int, key_size: int, value_size: int, max_entries: in
     return fields
 
 
-def check_btf_func(insns: bytes, btf: Btf, func_info: bytes, rec_size: int) -> dict[int, int]:
-    """check_btf_func(): one FUNC per subprogram, in order, the first at instruction 0.
-    Returns each subprogram's linkage (BTF_FUNC_STATIC, ...) by its first instruction."""
+class FuncInfo(NamedTuple):
+    """A program's func_info, checked: its BTF and each subprogram's FUNC by its first
+    instruction (bpf_prog_aux's func_info and func_info_aux)."""
+
+    btf: Btf
+    func_ids: dict[int, int]
+
+    def func(self, start: int) -> Func:
+        return self.btf[self.func_ids[start]]
+
+
+def check_btf_func(insns: bytes, btf: Btf, func_info: bytes, rec_size: int) -> FuncInfo:
+    """check_btf_func(): one FUNC per subprogram, in order, the first at instruction 0."""
     starts = _subprog_starts(insns)
     records = [int.from_bytes(func_info[i:i + 4], "little") for i in range(0, len(func_info),
                                                                          rec_size)]
@@ -277,7 +298,117 @@ def check_btf_func(insns: bytes, btf: Btf, func_info: bytes, rec_size: int) -> d
             raise _reject("func_info BTF section doesn't match subprog layout in BPF program")
         if type_id >= len(btf) or not isinstance(btf[type_id], Func):
             raise _reject(f"invalid type id {type_id} in func info")
-    return {start: btf[type_id].linkage for start, type_id in zip(starts, types, strict=True)}
+    return FuncInfo(btf, dict(zip(starts, types, strict=True)))
+
+
+# include/linux/bpf_types.h: the context struct a program of each type is given, as the
+# program names it (TRACEPOINT's is a __u64 and SYSCALL's void: no struct, so only an
+# ``arg:ctx`` tag makes an argument their context), and the kernel structs that
+# btf_is_projection_of accepts for it.
+PROG_CTX_STRUCTS = {
+    **dict.fromkeys((ProgType.SOCKET_FILTER, ProgType.SCHED_CLS, ProgType.SCHED_ACT,
+                     ProgType.CGROUP_SKB, ProgType.LWT_IN, ProgType.LWT_OUT, ProgType.LWT_XMIT,
+                     ProgType.LWT_SEG6LOCAL, ProgType.SK_SKB), ("__sk_buff", "sk_buff")),
+    ProgType.XDP: ("xdp_md", "xdp_buff"),
+    ProgType.SK_MSG: ("sk_msg_md",),
+    ProgType.KPROBE: ("bpf_user_pt_regs_t", "pt_regs"),  # a typedef of struct pt_regs
+    ProgType.PERF_EVENT: ("bpf_perf_event_data",),
+    ProgType.RAW_TRACEPOINT: ("bpf_raw_tracepoint_args",),
+}
+MAX_BPF_FUNC_REG_ARGS = 5
+# What a global subprogram's argument is (struct bpf_subprog_arg_info's arg_type).
+ARG_ANYTHING, ARG_PTR_TO_CTX, ARG_PTR_TO_MEM = "scalar", "ctx", "mem"
+# The argument tags (decl_tag "arg:<tag>") the kernel knows; those naming kernel objects or
+# arena memory have no meaning on the emulated machine, which has neither.
+_ARG_TAGS = frozenset({"ctx", "nonnull", "nullable", "trusted", "untrusted", "arena"})
+_KERNEL_OBJECT_TAGS = frozenset({"trusted", "untrusted", "arena"})
+
+
+class SubprogArg(NamedTuple):
+    """struct bpf_subprog_arg_info: what an argument is, and for memory its size and
+    whether it may be NULL (PTR_MAYBE_NULL)."""
+
+    arg_type: str
+    mem_size: int = 0
+    maybe_null: bool = False
+
+
+def btf_type_str(btf: Btf, type_id: int) -> str:
+    """btf_type_str: the kind's name as the kernel's messages write it."""
+    kind = btf[type_id].kind
+    return "UNKNOWN" if kind == Kind.UNKN else kind.name
+
+
+def btf_prepare_func_args(info: FuncInfo, start: int, prog_type: int) -> tuple[SubprogArg, ...]:
+    """btf_prepare_func_args for the global subprogram at ``start``: its arguments from its
+    FUNC_PROTO (see the module rules). Raises KernelError with the kernel's message and
+    errno."""
+    btf, func_id = info.btf, info.func_ids[start]
+    func = btf[func_id]
+    proto = btf[func.type_id]
+    if len(proto.params) > MAX_BPF_FUNC_REG_ARGS:
+        raise _arg_error(errno.EINVAL, f"Global function {func.name}() with "
+                         f"{len(proto.params)} > {MAX_BPF_FUNC_REG_ARGS} args. Buggy compiler.")
+    if not isinstance(btf[btf.resolve(proto.return_type_id)], Int | Enum):
+        raise _arg_error(errno.EINVAL, f"Global function {func.name}() doesn't return scalar. "
+                         "Only those are supported.")
+    tags_by_arg: dict[int, set[str]] = {}
+    for type_id in range(1, len(btf)):
+        record = btf[type_id]
+        if isinstance(record, DeclTag) and record.type_id == func_id \
+                and record.name.startswith("arg:"):
+            tags_by_arg.setdefault(record.component_idx, set()).add(record.name[4:])
+    args = []
+    for i, param in enumerate(proto.params):
+        tags = tags_by_arg.get(i, set())
+        if tags - _ARG_TAGS:
+            raise _arg_error(errno.EOPNOTSUPP, f"arg#{i} has unsupported set of tags")
+        record = btf[btf.resolve(param.type_id)]
+        if not isinstance(record, Ptr):
+            if tags:
+                raise _arg_error(errno.EINVAL, f"arg#{i} has pointer tag, but is not a "
+                                 "pointer type")
+            if not isinstance(record, Int | Enum):
+                raise _arg_error(errno.EINVAL, f"Arg#{i} type {record.kind.name} in "
+                                 f"{func.name}() is not supported yet.")
+            args.append(SubprogArg(ARG_ANYTHING))
+            continue
+        if "ctx" in tags or _is_prog_ctx_type(btf, record.type_id, prog_type):
+            if tags - {"ctx"}:
+                raise _arg_error(errno.EINVAL, f"arg#{i} has invalid combination of tags")
+            args.append(SubprogArg(ARG_PTR_TO_CTX))
+            continue
+        if tags & _KERNEL_OBJECT_TAGS:
+            raise _arg_error(errno.EOPNOTSUPP, f"arg#{i}: the emulated kernel has no kernel "
+                             f"objects nor arenas for tags {', '.join(sorted(tags))}")
+        if "nullable" in tags:  # only for trusted kernel objects
+            raise _arg_error(errno.EINVAL, f"arg#{i} has invalid combination of tags")
+        pointee = btf.resolve(record.type_id)
+        try:
+            size = btf.size_of(pointee)
+        except BtfError:
+            raise _arg_error(errno.EINVAL, f"arg#{i} reference type('{btf_type_str(btf, pointee)} "
+                             f"{btf[pointee].name}') size cannot be determined: "
+                             f"-{errno.EINVAL}") from None
+        args.append(SubprogArg(ARG_PTR_TO_MEM, size, "nonnull" not in tags))
+    return tuple(args)
+
+
+def _is_prog_ctx_type(btf: Btf, pointee_id: int, prog_type: int) -> bool:
+    """btf_is_prog_ctx_type: the pointer's target is the program type's context struct (or
+    the kernel struct it projects), found by name."""
+    names = PROG_CTX_STRUCTS.get(prog_type, ())
+    record = btf[pointee_id]
+    while record.kind in (Kind.CONST, Kind.VOLATILE, Kind.RESTRICT, Kind.TYPE_TAG,
+                          Kind.TYPEDEF):
+        if record.kind == Kind.TYPEDEF and record.name in names:
+            return True  # KPROBE's bpf_user_pt_regs_t, before typedefs are skipped
+        record = btf[record.type_id]
+    return isinstance(record, Struct) and record.name in names  # a union is a Struct too
+
+
+def _arg_error(err: int, message: str) -> KernelError:
+    return KernelError(err, message, log=message + "\n")
 
 
 def _subprog_starts(insns: bytes) -> list[int]:
@@ -365,15 +496,22 @@ def vmlinux_btf_types() -> Btf:
         ("local_ip4", u32, 24), ("remote_ip6", u32x4, 28), ("local_ip6", u32x4, 44),
         ("remote_port", u32, 60), ("local_port", u32, 64), ("size", u32, 68),
         ("sk", ptr, 72)])
+    enums = {}
     for name, members in (("bpf_map_type", MapType), ("bpf_prog_type", ProgType),
                           ("bpf_attach_type", AttachType)):
         prefix = {"bpf_map_type": "BPF_MAP_TYPE_", "bpf_prog_type": "BPF_PROG_TYPE_",
                   "bpf_attach_type": "BPF_"}[name]
-        btf.add(Enum(name, 4, tuple(EnumValue(prefix + m.name, int(m)) for m in members)))
+        enums[name] = btf.add(Enum(name, 4, tuple(EnumValue(prefix + m.name, int(m))
+                                                  for m in members)))
     btf.add(Enum("xdp_action", 4, tuple(EnumValue(n, v) for v, n in enumerate(
         ("XDP_ABORTED", "XDP_DROP", "XDP_PASS", "XDP_TX", "XDP_REDIRECT")))))
-    # the kfuncs last, so that adding one moves no other type's id
     int_id = btf.add(Int("int", 4, BTF_INT_SIGNED, 0, 32))
+    types = {"enum bpf_map_type": enums["bpf_map_type"], "u32": u32, "u64": u64,
+             "int": int_id, "bool": btf.add(Int("_Bool", 1, BTF_INT_BOOL, 0, 8)),
+             "char[16]": btf.add(Array("", btf.add(Int("char", 1, 0, 0, 8)), int_id, 16))}
+    struct("bpf_map", BPF_MAP_SIZE,
+           [(name, types[c_type], off) for name, c_type, off, _ in BPF_MAP_FIELDS])
+    # the kfuncs last, so that adding one moves no other type's id
     for proto in KFUNCS.values():
         params = []
         for name, kind in proto.params:

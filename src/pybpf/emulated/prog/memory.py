@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ProgramFault
+from ..maps.bpf_map import BpfMap
 
 if TYPE_CHECKING:
     from ..machine.machine import Machine
@@ -99,6 +100,8 @@ def mem_load(rs: RunState, addr: int, size: int, pc: int) -> int:
                            f"from {_describe(addr)}, which points into no memory", pc=pc)
     if type(region) is CtxRegion:
         return region.load(off, size, pc)
+    if isinstance(region, BpfMap):  # a field of its struct bpf_map, which the verifier let by
+        return region.struct_bpf_map_load(off, size)
     if not isinstance(region, (bytes, bytearray, memoryview)):
         raise ProgramFault(errno.EFAULT, f"insn {pc}: invalid memory access: {size}-byte load "
                            f"through a map pointer ({_describe(addr)})", pc=pc)

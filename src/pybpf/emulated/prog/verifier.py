@@ -7,10 +7,16 @@ Rules this module keeps:
   lddw and map fds; the control-flow graph (unreachable insns, jumps into an lddw); then
   ``do_check`` (which also finds a call stack too deep, as it follows the calls).
 - ``do_check`` walks every path as the kernel does: depth first, a conditional jump's
-  fall-through first and its target pushed, bpf-to-bpf calls followed into the callee with
-  a frame of their own. Each instruction's checks run in the kernel's order on an abstract
-  state: per register its type (scalar, context, stack, map, map value, packet, socket, a
-  kfunc's address: ``rdonly_mem`` of size 0, what ``bpf_ksym_exists`` tests) and, for a
+  fall-through first and its target pushed, calls of static subprograms followed into the
+  callee with a frame of their own. A global subprogram (BTF_FUNC_GLOBAL in func_info;
+  without func_info every subprogram is static) is not followed: the call is checked
+  against its BTF signature and returns an unknown scalar, and once the main program is
+  done each global subprogram a walked call reached is walked on its own, from arguments
+  its signature gives (do_check_subprogs; ``btf.btf_prepare_func_args``). Each
+  instruction's checks run in the kernel's order on an abstract state: per register its
+  type (scalar, context, stack, map, map value, packet, socket, a global subprogram's
+  memory argument: ``mem`` of its size, a kfunc's address: ``rdonly_mem`` of size 0, what
+  ``bpf_ksym_exists`` tests) and, for a
   scalar, the bits known of it (``tnum.py``, the kernel's tnums); for a pointer its
   fixed offset and whether it may still be NULL; for a packet pointer its id and range
   (the bytes a comparison with the packet's end proved there, ``find_good_pkt_pointers``);
@@ -60,7 +66,7 @@ from ...asm.opcodes import (
     Kind,
     Source,
 )
-from ...btf import BTF_FUNC_STATIC
+from ...btf import BTF_FUNC_GLOBAL, BTF_FUNC_STATIC
 from ...errors import KernelError
 from ...uapi import (
     AttachType,
@@ -70,7 +76,15 @@ from ...uapi import (
 from . import filter as ctx_rules
 from . import tnum
 from .bpf_iter import BPF_LOOP_INLINED
-from .btf import vmlinux_btf_types, vmlinux_kfuncs
+from .btf import (
+    ARG_ANYTHING,
+    ARG_PTR_TO_CTX,
+    FuncInfo,
+    SubprogArg,
+    btf_prepare_func_args,
+    vmlinux_btf_types,
+    vmlinux_kfuncs,
+)
 from .semantics import MAX_CALL_FRAMES
 from .verifier_alu import AluChecks
 from .verifier_helpers import HelperCallChecks, is_callback_calling
@@ -95,6 +109,7 @@ from .verifier_state import (
     PTR_TO_CTX,
     PTR_TO_FUNC,
     PTR_TO_MAP_VALUE,
+    PTR_TO_MEM,
     PTR_TO_RDONLY_MEM,
     PTR_TO_STACK,
     SCALAR,
@@ -138,16 +153,16 @@ class VerifiedProgram:
 def bpf_check(insns: bytes, prog_type: int, map_from_fd: Callable[[int], Any],
               gpl: bool = True, expected_attach_type: int = 0,
               check_attach_btf_id: Callable[[], None] | None = None,
-              func_linkage: dict[int, int] | None = None) -> VerifiedProgram:
+              func_info: FuncInfo | None = None) -> VerifiedProgram:
     """Verify ``insns`` for ``prog_type``; ``map_from_fd(fd)`` resolves lddw map fds (raises
     KernelError); ``gpl``: the license is GPL-compatible; ``check_attach_btf_id`` (the
     loader's checks of the program's kind: sleepable) runs where the kernel's does, after
-    check_cfg; ``func_linkage``: each subprogram's BTF linkage by first insn, when the load
-    gave func_info (callbacks need it). Returns the decoded program or raises
+    check_cfg; ``func_info``: each subprogram's BTF FUNC, when the load gave func_info
+    (callbacks and global subprograms need it). Returns the decoded program or raises
     ``VerifierReject``."""
     verifier = _Verifier(insns, prog_type, map_from_fd, gpl, expected_attach_type)
     verifier.check_attach_btf_id = check_attach_btf_id
-    verifier.func_linkage = func_linkage
+    verifier.func_info = func_info
     return verifier.run()
 
 
@@ -166,7 +181,10 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         self.slots: list[Instruction | None] = []
         self.subprogs: list[int] = [0]
         self.pseudo_map: dict[int, Any] = {}  # lddw slot of a direct map value -> its map
-        self.func_linkage: dict[int, int] | None = None
+        self.func_info: FuncInfo | None = None
+        self.subprog_args: dict[int, tuple[SubprogArg, ...]] = {}  # args_cached, by start
+        self.called_globals: set[int] = set()  # global subprograms a walked call reached
+        self.global_walk = 0  # the global subprogram being walked on its own (0: none)
 
     def run(self) -> VerifiedProgram:
         self.decode_slots()
@@ -417,30 +435,70 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
 
     # -- phase 5: every path, every instruction ----------------------------------------------
     def do_check(self, program: VerifiedProgram) -> None:
-        """do_check_main: walk the paths from the program's entry (R1 the context, R10 the
-        frame pointer), depth first as the kernel does. At a prune point a state equal to
-        one this path is already walking from there is an endless loop; one an explored
-        state covers needs no walk of its own. A loop that still changes its state after
-        LOOP_UNROLL rounds has the values it changes widened to unknown (the kernel would
-        walk on, and usually give up at its instruction limit)."""
+        """do_check_main (R1 the context), then do_check_subprogs: each global subprogram
+        a walked call reached, on its own, in subprogram order, in rounds while a round
+        walks one (a global subprogram may call another)."""
         self.pseudo = program.pseudo
         self.id_gen = 0
         self.max_ctx = 0
+        self.processed = 0
         self.ctx_insns: dict[int, bool] = {}  # pc -> whether a load/store there used ctx
         self.walked: set[int] = set()
         self.callback_calls = {pc for pc, insn in enumerate(self.slots)
                                if insn is not None and is_callback_calling(insn)}
         self.loop_inline: dict[int, int | None] = {}
-        live = self.live_registers()
-        prune = self.prune_points()
-        explored: dict[int, list[tuple]] = {}
+        self.live = self.live_registers()
+        self.prune = self.prune_points()
         regs = [UNINIT] * MAX_BPF_REG
         regs[1] = Reg(PTR_TO_CTX, tnum.const(0))
+        self.do_check_common(0, regs)
+        verified: set[int] = set()
+        walked_one = True
+        while walked_one:
+            walked_one = False
+            for subprog, start in enumerate(self.subprogs):
+                if start in self.called_globals and start not in verified:
+                    self.check_global_subprog(subprog, start)
+                    verified.add(start)
+                    walked_one = True
+
+    def check_global_subprog(self, subprog: int, start: int) -> None:
+        """do_check_common for a global subprogram: its arguments as its BTF signature
+        gives them (btf_prepare_func_args, already run at its call); a refusal's log
+        names it first, as the kernel's does."""
+        regs = [UNINIT] * MAX_BPF_REG
+        for regno, arg in enumerate(self.subprog_args[start], 1):
+            if arg.arg_type == ARG_PTR_TO_CTX:
+                regs[regno] = Reg(PTR_TO_CTX, tnum.const(0))
+            elif arg.arg_type == ARG_ANYTHING:
+                regs[regno] = UNKNOWN
+            else:
+                regs[regno] = Reg(PTR_TO_MEM, tnum.const(0), mem_size=arg.mem_size,
+                                  id=self.new_id() if arg.maybe_null else 0)
+        self.global_walk = start
+        try:
+            self.do_check_common(start, regs)
+        except VerifierReject as exc:
+            exc.log = f"Validating {self.func_info.func(start).name}() func#{subprog}...\n" \
+                + exc.log
+            raise
+        finally:
+            self.global_walk = 0
+
+    def do_check_common(self, start: int, regs: list[Reg]) -> None:
+        """Walk the paths from ``start`` with ``regs`` (R10 the frame pointer) in frame 0,
+        depth first as the kernel does. At a prune point a state equal to one this path is
+        already walking from there is an endless loop; one an explored state covers needs
+        no walk of its own. A loop that still changes its state after LOOP_UNROLL rounds
+        has the values it changes widened to unknown (the kernel would walk on, and usually
+        give up at its instruction limit). Instructions processed add up over the walks."""
+        live, prune = self.live, self.prune
+        explored: dict[int, list[tuple]] = {}
         regs[FP] = Reg(PTR_TO_STACK, tnum.const(0))
         # (pc, state, this path's latest visit of each prune point)
         pending: list[tuple[int, State, dict[int, _Visit]]] = [
-            (0, State([Frame(regs, {}, -1, 0)]), {})]
-        processed = 0
+            (start, State([Frame(regs, {}, -1, 0)]), {})]
+        processed = self.processed
         while pending:
             pc, state, visits = pending.pop()
             while pc is not None:
@@ -546,11 +604,16 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         return self.id_gen
 
     def check_func_call(self, pc: int, insn: Instruction, state: State) -> int:
-        """A bpf-to-bpf call: the callee runs in a frame of its own, with the caller's R1-R5;
-        the caller's R1-R5 are not readable after it."""
+        """A bpf-to-bpf call of a static subprogram: the callee runs in a frame of its own,
+        with the caller's R1-R5; the caller's R1-R5 are not readable after it. A global
+        subprogram's call is checked against its signature (``check_global_call``)."""
         if len(state.frames) >= MAX_CALL_FRAMES:
             raise _reject(errno.E2BIG, f"the call stack of {len(state.frames) + 1} frames is "
                           "too deep")
+        target = pc + insn.imm + 1
+        if self.func_info is not None \
+                and self.func_info.func(target).linkage == BTF_FUNC_GLOBAL:
+            return self.check_global_call(pc, target, state)
         caller = state.cur
         regs = [UNINIT] * MAX_BPF_REG
         regs[1:6] = caller.regs[1:6]
@@ -559,7 +622,59 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         state.frames.append(Frame(regs, {}, pc, depth))
         for regno in range(1, 6):
             caller.regs[regno] = UNINIT
-        return pc + insn.imm + 1
+        return target
+
+    def check_global_call(self, pc: int, target: int, state: State) -> int:
+        """check_func_call for a global subprogram: the arguments match its signature
+        (btf_check_subprog_call), no lock is held; the subprogram is walked on its own
+        later, and here returns an unknown scalar in R0, R1-R5 not readable."""
+        subprog = self.subprogs.index(target)
+        try:
+            self.btf_check_func_arg_match(target, state)
+            mismatch = None
+        except KernelError as exc:
+            mismatch = exc
+        if state.active_lock is not None:
+            raise _reject(errno.EINVAL, "global function calls are not allowed while holding "
+                          "a lock,\nuse static function instead")
+        if mismatch is not None:
+            raise _reject(mismatch.errno, f"{mismatch.detail}\nCaller passes invalid args into "
+                          f"func#{subprog} ('{self.func_info.func(target).name}')")
+        self.called_globals.add(target)
+        regs = state.cur.regs
+        for regno in CALLER_SAVED:
+            regs[regno] = UNINIT
+        regs[0] = UNKNOWN
+        return pc + 1
+
+    def btf_check_func_arg_match(self, target: int, state: State) -> None:
+        """R1-R5 against the subprogram's arguments: a scalar for a scalar; the unmodified
+        context for the context; for memory NULL or a pointer to enough of it
+        (check_mem_reg: a failure there is EINVAL), not NULL if tagged ``arg:nonnull``."""
+        args = self.subprog_args.get(target)
+        if args is None:
+            args = btf_prepare_func_args(self.func_info, target, self.prog_type)
+            self.subprog_args[target] = args
+        regs = state.cur.regs
+        for i, arg in enumerate(args):
+            regno = i + 1
+            reg = regs[regno]
+            if arg.arg_type == ARG_ANYTHING:
+                if reg.type != SCALAR:
+                    raise _reject(errno.EINVAL, f"R{regno} is not a scalar")
+                continue
+            if reg.type == PTR_TO_CTX:  # check_func_arg_reg_off
+                self.check_ctx_pointer(regno, reg)
+            if arg.arg_type == ARG_PTR_TO_CTX:
+                if reg.type != PTR_TO_CTX:
+                    raise _reject(errno.EINVAL, f"arg#{i} expects pointer to ctx")
+                continue
+            try:
+                self.check_mem_reg(state, regno, arg.mem_size)
+            except VerifierReject as exc:
+                raise _reject(errno.EINVAL, exc.detail) from None
+            if not arg.maybe_null and (reg.id or reg.is_const):
+                raise _reject(errno.EINVAL, f"arg#{i} is expected to be non-NULL")
 
     def process_exit(self, state: State) -> int | None:
         """The main program's exit ends the path (R0 must be readable and, for some
@@ -586,6 +701,10 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         self.check_reg_arg(insn_regs, 0, SRC_OP)
         if state.cur.callsite >= 0:  # a timer's callback (frame 0 of a walk of its own)
             self.check_async_callback_return(insn_regs[0])
+        elif self.global_walk:
+            if insn_regs[0].type != SCALAR:
+                raise _reject(errno.EINVAL, "At subprogram exit the register R0 is not a "
+                              f"scalar value ({insn_regs[0].type_str()})")
         else:
             self.check_return_code(insn_regs[0])
         return None
@@ -665,9 +784,9 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
             return
         kind, target, off = self.pseudo[pc]
         if kind == "func":
-            if self.func_linkage is None:
+            if self.func_info is None:
                 raise _reject(errno.EINVAL, "missing btf func_info")
-            if self.func_linkage.get(target) != BTF_FUNC_STATIC:
+            if self.func_info.func(target).linkage != BTF_FUNC_STATIC:
                 raise _reject(errno.EINVAL, "callback function not static")
             regs[insn.dst] = Reg(PTR_TO_FUNC, tnum.const(0), map=target)
             return

@@ -46,7 +46,7 @@ from .helpers import (
 )
 from .kfuncs import KF_ARG_PTR_TO_CTX
 from .semantics import MAX_CALL_FRAMES
-from .verifier_mem import check_packet_access, check_special_fields_untouched
+from .verifier_mem import MemoryChecks, check_packet_access, check_special_fields_untouched
 from .verifier_state import (
     _PKT_TYPES,
     BPF_F_RDONLY_PROG,
@@ -62,6 +62,8 @@ from .verifier_state import (
     PTR_TO_FUNC,
     PTR_TO_MAP_KEY,
     PTR_TO_MAP_VALUE,
+    PTR_TO_MEM,
+    PTR_TO_RDONLY_MEM,
     PTR_TO_RINGBUF_MEM,
     PTR_TO_STACK,
     SCALAR,
@@ -84,7 +86,7 @@ from .verifier_state import (
 
 _ARG_SOCK_COMMON = "sock_common"  # a sockmap's value argument (ARG_PTR_TO_BTF_ID_SOCK_COMMON)
 _MEM_TYPES = (PTR_TO_STACK, PTR_TO_PACKET, PTR_TO_PACKET_META, PTR_TO_MAP_KEY, PTR_TO_MAP_VALUE,
-              "mem", PTR_TO_RINGBUF_MEM, "buf", "trusted_ptr_")
+              PTR_TO_MEM, PTR_TO_RINGBUF_MEM, "buf", "trusted_ptr_")
 # compatible_reg_types: the register types each argument type takes (the kernel's list, in
 # its order, names the message prints; types this verifier never gives are names only)
 _ARG_TYPES = {
@@ -465,8 +467,8 @@ class HelperCallChecks:
     @staticmethod
     def check_helper_mem_access(state: State, regno: int, size: int, write: bool,
                                 zero_size_allowed: bool) -> None:
-        """The ``size`` bytes a helper reads or writes at a stack pointer or map value with a
-        known offset, or at a packet pointer, are all there."""
+        """The ``size`` bytes a helper reads or writes at a stack pointer, map value or
+        memory with a known offset, or at a packet pointer, are all there."""
         reg = state.cur.regs[regno]
         if reg.type in _PKT_TYPES:  # the fixed offset only: the range covers the variable one
             check_packet_access(regno, reg, reg.off, size, zero_size_allowed)
@@ -486,6 +488,29 @@ class HelperCallChecks:
                 raise _reject(errno.EACCES, f"invalid access to map value, value_size="
                               f"{reg.map.value_size} off={off} size={size}")
             check_special_fields_untouched(reg.map, off, size)
+        elif reg.type in (PTR_TO_MEM, PTR_TO_RINGBUF_MEM, PTR_TO_RDONLY_MEM) and size:
+            MemoryChecks.check_mem_region_access(regno, reg, reg.off, size)
+
+    def check_mem_reg(self, state: State, regno: int, size: int) -> None:
+        """check_mem_reg, for a global subprogram's pointer argument: NULL, or ``size`` bytes
+        it may read and then write (a pointer that may be NULL is checked as if it were
+        not)."""
+        reg = state.cur.regs[regno]
+        if reg.is_const and not reg.var.value:  # register_is_null
+            return
+        for write in (False, True):
+            if reg.type == PTR_TO_MAP_VALUE:
+                self.check_map_value_access(regno, reg, reg.off, size, write)
+            elif reg.type == PTR_TO_MAP_KEY and write:
+                raise _reject(errno.EACCES, f"R{regno} cannot write into {reg.type}")
+            elif reg.type == PTR_TO_MAP_KEY:
+                self.check_map_key_access(regno, reg, reg.off, size, write)
+            elif reg.type in (PTR_TO_STACK, PTR_TO_MEM, PTR_TO_RINGBUF_MEM, PTR_TO_RDONLY_MEM):
+                self.check_helper_mem_access(state, regno, size, write, True)
+            elif reg.type not in (PTR_TO_PACKET, PTR_TO_PACKET_META):  # packet bounds are
+                # ranges, not kept here
+                raise _reject(errno.EACCES, f"R{regno} type={reg._replace(id=0).type_str()} "
+                              f"expected={PTR_TO_STACK}")
 
     def check_ctx_pointer(self, regno: int, reg: Reg) -> None:
         """check_ptr_off_reg: the context is used only as it came, unmodified."""

@@ -13,9 +13,12 @@ from ...asm.opcodes import (
     Size,
 )
 from ...uapi import (
+    ENOTSUPP,
     MAX_BPF_STACK,
+    MapType,
     ProgType,
 )
+from ..maps.bpf_map import BPF_MAP_FIELDS, bpf_map_field_at
 from . import filter as ctx_rules
 from . import tnum
 from .filter import (
@@ -30,6 +33,7 @@ from .verifier_state import (
     BPF_F_RDONLY_PROG,
     BPF_F_WRONLY_PROG,
     BPF_REG_SIZE,
+    CONST_PTR_TO_MAP,
     DIRECT_VALUE_MAP_TYPES,
     DST_OP,
     DST_OP_NO_MARK,
@@ -37,6 +41,7 @@ from .verifier_state import (
     PTR_TO_CTX,
     PTR_TO_MAP_KEY,
     PTR_TO_MAP_VALUE,
+    PTR_TO_MEM,
     PTR_TO_RDONLY_MEM,
     PTR_TO_RINGBUF_MEM,
     PTR_TO_STACK,
@@ -59,6 +64,21 @@ from .verifier_state import (
     _tnum_str,
     scalar,
 )
+
+# The kernel struct each map type's object is (its ops' map_btf_id), whose first member is
+# its struct bpf_map: what check_ptr_to_map_access's messages name.
+MAP_BTF_STRUCTS = {
+    **dict.fromkeys((MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH,
+                     MapType.LRU_PERCPU_HASH, MapType.HASH_OF_MAPS), "bpf_htab"),
+    **dict.fromkeys((MapType.ARRAY, MapType.PERCPU_ARRAY, MapType.PROG_ARRAY,
+                     MapType.PERF_EVENT_ARRAY, MapType.CGROUP_ARRAY, MapType.ARRAY_OF_MAPS),
+                    "bpf_array"),
+    MapType.LPM_TRIE: "lpm_trie", MapType.QUEUE: "bpf_queue_stack",
+    MapType.STACK: "bpf_queue_stack", MapType.RINGBUF: "bpf_ringbuf_map",
+    MapType.DEVMAP: "bpf_dtab", MapType.DEVMAP_HASH: "bpf_dtab", MapType.CPUMAP: "bpf_cpu_map",
+    MapType.SOCKMAP: "bpf_stab", MapType.SOCKHASH: "bpf_shtab",
+    MapType.BLOOM_FILTER: "bpf_bloom_filter",
+}
 
 # Program types that may write packet data directly (may_access_direct_pkt_data).
 DIRECT_WRITE_PROG_TYPES = frozenset({ProgType.SCHED_CLS, ProgType.SCHED_ACT, ProgType.XDP,
@@ -216,10 +236,12 @@ class MemoryChecks:
                     self.check_stack_write(frame, state.cur, off, size, value, imm)
                 else:
                     result = _stack_read(frame, off, size)
+        elif reg.type == CONST_PTR_TO_MAP:
+            self.check_ptr_to_map_access(regno, reg, off, size, write)
         elif reg.type == PTR_TO_MAP_KEY:  # a for_each callback's key: the map's memory
             self.check_map_key_access(regno, reg, off, size, write)
-        elif reg.type == PTR_TO_RINGBUF_MEM and not reg.id:
-            self.check_mem_region_access(reg, off, size)
+        elif reg.type in (PTR_TO_RINGBUF_MEM, PTR_TO_MEM) and not reg.id:
+            self.check_mem_region_access(regno, reg, off, size)
         elif reg.type == PTR_TO_RDONLY_MEM:
             if write:
                 raise _reject(errno.EACCES, f"R{regno} cannot write into {reg.type}")
@@ -238,14 +260,39 @@ class MemoryChecks:
         regs[value_regno] = result
 
     @staticmethod
-    def check_mem_region_access(reg: Reg, off: int, size: int) -> None:
+    def check_mem_region_access(regno: int, reg: Reg, off: int, size: int) -> None:
         """Within the memory's mem_size bytes (known offsets only)."""
         if not reg.var.is_const:
             return  # a variable offset: its bounds are value ranges, not kept here
         off += _s64(reg.var.value)
         if off < 0 or off + size > reg.mem_size:
             raise _reject(errno.EACCES, f"invalid access to memory, mem_size={reg.mem_size} "
-                          f"off={off} size={size}")
+                          f"off={off} size={size}\nR{regno} min value is outside of the "
+                          "allowed memory range")
+
+    @staticmethod
+    def check_ptr_to_map_access(regno: int, reg: Reg, off: int, size: int,
+                                write: bool) -> None:
+        """check_ptr_to_map_access: a read of the map object's fields (the struct its type
+        is, struct bpf_map first), which the emulated map has values for only in
+        ``BPF_MAP_FIELDS`` (a read elsewhere, which the kernel may allow, is refused here
+        rather than answered with invented bytes). The value read is a scalar."""
+        bpf_map = reg.map
+        if bpf_map is None:
+            return  # a map not known here
+        tname = MAP_BTF_STRUCTS.get(bpf_map.map_type)
+        if tname is None:
+            raise _reject(ENOTSUPP, f"map_ptr access not supported for map type "
+                          f"{bpf_map.map_type}")
+        if off < 0:
+            raise _reject(errno.EACCES, f"R{regno} is {tname} invalid negative access: "
+                          f"off={off}")
+        if write:
+            raise _reject(errno.EACCES, f"only read from {tname} is supported")
+        if bpf_map_field_at(off, size) is None:
+            raise _reject(ENOTSUPP, f"the emulated map has no value for struct {tname} at "
+                          f"off={off} size={size}: it keeps struct bpf_map's " + ", ".join(
+                              name for name, _, _, _ in BPF_MAP_FIELDS))
 
     @staticmethod
     def check_map_key_access(regno: int, reg: Reg, off: int, size: int, write: bool) -> None:

@@ -84,6 +84,7 @@ def _reject(err: int, message: str) -> VerifierReject:
 NOT_INIT, SCALAR, PTR_TO_CTX, PTR_TO_STACK = "?", "scalar", "ctx", "fp"
 CONST_PTR_TO_MAP, PTR_TO_MAP_VALUE, PTR_TO_MAP_KEY = "map_ptr", "map_value", "map_key"
 PTR_TO_RINGBUF_MEM = "ringbuf_mem"  # a reserved ring buffer record, ``Reg.mem_size`` bytes
+PTR_TO_MEM = "mem"  # a global subprogram's pointer argument: ``Reg.mem_size`` bytes
 PTR_TO_FUNC = "func"  # a callback's address (BPF_PSEUDO_FUNC); ``Reg.map``: its first insn
 PTR_TO_RDONLY_MEM = "rdonly_mem"  # PTR_TO_MEM | MEM_RDONLY: here only a kfunc's address, size 0
 _PKT_TYPES = frozenset({PTR_TO_PACKET, PTR_TO_PACKET_META})
