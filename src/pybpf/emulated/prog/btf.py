@@ -17,7 +17,8 @@ Rules this module keeps:
   against it; a kernel-internal type (``struct task_struct``) is not there, so a relocation
   that needs one fails as on a kernel without that type. After them come the kfuncs the
   emulated kernel offers (``kfuncs.KFUNCS``): a FUNC each, whose id a kfunc call names
-  (``vmlinux_kfuncs()``: the kfuncs by that id).
+  (``vmlinux_kfuncs()``: the kfuncs by that id), and the types only they use (``struct
+  bpf_iter_num``, ``int *``) with the first kfunc that uses them.
 """
 
 from __future__ import annotations
@@ -56,7 +57,14 @@ from ...uapi import (
     ProgType,
 )
 from .filter import SK_BUFF_SIZE, SK_MSG_MD_SIZE, XDP_MD_SIZE
-from .kfuncs import KF_ARG_PTR_TO_CTX, KFUNCS, KfuncProto
+from .kfuncs import (
+    KF_ARG_PTR_TO_CTX,
+    KF_ARG_PTR_TO_ITER,
+    KF_RET_INT_PTR,
+    KF_RET_VOID,
+    KFUNCS,
+    KfuncProto,
+)
 from .log import bpf_vlog_init
 
 BTF_MAX_SIZE = 16 * 1024 * 1024
@@ -372,16 +380,31 @@ def vmlinux_btf_types() -> Btf:
         btf.add(Enum(name, 4, tuple(EnumValue(prefix + m.name, int(m)) for m in members)))
     btf.add(Enum("xdp_action", 4, tuple(EnumValue(n, v) for v, n in enumerate(
         ("XDP_ABORTED", "XDP_DROP", "XDP_PASS", "XDP_TX", "XDP_REDIRECT")))))
-    # the kfuncs last, so that adding one moves no other type's id
+    # the kfuncs last, so that adding one moves no other type's id; a type only kfuncs use
+    # (an iterator's struct, int *) comes with the first kfunc that uses it
     int_id = btf.add(Int("int", 4, BTF_INT_SIGNED, 0, 32))
+    int_ptr_id = 0  # int *, added with the first kfunc that returns one
+    iter_structs: dict[str, int] = {}  # struct bpf_iter_<type> { __u64 __opaque[1]; }
     for proto in KFUNCS.values():
         params = []
         for name, kind in proto.params:
             type_id = int_id
             if kind == KF_ARG_PTR_TO_CTX:
                 type_id = btf.add(Ptr(type_id=btf.find(proto.ctx_struct)))
+            elif kind == KF_ARG_PTR_TO_ITER:
+                if proto.iter_struct not in iter_structs:
+                    opaque = btf.add(Array("", u64, u32, 1))
+                    iter_structs[proto.iter_struct] = btf.add(Struct(
+                        proto.iter_struct, 8, (Member("__opaque", opaque, 0),)))
+                type_id = btf.add(Ptr(type_id=iter_structs[proto.iter_struct]))
             params.append(Param(name, type_id))
-        proto_id = btf.add(FuncProto(return_type_id=int_id, params=tuple(params)))
+        return_id = int_id
+        if proto.ret == KF_RET_VOID:
+            return_id = 0
+        elif proto.ret == KF_RET_INT_PTR:
+            int_ptr_id = int_ptr_id or btf.add(Ptr(type_id=int_id))
+            return_id = int_ptr_id
+        proto_id = btf.add(FuncProto(return_type_id=return_id, params=tuple(params)))
         btf.add(Func(proto.name, type_id=proto_id, linkage=BTF_FUNC_GLOBAL))
     return btf
 
