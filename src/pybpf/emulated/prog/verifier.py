@@ -586,17 +586,21 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         if state.active_lock is not None:
             raise _reject(errno.EINVAL, "BPF_EXIT instruction in main prog cannot be used "
                           "inside bpf_spin_lock-ed region")
-        if state.refs:  # check_reference_leak: each one, then what it means
-            unreleased = "".join(f"Unreleased reference id={ref} alloc_insn="
-                                 f"{self.ref_alloc_insn[ref]}\n" for ref in sorted(state.refs))
-            raise _reject(errno.EINVAL, f"{unreleased}BPF_EXIT instruction in main prog would "
-                          "lead to reference leak")
+        self.check_reference_leak(state, "BPF_EXIT instruction in main prog")
         self.check_reg_arg(insn_regs, 0, SRC_OP)
         if state.cur.callsite >= 0:  # a timer's callback (frame 0 of a walk of its own)
             self.check_async_callback_return(insn_regs[0])
         else:
             self.check_return_code(insn_regs[0])
         return None
+
+    def check_reference_leak(self, state: State, prefix: str) -> None:
+        """check_resource_leak's references: none may be held past ``prefix``; the log
+        names each one and where it was taken."""
+        if state.refs:
+            unreleased = "".join(f"Unreleased reference id={ref} alloc_insn="
+                                 f"{self.ref_alloc_insn[ref]}\n" for ref in sorted(state.refs))
+            raise _reject(errno.EINVAL, f"{unreleased}{prefix} would lead to reference leak")
 
     @staticmethod
     def check_callback_return(r0: Reg) -> None:
@@ -651,8 +655,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         if state.active_lock is not None:
             raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] cannot be used inside "
                           "bpf_spin_lock-ed region")
-        if state.refs:
-            raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] would lead to reference leak")
+        self.check_reference_leak(state, "BPF_LD_[ABS|IND]")
         if regs[6].type != PTR_TO_CTX:
             raise _reject(errno.EINVAL, "at the time of BPF_LD_ABS|IND R6 != pointer to skb")
         if info.kind is Kind.LD_IND:

@@ -356,12 +356,11 @@ class HelperCallChecks:
                 if reg.type != SCALAR:
                     raise _reject(errno.EINVAL, f"R{regno} is not a scalar")
                 continue
-            if kind == KF_ARG_PTR_TO_ITER:
-                iterator = self.process_iter_arg(pc, state, regno, proto)
-                continue
             if reg.id or reg.is_const and reg.var.value == 0:  # NULL, or a pointer that may be
                 raise _reject(errno.EACCES, f"Possibly NULL pointer passed to trusted arg{i}")
-            if reg.type == PTR_TO_CTX:  # check_func_arg_reg_off, then the type
+            if kind == KF_ARG_PTR_TO_ITER:
+                iterator = self.process_iter_arg(pc, state, regno, proto)
+            elif reg.type == PTR_TO_CTX:  # check_func_arg_reg_off, then the type
                 self.check_ctx_pointer(regno, reg)
             else:
                 raise _reject(errno.EINVAL, f"arg#{i} expected pointer to ctx, but got "
