@@ -46,8 +46,6 @@ SK_BUFF_SIZE = 192  # sizeof(struct __sk_buff): a tc run's ctx_out must hold all
 
 
 # Why a case does not give the kernel's results yet.
-NO_ITER_NUM = ("emulated: no bpf_iter_num_* kfuncs, the load fails with ESRCH (extern not in "
-               "its kernel BTF) where the kernel runs the open-coded iterator")
 
 
 # -- reading results -------------------------------------------------------------------------
@@ -493,12 +491,10 @@ CASES = [
     Case("loop_collatz_7", "loop_collatz", run=run_collatz, before_load={"start": 7},
          expected={"retval": 1, "steps": 16, "peak": 52}),
     Case("iter_num_sum", "iter_num_sum", run=run_iter_num_sum,
-         expected={"retval": 10, "sum": sum(v * v for v in range(3, 13)), "visited": 10},
-         emulated_xfail=NO_ITER_NUM),
+         expected={"retval": 10, "sum": sum(v * v for v in range(3, 13)), "visited": 10}),
     Case("iter_num_nested", "iter_num_nested", run=run_iter_num_nested,
          expected={"cells": {i: i * (i * (i - 1) // 2) for i in range(8)},
-                   "err": -errno.EINVAL, "items": 0},
-         emulated_xfail=NO_ITER_NUM),
+                   "err": -errno.EINVAL, "items": 0}),
     Case("global_funcs", "global_funcs", run=run_global_funcs,
          expected={"retval": XDP_PASS, "results": (64, 48, 0, 163)}),
     Case("global_func_unchecked", "global_func_unchecked", refused=errno.EACCES,

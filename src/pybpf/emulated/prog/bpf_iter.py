@@ -1,5 +1,7 @@
 """Helpers that call back into the program (kernel/bpf/bpf_iter.c): ``bpf_loop`` and
-``bpf_for_each_map_elem`` (which walks the map with its type's ``map_for_each_callback``).
+``bpf_for_each_map_elem`` (which walks the map with its type's ``map_for_each_callback``);
+and the open-coded numeric iterator's kfuncs (``bpf_iter_num_new`` / ``_next`` /
+``_destroy``, what libbpf's ``bpf_for`` and ``bpf_repeat`` expand to).
 
 Rules this module keeps:
 - A callback's address is what a BPF_PSEUDO_FUNC lddw loads: a pointer to a region holding a
@@ -13,11 +15,17 @@ Rules this module keeps:
   the end, on either engine, as on the kernel.
 - Results are the kernel's: the number of iterations (or elements) the callback saw, a stop
   when it returns non-zero, -EINVAL for flags, -E2BIG past BPF_MAX_LOOPS.
+- A numeric iterator is the program's 8 bytes of stack, ``struct bpf_iter_num_kern``: the
+  current value (inclusive; one before the start until the first next) and the end
+  (exclusive), both C ints. A failed new and a drained or destroyed iterator hold 0, 0,
+  so next gives NULL from then on; the verifier sees to it that only new touches one
+  before it is initialised and nothing after it is destroyed.
 """
 
 from __future__ import annotations
 
 import errno
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +35,7 @@ from ...uapi import BpfFunc
 from ..maps.bpf_map import BpfMap
 from ..maps.bpf_timer import BpfTimer
 from ..maps.ringbuf import irq_work_run
-from .memory import BPF_MAX_LOOPS, M32, M64, OFF_MASK, RunState
+from .memory import BPF_MAX_LOOPS, M32, M64, OFF_MASK, RunState, mem_read, mem_write
 
 # Not a helper id: what the verifier puts in place of a bpf_loop call it inlines.
 BPF_LOOP_INLINED = 1 << 16
@@ -128,3 +136,46 @@ def bpf_for_each_map_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: 
         return bpf_map.map_for_each_callback(visit, r4)
     except KernelError as exc:
         return -exc.errno & M64
+
+
+_ITER_NUM = struct.Struct("<ii")  # struct bpf_iter_num_kern: int cur, int end
+
+
+def _int(value: int) -> int:
+    """The C int in a register's low 32 bits (or a wrapped int sum)."""
+    value &= M32
+    return value - (1 << 32) if value >> 31 else value
+
+
+def bpf_iter_num_new(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_iter_num_new(it, start, end): ``it`` yields start .. end - 1. Returns 0; -EINVAL
+    when start > end, -E2BIG for a range of more than BPF_MAX_LOOPS, the iterator then
+    empty (start == end is an empty range, no error). The error is the C int in R0's low
+    half, zero-extended (as the kernel's R0 holds it, measured on 6.18)."""
+    start, end = _int(r2), _int(r3)
+    if start > end:
+        mem_write(rs, r1, _ITER_NUM.pack(0, 0), "bpf_iter_num_new it")
+        return -errno.EINVAL & M32
+    if end - start > BPF_MAX_LOOPS:  # in 64 bits: INT_MIN .. INT_MAX does not overflow
+        mem_write(rs, r1, _ITER_NUM.pack(0, 0), "bpf_iter_num_new it")
+        return -errno.E2BIG & M32
+    mem_write(rs, r1, _ITER_NUM.pack(_int(start - 1), end), "bpf_iter_num_new it")
+    return 0
+
+
+def bpf_iter_num_next(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_iter_num_next(it): a pointer to the next value (the iterator's own ``cur``), or
+    NULL (0) once the range is done, which also empties the iterator."""
+    cur, end = _ITER_NUM.unpack(mem_read(rs, r1, _ITER_NUM.size, "bpf_iter_num_next it"))
+    nxt = _int(cur + 1)  # an int sum, wrapping as the kernel's (built -fno-strict-overflow)
+    if nxt >= end:
+        mem_write(rs, r1, _ITER_NUM.pack(0, 0), "bpf_iter_num_next it")
+        return 0
+    mem_write(rs, r1, _ITER_NUM.pack(nxt, end), "bpf_iter_num_next it")
+    return r1
+
+
+def bpf_iter_num_destroy(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_iter_num_destroy(it): the iterator emptied (a void kfunc: R0 is not read)."""
+    mem_write(rs, r1, _ITER_NUM.pack(0, 0), "bpf_iter_num_destroy it")
+    return 0

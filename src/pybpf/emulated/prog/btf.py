@@ -25,7 +25,8 @@ Rules this module keeps:
   field (``bpf_map.ops``) is not there, so a relocation that needs one fails as on a kernel
   without it. After them come the kfuncs the
   emulated kernel offers (``kfuncs.KFUNCS``): a FUNC each, whose id a kfunc call names
-  (``vmlinux_kfuncs()``: the kfuncs by that id).
+  (``vmlinux_kfuncs()``: the kfuncs by that id), and the types only they use (``struct
+  bpf_iter_num``, ``int *``) with the first kfunc that uses them.
 """
 
 from __future__ import annotations
@@ -67,7 +68,14 @@ from ...uapi import (
 )
 from ..maps.bpf_map import BPF_MAP_FIELDS, BPF_MAP_SIZE
 from .filter import SK_BUFF_SIZE, SK_MSG_MD_SIZE, XDP_MD_SIZE
-from .kfuncs import KF_ARG_PTR_TO_CTX, KFUNCS, KfuncProto
+from .kfuncs import (
+    KF_ARG_PTR_TO_CTX,
+    KF_ARG_PTR_TO_ITER,
+    KF_RET_INT_PTR,
+    KF_RET_VOID,
+    KFUNCS,
+    KfuncProto,
+)
 from .log import bpf_vlog_init
 
 BTF_MAX_SIZE = 16 * 1024 * 1024
@@ -511,15 +519,30 @@ def vmlinux_btf_types() -> Btf:
              "char[16]": btf.add(Array("", btf.add(Int("char", 1, 0, 0, 8)), int_id, 16))}
     struct("bpf_map", BPF_MAP_SIZE,
            [(name, types[c_type], off) for name, c_type, off, _ in BPF_MAP_FIELDS])
-    # the kfuncs last, so that adding one moves no other type's id
+    # the kfuncs last, so that adding one moves no other type's id; a type only kfuncs use
+    # (an iterator's struct, int *) comes with the first kfunc that uses it
+    int_ptr_id = 0  # int *, added with the first kfunc that returns one
+    iter_structs: dict[str, int] = {}  # struct bpf_iter_<type> { __u64 __opaque[1]; }
     for proto in KFUNCS.values():
         params = []
         for name, kind in proto.params:
             type_id = int_id
             if kind == KF_ARG_PTR_TO_CTX:
                 type_id = btf.add(Ptr(type_id=btf.find(proto.ctx_struct)))
+            elif kind == KF_ARG_PTR_TO_ITER:
+                if proto.iter_struct not in iter_structs:
+                    opaque = btf.add(Array("", u64, u32, 1))
+                    iter_structs[proto.iter_struct] = btf.add(Struct(
+                        proto.iter_struct, 8, (Member("__opaque", opaque, 0),)))
+                type_id = btf.add(Ptr(type_id=iter_structs[proto.iter_struct]))
             params.append(Param(name, type_id))
-        proto_id = btf.add(FuncProto(return_type_id=int_id, params=tuple(params)))
+        return_id = int_id
+        if proto.ret == KF_RET_VOID:
+            return_id = 0
+        elif proto.ret == KF_RET_INT_PTR:
+            int_ptr_id = int_ptr_id or btf.add(Ptr(type_id=int_id))
+            return_id = int_ptr_id
+        proto_id = btf.add(FuncProto(return_type_id=return_id, params=tuple(params)))
         btf.add(Func(proto.name, type_id=proto_id, linkage=BTF_FUNC_GLOBAL))
     return btf
 

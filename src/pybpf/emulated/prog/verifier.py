@@ -87,7 +87,7 @@ from .btf import (
 )
 from .semantics import MAX_CALL_FRAMES
 from .verifier_alu import AluChecks
-from .verifier_helpers import HelperCallChecks, is_callback_calling
+from .verifier_helpers import HelperCallChecks, is_callback_calling, is_iter_next_call
 from .verifier_mem import MemoryChecks
 from .verifier_state import (
     _SLOT,
@@ -440,12 +440,18 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         walks one (a global subprogram may call another)."""
         self.pseudo = program.pseudo
         self.id_gen = 0
+        self.ref_alloc_insn: dict[int, int] = {}
         self.max_ctx = 0
         self.processed = 0
         self.ctx_insns: dict[int, bool] = {}  # pc -> whether a load/store there used ctx
         self.walked: set[int] = set()
         self.callback_calls = {pc for pc, insn in enumerate(self.slots)
                                if insn is not None and is_callback_calling(insn)}
+        # where a loop's rounds converge: callbacks' call sites and iterators' next calls
+        # (is_state_visited's calls_callback and is_iter_next_insn)
+        self.loop_calls = self.callback_calls | {
+            pc for pc, insn in enumerate(self.slots)
+            if insn is not None and is_iter_next_call(insn)}
         self.loop_inline: dict[int, int | None] = {}
         self.live = self.live_registers()
         self.prune = self.prune_points()
@@ -492,7 +498,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         no walk of its own. A loop that still changes its state after LOOP_UNROLL rounds
         has the values it changes widened to unknown (the kernel would walk on, and usually
         give up at its instruction limit). Instructions processed add up over the walks."""
-        live, prune = self.live, self.prune
+        live, prune, loop_calls = self.live, self.prune, self.loop_calls
         explored: dict[int, list[tuple]] = {}
         regs[FP] = Reg(PTR_TO_STACK, tnum.const(0))
         # (pc, state, this path's latest visit of each prune point)
@@ -505,12 +511,12 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                 if pc in prune:
                     key = state.key()
                     last = visits.get(pc)
-                    if pc not in self.callback_calls:  # calls_callback: a loop, converging
+                    if pc not in loop_calls:  # a loop there converges, rounds differ
                         _check_endless_loop(pc, key, last, state.callback_unroll)
                     states = explored.setdefault(pc, [])
                     if key in states or any(_covers(old, key, live[pc]) for old in states):
                         break  # is_state_visited: a state explored here covers this one
-                    unroll = CALLBACK_UNROLL if pc in self.callback_calls else LOOP_UNROLL
+                    unroll = CALLBACK_UNROLL if pc in loop_calls else LOOP_UNROLL
                     widened = last is not None and last.count >= unroll
                     if widened:
                         _widen(state, last.state)
@@ -566,9 +572,8 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
             if insn.src == uapi.BPF_PSEUDO_CALL:
                 return self.check_func_call(pc, insn, state), []
             if insn.src == uapi.BPF_PSEUDO_KFUNC_CALL:
-                self.check_kfunc_call(insn, state)
-            else:
-                return pc + 1, self.check_helper_call(pc, insn, state)
+                return pc + 1, self.check_kfunc_call(pc, insn, state)
+            return pc + 1, self.check_helper_call(pc, insn, state)
         elif kind is Kind.JA:
             if insn.src or insn.dst or (insn.off if info.cls is Class.JMP32 else insn.imm):
                 raise _reject(errno.EINVAL, "BPF_JA uses reserved fields")
@@ -602,6 +607,14 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
     def new_id(self) -> int:
         self.id_gen += 1
         return self.id_gen
+
+    def acquire_reference(self, state: State, pc: int) -> int:
+        """acquire_reference: a reference the program now holds, taken at insn ``pc`` (what
+        a leak's message names)."""
+        ref = self.new_id()
+        state.refs.add(ref)
+        self.ref_alloc_insn[ref] = pc
+        return ref
 
     def check_func_call(self, pc: int, insn: Instruction, state: State) -> int:
         """A bpf-to-bpf call of a static subprogram: the callee runs in a frame of its own,
@@ -695,9 +708,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         if state.active_lock is not None:
             raise _reject(errno.EINVAL, "BPF_EXIT instruction in main prog cannot be used "
                           "inside bpf_spin_lock-ed region")
-        if state.refs:
-            raise _reject(errno.EINVAL, "BPF_EXIT instruction in main prog would lead to "
-                          "reference leak")
+        self.check_reference_leak(state, "BPF_EXIT instruction in main prog")
         self.check_reg_arg(insn_regs, 0, SRC_OP)
         if state.cur.callsite >= 0:  # a timer's callback (frame 0 of a walk of its own)
             self.check_async_callback_return(insn_regs[0])
@@ -708,6 +719,14 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         else:
             self.check_return_code(insn_regs[0])
         return None
+
+    def check_reference_leak(self, state: State, prefix: str) -> None:
+        """check_resource_leak's references: none may be held past ``prefix``; the log
+        names each one and where it was taken."""
+        if state.refs:
+            unreleased = "".join(f"Unreleased reference id={ref} alloc_insn="
+                                 f"{self.ref_alloc_insn[ref]}\n" for ref in sorted(state.refs))
+            raise _reject(errno.EINVAL, f"{unreleased}{prefix} would lead to reference leak")
 
     @staticmethod
     def check_callback_return(r0: Reg) -> None:
@@ -762,8 +781,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         if state.active_lock is not None:
             raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] cannot be used inside "
                           "bpf_spin_lock-ed region")
-        if state.refs:
-            raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] would lead to reference leak")
+        self.check_reference_leak(state, "BPF_LD_[ABS|IND]")
         if regs[6].type != PTR_TO_CTX:
             raise _reject(errno.EINVAL, "at the time of BPF_LD_ABS|IND R6 != pointer to skb")
         if info.kind is Kind.LD_IND:

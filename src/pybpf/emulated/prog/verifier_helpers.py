@@ -11,6 +11,7 @@ from typing import Any
 
 from ...asm.opcodes import Class, Instruction, JmpOp
 from ...uapi import (
+    BPF_PSEUDO_KFUNC_CALL,
     ENOTSUPP,
     MAX_BPF_STACK,
     BpfFunc,
@@ -44,12 +45,24 @@ from .helpers import (
     ARG_PTR_TO_UNINIT_MEM,
     HELPERS,
 )
-from .kfuncs import KF_ARG_PTR_TO_CTX
+from .kfuncs import (
+    KF_ARG_PTR_TO_ITER,
+    KF_ARG_SCALAR,
+    KF_ITER_DESTROY,
+    KF_ITER_NEW,
+    KF_ITER_NEXT,
+    KF_RET_INT,
+    KF_RET_INT_PTR,
+    KF_RET_NULL,
+    KfuncProto,
+)
 from .semantics import MAX_CALL_FRAMES
 from .verifier_mem import MemoryChecks, check_packet_access, check_special_fields_untouched
 from .verifier_state import (
     _PKT_TYPES,
     BPF_F_RDONLY_PROG,
+    BPF_ITER_STATE_ACTIVE,
+    BPF_ITER_STATE_DRAINED,
     BPF_MAX_VAR_SIZ,
     BPF_REG_SIZE,
     CALLER_SAVED,
@@ -68,12 +81,14 @@ from .verifier_state import (
     PTR_TO_STACK,
     SCALAR,
     SRC_OP,
+    STACK_ITER,
     STACK_MISC,
     STACK_SPILL,
     STACK_ZERO,
     UNINIT,
     UNKNOWN,
     Frame,
+    IterState,
     Reg,
     Slot,
     State,
@@ -82,6 +97,7 @@ from .verifier_state import (
     _tnum_str,
     clear_all_pkt_pointers,
     release_reference,
+    scalar,
 )
 
 _ARG_SOCK_COMMON = "sock_common"  # a sockmap's value argument (ARG_PTR_TO_BTF_ID_SOCK_COMMON)
@@ -151,6 +167,14 @@ def is_callback_calling(insn: Instruction) -> bool:
         and insn.imm in CALLBACK_HELPERS
 
 
+def is_iter_next_call(insn: Instruction) -> bool:
+    """A call of an iterator's next kfunc (is_iter_next_insn)."""
+    if insn.opcode != Class.JMP | JmpOp.CALL or insn.src != BPF_PSEUDO_KFUNC_CALL:
+        return False
+    proto = vmlinux_kfuncs().get(insn.imm)
+    return proto is not None and bool(proto.flags & KF_ITER_NEXT)
+
+
 _VOID_HELPERS = frozenset({BpfFunc.tail_call, BpfFunc.spin_lock, BpfFunc.spin_unlock,
                            BpfFunc.ringbuf_submit, BpfFunc.ringbuf_discard})
 _RELEASE_HELPERS = frozenset({BpfFunc.ringbuf_submit, BpfFunc.ringbuf_discard})
@@ -197,6 +221,19 @@ def _constant_map_key(state: State, key: Reg, key_size: int) -> int | None:
 
 
 
+def iter_get_spi(reg: Reg, refused: str) -> int | None:
+    """stack_slot_obj_get_spi for an iterator of one slot: the slot a stack pointer names
+    (None: not one of the stack's, which a write there then refuses); the log says
+    ``refused`` after why a pointer that cannot be one is not."""
+    if not reg.var.is_const:
+        raise _reject(errno.EINVAL, f"iter has to be at a constant offset\n{refused}")
+    off = reg.off + _s64(reg.var.value)
+    if off % BPF_REG_SIZE:
+        raise _reject(errno.EINVAL, f"cannot pass in iter at an offset={off}\n{refused}")
+    spi = (-off - 1) // BPF_REG_SIZE
+    return spi if 0 <= spi < MAX_BPF_STACK // BPF_REG_SIZE else None
+
+
 class HelperCallChecks:
     """check_helper_call and its argument checks, for ``_Verifier``."""
 
@@ -240,12 +277,11 @@ class HelperCallChecks:
             _check_map_func_compatibility(bpf_map, func_id, name)
         result = UNKNOWN
         if func_id in _VALUE_RETURNING_HELPERS:
-            result = self.map_lookup_result(state, bpf_map, regs[2], func_id)
+            result = self.map_lookup_result(pc, state, bpf_map, regs[2], func_id)
         elif func_id in _VOID_HELPERS:
             result = UNINIT  # RET_VOID: R0 is not readable after (a failed tail call)
         elif func_id == BpfFunc.ringbuf_reserve:  # RET_PTR_TO_RINGBUF_MEM_OR_NULL, acquired
-            ref = self.new_id()
-            state.refs.add(ref)
+            ref = self.acquire_reference(state, pc)
             result = Reg(PTR_TO_RINGBUF_MEM, tnum.const(0), id=ref, ref=ref,
                          mem_size=regs[2].var.value)
         if func_id in _RELEASE_HELPERS:
@@ -321,30 +357,99 @@ class HelperCallChecks:
         if insn.imm not in vmlinux_kfuncs():  # the emulated kernel's only FUNCs are kfuncs
             raise _reject(errno.EINVAL, f"kernel btf_id {insn.imm} is not a function")
 
-    def check_kfunc_call(self, insn: Instruction, state: State) -> None:
+    def check_kfunc_call(self, pc: int, insn: Instruction, state: State) -> list:
         """check_kfunc_call: the program type's kfunc set holds it; each argument is what
-        its BTF parameter asks (check_kfunc_args); R0 is a scalar (an int) after it."""
+        its BTF parameter asks (check_kfunc_args); R0 is what the kfunc returns. Returns
+        the (pc, state) pairs to walk later: an iterator's next forks (process_iter_next_call)."""
         proto = vmlinux_kfuncs()[insn.imm]
-        if self.prog_type not in proto.prog_types:
+        if proto.prog_types is not None and self.prog_type not in proto.prog_types:
             raise _reject(errno.EACCES, f"calling kernel function {proto.name} is not allowed")
         regs = state.cur.regs
+        iterator = None
         for i, (_, kind) in enumerate(proto.params):
             regno = i + 1
             reg = regs[regno]
-            if kind != KF_ARG_PTR_TO_CTX:
+            if kind == KF_ARG_SCALAR:
                 if reg.type != SCALAR:
                     raise _reject(errno.EINVAL, f"R{regno} is not a scalar")
                 continue
             if reg.id or reg.is_const and reg.var.value == 0:  # NULL, or a pointer that may be
                 raise _reject(errno.EACCES, f"Possibly NULL pointer passed to trusted arg{i}")
-            if reg.type == PTR_TO_CTX:  # check_func_arg_reg_off, then the type
+            if kind == KF_ARG_PTR_TO_ITER:
+                iterator = self.process_iter_arg(pc, state, regno, proto)
+            elif reg.type == PTR_TO_CTX:  # check_func_arg_reg_off, then the type
                 self.check_ctx_pointer(regno, reg)
             else:
                 raise _reject(errno.EINVAL, f"arg#{i} expected pointer to ctx, but got "
                               f"{reg.type_str()}")
         for regno in CALLER_SAVED:
             regs[regno] = UNINIT
-        regs[0] = UNKNOWN
+        if proto.ret == KF_RET_INT:
+            regs[0] = UNKNOWN
+        elif proto.ret == KF_RET_INT_PTR:  # PTR_TO_MEM | MEM_RDONLY of sizeof(int)
+            regs[0] = Reg(PTR_TO_RDONLY_MEM, tnum.const(0), mem_size=4,
+                          id=self.new_id() if proto.flags & KF_RET_NULL else 0)
+        if proto.flags & KF_ITER_NEXT:
+            return self.process_iter_next_call(pc, state, iterator)
+        return []
+
+    # -- open-coded iterators ----------------------------------------------------------------
+    def process_iter_arg(self, pc: int, state: State, regno: int,
+                         proto: KfuncProto) -> tuple[int, int]:
+        """process_iter_arg: the argument points at the iterator's slot on a stack (one:
+        struct bpf_iter_num is 8 bytes); new wants it free and makes it the iterator (a
+        reference the program holds until destroy), any other kfunc wants it an iterator
+        of this type, which destroy frees. Returns the iterator's (frame, slot)."""
+        reg = state.cur.regs[regno]
+        arg = regno - 1
+        if reg.type != PTR_TO_STACK:
+            raise _reject(errno.EINVAL, f"arg#{arg} expected pointer to an iterator on stack")
+        iter_type = proto.iter_struct
+        name = iter_type.removeprefix("bpf_")  # iter_type_str: "iter_num"
+        frame = state.frames[reg.frame]
+        if proto.flags & KF_ITER_NEW:  # is_iter_reg_valid_uninit, then a write of it
+            spi = iter_get_spi(reg, f"expected uninitialized {name} as arg #{arg}")
+            if spi is not None and STACK_ITER in frame.stack.get(spi, EMPTY_SLOT).types:
+                raise _reject(errno.EINVAL, f"expected uninitialized {name} as arg #{arg}")
+            self.check_stack_access_within_bounds(regno, reg.off + _s64(reg.var.value),
+                                                  BPF_REG_SIZE, True)
+            ref = self.acquire_reference(state, pc)  # mark_stack_slots_iter
+            frame.stack[spi] = Slot(STACK_ITER * BPF_REG_SIZE,
+                                    Reg(PTR_TO_STACK, tnum.const(0), ref=ref,
+                                        iter=IterState(iter_type)))
+            return reg.frame, spi
+        refused = f"expected an initialized {name} as arg #{arg}"
+        spi = iter_get_spi(reg, refused)
+        slot = frame.stack.get(spi, EMPTY_SLOT) if spi is not None else EMPTY_SLOT
+        it = slot.spilled.iter  # is_iter_reg_valid_init
+        if slot.types != STACK_ITER * BPF_REG_SIZE or not slot.spilled.ref or it is None \
+                or it.type != iter_type:
+            raise _reject(errno.EINVAL, refused)
+        if proto.flags & KF_ITER_DESTROY:  # unmark_stack_slots_iter
+            del frame.stack[spi]
+            release_reference(state, slot.spilled.ref)
+        return reg.frame, spi
+
+    def process_iter_next_call(self, pc: int, state: State,
+                               iterator: tuple[int, int]) -> list:
+        """process_iter_next_call: an ACTIVE iterator forks the walk, as the loop may go
+        round again or end: this path goes on with the iterator DRAINED and R0 NULL; the
+        other, pushed after the call, has R0 not NULL and the iterator ACTIVE one round
+        deeper. A DRAINED one only gives NULL."""
+        frameno, spi = iterator
+        slot = state.frames[frameno].stack[spi]
+        it = slot.spilled.iter
+        pushed = []
+        if it.state == BPF_ITER_STATE_ACTIVE:
+            queued = state.copy()
+            deeper = slot.spilled._replace(iter=it._replace(depth=it.depth + 1))
+            queued.frames[frameno].stack[spi] = slot._replace(spilled=deeper)
+            queued.cur.regs[0] = queued.cur.regs[0]._replace(id=0)  # mark_ptr_not_null_reg
+            pushed.append((pc + 1, queued))
+        drained = slot.spilled._replace(iter=it._replace(state=BPF_ITER_STATE_DRAINED))
+        state.frames[frameno].stack[spi] = slot._replace(spilled=drained)
+        state.cur.regs[0] = scalar(0)
+        return pushed
 
     def check_func_arg(self, state: State, func_id: int, args: tuple[str, ...], regno: int,
                        bpf_map: Any) -> Any:
@@ -524,14 +629,14 @@ class HelperCallChecks:
             raise _reject(errno.EACCES, f"variable ctx access var_off={_tnum_str(reg.var)} "
                           "disallowed")
 
-    def map_lookup_result(self, state: State, bpf_map: Any, key: Reg, func_id: int) -> Reg:
+    def map_lookup_result(self, pc: int, state: State, bpf_map: Any, key: Reg,
+                          func_id: int) -> Reg:
         """A map value pointer, which may be NULL unless the map is an array and the key a
         constant on the stack that is in range (the kernel elides the check)."""
         if bpf_map is not None and map_traits(bpf_map.map_type).map_in_map:
             return Reg(CONST_PTR_TO_MAP, tnum.const(0), id=self.new_id())
         if bpf_map is not None and map_traits(bpf_map.map_type).sockets:
-            ref = self.new_id()  # a socket the program holds until it is NULL or released
-            state.refs.add(ref)
+            ref = self.acquire_reference(state, pc)  # held until it is NULL or released
             return Reg(PTR_TO_SOCKET, tnum.const(0), id=ref)
         if func_id == BpfFunc.map_lookup_elem and bpf_map is not None \
                 and bpf_map.map_type in ELIDE_NULL_MAP_TYPES:

@@ -48,6 +48,7 @@ from .verifier_state import (
     SCALAR,
     SRC_OP,
     STACK_INVALID,
+    STACK_ITER,
     STACK_MISC,
     STACK_SPILL,
     STACK_ZERO,
@@ -242,11 +243,10 @@ class MemoryChecks:
             self.check_map_key_access(regno, reg, off, size, write)
         elif reg.type in (PTR_TO_RINGBUF_MEM, PTR_TO_MEM) and not reg.id:
             self.check_mem_region_access(regno, reg, off, size)
-        elif reg.type == PTR_TO_RDONLY_MEM:
+        elif reg.type == PTR_TO_RDONLY_MEM and not reg.id:
             if write:
                 raise _reject(errno.EACCES, f"R{regno} cannot write into {reg.type}")
-            raise _reject(errno.EACCES, f"invalid access to memory, mem_size=0 off={off} "
-                          f"size={size}")
+            self.check_mem_region_access(regno, reg, off, size)
         elif reg.type in _PKT_TYPES:
             if write and self.prog_type not in DIRECT_WRITE_PROG_TYPES:
                 raise _reject(errno.EACCES, "cannot write into packet")
@@ -370,7 +370,8 @@ class MemoryChecks:
             return
         zero = value.var == tnum.const(0) if value is not None else imm == 0
         types = list(old.types)
-        if types[BPF_REG_SIZE - 1] == STACK_SPILL:  # the spill is gone: its bytes are data
+        if types[BPF_REG_SIZE - 1] in (STACK_SPILL, STACK_ITER):
+            # the spill (or iterator) is gone: its bytes are data (is_stack_slot_special)
             types = [t if t == STACK_INVALID else STACK_MISC for t in types]
         for i in range(size):
             types[(slot - i) % BPF_REG_SIZE] = STACK_ZERO if zero else STACK_MISC

@@ -55,10 +55,11 @@ CALLER_SAVED = (0, 1, 2, 3, 4, 5)
 STATES_PER_INSN = 8
 # Rounds of a loop walked with exact values before what changes is widened to unknown.
 LOOP_UNROLL = 1024
-# A callback's call site is walked again after each return; the kernel's states converge there
-# because scalars no branch or pointer needs are imprecise. Without precision marks the values
-# a callback changes are widened sooner, or each round's state would walk the rest of the
-# program on its own (three for_each calls in a row: a product of their rounds).
+# A callback's call site is walked again after each return, an iterator's next call after
+# each round of its loop; the kernel's states converge there because scalars no branch or
+# pointer needs are imprecise. Without precision marks the values a callback or loop body
+# changes are widened sooner, or each round's state would walk the rest of the program on
+# its own (three for_each calls in a row: a product of their rounds).
 CALLBACK_UNROLL = 8
 # Rounds back a path's state is compared with to find an endless loop.
 LOOP_PERIOD = 8
@@ -86,7 +87,9 @@ CONST_PTR_TO_MAP, PTR_TO_MAP_VALUE, PTR_TO_MAP_KEY = "map_ptr", "map_value", "ma
 PTR_TO_RINGBUF_MEM = "ringbuf_mem"  # a reserved ring buffer record, ``Reg.mem_size`` bytes
 PTR_TO_MEM = "mem"  # a global subprogram's pointer argument: ``Reg.mem_size`` bytes
 PTR_TO_FUNC = "func"  # a callback's address (BPF_PSEUDO_FUNC); ``Reg.map``: its first insn
-PTR_TO_RDONLY_MEM = "rdonly_mem"  # PTR_TO_MEM | MEM_RDONLY: here only a kfunc's address, size 0
+# PTR_TO_MEM | MEM_RDONLY, ``Reg.mem_size`` bytes: a kfunc's address (size 0), or what a
+# kfunc returning ``int *`` gives (bpf_iter_num_next: 4)
+PTR_TO_RDONLY_MEM = "rdonly_mem"
 _PKT_TYPES = frozenset({PTR_TO_PACKET, PTR_TO_PACKET_META})
 # reg_is_pkt_pointer_any: what a helper that changes packet data invalidates
 _PKT_ANY_TYPES = _PKT_TYPES | {PTR_TO_PACKET_END}
@@ -96,6 +99,21 @@ AT_PKT_END, BEYOND_PKT_END = -1, -2
 MAX_PACKET_OFF = 0xFFFF
 # Pointer types whose accesses are not checked here (sockets: their fields are not modelled).
 _SOCKET_TYPES = frozenset({PTR_TO_SOCKET, "sock_common"})
+
+
+# enum bpf_iter_state: an iterator's state, as a stack slot's spilled register keeps it
+BPF_ITER_STATE_ACTIVE, BPF_ITER_STATE_DRAINED = "active", "drained"
+
+
+class IterState(NamedTuple):
+    """bpf_reg_state.iter: which iterator (its struct, ``bpf_iter_num``), whether its last
+    next may have given an element (ACTIVE) or surely gave NULL (DRAINED), and the rounds
+    of its loop this path walked (depth: pruning does not compare it, but it keeps one
+    round's state from looking like the next one's, an endless loop)."""
+
+    type: str
+    state: str = BPF_ITER_STATE_ACTIVE
+    depth: int = 0
 
 
 class Reg(NamedTuple):
@@ -114,6 +132,7 @@ class Reg(NamedTuple):
     # base (off 0) a comparison with the packet's end proved there (or AT/BEYOND_PKT_END)
     pkt_id: int = 0
     range: int = 0
+    iter: IterState | None = None  # the first slot of an iterator on the stack: its state
 
     @property
     def is_pointer(self) -> bool:
@@ -138,9 +157,11 @@ def scalar(value: int) -> Reg:
     return Reg(SCALAR, tnum.const(value))
 
 
-# Stack slot types, by byte (kernel's STACK_INVALID / SPILL / MISC / ZERO); index i of a slot's
-# 8 is slot_type[i], the byte at -(8 * spi + i + 1) from the frame pointer.
-STACK_INVALID, STACK_SPILL, STACK_MISC, STACK_ZERO = "?", "s", "m", "z"
+# Stack slot types, by byte (kernel's STACK_INVALID / SPILL / MISC / ZERO / ITER); index i of a
+# slot's 8 is slot_type[i], the byte at -(8 * spi + i + 1) from the frame pointer. An
+# iterator's slots (STACK_ITER) are neither read as data nor compared as such; a write over
+# them makes them data and leaves the iterator broken (its reference still held).
+STACK_INVALID, STACK_SPILL, STACK_MISC, STACK_ZERO, STACK_ITER = "?", "s", "m", "z", "i"
 
 
 class Slot(NamedTuple):
@@ -255,6 +276,8 @@ def _reg_covers(old: Reg, cur: Reg, ids: dict[int, int]) -> bool:
         return False
     if old.ref and ids.setdefault(old.ref, cur.ref) != cur.ref:
         return False
+    if old.iter is not None and (cur.iter is None or old.iter[:2] != cur.iter[:2]):
+        return False  # stacksafe's STACK_ITER: the same iterator in the same state, any depth
     return not old.id or ids.setdefault(old.id, cur.id) == cur.id
 
 
@@ -305,8 +328,8 @@ def _widen(state: State, before: State) -> None:
 
 
 def _widen_reg(reg: Reg, was: Reg) -> Reg:
-    if reg == was or reg.type != was.type or reg.type == NOT_INIT:
-        return reg
+    if reg == was or reg.type != was.type or reg.type == NOT_INIT or reg.iter is not None:
+        return reg  # an iterator's depth is not a value
     if reg.type == SCALAR:
         return UNKNOWN
     if reg.map is not was.map or reg.frame != was.frame:
@@ -396,12 +419,16 @@ def _spill(old: Slot, value: Reg, size: int) -> Slot:
 
 def _stack_read(frame: Frame, off: int, size: int) -> Reg:
     """check_stack_read_fixed_off: a full spill comes back as it went in; a narrow read of a
-    spilled scalar at its start, the scalar; zeros read as 0; anything else is unknown."""
+    spilled scalar at its start, the scalar; zeros read as 0; an iterator's bytes are
+    refused; anything else is unknown."""
     slot = -off - 1
     spi = slot // BPF_REG_SIZE
     old = frame.stack.get(spi, EMPTY_SLOT)
     types = old.types
     read = [types[(slot - i) % BPF_REG_SIZE] for i in range(size)]
+    if STACK_ITER in read:
+        raise _reject(errno.EACCES, f"invalid read from stack off {off}+"
+                      f"{read.index(STACK_ITER)} size {size}")
     if types[BPF_REG_SIZE - 1] != STACK_SPILL:
         return scalar(0) if all(t == STACK_ZERO for t in read) else UNKNOWN
     spill_size = len(types) - len(types.rstrip(STACK_SPILL))
