@@ -39,10 +39,14 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .bench import map_perf as mp
-from .bench.args import U32_MAX, int_arg, profile_arg
+from .bench.args import U32_MAX, int_arg, plot_dir_arg, profile_arg
 from .bench.report import format_table
+
+if TYPE_CHECKING:
+    from .bench.sockmap_model import ModeledSockmap
 
 MAX_CNT_WHY = "map_perf_test's u32 max_cnt"
 NUMA_PROFILE, NUMA_PARENT_CPU, NUMA_PROCS = "haswell-ep-2s", 10, 8
@@ -69,10 +73,12 @@ class Modeled:
 
 @dataclass(frozen=True)
 class SeedRun:
-    """What a seed's emulated runs give: the modeled pair and the section that explains it."""
+    """What a seed's emulated runs give: the modeled pair and the section that explains it;
+    with ``--plot``, ``plot(directory)`` writes its figures and gives their paths."""
 
     modeled: Modeled
     section: str
+    plot: Callable[[str], list[str]] | None = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +139,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true",
                         help="print one JSON document instead of the tables: each seed's "
                              "published and modeled figures, ratios, target and verdict")
+    parser.add_argument("--plot", metavar="DIR", type=plot_dir_arg, default=None,
+                        help="also write PNGs into DIR (made if missing; needs the plot "
+                             "extra): seed 001's per-CPU timelines over "
+                             f"{SOCKMAP_TIMELINE_NS / 1e3:g} us of the modeled proxy, unbound "
+                             "and bound; seed 003's RCU callback queue and memory held over "
+                             "the run; their paths go to stderr")
 
 
 def run(ns: argparse.Namespace) -> int:
@@ -150,6 +162,11 @@ def run(ns: argparse.Namespace) -> int:
 
         system("kernel")  # a refusal ends the command now, before minutes of emulation
     done = {seed.number: seed.model(ns) for seed in SEEDS if seed.model is not None}
+    if ns.plot:
+        os.makedirs(ns.plot, exist_ok=True)
+        for seed_run in done.values():
+            for path in seed_run.plot(ns.plot) if seed_run.plot else ():
+                print(f"reproduce: wrote {path}", file=sys.stderr, flush=True)
     out = sys.stdout
     modeled = {number: r.modeled for number, r in done.items()}
     if ns.json:
@@ -370,7 +387,21 @@ def seed_003(ns: argparse.Namespace) -> SeedRun:
     out = io.StringIO()
     alloc_section(out, runs, ns)
     return SeedRun(Modeled(_mean_rate(before), _mean_rate(after), ns.profile or ALLOC_PROFILE,
-                           "mean of the CPUs"), out.getvalue())
+                           "mean of the CPUs"), out.getvalue(),
+                   lambda directory: [rcu_queue_plot(directory, runs)])
+
+
+def rcu_queue_plot(directory: str, runs: dict[str, mp.RunResult]) -> str:
+    """Seed 003's PNG: RCU's callback queue per CPU and the memory it holds, before the
+    patch and after."""
+    from .bench.report import plot_rcu_queue
+
+    path = os.path.join(directory, "seed-003-rcu-queue.png")
+    plot_rcu_queue(path, "seed 003: map_perf_test 4, RCU callbacks queued and memory held "
+                   "(modeled)", {f"before ({d})" if d == ALLOC_DESIGNS[0] else f"after ({d})":
+                                 (runs[d].rcu_samples, runs[d].grace_periods)
+                                 for d in ALLOC_DESIGNS})
+    return path
 
 
 def alloc_section(out, runs: dict[str, mp.RunResult], ns: argparse.Namespace) -> None:
@@ -412,12 +443,15 @@ def alloc_section(out, runs: dict[str, mp.RunResult], ns: argparse.Namespace) ->
 
 SOCKMAP_PROFILE = "sapphire-rapids-2s"  # the cover letter names no machine (see the section)
 SOCKMAP_TARGET = (1.47, 2.45)  # 66.7 / 34 = 1.96x, +-25%
+SOCKMAP_TIMELINE_NS = 50_000.0  # --plot: the first 50 us of the measured skbs (about 7)
 
 
 def seed_001(ns: argparse.Namespace) -> SeedRun:
     from .bench.sockmap_model import model_sockmap, modeled_text
 
-    model = model_sockmap(ns.profile or SOCKMAP_PROFILE)
+    plotting = getattr(ns, "plot", None) is not None
+    model = model_sockmap(ns.profile or SOCKMAP_PROFILE,
+                          timeline_ns=SOCKMAP_TIMELINE_NS if plotting else 0.0)
     unbound, bound = model.paths["unbound"], model.paths["bound"]
     out = io.StringIO()
     out.write("== 001. sockmap CPU affinity (Jiayuan Chen, Nov 2024, not merged): iperf3 "
@@ -456,7 +490,30 @@ def seed_001(ns: argparse.Namespace) -> SeedRun:
               "contexts, the kworker's send as it really costs) or a stall it does not "
               "produce (none happens here: p2 never fills).\n\n")
     return SeedRun(Modeled(unbound.gbps, bound.gbps, model.profile,
-                           "streamed on the CPUs' scheduler"), out.getvalue())
+                           "streamed on the CPUs' scheduler"), out.getvalue(),
+                   (lambda directory: [sockmap_timelines_plot(directory, model)])
+                   if plotting else None)
+
+
+def sockmap_timelines_plot(directory: str, model: ModeledSockmap) -> str:
+    """Seed 001's PNG: what each CPU ran over the first measured microseconds, unbound and
+    bound."""
+    from .bench.report import plot_cpu_timelines
+
+    roles: dict[int, list[str]] = {}
+    for cpu, role in ((model.client_cpu, "client"), (model.server_cpu, "server"),
+                      (model.proxy_cpu, "proxy")):
+        roles.setdefault(cpu, []).append(role)
+    panels = {}
+    for name in ("unbound", "bound"):
+        timeline = model.paths[name].simulated.timeline
+        panels[f"{name} (the psock's work on CPU "
+               f"{model.client_cpu if name == 'unbound' else model.proxy_cpu})"] = {
+            f"CPU {cpu} ({' + '.join(roles[cpu])})": timeline[cpu] for cpu in sorted(timeline)}
+    path = os.path.join(directory, "seed-001-cpu-timelines.png")
+    plot_cpu_timelines(path, f"seed 001: the sockmap proxy on {model.profile}, per CPU, the "
+                       f"first {SOCKMAP_TIMELINE_NS / 1e3:g} us of the measured skbs", panels)
+    return path
 
 
 # -- seed 002: GRO and the NAPI skb cache in cpumap ------------------------------------------
