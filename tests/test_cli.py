@@ -333,6 +333,13 @@ def test_a_plot_that_cannot_be_written_is_refused_before_the_run(argv, plot, mes
     assert_usage_error([*argv, "--plot", plot], message, capsys)
 
 
+def test_reproduce_refuses_a_plot_directory_that_is_a_file_before_the_run(tmp_path, capsys):
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed")
+    (tmp_path / "f").write_text("")
+    assert_usage_error(["reproduce", "--plot", str(tmp_path / "f")], "is not a directory",
+                       capsys)
+
+
 @pytest.mark.parametrize("argv", bench_commands(), ids=argv_id)
 def test_every_command_refuses_an_unknown_pybpf_backend(argv, monkeypatch, capsys):
     monkeypatch.setenv("PYBPF_BACKEND", "foo")

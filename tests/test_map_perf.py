@@ -357,8 +357,11 @@ def test_reproduce_shows_the_seeds_published_and_modeled_on_the_emulated_backend
     assert re.search(r"^001 .*Gbit/s +\d\.\d\dx +sapphire-rapids-2s +1\.47-2\.45x +(within|MISS)",
                      table, re.M), table
     assert "where each CPU's time goes, modeled ns per skb" in out
-    assert re.search(r"after: 6\.15, GRO on, napi_skb_cache_get_bulk +\d+\.\d\d +\d+ +64 "
+    assert re.search(r"after: 6\.15, GRO on, napi_skb_cache_get_bulk +\d+\.\d\d +4\.7 +\d+ +64 "
                      r"+1008/1024", out), out
+    assert re.search(r"after: 6\.15, GRO off +\d+\.\d\d +2\.4 +\d+ +1 +0/1024", out), out
+    assert re.search(r"^002 +GRO off after the patch .*2\.7M -> 2\.4M pps +0\.89x .*"
+                     r"0\.67-1\.11x +(within|MISS)$", table, re.M), table
     for seed in re.findall(r"^(\d{3}) .*MISS$", table, re.M):  # a miss says its cause
         assert re.search(rf"^seed {seed} misses: \w+", table, re.M), table
     assert "CPU 0's inner map: 100% remote accesses before the patch" in out

@@ -93,6 +93,23 @@ def plot_arg(text: str) -> str:
     return text
 
 
+def plot_dir_arg(text: str) -> str:
+    """``--plot DIR``: matplotlib is installed and DIR is, or can be made, a writable
+    directory (checked now, not after the run)."""
+    from .report import require_matplotlib
+
+    try:
+        require_matplotlib()
+    except RuntimeError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not text:
+        raise argparse.ArgumentTypeError("the directory name is empty")
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a directory")
+    _check_writable(os.path.join(text, "x.png"), make_parents=True)
+    return text
+
+
 PROFILE_HELP = ("emulated: the machine profile whose costs the modeled time uses, a shipped "
                 "one ({}) or a TOML file (pybpf calibrate writes one); without --cpus/--nodes "
                 "the machine has the profile's CPUs and nodes. Default: host")

@@ -33,6 +33,9 @@ WARMUP_BURSTS = 8
 BURSTS = 16
 QSIZE = 2048
 SKB_ALLOCS = ("kmem_cache_alloc_bulk", "napi_skb_cache_get_bulk")
+# How the kthread passes skbs up: 6.15's GRO node, or 6.14's one list per pass (no GRO node,
+# whatever the device's GRO setting).
+RX_PATHS = ("gro_receive_skb", "netif_receive_skb_list")
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,7 @@ class ModeledRate:
     profile: str
     gro: bool
     skb_alloc: str
+    rx: str
     frames: int  # frames the kthread took in the measured bursts
     kthread_ns: float  # busy ns per frame
     producer_ns: float  # ns per frame on the producer's CPU (the reader's work too, if there)
@@ -49,6 +53,7 @@ class ModeledRate:
     heads: int
     heads_recycled: int
     breakdown: dict[str, float] = field(default_factory=dict)  # kthread ns per frame by cost
+    events: dict[str, int] = field(default_factory=dict)  # how often the kthread paid each cost
 
     @property
     def mpps(self) -> float:
@@ -64,7 +69,8 @@ class ModeledRate:
 
 
 def model_cpumap_rate(profile: str, *, gro: bool, skb_alloc: str = "napi_skb_cache_get_bulk",
-                      cpu: int = 1, producer_cpu: int = 0, app_cpu: int | None = None,
+                      rx: str = "gro_receive_skb", cpu: int = 1, producer_cpu: int = 0,
+                      app_cpu: int | None = None,
                       bursts: int = BURSTS, warmup: int = WARMUP_BURSTS) -> ModeledRate:
     """The modeled kthread rate of the setup above on ``profile`` (a shipped name or a file)."""
     import pybpf
@@ -77,9 +83,12 @@ def model_cpumap_rate(profile: str, *, gro: bool, skb_alloc: str = "napi_skb_cac
 
     if skb_alloc not in SKB_ALLOCS:
         raise ValueError(f"skb_alloc={skb_alloc!r}: choose one of {', '.join(SKB_ALLOCS)}")
+    if rx not in RX_PATHS:
+        raise ValueError(f"rx={rx!r}: choose one of {', '.join(RX_PATHS)}")
     if bursts < 1 or warmup < 0:
         raise ValueError(f"bursts must be >= 1 and warmup >= 0, got {bursts}, {warmup}")
-    system = pybpf.system("emulated", profile=profile, cpumap_skb_alloc=skb_alloc)
+    system = pybpf.system("emulated", profile=profile, cpumap_skb_alloc=skb_alloc,
+                          cpumap_rx=rx)
     machine = system.machine
     app_cpu = producer_cpu if app_cpu is None else app_cpu
     for name, value in (("cpu", cpu), ("producer_cpu", producer_cpu), ("app_cpu", app_cpu)):
@@ -141,7 +150,8 @@ def model_cpumap_rate(profile: str, *, gro: bool, skb_alloc: str = "napi_skb_cac
     waited = k_costs.pop(RING_WAIT, (0, 0.0))[1]
     skbs, segs = received[0] - r0[0], received[1] - r0[1]
     return ModeledRate(
-        machine.profile.name, gro, skb_alloc, frames, (k_ns - waited) / frames,
+        machine.profile.name, gro, skb_alloc, rx, frames, (k_ns - waited) / frames,
         p_ns / (bursts * BURST), segs / skbs if skbs else 0.0,
         c1["skb_heads"] - c0["skb_heads"], c1["heads_recycled"] - c0["heads_recycled"],
-        {cost: ns / frames for cost, (_, ns) in k_costs.items() if ns})
+        {cost: ns / frames for cost, (_, ns) in k_costs.items() if ns},
+        {cost: count for cost, (count, ns) in k_costs.items() if ns})

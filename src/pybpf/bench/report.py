@@ -1,4 +1,5 @@
-"""What every benchmark shares: JSON output, a per-CPU bar chart, progress on stderr
+"""What every benchmark shares: JSON output, a per-CPU bar chart, per-CPU timelines and RCU's
+queue over virtual time (``pybpf reproduce --plot``), progress on stderr
 (``Progress``, from ``commands``), and the rule for reading a ratio of two measured figures.
 
 Rules this module keeps:
@@ -141,6 +142,81 @@ def plot_per_cpu(path: str, title: str, series: Mapping[str, Mapping[int, float]
         handles, names = handles + more_handles, names + more_names
     ax.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, -0.12),
               fontsize="small", ncol=1, frameon=False)
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+
+
+# A colour per CPU state of the scheduler (emulated/machine/sched.py CPU_STATES).
+STATE_COLORS = {"user": "tab:blue", "kthread": "tab:purple", "kworker": "tab:orange",
+                "ksoftirqd": "tab:red", "softirq": "tab:green", "hardirq": "tab:brown",
+                "switch": "black", "wakeup": "tab:gray", "idle": "whitesmoke"}
+
+
+def plot_cpu_timelines(path: str, title: str,
+                       panels: Mapping[str, Mapping[str, Sequence[tuple[float, float, str]]]]
+                       ) -> None:
+    """One panel per label of ``panels`` (a path), one row per CPU in it: its (start, end,
+    state) intervals in ns, drawn in us, coloured by state."""
+    plt = require_matplotlib()
+    rows_in_all = sum(len(rows) for rows in panels.values())
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 1.2 + 0.9 * rows_in_all),
+                             squeeze=False, sharex=True)
+    seen: set[str] = set()
+    for ax, (label, rows) in zip(axes[:, 0], panels.items(), strict=True):
+        for y, intervals in enumerate(rows.values()):
+            by_state: dict[str, list[tuple[float, float]]] = {}
+            for t0, t1, state in intervals:
+                by_state.setdefault(state, []).append((t0 / 1e3, (t1 - t0) / 1e3))
+            for state, spans in by_state.items():
+                ax.broken_barh(spans, (y - 0.4, 0.8), color=STATE_COLORS.get(state, "pink"),
+                               label=None if state in seen else state)
+                seen.add(state)
+        ax.set_yticks(range(len(rows)), list(rows))
+        ax.set_ylim(-0.6, len(rows) - 0.4)
+        ax.set_title(label, fontsize="medium")
+    axes[-1, 0].set_xlabel("virtual time (us)")
+    fig.suptitle(title)
+    handles, names = [], []
+    for ax in axes[:, 0]:
+        h, n = ax.get_legend_handles_labels()
+        handles, names = handles + h, names + n
+    fig.legend(handles, names, loc="lower center", ncol=len(names), fontsize="small",
+               frameon=False, bbox_to_anchor=(0.5, -0.02))
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+
+
+def plot_rcu_queue(path: str, title: str,
+                   runs: Mapping[str, tuple[Sequence[tuple[float, int, int, int]],
+                                            Sequence[tuple[float, float]]]]) -> None:
+    """RCU over virtual time, per label of ``runs`` (samples, grace periods): callbacks
+    queued on each CPU at its ticks (top), memory the queued callbacks hold (bottom); the
+    first label's grace periods shaded in both."""
+    plt = require_matplotlib()
+    fig, (queue_ax, held_ax) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
+    for i, (label, (samples, gps)) in enumerate(runs.items()):
+        style = "-" if i == 0 else "--"
+        if not samples:  # no callback was ever queued: say so rather than draw nothing
+            queue_ax.plot([], [], style, label=f"{label}: no callback queued")
+        for cpu in sorted({cpu for _, cpu, _, _ in samples}):
+            points = [(t / 1e6, queued) for t, c, queued, _ in samples if c == cpu]
+            queue_ax.plot(*zip(*points, strict=True), style, drawstyle="steps-post",
+                          label=f"{label}: CPU {cpu}")
+        held = {t / 1e6: held / 1024 for t, _, _, held in samples}  # a time's last sample
+        if held:
+            held_ax.plot(*zip(*sorted(held.items()), strict=True), style,
+                         drawstyle="steps-post", label=label)
+        if i == 0:
+            for k, (start, end) in enumerate(gps):
+                for ax in (queue_ax, held_ax):
+                    ax.axvspan(start / 1e6, end / 1e6, color="tab:gray",
+                               alpha=0.08 if k % 2 else 0.16, lw=0)
+    queue_ax.set_ylabel("callbacks queued on the CPU")
+    held_ax.set_ylabel("memory held by callbacks (KiB)")
+    held_ax.set_xlabel(f"virtual time (ms); shaded: grace periods of {next(iter(runs))}")
+    queue_ax.legend(fontsize="small", frameon=False)
+    held_ax.legend(fontsize="small", frameon=False)
+    fig.suptitle(title)
     fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
 

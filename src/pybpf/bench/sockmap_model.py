@@ -100,6 +100,9 @@ class SimulatedPath:
     cpus: dict[int, SimulatedCpu]
     work_runs: int  # runs of the backlog work over the measured skbs
     eagain_stalls: int  # runs the work ended on a full p2 (-EAGAIN), until write space
+    # With timeline_ns: per CPU, (start, end, state) over the first timeline_ns of the
+    # measured skbs, ns from their start (Scheduler.record_timeline).
+    timeline: dict[int, list[tuple[float, float, str]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -209,7 +212,7 @@ def context_costs(paths: dict[str, ModeledPath], cpus: tuple[int, int, int],
 
 def simulate_path(profile: Profile | str, path: str, costs: ContextCosts,
                   cpus: tuple[int, int, int], *, skbs: int = SIM_SKBS,
-                  warmup: int = SIM_WARMUP) -> SimulatedPath:
+                  warmup: int = SIM_WARMUP, timeline_ns: float = 0.0) -> SimulatedPath:
     """Stream ``path``'s skbs on the scheduler of ``profile``'s machine (see the module's
     rules): the client sends as long as c2's window allows (direct; the psock drains p1 in
     the softirq, so through the proxy nothing holds it back: ingress_skb has no bound), the
@@ -218,13 +221,16 @@ def simulate_path(profile: Profile | str, path: str, costs: ContextCosts,
     when that is full too it stops until p2's write space queues it again, from the server's
     CPU, as the emulated psock does (skmsg.py: it waits for write space, at most a jiffy;
     see docs/timing-model.md for the kernel's jiffy); the server reads while c2 holds
-    data."""
+    data. ``timeline_ns`` > 0 records what each CPU did over that much of the measured
+    skbs' time."""
     from ..emulated import SLEEP, Run, Scheduler, Work
 
     if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     if skbs < 1 or warmup < 0:
         raise ValueError(f"skbs must be >= 1 and warmup >= 0, got {skbs}, {warmup}")
+    if timeline_ns < 0:
+        raise ValueError(f"timeline_ns must be >= 0, got {timeline_ns}")
     prof = load_profile(profile) if isinstance(profile, str) else profile
     client, server, proxy = cpus
     sched = Scheduler.for_profile(prof)
@@ -298,24 +304,33 @@ def simulate_path(profile: Profile | str, path: str, costs: ContextCosts,
                     else:
                         sched.queue_work(work)
             if flow["read"] == warmup:
-                marks["start"] = (sched.now, {cpu: sched.cpu_stats(cpu) for cpu in used},
-                                  flow["runs"], flow["retries"])
+                measure()
+
+    def measure() -> None:
+        """The measured skbs begin: what each CPU did so far, and the timeline's window."""
+        marks["start"] = (sched.now, {cpu: sched.cpu_stats(cpu) for cpu in used},
+                          flow["runs"], flow["retries"])
+        if timeline_ns:
+            sched.record_timeline(sched.now, sched.now + timeline_ns)
 
     used = (client, server) if path != "bound" else (client, server, proxy)
     tasks["server"] = sched.spawn("server", server, server_task())
     tasks["client"] = sched.spawn("client", client, client_task())
     if warmup == 0:
-        marks["start"] = (0.0, {cpu: sched.cpu_stats(cpu) for cpu in used}, 0, 0)
+        measure()
     sched.run(stop=lambda: flow["read"] >= warmup + skbs)
     t0, before, runs0, retries0 = marks["start"]
+    timeline = ({cpu: [(a - t0, b - t0, state) for a, b, state in sched.timeline(cpu)]
+                 for cpu in used} if timeline_ns else {})
     return SimulatedPath(skbs, sched.now - t0,
                          {cpu: SimulatedCpu.of(sched.cpu_stats(cpu).since(before[cpu]), skbs)
                           for cpu in used},
-                         flow["runs"] - runs0, flow["retries"] - retries0)
+                         flow["runs"] - runs0, flow["retries"] - retries0, timeline)
 
 
 def model_sockmap(profile: str = PROFILE, *, proxy_cpu: int | None = None,
-                  skbs: int = SKBS, warmup: int = WARMUP) -> ModeledSockmap:
+                  skbs: int = SKBS, warmup: int = WARMUP,
+                  timeline_ns: float = 0.0) -> ModeledSockmap:
     """Direct, unbound and bound on ``profile`` (a shipped name or a file). The client's CPU
     is the emulated CPU of the first host CPU this process may use (the verdict runs where
     the host's loopback softirq ran); the server's is the next; ``proxy_cpu`` (default: the
@@ -354,7 +369,8 @@ def model_sockmap(profile: str = PROFILE, *, proxy_cpu: int | None = None,
     prof = machine.profile
     costs = context_costs(paths, cpus, prof)
     simulated = {name: ModeledPath(p.path, p.skb_bytes, p.skbs, p.cpu_ns, p.breakdown,
-                                   simulate_path(prof, name, costs, cpus))
+                                   simulate_path(prof, name, costs, cpus,
+                                                 timeline_ns=timeline_ns))
                  for name, p in paths.items()}
     return ModeledSockmap(prof.name, *cpus, simulated, costs)
 

@@ -115,7 +115,9 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
     first: the 2022 series between its bpf_mem_alloc patch and 0fd7c5d43339).
     ``cpumap_skb_alloc`` picks where cpumap's kthreads get skb heads:
     ``"napi_skb_cache_get_bulk"`` (the CPU's NAPI cache, refilled in bulk; since 6.15) or
-    ``"kmem_cache_alloc_bulk"`` (straight from the slab; before).
+    ``"kmem_cache_alloc_bulk"`` (straight from the slab; before). ``cpumap_rx`` picks how
+    they pass skbs up: ``"gro_receive_skb"`` (the entry's GRO node; since 6.15) or
+    ``"netif_receive_skb_list"`` (one list per pass, no GRO node; before).
     """
 
     name = "emulated"
@@ -123,7 +125,8 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
     def __init__(self, cpus: int | None = None, nodes: int | None = None,
                  machine: Machine | None = None, htab_mem: str = "bpf_mem_alloc",
                  profile: Any = None, cache_scale: float = 1.0, seed: int = 0,
-                 cpumap_skb_alloc: str = "napi_skb_cache_get_bulk") -> None:
+                 cpumap_skb_alloc: str = "napi_skb_cache_get_bulk",
+                 cpumap_rx: str = "gro_receive_skb") -> None:
         if machine is not None and (cpus is not None or nodes is not None
                                     or profile is not None):
             raise TypeError("give either machine= or cpus=/nodes=/profile=, not both")
@@ -133,11 +136,16 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
         if cpumap_skb_alloc not in ("napi_skb_cache_get_bulk", "kmem_cache_alloc_bulk"):
             raise ValueError(f"cpumap_skb_alloc={cpumap_skb_alloc!r}: choose "
                              "'napi_skb_cache_get_bulk' or 'kmem_cache_alloc_bulk'")
+        if cpumap_rx not in ("gro_receive_skb", "netif_receive_skb_list"):
+            raise ValueError(f"cpumap_rx={cpumap_rx!r}: choose 'gro_receive_skb' or "
+                             "'netif_receive_skb_list'")
         self.machine = machine if machine is not None else Machine(
             cpus, nodes, profile=profile, cache_scale=cache_scale, seed=seed)
         self.machine.htab_mem = htab_mem
         if cpumap_skb_alloc != "napi_skb_cache_get_bulk":
             net_of(self.machine).cpumap_skb_alloc = cpumap_skb_alloc
+        if cpumap_rx != "gro_receive_skb":
+            net_of(self.machine).cpumap_rx = cpumap_rx
         self._lock = threading.RLock()  # fd table, idrs, pins, refcounts
         # fd -> object. Each emulated fd holds a real host fd (on /dev/null) of the same number,
         # so emulated objects and the process's real files (sockets for sockmap, say) share one

@@ -163,6 +163,13 @@ SCHEMA: tuple[Param, ...] = (
        "shared info, eth_type_trans (the lines it touches are charged as memory)"),
     _p("net", "gro_receive", "ns", "per skb GRO looks at (dev_gro_receive, inet/ipv6 and UDP "
        "gro_receive with the software checksum check and the socket lookup)"),
+    _p("net", "gro_receive_skb", "ns", "per skb a GRO node takes, whether the device elides "
+       "GRO or not: gro_receive_skb's entry and exit, the netif_elide_gro test, "
+       "gro_skb_finish"),
+    _p("net", "gro_normal_one", "ns", "per skb a GRO node queues on its rx_list for the stack "
+       "(gro_normal_one: the list add and the gro_normal_batch test)"),
+    _p("net", "gro_flush", "ns", "per flush of a GRO node (cpu_map_gro_flush, a NAPI poll's "
+       "end): gro_flush and gro_normal_list, beyond completing and delivering skbs"),
     _p("net", "gro_merge", "ns", "per skb merged into a held one: the frag append "
        "(skb_gro_receive) and freeing the stolen head"),
     _p("net", "gro_complete", "ns", "per merged skb GRO completes (the headers rewritten)"),

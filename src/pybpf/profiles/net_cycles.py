@@ -37,6 +37,21 @@ NET_CYCLES: dict[str, tuple[int, str]] = {
                     "checksum validation: cpumap skbs carry no hardware checksum) with its "
                     "per-skb socket lookup (udp4_lib_lookup_skb), udp_gro_receive_segment: "
                     "about 200 instructions"),
+    "gro_receive_skb": (35, "gro_receive_skb's (napi_gro_receive's) entry and exit, paid by "
+                        "every skb a GRO node takes: __skb_mark_napi_id, the napi_gro_receive "
+                        "entry/exit tracepoints (static keys off), skb_gro_reset_offset, "
+                        "dev_gro_receive's netif_elide_gro test and its exit "
+                        "(gro_try_pull_from_frag0's test, the bucket bitmask update) and "
+                        "gro_skb_finish's switch: about 35 instructions (net/core/gro.c; the "
+                        "GRO work itself, when the device does not elide it, is gro_receive)"),
+    "gro_normal_one": (10, "gro_normal_one per skb put on the GRO node's rx_list: "
+                       "list_add_tail, rx_count and the test against gro_normal_batch: about "
+                       "10 instructions (include/net/gro.h)"),
+    "gro_flush": (15, "a GRO node's flush (cpu_map_gro_flush every 64 frames or on an "
+                  "empty ring, napi_complete_done's): gro_flush's test of the held-list "
+                  "bitmask and gro_normal_list's test of rx_count, the calls: about 15 "
+                  "instructions (completing held skbs is gro_complete's, the stack "
+                  "netif_receive_skb's)"),
     "gro_merge": (60, "skb_gro_receive's frag append (page reference, frag descriptor, "
                   "lengths and truesize) and napi_skb_free_stolen_head: about 60 "
                   "instructions"),

@@ -2,6 +2,7 @@
 __do_softirq's budget, fair sharing, wake-up preemption and costs, where queued work runs,
 determinism; and seed 001's shape when the sockmap proxy's work contends on it."""
 
+import itertools
 import random
 
 import pytest
@@ -229,8 +230,11 @@ def test_a_woken_sleeper_preempts_the_running_task_and_a_remote_wakeup_pays_the_
     assert hog.preempted >= 1 and s.cpu_stats(1).time["wakeup"] == pytest.approx(WAKEUP)
 
 
-def random_scenario(seed: int) -> tuple[Scheduler, list]:
-    """Tasks on 3 CPUs that run, sleep, wake one another, raise softirqs and queue work."""
+def random_scenario(seed: int, window: tuple[float, float] | None = None
+                    ) -> tuple[Scheduler, list, list]:
+    """Tasks on 3 CPUs that run, sleep, wake one another, raise softirqs and queue work;
+    with a ``window``, its timeline is recorded and each CPU's stats are taken at its start
+    and end (the third item)."""
     rng = random.Random(seed)
     s = Scheduler(3, context_switch_ns=rng.choice([0, 250, 900]),
                   wakeup_latency_ns=rng.choice([0, 1500]))
@@ -257,14 +261,20 @@ def random_scenario(seed: int) -> tuple[Scheduler, list]:
 
     for i in range(6):
         tasks.append(s.spawn(f"t{i}", i % 3, body()))
+    marks = []
+    if window is not None:
+        s.record_timeline(*window)
+        for t in window:
+            s.run(until=t)
+            marks.append([s.cpu_stats(cpu) for cpu in range(3)])
     s.run(until=5e6)
-    return s, tasks
+    return s, tasks, marks
 
 
 @settings(max_examples=15, deadline=None)
 @given(st.integers(0, 2**16))
 def test_same_inputs_same_figures_and_every_cpu_ns_is_accounted_once(seed):
-    (s1, t1), (s2, t2) = random_scenario(seed), random_scenario(seed)
+    (s1, t1, _), (s2, t2, _) = random_scenario(seed), random_scenario(seed)
     for cpu in range(3):
         one, two = s1.cpu_stats(cpu), s2.cpu_stats(cpu)
         assert one == two
@@ -272,6 +282,40 @@ def test_same_inputs_same_figures_and_every_cpu_ns_is_accounted_once(seed):
         assert sum(one.time.values()) == pytest.approx(s1.now)
     assert [(t.exec_ns, t.wait_ns, t.preempted, t.state) for t in t1] == \
         [(t.exec_ns, t.wait_ns, t.preempted, t.state) for t in t2]
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 2**16), st.floats(0, 3e6), st.floats(0, 2e6))
+def test_a_timeline_adds_up_to_the_window_per_cpu_and_changes_no_figure(seed, start, length):
+    s, _, (first, last) = random_scenario(seed, (start, start + length))
+    plain, _, _ = random_scenario(seed)
+    for cpu in range(3):
+        intervals = s.timeline(cpu)
+        assert all(t0 < t1 and state in CPU_STATES for t0, t1, state in intervals)
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(intervals))  # no gap
+        assert sum(t1 - t0 for t0, t1, _ in intervals) == pytest.approx(length, abs=1e-6)
+        if intervals:
+            assert intervals[0][0] == start and intervals[-1][1] == start + length
+        by_state = dict.fromkeys(CPU_STATES, 0.0)
+        for t0, t1, state in intervals:
+            by_state[state] += t1 - t0
+        window = last[cpu].since(first[cpu]).time
+        assert by_state == pytest.approx(window, abs=1e-6)
+        ours, theirs = s.cpu_stats(cpu), plain.cpu_stats(cpu)  # stopping to look moves
+        assert ours.time == pytest.approx(theirs.time)  # nothing but float rounding
+        assert (ours.preemptions, ours.switches) == (theirs.preemptions, theirs.switches)
+    assert not s.timeline_truncated
+
+
+def test_a_timeline_is_bounded_and_refuses_a_window_in_the_past():
+    s = scheduler(1)
+    s.spawn("a", 0, busy(1000))
+    s.spawn("b", 0, busy(1000))
+    s.record_timeline(0, 1e9, max_intervals=3)
+    s.run(until=1e7)
+    assert len(s.timeline(0)) == 3 and s.timeline_truncated
+    with pytest.raises(ValueError, match="start <= end"):
+        s.record_timeline(0, 1)
 
 
 @pytest.mark.parametrize("raise_it", ["raise_softirq", "raise_irq"])

@@ -125,6 +125,20 @@ def test_before_the_bulk_cache_gro_returns_heads_cpumap_never_takes_back(make_la
 def test_the_skb_head_path_is_one_of_two():
     with pytest.raises(ValueError, match="kmem_cache_alloc_bulk"):
         pybpf.system("emulated", cpumap_skb_alloc="slab")
+    with pytest.raises(ValueError, match="netif_receive_skb_list"):
+        pybpf.system("emulated", cpumap_rx="gro")
+
+
+def test_before_6_15_each_pass_goes_up_as_one_list_without_a_gro_node(make_lab):
+    lab = make_lab(cpumap_skb_alloc="kmem_cache_alloc_bulk", cpumap_rx="netif_receive_skb_list")
+    assert lab.vB.gro  # the device's GRO is on, but the old kthread had no GRO node
+    cm = lab.cpumap()
+    lab.set_entry(cm, 1, 2048)
+    _udp_flow_in_bursts(lab, cm, 4)
+    counters = lab.entry(cm, 1).counters()
+    assert counters["skbs_in"] == counters["heads_new"] == 64
+    assert counters["gro"]["received"] == 0
+    assert lab.net.stack.snmp["Udp"]["InDatagrams"] == 64  # one skb read per frame
 
 
 def test_the_cpumap_program_may_drop_or_redirect_on_the_target_cpu(make_lab):

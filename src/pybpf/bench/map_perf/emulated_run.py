@@ -64,6 +64,8 @@ class EmulatedRun:
             machine.step()  # let the grace periods end, as they would by now
             result.alloc_stats = {name: allocator_counters(self.sys.map_stats(fd))
                                   for name, fd in setup.no_prealloc_fds().items()}
+            result.rcu_samples = list(machine.rcu.samples)
+            result.grace_periods = list(machine.rcu.gps)
         finally:
             setup.close()
         result.notes.append(

@@ -68,6 +68,10 @@ class RunResult:
     # Non-preallocated maps of the run: {name: counters} (emulated: the allocator's;
     # kernel: fdinfo's memlock), read when the workers are done.
     alloc_stats: dict[str, dict] = field(default_factory=dict)
+    # Emulated: the machine's RCU over the run, (time, cpu, callbacks queued on it, bytes
+    # held machine-wide) at each CPU's tick, and each grace period's (start, end), virtual ns.
+    rcu_samples: list[tuple[float, int, int, int]] = field(default_factory=list)
+    grace_periods: list[tuple[float, float]] = field(default_factory=list)
 
     def by_test(self) -> dict[str, list[Result]]:
         out: dict[str, list[Result]] = {}

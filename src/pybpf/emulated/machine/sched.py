@@ -41,6 +41,10 @@ Rules this module keeps (each with its kernel source):
 - Accounting per CPU: time by context (user, kthread, kworker, ksoftirqd, softirq, hardirq,
   switch, wakeup, idle), time tasks spent runnable but waiting, preemptions (a task switched
   out while still runnable), hard interrupts, softirq entries and ksoftirqd wake-ups.
+- Timeline (off unless ``record_timeline`` asks): per CPU, the intervals of one window of
+  virtual time with the state each was spent in, as the accounting credits it, so they add
+  up to the window's elapsed time; bounded (``max_intervals`` per CPU, then it stops and
+  says so).
 """
 
 from __future__ import annotations
@@ -209,6 +213,10 @@ class Scheduler:
         self._events: list[tuple[float, int, Callable[..., None], tuple]] = []
         self._seq = itertools.count()
         self._stepping: _RunQueue | None = None  # the CPU whose context is between yields
+        self._window: tuple[float, float] | None = None  # record_timeline's
+        self._timeline_max = 0
+        self._timelines: list[list[tuple[float, float, str]]] = [[] for _ in self._rqs]
+        self.timeline_truncated = False
 
     @classmethod
     def for_profile(cls, profile, num_cpus: int | None = None) -> Scheduler:
@@ -321,6 +329,41 @@ class Scheduler:
             rq.kworker = self._kthread(rq, "kworker", self._worker_thread(rq))
         self.wake_up(rq.kworker)
 
+    def record_timeline(self, start: float, end: float, max_intervals: int = 10_000) -> None:
+        """Record, per CPU, what it did from ``start`` to ``end`` (virtual ns; ``timeline``).
+        ``start`` is now or later: a CPU's time since its last change is credited at its
+        next accounting, so the window's first interval is whole."""
+        if not self.now <= start <= end:
+            raise ValueError(f"a timeline window needs now ({self.now}) <= start <= end, got "
+                             f"{start}, {end}")
+        if max_intervals < 1:
+            raise ValueError(f"max_intervals must be >= 1, got {max_intervals}")
+        self._window = (float(start), float(end))
+        self._timeline_max = max_intervals
+        self._timelines = [[] for _ in self._rqs]
+        self.timeline_truncated = False
+
+    def timeline(self, cpu: int) -> list[tuple[float, float, str]]:
+        """``cpu``'s recorded (start, end, state) intervals so far, in order; consecutive
+        ones of the same state are merged."""
+        rq = self._rq(cpu)
+        self._account(rq)
+        return list(self._timelines[cpu])
+
+    def _record(self, cpu: int, t0: float, t1: float, state: str) -> None:
+        """An accounted interval, clipped to the window."""
+        start, end = self._window
+        t0, t1 = max(t0, start), min(t1, end)
+        if t1 <= t0:
+            return
+        intervals = self._timelines[cpu]
+        if intervals and intervals[-1][2] == state and intervals[-1][1] == t0:
+            intervals[-1] = (intervals[-1][0], t1, state)
+        elif len(intervals) < self._timeline_max:
+            intervals.append((t0, t1, state))
+        else:
+            self.timeline_truncated = True
+
     def cpu_stats(self, cpu: int) -> CpuStats:
         """``cpu``'s totals so far (a copy)."""
         rq = self._rq(cpu)
@@ -379,12 +422,16 @@ class Scheduler:
         busy = min(max(rq.busy_until - rq.last, 0.0), dt)
         if busy:
             rq.stats.time[rq.busy_kind] += busy
+            if self._window is not None:
+                self._record(rq.cpu, rq.last, rq.last + busy, rq.busy_kind)
         rest = dt - busy
         if rest:
             state = ("hardirq" if rq.hardirq is not None else
                      "softirq" if rq.softirq is not None else
                      rq.curr.kind if rq.curr is not None else "idle")
             rq.stats.time[state] += rest
+            if self._window is not None:
+                self._record(rq.cpu, rq.last + busy, self.now, state)
             if rq.curr is not None and rq.softirq is None and rq.hardirq is None:
                 rq.curr.exec_ns += rest
                 rq.curr.vruntime += rest

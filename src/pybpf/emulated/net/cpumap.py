@@ -29,7 +29,10 @@ The data path (``BpfCpuMapEntry``), as cpu_map_enqueue and cpu_map_kthread_run (
   that many skb heads at once: from its CPU's NAPI cache (``napi_skb_cache_get_bulk``, the
   default) or, as before 6.15, straight from the slab (``kmem_cache_alloc_bulk``, with
   ``net.cpumap_skb_alloc``), builds the skbs and hands them to the entry's GRO node; after
-  64 frames, or when the ring is empty, GRO is flushed and the skbs go up the stack.
+  64 frames, or when the ring is empty, GRO is flushed and the skbs go up the stack. With the
+  device's GRO off the node still takes every skb (gro_receive_skb, the elide test,
+  gro_normal_one's batches of 8) and is still flushed. Before 6.15 (``net.cpumap_rx =
+  "netif_receive_skb_list"``) there was no GRO node: each pass's skbs went up as one list.
 - Modeled time (emulated/machine/timing.py): the redirecting CPU pays ``xdp_do_redirect`` per frame
   and writes its xdp_frame and header lines, then ``ptr_ring_produce`` per frame under the
   ring's producer lock with the slots' lines; the kthread pays ``cpu_map_kthread_frame`` per
@@ -299,7 +302,7 @@ def cpu_map_kthread_run(ref: weakref.ref, wake: threading.Event,
                 sched = 1
         packets += rcpu.poll_once(sched)
         if packets >= NAPI_POLL_WEIGHT or not rcpu.queue:
-            rcpu.gro.flush()  # cpu_map_gro_flush: full, HZ < 1000
+            rcpu.gro_flush()
             packets = 0
         rcpu.net.do_softirq()  # local_bh_enable
     rcpu.kthread_exit()
@@ -334,6 +337,7 @@ class BpfCpuMapEntry:
         stack = self.net.stack
         self.gro = GroNode(stack.netif_receive_skb_list, self.net.napi_put_head,
                            stack.udp_gro_sock, self.net.charge)
+        self.gro_rx = self.net.cpumap_rx == "gro_receive_skb"  # 6.15+: through the GRO node
         # Modeled time: the ring's slots live on the entry's node (one 8-byte pointer each),
         # its producer lock on a line of its own; slots produced and consumed so far.
         timing = self.timing = machine.timing
@@ -424,7 +428,7 @@ class BpfCpuMapEntry:
     def kthread_exit(self) -> None:
         """The kthread's last steps: flush GRO, then what __cpu_map_entry_free does after
         kthread_stop (drop the program), and hand the counters to the map."""
-        self.gro.flush()
+        self.gro_flush()
         prog, self.prog = self.prog, None
         if prog is not None:
             self.cmap.system.bpf_prog_put(prog)
@@ -472,9 +476,18 @@ class BpfCpuMapEntry:
                  for xdpf, skb in zip(frames, heads, strict=False)]
         self.net.trace("xdp_cpumap_kthread", self.map_id, n, alloc_drops, sched, 0)
         stats.skbs_in += len(built) + len(skbs)
-        for skb in built + skbs:
-            self.gro.receive(skb)
+        if self.gro_rx:
+            for skb in built + skbs:
+                self.gro.receive(skb)
+        elif built or skbs:
+            self.net.stack.netif_receive_skb_list(built + skbs)  # before 6.15
         return n
+
+    def gro_flush(self) -> None:
+        """cpu_map_gro_flush: full (HZ < 1000), then gro_normal_list; before 6.15 the
+        kthread had no GRO node to flush."""
+        if self.gro_rx:
+            self.gro.flush()
 
     def _ring_consume(self, items: list[Any]) -> None:
         """Modeled time of taking ``items`` off the ring: ``cpu_map_kthread_frame`` each, the

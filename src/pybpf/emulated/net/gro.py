@@ -3,7 +3,9 @@ net/ipv4/tcp_offload.c, net/ipv6/ip6_offload.c): merge frames of one flow into o
 
 Rules this module keeps (the kernel's conditions, as of 6.18):
 - A device whose GRO feature is off, or that runs a generic-mode XDP program
-  (``netif_elide_gro``), gets no GRO: skbs go up in batches of ``gro_normal_batch`` (8).
+  (``netif_elide_gro``), gets no GRO: skbs go up in batches of ``gro_normal_batch`` (8), yet
+  each still goes through gro_receive_skb's entry, the elide test and gro_normal_one's
+  rx_list, and the node is still flushed: modeled time charges that machinery either way.
 - Held skbs live in ``GRO_HASH_BUCKETS`` lists by ``skb.hash`` (0 for cpumap's skbs, which
   have no hardware hash), at most ``MAX_GRO_SKBS`` per list (the oldest is completed first).
 - Same flow: same device and MAC header, same IP protocol, addresses and ports. IPv4 needs a
@@ -90,9 +92,11 @@ class GroNode:
     ``deliver(skbs)`` takes a list up the stack (netif_receive_skb_list); ``put_head(skb)``
     takes a merged skb's head back (napi_skb_cache_put on this CPU); ``udp_gro_sock(skb, h)``
     says whether a local UDP socket with UDP_GRO receives this flow (None: no socket);
-    ``charge(event)`` charges modeled work to the calling CPU: ``gro_receive`` per skb GRO
-    looks at (none when the device elides GRO), ``gro_merge`` per skb merged, ``gro_complete``
-    per merged skb completed."""
+    ``charge(event)`` charges modeled work to the calling CPU: ``gro_receive_skb`` per skb
+    the node takes (its entry, the netif_elide_gro test and the finish: paid with GRO elided
+    too), ``gro_receive`` per skb GRO looks at (none when the device elides GRO),
+    ``gro_merge`` per skb merged, ``gro_complete`` per merged skb completed,
+    ``gro_normal_one`` per skb queued on the rx_list, ``gro_flush`` per flush."""
 
     def __init__(self, deliver: Callable[[list[SkBuff]], None],
                  put_head: Callable[[SkBuff], None],
@@ -115,6 +119,7 @@ class GroNode:
     def receive(self, skb: SkBuff) -> None:
         """gro_receive_skb: merge ``skb`` into a held one, hold it, or pass it on."""
         self.stats.received += 1
+        self.charge("gro_receive_skb")
         dev = skb.dev
         h = parse(skb.data)
         if not dev.gro or dev.xdp_generic_prog is not None or h is None or not h.l4:
@@ -322,6 +327,7 @@ class GroNode:
 
     def normal_one(self, skb: SkBuff, segs: int) -> None:
         """gro_normal_one: queue for the stack; a full batch goes up at once."""
+        self.charge("gro_normal_one")
         self.rx_list.append(skb)
         self.rx_count += segs
         if self.rx_count >= GRO_NORMAL_BATCH:
@@ -339,6 +345,7 @@ class GroNode:
 
     def flush(self) -> None:
         """gro_flush (full) then gro_normal_list."""
+        self.charge("gro_flush")
         for bucket in self.hash:
             while bucket:
                 self._complete(bucket.pop(0))

@@ -431,6 +431,9 @@ class Net:
         # How cpumap's kthreads get skb heads: "napi_skb_cache_get_bulk" (6.15+) or
         # "kmem_cache_alloc_bulk" (before), for the before/after of the GRO series.
         self.cpumap_skb_alloc = "napi_skb_cache_get_bulk"
+        # How they pass skbs up: "gro_receive_skb" (a GRO node, 6.15+) or
+        # "netif_receive_skb_list" (each pass's skbs as one list, no GRO node: before).
+        self.cpumap_rx = "gro_receive_skb"
         # Who hears the tracepoints the data path fires: sink(name, args), once each (the
         # systems on this machine with raw tracepoint programs).
         self.trace_sinks: list[Callable[[str, tuple[int, ...]], Any]] = []
