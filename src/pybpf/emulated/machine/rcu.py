@@ -68,6 +68,13 @@ MAX_SOFTIRQ_RESTART = 10
 MAX_SOFTIRQ_TIME_NS = 2_000_000
 
 
+def settle_ns(tick: float, cpus: int) -> float:
+    """How long RCU needs in modeled time to run what is queued now: the grace period in
+    progress and the next, each at most one force-quiescent-state scan past a tick, and the
+    tick after."""
+    return 3 * (fqs_jiffies(1e9 / tick, cpus) * tick + tick)
+
+
 def fqs_jiffies(hz: float, cpus: int) -> int:
     """Ticks between the grace-period kthread's force-quiescent-state scans: the kernel's
     RCU_JIFFIES_TILL_FORCE_QS plus nr_cpu_ids / RCU_JIFFIES_FQS_DIV (rcu_init_geometry)."""
@@ -202,9 +209,6 @@ class Rcu:
         self.tick = timing.tick
         self.fqs_ns = fqs_jiffies(1e9 / self.tick, cpus) * self.tick
         self.cpus = [RcuData(cpu) for cpu in range(cpus)]
-        # Long enough for what is queued now to run: the grace period in progress and the
-        # next, each at most one force-quiescent-state scan past a tick, and the tick after.
-        self.settle_ns = 3 * (self.fqs_ns + self.tick)
         self._completed = 0  # grace periods ended
         self._gp_needed = 0  # the highest grace period a CPU waits for
         self._gp_active = False
