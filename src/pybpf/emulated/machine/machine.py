@@ -283,8 +283,8 @@ class Machine:
         """ValueError when modeled time is off: ``what`` (a figure) needs it."""
         if not self.modeled_time:
             raise ValueError(
-                f"{what} needs modeled time, which is off on this emulated machine "
-                f"(modeled_time=False, or {NO_MODELED_TIME_ENV} set): unset "
+                f"{what}: these figures are modeled time, which is off on this emulated "
+                f"machine (modeled_time=False, or {NO_MODELED_TIME_ENV} set): unset "
                 f"{NO_MODELED_TIME_ENV} or pass modeled_time=True")
 
     def new_access_stats(self) -> AccessStats:
@@ -294,8 +294,13 @@ class Machine:
         """Let deferred work advance: the CPUs' clocks move on, in virtual-time order, through
         their pending work (RCU's ticks, grace periods and callbacks, say), which runs, for as
         long as RCU needs to settle what is queued now (``settle_ns``); then a grace period
-        completes for whatever the readers allow. Returns how many RCU callbacks ran."""
+        completes for whatever the readers allow. Returns how many RCU callbacks ran.
+
+        Without modeled time RCU has no ticks, so grace periods complete by polling, as
+        long as the callbacks queue more (an allocator's free_bulk after a freed unit); with
+        it, the ticks over ``settle_ns`` have run those."""
         ran = self.rcu.callbacks_run
         self.timing.run_all_deferred(max(self.timing.clock) + self.settle_ns, self.on_cpu)
-        self.rcu.poll()
+        while self.rcu.poll() and not self.modeled_time:
+            pass
         return self.rcu.callbacks_run - ran

@@ -271,9 +271,8 @@ class Rcu:
         """Run ``callback`` after a grace period (from the queuing CPU's RCU_SOFTIRQ in
         modeled time, or from a poll). ``size``: the bytes it frees, held until then."""
         timing = self.timing
-        cpu = 0
+        cpu = 0 if self.current is None else self.current.cpu
         if timing is not None:
-            cpu = self.current.cpu
             timing.charge(cpu, "call_rcu")
         with self._lock:
             entry = RcuHead(self._epoch, callback, cpu, size)
@@ -509,10 +508,26 @@ class Rcu:
             if self._ran(due):
                 self.grace_periods += 1
         # Callbacks run outside the lock: they may call_rcu or free into allocators.
+        # Without modeled time polls are RCU_SOFTIRQ: each callback runs on the CPU that
+        # queued it, as the kernel's does (freed memory goes back to that CPU's cache).
+        # (With modeled time the ticks did that; a poll runs what is left where it is.)
+        on_queuing_cpu = self.timing is None and self.current is not None
         for entry in due:
             func, entry.func = entry.func, _ran_already  # keep no freed object alive
-            func()
+            if on_queuing_cpu:
+                self._run_on(entry.cpu, func)
+            else:
+                func()
         return len(due)
+
+    def _run_on(self, cpu: int, func: Callable[[], None]) -> None:
+        """Run ``func`` with ``cpu`` as the calling thread's current CPU."""
+        current = self.current
+        previous, current.cpu = current.cpu, cpu
+        try:
+            func()
+        finally:
+            current.cpu = previous
 
     def synchronize_rcu(self) -> None:
         """Wait for a grace period: every callback queued so far whose readers are gone runs.
