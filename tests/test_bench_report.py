@@ -104,6 +104,7 @@ def test_ops_summary_gives_a_verdict_only_where_the_noise_allows(monkeypatch):
 
 def test_ops_runs_every_emulated_path_and_reports_rounds(capsys):
     from pybpf import cli
+    from pybpf.bench import ops as ops_mod
 
     assert cli.main(["bench", "ops", "--backend", "emulated", "--n", "20", "--entries", "10",
                      "--repeat", "2", "--json", "--no-progress"]) == 0
@@ -112,3 +113,5 @@ def test_ops_runs_every_emulated_path_and_reports_rounds(capsys):
     assert "dict" in lookups and "System call" in lookups
     assert all(len(r["rounds"]) == 2 and r["ns"] == min(r["rounds"]) for r in lookups.values())
     assert lookups["System call"]["ref"] == "dict"
+    # the emulated machine with and without modeled time, side by side
+    assert lookups[ops_mod.UNMODELED_SYSTEM]["ref"] == "dict" and "Map (model off)" in lookups

@@ -277,6 +277,24 @@ def test_emulated_every_test_runs_a_few_events(test):
             " " + mp.EMULATED_LABEL)
 
 
+@needs_emulated_programs
+def test_emulated_rates_keep_modeled_time_when_it_is_switched_off(monkeypatch):
+    """PYBPF_NO_MODELED_TIME does not reach map-perf: its emulated rates are modeled time."""
+    monkeypatch.setenv("PYBPF_NO_MODELED_TIME", "1")
+    cfg = mp.Config(test_flags=mp.Test.HASH_PREALLOC.bit, num_procs=1, max_cnt=5,
+                    backend="emulated", cpus=1, json=True, progress=False)
+    assert mp.run(cfg).results[0].rate > 0
+
+
+def test_emulated_run_refuses_a_machine_without_modeled_time():
+    from pybpf import system
+    from pybpf.bench.map_perf.emulated_run import EmulatedRun
+
+    untimed = system("emulated", cpus=1, modeled_time=False)
+    with pytest.raises(ValueError, match="map-perf's emulated rates: these figures are modeled"):
+        EmulatedRun(untimed, mp.Config(backend="emulated"))
+
+
 def _numa_run(mode: str):
     cfg = mp.Config(test_flags=mp.Test.INNER_LRU_HASH_PREALLOC.bit, num_procs=20, max_cnt=20,
                     backend="emulated", cpus=20, nodes=2, numa_node=mode, parent_cpu=10,

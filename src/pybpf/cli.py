@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import __version__, calibrate, reproduce
+from . import __version__, calibrate, doctor, reproduce
 from .backends import BACKENDS
 from .bench import cpumap, htab_mem, interp, map_perf, ops, sockmap
 from .commands import CommandError as CommandError  # what a refused run raises, as before
@@ -141,6 +141,9 @@ COMMANDS: dict[str, Command] = {
     "differential": Command("run random map-operation sequences on two backends and compare "
                             "every returned byte and errno (the kernel is the oracle)",
                             differential.configure_parser, differential.run),
+    "doctor": Command("which tiers and features are active here: the kernel backend, bpffs "
+                      "and tracefs, the C accelerator, the engines, plots, modeled time",
+                      doctor.configure_parser, doctor.run),
 }
 
 

@@ -88,7 +88,7 @@ def model_cpumap_rate(profile: str, *, gro: bool, skb_alloc: str = "napi_skb_cac
     if bursts < 1 or warmup < 0:
         raise ValueError(f"bursts must be >= 1 and warmup >= 0, got {bursts}, {warmup}")
     system = pybpf.system("emulated", profile=profile, cpumap_skb_alloc=skb_alloc,
-                          cpumap_rx=rx)
+                          cpumap_rx=rx, modeled_time=True)  # the figures are modeled time
     machine = system.machine
     app_cpu = producer_cpu if app_cpu is None else app_cpu
     for name, value in (("cpu", cpu), ("producer_cpu", producer_cpu), ("app_cpu", app_cpu)):

@@ -9,7 +9,8 @@ delete, and batch lookup / batch update per element, through:
   directory when gcc and libbpf-dev are present; nothing is installed), a bare ctypes
   bpf(2) call, pybpf's ``System`` call, and ``Map`` with the C accelerator and with the
   pure-Python path (a child process with PYBPF_NO_ACCEL=1);
-- emulated backend: a plain ``dict`` with the same keys, the ``System`` call, and ``Map``.
+- emulated backend: a plain ``dict`` with the same keys, the ``System`` call, and ``Map``,
+  with modeled time (emulated/machine/timing.py) and without it (``modeled_time=False``).
 
 Every figure is the best of ``--repeat`` rounds of ``--n`` operations, in ns per operation
 (per element for batches), with the spread of its rounds, ops/s and the ratio to the
@@ -44,6 +45,7 @@ from .args import int_arg
 from .report import Progress, Ratio, spread
 
 OPS = ("lookup", "update", "delete", "batch_lookup", "batch_lookup_arrays", "batch_update")
+UNMODELED_SYSTEM = "System (model off)"  # the emulated System call without modeled time
 # Ops compared with another op of the reference (arrays=True against the plain batch).
 REF_OP = {"batch_lookup_arrays": "batch_lookup"}
 REF_SOURCE = Path(__file__).with_name("ops_ref.c")
@@ -400,7 +402,10 @@ def bench_map_pure(backend: str, st: Setup) -> tuple[dict, Callable]:
 
 def run_backend(backend: str, st: Setup, map_only: bool, show_progress: bool) -> list[dict]:
     """Every path of one backend, interleaved op by op and round by round."""
-    system = make_system(backend)
+    emulated = backend == "emulated"
+    # The emulated paths say which machine they time: with modeled time, whatever
+    # PYBPF_NO_MODELED_TIME says, and (below) without it.
+    system = make_system(backend, **({"modeled_time": True} if emulated else {}))
     with tempfile.TemporaryDirectory(prefix="pybpf-ops-") as tmp:
         makers: list[tuple[str, Callable]] = []
         ref = None
@@ -417,6 +422,10 @@ def run_backend(backend: str, st: Setup, map_only: bool, show_progress: bool) ->
         makers.append(("Map" if map_only else label, lambda: bench_map(system, st)))
         if maps_mod.accelerated() and not map_only:
             makers.append(("Map (pure Python)", lambda: bench_map_pure(backend, st)))
+        if emulated and not map_only:
+            unmodeled = make_system("emulated", modeled_time=False)
+            makers += [(UNMODELED_SYSTEM, lambda: bench_system(unmodeled, st)),
+                       ("Map (model off)", lambda: bench_map(unmodeled, st))]
         paths: dict[str, tuple | str] = {name: make() for name, make in makers}
         # path -> op -> the figure of each round (ns), or a note where the path cannot do it
         rounds: dict[str, dict[str, list[float] | str] | str] = {
@@ -514,7 +523,11 @@ def summary(rows: list[dict]) -> list[str]:
               (("emulated", "lookup", fast), ("emulated", "lookup", "dict"), 3.0,
                "emulated m[k] vs dict lookup", 1.0),
               (("emulated", "lookup", fast), ("kernel", "lookup", fast), 1.0,
-               "emulated m[k] vs kernel m[k]", None)]
+               "emulated m[k] vs kernel m[k]", None),
+              (("emulated", "update", UNMODELED_SYSTEM), ("kernel", "update", "System call"),
+               1.0, "emulated update without modeled time vs kernel System call", None),
+              (("emulated", "delete", UNMODELED_SYSTEM), ("kernel", "delete", "System call"),
+               1.0, "emulated delete without modeled time vs kernel System call", None)]
     for mine, ref, target, what, floor in checks:
         a, b = by.get(mine), by.get(ref)
         if a and b and min(b) > 0:

@@ -345,7 +345,8 @@ def model_sockmap(profile: str = PROFILE, *, proxy_cpu: int | None = None,
     for path, attempt in ((p, a) for p in PATHS for a in range(ATTEMPTS)):
         if path in paths:
             continue
-        emulated = pybpf.system("emulated", profile=profile)
+        emulated = pybpf.system("emulated", profile=profile,
+                                modeled_time=True)  # the figures are modeled time
         machine = emulated.machine
         table = psock_table(machine)
         host_cpu = table.host_cpus[0]

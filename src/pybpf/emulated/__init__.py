@@ -18,7 +18,7 @@ nothing outside imports the floors' modules. Unit tests of one module (tests/emu
 the exception: they test that module.
 """
 
-from .machine.machine import Machine
+from .machine.machine import NO_MODELED_TIME_ENV, Machine, modeled_time_default
 from .machine.memalloc import HTAB_MEM_DESIGNS
 from .machine.sched import SLEEP, CpuStats, Run, Scheduler, Work
 from .machine.timing import VirtualTimeScheduler
@@ -34,6 +34,7 @@ from .test_run import bpf_test_run_xdp_live
 __all__ = [
     "HTAB_ELEM_SIZE",
     "HTAB_MEM_DESIGNS",
+    "NO_MODELED_TIME_ENV",
     "RING_WAIT",
     "SLEEP",
     "CpuStats",
@@ -45,6 +46,7 @@ __all__ = [
     "Work",
     "XdpBuff",
     "bpf_test_run_xdp_live",
+    "modeled_time_default",
     "native_missing",
     "net_of",
     "psock_table",

@@ -113,6 +113,8 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
     (kmalloc per element, one call_rcu per freed element, no reuse; before) or
     ``"bpf_mem_alloc_call_rcu"`` (per-CPU caches, but each freed element through call_rcu
     first: the 2022 series between its bpf_mem_alloc patch and 0fd7c5d43339).
+    ``modeled_time`` False switches the timing model off (work costs nothing, RCU polls; see
+    ``Machine``); the default is on unless ``PYBPF_NO_MODELED_TIME`` is set.
     ``cpumap_skb_alloc`` picks where cpumap's kthreads get skb heads:
     ``"napi_skb_cache_get_bulk"`` (the CPU's NAPI cache, refilled in bulk; since 6.15) or
     ``"kmem_cache_alloc_bulk"`` (straight from the slab; before). ``cpumap_rx`` picks how
@@ -126,10 +128,11 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
                  machine: Machine | None = None, htab_mem: str = "bpf_mem_alloc",
                  profile: Any = None, cache_scale: float = 1.0, seed: int = 0,
                  cpumap_skb_alloc: str = "napi_skb_cache_get_bulk",
-                 cpumap_rx: str = "gro_receive_skb") -> None:
+                 cpumap_rx: str = "gro_receive_skb", modeled_time: bool | None = None) -> None:
         if machine is not None and (cpus is not None or nodes is not None
-                                    or profile is not None):
-            raise TypeError("give either machine= or cpus=/nodes=/profile=, not both")
+                                    or profile is not None or modeled_time is not None):
+            raise TypeError("give either machine= or cpus=/nodes=/profile=/modeled_time=, "
+                            "not both")
         if htab_mem not in HTAB_MEM_DESIGNS:
             raise ValueError(f"htab_mem={htab_mem!r}: choose one of "
                              f"{', '.join(HTAB_MEM_DESIGNS)}")
@@ -140,7 +143,8 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
             raise ValueError(f"cpumap_rx={cpumap_rx!r}: choose 'gro_receive_skb' or "
                              "'netif_receive_skb_list'")
         self.machine = machine if machine is not None else Machine(
-            cpus, nodes, profile=profile, cache_scale=cache_scale, seed=seed)
+            cpus, nodes, profile=profile, cache_scale=cache_scale, seed=seed,
+            modeled_time=modeled_time)
         self.machine.htab_mem = htab_mem
         if cpumap_skb_alloc != "napi_skb_cache_get_bulk":
             net_of(self.machine).cpumap_skb_alloc = cpumap_skb_alloc

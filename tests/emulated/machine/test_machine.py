@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from pybpf.emulated.machine.machine import AccessStats, Machine
+from pybpf.emulated.machine.machine import NO_MODELED_TIME_ENV, AccessStats, Machine
+from pybpf.emulated.machine.timing import UnmodeledTiming
 from pybpf.topology import parse_cpu_list
 
 
@@ -108,3 +109,69 @@ def test_machine_step_runs_due_rcu_callbacks():
 def test_declared_topology_refuses_non_int_sizes(kw):
     with pytest.raises(TypeError, match="must be an int"):
         Machine(**kw)
+
+
+# -- modeled time switched off -------------------------------------------------------------------
+
+def test_modeled_time_is_on_unless_switched_off(monkeypatch):
+    monkeypatch.delenv(NO_MODELED_TIME_ENV, raising=False)
+    assert Machine(cpus=2).modeled_time and Machine(cpus=2).timing.modeled
+    monkeypatch.setenv(NO_MODELED_TIME_ENV, "1")
+    assert not Machine(cpus=2).modeled_time
+    assert Machine(cpus=2, modeled_time=True).modeled_time  # the argument wins
+    off = Machine(cpus=2, modeled_time=False)
+    assert isinstance(off.timing, UnmodeledTiming) and off.rcu.timing is None
+    assert "modeled_time=False" in repr(off)
+
+
+def test_modeled_time_must_be_a_bool():
+    with pytest.raises(TypeError, match="modeled_time"):
+        Machine(cpus=2, modeled_time="off")
+
+
+def test_without_modeled_time_work_costs_nothing():
+    from pybpf import system
+    from pybpf.uapi import MapType
+
+    s = system("emulated", cpus=2, modeled_time=False)
+    fd = s.map_create(MapType.HASH, 4, 8, 16)
+    s.map_update_elem(fd, bytes(4), bytes(8))
+    assert s.map_lookup_elem(fd, bytes(4)) == bytes(8)
+    timing = s.machine.timing
+    timing.charge(0, "htab_map_update_elem")  # even a direct charge
+    assert timing.clock == [0.0, 0.0] and timing.breakdown(0) == {}
+
+
+def test_without_modeled_time_deferred_work_runs_at_step():
+    """Timers and other deferred work fire when the machine is stepped: the clocks move by
+    waiting only."""
+    machine = Machine(cpus=2, modeled_time=False)
+    fired = []
+    machine.timing.defer(1, 1000.0, lambda: fired.append(machine.current_cpu()))
+    machine.bpf_syscall()
+    assert not fired
+    machine.step()
+    assert fired == [1] and machine.timing.now(1) >= 1000.0
+
+
+def test_without_modeled_time_rcu_callbacks_run_on_the_queuing_cpu():
+    machine = Machine(cpus=2, modeled_time=False)
+    ran_on = []
+    with machine.on_cpu(1):
+        machine.rcu.call_rcu(lambda: ran_on.append(machine.current_cpu()))
+    machine.step()
+    assert ran_on == [1] and machine.current_cpu() == 0
+
+
+def test_figures_refuse_a_machine_without_modeled_time():
+    Machine(cpus=2, modeled_time=True).require_modeled_time("a modeled rate")
+    with pytest.raises(ValueError,
+                       match=f"a modeled rate: these figures are modeled.*{NO_MODELED_TIME_ENV}"):
+        Machine(cpus=2, modeled_time=False).require_modeled_time("a modeled rate")
+
+
+def test_a_shared_machine_takes_no_modeled_time_argument():
+    from pybpf.emulated.system import EmulatedSystem
+
+    with pytest.raises(TypeError, match="modeled_time"):
+        EmulatedSystem(machine=Machine(cpus=2), modeled_time=False)

@@ -58,6 +58,8 @@ def run(cfg: Config) -> RunResult:
     if cfg.cache_scale != 1.0:
         kwargs["cache_scale"] = cfg.cache_scale
     cfg.backend = backend_of(cfg)
+    if cfg.backend == "emulated":
+        kwargs["modeled_time"] = True  # its rates are modeled time (PYBPF_NO_MODELED_TIME aside)
     sys_ = system(cfg.backend, **kwargs)
     if sys_.name == "kernel":
         return KernelRun(sys_, cfg).run()

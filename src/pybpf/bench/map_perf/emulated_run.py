@@ -30,6 +30,7 @@ class EmulatedRun:
     interpreter under a virtual-time scheduler; rates are modeled."""
 
     def __init__(self, sys_, cfg: Config) -> None:
+        sys_.machine.require_modeled_time("map-perf's emulated rates")
         self.sys = sys_
         self.cfg = cfg
         self.nprocs = cfg.num_procs or sys_.num_possible_cpus

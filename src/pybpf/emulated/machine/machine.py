@@ -9,6 +9,12 @@ Rules this module keeps:
 - Time is modeled (``timing``, timing.py): every CPU has a virtual clock that the work the
   emulator does advances, at the costs of a machine profile (the shipped ``host`` one unless
   another is given). ``bpf_ktime_get_ns`` reads the current CPU's clock.
+  ``modeled_time=False`` (or ``PYBPF_NO_MODELED_TIME`` set, when the argument is not given)
+  switches the cost model off, for runs that want the emulator's results, not its figures:
+  work is free (``UnmodeledTiming``), clocks move only when ``step`` runs deferred work (a
+  timer fires there), and RCU completes grace periods by polling (``step``,
+  ``synchronize_rcu``, or a flood of callbacks) instead of at modeled ticks. Contents, errno
+  and orders are the same either way.
 - The current CPU is per thread (``on_cpu``); a thread that never chose one runs on CPU 0. A
   thread may also stand for a task with its own pid (``set_task``), which
   bpf_get_current_pid_tgid reports; otherwise the host's ids.
@@ -31,10 +37,16 @@ from typing import TypeVar
 
 from ...profiles import Profile, load_profile
 from ...topology import Topology, host_topology
-from .rcu import Rcu
-from .timing import Timing
+from .rcu import Rcu, settle_ns
+from .timing import Timing, UnmodeledTiming
 
 DEFAULT_PROFILE = "host"
+NO_MODELED_TIME_ENV = "PYBPF_NO_MODELED_TIME"  # set (non-empty): modeled time off by default
+
+
+def modeled_time_default() -> bool:
+    """Whether a machine models time when not told: yes, unless PYBPF_NO_MODELED_TIME is set."""
+    return not os.environ.get(NO_MODELED_TIME_ENV)
 
 T = TypeVar("T")
 
@@ -153,12 +165,18 @@ class Machine:
     """CPUs, NUMA nodes, per-thread current CPU, modeled time and RCU.
 
     ``profile`` is a ``Profile`` or a shipped profile's name or a file (default ``host``);
-    ``cache_scale`` shrinks the modeled caches for an experiment scaled down as much.
+    ``cache_scale`` shrinks the modeled caches for an experiment scaled down as much;
+    ``modeled_time`` False switches the cost model off (default: on unless
+    PYBPF_NO_MODELED_TIME is set).
     """
 
     def __init__(self, cpus: int | None = None, nodes: int | None = None,
                  profile: Profile | str | None = None, cache_scale: float = 1.0,
-                 seed: int = 0) -> None:
+                 seed: int = 0, modeled_time: bool | None = None) -> None:
+        if modeled_time is None:
+            modeled_time = modeled_time_default()
+        elif not isinstance(modeled_time, bool):
+            raise TypeError(f"modeled_time must be True, False or None, got {modeled_time!r}")
         if isinstance(profile, Profile):
             self.profile = profile
         else:
@@ -175,8 +193,13 @@ class Machine:
         self.num_nodes = self.topology.num_nodes
         # The calling thread's CPU (``current.cpu``); hot paths read it without a call.
         self.current = _CurrentCpu()
-        self.timing = Timing(self.profile, self.cpu_node, cache_scale=cache_scale)
-        self.rcu = Rcu(timing=self.timing, current=self.current)
+        self.modeled_time = modeled_time
+        timing_model = Timing if modeled_time else UnmodeledTiming
+        self.timing = timing_model(self.profile, self.cpu_node, cache_scale=cache_scale)
+        # Without modeled time RCU has no ticks to run at: it polls (Rcu's own rule).
+        self.rcu = Rcu(timing=self.timing if modeled_time else None, current=self.current)
+        # How far ``step`` moves the clocks: as far as RCU needs to settle what is queued.
+        self.settle_ns = settle_ns(self.timing.tick, self.num_cpus)
         self.random = random.Random(seed)  # hash seeds and the like, in creation order
         self._prandom = [random.Random(seed * 1_000_003 + cpu) for cpu in range(self.num_cpus)]
         self.user_memory = UserMemory()
@@ -186,7 +209,8 @@ class Machine:
 
     def __repr__(self) -> str:
         return (f"Machine(cpus={self.num_cpus}, nodes={self.num_nodes}, "
-                f"profile={self.profile.name!r})")
+                f"profile={self.profile.name!r}"
+                + ("" if self.modeled_time else ", modeled_time=False") + ")")
 
     def cpu_to_node(self, cpu: int) -> int:
         self.check_cpu(cpu)
@@ -247,10 +271,21 @@ class Machine:
         Returns the CPU."""
         cpu = self.current.cpu
         timing = self.timing
+        if not self.modeled_time:
+            timing.sync(cpu)  # due deferred work (a timer) still runs first
+            return cpu
         self.rcu.note_syscall(cpu)  # from user mode: a quiescent state
         timing.sync(cpu)
         timing.charge(cpu, entry)
         return cpu
+
+    def require_modeled_time(self, what: str) -> None:
+        """ValueError when modeled time is off: ``what`` (a figure) needs it."""
+        if not self.modeled_time:
+            raise ValueError(
+                f"{what}: these figures are modeled time, which is off on this emulated "
+                f"machine (modeled_time=False, or {NO_MODELED_TIME_ENV} set): unset "
+                f"{NO_MODELED_TIME_ENV} or pass modeled_time=True")
 
     def new_access_stats(self) -> AccessStats:
         return AccessStats(self.cpu_node)
@@ -258,9 +293,14 @@ class Machine:
     def step(self) -> int:
         """Let deferred work advance: the CPUs' clocks move on, in virtual-time order, through
         their pending work (RCU's ticks, grace periods and callbacks, say), which runs, for as
-        long as RCU needs to settle what is queued now (``Rcu.settle_ns``); then a grace
-        period completes for whatever the readers allow. Returns how many RCU callbacks ran."""
+        long as RCU needs to settle what is queued now (``settle_ns``); then a grace period
+        completes for whatever the readers allow. Returns how many RCU callbacks ran.
+
+        Without modeled time RCU has no ticks, so grace periods complete by polling, as
+        long as the callbacks queue more (an allocator's free_bulk after a freed unit); with
+        it, the ticks over ``settle_ns`` have run those."""
         ran = self.rcu.callbacks_run
-        self.timing.run_all_deferred(max(self.timing.clock) + self.rcu.settle_ns, self.on_cpu)
-        self.rcu.poll()
+        self.timing.run_all_deferred(max(self.timing.clock) + self.settle_ns, self.on_cpu)
+        while self.rcu.poll() and not self.modeled_time:
+            pass
         return self.rcu.callbacks_run - ran

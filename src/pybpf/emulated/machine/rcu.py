@@ -68,6 +68,13 @@ MAX_SOFTIRQ_RESTART = 10
 MAX_SOFTIRQ_TIME_NS = 2_000_000
 
 
+def settle_ns(tick: float, cpus: int) -> float:
+    """How long RCU needs in modeled time to run what is queued now: the grace period in
+    progress and the next, each at most one force-quiescent-state scan past a tick, and the
+    tick after."""
+    return 3 * (fqs_jiffies(1e9 / tick, cpus) * tick + tick)
+
+
 def fqs_jiffies(hz: float, cpus: int) -> int:
     """Ticks between the grace-period kthread's force-quiescent-state scans: the kernel's
     RCU_JIFFIES_TILL_FORCE_QS plus nr_cpu_ids / RCU_JIFFIES_FQS_DIV (rcu_init_geometry)."""
@@ -202,9 +209,6 @@ class Rcu:
         self.tick = timing.tick
         self.fqs_ns = fqs_jiffies(1e9 / self.tick, cpus) * self.tick
         self.cpus = [RcuData(cpu) for cpu in range(cpus)]
-        # Long enough for what is queued now to run: the grace period in progress and the
-        # next, each at most one force-quiescent-state scan past a tick, and the tick after.
-        self.settle_ns = 3 * (self.fqs_ns + self.tick)
         self._completed = 0  # grace periods ended
         self._gp_needed = 0  # the highest grace period a CPU waits for
         self._gp_active = False
@@ -267,9 +271,8 @@ class Rcu:
         """Run ``callback`` after a grace period (from the queuing CPU's RCU_SOFTIRQ in
         modeled time, or from a poll). ``size``: the bytes it frees, held until then."""
         timing = self.timing
-        cpu = 0
+        cpu = 0 if self.current is None else self.current.cpu
         if timing is not None:
-            cpu = self.current.cpu
             timing.charge(cpu, "call_rcu")
         with self._lock:
             entry = RcuHead(self._epoch, callback, cpu, size)
@@ -505,10 +508,26 @@ class Rcu:
             if self._ran(due):
                 self.grace_periods += 1
         # Callbacks run outside the lock: they may call_rcu or free into allocators.
+        # Without modeled time polls are RCU_SOFTIRQ: each callback runs on the CPU that
+        # queued it, as the kernel's does (freed memory goes back to that CPU's cache).
+        # (With modeled time the ticks did that; a poll runs what is left where it is.)
+        on_queuing_cpu = self.timing is None and self.current is not None
         for entry in due:
             func, entry.func = entry.func, _ran_already  # keep no freed object alive
-            func()
+            if on_queuing_cpu:
+                self._run_on(entry.cpu, func)
+            else:
+                func()
         return len(due)
+
+    def _run_on(self, cpu: int, func: Callable[[], None]) -> None:
+        """Run ``func`` with ``cpu`` as the calling thread's current CPU."""
+        current = self.current
+        previous, current.cpu = current.cpu, cpu
+        try:
+            func()
+        finally:
+            current.cpu = previous
 
     def synchronize_rcu(self) -> None:
         """Wait for a grace period: every callback queued so far whose readers are gone runs.

@@ -147,6 +147,8 @@ class SpinLock:
 class Timing:
     """Virtual clocks of the CPUs of one emulated machine, and the cost model."""
 
+    modeled = True  # False: UnmodeledTiming, where work costs nothing
+
     def __init__(self, profile: Profile, cpu_node: Iterable[int] | None = None, *,
                  cache_scale: float = 1.0) -> None:
         self.profile = profile
@@ -570,6 +572,40 @@ class Timing:
             if count != c0:
                 delta[event] = (count - c0, ns - ns0)
         return self.clock[cpu] - t0, delta
+
+
+class UnmodeledTiming(Timing):
+    """Modeled time switched off (``Machine(modeled_time=False)``): work costs nothing.
+
+    The clocks, deferred work and memory placement stay (timers and ``Machine.step`` use
+    them), but ``charge``, ``access``, ``atomic`` and the spinlocks do nothing, so a clock
+    moves only by waiting: deferred work run by ``Machine.step``. What the emulator does
+    (map contents, errno, orders) does not depend on the model, only what it would cost; hot
+    paths may skip their cost calls altogether when ``modeled`` is False.
+    """
+
+    modeled = False
+
+    def __repr__(self) -> str:
+        return f"UnmodeledTiming(cpus={len(self.clock)})"
+
+    def charge(self, cpu: int, event: str, n: int = 1) -> None:
+        """Nothing: work costs nothing without modeled time."""
+
+    def access(self, cpu: int, addr: int, write: bool = False) -> float:
+        return 0.0
+
+    def atomic(self, cpu: int, addr: int) -> None:
+        pass
+
+    def spin_lock(self, cpu: int, lock: SpinLock) -> None:
+        pass
+
+    def spin_unlock(self, cpu: int, lock: SpinLock) -> None:
+        pass
+
+    def locked_access(self, cpu: int, lock: SpinLock, addr: int, write: bool = True) -> None:
+        pass
 
 
 class VirtualTimeScheduler:

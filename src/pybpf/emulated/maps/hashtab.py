@@ -239,12 +239,15 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
             lock.acquire()
         cpu = self._current.cpu
         timing = self.timing
-        timing.charge(cpu, "htab_map_update_elem")
-        timing.charge(cpu, "jhash_byte", self.key_size)
-        tlock = self._bucket_lock(hash_)
-        timing.spin_lock(cpu, tlock)
+        modeled = timing.modeled  # without modeled time the hot path skips every cost call
+        if modeled:
+            timing.charge(cpu, "htab_map_update_elem")
+            timing.charge(cpu, "jhash_byte", self.key_size)
+            tlock = self._bucket_lock(hash_)
+            timing.spin_lock(cpu, tlock)
         try:
-            self._walk_cost(cpu, key, hash_)
+            if modeled:
+                self._walk_cost(cpu, key, hash_)
             old = self.table.get(key)
             if flags:  # BPF_ANY passes check_flags
                 self.check_flags(old, flags)
@@ -257,7 +260,8 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
             else:
                 self._replace(old, new)
         finally:
-            timing.spin_unlock(cpu, tlock)
+            if modeled:
+                timing.spin_unlock(cpu, tlock)
             lock.release()
         if old is not None:
             self.htab_put_fd_value(old)
@@ -296,19 +300,24 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
         """Unlink ``key``'s element under its bucket lock (ENOENT when absent), reading its
         value first when ``read``."""
         hash_ = self._hash(key)
-        cpu = self._current.cpu
-        tlock = self._bucket_lock(hash_)
+        timing = self.timing
+        modeled = timing.modeled  # without modeled time the hot path skips every cost call
         with self._lock(hash_):
-            self.timing.spin_lock(cpu, tlock)
+            if modeled:
+                cpu = self._current.cpu
+                tlock = self._bucket_lock(hash_)
+                timing.spin_lock(cpu, tlock)
             try:
-                self._op_cost(cpu, "htab_map_delete_elem", key, hash_)
+                if modeled:
+                    self._op_cost(cpu, "htab_map_delete_elem", key, hash_)
                 elem = self.table.get(key)
                 if elem is None:
                     raise KernelError(errno.ENOENT, "key not found")
                 data = self._read_value(elem) if read else None
                 self._unlink(elem)
             finally:
-                self.timing.spin_unlock(cpu, tlock)
+                if modeled:
+                    timing.spin_unlock(cpu, tlock)
         return elem, data
 
     def htab_map_delete_elem(self, key: bytes) -> None:
@@ -328,7 +337,8 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
     def _lookup(self, key: bytes) -> HtabElem | None:
         """__htab_map_lookup_elem: the element (its access counted and costed), or None."""
         cpu = self._current.cpu
-        self._op_cost(cpu, "htab_map_lookup_elem", key, self._hash_cached(key))
+        if self.timing.modeled:
+            self._op_cost(cpu, "htab_map_lookup_elem", key, self._hash_cached(key))
         elem = self.table.get(key)
         if elem is not None:
             self.access_stats.access(cpu, elem.node)

@@ -97,14 +97,15 @@ class HtabElemMemory:
         # Per CPU, the spare elements a replacement takes (one each, as the kernel's
         # extra_elems); a second thread replacing on the same CPU finds none and makes one.
         self.extra_elems: list[list[HtabElem]] = []
+        lists_timing = timing if timing.modeled else None  # the lists' idiom for "no costs"
         if self.lru:
             self.lru_list = BpfLru(machine.num_cpus, self.percpu_lru,
                                    self.htab_lru_map_delete_node,
                                    lru_target_free(self.max_entries, machine.num_cpus),
-                                   machine.current_cpu, timing, self.numa_node)
+                                   machine.current_cpu, lists_timing, self.numa_node)
             self.lru_list.populate_lazy(self.max_entries, self._new_elem_on_home)
         elif self.prealloc:
-            self.freelist = PcpuFreelist(machine.num_cpus, machine.current_cpu, timing)
+            self.freelist = PcpuFreelist(machine.num_cpus, machine.current_cpu, lists_timing)
             self.freelist.populate_lazy(self.max_entries, self._new_elem_on_home)
             if self.htab_has_extra_elems():  # replacing allocates: one spare per CPU makes a
                 # replacement in a full map succeed

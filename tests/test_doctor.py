@@ -1,0 +1,105 @@
+"""``pybpf doctor``: one line per tier or feature, each kind of line with what is there and
+with what is missing (made missing by monkeypatching what the check looks at)."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from pybpf import accelerator, cli, doctor
+from pybpf.emulated.prog import native
+from pybpf.kernel import syscall
+
+
+def test_doctor_prints_a_line_per_check_and_exits_0(capsys):
+    assert cli.main(["doctor"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("pybpf ") and "Python" in out[0]
+    names = [check().name for check in doctor.CHECKS]
+    assert len(out) == 1 + len(names)
+    for name, line in zip(names, out[1:], strict=True):
+        assert line.startswith(name) and line[22:25] in ("yes", "no ")
+
+
+def test_kernel_backend_line_gives_the_errno_of_a_refusal(monkeypatch):
+    monkeypatch.setattr(syscall, "UNAVAILABLE", None)
+    monkeypatch.setattr(syscall, "probe_map_create", lambda: errno.EPERM)
+    finding = doctor.check_kernel_backend()
+    assert not finding.active and "EPERM (Operation not permitted)" in finding.detail
+    assert "CAP_BPF" in finding.detail
+
+
+def test_kernel_backend_line_when_bpf_cannot_be_called(monkeypatch):
+    monkeypatch.setattr(syscall, "UNAVAILABLE", OSError(errno.ENOSYS, "bpf(2) needs Linux"))
+    finding = doctor.check_kernel_backend()
+    assert not finding.active and "bpf(2) needs Linux" in finding.detail
+
+
+def test_kernel_backend_line_when_bpf_is_allowed(monkeypatch):
+    monkeypatch.setattr(syscall, "UNAVAILABLE", None)
+    monkeypatch.setattr(syscall, "probe_map_create", lambda: 0)
+    assert doctor.check_kernel_backend() == doctor.Finding("kernel backend", True,
+                                                           "bpf(2) allowed")
+
+
+def test_mount_lines_read_proc_mounts(monkeypatch, tmp_path):
+    mounts = tmp_path / "mounts"
+    mounts.write_text("bpf /sys/fs/bpf bpf rw 0 0\ntracefs /sys/kernel/tracing tracefs rw 0 0\n")
+    monkeypatch.setattr(doctor, "PROC_MOUNTS", str(mounts))
+    assert doctor.check_bpffs().active and "/sys/fs/bpf" in doctor.check_bpffs().detail
+    assert doctor.check_tracefs().active
+    mounts.write_text("proc /proc proc rw 0 0\n")
+    bpffs, tracefs = doctor.check_bpffs(), doctor.check_tracefs()
+    assert not bpffs.active and "mount -t bpf bpf /sys/fs/bpf" in bpffs.detail
+    assert not tracefs.active and "mount -t tracefs" in tracefs.detail
+
+
+def test_mount_lines_without_proc_mounts(monkeypatch, tmp_path):
+    monkeypatch.setattr(doctor, "PROC_MOUNTS", str(tmp_path / "absent"))
+    assert not doctor.check_bpffs().active and not doctor.check_tracefs().active
+
+
+def test_accelerator_line_built_off_and_missing(monkeypatch):
+    if accelerator.ACCEL is not None:
+        assert doctor.check_accelerator().active
+    monkeypatch.setattr(accelerator, "ACCEL", None)
+    monkeypatch.setenv("PYBPF_NO_ACCEL", "1")
+    assert "PYBPF_NO_ACCEL" in doctor.check_accelerator().detail
+    monkeypatch.delenv("PYBPF_NO_ACCEL")
+    missing = doctor.check_accelerator()
+    assert not missing.active and "not built" in missing.detail
+
+
+def test_the_reference_engines_are_always_there():
+    assert doctor.check_interpreter().active and doctor.check_jit().active
+
+
+def test_native_engine_line_names_llvmlite_or_what_to_install(monkeypatch):
+    if native.llvm is not None:
+        assert "llvmlite " in doctor.check_native().detail
+    monkeypatch.setattr(native, "llvm", None)
+    finding = doctor.check_native()
+    assert not finding.active and "pip install llvmlite" in finding.detail
+
+
+def test_matplotlib_line_gives_its_version_or_the_extra(monkeypatch):
+    monkeypatch.setattr(doctor, "package_version", lambda package: "9.9")
+    assert doctor.check_matplotlib() == doctor.Finding("plots (--plot)", True, "matplotlib 9.9")
+    monkeypatch.setattr(doctor, "package_version", lambda package: None)
+    finding = doctor.check_matplotlib()
+    assert not finding.active and "pybpf[plot]" in finding.detail
+
+
+def test_package_version_of_a_missing_package():
+    assert doctor.package_version("pybpf_no_such_package") is None
+
+
+@pytest.mark.parametrize("value,active", [(None, True), ("1", False)])
+def test_modeled_time_line_follows_the_switch(monkeypatch, value, active):
+    if value is None:
+        monkeypatch.delenv("PYBPF_NO_MODELED_TIME", raising=False)
+    else:
+        monkeypatch.setenv("PYBPF_NO_MODELED_TIME", value)
+    finding = doctor.check_modeled_time()
+    assert finding.active is active and "PYBPF_NO_MODELED_TIME" in finding.detail
