@@ -89,6 +89,19 @@ def test_random_loops_agree_with_the_interpreter_to_the_instruction(items, budge
         assert outcome(items, "jit", budget) == reference
 
 
+def test_a_loop_whose_trip_count_the_optimizer_divides_in_128_bits_runs():
+    """Found by the random loops: LLVM's loop analysis gave this one a call to libgcc's
+    __udivti3, which MCJIT could not resolve by itself; every external call of the module
+    (the frame's memset first) then jumped to address 0 and the process died."""
+    R4, R9 = asm.Reg(4), asm.Reg(9)
+    items = [b.lddw(R2, -1), b.label("top"), b.movsx64(R9, R3, 32), b.sub64(R3, -1),
+             b.sdiv32(R1, 0x7FFF_FFFF), b.stx(4, FP, -8, R1), b.ldx(4, R6, FP, -8),
+             b.and64(R9, R4), b.stx(4, FP, -12, R9), b.ldx(4, R4, FP, -12),
+             b.mov32(R9, R2), b.stx(1, FP, -7, R9), b.ldx(1, R2, FP, -7), b.add64(R6, 1),
+             b.jlt(R6, 31, "top"), b.exit_()]
+    assert outcome(items, "native", 1094) == outcome(items, "interp", 1094)
+
+
 EDGES = [0, 1, 2, 0x7FFF_FFFF, 0x8000_0000, 0xFFFF_FFFF, 1 << 63, (1 << 64) - 1, 0x1_0000_0001]
 
 

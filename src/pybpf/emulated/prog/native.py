@@ -22,6 +22,7 @@ Rules this module keeps:
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -574,10 +575,33 @@ def check_compilable(exe: Executable) -> int:
 
 
 # -- compiling and running -----------------------------------------------------------------------
+# The run-time functions compiled code may call: the C library's, for the intrinsics LLVM
+# lowers to calls (the frame's memset, copies), and libgcc's 128-bit division, which the
+# optimizer's loop analysis may bring in (a trip count of a budgeted loop).
+RUNTIME_SYMBOLS = ((None, ("memset", "memcpy", "memmove")),
+                   ("libgcc_s.so.1", ("__udivti3", "__umodti3", "__divti3", "__modti3")))
+
+
+@functools.cache
+def _register_runtime() -> None:
+    """Give MCJIT the addresses of ``RUNTIME_SYMBOLS``. One it cannot resolve leaves the
+    module's relocations unapplied, every external call a jump to address 0."""
+    for library, names in RUNTIME_SYMBOLS:
+        try:
+            lib = ctypes.CDLL(library)
+        except OSError:
+            continue  # not on this system: the optimizer's calls to it stay unresolved
+        for name in names:
+            function = getattr(lib, name, None)
+            if function is not None:
+                llvm.add_symbol(name, ctypes.cast(function, ctypes.c_void_p).value)
+
+
 def _machine() -> Any:
     """A target machine for the host (each MCJIT engine takes one for its own)."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
+    _register_runtime()
     return llvm.Target.from_default_triple().create_target_machine(opt=2)
 
 
