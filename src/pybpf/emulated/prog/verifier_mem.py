@@ -33,6 +33,7 @@ from .verifier_state import (
     BPF_F_RDONLY_PROG,
     BPF_F_WRONLY_PROG,
     BPF_REG_SIZE,
+    CONST_PTR_TO_DYNPTR,
     CONST_PTR_TO_MAP,
     DIRECT_VALUE_MAP_TYPES,
     DST_OP,
@@ -251,7 +252,7 @@ class MemoryChecks:
             if write and self.prog_type not in DIRECT_WRITE_PROG_TYPES:
                 raise _reject(errno.EACCES, "cannot write into packet")
             check_packet_access(regno, reg, off, size)
-        elif reg.type == SCALAR or reg.id or reg.type == PTR_TO_PACKET_END:
+        elif reg.type in (SCALAR, PTR_TO_PACKET_END, CONST_PTR_TO_DYNPTR) or reg.id:
             raise _reject(errno.EACCES, f"R{regno} invalid mem access '{reg.type_str()}'")
         if write or value_regno is None:
             return
@@ -328,7 +329,7 @@ class MemoryChecks:
 
     def check_ctx_access(self, regno: int, reg: Reg, off: int, size: int, write: bool,
                          ldsx: bool) -> Reg:
-        self.check_ctx_pointer(regno, reg)
+        self.check_ptr_off_reg(regno, reg)
         if not ctx_rules.is_valid_access(self.prog_type, off, size, write, ldsx,
                                          self.attach_type):
             raise _reject(errno.EACCES, f"invalid bpf_context access off={off} size={size}")
