@@ -39,6 +39,7 @@ from __future__ import annotations
 import abc
 import errno
 import itertools
+import math
 import time
 from collections.abc import Iterator
 from types import TracebackType
@@ -218,7 +219,7 @@ class UserRingBufProducer(abc.ABC):
         programs. E2BIG: more than the ring holds (or than a header says); ENOSPC: not
         enough room now."""
         self._check_open()
-        if not isinstance(size, int) or size < 0:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise BPFError(errno.EINVAL, f"sample size {size!r}: a size in bytes (u32)",
                            command="user_ringbuf_reserve")
         if size > 0xFFFFFFFF or size & (BPF_RINGBUF_BUSY_BIT | BPF_RINGBUF_DISCARD_BIT):
@@ -245,10 +246,14 @@ class UserRingBufProducer(abc.ABC):
         """user_ring_buffer__reserve_blocking: ``reserve``, waiting up to ``timeout`` seconds
         (None: without limit) for a drain to make room; ETIMEDOUT when none did. Errors other
         than ENOSPC come at once."""
+        if timeout is not None and (isinstance(timeout, bool)
+                                    or not isinstance(timeout, (int, float))):
+            raise TypeError(f"timeout {timeout!r}: seconds (an int or a float), or None")
         if timeout is not None and not timeout >= 0:
             raise BPFError(errno.EINVAL, f"timeout {timeout!r}: seconds >= 0, or None",
                            command="user_ringbuf_reserve_blocking")
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = None if timeout is None or math.isinf(timeout) else \
+            time.monotonic() + timeout
         while True:
             try:
                 return self.reserve(size)

@@ -95,7 +95,8 @@ def test_reserve_gives_a_writable_sample(producer, size):
 
 @pytest.mark.parametrize("size, want", [
     (RING - 7, errno.E2BIG), (1 << 30, errno.E2BIG), (1 << 31, errno.E2BIG),
-    ((1 << 30) - 1, errno.E2BIG), (-1, errno.EINVAL),
+    ((1 << 30) - 1, errno.E2BIG), (-1, errno.EINVAL), (1.5, errno.EINVAL),
+    (True, errno.EINVAL), (None, errno.EINVAL),
 ])
 def test_reserve_refuses_sizes(producer, size, want):
     assert err_of(producer.reserve, size) == want
@@ -119,7 +120,21 @@ def test_reserve_blocking_times_out(producer):
     assert time.monotonic() - start >= 0.2
     assert err_of(producer.reserve_blocking, 8, 0) == errno.ETIMEDOUT
     assert err_of(producer.reserve_blocking, 8, -1) == errno.EINVAL
+    assert err_of(producer.reserve_blocking, 8, float("nan")) == errno.EINVAL
+    with pytest.raises(TypeError, match="seconds"):
+        producer.reserve_blocking(8, "1")
     assert err_of(producer.reserve_blocking, RING, 5) == errno.E2BIG  # at once
+
+
+def test_close_with_a_view_of_a_sample_still_held(producer):
+    """A slice taken from a sample outlives the producer: close succeeds (the kernel
+    backend's mapping goes when the slice does) and the producer is closed."""
+    part = producer.reserve(16)[2:4]
+    producer.close()
+    producer.close()
+    assert part.nbytes == 2
+    with pytest.raises(ValueError, match="closed"):
+        producer.reserve(1)
 
 
 def test_submit_only_what_was_reserved_once(producer):
@@ -333,6 +348,23 @@ READ_8 = [b.mov64(R1, FP), b.add64(R1, -8), b.mov64(R2, 8), b.mov64(R4, 0), b.mo
      errno.EINVAL, "Expected an initialized dynptr as arg #2"),
     ("a read past the buffer", [b.mov64(R3, R1), *READ_8[:2], b.mov64(R2, 9), *READ_8[3:]],
      "m", errno.EINVAL, "invalid write to stack R1 off=-8 size=9"),
+    ("the dynptr spilled and filled: data, not a pointer",
+     [b.stx(8, FP, -16, R1), b.ldx(8, R3, FP, -16), *READ_8], "m", errno.EACCES,
+     "R3 type=scalar expected=fp, dynptr_ptr"),
+    ("the dynptr as a map key", [b.mov64(R2, R1), b.ld_map_fd(R1, "r"),
+                                 b.call("map_lookup_elem"), b.mov64(R0, 0), b.exit_()],
+     "m", errno.EACCES, "R2 type=dynptr_ptr expected=fp, pkt, pkt_meta, map_key, map_value, "
+     "mem, ringbuf_mem, buf, trusted_ptr_"),
+    ("the dynptr returned", [b.mov64(R0, R1), b.exit_()], "m", errno.EACCES,
+     "R0 not a scalar value"),
+    ("dynptr_data of a length not known",
+     [b.mov64(R6, R1), b.call("get_prandom_u32"), b.mov64(R3, R0), b.mov64(R1, R6),
+      b.mov64(R2, 0), b.call("dynptr_data"), b.mov64(R0, 0), b.exit_()], "m", errno.EACCES,
+     "R3 is not a known constant'"),
+    ("a read past dynptr_data's slice",
+     [b.mov64(R2, 0), b.mov64(R3, 8), b.call("dynptr_data"), b.jeq(R0, 0, "out"),
+      b.ldx(8, R0, R0, 4), b.label("out"), b.mov64(R0, 0), b.exit_()], "m", errno.EACCES,
+     "invalid access to memory, mem_size=8 off=4 size=8"),
     ("dynptr_data not checked for NULL",
      [b.mov64(R2, 0), b.mov64(R3, 8), b.call("dynptr_data"), b.ldx(8, R0, R0, 0),
       b.mov64(R0, 0), b.exit_()], "m", errno.EACCES, "R0 invalid mem access 'mem_or_null'"),

@@ -164,6 +164,9 @@ class KernelUserRingBufProducer(UserRingBufProducer):
     def _close(self) -> None:
         for view in (self._consumer, self._producer, self._headers, self._data):
             view.release()
-        self._consumer_page.close()
-        self._producer_area.close()
+        for area in (self._consumer_page, self._producer_area):
+            try:
+                area.close()
+            except BufferError:  # a view taken from a sample is still held: the area is
+                pass  # unmapped when the last one goes
         self._epoll.close()

@@ -92,6 +92,10 @@ _ATOMIC_RMW = frozenset(int(op) | fetch for op in (AtomicOp.ADD, AtomicOp.OR, At
     | {int(AtomicOp.XCHG), int(AtomicOp.CMPXCHG)}
 
 
+# Pointers is_spillable_regtype leaves out: a write of one to the stack is data (STACK_MISC),
+# and reads back as a scalar.
+_UNSPILLABLE_TYPES = frozenset({CONST_PTR_TO_DYNPTR})
+
 def _atomic_ptr_type_ok(reg: Reg) -> bool:
     return reg.type not in (PTR_TO_CTX, *_PKT_TYPES, PTR_TO_PACKET_END, *_SOCKET_TYPES)
 
@@ -361,7 +365,7 @@ class MemoryChecks:
                 or value is None and imm is not None and off % BPF_REG_SIZE == 0:
             frame.stack[spi] = _spill(old, value if value is not None else scalar(imm), size)
             return
-        if value is not None and value.is_pointer:
+        if value is not None and value.is_pointer and value.type not in _UNSPILLABLE_TYPES:
             if size != BPF_REG_SIZE:
                 raise _reject(errno.EACCES, "invalid size of register spill")
             if frame is not cur and value.type == PTR_TO_STACK:
@@ -369,7 +373,8 @@ class MemoryChecks:
                               "of the caller")
             frame.stack[spi] = _spill(old, value, size)
             return
-        zero = value.var == tnum.const(0) if value is not None else imm == 0
+        zero = value.type == SCALAR and value.var == tnum.const(0) if value is not None \
+            else imm == 0
         types = list(old.types)
         if types[BPF_REG_SIZE - 1] in (STACK_SPILL, STACK_ITER):
             # the spill (or iterator) is gone: its bytes are data (is_stack_slot_special)
