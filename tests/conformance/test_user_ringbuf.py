@@ -18,6 +18,7 @@ from pybpf.asm import FP, R0, R1, R2, R3, R4, R5, R6, R7
 from pybpf.asm import builder as b
 from pybpf.btf import BTF_FUNC_STATIC
 from pybpf.errors import VerifierError
+from pybpf.maps import Map, UserRingBuf
 from pybpf.uapi import (
     BPF_F_NO_PREALLOC,
     BPF_F_NUMA_NODE,
@@ -430,3 +431,30 @@ def test_dynptr_data_and_write_in_the_callback(ring):
         sys.close(prog)
     e2big, einval = -errno.E2BIG & 0xFF, -errno.EINVAL & 0xFF
     assert runs == [bytes([9, 0, e2big, einval]), bytes([0xEE, 0, e2big, einval])]
+
+
+# -- the typed map (pybpf.maps.UserRingBuf) --------------------------------------------------
+def test_a_user_ring_buffer_made_from_python(backend):
+    with UserRingBuf(RING, system=backend) as ring:
+        same = backend.map_get_fd_by_id(backend.map_get_info(ring.fd).id)
+        with Map.from_fd(same, system=backend) as typed:
+            assert isinstance(typed, UserRingBuf)
+        ring.write(b"\x01" * 100)
+        ring.discard(ring.reserve(8))
+        sample = ring.reserve_blocking(RING - 136, 0)
+        ring.submit(sample)
+        assert err_of(ring.reserve, 0) == errno.ENOSPC
+        producer = ring.producer
+    assert ring._producer is None
+    with pytest.raises(ValueError):
+        producer.reserve(1)  # closed with its map
+
+
+def test_a_producer_keeps_the_emulated_map_alive_and_lets_it_go_when_closed(emulated):
+    ring = UserRingBuf(RING, system=emulated)
+    map_id = emulated.map_get_info(ring.fd).id
+    producer = emulated.user_ringbuf_producer(ring.fd)
+    ring.close()
+    emulated.close(emulated.map_get_fd_by_id(map_id))  # still there: the producer holds it
+    producer.close()
+    assert err_of(emulated.map_get_fd_by_id, map_id) == errno.ENOENT
