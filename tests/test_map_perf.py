@@ -511,3 +511,19 @@ def test_native_connect_loop_walks_the_start_key_like_the_sample():
     assert struct.unpack_from("=I", run_n.sockaddr.raw, 24) == (lru_lookup_keys(entries)[1],)
     run_n(3)
     assert struct.unpack_from("=I", run_n.sockaddr.raw, 24) == (0,)
+
+
+def test_an_atomic_element_count_contended_by_every_cpu_runs_at_its_lines_rate():
+    """The 2022 series' element-count patch (86fe28f7692d): with max_entries / 2 at most
+    CPUs x 32 the non-preallocated map counts its elements in one atomic_t, which every
+    update and delete of every CPU takes; above it, a percpu_counter each CPU keeps to
+    itself. Eight CPUs: 1000 entries is the percpu_counter, 500 the shared atomic, whose
+    line serves one CPU's RMW at a time."""
+    def rate(entries: int) -> float:
+        cfg = mp.Config(test_flags=mp.Test.HASH_KMALLOC.bit, num_procs=8, num_map_entries=entries,
+                        max_cnt=40, backend="emulated", cpus=8, json=True, progress=False,
+                        profile="sapphire-rapids-2s")
+        results = mp.run(cfg).results
+        return sum(r.rate for r in results) / len(results)
+
+    assert rate(500) < rate(1000) / 2

@@ -622,15 +622,18 @@ SEEDS: tuple[Seed, ...] = (
          GRO_TARGET, model=seed_002, variants=(GRO_OFF,)),
     Seed("003", "call_rcu in non-prealloc htab (0fd7c5d43339)", "map_perf_test 4",
          (1.0e5, 2.5e5, "events/s"), (1.9, 3.1), model=seed_003,
-         miss_cause="RCU now runs as the kernel's (per-CPU callback lists, grace periods "
+         miss_cause="RCU runs as the kernel's (per-CPU callback lists, grace periods "
                     "waiting for every busy CPU, rcu_do_batch's blimit, qhimark and divisor "
-                    "from softirq and ksoftirqd, memory held until the callbacks run), yet "
-                    "in the modeled run each CPU's queue stays under qhimark (about 9.7k "
-                    "callbacks at most), grace periods last about 1 ms and at most 1.2 MB "
-                    "is held, so the callbacks' cost still adds up much as one event each; "
-                    "left out: ksoftirqd sharing its CPU with the benchmark (no scheduler "
-                    "under RCU yet), the tick's and the grace-period kthread's own cost, "
-                    "and slab refills whose cost grows with what is outstanding"),
+                    "from softirq and ksoftirqd, memory held until the callbacks run) and "
+                    "the slab as SLUB's (per-CPU slabs, partial lists, __slab_free's slow "
+                    "path, pages from the page allocator), yet what each freed element costs "
+                    "still adds up much as one event each: the flood has nothing to contend "
+                    "on across CPUs (each CPU's callbacks, caches and slabs are its own, the "
+                    "element count a percpu_counter), so the published run's 15 CPUs give "
+                    "the per-CPU rate of these 2; left out: ksoftirqd sharing its CPU with "
+                    "the benchmark (no scheduler under RCU yet), the tick's and the "
+                    "grace-period kthread's own cost, and memcg accounting of each "
+                    "kmalloc (__GFP_ACCOUNT)"),
 )
 
 

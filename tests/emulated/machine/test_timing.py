@@ -2,6 +2,7 @@
 periods, deferred work, and the virtual-time scheduler that makes figures independent of how
 the host interleaves the emulated CPUs' threads."""
 
+import itertools
 import random
 import threading
 import time
@@ -169,6 +170,57 @@ def test_contended_lock_waits_for_the_release_then_pays_the_transfer():
     assert t.now(1) == pytest.approx(released + PROFILE["memory.transfer_local"]
                                      + PROFILE["cpu.spin_lock"])
     assert t.breakdown(1)["lock_wait"][0] == 1
+
+
+def test_atomics_of_two_cpus_on_one_line_take_turns():
+    t = timing()
+    counter = t.alloc_region(64, node=0)
+    t.atomic(0, counter)  # from DRAM: the line is CPU 0's until this RMW is done
+    first = t.now(0)
+    t.atomic(1, counter)  # asked at time 0, while CPU 0's RMW holds the line
+    rmw = PROFILE["memory.transfer_local"] + PROFILE["cpu.atomic"]
+    assert t.now(1) == pytest.approx(first + rmw)
+    assert t.breakdown(1)["line_wait"] == (1, pytest.approx(first))
+    t.atomic(2, t.alloc_region(64, node=0))  # another line: no wait
+    assert "line_wait" not in t.breakdown(2)
+
+
+def test_a_contended_counter_runs_at_the_lines_rate():
+    """N CPUs hammering one line finish no sooner than N x K transfers back to back; the
+    same work on N lines of their own costs each CPU its own RMWs only."""
+    cpus, rounds = 8, 50
+    t = timing()
+    counter = t.alloc_region(64, node=0)
+    for _ in range(rounds):
+        for cpu in range(cpus):  # in virtual-time order, as the scheduler runs them
+            t.atomic(cpu, counter)
+    rmw = PROFILE["memory.transfer_local"] + PROFILE["cpu.atomic"]
+    assert max(t.now(cpu) for cpu in range(cpus)) >= (cpus * rounds - 1) * rmw
+    own = timing()
+    lines = [own.alloc_region(64, node=0) for _ in range(cpus)]
+    for _ in range(rounds):
+        for cpu in range(cpus):
+            own.atomic(cpu, lines[cpu])
+    assert max(own.now(cpu) for cpu in range(cpus)) < rounds * rmw
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 400)), min_size=1, max_size=40))
+def test_atomic_rmws_on_a_line_never_overlap(steps):
+    """Whatever order and clocks the CPUs ask in, no two RMWs hold the line at once, and a
+    CPU never starts its RMW before it asked."""
+    t = timing()
+    counter = t.alloc_region(64, node=0)
+    asked_and_done = []
+    for cpu, work in steps:
+        t.wait_until(cpu, t.now(cpu) + work)
+        asked = t.now(cpu)
+        t.atomic(cpu, counter)
+        asked_and_done.append((asked, t.now(cpu)))
+    spans = sorted(t._line_rmws[counter >> t.line_shift])
+    assert all(end <= nxt for (_, end), (nxt, _) in itertools.pairwise(spans))
+    assert all(done > asked for asked, done in asked_and_done)
+    assert all(start >= 0 for start, _ in spans)
 
 
 def test_grace_periods_run_one_after_another():

@@ -57,6 +57,7 @@ MEMORY_KINDS = ("private_hit", "shared_hit", "dram_local", "dram_remote", "trans
                 "transfer_remote")
 HOT_LINES = 64  # the least a scaled cache keeps (4 KiB): a CPU's every-event lines
 LOCK_HISTORY = 32  # intervals a lock remembers (the latest half is kept when it is full)
+RMW_LINES = 4096  # lines whose atomic RMWs are remembered (the longest unused is forgotten)
 KMALLOC_SIZES = (8, 16, 32, 64, 96, 128, 192, 256, 512, 1024, 2048, 4096, 8192)
 SLAB_MAX_ORDER = 3  # PAGE_ALLOC_COSTLY_ORDER: the largest slab calculate_order picks
 MEMMAP_OFFSET = 1 << (NODE_SHIFT - 1)  # where a node's struct slabs (the vmemmap) lie
@@ -245,6 +246,8 @@ class Timing:
         self._next_addr = [(node << NODE_SHIFT) + PAGE for node in range(len(dist))]
         self._kmem_caches: dict[tuple[int, int], KmemCache] = {}  # (node, class) -> cache
         self._slab_of_page: dict[int, Slab] = {}  # page number -> the slab it belongs to
+        # line -> the stretches [start, end) of virtual time atomic RMWs held it, sorted
+        self._line_rmws: dict[int, list[tuple[float, float]]] = {}
 
     def alloc_region(self, size: int, node: int) -> int:
         """Fresh memory of ``size`` bytes on ``node`` (page aligned): cold in every cache."""
@@ -426,9 +429,34 @@ class Timing:
         self._dirty[line] = cpu
 
     def atomic(self, cpu: int, addr: int) -> None:
-        """A locked read-modify-write of the line holding ``addr`` (a shared counter)."""
+        """A locked read-modify-write of the line holding ``addr`` (a shared counter).
+
+        The line serves one RMW at a time: it must come to this CPU modified and stay there
+        until the operation is done, so RMWs of several CPUs on one line run one after
+        another, each taking the line's transfer and the operation. This one takes the
+        earliest stretch of the line's time, at or after the CPU's clock, that no other
+        CPU's RMW holds; the CPU waits until then (``line_wait``). A contended counter then
+        runs at the line's rate, not at each CPU's."""
+        start = self.clock[cpu]
         self.access(cpu, addr, write=True)
         self.charge(cpu, "atomic")
+        busy = self._line_rmws.get(addr >> self.line_shift)
+        if busy is None:
+            busy = self._line_rmws[addr >> self.line_shift] = []
+            if len(self._line_rmws) > RMW_LINES:
+                del self._line_rmws[next(iter(self._line_rmws))]  # the longest unused
+        took = self.clock[cpu] - start
+        at = start
+        for other_start, other_end in busy[max(0, bisect.bisect_right(busy, (start,)) - 1):]:
+            if other_start >= at + took:
+                break
+            if other_end > at:
+                at = other_end
+        if at > start:
+            self._account(cpu, "line_wait", 1, at - start)
+        bisect.insort(busy, (at, at + took))
+        if len(busy) > LOCK_HISTORY:
+            del busy[:-LOCK_HISTORY // 2]  # a CPU further behind than these does not wait
 
     # -- locks ---------------------------------------------------------------------------------
     def new_lock(self, addr: int) -> SpinLock:

@@ -10,7 +10,7 @@ Rules the fuzz keeps:
   ``CALL_SECONDS`` (counts like 2**32-1 must answer at once) or one that grows the process's
   peak memory by more than ``GROWTH_BYTES``.
 - A disagreement is (input class, kernel result, emulated result). One in ``ALLOWED`` (each a
-  difference README's "Where the emulated backend deliberately differs" states) is counted
+  difference docs/emulated-differences.md states) is counted
   and the sequence goes on, unless one side did what the other refused; any other ends its
   sequence, since the states have diverged.
 - Pins are names under a prefix of the sequence in /sys/fs/bpf, removed when it ends (the
@@ -47,8 +47,8 @@ TRACEFS_EVENTS = "/sys/kernel/tracing/events"
 EMULATED_PROG_TYPES = ("socket_filter", "sched_cls", "sched_act", "cgroup_skb", "lwt_in",
                        "lwt_out", "lwt_xmit", "xdp", "tracepoint", "raw_tracepoint", "syscall",
                        "sk_skb", "sk_msg", "kprobe", "perf_event")
-# (input class regex, kernel results ("*": any), emulated results) -> the README's words
-# (its "Where the emulated backend deliberately differs").
+# (input class regex, kernel results ("*": any), emulated results) -> the words of
+# docs/emulated-differences.md.
 Rule = tuple[str, frozenset[str], frozenset[str]]
 _ANY = frozenset({"*"})
 _NOT_LOADED = "|".join(name.lower() for name in ProgType.__members__
