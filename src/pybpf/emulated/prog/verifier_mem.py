@@ -96,6 +96,7 @@ _ATOMIC_RMW = frozenset(int(op) | fetch for op in (AtomicOp.ADD, AtomicOp.OR, At
 # and reads back as a scalar.
 _UNSPILLABLE_TYPES = frozenset({CONST_PTR_TO_DYNPTR})
 
+
 def _atomic_ptr_type_ok(reg: Reg) -> bool:
     return reg.type not in (PTR_TO_CTX, *_PKT_TYPES, PTR_TO_PACKET_END, *_SOCKET_TYPES)
 
