@@ -114,6 +114,16 @@ def test_reserve_until_full_then_enospc(producer):
     assert err_of(producer.reserve, 0) == errno.ENOSPC  # discarded, not yet drained
 
 
+def test_wait_answers_whether_the_ring_has_a_byte_free(producer):
+    assert producer.wait(0) is True
+    sample = producer.reserve(RING - 16)
+    assert producer.wait(0) is True  # 8 bytes free: room for no sample, but writable
+    producer.reserve(0)
+    assert producer.wait(0) is False
+    producer.submit(sample)
+    assert producer.wait(0.05) is False  # a submit is no drain
+
+
 def test_reserve_blocking_times_out(producer):
     producer.reserve(RING - 8)
     start = time.monotonic()

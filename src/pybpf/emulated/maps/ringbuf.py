@@ -280,7 +280,9 @@ class UserRingBufWriter(UserRingBufProducer):
     pybpf.ringbuf's protocol over the positions and data the map keeps, a sample staged in a
     buffer of its own until submit. It holds a reference on the map (as a mapping does)
     until ``close``; its eventfd is signalled by each drain that wakes producers, and
-    ``wait`` answers at once while the ring has a byte free, as the kernel's poll does."""
+    ``wait`` answers at once while the ring has a byte free, as the kernel's poll does. The
+    eventfd itself (``fileno``) is readable only once a drain signalled it, where the
+    kernel's map fd polls writable for as long as the ring has room."""
 
     def __init__(self, ring: UserRingBuf, release: Callable[[], None]) -> None:
         super().__init__(len(ring.data))
