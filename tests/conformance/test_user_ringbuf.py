@@ -300,6 +300,40 @@ def test_the_callback_stops_the_drain(ring):
 
 
 # -- waking a blocked producer ---------------------------------------------------------------
+def test_a_producer_learns_of_room_from_a_wakeup(ring):
+    """What the map's poll says, as epoll reports it: a producer whose last wait found the
+    ring full is told of room only by a drain's wake-up. BPF_RB_FORCE_WAKEUP wakes it though
+    the drain took nothing (the one sample is still BUSY and fills the ring): woken, it finds
+    no room and waits on; a drain with BPF_RB_NO_WAKEUP frees the ring without telling it."""
+    sys, fd, producer = ring
+    held = producer.reserve(RING - 8)
+    assert drain(sys, fd, BPF_RB_FORCE_WAKEUP) == (0, 0)
+    assert producer.wait(0.1) is False
+    producer.submit(held)
+    assert drain(sys, fd, BPF_RB_NO_WAKEUP) == (1, 0)  # its bytes were never written: 0
+    assert producer.wait(0.1) is False  # room, but no wake-up since the ring was full
+    assert drain(sys, fd, BPF_RB_FORCE_WAKEUP) == (0, 0)
+    assert producer.wait(0) is True
+    assert producer.wait(0) is True  # still writable: it stays reported while it has room
+
+
+def test_a_producer_made_on_a_full_ring_waits_for_a_wakeup(ring):
+    sys, fd, producer = ring
+    producer.reserve(RING - 8)
+    with sys.user_ringbuf_producer(fd) as second:
+        assert second.wait(0) is False
+    fd2 = sys.map_create(MapType.USER_RINGBUF, 0, 0, RING)
+    try:
+        with sys.user_ringbuf_producer(fd2) as first:
+            submit(first, b"\x03" * (RING - 8))
+            with sys.user_ringbuf_producer(fd2) as second:
+                assert drain(sys, fd2, BPF_RB_NO_WAKEUP) == (1, 3)
+                assert second.wait(0) is False  # made on a full ring, never woken since
+                assert first.wait(0) is True  # on the ready list since it was made
+    finally:
+        sys.close(fd2)
+
+
 @pytest.mark.parametrize("flags, woken", [(0, True), (BPF_RB_NO_WAKEUP, False)])
 def test_a_drain_wakes_a_blocked_producer_unless_told_not_to(ring, flags, woken):
     """A producer blocked on a full ring: a drain that took a sample wakes it at once; with

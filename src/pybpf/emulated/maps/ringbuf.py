@@ -36,6 +36,7 @@ import os
 import select
 import struct
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -279,10 +280,10 @@ class UserRingBufWriter(UserRingBufProducer):
     """The user-space producer of an emulated USER_RINGBUF (``System.user_ringbuf_producer``):
     pybpf.ringbuf's protocol over the positions and data the map keeps, a sample staged in a
     buffer of its own until submit. It holds a reference on the map (as a mapping does)
-    until ``close``; its eventfd is signalled by each drain that wakes producers, and
-    ``wait`` answers at once while the ring has a byte free, as the kernel's poll does. The
-    eventfd itself (``fileno``) is readable only once a drain signalled it, where the
-    kernel's map fd polls writable for as long as the ring has room."""
+    until ``close``; its eventfd is signalled by each drain that wakes producers, and ``wait``
+    answers as epoll on the kernel's map fd does. The eventfd itself (``fileno``) is readable
+    only once a drain signalled it, where the kernel's epoll fd is readable for as long as
+    the producer is on its ready list with room."""
 
     def __init__(self, ring: UserRingBuf, release: Callable[[], None]) -> None:
         super().__init__(len(ring.data))
@@ -291,6 +292,8 @@ class UserRingBufWriter(UserRingBufProducer):
         self._event = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         with ring.spinlock:
             ring.wakeups.add(self._event)
+            # on epoll's ready list: ep_insert's look at the map found room
+            self._ready = ring.producer_pos - ring.consumer_pos < len(ring.data)
 
     def _load_consumer_pos(self) -> int:
         with self.ring.spinlock:
@@ -319,16 +322,31 @@ class UserRingBufWriter(UserRingBufProducer):
             data[offset:offset + 4] = length.to_bytes(4, "little")
 
     def wait(self, timeout: float | None) -> bool:
+        """What epoll_wait on the map fd answers (ringbuf_map_poll_user, level-triggered):
+        True while the producer is on epoll's ready list and the ring has a byte free; a
+        look that finds it full takes it off the list, and only a drain's wake-up puts it
+        back (so room a BPF_RB_NO_WAKEUP drain made is not seen until then, and a
+        BPF_RB_FORCE_WAKEUP of a full ring is looked at and waited on). False when
+        ``timeout`` seconds pass first."""
         ring = self.ring
-        with ring.spinlock:
-            room = ring.producer_pos - ring.consumer_pos < len(ring.data)
-        if room or select.select([self._event], [], [], timeout)[0]:
-            try:
-                os.eventfd_read(self._event)
-            except BlockingIOError:  # nothing signalled: there was room already
-                pass
-            return True
-        return False
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._ready:
+                self._take_wakeups()  # a wake-up before this look is answered by it
+                with ring.spinlock:
+                    if ring.producer_pos - ring.consumer_pos < len(ring.data):
+                        return True
+                self._ready = False
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([self._event], [], [], remaining)[0]:
+                return False
+            self._ready = True
+
+    def _take_wakeups(self) -> None:
+        try:
+            os.eventfd_read(self._event)
+        except BlockingIOError:  # none came
+            pass
 
     def fileno(self) -> int:
         return self._event
