@@ -203,8 +203,9 @@ class UserRingBufProducer(abc.ABC):
 
     @abc.abstractmethod
     def wait(self, timeout: float | None) -> bool:
-        """Wait until the ring may have room (True: it has at least a byte free, or a drain
-        signalled), or ``timeout`` seconds (None: no limit; 0: just ask) pass (False)."""
+        """Wait until the map polls writable (True: a byte free, as epoll reports it: once
+        a look found the ring full, only a drain's wake-up makes it look again), or
+        ``timeout`` seconds (None: no limit; 0: just ask) pass (False)."""
 
     @abc.abstractmethod
     def fileno(self) -> int: ...
