@@ -48,7 +48,7 @@ from .errors import BPFError, KeyNotFoundError, map_description
 from .handles import FdHandle
 from .mapcore import MODE_KERNEL, MODE_SLOW, MODE_TABLE, MapCore
 from .perf_buffer import PerfBufferReader, PerfSample
-from .ringbuf import RingBufReader
+from .ringbuf import RingBufReader, UserRingBufProducer
 from .system import FastOps, MapInfo, System
 from .uapi import (
     BPF_F_NO_PREALLOC,
@@ -63,7 +63,7 @@ __all__ = [
     "ArrayMap", "ArrayOfMaps", "BatchCursor", "BloomFilterMap", "HashMap", "HashOfMaps",
     "LpmKey", "LpmTrieMap", "LruHashMap", "LruPercpuHashMap", "Map", "MapSpec",
     "PercpuArrayMap", "PercpuHashMap", "PerCpuValue", "PerfEventArray", "QueueMap", "RingBuf",
-    "StackMap", "UpdateFlags",
+    "StackMap", "UpdateFlags", "UserRingBuf",
     "accelerated",
 ]
 
@@ -773,6 +773,55 @@ class PerfEventArray(_TypedMap):
         super().close()
 
 
+class UserRingBuf(_TypedMap):
+    """BPF_MAP_TYPE_USER_RINGBUF: ``size`` bytes (a power of two, whole pages) of samples that
+    user space writes and programs drain (bpf_user_ringbuf_drain); it has no elements
+    (lookups: ENOTSUPP). ``reserve``, ``reserve_blocking``, ``submit`` and ``discard`` are
+    libbpf's user_ring_buffer calls, through ``producer``: the System's producer of this map
+    (``System.user_ringbuf_producer``), made on first use and closed with the map."""
+
+    map_type = MapType.USER_RINGBUF
+    fixed_key_size = 0
+    _producer: UserRingBufProducer | None = None
+
+    def __init__(self, size: int, *, flags: int = 0, name: str = "",
+                 numa_node: int | str | None = None, system: System | None = None) -> None:
+        super().__init__(size, None, None, value_size=0, flags=flags, name=name,
+                         numa_node=numa_node, system=system)
+
+    @property
+    def producer(self) -> UserRingBufProducer:
+        if self._producer is None:
+            self._producer = self.system.user_ringbuf_producer(self.fd)
+        return self._producer
+
+    def reserve(self, size: int) -> memoryview:
+        """A writable sample of ``size`` bytes (E2BIG: too big for the ring; ENOSPC: no room)."""
+        return self.producer.reserve(size)
+
+    def reserve_blocking(self, size: int, timeout: float | None = None) -> memoryview:
+        """``reserve``, waiting up to ``timeout`` seconds for room (ETIMEDOUT)."""
+        return self.producer.reserve_blocking(size, timeout)
+
+    def submit(self, sample: memoryview) -> None:
+        self.producer.submit(sample)
+
+    def discard(self, sample: memoryview) -> None:
+        self.producer.discard(sample)
+
+    def write(self, data: bytes) -> None:
+        """One sample holding ``data``: reserve, copy, submit."""
+        sample = self.producer.reserve(len(data))
+        sample[:] = data
+        self.producer.submit(sample)
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.close()
+            self._producer = None
+        super().close()
+
+
 def register_typed_class(cls: type[Map]) -> type[Map]:
     """Make ``cls`` the class ``Map.create`` / ``from_fd`` give for its ``map_type`` (typed
     classes defined outside this module: sock_maps.py)."""
@@ -784,7 +833,7 @@ _CLASS_FOR_TYPE: dict[int, type[Map]] = {
     cls.map_type: cls for cls in (HashMap, LruHashMap, PercpuHashMap, LruPercpuHashMap,
                                   ArrayMap, PercpuArrayMap, ArrayOfMaps, HashOfMaps, QueueMap,
                                   StackMap, LpmTrieMap, BloomFilterMap, RingBuf,
-                                  PerfEventArray)
+                                  UserRingBuf, PerfEventArray)
 }
 
 

@@ -69,7 +69,7 @@ from .errors import (
 )
 from .perf_buffer import PerfBufferReader
 from .records import BatchLookup, FastOps, MapInfo, ProgInfo, TestRun
-from .ringbuf import RingBufReader
+from .ringbuf import RingBufReader, UserRingBufProducer
 from .topology import Topology
 from .uapi import NUMA_NO_NODE, MapType, map_traits
 
@@ -291,6 +291,29 @@ class System(abc.ABC):
         that can read ring buffers overrides this."""
         raise KernelError(errno.EOPNOTSUPP, f"the {self.name} backend has no ring buffer "
                           "reader")
+
+    def user_ringbuf_producer(self, fd: int) -> UserRingBufProducer:
+        """A producer of USER_RINGBUF map ``fd`` (libbpf's user_ring_buffer__new): ``reserve``,
+        ``reserve_blocking``, ``submit``, ``discard`` the samples programs drain with
+        bpf_user_ringbuf_drain (``pybpf.ringbuf``). It maps the ring itself, so it stays valid
+        after ``fd`` is closed, until its own ``close``. A map of another type: EINVAL, as
+        libbpf answers."""
+        try:
+            fd = fd_arg(fd)
+            info = self._map_get_info(fd)
+            if info.type != MapType.USER_RINGBUF:
+                raise KernelError(errno.EINVAL, f"not a user ring buffer: a producer writes "
+                                  f"BPF_MAP_TYPE_USER_RINGBUF maps, this is "
+                                  f"{map_describe(info)}")
+            return self._user_ringbuf_producer(fd, info.max_entries)
+        except KernelError as exc:
+            raise self._map_fail(exc, "user_ringbuf_producer", fd) from None
+
+    def _user_ringbuf_producer(self, fd: int, size: int) -> UserRingBufProducer:
+        """The backend's producer of user ring buffer ``fd`` (``size`` bytes of data); a
+        backend that can write user ring buffers overrides this."""
+        raise KernelError(errno.EOPNOTSUPP, f"the {self.name} backend has no user ring "
+                          "buffer producer")
 
     def perf_buffer_reader(self, fd: int, pages: int = 8) -> PerfBufferReader:
         """A reader of what programs send to PERF_EVENT_ARRAY map ``fd`` with

@@ -93,10 +93,11 @@ def sys(request):
 
 
 def load_with_func_info(sys, items: Sequence, callbacks: dict[str, int] | None = None,
-                        maps=None, func_info: bool = True) -> int:
-    """Load ``items`` as a SCHED_CLS program with BTF func_info: main (global) at 0, and a
-    subprogram at each label of ``callbacks`` with the BTF linkage given there (default: a
-    static ``cb``); other labels are plain labels."""
+                        maps=None, func_info: bool = True, prog_type: int = ProgType.SCHED_CLS,
+                        prog_flags: int = 0) -> int:
+    """Load ``items`` as a program (default: SCHED_CLS) with BTF func_info: main (global) at
+    0, and a subprogram at each label of ``callbacks`` with the BTF linkage given there
+    (default: a static ``cb``); other labels are plain labels."""
     callbacks = {"cb": BTF_FUNC_STATIC} if callbacks is None else callbacks
     assembly = assemble(items)
     insns = assembly.with_map_fds(lambda name: maps[name])
@@ -108,7 +109,7 @@ def load_with_func_info(sys, items: Sequence, callbacks: dict[str, int] | None =
     records = sorted(zip(starts, range(first, first + len(funcs)), strict=True))
     info = b"".join(struct.pack("<II", start, type_id) for start, type_id in records)
     try:
-        return sys.prog_load(ProgType.SCHED_CLS, encode(insns), prog_btf_fd=btf_fd,
-                             func_info=info if func_info else b"")
+        return sys.prog_load(prog_type, encode(insns), prog_btf_fd=btf_fd,
+                             func_info=info if func_info else b"", prog_flags=prog_flags)
     finally:
         sys.close(btf_fd)

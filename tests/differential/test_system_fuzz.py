@@ -136,3 +136,10 @@ def test_every_allowed_difference_is_stated_in_the_docs():
     words = " ".join(doc.read_text().split())
     for reason in set(f.ALLOWED.values()):
         assert reason in words, f"docs/emulated-differences.md does not state: {reason}"
+
+
+def test_the_fuzz_knows_which_map_types_the_emulated_backend_has():
+    """EMULATED_MAP_TYPES (what the "refused there" rule leaves out) is bpf_types.MAP_OPS: a
+    map type the emulated backend gains is compared with the kernel's from then on."""
+    from pybpf.emulated.bpf_types import MAP_OPS
+    assert f.EMULATED_MAP_TYPES == set(MAP_OPS)

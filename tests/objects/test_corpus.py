@@ -480,6 +480,26 @@ def run_ringbuf_reserve(obj: Object) -> dict:
     return {"avail": avail, "counts": (g["submitted"], g["discarded"], g["too_big"])}
 
 
+def run_user_ringbuf_drain(obj: Object) -> dict:
+    """Requests written through the map's producer (struct request: op, key, value), drained
+    in three runs, then a run with flags the helper refuses."""
+    requests, prog, g = obj.maps["requests"], obj.programs["drain"], obj.globals
+    add, stop = 1, 2
+    for op, key, value in ((add, 1, 10), (add, 2, 5)):
+        requests.write(struct.pack("<IIQ", op, key, value))
+    requests.discard(requests.reserve(16))
+    requests.write(b"tiny")  # shorter than a request: bpf_dynptr_read fails
+    for op, key, value in ((add, 1, 7), (stop, 0, 0), (add, 3, 1)):
+        requests.write(struct.pack("<IIQ", op, key, value))
+    rets = []
+    for flags in (0, 0, 0, 4):
+        g["drain_flags"] = flags
+        prog.test_run()
+        rets.append(g["last_ret"])
+    return {"rets": rets, "totals": contents(obj.maps["totals"]),
+            "counts": (g["handled"], g["short_samples"], g["stops"])}
+
+
 CASES = [
     Case("loop_bounded_sum", "loop_bounded_sum", run=run_loop_bounded_sum,
          expected={"runs": [(XDP_PASS, 496, 32), (XDP_DROP, 63, 21)]}),
@@ -604,6 +624,10 @@ CASES = [
          expected={"seq": 3, "last_err": 0, "query": (72, 72, 0, 4096)}),
     Case("ringbuf_reserve", "ringbuf_reserve", run=run_ringbuf_reserve,
          expected={"avail": [24, 48, 72], "counts": (2, 1, 3)}),
+    # the first drain: 6 turns (add, add, discarded, tiny, add, stop) less the discarded one
+    Case("user_ringbuf_drain", "user_ringbuf_drain", run=run_user_ringbuf_drain,
+         expected={"rets": [5, 1, 0, -errno.EINVAL], "totals": {1: 17, 2: 5, 3: 1},
+                   "counts": (5, 1, 1)}),
     Case("ringbuf_leak", "ringbuf_leak", refused=errno.EINVAL,
          refusal="would lead to reference leak"),
 ]

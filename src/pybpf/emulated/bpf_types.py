@@ -12,7 +12,7 @@ from .maps.bpf_map import BpfMap
 from .maps.hashtab import HtabLruMap, HtabLruPercpuMap, HtabMap, HtabOfMaps, HtabPercpuMap
 from .maps.lpm_trie import LpmTrie
 from .maps.queue_stack_maps import BpfQueue, BpfStack
-from .maps.ringbuf import RingBuf
+from .maps.ringbuf import RingBuf, UserRingBuf
 from .net.cpumap import CpuMap
 from .net.devmap import DevMap, DevMapHash
 from .net.sock_map import SockHash, SockMap
@@ -20,7 +20,7 @@ from .net.sock_map import SockHash, SockMap
 _FAMILIES: tuple[type[BpfMap], ...] = (
     HtabMap, HtabPercpuMap, HtabLruMap, HtabLruPercpuMap, HtabOfMaps,
     BpfArray, BpfPercpuArray, ProgArray, PerfEventArray, ArrayOfMaps,
-    BpfQueue, BpfStack, LpmTrie, BloomFilter, RingBuf,
+    BpfQueue, BpfStack, LpmTrie, BloomFilter, RingBuf, UserRingBuf,
     DevMap, DevMapHash, CpuMap, SockMap, SockHash,
 )
 

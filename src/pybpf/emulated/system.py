@@ -48,7 +48,7 @@ from .machine.machine import Machine
 from .machine.memalloc import HTAB_MEM_DESIGNS
 from .maps.bpf_map import BpfMap, bpf_map_attr_numa_node
 from .maps.bpf_spin_lock import check_and_init_map_value, read_map_value
-from .maps.ringbuf import RingBufConsumer
+from .maps.ringbuf import RingBufConsumer, UserRingBufWriter
 from .net.netdev import net_of
 from .prog.btf import BtfMixin, map_check_btf
 from .progs import ProgramsMixin
@@ -503,6 +503,11 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
         ring = self.map_from_fd(fd)
         self.bpf_map_inc(ring)  # the reader's reference, as a mapping of the ring holds one
         return RingBufConsumer(ring, lambda: self.bpf_map_put(ring))
+
+    def _user_ringbuf_producer(self, fd: int, size: int) -> UserRingBufWriter:
+        ring = self.map_from_fd(fd)
+        self.bpf_map_inc(ring)  # the producer's reference, as a mapping of the ring holds one
+        return UserRingBufWriter(ring, lambda: self.bpf_map_put(ring))
 
     def _map_get_fd_by_id(self, map_id: int, open_flags: int) -> int:
         file_flags = bpf_obj_file_flags(open_flags, "open_flags")

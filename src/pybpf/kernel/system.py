@@ -15,8 +15,8 @@ Rules this module keeps:
 - The element commands reuse one attr struct and one value buffer per thread and size,
   so the hot path allocates nothing but the returned ``bytes``.
 - Batch buffers are sized by what the map can hold (max_entries), never by the caller's count.
-- Ring buffers and perf event arrays are read through mmap and epoll (ringbuf.py,
-  perf_buffer.py), with the kernel's memory ordering (barrier.py).
+- Ring buffers and perf event arrays are read, and user ring buffers written, through mmap
+  and epoll (ringbuf.py, perf_buffer.py), with the kernel's memory ordering (barrier.py).
 - ``fast_ops`` offers the C accelerator's syscall core (element ops and batches) when it is
   built (``pybpf.accelerator``).
 """
@@ -47,7 +47,7 @@ from ..topology import Topology, host_topology
 from ..uapi import BPF_F_SOCKMAP_TARGET_CPU, Cmd, MapType, map_traits, syscall_value_size
 from . import perf_event
 from .perf_buffer import KernelPerfBufferReader
-from .ringbuf import KernelRingBufReader
+from .ringbuf import KernelRingBufReader, KernelUserRingBufProducer
 from .sockmap import NO_TARGET_CPU, UNMERGED_KFUNCS, SockMapMixin
 from .syscall import (
     NR_BPF,
@@ -379,6 +379,9 @@ class KernelSystem(SockMapMixin, System):
 
     def _ringbuf_reader(self, fd: int, size: int) -> KernelRingBufReader:
         return KernelRingBufReader(fd, size)
+
+    def _user_ringbuf_producer(self, fd: int, size: int) -> KernelUserRingBufProducer:
+        return KernelUserRingBufProducer(fd, size)
 
     def _perf_buffer_reader(self, fd: int, pages: int,
                             max_entries: int) -> KernelPerfBufferReader:

@@ -1,4 +1,5 @@
-"""RINGBUF (kernel/bpf/ringbuf.c): creation and the syscall element commands.
+"""RINGBUF and USER_RINGBUF (kernel/bpf/ringbuf.c): creation, the syscall element commands,
+the kernel's producer of a RINGBUF and consumer of a USER_RINGBUF.
 
 Rules this module keeps:
 - Create (``ringbuf_map_alloc``): a flag other than BPF_F_NUMA_NODE (RDONLY/WRONLY included)
@@ -16,6 +17,16 @@ Rules this module keeps:
   record may wrap; here the copy wraps).
 - The consumer is ``RingBufConsumer`` (``System.ringbuf_reader``): pybpf.ringbuf's walk over
   the positions and data kept here, woken by an eventfd at each commit.
+- USER_RINGBUF (``UserRingBuf``) is the same map the other way round: created and refused
+  as RINGBUF; user space produces (``UserRingBufWriter``, ``System.user_ringbuf_producer``:
+  pybpf.ringbuf's protocol over the positions and data kept here, a sample staged in memory
+  of its own until submit copies it in, as a kernel program's reservation is) and programs
+  consume with bpf_user_ringbuf_drain, which checks every header as the kernel's
+  __bpf_user_ringbuf_peek does (positions 8-aligned, a record inside what was produced and
+  inside the ring, at most a dynptr's 2^24 - 1 bytes), skips discarded records, stops at a
+  BUSY one, and lets one drain at a time run (-EBUSY). The callback sees a copy of the
+  sample (the kernel hands it the ring's pages): a write through its dynptr is not seen in
+  the ring, which the producer then reuses anyway.
 """
 
 from __future__ import annotations
@@ -25,11 +36,12 @@ import os
 import select
 import struct
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ...errors import KernelError
-from ...ringbuf import RingBufReader
+from ...ringbuf import RingBufReader, UserRingBufProducer, record_span
 from ...uapi import BPF_F_NUMA_NODE, ENOTSUPP, MapType
 from .bpf_map import BpfMap, MapAttr, map_ops
 
@@ -50,6 +62,9 @@ RINGBUF_MAX_RECORD_SZ = 0xFFFFFFFF // 4
 # Pages before the data area: the map's own, then the consumer's and the producer's.
 RINGBUF_DATA_PGOFF = RINGBUF_PGOFF + 2
 BPF_RB_AVAIL_DATA, BPF_RB_RING_SIZE, BPF_RB_CONS_POS, BPF_RB_PROD_POS = range(4)
+BPF_RB_NO_WAKEUP, BPF_RB_FORCE_WAKEUP = 1, 2
+BPF_MAX_USER_RINGBUF_SAMPLES = 128 * 1024
+DYNPTR_MAX_SIZE = (1 << 24) - 1  # bpf_dynptr_check_size: a dynptr's size field
 _HEADER = struct.Struct("<II")  # struct bpf_ringbuf_hdr: len, pg_off
 # id(record memory) -> (its ring, its position, the memory) while reserved: what submit and
 # discard find a record's ring by (the kernel: from the header's page offset)
@@ -181,6 +196,166 @@ def bpf_ringbuf_commit(record: bytearray, discard: bool) -> bool:
     ring, at, _ = found
     ring.bpf_ringbuf_commit(at, record, discard)
     return True
+
+
+@map_ops(MapType.USER_RINGBUF)
+class UserRingBuf(RingBuf):
+    """struct bpf_ringbuf_map of a USER_RINGBUF (user_ringbuf_map_ops): RINGBUF's creation
+    and element commands; see the module note on the data path."""
+
+    def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
+        super().__init__(attr, machine, node)
+        self.busy = False  # rb->busy: a drain is running
+
+    def bpf_user_ringbuf_peek(self) -> tuple[int, int, int]:
+        """__bpf_user_ringbuf_peek: (0, data offset, size) of the oldest sample, or
+        (-errno, 0, 0): -ENODATA none (or BUSY), -EAGAIN a discarded one (skipped here),
+        -EINVAL / -E2BIG a header or position that cannot be right."""
+        with self.spinlock:
+            prod, cons = self.producer_pos, self.consumer_pos
+            if prod % 8:
+                return -errno.EINVAL, 0, 0
+            if cons >= prod:
+                return -errno.ENODATA, 0, 0
+            hdr_len = int.from_bytes(self.data[cons & self.mask:(cons & self.mask) + 4],
+                                     "little")
+        flags = hdr_len & (BPF_RINGBUF_BUSY_BIT | BPF_RINGBUF_DISCARD_BIT)
+        sample_len = hdr_len & ~flags
+        total = record_span(sample_len)
+        if total > prod - cons:
+            return -errno.EINVAL, 0, 0
+        if total > self.mask + 1 or sample_len > DYNPTR_MAX_SIZE:
+            return -errno.E2BIG, 0, 0
+        if flags & BPF_RINGBUF_DISCARD_BIT:
+            with self.spinlock:
+                self.consumer_pos = cons + total
+            return -errno.EAGAIN, 0, 0
+        if flags & BPF_RINGBUF_BUSY_BIT:
+            return -errno.ENODATA, 0, 0
+        return 0, (cons + BPF_RINGBUF_HDR_SZ) & self.mask, sample_len
+
+    def bpf_user_ringbuf_drain(self, callback: Callable[[bytearray], int], flags: int) -> int:
+        """bpf_user_ringbuf_drain: ``callback(sample)`` for each sample, oldest first, until
+        it returns non-zero, none is left or BPF_MAX_USER_RINGBUF_SAMPLES were taken; the
+        samples taken (discarded ones not counted), or -EINVAL (flags), -EBUSY (a drain is
+        running), or a bad header's -EINVAL / -E2BIG (the samples before it stay taken). A
+        drain that took a sample, or is asked to (BPF_RB_FORCE_WAKEUP), wakes the producers
+        once the program is done, unless BPF_RB_NO_WAKEUP."""
+        if flags & ~(BPF_RB_NO_WAKEUP | BPF_RB_FORCE_WAKEUP):
+            return -errno.EINVAL
+        with self.spinlock:
+            if self.busy:
+                return -errno.EBUSY
+            self.busy = True
+        samples = discarded = ret = error = 0
+        try:
+            while samples < BPF_MAX_USER_RINGBUF_SAMPLES and ret == 0:
+                err, offset, size = self.bpf_user_ringbuf_peek()
+                if err == -errno.ENODATA:
+                    break
+                if err and err != -errno.EAGAIN:
+                    error = err
+                    break
+                samples += 1  # the kernel's loop counts every turn, a discarded one too
+                if err:
+                    discarded += 1
+                    continue
+                ret = callback(self.sample_copy(offset, size))
+                with self.spinlock:  # __bpf_user_ringbuf_sample_release
+                    self.consumer_pos += record_span(size)
+        finally:
+            with self.spinlock:
+                self.busy = False
+        if flags & BPF_RB_FORCE_WAKEUP or not flags & BPF_RB_NO_WAKEUP and samples > 0:
+            _irq_work.__dict__.setdefault("rings", set()).add(self)
+        return error or samples - discarded
+
+    def sample_copy(self, offset: int, size: int) -> bytearray:
+        """The ``size`` bytes at data ``offset`` (past the end: from the start again)."""
+        first = self.data[offset:offset + size]
+        return first + self.data[:size - len(first)]
+
+
+class UserRingBufWriter(UserRingBufProducer):
+    """The user-space producer of an emulated USER_RINGBUF (``System.user_ringbuf_producer``):
+    pybpf.ringbuf's protocol over the positions and data the map keeps, a sample staged in a
+    buffer of its own until submit. It holds a reference on the map (as a mapping does)
+    until ``close``; its eventfd is signalled by each drain that wakes producers, and ``wait``
+    answers as epoll on the kernel's map fd does. The eventfd itself (``fileno``) is readable
+    only once a drain signalled it, where the kernel's epoll fd is readable for as long as
+    the producer is on its ready list with room."""
+
+    def __init__(self, ring: UserRingBuf, release: Callable[[], None]) -> None:
+        super().__init__(len(ring.data))
+        self.ring = ring
+        self._release = release
+        self._event = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        with ring.spinlock:
+            ring.wakeups.add(self._event)
+            # on epoll's ready list: ep_insert's look at the map found room
+            self._ready = ring.producer_pos - ring.consumer_pos < len(ring.data)
+
+    def _load_consumer_pos(self) -> int:
+        with self.ring.spinlock:
+            return self.ring.consumer_pos
+
+    def _load_producer_pos(self) -> int:
+        return self.ring.producer_pos  # only this producer writes it
+
+    def _store_producer_pos(self, pos: int) -> None:
+        with self.ring.spinlock:  # the drain reads it under the lock
+            self.ring.producer_pos = pos
+
+    def _store_header(self, offset: int, length: int) -> None:
+        with self.ring.spinlock:
+            _HEADER.pack_into(self.ring.data, offset, length, 0)
+
+    def _sample(self, offset: int, size: int) -> memoryview:
+        return memoryview(bytearray(size))
+
+    def _commit(self, offset: int, sample: memoryview, length: int) -> None:
+        data, start = self.ring.data, (offset + BPF_RINGBUF_HDR_SZ) & self.ring.mask
+        first = min(len(sample), len(data) - start)
+        data[start:start + first] = sample[:first]
+        data[:len(sample) - first] = sample[first:]
+        with self.ring.spinlock:
+            data[offset:offset + 4] = length.to_bytes(4, "little")
+
+    def wait(self, timeout: float | None) -> bool:
+        """What epoll_wait on the map fd answers (ringbuf_map_poll_user, level-triggered):
+        True while the producer is on epoll's ready list and the ring has a byte free; a
+        look that finds it full takes it off the list, and only a drain's wake-up puts it
+        back (so room a BPF_RB_NO_WAKEUP drain made is not seen until then, and a
+        BPF_RB_FORCE_WAKEUP of a full ring is looked at and waited on). False when
+        ``timeout`` seconds pass first."""
+        ring = self.ring
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._ready:
+                self._take_wakeups()  # a wake-up before this look is answered by it
+                with ring.spinlock:
+                    if ring.producer_pos - ring.consumer_pos < len(ring.data):
+                        return True
+                self._ready = False
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([self._event], [], [], remaining)[0]:
+                return False
+            self._ready = True
+
+    def _take_wakeups(self) -> None:
+        try:
+            os.eventfd_read(self._event)
+        except BlockingIOError:  # none came
+            pass
+
+    def fileno(self) -> int:
+        return self._event
+
+    def _close(self) -> None:
+        with self.ring.spinlock:
+            self.ring.wakeups.discard(self._event)
+        os.close(self._event)
+        self._release()
 
 
 class RingBufConsumer(RingBufReader):

@@ -41,7 +41,9 @@ from .memory import BPF_MAX_LOOPS, M32, M64, OFF_MASK, RunState, mem_read, mem_w
 BPF_LOOP_INLINED = 1 << 16
 # The calls that run callbacks (the verifier's is_callback_calling_function, as far as
 # emulated, and the inlined loop): the JIT keeps the run's count and budget current around them.
-CALLBACK_HELPERS = frozenset({BpfFunc.loop, BpfFunc.for_each_map_elem, BPF_LOOP_INLINED})
+# (bpf_user_ringbuf_drain, a ring buffer helper, lives with them in helpers.py.)
+CALLBACK_HELPERS = frozenset({BpfFunc.loop, BpfFunc.for_each_map_elem,
+                              BpfFunc.user_ringbuf_drain, BPF_LOOP_INLINED})
 
 
 @dataclass(frozen=True, eq=False)

@@ -59,6 +59,7 @@ from .memory import (
     M64,
     OFF_MASK,
     PACKET_REGION,
+    BpfDynptr,
     CtxRegion,
     RunState,
     mem_read,
@@ -86,6 +87,8 @@ ARG_PTR_TO_SPIN_LOCK = "spin_lock"  # a map value's struct bpf_spin_lock
 ARG_PTR_TO_TIMER = "timer"  # a map value's struct bpf_timer
 ARG_CONST_ALLOC_SIZE_OR_ZERO = "alloc_size_or_zero"  # a known size of memory to allocate
 ARG_PTR_TO_RINGBUF_MEM = "ringbuf_mem"  # a reserved ring buffer record, which it releases
+# an initialised struct bpf_dynptr (| MEM_RDONLY: the helper leaves the dynptr itself alone)
+ARG_PTR_TO_DYNPTR = "dynptr"
 
 
 @dataclass(frozen=True)
@@ -554,7 +557,7 @@ def bpf_timer_cancel(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) 
 
 
 # -- ring buffers (kernel/bpf/ringbuf.c) ---------------------------------------------------------
-BPF_RB_NO_WAKEUP, BPF_RB_FORCE_WAKEUP = 1, 2
+BPF_RB_NO_WAKEUP, BPF_RB_FORCE_WAKEUP = ringbuf.BPF_RB_NO_WAKEUP, ringbuf.BPF_RB_FORCE_WAKEUP
 
 
 def bpf_ringbuf_output(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
@@ -597,6 +600,74 @@ def bpf_ringbuf_discard(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: in
 
 def bpf_ringbuf_query(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     return bpf_map_of(rs, r1, "bpf_ringbuf_query").bpf_ringbuf_query(r2)
+
+
+def bpf_user_ringbuf_drain(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_user_ringbuf_drain(map, callback_fn, callback_ctx, flags): ``callback_fn(dynptr,
+    ctx)`` per sample user space submitted, the dynptr a LOCAL one over the sample's bytes
+    (a copy: see maps/ringbuf.py), alive for that call only; what the map's drain returns."""
+    ring = bpf_map_of(rs, r1, "bpf_user_ringbuf_drain")
+    callback = callback_of(rs, r2, "bpf_user_ringbuf_drain")
+
+    def call(sample: bytearray) -> int:
+        dynptr = rs.add_region(BpfDynptr(sample, 0, len(sample)))
+        try:
+            return callback(rs, dynptr, r3)
+        finally:
+            del rs.mem[dynptr >> 32]
+
+    return ring.bpf_user_ringbuf_drain(call, r4) & M64
+
+
+# -- dynptrs (kernel/bpf/helpers.c) ---------------------------------------------------------------
+def _dynptr_of(rs: RunState, ptr: int, helper: str) -> BpfDynptr:
+    dynptr = rs.mem.get(ptr >> 32) if ptr >= 0 else None
+    if type(dynptr) is not BpfDynptr or ptr & OFF_MASK:
+        raise ProgramFault(errno.EFAULT, f"{helper}: {ptr:#x} is not a struct bpf_dynptr")
+    return dynptr
+
+
+def _dynptr_fits(dynptr: BpfDynptr, offset: int, length: int) -> bool:
+    """bpf_dynptr_check_off_len (its -E2BIG when False)."""
+    return length <= dynptr.size and offset <= dynptr.size - length
+
+
+def bpf_dynptr_read(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_dynptr_read(dst, len, src, offset, flags): 0, -EINVAL for flags, -E2BIG past the
+    dynptr's end (dst left as it was)."""
+    src = _dynptr_of(rs, r3, "bpf_dynptr_read")
+    length, offset = r2 & M32, r4 & M32
+    if r5:
+        return -errno.EINVAL & M64
+    if not _dynptr_fits(src, offset, length):
+        return -errno.E2BIG & M64
+    start = src.offset + offset
+    mem_write(rs, r1, bytes(src.data[start:start + length]), "dst (R1)")
+    return 0
+
+
+def bpf_dynptr_write(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_dynptr_write(dst, offset, src, len, flags): 0, -E2BIG past the dynptr's end,
+    -EINVAL for flags."""
+    dst = _dynptr_of(rs, r1, "bpf_dynptr_write")
+    offset, length = r2 & M32, r4 & M32
+    if not _dynptr_fits(dst, offset, length):
+        return -errno.E2BIG & M64
+    if r5:
+        return -errno.EINVAL & M64
+    start = dst.offset + offset
+    dst.data[start:start + length] = mem_read(rs, r3, length, "src (R3)")
+    return 0
+
+
+def bpf_dynptr_data(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_dynptr_data(ptr, offset, len): a pointer to the ``len`` bytes at ``offset`` in the
+    dynptr's memory, or NULL past its end."""
+    dynptr = _dynptr_of(rs, r1, "bpf_dynptr_data")
+    offset, length = r2 & M32, r3 & M32
+    if not _dynptr_fits(dynptr, offset, length):
+        return 0
+    return rs.region_of(dynptr.data) + dynptr.offset + offset
 
 
 def bpf_tail_call(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
@@ -678,6 +749,17 @@ def _table() -> dict[int, HelperProto]:
          (ARG_CONST_MAP_PTR, ARG_PTR_TO_FUNC, ARG_PTR_TO_STACK_OR_NULL, ARG_ANYTHING), None),
         (BpfFunc.loop, bpf_loop,
          (ARG_ANYTHING, ARG_PTR_TO_FUNC, ARG_PTR_TO_STACK_OR_NULL, ARG_ANYTHING), None),
+        # bpf_base_func_proto's (CAP_BPF): every program type
+        (BpfFunc.user_ringbuf_drain, bpf_user_ringbuf_drain,
+         (ARG_CONST_MAP_PTR, ARG_PTR_TO_FUNC, ARG_PTR_TO_STACK_OR_NULL, ARG_ANYTHING), None),
+        (BpfFunc.dynptr_read, bpf_dynptr_read,
+         (ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE_OR_ZERO, ARG_PTR_TO_DYNPTR, ARG_ANYTHING,
+          ARG_ANYTHING), None),
+        (BpfFunc.dynptr_write, bpf_dynptr_write,
+         (ARG_PTR_TO_DYNPTR, ARG_ANYTHING, ARG_PTR_TO_MEM, ARG_CONST_SIZE_OR_ZERO,
+          ARG_ANYTHING), None),
+        (BpfFunc.dynptr_data, bpf_dynptr_data,
+         (ARG_PTR_TO_DYNPTR, ARG_ANYTHING, ARG_CONST_ALLOC_SIZE_OR_ZERO), None),
     ]
     gpl_only = {BpfFunc.trace_printk}
     # .pkt_access: the helpers that may read (or write) the packet through a memory argument

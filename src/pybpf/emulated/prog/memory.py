@@ -156,6 +156,17 @@ def mem_write(rs: RunState, addr: int, data: bytes, what: str) -> None:
     region[off:off + len(data)] = data
 
 
+@dataclass(eq=False, slots=True)
+class BpfDynptr:
+    """struct bpf_dynptr_kern of a LOCAL dynptr: ``size`` bytes of ``data`` from ``offset``.
+    A program holds only a pointer to it (a region of its own), which the verifier lets it
+    pass to the dynptr helpers and nothing else."""
+
+    data: bytearray
+    offset: int
+    size: int
+
+
 # -- the state of one run ------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class RunEnv:

@@ -677,7 +677,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                     raise _reject(errno.EINVAL, f"R{regno} is not a scalar")
                 continue
             if reg.type == PTR_TO_CTX:  # check_func_arg_reg_off
-                self.check_ctx_pointer(regno, reg)
+                self.check_ptr_off_reg(regno, reg)
             if arg.arg_type == ARG_PTR_TO_CTX:
                 if reg.type != PTR_TO_CTX:
                     raise _reject(errno.EINVAL, f"arg#{i} expects pointer to ctx")

@@ -33,6 +33,7 @@ from .helpers import (
     ARG_CONST_SIZE,
     ARG_CONST_SIZE_OR_ZERO,
     ARG_PTR_TO_CTX,
+    ARG_PTR_TO_DYNPTR,
     ARG_PTR_TO_FUNC,
     ARG_PTR_TO_MAP_KEY,
     ARG_PTR_TO_MAP_VALUE,
@@ -66,6 +67,7 @@ from .verifier_state import (
     BPF_MAX_VAR_SIZ,
     BPF_REG_SIZE,
     CALLER_SAVED,
+    CONST_PTR_TO_DYNPTR,
     CONST_PTR_TO_MAP,
     ELIDE_NULL_MAP_TYPES,
     EMPTY_SLOT,
@@ -114,6 +116,7 @@ _ARG_TYPES = {
     ARG_PTR_TO_STACK_OR_NULL: (PTR_TO_STACK,), ARG_PTR_TO_SPIN_LOCK: (PTR_TO_MAP_VALUE, "ptr_"),
     ARG_PTR_TO_TIMER: (PTR_TO_MAP_VALUE,),
     ARG_CONST_ALLOC_SIZE_OR_ZERO: (SCALAR,), ARG_PTR_TO_RINGBUF_MEM: (PTR_TO_RINGBUF_MEM,),
+    ARG_PTR_TO_DYNPTR: (PTR_TO_STACK, CONST_PTR_TO_DYNPTR),
     _ARG_SOCK_COMMON: ("sock_common", PTR_TO_SOCKET, "tcp_sock", "xdp_sock", "ptr_",
                        "trusted_ptr_"),
 }
@@ -122,6 +125,7 @@ _ARG_TYPES = {
 _MAP_FUNCS = {
     MapType.PROG_ARRAY: {BpfFunc.tail_call}, MapType.PERF_EVENT_ARRAY: set(),
     MapType.RINGBUF: {BpfFunc.ringbuf_output, BpfFunc.ringbuf_reserve, BpfFunc.ringbuf_query},
+    MapType.USER_RINGBUF: {BpfFunc.user_ringbuf_drain},
     MapType.CPUMAP: {BpfFunc.redirect_map},
     MapType.DEVMAP: {BpfFunc.redirect_map, BpfFunc.map_lookup_elem},
     MapType.DEVMAP_HASH: {BpfFunc.redirect_map, BpfFunc.map_lookup_elem},
@@ -149,6 +153,7 @@ _FUNC_MAPS = {
     BpfFunc.map_push_elem: {MapType.QUEUE, MapType.STACK, MapType.BLOOM_FILTER},
     BpfFunc.ringbuf_output: {MapType.RINGBUF}, BpfFunc.ringbuf_reserve: {MapType.RINGBUF},
     BpfFunc.ringbuf_query: {MapType.RINGBUF},
+    BpfFunc.user_ringbuf_drain: {MapType.USER_RINGBUF},
 }
 
 
@@ -284,6 +289,9 @@ class HelperCallChecks:
             ref = self.acquire_reference(state, pc)
             result = Reg(PTR_TO_RINGBUF_MEM, tnum.const(0), id=ref, ref=ref,
                          mem_size=regs[2].var.value)
+        elif func_id == BpfFunc.dynptr_data:  # RET_PTR_TO_DYNPTR_MEM_OR_NULL
+            result = Reg(PTR_TO_MEM, tnum.const(0), id=self.new_id(),
+                         mem_size=regs[3].var.value)
         if func_id in _RELEASE_HELPERS:
             release_reference(state, regs[1].ref)
         self.clobber_helper_memory(state, func_id, bpf_map, regs)
@@ -319,7 +327,8 @@ class HelperCallChecks:
                            bpf_map: Any) -> tuple[int, State]:
         """The callback's entry: a copy of ``state`` (the caller's registers as at the call,
         where the callback returns to) with the callback's frame on top, its arguments as
-        the helper passes them (set_loop_callback_state, set_map_elem_callback_state)."""
+        the helper passes them (set_loop_callback_state, set_map_elem_callback_state,
+        set_user_ringbuf_callback_state)."""
         if func_id == BpfFunc.for_each_map_elem and bpf_map is not None \
                 and type(bpf_map).map_for_each_callback is None:
             raise _reject(ENOTSUPP, "callback function not allowed for map")
@@ -335,6 +344,8 @@ class HelperCallChecks:
         regs[FP] = Reg(PTR_TO_STACK, tnum.const(0), frame=depth)
         if func_id == BpfFunc.loop:  # callback_fn(u64 index, void *callback_ctx)
             regs[1], regs[2] = UNKNOWN, caller[3]
+        elif func_id == BpfFunc.user_ringbuf_drain:  # callback_fn(struct bpf_dynptr *, ctx)
+            regs[1], regs[2] = Reg(CONST_PTR_TO_DYNPTR, tnum.const(0)), caller[3]
         else:  # callback_fn(struct bpf_map *map, void *key, void *value, void *callback_ctx)
             regs[1:5] = [caller[1], Reg(PTR_TO_MAP_KEY, tnum.const(0), map=bpf_map),
                          Reg(PTR_TO_MAP_VALUE, tnum.const(0), map=bpf_map), caller[3]]
@@ -378,7 +389,7 @@ class HelperCallChecks:
             if kind == KF_ARG_PTR_TO_ITER:
                 iterator = self.process_iter_arg(pc, state, regno, proto)
             elif reg.type == PTR_TO_CTX:  # check_func_arg_reg_off, then the type
-                self.check_ctx_pointer(regno, reg)
+                self.check_ptr_off_reg(regno, reg)
             else:
                 raise _reject(errno.EINVAL, f"arg#{i} expected pointer to ctx, but got "
                               f"{reg.type_str()}")
@@ -477,11 +488,13 @@ class HelperCallChecks:
             raise _reject(errno.EACCES, f"R{regno} type={reg.type_str()} expected="
                           + ", ".join(expected))
         if arg == ARG_PTR_TO_CTX:
-            self.check_ctx_pointer(regno, reg)
+            self.check_ptr_off_reg(regno, reg)
         elif arg == ARG_PTR_TO_SPIN_LOCK:
             self.process_spin_lock(state, regno, func_id == BpfFunc.spin_lock)
         elif arg == ARG_PTR_TO_TIMER:
             bpf_map = self.process_timer_func(regno, reg)
+        elif arg == ARG_PTR_TO_DYNPTR:
+            self.process_dynptr_func(regno, reg)
         elif arg == ARG_CONST_ALLOC_SIZE_OR_ZERO and not reg.is_const:
             raise _reject(errno.EACCES, f"R{regno} is not a known constant'")
         elif arg == ARG_PTR_TO_RINGBUF_MEM and (reg.off or not reg.var.is_const
@@ -515,6 +528,21 @@ class HelperCallChecks:
             self.check_helper_mem_access(state, regno - 1, size,
                                          args[regno - 2] == ARG_PTR_TO_UNINIT_MEM, True)
         return bpf_map
+
+    def process_dynptr_func(self, regno: int, reg: Reg) -> None:
+        """check_func_arg_reg_off and process_dynptr_func for a helper reading an initialised
+        dynptr: a drain callback's pointer, unmodified, or a stack slot holding one. No stack
+        slot ever does here: the helpers that make a dynptr on the stack
+        (bpf_dynptr_from_mem, bpf_ringbuf_reserve_dynptr) are not emulated."""
+        if reg.type == CONST_PTR_TO_DYNPTR:
+            self.check_ptr_off_reg(regno, reg)
+            return
+        if not reg.var.is_const:
+            raise _reject(errno.EINVAL, "dynptr has to be at a constant offset")
+        off = reg.off + _s64(reg.var.value)
+        if off % BPF_REG_SIZE:
+            raise _reject(errno.EINVAL, f"cannot pass in dynptr at an offset={off}")
+        raise _reject(errno.EINVAL, f"Expected an initialized dynptr as arg #{regno - 1}")
 
     @staticmethod
     def process_timer_func(regno: int, reg: Reg) -> Any:
@@ -617,16 +645,18 @@ class HelperCallChecks:
                 raise _reject(errno.EACCES, f"R{regno} type={reg._replace(id=0).type_str()} "
                               f"expected={PTR_TO_STACK}")
 
-    def check_ctx_pointer(self, regno: int, reg: Reg) -> None:
-        """check_ptr_off_reg: the context is used only as it came, unmodified."""
+    def check_ptr_off_reg(self, regno: int, reg: Reg) -> None:
+        """check_ptr_off_reg: a pointer used only as it came, unmodified (the context, a
+        dynptr's)."""
+        kind = reg.type_str()
         if reg.off < 0:
-            raise _reject(errno.EACCES, f"negative offset ctx ptr R{regno} off={reg.off} "
+            raise _reject(errno.EACCES, f"negative offset {kind} ptr R{regno} off={reg.off} "
                           "disallowed")
         if reg.off:
-            raise _reject(errno.EACCES, f"dereference of modified ctx ptr R{regno} "
+            raise _reject(errno.EACCES, f"dereference of modified {kind} ptr R{regno} "
                           f"off={reg.off} disallowed")
         if reg.var != tnum.const(0):
-            raise _reject(errno.EACCES, f"variable ctx access var_off={_tnum_str(reg.var)} "
+            raise _reject(errno.EACCES, f"variable {kind} access var_off={_tnum_str(reg.var)} "
                           "disallowed")
 
     def map_lookup_result(self, pc: int, state: State, bpf_map: Any, key: Reg,
@@ -649,7 +679,7 @@ class HelperCallChecks:
     def clobber_helper_memory(state: State, func_id: int, bpf_map: Any,
                               regs: list[Reg]) -> None:
         """Helpers that write into stack memory leave data there the program does not know."""
-        if func_id == BpfFunc.probe_read_user:
+        if func_id in (BpfFunc.probe_read_user, BpfFunc.dynptr_read):
             buf, size = regs[1], regs[2].var.value if regs[2].is_const else None
         elif func_id in (BpfFunc.map_pop_elem, BpfFunc.map_peek_elem):
             buf, size = regs[2], bpf_map.value_size if bpf_map is not None else None

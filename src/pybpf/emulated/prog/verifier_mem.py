@@ -33,6 +33,7 @@ from .verifier_state import (
     BPF_F_RDONLY_PROG,
     BPF_F_WRONLY_PROG,
     BPF_REG_SIZE,
+    CONST_PTR_TO_DYNPTR,
     CONST_PTR_TO_MAP,
     DIRECT_VALUE_MAP_TYPES,
     DST_OP,
@@ -89,6 +90,11 @@ DIRECT_WRITE_PROG_TYPES = frozenset({ProgType.SCHED_CLS, ProgType.SCHED_ACT, Pro
 _ATOMIC_RMW = frozenset(int(op) | fetch for op in (AtomicOp.ADD, AtomicOp.OR, AtomicOp.AND,
                                                     AtomicOp.XOR) for fetch in (0, 1)) \
     | {int(AtomicOp.XCHG), int(AtomicOp.CMPXCHG)}
+
+
+# Pointers is_spillable_regtype leaves out: a write of one to the stack is data (STACK_MISC),
+# and reads back as a scalar.
+_UNSPILLABLE_TYPES = frozenset({CONST_PTR_TO_DYNPTR})
 
 
 def _atomic_ptr_type_ok(reg: Reg) -> bool:
@@ -251,7 +257,7 @@ class MemoryChecks:
             if write and self.prog_type not in DIRECT_WRITE_PROG_TYPES:
                 raise _reject(errno.EACCES, "cannot write into packet")
             check_packet_access(regno, reg, off, size)
-        elif reg.type == SCALAR or reg.id or reg.type == PTR_TO_PACKET_END:
+        elif reg.type in (SCALAR, PTR_TO_PACKET_END, CONST_PTR_TO_DYNPTR) or reg.id:
             raise _reject(errno.EACCES, f"R{regno} invalid mem access '{reg.type_str()}'")
         if write or value_regno is None:
             return
@@ -328,7 +334,7 @@ class MemoryChecks:
 
     def check_ctx_access(self, regno: int, reg: Reg, off: int, size: int, write: bool,
                          ldsx: bool) -> Reg:
-        self.check_ctx_pointer(regno, reg)
+        self.check_ptr_off_reg(regno, reg)
         if not ctx_rules.is_valid_access(self.prog_type, off, size, write, ldsx,
                                          self.attach_type):
             raise _reject(errno.EACCES, f"invalid bpf_context access off={off} size={size}")
@@ -360,7 +366,7 @@ class MemoryChecks:
                 or value is None and imm is not None and off % BPF_REG_SIZE == 0:
             frame.stack[spi] = _spill(old, value if value is not None else scalar(imm), size)
             return
-        if value is not None and value.is_pointer:
+        if value is not None and value.is_pointer and value.type not in _UNSPILLABLE_TYPES:
             if size != BPF_REG_SIZE:
                 raise _reject(errno.EACCES, "invalid size of register spill")
             if frame is not cur and value.type == PTR_TO_STACK:
@@ -368,7 +374,8 @@ class MemoryChecks:
                               "of the caller")
             frame.stack[spi] = _spill(old, value, size)
             return
-        zero = value.var == tnum.const(0) if value is not None else imm == 0
+        zero = value.type == SCALAR and value.var == tnum.const(0) if value is not None \
+            else imm == 0
         types = list(old.types)
         if types[BPF_REG_SIZE - 1] in (STACK_SPILL, STACK_ITER):
             # the spill (or iterator) is gone: its bytes are data (is_stack_slot_special)

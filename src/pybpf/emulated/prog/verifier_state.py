@@ -87,6 +87,9 @@ CONST_PTR_TO_MAP, PTR_TO_MAP_VALUE, PTR_TO_MAP_KEY = "map_ptr", "map_value", "ma
 PTR_TO_RINGBUF_MEM = "ringbuf_mem"  # a reserved ring buffer record, ``Reg.mem_size`` bytes
 PTR_TO_MEM = "mem"  # a global subprogram's pointer argument: ``Reg.mem_size`` bytes
 PTR_TO_FUNC = "func"  # a callback's address (BPF_PSEUDO_FUNC); ``Reg.map``: its first insn
+# a pointer to a struct bpf_dynptr the program did not make (a user ring buffer drain's
+# callback argument): only the dynptr helpers take it, at offset 0
+CONST_PTR_TO_DYNPTR = "dynptr_ptr"
 # PTR_TO_MEM | MEM_RDONLY, ``Reg.mem_size`` bytes: a kfunc's address (size 0), or what a
 # kfunc returning ``int *`` gives (bpf_iter_num_next: 4)
 PTR_TO_RDONLY_MEM = "rdonly_mem"

@@ -55,7 +55,7 @@ _NOT_LOADED = "|".join(name.lower() for name in ProgType.__members__
                        if name.lower() not in EMULATED_PROG_TYPES)
 # Map types the emulated backend has (emulated/bpf_types.py's MAP_OPS), by number.
 EMULATED_MAP_TYPES = frozenset({1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 13, 14, 15, 16, 18, 22, 23, 25,
-                                27, 30})
+                                27, 30, 31})
 _NOT_CREATED = "|".join(str(t) for t in range(1, 40) if t not in EMULATED_MAP_TYPES
                         and t in MapType._value2member_map_)
 ALLOWED: dict[Rule, str] = {

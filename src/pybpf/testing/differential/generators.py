@@ -464,7 +464,9 @@ CREATE_TYPES = (MapType.HASH, MapType.ARRAY, MapType.PERCPU_HASH, MapType.PERCPU
                 MapType.LRU_HASH, MapType.LRU_PERCPU_HASH, MapType.LPM_TRIE,
                 MapType.ARRAY_OF_MAPS, MapType.HASH_OF_MAPS, MapType.DEVMAP, MapType.SOCKMAP,
                 MapType.CPUMAP, MapType.SOCKHASH, MapType.QUEUE, MapType.STACK,
-                MapType.DEVMAP_HASH, MapType.RINGBUF, MapType.BLOOM_FILTER)
+                MapType.DEVMAP_HASH, MapType.RINGBUF, MapType.USER_RINGBUF,
+                MapType.BLOOM_FILTER)
+_RING_TYPES = (MapType.RINGBUF, MapType.USER_RINGBUF)  # max_entries bytes, nothing per entry
 # Large max_entries values that each listed type rejects before allocating anything.
 _HUGE_OK = {
     MapType.HASH: (1 << 27) + 1, MapType.PERCPU_HASH: (1 << 27) + 1,
@@ -510,7 +512,7 @@ def _random_create(g: Gen, m: int, inner: int) -> Create:
     if me not in _HUGE_OK.values() and me <= 1 << 16:
         ncpu = g.ncpu if mt in (MapType.PERCPU_HASH, MapType.PERCPU_ARRAY,
                                 MapType.LRU_PERCPU_HASH) else 1
-        if mt == MapType.RINGBUF:
+        if mt in _RING_TYPES:
             cost = me
         elif mt == MapType.BLOOM_FILTER:
             cost = me * 16
@@ -520,11 +522,11 @@ def _random_create(g: Gen, m: int, inner: int) -> Create:
             me = g.rng.choice([1, 2, 4])
             if (me + 2) * (ks + vs + 64) * ncpu > _MEM_LIMIT:
                 vs = 8
-    # Past 2^16 entries only types that reject the size before allocating (or, RINGBUF and
+    # Past 2^16 entries only types that reject the size before allocating (or, the rings and
     # LPM_TRIE, allocate nothing per entry) keep it: an ARRAY of 2^31 entries is created.
-    if me > 1 << 16 and mt not in _HUGE_OK and mt not in (MapType.LPM_TRIE, MapType.RINGBUF):
+    if me > 1 << 16 and mt not in _HUGE_OK and mt != MapType.LPM_TRIE and mt not in _RING_TYPES:
         me = 4096
-    if mt == MapType.RINGBUF and me > 1 << 20 and me not in (0xFFFFFFFF, (1 << 31) + 1):
+    if mt in _RING_TYPES and me > 1 << 20 and me not in (0xFFFFFFFF, (1 << 31) + 1):
         me = 1 << 20
     return Create(m, mt, ks, vs, me, flags,
                   inner=inner if map_traits(mt).map_in_map else None, numa_node=numa,
