@@ -77,6 +77,7 @@ CHILD = textwrap.dedent("""
     print(ino, flush=True)
     mode = sys.argv[1]
     if mode == "fail":
+        sys.stdin.readline()  # the parent has seen the namespace
         with pair:
             assert False, "a test failing inside the pair"
     time.sleep(60)  # waits for SIGINT or SIGKILL
@@ -99,14 +100,15 @@ def _netns_inodes() -> set[int]:
 @needs_netns
 @pytest.mark.parametrize("mode", ["fail", "sigint", "sigkill"])
 def test_nothing_is_left_after_a_failure_ctrl_c_or_kill(kernel, mode):
-    child = subprocess.Popen([sys.executable, "-c", CHILD, mode], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True,
+    child = subprocess.Popen([sys.executable, "-c", CHILD, mode], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     ino = int(child.stdout.readline())
     assert ino in _netns_inodes()
     if mode != "fail":
         child.send_signal(signal.SIGINT if mode == "sigint" else signal.SIGKILL)
-    _, err = child.communicate(timeout=30)
+    # the failing child goes on once the namespace was seen (else it could be gone already)
+    _, err = child.communicate("go\n" if mode == "fail" else None, timeout=30)
     assert child.returncode != 0
     if mode == "fail":
         assert "a test failing inside the pair" in err
