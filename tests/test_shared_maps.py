@@ -11,6 +11,7 @@ extension the face says what to install and the rest of pybpf works.
 from __future__ import annotations
 
 import errno
+import json
 import multiprocessing
 import os
 import signal
@@ -484,3 +485,21 @@ def test_without_the_extension_the_face_names_what_to_install_and_pybpf_works():
     assert run.returncode == 0, run.stderr
     assert "apt-get install gcc python3-dev" in run.stdout
     assert "emulated map 2" in run.stdout
+
+
+# -- the benchmark's plumbing (its figures are printed, never checked here) ----------------------
+
+def test_bench_shm_runs_and_its_stress_run_counts_nothing_lost():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    run = subprocess.run([sys.executable, "-m", "pybpf", "bench", "shm", "--n", "2000",
+                          "--entries", "200", "--repeat", "1", "--scale-n", "2000",
+                          "--stress-ops", "20000", "--no-kernel", "--json"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(run.stdout)
+    paths = {row["path"] for row in doc["one_process"]}
+    assert {"dict", "shared map m[k]", "shared map raw", "emulated System (model off)"} <= paths
+    assert [row["op"] for row in doc["scaling"]] == ["lookup", "update", "delete"]
+    stress = doc["stress"]
+    assert stress["ops"] >= 20000 and stress["lost"] == stress["duplicated"] == 0
+    assert stress["inserted"] == stress["taken"] + stress["left"]

@@ -263,6 +263,13 @@ class SharedMap(collections.abc.MutableMapping):
         self._kenc, self._vdec, self._venc = key_codec.encode, value_codec.decode, \
             value_codec.encode
 
+    @property
+    def raw(self) -> Any:
+        """The C map itself: ``lookup(key)``, ``update(key, value, flags)``, ``delete``,
+        ``lookup_and_delete``, ``get_next_key`` on bytes, raising ``OSError`` with the errno
+        (no codecs, no BPFError): the fastest path, for hot loops and benchmarks."""
+        return self._m
+
     def describe(self) -> str:
         """As errors name it: its type first, as ``bpf_error`` reads it."""
         return f"{self.type.name.lower()} map {self.name!r} in {self.segment.describe()}"
