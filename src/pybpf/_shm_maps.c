@@ -333,6 +333,7 @@ typedef struct {
 	SegmentObject *seg;
 	uint64_t off;
 	PyObject *name;
+	PyObject *errors; /* callable(errno, command, detail) -> exception, or NULL: OSError */
 	/* copies of the immutable header fields, for the hot paths */
 	uint32_t type, key_size, value_size, max_entries, map_flags, mask, hashrnd;
 	uint32_t elem_size, value_off, chunk_shift;
@@ -789,6 +790,7 @@ static PyObject *map_object(SegmentObject *seg, uint64_t off, const char *name)
 	m->seg = seg;
 	m->off = off;
 	m->name = PyUnicode_FromString(name);
+	m->errors = NULL;
 	m->type = h->type;
 	m->key_size = h->key_size;
 	m->value_size = h->value_size;
@@ -1144,12 +1146,51 @@ static PyTypeObject SegmentType = {
 
 static void Map_dealloc(MapObject *self)
 {
+	Py_XDECREF(self->errors);
 	Py_XDECREF(self->seg);
 	Py_XDECREF(self->name);
 	PyObject_Free(self);
 }
 
 static inline struct map_hdr *map_hdr(MapObject *m) { return (struct map_hdr *)(m->seg->base + m->off); }
+
+/* The boundary of every element method: an OSError raised inside becomes what the map's
+ * error factory makes of (errno, command, detail) (pybpf.shared: the BPFError subclass that
+ * Map raises), so callers see one kind of error whichever path they take. */
+static PyObject *map_result(MapObject *m, const char *command, PyObject *result)
+{
+	if (__builtin_expect(result != NULL, 1) || !m->errors ||
+	    !PyErr_ExceptionMatches(PyExc_OSError))
+		return result;
+	PyObject *type, *value, *tb;
+	PyErr_Fetch(&type, &value, &tb);
+	PyErr_NormalizeException(&type, &value, &tb);
+	PyObject *err = PyObject_GetAttrString(value, "errno");
+	PyObject *detail = err ? PyObject_GetAttrString(value, "strerror") : NULL;
+	PyObject *exc = detail ? PyObject_CallFunction(m->errors, "OsO", err, command, detail)
+			       : NULL;
+	Py_XDECREF(err);
+	Py_XDECREF(detail);
+	Py_XDECREF(type);
+	Py_XDECREF(value);
+	Py_XDECREF(tb);
+	if (exc) {
+		PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+		Py_DECREF(exc);
+	}
+	return NULL;
+}
+
+/* _set_errors(factory): how element errors are raised (see map_result). */
+static PyObject *Map_set_errors(MapObject *m, PyObject *factory)
+{
+	if (!PyCallable_Check(factory)) {
+		PyErr_SetString(PyExc_TypeError, "_set_errors needs a callable");
+		return NULL;
+	}
+	Py_XSETREF(m->errors, Py_NewRef(factory));
+	Py_RETURN_NONE;
+}
 
 /* The key's bytes, checked for length (EINVAL as bpf_copy_key) and an open segment. */
 static inline int get_key(MapObject *m, PyObject *key, const uint8_t **out)
@@ -1219,7 +1260,7 @@ static inline uint32_t *array_elem(MapObject *m, uint32_t index)
 }
 
 /* lookup(key) -> bytes: ENOENT when absent (an array: the index is past its end) */
-static PyObject *Map_lookup(MapObject *m, PyObject *key)
+static PyObject *Map_lookup_impl(MapObject *m, PyObject *key)
 {
 	const uint8_t *k;
 	if (get_key(m, key, &k) < 0)
@@ -1381,7 +1422,7 @@ static PyObject *update_hash(MapObject *m, const uint8_t *k, const char *v, uint
 }
 
 /* update(key, value, flags=0) */
-static PyObject *Map_update(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *Map_update_impl(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
 	if (nargs < 2 || nargs > 3) {
 		PyErr_SetString(PyExc_TypeError, "update(key, value, flags=0)");
@@ -1442,7 +1483,7 @@ static int delete_hash(MapObject *m, const uint8_t *k, char *out)
 	return 0;
 }
 
-static PyObject *Map_delete(MapObject *m, PyObject *key)
+static PyObject *Map_delete_impl(MapObject *m, PyObject *key)
 {
 	const uint8_t *k;
 	if (get_key(m, key, &k) < 0)
@@ -1456,7 +1497,7 @@ static PyObject *Map_delete(MapObject *m, PyObject *key)
 }
 
 /* lookup_and_delete(key) -> bytes (flags were checked by the face: any is EINVAL here) */
-static PyObject *Map_lookup_and_delete(MapObject *m, PyObject *key)
+static PyObject *Map_lookup_and_delete_impl(MapObject *m, PyObject *key)
 {
 	const uint8_t *k;
 	if (get_key(m, key, &k) < 0)
@@ -1474,7 +1515,7 @@ static PyObject *Map_lookup_and_delete(MapObject *m, PyObject *key)
 }
 
 /* get_next_key(key or None) -> bytes: the kernel's order; ENOENT at the end */
-static PyObject *Map_get_next_key(MapObject *m, PyObject *key)
+static PyObject *Map_get_next_key_impl(MapObject *m, PyObject *key)
 {
 	const uint8_t *k = NULL;
 	if (key != Py_None && get_key(m, key, &k) < 0)
@@ -1536,13 +1577,43 @@ static PyObject *Map_get_next_key(MapObject *m, PyObject *key)
 	return os_error(ENOENT, "no next key");
 }
 
-static PyObject *Map_get_count(MapObject *m, void *unused)
+static PyObject *Map_get_count_impl(MapObject *m)
 {
 	if (m->seg->base == NULL)
 		return os_error(EBADF, "the map's segment is closed");
 	if (m->type == BPF_MAP_TYPE_ARRAY)
 		return PyLong_FromUnsignedLong(m->max_entries);
 	return PyLong_FromLongLong(__atomic_load_n(&map_hdr(m)->count, __ATOMIC_RELAXED));
+}
+
+static PyObject *Map_get_count(MapObject *m, void *unused)
+{
+	return map_result(m, "map_count", Map_get_count_impl(m));
+}
+
+static PyObject *Map_lookup(MapObject *m, PyObject *key)
+{
+	return map_result(m, "map_lookup_elem", Map_lookup_impl(m, key));
+}
+
+static PyObject *Map_delete(MapObject *m, PyObject *key)
+{
+	return map_result(m, "map_delete_elem", Map_delete_impl(m, key));
+}
+
+static PyObject *Map_lookup_and_delete(MapObject *m, PyObject *key)
+{
+	return map_result(m, "map_lookup_and_delete_elem", Map_lookup_and_delete_impl(m, key));
+}
+
+static PyObject *Map_get_next_key(MapObject *m, PyObject *key)
+{
+	return map_result(m, "map_get_next_key", Map_get_next_key_impl(m, key));
+}
+
+static PyObject *Map_update(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+	return map_result(m, "map_update_elem", Map_update_impl(m, args, nargs));
 }
 
 static PyMethodDef Map_methods[] = {
@@ -1553,6 +1624,8 @@ static PyMethodDef Map_methods[] = {
 	{"lookup_and_delete", (PyCFunction)Map_lookup_and_delete, METH_O,
 	 "lookup_and_delete(key) -> value bytes"},
 	{"get_next_key", (PyCFunction)Map_get_next_key, METH_O, "get_next_key(key or None)"},
+	{"_set_errors", (PyCFunction)Map_set_errors, METH_O,
+	 "_set_errors(factory): element errors become factory(errno, command, detail)"},
 	{NULL}};
 
 static PyMemberDef Map_members[] = {

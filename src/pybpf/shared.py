@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import collections.abc
 import errno
+import functools
 import os
 import random
 import weakref
@@ -40,6 +41,7 @@ from typing import Any
 
 from .codecs import Codec, CodecSpec, make_codec
 from .errors import BPFError, KeyNotFoundError, bpf_error
+from .mapcore import MODE_SLOW, MapCore
 from .maps import UpdateFlags, _ItemsView, _ValuesView, update_flags
 from .uapi import MapFlags, MapType, member_named
 
@@ -245,9 +247,16 @@ def _codecs(map_type: int, key_size: int, value_size: int, key: CodecSpec,
     return make_codec(key, key_size, "key"), make_codec(value, value_size, "value")
 
 
-class SharedMap(collections.abc.MutableMapping):
-    """A map in a ``Segment``, shaped like ``pybpf.maps.Map``. Iteration walks
-    get_next_key in the kernel's order; ``len`` counts by iteration, as for ``Map``."""
+def _element_error(description: str, err: int, command: str, detail: str) -> BPFError:
+    """What the C map raises for an element op: Map's exception for the same failure."""
+    return bpf_error(err, command, map=description, detail=detail)
+
+
+class SharedMap(MapCore, collections.abc.MutableMapping):
+    """A map in a ``Segment``, shaped like ``pybpf.maps.Map``: ``m[k]``, ``m[k] = v``,
+    ``del m[k]`` and ``k in m`` run in the Map layer's core (C with the accelerator: int and
+    bytes codecs natively, then the C map, no Python frame). Iteration walks get_next_key in
+    the kernel's order; ``len`` counts by iteration, as for ``Map``."""
 
     def __init__(self, handle: Any, segment: Segment, key_codec: Codec,
                  value_codec: Codec) -> None:
@@ -260,14 +269,18 @@ class SharedMap(collections.abc.MutableMapping):
         self.max_entries: int = handle.max_entries
         self.map_flags: int = handle.map_flags
         self.key_codec, self.value_codec = key_codec, value_codec
-        self._kenc, self._vdec, self._venc = key_codec.encode, value_codec.decode, \
-            value_codec.encode
+        # A partial of the description, not a bound method: no cycle through the C map.
+        handle._set_errors(functools.partial(_element_error, self.describe()))
+        self._core_setup(MODE_SLOW, -1, key_codec.size, value_codec.size, key_codec.kind,
+                         value_codec.kind, key_codec.encode, value_codec.encode,
+                         value_codec.decode, None, handle.lookup, handle.update,
+                         handle.delete)
 
     @property
     def raw(self) -> Any:
         """The C map itself: ``lookup(key)``, ``update(key, value, flags)``, ``delete``,
-        ``lookup_and_delete``, ``get_next_key`` on bytes, raising ``OSError`` with the errno
-        (no codecs, no BPFError): the fastest path, for hot loops and benchmarks."""
+        ``lookup_and_delete``, ``get_next_key`` on bytes (no codecs), raising the same
+        exceptions as the map: the fastest path, for hot loops and benchmarks."""
         return self._m
 
     def describe(self) -> str:
@@ -278,42 +291,21 @@ class SharedMap(collections.abc.MutableMapping):
         return (f"<SharedMap {self.describe()} key {self.key_size}B value {self.value_size}B "
                 f"max_entries {self.max_entries}>")
 
-    def _error(self, exc: OSError, command: str) -> BPFError:
-        return bpf_error(exc.errno, command, map=self.describe(), detail=exc.strerror or "")
+    def _error(self, err: int, command: str, count: int | None = None) -> BPFError:
+        """The exception for ``err`` from ``command`` (the Map layer's core calls this)."""
+        return bpf_error(err, command, map=self.describe(), count=count)
+
+    def _no_flags(self, flags: UpdateFlags | int | str, command: str) -> None:
+        if update_flags(flags):
+            raise bpf_error(errno.EINVAL, command, map=self.describe(),
+                            detail=f"flags {update_flags(flags):#x}: shared maps take none "
+                            "(BPF_F_LOCK needs a bpf_spin_lock in the value)")
 
     # -- element ops -------------------------------------------------------------------------
-    def __getitem__(self, key: Any) -> Any:
-        try:
-            return self._vdec(self._m.lookup(self._kenc(key)))
-        except OSError as exc:
-            raise self._error(exc, "map_lookup_elem") from None
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        try:
-            self._m.update(self._kenc(key), self._venc(value))
-        except OSError as exc:
-            raise self._error(exc, "map_update_elem") from None
-
-    def __delitem__(self, key: Any) -> None:
-        try:
-            self._m.delete(self._kenc(key))
-        except OSError as exc:
-            raise self._error(exc, "map_delete_elem") from None
-
-    def __contains__(self, key: object) -> bool:
-        try:
-            self[key]
-        except KeyNotFoundError:
-            return False
-        return True
-
     def lookup(self, key: Any, flags: UpdateFlags | int | str = 0) -> Any:
         """BPF_MAP_LOOKUP_ELEM; any flag is EINVAL (BPF_F_LOCK needs a bpf_spin_lock, which
         shared maps' values do not have)."""
-        if update_flags(flags):
-            raise self._error(OSError(errno.EINVAL, f"flags {int(flags):#x}: shared maps "
-                                      "take none (BPF_F_LOCK needs a bpf_spin_lock)"),
-                              "map_lookup_elem")
+        self._no_flags(flags, "map_lookup_elem")
         return self[key]
 
     def update(self, *args: Any, flags: UpdateFlags | int | str = UpdateFlags.ANY,
@@ -321,10 +313,7 @@ class SharedMap(collections.abc.MutableMapping):
         """``update(key, value, flags=...)``: one update with ``flags`` (any, noexist,
         exist); ``update(mapping_or_pairs)``: dict-style, one BPF_ANY update per item."""
         if len(args) == 2 and not kwargs:
-            try:
-                self._m.update(self._kenc(args[0]), self._venc(args[1]), update_flags(flags))
-            except OSError as exc:
-                raise self._error(exc, "map_update_elem") from None
+            self._update(args[0], args[1], update_flags(flags))
             return
         if flags:
             raise TypeError("flags= only goes with update(key, value, flags=...)")
@@ -335,13 +324,8 @@ class SharedMap(collections.abc.MutableMapping):
 
     def lookup_and_delete(self, key: Any, flags: UpdateFlags | int | str = 0) -> Any:
         """BPF_MAP_LOOKUP_AND_DELETE_ELEM: the value, removed (an array: ENOTSUPP)."""
-        try:
-            if update_flags(flags):
-                raise OSError(errno.EINVAL, f"flags {int(flags):#x}: shared maps take none "
-                              "(BPF_F_LOCK needs a bpf_spin_lock)")
-            return self._vdec(self._m.lookup_and_delete(self._kenc(key)))
-        except OSError as exc:
-            raise self._error(exc, "map_lookup_and_delete_elem") from None
+        self._no_flags(flags, "map_lookup_and_delete_elem")
+        return self.value_codec.decode(self._m.lookup_and_delete(self.key_codec.encode(key)))
 
     def get(self, key: Any, default: Any = None) -> Any:
         try:
@@ -352,10 +336,7 @@ class SharedMap(collections.abc.MutableMapping):
     def get_next_key(self, key: Any = None) -> Any:
         """The key after ``key`` in the kernel's order (None: the first); KeyNotFoundError
         at the end. A key that is not in a hash restarts from the first."""
-        try:
-            raw = self._m.get_next_key(None if key is None else self._kenc(key))
-        except OSError as exc:
-            raise self._error(exc, "map_get_next_key") from None
+        raw = self._m.get_next_key(None if key is None else self.key_codec.encode(key))
         return self.key_codec.decode(raw)
 
     # -- iteration ---------------------------------------------------------------------------
@@ -365,10 +346,8 @@ class SharedMap(collections.abc.MutableMapping):
         while True:
             try:
                 key = next_key(key)
-            except OSError as exc:
-                if exc.errno == errno.ENOENT:
-                    return
-                raise self._error(exc, "map_get_next_key") from None
+            except KeyNotFoundError:
+                return
             yield key
 
     def _raw_items(self) -> Iterator[tuple[bytes, bytes]]:
@@ -377,9 +356,8 @@ class SharedMap(collections.abc.MutableMapping):
         for key in self._raw_keys():
             try:
                 yield key, lookup(key)
-            except OSError as exc:
-                if exc.errno != errno.ENOENT:
-                    raise self._error(exc, "map_lookup_elem") from None
+            except KeyNotFoundError:
+                continue
 
     def __iter__(self) -> Iterator[Any]:
         return map(self.key_codec.decode, self._raw_keys())
@@ -398,17 +376,14 @@ class SharedMap(collections.abc.MutableMapping):
     @property
     def count(self) -> int:
         """A hash's live elements from its counter (an array: max_entries)."""
-        try:
-            return self._m.count
-        except OSError as exc:
-            raise self._error(exc, "map_count") from None
+        return self._m.count
 
     def clear(self) -> None:
         """Delete every key (collected first, so the walk does not restart on each delete;
         an array: EINVAL, its elements always exist)."""
+        delete = self._m.delete
         for raw in list(self._raw_keys()):
             try:
-                self._m.delete(raw)
-            except OSError as exc:
-                if exc.errno != errno.ENOENT:
-                    raise self._error(exc, "map_delete_elem") from None
+                delete(raw)
+            except KeyNotFoundError:
+                pass

@@ -36,6 +36,7 @@ from .. import shared
 from ..backends import bpf_allowed
 from ..backends import system as make_system
 from ..commands import CommandError, run_standalone
+from ..errors import KeyExistsError, KeyNotFoundError
 from .args import int_arg
 from .ops import Setup, bench_dict, bench_map, bench_system, once_ns
 from .report import Ratio, format_table
@@ -270,14 +271,14 @@ def _stress_worker(name: str, worker: int, keys: int, ops: int, barrier, out) ->
             try:
                 r.update(k, tag, 1)  # BPF_NOEXIST
                 inserted += 1
-            except FileExistsError:
+            except KeyExistsError:
                 pass
         for k in common:
             try:
                 if r.lookup_and_delete(k) not in (b"\0" * 8, b"\1" + b"\0" * 7):
                     foreign += 1
                 taken += 1
-            except FileNotFoundError:
+            except KeyNotFoundError:
                 pass
         done += 5 * keys
     for k in own:  # left in for the final count
@@ -321,7 +322,7 @@ def _walk(raw) -> list[bytes]:
     while True:
         try:
             key = raw.get_next_key(key)
-        except FileNotFoundError:
+        except KeyNotFoundError:
             return keys
         keys.append(key)
 
