@@ -499,7 +499,7 @@ def test_bench_shm_runs_and_its_stress_run_counts_nothing_lost():
     doc = json.loads(run.stdout)
     paths = {row["path"] for row in doc["one_process"]}
     assert {"dict", "shared map m[k]", "shared map raw", "emulated System (model off)"} <= paths
-    assert [row["op"] for row in doc["scaling"]] == ["lookup", "update", "delete"]
+    assert [row["op"] for row in doc["scaling"]] == ["dict lookup", "lookup", "update", "delete"]
     stress = doc["stress"]
     assert stress["ops"] >= 20000 and stress["lost"] == stress["duplicated"] == 0
     assert stress["inserted"] == stress["taken"] + stress["left"]
