@@ -301,7 +301,7 @@ def test_a_map_that_does_not_fit_is_enomem_naming_the_size_to_ask_for():
 
 
 def test_a_no_prealloc_hash_grows_until_the_segment_is_full():
-    with shared.Segment.create(None, 2 * MIB) as seg:  # the buckets take 1 MiB
+    with shared.Segment.create(None, 4 * MIB) as seg:  # the buckets take 2 MiB
         m = seg.create_map("m", "hash", 4, 64, 100_000, BPF_F_NO_PREALLOC, key=int)
         n = 0
         with pytest.raises(BPFError) as info:
@@ -377,6 +377,49 @@ def test_two_processes_on_one_hash_lose_and_duplicate_nothing(segment_name):
         assert {v for r in results for v in r[3]} <= {0, 1}
         assert sorted(k for k in listed if k < 10 * keys) == list(range(2 * keys))
         assert all(m[k] == k for k in range(2 * keys))
+
+
+def _rewrite(name: str, stop) -> None:
+    """The writer of the torn-value test: values of one repeated byte, changing all along."""
+    seg = shared.Segment.attach(name)
+    h, a = seg.open_map("h").raw, seg.open_map("a").raw
+    keys = [bytes([k]) * 4 for k in range(4)]
+    i = 0
+    while not stop.is_set():
+        value = bytes([i & 0xFF]) * 256
+        for k in keys:
+            h.update(k, value)
+            a.update(k[:1] + bytes(3), value)
+        i += 1
+    seg.close()
+
+
+def test_a_reader_never_sees_a_torn_value(segment_name):
+    """One process rewrites 256-byte values (each one byte repeated) of a hash, in place, and
+    of an array; this one reads them meanwhile, for a second: every value read is one byte
+    repeated."""
+    ctx = multiprocessing.get_context("fork")
+    with shared.Segment.create(segment_name, MIB) as seg:
+        h = seg.create_map("h", "hash", 4, 256, 4).raw
+        a = seg.create_map("a", "array", 4, 256, 4).raw
+        keys = [bytes([k]) * 4 for k in range(4)]
+        for k in keys:
+            h.update(k, bytes(256))
+        stop = ctx.Event()
+        p = ctx.Process(target=_rewrite, args=(segment_name, stop))
+        p.start()
+        reads = torn = 0
+        end = time.monotonic() + 1.0
+        try:
+            while time.monotonic() < end:
+                for k in keys:
+                    for value in (h.lookup(k), a.lookup(k[:1] + bytes(3))):
+                        reads += 1
+                        torn += value.count(value[:1]) != len(value)
+        finally:
+            stop.set()
+            p.join(timeout=60)
+        assert p.exitcode == 0 and reads > 0 and torn == 0
 
 
 def _spawned_child(name: str, conn) -> None:

@@ -114,9 +114,17 @@ struct map_hdr {
 	uint64_t chunks[];    /* hash: nchunks offsets of element chunks, 0 until carved */
 };
 
-struct bucket {
+struct bucket { /* 16 bytes, sizeof(struct bucket) in the kernel: 4 per cache line */
 	uint32_t lock;
+	uint32_t seq;  /* odd while a writer changes the chain or a value (see read_begin) */
 	uint32_t head; /* first slot, NIL when empty */
+	uint32_t pad;
+};
+
+/* An array element: its lock and sequence, then the value at value_off (8). */
+struct aelem {
+	uint32_t lock;
+	uint32_t seq;
 };
 
 struct helem { /* key at +8, value at value_off */
@@ -222,6 +230,69 @@ static inline int spin_lock(uint32_t *lock)
 static inline void spin_unlock(uint32_t *lock)
 {
 	__atomic_store_n(lock, 0, __ATOMIC_RELEASE);
+}
+
+/*
+ * Lookups write nothing: a reader takes no lock (which would bounce the bucket's cache line
+ * between the processes reading it) but reads under a sequence count, as the kernel's
+ * seqcount_t: a writer, holding the lock, makes the count odd, changes the chain or a value,
+ * and makes it even again; a reader notes an even count, reads, and reads again if the count
+ * moved meanwhile. Elements live in the segment's pool and are never unmapped, so a reader
+ * that follows a link changed under it reads stale memory, never foreign memory, and the
+ * count sends it back. A reader never returns a torn value.
+ */
+static inline void write_begin(uint32_t *seq)
+{
+	__atomic_store_n(seq, *seq + 1, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static inline void write_end(uint32_t *seq)
+{
+	__atomic_store_n(seq, *seq + 1, __ATOMIC_RELEASE);
+}
+
+static int pid_alive(int pid, uint64_t start);
+
+static int read_begin_slow(uint32_t *seq, uint32_t *lock, uint32_t *start)
+{
+	unsigned long spins = 0;
+	for (;;) {
+		uint32_t s = __atomic_load_n(seq, __ATOMIC_ACQUIRE);
+		if (!(s & 1)) {
+			*start = s;
+			return 0;
+		}
+		if (++spins < 256) {
+			cpu_relax();
+			continue;
+		}
+		sched_yield();
+		uint32_t owner = __atomic_load_n(lock, __ATOMIC_RELAXED);
+		if ((spins & 4095) == 0 && owner && !pid_alive((int)owner, 0) &&
+		    __atomic_load_n(seq, __ATOMIC_RELAXED) == s) {
+			errno = EOWNERDEAD;
+			return (int)owner;
+		}
+	}
+}
+
+/* 0 with the even count in *start, or (a writer died mid-write) the dead writer's pid. */
+static inline int read_begin(uint32_t *seq, uint32_t *lock, uint32_t *start)
+{
+	uint32_t s = __atomic_load_n(seq, __ATOMIC_ACQUIRE);
+	if (__builtin_expect(!(s & 1), 1)) {
+		*start = s;
+		return 0;
+	}
+	return read_begin_slow(seq, lock, start);
+}
+
+/* True when what was read since read_begin may be torn: read again. */
+static inline int read_retry(uint32_t *seq, uint32_t start)
+{
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	return __atomic_load_n(seq, __ATOMIC_RELAXED) != start;
 }
 
 /* -- jhash (include/linux/jhash.h), as pybpf/emulated/maps/jhash.py ------------------------ */
@@ -983,7 +1054,7 @@ static PyObject *Segment_create_map(SegmentObject *self, PyObject *args)
 		else
 			need += (uint64_t)elem_size << chunk_shift; /* its first chunk, at least */
 	} else {
-		value_off = 8; /* the element's lock, then the value */
+		value_off = sizeof(struct aelem); /* the element's lock and count, then the value */
 		elem_size = value_off + (uint32_t)round_up64(value_size, 8);
 		elems_bytes = (uint64_t)max_entries * elem_size;
 		need = sizeof(struct map_hdr) + HEAP_ALIGN + elems_bytes;
@@ -1254,9 +1325,9 @@ static inline uint32_t array_index(const uint8_t *key)
 	return index;
 }
 
-static inline uint32_t *array_elem(MapObject *m, uint32_t index)
+static inline struct aelem *array_elem(MapObject *m, uint32_t index)
 {
-	return (uint32_t *)(m->seg->base + map_hdr(m)->values_off + (uint64_t)index * m->elem_size);
+	return (struct aelem *)(m->seg->base + map_hdr(m)->values_off + (uint64_t)index * m->elem_size);
 }
 
 /* lookup(key) -> bytes: ENOENT when absent (an array: the index is past its end) */
@@ -1277,29 +1348,44 @@ static PyObject *Map_lookup_impl(MapObject *m, PyObject *key)
 			return os_error(ENOENT, "index %u is past the array's end (max_entries %u)",
 					index, m->max_entries);
 		}
-		uint32_t *lock = array_elem(m, index);
-		if ((dead = spin_lock(lock))) {
+		struct aelem *a = array_elem(m, index);
+		uint32_t start;
+		do {
+			if ((dead = read_begin(&a->seq, &a->lock, &start))) {
+				Py_DECREF(out);
+				return owner_dead(dead);
+			}
+			memcpy(dst, (uint8_t *)a + m->value_off, m->value_size);
+		} while (read_retry(&a->seq, start));
+		return out;
+	}
+	uint8_t *base = m->seg->base;
+	struct map_hdr *h = map_hdr(m);
+	uint32_t hash = htab_map_hash(k, m->key_size, m->hashrnd);
+	struct bucket *b = bucket_of(m, hash);
+	uint32_t start, s;
+	do {
+		if ((dead = read_begin(&b->seq, &b->lock, &start))) {
 			Py_DECREF(out);
 			return owner_dead(dead);
 		}
-		memcpy(dst, (uint8_t *)lock + m->value_off, m->value_size);
-		spin_unlock(lock);
-		return out;
-	}
-	uint32_t hash = htab_map_hash(k, m->key_size, m->hashrnd);
-	struct bucket *b = bucket_of(m, hash);
-	if ((dead = spin_lock(&b->lock))) {
-		Py_DECREF(out);
-		return owner_dead(dead);
-	}
-	uint32_t s = find_in_bucket(m, b, k, hash, NULL);
+		/* A walk longer than the map can hold went round a chain changed under it. */
+		uint32_t steps = 0;
+		s = __atomic_load_n(&b->head, __ATOMIC_RELAXED);
+		while (s != NIL && steps++ <= m->max_entries) {
+			struct helem *e = (struct helem *)slot_elem(base, h, s);
+			if (e->hash == hash &&
+			    memcmp((uint8_t *)e + sizeof(*e), k, m->key_size) == 0) {
+				memcpy(dst, (uint8_t *)e + m->value_off, m->value_size);
+				break;
+			}
+			s = __atomic_load_n(&e->next, __ATOMIC_RELAXED);
+		}
+	} while (read_retry(&b->seq, start));
 	if (s == NIL) {
-		spin_unlock(&b->lock);
 		Py_DECREF(out);
 		return os_error(ENOENT, "key not found");
 	}
-	memcpy(dst, slot_elem(m->seg->base, map_hdr(m), s) + m->value_off, m->value_size);
-	spin_unlock(&b->lock);
 	return out;
 }
 
@@ -1314,12 +1400,14 @@ static PyObject *update_array(MapObject *m, const uint8_t *k, const char *v, uin
 				"max_entries", index, m->max_entries);
 	if (flags & BPF_NOEXIST)
 		return os_error(EEXIST, "array elements always exist (BPF_NOEXIST)");
-	uint32_t *lock = array_elem(m, index);
-	int dead = spin_lock(lock);
+	struct aelem *a = array_elem(m, index);
+	int dead = spin_lock(&a->lock);
 	if (dead)
 		return owner_dead(dead);
-	memcpy((uint8_t *)lock + m->value_off, v, m->value_size);
-	spin_unlock(lock);
+	write_begin(&a->seq);
+	memcpy((uint8_t *)a + m->value_off, v, m->value_size);
+	write_end(&a->seq);
+	spin_unlock(&a->lock);
 	Py_RETURN_NONE;
 }
 
@@ -1390,12 +1478,14 @@ static PyObject *update_hash(MapObject *m, const uint8_t *k, const char *v, uint
 		/* The kernel links a new element at the bucket's front and frees the old one; the
 		 * same order, without a spare element: rewrite it and move it to the front. */
 		uint8_t *e = slot_elem(base, h, s);
+		write_begin(&b->seq);
 		memcpy(e + m->value_off, v, m->value_size);
 		if (prev != NIL) {
 			unlink_slot(m, b, s, prev);
 			((struct helem *)e)->next = b->head;
 			b->head = s;
 		}
+		write_end(&b->seq);
 		spin_unlock(&b->lock);
 		Py_RETURN_NONE;
 	}
@@ -1416,7 +1506,9 @@ static PyObject *update_hash(MapObject *m, const uint8_t *k, const char *v, uint
 	memcpy((uint8_t *)e + sizeof(*e), k, m->key_size);
 	memcpy((uint8_t *)e + m->value_off, v, m->value_size);
 	e->next = b->head;
+	write_begin(&b->seq); /* the element was unreachable until now: only the link counts */
 	b->head = s;
+	write_end(&b->seq);
 	spin_unlock(&b->lock);
 	Py_RETURN_NONE;
 }
@@ -1476,7 +1568,9 @@ static int delete_hash(MapObject *m, const uint8_t *k, char *out)
 	}
 	if (out)
 		memcpy(out, slot_elem(base, h, s) + m->value_off, m->value_size);
+	write_begin(&b->seq);
 	unlink_slot(m, b, s, prev);
+	write_end(&b->seq);
 	spin_unlock(&b->lock);
 	freelist_push(base, h, s);
 	__atomic_sub_fetch(&h->count, 1, __ATOMIC_RELAXED);
