@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import json
+import mmap
 import multiprocessing
 import os
 import signal
@@ -495,6 +496,28 @@ def test_a_segment_whose_processes_died_is_reclaimed(segment_name, reap):
     finally:
         p.kill()
         p.join(timeout=60)
+
+
+def test_a_lock_held_by_a_dead_process_is_eownerdead_not_a_hang(segment_name):
+    """A process killed inside an operation leaves its element's lock taken and its count
+    odd. White box: the element's lock word and count are the 8 bytes before its value
+    (_shm_maps.c, struct aelem); they are set here as a dead process would leave them."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)  # a pid that no process has now
+    with shared.Segment.create(segment_name, MIB) as seg:
+        a = seg.create_map("a", "array", 4, 8, 1, value=bytes)
+        marker = b"\x5a\xa5PYBPF!"
+        a[0] = marker
+        with open(f"/dev/shm/{segment_name}", "r+b") as f, mmap.mmap(f.fileno(), 0) as mem:
+            at = mem.find(marker)
+            assert at > 8 and mem.find(marker, at + 1) == -1
+            struct.pack_into("<II", mem, at - 8, pid, 1)
+            for call in (lambda: a[0], lambda: a.update(0, bytes(8))):
+                with pytest.raises(BPFError) as info:
+                    call()
+                assert info.value.errno == errno.EOWNERDEAD and str(pid) in str(info.value)
 
 
 def test_attaching_to_a_missing_segment_says_how_to_make_one():
