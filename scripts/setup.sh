@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     # gcc and libbpf-dev build the C references of the benchmarks; python3-venv and
-    # python3-dev make the venv and build the C accelerator on the distribution's Python;
+    # python3-dev make the venv and build the C extensions (accelerator, shared maps) on the distribution's Python;
     # clang and llvm build BPF C objects; bpftool cross-checks what the kernel reports;
     # iproute2, iperf3, xdp-tools and ethtool drive the network benchmarks.
     need=()
@@ -26,7 +26,7 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing || true
 fi
 
-# The package, editable, with the C accelerator and the test and plot extras. The stamp holds
+# The package, editable, with the C extensions and the test and plot extras. The stamp holds
 # a hash of what the install depends on, so a second run installs nothing.
 venv=.venv
 stamp="$venv/.pybpf-installed"
