@@ -21,17 +21,19 @@
  *   power-of-two roundup of max_entries, hashrnd 0 under BPF_F_ZERO_SEED; a bucket lists its
  *   elements newest first and an update of an existing key moves it to the front (the kernel
  *   links a new element there), so get_next_key walks in the kernel's order.
- * - Atomicity per element: every hash operation holds its bucket's spin lock, and every array
- *   element has its own spin lock taken by lookups and updates. The kernel's array updates take
- *   no lock (BPF_F_LOCK aside) and a syscall lookup can see a value half-written by a program;
- *   here a reader never sees a torn value, a stronger guarantee that costs one uncontended atomic.
+ * - Atomicity per element: every hash update or delete holds its bucket's spin lock, every
+ *   array update its element's; writers also bump a sequence count around their change, and
+ *   lookups take no lock but read between two equal even counts (read_begin / read_retry), so
+ *   readers write nothing shared and never return a torn value. The kernel's array updates
+ *   take no lock (BPF_F_LOCK aside) and a syscall lookup can see a value half-written by a
+ *   program; here a reader never does, a stronger guarantee (documented in pybpf.shared).
  * - Locks are C11-style __atomic words in the segment holding the owner's pid, never a
  *   process-local mutex. A waiter that spins long checks whether the owner still lives; a dead
  *   owner (killed inside an operation) gives EOWNERDEAD instead of a hang.
  * - BPF_F_NO_PREALLOC: elements come from the segment in chunks as the map grows (ENOMEM when
  *   the segment is used up); without it every element is carved at create (ENOMEM then).
  *   Either way at most max_entries elements live (E2BIG beyond), counted exactly.
- * - Python's GIL is held throughout an operation: operations are a few hundred ns, and a
+ * - Python's GIL is held throughout an operation: operations take tens of ns, and a
  *   process's threads never hold a segment lock across a GIL switch.
  */
 #define PY_SSIZE_T_CLEAN

@@ -24,6 +24,12 @@ Rules this module keeps:
   BPF_F_NO_PREALLOC hash takes its elements from the segment as it grows, so it can also meet
   a full segment on update (ENOMEM).
 - Map memory is never given back to the segment: a map lives as long as its segment.
+- Atomicity per element, as the kernel's, and one guarantee more: an update or delete holds
+  its hash bucket's (or array element's) spin lock, in the segment, so two processes never
+  lose or duplicate an element; a lookup takes no lock and reads again if a writer changed
+  the element meanwhile (a sequence count), so it never returns a torn value. The kernel's
+  array takes no lock for a plain update, and a syscall lookup racing a program's write can
+  read half of each value there; through this API no reader can.
 """
 
 from __future__ import annotations
