@@ -1,8 +1,9 @@
 """pybpf.shared: maps in a shared memory segment (the C extension pybpf._shm_maps).
 
-The emulated Python maps are the reference: random op sequences on a shared map and on an
-emulated map of the same type and flags (BPF_F_ZERO_SEED, so the bucket order is the same)
-give the same values, errno and get_next_key order. Then what only a shared map does: two
+The emulated Python maps are the reference, and the kernel the oracle where bpf(2) is allowed:
+random op sequences on a shared map and on a map of the same type and flags there
+(BPF_F_ZERO_SEED, so the bucket order is the same) give the same values, errno and
+get_next_key order. Then what only a shared map does: two
 processes updating one hash at once lose and duplicate nothing; a segment whose processes
 died is reclaimed; a full segment and a full map say which size to raise; without the C
 extension the face says what to install and the rest of pybpf works.
@@ -29,6 +30,7 @@ from hypothesis import strategies as st
 import pybpf
 from pybpf import shared
 from pybpf.errors import BPFError, KeyExistsError, KeyNotFoundError, MapFullError
+from pybpf.testing import KERNEL_SKIP_REASON, kernel_available
 from pybpf.uapi import BPF_F_NO_PREALLOC, BPF_F_ZERO_SEED, MapType
 
 pytestmark = pytest.mark.skipif(not shared.available(),
@@ -48,8 +50,14 @@ def segment_name():
         pass
 
 
-@pytest.fixture(scope="module")
-def reference():
+@pytest.fixture(scope="module", params=["emulated", "kernel"])
+def reference(request):
+    """The emulated Python maps (the reference implementation), and the kernel itself (the
+    oracle) where bpf(2) is allowed."""
+    if request.param == "kernel":
+        if not kernel_available():
+            pytest.skip(KERNEL_SKIP_REASON)
+        return pybpf.system("kernel")
     return pybpf.system("emulated", modeled_time=False)
 
 
@@ -141,7 +149,7 @@ def hash_case(draw):
 
 @settings(max_examples=150, database=None)
 @given(hash_case())
-def test_hash_op_sequences_match_the_emulated_reference(reference, case):
+def test_hash_op_sequences_match_the_reference(reference, case):
     key_size, value_size, max_entries, flags, ops = case
     seg = shared.Segment.create(None, 4 * MIB)
     fd = reference.map_create(MapType.HASH, key_size, value_size, max_entries,
@@ -192,7 +200,7 @@ def array_case(draw):
 
 @settings(max_examples=80, database=None)
 @given(array_case())
-def test_array_op_sequences_match_the_emulated_reference(reference, case):
+def test_array_op_sequences_match_the_reference(reference, case):
     value_size, max_entries, ops = case
     seg = shared.Segment.create(None, MIB)
     fd = reference.map_create(MapType.ARRAY, 4, value_size, max_entries)
