@@ -297,10 +297,6 @@ class SharedMap(MapCore, collections.abc.MutableMapping):
         return (f"<SharedMap {self.describe()} key {self.key_size}B value {self.value_size}B "
                 f"max_entries {self.max_entries}>")
 
-    def _error(self, err: int, command: str, count: int | None = None) -> BPFError:
-        """The exception for ``err`` from ``command`` (the Map layer's core calls this)."""
-        return bpf_error(err, command, map=self.describe(), count=count)
-
     def _no_flags(self, flags: UpdateFlags | int | str, command: str) -> None:
         if update_flags(flags):
             raise bpf_error(errno.EINVAL, command, map=self.describe(),
