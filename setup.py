@@ -1,10 +1,17 @@
-"""Build hook for the optional C accelerator; everything else is in pyproject.toml.
+"""Build hook for the optional C extensions; everything else is in pyproject.toml.
 
-``optional=True``: without a C compiler or Python headers the build skips it and pybpf runs
-on its pure-Python path.
+``optional=True``: without a C compiler or Python headers the build skips them and pybpf runs
+on its pure-Python path (``pybpf._accel``: the Map layer's accelerator) or without shared
+maps (``pybpf._shm_maps``: maps in shared memory, ``pybpf.shared``, which then says what to
+install).
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("pybpf._accel", ["src/pybpf/_accel.c"], optional=True,
-                             extra_compile_args=["-O2"])])
+setup(ext_modules=[
+    Extension("pybpf._accel", ["src/pybpf/_accel.c"], optional=True,
+              extra_compile_args=["-O2"]),
+    # librt: shm_open before glibc 2.34 (an empty stub after).
+    Extension("pybpf._shm_maps", ["src/pybpf/_shm_maps.c"], optional=True,
+              extra_compile_args=["-O2", "-Wall"], libraries=["rt"]),
+])

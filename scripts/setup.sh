@@ -9,9 +9,9 @@ cd "$(dirname "$0")/.."
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     # gcc and libbpf-dev build the C references of the benchmarks; python3-venv and
-    # python3-dev make the venv and build the C accelerator on the distribution's Python;
-    # clang and llvm build BPF C objects; bpftool cross-checks what the kernel reports;
-    # iproute2, iperf3, xdp-tools and ethtool drive the network benchmarks.
+    # python3-dev make the venv and build the C extensions (accelerator, shared maps) on the
+    # distribution's Python; clang and llvm build BPF C objects; bpftool cross-checks what the
+    # kernel reports; iproute2, iperf3, xdp-tools and ethtool drive the network benchmarks.
     need=()
     for pkg in gcc libbpf-dev bpftool iproute2 python3-venv python3-dev clang llvm iperf3 \
                xdp-tools ethtool; do
@@ -26,11 +26,12 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing || true
 fi
 
-# The package, editable, with the C accelerator and the test and plot extras. The stamp holds
+# The package, editable, with the C extensions and the test and plot extras. The stamp holds
 # a hash of what the install depends on, so a second run installs nothing.
 venv=.venv
 stamp="$venv/.pybpf-installed"
-want="$(cat pyproject.toml setup.py src/pybpf/_accel.c | sha256sum | cut -d' ' -f1)"
+want="$(cat pyproject.toml setup.py src/pybpf/_accel.c src/pybpf/_shm_maps.c | sha256sum \
+    | cut -d' ' -f1)"
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c '' 2>/dev/null; then
     rm -rf "$venv"
     if ! "${PYTHON:-python3}" -m venv "$venv"; then

@@ -71,6 +71,16 @@ def test_accelerator_line_built_off_and_missing(monkeypatch):
     assert not missing.active and "not built" in missing.detail
 
 
+def test_shared_maps_line_built_and_missing(monkeypatch):
+    from pybpf import shared
+
+    if shared.SHM is not None:
+        assert doctor.check_shared_maps().active
+    monkeypatch.setattr(shared, "SHM", None)
+    missing = doctor.check_shared_maps()
+    assert not missing.active and "apt-get install gcc python3-dev" in missing.detail
+
+
 def test_the_reference_engines_are_always_there():
     assert doctor.check_interpreter().active and doctor.check_jit().active
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from . import __version__, calibrate, doctor, reproduce
 from .backends import BACKENDS
-from .bench import cpumap, htab_mem, interp, map_perf, ops, sockmap
+from .bench import cpumap, htab_mem, interp, map_perf, ops, shm, sockmap
 from .commands import CommandError as CommandError  # what a refused run raises, as before
 from .commands import run_command
 from .testing.differential import command as differential
@@ -62,6 +62,7 @@ BENCHMARKS: dict[str, Command] = {
                         htab_mem.configure_parser, htab_mem.run_from_args),
     "ops": Command(ops.ABOUT, ops.configure_parser, ops.run),
     "interp": Command(interp.ABOUT, interp.configure_parser, interp.run_from_args),
+    "shm": Command(shm.ABOUT, shm.configure_parser, shm.run),
 }
 
 

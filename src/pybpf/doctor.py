@@ -5,8 +5,9 @@ Rules this module keeps:
   what is there or why not and what to do); none raises, and the command always exits 0: it
   reports, it does not judge.
 - A check looks at the same thing the code it stands for uses (``probe_map_create`` for
-  bpf(2), ``accelerator.ACCEL``, ``native_missing``, ``modeled_time_default``), so what it
-  says is what pybpf will do. Nothing is installed, mounted or built here.
+  bpf(2), ``accelerator.ACCEL``, ``shared.SHM``, ``native_missing``,
+  ``modeled_time_default``), so what it says is what pybpf will do. Nothing is installed,
+  mounted or built here.
 """
 
 from __future__ import annotations
@@ -105,6 +106,16 @@ def check_accelerator() -> Finding:
                                 "-e . with gcc and the Python headers builds it")
 
 
+def check_shared_maps() -> Finding:
+    from . import shared
+
+    name = "shared maps"
+    if shared.SHM is not None:
+        return Finding(name, True, f"built: {shared.SHM.__file__} (pybpf.shared: array and "
+                                   "hash maps in shared memory)")
+    return Finding(name, False, f"not built: {shared.INSTALL_HINT}")
+
+
 def check_interpreter() -> Finding:
     return Finding("engine interp", True, "the reference interpreter (always there)")
 
@@ -155,7 +166,8 @@ def check_modeled_time() -> Finding:
 
 
 CHECKS: tuple[Callable[[], Finding], ...] = (
-    check_kernel_backend, check_bpffs, check_tracefs, check_accelerator, check_interpreter,
+    check_kernel_backend, check_bpffs, check_tracefs, check_accelerator, check_shared_maps,
+    check_interpreter,
     check_jit, check_native, check_matplotlib, check_modeled_time)
 
 

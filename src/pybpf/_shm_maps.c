@@ -1,0 +1,1812 @@
+/*
+ * pybpf._shm_maps: BPF array and hash maps in one shared memory segment (optional C extension;
+ * its Python face is pybpf.shared).
+ *
+ * Rules it keeps:
+ * - Everything lives in the segment and is addressed by offsets from its base (each process
+ *   maps it at its own address): a header (magic, size, the segment lock, the table of attached
+ *   pids, the table of map names: the "pins"), then a bump-allocated heap of map headers,
+ *   buckets, elements and array values. Heap memory is never given back to the segment: a map
+ *   lives as long as its segment.
+ * - A segment is anonymous (MAP_SHARED | MAP_ANONYMOUS: shared with forked children) or a named
+ *   POSIX shared-memory object. A named one is built under a temporary name and published with
+ *   link(2), so a name never shows a half-built segment. Whoever removes a name (a reclaim of a
+ *   stale segment, or unlink) holds flock(LOCK_EX) on the file it removes and first checks that
+ *   the name still refers to that file, so two reclaimers never remove each other's segments.
+ * - Semantics are the kernel's (kernel/bpf/hashtab.c, arraymap.c) as user space sees them
+ *   through bpf(2), errno for errno, the same as the Python reference (pybpf.emulated.maps):
+ *   update flags BPF_ANY / BPF_NOEXIST / BPF_EXIST (EINVAL for others, EEXIST, ENOENT), E2BIG
+ *   for a full hash or an index past an array's end, EINVAL for an array delete, ENOTSUPP for an
+ *   array lookup_and_delete. A hash key's bucket is jhash(key) & (n_buckets - 1), n_buckets the
+ *   power-of-two roundup of max_entries, hashrnd 0 under BPF_F_ZERO_SEED; a bucket lists its
+ *   elements newest first and an update of an existing key moves it to the front (the kernel
+ *   links a new element there), so get_next_key walks in the kernel's order.
+ * - Atomicity per element: every hash update or delete holds its bucket's spin lock, every
+ *   array update its element's; writers also bump a sequence count around their change, and
+ *   lookups take no lock but read between two equal even counts (read_begin / read_retry), so
+ *   readers write nothing shared and never return a torn value. The kernel's array updates
+ *   take no lock (BPF_F_LOCK aside) and a syscall lookup can see a value half-written by a
+ *   program; here a reader never does, a stronger guarantee (documented in pybpf.shared).
+ * - Locks are C11-style __atomic words in the segment holding the owner's pid, never a
+ *   process-local mutex. A waiter that spins long checks whether the owner still lives; a dead
+ *   owner (killed inside an operation) gives EOWNERDEAD instead of a hang.
+ * - BPF_F_NO_PREALLOC: elements come from the segment in chunks as the map grows (ENOMEM when
+ *   the segment is used up); without it every element is carved at create (ENOMEM then).
+ *   Either way at most max_entries elements live (E2BIG beyond), counted exactly.
+ * - Python's GIL is held throughout an operation: operations take tens of ns, and a
+ *   process's threads never hold a segment lock across a GIL switch.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SHM_MAGIC 0x4d48534650425950ULL /* "PYBPFSHM" read as a little-endian u64 */
+#define SHM_VERSION 1
+#define MAX_PIDS 128
+#define MAX_MAPS 256
+#define MAP_NAME_LEN 64
+#define SHM_DIR "/dev/shm/"
+#define NIL UINT32_MAX
+#define HEAP_ALIGN 64
+#define MIN_CHUNK_SHIFT 6   /* at least 64 elements per chunk */
+#define MAX_CHUNKS 4096
+
+/* uapi numbers (include/uapi/linux/bpf.h) */
+#define BPF_MAP_TYPE_HASH 1
+#define BPF_MAP_TYPE_ARRAY 2
+#define BPF_ANY 0
+#define BPF_NOEXIST 1
+#define BPF_EXIST 2
+#define BPF_F_LOCK 4
+#define BPF_F_NO_PREALLOC 1u
+#define BPF_F_ZERO_SEED (1u << 6)
+#define ENOTSUPP 524
+#define KMALLOC_MAX_SIZE (4u << 20)
+#define HTAB_ELEM_SIZE 48 /* sizeof(struct htab_elem) on x86-64: the kernel's size limit */
+#define BUCKET_SIZE 16    /* sizeof(struct bucket): the kernel's n_buckets limit */
+
+struct pid_slot {
+	int32_t pid;
+	uint32_t pad;
+	uint64_t start; /* /proc/PID/stat's starttime: a reused pid is another process */
+};
+
+struct name_slot {
+	char name[MAP_NAME_LEN];
+	uint64_t off; /* the map's header */
+};
+
+struct seg_hdr {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t hdr_size;
+	uint64_t size;
+	uint32_t lock;     /* heap, pid table and name table */
+	uint32_t nmaps;
+	uint64_t heap_start;
+	uint64_t heap_next;
+	struct pid_slot pids[MAX_PIDS];
+	struct name_slot maps[MAX_MAPS];
+};
+
+struct map_hdr {
+	uint32_t type, key_size, value_size, max_entries, map_flags;
+	uint32_t n_buckets, hashrnd;
+	uint32_t elem_size; /* stride of hash elements / array elements */
+	uint32_t value_off; /* where the value starts inside an element */
+	uint32_t chunk_shift, nchunks;
+	uint32_t grow_lock; /* serialises chunk growth (BPF_F_NO_PREALLOC) */
+	uint64_t buckets_off; /* hash: n_buckets struct bucket */
+	uint64_t values_off;  /* array: max_entries elements */
+	uint64_t freelist;    /* hash: (tag << 32) | first free slot */
+	int64_t count;        /* hash: live elements (and those being inserted) */
+	uint64_t chunks[];    /* hash: nchunks offsets of element chunks, 0 until carved */
+};
+
+struct bucket { /* 16 bytes, sizeof(struct bucket) in the kernel: 4 per cache line */
+	uint32_t lock;
+	uint32_t seq;  /* odd while a writer changes the chain or a value (see read_begin) */
+	uint32_t head; /* first slot, NIL when empty */
+	uint32_t pad;
+};
+
+/* An array element: its lock and sequence, then the value at value_off (8). */
+struct aelem {
+	uint32_t lock;
+	uint32_t seq;
+};
+
+struct helem { /* key at +8, value at value_off */
+	uint32_t next;
+	uint32_t hash;
+};
+
+/* -- pid, locks ------------------------------------------------------------------------- */
+
+static uint32_t my_pid; /* cached: getpid() is a system call; refreshed after fork */
+
+static void refresh_pid(void) { my_pid = (uint32_t)getpid(); }
+
+/* /proc/PID/stat's state (field 3) and starttime (field 22, counted after the ')' that ends
+ * the command name); 0 when unreadable. */
+static uint64_t proc_stat(int pid, char *state)
+{
+	char path[64], buf[1024];
+	*state = '?';
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	char *p = strrchr(buf, ')');
+	if (!p || p[1] != ' ')
+		return 0;
+	*state = p[2];
+	int field = 2;
+	for (p++; *p && field < 22; p++)
+		if (*p == ' ')
+			field++;
+	return strtoull(p, NULL, 10);
+}
+
+static uint64_t proc_start_time(int pid)
+{
+	char state;
+	return proc_stat(pid, &state);
+}
+
+/* A recorded process lives when its pid exists, is no zombie, and started when it was
+ * recorded (0: not known). */
+static int pid_alive(int pid, uint64_t start)
+{
+	if (pid <= 0)
+		return 0;
+	if (kill(pid, 0) != 0 && errno == ESRCH)
+		return 0;
+	char state;
+	uint64_t now = proc_stat(pid, &state);
+	if (state == 'Z' || state == 'X')
+		return 0;
+	return now == 0 || start == 0 || now == start;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+static int spin_lock_slow(uint32_t *lock)
+{
+	unsigned long spins = 0;
+	for (;;) {
+		uint32_t owner = __atomic_load_n(lock, __ATOMIC_RELAXED);
+		if (owner == 0) {
+			uint32_t zero = 0;
+			if (__atomic_compare_exchange_n(lock, &zero, my_pid, 0, __ATOMIC_ACQUIRE,
+							__ATOMIC_RELAXED))
+				return 0;
+			continue;
+		}
+		if (++spins < 256) {
+			cpu_relax();
+			continue;
+		}
+		sched_yield();
+		if ((spins & 4095) == 0 && !pid_alive((int)owner, 0) &&
+		    __atomic_load_n(lock, __ATOMIC_RELAXED) == owner) {
+			errno = EOWNERDEAD;
+			return (int)owner;
+		}
+	}
+}
+
+/* 0, or (errno EOWNERDEAD) the pid of the dead process that holds the lock */
+static inline int spin_lock(uint32_t *lock)
+{
+	uint32_t zero = 0;
+	if (__builtin_expect(__atomic_compare_exchange_n(lock, &zero, my_pid, 0, __ATOMIC_ACQUIRE,
+							 __ATOMIC_RELAXED), 1))
+		return 0;
+	return spin_lock_slow(lock);
+}
+
+static inline void spin_unlock(uint32_t *lock)
+{
+	__atomic_store_n(lock, 0, __ATOMIC_RELEASE);
+}
+
+/*
+ * Lookups write nothing: a reader takes no lock (which would bounce the bucket's cache line
+ * between the processes reading it) but reads under a sequence count, as the kernel's
+ * seqcount_t: a writer, holding the lock, makes the count odd, changes the chain or a value,
+ * and makes it even again; a reader notes an even count, reads, and reads again if the count
+ * moved meanwhile. Elements live in the segment's pool and are never unmapped, so a reader
+ * that follows a link changed under it reads stale memory, never foreign memory, and the
+ * count sends it back. A reader never returns a torn value.
+ */
+static inline void write_begin(uint32_t *seq)
+{
+	__atomic_store_n(seq, *seq + 1, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+}
+
+static inline void write_end(uint32_t *seq)
+{
+	__atomic_store_n(seq, *seq + 1, __ATOMIC_RELEASE);
+}
+
+static int pid_alive(int pid, uint64_t start);
+
+static int read_begin_slow(uint32_t *seq, uint32_t *lock, uint32_t *start)
+{
+	unsigned long spins = 0;
+	for (;;) {
+		uint32_t s = __atomic_load_n(seq, __ATOMIC_ACQUIRE);
+		if (!(s & 1)) {
+			*start = s;
+			return 0;
+		}
+		if (++spins < 256) {
+			cpu_relax();
+			continue;
+		}
+		sched_yield();
+		uint32_t owner = __atomic_load_n(lock, __ATOMIC_RELAXED);
+		if ((spins & 4095) == 0 && owner && !pid_alive((int)owner, 0) &&
+		    __atomic_load_n(seq, __ATOMIC_RELAXED) == s) {
+			errno = EOWNERDEAD;
+			return (int)owner;
+		}
+	}
+}
+
+/* 0 with the even count in *start, or (a writer died mid-write) the dead writer's pid. */
+static inline int read_begin(uint32_t *seq, uint32_t *lock, uint32_t *start)
+{
+	uint32_t s = __atomic_load_n(seq, __ATOMIC_ACQUIRE);
+	if (__builtin_expect(!(s & 1), 1)) {
+		*start = s;
+		return 0;
+	}
+	return read_begin_slow(seq, lock, start);
+}
+
+/* True when what was read since read_begin may be torn: read again. */
+static inline int read_retry(uint32_t *seq, uint32_t start)
+{
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	return __atomic_load_n(seq, __ATOMIC_RELAXED) != start;
+}
+
+/* -- jhash (include/linux/jhash.h), as pybpf/emulated/maps/jhash.py ------------------------ */
+
+#define JHASH_INITVAL 0xdeadbeefu
+static inline uint32_t rol32(uint32_t w, unsigned s) { return (w << s) | (w >> (32 - s)); }
+#define __jhash_mix(a, b, c)                                                              \
+	{                                                                                 \
+		a -= c; a ^= rol32(c, 4); c += b;                                         \
+		b -= a; b ^= rol32(a, 6); a += c;                                         \
+		c -= b; c ^= rol32(b, 8); b += a;                                         \
+		a -= c; a ^= rol32(c, 16); c += b;                                        \
+		b -= a; b ^= rol32(a, 19); a += c;                                        \
+		c -= b; c ^= rol32(b, 4); b += a;                                         \
+	}
+#define __jhash_final(a, b, c)                                                            \
+	{                                                                                 \
+		c ^= b; c -= rol32(b, 14);                                                \
+		a ^= c; a -= rol32(c, 11);                                                \
+		b ^= a; b -= rol32(a, 25);                                                \
+		c ^= b; c -= rol32(b, 16);                                                \
+		a ^= c; a -= rol32(c, 4);                                                 \
+		b ^= a; b -= rol32(a, 14);                                                \
+		c ^= b; c -= rol32(b, 24);                                                \
+	}
+
+static inline uint32_t get_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint32_t jhash(const uint8_t *k, uint32_t length, uint32_t initval)
+{
+	uint32_t a, b, c;
+	a = b = c = JHASH_INITVAL + length + initval;
+	while (length > 12) {
+		a += get_le32(k);
+		b += get_le32(k + 4);
+		c += get_le32(k + 8);
+		__jhash_mix(a, b, c);
+		length -= 12;
+		k += 12;
+	}
+	switch (length) { /* the last 1..12 bytes, byte j into word j / 4 at bit 8 * (j % 4) */
+	case 12: c += (uint32_t)k[11] << 24; /* fall through */
+	case 11: c += (uint32_t)k[10] << 16; /* fall through */
+	case 10: c += (uint32_t)k[9] << 8;   /* fall through */
+	case 9:  c += k[8];                  /* fall through */
+	case 8:  b += (uint32_t)k[7] << 24;  /* fall through */
+	case 7:  b += (uint32_t)k[6] << 16;  /* fall through */
+	case 6:  b += (uint32_t)k[5] << 8;   /* fall through */
+	case 5:  b += k[4];                  /* fall through */
+	case 4:  a += (uint32_t)k[3] << 24;  /* fall through */
+	case 3:  a += (uint32_t)k[2] << 16;  /* fall through */
+	case 2:  a += (uint32_t)k[1] << 8;   /* fall through */
+	case 1:  a += k[0];
+		__jhash_final(a, b, c);
+		break;
+	case 0:
+		break;
+	}
+	return c;
+}
+
+static uint32_t jhash2(const uint8_t *k, uint32_t words, uint32_t initval)
+{
+	uint32_t a, b, c;
+	a = b = c = JHASH_INITVAL + (words << 2) + initval;
+	while (words > 3) {
+		a += get_le32(k);
+		b += get_le32(k + 4);
+		c += get_le32(k + 8);
+		__jhash_mix(a, b, c);
+		words -= 3;
+		k += 12;
+	}
+	switch (words) {
+	case 3: c += get_le32(k + 8); /* fall through */
+	case 2: b += get_le32(k + 4); /* fall through */
+	case 1: a += get_le32(k);
+		__jhash_final(a, b, c);
+		break;
+	case 0:
+		break;
+	}
+	return c;
+}
+
+/* hashtab.c's htab_map_hash */
+static inline uint32_t htab_map_hash(const uint8_t *key, uint32_t key_size, uint32_t hashrnd)
+{
+	if ((key_size & 3) == 0)
+		return jhash2(key, key_size / 4, hashrnd);
+	return jhash(key, key_size, hashrnd);
+}
+
+/* -- the segment object ------------------------------------------------------------------- */
+
+typedef struct {
+	PyObject_HEAD
+	uint8_t *base;   /* NULL once closed */
+	uint64_t size;
+	int fd;          /* -1 for an anonymous segment (or once closed) */
+	PyObject *name;  /* str, or None */
+} SegmentObject;
+
+typedef struct {
+	PyObject_HEAD
+	SegmentObject *seg;
+	uint64_t off;
+	PyObject *name;
+	PyObject *errors; /* callable(errno, command, detail) -> exception, or NULL: OSError */
+	/* copies of the immutable header fields, for the hot paths */
+	uint32_t type, key_size, value_size, max_entries, map_flags, mask, hashrnd;
+	uint32_t elem_size, value_off, chunk_shift;
+} MapObject;
+
+static PyTypeObject SegmentType;
+static PyTypeObject MapType;
+
+static inline struct seg_hdr *seg_hdr(SegmentObject *s) { return (struct seg_hdr *)s->base; }
+
+static PyObject *os_error(int err, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	PyObject *msg = PyUnicode_FromFormatV(fmt, ap);
+	va_end(ap);
+	if (!msg)
+		return NULL;
+	PyObject *args = Py_BuildValue("(iN)", err, msg);
+	if (args) {
+		PyErr_SetObject(PyExc_OSError, args);
+		Py_DECREF(args);
+	}
+	return NULL;
+}
+
+static PyObject *owner_dead(int pid)
+{
+	return os_error(EOWNERDEAD, "process %d died holding a lock of this segment (killed "
+			"inside an operation): the segment may be inconsistent; unlink it and "
+			"create it again", pid);
+}
+
+static inline uint64_t round_up64(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+/* Bump allocation from the heap under the segment lock: an offset, 0 when it does not fit
+ * (*lock_dead set when the lock's owner died). */
+static uint64_t seg_alloc(struct seg_hdr *h, uint64_t bytes, int *lock_dead)
+{
+	uint64_t off = 0;
+	int dead = spin_lock(&h->lock);
+	if (dead) {
+		*lock_dead = dead;
+		return 0;
+	}
+	uint64_t start = round_up64(h->heap_next, HEAP_ALIGN);
+	if (start <= h->size && bytes <= h->size - start) {
+		off = start;
+		h->heap_next = start + bytes;
+	}
+	spin_unlock(&h->lock);
+	return off;
+}
+
+static int check_open(SegmentObject *s)
+{
+	if (s->base == NULL) {
+		os_error(EBADF, "the segment is closed");
+		return -1;
+	}
+	return 0;
+}
+
+/* Record (pid, start) in the pid table, dropping dead entries first; called under no lock. */
+static int register_pid(struct seg_hdr *h, int pid)
+{
+	uint64_t start = proc_start_time(pid);
+	int dead = spin_lock(&h->lock);
+	if (dead) {
+		owner_dead(dead);
+		return -1;
+	}
+	int free_slot = -1;
+	for (int i = 0; i < MAX_PIDS; i++) {
+		struct pid_slot *p = &h->pids[i];
+		if (p->pid == pid && p->start == start) {
+			spin_unlock(&h->lock);
+			return 0;
+		}
+		if (p->pid && !pid_alive(p->pid, p->start))
+			p->pid = 0;
+		if (!p->pid && free_slot < 0)
+			free_slot = i;
+	}
+	if (free_slot >= 0) {
+		h->pids[free_slot].start = start;
+		h->pids[free_slot].pid = pid;
+	}
+	spin_unlock(&h->lock);
+	if (free_slot < 0) {
+		os_error(EUSERS, "%d live processes are attached to this segment already, the most "
+			 "it records", MAX_PIDS);
+		return -1;
+	}
+	return 0;
+}
+
+static void init_header(struct seg_hdr *h, uint64_t size)
+{
+	memset(h, 0, sizeof(*h));
+	h->version = SHM_VERSION;
+	h->hdr_size = sizeof(*h);
+	h->size = size;
+	h->heap_start = h->heap_next = round_up64(sizeof(*h), HEAP_ALIGN);
+	__atomic_store_n(&h->magic, SHM_MAGIC, __ATOMIC_RELEASE);
+}
+
+static int valid_name(const char *name)
+{
+	size_t n = strlen(name);
+	return n > 0 && n < 200 && !strchr(name, '/') && name[0] != '.';
+}
+
+static int same_file(int fd, const char *path)
+{
+	struct stat a, b;
+	return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_ino == b.st_ino &&
+	       a.st_dev == b.st_dev;
+}
+
+/* Map an open segment file; NULL with an exception when it is no pybpf segment. */
+static uint8_t *map_file(int fd, const char *name, uint64_t *size)
+{
+	struct stat st;
+	if (fstat(fd, &st) != 0) {
+		os_error(errno, "fstat of segment %s: %s", name, strerror(errno));
+		return NULL;
+	}
+	if ((uint64_t)st.st_size < sizeof(struct seg_hdr)) {
+		os_error(EINVAL, "%s is not a pybpf segment (%lld bytes)", name,
+			 (long long)st.st_size);
+		return NULL;
+	}
+	uint8_t *base = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (base == MAP_FAILED) {
+		os_error(errno, "mmap of segment %s: %s", name, strerror(errno));
+		return NULL;
+	}
+	struct seg_hdr *h = (struct seg_hdr *)base;
+	if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC ||
+	    h->version != SHM_VERSION || h->size != (uint64_t)st.st_size) {
+		munmap(base, st.st_size);
+		os_error(EINVAL, "%s is not a pybpf segment of version %d", name, SHM_VERSION);
+		return NULL;
+	}
+	*size = st.st_size;
+	return base;
+}
+
+/* The live processes of the segment file open at fd (under its flock): a list of pids. */
+static PyObject *live_owners(int fd, const char *name)
+{
+	uint64_t size;
+	uint8_t *base = map_file(fd, name, &size);
+	if (!base)
+		return NULL;
+	struct seg_hdr *h = (struct seg_hdr *)base;
+	PyObject *pids = PyList_New(0);
+	for (int i = 0; pids && i < MAX_PIDS; i++) {
+		int pid = __atomic_load_n(&h->pids[i].pid, __ATOMIC_ACQUIRE);
+		if (pid && pid_alive(pid, h->pids[i].start)) {
+			PyObject *p = PyLong_FromLong(pid);
+			if (!p || PyList_Append(pids, p) < 0)
+				Py_CLEAR(pids);
+			Py_XDECREF(p);
+		}
+	}
+	munmap(base, size);
+	return pids;
+}
+
+/* Build a segment under a temporary name and publish it as `name` with link(2): the open fd
+ * and its mapping, or -1 (errno EEXIST when the name is taken) with *base unset. */
+static int build_and_link(const char *name, uint64_t size, uint8_t **base)
+{
+	char tmp[256], tmp_path[300], path[300];
+	static unsigned serial;
+	snprintf(tmp, sizeof(tmp), "/.pybpf-new-%d-%u-%ld", (int)getpid(), serial++,
+		 (long)time(NULL));
+	snprintf(tmp_path, sizeof(tmp_path), SHM_DIR "%s", tmp + 1);
+	snprintf(path, sizeof(path), SHM_DIR "%s", name);
+	int fd = shm_open(tmp, O_RDWR | O_CREAT | O_EXCL, 0600);
+	if (fd < 0)
+		return -1;
+	int err = 0;
+	uint8_t *b = MAP_FAILED;
+	if (ftruncate(fd, (off_t)size) != 0)
+		err = errno;
+	if (!err) {
+		b = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (b == MAP_FAILED)
+			err = errno;
+	}
+	if (!err) {
+		init_header((struct seg_hdr *)b, size);
+		if (register_pid((struct seg_hdr *)b, (int)my_pid) != 0) {
+			PyErr_Clear();
+			err = EUSERS;
+		}
+	}
+	if (!err && link(tmp_path, path) != 0)
+		err = errno;
+	shm_unlink(tmp);
+	if (err) {
+		if (b != MAP_FAILED)
+			munmap(b, size);
+		close(fd);
+		errno = err;
+		return -1;
+	}
+	*base = b;
+	return fd;
+}
+
+/* Segment(name, size, create): create=True makes it (reclaiming a stale one of that name),
+ * False attaches; name None makes an anonymous segment of `size` bytes. */
+static PyObject *Segment_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = {"name", "size", "create", NULL};
+	PyObject *name_obj;
+	unsigned long long size = 0;
+	int create = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "OKp", kwlist, &name_obj, &size, &create))
+		return NULL;
+	SegmentObject *self = (SegmentObject *)type->tp_alloc(type, 0);
+	if (!self)
+		return NULL;
+	self->fd = -1;
+	Py_INCREF(name_obj);
+	self->name = name_obj;
+	uint64_t min = round_up64(sizeof(struct seg_hdr), HEAP_ALIGN);
+	if (create && size < min) {
+		Py_DECREF(self);
+		return os_error(EINVAL, "a segment needs at least %llu bytes for its header, got %llu",
+				(unsigned long long)min, size);
+	}
+	if (name_obj == Py_None) {
+		if (!create) {
+			Py_DECREF(self);
+			return os_error(EINVAL, "an anonymous segment cannot be attached to by name");
+		}
+		void *b = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+			       -1, 0);
+		if (b == MAP_FAILED) {
+			Py_DECREF(self);
+			return os_error(errno, "mmap of %llu bytes: %s", size, strerror(errno));
+		}
+		self->base = b;
+		self->size = size;
+		init_header((struct seg_hdr *)b, size);
+		return (PyObject *)self;
+	}
+	const char *name = PyUnicode_AsUTF8(name_obj);
+	if (!name) {
+		Py_DECREF(self);
+		return NULL;
+	}
+	if (!valid_name(name)) {
+		Py_DECREF(self);
+		return os_error(EINVAL, "segment name %R: use 1-199 characters, no '/', not "
+				"starting with '.'", name_obj);
+	}
+	char shm_name[256], path[300];
+	snprintf(shm_name, sizeof(shm_name), "/%s", name);
+	snprintf(path, sizeof(path), SHM_DIR "%s", name);
+	if (!create) {
+		int fd = shm_open(shm_name, O_RDWR, 0);
+		if (fd < 0) {
+			int err = errno;
+			Py_DECREF(self);
+			if (err == ENOENT)
+				return os_error(ENOENT, "no segment named %R: create it first "
+						"(pybpf.shared.Segment.create(name, size))", name_obj);
+			return os_error(err, "shm_open %s: %s", name, strerror(err));
+		}
+		/* Under LOCK_SH until registered: a reclaim (LOCK_EX) either finished before (the
+		 * name then refers to another file: ENOENT-like, say so) or sees this process. */
+		flock(fd, LOCK_SH);
+		if (!same_file(fd, path)) {
+			close(fd);
+			Py_DECREF(self);
+			return os_error(ENOENT, "segment %R was reclaimed while attaching: attach "
+					"again", name_obj);
+		}
+		uint64_t sz;
+		uint8_t *b = map_file(fd, name, &sz);
+		if (!b) {
+			close(fd);
+			Py_DECREF(self);
+			return NULL;
+		}
+		self->fd = fd;
+		self->base = b;
+		self->size = sz;
+		int bad = register_pid((struct seg_hdr *)b, (int)my_pid);
+		flock(fd, LOCK_UN);
+		if (bad) {
+			Py_DECREF(self);
+			return NULL;
+		}
+		return (PyObject *)self;
+	}
+	for (int attempt = 0; attempt < 16; attempt++) {
+		uint8_t *b;
+		int fd = build_and_link(shm_name, size, &b);
+		if (fd >= 0) {
+			self->fd = fd;
+			self->base = b;
+			self->size = size;
+			return (PyObject *)self;
+		}
+		if (errno != EEXIST) {
+			int err = errno;
+			Py_DECREF(self);
+			return os_error(err, "cannot create segment %s of %llu bytes: %s", name, size,
+					strerror(err));
+		}
+		/* The name is taken: reclaim it when every process recorded there is dead. */
+		int old = shm_open(shm_name, O_RDWR, 0);
+		if (old < 0)
+			continue; /* removed meanwhile: try again */
+		flock(old, LOCK_EX);
+		if (!same_file(old, path)) { /* someone reclaimed it first */
+			close(old);
+			continue;
+		}
+		PyObject *owners = live_owners(old, name);
+		if (!owners) { /* not a pybpf segment: leave it alone */
+			close(old);
+			Py_DECREF(self);
+			return NULL;
+		}
+		if (PyList_GET_SIZE(owners) > 0) {
+			close(old);
+			Py_DECREF(self);
+			PyObject *r = os_error(EEXIST, "segment %R is in use by pids %R: attach to it "
+					       "(pybpf.shared.Segment.attach) or pick another name",
+					       name_obj, owners);
+			Py_DECREF(owners);
+			return r;
+		}
+		Py_DECREF(owners);
+		shm_unlink(shm_name); /* stale: its processes are all dead */
+		close(old);
+	}
+	Py_DECREF(self);
+	return os_error(EBUSY, "segment %R: the name kept changing hands while reclaiming it",
+			name_obj);
+}
+
+static void segment_unmap(SegmentObject *self)
+{
+	if (self->base) {
+		munmap(self->base, self->size);
+		self->base = NULL;
+	}
+	if (self->fd >= 0) {
+		close(self->fd);
+		self->fd = -1;
+	}
+}
+
+static void Segment_dealloc(SegmentObject *self)
+{
+	segment_unmap(self);
+	Py_XDECREF(self->name);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* close(): drop this process from the pid table and unmap (maps of it then give EBADF). */
+static PyObject *Segment_close(SegmentObject *self, PyObject *unused)
+{
+	if (self->base && self->fd >= 0) {
+		struct seg_hdr *h = seg_hdr(self);
+		if (spin_lock(&h->lock) == 0) {
+			for (int i = 0; i < MAX_PIDS; i++)
+				if (h->pids[i].pid == (int32_t)my_pid)
+					h->pids[i].pid = 0;
+			spin_unlock(&h->lock);
+		}
+	}
+	segment_unmap(self);
+	Py_RETURN_NONE;
+}
+
+/* register(): record the calling process (a forked child) in the pid table. */
+static PyObject *Segment_register(SegmentObject *self, PyObject *unused)
+{
+	if (check_open(self) < 0 || register_pid(seg_hdr(self), (int)my_pid) < 0)
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+/* The pids recorded in the table, live ones only. */
+static PyObject *Segment_pids(SegmentObject *self, PyObject *unused)
+{
+	if (check_open(self) < 0)
+		return NULL;
+	struct seg_hdr *h = seg_hdr(self);
+	PyObject *out = PyList_New(0);
+	for (int i = 0; out && i < MAX_PIDS; i++) {
+		int pid = __atomic_load_n(&h->pids[i].pid, __ATOMIC_ACQUIRE);
+		if (pid && pid_alive(pid, h->pids[i].start)) {
+			PyObject *p = PyLong_FromLong(pid);
+			if (!p || PyList_Append(out, p) < 0)
+				Py_CLEAR(out);
+			Py_XDECREF(p);
+		}
+	}
+	return out;
+}
+
+/* unlink(name): remove the named segment, holding its flock and checking it is still the
+ * file the name refers to. Mappings stay valid until closed. */
+static PyObject *shm_unlink_name(PyObject *module, PyObject *name_obj)
+{
+	const char *name = PyUnicode_AsUTF8(name_obj);
+	if (!name)
+		return NULL;
+	if (!valid_name(name))
+		return os_error(EINVAL, "segment name %R is not valid", name_obj);
+	char shm_name[256], path[300];
+	snprintf(shm_name, sizeof(shm_name), "/%s", name);
+	snprintf(path, sizeof(path), SHM_DIR "%s", name);
+	int fd = shm_open(shm_name, O_RDWR, 0);
+	if (fd < 0)
+		return os_error(errno, "segment %R: %s", name_obj, strerror(errno));
+	flock(fd, LOCK_EX);
+	int ok = same_file(fd, path) && shm_unlink(shm_name) == 0;
+	int err = errno;
+	close(fd);
+	if (!ok)
+		return os_error(err, "segment %R: %s", name_obj, strerror(err));
+	Py_RETURN_NONE;
+}
+
+static PyObject *Segment_usage(SegmentObject *self, PyObject *unused)
+{
+	if (check_open(self) < 0)
+		return NULL;
+	struct seg_hdr *h = seg_hdr(self);
+	uint64_t next = __atomic_load_n(&h->heap_next, __ATOMIC_RELAXED);
+	return Py_BuildValue("(KKK)", (unsigned long long)h->size,
+			     (unsigned long long)h->heap_start, (unsigned long long)next);
+}
+
+static PyObject *map_object(SegmentObject *seg, uint64_t off, const char *name)
+{
+	MapObject *m = PyObject_New(MapObject, &MapType);
+	if (!m)
+		return NULL;
+	struct map_hdr *h = (struct map_hdr *)(seg->base + off);
+	Py_INCREF(seg);
+	m->seg = seg;
+	m->off = off;
+	m->name = PyUnicode_FromString(name);
+	m->errors = NULL;
+	m->type = h->type;
+	m->key_size = h->key_size;
+	m->value_size = h->value_size;
+	m->max_entries = h->max_entries;
+	m->map_flags = h->map_flags;
+	m->mask = h->n_buckets - 1;
+	m->hashrnd = h->hashrnd;
+	m->elem_size = h->elem_size;
+	m->value_off = h->value_off;
+	m->chunk_shift = h->chunk_shift;
+	if (!m->name) {
+		Py_DECREF(m);
+		return NULL;
+	}
+	return (PyObject *)m;
+}
+
+static int find_name(struct seg_hdr *h, const char *name)
+{
+	uint32_t n = __atomic_load_n(&h->nmaps, __ATOMIC_ACQUIRE);
+	for (uint32_t i = 0; i < n && i < MAX_MAPS; i++)
+		if (strncmp(h->maps[i].name, name, MAP_NAME_LEN) == 0)
+			return (int)i;
+	return -1;
+}
+
+static uint32_t roundup_pow_of_two(uint32_t n)
+{
+	uint32_t p = 1;
+	while (p < n)
+		p <<= 1;
+	return p;
+}
+
+/* htab_map_alloc_check / array_map_alloc_check for the flags shared maps take: an errno and
+ * a message, 0 when the attributes are good. */
+static int check_create(uint32_t type, uint32_t key_size, uint32_t value_size,
+			uint32_t max_entries, uint32_t flags, const char **why)
+{
+	if (type == BPF_MAP_TYPE_HASH) {
+		if (flags & ~(BPF_F_NO_PREALLOC | BPF_F_ZERO_SEED)) {
+			*why = "shared hash maps take BPF_F_NO_PREALLOC and BPF_F_ZERO_SEED only";
+			return EINVAL;
+		}
+		if (!max_entries || !key_size || !value_size) {
+			*why = "max_entries, key_size and value_size must be > 0";
+			return EINVAL;
+		}
+		if ((uint64_t)key_size + value_size >= KMALLOC_MAX_SIZE - HTAB_ELEM_SIZE) {
+			*why = "key_size + value_size must stay below KMALLOC_MAX_SIZE - 48";
+			return E2BIG;
+		}
+		if (max_entries > (1u << 31)) {
+			*why = "max_entries is over 2^31";
+			return E2BIG;
+		}
+		if (roundup_pow_of_two(max_entries) > UINT32_MAX / BUCKET_SIZE) {
+			*why = "max_entries needs more buckets than the kernel allows";
+			return E2BIG;
+		}
+		return 0;
+	}
+	if (type == BPF_MAP_TYPE_ARRAY) {
+		if (!max_entries) {
+			*why = "max_entries must be at least 1";
+			return EINVAL;
+		}
+		if (key_size != 4) {
+			*why = "array keys are u32 indices: key_size must be 4";
+			return EINVAL;
+		}
+		if (!value_size) {
+			*why = "value_size must be at least 1";
+			return EINVAL;
+		}
+		if (flags) {
+			*why = "shared array maps take no map_flags";
+			return EINVAL;
+		}
+		if (value_size > INT32_MAX) {
+			*why = "value_size is over INT_MAX";
+			return E2BIG;
+		}
+		return 0;
+	}
+	*why = "shared segments hold BPF_MAP_TYPE_HASH and BPF_MAP_TYPE_ARRAY maps";
+	return EINVAL;
+}
+
+static inline uint8_t *slot_elem(uint8_t *base, struct map_hdr *h, uint32_t slot)
+{
+	uint64_t chunk = __atomic_load_n(&h->chunks[slot >> h->chunk_shift], __ATOMIC_ACQUIRE);
+	return base + chunk + (uint64_t)(slot & ((1u << h->chunk_shift) - 1)) * h->elem_size;
+}
+
+/* Push the slots [first, first + n) of a freshly carved chunk onto the free list. */
+static void freelist_push_range(uint8_t *base, struct map_hdr *h, uint32_t first, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t slot = first + i;
+		struct helem *e = (struct helem *)slot_elem(base, h, slot);
+		uint64_t head = __atomic_load_n(&h->freelist, __ATOMIC_RELAXED);
+		uint64_t next;
+		do {
+			__atomic_store_n(&e->next, (uint32_t)head, __ATOMIC_RELAXED);
+			next = ((head >> 32) + 1) << 32 | slot;
+		} while (!__atomic_compare_exchange_n(&h->freelist, &head, next, 1,
+						      __ATOMIC_RELEASE, __ATOMIC_RELAXED));
+	}
+}
+
+static inline void freelist_push(uint8_t *base, struct map_hdr *h, uint32_t slot)
+{
+	struct helem *e = (struct helem *)slot_elem(base, h, slot);
+	uint64_t head = __atomic_load_n(&h->freelist, __ATOMIC_RELAXED);
+	uint64_t next;
+	do {
+		__atomic_store_n(&e->next, (uint32_t)head, __ATOMIC_RELAXED);
+		next = ((head >> 32) + 1) << 32 | slot;
+	} while (!__atomic_compare_exchange_n(&h->freelist, &head, next, 1, __ATOMIC_RELEASE,
+					      __ATOMIC_RELAXED));
+}
+
+/* Pop a free slot (a tagged Treiber stack: the tag defeats ABA; a stale `next` read from an
+ * element taken meanwhile is harmless, the pool is never unmapped): NIL when empty. */
+static inline uint32_t freelist_pop(uint8_t *base, struct map_hdr *h)
+{
+	uint64_t head = __atomic_load_n(&h->freelist, __ATOMIC_ACQUIRE);
+	for (;;) {
+		uint32_t slot = (uint32_t)head;
+		if (slot == NIL)
+			return NIL;
+		struct helem *e = (struct helem *)slot_elem(base, h, slot);
+		uint32_t next = __atomic_load_n(&e->next, __ATOMIC_RELAXED);
+		uint64_t want = ((head >> 32) + 1) << 32 | next;
+		if (__atomic_compare_exchange_n(&h->freelist, &head, want, 1, __ATOMIC_ACQUIRE,
+						__ATOMIC_ACQUIRE))
+			return slot;
+	}
+}
+
+/* Carve chunk `c` of the map's elements from the segment heap and free its slots:
+ * 0, ENOMEM, or EOWNERDEAD (*dead set). */
+static int carve_chunk(uint8_t *base, struct map_hdr *h, uint32_t c, int *dead)
+{
+	uint32_t per = 1u << h->chunk_shift;
+	uint32_t first = c << h->chunk_shift;
+	uint32_t n = h->max_entries - first < per ? h->max_entries - first : per;
+	uint64_t off = seg_alloc((struct seg_hdr *)base, (uint64_t)n * h->elem_size, dead);
+	if (!off)
+		return *dead ? EOWNERDEAD : ENOMEM;
+	__atomic_store_n(&h->chunks[c], off, __ATOMIC_RELEASE);
+	freelist_push_range(base, h, first, n);
+	return 0;
+}
+
+/* create_map(name, type, key_size, value_size, max_entries, flags, hashrnd) */
+static PyObject *Segment_create_map(SegmentObject *self, PyObject *args)
+{
+	const char *name;
+	unsigned int type, key_size, value_size, max_entries, flags, hashrnd;
+	if (!PyArg_ParseTuple(args, "sIIIIII", &name, &type, &key_size, &value_size,
+			      &max_entries, &flags, &hashrnd))
+		return NULL;
+	if (check_open(self) < 0)
+		return NULL;
+	if (!name[0] || strlen(name) >= MAP_NAME_LEN)
+		return os_error(EINVAL, "a map name has 1 to %d bytes", MAP_NAME_LEN - 1);
+	const char *why = NULL;
+	int err = check_create(type, key_size, value_size, max_entries, flags, &why);
+	if (err)
+		return os_error(err, "%s", why);
+	uint8_t *base = self->base;
+	struct seg_hdr *sh = seg_hdr(self);
+	uint32_t chunk_shift = 0, nchunks = 0, n_buckets = 0, elem_size, value_off;
+	uint64_t need, elems_bytes;
+	if (type == BPF_MAP_TYPE_HASH) {
+		n_buckets = roundup_pow_of_two(max_entries);
+		chunk_shift = MIN_CHUNK_SHIFT;
+		while (((uint64_t)max_entries + (1u << chunk_shift) - 1) >> chunk_shift > MAX_CHUNKS)
+			chunk_shift++;
+		nchunks = (uint32_t)(((uint64_t)max_entries + (1u << chunk_shift) - 1) >> chunk_shift);
+		value_off = (uint32_t)round_up64(sizeof(struct helem) + key_size, 8);
+		elem_size = value_off + (uint32_t)round_up64(value_size, 8);
+		elems_bytes = (uint64_t)max_entries * elem_size;
+		need = sizeof(struct map_hdr) + (uint64_t)nchunks * 8 + HEAP_ALIGN +
+		       (uint64_t)n_buckets * sizeof(struct bucket);
+		if (!(flags & BPF_F_NO_PREALLOC))
+			need += elems_bytes + (uint64_t)nchunks * HEAP_ALIGN;
+		else
+			need += (uint64_t)elem_size << chunk_shift; /* its first chunk, at least */
+	} else {
+		value_off = sizeof(struct aelem); /* the element's lock and count, then the value */
+		elem_size = value_off + (uint32_t)round_up64(value_size, 8);
+		elems_bytes = (uint64_t)max_entries * elem_size;
+		need = sizeof(struct map_hdr) + HEAP_ALIGN + elems_bytes;
+	}
+	int dead = spin_lock(&sh->lock);
+	if (dead)
+		return owner_dead(dead);
+	if (find_name(sh, name) >= 0) {
+		spin_unlock(&sh->lock);
+		return os_error(EEXIST, "a map named '%s' exists in this segment: open it "
+				"(Segment.open_map) or pick another name", name);
+	}
+	if (sh->nmaps >= MAX_MAPS) {
+		spin_unlock(&sh->lock);
+		return os_error(ENOSPC, "the segment's table of map names is full (%d maps)",
+				MAX_MAPS);
+	}
+	uint64_t free_bytes = sh->size - round_up64(sh->heap_next, HEAP_ALIGN);
+	if (round_up64(sh->heap_next, HEAP_ALIGN) > sh->size || need > free_bytes) {
+		uint64_t used = sh->heap_next;
+		spin_unlock(&sh->lock);
+		return os_error(ENOMEM, "segment of %llu bytes is full: %llu bytes free, the map "
+				"needs %llu%s; create the segment with size >= %llu",
+				(unsigned long long)sh->size,
+				(unsigned long long)(used > sh->size ? 0 : sh->size - used),
+				(unsigned long long)need,
+				(flags & BPF_F_NO_PREALLOC) ? " (its first chunk of elements)" : "",
+				(unsigned long long)(used + need + HEAP_ALIGN));
+	}
+	/* Room for the map's own memory is checked: carve it, then publish its name. */
+	uint64_t hdr_bytes = sizeof(struct map_hdr) + (uint64_t)nchunks * 8;
+	uint64_t off = round_up64(sh->heap_next, HEAP_ALIGN);
+	sh->heap_next = off + hdr_bytes;
+	struct map_hdr *h = (struct map_hdr *)(base + off);
+	memset(h, 0, hdr_bytes);
+	h->type = type;
+	h->key_size = key_size;
+	h->value_size = value_size;
+	h->max_entries = max_entries;
+	h->map_flags = flags;
+	h->elem_size = elem_size;
+	h->value_off = value_off;
+	h->chunk_shift = chunk_shift;
+	h->nchunks = nchunks;
+	h->n_buckets = n_buckets ? n_buckets : 1;
+	h->hashrnd = (flags & BPF_F_ZERO_SEED) ? 0 : hashrnd;
+	h->freelist = NIL;
+	uint64_t region_bytes = type == BPF_MAP_TYPE_HASH ?
+		(uint64_t)n_buckets * sizeof(struct bucket) : elems_bytes;
+	uint64_t region = round_up64(sh->heap_next, HEAP_ALIGN);
+	sh->heap_next = region + region_bytes;
+	memset(base + region, 0, region_bytes); /* a fresh segment is zero; a reused one not */
+	if (type == BPF_MAP_TYPE_HASH) {
+		h->buckets_off = region;
+		struct bucket *b = (struct bucket *)(base + region);
+		for (uint32_t i = 0; i < n_buckets; i++)
+			b[i].head = NIL;
+	} else {
+		h->values_off = region;
+	}
+	spin_unlock(&sh->lock);
+	if (type == BPF_MAP_TYPE_HASH) {
+		/* prealloc: every chunk now (room was checked, but a concurrent create may take
+		 * it first: then ENOMEM and the map is not published). No prealloc: chunks as the
+		 * map grows, the first one now. */
+		uint32_t carve = (flags & BPF_F_NO_PREALLOC) ? 1 : nchunks;
+		for (uint32_t c = 0; c < carve; c++) {
+			err = carve_chunk(base, h, c, &dead);
+			if (err == EOWNERDEAD)
+				return owner_dead(dead);
+			if (err)
+				return os_error(ENOMEM, "segment of %llu bytes is full while "
+						"preallocating map '%s'; create the segment with a "
+						"larger size", (unsigned long long)sh->size, name);
+		}
+	}
+	dead = spin_lock(&sh->lock);
+	if (dead)
+		return owner_dead(dead);
+	if (find_name(sh, name) >= 0 || sh->nmaps >= MAX_MAPS) {
+		spin_unlock(&sh->lock);
+		return os_error(EEXIST, "a map named '%s' was created meanwhile", name);
+	}
+	struct name_slot *slot = &sh->maps[sh->nmaps];
+	strncpy(slot->name, name, MAP_NAME_LEN - 1);
+	slot->off = off;
+	__atomic_store_n(&sh->nmaps, sh->nmaps + 1, __ATOMIC_RELEASE);
+	spin_unlock(&sh->lock);
+	return map_object(self, off, name);
+}
+
+static PyObject *Segment_open_map(SegmentObject *self, PyObject *arg)
+{
+	const char *name = PyUnicode_AsUTF8(arg);
+	if (!name || check_open(self) < 0)
+		return NULL;
+	struct seg_hdr *sh = seg_hdr(self);
+	int i = find_name(sh, name);
+	if (i < 0)
+		return os_error(ENOENT, "no map named %R in this segment", arg);
+	return map_object(self, sh->maps[i].off, name);
+}
+
+static PyObject *Segment_map_names(SegmentObject *self, PyObject *unused)
+{
+	if (check_open(self) < 0)
+		return NULL;
+	struct seg_hdr *sh = seg_hdr(self);
+	uint32_t n = __atomic_load_n(&sh->nmaps, __ATOMIC_ACQUIRE);
+	PyObject *out = PyList_New(0);
+	for (uint32_t i = 0; out && i < n && i < MAX_MAPS; i++) {
+		PyObject *s = PyUnicode_FromStringAndSize(
+			sh->maps[i].name, strnlen(sh->maps[i].name, MAP_NAME_LEN));
+		if (!s || PyList_Append(out, s) < 0)
+			Py_CLEAR(out);
+		Py_XDECREF(s);
+	}
+	return out;
+}
+
+static PyObject *Segment_get_closed(SegmentObject *self, void *unused)
+{
+	return PyBool_FromLong(self->base == NULL);
+}
+
+static PyMethodDef Segment_methods[] = {
+	{"create_map", (PyCFunction)Segment_create_map, METH_VARARGS,
+	 "create_map(name, type, key_size, value_size, max_entries, flags, hashrnd) -> Map"},
+	{"open_map", (PyCFunction)Segment_open_map, METH_O, "open_map(name) -> Map"},
+	{"map_names", (PyCFunction)Segment_map_names, METH_NOARGS, "the names of the maps"},
+	{"pids", (PyCFunction)Segment_pids, METH_NOARGS, "the live attached pids"},
+	{"register", (PyCFunction)Segment_register, METH_NOARGS,
+	 "record the calling process as attached (after fork)"},
+	{"usage", (PyCFunction)Segment_usage, METH_NOARGS, "(size, heap start, heap used up to)"},
+	{"close", (PyCFunction)Segment_close, METH_NOARGS, "detach and unmap"},
+	{NULL}};
+
+static PyGetSetDef Segment_getset[] = {
+	{"closed", (getter)Segment_get_closed, NULL, "unmapped", NULL},
+	{NULL}};
+
+static PyMemberDef Segment_members[] = {
+	{"name", T_OBJECT, offsetof(SegmentObject, name), READONLY, "name, or None"},
+	{NULL}};
+
+static PyTypeObject SegmentType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "pybpf._shm_maps.Segment",
+	.tp_basicsize = sizeof(SegmentObject),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "Segment(name, size, create): a shared memory segment of maps",
+	.tp_new = Segment_new,
+	.tp_dealloc = (destructor)Segment_dealloc,
+	.tp_methods = Segment_methods,
+	.tp_getset = Segment_getset,
+	.tp_members = Segment_members,
+};
+
+/* -- the map object ------------------------------------------------------------------------ */
+
+static void Map_dealloc(MapObject *self)
+{
+	Py_XDECREF(self->errors);
+	Py_XDECREF(self->seg);
+	Py_XDECREF(self->name);
+	PyObject_Free(self);
+}
+
+static inline struct map_hdr *map_hdr(MapObject *m) { return (struct map_hdr *)(m->seg->base + m->off); }
+
+/* The boundary of every element method: an OSError raised inside becomes what the map's
+ * error factory makes of (errno, command, detail) (pybpf.shared: the BPFError subclass that
+ * Map raises), so callers see one kind of error whichever path they take. */
+static PyObject *map_result(MapObject *m, const char *command, PyObject *result)
+{
+	if (__builtin_expect(result != NULL, 1) || !m->errors ||
+	    !PyErr_ExceptionMatches(PyExc_OSError))
+		return result;
+	PyObject *type, *value, *tb;
+	PyErr_Fetch(&type, &value, &tb);
+	PyErr_NormalizeException(&type, &value, &tb);
+	PyObject *err = PyObject_GetAttrString(value, "errno");
+	PyObject *detail = err ? PyObject_GetAttrString(value, "strerror") : NULL;
+	PyObject *exc = detail ? PyObject_CallFunction(m->errors, "OsO", err, command, detail)
+			       : NULL;
+	Py_XDECREF(err);
+	Py_XDECREF(detail);
+	Py_XDECREF(type);
+	Py_XDECREF(value);
+	Py_XDECREF(tb);
+	if (exc) {
+		PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+		Py_DECREF(exc);
+	}
+	return NULL;
+}
+
+/* _set_errors(factory): how element errors are raised (see map_result). */
+static PyObject *Map_set_errors(MapObject *m, PyObject *factory)
+{
+	if (!PyCallable_Check(factory)) {
+		PyErr_SetString(PyExc_TypeError, "_set_errors needs a callable");
+		return NULL;
+	}
+	Py_XSETREF(m->errors, Py_NewRef(factory));
+	Py_RETURN_NONE;
+}
+
+/* The key's bytes, checked for length (EINVAL as bpf_copy_key) and an open segment. */
+static inline int get_key(MapObject *m, PyObject *key, const uint8_t **out)
+{
+	if (__builtin_expect(m->seg->base == NULL, 0)) {
+		os_error(EBADF, "the map's segment is closed");
+		return -1;
+	}
+	if (__builtin_expect(!PyBytes_CheckExact(key), 0)) {
+		PyErr_Format(PyExc_TypeError, "a key is bytes, got %.100s", Py_TYPE(key)->tp_name);
+		return -1;
+	}
+	if (__builtin_expect((size_t)PyBytes_GET_SIZE(key) != m->key_size, 0)) {
+		os_error(EINVAL, "the key has %zd bytes, the map's key_size is %u",
+			 PyBytes_GET_SIZE(key), m->key_size);
+		return -1;
+	}
+	*out = (const uint8_t *)PyBytes_AS_STRING(key);
+	return 0;
+}
+
+static inline struct bucket *bucket_of(MapObject *m, uint32_t hash)
+{
+	return (struct bucket *)(m->seg->base + map_hdr(m)->buckets_off) + (hash & m->mask);
+}
+
+/* The element of key in its (locked) bucket, and the slot before it (NIL: the head). */
+static inline uint32_t find_in_bucket(MapObject *m, struct bucket *b, const uint8_t *key,
+				      uint32_t hash, uint32_t *prev)
+{
+	uint8_t *base = m->seg->base;
+	struct map_hdr *h = map_hdr(m);
+	uint32_t p = NIL;
+	for (uint32_t s = b->head; s != NIL;) {
+		struct helem *e = (struct helem *)slot_elem(base, h, s);
+		if (e->hash == hash && memcmp((uint8_t *)e + sizeof(*e), key, m->key_size) == 0) {
+			if (prev)
+				*prev = p;
+			return s;
+		}
+		p = s;
+		s = e->next;
+	}
+	return NIL;
+}
+
+static inline void unlink_slot(MapObject *m, struct bucket *b, uint32_t slot, uint32_t prev)
+{
+	struct map_hdr *h = map_hdr(m);
+	uint32_t next = ((struct helem *)slot_elem(m->seg->base, h, slot))->next;
+	if (prev == NIL)
+		b->head = next;
+	else
+		((struct helem *)slot_elem(m->seg->base, h, prev))->next = next;
+}
+
+static inline uint32_t array_index(const uint8_t *key)
+{
+	uint32_t index;
+	memcpy(&index, key, 4); /* a u32 in host order, as the kernel reads it */
+	return index;
+}
+
+static inline struct aelem *array_elem(MapObject *m, uint32_t index)
+{
+	return (struct aelem *)(m->seg->base + map_hdr(m)->values_off + (uint64_t)index * m->elem_size);
+}
+
+/* lookup(key) -> bytes: ENOENT when absent (an array: the index is past its end) */
+static PyObject *Map_lookup_impl(MapObject *m, PyObject *key)
+{
+	const uint8_t *k;
+	if (get_key(m, key, &k) < 0)
+		return NULL;
+	PyObject *out = PyBytes_FromStringAndSize(NULL, m->value_size);
+	if (!out)
+		return NULL;
+	char *dst = PyBytes_AS_STRING(out);
+	int dead;
+	if (m->type == BPF_MAP_TYPE_ARRAY) {
+		uint32_t index = array_index(k);
+		if (index >= m->max_entries) {
+			Py_DECREF(out);
+			return os_error(ENOENT, "index %u is past the array's end (max_entries %u)",
+					index, m->max_entries);
+		}
+		struct aelem *a = array_elem(m, index);
+		uint32_t start;
+		do {
+			if ((dead = read_begin(&a->seq, &a->lock, &start))) {
+				Py_DECREF(out);
+				return owner_dead(dead);
+			}
+			memcpy(dst, (uint8_t *)a + m->value_off, m->value_size);
+		} while (read_retry(&a->seq, start));
+		return out;
+	}
+	uint8_t *base = m->seg->base;
+	struct map_hdr *h = map_hdr(m);
+	uint32_t hash = htab_map_hash(k, m->key_size, m->hashrnd);
+	struct bucket *b = bucket_of(m, hash);
+	uint32_t start, s;
+	do {
+		if ((dead = read_begin(&b->seq, &b->lock, &start))) {
+			Py_DECREF(out);
+			return owner_dead(dead);
+		}
+		/* A walk longer than the map can hold went round a chain changed under it. */
+		uint32_t steps = 0;
+		s = __atomic_load_n(&b->head, __ATOMIC_RELAXED);
+		while (s != NIL && steps++ <= m->max_entries) {
+			struct helem *e = (struct helem *)slot_elem(base, h, s);
+			if (e->hash == hash &&
+			    memcmp((uint8_t *)e + sizeof(*e), k, m->key_size) == 0) {
+				memcpy(dst, (uint8_t *)e + m->value_off, m->value_size);
+				break;
+			}
+			s = __atomic_load_n(&e->next, __ATOMIC_RELAXED);
+		}
+	} while (read_retry(&b->seq, start));
+	if (s == NIL) {
+		Py_DECREF(out);
+		return os_error(ENOENT, "key not found");
+	}
+	return out;
+}
+
+static PyObject *update_array(MapObject *m, const uint8_t *k, const char *v, uint64_t flags)
+{
+	uint32_t index = array_index(k);
+	if ((flags & ~(uint64_t)BPF_F_LOCK) > BPF_EXIST)
+		return os_error(EINVAL, "flags %#llx: use BPF_ANY, BPF_NOEXIST or BPF_EXIST",
+				(unsigned long long)flags);
+	if (index >= m->max_entries)
+		return os_error(E2BIG, "index %u is past the array's end (max_entries %u): raise "
+				"max_entries", index, m->max_entries);
+	if (flags & BPF_NOEXIST)
+		return os_error(EEXIST, "array elements always exist (BPF_NOEXIST)");
+	struct aelem *a = array_elem(m, index);
+	int dead = spin_lock(&a->lock);
+	if (dead)
+		return owner_dead(dead);
+	write_begin(&a->seq);
+	memcpy((uint8_t *)a + m->value_off, v, m->value_size);
+	write_end(&a->seq);
+	spin_unlock(&a->lock);
+	Py_RETURN_NONE;
+}
+
+/* Take a slot for a new element: count it first (E2BIG past max_entries), then pop one,
+ * carving the next chunk when a BPF_F_NO_PREALLOC map has none free (ENOMEM). */
+static uint32_t alloc_slot(MapObject *m, int *err, int *dead)
+{
+	uint8_t *base = m->seg->base;
+	struct map_hdr *h = map_hdr(m);
+	if (__atomic_add_fetch(&h->count, 1, __ATOMIC_RELAXED) > (int64_t)m->max_entries) {
+		__atomic_sub_fetch(&h->count, 1, __ATOMIC_RELAXED);
+		*err = E2BIG;
+		return NIL;
+	}
+	for (;;) {
+		uint32_t s = freelist_pop(base, h);
+		if (s != NIL)
+			return s;
+		/* Every counted element holds a slot or is about to; one is free in a carved chunk
+		 * unless the chunks carved so far hold fewer than max_entries: carve the next. */
+		if ((*dead = spin_lock(&h->grow_lock))) {
+			__atomic_sub_fetch(&h->count, 1, __ATOMIC_RELAXED);
+			*err = EOWNERDEAD;
+			return NIL;
+		}
+		s = freelist_pop(base, h);
+		if (s != NIL) {
+			spin_unlock(&h->grow_lock);
+			return s;
+		}
+		uint32_t c = 0;
+		while (c < h->nchunks && __atomic_load_n(&h->chunks[c], __ATOMIC_ACQUIRE))
+			c++;
+		int e = c < h->nchunks ? carve_chunk(base, h, c, dead) : 0;
+		spin_unlock(&h->grow_lock);
+		if (e) {
+			__atomic_sub_fetch(&h->count, 1, __ATOMIC_RELAXED);
+			*err = e;
+			return NIL;
+		}
+		/* c == nchunks: all carved, a slot is in flight back to the list; retry */
+	}
+}
+
+static PyObject *update_hash(MapObject *m, const uint8_t *k, const char *v, uint64_t flags)
+{
+	if (flags > BPF_EXIST) /* BPF_F_LOCK was refused before: no spin lock in the value */
+		return os_error(EINVAL, "flags %#llx: use BPF_ANY, BPF_NOEXIST or BPF_EXIST",
+				(unsigned long long)flags);
+	uint8_t *base = m->seg->base;
+	struct map_hdr *h = map_hdr(m);
+	uint32_t hash = htab_map_hash(k, m->key_size, m->hashrnd);
+	struct bucket *b = bucket_of(m, hash);
+	int dead = spin_lock(&b->lock);
+	if (dead)
+		return owner_dead(dead);
+	uint32_t prev;
+	uint32_t s = find_in_bucket(m, b, k, hash, &prev);
+	if (s != NIL && flags == BPF_NOEXIST) {
+		spin_unlock(&b->lock);
+		return os_error(EEXIST, "the key exists (BPF_NOEXIST)");
+	}
+	if (s == NIL && flags == BPF_EXIST) {
+		spin_unlock(&b->lock);
+		return os_error(ENOENT, "the key does not exist (BPF_EXIST)");
+	}
+	if (s != NIL) {
+		/* The kernel links a new element at the bucket's front and frees the old one; the
+		 * same order, without a spare element: rewrite it and move it to the front. */
+		uint8_t *e = slot_elem(base, h, s);
+		write_begin(&b->seq);
+		memcpy(e + m->value_off, v, m->value_size);
+		if (prev != NIL) {
+			unlink_slot(m, b, s, prev);
+			((struct helem *)e)->next = b->head;
+			b->head = s;
+		}
+		write_end(&b->seq);
+		spin_unlock(&b->lock);
+		Py_RETURN_NONE;
+	}
+	int err = 0;
+	s = alloc_slot(m, &err, &dead);
+	if (s == NIL) {
+		spin_unlock(&b->lock);
+		if (err == EOWNERDEAD)
+			return owner_dead(dead);
+		if (err == E2BIG)
+			return os_error(E2BIG, "the map is full (max_entries %u): delete elements or "
+					"create it with a larger max_entries", m->max_entries);
+		return os_error(ENOMEM, "the segment is full: no room for more elements of this "
+				"BPF_F_NO_PREALLOC map; create the segment with a larger size");
+	}
+	struct helem *e = (struct helem *)slot_elem(base, h, s);
+	e->hash = hash;
+	memcpy((uint8_t *)e + sizeof(*e), k, m->key_size);
+	memcpy((uint8_t *)e + m->value_off, v, m->value_size);
+	e->next = b->head;
+	write_begin(&b->seq); /* the element was unreachable until now: only the link counts */
+	b->head = s;
+	write_end(&b->seq);
+	spin_unlock(&b->lock);
+	Py_RETURN_NONE;
+}
+
+/* update(key, value, flags=0) */
+static PyObject *Map_update_impl(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+	if (nargs < 2 || nargs > 3) {
+		PyErr_SetString(PyExc_TypeError, "update(key, value, flags=0)");
+		return NULL;
+	}
+	const uint8_t *k;
+	if (get_key(m, args[0], &k) < 0)
+		return NULL;
+	PyObject *value = args[1];
+	if (!PyBytes_CheckExact(value)) {
+		PyErr_Format(PyExc_TypeError, "a value is bytes, got %.100s",
+			     Py_TYPE(value)->tp_name);
+		return NULL;
+	}
+	uint64_t flags = 0;
+	if (nargs == 3) {
+		flags = PyLong_AsUnsignedLongLong(args[2]);
+		if (flags == (uint64_t)-1 && PyErr_Occurred())
+			return NULL;
+	}
+	if (flags & BPF_F_LOCK) /* syscall.c: BPF_F_LOCK needs a bpf_spin_lock in the value */
+		return os_error(EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value (shared maps "
+				"have none)");
+	if ((size_t)PyBytes_GET_SIZE(value) != m->value_size)
+		return os_error(EINVAL, "the value has %zd bytes, the map's value_size is %u",
+				PyBytes_GET_SIZE(value), m->value_size);
+	const char *v = PyBytes_AS_STRING(value);
+	if (m->type == BPF_MAP_TYPE_ARRAY)
+		return update_array(m, k, v, flags);
+	return update_hash(m, k, v, flags);
+}
+
+/* Remove key's element; with out, copy its value there first. 0 or -1 (exception set). */
+static int delete_hash(MapObject *m, const uint8_t *k, char *out)
+{
+	uint8_t *base = m->seg->base;
+	struct map_hdr *h = map_hdr(m);
+	uint32_t hash = htab_map_hash(k, m->key_size, m->hashrnd);
+	struct bucket *b = bucket_of(m, hash);
+	int dead = spin_lock(&b->lock);
+	if (dead) {
+		owner_dead(dead);
+		return -1;
+	}
+	uint32_t prev;
+	uint32_t s = find_in_bucket(m, b, k, hash, &prev);
+	if (s == NIL) {
+		spin_unlock(&b->lock);
+		os_error(ENOENT, "key not found");
+		return -1;
+	}
+	if (out)
+		memcpy(out, slot_elem(base, h, s) + m->value_off, m->value_size);
+	write_begin(&b->seq);
+	unlink_slot(m, b, s, prev);
+	write_end(&b->seq);
+	spin_unlock(&b->lock);
+	freelist_push(base, h, s);
+	__atomic_sub_fetch(&h->count, 1, __ATOMIC_RELAXED);
+	return 0;
+}
+
+static PyObject *Map_delete_impl(MapObject *m, PyObject *key)
+{
+	const uint8_t *k;
+	if (get_key(m, key, &k) < 0)
+		return NULL;
+	if (m->type == BPF_MAP_TYPE_ARRAY)
+		return os_error(EINVAL, "array elements cannot be deleted (they always exist); "
+				"write zeros instead");
+	if (delete_hash(m, k, NULL) < 0)
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+/* lookup_and_delete(key) -> bytes (flags were checked by the face: any is EINVAL here) */
+static PyObject *Map_lookup_and_delete_impl(MapObject *m, PyObject *key)
+{
+	const uint8_t *k;
+	if (get_key(m, key, &k) < 0)
+		return NULL;
+	if (m->type == BPF_MAP_TYPE_ARRAY)
+		return os_error(ENOTSUPP, "lookup_and_delete is not supported by this map type");
+	PyObject *out = PyBytes_FromStringAndSize(NULL, m->value_size);
+	if (!out)
+		return NULL;
+	if (delete_hash(m, k, PyBytes_AS_STRING(out)) < 0) {
+		Py_DECREF(out);
+		return NULL;
+	}
+	return out;
+}
+
+/* get_next_key(key or None) -> bytes: the kernel's order; ENOENT at the end */
+static PyObject *Map_get_next_key_impl(MapObject *m, PyObject *key)
+{
+	const uint8_t *k = NULL;
+	if (key != Py_None && get_key(m, key, &k) < 0)
+		return NULL;
+	if (m->seg->base == NULL)
+		return os_error(EBADF, "the map's segment is closed");
+	if (m->type == BPF_MAP_TYPE_ARRAY) {
+		uint32_t index = UINT32_MAX;
+		if (k)
+			index = array_index(k);
+		if (index >= m->max_entries)
+			index = 0;
+		else if (index == m->max_entries - 1)
+			return os_error(ENOENT, "index %u is the last one (max_entries %u)", index,
+					m->max_entries);
+		else
+			index++;
+		return PyBytes_FromStringAndSize((const char *)&index, 4);
+	}
+	uint8_t *base = m->seg->base;
+	struct map_hdr *h = map_hdr(m);
+	uint32_t i = 0;
+	int dead;
+	if (k) {
+		uint32_t hash = htab_map_hash(k, m->key_size, m->hashrnd);
+		struct bucket *b = bucket_of(m, hash);
+		if ((dead = spin_lock(&b->lock)))
+			return owner_dead(dead);
+		uint32_t s = find_in_bucket(m, b, k, hash, NULL);
+		if (s != NIL) {
+			uint32_t next = ((struct helem *)slot_elem(base, h, s))->next;
+			if (next != NIL) {
+				PyObject *r = PyBytes_FromStringAndSize(
+					(const char *)slot_elem(base, h, next) + sizeof(struct helem),
+					m->key_size);
+				spin_unlock(&b->lock);
+				return r;
+			}
+			i = (hash & m->mask) + 1;
+		}
+		spin_unlock(&b->lock);
+	}
+	struct bucket *buckets = (struct bucket *)(base + h->buckets_off);
+	for (; i <= m->mask; i++) {
+		struct bucket *b = &buckets[i];
+		if (__atomic_load_n(&b->head, __ATOMIC_RELAXED) == NIL)
+			continue;
+		if ((dead = spin_lock(&b->lock)))
+			return owner_dead(dead);
+		if (b->head != NIL) {
+			PyObject *r = PyBytes_FromStringAndSize(
+				(const char *)slot_elem(base, h, b->head) + sizeof(struct helem),
+				m->key_size);
+			spin_unlock(&b->lock);
+			return r;
+		}
+		spin_unlock(&b->lock);
+	}
+	return os_error(ENOENT, "no next key");
+}
+
+static PyObject *Map_get_count_impl(MapObject *m)
+{
+	if (m->seg->base == NULL)
+		return os_error(EBADF, "the map's segment is closed");
+	if (m->type == BPF_MAP_TYPE_ARRAY)
+		return PyLong_FromUnsignedLong(m->max_entries);
+	return PyLong_FromLongLong(__atomic_load_n(&map_hdr(m)->count, __ATOMIC_RELAXED));
+}
+
+static PyObject *Map_get_count(MapObject *m, void *unused)
+{
+	return map_result(m, "map_count", Map_get_count_impl(m));
+}
+
+static PyObject *Map_lookup(MapObject *m, PyObject *key)
+{
+	return map_result(m, "map_lookup_elem", Map_lookup_impl(m, key));
+}
+
+static PyObject *Map_delete(MapObject *m, PyObject *key)
+{
+	return map_result(m, "map_delete_elem", Map_delete_impl(m, key));
+}
+
+static PyObject *Map_lookup_and_delete(MapObject *m, PyObject *key)
+{
+	return map_result(m, "map_lookup_and_delete_elem", Map_lookup_and_delete_impl(m, key));
+}
+
+static PyObject *Map_get_next_key(MapObject *m, PyObject *key)
+{
+	return map_result(m, "map_get_next_key", Map_get_next_key_impl(m, key));
+}
+
+static PyObject *Map_update(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+	return map_result(m, "map_update_elem", Map_update_impl(m, args, nargs));
+}
+
+static PyMethodDef Map_methods[] = {
+	{"lookup", (PyCFunction)Map_lookup, METH_O, "lookup(key) -> value bytes"},
+	{"update", (PyCFunction)(void (*)(void))Map_update, METH_FASTCALL,
+	 "update(key, value, flags=0)"},
+	{"delete", (PyCFunction)Map_delete, METH_O, "delete(key)"},
+	{"lookup_and_delete", (PyCFunction)Map_lookup_and_delete, METH_O,
+	 "lookup_and_delete(key) -> value bytes"},
+	{"get_next_key", (PyCFunction)Map_get_next_key, METH_O, "get_next_key(key or None)"},
+	{"_set_errors", (PyCFunction)Map_set_errors, METH_O,
+	 "_set_errors(factory): element errors become factory(errno, command, detail)"},
+	{NULL}};
+
+static PyMemberDef Map_members[] = {
+	{"name", T_OBJECT, offsetof(MapObject, name), READONLY, "name in the segment"},
+	{"type", T_UINT, offsetof(MapObject, type), READONLY, "BPF_MAP_TYPE_*"},
+	{"key_size", T_UINT, offsetof(MapObject, key_size), READONLY, NULL},
+	{"value_size", T_UINT, offsetof(MapObject, value_size), READONLY, NULL},
+	{"max_entries", T_UINT, offsetof(MapObject, max_entries), READONLY, NULL},
+	{"map_flags", T_UINT, offsetof(MapObject, map_flags), READONLY, NULL},
+	{"hashrnd", T_UINT, offsetof(MapObject, hashrnd), READONLY, NULL},
+	{"segment", T_OBJECT, offsetof(MapObject, seg), READONLY, NULL},
+	{NULL}};
+
+static PyGetSetDef Map_getset[] = {
+	{"count", (getter)Map_get_count, NULL,
+	 "live elements of a hash (max_entries for an array)", NULL},
+	{NULL}};
+
+static PyTypeObject MapType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "pybpf._shm_maps.Map",
+	.tp_basicsize = sizeof(MapObject),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "a map in a shared segment (made by Segment.create_map / open_map)",
+	.tp_dealloc = (destructor)Map_dealloc,
+	.tp_methods = Map_methods,
+	.tp_members = Map_members,
+	.tp_getset = Map_getset,
+};
+
+/* -- module ------------------------------------------------------------------------------- */
+
+static PyObject *py_htab_map_hash(PyObject *module, PyObject *args)
+{
+	Py_buffer key;
+	unsigned int hashrnd;
+	if (!PyArg_ParseTuple(args, "y*I", &key, &hashrnd))
+		return NULL;
+	uint32_t h = htab_map_hash(key.buf, (uint32_t)key.len, hashrnd);
+	PyBuffer_Release(&key);
+	return PyLong_FromUnsignedLong(h);
+}
+
+static PyObject *py_jhash(PyObject *module, PyObject *args)
+{
+	Py_buffer key;
+	unsigned int initval;
+	if (!PyArg_ParseTuple(args, "y*I", &key, &initval))
+		return NULL;
+	uint32_t h = jhash(key.buf, (uint32_t)key.len, initval);
+	PyBuffer_Release(&key);
+	return PyLong_FromUnsignedLong(h);
+}
+
+static PyMethodDef module_methods[] = {
+	{"htab_map_hash", py_htab_map_hash, METH_VARARGS,
+	 "htab_map_hash(key, hashrnd): the bucket hash of a key (jhash2 or jhash)"},
+	{"jhash", py_jhash, METH_VARARGS, "jhash(bytes, initval)"},
+	{"unlink", shm_unlink_name, METH_O, "unlink(name): remove a named segment"},
+	{NULL}};
+
+static struct PyModuleDef module_def = {
+	PyModuleDef_HEAD_INIT, "pybpf._shm_maps",
+	"BPF array and hash maps in a shared memory segment (see pybpf.shared)", -1,
+	module_methods};
+
+PyMODINIT_FUNC PyInit__shm_maps(void)
+{
+	refresh_pid();
+	pthread_atfork(NULL, NULL, refresh_pid);
+	if (PyType_Ready(&SegmentType) < 0 || PyType_Ready(&MapType) < 0)
+		return NULL;
+	PyObject *m = PyModule_Create(&module_def);
+	if (!m)
+		return NULL;
+	Py_INCREF(&SegmentType);
+	Py_INCREF(&MapType);
+	if (PyModule_AddObject(m, "Segment", (PyObject *)&SegmentType) < 0 ||
+	    PyModule_AddObject(m, "Map", (PyObject *)&MapType) < 0 ||
+	    PyModule_AddIntConstant(m, "MAX_MAPS", MAX_MAPS) < 0 ||
+	    PyModule_AddIntConstant(m, "MAX_PIDS", MAX_PIDS) < 0 ||
+	    PyModule_AddIntConstant(m, "MAP_NAME_LEN", MAP_NAME_LEN) < 0 ||
+	    PyModule_AddIntConstant(m, "HEADER_SIZE", (long)sizeof(struct seg_hdr)) < 0) {
+		Py_DECREF(m);
+		return NULL;
+	}
+	return m;
+}
