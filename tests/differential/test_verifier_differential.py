@@ -344,6 +344,11 @@ HELPER_CALLS = {
                                               "r0 = 0\nexit", ProgType.SOCKET_FILTER),
     "xdp_adjust_head, a modified context": ("r1 += 8\nr2 = 0\ncall 44\nr0 = 0\nexit",
                                             ProgType.XDP),
+    # resolve_map_arg_type: only a map value argument is checked against a socket map's type
+    "ringbuf_reserve, R2 a map pointer": ("r1 = map[fd:{fd}]\nr2 = r1\nr3 = 0\ncall 131\n"
+                                          "r0 = 0\nexit", ProgType.SOCKET_FILTER),
+    "for_each_map_elem, R2 the context": ("r6 = r1\nr1 = map[fd:{fd}]\nr2 = r6\nr3 = 0\nr4 = 0\n"
+                                          "call 164\nr0 = 0\nexit", ProgType.SOCKET_FILTER),
 }
 
 

@@ -466,9 +466,10 @@ class HelperCallChecks:
             # may_access_direct_pkt_data with the helper's proto, before the type is checked
             raise _reject(errno.EACCES, "helper access to the packet is not allowed")
         if bpf_map is not None and map_traits(bpf_map.map_type).sockets:
-            if arg == ARG_PTR_TO_MAP_VALUE:  # resolve_map_arg_type: the value is a socket
+            # resolve_map_arg_type, for a map value argument only: the value is a socket
+            if arg == ARG_PTR_TO_MAP_VALUE:
                 arg = _ARG_SOCK_COMMON
-            elif arg not in (ARG_CONST_MAP_PTR, ARG_PTR_TO_MAP_KEY):
+            elif arg == ARG_PTR_TO_UNINIT_MAP_VALUE:
                 raise _reject(errno.EINVAL, "invalid arg_type for sockmap/sockhash")
         expected = _ARG_TYPES[arg]
         if arg == ARG_PTR_TO_STACK_OR_NULL and reg.is_const and reg.var.value == 0:
