@@ -349,6 +349,12 @@ HELPER_CALLS = {
                                           "r0 = 0\nexit", ProgType.SOCKET_FILTER),
     "for_each_map_elem, R2 the context": ("r6 = r1\nr1 = map[fd:{fd}]\nr2 = r6\nr3 = 0\nr4 = 0\n"
                                           "call 164\nr0 = 0\nexit", ProgType.SOCKET_FILTER),
+    # check_stack_slot_within_bounds: memory starting at the frame's top is EACCES, even empty
+    "map_lookup_elem, a key at the frame's top": ("r1 = map[fd:{fd}]\nr2 = r10\ncall 1\n"
+                                                  "r0 = 0\nexit", ProgType.SOCKET_FILTER),
+    "ringbuf_output, 0 bytes at the frame's top": ("r1 = map[fd:{fd}]\nr2 = r10\nr3 = 0\n"
+                                                   "r4 = 0\ncall 130\nr0 = 0\nexit",
+                                                   ProgType.SOCKET_FILTER),
 }
 
 

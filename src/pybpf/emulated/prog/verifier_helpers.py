@@ -585,10 +585,7 @@ class HelperCallChecks:
         if reg.type == PTR_TO_STACK:
             if not size and not zero_size_allowed:
                 raise _reject(errno.EACCES, "invalid zero-sized read")
-            access = "write to" if write else "read from"
-            if off < -MAX_BPF_STACK or off + size > 0:
-                err = errno.EACCES if off < -MAX_BPF_STACK else errno.EINVAL
-                raise _reject(err, f"invalid {access} stack R{regno} off={off} size={size}")
+            MemoryChecks.check_stack_access_within_bounds(regno, off, size, write)
         elif reg.type == PTR_TO_MAP_VALUE and reg.map is not None and size:
             if off < 0 or off + size > reg.map.value_size:
                 raise _reject(errno.EACCES, f"invalid access to map value, value_size="

@@ -343,10 +343,13 @@ class MemoryChecks:
     @staticmethod
     def check_stack_access_within_bounds(regno: int, off: int, size: int,
                                          write: bool) -> None:
-        if off < -MAX_BPF_STACK or off + size > 0:
+        """``size`` bytes at ``off`` from the frame's top: a first byte outside the stack is
+        EACCES (check_stack_slot_within_bounds; the uninitialised stack is readable, as for
+        a CAP_PERFMON loader), a last one past the top EINVAL."""
+        if off < -MAX_BPF_STACK or off > -1 or off + size > 0:
+            err = errno.EINVAL if -MAX_BPF_STACK <= off < 0 else errno.EACCES
             access = "write to" if write else "read from"
-            raise _reject(errno.EACCES, f"invalid {access} stack R{regno} off={off} "
-                          f"size={size}")
+            raise _reject(err, f"invalid {access} stack R{regno} off={off} size={size}")
 
     @staticmethod
     def check_stack_write(frame: Frame, cur: Frame, off: int, size: int, value: Reg | None,
