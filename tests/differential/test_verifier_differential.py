@@ -381,6 +381,34 @@ def test_a_helper_takes_the_arguments_and_maps_the_kernel_lets_it(kernel, emulat
     assert not disagreements
 
 
+# -- which program types may call a helper (each type's func_proto) ------------------------------
+# helper -> a call of it with good arguments (R1 the context)
+AVAILABILITY_CALLS = {
+    "probe_read_user": "r1 = r10\nr1 += -16\nr2 = 16\nr3 = 0\ncall 112\nr0 = 0\nexit",
+    "get_current_pid_tgid": "call 14\nr0 = 0\nexit",
+    "skb_load_bytes": "r2 = 0\nr3 = r10\nr3 += -16\nr4 = 16\ncall 26\nr0 = 0\nexit",
+    "xdp_adjust_head": "r2 = 0\ncall 44\nr0 = 0\nexit",
+}
+
+
+@pytest.mark.parametrize("helper", sorted(AVAILABILITY_CALLS))
+def test_a_helper_is_available_to_the_program_types_the_kernel_gives_it(kernel, emulated, helper,
+                                                                       differential_tally):
+    """bpf_base_func_proto's helpers (those of a CAP_PERFMON loader) to every type; the
+    others to the types whose func_proto names them."""
+    types = sorted({prog_type for prog_type, _, _ in CONTEXTS})
+    disagreements = {}
+    for prog_type in types:
+        flags = 1 << 4 if prog_type == ProgType.SYSCALL else 0
+        verdicts = tuple(verdict(system, prog_type, asm(AVAILABILITY_CALLS[helper]),
+                                 prog_flags=flags) for system in (kernel, emulated))
+        if verdicts[0] != verdicts[1]:
+            disagreements[helper, prog_type] = verdicts
+    differential_tally.add("kernel", "emulated", "verifier: helper availability", 1, len(types),
+                           len(disagreements))
+    assert not disagreements
+
+
 # -- the size argument of a helper that reads into memory -----------------------------------------
 @pytest.mark.parametrize("size", [1, 8, 9, 512, 513, (1 << 29) - 1, 1 << 29, 1 << 34, 1 << 40,
                                   (1 << 63) - 1, -1])

@@ -604,9 +604,6 @@ def bpf_tail_call(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> 
 
 
 _XDP = frozenset({ProgType.XDP})
-_TRACING = frozenset({ProgType.KPROBE, ProgType.TRACEPOINT, ProgType.PERF_EVENT,
-                      ProgType.RAW_TRACEPOINT, ProgType.RAW_TRACEPOINT_WRITABLE,
-                      ProgType.TRACING})
 _SK_SKB = frozenset({ProgType.SK_SKB})
 # the programs of skbs (sk_filter_func_proto, tc_cls_act_func_proto, cg_skb, lwt, sk_skb)
 _SKB = frozenset({ProgType.SOCKET_FILTER, ProgType.SCHED_CLS, ProgType.SCHED_ACT,
@@ -638,8 +635,9 @@ def _table() -> dict[int, HelperProto]:
          None),
         (BpfFunc.get_current_pid_tgid, bpf_get_current_pid_tgid, (), None),
         (BpfFunc.get_numa_node_id, bpf_get_numa_node_id, (), None),
+        # bpf_base_func_proto: every program type of a CAP_PERFMON loader has it
         (BpfFunc.probe_read_user, bpf_probe_read_user,
-         (ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE_OR_ZERO, ARG_ANYTHING), _TRACING),
+         (ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE_OR_ZERO, ARG_ANYTHING), None),
         (BpfFunc.skb_load_bytes, bpf_skb_load_bytes,
          (ARG_PTR_TO_CTX, ARG_ANYTHING, ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE), _SKB),
         (BpfFunc.redirect, bpf_xdp_redirect, (ARG_ANYTHING, ARG_ANYTHING), _XDP),
