@@ -409,6 +409,31 @@ def test_a_helper_is_available_to_the_program_types_the_kernel_gives_it(kernel, 
     assert not disagreements
 
 
+@pytest.mark.parametrize("map_type", [MapType.SOCKMAP, MapType.SOCKHASH],
+                         ids=["sockmap", "sockhash"])
+def test_only_some_program_types_may_delete_from_a_socket_map(kernel, emulated, map_type,
+                                                             differential_tally):
+    """may_update_sockmap: of the types both load, socket filter, tc and XDP programs."""
+    types = sorted({prog_type for prog_type, _, _ in CONTEXTS})
+    text = f"r1 = map[fd:{{fd}}]\n{_KEY}call 3\nr0 = 0\nexit"
+    disagreements = []
+    for prog_type in types:
+        flags = 1 << 4 if prog_type == ProgType.SYSCALL else 0
+        verdicts = []
+        for system in (kernel, emulated):
+            fd = system.map_create(map_type, 4, 4, 4)
+            try:
+                verdicts.append(verdict(system, prog_type, asm(text.format(fd=fd)),
+                                        prog_flags=flags))
+            finally:
+                system.close(fd)
+        if verdicts[0] != verdicts[1]:
+            disagreements.append((prog_type.name, *verdicts))
+    differential_tally.add("kernel", "emulated", "verifier: helper availability", 1, len(types),
+                           len(disagreements))
+    assert not disagreements
+
+
 # -- the size argument of a helper that reads into memory -----------------------------------------
 @pytest.mark.parametrize("size", [1, 8, 9, 512, 513, (1 << 29) - 1, 1 << 29, 1 << 34, 1 << 40,
                                   (1 << 63) - 1, -1])

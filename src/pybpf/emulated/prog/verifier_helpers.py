@@ -16,6 +16,7 @@ from ...uapi import (
     MAX_BPF_STACK,
     BpfFunc,
     MapType,
+    ProgType,
     map_traits,
 )
 from . import tnum
@@ -152,12 +153,25 @@ _FUNC_MAPS = {
 }
 
 
-def _check_map_func_compatibility(bpf_map: Any, func_id: int, name: str) -> None:
+# may_update_sockmap: the program types (of those emulated) that may update or delete a
+# sockmap/sockhash element, since none of them runs holding a socket's lock
+_SOCKMAP_UPDATERS = frozenset({ProgType.SOCKET_FILTER, ProgType.SCHED_CLS, ProgType.SCHED_ACT,
+                               ProgType.XDP})
+
+
+def _check_map_func_compatibility(bpf_map: Any, func_id: int, name: str,
+                                  prog_type: int) -> None:
     funcs = _MAP_FUNCS.get(bpf_map.map_type)
     maps = _FUNC_MAPS.get(func_id)
-    if funcs is not None and func_id not in funcs \
-            or maps is not None and bpf_map.map_type not in maps:
-        raise _reject(errno.EINVAL, f"cannot pass map_type {bpf_map.map_type} into func "
+    refused = funcs is not None and func_id not in funcs \
+        or maps is not None and bpf_map.map_type not in maps
+    why = ""
+    if not refused and map_traits(bpf_map.map_type).sockets \
+            and func_id in (BpfFunc.map_update_elem, BpfFunc.map_delete_elem) \
+            and prog_type not in _SOCKMAP_UPDATERS:
+        refused, why = True, "cannot update sockmap in this context\n"
+    if refused:
+        raise _reject(errno.EINVAL, f"{why}cannot pass map_type {bpf_map.map_type} into func "
                       f"{name}#{func_id}")
 
 
@@ -274,7 +288,7 @@ class HelperCallChecks:
                 pushed.append(self.push_callback_call(pc, func_id, state, bpf_map))
             state.cur.callback_depth = 0
         if bpf_map is not None:
-            _check_map_func_compatibility(bpf_map, func_id, name)
+            _check_map_func_compatibility(bpf_map, func_id, name, self.prog_type)
         result = UNKNOWN
         if func_id in _VALUE_RETURNING_HELPERS:
             result = self.map_lookup_result(pc, state, bpf_map, regs[2], func_id)
