@@ -388,6 +388,7 @@ AVAILABILITY_CALLS = {
     "get_current_pid_tgid": "call 14\nr0 = 0\nexit",
     "skb_load_bytes": "r2 = 0\nr3 = r10\nr3 += -16\nr4 = 16\ncall 26\nr0 = 0\nexit",
     "xdp_adjust_head": "r2 = 0\ncall 44\nr0 = 0\nexit",
+    "redirect": "r1 = 1\nr2 = 0\ncall 23\nr0 = 0\nexit",
 }
 
 
