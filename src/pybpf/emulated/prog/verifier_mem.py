@@ -108,12 +108,16 @@ def check_special_fields_untouched(bpf_map: Any, off: int, size: int) -> None:
 def map_direct_read(reg: Reg, off: int, size: int) -> Reg:
     """check_mem_access: a read at a known offset of a map the program may only read and
     that is frozen (.rodata once loaded) is the value there (bpf_map_is_rdonly,
-    bpf_map_direct_read), so the branches it decides are walked one way only; any other
-    read of a map value is unknown."""
+    bpf_map_direct_read), so the branches it decides are walked one way only; such a read
+    of an array of more than one element is ENOTSUPP, for the kernel reads the value
+    through map_direct_value_addr. Any other read of a map value is unknown."""
     bpf_map = reg.map
     if bpf_map is None or not reg.var.is_const or bpf_map.map_type not in DIRECT_VALUE_MAP_TYPES \
             or not bpf_map.map_flags & BPF_F_RDONLY_PROG or not bpf_map.frozen:
         return UNKNOWN
+    if bpf_map.max_entries != 1:  # array_map_direct_value_addr: one element or none
+        raise _reject(ENOTSUPP, f"{bpf_map.describe()} is read-only for programs and frozen, "
+                      f"but its {bpf_map.max_entries} elements have no direct value to read")
     start = off + _s64(reg.var.value)
     value = bpf_map.map_lookup_elem(b"\0\0\0\0")  # the element direct values point into
     return scalar(int.from_bytes(value[start:start + size], "little"))
