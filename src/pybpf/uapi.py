@@ -109,6 +109,10 @@ BPF_F_INGRESS = 1
 # sk_skb / sk_msg verdicts
 SK_DROP = 0
 SK_PASS = 1
+# tc verdicts a helper returns (include/uapi/linux/pkt_cls.h): bpf_redirect's, in tc and
+# lwt_xmit programs (where BPF_REDIRECT, 7, is the same value)
+TC_ACT_SHOT = 2
+TC_ACT_REDIRECT = 7
 
 
 class MapFlags(enum.IntFlag):

@@ -161,6 +161,23 @@ RECORDED = {
         d.Create(1, MapType.LRU_HASH, 4, 8, 4, int(MapFlags.WRONLY_PROG)),
         d.ProgLookup(1, u32(1)),
     ],
+    # map_create checks the BPF token before map_alloc, where cpumap and sockhash check
+    # their attributes (neither has a map_alloc_check): EINVAL, not their E2BIG
+    "create_with_a_token_flag_fails_on_the_token_before_cpumap_and_sockhash_checks": [
+        d.Create(0, MapType.CPUMAP, 4, 4, 1 << 20, int(MapFlags.TOKEN_FD)),
+        d.Create(1, MapType.CPUMAP, 4, 4, 1 << 20),
+        d.Create(2, MapType.SOCKHASH, 513, 4, 4, int(MapFlags.TOKEN_FD)),
+        d.Create(3, MapType.SOCKHASH, 513, 4, 4),
+    ],
+    # bpf_map_direct_read: array_map_direct_value_addr has no address for 8 elements
+    "program_reading_a_frozen_rdonly_prog_array_of_8_is_refused_with_enotsupp": [
+        d.Create(0, MapType.ARRAY, 4, 3, 8, int(MapFlags.RDONLY_PROG)),
+        d.Freeze(0),
+        d.ProgLookup(0, u32(3)),
+        d.Create(1, MapType.ARRAY, 4, 3, 1, int(MapFlags.RDONLY_PROG)),
+        d.Freeze(1),
+        d.ProgLookup(1, u32(0)),
+    ],
     "program_writing_a_rdonly_prog_map_is_refused_with_eacces": [
         d.Create(0, MapType.HASH, 4, 8, 4, int(MapFlags.RDONLY_PROG)),
         d.ProgUpdate(0, u32(1), b"12345678"),

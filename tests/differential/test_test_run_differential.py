@@ -173,6 +173,25 @@ def test_protocol_of_an_802_3_frame_is_eth_type_trans(backend, ethertype, after,
         backend.close(fd)
 
 
+@pytest.mark.parametrize("flags,retval", [(0, 7), (1, 7), (2, 2), (1 << 32, 2)])
+@pytest.mark.parametrize("prog_type", [ProgType.SCHED_CLS, ProgType.SCHED_ACT, ProgType.LWT_XMIT])
+def test_bpf_redirect_in_an_skb_program_returns_its_verdict(kernel, emulated, prog_type, flags,
+                                                             retval):
+    """tc's and lwt_xmit's bpf_redirect: TC_ACT_REDIRECT (BPF_REDIRECT), or TC_ACT_SHOT for a
+    flag but BPF_F_INGRESS; a test run returns it and redirects nothing."""
+    program = b"".join(i.encode() for i in assemble_text(
+        f"r1 = 1\nr2 = {flags} ll\ncall 23\nexit").instructions)
+    results = []
+    for system in (kernel, emulated):
+        fd = system.prog_load(prog_type, program)
+        try:
+            results.append(_test_run(system, fd, _frame(bytes(6), b"\x08\x06", 60)))
+        finally:
+            system.close(fd)
+    assert results[1] == results[0]
+    assert results[0][0] == retval
+
+
 # -- random inputs: same errno or same outputs ----------------------------------------------------
 ETHERTYPES = [b"\x08\x00", b"\x86\xdd", b"\x08\x06", b"\x81\x00", b"\x00\x40", b"\x05\xff",
               b"\x06\x00", b"\xff\xff"]

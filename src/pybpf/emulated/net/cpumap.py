@@ -112,7 +112,8 @@ class CpuMap(BpfMap):
 
     @staticmethod
     def cpu_map_alloc_check(attr: MapAttr, machine: Machine) -> None:
-        """cpu_map_alloc's checks, made before it allocates."""
+        """cpu_map_alloc's checks, made before it allocates. cpu_map_ops has no
+        map_alloc_check: they come after map_create's own (a BPF token's among them)."""
         if attr.max_entries == 0:
             raise KernelError(errno.EINVAL, "max_entries must be at least 1")
         if attr.key_size != 4:
@@ -131,6 +132,7 @@ class CpuMap(BpfMap):
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
         """cpu_map_alloc."""
+        self.cpu_map_alloc_check(attr, machine)
         super().__init__(attr, machine, node)
         self.cpu_map: dict[int, BpfCpuMapEntry] = {}
         self.cpu_map_lock = threading.Lock()  # the xchg of a slot
@@ -225,7 +227,6 @@ class CpuMap(BpfMap):
         return index_get_next_key(self.max_entries, key)
 
     # struct bpf_map_ops cpu_map_ops
-    map_alloc_check = cpu_map_alloc_check
     map_lookup_elem = cpu_map_lookup_elem
     map_update_elem = cpu_map_update_elem
     map_delete_elem = cpu_map_delete_elem

@@ -163,7 +163,9 @@ class SockMapBase(BpfMap):
 
     @staticmethod
     def sock_common_alloc_check(attr: MapAttr, machine: Machine) -> None:
-        """The checks sock_map_alloc and sock_hash_alloc share."""
+        """The checks sock_map_alloc and sock_hash_alloc share. Neither type's ops has a
+        map_alloc_check: their checks come after map_create's own (a BPF token's among
+        them), as each constructor makes them before it allocates."""
         if attr.max_entries == 0:
             raise KernelError(errno.EINVAL, "max_entries must be at least 1")
         if attr.value_size not in (4, 8):
@@ -346,6 +348,7 @@ class SockMap(SockMapBase):
                                             f"got {attr.key_size}")
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
+        self.sock_map_alloc_check(attr, machine)
         super().__init__(attr, machine, node)
         self.sks: dict[int, SockRef] = {}
 
@@ -405,7 +408,6 @@ class SockMap(SockMapBase):
         return index_get_next_key(self.max_entries, key)
 
     # struct bpf_map_ops sock_map_ops
-    map_alloc_check = sock_map_alloc_check
     map_free = sock_map_free
     map_delete_elem = sock_map_delete_elem
     map_get_next_key = sock_map_get_next_key
@@ -433,6 +435,7 @@ class SockHash(SockMapBase):
                                             f"buckets")
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
+        self.sock_hash_alloc_check(attr, machine)
         super().__init__(attr, machine, node)
         self.table = HashBuckets(attr.max_entries, sock_hash_bucket_hash)
 
@@ -501,7 +504,6 @@ class SockHash(SockMapBase):
         return self.table.get_next_key(key)
 
     # struct bpf_map_ops sock_hash_ops
-    map_alloc_check = sock_hash_alloc_check
     map_free = sock_hash_free
     map_delete_elem = sock_hash_delete_elem
     map_get_next_key = sock_hash_get_next_key

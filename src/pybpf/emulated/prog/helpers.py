@@ -32,6 +32,8 @@ from ...uapi import (
     BPF_F_INGRESS,
     SK_DROP,
     SK_PASS,
+    TC_ACT_REDIRECT,
+    TC_ACT_SHOT,
     XDP_ABORTED,
     XDP_DROP,
     XDP_PASS,
@@ -380,6 +382,15 @@ def bpf_xdp_redirect(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) 
     return XDP_REDIRECT
 
 
+def bpf_skb_redirect(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_redirect(ifindex, flags) in tc and lwt_xmit programs: TC_ACT_REDIRECT, or
+    TC_ACT_SHOT for a flag but BPF_F_INGRESS. Only tc's datapath acts on the target (skb_do_
+    redirect); the test runs where these programs run here, as the kernel's, do not."""
+    if r2 & ~BPF_F_INGRESS:
+        return TC_ACT_SHOT
+    return TC_ACT_REDIRECT
+
+
 def _sk_redirect(rs: RunState, bpf_map: BpfMap, key: bytes, flags: int) -> int:
     if not map_traits(bpf_map.map_type).sockets:
         raise ProgramFault(errno.EFAULT, f"sk redirect: {bpf_map.describe()} is not a sockmap")
@@ -675,15 +686,17 @@ def bpf_tail_call(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> 
 
 
 _XDP = frozenset({ProgType.XDP})
-_TRACING = frozenset({ProgType.KPROBE, ProgType.TRACEPOINT, ProgType.PERF_EVENT,
-                      ProgType.RAW_TRACEPOINT, ProgType.RAW_TRACEPOINT_WRITABLE,
-                      ProgType.TRACING})
 _SK_SKB = frozenset({ProgType.SK_SKB})
 # the programs of skbs (sk_filter_func_proto, tc_cls_act_func_proto, cg_skb, lwt, sk_skb)
 _SKB = frozenset({ProgType.SOCKET_FILTER, ProgType.SCHED_CLS, ProgType.SCHED_ACT,
                   ProgType.CGROUP_SKB, ProgType.LWT_IN, ProgType.LWT_OUT, ProgType.LWT_XMIT,
                   ProgType.SK_SKB})
 _SK_MSG = frozenset({ProgType.SK_MSG})
+# the programs of skbs whose func_proto has bpf_redirect (tc_cls_act, lwt_xmit)
+_SKB_REDIRECT = frozenset({ProgType.SCHED_CLS, ProgType.SCHED_ACT, ProgType.LWT_XMIT})
+# helper id -> {program type: the function it is there}, where a type's get_func_proto
+# gives the id a proto of its own (the table's function is the other types')
+_FUNCS_BY_PROG_TYPE = {BpfFunc.redirect: dict.fromkeys(_SKB_REDIRECT, bpf_skb_redirect)}
 
 
 def _table() -> dict[int, HelperProto]:
@@ -709,11 +722,12 @@ def _table() -> dict[int, HelperProto]:
          None),
         (BpfFunc.get_current_pid_tgid, bpf_get_current_pid_tgid, (), None),
         (BpfFunc.get_numa_node_id, bpf_get_numa_node_id, (), None),
+        # bpf_base_func_proto: every program type of a CAP_PERFMON loader has it
         (BpfFunc.probe_read_user, bpf_probe_read_user,
-         (ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE_OR_ZERO, ARG_ANYTHING), _TRACING),
+         (ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE_OR_ZERO, ARG_ANYTHING), None),
         (BpfFunc.skb_load_bytes, bpf_skb_load_bytes,
          (ARG_PTR_TO_CTX, ARG_ANYTHING, ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE), _SKB),
-        (BpfFunc.redirect, bpf_xdp_redirect, (ARG_ANYTHING, ARG_ANYTHING), _XDP),
+        (BpfFunc.redirect, bpf_xdp_redirect, (ARG_ANYTHING, ARG_ANYTHING), _XDP | _SKB_REDIRECT),
         (BpfFunc.redirect_map, bpf_redirect_map, (ARG_CONST_MAP_PTR, ARG_ANYTHING, ARG_ANYTHING),
          _XDP),
         (BpfFunc.xdp_adjust_head, bpf_xdp_adjust_head, (ARG_PTR_TO_CTX, ARG_ANYTHING), _XDP),
@@ -788,10 +802,12 @@ def charged(func: Callable[..., int], cost: str) -> Callable[..., int]:
     return functools.update_wrapper(helper, func)
 
 
-def helper_funcs() -> dict[int, Callable[..., int]]:
-    """id -> function, what the engines call (charging the call's cost where the proto has
-    one)."""
-    funcs = {fid: proto.func if proto.cost is None else charged(proto.func, proto.cost)
-             for fid, proto in HELPERS.items()}
+def helper_funcs(prog_type: int | None = None) -> dict[int, Callable[..., int]]:
+    """id -> function, what the engines call in a program of ``prog_type`` (charging the
+    call's cost where the proto has one); None: each proto's own function."""
+    funcs = {}
+    for fid, proto in HELPERS.items():
+        func = _FUNCS_BY_PROG_TYPE.get(fid, {}).get(prog_type, proto.func)
+        funcs[fid] = func if proto.cost is None else charged(func, proto.cost)
     funcs[BPF_LOOP_INLINED] = bpf_loop_inlined  # inlined: no call to charge
     return funcs

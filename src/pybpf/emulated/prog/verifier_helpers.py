@@ -16,6 +16,7 @@ from ...uapi import (
     MAX_BPF_STACK,
     BpfFunc,
     MapType,
+    ProgType,
     map_traits,
 )
 from . import tnum
@@ -157,12 +158,25 @@ _FUNC_MAPS = {
 }
 
 
-def _check_map_func_compatibility(bpf_map: Any, func_id: int, name: str) -> None:
+# may_update_sockmap: the program types (of those emulated) that may update or delete a
+# sockmap/sockhash element, since none of them runs holding a socket's lock
+_SOCKMAP_UPDATERS = frozenset({ProgType.SOCKET_FILTER, ProgType.SCHED_CLS, ProgType.SCHED_ACT,
+                               ProgType.XDP})
+
+
+def _check_map_func_compatibility(bpf_map: Any, func_id: int, name: str,
+                                  prog_type: int) -> None:
     funcs = _MAP_FUNCS.get(bpf_map.map_type)
     maps = _FUNC_MAPS.get(func_id)
-    if funcs is not None and func_id not in funcs \
-            or maps is not None and bpf_map.map_type not in maps:
-        raise _reject(errno.EINVAL, f"cannot pass map_type {bpf_map.map_type} into func "
+    refused = funcs is not None and func_id not in funcs \
+        or maps is not None and bpf_map.map_type not in maps
+    why = ""
+    if not refused and map_traits(bpf_map.map_type).sockets \
+            and func_id in (BpfFunc.map_update_elem, BpfFunc.map_delete_elem) \
+            and prog_type not in _SOCKMAP_UPDATERS:
+        refused, why = True, "cannot update sockmap in this context\n"
+    if refused:
+        raise _reject(errno.EINVAL, f"{why}cannot pass map_type {bpf_map.map_type} into func "
                       f"{name}#{func_id}")
 
 
@@ -279,7 +293,7 @@ class HelperCallChecks:
                 pushed.append(self.push_callback_call(pc, func_id, state, bpf_map))
             state.cur.callback_depth = 0
         if bpf_map is not None:
-            _check_map_func_compatibility(bpf_map, func_id, name)
+            _check_map_func_compatibility(bpf_map, func_id, name, self.prog_type)
         result = UNKNOWN
         if func_id in _VALUE_RETURNING_HELPERS:
             result = self.map_lookup_result(pc, state, bpf_map, regs[2], func_id)
@@ -477,9 +491,10 @@ class HelperCallChecks:
             # may_access_direct_pkt_data with the helper's proto, before the type is checked
             raise _reject(errno.EACCES, "helper access to the packet is not allowed")
         if bpf_map is not None and map_traits(bpf_map.map_type).sockets:
-            if arg == ARG_PTR_TO_MAP_VALUE:  # resolve_map_arg_type: the value is a socket
+            # resolve_map_arg_type, for a map value argument only: the value is a socket
+            if arg == ARG_PTR_TO_MAP_VALUE:
                 arg = _ARG_SOCK_COMMON
-            elif arg not in (ARG_CONST_MAP_PTR, ARG_PTR_TO_MAP_KEY):
+            elif arg == ARG_PTR_TO_UNINIT_MAP_VALUE:
                 raise _reject(errno.EINVAL, "invalid arg_type for sockmap/sockhash")
         expected = _ARG_TYPES[arg]
         if arg == ARG_PTR_TO_STACK_OR_NULL and reg.is_const and reg.var.value == 0:
@@ -612,10 +627,7 @@ class HelperCallChecks:
         if reg.type == PTR_TO_STACK:
             if not size and not zero_size_allowed:
                 raise _reject(errno.EACCES, "invalid zero-sized read")
-            access = "write to" if write else "read from"
-            if off < -MAX_BPF_STACK or off + size > 0:
-                err = errno.EACCES if off < -MAX_BPF_STACK else errno.EINVAL
-                raise _reject(err, f"invalid {access} stack R{regno} off={off} size={size}")
+            MemoryChecks.check_stack_access_within_bounds(regno, off, size, write)
         elif reg.type == PTR_TO_MAP_VALUE and reg.map is not None and size:
             if off < 0 or off + size > reg.map.value_size:
                 raise _reject(errno.EACCES, f"invalid access to map value, value_size="

@@ -114,12 +114,16 @@ def check_special_fields_untouched(bpf_map: Any, off: int, size: int) -> None:
 def map_direct_read(reg: Reg, off: int, size: int) -> Reg:
     """check_mem_access: a read at a known offset of a map the program may only read and
     that is frozen (.rodata once loaded) is the value there (bpf_map_is_rdonly,
-    bpf_map_direct_read), so the branches it decides are walked one way only; any other
-    read of a map value is unknown."""
+    bpf_map_direct_read), so the branches it decides are walked one way only; such a read
+    of an array of more than one element is ENOTSUPP, for the kernel reads the value
+    through map_direct_value_addr. Any other read of a map value is unknown."""
     bpf_map = reg.map
     if bpf_map is None or not reg.var.is_const or bpf_map.map_type not in DIRECT_VALUE_MAP_TYPES \
             or not bpf_map.map_flags & BPF_F_RDONLY_PROG or not bpf_map.frozen:
         return UNKNOWN
+    if bpf_map.max_entries != 1:  # array_map_direct_value_addr: one element or none
+        raise _reject(ENOTSUPP, f"{bpf_map.describe()} is read-only for programs and frozen, "
+                      f"but its {bpf_map.max_entries} elements have no direct value to read")
     start = off + _s64(reg.var.value)
     value = bpf_map.map_lookup_elem(b"\0\0\0\0")  # the element direct values point into
     return scalar(int.from_bytes(value[start:start + size], "little"))
@@ -349,10 +353,13 @@ class MemoryChecks:
     @staticmethod
     def check_stack_access_within_bounds(regno: int, off: int, size: int,
                                          write: bool) -> None:
-        if off < -MAX_BPF_STACK or off + size > 0:
+        """``size`` bytes at ``off`` from the frame's top: a first byte outside the stack is
+        EACCES (check_stack_slot_within_bounds; the uninitialised stack is readable, as for
+        a CAP_PERFMON loader), a last one past the top EINVAL."""
+        if off < -MAX_BPF_STACK or off > -1 or off + size > 0:
+            err = errno.EINVAL if -MAX_BPF_STACK <= off < 0 else errno.EACCES
             access = "write to" if write else "read from"
-            raise _reject(errno.EACCES, f"invalid {access} stack R{regno} off={off} "
-                          f"size={size}")
+            raise _reject(err, f"invalid {access} stack R{regno} off={off} size={size}")
 
     @staticmethod
     def check_stack_write(frame: Frame, cur: Frame, off: int, size: int, value: Reg | None,
