@@ -254,7 +254,7 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
             if old is not None and flags & BPF_F_LOCK:  # it appeared since the first look
                 copy_map_value_locked(self, old.value, value)
                 return
-            new = self.alloc_htab_elem(key, value, hash_, old, onallcpus=False)
+            new = self.alloc_htab_elem(key, value, hash_, old, False, cpu)
             if old is None:
                 self._link(new)
             else:
@@ -266,7 +266,7 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
         if old is not None:
             self.htab_put_fd_value(old)
             if self.prealloc:  # unlinked now: it becomes this CPU's spare
-                self.extra_elems[self._current.cpu].append(old)
+                self.extra_elems[cpu].append(old)
             else:
                 with self.count_lock:
                     self.count -= 1
@@ -287,43 +287,42 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
                 old = self.table.get(key)
                 self.check_flags(old, flags)
                 if old is None:
-                    self._link(self.alloc_htab_elem(key, value, hash_, None, onallcpus))
+                    self._link(self.alloc_htab_elem(key, value, hash_, None, onallcpus, cpu))
                 elif self.percpu:
-                    self._fill_value(old, value, onallcpus, init=False)
+                    self._fill_value(old, value, onallcpus, cpu, init=False)
                 else:
                     self.htab_put_fd_value(old)  # the value it replaces (an inner map) goes
                     old.value[:] = value
             finally:
                 self.timing.spin_unlock(cpu, tlock)
 
-    def _unhash(self, key: bytes, read: bool) -> tuple[HtabElem, bytes | None]:
-        """Unlink ``key``'s element under its bucket lock (ENOENT when absent), reading its
-        value first when ``read``."""
-        hash_ = self._hash(key)
+    def htab_map_delete_elem(self, key: bytes, read: bool = False) -> bytes | None:
+        """htab_map_delete_elem (htab_lru_map_delete_elem: the element goes back to the LRU):
+        unlink ``key``'s element under its bucket lock (ENOENT when absent) and release it;
+        with ``read``, its value is read first and returned (lookup_and_delete)."""
+        hash_ = self._hash_cached(key)
         timing = self.timing
         modeled = timing.modeled  # without modeled time the hot path skips every cost call
-        with self._lock(hash_):
+        lock = self.locks[hash_ & self.stripe_mask]
+        lock.acquire()
+        if modeled:
+            cpu = self._current.cpu
+            tlock = self._bucket_lock(hash_)
+            timing.spin_lock(cpu, tlock)
+        try:
             if modeled:
-                cpu = self._current.cpu
-                tlock = self._bucket_lock(hash_)
-                timing.spin_lock(cpu, tlock)
-            try:
-                if modeled:
-                    self._op_cost(cpu, "htab_map_delete_elem", key, hash_)
-                elem = self.table.get(key)
-                if elem is None:
-                    raise KernelError(errno.ENOENT, "key not found")
-                data = self._read_value(elem) if read else None
-                self._unlink(elem)
-            finally:
-                if modeled:
-                    timing.spin_unlock(cpu, tlock)
-        return elem, data
-
-    def htab_map_delete_elem(self, key: bytes) -> None:
-        """htab_map_delete_elem (htab_lru_map_delete_elem: the element goes back to the LRU)."""
-        elem, _ = self._unhash(key, read=False)
+                self._op_cost(cpu, "htab_map_delete_elem", key, hash_)
+            elem = self.table.get(key)
+            if elem is None:
+                raise KernelError(errno.ENOENT, "key not found")
+            data = self._read_value(elem) if read else None
+            self._unlink(elem)
+        finally:
+            if modeled:
+                timing.spin_unlock(cpu, tlock)
+            lock.release()
         self._release_elem(elem)
+        return data
 
     _release_elem = HtabElemMemory.free_htab_elem  # where a deleted element goes (LRU maps:
     # back to the LRU)
@@ -360,9 +359,7 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
 
     def htab_map_lookup_and_delete_elem(self, key: bytes | None, flags: int) -> bytes:
         """htab_map_lookup_and_delete_elem (and its LRU and per-CPU variants)."""
-        elem, data = self._unhash(key, read=True)
-        self._release_elem(elem)
-        return data
+        return self.htab_map_delete_elem(key, read=True)
 
     def htab_map_get_next_key(self, key: bytes | None) -> bytes:
         """htab_map_get_next_key: a missing key restarts from the first element.
@@ -384,14 +381,14 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
         if flags:
             raise KernelError(errno.EINVAL, f"flags {flags:#x}: must be 0")
         visited = 0
-        index = self.storage.next_nonempty(0)
+        index = self.storage.next_used(0)
         while index is not None:
             for elem in self.storage.bucket(index):
                 visited += 1
                 value = elem.value[self._current.cpu] if self.percpu else elem.value
                 if callback(elem.key, value):
                     return visited
-            index = self.storage.next_nonempty(index + 1)
+            index = self.storage.next_used(index + 1)
         return visited
 
     def key_of_value(self, value: bytearray) -> bytes:
@@ -550,7 +547,7 @@ class HtabLruMap(HtabMap):
         node = self.prealloc_lru_pop()
         node.key = key
         node.hash = hash_
-        self._fill_value(node, value, onallcpus=False)
+        self._fill_value(node, value, False, cpu)
         tlock = self._bucket_lock(hash_)
         with self._lock(hash_):
             timing.spin_lock(cpu, tlock)
@@ -618,11 +615,11 @@ class HtabLruPercpuMap(HtabLruMap):
             else:
                 if old is not None:
                     old.ref = 1
-                    self._fill_value(old, value, onallcpus, init=False)
+                    self._fill_value(old, value, onallcpus, cpu, init=False)
                 else:
                     node.key = key
                     node.hash = hash_
-                    self._fill_value(node, value, onallcpus)
+                    self._fill_value(node, value, onallcpus, cpu)
                     self._link(node)
                     node = None
             self.timing.spin_unlock(cpu, tlock)
