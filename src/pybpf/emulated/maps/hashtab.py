@@ -12,8 +12,9 @@ Rules this module keeps:
   back, so with ZERO_SEED the order is the kernel's.
 - Batches: ``htab_batch.HtabBatchOps`` (whole buckets, bucket-index tokens).
 - Storage: ``htab_buckets.HtabBuckets`` (the buckets, a dict for lookups, an index of the
-  non-empty buckets for the order); element memory: ``htab_elem.HtabElemMemory``.
-- Locks: striped bucket locks; the LRU and the free lists have their own. Lock order is
+  used buckets for the order); element memory: ``htab_elem.HtabElemMemory``.
+- Locks: striped bucket locks; the LRU has its own (the free lists' pops and pushes are
+  single list operations, percpu_freelist.py). Lock order is
   LRU -> bucket; LRU nodes are given back only after the bucket lock is dropped. A key's
   bucket always comes from hashing the key: an element reached without its bucket lock may
   be recycled for another key at any time.
