@@ -12,7 +12,7 @@ Rules this module keeps:
   back, so with ZERO_SEED the order is the kernel's.
 - Batches: ``htab_batch.HtabBatchOps`` (whole buckets, bucket-index tokens).
 - Storage: ``htab_buckets.HtabBuckets`` (the buckets, a dict for lookups, an index of the
-  used buckets for the order); element memory: ``htab_elem.HtabElemMemory``.
+  non-empty buckets for the order); element memory: ``htab_elem.HtabElemMemory``.
 - Locks: striped bucket locks; the LRU has its own (the free lists' pops and pushes are
   single list operations, percpu_freelist.py). Lock order is
   LRU -> bucket; LRU nodes are given back only after the bucket lock is dropped. A key's
@@ -382,14 +382,14 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
         if flags:
             raise KernelError(errno.EINVAL, f"flags {flags:#x}: must be 0")
         visited = 0
-        index = self.storage.next_used(0)
+        index = self.storage.next_nonempty(0)
         while index is not None:
             for elem in self.storage.bucket(index):
                 visited += 1
                 value = elem.value[self._current.cpu] if self.percpu else elem.value
                 if callback(elem.key, value):
                     return visited
-            index = self.storage.next_used(index + 1)
+            index = self.storage.next_nonempty(index + 1)
         return visited
 
     def key_of_value(self, value: bytearray) -> bytes:

@@ -42,7 +42,7 @@ class HtabBatchOps:
         freed: list[HtabElem] = []
         end = False
         while True:
-            index = self.storage.next_used(batch)
+            index = self.storage.next_nonempty(batch)
             if index is None:
                 batch = self.n_buckets
                 end = True

@@ -2,12 +2,9 @@
 the emulation keeps it.
 
 Rules this module keeps:
-- A bucket lists its elements newest first (``hlist_nulls_add_head_rcu``); only buckets that
-  have held an element exist, with a sorted index of them (``used``), so walks go in bucket
-  order without touching the buckets never used (get_next_key and the batches). A bucket
-  that empties stays, empty, in both: walks pass over it, and the next element linked into
-  it costs no index update (the index's lock is taken once per bucket, not per link). They
-  are at most the kernel's n_buckets, which its walks visit every one of.
+- A bucket lists its elements newest first (``hlist_nulls_add_head_rcu``); only non-empty
+  buckets exist, with a sorted index of them, so walks go in bucket order without touching
+  the empty ones (get_next_key and the batches).
 - Beside the buckets, ``table`` maps a key to its element (the lookup), and ``values`` (kept
   for maps whose value is one buffer) a key to its live value buffer, for the Map layer's
   direct reads (``System.fast_ops``). The three always agree (``problems`` says where not).
@@ -31,8 +28,8 @@ class HtabBuckets:
         self.mask = n_buckets - 1
         self.table: dict[bytes, Any] = {}
         self.values: dict[bytes, bytearray] | None = {} if with_values else None
-        self.buckets: dict[int, list[Any]] = {}  # every bucket that has held an element
-        self.used: list[int] = []  # their indices, sorted
+        self.buckets: dict[int, list[Any]] = {}
+        self.nonempty: list[int] = []  # sorted indices of non-empty buckets
         self.index_lock = threading.Lock()
 
     def link(self, elem: Any) -> None:
@@ -42,7 +39,7 @@ class HtabBuckets:
         if bucket is None:
             self.buckets[index] = [elem]
             with self.index_lock:
-                bisect.insort(self.used, index)
+                bisect.insort(self.nonempty, index)
         else:
             bucket.insert(0, elem)
         self.table[elem.key] = elem
@@ -51,7 +48,13 @@ class HtabBuckets:
 
     def unlink(self, elem: Any) -> None:
         """hlist_nulls_del_rcu."""
-        self.buckets[elem.hash & self.mask].remove(elem)  # an emptied bucket stays
+        index = elem.hash & self.mask
+        bucket = self.buckets[index]
+        bucket.remove(elem)
+        if not bucket:
+            del self.buckets[index]
+            with self.index_lock:
+                del self.nonempty[bisect.bisect_left(self.nonempty, index)]
         if self.table.get(elem.key) is elem:
             del self.table[elem.key]
             if self.values is not None:
@@ -70,12 +73,11 @@ class HtabBuckets:
         """A copy of bucket ``index`` (empty if it has no element)."""
         return tuple(self.buckets.get(index, ()))
 
-    def next_used(self, start: int) -> int | None:
-        """The first bucket at or after ``start`` that has held an element (it may be empty
-        now), or None."""
+    def next_nonempty(self, start: int) -> int | None:
+        """The first non-empty bucket at or after ``start``, or None."""
         with self.index_lock:
-            at = bisect.bisect_left(self.used, start)
-            return self.used[at] if at < len(self.used) else None
+            at = bisect.bisect_left(self.nonempty, start)
+            return self.nonempty[at] if at < len(self.nonempty) else None
 
     def next_key(self, elem: Any | None, index: int) -> bytes | None:
         """The key after ``elem`` (in bucket ``index``; None: from the start of the
@@ -87,11 +89,11 @@ class HtabBuckets:
             if pos + 1 < len(bucket):
                 return bucket[pos + 1].key
             start = index + 1
-        while (index := self.next_used(start)) is not None:
+        while (index := self.next_nonempty(start)) is not None:
             bucket = self.bucket(index)
             if bucket:
                 return bucket[0].key
-            start = index + 1  # empty
+            start = index + 1  # emptied meanwhile
         return None
 
     def clear(self) -> list[Any]:
@@ -101,7 +103,7 @@ class HtabBuckets:
         if self.values is not None:
             self.values.clear()
         self.buckets.clear()
-        self.used.clear()
+        self.nonempty.clear()
         return elems
 
     def problems(self, hash_of: Callable[[bytes], int]) -> list[str]:
@@ -118,6 +120,6 @@ class HtabBuckets:
         if self.values is not None and (self.values.keys() != self.table.keys() or any(
                 self.values[k] is not e.value for k, e in self.table.items())):
             problems.append("the value table disagrees with the element table")
-        if sorted(self.buckets) != self.used:
-            problems.append("the index of used buckets is out of date")
+        if sorted(self.buckets) != self.nonempty:
+            problems.append("the non-empty bucket index is out of date")
         return problems
