@@ -180,6 +180,7 @@ class ProgramsMixin:
     # -- load --------------------------------------------------------------------------------
     def _prog_load(self, attr: ProgAttr) -> int:
         """bpf_prog_load's checks, then the verifier; a refusal with a log is the verifier's."""
+        self.machine.bpf_syscall()
         if attr.prog_flags & ~_PROG_FLAGS:
             raise KernelError(errno.EINVAL, f"prog_flags {attr.prog_flags:#x} has unknown bits")
         if attr.prog_flags & BPF_F_TOKEN_FD:  # bpf_token_get_from_fd: no BPF tokens here
@@ -228,6 +229,7 @@ class ProgramsMixin:
 
     # -- info and ids ------------------------------------------------------------------------
     def _prog_get_info(self, fd: int) -> ProgInfo:
+        self.machine.bpf_syscall()
         obj = self.info_fd_get(fd)
         if not isinstance(obj, BpfProg):
             raise KernelError(errno.EINVAL, f"fd {fd} is not a program")
@@ -237,16 +239,19 @@ class ProgramsMixin:
                         run_time_ns=obj.run_time_ns, run_cnt=obj.run_cnt)
 
     def _prog_get_fd_by_id(self, prog_id: int) -> int:
+        self.machine.bpf_syscall()
         prog = self.prog_from_id(prog_id)
         self.bpf_prog_inc(prog)
         return self.fd_install(prog)
 
     # -- test run ----------------------------------------------------------------------------
     def _prog_test_run(self, prog_fd: int, req: TestRunRequest) -> TestRun:
+        self.machine.bpf_syscall()
         return bpf_prog_test_run(self.prog_from_fd(prog_fd), req)
 
     # -- tracepoints -------------------------------------------------------------------------
     def _attach_tracepoint(self, prog_fd: int, category: str, name: str) -> int:
+        self.machine.bpf_syscall()
         # The tracepoint's id is read (tracefs) and its perf event opened before the program
         # is set on it (PERF_EVENT_IOC_SET_BPF), as the kernel backend does.
         events = "/sys/kernel/tracing/events"

@@ -133,6 +133,7 @@ class SockMapMixin:
 
     def _prog_attach(self, prog_fd: int, target_fd: int, attach_type: int,
                      attach_flags: int, replace_prog_fd: int) -> None:
+        self.machine.bpf_syscall()
         if attach_type_to_prog_type(attach_type) is None:
             raise KernelError(errno.EINVAL, f"attach type {attach_type} is unknown")
         if attach_flags & ~BPF_F_ATTACH_MASK_BASE:
@@ -156,6 +157,7 @@ class SockMapMixin:
         bpf_map.sock_map_prog_update(prog, None, None, attach_type)
 
     def _prog_detach(self, target_fd: int, attach_type: int, prog_fd: int) -> None:
+        self.machine.bpf_syscall()
         if attach_type_to_prog_type(attach_type) is None:
             raise KernelError(errno.EINVAL, f"attach type {attach_type} is unknown")
         if _is_cgroup_attach(attach_type):  # cgroup_bpf_prog_detach: cgroup_get_from_fd first

@@ -265,19 +265,22 @@ class Machine:
         """bpf_ktime_get_ns(): the current CPU's modeled clock (ns since the machine began)."""
         return int(self.timing.clock[self.current.cpu])
 
-    def bpf_syscall(self, entry: str = "syscall_entry") -> int:
+    def bpf_syscall(self, entry: str = "syscall_entry") -> None:
         """A task on the current CPU enters the kernel: a modeled operation begins (the
         virtual-time scheduler may let other CPUs go first), and the entry is charged.
-        Returns the CPU."""
-        cpu = self.current.cpu
+        Without modeled time only due deferred work (a timer) runs first: none on a machine
+        where nothing was ever deferred and no scheduler runs, which then does not even read
+        the current CPU (every emulated syscall comes here; the thread-local read would be
+        most of what it costs)."""
         timing = self.timing
         if not self.modeled_time:
-            timing.sync(cpu)  # due deferred work (a timer) still runs first
-            return cpu
+            if timing.scheduler is not None or timing.ever_deferred:
+                timing.sync(self.current.cpu)
+            return
+        cpu = self.current.cpu
         self.rcu.note_syscall(cpu)  # from user mode: a quiescent state
         timing.sync(cpu)
         timing.charge(cpu, entry)
-        return cpu
 
     def require_modeled_time(self, what: str) -> None:
         """ValueError when modeled time is off: ``what`` (a figure) needs it."""

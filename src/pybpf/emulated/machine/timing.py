@@ -175,6 +175,9 @@ class Timing:
         self._init_memory()
         self._gps: list[tuple[float, float]] = []  # grace periods (start, end), in order
         self._deferred: list[list] = [[] for _ in range(num_cpus)]  # heaps (at, seq, fn)
+        # True once any work has been deferred: until then ``sync`` without a scheduler
+        # has nothing to do, and Machine.bpf_syscall skips it without modeled time.
+        self.ever_deferred = False
         self._seq = itertools.count()
 
     def __repr__(self) -> str:
@@ -532,6 +535,7 @@ class Timing:
     def defer(self, cpu: int, at: float, work: Callable[[], None]) -> None:
         """Run ``work`` on ``cpu`` once its clock reaches ``at`` (at its next ``sync``); the
         work charges its own costs to ``cpu``."""
+        self.ever_deferred = True
         heapq.heappush(self._deferred[cpu], (at, next(self._seq), work))
 
     def deferred(self, cpu: int) -> int:

@@ -13,7 +13,8 @@ Rules this module keeps:
 - Batches: ``htab_batch.HtabBatchOps`` (whole buckets, bucket-index tokens).
 - Storage: ``htab_buckets.HtabBuckets`` (the buckets, a dict for lookups, an index of the
   non-empty buckets for the order); element memory: ``htab_elem.HtabElemMemory``.
-- Locks: striped bucket locks; the LRU and the free lists have their own. Lock order is
+- Locks: striped bucket locks; the LRU has its own (the free lists' pops and pushes are
+  single list operations, percpu_freelist.py). Lock order is
   LRU -> bucket; LRU nodes are given back only after the bucket lock is dropped. A key's
   bucket always comes from hashing the key: an element reached without its bucket lock may
   be recycled for another key at any time.
@@ -254,7 +255,7 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
             if old is not None and flags & BPF_F_LOCK:  # it appeared since the first look
                 copy_map_value_locked(self, old.value, value)
                 return
-            new = self.alloc_htab_elem(key, value, hash_, old, onallcpus=False)
+            new = self.alloc_htab_elem(key, value, hash_, old, False, cpu)
             if old is None:
                 self._link(new)
             else:
@@ -266,7 +267,7 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
         if old is not None:
             self.htab_put_fd_value(old)
             if self.prealloc:  # unlinked now: it becomes this CPU's spare
-                self.extra_elems[self._current.cpu].append(old)
+                self.extra_elems[cpu].append(old)
             else:
                 with self.count_lock:
                     self.count -= 1
@@ -287,43 +288,42 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
                 old = self.table.get(key)
                 self.check_flags(old, flags)
                 if old is None:
-                    self._link(self.alloc_htab_elem(key, value, hash_, None, onallcpus))
+                    self._link(self.alloc_htab_elem(key, value, hash_, None, onallcpus, cpu))
                 elif self.percpu:
-                    self._fill_value(old, value, onallcpus, init=False)
+                    self._fill_value(old, value, onallcpus, cpu, init=False)
                 else:
                     self.htab_put_fd_value(old)  # the value it replaces (an inner map) goes
                     old.value[:] = value
             finally:
                 self.timing.spin_unlock(cpu, tlock)
 
-    def _unhash(self, key: bytes, read: bool) -> tuple[HtabElem, bytes | None]:
-        """Unlink ``key``'s element under its bucket lock (ENOENT when absent), reading its
-        value first when ``read``."""
-        hash_ = self._hash(key)
+    def htab_map_delete_elem(self, key: bytes, read: bool = False) -> bytes | None:
+        """htab_map_delete_elem (htab_lru_map_delete_elem: the element goes back to the LRU):
+        unlink ``key``'s element under its bucket lock (ENOENT when absent) and release it;
+        with ``read``, its value is read first and returned (lookup_and_delete)."""
+        hash_ = self._hash_cached(key)
         timing = self.timing
         modeled = timing.modeled  # without modeled time the hot path skips every cost call
-        with self._lock(hash_):
+        lock = self.locks[hash_ & self.stripe_mask]
+        lock.acquire()
+        if modeled:
+            cpu = self._current.cpu
+            tlock = self._bucket_lock(hash_)
+            timing.spin_lock(cpu, tlock)
+        try:
             if modeled:
-                cpu = self._current.cpu
-                tlock = self._bucket_lock(hash_)
-                timing.spin_lock(cpu, tlock)
-            try:
-                if modeled:
-                    self._op_cost(cpu, "htab_map_delete_elem", key, hash_)
-                elem = self.table.get(key)
-                if elem is None:
-                    raise KernelError(errno.ENOENT, "key not found")
-                data = self._read_value(elem) if read else None
-                self._unlink(elem)
-            finally:
-                if modeled:
-                    timing.spin_unlock(cpu, tlock)
-        return elem, data
-
-    def htab_map_delete_elem(self, key: bytes) -> None:
-        """htab_map_delete_elem (htab_lru_map_delete_elem: the element goes back to the LRU)."""
-        elem, _ = self._unhash(key, read=False)
+                self._op_cost(cpu, "htab_map_delete_elem", key, hash_)
+            elem = self.table.get(key)
+            if elem is None:
+                raise KernelError(errno.ENOENT, "key not found")
+            data = self._read_value(elem) if read else None
+            self._unlink(elem)
+        finally:
+            if modeled:
+                timing.spin_unlock(cpu, tlock)
+            lock.release()
         self._release_elem(elem)
+        return data
 
     _release_elem = HtabElemMemory.free_htab_elem  # where a deleted element goes (LRU maps:
     # back to the LRU)
@@ -360,9 +360,7 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
 
     def htab_map_lookup_and_delete_elem(self, key: bytes | None, flags: int) -> bytes:
         """htab_map_lookup_and_delete_elem (and its LRU and per-CPU variants)."""
-        elem, data = self._unhash(key, read=True)
-        self._release_elem(elem)
-        return data
+        return self.htab_map_delete_elem(key, read=True)
 
     def htab_map_get_next_key(self, key: bytes | None) -> bytes:
         """htab_map_get_next_key: a missing key restarts from the first element.
@@ -550,7 +548,7 @@ class HtabLruMap(HtabMap):
         node = self.prealloc_lru_pop()
         node.key = key
         node.hash = hash_
-        self._fill_value(node, value, onallcpus=False)
+        self._fill_value(node, value, False, cpu)
         tlock = self._bucket_lock(hash_)
         with self._lock(hash_):
             timing.spin_lock(cpu, tlock)
@@ -618,11 +616,11 @@ class HtabLruPercpuMap(HtabLruMap):
             else:
                 if old is not None:
                     old.ref = 1
-                    self._fill_value(old, value, onallcpus, init=False)
+                    self._fill_value(old, value, onallcpus, cpu, init=False)
                 else:
                     node.key = key
                     node.hash = hash_
-                    self._fill_value(node, value, onallcpus)
+                    self._fill_value(node, value, onallcpus, cpu)
                     self._link(node)
                     node = None
             self.timing.spin_unlock(cpu, tlock)

@@ -38,8 +38,12 @@ class HtabBuckets:
         bucket = self.buckets.get(index)
         if bucket is None:
             self.buckets[index] = [elem]
-            with self.index_lock:
+            lock = self.index_lock  # acquire/release: cheaper than a with statement here
+            lock.acquire()
+            try:
                 bisect.insort(self.nonempty, index)
+            finally:
+                lock.release()
         else:
             bucket.insert(0, elem)
         self.table[elem.key] = elem
@@ -53,8 +57,12 @@ class HtabBuckets:
         bucket.remove(elem)
         if not bucket:
             del self.buckets[index]
-            with self.index_lock:
+            lock = self.index_lock
+            lock.acquire()
+            try:
                 del self.nonempty[bisect.bisect_left(self.nonempty, index)]
+            finally:
+                lock.release()
         if self.table.get(elem.key) is elem:
             del self.table[elem.key]
             if self.values is not None:

@@ -154,24 +154,25 @@ class HtabElemMemory:
     def new_bucket_lock(self, addr: int) -> SpinLock:
         return self.timing.new_lock(addr)
 
-    def _fill_value(self, elem: HtabElem, value: bytes, onallcpus: bool,
+    def _fill_value(self, elem: HtabElem, value: bytes, onallcpus: bool, cpu: int,
                     init: bool = True) -> None:
-        """pcpu_init_value (``init``: a new element) or pcpu_copy_value (an existing one).
+        """pcpu_init_value (``init``: a new element) or pcpu_copy_value (an existing one), by
+        ``cpu`` (the current CPU, which the caller has read).
 
         From the syscall (``onallcpus``) every CPU's slot is written; from a program only the
         current CPU's, and a new element gets zeros on the other CPUs (5.11+).
         """
-        self.timing.access(self._current.cpu, elem.addr, write=True)
+        if self.timing.modeled:
+            self.timing.access(cpu, elem.addr, write=True)
         if not self.percpu:
             # Writing the element is an access to its memory, like a lookup's read.
-            self.access_stats.access(self._current.cpu, elem.node)
+            self.access_stats.access(cpu, elem.node)
             elem.value[:] = value
         elif onallcpus:
             size = self.slot_size
-            for cpu, slot in enumerate(elem.value):
-                slot[:] = value[cpu * size:(cpu + 1) * size]
+            for slot_cpu, slot in enumerate(elem.value):
+                slot[:] = value[slot_cpu * size:(slot_cpu + 1) * size]
         else:
-            cpu = self._current.cpu
             elem.value[cpu][:self.value_size] = value[:self.value_size]
             if init:
                 zeros = bytes(self.slot_size)
@@ -180,19 +181,20 @@ class HtabElemMemory:
                         slot[:] = zeros
 
     def alloc_htab_elem(self, key: bytes, value: bytes, hash_: int, old: HtabElem | None,
-                        onallcpus: bool) -> HtabElem:
-        """alloc_htab_elem: E2BIG when full (new keys only), ENOMEM when out of memory."""
+                        onallcpus: bool, cpu: int) -> HtabElem:
+        """alloc_htab_elem on ``cpu`` (the current CPU): E2BIG when full (new keys only),
+        ENOMEM when out of memory."""
         if self.prealloc:
             if old is not None and self.extra_elems:
                 # The kernel swaps its CPU's spare for old with preemption off; here several
                 # threads may share an emulated CPU, so the spare is taken now (list.pop is
                 # atomic) and old is given back once unlinked (htab_map_update_elem).
                 try:
-                    elem = self.extra_elems[self._current.cpu].pop()
+                    elem = self.extra_elems[cpu].pop()
                 except IndexError:
                     elem = self._new_elem_on_home()
             else:
-                elem = self.freelist.pop()
+                elem = self.freelist.pop(cpu)
                 if elem is None:
                     raise KernelError(errno.E2BIG, f"the map is full ({self.max_entries} "
                                       "elements)")
@@ -210,14 +212,14 @@ class HtabElemMemory:
                 raise KernelError(errno.ENOMEM, "bpf_mem_alloc had no free element")
         elem.key = key
         elem.hash = hash_
-        self._fill_value(elem, value, onallcpus)
+        self._fill_value(elem, value, onallcpus, cpu)
         return elem
 
     def free_htab_elem(self, elem: HtabElem) -> None:
         """free_htab_elem: back to the free list, or to the allocator."""
         self.htab_put_fd_value(elem)
         if self.prealloc:
-            self.freelist.push(elem)
+            self.freelist.push(elem, self._current.cpu)
         else:
             with self.count_lock:
                 self.count -= 1

@@ -7,7 +7,8 @@ Rules this module keeps:
   and takes from the first non-empty one (a steal); ``None`` when every list is empty.
 - ``push`` puts an object on the current CPU's list; it is reusable at once (preallocated
   hash elements are recycled without waiting for RCU, as in the kernel).
-- Each CPU's list has its own lock.
+- The lists take no host lock: a pop or push is one ``list.pop`` or ``list.append``, atomic
+  on its own; each CPU's count of objects not created yet has its own lock.
 - Modeled time (``timing``, when given): a pop or push takes that CPU's lock (a spinlock on a
   line of the CPU's node) and touches the object's line (the list link lives in it); an
   object's memory is its ``addr`` attribute where it has one.
@@ -35,7 +36,7 @@ class PcpuFreelist:
         self.lists: list[list[Any]] = [[] for _ in range(ncpus)]
         self.unmade = [0] * ncpus  # objects of each CPU's share not created yet
         self.factory: Callable[[], Any] | None = None
-        self.locks = [threading.Lock() for _ in range(ncpus)]
+        self.unmade_locks = [threading.Lock() for _ in range(ncpus)]
         self.pops = 0
         self.pushes = 0
         self.steals = 0
@@ -57,41 +58,47 @@ class PcpuFreelist:
         for cpu in range(self.ncpus):
             self.unmade[cpu] = max(0, min(per_cpu, count - cpu * per_cpu))
 
-    def pop(self) -> Any | None:
-        cpu = orig = self.current_cpu()
+    def pop(self, cpu: int | None = None) -> Any | None:
+        """An object from ``cpu``'s list (default: the current CPU's), else a steal."""
+        if cpu is None:
+            cpu = self.current_cpu()
+        orig = cpu
         while True:
             lst = self.lists[cpu]
             if lst or self.unmade[cpu]:
-                with self.locks[cpu]:
-                    if lst:
-                        obj = lst.pop()
-                    elif self.unmade[cpu]:
-                        self.unmade[cpu] -= 1
-                        obj = self.factory()
-                    else:
-                        obj = None
+                try:
+                    obj = lst.pop()
+                except IndexError:  # taken meanwhile, or never made: make one if any is left
+                    with self.unmade_locks[cpu]:
+                        if self.unmade[cpu]:
+                            self.unmade[cpu] -= 1
+                            obj = self.factory()
+                        else:
+                            obj = None
                 if obj is not None:
                     self.pops += 1
                     if cpu != orig:
                         self.steals += 1
-                    self._cost(orig, cpu, obj)
+                    if self.timing is not None:
+                        self._cost(orig, cpu, obj)
                     return obj
             cpu = (cpu + 1) % self.ncpus
             if cpu == orig:
                 self.empty_pops += 1
                 return None
 
-    def push(self, obj: Any) -> None:
-        cpu = self.current_cpu()
-        with self.locks[cpu]:
-            self.lists[cpu].append(obj)
+    def push(self, obj: Any, cpu: int | None = None) -> None:
+        """``obj`` onto ``cpu``'s list (default: the current CPU's)."""
+        if cpu is None:
+            cpu = self.current_cpu()
+        self.lists[cpu].append(obj)
         self.pushes += 1
-        self._cost(cpu, cpu, obj)
+        if self.timing is not None:
+            self._cost(cpu, cpu, obj)
 
     def _cost(self, cpu: int, owner: int, obj: Any) -> None:
         """``cpu`` took ``owner``'s list lock and moved ``obj`` (modeled time)."""
-        if self.timing is not None:
-            self.timing.locked_access(cpu, self.tlocks[owner], getattr(obj, "addr", 0))
+        self.timing.locked_access(cpu, self.tlocks[owner], getattr(obj, "addr", 0))
 
     def free_counts(self) -> list[int]:
         """Objects on each CPU's list (those not created yet included)."""
