@@ -29,23 +29,22 @@ from ..ringbuf import RingBufReader, UserRingBufProducer
 from .barrier import ACQUIRE, FENCE, MISSING, RELEASE
 
 
-class KernelRingBufReader(RingBufReader):
-    """The consumer of kernel RINGBUF map ``fd`` whose data area is ``size`` bytes."""
+class _MappedRing:
+    """The mappings of a ring buffer map's fd, which the consumer and the producer make alike:
+    the consumer page (``consumer_prot``), the producer page and the twice-mapped data
+    (``producer_prot``), views of the positions, data and record headers, and an epoll
+    instance waiting for ``event`` on the fd."""
 
-    def __init__(self, fd: int, size: int) -> None:
-        if MISSING:
-            raise KernelError(errno.EOPNOTSUPP, MISSING)
-        super().__init__(size)
+    def _map(self, fd: int, size: int, consumer_prot: int, producer_prot: int,
+             event: int) -> None:
         page = mmap.PAGESIZE
-        self._closed = False
         try:
-            self._consumer_page = mmap.mmap(fd, page, mmap.MAP_SHARED,
-                                            mmap.PROT_READ | mmap.PROT_WRITE)
+            self._consumer_page = mmap.mmap(fd, page, mmap.MAP_SHARED, consumer_prot)
         except OSError as exc:
             raise KernelError(exc.errno, f"mmap of the consumer page: {exc.strerror}") from None
         try:
             self._producer_area = mmap.mmap(fd, page + 2 * size, mmap.MAP_SHARED,
-                                            mmap.PROT_READ, offset=page)
+                                            producer_prot, offset=page)
         except OSError as exc:
             self._consumer_page.close()
             raise KernelError(exc.errno, f"mmap of the producer page and data: "
@@ -57,7 +56,34 @@ class KernelRingBufReader(RingBufReader):
         self._headers = self._data.cast("I")
         area.release()
         self._epoll = select.epoll()
-        self._epoll.register(fd, select.EPOLLIN)
+        self._epoll.register(fd, event)
+
+    def wait(self, timeout: float | None) -> bool:
+        return bool(self._epoll.poll(-1 if timeout is None else timeout))
+
+    def fileno(self) -> int:
+        return self._epoll.fileno()
+
+    def _unmap(self) -> None:
+        for view in (self._consumer, self._producer, self._headers, self._data):
+            view.release()
+        for area in (self._consumer_page, self._producer_area):
+            try:
+                area.close()
+            except BufferError:  # a view taken from a sample is still held: the area is
+                pass  # unmapped when the last one goes
+        self._epoll.close()
+
+
+class KernelRingBufReader(_MappedRing, RingBufReader):
+    """The consumer of kernel RINGBUF map ``fd`` whose data area is ``size`` bytes."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        if MISSING:
+            raise KernelError(errno.EOPNOTSUPP, MISSING)
+        super().__init__(size)
+        self._closed = False
+        self._map(fd, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.PROT_READ, select.EPOLLIN)
 
     def _load_producer_pos(self) -> int:
         pos = self._producer[0]
@@ -82,24 +108,14 @@ class KernelRingBufReader(RingBufReader):
     def _payload(self, offset: int, length: int) -> bytes:
         return self._data[offset:offset + length].tobytes()
 
-    def wait(self, timeout: float | None) -> bool:
-        return bool(self._epoll.poll(-1 if timeout is None else timeout))
-
-    def fileno(self) -> int:
-        return self._epoll.fileno()
-
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        for view in (self._consumer, self._producer, self._headers, self._data):
-            view.release()
-        self._consumer_page.close()
-        self._producer_area.close()
-        self._epoll.close()
+        self._unmap()
 
 
-class KernelUserRingBufProducer(UserRingBufProducer):
+class KernelUserRingBufProducer(_MappedRing, UserRingBufProducer):
     """The producer of kernel USER_RINGBUF map ``fd`` whose data area is ``size`` bytes. A
     sample is a view of the mapping itself (the data is mapped twice, so one that wraps is
     one run of bytes)."""
@@ -108,26 +124,7 @@ class KernelUserRingBufProducer(UserRingBufProducer):
         if MISSING:
             raise KernelError(errno.EOPNOTSUPP, MISSING)
         super().__init__(size)
-        page = mmap.PAGESIZE
-        try:
-            self._consumer_page = mmap.mmap(fd, page, mmap.MAP_SHARED, mmap.PROT_READ)
-        except OSError as exc:
-            raise KernelError(exc.errno, f"mmap of the consumer page: {exc.strerror}") from None
-        try:
-            self._producer_area = mmap.mmap(fd, page + 2 * size, mmap.MAP_SHARED,
-                                            mmap.PROT_READ | mmap.PROT_WRITE, offset=page)
-        except OSError as exc:
-            self._consumer_page.close()
-            raise KernelError(exc.errno, f"mmap of the producer page and data: "
-                              f"{exc.strerror}") from None
-        self._consumer = memoryview(self._consumer_page).cast("Q")
-        area = memoryview(self._producer_area)
-        self._producer = area[:8].cast("Q")
-        self._data = area[page:]
-        self._headers = self._data.cast("I")
-        area.release()
-        self._epoll = select.epoll()
-        self._epoll.register(fd, select.EPOLLOUT)
+        self._map(fd, size, mmap.PROT_READ, mmap.PROT_READ | mmap.PROT_WRITE, select.EPOLLOUT)
 
     def _load_consumer_pos(self) -> int:
         pos = self._consumer[0]
@@ -155,18 +152,5 @@ class KernelUserRingBufProducer(UserRingBufProducer):
             FENCE(RELEASE)
         self._headers[offset >> 2] = length
 
-    def wait(self, timeout: float | None) -> bool:
-        return bool(self._epoll.poll(-1 if timeout is None else timeout))
-
-    def fileno(self) -> int:
-        return self._epoll.fileno()
-
     def _close(self) -> None:
-        for view in (self._consumer, self._producer, self._headers, self._data):
-            view.release()
-        for area in (self._consumer_page, self._producer_area):
-            try:
-                area.close()
-            except BufferError:  # a view taken from a sample is still held: the area is
-                pass  # unmapped when the last one goes
-        self._epoll.close()
+        self._unmap()
