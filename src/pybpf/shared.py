@@ -329,12 +329,6 @@ class SharedMap(MapCore, collections.abc.MutableMapping):
         self._no_flags(flags, "map_lookup_and_delete_elem")
         return self.value_codec.decode(self._m.lookup_and_delete(self.key_codec.encode(key)))
 
-    def get(self, key: Any, default: Any = None) -> Any:
-        try:
-            return self[key]
-        except KeyNotFoundError:
-            return default
-
     def get_next_key(self, key: Any = None) -> Any:
         """The key after ``key`` in the kernel's order (None: the first); KeyNotFoundError
         at the end. A key that is not in a hash restarts from the first."""

@@ -57,7 +57,7 @@ MEMORY_KINDS = ("private_hit", "shared_hit", "dram_local", "dram_remote", "trans
                 "transfer_remote")
 HOT_LINES = 64  # the least a scaled cache keeps (4 KiB): a CPU's every-event lines
 LOCK_HISTORY = 32  # intervals a lock remembers (the latest half is kept when it is full)
-RMW_LINES = 4096  # lines whose atomic RMWs are remembered (the longest unused is forgotten)
+RMW_LINES = 4096  # lines whose atomic RMWs are remembered (the first remembered goes)
 KMALLOC_SIZES = (8, 16, 32, 64, 96, 128, 192, 256, 512, 1024, 2048, 4096, 8192)
 SLAB_MAX_ORDER = 3  # PAGE_ALLOC_COSTLY_ORDER: the largest slab calculate_order picks
 MEMMAP_OFFSET = 1 << (NODE_SHIFT - 1)  # where a node's struct slabs (the vmemmap) lie
@@ -447,7 +447,7 @@ class Timing:
         if busy is None:
             busy = self._line_rmws[addr >> self.line_shift] = []
             if len(self._line_rmws) > RMW_LINES:
-                del self._line_rmws[next(iter(self._line_rmws))]  # the longest unused
+                del self._line_rmws[next(iter(self._line_rmws))]  # the first remembered
         took = self.clock[cpu] - start
         at = start
         for other_start, other_end in busy[max(0, bisect.bisect_right(busy, (start,)) - 1):]:
