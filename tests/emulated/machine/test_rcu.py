@@ -14,11 +14,13 @@ from pybpf.emulated.machine.rcu import (
     MAX_BLIMIT,
     MAX_SOFTIRQ_RESTART,
     QHIMARK,
+    QOVLD,
     RCU_DIVISOR,
     Rcu,
     RcuHead,
     SegCbList,
     fqs_jiffies,
+    jiffies_to_sched_qs,
 )
 
 
@@ -227,8 +229,10 @@ def test_a_flood_with_no_grace_period_running_starts_one_instead():
 
 def test_a_grace_period_waits_for_every_busy_cpu():
     """CPU 1 made a syscall just before the grace period began, so it owes a quiescent
-    state: the grace period ends only when it reports one at its tick, or when the
-    force-quiescent-state scan finds it idle."""
+    state. Its syscalls are none (no context tracking): the grace period ends when a
+    force-quiescent-state scan finds it idle, or, while it stays busy, once the grace period
+    is older than jiffies_to_sched_qs and a tick made its task schedule. CPU 0 runs the
+    grace-period kthread, which notes its quiescent state at the start."""
 
     def grace_period_end(cpu1_syscalls: list[float]) -> float:
         machine = modeled(cpus=2)
@@ -246,7 +250,36 @@ def test_a_grace_period_waits_for_every_busy_cpu():
 
     assert grace_period_end([]) == 2 * MS  # CPU 0 reports at its next tick
     assert grace_period_end([0.95 * MS]) == 4 * MS  # held until the scan at 1 + 3 ticks
-    assert grace_period_end([0.95 * MS, 1.5 * MS, 2.01 * MS]) == 2 * MS  # CPU 1 reported
+    assert grace_period_end([0.95 * MS, 1.5 * MS, 2.01 * MS]) == 4 * MS  # idle by then
+    # Busy in a syscall loop: the first scan past jiffies_to_sched_qs (100 ticks at HZ=1000)
+    # is at 1 + 3 x 34 ms; CPU 1's next tick asks its task to schedule, the syscall after
+    # it passes the quiescent state, the tick after that reports it.
+    assert jiffies_to_sched_qs(1000, 2) == 100
+    loop = [0.95 * MS + k * 0.1 * MS for k in range(1200)]
+    assert grace_period_end(loop) == 105 * MS
+
+
+def test_callback_overload_cuts_a_grace_period_short():
+    """A CPU with QOVLD callbacks queued overloads RCU: the next scans ask every busy holdout
+    for a quiescent state at once, so the grace period does not wait for
+    jiffies_to_sched_qs."""
+    machine = modeled(cpus=2)
+    with machine.on_cpu(0):
+        machine.rcu.call_rcu(noop)  # a grace period is wanted at CPU 0's first tick
+    for k in range(400):  # both CPUs in a syscall loop for 40 ms, CPU 0 flooding call_rcu
+        t = k * 0.1 * MS
+        for cpu in (0, 1):
+            syscall_at(machine, cpu, t)
+        with machine.on_cpu(0):
+            for _ in range(QOVLD // 100 + 1):
+                machine.rcu.call_rcu(noop)
+    rcu = machine.rcu
+    first_start, first_end = rcu.gps[0]
+    # The overload (10 ms in) is seen by the scans that follow; CPU 1 schedules within ticks.
+    assert first_end - first_start < 20 * MS
+    assert rcu.urgent_qs_raised > 0 and rcu.resched_qs > 0
+    machine.step()
+    assert rcu.pending == 0
 
 
 def test_a_reader_from_before_the_grace_period_holds_it_and_its_callbacks():

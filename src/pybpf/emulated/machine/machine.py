@@ -278,7 +278,7 @@ class Machine:
                 timing.sync(self.current.cpu)
             return
         cpu = self.current.cpu
-        self.rcu.note_syscall(cpu)  # from user mode: a quiescent state
+        self.rcu.note_syscall(cpu)  # the CPU is busy; a forced schedule() ended the last
         timing.sync(cpu)
         timing.charge(cpu, entry)
 

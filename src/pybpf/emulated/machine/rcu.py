@@ -20,12 +20,22 @@ Modeled time (``timing``): RCU as kernel/rcu/tree.c runs it, in virtual time.
 - Grace periods are numbered and run one after another. One starts from a CPU's RCU core
   processing when its callbacks need one (or from ``call_rcu`` past ``qhimark``), or right
   after the previous one when more were requested; it needs a quiescent state from every CPU
-  busy at its start. A CPU passes one when its task enters the kernel from user mode
-  (``note_syscall``: the previous syscall, program or softirq was left) and reports it at its
-  next scheduling-clock tick (``rcu.tick`` of the profile, aligned on every CPU). A CPU that
-  entered no syscall in the last tick, or that left the virtual-time scheduler, is idle: the
-  grace-period kthread's force-quiescent-state scan, every ``fqs_jiffies`` ticks, reports it.
-  The last report ends the grace period at that time; a CPU notices the end at its next tick.
+  busy at its start. A busy CPU passes one only where the kernel sees one on a CPU that is
+  not nohz_full (so without context tracking): a context switch (``note_context_switch``:
+  ksoftirqd, a kworker; the grace-period kthread on CPU 0 at each grace period's start and
+  each scan), or the schedule() its task makes on its way out of a syscall once a
+  tick found ``rcu_urgent_qs`` set and set need_resched (``note_syscall``). The grace-period
+  kthread's force-quiescent-state scans, every ``fqs_jiffies`` ticks, report idle CPUs (no
+  syscall in the last tick, or gone from the virtual-time scheduler) and, from the second
+  scan on, set ``rcu_urgent_qs`` on the holdouts once the grace period is older than
+  ``jiffies_to_sched_qs`` (HZ / 10 ticks) or while callbacks overload a CPU (``qovld``,
+  20000 queued): then the first two scans of a grace period run at once and the rest every
+  third of the interval (rcu_implicit_dynticks_qs, rcu_gp_fqs_loop). Ticks that land in user
+  mode are quiescent states too; emulated tasks spend no modeled time in user mode between
+  syscalls, so none is found there. A CPU reports its quiescent state at its next tick (it is
+  ``rcu_core``'s check); the last report ends the grace period at that time, and a CPU
+  notices the end at its next tick. Under a syscall loop a grace period therefore lasts until
+  callbacks overload a CPU or ``jiffies_to_sched_qs`` has passed.
 - At a tick, a CPU with callbacks or a quiescent state owed runs RCU_SOFTIRQ: ``rcu_core``
   advances its callbacks past the grace periods it saw end, assigns new ones a grace period,
   and ``rcu_do_batch`` invokes ready ones ``max(blimit, ready >> rcu_divisor)`` at a time
@@ -57,12 +67,15 @@ if TYPE_CHECKING:
 BLIMIT = 10               # DEFAULT_RCU_BLIMIT: callbacks per rcu_do_batch
 MAX_BLIMIT = 10000        # DEFAULT_MAX_RCU_BLIMIT: blimit while callbacks flood
 QHIMARK = 10000           # DEFAULT_RCU_QHIMARK: queued callbacks that raise blimit
+QOVLD = 2 * QHIMARK       # DEFAULT_RCU_QOVLD: queued callbacks that overload a CPU (cbovld)
 QLOWMARK = 100            # DEFAULT_RCU_QLOMARK: queued callbacks that restore it
 RCU_DIVISOR = 7           # a batch takes at least ready >> rcu_divisor
 RCU_RESCHED_NS = 3_000_000  # rcu_resched_ns: time limit of a batch over 100 callbacks
 TIMED_BATCH = 100         # batches larger than this get the time limit
 CLOCK_CHECK_EVERY = 32    # rcu_do_batch_check_time reads the clock once per 32 callbacks
 FQS_DIV = 256             # RCU_JIFFIES_FQS_DIV
+GP_KTHREAD_CPU = 0  # where the grace-period kthread runs: it started there and its timers stay
+OVERLOAD_SCANS_AT_ONCE = 2  # scans of an overloaded grace period that do not wait (1fca4d12f463)
 # kernel/softirq.c: __do_softirq restarts at most this often, for at most this long.
 MAX_SOFTIRQ_RESTART = 10
 MAX_SOFTIRQ_TIME_NS = 2_000_000
@@ -73,6 +86,13 @@ def settle_ns(tick: float, cpus: int) -> float:
     progress and the next, each at most one force-quiescent-state scan past a tick, and the
     tick after."""
     return 3 * (fqs_jiffies(1e9 / tick, cpus) * tick + tick)
+
+
+def jiffies_to_sched_qs(hz: float, cpus: int) -> int:
+    """Ticks a grace period lasts before its holdouts are asked for a quiescent state
+    (``rcu_urgent_qs``): adjust_jiffies_till_sched_qs, the third scan, bounded below by
+    HZ / 10 + nr_cpu_ids / RCU_JIFFIES_FQS_DIV."""
+    return max(3 * fqs_jiffies(hz, cpus), int(hz) // 10 + cpus // FQS_DIV)
 
 
 def fqs_jiffies(hz: float, cpus: int) -> int:
@@ -174,6 +194,9 @@ class RcuData:
         self.qlen_last_fqs_check = 0
         self.gp_seq = 0  # grace periods this CPU has seen end
         self.qs_at: float | None = None  # its quiescent state in the current grace period
+        self.urgent_qs = False  # rcu_urgent_qs: the next tick asks the task to schedule
+        self.need_heavy_qs = False  # rcu_need_heavy_qs: urgency was raised for overload/age
+        self.need_resched = False  # set by that tick: schedule() at the syscall's exit
         self.last_seen = float("-inf")  # when its task last entered the kernel
         self.tick_at: float | None = None  # its armed tick
         self.batches = 0
@@ -207,7 +230,15 @@ class Rcu:
     def _init_modeled(self, timing: Timing) -> None:
         cpus = len(timing.clock)
         self.tick = timing.tick
-        self.fqs_ns = fqs_jiffies(1e9 / self.tick, cpus) * self.tick
+        hz = 1e9 / self.tick
+        self.fqs_ns = fqs_jiffies(hz, cpus) * self.tick
+        # Under callback overload the scans come every third of the interval, at least a tick.
+        self.ovld_fqs_ns = max(1, (fqs_jiffies(hz, cpus) + 2) // 3) * self.tick
+        self.jtsq_ns = jiffies_to_sched_qs(hz, cpus) * self.tick
+        self._cbovld = False  # rcu_state.cbovld: a CPU was overloaded at the last scan
+        self._cbovldnext = False
+        self._gp_scans = 0  # force-quiescent-state scans of the current grace period
+        self._scans_at_once = 0
         self.cpus = [RcuData(cpu) for cpu in range(cpus)]
         self._completed = 0  # grace periods ended
         self._gp_needed = 0  # the highest grace period a CPU waits for
@@ -219,6 +250,8 @@ class Rcu:
         self._gp_end: list[float] = []  # end of grace period k at [k - 1]
         self.gps: list[tuple[float, float]] = []  # (start, end) of each grace period
         self.n_force_qs = 0
+        self.urgent_qs_raised = 0  # holdouts asked for a quiescent state (rcu_urgent_qs)
+        self.resched_qs = 0  # quiescent states from a schedule() that urgency forced
         self.blimit_raised = 0  # times a CPU's blimit went to MAX_BLIMIT
         self.softirq_rounds = 0
         self.ksoftirqd_runs = 0
@@ -305,15 +338,33 @@ class Rcu:
         self._arm_tick(rdp, now)
 
     def note_syscall(self, cpu: int) -> None:
-        """The task on ``cpu`` enters the kernel from user mode at its clock: it left its
-        previous syscall (a quiescent state) and the CPU is busy."""
+        """The task on ``cpu`` enters the kernel at its clock: the CPU is busy. If a tick set
+        need_resched, the previous syscall ended in schedule(): a quiescent state."""
         now = self.timing.clock[cpu]
         with self._lock:
             rdp = self.cpus[cpu]
             rdp.last_seen = now
-            if cpu in self._holdouts and rdp.qs_at is None and now >= self._gp_start:
-                rdp.qs_at = now
-                self._arm_tick(rdp, now)
+            if rdp.need_resched:
+                rdp.need_resched = False
+                if self._note_qs(rdp, now):
+                    self.resched_qs += 1
+
+    def note_context_switch(self, cpu: int) -> None:
+        """rcu_note_context_switch: a context switch on ``cpu`` (to ksoftirqd, a kworker) is a
+        quiescent state."""
+        if self.timing is None:
+            return
+        with self._lock:
+            self._note_qs(self.cpus[cpu], self.timing.clock[cpu])
+
+    def _note_qs(self, rdp: RcuData, now: float) -> bool:  # lock held
+        """rcu_qs: the CPU passed a quiescent state at ``now``; it reports it at its next
+        tick."""
+        if rdp.cpu in self._holdouts and rdp.qs_at is None and now >= self._gp_start:
+            rdp.qs_at = now
+            self._arm_tick(rdp, now)
+            return True
+        return False
 
     # -- grace periods (the grace-period kthread) --------------------------------------------
     def _idle(self, cpu: int, now: float) -> bool:
@@ -333,10 +384,16 @@ class Rcu:
         self._gp_start = now
         self._gp_epoch = self._epoch  # readers from before it hold it
         self._epoch += 1
-        self._next_fqs = now + self.fqs_ns
+        self._gp_scans = 0
+        # rcu_gp_fqs_loop: a grace period that starts overloaded scans at once, twice.
+        self._scans_at_once = OVERLOAD_SCANS_AT_ONCE if self._cbovld else 0
+        self._next_fqs = now if self._scans_at_once else now + self.fqs_ns
         self._holdouts = {rdp.cpu for rdp in self.cpus if not self._idle(rdp.cpu, now)}
         for rdp in self.cpus:
             rdp.qs_at = None
+            if rdp.cpu in self._holdouts:  # its ticks check for a quiescent state
+                self._arm_tick(rdp, now)
+        self._gp_kthread_ran(now)
         self._try_end_gp(now)
 
     def _try_end_gp(self, now: float) -> None:  # lock held
@@ -357,17 +414,54 @@ class Rcu:
             self._start_gp(now)
 
     def _report_qs(self, cpu: int, now: float) -> None:  # lock held
-        """rcu_report_qs_rdp: the last one may end the grace period."""
+        """rcu_report_qs_rdp (and rcu_disable_urgency_upon_qs): the last one may end the
+        grace period."""
+        rdp = self.cpus[cpu]
+        rdp.urgent_qs = rdp.need_heavy_qs = rdp.need_resched = False
         self._holdouts.discard(cpu)
         self._try_end_gp(now)
 
     def _force_qs(self, now: float) -> None:  # lock held
-        """rcu_gp_fqs: report the holdouts that are idle."""
+        """rcu_gp_fqs (force_qs_rnp): report the holdouts that are idle; from the second scan
+        of a grace period on, ask the others for a quiescent state once it is older than
+        jiffies_to_sched_qs or while a CPU is overloaded with callbacks
+        (rcu_implicit_dynticks_qs)."""
         self.n_force_qs += 1
-        self._next_fqs = now + self.fqs_ns
+        self._gp_kthread_ran(now)
+        self._cbovld = self._cbovldnext
+        self._cbovldnext = any(len(rdp.cblist) >= QOVLD for rdp in self.cpus)
+        first = self._gp_scans == 0
+        self._gp_scans += 1
+        if self._scans_at_once:
+            self._scans_at_once -= 1
+        if self._scans_at_once:
+            self._next_fqs = now
+        else:
+            self._next_fqs = now + (self.ovld_fqs_ns if self._cbovld else self.fqs_ns)
+        age = now - self._gp_start
         for cpu in sorted(self._holdouts):
-            if self._gp_active and self._idle(cpu, now):
+            if not self._gp_active:
+                break
+            if self._idle(cpu, now):
                 self._report_qs(cpu, now)
+            elif not first:
+                rdp = self.cpus[cpu]
+                if not rdp.need_heavy_qs and (age > 2 * self.jtsq_ns or self._cbovld):
+                    rdp.need_heavy_qs = True
+                    self._raise_urgency(rdp, now)
+                elif age > self.jtsq_ns:
+                    self._raise_urgency(rdp, now)
+
+    def _gp_kthread_ran(self, now: float) -> None:  # lock held
+        """The grace-period kthread was switched in on its CPU (rcu_gp_init also notes its own
+        CPU's quiescent state): a quiescent state there."""
+        self._note_qs(self.cpus[GP_KTHREAD_CPU], now)
+
+    def _raise_urgency(self, rdp: RcuData, now: float) -> None:  # lock held
+        if not rdp.urgent_qs:
+            self.urgent_qs_raised += 1
+        rdp.urgent_qs = True
+        self._arm_tick(rdp, now)
 
     def _accelerate(self, rdp: RcuData, now: float) -> None:  # lock held
         """rcu_accelerate_cbs: unassigned callbacks wait for the grace period after the
@@ -393,6 +487,11 @@ class Rcu:
         with self._lock:
             rdp = self.cpus[cpu]
             rdp.tick_at = None
+            if rdp.urgent_qs:  # rcu_sched_clock_irq: the task is asked to schedule
+                rdp.urgent_qs = False
+                if not self._idle(cpu, now):
+                    rdp.need_resched = True
+            # The kthread's scan, woken by this tick's timer, runs after the tick's handler.
             if self._gp_active and now >= self._next_fqs:
                 self._force_qs(now)
             pending = cpu in self._holdouts and (
@@ -431,6 +530,7 @@ class Rcu:
         """ksoftirqd, switched in: it runs the softirq until nothing is pending."""
         self.ksoftirqd_runs += 1
         self.timing.charge(cpu, "kworker_wakeup")  # two context switches, as a kworker's
+        self.note_context_switch(cpu)
         while self._rcu_core(cpu):
             pass
 
@@ -458,6 +558,7 @@ class Rcu:
         with self._lock:
             rdp.cblist.put_back(batch[count:])
             self._ran(batch[:count])
+            rdp.last_seen = max(rdp.last_seen, timing.clock[cpu])  # in the kernel till now
             rdp.batches += 1
             rdp.max_batch = max(rdp.max_batch, count)
             queued = len(rdp.cblist)
@@ -561,5 +662,6 @@ class Rcu:
                        max_queued=max((queued for _, _, queued, _ in self.samples), default=0),
                        blimit_raised=self.blimit_raised, softirq_rounds=self.softirq_rounds,
                        ksoftirqd_runs=self.ksoftirqd_runs,
+                       urgent_qs_raised=self.urgent_qs_raised, resched_qs=self.resched_qs,
                        max_batch=max(rdp.max_batch for rdp in self.cpus))
         return out

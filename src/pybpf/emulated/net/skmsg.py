@@ -756,6 +756,7 @@ class SkPsock:
             self.machine.set_cpu(cpu)
             meter.running_as(cpu)
             charge(self.machine, cpu, "kworker_wakeup")
+            self.machine.rcu.note_context_switch(cpu)
             self.sk_psock_backlog(cpu)
             self.table.count(cpu, backlog_runs=1)
 
