@@ -113,3 +113,12 @@ def test_modeled_time_line_follows_the_switch(monkeypatch, value, active):
         monkeypatch.setenv("PYBPF_NO_MODELED_TIME", value)
     finding = doctor.check_modeled_time()
     assert finding.active is active and "PYBPF_NO_MODELED_TIME" in finding.detail
+
+
+def test_greenlet_line_says_how_emulated_cpus_run(monkeypatch):
+    monkeypatch.setattr(doctor, "package_version", lambda package: None)
+    missing = doctor.check_greenlet()
+    assert not missing.active and "host threads" in missing.detail and "greenlet" in missing.detail
+    monkeypatch.setattr(doctor, "package_version", lambda package: "3.5.6")
+    present = doctor.check_greenlet()
+    assert present.active and "greenlet 3.5.6" in present.detail

@@ -153,6 +153,16 @@ def check_matplotlib() -> Finding:
     return Finding("plots (--plot)", True, f"matplotlib {version}")
 
 
+def check_greenlet() -> Finding:
+    """How the virtual-time scheduler runs several emulated CPUs' tasks (map-perf)."""
+    name = "emulated CPU tasks"
+    version = package_version("greenlet")
+    if version is None:
+        return Finding(name, False, "host threads, 20-25 us per hand-over: pip install "
+                                    "'greenlet>=3' (in pybpf[native]) for ~1 us switches")
+    return Finding(name, True, f"greenlets of one host thread (greenlet {version})")
+
+
 def check_modeled_time() -> Finding:
     from .emulated import NO_MODELED_TIME_ENV, modeled_time_default
 
@@ -168,7 +178,7 @@ def check_modeled_time() -> Finding:
 CHECKS: tuple[Callable[[], Finding], ...] = (
     check_kernel_backend, check_bpffs, check_tracefs, check_accelerator, check_shared_maps,
     check_interpreter,
-    check_jit, check_native, check_matplotlib, check_modeled_time)
+    check_jit, check_native, check_greenlet, check_matplotlib, check_modeled_time)
 
 
 def findings() -> list[Finding]:

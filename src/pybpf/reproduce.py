@@ -51,7 +51,9 @@ if TYPE_CHECKING:
 MAX_CNT_WHY = "map_perf_test's u32 max_cnt"
 NUMA_PROFILE, NUMA_PARENT_CPU, NUMA_PROCS = "haswell-ep-2s", 10, 8
 NUMA_ENTRIES, NUMA_EVENTS = 1_260_000, 8_000_000
-NUMA_SCALE = 246  # the largest K with 1260000 / K / 20 CPUs / 2 >= 128 (the LRU refill batch)
+# The LRU refills 128 nodes at a time, as at full size, while 1260000 / K / 20 CPUs / 2 >= 128:
+# K <= 246. The default runs twice that size (it took 246's time once CPUs ran as greenlets).
+NUMA_SCALE = 123
 ALLOC_PROFILE, ALLOC_CPUS = "sapphire-rapids-2s", 2
 ALLOC_EVENTS = 8000  # per CPU: steady state for the 2022 allocator, whose trimmed objects
 # wait for two grace periods in a chain, one batch at a time (about 40 ms modeled)
@@ -655,7 +657,7 @@ SEEDS: tuple[Seed, ...] = (
 
 WHERE_TO_LOOK = """\
 Where to look next:
-  pybpf map-perf 512 8 5121 32520 --profile haswell-ep-2s --parent-cpu 10 --cache-scale 0.004065 \\
+  pybpf map-perf 512 8 10243 65040 --profile haswell-ep-2s --parent-cpu 10 --cache-scale 0.00813 \\
       --numa-node none            # seed 000's run, per CPU (auto = after the patch)
   pybpf map-perf 4 2 --cpus 2 --nodes 1 --profile sapphire-rapids-2s \\
       --htab-mem bpf_mem_alloc_call_rcu   # seed 003 before the patch (bpf_mem_alloc = after)

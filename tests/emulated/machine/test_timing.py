@@ -2,8 +2,10 @@
 periods, deferred work, and the virtual-time scheduler that makes figures independent of how
 the host interleaves the emulated CPUs' threads."""
 
+import functools
 import itertools
 import random
+import sys
 import threading
 import time
 
@@ -11,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pybpf.emulated.machine.machine import Machine
 from pybpf.emulated.machine.timing import (
     NODE_SHIFT,
     KmemCache,
@@ -370,6 +373,94 @@ def contended_workload(jitter: random.Random | None) -> tuple:
     return (tuple(t.clock), tuple(order),
             tuple(tuple(sorted((e, c, round(ns, 6)) for e, (c, ns) in t.breakdown(cpu).items()))
                   for cpu in CPUS))
+
+
+def run_workload(runner: str, monkeypatch: pytest.MonkeyPatch) -> tuple:
+    """The contended workload's bodies given to ``VirtualTimeScheduler.run``: as greenlets
+    (``greenlet``), or as host threads when the greenlet package is missing (``threads``)."""
+    if runner == "threads":
+        monkeypatch.setitem(sys.modules, "greenlet", None)  # import greenlet fails
+    t = timing(cache_scale=1 / 256)
+    counter = t.alloc_region(64, 1)
+    lock = t.new_lock(t.alloc_region(64, 0))
+    order: list[tuple[int, int]] = []
+    sched = VirtualTimeScheduler(t, CPUS)
+
+    def body(cpu: int) -> None:
+        rng = random.Random(cpu)
+        for i in range(40):
+            t.sync(cpu)
+            t.spin_lock(cpu, lock)
+            order.append((cpu, i))
+            t.charge(cpu, "htab_map_update_elem")
+            t.spin_unlock(cpu, lock)
+            t.sync(cpu)
+            t.atomic(cpu, counter)
+            t.charge(cpu, "bpf_insn", rng.randrange(1, 200))
+
+    with sched:
+        sched.run({cpu: functools.partial(body, cpu) for cpu in CPUS})
+    return tuple(t.clock), tuple(order), sched.handoffs
+
+
+def test_run_on_greenlets_and_on_threads_gives_the_same_figures(monkeypatch):
+    pytest.importorskip("greenlet")
+    on_greenlets = run_workload("greenlet", monkeypatch)
+    assert run_workload("threads", monkeypatch) == on_greenlets
+    assert on_greenlets[2] > 40  # the CPUs did take turns
+
+
+def test_greenlets_switch_each_tasks_thread_local_state():
+    """A task's thread-local state (here a machine's current CPU and RCU read-side nesting)
+    stays its own across the switches: a body that sets it finds it unchanged after every
+    other body ran meanwhile."""
+    pytest.importorskip("greenlet")
+    machine = Machine(cpus=2, nodes=1, profile="sapphire-rapids-2s")
+    t = machine.timing
+    sched = VirtualTimeScheduler(t, (0, 1), task_locals=machine.task_locals())
+    seen: list[tuple[int, int, bool]] = []
+
+    def body(cpu: int) -> None:
+        with machine.on_cpu(cpu):
+            if cpu == 0:
+                machine.rcu.read_lock()
+            for _ in range(20):
+                t.charge(cpu, "bpf_insn", 10 + cpu)
+                t.sync(cpu)
+                seen.append((cpu, machine.current.cpu, machine.rcu.in_read_section()))
+            if cpu == 0:
+                machine.rcu.read_unlock()
+
+    with sched:
+        sched.run({0: functools.partial(body, 0), 1: functools.partial(body, 1)})
+    assert sched.handoffs > 10
+    assert all(cpu == current and reading == (cpu == 0) for cpu, current, reading in seen)
+    assert machine.rcu.readers == 0 and not machine.rcu.in_read_section()
+    for cpu in (0, 1):
+        assert 0 < sched.host_cpu_ns(cpu) < 10**10
+
+
+def test_run_raises_what_a_body_raised_and_still_runs_the_others():
+    t = timing()
+    sched = VirtualTimeScheduler(t, (0, 1))
+    ran = []
+
+    def failing() -> None:
+        t.charge(0, "bpf_insn", 5)
+        t.sync(0)
+        raise ValueError("body 0 failed")
+
+    def fine() -> None:
+        for _ in range(3):
+            t.charge(1, "bpf_insn", 5)
+            t.sync(1)
+        ran.append(1)
+
+    with sched, pytest.raises(ValueError, match="body 0 failed"):
+        sched.run({0: failing, 1: fine})
+    assert ran == [1]
+    with pytest.raises(ValueError, match="a body for each participant"):
+        VirtualTimeScheduler(t, (0, 1)).run({0: fine})
 
 
 def test_figures_are_identical_whatever_the_host_interleaving():

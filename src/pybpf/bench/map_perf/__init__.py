@@ -15,10 +15,11 @@ Rules this package keeps (the sample's, see perf-tests-and-suites.md section 1):
   picks the loop (trigger.py): ``native`` (x86-64: machine code, no Python per event; the
   default where it works) or ``python`` (CPython's itertools loop, ~30-190 ns more per event).
   ``--baseline`` times the bare loop, ``--c-trigger`` compares with a C loop on the same CPU.
-- Emulated backend: one thread per emulated CPU (``on_cpu``), each running the same programs
-  through the interpreter via ``trigger_tracepoint``; rates are interpreter events per second
-  of each worker's CPU time, labelled emulated, never scaled. The NUMA test adds each CPU's
-  remote-access share of its inner map, from the machine's NUMA accounting.
+- Emulated backend: one task per emulated CPU (``on_cpu``) under the virtual-time scheduler,
+  each running the same programs via ``trigger_tracepoint``; rates are modeled events per
+  second of each CPU's virtual clock, labelled emulated, with the host's own rate beside.
+  The NUMA test adds each CPU's remote-access share of its inner map, from the machine's NUMA
+  accounting.
 
 Modules: ``config`` (the test table, ``Config``, the arguments), ``testbed`` (maps and programs
 through the System interface), ``kernel_run``, ``emulated_run``, ``results`` (lines, tables,

@@ -1,15 +1,18 @@
-"""map-perf on the emulated backend: one thread per emulated CPU, bound to it with ``on_cpu``,
+"""map-perf on the emulated backend: one task per emulated CPU, bound to it with ``on_cpu``,
 makes the trigger syscall (``enter_syscall``) MAX_CNT times per test.
 
 Rates are modeled: events per second of the CPU's virtual clock (emulated/machine/timing.py) on the
-machine's profile. The threads take part in a virtual-time scheduler, so the figures are the
-same on every run whatever the host's load. Each worker stands for a task of its own (pid
+machine's profile. The tasks run under a virtual-time scheduler (as greenlets of one host
+thread, or host threads without the greenlet package), so the figures are the same on every
+run whatever the host's load. Each worker stands for a task of its own (pid
 ``TASK_PID_BASE + cpu``), as the sample's forked children do. The interpreter's own speed is
-kept beside each rate (events per second of the worker's CPU time), labelled as the host's.
+kept beside each rate (events per second of the host CPU time the task ran), labelled as the
+host's.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 import threading
@@ -26,7 +29,7 @@ TASK_PID_BASE = 1000  # the workers' pids: a fixed base, so hash keys repeat acr
 
 
 class EmulatedRun:
-    """One thread per emulated CPU, each bound to its CPU, running the programs through the
+    """One task per emulated CPU, each bound to its CPU, running the programs through the
     interpreter under a virtual-time scheduler; rates are modeled."""
 
     def __init__(self, sys_, cfg: Config) -> None:
@@ -73,7 +76,7 @@ class EmulatedRun:
             f"emulated backend: {len(cpu_node)} CPUs on {max(cpu_node) + 1} NUMA node(s), "
             f"profile {machine.profile.name}: each rate is modeled events per second of that "
             "CPU's virtual clock (the same on every run); 'host' is the interpreter's own rate "
-            "per second of the worker thread's CPU time. Modeled figures are predictions, not "
+            "per second of the host CPU time its task ran. Modeled figures are predictions, not "
             "kernel measurements")
         return result
 
@@ -82,42 +85,43 @@ class EmulatedRun:
         results: list[Result] = []
         errors: list[BaseException] = []
         done = [0] * self.nprocs
-        lock = threading.Lock()
-        scheduler = VirtualTimeScheduler(self.sys.machine.timing, range(self.nprocs))
+        machine = self.sys.machine
+        scheduler = VirtualTimeScheduler(machine.timing, range(self.nprocs),
+                                         task_locals=machine.task_locals())
 
         def worker(cpu: int) -> None:
+            with self.sys.on_cpu(cpu):
+                machine.set_task(TASK_PID_BASE + cpu)
+                for t in cfg.tests:
+                    res = self.run_test(setup, t, cpu, done, scheduler)
+                    results.append(res)
+                    if not cfg.json:
+                        sys.stdout.write(result_line(res, "emulated") + "\n")
+                        sys.stdout.flush()
+
+        def run_all() -> None:
             try:
-                with self.sys.on_cpu(cpu), scheduler.running(cpu):
-                    self.sys.machine.set_task(TASK_PID_BASE + cpu)
-                    for t in cfg.tests:
-                        res = self.run_test(setup, t, cpu, done)
-                        with lock:
-                            results.append(res)
-                            if not cfg.json:
-                                sys.stdout.write(result_line(res, "emulated") + "\n")
-                                sys.stdout.flush()
+                scheduler.run({cpu: functools.partial(worker, cpu)
+                               for cpu in range(self.nprocs)})
             except BaseException as exc:
                 errors.append(exc)
 
-        threads = [threading.Thread(target=worker, args=(cpu,), name=f"map-perf-cpu{cpu}")
-                   for cpu in range(self.nprocs)]
         total = self.nprocs * len(cfg.tests) * cfg.max_cnt
         progress = report.Progress("map-perf (emulated) events", total, enabled=cfg.progress)
         with scheduler:
-            for th in threads:
-                th.start()
-            while any(th.is_alive() for th in threads):
-                time.sleep(0.1)
+            runner = threading.Thread(target=run_all, name="map-perf-cpus")
+            runner.start()
+            while runner.is_alive():
+                runner.join(0.1)
                 progress.update(sum(done))
-            for th in threads:
-                th.join()
         progress.update(sum(done))
         progress.finish()
         if errors:
             raise errors[0]
         return results
 
-    def run_test(self, setup: Setup, t: Test, cpu: int, done: list[int]) -> Result:
+    def run_test(self, setup: Setup, t: Test, cpu: int, done: list[int],
+                 scheduler: VirtualTimeScheduler) -> Result:
         cfg = self.cfg
         td = TESTS[t]
         machine = self.sys.machine
@@ -131,7 +135,7 @@ class EmulatedRun:
         chunk = max(1, min(1000, cfg.max_cnt // 20))
         left = cfg.max_cnt
         snap = machine.timing.snapshot(cpu)
-        start, cpu_start = time.monotonic_ns(), time.thread_time_ns()
+        start, cpu_start = time.monotonic_ns(), scheduler.host_cpu_ns(cpu)
         while left:
             n = min(chunk, left)
             for record in itertools.islice(events, n):
@@ -139,7 +143,7 @@ class EmulatedRun:
             left -= n
             done[cpu] += n
         elapsed = time.monotonic_ns() - start
-        busy = time.thread_time_ns() - cpu_start
+        busy = scheduler.host_cpu_ns(cpu) - cpu_start
         modeled, spent = machine.timing.since(cpu, snap)
         if t == Test.INNER_LRU_HASH_PREALLOC:
             # Only this CPU uses its inner map, so its counts are final now.

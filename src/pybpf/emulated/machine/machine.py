@@ -85,6 +85,12 @@ def declared_topology(cpus: int, nodes: int) -> Topology:
     return Topology([cpu * nodes // cpus for cpu in range(cpus)])
 
 
+# Thread-local state of a task that modules keep for every machine (a thread's pending
+# flushes, say): a scheduler that runs several tasks on one host thread switches it with the
+# task (``Machine.task_locals``). Each module adds its own here.
+MODULE_TASK_LOCALS: list[threading.local] = []
+
+
 class _CurrentCpu(threading.local):
     cpu = 0
     task: tuple[int, int] | None = None  # (tgid, pid) this thread stands for, if set
@@ -245,6 +251,12 @@ class Machine:
         """Move the calling thread to ``cpu`` for good (worker threads standing for kthreads)."""
         self.check_cpu(cpu)
         self.current.cpu = cpu
+
+    def task_locals(self) -> list[threading.local]:
+        """The thread-local state that belongs to the task running on a thread (its CPU,
+        its task, RCU's read-side nesting, the modules' own): what a scheduler running
+        several tasks on one thread must switch with them."""
+        return [self.current, self.rcu.task_local, *MODULE_TASK_LOCALS]
 
     def set_task(self, pid: int, tgid: int | None = None) -> None:
         """The calling thread stands for task ``pid`` of process ``tgid`` (default: its own

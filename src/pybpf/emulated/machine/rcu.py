@@ -214,6 +214,7 @@ class Rcu:
         self._callbacks: deque[RcuHead] = deque()  # every queued callback, epoch order
         self._pending = 0
         self._local = _ReaderState()
+        self.task_local = self._local  # a task's read-side nesting, per thread
         self.qhimark = qhimark
         self.timing = timing
         self.current = current  # the machine's per-thread current CPU (``.cpu``)

@@ -39,13 +39,16 @@ runs due deferred work.
 from __future__ import annotations
 
 import bisect
+import copy
 import heapq
 import itertools
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from ...profiles import SCHEMA, Profile
 
@@ -641,21 +644,28 @@ class UnmodeledTiming(Timing):
 
 
 class VirtualTimeScheduler:
-    """Conservative virtual-time scheduling of emulated CPUs run by host threads.
+    """Conservative virtual-time scheduling of emulated CPUs.
 
-    ``participants`` are the CPUs whose threads take part, all known before any starts (a
-    thread that joined late could find others already ahead). ``with scheduler:`` attaches it
-    to the timing model around the experiment; each participant's thread runs inside
-    ``with scheduler.running(cpu):`` and calls ``timing.sync(cpu)`` before each modeled
-    operation; only the holder of the baton runs, and ``sync`` passes the baton to the
-    participant with the least clock (ties: the lower CPU) unless the caller's clock is within
-    ``quantum_ns`` of it. A participant that leaves (its thread is done) no longer holds
-    anyone back. A wait longer than ``timeout_s`` of host time raises: some participant is
-    blocked outside the model.
+    ``participants`` are the CPUs that take part, all known before any starts (one that
+    joined late could find others already ahead). ``with scheduler:`` attaches it to the
+    timing model around the experiment; each participant calls ``timing.sync(cpu)`` before
+    each modeled operation; only the holder of the baton runs, and ``sync`` passes the baton to
+    the participant with the least clock (ties: the lower CPU) unless the caller's clock is
+    within ``quantum_ns`` of it. A participant that leaves (it is done) no longer holds anyone
+    back.
+
+    Two ways to run the participants, with the same order of operations and so the same
+    figures: ``run(bodies)`` runs each body on a greenlet of one host thread when the
+    ``greenlet`` package is installed (a hand-over is a switch of about a microsecond; the
+    ``task_locals``, the thread-local state of a task such as the machine's current CPU and
+    RCU's read-side nesting, are switched with it), else on a host thread each; a body may
+    also run on a thread of its own inside ``with scheduler.running(cpu):`` (a hand-over is
+    then a wake-up of another thread, 20-25 us here). With threads, a wait longer than
+    ``timeout_s`` of host time raises: some participant is blocked outside the model.
     """
 
     def __init__(self, timing: Timing, participants: Iterable[int], *, quantum_ns: float = 0.0,
-                 timeout_s: float = 120.0) -> None:
+                 timeout_s: float = 120.0, task_locals: Iterable[threading.local] = ()) -> None:
         self.timing = timing
         self.quantum_ns = quantum_ns
         self.timeout_s = timeout_s
@@ -667,6 +677,13 @@ class VirtualTimeScheduler:
         self._turn = {cpu: threading.Condition(self._lock) for cpu in self._active}
         self._holder: int | None = None
         self.handoffs = 0
+        self._task_locals = list(task_locals)
+        self._greenlets: dict[int, Any] = {}  # cpu -> its greenlet, while ``run`` runs them
+        self._greenlet_thread: int | None = None
+        self._saved: dict[int, list[dict]] = {}  # cpu -> its task_locals while switched out
+        self._locals_of: int | None = None  # whose task_locals the thread's now are
+        self._host_ns: dict[int, int] = {}  # cpu -> host CPU time its greenlet ran
+        self._switched_in = 0
 
     def __enter__(self) -> VirtualTimeScheduler:
         """Attach to the timing model for the experiment."""
@@ -698,6 +715,108 @@ class VirtualTimeScheduler:
                     f"held by CPU {self._holder}: is that CPU's thread blocked outside the "
                     "model, or did it end without leaving?")
 
+    # -- running the participants ---------------------------------------------------------------
+    def run(self, bodies: dict[int, Callable[[], None]]) -> None:
+        """Run each participant's body (``{cpu: body}``, every participant) to its end, in
+        virtual-time order, and re-raise the first exception one raised."""
+        if sorted(bodies) != self._active or self._holder is not None:
+            raise ValueError(f"run needs a body for each participant {self._active}, before "
+                             "any has started")
+        if self.timing.scheduler is not self:
+            raise RuntimeError("the scheduler is not attached: use `with scheduler:` around "
+                               "run")
+        errors: list[BaseException] = []
+
+        def guarded(cpu: int) -> Callable[[], None]:
+            def body() -> None:
+                try:
+                    bodies[cpu]()
+                except BaseException as exc:
+                    errors.append(exc)
+            return body
+
+        try:
+            import greenlet
+        except ImportError:
+            greenlet = None
+        if greenlet is None:
+            def on_thread(cpu: int) -> None:
+                with self.running(cpu):
+                    guarded(cpu)()
+
+            threads = [threading.Thread(target=on_thread, args=(cpu,), name=f"cpu{cpu}")
+                       for cpu in bodies]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+        else:
+            self._run_greenlets(greenlet, {cpu: guarded(cpu) for cpu in bodies})
+        if errors:
+            raise errors[0]
+
+    def _run_greenlets(self, greenlet: Any, bodies: dict[int, Callable[[], None]]) -> None:
+        """The participants as greenlets of this thread: the loop here starts the one with
+        the least clock and takes over whenever one ends; ``sync`` switches between them."""
+        fresh = [copy.deepcopy(loc.__dict__) for loc in self._task_locals]
+        self._saved = {cpu: copy.deepcopy(fresh) for cpu in bodies}
+        self._locals_of = None
+        self._host_ns = dict.fromkeys(bodies, 0)
+        self._greenlet_thread = threading.get_ident()
+        self._greenlets = {cpu: greenlet.greenlet(body) for cpu, body in bodies.items()}
+        try:
+            while self._active:
+                self._switch_to(self._least())
+                # Back here when a greenlet ends: the one that held the baton.
+                ended = self._holder
+                assert ended is not None and self._greenlets[ended].dead
+                self._host_ns[ended] += time.thread_time_ns() - self._switched_in
+                self._active.remove(ended)
+                self._holder = None
+        finally:
+            self._greenlets = {}
+            self._greenlet_thread = None
+            self._restore_locals(None)
+
+    def _switch_to(self, cpu: int) -> None:
+        """Hand the baton to ``cpu``'s greenlet with its task-local state; returns when the
+        baton comes back to the caller (or, for the loop in ``_run_greenlets``, when that
+        greenlet ends)."""
+        now = time.thread_time_ns()
+        if self._holder is not None:
+            self._host_ns[self._holder] += now - self._switched_in
+        if cpu != self._holder:
+            self.handoffs += 1
+        self._holder = cpu
+        self._switched_in = now
+        self._restore_locals(cpu)
+        self._greenlets[cpu].switch()
+
+    def _restore_locals(self, cpu: int | None) -> None:
+        """Make the thread's task-local state ``cpu``'s (``None``: empty), keeping the state
+        of the task switched out."""
+        owner = self._locals_of
+        if owner == cpu:
+            return
+        for i, loc in enumerate(self._task_locals):
+            state = loc.__dict__
+            if owner is not None:
+                self._saved[owner][i] = dict(state)
+            state.clear()
+            if cpu is not None:
+                state.update(self._saved[cpu][i])
+        self._locals_of = cpu
+
+    def host_cpu_ns(self, cpu: int) -> int:
+        """Host CPU time the participant ``cpu`` has run so far, for its own figures: its
+        greenlet's share of the thread's time, or the thread's own time."""
+        if cpu not in self._host_ns:  # not run on greenlets
+            return time.thread_time_ns()
+        ran = self._host_ns[cpu]
+        if self._greenlet_thread is not None and self._holder == cpu:
+            ran += time.thread_time_ns() - self._switched_in
+        return ran
+
     @contextmanager
     def running(self, cpu: int) -> Iterator[None]:
         """The body is ``cpu``'s thread: it starts on its turn and leaves when done."""
@@ -724,6 +843,14 @@ class VirtualTimeScheduler:
 
     def sync(self, cpu: int) -> None:
         """Let CPUs that are behind ``cpu`` in virtual time go first."""
+        if self._greenlet_thread is not None:
+            if threading.get_ident() != self._greenlet_thread or cpu != self._holder:
+                return  # not a participant (a thread, or a CPU, outside the experiment)
+            least = self._least()
+            if least != cpu and self.timing.clock[cpu] > \
+                    self.timing.clock[least] + self.quantum_ns:
+                self._switch_to(least)
+            return
         with self._lock:
             if self._holder != cpu:
                 if cpu not in self._active:

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 from ...errors import KernelError
 from ...ringbuf import RingBufReader, UserRingBufProducer, record_span
 from ...uapi import BPF_F_NUMA_NODE, ENOTSUPP, MapType
+from ..machine.machine import MODULE_TASK_LOCALS
 from .bpf_map import BpfMap, MapAttr, map_ops
 
 if TYPE_CHECKING:
@@ -74,6 +75,7 @@ _reserved_lock = threading.Lock()
 
 # The rings this thread committed to since its last irq_work_run.
 _irq_work = threading.local()
+MODULE_TASK_LOCALS.append(_irq_work)
 
 
 def irq_work_run() -> None:

@@ -29,6 +29,7 @@ from typing import Any
 from ...errors import ProgramFault
 from ...packet import ETH_HLEN, mac_bytes
 from ...uapi import XDP_ABORTED, XDP_PASS, MapType
+from ..machine.machine import MODULE_TASK_LOCALS
 from ..prog.core import run_prog
 from ..prog.filter import XDP_MD, XDP_MD_DATA, XDP_MD_DATA_END, XDP_MD_DATA_META
 from ..prog.helpers import XDP_FRAME_SIZE, XdpRedirect
@@ -134,6 +135,7 @@ class _NetContext(threading.local):
 
 
 _net_context = _NetContext()
+MODULE_TASK_LOCALS.append(_net_context)
 
 
 def dev_flush_list() -> list[Any]:
