@@ -431,8 +431,13 @@ def test_greenlets_switch_each_tasks_thread_local_state():
             if cpu == 0:
                 machine.rcu.read_unlock()
 
+    machine.current.cpu = 1  # the caller's own state comes back after the run
     with sched:
         sched.run({0: functools.partial(body, 0), 1: functools.partial(body, 1)})
+    assert machine.current.cpu == 1
+    # A module's task-local state (initialised per thread) is the caller's again, not emptied.
+    from pybpf.emulated.net import xdp
+    assert xdp.cpu_map_flush_list() == [] and xdp.dev_flush_list() == []
     assert sched.handoffs > 10
     assert all(cpu == current and reading == (cpu == 0) for cpu, current, reading in seen)
     assert machine.rcu.readers == 0 and not machine.rcu.in_read_section()

@@ -39,7 +39,6 @@ runs due deferred work.
 from __future__ import annotations
 
 import bisect
-import copy
 import heapq
 import itertools
 import threading
@@ -680,7 +679,8 @@ class VirtualTimeScheduler:
         self._task_locals = list(task_locals)
         self._greenlets: dict[int, Any] = {}  # cpu -> its greenlet, while ``run`` runs them
         self._greenlet_thread: int | None = None
-        self._saved: dict[int, list[dict]] = {}  # cpu -> its task_locals while switched out
+        # cpu (None: the caller of run) -> its task_locals while switched out
+        self._saved: dict[int | None, list[dict]] = {}
         self._locals_of: int | None = None  # whose task_locals the thread's now are
         self._host_ns: dict[int, int] = {}  # cpu -> host CPU time its greenlet ran
         self._switched_in = 0
@@ -758,8 +758,9 @@ class VirtualTimeScheduler:
     def _run_greenlets(self, greenlet: Any, bodies: dict[int, Callable[[], None]]) -> None:
         """The participants as greenlets of this thread: the loop here starts the one with
         the least clock and takes over whenever one ends; ``sync`` switches between them."""
-        fresh = [copy.deepcopy(loc.__dict__) for loc in self._task_locals]
-        self._saved = {cpu: copy.deepcopy(fresh) for cpu in bodies}
+        # Each task starts with what a new thread would find; the caller's state comes back.
+        self._saved = {cpu: self._new_thread_locals() for cpu in bodies}
+        self._saved[None] = [dict(loc.__dict__) for loc in self._task_locals]
         self._locals_of = None
         self._host_ns = dict.fromkeys(bodies, 0)
         self._greenlet_thread = threading.get_ident()
@@ -778,6 +779,15 @@ class VirtualTimeScheduler:
             self._greenlet_thread = None
             self._restore_locals(None)
 
+    def _new_thread_locals(self) -> list[dict]:
+        """The task-local state a new host thread starts with (its __init__ run)."""
+        state: list[dict] = []
+        reader = threading.Thread(target=lambda: state.extend(
+            dict(loc.__dict__) for loc in self._task_locals))
+        reader.start()
+        reader.join()
+        return state
+
     def _switch_to(self, cpu: int) -> None:
         """Hand the baton to ``cpu``'s greenlet with its task-local state; returns when the
         baton comes back to the caller (or, for the loop in ``_run_greenlets``, when that
@@ -793,18 +803,16 @@ class VirtualTimeScheduler:
         self._greenlets[cpu].switch()
 
     def _restore_locals(self, cpu: int | None) -> None:
-        """Make the thread's task-local state ``cpu``'s (``None``: empty), keeping the state
-        of the task switched out."""
+        """Make the thread's task-local state ``cpu``'s (``None``: the caller of ``run``),
+        keeping the state of the one switched out."""
         owner = self._locals_of
         if owner == cpu:
             return
         for i, loc in enumerate(self._task_locals):
             state = loc.__dict__
-            if owner is not None:
-                self._saved[owner][i] = dict(state)
+            self._saved[owner][i] = dict(state)
             state.clear()
-            if cpu is not None:
-                state.update(self._saved[cpu][i])
+            state.update(self._saved[cpu][i])
         self._locals_of = cpu
 
     def host_cpu_ns(self, cpu: int) -> int:
