@@ -427,6 +427,23 @@ def test_map_perf_htab_mem_switch_shows_the_allocator_counters():
     assert counters["call_rcu"] >= counters["free_calls"] == 2 * 5 * 10
 
 
+def test_emulated_results_split_each_cpus_time_by_context():
+    """Freeing through call_rcu puts RCU's callbacks in softirq on the CPUs and the
+    allocator's refills in hardirq; reusing at once leaves nearly all to the task."""
+    by_design = {}
+    for design in ("bpf_mem_alloc_call_rcu", "bpf_mem_alloc"):
+        cfg = mp.Config(test_flags=mp.Test.HASH_KMALLOC.bit, num_procs=2, max_cnt=1500,
+                        backend="emulated", cpus=2, nodes=1, htab_mem=design,
+                        profile="sapphire-rapids-2s", json=True, progress=False)
+        by_design[design] = mp.run(cfg).results
+    for results in by_design.values():
+        for r in results:
+            assert 0 <= sum(r.contexts.values()) < r.elapsed_ns / r.events
+    assert all(r.contexts.get("softirq", 0) > 0 and r.contexts.get("hardirq", 0) > 0
+               for r in by_design["bpf_mem_alloc_call_rcu"])
+    assert all(r.contexts.get("softirq", 0) == 0 for r in by_design["bpf_mem_alloc"])
+
+
 def test_plot_draws_per_cpu_bars_with_remote_share(tmp_path):
     pytest.importorskip("matplotlib", reason="the plot extra is not installed")
     result = mp.RunResult("emulated", mp.Config(), [0, 1], [

@@ -416,6 +416,21 @@ def rcu_summary(design: str, run: mp.RunResult) -> list:
             f"{max((held for *_, held in run.rcu_samples), default=0) / 1e6:.1f}"]
 
 
+CONTEXTS = ("softirq", "ksoftirqd", "hardirq")
+
+
+def contexts_table(runs: dict[str, mp.RunResult]) -> str:
+    """Per run and CPU: the modeled ns per event in the task and in each other context."""
+    rows = []
+    for name, run in runs.items():
+        for r in sorted(run.results, key=lambda r: r.cpu):
+            contexts = r.contexts or {}
+            total = r.elapsed_ns / r.events
+            rows.append([name, r.cpu, f"{total - sum(contexts.values()):.1f}",
+                         *(f"{contexts.get(c, 0.0):.1f}" for c in CONTEXTS), f"{total:.1f}"])
+    return format_table(["run", "cpu", "task", *CONTEXTS, "total"], rows)
+
+
 def alloc_section(out, runs: dict[str, mp.RunResult], ns: argparse.Namespace) -> None:
     out.write("== 003. call_rcu in non-preallocated hash maps (0fd7c5d43339): "
               "map_perf_test 4 ==\n")
@@ -440,6 +455,9 @@ def alloc_section(out, runs: dict[str, mp.RunResult], ns: argparse.Namespace) ->
     out.write(format_table(["design", "grace periods", "mean ms", "longest ms",
                             "most callbacks queued on a CPU", "most held MB"],
                            [rcu_summary(d, runs[d]) for d in ALLOC_DESIGNS]) + "\n")
+    out.write("   each CPU's time by context, ns per event (modeled; the task: its syscall and "
+              "program; softirq: RCU_SOFTIRQ at its ticks; hardirq: bpf_mem_alloc's irq_work):\n")
+    out.write(contexts_table({d: runs[d] for d in ALLOC_DESIGNS}) + "\n")
     b0, a0 = (next(r for r in runs[d].results if r.cpu == 0) for d in ALLOC_DESIGNS)
     out.write("   where CPU 0's time goes, ns per event (modeled):\n")
     out.write(breakdown_table(b0, a0) + "\n")

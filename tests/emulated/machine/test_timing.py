@@ -495,3 +495,20 @@ def test_running_needs_the_scheduler_attached_and_a_participant():
     with sched, pytest.raises(ValueError, match="CPU 5 is not a participant"):
         with sched.running(5):
             pass
+
+
+def test_time_in_contexts_nests_and_excludes_the_task():
+    """in_context counts a context's own time: a hardirq inside a softirq is the hardirq's,
+    and what the task does outside both is in neither."""
+    t = timing()
+    t.charge(0, "bpf_insn", 10)  # the task
+    with t.in_context(0, "softirq"):
+        t.charge(0, "rcu_core")
+        with t.in_context(0, "hardirq"):
+            t.charge(0, "irq_work")
+        t.charge(0, "rcu_callback")
+    cost = t.cost
+    assert t.context_ns[0] == pytest.approx(
+        {"softirq": cost["rcu_core"] + cost["rcu_callback"], "hardirq": cost["irq_work"]})
+    assert t.clock[0] - sum(t.context_ns[0].values()) == pytest.approx(10 * cost["bpf_insn"])
+    assert t.context_ns[1] == {}

@@ -135,6 +135,7 @@ class EmulatedRun:
         chunk = max(1, min(1000, cfg.max_cnt // 20))
         left = cfg.max_cnt
         snap = machine.timing.snapshot(cpu)
+        contexts_before = dict(machine.timing.context_ns[cpu])
         start, cpu_start = time.monotonic_ns(), scheduler.host_cpu_ns(cpu)
         while left:
             n = min(chunk, left)
@@ -158,6 +159,9 @@ class EmulatedRun:
                       host_rate=rate_of(cfg.max_cnt, busy, td.per_event),
                       wall_rate=rate_of(cfg.max_cnt, elapsed, td.per_event),
                       breakdown={event: round(ns / cfg.max_cnt, 3) for event, (_, ns) in top},
+                      contexts={name: round((ns - contexts_before.get(name, 0.0))
+                                            / cfg.max_cnt, 3)
+                                for name, ns in machine.timing.context_ns[cpu].items()},
                       **extra)
 
 

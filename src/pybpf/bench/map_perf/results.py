@@ -31,12 +31,15 @@ class Result:
     remote_accesses: int | None = None
     # emulated: ``rate`` is modeled events per second of the CPU's virtual clock on the
     # machine's profile (``elapsed_ns`` that modeled time); ``host_rate`` interpreter events
-    # per second of the worker thread's own CPU time, ``wall_rate`` per wall-clock second
+    # per second of the host CPU time its task ran, ``wall_rate`` per wall-clock second
     # while all workers ran; ``breakdown`` the modeled ns per event by cost.
     profile: str | None = None
     host_rate: int | None = None
     wall_rate: int | None = None
     breakdown: dict[str, float] | None = None
+    # emulated: the modeled ns per event the CPU spent outside its task, by context
+    # (softirq, ksoftirqd, hardirq); the rest of ``elapsed_ns`` is the task's
+    contexts: dict[str, float] | None = None
     # --baseline (kernel): the same trigger loop with no program attached.
     baseline_rate: int | None = None
     # --c-trigger (kernel): best rates of the C and of pybpf's trigger loop, alternated, per

@@ -244,8 +244,9 @@ class BpfMemAlloc:
         if obj is not None:
             self.timing.access(cpu, addr_of(obj), write=True)  # llist_del_first
         if left < self.low:
-            self.timing.charge(cpu, "irq_work")  # bpf_mem_refill
-            self._alloc_bulk(cache, self.batch)
+            with self.timing.in_context(cpu, "hardirq"):
+                self.timing.charge(cpu, "irq_work")  # bpf_mem_refill
+                self._alloc_bulk(cache, self.batch)
         return obj
 
     def free(self, obj: Any) -> None:
@@ -275,8 +276,9 @@ class BpfMemAlloc:
         self.timing.charge(cpu, "bpf_mem_cache")
         self.timing.access(cpu, addr_of(obj), write=True)  # llist_add
         if over:
-            self.timing.charge(cpu, "irq_work")  # bpf_mem_free_bulk
-            self._free_bulk(cache)
+            with self.timing.in_context(cpu, "hardirq"):
+                self.timing.charge(cpu, "irq_work")  # bpf_mem_free_bulk
+                self._free_bulk(cache)
 
     def destroy(self) -> None:
         """bpf_mem_alloc_destroy: everything cached is freed after a grace period (deferred,

@@ -509,9 +509,11 @@ class Rcu:
             ready = bool(rdp.cblist.done)
             self.samples.append((now, cpu, len(rdp.cblist), self.held_bytes))
         if ready:
-            self._softirq(cpu)
+            with self.timing.in_context(cpu, "softirq"):
+                self._softirq(cpu)
         elif pending:  # rcu_pending raised RCU_SOFTIRQ: rcu_core with no callback to invoke
-            self.timing.charge(cpu, "rcu_core")
+            with self.timing.in_context(cpu, "softirq"):
+                self.timing.charge(cpu, "rcu_core")
         with self._lock:
             if len(rdp.cblist) or cpu in self._holdouts:
                 self._arm_tick(rdp, now)
@@ -530,10 +532,11 @@ class Rcu:
     def _ksoftirqd(self, cpu: int) -> None:
         """ksoftirqd, switched in: it runs the softirq until nothing is pending."""
         self.ksoftirqd_runs += 1
-        self.timing.charge(cpu, "kworker_wakeup")  # two context switches, as a kworker's
-        self.note_context_switch(cpu)
-        while self._rcu_core(cpu):
-            pass
+        with self.timing.in_context(cpu, "ksoftirqd"):
+            self.timing.charge(cpu, "kworker_wakeup")  # two context switches, as a kworker's
+            self.note_context_switch(cpu)
+            while self._rcu_core(cpu):
+                pass
 
     def _rcu_core(self, cpu: int) -> bool:
         """One RCU_SOFTIRQ round: rcu_core and rcu_do_batch on ``cpu``; whether ready

@@ -172,6 +172,10 @@ class Timing:
         # whose cost varies, -> [count, ns].
         self.counts: list[dict[str, int]] = [{} for _ in range(num_cpus)]
         self.stats: list[dict[str, list]] = [{} for _ in range(num_cpus)]
+        # Per CPU: ns spent in each context other than its task's (``in_context``), and the
+        # contexts running now, innermost last: [name, clock at entry, ns of nested ones].
+        self.context_ns: list[dict[str, float]] = [{} for _ in range(num_cpus)]
+        self._contexts: list[list[list]] = [[] for _ in range(num_cpus)]
         self._lock = threading.Lock()  # model state, for callers without a scheduler
         self.scheduler: VirtualTimeScheduler | None = None
         self._init_memory()
@@ -211,6 +215,24 @@ class Timing:
         self.clock[cpu] += cost * n  # the model's hottest call: only a count is kept
         counts = self.counts[cpu]
         counts[event] = counts.get(event, 0) + n
+
+    @contextmanager
+    def in_context(self, cpu: int, name: str) -> Iterator[None]:
+        """The body runs on ``cpu`` in context ``name`` (softirq, ksoftirqd, hardirq)
+        rather than its task's: the time it takes is counted in ``context_ns``, less what
+        contexts nested in it took."""
+        stack = self._contexts[cpu]
+        frame = [name, self.clock[cpu], 0.0]
+        stack.append(frame)
+        try:
+            yield
+        finally:
+            stack.pop()
+            took = self.clock[cpu] - frame[1]
+            totals = self.context_ns[cpu]
+            totals[name] = totals.get(name, 0.0) + took - frame[2]
+            if stack:
+                stack[-1][2] += took
 
     def wait_until(self, cpu: int, t: float, why: str = "wait") -> None:
         """Advance the CPU's clock to ``t`` if it is behind (waiting never goes back)."""
