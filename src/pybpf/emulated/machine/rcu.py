@@ -26,7 +26,8 @@ Modeled time (``timing``): RCU as kernel/rcu/tree.c runs it, in virtual time.
   each scan), or the schedule() its task makes on its way out of a syscall once a
   tick found ``rcu_urgent_qs`` set and set need_resched (``note_syscall``). The grace-period
   kthread's force-quiescent-state scans, every ``fqs_jiffies`` ticks, report idle CPUs (no
-  syscall in the last tick, or gone from the virtual-time scheduler) and, from the second
+  syscall and no RCU softirq work in the last tick, or gone from the virtual-time scheduler)
+  and, from the second
   scan on, set ``rcu_urgent_qs`` on the holdouts once the grace period is older than
   ``jiffies_to_sched_qs`` (HZ / 10 ticks) or while callbacks overload a CPU (``qovld``,
   20000 queued): then the first two scans of a grace period run at once and the rest every
@@ -369,8 +370,8 @@ class Rcu:
 
     # -- grace periods (the grace-period kthread) --------------------------------------------
     def _idle(self, cpu: int, now: float) -> bool:
-        """An extended quiescent state at ``now``: no syscall in the last tick, or the CPU's
-        thread has left the virtual-time scheduler."""
+        """An extended quiescent state at ``now``: no syscall and no RCU softirq work in the
+        last tick, or the CPU's task has left the virtual-time scheduler."""
         scheduler = self.timing.scheduler
         if scheduler is not None and not scheduler.is_running(cpu):
             return True
