@@ -281,11 +281,11 @@ class UserRingBuf(RingBuf):
 class UserRingBufWriter(UserRingBufProducer):
     """The user-space producer of an emulated USER_RINGBUF (``System.user_ringbuf_producer``):
     pybpf.ringbuf's protocol over the positions and data the map keeps, a sample staged in a
-    buffer of its own until submit. It holds a reference on the map (as a mapping does)
-    until ``close``; its eventfd is signalled by each drain that wakes producers, and ``wait``
-    answers as epoll on the kernel's map fd does. The eventfd itself (``fileno``) is readable
-    only once a drain signalled it, where the kernel's epoll fd is readable for as long as
-    the producer is on its ready list with room."""
+    buffer of its own (a copy of the ring's bytes where it lies) until submit. It holds a
+    reference on the map (as a mapping does) until ``close``; its eventfd is signalled by each
+    drain that wakes producers, and ``wait`` answers as epoll on the kernel's map fd does. The
+    eventfd itself (``fileno``) is readable only once a drain signalled it, where the kernel's
+    epoll fd is readable for as long as the producer is on its ready list with room."""
 
     def __init__(self, ring: UserRingBuf, release: Callable[[], None]) -> None:
         super().__init__(len(ring.data))
@@ -313,7 +313,9 @@ class UserRingBufWriter(UserRingBufProducer):
             _HEADER.pack_into(self.ring.data, offset, length, 0)
 
     def _sample(self, offset: int, size: int) -> memoryview:
-        return memoryview(bytearray(size))
+        # libbpf's sample is the mapped ring itself: before the producer writes it, it holds
+        # what earlier records left there, not zeros
+        return memoryview(self.ring.sample_copy(offset, size))
 
     def _commit(self, offset: int, sample: memoryview, length: int) -> None:
         data, start = self.ring.data, (offset + BPF_RINGBUF_HDR_SZ) & self.ring.mask
