@@ -442,6 +442,11 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
     def _map_freeze(self, fd: int) -> None:
         self.machine.bpf_syscall()
         file = self._map_file(fd)
+        # Before the permission check: a value with special fields (its btf_record) is never
+        # frozen, whatever the fd may do.
+        if file.map.special_fields:
+            raise KernelError(ENOTSUPP, "a map whose value holds a bpf_spin_lock or bpf_timer "
+                              "cannot be frozen")
         # map_get_sys_perms drops write from a frozen map, so a second freeze is EPERM
         # (the EBUSY test behind it only catches a freeze racing with another).
         if not file.can_write or file.map.frozen:
