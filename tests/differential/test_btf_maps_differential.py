@@ -21,6 +21,7 @@ TYPES = [Int("unsigned int", 4, 0, 0, 32), Int("unsigned long long", 8, 0, 0, 64
          Struct("with_timer", 16, (Member("t", TIMER, 0),)),
          Struct("plain", 16, (Member("a", U32, 0), Member("cnt", U32, 32),
                               Member("x", U64, 64)))]
+HASHES = (MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH, MapType.LRU_PERCPU_HASH)
 
 
 def _steps(sys, scenario) -> list[tuple[str, int]]:
@@ -60,7 +61,19 @@ def freeze_refuses_special_fields(sys, create, step) -> None:
                     step(f"{label}: freeze again", sys.map_freeze, fd)
 
 
-SCENARIOS = [freeze_refuses_special_fields]
+def keyless_hash_checks_special_fields_first(sys, create, step) -> None:
+    """A hash map with a value type but no key type: the special fields' checks (EACCES for
+    a program-access flag, EOPNOTSUPP for a lock where the type takes none) come before the
+    hash maps' own refusal of a keyless BTF (EINVAL)."""
+    for map_type in HASHES:
+        for value_id in (WITH_LOCK, WITH_TIMER, PLAIN):
+            for flags in (0, int(MapFlags.NO_PREALLOC), int(MapFlags.WRONLY_PROG),
+                          int(MapFlags.RDONLY_PROG)):
+                create(f"{map_type.name} keyless value [{value_id}] flags {flags:#x}",
+                       map_type, flags, 0, value_id)
+
+
+SCENARIOS = [freeze_refuses_special_fields, keyless_hash_checks_special_fields_first]
 
 
 @pytest.mark.kernel

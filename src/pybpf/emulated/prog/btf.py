@@ -229,8 +229,13 @@ _NO_BTF = frozenset({MapType.PERF_EVENT_ARRAY, MapType.CGROUP_ARRAY, MapType.DEV
                      MapType.DEVMAP_HASH, MapType.CPUMAP, MapType.SOCKMAP, MapType.SOCKHASH,
                      MapType.XSKMAP, MapType.STACK_TRACE, MapType.ARRAY_OF_MAPS,
                      MapType.HASH_OF_MAPS})
-_KEYLESS_OK = _NO_BTF | {MapType.ARRAY, MapType.PERCPU_ARRAY, MapType.BLOOM_FILTER,
-                         MapType.LPM_TRIE}
+# The hash maps' own check (6.18's htab ops have a map_check_btf) refuses a keyless BTF,
+# after the value's special fields were checked: a keyless hash map's errno is theirs first.
+_HTAB = frozenset({MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH,
+                   MapType.LRU_PERCPU_HASH})
+# Types with a map_check_btf op: a keyless BTF reaches it (the others are EINVAL at once).
+_KEYLESS_OK = _NO_BTF | _HTAB | {MapType.ARRAY, MapType.PERCPU_ARRAY, MapType.BLOOM_FILTER,
+                                 MapType.LPM_TRIE}
 
 
 def map_check_btf(map_type: int, key_size: int, value_size: int, max_entries: int,
@@ -272,6 +277,8 @@ def map_check_btf(map_type: int, key_size: int, value_size: int, max_entries: in
         elif not (isinstance(key_type, Int) and key_type.size == 4 and key_type.nr_bits == 32
                   and key_type.bits_offset == 0):
             raise KernelError(errno.EINVAL, "an array's BTF key type must be a 32-bit int")
+    elif map_type in _HTAB and key_type is None:  # htab_map_check_btf
+        raise KernelError(errno.EINVAL, "a hash map needs a BTF key type with its value type")
     elif map_type == MapType.LPM_TRIE and not isinstance(key_type, Struct):  # trie_check_btf
         raise KernelError(errno.EINVAL, "an LPM trie's BTF key type must be a struct")
     elif map_type == MapType.BLOOM_FILTER and key_type is not None:  # bloom_map_check_btf
