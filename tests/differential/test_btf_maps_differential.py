@@ -7,10 +7,12 @@ from __future__ import annotations
 import pytest
 
 from helpers import errno_of
-from pybpf.btf import Btf, Int, Member, Struct
+from pybpf.btf import Array, Btf, Const, Int, Member, Struct, Union
 from pybpf.uapi import MapFlags, MapType
 
 U32, U64, LOCK, TIMER, WITH_LOCK, WITH_TIMER, PLAIN = range(1, 8)
+(CONST_LOCK, NESTED_LOCK, NESTED_TIMER, UNION_LOCK, CONST_LOCK_MEMBER, LOCKS_1, LOCKS_2,
+ ONE_NESTED, TWO_NESTED, TIMER_AT_4) = range(8, 18)
 TYPES = [Int("unsigned int", 4, 0, 0, 32), Int("unsigned long long", 8, 0, 0, 64),
          Struct("bpf_spin_lock", 4, (Member("val", U32, 0),)),
          Struct("bpf_timer", 16, (Member("a", U64, 0), Member("b", U64, 64))),
@@ -20,7 +22,21 @@ TYPES = [Int("unsigned int", 4, 0, 0, 32), Int("unsigned long long", 8, 0, 0, 64
          # struct { struct bpf_timer t; }
          Struct("with_timer", 16, (Member("t", TIMER, 0),)),
          Struct("plain", 16, (Member("a", U32, 0), Member("cnt", U32, 32),
-                              Member("x", U64, 64)))]
+                              Member("x", U64, 64))),
+         Const("", LOCK),
+         # struct { u64 x; struct with_lock in; }: a lock in a nested struct
+         Struct("nested_lock", 24, (Member("x", U64, 0), Member("in", WITH_LOCK, 64))),
+         Struct("nested_timer", 24, (Member("x", U64, 0), Member("in", WITH_TIMER, 64))),
+         # a union is not searched, nor a member of a const lock type
+         Union("union_lock", 16, (Member("lock", LOCK, 0), Member("x", U64, 0))),
+         Struct("const_lock", 16, (Member("lock", CONST_LOCK, 0), Member("x", U64, 64))),
+         Array("", WITH_LOCK, U32, 1),
+         Array("", WITH_LOCK, U32, 2),
+         # an array of one struct with a lock holds it; of two, repeats it (no field at all)
+         Struct("one_nested", 16, (Member("a", LOCKS_1, 0),)),
+         Struct("two_nested", 32, (Member("a", LOCKS_2, 0),)),
+         # a timer off its 8-byte alignment is ignored, the lock beside it is not
+         Struct("timer_at_4", 20, (Member("lock", LOCK, 0), Member("t", TIMER, 32)))]
 HASHES = (MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH, MapType.LRU_PERCPU_HASH)
 
 
@@ -29,10 +45,11 @@ def _steps(sys, scenario) -> list[tuple[str, int]]:
     fds = [btf]
     log: list[tuple[str, int]] = []
 
-    def create(label: str, map_type: int, flags: int, key_id: int, value_id: int):
+    def create(label: str, map_type: int, flags: int, key_id: int, value_id: int,
+               value_size: int = 16):
         made = []
         log.append((label, errno_of(lambda: made.append(sys.map_create(
-            map_type, 4, 16, 2, flags, btf_fd=btf, btf_key_type_id=key_id,
+            map_type, 4, value_size, 2, flags, btf_fd=btf, btf_key_type_id=key_id,
             btf_value_type_id=value_id)))))
         fds.extend(made)
         return made[0] if made else None
@@ -73,7 +90,23 @@ def keyless_hash_checks_special_fields_first(sys, create, step) -> None:
                        map_type, flags, 0, value_id)
 
 
-SCENARIOS = [freeze_refuses_special_fields, keyless_hash_checks_special_fields_first]
+def special_fields_are_found_as_btf_find_field_finds_them(sys, create, step) -> None:
+    """btf_parse_fields: a lock or timer in a nested struct (or an array of one) counts, one
+    in a union, of a const type, repeated by an array or off its alignment does not. Seen
+    through what depends on it: an LRU hash refuses a lock (EOPNOTSUPP), a per-CPU hash a
+    lock or timer, and freeze a map with either (ENOTSUPP)."""
+    sizes = {NESTED_LOCK: 24, NESTED_TIMER: 24, UNION_LOCK: 16, CONST_LOCK_MEMBER: 16,
+             ONE_NESTED: 16, TWO_NESTED: 32, TIMER_AT_4: 20}
+    for value_id, size in sizes.items():
+        for map_type in (MapType.HASH, MapType.LRU_HASH, MapType.PERCPU_HASH):
+            label = f"{map_type.name} value [{value_id}]"
+            fd = create(label, map_type, 0, U32, value_id, size)
+            if fd is not None:
+                step(f"{label}: freeze", sys.map_freeze, fd)
+
+
+SCENARIOS = [freeze_refuses_special_fields, keyless_hash_checks_special_fields_first,
+             special_fields_are_found_as_btf_find_field_finds_them]
 
 
 @pytest.mark.kernel

@@ -137,17 +137,88 @@ class BtfFields(NamedTuple):
 NO_FIELDS = BtfFields()
 
 
+MAX_RESOLVE_DEPTH = 32  # nested structs and array dimensions btf_find_field follows
+
+
+class _RecordError(Exception):
+    """btf_parse_fields fails: map_check_btf ignores a record that is an error (the value
+    then has no special field)."""
+
+
 def btf_parse_fields(btf: Btf, type_id: int) -> BtfFields:
-    """btf_parse_fields: the value's bpf_spin_lock and bpf_timer (direct members). Two
-    timers, or one not 8-byte aligned, make the record an error, which map_check_btf
-    ignores: the value then has no special field (as measured on 6.18)."""
-    spin_lock_off = btf_find_spin_lock(btf, type_id)
+    """btf_parse_fields: the value's bpf_spin_lock and bpf_timer, found as btf_find_field
+    finds them (as measured on 6.18): only in a struct (a union is not searched), a member
+    whose own type is named for the field (a typedef or const of it is not one), in nested
+    structs and arrays of them too. A record that is an error (two locks or two timers in
+    one struct, one repeated by an array, a member off a byte boundary, fields that
+    overlap) is ignored: the value then has no special field."""
     record = btf[btf.resolve(type_id)]
-    timers = [member.bit_offset for member in getattr(record, "members", ())
-              if _is_struct_named(btf, member.type_id, "bpf_timer", BPF_TIMER_SIZE)]
-    if len(timers) > 1 or timers and timers[0] % (8 * 8):
+    if record.kind != Kind.STRUCT:
         return NO_FIELDS
-    return BtfFields(spin_lock_off, timers[0] // 8 if timers else -1)
+    try:
+        found = _struct_fields(btf, record, 0, 0)
+    except _RecordError:
+        return NO_FIELDS
+    offsets = {"bpf_spin_lock": -1, "bpf_timer": -1}
+    next_off = 0
+    for name, off in found:
+        if off < next_off:  # -EEXIST
+            return NO_FIELDS
+        next_off = off + _FIELD_SIZE_ALIGN[name][0]
+        offsets[name] = off  # of two nested locks, the last (the kernel warns)
+    return BtfFields(offsets["bpf_spin_lock"], offsets["bpf_timer"])
+
+
+# btf_field_type_size / btf_field_type_align of the special fields emulated.
+_FIELD_SIZE_ALIGN = {"bpf_spin_lock": (BPF_SPIN_LOCK_SIZE, 4), "bpf_timer": (BPF_TIMER_SIZE, 8)}
+
+
+def _struct_fields(btf: Btf, record: Struct, base: int, level: int) -> list[tuple[str, int]]:
+    """btf_find_struct_field: (field, byte offset) of each special field in member order;
+    each struct level has its own "seen" set (one lock and one timer per struct)."""
+    seen: set[str] = set()
+    found: list[tuple[str, int]] = []
+    for member in record.members:
+        if member.bit_offset % 8:
+            raise _RecordError
+        found += _member_fields(btf, member.type_id, base + member.bit_offset // 8, seen,
+                                level)
+    return found
+
+
+def _member_fields(btf: Btf, type_id: int, off: int, seen: set[str],
+                   level: int) -> list[tuple[str, int]]:
+    """btf_find_field_one: the member's type through its array dimensions, matched by name
+    (btf_get_field_type), else searched as a nested struct (btf_find_nested_struct)."""
+    member_type, nelems = btf[type_id], 1
+    for _ in range(MAX_RESOLVE_DEPTH):
+        if not isinstance(member_type, Array):
+            break
+        nelems *= member_type.nelems
+        member_type = btf[member_type.type_id]
+    else:
+        raise _RecordError
+    if nelems == 0:
+        return []
+    name = member_type.name
+    if name not in _FIELD_SIZE_ALIGN:
+        if member_type.kind != Kind.STRUCT:
+            return []
+        if level + 1 >= MAX_RESOLVE_DEPTH:
+            raise _RecordError
+        inner = _struct_fields(btf, member_type, off, level + 1)
+        if inner and nelems > 1:  # btf_repeat_fields repeats no lock or timer
+            raise _RecordError
+        return inner
+    if name in seen:
+        raise _RecordError
+    seen.add(name)
+    size, align = _FIELD_SIZE_ALIGN[name]
+    if off % align or member_type.kind != Kind.STRUCT or member_type.size != size:
+        return []  # btf_find_struct: BTF_FIELD_IGNORE
+    if nelems > 1:
+        raise _RecordError
+    return [(name, off)]
 
 
 def _is_struct_named(btf: Btf, type_id: int, name: str, size: int) -> bool:
