@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 from helpers import errno_of
-from pybpf.btf import Array, Btf, Const, Int, Member, Struct, Union
+from pybpf.btf import Array, Btf, Const, Int, Member, Struct, Union, Var
 from pybpf.uapi import MapFlags, MapType
 
 U32, U64, LOCK, TIMER, WITH_LOCK, WITH_TIMER, PLAIN = range(1, 8)
 (CONST_LOCK, NESTED_LOCK, NESTED_TIMER, UNION_LOCK, CONST_LOCK_MEMBER, LOCKS_1, LOCKS_2,
- ONE_NESTED, TWO_NESTED, TIMER_AT_4) = range(8, 18)
+ ONE_NESTED, TWO_NESTED, TIMER_AT_4, LOCK8, VAR_U32, VAR_WITH_LOCK) = range(8, 21)
 TYPES = [Int("unsigned int", 4, 0, 0, 32), Int("unsigned long long", 8, 0, 0, 64),
          Struct("bpf_spin_lock", 4, (Member("val", U32, 0),)),
          Struct("bpf_timer", 16, (Member("a", U64, 0), Member("b", U64, 64))),
@@ -36,7 +36,9 @@ TYPES = [Int("unsigned int", 4, 0, 0, 32), Int("unsigned long long", 8, 0, 0, 64
          Struct("one_nested", 16, (Member("a", LOCKS_1, 0),)),
          Struct("two_nested", 32, (Member("a", LOCKS_2, 0),)),
          # a timer off its 8-byte alignment is ignored, the lock beside it is not
-         Struct("timer_at_4", 20, (Member("lock", LOCK, 0), Member("t", TIMER, 32)))]
+         Struct("timer_at_4", 20, (Member("lock", LOCK, 0), Member("t", TIMER, 32))),
+         Struct("lock8", 8, (Member("lock", LOCK, 0), Member("x", U32, 32))),
+         Var("k", U32), Var("v", WITH_LOCK)]
 HASHES = (MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH, MapType.LRU_PERCPU_HASH)
 
 
@@ -46,11 +48,11 @@ def _steps(sys, scenario) -> list[tuple[str, int]]:
     log: list[tuple[str, int]] = []
 
     def create(label: str, map_type: int, flags: int, key_id: int, value_id: int,
-               value_size: int = 16):
+               value_size: int = 16, **kw):
         made = []
         log.append((label, errno_of(lambda: made.append(sys.map_create(
             map_type, 4, value_size, 2, flags, btf_fd=btf, btf_key_type_id=key_id,
-            btf_value_type_id=value_id)))))
+            btf_value_type_id=value_id, **kw)))))
         fds.extend(made)
         return made[0] if made else None
 
@@ -105,8 +107,17 @@ def special_fields_are_found_as_btf_find_field_finds_them(sys, create, step) -> 
                 step(f"{label}: freeze", sys.map_freeze, fd)
 
 
+def devmaps_are_read_only_for_programs_when_btf_is_checked(sys, create, step) -> None:
+    """dev_map_init_map sets BPF_F_RDONLY_PROG before map_check_btf runs: a value type with
+    a lock is EACCES there (a cpumap's is map_check_no_btf's ENOTSUPP)."""
+    for map_type in (MapType.DEVMAP, MapType.DEVMAP_HASH, MapType.CPUMAP):
+        for key_id in (U32, 0):
+            create(f"{map_type.name} key [{key_id}] lock8", map_type, 0, key_id, LOCK8, 8)
+
+
 SCENARIOS = [freeze_refuses_special_fields, keyless_hash_checks_special_fields_first,
-             special_fields_are_found_as_btf_find_field_finds_them]
+             special_fields_are_found_as_btf_find_field_finds_them,
+             devmaps_are_read_only_for_programs_when_btf_is_checked]
 
 
 @pytest.mark.kernel
