@@ -115,9 +115,20 @@ def devmaps_are_read_only_for_programs_when_btf_is_checked(sys, create, step) ->
             create(f"{map_type.name} key [{key_id}] lock8", map_type, 0, key_id, LOCK8, 8)
 
 
+def a_var_is_typed_as_its_type(sys, create, step) -> None:
+    """btf_type_id_size resolves a VAR to its type: an ARRAY keyed by a VAR of u32 is made;
+    a VAR of a struct with a lock holds the lock."""
+    for map_type in (MapType.ARRAY, MapType.HASH, MapType.LRU_HASH):
+        label = f"{map_type.name} VAR key, VAR value"
+        fd = create(label, map_type, 0, VAR_U32, VAR_WITH_LOCK)
+        if fd is not None:
+            step(f"{label}: freeze", sys.map_freeze, fd)
+
+
 SCENARIOS = [freeze_refuses_special_fields, keyless_hash_checks_special_fields_first,
              special_fields_are_found_as_btf_find_field_finds_them,
-             devmaps_are_read_only_for_programs_when_btf_is_checked]
+             devmaps_are_read_only_for_programs_when_btf_is_checked,
+             a_var_is_typed_as_its_type]
 
 
 @pytest.mark.kernel

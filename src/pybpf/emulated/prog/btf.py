@@ -294,6 +294,14 @@ def btf_type_id_size(btf: Btf, type_id: int) -> int | None:
         return None
 
 
+def _sized_type_id(btf: Btf, type_id: int) -> int:
+    """The type btf_type_id_size hands map_check_btf (its resolved_ids): typedefs and
+    modifiers skipped, and a VAR's type for a VAR."""
+    type_id = btf.resolve(type_id)
+    record = btf[type_id]
+    return btf.resolve(record.type_id) if record.kind == Kind.VAR else type_id  # type: ignore
+
+
 # Map types whose map_check_btf op is map_check_no_btf (ENOTSUPP), and the others that have
 # an op, so that a value type may come without a key type.
 _NO_BTF = frozenset({MapType.PERF_EVENT_ARRAY, MapType.CGROUP_ARRAY, MapType.DEVMAP,
@@ -314,7 +322,6 @@ def map_check_btf(map_type: int, key_size: int, value_size: int, max_entries: in
     """map_check_btf(): the key and value types' sizes, the value's special fields (a
     bpf_spin_lock: only in HASH and ARRAY maps, a bpf_timer: also LRU_HASH; maps programs
     may read and write), then the map type's op. Returns the special fields found."""
-    key_type = btf[btf.resolve(key_id)] if key_id and key_id < len(btf) else None
     if key_id:
         if btf_type_id_size(btf, key_id) != key_size:
             raise KernelError(errno.EINVAL, f"BTF key type [{key_id}] is not {key_size} "
@@ -325,8 +332,9 @@ def map_check_btf(map_type: int, key_size: int, value_size: int, max_entries: in
     if btf_type_id_size(btf, value_id) != value_size:
         raise KernelError(errno.EINVAL, f"BTF value type [{value_id}] is not {value_size} "
                           "bytes, the map's value_size")
-    value_type = btf[btf.resolve(value_id)]
-    fields = btf_parse_fields(btf, value_id)
+    key_type = btf[_sized_type_id(btf, key_id)] if key_id else None
+    value_type = btf[_sized_type_id(btf, value_id)]
+    fields = btf_parse_fields(btf, _sized_type_id(btf, value_id))
     if fields != NO_FIELDS and map_flags & (BPF_F_RDONLY_PROG | BPF_F_WRONLY_PROG):
         raise KernelError(errno.EACCES, "a value with a bpf_spin_lock or bpf_timer must be "
                           "readable and writable by programs")
