@@ -125,10 +125,29 @@ def a_var_is_typed_as_its_type(sys, create, step) -> None:
             step(f"{label}: freeze", sys.map_freeze, fd)
 
 
+def inner_maps_match_the_templates_special_fields(sys, create, step) -> None:
+    """bpf_map_meta_equal compares the value's btf_record too: an inner map must have the
+    template's lock and timer, at the same offsets, or none when the template has none."""
+    u32 = (0).to_bytes(4, "little")
+    for template_value in (WITH_LOCK, WITH_TIMER, PLAIN, 0):
+        template = create(f"template [{template_value}]", MapType.HASH, 0,
+                          U32 if template_value else 0, template_value)
+        for outer_type in (MapType.ARRAY_OF_MAPS, MapType.HASH_OF_MAPS):
+            outer = create(f"{outer_type.name} of [{template_value}]", outer_type, 0, 0, 0, 4,
+                           inner_map_fd=template)
+            if outer is None:
+                continue
+            for value_id in (WITH_LOCK, WITH_TIMER, PLAIN, 0):
+                inner = create(f"inner [{value_id}]", MapType.HASH, 0,
+                               U32 if value_id else 0, value_id)
+                step(f"{outer_type.name} of [{template_value}] takes [{value_id}]",
+                     sys.map_update_elem, outer, u32, inner.to_bytes(4, "little"), 0)
+
+
 SCENARIOS = [freeze_refuses_special_fields, keyless_hash_checks_special_fields_first,
              special_fields_are_found_as_btf_find_field_finds_them,
              devmaps_are_read_only_for_programs_when_btf_is_checked,
-             a_var_is_typed_as_its_type]
+             a_var_is_typed_as_its_type, inner_maps_match_the_templates_special_fields]
 
 
 @pytest.mark.kernel
