@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 from helpers import errno_of
-from pybpf.btf import Array, Btf, Const, Int, Member, Struct, Union, Var
+from pybpf.btf import Array, Btf, Const, Int, Member, Struct, Typedef, Union, Var
 from pybpf.uapi import MapFlags, MapType
 
 U32, U64, LOCK, TIMER, WITH_LOCK, WITH_TIMER, PLAIN = range(1, 8)
 (CONST_LOCK, NESTED_LOCK, NESTED_TIMER, UNION_LOCK, CONST_LOCK_MEMBER, LOCKS_1, LOCKS_2,
- ONE_NESTED, TWO_NESTED, TIMER_AT_4, LOCK8, VAR_U32, VAR_WITH_LOCK) = range(8, 21)
+ ONE_NESTED, TWO_NESTED, TIMER_AT_4, LOCK8, VAR_U32, VAR_WITH_LOCK, LOCK_T) = range(8, 22)
 TYPES = [Int("unsigned int", 4, 0, 0, 32), Int("unsigned long long", 8, 0, 0, 64),
          Struct("bpf_spin_lock", 4, (Member("val", U32, 0),)),
          Struct("bpf_timer", 16, (Member("a", U64, 0), Member("b", U64, 64))),
@@ -38,7 +38,7 @@ TYPES = [Int("unsigned int", 4, 0, 0, 32), Int("unsigned long long", 8, 0, 0, 64
          # a timer off its 8-byte alignment is ignored, the lock beside it is not
          Struct("timer_at_4", 20, (Member("lock", LOCK, 0), Member("t", TIMER, 32))),
          Struct("lock8", 8, (Member("lock", LOCK, 0), Member("x", U32, 32))),
-         Var("k", U32), Var("v", WITH_LOCK)]
+         Var("k", U32), Var("v", WITH_LOCK), Typedef("lock_t", LOCK)]
 HASHES = (MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH, MapType.LRU_PERCPU_HASH)
 
 
@@ -144,10 +144,34 @@ def inner_maps_match_the_templates_special_fields(sys, create, step) -> None:
                      sys.map_update_elem, outer, u32, inner.to_bytes(4, "little"), 0)
 
 
+# One more type after TYPES, for BTF load: which structs it parses for their locks.
+LOAD_CASES = {
+    "two locks": Struct("s", 16, (Member("a", LOCK, 0), Member("b", LOCK, 32))),
+    "a lock at byte 2": Struct("s", 16, (Member("a", U32, 0), Member("b", LOCK, 16))),
+    "two const locks": Struct("s", 16, (Member("a", CONST_LOCK, 0),
+                                        Member("b", CONST_LOCK, 32))),
+    "a lock and a typedef of one": Struct("s", 16, (Member("a", LOCK, 0),
+                                                    Member("b", LOCK_T, 32))),
+    "a typedef lock at byte 2": Struct("s", 16, (Member("a", U32, 0),
+                                                 Member("b", LOCK_T, 16))),
+    "a union of two locks": Union("u", 4, (Member("a", LOCK, 0), Member("b", LOCK, 0))),
+}
+
+
+def btf_load_parses_structs_with_a_lock_member(sys, create, step) -> None:
+    """btf_parse_struct_metas parses a struct (not a union) whose member's own type is
+    struct bpf_spin_lock: two such locks are E2BIG, one off 4 bytes EFAULT; a const or
+    typedef of the lock does not make a struct parsed."""
+    for label, record in LOAD_CASES.items():
+        blob = Btf([*TYPES, record]).to_bytes()
+        step(f"load: {label}", lambda blob=blob: sys.close(sys.btf_load(blob)))
+
+
 SCENARIOS = [freeze_refuses_special_fields, keyless_hash_checks_special_fields_first,
              special_fields_are_found_as_btf_find_field_finds_them,
              devmaps_are_read_only_for_programs_when_btf_is_checked,
-             a_var_is_typed_as_its_type, inner_maps_match_the_templates_special_fields]
+             a_var_is_typed_as_its_type, inner_maps_match_the_templates_special_fields,
+             btf_load_parses_structs_with_a_lock_member]
 
 
 @pytest.mark.kernel

@@ -121,9 +121,7 @@ def btf_parse(data: bytes, log_level: int = 0) -> Btf:
             _check_meta(btf, type_id)
     except BtfError as exc:
         raise _reject(str(exc)) from None
-    for type_id in range(1, len(btf)):  # the kernel finds each struct's special fields now
-        if isinstance(btf[type_id], Struct):
-            btf_find_spin_lock(btf, type_id)
+    btf_parse_struct_metas(btf)
     return btf
 
 
@@ -221,31 +219,26 @@ def _member_fields(btf: Btf, type_id: int, off: int, seen: set[str],
     return [(name, off)]
 
 
-def _is_struct_named(btf: Btf, type_id: int, name: str, size: int) -> bool:
-    """The type (typedefs and modifiers skipped) is ``struct name`` of ``size`` bytes."""
-    record = btf[btf.resolve(type_id)]
-    return isinstance(record, Struct) and record.name == name and record.size == size
-
-
-def btf_find_spin_lock(btf: Btf, type_id: int) -> int:
-    """btf_find_field for BPF_SPIN_LOCK: the byte offset of the struct's ``struct
-    bpf_spin_lock`` member (typedefs and modifiers skipped), -1 when it has none; E2BIG for
-    two, EFAULT for one not 4-byte aligned (what BTF load answers, measured on 6.18)."""
-    record = btf[btf.resolve(type_id)]
-    if not isinstance(record, Struct):
-        return -1
-    found = -1
-    for member in record.members:
-        if not _is_struct_named(btf, member.type_id, "bpf_spin_lock", BPF_SPIN_LOCK_SIZE):
+def btf_parse_struct_metas(btf: Btf) -> None:
+    """btf_parse_struct_metas at BTF load: each struct (not a union) with a member whose own
+    type is the BTF's first ``struct bpf_spin_lock`` (btf_find_by_name_kind; a const or
+    typedef of it does not count) has its fields parsed now, so a second such lock is E2BIG
+    and one not 4-byte aligned EFAULT (as measured on 6.18)."""
+    lock_id = next((i for i in range(1, len(btf)) if btf[i].kind == Kind.STRUCT
+                    and btf[i].name == "bpf_spin_lock"), 0)
+    if not lock_id:
+        return
+    for type_id in range(1, len(btf)):
+        record = btf[type_id]
+        if record.kind != Kind.STRUCT:
             continue
-        if found >= 0:
+        locks = [m for m in record.members if m.type_id == lock_id]
+        if len(locks) > 1:
             raise KernelError(errno.E2BIG, f"[{type_id}] {record.name or '(anon)'}: more than "
                               "one bpf_spin_lock")
-        if member.bit_offset % (8 * BPF_SPIN_LOCK_SIZE):
+        if locks and locks[0].bit_offset % (8 * BPF_SPIN_LOCK_SIZE):
             raise KernelError(errno.EFAULT, f"[{type_id}] {record.name or '(anon)'}: "
-                              f"bpf_spin_lock {member.name} is not 4-byte aligned")
-        found = member.bit_offset // 8
-    return found
+                              f"bpf_spin_lock {locks[0].name} is not 4-byte aligned")
 
 
 def _check_meta(btf: Btf, type_id: int) -> None:
