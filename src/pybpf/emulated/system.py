@@ -328,9 +328,11 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
         btf = self.btf_get_by_fd(attr.btf_fd)
         try:
             if attr.btf_value_type_id:
+                # The map's flags, not the attribute's: devmaps gain BPF_F_RDONLY_PROG at
+                # allocation (dev_map_init_map), which the special-field check then sees.
                 bpf_map.set_special_fields(*map_check_btf(
                     attr.map_type, attr.key_size, attr.value_size, attr.max_entries, btf.btf,
-                    attr.btf_key_type_id, attr.btf_value_type_id, attr.map_flags))
+                    attr.btf_key_type_id, attr.btf_value_type_id, bpf_map.map_flags))
         except KernelError:
             self.btf_put(btf)
             raise
@@ -442,6 +444,11 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
     def _map_freeze(self, fd: int) -> None:
         self.machine.bpf_syscall()
         file = self._map_file(fd)
+        # Before the permission check: a value with special fields (its btf_record) is never
+        # frozen, whatever the fd may do.
+        if file.map.special_fields:
+            raise KernelError(ENOTSUPP, "a map whose value holds a bpf_spin_lock or bpf_timer "
+                              "cannot be frozen")
         # map_get_sys_perms drops write from a frozen map, so a second freeze is EPERM
         # (the EBUSY test behind it only catches a freeze racing with another).
         if not file.can_write or file.map.frozen:

@@ -9,8 +9,9 @@ Rules this module keeps:
   ``map_meta_equal`` (PROG_ARRAY) -> ENOTSUPP. The inner map is only a template: its type,
   key_size, value_size, map_flags and max_entries are copied into the outer map's meta.
 - A map stored later must match the template (``bpf_map_meta_equal``): same type, key_size,
-  value_size and map_flags; an inner ARRAY must also have the same max_entries unless the
-  template had BPF_F_INNER_MAP. Mismatch -> EINVAL.
+  value_size, map_flags and special fields of the value (btf_record_equal: a bpf_spin_lock
+  or bpf_timer at the same offsets, or none in both); an inner ARRAY must also have the same
+  max_entries unless the template had BPF_F_INNER_MAP. Mismatch -> EINVAL.
 - Values are map fds on update and map ids on lookup (4 bytes); programs get the inner map
   itself. An outer map holds a reference on every inner map it stores; replacing, deleting
   or freeing the outer map drops it.
@@ -35,7 +36,8 @@ ARRAY_META_EQUAL_TYPES = frozenset({MapType.ARRAY, MapType.PERCPU_ARRAY})
 class MapMeta:
     """The inner-map template (``inner_map_meta``): the fields ``map_meta_equal`` compares."""
 
-    __slots__ = ("map_type", "key_size", "value_size", "map_flags", "max_entries")
+    __slots__ = ("map_type", "key_size", "value_size", "map_flags", "max_entries",
+                 "special_fields")
 
     def __init__(self, inner: BpfMap) -> None:
         self.map_type = inner.map_type
@@ -43,11 +45,12 @@ class MapMeta:
         self.value_size = inner.value_size
         self.map_flags = inner.map_flags
         self.max_entries = inner.max_entries
+        self.special_fields = inner.special_fields  # its btf_record (btf_record_dup)
 
     def bpf_map_meta_equal(self, candidate: BpfMap) -> str:
         """Why ``candidate`` cannot be stored ('' when it can): bpf_map_meta_equal, and
         array_map_meta_equal for an inner ARRAY or PERCPU_ARRAY."""
-        for field in ("map_type", "key_size", "value_size", "map_flags"):
+        for field in ("map_type", "key_size", "value_size", "map_flags", "special_fields"):
             want, got = getattr(self, field), getattr(candidate, field)
             if want != got:
                 return f"{field} {got} differs from the inner map template's {want}"

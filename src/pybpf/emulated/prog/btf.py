@@ -121,9 +121,7 @@ def btf_parse(data: bytes, log_level: int = 0) -> Btf:
             _check_meta(btf, type_id)
     except BtfError as exc:
         raise _reject(str(exc)) from None
-    for type_id in range(1, len(btf)):  # the kernel finds each struct's special fields now
-        if isinstance(btf[type_id], Struct):
-            btf_find_spin_lock(btf, type_id)
+    btf_parse_struct_metas(btf)
     return btf
 
 
@@ -137,44 +135,110 @@ class BtfFields(NamedTuple):
 NO_FIELDS = BtfFields()
 
 
+MAX_RESOLVE_DEPTH = 32  # nested structs and array dimensions btf_find_field follows
+
+
+class _RecordError(Exception):
+    """btf_parse_fields fails: map_check_btf ignores a record that is an error (the value
+    then has no special field)."""
+
+
 def btf_parse_fields(btf: Btf, type_id: int) -> BtfFields:
-    """btf_parse_fields: the value's bpf_spin_lock and bpf_timer (direct members). Two
-    timers, or one not 8-byte aligned, make the record an error, which map_check_btf
-    ignores: the value then has no special field (as measured on 6.18)."""
-    spin_lock_off = btf_find_spin_lock(btf, type_id)
+    """btf_parse_fields: the value's bpf_spin_lock and bpf_timer, found as btf_find_field
+    finds them (as measured on 6.18): only in a struct (a union is not searched), a member
+    whose own type is named for the field (a typedef or const of it is not one), in nested
+    structs and arrays of them too. A record that is an error (two locks or two timers in
+    one struct, one repeated by an array, a member off a byte boundary, fields that
+    overlap) is ignored: the value then has no special field."""
     record = btf[btf.resolve(type_id)]
-    timers = [member.bit_offset for member in getattr(record, "members", ())
-              if _is_struct_named(btf, member.type_id, "bpf_timer", BPF_TIMER_SIZE)]
-    if len(timers) > 1 or timers and timers[0] % (8 * 8):
+    if record.kind != Kind.STRUCT:
         return NO_FIELDS
-    return BtfFields(spin_lock_off, timers[0] // 8 if timers else -1)
+    try:
+        found = _struct_fields(btf, record, 0, 0)
+    except _RecordError:
+        return NO_FIELDS
+    offsets = {"bpf_spin_lock": -1, "bpf_timer": -1}
+    next_off = 0
+    for name, off in found:
+        if off < next_off:  # -EEXIST
+            return NO_FIELDS
+        next_off = off + _FIELD_SIZE_ALIGN[name][0]
+        offsets[name] = off  # of two nested locks, the last (the kernel warns)
+    return BtfFields(offsets["bpf_spin_lock"], offsets["bpf_timer"])
 
 
-def _is_struct_named(btf: Btf, type_id: int, name: str, size: int) -> bool:
-    """The type (typedefs and modifiers skipped) is ``struct name`` of ``size`` bytes."""
-    record = btf[btf.resolve(type_id)]
-    return isinstance(record, Struct) and record.name == name and record.size == size
+# btf_field_type_size / btf_field_type_align of the special fields emulated.
+_FIELD_SIZE_ALIGN = {"bpf_spin_lock": (BPF_SPIN_LOCK_SIZE, 4), "bpf_timer": (BPF_TIMER_SIZE, 8)}
 
 
-def btf_find_spin_lock(btf: Btf, type_id: int) -> int:
-    """btf_find_field for BPF_SPIN_LOCK: the byte offset of the struct's ``struct
-    bpf_spin_lock`` member (typedefs and modifiers skipped), -1 when it has none; E2BIG for
-    two, EFAULT for one not 4-byte aligned (what BTF load answers, measured on 6.18)."""
-    record = btf[btf.resolve(type_id)]
-    if not isinstance(record, Struct):
-        return -1
-    found = -1
+def _struct_fields(btf: Btf, record: Struct, base: int, level: int) -> list[tuple[str, int]]:
+    """btf_find_struct_field: (field, byte offset) of each special field in member order;
+    each struct level has its own "seen" set (one lock and one timer per struct)."""
+    seen: set[str] = set()
+    found: list[tuple[str, int]] = []
     for member in record.members:
-        if not _is_struct_named(btf, member.type_id, "bpf_spin_lock", BPF_SPIN_LOCK_SIZE):
+        if member.bit_offset % 8:
+            raise _RecordError
+        found += _member_fields(btf, member.type_id, base + member.bit_offset // 8, seen,
+                                level)
+    return found
+
+
+def _member_fields(btf: Btf, type_id: int, off: int, seen: set[str],
+                   level: int) -> list[tuple[str, int]]:
+    """btf_find_field_one: the member's type through its array dimensions, matched by name
+    (btf_get_field_type), else searched as a nested struct (btf_find_nested_struct)."""
+    member_type, nelems = btf[type_id], 1
+    for _ in range(MAX_RESOLVE_DEPTH):
+        if not isinstance(member_type, Array):
+            break
+        nelems *= member_type.nelems
+        member_type = btf[member_type.type_id]
+    else:
+        raise _RecordError
+    if nelems == 0:
+        return []
+    name = member_type.name
+    if name not in _FIELD_SIZE_ALIGN:
+        if member_type.kind != Kind.STRUCT:
+            return []
+        if level + 1 >= MAX_RESOLVE_DEPTH:
+            raise _RecordError
+        inner = _struct_fields(btf, member_type, off, level + 1)
+        if inner and nelems > 1:  # btf_repeat_fields repeats no lock or timer
+            raise _RecordError
+        return inner
+    if name in seen:
+        raise _RecordError
+    seen.add(name)
+    size, align = _FIELD_SIZE_ALIGN[name]
+    if off % align or member_type.kind != Kind.STRUCT or member_type.size != size:
+        return []  # btf_find_struct: BTF_FIELD_IGNORE
+    if nelems > 1:
+        raise _RecordError
+    return [(name, off)]
+
+
+def btf_parse_struct_metas(btf: Btf) -> None:
+    """btf_parse_struct_metas at BTF load: each struct (not a union) with a member whose own
+    type is the BTF's first ``struct bpf_spin_lock`` (btf_find_by_name_kind; a const or
+    typedef of it does not count) has its fields parsed now, so a second such lock is E2BIG
+    and one not 4-byte aligned EFAULT (as measured on 6.18)."""
+    lock_id = next((i for i in range(1, len(btf)) if btf[i].kind == Kind.STRUCT
+                    and btf[i].name == "bpf_spin_lock"), 0)
+    if not lock_id:
+        return
+    for type_id in range(1, len(btf)):
+        record = btf[type_id]
+        if record.kind != Kind.STRUCT:
             continue
-        if found >= 0:
+        locks = [m for m in record.members if m.type_id == lock_id]
+        if len(locks) > 1:
             raise KernelError(errno.E2BIG, f"[{type_id}] {record.name or '(anon)'}: more than "
                               "one bpf_spin_lock")
-        if member.bit_offset % (8 * BPF_SPIN_LOCK_SIZE):
+        if locks and locks[0].bit_offset % (8 * BPF_SPIN_LOCK_SIZE):
             raise KernelError(errno.EFAULT, f"[{type_id}] {record.name or '(anon)'}: "
-                              f"bpf_spin_lock {member.name} is not 4-byte aligned")
-        found = member.bit_offset // 8
-    return found
+                              f"bpf_spin_lock {locks[0].name} is not 4-byte aligned")
 
 
 def _check_meta(btf: Btf, type_id: int) -> None:
@@ -223,14 +287,27 @@ def btf_type_id_size(btf: Btf, type_id: int) -> int | None:
         return None
 
 
+def _sized_type_id(btf: Btf, type_id: int) -> int:
+    """The type btf_type_id_size hands map_check_btf (its resolved_ids): typedefs and
+    modifiers skipped, and a VAR's type for a VAR."""
+    type_id = btf.resolve(type_id)
+    record = btf[type_id]
+    return btf.resolve(record.type_id) if record.kind == Kind.VAR else type_id  # type: ignore
+
+
 # Map types whose map_check_btf op is map_check_no_btf (ENOTSUPP), and the others that have
 # an op, so that a value type may come without a key type.
 _NO_BTF = frozenset({MapType.PERF_EVENT_ARRAY, MapType.CGROUP_ARRAY, MapType.DEVMAP,
                      MapType.DEVMAP_HASH, MapType.CPUMAP, MapType.SOCKMAP, MapType.SOCKHASH,
                      MapType.XSKMAP, MapType.STACK_TRACE, MapType.ARRAY_OF_MAPS,
                      MapType.HASH_OF_MAPS})
-_KEYLESS_OK = _NO_BTF | {MapType.ARRAY, MapType.PERCPU_ARRAY, MapType.BLOOM_FILTER,
-                         MapType.LPM_TRIE}
+# The hash maps' own check (6.18's htab ops have a map_check_btf) refuses a keyless BTF,
+# after the value's special fields were checked: a keyless hash map's errno is theirs first.
+_HTAB = frozenset({MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH,
+                   MapType.LRU_PERCPU_HASH})
+# Types with a map_check_btf op: a keyless BTF reaches it (the others are EINVAL at once).
+_KEYLESS_OK = _NO_BTF | _HTAB | {MapType.ARRAY, MapType.PERCPU_ARRAY, MapType.BLOOM_FILTER,
+                                 MapType.LPM_TRIE}
 
 
 def map_check_btf(map_type: int, key_size: int, value_size: int, max_entries: int,
@@ -238,7 +315,6 @@ def map_check_btf(map_type: int, key_size: int, value_size: int, max_entries: in
     """map_check_btf(): the key and value types' sizes, the value's special fields (a
     bpf_spin_lock: only in HASH and ARRAY maps, a bpf_timer: also LRU_HASH; maps programs
     may read and write), then the map type's op. Returns the special fields found."""
-    key_type = btf[btf.resolve(key_id)] if key_id and key_id < len(btf) else None
     if key_id:
         if btf_type_id_size(btf, key_id) != key_size:
             raise KernelError(errno.EINVAL, f"BTF key type [{key_id}] is not {key_size} "
@@ -249,8 +325,9 @@ def map_check_btf(map_type: int, key_size: int, value_size: int, max_entries: in
     if btf_type_id_size(btf, value_id) != value_size:
         raise KernelError(errno.EINVAL, f"BTF value type [{value_id}] is not {value_size} "
                           "bytes, the map's value_size")
-    value_type = btf[btf.resolve(value_id)]
-    fields = btf_parse_fields(btf, value_id)
+    key_type = btf[_sized_type_id(btf, key_id)] if key_id else None
+    value_type = btf[_sized_type_id(btf, value_id)]
+    fields = btf_parse_fields(btf, _sized_type_id(btf, value_id))
     if fields != NO_FIELDS and map_flags & (BPF_F_RDONLY_PROG | BPF_F_WRONLY_PROG):
         raise KernelError(errno.EACCES, "a value with a bpf_spin_lock or bpf_timer must be "
                           "readable and writable by programs")
@@ -272,6 +349,8 @@ def map_check_btf(map_type: int, key_size: int, value_size: int, max_entries: in
         elif not (isinstance(key_type, Int) and key_type.size == 4 and key_type.nr_bits == 32
                   and key_type.bits_offset == 0):
             raise KernelError(errno.EINVAL, "an array's BTF key type must be a 32-bit int")
+    elif map_type in _HTAB and key_type is None:  # htab_map_check_btf
+        raise KernelError(errno.EINVAL, "a hash map needs a BTF key type with its value type")
     elif map_type == MapType.LPM_TRIE and not isinstance(key_type, Struct):  # trie_check_btf
         raise KernelError(errno.EINVAL, "an LPM trie's BTF key type must be a struct")
     elif map_type == MapType.BLOOM_FILTER and key_type is not None:  # bloom_map_check_btf
