@@ -159,7 +159,7 @@ def check_greenlet() -> Finding:
     version = package_version("greenlet")
     if version is None:
         return Finding(name, False, "host threads, 20-25 us per hand-over: pip install "
-                                    "'greenlet>=3' (in pybpf[native]) for ~1 us switches")
+                                    "'greenlet>=3' (in pybpf[native]) for ~3 us hand-overs")
     return Finding(name, True, f"greenlets of one host thread (greenlet {version})")
 
 

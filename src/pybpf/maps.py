@@ -155,7 +155,24 @@ def _close_fd(system: System, fd: int) -> None:
         pass  # already gone (the system itself was torn down)
 
 
-class Map(MapCore, collections.abc.MutableMapping, FdHandle):
+class FlaggedUpdate(collections.abc.MutableMapping):
+    """``update`` of a map: one element with flags, or dict-style (``Map``, ``SharedMap``)."""
+
+    def update(self, *args: Any, flags: UpdateFlags | int | str = UpdateFlags.ANY,
+               **kwargs: Any) -> None:
+        """``update(key, value, flags=...)``: one BPF_MAP_UPDATE_ELEM with ``flags`` (any,
+        noexist, exist, lock; an UpdateFlags, a uapi int or a name; a map that cannot take
+        one refuses it). ``update(mapping_or_pairs)``: dict-style, one BPF_ANY update per
+        item."""
+        if len(args) == 2 and not kwargs:
+            self._update(args[0], args[1], update_flags(flags))
+            return
+        if flags:
+            raise TypeError("flags= only goes with update(key, value, flags=...)")
+        super().update(*args, **kwargs)
+
+
+class Map(MapCore, FlaggedUpdate, FdHandle):
     """A live BPF map: owns one fd on one System.
 
     ``Map(spec, system=None, key=None, value=None)`` creates the map (``system`` defaults to
@@ -303,18 +320,6 @@ class Map(MapCore, collections.abc.MutableMapping, FdHandle):
         data = self.system.map_lookup_elem(self.fd, self.key_codec.encode(key),
                                            update_flags(flags))
         return self.value_codec.decode(data)
-
-    def update(self, *args: Any, flags: UpdateFlags | int | str = UpdateFlags.ANY,
-               **kwargs: Any) -> None:
-        """``update(key, value, flags=...)``: one BPF_MAP_UPDATE_ELEM with ``flags`` (any,
-        noexist, exist, lock; an UpdateFlags, a uapi int or a name).
-        ``update(mapping_or_pairs)``: dict-style, one BPF_ANY update per item."""
-        if len(args) == 2 and not kwargs:
-            self._update(args[0], args[1], update_flags(flags))
-            return
-        if flags:
-            raise TypeError("flags= only goes with update(key, value, flags=...)")
-        super().update(*args, **kwargs)
 
     def delete(self, key: Any = None) -> None:
         """BPF_MAP_DELETE_ELEM."""

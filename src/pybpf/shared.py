@@ -34,7 +34,6 @@ Rules this module keeps:
 
 from __future__ import annotations
 
-import collections.abc
 import errno
 import functools
 import os
@@ -48,7 +47,7 @@ from typing import Any
 from .codecs import Codec, CodecSpec, make_codec
 from .errors import BPFError, KeyNotFoundError, bpf_error
 from .mapcore import MODE_SLOW, MapCore
-from .maps import UpdateFlags, _ItemsView, _ValuesView, update_flags
+from .maps import FlaggedUpdate, UpdateFlags, _ItemsView, _ValuesView, update_flags
 from .uapi import MapFlags, MapType, member_named
 
 __all__ = ["Segment", "SegmentUsage", "SharedMap", "SharedMapsUnavailable", "available",
@@ -258,7 +257,7 @@ def _element_error(description: str, err: int, command: str, detail: str) -> BPF
     return bpf_error(err, command, map=description, detail=detail)
 
 
-class SharedMap(MapCore, collections.abc.MutableMapping):
+class SharedMap(MapCore, FlaggedUpdate):
     """A map in a ``Segment``, shaped like ``pybpf.maps.Map``: ``m[k]``, ``m[k] = v``,
     ``del m[k]`` and ``k in m`` run in the Map layer's core (C with the accelerator: int and
     bytes codecs natively, then the C map, no Python frame). Iteration walks get_next_key in
@@ -309,17 +308,6 @@ class SharedMap(MapCore, collections.abc.MutableMapping):
         shared maps' values do not have)."""
         self._no_flags(flags, "map_lookup_elem")
         return self[key]
-
-    def update(self, *args: Any, flags: UpdateFlags | int | str = UpdateFlags.ANY,
-               **kwargs: Any) -> None:
-        """``update(key, value, flags=...)``: one update with ``flags`` (any, noexist,
-        exist); ``update(mapping_or_pairs)``: dict-style, one BPF_ANY update per item."""
-        if len(args) == 2 and not kwargs:
-            self._update(args[0], args[1], update_flags(flags))
-            return
-        if flags:
-            raise TypeError("flags= only goes with update(key, value, flags=...)")
-        super().update(*args, **kwargs)
 
     def delete(self, key: Any) -> None:
         del self[key]

@@ -40,6 +40,20 @@ def verdict(system, prog_type: int, insns: bytes, **kwargs) -> str:
     return "ok"
 
 
+def verdicts_with_a_map(systems, map_args: tuple, map_kwargs: dict, prog_type: int,
+                        text: str, **kwargs) -> list[str]:
+    """Each system's verdict on ``text`` (asm naming ``{fd}``) with a map of its own made
+    for the load and closed after it."""
+    verdicts = []
+    for system in systems:
+        fd = system.map_create(*map_args, **map_kwargs)
+        try:
+            verdicts.append(verdict(system, prog_type, asm(text.format(fd=fd)), **kwargs))
+        finally:
+            system.close(fd)
+    return verdicts
+
+
 def ins(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
     return struct.pack("<BBhi", code, dst | src << 4, off, imm)
 
@@ -367,14 +381,10 @@ def test_a_helper_takes_the_arguments_and_maps_the_kernel_lets_it(kernel, emulat
     text, prog_type = HELPER_CALLS[call]
     disagreements = []
     for map_type, (key_size, value_size, entries) in HELPER_MAPS.items():
-        verdicts = []
-        for system in (kernel, emulated):  # a fresh map: the kernel ties some to a program type
-            fd = system.map_create(map_type, key_size, value_size, entries,
-                                   map_flags=1 if map_type == MapType.LPM_TRIE else 0)
-            try:
-                verdicts.append(verdict(system, prog_type, asm(text.format(fd=fd))))
-            finally:
-                system.close(fd)
+        # a fresh map: the kernel ties some to a program type
+        verdicts = verdicts_with_a_map(
+            (kernel, emulated), (map_type, key_size, value_size, entries),
+            {"map_flags": 1 if map_type == MapType.LPM_TRIE else 0}, prog_type, text)
         if verdicts[0] != verdicts[1]:
             disagreements.append((map_type.name, *verdicts))
     differential_tally.add("kernel", "emulated", "verifier: helpers", 1, len(HELPER_MAPS),
@@ -465,14 +475,8 @@ def test_only_some_program_types_may_delete_from_a_socket_map(kernel, emulated, 
     disagreements = []
     for prog_type in types:
         flags = 1 << 4 if prog_type == ProgType.SYSCALL else 0
-        verdicts = []
-        for system in (kernel, emulated):
-            fd = system.map_create(map_type, 4, 4, 4)
-            try:
-                verdicts.append(verdict(system, prog_type, asm(text.format(fd=fd)),
-                                        prog_flags=flags))
-            finally:
-                system.close(fd)
+        verdicts = verdicts_with_a_map((kernel, emulated), (map_type, 4, 4, 4), {}, prog_type,
+                                       text, prog_flags=flags)
         if verdicts[0] != verdicts[1]:
             disagreements.append((prog_type.name, *verdicts))
     differential_tally.add("kernel", "emulated", "verifier: helper availability", 1, len(types),

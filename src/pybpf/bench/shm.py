@@ -203,20 +203,26 @@ def _worker(name: str, map_name: str, op: str, worker: int, keys: int, rounds: i
     seg.close()
 
 
+def _run_processes(ctx, target, args: list[tuple], what: str, timeout_s: float) -> list:
+    """One process per ``args`` running ``target(*args, out)``; what each put on ``out``."""
+    out = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*a, out)) for a in args]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=timeout_s) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        if p.exitcode != 0:
+            raise CommandError(f"a {what} worker failed (exit status {p.exitcode})")
+    return results
+
+
 def _run_procs(ctx, name: str, map_name: str, op: str, nprocs: int, keys: int,
                rounds: int) -> float:
     """Aggregate ops/s of ``nprocs`` processes doing ``op`` at once."""
     barrier = ctx.Barrier(nprocs)
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(name, map_name, op, w, keys, rounds, barrier,
-                                               out)) for w in range(nprocs)]
-    for p in procs:
-        p.start()
-    results = [out.get(timeout=600) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-        if p.exitcode != 0:
-            raise CommandError(f"a scaling worker failed (exit status {p.exitcode})")
+    results = _run_processes(ctx, _worker, [(name, map_name, op, w, keys, rounds, barrier)
+                                            for w in range(nprocs)], "scaling", 600)
     ops = sum(n for n, _ in results)
     slowest = max(ns for _, ns in results)
     return ops / (slowest / 1e9)
@@ -294,17 +300,9 @@ def stress(name: str, total_ops: int, keys: int) -> dict:
     with shared.Segment.attach(name) as seg:
         m = seg.create_map("bench_stress", "hash", 4, 8, 3 * keys)
         barrier = ctx.Barrier(2)
-        out = ctx.Queue()
         per = total_ops // 2
-        procs = [ctx.Process(target=_stress_worker, args=(name, w, keys, per, barrier, out))
-                 for w in range(2)]
-        for p in procs:
-            p.start()
-        results = [out.get(timeout=3600) for _ in procs]
-        for p in procs:
-            p.join(timeout=60)
-            if p.exitcode != 0:
-                raise CommandError(f"a stress worker failed (exit status {p.exitcode})")
+        results = _run_processes(ctx, _stress_worker, [(name, w, keys, per, barrier)
+                                                       for w in range(2)], "stress", 3600)
         listed = [int.from_bytes(k, "little") for k in _walk(m.raw)]
         inserted = sum(r[0] for r in results)
         taken = sum(r[1] for r in results)

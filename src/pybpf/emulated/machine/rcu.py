@@ -214,8 +214,7 @@ class Rcu:
         self._readers: dict[int, int] = {}  # epoch -> readers inside a section from it
         self._callbacks: deque[RcuHead] = deque()  # every queued callback, epoch order
         self._pending = 0
-        self._local = _ReaderState()
-        self.task_local = self._local  # a task's read-side nesting, per thread
+        self.task_local = _ReaderState()  # a task's read-side nesting, per thread
         self.qhimark = qhimark
         self.timing = timing
         self.current = current  # the machine's per-thread current CPU (``.cpu``)
@@ -263,7 +262,7 @@ class Rcu:
     # -- readers -------------------------------------------------------------------------------
     def read_lock(self) -> None:
         """rcu_read_lock(): sections nest per thread; the outermost one registers."""
-        local = self._local
+        local = self.task_local
         if local.depth == 0:
             with self._lock:
                 epoch = self._epoch
@@ -272,7 +271,7 @@ class Rcu:
         local.depth += 1
 
     def read_unlock(self) -> None:
-        local = self._local
+        local = self.task_local
         if local.depth == 0:
             raise RuntimeError("rcu_read_unlock() without rcu_read_lock()")
         local.depth -= 1
@@ -293,7 +292,7 @@ class Rcu:
             self.read_unlock()
 
     def in_read_section(self) -> bool:
-        return self._local.depth > 0
+        return self.task_local.depth > 0
 
     @property
     def readers(self) -> int:
@@ -641,7 +640,7 @@ class Rcu:
         Called from inside a read-side section this would deadlock in the kernel; here it
         raises instead.
         """
-        if self._local.depth:
+        if self.task_local.depth:
             raise RuntimeError("synchronize_rcu() inside an RCU read-side section deadlocks")
         with self._lock:
             self._epoch += 1
