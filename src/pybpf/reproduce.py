@@ -493,6 +493,11 @@ def seed_001(ns: argparse.Namespace) -> SeedRun:
     out.write(modeled_text(model.as_dict()) + "\n")
     client, proxy = model.client_cpu, model.proxy_cpu
     u_cpu, b_cpu = unbound.simulated.cpus[client], bound.simulated.cpus[client]
+    b_proxy = bound.simulated.cpus[proxy]
+    b_proxy_busy = b_proxy.busy - b_proxy.time.get("wakeup", 0.0)
+    b_proxy_busy_pct = 100 * b_proxy_busy / (b_proxy_busy + b_proxy.time.get("idle", 0.0)
+                                             + b_proxy.time.get("wakeup", 0.0))
+    b_proxy_soft_pct = 100 * (b_proxy.time["softirq"] + b_proxy.time["ksoftirqd"]) / b_proxy_busy
     skbs = unbound.simulated.skbs
     out.write(
         f"-> unbound, the client's CPU {client} runs the client's send, the receive softirq "
@@ -514,15 +519,19 @@ def seed_001(ns: argparse.Namespace) -> SeedRun:
     out.write(f"   target {lo:.2f}-{hi:.2f}x: 1.96x +-25%, like seed 002's, because the "
               "machine is not published (an x86 server with at least 11 CPUs: "
               f"{SOCKMAP_PROFILE} stands for it) and the TCP and psock [net] costs are cycle "
-              "estimates of what the kernel functions do, not measurements. Contention as "
-              "modeled (CFS, softirq priority, these costs) does not close the gap: a CPU is "
-              "work-conserving, the kworker takes one skb per run (it preempts as soon as it "
-              "is woken, so ingress_skb never holds more) and its two switches per run were "
-              "already priced in net.kworker_wakeup. 34 Gbit/s is about 15 us per 64 KiB on "
-              f"a saturated client CPU where the model spends {u_cpu.busy / 1000:.1f}: the "
-              "rest would be work the model does not price (cache misses between the "
-              "contexts, the kworker's send as it really costs) or a stall it does not "
-              "produce (none happens here: p2 never fills).\n\n")
+              "estimates of what the kernel functions do, not measurements. What makes the "
+              "kworker's share large: the kernel of the seed's time (bpf-next, November 2024) "
+              "sent an skb's page frags with one sendmsg each, without MSG_MORE "
+              "(__skb_send_sock; a single send of all of them was proposed in June 2025), "
+              "and nginx's stream proxy sets TCP_NODELAY, so each 32 KiB frag is a "
+              "transmission of its own, with c2's receive softirq in the kworker's context. "
+              f"Bound, CPU {proxy} is then busy {b_proxy_busy_pct:.0f}% of the time, "
+              f"{b_proxy_soft_pct:.0f}% of that in softirq (the seed's CPU 10: about 68% sys, "
+              "32% soft). Contention as modeled "
+              "(CFS, softirq priority) moves nothing: a CPU is work-conserving and the "
+              "kworker takes one skb per run, so unbound, the client's CPU spends "
+              f"{u_cpu.busy / 1000:.1f} us per 64 KiB on the client, the verdict and the "
+              "work together (the seed's 34 Gbit/s is about 15 us).\n\n")
     return SeedRun(Modeled(unbound.gbps, bound.gbps, model.profile,
                            "streamed on the CPUs' scheduler"), out.getvalue(),
                    (lambda directory: [sockmap_timelines_plot(directory, model)])

@@ -50,9 +50,10 @@ Rules this module keeps:
 - Modeled time (emulated/machine/timing.py): the kernel work this path stands for is charged to the
   CPU it runs on, through ``_charge``: the verdict's take of each skb (tcp_read_skb, and the
   ACK its tcp_cleanup_rbuf sends), the redirect (sk_psock_skb_redirect), the kworker's wake-up
-  and context switches per work run, each send of the backlog (``_charge_sent``: the skb's
-  pages spliced into the socket, no copy, the loopback transmit, and the receive softirq
-  that loopback runs in the sender's context), and each delivery to an ``ingress_msg``.
+  and context switches per work run, each send of the backlog (``_charge_sent``: per page
+  frag, __skb_send_sock's sendmsg of it, spliced without a copy, whose tcp_push transmits
+  it as an skb of its own through loopback, and the receive softirq that loopback runs in
+  the sender's context), and each delivery to an ``ingress_msg``.
   The verdict program's instructions are charged by run_prog (prog/core.py).
 - Counters per emulated CPU (``SockmapCpuStats``): verdict runs, backlog work runs, bytes
   delivered or sent, EAGAIN retries, drops, and host CPU time of the receive and work threads.
@@ -760,13 +761,17 @@ class SkPsock:
             self.sk_psock_backlog(cpu)
             self.table.count(cpu, backlog_runs=1)
 
-    def _charge_sent(self, cpu: int, nbytes: int, nskbs: int) -> None:
-        """skb_send_sock of ``nskbs`` skbs, ``nbytes`` in all: tcp_sendmsg_locked splicing
-        their page frags (no copy), the transmit through loopback, and the receiving socket's
-        softirq, which loopback runs on this, the sending, CPU."""
-        charge(self.machine, cpu, "tcp_sendmsg_skb", "tcp_write_xmit_skb", "tcp_v4_rcv_skb",
-                n=nskbs)
-        charge(self.machine, cpu, "skb_send_sock_frag", n=-(-nbytes // SKB_FRAG))
+    def _charge_sent(self, cpu: int, frags: int) -> None:
+        """skb_send_sock of ``frags`` page frags. Until 2025 __skb_send_sock
+        made one sendmsg per frag, without MSG_MORE (a bvec of all of them, or MSG_MORE on
+        all but the last, was proposed in June 2025 by Feng Yang: "what previously required
+        multiple transmissions now only needs a single transmission"). So each frag is
+        a sendmsg (lock_sock, tcp_sendmsg_locked splicing the page, no copy; release_sock)
+        whose tcp_push sends it as an skb of its own: the loopback transmit, and the
+        receiving socket's softirq, which loopback runs on this, the sending, CPU."""
+        if frags:
+            charge(self.machine, cpu, "skb_send_sock_frag", "tcp_sendmsg_skb",
+                   "tcp_write_xmit_skb", "tcp_v4_rcv_skb", n=frags)
 
     def sk_psock_backlog(self, cpu: int) -> None:
         """Drain ingress_skb in order; keep the head and its offset on EAGAIN. A run of
@@ -826,8 +831,8 @@ class SkPsock:
             stalled_since = None
             moved += sent
             with self.lock:
-                finished = self._advance(batch, sent)
-            self._charge_sent(cpu, sent, finished)
+                frags = self._advance(batch, sent)
+            self._charge_sent(cpu, frags)
         if moved:
             self.table.count(cpu, bytes=moved)
 
@@ -846,12 +851,15 @@ class SkPsock:
     def _advance(self, batch: list[SkbEntry], sent: int) -> int:
         """``sent`` bytes of ``batch`` went out: move the offsets on and unlink finished skbs
         (self.lock held; a purge meanwhile has unlinked them already). Returns how many
-        skbs it finished."""
-        finished = 0
+        page frags (SKB_FRAG each, from the skb's start) the bytes sent touched: the
+        kernel's sendmsg calls for them."""
+        frags = 0
         for entry in batch:
             if not self.ingress_skb or self.ingress_skb[0] is not entry:
                 break
             step = min(sent, len(entry.data) - entry.off)
+            if step:
+                frags += -(-(entry.off + step) // SKB_FRAG) - entry.off // SKB_FRAG
             entry.off += step
             sent -= step
             self._backlog_done(step)
@@ -859,8 +867,7 @@ class SkPsock:
                 break
             self.ingress_skb.popleft()
             self.table.recycle(entry.data)
-            finished += 1
-        return finished
+        return frags
 
 
 def sk_psock_init(table: PsockTable, ref: Any) -> SkPsock:
