@@ -652,14 +652,13 @@ SEEDS: tuple[Seed, ...] = (
          (1.24e6, 1.62e6, "events/s"), (1.18, 1.44), model=seed_000),
     Seed("001", "sockmap CPU affinity (not merged)", "sockmap proxy throughput",
          (34.0, 66.7, "Gbit/s"), SOCKMAP_TARGET, model=seed_001,
-         miss_cause="on sapphire-rapids-2s the bound proxy comes out near the published "
-                    "0.91x of direct, the unbound one well above the published 0.47x, "
-                    "though the client, its softirq (p1's receive and the verdict) and the "
-                    "kworker (p2's send and c2's softirq) now contend for the client's CPU "
-                    "on the scheduler: the CPU stays busy, the kworker preempts the client "
-                    "once per skb, and its switches were already priced; what the model "
-                    "lacks is the unpriced work of running them together (their skbs and "
-                    "copies sharing its caches) or a stall the real run had"),
+         miss_cause="the client, its softirq (p1's receive and the verdict) and the "
+                    "kworker (p2's send of each page frag as a transmission of its own, and "
+                    "c2's softirq for each) contend for the client's CPU on the scheduler: "
+                    "the CPU stays busy, the kworker preempts the client once per skb, and "
+                    "its switches were already priced; what the model lacks is the unpriced "
+                    "work of running them together (their skbs and copies sharing its "
+                    "caches) or a stall the real run had"),
     Seed("002", "cpumap GRO (Linux 6.15)", "cpumap redirect rate", (*GRO_PUBLISHED, "pps"),
          GRO_TARGET, model=seed_002, variants=(GRO_OFF,)),
     Seed("003", "call_rcu in non-prealloc htab (0fd7c5d43339)", "map_perf_test 4",
@@ -677,8 +676,9 @@ SEEDS: tuple[Seed, ...] = (
                     "element count a percpu_counter), so the published run's 15 CPUs give "
                     "the per-CPU rate of these 2; left out: ksoftirqd sharing its CPU with "
                     "the benchmark (no scheduler under RCU yet), the tick's and the "
-                    "grace-period kthread's own cost, and memcg accounting of each "
-                    "kmalloc (__GFP_ACCOUNT)"),
+                    "grace-period kthread's own cost; memcg accounting of each new "
+                    "element and its kfree is in (from a perf profile of this run in the "
+                    "series' thread) and moved the figure by 0.1x"),
 )
 
 

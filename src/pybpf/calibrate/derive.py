@@ -11,6 +11,15 @@ from .probes import READ_SOCKADDR, RET, TEST_RUN_PROBES, Samples, executed
 # Not measurable from user space; see the sources these appear in.
 IRQ_SAVE_RESTORE_CYCLES = 20
 SLAB_FASTPATH_CYCLES = 25
+# memcg accounting per object, scaled from SLAB_FASTPATH_CYCLES by Hou Tao's perf profile of
+# map_perf_test 4 on bpf_mem_alloc with a call_rcu per element (bpf list, 28 Sep 2022):
+# kmem_cache_alloc_node 2.62%; __get_obj_cgroup_from_memcg 4.53%, memcg_slab_post_alloc_hook
+# 2.57%, obj_cgroup_charge 2.25%, mod_objcg_state 1.52% on the charge side. The free side
+# mirrors the last two (refill_obj_stock, mod_objcg_state).
+MEMCG_CHARGE_CYCLES = round(SLAB_FASTPATH_CYCLES * (4.53 + 2.57 + 2.25 + 1.52) / 2.62)
+MEMCG_UNCHARGE_CYCLES = round(SLAB_FASTPATH_CYCLES * (2.25 + 1.52) / 2.62)
+MEMCG_PROFILE = ("Hou Tao's perf profile of map_perf_test 4 on bpf_mem_alloc with a call_rcu "
+                 "per element (bpf list, 28 Sep 2022)")
 SLAB_REFILL_CYCLES = 60
 SLAB_FREE_REMOTE_CYCLES = 30
 PAGE_ALLOC_CYCLES = 135
@@ -181,6 +190,15 @@ def derive(samples: dict[str, Samples], host: dict) -> tuple[dict[str, Value], d
              f"estimate: {SLAB_FASTPATH_CYCLES} cycles at {ghz:.2f} GHz, half of the ~45-50 "
              "cycles Jesper Dangaard Brouer measured for a SLUB kmem_cache_alloc + free pair "
              "on the fast path (slab bulk-API series, Linux 4.3-4.4, 2015)")
+    cite("alloc.memcg_charge", MEMCG_CHARGE_CYCLES / ghz,
+         f"estimate: {MEMCG_CHARGE_CYCLES} cycles at {ghz:.2f} GHz: the slab fast path's "
+         f"{SLAB_FASTPATH_CYCLES} x 10.87 / 2.62, the share of the memcg charge functions "
+         "(__get_obj_cgroup_from_memcg, memcg_slab_post_alloc_hook, obj_cgroup_charge, "
+         f"mod_objcg_state) over kmem_cache_alloc_node's in {MEMCG_PROFILE}")
+    cite("alloc.memcg_uncharge", MEMCG_UNCHARGE_CYCLES / ghz,
+         f"estimate: {MEMCG_UNCHARGE_CYCLES} cycles at {ghz:.2f} GHz: the slab fast path's "
+         f"{SLAB_FASTPATH_CYCLES} x 3.77 / 2.62, the free side's mirror of obj_cgroup_charge "
+         f"and mod_objcg_state (refill_obj_stock, mod_objcg_state) in {MEMCG_PROFILE}")
     cite("alloc.slab_refill", SLAB_REFILL_CYCLES / ghz,
          f"estimate: {SLAB_REFILL_CYCLES} cycles at {ghz:.2f} GHz: ___slab_alloc's checks and "
          "taking a slab off the partial list, about 60 instructions (its cmpxchg on the "

@@ -129,6 +129,11 @@ SCHEMA: tuple[Param, ...] = (
        "free list with interrupts off"),
     _p("alloc", "kmalloc", "ns", "slab allocation fast path (per-CPU slab)"),
     _p("alloc", "kfree", "ns", "slab free fast path"),
+    _p("alloc", "memcg_charge", "ns", "memcg accounting of one object allocated with "
+       "__GFP_ACCOUNT (map memory, 5.11+): the objcg lookup, obj_cgroup_charge from the "
+       "per-CPU stock, the slab's objcg slot and the vmstat delta"),
+    _p("alloc", "memcg_uncharge", "ns", "memcg accounting of one accounted object freed: "
+       "the stock refilled, the vmstat delta, the objcg reference dropped"),
     _p("alloc", "slab_refill", "ns", "SLUB's ___slab_alloc taking a partial slab when the "
        "CPU's slab is used up, beyond its cmpxchg and memory stalls"),
     _p("alloc", "slab_free_remote", "ns", "SLUB's __slab_free of an object whose slab is not "

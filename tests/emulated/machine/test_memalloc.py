@@ -232,3 +232,22 @@ def test_the_2022_allocator_refills_with_new_objects_and_frees_after_two_grace_p
     assert machine.rcu.callbacks_queued > c.call_rcu
     assert machine.rcu.callbacks_queued <= c.call_rcu + batches
     assert machine.timing.breakdown(0)["kfree"][0] == c.freed
+
+
+@pytest.mark.parametrize("design", ["call_rcu", "bpf_mem_alloc_call_rcu", "bpf_mem_alloc"])
+def test_every_element_kmalloc_and_kfree_is_accounted_to_the_memory_cgroup(design):
+    """Map elements are __GFP_ACCOUNT (the map's objcg, 5.11+): each new object from the slab
+    costs a memcg charge and each one given back an uncharge; reuse from a cache costs
+    neither."""
+    sys = system("emulated", cpus=1, htab_mem=design)
+    stats = _churn(sys)
+    sys.machine.step()
+    sys.machine.rcu.barrier()
+    spent = sys.machine.timing.breakdown(0)
+    assert spent["memcg_charge"][0] == spent["kmalloc"][0] == stats["allocated"] > 0
+    freed = spent.get("kfree", (0, 0.0))[0]
+    assert spent.get("memcg_uncharge", (0, 0.0))[0] == freed
+    if design == "call_rcu":  # every element went back to the slab once its callback ran
+        assert freed == stats["allocated"]
+    if design == "bpf_mem_alloc":  # the cache reuses: the prefill and a few refills only
+        assert stats["allocated"] < 64 * 20 // 4

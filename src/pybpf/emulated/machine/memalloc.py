@@ -29,8 +29,9 @@ Rules this module keeps:
 - Modeled time (the machine's ``timing``): unit_alloc and unit_free cost ``bpf_mem_cache`` and
   touch the object's line; a refill or a free_bulk runs as an irq_work on the CPU; new objects
   come from the ``new_object`` factory, which charges their kmalloc; objects given back for good
-  are kfree'd on the CPU whose callback frees them. An object's memory is its ``addr``
-  attribute where it has one.
+  are kfree'd on the CPU whose callback frees them. Both are accounted to the map's memory
+  cgroup (alloc_bulk's __GFP_ACCOUNT; the map's objcg since 5.11), as every element is. An
+  object's memory is its ``addr`` attribute where it has one.
 """
 
 from __future__ import annotations
@@ -225,7 +226,7 @@ class BpfMemAlloc:
             self.counters.freed += len(gone)
             self._hold(cpu, -len(gone) * self.unit_size)
         for obj in gone:
-            self.timing.kfree(cpu, addr_of(obj), self.unit_size)
+            self.timing.kfree(cpu, addr_of(obj), self.unit_size, account=True)
 
     def alloc(self) -> Any | None:
         """unit_alloc on the current CPU: an object, or None (the caller answers ENOMEM)."""
@@ -345,7 +346,7 @@ class KmallocRcu:
             self._hold(-self.unit_size)
         cpu = self.machine.current.cpu
         self.machine.timing.access(cpu, addr_of(obj), write=True)
-        self.machine.timing.kfree(cpu, addr_of(obj), self.unit_size)
+        self.machine.timing.kfree(cpu, addr_of(obj), self.unit_size, account=True)
 
     def free(self, obj: Any) -> None:
         with self._lock:

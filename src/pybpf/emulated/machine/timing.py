@@ -285,26 +285,33 @@ class Timing:
             self._next_addr[node] += max(PAGE, -(-size // PAGE) * PAGE)
         return addr
 
-    def kmalloc(self, cpu: int, size: int, node: int | None = None) -> int:
+    def kmalloc(self, cpu: int, size: int, node: int | None = None,
+                account: bool = False) -> int:
         """A slab object from SLUB (see ``KmemCache``): the CPU's slab's freelist, last freed
         first (``kmalloc``); when it is empty ``___slab_alloc`` takes a partial slab
         (``slab_refill`` and a cmpxchg on the slab's struct) or a new one from the page
-        allocator (``page_alloc``: fresh memory, cold in every cache)."""
+        allocator (``page_alloc``: fresh memory, cold in every cache). ``account``:
+        __GFP_ACCOUNT, charged to the memory cgroup (``memcg_charge``), as map memory is."""
         node = self.cpu_node[cpu] if node is None else node
         cache = self._kmem_cache(node, kmalloc_size(size))
         self.charge(cpu, "kmalloc")
+        if account:
+            self.charge(cpu, "memcg_charge")
         slab = cache.cpu_slab[cpu]
         if slab is None or not slab.free:
             slab = self._slab_refill(cpu, cache, node)
         return slab.free.pop()
 
-    def kfree(self, cpu: int, addr: int, size: int) -> None:
+    def kfree(self, cpu: int, addr: int, size: int, account: bool = False) -> None:
         """Give a slab object back (``kfree``). Into the CPU's own slab it is the fast path;
         into any other slab it is ``__slab_free`` (``slab_free_remote`` and a cmpxchg on the
         slab's struct), which puts a slab that was full on this CPU's partial list, and
         gives an empty one back to the page allocator when its node has partial slabs
-        enough (``page_free``)."""
+        enough (``page_free``). ``account``: an object kmalloc'd with ``account``, whose
+        charge goes back to its memory cgroup (``memcg_uncharge``)."""
         self.charge(cpu, "kfree")
+        if account:
+            self.charge(cpu, "memcg_uncharge")
         slab = self._slab_of_page.get(addr // PAGE) if addr else None
         if slab is None:
             return
