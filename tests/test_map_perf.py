@@ -19,6 +19,7 @@ import sys
 
 import pytest
 
+from pybpf import reproduce
 from pybpf.bench import map_perf as mp
 from pybpf.bench import trigger
 from pybpf.bench.map_perf.kernel_run import kernel_trigger
@@ -397,6 +398,29 @@ def test_reproduce_figures_are_the_same_on_every_run():
                      for _ in range(2))
     assert first.returncode == second.returncode == 0
     assert first.stdout == second.stdout
+
+
+def test_reproduce_in_parallel_processes_prints_what_one_after_another_does():
+    args = [sys.executable, "-m", "pybpf", "reproduce", "--backend", "emulated", "--scale",
+            "40000", "--events", "5"]
+    alone, together = (subprocess.run(args + ["--jobs", jobs], capture_output=True, text=True,
+                                      timeout=300) for jobs in ("1", "4"))
+    assert alone.returncode == together.returncode == 0, together.stderr
+    assert alone.stdout == together.stdout
+
+
+def test_map_perf_jobs_run_in_processes_of_their_own_and_come_back_by_name():
+    cfg = {name: mp.Config(test_flags=mp.Test.HASH_KMALLOC.bit, num_procs=2, max_cnt=5,
+                           backend="emulated", cpus=2, htab_mem=name, json=True,
+                           progress=False)
+           for name in ("bpf_mem_alloc", "call_rcu")}
+    jobs = {("003", name): c for name, c in cfg.items()}
+    done = reproduce.run_map_perf_jobs(jobs, 2)
+    assert set(done) == set(jobs)
+    for (_, name), result in done.items():
+        assert result.alloc_stats["hash_map_alloc"]["mem_design"] == name
+        assert [r.rate for r in result.results] == [r.rate for r in mp.run(cfg[name]).results]
+    assert reproduce.run_map_perf_jobs(jobs, 1) == {}  # one worker: the seeds run them
 
 
 def test_reproduce_json_is_one_document_with_every_seeds_figures_and_verdict():

@@ -107,6 +107,9 @@ class Seed:
     published: tuple[float, float, str]  # before, after, unit
     target: tuple[float, float] | None  # the after/before ratio a prediction must fall in
     model: Callable[[argparse.Namespace], SeedRun] | None = None
+    # The emulated map-perf runs the model makes, by name: ``run`` makes them first, in
+    # parallel processes (each run is independent, and none measures host time).
+    map_perf: Callable[[argparse.Namespace], dict[str, mp.Config]] | None = None
     missing: str = ""  # why there is no modeled figure yet
     # What the model leaves out that the published figure had, said when it misses.
     miss_cause: str = ""
@@ -139,6 +142,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kernel-events", dest="kernel_events",
                         type=int_arg("--kernel-events", 1, U32_MAX, MAX_CNT_WHY), default=10000,
                         help="kernel events per CPU per test (default 10000, the sample's)")
+    parser.add_argument("--jobs", type=int_arg("--jobs", 1, 1024, "processes"), default=None,
+                        help="emulated map-perf runs made at once, each in a process of its "
+                             "own (default: this host's CPUs; 1 = one after another, in this "
+                             "process); the figures are the same either way")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON document instead of the tables: each seed's "
                              "published and modeled figures, ratios, target and verdict")
@@ -164,6 +171,11 @@ def run(ns: argparse.Namespace) -> int:
         from .backends import system
 
         system("kernel")  # a refusal ends the command now, before minutes of emulation
+    ns.map_perf_done = run_map_perf_jobs(
+        {(seed.number, name): cfg for seed in SEEDS if seed.map_perf is not None
+         for name, cfg in seed.map_perf(ns).items()}, ns.jobs)
+    # then the rest, one at a time: seed 001's real sockets and the kernel's runs measure
+    # the host, so nothing else runs beside them
     done = {seed.number: seed.model(ns) for seed in SEEDS if seed.model is not None}
     if ns.plot:
         os.makedirs(ns.plot, exist_ok=True)
@@ -181,6 +193,38 @@ def run(ns: argparse.Namespace) -> int:
         out.write(seed_run.section)
     out.write(WHERE_TO_LOOK)
     return 0
+
+
+def run_map_perf_jobs(jobs: dict[tuple[str, str], mp.Config], workers: int | None
+                      ) -> dict[tuple[str, str], mp.RunResult]:
+    """The emulated map-perf runs ``jobs`` (seed, name) -> config, ``workers`` at a time in
+    processes of their own (None: one per host CPU), in the order given (the longest first).
+    Their figures are modeled, so running them together changes none. With one worker, or
+    one job, nothing runs here: the seeds make their runs themselves."""
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+            else os.cpu_count() or 1
+    workers = min(workers, len(jobs))
+    if workers <= 1:
+        return {}
+    import concurrent.futures
+    import multiprocessing
+
+    # fork: the workers start at once with everything imported (no run reads the parent's
+    # state beyond its config)
+    context = multiprocessing.get_context(
+        "fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        futures = {key: pool.submit(mp.run, cfg) for key, cfg in jobs.items()}
+        return {key: future.result() for key, future in futures.items()}
+
+
+def map_perf_runs(ns: argparse.Namespace, seed: str, configs: dict[str, mp.Config]
+                  ) -> dict[str, mp.RunResult]:
+    """``seed``'s map-perf runs: those ``run`` made already, the others now."""
+    done = getattr(ns, "map_perf_done", None) or {}
+    return {name: done[seed, name] if (seed, name) in done else mp.run(cfg)
+            for name, cfg in configs.items()}
 
 
 def _quiet(**kw) -> mp.Config:
@@ -285,16 +329,18 @@ def seeds_table(modeled: dict[str, Modeled]) -> str:
 
 # -- seed 000: NUMA node selection ---------------------------------------------------------
 
-def numa_runs(ns: argparse.Namespace) -> dict[str, mp.RunResult]:
+def numa_configs(ns: argparse.Namespace) -> dict[str, mp.Config]:
     k = ns.scale
-    runs = {}
-    for mode in (mp.NUMA_NONE, mp.NUMA_AUTO):
-        cfg = _quiet(test_flags=mp.Test.INNER_LRU_HASH_PREALLOC.bit, num_procs=NUMA_PROCS,
-                     num_map_entries=max(1, NUMA_ENTRIES // k), max_cnt=max(1, NUMA_EVENTS // k),
-                     backend="emulated", numa_node=mode, parent_cpu=NUMA_PARENT_CPU,
-                     profile=ns.profile or NUMA_PROFILE, cache_scale=1 / k)
-        runs[mode] = mp.run(cfg)
-    return runs
+    return {mode: _quiet(test_flags=mp.Test.INNER_LRU_HASH_PREALLOC.bit, num_procs=NUMA_PROCS,
+                         num_map_entries=max(1, NUMA_ENTRIES // k),
+                         max_cnt=max(1, NUMA_EVENTS // k), backend="emulated", numa_node=mode,
+                         parent_cpu=NUMA_PARENT_CPU, profile=ns.profile or NUMA_PROFILE,
+                         cache_scale=1 / k)
+            for mode in (mp.NUMA_NONE, mp.NUMA_AUTO)}
+
+
+def numa_runs(ns: argparse.Namespace) -> dict[str, mp.RunResult]:
+    return map_perf_runs(ns, "000", numa_configs(ns))
 
 
 def seed_000(ns: argparse.Namespace) -> SeedRun:
@@ -372,12 +418,15 @@ def breakdown_table(before: mp.Result, after: mp.Result) -> str:
 ALLOC_DESIGNS = ("bpf_mem_alloc_call_rcu", "bpf_mem_alloc")
 
 
-def alloc_runs(ns: argparse.Namespace) -> dict[str, mp.RunResult]:
-    return {design: mp.run(_quiet(test_flags=mp.Test.HASH_KMALLOC.bit, num_procs=ALLOC_CPUS,
-                                  max_cnt=ns.events, backend="emulated", cpus=ALLOC_CPUS,
-                                  nodes=1, htab_mem=design,
-                                  profile=ns.profile or ALLOC_PROFILE))
+def alloc_configs(ns: argparse.Namespace) -> dict[str, mp.Config]:
+    return {design: _quiet(test_flags=mp.Test.HASH_KMALLOC.bit, num_procs=ALLOC_CPUS,
+                           max_cnt=ns.events, backend="emulated", cpus=ALLOC_CPUS, nodes=1,
+                           htab_mem=design, profile=ns.profile or ALLOC_PROFILE)
             for design in ALLOC_DESIGNS}
+
+
+def alloc_runs(ns: argparse.Namespace) -> dict[str, mp.RunResult]:
+    return map_perf_runs(ns, "003", alloc_configs(ns))
 
 
 def _mean_rate(result: mp.RunResult) -> float:
@@ -649,7 +698,7 @@ def gro_section(out, runs: list, profile: str) -> None:
 
 SEEDS: tuple[Seed, ...] = (
     Seed("000", "NUMA node for maps (96eabe7a40aa)", "map_perf_test 512 8 1260000 8000000, CPU 0",
-         (1.24e6, 1.62e6, "events/s"), (1.18, 1.44), model=seed_000),
+         (1.24e6, 1.62e6, "events/s"), (1.18, 1.44), model=seed_000, map_perf=numa_configs),
     Seed("001", "sockmap CPU affinity (not merged)", "sockmap proxy throughput",
          (34.0, 66.7, "Gbit/s"), SOCKMAP_TARGET, model=seed_001,
          miss_cause="the client, its softirq (p1's receive and the verdict) and the "
@@ -662,7 +711,7 @@ SEEDS: tuple[Seed, ...] = (
     Seed("002", "cpumap GRO (Linux 6.15)", "cpumap redirect rate", (*GRO_PUBLISHED, "pps"),
          GRO_TARGET, model=seed_002, variants=(GRO_OFF,)),
     Seed("003", "call_rcu in non-prealloc htab (0fd7c5d43339)", "map_perf_test 4",
-         (1.0e5, 2.5e5, "events/s"), (1.9, 3.1), model=seed_003,
+         (1.0e5, 2.5e5, "events/s"), (1.9, 3.1), model=seed_003, map_perf=alloc_configs,
          miss_cause="RCU runs as the kernel's (per-CPU callback lists, grace periods "
                     "waiting for every busy CPU, which under the syscall loop only pass one "
                     "once callbacks overload a CPU or a scan asks them to schedule, so "
