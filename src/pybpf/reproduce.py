@@ -131,8 +131,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                                                 "8000000 events a CPU at full size"),
                         default=NUMA_SCALE,
                         help=f"seed 000 runs K times smaller than the patch's run (default "
-                             f"{NUMA_SCALE}: about two minutes; larger is faster but the LRU "
-                             "then refills in smaller batches than at full size)")
+                             f"{NUMA_SCALE}: each of its two runs takes about 45 s here; "
+                             "larger is faster but the LRU then refills in smaller batches "
+                             "than at full size)")
     parser.add_argument("--events", type=int_arg("--events", 1, U32_MAX, MAX_CNT_WHY),
                         default=ALLOC_EVENTS,
                         help=f"seed 003: emulated events per CPU (default {ALLOC_EVENTS})")
