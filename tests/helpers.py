@@ -7,6 +7,12 @@ from collections.abc import Callable
 
 import pytest
 
+from pybpf.emulated.prog.native import native_missing
+
+# The emulated backend's engines, for tests run on each (native only where llvmlite is).
+ENGINES = ["jit", "interp", pytest.param("native", marks=pytest.mark.skipif(
+    native_missing() is not None, reason=str(native_missing())))]
+
 
 def u32(i: int) -> bytes:
     """``i`` as a 4-byte little-endian key or value (an index, an fd, a CPU's qsize)."""

@@ -11,6 +11,8 @@ from collections import defaultdict
 
 import pytest
 
+from helpers import ENGINES
+
 # (a, b, family) -> [sequences, ops, mismatching sequences]
 _TALLY: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
 
@@ -34,6 +36,13 @@ class Tally:
 @pytest.fixture(scope="session")
 def differential_tally() -> Tally:
     return Tally()
+
+
+@pytest.fixture(params=ENGINES)
+def emulated_engine(request, emulated):
+    """The emulated backend on each of its engines (``bpf_engine``: the tally names it)."""
+    emulated.bpf_engine = request.param
+    return emulated
 
 
 @pytest.fixture(scope="session")

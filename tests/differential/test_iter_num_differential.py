@@ -19,16 +19,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import ENGINES
 from pybpf.emulated.prog.memory import BPF_MAX_LOOPS
-from pybpf.emulated.prog.native import native_missing
 from pybpf.errors import BPFError
 from pybpf.programs import Program, ProgramSpec
 from pybpf.uapi import MapType, ProgType
 
 INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
 FRAME = bytes(64)  # a socket filter's test run needs a frame; the programs do not read it
-ENGINES = ["jit", "interp", pytest.param("native", marks=pytest.mark.skipif(
-    native_missing() is not None, reason=str(native_missing())))]
 
 
 def it_at(off: int = -16) -> str:

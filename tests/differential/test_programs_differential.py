@@ -1,7 +1,10 @@
-"""Every corpus program on both backends: the emulated interpreter must give what the kernel
-gives (retval, packet out, every map's contents), and both what the corpus says.
+"""Every corpus program on both backends, the emulated one on each of its engines (the
+reference interpreter, the JIT to Python and, with llvmlite, the native tier): each must give
+what the kernel gives (retval, packet out, every map's contents), and both what the corpus
+says.
 
-Plus random straight-line ALU programs (hypothesis) compared between the backends.
+Plus random straight-line ALU programs and branchy ones with stack memory (hypothesis),
+compared the same way.
 """
 
 from __future__ import annotations
@@ -62,18 +65,20 @@ def _differences(kernel: Outcome, emulated: Outcome) -> list[str]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)
-def test_corpus_program_gives_the_kernels_result_on_the_emulator(case: Case, kernel, emulated,
+def test_corpus_program_gives_the_kernels_result_on_every_engine(case: Case, kernel,
+                                                                  emulated_engine,
                                                                   differential_tally):
+    emulated, side = emulated_engine, f"emulated {emulated_engine.bpf_engine}"
     assert kernel.num_possible_cpus == emulated.num_possible_cpus
     on_kernel = run_case(case, kernel)
     check_expected(case, on_kernel, kernel.num_possible_cpus)
     try:
         on_emulator = run_case(case, emulated)
     except Exception:
-        differential_tally.add("kernel", "emulated", "programs", 1, 1, 1)
+        differential_tally.add("kernel", side, "programs", 1, 1, 1)
         raise
     diffs = _differences(on_kernel, on_emulator)
-    differential_tally.add("kernel", "emulated", "programs", 1, 1, int(bool(diffs)))
+    differential_tally.add("kernel", side, "programs", 1, 1, int(bool(diffs)))
     assert not diffs, f"{case.name}: " + "; ".join(diffs)
     check_expected(case, on_emulator, emulated.num_possible_cpus)
 
@@ -103,16 +108,17 @@ def _run(system, program) -> tuple[int, bytes]:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                          HealthCheck.function_scoped_fixture])
 @given(program=alu_programs())
-def test_random_alu_program_gives_the_same_registers_on_both_backends(program, kernel,
-                                                                      emulated,
-                                                                      differential_tally):
+def test_random_alu_program_gives_the_same_registers_on_every_engine(program, kernel,
+                                                                     emulated_engine,
+                                                                     differential_tally):
+    side = f"emulated {emulated_engine.bpf_engine}"
     on_kernel = _run(kernel, program)
     try:
-        on_emulator = _run(emulated, program)
+        on_emulator = _run(emulated_engine, program)
     except Exception:
-        differential_tally.add("kernel", "emulated", "random alu programs", 1, 1, 1)
+        differential_tally.add("kernel", side, "random alu programs", 1, 1, 1)
         raise
-    differential_tally.add("kernel", "emulated", "random alu programs", 1, 1,
+    differential_tally.add("kernel", side, "random alu programs", 1, 1,
                            int(on_kernel != on_emulator))
     assert on_emulator == on_kernel
 
@@ -170,20 +176,21 @@ PACKET_120 = bytes(range(120))
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                          HealthCheck.function_scoped_fixture])
 @given(program=branchy_programs())
-def test_random_program_with_jumps_and_stack_gives_the_same_result_on_both_backends(
-        program, kernel, emulated, differential_tally):
+def test_random_program_with_jumps_and_stack_gives_the_same_result_on_every_engine(
+        program, kernel, emulated_engine, differential_tally):
     def run(system):
         spec = ProgramSpec(ProgType.XDP, program, name="random_branchy")
         with Program.load(spec, system) as prog:
             result = prog.test_run(PACKET_120)
         return result.retval, result.data_out
 
+    side = f"emulated {emulated_engine.bpf_engine}"
     on_kernel = run(kernel)
     try:
-        on_emulator = run(emulated)
+        on_emulator = run(emulated_engine)
     except Exception:
-        differential_tally.add("kernel", "emulated", "random branchy programs", 1, 1, 1)
+        differential_tally.add("kernel", side, "random branchy programs", 1, 1, 1)
         raise
-    differential_tally.add("kernel", "emulated", "random branchy programs", 1, 1,
+    differential_tally.add("kernel", side, "random branchy programs", 1, 1,
                            int(on_kernel != on_emulator))
     assert on_emulator == on_kernel

@@ -13,16 +13,14 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conformance.conftest import load_with_func_info
+from helpers import ENGINES
 from pybpf.asm import FP, R0, R1, R2, R3, R4, R5, R6
 from pybpf.asm import builder as b
-from pybpf.emulated.prog.native import native_missing
 from pybpf.errors import BPFError
 from pybpf.uapi import MapType
 
 RING = 4096
 STOP = 0xFF  # a sample starting with it stops the drain (its callback returns 1)
-ENGINES = ["jit", "interp", pytest.param("native", marks=pytest.mark.skipif(
-    native_missing() is not None, reason=str(native_missing())))]
 
 def drain_program(flags: int) -> list:
     """main: *fp-8 = 0; R0 = (bpf_user_ringbuf_drain(m, cb, fp-8, flags) << 16) + *fp-8. The

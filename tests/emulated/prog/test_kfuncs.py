@@ -10,7 +10,7 @@ import errno
 
 import pytest
 
-from helpers import u32
+from helpers import ENGINES, u32
 from pybpf import system
 from pybpf.asm import FP, R0, R1, R2, R3, R4, R6, R7, assemble, encode
 from pybpf.asm import builder as b
@@ -18,7 +18,6 @@ from pybpf.btf import Btf, Kind
 from pybpf.emulated.net.skmsg import psock_table
 from pybpf.emulated.prog.kfuncs import KFUNCS
 from pybpf.emulated.prog.memory import CtxRegion
-from pybpf.emulated.prog.native import native_missing
 from pybpf.errors import BPFError, VerifierError
 from pybpf.programs import Program, ProgramSpec
 from pybpf.sock_maps import SockMap, redirect_verdict
@@ -173,9 +172,7 @@ def test_a_btf_id_that_is_no_function_is_einval_on_both(backend):
 
 
 # -- what the program gets back ----------------------------------------------------------------
-@pytest.mark.parametrize("engine", ["jit", "interp", pytest.param(
-    "native", marks=pytest.mark.skipif(native_missing() is not None,
-                                       reason=str(native_missing())))])
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("cpu,expected", [(1, ENOENT), (4, EINVAL), (-2, EINVAL),
                                           (-(1 << 31), EINVAL)])
 def test_outside_a_psock_the_kfunc_returns_enoent_or_einval_for_a_bad_cpu(four_cpus, engine,
