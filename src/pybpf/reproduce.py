@@ -728,7 +728,9 @@ SEEDS: tuple[Seed, ...] = (
                     "the benchmark (no scheduler under RCU yet), the tick's and the "
                     "grace-period kthread's own cost; memcg accounting of each new "
                     "element and its kfree is in (from a perf profile of this run in the "
-                    "series' thread) and moved the figure by 0.1x"),
+                    "series' thread) and moved the figure by 0.1x. That profile (Hou Tao, "
+                    "72 CPUs, Sep 2022) was flat, call_rcu at 2%, and its author could not "
+                    "reproduce call_rcu as the bottleneck, as the model does not"),
 )
 
 
