@@ -58,6 +58,9 @@ def test_summary_and_iter_lines_follow_the_selftest():
     (["--backend", "kernel", "--flavour", "call_rcu"], "only the emulated backend"),
     (["--backend", "kernel", "--cpus", "4"], "emulated machine"),
     (["-d", "0"], "--duration must be > 0 seconds, got 0"),
+    (["--backend", "emulated", "--cpus", "2", "-p", "4"], "each producer needs one of its own"),
+    (["--backend", "kernel", "--profile", "host"], "emulated machine"),
+    (["--loops", "3"], "--loops must be >= 8"),
 ])
 def test_bad_arguments_print_usage_and_exit_2(args, message):
     proc = run_cli(*args)
@@ -162,8 +165,38 @@ def test_emulated_prealloc_only_moves_elements_on_its_free_list():
 
 
 def test_emulated_table_explains_the_difference():
-    runs = quick("emulated", "overwrite", ["bpf_ma", "call_rcu"], cpus=2)
+    runs = quick("emulated", "overwrite", ["bpf_ma", "call_rcu"], cpus=2, loops=40)
     text = hm.comparison_table(runs, "emulated")
     assert "allocator counters" in text
     assert re.search(r"overwrite: call_rcu design: \d+ RCU callbacks for \d+ frees", text)
-    assert "interpreter figures" in text
+    assert "op-loops/s are modeled" in text and "modeled per-prod-op k/s" in text
+
+
+@pytest.mark.parametrize("use_case", hm.USE_CASES)
+def test_emulated_rates_are_modeled_and_the_same_on_every_run(use_case):
+    first, second = (quick("emulated", use_case, ["prealloc", "bpf_ma", "call_rcu"], cpus=2,
+                           loops=40) for _ in range(2))
+    for a, b in zip(first, second, strict=True):
+        assert len(a.samples) == len(a.memory) == hm.SAMPLES and all(x > 0 for x in a.samples)
+        assert (a.samples, a.memory, a.peak_memory, a.counters) == \
+            (b.samples, b.memory, b.peak_memory, b.counters)
+        assert a.profile == "host" and a.host_ops_k > 0
+    rates = {r.flavour: r.ops_mean for r in first}
+    if use_case != "add_del_on_diff_cpu":  # one call_rcu per free costs, reuse does not
+        assert rates["call_rcu"] < rates["bpf_ma"] <= rates["prealloc"]
+
+
+def test_emulated_pairs_take_turns_and_wake_each_other():
+    """add_del_on_diff_cpu: each round the adder's syscall, its pipe write, the deleter woken
+    (the profile's wake-up latency) and its syscall, then its write wakes the adder."""
+    (run_,) = quick("emulated", "add_del_on_diff_cpu", ["bpf_ma"], cpus=2, loops=40)
+    assert run_.counters["alloc_calls"] == run_.counters["free_calls"] == 40 * hm.OP_BATCH
+    from pybpf import system
+    from pybpf.profiles import load_profile
+
+    wake = load_profile("host")["sched.wakeup_latency"]
+    # a round costs at least two wake-ups, so a producer's rate stays below 1 / (2 wake-ups)
+    assert max(run_.samples) < 1e9 / (2 * wake) / 1000
+    with pytest.raises(ValueError, match="3 producers need as many emulated CPUs"):
+        hm.EmulatedBench(system("emulated", cpus=2), hm.Config(producers=3, backend="emulated"),
+                         "overwrite", "bpf_ma").run()

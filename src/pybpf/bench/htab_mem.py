@@ -10,9 +10,15 @@ progs/htab_mem_bench.c; perf-tests-and-suites.md section 2.2):
   ``add_del_on_diff_cpu`` (producer pairs: the even one adds 64 keys BPF_NOEXIST on getpgid,
   the odd one deletes them on getppid, taking turns; op += 1 each).
 - Producers call getpgid (getppid for the deleting half of a pair) in a loop, pinned to CPU
-  i. Each second the op count is sampled: ``per-prod-op`` is op-loops per second per
-  producer (k/s); memory is the map's cgroup charge (kernel) or the allocator's live element
-  memory (emulated). Output lines follow the selftest: ``Iter``, then ``Summary``.
+  i. Kernel: each second the op count is sampled: ``per-prod-op`` is op-loops per second per
+  producer (k/s); memory is the map's cgroup charge. Emulated: the rates are modeled, as
+  map-perf's are: each producer is a task on its emulated CPU under the virtual-time
+  scheduler (greenlets of one host thread) and makes ``--loops`` trigger syscalls (the first
+  quarter a warm-up); each ``Iter`` is a tenth of the rest, its per-prod-op the op-loops over
+  each producer's modeled time, memory the allocator's live elements, the same on every run.
+  A pair of add_del_on_diff_cpu is one task taking turns on its two CPUs: each side's pipe
+  write wakes the other (a syscall each side and the profile's wake-up latency). Output lines
+  follow the selftest: ``Iter``, then ``Summary``.
 - Flavours: ``prealloc``, ``bpf_ma`` (non-preallocated: bpf_mem_alloc since 6.1) and, on the
   emulated backend only, ``call_rcu`` (the pre-6.1 design: one call_rcu per freed element,
   nothing reused). The emulated table adds the allocator counters that explain the speed:
@@ -24,13 +30,13 @@ progs/htab_mem_bench.c; perf-tests-and-suites.md section 2.2):
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import os
 import signal
 import statistics
 import struct
 import sys
-import threading
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -56,10 +62,21 @@ from ..backends import default_backend
 from ..commands import UsageError
 from ..uapi import BPF_NOEXIST, MapFlags, MapType, ProgType
 from . import report
-from .args import MAX_EMULATED_CPUS, MAX_SECONDS, emulated_machine, int_arg, plot_arg, seconds_arg
+from .args import (
+    MAX_EMULATED_CPUS,
+    MAX_SECONDS,
+    emulated_machine,
+    int_arg,
+    plot_arg,
+    profile_arg,
+    seconds_arg,
+)
 from .common import MIB, MemCgroup, read_fdinfo, sys_enter_record
 
 OP_BATCH = 64
+PRODUCER_PID_BASE = 1000  # the emulated producers' pids
+EMULATED_LOOPS = 400  # per producer: a tenth of a second of modeled time at 4k op-loops/s
+SAMPLES = 10  # Iter lines of an emulated run
 USE_CASES = ("overwrite", "batch_add_batch_del", "add_del_on_diff_cpu")
 KERNEL_FLAVOURS = ("prealloc", "bpf_ma")
 EMULATED_FLAVOURS = ("prealloc", "bpf_ma", "call_rcu")
@@ -133,11 +150,13 @@ class Config:
     flavours: list[str] | None = None  # None: all the backend can run
     producers: int = 0  # 0: the CPUs (even, for add_del_on_diff_cpu)
     value_size: int = 8
-    duration: float = 2.0
-    warmup: float = 1.0
+    duration: float = 2.0  # kernel: measured seconds
+    warmup: float = 1.0  # kernel: warm-up seconds
+    loops: int = EMULATED_LOOPS  # emulated: trigger syscalls per producer (modeled time)
     backend: str | None = None
     cpus: int | None = None
     nodes: int | None = None
+    profile: str | None = None  # emulated: the machine profile of the modeled time
     json: bool = False
     plot: str | None = None
     progress: bool = True
@@ -160,10 +179,17 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         help="producer processes/threads, one per CPU (default: CPUs)")
     parser.add_argument("--value-size", dest="value_size", type=_value_size, default=8)
     parser.add_argument("-d", "--duration", type=seconds_arg("--duration", zero_ok=False),
-                        default=2.0, help="measured seconds per run (default 2, at most "
-                                          f"{MAX_SECONDS:g})")
+                        default=2.0, help="kernel: measured seconds per run (default 2, at "
+                                          f"most {MAX_SECONDS:g})")
     parser.add_argument("-w", "--warmup", type=seconds_arg("--warmup", zero_ok=True),
-                        default=1.0, help="warm-up seconds per run (default 1)")
+                        default=1.0, help="kernel: warm-up seconds per run (default 1)")
+    parser.add_argument("--loops", type=int_arg("--loops", 8, 10_000_000, "trigger calls"),
+                        default=EMULATED_LOOPS,
+                        help="emulated: trigger syscalls per producer, in modeled time (the "
+                             f"first quarter warms up; default {EMULATED_LOOPS})")
+    parser.add_argument("--profile", type=profile_arg, default=None,
+                        help="emulated: the machine profile whose costs the modeled time "
+                             "uses (default: host)")
     parser.add_argument("--backend", choices=("kernel", "emulated"), default=None)
     parser.add_argument("--cpus", type=int_arg("--cpus", 1, MAX_EMULATED_CPUS,
                                                "one producer thread per CPU"), default=None)
@@ -186,8 +212,9 @@ def config_from_args(ns: argparse.Namespace) -> Config:
     flavours = ["prealloc"] if ns.preallocated else ns.flavours
     return Config(use_cases=list(USE_CASES) if ns.use_case == "all" else [ns.use_case],
                   flavours=flavours, producers=ns.producers, value_size=ns.value_size,
-                  duration=ns.duration, warmup=ns.warmup, backend=ns.backend, cpus=ns.cpus,
-                  nodes=ns.nodes, json=ns.json, plot=ns.plot, progress=ns.progress)
+                  duration=ns.duration, warmup=ns.warmup, loops=ns.loops,
+                  backend=ns.backend, cpus=ns.cpus, nodes=ns.nodes, profile=ns.profile,
+                  json=ns.json, plot=ns.plot, progress=ns.progress)
 
 
 def run_from_args(ns: argparse.Namespace) -> int:
@@ -196,18 +223,23 @@ def run_from_args(ns: argparse.Namespace) -> int:
         raise UsageError("--preallocated runs only the prealloc flavour; drop it to run "
                          f"--flavour {' '.join(ns.flavours)}")
     cfg = config_from_args(ns)
-    if (cfg.cpus or cfg.nodes) and cfg.backend == "kernel":
-        raise UsageError("--cpus/--nodes declare an emulated machine; use --backend emulated")
+    if (cfg.cpus or cfg.nodes or cfg.profile) and cfg.backend == "kernel":
+        raise UsageError("--cpus/--nodes/--profile declare an emulated machine; use "
+                         "--backend emulated")
     if cfg.producers and cfg.producers % 2 and "add_del_on_diff_cpu" in cfg.use_cases:
         raise UsageError("add_del_on_diff_cpu needs an even number of producers")
-    if cfg.cpus or cfg.nodes:
+    if cfg.cpus or cfg.nodes or cfg.profile:
         cfg.backend = "emulated"
     backend = cfg.backend or default_backend()
     if backend == "emulated":
         try:
-            emulated_machine(cfg.cpus, cfg.nodes)
+            machine = emulated_machine(cfg.cpus, cfg.nodes, cfg.profile)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        ncpus = machine.num_possible_cpus
+        if cfg.producers > ncpus:
+            raise UsageError(f"-p {cfg.producers}: the emulated machine has {ncpus} CPUs and "
+                             "each producer needs one of its own (use --cpus)")
     if backend == "kernel" and cfg.flavours and "call_rcu" in cfg.flavours:
         raise UsageError("the call_rcu flavour is the pre-6.1 design; only the emulated "
                          "backend has it (this kernel's non-preallocated maps use "
@@ -233,6 +265,8 @@ class Run:
     memory_source: str = ""
     memlock: int | None = None  # kernel: the map's fdinfo memlock
     counters: dict = field(default_factory=dict)  # emulated: the allocator's counters
+    profile: str | None = None  # emulated: the profile the rates are modeled on
+    host_ops_k: float | None = None  # emulated: k op-loops per host CPU second per producer
 
     @property
     def ops_mean(self) -> float:
@@ -286,9 +320,15 @@ def emit(runs: list[Run], cfg: Config) -> None:
 def comparison_table(runs: list[Run], backend: str) -> str:
     """The run script's summary, one row per use case and flavour, plus allocator counters."""
     header = ["use case", "flavour", "per-prod-op k/s", "mem MiB", "peak MiB", "memory from"]
+    if backend == "emulated":
+        header[2] = "modeled per-prod-op k/s"
+        header.insert(3, "host k/s")
     rows = [[r.use_case, r.flavour, f"{r.ops_mean:.2f} \u00b1 {r.ops_stddev:.2f}",
              f"{r.mem_mean:.2f}", "n/a" if r.peak_memory is None else f"{r.peak_memory:.2f}",
              r.memory_source] for r in runs]
+    if backend == "emulated":
+        for row, r in zip(rows, runs, strict=True):
+            row.insert(3, f"{r.host_ops_k:.3f}" if r.host_ops_k is not None else "-")
     text = report.format_table(header, rows)
     if backend == "emulated":
         keys = ["allocated", "freed", "reused", "call_rcu", "cache_hits", "refills",
@@ -300,8 +340,10 @@ def comparison_table(runs: list[Run], backend: str) -> str:
                  "from per-CPU caches; a preallocated map only moves elements on its "
                  "free list)\n" + report.format_table(cheader, crows))
         text += "".join("\n" + line for line in why_lines(runs))
-        text += ("\n# emulated backend: op-loops/s are interpreter figures (wall clock, one "
-                 "Python process); memory is live element memory from the allocator")
+        text += ("\n# emulated backend: op-loops/s are modeled (per second of each "
+                 "producer's CPU clock on the machine's profile, the same on every run; "
+                 "host: the interpreter's own op-loops per second of host CPU time); memory "
+                 "is live element memory from the allocator")
     return text
 
 
@@ -339,10 +381,8 @@ def run(cfg: Config) -> list[Run]:
         for flavour in flavours:
             if cfg.backend == "emulated":
                 kwargs = {"htab_mem": "call_rcu"} if flavour == "call_rcu" else {}
-                if cfg.cpus:
-                    kwargs["cpus"] = cfg.cpus
-                if cfg.nodes:
-                    kwargs["nodes"] = cfg.nodes
+                kwargs.update({k: v for k, v in (("cpus", cfg.cpus), ("nodes", cfg.nodes),
+                                                 ("profile", cfg.profile)) if v})
                 bench = EmulatedBench(system("emulated", **kwargs), cfg, use_case, flavour,
                                       progress=progress)
             else:
@@ -510,10 +550,8 @@ def _ping_pong(i: int, fds: tuple[int, int, int, int]) -> None:
 # -- emulated backend ----------------------------------------------------------------------
 
 class EmulatedBench(Bench):
-    """Producers are threads bound to emulated CPUs running the programs in the interpreter;
-    a grace period is let through every ``GP_INTERVAL`` seconds, as RCU would."""
-
-    GP_INTERVAL = 0.005
+    """Producers are tasks on their emulated CPUs under the virtual-time scheduler, running
+    the programs in the interpreter; rates are modeled (see the module's rules)."""
 
     def __init__(self, sys_, cfg: Config, use_case: str, flavour: str, *,
                  progress: report.Progress | None = None) -> None:
@@ -521,39 +559,101 @@ class EmulatedBench(Bench):
         self.peak_elements = 0
 
     def run(self) -> Run:
-        run_ = Run(self.use_case, self.flavour, self.producers)
-        stop = threading.Event()
-        threads: list[threading.Thread] = []
-        errors: list[BaseException] = []
+        from ..emulated import VirtualTimeScheduler
+
+        machine = self.sys.machine
+        machine.require_modeled_time("htab-mem's emulated rates")
+        if self.producers > self.sys.num_possible_cpus:
+            raise ValueError(f"{self.producers} producers need as many emulated CPUs "
+                             f"(the machine has {self.sys.num_possible_cpus})")
+        run_ = Run(self.use_case, self.flavour, self.producers, profile=machine.profile.name,
+                   memory_source="allocator live elements x element size (emulated)")
+        pairs = self.use_case == "add_del_on_diff_cpu"
+        tasks = range(0, self.producers, 2) if pairs else range(self.producers)
+        loops = self.cfg.loops
+        warm = loops // 4
+        marks = sorted({warm + (loops - warm) * (j + 1) // SAMPLES for j in range(SAMPLES)})
+        timing = machine.timing
+        # per producer CPU: its clock at the warm-up's end and at each mark
+        clocks: dict[int, list[float]] = {cpu: [] for cpu in range(self.producers)}
+        memory: list[float] = []
+        elem_size = self.element_size()
         self.setup()
         try:
-            elem_size = self.element_size()
-            run_.memory_source = "allocator live elements x element size (emulated)"
+            start = max(timing.clock)  # the producers start together
+            for cpu in range(self.producers):
+                timing.wait_until(cpu, start, "idle")
+            scheduler = VirtualTimeScheduler(timing, tasks, task_locals=machine.task_locals())
+            host_ns: dict[int, int] = {}
 
-            def memory() -> float:
-                return self.live_elements() * elem_size / MIB
+            def observe(cpus: tuple[int, ...], done: int, first: bool) -> None:
+                if done == warm or done in marks:
+                    for cpu in cpus:
+                        clocks[cpu].append(timing.clock[cpu])
+                    live = self.live_elements()
+                    if first and done != warm:
+                        memory.append(live * elem_size / MIB)
 
-            threads = self.start_producers(stop, errors)
-            gp = threading.Thread(target=self._grace_periods, args=(stop,), daemon=True)
-            gp.start()
-            self.measure(run_, memory)
-            stop.set()
-            for th in threads:
-                th.join()
-            gp.join()
-            self.sys.machine.step()
-            run_.peak_memory = self.peak_elements * elem_size / MIB
-            stats = self.sys.map_stats(self.fds["htab"])
-            run_.counters = {k: v for k, v in stats.items() if isinstance(v, int | str)
-                             and k != "numa_node"}
+            def producer(cpu: int) -> None:
+                record = sys_enter_record("getpgid", (0,))
+                with self.sys.on_cpu(cpu):
+                    machine.set_task(PRODUCER_PID_BASE + cpu)
+                    observe((cpu,), 0, False)
+                    for done in range(1, loops + 1):
+                        self.sys.enter_syscall("getpgid", record)
+                        observe((cpu,), done, cpu == 0)
+                host_ns[cpu] = scheduler.host_cpu_ns(cpu)
+
+            def pair(adder: int) -> None:
+                deleter = adder + 1
+                add, delete = sys_enter_record("getpgid", (0,)), sys_enter_record("getppid")
+                observe((adder, deleter), 0, False)
+                for done in range(1, loops + 1):
+                    with self.sys.on_cpu(adder):
+                        machine.set_task(PRODUCER_PID_BASE + adder)
+                        self.sys.enter_syscall("getpgid", add)
+                        self._wake(adder, deleter)
+                    with self.sys.on_cpu(deleter):
+                        machine.set_task(PRODUCER_PID_BASE + deleter)
+                        self.sys.enter_syscall("getppid", delete)
+                        self._wake(deleter, adder)
+                    observe((adder, deleter), done, adder == 0)
+                host_ns[adder] = host_ns[deleter] = scheduler.host_cpu_ns(adder) // 2
+
+            body = pair if pairs else producer
+            with scheduler:
+                scheduler.run({cpu: functools.partial(body, cpu) for cpu in tasks})
+            machine.step()  # the grace periods end, as they would by now
+            run_.counters = {k: v for k, v in self.sys.map_stats(self.fds["htab"]).items()
+                             if isinstance(v, int | str) and k != "numa_node"}
         finally:
-            stop.set()
             self.teardown()
-        if errors:
-            raise errors[0]
+        ops_per_loop = 2 if self.use_case == "batch_add_batch_del" else 1
+        steps = [b - a for a, b in itertools.pairwise([warm, *marks])]
+        for j, (loops_in, mem) in enumerate(zip(steps, memory, strict=True)):
+            rates = [loops_in * ops_per_loop / ((c[j + 1] - c[j]) / 1e9) / 1000
+                     for c in clocks.values()]
+            ops_k = statistics.fmean(rates)
+            run_.samples.append(ops_k)
+            run_.memory.append(mem)
+            if not self.cfg.json:
+                print(iter_line(j, 0.0, ops_k, mem), flush=True)
+        run_.peak_memory = self.peak_elements * elem_size / MIB
+        busy = statistics.fmean(host_ns.values())
+        run_.host_ops_k = loops * ops_per_loop / (busy / 1e9) / 1000 if busy else None
         if not self.cfg.json:
-            print(run_.summary(), flush=True)
+            print(run_.summary() + f" (modeled on {run_.profile})", flush=True)
         return run_
+
+    def _wake(self, writer: int, reader: int) -> None:
+        """``writer`` writes the pair's pipe (a syscall) and the reader, asleep on its read,
+        runs on once woken (the profile's wake-up latency) and back from its read."""
+        timing = self.sys.machine.timing
+        self.sys.machine.bpf_syscall("syscall_entry")
+        timing.wait_until(reader, timing.clock[writer] + self.sys.machine.profile[
+            "sched.wakeup_latency"], "wakeup")
+        with self.sys.on_cpu(reader):
+            self.sys.machine.bpf_syscall("syscall_entry")
 
     def element_size(self) -> int:
         from ..emulated import HTAB_ELEM_SIZE
@@ -569,47 +669,3 @@ class EmulatedBench(Bench):
             live = stats.get("allocated", 0) - stats.get("freed", 0)
         self.peak_elements = max(self.peak_elements, live)
         return live
-
-    def _grace_periods(self, stop: threading.Event) -> None:
-        while not stop.wait(self.GP_INTERVAL):
-            self.sys.machine.step()
-
-    def start_producers(self, stop: threading.Event,
-                        errors: list[BaseException]) -> list[threading.Thread]:
-        fire = self.sys.trigger_tracepoint
-        barriers = [threading.Barrier(2) for _ in range(self.producers // 2)]
-
-        def producer(i: int) -> None:
-            try:
-                with self.sys.on_cpu(i % self.sys.num_possible_cpus):
-                    if self.use_case != "add_del_on_diff_cpu":
-                        add = sys_enter_record("getpgid", (0,))
-                        while not stop.is_set():
-                            fire("syscalls", "sys_enter_getpgid", add)
-                        return
-                    barrier = barriers[i // 2]
-                    add, delete = sys_enter_record("getpgid", (0,)), sys_enter_record("getppid")
-                    while not stop.is_set():
-                        if i % 2 == 0:
-                            fire("syscalls", "sys_enter_getpgid", add)
-                            barrier.wait(timeout=5)
-                            barrier.wait(timeout=5)
-                        else:
-                            barrier.wait(timeout=5)
-                            fire("syscalls", "sys_enter_getppid", delete)
-                            barrier.wait(timeout=5)
-            except threading.BrokenBarrierError:
-                pass
-            except BaseException as exc:
-                errors.append(exc)
-                stop.set()
-            finally:
-                for b in barriers:
-                    if stop.is_set():
-                        b.abort()
-
-        threads = [threading.Thread(target=producer, args=(i,), daemon=True)
-                   for i in range(self.producers)]
-        for th in threads:
-            th.start()
-        return threads
