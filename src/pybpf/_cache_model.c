@@ -657,11 +657,11 @@ static PyObject *cm_state(PyObject *op, PyObject *unused)
 		}
 	}
 	for (int32_t e = m->lines.oldest; e >= 0; e = m->lines.entries[e].next) {
-		Entry *x = &m->lines.entries[e];
-		PyObject *line = PyLong_FromUnsignedLongLong(x->line);
-		PyObject *v = PyLong_FromLongLong(x->value);
-		PyObject *o = x->owner >= 0 ? PyLong_FromLong(x->owner) : NULL;
-		int rc = line == NULL || v == NULL || (x->owner >= 0 && o == NULL)
+		Entry x = m->lines.entries[e];  /* a copy: allocating may run a collection */
+		PyObject *line = PyLong_FromUnsignedLongLong(x.line);
+		PyObject *v = PyLong_FromLongLong(x.value);
+		PyObject *o = x.owner >= 0 ? PyLong_FromLong(x.owner) : NULL;
+		int rc = line == NULL || v == NULL || (x.owner >= 0 && o == NULL)
 			|| PyDict_SetItem(version, line, v) < 0
 			|| (o != NULL && PyDict_SetItem(dirty, line, o) < 0);
 		Py_XDECREF(line);
