@@ -24,13 +24,13 @@ pytestmark = pytest.mark.skipif(
     reason="pybpf._cache_model is not built (setup.py build_ext --inplace) or PYBPF_NO_ACCEL "
            "is set: nothing to compare the Python cache model with")
 
-# 4 private lines per CPU, 8 shared per node: the sequences below touch up to 24 lines.
+# 4 private lines per CPU, 8 shared per node: the sequences below touch up to 16 lines.
 LINE = 256
 TINY = load_profile("haswell-ep-2s").replace({
     "memory.line_bytes": Value(LINE, "test"),
     "memory.private_kib": Value(1, "test: 4 lines"),
     "memory.shared_kib": Value(2, "test: 8 lines")})
-LINES = 24
+LINES = 16
 LOCKS = 3
 
 
@@ -72,6 +72,11 @@ def step(t: Timing, locks: list[SpinLock], op: tuple) -> object:
     if kind == "locked_access":
         lock, node, line = args
         return t.locked_access(cpu, locks[lock], address(node, line, 8))
+    if kind == "section":  # a critical section: other CPUs behind it wait for the lock
+        lock, n = args
+        t.spin_lock(cpu, locks[lock])
+        t.charge(cpu, "htab_map_update_elem", n)
+        return t.spin_unlock(cpu, locks[lock])
     if kind == "work":
         return t.charge(cpu, "htab_map_update_elem", args[0])
     return t.wait_until(cpu, t.now(cpu) + args[0])
@@ -93,9 +98,10 @@ def scenarios(draw) -> tuple[list[int], list[tuple]]:
         st.tuples(st.just("lock"), cpu, st.integers(0, LOCKS - 1)),
         st.tuples(st.just("unlock"), cpu, st.integers(0, LOCKS - 1)),
         st.tuples(st.just("locked_access"), cpu, st.integers(0, LOCKS - 1), node, line),
+        st.tuples(st.just("section"), cpu, st.integers(0, LOCKS - 1), st.integers(1, 3)),
         st.tuples(st.just("work"), cpu, st.integers(1, 3)),
         st.tuples(st.just("wait"), cpu, st.floats(0.5, 500.0)))
-    return cpu_node, draw(st.lists(op, min_size=1, max_size=120))
+    return cpu_node, draw(st.lists(op, min_size=20, max_size=150))
 
 
 @settings(max_examples=300, deadline=None)
