@@ -4,7 +4,7 @@
 on its pure-Python path (``pybpf._accel``: the Map layer's accelerator) or without shared
 maps (``pybpf._shm_maps``: maps in shared memory, ``pybpf.shared``, which then says what to
 install) or with the emulated machine's cache model in Python (``pybpf._cache_model``: the
-C twin of ``Timing.access`` and ``Timing.spin_lock``).
+C twin of ``Timing.access``, ``charge``, ``spin_lock`` and ``spin_unlock``).
 """
 
 from setuptools import Extension, setup

@@ -1,5 +1,6 @@
 /*
- * pybpf._cache_model: the emulated machine's cache model (Timing.access, Timing.spin_lock) in C.
+ * pybpf._cache_model: the emulated machine's cache model in C: Timing.access, and the calls
+ * around it on every modeled operation (charge, spin_lock, spin_unlock).
  *
  * The Python code in pybpf/emulated/machine/timing.py is the reference; this is the same model,
  * step for step, so every stall, clock, statistic and eviction is the same for any sequence of
@@ -247,10 +248,10 @@ static inline int tab_pop_oldest(Table *t, uint64_t *line)
 	return 1;
 }
 
-/* Interned names: the memory kinds of Timing.stats, the events, SpinLock's fields. */
+/* Interned names: the memory kinds of Timing.stats, the events, SpinLock's fields; 1 and 0. */
 static PyObject *s_shared_hit, *s_dram_local, *s_dram_remote, *s_transfer_local,
 	*s_transfer_remote, *s_lock_wait, *s_spin_lock, *s_last_end, *s_held, *s_acquired_at,
-	*s_holder, *s_addr, *s_one;
+	*s_holder, *s_addr, *s_one, *s_zero;
 
 typedef struct {
 	PyObject_HEAD
@@ -264,8 +265,9 @@ typedef struct {
 	Table *private;    /* per CPU: line -> the version of its copy */
 	Table *shared;     /* per node: lines */
 	Table lines;       /* line -> version (absent: 0) and the CPU holding it modified */
-	/* The Timing's objects, updated in place. */
-	PyObject *clock, *hits, *stats, *counts;
+	Py_ssize_t lock_history;
+	/* The Timing's objects, updated in place; cost is read only. */
+	PyObject *clock, *hits, *stats, *counts, *cost;
 } CacheModel;
 
 static inline int64_t line_version(const CacheModel *m, uint64_t line)
@@ -612,6 +614,141 @@ static PyObject *cm_spin_lock(PyObject *op, PyObject *const *args, Py_ssize_t na
 	Py_RETURN_NONE;
 }
 
+/* Timing.charge: work, n times the profile's cost of event. */
+static PyObject *cm_charge(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+	CacheModel *m = (CacheModel *)op;
+	int cpu;
+	if (nargs < 2 || nargs > 3) {
+		PyErr_SetString(PyExc_TypeError, "charge(cpu, event, n=1)");
+		return NULL;
+	}
+	if (parse_cpu(m, args[0], &cpu) < 0)
+		return NULL;
+	PyObject *event = args[1], *n = nargs == 3 ? args[2] : s_one;
+	PyObject *cost = PyDict_GetItemWithError(m->cost, event);
+	if (cost == NULL) {
+		if (PyErr_Occurred())
+			return NULL;
+		PyObject *events = PySequence_List(m->cost);
+		if (events != NULL && PyList_Sort(events) == 0)
+			PyErr_Format(PyExc_ValueError, "no cost %R in the model; events are %R", event,
+				     events);
+		Py_XDECREF(events);
+		return NULL;
+	}
+	/* clock += cost * n, as Python's float arithmetic does it */
+	PyObject *product = PyNumber_Multiply(cost, n);
+	if (product == NULL)
+		return NULL;
+	PyObject *old = PyList_GET_ITEM(m->clock, cpu);
+	PyObject *sum = PyNumber_Add(old, product);
+	Py_DECREF(product);
+	if (sum == NULL)
+		return NULL;
+	PyList_SET_ITEM(m->clock, cpu, sum);
+	Py_DECREF(old);
+	PyObject *counts = PyList_GET_ITEM(m->counts, cpu);
+	PyObject *count = PyDict_GetItemWithError(counts, event);
+	if (count == NULL && PyErr_Occurred())
+		return NULL;
+	PyObject *next = count == NULL ? PyNumber_Add(s_zero, n)
+		: PyNumber_Add(count, n);
+	if (next == NULL)
+		return NULL;
+	int rc = PyDict_SetItem(counts, event, next);
+	Py_DECREF(next);
+	if (rc < 0)
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+/* Timing.spin_unlock: the interval the lock was held joins its sorted history. */
+static PyObject *cm_spin_unlock(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+	CacheModel *m = (CacheModel *)op;
+	int cpu;
+	if (nargs != 2) {
+		PyErr_SetString(PyExc_TypeError, "spin_unlock(cpu, lock)");
+		return NULL;
+	}
+	if (parse_cpu(m, args[0], &cpu) < 0)
+		return NULL;
+	PyObject *lock = args[1], *interval = NULL, *held = NULL, *minus_one = NULL;
+	PyObject *end = Py_NewRef(PyList_GET_ITEM(m->clock, cpu)), *start = NULL;
+	PyObject *result = NULL;
+	PyObject *holder = PyObject_GetAttr(lock, s_holder);
+	if (holder == NULL)
+		goto out;
+	int mine = PyObject_RichCompareBool(holder, args[0], Py_EQ);
+	Py_DECREF(holder);
+	if (mine < 0)
+		goto out;
+	start = mine ? PyObject_GetAttr(lock, s_acquired_at) : Py_NewRef(end);
+	held = start == NULL ? NULL : PyObject_GetAttr(lock, s_held);
+	if (held == NULL)
+		goto out;
+	if (!PyList_Check(held)) {
+		PyErr_SetString(PyExc_TypeError, "SpinLock.held is a list of intervals");
+		goto out;
+	}
+	interval = PyTuple_Pack(3, start, end, args[0]);
+	if (interval == NULL)
+		goto out;
+	/* bisect.insort (insort_right); an interval starting at or after the last one is the
+	 * common case, appended */
+	Py_ssize_t len = PyList_GET_SIZE(held), lo = len;
+	if (len) {
+		PyObject *last_start = PySequence_GetItem(PyList_GET_ITEM(held, len - 1), 0);
+		if (last_start == NULL)
+			goto out;
+		int after = PyObject_RichCompareBool(start, last_start, Py_GE);
+		Py_DECREF(last_start);
+		if (after < 0)
+			goto out;
+		if (!after) {
+			Py_ssize_t hi = len;
+			lo = 0;
+			while (lo < hi) {
+				Py_ssize_t mid = (lo + hi) / 2;
+				int less = PyObject_RichCompareBool(interval, PyList_GET_ITEM(held, mid),
+								    Py_LT);
+				if (less < 0)
+					goto out;
+				if (less)
+					hi = mid;
+				else
+					lo = mid + 1;
+			}
+		}
+	}
+	if (PyList_Insert(held, lo, interval) < 0)
+		goto out;
+	minus_one = PyLong_FromLong(-1);
+	if (minus_one == NULL || PyObject_SetAttr(lock, s_holder, minus_one) < 0)
+		goto out;
+	PyObject *last_end = PyObject_GetAttr(lock, s_last_end);
+	if (last_end == NULL)
+		goto out;
+	int later = PyObject_RichCompareBool(end, last_end, Py_GT);
+	Py_DECREF(last_end);
+	if (later < 0 || (later && PyObject_SetAttr(lock, s_last_end, end) < 0))
+		goto out;
+	/* a CPU further behind than the latest half does not wait: del held[:-history // 2] */
+	len = PyList_GET_SIZE(held);
+	if (len > m->lock_history
+	    && PyList_SetSlice(held, 0, len - (m->lock_history + 1) / 2, NULL) < 0)
+		goto out;
+	result = Py_NewRef(Py_None);
+out:
+	Py_XDECREF(minus_one);
+	Py_XDECREF(interval);
+	Py_XDECREF(held);
+	Py_XDECREF(start);
+	Py_DECREF(end);
+	return result;
+}
+
 static PyObject *int64_pair(uint64_t line, int64_t value)
 {
 	return Py_BuildValue("(KL)", (unsigned long long)line, (long long)value);
@@ -722,6 +859,7 @@ static void cm_release(CacheModel *m)
 	Py_CLEAR(m->hits);
 	Py_CLEAR(m->stats);
 	Py_CLEAR(m->counts);
+	Py_CLEAR(m->cost);
 }
 
 static int cm_init(PyObject *op, PyObject *args, PyObject *kwds)
@@ -729,8 +867,9 @@ static int cm_init(PyObject *op, PyObject *args, PyObject *kwds)
 	CacheModel *m = (CacheModel *)op;
 	static char *kwlist[] = {"cpu_node", "line_shift", "node_shift", "private_lines",
 				 "shared_lines", "shared_hit", "dram", "transfer", "spin_lock_ns",
-				 "clock", "hits", "stats", "counts", NULL};
-	PyObject *cpu_node, *dram, *transfer, *clock, *hits, *stats, *counts;
+				 "lock_history", "cost", "clock", "hits", "stats", "counts", NULL};
+	PyObject *cpu_node, *dram, *transfer, *cost, *clock, *hits, *stats, *counts;
+	Py_ssize_t lock_history;
 	int line_shift, node_shift;
 	Py_ssize_t private_lines, shared_lines;
 	double shared_hit, spin_lock_ns;
@@ -738,11 +877,12 @@ static int cm_init(PyObject *op, PyObject *args, PyObject *kwds)
 		PyErr_SetString(PyExc_RuntimeError, "CacheModel is initialised once");
 		return -1;
 	}
-	if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!iinndO!O!dO!O!O!O!", kwlist,
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!iinndO!O!dnO!O!O!O!O!", kwlist,
 					 &PyList_Type, &cpu_node, &line_shift, &node_shift,
 					 &private_lines, &shared_lines, &shared_hit, &PyList_Type, &dram,
-					 &PyList_Type, &transfer, &spin_lock_ns, &PyList_Type, &clock,
-					 &PyList_Type, &hits, &PyList_Type, &stats, &PyList_Type, &counts))
+					 &PyList_Type, &transfer, &spin_lock_ns, &lock_history,
+					 &PyDict_Type, &cost, &PyList_Type, &clock, &PyList_Type, &hits,
+					 &PyList_Type, &stats, &PyList_Type, &counts))
 		return -1;
 	Py_ssize_t ncpus = PyList_GET_SIZE(cpu_node);
 	if (ncpus < 1 || ncpus > INT32_MAX || PyList_GET_SIZE(clock) != ncpus
@@ -796,6 +936,8 @@ static int cm_init(PyObject *op, PyObject *args, PyObject *kwds)
 	m->shared_lines = shared_lines;
 	m->shared_hit = shared_hit;
 	m->spin_lock_ns = spin_lock_ns;
+	m->lock_history = lock_history;
+	m->cost = Py_NewRef(cost);
 	m->clock = Py_NewRef(clock);
 	m->hits = Py_NewRef(hits);
 	m->stats = Py_NewRef(stats);
@@ -814,6 +956,10 @@ static PyMethodDef cm_methods[] = {
 	 "access(cpu, addr, write=False) -> float: Timing.access"},
 	{"spin_lock", (PyCFunction)(void (*)(void))cm_spin_lock, METH_FASTCALL,
 	 "spin_lock(cpu, lock): Timing.spin_lock"},
+	{"charge", (PyCFunction)(void (*)(void))cm_charge, METH_FASTCALL,
+	 "charge(cpu, event, n=1): Timing.charge"},
+	{"spin_unlock", (PyCFunction)(void (*)(void))cm_spin_unlock, METH_FASTCALL,
+	 "spin_unlock(cpu, lock): Timing.spin_unlock"},
 	{"state", cm_state, METH_NOARGS,
 	 "The caches, versions and owners, as Timing.cache_state gives them"},
 	{NULL, NULL, 0, NULL},
@@ -855,7 +1001,8 @@ PyMODINIT_FUNC PyInit__cache_model(void)
 	    || intern(&s_acquired_at, "acquired_at") < 0 || intern(&s_holder, "holder") < 0
 	    || intern(&s_addr, "addr") < 0)
 		return NULL;
-	if (s_one == NULL && (s_one = PyLong_FromLong(1)) == NULL)
+	if ((s_one == NULL && (s_one = PyLong_FromLong(1)) == NULL)
+	    || (s_zero == NULL && (s_zero = PyLong_FromLong(0)) == NULL))
 		return NULL;
 	if (PyType_Ready(&CacheModelType) < 0)
 		return NULL;

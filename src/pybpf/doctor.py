@@ -115,7 +115,8 @@ def check_cache_model() -> Finding:
     from . import accelerator
 
     return _c_extension("C cache model", accelerator.CACHE_MODEL,
-                        "the emulated machine's caches and spinlocks, Timing.access")
+                        "the emulated machine's caches: Timing.access, charge, "
+                        "spin_lock, spin_unlock")
 
 
 def check_shared_maps() -> Finding:

@@ -1,9 +1,9 @@
 """The C cache model (pybpf._cache_model) against the Python reference in Timing.
 
-Both are driven by the same random sequences of accesses, atomics, spinlocks, work and waits on
-machines of 1-4 CPUs on 1-2 nodes with caches of a few lines (so lines are evicted, forgotten
-and transferred all the time); every returned stall, clock, statistic, hit count, lock field
-and cache (contents and LRU order) must be the same after every step.
+Both are driven by the same random sequences of accesses, atomics, spinlocks, work (charge) and
+waits on machines of 1-4 CPUs on 1-2 nodes with caches of a few lines (so lines are evicted,
+forgotten and transferred all the time); every returned stall, clock, statistic, count, hit
+count, lock field and cache (contents and LRU order) must be the same after every step.
 """
 
 import os
@@ -31,6 +31,7 @@ TINY = load_profile("haswell-ep-2s").replace({
     "memory.private_kib": Value(1, "test: 4 lines"),
     "memory.shared_kib": Value(2, "test: 8 lines")})
 LINES = 16
+EVENTS = ("htab_map_update_elem", "jhash_byte", "kmalloc", "spin_lock")
 LOCKS = 3
 
 
@@ -78,7 +79,8 @@ def step(t: Timing, locks: list[SpinLock], op: tuple) -> object:
         t.charge(cpu, "htab_map_update_elem", n)
         return t.spin_unlock(cpu, locks[lock])
     if kind == "work":
-        return t.charge(cpu, "htab_map_update_elem", args[0])
+        event, n = args
+        return t.charge(cpu, event) if n is None else t.charge(cpu, event, n)
     return t.wait_until(cpu, t.now(cpu) + args[0])
 
 
@@ -99,7 +101,8 @@ def scenarios(draw) -> tuple[list[int], list[tuple]]:
         st.tuples(st.just("unlock"), cpu, st.integers(0, LOCKS - 1)),
         st.tuples(st.just("locked_access"), cpu, st.integers(0, LOCKS - 1), node, line),
         st.tuples(st.just("section"), cpu, st.integers(0, LOCKS - 1), st.integers(1, 3)),
-        st.tuples(st.just("work"), cpu, st.integers(1, 3)),
+        st.tuples(st.just("work"), cpu, st.sampled_from(EVENTS),
+                  st.one_of(st.none(), st.integers(0, 3), st.just(2.5))),
         st.tuples(st.just("wait"), cpu, st.floats(0.5, 500.0)))
     return cpu_node, draw(st.lists(op, min_size=20, max_size=150))
 
@@ -115,6 +118,24 @@ def test_c_and_python_models_agree_step_for_step(scenario):
         results = [step(t, lk, op) for t, lk in zip(models, locks, strict=True)]
         assert results[0] == results[1], op
         assert observed(models[0], locks[0]) == observed(models[1], locks[1]), op
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.floats(0.0, 300.0), st.integers(1, 3)),
+                min_size=40, max_size=120))
+def test_one_lock_many_sections_keeps_the_same_history(steps):
+    """Sections of three CPUs far apart in time on one lock: intervals arrive out of order
+    (sorted in) and the history outgrows LOCK_HISTORY (its older half dropped)."""
+    models = machines([0, 0, 0])
+    locks = [[SpinLock(address(0, LINES, 0), [])] for _ in models]
+    longest = 0
+    for cpu, wait, n in steps:
+        for op in (("wait", cpu, wait), ("section", cpu, 0, n)):
+            for t, lk in zip(models, locks, strict=True):
+                step(t, lk, op)
+            assert observed(models[0], locks[0]) == observed(models[1], locks[1]), op
+        longest = max(longest, len(locks[0][0].held))
+    assert longest > timing_module.LOCK_HISTORY // 2
 
 
 def test_evictions_forget_lines_and_keep_lru_order():
@@ -147,6 +168,16 @@ def test_an_address_on_a_node_the_machine_lacks_is_an_index_error():
     for t in machines([0]):
         with pytest.raises(IndexError):
             t.access(0, address(1, 0, 0))
+
+
+def test_an_unknown_event_is_the_same_error():
+    errors = []
+    for t in machines([0]):
+        with pytest.raises(ValueError) as raised:
+            t.charge(0, "htab_lookup")
+        errors.append(str(raised.value))
+        assert t.clock == [0.0] and t.counts == [{}]
+    assert errors[0] == errors[1] and "no cost 'htab_lookup'" in errors[0]
 
 
 def test_pybpf_no_accel_picks_the_python_model():

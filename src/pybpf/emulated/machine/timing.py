@@ -267,17 +267,20 @@ class Timing:
         self.transfer = [[t_local if a == b else between(dist[a][b], t_local, t_remote)
                           for b in range(len(dist))] for a in range(len(dist))]
         # The caches: the C model (pybpf._cache_model) when it is built, the same step for
-        # step, else the reference here, ``access`` and ``_own``, ``_forget``, ``spin_lock``.
+        # step, else the reference here: ``access`` with ``_own`` and ``_forget``, and the
+        # calls around it on every operation, ``charge``, ``spin_lock``, ``spin_unlock``.
         self._cache_model = None
         if CACHE_MODEL is not None and self.modeled:
-            self._cache_model = CACHE_MODEL.CacheModel(
+            self._cache_model = model = CACHE_MODEL.CacheModel(
                 cpu_node=self.cpu_node, line_shift=self.line_shift, node_shift=NODE_SHIFT,
                 private_lines=self.private_lines, shared_lines=self.shared_lines,
                 shared_hit=self.shared_hit, dram=self.dram, transfer=self.transfer,
-                spin_lock_ns=self._spin_lock_ns, clock=self.clock, hits=self.hits,
-                stats=self.stats, counts=self.counts)
-            self.access = self._cache_model.access  # type: ignore[method-assign]
-            self.spin_lock = self._cache_model.spin_lock  # type: ignore[method-assign]
+                spin_lock_ns=self._spin_lock_ns, lock_history=LOCK_HISTORY, cost=self.cost,
+                clock=self.clock, hits=self.hits, stats=self.stats, counts=self.counts)
+            self.access = model.access  # type: ignore[method-assign]
+            self.charge = model.charge  # type: ignore[method-assign]
+            self.spin_lock = model.spin_lock  # type: ignore[method-assign]
+            self.spin_unlock = model.spin_unlock  # type: ignore[method-assign]
         else:
             self._private: list[OrderedDict[int, int]] = [OrderedDict() for _ in self.clock]
             self._shared: list[OrderedDict[int, None]] = [OrderedDict()
@@ -420,8 +423,9 @@ class Timing:
         under the GIL and the caches tolerate a racing thread on the same CPU, so the model
         needs no lock of its own.
 
-        This is the reference: when pybpf._cache_model is built, an instance's ``access`` and
-        ``spin_lock`` are its C twins, which give the same results for any calls.
+        This is the reference: when pybpf._cache_model is built, an instance's ``access``,
+        ``charge``, ``spin_lock`` and ``spin_unlock`` are its C twins, which give the same
+        results for any calls.
         """
         if not addr:
             return 0.0
