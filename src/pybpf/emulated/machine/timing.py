@@ -24,6 +24,8 @@ per line: a private LRU cache per CPU and a shared LRU cache per node, with the 
 profile (times ``cache_scale``, so an experiment scaled down k times keeps the ratio of working
 set to cache); a line written by a CPU is invalid in every other private cache, and the next
 access from another CPU pays a transfer. Loads are assumed not to overlap (pointer chasing).
+The caches and the calls on every operation (access, charge, spin_lock, spin_unlock) run in C
+when the optional pybpf._cache_model is built; the code here is their reference.
 
 Determinism. Emulated CPUs run as host threads, which interleave as the host pleases. With a
 ``VirtualTimeScheduler`` attached, a participating CPU's thread runs a modeled operation only
