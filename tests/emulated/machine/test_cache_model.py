@@ -7,6 +7,7 @@ count, lock field and cache (contents and LRU order) must be the same after ever
 """
 
 import os
+import random
 import subprocess
 import sys
 from unittest import mock
@@ -136,6 +137,25 @@ def test_one_lock_many_sections_keeps_the_same_history(steps):
             assert observed(models[0], locks[0]) == observed(models[1], locks[1]), op
         longest = max(longest, len(locks[0][0].held))
     assert longest > timing_module.LOCK_HISTORY // 2
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_larger_caches_over_many_lines_agree(seed):
+    """Caches of hundreds of lines over thousands: the C tables grow and delete at a scale the
+    tiny caches above do not reach."""
+    profile = load_profile("haswell-ep-2s")
+    models = (Timing(profile, [0, 0, 1, 1], cache_scale=1 / 1024),)
+    with mock.patch.object(timing_module, "CACHE_MODEL", None):
+        models += (Timing(profile, [0, 0, 1, 1], cache_scale=1 / 1024),)
+    assert models[0].private_lines == 64 and models[0].shared_lines == 400
+    rng = random.Random(seed)
+    for _ in range(30000):
+        cpu, node = rng.randrange(4), rng.randrange(2)
+        line = rng.randrange(200) if rng.random() < 0.7 else rng.randrange(20000)  # hot, cold
+        write = rng.random() < 0.3
+        results = [t.access(cpu, (node << NODE_SHIFT) + PAGE + 64 * line, write) for t in models]
+        assert results[0] == results[1]
+    assert observed(models[0], []) == observed(models[1], [])
 
 
 def test_evictions_forget_lines_and_keep_lru_order():
