@@ -3,7 +3,8 @@
 ``optional=True``: without a C compiler or Python headers the build skips them and pybpf runs
 on its pure-Python path (``pybpf._accel``: the Map layer's accelerator) or without shared
 maps (``pybpf._shm_maps``: maps in shared memory, ``pybpf.shared``, which then says what to
-install).
+install) or with the emulated machine's cache model in Python (``pybpf._cache_model``: the
+C twin of ``Timing.access``, ``charge``, ``spin_lock`` and ``spin_unlock``).
 """
 
 from setuptools import Extension, setup
@@ -11,6 +12,8 @@ from setuptools import Extension, setup
 setup(ext_modules=[
     Extension("pybpf._accel", ["src/pybpf/_accel.c"], optional=True,
               extra_compile_args=["-O2"]),
+    Extension("pybpf._cache_model", ["src/pybpf/_cache_model.c"], optional=True,
+              extra_compile_args=["-O2", "-Wall"]),
     # librt: shm_open before glibc 2.34 (an empty stub after).
     Extension("pybpf._shm_maps", ["src/pybpf/_shm_maps.c"], optional=True,
               extra_compile_args=["-O2", "-Wall"], libraries=["rt"]),

@@ -9,8 +9,8 @@ cd "$(dirname "$0")/.."
 
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     # gcc and libbpf-dev build the C references of the benchmarks; python3-venv and
-    # python3-dev make the venv and build the C extensions (accelerator, shared maps) on the
-    # distribution's Python; clang and llvm build BPF C objects; bpftool cross-checks what the
+    # python3-dev make the venv and build the C extensions (accelerator, shared maps, cache
+    # model) on the distribution's Python; clang and llvm build BPF C objects; bpftool cross-checks what the
     # kernel reports; iproute2, iperf3, xdp-tools and ethtool drive the network benchmarks.
     need=()
     for pkg in gcc libbpf-dev bpftool iproute2 python3-venv python3-dev clang llvm iperf3 \
@@ -30,8 +30,8 @@ fi
 # a hash of what the install depends on, so a second run installs nothing.
 venv=.venv
 stamp="$venv/.pybpf-installed"
-want="$(cat pyproject.toml setup.py src/pybpf/_accel.c src/pybpf/_shm_maps.c | sha256sum \
-    | cut -d' ' -f1)"
+want="$(cat pyproject.toml setup.py src/pybpf/_accel.c src/pybpf/_shm_maps.c \
+    src/pybpf/_cache_model.c | sha256sum | cut -d' ' -f1)"
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c '' 2>/dev/null; then
     rm -rf "$venv"
     if ! "${PYTHON:-python3}" -m venv "$venv"; then

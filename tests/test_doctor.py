@@ -60,14 +60,17 @@ def test_mount_lines_without_proc_mounts(monkeypatch, tmp_path):
     assert not doctor.check_bpffs().active and not doctor.check_tracefs().active
 
 
-def test_accelerator_line_built_off_and_missing(monkeypatch):
-    if accelerator.ACCEL is not None:
-        assert doctor.check_accelerator().active
-    monkeypatch.setattr(accelerator, "ACCEL", None)
+@pytest.mark.parametrize("attr, check", [("ACCEL", doctor.check_accelerator),
+                                          ("CACHE_MODEL", doctor.check_cache_model)])
+def test_c_extension_lines_built_off_and_missing(monkeypatch, attr, check):
+    if getattr(accelerator, attr) is not None:
+        built = check()
+        assert built.active and getattr(accelerator, attr).__file__ in built.detail
+    monkeypatch.setattr(accelerator, attr, None)
     monkeypatch.setenv("PYBPF_NO_ACCEL", "1")
-    assert "PYBPF_NO_ACCEL" in doctor.check_accelerator().detail
+    assert "PYBPF_NO_ACCEL" in check().detail
     monkeypatch.delenv("PYBPF_NO_ACCEL")
-    missing = doctor.check_accelerator()
+    missing = check()
     assert not missing.active and "not built" in missing.detail
 
 

@@ -1,26 +1,29 @@
-"""The optional C accelerator ``pybpf._accel``, loaded once for every module that uses it.
+"""The optional C accelerators, loaded once for every module that uses them.
 
-``ACCEL`` is the module, or None when it was not built or ``PYBPF_NO_ACCEL`` is set; pybpf
-works the same without it (pure-Python twins), only slower.
+``ACCEL`` is ``pybpf._accel`` (the Map layer's accelerator) and ``CACHE_MODEL`` is
+``pybpf._cache_model`` (the emulated machine's cache model), each None when it was not built
+or ``PYBPF_NO_ACCEL`` is set; pybpf works the same without them (pure-Python twins), only
+slower.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
 
-def _load() -> ModuleType | None:
+def _load(name: str) -> ModuleType | None:
     if os.environ.get("PYBPF_NO_ACCEL"):
         return None
     try:
-        from . import _accel
+        return importlib.import_module(f"{__package__}.{name}")
     except ImportError:
         return None
-    return _accel
 
 
-ACCEL = _load()
+ACCEL = _load("_accel")
+CACHE_MODEL = _load("_cache_model")
 
 
 def accelerated() -> bool:

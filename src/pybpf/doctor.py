@@ -5,7 +5,7 @@ Rules this module keeps:
   what is there or why not and what to do); none raises, and the command always exits 0: it
   reports, it does not judge.
 - A check looks at the same thing the code it stands for uses (``probe_map_create`` for
-  bpf(2), ``accelerator.ACCEL``, ``shared.SHM``, ``native_missing``,
+  bpf(2), ``accelerator.ACCEL`` and ``CACHE_MODEL``, ``shared.SHM``, ``native_missing``,
   ``modeled_time_default``), so what it says is what pybpf will do. Nothing is installed,
   mounted or built here.
 """
@@ -21,6 +21,7 @@ import platform
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
 from . import __version__
 
@@ -93,17 +94,29 @@ def check_tracefs() -> Finding:
                                      f"needs mount -t tracefs tracefs {TRACEFS_ROOTS[0]}")
 
 
-def check_accelerator() -> Finding:
-    from . import accelerator
-
-    name = "C accelerator"
-    if accelerator.ACCEL is not None:
-        return Finding(name, True, f"built: {accelerator.ACCEL.__file__}")
+def _c_extension(name: str, module: ModuleType | None, what: str) -> Finding:
+    """The line of an optional C extension (``accelerator``'s ACCEL, CACHE_MODEL)."""
+    if module is not None:
+        return Finding(name, True, f"built: {module.__file__} ({what})")
     if os.environ.get("PYBPF_NO_ACCEL"):
         return Finding(name, False, "switched off by PYBPF_NO_ACCEL (pure Python: same "
                                     "results, slower)")
     return Finding(name, False, "not built (pure Python: same results, slower): pip install "
                                 "-e . with gcc and the Python headers builds it")
+
+
+def check_accelerator() -> Finding:
+    from . import accelerator
+
+    return _c_extension("C accelerator", accelerator.ACCEL, "Map's core and batches")
+
+
+def check_cache_model() -> Finding:
+    from . import accelerator
+
+    return _c_extension("C cache model", accelerator.CACHE_MODEL,
+                        "the emulated machine's caches: Timing.access, charge, "
+                        "spin_lock, spin_unlock")
 
 
 def check_shared_maps() -> Finding:
@@ -176,8 +189,8 @@ def check_modeled_time() -> Finding:
 
 
 CHECKS: tuple[Callable[[], Finding], ...] = (
-    check_kernel_backend, check_bpffs, check_tracefs, check_accelerator, check_shared_maps,
-    check_interpreter,
+    check_kernel_backend, check_bpffs, check_tracefs, check_accelerator, check_cache_model,
+    check_shared_maps, check_interpreter,
     check_jit, check_native, check_greenlet, check_matplotlib, check_modeled_time)
 
 

@@ -24,6 +24,8 @@ per line: a private LRU cache per CPU and a shared LRU cache per node, with the 
 profile (times ``cache_scale``, so an experiment scaled down k times keeps the ratio of working
 set to cache); a line written by a CPU is invalid in every other private cache, and the next
 access from another CPU pays a transfer. Loads are assumed not to overlap (pointer chasing).
+The caches and the calls on every operation (access, charge, spin_lock, spin_unlock) run in C
+when the optional pybpf._cache_model is built; the code here is their reference.
 
 Determinism. Emulated CPUs run as host threads, which interleave as the host pleases. With a
 ``VirtualTimeScheduler`` attached, a participating CPU's thread runs a modeled operation only
@@ -49,6 +51,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from ...accelerator import CACHE_MODEL
 from ...profiles import SCHEMA, Profile
 
 NODE_SHIFT = 56  # an address's NUMA node: addr >> NODE_SHIFT
@@ -250,12 +253,7 @@ class Timing:
                                  int(p["memory.private_kib"] * 1024 // line * self.cache_scale))
         self.shared_lines = max(min(HOT_LINES, int(p["memory.shared_kib"] * 1024 // line)),
                                 int(p["memory.shared_kib"] * 1024 // line * self.cache_scale))
-        self._private: list[OrderedDict[int, int]] = [OrderedDict() for _ in self.clock]
-        self._shared: list[OrderedDict[int, None]] = [OrderedDict()
-                                                      for _ in range(self.num_nodes)]
         self.hits = [0] * len(self.clock)  # private-cache hits per CPU (they cost nothing)
-        self._version: dict[int, int] = {}  # line -> bumped whenever another CPU writes it
-        self._dirty: dict[int, int] = {}  # line -> the CPU holding it modified
         self.private_hit = 0.0  # included in the work costs, which were measured hot
         self.shared_hit = float(p["memory.shared_hit"])
         dist = machine_distances(p.distances, self.num_nodes)
@@ -270,6 +268,27 @@ class Timing:
         t_local, t_remote = float(p["memory.transfer_local"]), float(p["memory.transfer_remote"])
         self.transfer = [[t_local if a == b else between(dist[a][b], t_local, t_remote)
                           for b in range(len(dist))] for a in range(len(dist))]
+        # The caches: the C model (pybpf._cache_model) when it is built, the same step for
+        # step, else the reference here: ``access`` with ``_own`` and ``_forget``, and the
+        # calls around it on every operation, ``charge``, ``spin_lock``, ``spin_unlock``.
+        self._cache_model = None
+        if CACHE_MODEL is not None and self.modeled:
+            self._cache_model = model = CACHE_MODEL.CacheModel(
+                cpu_node=self.cpu_node, line_shift=self.line_shift, node_shift=NODE_SHIFT,
+                private_lines=self.private_lines, shared_lines=self.shared_lines,
+                shared_hit=self.shared_hit, dram=self.dram, transfer=self.transfer,
+                spin_lock_ns=self._spin_lock_ns, lock_history=LOCK_HISTORY, cost=self.cost,
+                clock=self.clock, hits=self.hits, stats=self.stats, counts=self.counts)
+            self.access = model.access  # type: ignore[method-assign]
+            self.charge = model.charge  # type: ignore[method-assign]
+            self.spin_lock = model.spin_lock  # type: ignore[method-assign]
+            self.spin_unlock = model.spin_unlock  # type: ignore[method-assign]
+        else:
+            self._private: list[OrderedDict[int, int]] = [OrderedDict() for _ in self.clock]
+            self._shared: list[OrderedDict[int, None]] = [OrderedDict()
+                                                          for _ in range(self.num_nodes)]
+            self._version: dict[int, int] = {}  # line -> bumped whenever another CPU writes it
+            self._dirty: dict[int, int] = {}  # line -> the CPU holding it modified
         self._next_addr = [(node << NODE_SHIFT) + PAGE for node in range(len(dist))]
         self._kmem_caches: dict[tuple[int, int], KmemCache] = {}  # (node, class) -> cache
         self._slab_of_page: dict[int, Slab] = {}  # page number -> the slab it belongs to
@@ -405,6 +424,10 @@ class Timing:
         then no other CPU holds the line modified). The dict operations here are each atomic
         under the GIL and the caches tolerate a racing thread on the same CPU, so the model
         needs no lock of its own.
+
+        This is the reference: when pybpf._cache_model is built, an instance's ``access``,
+        ``charge``, ``spin_lock`` and ``spin_unlock`` are its C twins, which give the same
+        results for any calls.
         """
         if not addr:
             return 0.0
@@ -461,6 +484,22 @@ class Timing:
         self._version[line] = version
         private[line] = version
         self._dirty[line] = cpu
+
+    @property
+    def cache_model(self) -> str:
+        """Which implementation of the caches runs: "C" or "Python"."""
+        return "Python" if self._cache_model is None else "C"
+
+    def cache_state(self) -> dict[str, Any]:
+        """The caches, as the same plain values from either implementation (to compare
+        them): "private" per CPU [(line, version)], "shared" per node [line], least recently
+        used first; "version" {line: version} and "dirty" {line: the CPU holding it
+        modified}."""
+        if self._cache_model is not None:
+            return self._cache_model.state()
+        return {"private": [list(cache.items()) for cache in self._private],
+                "shared": [list(cache) for cache in self._shared],
+                "version": dict(self._version), "dirty": dict(self._dirty)}
 
     def atomic(self, cpu: int, addr: int) -> None:
         """A locked read-modify-write of the line holding ``addr`` (a shared counter).

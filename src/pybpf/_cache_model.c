@@ -1,0 +1,1017 @@
+/*
+ * pybpf._cache_model: the emulated machine's cache model in C: Timing.access, and the calls
+ * around it on every modeled operation (charge, spin_lock, spin_unlock).
+ *
+ * The Python code in pybpf/emulated/machine/timing.py is the reference; this is the same model,
+ * step for step, so every stall, clock, statistic and eviction is the same for any sequence of
+ * calls (tests/emulated/machine/test_cache_model.py drives both). Python's OrderedDicts become
+ * tables keyed by line number (open addressing, linear probing, backward-shift deletion) whose
+ * entries sit on a doubly linked list in LRU order, oldest first:
+ *
+ *   OrderedDict                          here
+ *   cache.get(line)                      tab_find
+ *   cache[line] = v (new key: at end;    tab_set (an existing entry keeps its place)
+ *     existing key: keeps its place)
+ *   cache.pop(line); cache[line] = v     tab_move_newest (or tab_add when absent)
+ *   cache.popitem(last=False)            tab_pop_oldest
+ *
+ * The model writes its results into the Timing's own Python objects (clock, hits, stats,
+ * counts), so everything else in Timing reads them as before. It runs holding the GIL
+ * throughout, so each call is atomic with respect to other threads.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+	uint64_t line;
+	int64_t value;  /* a private cache: the version its copy carries; the line table: version */
+	int32_t owner;  /* the line table: the CPU holding the line modified, -1 none */
+	int32_t prev;   /* LRU order: the next older entry, -1 none */
+	int32_t next;   /* LRU order: the next newer entry, -1 none; a free entry: the next free */
+} Entry;
+
+typedef struct {
+	Entry *entries;  /* a pool; freed entries are chained through next */
+	int32_t allocated;
+	int32_t top;     /* entries handed out from the pool at least once */
+	int32_t free;    /* the first free entry, -1 none */
+	int32_t *index;  /* open addressing: an entry number, -1 empty */
+	int bits;        /* the index has 1 << bits slots */
+	Py_ssize_t len;
+	int32_t oldest, newest;
+} Table;
+
+static inline uint32_t tab_home(const Table *t, uint64_t line)
+{
+	return (uint32_t)((line * 0x9E3779B97F4A7C15ull) >> (64 - t->bits));
+}
+
+static int tab_init(Table *t)
+{
+	t->bits = 4;
+	t->index = PyMem_Malloc(sizeof(int32_t) << t->bits);
+	t->allocated = 8;
+	t->entries = PyMem_Malloc(sizeof(Entry) * t->allocated);
+	if (t->index == NULL || t->entries == NULL) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	memset(t->index, 0xff, sizeof(int32_t) << t->bits);
+	t->top = 0;
+	t->free = -1;
+	t->len = 0;
+	t->oldest = t->newest = -1;
+	return 0;
+}
+
+static void tab_free(Table *t)
+{
+	PyMem_Free(t->index);
+	PyMem_Free(t->entries);
+	t->index = NULL;
+	t->entries = NULL;
+}
+
+/* The index slot holding line, or -1. */
+static inline int32_t tab_slot(const Table *t, uint64_t line)
+{
+	uint32_t mask = (1u << t->bits) - 1;
+	for (uint32_t i = tab_home(t, line);; i = (i + 1) & mask) {
+		int32_t e = t->index[i];
+		if (e < 0)
+			return -1;
+		if (t->entries[e].line == line)
+			return (int32_t)i;
+	}
+}
+
+/* The entry of line, or -1. */
+static inline int32_t tab_find(const Table *t, uint64_t line)
+{
+	int32_t slot = tab_slot(t, line);
+	return slot < 0 ? -1 : t->index[slot];
+}
+
+static void tab_place(Table *t, int32_t e)
+{
+	uint32_t mask = (1u << t->bits) - 1;
+	uint32_t i = tab_home(t, t->entries[e].line);
+	while (t->index[i] >= 0)
+		i = (i + 1) & mask;
+	t->index[i] = e;
+}
+
+static int tab_grow_index(Table *t)
+{
+	if (t->bits >= 31) {
+		PyErr_SetString(PyExc_MemoryError, "cache model: too many lines");
+		return -1;
+	}
+	int32_t *old = t->index;
+	uint32_t old_size = 1u << t->bits;
+	int32_t *index = PyMem_Malloc(sizeof(int32_t) << (t->bits + 1));
+	if (index == NULL) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	memset(index, 0xff, sizeof(int32_t) << (t->bits + 1));
+	t->index = index;
+	t->bits++;
+	for (uint32_t i = 0; i < old_size; i++)
+		if (old[i] >= 0)
+			tab_place(t, old[i]);
+	PyMem_Free(old);
+	return 0;
+}
+
+static inline void lru_unlink(Table *t, int32_t e)
+{
+	Entry *x = &t->entries[e];
+	if (x->prev >= 0)
+		t->entries[x->prev].next = x->next;
+	else
+		t->oldest = x->next;
+	if (x->next >= 0)
+		t->entries[x->next].prev = x->prev;
+	else
+		t->newest = x->prev;
+}
+
+static inline void lru_append(Table *t, int32_t e)
+{
+	Entry *x = &t->entries[e];
+	x->prev = t->newest;
+	x->next = -1;
+	if (t->newest >= 0)
+		t->entries[t->newest].next = e;
+	else
+		t->oldest = e;
+	t->newest = e;
+}
+
+/* A new entry for line (not in the table), the newest; -1 with an exception set. */
+static int32_t tab_add(Table *t, uint64_t line, int64_t value)
+{
+	if ((t->len + 1) * 2 > ((Py_ssize_t)1 << t->bits) && tab_grow_index(t) < 0)
+		return -1;
+	int32_t e;
+	if (t->free >= 0) {
+		e = t->free;
+		t->free = t->entries[e].next;
+	} else {
+		if (t->top == t->allocated) {
+			if (t->allocated > INT32_MAX / 2) {
+				PyErr_SetString(PyExc_MemoryError, "cache model: too many lines");
+				return -1;
+			}
+			Entry *grown = PyMem_Realloc(t->entries, sizeof(Entry) * t->allocated * 2);
+			if (grown == NULL) {
+				PyErr_NoMemory();
+				return -1;
+			}
+			t->entries = grown;
+			t->allocated *= 2;
+		}
+		e = t->top++;
+	}
+	Entry *x = &t->entries[e];
+	x->line = line;
+	x->value = value;
+	x->owner = -1;
+	tab_place(t, e);
+	lru_append(t, e);
+	t->len++;
+	return e;
+}
+
+/* Drop the entry at index slot ``slot`` (backward-shift deletion keeps every probe run whole). */
+static void tab_remove_slot(Table *t, int32_t slot)
+{
+	uint32_t mask = (1u << t->bits) - 1;
+	uint32_t i = (uint32_t)slot;
+	int32_t e = t->index[i];
+	lru_unlink(t, e);
+	t->entries[e].next = t->free;
+	t->free = e;
+	t->len--;
+	for (uint32_t j = (i + 1) & mask;; j = (j + 1) & mask) {
+		int32_t moved = t->index[j];
+		if (moved < 0)
+			break;
+		uint32_t k = tab_home(t, t->entries[moved].line);
+		if (((j - k) & mask) >= ((j - i) & mask)) {  /* its home is not in (i, j] */
+			t->index[i] = moved;
+			i = j;
+		}
+	}
+	t->index[i] = -1;
+}
+
+static inline int tab_remove(Table *t, uint64_t line)
+{
+	int32_t slot = tab_slot(t, line);
+	if (slot < 0)
+		return 0;
+	tab_remove_slot(t, slot);
+	return 1;
+}
+
+static inline void tab_move_newest(Table *t, int32_t e)
+{
+	if (t->newest != e) {
+		lru_unlink(t, e);
+		lru_append(t, e);
+	}
+}
+
+/* cache[line] = value: an existing entry keeps its place, a new one is the newest. */
+static inline int tab_set(Table *t, uint64_t line, int64_t value)
+{
+	int32_t e = tab_find(t, line);
+	if (e >= 0) {
+		t->entries[e].value = value;
+		return 0;
+	}
+	return tab_add(t, line, value) < 0 ? -1 : 0;
+}
+
+/* popitem(last=False): the oldest line, removed; 0 and *line unset when the table is empty. */
+static inline int tab_pop_oldest(Table *t, uint64_t *line)
+{
+	if (t->oldest < 0)
+		return 0;
+	*line = t->entries[t->oldest].line;
+	tab_remove(t, *line);
+	return 1;
+}
+
+/* Interned names: the memory kinds of Timing.stats, the events, SpinLock's fields; 1 and 0. */
+static PyObject *s_shared_hit, *s_dram_local, *s_dram_remote, *s_transfer_local,
+	*s_transfer_remote, *s_lock_wait, *s_spin_lock, *s_last_end, *s_held, *s_acquired_at,
+	*s_holder, *s_addr, *s_one, *s_zero;
+
+typedef struct {
+	PyObject_HEAD
+	int ncpus, nnodes;
+	int *cpu_node;
+	int line_shift, node_shift;
+	Py_ssize_t private_lines, shared_lines;
+	double shared_hit, spin_lock_ns;
+	double *dram;      /* [node][home], nnodes x nnodes */
+	double *transfer;  /* [node][owner's node] */
+	Table *private;    /* per CPU: line -> the version of its copy */
+	Table *shared;     /* per node: lines */
+	Table lines;       /* line -> version (absent: 0) and the CPU holding it modified */
+	Py_ssize_t lock_history;
+	/* The Timing's objects, updated in place; cost is read only. */
+	PyObject *clock, *hits, *stats, *counts, *cost;
+} CacheModel;
+
+static inline int64_t line_version(const CacheModel *m, uint64_t line)
+{
+	int32_t e = tab_find(&m->lines, line);
+	return e < 0 ? 0 : m->lines.entries[e].value;
+}
+
+static inline int32_t line_owner(const CacheModel *m, uint64_t line)
+{
+	int32_t e = tab_find(&m->lines, line);
+	return e < 0 ? -1 : m->lines.entries[e].owner;
+}
+
+/* _dirty.pop(line, None) */
+static inline void clear_owner(CacheModel *m, uint64_t line)
+{
+	int32_t e = tab_find(&m->lines, line);
+	if (e >= 0)
+		m->lines.entries[e].owner = -1;
+}
+
+/* self.hits[cpu] += 1 */
+static int count_hit(CacheModel *m, int cpu)
+{
+	PyObject *old = PyList_GET_ITEM(m->hits, cpu);
+	PyObject *sum = PyNumber_Add(old, s_one);
+	if (sum == NULL)
+		return -1;
+	PyList_SET_ITEM(m->hits, cpu, sum);
+	Py_DECREF(old);
+	return 0;
+}
+
+/* self.clock[cpu] += ns */
+static int advance(CacheModel *m, int cpu, double ns)
+{
+	PyObject *old = PyList_GET_ITEM(m->clock, cpu);
+	double now = PyFloat_AsDouble(old);
+	if (now == -1.0 && PyErr_Occurred())
+		return -1;
+	PyObject *t = PyFloat_FromDouble(now + ns);
+	if (t == NULL)
+		return -1;
+	PyList_SET_ITEM(m->clock, cpu, t);
+	Py_DECREF(old);
+	return 0;
+}
+
+/* x[i] += by, in place in a list */
+static int list_add(PyObject *list, Py_ssize_t i, PyObject *by)
+{
+	PyObject *old = PyList_GET_ITEM(list, i);
+	PyObject *sum = PyNumber_Add(old, by);
+	if (sum == NULL)
+		return -1;
+	PyList_SET_ITEM(list, i, sum);
+	Py_DECREF(old);
+	return 0;
+}
+
+/* Timing._account(cpu, event, 1, ns) */
+static int account(CacheModel *m, int cpu, PyObject *event, double ns)
+{
+	if (advance(m, cpu, ns) < 0)
+		return -1;
+	PyObject *stats = PyList_GET_ITEM(m->stats, cpu);
+	PyObject *entry = PyDict_GetItemWithError(stats, event);
+	if (entry == NULL && PyErr_Occurred())
+		return -1;
+	PyObject *n = PyLong_FromLong(1), *t = PyFloat_FromDouble(ns);
+	int rc = -1;
+	if (n == NULL || t == NULL)
+		goto out;
+	if (entry == NULL) {
+		PyObject *fresh = PyList_New(2);
+		if (fresh == NULL)
+			goto out;
+		PyList_SET_ITEM(fresh, 0, Py_NewRef(n));
+		PyList_SET_ITEM(fresh, 1, Py_NewRef(t));
+		rc = PyDict_SetItem(stats, event, fresh);
+		Py_DECREF(fresh);
+	} else if (!PyList_CheckExact(entry) || PyList_GET_SIZE(entry) != 2) {
+		PyErr_SetString(PyExc_TypeError, "cache model: a stats entry is not [count, ns]");
+	} else {
+		rc = list_add(entry, 0, n) < 0 || list_add(entry, 1, t) < 0 ? -1 : 0;
+	}
+out:
+	Py_XDECREF(n);
+	Py_XDECREF(t);
+	return rc;
+}
+
+/* Timing._own: read for ownership, every other copy of line becomes stale. */
+static int own(CacheModel *m, int cpu, uint64_t line, int64_t version, Table *private)
+{
+	version += 1;
+	int32_t e = tab_find(&m->lines, line);
+	if (e < 0 && (e = tab_add(&m->lines, line, version)) < 0)
+		return -1;
+	m->lines.entries[e].value = version;
+	if (tab_set(private, line, version) < 0)
+		return -1;
+	m->lines.entries[e].owner = cpu;
+	return 0;
+}
+
+/* Timing._forget: a line no cache holds needs no version or owner. */
+static void forget(CacheModel *m, uint64_t line)
+{
+	for (int c = 0; c < m->ncpus; c++)
+		if (tab_find(&m->private[c], line) >= 0)
+			return;
+	for (int n = 0; n < m->nnodes; n++)
+		if (tab_find(&m->shared[n], line) >= 0)
+			return;
+	tab_remove(&m->lines, line);
+}
+
+/* Timing.access: the stall in ns (and charged), or -1.0 with an exception set. */
+static double model_access(CacheModel *m, int cpu, uint64_t addr, int write)
+{
+	if (!addr)
+		return 0.0;
+	uint64_t line = addr >> m->line_shift;
+	Table *private = &m->private[cpu];
+	int64_t version = line_version(m, line);
+	int32_t e = tab_find(private, line);
+	if (e >= 0 && private->entries[e].value == version) {  /* a hit in the private cache */
+		tab_move_newest(private, e);
+		if (count_hit(m, cpu) < 0)
+			return -1;
+		if (write && line_owner(m, line) != cpu && own(m, cpu, line, version, private) < 0)
+			return -1;
+		return 0.0;
+	}
+	int node = m->cpu_node[cpu];
+	int32_t owner = line_owner(m, line);
+	if (owner < 0)
+		owner = cpu;
+	PyObject *kind;
+	double ns;
+	int32_t copy;
+	if (owner != cpu && (copy = tab_find(&m->private[owner], line)) >= 0
+	    && m->private[owner].entries[copy].value == version) {
+		int owner_node = m->cpu_node[owner];
+		kind = owner_node != node ? s_transfer_remote : s_transfer_local;
+		ns = m->transfer[node * m->nnodes + owner_node];
+		if (!write)
+			clear_owner(m, line);  /* written back: shared and clean from now on */
+	} else {
+		if (owner != cpu)
+			clear_owner(m, line);  /* the owner's copy was evicted, so written back */
+		Table *shared = &m->shared[node];
+		if (tab_remove(shared, line)) {
+			kind = s_shared_hit;
+			ns = m->shared_hit;
+		} else {
+			uint64_t home = addr >> m->node_shift;
+			if (home >= (uint64_t)m->nnodes) {
+				PyErr_Format(PyExc_IndexError, "address %#llx is on node %llu, which the "
+					     "machine does not have", (unsigned long long)addr,
+					     (unsigned long long)home);
+				return -1;
+			}
+			kind = (int)home == node ? s_dram_local : s_dram_remote;
+			ns = m->dram[node * m->nnodes + home];
+		}
+		if (tab_add(shared, line, 0) < 0)
+			return -1;
+		uint64_t evicted;
+		if (shared->len > m->shared_lines && tab_pop_oldest(shared, &evicted))
+			forget(m, evicted);
+	}
+	tab_remove(private, line);  /* a stale copy goes: the fresh one is the most recent */
+	if (tab_add(private, line, version) < 0)
+		return -1;
+	uint64_t evicted;
+	if (private->len > m->private_lines)
+		tab_pop_oldest(private, &evicted);
+	if (write && line_owner(m, line) != cpu && own(m, cpu, line, version, private) < 0)
+		return -1;
+	if (account(m, cpu, kind, ns) < 0)
+		return -1;
+	return ns;
+}
+
+static int parse_cpu(CacheModel *m, PyObject *obj, int *cpu)
+{
+	long c = PyLong_AsLong(obj);
+	if (c == -1 && PyErr_Occurred())
+		return -1;
+	if (c < 0 || c >= m->ncpus) {
+		PyErr_Format(PyExc_IndexError, "CPU %ld is not a CPU of the machine", c);
+		return -1;
+	}
+	*cpu = (int)c;
+	return 0;
+}
+
+static int parse_addr(PyObject *obj, uint64_t *addr)
+{
+	if (!PyLong_Check(obj)) {
+		PyErr_Format(PyExc_TypeError, "an address is an int, not %.100s", Py_TYPE(obj)->tp_name);
+		return -1;
+	}
+	unsigned long long a = PyLong_AsUnsignedLongLong(obj);
+	if (a == (unsigned long long)-1 && PyErr_Occurred())
+		return -1;
+	*addr = a;
+	return 0;
+}
+
+static PyObject *cm_access(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+			   PyObject *kwnames)
+{
+	CacheModel *m = (CacheModel *)op;
+	PyObject *write_obj = nargs == 3 ? args[2] : NULL;
+	Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+	if (nkw == 1 && nargs == 2
+	    && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "write") == 0)
+		write_obj = args[2];
+	else if (nkw != 0 || nargs < 2 || nargs > 3) {
+		PyErr_SetString(PyExc_TypeError, "access(cpu, addr, write=False)");
+		return NULL;
+	}
+	int cpu, write = 0;
+	uint64_t addr;
+	if (parse_cpu(m, args[0], &cpu) < 0 || parse_addr(args[1], &addr) < 0)
+		return NULL;
+	if (write_obj != NULL && (write = PyObject_IsTrue(write_obj)) < 0)
+		return NULL;
+	double ns = model_access(m, cpu, addr, write);
+	if (ns == -1.0 && PyErr_Occurred())
+		return NULL;
+	return PyFloat_FromDouble(ns);
+}
+
+static int get_double(PyObject *obj, PyObject *name, double *out)
+{
+	PyObject *v = PyObject_GetAttr(obj, name);
+	if (v == NULL)
+		return -1;
+	*out = PyFloat_AsDouble(v);
+	Py_DECREF(v);
+	return *out == -1.0 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* The time from which ``cpu`` holds ``lock`` when it asks at t: past every interval another
+ * CPU held it at that time (Timing.spin_lock's loop; the intervals are sorted). */
+static int lock_free_at(PyObject *lock, int cpu, double *t)
+{
+	PyObject *held = PyObject_GetAttr(lock, s_held);
+	if (held == NULL)
+		return -1;
+	PyObject *seq = PySequence_Fast(held, "SpinLock.held is a list of intervals");
+	Py_DECREF(held);
+	if (seq == NULL)
+		return -1;
+	int rc = 0;
+	for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+		PyObject *iv = PySequence_Fast_GET_ITEM(seq, i);
+		if (!PyTuple_Check(iv) || PyTuple_GET_SIZE(iv) != 3) {
+			PyErr_SetString(PyExc_TypeError, "a lock interval is (start, end, holder)");
+			rc = -1;
+			break;
+		}
+		double start = PyFloat_AsDouble(PyTuple_GET_ITEM(iv, 0));
+		double end = PyFloat_AsDouble(PyTuple_GET_ITEM(iv, 1));
+		long holder = PyLong_AsLong(PyTuple_GET_ITEM(iv, 2));
+		if (PyErr_Occurred()) {
+			rc = -1;
+			break;
+		}
+		if (start <= *t && *t < end && holder != cpu)
+			*t = end;
+	}
+	Py_DECREF(seq);
+	return rc;
+}
+
+static PyObject *cm_spin_lock(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+	CacheModel *m = (CacheModel *)op;
+	int cpu;
+	if (nargs != 2) {
+		PyErr_SetString(PyExc_TypeError, "spin_lock(cpu, lock)");
+		return NULL;
+	}
+	PyObject *lock = args[1];
+	if (parse_cpu(m, args[0], &cpu) < 0)
+		return NULL;
+	double now = PyFloat_AsDouble(PyList_GET_ITEM(m->clock, cpu));
+	double last_end;
+	if ((now == -1.0 && PyErr_Occurred()) || get_double(lock, s_last_end, &last_end) < 0)
+		return NULL;
+	if (now < last_end) {
+		double t = now;
+		if (lock_free_at(lock, cpu, &t) < 0)
+			return NULL;
+		if (t > now && account(m, cpu, s_lock_wait, t - now) < 0)  /* wait_until */
+			return NULL;
+	}
+	PyObject *addr_obj = PyObject_GetAttr(lock, s_addr);
+	if (addr_obj == NULL)
+		return NULL;
+	uint64_t addr;
+	int bad = parse_addr(addr_obj, &addr);
+	Py_DECREF(addr_obj);
+	if (bad < 0)
+		return NULL;
+	uint64_t line = addr >> m->line_shift;
+	Table *private = &m->private[cpu];
+	int32_t e = tab_find(private, line);
+	if (line_owner(m, line) == cpu && e >= 0
+	    && private->entries[e].value == line_version(m, line)) {
+		tab_move_newest(private, e);  /* the hot case: this CPU holds the line */
+		if (count_hit(m, cpu) < 0)
+			return NULL;
+	} else if (model_access(m, cpu, addr, 1) == -1.0 && PyErr_Occurred()) {
+		return NULL;
+	}
+	if (advance(m, cpu, m->spin_lock_ns) < 0)
+		return NULL;
+	PyObject *counts = PyList_GET_ITEM(m->counts, cpu);
+	PyObject *count = PyDict_GetItemWithError(counts, s_spin_lock);
+	if (count == NULL && PyErr_Occurred())
+		return NULL;
+	PyObject *next = count == NULL ? PyLong_FromLong(1) : PyNumber_Add(count, s_one);
+	if (next == NULL)
+		return NULL;
+	int rc = PyDict_SetItem(counts, s_spin_lock, next);
+	Py_DECREF(next);
+	if (rc < 0)
+		return NULL;
+	PyObject *holder = PyLong_FromLong(cpu);
+	if (holder == NULL)
+		return NULL;
+	rc = PyObject_SetAttr(lock, s_acquired_at, PyList_GET_ITEM(m->clock, cpu)) < 0
+		|| PyObject_SetAttr(lock, s_holder, holder) < 0;
+	Py_DECREF(holder);
+	if (rc)
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+/* Timing.charge: work, n times the profile's cost of event. */
+static PyObject *cm_charge(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+	CacheModel *m = (CacheModel *)op;
+	int cpu;
+	if (nargs < 2 || nargs > 3) {
+		PyErr_SetString(PyExc_TypeError, "charge(cpu, event, n=1)");
+		return NULL;
+	}
+	if (parse_cpu(m, args[0], &cpu) < 0)
+		return NULL;
+	PyObject *event = args[1], *n = nargs == 3 ? args[2] : s_one;
+	PyObject *cost = PyDict_GetItemWithError(m->cost, event);
+	if (cost == NULL) {
+		if (PyErr_Occurred())
+			return NULL;
+		PyObject *events = PySequence_List(m->cost);
+		if (events != NULL && PyList_Sort(events) == 0)
+			PyErr_Format(PyExc_ValueError, "no cost %R in the model; events are %R", event,
+				     events);
+		Py_XDECREF(events);
+		return NULL;
+	}
+	/* clock += cost * n, as Python's float arithmetic does it */
+	PyObject *product = PyNumber_Multiply(cost, n);
+	if (product == NULL)
+		return NULL;
+	PyObject *old = PyList_GET_ITEM(m->clock, cpu);
+	PyObject *sum = PyNumber_Add(old, product);
+	Py_DECREF(product);
+	if (sum == NULL)
+		return NULL;
+	PyList_SET_ITEM(m->clock, cpu, sum);
+	Py_DECREF(old);
+	PyObject *counts = PyList_GET_ITEM(m->counts, cpu);
+	PyObject *count = PyDict_GetItemWithError(counts, event);
+	if (count == NULL && PyErr_Occurred())
+		return NULL;
+	PyObject *next = count == NULL ? PyNumber_Add(s_zero, n)
+		: PyNumber_Add(count, n);
+	if (next == NULL)
+		return NULL;
+	int rc = PyDict_SetItem(counts, event, next);
+	Py_DECREF(next);
+	if (rc < 0)
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+/* Timing.spin_unlock: the interval the lock was held joins its sorted history. */
+static PyObject *cm_spin_unlock(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+	CacheModel *m = (CacheModel *)op;
+	int cpu;
+	if (nargs != 2) {
+		PyErr_SetString(PyExc_TypeError, "spin_unlock(cpu, lock)");
+		return NULL;
+	}
+	if (parse_cpu(m, args[0], &cpu) < 0)
+		return NULL;
+	PyObject *lock = args[1], *interval = NULL, *held = NULL, *minus_one = NULL;
+	PyObject *end = Py_NewRef(PyList_GET_ITEM(m->clock, cpu)), *start = NULL;
+	PyObject *result = NULL;
+	PyObject *holder = PyObject_GetAttr(lock, s_holder);
+	if (holder == NULL)
+		goto out;
+	int mine = PyObject_RichCompareBool(holder, args[0], Py_EQ);
+	Py_DECREF(holder);
+	if (mine < 0)
+		goto out;
+	start = mine ? PyObject_GetAttr(lock, s_acquired_at) : Py_NewRef(end);
+	held = start == NULL ? NULL : PyObject_GetAttr(lock, s_held);
+	if (held == NULL)
+		goto out;
+	if (!PyList_Check(held)) {
+		PyErr_SetString(PyExc_TypeError, "SpinLock.held is a list of intervals");
+		goto out;
+	}
+	interval = PyTuple_Pack(3, start, end, args[0]);
+	if (interval == NULL)
+		goto out;
+	/* bisect.insort (insort_right); an interval starting at or after the last one is the
+	 * common case, appended */
+	Py_ssize_t len = PyList_GET_SIZE(held), lo = len;
+	if (len) {
+		PyObject *last_start = PySequence_GetItem(PyList_GET_ITEM(held, len - 1), 0);
+		if (last_start == NULL)
+			goto out;
+		int after = PyObject_RichCompareBool(start, last_start, Py_GE);
+		Py_DECREF(last_start);
+		if (after < 0)
+			goto out;
+		if (!after) {
+			Py_ssize_t hi = len;
+			lo = 0;
+			while (lo < hi) {
+				Py_ssize_t mid = (lo + hi) / 2;
+				int less = PyObject_RichCompareBool(interval, PyList_GET_ITEM(held, mid),
+								    Py_LT);
+				if (less < 0)
+					goto out;
+				if (less)
+					hi = mid;
+				else
+					lo = mid + 1;
+			}
+		}
+	}
+	if (PyList_Insert(held, lo, interval) < 0)
+		goto out;
+	minus_one = PyLong_FromLong(-1);
+	if (minus_one == NULL || PyObject_SetAttr(lock, s_holder, minus_one) < 0)
+		goto out;
+	PyObject *last_end = PyObject_GetAttr(lock, s_last_end);
+	if (last_end == NULL)
+		goto out;
+	int later = PyObject_RichCompareBool(end, last_end, Py_GT);
+	Py_DECREF(last_end);
+	if (later < 0 || (later && PyObject_SetAttr(lock, s_last_end, end) < 0))
+		goto out;
+	/* a CPU further behind than the latest half does not wait: del held[:-history // 2] */
+	len = PyList_GET_SIZE(held);
+	if (len > m->lock_history
+	    && PyList_SetSlice(held, 0, len - (m->lock_history + 1) / 2, NULL) < 0)
+		goto out;
+	result = Py_NewRef(Py_None);
+out:
+	Py_XDECREF(minus_one);
+	Py_XDECREF(interval);
+	Py_XDECREF(held);
+	Py_XDECREF(start);
+	Py_DECREF(end);
+	return result;
+}
+
+static PyObject *int64_pair(uint64_t line, int64_t value)
+{
+	return Py_BuildValue("(KL)", (unsigned long long)line, (long long)value);
+}
+
+/* Timing.cache_state's dict: private caches as [(line, version)] and shared ones as [line],
+ * oldest first; version {line: version}; dirty {line: cpu}. */
+static PyObject *cm_state(PyObject *op, PyObject *unused)
+{
+	CacheModel *m = (CacheModel *)op;
+	PyObject *private = PyList_New(m->ncpus), *shared = PyList_New(m->nnodes);
+	PyObject *version = PyDict_New(), *dirty = PyDict_New(), *out = NULL;
+	if (private == NULL || shared == NULL || version == NULL || dirty == NULL)
+		goto fail;
+	for (int c = 0; c < m->ncpus; c++) {
+		Table *t = &m->private[c];
+		PyObject *items = PyList_New(0);
+		if (items == NULL)
+			goto fail;
+		PyList_SET_ITEM(private, c, items);
+		for (int32_t e = t->oldest; e >= 0; e = t->entries[e].next) {
+			PyObject *pair = int64_pair(t->entries[e].line, t->entries[e].value);
+			if (pair == NULL || PyList_Append(items, pair) < 0) {
+				Py_XDECREF(pair);
+				goto fail;
+			}
+			Py_DECREF(pair);
+		}
+	}
+	for (int n = 0; n < m->nnodes; n++) {
+		Table *t = &m->shared[n];
+		PyObject *items = PyList_New(0);
+		if (items == NULL)
+			goto fail;
+		PyList_SET_ITEM(shared, n, items);
+		for (int32_t e = t->oldest; e >= 0; e = t->entries[e].next) {
+			PyObject *line = PyLong_FromUnsignedLongLong(t->entries[e].line);
+			if (line == NULL || PyList_Append(items, line) < 0) {
+				Py_XDECREF(line);
+				goto fail;
+			}
+			Py_DECREF(line);
+		}
+	}
+	for (int32_t e = m->lines.oldest; e >= 0; e = m->lines.entries[e].next) {
+		Entry x = m->lines.entries[e];  /* a copy: allocating may run a collection */
+		PyObject *line = PyLong_FromUnsignedLongLong(x.line);
+		PyObject *v = PyLong_FromLongLong(x.value);
+		PyObject *o = x.owner >= 0 ? PyLong_FromLong(x.owner) : NULL;
+		int rc = line == NULL || v == NULL || (x.owner >= 0 && o == NULL)
+			|| PyDict_SetItem(version, line, v) < 0
+			|| (o != NULL && PyDict_SetItem(dirty, line, o) < 0);
+		Py_XDECREF(line);
+		Py_XDECREF(v);
+		Py_XDECREF(o);
+		if (rc)
+			goto fail;
+	}
+	out = Py_BuildValue("{sOsOsOsO}", "private", private, "shared", shared, "version",
+			    version, "dirty", dirty);
+fail:
+	Py_XDECREF(private);
+	Py_XDECREF(shared);
+	Py_XDECREF(version);
+	Py_XDECREF(dirty);
+	return out;
+}
+
+static int float_table(PyObject *rows, int n, double *out)
+{
+	if (!PyList_Check(rows) || PyList_GET_SIZE(rows) != n) {
+		PyErr_Format(PyExc_ValueError, "a cost table needs %d rows", n);
+		return -1;
+	}
+	for (int a = 0; a < n; a++) {
+		PyObject *row = PyList_GET_ITEM(rows, a);
+		if (!PyList_Check(row) || PyList_GET_SIZE(row) != n) {
+			PyErr_Format(PyExc_ValueError, "a cost table needs %d columns", n);
+			return -1;
+		}
+		for (int b = 0; b < n; b++) {
+			out[a * n + b] = PyFloat_AsDouble(PyList_GET_ITEM(row, b));
+			if (out[a * n + b] == -1.0 && PyErr_Occurred())
+				return -1;
+		}
+	}
+	return 0;
+}
+
+static void cm_release(CacheModel *m)
+{
+	if (m->private != NULL)
+		for (int c = 0; c < m->ncpus; c++)
+			tab_free(&m->private[c]);
+	if (m->shared != NULL)
+		for (int n = 0; n < m->nnodes; n++)
+			tab_free(&m->shared[n]);
+	tab_free(&m->lines);
+	PyMem_Free(m->private);
+	PyMem_Free(m->shared);
+	PyMem_Free(m->cpu_node);
+	PyMem_Free(m->dram);
+	PyMem_Free(m->transfer);
+	m->private = m->shared = NULL;
+	m->cpu_node = NULL;
+	m->dram = m->transfer = NULL;
+	Py_CLEAR(m->clock);
+	Py_CLEAR(m->hits);
+	Py_CLEAR(m->stats);
+	Py_CLEAR(m->counts);
+	Py_CLEAR(m->cost);
+}
+
+static int cm_init(PyObject *op, PyObject *args, PyObject *kwds)
+{
+	CacheModel *m = (CacheModel *)op;
+	static char *kwlist[] = {"cpu_node", "line_shift", "node_shift", "private_lines",
+				 "shared_lines", "shared_hit", "dram", "transfer", "spin_lock_ns",
+				 "lock_history", "cost", "clock", "hits", "stats", "counts", NULL};
+	PyObject *cpu_node, *dram, *transfer, *cost, *clock, *hits, *stats, *counts;
+	Py_ssize_t lock_history;
+	int line_shift, node_shift;
+	Py_ssize_t private_lines, shared_lines;
+	double shared_hit, spin_lock_ns;
+	if (m->private != NULL) {
+		PyErr_SetString(PyExc_RuntimeError, "CacheModel is initialised once");
+		return -1;
+	}
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!iinndO!O!dnO!O!O!O!O!", kwlist,
+					 &PyList_Type, &cpu_node, &line_shift, &node_shift,
+					 &private_lines, &shared_lines, &shared_hit, &PyList_Type, &dram,
+					 &PyList_Type, &transfer, &spin_lock_ns, &lock_history,
+					 &PyDict_Type, &cost, &PyList_Type, &clock, &PyList_Type, &hits,
+					 &PyList_Type, &stats, &PyList_Type, &counts))
+		return -1;
+	Py_ssize_t ncpus = PyList_GET_SIZE(cpu_node);
+	if (ncpus < 1 || ncpus > INT32_MAX || PyList_GET_SIZE(clock) != ncpus
+	    || PyList_GET_SIZE(hits) != ncpus || PyList_GET_SIZE(stats) != ncpus
+	    || PyList_GET_SIZE(counts) != ncpus) {
+		PyErr_SetString(PyExc_ValueError, "clock, hits, stats and counts need one entry "
+				"per CPU of cpu_node");
+		return -1;
+	}
+	if (line_shift < 0 || line_shift > 63 || node_shift < 0 || node_shift > 63) {
+		PyErr_SetString(PyExc_ValueError, "shifts are 0..63");
+		return -1;
+	}
+	m->ncpus = (int)ncpus;
+	m->nnodes = (int)PyList_GET_SIZE(dram);
+	m->cpu_node = PyMem_Calloc(ncpus, sizeof(int));
+	m->dram = PyMem_Calloc((size_t)m->nnodes * m->nnodes + 1, sizeof(double));
+	m->transfer = PyMem_Calloc((size_t)m->nnodes * m->nnodes + 1, sizeof(double));
+	m->private = PyMem_Calloc(ncpus, sizeof(Table));
+	m->shared = PyMem_Calloc(m->nnodes + 1, sizeof(Table));
+	if (m->cpu_node == NULL || m->dram == NULL || m->transfer == NULL || m->private == NULL
+	    || m->shared == NULL) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (int c = 0; c < m->ncpus; c++) {
+		long node = PyLong_AsLong(PyList_GET_ITEM(cpu_node, c));
+		if (node == -1 && PyErr_Occurred())
+			return -1;
+		if (node < 0 || node >= m->nnodes) {
+			PyErr_Format(PyExc_ValueError, "CPU %d is on node %ld, not one of the %d",
+				     c, node, m->nnodes);
+			return -1;
+		}
+		m->cpu_node[c] = (int)node;
+	}
+	if (float_table(dram, m->nnodes, m->dram) < 0
+	    || float_table(transfer, m->nnodes, m->transfer) < 0)
+		return -1;
+	for (int c = 0; c < m->ncpus; c++)
+		if (tab_init(&m->private[c]) < 0)
+			return -1;
+	for (int n = 0; n < m->nnodes; n++)
+		if (tab_init(&m->shared[n]) < 0)
+			return -1;
+	if (tab_init(&m->lines) < 0)
+		return -1;
+	m->line_shift = line_shift;
+	m->node_shift = node_shift;
+	m->private_lines = private_lines;
+	m->shared_lines = shared_lines;
+	m->shared_hit = shared_hit;
+	m->spin_lock_ns = spin_lock_ns;
+	m->lock_history = lock_history;
+	m->cost = Py_NewRef(cost);
+	m->clock = Py_NewRef(clock);
+	m->hits = Py_NewRef(hits);
+	m->stats = Py_NewRef(stats);
+	m->counts = Py_NewRef(counts);
+	return 0;
+}
+
+static void cm_dealloc(PyObject *op)
+{
+	cm_release((CacheModel *)op);
+	Py_TYPE(op)->tp_free(op);
+}
+
+static PyMethodDef cm_methods[] = {
+	{"access", (PyCFunction)(void (*)(void))cm_access, METH_FASTCALL | METH_KEYWORDS,
+	 "access(cpu, addr, write=False) -> float: Timing.access"},
+	{"spin_lock", (PyCFunction)(void (*)(void))cm_spin_lock, METH_FASTCALL,
+	 "spin_lock(cpu, lock): Timing.spin_lock"},
+	{"charge", (PyCFunction)(void (*)(void))cm_charge, METH_FASTCALL,
+	 "charge(cpu, event, n=1): Timing.charge"},
+	{"spin_unlock", (PyCFunction)(void (*)(void))cm_spin_unlock, METH_FASTCALL,
+	 "spin_unlock(cpu, lock): Timing.spin_unlock"},
+	{"state", cm_state, METH_NOARGS,
+	 "The caches, versions and owners, as Timing.cache_state gives them"},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject CacheModelType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "pybpf._cache_model.CacheModel",
+	.tp_doc = "The cache state of an emulated machine and its accesses (see Timing).",
+	.tp_basicsize = sizeof(CacheModel),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_new = PyType_GenericNew,
+	.tp_init = cm_init,
+	.tp_dealloc = cm_dealloc,
+	.tp_methods = cm_methods,
+};
+
+static struct PyModuleDef cache_model_module = {
+	PyModuleDef_HEAD_INIT,
+	.m_name = "pybpf._cache_model",
+	.m_doc = "Optional C twin of the emulated machine's cache model (Timing.access).",
+	.m_size = -1,
+};
+
+static int intern(PyObject **name, const char *text)
+{
+	*name = PyUnicode_InternFromString(text);
+	return *name == NULL ? -1 : 0;
+}
+
+PyMODINIT_FUNC PyInit__cache_model(void)
+{
+	if (intern(&s_shared_hit, "shared_hit") < 0 || intern(&s_dram_local, "dram_local") < 0
+	    || intern(&s_dram_remote, "dram_remote") < 0
+	    || intern(&s_transfer_local, "transfer_local") < 0
+	    || intern(&s_transfer_remote, "transfer_remote") < 0
+	    || intern(&s_lock_wait, "lock_wait") < 0 || intern(&s_spin_lock, "spin_lock") < 0
+	    || intern(&s_last_end, "last_end") < 0 || intern(&s_held, "held") < 0
+	    || intern(&s_acquired_at, "acquired_at") < 0 || intern(&s_holder, "holder") < 0
+	    || intern(&s_addr, "addr") < 0)
+		return NULL;
+	if ((s_one == NULL && (s_one = PyLong_FromLong(1)) == NULL)
+	    || (s_zero == NULL && (s_zero = PyLong_FromLong(0)) == NULL))
+		return NULL;
+	if (PyType_Ready(&CacheModelType) < 0)
+		return NULL;
+	PyObject *module = PyModule_Create(&cache_model_module);
+	if (module == NULL)
+		return NULL;
+	if (PyModule_AddObjectRef(module, "CacheModel", (PyObject *)&CacheModelType) < 0) {
+		Py_DECREF(module);
+		return NULL;
+	}
+	return module;
+}

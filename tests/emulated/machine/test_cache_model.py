@@ -1,0 +1,210 @@
+"""The C cache model (pybpf._cache_model) against the Python reference in Timing.
+
+Both are driven by the same random sequences of accesses, atomics, spinlocks, work (charge) and
+waits on machines of 1-4 CPUs on 1-2 nodes with caches of a few lines (so lines are evicted,
+forgotten and transferred all the time); every returned stall, clock, statistic, count, hit
+count, lock field and cache (contents and LRU order) must be the same after every step.
+"""
+
+import os
+import random
+import subprocess
+import sys
+from unittest import mock
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pybpf.emulated.machine import timing as timing_module
+from pybpf.emulated.machine.timing import NODE_SHIFT, PAGE, SpinLock, Timing
+from pybpf.profiles import Value, load_profile
+
+pytestmark = pytest.mark.skipif(
+    timing_module.CACHE_MODEL is None,
+    reason="pybpf._cache_model is not built (setup.py build_ext --inplace) or PYBPF_NO_ACCEL "
+           "is set: nothing to compare the Python cache model with")
+
+# 4 private lines per CPU, 8 shared per node: the sequences below touch up to 16 lines.
+LINE = 256
+TINY = load_profile("haswell-ep-2s").replace({
+    "memory.line_bytes": Value(LINE, "test"),
+    "memory.private_kib": Value(1, "test: 4 lines"),
+    "memory.shared_kib": Value(2, "test: 8 lines")})
+LINES = 16
+EVENTS = ("htab_map_update_elem", "jhash_byte", "kmalloc", "spin_lock")
+LOCKS = 3
+
+
+def machines(cpu_node: list[int]) -> tuple[Timing, Timing]:
+    """(C, Python) timing models of the same machine."""
+    native = Timing(TINY, cpu_node)
+    with mock.patch.object(timing_module, "CACHE_MODEL", None):
+        reference = Timing(TINY, cpu_node)
+    assert (native.cache_model, reference.cache_model) == ("C", "Python")
+    return native, reference
+
+
+def address(node: int, line: int, offset: int) -> int:
+    return (node << NODE_SHIFT) + PAGE + line * LINE + offset
+
+
+def observed(t: Timing, locks: list[SpinLock]) -> dict:
+    return {"clock": list(t.clock), "hits": list(t.hits),
+            "stats": [list(s.items()) for s in t.stats],  # insertion order counts (breakdown)
+            "counts": [list(c.items()) for c in t.counts],
+            "locks": [(lock.held, lock.acquired_at, lock.holder, lock.last_end)
+                      for lock in locks],
+            "caches": t.cache_state()}
+
+
+def step(t: Timing, locks: list[SpinLock], op: tuple) -> object:
+    kind, cpu, *args = op
+    if kind == "access":
+        node, line, offset, write = args
+        addr = 0 if line < 0 else address(node, line, offset)
+        return t.access(cpu, addr, write=write) if write else t.access(cpu, addr)
+    if kind == "atomic":
+        node, line = args
+        return t.atomic(cpu, address(node, line, 0))
+    if kind == "lock":
+        return t.spin_lock(cpu, locks[args[0]])
+    if kind == "unlock":
+        return t.spin_unlock(cpu, locks[args[0]])
+    if kind == "locked_access":
+        lock, node, line = args
+        return t.locked_access(cpu, locks[lock], address(node, line, 8))
+    if kind == "section":  # a critical section: other CPUs behind it wait for the lock
+        lock, n = args
+        t.spin_lock(cpu, locks[lock])
+        t.charge(cpu, "htab_map_update_elem", n)
+        return t.spin_unlock(cpu, locks[lock])
+    if kind == "work":
+        event, n = args
+        return t.charge(cpu, event) if n is None else t.charge(cpu, event, n)
+    return t.wait_until(cpu, t.now(cpu) + args[0])
+
+
+@st.composite
+def scenarios(draw) -> tuple[list[int], list[tuple]]:
+    nodes = draw(st.integers(1, 2))
+    cpus = draw(st.integers(nodes, 4))
+    on_node0 = draw(st.integers(1, cpus - 1)) if nodes == 2 else cpus
+    cpu_node = [0] * on_node0 + [1] * (cpus - on_node0)
+    cpu = st.integers(0, len(cpu_node) - 1)
+    node = st.integers(0, nodes - 1)
+    line = st.integers(0, LINES - 1)
+    op = st.one_of(
+        st.tuples(st.just("access"), cpu, node, st.integers(-1, LINES - 1),
+                  st.integers(0, LINE - 1), st.booleans()),
+        st.tuples(st.just("atomic"), cpu, node, line),
+        st.tuples(st.just("lock"), cpu, st.integers(0, LOCKS - 1)),
+        st.tuples(st.just("unlock"), cpu, st.integers(0, LOCKS - 1)),
+        st.tuples(st.just("locked_access"), cpu, st.integers(0, LOCKS - 1), node, line),
+        st.tuples(st.just("section"), cpu, st.integers(0, LOCKS - 1), st.integers(1, 3)),
+        st.tuples(st.just("work"), cpu, st.sampled_from(EVENTS),
+                  st.one_of(st.none(), st.integers(0, 3), st.just(2.5))),
+        st.tuples(st.just("wait"), cpu, st.floats(0.5, 500.0)))
+    return cpu_node, draw(st.lists(op, min_size=20, max_size=150))
+
+
+@settings(max_examples=300, deadline=None)
+@given(scenarios())
+def test_c_and_python_models_agree_step_for_step(scenario):
+    cpu_node, ops = scenario
+    models = machines(cpu_node)
+    locks = [[SpinLock(address(i % 2 if max(cpu_node) else 0, LINES + i, 0), [])
+              for i in range(LOCKS)] for _ in models]
+    for op in ops:
+        results = [step(t, lk, op) for t, lk in zip(models, locks, strict=True)]
+        assert results[0] == results[1], op
+        assert observed(models[0], locks[0]) == observed(models[1], locks[1]), op
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.floats(0.0, 300.0), st.integers(1, 3)),
+                min_size=40, max_size=120))
+def test_one_lock_many_sections_keeps_the_same_history(steps):
+    """Sections of three CPUs far apart in time on one lock: intervals arrive out of order
+    (sorted in) and the history outgrows LOCK_HISTORY (its older half dropped)."""
+    models = machines([0, 0, 0])
+    locks = [[SpinLock(address(0, LINES, 0), [])] for _ in models]
+    longest = 0
+    for cpu, wait, n in steps:
+        for op in (("wait", cpu, wait), ("section", cpu, 0, n)):
+            for t, lk in zip(models, locks, strict=True):
+                step(t, lk, op)
+            assert observed(models[0], locks[0]) == observed(models[1], locks[1]), op
+        longest = max(longest, len(locks[0][0].held))
+    assert longest > timing_module.LOCK_HISTORY // 2
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_larger_caches_over_many_lines_agree(seed):
+    """Caches of hundreds of lines over thousands: the C tables grow and delete at a scale the
+    tiny caches above do not reach."""
+    profile = load_profile("haswell-ep-2s")
+    models = (Timing(profile, [0, 0, 1, 1], cache_scale=1 / 1024),)
+    with mock.patch.object(timing_module, "CACHE_MODEL", None):
+        models += (Timing(profile, [0, 0, 1, 1], cache_scale=1 / 1024),)
+    assert models[0].private_lines == 64 and models[0].shared_lines == 400
+    rng = random.Random(seed)
+    for _ in range(30000):
+        cpu, node = rng.randrange(4), rng.randrange(2)
+        line = rng.randrange(200) if rng.random() < 0.7 else rng.randrange(20000)  # hot, cold
+        write = rng.random() < 0.3
+        results = [t.access(cpu, (node << NODE_SHIFT) + PAGE + 64 * line, write) for t in models]
+        assert results[0] == results[1]
+    assert observed(models[0], []) == observed(models[1], [])
+
+
+def test_evictions_forget_lines_and_keep_lru_order():
+    """A hand-checked case: 4 private lines, 8 shared; the fifth line evicts the first from
+    the private cache, the ninth line the first from the shared one, which no cache then
+    holds, so its version and owner go."""
+    for t in machines([0, 0]):
+        t.access(0, address(0, 0, 0), write=True)
+        for line in range(1, 9):
+            t.access(0, address(0, line, 0))
+        t.access(0, address(0, 5, 0))  # a hit: most recently used now
+        state = t.cache_state()
+        assert [line for line, _ in state["private"][0]] == \
+            [address(0, n, 0) // LINE for n in (6, 7, 8, 5)]
+        assert state["shared"][0] == [address(0, n, 0) // LINE for n in range(1, 9)]
+        assert state["version"] == {} and state["dirty"] == {}
+        assert t.hits == [1, 0]
+
+
+def test_a_line_transfers_from_the_cpu_that_wrote_it():
+    for t in machines([0, 1]):
+        addr = address(0, 3, 0)
+        t.access(0, addr, write=True)
+        assert t.access(1, addr) == t.transfer[1][0]
+        assert t.stats[1]["transfer_remote"] == [1, t.transfer[1][0]]
+        assert t.cache_state()["dirty"] == {}  # written back: shared and clean
+
+
+def test_an_address_on_a_node_the_machine_lacks_is_an_index_error():
+    for t in machines([0]):
+        with pytest.raises(IndexError):
+            t.access(0, address(1, 0, 0))
+
+
+def test_an_unknown_event_is_the_same_error():
+    errors = []
+    for t in machines([0]):
+        with pytest.raises(ValueError) as raised:
+            t.charge(0, "htab_lookup")
+        errors.append(str(raised.value))
+        assert t.clock == [0.0] and t.counts == [{}]
+    assert errors[0] == errors[1] and "no cost 'htab_lookup'" in errors[0]
+
+
+def test_pybpf_no_accel_picks_the_python_model():
+    code = ("from pybpf.emulated.machine.timing import Timing; from pybpf.profiles import "
+            "load_profile; print(Timing(load_profile('host')).cache_model)")
+    env = dict(os.environ, PYBPF_NO_ACCEL="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "Python"
+    assert Timing(load_profile("host")).cache_model == "C"
