@@ -430,8 +430,11 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         return live
 
     def prune_points(self) -> set[int]:
-        """Where explored states are kept: jump targets, conditional jumps, calls and what
-        follows them (the kernel's prune points)."""
+        """Where explored states are looked at and kept, the kernel's prune points
+        (visit_insn): subprograms' starts, jump targets, conditional jumps, what follows a
+        call (or a callback's lddw); and the call itself where it is of a subprogram,
+        calls a callback (the lddw naming one too) or is an iterator's next (a helper's
+        call otherwise is none: its state is kept, if at all, after it)."""
         points = set(self.subprogs)
         for pc, insn in enumerate(self.slots):
             if insn is None:
@@ -442,7 +445,13 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                 if kind is not Kind.JA:
                     points.add(pc)
             elif kind is Kind.CALL:
-                points.update((pc, pc + 1))
+                points.add(pc + 1)
+                if insn.src == uapi.BPF_PSEUDO_CALL or is_callback_calling(insn) \
+                        or is_iter_next_call(insn) \
+                        or insn.src == 0 and insn.imm == BpfFunc.timer_set_callback:
+                    points.add(pc)
+            elif insn.opcode == LD_IMM64 and insn.src == uapi.BPF_PSEUDO_FUNC:
+                points.update((pc, pc + 2))
         return points
 
     # -- phase 5: every path, every instruction ----------------------------------------------
