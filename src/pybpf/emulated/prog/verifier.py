@@ -24,9 +24,11 @@ Rules this module keeps:
   a frozen read-only map (.rodata) is a known value. A branch the known bits (or a non-NULL
   pointer, or a packet pointer known past the end) decide has one successor
   (``is_branch_taken``), so code behind it is never checked, as in the kernel. A
-  state that an explored state at the same instruction covers is pruned; one equal to a
-  state the same path had there is an endless loop; a loop still changing after LOOP_UNROLL
-  rounds has what changes widened to unknown.
+  state that an explored state at the same instruction covers is pruned; states are kept
+  at the kernel's prune points by is_state_visited's rule (forced at some, elsewhere after
+  enough jumps and insns since the last one kept), and one equal to a state the same path
+  kept there is an endless loop; a loop still changing after LOOP_UNROLL rounds has what
+  changes widened to unknown.
 - It refuses only on facts the kernel has too (a known value, a register's type, an offset),
   never because a value is unknown: the kernel also tracks value ranges, which this module
   does not, so where the kernel proves a bound this module cannot, it accepts, and the

@@ -69,6 +69,8 @@ LOOP_PERIOD = 8
 # point (a loop's rounds, which differ and seldom help pruning), only once this many.
 CHECKPOINT_JMPS, CHECKPOINT_INSNS = 2, 8
 LOOP_CHECKPOINT_JMPS, LOOP_CHECKPOINT_INSNS = 20, 100
+# (The kernel also forces one past 40 entries of jump history, which counts stack spills
+# and fills too; not modelled: it only keeps a loop's states more often.)
 
 _SLOT = struct.Struct("<BBhi")
 
