@@ -313,3 +313,37 @@ def test_random_program_gets_the_kernels_verdict(kernel, emulated, program):
             reason = [line for line in log if not line.startswith("processed ")][-1:]
             verdicts.append((exc.errno, reason))
     assert verdicts[0] == verdicts[1]
+
+
+# An iterator over [0, 10) at fp-16, then a loop that calls next for ever (never testing R0).
+NEXT_FOREVER = ("r1 = r10\nr1 += -16\nr2 = 0\nr3 = 10\ncall kernel-function bpf_iter_num_new\n"
+                "l:\nr1 = r10\nr1 += -16\ncall kernel-function bpf_iter_num_next\ngoto l\n")
+
+
+def test_a_drained_iterators_endless_loop_walks_to_the_insn_limit(emulated, monkeypatch):
+    """The next call forces a checkpoint each round, where the path's own DRAINED round is no
+    hit, and the counters it resets keep a state from ever being kept at the loop's head,
+    where the repeat would be an infinite loop: as in the kernel, the walk goes on to the
+    instruction limit (lowered here: the 1M walk takes seconds)."""
+    from pybpf.emulated.prog import verifier
+    from pybpf.programs import Program, ProgramSpec
+
+    monkeypatch.setattr(verifier, "BPF_COMPLEXITY_LIMIT_INSNS", 10_000)
+    with pytest.raises(BPFError) as info:
+        Program.load(ProgramSpec(ProgType.SOCKET_FILTER, NEXT_FOREVER), emulated).close()
+    assert info.value.errno == errno.E2BIG
+    assert "BPF program is too large. Processed 10001 insn" in str(info.value)
+
+
+def test_an_endless_loop_without_a_forced_checkpoint_is_found_at_its_head(backend):
+    """Without a next call in it, the loop's head gets a checkpoint once 2 jumps and 8 insns
+    were walked since the last one, and the next round finds its state repeated. (Its first
+    round, R1 the context, is no checkpoint: had it been kept, it would cover the next ones,
+    R1 being dead there, and the loop would be taken for one already explored.)"""
+    from pybpf.programs import Program, ProgramSpec
+
+    with pytest.raises(BPFError) as info:
+        Program.load(ProgramSpec(ProgType.SOCKET_FILTER, "l:\nr1 = r10\ngoto l\n"),
+                     backend).close()
+    assert info.value.errno == errno.EINVAL
+    assert "infinite loop detected at insn 0" in info.value.log

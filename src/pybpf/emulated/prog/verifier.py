@@ -24,9 +24,11 @@ Rules this module keeps:
   a frozen read-only map (.rodata) is a known value. A branch the known bits (or a non-NULL
   pointer, or a packet pointer known past the end) decide has one successor
   (``is_branch_taken``), so code behind it is never checked, as in the kernel. A
-  state that an explored state at the same instruction covers is pruned; one equal to a
-  state the same path had there is an endless loop; a loop still changing after LOOP_UNROLL
-  rounds has what changes widened to unknown.
+  state that an explored state at the same instruction covers is pruned; states are kept
+  at the kernel's prune points by is_state_visited's rule (forced at some, elsewhere after
+  enough jumps and insns since the last one kept), and one equal to a state the same path
+  kept there is an endless loop; a loop still changing after LOOP_UNROLL rounds has what
+  changes widened to unknown.
 - It refuses only on facts the kernel has too (a known value, a register's type, an offset),
   never because a value is unknown: the kernel also tracks value ranges, which this module
   does not, so where the kernel proves a bound this module cannot, it accepts, and the
@@ -87,13 +89,21 @@ from .btf import (
 )
 from .semantics import MAX_CALL_FRAMES
 from .verifier_alu import AluChecks
-from .verifier_helpers import HelperCallChecks, is_callback_calling, is_iter_next_call
+from .verifier_helpers import (
+    HelperCallChecks,
+    is_callback_calling,
+    is_iter_next_call,
+    next_arg_iter_state,
+)
 from .verifier_mem import MemoryChecks
 from .verifier_state import (
     _SLOT,
     BPF_COMPLEXITY_LIMIT_INSNS,
+    BPF_ITER_STATE_ACTIVE,
     CALLBACK_UNROLL,
     CALLER_SAVED,
+    CHECKPOINT_INSNS,
+    CHECKPOINT_JMPS,
     CONST_PTR_TO_MAP,
     DIRECT_VALUE_MAP_TYPES,
     DST_OP,
@@ -103,6 +113,9 @@ from .verifier_state import (
     JA,
     LD_ABS_PROG_TYPES,
     LD_IMM64,
+    LOOP_CHECKPOINT_INSNS,
+    LOOP_CHECKPOINT_JMPS,
+    LOOP_PERIOD,
     LOOP_UNROLL,
     MAX_BPF_REG,
     NOT_INIT,
@@ -122,6 +135,7 @@ from .verifier_state import (
     State,
     VerifierReject,
     _check_endless_loop,
+    _Checkpoint,
     _covers,
     _jump_target,
     _reject,
@@ -418,8 +432,11 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         return live
 
     def prune_points(self) -> set[int]:
-        """Where explored states are kept: jump targets, conditional jumps, calls and what
-        follows them (the kernel's prune points)."""
+        """Where explored states are looked at and kept, the kernel's prune points
+        (visit_insn): subprograms' starts, jump targets, conditional jumps, what follows a
+        call (or a callback's lddw); and the call itself where it is of a subprogram,
+        calls a callback (the lddw naming one too) or is an iterator's next (a helper's
+        call otherwise is none: its state is kept, if at all, after it)."""
         points = set(self.subprogs)
         for pc, insn in enumerate(self.slots):
             if insn is None:
@@ -430,7 +447,13 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                 if kind is not Kind.JA:
                     points.add(pc)
             elif kind is Kind.CALL:
-                points.update((pc, pc + 1))
+                points.add(pc + 1)
+                if insn.src == uapi.BPF_PSEUDO_CALL or is_callback_calling(insn) \
+                        or is_iter_next_call(insn) \
+                        or insn.src == 0 and insn.imm == BpfFunc.timer_set_callback:
+                    points.add(pc)
+            elif insn.opcode == LD_IMM64 and insn.src == uapi.BPF_PSEUDO_FUNC:
+                points.update((pc, pc + 2))
         return points
 
     # -- phase 5: every path, every instruction ----------------------------------------------
@@ -449,9 +472,19 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                                if insn is not None and is_callback_calling(insn)}
         # where a loop's rounds converge: callbacks' call sites and iterators' next calls
         # (is_state_visited's calls_callback and is_iter_next_insn)
-        self.loop_calls = self.callback_calls | {
+        self.iter_next_calls = {pc for pc, insn in enumerate(self.slots)
+                                if insn is not None and is_iter_next_call(insn)}
+        self.loop_calls = self.callback_calls | self.iter_next_calls
+        # where is_state_visited always keeps the state (mark_force_checkpoint): a loop's
+        # rounds converge there, and may_goto's
+        self.force_checkpoints = self.loop_calls | {
             pc for pc, insn in enumerate(self.slots)
-            if insn is not None and is_iter_next_call(insn)}
+            if insn is not None and OPCODES[insn.opcode].kind is Kind.JCOND}
+        # insns that count as jumps (env->jmps_processed): the BPF_JMP and BPF_JMP32 class
+        self.jmp_insns = {pc for pc, insn in enumerate(self.slots)
+                          if insn is not None and OPCODES[insn.opcode].cls in (Class.JMP,
+                                                                               Class.JMP32)}
+        self.jmps = self.prev_jmps = self.prev_processed = 0
         self.loop_inline: dict[int, int | None] = {}
         self.live = self.live_registers()
         self.prune = self.prune_points()
@@ -493,49 +526,82 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
 
     def do_check_common(self, start: int, regs: list[Reg]) -> None:
         """Walk the paths from ``start`` with ``regs`` (R10 the frame pointer) in frame 0,
-        depth first as the kernel does. At a prune point a state equal to one this path is
-        already walking from there is an endless loop; one an explored state covers needs
-        no walk of its own. A loop that still changes its state after LOOP_UNROLL rounds
-        has the values it changes widened to unknown (the kernel would walk on, and usually
-        give up at its instruction limit). Instructions processed add up over the walks."""
-        live, prune, loop_calls = self.live, self.prune, self.loop_calls
+        depth first as the kernel does. At a prune point a state one explored there covers
+        needs no walk of its own, and the state is kept there (a checkpoint) as
+        is_state_visited keeps one: always where the point forces one, else only once
+        enough jumps and insns were processed since the last one kept. A state equal to a
+        checkpoint this path kept there is an endless loop. A loop that still changes its
+        state after LOOP_UNROLL rounds has the values it changes widened to unknown (the
+        kernel would walk on, and usually give up at its instruction limit). Instructions
+        processed, and the jumps among them, add up over the walks."""
+        prune, loop_calls = self.prune, self.loop_calls
+        forced, jmp_insns = self.force_checkpoints, self.jmp_insns
         explored: dict[int, list[tuple]] = {}
         regs[FP] = Reg(PTR_TO_STACK, tnum.const(0))
-        # (pc, state, this path's latest visit of each prune point)
+        # (pc, state, this path's visits of each prune point)
         pending: list[tuple[int, State, dict[int, _Visit]]] = [
             (start, State([Frame(regs, {}, -1, 0)]), {})]
-        processed = self.processed
+        processed, jmps = self.processed, self.jmps
         while pending:
             pc, state, visits = pending.pop()
             while pc is not None:
+                processed += 1
+                if processed > BPF_COMPLEXITY_LIMIT_INSNS:
+                    raise _reject(errno.E2BIG, f"BPF program is too large. Processed "
+                                  f"{processed} insn")
                 if pc in prune:
                     key = state.key()
                     last = visits.get(pc)
-                    if pc not in loop_calls:  # a loop there converges, rounds differ
-                        _check_endless_loop(pc, key, last, state.callback_unroll)
+                    checkpoints = last.checkpoints if last else ()
+                    add = pc in forced or jmps - self.prev_jmps >= CHECKPOINT_JMPS \
+                        and processed - self.prev_processed >= CHECKPOINT_INSNS
+                    if checkpoints:
+                        if pc not in loop_calls:  # a loop there converges, rounds differ
+                            _check_endless_loop(pc, key, checkpoints, state.callback_unroll)
+                        if pc not in forced and jmps - self.prev_jmps < LOOP_CHECKPOINT_JMPS \
+                                and processed - self.prev_processed < LOOP_CHECKPOINT_INSNS:
+                            add = False
                     states = explored.setdefault(pc, [])
-                    if key in states or any(_covers(old, key, live[pc]) for old in states):
+                    if self.state_covered(pc, state, key, states, checkpoints):
                         break  # is_state_visited: a state explored here covers this one
                     unroll = CALLBACK_UNROLL if pc in loop_calls else LOOP_UNROLL
                     widened = last is not None and last.count >= unroll
                     if widened:
                         _widen(state, last.state)
                         key = state.key()
-                        if key in states or any(_covers(old, key, live[pc]) for old in states):
+                        if self.state_covered(pc, state, key, states, checkpoints):
                             break
-                    states.append(key)
-                    if len(states) > STATES_PER_INSN:
-                        del states[0]
-                    visits[pc] = _Visit(key, state.copy(), widened, last,
-                                        last.count + 1 if last else 1)
-                processed += 1
+                    if add:
+                        states.append(key)
+                        if len(states) > STATES_PER_INSN:
+                            del states[0]
+                        checkpoints = (_Checkpoint(key, widened, state.callback_unroll),
+                                       *checkpoints[:max(STATES_PER_INSN, LOOP_PERIOD) - 1])
+                        self.prev_jmps, self.prev_processed = jmps, processed
+                    visits[pc] = _Visit(state.copy(), last.count + 1 if last else 1,
+                                        checkpoints)
                 self.walked.add(pc)
-                if processed > BPF_COMPLEXITY_LIMIT_INSNS:
-                    raise _reject(errno.E2BIG, f"BPF program is too large. Processed "
-                                  f"{processed} insn")
+                if pc in jmp_insns:
+                    jmps += 1
                 pc, pushed = self.do_check_insn(pc, state)
                 pending.extend((target, other, dict(visits)) for target, other in pushed)
-        self.processed = processed
+        self.processed, self.jmps = processed, jmps
+
+    def state_covered(self, pc: int, state: State, key: tuple, states: list[tuple],
+                      checkpoints: tuple[_Checkpoint, ...]) -> bool:
+        """is_state_visited's hit: a state explored at ``pc`` covers this one. At an
+        iterator's next call a checkpoint of this path's own (an earlier round of the
+        loop) is one only while the iterator is ACTIVE: a DRAINED iterator's next gives
+        NULL again, and the kernel walks on (to its instruction limit if the loop never
+        ends)."""
+        live = self.live[pc]
+        if pc not in self.iter_next_calls:
+            return any(old == key or _covers(old, key, live) for old in states)
+        covering = [old for old in states if old == key or _covers(old, key, live)]
+        if not covering or next_arg_iter_state(state) == BPF_ITER_STATE_ACTIVE:
+            return bool(covering)
+        own = {id(checkpoint.key) for checkpoint in checkpoints}
+        return any(id(old) not in own for old in covering)
 
     def do_check_insn(self, pc: int, state: State) -> tuple[int | None, list]:
         """One instruction's checks and effect on ``state``; returns the next pc (None: the

@@ -253,6 +253,18 @@ def iter_get_spi(reg: Reg, refused: str) -> int | None:
     return spi if 0 <= spi < MAX_BPF_STACK // BPF_REG_SIZE else None
 
 
+def next_arg_iter_state(state: State) -> str | None:
+    """Before an iterator's next call, the state (ACTIVE, DRAINED) of the iterator R1 points
+    at, as is_state_visited reads it there (None: R1 points at none; the call refuses it)."""
+    reg = state.cur.regs[1]
+    if reg.type != PTR_TO_STACK or not reg.var.is_const:
+        return None
+    off = reg.off + _s64(reg.var.value)
+    slot = state.frames[reg.frame].stack.get((-off - 1) // BPF_REG_SIZE)
+    it = slot.spilled.iter if slot is not None else None
+    return it.state if it is not None else None
+
+
 class HelperCallChecks:
     """check_helper_call and its argument checks, for ``_Verifier``."""
 

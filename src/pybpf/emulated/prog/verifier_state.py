@@ -61,8 +61,16 @@ LOOP_UNROLL = 1024
 # changes are widened sooner, or each round's state would walk the rest of the program on
 # its own (three for_each calls in a row: a product of their rounds).
 CALLBACK_UNROLL = 8
-# Rounds back a path's state is compared with to find an endless loop.
+# Checkpoints back a path's state is compared with to find an endless loop.
 LOOP_PERIOD = 8
+# is_state_visited keeps a state at a prune point that does not force one (an iterator's
+# next call, a callback's call site, may_goto) only once this many jumps and insns were
+# processed since the last state it kept anywhere; where the path already kept one at that
+# point (a loop's rounds, which differ and seldom help pruning), only once this many.
+CHECKPOINT_JMPS, CHECKPOINT_INSNS = 2, 8
+LOOP_CHECKPOINT_JMPS, LOOP_CHECKPOINT_INSNS = 20, 100
+# (The kernel also forces one past 40 entries of jump history, which counts stack spills
+# and fills too; not modelled: it only keeps a loop's states more often.)
 
 _SLOT = struct.Struct("<BBhi")
 
@@ -295,28 +303,34 @@ def _check_ids(old_id: int, cur_id: int, ids: dict[int, int]) -> bool:
 SRC_OP, DST_OP, DST_OP_NO_MARK = 0, 1, 2
 
 
-class _Visit(NamedTuple):
-    """A path's visit of a prune point, linked to its previous visit of the same one."""
+class _Checkpoint(NamedTuple):
+    """A state a path kept at a prune point (is_state_visited's new_sl), as the path's later
+    visits of that point see it: an ancestor of theirs."""
 
     key: tuple
-    state: State
     widened: bool
-    previous: _Visit | None
+    callback_unroll: int
+
+
+class _Visit(NamedTuple):
+    """A path's visits of a prune point: its state at the latest, how many, and the
+    checkpoints it kept there, newest first (the last STATES_PER_INSN: an older one is out of
+    the explored states, and LOOP_PERIOD is no longer)."""
+
+    state: State
     count: int
+    checkpoints: tuple[_Checkpoint, ...]
 
 
-def _check_endless_loop(pc: int, key: tuple, visit: _Visit | None,
+def _check_endless_loop(pc: int, key: tuple, checkpoints: tuple[_Checkpoint, ...],
                         callback_unroll: int = 0) -> None:
-    """is_state_visited: this path is back at ``pc`` in a state it had there in one of the
-    last LOOP_PERIOD rounds (and had not widened) of the same call of a callback, so it would
+    """is_state_visited: this path is back at ``pc`` in a state it kept there in one of its
+    last LOOP_PERIOD checkpoints (not widened) of the same call of a callback, so it would
     go round forever."""
-    for _ in range(LOOP_PERIOD):
-        if visit is None:
-            return
-        if not visit.widened and visit.key == key \
-                and visit.state.callback_unroll == callback_unroll:
+    for checkpoint in checkpoints[:LOOP_PERIOD]:
+        if not checkpoint.widened and checkpoint.key == key \
+                and checkpoint.callback_unroll == callback_unroll:
             raise _reject(errno.EINVAL, f"infinite loop detected at insn {pc}")
-        visit = visit.previous
 
 
 def _widen(state: State, before: State) -> None:
