@@ -750,8 +750,13 @@ class VirtualTimeScheduler:
         # cpu (None: the caller of run) -> its task_locals while switched out
         self._saved: dict[int | None, list[dict]] = {}
         self._locals_of: int | None = None  # whose task_locals the thread's now are
-        self._host_ns: dict[int, int] = {}  # cpu -> host CPU time its greenlet ran
+        # cpu -> host time its greenlet ran (wall ns: a thread's CPU clock is a syscall of
+        # about 0.6 us here, and hand-overs come every few microseconds), and the thread's
+        # CPU and wall clocks when the greenlets started, which turn it into CPU time
+        self._host_ns: dict[int, int] = {}
         self._switched_in = 0
+        self._run_started = (0, 0)
+        self._local_dicts: list[dict] = []  # the task-locals' dicts in the greenlets' thread
 
     def __enter__(self) -> VirtualTimeScheduler:
         """Attach to the timing model for the experiment."""
@@ -828,9 +833,11 @@ class VirtualTimeScheduler:
         the least clock and takes over whenever one ends; ``sync`` switches between them."""
         # Each task starts with what a new thread would find; the caller's state comes back.
         self._saved = {cpu: self._new_thread_locals() for cpu in bodies}
-        self._saved[None] = [dict(loc.__dict__) for loc in self._task_locals]
+        self._local_dicts = [loc.__dict__ for loc in self._task_locals]
+        self._saved[None] = [dict(state) for state in self._local_dicts]
         self._locals_of = None
         self._host_ns = dict.fromkeys(bodies, 0)
+        self._run_started = (time.thread_time_ns(), time.perf_counter_ns())
         self._greenlet_thread = threading.get_ident()
         self._greenlets = {cpu: greenlet.greenlet(body) for cpu, body in bodies.items()}
         try:
@@ -839,7 +846,7 @@ class VirtualTimeScheduler:
                 # Back here when a greenlet ends: the one that held the baton.
                 ended = self._holder
                 assert ended is not None and self._greenlets[ended].dead
-                self._host_ns[ended] += time.thread_time_ns() - self._switched_in
+                self._host_ns[ended] += time.perf_counter_ns() - self._switched_in
                 self._active.remove(ended)
                 self._holder = None
         finally:
@@ -860,7 +867,7 @@ class VirtualTimeScheduler:
         """Hand the baton to ``cpu``'s greenlet with its task-local state; returns when the
         baton comes back to the caller (or, for the loop in ``_run_greenlets``, when that
         greenlet ends)."""
-        now = time.thread_time_ns()
+        now = time.perf_counter_ns()
         if self._holder is not None:
             self._host_ns[self._holder] += now - self._switched_in
         if cpu != self._holder:
@@ -876,22 +883,28 @@ class VirtualTimeScheduler:
         owner = self._locals_of
         if owner == cpu:
             return
-        for i, loc in enumerate(self._task_locals):
-            state = loc.__dict__
-            self._saved[owner][i] = dict(state)
+        saved, restored = self._saved[owner], self._saved[cpu]
+        for i, state in enumerate(self._local_dicts):
+            saved[i] = state.copy()
             state.clear()
-            state.update(self._saved[cpu][i])
+            state.update(restored[i])
         self._locals_of = cpu
 
     def host_cpu_ns(self, cpu: int) -> int:
-        """Host CPU time the participant ``cpu`` has run so far, for its own figures: its
-        greenlet's share of the thread's time, or the thread's own time."""
+        """Host CPU time the participant ``cpu`` has run so far, for its own figures: on
+        greenlets, its share of the thread's wall time since they started, times the
+        thread's CPU time over that wall time (call it from the greenlets' thread); on
+        threads, the thread's own CPU time."""
         if cpu not in self._host_ns:  # not run on greenlets
             return time.thread_time_ns()
         ran = self._host_ns[cpu]
+        now = time.perf_counter_ns()
         if self._greenlet_thread is not None and self._holder == cpu:
-            ran += time.thread_time_ns() - self._switched_in
-        return ran
+            ran += now - self._switched_in
+        # its share of the thread's wall time, in the thread's CPU time so far
+        cpu_started, wall_started = self._run_started
+        wall = now - wall_started
+        return ran * (time.thread_time_ns() - cpu_started) // wall if wall > 0 else ran
 
     @contextmanager
     def running(self, cpu: int) -> Iterator[None]:
