@@ -769,8 +769,9 @@ class VirtualTimeScheduler:
         self.timing.scheduler = None
 
     def _least(self) -> int:
-        clock = self.timing.clock
-        return min(self._active, key=lambda c: (clock[c], c))
+        """The participant with the least clock, the lowest CPU of a tie (``_active`` is
+        sorted, and min keeps the first of equal keys)."""
+        return min(self._active, key=self.timing.clock.__getitem__)
 
     def _pass_to(self, cpu: int) -> None:
         if cpu != self._holder:
