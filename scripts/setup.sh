@@ -10,8 +10,9 @@ cd "$(dirname "$0")/.."
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     # gcc and libbpf-dev build the C references of the benchmarks; python3-venv and
     # python3-dev make the venv and build the C extensions (accelerator, shared maps, cache
-    # model) on the distribution's Python; clang and llvm build BPF C objects; bpftool cross-checks what the
-    # kernel reports; iproute2, iperf3, xdp-tools and ethtool drive the network benchmarks.
+    # model) on the distribution's Python; clang and llvm build BPF C objects; bpftool
+    # cross-checks what the kernel reports; iproute2, iperf3, xdp-tools and ethtool drive
+    # the network benchmarks.
     need=()
     for pkg in gcc libbpf-dev bpftool iproute2 python3-venv python3-dev clang llvm iperf3 \
                xdp-tools ethtool; do

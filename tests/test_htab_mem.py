@@ -189,14 +189,17 @@ def test_emulated_rates_are_modeled_and_the_same_on_every_run(use_case):
 def test_emulated_pairs_take_turns_and_wake_each_other():
     """add_del_on_diff_cpu: each round the adder's syscall, its pipe write, the deleter woken
     (the profile's wake-up latency) and its syscall, then its write wakes the adder."""
-    (run_,) = quick("emulated", "add_del_on_diff_cpu", ["bpf_ma"], cpus=2, loops=40)
-    assert run_.counters["alloc_calls"] == run_.counters["free_calls"] == 40 * hm.OP_BATCH
     from pybpf import system
     from pybpf.profiles import load_profile
 
+    sys_ = system("emulated", cpus=2)
+    run_ = hm.EmulatedBench(sys_, hm.Config(producers=2, loops=40, backend="emulated",
+                                            json=True), "add_del_on_diff_cpu", "bpf_ma").run()
+    assert run_.counters["alloc_calls"] == run_.counters["free_calls"] == 40 * hm.OP_BATCH
     wake = load_profile("host")["sched.wakeup_latency"]
-    # a round costs at least two wake-ups, so a producer's rate stays below 1 / (2 wake-ups)
-    assert max(run_.samples) < 1e9 / (2 * wake) / 1000
+    for cpu in (0, 1):  # each side waits for the other once a round, a wake-up at least
+        woken, waited = sys_.machine.timing.breakdown(cpu)["wakeup"]
+        assert woken == 40 and waited >= 40 * wake
     with pytest.raises(ValueError, match="3 producers need as many emulated CPUs"):
         hm.EmulatedBench(system("emulated", cpus=2), hm.Config(producers=3, backend="emulated"),
                          "overwrite", "bpf_ma").run()

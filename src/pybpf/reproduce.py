@@ -543,10 +543,10 @@ def seed_001(ns: argparse.Namespace) -> SeedRun:
     out.write(modeled_text(model.as_dict()) + "\n")
     client, proxy = model.client_cpu, model.proxy_cpu
     u_cpu, b_cpu = unbound.simulated.cpus[client], bound.simulated.cpus[client]
+    # the bound proxy's CPU as top shows it: idle exits (wakeup) count as idle
     b_proxy = bound.simulated.cpus[proxy]
     b_proxy_busy = b_proxy.busy - b_proxy.time.get("wakeup", 0.0)
-    b_proxy_busy_pct = 100 * b_proxy_busy / (b_proxy_busy + b_proxy.time.get("idle", 0.0)
-                                             + b_proxy.time.get("wakeup", 0.0))
+    b_proxy_busy_pct = 100 * b_proxy_busy / sum(b_proxy.time.values())
     b_proxy_soft_pct = 100 * (b_proxy.time["softirq"] + b_proxy.time["ksoftirqd"]) / b_proxy_busy
     skbs = unbound.simulated.skbs
     out.write(

@@ -443,32 +443,6 @@ class Bench:
             except OSError:
                 pass
 
-    def measure(self, run_: Run, memory) -> None:
-        """Warm up, then sample op count and memory once a second, printing Iter lines (each
-        with its drift from the interval, as the selftests' bench prints it)."""
-        cfg = self.cfg
-        name = f"{self.use_case}/{self.flavour}"
-        warm_until = time.monotonic() + cfg.warmup
-        while (left := warm_until - time.monotonic()) > 0:
-            self.progress.update(self.progress.done, f"{name}: warming up, {left:.0f}s left")
-            time.sleep(min(left, 1.0))
-        last_ops, last_t = self.op_count(), time.monotonic_ns()
-        seconds = max(1, round(cfg.duration))
-        interval_ns = min(1.0, cfg.duration) * 1e9   # a shorter run samples once, after it
-        for i in range(seconds):
-            self.progress.update(self.progress.done, f"{name}: second {i + 1}/{seconds}")
-            time.sleep(interval_ns / 1e9)
-            ops, t = self.op_count(), time.monotonic_ns()
-            delta_ns = t - last_t
-            hits = (ops - last_ops) / self.producers
-            ops_k = hits / 1000.0 / (delta_ns / 1e9)
-            mem = memory()
-            run_.samples.append(ops_k)
-            run_.memory.append(mem)
-            if not cfg.json:
-                print(iter_line(i, (delta_ns - interval_ns) / 1000.0, ops_k, mem), flush=True)
-            last_ops, last_t = ops, t
-
 
 # -- kernel backend ------------------------------------------------------------------------
 
@@ -506,6 +480,32 @@ class KernelBench(Bench):
         if not self.cfg.json:
             print(run_.summary() + f" (map memlock {run_.memlock} bytes)", flush=True)
         return run_
+
+    def measure(self, run_: Run, memory) -> None:
+        """Warm up, then sample op count and memory once a second, printing Iter lines (each
+        with its drift from the interval, as the selftests' bench prints it)."""
+        cfg = self.cfg
+        name = f"{self.use_case}/{self.flavour}"
+        warm_until = time.monotonic() + cfg.warmup
+        while (left := warm_until - time.monotonic()) > 0:
+            self.progress.update(self.progress.done, f"{name}: warming up, {left:.0f}s left")
+            time.sleep(min(left, 1.0))
+        last_ops, last_t = self.op_count(), time.monotonic_ns()
+        seconds = max(1, round(cfg.duration))
+        interval_ns = min(1.0, cfg.duration) * 1e9   # a shorter run samples once, after it
+        for i in range(seconds):
+            self.progress.update(self.progress.done, f"{name}: second {i + 1}/{seconds}")
+            time.sleep(interval_ns / 1e9)
+            ops, t = self.op_count(), time.monotonic_ns()
+            delta_ns = t - last_t
+            hits = (ops - last_ops) / self.producers
+            ops_k = hits / 1000.0 / (delta_ns / 1e9)
+            mem = memory()
+            run_.samples.append(ops_k)
+            run_.memory.append(mem)
+            if not cfg.json:
+                print(iter_line(i, (delta_ns - interval_ns) / 1000.0, ops_k, mem), flush=True)
+            last_ops, last_t = ops, t
 
     def start_producers(self) -> list[int]:
         pids = []
@@ -636,7 +636,7 @@ class EmulatedBench(Bench):
             ops_k = statistics.fmean(rates)
             run_.samples.append(ops_k)
             run_.memory.append(mem)
-            if not self.cfg.json:
+            if not self.cfg.json:  # no drift: a modeled sample is taken at its mark
                 print(iter_line(j, 0.0, ops_k, mem), flush=True)
         run_.peak_memory = self.peak_elements * elem_size / MIB
         busy = statistics.fmean(host_ns.values())

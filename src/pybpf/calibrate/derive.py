@@ -16,8 +16,12 @@ SLAB_FASTPATH_CYCLES = 25
 # kmem_cache_alloc_node 2.62%; __get_obj_cgroup_from_memcg 4.53%, memcg_slab_post_alloc_hook
 # 2.57%, obj_cgroup_charge 2.25%, mod_objcg_state 1.52% on the charge side. The free side
 # mirrors the last two (refill_obj_stock, mod_objcg_state).
-MEMCG_CHARGE_CYCLES = round(SLAB_FASTPATH_CYCLES * (4.53 + 2.57 + 2.25 + 1.52) / 2.62)
-MEMCG_UNCHARGE_CYCLES = round(SLAB_FASTPATH_CYCLES * (2.25 + 1.52) / 2.62)
+KMEM_CACHE_ALLOC_SHARE = 2.62
+MEMCG_CHARGE_SHARE = 4.53 + 2.57 + 2.25 + 1.52
+MEMCG_UNCHARGE_SHARE = 2.25 + 1.52
+MEMCG_CHARGE_CYCLES = round(SLAB_FASTPATH_CYCLES * MEMCG_CHARGE_SHARE / KMEM_CACHE_ALLOC_SHARE)
+MEMCG_UNCHARGE_CYCLES = round(SLAB_FASTPATH_CYCLES * MEMCG_UNCHARGE_SHARE
+                              / KMEM_CACHE_ALLOC_SHARE)
 MEMCG_PROFILE = ("Hou Tao's perf profile of map_perf_test 4 on bpf_mem_alloc with a call_rcu "
                  "per element (bpf list, 28 Sep 2022)")
 SLAB_REFILL_CYCLES = 60
@@ -192,12 +196,14 @@ def derive(samples: dict[str, Samples], host: dict) -> tuple[dict[str, Value], d
              "on the fast path (slab bulk-API series, Linux 4.3-4.4, 2015)")
     cite("alloc.memcg_charge", MEMCG_CHARGE_CYCLES / ghz,
          f"estimate: {MEMCG_CHARGE_CYCLES} cycles at {ghz:.2f} GHz: the slab fast path's "
-         f"{SLAB_FASTPATH_CYCLES} x 10.87 / 2.62, the share of the memcg charge functions "
+         f"{SLAB_FASTPATH_CYCLES} x {MEMCG_CHARGE_SHARE:.2f} / {KMEM_CACHE_ALLOC_SHARE}, "
+         "the share of the memcg charge functions "
          "(__get_obj_cgroup_from_memcg, memcg_slab_post_alloc_hook, obj_cgroup_charge, "
          f"mod_objcg_state) over kmem_cache_alloc_node's in {MEMCG_PROFILE}")
     cite("alloc.memcg_uncharge", MEMCG_UNCHARGE_CYCLES / ghz,
          f"estimate: {MEMCG_UNCHARGE_CYCLES} cycles at {ghz:.2f} GHz: the slab fast path's "
-         f"{SLAB_FASTPATH_CYCLES} x 3.77 / 2.62, the free side's mirror of obj_cgroup_charge "
+         f"{SLAB_FASTPATH_CYCLES} x {MEMCG_UNCHARGE_SHARE:.2f} / {KMEM_CACHE_ALLOC_SHARE}, "
+         "the free side's mirror of obj_cgroup_charge "
          f"and mod_objcg_state (refill_obj_stock, mod_objcg_state) in {MEMCG_PROFILE}")
     cite("alloc.slab_refill", SLAB_REFILL_CYCLES / ghz,
          f"estimate: {SLAB_REFILL_CYCLES} cycles at {ghz:.2f} GHz: ___slab_alloc's checks and "
