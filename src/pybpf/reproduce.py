@@ -55,8 +55,10 @@ NUMA_ENTRIES, NUMA_EVENTS = 1_260_000, 8_000_000
 # K <= 246. The default runs twice that size (it took 246's time once CPUs ran as greenlets).
 NUMA_SCALE = 123
 ALLOC_PROFILE, ALLOC_CPUS = "sapphire-rapids-2s", 2
-ALLOC_EVENTS = 8000  # per CPU: steady state for the 2022 allocator, whose trimmed objects
-# wait for two grace periods in a chain, one batch at a time (about 40 ms modeled)
+# Per CPU: the seed's own run (map_perf_test's default max_cnt since patch 04 of the series).
+# It is not a steady state: the 2022 allocator's trimmed objects wait for two grace periods in
+# a chain, one batch at a time, so its first large batch of kfrees lands about 57 ms in.
+ALLOC_EVENTS = 10_000
 
 
 @dataclass(frozen=True)
@@ -713,24 +715,23 @@ SEEDS: tuple[Seed, ...] = (
          GRO_TARGET, model=seed_002, variants=(GRO_OFF,)),
     Seed("003", "call_rcu in non-prealloc htab (0fd7c5d43339)", "map_perf_test 4",
          (1.0e5, 2.5e5, "events/s"), (1.9, 3.1), model=seed_003, map_perf=alloc_configs,
-         miss_cause="RCU runs as the kernel's (per-CPU callback lists, grace periods "
-                    "waiting for every busy CPU, which under the syscall loop only pass one "
-                    "once callbacks overload a CPU or a scan asks them to schedule, so "
-                    "grace periods last 1-10 ms and millions of bytes wait, "
-                    "rcu_do_batch's blimit, qhimark and divisor "
-                    "from softirq and ksoftirqd, memory held until the callbacks run) and "
-                    "the slab as SLUB's (per-CPU slabs, partial lists, __slab_free's slow "
-                    "path, pages from the page allocator), yet what each freed element costs "
-                    "still adds up much as one event each: the flood has nothing to contend "
-                    "on across CPUs (each CPU's callbacks, caches and slabs are its own, the "
-                    "element count a percpu_counter), so the published run's 15 CPUs give "
-                    "the per-CPU rate of these 2; left out: ksoftirqd sharing its CPU with "
-                    "the benchmark (no scheduler under RCU yet), the tick's and the "
-                    "grace-period kthread's own cost; memcg accounting of each new "
-                    "element and its kfree is in (from a perf profile of this run in the "
-                    "series' thread) and moved the figure by 0.1x. That profile (Hou Tao, "
-                    "72 CPUs, Sep 2022) was flat, call_rcu at 2%, and its author could not "
-                    "reproduce call_rcu as the bottleneck, as the model does not"),
+         miss_cause="the seed's 10000 events per CPU end (56 ms modeled) as the 2022 "
+                    "allocator's first large batch of kfrees lands: what free_bulk trims "
+                    "waits for two grace periods in a chain, one batch per CPU at a time, "
+                    "so in the window nearly every element is a new kmalloc and almost none "
+                    "goes back; over 80000 events the kfrees (each writing the cold "
+                    "object's free pointer, an uncharge, __slab_free's slow path) are in "
+                    "the window and the model gives 148k -> 299k, 2.02x. RCU runs as the "
+                    "kernel's (per-CPU callback lists; grace periods that under the syscall "
+                    "loop last until callbacks overload a CPU, 1-15 ms; blimit, qhimark, "
+                    "the divisor; softirq and ksoftirqd) and the slab as SLUB's; each CPU's "
+                    "callbacks, caches and slabs are its own, so the seed's 15 CPUs give "
+                    "the per-CPU rate of these 2. Left out: ksoftirqd sharing its CPU "
+                    "fairly with the benchmark, the tick's and the grace-period kthread's "
+                    "own cost, a Tasks Trace grace period of its own (two RCU ones stand "
+                    "for it). Hou Tao's perf profile of this run (72 CPUs, Sep 2022) was "
+                    "flat, call_rcu at 2%, and he could not reproduce call_rcu as the "
+                    "bottleneck"),
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import errno
 
 import pytest
@@ -251,3 +252,35 @@ def test_every_element_kmalloc_and_kfree_is_accounted_to_the_memory_cgroup(desig
         assert freed == stats["allocated"]
     if design == "bpf_mem_alloc":  # the cache reuses: the prefill and a few refills only
         assert stats["allocated"] < 64 * 20 // 4
+
+
+def test_the_2022_allocator_touches_each_object_its_lists_move():
+    """Every llist operation reads or writes the node inside the object, so an object's
+    line is touched by kmalloc (the slab's free pointer), the refill's add, unit_alloc, the
+    callback's unit_free, free_bulk's move, do_call_rcu's move and kfree (the slab's free
+    pointer again): seven times from kmalloc to kfree."""
+    machine = Machine(cpus=1, nodes=1, profile="sapphire-rapids-2s")
+    touched: collections.Counter[int] = collections.Counter()
+    kfreed: list[int] = []
+    access, kfree = machine.timing.access, machine.timing.kfree
+
+    def counting_access(cpu: int, addr: int, write: bool = False) -> float:
+        touched[addr] += 1
+        return access(cpu, addr, write)
+
+    def recording_kfree(cpu: int, addr: int, size: int, account: bool = False) -> None:
+        kfreed.append(addr)
+        kfree(cpu, addr, size, account)
+
+    machine.timing.access = counting_access
+    machine.timing.kfree = recording_kfree
+    ma = BpfMemAlloc(machine, 40, lambda node: Elem(machine.timing.kmalloc(0, 48, node)),
+                     free_through_rcu=True)
+    objs = [ma.alloc() for _ in range(300)]
+    for obj in objs:
+        ma.free(obj)
+    for _ in range(2):  # the per-object grace period, then the batch's two
+        machine.step()
+        machine.rcu.barrier()
+    assert kfreed and len(kfreed) == ma.counters.freed
+    assert {touched[addr] for addr in kfreed} == {7}

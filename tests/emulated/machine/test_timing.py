@@ -129,6 +129,18 @@ def test_kfree_into_another_cpus_slab_is_the_slow_path_and_the_slab_comes_back_p
     assert t.breakdown(1)["slab_refill"][0] == 1
 
 
+def test_kmalloc_reads_and_kfree_writes_the_objects_line():
+    """SLUB keeps its free list in the free objects: taking one reads its free pointer,
+    giving one back writes it, so a cold object stalls either way."""
+    t = timing()
+    a = t.kmalloc(0, 64)
+    assert t.breakdown(0)["dram_local"][0] == 2  # a new slab: its struct slab and the object
+    assert t.access(0, a) == 0
+    t.kfree(1, a, 64)
+    assert "shared_hit" in t.breakdown(1) or "transfer_local" in t.breakdown(1)
+    assert t.access(1, a) == 0
+
+
 def test_kfree_into_the_cpus_own_slab_is_the_fast_path():
     t = timing()
     a = t.kmalloc(0, 64)

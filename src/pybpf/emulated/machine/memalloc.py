@@ -27,11 +27,13 @@ Rules this module keeps:
   (batches and objects taken in bulk), ``free_bulk``, ``cache_hits`` ... The counts are the
   mechanism the 2022 patch changed.
 - Modeled time (the machine's ``timing``): unit_alloc and unit_free cost ``bpf_mem_cache`` and
-  touch the object's line; a refill or a free_bulk runs as an irq_work on the CPU; new objects
-  come from the ``new_object`` factory, which charges their kmalloc; objects given back for good
-  are kfree'd on the CPU whose callback frees them. Both are accounted to the map's memory
-  cgroup (alloc_bulk's __GFP_ACCOUNT; the map's objcg since 5.11), as every element is. An
-  object's memory is its ``addr`` attribute where it has one.
+  touch the object's line, as every llist operation on an object does (the list's node is in
+  the object: the refill's, free_bulk's and do_call_rcu's moves too); a refill or a free_bulk
+  runs as an irq_work on the CPU; new objects come from the ``new_object`` factory, which
+  charges their kmalloc; objects given back for good are kfree'd on the CPU whose callback
+  frees them. Both are accounted to the map's memory cgroup (alloc_bulk's __GFP_ACCOUNT; the
+  map's objcg since 5.11), as every element is. An object's memory is its ``addr`` attribute
+  where it has one.
 """
 
 from __future__ import annotations
@@ -163,6 +165,7 @@ class BpfMemAlloc:
         reused = len(taken)
         node = self.machine.cpu_node[cache.cpu]
         fresh = [self.new_object(node) for _ in range(count - reused)]
+        self._touch(cache.cpu, taken + fresh)  # __llist_add onto free_llist
         with cache.lock:
             cache.free.extend(taken)
             cache.free.extend(fresh)
@@ -182,11 +185,19 @@ class BpfMemAlloc:
             excess = len(cache.free) - target
             if excess <= 0:
                 return
-            cache.free_by_rcu_ttrace.extend(cache.free[-excess:])
+            trimmed = cache.free[-excess:]
+            cache.free_by_rcu_ttrace.extend(trimmed)
             del cache.free[-excess:]
+        self._touch(cache.cpu, trimmed)  # __llist_del_first, then enque_to_free's __llist_add
         with self._count_lock:
             self.free_bulk_runs += 1
         self._do_call_rcu(cache)
+
+    def _touch(self, cpu: int, objects: list[Any]) -> None:
+        """An llist operation on each object: its node (the list's next pointer) is in it."""
+        access = self.timing.access
+        for obj in objects:
+            access(cpu, addr_of(obj), write=True)
 
     def _hold(self, cpu: int, nbytes: int) -> None:  # with self._count_lock held
         if nbytes:
@@ -198,9 +209,12 @@ class BpfMemAlloc:
             if cache.call_rcu_ttrace_in_progress:
                 return
             cache.call_rcu_ttrace_in_progress = True
-            cache.waiting_for_gp_ttrace.extend(cache.free_by_rcu_ttrace)
+            parked = cache.free_by_rcu_ttrace[:]
+            cache.waiting_for_gp_ttrace.extend(parked)
             cache.free_by_rcu_ttrace.clear()
             nbytes = len(cache.waiting_for_gp_ttrace) * self.unit_size
+        # llist_for_each_safe moves each parked object onto waiting_for_gp_ttrace
+        self._touch(cache.cpu, parked)
         with self._count_lock:
             self.counters.call_rcu += 1
             self._hold(cache.cpu, nbytes)

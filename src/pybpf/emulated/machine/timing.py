@@ -309,8 +309,10 @@ class Timing:
         """A slab object from SLUB (see ``KmemCache``): the CPU's slab's freelist, last freed
         first (``kmalloc``); when it is empty ``___slab_alloc`` takes a partial slab
         (``slab_refill`` and a cmpxchg on the slab's struct) or a new one from the page
-        allocator (``page_alloc``: fresh memory, cold in every cache). ``account``:
-        __GFP_ACCOUNT, charged to the memory cgroup (``memcg_charge``), as map memory is."""
+        allocator (``page_alloc``: fresh memory, cold in every cache). The free list lives in
+        the free objects, so taking one reads its line. ``account``: __GFP_ACCOUNT, charged to
+        the memory cgroup (``memcg_charge``), as map memory is. The fast-path costs were
+        measured on hot objects; a cold one's stall is the access's."""
         node = self.cpu_node[cpu] if node is None else node
         cache = self._kmem_cache(node, kmalloc_size(size))
         self.charge(cpu, "kmalloc")
@@ -319,21 +321,25 @@ class Timing:
         slab = cache.cpu_slab[cpu]
         if slab is None or not slab.free:
             slab = self._slab_refill(cpu, cache, node)
-        return slab.free.pop()
+        addr = slab.free.pop()
+        self.access(cpu, addr)  # get_freepointer_safe: the next free object's address is in it
+        return addr
 
     def kfree(self, cpu: int, addr: int, size: int, account: bool = False) -> None:
         """Give a slab object back (``kfree``). Into the CPU's own slab it is the fast path;
         into any other slab it is ``__slab_free`` (``slab_free_remote`` and a cmpxchg on the
         slab's struct), which puts a slab that was full on this CPU's partial list, and
         gives an empty one back to the page allocator when its node has partial slabs
-        enough (``page_free``). ``account``: an object kmalloc'd with ``account``, whose
-        charge goes back to its memory cgroup (``memcg_uncharge``)."""
+        enough (``page_free``). Either way the object's line is written: it holds the free
+        list's next pointer. ``account``: an object kmalloc'd with ``account``, whose charge
+        goes back to its memory cgroup (``memcg_uncharge``)."""
         self.charge(cpu, "kfree")
         if account:
             self.charge(cpu, "memcg_uncharge")
         slab = self._slab_of_page.get(addr // PAGE) if addr else None
         if slab is None:
             return
+        self.access(cpu, addr, write=True)  # set_freepointer: the freelist is kept in the object
         if slab.owner == cpu:
             slab.free.append(addr)
             return
