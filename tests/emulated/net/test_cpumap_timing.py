@@ -142,3 +142,18 @@ def test_seed_002_row_has_modeled_figures_and_a_verdict():
     assert variant["modeled"]["after"] == m.variants["gro_off"] < m.before
     assert variant["verdict"] == reproduce.verdict_of(variant["modeled"]["ratio"], (0.67, 1.11))
     assert "gro_receive_skb" in run.section and "after (GRO off)" in run.section
+
+
+def test_seed_002_section_sets_the_series_middle_step_beside_its_published_figures():
+    """Patch 3 alone (the GRO node, heads still from the slab) against the cover letter's 4.0
+    and 2.3 Mpps, and the step the NAPI cache made, in the model and as measured."""
+    run = reproduce.seed_002(argparse.Namespace(profile=None, kernel=False))
+    rows = {line.split("  ")[0]: line for line in run.section.splitlines()
+            if line.startswith("patch 3: ")}
+    assert set(rows) == {"patch 3: GRO on, kmem_cache_alloc_bulk",
+                         "patch 3: GRO off, kmem_cache_alloc_bulk"}
+    on = model_cpumap_rate("sapphire-rapids-2s", gro=True, skb_alloc="kmem_cache_alloc_bulk")
+    assert f"{on.mpps:.2f}" in rows["patch 3: GRO on, kmem_cache_alloc_bulk"]
+    assert "4.0" in rows["patch 3: GRO on, kmem_cache_alloc_bulk"]
+    assert "2.3" in rows["patch 3: GRO off, kmem_cache_alloc_bulk"]
+    assert "where the series measured +17% and +4%" in run.section
