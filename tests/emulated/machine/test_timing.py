@@ -141,6 +141,31 @@ def test_kmalloc_reads_and_kfree_writes_the_objects_line():
     assert t.access(1, a) == 0
 
 
+def test_bulk_free_gives_each_slab_its_objects_at_once():
+    """kmem_cache_free_bulk: one __slab_free (one cmpxchg) per slab's group, the groups built
+    as build_detached_freelist does: looking back from the last object, past at most two
+    objects of other slabs."""
+    t = timing()
+    objects = KmemCache(64, len(t.clock)).objects
+    a = [t.slab_alloc(0, "test", 64) for _ in range(objects)]  # CPU 0's first slab, used up
+    b = [t.slab_alloc(0, "test", 64) for _ in range(objects)]  # its second
+    t.slab_alloc(0, "test", 64)  # a third: the first two are no longer the CPU's
+    t.slab_free_bulk(1, [a[0], b[0], a[1], b[1], a[2], b[2]])
+    assert t.breakdown(1)["slab_free_remote"][0] == 2
+    assert t.breakdown(1)["atomic"][0] == 2
+    # a[3] is three objects of other slabs away from a[4]: a group of its own.
+    c = [t.slab_alloc(0, "test", 64) for _ in range(objects)]
+    t.slab_alloc(0, "test", 64)
+    t.slab_free_bulk(1, [a[3], b[3], c[0], c[1], a[4]])
+    assert t.breakdown(1)["slab_free_remote"][0] == 2 + 4  # {a4}, {c1, c0}, {b3}, {a3}
+    # Into the CPU's own slab it is the fast path, and every object's line is written.
+    own = [t.slab_alloc(2, "test", 64) for _ in range(3)]
+    t.slab_free_bulk(2, own)
+    assert "slab_free_remote" not in t.breakdown(2)
+    assert all(t.access(2, addr) == 0 for addr in own)
+    assert t.slab_alloc(2, "test", 64) in own
+
+
 def test_kfree_into_the_cpus_own_slab_is_the_fast_path():
     t = timing()
     a = t.kmalloc(0, 64)
@@ -150,17 +175,24 @@ def test_kfree_into_the_cpus_own_slab_is_the_fast_path():
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from([0, 1, 10]), st.booleans(),
+@given(st.lists(st.tuples(st.sampled_from([0, 1, 10]), st.sampled_from(["alloc", "free", "bulk"]),
                           st.sampled_from([32, 64, 512])), max_size=300))
 def test_slab_objects_are_never_handed_out_twice_nor_lost(ops):
-    """Whatever CPUs allocate and free, a live object is never handed out again, and every
-    freed object stays in some slab (the pages in use account for all of them)."""
+    """Whatever CPUs allocate and free, one at a time or in bulk, a live object is never
+    handed out again, and every freed object stays in some slab (the pages in use account
+    for all of them)."""
     t = timing()
     live: dict[int, int] = {}
-    for cpu, free, size in ops:
-        if free and live:
+    for cpu, op, size in ops:
+        if op == "free" and live:
             addr = next(iter(live))
             t.kfree(cpu, addr, live.pop(addr))
+        elif op == "bulk" and live:  # up to 40 objects of the oldest one's cache
+            cls = next(iter(live.values()))
+            addrs = [a for a, c in live.items() if c == cls][:40]
+            for addr in addrs:
+                del live[addr]
+            t.slab_free_bulk(cpu, addrs)
         else:
             addr = t.kmalloc(cpu, size)
             assert addr not in live

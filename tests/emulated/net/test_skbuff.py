@@ -62,3 +62,30 @@ def test_each_cpu_has_its_own_cache():
     cache.napi_skb_cache_put(0, head)
     assert cache.napi_skb_cache_get_bulk(1, 1)[0] is not head
     assert cache.napi_skb_cache_get_bulk(0, 1)[0] is head
+
+
+def test_heads_live_in_slubs_skbuff_head_cache():
+    """A head freed on its own CPU comes back first; one freed by another CPU (the reader's
+    kfree_skb) goes back by __slab_free's slow path, and a spill of the NAPI cache gives each
+    slab its heads at once."""
+    machine = Machine(cpus=2, profile="sapphire-rapids-2s")
+    cache = SkbHeadCache(2, machine.timing, machine.current)
+    timing = machine.timing
+    with machine.on_cpu(1):
+        head = cache.kmem_cache_alloc_bulk(1)[0]
+        addr = head.addr
+        cache.kmem_cache_free(head)
+        assert cache.kmem_cache_alloc_bulk(1)[0].addr == addr  # the CPU's slab, LIFO
+        heads = cache.kmem_cache_alloc_bulk(NAPI_SKB_CACHE_SIZE + 1)
+    assert "slab_free_remote" not in timing.breakdown(1)
+    with machine.on_cpu(0):
+        cache.kmem_cache_free(heads[0])
+    assert timing.breakdown(0)["slab_free_remote"][0] == 1
+    with machine.on_cpu(1):
+        for head in heads[1:]:
+            cache.napi_skb_cache_put(1, head)
+    spilled = heads[1 + NAPI_SKB_CACHE_HALF:]  # the cache's upper half
+    slabs = {head.addr // 4096 for head in spilled}  # order-0 slabs of 16 heads
+    assert cache.stats[1].flushed == NAPI_SKB_CACHE_HALF
+    assert 1 < len(slabs) < len(spilled)
+    assert 0 < timing.breakdown(1)["slab_free_remote"][0] <= len(slabs)

@@ -290,7 +290,8 @@ class Timing:
             self._version: dict[int, int] = {}  # line -> bumped whenever another CPU writes it
             self._dirty: dict[int, int] = {}  # line -> the CPU holding it modified
         self._next_addr = [(node << NODE_SHIFT) + PAGE for node in range(len(dist))]
-        self._kmem_caches: dict[tuple[int, int], KmemCache] = {}  # (node, class) -> cache
+        # (cache name, node, object size) -> the cache
+        self._kmem_caches: dict[tuple[str, int, int], KmemCache] = {}
         self._slab_of_page: dict[int, Slab] = {}  # page number -> the slab it belongs to
         # line -> the stretches [start, end) of virtual time atomic RMWs held it, sorted
         self._line_rmws: dict[int, list[tuple[float, float]]] = {}
@@ -306,18 +307,32 @@ class Timing:
 
     def kmalloc(self, cpu: int, size: int, node: int | None = None,
                 account: bool = False) -> int:
-        """A slab object from SLUB (see ``KmemCache``): the CPU's slab's freelist, last freed
-        first (``kmalloc``); when it is empty ``___slab_alloc`` takes a partial slab
-        (``slab_refill`` and a cmpxchg on the slab's struct) or a new one from the page
-        allocator (``page_alloc``: fresh memory, cold in every cache). The free list lives in
-        the free objects, so taking one reads its line. ``account``: __GFP_ACCOUNT, charged to
-        the memory cgroup (``memcg_charge``), as map memory is. The fast-path costs were
-        measured on hot objects; a cold one's stall is the access's."""
-        node = self.cpu_node[cpu] if node is None else node
-        cache = self._kmem_cache(node, kmalloc_size(size))
+        """``kmalloc``: an object of the kmalloc size class for ``size`` (``slab_alloc``).
+        ``account``: __GFP_ACCOUNT, charged to the memory cgroup (``memcg_charge``), as map
+        memory is. The fast-path costs were measured on hot objects; a cold one's stall is
+        the access's."""
         self.charge(cpu, "kmalloc")
         if account:
             self.charge(cpu, "memcg_charge")
+        return self.slab_alloc(cpu, "kmalloc", kmalloc_size(size), node)
+
+    def kfree(self, cpu: int, addr: int, size: int, account: bool = False) -> None:
+        """``kfree`` of a kmalloc'd object (``slab_free``). ``account``: an object kmalloc'd
+        with ``account``, whose charge goes back to its memory cgroup (``memcg_uncharge``)."""
+        self.charge(cpu, "kfree")
+        if account:
+            self.charge(cpu, "memcg_uncharge")
+        self.slab_free(cpu, addr)
+
+    def slab_alloc(self, cpu: int, cache_name: str, size: int, node: int | None = None) -> int:
+        """An object from SLUB's cache ``cache_name`` of ``size``-byte objects on ``node``
+        (see ``KmemCache``): the CPU's slab's freelist, last freed first; when it is empty
+        ``___slab_alloc`` takes a partial slab (``slab_refill`` and a cmpxchg on the slab's
+        struct) or a new one from the page allocator (``page_alloc``: fresh memory, cold in
+        every cache). The free list lives in the free objects, so taking one reads its line.
+        The caller charges its own call (kmalloc, a bulk allocation's share)."""
+        node = self.cpu_node[cpu] if node is None else node
+        cache = self._kmem_cache(cache_name, node, size)
         slab = cache.cpu_slab[cpu]
         if slab is None or not slab.free:
             slab = self._slab_refill(cpu, cache, node)
@@ -325,28 +340,66 @@ class Timing:
         self.access(cpu, addr)  # get_freepointer_safe: the next free object's address is in it
         return addr
 
-    def kfree(self, cpu: int, addr: int, size: int, account: bool = False) -> None:
-        """Give a slab object back (``kfree``). Into the CPU's own slab it is the fast path;
-        into any other slab it is ``__slab_free`` (``slab_free_remote`` and a cmpxchg on the
-        slab's struct), which puts a slab that was full on this CPU's partial list, and
-        gives an empty one back to the page allocator when its node has partial slabs
-        enough (``page_free``). Either way the object's line is written: it holds the free
-        list's next pointer. ``account``: an object kmalloc'd with ``account``, whose charge
-        goes back to its memory cgroup (``memcg_uncharge``)."""
-        self.charge(cpu, "kfree")
-        if account:
-            self.charge(cpu, "memcg_uncharge")
+    def slab_free(self, cpu: int, addr: int) -> None:
+        """Give a slab object back. Into the CPU's own slab it is the fast path; into any
+        other slab it is ``__slab_free`` (``slab_free_remote`` and a cmpxchg on the slab's
+        struct), which puts a slab that was full on this CPU's partial list, and gives an
+        empty one back to the page allocator when its node has partial slabs enough
+        (``page_free``). Either way the object's line is written: it holds the free list's
+        next pointer. The caller charges its own call (kfree, a bulk free's share)."""
         slab = self._slab_of_page.get(addr // PAGE) if addr else None
-        if slab is None:
-            return
-        self.access(cpu, addr, write=True)  # set_freepointer: the freelist is kept in the object
+        if slab is not None:
+            self.access(cpu, addr, write=True)  # set_freepointer: the list is in the object
+            self._do_slab_free(cpu, slab, [addr])
+
+    def slab_free_bulk(self, cpu: int, addrs: list[int]) -> None:
+        """``kmem_cache_free_bulk``: build_detached_freelist starts from the last object not
+        yet freed and gathers, looking back, every object of the same slab until a third
+        object of another slab; each slab's group goes back at once (do_slab_free with its
+        count: one ``__slab_free`` and one cmpxchg for a slab that is not the CPU's). Each
+        object's line is written (set_freepointer). The caller charges the call's share."""
+        left: list[int | None] = [a if a and a // PAGE in self._slab_of_page else None
+                                  for a in addrs]
+        size = len(left)
+        while size:
+            size -= 1
+            first = left[size]
+            if first is None:
+                continue
+            slab = self._slab_of_page[first // PAGE]
+            group = [first]
+            left[size] = None
+            lookahead, resume = 3, 0
+            i = size
+            while i:
+                i -= 1
+                addr = left[i]
+                if addr is None:
+                    continue
+                if self._slab_of_page[addr // PAGE] is slab:
+                    group.append(addr)
+                    left[i] = None
+                    continue
+                lookahead -= 1
+                if not lookahead:
+                    break
+                if not resume:
+                    resume = i + 1
+            for addr in group:
+                self.access(cpu, addr, write=True)
+            self._do_slab_free(cpu, slab, group)
+            size = resume if resume else size
+
+    def _do_slab_free(self, cpu: int, slab: Slab, addrs: list[int]) -> None:
+        """do_slab_free of objects of one slab: the CPU's own slab takes them on its freelist;
+        any other slab by ``__slab_free``."""
         if slab.owner == cpu:
-            slab.free.append(addr)
+            slab.free.extend(addrs)
             return
         self.charge(cpu, "slab_free_remote")
         self.atomic(cpu, slab.meta)
         was_full = not slab.free
-        slab.free.append(addr)
+        slab.free.extend(addrs)
         if slab.owner is not None:
             return  # another CPU's slab: that CPU takes the object with its freelist
         cache = slab.cache
@@ -357,10 +410,11 @@ class Timing:
             cache.node_partial.remove(slab)
             self._discard_slab(cpu, slab)
 
-    def _kmem_cache(self, node: int, size: int) -> KmemCache:
-        cache = self._kmem_caches.get((node, size))
+    def _kmem_cache(self, name: str, node: int, size: int) -> KmemCache:
+        key = (name, node, size)
+        cache = self._kmem_caches.get(key)
         if cache is None:
-            cache = self._kmem_caches[(node, size)] = KmemCache(size, len(self.clock))
+            cache = self._kmem_caches[key] = KmemCache(size, len(self.clock))
         return cache
 
     def _slab_refill(self, cpu: int, cache: KmemCache, node: int) -> Slab:

@@ -15,12 +15,14 @@ Rules this module keeps:
 - Every head knows whether it is new from the slab or ``recycled`` through the NAPI cache, and
   the counters say how many of each went out: with GRO merging 16 frames per skb, 15 of
   every 16 heads cpumap takes are recycled ones.
-- Modeled time (emulated/machine/timing.py), charged to the calling thread's CPU: a slab head costs
-  ``kmem_cache_alloc_bulk`` (or ``kmem_cache_free_bulk`` when a full cache spills) per
-  object, a NAPI cache head ``napi_skb_cache_get`` / ``napi_skb_cache_put``, a head freed
-  alone ``kfree``. Heads have addresses (``addr``): the slab hands out the most recently
-  freed head of the node first, wherever it was freed, so a head the reader freed on another
-  CPU comes back with its lines still in that CPU's cache, and a recycled one comes back hot.
+- Modeled time (emulated/machine/timing.py), charged to the calling thread's CPU: a slab head
+  costs ``kmem_cache_alloc_bulk`` (or ``kmem_cache_free_bulk`` when a full cache spills, which
+  gives each slab its objects at once) per object, a NAPI cache head ``napi_skb_cache_get`` /
+  ``napi_skb_cache_put``, a head freed alone ``kfree``. Heads have addresses (``addr``) in
+  SLUB's ``skbuff_head_cache`` (``Timing.slab_alloc``/``slab_free``): a CPU takes heads from
+  its own slab, last freed first; a head freed on another CPU (the reader's) goes back by
+  ``__slab_free``'s slow path and returns to the allocating CPU only through the partial
+  lists; a recycled head comes back hot.
 """
 
 from __future__ import annotations
@@ -28,12 +30,12 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ..machine.timing import Timing, addr_node
+from ..machine.timing import Timing
 
 NAPI_SKB_CACHE_SIZE = 64
 NAPI_SKB_CACHE_BULK = 16
 NAPI_SKB_CACHE_HALF = NAPI_SKB_CACHE_SIZE // 2
-PAGE_HEADS = 16  # heads a fresh slab page holds (4 KiB of 256-byte heads)
+SKB_HEAD_CACHE = "skbuff_head_cache"
 
 # include/linux/skbuff.h
 CHECKSUM_NONE, CHECKSUM_UNNECESSARY, CHECKSUM_COMPLETE, CHECKSUM_PARTIAL = range(4)
@@ -116,7 +118,7 @@ class SkbHeadCache:
     """skbuff_head_cache and the per-CPU ``napi_alloc_cache`` skb caches of one machine."""
 
     def __init__(self, num_cpus: int, timing: Timing, current: Any) -> None:
-        self._lock = threading.Lock()  # slab counters and free lists
+        self._lock = threading.Lock()  # the slab and its counters
         self.slab_alloc = 0  # heads allocated from the slab, by any path
         self.slab_free = 0
         # Per CPU: the cached heads (a stack) and its lock (bh_lock; host threads standing for
@@ -126,41 +128,23 @@ class SkbHeadCache:
         self.stats = [NapiCacheStats() for _ in range(num_cpus)]
         self.timing = timing
         self.current = current  # the machine's per-thread current CPU
-        self._free_heads: list[list[int]] = [[] for _ in range(timing.num_nodes)]  # LIFO
-        self._fresh: list[list[int]] = [[0, 0] for _ in range(timing.num_nodes)]  # next, end
 
     # -- the slab -----------------------------------------------------------------------------
-    def _head_addr(self, node: int) -> int:
-        """A head's memory on ``node``: the last one freed there, else a fresh one (lock held)."""
-        free = self._free_heads[node]
-        if free:
-            return free.pop()
-        fresh = self._fresh[node]
-        if fresh[0] == fresh[1]:
-            fresh[0] = self.timing.alloc_region(PAGE_HEADS * SKB_HEAD_SIZE, node)
-            fresh[1] = fresh[0] + PAGE_HEADS * SKB_HEAD_SIZE
-        addr = fresh[0]
-        fresh[0] += SKB_HEAD_SIZE
-        return addr
-
     def kmem_cache_alloc_bulk(self, n: int) -> list[SkBuff]:
         """``n`` new zeroed heads from the slab."""
         cpu = self.current.cpu
-        node = self.timing.cpu_node[cpu]
         self.timing.charge(cpu, "kmem_cache_alloc_bulk", n)
         with self._lock:
             self.slab_alloc += n
-            return [SkBuff(self._head_addr(node)) for _ in range(n)]
+            return [SkBuff(self.timing.slab_alloc(cpu, SKB_HEAD_CACHE, SKB_HEAD_SIZE))
+                    for _ in range(n)]
 
     def _slab_put(self, cpu: int, skb: SkBuff) -> None:
-        """A head back to its node's slab; the free list's pointer is written into it."""
+        """A head back to its slab."""
         skb.reset()
-        if skb.addr:
-            self.timing.access(cpu, skb.addr, write=True)
         with self._lock:
             self.slab_free += 1
-            if skb.addr:
-                self._free_heads[addr_node(skb.addr)].append(skb.addr)
+            self.timing.slab_free(cpu, skb.addr)
 
     def kmem_cache_free(self, skb: SkBuff) -> None:
         """kfree_skbmem: the head goes back to the slab."""
@@ -212,8 +196,11 @@ class SkbHeadCache:
                 stats.flushed += len(spill)
         if spill:
             self.timing.charge(cpu, "kmem_cache_free_bulk", len(spill))
-        for head in spill:
-            self._slab_put(cpu, head)
+            for head in spill:
+                head.reset()
+            with self._lock:
+                self.slab_free += len(spill)
+                self.timing.slab_free_bulk(cpu, [head.addr for head in spill])
 
     # -- counters -----------------------------------------------------------------------------
     def counters(self) -> dict[str, Any]:
