@@ -221,18 +221,17 @@ def test_bpf_mem_alloc_reuse_holds_nothing_back_from_a_balanced_churn():
     assert ma.counters.kmalloc_while_held == 0 and machine.rcu.max_held_bytes == 0
 
 
-def test_the_2022_allocator_refills_with_new_objects_and_frees_after_two_grace_periods():
-    """Before 0fd7c5d43339 the caches were the allocator as the series merged it: a refill
-    never takes parked objects back, and trimmed ones wait for a Tasks Trace grace period
-    and then an RCU one (this machine's one flavour twice) before their kfree."""
+def test_the_2022_allocator_refills_with_new_objects_and_frees_what_it_trims_at_once():
+    """Before 0fd7c5d43339 the caches were patch 1's allocator: a refill never takes freed
+    objects back, and free_bulk gives what it trims straight to the slab (each object's
+    grace period has passed: its call_rcu callback did the unit_free). So there is one
+    call_rcu per freed object and no batch callbacks."""
     machine, ma = churn_in_syscalls("bpf_mem_alloc_call_rcu", 4)
     c = ma.counters
     assert c.reused == 0 and c.allocated > 4000 and c.freed > 0
-    # Each batch's first callback queues a second one, which does the kfree.
-    batches = c.call_rcu - c.free_calls
-    assert machine.rcu.callbacks_queued > c.call_rcu
-    assert machine.rcu.callbacks_queued <= c.call_rcu + batches
+    assert c.call_rcu == c.free_calls == machine.rcu.callbacks_queued
     assert machine.timing.breakdown(0)["kfree"][0] == c.freed
+    assert ma.stats()["waiting_for_rcu"] == 0  # nothing parked
 
 
 @pytest.mark.parametrize("design", ["call_rcu", "bpf_mem_alloc_call_rcu", "bpf_mem_alloc"])
@@ -254,11 +253,12 @@ def test_every_element_kmalloc_and_kfree_is_accounted_to_the_memory_cgroup(desig
         assert stats["allocated"] < 64 * 20 // 4
 
 
-def test_the_2022_allocator_touches_each_object_its_lists_move():
+@pytest.mark.parametrize("free_through_rcu,touches", [(True, 6), (False, 7)])
+def test_the_allocator_touches_each_object_its_lists_move(free_through_rcu, touches):
     """Every llist operation reads or writes the node inside the object, so an object's
-    line is touched by kmalloc (the slab's free pointer), the refill's add, unit_alloc, the
-    callback's unit_free, free_bulk's move, do_call_rcu's move and kfree (the slab's free
-    pointer again): seven times from kmalloc to kfree."""
+    line is touched by kmalloc (the slab's free pointer), the refill's add, unit_alloc,
+    unit_free (in the 2022 design from its call_rcu callback), free_bulk's take, in today's
+    design do_call_rcu's move, and kfree (the slab's free pointer again)."""
     machine = Machine(cpus=1, nodes=1, profile="sapphire-rapids-2s")
     touched: collections.Counter[int] = collections.Counter()
     kfreed: list[int] = []
@@ -275,12 +275,11 @@ def test_the_2022_allocator_touches_each_object_its_lists_move():
     machine.timing.access = counting_access
     machine.timing.kfree = recording_kfree
     ma = BpfMemAlloc(machine, 40, lambda node: Elem(machine.timing.kmalloc(0, 48, node)),
-                     free_through_rcu=True)
+                     free_through_rcu=free_through_rcu)
     objs = [ma.alloc() for _ in range(300)]
     for obj in objs:
         ma.free(obj)
-    for _ in range(2):  # the per-object grace period, then the batch's two
-        machine.step()
-        machine.rcu.barrier()
+    machine.step()  # the per-object grace period, or the batch's
+    machine.rcu.barrier()
     assert kfreed and len(kfreed) == ma.counters.freed
-    assert {touched[addr] for addr in kfreed} == {7}
+    assert {touched[addr] for addr in kfreed} == {touches}

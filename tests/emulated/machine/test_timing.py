@@ -16,6 +16,9 @@ from hypothesis import strategies as st
 from pybpf.emulated.machine.machine import Machine
 from pybpf.emulated.machine.timing import (
     NODE_SHIFT,
+    PAGE,
+    PCP_BATCH,
+    PCP_HIGH,
     KmemCache,
     Timing,
     VirtualTimeScheduler,
@@ -164,6 +167,24 @@ def test_bulk_free_gives_each_slab_its_objects_at_once():
     assert "slab_free_remote" not in t.breakdown(2)
     assert all(t.access(2, addr) == 0 for addr in own)
     assert t.slab_alloc(2, "test", 64) in own
+
+
+def test_a_freed_slab_page_is_the_next_one_allocated_and_overflows_to_the_node():
+    """The page allocator's per-CPU lists are last freed, first allocated: a slab given
+    back is the next new slab on that CPU, hot. Past PCP_HIGH pages a batch of the oldest
+    goes to the node's buddy lists, where another CPU's empty list takes them from."""
+    t = timing()
+    pages = [t._alloc_pages(0, 0, PAGE) for _ in range(PCP_HIGH + 1)]
+    assert len(set(pages)) == len(pages)
+    for start in pages:
+        t._free_pages(0, 0, PAGE, start)
+    assert t._alloc_pages(0, 0, PAGE) == pages[-1]
+    assert t._pcp_pages[0] == PCP_HIGH + 1 - PCP_BATCH - 1
+    # CPU 1's list is empty: it takes a batch from the node, the oldest freed pages, the
+    # last of them first.
+    assert t._alloc_pages(1, 0, PAGE) == pages[PCP_BATCH - 1]
+    assert t._pcp_pages[1] == PCP_BATCH - 1
+    assert t._alloc_pages(2, 1, PAGE) >> NODE_SHIFT == 1  # nothing free on node 1: fresh
 
 
 def test_kfree_into_the_cpus_own_slab_is_the_fast_path():

@@ -12,14 +12,13 @@ Rules this module keeps:
   with a single ``call_rcu`` per batch (none while one is in flight: what is parked then
   waits for the next free_bulk); after the grace period what was not reused is freed.
 - ``BpfMemAlloc(free_through_rcu=True)``: the hash map of the 2022 series before "bpf:
-  Optimize call_rcu in non-preallocated hash map" (0fd7c5d43339): ``free`` first waits a
-  grace period (one ``call_rcu`` per object, whose callback does the unit_free), and the
-  caches are the allocator as that series merged it (7c8199e24fa0, Linux 6.1): a refill
-  always takes new objects (alloc_bulk called ``__alloc`` for each; taking parked objects
-  back first came with Hou Tao's "bpf: Reuse freed element in free_by_rcu during
-  allocation", December 2022), and what free_bulk trims is kfree'd after a Tasks Trace
-  grace period and then an RCU one (``__free_rcu_tasks_trace`` queued ``call_rcu``; the
-  machine has one RCU flavour, so both are its grace periods).
+  Optimize call_rcu in non-preallocated hash map" (0fd7c5d43339, patch 7 of 16): ``free``
+  first waits a grace period (one ``call_rcu`` per object, whose callback does the
+  unit_free), and the caches are the allocator as patch 1 (7c8199e24fa0) made it: a refill
+  always takes new objects (alloc_bulk called ``__alloc`` for each), and free_bulk gives what
+  it trims straight back to the slab (``free_one``): the grace period has already passed.
+  Parking trimmed objects for a ``call_rcu`` per batch came with patch 9, when the
+  per-object ``call_rcu`` was gone.
 - ``KmallocRcu``: every ``alloc`` is a new object, every ``free`` one ``call_rcu`` whose
   callback frees it; nothing is reused.
 - All count what they do (``stats()``): ``allocated`` (new objects), ``freed`` (objects
@@ -132,8 +131,6 @@ class BpfMemAlloc:
         self.machine = machine
         self.timing = machine.timing
         self.free_through_rcu = free_through_rcu
-        # The 2022 allocator (see the module's rules) came with the per-object call_rcu.
-        self.reuse_parked = not free_through_rcu
         if free_through_rcu:
             self.design = "bpf_mem_alloc_call_rcu"
         self.unit_size = unit_size + LLIST_NODE_SIZE
@@ -153,15 +150,12 @@ class BpfMemAlloc:
         self.bulk_allocated = 0
 
     def _alloc_bulk(self, cache: _Cache, count: int) -> None:
-        """alloc_bulk: reuse objects parked for RCU (not in the 2022 allocator), then allocate
-        new ones on the CPU's node."""
-        taken: list[Any] = []
-        in_flight: list[Any] = []
-        if self.reuse_parked:
-            with cache.lock:
-                taken = _pop_up_to(cache.free_by_rcu_ttrace, count)
-                in_flight = _pop_up_to(cache.waiting_for_gp_ttrace, count - len(taken))
-                taken += in_flight
+        """alloc_bulk: reuse objects parked for RCU (the 2022 allocator parks none), then
+        allocate new ones on the CPU's node."""
+        with cache.lock:
+            taken = _pop_up_to(cache.free_by_rcu_ttrace, count)
+            in_flight = _pop_up_to(cache.waiting_for_gp_ttrace, count - len(taken))
+            taken += in_flight
         reused = len(taken)
         node = self.machine.cpu_node[cache.cpu]
         fresh = [self.new_object(node) for _ in range(count - reused)]
@@ -179,19 +173,24 @@ class BpfMemAlloc:
             self.bulk_allocated += count
 
     def _free_bulk(self, cache: _Cache) -> None:
-        """free_bulk: trim the free list to the middle watermark, park the rest for RCU."""
+        """free_bulk: trim the free list to the middle watermark; park what it trims for RCU,
+        or, in the 2022 allocator, give it back to the slab at once."""
         target = (self.low + self.high) // 2
         with cache.lock:
             excess = len(cache.free) - target
             if excess <= 0:
                 return
             trimmed = cache.free[-excess:]
-            cache.free_by_rcu_ttrace.extend(trimmed)
             del cache.free[-excess:]
+            if not self.free_through_rcu:
+                cache.free_by_rcu_ttrace.extend(trimmed)
         self._touch(cache.cpu, trimmed)  # __llist_del_first, then enque_to_free's __llist_add
         with self._count_lock:
             self.free_bulk_runs += 1
-        self._do_call_rcu(cache)
+        if self.free_through_rcu:
+            self._free_all(cache.cpu, trimmed)
+        else:
+            self._do_call_rcu(cache)
 
     def _touch(self, cpu: int, objects: list[Any]) -> None:
         """An llist operation on each object: its node (the list's next pointer) is in it."""
@@ -218,11 +217,9 @@ class BpfMemAlloc:
         with self._count_lock:
             self.counters.call_rcu += 1
             self._hold(cache.cpu, nbytes)
-        if self.reuse_parked:
-            self.machine.rcu.call_rcu(lambda: self._free_rcu(cache), nbytes)
-        else:  # __free_rcu_tasks_trace: call_rcu(&c->rcu, __free_rcu)
-            self.machine.rcu.call_rcu(
-                lambda: self.machine.rcu.call_rcu(lambda: self._free_rcu(cache), nbytes), nbytes)
+        # call_rcu_tasks_trace, whose grace period implies an RCU one (rcu_trace_implies_rcu_gp
+        # in the default build); the machine has one RCU flavour
+        self.machine.rcu.call_rcu(lambda: self._free_rcu(cache), nbytes)
 
     def _free_rcu(self, cache: _Cache) -> None:
         """__free_rcu: after the grace period, free what was not reused meanwhile.
@@ -237,9 +234,14 @@ class BpfMemAlloc:
             cache.call_rcu_ttrace_in_progress = False
         cpu = self.machine.current.cpu
         with self._count_lock:
-            self.counters.freed += len(gone)
             self._hold(cpu, -len(gone) * self.unit_size)
-        for obj in gone:
+        self._free_all(cpu, gone)
+
+    def _free_all(self, cpu: int, objects: list[Any]) -> None:
+        """free_all: each object back to the slab (kfree; its charge back to the memcg)."""
+        with self._count_lock:
+            self.counters.freed += len(objects)
+        for obj in objects:
             self.timing.kfree(cpu, addr_of(obj), self.unit_size, account=True)
 
     def alloc(self) -> Any | None:

@@ -66,6 +66,12 @@ RMW_LINES = 4096  # lines whose atomic RMWs are remembered (the first remembered
 KMALLOC_SIZES = (8, 16, 32, 64, 96, 128, 192, 256, 512, 1024, 2048, 4096, 8192)
 SLAB_MAX_ORDER = 3  # PAGE_ALLOC_COSTLY_ORDER: the largest slab calculate_order picks
 MEMMAP_OFFSET = 1 << (NODE_SHIFT - 1)  # where a node's struct slabs (the vmemmap) lie
+# mm/page_alloc.c: a zone's per-CPU page lists move pages to and from the buddy lists PCP_BATCH
+# at a time (zone_batchsize: 1/1024 of the zone, at most 1 MiB, quartered and made 2^n - 1:
+# 63 on any zone of 1 GiB or more) and hold at most PCP_HIGH (zone_highsize's floor, batch << 2;
+# larger zones may set it higher).
+PCP_BATCH = 63
+PCP_HIGH = PCP_BATCH << 2
 
 
 def kmalloc_size(size: int) -> int:
@@ -293,6 +299,11 @@ class Timing:
         # (cache name, node, object size) -> the cache
         self._kmem_caches: dict[tuple[str, int, int], KmemCache] = {}
         self._slab_of_page: dict[int, Slab] = {}  # page number -> the slab it belongs to
+        # Free slab pages, last freed first: per CPU (its per-CPU lists: the pages they hold
+        # and, per (node, slab bytes), the regions) and per node (the buddy lists).
+        self._pcp_pages = [0] * len(self.clock)
+        self._pcp: list[dict[tuple[int, int], list[int]]] = [{} for _ in self.clock]
+        self._buddy: dict[tuple[int, int], list[int]] = {}
         # line -> the stretches [start, end) of virtual time atomic RMWs held it, sorted
         self._line_rmws: dict[int, list[tuple[float, float]]] = {}
 
@@ -442,7 +453,7 @@ class Timing:
     def _new_slab(self, cpu: int, cache: KmemCache, node: int) -> Slab:
         self.charge(cpu, "page_alloc")
         nbytes = cache.slab_bytes
-        start = self.alloc_region(nbytes, node)
+        start = self._alloc_pages(cpu, node, nbytes)
         meta = (node << NODE_SHIFT) + MEMMAP_OFFSET + (start - (node << NODE_SHIFT)) // PAGE * 64
         self.access(cpu, meta, write=True)  # allocate_slab initialises the struct slab
         # The freelist hands out the lowest address first.
@@ -472,8 +483,40 @@ class Timing:
 
     def _discard_slab(self, cpu: int, slab: Slab) -> None:
         self.charge(cpu, "page_free")
-        for page in range(slab.start // PAGE, (slab.start + slab.cache.slab_bytes) // PAGE):
+        nbytes = slab.cache.slab_bytes
+        for page in range(slab.start // PAGE, (slab.start + nbytes) // PAGE):
             del self._slab_of_page[page]
+        self._free_pages(cpu, addr_node(slab.start), nbytes, slab.start)
+
+    def _alloc_pages(self, cpu: int, node: int, nbytes: int) -> int:
+        """A slab's pages: the last freed on this CPU's per-CPU lists, which take a batch
+        from the node's buddy lists when empty (rmqueue_bulk, last freed first), else fresh
+        memory. Pages of one slab size are reused by that size only (no split or merge)."""
+        key = (node, nbytes)
+        pcp = self._pcp[cpu].setdefault(key, [])
+        if not pcp:
+            buddy = self._buddy.get(key)
+            while buddy and len(pcp) * nbytes < PCP_BATCH * PAGE:
+                pcp.insert(0, buddy.pop())
+            if not pcp:
+                return self.alloc_region(nbytes, node)
+            self._pcp_pages[cpu] += len(pcp) * nbytes // PAGE
+        self._pcp_pages[cpu] -= nbytes // PAGE
+        return pcp.pop()
+
+    def _free_pages(self, cpu: int, node: int, nbytes: int, start: int) -> None:
+        """free_unref_page: onto this CPU's per-CPU lists; past PCP_HIGH pages a batch of
+        the oldest goes back to the buddy lists (free_pcppages_bulk)."""
+        self._pcp[cpu].setdefault((node, nbytes), []).append(start)
+        self._pcp_pages[cpu] += nbytes // PAGE
+        if self._pcp_pages[cpu] <= PCP_HIGH:
+            return
+        freed = 0
+        for key, regions in self._pcp[cpu].items():
+            while regions and freed < PCP_BATCH:
+                self._buddy.setdefault(key, []).append(regions.pop(0))
+                freed += key[1] // PAGE
+        self._pcp_pages[cpu] -= freed
 
     def access(self, cpu: int, addr: int, write: bool = False) -> float:
         """One access to the line holding ``addr``; returns (and charges) the stall in ns.
