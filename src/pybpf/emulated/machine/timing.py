@@ -301,6 +301,7 @@ class Timing:
         self._slab_of_page: dict[int, Slab] = {}  # page number -> the slab it belongs to
         # Free slab pages, last freed first: per CPU (its per-CPU lists: the pages they hold
         # and, per (node, slab bytes), the regions) and per node (the buddy lists).
+        self._pages_lock = threading.Lock()
         self._pcp_pages = [0] * len(self.clock)
         self._pcp: list[dict[tuple[int, int], list[int]]] = [{} for _ in self.clock]
         self._buddy: dict[tuple[int, int], list[int]] = {}
@@ -493,30 +494,32 @@ class Timing:
         from the node's buddy lists when empty (rmqueue_bulk, last freed first), else fresh
         memory. Pages of one slab size are reused by that size only (no split or merge)."""
         key = (node, nbytes)
-        pcp = self._pcp[cpu].setdefault(key, [])
-        if not pcp:
-            buddy = self._buddy.get(key)
-            while buddy and len(pcp) * nbytes < PCP_BATCH * PAGE:
-                pcp.insert(0, buddy.pop())
+        with self._pages_lock:
+            pcp = self._pcp[cpu].setdefault(key, [])
             if not pcp:
-                return self.alloc_region(nbytes, node)
-            self._pcp_pages[cpu] += len(pcp) * nbytes // PAGE
-        self._pcp_pages[cpu] -= nbytes // PAGE
-        return pcp.pop()
+                buddy = self._buddy.get(key)
+                while buddy and len(pcp) * nbytes < PCP_BATCH * PAGE:
+                    pcp.insert(0, buddy.pop())
+                self._pcp_pages[cpu] += len(pcp) * nbytes // PAGE
+            if pcp:
+                self._pcp_pages[cpu] -= nbytes // PAGE
+                return pcp.pop()
+        return self.alloc_region(nbytes, node)
 
     def _free_pages(self, cpu: int, node: int, nbytes: int, start: int) -> None:
         """free_unref_page: onto this CPU's per-CPU lists; past PCP_HIGH pages a batch of
         the oldest goes back to the buddy lists (free_pcppages_bulk)."""
-        self._pcp[cpu].setdefault((node, nbytes), []).append(start)
-        self._pcp_pages[cpu] += nbytes // PAGE
-        if self._pcp_pages[cpu] <= PCP_HIGH:
-            return
-        freed = 0
-        for key, regions in self._pcp[cpu].items():
-            while regions and freed < PCP_BATCH:
-                self._buddy.setdefault(key, []).append(regions.pop(0))
-                freed += key[1] // PAGE
-        self._pcp_pages[cpu] -= freed
+        with self._pages_lock:
+            self._pcp[cpu].setdefault((node, nbytes), []).append(start)
+            self._pcp_pages[cpu] += nbytes // PAGE
+            if self._pcp_pages[cpu] <= PCP_HIGH:
+                return
+            freed = 0
+            for key, regions in self._pcp[cpu].items():
+                while regions and freed < PCP_BATCH:
+                    self._buddy.setdefault(key, []).append(regions.pop(0))
+                    freed += key[1] // PAGE
+            self._pcp_pages[cpu] -= freed
 
     def access(self, cpu: int, addr: int, write: bool = False) -> float:
         """One access to the line holding ``addr``; returns (and charges) the stall in ns.
