@@ -1,6 +1,6 @@
 /*
  * pybpf._cache_model: the emulated machine's cache model in C: Timing.access, and the calls
- * around it on every modeled operation (charge, spin_lock, spin_unlock).
+ * around it on every modeled operation (charge, spin_lock, spin_unlock, locked_access).
  *
  * The Python code in pybpf/emulated/machine/timing.py is the reference; this is the same model,
  * step for step, so every stall, clock, statistic and eviction is the same for any sequence of
@@ -749,6 +749,32 @@ out:
 	return result;
 }
 
+/* Timing.locked_access: spin_lock, access, spin_unlock (a list push or pop under its lock),
+ * in one call. */
+static PyObject *cm_locked_access(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+				  PyObject *kwnames)
+{
+	PyObject *write_obj = nargs == 4 ? args[3] : Py_True;
+	Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+	if (nkw == 1 && nargs == 3
+	    && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "write") == 0)
+		write_obj = args[3];
+	else if (nkw != 0 || nargs < 3 || nargs > 4) {
+		PyErr_SetString(PyExc_TypeError, "locked_access(cpu, lock, addr, write=True)");
+		return NULL;
+	}
+	PyObject *done = cm_spin_lock(op, args, 2);
+	if (done == NULL)
+		return NULL;
+	Py_DECREF(done);
+	PyObject *access_args[3] = {args[0], args[2], write_obj};
+	done = cm_access(op, access_args, 3, NULL);
+	if (done == NULL)
+		return NULL;
+	Py_DECREF(done);
+	return cm_spin_unlock(op, args, 2);
+}
+
 static PyObject *int64_pair(uint64_t line, int64_t value)
 {
 	return Py_BuildValue("(KL)", (unsigned long long)line, (long long)value);
@@ -960,6 +986,9 @@ static PyMethodDef cm_methods[] = {
 	 "charge(cpu, event, n=1): Timing.charge"},
 	{"spin_unlock", (PyCFunction)(void (*)(void))cm_spin_unlock, METH_FASTCALL,
 	 "spin_unlock(cpu, lock): Timing.spin_unlock"},
+	{"locked_access", (PyCFunction)(void (*)(void))cm_locked_access,
+	 METH_FASTCALL | METH_KEYWORDS,
+	 "locked_access(cpu, lock, addr, write=True): Timing.locked_access"},
 	{"state", cm_state, METH_NOARGS,
 	 "The caches, versions and owners, as Timing.cache_state gives them"},
 	{NULL, NULL, 0, NULL},

@@ -72,8 +72,10 @@ def step(t: Timing, locks: list[SpinLock], op: tuple) -> object:
     if kind == "unlock":
         return t.spin_unlock(cpu, locks[args[0]])
     if kind == "locked_access":
-        lock, node, line = args
-        return t.locked_access(cpu, locks[lock], address(node, line, 8))
+        lock, node, line, write = args
+        if write is None:
+            return t.locked_access(cpu, locks[lock], address(node, line, 8))
+        return t.locked_access(cpu, locks[lock], address(node, line, 8), write=write)
     if kind == "section":  # a critical section: other CPUs behind it wait for the lock
         lock, n = args
         t.spin_lock(cpu, locks[lock])
@@ -100,7 +102,8 @@ def scenarios(draw) -> tuple[list[int], list[tuple]]:
         st.tuples(st.just("atomic"), cpu, node, line),
         st.tuples(st.just("lock"), cpu, st.integers(0, LOCKS - 1)),
         st.tuples(st.just("unlock"), cpu, st.integers(0, LOCKS - 1)),
-        st.tuples(st.just("locked_access"), cpu, st.integers(0, LOCKS - 1), node, line),
+        st.tuples(st.just("locked_access"), cpu, st.integers(0, LOCKS - 1), node, line,
+                  st.one_of(st.none(), st.booleans())),
         st.tuples(st.just("section"), cpu, st.integers(0, LOCKS - 1), st.integers(1, 3)),
         st.tuples(st.just("work"), cpu, st.sampled_from(EVENTS),
                   st.one_of(st.none(), st.integers(0, 3), st.just(2.5))),

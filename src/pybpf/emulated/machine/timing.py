@@ -24,8 +24,9 @@ per line: a private LRU cache per CPU and a shared LRU cache per node, with the 
 profile (times ``cache_scale``, so an experiment scaled down k times keeps the ratio of working
 set to cache); a line written by a CPU is invalid in every other private cache, and the next
 access from another CPU pays a transfer. Loads are assumed not to overlap (pointer chasing).
-The caches and the calls on every operation (access, charge, spin_lock, spin_unlock) run in C
-when the optional pybpf._cache_model is built; the code here is their reference.
+The caches and the calls on every operation (access, charge, spin_lock, spin_unlock,
+locked_access) run in C when the optional pybpf._cache_model is built; the code here is their
+reference.
 
 Determinism. Emulated CPUs run as host threads, which interleave as the host pleases. With a
 ``VirtualTimeScheduler`` attached, a participating CPU's thread runs a modeled operation only
@@ -276,7 +277,8 @@ class Timing:
                           for b in range(len(dist))] for a in range(len(dist))]
         # The caches: the C model (pybpf._cache_model) when it is built, the same step for
         # step, else the reference here: ``access`` with ``_own`` and ``_forget``, and the
-        # calls around it on every operation, ``charge``, ``spin_lock``, ``spin_unlock``.
+        # calls around it on every operation, ``charge``, ``spin_lock``, ``spin_unlock``,
+        # ``locked_access``.
         self._cache_model = None
         if CACHE_MODEL is not None and self.modeled:
             self._cache_model = model = CACHE_MODEL.CacheModel(
@@ -289,6 +291,7 @@ class Timing:
             self.charge = model.charge  # type: ignore[method-assign]
             self.spin_lock = model.spin_lock  # type: ignore[method-assign]
             self.spin_unlock = model.spin_unlock  # type: ignore[method-assign]
+            self.locked_access = model.locked_access  # type: ignore[method-assign]
         else:
             self._private: list[OrderedDict[int, int]] = [OrderedDict() for _ in self.clock]
             self._shared: list[OrderedDict[int, None]] = [OrderedDict()
@@ -529,8 +532,8 @@ class Timing:
         needs no lock of its own.
 
         This is the reference: when pybpf._cache_model is built, an instance's ``access``,
-        ``charge``, ``spin_lock`` and ``spin_unlock`` are its C twins, which give the same
-        results for any calls.
+        ``charge``, ``spin_lock``, ``spin_unlock`` and ``locked_access`` are its C twins, which
+        give the same results for any calls.
         """
         if not addr:
             return 0.0
