@@ -44,6 +44,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+import operator
 import threading
 import time
 from collections import OrderedDict
@@ -846,6 +847,7 @@ class VirtualTimeScheduler:
         for cpu in self._active:
             if not 0 <= cpu < len(timing.clock):
                 raise ValueError(f"CPU {cpu} is not a CPU of the machine")
+        self._active_clocks = self._clocks_getter()
         self._lock = threading.Lock()
         self._turn = {cpu: threading.Condition(self._lock) for cpu in self._active}
         self._holder: int | None = None
@@ -874,10 +876,24 @@ class VirtualTimeScheduler:
     def __exit__(self, *exc: object) -> None:
         self.timing.scheduler = None
 
+    def _clocks_getter(self) -> Callable[[list[float]], tuple[float, ...]] | None:
+        """What reads the participants' clocks, in ``_active``'s order, as one tuple (a C
+        call; ``min`` with a key function calls back for each); None for fewer than two."""
+        return operator.itemgetter(*self._active) if len(self._active) > 1 else None
+
+    def _leave(self, cpu: int) -> None:
+        """``cpu`` is no longer a participant."""
+        self._active.remove(cpu)
+        self._active_clocks = self._clocks_getter()
+
     def _least(self) -> int:
         """The participant with the least clock, the lowest CPU of a tie (``_active`` is
-        sorted, and min keeps the first of equal keys)."""
-        return min(self._active, key=self.timing.clock.__getitem__)
+        sorted, and ``index`` finds the first of equal clocks)."""
+        active = self._active
+        if len(active) == 1:
+            return active[0]
+        clocks = self._active_clocks(self.timing.clock)
+        return active[clocks.index(min(clocks))]
 
     def _pass_to(self, cpu: int) -> None:
         if cpu != self._holder:
@@ -954,7 +970,7 @@ class VirtualTimeScheduler:
                 ended = self._holder
                 assert ended is not None and self._greenlets[ended].dead
                 self._host_ns[ended] += time.perf_counter_ns() - self._switched_in
-                self._active.remove(ended)
+                self._leave(ended)
                 self._holder = None
         finally:
             self._greenlets = {}
@@ -1027,7 +1043,7 @@ class VirtualTimeScheduler:
             yield
         finally:
             with self._lock:
-                self._active.remove(cpu)
+                self._leave(cpu)
                 if self._holder == cpu:
                     self._holder = None
                     if self._active:
@@ -1040,12 +1056,13 @@ class VirtualTimeScheduler:
     def sync(self, cpu: int) -> None:
         """Let CPUs that are behind ``cpu`` in virtual time go first."""
         if self._greenlet_thread is not None:
-            if threading.get_ident() != self._greenlet_thread or cpu != self._holder:
+            if cpu != self._holder or threading.get_ident() != self._greenlet_thread:
                 return  # not a participant (a thread, or a CPU, outside the experiment)
             least = self._least()
-            if least != cpu and self.timing.clock[cpu] > \
-                    self.timing.clock[least] + self.quantum_ns:
-                self._switch_to(least)
+            if least != cpu:
+                clock = self.timing.clock
+                if clock[cpu] > clock[least] + self.quantum_ns:
+                    self._switch_to(least)
             return
         with self._lock:
             if self._holder != cpu:
