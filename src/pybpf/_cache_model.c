@@ -1,6 +1,7 @@
 /*
  * pybpf._cache_model: the emulated machine's cache model in C: Timing.access, and the calls
- * around it on every modeled operation (charge, spin_lock, spin_unlock, locked_access).
+ * around it on every modeled operation (charge, spin_lock, spin_unlock, locked_access); and
+ * swap_dicts, the virtual-time scheduler's switch of a task's thread-local state.
  *
  * The Python code in pybpf/emulated/machine/timing.py is the reference; this is the same model,
  * step for step, so every stall, clock, statistic and eviction is the same for any sequence of
@@ -1006,11 +1007,56 @@ static PyTypeObject CacheModelType = {
 	.tp_methods = cm_methods,
 };
 
+/* swap_dicts (timing.py): the virtual-time scheduler's switch of task-local state, each live
+ * dict emptied into a new one (returned, in order) and refilled from its incoming twin. */
+static PyObject *mod_swap_dicts(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+	if (nargs != 2 || !PyList_Check(args[0]) || !PyList_Check(args[1])) {
+		PyErr_SetString(PyExc_TypeError, "swap_dicts(states, incoming): two lists of dicts");
+		return NULL;
+	}
+	if (PyList_GET_SIZE(args[0]) != PyList_GET_SIZE(args[1])) {
+		PyErr_SetString(PyExc_ValueError, "swap_dicts: as many incoming dicts as states");
+		return NULL;
+	}
+	Py_ssize_t n = PyList_GET_SIZE(args[0]);
+	PyObject *saved = PyList_New(n);
+	if (saved == NULL)
+		return NULL;
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *state = PyList_GET_ITEM(args[0], i);
+		PyObject *incoming = PyList_GET_ITEM(args[1], i);
+		if (!PyDict_Check(state) || !PyDict_Check(incoming)) {
+			PyErr_SetString(PyExc_TypeError, "swap_dicts: the states are dicts");
+			goto error;
+		}
+		PyObject *copy = PyDict_Copy(state);
+		if (copy == NULL)
+			goto error;
+		PyList_SET_ITEM(saved, i, copy);
+		PyDict_Clear(state);
+		if (PyDict_Update(state, incoming) < 0)
+			goto error;
+	}
+	return saved;
+error:
+	Py_DECREF(saved);
+	return NULL;
+}
+
+static PyMethodDef module_methods[] = {
+	{"swap_dicts", (PyCFunction)(void (*)(void))mod_swap_dicts, METH_FASTCALL,
+	 "swap_dicts(states, incoming) -> saved: timing.swap_dicts"},
+	{NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef cache_model_module = {
 	PyModuleDef_HEAD_INIT,
 	.m_name = "pybpf._cache_model",
-	.m_doc = "Optional C twin of the emulated machine's cache model (Timing.access).",
+	.m_doc = "Optional C twin of the emulated machine's cache model (Timing.access) and of "
+		 "the virtual-time scheduler's switch of task-local state (swap_dicts).",
 	.m_size = -1,
+	.m_methods = module_methods,
 };
 
 static int intern(PyObject **name, const char *text)

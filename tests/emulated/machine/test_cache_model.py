@@ -211,3 +211,24 @@ def test_pybpf_no_accel_picks_the_python_model():
                          text=True, check=True).stdout
     assert out.strip() == "Python"
     assert Timing(load_profile("host")).cache_model == "C"
+
+
+def test_swap_dicts_in_c_does_what_the_reference_does():
+    """The scheduler's switch of task-local state: the live dicts (the same objects, refilled
+    in place) get the incoming contents, the same value objects, and the old ones come back
+    as new dicts in order."""
+    values = [[], {"nested": 1}, 7, "task", (1000, 1000)]
+
+    def switched(swap) -> tuple:
+        live = [{"cpu": values[2], "task": values[4]}, {}, {"flush": values[0]}]
+        incoming = [{"cpu": values[3]}, {"depth": values[1]}, {}]
+        ids = [id(state) for state in live]
+        saved = swap(live, incoming)
+        contents = [[(key, id(value)) for key, value in d.items()] for d in (*live, *saved)]
+        return [id(state) for state in live] == ids, contents, len(saved)
+
+    assert switched(timing_module.CACHE_MODEL.swap_dicts) == switched(timing_module._swap_dicts)
+    assert switched(timing_module.swap_dicts)[0]
+    for swap in (timing_module.CACHE_MODEL.swap_dicts, timing_module._swap_dicts):
+        with pytest.raises(ValueError):
+            swap([{}], [])
