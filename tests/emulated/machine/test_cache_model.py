@@ -116,8 +116,8 @@ def scenarios(draw) -> tuple[list[int], list[tuple]]:
 def test_c_and_python_models_agree_step_for_step(scenario):
     cpu_node, ops = scenario
     models = machines(cpu_node)
-    locks = [[SpinLock(address(i % 2 if max(cpu_node) else 0, LINES + i, 0), [])
-              for i in range(LOCKS)] for _ in models]
+    locks = [[t.new_lock(address(i % 2 if max(cpu_node) else 0, LINES + i, 0))
+              for i in range(LOCKS)] for t in models]
     for op in ops:
         results = [step(t, lk, op) for t, lk in zip(models, locks, strict=True)]
         assert results[0] == results[1], op
@@ -131,7 +131,7 @@ def test_one_lock_many_sections_keeps_the_same_history(steps):
     """Sections of three CPUs far apart in time on one lock: intervals arrive out of order
     (sorted in) and the history outgrows LOCK_HISTORY (its older half dropped)."""
     models = machines([0, 0, 0])
-    locks = [[SpinLock(address(0, LINES, 0), [])] for _ in models]
+    locks = [[t.new_lock(address(0, LINES, 0))] for t in models]
     longest = 0
     for cpu, wait, n in steps:
         for op in (("wait", cpu, wait), ("section", cpu, 0, n)):
@@ -232,3 +232,19 @@ def test_swap_dicts_in_c_does_what_the_reference_does():
     for swap in (timing_module.CACHE_MODEL.swap_dicts, timing_module._swap_dicts):
         with pytest.raises(ValueError):
             swap([{}], [])
+
+
+def test_the_c_model_has_its_own_locks_with_the_same_fields():
+    """Timing.new_lock gives the C model's SpinLock (its fields in C) when the C model runs;
+    a lock of the Python type is refused there rather than read field by field."""
+    native, reference = machines([0, 0])
+    lock, ref = native.new_lock(address(0, 1, 0)), reference.new_lock(address(0, 1, 0))
+    assert type(lock) is timing_module.CACHE_MODEL.SpinLock
+    assert type(ref) is SpinLock
+
+    def fields(lk) -> tuple:
+        return lk.addr, lk.held, lk.acquired_at, lk.holder, lk.last_end
+
+    assert fields(lock) == fields(ref) == (address(0, 1, 0), [], 0.0, -1, 0.0)
+    with pytest.raises(TypeError):
+        native.spin_lock(0, ref)

@@ -116,7 +116,7 @@ class KmemCache:
     __slots__ = ("size", "slab_bytes", "objects", "cpu_partial_slabs", "min_partial",
                  "cpu_slab", "cpu_partial", "node_partial", "list_lock")
 
-    def __init__(self, size: int, num_cpus: int) -> None:
+    def __init__(self, size: int, num_cpus: int, list_lock: SpinLock | None = None) -> None:
         self.size = size
         min_objects = 4 * (num_cpus.bit_length() + 1)
         order = 0
@@ -130,7 +130,8 @@ class KmemCache:
         self.cpu_slab: list[Slab | None] = [None] * num_cpus
         self.cpu_partial: list[list[Slab]] = [[] for _ in range(num_cpus)]
         self.node_partial: list[Slab] = []
-        self.list_lock = SpinLock(0, [])  # kmem_cache_node.list_lock (its line unplaced)
+        # kmem_cache_node.list_lock (Timing.new_lock's, for the model's C twin)
+        self.list_lock = SpinLock(0, []) if list_lock is None else list_lock
 
 
 @dataclass(eq=False)
@@ -429,7 +430,8 @@ class Timing:
         key = (name, node, size)
         cache = self._kmem_caches.get(key)
         if cache is None:
-            cache = self._kmem_caches[key] = KmemCache(size, len(self.clock))
+            cache = self._kmem_caches[key] = KmemCache(
+                size, len(self.clock), self.new_lock(0))  # (the list lock's line: unplaced)
         return cache
 
     def _slab_refill(self, cpu: int, cache: KmemCache, node: int) -> Slab:
@@ -640,6 +642,10 @@ class Timing:
 
     # -- locks ---------------------------------------------------------------------------------
     def new_lock(self, addr: int) -> SpinLock:
+        """A modeled spinlock on ``addr``'s line: the C model's own type when it runs (its
+        fields in C, the same ones), which its spin_lock and spin_unlock need."""
+        if self._cache_model is not None:
+            return CACHE_MODEL.SpinLock(addr, [])
         return SpinLock(addr, [])
 
     def spin_lock(self, cpu: int, lock: SpinLock) -> None:
