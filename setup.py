@@ -4,7 +4,8 @@
 on its pure-Python path (``pybpf._accel``: the Map layer's accelerator) or without shared
 maps (``pybpf._shm_maps``: maps in shared memory, ``pybpf.shared``, which then says what to
 install) or with the emulated machine's cache model in Python (``pybpf._cache_model``: the
-C twin of ``Timing.access``, ``charge``, ``spin_lock`` and ``spin_unlock``).
+C twin of ``Timing.access``, ``charge``, ``spin_lock``, ``spin_unlock`` and
+``locked_access``).
 """
 
 from setuptools import Extension, setup

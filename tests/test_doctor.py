@@ -4,6 +4,7 @@ with what is missing (made missing by monkeypatching what the check looks at).""
 from __future__ import annotations
 
 import errno
+import sys
 
 import pytest
 
@@ -72,6 +73,18 @@ def test_c_extension_lines_built_off_and_missing(monkeypatch, attr, check):
     monkeypatch.delenv("PYBPF_NO_ACCEL")
     missing = check()
     assert not missing.active and "not built" in missing.detail
+
+
+def test_an_extension_built_from_older_source_is_not_used(monkeypatch):
+    """A build that lacks what the source calls (the C cache model before swap_dicts, say)
+    would fail at the first call: it is treated as not built, and the Python twins run."""
+    monkeypatch.delenv("PYBPF_NO_ACCEL", raising=False)
+    older = type(sys)("pybpf._cache_model")
+    older.CacheModel = object
+    monkeypatch.setattr(accelerator.importlib, "import_module", lambda name: older)
+    assert accelerator._load("_cache_model", needs=("CacheModel", "swap_dicts")) is None
+    older.swap_dicts = len
+    assert accelerator._load("_cache_model", needs=("CacheModel", "swap_dicts")) is older
 
 
 def test_shared_maps_line_built_and_missing(monkeypatch):

@@ -1,6 +1,7 @@
 /*
  * pybpf._cache_model: the emulated machine's cache model in C: Timing.access, and the calls
- * around it on every modeled operation (charge, spin_lock, spin_unlock).
+ * around it on every modeled operation (charge, spin_lock, spin_unlock, locked_access); and
+ * swap_dicts, the virtual-time scheduler's switch of a task's thread-local state.
  *
  * The Python code in pybpf/emulated/machine/timing.py is the reference; this is the same model,
  * step for step, so every stall, clock, statistic and eviction is the same for any sequence of
@@ -21,9 +22,80 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* SpinLock (timing.py) with its fields in C, so that spin_lock and spin_unlock read and write
+ * them without attribute look-ups; Timing.new_lock makes these when the C model runs. */
+typedef struct {
+	PyObject_HEAD
+	unsigned long long addr;
+	PyObject *held;  /* a list of (start, end, cpu), sorted */
+	double acquired_at;
+	double last_end;  /* the latest end of any interval */
+	int holder;
+} Lock;
+
+static PyMemberDef lock_members[] = {
+	{"addr", T_ULONGLONG, offsetof(Lock, addr), READONLY, "the lock's address (its line)"},
+	{"held", T_OBJECT_EX, offsetof(Lock, held), 0,
+	 "the intervals CPUs held it, (start, end, cpu), sorted"},
+	{"acquired_at", T_DOUBLE, offsetof(Lock, acquired_at), 0, "when its holder took it"},
+	{"holder", T_INT, offsetof(Lock, holder), 0, "the CPU holding it, -1 none"},
+	{"last_end", T_DOUBLE, offsetof(Lock, last_end), 0,
+	 "the latest end of any interval: a CPU asking later never waits"},
+	{NULL},
+};
+
+static int lock_init(PyObject *op, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = {"addr", "held", "acquired_at", "holder", "last_end", NULL};
+	Lock *lock = (Lock *)op;
+	PyObject *held;
+	double acquired_at = 0.0, last_end = 0.0;
+	int holder = -1;
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "KO!|did", kwlist, &lock->addr, &PyList_Type,
+					 &held, &acquired_at, &holder, &last_end))
+		return -1;
+	Py_XSETREF(lock->held, Py_NewRef(held));
+	lock->acquired_at = acquired_at;
+	lock->holder = holder;
+	lock->last_end = last_end;
+	return 0;
+}
+
+static void lock_dealloc(PyObject *op)
+{
+	Py_XDECREF(((Lock *)op)->held);
+	Py_TYPE(op)->tp_free(op);
+}
+
+static PyTypeObject LockType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "pybpf._cache_model.SpinLock",
+	.tp_doc = "SpinLock(addr, held, acquired_at=0.0, holder=-1, last_end=0.0): timing.SpinLock "
+		  "with its fields in C",
+	.tp_basicsize = sizeof(Lock),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_new = PyType_GenericNew,
+	.tp_init = lock_init,
+	.tp_dealloc = lock_dealloc,
+	.tp_members = lock_members,
+};
+
+static Lock *as_lock(PyObject *obj)
+{
+	if (!Py_IS_TYPE(obj, &LockType) || ((Lock *)obj)->held == NULL
+	    || !PyList_Check(((Lock *)obj)->held)) {
+		PyErr_Format(PyExc_TypeError, "a lock of the C model is a %s with a list of "
+			     "intervals (Timing.new_lock), not %.100s", LockType.tp_name,
+			     Py_TYPE(obj)->tp_name);
+		return NULL;
+	}
+	return (Lock *)obj;
+}
 
 typedef struct {
 	uint64_t line;
@@ -248,10 +320,9 @@ static inline int tab_pop_oldest(Table *t, uint64_t *line)
 	return 1;
 }
 
-/* Interned names: the memory kinds of Timing.stats, the events, SpinLock's fields; 1 and 0. */
+/* Interned names: the memory kinds of Timing.stats, the events; 1 and 0. */
 static PyObject *s_shared_hit, *s_dram_local, *s_dram_remote, *s_transfer_local,
-	*s_transfer_remote, *s_lock_wait, *s_spin_lock, *s_last_end, *s_held, *s_acquired_at,
-	*s_holder, *s_addr, *s_one, *s_zero;
+	*s_transfer_remote, *s_lock_wait, *s_spin_lock, *s_one, *s_zero;
 
 typedef struct {
 	PyObject_HEAD
@@ -506,30 +577,14 @@ static PyObject *cm_access(PyObject *op, PyObject *const *args, Py_ssize_t nargs
 	return PyFloat_FromDouble(ns);
 }
 
-static int get_double(PyObject *obj, PyObject *name, double *out)
-{
-	PyObject *v = PyObject_GetAttr(obj, name);
-	if (v == NULL)
-		return -1;
-	*out = PyFloat_AsDouble(v);
-	Py_DECREF(v);
-	return *out == -1.0 && PyErr_Occurred() ? -1 : 0;
-}
-
 /* The time from which ``cpu`` holds ``lock`` when it asks at t: past every interval another
  * CPU held it at that time (Timing.spin_lock's loop; the intervals are sorted). */
-static int lock_free_at(PyObject *lock, int cpu, double *t)
+static int lock_free_at(Lock *lock, int cpu, double *t)
 {
-	PyObject *held = PyObject_GetAttr(lock, s_held);
-	if (held == NULL)
-		return -1;
-	PyObject *seq = PySequence_Fast(held, "SpinLock.held is a list of intervals");
-	Py_DECREF(held);
-	if (seq == NULL)
-		return -1;
+	PyObject *seq = Py_NewRef(lock->held);
 	int rc = 0;
-	for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
-		PyObject *iv = PySequence_Fast_GET_ITEM(seq, i);
+	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(seq); i++) {
+		PyObject *iv = PyList_GET_ITEM(seq, i);
 		if (!PyTuple_Check(iv) || PyTuple_GET_SIZE(iv) != 3) {
 			PyErr_SetString(PyExc_TypeError, "a lock interval is (start, end, holder)");
 			rc = -1;
@@ -557,28 +612,20 @@ static PyObject *cm_spin_lock(PyObject *op, PyObject *const *args, Py_ssize_t na
 		PyErr_SetString(PyExc_TypeError, "spin_lock(cpu, lock)");
 		return NULL;
 	}
-	PyObject *lock = args[1];
-	if (parse_cpu(m, args[0], &cpu) < 0)
+	Lock *lock = as_lock(args[1]);
+	if (lock == NULL || parse_cpu(m, args[0], &cpu) < 0)
 		return NULL;
 	double now = PyFloat_AsDouble(PyList_GET_ITEM(m->clock, cpu));
-	double last_end;
-	if ((now == -1.0 && PyErr_Occurred()) || get_double(lock, s_last_end, &last_end) < 0)
+	if (now == -1.0 && PyErr_Occurred())
 		return NULL;
-	if (now < last_end) {
+	if (now < lock->last_end) {
 		double t = now;
 		if (lock_free_at(lock, cpu, &t) < 0)
 			return NULL;
 		if (t > now && account(m, cpu, s_lock_wait, t - now) < 0)  /* wait_until */
 			return NULL;
 	}
-	PyObject *addr_obj = PyObject_GetAttr(lock, s_addr);
-	if (addr_obj == NULL)
-		return NULL;
-	uint64_t addr;
-	int bad = parse_addr(addr_obj, &addr);
-	Py_DECREF(addr_obj);
-	if (bad < 0)
-		return NULL;
+	uint64_t addr = lock->addr;
 	uint64_t line = addr >> m->line_shift;
 	Table *private = &m->private[cpu];
 	int32_t e = tab_find(private, line);
@@ -603,14 +650,10 @@ static PyObject *cm_spin_lock(PyObject *op, PyObject *const *args, Py_ssize_t na
 	Py_DECREF(next);
 	if (rc < 0)
 		return NULL;
-	PyObject *holder = PyLong_FromLong(cpu);
-	if (holder == NULL)
+	lock->acquired_at = PyFloat_AsDouble(PyList_GET_ITEM(m->clock, cpu));
+	if (lock->acquired_at == -1.0 && PyErr_Occurred())
 		return NULL;
-	rc = PyObject_SetAttr(lock, s_acquired_at, PyList_GET_ITEM(m->clock, cpu)) < 0
-		|| PyObject_SetAttr(lock, s_holder, holder) < 0;
-	Py_DECREF(holder);
-	if (rc)
-		return NULL;
+	lock->holder = cpu;
 	Py_RETURN_NONE;
 }
 
@@ -672,26 +715,15 @@ static PyObject *cm_spin_unlock(PyObject *op, PyObject *const *args, Py_ssize_t 
 		PyErr_SetString(PyExc_TypeError, "spin_unlock(cpu, lock)");
 		return NULL;
 	}
-	if (parse_cpu(m, args[0], &cpu) < 0)
+	Lock *lock = as_lock(args[1]);
+	if (lock == NULL || parse_cpu(m, args[0], &cpu) < 0)
 		return NULL;
-	PyObject *lock = args[1], *interval = NULL, *held = NULL, *minus_one = NULL;
+	PyObject *interval = NULL, *held = Py_NewRef(lock->held);
 	PyObject *end = Py_NewRef(PyList_GET_ITEM(m->clock, cpu)), *start = NULL;
 	PyObject *result = NULL;
-	PyObject *holder = PyObject_GetAttr(lock, s_holder);
-	if (holder == NULL)
+	start = lock->holder == cpu ? PyFloat_FromDouble(lock->acquired_at) : Py_NewRef(end);
+	if (start == NULL)
 		goto out;
-	int mine = PyObject_RichCompareBool(holder, args[0], Py_EQ);
-	Py_DECREF(holder);
-	if (mine < 0)
-		goto out;
-	start = mine ? PyObject_GetAttr(lock, s_acquired_at) : Py_NewRef(end);
-	held = start == NULL ? NULL : PyObject_GetAttr(lock, s_held);
-	if (held == NULL)
-		goto out;
-	if (!PyList_Check(held)) {
-		PyErr_SetString(PyExc_TypeError, "SpinLock.held is a list of intervals");
-		goto out;
-	}
 	interval = PyTuple_Pack(3, start, end, args[0]);
 	if (interval == NULL)
 		goto out;
@@ -724,16 +756,12 @@ static PyObject *cm_spin_unlock(PyObject *op, PyObject *const *args, Py_ssize_t 
 	}
 	if (PyList_Insert(held, lo, interval) < 0)
 		goto out;
-	minus_one = PyLong_FromLong(-1);
-	if (minus_one == NULL || PyObject_SetAttr(lock, s_holder, minus_one) < 0)
+	lock->holder = -1;
+	double end_ns = PyFloat_AsDouble(end);
+	if (end_ns == -1.0 && PyErr_Occurred())
 		goto out;
-	PyObject *last_end = PyObject_GetAttr(lock, s_last_end);
-	if (last_end == NULL)
-		goto out;
-	int later = PyObject_RichCompareBool(end, last_end, Py_GT);
-	Py_DECREF(last_end);
-	if (later < 0 || (later && PyObject_SetAttr(lock, s_last_end, end) < 0))
-		goto out;
+	if (end_ns > lock->last_end)
+		lock->last_end = end_ns;
 	/* a CPU further behind than the latest half does not wait: del held[:-history // 2] */
 	len = PyList_GET_SIZE(held);
 	if (len > m->lock_history
@@ -741,12 +769,37 @@ static PyObject *cm_spin_unlock(PyObject *op, PyObject *const *args, Py_ssize_t 
 		goto out;
 	result = Py_NewRef(Py_None);
 out:
-	Py_XDECREF(minus_one);
 	Py_XDECREF(interval);
 	Py_XDECREF(held);
 	Py_XDECREF(start);
 	Py_DECREF(end);
 	return result;
+}
+
+/* Timing.locked_access: spin_lock, access, spin_unlock (a list push or pop under its lock),
+ * in one call. */
+static PyObject *cm_locked_access(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+				  PyObject *kwnames)
+{
+	PyObject *write_obj = nargs == 4 ? args[3] : Py_True;
+	Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+	if (nkw == 1 && nargs == 3
+	    && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "write") == 0)
+		write_obj = args[3];
+	else if (nkw != 0 || nargs < 3 || nargs > 4) {
+		PyErr_SetString(PyExc_TypeError, "locked_access(cpu, lock, addr, write=True)");
+		return NULL;
+	}
+	PyObject *done = cm_spin_lock(op, args, 2);
+	if (done == NULL)
+		return NULL;
+	Py_DECREF(done);
+	PyObject *access_args[3] = {args[0], args[2], write_obj};
+	done = cm_access(op, access_args, 3, NULL);
+	if (done == NULL)
+		return NULL;
+	Py_DECREF(done);
+	return cm_spin_unlock(op, args, 2);
 }
 
 static PyObject *int64_pair(uint64_t line, int64_t value)
@@ -960,6 +1013,9 @@ static PyMethodDef cm_methods[] = {
 	 "charge(cpu, event, n=1): Timing.charge"},
 	{"spin_unlock", (PyCFunction)(void (*)(void))cm_spin_unlock, METH_FASTCALL,
 	 "spin_unlock(cpu, lock): Timing.spin_unlock"},
+	{"locked_access", (PyCFunction)(void (*)(void))cm_locked_access,
+	 METH_FASTCALL | METH_KEYWORDS,
+	 "locked_access(cpu, lock, addr, write=True): Timing.locked_access"},
 	{"state", cm_state, METH_NOARGS,
 	 "The caches, versions and owners, as Timing.cache_state gives them"},
 	{NULL, NULL, 0, NULL},
@@ -977,11 +1033,56 @@ static PyTypeObject CacheModelType = {
 	.tp_methods = cm_methods,
 };
 
+/* swap_dicts (timing.py): the virtual-time scheduler's switch of task-local state, each live
+ * dict emptied into a new one (returned, in order) and refilled from its incoming twin. */
+static PyObject *mod_swap_dicts(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+	if (nargs != 2 || !PyList_Check(args[0]) || !PyList_Check(args[1])) {
+		PyErr_SetString(PyExc_TypeError, "swap_dicts(states, incoming): two lists of dicts");
+		return NULL;
+	}
+	if (PyList_GET_SIZE(args[0]) != PyList_GET_SIZE(args[1])) {
+		PyErr_SetString(PyExc_ValueError, "swap_dicts: as many incoming dicts as states");
+		return NULL;
+	}
+	Py_ssize_t n = PyList_GET_SIZE(args[0]);
+	PyObject *saved = PyList_New(n);
+	if (saved == NULL)
+		return NULL;
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *state = PyList_GET_ITEM(args[0], i);
+		PyObject *incoming = PyList_GET_ITEM(args[1], i);
+		if (!PyDict_Check(state) || !PyDict_Check(incoming)) {
+			PyErr_SetString(PyExc_TypeError, "swap_dicts: the states are dicts");
+			goto error;
+		}
+		PyObject *copy = PyDict_Copy(state);
+		if (copy == NULL)
+			goto error;
+		PyList_SET_ITEM(saved, i, copy);
+		PyDict_Clear(state);
+		if (PyDict_Update(state, incoming) < 0)
+			goto error;
+	}
+	return saved;
+error:
+	Py_DECREF(saved);
+	return NULL;
+}
+
+static PyMethodDef module_methods[] = {
+	{"swap_dicts", (PyCFunction)(void (*)(void))mod_swap_dicts, METH_FASTCALL,
+	 "swap_dicts(states, incoming) -> saved: timing.swap_dicts"},
+	{NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef cache_model_module = {
 	PyModuleDef_HEAD_INIT,
 	.m_name = "pybpf._cache_model",
-	.m_doc = "Optional C twin of the emulated machine's cache model (Timing.access).",
+	.m_doc = "Optional C twin of the emulated machine's cache model (Timing.access) and of "
+		 "the virtual-time scheduler's switch of task-local state (swap_dicts).",
 	.m_size = -1,
+	.m_methods = module_methods,
 };
 
 static int intern(PyObject **name, const char *text)
@@ -996,20 +1097,18 @@ PyMODINIT_FUNC PyInit__cache_model(void)
 	    || intern(&s_dram_remote, "dram_remote") < 0
 	    || intern(&s_transfer_local, "transfer_local") < 0
 	    || intern(&s_transfer_remote, "transfer_remote") < 0
-	    || intern(&s_lock_wait, "lock_wait") < 0 || intern(&s_spin_lock, "spin_lock") < 0
-	    || intern(&s_last_end, "last_end") < 0 || intern(&s_held, "held") < 0
-	    || intern(&s_acquired_at, "acquired_at") < 0 || intern(&s_holder, "holder") < 0
-	    || intern(&s_addr, "addr") < 0)
+	    || intern(&s_lock_wait, "lock_wait") < 0 || intern(&s_spin_lock, "spin_lock") < 0)
 		return NULL;
 	if ((s_one == NULL && (s_one = PyLong_FromLong(1)) == NULL)
 	    || (s_zero == NULL && (s_zero = PyLong_FromLong(0)) == NULL))
 		return NULL;
-	if (PyType_Ready(&CacheModelType) < 0)
+	if (PyType_Ready(&CacheModelType) < 0 || PyType_Ready(&LockType) < 0)
 		return NULL;
 	PyObject *module = PyModule_Create(&cache_model_module);
 	if (module == NULL)
 		return NULL;
-	if (PyModule_AddObjectRef(module, "CacheModel", (PyObject *)&CacheModelType) < 0) {
+	if (PyModule_AddObjectRef(module, "CacheModel", (PyObject *)&CacheModelType) < 0
+	    || PyModule_AddObjectRef(module, "SpinLock", (PyObject *)&LockType) < 0) {
 		Py_DECREF(module);
 		return NULL;
 	}

@@ -13,17 +13,20 @@ import os
 from types import ModuleType
 
 
-def _load(name: str) -> ModuleType | None:
+def _load(name: str, needs: tuple[str, ...] = ()) -> ModuleType | None:
+    """The extension, or None; also None when it lacks a name in ``needs``: a build older
+    than the source (rebuild it), whose Python twins run instead."""
     if os.environ.get("PYBPF_NO_ACCEL"):
         return None
     try:
-        return importlib.import_module(f"{__package__}.{name}")
+        module = importlib.import_module(f"{__package__}.{name}")
     except ImportError:
         return None
+    return module if all(hasattr(module, attr) for attr in needs) else None
 
 
 ACCEL = _load("_accel")
-CACHE_MODEL = _load("_cache_model")
+CACHE_MODEL = _load("_cache_model", needs=("CacheModel", "SpinLock", "swap_dicts"))
 
 
 def accelerated() -> bool:

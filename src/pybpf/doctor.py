@@ -101,8 +101,9 @@ def _c_extension(name: str, module: ModuleType | None, what: str) -> Finding:
     if os.environ.get("PYBPF_NO_ACCEL"):
         return Finding(name, False, "switched off by PYBPF_NO_ACCEL (pure Python: same "
                                     "results, slower)")
-    return Finding(name, False, "not built (pure Python: same results, slower): pip install "
-                                "-e . with gcc and the Python headers builds it")
+    return Finding(name, False, "not built, or built from older source (pure Python: same "
+                                "results, slower): pip install -e . with gcc and the Python "
+                                "headers builds it")
 
 
 def check_accelerator() -> Finding:
@@ -116,7 +117,7 @@ def check_cache_model() -> Finding:
 
     return _c_extension("C cache model", accelerator.CACHE_MODEL,
                         "the emulated machine's caches: Timing.access, charge, "
-                        "spin_lock, spin_unlock")
+                        "spin_lock, spin_unlock, locked_access; the scheduler's swap_dicts")
 
 
 def check_shared_maps() -> Finding:

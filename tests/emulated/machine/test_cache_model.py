@@ -72,8 +72,10 @@ def step(t: Timing, locks: list[SpinLock], op: tuple) -> object:
     if kind == "unlock":
         return t.spin_unlock(cpu, locks[args[0]])
     if kind == "locked_access":
-        lock, node, line = args
-        return t.locked_access(cpu, locks[lock], address(node, line, 8))
+        lock, node, line, write = args
+        if write is None:
+            return t.locked_access(cpu, locks[lock], address(node, line, 8))
+        return t.locked_access(cpu, locks[lock], address(node, line, 8), write=write)
     if kind == "section":  # a critical section: other CPUs behind it wait for the lock
         lock, n = args
         t.spin_lock(cpu, locks[lock])
@@ -100,7 +102,8 @@ def scenarios(draw) -> tuple[list[int], list[tuple]]:
         st.tuples(st.just("atomic"), cpu, node, line),
         st.tuples(st.just("lock"), cpu, st.integers(0, LOCKS - 1)),
         st.tuples(st.just("unlock"), cpu, st.integers(0, LOCKS - 1)),
-        st.tuples(st.just("locked_access"), cpu, st.integers(0, LOCKS - 1), node, line),
+        st.tuples(st.just("locked_access"), cpu, st.integers(0, LOCKS - 1), node, line,
+                  st.one_of(st.none(), st.booleans())),
         st.tuples(st.just("section"), cpu, st.integers(0, LOCKS - 1), st.integers(1, 3)),
         st.tuples(st.just("work"), cpu, st.sampled_from(EVENTS),
                   st.one_of(st.none(), st.integers(0, 3), st.just(2.5))),
@@ -113,8 +116,8 @@ def scenarios(draw) -> tuple[list[int], list[tuple]]:
 def test_c_and_python_models_agree_step_for_step(scenario):
     cpu_node, ops = scenario
     models = machines(cpu_node)
-    locks = [[SpinLock(address(i % 2 if max(cpu_node) else 0, LINES + i, 0), [])
-              for i in range(LOCKS)] for _ in models]
+    locks = [[t.new_lock(address(i % 2 if max(cpu_node) else 0, LINES + i, 0))
+              for i in range(LOCKS)] for t in models]
     for op in ops:
         results = [step(t, lk, op) for t, lk in zip(models, locks, strict=True)]
         assert results[0] == results[1], op
@@ -128,7 +131,7 @@ def test_one_lock_many_sections_keeps_the_same_history(steps):
     """Sections of three CPUs far apart in time on one lock: intervals arrive out of order
     (sorted in) and the history outgrows LOCK_HISTORY (its older half dropped)."""
     models = machines([0, 0, 0])
-    locks = [[SpinLock(address(0, LINES, 0), [])] for _ in models]
+    locks = [[t.new_lock(address(0, LINES, 0))] for t in models]
     longest = 0
     for cpu, wait, n in steps:
         for op in (("wait", cpu, wait), ("section", cpu, 0, n)):
@@ -208,3 +211,40 @@ def test_pybpf_no_accel_picks_the_python_model():
                          text=True, check=True).stdout
     assert out.strip() == "Python"
     assert Timing(load_profile("host")).cache_model == "C"
+
+
+def test_swap_dicts_in_c_does_what_the_reference_does():
+    """The scheduler's switch of task-local state: the live dicts (the same objects, refilled
+    in place) get the incoming contents, the same value objects, and the old ones come back
+    as new dicts in order."""
+    values = [[], {"nested": 1}, 7, "task", (1000, 1000)]
+
+    def switched(swap) -> tuple:
+        live = [{"cpu": values[2], "task": values[4]}, {}, {"flush": values[0]}]
+        incoming = [{"cpu": values[3]}, {"depth": values[1]}, {}]
+        ids = [id(state) for state in live]
+        saved = swap(live, incoming)
+        contents = [[(key, id(value)) for key, value in d.items()] for d in (*live, *saved)]
+        return [id(state) for state in live] == ids, contents, len(saved)
+
+    assert switched(timing_module.CACHE_MODEL.swap_dicts) == switched(timing_module._swap_dicts)
+    assert switched(timing_module.swap_dicts)[0]
+    for swap in (timing_module.CACHE_MODEL.swap_dicts, timing_module._swap_dicts):
+        with pytest.raises(ValueError):
+            swap([{}], [])
+
+
+def test_the_c_model_has_its_own_locks_with_the_same_fields():
+    """Timing.new_lock gives the C model's SpinLock (its fields in C) when the C model runs;
+    a lock of the Python type is refused there rather than read field by field."""
+    native, reference = machines([0, 0])
+    lock, ref = native.new_lock(address(0, 1, 0)), reference.new_lock(address(0, 1, 0))
+    assert type(lock) is timing_module.CACHE_MODEL.SpinLock
+    assert type(ref) is SpinLock
+
+    def fields(lk) -> tuple:
+        return lk.addr, lk.held, lk.acquired_at, lk.holder, lk.last_end
+
+    assert fields(lock) == fields(ref) == (address(0, 1, 0), [], 0.0, -1, 0.0)
+    with pytest.raises(TypeError):
+        native.spin_lock(0, ref)
