@@ -520,7 +520,7 @@ def summary(rows: list[dict]) -> list[str]:
                "kernel batch lookup per element vs C (lists of ints)", 1.0),
               (("kernel", "batch_lookup_arrays", fast), ("kernel", "batch_lookup", "C libbpf"),
                1.2, "kernel batch lookup per element vs C (arrays=True)", 1.0),
-              (("emulated", "lookup", fast), ("emulated", "lookup", "dict"), 3.0,
+              (("emulated", "lookup", fast), ("emulated", "lookup", "dict"), 2.0,
                "emulated m[k] vs dict lookup", 1.0),
               (("emulated", "lookup", fast), ("kernel", "lookup", fast), 1.0,
                "emulated m[k] vs kernel m[k]", None),
