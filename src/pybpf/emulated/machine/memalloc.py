@@ -184,7 +184,7 @@ class BpfMemAlloc:
             del cache.free[-excess:]
             if not self.free_through_rcu:
                 cache.free_by_rcu_ttrace.extend(trimmed)
-        self._touch(cache.cpu, trimmed)  # __llist_del_first, then enque_to_free's __llist_add
+        self._touch(cache.cpu, trimmed)  # __llist_del_first, then free_one or enque_to_free
         with self._count_lock:
             self.free_bulk_runs += 1
         if self.free_through_rcu:
