@@ -176,7 +176,7 @@ def churn_in_syscalls(design: str, per_syscall: int):
     machine = Machine(cpus=1, nodes=1, profile="sapphire-rapids-2s")
 
     def new_object(node: int) -> Elem:
-        return Elem(machine.timing.kmalloc(machine.current_cpu(), 48, node))
+        return Elem(machine.timing.slub.kmalloc(machine.current_cpu(), 48, node))
 
     if design == "call_rcu":
         ma = KmallocRcu(machine, 0, new_object, unit_size=48)
@@ -262,7 +262,7 @@ def test_the_allocator_touches_each_object_its_lists_move(free_through_rcu, touc
     machine = Machine(cpus=1, nodes=1, profile="sapphire-rapids-2s")
     touched: collections.Counter[int] = collections.Counter()
     kfreed: list[int] = []
-    access, kfree = machine.timing.access, machine.timing.kfree
+    access, kfree = machine.timing.access, machine.timing.slub.kfree
 
     def counting_access(cpu: int, addr: int, write: bool = False) -> float:
         touched[addr] += 1
@@ -273,8 +273,8 @@ def test_the_allocator_touches_each_object_its_lists_move(free_through_rcu, touc
         kfree(cpu, addr, size, account)
 
     machine.timing.access = counting_access
-    machine.timing.kfree = recording_kfree
-    ma = BpfMemAlloc(machine, 40, lambda node: Elem(machine.timing.kmalloc(0, 48, node)),
+    machine.timing.slub.kfree = recording_kfree
+    ma = BpfMemAlloc(machine, 40, lambda node: Elem(machine.timing.slub.kmalloc(0, 48, node)),
                      free_through_rcu=free_through_rcu)
     objs = [ma.alloc() for _ in range(300)]
     for obj in objs:

@@ -18,8 +18,9 @@ place where time is modeled; everything that advances a clock calls one of these
     timing.sync(cpu)                               a modeled operation begins (see below)
 
 Memory has addresses: ``alloc_region(size, node)`` places an object's memory on a node (the
-node is part of the address), ``kmalloc``/``kfree`` model a slab that hands back the most
-recently freed object of a size class first (hot) or fresh memory (cold). Caches are simulated
+node is part of the address), and ``slub`` (slub.py, over page_alloc.py) is the slab allocator
+under kmalloc and kfree, which hands back the most recently freed object of a cache first (hot)
+or a new slab's (recently freed pages, or fresh memory: cold). Caches are simulated
 per line: a private LRU cache per CPU and a shared LRU cache per node, with the sizes of the
 profile (times ``cache_scale``, so an experiment scaled down k times keeps the ratio of working
 set to cache); a line written by a CPU is invalid in every other private cache, and the next
@@ -55,9 +56,9 @@ from typing import Any
 
 from ...accelerator import CACHE_MODEL
 from ...profiles import SCHEMA, Profile
+from .page_alloc import NODE_SHIFT, PAGE, addr_node
+from .slub import Slub
 
-NODE_SHIFT = 56  # an address's NUMA node: addr >> NODE_SHIFT
-PAGE = 4096
 # Sections of the profile whose ns values are work ``charge`` can be asked for.
 WORK_SECTIONS = ("cpu", "ops", "alloc", "net")
 MEMORY_KINDS = ("private_hit", "shared_hit", "dram_local", "dram_remote", "transfer_local",
@@ -65,25 +66,6 @@ MEMORY_KINDS = ("private_hit", "shared_hit", "dram_local", "dram_remote", "trans
 HOT_LINES = 64  # the least a scaled cache keeps (4 KiB): a CPU's every-event lines
 LOCK_HISTORY = 32  # intervals a lock remembers (the latest half is kept when it is full)
 RMW_LINES = 4096  # lines whose atomic RMWs are remembered (the first remembered goes)
-KMALLOC_SIZES = (8, 16, 32, 64, 96, 128, 192, 256, 512, 1024, 2048, 4096, 8192)
-SLAB_MAX_ORDER = 3  # PAGE_ALLOC_COSTLY_ORDER: the largest slab calculate_order picks
-MEMMAP_OFFSET = 1 << (NODE_SHIFT - 1)  # where a node's struct slabs (the vmemmap) lie
-# mm/page_alloc.c: a zone's per-CPU page lists move pages to and from the buddy lists PCP_BATCH
-# at a time (zone_batchsize: 1/1024 of the zone, at most 1 MiB, quartered and made 2^n - 1:
-# 63 on any zone of 1 GiB or more) and hold at most PCP_HIGH (zone_highsize's floor, batch << 2;
-# larger zones may set it higher).
-PCP_BATCH = 63
-PCP_HIGH = PCP_BATCH << 2
-
-
-def kmalloc_size(size: int) -> int:
-    """The kmalloc cache an object of ``size`` bytes comes from (larger: whole pages)."""
-    i = bisect.bisect_left(KMALLOC_SIZES, size)
-    return KMALLOC_SIZES[i] if i < len(KMALLOC_SIZES) else -(-size // PAGE) * PAGE
-
-
-def addr_node(addr: int) -> int:
-    return addr >> NODE_SHIFT
 
 
 def _evict_oldest(cache: OrderedDict) -> int | None:
@@ -101,51 +83,6 @@ def machine_distances(distances: list[list[int]], nodes: int) -> list[list[int]]
     far = max(max(row) for row in distances)
     return [[10 if a == b else distances[a][b] if a < len(distances) and b < len(distances)
              else far for b in range(nodes)] for a in range(nodes)]
-
-
-class KmemCache:
-    """A SLUB cache (mm/slub.c) of one size class on one node.
-
-    Its geometry follows the kernel's rules: a slab is the smallest order up to
-    PAGE_ALLOC_COSTLY_ORDER (3) holding ``4 * (fls(nr_cpu_ids) + 1)`` objects
-    (calculate_order's min_objects); a CPU keeps up to ``cpu_partial_slabs`` partial slabs
-    (set_cpu_partial: 120 objects below 256 bytes, 52 below 1024, 24 below a page, 6 above,
-    twice that in slabs); a node keeps ``min_partial`` (ilog2(size) / 2, within 5..10)
-    partial slabs before empty ones are discarded."""
-
-    __slots__ = ("size", "slab_bytes", "objects", "cpu_partial_slabs", "min_partial",
-                 "cpu_slab", "cpu_partial", "node_partial", "list_lock")
-
-    def __init__(self, size: int, num_cpus: int, list_lock: SpinLock | None = None) -> None:
-        self.size = size
-        min_objects = 4 * (num_cpus.bit_length() + 1)
-        order = 0
-        while order < SLAB_MAX_ORDER and (PAGE << order) // size < min_objects:
-            order += 1
-        self.slab_bytes = max(PAGE << order, size)
-        self.objects = self.slab_bytes // size
-        nr_objects = 120 if size < 256 else 52 if size < 1024 else 24 if size < PAGE else 6
-        self.cpu_partial_slabs = -(-nr_objects * 2 // self.objects)
-        self.min_partial = min(max((size.bit_length() - 1) // 2, 5), 10)
-        self.cpu_slab: list[Slab | None] = [None] * num_cpus
-        self.cpu_partial: list[list[Slab]] = [[] for _ in range(num_cpus)]
-        self.node_partial: list[Slab] = []
-        # kmem_cache_node.list_lock (Timing.new_lock's, for the model's C twin)
-        self.list_lock = SpinLock(0, []) if list_lock is None else list_lock
-
-
-@dataclass(eq=False)
-class Slab:
-    """One slab: its objects' free list (last freed first), the CPU whose slab it is (SLUB's
-    frozen slab; None: none), the partial list it is on ("cpu", "node" or "") and the address
-    of its struct slab in the node's memory map."""
-
-    cache: KmemCache
-    start: int
-    meta: int
-    free: list[int]
-    owner: int | None = None
-    listed: str = ""
 
 
 @dataclass
@@ -301,17 +238,9 @@ class Timing:
             self._version: dict[int, int] = {}  # line -> bumped whenever another CPU writes it
             self._dirty: dict[int, int] = {}  # line -> the CPU holding it modified
         self._next_addr = [(node << NODE_SHIFT) + PAGE for node in range(len(dist))]
-        # (cache name, node, object size) -> the cache
-        self._kmem_caches: dict[tuple[str, int, int], KmemCache] = {}
-        self._slab_of_page: dict[int, Slab] = {}  # page number -> the slab it belongs to
-        # Free slab pages, last freed first: per CPU (its per-CPU lists: the pages they hold
-        # and, per (node, slab bytes), the regions) and per node (the buddy lists).
-        self._pages_lock = threading.Lock()
-        self._pcp_pages = [0] * len(self.clock)
-        self._pcp: list[dict[tuple[int, int], list[int]]] = [{} for _ in self.clock]
-        self._buddy: dict[tuple[int, int], list[int]] = {}
         # line -> the stretches [start, end) of virtual time atomic RMWs held it, sorted
         self._line_rmws: dict[int, list[tuple[float, float]]] = {}
+        self.slub = Slub(self)  # after the model: its list locks are new_lock's
 
     def alloc_region(self, size: int, node: int) -> int:
         """Fresh memory of ``size`` bytes on ``node`` (page aligned): cold in every cache."""
@@ -321,211 +250,6 @@ class Timing:
             addr = self._next_addr[node]
             self._next_addr[node] += max(PAGE, -(-size // PAGE) * PAGE)
         return addr
-
-    def kmalloc(self, cpu: int, size: int, node: int | None = None,
-                account: bool = False) -> int:
-        """``kmalloc``: an object of the kmalloc size class for ``size`` (``slab_alloc``).
-        ``account``: __GFP_ACCOUNT, charged to the memory cgroup (``memcg_charge``), as map
-        memory is. The fast-path costs were measured on hot objects; a cold one's stall is
-        the access's."""
-        self.charge(cpu, "kmalloc")
-        if account:
-            self.charge(cpu, "memcg_charge")
-        return self.slab_alloc(cpu, "kmalloc", kmalloc_size(size), node)
-
-    def kfree(self, cpu: int, addr: int, size: int, account: bool = False) -> None:
-        """``kfree`` of a kmalloc'd object (``slab_free``). ``account``: an object kmalloc'd
-        with ``account``, whose charge goes back to its memory cgroup (``memcg_uncharge``)."""
-        self.charge(cpu, "kfree")
-        if account:
-            self.charge(cpu, "memcg_uncharge")
-        self.slab_free(cpu, addr)
-
-    def slab_alloc(self, cpu: int, cache_name: str, size: int, node: int | None = None) -> int:
-        """An object from SLUB's cache ``cache_name`` of ``size``-byte objects on ``node``
-        (see ``KmemCache``): the CPU's slab's freelist, last freed first; when it is empty
-        ``___slab_alloc`` takes a partial slab (``slab_refill`` and a cmpxchg on the slab's
-        struct) or a new one from the page allocator (``page_alloc``: fresh memory, cold in
-        every cache). The free list lives in the free objects, so taking one reads its line.
-        The caller charges its own call (kmalloc, a bulk allocation's share)."""
-        node = self.cpu_node[cpu] if node is None else node
-        cache = self._kmem_cache(cache_name, node, size)
-        slab = cache.cpu_slab[cpu]
-        if slab is None or not slab.free:
-            slab = self._slab_refill(cpu, cache, node)
-        addr = slab.free.pop()
-        self.access(cpu, addr)  # get_freepointer_safe: the next free object's address is in it
-        return addr
-
-    def slab_free(self, cpu: int, addr: int) -> None:
-        """Give a slab object back. Into the CPU's own slab it is the fast path; into any
-        other slab it is ``__slab_free`` (``slab_free_remote`` and a cmpxchg on the slab's
-        struct), which puts a slab that was full on this CPU's partial list, and gives an
-        empty one back to the page allocator when its node has partial slabs enough
-        (``page_free``). Either way the object's line is written: it holds the free list's
-        next pointer. The caller charges its own call (kfree, a bulk free's share)."""
-        slab = self._slab_of_page.get(addr // PAGE) if addr else None
-        if slab is not None:
-            self.access(cpu, addr, write=True)  # set_freepointer: the list is in the object
-            self._do_slab_free(cpu, slab, [addr])
-
-    def slab_free_bulk(self, cpu: int, addrs: list[int]) -> None:
-        """``kmem_cache_free_bulk``: build_detached_freelist starts from the last object not
-        yet freed and gathers, looking back, every object of the same slab until a third
-        object of another slab; each slab's group goes back at once (do_slab_free with its
-        count: one ``__slab_free`` and one cmpxchg for a slab that is not the CPU's). Each
-        object's line is written (set_freepointer). The caller charges the call's share."""
-        left: list[int | None] = [a if a and a // PAGE in self._slab_of_page else None
-                                  for a in addrs]
-        size = len(left)
-        while size:
-            size -= 1
-            first = left[size]
-            if first is None:
-                continue
-            slab = self._slab_of_page[first // PAGE]
-            group = [first]
-            left[size] = None
-            lookahead, resume = 3, 0
-            i = size
-            while i:
-                i -= 1
-                addr = left[i]
-                if addr is None:
-                    continue
-                if self._slab_of_page[addr // PAGE] is slab:
-                    group.append(addr)
-                    left[i] = None
-                    continue
-                lookahead -= 1
-                if not lookahead:
-                    break
-                if not resume:
-                    resume = i + 1
-            for addr in group:
-                self.access(cpu, addr, write=True)
-            self._do_slab_free(cpu, slab, group)
-            size = resume if resume else size
-
-    def _do_slab_free(self, cpu: int, slab: Slab, addrs: list[int]) -> None:
-        """do_slab_free of objects of one slab: the CPU's own slab takes them on its freelist;
-        any other slab by ``__slab_free``."""
-        if slab.owner == cpu:
-            slab.free.extend(addrs)
-            return
-        self.charge(cpu, "slab_free_remote")
-        self.atomic(cpu, slab.meta)
-        was_full = not slab.free
-        slab.free.extend(addrs)
-        if slab.owner is not None:
-            return  # another CPU's slab: that CPU takes the object with its freelist
-        cache = slab.cache
-        if was_full:
-            self._put_cpu_partial(cpu, cache, slab)
-        elif len(slab.free) == cache.objects and slab.listed == "node" \
-                and len(cache.node_partial) > cache.min_partial:
-            cache.node_partial.remove(slab)
-            self._discard_slab(cpu, slab)
-
-    def _kmem_cache(self, name: str, node: int, size: int) -> KmemCache:
-        key = (name, node, size)
-        cache = self._kmem_caches.get(key)
-        if cache is None:
-            cache = self._kmem_caches[key] = KmemCache(
-                size, len(self.clock), self.new_lock(0))  # (the list lock's line: unplaced)
-        return cache
-
-    def _slab_refill(self, cpu: int, cache: KmemCache, node: int) -> Slab:
-        """___slab_alloc: the CPU's slab is used up; the next comes from its partial list,
-        its node's (under the node's list_lock), or the page allocator."""
-        old = cache.cpu_slab[cpu]
-        if old is not None:
-            old.owner = None  # deactivated full: on no list until an object comes back
-        if cache.cpu_partial[cpu]:
-            slab = cache.cpu_partial[cpu].pop()
-        elif cache.node_partial:
-            self.spin_lock(cpu, cache.list_lock)
-            slab = cache.node_partial.pop()
-            self.spin_unlock(cpu, cache.list_lock)
-        else:
-            slab = self._new_slab(cpu, cache, node)
-        if slab.listed:
-            self.charge(cpu, "slab_refill")
-            self.atomic(cpu, slab.meta)  # get_freelist's cmpxchg takes the slab's objects
-        slab.listed = ""
-        slab.owner = cpu
-        cache.cpu_slab[cpu] = slab
-        return slab
-
-    def _new_slab(self, cpu: int, cache: KmemCache, node: int) -> Slab:
-        self.charge(cpu, "page_alloc")
-        nbytes = cache.slab_bytes
-        start = self._alloc_pages(cpu, node, nbytes)
-        meta = (node << NODE_SHIFT) + MEMMAP_OFFSET + (start - (node << NODE_SHIFT)) // PAGE * 64
-        self.access(cpu, meta, write=True)  # allocate_slab initialises the struct slab
-        # The freelist hands out the lowest address first.
-        free = list(range(start + (cache.objects - 1) * cache.size, start - 1, -cache.size))
-        slab = Slab(cache, start, meta, free)
-        for page in range(start // PAGE, (start + nbytes) // PAGE):
-            self._slab_of_page[page] = slab
-        return slab
-
-    def _put_cpu_partial(self, cpu: int, cache: KmemCache, slab: Slab) -> None:
-        """put_cpu_partial: a full list is first moved to the node's partial list
-        (__put_partials), where empty slabs beyond ``min_partial`` are discarded."""
-        partial = cache.cpu_partial[cpu]
-        if len(partial) >= cache.cpu_partial_slabs:
-            self.spin_lock(cpu, cache.list_lock)
-            for old in partial:
-                if len(old.free) == cache.objects and \
-                        len(cache.node_partial) >= cache.min_partial:
-                    self._discard_slab(cpu, old)
-                else:
-                    old.listed = "node"
-                    cache.node_partial.append(old)
-            self.spin_unlock(cpu, cache.list_lock)
-            partial.clear()
-        slab.listed = "cpu"
-        partial.append(slab)
-
-    def _discard_slab(self, cpu: int, slab: Slab) -> None:
-        self.charge(cpu, "page_free")
-        nbytes = slab.cache.slab_bytes
-        for page in range(slab.start // PAGE, (slab.start + nbytes) // PAGE):
-            del self._slab_of_page[page]
-        self._free_pages(cpu, addr_node(slab.start), nbytes, slab.start)
-
-    def _alloc_pages(self, cpu: int, node: int, nbytes: int) -> int:
-        """A slab's pages: the last freed on this CPU's per-CPU lists, which take a batch
-        from the node's buddy lists when empty (rmqueue_bulk, last freed first), else fresh
-        memory. Pages of one slab size are reused by that size only (no split or merge)."""
-        key = (node, nbytes)
-        with self._pages_lock:
-            pcp = self._pcp[cpu].setdefault(key, [])
-            if not pcp:
-                buddy = self._buddy.get(key)
-                while buddy and len(pcp) * nbytes < PCP_BATCH * PAGE:
-                    pcp.insert(0, buddy.pop())
-                self._pcp_pages[cpu] += len(pcp) * nbytes // PAGE
-            if pcp:
-                self._pcp_pages[cpu] -= nbytes // PAGE
-                return pcp.pop()
-        return self.alloc_region(nbytes, node)
-
-    def _free_pages(self, cpu: int, node: int, nbytes: int, start: int) -> None:
-        """free_unref_page: onto this CPU's per-CPU lists; past PCP_HIGH pages a batch of
-        the oldest goes back to the buddy lists (free_pcppages_bulk)."""
-        with self._pages_lock:
-            self._pcp[cpu].setdefault((node, nbytes), []).append(start)
-            self._pcp_pages[cpu] += nbytes // PAGE
-            if self._pcp_pages[cpu] <= PCP_HIGH:
-                return
-            freed = 0
-            for key, regions in self._pcp[cpu].items():
-                while regions and freed < PCP_BATCH:
-                    self._buddy.setdefault(key, []).append(regions.pop(0))
-                    freed += key[1] // PAGE
-            self._pcp_pages[cpu] -= freed
 
     def access(self, cpu: int, addr: int, write: bool = False) -> float:
         """One access to the line holding ``addr``; returns (and charges) the stall in ns.

@@ -134,7 +134,7 @@ class HtabElemMemory:
         if node == NUMA_NO_NODE:
             node = self.machine.numa_node_id()
         elem = HtabElem(self._new_value(), node)
-        elem.addr = self.timing.kmalloc(self._current.cpu, self.elem_size, node, account=True)
+        elem.addr = self.timing.slub.kmalloc(self._current.cpu, self.elem_size, node, account=True)
         return elem
 
     def _new_elem_on_home(self) -> HtabElem:
@@ -142,8 +142,8 @@ class HtabElemMemory:
         elem = HtabElem(self._new_value(), self.numa_node)
         slot = next(self._next_slot)
         elem.addr = (self.elem_base + slot * self.elem_size if slot < self.elem_slots
-                     else self.timing.kmalloc(self._current.cpu, self.elem_size, self.numa_node,
-                                              account=True))
+                     else self.timing.slub.kmalloc(self._current.cpu, self.elem_size,
+                                                   self.numa_node, account=True))
         return elem
 
     def count_elem(self, delta: int) -> None:

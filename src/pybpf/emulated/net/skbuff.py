@@ -19,7 +19,7 @@ Rules this module keeps:
   costs ``kmem_cache_alloc_bulk`` (or ``kmem_cache_free_bulk`` when a full cache spills, which
   gives each slab its objects at once) per object, a NAPI cache head ``napi_skb_cache_get`` /
   ``napi_skb_cache_put``, a head freed alone ``kfree``. Heads have addresses (``addr``) in
-  SLUB's ``skbuff_head_cache`` (``Timing.slab_alloc``/``slab_free``): a CPU takes heads from
+  SLUB's ``skbuff_head_cache`` (``Timing.slub``): a CPU takes heads from
   its own slab, last freed first; a head freed on another CPU (the reader's) goes back by
   ``__slab_free``'s slow path and returns to the allocating CPU only through the partial
   lists; a recycled head comes back hot.
@@ -136,7 +136,7 @@ class SkbHeadCache:
         self.timing.charge(cpu, "kmem_cache_alloc_bulk", n)
         with self._lock:
             self.slab_alloc += n
-            return [SkBuff(self.timing.slab_alloc(cpu, SKB_HEAD_CACHE, SKB_HEAD_SIZE))
+            return [SkBuff(self.timing.slub.slab_alloc(cpu, SKB_HEAD_CACHE, SKB_HEAD_SIZE))
                     for _ in range(n)]
 
     def _slab_put(self, cpu: int, skb: SkBuff) -> None:
@@ -144,7 +144,7 @@ class SkbHeadCache:
         skb.reset()
         with self._lock:
             self.slab_free += 1
-            self.timing.slab_free(cpu, skb.addr)
+            self.timing.slub.slab_free(cpu, skb.addr)
 
     def kmem_cache_free(self, skb: SkBuff) -> None:
         """kfree_skbmem: the head goes back to the slab."""
@@ -200,7 +200,7 @@ class SkbHeadCache:
                 head.reset()
             with self._lock:
                 self.slab_free += len(spill)
-                self.timing.slab_free_bulk(cpu, [head.addr for head in spill])
+                self.timing.slub.slab_free_bulk(cpu, [head.addr for head in spill])
 
     # -- counters -----------------------------------------------------------------------------
     def counters(self) -> dict[str, Any]:
