@@ -268,9 +268,9 @@ def test_the_allocator_touches_each_object_its_lists_move(free_through_rcu, touc
         touched[addr] += 1
         return access(cpu, addr, write)
 
-    def recording_kfree(cpu: int, addr: int, size: int, account: bool = False) -> None:
+    def recording_kfree(cpu: int, addr: int, account: bool = False) -> None:
         kfreed.append(addr)
-        kfree(cpu, addr, size, account)
+        kfree(cpu, addr, account)
 
     machine.timing.access = counting_access
     machine.timing.slub.kfree = recording_kfree

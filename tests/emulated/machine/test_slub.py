@@ -22,7 +22,7 @@ def timing() -> Timing:
 def test_kmalloc_hands_back_the_last_freed_object_of_its_class():
     t = timing()
     a = t.slub.kmalloc(0, 48)
-    t.slub.kfree(0, a, 48)
+    t.slub.kfree(0, a)
     assert t.slub.kmalloc(0, 60) == a  # same 64-byte class
     assert t.slub.kmalloc(0, 60) != a
     assert kmalloc_size(65) == 96 and kmalloc_size(5000) == 8192
@@ -49,11 +49,11 @@ def test_kfree_into_another_cpus_slab_is_the_slow_path_and_the_slab_comes_back_p
     mine = [t.slub.kmalloc(0, 64) for _ in range(objects)]  # CPU 0's first slab, used up
     t.slub.kmalloc(0, 64)  # the next slab: the first is deactivated, full, on no list
     assert "slab_free_remote" not in t.breakdown(1)
-    t.slub.kfree(1, mine[5], 64)
+    t.slub.kfree(1, mine[5])
     assert t.breakdown(1)["slab_free_remote"][0] == 1
     assert t.breakdown(1)["atomic"][0] == 1  # __slab_free's cmpxchg on the struct slab
     for addr in mine[6:9]:
-        t.slub.kfree(1, addr, 64)
+        t.slub.kfree(1, addr)
     assert t.breakdown(1)["slab_free_remote"][0] == 4
     # Full when the first object came back: it went to CPU 1's partial list, so CPU 1's
     # first allocation takes it (last freed first) instead of a new page.
@@ -69,7 +69,7 @@ def test_kmalloc_reads_and_kfree_writes_the_objects_line():
     a = t.slub.kmalloc(0, 64)
     assert t.breakdown(0)["dram_local"][0] == 2  # a new slab: its struct slab and the object
     assert t.access(0, a) == 0
-    t.slub.kfree(1, a, 64)
+    t.slub.kfree(1, a)
     assert "shared_hit" in t.breakdown(1) or "transfer_local" in t.breakdown(1)
     assert t.access(1, a) == 0
 
@@ -102,7 +102,7 @@ def test_bulk_free_gives_each_slab_its_objects_at_once():
 def test_kfree_into_the_cpus_own_slab_is_the_fast_path():
     t = timing()
     a = t.slub.kmalloc(0, 64)
-    t.slub.kfree(0, a, 64)
+    t.slub.kfree(0, a)
     assert "slab_free_remote" not in t.breakdown(0)
     assert t.breakdown(0)["page_alloc"][0] == 1  # the first slab only
 
@@ -119,7 +119,8 @@ def test_slab_objects_are_never_handed_out_twice_nor_lost(ops):
     for cpu, op, size in ops:
         if op == "free" and live:
             addr = next(iter(live))
-            t.slub.kfree(cpu, addr, live.pop(addr))
+            del live[addr]
+            t.slub.kfree(cpu, addr)
         elif op == "bulk" and live:  # up to 40 objects of the oldest one's cache
             cls = next(iter(live.values()))
             addrs = [a for a, c in live.items() if c == cls][:40]

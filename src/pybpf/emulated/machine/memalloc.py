@@ -242,7 +242,7 @@ class BpfMemAlloc:
         with self._count_lock:
             self.counters.freed += len(objects)
         for obj in objects:
-            self.timing.slub.kfree(cpu, addr_of(obj), self.unit_size, account=True)
+            self.timing.slub.kfree(cpu, addr_of(obj), account=True)
 
     def alloc(self) -> Any | None:
         """unit_alloc on the current CPU: an object, or None (the caller answers ENOMEM)."""
@@ -362,7 +362,7 @@ class KmallocRcu:
             self._hold(-self.unit_size)
         cpu = self.machine.current.cpu
         self.machine.timing.access(cpu, addr_of(obj), write=True)
-        self.machine.timing.slub.kfree(cpu, addr_of(obj), self.unit_size, account=True)
+        self.machine.timing.slub.kfree(cpu, addr_of(obj), account=True)
 
     def free(self, obj: Any) -> None:
         with self._lock:

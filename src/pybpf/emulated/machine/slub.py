@@ -119,7 +119,7 @@ class Slub:
             self._timing.charge(cpu, "memcg_charge")
         return self.slab_alloc(cpu, "kmalloc", kmalloc_size(size), node)
 
-    def kfree(self, cpu: int, addr: int, size: int, account: bool = False) -> None:
+    def kfree(self, cpu: int, addr: int, account: bool = False) -> None:
         """``kfree`` of a kmalloc'd object (``slab_free``). ``account``: an object kmalloc'd
         with ``account``, whose charge goes back to its memory cgroup (``memcg_uncharge``)."""
         self._timing.charge(cpu, "kfree")
