@@ -15,6 +15,9 @@
  * - The module functions are thin bpf(2) wrappers for the benchmarks and for batches into
  *   preallocated buffers (the kernel backend's FastOps offers them); batch calls release
  *   the GIL.
+ * - atomic_rmw is the emulated engines' BPF atomic on plain memory: a hardware atomic, so the
+ *   Python engines and compiled (native-tier) programs, which run without the GIL, never
+ *   lose one another's updates.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1030,6 +1033,96 @@ static PyObject *mod_delete_batch(PyObject *m, PyObject *args)
 	return r;
 }
 
+/* BPF_STX | BPF_ATOMIC read-modify-write ops (include/uapi/linux/bpf.h). */
+enum {
+	ATOMIC_ADD = 0x00, ATOMIC_OR = 0x40, ATOMIC_AND = 0x50, ATOMIC_XOR = 0xa0,
+	ATOMIC_FETCH = 0x01, ATOMIC_XCHG = 0xe1, ATOMIC_CMPXCHG = 0xf1,
+};
+
+#define ATOMIC_RMW(bits, q, op, src, r0, old)                                           \
+	do {                                                                            \
+		uint##bits##_t expected_ = (uint##bits##_t)(r0);                        \
+		switch (op) {                                                           \
+		case ATOMIC_XCHG:                                                       \
+			old = __atomic_exchange_n(q, (uint##bits##_t)(src), __ATOMIC_SEQ_CST); \
+			break;                                                          \
+		case ATOMIC_CMPXCHG:                                                    \
+			__atomic_compare_exchange_n(q, &expected_, (uint##bits##_t)(src), 0, \
+						    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); \
+			old = expected_;                                                \
+			break;                                                          \
+		default:                                                                \
+			switch ((op) & ~ATOMIC_FETCH) {                                 \
+			case ATOMIC_ADD:                                                \
+				old = __atomic_fetch_add(q, (uint##bits##_t)(src), __ATOMIC_SEQ_CST); \
+				break;                                                  \
+			case ATOMIC_OR:                                                 \
+				old = __atomic_fetch_or(q, (uint##bits##_t)(src), __ATOMIC_SEQ_CST); \
+				break;                                                  \
+			case ATOMIC_AND:                                                \
+				old = __atomic_fetch_and(q, (uint##bits##_t)(src), __ATOMIC_SEQ_CST); \
+				break;                                                  \
+			default:                                                        \
+				old = __atomic_fetch_xor(q, (uint##bits##_t)(src), __ATOMIC_SEQ_CST); \
+			}                                                               \
+		}                                                                       \
+	} while (0)
+
+/*
+ * atomic_rmw(buffer, offset, size, op, src, r0) -> old: the emulated engines' atomic on
+ * plain memory (a map value, a stack), done as a hardware atomic so that Python engines and
+ * compiled programs running at once without the GIL see one another's ops whole. TypeError
+ * when it is not that (no writable buffer, out of bounds, size not 4 or 8, not aligned, an
+ * op that is not a read-modify-write): the caller's checked path takes it.
+ */
+static PyObject *mod_atomic_rmw(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+	Py_buffer b;
+	Py_ssize_t off, size;
+	unsigned long long op, src, r0, old;
+
+	if (nargs != 6) {
+		PyErr_SetString(PyExc_TypeError, "atomic_rmw takes 6 arguments");
+		return NULL;
+	}
+	off = PyLong_AsSsize_t(args[1]);
+	size = PyLong_AsSsize_t(args[2]);
+	op = PyLong_AsUnsignedLongLongMask(args[3]);
+	src = PyLong_AsUnsignedLongLongMask(args[4]);
+	r0 = PyLong_AsUnsignedLongLongMask(args[5]);
+	if (PyErr_Occurred())
+		return NULL;
+	if (op != ATOMIC_XCHG && op != ATOMIC_CMPXCHG) {
+		unsigned long long base = op & ~(unsigned long long)ATOMIC_FETCH;
+
+		if (base != ATOMIC_ADD && base != ATOMIC_OR && base != ATOMIC_AND &&
+		    base != ATOMIC_XOR) {
+			PyErr_Format(PyExc_TypeError, "atomic op %#llx is not a read-modify-write", op);
+			return NULL;
+		}
+	}
+	if (PyObject_GetBuffer(args[0], &b, PyBUF_WRITABLE) < 0) {
+		PyErr_Clear();
+		PyErr_SetString(PyExc_TypeError, "not writable memory");
+		return NULL;
+	}
+	char *p = (char *)b.buf + off;
+
+	if ((size != 4 && size != 8) || off < 0 || off > b.len - size ||
+	    ((uintptr_t)p & (uintptr_t)(size - 1))) {
+		PyBuffer_Release(&b);
+		PyErr_SetString(PyExc_TypeError, "not an aligned 4- or 8-byte word of the buffer");
+		return NULL;
+	}
+	if (size == 8) {
+		ATOMIC_RMW(64, (uint64_t *)p, op, src, r0, old);
+	} else {
+		ATOMIC_RMW(32, (uint32_t *)p, op, src, r0, old);
+	}
+	PyBuffer_Release(&b);
+	return PyLong_FromUnsignedLongLong(old);
+}
+
 static PyMethodDef module_methods[] = {
 	{"lookup_batch", mod_lookup_batch, METH_VARARGS,
 	 "lookup_batch(fd, delete, token|None, key_size, value_size, keys, values, count, "
@@ -1040,6 +1133,9 @@ static PyMethodDef module_methods[] = {
 	 "(errno, count)"},
 	{"delete_batch", mod_delete_batch, METH_VARARGS,
 	 "delete_batch(fd, key_size, keys, count, elem_flags, flags) -> (errno, count)"},
+	{"atomic_rmw", (PyCFunction)(void (*)(void))mod_atomic_rmw, METH_FASTCALL,
+	 "atomic_rmw(buffer, offset, size, op, src, r0) -> old (a hardware atomic; TypeError "
+	 "when not an aligned word of writable memory)"},
 	{NULL, NULL, 0, NULL},
 };
 

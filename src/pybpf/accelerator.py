@@ -26,6 +26,10 @@ def _load(name: str, needs: tuple[str, ...] = ()) -> ModuleType | None:
 
 
 ACCEL = _load("_accel")
+# The engines' hardware atomic on plain memory (None: a build older than the source, or no
+# build; the engines then serialise atomics under one lock and compiled code leaves map
+# values to Python).
+ATOMIC_RMW = getattr(ACCEL, "atomic_rmw", None)
 CACHE_MODEL = _load("_cache_model", needs=("CacheModel", "SpinLock", "swap_dicts"))
 
 

@@ -10,10 +10,10 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from ...asm.opcodes import Class, Instruction, JmpOp
+from ...asm.opcodes import OPCODES, Class, Instruction, JmpOp, Kind
 from ...uapi import BPF_PSEUDO_CALL
 from .bpf_iter import BpfCallback
-from .memory import M64
+from .memory import M64, OFF_MASK
 
 # Static regions (map objects, global data) take numbers from one process-wide counter, so
 # programs that tail-call each other never collide (region numbers: memory.py).
@@ -74,6 +74,22 @@ class Executable:
         self.native: Any = None
         self.native_refused: str | None = None
         self.entries: dict[tuple[str, int], Callable] = {}
+
+    def map_in_r1_after(self, pc: int, before: int | None) -> int | None:
+        """The static region R1 surely points to (at offset 0) after the instruction at
+        ``pc``, given ``before``, following straight-line code: a lddw of a static object
+        sets it; anything that may write R1 forgets it. Stores and other registers' ALU keep
+        it. The engines bind map helpers to the map it names."""
+        insn = self.slots[pc]
+        kind = OPCODES[insn.opcode].kind
+        if kind is Kind.LD_IMM64 and insn.dst == 1:
+            pointer = self.ld_imm[pc]
+            region = pointer >> 32
+            return region if region in self.static_regions and not pointer & OFF_MASK else None
+        if kind in (Kind.ST, Kind.STX) or (insn.dst != 1 and kind in (
+                Kind.ALU, Kind.NEG, Kind.END, Kind.LDX, Kind.LDX_SX, Kind.LD_IMM64)):
+            return before
+        return None
 
     def subprog_end(self, start: int) -> int:
         later = [s for s in self.subprogs if s > start]

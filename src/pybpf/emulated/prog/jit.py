@@ -11,6 +11,7 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ...accelerator import ATOMIC_RMW
 from ...asm.opcodes import (
     ATOMIC_FETCH,
     OPCODES,
@@ -30,7 +31,6 @@ from .memory import (
     BPF_MAX_LOOPS,
     M32,
     M64,
-    OFF_MASK,
     SIGN32,
     SIGN64,
     mem_load,
@@ -148,7 +148,7 @@ class _FunctionWriter:
                 if pc == region and region in self.back_targets:
                     self.emit(depth, f"if n > limit: rs.count = n; raise rs.over_budget({pc})")
             depth = self.write_insn(pc, insn, depth, region, loops)
-            self.track_map_in_r1(pc, insn)
+            self.map_in_r1 = self.exe.map_in_r1_after(pc, self.map_in_r1)
             if depth < 0:  # control does not reach the next instruction
                 return
             pc += insn.slots
@@ -158,19 +158,6 @@ class _FunctionWriter:
             self.emit(depth, "break")
         else:
             self.emit(depth, f"b = {end}")
-
-    def track_map_in_r1(self, pc: int, insn: Instruction) -> None:
-        """Follow R1 through straight-line code: a lddw of a map object sets it; anything that
-        may write R1 (or leave the block) forgets it. Stores and other registers' ALU keep it."""
-        kind = OPCODES[insn.opcode].kind
-        if kind is Kind.LD_IMM64 and insn.dst == 1:
-            pointer = self.exe.ld_imm[pc]
-            region = pointer >> 32
-            known = region in self.exe.static_regions and not pointer & OFF_MASK
-            self.map_in_r1 = region if known else None
-        elif not (kind in (Kind.ST, Kind.STX) or (insn.dst != 1 and kind in (
-                Kind.ALU, Kind.NEG, Kind.END, Kind.LDX, Kind.LDX_SX, Kind.LD_IMM64))):
-            self.map_in_r1 = None
 
     def _target(self, pc: int) -> int | None:
         insn = self.exe.slots[pc]
@@ -304,8 +291,9 @@ class _FunctionWriter:
         return depth
 
     def write_atomic_rmw(self, pc: int, insn: Instruction, size: int, depth: int) -> None:
-        """add/or/and/xor (with or without fetch) and xchg, inline under the atomic lock; a
-        region that is not plain memory takes atomic_op's checked path."""
+        """add/or/and/xor (with or without fetch) and xchg, inline: one hardware atomic (under
+        the atomic lock without the C accelerator); a region that is not plain memory, or a
+        misaligned word, takes atomic_op's checked path."""
         emit = self.emit
         d, src, imm = f"r{insn.dst}", f"r{insn.src}", insn.imm
         mask = (1 << (8 * size)) - 1
@@ -316,9 +304,12 @@ class _FunctionWriter:
         emit(depth + 1, f"a = {_address(d, insn.off)}")
         emit(depth + 1, "m = mem[a >> 32]")
         emit(depth + 1, "o = a & 0xffffffff")
-        emit(depth + 1, "with ATOMIC_LOCK:")
-        emit(depth + 2, f"old = L{size}(m, o)[0]")
-        emit(depth + 2, f"S{size}(m, o, {new})")
+        if ATOMIC_RMW is not None:  # one hardware atomic, as compiled programs do it
+            emit(depth + 1, f"old = ATOMIC_RMW(m, o, {size}, {imm}, {src}, 0)")
+        else:
+            emit(depth + 1, "with ATOMIC_LOCK:")
+            emit(depth + 2, f"old = L{size}(m, o)[0]")
+            emit(depth + 2, f"S{size}(m, o, {new})")
         emit(depth, "except ACCESS_ERRORS:")
         emit(depth + 1, f"old = atomic_op(rs, {d} + {insn.off}, {size}, {imm}, {src}, r0, {pc})")
         if imm & ATOMIC_FETCH:
@@ -469,6 +460,7 @@ def jit_compile(exe: Executable) -> dict[str, Callable]:
         "mem_load": mem_load, "mem_store": mem_store, "atomic_op": atomic_op,
         "ld_abs": ld_abs, "tail_call": tail_call, "bad_jump": bad_jump,
         "ATOMIC_LOCK": ATOMIC_LOCK,
+        "ATOMIC_RMW": ATOMIC_RMW,
         "sdiv": sdiv, "smod": smod, "bswap": bswap,
     }
     for size, fmt in _LOAD.items():

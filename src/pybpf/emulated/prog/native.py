@@ -9,10 +9,22 @@ Rules this module keeps:
 - Each frame's 512-byte stack lives in a per-run arena, with the region number the Python
   engines would give it (``rs.next_region``, one per frame), so ``r10`` holds the same value.
   ``r10 + constant`` accesses inside the stack compile to plain loads and stores; any other
-  address is looked up among the live frames, and what is not a frame (ctx, packet, map
-  values) goes through one C callback into Python's ``mem_load``/``mem_store``, as do helper
-  and kfunc calls, atomics and legacy packet loads. During a callback the live frames are
-  regions of ``rs.mem`` (views of the arena), so helpers read keys from the stack as usual.
+  address is looked up among the live frames, then in the run's table of map values: a
+  region a helper returned (a looked-up value) or the program's global data, once Python has
+  seen it, is reached natively through its buffer's address (the buffer exported for the
+  run, so it cannot move). What is neither (ctx, packet) goes through one C callback into
+  Python's ``mem_load``/``mem_store``, as do helper and kfunc calls and legacy packet
+  loads. During a callback the live frames are regions of ``rs.mem`` (views of the arena),
+  so helpers read keys from the stack as usual.
+- Atomics on an aligned word of native memory are hardware atomics, as the Python engines'
+  (``ATOMIC_RMW``); others go through Python. Without the C accelerator the Python engines
+  serialise atomics under a lock instead, so compiled code then leaves map values to Python.
+- ``bpf_map_lookup_elem`` on a BPF_MAP_TYPE_ARRAY R1 surely points to, on a machine without
+  modeled time, is inlined as the kernel's verifier does (array_map_gen_lookup): the index
+  read and bounds-checked natively, the value's pointer from a per-run cache that the first
+  lookup of an index through Python fills; lookups done natively are counted into the map's
+  access statistics when the run ends. With modeled time every lookup goes through Python,
+  which charges it.
 - A program the tier does not compile (a tail call, an unknown helper, a write to r10,
   recursion, a jump out of its subprogram) is refused once at load with a reason; core.py
   then runs it on the JIT.
@@ -23,9 +35,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
+from array import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ...accelerator import ATOMIC_RMW
 from ...asm.opcodes import (
     ATOMIC_FETCH,
     OPCODES,
@@ -39,7 +53,9 @@ from ...asm.opcodes import (
 )
 from ...errors import ProgramFault
 from ...uapi import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, BpfFunc
-from .memory import BPF_MAX_LOOPS, M64, RunState, mem_load, mem_store
+from ..maps.arraymap import BpfArray
+from .helpers import bpf_map_lookup_elem
+from .memory import BPF_MAX_LOOPS, M64, RunState, mem_load, mem_read, mem_store
 from .semantics import atomic_op, ld_abs
 
 try:
@@ -55,13 +71,23 @@ MAX_NATIVE_FRAMES = 64  # deeper static call chains run on the JIT
 
 # The run state shared with the compiled code: an array of u64 (slot numbers below), then the
 # region number of each live frame by depth.
+# Then the map values reached natively: a direct-mapped table of VALUE_SLOTS entries
+# (region, address, length) by region number; then the region number of each live frame by
+# depth; then, per inlined array map, its native lookups and a direct-mapped cache of
+# ARRAY_CACHE entries (index + 1, pointer). Python fills the tables; a run clears them.
 COUNT, BUDGET, NEXT_REGION, STATUS, FAULT_PC, DEPTH, ARENA, CALLBACK = range(8)
-FRAME_REGIONS = 8
+VALUE_TABLE, VALUE_SLOTS = 8, 32
+FRAME_REGIONS = VALUE_TABLE + 3 * VALUE_SLOTS
+ARRAY_CACHE = 16
+ARRAY_WORDS = 1 + 2 * ARRAY_CACHE
 STATUS_OK, STATUS_ELOOP, STATUS_RAISED = 0, 1, 2
+# Map values are reached natively only where atomics on them are hardware atomics in every
+# engine (the C accelerator's ATOMIC_RMW).
+NATIVE_VALUES = ATOMIC_RMW is not None
 
 # What the compiled code asks of Python through the callback (its first argument after the
-# state): op, then up to six u64 arguments.
-OP_HELPER, OP_KFUNC, OP_LOAD, OP_STORE, OP_ATOMIC, OP_LD_ABS = range(6)
+# state): op, then up to six u64 arguments. Memory ops come last (``>= OP_LOAD``).
+OP_HELPER, OP_KFUNC, OP_ARRAY_LOOKUP, OP_LOAD, OP_STORE, OP_ATOMIC, OP_LD_ABS = range(7)
 
 _CALLBACK_TYPE = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p, *[ctypes.c_uint64] * 7)
 # CFUNCTYPE releases the GIL while compiled code runs (it touches only its run's state and
@@ -120,14 +146,16 @@ class _FunctionIR:
     """LLVM IR of one subprogram [start, end): registers in allocas (promoted by LLVM), one
     basic block per counting block."""
 
-    def __init__(self, exe: Executable, start: int, end: int) -> None:
+    def __init__(self, exe: Executable, start: int, end: int, arrays: dict[int, int]) -> None:
         self.exe = exe
         self.start = start
         self.end = end
+        self.arrays = arrays  # region of an inlined array map -> the state slot of its words
         self.lines: list[str] = []
         self.temps = 0
         self.terminated = False
         self.block_starts = self._block_starts()
+        self.map_in_r1: int | None = None
 
     def _block_starts(self) -> set[int]:
         """Where counting blocks begin: the entry, jump targets, and after a jump, an exit or
@@ -222,7 +250,9 @@ class _FunctionIR:
             insn = self.exe.slots[pc]
             if pc in self.block_starts:
                 self.start_block(pc)
+                self.map_in_r1 = None
             self.write_insn(pc, insn)
+            self.map_in_r1 = self.exe.map_in_r1_after(pc, self.map_in_r1)
             pc += insn.slots
         self.lines.append("bail:")
         self.emit("ret i64 0")
@@ -416,10 +446,48 @@ class _FunctionIR:
             raise NativeRefused(f"insn {pc}: tail calls run on the JIT")
         elif insn.imm not in self.exe.helpers:
             raise NativeRefused(f"insn {pc}: helper {insn.imm} is not bound")
+        elif insn.imm == BpfFunc.map_lookup_elem and self.map_in_r1 in self.arrays:
+            self.write_array_lookup(pc, self.map_in_r1)
+            return
         else:
             op = OP_HELPER
         args = [self.get(reg) for reg in range(1, 6)]
         self.put(0, self.callback(pc, op, str(insn.imm), *args))
+
+    def write_array_lookup(self, pc: int, region: int) -> None:
+        """array_map_gen_lookup: R0 from the run's cache of the map's looked-up values when
+        the index is there, 0 past max_entries, else the helper through Python."""
+        bpf_map = self.exe.static_regions[region]
+        words = self.arrays[region]
+        key = self.get(2)
+        key_ptr = self.op(f"call ptr @mem_ptr(ptr %st, i64 {key}, i64 4)")
+        readable = self.op(f"icmp ne ptr {key_ptr}, null")
+        self.branch(f"br i1 {readable}, label %ak{pc}, label %ac{pc}")
+        self.label(f"ak{pc}")
+        index = self.zext(self.op(f"load i32, ptr {key_ptr}, align 1"), 32)
+        inside = self.op(f"icmp ult i64 {index}, {bpf_map.max_entries}")
+        self.branch(f"br i1 {inside}, label %ai{pc}, label %az{pc}")
+        self.label(f"ai{pc}")
+        entry = self.op(f"shl i64 {self.op(f'and i64 {index}, {ARRAY_CACHE - 1}')}, 1")
+        tag_slot = self.op(f"add i64 {entry}, {words + 1}")
+        tag_at = self.op(f"getelementptr i64, ptr %st, i64 {tag_slot}")
+        cached = self.op(f"icmp eq i64 {self.op(f'load i64, ptr {tag_at}')}, "
+                         f"{self.op(f'add i64 {index}, 1')}")
+        self.branch(f"br i1 {cached}, label %ah{pc}, label %ac{pc}")
+        self.label(f"ah{pc}")
+        fast = self.op(f"load i64, ptr {self.op(f'getelementptr i64, ptr {tag_at}, i64 1')}")
+        hits_at = self.slot(words)
+        hits = self.op(f"load i64, ptr {hits_at}")
+        self.emit(f"store i64 {self.op(f'add i64 {hits}, 1')}, ptr {hits_at}")
+        self.branch(f"br label %aj{pc}")
+        self.label(f"az{pc}")
+        self.branch(f"br label %aj{pc}")
+        self.label(f"ac{pc}")
+        slow = self.callback(pc, OP_ARRAY_LOOKUP, str(region), key)
+        slow_block = self.current_block()
+        self.branch(f"br label %aj{pc}")
+        self.label(f"aj{pc}")
+        self.put(0, self.op(f"phi i64 [{fast}, %ah{pc}], [0, %az{pc}], [{slow}, %{slow_block}]"))
 
     def stack_pointer(self, base: int, off: int, size: int) -> str | None:
         """The stack address of ``r10 + off`` when the whole access is inside this frame."""
@@ -429,9 +497,9 @@ class _FunctionIR:
         return self.op(f"getelementptr i8, ptr %stack, i64 {at}")
 
     def frame_or_python(self, pc: int, base: int, off: int, size: int) -> tuple[str, str]:
-        """(address, pointer into a live frame or null) for ``r{base} + off``."""
+        """(address, pointer into native memory or null) for ``r{base} + off``."""
         addr = self.op(f"add i64 {self.get(base)}, {_const(off, 64)}")
-        return addr, self.op(f"call ptr @frame_ptr(ptr %st, i64 {addr}, i64 {size})")
+        return addr, self.op(f"call ptr @mem_ptr(ptr %st, i64 {addr}, i64 {size})")
 
     def write_load(self, pc: int, base: int, off: int, size: int) -> str:
         t = f"i{8 * size}"
@@ -474,21 +542,54 @@ class _FunctionIR:
         self.label(f"js{pc}")
 
     def write_atomic(self, pc: int, insn: Instruction, size: int) -> None:
-        """Atomics go through semantics.atomic_op (the checked path, under its lock)."""
+        """Read-modify-write atomics on an aligned word of native memory are hardware
+        atomics; the rest go through semantics.atomic_op (the checked path)."""
         imm = insn.imm
         if imm == AtomicOp.LOAD_ACQ:
             addr = self.op(f"add i64 {self.get(insn.src)}, {_const(insn.off, 64)}")
             self.put(insn.dst, self.callback(pc, OP_ATOMIC, addr, str(size), str(imm), "0",
                                              "0", str(pc)))
             return
-        addr = self.op(f"add i64 {self.get(insn.dst)}, {_const(insn.off, 64)}")
-        old = self.callback(pc, OP_ATOMIC, addr, str(size), str(imm), self.get(insn.src),
-                            self.get(0), str(pc))
+        if imm == AtomicOp.STORE_REL or size not in (4, 8):
+            addr = self.op(f"add i64 {self.get(insn.dst)}, {_const(insn.off, 64)}")
+            self.callback(pc, OP_ATOMIC, addr, str(size), str(imm), self.get(insn.src),
+                          self.get(0), str(pc))
+            return
+        addr, pointer = self.frame_or_python(pc, insn.dst, insn.off, size)
+        misaligned = self.op(f"and i64 {self.op(f'ptrtoint ptr {pointer} to i64')}, {size - 1}")
+        native = self.op(f"and i1 {self.op(f'icmp ne ptr {pointer}, null')}, "
+                         f"{self.op(f'icmp eq i64 {misaligned}, 0')}")
+        self.branch(f"br i1 {native}, label %fa{pc}, label %pa{pc}")
+        self.label(f"fa{pc}")
+        fast = self.zext(self.native_atomic(imm, pointer, size, insn.src), 8 * size)
+        self.branch(f"br label %ja{pc}")
+        self.label(f"pa{pc}")
+        slow = self.callback(pc, OP_ATOMIC, addr, str(size), str(imm), self.get(insn.src),
+                             self.get(0), str(pc))
+        slow_block = self.current_block()
+        self.branch(f"br label %ja{pc}")
+        self.label(f"ja{pc}")
+        old = self.op(f"phi i64 [{fast}, %fa{pc}], [{slow}, %{slow_block}]")
         if imm == AtomicOp.CMPXCHG:
             self.put(0, old)
         elif imm & ATOMIC_FETCH:
             self.put(insn.src, old)
 
+
+    def native_atomic(self, imm: int, pointer: str, size: int, src_reg: int) -> str:
+        """The old value (i{8 * size}) of one hardware atomic at ``pointer``."""
+        t = f"i{8 * size}"
+        src = self.trunc(self.get(src_reg), 8 * size)
+        if imm == AtomicOp.CMPXCHG:
+            expected = self.trunc(self.get(0), 8 * size)
+            pair = self.op(f"cmpxchg ptr {pointer}, {t} {expected}, {t} {src} seq_cst seq_cst, "
+                           f"align {size}")
+            return self.op(f"extractvalue {{ {t}, i1 }} {pair}, 0")
+        op = "xchg" if imm == AtomicOp.XCHG else _ATOMIC_RMW[imm & ~ATOMIC_FETCH]
+        return self.op(f"atomicrmw {op} ptr {pointer}, {t} {src} seq_cst, align {size}")
+
+
+_ATOMIC_RMW = {AtomicOp.ADD: "add", AtomicOp.OR: "or", AtomicOp.AND: "and", AtomicOp.XOR: "xor"}
 
 _FRAME_PTR = f"""
 define internal ptr @frame_ptr(ptr %st, i64 %addr, i64 %size) alwaysinline {{
@@ -523,6 +624,38 @@ none:
   ret ptr null
 }}
 
+define internal ptr @mem_ptr(ptr %st, i64 %addr, i64 %size) alwaysinline {{
+entry:
+  %p = call ptr @frame_ptr(ptr %st, i64 %addr, i64 %size)
+  %in_frame = icmp ne ptr %p, null
+  br i1 %in_frame, label %frame, label %values
+frame:
+  ret ptr %p
+values:
+  %region = lshr i64 %addr, 32
+  %off = and i64 %addr, 4294967295
+  %index = and i64 %region, {VALUE_SLOTS - 1}
+  %index3 = mul i64 %index, 3
+  %slot = add i64 %index3, {VALUE_TABLE}
+  %at = getelementptr i64, ptr %st, i64 %slot
+  %tag = load i64, ptr %at
+  %hit = icmp eq i64 %tag, %region
+  br i1 %hit, label %check, label %none
+check:
+  %len_at = getelementptr i64, ptr %at, i64 2
+  %len = load i64, ptr %len_at
+  %end = add i64 %off, %size
+  %inside = icmp ule i64 %end, %len
+  br i1 %inside, label %found, label %none
+found:
+  %base_at = getelementptr i64, ptr %at, i64 1
+  %base = load ptr, ptr %base_at
+  %q = getelementptr i8, ptr %base, i64 %off
+  ret ptr %q
+none:
+  ret ptr null
+}}
+
 declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
 declare i16 @llvm.bswap.i16(i16)
 declare i32 @llvm.bswap.i32(i32)
@@ -530,12 +663,30 @@ declare i64 @llvm.bswap.i64(i64)
 """
 
 
-def native_ir(exe: Executable) -> str:
-    """The LLVM IR of ``exe`` (which ``check_compilable`` accepted): one function per
-    subprogram, an exported ``E<start>`` each."""
+def inlined_arrays(exe: Executable) -> list[int]:
+    """The static regions of the array maps whose lookups compile inline: plain
+    BPF_MAP_TYPE_ARRAY on a machine without modeled time (whose lookups charge nothing),
+    where map values are native memory."""
+    if not NATIVE_VALUES or exe.helpers.get(BpfFunc.map_lookup_elem) is not bpf_map_lookup_elem:
+        return []
+    return [region for region, obj in exe.static_regions.items()
+            if type(obj) is BpfArray and not obj.timing.modeled]
+
+
+def array_words(frames: int, arrays: list[int]) -> dict[int, int]:
+    """Where each inlined array map's words begin in the state of a run of ``frames``."""
+    return {region: FRAME_REGIONS + frames + k * ARRAY_WORDS for k, region in enumerate(arrays)}
+
+
+def native_ir(exe: Executable, frames: int, arrays: list[int]) -> str:
+    """The LLVM IR of ``exe`` (which ``check_compilable`` accepted, with at most ``frames``
+    frames), ``arrays`` the regions of the array maps whose lookups are inlined: one function
+    per subprogram, an exported ``E<start>`` each."""
     parts = [_FRAME_PTR]
+    arrays = array_words(frames, arrays)
     for start in exe.subprogs:
-        parts.append("\n".join(_FunctionIR(exe, start, exe.subprog_end(start)).write()))
+        parts.append("\n".join(_FunctionIR(exe, start, exe.subprog_end(start),
+                                           arrays).write()))
         parts.append(f"define i64 @E{start}(ptr %st, i64 %a1, i64 %a2, i64 %a3, i64 %a4, "
                      f"i64 %a5) {{\n  %r = call i64 @F{start}(ptr %st, i64 %a1, i64 %a2, "
                      "i64 %a3, i64 %a4, i64 %a5)\n  ret i64 %r\n}")
@@ -606,11 +757,12 @@ def _machine() -> Any:
 
 
 class _Run:
-    """One run's state array (``words``: Python's view of it), frame arena and Python's views
-    of the frames."""
+    """One run's state array (``words``: Python's view of it), frame arena, Python's views of
+    the frames, and the map values it reaches natively."""
 
-    def __init__(self, frames: int) -> None:
-        self.state = (ctypes.c_uint64 * (FRAME_REGIONS + frames))()
+    def __init__(self, frames: int, arrays: list[int]) -> None:
+        self.arrays = array_words(frames, arrays)
+        self.state = (ctypes.c_uint64 * (FRAME_REGIONS + frames + len(arrays) * ARRAY_WORDS))()
         self.words = memoryview(self.state).cast("B").cast("Q")
         self.arena = bytearray(frames * MAX_BPF_STACK)
         self.arena_c = (ctypes.c_char * len(self.arena)).from_buffer(self.arena)
@@ -623,6 +775,7 @@ class _Run:
         self.exe: Any = None
         self.error: BaseException | None = None
         self.registered: list[int] = []  # frame regions now in rs.mem
+        self.exported: dict[int, Any] = {}  # region -> its buffer's export, while it runs
 
     def framed(self, op: int, a: int, b: int, c: int, d: int, e: int, f: int) -> int:
         """``op`` with the live frames as regions of ``rs.mem`` and the count and region
@@ -639,13 +792,55 @@ class _Run:
             self.registered = live
         try:
             if op == OP_HELPER:
-                return self.exe.helpers[a](rs, b, c, d, e, f) & M64
+                r0 = self.exe.helpers[a](rs, b, c, d, e, f) & M64
+                self.reach(r0 >> 32)
+                return r0
             if op == OP_KFUNC:
                 return self.exe.kfuncs[a](rs, b, c, d, e, f) & M64
+            if op == OP_ARRAY_LOOKUP:
+                return self.array_lookup(a, b)
             return _memory_op(rs, op, a, b, c, d, e, f)
         finally:
             words[COUNT] = rs.count
             words[NEXT_REGION] = rs.next_region
+
+    def reach(self, region: int) -> bool:
+        """Put map value ``region`` (a buffer a helper returned, or global data) in the
+        table of memory compiled code reaches natively; False when it is not plain memory."""
+        buf = self.rs.mem.get(region)
+        if not NATIVE_VALUES or type(buf) is not bytearray or not buf:
+            return False
+        view = self.exported.get(region)
+        if view is None:  # the export keeps the buffer where it is until the run ends
+            view = self.exported[region] = (ctypes.c_char * len(buf)).from_buffer(buf)
+        slot = VALUE_TABLE + 3 * (region & (VALUE_SLOTS - 1))
+        self.words[slot:slot + 3] = array("Q", (region, ctypes.addressof(view), len(buf)))
+        return True
+
+    def array_lookup(self, region: int, key: int) -> int:
+        """bpf_map_lookup_elem on an inlined array map, whose value compiled code then finds
+        in its cache (the index keyed as index + 1, so 0 is empty)."""
+        rs = self.rs
+        r0 = bpf_map_lookup_elem(rs, region << 32, key, 0, 0, 0)
+        if r0 and self.reach(r0 >> 32):
+            index = int.from_bytes(mem_read(rs, key, 4, "key (R2)"), "little")
+            entry = self.arrays[region] + 1 + 2 * (index & (ARRAY_CACHE - 1))
+            self.words[entry:entry + 2] = array("Q", (index + 1, r0))
+        return r0
+
+    def finish(self) -> None:
+        """The run is over: count the native array lookups into their maps' statistics and
+        forget the map values (their region numbers are this run's)."""
+        words, static = self.words, self.exe.static_regions
+        for region, at in self.arrays.items():
+            if words[at]:
+                static[region].count_lookups(words[at])
+        if self.exported:
+            ctypes.memset(ctypes.addressof(self.state) + 8 * VALUE_TABLE, 0,
+                          8 * 3 * VALUE_SLOTS)
+            for at in self.arrays.values():
+                ctypes.memset(ctypes.addressof(self.state) + 8 * at, 0, 8 * ARRAY_WORDS)
+            self.exported.clear()
 
     def unregister(self) -> None:
         """Take the frames out of ``rs.mem`` (they stay between callbacks, where only
@@ -678,9 +873,14 @@ def _callback(st: int, op: int, a: int, b: int, c: int, d: int, e: int, f: int) 
             # memory outside the live frames needs neither them nor the count; a fault (or
             # an atomic on the stack) is done again with the frames, where it is exact
             try:
-                return _memory_op(run.rs, op, a, b, c, d, e, f)
+                result = _memory_op(run.rs, op, a, b, c, d, e, f)
             except ProgramFault:
                 pass
+            else:
+                region = a >> 32  # a value known to this run, or global data: native next
+                if region in run.exported or region in run.exe.static_regions:
+                    run.reach(region)
+                return result
         return run.framed(op, a, b, c, d, e, f)
     except BaseException as exc:  # noqa: BLE001 - re-raised by the run, unchanged
         run.error = exc
@@ -698,7 +898,8 @@ class NativeProgram:
     def __init__(self, exe: Executable) -> None:
         self.exe = exe
         self.frames = check_compilable(exe)
-        module = llvm.parse_assembly(native_ir(exe))
+        self.arrays = inlined_arrays(exe)
+        module = llvm.parse_assembly(native_ir(exe, self.frames, self.arrays))
         module.verify()
         machine = _machine()
         tuning = llvm.create_pipeline_tuning_options(speed_level=2)
@@ -717,7 +918,7 @@ class NativeProgram:
         free = self.free
 
         def run_native(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
-            run = free.pop() if free else _Run(self.frames)
+            run = free.pop() if free else _Run(self.frames, self.arrays)
             words = run.words
             words[COUNT] = rs.count
             words[BUDGET] = rs.budget
@@ -731,6 +932,7 @@ class NativeProgram:
             finally:
                 del _ACTIVE[run.address]
                 run.unregister()
+                run.finish()
                 rs.count = words[COUNT]
                 rs.next_region = words[NEXT_REGION]
                 status, error = words[STATUS], run.error

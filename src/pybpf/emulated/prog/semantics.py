@@ -9,9 +9,10 @@ import errno
 import threading
 from typing import TYPE_CHECKING
 
+from ...accelerator import ATOMIC_RMW
 from ...asm.opcodes import ATOMIC_FETCH, AtomicOp
 from ...errors import ProgramFault
-from .memory import M32, SIGN32, RunState, mem_load, mem_store
+from .memory import M32, OFF_MASK, SIGN32, RunState, mem_load, mem_store
 
 if TYPE_CHECKING:
     from .executable import Executable
@@ -54,6 +55,9 @@ def bswap(value: int, bits: int) -> int:
     return int.from_bytes((value & ((1 << bits) - 1)).to_bytes(nbytes, "little"), "big")
 
 
+# Atomics the hardware cannot do as one (no C accelerator, or a misaligned word) take this
+# lock; an aligned word of plain memory is one hardware atomic (ATOMIC_RMW), as compiled
+# programs do it, so no engine loses another's update.
 ATOMIC_LOCK = threading.Lock()
 
 
@@ -62,6 +66,11 @@ def atomic_op(rs: RunState, addr: int, size: int, imm: int, src: int, r0: int,
     """BPF_STX | BPF_ATOMIC: returns the old value (for fetch / xchg / cmpxchg)."""
     if imm == AtomicOp.LOAD_ACQ:
         return mem_load(rs, addr, size, pc)
+    if ATOMIC_RMW is not None and imm != AtomicOp.STORE_REL and addr >= 0:
+        try:
+            return ATOMIC_RMW(rs.mem.get(addr >> 32), addr & OFF_MASK, size, imm, src, r0)
+        except TypeError:
+            pass  # not an aligned word of plain memory: the checked path says why
     mask = (1 << (8 * size)) - 1
     with ATOMIC_LOCK:
         if imm == AtomicOp.STORE_REL:

@@ -1,0 +1,216 @@
+"""The native tier on map values (prog/native.py): values a helper returned and global data
+reached natively, hardware atomics (semantics.py's ATOMIC_RMW in the Python engines), and
+BPF_MAP_TYPE_ARRAY lookups inlined on a machine without modeled time. Every engine gives the
+same R0, instruction count, map contents and access statistics."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pybpf import asm
+from pybpf import system as make_system
+from pybpf.accelerator import ATOMIC_RMW
+from pybpf.asm import FP, R0, R1, R2, R3, R6
+from pybpf.asm import builder as b
+from pybpf.asm.opcodes import ATOMIC_FETCH, AtomicOp
+from pybpf.emulated.prog import native
+from pybpf.uapi import MapType, ProgType
+
+pytestmark = pytest.mark.skipif(native.native_missing() is not None,
+                                reason=str(native.native_missing()))
+needs_accel = pytest.mark.skipif(ATOMIC_RMW is None,
+                                 reason="the C accelerator (pybpf._accel) is not built: "
+                                        "compiled code leaves map values to Python")
+
+ENGINES = ("interp", "jit", "native")
+
+
+def load(system, items, maps: dict[str, int]):
+    insns = asm.encode(asm.assemble(items).with_map_fds(lambda name: maps[name]))
+    return system.prog_from_fd(system.prog_load(ProgType.SCHED_CLS, insns))
+
+
+def run_on_each_engine(items, entries: int = 4, modeled: bool = False, runs: int = 1) -> dict:
+    """Per engine: (R0s, instruction counts, the map's values, its access statistics)."""
+    results = {}
+    for engine in ENGINES:
+        system = make_system("emulated", modeled_time=modeled)
+        fd = system.map_create(MapType.ARRAY, 4, 8, entries)
+        prog = load(system, items, {"m": fd})
+        r0s, counts = [], []
+        for _ in range(runs):
+            rs = prog.run(bytearray(64), engine=engine)
+            r0s.append(rs.retval)
+            counts.append(rs.count)
+        if engine == "native":
+            assert prog.executable.native is not None, prog.executable.native_refused
+        stats = system.map_from_fd(fd).access_stats.totals()  # the programs' accesses
+        values = {k: system.map_lookup_elem(fd, k.to_bytes(4, "little"))
+                  for k in range(entries)}
+        results[engine] = (r0s, counts, values, stats)
+    return results
+
+
+def agree(results: dict) -> None:
+    assert len({repr(r) for r in results.values()}) == 1, results
+
+
+def lookup(index_reg_or_imm, miss_label: str) -> list:
+    """R0 = &m[index] (the key stored at fp-4), to ``miss_label`` when NULL."""
+    store = (b.stx(4, FP, -4, index_reg_or_imm) if isinstance(index_reg_or_imm, asm.Reg)
+             else b.st(4, FP, -4, index_reg_or_imm))
+    return [store, b.ld_map_fd(R1, "m"), b.mov64(R2, FP), b.add64(R2, -4),
+            b.call("map_lookup_elem"), b.jeq(R0, 0, miss_label)]
+
+
+def counting_loop(indices: int, iterations: int, stride: int = 1) -> list:
+    """Add 1 to m[i % indices * stride] ``iterations`` times; R0 the iterations. (Both ways
+    through the NULL check leave the same state, so the verifier prunes the second.)"""
+    return [b.mov64(R6, 0), b.label("loop"),
+            b.mov64(R3, R6), b.mod64(R3, indices), b.mul64(R3, stride),
+            *lookup(R3, "next"), b.mov64(R1, 1), b.atomic_add64(R0, 0, R1),
+            b.label("next"), b.mov64(R0, 0), b.mov64(R1, 0), b.add64(R6, 1),
+            b.jlt(R6, iterations, "loop"), b.mov64(R0, R6), b.exit_()]
+
+
+@pytest.mark.parametrize("modeled", [False, True])
+@pytest.mark.parametrize("indices", [1, 3, 17, 40])  # 17 and 40 collide in the caches
+def test_array_lookups_and_atomics_agree_across_engines(modeled, indices):
+    results = run_on_each_engine(counting_loop(indices, 100), entries=40, modeled=modeled,
+                                 runs=2)
+    agree(results)
+    r0s, _, values, (local, remote) = results["native"]
+    assert r0s == [100, 100] and local + remote == 200
+    assert sum(int.from_bytes(v, "little") for v in values.values()) == 200
+
+
+def test_a_lookup_past_max_entries_is_null_and_not_counted():
+    items = [*lookup(4, "miss"), b.mov64(R0, 1), b.exit_(), b.label("miss"), b.mov64(R0, 2),
+             b.exit_()]
+    results = run_on_each_engine(items, entries=4)
+    agree(results)
+    assert results["native"][0] == [2] and results["native"][3] == (0, 0)
+
+
+def test_lookups_of_one_index_give_one_pointer():
+    # the second lookup comes from the native cache: the same pointer as the first
+    items = [*lookup(2, "miss"), b.mov64(R6, R0), *lookup(2, "miss"), b.sub64(R0, R6),
+             b.exit_(), b.label("miss"), b.mov64(R0, 99), b.exit_()]
+    results = run_on_each_engine(items, runs=3)
+    agree(results)
+    assert results["native"][0] == [0, 0, 0]
+
+
+def test_the_inlined_lookup_reads_a_key_that_is_not_on_the_stack():
+    # the key lives in a map value (m[1] holds 3): native through the value table
+    items = [*lookup(1, "miss"), b.st(4, R0, 0, 3), b.mov64(R2, R0), b.ld_map_fd(R1, "m"),
+             b.call("map_lookup_elem"), b.jeq(R0, 0, "miss"), b.st(8, R0, 0, 77),
+             b.mov64(R0, 1), b.exit_(), b.label("miss"), b.mov64(R0, 0), b.exit_()]
+    results = run_on_each_engine(items)
+    agree(results)
+    assert int.from_bytes(results["native"][2][3], "little") == 77
+
+
+@needs_accel
+def test_after_the_first_lookup_of_each_index_the_loop_stays_native(monkeypatch):
+    calls = {"lookup": 0, "memory": 0}
+
+    def counted(name, func):
+        def call(*args):
+            calls[name] += 1
+            return func(*args)
+        return call
+
+    monkeypatch.setattr(native._Run, "array_lookup",
+                        counted("lookup", native._Run.array_lookup))
+    monkeypatch.setattr(native, "_memory_op", counted("memory", native._memory_op))
+    system = make_system("emulated", modeled_time=False)
+    fd = system.map_create(MapType.ARRAY, 4, 8, 40)
+    prog = load(system, counting_loop(3, 300, stride=9), {"m": fd})  # no two share an entry
+    for run in range(2):  # the cache is the run's: each run looks each index up once
+        assert prog.run(bytearray(64), engine="native").retval == 300
+        assert calls == {"lookup": 3 * (run + 1), "memory": 0}
+
+
+def test_lookups_are_inlined_only_without_modeled_time():
+    for modeled, inlined in ((False, True), (True, False)):
+        system = make_system("emulated", modeled_time=modeled)
+        fd = system.map_create(MapType.ARRAY, 4, 8, 4)
+        prog = load(system, counting_loop(1, 1), {"m": fd})
+        assert bool(native.inlined_arrays(prog.executable)) == (inlined and
+                                                              native.NATIVE_VALUES)
+
+
+@needs_accel
+def test_values_are_released_when_the_run_ends():
+    system = make_system("emulated", modeled_time=False)
+    fd = system.map_create(MapType.ARRAY, 4, 8, 4)
+    prog = load(system, counting_loop(4, 8), {"m": fd})
+    prog.run(bytearray(64), engine="native")
+    value = system.map_from_fd(fd).elems[0]
+    value.append(0)  # BufferError while an export pins it
+    value.pop()
+
+
+RMW_OPS = [AtomicOp.ADD, AtomicOp.OR, AtomicOp.AND, AtomicOp.XOR]
+atomic_ops = st.sampled_from([*RMW_OPS, *(op | ATOMIC_FETCH for op in RMW_OPS),
+                              AtomicOp.XCHG, AtomicOp.CMPXCHG])
+u64 = st.integers(0, (1 << 64) - 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(op=atomic_ops, size=st.sampled_from([4, 8]), initial=u64, src=u64, r0=u64,
+       on_stack=st.booleans())
+def test_atomics_agree_across_engines(op, size, initial, src, r0, on_stack):
+    """Each op of each size on a map value and on the stack: the old value where it goes
+    (src for fetches and xchg, R0 for cmpxchg) and the word after it."""
+    target = [b.mov64(R6, FP), b.add64(R6, -16)] if on_stack else [*lookup(0, "miss"),
+                                                                      b.mov64(R6, R0)]
+    items = [*target, b.lddw(R1, initial), b.stx(8, R6, 0, R1), b.lddw(R3, src),
+             b.lddw(R0, r0), b.atomic(size, op, R6, 0, R3),
+             b.ldx(8, R1, R6, 0), b.xor64(R0, R1), b.lsh64(R3, 1), b.xor64(R0, R3),
+             b.exit_()]
+    if not on_stack:
+        items += [b.label("miss"), b.mov64(R0, 0), b.exit_()]
+    agree(run_on_each_engine(items))
+
+
+@needs_accel
+def test_native_and_python_atomics_on_one_value_lose_no_update():
+    """Compiled programs run without the GIL: threads adding to one value, some on the
+    native tier and some on the JIT, must all be counted."""
+    system = make_system("emulated", modeled_time=False)
+    fd = system.map_create(MapType.ARRAY, 4, 8, 1)
+    prog = load(system, counting_loop(1, 20_000), {"m": fd})
+
+    def work(engine):
+        for _ in range(5):
+            prog.run(bytearray(64), engine=engine)
+
+    threads = [threading.Thread(target=work, args=(engine,))
+               for engine in ("native", "native", "jit", "native")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert int.from_bytes(system.map_lookup_elem(fd, bytes(4)), "little") == 4 * 5 * 20_000
+
+
+@needs_accel
+def test_atomic_rmw_refuses_what_is_not_an_aligned_word_of_writable_memory():
+    buf = bytearray(16)
+    assert ATOMIC_RMW(buf, 8, 8, AtomicOp.ADD | ATOMIC_FETCH, 5, 0) == 0
+    assert ATOMIC_RMW(buf, 8, 8, AtomicOp.CMPXCHG, 9, 5) == 5
+    assert ATOMIC_RMW(buf, 8, 8, AtomicOp.CMPXCHG, 1, 5) == 9  # no match: unchanged
+    assert ATOMIC_RMW(buf, 0, 4, AtomicOp.XCHG, (1 << 32) | 3, 0) == 0  # low 32 bits
+    assert buf[:4] == (3).to_bytes(4, "little") and buf[8:] == (9).to_bytes(8, "little")
+    for args in ((buf, 1, 8), (buf, 12, 8), (buf, -4, 4), (buf, 0, 2), (bytes(8), 0, 8),
+                 (memoryview(bytes(8)), 0, 8), (None, 0, 8)):
+        with pytest.raises(TypeError):
+            ATOMIC_RMW(*args, AtomicOp.ADD, 1, 0)
+    with pytest.raises(TypeError, match="read-modify-write"):
+        ATOMIC_RMW(buf, 0, 8, AtomicOp.LOAD_ACQ, 0, 0)
