@@ -130,11 +130,16 @@ def bpf_map_of(rs: RunState, ptr: int, helper: str) -> BpfMap:
 # -- map helpers (kernel/bpf/helpers.c) ----------------------------------------------------------
 # The hot three have a core taking the resolved map, ``(bpf_map, rs, r2, r3, r4, r5) -> r0``,
 # so the JIT can bind it to a map a program loads (``bind_map``) and skip resolving R1.
+# Program memory a key or value is read from in place: the stack and map values (the native
+# tier's frames are views of its arena).
+PLAIN_MEMORY = frozenset((bytearray, memoryview))
+
+
 def _read(rs: RunState, ptr: int, size: int, what: str) -> bytes:
     """``mem_read`` with plain memory (the stack, mostly) inline."""
     region = rs.mem.get(ptr >> 32)
     off = ptr & OFF_MASK
-    if type(region) is bytearray and off + size <= len(region):
+    if type(region) in PLAIN_MEMORY and off + size <= len(region):
         return BYTES_AT[size](region, off)[0]
     return mem_read(rs, ptr, size, what)
 
@@ -144,7 +149,7 @@ def map_lookup_elem(bpf_map: BpfMap, rs: RunState, r2: int, r3: int = 0, r4: int
     bpf_map.timing.sync(bpf_map.machine.current.cpu)
     mem = rs.mem.get(r2 >> 32)
     off = r2 & OFF_MASK
-    if type(mem) is bytearray and off + bpf_map.key_size <= len(mem):
+    if type(mem) in PLAIN_MEMORY and off + bpf_map.key_size <= len(mem):
         value = bpf_map.map_lookup_elem_at(mem, off)
     else:
         value = bpf_map.map_lookup_elem(mem_read(rs, r2, bpf_map.key_size, "key (R2)"))

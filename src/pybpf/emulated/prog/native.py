@@ -75,8 +75,8 @@ MAX_NATIVE_FRAMES = 64  # deeper static call chains run on the JIT
 # (region, address, length) by region number; then the region number of each live frame by
 # depth; then, per inlined array map, its native lookups and a direct-mapped cache of
 # ARRAY_CACHE entries (index + 1, pointer). Python fills the tables; a run clears them.
-COUNT, BUDGET, NEXT_REGION, STATUS, FAULT_PC, DEPTH, ARENA, CALLBACK = range(8)
-VALUE_TABLE, VALUE_SLOTS = 8, 32
+COUNT, BUDGET, NEXT_REGION, STATUS, FAULT_PC, DEPTH, ARENA = range(7)
+VALUE_TABLE, VALUE_SLOTS = 7, 32
 FRAME_REGIONS = VALUE_TABLE + 3 * VALUE_SLOTS
 ARRAY_CACHE = 16
 ARRAY_WORDS = 1 + 2 * ARRAY_CACHE
@@ -89,9 +89,8 @@ NATIVE_VALUES = ATOMIC_RMW is not None
 # state): op, then up to six u64 arguments. Memory ops come last (``>= OP_LOAD``).
 OP_HELPER, OP_KFUNC, OP_ARRAY_LOOKUP, OP_LOAD, OP_STORE, OP_ATOMIC, OP_LD_ABS = range(7)
 
-_CALLBACK_TYPE = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p, *[ctypes.c_uint64] * 7)
-# CFUNCTYPE releases the GIL while compiled code runs (it touches only its run's state and
-# arena); the callback takes it back
+# CFUNCTYPE releases the GIL while compiled code runs (it touches only its run's state, arena
+# and map values); @py_callback takes it back to call Python's ``_callback``
 _ENTRY_TYPE = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p, *[ctypes.c_uint64] * 5)
 
 
@@ -302,9 +301,8 @@ class _FunctionIR:
         n = self.op("load i64, ptr %n")
         count_slot = self.slot(COUNT)
         self.emit(f"store i64 {self.op(f'sub i64 {n}, {length - done}')}, ptr {count_slot}")
-        fn = self.op(f"load ptr, ptr {self.slot(CALLBACK)}")
         padded = [*args, *["0"] * (6 - len(args))]
-        result = self.op(f"call i64 {fn}(ptr %st, i64 {op}, "
+        result = self.op(f"call i64 @py_callback(ptr %st, i64 {op}, "
                          + ", ".join(f"i64 {a}" for a in padded) + ")")
         self.check_status(pc)
         counted = self.op(f"load i64, ptr {count_slot}")
@@ -657,10 +655,55 @@ none:
 }}
 
 declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)
+declare i32 @PyGILState_Ensure()
+declare void @PyGILState_Release(i32)
+declare ptr @PyLong_FromUnsignedLongLong(i64)
+declare i64 @PyLong_AsUnsignedLongLongMask(ptr)
+declare ptr @PyObject_Vectorcall(ptr, ptr, i64, ptr)
+declare void @Py_DecRef(ptr)
+declare void @PyErr_WriteUnraisable(ptr)
 declare i16 @llvm.bswap.i16(i16)
 declare i32 @llvm.bswap.i32(i32)
 declare i64 @llvm.bswap.i64(i64)
 """
+
+
+def _py_callback_ir() -> str:
+    """@py_callback(st, op, a..f): Python's ``_callback`` called with the GIL taken, as a
+    vectorcall of eight ints (no ctypes on the way). ``_callback`` keeps what it raises for
+    the run; a failure to call it at all (out of memory) is reported as unraisable and the
+    run stops with STATUS_RAISED."""
+    names = ["%st_int", "%op", *(f"%{a}" for a in "abcdef")]
+    lines = ["define internal i64 @py_callback(ptr %st, i64 %op, i64 %a, i64 %b, i64 %c, "
+             "i64 %d, i64 %e, i64 %f) noinline {",
+             "entry:",
+             "  %gil = call i32 @PyGILState_Ensure()",
+             "  %args = alloca [8 x ptr]",
+             "  %st_int = ptrtoint ptr %st to i64"]
+    for k, name in enumerate(names):
+        lines += [f"  %o{k} = call ptr @PyLong_FromUnsignedLongLong(i64 {name})",
+                  f"  %p{k} = getelementptr [8 x ptr], ptr %args, i64 0, i64 {k}",
+                  f"  store ptr %o{k}, ptr %p{k}"]
+    lines.append(f"  %res = call ptr @PyObject_Vectorcall(ptr inttoptr (i64 {id(_callback)} "
+                 "to ptr), ptr %args, i64 8, ptr null)")
+    lines += [f"  call void @Py_DecRef(ptr %o{k})" for k in range(len(names))]
+    lines += ["  %ok = icmp ne ptr %res, null",
+              "  br i1 %ok, label %value, label %failed",
+              "value:",
+              "  %v = call i64 @PyLong_AsUnsignedLongLongMask(ptr %res)",
+              "  call void @Py_DecRef(ptr %res)",
+              "  br label %done",
+              "failed:",
+              f"  call void @PyErr_WriteUnraisable(ptr inttoptr (i64 {id(_callback)} to ptr))",
+              f"  %status_at = getelementptr i64, ptr %st, i64 {STATUS}",
+              f"  store i64 {STATUS_RAISED}, ptr %status_at",
+              "  br label %done",
+              "done:",
+              "  %r = phi i64 [%v, %value], [0, %failed]",
+              "  call void @PyGILState_Release(i32 %gil)",
+              "  ret i64 %r",
+              "}"]
+    return "\n".join(lines)
 
 
 def inlined_arrays(exe: Executable) -> list[int]:
@@ -682,7 +725,7 @@ def native_ir(exe: Executable, frames: int, arrays: list[int]) -> str:
     """The LLVM IR of ``exe`` (which ``check_compilable`` accepted, with at most ``frames``
     frames), ``arrays`` the regions of the array maps whose lookups are inlined: one function
     per subprogram, an exported ``E<start>`` each."""
-    parts = [_FRAME_PTR]
+    parts = [_FRAME_PTR, _py_callback_ir()]
     arrays = array_words(frames, arrays)
     for start in exe.subprogs:
         parts.append("\n".join(_FunctionIR(exe, start, exe.subprog_end(start),
@@ -731,12 +774,19 @@ def check_compilable(exe: Executable) -> int:
 # optimizer's loop analysis may bring in (a trip count of a budgeted loop).
 RUNTIME_SYMBOLS = ((None, ("memset", "memcpy", "memmove")),
                    ("libgcc_s.so.1", ("__udivti3", "__umodti3", "__divti3", "__modti3")))
+# The C API @py_callback calls, from this interpreter.
+PYTHON_SYMBOLS = ("PyGILState_Ensure", "PyGILState_Release", "PyLong_FromUnsignedLongLong",
+                  "PyLong_AsUnsignedLongLongMask", "PyObject_Vectorcall", "Py_DecRef",
+                  "PyErr_WriteUnraisable")
 
 
 @functools.cache
 def _register_runtime() -> None:
-    """Give MCJIT the addresses of ``RUNTIME_SYMBOLS``. One it cannot resolve leaves the
-    module's relocations unapplied, every external call a jump to address 0."""
+    """Give MCJIT the addresses of ``RUNTIME_SYMBOLS`` and ``PYTHON_SYMBOLS``. One it
+    cannot resolve leaves the module's relocations unapplied, every external call a jump to
+    address 0."""
+    for name in PYTHON_SYMBOLS:
+        llvm.add_symbol(name, ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value)
     for library, names in RUNTIME_SYMBOLS:
         try:
             lib = ctypes.CDLL(library)
@@ -770,7 +820,6 @@ class _Run:
                       for k in range(frames)]
         self.address = ctypes.addressof(self.state)
         self.words[ARENA] = ctypes.addressof(self.arena_c)
-        self.words[CALLBACK] = _CALLBACK_ADDRESS
         self.rs: Any = None
         self.exe: Any = None
         self.error: BaseException | None = None
@@ -807,13 +856,15 @@ class _Run:
     def reach(self, region: int) -> bool:
         """Put map value ``region`` (a buffer a helper returned, or global data) in the
         table of memory compiled code reaches natively; False when it is not plain memory."""
+        slot = VALUE_TABLE + 3 * (region & (VALUE_SLOTS - 1))
+        if self.words[slot] == region and region:
+            return True
         buf = self.rs.mem.get(region)
         if not NATIVE_VALUES or type(buf) is not bytearray or not buf:
             return False
         view = self.exported.get(region)
         if view is None:  # the export keeps the buffer where it is until the run ends
             view = self.exported[region] = (ctypes.c_char * len(buf)).from_buffer(buf)
-        slot = VALUE_TABLE + 3 * (region & (VALUE_SLOTS - 1))
         self.words[slot:slot + 3] = array("Q", (region, ctypes.addressof(view), len(buf)))
         return True
 
@@ -888,10 +939,6 @@ def _callback(st: int, op: int, a: int, b: int, c: int, d: int, e: int, f: int) 
         return 0
 
 
-_CALLBACK = _CALLBACK_TYPE(_callback) if llvm is not None else None
-_CALLBACK_ADDRESS = ctypes.cast(_CALLBACK, ctypes.c_void_p).value if _CALLBACK else 0
-
-
 class NativeProgram:
     """A program compiled to machine code; ``entry(start)`` runs a subprogram."""
 
@@ -939,6 +986,8 @@ class NativeProgram:
                 run.rs = run.error = None
                 free.append(run)
             if status == STATUS_RAISED:
+                if error is None:  # @py_callback could not call Python at all
+                    raise MemoryError("the native tier could not call back into Python")
                 raise error
             if status == STATUS_ELOOP:
                 raise self.over_budget(rs, words[FAULT_PC])
