@@ -148,6 +148,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         help="runs on the native tier (default 10; skipped without llvmlite)")
     parser.add_argument("--kernel-repeat", type=int_arg("--kernel-repeat", 1, U32_MAX, REPEAT_WHY),
                         default=1000, help="BPF_PROG_TEST_RUN repeat on the kernel (default 1000)")
+    parser.add_argument("--modeled-time", choices=("on", "off"), default=None,
+                        help="the emulated machine's modeled time (default: on unless "
+                             "PYBPF_NO_MODELED_TIME is set); without it nothing is charged, "
+                             "and the native tier inlines array lookups")
     parser.add_argument("--no-kernel", action="store_true", help="skip the kernel")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
@@ -167,7 +171,9 @@ def run_from_args(ns: argparse.Namespace) -> int:
             kernel = make_system("kernel")
         else:
             kernel_note = "bpf(2) is not allowed here: kernel figures skipped"
-    emulated = make_system("emulated")
+    emulated = make_system("emulated", modeled_time=None if ns.modeled_time is None
+                           else ns.modeled_time == "on")
+    modeled = "on" if emulated.machine.modeled_time else "off"
     if kernel is not None:
         # The kernel's verifier walks every iteration: let it refuse a program now (E2BIG past
         # about a million instructions) rather than after the emulated runs.
@@ -189,13 +195,14 @@ def run_from_args(ns: argparse.Namespace) -> int:
             rows.append(measure(system, engine, program, ns.iterations, repeat))
             progress.advance(note=f"{program} on {engine}")
     if ns.json:
-        dump_json({"iterations": ns.iterations, "kernel": kernel_note if kernel is None
+        dump_json({"iterations": ns.iterations, "modeled_time": modeled,
+                   "kernel": kernel_note if kernel is None
                    else "measured", "native": native_note or "measured",
                    "rows": [asdict(r) for r in rows]})
         return 0
-    print(f"eBPF execution speed, {ns.iterations} loop iterations per run "
-          "(instructions counted by the emulator; ns/run is host time: the emulator's test run "
-          "timed around it, the kernel's as it reports)")
+    print(f"eBPF execution speed, {ns.iterations} loop iterations per run, modeled time "
+          f"{modeled} (instructions counted by the emulator; ns/run is host time: the "
+          "emulator's test run timed around it, the kernel's as it reports)")
     names = {"interp": "emulated: reference interpreter", "jit": "emulated: JIT to Python",
              "native": "emulated: native (LLVM)", "kernel": "kernel: BPF_PROG_TEST_RUN"}
     print(format_table(

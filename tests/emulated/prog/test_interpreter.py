@@ -372,14 +372,16 @@ def test_jump_opcodes_cover_the_table():
         JmpOp.JA, JmpOp.CALL, JmpOp.EXIT, JmpOp.JCOND)}
 
 
-def test_interp_benchmark_reports_every_engine_with_exact_instruction_counts(capsys):
+@pytest.mark.parametrize("modeled", ["on", "off"])
+def test_interp_benchmark_reports_every_engine_with_exact_instruction_counts(capsys, modeled):
     import json
 
     from pybpf.bench.interp import main
 
     assert main(["--iterations", "50", "--no-kernel", "--json", "--jit-repeat", "1",
-                 "--native-repeat", "1"]) == 0
+                 "--native-repeat", "1", "--modeled-time", modeled]) == 0
     report = json.loads(capsys.readouterr().out)
+    assert report["modeled_time"] == modeled
     counts = {(row["program"], row["engine"]): row["insns_per_run"] for row in report["rows"]}
     alu = 3 + 9 * 50 + 1  # mov, mov, lddw; 9 per iteration; exit
     maps = 3 + 10 * 50 + 2  # mov, mov, st; 10 per iteration; mov, exit
