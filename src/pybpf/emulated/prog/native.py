@@ -55,7 +55,15 @@ from ...errors import ProgramFault
 from ...uapi import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, BpfFunc
 from ..maps.arraymap import BpfArray
 from .helpers import bpf_map_lookup_elem
-from .memory import BPF_MAX_LOOPS, M64, RunState, mem_load, mem_read, mem_store
+from .memory import (
+    BPF_MAX_LOOPS,
+    DYNAMIC_REGION_BASE,
+    M64,
+    RunState,
+    mem_load,
+    mem_read,
+    mem_store,
+)
 from .semantics import atomic_op, ld_abs
 
 try:
@@ -824,6 +832,7 @@ class _Run:
         self.exe: Any = None
         self.error: BaseException | None = None
         self.registered: list[int] = []  # frame regions now in rs.mem
+        self.deepest = 0  # the last of them (0: none)
         self.exported: dict[int, Any] = {}  # region -> its buffer's export, while it runs
 
     def framed(self, op: int, a: int, b: int, c: int, d: int, e: int, f: int) -> int:
@@ -832,17 +841,24 @@ class _Run:
         rs, words = self.rs, self.words
         rs.count = words[COUNT]
         rs.next_region = words[NEXT_REGION]
-        live = words[FRAME_REGIONS:FRAME_REGIONS + words[DEPTH]].tolist()
-        if live != self.registered:
+        # the live frames are a stack whose region numbers only grow: the deepest one's
+        # number says whether any changed
+        depth = words[DEPTH]
+        deepest = words[FRAME_REGIONS + depth - 1] if depth else 0
+        if deepest != self.deepest:
             self.unregister()
+            live = words[FRAME_REGIONS:FRAME_REGIONS + depth].tolist()
             mem = rs.mem
             for region, view in zip(live, self.views, strict=False):
                 mem[region] = view
-            self.registered = live
+            self.registered, self.deepest = live, deepest
         try:
             if op == OP_HELPER:
                 r0 = self.exe.helpers[a](rs, b, c, d, e, f) & M64
-                self.reach(r0 >> 32)
+                region = r0 >> 32  # a pointer a helper made (a looked-up value), if any
+                if region >= DYNAMIC_REGION_BASE and \
+                        words[VALUE_TABLE + 3 * (region & (VALUE_SLOTS - 1))] != region:
+                    self.reach(region)
                 return r0
             if op == OP_KFUNC:
                 return self.exe.kfuncs[a](rs, b, c, d, e, f) & M64
@@ -899,7 +915,7 @@ class _Run:
         mem = self.rs.mem
         for region in self.registered:
             mem.pop(region, None)
-        self.registered = []
+        self.registered, self.deepest = [], 0
 
 
 _ACTIVE: dict[int, _Run] = {}  # state address -> the run it belongs to, while it runs
