@@ -1,7 +1,8 @@
 """The native tier on map values (prog/native.py): values a helper returned and global data
 reached natively, hardware atomics (semantics.py's ATOMIC_RMW in the Python engines), and
-BPF_MAP_TYPE_ARRAY lookups inlined on a machine without modeled time. Every engine gives the
-same R0, instruction count, map contents and access statistics."""
+BPF_MAP_TYPE_ARRAY and BPF_MAP_TYPE_HASH lookups without Python on a machine without modeled
+time. Every engine gives the same R0, instruction count, map contents and access
+statistics."""
 
 from __future__ import annotations
 
@@ -34,12 +35,27 @@ def load(system, items, maps: dict[str, int]):
     return system.prog_from_fd(system.prog_load(ProgType.SCHED_CLS, insns))
 
 
-def run_on_each_engine(items, entries: int = 4, modeled: bool = False, runs: int = 1) -> dict:
-    """Per engine: (R0s, instruction counts, the map's values, its access statistics)."""
+def contents(system, fd, entries: int) -> dict[int, bytes]:
+    """The map's values of keys 0..entries-1 (those present)."""
+    found = {}
+    for k in range(entries):
+        try:
+            found[k] = system.map_lookup_elem(fd, k.to_bytes(4, "little"))
+        except OSError:
+            pass
+    return found
+
+
+def run_on_each_engine(items, entries: int = 4, modeled: bool = False, runs: int = 1,
+                       map_type: int = MapType.ARRAY, prefill: int = 0) -> dict:
+    """Per engine: (R0s, instruction counts, the map's values, its access statistics);
+    ``prefill`` keys from 0 are in the map first, each with value 0."""
     results = {}
     for engine in ENGINES:
         system = make_system("emulated", modeled_time=modeled)
-        fd = system.map_create(MapType.ARRAY, 4, 8, entries)
+        fd = system.map_create(map_type, 4, 8, entries)
+        for k in range(prefill):
+            system.map_update_elem(fd, k.to_bytes(4, "little"), bytes(8))
         prog = load(system, items, {"m": fd})
         r0s, counts = [], []
         for _ in range(runs):
@@ -49,9 +65,7 @@ def run_on_each_engine(items, entries: int = 4, modeled: bool = False, runs: int
         if engine == "native":
             assert prog.executable.native is not None, prog.executable.native_refused
         stats = system.map_from_fd(fd).access_stats.totals()  # the programs' accesses
-        values = {k: system.map_lookup_elem(fd, k.to_bytes(4, "little"))
-                  for k in range(entries)}
-        results[engine] = (r0s, counts, values, stats)
+        results[engine] = (r0s, counts, contents(system, fd, entries), stats)
     return results
 
 
@@ -86,6 +100,29 @@ def test_array_lookups_and_atomics_agree_across_engines(modeled, indices):
     r0s, _, values, (local, remote) = results["native"]
     assert r0s == [100, 100] and local + remote == 200
     assert sum(int.from_bytes(v, "little") for v in values.values()) == 200
+
+
+def hash_churn(keys: int, iterations: int) -> list:
+    """Per iteration on key i % keys: add 1 to its value if present, else insert it with 1;
+    then every 7th iteration delete it (so keys come and go, and elements are reused)."""
+    return [b.st(8, FP, -16, 1), b.mov64(R6, 0), b.label("loop"),
+            b.mov64(R3, R6), b.mod64(R3, keys), *lookup(R3, "insert"),
+            b.mov64(R1, 1), b.atomic_add64(R0, 0, R1), b.ja("next"),
+            b.label("insert"), b.ld_map_fd(R1, "m"), b.mov64(R2, FP), b.add64(R2, -4),
+            b.mov64(R3, FP), b.add64(R3, -16), b.mov64(asm.Reg(4), 0), b.call("map_update_elem"),
+            b.label("next"), b.mov64(R3, R6), b.mod64(R3, 7), b.jne(R3, 0, "cont"),
+            b.ld_map_fd(R1, "m"), b.mov64(R2, FP), b.add64(R2, -4), b.call("map_delete_elem"),
+            b.label("cont"), *(b.mov64(asm.Reg(reg), 0) for reg in (0, 1, 2, 3, 4, 5)),
+            b.add64(R6, 1), b.jlt(R6, iterations, "loop"), b.mov64(R0, R6), b.exit_()]
+
+
+@pytest.mark.parametrize("modeled", [False, True])
+@pytest.mark.parametrize("keys", [1, 5, 40])
+def test_hash_lookups_updates_and_deletes_agree_across_engines(modeled, keys):
+    results = run_on_each_engine(hash_churn(keys, 121), entries=64, modeled=modeled, runs=2,
+                                 map_type=MapType.HASH)
+    agree(results)
+    assert results["native"][0] == [121, 121] and results["native"][2]  # i = 120 inserts
 
 
 def test_a_lookup_past_max_entries_is_null_and_not_counted():
@@ -125,24 +162,32 @@ def test_after_the_first_lookup_of_each_index_the_loop_stays_native(monkeypatch)
             return func(*args)
         return call
 
-    monkeypatch.setattr(native._Run, "array_lookup",
-                        counted("lookup", native._Run.array_lookup))
+    monkeypatch.setattr(native._Run, "map_lookup",
+                        counted("lookup", native._Run.map_lookup))
     monkeypatch.setattr(native, "_memory_op", counted("memory", native._memory_op))
-    system = make_system("emulated", modeled_time=False)
-    fd = system.map_create(MapType.ARRAY, 4, 8, 40)
-    prog = load(system, counting_loop(3, 300, stride=9), {"m": fd})  # no two share an entry
-    for run in range(2):  # the cache is the run's: each run looks each index up once
-        assert prog.run(bytearray(64), engine="native").retval == 300
-        assert calls == {"lookup": 3 * (run + 1), "memory": 0}
+    for map_type in (MapType.ARRAY, MapType.HASH):
+        calls.update(lookup=0, memory=0)
+        system = make_system("emulated", modeled_time=False)
+        fd = system.map_create(map_type, 4, 8, 40)
+        for k in (0, 9, 18):
+            system.map_update_elem(fd, k.to_bytes(4, "little"), bytes(8))
+        prog = load(system, counting_loop(3, 300, stride=9), {"m": fd})  # no two share an entry
+        for run in range(2):  # the cache is the run's: each run looks each value up once
+            assert prog.run(bytearray(64), engine="native").retval == 300
+            assert calls == {"lookup": 3 * (run + 1), "memory": 0}, map_type
 
 
-def test_lookups_are_inlined_only_without_modeled_time():
-    for modeled, inlined in ((False, True), (True, False)):
+@pytest.mark.parametrize("map_type, native_lookups", [
+    (MapType.ARRAY, True), (MapType.HASH, True), (MapType.PERCPU_ARRAY, False),
+    (MapType.LRU_HASH, False), (MapType.PERCPU_HASH, False)])
+def test_lookups_run_without_python_only_on_plain_maps_without_modeled_time(map_type,
+                                                                           native_lookups):
+    for modeled in (False, True):
         system = make_system("emulated", modeled_time=modeled)
-        fd = system.map_create(MapType.ARRAY, 4, 8, 4)
+        fd = system.map_create(map_type, 4, 8, 4)
         prog = load(system, counting_loop(1, 1), {"m": fd})
-        assert bool(native.inlined_arrays(prog.executable)) == (inlined and
-                                                              native.NATIVE_VALUES)
+        expected = native_lookups and not modeled and native.NATIVE_VALUES
+        assert bool(native.native_lookup_maps(prog.executable)) == expected
 
 
 @needs_accel

@@ -232,15 +232,6 @@ class BpfArray(ArrayBase):
         value = self.elems.get(index)
         return self.elem(index) if value is None else value
 
-    def count_lookups(self, n: int) -> None:
-        """``n`` lookups compiled code did inline (the native tier on a machine without
-        modeled time), counted in ``access_stats`` as ``map_lookup_elem_at`` counts each."""
-        cpu = self._current.cpu
-        if self._local[cpu]:
-            self.access_stats.local[cpu] += n
-        else:
-            self.access_stats.remote[cpu] += n
-
     def array_map_copy_value(self, key: bytes, flags: int = 0) -> bytes:
         """bpf_map_copy_value of an array: array_map_lookup_elem and the copy (an element
         never written reads as zeros without being made)."""

@@ -19,12 +19,14 @@ Rules this module keeps:
 - Atomics on an aligned word of native memory are hardware atomics, as the Python engines'
   (``ATOMIC_RMW``); others go through Python. Without the C accelerator the Python engines
   serialise atomics under a lock instead, so compiled code then leaves map values to Python.
-- ``bpf_map_lookup_elem`` on a BPF_MAP_TYPE_ARRAY R1 surely points to, on a machine without
-  modeled time, is inlined as the kernel's verifier does (array_map_gen_lookup): the index
-  read and bounds-checked natively, the value's pointer from a per-run cache that the first
-  lookup of an index through Python fills; lookups done natively are counted into the map's
-  access statistics when the run ends. With modeled time every lookup goes through Python,
-  which charges it.
+- ``bpf_map_lookup_elem`` on a plain BPF_MAP_TYPE_ARRAY or BPF_MAP_TYPE_HASH that R1 surely
+  points to, on a machine without modeled time, runs without Python: an array's lookup is
+  inlined as the kernel's verifier inlines it (array_map_gen_lookup: the index read and
+  bounds-checked natively); a hash map's key is found in the map's table by one C-API dict
+  lookup with the GIL taken (@htab_lookup). The value's pointer then comes from a per-run
+  cache that the first lookup of that value through Python fills; the lookups done natively
+  are counted into the map's access statistics (local or remote, as Python counts them) when
+  the run ends. With modeled time every lookup goes through Python, which charges it.
 - A program the tier does not compile (a tail call, an unknown helper, a write to r10,
   recursion, a jump out of its subprogram) is refused once at load with a reason; core.py
   then runs it on the JIT.
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import sys
 from array import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -52,8 +55,9 @@ from ...asm.opcodes import (
     Source,
 )
 from ...errors import ProgramFault
-from ...uapi import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, BpfFunc
+from ...uapi import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, BpfFunc, MapType
 from ..maps.arraymap import BpfArray
+from ..maps.hashtab import HtabMap
 from .helpers import bpf_map_lookup_elem
 from .memory import (
     BPF_MAX_LOOPS,
@@ -81,13 +85,18 @@ MAX_NATIVE_FRAMES = 64  # deeper static call chains run on the JIT
 # region number of each live frame by depth.
 # Then the map values reached natively: a direct-mapped table of VALUE_SLOTS entries
 # (region, address, length) by region number; then the region number of each live frame by
-# depth; then, per inlined array map, its native lookups and a direct-mapped cache of
-# ARRAY_CACHE entries (index + 1, pointer). Python fills the tables; a run clears them.
+# depth; then, per map whose lookups run natively, its local and remote lookups done natively
+# and a direct-mapped cache of LOOKUP_CACHE entries (tag, pointer, local): an array's tag is
+# index + 1, a hash map's the address of the value object (so 0 is empty). Python fills the
+# tables; a run clears them.
 COUNT, BUDGET, NEXT_REGION, STATUS, FAULT_PC, DEPTH, ARENA = range(7)
 VALUE_TABLE, VALUE_SLOTS = 7, 32
 FRAME_REGIONS = VALUE_TABLE + 3 * VALUE_SLOTS
-ARRAY_CACHE = 16
-ARRAY_WORDS = 1 + 2 * ARRAY_CACHE
+LOOKUP_CACHE = 16  # a power of two
+MAP_WORDS = 2 + 3 * LOOKUP_CACHE
+# A hash map's cache entry is its tag's top bits after this multiplication (Fibonacci
+# hashing): objects' addresses are multiples of their allocator's size classes.
+FIBONACCI = 0x9E3779B97F4A7C15
 STATUS_OK, STATUS_ELOOP, STATUS_RAISED = 0, 1, 2
 # Map values are reached natively only where atomics on them are hardware atomics in every
 # engine (the C accelerator's ATOMIC_RMW).
@@ -95,7 +104,9 @@ NATIVE_VALUES = ATOMIC_RMW is not None
 
 # What the compiled code asks of Python through the callback (its first argument after the
 # state): op, then up to six u64 arguments. Memory ops come last (``>= OP_LOAD``).
-OP_HELPER, OP_KFUNC, OP_ARRAY_LOOKUP, OP_LOAD, OP_STORE, OP_ATOMIC, OP_LD_ABS = range(7)
+OP_HELPER, OP_KFUNC, OP_MAP_LOOKUP, OP_LOAD, OP_STORE, OP_ATOMIC, OP_LD_ABS = range(7)
+# @htab_lookup's answers besides a value's address: absent, or ask Python
+HTAB_ABSENT, HTAB_SLOW = 0, M64
 
 # CFUNCTYPE releases the GIL while compiled code runs (it touches only its run's state, arena
 # and map values); @py_callback takes it back to call Python's ``_callback``
@@ -153,11 +164,11 @@ class _FunctionIR:
     """LLVM IR of one subprogram [start, end): registers in allocas (promoted by LLVM), one
     basic block per counting block."""
 
-    def __init__(self, exe: Executable, start: int, end: int, arrays: dict[int, int]) -> None:
+    def __init__(self, exe: Executable, start: int, end: int, maps: dict[int, int]) -> None:
         self.exe = exe
         self.start = start
         self.end = end
-        self.arrays = arrays  # region of an inlined array map -> the state slot of its words
+        self.maps = maps  # region of a map whose lookups run natively -> its words' slot
         self.lines: list[str] = []
         self.temps = 0
         self.terminated = False
@@ -452,48 +463,62 @@ class _FunctionIR:
             raise NativeRefused(f"insn {pc}: tail calls run on the JIT")
         elif insn.imm not in self.exe.helpers:
             raise NativeRefused(f"insn {pc}: helper {insn.imm} is not bound")
-        elif insn.imm == BpfFunc.map_lookup_elem and self.map_in_r1 in self.arrays:
-            self.write_array_lookup(pc, self.map_in_r1)
+        elif insn.imm == BpfFunc.map_lookup_elem and self.map_in_r1 in self.maps:
+            self.write_map_lookup(pc, self.map_in_r1)
             return
         else:
             op = OP_HELPER
         args = [self.get(reg) for reg in range(1, 6)]
         self.put(0, self.callback(pc, op, str(insn.imm), *args))
 
-    def write_array_lookup(self, pc: int, region: int) -> None:
-        """array_map_gen_lookup: R0 from the run's cache of the map's looked-up values when
-        the index is there, 0 past max_entries, else the helper through Python."""
+    def write_map_lookup(self, pc: int, region: int) -> None:
+        """bpf_map_lookup_elem without Python: R0 from the run's cache of the map's values
+        when the value is there, 0 for an index past max_entries or an absent key, else the
+        helper through Python (which fills the cache)."""
         bpf_map = self.exe.static_regions[region]
-        words = self.arrays[region]
         key = self.get(2)
-        key_ptr = self.op(f"call ptr @mem_ptr(ptr %st, i64 {key}, i64 4)")
+        key_ptr = self.op(f"call ptr @mem_ptr(ptr %st, i64 {key}, i64 {bpf_map.key_size})")
         readable = self.op(f"icmp ne ptr {key_ptr}, null")
-        self.branch(f"br i1 {readable}, label %ak{pc}, label %ac{pc}")
-        self.label(f"ak{pc}")
-        index = self.zext(self.op(f"load i32, ptr {key_ptr}, align 1"), 32)
-        inside = self.op(f"icmp ult i64 {index}, {bpf_map.max_entries}")
-        self.branch(f"br i1 {inside}, label %ai{pc}, label %az{pc}")
-        self.label(f"ai{pc}")
-        entry = self.op(f"shl i64 {self.op(f'and i64 {index}, {ARRAY_CACHE - 1}')}, 1")
-        tag_slot = self.op(f"add i64 {entry}, {words + 1}")
+        self.branch(f"br i1 {readable}, label %mk{pc}, label %ms{pc}")
+        self.label(f"mk{pc}")
+        if type(bpf_map) is BpfArray:  # array_map_gen_lookup
+            index = self.zext(self.op(f"load i32, ptr {key_ptr}, align 1"), 32)
+            found = self.op(f"icmp ult i64 {index}, {bpf_map.max_entries}")
+            tag = self.op(f"add i64 {index}, 1")
+            entry = self.op(f"and i64 {index}, {LOOKUP_CACHE - 1}")
+        else:  # the key in the map's table, by @htab_lookup
+            tag = self.op(f"call i64 @htab_lookup(ptr inttoptr (i64 {id(bpf_map.table)} to ptr),"
+                          f" ptr {key_ptr}, i64 {bpf_map.key_size})")
+            slow = self.op(f"icmp eq i64 {tag}, {_const(HTAB_SLOW, 64)}")
+            self.branch(f"br i1 {slow}, label %ms{pc}, label %mf{pc}")
+            self.label(f"mf{pc}")
+            found = self.op(f"icmp ne i64 {tag}, {HTAB_ABSENT}")
+            hashed = self.op(f"mul i64 {tag}, {_const(FIBONACCI, 64)}")
+            entry = self.op(f"lshr i64 {hashed}, {64 - LOOKUP_CACHE.bit_length() + 1}")
+        self.branch(f"br i1 {found}, label %mc{pc}, label %mz{pc}")
+        self.label(f"mc{pc}")
+        words = self.maps[region]
+        tag_slot = self.op(f"add i64 {self.op(f'mul i64 {entry}, 3')}, {words + 2}")
         tag_at = self.op(f"getelementptr i64, ptr %st, i64 {tag_slot}")
-        cached = self.op(f"icmp eq i64 {self.op(f'load i64, ptr {tag_at}')}, "
-                         f"{self.op(f'add i64 {index}, 1')}")
-        self.branch(f"br i1 {cached}, label %ah{pc}, label %ac{pc}")
-        self.label(f"ah{pc}")
+        cached = self.op(f"icmp eq i64 {self.op(f'load i64, ptr {tag_at}')}, {tag}")
+        self.branch(f"br i1 {cached}, label %mh{pc}, label %ms{pc}")
+        self.label(f"mh{pc}")
         fast = self.op(f"load i64, ptr {self.op(f'getelementptr i64, ptr {tag_at}, i64 1')}")
-        hits_at = self.slot(words)
-        hits = self.op(f"load i64, ptr {hits_at}")
-        self.emit(f"store i64 {self.op(f'add i64 {hits}, 1')}, ptr {hits_at}")
-        self.branch(f"br label %aj{pc}")
-        self.label(f"az{pc}")
-        self.branch(f"br label %aj{pc}")
-        self.label(f"ac{pc}")
-        slow = self.callback(pc, OP_ARRAY_LOOKUP, str(region), key)
+        local = self.op(f"load i64, ptr {self.op(f'getelementptr i64, ptr {tag_at}, i64 2')}")
+        # local lookups counted in the map's first word, remote ones in its second
+        counter_at = self.op(f"getelementptr i64, ptr %st, i64 "
+                             f"{self.op(f'sub i64 {words + 1}, {local}')}")
+        counted = self.op(f"load i64, ptr {counter_at}")
+        self.emit(f"store i64 {self.op(f'add i64 {counted}, 1')}, ptr {counter_at}")
+        self.branch(f"br label %mj{pc}")
+        self.label(f"mz{pc}")
+        self.branch(f"br label %mj{pc}")
+        self.label(f"ms{pc}")
+        slow = self.callback(pc, OP_MAP_LOOKUP, str(region), key)
         slow_block = self.current_block()
-        self.branch(f"br label %aj{pc}")
-        self.label(f"aj{pc}")
-        self.put(0, self.op(f"phi i64 [{fast}, %ah{pc}], [0, %az{pc}], [{slow}, %{slow_block}]"))
+        self.branch(f"br label %mj{pc}")
+        self.label(f"mj{pc}")
+        self.put(0, self.op(f"phi i64 [{fast}, %mh{pc}], [0, %mz{pc}], [{slow}, %{slow_block}]"))
 
     def stack_pointer(self, base: int, off: int, size: int) -> str | None:
         """The stack address of ``r10 + off`` when the whole access is inside this frame."""
@@ -670,10 +695,58 @@ declare i64 @PyLong_AsUnsignedLongLongMask(ptr)
 declare ptr @PyObject_Vectorcall(ptr, ptr, i64, ptr)
 declare void @Py_DecRef(ptr)
 declare void @PyErr_WriteUnraisable(ptr)
+declare ptr @PyBytes_FromStringAndSize(ptr, i64)
+declare ptr @PyDict_GetItemWithError(ptr, ptr)
+declare ptr @PyErr_Occurred()
+declare void @PyErr_Clear()
+declare ptr @PyObject_GetAttr(ptr, ptr)
 declare i16 @llvm.bswap.i16(i16)
 declare i32 @llvm.bswap.i32(i32)
 declare i64 @llvm.bswap.i64(i64)
 """
+
+
+_VALUE = sys.intern("value")  # HtabElem.value, the name @htab_lookup reads
+
+
+def _htab_lookup_ir() -> str:
+    """@htab_lookup(table, key, size): the address of the value object of the element the
+    ``size`` key bytes at ``key`` name in a hash map's table (a dict of key bytes to
+    HtabElem), HTAB_ABSENT, or HTAB_SLOW when Python failed (the error cleared: the lookup
+    is done again through Python, which reports it). The GIL is taken for the dict lookup;
+    the address only keys the run's cache of values Python registered, which stay alive."""
+    return f"""
+define internal i64 @htab_lookup(ptr %table, ptr %key, i64 %size) noinline {{
+entry:
+  %gil = call i32 @PyGILState_Ensure()
+  %kb = call ptr @PyBytes_FromStringAndSize(ptr %key, i64 %size)
+  %made = icmp ne ptr %kb, null
+  br i1 %made, label %look, label %error
+look:
+  %elem = call ptr @PyDict_GetItemWithError(ptr %table, ptr %kb)
+  call void @Py_DecRef(ptr %kb)
+  %has = icmp ne ptr %elem, null
+  br i1 %has, label %value, label %missing
+missing:
+  %err = call ptr @PyErr_Occurred()
+  %absent = icmp eq ptr %err, null
+  br i1 %absent, label %done, label %error
+value:
+  %v = call ptr @PyObject_GetAttr(ptr %elem, ptr inttoptr (i64 {id(_VALUE)} to ptr))
+  %got = icmp ne ptr %v, null
+  br i1 %got, label %address, label %error
+address:
+  %addr = ptrtoint ptr %v to i64
+  call void @Py_DecRef(ptr %v)
+  br label %done
+error:
+  call void @PyErr_Clear()
+  br label %done
+done:
+  %r = phi i64 [{HTAB_ABSENT}, %missing], [%addr, %address], [{_const(HTAB_SLOW, 64)}, %error]
+  call void @PyGILState_Release(i32 %gil)
+  ret i64 %r
+}}"""
 
 
 def _py_callback_ir() -> str:
@@ -714,30 +787,32 @@ def _py_callback_ir() -> str:
     return "\n".join(lines)
 
 
-def inlined_arrays(exe: Executable) -> list[int]:
-    """The static regions of the array maps whose lookups compile inline: plain
-    BPF_MAP_TYPE_ARRAY on a machine without modeled time (whose lookups charge nothing),
-    where map values are native memory."""
+def native_lookup_maps(exe: Executable) -> list[int]:
+    """The static regions of the maps whose lookups run without Python: plain
+    BPF_MAP_TYPE_ARRAY and BPF_MAP_TYPE_HASH maps on a machine without modeled time (whose
+    lookups charge nothing), where map values are native memory."""
     if not NATIVE_VALUES or exe.helpers.get(BpfFunc.map_lookup_elem) is not bpf_map_lookup_elem:
         return []
     return [region for region, obj in exe.static_regions.items()
-            if type(obj) is BpfArray and not obj.timing.modeled]
+            if ((type(obj) is BpfArray and obj.map_type == MapType.ARRAY)
+                or (type(obj) is HtabMap and obj.map_type == MapType.HASH))
+            and not obj.timing.modeled]
 
 
-def array_words(frames: int, arrays: list[int]) -> dict[int, int]:
-    """Where each inlined array map's words begin in the state of a run of ``frames``."""
-    return {region: FRAME_REGIONS + frames + k * ARRAY_WORDS for k, region in enumerate(arrays)}
+def map_words(frames: int, maps: list[int]) -> dict[int, int]:
+    """Where each native-lookup map's words begin in the state of a run of ``frames``."""
+    return {region: FRAME_REGIONS + frames + k * MAP_WORDS for k, region in enumerate(maps)}
 
 
-def native_ir(exe: Executable, frames: int, arrays: list[int]) -> str:
+def native_ir(exe: Executable, frames: int, maps: list[int]) -> str:
     """The LLVM IR of ``exe`` (which ``check_compilable`` accepted, with at most ``frames``
-    frames), ``arrays`` the regions of the array maps whose lookups are inlined: one function
+    frames), ``maps`` the regions of the maps whose lookups run without Python: one function
     per subprogram, an exported ``E<start>`` each."""
-    parts = [_FRAME_PTR, _py_callback_ir()]
-    arrays = array_words(frames, arrays)
+    parts = [_FRAME_PTR, _py_callback_ir(), _htab_lookup_ir()]
+    words = map_words(frames, maps)
     for start in exe.subprogs:
         parts.append("\n".join(_FunctionIR(exe, start, exe.subprog_end(start),
-                                           arrays).write()))
+                                           words).write()))
         parts.append(f"define i64 @E{start}(ptr %st, i64 %a1, i64 %a2, i64 %a3, i64 %a4, "
                      f"i64 %a5) {{\n  %r = call i64 @F{start}(ptr %st, i64 %a1, i64 %a2, "
                      "i64 %a3, i64 %a4, i64 %a5)\n  ret i64 %r\n}")
@@ -785,7 +860,9 @@ RUNTIME_SYMBOLS = ((None, ("memset", "memcpy", "memmove")),
 # The C API @py_callback calls, from this interpreter.
 PYTHON_SYMBOLS = ("PyGILState_Ensure", "PyGILState_Release", "PyLong_FromUnsignedLongLong",
                   "PyLong_AsUnsignedLongLongMask", "PyObject_Vectorcall", "Py_DecRef",
-                  "PyErr_WriteUnraisable")
+                  "PyErr_WriteUnraisable", "PyBytes_FromStringAndSize",
+                  "PyDict_GetItemWithError", "PyErr_Occurred", "PyErr_Clear",
+                  "PyObject_GetAttr")
 
 
 @functools.cache
@@ -818,9 +895,9 @@ class _Run:
     """One run's state array (``words``: Python's view of it), frame arena, Python's views of
     the frames, and the map values it reaches natively."""
 
-    def __init__(self, frames: int, arrays: list[int]) -> None:
-        self.arrays = array_words(frames, arrays)
-        self.state = (ctypes.c_uint64 * (FRAME_REGIONS + frames + len(arrays) * ARRAY_WORDS))()
+    def __init__(self, frames: int, maps: list[int]) -> None:
+        self.maps = map_words(frames, maps)
+        self.state = (ctypes.c_uint64 * (FRAME_REGIONS + frames + len(maps) * MAP_WORDS))()
         self.words = memoryview(self.state).cast("B").cast("Q")
         self.arena = bytearray(frames * MAX_BPF_STACK)
         self.arena_c = (ctypes.c_char * len(self.arena)).from_buffer(self.arena)
@@ -862,8 +939,8 @@ class _Run:
                 return r0
             if op == OP_KFUNC:
                 return self.exe.kfuncs[a](rs, b, c, d, e, f) & M64
-            if op == OP_ARRAY_LOOKUP:
-                return self.array_lookup(a, b)
+            if op == OP_MAP_LOOKUP:
+                return self.map_lookup(a, b)
             return _memory_op(rs, op, a, b, c, d, e, f)
         finally:
             words[COUNT] = rs.count
@@ -884,29 +961,46 @@ class _Run:
         self.words[slot:slot + 3] = array("Q", (region, ctypes.addressof(view), len(buf)))
         return True
 
-    def array_lookup(self, region: int, key: int) -> int:
-        """bpf_map_lookup_elem on an inlined array map, whose value compiled code then finds
-        in its cache (the index keyed as index + 1, so 0 is empty)."""
+    def map_lookup(self, region: int, key: int) -> int:
+        """bpf_map_lookup_elem on a map whose lookups compiled code does, through Python;
+        the value found goes in the run's cache, where compiled code finds it next time."""
         rs = self.rs
         r0 = bpf_map_lookup_elem(rs, region << 32, key, 0, 0, 0)
-        if r0 and self.reach(r0 >> 32):
-            index = int.from_bytes(mem_read(rs, key, 4, "key (R2)"), "little")
-            entry = self.arrays[region] + 1 + 2 * (index & (ARRAY_CACHE - 1))
-            self.words[entry:entry + 2] = array("Q", (index + 1, r0))
+        if not (r0 and self.reach(r0 >> 32)):
+            return r0
+        bpf_map = self.exe.static_regions[region]
+        cpu = bpf_map._current.cpu
+        key_bytes = mem_read(rs, key, bpf_map.key_size, "key (R2)")
+        if type(bpf_map) is BpfArray:
+            index = int.from_bytes(key_bytes, "little")
+            tag, entry, local = index + 1, index & (LOOKUP_CACHE - 1), bpf_map._local[cpu]
+        else:
+            elem = bpf_map.table.get(key_bytes)
+            if elem is None or elem.value is not rs.mem[r0 >> 32]:
+                return r0  # gone or replaced meanwhile: nothing to remember
+            tag = id(elem.value)
+            entry = (tag * FIBONACCI & M64) >> (64 - LOOKUP_CACHE.bit_length() + 1)
+            local = bpf_map.access_stats.cpu_node[cpu] == elem.node
+        at = self.maps[region] + 2 + 3 * entry
+        self.words[at:at + 3] = array("Q", (tag, r0, int(local)))
         return r0
 
     def finish(self) -> None:
-        """The run is over: count the native array lookups into their maps' statistics and
-        forget the map values (their region numbers are this run's)."""
+        """The run is over: count the lookups compiled code did into their maps' statistics
+        and forget the map values (their region numbers are this run's)."""
         words, static = self.words, self.exe.static_regions
-        for region, at in self.arrays.items():
-            if words[at]:
-                static[region].count_lookups(words[at])
+        for region, at in self.maps.items():
+            local, remote = words[at], words[at + 1]
+            if local or remote:
+                bpf_map = static[region]
+                cpu = bpf_map._current.cpu
+                bpf_map.access_stats.local[cpu] += local
+                bpf_map.access_stats.remote[cpu] += remote
         if self.exported:
             ctypes.memset(ctypes.addressof(self.state) + 8 * VALUE_TABLE, 0,
                           8 * 3 * VALUE_SLOTS)
-            for at in self.arrays.values():
-                ctypes.memset(ctypes.addressof(self.state) + 8 * at, 0, 8 * ARRAY_WORDS)
+            for at in self.maps.values():
+                ctypes.memset(ctypes.addressof(self.state) + 8 * at, 0, 8 * MAP_WORDS)
             self.exported.clear()
 
     def unregister(self) -> None:
@@ -961,8 +1055,8 @@ class NativeProgram:
     def __init__(self, exe: Executable) -> None:
         self.exe = exe
         self.frames = check_compilable(exe)
-        self.arrays = inlined_arrays(exe)
-        module = llvm.parse_assembly(native_ir(exe, self.frames, self.arrays))
+        self.maps = native_lookup_maps(exe)
+        module = llvm.parse_assembly(native_ir(exe, self.frames, self.maps))
         module.verify()
         machine = _machine()
         tuning = llvm.create_pipeline_tuning_options(speed_level=2)
@@ -981,7 +1075,7 @@ class NativeProgram:
         free = self.free
 
         def run_native(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
-            run = free.pop() if free else _Run(self.frames, self.arrays)
+            run = free.pop() if free else _Run(self.frames, self.maps)
             words = run.words
             words[COUNT] = rs.count
             words[BUDGET] = rs.budget
