@@ -372,6 +372,23 @@ def test_jump_opcodes_cover_the_table():
         JmpOp.JA, JmpOp.CALL, JmpOp.EXIT, JmpOp.JCOND)}
 
 
+def test_interp_benchmark_reports_a_program_the_kernel_refuses_and_goes_on(capsys):
+    import json
+
+    from pybpf.bench.interp import main
+    from pybpf.testing import KERNEL_SKIP_REASON, kernel_available
+
+    if not kernel_available():
+        pytest.skip(KERNEL_SKIP_REASON)
+    # the kernel's verifier walks each of hash-loop's iterations both ways through the NULL
+    # check: past its million instructions at 20000; the emulated engines still run it
+    assert main(["--iterations", "20000", "--programs", "hash-loop", "--json",
+                 "--jit-repeat", "1", "--native-repeat", "1", "--kernel-repeat", "1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert "E2BIG" in report["kernel_refused"]["hash-loop"]
+    assert {row["engine"] for row in report["rows"]} == set(ENGINES)
+
+
 @pytest.mark.parametrize("modeled", ["on", "off"])
 def test_interp_benchmark_reports_every_engine_with_exact_instruction_counts(capsys, modeled):
     import json
@@ -385,7 +402,7 @@ def test_interp_benchmark_reports_every_engine_with_exact_instruction_counts(cap
     counts = {(row["program"], row["engine"]): row["insns_per_run"] for row in report["rows"]}
     alu = 3 + 9 * 50 + 1  # mov, mov, lddw; 9 per iteration; exit
     maps = 3 + 10 * 50 + 2  # mov, mov, st; 10 per iteration; mov, exit
-    assert counts == {(program, engine): insns for program, insns in (("alu-loop", alu),
-                                                                      ("map-loop", maps))
-                      for engine in ENGINES}
+    hashes = 2 + 11 * 50 + 2  # mov, st; 11 per iteration; mov, exit
+    assert counts == {(program, engine): insns for program, insns in (
+        ("alu-loop", alu), ("map-loop", maps), ("hash-loop", hashes)) for engine in ENGINES}
     assert report["native"] == (NATIVE_MISSING or "measured")
