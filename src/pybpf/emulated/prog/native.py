@@ -89,8 +89,8 @@ MAX_NATIVE_FRAMES = 64  # deeper static call chains run on the JIT
 # and a direct-mapped cache of LOOKUP_CACHE entries (tag, pointer, local): an array's tag is
 # index + 1, a hash map's the address of the value object (so 0 is empty). Python fills the
 # tables; a run clears them.
-COUNT, BUDGET, NEXT_REGION, STATUS, FAULT_PC, DEPTH, ARENA = range(7)
-VALUE_TABLE, VALUE_SLOTS = 7, 32
+COUNT, BUDGET, NEXT_REGION, STATUS, FAULT_PC, DEPTH, ARENA, CALLBACK = range(8)
+VALUE_TABLE, VALUE_SLOTS = 8, 32
 FRAME_REGIONS = VALUE_TABLE + 3 * VALUE_SLOTS
 LOOKUP_CACHE = 16  # a power of two
 MAP_WORDS = 2 + 3 * LOOKUP_CACHE
@@ -109,7 +109,7 @@ OP_HELPER, OP_KFUNC, OP_MAP_LOOKUP, OP_LOAD, OP_STORE, OP_ATOMIC, OP_LD_ABS = ra
 HTAB_ABSENT, HTAB_SLOW = 0, M64
 
 # CFUNCTYPE releases the GIL while compiled code runs (it touches only its run's state, arena
-# and map values); @py_callback takes it back to call Python's ``_callback``
+# and map values); @py_callback takes it back to call the run's ``_Run.callback``
 _ENTRY_TYPE = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p, *[ctypes.c_uint64] * 5)
 
 
@@ -750,23 +750,24 @@ done:
 
 
 def _py_callback_ir() -> str:
-    """@py_callback(st, op, a..f): Python's ``_callback`` called with the GIL taken, as a
-    vectorcall of eight ints (no ctypes on the way). ``_callback`` keeps what it raises for
-    the run; a failure to call it at all (out of memory) is reported as unraisable and the
-    run stops with STATUS_RAISED."""
-    names = ["%st_int", "%op", *(f"%{a}" for a in "abcdef")]
+    """@py_callback(st, op, a..f): the run's ``_Run.callback`` (the bound method whose address
+    is in the state's CALLBACK word) called with the GIL taken, as a vectorcall of seven ints
+    (no ctypes on the way). It keeps what it raises for the run; a failure to call it at all
+    (out of memory) is reported as unraisable and the run stops with STATUS_RAISED."""
+    names = ["%op", *(f"%{a}" for a in "abcdef")]
     lines = ["define internal i64 @py_callback(ptr %st, i64 %op, i64 %a, i64 %b, i64 %c, "
              "i64 %d, i64 %e, i64 %f) noinline {",
              "entry:",
              "  %gil = call i32 @PyGILState_Ensure()",
-             "  %args = alloca [8 x ptr]",
-             "  %st_int = ptrtoint ptr %st to i64"]
+             f"  %args = alloca [{len(names)} x ptr]",
+             f"  %callable_at = getelementptr i64, ptr %st, i64 {CALLBACK}",
+             "  %callable = load ptr, ptr %callable_at"]
     for k, name in enumerate(names):
         lines += [f"  %o{k} = call ptr @PyLong_FromUnsignedLongLong(i64 {name})",
-                  f"  %p{k} = getelementptr [8 x ptr], ptr %args, i64 0, i64 {k}",
+                  f"  %p{k} = getelementptr [{len(names)} x ptr], ptr %args, i64 0, i64 {k}",
                   f"  store ptr %o{k}, ptr %p{k}"]
-    lines.append(f"  %res = call ptr @PyObject_Vectorcall(ptr inttoptr (i64 {id(_callback)} "
-                 "to ptr), ptr %args, i64 8, ptr null)")
+    lines.append(f"  %res = call ptr @PyObject_Vectorcall(ptr %callable, ptr %args, "
+                 f"i64 {len(names)}, ptr null)")
     lines += [f"  call void @Py_DecRef(ptr %o{k})" for k in range(len(names))]
     lines += ["  %ok = icmp ne ptr %res, null",
               "  br i1 %ok, label %value, label %failed",
@@ -775,7 +776,7 @@ def _py_callback_ir() -> str:
               "  call void @Py_DecRef(ptr %res)",
               "  br label %done",
               "failed:",
-              f"  call void @PyErr_WriteUnraisable(ptr inttoptr (i64 {id(_callback)} to ptr))",
+              "  call void @PyErr_WriteUnraisable(ptr %callable)",
               f"  %status_at = getelementptr i64, ptr %st, i64 {STATUS}",
               f"  store i64 {STATUS_RAISED}, ptr %status_at",
               "  br label %done",
@@ -891,6 +892,17 @@ def _machine() -> Any:
     return llvm.Target.from_default_triple().create_target_machine(opt=2)
 
 
+def _memory_op(rs: RunState, op: int, a: int, b: int, c: int, d: int, e: int, f: int) -> int:
+    if op == OP_LOAD:
+        return mem_load(rs, a, b, c)
+    if op == OP_STORE:
+        mem_store(rs, a, b, d, c)
+        return 0
+    if op == OP_ATOMIC:
+        return atomic_op(rs, a, b, c, d, e, f) & M64
+    return ld_abs(rs, a, b)
+
+
 class _Run:
     """One run's state array (``words``: Python's view of it), frame arena, Python's views of
     the frames, and the map values it reaches natively."""
@@ -905,6 +917,8 @@ class _Run:
                       for k in range(frames)]
         self.address = ctypes.addressof(self.state)
         self.words[ARENA] = ctypes.addressof(self.arena_c)
+        self.entry = self.callback  # what @py_callback calls: kept alive with the run
+        self.words[CALLBACK] = id(self.entry)
         self.rs: Any = None
         self.exe: Any = None
         self.error: BaseException | None = None
@@ -1003,6 +1017,27 @@ class _Run:
                 ctypes.memset(ctypes.addressof(self.state) + 8 * at, 0, 8 * MAP_WORDS)
             self.exported.clear()
 
+    def callback(self, op: int, a: int, b: int, c: int, d: int, e: int, f: int) -> int:
+        """What compiled code asks of Python; an exception is kept for the run to raise."""
+        try:
+            if op >= OP_LOAD:
+                # memory outside the live frames needs neither them nor the count; a fault (or
+                # an atomic on the stack) is done again with the frames, where it is exact
+                try:
+                    result = _memory_op(self.rs, op, a, b, c, d, e, f)
+                except ProgramFault:
+                    pass
+                else:
+                    region = a >> 32  # a value known to this run, or global data: native next
+                    if region in self.exported or region in self.exe.static_regions:
+                        self.reach(region)
+                    return result
+            return self.framed(op, a, b, c, d, e, f)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the run, unchanged
+            self.error = exc
+            self.words[STATUS] = STATUS_RAISED
+            return 0
+
     def unregister(self) -> None:
         """Take the frames out of ``rs.mem`` (they stay between callbacks, where only
         compiled code runs, and are checked against the live ones at each)."""
@@ -1010,43 +1045,6 @@ class _Run:
         for region in self.registered:
             mem.pop(region, None)
         self.registered, self.deepest = [], 0
-
-
-_ACTIVE: dict[int, _Run] = {}  # state address -> the run it belongs to, while it runs
-
-
-def _memory_op(rs: RunState, op: int, a: int, b: int, c: int, d: int, e: int, f: int) -> int:
-    if op == OP_LOAD:
-        return mem_load(rs, a, b, c)
-    if op == OP_STORE:
-        mem_store(rs, a, b, d, c)
-        return 0
-    if op == OP_ATOMIC:
-        return atomic_op(rs, a, b, c, d, e, f) & M64
-    return ld_abs(rs, a, b)
-
-
-def _callback(st: int, op: int, a: int, b: int, c: int, d: int, e: int, f: int) -> int:
-    """What compiled code asks of Python; an exception is kept for the run to raise."""
-    run = _ACTIVE[st]
-    try:
-        if op >= OP_LOAD:
-            # memory outside the live frames needs neither them nor the count; a fault (or
-            # an atomic on the stack) is done again with the frames, where it is exact
-            try:
-                result = _memory_op(run.rs, op, a, b, c, d, e, f)
-            except ProgramFault:
-                pass
-            else:
-                region = a >> 32  # a value known to this run, or global data: native next
-                if region in run.exported or region in run.exe.static_regions:
-                    run.reach(region)
-                return result
-        return run.framed(op, a, b, c, d, e, f)
-    except BaseException as exc:  # noqa: BLE001 - re-raised by the run, unchanged
-        run.error = exc
-        run.words[STATUS] = STATUS_RAISED
-        return 0
 
 
 class NativeProgram:
@@ -1083,11 +1081,9 @@ class NativeProgram:
             words[STATUS] = STATUS_OK
             words[DEPTH] = 0
             run.rs, run.exe = rs, self.exe
-            _ACTIVE[run.address] = run
             try:
                 r0 = function(run.address, r1 & M64, r2 & M64, r3 & M64, r4 & M64, r5 & M64)
             finally:
-                del _ACTIVE[run.address]
                 run.unregister()
                 run.finish()
                 rs.count = words[COUNT]
