@@ -91,15 +91,16 @@ def counting_loop(indices: int, iterations: int, stride: int = 1) -> list:
             b.jlt(R6, iterations, "loop"), b.mov64(R0, R6), b.exit_()]
 
 
+@pytest.mark.parametrize("map_type", [MapType.ARRAY, MapType.PERCPU_ARRAY])
 @pytest.mark.parametrize("modeled", [False, True])
 @pytest.mark.parametrize("indices", [1, 3, 17, 40])  # 17 and 40 collide in the caches
-def test_array_lookups_and_atomics_agree_across_engines(modeled, indices):
+def test_array_lookups_and_atomics_agree_across_engines(map_type, modeled, indices):
     results = run_on_each_engine(counting_loop(indices, 100), entries=40, modeled=modeled,
-                                 runs=2)
+                                 runs=2, map_type=map_type)
     agree(results)
     r0s, _, values, (local, remote) = results["native"]
     assert r0s == [100, 100] and local + remote == 200
-    assert sum(int.from_bytes(v, "little") for v in values.values()) == 200
+    assert sum(int.from_bytes(v, "little") for v in values.values()) == 200  # all CPUs
 
 
 def hash_churn(keys: int, iterations: int) -> list:
@@ -165,12 +166,13 @@ def test_after_the_first_lookup_of_each_index_the_loop_stays_native(monkeypatch)
     monkeypatch.setattr(native._Run, "map_lookup",
                         counted("lookup", native._Run.map_lookup))
     monkeypatch.setattr(native, "_memory_op", counted("memory", native._memory_op))
-    for map_type in (MapType.ARRAY, MapType.HASH):
+    for map_type in (MapType.ARRAY, MapType.PERCPU_ARRAY, MapType.HASH):
         calls.update(lookup=0, memory=0)
         system = make_system("emulated", modeled_time=False)
         fd = system.map_create(map_type, 4, 8, 40)
-        for k in (0, 9, 18):
-            system.map_update_elem(fd, k.to_bytes(4, "little"), bytes(8))
+        if map_type == MapType.HASH:
+            for k in (0, 9, 18):
+                system.map_update_elem(fd, k.to_bytes(4, "little"), bytes(8))
         prog = load(system, counting_loop(3, 300, stride=9), {"m": fd})  # no two share an entry
         for run in range(2):  # the cache is the run's: each run looks each value up once
             assert prog.run(bytearray(64), engine="native").retval == 300
@@ -178,8 +180,8 @@ def test_after_the_first_lookup_of_each_index_the_loop_stays_native(monkeypatch)
 
 
 @pytest.mark.parametrize("map_type, native_lookups", [
-    (MapType.ARRAY, True), (MapType.HASH, True), (MapType.PERCPU_ARRAY, False),
-    (MapType.LRU_HASH, False), (MapType.PERCPU_HASH, False)])
+    (MapType.ARRAY, True), (MapType.HASH, True), (MapType.PERCPU_ARRAY, True),
+    (MapType.LRU_HASH, False), (MapType.PERCPU_HASH, False), (MapType.LRU_PERCPU_HASH, False)])
 def test_lookups_run_without_python_only_on_plain_maps_without_modeled_time(map_type,
                                                                            native_lookups):
     for modeled in (False, True):

@@ -19,14 +19,15 @@ Rules this module keeps:
 - Atomics on an aligned word of native memory are hardware atomics, as the Python engines'
   (``ATOMIC_RMW``); others go through Python. Without the C accelerator the Python engines
   serialise atomics under a lock instead, so compiled code then leaves map values to Python.
-- ``bpf_map_lookup_elem`` on a plain BPF_MAP_TYPE_ARRAY or BPF_MAP_TYPE_HASH that R1 surely
+- ``bpf_map_lookup_elem`` on a plain BPF_MAP_TYPE_ARRAY, PERCPU_ARRAY or HASH that R1 surely
   points to, on a machine without modeled time, runs without Python: an array's lookup is
   inlined as the kernel's verifier inlines it (array_map_gen_lookup: the index read and
-  bounds-checked natively); a hash map's key is found in the map's table by one C-API dict
-  lookup with the GIL taken (@htab_lookup). The value's pointer then comes from a per-run
-  cache that the first lookup of that value through Python fills; the lookups done natively
-  are counted into the map's access statistics (local or remote, as Python counts them) when
-  the run ends. With modeled time every lookup goes through Python, which charges it.
+  bounds-checked natively; a per-CPU array's names the run's CPU's slot); a hash map's key
+  is found in the map's table by one C-API dict lookup with the GIL taken (@htab_lookup).
+  The value's pointer then comes from a per-run cache that the first lookup of that value
+  through Python fills; the lookups done natively are counted into the map's access
+  statistics (local or remote, as Python counts them) when the run ends. With modeled time
+  every lookup goes through Python, which charges it.
 - A program the tier does not compile (a tail call, an unknown helper, a write to r10,
   recursion, a jump out of its subprogram) is refused once at load with a reason; core.py
   then runs it on the JIT.
@@ -56,7 +57,7 @@ from ...asm.opcodes import (
 )
 from ...errors import ProgramFault
 from ...uapi import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, BpfFunc, MapType
-from ..maps.arraymap import BpfArray
+from ..maps.arraymap import BpfArray, BpfPercpuArray
 from ..maps.hashtab import HtabMap
 from .helpers import bpf_map_lookup_elem
 from .memory import (
@@ -105,6 +106,7 @@ NATIVE_VALUES = ATOMIC_RMW is not None
 # What the compiled code asks of Python through the callback (its first argument after the
 # state): op, then up to six u64 arguments. Memory ops come last (``>= OP_LOAD``).
 OP_HELPER, OP_KFUNC, OP_MAP_LOOKUP, OP_LOAD, OP_STORE, OP_ATOMIC, OP_LD_ABS = range(7)
+ARRAYS = (BpfArray, BpfPercpuArray)  # the maps whose lookups the tier inlines by index
 # @htab_lookup's answers besides a value's address: absent, or ask Python
 HTAB_ABSENT, HTAB_SLOW = 0, M64
 
@@ -481,7 +483,7 @@ class _FunctionIR:
         readable = self.op(f"icmp ne ptr {key_ptr}, null")
         self.branch(f"br i1 {readable}, label %mk{pc}, label %ms{pc}")
         self.label(f"mk{pc}")
-        if type(bpf_map) is BpfArray:  # array_map_gen_lookup
+        if type(bpf_map) in ARRAYS:  # array_map_gen_lookup
             index = self.zext(self.op(f"load i32, ptr {key_ptr}, align 1"), 32)
             found = self.op(f"icmp ult i64 {index}, {bpf_map.max_entries}")
             tag = self.op(f"add i64 {index}, 1")
@@ -790,12 +792,14 @@ def _py_callback_ir() -> str:
 
 def native_lookup_maps(exe: Executable) -> list[int]:
     """The static regions of the maps whose lookups run without Python: plain
-    BPF_MAP_TYPE_ARRAY and BPF_MAP_TYPE_HASH maps on a machine without modeled time (whose
-    lookups charge nothing), where map values are native memory."""
+    BPF_MAP_TYPE_ARRAY, PERCPU_ARRAY (a run stays on its CPU, so an index names one slot) and
+    HASH maps on a machine without modeled time (whose lookups charge nothing), where map
+    values are native memory."""
     if not NATIVE_VALUES or exe.helpers.get(BpfFunc.map_lookup_elem) is not bpf_map_lookup_elem:
         return []
     return [region for region, obj in exe.static_regions.items()
             if ((type(obj) is BpfArray and obj.map_type == MapType.ARRAY)
+                or (type(obj) is BpfPercpuArray and obj.map_type == MapType.PERCPU_ARRAY)
                 or (type(obj) is HtabMap and obj.map_type == MapType.HASH))
             and not obj.timing.modeled]
 
@@ -985,9 +989,10 @@ class _Run:
         bpf_map = self.exe.static_regions[region]
         cpu = bpf_map._current.cpu
         key_bytes = mem_read(rs, key, bpf_map.key_size, "key (R2)")
-        if type(bpf_map) is BpfArray:
+        if type(bpf_map) in ARRAYS:  # a per-CPU slot is on its CPU's node
             index = int.from_bytes(key_bytes, "little")
-            tag, entry, local = index + 1, index & (LOOKUP_CACHE - 1), bpf_map._local[cpu]
+            local = type(bpf_map) is BpfPercpuArray or bpf_map._local[cpu]
+            tag, entry = index + 1, index & (LOOKUP_CACHE - 1)
         else:
             elem = bpf_map.table.get(key_bytes)
             if elem is None or elem.value is not rs.mem[r0 >> 32]:
