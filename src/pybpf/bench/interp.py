@@ -86,7 +86,18 @@ def hash_loop(iterations: int) -> list:
     ]
 
 
-PROGRAMS = {"alu-loop": alu_loop, "map-loop": map_loop, "hash-loop": hash_loop}
+def helper_loop(iterations: int) -> list:
+    """A call of bpf_get_smp_processor_id per iteration: what a helper call costs an engine
+    (on the native tier, the way into Python and back)."""
+    return [
+        mov64(R6, 0),
+        label("loop"), call("get_smp_processor_id"), add64(R6, 1), jlt(R6, iterations, "loop"),
+        mov64(R0, R6), exit_(),
+    ]
+
+
+PROGRAMS = {"alu-loop": alu_loop, "map-loop": map_loop, "hash-loop": hash_loop,
+            "helper-loop": helper_loop}
 
 
 @dataclass

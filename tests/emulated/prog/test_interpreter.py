@@ -403,6 +403,8 @@ def test_interp_benchmark_reports_every_engine_with_exact_instruction_counts(cap
     alu = 3 + 9 * 50 + 1  # mov, mov, lddw; 9 per iteration; exit
     maps = 3 + 10 * 50 + 2  # mov, mov, st; 10 per iteration; mov, exit
     hashes = 2 + 11 * 50 + 2  # mov, st; 11 per iteration; mov, exit
+    helpers = 1 + 3 * 50 + 2  # mov; call, add, jlt per iteration; mov, exit
     assert counts == {(program, engine): insns for program, insns in (
-        ("alu-loop", alu), ("map-loop", maps), ("hash-loop", hashes)) for engine in ENGINES}
+        ("alu-loop", alu), ("map-loop", maps), ("hash-loop", hashes),
+        ("helper-loop", helpers)) for engine in ENGINES}
     assert report["native"] == (NATIVE_MISSING or "measured")
