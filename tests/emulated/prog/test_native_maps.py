@@ -179,17 +179,19 @@ def test_after_the_first_lookup_of_each_index_the_loop_stays_native(monkeypatch)
             assert calls == {"lookup": 3 * (run + 1), "memory": 0}, map_type
 
 
-@pytest.mark.parametrize("map_type, native_lookups", [
-    (MapType.ARRAY, True), (MapType.HASH, True), (MapType.PERCPU_ARRAY, True),
-    (MapType.LRU_HASH, False), (MapType.PERCPU_HASH, False), (MapType.LRU_PERCPU_HASH, False)])
-def test_lookups_run_without_python_only_on_plain_maps_without_modeled_time(map_type,
-                                                                           native_lookups):
-    for modeled in (False, True):
-        system = make_system("emulated", modeled_time=modeled)
+@pytest.mark.parametrize("map_type, unmodeled, modeled", [
+    (MapType.ARRAY, True, True), (MapType.PERCPU_ARRAY, True, True),
+    (MapType.HASH, True, False), (MapType.LRU_HASH, False, False),
+    (MapType.PERCPU_HASH, False, False), (MapType.LRU_PERCPU_HASH, False, False)])
+def test_which_lookups_run_without_python(map_type, unmodeled, modeled):
+    """Plain arrays always (with modeled time, charged from machine code); plain hash maps
+    without modeled time; the rest never."""
+    for modeled_time, expected in ((False, unmodeled), (True, modeled)):
+        system = make_system("emulated", modeled_time=modeled_time)
         fd = system.map_create(map_type, 4, 8, 4)
         prog = load(system, counting_loop(1, 1), {"m": fd})
-        expected = native_lookups and not modeled and native.NATIVE_VALUES
-        assert bool(native.native_lookup_maps(prog.executable)) == expected
+        assert bool(native.native_lookup_maps(prog.executable)) == (expected and
+                                                                  native.NATIVE_VALUES)
 
 
 @needs_accel
@@ -261,3 +263,66 @@ def test_atomic_rmw_refuses_what_is_not_an_aligned_word_of_writable_memory():
             ATOMIC_RMW(*args, AtomicOp.ADD, 1, 0)
     with pytest.raises(TypeError, match="read-modify-write"):
         ATOMIC_RMW(buf, 0, 8, AtomicOp.LOAD_ACQ, 0, 0)
+
+
+def modeled_runs(map_type: int, before_runs=None) -> dict:
+    """Per engine, after two runs of counting_loop on a machine with modeled time: the
+    CPUs' clocks, CPU 0's breakdown, the map's statistics and contents, and what
+    ``before_runs(system)`` returned."""
+    results = {}
+    for engine in ENGINES:
+        system = make_system("emulated", modeled_time=True)
+        fd = system.map_create(map_type, 4, 8, 40)
+        prog = load(system, counting_loop(3, 100, stride=9), {"m": fd})
+        seen = before_runs(system) if before_runs else None
+        for _ in range(2):
+            prog.run(bytearray(64), engine=engine)
+        timing = system.machine.timing
+        results[engine] = (list(timing.clock), timing.breakdown(0),
+                           system.map_from_fd(fd).access_stats.totals(),
+                           contents(system, fd, 40), seen)
+    return results
+
+
+@needs_accel
+@pytest.mark.parametrize("map_type", [MapType.ARRAY, MapType.PERCPU_ARRAY])
+def test_modeled_array_lookups_are_charged_as_python_charges_them(map_type):
+    results = modeled_runs(map_type)
+    agree(results)
+    assert results["native"][0][0] > 0 and "array_map_lookup_elem" in results["native"][1]
+
+
+@needs_accel
+def test_deferred_work_runs_at_the_same_lookup_on_every_engine():
+    """While work waits on the CPU, each lookup goes through Python's sync, which runs it
+    once due: at the same point of the loop whatever the engine."""
+    def defer(system):
+        timing, ran_at = system.machine.timing, []
+        # due after the first lookups' cache misses, some 50 lookups into the first run
+        timing.defer(0, timing.clock[0] + 460, lambda: ran_at.append(timing.clock[0]))
+        return ran_at
+
+    results = modeled_runs(MapType.ARRAY, defer)
+    agree(results)
+    assert results["native"][4], "the deferred work never ran"
+
+
+class CountingScheduler:
+    """Stands in for a VirtualTimeScheduler: counts the syncs the engines make."""
+
+    def __init__(self) -> None:
+        self.syncs = 0
+
+    def sync(self, cpu: int) -> None:
+        self.syncs += 1
+
+
+@needs_accel
+def test_with_a_scheduler_attached_every_lookup_syncs_through_python():
+    def attach(system):
+        scheduler = system.machine.timing.scheduler = CountingScheduler()
+        return scheduler
+
+    results = modeled_runs(MapType.ARRAY, attach)
+    syncs = {engine: r[4].syncs for engine, r in results.items()}
+    assert len(set(syncs.values())) == 1 and syncs["native"] >= 200, syncs

@@ -452,6 +452,11 @@ class Timing:
         """Work waiting to run on ``cpu``."""
         return len(self._deferred[cpu])
 
+    def deferred_work(self, cpu: int) -> list:
+        """``cpu``'s heap of deferred work itself (the native tier reads its length without
+        Python; nothing else may change it)."""
+        return self._deferred[cpu]
+
     def run_deferred(self, cpu: int, until: float | None = None) -> int:
         """Run ``cpu``'s deferred work due by ``until`` (default: its clock); how many ran."""
         heap = self._deferred[cpu]

@@ -26,8 +26,12 @@ Rules this module keeps:
   is found in the map's table by one C-API dict lookup with the GIL taken (@htab_lookup).
   The value's pointer then comes from a per-run cache that the first lookup of that value
   through Python fills; the lookups done natively are counted into the map's access
-  statistics (local or remote, as Python counts them) when the run ends. With modeled time
-  every lookup goes through Python, which charges it.
+  statistics (local or remote, as Python counts them) when the run ends. With modeled time a
+  hash map's lookups go through Python, which charges them; an array's are charged from
+  machine code (@charge_lookup: the GIL taken, the Timing's own ``charge`` and ``access``
+  called with what Python would pass them, in the program's order), unless a scheduler is
+  attached or deferred work waits on the CPU, when Python does the lookup (its ``sync``
+  first), so modeled figures are the Python engines' to the last nanosecond.
 - A program the tier does not compile (a tail call, an unknown helper, a write to r10,
   recursion, a jump out of its subprogram) is refused once at load with a reason; core.py
   then runs it on the JIT.
@@ -90,8 +94,12 @@ MAX_NATIVE_FRAMES = 64  # deeper static call chains run on the JIT
 # and a direct-mapped cache of LOOKUP_CACHE entries (tag, pointer, local): an array's tag is
 # index + 1, a hash map's the address of the value object (so 0 is empty). Python fills the
 # tables; a run clears them.
+# With modeled time, a run whose array lookups are charged natively also holds its machine's
+# Timing, that Timing's charge and access (bound methods), its CPU (an int object) and that
+# CPU's list of deferred work.
 COUNT, BUDGET, NEXT_REGION, STATUS, FAULT_PC, DEPTH, ARENA, CALLBACK = range(8)
-VALUE_TABLE, VALUE_SLOTS = 8, 32
+TIMING, CHARGE, ACCESS, CPU, DEFERRED = range(8, 13)
+VALUE_TABLE, VALUE_SLOTS = 13, 32
 FRAME_REGIONS = VALUE_TABLE + 3 * VALUE_SLOTS
 LOOKUP_CACHE = 16  # a power of two
 MAP_WORDS = 2 + 3 * LOOKUP_CACHE
@@ -107,6 +115,9 @@ NATIVE_VALUES = ATOMIC_RMW is not None
 # state): op, then up to six u64 arguments. Memory ops come last (``>= OP_LOAD``).
 OP_HELPER, OP_KFUNC, OP_MAP_LOOKUP, OP_LOAD, OP_STORE, OP_ATOMIC, OP_LD_ABS = range(7)
 ARRAYS = (BpfArray, BpfPercpuArray)  # the maps whose lookups the tier inlines by index
+# @charge_lookup's answers: charged; not (a scheduler or deferred work: Python does it all);
+# Python failed (the run stops)
+NOT_CHARGED, CHARGED, CHARGE_FAILED = 0, 1, 2
 # @htab_lookup's answers besides a value's address: absent, or ask Python
 HTAB_ABSENT, HTAB_SLOW = 0, M64
 
@@ -476,8 +487,10 @@ class _FunctionIR:
     def write_map_lookup(self, pc: int, region: int) -> None:
         """bpf_map_lookup_elem without Python: R0 from the run's cache of the map's values
         when the value is there, 0 for an index past max_entries or an absent key, else the
-        helper through Python (which fills the cache)."""
+        helper through Python (which fills the cache). With modeled time an array lookup is
+        charged first (@charge_lookup), or done by Python when it cannot be."""
         bpf_map = self.exe.static_regions[region]
+        modeled = bpf_map.timing.modeled
         key = self.get(2)
         key_ptr = self.op(f"call ptr @mem_ptr(ptr %st, i64 {key}, i64 {bpf_map.key_size})")
         readable = self.op(f"icmp ne ptr {key_ptr}, null")
@@ -497,13 +510,23 @@ class _FunctionIR:
             found = self.op(f"icmp ne i64 {tag}, {HTAB_ABSENT}")
             hashed = self.op(f"mul i64 {tag}, {_const(FIBONACCI, 64)}")
             entry = self.op(f"lshr i64 {hashed}, {64 - LOOKUP_CACHE.bit_length() + 1}")
-        self.branch(f"br i1 {found}, label %mc{pc}, label %mz{pc}")
+        miss = f"mo{pc}" if modeled else f"mz{pc}"
+        self.branch(f"br i1 {found}, label %mc{pc}, label %{miss}")
         self.label(f"mc{pc}")
         words = self.maps[region]
         tag_slot = self.op(f"add i64 {self.op(f'mul i64 {entry}, 3')}, {words + 2}")
         tag_at = self.op(f"getelementptr i64, ptr %st, i64 {tag_slot}")
         cached = self.op(f"icmp eq i64 {self.op(f'load i64, ptr {tag_at}')}, {tag}")
-        self.branch(f"br i1 {cached}, label %mh{pc}, label %ms{pc}")
+        self.branch(f"br i1 {cached}, label %mp{pc}, label %ms{pc}")
+        self.label(f"mp{pc}")
+        if modeled:  # what array_cost charges: the lookup, and (not per-CPU) the value's line
+            addr = self.op(f"add i64 {self.op(f'mul i64 {index}, {bpf_map.elem_size}')}, "
+                           f"{bpf_map.value_base}")
+            self.charged(pc, addr, type(bpf_map) is BpfArray, f"mh{pc}")
+            self.label(f"mo{pc}")  # past max_entries: Python's sync only, then NULL
+            self.charged(pc, "0", False, f"mz{pc}", charge=False)
+        else:
+            self.branch(f"br label %mh{pc}")
         self.label(f"mh{pc}")
         fast = self.op(f"load i64, ptr {self.op(f'getelementptr i64, ptr {tag_at}, i64 1')}")
         local = self.op(f"load i64, ptr {self.op(f'getelementptr i64, ptr {tag_at}, i64 2')}")
@@ -521,6 +544,19 @@ class _FunctionIR:
         self.branch(f"br label %mj{pc}")
         self.label(f"mj{pc}")
         self.put(0, self.op(f"phi i64 [{fast}, %mh{pc}], [0, %mz{pc}], [{slow}, %{slow_block}]"))
+
+    def charged(self, pc: int, addr: str, access: bool, done: str, charge: bool = True) -> None:
+        """@charge_lookup, then on to ``done``; to the Python path when it could not charge,
+        out of the run when Python failed."""
+        result = self.op(f"call i64 @charge_lookup(ptr %st, i64 {addr}, i64 {int(access)}, "
+                         f"i64 {int(charge)})")
+        label = f"{done}.c"
+        self.emit(f"switch i64 {result}, label %bail [i64 {CHARGED}, label %{label} "
+                  f"i64 {NOT_CHARGED}, label %ms{pc}]")
+        self.terminated = True
+        self.lines.append(f"{label}:")
+        self.terminated = False
+        self.branch(f"br label %{done}")
 
     def stack_pointer(self, base: int, off: int, size: int) -> str | None:
         """The stack address of ``r10 + off`` when the whole access is inside this frame."""
@@ -702,6 +738,7 @@ declare ptr @PyDict_GetItemWithError(ptr, ptr)
 declare ptr @PyErr_Occurred()
 declare void @PyErr_Clear()
 declare ptr @PyObject_GetAttr(ptr, ptr)
+declare i64 @PyList_Size(ptr)
 declare i16 @llvm.bswap.i16(i16)
 declare i32 @llvm.bswap.i32(i32)
 declare i64 @llvm.bswap.i64(i64)
@@ -709,6 +746,84 @@ declare i64 @llvm.bswap.i64(i64)
 
 
 _VALUE = sys.intern("value")  # HtabElem.value, the name @htab_lookup reads
+_SCHEDULER = sys.intern("scheduler")  # Timing.scheduler, which @charge_lookup reads
+_ARRAY_LOOKUP = sys.intern("array_map_lookup_elem")  # the cost array_cost charges
+
+
+def _charge_lookup_ir() -> str:
+    """@charge_lookup(st, addr, access, charge): with modeled time, what an array lookup
+    costs, as Python's would charge it: nothing to do here (NOT_CHARGED) when a scheduler is
+    attached or deferred work waits on the CPU, since Python's ``sync`` comes first then;
+    else, when ``charge``, the Timing's ``charge(cpu, "array_map_lookup_elem")`` and, when
+    ``access``, ``access(cpu, addr, False)`` (CHARGED). The GIL is taken; a call that fails
+    is reported as unraisable and the run stops (CHARGE_FAILED)."""
+    none, false = id(None), id(False)
+    return f"""
+define internal i64 @charge_lookup(ptr %st, i64 %addr, i64 %access, i64 %charge) noinline {{
+entry:
+  %gil = call i32 @PyGILState_Ensure()
+  %timing_at = getelementptr i64, ptr %st, i64 {TIMING}
+  %timing = load ptr, ptr %timing_at
+  %scheduler = call ptr @PyObject_GetAttr(ptr %timing, ptr inttoptr (i64 {id(_SCHEDULER)} to ptr))
+  %got = icmp ne ptr %scheduler, null
+  br i1 %got, label %has, label %fail
+has:
+  call void @Py_DecRef(ptr %scheduler)
+  %no_scheduler = icmp eq ptr %scheduler, inttoptr (i64 {none} to ptr)
+  br i1 %no_scheduler, label %deferred, label %python
+deferred:
+  %deferred_at = getelementptr i64, ptr %st, i64 {DEFERRED}
+  %list = load ptr, ptr %deferred_at
+  %waiting = call i64 @PyList_Size(ptr %list)
+  %idle = icmp eq i64 %waiting, 0
+  %charging = icmp ne i64 %charge, 0
+  br i1 %idle, label %start, label %python
+start:
+  br i1 %charging, label %work, label %ok
+work:
+  %cpu_at = getelementptr i64, ptr %st, i64 {CPU}
+  %cpu = load ptr, ptr %cpu_at
+  %args = alloca [3 x ptr]
+  %a0 = getelementptr [3 x ptr], ptr %args, i64 0, i64 0
+  %a1 = getelementptr [3 x ptr], ptr %args, i64 0, i64 1
+  %a2 = getelementptr [3 x ptr], ptr %args, i64 0, i64 2
+  store ptr %cpu, ptr %a0
+  store ptr inttoptr (i64 {id(_ARRAY_LOOKUP)} to ptr), ptr %a1
+  %charge_at = getelementptr i64, ptr %st, i64 {CHARGE}
+  %charge_fn = load ptr, ptr %charge_at
+  %charged = call ptr @PyObject_Vectorcall(ptr %charge_fn, ptr %args, i64 2, ptr null)
+  %charge_ok = icmp ne ptr %charged, null
+  br i1 %charge_ok, label %charge_done, label %fail
+charge_done:
+  call void @Py_DecRef(ptr %charged)
+  %accessing = icmp ne i64 %access, 0
+  br i1 %accessing, label %line, label %ok
+line:
+  %address = call ptr @PyLong_FromUnsignedLongLong(i64 %addr)
+  store ptr %address, ptr %a1
+  store ptr inttoptr (i64 {false} to ptr), ptr %a2
+  %access_at = getelementptr i64, ptr %st, i64 {ACCESS}
+  %access_fn = load ptr, ptr %access_at
+  %stalled = call ptr @PyObject_Vectorcall(ptr %access_fn, ptr %args, i64 3, ptr null)
+  call void @Py_DecRef(ptr %address)
+  %access_ok = icmp ne ptr %stalled, null
+  br i1 %access_ok, label %line_done, label %fail
+line_done:
+  call void @Py_DecRef(ptr %stalled)
+  br label %ok
+ok:
+  call void @PyGILState_Release(i32 %gil)
+  ret i64 {CHARGED}
+python:
+  call void @PyGILState_Release(i32 %gil)
+  ret i64 {NOT_CHARGED}
+fail:
+  call void @PyErr_WriteUnraisable(ptr %timing)
+  %status_at = getelementptr i64, ptr %st, i64 {STATUS}
+  store i64 {STATUS_RAISED}, ptr %status_at
+  call void @PyGILState_Release(i32 %gil)
+  ret i64 {CHARGE_FAILED}
+}}"""
 
 
 def _htab_lookup_ir() -> str:
@@ -791,17 +906,17 @@ def _py_callback_ir() -> str:
 
 
 def native_lookup_maps(exe: Executable) -> list[int]:
-    """The static regions of the maps whose lookups run without Python: plain
-    BPF_MAP_TYPE_ARRAY, PERCPU_ARRAY (a run stays on its CPU, so an index names one slot) and
-    HASH maps on a machine without modeled time (whose lookups charge nothing), where map
-    values are native memory."""
+    """The static regions of the maps whose lookups run without Python, where map values are
+    native memory: plain BPF_MAP_TYPE_ARRAY and PERCPU_ARRAY maps (a run stays on its CPU, so
+    an index names one slot), and HASH maps on a machine without modeled time (whose lookups
+    charge nothing)."""
     if not NATIVE_VALUES or exe.helpers.get(BpfFunc.map_lookup_elem) is not bpf_map_lookup_elem:
         return []
     return [region for region, obj in exe.static_regions.items()
-            if ((type(obj) is BpfArray and obj.map_type == MapType.ARRAY)
-                or (type(obj) is BpfPercpuArray and obj.map_type == MapType.PERCPU_ARRAY)
-                or (type(obj) is HtabMap and obj.map_type == MapType.HASH))
-            and not obj.timing.modeled]
+            if (type(obj) is BpfArray and obj.map_type == MapType.ARRAY)
+            or (type(obj) is BpfPercpuArray and obj.map_type == MapType.PERCPU_ARRAY)
+            or (type(obj) is HtabMap and obj.map_type == MapType.HASH
+                and not obj.timing.modeled)]
 
 
 def map_words(frames: int, maps: list[int]) -> dict[int, int]:
@@ -813,7 +928,7 @@ def native_ir(exe: Executable, frames: int, maps: list[int]) -> str:
     """The LLVM IR of ``exe`` (which ``check_compilable`` accepted, with at most ``frames``
     frames), ``maps`` the regions of the maps whose lookups run without Python: one function
     per subprogram, an exported ``E<start>`` each."""
-    parts = [_FRAME_PTR, _py_callback_ir(), _htab_lookup_ir()]
+    parts = [_FRAME_PTR, _py_callback_ir(), _htab_lookup_ir(), _charge_lookup_ir()]
     words = map_words(frames, maps)
     for start in exe.subprogs:
         parts.append("\n".join(_FunctionIR(exe, start, exe.subprog_end(start),
@@ -867,7 +982,7 @@ PYTHON_SYMBOLS = ("PyGILState_Ensure", "PyGILState_Release", "PyLong_FromUnsigne
                   "PyLong_AsUnsignedLongLongMask", "PyObject_Vectorcall", "Py_DecRef",
                   "PyErr_WriteUnraisable", "PyBytes_FromStringAndSize",
                   "PyDict_GetItemWithError", "PyErr_Occurred", "PyErr_Clear",
-                  "PyObject_GetAttr")
+                  "PyObject_GetAttr", "PyList_Size")
 
 
 @functools.cache
@@ -922,6 +1037,7 @@ class _Run:
         self.address = ctypes.addressof(self.state)
         self.words[ARENA] = ctypes.addressof(self.arena_c)
         self.entry = self.callback  # what @py_callback calls: kept alive with the run
+        self.charging: tuple = ()  # what @charge_lookup calls (charge_to)
         self.words[CALLBACK] = id(self.entry)
         self.rs: Any = None
         self.exe: Any = None
@@ -1022,6 +1138,12 @@ class _Run:
                 ctypes.memset(ctypes.addressof(self.state) + 8 * at, 0, 8 * MAP_WORDS)
             self.exported.clear()
 
+    def charge_to(self, timing: Any, cpu: int) -> None:
+        """What @charge_lookup calls, for a run on ``cpu`` of ``timing``'s machine (kept
+        here, alive, until the next run)."""
+        self.charging = (timing, timing.charge, timing.access, cpu, timing.deferred_work(cpu))
+        self.words[TIMING:DEFERRED + 1] = array("Q", map(id, self.charging))
+
     def callback(self, op: int, a: int, b: int, c: int, d: int, e: int, f: int) -> int:
         """What compiled code asks of Python; an exception is kept for the run to raise."""
         try:
@@ -1059,6 +1181,9 @@ class NativeProgram:
         self.exe = exe
         self.frames = check_compilable(exe)
         self.maps = native_lookup_maps(exe)
+        # an array whose lookups are charged from machine code: its machine's Timing and CPU
+        self.charging = next((exe.static_regions[region] for region in self.maps
+                              if exe.static_regions[region].timing.modeled), None)
         module = llvm.parse_assembly(native_ir(exe, self.frames, self.maps))
         module.verify()
         machine = _machine()
@@ -1086,6 +1211,8 @@ class NativeProgram:
             words[STATUS] = STATUS_OK
             words[DEPTH] = 0
             run.rs, run.exe = rs, self.exe
+            if self.charging is not None:
+                run.charge_to(self.charging.timing, self.charging._current.cpu)
             try:
                 r0 = function(run.address, r1 & M64, r2 & M64, r3 & M64, r4 & M64, r5 & M64)
             finally:
