@@ -86,14 +86,14 @@ if TYPE_CHECKING:
 NATIVE_MAX_SLOTS = 20_000  # bigger programs run on the JIT (LLVM's compile time grows fast)
 MAX_NATIVE_FRAMES = 64  # deeper static call chains run on the JIT
 
-# The run state shared with the compiled code: an array of u64 (slot numbers below), then the
-# region number of each live frame by depth.
-# Then the map values reached natively: a direct-mapped table of VALUE_SLOTS entries
-# (region, address, length) by region number; then the region number of each live frame by
-# depth; then, per map whose lookups run natively, its local and remote lookups done natively
-# and a direct-mapped cache of LOOKUP_CACHE entries (tag, pointer, local): an array's tag is
-# index + 1, a hash map's the address of the value object (so 0 is empty). Python fills the
-# tables; a run clears them.
+# The run state shared with the compiled code: an array of u64, with the words below; then
+# the map values reached natively, a direct-mapped table of VALUE_SLOTS entries (region,
+# address, length) by region number; then the region number of each live frame by depth;
+# then, per map whose lookups run natively, its local and remote lookups done natively and a
+# cache of LOOKUP_CACHE entries (tag, pointer, local), open addressing from the tag's home
+# entry with linear probing: an array's tag is index + 1 (its home the index), a hash map's
+# the address of the value object (its home the address, Fibonacci-hashed), so 0 is empty.
+# Python fills the tables; a run clears them.
 # With modeled time, a run whose array lookups are charged natively also holds its machine's
 # Timing, that Timing's charge and access (bound methods), its CPU (an int object) and that
 # CPU's list of deferred work.
@@ -514,9 +514,9 @@ class _FunctionIR:
         self.branch(f"br i1 {found}, label %mc{pc}, label %{miss}")
         self.label(f"mc{pc}")
         words = self.maps[region]
-        tag_slot = self.op(f"add i64 {self.op(f'mul i64 {entry}, 3')}, {words + 2}")
-        tag_at = self.op(f"getelementptr i64, ptr %st, i64 {tag_slot}")
-        cached = self.op(f"icmp eq i64 {self.op(f'load i64, ptr {tag_at}')}, {tag}")
+        tag_at = self.op(f"call ptr @cache_find(ptr %st, i64 {words + 2}, i64 {tag}, "
+                         f"i64 {entry})")
+        cached = self.op(f"icmp ne ptr {tag_at}, null")
         self.branch(f"br i1 {cached}, label %mp{pc}, label %ms{pc}")
         self.label(f"mp{pc}")
         if modeled:  # what array_cost charges: the lookup, and (not per-CPU) the value's line
@@ -689,6 +689,34 @@ found:
   %frame = getelementptr [{MAX_BPF_STACK} x i8], ptr %arena, i64 %k
   %p = getelementptr i8, ptr %frame, i64 %off
   ret ptr %p
+none:
+  ret ptr null
+}}
+
+define internal ptr @cache_find(ptr %st, i64 %base, i64 %tag, i64 %home) alwaysinline {{
+entry:
+  br label %probe
+probe:
+  %k = phi i64 [0, %entry], [%next, %other]
+  %more = icmp ult i64 %k, {LOOKUP_CACHE}
+  br i1 %more, label %look, label %none
+look:
+  %at_entry = add i64 %home, %k
+  %entry_k = and i64 %at_entry, {LOOKUP_CACHE - 1}
+  %words = mul i64 %entry_k, 3
+  %slot = add i64 %words, %base
+  %at = getelementptr i64, ptr %st, i64 %slot
+  %held = load i64, ptr %at
+  %hit = icmp eq i64 %held, %tag
+  br i1 %hit, label %found, label %empty
+empty:
+  %free = icmp eq i64 %held, 0
+  br i1 %free, label %none, label %other
+other:
+  %next = add i64 %k, 1
+  br label %probe
+found:
+  ret ptr %at
 none:
   ret ptr null
 }}
@@ -1116,9 +1144,20 @@ class _Run:
             tag = id(elem.value)
             entry = (tag * FIBONACCI & M64) >> (64 - LOOKUP_CACHE.bit_length() + 1)
             local = bpf_map.access_stats.cpu_node[cpu] == elem.node
-        at = self.maps[region] + 2 + 3 * entry
+        at = self.cache_entry(region, tag, entry)
         self.words[at:at + 3] = array("Q", (tag, r0, int(local)))
         return r0
+
+    def cache_entry(self, region: int, tag: int, home: int) -> int:
+        """Where ``tag`` goes in the map's cache: the first entry from ``home`` that is empty
+        or holds it; in a full cache, ``home`` itself (the probes of @cache_find end at the
+        tag or at an empty entry, and no entry empties during a run)."""
+        words, base = self.words, self.maps[region] + 2
+        for probe in range(LOOKUP_CACHE):
+            at = base + 3 * ((home + probe) & (LOOKUP_CACHE - 1))
+            if words[at] in (0, tag):
+                return at
+        return base + 3 * home
 
     def finish(self) -> None:
         """The run is over: count the lookups compiled code did into their maps' statistics
