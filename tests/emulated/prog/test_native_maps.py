@@ -47,9 +47,9 @@ def contents(system, fd, entries: int) -> dict[int, bytes]:
 
 
 def run_on_each_engine(items, entries: int = 4, modeled: bool = False, runs: int = 1,
-                       map_type: int = MapType.ARRAY, prefill: int = 0) -> dict:
-    """Per engine: (R0s, instruction counts, the map's values, its access statistics);
-    ``prefill`` keys from 0 are in the map first, each with value 0."""
+                       map_type: int = MapType.ARRAY, prefill: int = 0, cpu: int = 0) -> dict:
+    """Per engine: (R0s, instruction counts, the map's values, its access statistics) of
+    runs on ``cpu``; ``prefill`` keys from 0 are in the map first, each with value 0."""
     results = {}
     for engine in ENGINES:
         system = make_system("emulated", modeled_time=modeled)
@@ -59,7 +59,8 @@ def run_on_each_engine(items, entries: int = 4, modeled: bool = False, runs: int
         prog = load(system, items, {"m": fd})
         r0s, counts = [], []
         for _ in range(runs):
-            rs = prog.run(bytearray(64), engine=engine)
+            with system.machine.on_cpu(cpu):
+                rs = prog.run(bytearray(64), engine=engine)
             r0s.append(rs.retval)
             counts.append(rs.count)
         if engine == "native":
@@ -117,13 +118,24 @@ def hash_churn(keys: int, iterations: int) -> list:
             b.add64(R6, 1), b.jlt(R6, iterations, "loop"), b.mov64(R0, R6), b.exit_()]
 
 
+@pytest.mark.parametrize("map_type", [MapType.HASH, MapType.PERCPU_HASH])
 @pytest.mark.parametrize("modeled", [False, True])
 @pytest.mark.parametrize("keys", [1, 5, 40])
-def test_hash_lookups_updates_and_deletes_agree_across_engines(modeled, keys):
+def test_hash_lookups_updates_and_deletes_agree_across_engines(map_type, modeled, keys):
     results = run_on_each_engine(hash_churn(keys, 121), entries=64, modeled=modeled, runs=2,
-                                 map_type=MapType.HASH)
+                                 map_type=map_type)
     agree(results)
     assert results["native"][0] == [121, 121] and results["native"][2]  # i = 120 inserts
+
+
+@pytest.mark.parametrize("map_type", [MapType.PERCPU_ARRAY, MapType.PERCPU_HASH])
+def test_a_per_cpu_lookup_names_the_running_cpus_slot(map_type):
+    items = hash_churn(3, 30) if map_type == MapType.PERCPU_HASH else counting_loop(3, 30)
+    results = run_on_each_engine(items, entries=8, runs=2, map_type=map_type, cpu=1)
+    agree(results)
+    values = results["native"][2]
+    assert values and all(not any(v[:8]) for v in values.values())  # CPU 0's slots untouched
+    assert any(any(v[8:16]) for v in values.values())
 
 
 def test_a_lookup_past_max_entries_is_null_and_not_counted():
@@ -166,27 +178,29 @@ def test_after_the_first_lookup_of_each_index_the_loop_stays_native(monkeypatch)
     monkeypatch.setattr(native._Run, "map_lookup",
                         counted("lookup", native._Run.map_lookup))
     monkeypatch.setattr(native, "_memory_op", counted("memory", native._memory_op))
-    for map_type in (MapType.ARRAY, MapType.PERCPU_ARRAY, MapType.HASH):
+    for map_type in (MapType.ARRAY, MapType.PERCPU_ARRAY, MapType.HASH, MapType.PERCPU_HASH):
         calls.update(lookup=0, memory=0)
         system = make_system("emulated", modeled_time=False)
         fd = system.map_create(map_type, 4, 8, 40)
-        if map_type == MapType.HASH:
+        if map_type in (MapType.HASH, MapType.PERCPU_HASH):
             for k in (0, 16, 32):
-                system.map_update_elem(fd, k.to_bytes(4, "little"), bytes(8))
+                system.map_update_elem(fd, k.to_bytes(4, "little"), bytes(
+                    8 * (system.machine.num_cpus if map_type == MapType.PERCPU_HASH else 1)))
         # an array's three indices share a home entry in the cache: probing keeps them all
         prog = load(system, counting_loop(3, 300, stride=16), {"m": fd})
         for run in range(2):  # the cache is the run's: each run looks each value up once
-            assert prog.run(bytearray(64), engine="native").retval == 300
+            with system.machine.on_cpu(1):  # a per-CPU map's slot is the running CPU's
+                assert prog.run(bytearray(64), engine="native").retval == 300
             assert calls == {"lookup": 3 * (run + 1), "memory": 0}, map_type
 
 
 @pytest.mark.parametrize("map_type, unmodeled, modeled", [
     (MapType.ARRAY, True, True), (MapType.PERCPU_ARRAY, True, True),
-    (MapType.HASH, True, False), (MapType.LRU_HASH, False, False),
-    (MapType.PERCPU_HASH, False, False), (MapType.LRU_PERCPU_HASH, False, False)])
+    (MapType.HASH, True, False), (MapType.PERCPU_HASH, True, False),
+    (MapType.LRU_HASH, False, False), (MapType.LRU_PERCPU_HASH, False, False)])
 def test_which_lookups_run_without_python(map_type, unmodeled, modeled):
     """Plain arrays always (with modeled time, charged from machine code); plain hash maps
-    without modeled time; the rest never."""
+    without modeled time; LRU maps never (a lookup sets the element's reference bit)."""
     for modeled_time, expected in ((False, unmodeled), (True, modeled)):
         system = make_system("emulated", modeled_time=modeled_time)
         fd = system.map_create(map_type, 4, 8, 4)

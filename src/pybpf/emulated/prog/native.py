@@ -19,11 +19,12 @@ Rules this module keeps:
 - Atomics on an aligned word of native memory are hardware atomics, as the Python engines'
   (``ATOMIC_RMW``); others go through Python. Without the C accelerator the Python engines
   serialise atomics under a lock instead, so compiled code then leaves map values to Python.
-- ``bpf_map_lookup_elem`` on a plain BPF_MAP_TYPE_ARRAY, PERCPU_ARRAY or HASH that R1 surely
-  points to, on a machine without modeled time, runs without Python: an array's lookup is
-  inlined as the kernel's verifier inlines it (array_map_gen_lookup: the index read and
-  bounds-checked natively; a per-CPU array's names the run's CPU's slot); a hash map's key
-  is found in the map's table by one C-API dict lookup with the GIL taken (@htab_lookup).
+- ``bpf_map_lookup_elem`` on a plain BPF_MAP_TYPE_ARRAY, PERCPU_ARRAY, HASH or PERCPU_HASH
+  that R1 surely points to, on a machine without modeled time, runs without Python: an
+  array's lookup is inlined as the kernel's verifier inlines it (array_map_gen_lookup: the
+  index read and bounds-checked natively; a per-CPU array's names the run's CPU's slot); a
+  hash map's key is found in the map's table by one C-API dict lookup with the GIL taken
+  (@htab_lookup; a per-CPU one's value is then the run's CPU's slot).
   The value's pointer then comes from a per-run cache that the first lookup of that value
   through Python fills; the lookups done natively are counted into the map's access
   statistics (local or remote, as Python counts them) when the run ends. With modeled time a
@@ -62,7 +63,7 @@ from ...asm.opcodes import (
 from ...errors import ProgramFault
 from ...uapi import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, BpfFunc, MapType
 from ..maps.arraymap import BpfArray, BpfPercpuArray
-from ..maps.hashtab import HtabMap
+from ..maps.hashtab import HtabMap, HtabPercpuMap
 from .helpers import bpf_map_lookup_elem
 from .memory import (
     BPF_MAX_LOOPS,
@@ -99,7 +100,8 @@ MAX_NATIVE_FRAMES = 64  # deeper static call chains run on the JIT
 # CPU's list of deferred work.
 COUNT, BUDGET, NEXT_REGION, STATUS, FAULT_PC, DEPTH, ARENA, CALLBACK = range(8)
 TIMING, CHARGE, ACCESS, CPU, DEFERRED = range(8, 13)
-VALUE_TABLE, VALUE_SLOTS = 13, 32
+THIS_CPU = 13  # the run's CPU, for per-CPU hash maps' slots
+VALUE_TABLE, VALUE_SLOTS = 14, 32
 FRAME_REGIONS = VALUE_TABLE + 3 * VALUE_SLOTS
 LOOKUP_CACHE = 16  # a power of two
 MAP_WORDS = 2 + 3 * LOOKUP_CACHE
@@ -502,8 +504,10 @@ class _FunctionIR:
             tag = self.op(f"add i64 {index}, 1")
             entry = self.op(f"and i64 {index}, {LOOKUP_CACHE - 1}")
         else:  # the key in the map's table, by @htab_lookup
+            slot = (self.op(f"load i64, ptr {self.slot(THIS_CPU)}") if bpf_map.percpu
+                    else "-1")
             tag = self.op(f"call i64 @htab_lookup(ptr inttoptr (i64 {id(bpf_map.table)} to ptr),"
-                          f" ptr {key_ptr}, i64 {bpf_map.key_size})")
+                          f" ptr {key_ptr}, i64 {bpf_map.key_size}, i64 {slot})")
             slow = self.op(f"icmp eq i64 {tag}, {_const(HTAB_SLOW, 64)}")
             self.branch(f"br i1 {slow}, label %ms{pc}, label %mf{pc}")
             self.label(f"mf{pc}")
@@ -767,6 +771,7 @@ declare ptr @PyErr_Occurred()
 declare void @PyErr_Clear()
 declare ptr @PyObject_GetAttr(ptr, ptr)
 declare i64 @PyList_Size(ptr)
+declare ptr @PyList_GetItem(ptr, i64)
 declare i16 @llvm.bswap.i16(i16)
 declare i32 @llvm.bswap.i32(i32)
 declare i64 @llvm.bswap.i64(i64)
@@ -855,13 +860,14 @@ fail:
 
 
 def _htab_lookup_ir() -> str:
-    """@htab_lookup(table, key, size): the address of the value object of the element the
-    ``size`` key bytes at ``key`` name in a hash map's table (a dict of key bytes to
-    HtabElem), HTAB_ABSENT, or HTAB_SLOW when Python failed (the error cleared: the lookup
-    is done again through Python, which reports it). The GIL is taken for the dict lookup;
+    """@htab_lookup(table, key, size, cpu): the address of the value object of the element
+    the ``size`` key bytes at ``key`` name in a hash map's table (a dict of key bytes to
+    HtabElem), of its slot ``cpu`` in a per-CPU map (``cpu`` -1: the value itself),
+    HTAB_ABSENT, or HTAB_SLOW when Python failed (the error cleared: the lookup is done
+    again through Python, which reports it). The GIL is taken for the dict lookup;
     the address only keys the run's cache of values Python registered, which stay alive."""
     return f"""
-define internal i64 @htab_lookup(ptr %table, ptr %key, i64 %size) noinline {{
+define internal i64 @htab_lookup(ptr %table, ptr %key, i64 %size, i64 %cpu) noinline {{
 entry:
   %gil = call i32 @PyGILState_Ensure()
   %kb = call ptr @PyBytes_FromStringAndSize(ptr %key, i64 %size)
@@ -881,6 +887,17 @@ value:
   %got = icmp ne ptr %v, null
   br i1 %got, label %address, label %error
 address:
+  %whole = icmp slt i64 %cpu, 0
+  br i1 %whole, label %value_address, label %slot
+slot:
+  %slot_v = call ptr @PyList_GetItem(ptr %v, i64 %cpu)
+  call void @Py_DecRef(ptr %v)
+  %slot_ok = icmp ne ptr %slot_v, null
+  br i1 %slot_ok, label %slot_address, label %error
+slot_address:
+  %slot_addr = ptrtoint ptr %slot_v to i64
+  br label %done
+value_address:
   %addr = ptrtoint ptr %v to i64
   call void @Py_DecRef(ptr %v)
   br label %done
@@ -888,7 +905,8 @@ error:
   call void @PyErr_Clear()
   br label %done
 done:
-  %r = phi i64 [{HTAB_ABSENT}, %missing], [%addr, %address], [{_const(HTAB_SLOW, 64)}, %error]
+  %r = phi i64 [{HTAB_ABSENT}, %missing], [%addr, %value_address],
+               [%slot_addr, %slot_address], [{_const(HTAB_SLOW, 64)}, %error]
   call void @PyGILState_Release(i32 %gil)
   ret i64 %r
 }}"""
@@ -943,7 +961,8 @@ def native_lookup_maps(exe: Executable) -> list[int]:
     return [region for region, obj in exe.static_regions.items()
             if (type(obj) is BpfArray and obj.map_type == MapType.ARRAY)
             or (type(obj) is BpfPercpuArray and obj.map_type == MapType.PERCPU_ARRAY)
-            or (type(obj) is HtabMap and obj.map_type == MapType.HASH
+            or (((type(obj) is HtabMap and obj.map_type == MapType.HASH)
+                 or (type(obj) is HtabPercpuMap and obj.map_type == MapType.PERCPU_HASH))
                 and not obj.timing.modeled)]
 
 
@@ -1010,7 +1029,7 @@ PYTHON_SYMBOLS = ("PyGILState_Ensure", "PyGILState_Release", "PyLong_FromUnsigne
                   "PyLong_AsUnsignedLongLongMask", "PyObject_Vectorcall", "Py_DecRef",
                   "PyErr_WriteUnraisable", "PyBytes_FromStringAndSize",
                   "PyDict_GetItemWithError", "PyErr_Occurred", "PyErr_Clear",
-                  "PyObject_GetAttr", "PyList_Size")
+                  "PyObject_GetAttr", "PyList_Size", "PyList_GetItem")
 
 
 @functools.cache
@@ -1139,11 +1158,13 @@ class _Run:
             tag, entry = index + 1, index & (LOOKUP_CACHE - 1)
         else:
             elem = bpf_map.table.get(key_bytes)
-            if elem is None or elem.value is not rs.mem[r0 >> 32]:
+            value = None if elem is None else elem.value[cpu] if bpf_map.percpu else elem.value
+            if value is not rs.mem[r0 >> 32]:
                 return r0  # gone or replaced meanwhile: nothing to remember
-            tag = id(elem.value)
+            tag = id(value)
             entry = (tag * FIBONACCI & M64) >> (64 - LOOKUP_CACHE.bit_length() + 1)
-            local = bpf_map.access_stats.cpu_node[cpu] == elem.node
+            # a CPU's own slot lives on its node
+            local = bpf_map.percpu or bpf_map.access_stats.cpu_node[cpu] == elem.node
         at = self.cache_entry(region, tag, entry)
         self.words[at:at + 3] = array("Q", (tag, r0, int(local)))
         return r0
@@ -1223,6 +1244,9 @@ class NativeProgram:
         # an array whose lookups are charged from machine code: its machine's Timing and CPU
         self.charging = next((exe.static_regions[region] for region in self.maps
                               if exe.static_regions[region].timing.modeled), None)
+        # a per-CPU hash map: its lookups need the run's CPU
+        self.percpu_hash = next((exe.static_regions[region] for region in self.maps
+                                 if type(exe.static_regions[region]) is HtabPercpuMap), None)
         module = llvm.parse_assembly(native_ir(exe, self.frames, self.maps))
         module.verify()
         machine = _machine()
@@ -1252,6 +1276,8 @@ class NativeProgram:
             run.rs, run.exe = rs, self.exe
             if self.charging is not None:
                 run.charge_to(self.charging.timing, self.charging._current.cpu)
+            if self.percpu_hash is not None:
+                words[THIS_CPU] = self.percpu_hash._current.cpu
             try:
                 r0 = function(run.address, r1 & M64, r2 & M64, r3 & M64, r4 & M64, r5 & M64)
             finally:
