@@ -178,7 +178,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--modeled-time", choices=("on", "off"), default=None,
                         help="the emulated machine's modeled time (default: on unless "
                              "PYBPF_NO_MODELED_TIME is set); without it nothing is charged, "
-                             "and the native tier inlines array lookups")
+                             "and the native tier also looks hash maps up without Python")
     parser.add_argument("--no-kernel", action="store_true", help="skip the kernel")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     parser.add_argument("--no-progress", dest="progress", action="store_false",

@@ -128,13 +128,13 @@ def bpf_map_of(rs: RunState, ptr: int, helper: str) -> BpfMap:
 
 
 # -- map helpers (kernel/bpf/helpers.c) ----------------------------------------------------------
-# The hot three have a core taking the resolved map, ``(bpf_map, rs, r2, r3, r4, r5) -> r0``,
-# so the JIT can bind it to a map a program loads (``bind_map``) and skip resolving R1.
 # Program memory a key or value is read from in place: the stack and map values (the native
 # tier's frames are views of its arena).
 PLAIN_MEMORY = frozenset((bytearray, memoryview))
 
 
+# The hot three have a core taking the resolved map, ``(bpf_map, rs, r2, r3, r4, r5) -> r0``,
+# so the JIT can bind it to a map a program loads (``bind_map``) and skip resolving R1.
 def _read(rs: RunState, ptr: int, size: int, what: str) -> bytes:
     """``mem_read`` with plain memory (the stack, mostly) inline."""
     region = rs.mem.get(ptr >> 32)

@@ -296,10 +296,6 @@ class _FunctionWriter:
         misaligned word, takes atomic_op's checked path."""
         emit = self.emit
         d, src, imm = f"r{insn.dst}", f"r{insn.src}", insn.imm
-        mask = (1 << (8 * size)) - 1
-        new = {AtomicOp.ADD: f"(old + {src}) & {mask}", AtomicOp.OR: f"old | ({src} & {mask})",
-               AtomicOp.AND: f"old & {src}", AtomicOp.XOR: f"(old ^ {src}) & {mask}",
-               AtomicOp.XCHG & ~ATOMIC_FETCH: f"{src} & {mask}"}[imm & ~ATOMIC_FETCH]
         emit(depth, "try:")
         emit(depth + 1, f"a = {_address(d, insn.off)}")
         emit(depth + 1, "m = mem[a >> 32]")
@@ -307,6 +303,11 @@ class _FunctionWriter:
         if ATOMIC_RMW is not None:  # one hardware atomic, as compiled programs do it
             emit(depth + 1, f"old = ATOMIC_RMW(m, o, {size}, {imm}, {src}, 0)")
         else:
+            mask = (1 << (8 * size)) - 1
+            new = {AtomicOp.ADD: f"(old + {src}) & {mask}",
+                   AtomicOp.OR: f"old | ({src} & {mask})", AtomicOp.AND: f"old & {src}",
+                   AtomicOp.XOR: f"(old ^ {src}) & {mask}",
+                   AtomicOp.XCHG & ~ATOMIC_FETCH: f"{src} & {mask}"}[imm & ~ATOMIC_FETCH]
             emit(depth + 1, "with ATOMIC_LOCK:")
             emit(depth + 2, f"old = L{size}(m, o)[0]")
             emit(depth + 2, f"S{size}(m, o, {new})")

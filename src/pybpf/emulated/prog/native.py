@@ -554,12 +554,9 @@ class _FunctionIR:
         out of the run when Python failed."""
         result = self.op(f"call i64 @charge_lookup(ptr %st, i64 {addr}, i64 {int(access)}, "
                          f"i64 {int(charge)})")
-        label = f"{done}.c"
-        self.emit(f"switch i64 {result}, label %bail [i64 {CHARGED}, label %{label} "
-                  f"i64 {NOT_CHARGED}, label %ms{pc}]")
-        self.terminated = True
-        self.lines.append(f"{label}:")
-        self.terminated = False
+        self.branch(f"switch i64 {result}, label %bail [i64 {CHARGED}, label %{done}.c "
+                    f"i64 {NOT_CHARGED}, label %ms{pc}]")
+        self.label(f"{done}.c")
         self.branch(f"br label %{done}")
 
     def stack_pointer(self, base: int, off: int, size: int) -> str | None:
@@ -648,7 +645,6 @@ class _FunctionIR:
         elif imm & ATOMIC_FETCH:
             self.put(insn.src, old)
 
-
     def native_atomic(self, imm: int, pointer: str, size: int, src_reg: int) -> str:
         """The old value (i{8 * size}) of one hardware atomic at ``pointer``."""
         t = f"i{8 * size}"
@@ -658,11 +654,11 @@ class _FunctionIR:
             pair = self.op(f"cmpxchg ptr {pointer}, {t} {expected}, {t} {src} seq_cst seq_cst, "
                            f"align {size}")
             return self.op(f"extractvalue {{ {t}, i1 }} {pair}, 0")
-        op = "xchg" if imm == AtomicOp.XCHG else _ATOMIC_RMW[imm & ~ATOMIC_FETCH]
+        op = "xchg" if imm == AtomicOp.XCHG else _ATOMICRMW_OPS[imm & ~ATOMIC_FETCH]
         return self.op(f"atomicrmw {op} ptr {pointer}, {t} {src} seq_cst, align {size}")
 
 
-_ATOMIC_RMW = {AtomicOp.ADD: "add", AtomicOp.OR: "or", AtomicOp.AND: "and", AtomicOp.XOR: "xor"}
+_ATOMICRMW_OPS = {AtomicOp.ADD: "add", AtomicOp.OR: "or", AtomicOp.AND: "and", AtomicOp.XOR: "xor"}
 
 _FRAME_PTR = f"""
 define internal ptr @frame_ptr(ptr %st, i64 %addr, i64 %size) alwaysinline {{
@@ -1084,7 +1080,7 @@ class _Run:
         self.address = ctypes.addressof(self.state)
         self.words[ARENA] = ctypes.addressof(self.arena_c)
         self.entry = self.callback  # what @py_callback calls: kept alive with the run
-        self.charging: tuple = ()  # what @charge_lookup calls (charge_to)
+        self.charging: tuple = ()  # what @charge_lookup calls (run_on)
         self.words[CALLBACK] = id(self.entry)
         self.rs: Any = None
         self.exe: Any = None
@@ -1198,11 +1194,15 @@ class _Run:
                 ctypes.memset(ctypes.addressof(self.state) + 8 * at, 0, 8 * MAP_WORDS)
             self.exported.clear()
 
-    def charge_to(self, timing: Any, cpu: int) -> None:
-        """What @charge_lookup calls, for a run on ``cpu`` of ``timing``'s machine (kept
-        here, alive, until the next run)."""
-        self.charging = (timing, timing.charge, timing.access, cpu, timing.deferred_work(cpu))
-        self.words[TIMING:DEFERRED + 1] = array("Q", map(id, self.charging))
+    def run_on(self, timing: Any, cpu: int) -> None:
+        """The run's CPU, for per-CPU slots, and with modeled time what @charge_lookup calls
+        for a run on ``cpu`` of ``timing``'s machine (kept here, alive, until the next
+        run)."""
+        self.words[THIS_CPU] = cpu
+        if timing.modeled:
+            self.charging = (timing, timing.charge, timing.access, cpu,
+                             timing.deferred_work(cpu))
+            self.words[TIMING:DEFERRED + 1] = array("Q", map(id, self.charging))
 
     def callback(self, op: int, a: int, b: int, c: int, d: int, e: int, f: int) -> int:
         """What compiled code asks of Python; an exception is kept for the run to raise."""
@@ -1241,12 +1241,8 @@ class NativeProgram:
         self.exe = exe
         self.frames = check_compilable(exe)
         self.maps = native_lookup_maps(exe)
-        # an array whose lookups are charged from machine code: its machine's Timing and CPU
-        self.charging = next((exe.static_regions[region] for region in self.maps
-                              if exe.static_regions[region].timing.modeled), None)
-        # a per-CPU hash map: its lookups need the run's CPU
-        self.percpu_hash = next((exe.static_regions[region] for region in self.maps
-                                 if type(exe.static_regions[region]) is HtabPercpuMap), None)
+        # one of those maps: where a run finds its machine's Timing and its CPU
+        self.lookup_map = exe.static_regions[self.maps[0]] if self.maps else None
         module = llvm.parse_assembly(native_ir(exe, self.frames, self.maps))
         module.verify()
         machine = _machine()
@@ -1274,10 +1270,8 @@ class NativeProgram:
             words[STATUS] = STATUS_OK
             words[DEPTH] = 0
             run.rs, run.exe = rs, self.exe
-            if self.charging is not None:
-                run.charge_to(self.charging.timing, self.charging._current.cpu)
-            if self.percpu_hash is not None:
-                words[THIS_CPU] = self.percpu_hash._current.cpu
+            if self.lookup_map is not None:
+                run.run_on(self.lookup_map.timing, self.lookup_map._current.cpu)
             try:
                 r0 = function(run.address, r1 & M64, r2 & M64, r3 & M64, r4 & M64, r5 & M64)
             finally:
