@@ -1070,6 +1070,163 @@ error:
 	return NULL;
 }
 
+/*
+ * The native tier's charge of a map lookup (emulated/prog/native.py), called from machine
+ * code without the GIL: what Python's lookup helper does around its lookup, in its order.
+ * ``run`` is the run's charging words: the Timing, its CacheModel, the CPU (an int), that
+ * CPU's list of deferred work and the run (_Run), whose ``error`` takes what fails.
+ * - LOOKUP_SYNC: Timing.sync's first half, the scheduler's sync (it may hand the baton to
+ *   another CPU's task and come back); then NOT_CHARGED when deferred work waits on the CPU
+ *   (Python's sync runs it, with the run's frames registered) and nothing else is done.
+ * - LOOKUP_ARRAY: array_cost, "array_map_lookup_elem", and with LOOKUP_ACCESS the value's
+ *   line at ``addr``.
+ * - LOOKUP_HTAB: HtabMap._op_cost of the ``key_size`` bytes at ``key`` in ``bpf_map``:
+ *   "htab_map_lookup_elem", jhash per key byte, the bucket's line (``addr``: the size of
+ *   struct bucket) and each element of its chain up to the key.
+ * Returns CHARGED, NOT_CHARGED or CHARGE_FAILED (the exception in run.error).
+ */
+enum { LOOKUP_SYNC = 1, LOOKUP_ARRAY = 2, LOOKUP_ACCESS = 4, LOOKUP_HTAB = 8 };
+enum { NOT_CHARGED = 0, CHARGED = 1, CHARGE_FAILED = 2 };
+enum { RUN_TIMING, RUN_MODEL, RUN_CPU, RUN_DEFERRED, RUN_SELF };
+
+static PyObject *s_scheduler, *s_sync, *s_error, *s_array_lookup, *s_htab_lookup,
+	*s_jhash_byte, *s_hash_cached, *s_mask, *s_bucket_base, *s_buckets, *s_addr, *s_key;
+
+/* Timing.charge(cpu, event, n) through the model's own method */
+static int charge_n(PyObject *model, PyObject *cpu, PyObject *event, PyObject *n)
+{
+	PyObject *args[3] = {cpu, event, n};
+	PyObject *done = cm_charge(model, args, 3);
+	Py_XDECREF(done);
+	return done == NULL ? -1 : 0;
+}
+
+static int charge_access(CacheModel *m, int cpu, PyObject *addr)
+{
+	uint64_t a;
+	if (parse_addr(addr, &a) < 0)
+		return -1;
+	return model_access(m, cpu, a, 0) == -1.0 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* HtabMap._op_cost(cpu, "htab_map_lookup_elem", key, hash) */
+static int htab_lookup_cost(PyObject *const *run, int cpu, PyObject *bpf_map, const char *key,
+			    int64_t key_size, uint64_t bucket_size)
+{
+	CacheModel *m = (CacheModel *)run[RUN_MODEL];
+	PyObject *kb = NULL, *hash_fn = NULL, *hash = NULL, *mask = NULL, *index = NULL,
+		*size = NULL, *base = NULL, *buckets = NULL, *line = NULL;
+	int rc = -1;
+	if ((kb = PyBytes_FromStringAndSize(key, key_size)) == NULL
+	    || (hash_fn = PyObject_GetAttr(bpf_map, s_hash_cached)) == NULL
+	    || (hash = PyObject_CallOneArg(hash_fn, kb)) == NULL
+	    || (mask = PyObject_GetAttr(bpf_map, s_mask)) == NULL
+	    || (index = PyNumber_And(hash, mask)) == NULL
+	    || (size = PyLong_FromLongLong(key_size)) == NULL)
+		goto out;
+	if (charge_n((PyObject *)m, run[RUN_CPU], s_htab_lookup, s_one) < 0
+	    || charge_n((PyObject *)m, run[RUN_CPU], s_jhash_byte, size) < 0)
+		goto out;
+	/* the bucket's line: bucket_base + index * BUCKET_SIZE */
+	uint64_t first, at;
+	if ((base = PyObject_GetAttr(bpf_map, s_bucket_base)) == NULL
+	    || parse_addr(base, &first) < 0 || parse_addr(index, &at) < 0)
+		goto out;
+	if (model_access(m, cpu, first + at * bucket_size, 0) == -1.0 && PyErr_Occurred())
+		goto out;
+	if ((buckets = PyObject_GetAttr(bpf_map, s_buckets)) == NULL)
+		goto out;
+	if (!PyDict_Check(buckets)) {
+		PyErr_SetString(PyExc_TypeError, "a hash map's buckets are a dict");
+		goto out;
+	}
+	PyObject *chain = PyDict_GetItemWithError(buckets, index);  /* borrowed */
+	if (chain == NULL) {
+		rc = PyErr_Occurred() ? -1 : 0;
+		goto out;
+	}
+	Py_INCREF(chain);
+	rc = 0;
+	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(chain); i++) {
+		PyObject *elem = Py_NewRef(PyList_GET_ITEM(chain, i));
+		PyObject *elem_key = NULL;
+		int same = -1;
+		if ((line = PyObject_GetAttr(elem, s_addr)) != NULL
+		    && charge_access(m, cpu, line) == 0
+		    && (elem_key = PyObject_GetAttr(elem, s_key)) != NULL)
+			same = PyObject_RichCompareBool(elem_key, kb, Py_EQ);
+		Py_CLEAR(line);
+		Py_XDECREF(elem_key);
+		Py_DECREF(elem);
+		if (same != 0) {  /* the key, or an error */
+			rc = same < 0 ? -1 : 0;
+			break;
+		}
+	}
+	Py_DECREF(chain);
+out:
+	Py_XDECREF(kb);
+	Py_XDECREF(hash_fn);
+	Py_XDECREF(hash);
+	Py_XDECREF(mask);
+	Py_XDECREF(index);
+	Py_XDECREF(size);
+	Py_XDECREF(base);
+	Py_XDECREF(buckets);
+	return rc;
+}
+
+int64_t pybpf_native_lookup_charge(PyObject *const *run, int64_t what, uint64_t addr,
+				   PyObject *bpf_map, const char *key, int64_t key_size)
+{
+	PyGILState_STATE gil = PyGILState_Ensure();
+	int64_t result = CHARGED;
+	CacheModel *m = (CacheModel *)run[RUN_MODEL];
+	int cpu;
+	if (parse_cpu(m, run[RUN_CPU], &cpu) < 0)
+		goto fail;
+	if (what & LOOKUP_SYNC) {
+		PyObject *scheduler = PyObject_GetAttr(run[RUN_TIMING], s_scheduler);
+		if (scheduler == NULL)
+			goto fail;
+		PyObject *synced = scheduler == Py_None ? Py_NewRef(Py_None)
+			: PyObject_CallMethodOneArg(scheduler, s_sync, run[RUN_CPU]);
+		Py_DECREF(scheduler);
+		if (synced == NULL)
+			goto fail;
+		Py_DECREF(synced);
+		if (PyList_GET_SIZE(run[RUN_DEFERRED])) {
+			result = NOT_CHARGED;
+			goto out;
+		}
+	}
+	if (what & LOOKUP_ARRAY) {
+		if (charge_n((PyObject *)m, run[RUN_CPU], s_array_lookup, s_one) < 0)
+			goto fail;
+		if (what & LOOKUP_ACCESS && model_access(m, cpu, addr, 0) == -1.0
+		    && PyErr_Occurred())
+			goto fail;
+	}
+	if (what & LOOKUP_HTAB && htab_lookup_cost(run, cpu, bpf_map, key, key_size, addr) < 0)
+		goto fail;
+	goto out;
+fail:;
+	PyObject *type, *value, *traceback;
+	PyErr_Fetch(&type, &value, &traceback);
+	PyErr_NormalizeException(&type, &value, &traceback);
+	if (traceback != NULL && value != NULL)
+		PyException_SetTraceback(value, traceback);
+	if (value == NULL || PyObject_SetAttr(run[RUN_SELF], s_error, value) < 0)
+		PyErr_WriteUnraisable(run[RUN_SELF]);
+	Py_XDECREF(type);
+	Py_XDECREF(value);
+	Py_XDECREF(traceback);
+	result = CHARGE_FAILED;
+out:
+	PyGILState_Release(gil);
+	return result;
+}
+
 static PyMethodDef module_methods[] = {
 	{"swap_dicts", (PyCFunction)(void (*)(void))mod_swap_dicts, METH_FASTCALL,
 	 "swap_dicts(states, incoming) -> saved: timing.swap_dicts"},
@@ -1097,7 +1254,15 @@ PyMODINIT_FUNC PyInit__cache_model(void)
 	    || intern(&s_dram_remote, "dram_remote") < 0
 	    || intern(&s_transfer_local, "transfer_local") < 0
 	    || intern(&s_transfer_remote, "transfer_remote") < 0
-	    || intern(&s_lock_wait, "lock_wait") < 0 || intern(&s_spin_lock, "spin_lock") < 0)
+	    || intern(&s_lock_wait, "lock_wait") < 0 || intern(&s_spin_lock, "spin_lock") < 0
+	    || intern(&s_scheduler, "scheduler") < 0 || intern(&s_sync, "sync") < 0
+	    || intern(&s_error, "error") < 0
+	    || intern(&s_array_lookup, "array_map_lookup_elem") < 0
+	    || intern(&s_htab_lookup, "htab_map_lookup_elem") < 0
+	    || intern(&s_jhash_byte, "jhash_byte") < 0
+	    || intern(&s_hash_cached, "_hash_cached") < 0 || intern(&s_mask, "mask") < 0
+	    || intern(&s_bucket_base, "bucket_base") < 0 || intern(&s_buckets, "buckets") < 0
+	    || intern(&s_addr, "addr") < 0 || intern(&s_key, "key") < 0)
 		return NULL;
 	if ((s_one == NULL && (s_one = PyLong_FromLong(1)) == NULL)
 	    || (s_zero == NULL && (s_zero = PyLong_FromLong(0)) == NULL))

@@ -1,11 +1,12 @@
 """The native tier on map values (prog/native.py): values a helper returned and global data
 reached natively, hardware atomics (semantics.py's ATOMIC_RMW in the Python engines), and
-BPF_MAP_TYPE_ARRAY and BPF_MAP_TYPE_HASH lookups without Python on a machine without modeled
-time. Every engine gives the same R0, instruction count, map contents and access
-statistics."""
+array and hash map lookups without Python, charged from machine code with modeled time (the C
+cache model's pybpf_native_lookup_charge). Every engine gives the same R0, instruction count,
+map contents and access statistics, and with modeled time the same clocks and breakdowns."""
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import pytest
@@ -18,6 +19,7 @@ from pybpf.accelerator import ATOMIC_RMW
 from pybpf.asm import FP, R0, R1, R2, R3, R6
 from pybpf.asm import builder as b
 from pybpf.asm.opcodes import ATOMIC_FETCH, AtomicOp
+from pybpf.emulated import VirtualTimeScheduler
 from pybpf.emulated.prog import native
 from pybpf.uapi import MapType, ProgType
 
@@ -194,19 +196,20 @@ def test_after_the_first_lookup_of_each_index_the_loop_stays_native(monkeypatch)
             assert calls == {"lookup": 3 * (run + 1), "memory": 0}, map_type
 
 
-@pytest.mark.parametrize("map_type, unmodeled, modeled", [
-    (MapType.ARRAY, True, True), (MapType.PERCPU_ARRAY, True, True),
-    (MapType.HASH, True, False), (MapType.PERCPU_HASH, True, False),
-    (MapType.LRU_HASH, False, False), (MapType.LRU_PERCPU_HASH, False, False)])
-def test_which_lookups_run_without_python(map_type, unmodeled, modeled):
-    """Plain arrays always (with modeled time, charged from machine code); plain hash maps
-    without modeled time; LRU maps never (a lookup sets the element's reference bit)."""
-    for modeled_time, expected in ((False, unmodeled), (True, modeled)):
+@pytest.mark.parametrize("map_type, expected", [
+    (MapType.ARRAY, True), (MapType.PERCPU_ARRAY, True), (MapType.HASH, True),
+    (MapType.PERCPU_HASH, True), (MapType.LRU_HASH, False), (MapType.LRU_PERCPU_HASH, False)])
+def test_which_lookups_run_without_python(map_type, expected):
+    """Plain arrays and hash maps (with modeled time, where the C cache model charges them);
+    LRU maps never (a lookup sets the element's reference bit)."""
+    for modeled_time in (False, True):
         system = make_system("emulated", modeled_time=modeled_time)
         fd = system.map_create(map_type, 4, 8, 4)
         prog = load(system, counting_loop(1, 1), {"m": fd})
-        assert bool(native.native_lookup_maps(prog.executable)) == (expected and
-                                                                  native.NATIVE_VALUES)
+        chargeable = not modeled_time or (system.machine.timing.cache_model == "C"
+                                          and native._charge_address() is not None)
+        assert bool(native.native_lookup_maps(prog.executable)) == (
+            expected and native.NATIVE_VALUES and chargeable)
 
 
 @needs_accel
@@ -280,31 +283,61 @@ def test_atomic_rmw_refuses_what_is_not_an_aligned_word_of_writable_memory():
         ATOMIC_RMW(buf, 0, 8, AtomicOp.LOAD_ACQ, 0, 0)
 
 
-def modeled_runs(map_type: int, before_runs=None) -> dict:
-    """Per engine, after two runs of counting_loop on a machine with modeled time: the
-    CPUs' clocks, CPU 0's breakdown, the map's statistics and contents, and what
-    ``before_runs(system)`` returned."""
+# Keys a hash map holds in the modeled runs: counting_loop's 0 and 18 (its 9 is absent, so
+# its lookups walk a whole chain) and enough others to make chains.
+HASH_KEYS = (0, 18, *range(100, 130))
+
+
+def modeled_system(map_type: int, items=None):
+    """A machine with modeled time, its map ``m`` (hash maps holding HASH_KEYS) and
+    ``items`` (default: counting_loop over keys 0, 9 and 18) loaded: (system, fd, prog)."""
+    system = make_system("emulated", modeled_time=True)
+    fd = system.map_create(map_type, 4, 8, 40)
+    if map_type in (MapType.HASH, MapType.PERCPU_HASH):
+        slots = system.machine.num_cpus if map_type == MapType.PERCPU_HASH else 1
+        for k in HASH_KEYS:
+            system.map_update_elem(fd, k.to_bytes(4, "little"), bytes(8 * slots))
+    return system, fd, load(system, items or counting_loop(3, 100, stride=9), {"m": fd})
+
+
+def modeled_figures(system, fd) -> tuple:
+    """The CPUs' clocks, CPU 0's breakdown, the map's statistics and contents."""
+    timing = system.machine.timing
+    return (list(timing.clock), timing.breakdown(0),
+            system.map_from_fd(fd).access_stats.totals(), contents(system, fd, 200))
+
+
+def modeled_runs(map_type: int, before_runs=None, items=None) -> dict:
+    """Per engine, after two runs of ``items`` (modeled_system's) on a machine with modeled
+    time: modeled_figures and what ``before_runs(system)`` returned."""
     results = {}
     for engine in ENGINES:
-        system = make_system("emulated", modeled_time=True)
-        fd = system.map_create(map_type, 4, 8, 40)
-        prog = load(system, counting_loop(3, 100, stride=9), {"m": fd})
+        system, fd, prog = modeled_system(map_type, items)
         seen = before_runs(system) if before_runs else None
         for _ in range(2):
             prog.run(bytearray(64), engine=engine)
-        timing = system.machine.timing
-        results[engine] = (list(timing.clock), timing.breakdown(0),
-                           system.map_from_fd(fd).access_stats.totals(),
-                           contents(system, fd, 40), seen)
+        results[engine] = (*modeled_figures(system, fd), seen)
     return results
 
 
+LOOKUP_MAPS = [MapType.ARRAY, MapType.PERCPU_ARRAY, MapType.HASH, MapType.PERCPU_HASH]
+
+
 @needs_accel
-@pytest.mark.parametrize("map_type", [MapType.ARRAY, MapType.PERCPU_ARRAY])
-def test_modeled_array_lookups_are_charged_as_python_charges_them(map_type):
+@pytest.mark.parametrize("map_type", LOOKUP_MAPS)
+def test_modeled_lookups_are_charged_as_python_charges_them(map_type):
     results = modeled_runs(map_type)
     agree(results)
-    assert results["native"][0][0] > 0 and "array_map_lookup_elem" in results["native"][1]
+    cost = "array_map_lookup_elem" if map_type in (MapType.ARRAY, MapType.PERCPU_ARRAY) \
+        else "htab_map_lookup_elem"
+    assert results["native"][0][0] > 0 and cost in results["native"][1]
+
+
+@needs_accel
+@pytest.mark.parametrize("map_type", [MapType.HASH, MapType.PERCPU_HASH])
+def test_modeled_hash_lookups_walk_the_chains_updates_and_deletes_left(map_type):
+    results = modeled_runs(map_type, items=hash_churn(40, 121))
+    agree(results)
 
 
 @needs_accel
@@ -333,11 +366,50 @@ class CountingScheduler:
 
 
 @needs_accel
-def test_with_a_scheduler_attached_every_lookup_syncs_through_python():
+@pytest.mark.parametrize("map_type", LOOKUP_MAPS)
+def test_with_a_scheduler_attached_every_lookup_syncs_first_on_every_engine(map_type):
     def attach(system):
         scheduler = system.machine.timing.scheduler = CountingScheduler()
         return scheduler
 
-    results = modeled_runs(MapType.ARRAY, attach)
+    results = modeled_runs(map_type, attach)
     syncs = {engine: r[4].syncs for engine, r in results.items()}
     assert len(set(syncs.values())) == 1 and syncs["native"] >= 200, syncs
+
+
+@needs_accel
+@pytest.mark.parametrize("map_type", LOOKUP_MAPS)
+def test_tasks_on_two_cpus_under_the_scheduler_agree_across_engines(map_type, monkeypatch):
+    """Two CPUs' tasks loop over one map in virtual time, handing the baton over at lookups
+    (map-perf's set-up): the same figures on every engine, and the native tier's lookups
+    stay native after each value's first."""
+    python_lookups, map_lookup = [], native._Run.map_lookup
+    monkeypatch.setattr(native._Run, "map_lookup", lambda run, *args: (
+        python_lookups.append(args), map_lookup(run, *args))[1])
+
+    def task(system, prog, engine: str, cpu: int) -> None:
+        with system.on_cpu(cpu):
+            system.machine.set_task(1000 + cpu)
+            for _ in range(3):
+                prog.run(bytearray(64), engine=engine)
+
+    results = {}
+    for engine in ENGINES:
+        python_lookups.clear()
+        system, fd, prog = modeled_system(map_type)
+        timing = system.machine.timing
+        start = max(timing.clock)  # the tasks start together, as map-perf's
+        for cpu in range(2):
+            timing.wait_until(cpu, start, "idle")
+        scheduler = VirtualTimeScheduler(timing, range(2),
+                                         task_locals=system.machine.task_locals())
+        with scheduler:
+            scheduler.run({cpu: functools.partial(task, system, prog, engine, cpu)
+                           for cpu in range(2)})
+        results[engine] = (*modeled_figures(system, fd), scheduler.handoffs)
+        if engine == "native":
+            # the uncached values' first lookups (through Python, which fills the cache), at
+            # most 3 per run: the rest of the 600 went native
+            assert len(python_lookups) <= 3 * 6, len(python_lookups)
+    agree(results)
+    assert results["native"][4] > 10  # the CPUs took turns

@@ -147,6 +147,12 @@ def _read(rs: RunState, ptr: int, size: int, what: str) -> bytes:
 def map_lookup_elem(bpf_map: BpfMap, rs: RunState, r2: int, r3: int = 0, r4: int = 0,
                     r5: int = 0) -> int:
     bpf_map.timing.sync(bpf_map.machine.current.cpu)
+    return map_lookup_elem_synced(bpf_map, rs, r2)
+
+
+def map_lookup_elem_synced(bpf_map: BpfMap, rs: RunState, r2: int) -> int:
+    """map_lookup_elem after its ``Timing.sync`` (the native tier syncs before it reads a
+    hash map's table, and may then need Python for the rest)."""
     mem = rs.mem.get(r2 >> 32)
     off = r2 & OFF_MASK
     if type(mem) in PLAIN_MEMORY and off + bpf_map.key_size <= len(mem):

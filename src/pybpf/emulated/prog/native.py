@@ -20,19 +20,21 @@ Rules this module keeps:
   (``ATOMIC_RMW``); others go through Python. Without the C accelerator the Python engines
   serialise atomics under a lock instead, so compiled code then leaves map values to Python.
 - ``bpf_map_lookup_elem`` on a plain BPF_MAP_TYPE_ARRAY, PERCPU_ARRAY, HASH or PERCPU_HASH
-  that R1 surely points to, on a machine without modeled time, runs without Python: an
-  array's lookup is inlined as the kernel's verifier inlines it (array_map_gen_lookup: the
-  index read and bounds-checked natively; a per-CPU array's names the run's CPU's slot); a
-  hash map's key is found in the map's table by one C-API dict lookup with the GIL taken
-  (@htab_lookup; a per-CPU one's value is then the run's CPU's slot).
-  The value's pointer then comes from a per-run cache that the first lookup of that value
-  through Python fills; the lookups done natively are counted into the map's access
-  statistics (local or remote, as Python counts them) when the run ends. With modeled time a
-  hash map's lookups go through Python, which charges them; an array's are charged from
-  machine code (@charge_lookup: the GIL taken, the Timing's own ``charge`` and ``access``
-  called with what Python would pass them, in the program's order), unless a scheduler is
-  attached or deferred work waits on the CPU, when Python does the lookup (its ``sync``
-  first), so modeled figures are the Python engines' to the last nanosecond.
+  that R1 surely points to runs without Python: an array's lookup is inlined as the kernel's
+  verifier inlines it (array_map_gen_lookup: the index read and bounds-checked natively; a
+  per-CPU array's names the run's CPU's slot); a hash map's key is found in the map's table
+  by one C-API dict lookup with the GIL taken (@htab_lookup; a per-CPU one's value is then
+  the run's CPU's slot). The value's pointer then comes from a per-run cache that the first
+  lookup of that value through Python fills; the lookups done natively are counted into the
+  map's access statistics (local or remote, as Python counts them) when the run ends.
+- With modeled time (on the C cache model; with the Python one the lookups go through
+  Python) a native lookup is charged as Python's helper charges it, by the C model's
+  pybpf_native_lookup_charge with the GIL taken: the scheduler's sync first (before a hash
+  map's table is read: it may let other CPUs' tasks run), then, once the value is known to
+  be cached, the costs Python would charge, in the same order (an array's lookup and value
+  line; a hash map's lookup, jhash and walk of the key's bucket). When deferred work waits
+  on the CPU, Python does the whole lookup (its sync runs the work), so modeled figures are
+  the Python engines' to the last nanosecond.
 - A program the tier does not compile (a tail call, an unknown helper, a write to r10,
   recursion, a jump out of its subprogram) is refused once at load with a reason; core.py
   then runs it on the JIT.
@@ -48,7 +50,7 @@ from array import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ...accelerator import ATOMIC_RMW
+from ...accelerator import ATOMIC_RMW, CACHE_MODEL
 from ...asm.opcodes import (
     ATOMIC_FETCH,
     OPCODES,
@@ -63,8 +65,8 @@ from ...asm.opcodes import (
 from ...errors import ProgramFault
 from ...uapi import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, BpfFunc, MapType
 from ..maps.arraymap import BpfArray, BpfPercpuArray
-from ..maps.hashtab import HtabMap, HtabPercpuMap
-from .helpers import bpf_map_lookup_elem
+from ..maps.hashtab import BUCKET_SIZE, HtabMap, HtabPercpuMap
+from .helpers import bpf_map_lookup_elem, map_lookup_elem, map_lookup_elem_synced
 from .memory import (
     BPF_MAX_LOOPS,
     DYNAMIC_REGION_BASE,
@@ -95,11 +97,11 @@ MAX_NATIVE_FRAMES = 64  # deeper static call chains run on the JIT
 # entry with linear probing: an array's tag is index + 1 (its home the index), a hash map's
 # the address of the value object (its home the address, Fibonacci-hashed), so 0 is empty.
 # Python fills the tables; a run clears them.
-# With modeled time, a run whose array lookups are charged natively also holds its machine's
-# Timing, that Timing's charge and access (bound methods), its CPU (an int object) and that
-# CPU's list of deferred work.
+# With modeled time, a run whose lookups are charged natively also holds what
+# pybpf_native_lookup_charge reads: its machine's Timing, that Timing's C cache model, its CPU
+# (an int object), that CPU's list of deferred work, and the run (whose ``error`` it sets).
 COUNT, BUDGET, NEXT_REGION, STATUS, FAULT_PC, DEPTH, ARENA, CALLBACK = range(8)
-TIMING, CHARGE, ACCESS, CPU, DEFERRED = range(8, 13)
+TIMING, MODEL, CPU, DEFERRED, RUN = range(8, 13)
 THIS_CPU = 13  # the run's CPU, for per-CPU hash maps' slots
 VALUE_TABLE, VALUE_SLOTS = 14, 32
 FRAME_REGIONS = VALUE_TABLE + 3 * VALUE_SLOTS
@@ -117,9 +119,15 @@ NATIVE_VALUES = ATOMIC_RMW is not None
 # state): op, then up to six u64 arguments. Memory ops come last (``>= OP_LOAD``).
 OP_HELPER, OP_KFUNC, OP_MAP_LOOKUP, OP_LOAD, OP_STORE, OP_ATOMIC, OP_LD_ABS = range(7)
 ARRAYS = (BpfArray, BpfPercpuArray)  # the maps whose lookups the tier inlines by index
-# @charge_lookup's answers: charged; not (a scheduler or deferred work: Python does it all);
-# Python failed (the run stops)
+# the classes of the maps whose lookups run natively, and the plain map type of each
+_NATIVE_LOOKUPS = {BpfArray: MapType.ARRAY, BpfPercpuArray: MapType.PERCPU_ARRAY,
+                   HtabMap: MapType.HASH, HtabPercpuMap: MapType.PERCPU_HASH}
+# pybpf_native_lookup_charge (_cache_model.c): what it does (its flags: the scheduler's sync,
+# then an array's charge and its value's line, or a hash map's charge and walk), and its
+# answers: charged; not (deferred work waits: Python does it all); failed (the run stops)
+LOOKUP_SYNC, LOOKUP_ARRAY, LOOKUP_ACCESS, LOOKUP_HTAB = 1, 2, 4, 8
 NOT_CHARGED, CHARGED, CHARGE_FAILED = 0, 1, 2
+CHARGE_SYMBOL = "pybpf_native_lookup_charge"
 # @htab_lookup's answers besides a value's address: absent, or ask Python
 HTAB_ABSENT, HTAB_SLOW = 0, M64
 
@@ -489,27 +497,35 @@ class _FunctionIR:
     def write_map_lookup(self, pc: int, region: int) -> None:
         """bpf_map_lookup_elem without Python: R0 from the run's cache of the map's values
         when the value is there, 0 for an index past max_entries or an absent key, else the
-        helper through Python (which fills the cache). With modeled time an array lookup is
-        charged first (@charge_lookup), or done by Python when it cannot be."""
+        helper through Python (which fills the cache). With modeled time the lookup is
+        charged as Python's helper charges it (``charged``): the scheduler's sync first (a
+        hash map's before its table is read, and Python is then told so), the lookup's costs
+        once it is known to stay native; Python does it all when deferred work waits."""
         bpf_map = self.exe.static_regions[region]
         modeled = bpf_map.timing.modeled
+        array = type(bpf_map) in ARRAYS
         key = self.get(2)
         key_ptr = self.op(f"call ptr @mem_ptr(ptr %st, i64 {key}, i64 {bpf_map.key_size})")
         readable = self.op(f"icmp ne ptr {key_ptr}, null")
         self.branch(f"br i1 {readable}, label %mk{pc}, label %ms{pc}")
         self.label(f"mk{pc}")
-        if type(bpf_map) in ARRAYS:  # array_map_gen_lookup
+        python = f"ms{pc}"  # where Python takes over: before the sync, or (mq) after it
+        if array:  # array_map_gen_lookup
             index = self.zext(self.op(f"load i32, ptr {key_ptr}, align 1"), 32)
             found = self.op(f"icmp ult i64 {index}, {bpf_map.max_entries}")
             tag = self.op(f"add i64 {index}, 1")
             entry = self.op(f"and i64 {index}, {LOOKUP_CACHE - 1}")
         else:  # the key in the map's table, by @htab_lookup
+            if modeled:
+                self.charged(LOOKUP_SYNC, "0", f"ml{pc}", python)
+                self.label(f"ml{pc}")
+                python = f"mq{pc}"
             slot = (self.op(f"load i64, ptr {self.slot(THIS_CPU)}") if bpf_map.percpu
                     else "-1")
             tag = self.op(f"call i64 @htab_lookup(ptr inttoptr (i64 {id(bpf_map.table)} to ptr),"
                           f" ptr {key_ptr}, i64 {bpf_map.key_size}, i64 {slot})")
             slow = self.op(f"icmp eq i64 {tag}, {_const(HTAB_SLOW, 64)}")
-            self.branch(f"br i1 {slow}, label %ms{pc}, label %mf{pc}")
+            self.branch(f"br i1 {slow}, label %{python}, label %mf{pc}")
             self.label(f"mf{pc}")
             found = self.op(f"icmp ne i64 {tag}, {HTAB_ABSENT}")
             hashed = self.op(f"mul i64 {tag}, {_const(FIBONACCI, 64)}")
@@ -521,14 +537,19 @@ class _FunctionIR:
         tag_at = self.op(f"call ptr @cache_find(ptr %st, i64 {words + 2}, i64 {tag}, "
                          f"i64 {entry})")
         cached = self.op(f"icmp ne ptr {tag_at}, null")
-        self.branch(f"br i1 {cached}, label %mp{pc}, label %ms{pc}")
+        self.branch(f"br i1 {cached}, label %mp{pc}, label %{python}")
         self.label(f"mp{pc}")
-        if modeled:  # what array_cost charges: the lookup, and (not per-CPU) the value's line
+        if modeled and array:  # array_cost: the lookup, and (not per-CPU) the value's line
             addr = self.op(f"add i64 {self.op(f'mul i64 {index}, {bpf_map.elem_size}')}, "
                            f"{bpf_map.value_base}")
-            self.charged(pc, addr, type(bpf_map) is BpfArray, f"mh{pc}")
-            self.label(f"mo{pc}")  # past max_entries: Python's sync only, then NULL
-            self.charged(pc, "0", False, f"mz{pc}", charge=False)
+            line = LOOKUP_ACCESS if type(bpf_map) is BpfArray else 0
+            self.charged(LOOKUP_SYNC | LOOKUP_ARRAY | line, addr, f"mh{pc}", python)
+            self.label(f"mo{pc}")  # past max_entries: the sync only, then NULL
+            self.charged(LOOKUP_SYNC, "0", f"mz{pc}", python)
+        elif modeled:  # _op_cost: found or not, the walk to the key
+            self.charged(LOOKUP_HTAB, str(BUCKET_SIZE), f"mh{pc}", python, bpf_map, key_ptr)
+            self.label(f"mo{pc}")
+            self.charged(LOOKUP_HTAB, str(BUCKET_SIZE), f"mz{pc}", python, bpf_map, key_ptr)
         else:
             self.branch(f"br label %mh{pc}")
         self.label(f"mh{pc}")
@@ -542,20 +563,30 @@ class _FunctionIR:
         self.branch(f"br label %mj{pc}")
         self.label(f"mz{pc}")
         self.branch(f"br label %mj{pc}")
+        if python != f"ms{pc}":
+            self.label(f"mq{pc}")
+            self.branch(f"br label %mr{pc}")
         self.label(f"ms{pc}")
-        slow = self.callback(pc, OP_MAP_LOOKUP, str(region), key)
+        self.branch(f"br label %mr{pc}")
+        self.label(f"mr{pc}")
+        synced = (self.op(f"phi i64 [0, %ms{pc}], [1, %mq{pc}]") if python != f"ms{pc}"
+                  else "0")
+        slow = self.callback(pc, OP_MAP_LOOKUP, str(region), key, synced)
         slow_block = self.current_block()
         self.branch(f"br label %mj{pc}")
         self.label(f"mj{pc}")
         self.put(0, self.op(f"phi i64 [{fast}, %mh{pc}], [0, %mz{pc}], [{slow}, %{slow_block}]"))
 
-    def charged(self, pc: int, addr: str, access: bool, done: str, charge: bool = True) -> None:
-        """@charge_lookup, then on to ``done``; to the Python path when it could not charge,
-        out of the run when Python failed."""
-        result = self.op(f"call i64 @charge_lookup(ptr %st, i64 {addr}, i64 {int(access)}, "
-                         f"i64 {int(charge)})")
+    def charged(self, what: int, addr: str, done: str, python: str, bpf_map: Any = None,
+                key_ptr: str = "null") -> None:
+        """pybpf_native_lookup_charge doing ``what``, then on to ``done``; to ``python`` when
+        it did not charge, out of the run when it failed."""
+        map_ptr = f"inttoptr (i64 {id(bpf_map)} to ptr)" if bpf_map is not None else "null"
+        key_size = bpf_map.key_size if bpf_map is not None else 0
+        result = self.op(f"call i64 @{CHARGE_SYMBOL}(ptr {self.slot(TIMING)}, i64 {what}, "
+                         f"i64 {addr}, ptr {map_ptr}, ptr {key_ptr}, i64 {key_size})")
         self.branch(f"switch i64 {result}, label %bail [i64 {CHARGED}, label %{done}.c "
-                    f"i64 {NOT_CHARGED}, label %ms{pc}]")
+                    f"i64 {NOT_CHARGED}, label %{python}]")
         self.label(f"{done}.c")
         self.branch(f"br label %{done}")
 
@@ -768,6 +799,7 @@ declare void @PyErr_Clear()
 declare ptr @PyObject_GetAttr(ptr, ptr)
 declare i64 @PyList_Size(ptr)
 declare ptr @PyList_GetItem(ptr, i64)
+declare i64 @{CHARGE_SYMBOL}(ptr, i64, i64, ptr, ptr, i64)
 declare i16 @llvm.bswap.i16(i16)
 declare i32 @llvm.bswap.i32(i32)
 declare i64 @llvm.bswap.i64(i64)
@@ -775,84 +807,6 @@ declare i64 @llvm.bswap.i64(i64)
 
 
 _VALUE = sys.intern("value")  # HtabElem.value, the name @htab_lookup reads
-_SCHEDULER = sys.intern("scheduler")  # Timing.scheduler, which @charge_lookup reads
-_ARRAY_LOOKUP = sys.intern("array_map_lookup_elem")  # the cost array_cost charges
-
-
-def _charge_lookup_ir() -> str:
-    """@charge_lookup(st, addr, access, charge): with modeled time, what an array lookup
-    costs, as Python's would charge it: nothing to do here (NOT_CHARGED) when a scheduler is
-    attached or deferred work waits on the CPU, since Python's ``sync`` comes first then;
-    else, when ``charge``, the Timing's ``charge(cpu, "array_map_lookup_elem")`` and, when
-    ``access``, ``access(cpu, addr, False)`` (CHARGED). The GIL is taken; a call that fails
-    is reported as unraisable and the run stops (CHARGE_FAILED)."""
-    none, false = id(None), id(False)
-    return f"""
-define internal i64 @charge_lookup(ptr %st, i64 %addr, i64 %access, i64 %charge) noinline {{
-entry:
-  %gil = call i32 @PyGILState_Ensure()
-  %timing_at = getelementptr i64, ptr %st, i64 {TIMING}
-  %timing = load ptr, ptr %timing_at
-  %scheduler = call ptr @PyObject_GetAttr(ptr %timing, ptr inttoptr (i64 {id(_SCHEDULER)} to ptr))
-  %got = icmp ne ptr %scheduler, null
-  br i1 %got, label %has, label %fail
-has:
-  call void @Py_DecRef(ptr %scheduler)
-  %no_scheduler = icmp eq ptr %scheduler, inttoptr (i64 {none} to ptr)
-  br i1 %no_scheduler, label %deferred, label %python
-deferred:
-  %deferred_at = getelementptr i64, ptr %st, i64 {DEFERRED}
-  %list = load ptr, ptr %deferred_at
-  %waiting = call i64 @PyList_Size(ptr %list)
-  %idle = icmp eq i64 %waiting, 0
-  %charging = icmp ne i64 %charge, 0
-  br i1 %idle, label %start, label %python
-start:
-  br i1 %charging, label %work, label %ok
-work:
-  %cpu_at = getelementptr i64, ptr %st, i64 {CPU}
-  %cpu = load ptr, ptr %cpu_at
-  %args = alloca [3 x ptr]
-  %a0 = getelementptr [3 x ptr], ptr %args, i64 0, i64 0
-  %a1 = getelementptr [3 x ptr], ptr %args, i64 0, i64 1
-  %a2 = getelementptr [3 x ptr], ptr %args, i64 0, i64 2
-  store ptr %cpu, ptr %a0
-  store ptr inttoptr (i64 {id(_ARRAY_LOOKUP)} to ptr), ptr %a1
-  %charge_at = getelementptr i64, ptr %st, i64 {CHARGE}
-  %charge_fn = load ptr, ptr %charge_at
-  %charged = call ptr @PyObject_Vectorcall(ptr %charge_fn, ptr %args, i64 2, ptr null)
-  %charge_ok = icmp ne ptr %charged, null
-  br i1 %charge_ok, label %charge_done, label %fail
-charge_done:
-  call void @Py_DecRef(ptr %charged)
-  %accessing = icmp ne i64 %access, 0
-  br i1 %accessing, label %line, label %ok
-line:
-  %address = call ptr @PyLong_FromUnsignedLongLong(i64 %addr)
-  store ptr %address, ptr %a1
-  store ptr inttoptr (i64 {false} to ptr), ptr %a2
-  %access_at = getelementptr i64, ptr %st, i64 {ACCESS}
-  %access_fn = load ptr, ptr %access_at
-  %stalled = call ptr @PyObject_Vectorcall(ptr %access_fn, ptr %args, i64 3, ptr null)
-  call void @Py_DecRef(ptr %address)
-  %access_ok = icmp ne ptr %stalled, null
-  br i1 %access_ok, label %line_done, label %fail
-line_done:
-  call void @Py_DecRef(ptr %stalled)
-  br label %ok
-ok:
-  call void @PyGILState_Release(i32 %gil)
-  ret i64 {CHARGED}
-python:
-  call void @PyGILState_Release(i32 %gil)
-  ret i64 {NOT_CHARGED}
-fail:
-  call void @PyErr_WriteUnraisable(ptr %timing)
-  %status_at = getelementptr i64, ptr %st, i64 {STATUS}
-  store i64 {STATUS_RAISED}, ptr %status_at
-  call void @PyGILState_Release(i32 %gil)
-  ret i64 {CHARGE_FAILED}
-}}"""
 
 
 def _htab_lookup_ir() -> str:
@@ -949,17 +903,15 @@ def _py_callback_ir() -> str:
 
 def native_lookup_maps(exe: Executable) -> list[int]:
     """The static regions of the maps whose lookups run without Python, where map values are
-    native memory: plain BPF_MAP_TYPE_ARRAY and PERCPU_ARRAY maps (a run stays on its CPU, so
-    an index names one slot), and HASH maps on a machine without modeled time (whose lookups
-    charge nothing)."""
+    native memory: plain BPF_MAP_TYPE_ARRAY, PERCPU_ARRAY, HASH and PERCPU_HASH maps (a run
+    stays on its CPU, so a key names one slot), on a machine without modeled time or whose
+    caches are the C model, which charges lookups for machine code."""
     if not NATIVE_VALUES or exe.helpers.get(BpfFunc.map_lookup_elem) is not bpf_map_lookup_elem:
         return []
     return [region for region, obj in exe.static_regions.items()
-            if (type(obj) is BpfArray and obj.map_type == MapType.ARRAY)
-            or (type(obj) is BpfPercpuArray and obj.map_type == MapType.PERCPU_ARRAY)
-            or (((type(obj) is HtabMap and obj.map_type == MapType.HASH)
-                 or (type(obj) is HtabPercpuMap and obj.map_type == MapType.PERCPU_HASH))
-                and not obj.timing.modeled)]
+            if type(obj) in _NATIVE_LOOKUPS and obj.map_type == _NATIVE_LOOKUPS[type(obj)]
+            and (not obj.timing.modeled
+                 or (obj.timing.cache_model == "C" and _charge_address() is not None))]
 
 
 def map_words(frames: int, maps: list[int]) -> dict[int, int]:
@@ -971,7 +923,7 @@ def native_ir(exe: Executable, frames: int, maps: list[int]) -> str:
     """The LLVM IR of ``exe`` (which ``check_compilable`` accepted, with at most ``frames``
     frames), ``maps`` the regions of the maps whose lookups run without Python: one function
     per subprogram, an exported ``E<start>`` each."""
-    parts = [_FRAME_PTR, _py_callback_ir(), _htab_lookup_ir(), _charge_lookup_ir()]
+    parts = [_FRAME_PTR, _py_callback_ir(), _htab_lookup_ir()]
     words = map_words(frames, maps)
     for start in exe.subprogs:
         parts.append("\n".join(_FunctionIR(exe, start, exe.subprog_end(start),
@@ -1035,6 +987,8 @@ def _register_runtime() -> None:
     address 0."""
     for name in PYTHON_SYMBOLS:
         llvm.add_symbol(name, ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value)
+    if _charge_address() is not None:
+        llvm.add_symbol(CHARGE_SYMBOL, _charge_address())
     for library, names in RUNTIME_SYMBOLS:
         try:
             lib = ctypes.CDLL(library)
@@ -1044,6 +998,15 @@ def _register_runtime() -> None:
             function = getattr(lib, name, None)
             if function is not None:
                 llvm.add_symbol(name, ctypes.cast(function, ctypes.c_void_p).value)
+
+
+@functools.cache
+def _charge_address() -> int | None:
+    """Where the C cache model's pybpf_native_lookup_charge is (None: not built)."""
+    if CACHE_MODEL is None:
+        return None
+    function = getattr(ctypes.PyDLL(CACHE_MODEL.__file__), CHARGE_SYMBOL, None)
+    return None if function is None else ctypes.cast(function, ctypes.c_void_p).value
 
 
 def _machine() -> Any:
@@ -1080,7 +1043,7 @@ class _Run:
         self.address = ctypes.addressof(self.state)
         self.words[ARENA] = ctypes.addressof(self.arena_c)
         self.entry = self.callback  # what @py_callback calls: kept alive with the run
-        self.charging: tuple = ()  # what @charge_lookup calls (run_on)
+        self.charging: tuple = ()  # what pybpf_native_lookup_charge reads (run_on)
         self.words[CALLBACK] = id(self.entry)
         self.rs: Any = None
         self.exe: Any = None
@@ -1117,7 +1080,7 @@ class _Run:
             if op == OP_KFUNC:
                 return self.exe.kfuncs[a](rs, b, c, d, e, f) & M64
             if op == OP_MAP_LOOKUP:
-                return self.map_lookup(a, b)
+                return self.map_lookup(a, b, c)
             return _memory_op(rs, op, a, b, c, d, e, f)
         finally:
             words[COUNT] = rs.count
@@ -1138,14 +1101,18 @@ class _Run:
         self.words[slot:slot + 3] = array("Q", (region, ctypes.addressof(view), len(buf)))
         return True
 
-    def map_lookup(self, region: int, key: int) -> int:
-        """bpf_map_lookup_elem on a map whose lookups compiled code does, through Python;
-        the value found goes in the run's cache, where compiled code finds it next time."""
-        rs = self.rs
-        r0 = bpf_map_lookup_elem(rs, region << 32, key, 0, 0, 0)
+    def map_lookup(self, region: int, key: int, synced: int) -> int:
+        """bpf_map_lookup_elem on a map whose lookups compiled code does, through Python
+        (``synced``: after the scheduler's sync, which compiled code did); the value found
+        goes in the run's cache, where compiled code finds it next time."""
+        rs, bpf_map = self.rs, self.exe.static_regions[region]
+        if synced:  # Timing.sync's second half
+            bpf_map.timing.run_deferred(bpf_map._current.cpu)
+            r0 = map_lookup_elem_synced(bpf_map, rs, key)
+        else:
+            r0 = map_lookup_elem(bpf_map, rs, key)
         if not (r0 and self.reach(r0 >> 32)):
             return r0
-        bpf_map = self.exe.static_regions[region]
         cpu = bpf_map._current.cpu
         key_bytes = mem_read(rs, key, bpf_map.key_size, "key (R2)")
         if type(bpf_map) in ARRAYS:  # a per-CPU slot is on its CPU's node
@@ -1195,14 +1162,13 @@ class _Run:
             self.exported.clear()
 
     def run_on(self, timing: Any, cpu: int) -> None:
-        """The run's CPU, for per-CPU slots, and with modeled time what @charge_lookup calls
-        for a run on ``cpu`` of ``timing``'s machine (kept here, alive, until the next
-        run)."""
+        """The run's CPU, for per-CPU slots, and with modeled time what
+        pybpf_native_lookup_charge reads for a run on ``cpu`` of ``timing``'s machine (kept
+        here, alive, until the next run)."""
         self.words[THIS_CPU] = cpu
         if timing.modeled:
-            self.charging = (timing, timing.charge, timing.access, cpu,
-                             timing.deferred_work(cpu))
-            self.words[TIMING:DEFERRED + 1] = array("Q", map(id, self.charging))
+            self.charging = (timing, timing._cache_model, cpu, timing.deferred_work(cpu), self)
+            self.words[TIMING:RUN + 1] = array("Q", map(id, self.charging))
 
     def callback(self, op: int, a: int, b: int, c: int, d: int, e: int, f: int) -> int:
         """What compiled code asks of Python; an exception is kept for the run to raise."""
