@@ -22,10 +22,12 @@ import pytest
 from pybpf import reproduce
 from pybpf.bench import map_perf as mp
 from pybpf.bench import trigger
+from pybpf.bench.map_perf import config as mp_config
 from pybpf.bench.map_perf.kernel_run import kernel_trigger
 from pybpf.bench.map_perf.progs import BUILDERS, build_program
 from pybpf.bench.map_perf.results import plot
 from pybpf.bench.map_perf.testbed import Setup, lru_lookup_keys, sockaddr_in6
+from pybpf.emulated.prog.core import ENGINES, native_missing
 from pybpf.testing import KERNEL_SKIP_REASON, kernel_available
 from pybpf.uapi import MapFlags, MapType
 
@@ -156,6 +158,8 @@ def test_resizing_touches_only_the_enabled_tests_maps():
     (["1", "--backend", "kernel", "--cpus", "4"], "declare an emulated machine"),
     (["1", "--backend", "emulated", "--baseline"], "--baseline"),
     (["1", "--c-trigger", "/nonexistent/trigger"], "not an executable"),
+    (["1", "--backend", "kernel", "--engine", "jit"], "--engine picks what runs the emulated"),
+    (["1", "--engine", "fast"], "invalid choice: 'fast'"),
 ])
 def test_bad_arguments_print_usage_and_exit_2(args, message):
     proc = run_cli(*args)
@@ -276,6 +280,27 @@ def test_emulated_every_test_runs_a_few_events(test):
         assert r.events == 5 and r.rate > 0
         assert SAMPLE_LINE.match(mp.result_line(r, "emulated"))["rest"].startswith(
             " " + mp.EMULATED_LABEL)
+
+
+@needs_emulated_programs
+@pytest.mark.skipif(native_missing() is not None, reason=str(native_missing()))
+def test_emulated_modeled_rates_are_the_same_on_every_engine():
+    """--engine changes what runs the programs, not one modeled figure: on two CPUs taking
+    turns under the scheduler, every test's rate and per-event breakdown per engine."""
+    figures = {}
+    for engine in ENGINES:
+        cfg = mp.Config(test_flags=mp.ALL_TESTS_MASK, num_procs=2, max_cnt=40,
+                        backend="emulated", cpus=2, json=True, progress=False, engine=engine)
+        result = mp.run(cfg)
+        assert f"on the {engine} engine" in result.notes[-1]
+        figures[engine] = sorted((r.cpu, r.test, r.rate, r.breakdown) for r in result.results)
+    assert figures["native"] == figures["jit"] == figures["interp"]
+
+
+def test_native_engine_without_llvmlite_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(mp_config, "native_missing", lambda: "the native tier needs llvmlite")
+    cfg = mp.Config(backend="emulated", engine="native")
+    assert mp_config.validate(cfg) == "--engine native: the native tier needs llvmlite"
 
 
 @needs_emulated_programs

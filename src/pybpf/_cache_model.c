@@ -1076,7 +1076,8 @@ error:
  * ``run`` is the run's charging words: the Timing, its CacheModel, the CPU (an int), that
  * CPU's list of deferred work and the run (_Run), whose ``error`` takes what fails.
  * - LOOKUP_SYNC: Timing.sync's first half, the scheduler's sync (it may hand the baton to
- *   another CPU's task and come back); then NOT_CHARGED when deferred work waits on the CPU
+ *   another CPU's task and come back; not called where it would do nothing, which is checked
+ *   here: sync_does_nothing); then NOT_CHARGED when deferred work waits on the CPU
  *   (Python's sync runs it, with the run's frames registered) and nothing else is done.
  * - LOOKUP_ARRAY: array_cost, "array_map_lookup_elem", and with LOOKUP_ACCESS the value's
  *   line at ``addr``.
@@ -1089,8 +1090,52 @@ enum { LOOKUP_SYNC = 1, LOOKUP_ARRAY = 2, LOOKUP_ACCESS = 4, LOOKUP_HTAB = 8 };
 enum { NOT_CHARGED = 0, CHARGED = 1, CHARGE_FAILED = 2 };
 enum { RUN_TIMING, RUN_MODEL, RUN_CPU, RUN_DEFERRED, RUN_SELF };
 
-static PyObject *s_scheduler, *s_sync, *s_error, *s_array_lookup, *s_htab_lookup,
+static PyObject *s_scheduler, *s_sync, *s_greenlet_thread, *s_holder, *s_active, *s_quantum,
+	*s_error, *s_array_lookup, *s_htab_lookup,
 	*s_jhash_byte, *s_hash_cached, *s_mask, *s_bucket_base, *s_buckets, *s_addr, *s_key;
+
+/* Whether VirtualTimeScheduler.sync(cpu) would do nothing now: its participants run as
+ * greenlets of this thread, cpu holds the baton, and no other participant's clock plus the
+ * quantum is below cpu's (so no other CPU goes first). 1, 0 (call it), or -1 (an error). */
+static int sync_does_nothing(PyObject *scheduler, CacheModel *m, int cpu)
+{
+	PyObject *thread = NULL, *holder = NULL, *active = NULL, *quantum = NULL;
+	int rc = 0;
+	if ((thread = PyObject_GetAttr(scheduler, s_greenlet_thread)) == NULL
+	    || (holder = PyObject_GetAttr(scheduler, s_holder)) == NULL
+	    || (active = PyObject_GetAttr(scheduler, s_active)) == NULL
+	    || (quantum = PyObject_GetAttr(scheduler, s_quantum)) == NULL) {
+		rc = -1;
+		goto out;
+	}
+	if (thread == Py_None || !PyLong_Check(holder) || PyLong_AsLong(holder) != cpu
+	    || PyLong_AsUnsignedLong(thread) != PyThread_get_thread_ident() || !PyList_Check(active))
+		goto out;
+	double slack = PyFloat_AsDouble(quantum);
+	double now = PyFloat_AsDouble(PyList_GET_ITEM(m->clock, cpu));
+	if (PyErr_Occurred()) {
+		rc = -1;
+		goto out;
+	}
+	rc = 1;
+	for (Py_ssize_t i = 0; rc == 1 && i < PyList_GET_SIZE(active); i++) {
+		long other = PyLong_AsLong(PyList_GET_ITEM(active, i));
+		if (other == -1 && PyErr_Occurred())
+			rc = -1;
+		else if (other < 0 || other >= m->ncpus)
+			rc = 0;
+		else if (other != cpu) {
+			double then = PyFloat_AsDouble(PyList_GET_ITEM(m->clock, other));
+			rc = then == -1.0 && PyErr_Occurred() ? -1 : now > then + slack ? 0 : 1;
+		}
+	}
+out:
+	Py_XDECREF(thread);
+	Py_XDECREF(holder);
+	Py_XDECREF(active);
+	Py_XDECREF(quantum);
+	return rc;
+}
 
 /* Timing.charge(cpu, event, n) through the model's own method */
 static int charge_n(PyObject *model, PyObject *cpu, PyObject *event, PyObject *n)
@@ -1189,7 +1234,8 @@ int64_t pybpf_native_lookup_charge(PyObject *const *run, int64_t what, uint64_t 
 		PyObject *scheduler = PyObject_GetAttr(run[RUN_TIMING], s_scheduler);
 		if (scheduler == NULL)
 			goto fail;
-		PyObject *synced = scheduler == Py_None ? Py_NewRef(Py_None)
+		int idle = scheduler == Py_None ? 1 : sync_does_nothing(scheduler, m, cpu);
+		PyObject *synced = idle < 0 ? NULL : idle ? Py_NewRef(Py_None)
 			: PyObject_CallMethodOneArg(scheduler, s_sync, run[RUN_CPU]);
 		Py_DECREF(scheduler);
 		if (synced == NULL)
@@ -1256,6 +1302,9 @@ PyMODINIT_FUNC PyInit__cache_model(void)
 	    || intern(&s_transfer_remote, "transfer_remote") < 0
 	    || intern(&s_lock_wait, "lock_wait") < 0 || intern(&s_spin_lock, "spin_lock") < 0
 	    || intern(&s_scheduler, "scheduler") < 0 || intern(&s_sync, "sync") < 0
+	    || intern(&s_greenlet_thread, "_greenlet_thread") < 0
+	    || intern(&s_holder, "_holder") < 0 || intern(&s_active, "_active") < 0
+	    || intern(&s_quantum, "quantum_ns") < 0
 	    || intern(&s_error, "error") < 0
 	    || intern(&s_array_lookup, "array_map_lookup_elem") < 0
 	    || intern(&s_htab_lookup, "htab_map_lookup_elem") < 0

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...emulated import HTAB_MEM_DESIGNS
+from ...emulated.prog.core import ENGINES, native_missing
 from ...uapi import MapFlags, MapType
 from .. import trigger
 from ..args import (
@@ -171,6 +172,7 @@ class Config:
     profile: Any = None  # emulated: the machine profile (a name, a file or a Profile)
     cache_scale: float = 1.0  # emulated: modeled caches scaled with a scaled-down experiment
     object: str | None = None  # a clang-built object whose programs replace the assembled
+    engine: str | None = None  # emulated: what runs the programs (default: the system's, jit)
 
     @property
     def tests(self) -> list[Test]:
@@ -277,6 +279,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--object", metavar="FILE.o", default=None,
                         help="load the programs from this clang-built BPF object (the C "
                              "twin: tests/objects/map_perf.c) instead of the assembled ones")
+    parser.add_argument("--engine", choices=ENGINES, default=None,
+                        help="emulated: what runs the programs: the JIT (default), the "
+                             "reference interpreter, or the native tier (needs llvmlite); "
+                             "modeled rates are the same on each, host rates are not")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress lines on stderr")
     return parser
@@ -299,7 +305,7 @@ def config_from_args(ns: argparse.Namespace) -> Config:
                   parent_cpu=ns.parent_cpu, json=ns.json, plot=ns.plot,
                   baseline=ns.baseline, c_trigger=ns.c_trigger, trigger=ns.trigger,
                   htab_mem=ns.htab_mem, progress=ns.progress, object=ns.object,
-                  profile=ns.profile, cache_scale=ns.cache_scale)
+                  profile=ns.profile, cache_scale=ns.cache_scale, engine=ns.engine)
 
 
 def backend_of(cfg: Config) -> str:
@@ -308,7 +314,7 @@ def backend_of(cfg: Config) -> str:
     if cfg.backend is not None:
         return cfg.backend
     if cfg.cpus is not None or cfg.nodes is not None or cfg.htab_mem is not None \
-            or cfg.profile is not None or cfg.cache_scale != 1.0:
+            or cfg.profile is not None or cfg.cache_scale != 1.0 or cfg.engine is not None:
         return "emulated"
     from ...backends import default_backend
 
@@ -329,10 +335,15 @@ def validate(cfg: Config) -> str | None:
         if cfg.profile is not None or cfg.cache_scale != 1.0:
             return ("--profile and --cache-scale shape the emulated machine's modeled time; "
                     "drop them or use --backend emulated")
+        if cfg.engine is not None:
+            return "--engine picks what runs the emulated programs; drop it or use --backend " \
+                   "emulated"
         cpus = os.cpu_count() or 1
     else:
         if cfg.baseline or cfg.c_trigger:
             return "--baseline and --c-trigger measure the kernel's trigger loop; drop them"
+        if cfg.engine == "native" and native_missing():
+            return f"--engine native: {native_missing()}"
         try:
             cpus = emulated_machine(cfg.cpus, cfg.nodes, cfg.profile).num_possible_cpus
         except ValueError as exc:

@@ -36,6 +36,8 @@ class EmulatedRun:
         sys_.machine.require_modeled_time("map-perf's emulated rates")
         self.sys = sys_
         self.cfg = cfg
+        if cfg.engine is not None:
+            sys_.bpf_engine = cfg.engine  # before the programs load, which compiles them
         self.nprocs = cfg.num_procs or sys_.num_possible_cpus
         if self.nprocs > sys_.num_possible_cpus:
             raise SystemExit(f"pybpf map-perf: NUM_PROCS {self.nprocs} exceeds the emulated "
@@ -74,7 +76,8 @@ class EmulatedRun:
             setup.close()
         result.notes.append(
             f"emulated backend: {len(cpu_node)} CPUs on {max(cpu_node) + 1} NUMA node(s), "
-            f"profile {machine.profile.name}: each rate is modeled events per second of that "
+            f"profile {machine.profile.name}, programs on the {self.sys.bpf_engine} engine: "
+            "each rate is modeled events per second of that "
             "CPU's virtual clock (the same on every run); 'host' is the interpreter's own rate "
             "per second of the host CPU time its task ran. Modeled figures are predictions, not "
             "kernel measurements")
