@@ -1071,26 +1071,27 @@ error:
 }
 
 /*
- * The native tier's charge of a map lookup (emulated/prog/native.py), called from machine
- * code without the GIL: what Python's lookup helper does around its lookup, in its order.
+ * The native tier's charges (emulated/prog/native.py), called from machine code without the
+ * GIL: what Python's lookup helper does around its lookup, in its order, or a helper's call.
  * ``run`` is the run's charging words: the Timing, its CacheModel, the CPU (an int), that
  * CPU's list of deferred work and the run (_Run), whose ``error`` takes what fails.
- * - LOOKUP_SYNC: Timing.sync's first half, the scheduler's sync (it may hand the baton to
+ * - CHARGE_SYNC: Timing.sync's first half, the scheduler's sync (it may hand the baton to
  *   another CPU's task and come back; not called where it would do nothing, which is checked
  *   here: sync_does_nothing); then NOT_CHARGED when deferred work waits on the CPU
  *   (Python's sync runs it, with the run's frames registered) and nothing else is done.
- * - LOOKUP_ARRAY: array_cost, "array_map_lookup_elem", and with LOOKUP_ACCESS the value's
+ * - CHARGE_ARRAY: array_cost, "array_map_lookup_elem", and with CHARGE_ACCESS the value's
  *   line at ``addr``.
- * - LOOKUP_HTAB: HtabMap._op_cost of the ``key_size`` bytes at ``key`` in ``bpf_map``:
+ * - CHARGE_HTAB: HtabMap._op_cost of the ``key_size`` bytes at ``key`` in ``bpf_map``:
  *   "htab_map_lookup_elem", jhash per key byte, the bucket's line (``addr``: the size of
  *   struct bucket) and each element of its chain up to the key.
+ * - CHARGE_HELPER: a helper's call (helpers.charged: "helper_call"), for one compiled inline.
  * Returns CHARGED, NOT_CHARGED or CHARGE_FAILED (the exception in run.error).
  */
-enum { LOOKUP_SYNC = 1, LOOKUP_ARRAY = 2, LOOKUP_ACCESS = 4, LOOKUP_HTAB = 8 };
+enum { CHARGE_SYNC = 1, CHARGE_ARRAY = 2, CHARGE_ACCESS = 4, CHARGE_HTAB = 8, CHARGE_HELPER = 16 };
 enum { NOT_CHARGED = 0, CHARGED = 1, CHARGE_FAILED = 2 };
 enum { RUN_TIMING, RUN_MODEL, RUN_CPU, RUN_DEFERRED, RUN_SELF };
 
-static PyObject *s_scheduler, *s_sync, *s_greenlet_thread, *s_holder, *s_active, *s_quantum,
+static PyObject *s_helper_call, *s_scheduler, *s_sync, *s_greenlet_thread, *s_holder, *s_active, *s_quantum,
 	*s_error, *s_array_lookup, *s_htab_lookup,
 	*s_jhash_byte, *s_hash_cached, *s_mask, *s_bucket_base, *s_buckets, *s_addr, *s_key;
 
@@ -1105,7 +1106,11 @@ static int sync_does_nothing(PyObject *scheduler, CacheModel *m, int cpu)
 	    || (holder = PyObject_GetAttr(scheduler, s_holder)) == NULL
 	    || (active = PyObject_GetAttr(scheduler, s_active)) == NULL
 	    || (quantum = PyObject_GetAttr(scheduler, s_quantum)) == NULL) {
-		rc = -1;
+		/* not a VirtualTimeScheduler: its sync is called */
+		if (PyErr_ExceptionMatches(PyExc_AttributeError))
+			PyErr_Clear();
+		else
+			rc = -1;
 		goto out;
 	}
 	if (thread == Py_None || !PyLong_Check(holder) || PyLong_AsLong(holder) != cpu
@@ -1221,8 +1226,8 @@ out:
 	return rc;
 }
 
-int64_t pybpf_native_lookup_charge(PyObject *const *run, int64_t what, uint64_t addr,
-				   PyObject *bpf_map, const char *key, int64_t key_size)
+int64_t pybpf_native_charge(PyObject *const *run, int64_t what, uint64_t addr,
+			    PyObject *bpf_map, const char *key, int64_t key_size)
 {
 	PyGILState_STATE gil = PyGILState_Ensure();
 	int64_t result = CHARGED;
@@ -1230,7 +1235,7 @@ int64_t pybpf_native_lookup_charge(PyObject *const *run, int64_t what, uint64_t 
 	int cpu;
 	if (parse_cpu(m, run[RUN_CPU], &cpu) < 0)
 		goto fail;
-	if (what & LOOKUP_SYNC) {
+	if (what & CHARGE_SYNC) {
 		PyObject *scheduler = PyObject_GetAttr(run[RUN_TIMING], s_scheduler);
 		if (scheduler == NULL)
 			goto fail;
@@ -1246,14 +1251,16 @@ int64_t pybpf_native_lookup_charge(PyObject *const *run, int64_t what, uint64_t 
 			goto out;
 		}
 	}
-	if (what & LOOKUP_ARRAY) {
+	if (what & CHARGE_ARRAY) {
 		if (charge_n((PyObject *)m, run[RUN_CPU], s_array_lookup, s_one) < 0)
 			goto fail;
-		if (what & LOOKUP_ACCESS && model_access(m, cpu, addr, 0) == -1.0
+		if (what & CHARGE_ACCESS && model_access(m, cpu, addr, 0) == -1.0
 		    && PyErr_Occurred())
 			goto fail;
 	}
-	if (what & LOOKUP_HTAB && htab_lookup_cost(run, cpu, bpf_map, key, key_size, addr) < 0)
+	if (what & CHARGE_HTAB && htab_lookup_cost(run, cpu, bpf_map, key, key_size, addr) < 0)
+		goto fail;
+	if (what & CHARGE_HELPER && charge_n((PyObject *)m, run[RUN_CPU], s_helper_call, s_one) < 0)
 		goto fail;
 	goto out;
 fail:;
@@ -1301,6 +1308,7 @@ PyMODINIT_FUNC PyInit__cache_model(void)
 	    || intern(&s_transfer_local, "transfer_local") < 0
 	    || intern(&s_transfer_remote, "transfer_remote") < 0
 	    || intern(&s_lock_wait, "lock_wait") < 0 || intern(&s_spin_lock, "spin_lock") < 0
+	    || intern(&s_helper_call, "helper_call") < 0
 	    || intern(&s_scheduler, "scheduler") < 0 || intern(&s_sync, "sync") < 0
 	    || intern(&s_greenlet_thread, "_greenlet_thread") < 0
 	    || intern(&s_holder, "_holder") < 0 || intern(&s_active, "_active") < 0

@@ -173,3 +173,9 @@ def test_recursion_is_refused():
                       b.exit_()])
     with pytest.raises(native.NativeRefused, match="recursive"):
         native.check_compilable(exe)
+
+
+def test_smp_processor_id_without_a_machine_is_cpu_0_on_every_engine():
+    items = [b.mov64(R0, 7), b.call("get_smp_processor_id"), b.exit_()]
+    assert {engine: outcome(items, engine, 100) for engine in ENGINES} == \
+        dict.fromkeys(ENGINES, (("r0", 0), 3))

@@ -1,7 +1,7 @@
 """The native tier on map values (prog/native.py): values a helper returned and global data
 reached natively, hardware atomics (semantics.py's ATOMIC_RMW in the Python engines), and
 array and hash map lookups without Python, charged from machine code with modeled time (the C
-cache model's pybpf_native_lookup_charge). Every engine gives the same R0, instruction count,
+cache model's pybpf_native_charge). Every engine gives the same R0, instruction count,
 map contents and access statistics, and with modeled time the same clocks and breakdowns."""
 
 from __future__ import annotations
@@ -377,6 +377,29 @@ def test_with_a_scheduler_attached_every_lookup_syncs_first_on_every_engine(map_
     assert len(set(syncs.values())) == 1 and syncs["native"] >= 200, syncs
 
 
+class FailingScheduler:
+    """A scheduler whose tenth sync raises."""
+
+    def __init__(self) -> None:
+        self.syncs = 0
+
+    def sync(self, cpu: int) -> None:
+        self.syncs += 1
+        if self.syncs == 10:
+            raise RuntimeError("the scheduler gave up")
+
+
+@needs_accel
+@pytest.mark.parametrize("map_type", LOOKUP_MAPS)
+def test_what_a_sync_raises_leaves_the_run_on_every_engine(map_type):
+    for engine in ENGINES:
+        system, fd, prog = modeled_system(map_type)
+        scheduler = system.machine.timing.scheduler = FailingScheduler()
+        with pytest.raises(RuntimeError, match="the scheduler gave up"):
+            prog.run(bytearray(64), engine=engine)
+        assert scheduler.syncs == 10, engine
+
+
 @needs_accel
 @pytest.mark.parametrize("map_type", LOOKUP_MAPS)
 def test_tasks_on_two_cpus_under_the_scheduler_agree_across_engines(map_type, monkeypatch):
@@ -413,3 +436,41 @@ def test_tasks_on_two_cpus_under_the_scheduler_agree_across_engines(map_type, mo
             assert len(python_lookups) <= 3 * 6, len(python_lookups)
     agree(results)
     assert results["native"][4] > 10  # the CPUs took turns
+
+
+def smp_id_loop(iterations: int) -> list:
+    """R0 = the sum of bpf_get_smp_processor_id over ``iterations`` calls."""
+    return [b.mov64(R6, 0), b.mov64(asm.Reg(7), 0), b.label("loop"),
+            b.call("get_smp_processor_id"), b.add64(asm.Reg(7), R0), b.add64(R6, 1),
+            b.jlt(R6, iterations, "loop"), b.mov64(R0, asm.Reg(7)), b.exit_()]
+
+
+@pytest.mark.parametrize("caches", ["unmodeled", "C", "Python"])
+def test_smp_processor_id_is_inlined_and_charged_as_python_charges_it(caches, monkeypatch):
+    """The run's CPU without a call into Python; with modeled time each call is charged
+    "helper_call" in the program's order, by the C model or (its caches Python's) by Python:
+    the same R0, count, clocks and breakdown on every engine."""
+    from pybpf.emulated.machine import timing as timing_module
+
+    if caches == "Python":
+        monkeypatch.setattr(timing_module, "CACHE_MODEL", None)
+    elif caches == "C" and (timing_module.CACHE_MODEL is None or native._charge_address() is None):
+        pytest.skip("the C cache model (pybpf._cache_model) is not built")
+    calls, callback = [], native._Run.callback
+    monkeypatch.setattr(native._Run, "callback", lambda run, *args: (
+        calls.append(args[0]), callback(run, *args))[1])
+    results = {}
+    for engine in ENGINES:
+        calls.clear()
+        system = make_system("emulated", modeled_time=caches != "unmodeled")
+        prog = load(system, smp_id_loop(50), {})
+        with system.machine.on_cpu(1):
+            rs = prog.run(bytearray(64), engine=engine)
+        timing = system.machine.timing
+        results[engine] = (rs.retval, rs.count, list(timing.clock), timing.breakdown(1))
+        if engine == "native":
+            assert len(calls) == (50 if caches == "Python" else 0)
+    agree(results)
+    assert results["native"][0] == 50
+    if caches != "unmodeled":
+        assert results["native"][3]["helper_call"][0] == 50

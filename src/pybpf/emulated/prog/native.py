@@ -29,7 +29,7 @@ Rules this module keeps:
   map's access statistics (local or remote, as Python counts them) when the run ends.
 - With modeled time (on the C cache model; with the Python one the lookups go through
   Python) a native lookup is charged as Python's helper charges it, by the C model's
-  pybpf_native_lookup_charge with the GIL taken: the scheduler's sync first (before a hash
+  pybpf_native_charge with the GIL taken: the scheduler's sync first (before a hash
   map's table is read: it may let other CPUs' tasks run), then, once the value is known to
   be cached, the costs Python would charge, in the same order (an array's lookup and value
   line; a hash map's lookup, jhash and walk of the key's bucket). When deferred work waits
@@ -66,7 +66,12 @@ from ...errors import ProgramFault
 from ...uapi import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, BpfFunc, MapType
 from ..maps.arraymap import BpfArray, BpfPercpuArray
 from ..maps.hashtab import BUCKET_SIZE, HtabMap, HtabPercpuMap
-from .helpers import bpf_map_lookup_elem, map_lookup_elem, map_lookup_elem_synced
+from .helpers import (
+    bpf_get_smp_processor_id,
+    bpf_map_lookup_elem,
+    map_lookup_elem,
+    map_lookup_elem_synced,
+)
 from .memory import (
     BPF_MAX_LOOPS,
     DYNAMIC_REGION_BASE,
@@ -98,12 +103,14 @@ MAX_NATIVE_FRAMES = 64  # deeper static call chains run on the JIT
 # the address of the value object (its home the address, Fibonacci-hashed), so 0 is empty.
 # Python fills the tables; a run clears them.
 # With modeled time, a run whose lookups are charged natively also holds what
-# pybpf_native_lookup_charge reads: its machine's Timing, that Timing's C cache model, its CPU
+# pybpf_native_charge reads: its machine's Timing, that Timing's C cache model, its CPU
 # (an int object), that CPU's list of deferred work, and the run (whose ``error`` it sets).
 COUNT, BUDGET, NEXT_REGION, STATUS, FAULT_PC, DEPTH, ARENA, CALLBACK = range(8)
 TIMING, MODEL, CPU, DEFERRED, RUN = range(8, 13)
-THIS_CPU = 13  # the run's CPU, for per-CPU hash maps' slots
-VALUE_TABLE, VALUE_SLOTS = 14, 32
+THIS_CPU = 13  # the run's CPU: per-CPU slots, bpf_get_smp_processor_id
+CHARGES = 14  # what charges a helper compiled inline: nothing, pybpf_native_charge, or Python
+CHARGES_NONE, CHARGES_NATIVE, CHARGES_PYTHON = 0, 1, 2
+VALUE_TABLE, VALUE_SLOTS = 15, 32
 FRAME_REGIONS = VALUE_TABLE + 3 * VALUE_SLOTS
 LOOKUP_CACHE = 16  # a power of two
 MAP_WORDS = 2 + 3 * LOOKUP_CACHE
@@ -122,12 +129,12 @@ ARRAYS = (BpfArray, BpfPercpuArray)  # the maps whose lookups the tier inlines b
 # the classes of the maps whose lookups run natively, and the plain map type of each
 _NATIVE_LOOKUPS = {BpfArray: MapType.ARRAY, BpfPercpuArray: MapType.PERCPU_ARRAY,
                    HtabMap: MapType.HASH, HtabPercpuMap: MapType.PERCPU_HASH}
-# pybpf_native_lookup_charge (_cache_model.c): what it does (its flags: the scheduler's sync,
+# pybpf_native_charge (_cache_model.c): what it does (its flags: the scheduler's sync,
 # then an array's charge and its value's line, or a hash map's charge and walk), and its
 # answers: charged; not (deferred work waits: Python does it all); failed (the run stops)
-LOOKUP_SYNC, LOOKUP_ARRAY, LOOKUP_ACCESS, LOOKUP_HTAB = 1, 2, 4, 8
+CHARGE_SYNC, CHARGE_ARRAY, CHARGE_ACCESS, CHARGE_HTAB, CHARGE_HELPER = 1, 2, 4, 8, 16
 NOT_CHARGED, CHARGED, CHARGE_FAILED = 0, 1, 2
-CHARGE_SYMBOL = "pybpf_native_lookup_charge"
+CHARGE_SYMBOL = "pybpf_native_charge"
 # @htab_lookup's answers besides a value's address: absent, or ask Python
 HTAB_ABSENT, HTAB_SLOW = 0, M64
 
@@ -295,6 +302,9 @@ class _FunctionIR:
             self.write_insn(pc, insn)
             self.map_in_r1 = self.exe.map_in_r1_after(pc, self.map_in_r1)
             pc += insn.slots
+        self.lines.append("raised:")  # what Python raised is kept for the run
+        self.emit(f"store i64 {STATUS_RAISED}, ptr {self.slot(STATUS)}")
+        self.emit("br label %bail")
         self.lines.append("bail:")
         self.emit("ret i64 0")
         self.lines.append("}")
@@ -489,10 +499,33 @@ class _FunctionIR:
         elif insn.imm == BpfFunc.map_lookup_elem and self.map_in_r1 in self.maps:
             self.write_map_lookup(pc, self.map_in_r1)
             return
+        elif getattr(self.exe.helpers[insn.imm], "__wrapped__", None) is bpf_get_smp_processor_id:
+            self.write_smp_processor_id(pc, insn)
+            return
         else:
             op = OP_HELPER
         args = [self.get(reg) for reg in range(1, 6)]
         self.put(0, self.callback(pc, op, str(insn.imm), *args))
+
+    def write_smp_processor_id(self, pc: int, insn: Instruction) -> None:
+        """bpf_get_smp_processor_id inlined, as the kernel's verifier inlines it: the run's
+        CPU; with modeled time its call is charged as Python's is (``charged``), by Python
+        itself where the machine's caches are Python's."""
+        mode = self.op(f"load i64, ptr {self.slot(CHARGES)}")
+        self.branch(f"switch i64 {mode}, label %hp{pc} [i64 {CHARGES_NONE}, label %hc{pc} "
+                    f"i64 {CHARGES_NATIVE}, label %hn{pc}]")
+        self.label(f"hn{pc}")
+        self.charged(CHARGE_HELPER, "0", f"hc{pc}", f"hp{pc}")
+        self.label(f"hc{pc}")
+        native_cpu = self.op(f"load i64, ptr {self.slot(THIS_CPU)}")
+        self.branch(f"br label %hj{pc}")
+        self.label(f"hp{pc}")
+        args = [self.get(reg) for reg in range(1, 6)]
+        python_cpu = self.callback(pc, OP_HELPER, str(insn.imm), *args)
+        python_block = self.current_block()
+        self.branch(f"br label %hj{pc}")
+        self.label(f"hj{pc}")
+        self.put(0, self.op(f"phi i64 [{native_cpu}, %hc{pc}], [{python_cpu}, %{python_block}]"))
 
     def write_map_lookup(self, pc: int, region: int) -> None:
         """bpf_map_lookup_elem without Python: R0 from the run's cache of the map's values
@@ -517,7 +550,7 @@ class _FunctionIR:
             entry = self.op(f"and i64 {index}, {LOOKUP_CACHE - 1}")
         else:  # the key in the map's table, by @htab_lookup
             if modeled:
-                self.charged(LOOKUP_SYNC, "0", f"ml{pc}", python)
+                self.charged(CHARGE_SYNC, "0", f"ml{pc}", python)
                 self.label(f"ml{pc}")
                 python = f"mq{pc}"
             slot = (self.op(f"load i64, ptr {self.slot(THIS_CPU)}") if bpf_map.percpu
@@ -542,14 +575,14 @@ class _FunctionIR:
         if modeled and array:  # array_cost: the lookup, and (not per-CPU) the value's line
             addr = self.op(f"add i64 {self.op(f'mul i64 {index}, {bpf_map.elem_size}')}, "
                            f"{bpf_map.value_base}")
-            line = LOOKUP_ACCESS if type(bpf_map) is BpfArray else 0
-            self.charged(LOOKUP_SYNC | LOOKUP_ARRAY | line, addr, f"mh{pc}", python)
+            line = CHARGE_ACCESS if type(bpf_map) is BpfArray else 0
+            self.charged(CHARGE_SYNC | CHARGE_ARRAY | line, addr, f"mh{pc}", python)
             self.label(f"mo{pc}")  # past max_entries: the sync only, then NULL
-            self.charged(LOOKUP_SYNC, "0", f"mz{pc}", python)
+            self.charged(CHARGE_SYNC, "0", f"mz{pc}", python)
         elif modeled:  # _op_cost: found or not, the walk to the key
-            self.charged(LOOKUP_HTAB, str(BUCKET_SIZE), f"mh{pc}", python, bpf_map, key_ptr)
+            self.charged(CHARGE_HTAB, str(BUCKET_SIZE), f"mh{pc}", python, bpf_map, key_ptr)
             self.label(f"mo{pc}")
-            self.charged(LOOKUP_HTAB, str(BUCKET_SIZE), f"mz{pc}", python, bpf_map, key_ptr)
+            self.charged(CHARGE_HTAB, str(BUCKET_SIZE), f"mz{pc}", python, bpf_map, key_ptr)
         else:
             self.branch(f"br label %mh{pc}")
         self.label(f"mh{pc}")
@@ -579,13 +612,13 @@ class _FunctionIR:
 
     def charged(self, what: int, addr: str, done: str, python: str, bpf_map: Any = None,
                 key_ptr: str = "null") -> None:
-        """pybpf_native_lookup_charge doing ``what``, then on to ``done``; to ``python`` when
-        it did not charge, out of the run when it failed."""
+        """pybpf_native_charge doing ``what``, then on to ``done``; to ``python`` when
+        it did not charge, out of the run with what it raised when it failed."""
         map_ptr = f"inttoptr (i64 {id(bpf_map)} to ptr)" if bpf_map is not None else "null"
         key_size = bpf_map.key_size if bpf_map is not None else 0
         result = self.op(f"call i64 @{CHARGE_SYMBOL}(ptr {self.slot(TIMING)}, i64 {what}, "
                          f"i64 {addr}, ptr {map_ptr}, ptr {key_ptr}, i64 {key_size})")
-        self.branch(f"switch i64 {result}, label %bail [i64 {CHARGED}, label %{done}.c "
+        self.branch(f"switch i64 {result}, label %raised [i64 {CHARGED}, label %{done}.c "
                     f"i64 {NOT_CHARGED}, label %{python}]")
         self.label(f"{done}.c")
         self.branch(f"br label %{done}")
@@ -1002,7 +1035,7 @@ def _register_runtime() -> None:
 
 @functools.cache
 def _charge_address() -> int | None:
-    """Where the C cache model's pybpf_native_lookup_charge is (None: not built)."""
+    """Where the C cache model's pybpf_native_charge is (None: not built)."""
     if CACHE_MODEL is None:
         return None
     function = getattr(ctypes.PyDLL(CACHE_MODEL.__file__), CHARGE_SYMBOL, None)
@@ -1043,7 +1076,7 @@ class _Run:
         self.address = ctypes.addressof(self.state)
         self.words[ARENA] = ctypes.addressof(self.arena_c)
         self.entry = self.callback  # what @py_callback calls: kept alive with the run
-        self.charging: tuple = ()  # what pybpf_native_lookup_charge reads (run_on)
+        self.charging: tuple = ()  # what pybpf_native_charge reads (run_on)
         self.words[CALLBACK] = id(self.entry)
         self.rs: Any = None
         self.exe: Any = None
@@ -1051,40 +1084,6 @@ class _Run:
         self.registered: list[int] = []  # frame regions now in rs.mem
         self.deepest = 0  # the last of them (0: none)
         self.exported: dict[int, Any] = {}  # region -> its buffer's export, while it runs
-
-    def framed(self, op: int, a: int, b: int, c: int, d: int, e: int, f: int) -> int:
-        """``op`` with the live frames as regions of ``rs.mem`` and the count and region
-        numbers handed over (a helper may run a callback, which counts and makes frames)."""
-        rs, words = self.rs, self.words
-        rs.count = words[COUNT]
-        rs.next_region = words[NEXT_REGION]
-        # the live frames are a stack whose region numbers only grow: the deepest one's
-        # number says whether any changed
-        depth = words[DEPTH]
-        deepest = words[FRAME_REGIONS + depth - 1] if depth else 0
-        if deepest != self.deepest:
-            self.unregister()
-            live = words[FRAME_REGIONS:FRAME_REGIONS + depth].tolist()
-            mem = rs.mem
-            for region, view in zip(live, self.views, strict=False):
-                mem[region] = view
-            self.registered, self.deepest = live, deepest
-        try:
-            if op == OP_HELPER:
-                r0 = self.exe.helpers[a](rs, b, c, d, e, f) & M64
-                region = r0 >> 32  # a pointer a helper made (a looked-up value), if any
-                if region >= DYNAMIC_REGION_BASE and \
-                        words[VALUE_TABLE + 3 * (region & (VALUE_SLOTS - 1))] != region:
-                    self.reach(region)
-                return r0
-            if op == OP_KFUNC:
-                return self.exe.kfuncs[a](rs, b, c, d, e, f) & M64
-            if op == OP_MAP_LOOKUP:
-                return self.map_lookup(a, b, c)
-            return _memory_op(rs, op, a, b, c, d, e, f)
-        finally:
-            words[COUNT] = rs.count
-            words[NEXT_REGION] = rs.next_region
 
     def reach(self, region: int) -> bool:
         """Put map value ``region`` (a buffer a helper returned, or global data) in the
@@ -1161,23 +1160,39 @@ class _Run:
                 ctypes.memset(ctypes.addressof(self.state) + 8 * at, 0, 8 * MAP_WORDS)
             self.exported.clear()
 
-    def run_on(self, timing: Any, cpu: int) -> None:
-        """The run's CPU, for per-CPU slots, and with modeled time what
-        pybpf_native_lookup_charge reads for a run on ``cpu`` of ``timing``'s machine (kept
-        here, alive, until the next run)."""
-        self.words[THIS_CPU] = cpu
-        if timing.modeled:
+    def run_on(self, machine: Any) -> None:
+        """The run's CPU (0 without a machine), and with modeled time what charges the
+        helpers compiled inline and the native lookups: pybpf_native_charge, reading what
+        is kept here, alive, until the next run; or Python, where the caches are Python's
+        (the lookups then run through Python: native_lookup_maps)."""
+        words = self.words
+        if machine is None:
+            words[THIS_CPU] = 0
+            words[CHARGES] = CHARGES_NONE
+            return
+        timing, cpu = machine.timing, machine.current.cpu
+        words[THIS_CPU] = cpu
+        if not timing.modeled:
+            words[CHARGES] = CHARGES_NONE
+        elif timing.cache_model == "C" and _charge_address() is not None:
+            words[CHARGES] = CHARGES_NATIVE
             self.charging = (timing, timing._cache_model, cpu, timing.deferred_work(cpu), self)
-            self.words[TIMING:RUN + 1] = array("Q", map(id, self.charging))
+            words[TIMING:RUN + 1] = array("Q", map(id, self.charging))
+        else:
+            words[CHARGES] = CHARGES_PYTHON
 
     def callback(self, op: int, a: int, b: int, c: int, d: int, e: int, f: int) -> int:
-        """What compiled code asks of Python; an exception is kept for the run to raise."""
+        """What compiled code asks of Python; an exception is kept for the run to raise.
+        Memory outside the live frames needs neither them nor the count; anything else runs
+        with the live frames as regions of ``rs.mem`` and the count and region numbers
+        handed over (a helper may run a callback, which counts and makes frames)."""
+        rs, words = self.rs, self.words
         try:
             if op >= OP_LOAD:
-                # memory outside the live frames needs neither them nor the count; a fault (or
-                # an atomic on the stack) is done again with the frames, where it is exact
+                # a fault (or an atomic on the stack) is done again with the frames, where it
+                # is exact
                 try:
-                    result = _memory_op(self.rs, op, a, b, c, d, e, f)
+                    result = _memory_op(rs, op, a, b, c, d, e, f)
                 except ProgramFault:
                     pass
                 else:
@@ -1185,10 +1200,38 @@ class _Run:
                     if region in self.exported or region in self.exe.static_regions:
                         self.reach(region)
                     return result
-            return self.framed(op, a, b, c, d, e, f)
+            rs.count = words[COUNT]
+            rs.next_region = words[NEXT_REGION]
+            # the live frames are a stack whose region numbers only grow: the deepest one's
+            # number says whether any changed
+            depth = words[DEPTH]
+            deepest = words[FRAME_REGIONS + depth - 1] if depth else 0
+            if deepest != self.deepest:
+                self.unregister()
+                live = words[FRAME_REGIONS:FRAME_REGIONS + depth].tolist()
+                mem = rs.mem
+                for region, view in zip(live, self.views, strict=False):
+                    mem[region] = view
+                self.registered, self.deepest = live, deepest
+            try:
+                if op == OP_HELPER:
+                    r0 = self.exe.helpers[a](rs, b, c, d, e, f) & M64
+                    region = r0 >> 32  # a pointer a helper made (a looked-up value), if any
+                    if region >= DYNAMIC_REGION_BASE and \
+                            words[VALUE_TABLE + 3 * (region & (VALUE_SLOTS - 1))] != region:
+                        self.reach(region)
+                    return r0
+                if op == OP_KFUNC:
+                    return self.exe.kfuncs[a](rs, b, c, d, e, f) & M64
+                if op == OP_MAP_LOOKUP:
+                    return self.map_lookup(a, b, c)
+                return _memory_op(rs, op, a, b, c, d, e, f)
+            finally:
+                words[COUNT] = rs.count
+                words[NEXT_REGION] = rs.next_region
         except BaseException as exc:  # noqa: BLE001 - re-raised by the run, unchanged
             self.error = exc
-            self.words[STATUS] = STATUS_RAISED
+            words[STATUS] = STATUS_RAISED
             return 0
 
     def unregister(self) -> None:
@@ -1207,8 +1250,6 @@ class NativeProgram:
         self.exe = exe
         self.frames = check_compilable(exe)
         self.maps = native_lookup_maps(exe)
-        # one of those maps: where a run finds its machine's Timing and its CPU
-        self.lookup_map = exe.static_regions[self.maps[0]] if self.maps else None
         module = llvm.parse_assembly(native_ir(exe, self.frames, self.maps))
         module.verify()
         machine = _machine()
@@ -1236,8 +1277,7 @@ class NativeProgram:
             words[STATUS] = STATUS_OK
             words[DEPTH] = 0
             run.rs, run.exe = rs, self.exe
-            if self.lookup_map is not None:
-                run.run_on(self.lookup_map.timing, self.lookup_map._current.cpu)
+            run.run_on(rs.machine)
             try:
                 r0 = function(run.address, r1 & M64, r2 & M64, r3 & M64, r4 & M64, r5 & M64)
             finally:
