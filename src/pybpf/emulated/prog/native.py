@@ -66,12 +66,14 @@ from ...errors import ProgramFault
 from ...uapi import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, BpfFunc, MapType
 from ..maps.arraymap import BpfArray, BpfPercpuArray
 from ..maps.hashtab import BUCKET_SIZE, HtabMap, HtabPercpuMap
+from .bpf_iter import CALLBACK_HELPERS
 from .helpers import (
     bpf_get_smp_processor_id,
     bpf_map_lookup_elem,
     map_lookup_elem,
     map_lookup_elem_synced,
 )
+from .jit import bound_helpers, bound_name
 from .memory import (
     BPF_MAX_LOOPS,
     DYNAMIC_REGION_BASE,
@@ -123,8 +125,13 @@ STATUS_OK, STATUS_ELOOP, STATUS_RAISED = 0, 1, 2
 NATIVE_VALUES = ATOMIC_RMW is not None
 
 # What the compiled code asks of Python through the callback (its first argument after the
-# state): op, then up to six u64 arguments. Memory ops come last (``>= OP_LOAD``).
-OP_HELPER, OP_KFUNC, OP_MAP_LOOKUP, OP_LOAD, OP_STORE, OP_ATOMIC, OP_LD_ABS = range(7)
+# state): op, then up to six u64 arguments: a helper (its id, R1-R5), a map helper bound to the
+# map R1 surely points to (its index among the program's bound helpers, R2-R5), a lookup
+# (the map's region, R2); then, with the count handed over (``>= OP_CALLBACK_HELPER``: what
+# may run a callback, which counts), a helper that runs callbacks, a kfunc, and last the
+# memory ops (``>= OP_LOAD``).
+OP_HELPER, OP_BOUND, OP_MAP_LOOKUP, OP_CALLBACK_HELPER, OP_KFUNC = range(5)
+OP_LOAD, OP_STORE, OP_ATOMIC, OP_LD_ABS = range(5, 9)
 ARRAYS = (BpfArray, BpfPercpuArray)  # the maps whose lookups the tier inlines by index
 # the classes of the maps whose lookups run natively, and the plain map type of each
 _NATIVE_LOOKUPS = {BpfArray: MapType.ARRAY, BpfPercpuArray: MapType.PERCPU_ARRAY,
@@ -194,11 +201,13 @@ class _FunctionIR:
     """LLVM IR of one subprogram [start, end): registers in allocas (promoted by LLVM), one
     basic block per counting block."""
 
-    def __init__(self, exe: Executable, start: int, end: int, maps: dict[int, int]) -> None:
+    def __init__(self, exe: Executable, start: int, end: int, maps: dict[int, int],
+                 bound: dict[str, int]) -> None:
         self.exe = exe
         self.start = start
         self.end = end
         self.maps = maps  # region of a map whose lookups run natively -> its words' slot
+        self.bound = bound  # jit.bound_name of a bound map helper -> its index
         self.lines: list[str] = []
         self.temps = 0
         self.terminated = False
@@ -502,8 +511,14 @@ class _FunctionIR:
         elif getattr(self.exe.helpers[insn.imm], "__wrapped__", None) is bpf_get_smp_processor_id:
             self.write_smp_processor_id(pc, insn)
             return
+        elif bound_name(insn.imm, self.map_in_r1) in self.bound:
+            # R1 is a known map: the helper bound to it skips resolving the map pointer
+            args = [self.get(reg) for reg in range(2, 6)]
+            index = self.bound[bound_name(insn.imm, self.map_in_r1)]
+            self.put(0, self.callback(pc, OP_BOUND, str(index), *args))
+            return
         else:
-            op = OP_HELPER
+            op = OP_CALLBACK_HELPER if insn.imm in CALLBACK_HELPERS else OP_HELPER
         args = [self.get(reg) for reg in range(1, 6)]
         self.put(0, self.callback(pc, op, str(insn.imm), *args))
 
@@ -952,15 +967,16 @@ def map_words(frames: int, maps: list[int]) -> dict[int, int]:
     return {region: FRAME_REGIONS + frames + k * MAP_WORDS for k, region in enumerate(maps)}
 
 
-def native_ir(exe: Executable, frames: int, maps: list[int]) -> str:
+def native_ir(exe: Executable, frames: int, maps: list[int], bound: dict[str, int]) -> str:
     """The LLVM IR of ``exe`` (which ``check_compilable`` accepted, with at most ``frames``
-    frames), ``maps`` the regions of the maps whose lookups run without Python: one function
-    per subprogram, an exported ``E<start>`` each."""
+    frames), ``maps`` the regions of the maps whose lookups run without Python, ``bound``
+    the index of each of its bound map helpers (by jit.bound_name): one function per
+    subprogram, an exported ``E<start>`` each."""
     parts = [_FRAME_PTR, _py_callback_ir(), _htab_lookup_ir()]
     words = map_words(frames, maps)
     for start in exe.subprogs:
         parts.append("\n".join(_FunctionIR(exe, start, exe.subprog_end(start),
-                                           words).write()))
+                                           words, bound).write()))
         parts.append(f"define i64 @E{start}(ptr %st, i64 %a1, i64 %a2, i64 %a3, i64 %a4, "
                      f"i64 %a5) {{\n  %r = call i64 @F{start}(ptr %st, i64 %a1, i64 %a2, "
                      "i64 %a3, i64 %a4, i64 %a5)\n  ret i64 %r\n}")
@@ -1080,6 +1096,7 @@ class _Run:
         self.words[CALLBACK] = id(self.entry)
         self.rs: Any = None
         self.exe: Any = None
+        self.bound: list[Callable] = []  # the program's bound map helpers
         self.error: BaseException | None = None
         self.registered: list[int] = []  # frame regions now in rs.mem
         self.deepest = 0  # the last of them (0: none)
@@ -1184,8 +1201,9 @@ class _Run:
     def callback(self, op: int, a: int, b: int, c: int, d: int, e: int, f: int) -> int:
         """What compiled code asks of Python; an exception is kept for the run to raise.
         Memory outside the live frames needs neither them nor the count; anything else runs
-        with the live frames as regions of ``rs.mem`` and the count and region numbers
-        handed over (a helper may run a callback, which counts and makes frames)."""
+        with the live frames as regions of ``rs.mem`` and the region numbers handed over (a
+        helper may make regions), and what may run a callback (which counts and makes
+        frames) with the count as well."""
         rs, words = self.rs, self.words
         try:
             if op >= OP_LOAD:
@@ -1200,8 +1218,6 @@ class _Run:
                     if region in self.exported or region in self.exe.static_regions:
                         self.reach(region)
                     return result
-            rs.count = words[COUNT]
-            rs.next_region = words[NEXT_REGION]
             # the live frames are a stack whose region numbers only grow: the deepest one's
             # number says whether any changed
             depth = words[DEPTH]
@@ -1213,21 +1229,29 @@ class _Run:
                 for region, view in zip(live, self.views, strict=False):
                     mem[region] = view
                 self.registered, self.deepest = live, deepest
+            counted = op >= OP_CALLBACK_HELPER  # the JIT hands the count over for these too
+            if counted:
+                rs.count = words[COUNT]
+            rs.next_region = words[NEXT_REGION]
             try:
-                if op == OP_HELPER:
+                if op == OP_BOUND:
+                    r0 = self.bound[a](rs, b, c, d, e) & M64
+                elif op == OP_HELPER or op == OP_CALLBACK_HELPER:
                     r0 = self.exe.helpers[a](rs, b, c, d, e, f) & M64
-                    region = r0 >> 32  # a pointer a helper made (a looked-up value), if any
-                    if region >= DYNAMIC_REGION_BASE and \
-                            words[VALUE_TABLE + 3 * (region & (VALUE_SLOTS - 1))] != region:
-                        self.reach(region)
-                    return r0
-                if op == OP_KFUNC:
-                    return self.exe.kfuncs[a](rs, b, c, d, e, f) & M64
-                if op == OP_MAP_LOOKUP:
+                elif op == OP_MAP_LOOKUP:
                     return self.map_lookup(a, b, c)
-                return _memory_op(rs, op, a, b, c, d, e, f)
+                elif op == OP_KFUNC:
+                    return self.exe.kfuncs[a](rs, b, c, d, e, f) & M64
+                else:
+                    return _memory_op(rs, op, a, b, c, d, e, f)
+                region = r0 >> 32  # a pointer a helper made (a looked-up value), if any
+                if region >= DYNAMIC_REGION_BASE and \
+                        words[VALUE_TABLE + 3 * (region & (VALUE_SLOTS - 1))] != region:
+                    self.reach(region)
+                return r0
             finally:
-                words[COUNT] = rs.count
+                if counted:
+                    words[COUNT] = rs.count
                 words[NEXT_REGION] = rs.next_region
         except BaseException as exc:  # noqa: BLE001 - re-raised by the run, unchanged
             self.error = exc
@@ -1250,7 +1274,10 @@ class NativeProgram:
         self.exe = exe
         self.frames = check_compilable(exe)
         self.maps = native_lookup_maps(exe)
-        module = llvm.parse_assembly(native_ir(exe, self.frames, self.maps))
+        bound = bound_helpers(exe)
+        self.bound = list(bound.values())
+        module = llvm.parse_assembly(native_ir(exe, self.frames, self.maps,
+                                               {name: k for k, name in enumerate(bound)}))
         module.verify()
         machine = _machine()
         tuning = llvm.create_pipeline_tuning_options(speed_level=2)
@@ -1276,7 +1303,7 @@ class NativeProgram:
             words[NEXT_REGION] = rs.next_region
             words[STATUS] = STATUS_OK
             words[DEPTH] = 0
-            run.rs, run.exe = rs, self.exe
+            run.rs, run.exe, run.bound = rs, self.exe, self.bound
             run.run_on(rs.machine)
             try:
                 r0 = function(run.address, r1 & M64, r2 & M64, r3 & M64, r4 & M64, r5 & M64)
