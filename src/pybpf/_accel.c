@@ -1123,6 +1123,25 @@ static PyObject *mod_atomic_rmw(PyObject *m, PyObject *const *args, Py_ssize_t n
 	return PyLong_FromUnsignedLongLong(old);
 }
 
+/*
+ * buffer_address(buffer) -> int: where a writable buffer's bytes are (the native tier reaches
+ * a map value there; its caller holds an export, a memoryview, so they stay there). TypeError
+ * for what is not writable, contiguous memory.
+ */
+static PyObject *mod_buffer_address(PyObject *m, PyObject *buffer)
+{
+	Py_buffer b;
+
+	if (PyObject_GetBuffer(buffer, &b, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+		PyErr_Clear();
+		PyErr_SetString(PyExc_TypeError, "not writable, contiguous memory");
+		return NULL;
+	}
+	PyObject *address = PyLong_FromVoidPtr(b.buf);
+	PyBuffer_Release(&b);
+	return address;
+}
+
 static PyMethodDef module_methods[] = {
 	{"lookup_batch", mod_lookup_batch, METH_VARARGS,
 	 "lookup_batch(fd, delete, token|None, key_size, value_size, keys, values, count, "
@@ -1136,6 +1155,9 @@ static PyMethodDef module_methods[] = {
 	{"atomic_rmw", (PyCFunction)(void (*)(void))mod_atomic_rmw, METH_FASTCALL,
 	 "atomic_rmw(buffer, offset, size, op, src, r0) -> old (a hardware atomic; TypeError "
 	 "when not an aligned word of writable memory)"},
+	{"buffer_address", mod_buffer_address, METH_O,
+	 "buffer_address(buffer) -> int: where a writable buffer's bytes are (TypeError when "
+	 "not writable, contiguous memory)"},
 	{NULL, NULL, 0, NULL},
 };
 

@@ -1,7 +1,8 @@
 /*
  * pybpf._cache_model: the emulated machine's cache model in C: Timing.access, and the calls
- * around it on every modeled operation (charge, spin_lock, spin_unlock, locked_access); and
- * swap_dicts, the virtual-time scheduler's switch of a task's thread-local state.
+ * around it on every modeled operation (charge, spin_lock, spin_unlock, locked_access);
+ * swap_dicts, the virtual-time scheduler's switch of a task's thread-local state; and
+ * pybpf_native_charge, those charges called from the native tier's machine code (at the end).
  *
  * The Python code in pybpf/emulated/machine/timing.py is the reference; this is the same model,
  * step for step, so every stall, clock, statistic and eviction is the same for any sequence of
@@ -1087,13 +1088,15 @@ error:
  * - CHARGE_HELPER: a helper's call (helpers.charged: "helper_call"), for one compiled inline.
  * Returns CHARGED, NOT_CHARGED or CHARGE_FAILED (the exception in run.error).
  */
-enum { CHARGE_SYNC = 1, CHARGE_ARRAY = 2, CHARGE_ACCESS = 4, CHARGE_HTAB = 8, CHARGE_HELPER = 16 };
+enum {
+	CHARGE_SYNC = 1, CHARGE_ARRAY = 2, CHARGE_ACCESS = 4, CHARGE_HTAB = 8, CHARGE_HELPER = 16
+};
 enum { NOT_CHARGED = 0, CHARGED = 1, CHARGE_FAILED = 2 };
 enum { RUN_TIMING, RUN_MODEL, RUN_CPU, RUN_DEFERRED, RUN_SELF };
 
-static PyObject *s_helper_call, *s_scheduler, *s_sync, *s_greenlet_thread, *s_holder, *s_active, *s_quantum,
-	*s_error, *s_array_lookup, *s_htab_lookup,
-	*s_jhash_byte, *s_hash_cached, *s_mask, *s_bucket_base, *s_buckets, *s_addr, *s_key;
+static PyObject *s_helper_call, *s_scheduler, *s_sync, *s_greenlet_thread, *s_holder,
+	*s_active, *s_quantum, *s_error, *s_array_lookup, *s_htab_lookup, *s_jhash_byte,
+	*s_hash_cached, *s_mask, *s_bucket_base, *s_buckets, *s_addr, *s_key;
 
 /* Whether VirtualTimeScheduler.sync(cpu) would do nothing now: its participants run as
  * greenlets of this thread, cpu holds the baton, and no other participant's clock plus the
@@ -1290,7 +1293,8 @@ static struct PyModuleDef cache_model_module = {
 	PyModuleDef_HEAD_INIT,
 	.m_name = "pybpf._cache_model",
 	.m_doc = "Optional C twin of the emulated machine's cache model (Timing.access) and of "
-		 "the virtual-time scheduler's switch of task-local state (swap_dicts).",
+		 "the virtual-time scheduler's switch of task-local state (swap_dicts); it also "
+		 "charges for the native tier's machine code (pybpf_native_charge).",
 	.m_size = -1,
 	.m_methods = module_methods,
 };

@@ -35,6 +35,10 @@ Rules this module keeps:
   line; a hash map's lookup, jhash and walk of the key's bucket). When deferred work waits
   on the CPU, Python does the whole lookup (its sync runs the work), so modeled figures are
   the Python engines' to the last nanosecond.
+- ``bpf_get_smp_processor_id`` is inlined, as the kernel's verifier inlines it: the run's
+  CPU, its call charged like the others with modeled time. Other helpers and kfuncs go
+  through the callback; as in the JIT, a map helper on a map R1 surely points to calls the
+  core bound to that map, and only what may run a callback gets the count.
 - A program the tier does not compile (a tail call, an unknown helper, a write to r10,
   recursion, a jump out of its subprogram) is refused once at load with a reason; core.py
   then runs it on the JIT.
@@ -50,7 +54,7 @@ from array import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ...accelerator import ATOMIC_RMW, CACHE_MODEL
+from ...accelerator import ATOMIC_RMW, BUFFER_ADDRESS, CACHE_MODEL
 from ...asm.opcodes import (
     ATOMIC_FETCH,
     OPCODES,
@@ -121,8 +125,8 @@ MAP_WORDS = 2 + 3 * LOOKUP_CACHE
 FIBONACCI = 0x9E3779B97F4A7C15
 STATUS_OK, STATUS_ELOOP, STATUS_RAISED = 0, 1, 2
 # Map values are reached natively only where atomics on them are hardware atomics in every
-# engine (the C accelerator's ATOMIC_RMW).
-NATIVE_VALUES = ATOMIC_RMW is not None
+# engine (the C accelerator's ATOMIC_RMW; its BUFFER_ADDRESS says where a value is).
+NATIVE_VALUES = ATOMIC_RMW is not None and BUFFER_ADDRESS is not None
 
 # What the compiled code asks of Python through the callback (its first argument after the
 # state): op, then up to six u64 arguments: a helper (its id, R1-R5), a map helper bound to the
@@ -1105,16 +1109,19 @@ class _Run:
     def reach(self, region: int) -> bool:
         """Put map value ``region`` (a buffer a helper returned, or global data) in the
         table of memory compiled code reaches natively; False when it is not plain memory."""
+        words = self.words
         slot = VALUE_TABLE + 3 * (region & (VALUE_SLOTS - 1))
-        if self.words[slot] == region and region:
+        if words[slot] == region and region:
             return True
         buf = self.rs.mem.get(region)
         if not NATIVE_VALUES or type(buf) is not bytearray or not buf:
             return False
         view = self.exported.get(region)
         if view is None:  # the export keeps the buffer where it is until the run ends
-            view = self.exported[region] = (ctypes.c_char * len(buf)).from_buffer(buf)
-        self.words[slot:slot + 3] = array("Q", (region, ctypes.addressof(view), len(buf)))
+            view = self.exported[region] = memoryview(buf)
+        words[slot] = region
+        words[slot + 1] = BUFFER_ADDRESS(view)
+        words[slot + 2] = len(buf)
         return True
 
     def map_lookup(self, region: int, key: int, synced: int) -> int:
