@@ -1085,18 +1085,21 @@ error:
  * - CHARGE_HTAB: HtabMap._op_cost of the ``key_size`` bytes at ``key`` in ``bpf_map``:
  *   "htab_map_lookup_elem", jhash per key byte, the bucket's line (``addr``: the size of
  *   struct bucket) and each element of its chain up to the key.
+ *   With CHARGE_REF, then an LRU map's bpf_lru_node_set_ref: the element's reference bit
+ *   set where it was clear, and with CHARGE_REF_LINE that write charged to its line.
  * - CHARGE_HELPER: a helper's call (helpers.charged: "helper_call"), for one compiled inline.
  * Returns CHARGED, NOT_CHARGED or CHARGE_FAILED (the exception in run.error).
  */
 enum {
-	CHARGE_SYNC = 1, CHARGE_ARRAY = 2, CHARGE_ACCESS = 4, CHARGE_HTAB = 8, CHARGE_HELPER = 16
+	CHARGE_SYNC = 1, CHARGE_ARRAY = 2, CHARGE_ACCESS = 4, CHARGE_HTAB = 8, CHARGE_HELPER = 16,
+	CHARGE_REF = 32, CHARGE_REF_LINE = 64
 };
 enum { NOT_CHARGED = 0, CHARGED = 1, CHARGE_FAILED = 2 };
 enum { RUN_TIMING, RUN_MODEL, RUN_CPU, RUN_DEFERRED, RUN_SELF };
 
 static PyObject *s_helper_call, *s_scheduler, *s_sync, *s_greenlet_thread, *s_holder,
 	*s_active, *s_quantum, *s_error, *s_array_lookup, *s_htab_lookup, *s_jhash_byte,
-	*s_hash_cached, *s_mask, *s_bucket_base, *s_buckets, *s_addr, *s_key;
+	*s_hash_cached, *s_mask, *s_bucket_base, *s_buckets, *s_addr, *s_key, *s_table, *s_ref;
 
 /* Whether VirtualTimeScheduler.sync(cpu) would do nothing now: its participants run as
  * greenlets of this thread, cpu holds the baton, and no other participant's clock plus the
@@ -1162,9 +1165,41 @@ static int charge_access(CacheModel *m, int cpu, PyObject *addr)
 	return model_access(m, cpu, a, 0) == -1.0 && PyErr_Occurred() ? -1 : 0;
 }
 
-/* HtabMap._op_cost(cpu, "htab_map_lookup_elem", key, hash) */
+/* htab_lru_map_lookup_elem's bpf_lru_node_set_ref of key's element (none: nothing), its
+ * line written (charged) with ``line`` */
+static int lru_set_ref(CacheModel *m, int cpu, PyObject *bpf_map, PyObject *key, int line)
+{
+	PyObject *table = PyObject_GetAttr(bpf_map, s_table), *bit = NULL, *addr = NULL;
+	int rc = -1;
+	if (table == NULL)
+		return -1;
+	PyObject *elem = PyDict_GetItemWithError(table, key);  /* borrowed */
+	if (elem == NULL) {
+		rc = PyErr_Occurred() ? -1 : 0;
+		goto out;
+	}
+	Py_INCREF(elem);
+	int set = (bit = PyObject_GetAttr(elem, s_ref)) == NULL ? -1 : PyObject_IsTrue(bit);
+	if (set == 0 && PyObject_SetAttr(elem, s_ref, s_one) == 0) {
+		uint64_t at;
+		rc = !line ? 0 : (addr = PyObject_GetAttr(elem, s_addr)) == NULL
+			|| parse_addr(addr, &at) < 0
+			|| (model_access(m, cpu, at, 1) == -1.0 && PyErr_Occurred()) ? -1 : 0;
+	} else if (set > 0) {
+		rc = 0;
+	}
+	Py_DECREF(elem);
+out:
+	Py_DECREF(table);
+	Py_XDECREF(bit);
+	Py_XDECREF(addr);
+	return rc;
+}
+
+/* HtabMap._op_cost(cpu, "htab_map_lookup_elem", key, hash), and with ``ref`` an LRU map's
+ * lru_set_ref */
 static int htab_lookup_cost(PyObject *const *run, int cpu, PyObject *bpf_map, const char *key,
-			    int64_t key_size, uint64_t bucket_size)
+			    int64_t key_size, uint64_t bucket_size, int64_t ref)
 {
 	CacheModel *m = (CacheModel *)run[RUN_MODEL];
 	PyObject *kb = NULL, *hash_fn = NULL, *hash = NULL, *mask = NULL, *index = NULL,
@@ -1217,6 +1252,8 @@ static int htab_lookup_cost(PyObject *const *run, int cpu, PyObject *bpf_map, co
 		}
 	}
 	Py_DECREF(chain);
+	if (rc == 0 && ref & CHARGE_REF)
+		rc = lru_set_ref(m, cpu, bpf_map, kb, (ref & CHARGE_REF_LINE) != 0);
 out:
 	Py_XDECREF(kb);
 	Py_XDECREF(hash_fn);
@@ -1261,7 +1298,8 @@ int64_t pybpf_native_charge(PyObject *const *run, int64_t what, uint64_t addr,
 		    && PyErr_Occurred())
 			goto fail;
 	}
-	if (what & CHARGE_HTAB && htab_lookup_cost(run, cpu, bpf_map, key, key_size, addr) < 0)
+	if (what & CHARGE_HTAB
+	    && htab_lookup_cost(run, cpu, bpf_map, key, key_size, addr, what) < 0)
 		goto fail;
 	if (what & CHARGE_HELPER && charge_n((PyObject *)m, run[RUN_CPU], s_helper_call, s_one) < 0)
 		goto fail;
@@ -1323,7 +1361,8 @@ PyMODINIT_FUNC PyInit__cache_model(void)
 	    || intern(&s_jhash_byte, "jhash_byte") < 0
 	    || intern(&s_hash_cached, "_hash_cached") < 0 || intern(&s_mask, "mask") < 0
 	    || intern(&s_bucket_base, "bucket_base") < 0 || intern(&s_buckets, "buckets") < 0
-	    || intern(&s_addr, "addr") < 0 || intern(&s_key, "key") < 0)
+	    || intern(&s_addr, "addr") < 0 || intern(&s_key, "key") < 0
+	    || intern(&s_table, "table") < 0 || intern(&s_ref, "ref") < 0)
 		return NULL;
 	if ((s_one == NULL && (s_one = PyLong_FromLong(1)) == NULL)
 	    || (s_zero == NULL && (s_zero = PyLong_FromLong(0)) == NULL))

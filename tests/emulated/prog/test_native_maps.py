@@ -106,6 +106,15 @@ def test_array_lookups_and_atomics_agree_across_engines(map_type, modeled, indic
     assert sum(int.from_bytes(v, "little") for v in values.values()) == 200  # all CPUs
 
 
+HASH_MAPS = [MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH, MapType.LRU_PERCPU_HASH]
+PER_CPU = (MapType.PERCPU_ARRAY, MapType.PERCPU_HASH, MapType.LRU_PERCPU_HASH)
+
+
+def value_of(system, map_type: int) -> bytes:
+    """A zero value as the syscall takes it (one slot per CPU for a per-CPU map)."""
+    return bytes(8 * (system.machine.num_cpus if map_type in PER_CPU else 1))
+
+
 def hash_churn(keys: int, iterations: int) -> list:
     """Per iteration on key i % keys: add 1 to its value if present, else insert it with 1;
     then every 7th iteration delete it (so keys come and go, and elements are reused)."""
@@ -120,7 +129,7 @@ def hash_churn(keys: int, iterations: int) -> list:
             b.add64(R6, 1), b.jlt(R6, iterations, "loop"), b.mov64(R0, R6), b.exit_()]
 
 
-@pytest.mark.parametrize("map_type", [MapType.HASH, MapType.PERCPU_HASH])
+@pytest.mark.parametrize("map_type", HASH_MAPS)
 @pytest.mark.parametrize("modeled", [False, True])
 @pytest.mark.parametrize("keys", [1, 5, 40])
 def test_hash_lookups_updates_and_deletes_agree_across_engines(map_type, modeled, keys):
@@ -130,9 +139,38 @@ def test_hash_lookups_updates_and_deletes_agree_across_engines(map_type, modeled
     assert results["native"][0] == [121, 121] and results["native"][2]  # i = 120 inserts
 
 
-@pytest.mark.parametrize("map_type", [MapType.PERCPU_ARRAY, MapType.PERCPU_HASH])
+@pytest.mark.parametrize("map_type", [MapType.LRU_HASH, MapType.LRU_PERCPU_HASH])
+@pytest.mark.parametrize("modeled", [False, True])
+def test_lru_lookups_set_the_reference_bits_that_decide_evictions(map_type, modeled):
+    """Which elements updates evict depends on the reference bits lookups set: 40 keys
+    churned through 16 entries leave the same map on every engine, and so does a run that
+    keeps one key alive by looking it up."""
+    results = run_on_each_engine(hash_churn(40, 200), entries=16, modeled=modeled, runs=2,
+                                 map_type=map_type)
+    agree(results)
+    # keys 0-7 fill 8 entries; each of 20 new keys evicts one, and a lookup of key 0 after
+    # each sets its bit again (the evictions' rotation clears it), so key 0 survives: on
+    # every engine, its lookups native after the first
+    items = [b.st(8, FP, -16, 1), *lookup(0, "first"), b.label("first")]
+    for k in range(10, 30):
+        items += [b.st(4, FP, -8, k), b.ld_map_fd(R1, "m"), b.mov64(R2, FP), b.add64(R2, -8),
+                  b.mov64(R3, FP), b.add64(R3, -16), b.mov64(asm.Reg(4), 0),
+                  b.call("map_update_elem"), *lookup(0, f"next{k}"), b.label(f"next{k}")]
+    items += [b.mov64(R0, 0), b.exit_()]
+    for engine in ENGINES:
+        system = make_system("emulated", modeled_time=modeled)
+        fd = system.map_create(map_type, 4, 8, 8)
+        for k in range(8):
+            system.map_update_elem(fd, k.to_bytes(4, "little"), value_of(system, map_type))
+        load(system, items, {"m": fd}).run(bytearray(64), engine=engine)
+        refs = sorted((int.from_bytes(key, "little"), elem.ref)
+                      for key, elem in system.map_from_fd(fd).table.items())
+        assert refs == [(0, 1), *((k, 0) for k in range(23, 30))], engine
+
+
+@pytest.mark.parametrize("map_type", PER_CPU)
 def test_a_per_cpu_lookup_names_the_running_cpus_slot(map_type):
-    items = hash_churn(3, 30) if map_type == MapType.PERCPU_HASH else counting_loop(3, 30)
+    items = hash_churn(3, 30) if map_type in HASH_MAPS else counting_loop(3, 30)
     results = run_on_each_engine(items, entries=8, runs=2, map_type=map_type, cpu=1)
     agree(results)
     values = results["native"][2]
@@ -180,14 +218,13 @@ def test_after_the_first_lookup_of_each_index_the_loop_stays_native(monkeypatch)
     monkeypatch.setattr(native._Run, "map_lookup",
                         counted("lookup", native._Run.map_lookup))
     monkeypatch.setattr(native, "_memory_op", counted("memory", native._memory_op))
-    for map_type in (MapType.ARRAY, MapType.PERCPU_ARRAY, MapType.HASH, MapType.PERCPU_HASH):
+    for map_type in (MapType.ARRAY, MapType.PERCPU_ARRAY, *HASH_MAPS):
         calls.update(lookup=0, memory=0)
         system = make_system("emulated", modeled_time=False)
         fd = system.map_create(map_type, 4, 8, 40)
-        if map_type in (MapType.HASH, MapType.PERCPU_HASH):
+        if map_type in HASH_MAPS:
             for k in (0, 16, 32):
-                system.map_update_elem(fd, k.to_bytes(4, "little"), bytes(
-                    8 * (system.machine.num_cpus if map_type == MapType.PERCPU_HASH else 1)))
+                system.map_update_elem(fd, k.to_bytes(4, "little"), value_of(system, map_type))
         # an array's three indices share a home entry in the cache: probing keeps them all
         prog = load(system, counting_loop(3, 300, stride=16), {"m": fd})
         for run in range(2):  # the cache is the run's: each run looks each value up once
@@ -198,14 +235,16 @@ def test_after_the_first_lookup_of_each_index_the_loop_stays_native(monkeypatch)
 
 @pytest.mark.parametrize("map_type, expected", [
     (MapType.ARRAY, True), (MapType.PERCPU_ARRAY, True), (MapType.HASH, True),
-    (MapType.PERCPU_HASH, True), (MapType.LRU_HASH, False), (MapType.LRU_PERCPU_HASH, False)])
+    (MapType.PERCPU_HASH, True), (MapType.LRU_HASH, True), (MapType.LRU_PERCPU_HASH, True),
+    (MapType.DEVMAP, False)])
 def test_which_lookups_run_without_python(map_type, expected):
-    """Plain arrays and hash maps (with modeled time, where the C cache model charges them);
-    LRU maps never (a lookup sets the element's reference bit)."""
+    """Plain arrays and hash maps, LRU ones included (with modeled time, where the C cache
+    model charges them)."""
     for modeled_time in (False, True):
         system = make_system("emulated", modeled_time=modeled_time)
         fd = system.map_create(map_type, 4, 8, 4)
-        prog = load(system, counting_loop(1, 1), {"m": fd})
+        prog = load(system, counting_loop(1, 1) if expected else [
+            b.ld_map_fd(R1, "m"), b.mov64(R0, 0), b.exit_()], {"m": fd})
         chargeable = not modeled_time or (system.machine.timing.cache_model == "C"
                                           and native._charge_address() is not None)
         assert bool(native.native_lookup_maps(prog.executable)) == (
@@ -293,10 +332,9 @@ def modeled_system(map_type: int, items=None):
     ``items`` (default: counting_loop over keys 0, 9 and 18) loaded: (system, fd, prog)."""
     system = make_system("emulated", modeled_time=True)
     fd = system.map_create(map_type, 4, 8, 40)
-    if map_type in (MapType.HASH, MapType.PERCPU_HASH):
-        slots = system.machine.num_cpus if map_type == MapType.PERCPU_HASH else 1
+    if map_type in HASH_MAPS:
         for k in HASH_KEYS:
-            system.map_update_elem(fd, k.to_bytes(4, "little"), bytes(8 * slots))
+            system.map_update_elem(fd, k.to_bytes(4, "little"), value_of(system, map_type))
     return system, fd, load(system, items or counting_loop(3, 100, stride=9), {"m": fd})
 
 
@@ -320,7 +358,7 @@ def modeled_runs(map_type: int, before_runs=None, items=None) -> dict:
     return results
 
 
-LOOKUP_MAPS = [MapType.ARRAY, MapType.PERCPU_ARRAY, MapType.HASH, MapType.PERCPU_HASH]
+LOOKUP_MAPS = [MapType.ARRAY, MapType.PERCPU_ARRAY, *HASH_MAPS]
 
 
 @needs_accel
@@ -334,7 +372,7 @@ def test_modeled_lookups_are_charged_as_python_charges_them(map_type):
 
 
 @needs_accel
-@pytest.mark.parametrize("map_type", [MapType.HASH, MapType.PERCPU_HASH])
+@pytest.mark.parametrize("map_type", HASH_MAPS)
 def test_modeled_hash_lookups_walk_the_chains_updates_and_deletes_left(map_type):
     results = modeled_runs(map_type, items=hash_churn(40, 121))
     agree(results)

@@ -19,12 +19,13 @@ Rules this module keeps:
 - Atomics on an aligned word of native memory are hardware atomics, as the Python engines'
   (``ATOMIC_RMW``); others go through Python. Without the C accelerator the Python engines
   serialise atomics under a lock instead, so compiled code then leaves map values to Python.
-- ``bpf_map_lookup_elem`` on a plain BPF_MAP_TYPE_ARRAY, PERCPU_ARRAY, HASH or PERCPU_HASH
-  that R1 surely points to runs without Python: an array's lookup is inlined as the kernel's
-  verifier inlines it (array_map_gen_lookup: the index read and bounds-checked natively; a
-  per-CPU array's names the run's CPU's slot); a hash map's key is found in the map's table
-  by one C-API dict lookup with the GIL taken (@htab_lookup; a per-CPU one's value is then
-  the run's CPU's slot). The value's pointer then comes from a per-run cache that the first
+- ``bpf_map_lookup_elem`` on a plain BPF_MAP_TYPE_ARRAY, PERCPU_ARRAY, HASH, PERCPU_HASH,
+  LRU_HASH or LRU_PERCPU_HASH that R1 surely points to runs without Python: an array's
+  lookup is inlined as the kernel's verifier inlines it (array_map_gen_lookup: the index read
+  and bounds-checked natively; a per-CPU array's names the run's CPU's slot); a hash map's
+  key is found in the map's table by one C-API dict lookup with the GIL taken (@htab_lookup;
+  a per-CPU one's value is then the run's CPU's slot; an LRU map's element gets its
+  reference bit, which decides evictions). The value's pointer then comes from a per-run cache that the first
   lookup of that value through Python fills; the lookups done natively are counted into the
   map's access statistics (local or remote, as Python counts them) when the run ends.
 - With modeled time (on the C cache model; with the Python one the lookups go through
@@ -32,7 +33,8 @@ Rules this module keeps:
   pybpf_native_charge with the GIL taken: the scheduler's sync first (before a hash
   map's table is read: it may let other CPUs' tasks run), then, once the value is known to
   be cached, the costs Python would charge, in the same order (an array's lookup and value
-  line; a hash map's lookup, jhash and walk of the key's bucket). When deferred work waits
+  line; a hash map's lookup, jhash and walk of the key's bucket, an LRU map's reference bit
+  and, not per-CPU, its line written). When deferred work waits
   on the CPU, Python does the whole lookup (its sync runs the work), so modeled figures are
   the Python engines' to the last nanosecond.
 - ``bpf_get_smp_processor_id`` is inlined, as the kernel's verifier inlines it: the run's
@@ -69,7 +71,7 @@ from ...asm.opcodes import (
 from ...errors import ProgramFault
 from ...uapi import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, BpfFunc, MapType
 from ..maps.arraymap import BpfArray, BpfPercpuArray
-from ..maps.hashtab import BUCKET_SIZE, HtabMap, HtabPercpuMap
+from ..maps.hashtab import BUCKET_SIZE, HtabLruMap, HtabLruPercpuMap, HtabMap, HtabPercpuMap
 from .bpf_iter import CALLBACK_HELPERS
 from .helpers import (
     bpf_get_smp_processor_id,
@@ -139,11 +141,13 @@ OP_LOAD, OP_STORE, OP_ATOMIC, OP_LD_ABS = range(5, 9)
 ARRAYS = (BpfArray, BpfPercpuArray)  # the maps whose lookups the tier inlines by index
 # the classes of the maps whose lookups run natively, and the plain map type of each
 _NATIVE_LOOKUPS = {BpfArray: MapType.ARRAY, BpfPercpuArray: MapType.PERCPU_ARRAY,
-                   HtabMap: MapType.HASH, HtabPercpuMap: MapType.PERCPU_HASH}
+                   HtabMap: MapType.HASH, HtabPercpuMap: MapType.PERCPU_HASH,
+                   HtabLruMap: MapType.LRU_HASH, HtabLruPercpuMap: MapType.LRU_PERCPU_HASH}
 # pybpf_native_charge (_cache_model.c): what it does (its flags: the scheduler's sync,
 # then an array's charge and its value's line, or a hash map's charge and walk), and its
 # answers: charged; not (deferred work waits: Python does it all); failed (the run stops)
 CHARGE_SYNC, CHARGE_ARRAY, CHARGE_ACCESS, CHARGE_HTAB, CHARGE_HELPER = 1, 2, 4, 8, 16
+CHARGE_REF, CHARGE_REF_LINE = 32, 64
 NOT_CHARGED, CHARGED, CHARGE_FAILED = 0, 1, 2
 CHARGE_SYMBOL = "pybpf_native_charge"
 # @htab_lookup's answers besides a value's address: absent, or ask Python
@@ -574,8 +578,11 @@ class _FunctionIR:
                 python = f"mq{pc}"
             slot = (self.op(f"load i64, ptr {self.slot(THIS_CPU)}") if bpf_map.percpu
                     else "-1")
+            # an LRU map's lookup sets the element's reference bit: here without modeled
+            # time, else where it is charged
+            ref = int(bpf_map.lru and not modeled)
             tag = self.op(f"call i64 @htab_lookup(ptr inttoptr (i64 {id(bpf_map.table)} to ptr),"
-                          f" ptr {key_ptr}, i64 {bpf_map.key_size}, i64 {slot})")
+                          f" ptr {key_ptr}, i64 {bpf_map.key_size}, i64 {slot}, i64 {ref})")
             slow = self.op(f"icmp eq i64 {tag}, {_const(HTAB_SLOW, 64)}")
             self.branch(f"br i1 {slow}, label %{python}, label %mf{pc}")
             self.label(f"mf{pc}")
@@ -598,8 +605,11 @@ class _FunctionIR:
             self.charged(CHARGE_SYNC | CHARGE_ARRAY | line, addr, f"mh{pc}", python)
             self.label(f"mo{pc}")  # past max_entries: the sync only, then NULL
             self.charged(CHARGE_SYNC, "0", f"mz{pc}", python)
-        elif modeled:  # _op_cost: found or not, the walk to the key
-            self.charged(CHARGE_HTAB, str(BUCKET_SIZE), f"mh{pc}", python, bpf_map, key_ptr)
+        elif modeled:  # _op_cost: found or not, the walk to the key; an LRU map's bit
+            # (whose write a per-CPU LRU map does not charge)
+            ref = (CHARGE_REF | (0 if bpf_map.percpu else CHARGE_REF_LINE)) if bpf_map.lru else 0
+            self.charged(CHARGE_HTAB | ref, str(BUCKET_SIZE), f"mh{pc}", python, bpf_map,
+                         key_ptr)
             self.label(f"mo{pc}")
             self.charged(CHARGE_HTAB, str(BUCKET_SIZE), f"mz{pc}", python, bpf_map, key_ptr)
         else:
@@ -851,6 +861,8 @@ declare void @PyErr_Clear()
 declare ptr @PyObject_GetAttr(ptr, ptr)
 declare i64 @PyList_Size(ptr)
 declare ptr @PyList_GetItem(ptr, i64)
+declare i32 @PyObject_IsTrue(ptr)
+declare i32 @PyObject_SetAttr(ptr, ptr, ptr)
 declare i64 @{CHARGE_SYMBOL}(ptr, i64, i64, ptr, ptr, i64)
 declare i16 @llvm.bswap.i16(i16)
 declare i32 @llvm.bswap.i32(i32)
@@ -859,17 +871,20 @@ declare i64 @llvm.bswap.i64(i64)
 
 
 _VALUE = sys.intern("value")  # HtabElem.value, the name @htab_lookup reads
+_REF = sys.intern("ref")  # the LRU node's reference bit, which it sets
 
 
 def _htab_lookup_ir() -> str:
-    """@htab_lookup(table, key, size, cpu): the address of the value object of the element
-    the ``size`` key bytes at ``key`` name in a hash map's table (a dict of key bytes to
-    HtabElem), of its slot ``cpu`` in a per-CPU map (``cpu`` -1: the value itself),
+    """@htab_lookup(table, key, size, cpu, ref): the address of the value object of the
+    element the ``size`` key bytes at ``key`` name in a hash map's table (a dict of key bytes
+    to HtabElem), of its slot ``cpu`` in a per-CPU map (``cpu`` -1: the value itself),
     HTAB_ABSENT, or HTAB_SLOW when Python failed (the error cleared: the lookup is done
-    again through Python, which reports it). The GIL is taken for the dict lookup;
-    the address only keys the run's cache of values Python registered, which stay alive."""
+    again through Python, which reports it); with ``ref``, the element's LRU reference bit
+    set first (bpf_lru_node_set_ref). The GIL is taken for the dict lookup; the address only
+    keys the run's cache of values Python registered, which stay alive."""
     return f"""
-define internal i64 @htab_lookup(ptr %table, ptr %key, i64 %size, i64 %cpu) noinline {{
+define internal i64 @htab_lookup(ptr %table, ptr %key, i64 %size, i64 %cpu, i64 %ref)
+    noinline {{
 entry:
   %gil = call i32 @PyGILState_Ensure()
   %kb = call ptr @PyBytes_FromStringAndSize(ptr %key, i64 %size)
@@ -879,7 +894,23 @@ look:
   %elem = call ptr @PyDict_GetItemWithError(ptr %table, ptr %kb)
   call void @Py_DecRef(ptr %kb)
   %has = icmp ne ptr %elem, null
-  br i1 %has, label %value, label %missing
+  br i1 %has, label %referenced, label %missing
+referenced:
+  %lru = icmp ne i64 %ref, 0
+  br i1 %lru, label %bit, label %value
+bit:
+  %bit_v = call ptr @PyObject_GetAttr(ptr %elem, ptr inttoptr (i64 {id(_REF)} to ptr))
+  %bit_ok = icmp ne ptr %bit_v, null
+  br i1 %bit_ok, label %bit_test, label %error
+bit_test:
+  %bit_set = call i32 @PyObject_IsTrue(ptr %bit_v)
+  call void @Py_DecRef(ptr %bit_v)
+  switch i32 %bit_set, label %value [i32 0, label %bit_clear i32 -1, label %error]
+bit_clear:
+  %stored = call i32 @PyObject_SetAttr(ptr %elem, ptr inttoptr (i64 {id(_REF)} to ptr),
+                                       ptr inttoptr (i64 {id(1)} to ptr))
+  %store_ok = icmp eq i32 %stored, 0
+  br i1 %store_ok, label %value, label %error
 missing:
   %err = call ptr @PyErr_Occurred()
   %absent = icmp eq ptr %err, null
@@ -1030,7 +1061,8 @@ PYTHON_SYMBOLS = ("PyGILState_Ensure", "PyGILState_Release", "PyLong_FromUnsigne
                   "PyLong_AsUnsignedLongLongMask", "PyObject_Vectorcall", "Py_DecRef",
                   "PyErr_WriteUnraisable", "PyBytes_FromStringAndSize",
                   "PyDict_GetItemWithError", "PyErr_Occurred", "PyErr_Clear",
-                  "PyObject_GetAttr", "PyList_Size", "PyList_GetItem")
+                  "PyObject_GetAttr", "PyList_Size", "PyList_GetItem", "PyObject_IsTrue",
+                  "PyObject_SetAttr")
 
 
 @functools.cache
