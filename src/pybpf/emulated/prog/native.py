@@ -25,9 +25,10 @@ Rules this module keeps:
   and bounds-checked natively; a per-CPU array's names the run's CPU's slot); a hash map's
   key is found in the map's table by one C-API dict lookup with the GIL taken (@htab_lookup;
   a per-CPU one's value is then the run's CPU's slot; an LRU map's element gets its
-  reference bit, which decides evictions). The value's pointer then comes from a per-run cache that the first
-  lookup of that value through Python fills; the lookups done natively are counted into the
-  map's access statistics (local or remote, as Python counts them) when the run ends.
+  reference bit, which decides evictions). The value's pointer then comes from a per-run
+  cache that the first lookup of that value through Python fills; the lookups done natively
+  are counted into the map's access statistics (local or remote, as Python counts them) when
+  the run ends.
 - With modeled time (on the C cache model; with the Python one the lookups go through
   Python) a native lookup is charged as Python's helper charges it, by the C model's
   pybpf_native_charge with the GIL taken: the scheduler's sync first (before a hash
@@ -105,11 +106,13 @@ MAX_NATIVE_FRAMES = 64  # deeper static call chains run on the JIT
 # The run state shared with the compiled code: an array of u64, with the words below; then
 # the map values reached natively, a direct-mapped table of VALUE_SLOTS entries (region,
 # address, length) by region number; then the region number of each live frame by depth;
-# then, per map whose lookups run natively, its local and remote lookups done natively and a
-# cache of LOOKUP_CACHE entries (tag, pointer, local), open addressing from the tag's home
-# entry with linear probing: an array's tag is index + 1 (its home the index), a hash map's
-# the address of the value object (its home the address, Fibonacci-hashed), so 0 is empty.
-# Python fills the tables; a run clears them.
+# then, per map whose lookups run natively, its local and remote lookups done natively, the
+# entries in use of its cache, and that cache of LOOKUP_CACHE entries (tag, pointer, local),
+# open addressing from the tag's home entry with linear probing: an array's tag is index + 1
+# (its home the index), a hash map's the address of the value object (its home the address,
+# Fibonacci-hashed), so 0 is empty. Python fills the tables; a run clears them. Once a map's
+# cache is full its lookups go to Python for the rest of the run (a program that looks up
+# many values once each gains nothing from the cache, and would pay for trying it).
 # With modeled time, a run whose lookups are charged natively also holds what
 # pybpf_native_charge reads: its machine's Timing, that Timing's C cache model, its CPU
 # (an int object), that CPU's list of deferred work, and the run (whose ``error`` it sets).
@@ -121,7 +124,7 @@ CHARGES_NONE, CHARGES_NATIVE, CHARGES_PYTHON = 0, 1, 2
 VALUE_TABLE, VALUE_SLOTS = 15, 32
 FRAME_REGIONS = VALUE_TABLE + 3 * VALUE_SLOTS
 LOOKUP_CACHE = 16  # a power of two
-MAP_WORDS = 2 + 3 * LOOKUP_CACHE
+MAP_WORDS = 3 + 3 * LOOKUP_CACHE
 # A hash map's cache entry is its tag's top bits after this multiplication (Fibonacci
 # hashing): objects' addresses are multiples of their allocator's size classes.
 FIBONACCI = 0x9E3779B97F4A7C15
@@ -563,7 +566,13 @@ class _FunctionIR:
         key = self.get(2)
         key_ptr = self.op(f"call ptr @mem_ptr(ptr %st, i64 {key}, i64 {bpf_map.key_size})")
         readable = self.op(f"icmp ne ptr {key_ptr}, null")
-        self.branch(f"br i1 {readable}, label %mk{pc}, label %ms{pc}")
+        self.branch(f"br i1 {readable}, label %mr{pc}.k, label %ms{pc}")
+        self.label(f"mr{pc}.k")
+        # a map whose cache this run filled goes to Python (its values come and go)
+        words = self.maps[region]
+        filled = self.op(f"load i64, ptr {self.slot(words + 2)}")
+        full = self.op(f"icmp uge i64 {filled}, {LOOKUP_CACHE}")
+        self.branch(f"br i1 {full}, label %ms{pc}, label %mk{pc}")
         self.label(f"mk{pc}")
         python = f"ms{pc}"  # where Python takes over: before the sync, or (mq) after it
         if array:  # array_map_gen_lookup
@@ -592,8 +601,7 @@ class _FunctionIR:
         miss = f"mo{pc}" if modeled else f"mz{pc}"
         self.branch(f"br i1 {found}, label %mc{pc}, label %{miss}")
         self.label(f"mc{pc}")
-        words = self.maps[region]
-        tag_at = self.op(f"call ptr @cache_find(ptr %st, i64 {words + 2}, i64 {tag}, "
+        tag_at = self.op(f"call ptr @cache_find(ptr %st, i64 {words + 3}, i64 {tag}, "
                          f"i64 {entry})")
         cached = self.op(f"icmp ne ptr {tag_at}, null")
         self.branch(f"br i1 {cached}, label %mp{pc}, label %{python}")
@@ -1166,7 +1174,8 @@ class _Run:
             r0 = map_lookup_elem_synced(bpf_map, rs, key)
         else:
             r0 = map_lookup_elem(bpf_map, rs, key)
-        if not (r0 and self.reach(r0 >> 32)):
+        words, filled_at = self.words, self.maps[region] + 2
+        if not (r0 and self.reach(r0 >> 32)) or words[filled_at] >= LOOKUP_CACHE:
             return r0
         cpu = bpf_map._current.cpu
         key_bytes = mem_read(rs, key, bpf_map.key_size, "key (R2)")
@@ -1184,19 +1193,26 @@ class _Run:
             # a CPU's own slot lives on its node
             local = bpf_map.percpu or bpf_map.access_stats.cpu_node[cpu] == elem.node
         at = self.cache_entry(region, tag, entry)
-        self.words[at:at + 3] = array("Q", (tag, r0, int(local)))
+        words[at] = tag
+        words[at + 1] = r0
+        words[at + 2] = int(local)
         return r0
 
     def cache_entry(self, region: int, tag: int, home: int) -> int:
-        """Where ``tag`` goes in the map's cache: the first entry from ``home`` that is empty
-        or holds it; in a full cache, ``home`` itself (the probes of @cache_find end at the
-        tag or at an empty entry, and no entry empties during a run)."""
-        words, base = self.words, self.maps[region] + 2
-        for probe in range(LOOKUP_CACHE):
-            at = base + 3 * ((home + probe) & (LOOKUP_CACHE - 1))
-            if words[at] in (0, tag):
+        """Where ``tag`` goes in the map's cache, which is not full: the first entry from
+        ``home`` that holds it or is empty (then counted in use: the probes of @cache_find
+        end at the tag or at an empty entry, and no entry empties during a run)."""
+        words, filled_at = self.words, self.maps[region] + 2
+        probe = home
+        while True:
+            at = filled_at + 1 + 3 * probe
+            held = words[at]
+            if held == tag:
                 return at
-        return base + 3 * home
+            if not held:
+                words[filled_at] += 1
+                return at
+            probe = (probe + 1) & (LOOKUP_CACHE - 1)
 
     def finish(self) -> None:
         """The run is over: count the lookups compiled code did into their maps' statistics
