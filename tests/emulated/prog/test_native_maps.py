@@ -49,12 +49,14 @@ def contents(system, fd, entries: int) -> dict[int, bytes]:
 
 
 def run_on_each_engine(items, entries: int = 4, modeled: bool = False, runs: int = 1,
-                       map_type: int = MapType.ARRAY, prefill: int = 0, cpu: int = 0) -> dict:
+                       map_type: int = MapType.ARRAY, prefill: int = 0, cpu: int = 0,
+                       **machine) -> dict:
     """Per engine: (R0s, instruction counts, the map's values, its access statistics) of
-    runs on ``cpu``; ``prefill`` keys from 0 are in the map first, each with value 0."""
+    runs on ``cpu`` (of a machine of ``machine``'s topology); ``prefill`` keys from 0 are in
+    the map first, each with value 0."""
     results = {}
     for engine in ENGINES:
-        system = make_system("emulated", modeled_time=modeled)
+        system = make_system("emulated", modeled_time=modeled, **machine)
         fd = system.map_create(map_type, 4, 8, entries)
         for k in range(prefill):
             system.map_update_elem(fd, k.to_bytes(4, "little"), bytes(8))
@@ -96,14 +98,15 @@ def counting_loop(indices: int, iterations: int, stride: int = 1) -> list:
 
 @pytest.mark.parametrize("map_type", [MapType.ARRAY, MapType.PERCPU_ARRAY])
 @pytest.mark.parametrize("modeled", [False, True])
-@pytest.mark.parametrize("indices", [1, 3, 17, 40])  # 17 and 40 collide in the caches
+# past LOOKUP_CACHE indices a run fills the cache (then Python does the rest)
+@pytest.mark.parametrize("indices", [1, 3, 17, native.LOOKUP_CACHE + 6])
 def test_array_lookups_and_atomics_agree_across_engines(map_type, modeled, indices):
-    results = run_on_each_engine(counting_loop(indices, 100), entries=40, modeled=modeled,
+    results = run_on_each_engine(counting_loop(indices, 200), entries=100, modeled=modeled,
                                  runs=2, map_type=map_type)
     agree(results)
     r0s, _, values, (local, remote) = results["native"]
-    assert r0s == [100, 100] and local + remote == 200
-    assert sum(int.from_bytes(v, "little") for v in values.values()) == 200  # all CPUs
+    assert r0s == [200, 200] and local + remote == 400
+    assert sum(int.from_bytes(v, "little") for v in values.values()) == 400  # all CPUs
 
 
 HASH_MAPS = [MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH, MapType.LRU_PERCPU_HASH]
@@ -137,6 +140,19 @@ def test_hash_lookups_updates_and_deletes_agree_across_engines(map_type, modeled
                                  map_type=map_type)
     agree(results)
     assert results["native"][0] == [121, 121] and results["native"][2]  # i = 120 inserts
+
+
+@pytest.mark.parametrize("map_type", HASH_MAPS)
+@pytest.mark.parametrize("modeled", [False, True])
+def test_lookups_from_another_node_are_counted_remote_on_every_engine(map_type, modeled):
+    """Elements made on CPU 0's node, looked up from CPU 1 on node 1: remote, unless a
+    per-CPU slot (its own CPU's)."""
+    results = run_on_each_engine(hash_churn(5, 60), entries=16, modeled=modeled, runs=2,
+                                 map_type=map_type, cpus=2, nodes=2, cpu=1)
+    agree(results)
+    local, remote = results["native"][3]
+    assert (local, remote) != (0, 0)
+    assert (remote == 0) == (map_type in PER_CPU)
 
 
 @pytest.mark.parametrize("map_type", [MapType.LRU_HASH, MapType.LRU_PERCPU_HASH])
@@ -221,16 +237,20 @@ def test_after_the_first_lookup_of_each_index_the_loop_stays_native(monkeypatch)
     for map_type in (MapType.ARRAY, MapType.PERCPU_ARRAY, *HASH_MAPS):
         calls.update(lookup=0, memory=0)
         system = make_system("emulated", modeled_time=False)
-        fd = system.map_create(map_type, 4, 8, 40)
+        fd = system.map_create(map_type, 4, 8, 3 * native.LOOKUP_CACHE)
         if map_type in HASH_MAPS:
-            for k in (0, 16, 32):
+            for k in (0, native.LOOKUP_CACHE, 2 * native.LOOKUP_CACHE):
                 system.map_update_elem(fd, k.to_bytes(4, "little"), value_of(system, map_type))
         # an array's three indices share a home entry in the cache: probing keeps them all
-        prog = load(system, counting_loop(3, 300, stride=16), {"m": fd})
-        for run in range(2):  # the cache is the run's: each run looks each value up once
+        prog = load(system, counting_loop(3, 300, stride=native.LOOKUP_CACHE), {"m": fd})
+        # the cache is the run's: each run looks each array value up once through Python;
+        # a hash map's first lookups are native too (pybpf_native_value)
+        first = 3 if map_type in (MapType.ARRAY, MapType.PERCPU_ARRAY) \
+            or native._value_address() is None else 0
+        for run in range(2):
             with system.machine.on_cpu(1):  # a per-CPU map's slot is the running CPU's
                 assert prog.run(bytearray(64), engine="native").retval == 300
-            assert calls == {"lookup": 3 * (run + 1), "memory": 0}, map_type
+            assert calls == {"lookup": first * (run + 1), "memory": 0}, map_type
 
 
 @pytest.mark.parametrize("map_type, expected", [

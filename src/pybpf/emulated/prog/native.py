@@ -57,7 +57,7 @@ from array import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ...accelerator import ATOMIC_RMW, BUFFER_ADDRESS, CACHE_MODEL
+from ...accelerator import ACCEL, ATOMIC_RMW, BUFFER_ADDRESS, CACHE_MODEL
 from ...asm.opcodes import (
     ATOMIC_FETCH,
     OPCODES,
@@ -121,9 +121,12 @@ TIMING, MODEL, CPU, DEFERRED, RUN = range(8, 13)
 THIS_CPU = 13  # the run's CPU: per-CPU slots, bpf_get_smp_processor_id
 CHARGES = 14  # what charges a helper compiled inline: nothing, pybpf_native_charge, or Python
 CHARGES_NONE, CHARGES_NATIVE, CHARGES_PYTHON = 0, 1, 2
-VALUE_TABLE, VALUE_SLOTS = 15, 32
+# what pybpf_native_value reads: the run's rs.mem, rs.value_regions and exported values, and
+# the node of its CPU
+RS_MEM, RS_VALUE_REGIONS, EXPORTED, THIS_NODE = range(15, 19)
+VALUE_TABLE, VALUE_SLOTS = 19, 32
 FRAME_REGIONS = VALUE_TABLE + 3 * VALUE_SLOTS
-LOOKUP_CACHE = 16  # a power of two
+LOOKUP_CACHE = 64  # a power of two
 MAP_WORDS = 3 + 3 * LOOKUP_CACHE
 # A hash map's cache entry is its tag's top bits after this multiplication (Fibonacci
 # hashing): objects' addresses are multiples of their allocator's size classes.
@@ -153,6 +156,7 @@ CHARGE_SYNC, CHARGE_ARRAY, CHARGE_ACCESS, CHARGE_HTAB, CHARGE_HELPER = 1, 2, 4, 
 CHARGE_REF, CHARGE_REF_LINE = 32, 64
 NOT_CHARGED, CHARGED, CHARGE_FAILED = 0, 1, 2
 CHARGE_SYMBOL = "pybpf_native_charge"
+VALUE_SYMBOL = "pybpf_native_value"  # _accel.c: a hash map value's first lookup in a run
 # @htab_lookup's answers besides a value's address: absent, or ask Python
 HTAB_ABSENT, HTAB_SLOW = 0, M64
 
@@ -604,7 +608,20 @@ class _FunctionIR:
         tag_at = self.op(f"call ptr @cache_find(ptr %st, i64 {words + 3}, i64 {tag}, "
                          f"i64 {entry})")
         cached = self.op(f"icmp ne ptr {tag_at}, null")
-        self.branch(f"br i1 {cached}, label %mp{pc}, label %{python}")
+        first = python if array or _value_address() is None else f"mv{pc}"
+        self.branch(f"br i1 {cached}, label %mp{pc}, label %{first}")
+        if first != python:  # the value's first lookup in the run, into the cache
+            self.label(first)
+            node = self.op(f"load i64, ptr {self.slot(THIS_NODE)}")
+            pointer = self.op(
+                f"call i64 @{VALUE_SYMBOL}(ptr %st, ptr {self.slot(RS_MEM)}, "
+                f"ptr inttoptr (i64 {id(bpf_map.table)} to ptr), ptr {key_ptr}, "
+                f"i64 {bpf_map.key_size}, i64 {slot}, i64 {NEXT_REGION}, i64 {VALUE_TABLE}, "
+                f"i64 {VALUE_SLOTS}, i64 {words + 3}, i64 {LOOKUP_CACHE}, i64 {entry}, "
+                f"i64 {node}, ptr inttoptr (i64 {id(_NODE)} to ptr), "
+                f"ptr inttoptr (i64 {id(_VALUE)} to ptr))")
+            placed = self.op(f"icmp ne i64 {pointer}, 0")
+            self.branch(f"br i1 {placed}, label %mc{pc}, label %{python}")
         self.label(f"mp{pc}")
         if modeled and array:  # array_cost: the lookup, and (not per-CPU) the value's line
             addr = self.op(f"add i64 {self.op(f'mul i64 {index}, {bpf_map.elem_size}')}, "
@@ -872,6 +889,8 @@ declare ptr @PyList_GetItem(ptr, i64)
 declare i32 @PyObject_IsTrue(ptr)
 declare i32 @PyObject_SetAttr(ptr, ptr, ptr)
 declare i64 @{CHARGE_SYMBOL}(ptr, i64, i64, ptr, ptr, i64)
+declare i64 @{VALUE_SYMBOL}(ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64, i64,
+                           ptr, ptr)
 declare i16 @llvm.bswap.i16(i16)
 declare i32 @llvm.bswap.i32(i32)
 declare i64 @llvm.bswap.i64(i64)
@@ -880,6 +899,7 @@ declare i64 @llvm.bswap.i64(i64)
 
 _VALUE = sys.intern("value")  # HtabElem.value, the name @htab_lookup reads
 _REF = sys.intern("ref")  # the LRU node's reference bit, which it sets
+_NODE = sys.intern("node")  # HtabElem.node, which pybpf_native_value reads
 
 
 def _htab_lookup_ir() -> str:
@@ -1080,8 +1100,9 @@ def _register_runtime() -> None:
     address 0."""
     for name in PYTHON_SYMBOLS:
         llvm.add_symbol(name, ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value)
-    if _charge_address() is not None:
-        llvm.add_symbol(CHARGE_SYMBOL, _charge_address())
+    for name, address in ((CHARGE_SYMBOL, _charge_address()), (VALUE_SYMBOL, _value_address())):
+        if address is not None:
+            llvm.add_symbol(name, address)
     for library, names in RUNTIME_SYMBOLS:
         try:
             lib = ctypes.CDLL(library)
@@ -1093,13 +1114,24 @@ def _register_runtime() -> None:
                 llvm.add_symbol(name, ctypes.cast(function, ctypes.c_void_p).value)
 
 
+def _symbol_address(module: Any, name: str) -> int | None:
+    """Where the C function ``name`` of the extension ``module`` is (None: not built)."""
+    if module is None:
+        return None
+    function = getattr(ctypes.PyDLL(module.__file__), name, None)
+    return None if function is None else ctypes.cast(function, ctypes.c_void_p).value
+
+
 @functools.cache
 def _charge_address() -> int | None:
     """Where the C cache model's pybpf_native_charge is (None: not built)."""
-    if CACHE_MODEL is None:
-        return None
-    function = getattr(ctypes.PyDLL(CACHE_MODEL.__file__), CHARGE_SYMBOL, None)
-    return None if function is None else ctypes.cast(function, ctypes.c_void_p).value
+    return _symbol_address(CACHE_MODEL, CHARGE_SYMBOL)
+
+
+@functools.cache
+def _value_address() -> int | None:
+    """Where the C accelerator's pybpf_native_value is (None: not built)."""
+    return _symbol_address(ACCEL, VALUE_SYMBOL)
 
 
 def _machine() -> Any:
@@ -1239,11 +1271,12 @@ class _Run:
         (the lookups then run through Python: native_lookup_maps)."""
         words = self.words
         if machine is None:
-            words[THIS_CPU] = 0
+            words[THIS_CPU] = words[THIS_NODE] = 0
             words[CHARGES] = CHARGES_NONE
             return
         timing, cpu = machine.timing, machine.current.cpu
         words[THIS_CPU] = cpu
+        words[THIS_NODE] = machine.topology.cpu_node[cpu]
         if not timing.modeled:
             words[CHARGES] = CHARGES_NONE
         elif timing.cache_model == "C" and _charge_address() is not None:
@@ -1359,6 +1392,8 @@ class NativeProgram:
             words[STATUS] = STATUS_OK
             words[DEPTH] = 0
             run.rs, run.exe, run.bound = rs, self.exe, self.bound
+            words[RS_MEM:EXPORTED + 1] = array("Q", (id(rs.mem), id(rs.value_regions),
+                                                     id(run.exported)))
             run.run_on(rs.machine)
             try:
                 r0 = function(run.address, r1 & M64, r2 & M64, r3 & M64, r4 & M64, r5 & M64)
