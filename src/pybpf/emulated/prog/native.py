@@ -610,18 +610,9 @@ class _FunctionIR:
         cached = self.op(f"icmp ne ptr {tag_at}, null")
         first = python if array or _value_address() is None else f"mv{pc}"
         self.branch(f"br i1 {cached}, label %mp{pc}, label %{first}")
-        if first != python:  # the value's first lookup in the run, into the cache
+        if first != python:
             self.label(first)
-            node = self.op(f"load i64, ptr {self.slot(THIS_NODE)}")
-            pointer = self.op(
-                f"call i64 @{VALUE_SYMBOL}(ptr %st, ptr {self.slot(RS_MEM)}, "
-                f"ptr inttoptr (i64 {id(bpf_map.table)} to ptr), ptr {key_ptr}, "
-                f"i64 {bpf_map.key_size}, i64 {slot}, i64 {NEXT_REGION}, i64 {VALUE_TABLE}, "
-                f"i64 {VALUE_SLOTS}, i64 {words + 3}, i64 {LOOKUP_CACHE}, i64 {entry}, "
-                f"i64 {node}, ptr inttoptr (i64 {id(_NODE)} to ptr), "
-                f"ptr inttoptr (i64 {id(_VALUE)} to ptr))")
-            placed = self.op(f"icmp ne i64 {pointer}, 0")
-            self.branch(f"br i1 {placed}, label %mc{pc}, label %{python}")
+            self.write_first_lookup(pc, bpf_map, key_ptr, slot, words + 3, entry, python)
         self.label(f"mp{pc}")
         if modeled and array:  # array_cost: the lookup, and (not per-CPU) the value's line
             addr = self.op(f"add i64 {self.op(f'mul i64 {index}, {bpf_map.elem_size}')}, "
@@ -663,6 +654,22 @@ class _FunctionIR:
         self.branch(f"br label %mj{pc}")
         self.label(f"mj{pc}")
         self.put(0, self.op(f"phi i64 [{fast}, %mh{pc}], [0, %mz{pc}], [{slow}, %{slow_block}]"))
+
+    def write_first_lookup(self, pc: int, bpf_map: Any, key_ptr: str, slot: str, cache: int,
+                           home: str, python: str) -> None:
+        """A hash map value's first lookup in the run, into the map's cache (at word
+        ``cache``) without Python (pybpf_native_value), then back to the cache (mc), which
+        has it; to ``python`` when it could not."""
+        node = self.op(f"load i64, ptr {self.slot(THIS_NODE)}")
+        pointer = self.op(
+            f"call i64 @{VALUE_SYMBOL}(ptr %st, ptr {self.slot(RS_MEM)}, "
+            f"ptr inttoptr (i64 {id(bpf_map.table)} to ptr), ptr {key_ptr}, "
+            f"i64 {bpf_map.key_size}, i64 {slot}, i64 {NEXT_REGION}, i64 {VALUE_TABLE}, "
+            f"i64 {VALUE_SLOTS}, i64 {cache}, i64 {LOOKUP_CACHE}, "
+            f"i64 {home}, i64 {node}, ptr inttoptr (i64 {id(_NODE)} to ptr), "
+            f"ptr inttoptr (i64 {id(_VALUE)} to ptr))")
+        placed = self.op(f"icmp ne i64 {pointer}, 0")
+        self.branch(f"br i1 {placed}, label %mc{pc}, label %{python}")
 
     def charged(self, what: int, addr: str, done: str, python: str, bpf_map: Any = None,
                 key_ptr: str = "null") -> None:
