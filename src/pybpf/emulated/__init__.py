@@ -27,11 +27,13 @@ from .net.cpumap import RING_WAIT
 from .net.netdev import net_of
 from .net.skmsg import psock_table
 from .net.xdp import XdpBuff
+from .prog.core import ENGINES
 from .prog.native import native_missing
 from .system import EmulatedSystem
 from .test_run import bpf_test_run_xdp_live
 
 __all__ = [
+    "ENGINES",
     "HTAB_ELEM_SIZE",
     "HTAB_MEM_DESIGNS",
     "NO_MODELED_TIME_ENV",

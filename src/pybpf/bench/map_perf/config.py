@@ -11,8 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ...emulated import HTAB_MEM_DESIGNS
-from ...emulated.prog.core import ENGINES, native_missing
+from ...emulated import ENGINES, HTAB_MEM_DESIGNS, native_missing
 from ...uapi import MapFlags, MapType
 from .. import trigger
 from ..args import (
