@@ -30,7 +30,7 @@ ACCEL = _load("_accel")
 # build; the engines then serialise atomics under one lock and compiled code leaves map
 # values to Python).
 ATOMIC_RMW = getattr(ACCEL, "atomic_rmw", None)
-# Where a writable buffer's bytes are (None: an older build): how compiled code reaches a value.
+# Where a buffer's bytes are (None: an older build): how compiled code reaches a value.
 BUFFER_ADDRESS = getattr(ACCEL, "buffer_address", None)
 CACHE_MODEL = _load("_cache_model", needs=("CacheModel", "SpinLock", "swap_dicts"))
 

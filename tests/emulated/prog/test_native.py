@@ -179,3 +179,10 @@ def test_smp_processor_id_without_a_machine_is_cpu_0_on_every_engine():
     items = [b.mov64(R0, 7), b.call("get_smp_processor_id"), b.exit_()]
     assert {engine: outcome(items, engine, 100) for engine in ENGINES} == \
         dict.fromkeys(ENGINES, (("r0", 0), 3))
+
+
+def test_without_the_accelerators_call_native_programs_run_through_ctypes(monkeypatch):
+    items = [b.mov64(R0, 5), b.mov64(R2, 7), b.mul64(R0, R2), b.add64(R0, R1), b.exit_()]
+    expected = outcome(items, "native", 100)
+    monkeypatch.setattr(native, "CALL_NATIVE", None)
+    assert outcome(items, "native", 100) == expected == (("r0", 35), 5)

@@ -21,6 +21,8 @@ from pybpf.asm import builder as b
 from pybpf.asm.opcodes import ATOMIC_FETCH, AtomicOp
 from pybpf.emulated import VirtualTimeScheduler
 from pybpf.emulated.prog import native
+from pybpf.emulated.prog.native import _memory_op
+from pybpf.errors import ProgramFault
 from pybpf.uapi import MapType, ProgType
 
 pytestmark = pytest.mark.skipif(native.native_missing() is not None,
@@ -532,3 +534,30 @@ def test_smp_processor_id_is_inlined_and_charged_as_python_charges_it(caches, mo
     assert results["native"][0] == 50
     if caches != "unmodeled":
         assert results["native"][3]["helper_call"][0] == 50
+
+
+@needs_accel
+def test_a_tracepoint_record_is_read_natively_and_never_written(monkeypatch):
+    """The record (bytes) is read where it is: the same sums on every engine, no memory op
+    through Python on the native tier. A write to a read-only context (here a tc program
+    run with bytes, whose mark the verifier lets it set) goes to Python, which refuses it
+    on every engine, and the bytes stay as they were."""
+    memory_ops = []
+    monkeypatch.setattr(native, "_memory_op", lambda *args: (
+        memory_ops.append(args[1]), _memory_op(*args))[1])
+    system = make_system("emulated", modeled_time=False)
+    reader = [b.mov64(R0, 0), *(item for off in range(8, 48, 8) for item in (
+        b.ldxdw(R2, R1, off), b.add64(R0, R2))), b.exit_()]
+    insns = asm.encode(asm.assemble(reader).with_map_fds(lambda name: 0))
+    prog = system.prog_from_fd(system.prog_load(ProgType.TRACEPOINT, insns))
+    record = bytes(range(48))
+    sums = {engine: prog.run(record, engine=engine).retval for engine in ENGINES}
+    assert sums == dict.fromkeys(ENGINES, sum(int.from_bytes(record[k:k + 8], "little")
+                                              for k in range(8, 48, 8)))
+    assert memory_ops == []
+    writer = load(system, [b.mov64(R2, 7), b.stx(4, R1, 8, R2), b.mov64(R0, 0), b.exit_()], {})
+    context = bytes(256)
+    for engine in ENGINES:
+        with pytest.raises(ProgramFault):
+            writer.run(context, engine=engine)
+    assert context == bytes(256)

@@ -12,7 +12,8 @@ Rules this module keeps:
   address is looked up among the live frames, then in the run's table of map values: a
   region a helper returned (a looked-up value) or the program's global data, once Python has
   seen it, is reached natively through its buffer's address (the buffer exported for the
-  run, so it cannot move). What is neither (ctx, packet) goes through one C callback into
+  run, so it cannot move); so is a tracepoint's record (a bytes context), for reading only.
+  What is none of these (other contexts, packets) goes through one C callback into
   Python's ``mem_load``/``mem_store``, as do helper and kfunc calls and legacy packet
   loads. During a callback the live frames are regions of ``rs.mem`` (views of the arena),
   so helpers read keys from the stack as usual.
@@ -83,6 +84,7 @@ from .helpers import (
 from .jit import bound_helpers, bound_name
 from .memory import (
     BPF_MAX_LOOPS,
+    CTX_REGION,
     DYNAMIC_REGION_BASE,
     M64,
     RunState,
@@ -105,7 +107,8 @@ MAX_NATIVE_FRAMES = 64  # deeper static call chains run on the JIT
 
 # The run state shared with the compiled code: an array of u64, with the words below; then
 # the map values reached natively, a direct-mapped table of VALUE_SLOTS entries (region,
-# address, length) by region number; then the region number of each live frame by depth;
+# address, length, READ_ONLY added for a context compiled code may only read) by region
+# number; then the region number of each live frame by depth;
 # then, per map whose lookups run natively, its local and remote lookups done natively, the
 # entries in use of its cache, and that cache of LOOKUP_CACHE entries (tag, pointer, local),
 # open addressing from the tag's home entry with linear probing: an array's tag is index + 1
@@ -125,6 +128,7 @@ CHARGES_NONE, CHARGES_NATIVE, CHARGES_PYTHON = 0, 1, 2
 # the node of its CPU
 RS_MEM, RS_VALUE_REGIONS, EXPORTED, THIS_NODE = range(15, 19)
 VALUE_TABLE, VALUE_SLOTS = 19, 32
+READ_ONLY = 1 << 32  # in a value's length word: compiled code may read it, not write it
 FRAME_REGIONS = VALUE_TABLE + 3 * VALUE_SLOTS
 LOOKUP_CACHE = 64  # a power of two
 MAP_WORDS = 3 + 3 * LOOKUP_CACHE
@@ -160,9 +164,21 @@ VALUE_SYMBOL = "pybpf_native_value"  # _accel.c: a hash map value's first lookup
 # @htab_lookup's answers besides a value's address: absent, or ask Python
 HTAB_ABSENT, HTAB_SLOW = 0, M64
 
-# CFUNCTYPE releases the GIL while compiled code runs (it touches only its run's state, arena
-# and map values); @py_callback takes it back to call the run's ``_Run.callback``
+# A program's entry is called without the GIL (compiled code touches only its run's state,
+# arena and map values; @py_callback takes it back to call the run's ``_Run.callback``): by
+# the C accelerator's call_native, or where that is not built, through ctypes
+CALL_NATIVE = getattr(ACCEL, "call_native", None)
 _ENTRY_TYPE = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p, *[ctypes.c_uint64] * 5)
+
+
+@functools.lru_cache(maxsize=1024)
+def _ctypes_entry(address: int) -> Callable[..., int]:
+    return _ENTRY_TYPE(address)
+
+
+def _ctypes_call(address: int, state: int, *regs: int) -> int:
+    """call_native through ctypes."""
+    return _ctypes_entry(address)(state, *(reg & M64 for reg in regs))
 
 
 def native_missing() -> str | None:
@@ -568,7 +584,8 @@ class _FunctionIR:
         modeled = bpf_map.timing.modeled
         array = type(bpf_map) in ARRAYS
         key = self.get(2)
-        key_ptr = self.op(f"call ptr @mem_ptr(ptr %st, i64 {key}, i64 {bpf_map.key_size})")
+        key_ptr = self.op(f"call ptr @mem_ptr(ptr %st, i64 {key}, i64 {bpf_map.key_size}, "
+                          "i1 false)")
         readable = self.op(f"icmp ne ptr {key_ptr}, null")
         self.branch(f"br i1 {readable}, label %mr{pc}.k, label %ms{pc}")
         self.label(f"mr{pc}.k")
@@ -691,17 +708,20 @@ class _FunctionIR:
             return None
         return self.op(f"getelementptr i8, ptr %stack, i64 {at}")
 
-    def frame_or_python(self, pc: int, base: int, off: int, size: int) -> tuple[str, str]:
-        """(address, pointer into native memory or null) for ``r{base} + off``."""
+    def frame_or_python(self, pc: int, base: int, off: int, size: int,
+                        write: bool) -> tuple[str, str]:
+        """(address, pointer into native memory or null) for ``r{base} + off``, to read or
+        (``write``) to write."""
         addr = self.op(f"add i64 {self.get(base)}, {_const(off, 64)}")
-        return addr, self.op(f"call ptr @mem_ptr(ptr %st, i64 {addr}, i64 {size})")
+        return addr, self.op(f"call ptr @mem_ptr(ptr %st, i64 {addr}, i64 {size}, "
+                             f"i1 {str(write).lower()})")
 
     def write_load(self, pc: int, base: int, off: int, size: int) -> str:
         t = f"i{8 * size}"
         pointer = self.stack_pointer(base, off, size)
         if pointer is not None:
             return self.zext(self.op(f"load {t}, ptr {pointer}, align 1"), 8 * size)
-        addr, pointer = self.frame_or_python(pc, base, off, size)
+        addr, pointer = self.frame_or_python(pc, base, off, size, write=False)
         in_frame = self.op(f"icmp ne ptr {pointer}, null")
         self.branch(f"br i1 {in_frame}, label %fl{pc}, label %pl{pc}")
         self.label(f"fl{pc}")
@@ -726,7 +746,7 @@ class _FunctionIR:
         if pointer is not None:
             self.emit(f"store {t} {self.trunc(value, 8 * size)}, ptr {pointer}, align 1")
             return
-        addr, pointer = self.frame_or_python(pc, base, off, size)
+        addr, pointer = self.frame_or_python(pc, base, off, size, write=True)
         in_frame = self.op(f"icmp ne ptr {pointer}, null")
         self.branch(f"br i1 {in_frame}, label %fs{pc}, label %ps{pc}")
         self.label(f"fs{pc}")
@@ -750,7 +770,8 @@ class _FunctionIR:
             self.callback(pc, OP_ATOMIC, addr, str(size), str(imm), self.get(insn.src),
                           self.get(0), str(pc))
             return
-        addr, pointer = self.frame_or_python(pc, insn.dst, insn.off, size)
+        addr, pointer = self.frame_or_python(pc, insn.dst, insn.off, size,
+                                             write=True)
         misaligned = self.op(f"and i64 {self.op(f'ptrtoint ptr {pointer} to i64')}, {size - 1}")
         native = self.op(f"and i1 {self.op(f'icmp ne ptr {pointer}, null')}, "
                          f"{self.op(f'icmp eq i64 {misaligned}, 0')}")
@@ -846,7 +867,7 @@ none:
   ret ptr null
 }}
 
-define internal ptr @mem_ptr(ptr %st, i64 %addr, i64 %size) alwaysinline {{
+define internal ptr @mem_ptr(ptr %st, i64 %addr, i64 %size, i1 %write) alwaysinline {{
 entry:
   %p = call ptr @frame_ptr(ptr %st, i64 %addr, i64 %size)
   %in_frame = icmp ne ptr %p, null
@@ -865,9 +886,13 @@ values:
   br i1 %hit, label %check, label %none
 check:
   %len_at = getelementptr i64, ptr %at, i64 2
-  %len = load i64, ptr %len_at
+  %len_word = load i64, ptr %len_at
+  %len = and i64 %len_word, {READ_ONLY - 1}
+  %read_only = icmp uge i64 %len_word, {READ_ONLY}
+  %denied = and i1 %read_only, %write
+  %limit = select i1 %denied, i64 0, i64 %len
   %end = add i64 %off, %size
-  %inside = icmp ule i64 %end, %len
+  %inside = icmp ule i64 %end, %limit
   br i1 %inside, label %found, label %none
 found:
   %base_at = getelementptr i64, ptr %at, i64 1
@@ -1176,6 +1201,8 @@ class _Run:
         self.words[ARENA] = ctypes.addressof(self.arena_c)
         self.entry = self.callback  # what @py_callback calls: kept alive with the run
         self.charging: tuple = ()  # what pybpf_native_charge reads (run_on)
+        self.machine: Any = None  # the machine and CPU of the last run (run_on)
+        self.cpu = -1
         self.words[CALLBACK] = id(self.entry)
         self.rs: Any = None
         self.exe: Any = None
@@ -1184,6 +1211,7 @@ class _Run:
         self.registered: list[int] = []  # frame regions now in rs.mem
         self.deepest = 0  # the last of them (0: none)
         self.exported: dict[int, Any] = {}  # region -> its buffer's export, while it runs
+        self.words[EXPORTED] = id(self.exported)
 
     def reach(self, region: int) -> bool:
         """Put map value ``region`` (a buffer a helper returned, or global data) in the
@@ -1202,6 +1230,17 @@ class _Run:
         words[slot + 1] = BUFFER_ADDRESS(view)
         words[slot + 2] = len(buf)
         return True
+
+    def reach_record(self, ctx: Any) -> None:
+        """A tracepoint's record (bytes) as the run's context: compiled code reads it where
+        it is (the verifier lets no program write it; a write would go to Python, which
+        refuses it)."""
+        if NATIVE_VALUES and type(ctx) is bytes and ctx:
+            slot = VALUE_TABLE + 3 * (CTX_REGION & (VALUE_SLOTS - 1))
+            words = self.words
+            words[slot] = CTX_REGION
+            words[slot + 1] = BUFFER_ADDRESS(ctx)
+            words[slot + 2] = len(ctx) | READ_ONLY
 
     def map_lookup(self, region: int, key: int, synced: int) -> int:
         """bpf_map_lookup_elem on a map whose lookups compiled code does, through Python
@@ -1264,6 +1303,9 @@ class _Run:
                 cpu = bpf_map._current.cpu
                 bpf_map.access_stats.local[cpu] += local
                 bpf_map.access_stats.remote[cpu] += remote
+        record = VALUE_TABLE + 3 * (CTX_REGION & (VALUE_SLOTS - 1))
+        if words[record] == CTX_REGION:  # the record is this run's
+            words[record] = 0
         if self.exported:
             ctypes.memset(ctypes.addressof(self.state) + 8 * VALUE_TABLE, 0,
                           8 * 3 * VALUE_SLOTS)
@@ -1276,12 +1318,16 @@ class _Run:
         helpers compiled inline and the native lookups: pybpf_native_charge, reading what
         is kept here, alive, until the next run; or Python, where the caches are Python's
         (the lookups then run through Python: native_lookup_maps)."""
+        cpu = 0 if machine is None else machine.current.cpu
+        if machine is self.machine and cpu == self.cpu:
+            return  # as the last run
+        self.machine, self.cpu = machine, cpu
         words = self.words
         if machine is None:
             words[THIS_CPU] = words[THIS_NODE] = 0
             words[CHARGES] = CHARGES_NONE
             return
-        timing, cpu = machine.timing, machine.current.cpu
+        timing = machine.timing
         words[THIS_CPU] = cpu
         words[THIS_NODE] = machine.topology.cpu_node[cpu]
         if not timing.modeled:
@@ -1381,7 +1427,7 @@ class NativeProgram:
         # MCJIT owns the module; the engine lives as long as this object (and exe)
         self.engine = llvm.create_mcjit_compiler(module, machine)
         self.engine.finalize_object()
-        self.functions = {start: _ENTRY_TYPE(self.engine.get_function_address(f"E{start}"))
+        self.functions = {start: self.engine.get_function_address(f"E{start}")
                           for start in exe.subprogs}
         self.free: list[_Run] = []
 
@@ -1389,6 +1435,7 @@ class NativeProgram:
         """``f(rs, r1, r2, r3, r4, r5) -> r0`` running the subprogram at ``start``."""
         function = self.functions[start]
         free = self.free
+        call = CALL_NATIVE or _ctypes_call
 
         def run_native(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
             run = free.pop() if free else _Run(self.frames, self.maps)
@@ -1399,11 +1446,12 @@ class NativeProgram:
             words[STATUS] = STATUS_OK
             words[DEPTH] = 0
             run.rs, run.exe, run.bound = rs, self.exe, self.bound
-            words[RS_MEM:EXPORTED + 1] = array("Q", (id(rs.mem), id(rs.value_regions),
-                                                     id(run.exported)))
+            words[RS_MEM] = id(rs.mem)
+            words[RS_VALUE_REGIONS] = id(rs.value_regions)
+            run.reach_record(rs.mem.get(CTX_REGION))
             run.run_on(rs.machine)
             try:
-                r0 = function(run.address, r1 & M64, r2 & M64, r3 & M64, r4 & M64, r5 & M64)
+                r0 = call(function, run.address, r1, r2, r3, r4, r5)
             finally:
                 run.unregister()
                 run.finish()
