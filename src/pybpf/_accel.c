@@ -1232,10 +1232,11 @@ out:
 }
 
 /*
- * call_native(function, state, r1, r2, r3, r4, r5) -> r0: a program compiled by the native
- * tier (emulated/prog/native.py), its entry at address ``function`` called with its run's
- * state and R1-R5 (u64), without the GIL (compiled code takes it back to call Python);
- * ctypes takes about ten times as long to make the same call.
+ * call_native(function, state, r1, r2, r3, r4, r5, keep_gil) -> r0: a program compiled by the
+ * native tier (emulated/prog/native.py), its entry at address ``function`` called with its
+ * run's state and R1-R5 (u64), without the GIL (compiled code takes it back to call Python),
+ * or with it where ``keep_gil`` (a run whose work all needs it: modeled time is charged with
+ * it held, and taking it back each time costs more); ctypes takes about ten times as long.
  */
 typedef uint64_t (*native_entry)(void *, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
 
@@ -1243,10 +1244,13 @@ static PyObject *mod_call_native(PyObject *m, PyObject *const *args, Py_ssize_t 
 {
 	uint64_t a[7];
 
-	if (nargs != 7) {
-		PyErr_SetString(PyExc_TypeError, "call_native takes 7 arguments");
+	if (nargs != 8) {
+		PyErr_SetString(PyExc_TypeError, "call_native takes 8 arguments");
 		return NULL;
 	}
+	int keep_gil = PyObject_IsTrue(args[7]);
+	if (keep_gil < 0)
+		return NULL;
 	for (int i = 0; i < 7; i++) {
 		a[i] = PyLong_AsUnsignedLongLongMask(args[i]);
 		if (a[i] == (uint64_t)-1 && PyErr_Occurred())
@@ -1258,9 +1262,13 @@ static PyObject *mod_call_native(PyObject *m, PyObject *const *args, Py_ssize_t 
 	}
 	uint64_t r0;
 	native_entry entry = (native_entry)(uintptr_t)a[0];
-	Py_BEGIN_ALLOW_THREADS
-	r0 = entry((void *)(uintptr_t)a[1], a[2], a[3], a[4], a[5], a[6]);
-	Py_END_ALLOW_THREADS
+	if (keep_gil) {
+		r0 = entry((void *)(uintptr_t)a[1], a[2], a[3], a[4], a[5], a[6]);
+	} else {
+		Py_BEGIN_ALLOW_THREADS
+		r0 = entry((void *)(uintptr_t)a[1], a[2], a[3], a[4], a[5], a[6]);
+		Py_END_ALLOW_THREADS
+	}
 	return PyLong_FromUnsignedLongLong(r0);
 }
 
@@ -1297,8 +1305,8 @@ static PyMethodDef module_methods[] = {
 	 "atomic_rmw(buffer, offset, size, op, src, r0) -> old (a hardware atomic; TypeError "
 	 "when not an aligned word of writable memory)"},
 	{"call_native", (PyCFunction)(void (*)(void))mod_call_native, METH_FASTCALL,
-	 "call_native(function, state, r1, r2, r3, r4, r5) -> r0: a native-tier program's entry "
-	 "called without the GIL"},
+	 "call_native(function, state, r1, r2, r3, r4, r5, keep_gil) -> r0: a native-tier "
+	 "program's entry called without the GIL (unless keep_gil)"},
 	{"buffer_address", mod_buffer_address, METH_O,
 	 "buffer_address(buffer) -> int: where a buffer's bytes are (TypeError when not "
 	 "contiguous memory)"},

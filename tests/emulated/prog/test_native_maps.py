@@ -7,6 +7,7 @@ map contents and access statistics, and with modeled time the same clocks and br
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 
 import pytest
@@ -462,10 +463,14 @@ def test_what_a_sync_raises_leaves_the_run_on_every_engine(map_type):
 
 @needs_accel
 @pytest.mark.parametrize("map_type", LOOKUP_MAPS)
-def test_tasks_on_two_cpus_under_the_scheduler_agree_across_engines(map_type, monkeypatch):
+@pytest.mark.parametrize("runner", ["greenlets", "threads"])
+def test_tasks_on_two_cpus_under_the_scheduler_agree_across_engines(map_type, runner,
+                                                                    monkeypatch):
     """Two CPUs' tasks loop over one map in virtual time, handing the baton over at lookups
-    (map-perf's set-up): the same figures on every engine, and the native tier's lookups
-    stay native after each value's first."""
+    (map-perf's set-up, on greenlets or on host threads): the same figures on every engine,
+    and the native tier's lookups stay native after each value's first."""
+    if runner == "threads":
+        monkeypatch.setitem(sys.modules, "greenlet", None)  # import greenlet fails
     python_lookups, map_lookup = [], native._Run.map_lookup
     monkeypatch.setattr(native._Run, "map_lookup", lambda run, *args: (
         python_lookups.append(args), map_lookup(run, *args))[1])

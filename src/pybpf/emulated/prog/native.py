@@ -176,9 +176,10 @@ def _ctypes_entry(address: int) -> Callable[..., int]:
     return _ENTRY_TYPE(address)
 
 
-def _ctypes_call(address: int, state: int, *regs: int) -> int:
-    """call_native through ctypes."""
-    return _ctypes_entry(address)(state, *(reg & M64 for reg in regs))
+def _ctypes_call(address: int, state: int, r1: int, r2: int, r3: int, r4: int, r5: int,
+                 keep_gil: bool) -> int:
+    """call_native through ctypes (which always lets the GIL go)."""
+    return _ctypes_entry(address)(state, r1 & M64, r2 & M64, r3 & M64, r4 & M64, r5 & M64)
 
 
 def native_missing() -> str | None:
@@ -1451,7 +1452,9 @@ class NativeProgram:
             run.reach_record(rs.mem.get(CTX_REGION))
             run.run_on(rs.machine)
             try:
-                r0 = call(function, run.address, r1, r2, r3, r4, r5)
+                # a run charged from machine code needs the GIL for all its work: it keeps it
+                r0 = call(function, run.address, r1, r2, r3, r4, r5,
+                          words[CHARGES] == CHARGES_NATIVE)
             finally:
                 run.unregister()
                 run.finish()
