@@ -27,18 +27,18 @@ Rules this module keeps:
   key is found in the map's table by one C-API dict lookup with the GIL taken (@htab_lookup;
   a per-CPU one's value is then the run's CPU's slot; an LRU map's element gets its
   reference bit, which decides evictions). The value's pointer then comes from a per-run
-  cache that the first lookup of that value through Python fills; the lookups done natively
-  are counted into the map's access statistics (local or remote, as Python counts them) when
-  the run ends.
+  cache, which the first lookup of a value fills (an array's through Python, a hash map's in
+  C: pybpf_native_value); the lookups done natively are counted into the map's access
+  statistics (local or remote, as Python counts them) when the run ends.
 - With modeled time (on the C cache model; with the Python one the lookups go through
   Python) a native lookup is charged as Python's helper charges it, by the C model's
-  pybpf_native_charge with the GIL taken: the scheduler's sync first (before a hash
-  map's table is read: it may let other CPUs' tasks run), then, once the value is known to
-  be cached, the costs Python would charge, in the same order (an array's lookup and value
-  line; a hash map's lookup, jhash and walk of the key's bucket, an LRU map's reference bit
-  and, not per-CPU, its line written). When deferred work waits
-  on the CPU, Python does the whole lookup (its sync runs the work), so modeled figures are
-  the Python engines' to the last nanosecond.
+  pybpf_native_charge with the GIL (which such a run keeps throughout): the scheduler's
+  sync first (before a hash map's table is read: it may let other CPUs' tasks run), then,
+  once the value is known to be cached, the costs Python would charge, in the same order (an
+  array's lookup and value line; a hash map's lookup, jhash and walk of the key's bucket, an
+  LRU map's reference bit and, not per-CPU, its line written). When deferred work waits on
+  the CPU, Python does the whole lookup (its sync runs the work), so modeled figures are the
+  Python engines' to the last nanosecond.
 - ``bpf_get_smp_processor_id`` is inlined, as the kernel's verifier inlines it: the run's
   CPU, its call charged like the others with modeled time. Other helpers and kfuncs go
   through the callback; as in the JIT, a map helper on a map R1 surely points to calls the
