@@ -104,6 +104,10 @@ def test_the_reference_engines_are_always_there():
 def test_native_engine_line_names_llvmlite_or_what_to_install(monkeypatch):
     if native.llvm is not None:
         assert "llvmlite " in doctor.check_native().detail
+        assert native.native_reach() in doctor.check_native().detail
+        monkeypatch.setattr(native, "NATIVE_VALUES", False)
+        assert "the C accelerator is not built" in doctor.check_native().detail
+        monkeypatch.undo()
     monkeypatch.setattr(native, "llvm", None)
     finding = doctor.check_native()
     assert not finding.active and "pip install llvmlite" in finding.detail

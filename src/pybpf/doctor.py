@@ -139,13 +139,14 @@ def check_jit() -> Finding:
 
 
 def check_native() -> Finding:
-    from .emulated import native_missing
+    from .emulated import native_missing, native_reach
 
     why = native_missing()
     if why:
         return Finding("engine native", False, why)
     return Finding("engine native", True,
-                   f"eBPF -> LLVM IR -> machine code, llvmlite {package_version('llvmlite')}")
+                   f"eBPF -> LLVM IR -> machine code, llvmlite {package_version('llvmlite')}: "
+                   f"{native_reach()}")
 
 
 def package_version(package: str) -> str | None:

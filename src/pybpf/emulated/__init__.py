@@ -28,7 +28,7 @@ from .net.netdev import net_of
 from .net.skmsg import psock_table
 from .net.xdp import XdpBuff
 from .prog.core import ENGINES
-from .prog.native import native_missing
+from .prog.native import native_missing, native_reach
 from .system import EmulatedSystem
 from .test_run import bpf_test_run_xdp_live
 
@@ -50,6 +50,7 @@ __all__ = [
     "bpf_test_run_xdp_live",
     "modeled_time_default",
     "native_missing",
+    "native_reach",
     "net_of",
     "psock_table",
 ]

@@ -190,6 +190,19 @@ def native_missing() -> str | None:
     return None
 
 
+def native_reach() -> str:
+    """What the native tier runs in machine code with this build's C extensions (beside
+    ALU, stack and control flow, always)."""
+    if not NATIVE_VALUES:
+        return "map values through Python (the C accelerator is not built)"
+    reach = "map values, atomics, array and hash lookups, bpf_get_smp_processor_id"
+    if _value_address() is None:
+        reach += " (a hash value's first lookup in a run through Python)"
+    if _charge_address() is None:
+        reach += "; with modeled time, lookups through Python (the C cache model is not built)"
+    return reach
+
+
 class NativeRefused(Exception):  # noqa: N818 (a decision, not an error)
     """The program uses something the native tier does not compile; the reason says what."""
 
