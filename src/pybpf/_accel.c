@@ -1124,49 +1124,32 @@ static PyObject *mod_atomic_rmw(PyObject *m, PyObject *const *args, Py_ssize_t n
 }
 
 /*
- * The native tier's first lookup of a hash map's value in a run (emulated/prog/native.py),
- * called from machine code without the GIL: what _Run.map_lookup does once Python's lookup
- * found the value, without Python code. ``st`` is the run's state, ``run`` three objects of
- * it: the run's rs.mem, rs.value_regions and exported (_Run.exported). The element of the
- * ``key_size`` bytes at ``key`` in ``table``; its value (per-CPU: slot ``cpu``, else -1); the
- * value's region (rs.region_of: its number from the state's word ``next_region``); the
- * value reached natively (_Run.reach: an export kept in ``exported``, its address in the
- * value table at ``values``); the cache entry from ``home`` of the map's cache at ``cache``
- * (its count of entries in use in the word before) filled with the value's address, its
- * pointer and whether it is local (per-CPU, or on ``node``). Returns the pointer, or 0 where
- * Python must do it (no such element, a value that is not plain memory, a full cache, an
- * error: cleared, Python's own lookup reports it).
+ * The native tier's first lookup of a map value in a run (emulated/prog/native.py), called
+ * from machine code without the GIL: what _Run.map_lookup does once Python's lookup found
+ * the value, without Python code. ``st`` is the run's state, ``run`` three objects of it:
+ * the run's rs.mem, rs.value_regions and exported (_Run.exported). The value's region
+ * (rs.region_of: its number from the state's word ``next_region``); the value reached
+ * natively (_Run.reach: an export kept in ``exported``, its address in the value table at
+ * ``values``); the cache entry from ``home`` of the map's cache at ``cache`` (its count of
+ * entries in use in the word before) filled with ``tag``, the pointer and whether the value
+ * is local. Each returns the pointer, or 0 where Python must do it (no such element yet, a
+ * value that is not plain memory, a full cache, an error: cleared, Python's own lookup
+ * reports it).
  */
 enum { RUN_MEM, RUN_VALUE_REGIONS, RUN_EXPORTED };
 
-uint64_t pybpf_native_value(uint64_t *st, PyObject *const *run, PyObject *table,
-			    const char *key, int64_t key_size, int64_t cpu, int64_t next_region,
-			    int64_t values, int64_t value_slots, int64_t cache, int64_t entries,
-			    int64_t home, int64_t node, PyObject *node_name, PyObject *value_name)
+struct native_state {
+	int64_t next_region, values, value_slots, cache, entries;
+};
+
+static uint64_t place_value(uint64_t *st, PyObject *const *run, const struct native_state *at,
+			    PyObject *value, uint64_t tag, int64_t home, int local)
 {
-	PyGILState_STATE gil = PyGILState_Ensure();
-	PyObject *kb = NULL, *value = NULL, *id = NULL, *pointer = NULL, *region_obj = NULL,
-		*elem_node = NULL;
+	PyObject *id = NULL, *pointer = NULL, *region_obj = NULL;
 	uint64_t result = 0;
-	if (st[cache - 1] >= (uint64_t)entries
-	    || (kb = PyBytes_FromStringAndSize(key, key_size)) == NULL)
-		goto out;
-	PyObject *elem = PyDict_GetItemWithError(table, kb);  /* borrowed */
-	if (elem == NULL || (value = PyObject_GetAttr(elem, value_name)) == NULL)
-		goto out;
-	if (cpu >= 0) {
-		PyObject *slot = PyList_Check(value) && cpu < PyList_GET_SIZE(value)
-			? Py_NewRef(PyList_GET_ITEM(value, cpu)) : NULL;
-		Py_SETREF(value, slot);
-	}
-	if (value == NULL || !PyByteArray_CheckExact(value) || PyByteArray_GET_SIZE(value) == 0)
-		goto out;
-	int local = 1;
-	if (cpu < 0) {  /* an element's value lives on its node; a CPU's own slot is local */
-		if ((elem_node = PyObject_GetAttr(elem, node_name)) == NULL)
-			goto out;
-		local = PyLong_AsLongLong(elem_node) == node;
-	}
+	if (!PyByteArray_CheckExact(value) || PyByteArray_GET_SIZE(value) == 0
+	    || st[at->cache - 1] >= (uint64_t)at->entries)
+		return 0;
 	/* rs.region_of(value) */
 	if ((id = PyLong_FromVoidPtr(value)) == NULL)
 		goto out;
@@ -1174,19 +1157,19 @@ uint64_t pybpf_native_value(uint64_t *st, PyObject *const *run, PyObject *table,
 	if (pointer != NULL) {
 		Py_INCREF(pointer);
 	} else {
-		uint64_t fresh = st[next_region];
+		uint64_t fresh = st[at->next_region];
 		if (PyErr_Occurred() || (region_obj = PyLong_FromUnsignedLongLong(fresh)) == NULL
 		    || (pointer = PyLong_FromUnsignedLongLong(fresh << 32)) == NULL
 		    || PyDict_SetItem(run[RUN_MEM], region_obj, value) < 0
 		    || PyDict_SetItem(run[RUN_VALUE_REGIONS], id, pointer) < 0)
 			goto out;
-		st[next_region] = fresh + 1;
+		st[at->next_region] = fresh + 1;
 	}
 	uint64_t ptr = PyLong_AsUnsignedLongLong(pointer), region = ptr >> 32;
 	if (PyErr_Occurred())
 		goto out;
 	/* _Run.reach(region) */
-	uint64_t *slot = &st[values + 3 * (int64_t)(region & (uint64_t)(value_slots - 1))];
+	uint64_t *slot = &st[at->values + 3 * (int64_t)(region & (uint64_t)(at->value_slots - 1))];
 	if (slot[0] != region) {
 		Py_CLEAR(region_obj);
 		if ((region_obj = PyLong_FromUnsignedLongLong(region)) == NULL)
@@ -1205,12 +1188,11 @@ uint64_t pybpf_native_value(uint64_t *st, PyObject *const *run, PyObject *table,
 		slot[2] = (uint64_t)PyByteArray_GET_SIZE(value);
 	}
 	/* _Run.cache_entry, then the entry */
-	uint64_t tag = (uint64_t)(uintptr_t)value;
-	for (int64_t probe = 0; probe < entries; probe++) {
-		uint64_t *entry = &st[cache + 3 * ((home + probe) & (entries - 1))];
+	for (int64_t probe = 0; probe < at->entries; probe++) {
+		uint64_t *entry = &st[at->cache + 3 * ((home + probe) & (at->entries - 1))];
 		if (entry[0] == 0 || entry[0] == tag) {
 			if (entry[0] == 0)
-				st[cache - 1] += 1;
+				st[at->cache - 1] += 1;
 			entry[0] = tag;
 			entry[1] = ptr;
 			entry[2] = (uint64_t)local;
@@ -1219,14 +1201,81 @@ uint64_t pybpf_native_value(uint64_t *st, PyObject *const *run, PyObject *table,
 		}
 	}
 out:
+	Py_XDECREF(id);
+	Py_XDECREF(pointer);
+	Py_XDECREF(region_obj);
+	return result;
+}
+
+/* A hash map's: the element of the ``key_size`` bytes at ``key`` in ``table``, its value
+ * (per-CPU: slot ``cpu``, else -1), tagged with its address; local when per-CPU or on
+ * ``node``. */
+uint64_t pybpf_native_value(uint64_t *st, PyObject *const *run, PyObject *table,
+			    const char *key, int64_t key_size, int64_t cpu, int64_t next_region,
+			    int64_t values, int64_t value_slots, int64_t cache, int64_t entries,
+			    int64_t home, int64_t node, PyObject *node_name, PyObject *value_name)
+{
+	PyGILState_STATE gil = PyGILState_Ensure();
+	const struct native_state at = {next_region, values, value_slots, cache, entries};
+	PyObject *kb = NULL, *value = NULL, *elem_node = NULL;
+	uint64_t result = 0;
+	if ((kb = PyBytes_FromStringAndSize(key, key_size)) == NULL)
+		goto out;
+	PyObject *elem = PyDict_GetItemWithError(table, kb);  /* borrowed */
+	if (elem == NULL || (value = PyObject_GetAttr(elem, value_name)) == NULL)
+		goto out;
+	if (cpu >= 0) {
+		PyObject *slot = PyList_Check(value) && cpu < PyList_GET_SIZE(value)
+			? Py_NewRef(PyList_GET_ITEM(value, cpu)) : NULL;
+		Py_SETREF(value, slot);
+	}
+	if (value == NULL)
+		goto out;
+	int local = 1;
+	if (cpu < 0) {  /* an element's value lives on its node; a CPU's own slot is local */
+		if ((elem_node = PyObject_GetAttr(elem, node_name)) == NULL)
+			goto out;
+		local = PyLong_AsLongLong(elem_node) == node;
+		if (PyErr_Occurred())
+			goto out;
+	}
+	result = place_value(st, run, &at, value, (uint64_t)(uintptr_t)value, home, local);
+out:
 	if (PyErr_Occurred())
 		PyErr_Clear();
 	Py_XDECREF(kb);
 	Py_XDECREF(value);
-	Py_XDECREF(id);
-	Py_XDECREF(pointer);
-	Py_XDECREF(region_obj);
 	Py_XDECREF(elem_node);
+	PyGILState_Release(gil);
+	return result;
+}
+
+/* An array's: element ``index`` of ``elems`` (an index's buffer, or per-CPU its list of
+ * slots, of which ``cpu``'s; an element not made yet is Python's to make), tagged index + 1
+ * with its home the index; ``local`` as the caller knows it. */
+uint64_t pybpf_native_array_value(uint64_t *st, PyObject *const *run, PyObject *elems,
+				  uint64_t index, int64_t cpu, int64_t local,
+				  int64_t next_region, int64_t values, int64_t value_slots,
+				  int64_t cache, int64_t entries)
+{
+	PyGILState_STATE gil = PyGILState_Ensure();
+	const struct native_state at = {next_region, values, value_slots, cache, entries};
+	PyObject *key = PyLong_FromUnsignedLongLong(index), *value = NULL;
+	uint64_t result = 0;
+	if (key != NULL && (value = PyDict_GetItemWithError(elems, key)) != NULL) {
+		if (cpu >= 0)
+			value = PyList_Check(value) && cpu < PyList_GET_SIZE(value)
+				? PyList_GET_ITEM(value, cpu) : NULL;
+		if (value != NULL) {
+			Py_INCREF(value);
+			result = place_value(st, run, &at, value, index + 1,
+					     (int64_t)(index & (uint64_t)(entries - 1)), local != 0);
+			Py_DECREF(value);
+		}
+	}
+	if (PyErr_Occurred())
+		PyErr_Clear();
+	Py_XDECREF(key);
 	PyGILState_Release(gil);
 	return result;
 }

@@ -27,9 +27,10 @@ Rules this module keeps:
   key is found in the map's table by one C-API dict lookup with the GIL taken (@htab_lookup;
   a per-CPU one's value is then the run's CPU's slot; an LRU map's element gets its
   reference bit, which decides evictions). The value's pointer then comes from a per-run
-  cache, which the first lookup of a value fills (an array's through Python, a hash map's in
-  C: pybpf_native_value); the lookups done natively are counted into the map's access
-  statistics (local or remote, as Python counts them) when the run ends.
+  cache, which the first lookup of a value in the run fills in C (pybpf_native_value,
+  pybpf_native_array_value; through Python for an array element not made yet); the lookups
+  done natively are counted into the map's access statistics (local or remote, as Python
+  counts them) when the run ends.
 - With modeled time (on the C cache model; with the Python one the lookups go through
   Python) a native lookup is charged as Python's helper charges it, by the C model's
   pybpf_native_charge with the GIL (which such a run keeps throughout): the scheduler's
@@ -160,7 +161,8 @@ CHARGE_SYNC, CHARGE_ARRAY, CHARGE_ACCESS, CHARGE_HTAB, CHARGE_HELPER = 1, 2, 4, 
 CHARGE_REF, CHARGE_REF_LINE = 32, 64
 NOT_CHARGED, CHARGED, CHARGE_FAILED = 0, 1, 2
 CHARGE_SYMBOL = "pybpf_native_charge"
-VALUE_SYMBOL = "pybpf_native_value"  # _accel.c: a hash map value's first lookup in a run
+# _accel.c: a hash map's, and an array's, value's first lookup in a run
+VALUE_SYMBOL, ARRAY_VALUE_SYMBOL = "pybpf_native_value", "pybpf_native_array_value"
 # @htab_lookup's answers besides a value's address: absent, or ask Python
 HTAB_ABSENT, HTAB_SLOW = 0, M64
 
@@ -197,7 +199,7 @@ def native_reach() -> str:
         return "map values through Python (the C accelerator is not built)"
     reach = "map values, atomics, array and hash lookups, bpf_get_smp_processor_id"
     if _value_address() is None:
-        reach += " (a hash value's first lookup in a run through Python)"
+        reach += " (a value's first lookup in a run through Python)"
     if _charge_address() is None:
         reach += "; with modeled time, lookups through Python (the C cache model is not built)"
     return reach
@@ -639,9 +641,14 @@ class _FunctionIR:
         tag_at = self.op(f"call ptr @cache_find(ptr %st, i64 {words + 3}, i64 {tag}, "
                          f"i64 {entry})")
         cached = self.op(f"icmp ne ptr {tag_at}, null")
-        first = python if array or _value_address() is None else f"mv{pc}"
+        first = python if _value_address() is None else f"mv{pc}"
         self.branch(f"br i1 {cached}, label %mp{pc}, label %{first}")
-        if first != python:
+        if first == python:
+            pass
+        elif array:
+            self.label(first)
+            self.write_first_array_lookup(pc, bpf_map, index, words + 3, python)
+        else:
             self.label(first)
             self.write_first_lookup(pc, bpf_map, key_ptr, slot, words + 3, entry, python)
         self.label(f"mp{pc}")
@@ -699,6 +706,26 @@ class _FunctionIR:
             f"i64 {VALUE_SLOTS}, i64 {cache}, i64 {LOOKUP_CACHE}, "
             f"i64 {home}, i64 {node}, ptr inttoptr (i64 {id(_NODE)} to ptr), "
             f"ptr inttoptr (i64 {id(_VALUE)} to ptr))")
+        placed = self.op(f"icmp ne i64 {pointer}, 0")
+        self.branch(f"br i1 {placed}, label %mc{pc}, label %{python}")
+
+    def write_first_array_lookup(self, pc: int, bpf_map: Any, index: str, cache: int,
+                                 python: str) -> None:
+        """An array value's first lookup in the run, into the map's cache (at word ``cache``)
+        without Python (pybpf_native_array_value) when the element exists, then back to the
+        cache (mc); to ``python`` when it could not. A per-CPU array's slot is the run's
+        CPU's, local; a plain one's value is on the map's node."""
+        if type(bpf_map) is BpfPercpuArray:
+            cpu, local = self.op(f"load i64, ptr {self.slot(THIS_CPU)}"), "1"
+        else:
+            node = self.op(f"load i64, ptr {self.slot(THIS_NODE)}")
+            cpu = "-1"
+            local = self.zext(self.op(f"icmp eq i64 {node}, {bpf_map.numa_node}"), 1)
+        pointer = self.op(
+            f"call i64 @{ARRAY_VALUE_SYMBOL}(ptr %st, ptr {self.slot(RS_MEM)}, "
+            f"ptr inttoptr (i64 {id(bpf_map.elems)} to ptr), i64 {index}, i64 {cpu}, "
+            f"i64 {local}, i64 {NEXT_REGION}, i64 {VALUE_TABLE}, i64 {VALUE_SLOTS}, "
+            f"i64 {cache}, i64 {LOOKUP_CACHE})")
         placed = self.op(f"icmp ne i64 {pointer}, 0")
         self.branch(f"br i1 {placed}, label %mc{pc}, label %{python}")
 
@@ -937,6 +964,7 @@ declare i32 @PyObject_SetAttr(ptr, ptr, ptr)
 declare i64 @{CHARGE_SYMBOL}(ptr, i64, i64, ptr, ptr, i64)
 declare i64 @{VALUE_SYMBOL}(ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64, i64,
                            ptr, ptr)
+declare i64 @{ARRAY_VALUE_SYMBOL}(ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64)
 declare i16 @llvm.bswap.i16(i16)
 declare i32 @llvm.bswap.i32(i32)
 declare i64 @llvm.bswap.i64(i64)
@@ -1146,7 +1174,8 @@ def _register_runtime() -> None:
     address 0."""
     for name in PYTHON_SYMBOLS:
         llvm.add_symbol(name, ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value)
-    for name, address in ((CHARGE_SYMBOL, _charge_address()), (VALUE_SYMBOL, _value_address())):
+    for name, address in ((CHARGE_SYMBOL, _charge_address()), (VALUE_SYMBOL, _value_address()),
+                          (ARRAY_VALUE_SYMBOL, _symbol_address(ACCEL, ARRAY_VALUE_SYMBOL))):
         if address is not None:
             llvm.add_symbol(name, address)
     for library, names in RUNTIME_SYMBOLS:
@@ -1176,7 +1205,10 @@ def _charge_address() -> int | None:
 
 @functools.cache
 def _value_address() -> int | None:
-    """Where the C accelerator's pybpf_native_value is (None: not built)."""
+    """Where the C accelerator's pybpf_native_value is (None: not built, or a build without
+    pybpf_native_array_value, which came with it)."""
+    if _symbol_address(ACCEL, ARRAY_VALUE_SYMBOL) is None:
+        return None
     return _symbol_address(ACCEL, VALUE_SYMBOL)
 
 
