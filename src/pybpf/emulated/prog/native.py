@@ -137,6 +137,10 @@ MAP_WORDS = 3 + 3 * LOOKUP_CACHE
 # hashing): objects' addresses are multiples of their allocator's size classes.
 FIBONACCI = 0x9E3779B97F4A7C15
 STATUS_OK, STATUS_ELOOP, STATUS_RAISED = 0, 1, 2
+# what a run's end writes over the value table and each map's words (a slice assignment is
+# a fifth of a ctypes.memset call)
+_ZERO_VALUE_TABLE = memoryview(bytes(8 * 3 * VALUE_SLOTS)).cast("Q")
+_ZERO_MAP_WORDS = memoryview(bytes(8 * MAP_WORDS)).cast("Q")
 # Map values are reached natively only where atomics on them are hardware atomics in every
 # engine (the C accelerator's ATOMIC_RMW; its BUFFER_ADDRESS says where a value is).
 NATIVE_VALUES = ATOMIC_RMW is not None and BUFFER_ADDRESS is not None
@@ -1353,10 +1357,9 @@ class _Run:
         if words[record] == CTX_REGION:  # the record is this run's
             words[record] = 0
         if self.exported:
-            ctypes.memset(ctypes.addressof(self.state) + 8 * VALUE_TABLE, 0,
-                          8 * 3 * VALUE_SLOTS)
+            words[VALUE_TABLE:VALUE_TABLE + 3 * VALUE_SLOTS] = _ZERO_VALUE_TABLE
             for at in self.maps.values():
-                ctypes.memset(ctypes.addressof(self.state) + 8 * at, 0, 8 * MAP_WORDS)
+                words[at:at + MAP_WORDS] = _ZERO_MAP_WORDS
             self.exported.clear()
 
     def run_on(self, machine: Any) -> None:
