@@ -647,14 +647,12 @@ class _FunctionIR:
         cached = self.op(f"icmp ne ptr {tag_at}, null")
         first = python if _value_address() is None else f"mv{pc}"
         self.branch(f"br i1 {cached}, label %mp{pc}, label %{first}")
-        if first == python:
-            pass
-        elif array:
+        if first != python:
             self.label(first)
-            self.write_first_array_lookup(pc, bpf_map, index, words + 3, python)
-        else:
-            self.label(first)
-            self.write_first_lookup(pc, bpf_map, key_ptr, slot, words + 3, entry, python)
+            if array:
+                self.write_first_array_lookup(pc, bpf_map, index, words + 3, python)
+            else:
+                self.write_first_lookup(pc, bpf_map, key_ptr, slot, words + 3, entry, python)
         self.label(f"mp{pc}")
         if modeled and array:  # array_cost: the lookup, and (not per-CPU) the value's line
             addr = self.op(f"add i64 {self.op(f'mul i64 {index}, {bpf_map.elem_size}')}, "
