@@ -65,9 +65,10 @@ def emaps(emulated):
     m.close()
 
 
-def load(m: Maps, prog_type: int, items, attach_type: int = 0) -> int:
+def load(m: Maps, prog_type: int, items, attach_type: int = 0, prog_flags: int = 0) -> int:
     insns = encode(assemble(items).instructions)
-    fd = m.sys.prog_load(prog_type, insns, expected_attach_type=attach_type)
+    fd = m.sys.prog_load(prog_type, insns, expected_attach_type=attach_type,
+                         prog_flags=prog_flags)
     m.fds.append(fd)
     return fd
 

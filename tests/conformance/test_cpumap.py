@@ -13,7 +13,15 @@ import pytest
 
 from helpers import err_of, u32
 from pybpf.system import iter_keys
-from pybpf.uapi import BPF_F_NO_PREALLOC, BPF_F_RDONLY, BPF_NOEXIST, AttachType, MapType, ProgType
+from pybpf.uapi import (
+    BPF_F_NO_PREALLOC,
+    BPF_F_RDONLY,
+    BPF_F_XDP_HAS_FRAGS,
+    BPF_NOEXIST,
+    AttachType,
+    MapType,
+    ProgType,
+)
 
 from .conftest import load, returning
 
@@ -73,6 +81,23 @@ def test_cpumap_update_errors_in_kernel_order(maps):
         == errno.ENODEV
     assert err_of(sys.map_update_elem, fd, u32(0), struct.pack("<Ii", 16, not_a_prog)) \
         == errno.ENOMEM
+
+
+@pytest.mark.parametrize("first_frags", [False, True])
+def test_cpumap_entry_programs_must_match_the_owners_xdp_has_frags(maps, first_frags):
+    """__cpu_map_load_bpf_program -> bpf_prog_map_compatible: an entry program with the other
+    BPF_F_XDP_HAS_FRAGS than the map's owner (the first stored) is refused; the entry
+    cannot be made, which cpu_map_update_elem reports as ENOMEM; the old entry stays."""
+    sys = maps.sys
+    fd = maps.create(MapType.CPUMAP, 4, 8, 1)
+    first, other = (load(maps, ProgType.XDP, returning(2), AttachType.XDP_CPUMAP,
+                         BPF_F_XDP_HAS_FRAGS if frags else 0)
+                    for frags in (first_frags, not first_frags))
+    sys.map_update_elem(fd, u32(0), struct.pack("<Ii", 32, first))
+    assert err_of(sys.map_update_elem, fd, u32(0), struct.pack("<Ii", 64, other)) \
+        == errno.ENOMEM
+    assert sys.map_lookup_elem(fd, u32(0)) == struct.pack("<II", 32,
+                                                          sys.prog_get_info(first).id)
 
 
 def test_cpumap_entry_program_must_be_attached_as_xdp_cpumap(maps):

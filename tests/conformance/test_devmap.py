@@ -13,12 +13,14 @@ import struct
 import pytest
 
 from helpers import err_of, u32
+from pybpf.asm import R1, assemble, encode, ld_map_fd
 from pybpf.system import iter_keys
 from pybpf.uapi import (
     BPF_EXIST,
     BPF_F_NO_PREALLOC,
     BPF_F_RDONLY,
     BPF_F_RDONLY_PROG,
+    BPF_F_XDP_HAS_FRAGS,
     BPF_NOEXIST,
     AttachType,
     MapType,
@@ -112,6 +114,41 @@ def test_devmap_hash_iteration_order_matches_the_kernel(kmaps, emaps):
         walks.append(list(iter_keys(m.sys, fd)))
         walks.append(m.sys.map_get_next_key(fd, u32(4)))  # missing key: first again
     assert walks[2:] == walks[:2]
+
+
+@pytest.mark.parametrize("map_type", [MapType.DEVMAP, MapType.DEVMAP_HASH])
+@pytest.mark.parametrize("first_frags", [False, True])
+def test_devmap_entry_programs_must_match_the_owners_xdp_has_frags(maps, map_type, first_frags):
+    """__dev_map_alloc_node -> bpf_prog_map_compatible: the first entry program is the map's
+    owner; one loaded with the other BPF_F_XDP_HAS_FRAGS setting is refused (EINVAL), and
+    the map is left as it was."""
+    sys = maps.sys
+    fd = maps.create(map_type, 4, 8, 4)
+    first, other = (load(maps, ProgType.XDP, returning(2), AttachType.XDP_DEVMAP,
+                         BPF_F_XDP_HAS_FRAGS if frags else 0)
+                    for frags in (first_frags, not first_frags))
+    sys.map_update_elem(fd, u32(0), devval(LO, first))
+    assert err_of(sys.map_update_elem, fd, u32(1), devval(LO, other)) == errno.EINVAL
+    assert err_of(sys.map_lookup_elem, fd, u32(1)) == errno.ENOENT
+    sys.map_update_elem(fd, u32(1), devval(LO, first))  # the owner's kind still goes in
+
+
+def test_devmap_owner_made_at_load_binds_its_entry_programs(maps):
+    """A program using a devmap makes the map's owner at load (bpf_check_tail_call), and an
+    entry program with the other xdp_has_frags is refused; one using a devmap whose entries
+    lack frags cannot be loaded with them."""
+    sys = maps.sys
+    owned = maps.create(MapType.DEVMAP, 4, 8, 4)
+    user = assemble([ld_map_fd(R1, "m"), *returning(2)]).with_map_fds(lambda name: owned)
+    maps.fds.append(sys.prog_load(ProgType.XDP, encode(user), prog_flags=BPF_F_XDP_HAS_FRAGS))
+    plain = load(maps, ProgType.XDP, returning(2), AttachType.XDP_DEVMAP)
+    assert err_of(sys.map_update_elem, owned, u32(0), devval(LO, plain)) == errno.EINVAL
+
+    fd = maps.create(MapType.DEVMAP, 4, 8, 4)
+    sys.map_update_elem(fd, u32(0), devval(LO, plain))
+    user = assemble([ld_map_fd(R1, "m"), *returning(2)]).with_map_fds(lambda name: fd)
+    assert err_of(sys.prog_load, ProgType.XDP, encode(user),
+                  prog_flags=BPF_F_XDP_HAS_FRAGS) == errno.EINVAL
 
 
 @pytest.mark.parametrize("map_type", [MapType.DEVMAP, MapType.DEVMAP_HASH])

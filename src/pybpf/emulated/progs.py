@@ -42,7 +42,7 @@ from ..uapi import (
     BPF_PSEUDO_MAP_VALUE,
     ProgType,
 )
-from .maps.bpf_map import bpf_prog_map_compatible
+from .maps.bpf_map import MAPS_CONTAINING_PROGS, bpf_prog_map_compatible
 from .net.netdev import net_of
 from .prog.btf import check_btf_func, vmlinux_kfuncs
 from .prog.core import bpf_prog_select_runtime, run_prog
@@ -216,7 +216,8 @@ class ProgramsMixin:
         prog = BpfProg(self, prog_type, attr.insns, verified, name, attr.expected_attach_type,
                        attr.prog_flags, gpl)
         # bpf_prog_select_runtime -> bpf_check_tail_call: after the verifier, no log
-        if not all(bpf_prog_map_compatible(bpf_map, prog) for bpf_map in prog.used_maps):
+        if not all(bpf_prog_map_compatible(bpf_map, prog) for bpf_map in prog.used_maps
+                   if bpf_map.map_type in MAPS_CONTAINING_PROGS):
             raise KernelError(errno.EINVAL, "a map of the program holds programs of another "
                               "type (its owner: the first program that used it)")
         for bpf_map in prog.used_maps:

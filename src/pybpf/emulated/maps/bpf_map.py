@@ -79,11 +79,10 @@ MAPS_CONTAINING_PROGS = frozenset({MapType.PROG_ARRAY, MapType.DEVMAP, MapType.C
 
 
 def bpf_prog_map_compatible(bpf_map: BpfMap, prog: object) -> bool:
-    """__bpf_prog_map_compatible: the first program a map of MAPS_CONTAINING_PROGS meets
-    fixes its owner; every later one must have the owner's type and xdp_has_frags, and, in a
-    prog array, its expected_attach_type. Other maps take any program."""
-    if bpf_map.map_type not in MAPS_CONTAINING_PROGS:
-        return True
+    """__bpf_prog_map_compatible: the first program a map meets fixes its owner; every later
+    one must have the owner's type and xdp_has_frags, and, in a prog array, its
+    expected_attach_type. Called for the maps of MAPS_CONTAINING_PROGS a program uses (at
+    load) and for the programs stored in a prog array, devmap, devmap hash or cpumap."""
     owner = (prog.prog_type, bool(prog.prog_flags & BPF_F_XDP_HAS_FRAGS),  # type: ignore
              prog.expected_attach_type if bpf_map.map_type == MapType.PROG_ARRAY  # type: ignore
              else None)

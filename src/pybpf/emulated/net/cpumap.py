@@ -179,11 +179,12 @@ class CpuMap(BpfMap):
             return
         prog = None
         if prog_fd > 0:
-            prog = resolve_xdp_prog(self.system, prog_fd, AttachType.XDP_CPUMAP)
-            if prog is None:
-                raise KernelError(errno.ENOMEM, f"fd {prog_fd} is not an XDP program loaded "
-                                                f"with expected_attach_type BPF_XDP_CPUMAP (the "
-                                                f"kernel reports this as ENOMEM)")
+            try:
+                prog = resolve_xdp_prog(self, prog_fd, AttachType.XDP_CPUMAP)
+            except KernelError as exc:  # __cpu_map_entry_alloc fails: cpu_map_update_elem
+                # reports ENOMEM whatever went wrong
+                raise KernelError(errno.ENOMEM, f"{exc.detail} (the kernel reports this as "
+                                  "ENOMEM)") from None
         self._entry_replace(key_cpu, BpfCpuMapEntry(self, key_cpu, qsize, prog))
         self.access_stats.access(self.machine.current_cpu(), self.machine.cpu_node[key_cpu])
 

@@ -46,6 +46,7 @@ from ...uapi import (
     BPF_F_RDONLY,
     BPF_F_RDONLY_PROG,
     BPF_F_WRONLY,
+    BPF_F_XDP_HAS_FRAGS,
     BPF_NOEXIST,
     XDP_PASS,
     AttachType,
@@ -53,7 +54,14 @@ from ...uapi import (
     ProgType,
 )
 from ..maps.arraymap import index_get_next_key
-from ..maps.bpf_map import BpfMap, MapAttr, map_ops, roundup_pow_of_two, u32_key
+from ..maps.bpf_map import (
+    BpfMap,
+    MapAttr,
+    bpf_prog_map_compatible,
+    map_ops,
+    roundup_pow_of_two,
+    u32_key,
+)
 from .netdev import net_of
 from .skbuff import SkBuff
 from .xdp import (
@@ -71,14 +79,25 @@ if TYPE_CHECKING:
 DEV_CREATE_FLAG_MASK = BPF_F_NUMA_NODE | BPF_F_RDONLY | BPF_F_WRONLY
 
 
-def resolve_xdp_prog(system, fd: int, attach_type: int) -> object | None:
-    """An XDP program fd stored with a devmap/cpumap entry; None when the check fails."""
+def resolve_xdp_prog(bpf_map: BpfMap, fd: int, attach_type: int) -> object:
+    """The XDP program of fd ``fd``, stored with an entry of ``bpf_map`` (a devmap or cpumap):
+    loaded with expected_attach_type ``attach_type``, then bpf_prog_map_compatible (the first
+    one stored, or a program using the map, makes the map's owner; later ones need its
+    xdp_has_frags). KernelError(EINVAL, why) when a check fails; the caller says it as its
+    kernel function returns it."""
     try:
-        prog = system.prog_from_fd(fd)
+        prog = bpf_map.system.prog_from_fd(fd)
     except KernelError:
-        return None
+        raise KernelError(errno.EINVAL, f"fd {fd} is not a BPF program") from None
     if prog.prog_type != ProgType.XDP or prog.expected_attach_type != attach_type:
-        return None
+        raise KernelError(errno.EINVAL, f"fd {fd} is not an XDP program loaded with "
+                          f"expected_attach_type BPF_{AttachType(attach_type).name}")
+    if not bpf_prog_map_compatible(bpf_map, prog):
+        frags = "with" if prog.prog_flags & BPF_F_XDP_HAS_FRAGS else "without"
+        raise KernelError(errno.EINVAL, f"the program of fd {fd} ({frags} "
+                          "BPF_F_XDP_HAS_FRAGS) is not compatible with the map's owner, the "
+                          "first program stored in it or using it: load both with the same "
+                          "BPF_F_XDP_HAS_FRAGS")
     return prog
 
 
@@ -228,10 +247,7 @@ class DevMapBase(BpfMap):
             raise KernelError(errno.EINVAL, f"no network device has ifindex {ifindex}")
         prog = None
         if prog_fd > 0:
-            prog = resolve_xdp_prog(self.system, prog_fd, AttachType.XDP_DEVMAP)
-            if prog is None:
-                raise KernelError(errno.EINVAL, f"fd {prog_fd} is not an XDP program loaded "
-                                                f"with expected_attach_type BPF_XDP_DEVMAP")
+            prog = resolve_xdp_prog(self, prog_fd, AttachType.XDP_DEVMAP)
             self.system.bpf_prog_inc(prog)
         return BpfDtabNetdev(self.system, dev, prog, key)
 
