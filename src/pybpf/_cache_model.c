@@ -1005,6 +1005,10 @@ static void cm_dealloc(PyObject *op)
 	Py_TYPE(op)->tp_free(op);
 }
 
+/* HtabMap's costs in C (defined with the native tier's charges, below) */
+static PyObject *cm_htab_op_cost(PyObject *op, PyObject *const *args, Py_ssize_t nargs);
+static PyObject *cm_htab_walk_cost(PyObject *op, PyObject *const *args, Py_ssize_t nargs);
+
 static PyMethodDef cm_methods[] = {
 	{"access", (PyCFunction)(void (*)(void))cm_access, METH_FASTCALL | METH_KEYWORDS,
 	 "access(cpu, addr, write=False) -> float: Timing.access"},
@@ -1017,6 +1021,10 @@ static PyMethodDef cm_methods[] = {
 	{"locked_access", (PyCFunction)(void (*)(void))cm_locked_access,
 	 METH_FASTCALL | METH_KEYWORDS,
 	 "locked_access(cpu, lock, addr, write=True): Timing.locked_access"},
+	{"htab_op_cost", (PyCFunction)(void (*)(void))cm_htab_op_cost, METH_FASTCALL,
+	 "htab_op_cost(bpf_map, bucket_size, cpu, event, key, hash): HtabMap._op_cost"},
+	{"htab_walk_cost", (PyCFunction)(void (*)(void))cm_htab_walk_cost, METH_FASTCALL,
+	 "htab_walk_cost(bpf_map, bucket_size, cpu, key, hash): HtabMap._walk_cost"},
 	{"state", cm_state, METH_NOARGS,
 	 "The caches, versions and owners, as Timing.cache_state gives them"},
 	{NULL, NULL, 0, NULL},
@@ -1196,28 +1204,17 @@ out:
 	return rc;
 }
 
-/* HtabMap._op_cost(cpu, "htab_map_lookup_elem", key, hash), and with ``ref`` an LRU map's
- * lru_set_ref */
-static int htab_lookup_cost(PyObject *const *run, int cpu, PyObject *bpf_map, const char *key,
-			    int64_t key_size, uint64_t bucket_size, int64_t ref)
+/* HtabMap._walk_cost(cpu, key, hash): the bucket's line (bucket_base + (hash & mask) *
+ * bucket_size) and each element of its chain up to ``kb`` (every one when it is absent) */
+static int htab_walk_cost(CacheModel *m, int cpu, PyObject *bpf_map, PyObject *kb,
+			  PyObject *hash, uint64_t bucket_size)
 {
-	CacheModel *m = (CacheModel *)run[RUN_MODEL];
-	PyObject *kb = NULL, *hash_fn = NULL, *hash = NULL, *mask = NULL, *index = NULL,
-		*size = NULL, *base = NULL, *buckets = NULL, *line = NULL;
+	PyObject *mask = NULL, *index = NULL, *base = NULL, *buckets = NULL, *line = NULL;
 	int rc = -1;
-	if ((kb = PyBytes_FromStringAndSize(key, key_size)) == NULL
-	    || (hash_fn = PyObject_GetAttr(bpf_map, s_hash_cached)) == NULL
-	    || (hash = PyObject_CallOneArg(hash_fn, kb)) == NULL
-	    || (mask = PyObject_GetAttr(bpf_map, s_mask)) == NULL
-	    || (index = PyNumber_And(hash, mask)) == NULL
-	    || (size = PyLong_FromLongLong(key_size)) == NULL)
-		goto out;
-	if (charge_n((PyObject *)m, run[RUN_CPU], s_htab_lookup, s_one) < 0
-	    || charge_n((PyObject *)m, run[RUN_CPU], s_jhash_byte, size) < 0)
-		goto out;
-	/* the bucket's line: bucket_base + index * BUCKET_SIZE */
 	uint64_t first, at;
-	if ((base = PyObject_GetAttr(bpf_map, s_bucket_base)) == NULL
+	if ((mask = PyObject_GetAttr(bpf_map, s_mask)) == NULL
+	    || (index = PyNumber_And(hash, mask)) == NULL
+	    || (base = PyObject_GetAttr(bpf_map, s_bucket_base)) == NULL
 	    || parse_addr(base, &first) < 0 || parse_addr(index, &at) < 0)
 		goto out;
 	if (model_access(m, cpu, first + at * bucket_size, 0) == -1.0 && PyErr_Occurred())
@@ -1231,6 +1228,10 @@ static int htab_lookup_cost(PyObject *const *run, int cpu, PyObject *bpf_map, co
 	PyObject *chain = PyDict_GetItemWithError(buckets, index);  /* borrowed */
 	if (chain == NULL) {
 		rc = PyErr_Occurred() ? -1 : 0;
+		goto out;
+	}
+	if (!PyList_Check(chain)) {
+		PyErr_SetString(PyExc_TypeError, "a hash map's bucket is a list");
 		goto out;
 	}
 	Py_INCREF(chain);
@@ -1252,18 +1253,81 @@ static int htab_lookup_cost(PyObject *const *run, int cpu, PyObject *bpf_map, co
 		}
 	}
 	Py_DECREF(chain);
-	if (rc == 0 && ref & CHARGE_REF)
-		rc = lru_set_ref(m, cpu, bpf_map, kb, (ref & CHARGE_REF_LINE) != 0);
+out:
+	Py_XDECREF(mask);
+	Py_XDECREF(index);
+	Py_XDECREF(base);
+	Py_XDECREF(buckets);
+	return rc;
+}
+
+/* HtabMap._op_cost(cpu, event, key, hash): ``event``, jhash per key byte, then the walk */
+static int htab_op_cost(CacheModel *m, PyObject *cpu_obj, int cpu, PyObject *event,
+			PyObject *bpf_map, PyObject *kb, PyObject *hash, uint64_t bucket_size)
+{
+	Py_ssize_t key_size = PyObject_Size(kb);
+	PyObject *size = key_size < 0 ? NULL : PyLong_FromSsize_t(key_size);
+	int rc = size == NULL || charge_n((PyObject *)m, cpu_obj, event, s_one) < 0
+		|| charge_n((PyObject *)m, cpu_obj, s_jhash_byte, size) < 0
+		|| htab_walk_cost(m, cpu, bpf_map, kb, hash, bucket_size) < 0 ? -1 : 0;
+	Py_XDECREF(size);
+	return rc;
+}
+
+/* The native tier's lookup: HtabMap._op_cost(cpu, "htab_map_lookup_elem", key, hash) of the
+ * ``key_size`` bytes at ``key``, and with ``ref`` an LRU map's lru_set_ref */
+static int htab_lookup_cost(PyObject *const *run, int cpu, PyObject *bpf_map, const char *key,
+			    int64_t key_size, uint64_t bucket_size, int64_t ref)
+{
+	CacheModel *m = (CacheModel *)run[RUN_MODEL];
+	PyObject *kb = NULL, *hash_fn = NULL, *hash = NULL;
+	int rc = -1;
+	if ((kb = PyBytes_FromStringAndSize(key, key_size)) == NULL
+	    || (hash_fn = PyObject_GetAttr(bpf_map, s_hash_cached)) == NULL
+	    || (hash = PyObject_CallOneArg(hash_fn, kb)) == NULL
+	    || htab_op_cost(m, run[RUN_CPU], cpu, s_htab_lookup, bpf_map, kb, hash,
+			    bucket_size) < 0)
+		goto out;
+	rc = ref & CHARGE_REF ? lru_set_ref(m, cpu, bpf_map, kb, (ref & CHARGE_REF_LINE) != 0) : 0;
 out:
 	Py_XDECREF(kb);
 	Py_XDECREF(hash_fn);
 	Py_XDECREF(hash);
-	Py_XDECREF(mask);
-	Py_XDECREF(index);
-	Py_XDECREF(size);
-	Py_XDECREF(base);
-	Py_XDECREF(buckets);
 	return rc;
+}
+
+/* htab_op_cost(bpf_map, bucket_size, cpu, event, key, hash): HtabMap._op_cost in C */
+static PyObject *cm_htab_op_cost(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+	CacheModel *m = (CacheModel *)op;
+	uint64_t bucket_size;
+	int cpu;
+	if (nargs != 6) {
+		PyErr_SetString(PyExc_TypeError,
+				"htab_op_cost(bpf_map, bucket_size, cpu, event, key, hash)");
+		return NULL;
+	}
+	if (parse_addr(args[1], &bucket_size) < 0 || parse_cpu(m, args[2], &cpu) < 0
+	    || htab_op_cost(m, args[2], cpu, args[3], args[0], args[4], args[5],
+			    bucket_size) < 0)
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+/* htab_walk_cost(bpf_map, bucket_size, cpu, key, hash): HtabMap._walk_cost in C */
+static PyObject *cm_htab_walk_cost(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+	CacheModel *m = (CacheModel *)op;
+	uint64_t bucket_size;
+	int cpu;
+	if (nargs != 5) {
+		PyErr_SetString(PyExc_TypeError, "htab_walk_cost(bpf_map, bucket_size, cpu, key, hash)");
+		return NULL;
+	}
+	if (parse_addr(args[1], &bucket_size) < 0 || parse_cpu(m, args[2], &cpu) < 0
+	    || htab_walk_cost(m, cpu, args[0], args[3], args[4], bucket_size) < 0)
+		return NULL;
+	Py_RETURN_NONE;
 }
 
 int64_t pybpf_native_charge(PyObject *const *run, int64_t what, uint64_t addr,

@@ -156,6 +156,7 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
         self.stripe_mask = self.nstripes - 1  # both powers of two: hash & mask & stripe_mask
         # The bucket array's memory, and each used bucket's spinlock, for the timing model.
         self.bucket_base = self.timing.alloc_region(self.n_buckets * BUCKET_SIZE, node)
+        self._c_model = self.timing._cache_model  # None: the costs in Python, the reference
         self._bucket_locks: dict[int, SpinLock] = {}
     def _hash(self, key: bytes) -> int:
         """htab_map_hash of ``key``, always from the key: an element found without its bucket
@@ -168,7 +169,11 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
     # -- modeled time -----------------------------------------------------------------------
     def _walk_cost(self, cpu: int, key: bytes, hash_: int) -> None:
         """What finding ``key`` costs: the bucket's line, then each element of its chain up
-        to the key (every one when it is absent)."""
+        to the key (every one when it is absent). The C cache model, where built, does this
+        and ``_op_cost`` in one call each (``htab_walk_cost``, ``htab_op_cost``)."""
+        if self._c_model is not None:
+            self._c_model.htab_walk_cost(self, BUCKET_SIZE, cpu, key, hash_)
+            return
         timing = self.timing
         index = hash_ & self.mask
         timing.access(cpu, self.bucket_base + index * BUCKET_SIZE)
@@ -179,6 +184,9 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
 
     def _op_cost(self, cpu: int, op: str, key: bytes, hash_: int) -> None:
         """An op's own work, jhash of the key, and the walk to it."""
+        if self._c_model is not None:
+            self._c_model.htab_op_cost(self, BUCKET_SIZE, cpu, op, key, hash_)
+            return
         timing = self.timing
         timing.charge(cpu, op)
         timing.charge(cpu, "jhash_byte", self.key_size)
