@@ -5,15 +5,18 @@ pinned maps are reused, refusals read like libbpf's."""
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import struct
 import uuid
 
 import pytest
 
-from pybpf.bpf_object import Object, ObjectSpec, UnsupportedError
+from pybpf.bpf_object import Object, ObjectError, ObjectSpec, UnsupportedError
+from pybpf.bpf_object.map_defs import adjust_ringbuf_sz
 from pybpf.errors import BPFError, VerifierError
 from pybpf.maps import Map
+from pybpf.uapi import BPF_F_NUMA_NODE, MapType
 
 PACKET = bytes(range(64))  # an Ethernet frame is all a test run needs
 
@@ -342,3 +345,126 @@ def test_tracing_programs_find_their_target_in_the_kernels_btf(build_object, ker
     with pytest.raises(Exception, match="prog 'on_tp_btf': failed to find kernel BTF type ID "
                                         "of 'sys_enter'"):
         spec.load(emulated)
+
+
+# -- map definitions and pins as libbpf handles them ------------------------------------------
+
+@pytest.mark.parametrize("size, want", [
+    (0, 0), (1, mmap.PAGESIZE), (mmap.PAGESIZE, mmap.PAGESIZE),
+    (mmap.PAGESIZE + 1, 2 * mmap.PAGESIZE), (3 * mmap.PAGESIZE, 4 * mmap.PAGESIZE),
+    (10000, 16384 if mmap.PAGESIZE == 4096 else mmap.PAGESIZE),
+    (2**32 - 1, 2**32 - 1)])
+def test_ringbuf_sizes_round_up_to_a_power_of_two_of_pages(size, want):
+    assert adjust_ringbuf_sz(size) == want
+
+
+def test_ring_buffers_are_made_with_libbpfs_rounded_size(compile_source, backend):
+    path = compile_source("ringbuf_sizes", """
+struct { __uint(type, BPF_MAP_TYPE_RINGBUF); __uint(max_entries, 10000); } rb SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_USER_RINGBUF); __uint(max_entries, 5000); } urb
+    SEC(".maps");
+SEC("xdp") int prog(struct xdp_md *ctx) { return 2; }
+char LICENSE[] SEC("license") = "GPL";
+""")
+    with ObjectSpec.from_file(path).load(backend) as obj:
+        assert obj.maps["rb"].info().max_entries == adjust_ringbuf_sz(10000)
+        assert obj.maps["urb"].info().max_entries == adjust_ringbuf_sz(5000)
+
+
+def test_numa_node_counts_only_with_bpf_f_numa_node(compile_source, backend):
+    """libbpf passes numa_node as given (0 by default) and the map_flags as given: a node
+    without BPF_F_NUMA_NODE is ignored, the flag without a node is node 0."""
+    path = compile_source("numa_fields", """
+struct { __uint(type, BPF_MAP_TYPE_ARRAY); __type(key, __u32); __type(value, __u64);
+         __uint(max_entries, 1); __uint(numa_node, 7); } no_flag SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_ARRAY); __type(key, __u32); __type(value, __u64);
+         __uint(max_entries, 1); __uint(map_flags, BPF_F_NUMA_NODE); } no_node SEC(".maps");
+SEC("xdp") int prog(struct xdp_md *ctx) { return 2; }
+char LICENSE[] SEC("license") = "GPL";
+""")
+    with ObjectSpec.from_file(path).load(backend) as obj:
+        assert obj.maps["no_flag"].info().map_flags == 0
+        assert obj.maps["no_node"].info().map_flags == BPF_F_NUMA_NODE
+
+
+@pytest.mark.parametrize("linkage", ["static", "__hidden"])
+def test_maps_that_are_not_global_are_refused(compile_source, linkage):
+    path = compile_source(f"{linkage.strip('_')}_map", f"""
+{linkage} struct {{ __uint(type, BPF_MAP_TYPE_ARRAY); __type(key, __u32); __type(value, __u64);
+         __uint(max_entries, 1); }} local_map SEC(".maps");
+SEC("xdp") int prog(struct xdp_md *ctx) {{
+    __u32 k = 0; __u64 *v = bpf_map_lookup_elem(&local_map, &k); return v ? 2 : 1; }}
+char LICENSE[] SEC("license") = "GPL";
+""")
+    with pytest.raises(UnsupportedError, match="map 'local_map': unsupported map linkage"):
+        ObjectSpec.from_file(path)
+
+
+def test_a_pinned_map_with_another_map_extra_is_refused(compile_source, backend, pin_root):
+    backend.obj_pin(backend.map_create(MapType.BLOOM_FILTER, 0, 8, 16, map_extra=3),
+                    os.path.join(pin_root, "bloom"))
+    path = compile_source("pin_extra", """
+struct { __uint(type, BPF_MAP_TYPE_BLOOM_FILTER); __type(value, __u64); __uint(max_entries, 16);
+         __uint(map_extra, 5); __uint(pinning, LIBBPF_PIN_BY_NAME); } bloom SEC(".maps");
+""")
+    with pytest.raises(Exception, match="map 'bloom': couldn't reuse pinned map at .*: "
+                                        "parameter mismatch"):
+        ObjectSpec.from_file(path).load(backend, pin_root_path=pin_root)
+
+
+def test_a_reused_pinned_map_of_maps_keeps_its_slots(compile_source, backend, pin_root):
+    """libbpf fills a map's initial contents only when it creates the map: a pinned outer map
+    found again keeps the inner maps it holds."""
+    path = compile_source("pin_outer", """
+struct inner { __uint(type, BPF_MAP_TYPE_ARRAY); __type(key, __u32); __type(value, __u32);
+               __uint(max_entries, 1); };
+struct inner in1 SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS); __uint(max_entries, 2); __type(key, __u32);
+         __uint(pinning, LIBBPF_PIN_BY_NAME); __array(values, struct inner); } pouter
+    SEC(".maps") = { .values = { [0] = &in1 } };
+""")
+    spec = ObjectSpec.from_file(path)
+    with spec.load(backend, pin_root_path=pin_root) as first:
+        outer = first.maps["pouter"].fd
+        assert backend.map_lookup_elem(outer, bytes(4))
+        backend.map_delete_elem(outer, bytes(4))
+        with spec.load(backend, pin_root_path=pin_root) as second:
+            assert second.maps["pouter"].id == first.maps["pouter"].id
+            with pytest.raises(BPFError) as missing:
+                backend.map_lookup_elem(second.maps["pouter"].fd, bytes(4))
+            assert missing.value.errno == errno.ENOENT
+
+
+def test_a_prog_array_slot_of_a_program_not_loaded_fails_the_load(compile_source, backend):
+    path = compile_source("slot_autoload_off", """
+SEC("xdp") int tail0(struct xdp_md *ctx) { return 2; }
+SEC("?xdp") int tail1(struct xdp_md *ctx) { return 1; }
+struct { __uint(type, BPF_MAP_TYPE_PROG_ARRAY); __uint(max_entries, 4); __type(key, __u32);
+         __array(values, int (void *)); } jmp SEC(".maps")
+    = { .values = { [1] = (void *)&tail0, [3] = (void *)&tail1 } };
+SEC("xdp") int entry(struct xdp_md *ctx) { bpf_tail_call(ctx, &jmp, 3); return 1; }
+char LICENSE[] SEC("license") = "GPL";
+""")
+    spec = ObjectSpec.from_file(path)
+    with pytest.raises(ObjectError, match=r"map 'jmp': failed to initialize slot \[3\] to "
+                                          "prog 'tail1': it is not loaded"):
+        spec.load(backend)
+    spec.set_autoload("tail1", True)
+    with spec.load(backend) as obj:
+        assert backend.map_lookup_elem(obj.maps["jmp"].fd, struct.pack("<I", 3))
+
+
+def test_a_failed_load_unpins_the_maps_it_pinned(compile_source, backend, pin_root):
+    path = compile_source("pin_then_fail", """
+struct { __uint(type, BPF_MAP_TYPE_HASH); __type(key, __u32); __type(value, __u64);
+         __uint(max_entries, 8); __uint(pinning, LIBBPF_PIN_BY_NAME); } pin_then_fail
+    SEC(".maps");
+SEC("xdp") int bad(struct xdp_md *ctx) {
+    __u32 k = 0; __u64 *v = bpf_map_lookup_elem(&pin_then_fail, &k); return *v; }
+char LICENSE[] SEC("license") = "GPL";
+""")
+    with pytest.raises(VerifierError):
+        ObjectSpec.from_file(path).load(backend, pin_root_path=pin_root)
+    with pytest.raises(BPFError) as gone:
+        backend.obj_get(os.path.join(pin_root, "pin_then_fail"))
+    assert gone.value.errno == errno.ENOENT

@@ -106,6 +106,10 @@ class Object(Closable):
         self.btf_fd: int | None = None
         # Each kfunc extern's BTF id in the System's kernel BTF; None: weak and unresolved.
         self.kfuncs: dict[str, int | None] = {}
+        # Maps this load found pinned and reused (their contents are left alone), and the
+        # paths it pinned (unpinned again if the load fails)
+        self.reused: set[str] = set()
+        self.pinned: list[str] = []
         self.globals = Globals(spec.maps, self._read_value, self._write_value)
 
     def _read_value(self, name: str) -> bytes:
@@ -196,8 +200,23 @@ def load_object(spec: Any, system: System | None = None, *,
             _fill_map(obj, object_map, programs=True)
     except BaseException:
         obj.close()
+        for path in obj.pinned:  # as libbpf's bpf_object_load unpins what it pinned
+            _unpin(system, path)
         raise
     return obj
+
+
+def _unpin(system: System, path: str) -> None:
+    """unlink(2) of a pin this load made (the emulated bpffs is the System's own)."""
+    try:
+        unpin = getattr(system, "obj_unpin", None)
+        if unpin is not None:
+            unpin(path)
+        else:
+            os.unlink(path)
+    except (BPFError, OSError) as exc:
+        warnings.warn(f"couldn't unpin '{path}' after the failed load: {exc}", RuntimeWarning,
+                      stacklevel=3)
 
 
 def resolve_kfuncs(spec: Any, system: System, kernel_btf: Btf) -> dict[str, int | None]:
@@ -269,6 +288,7 @@ def _create_map(obj: Object, m: ObjectMap, pin_root: str) -> Map:
     if path is not None:
         existing = _reuse_pinned(obj, m, spec, path)
         if existing is not None:
+            obj.reused.add(m.name)
             return existing
     btf = (obj.btf_fd or 0, m.key_type_id, m.value_type_id)
     typed = obj.btf_fd is not None and m.value_type_id and _takes_btf(spec)
@@ -290,6 +310,7 @@ def _create_map(obj: Object, m: ObjectMap, pin_root: str) -> Map:
         except BPFError as exc:
             created.close()
             raise _map_error(m, f"failed to pin at '{path}'", exc) from exc
+        obj.pinned.append(path)
     return created
 
 
@@ -308,20 +329,24 @@ def _reuse_pinned(obj: Object, m: ObjectMap, want: MapSpec, path: str) -> Map | 
         raise _map_error(m, f"couldn't open the pinned map at '{path}'", exc) from exc
     existing = Map.from_fd(fd, system, key=want.key, value=want.value)
     info = existing.info()
-    if (info.type, info.key_size, info.value_size, info.max_entries,
-            info.map_flags) != (want.type, want.key_size, want.value_size, want.max_entries,
-                                want.map_flags):
+    if (info.type, info.key_size, info.value_size, info.max_entries, info.map_flags,
+            info.map_extra) != (want.type, want.key_size, want.value_size, want.max_entries,
+                                want.map_flags, want.map_extra):
         existing.close()
         raise ObjectError(f"map '{m.name}': couldn't reuse pinned map at '{path}': parameter "
-                          "mismatch (type, key/value size, max_entries or flags differ)")
+                          "mismatch (type, key/value size, max_entries, flags or map_extra "
+                          "differ)")
     return existing
 
 
 def _fill_map(obj: Object, m: ObjectMap, *, programs: bool) -> None:
     """Initial contents: data bytes (then .rodata frozen) and inner maps, or, once programs
-    are loaded, program-array slots."""
+    are loaded, program-array slots. A reused pinned map keeps what it holds, its
+    program-array slots aside (libbpf fills those in every load)."""
     live = obj.maps[m.name]
     prog_array = map_traits(m.spec.type).fd_values and not map_traits(m.spec.type).map_in_map
+    if m.name in obj.reused and not (programs and prog_array):
+        return
     try:
         if not programs and m.data is not None:
             obj.system.map_update_elem(live.fd, _KEY0, bytes(m.data))
@@ -331,8 +356,10 @@ def _fill_map(obj: Object, m: ObjectMap, *, programs: bool) -> None:
             if prog_array != programs:
                 continue
             source = obj.programs.get(target) if prog_array else obj.maps.get(target)
-            if source is None:  # a program not loaded (autoload off)
-                continue
+            if source is None:  # libbpf stores the unloaded program's fd, which fails
+                raise ObjectError(f"map '{m.name}': failed to initialize slot [{slot}] to "
+                                  f"prog '{target}': it is not loaded (autoload is off: "
+                                  "turn it on, or leave it out of the initializer)")
             obj.system.map_update_elem(live.fd, slot.to_bytes(4, "little"),
                                        source.fd.to_bytes(4, "little"))
     except BPFError as exc:

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import mmap
 import struct
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from typing import Any
 
 from ..btf import Array, Btf, BtfError, Datasec, Enum, FuncProto, Ptr, Struct, Var
 from ..btf.codecs import btf_codec
-from ..btf.types import BTF_VAR_STATIC
+from ..btf.types import BTF_VAR_GLOBAL_ALLOCATED, BTF_VAR_STATIC
 from ..codecs import BytesCodec, Codec
 from ..maps import MapSpec
 from ..uapi import BPF_F_MMAPABLE, BPF_F_NUMA_NODE, BPF_F_RDONLY_PROG, MapType
@@ -34,6 +35,7 @@ BPF_OBJ_NAME_LEN = 16
 LIBBPF_PIN_NONE, LIBBPF_PIN_BY_NAME = 0, 1
 _LEGACY_DEF = struct.Struct("5I")  # struct bpf_map_def
 _MAP_IN_MAP = (MapType.ARRAY_OF_MAPS, MapType.HASH_OF_MAPS)
+U32_MAX = 2**32 - 1
 _DATA_PREFIXES = (".data", ".rodata", ".bss")
 
 
@@ -299,10 +301,30 @@ def _spec(name: str, d: _MapDef, btf: Btf | None, inner: MapSpec | None = None) 
     value: Codec | None = (btf_codec(btf, d.value_type_id, "value")
                            if btf and d.value_type_id else None)
     flags = d.map_flags & ~BPF_F_NUMA_NODE
-    numa = d.numa_node if d.map_flags & BPF_F_NUMA_NODE or d.numa_node else None
-    return MapSpec(d.map_type, d.key_size, d.value_size, d.max_entries, flags=flags,
+    # libbpf passes numa_node (0 when not given) as is: the kernel reads it only with
+    # BPF_F_NUMA_NODE in map_flags
+    numa = (d.numa_node or 0) if d.map_flags & BPF_F_NUMA_NODE else None
+    max_entries = d.max_entries
+    if d.map_type in (MapType.RINGBUF, MapType.USER_RINGBUF):
+        max_entries = adjust_ringbuf_sz(max_entries)
+    return MapSpec(d.map_type, d.key_size, d.value_size, max_entries, flags=flags,
                    numa_node=numa, inner_map=inner, name=name[:BPF_OBJ_NAME_LEN - 1],
                    map_extra=d.map_extra, key=key, value=value)
+
+
+def adjust_ringbuf_sz(size: int) -> int:
+    """libbpf's adjust_ringbuf_sz(): a ring buffer's max_entries raised to the next power-of-2
+    multiple of the page size, as the kernel needs it (0, and a size with none below 2**32,
+    pass unchanged for the kernel to refuse)."""
+    page = mmap.PAGESIZE
+    if size == 0 or (size % page == 0 and (size // page).bit_count() == 1):
+        return size
+    multiple = 1
+    while multiple * page <= U32_MAX:
+        if multiple * page > size:
+            return multiple * page
+        multiple <<= 1
+    return size
 
 
 def btf_maps(elf: ElfFile, btf: Btf, section: Section) -> list[ObjectMap]:
@@ -319,6 +341,11 @@ def btf_maps(elf: ElfFile, btf: Btf, section: Section) -> list[ObjectMap]:
         if not isinstance(var, Var):
             raise ObjectError(f"section '{section.name}': DATASEC entry [{info.type_id}] is "
                               "not a variable")
+        if var.linkage != BTF_VAR_GLOBAL_ALLOCATED:  # bpf_object__init_user_btf_map
+            raise UnsupportedError(f"map '{var.name}': unsupported map linkage "
+                                   f"{'static' if var.linkage == BTF_VAR_STATIC else 'extern'}"
+                                   " (libbpf creates only global maps: drop static or "
+                                   "__hidden)")
         symbol = symbols.get(var.name)
         if symbol is None:
             raise ObjectError(f"map '{var.name}': no ELF symbol in section "
