@@ -172,10 +172,17 @@ class ProgramsMixin:
     bpf_engine = "jit"  # "jit" or "interp" (the reference interpreter)
     insn_budget = DEFAULT_BUDGET  # instructions one run may execute
 
+    _run_env: RunEnv | None = None
+
     @property
     def run_env(self) -> RunEnv:
-        """The environment of this system's program runs (``prog/core.py``)."""
-        return RunEnv(self.machine, self.insn_budget, self.bpf_engine)
+        """The environment of this system's program runs (``prog/core.py``): made again only
+        when the machine, budget or engine changed (every run asks for it)."""
+        env = self._run_env
+        if env is None or env.machine is not self.machine or \
+                env.insn_budget != self.insn_budget or env.engine != self.bpf_engine:
+            env = self._run_env = RunEnv(self.machine, self.insn_budget, self.bpf_engine)
+        return env
 
     # -- load --------------------------------------------------------------------------------
     def _prog_load(self, attr: ProgAttr) -> int:
