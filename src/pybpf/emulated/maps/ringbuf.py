@@ -78,10 +78,22 @@ _irq_work = threading.local()
 MODULE_TASK_LOCALS.append(_irq_work)
 
 
+_irq_work_used = False  # whether any ring ever queued a wake-up (each run asks)
+
+
+def irq_work_queue(ring: RingBuf) -> None:
+    """Queue the wake-up of ``ring``'s readers for the end of this thread's run."""
+    global _irq_work_used
+    _irq_work_used = True
+    _irq_work.__dict__.setdefault("rings", set()).add(ring)
+
+
 def irq_work_run() -> None:
     """Wake the readers of the rings this thread's program committed to: the kernel queues
     the wake-up as irq_work, which runs once the program is done (interrupts on again), so a
     reader woken by a run finds all of its records."""
+    if not _irq_work_used:  # no thread-local read for the runs of a process without rings
+        return
     rings = getattr(_irq_work, "rings", None)
     if rings:
         _irq_work.rings = set()
@@ -156,7 +168,7 @@ class RingBuf(BpfMap):
         with self.spinlock:  # the kernel's xchg of hdr->len
             self.data[at:at + 4] = length.to_bytes(4, "little")
         # the kernel's irq_work wakes the waiters once the program is done
-        _irq_work.__dict__.setdefault("rings", set()).add(self)
+        irq_work_queue(self)
 
     def wake_readers(self) -> None:
         with self.spinlock:
@@ -269,7 +281,7 @@ class UserRingBuf(RingBuf):
             with self.spinlock:
                 self.busy = False
         if flags & BPF_RB_FORCE_WAKEUP or not flags & BPF_RB_NO_WAKEUP and samples > 0:
-            _irq_work.__dict__.setdefault("rings", set()).add(self)
+            irq_work_queue(self)
         return error or samples - discarded
 
     def sample_copy(self, offset: int, size: int) -> bytearray:
