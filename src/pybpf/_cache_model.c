@@ -1005,9 +1005,11 @@ static void cm_dealloc(PyObject *op)
 	Py_TYPE(op)->tp_free(op);
 }
 
-/* HtabMap's costs in C (defined with the native tier's charges, below) */
+/* HtabMap's costs and the scheduler's idle check in C (defined with the native tier's
+ * charges, below) */
 static PyObject *cm_htab_op_cost(PyObject *op, PyObject *const *args, Py_ssize_t nargs);
 static PyObject *cm_htab_walk_cost(PyObject *op, PyObject *const *args, Py_ssize_t nargs);
+static PyObject *cm_sync_idle(PyObject *op, PyObject *const *args, Py_ssize_t nargs);
 
 static PyMethodDef cm_methods[] = {
 	{"access", (PyCFunction)(void (*)(void))cm_access, METH_FASTCALL | METH_KEYWORDS,
@@ -1025,6 +1027,8 @@ static PyMethodDef cm_methods[] = {
 	 "htab_op_cost(bpf_map, bucket_size, cpu, event, key, hash): HtabMap._op_cost"},
 	{"htab_walk_cost", (PyCFunction)(void (*)(void))cm_htab_walk_cost, METH_FASTCALL,
 	 "htab_walk_cost(bpf_map, bucket_size, cpu, key, hash): HtabMap._walk_cost"},
+	{"sync_idle", (PyCFunction)(void (*)(void))cm_sync_idle, METH_FASTCALL,
+	 "sync_idle(scheduler, cpu): whether scheduler.sync(cpu) would do nothing now"},
 	{"state", cm_state, METH_NOARGS,
 	 "The caches, versions and owners, as Timing.cache_state gives them"},
 	{NULL, NULL, 0, NULL},
@@ -1328,6 +1332,24 @@ static PyObject *cm_htab_walk_cost(PyObject *op, PyObject *const *args, Py_ssize
 	    || htab_walk_cost(m, cpu, args[0], args[3], args[4], bucket_size) < 0)
 		return NULL;
 	Py_RETURN_NONE;
+}
+
+/* sync_idle(scheduler, cpu): whether scheduler.sync(cpu) would do nothing now (Timing.sync
+ * then leaves it uncalled); False where it cannot tell */
+static PyObject *cm_sync_idle(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+	CacheModel *m = (CacheModel *)op;
+	int cpu;
+	if (nargs != 2) {
+		PyErr_SetString(PyExc_TypeError, "sync_idle(scheduler, cpu)");
+		return NULL;
+	}
+	if (parse_cpu(m, args[1], &cpu) < 0)
+		return NULL;
+	int idle = sync_does_nothing(args[0], m, cpu);
+	if (idle < 0)
+		return NULL;
+	return PyBool_FromLong(idle);
 }
 
 int64_t pybpf_native_charge(PyObject *const *run, int64_t what, uint64_t addr,

@@ -487,9 +487,13 @@ class Timing:
 
     def sync(self, cpu: int) -> None:
         """A modeled operation begins on ``cpu``: take the baton if a scheduler is attached,
-        then run the deferred work that is due."""
-        if self.scheduler is not None:
-            self.scheduler.sync(cpu)
+        then run the deferred work that is due. (The C model tells, cheaper than the call,
+        when the scheduler's sync would do nothing: ``sync_idle``.)"""
+        scheduler = self.scheduler
+        if scheduler is not None:
+            model = self._cache_model
+            if model is None or not model.sync_idle(scheduler, cpu):
+                scheduler.sync(cpu)
         if self._deferred[cpu]:
             self.run_deferred(cpu)
 
