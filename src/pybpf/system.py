@@ -658,6 +658,34 @@ class System(abc.ABC):
         except KernelError as exc:
             raise self._fail(exc, "kfunc_btf_id", f"kernel function {name}") from None
 
+    # -- what a kernel says about itself outside bpf(2) (an object's externs) -----------------
+    def kernel_version(self) -> int:
+        """LINUX_KERNEL_VERSION, ``KERNEL_VERSION(major, minor, patch)``, as libbpf's
+        get_kernel_version() computes it (``pybpf.hostinfo.kernel_version_code``); 0 when
+        the release names no three numbers."""
+        return self._kernel_version()
+
+    def kernel_config(self) -> str:
+        """The kernel's build config (``.config`` text) that ``__kconfig`` externs read;
+        ENOENT when the kernel does not publish it."""
+        try:
+            return self._kernel_config()
+        except KernelError as exc:
+            raise self._fail(exc, "kernel_config") from None
+
+    def kallsyms(self) -> str:
+        """The kernel's symbol table (``/proc/kallsyms`` text) that typeless ``__ksym``
+        externs are looked up in."""
+        try:
+            return self._kallsyms()
+        except KernelError as exc:
+            raise self._fail(exc, "kallsyms") from None
+
+    def has_syscall_wrapper(self) -> bool:
+        """LINUX_HAS_SYSCALL_WRAPPER: whether syscalls go through ``__<arch>_sys_*``
+        wrappers that a kprobe can be put on (libbpf's probe_kern_syscall_wrapper)."""
+        return self._has_syscall_wrapper()
+
     def _prog_where(self, fd: object) -> str:
         """A program as errors name it ("" when ``fd`` is not one)."""
         if not isinstance(fd, int) or isinstance(fd, bool) or not -(1 << 31) <= fd < 1 << 31:
@@ -758,6 +786,19 @@ class System(abc.ABC):
     @abc.abstractmethod
     def _kfunc_btf_id(self, name: str) -> int:
         """The id of FUNC ``name`` in the kernel's BTF; KernelError(ENOENT) when none."""
+
+    @abc.abstractmethod
+    def _kernel_version(self) -> int: ...
+
+    @abc.abstractmethod
+    def _kernel_config(self) -> str:
+        """KernelError(ENOENT) when there is none."""
+
+    @abc.abstractmethod
+    def _kallsyms(self) -> str: ...
+
+    @abc.abstractmethod
+    def _has_syscall_wrapper(self) -> bool: ...
 
 
 def iter_keys(sys: System, fd: int) -> Iterator[bytes]:

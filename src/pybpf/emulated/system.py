@@ -26,6 +26,7 @@ import threading
 import weakref
 from typing import Any
 
+from .. import hostinfo
 from ..attrs import MapAttr, length_problem, pin_path, value_problem
 from ..errors import KernelError
 from ..system import BatchLookup, FastOps, MapInfo, System
@@ -181,6 +182,24 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
 
     def current_cpu(self) -> int:
         return self.machine.current_cpu()
+
+    # -- what the kernel says about itself (an object's externs) -----------------------------
+    # The emulated kernel models this host's: its release and build config are the host's,
+    # so an object's LINUX_KERNEL_VERSION and CONFIG_* externs read as they do on the kernel
+    # backend here. It has no kernel symbols (no kernel memory a program could reach at an
+    # address; its BTF has no VARs), so typeless __ksym externs find nothing, and no kprobes,
+    # so libbpf's syscall wrapper probe answers 0.
+    def _kernel_version(self) -> int:
+        return hostinfo.host_kernel_version()
+
+    def _kernel_config(self) -> str:
+        return hostinfo.host_kernel_config()
+
+    def _kallsyms(self) -> str:
+        return ""
+
+    def _has_syscall_wrapper(self) -> bool:
+        return False
 
     # -- fd table, ids, references -----------------------------------------------------------
     def fd_install(self, obj: Any) -> int:

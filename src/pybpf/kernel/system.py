@@ -31,6 +31,7 @@ import os
 import threading
 from collections.abc import Iterator
 
+from .. import hostinfo
 from ..accelerator import ACCEL
 from ..attrs import (
     UNREADABLE,
@@ -555,6 +556,18 @@ class KernelSystem(SockMapMixin, System):
         except KeyError:
             raise KernelError(errno.ENOENT, UNMERGED_KFUNCS.get(
                 name, f"this kernel's BTF ({VMLINUX_BTF}) has no function {name!r}")) from None
+
+    def _kernel_version(self) -> int:
+        return hostinfo.host_kernel_version()
+
+    def _kernel_config(self) -> str:
+        return hostinfo.host_kernel_config()
+
+    def _kallsyms(self) -> str:
+        return hostinfo.host_kallsyms()
+
+    def _has_syscall_wrapper(self) -> bool:
+        return hostinfo.host_has_syscall_wrapper()
 
     def _raw_tracepoint_open(self, prog_fd: int, name: str) -> int:
         fd = bpf(Cmd.RAW_TRACEPOINT_OPEN, RawTracepointAttr(name=name.encode(),
