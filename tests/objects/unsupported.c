@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: GPL-2.0
-/* A feature pybpf parses but cannot load: a typed extern kernel variable (.ksyms, a
- * BPF_PSEUDO_BTF_ID load; kfunc calls are loaded: kfuncs.c). Parsing succeeds; loading
- * must fail naming it. */
+/* A feature pybpf parses but cannot load: arena global data (__arena, a variable of the
+ * .addr_space.1 section; extern kernel variables and kfuncs are loaded: externs.c,
+ * kfuncs.c). Parsing succeeds; loading must fail naming it. */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 
-extern const int bpf_prog_active __ksym;
+int __attribute__((address_space(1))) arena_counter SEC(".addr_space.1");
 
 SEC("raw_tp/sys_enter")
-int uses_ksym(void *ctx)
+int uses_arena(void *ctx)
 {
-	return bpf_prog_active == 0;
+	return arena_counter == 0;
 }
 
 SEC("socket")

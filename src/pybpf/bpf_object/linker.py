@@ -9,8 +9,10 @@ Steps, each libbpf's:
    becomes a ``Reloc`` on the function that holds the instruction: a map (``.maps`` or
    legacy ``maps``), a global variable (a map value at an offset), a call or the address
    of a subprogram, or an extern: a kfunc (a call, or the address ``bpf_ksym_exists``
-   takes, of a function in ``.ksyms``: resolved at load time) or an extern variable
-   (ksym, kconfig: recorded, reported as unsupported when the program is loaded).
+   takes, of a function in ``.ksyms``: resolved at load time), a kernel variable (a ksym,
+   resolved at load time) or a ``__kconfig`` extern (a value of the ``.kconfig`` map at the
+   extern's offset); any other extern is recorded and reported as unsupported when the
+   program is loaded.
 3. ``link`` (bpf_object__reloc_code): a program's code is its own instructions followed by
    every subprogram it calls or takes the address of (a callback of bpf_loop, timers, ...),
    directly or not, each appended once in first-call order, with call immediates rewritten
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from ..btf import BtfExt, CoreRelo, FuncInfo, LineInfo
@@ -37,6 +39,7 @@ CALL = 0x85        # BPF_JMP | BPF_CALL
 LD_IMM64 = 0x18    # BPF_LD | BPF_IMM | BPF_DW
 _INSN = struct.Struct("<BBhi")
 _INSN_BE = struct.Struct(">BBhi")
+KCONFIG_MAP = ".kconfig"  # the internal map of the __kconfig externs' values
 # Where relocations may point that pybpf does not load: ELF section -> feature name.
 UNSUPPORTED_SECTIONS = {".addr_space.1": "arena global data (__arena)",
                         ".jumptables": "jump tables (indirect jumps)"}
@@ -49,7 +52,8 @@ class RelocKind(enum.Enum):
     SUBPROG_ADDR = "subprog addr"  # lddw of a subprogram (callbacks, BPF_PSEUDO_FUNC)
     KFUNC_CALL = "kfunc call"      # call of an extern kernel function
     KFUNC_ADDR = "kfunc address"   # lddw of an extern kernel function (bpf_ksym_exists)
-    EXTERN_LD64 = "extern"         # lddw of an extern variable (.ksyms, .kconfig)
+    KSYM = "ksym"                  # lddw of an extern kernel variable (.ksyms)
+    EXTERN_LD64 = "extern"         # lddw of an extern pybpf cannot resolve
 
 
 @dataclass(frozen=True)
@@ -138,13 +142,18 @@ def find_function(functions: list[Function], section: Section,
 def record_relocations(elf: ElfFile, functions: list[Function],
                        map_at: Callable[[int, int], str | None],
                        data_map: Callable[[int], str | None],
-                       kfuncs: Collection[str] = ()) -> None:
+                       kfuncs: Collection[str] = (),
+                       kconfig: Mapping[str, int] | None = None,
+                       ksyms: Collection[str] = ()) -> None:
     """Attach every relocation of every code section to its function.
 
     ``map_at(shndx, offset)`` names the map defined there (``.maps``/``maps``);
     ``data_map(shndx)`` names the global data map of a section; ``kfuncs`` are the
-    externs the object's BTF declares as kernel functions (FUNCs in ``.ksyms``).
+    externs the object's BTF declares as kernel functions (FUNCs in ``.ksyms``),
+    ``kconfig`` the ``__kconfig`` externs (each one's offset in the ``.kconfig`` map's
+    value) and ``ksyms`` the kernel variables (VARs in ``.ksyms``).
     """
+    externs = _Externs(kfuncs, kconfig or {}, ksyms)
     text = elf.section(".text")
     for section in {f.section.index: f.section for f in functions}.values():
         for rel in elf.relocations(section):
@@ -157,13 +166,21 @@ def record_relocations(elf: ElfFile, functions: list[Function],
                 continue  # libbpf: an overridden weak function; nothing loads it
             insn = sec_insn - function.sec_insn_off
             function.relos.append(_reloc(elf, rel, function, insn, text, map_at, data_map,
-                                         kfuncs))
+                                         externs))
+
+
+@dataclass(frozen=True)
+class _Externs:
+    kfuncs: Collection[str]
+    kconfig: Mapping[str, int]
+    ksyms: Collection[str]
 
 
 def _reloc(elf: ElfFile, rel: Relocation, function: Function, insn: int,
            text: Section | None, map_at: Callable[[int, int], str | None],
-           data_map: Callable[[int], str | None], kfuncs: Collection[str]) -> Reloc:
+           data_map: Callable[[int], str | None], externs: _Externs) -> Reloc:
     """bpf_program__record_reloc()."""
+    kfuncs = externs.kfuncs
     opcode, regs, _off, imm = _INSN.unpack_from(function.insns, insn * INSN_SIZE)
     symbol = rel.symbol
     name = elf.symbol_name(symbol)
@@ -178,7 +195,10 @@ def _reloc(elf: ElfFile, rel: Relocation, function: Function, insn: int,
                                   "compile with clang -g")
         if opcode == CALL:
             return Reloc(insn, RelocKind.KFUNC_CALL, name)
-        kind = RelocKind.KFUNC_ADDR if name in kfuncs else RelocKind.EXTERN_LD64
+        if name in externs.kconfig:  # RELO_EXTERN_LD64 of a kcfg extern: a .kconfig value
+            return Reloc(insn, RelocKind.MAP_VALUE, KCONFIG_MAP, externs.kconfig[name])
+        kind = RelocKind.KFUNC_ADDR if name in kfuncs else \
+            RelocKind.KSYM if name in externs.ksyms else RelocKind.EXTERN_LD64
         return Reloc(insn, kind, name)
     if opcode == CALL:
         if regs >> 4 != BPF_PSEUDO_CALL:

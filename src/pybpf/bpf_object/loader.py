@@ -9,6 +9,11 @@
    of helper POISON_CALL_KFUNC_BASE + its index), so only a guarded call loads, and a
    reachable one is reported as libbpf does. Only vmlinux kfuncs: those of kernel
    modules need a BTF fd array, which pybpf does not pass.
+   Extern variables (libbpf's bpf_object__resolve_externs, ``externs``): the ``__kconfig``
+   externs' values are worked out (the System's kernel version and config, the ``kconfig``
+   text given to ``load`` first) for the ``.kconfig`` map; ``__ksym`` kernel variables are
+   found in the System's kernel BTF (typed) or kallsyms (typeless). A strong one that
+   cannot be resolved stops the load as libbpf stops it; a weak one is 0.
 1. BTF: the fixed-up BTF goes in with BTF_LOAD. As in libbpf it is optional: when the
    kernel refuses it, a warning says why (with the kernel's log) and loading goes on
    without it (maps untyped, programs without func_info).
@@ -16,12 +21,14 @@
    under ``pin_root_path`` is reused when it matches, else created and pinned; maps are
    created with their BTF key/value types (retried without them if the kernel refuses, as
    libbpf does; a PERF_EVENT_ARRAY without max_entries gets a slot per possible CPU);
-   global data maps get their initial bytes, ``.rodata`` is then frozen; map-in-map slots
+   global data maps get their initial bytes (``.kconfig``: the values worked out above),
+   ``.rodata`` and ``.kconfig`` are then frozen; map-in-map slots
    get their inner maps.
 3. Programs (those with ``autoload``): CO-RE relocations against the System's own BTF
    (``System.vmlinux_btf``), map fds into their loads, kfunc calls made
    ``BPF_PSEUDO_KFUNC_CALL`` (imm: the BTF id, off 0: vmlinux) and kfunc addresses
-   ``BPF_PSEUDO_BTF_ID`` loads, BPF_PROG_LOAD with the license,
+   ``BPF_PSEUDO_BTF_ID`` loads, typed ksyms ``BPF_PSEUDO_BTF_ID`` loads of their VAR and
+   typeless ones (and missing weak ones) constants, BPF_PROG_LOAD with the license,
    kernel version, BTF, func_info and line_info; the target's BTF id for tracing programs.
    A refusal reads like libbpf's: the program, the verifier's log, and for an instruction a
    CO-RE relocation could not resolve, which relocation it was.
@@ -56,6 +63,7 @@ from ..uapi import (
     map_traits,
 )
 from .errors import ObjectError, UnsupportedError
+from .externs import ResolvedKsym, patch_ksym, resolve_kconfig, resolve_ksyms
 from .linker import RelocKind
 from .map_defs import LIBBPF_PIN_BY_NAME, Globals, ObjectMap
 from .relo_core import POISON_IMM, Poisoned, apply_core_relos, essential_name, types_are_compat
@@ -110,6 +118,10 @@ class Object(Closable):
         # paths it pinned (unpinned again if the load fails)
         self.reused: set[str] = set()
         self.pinned: list[str] = []
+        # Where each ksym variable resolved (a weak one not found is absent).
+        self.ksyms: dict[str, ResolvedKsym] = {}
+        # Initial values the loader worked out for internal maps (``.kconfig``), by map.
+        self.initial_data: dict[str, bytes] = {}
         self.globals = Globals(spec.maps, self._read_value, self._write_value)
 
     def _read_value(self, name: str) -> bytes:
@@ -173,8 +185,10 @@ class Object(Closable):
 
 
 def load_object(spec: Any, system: System | None = None, *,
-                pin_root_path: str = DEFAULT_PIN_ROOT, log_level: int = 0) -> Object:
-    """Load ``spec`` (an ``ObjectSpec``) on ``system`` (default: ``pybpf.system()``)."""
+                pin_root_path: str = DEFAULT_PIN_ROOT, log_level: int = 0,
+                kconfig: str | None = None) -> Object:
+    """Load ``spec`` (an ``ObjectSpec``) on ``system`` (default: ``pybpf.system()``);
+    ``kconfig``: kernel config lines read before the System's (see ``ObjectSpec.load``)."""
     system = resolve_system(system)
     if spec.byteorder != ("little" if struct.pack("=H", 1)[0] else "big"):
         raise ObjectError(f"object '{spec.name}' is {spec.byteorder}-endian; this machine "
@@ -182,8 +196,13 @@ def load_object(spec: Any, system: System | None = None, *,
     obj = Object(spec, system)
     try:
         target_btf = None
-        if spec.kfuncs or any(p.core_relos for p in spec.programs.values() if p.autoload):
+        if spec.kfuncs or any(ext.type_id for ext in spec.ksyms.values()) or \
+                any(p.core_relos for p in spec.programs.values() if p.autoload):
             target_btf = Btf.from_bytes(system.vmlinux_btf())
+        if spec.kconfig:
+            obj.initial_data[".kconfig"] = resolve_kconfig(spec.kconfig, system, kconfig)
+        if spec.ksyms:
+            obj.ksyms = resolve_ksyms(spec.ksyms, spec.btf, system, target_btf)
         if spec.kfuncs:
             obj.kfuncs = resolve_kfuncs(spec, system, target_btf)
         _load_btf(obj)
@@ -349,7 +368,8 @@ def _fill_map(obj: Object, m: ObjectMap, *, programs: bool) -> None:
         return
     try:
         if not programs and m.data is not None:
-            obj.system.map_update_elem(live.fd, _KEY0, bytes(m.data))
+            obj.system.map_update_elem(live.fd, _KEY0,
+                                       obj.initial_data.get(m.name, bytes(m.data)))
             if m.frozen:
                 live.freeze()
         for slot, target in m.slots.items():
@@ -374,12 +394,14 @@ def _map_error(m: ObjectMap, what: str, exc: BPFError) -> BPFError:
 
 def program_code(prog: Any, map_fds: Mapping[str, int], local_btf: Btf | None = None,
                  target_btf: Btf | None = None,
-                 kfunc_ids: Mapping[str, int | None] | None = None
+                 kfunc_ids: Mapping[str, int | None] | None = None,
+                 ksyms: Mapping[str, ResolvedKsym] | None = None
                  ) -> tuple[bytes, list[Poisoned]]:
     """A program's instructions ready for BPF_PROG_LOAD: CO-RE relocated (``local_btf``
-    against ``target_btf``), with the fds of the maps it uses (``map_fds`` by name) and the
-    kfuncs' BTF ids (``kfunc_ids``, what ``resolve_kfuncs`` gives); the CO-RE relocations
-    that found no target come back with it."""
+    against ``target_btf``), with the fds of the maps it uses (``map_fds`` by name), the
+    kfuncs' BTF ids (``kfunc_ids``, what ``resolve_kfuncs`` gives) and the kernel
+    variables' (``ksyms``, what ``resolve_ksyms`` gives; a weak one absent loads 0); the
+    CO-RE relocations that found no target come back with it."""
     code = bytearray(prog.insns)
     poisoned: list[Poisoned] = []
     if prog.core_relos:
@@ -398,6 +420,8 @@ def program_code(prog: Any, map_fds: Mapping[str, int], local_btf: Btf | None = 
             _INSN.pack_into(code, relo.insn * 8, opcode, regs, off, map_fds[relo.target])
         elif relo.kind in (RelocKind.KFUNC_CALL, RelocKind.KFUNC_ADDR):
             _patch_kfunc(code, prog.name, relo, kfunc_ids or {})
+        elif relo.kind == RelocKind.KSYM:
+            patch_ksym(code, relo.insn, (ksyms or {}).get(relo.target))
     return bytes(code), poisoned
 
 
@@ -428,7 +452,7 @@ def _patch_kfunc(code: bytearray, prog: str, relo: Any,
 def _load_program(obj: Object, prog: Any, target_btf: Btf | None, log_level: int) -> Program:
     system, spec = obj.system, obj.spec
     code, poisoned = program_code(prog, {name: m.fd for name, m in obj.maps.items()},
-                                  spec.btf, target_btf, obj.kfuncs)
+                                  spec.btf, target_btf, obj.kfuncs, obj.ksyms)
     btf_args: dict[str, Any] = {}
     if obj.btf_fd is not None and prog.func_info:
         btf_args = dict(

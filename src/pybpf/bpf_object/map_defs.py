@@ -76,11 +76,13 @@ class ObjectMap:
 
     @property
     def kind(self) -> str:
-        """"btf", "legacy", "data", "rodata" or "bss"."""
+        """"btf", "legacy", "data", "rodata", "bss" or "kconfig"."""
         if self.section == ".maps":
             return "btf"
         if self.section == "maps":
             return "legacy"
+        if self.section == ".kconfig":  # the __kconfig externs' values (externs.py)
+            return "kconfig"
         return _data_kind(self.section)[1:]
 
 

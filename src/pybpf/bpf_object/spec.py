@@ -5,10 +5,12 @@ cilium/ebpf's ``CollectionSpec``. An ``ObjectSpec`` holds
 
 - ``maps``: ``ObjectMap`` by name (BTF-defined, legacy, global data by section name);
 - ``programs``: ``ObjectProgram`` by function name, linked (subprograms appended), with
-  the relocations left for load time (map fds, kfuncs, unsupported externs) and the CO-RE
+  the relocations left for load time (map fds, kfuncs, ksyms, unsupported externs) and the CO-RE
   records;
 - ``kfuncs``: ``KfuncExtern`` by name, the kernel functions the object declares ``__ksym``
   (FUNCs in the BTF's ``.ksyms``), resolved against the System's kernel BTF at load;
+- ``kconfig`` and ``ksyms``: the extern variables (``KconfigExtern``, in the ``.kconfig``
+  map, and ``KsymExtern``, kernel variables), filled and resolved at load (``externs``);
 - ``globals``: the global variables by name, readable and writable before load;
 - ``btf`` (fixed up as libbpf does before BTF_LOAD: DATASEC sizes and variable offsets
   from the ELF symbols), ``btf_ext``, ``license``, ``kern_version``.
@@ -16,7 +18,7 @@ cilium/ebpf's ``CollectionSpec``. An ``ObjectSpec`` holds
 Rules this module keeps:
 - Parsing is pure and complete: a malformed or unsupported object raises ``ObjectError``
   (or a subclass) naming the section, map, program or relocation; nothing else escapes.
-- Features pybpf cannot load (extern variables, arena, struct_ops) do not
+- Features pybpf cannot load (externs outside .kconfig and .ksyms, arena, struct_ops) do not
   stop parsing: they are listed in ``unsupported`` (per program and per object) so that
   loading fails naming them, and an object can still be inspected.
 """
@@ -54,6 +56,7 @@ from ..system import System
 from ..uapi import MapType, ProgType
 from .elf import STB_GLOBAL, STB_WEAK, STT_OBJECT, STV_HIDDEN, STV_INTERNAL, ElfFile
 from .errors import ObjectError
+from .externs import KconfigExtern, KsymExtern, collect_externs, kconfig_map
 from .linker import Reloc, RelocKind, attach_btf_ext, collect_functions, link, record_relocations
 from .loader import DEFAULT_PIN_ROOT, Object, load_object
 from .map_defs import (
@@ -148,6 +151,8 @@ class ObjectSpec:
     btf_ext: BtfExt | None
     unsupported: list[str]
     kfuncs: dict[str, KfuncExtern] = field(default_factory=dict)
+    kconfig: dict[str, KconfigExtern] = field(default_factory=dict)
+    ksyms: dict[str, KsymExtern] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         def read(name: str) -> bytes:
@@ -167,11 +172,14 @@ class ObjectSpec:
         self.programs[program] = dataclasses.replace(self.programs[program], autoload=autoload)
 
     def load(self, system: System | None = None, *, pin_root_path: str = DEFAULT_PIN_ROOT,
-             log_level: int = 0) -> Object:
+             log_level: int = 0, kconfig: str | None = None) -> Object:
         """Create the maps and load the programs on ``system`` (default ``pybpf.system()``);
         the ``Object`` owns them. Pinned maps (LIBBPF_PIN_BY_NAME) live under
-        ``pin_root_path``; ``log_level`` > 0 asks for verifier logs."""
-        return load_object(self, system, pin_root_path=pin_root_path, log_level=log_level)
+        ``pin_root_path``; ``log_level`` > 0 asks for verifier logs; ``kconfig``, lines
+        of a kernel config (``CONFIG_HZ=1000``), is read before the kernel's own (libbpf's
+        ``kconfig`` open option)."""
+        return load_object(self, system, pin_root_path=pin_root_path, log_level=log_level,
+                           kconfig=kconfig)
 
     def __repr__(self) -> str:
         return (f"<ObjectSpec {self.name!r}: maps {', '.join(self.maps) or '-'}; programs "
@@ -196,6 +204,8 @@ class ObjectSpec:
 def _parse(elf: ElfFile, obj_name: str) -> ObjectSpec:
     btf, btf_ext = _read_btf(elf)
     kfuncs = _kfunc_externs(elf, btf)
+    externs = collect_externs(elf, btf)
+    btf = externs.btf
     if btf is not None:
         btf = fixup_ksyms(btf)
     license = _license(elf)
@@ -226,13 +236,17 @@ def _parse(elf: ElfFile, obj_name: str) -> ObjectSpec:
         if is_data_section(section):
             maps[section.name] = data_map(elf, btf, section, obj_name)
             data_by_section[section.index] = section.name
+    if externs.kconfig:
+        maps[".kconfig"] = kconfig_map(btf, externs.kconfig, obj_name)
     for m in maps.values():
         if m.spec.type in _UNSUPPORTED_MAP_TYPES:
             unsupported.append(f"{_UNSUPPORTED_MAP_TYPES[m.spec.type]} (map '{m.name}')")
 
     functions = collect_functions(elf)
     record_relocations(elf, functions, lambda shndx, off: by_location.get((shndx, off)),
-                       data_by_section.get, kfuncs)
+                       data_by_section.get, kfuncs,
+                       {name: ext.offset for name, ext in externs.kconfig.items()},
+                       externs.ksyms)
     if btf_ext is not None:
         attach_btf_ext(functions, btf_ext)
     if maps_section is not None:
@@ -248,7 +262,7 @@ def _parse(elf: ElfFile, obj_name: str) -> ObjectSpec:
             continue
         programs[function.name] = _program(function, functions, license, kern_version)
     return ObjectSpec(obj_name, elf.byteorder, maps, programs, license, kern_version, btf,
-                      btf_ext, unsupported, kfuncs)
+                      btf_ext, unsupported, kfuncs, externs.kconfig, externs.ksyms)
 
 
 def _kfunc_externs(elf: ElfFile, btf: Btf | None) -> dict[str, KfuncExtern]:
