@@ -11,6 +11,22 @@ import errno
 import pytest
 
 from helpers import err_of, u32
+from pybpf.asm import (
+    FP,
+    R0,
+    R1,
+    R2,
+    R6,
+    add64,
+    assemble,
+    call,
+    encode,
+    exit_,
+    ld_map_fd,
+    ldxdw,
+    mov64,
+    st,
+)
 from pybpf.uapi import (
     BPF_EXIST,
     BPF_F_NO_PREALLOC,
@@ -19,6 +35,7 @@ from pybpf.uapi import (
     BPF_NOEXIST,
     ENOTSUPP,
     MapType,
+    ProgType,
 )
 
 from .conftest import KMALLOC_MAX_SIZE
@@ -77,3 +94,19 @@ def test_queue_stack_element_errors(maps, map_type):
     sys.map_update_elem(fd, None, u32(1))
     assert err_of(sys.map_lookup_and_delete_elem, fd, None, 4) == errno.EINVAL
     assert err_of(sys.map_lookup_batch, fd, None, 4) == ENOTSUPP
+
+
+@pytest.mark.parametrize("map_type", [MapType.QUEUE, MapType.STACK])
+@pytest.mark.parametrize("helper", ["map_pop_elem", "map_peek_elem"])
+def test_pop_or_peek_on_an_empty_map_zeroes_the_programs_buffer(sys, map_type, helper):
+    """__queue_map_get / __stack_map_get: an empty map gives -ENOENT and a zeroed value
+    buffer; a full one the value."""
+    fd = sys.map_create(map_type, 0, 8, 4)
+    items = [st(8, FP, -8, 0x1111), ld_map_fd(R1, "m"), mov64(R2, FP), add64(R2, -8),
+             call(helper), mov64(R6, R0), ldxdw(R0, FP, -8), add64(R0, R6), exit_()]
+    prog = sys.prog_load(ProgType.XDP, encode(assemble(items).with_map_fds(lambda name: fd)))
+    assert sys.prog_test_run(prog, bytes(64)).retval == (-errno.ENOENT) & 0xFFFFFFFF
+    sys.map_update_elem(fd, None, (0x2222).to_bytes(8, "little"))
+    assert sys.prog_test_run(prog, bytes(64)).retval == 0x2222
+    sys.close(prog)
+    sys.close(fd)

@@ -226,11 +226,14 @@ def bpf_map_push_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int)
     return 0
 
 
-def _pop_or_peek(rs: RunState, op: Callable[[], bytes], r2: int) -> int:
-    """Copy what pop/peek gives into the program's buffer at R2; 0 or the -errno."""
+def _pop_or_peek(rs: RunState, op: Callable[[], bytes], r2: int, value_size: int) -> int:
+    """Copy what pop/peek gives into the program's buffer at R2; 0 or the -errno. An empty
+    queue or stack zeroes the buffer (__queue_map_get, __stack_map_get)."""
     try:
         got = op()
     except KernelError as exc:
+        if exc.errno == errno.ENOENT:
+            mem_write(rs, r2, bytes(value_size), "value (R2)")
         return -exc.errno & M64
     mem_write(rs, r2, got, "value (R2)")
     return 0
@@ -239,7 +242,7 @@ def _pop_or_peek(rs: RunState, op: Callable[[], bytes], r2: int) -> int:
 def bpf_map_pop_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     bpf_map = bpf_map_of(rs, r1, "bpf_map_pop_elem")
     mem_read(rs, r2, bpf_map.value_size, "value (R2)")  # the buffer must be there first
-    return _pop_or_peek(rs, bpf_map.map_pop_elem, r2)
+    return _pop_or_peek(rs, bpf_map.map_pop_elem, r2, bpf_map.value_size)
 
 
 def bpf_map_peek_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
@@ -251,7 +254,7 @@ def bpf_map_peek_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int)
         except KernelError as exc:
             return -exc.errno & M64
         return 0
-    return _pop_or_peek(rs, bpf_map.map_peek_elem, r2)
+    return _pop_or_peek(rs, bpf_map.map_peek_elem, r2, bpf_map.value_size)
 
 
 def bpf_map_lookup_percpu_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int,
