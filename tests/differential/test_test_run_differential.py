@@ -281,3 +281,34 @@ def test_random_test_run_inputs_get_the_kernels_answer(programs, kernel, emulate
     differential_tally.add("kernel", "emulated", "test_run inputs", 1, 1,
                            int(on_kernel != on_emulator))
     assert on_emulator == on_kernel
+
+
+SKF_NET_OFF, SKF_LL_OFF = -0x100000, -0x200000
+LD_ABS_SIZES = {1: "u8", 2: "u16", 4: "u32"}
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(prog_type=st.sampled_from([ProgType.SOCKET_FILTER, ProgType.SCHED_CLS]),
+       base=st.sampled_from([SKF_LL_OFF, SKF_NET_OFF, 0]),
+       delta=st.integers(-3, 70), size=st.sampled_from(sorted(LD_ABS_SIZES)),
+       indirect=st.booleans(), frame=st.binary(min_size=34, max_size=64))
+def test_ld_abs_and_ld_ind_reach_the_mac_and_network_headers(kernel, emulated_engine, prog_type,
+                                                             base, delta, size, indirect,
+                                                             frame, differential_tally):
+    """bpf_internal_load_pointer_neg_helper: SKF_LL_OFF + k reads the MAC header's byte k,
+    SKF_NET_OFF + k the network header's, up to the frame's end; anything else past it
+    ends the run with 0."""
+    frame = frame[:12] + b"\x08\x00" + frame[14:]  # IPv4, so the test run takes it
+    load = (f"r2 = {base + delta}\n    r0 = *({LD_ABS_SIZES[size]} *)skb[r2 + 0]" if indirect
+            else f"r0 = *({LD_ABS_SIZES[size]} *)skb[{base + delta}]")
+    text = f"r6 = r1\n    {load}\n    r0 += 1000\n    exit"
+    results = []
+    for system in (kernel, emulated_engine):
+        fd = system.prog_load(prog_type, b"".join(
+            i.encode() for i in assemble_text(text).instructions))
+        results.append(system.prog_test_run(fd, frame).retval)
+        system.close(fd)
+    differential_tally.add("kernel", "emulated", "ld_abs offsets", 1, 1,
+                           int(results[0] != results[1]))
+    assert results[1] == results[0]

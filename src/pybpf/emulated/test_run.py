@@ -262,6 +262,7 @@ def bpf_prog_test_run_skb(prog: Any, req: TestRunRequest) -> TestRun:
 def _run_skb(prog: Any, ctx_region: CtxRegion, packet: memoryview,
              data: memoryview) -> int:
     rs = RunState(prog.run_env, data)
+    rs.headers = (packet, 0, ETH_HLEN)  # eth_type_trans set both
     rs.mem[CTX_REGION] = ctx_region
     rs.mem[PACKET_REGION] = packet
     return run_prog(prog.executable, rs)

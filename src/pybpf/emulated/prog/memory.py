@@ -190,7 +190,7 @@ class RunState:
     """
 
     __slots__ = ("env", "mem", "next_region", "value_regions", "count", "budget", "tail_calls",
-                 "machine", "packet", "redirect", "entry_of", "trace", "retval",
+                 "machine", "packet", "headers", "redirect", "entry_of", "trace", "retval",
                  "psock")
 
     def __init__(self, env: RunEnv = RunEnv(),
@@ -204,6 +204,9 @@ class RunState:
         self.tail_calls = 0
         self.machine = env.machine  # every helper reads it: kept at hand
         self.packet = packet
+        # (frame, MAC header offset, network header offset) of an skb whose headers the
+        # run knows, for LD_ABS's negative offsets (SKF_LL_OFF, SKF_NET_OFF); None: unknown
+        self.headers: tuple[Any, int, int] | None = None
         self.redirect: Any = None
         self.entry_of: Callable[[Any, int], Callable] | None = None
         self.trace: list[bytes] = []

@@ -94,11 +94,22 @@ def atomic_op(rs: RunState, addr: int, size: int, imm: int, src: int, r0: int,
         return old
 
 
+SKF_NET_OFF, SKF_LL_OFF = -0x100000, -0x200000  # include/uapi/linux/filter.h
+
+
 def ld_abs(rs: RunState, offset: int, size: int) -> int:
-    """Legacy packet load: big-endian ``size`` bytes at skb->data + offset, else abort with 0."""
+    """Legacy packet load: big-endian ``size`` bytes at skb->data + offset, else abort with 0.
+    A negative offset is bpf_internal_load_pointer_neg_helper's: from SKF_NET_OFF on, that
+    far into the network header, from SKF_LL_OFF on, into the MAC header (``rs.headers``:
+    where a run knows them), up to the end of the frame."""
     packet = rs.packet
     offset = ((offset & M32) ^ SIGN32) - SIGN32
-    if offset < 0 or offset + size > len(packet):
+    if offset < 0:
+        if rs.headers is None or offset < SKF_LL_OFF:
+            raise RunAbort
+        packet, mac, network = rs.headers
+        offset += network - SKF_NET_OFF if offset >= SKF_NET_OFF else mac - SKF_LL_OFF
+    if offset + size > len(packet):
         raise RunAbort
     return int.from_bytes(packet[offset:offset + size], "big")
 
