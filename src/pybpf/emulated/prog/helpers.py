@@ -56,6 +56,7 @@ from .bpf_iter import (
     callback_of,
     timer_runner,
 )
+from .bprintf import MAX_BPRINTF_BUF, BprintfError, bprintf
 from .memory import (
     M32,
     M64,
@@ -294,49 +295,36 @@ def bpf_get_current_pid_tgid(rs: RunState, r1: int, r2: int, r3: int, r4: int, r
 
 
 def bpf_trace_printk(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
-    """Format like the kernel's bpf_trace_printk (%d %i %u %x %c %%, with l/ll); appended to
-    ``rs.trace``. Returns the length written, or -EINVAL for a format it does not take."""
-    fmt = mem_read(rs, r1, r2, "format (R1)").split(b"\0", 1)[0]
+    """bpf_trace_printk: the format at R1 (R2 bytes, NUL within) printed with R3-R5 as the
+    kernel's bprintf prints it (``bprintf.py``), appended to ``rs.trace``; the text's length,
+    or -EINVAL / -ENOSPC for a format the kernel refuses."""
+    fmt = mem_read(rs, r1, r2, "format (R1)")
     try:
-        text = _format(fmt, [r3, r4, r5])
-    except ValueError:
-        return -errno.EINVAL & M64
-    rs.trace.append(text)
+        text = bprintf(fmt, [r3, r4, r5], functools.partial(_readable, rs),
+                       functools.partial(_readable_string, rs))
+    except BprintfError as exc:
+        return -exc.errno & M64
+    rs.trace.append(text[:MAX_BPRINTF_BUF - 1])
     return len(text)
 
 
-def _format(fmt: bytes, args: list[int]) -> bytes:
-    out = bytearray()
-    i = 0
-    while i < len(fmt):
-        c = fmt[i]
-        i += 1
-        if c != ord("%"):
-            out.append(c)
-            continue
-        if fmt[i:i + 1] == b"%":
-            out += b"%"
-            i += 1
-            continue
-        bits = 32
-        while fmt[i:i + 1] == b"l":
-            bits = 64
-            i += 1
-        conv = fmt[i:i + 1]
-        i += 1
-        if not args or conv not in (b"d", b"i", b"u", b"x", b"c"):
-            raise ValueError(f"unsupported conversion %{conv.decode(errors='replace')}")
-        value = args.pop(0) & ((1 << bits) - 1)
-        if conv in (b"d", b"i"):
-            value = value - (1 << bits) if value >> (bits - 1) else value
-            out += str(value).encode()
-        elif conv == b"u":
-            out += str(value).encode()
-        elif conv == b"x":
-            out += f"{value:x}".encode()
-        else:
-            out.append(value & 0xFF)
-    return bytes(out)
+def _readable(rs: RunState, ptr: int, size: int) -> bytes | None:
+    """``size`` bytes of program memory at ``ptr``, or None (a kernel copy that faults)."""
+    try:
+        return mem_read(rs, ptr, size, "bprintf argument")
+    except ProgramFault:
+        return None
+
+
+def _readable_string(rs: RunState, ptr: int, limit: int) -> bytes | None:
+    """The NUL-terminated string at ``ptr``, at most ``limit`` bytes of it (its region's
+    end ends it too), or None where nothing is readable."""
+    region = rs.mem.get(ptr >> 32) if 0 <= ptr <= M64 else None
+    off = ptr & OFF_MASK
+    if not isinstance(region, (bytes, bytearray, memoryview)) or off >= len(region):
+        return None
+    text = bytes(region[off:off + limit])
+    return text.split(b"\0", 1)[0]
 
 
 # -- redirects (net/core/filter.c, net/core/sock_map.c) -----------------------------------------
