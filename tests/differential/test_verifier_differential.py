@@ -127,9 +127,9 @@ def test_generated_programs_get_the_kernels_verdict(kernel, emulated, lookup_map
 
 # -- any instruction -----------------------------------------------------------------------------
 # r2 = 5, r3 = fp-16, r4 = unknown, r5 = ctx, fp-8 holds r4, fp-12 zeros, r0 = 0
-PREAMBLE = (ins(0xB7, 2, 0, 0, 5) + ins(0xBF, 3, 10) + ins(0x07, 3, 0, 0, -16)
-            + ins(0x85, 0, 0, 0, 5) + ins(0xBF, 4, 0) + ins(0xBF, 5, 1) + ins(0x7B, 10, 4, -8)
-            + ins(0x62, 10, 0, -12, 0) + ins(0xB7, 0, 0, 0, 0))
+PREAMBLE = (ins(0xBF, 6, 1) + ins(0x85, 0, 0, 0, 5) + ins(0xBF, 4, 0) + ins(0xB7, 2, 0, 0, 5)
+            + ins(0xBF, 3, 10) + ins(0x07, 3, 0, 0, -16) + ins(0xBF, 5, 6)
+            + ins(0x7B, 10, 4, -8) + ins(0x62, 10, 0, -12, 0) + ins(0xB7, 0, 0, 0, 0))
 EXIT_0 = ins(0xB7, 0, 0, 0, 0) + ins(0x95)
 offsets = st.one_of(st.sampled_from([0, 1, -1, 2, 4, 8, -8, -4, -12, -16, 16, -520, 512]),
                     st.integers(-(1 << 15), (1 << 15) - 1))
