@@ -144,6 +144,13 @@ class Reg(NamedTuple):
     pkt_id: int = 0
     range: int = 0
     iter: IterState | None = None  # the first slot of an iterator on the stack: its state
+    # A scalar's id (the kernel keeps it in ``id`` too): not 0, the registers and spilled
+    # slots that hold copies of one value (a mov or a spill made them), whose bounds a
+    # conditional jump refines together (sync_linked_regs). ``add_const`` (BPF_ADD_CONST32 /
+    # 64: 32 or 64, else 0): this copy is the value plus ``delta``, by an ALU of that width.
+    scalar_id: int = 0
+    add_const: int = 0
+    delta: int = 0
 
     @property
     def is_pointer(self) -> bool:
@@ -202,8 +209,16 @@ class Frame:
         return Frame(list(self.regs), dict(self.stack), self.callsite, self.frameno,
                      self.callback_depth)
 
-    def key(self) -> tuple:
-        return tuple(self.regs), tuple(sorted(self.stack.items())), self.callsite
+    def key(self, scalar_ids: dict[int, int] | None = None) -> tuple:
+        """Registers, stack slots and call site; scalar ids renumbered in order of first
+        appearance (``scalar_ids``: the numbering, shared by a state's frames), so states that
+        differ only in which ids were drawn compare equal, as check_ids would find them."""
+        canon = scalar_ids if scalar_ids is not None else {}
+        regs = tuple(_canon_scalar_id(reg, canon) for reg in self.regs)
+        stack = tuple((spi, slot._replace(spilled=_canon_scalar_id(slot.spilled, canon))
+                       if slot.spilled.scalar_id else slot)
+                      for spi, slot in sorted(self.stack.items()))
+        return regs, stack, self.callsite
 
 
 class State:
@@ -235,7 +250,14 @@ class State:
         held = tuple(sorted(self.refs))
         if self.active_lock is not None:
             held += (("spin_lock", id(self.active_lock)),)
-        return tuple(f.key() for f in self.frames) + (held,)
+        scalar_ids: dict[int, int] = {}
+        return tuple(f.key(scalar_ids) for f in self.frames) + (held,)
+
+
+def _canon_scalar_id(reg: Reg, canon: dict[int, int]) -> Reg:
+    if not reg.scalar_id:
+        return reg
+    return reg._replace(scalar_id=canon.setdefault(reg.scalar_id, len(canon) + 1))
 
 
 def _covers(old: tuple, cur: tuple, live: int) -> bool:
@@ -273,7 +295,12 @@ def _reg_covers(old: Reg, cur: Reg, ids: dict[int, int]) -> bool:
     if old.type != cur.type:
         return False
     if old.type == SCALAR:
-        return old.var.contains(cur.var)
+        # linked copies: old's links (and offsets) must hold in cur, which may have more
+        if old.scalar_id and old.add_const != cur.add_const \
+                or old.add_const and old.delta != cur.delta:
+            return False
+        return old.var.contains(cur.var) \
+            and _check_scalar_ids(old.scalar_id, cur.scalar_id, ids)
     if old.type in _PKT_TYPES:
         # what old could read cur can (at least its range, from the same offset), and the
         # pointers that share a base in old share one in cur
@@ -290,6 +317,14 @@ def _reg_covers(old: Reg, cur: Reg, ids: dict[int, int]) -> bool:
     if old.iter is not None and (cur.iter is None or old.iter[:2] != cur.iter[:2]):
         return False  # stacksafe's STACK_ITER: the same iterator in the same state, any depth
     return not old.id or ids.setdefault(old.id, cur.id) == cur.id
+
+
+def _check_scalar_ids(old_id: int, cur_id: int, ids: dict) -> bool:
+    """check_scalar_ids: an old scalar id always seen with the same current one; a current
+    scalar without one stands for an id of its own (linked to nothing)."""
+    if not old_id:
+        return True
+    return ids.setdefault(old_id, cur_id or object()) == cur_id
 
 
 def _check_ids(old_id: int, cur_id: int, ids: dict[int, int]) -> bool:
@@ -348,7 +383,8 @@ def _widen_reg(reg: Reg, was: Reg) -> Reg:
     if reg == was or reg.type != was.type or reg.type == NOT_INIT or reg.iter is not None:
         return reg  # an iterator's depth is not a value
     if reg.type == SCALAR:
-        return UNKNOWN
+        # regs_exact with an idmap: a value only linked anew is the same value
+        return reg if reg.var == was.var else UNKNOWN
     if reg.map is not was.map or reg.frame != was.frame:
         return reg
     return reg._replace(off=was.off, var=tnum.UNKNOWN)  # the change is in the unknown part
@@ -391,6 +427,51 @@ def update_each_reg(state: State, update: Callable[[Reg], Reg]) -> None:
             spilled = update(slot.spilled)
             if spilled is not slot.spilled:
                 frame.stack[spi] = slot._replace(spilled=spilled)
+
+
+def _reg_width(reg: Reg) -> int:
+    """get_reg_width: the bits the scalar's largest value needs."""
+    return reg.var.umax().bit_length()
+
+
+def assign_scalar_id_before_mov(reg: Reg, new_id: Callable[[], int]) -> Reg:
+    """assign_scalar_id_before_mov: a scalar about to be copied (a mov, a spill) gets an id
+    its copy shares, unless it is a constant; one that went through ``rX += K`` loses that
+    link first (a copy of a copy plus an offset is not tracked)."""
+    if reg.type != SCALAR:
+        return reg
+    if reg.add_const:
+        reg = reg._replace(scalar_id=0, add_const=0, delta=0)
+    if not reg.scalar_id and not reg.var.is_const:
+        reg = reg._replace(scalar_id=new_id())
+    return reg
+
+
+def sync_linked_regs(state: State, known: Reg) -> None:
+    """sync_linked_regs: after a jump refined ``known``, every register and spilled slot
+    linked to it (the same scalar id) knows the same, shifted by the difference of their
+    offsets; links made by ALUs of different widths are left alone (the delta does not
+    hold across them), and one made by a 32-bit ALU is zero-extended."""
+    def linked(reg: Reg) -> Reg:
+        if reg.type != SCALAR or reg.scalar_id != known.scalar_id:
+            return reg
+        if reg.add_const and known.add_const and reg.add_const != known.add_const:
+            return reg
+        if not reg.add_const and not known.add_const or reg.delta == known.delta:
+            return known
+        var = tnum.add(known.var, tnum.const((reg.delta - known.delta) & M64))
+        if 32 in (reg.add_const, known.add_const):
+            var = tnum.cast(var, 4)
+        return known._replace(var=var, add_const=reg.add_const, delta=reg.delta)
+
+    for frame in state.frames:
+        for regno, reg in enumerate(frame.regs):
+            frame.regs[regno] = linked(reg)
+        for spi, slot in frame.stack.items():
+            if slot.types[BPF_REG_SIZE - 1] == STACK_SPILL:
+                spilled = linked(slot.spilled)
+                if spilled is not slot.spilled:
+                    frame.stack[spi] = slot._replace(spilled=spilled)
 
 
 def release_reference(state: State, ref: int) -> None:
