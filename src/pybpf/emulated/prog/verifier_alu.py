@@ -40,9 +40,12 @@ from .verifier_state import (
     _jump_target,
     _mark_ptr_or_null_regs,
     _ptr_at,
+    _reg_width,
     _reject,
     _s64,
+    assign_scalar_id_before_mov,
     scalar,
+    sync_linked_regs,
     update_each_reg,
 )
 
@@ -61,10 +64,24 @@ def _mov(insn: Instruction, info, regs: list[Reg]) -> Reg:
         return src
     if src.type != SCALAR:
         return UNKNOWN if info.is64 else Reg(SCALAR, tnum.cast(tnum.UNKNOWN, 4))
+    # a copy that changes no value keeps src's id (_mov_links decides it was given one)
+    scalar_id = src.scalar_id if _mov_links(insn, info, src) else 0
     if not insn.off:
-        return Reg(SCALAR, tnum.cast(src.var, 4))
+        return Reg(SCALAR, tnum.cast(src.var, 4), scalar_id=scalar_id)
     var = _coerce(src.var, insn.off // 8, True)
-    return Reg(SCALAR, var if info.is64 else tnum.cast(var if var.is_const else tnum.UNKNOWN, 4))
+    return Reg(SCALAR, var if info.is64 else tnum.cast(var if var.is_const else tnum.UNKNOWN, 4),
+               scalar_id=scalar_id)
+
+
+def _mov_links(insn: Instruction, info, src: Reg) -> bool:
+    """check_alu_op's BPF_MOV of a scalar register: whether the copy is the same value, so
+    both share an id: a 64-bit mov always, a 32-bit one of a value that fits in 32 bits, a
+    sign-extending one of a value whose sign bit (of the narrow width) is clear."""
+    if src.type != SCALAR:
+        return False
+    if insn.off:
+        return src.var.umax() < 1 << (insn.off - 1)
+    return info.is64 or _reg_width(src) <= 32
 
 
 def _coerce(var: Tnum, size: int, sign_extend: bool) -> Tnum:
@@ -262,13 +279,13 @@ def _refine(taken: list[Reg], fallthrough: list[Reg], insn: Instruction, op: Jmp
         b = regs[src_reg].var if src_reg is not None else tnum.const(_imm(insn, is_jmp32))
         if is_jmp32:
             both = tnum.intersect(tnum.subreg(a), tnum.subreg(b))
-            regs[dst] = Reg(SCALAR, tnum.with_subreg(a, both))
+            regs[dst] = regs[dst]._replace(var=tnum.with_subreg(a, both))
             if src_reg is not None:
-                regs[src_reg] = Reg(SCALAR, tnum.with_subreg(b, both))
+                regs[src_reg] = regs[src_reg]._replace(var=tnum.with_subreg(b, both))
         else:
-            regs[dst] = Reg(SCALAR, tnum.intersect(a, b))
+            regs[dst] = regs[dst]._replace(var=tnum.intersect(a, b))
             if src_reg is not None:
-                regs[src_reg] = regs[dst]
+                regs[src_reg] = regs[src_reg]._replace(var=regs[dst].var)
 
     def bits(regs: list[Reg], regno: int, combine, value: int) -> None:
         var = regs[regno].var
@@ -276,7 +293,7 @@ def _refine(taken: list[Reg], fallthrough: list[Reg], insn: Instruction, op: Jmp
             var = tnum.with_subreg(var, combine(tnum.subreg(var), tnum.const(value & M32)))
         else:
             var = combine(var, tnum.const(value))
-        regs[regno] = Reg(SCALAR, var)
+        regs[regno] = regs[regno]._replace(var=var)
 
     if op is JmpOp.JEQ:
         same(taken)
@@ -295,6 +312,30 @@ def _refine(taken: list[Reg], fallthrough: list[Reg], insn: Instruction, op: Jmp
         if mask and not mask & (mask - 1):
             bits(taken, regno, tnum.or_, mask)
         bits(fallthrough, regno, tnum.and_, ~mask & M64)
+
+
+def _link_add_const(op: AluOp, info, dst: Reg, src: Reg, result: Reg) -> Reg:
+    """adjust_reg_min_max_vals: ``rX += K`` (or ``-= K``, K within s32) on a linked scalar
+    keeps it linked, as the value plus K (BPF_ADD_CONST); once only, and a 32-bit one only
+    of a value that fits in 32 bits. Any other ALU leaves a new value, linked to nothing."""
+    alu32 = not info.is64
+    if op not in (AluOp.ADD, AluOp.SUB) or not dst.scalar_id \
+            or not _const_in(src.var, alu32) or dst.add_const:
+        return result
+    value = _low(src.var, alu32).value
+    if alu32:
+        if _reg_width(dst) > 32:
+            return result
+        off = tnum._signed(value, 32)
+    else:
+        off = _s64(value)
+        if not -(1 << 31) <= off < 1 << 31:
+            return result
+    if op is AluOp.SUB:
+        if off == -(1 << 31):
+            return result
+        off = -off
+    return result._replace(scalar_id=dst.scalar_id, add_const=32 if alu32 else 64, delta=off)
 
 
 def _imm(insn: Instruction, is_jmp32: bool) -> int:
@@ -347,6 +388,8 @@ class AluChecks:
             elif insn.src or insn.off:
                 raise _reject(errno.EINVAL, "BPF_MOV uses reserved fields")
             self.check_reg_arg(regs, dst, DST_OP_NO_MARK)
+            if not k and _mov_links(insn, info, regs[insn.src]):
+                regs[insn.src] = assign_scalar_id_before_mov(regs[insn.src], self.new_id)
             regs[dst] = _mov(insn, info, regs)
             return
         if op not in _ALU_TEXT:
@@ -377,7 +420,8 @@ class AluChecks:
             return self.adjust_ptr_min_max_vals(insn, info, src, dst, scalar_dst=True)
         if dst.is_pointer:
             return self.adjust_ptr_min_max_vals(insn, info, dst, src, scalar_dst=False)
-        return Reg(SCALAR, _scalar_alu(op, dst.var, src.var, 64 if info.is64 else 32))
+        result = Reg(SCALAR, _scalar_alu(op, dst.var, src.var, 64 if info.is64 else 32))
+        return _link_add_const(op, info, dst, src, result)
 
     def adjust_ptr_min_max_vals(self, insn: Instruction, info, ptr: Reg, off_reg: Reg,
                                 scalar_dst: bool) -> Reg:
@@ -456,6 +500,12 @@ class AluChecks:
         other_regs = other.cur.regs
         if dst.type == SCALAR and src.type == SCALAR:
             _refine(other_regs, regs, insn, info.op, is_jmp32)
+            # sync_linked_regs: what the jump told of each register, its copies know too
+            linked = [insn.src] if info.source is Source.X else []
+            for regno in [*linked, insn.dst]:
+                if regs[regno].scalar_id:
+                    sync_linked_regs(state, regs[regno])
+                    sync_linked_regs(other, other_regs[regno])
         if not is_jmp32 and info.source is Source.K and insn.imm == 0 \
                 and info.op in (JmpOp.JEQ, JmpOp.JNE) and dst.id:
             _mark_ptr_or_null_regs(state, dst.id, is_null=info.op is JmpOp.JNE)
