@@ -59,11 +59,13 @@ from .verifier_state import (
     Reg,
     Slot,
     State,
+    _reg_width,
     _reject,
     _s64,
     _spill,
     _stack_read,
     _tnum_str,
+    assign_scalar_id_before_mov,
     scalar,
 )
 
@@ -244,6 +246,14 @@ class MemoryChecks:
                 frame = state.frames[reg.frame]
                 if write:
                     value = regs[value_regno] if value_regno is not None else None
+                    if value is not None and value.type == SCALAR and off % BPF_REG_SIZE == 0:
+                        # check_stack_write_fixed_off: the spill of a value that fits is a
+                        # copy linked to the register; a narrowing one is linked to nothing
+                        if _reg_width(value) <= 8 * size:
+                            value = assign_scalar_id_before_mov(value, self.new_id)
+                            regs[value_regno] = value
+                        else:
+                            value = value._replace(scalar_id=0, add_const=0, delta=0)
                     self.check_stack_write(frame, state.cur, off, size, value, imm)
                 else:
                     result = _stack_read(frame, off, size)
@@ -265,7 +275,10 @@ class MemoryChecks:
             raise _reject(errno.EACCES, f"R{regno} invalid mem access '{reg.type_str()}'")
         if write or value_regno is None:
             return
-        if result.type == SCALAR and size < BPF_REG_SIZE:
+        if result.type == SCALAR and size < BPF_REG_SIZE \
+                and not (result.scalar_id and not ldsx and _reg_width(result) <= 8 * size):
+            # (check_stack_read_fixed_off: a narrow fill of a spilled value that fits is the
+            # value, still linked; any other narrow read is a new value)
             result = Reg(SCALAR, _coerce(result.var, size, ldsx))
         regs[value_regno] = result
 
