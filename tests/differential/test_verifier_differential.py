@@ -125,6 +125,84 @@ def test_generated_programs_get_the_kernels_verdict(kernel, emulated, lookup_map
     assert verdicts[1] == verdicts[0]
 
 
+# -- linked scalars ------------------------------------------------------------------------------
+# sync_linked_regs: a copy (mov, spill) shares its scalar's id, and what a jump proves of one
+# copy the others know. Each program reads the never-written R7 only where the branch before
+# it is not decided, so "ok" says the copies were refined together.
+DEAD_READ = "if r1 == {value} goto +1\nr0 = r7\nr0 = 0\nexit"
+
+
+@pytest.mark.parametrize("text,ok", [
+    # copy, then check the original or the copy
+    ("call 7\nr1 = r0\nif r0 != 0 goto +2\n" + DEAD_READ.format(value=0), True),
+    ("call 7\nr1 = r0\nif r1 != 0 goto +2\nif r0 == 0 goto +1\nr0 = r7\nr0 = 0\nexit", True),
+    ("call 7\nr1 = r0\nr2 = 0\nif r2 != r0 goto +2\n" + DEAD_READ.format(value=0), True),
+    ("call 7\nr1 = r0\nif r0 & -8 goto +2\nif r1 < 8 goto +1\nr0 = r7\nr0 = 0\nexit", True),
+    # copies of copies, more than the kernel records for precision (all stay linked)
+    ("call 7\nr1 = r0\nr2 = r1\nr3 = r0\nr4 = r0\nr5 = r0\nr6 = r0\nr8 = r0\nr9 = r2\n"
+     "if r0 != 0 goto +2\nif r9 == 0 goto +1\nr0 = r7\nr0 = 0\nexit", True),
+    # an ALU makes a new value: the link is gone
+    ("call 7\nr1 = r0\nr1 |= 0\nif r0 != 0 goto +2\n" + DEAD_READ.format(value=0), False),
+    ("call 7\nr1 = r0\nr1 = -r1\nif r0 != 0 goto +2\n" + DEAD_READ.format(value=0), False),
+    # r1 = r0 + K (BPF_ADD_CONST), once; a 32-bit one only of a value that fits in 32 bits
+    ("call 7\nr1 = r0\nr1 += 5\nif r0 != 0 goto +2\n" + DEAD_READ.format(value=5), True),
+    ("call 7\nr1 = r0\nr1 -= 5\nif r0 != 0 goto +2\n" + DEAD_READ.format(value=-5), True),
+    ("call 7\nr1 = r0\nr1 += 5\nif r1 != 7 goto +2\nif r0 == 2 goto +1\nr0 = r7\nr0 = 0\n"
+     "exit", True),
+    ("call 7\nr1 = r0\nr1 += 5\nr1 += 1\nif r0 != 0 goto +2\n" + DEAD_READ.format(value=6),
+     False),
+    ("call 7\nr1 = r0\nr1 += 5\nr2 = r1\nif r2 != 5 goto +2\nif r1 == 5 goto +1\nr0 = r7\n"
+     "r0 = 0\nexit", True),
+    ("call 7\nr1 = r0\nr1 += 5\nr2 = r1\nif r0 != 0 goto +2\nif r1 == 5 goto +1\nr0 = r7\n"
+     "r0 = 0\nexit", False),
+    ("call 7\nr0 &= 0xff\nr1 = r0\nw1 += 5\nif r0 != 0 goto +2\n" + DEAD_READ.format(value=5),
+     True),
+    ("call 7\nr1 = r0\nw1 += 5\nif r0 != 0 goto +2\n" + DEAD_READ.format(value=5), False),
+    # 32-bit moves and sign-extending ones link only a value they do not change
+    ("call 7\nr0 &= 0xff\nw1 = w0\nif r0 != 0 goto +2\n" + DEAD_READ.format(value=0), True),
+    ("call 7\nw1 = w0\nif r0 != 0 goto +2\n" + DEAD_READ.format(value=0), False),
+    ("call 7\nr0 &= 0x7f\nr1 = (s8)r0\nif r0 != 0 goto +2\n" + DEAD_READ.format(value=0), True),
+    ("call 7\nr0 &= 0xff\nr1 = (s8)r0\nif r0 != 0 goto +2\n" + DEAD_READ.format(value=0),
+     False),
+    # 32-bit jumps: the low half is known in both copies, the high half is not
+    ("call 7\nr1 = r0\nif w0 != 0 goto +2\nif w1 == 0 goto +1\nr0 = r7\nr0 = 0\nexit", True),
+    ("call 7\nr1 = r0\nif w0 != 0 goto +2\n" + DEAD_READ.format(value=0), False),
+    # spill and fill: the slot keeps the id; a narrowing spill does not
+    ("call 7\n*(u64 *)(r10 -8) = r0\nif r0 != 0 goto +3\nr1 = *(u64 *)(r10 -8)\n"
+     + DEAD_READ.format(value=0), True),
+    ("call 7\n*(u64 *)(r10 -8) = r0\nr1 = *(u64 *)(r10 -8)\nif r1 != 0 goto +2\n"
+     "if r0 == 0 goto +1\nr0 = r7\nr0 = 0\nexit", True),
+    ("call 7\nr0 &= 0xff\n*(u32 *)(r10 -8) = r0\nif r0 != 0 goto +3\n"
+     "r1 = *(u32 *)(r10 -8)\n" + DEAD_READ.format(value=0), True),
+    ("call 7\n*(u32 *)(r10 -8) = r0\nif r0 != 0 goto +3\nr1 = *(u32 *)(r10 -8)\n"
+     + DEAD_READ.format(value=0), False),
+    # pruning: a path where r1 and r6 are not linked is not covered by one where they were
+    ("call 7\nr6 = r0\ncall 7\nif r0 == 0 goto +3\nr1 = r6\nr1 |= 0\ngoto +1\nr1 = r6\n"
+     "if r6 != 0 goto +2\nif r1 == 0 goto +1\nr0 = r7\nr0 = 0\nexit", False),
+    ("call 7\nr6 = r0\ncall 7\nif r0 == 0 goto +3\nr1 = r6\nr1 |= 0\ngoto +1\nr1 = r6\n"
+     "if r6 != 0 goto +2\nif r6 == 0 goto +1\nr0 = r7\nr0 = 0\nexit", True),
+])
+def test_a_jump_refines_every_copy_of_a_scalar(kernel, emulated, text, ok):
+    program = asm(text)
+    verdicts = [verdict(system, ProgType.SOCKET_FILTER, program) for system in (kernel, emulated)]
+    assert verdicts == (["ok", "ok"] if ok else ["EACCES", "EACCES"])
+
+
+@pytest.mark.parametrize("copy", ["", "*(u64 *)(r10 -16) = r1\nr1 = 0\nr1 = *(u64 *)(r10 -16)\n"],
+                         ids=["register", "spilled"])
+@pytest.mark.parametrize("load,ok", [("u8", True), ("u64", False)])
+def test_a_checked_copy_indexes_a_map_value(kernel, emulated, lookup_maps, copy, load, ok):
+    # the check makes r0 (so its copy r1) 3: a constant offset into the 8-byte value
+    skip = 6 + copy.count("\n")
+    text = ("*(u32 *)(r10 -4) = 0\nr2 = r10\nr2 += -4\nr1 = map[fd:{fd}]\ncall 1\n"
+            f"if r0 == 0 goto +{skip}\nr6 = r0\ncall 7\nr1 = r0\n{copy}if r0 != 3 goto +2\n"
+            f"r6 += r1\nr0 = *({load} *)(r6 +0)\nr0 = 0\nexit")
+    verdicts = [verdict(system, ProgType.SOCKET_FILTER,
+                        asm(text.format(fd=lookup_maps[system]["array"])))
+                for system in (kernel, emulated)]
+    assert verdicts == (["ok", "ok"] if ok else ["EACCES", "EACCES"])
+
+
 # -- any instruction -----------------------------------------------------------------------------
 # r2 = 5, r3 = fp-16, r4 = unknown, r5 = ctx, fp-8 holds r4, fp-12 zeros, r0 = 0
 PREAMBLE = (ins(0xBF, 6, 1) + ins(0x85, 0, 0, 0, 5) + ins(0xBF, 4, 0) + ins(0xB7, 2, 0, 0, 5)
