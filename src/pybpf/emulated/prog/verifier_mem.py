@@ -99,6 +99,18 @@ _ATOMIC_RMW = frozenset(int(op) | fetch for op in (AtomicOp.ADD, AtomicOp.OR, At
 _UNSPILLABLE_TYPES = frozenset({CONST_PTR_TO_DYNPTR})
 
 
+# check_ptr_alignment's pointer_desc, for the types whose alignment it checks as generic
+# pointers (packet pointers have their own rule; strict alignment is not on for them here)
+_ALIGN_DESC = {PTR_TO_STACK: "stack ", PTR_TO_CTX: "context ", PTR_TO_MAP_VALUE: "value ",
+               PTR_TO_MAP_KEY: "key ", PTR_TO_MEM: "", PTR_TO_RDONLY_MEM: "",
+               PTR_TO_RINGBUF_MEM: ""}
+
+
+def _tnum_is_aligned(var: tnum.Tnum, size: int) -> bool:
+    """tnum_is_aligned: the low bits a ``size``-byte access needs clear are known clear."""
+    return not (var.value | var.mask) & (size - 1)
+
+
 def _atomic_ptr_type_ok(reg: Reg) -> bool:
     return reg.type not in (PTR_TO_CTX, *_PKT_TYPES, PTR_TO_PACKET_END, *_SOCKET_TYPES)
 
@@ -155,33 +167,38 @@ class MemoryChecks:
 
     # -- memory ------------------------------------------------------------------------------
     def check_load_mem(self, pc: int, insn: Instruction, info, state: State,
-                       ldsx: bool) -> None:
+                       ldsx: bool, strict: bool = False) -> None:
         regs = state.cur.regs
         self.check_reg_arg(regs, insn.src, SRC_OP)
         self.check_reg_arg(regs, insn.dst, DST_OP_NO_MARK)
         base = regs[insn.src]
-        self.check_mem_access(pc, insn, info, state, insn.src, False, insn.dst, ldsx=ldsx)
+        self.check_mem_access(pc, insn, info, state, insn.src, False, insn.dst, ldsx=ldsx,
+                              strict=strict)
         self.save_aux_ptr_type(pc, base)
 
-    def check_store_reg(self, pc: int, insn: Instruction, info, state: State) -> None:
+    def check_store_reg(self, pc: int, insn: Instruction, info, state: State,
+                        strict: bool = False) -> None:
         regs = state.cur.regs
         self.check_reg_arg(regs, insn.src, SRC_OP)
         self.check_reg_arg(regs, insn.dst, SRC_OP)
         base = regs[insn.dst]
-        self.check_mem_access(pc, insn, info, state, insn.dst, True, insn.src)
+        self.check_mem_access(pc, insn, info, state, insn.dst, True, insn.src, strict=strict)
         self.save_aux_ptr_type(pc, base)
 
     def check_atomic(self, pc: int, insn: Instruction, info, state: State) -> None:
         regs = state.cur.regs
         imm = insn.imm
+        # check_atomic_load refuses the source's type before the load (which may overwrite
+        # it: dst == src); check_atomic_store, after the store. Both align strictly
+        # (strict_alignment_once).
         if imm == AtomicOp.LOAD_ACQ:
-            self.check_load_mem(pc, insn, info, state, False)
             if not _atomic_ptr_type_ok(regs[insn.src]):
                 raise _reject(errno.EACCES, f"BPF_ATOMIC loads from R{insn.src} "
                               f"{regs[insn.src].type_str()} is not allowed")
+            self.check_load_mem(pc, insn, info, state, False, strict=True)
             return
         if imm == AtomicOp.STORE_REL:
-            self.check_store_reg(pc, insn, info, state)
+            self.check_store_reg(pc, insn, info, state, strict=True)
             if not _atomic_ptr_type_ok(regs[insn.dst]):
                 raise _reject(errno.EACCES, f"BPF_ATOMIC stores into R{insn.dst} "
                               f"{regs[insn.dst].type_str()} is not allowed")
@@ -224,11 +241,13 @@ class MemoryChecks:
         reg = regs[regno]
         size = info.nbytes
         off = insn.off + reg.off
-        if reg.type == PTR_TO_STACK or strict and reg.type in (PTR_TO_CTX, PTR_TO_MAP_VALUE):
-            if reg.var.is_const and (reg.var.value + off) % size:
-                desc = {PTR_TO_STACK: "stack ", PTR_TO_CTX: "context ",
-                        PTR_TO_MAP_VALUE: "value "}[reg.type]
-                raise _reject(errno.EACCES, f"misaligned {desc}access off "
+        if reg.type == PTR_TO_STACK or strict and reg.type in _ALIGN_DESC:
+            # check_generic_ptr_alignment: every offset the known bits allow is aligned
+            # (the stack's always, check_ptr_alignment). A variable offset of which no bit
+            # is known is one a loop's widening left unknown here (_widen_reg): not checked.
+            if reg.var != tnum.UNKNOWN \
+                    and not _tnum_is_aligned(tnum.add(reg.var, tnum.const(off)), size):
+                raise _reject(errno.EACCES, f"misaligned {_ALIGN_DESC[reg.type]}access off "
                               f"{_tnum_str(reg.var)}+{reg.off}+{insn.off} size {size}")
         result = UNKNOWN
         if reg.type == PTR_TO_MAP_VALUE and not reg.id:

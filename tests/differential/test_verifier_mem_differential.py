@@ -1,0 +1,88 @@
+"""The emulated verifier's memory-access checks against the kernel's (6.18): load-acquire and
+store-release (check_atomic_load, check_atomic_store) and variable-offset stack accesses
+(check_stack_access_within_bounds, check_stack_read_var_off, check_stack_write_var_off) get
+the same verdict, accepted or refused with the same errno."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from pybpf.asm import assemble_text
+from pybpf.errors import BPFError
+from pybpf.uapi import MapType, ProgType
+
+
+def verdict(system, prog_type: int, text: str, map_fd: int | None = None) -> str:
+    """"ok", or the errno's name the load failed with (``{fd}`` in ``text``: ``map_fd``)."""
+    insns = b"".join(insn.encode() for insn in
+                     assemble_text(text.format(fd=map_fd)).instructions)
+    try:
+        fd = system.prog_load(prog_type, insns)
+    except BPFError as exc:
+        return errno.errorcode.get(exc.errno, str(exc.errno))
+    system.close(fd)
+    return "ok"
+
+
+def assert_same_verdict(kernel, emulated, prog_type: int, text: str, expected: str,
+                        differential_tally, family: str, map_args: tuple | None = None) -> None:
+    verdicts = []
+    for system in (kernel, emulated):
+        map_fd = system.map_create(*map_args) if map_args else None
+        try:
+            verdicts.append(verdict(system, prog_type, text, map_fd))
+        finally:
+            if map_fd is not None:
+                system.close(map_fd)
+    differential_tally.add("kernel", "emulated", f"verifier: {family}", 1, 1,
+                           int(verdicts[0] != verdicts[1]))
+    assert verdicts == [expected, expected]
+
+
+# -- load-acquire, store-release ----------------------------------------------------------------
+@pytest.mark.parametrize("text,expected", [
+    # check_atomic_load: the source's type first, so dst == src cannot hide the context
+    ("r1 = load_acquire((u32 *)(r1 +0))\nr0 = r1\nexit", "EACCES"),
+    ("r2 = load_acquire((u32 *)(r1 +0))\nr0 = r2\nexit", "EACCES"),
+    ("r2 = load_acquire((u32 *)(r1 +3))\nr0 = r2\nexit", "EACCES"),  # not a ctx field either
+    ("r1 += 4\nr2 = load_acquire((u32 *)(r1 +0))\nr0 = r2\nexit", "EACCES"),  # modified ctx
+    ("r1 = load_acquire((u32 *)(r5 +0))\nr0 = 0\nexit", "EACCES"),  # R5 !read_ok
+    # check_atomic_store: the store (strictly aligned) first, then the type
+    ("r2 = 0\nstore_release((u32 *)(r1 +3), r2)\nr0 = 0\nexit", "EACCES"),
+    ("r2 = 0\nstore_release((u32 *)(r1 +0), r2)\nr0 = 0\nexit", "EACCES"),
+    ("r2 = 0\nstore_release((u64 *)(r10 -8), r2)\nr0 = *(u64 *)(r10 -8)\nexit", "ok"),
+])
+@pytest.mark.parametrize("prog_type", [ProgType.SOCKET_FILTER, ProgType.SCHED_CLS,
+                                       ProgType.KPROBE])
+def test_an_atomic_load_or_store_checks_the_pointer_type_where_the_kernel_does(
+        kernel, emulated, prog_type, text, expected, differential_tally):
+    assert_same_verdict(kernel, emulated, prog_type, text, expected, differential_tally,
+                        "atomic load/store")
+
+
+_MAP_VALUE = ("*(u32 *)(r10 -4) = 0\nr2 = r10\nr2 += -4\nr1 = map[fd:{fd}]\ncall 1\n"
+              "if r0 == 0 goto out\nr1 = 1\n")
+
+
+@pytest.mark.parametrize("access,expected", [
+    ("r1 = load_acquire((u64 *)(r0 +4))", "EACCES"),
+    ("r1 = load_acquire((u32 *)(r0 +1))", "EACCES"),
+    ("r1 = load_acquire((u16 *)(r0 +1))", "EACCES"),
+    ("r1 = load_acquire((u8 *)(r0 +1))", "ok"),
+    ("r1 = load_acquire((u32 *)(r0 +4))", "ok"),
+    ("store_release((u32 *)(r0 +2), r1)", "EACCES"),
+    ("store_release((u64 *)(r0 +8), r1)", "ok"),
+    ("lock *(u64 *)(r0 +4) += r1", "EACCES"),
+    # a variable offset whose known low bits make it misaligned
+    ("r2 = *(u32 *)(r0 +0)\nr2 &= 4\nr0 += r2\nr1 = load_acquire((u64 *)(r0 +0))", "EACCES"),
+    ("r2 = *(u32 *)(r0 +0)\nr2 &= 8\nr0 += r2\nr1 = load_acquire((u64 *)(r0 +0))", "ok"),
+])
+def test_an_atomic_load_or_store_is_strictly_aligned(kernel, emulated, access, expected,
+                                                     differential_tally):
+    """check_atomic_load / check_atomic_store pass strict_alignment_once: a misaligned map
+    value access is refused even where unaligned accesses are efficient."""
+    assert_same_verdict(kernel, emulated, ProgType.XDP,
+                        f"{_MAP_VALUE}{access}\nout:\nr0 = 0\nexit", expected,
+                        differential_tally, "atomic alignment", (MapType.ARRAY, 4, 32, 1))
