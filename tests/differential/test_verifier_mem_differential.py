@@ -86,3 +86,61 @@ def test_an_atomic_load_or_store_is_strictly_aligned(kernel, emulated, access, e
     assert_same_verdict(kernel, emulated, ProgType.XDP,
                         f"{_MAP_VALUE}{access}\nout:\nr0 = 0\nexit", expected,
                         differential_tally, "atomic alignment", (MapType.ARRAY, 4, 32, 1))
+
+
+# -- variable-offset stack accesses -------------------------------------------------------------
+# r2: a random number masked to known bits (so both verifiers have the same bounds), added to
+# the frame pointer in r1
+_VAR = "call 7\nr2 = r0\nr2 &= {mask}\nr1 = r10\nr1 += r2\n"
+_ZEROED = "*(u64 *)(r10 -8) = 0\n*(u64 *)(r10 -16) = 0\n"
+
+
+@pytest.mark.parametrize("head,access,expected", [
+    # check_stack_access_within_bounds: every offset past the top, or below the stack
+    ("", "r0 = *(u8 *)(r1 +0)", "EACCES"),
+    ("", "r0 = *(u64 *)(r1 -528)", "EACCES"),
+    ("", "*(u64 *)(r1 -528) = 0", "EACCES"),
+    ("", "r0 = *(u64 *)(r1 -16)", "ok"),
+    ("", "r0 = *(u64 *)(r1 -512)", "ok"),
+    ("", "*(u64 *)(r1 -16) = 0", "ok"),
+    # check_ptr_alignment: the stack is strict, the known bits decide
+    ("", "r0 = *(u16 *)(r1 -8)", "EACCES"),
+    # an atomic read with no register to fill may not have a variable offset
+    (_ZEROED, "r3 = 1\nlock *(u64 *)(r1 -16) += r3", "EACCES"),
+    (_ZEROED, "r3 = 1\nr3 = atomic64_fetch_add((u64 *)(r1 -16), r3)", "EACCES"),
+    # check_stack_read_var_off: a spilled 0 there reads as unknown (the other side of the
+    # branch reads r9, never set)
+    (_ZEROED, "r0 = *(u64 *)(r1 -16)\nif r0 == 0 goto +1\nr0 = r9", "EACCES"),
+    ("*(u64 *)(r10 -8) = r1\n*(u64 *)(r10 -16) = 0\n",
+     "r0 = *(u64 *)(r1 -16)\nif r0 == 0 goto +1\nr0 = r9", "EACCES"),
+    # check_stack_write_var_off: a spilled pointer it may reach is data afterwards
+    ("*(u64 *)(r10 -8) = r1\n*(u64 *)(r10 -16) = 0\n",
+     "r3 = 0x1234\n*(u64 *)(r1 -16) = r3\nr3 = *(u64 *)(r10 -8)\nr0 = *(u32 *)(r3 +0)",
+     "EACCES"),
+    ("*(u64 *)(r10 -24) = r1\n",
+     "r3 = 0x1234\n*(u64 *)(r1 -16) = r3\nr3 = *(u64 *)(r10 -24)\nr0 = *(u32 *)(r3 +0)", "ok"),
+    # ... and a zero written over zeros or a spilled 0 leaves them 0
+    (_ZEROED, "r3 = 0\n*(u64 *)(r1 -16) = r3\nr0 = *(u64 *)(r10 -8)\nif r0 == 0 goto +1\n"
+     "r0 = r9", "ok"),
+])
+def test_a_variable_offset_stack_access_gets_the_kernels_verdict(kernel, emulated, head, access,
+                                                                 expected, differential_tally):
+    mask = 7 if "u8" in access.split("\n")[0] or "u16" in access else 8
+    text = f"{head}{_VAR.format(mask=mask)}{access}\nr0 = 0\nexit"
+    assert_same_verdict(kernel, emulated, ProgType.SOCKET_FILTER, text, expected,
+                        differential_tally, "variable-offset stack")
+
+
+@pytest.mark.parametrize("head,then,expected", [
+    ("", "", "ok"),
+    ("*(u64 *)(r10 -16) = r1\n", "", "ok"),
+    # the helper reads memory: a spilled pointer there stays one
+    ("*(u64 *)(r10 -16) = r6\n", "r3 = *(u64 *)(r10 -16)\nr0 = *(u32 *)(r3 +0)\n", "ok"),
+])
+def test_a_helper_reads_stack_memory_at_a_variable_offset(kernel, emulated, head, then,
+                                                          expected, differential_tally):
+    """check_helper_mem_access -> check_stack_range_initialized with a variable offset."""
+    text = (f"r6 = r1\n{head}{_VAR.format(mask=8)}r2 = r1\nr2 += -16\nr1 = map[fd:{{fd}}]\n"
+            f"r3 = 8\nr4 = 0\ncall 130\n{then}r0 = 0\nexit")
+    assert_same_verdict(kernel, emulated, ProgType.SOCKET_FILTER, text, expected,
+                        differential_tally, "variable-offset stack", (MapType.RINGBUF, 0, 0, 4096))

@@ -59,7 +59,12 @@ from .kfuncs import (
     KfuncProto,
 )
 from .semantics import MAX_CALL_FRAMES
-from .verifier_mem import MemoryChecks, check_packet_access, check_special_fields_untouched
+from .verifier_mem import (
+    MemoryChecks,
+    check_packet_access,
+    check_special_fields_untouched,
+    check_stack_range_initialized,
+)
 from .verifier_state import (
     _PKT_TYPES,
     BPF_F_RDONLY_PROG,
@@ -632,6 +637,14 @@ class HelperCallChecks:
         reg = state.cur.regs[regno]
         if reg.type in _PKT_TYPES:  # the fixed offset only: the range covers the variable one
             check_packet_access(regno, reg, reg.off, size, zero_size_allowed)
+            return
+        if reg.type == PTR_TO_STACK and not reg.var.is_const and reg.var != tnum.UNKNOWN:
+            if not size and not zero_size_allowed:
+                raise _reject(errno.EACCES, "invalid zero-sized read")
+            first, end = MemoryChecks.check_stack_var_off_within_bounds(regno, reg, reg.off,
+                                                                        size, write)
+            check_stack_range_initialized(state.frames[reg.frame], regno, reg, first, end,
+                                          write)
             return
         if not reg.var.is_const:
             return  # a variable offset: its bounds are value ranges, not kept here

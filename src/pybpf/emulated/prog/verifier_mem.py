@@ -111,6 +111,43 @@ def _tnum_is_aligned(var: tnum.Tnum, size: int) -> bool:
     return not (var.value | var.mask) & (size - 1)
 
 
+def _stack_byte(off: int) -> tuple[int, int]:
+    """The slot (spi) and its slot_type index of the stack byte at ``off`` (< 0)."""
+    slot = -off - 1
+    return slot // BPF_REG_SIZE, slot % BPF_REG_SIZE
+
+
+def check_stack_range_initialized(frame: Frame, regno: int, reg: Reg, first: int, end: int,
+                                  clobber: bool) -> bool:
+    """check_stack_range_initialized for a variable offset, as for a loader the
+    uninitialised stack is readable to (allow_uninit_stack) and pointers may leak to: each
+    byte in [first, end) is data, zeros, uninitialised or in a spill; an iterator's is
+    EACCES. ``clobber`` (a helper writing there): the bytes become data and the spills
+    there unknown scalars (their bytes scrubbed to data). Returns whether every byte was a
+    zero (mark_reg_stack_read's const zero)."""
+    zeros = True
+    for i in range(first, end):
+        spi, index = _stack_byte(i)
+        old = frame.stack.get(spi, EMPTY_SLOT)
+        kind = old.types[index]
+        zeros = zeros and kind == STACK_ZERO
+        if kind == STACK_MISC:
+            continue
+        if kind in (STACK_ZERO, STACK_INVALID):
+            if clobber:
+                types = old.types[:index] + STACK_MISC + old.types[index + 1:]
+                frame.stack[spi] = old._replace(types=types)
+            continue
+        if old.types[BPF_REG_SIZE - 1] == STACK_SPILL:
+            if clobber:
+                types = "".join(t if t == STACK_INVALID else STACK_MISC for t in old.types)
+                frame.stack[spi] = Slot(types, UNINIT)
+            continue
+        raise _reject(errno.EACCES, f"invalid read from stack R{regno} var_off "
+                      f"{_tnum_str(reg.var)}+{i - first} size {end - first}")
+    return zeros
+
+
 def _atomic_ptr_type_ok(reg: Reg) -> bool:
     return reg.type not in (PTR_TO_CTX, *_PKT_TYPES, PTR_TO_PACKET_END, *_SOCKET_TYPES)
 
@@ -219,7 +256,12 @@ class MemoryChecks:
         if imm & 1:  # fetch: the old value goes to src (to R0 for cmpxchg)
             load_reg = 0 if imm == AtomicOp.CMPXCHG else insn.src
             self.check_reg_arg(regs, load_reg, DST_OP)
-        self.check_mem_access(pc, insn, info, state, insn.dst, False, load_reg, strict=True)
+        # check_atomic_rmw: a read with no register to fill (which a variable stack
+        # offset may not have), then the fill, then the write
+        self.check_mem_access(pc, insn, info, state, insn.dst, False, None, strict=True)
+        if load_reg is not None:
+            self.check_mem_access(pc, insn, info, state, insn.dst, False, load_reg,
+                                  strict=True)
         self.check_mem_access(pc, insn, info, state, insn.dst, True, None, strict=True)
 
     def save_aux_ptr_type(self, pc: int, base: Reg) -> None:
@@ -258,7 +300,9 @@ class MemoryChecks:
             result = self.check_ctx_access(regno, reg, off, size, write, ldsx)
         elif reg.type == PTR_TO_STACK:
             if not reg.var.is_const:
-                result = UNKNOWN  # a variable offset: bounds are value ranges, not kept here
+                value = regs[value_regno] if write and value_regno is not None else None
+                result = self.check_stack_var_off_access(state, regno, reg, off, size, write,
+                                                         value_regno, value, imm)
             else:
                 off += _s64(reg.var.value)
                 self.check_stack_access_within_bounds(regno, off, size, write)
@@ -392,6 +436,56 @@ class MemoryChecks:
             err = errno.EINVAL if -MAX_BPF_STACK <= off < 0 else errno.EACCES
             access = "write to" if write else "read from"
             raise _reject(err, f"invalid {access} stack R{regno} off={off} size={size}")
+
+    def check_stack_var_off_access(self, state: State, regno: int, reg: Reg, off: int,
+                                   size: int, write: bool, value_regno: int | None,
+                                   value: Reg | None, imm: int | None) -> Reg:
+        """check_stack_read / check_stack_write with a variable offset: in bounds, then a
+        read (check_stack_read_var_off) needs every byte it may reach readable and gives an
+        unknown scalar (0 where all are zeros); a write (check_stack_write_var_off) makes
+        every byte it may reach data, erasing the spills there (but a spilled 0 under a
+        written 0). An offset of which no bit is known is one a loop's widening left
+        unknown here (_widen_reg): not checked, as before."""
+        if reg.var == tnum.UNKNOWN:
+            return UNKNOWN
+        first, end = self.check_stack_var_off_within_bounds(regno, reg, off, size, write)
+        frame = state.frames[reg.frame]
+        if not write:
+            if value_regno is None:
+                raise _reject(errno.EACCES, "variable offset stack pointer cannot be passed "
+                              f"into helper function; var_off={_tnum_str(reg.var)} off={off} "
+                              f"size={size}")
+            zeros = check_stack_range_initialized(frame, regno, reg, first, end, False)
+            return scalar(0) if zeros else UNKNOWN
+        writing_zero = value.is_const and value.var.value == 0 if value is not None \
+            else imm == 0
+        for i in range(first, end):
+            spi, index = _stack_byte(i)
+            old = frame.stack.get(spi, EMPTY_SLOT)
+            if writing_zero and old.types[index] == STACK_SPILL \
+                    and old.spilled.type == SCALAR and old.spilled.var == tnum.const(0):
+                continue  # the spilled 0 stays
+            new = STACK_ZERO if writing_zero and old.types[index] == STACK_ZERO else STACK_MISC
+            types = old.types[:index] + new + old.types[index + 1:]
+            frame.stack[spi] = Slot(types, UNINIT)  # spilled_ptr.type = NOT_INIT
+        return UNKNOWN
+
+    @staticmethod
+    def check_stack_var_off_within_bounds(regno: int, reg: Reg, off: int, size: int,
+                                          write: bool) -> tuple[int, int]:
+        """check_stack_access_within_bounds for a variable offset, whose smin and smax the
+        kernel takes from value ranges; the known bits here give a range that holds the
+        kernel's, so an access is refused where every offset they allow is out of bounds
+        (EACCES for the first byte, EINVAL for the last past the top) and is let through
+        otherwise. Returns the stack bytes [first, end) the access may reach."""
+        lo, hi = reg.var.smin() + off, reg.var.smax() + off
+        err = errno.EACCES if lo > -1 or hi < -MAX_BPF_STACK \
+            else errno.EINVAL if lo + size > 0 else 0
+        if err:
+            access = "write to" if write else "read from"
+            raise _reject(err, f"invalid variable-offset {access} stack R{regno} "
+                          f"var_off={_tnum_str(reg.var)} off={off} size={size}")
+        return max(lo, -MAX_BPF_STACK), min(hi + size, 0)
 
     @staticmethod
     def check_stack_write(frame: Frame, cur: Frame, off: int, size: int, value: Reg | None,
