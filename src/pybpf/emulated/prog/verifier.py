@@ -71,6 +71,7 @@ from ...asm.opcodes import (
 from ...btf import BTF_FUNC_GLOBAL, BTF_FUNC_STATIC
 from ...errors import KernelError
 from ...uapi import (
+    ENOTSUPP,
     AttachType,
     BpfFunc,
     ProgType,
@@ -336,8 +337,11 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
             off = (insn.imm >> 32) & 0xFFFFFFFF
             if bpf_map.map_type not in DIRECT_VALUE_MAP_TYPES:
                 raise _reject(errno.EINVAL, "no direct value access support for this map type")
-            if off >= bpf_map.value_size:
-                raise _reject(errno.EINVAL, f"invalid access to map value pointer, value_size="
+            # array_map_direct_value_addr: one element only (ENOTSUPP), then the offset
+            err = ENOTSUPP if bpf_map.max_entries != 1 \
+                else errno.EINVAL if off >= bpf_map.value_size else 0
+            if err:
+                raise _reject(err, f"invalid access to map value pointer, value_size="
                               f"{bpf_map.value_size} off={off}")
             value = bpf_map.map_lookup_elem(b"\0\0\0\0")
             pseudo[pc] = ("map_value", value, off)
