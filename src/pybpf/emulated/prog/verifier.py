@@ -66,6 +66,7 @@ from ...asm.opcodes import (
     Instruction,
     JmpOp,
     Kind,
+    Mode,
     Source,
 )
 from ...btf import BTF_FUNC_GLOBAL, BTF_FUNC_STATIC
@@ -205,6 +206,8 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         self.decode_slots()
         self.add_subprog_and_kfunc()
         self.check_subprogs()
+        if self.func_info is None:
+            self.check_abnormal_return()
         program = self.resolve_pseudo_ldimm64()
         self.check_cfg()
         if self.check_attach_btf_id is not None:
@@ -286,6 +289,20 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                                       f"jump out of range from insn {pc} to {target}")
             if self.raw[end - 1][0] not in (EXIT, JA, GOTOL):
                 raise _reject(errno.EINVAL, "last insn is not an exit or jmp")
+
+    def check_abnormal_return(self) -> None:
+        """check_abnormal_return (check_btf_info without func_info): a subprogram other
+        than the main one may leave the program (LD_ABS, a tail call) only where BTF
+        says it returns an int; on the raw slots, as check_subprogs marks them."""
+        for i, start in enumerate(self.subprogs[1:], 1):
+            end = self.subprogs[i + 1] if i + 1 < len(self.subprogs) else self.n
+            codes = [self.raw[pc] for pc in range(start, end)]
+            if any(code & 0x07 == Class.LD and code & 0xE0 in (Mode.ABS, Mode.IND)
+                   for code, _, _, _ in codes):
+                raise _reject(errno.EINVAL, "LD_ABS is not allowed in subprogs without BTF")
+            if any(code == Class.JMP | JmpOp.CALL and not regs >> 4
+                   and imm == BpfFunc.tail_call for code, regs, _, imm in codes):
+                raise _reject(errno.EINVAL, "tail_call is not allowed in subprogs without BTF")
 
     # -- phase 3: opcodes, lddw, map fds ---------------------------------------------------------
     def resolve_pseudo_ldimm64(self) -> VerifiedProgram:
