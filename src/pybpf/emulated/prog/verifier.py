@@ -548,7 +548,8 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
     def do_check_common(self, start: int, regs: list[Reg]) -> None:
         """Walk the paths from ``start`` with ``regs`` (R10 the frame pointer) in frame 0,
         depth first as the kernel does. At a prune point a state one explored there covers
-        needs no walk of its own, and the state is kept there (a checkpoint) as
+        needs no walk of its own (one of this path's own checkpoints, still being explored,
+        only where ``state_covered`` says), and the state is kept there (a checkpoint) as
         is_state_visited keeps one: always where the point forces one, else only once
         enough jumps and insns were processed since the last one kept. A state equal to a
         checkpoint this path kept there is an endless loop. A loop that still changes its
@@ -610,19 +611,23 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
 
     def state_covered(self, pc: int, state: State, key: tuple, states: list[tuple],
                       checkpoints: tuple[_Checkpoint, ...]) -> bool:
-        """is_state_visited's hit: a state explored at ``pc`` covers this one. At an
-        iterator's next call a checkpoint of this path's own (an earlier round of the
-        loop) is one only while the iterator is ACTIVE: a DRAINED iterator's next gives
-        NULL again, and the kernel walks on (to its instruction limit if the loop never
-        ends)."""
+        """is_state_visited's hit: a state explored at ``pc`` covers this one. A checkpoint
+        of this path's own (an ancestor: branches > 0, its paths not all walked) is only
+        looked at for an endless loop, never to prune, except where a loop's rounds
+        converge: a callback's call site, may_goto, an iterator's next call while the
+        iterator is ACTIVE (a DRAINED one gives NULL again, and the kernel walks on, to
+        its instruction limit if the loop never ends). A widened checkpoint (this
+        module's stand-in for the rounds the kernel walks with ranges) prunes too."""
         live = self.live[pc]
-        if pc not in self.iter_next_calls:
-            return any(old == key or _covers(old, key, live) for old in states)
         covering = [old for old in states if old == key or _covers(old, key, live)]
-        if not covering or next_arg_iter_state(state) == BPF_ITER_STATE_ACTIVE:
-            return bool(covering)
-        own = {id(checkpoint.key) for checkpoint in checkpoints}
-        return any(id(old) not in own for old in covering)
+        if not covering:
+            return False
+        if pc in self.force_checkpoints and pc not in self.iter_next_calls \
+                or pc in self.iter_next_calls \
+                and next_arg_iter_state(state) == BPF_ITER_STATE_ACTIVE:
+            return True
+        own = {id(checkpoint.key): checkpoint.widened for checkpoint in checkpoints}
+        return any(own.get(id(old), True) for old in covering)
 
     def do_check_insn(self, pc: int, state: State) -> tuple[int | None, list]:
         """One instruction's checks and effect on ``state``; returns the next pc (None: the
