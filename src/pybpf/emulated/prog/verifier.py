@@ -54,6 +54,7 @@ of their own: the abstract state and pruning (``verifier_state``), ALU and jumps
 from __future__ import annotations
 
 import errno
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,6 +74,7 @@ from ...btf import BTF_FUNC_GLOBAL, BTF_FUNC_STATIC
 from ...errors import KernelError
 from ...uapi import (
     ENOTSUPP,
+    MAX_BPF_STACK,
     AttachType,
     BpfFunc,
     ProgType,
@@ -102,6 +104,7 @@ from .verifier_state import (
     _SLOT,
     BPF_COMPLEXITY_LIMIT_INSNS,
     BPF_ITER_STATE_ACTIVE,
+    BPF_REG_SIZE,
     CALLBACK_UNROLL,
     CALLER_SAVED,
     CHECKPOINT_INSNS,
@@ -213,6 +216,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         if self.check_attach_btf_id is not None:
             self.check_attach_btf_id()
         self.do_check(program)
+        self.check_max_stack_depth()
         program.insns = self.converted_insns()
         program.processed = self.processed
         program.max_ctx_offset = self.max_ctx
@@ -506,6 +510,8 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                           if insn is not None and OPCODES[insn.opcode].cls in (Class.JMP,
                                                                                Class.JMP32)}
         self.jmps = self.prev_jmps = self.prev_processed = 0
+        self.stack_depth = [0] * len(self.subprogs)  # by subprogram, as grow_stack_state
+        self.async_cbs: set[int] = set()  # subprograms walked as a timer's callback
         self.loop_inline: dict[int, int | None] = {}
         self.live = self.live_registers()
         self.prune = self.prune_points()
@@ -585,6 +591,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                             add = False
                     states = explored.setdefault(pc, [])
                     if self.state_covered(pc, state, key, states, checkpoints):
+                        self.update_stack_depth(pc, state)
                         break  # is_state_visited: a state explored here covers this one
                     unroll = CALLBACK_UNROLL if pc in loop_calls else LOOP_UNROLL
                     widened = last is not None and last.count >= unroll
@@ -592,6 +599,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                         _widen(state, last.state)
                         key = state.key()
                         if self.state_covered(pc, state, key, states, checkpoints):
+                            self.update_stack_depth(pc, state)
                             break
                     if add:
                         states.append(key)
@@ -605,6 +613,8 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                 self.walked.add(pc)
                 if pc in jmp_insns:
                     jmps += 1
+                    if self.raw[pc][0] == EXIT:
+                        self.update_stack_depth(pc, state)
                 pc, pushed = self.do_check_insn(pc, state)
                 pending.extend((target, other, dict(visits)) for target, other in pushed)
         self.processed, self.jmps = processed, jmps
@@ -628,6 +638,71 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
             return True
         own = {id(checkpoint.key): checkpoint.widened for checkpoint in checkpoints}
         return any(own.get(id(old), True) for old in covering)
+
+    def update_stack_depth(self, pc: int, state: State) -> None:
+        """grow_stack_state's stack_depth: per subprogram, the deepest stack slot a frame of
+        it used, taken where a path leaves its frames (an exit, a prune); a frame's
+        subprogram is the one holding ``pc`` (the innermost) or the call into the next."""
+        where = pc
+        for frame in reversed(state.frames):
+            subprog = bisect_right(self.subprogs, where) - 1
+            if frame.stack:
+                depth = (max(frame.stack) + 1) * BPF_REG_SIZE
+                self.stack_depth[subprog] = max(self.stack_depth[subprog], depth)
+            if frame.frameno == 0 and frame.callsite >= 0:
+                self.async_cbs.add(subprog)  # push_async_cb's is_async_cb
+            where = frame.callsite
+
+    def check_max_stack_depth(self) -> None:
+        """check_max_stack_depth: from the main program and from each timer's callback
+        (the last first), along every chain of calls (a callback's lddw one too, a timer's
+        callback not: it runs on a stack of its own), the frames' stacks together fit in
+        MAX_BPF_STACK, each rounded up to 16 bytes (round_up_stack_depth: the JIT's; no
+        private stacks: bpf_enable_priv_stack gives none to the types here); a subprogram
+        with a tail call is called with less than 256 bytes below it."""
+        for idx in reversed(range(len(self.subprogs))):
+            if idx == 0 or idx in self.async_cbs:
+                self.check_max_stack_depth_subprog(idx)
+
+    def check_max_stack_depth_subprog(self, idx: int) -> None:
+        starts = self.subprogs
+        tail_calls = {bisect_right(starts, pc) - 1 for pc, (code, regs, _, imm)
+                      in enumerate(self.raw) if code == Class.JMP | JmpOp.CALL
+                      and not regs >> 4 and imm == BpfFunc.tail_call}
+        frames: list[tuple[int, int]] = []  # (insn to return to, subprogram), as ret_insn
+        depth, pc, entered = 0, starts[idx], True
+        while True:
+            if entered:  # process_func
+                if idx and idx in tail_calls and depth >= 256:
+                    raise _reject(errno.EACCES, "tail_calls are not allowed when call stack "
+                                  f"of previous frames is {depth} bytes. Too large")
+                depth += -(-self.stack_depth[idx] // 16) * 16
+                if depth > MAX_BPF_STACK:
+                    raise _reject(errno.EACCES, f"combined stack size of {len(frames) + 1} "
+                                  f"calls is {depth}. Too large")
+            entered = False
+            end = starts[idx + 1] if idx + 1 < len(starts) else self.n
+            while pc < end:  # continue_func
+                code, regs, _, imm = self.raw[pc]
+                call = code == Class.JMP | JmpOp.CALL and regs >> 4 == uapi.BPF_PSEUDO_CALL
+                if call or code == LD_IMM64 and regs >> 4 == uapi.BPF_PSEUDO_FUNC:
+                    callee = bisect_right(starts, pc + imm + 1) - 1
+                    if callee in self.async_cbs and not call:
+                        pc += 1
+                        continue  # a timer's callback: not called from here
+                    frames.append((pc + 1, idx))
+                    pc, idx, entered = pc + imm + 1, callee, True
+                    if len(frames) >= MAX_CALL_FRAMES:
+                        raise _reject(errno.E2BIG, f"the call stack of {len(frames)} frames "
+                                      "is too deep !")
+                    break
+                pc += 1
+            if entered:
+                continue
+            if not frames:
+                return
+            depth -= -(-self.stack_depth[idx] // 16) * 16
+            pc, idx = frames.pop()
 
     def do_check_insn(self, pc: int, state: State) -> tuple[int | None, list]:
         """One instruction's checks and effect on ``state``; returns the next pc (None: the
