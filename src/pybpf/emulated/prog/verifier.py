@@ -632,12 +632,15 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         covering = [old for old in states if old == key or _covers(old, key, live)]
         if not covering:
             return False
-        if pc in self.force_checkpoints and pc not in self.iter_next_calls \
-                or pc in self.iter_next_calls \
-                and next_arg_iter_state(state) == BPF_ITER_STATE_ACTIVE:
+        if pc in self.iter_next_calls:
+            if next_arg_iter_state(state) == BPF_ITER_STATE_ACTIVE:
+                return True
+            own = {id(checkpoint.key) for checkpoint in checkpoints}
+            return any(id(old) not in own for old in covering)  # widened or not
+        if pc in self.force_checkpoints:
             return True
-        own = {id(checkpoint.key): checkpoint.widened for checkpoint in checkpoints}
-        return any(own.get(id(old), True) for old in covering)
+        own_widened = {id(checkpoint.key): checkpoint.widened for checkpoint in checkpoints}
+        return any(own_widened.get(id(old), True) for old in covering)
 
     def update_stack_depth(self, pc: int, state: State) -> None:
         """grow_stack_state's stack_depth: per subprogram, the deepest stack slot a frame of
