@@ -12,6 +12,7 @@ import pytest
 from helpers import err_of
 from pybpf.asm import R0, assemble, encode, exit_, mov64
 from pybpf.btf import BTF_FUNC_GLOBAL, BTF_FUNC_STATIC, Btf, Func, FuncProto, Int, Param
+from pybpf.emulated import native_missing
 from pybpf.uapi import ProgType
 
 KMALLOC_MAX_SIZE = 4 << 20
@@ -83,13 +84,16 @@ FUNC_BTF_TYPES = [Int("long", 8, 1, 0, 64), FuncProto("", LONG, (Param("ctx", LO
                   FuncProto("", LONG, (Param("index", LONG), Param("ctx", LONG)))]
 
 
-@pytest.fixture(params=["kernel", "emulated-jit", "emulated-interp"])
+@pytest.fixture(params=["kernel", "emulated-jit", "emulated-interp", "emulated-native"])
 def sys(request):
     """Each backend, the emulated one on each of its engines."""
     if request.param == "kernel":
         return request.getfixturevalue("kernel")
+    engine = request.param.split("-")[1]
+    if engine == "native" and native_missing():
+        pytest.skip(native_missing())
     system = request.getfixturevalue("emulated")
-    system.bpf_engine = request.param.split("-")[1]
+    system.bpf_engine = engine
     return system
 
 

@@ -336,7 +336,6 @@ class _FunctionIR:
         for reg in range(10):
             self.put(reg, f"%a{reg}" if 1 <= reg <= 5 else "0")
         self.emit(f"store i64 {BPF_MAX_LOOPS}, ptr %may_goto")
-        self.emit(f"%budget = load i64, ptr {self.slot(BUDGET)}")
         self.emit(f"%count0 = load i64, ptr {self.slot(COUNT)}")
         self.emit("store i64 %count0, ptr %n")
         # this frame: the next region number, the arena's stack at this depth, zeroed
@@ -377,7 +376,9 @@ class _FunctionIR:
         self.label(f"L{pc}")
         before = self.op("load i64, ptr %n")
         after = self.op(f"add i64 {before}, {length}")
-        over = self.op(f"icmp ugt i64 {after}, %budget")
+        # the budget is read where it is: a callback's run adds its count to it
+        budget = self.op(f"load i64, ptr {self.slot(BUDGET)}")
+        over = self.op(f"icmp ugt i64 {after}, {budget}")
         self.branch(f"br i1 {over}, label %over{pc}, label %L{pc}.run")
         self.lines.append(f"over{pc}:")
         self.emit(f"store i64 {before}, ptr {self.slot(COUNT)}")
@@ -1438,8 +1439,9 @@ class _Run:
                     self.reach(region)
                 return r0
             finally:
-                if counted:
+                if counted:  # a callback's instructions come back counted, its budget added
                     words[COUNT] = rs.count
+                    words[BUDGET] = rs.budget
                 words[NEXT_REGION] = rs.next_region
         except BaseException as exc:  # noqa: BLE001 - re-raised by the run, unchanged
             self.error = exc
