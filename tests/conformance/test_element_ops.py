@@ -10,10 +10,11 @@ import struct
 
 import pytest
 
+import pybpf.asm as asm
 from helpers import errno_of, u32
 from pybpf.errors import KeyExistsError, KeyNotFoundError
 from pybpf.system import iter_keys
-from pybpf.uapi import BPF_ANY, BPF_EXIST, BPF_F_LOCK, BPF_NOEXIST, ENOTSUPP, round_up
+from pybpf.uapi import BPF_ANY, BPF_EXIST, BPF_F_LOCK, BPF_NOEXIST, ENOTSUPP, ProgType, round_up
 from pybpf.uapi import MapFlags as F
 from pybpf.uapi import MapType as T
 
@@ -767,3 +768,33 @@ def test_lookup_batch_count_outside_u32_gives_einval(backend, maps, count):
 def test_map_name_may_be_given_as_str(backend, maps):
     fd = maps(T.HASH, map_name="counts_v1")
     assert backend.map_get_info(fd).name == "counts_v1"
+
+
+@pytest.mark.parametrize("map_type", [T.PERCPU_HASH, T.LRU_PERCPU_HASH, T.PERCPU_ARRAY])
+def test_lookup_percpu_elem_reads_the_slot_of_the_cpu_asked_for(sys, map_type):
+    """bpf_map_lookup_percpu_elem: each CPU's slot of the element (set by the syscall), NULL
+    for a CPU past nr_cpu_ids and, in a hash map, for a key it lacks."""
+    ncpus = sys.num_possible_cpus
+    fd = sys.map_create(map_type, 4, 8, 4)
+    sys.map_update_elem(fd, u32(1), b"".join(struct.pack("<Q", 10 * (cpu + 1))
+                                              for cpu in range(ncpus)))
+    items = [asm.st(4, asm.FP, -4, 1), asm.mov64(asm.R6, 0)]
+    for cpu in range(ncpus + 1):
+        items += [asm.ld_map_fd(asm.R1, "m"), asm.mov64(asm.R2, asm.FP), asm.add64(asm.R2, -4),
+                  asm.mov64(asm.R3, cpu), asm.call("map_lookup_percpu_elem"),
+                  asm.jeq(asm.R0, 0, f"null{cpu}"), asm.ldx(8, asm.R1, asm.R0, 0),
+                  asm.add64(asm.R6, asm.R1), asm.ja(f"next{cpu}"), asm.label(f"null{cpu}"),
+                  asm.add64(asm.R6, 1000), asm.label(f"next{cpu}")]
+    items += [asm.st(4, asm.FP, -4, 2), asm.ld_map_fd(asm.R1, "m"), asm.mov64(asm.R2, asm.FP),
+              asm.add64(asm.R2, -4), asm.mov64(asm.R3, 0), asm.call("map_lookup_percpu_elem"),
+              asm.jne(asm.R0, 0, "done"), asm.add64(asm.R6, 100000), asm.label("done"),
+              asm.mov64(asm.R0, asm.R6), asm.exit_()]
+    prog = sys.prog_load(ProgType.SCHED_CLS, asm.encode(
+        asm.assemble(items).with_map_fds(lambda name: fd)))
+    try:
+        missing = 0 if map_type == T.PERCPU_ARRAY else 100000  # an index in range is there
+        assert sys.prog_test_run(prog, bytes(64)).retval == \
+            sum(10 * (cpu + 1) for cpu in range(ncpus)) + 1000 + missing
+    finally:
+        sys.close(prog)
+        sys.close(fd)

@@ -493,6 +493,22 @@ class HtabPercpuMap(HtabMap):
         self.access_stats.local[cpu] += 1  # a CPU's own slot lives on its node
         return elem.value[cpu]
 
+    def htab_percpu_map_lookup_percpu_elem(self, key: bytes, cpu: int) -> bytearray | None:
+        """htab_percpu_map_lookup_percpu_elem (bpf_map_lookup_percpu_elem): ``cpu``'s slot,
+        None for a CPU the machine lacks; an LRU map's element gets its reference bit
+        (htab_lru_percpu_map_lookup_percpu_elem)."""
+        if cpu >= self.machine.num_cpus:
+            return None
+        current = self._current.cpu
+        self._op_cost(current, "htab_map_lookup_elem", key, self._hash_cached(key))
+        elem = self.table.get(key)
+        if elem is None:
+            return None
+        if self.lru and not elem.ref:
+            elem.ref = 1
+        self.access_stats.access(current, self.machine.cpu_node[cpu])
+        return elem.value[cpu]
+
     def htab_percpu_map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
         """htab_percpu_map_update_elem: a program writes its own CPU's slot
         (__htab_percpu_map_update_elem, onallcpus false)."""
@@ -504,6 +520,7 @@ class HtabPercpuMap(HtabMap):
 
     # struct bpf_map_ops htab_percpu_map_ops
     map_lookup_elem = htab_percpu_map_lookup_elem
+    map_lookup_percpu_elem = htab_percpu_map_lookup_percpu_elem
     map_update_elem = htab_percpu_map_update_elem
     bpf_map_update_value = bpf_percpu_hash_update
 
@@ -657,6 +674,7 @@ class HtabLruPercpuMap(HtabLruMap):
 
     # struct bpf_map_ops htab_lru_percpu_map_ops
     map_lookup_elem = htab_lru_percpu_map_lookup_elem
+    map_lookup_percpu_elem = HtabPercpuMap.htab_percpu_map_lookup_percpu_elem
     map_update_elem = htab_lru_percpu_map_update_elem
     bpf_map_update_value = bpf_percpu_hash_update
 
