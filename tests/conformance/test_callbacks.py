@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pybpf.asm import FP, R0, R1, R2, R3, R4, R5, R6
+from pybpf.asm import FP, R0, R1, R2, R3, R4, R5, R6, R7
 from pybpf.asm import builder as b
 from pybpf.btf import BTF_FUNC_GLOBAL, BTF_FUNC_STATIC
 from pybpf.errors import VerifierError
@@ -334,3 +334,29 @@ def test_bpf_loop_result_for_any_count_and_stop(sys, nr_loops, stop):
     index stop; the callback saw indexes 0 up to there."""
     calls = stop + 1 if 0 <= stop < nr_loops else nr_loops
     assert run(sys, sum_and_count(nr_loops, stop=stop)) == 100 * sum(range(calls)) + calls
+
+
+@pytest.mark.parametrize("func_info", [True, False])
+@pytest.mark.parametrize("where", ["main", "subprog"])
+def test_ld_abs_beside_bpf_to_bpf_calls(sys, where, func_info):
+    """LD_ABS may sit beside bpf-to-bpf calls: in the main program always; in a subprogram
+    only with func_info (check_abnormal_return: EINVAL without BTF), whose BTF says it
+    returns an int (a long here)."""
+    if where == "main":  # the byte at 13 and the subprogram's 40
+        items = [b.mov64(R6, R1), b.ld_abs(1, 13), b.mov64(R7, R0), b.call_local("cb"),
+                 b.add64(R0, R7), b.exit_(), b.label("cb"), b.mov64(R0, 40), b.exit_()]
+        want = ETH_FRAME[13] + 40
+    else:  # the byte at 12, loaded by the subprogram
+        items = [b.call_local("cb"), b.exit_(), b.label("cb"), b.mov64(R6, R1), b.ld_abs(1, 12),
+                 b.exit_()]
+        want = ETH_FRAME[12]
+    if where == "subprog" and not func_info:
+        with pytest.raises(OSError) as refused:
+            load(sys, items, func_info=False)
+        assert refused.value.errno == errno.EINVAL
+        return
+    fd = load(sys, items, func_info=func_info)
+    try:
+        assert sys.prog_test_run(fd, ETH_FRAME).retval == want
+    finally:
+        sys.close(fd)

@@ -70,7 +70,7 @@ from ...asm.opcodes import (
     Mode,
     Source,
 )
-from ...btf import BTF_FUNC_GLOBAL, BTF_FUNC_STATIC
+from ...btf import BTF_FUNC_GLOBAL, BTF_FUNC_STATIC, Enum, Int
 from ...errors import KernelError
 from ...uapi import (
     ENOTSUPP,
@@ -209,8 +209,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         self.decode_slots()
         self.add_subprog_and_kfunc()
         self.check_subprogs()
-        if self.func_info is None:
-            self.check_abnormal_return()
+        self.check_abnormal_return()
         program = self.resolve_pseudo_ldimm64()
         self.check_cfg()
         if self.check_attach_btf_id is not None:
@@ -295,18 +294,37 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                 raise _reject(errno.EINVAL, "last insn is not an exit or jmp")
 
     def check_abnormal_return(self) -> None:
-        """check_abnormal_return (check_btf_info without func_info): a subprogram other
-        than the main one may leave the program (LD_ABS, a tail call) only where BTF
-        says it returns an int; on the raw slots, as check_subprogs marks them."""
+        """check_abnormal_return (check_btf_info without func_info) and check_btf_func: a
+        subprogram other than the main one may leave the program (LD_ABS, a tail call) only
+        where func_info's BTF says it returns an int (or an enum); on the raw slots, as
+        check_subprogs marks them."""
         for i, start in enumerate(self.subprogs[1:], 1):
             end = self.subprogs[i + 1] if i + 1 < len(self.subprogs) else self.n
             codes = [self.raw[pc] for pc in range(start, end)]
-            if any(code & 0x07 == Class.LD and code & 0xE0 in (Mode.ABS, Mode.IND)
-                   for code, _, _, _ in codes):
-                raise _reject(errno.EINVAL, "LD_ABS is not allowed in subprogs without BTF")
-            if any(code == Class.JMP | JmpOp.CALL and not regs >> 4
-                   and imm == BpfFunc.tail_call for code, regs, _, imm in codes):
-                raise _reject(errno.EINVAL, "tail_call is not allowed in subprogs without BTF")
+            for what, found in (
+                    ("LD_ABS", any(code & 0x07 == Class.LD and code & 0xE0 in (Mode.ABS, Mode.IND)
+                                   for code, _, _, _ in codes)),
+                    ("tail_call", any(code == Class.JMP | JmpOp.CALL and not regs >> 4
+                                      and imm == BpfFunc.tail_call
+                                      for code, regs, _, imm in codes))):
+                if not found:
+                    continue
+                if self.func_info is None:
+                    raise _reject(errno.EINVAL, f"{what} is not allowed in subprogs without "
+                                  "BTF")
+                if not self.returns_scalar(start):
+                    raise _reject(errno.EINVAL, f"{what} is only allowed in functions that "
+                                  "return 'int'.")
+
+    def returns_scalar(self, start: int) -> bool:
+        """Whether the subprogram at ``start`` returns an integer of at most 8 bytes or an
+        enum, by its func_info (btf_type_is_small_int, btf_is_any_enum)."""
+        btf = self.func_info.btf
+        proto = btf[self.func_info.func(start).type_id]
+        if not proto.return_type_id:
+            return False
+        ret = btf[btf.resolve(proto.return_type_id)]
+        return isinstance(ret, Enum) or isinstance(ret, Int) and ret.size <= 8
 
     # -- phase 3: opcodes, lddw, map fds ---------------------------------------------------------
     def resolve_pseudo_ldimm64(self) -> VerifiedProgram:
@@ -944,9 +962,6 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                           "program type")
         if insn.dst or insn.off or info.kind is Kind.LD_ABS and insn.src:
             raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] uses reserved fields")
-        if len(self.subprogs) > 1:
-            raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] instructions cannot be mixed with "
-                          "bpf-to-bpf calls")
         self.check_reg_arg(regs, 6, SRC_OP)
         if state.active_lock is not None:
             raise _reject(errno.EINVAL, "BPF_LD_[ABS|IND] cannot be used inside "
