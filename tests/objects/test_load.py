@@ -467,3 +467,40 @@ char LICENSE[] SEC("license") = "GPL";
     with pytest.raises(BPFError) as gone:
         backend.obj_get(os.path.join(pin_root, "pin_then_fail"))
     assert gone.value.errno == errno.ENOENT
+
+
+def test_an_inner_map_template_has_the_objects_btf_types(compile_source, backend):
+    """libbpf makes the inner-map template with its BTF types: an inner map whose value holds
+    a bpf_spin_lock fits it, and a program locks the element found through the outer map."""
+    path = compile_source("inner_spin_lock", """
+struct foo { struct bpf_spin_lock lock; int data; };
+struct array_map { __uint(type, BPF_MAP_TYPE_ARRAY); __type(key, int); __type(value, struct foo);
+                   __uint(max_entries, 1); } array_map SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS); __uint(max_entries, 1); __type(key, int);
+         __array(values, struct array_map); } map_of_maps SEC(".maps")
+    = { .values = { [0] = &array_map } };
+SEC("tc") int inc(struct __sk_buff *skb) {
+    int k = 0; struct foo *f; void *inner = bpf_map_lookup_elem(&map_of_maps, &k);
+    if (!inner) return 1;
+    f = bpf_map_lookup_elem(inner, &k);
+    if (!f) return 2;
+    bpf_spin_lock(&f->lock); f->data++; bpf_spin_unlock(&f->lock);
+    return 0; }
+char LICENSE[] SEC("license") = "GPL";
+""")
+    with ObjectSpec.from_file(path).load(backend) as obj:
+        assert [obj.programs["inc"].test_run(PACKET).retval for _ in range(3)] == [0, 0, 0]
+        assert backend.map_lookup_elem(obj.maps["array_map"].fd, bytes(4))[4:] == \
+            struct.pack("<I", 3)
+
+
+def test_an_inner_perf_event_array_gets_a_slot_per_cpu(compile_source, backend):
+    path = compile_source("inner_perf", """
+struct events { __uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY); __uint(key_size, 4);
+                __uint(value_size, 4); } events SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS); __uint(max_entries, 1); __type(key, int);
+         __array(values, struct events); } outer SEC(".maps") = { .values = { [0] = &events } };
+""")
+    with ObjectSpec.from_file(path).load(backend) as obj:
+        assert obj.maps["events"].info().max_entries == backend.num_possible_cpus
+        assert backend.map_lookup_elem(obj.maps["outer"].fd, bytes(4))

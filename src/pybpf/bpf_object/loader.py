@@ -299,30 +299,26 @@ def _load_btf(obj: Object) -> None:
 
 
 def _create_map(obj: Object, m: ObjectMap, pin_root: str) -> Map:
-    system, spec = obj.system, m.spec
-    if spec.type == MapType.PERF_EVENT_ARRAY and not spec.max_entries:
-        # libbpf's map_set_def_max_entries(): a slot per possible CPU
-        spec = dataclasses.replace(spec, max_entries=system.num_possible_cpus)
+    system, spec = obj.system, _sized(m.spec, obj.system)
     path = os.path.join(pin_root, m.name) if m.pinning == LIBBPF_PIN_BY_NAME else None
     if path is not None:
         existing = _reuse_pinned(obj, m, spec, path)
         if existing is not None:
             obj.reused.add(m.name)
             return existing
-    btf = (obj.btf_fd or 0, m.key_type_id, m.value_type_id)
-    typed = obj.btf_fd is not None and m.value_type_id and _takes_btf(spec)
+    template = None
     try:
-        try:
-            created = Map.create(spec, system, btf=btf if typed else (0, 0, 0))
-        except BPFError as exc:
-            if not typed:
-                raise
-            warnings.warn(f"map '{m.name}': creating it with BTF types failed "
-                          f"({exc.strerror}); retrying without BTF", RuntimeWarning,
-                          stacklevel=4)
-            created = Map.create(spec, system)
+        if isinstance(spec.inner_map, MapSpec):  # the inner template, typed as libbpf makes it
+            template = _create_typed(obj, m, f"{m.name}.inner",
+                                     _sized(spec.inner_map, system),
+                                     m.inner_key_type_id, m.inner_value_type_id)
+            spec = dataclasses.replace(spec, inner_map=template)
+        created = _create_typed(obj, m, m.name, spec, m.key_type_id, m.value_type_id)
     except BPFError as exc:
         raise _map_error(m, "failed to create", exc) from exc
+    finally:
+        if template is not None:  # the map of maps keeps what it needs of it
+            template.close()
     if path is not None:
         try:
             created.pin(path)
@@ -331,6 +327,29 @@ def _create_map(obj: Object, m: ObjectMap, pin_root: str) -> Map:
             raise _map_error(m, f"failed to pin at '{path}'", exc) from exc
         obj.pinned.append(path)
     return created
+
+
+def _sized(spec: MapSpec, system: System) -> MapSpec:
+    """libbpf's map_set_def_max_entries(): a PERF_EVENT_ARRAY without max_entries gets a
+    slot per possible CPU (an inner template too)."""
+    if spec.type == MapType.PERF_EVENT_ARRAY and not spec.max_entries:
+        return dataclasses.replace(spec, max_entries=system.num_possible_cpus)
+    return spec
+
+
+def _create_typed(obj: Object, m: ObjectMap, name: str, spec: MapSpec, key_type_id: int,
+                  value_type_id: int) -> Map:
+    """bpf_object__create_map: with the object's BTF types where the type takes them,
+    again without them if the kernel refuses them (as libbpf retries)."""
+    typed = obj.btf_fd is not None and value_type_id and _takes_btf(spec)
+    if not typed:
+        return Map.create(spec, obj.system)
+    try:
+        return Map.create(spec, obj.system, btf=(obj.btf_fd, key_type_id, value_type_id))
+    except BPFError as exc:
+        warnings.warn(f"map '{name}': creating it with BTF types failed ({exc.strerror}); "
+                      "retrying without BTF", RuntimeWarning, stacklevel=5)
+        return Map.create(spec, obj.system)
 
 
 def _takes_btf(spec: MapSpec) -> bool:

@@ -67,6 +67,8 @@ class ObjectMap:
     key_type_id: int = 0
     value_type_id: int = 0
     pinning: int = LIBBPF_PIN_NONE
+    inner_key_type_id: int = 0            # a map of maps: its inner template's types
+    inner_value_type_id: int = 0
     offset: int = 0                       # of its definition in ``section``
     values_offset: int | None = None      # of its ``values[]`` slots in the definition
     slots: dict[int, str] = field(default_factory=dict)
@@ -355,7 +357,9 @@ def btf_maps(elf: ElfFile, btf: Btf, section: Section) -> list[ObjectMap]:
         d = parse_btf_map_def(btf, var.name, var.type_id)
         inner = _spec(f"{var.name}.inner", d.inner, btf) if d.inner else None
         maps.append(ObjectMap(var.name, section.name, _spec(var.name, d, btf, inner),
-                              d.key_type_id, d.value_type_id, d.pinning, symbol.value,
+                              d.key_type_id, d.value_type_id, d.pinning,
+                              d.inner.key_type_id if d.inner else 0,
+                              d.inner.value_type_id if d.inner else 0, symbol.value,
                               d.values_offset))
     return maps
 
