@@ -8,8 +8,13 @@ import os
 
 import pytest
 
-from pybpf.btf import VMLINUX, Btf, Enum
-from pybpf.emulated.prog.btf import BPF_MAP_FIELDS, BPF_MAP_SIZE, vmlinux_btf_types
+from pybpf.btf import VMLINUX, Array, Btf, Enum, Int, Kind, Struct, Typedef
+from pybpf.emulated.prog.btf import (
+    BPF_MAP_FIELDS,
+    BPF_MAP_SIZE,
+    PACKET_HEADERS,
+    vmlinux_btf_types,
+)
 
 
 @pytest.fixture(scope="module")
@@ -48,3 +53,38 @@ def test_enum_bpf_map_type_holds_the_running_kernels_values(kernel_btf):
         {name: theirs[name] for name in ours if name in theirs}
     assert set(ours) <= set(theirs)
 
+
+
+def _shape(btf: Btf, type_id: int) -> tuple:
+    """A type as what CO-RE and a C compiler see of it: kinds, names, sizes, member offsets
+    and bitfield widths, typedef chains and array dimensions, all the way down (ids apart)."""
+    record = btf[type_id]
+    if isinstance(record, Struct):
+        return (record.kind, record.name, record.size, record.kind_flag,
+                tuple((m.name, m.bit_offset, m.bitfield_size, _shape(btf, m.type_id))
+                      for m in record.members))
+    if isinstance(record, Array):
+        return (record.kind, record.nelems, _shape(btf, record.type_id),
+                _shape(btf, record.index_type_id))
+    if isinstance(record, Int):
+        return (record.kind, record.name, record.size, record.encoding, record.nr_bits)
+    assert isinstance(record, Typedef), record
+    return (record.kind, record.name, _shape(btf, record.type_id))
+
+
+@pytest.mark.parametrize("name", PACKET_HEADERS)
+def test_packet_headers_are_the_running_kernels_types(kernel_btf, name):
+    """Each packet header is the kernel's type, member for member: bitfields (iphdr's ihl and
+    version, tcphdr's flags), the anonymous unions of saddr/daddr and ``addrs``, in6_addr's
+    union, and the typedefs (__be16, __sum16, __u8) down to the C integer types."""
+    emulated = vmlinux_btf_types()
+    assert _shape(emulated, emulated.find(name)) == _shape(kernel_btf, kernel_btf.find(name))
+
+
+@pytest.mark.parametrize("name", ["__u8", "__u16", "__u32", "__u64", "__be16", "__be32",
+                                  "__sum16"])
+def test_integer_typedefs_are_typedefs_as_in_the_running_kernel(kernel_btf, name):
+    """bpf_core_type_exists() of a typedef looks for a typedef: __u32 is one on both."""
+    emulated = vmlinux_btf_types()
+    assert _shape(emulated, emulated.find(name, Kind.TYPEDEF)) == \
+        _shape(kernel_btf, kernel_btf.find(name, Kind.TYPEDEF))

@@ -18,15 +18,18 @@ Rules this module keeps:
   against them.
 - ``vmlinux_btf_types()`` is the kernel BTF of this machine: the program contexts the
   emulated backend models (``struct xdp_md``, ``struct __sk_buff``, ``struct sk_msg_md``)
-  and the uapi enums, laid out as include/uapi/linux/bpf.h lays them out, and of the
-  kernel's own types those the emulated machine has values for: ``struct bpf_map``'s
-  fields that an emulated map keeps, where 6.18's vmlinux has them (``BPF_MAP_FIELDS``).
-  CO-RE relocates against it; another kernel-internal type (``struct task_struct``) or
-  field (``bpf_map.ops``) is not there, so a relocation that needs one fails as on a kernel
-  without it. After them come the kfuncs the
-  emulated kernel offers (``kfuncs.KFUNCS``): a FUNC each, whose id a kfunc call names
-  (``vmlinux_kfuncs()``: the kfuncs by that id), and the types only they use (``struct
-  bpf_iter_num``, ``int *``) with the first kfunc that uses them.
+  and the uapi enums, laid out as include/uapi/linux/bpf.h lays them out, the packet
+  headers a program parses (``PACKET_HEADERS``: ethhdr, iphdr, ipv6hdr, tcphdr, ...) as
+  6.18's vmlinux has them, bitfields, anonymous unions and typedefs (``__be16``, ``__u32``
+  a typedef of ``unsigned int``) included, and of the kernel's own types those the
+  emulated machine has values for: ``struct bpf_map``'s fields that an emulated map
+  keeps, where 6.18's vmlinux has them (``BPF_MAP_FIELDS``). CO-RE relocates against it;
+  another kernel-internal type (``struct task_struct``, ``struct sk_buff``) or field
+  (``bpf_map.ops``) is not there, so a relocation that needs one fails as on a kernel
+  without it. After them come the kfuncs the emulated kernel offers (``kfuncs.KFUNCS``):
+  a FUNC each, whose id a kfunc call names (``vmlinux_kfuncs()``: the kfuncs by that id),
+  and the types only they use (``struct bpf_iter_num``, ``int *``) with the first kfunc
+  that uses them.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ from ...btf import (
     Param,
     Ptr,
     Struct,
+    Typedef,
+    Union,
 )
 from ...btf.spec import BTF_MAGIC, BTF_VERSION, HEADER
 from ...errors import KernelError
@@ -548,13 +553,104 @@ class BtfMixin:
                               f"{name!r}; the kfuncs it offers: {', '.join(KFUNCS)}") from None
 
 
+# The packet headers of vmlinux.h (include/uapi/linux/if_ether.h, if_vlan.h, ip.h, in6.h,
+# ipv6.h, tcp.h, udp.h, icmp.h, icmpv6.h, if_arp.h, and include/linux/if_vlan.h's
+# vlan_ethhdr): a program that parses packets through bpftool's vmlinux.h reads each field
+# through a CO-RE relocation (its structs are all preserve_access_index), so they must be
+# here, laid out as 6.18's vmlinux lays them out.
+PACKET_HEADERS = ("ethhdr", "vlan_hdr", "vlan_ethhdr", "iphdr", "in6_addr", "ipv6hdr",
+                  "tcphdr", "udphdr", "icmphdr", "icmpv6_echo", "icmpv6_nd_advt",
+                  "icmpv6_nd_ra", "icmp6hdr", "arphdr")
+
+
+def _add_packet_headers(btf: Btf, int_id: int, uchar: int, u8: int, u16: int, u32: int,
+                        be16: int, be32: int, sum16: int) -> None:
+    """``PACKET_HEADERS`` and the anonymous types and arrays they use, each member as
+    ``bpftool btf dump file /sys/kernel/btf/vmlinux format raw`` lists 6.18's: (name, type,
+    bits_offset[, bitfield_size]); a struct with a bitfield has kind_flag set, as there, and
+    an anonymous struct both named and unnamed in a union (``addrs``) is one type."""
+    arrays: dict[tuple[int, int], int] = {}
+
+    def array(elem: int, nelems: int) -> int:
+        if (elem, nelems) not in arrays:
+            arrays[elem, nelems] = btf.add(Array("", elem, int_id, nelems))
+        return arrays[elem, nelems]
+
+    def record(name: str, size: int, members: list[tuple], kind: type[Struct] = Struct) -> int:
+        return btf.add(kind(name, size, tuple(Member(*m) for m in members),
+                            kind_flag=any(len(m) == 4 for m in members)))
+
+    def addrs(size: int, members: list[tuple]) -> int:
+        """union { struct { members }; struct { members } addrs; } (struct_group)."""
+        group = record("", size, members)
+        return record("", size, [("", group, 0), ("addrs", group, 0)], Union)
+
+    mac = array(uchar, 6)
+    record("ethhdr", 14, [("h_dest", mac, 0), ("h_source", mac, 48), ("h_proto", be16, 96)])
+    record("vlan_hdr", 4, [("h_vlan_TCI", be16, 0), ("h_vlan_encapsulated_proto", be16, 16)])
+    record("vlan_ethhdr", 18, [
+        ("", addrs(12, [("h_dest", mac, 0), ("h_source", mac, 48)]), 0),
+        ("h_vlan_proto", be16, 96), ("h_vlan_TCI", be16, 112),
+        ("h_vlan_encapsulated_proto", be16, 128)])
+    record("iphdr", 20, [
+        ("ihl", u8, 0, 4), ("version", u8, 4, 4), ("tos", u8, 8), ("tot_len", be16, 16),
+        ("id", be16, 32), ("frag_off", be16, 48), ("ttl", u8, 64), ("protocol", u8, 72),
+        ("check", sum16, 80), ("", addrs(8, [("saddr", be32, 0), ("daddr", be32, 32)]), 96)])
+    in6_u = record("", 16, [("u6_addr8", array(u8, 16), 0), ("u6_addr16", array(be16, 8), 0),
+                            ("u6_addr32", array(be32, 4), 0)], Union)
+    in6_addr = record("in6_addr", 16, [("in6_u", in6_u, 0)])
+    record("ipv6hdr", 40, [
+        ("priority", u8, 0, 4), ("version", u8, 4, 4), ("flow_lbl", array(u8, 3), 8),
+        ("payload_len", be16, 32), ("nexthdr", u8, 48), ("hop_limit", u8, 56),
+        ("", addrs(32, [("saddr", in6_addr, 0), ("daddr", in6_addr, 128)]), 64)])
+    record("tcphdr", 20, [
+        ("source", be16, 0), ("dest", be16, 16), ("seq", be32, 32), ("ack_seq", be32, 64),
+        ("ae", u16, 96, 1), ("res1", u16, 97, 3), ("doff", u16, 100, 4),
+        *((flag, u16, 104 + i, 1) for i, flag in enumerate(
+            ("fin", "syn", "rst", "psh", "ack", "urg", "ece", "cwr"))),
+        ("window", be16, 112), ("check", sum16, 128), ("urg_ptr", be16, 144)])
+    record("udphdr", 8, [("source", be16, 0), ("dest", be16, 16), ("len", be16, 32),
+                         ("check", sum16, 48)])
+    u8x4 = array(u8, 4)
+    record("icmphdr", 8, [
+        ("type", u8, 0), ("code", u8, 8), ("checksum", sum16, 16),
+        ("un", record("", 4, [
+            ("echo", record("", 4, [("id", be16, 0), ("sequence", be16, 16)]), 0),
+            ("gateway", be32, 0),
+            ("frag", record("", 4, [("__unused", be16, 0), ("mtu", be16, 16)]), 0),
+            ("reserved", u8x4, 0)], Union), 32)])
+    echo = record("icmpv6_echo", 4, [("identifier", be16, 0), ("sequence", be16, 16)])
+    nd_advt = record("icmpv6_nd_advt", 4, [
+        ("reserved", u32, 0, 5), ("override", u32, 5, 1), ("solicited", u32, 6, 1),
+        ("router", u32, 7, 1), ("reserved2", u32, 8, 24)])
+    nd_ra = record("icmpv6_nd_ra", 4, [
+        ("hop_limit", u8, 0), ("reserved", u8, 8, 3), ("router_pref", u8, 11, 2),
+        ("home_agent", u8, 13, 1), ("other", u8, 14, 1), ("managed", u8, 15, 1),
+        ("rt_lifetime", be16, 16)])
+    record("icmp6hdr", 8, [
+        ("icmp6_type", u8, 0), ("icmp6_code", u8, 8), ("icmp6_cksum", sum16, 16),
+        ("icmp6_dataun", record("", 4, [
+            ("un_data32", array(be32, 1), 0), ("un_data16", array(be16, 2), 0),
+            ("un_data8", u8x4, 0), ("u_echo", echo, 0), ("u_nd_advt", nd_advt, 0),
+            ("u_nd_ra", nd_ra, 0)], Union), 32)])
+    record("arphdr", 8, [("ar_hrd", be16, 0), ("ar_pro", be16, 16), ("ar_hln", uchar, 32),
+                         ("ar_pln", uchar, 40), ("ar_op", be16, 48)])
+
+
 @functools.cache
 def vmlinux_btf_types() -> Btf:
     """The BTF this backend describes itself with (see the module rules)."""
     btf = Btf()
-    u8 = btf.add(Int("__u8", 1, 0, 0, 8))
-    u32 = btf.add(Int("__u32", 4, 0, 0, 32))
-    u64 = btf.add(Int("__u64", 8, 0, 0, 64))
+    # the C integer types, and the typedefs of include/uapi/asm-generic/int-ll64.h and
+    # linux/types.h over them, as vmlinux has them (a typedef for each __uN)
+    uchar, ushort, uint, ulonglong = (btf.add(Int(name, size, 0, 0, 8 * size)) for name, size
+                                      in (("unsigned char", 1), ("short unsigned int", 2),
+                                          ("unsigned int", 4), ("long long unsigned int", 8)))
+    int_id = btf.add(Int("int", 4, BTF_INT_SIGNED, 0, 32))
+    u8, u16, u32, u64 = (btf.add(Typedef(name, type_id)) for name, type_id in (
+        ("__u8", uchar), ("__u16", ushort), ("__u32", uint), ("__u64", ulonglong)))
+    be16, be32, sum16 = (btf.add(Typedef(name, type_id)) for name, type_id in (
+        ("__be16", u16), ("__be32", u32), ("__sum16", u16)))
     u32x4 = btf.add(Array("", u32, u32, 4))
     u32x5 = btf.add(Array("", u32, u32, 5))
     ptr = btf.add(Ptr(type_id=0))
@@ -592,12 +688,12 @@ def vmlinux_btf_types() -> Btf:
                                                   for m in members)))
     btf.add(Enum("xdp_action", 4, tuple(EnumValue(n, v) for v, n in enumerate(
         ("XDP_ABORTED", "XDP_DROP", "XDP_PASS", "XDP_TX", "XDP_REDIRECT")))))
-    int_id = btf.add(Int("int", 4, BTF_INT_SIGNED, 0, 32))
     types = {"enum bpf_map_type": enums["bpf_map_type"], "u32": u32, "u64": u64,
              "int": int_id, "bool": btf.add(Int("_Bool", 1, BTF_INT_BOOL, 0, 8)),
              "char[16]": btf.add(Array("", btf.add(Int("char", 1, 0, 0, 8)), int_id, 16))}
     struct("bpf_map", BPF_MAP_SIZE,
            [(name, types[c_type], off) for name, c_type, off, _ in BPF_MAP_FIELDS])
+    _add_packet_headers(btf, int_id, uchar, u8, u16, u32, be16, be32, sum16)
     # the kfuncs last, so that adding one moves no other type's id; a type only kfuncs use
     # (an iterator's struct, int *) comes with the first kfunc that uses it
     int_ptr_id = 0  # int *, added with the first kfunc that returns one
