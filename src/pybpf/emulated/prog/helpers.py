@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -80,6 +81,7 @@ ARG_PTR_TO_MAP_KEY = "map_key"  # memory holding the map's key_size bytes
 ARG_PTR_TO_MAP_VALUE = "map_value"  # memory holding value_size bytes, read
 ARG_PTR_TO_UNINIT_MAP_VALUE = "uninit_map_value"  # value_size bytes of memory, written
 ARG_PTR_TO_MEM = "mem"  # memory whose size the next argument gives, read
+ARG_PTR_TO_MEM_OR_NULL = "mem_or_null"  # the same, or NULL when that size is 0 (PTR_MAYBE_NULL)
 ARG_PTR_TO_UNINIT_MEM = "uninit_mem"  # the same, written
 ARG_CONST_SIZE = "size"  # a scalar, the size of the memory before it (not 0)
 ARG_CONST_SIZE_OR_ZERO = "size_or_zero"
@@ -284,6 +286,13 @@ def bpf_ktime_get_ns(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) 
     return machine.ktime_get_ns() if machine is not None else 0
 
 
+def bpf_ktime_get_boot_ns(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """CLOCK_BOOTTIME, which also counts time suspended: the emulated machine never suspends,
+    so it is bpf_ktime_get_ns's clock."""
+    machine = rs.machine
+    return machine.ktime_get_ns() if machine is not None else 0
+
+
 def bpf_get_prandom_u32(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     machine = rs.machine
     return machine.prandom_u32() if machine is not None else 0
@@ -449,6 +458,47 @@ def bpf_skb_load_bytes(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int
         return -errno.EFAULT & M64
     mem_write(rs, r3, bytes(packet[offset:offset + size]), "to (R3)")
     return 0
+
+
+# -- checksums (net/core/filter.c, arch/x86/lib/csum-partial_64.c, include/net/checksum.h) ------
+def csum_partial(data: bytes, seed: int) -> int:
+    """x86-64's csum_partial: ``data`` as little-endian 64-bit words (the tail zero-padded)
+    added to the 32-bit ``seed`` with end-around carry, folded to 32 bits as
+    csum_finalize_sum folds it ((sum + ror64(sum, 32)) >> 32)."""
+    padded = data + bytes(-len(data) % 8)
+    total = seed + sum(struct.unpack(f"<{len(padded) // 8}Q", padded))
+    while total >> 64:
+        total = (total & M64) + (total >> 64)
+    return ((total + (total >> 32 | total << 32 & M64)) >> 32) & M32
+
+
+def csum_add(csum: int, addend: int) -> int:
+    """csum_add: 32-bit addition with end-around carry."""
+    total = (csum + addend) & M32
+    return total + (total < addend)
+
+
+def csum_from32to16(csum: int) -> int:
+    """csum_from32to16: the 32-bit sum folded to 16 bits (not complemented)."""
+    csum = (csum + (csum >> 16 | csum << 16 & M32)) & M32
+    return csum >> 16
+
+
+def bpf_csum_diff(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_csum_diff(from, from_size, to, to_size, seed) as 6.13+ computes it: the sum of
+    ``to`` less that of ``from`` (either may be empty, then NULL), from the 32-bit seed,
+    folded to 16 bits, so the same on every architecture. Any sizes the verifier lets
+    through are taken: the old scratch buffer's -EINVAL (sizes not multiples of 4, more
+    than 512 bytes in all) went with it."""
+    from_size, to_size, ret = r2 & M32, r4 & M32, r5 & M32
+    if from_size and to_size:
+        to = csum_partial(mem_read(rs, r3, to_size, "to (R3)"), ret)
+        ret = csum_add(to, ~csum_partial(mem_read(rs, r1, from_size, "from (R1)"), 0) & M32)
+    elif to_size:
+        ret = csum_partial(mem_read(rs, r3, to_size, "to (R3)"), ret)
+    elif from_size:
+        ret = ~csum_partial(mem_read(rs, r1, from_size, "from (R1)"), ~ret & M32) & M32
+    return csum_from32to16(ret)
 
 
 # -- XDP packet adjustments (net/core/filter.c) ---------------------------------------------------
@@ -694,6 +744,9 @@ _SKB = frozenset({ProgType.SOCKET_FILTER, ProgType.SCHED_CLS, ProgType.SCHED_ACT
                   ProgType.CGROUP_SKB, ProgType.LWT_IN, ProgType.LWT_OUT, ProgType.LWT_XMIT,
                   ProgType.SK_SKB})
 _SK_MSG = frozenset({ProgType.SK_MSG})
+# the programs whose func_proto has bpf_csum_diff (tc_cls_act, xdp, lwt_in/out/xmit/seg6local)
+_CSUM_DIFF = frozenset({ProgType.SCHED_CLS, ProgType.SCHED_ACT, ProgType.XDP, ProgType.LWT_IN,
+                        ProgType.LWT_OUT, ProgType.LWT_XMIT, ProgType.LWT_SEG6LOCAL})
 # the programs of skbs whose func_proto has bpf_redirect (tc_cls_act, lwt_xmit)
 _SKB_REDIRECT = frozenset({ProgType.SCHED_CLS, ProgType.SCHED_ACT, ProgType.LWT_XMIT})
 # helper id -> {program type: the function it is there}, where a type's get_func_proto
@@ -717,6 +770,7 @@ def _table() -> dict[int, HelperProto]:
         (BpfFunc.map_lookup_percpu_elem, bpf_map_lookup_percpu_elem, (*map_key, ARG_ANYTHING),
          None),
         (BpfFunc.ktime_get_ns, bpf_ktime_get_ns, (), None),
+        (BpfFunc.ktime_get_boot_ns, bpf_ktime_get_boot_ns, (), None),
         (BpfFunc.trace_printk, bpf_trace_printk, (ARG_PTR_TO_MEM, ARG_CONST_SIZE), None),
         (BpfFunc.get_prandom_u32, bpf_get_prandom_u32, (), None),
         (BpfFunc.get_smp_processor_id, bpf_get_smp_processor_id, (), None),
@@ -729,6 +783,9 @@ def _table() -> dict[int, HelperProto]:
          (ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE_OR_ZERO, ARG_ANYTHING), None),
         (BpfFunc.skb_load_bytes, bpf_skb_load_bytes,
          (ARG_PTR_TO_CTX, ARG_ANYTHING, ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE), _SKB),
+        (BpfFunc.csum_diff, bpf_csum_diff,
+         (ARG_PTR_TO_MEM_OR_NULL, ARG_CONST_SIZE_OR_ZERO, ARG_PTR_TO_MEM_OR_NULL,
+          ARG_CONST_SIZE_OR_ZERO, ARG_ANYTHING), _CSUM_DIFF),
         (BpfFunc.redirect, bpf_xdp_redirect, (ARG_ANYTHING, ARG_ANYTHING), _XDP | _SKB_REDIRECT),
         (BpfFunc.redirect_map, bpf_redirect_map, (ARG_CONST_MAP_PTR, ARG_ANYTHING, ARG_ANYTHING),
          _XDP),
@@ -780,7 +837,7 @@ def _table() -> dict[int, HelperProto]:
     gpl_only = {BpfFunc.trace_printk}
     # .pkt_access: the helpers that may read (or write) the packet through a memory argument
     pkt_access = {BpfFunc.map_lookup_elem, BpfFunc.map_update_elem, BpfFunc.map_delete_elem,
-                  BpfFunc.map_push_elem, BpfFunc.map_lookup_percpu_elem}
+                  BpfFunc.map_push_elem, BpfFunc.map_lookup_percpu_elem, BpfFunc.csum_diff}
     # The map ops charge themselves; the engines run tail calls.
     own_cost = {BpfFunc.map_lookup_elem: None, BpfFunc.map_update_elem: None,
                 BpfFunc.map_delete_elem: None, BpfFunc.tail_call: None,

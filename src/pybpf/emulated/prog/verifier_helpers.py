@@ -39,6 +39,7 @@ from .helpers import (
     ARG_PTR_TO_MAP_KEY,
     ARG_PTR_TO_MAP_VALUE,
     ARG_PTR_TO_MEM,
+    ARG_PTR_TO_MEM_OR_NULL,
     ARG_PTR_TO_RINGBUF_MEM,
     ARG_PTR_TO_SPIN_LOCK,
     ARG_PTR_TO_STACK_OR_NULL,
@@ -117,6 +118,7 @@ _ARG_TYPES = {
     ARG_CONST_MAP_PTR: (CONST_PTR_TO_MAP,), ARG_PTR_TO_CTX: (PTR_TO_CTX,),
     ARG_PTR_TO_MAP_KEY: _MEM_TYPES, ARG_PTR_TO_MAP_VALUE: _MEM_TYPES,
     ARG_PTR_TO_UNINIT_MAP_VALUE: _MEM_TYPES, ARG_PTR_TO_MEM: _MEM_TYPES,
+    ARG_PTR_TO_MEM_OR_NULL: _MEM_TYPES,
     ARG_PTR_TO_UNINIT_MEM: _MEM_TYPES, ARG_CONST_SIZE: (SCALAR,),
     ARG_CONST_SIZE_OR_ZERO: (SCALAR,), ARG_PTR_TO_FUNC: (PTR_TO_FUNC,),
     ARG_PTR_TO_STACK_OR_NULL: (PTR_TO_STACK,), ARG_PTR_TO_SPIN_LOCK: (PTR_TO_MAP_VALUE, "ptr_"),
@@ -514,7 +516,8 @@ class HelperCallChecks:
             elif arg == ARG_PTR_TO_UNINIT_MAP_VALUE:
                 raise _reject(errno.EINVAL, "invalid arg_type for sockmap/sockhash")
         expected = _ARG_TYPES[arg]
-        if arg == ARG_PTR_TO_STACK_OR_NULL and reg.is_const and reg.var.value == 0:
+        if arg in (ARG_PTR_TO_STACK_OR_NULL, ARG_PTR_TO_MEM_OR_NULL) and reg.is_const \
+                and reg.var.value == 0:
             return bpf_map  # NULL (register_is_null): no type to check
         if reg.id or reg.type not in expected:
             raise _reject(errno.EACCES, f"R{regno} type={reg.type_str()} expected="
@@ -638,6 +641,11 @@ class HelperCallChecks:
         if reg.type in _PKT_TYPES:  # the fixed offset only: the range covers the variable one
             check_packet_access(regno, reg, reg.off, size, zero_size_allowed)
             return
+        if reg.type == SCALAR:  # NULL, where the argument may be NULL: no bytes from it
+            if zero_size_allowed and not size and reg.is_const and not reg.var.value:
+                return
+            raise _reject(errno.EACCES, f"R{regno} type={reg.type_str()} "
+                          f"expected={PTR_TO_STACK}")
         if reg.type == PTR_TO_STACK and not reg.var.is_const and reg.var != tnum.UNKNOWN:
             if not size and not zero_size_allowed:
                 raise _reject(errno.EACCES, "invalid zero-sized read")
