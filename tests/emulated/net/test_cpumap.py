@@ -33,7 +33,7 @@ def test_a_machine_with_more_cpus_than_the_host_kernel_allows_larger_maps():
 
 def test_entry_with_a_cpumap_xdp_program_reports_its_id(emulated):
     fd = emulated.map_create(MapType.CPUMAP, 4, 8, 2)
-    prog = emulated.fd_install(SimpleNamespace(prog_type=ProgType.XDP, id=12,
+    prog = emulated.fd_install(SimpleNamespace(prog_type=ProgType.XDP, id=12, prog_flags=0,
                                                expected_attach_type=AttachType.XDP_CPUMAP))
     emulated.map_update_elem(fd, u32(1), struct.pack("<Ii", 256, prog))
     assert emulated.map_lookup_elem(fd, u32(1)) == struct.pack("<II", 256, 12)

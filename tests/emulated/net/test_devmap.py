@@ -16,7 +16,7 @@ from pybpf.uapi import AttachType, MapType, ProgType
 
 
 def xdp_prog(sys, attach_type: int, prog_id: int) -> int:
-    return sys.fd_install(SimpleNamespace(prog_type=ProgType.XDP,
+    return sys.fd_install(SimpleNamespace(prog_type=ProgType.XDP, prog_flags=0,
                                           expected_attach_type=attach_type, id=prog_id))
 
 
