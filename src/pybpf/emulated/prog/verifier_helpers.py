@@ -636,7 +636,9 @@ class HelperCallChecks:
     def check_helper_mem_access(state: State, regno: int, size: int, write: bool,
                                 zero_size_allowed: bool) -> None:
         """The ``size`` bytes a helper reads or writes at a stack pointer, map value or
-        memory with a known offset, or at a packet pointer, are all there."""
+        memory with a known offset, or at a packet pointer, are all there; a helper writes no
+        map value the program may only read, nor reads one it may only write
+        (check_map_access_type)."""
         reg = state.cur.regs[regno]
         if reg.type in _PKT_TYPES:  # the fixed offset only: the range covers the variable one
             check_packet_access(regno, reg, reg.off, size, zero_size_allowed)
@@ -646,6 +648,8 @@ class HelperCallChecks:
                 return
             raise _reject(errno.EACCES, f"R{regno} type={reg.type_str()} "
                           f"expected={PTR_TO_STACK}")
+        if reg.type == PTR_TO_MAP_VALUE and reg.map is not None:
+            MemoryChecks.check_map_access_type(reg.map, reg.off, size, write)
         if reg.type == PTR_TO_STACK and not reg.var.is_const and reg.var != tnum.UNKNOWN:
             if not size and not zero_size_allowed:
                 raise _reject(errno.EACCES, "invalid zero-sized read")

@@ -393,16 +393,23 @@ class MemoryChecks:
             raise _reject(errno.EACCES, f"invalid access to map key, key_size={key_size} "
                           f"off={off} size={size}")
 
-    def check_map_value_access(self, regno: int, reg: Reg, off: int, size: int,
-                               write: bool) -> None:
-        bpf_map = reg.map
-        if bpf_map is None:
-            return
+    @staticmethod
+    def check_map_access_type(bpf_map: Any, off: int, size: int, write: bool) -> None:
+        """check_map_access_type: the program writes no map value it may only read
+        (BPF_F_RDONLY_PROG) and reads none it may only write (BPF_F_WRONLY_PROG); ``off`` is
+        the fixed offset, without the variable one, as the kernel says it."""
         flag = BPF_F_RDONLY_PROG if write else BPF_F_WRONLY_PROG
         if bpf_map.map_flags & flag:
             access = "write into" if write else "read from"
             raise _reject(errno.EACCES, f"{access} map forbidden, value_size="
                           f"{bpf_map.value_size} off={off} size={size}")
+
+    def check_map_value_access(self, regno: int, reg: Reg, off: int, size: int,
+                               write: bool) -> None:
+        bpf_map = reg.map
+        if bpf_map is None:
+            return
+        self.check_map_access_type(bpf_map, off, size, write)
         if not reg.var.is_const:
             return  # a variable offset: its bounds are value ranges, not kept here
         off += _s64(reg.var.value)
