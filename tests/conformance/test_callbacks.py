@@ -281,6 +281,13 @@ FOR_EACH_REFUSALS = [
     ("a read past the key", MapType.HASH, [b.label("cb"), b.ldx(4, R0, R2, 4), b.mov64(R0, 0),
                                            b.exit_()], errno.EACCES,
      "invalid access to map key, key_size=4 off=4 size=4"),
+    ("a helper writes the key", MapType.HASH,  # check_helper_mem_access, PTR_TO_MAP_KEY
+     [b.label("cb"), b.mov64(R1, R2), b.mov64(R2, 4), b.mov64(R3, 0),
+      b.call("probe_read_user"), b.mov64(R0, 0), b.exit_()], errno.EACCES,
+     "R1 cannot write into map_key"),
+    ("a helper reads past the key", MapType.HASH,
+     [b.label("cb"), b.mov64(R1, R2), b.mov64(R2, 8), b.call("trace_printk"), b.mov64(R0, 0),
+      b.exit_()], errno.EACCES, "invalid access to map key, key_size=4 off=0 size=8"),
     ("R5 is not an argument", MapType.ARRAY, [b.label("cb"), b.mov64(R0, R5), b.exit_()],
      errno.EACCES, "R5 !read_ok"),
 ]

@@ -637,7 +637,7 @@ class HelperCallChecks:
                                 zero_size_allowed: bool) -> None:
         """The ``size`` bytes a helper reads or writes at a stack pointer, map value or
         memory with a known offset, or at a packet pointer, are all there; a helper writes no
-        map value the program may only read, nor reads one it may only write
+        map key, nor a map value the program may only read, nor reads one it may only write
         (check_map_access_type)."""
         reg = state.cur.regs[regno]
         if reg.type in _PKT_TYPES:  # the fixed offset only: the range covers the variable one
@@ -648,6 +648,11 @@ class HelperCallChecks:
                 return
             raise _reject(errno.EACCES, f"R{regno} type={reg.type_str()} "
                           f"expected={PTR_TO_STACK}")
+        if reg.type == PTR_TO_MAP_KEY:  # a for_each callback's key: the map's, read-only
+            if write:
+                raise _reject(errno.EACCES, f"R{regno} cannot write into {reg.type}")
+            MemoryChecks.check_map_key_access(regno, reg, reg.off, size, write)
+            return
         if reg.type == PTR_TO_MAP_VALUE and reg.map is not None:
             MemoryChecks.check_map_access_type(reg.map, reg.off, size, write)
         if reg.type == PTR_TO_STACK and not reg.var.is_const and reg.var != tnum.UNKNOWN:
