@@ -15,14 +15,18 @@ import struct
 import pytest
 
 from helpers import err_of, u32
+from pybpf.asm import FP, R0, R1, R2, R3, R4, assemble, encode
+from pybpf.asm import builder as b
 from pybpf.system import iter_keys
 from pybpf.uapi import (
+    BPF_ANY,
     BPF_EXIST,
     BPF_F_NO_PREALLOC,
     BPF_F_RDONLY_PROG,
     BPF_NOEXIST,
     ENOTSUPP,
     MapType,
+    ProgType,
 )
 
 
@@ -203,3 +207,33 @@ def test_sockhash_iteration_order_matches_the_kernel(kmaps, emaps, sockets):
         m.sys.map_update_elem(fd, struct.pack("<HI", 3, 3 * 7919), sockval(sock))
         walks.append(list(iter_keys(m.sys, fd)))
     assert walks[1] == walks[0]
+
+
+SKB_SK = 168  # offsetof(struct __sk_buff, sk)
+ETH_FRAME = bytes.fromhex("ffffffffffff" "020000000001" "0800") + bytes(range(50))
+
+
+@pytest.mark.parametrize("prog_type", [ProgType.SCHED_CLS, ProgType.SCHED_ACT,
+                                       ProgType.SOCKET_FILTER],
+                         ids=lambda t: ProgType(t).name)
+@pytest.mark.parametrize("map_type", [MapType.SOCKMAP, MapType.SOCKHASH],
+                         ids=lambda t: MapType(t).name)
+def test_program_updates_a_sockmap_with_the_test_runs_socket(sys, map_type, prog_type):
+    """selftests verifier_sockmap_mutate: bpf_map_update_elem(map, &key, skb->sk, BPF_ANY)
+    takes the socket pointer itself as the value (resolve_map_arg_type), and at run time
+    sock_map_update_elem refuses the test run's dummy socket (no protocol a sockmap takes:
+    sock_map_sk_is_suitable) with EOPNOTSUPP; the program returns the helper's result."""
+    fd = sys.map_create(map_type, 4, 8, 1)
+    prog = None
+    try:
+        items = [b.ldx(8, R3, R1, SKB_SK), b.mov64(R0, 1), b.jeq(R3, 0, "out"),
+                 b.st(4, FP, -4, 0), b.ld_map_fd(R1, "m"), b.mov64(R2, FP), b.add64(R2, -4),
+                 b.mov64(R4, BPF_ANY), b.call("map_update_elem"), b.label("out"), b.exit_()]
+        insns = assemble(items).with_map_fds(lambda name: fd)
+        prog = sys.prog_load(prog_type, encode(insns))
+        assert sys.prog_test_run(prog, ETH_FRAME).retval == -errno.EOPNOTSUPP & 0xFFFF_FFFF
+        assert err_of(sys.map_lookup_elem, fd, u32(0)) == errno.ENOENT  # nothing stored
+    finally:
+        if prog is not None:
+            sys.close(prog)
+        sys.close(fd)

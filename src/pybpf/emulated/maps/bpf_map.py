@@ -130,6 +130,9 @@ class BpfMap:
 
     # Set by @map_ops on each registered class.
     map_types: ClassVar[tuple[int, ...]] = ()
+    # a program's bpf_map_update_elem passes the value as a socket pointer, not as memory to
+    # copy (sockmap, sockhash: the verifier's resolve_map_arg_type)
+    value_is_socket: ClassVar[bool] = False
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
         self.map_type = attr.map_type

@@ -60,6 +60,7 @@ from ...uapi import (
 from ..maps.arraymap import index_get_next_key
 from ..maps.bpf_map import INT_MAX, U32_MAX, BpfMap, MapAttr, map_ops, roundup_pow_of_two, u32_key
 from ..maps.jhash import jhash
+from ..prog.memory import SOCK_REGION
 from .devmap import HashBuckets
 from .skmsg import SkPsock, SkPsockProgs, psock_table, sk_psock_init
 
@@ -326,9 +327,22 @@ class SockMapBase(BpfMap):
                       target_cpu: int | None) -> None:
         raise NotImplementedError
 
-    def sock_map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
-        """sock_map_update_elem, from a program: sockets are not emulated there."""
-        raise KernelError(errno.EINVAL, "programs cannot store sockets in the emulated backend")
+    value_is_socket = True
+
+    def sock_map_update_elem(self, key: bytes, sk: int, flags: int) -> None:
+        """sock_map_update_elem, from a program: ``sk`` is the socket pointer the program
+        passed as the value. The one socket a program holds here is a test run's skb->sk,
+        the kernel's dummy (bpf_prog_test_run_skb: sk_alloc(AF_UNSPEC) with bpf_dummy_proto):
+        a full socket (sk_fullsock), of no protocol a sockmap takes, so EOPNOTSUPP
+        (sock_map_sk_is_suitable) before the key or the flags are looked at. Other sockets
+        are not emulated in programs."""
+        if not sk:
+            raise KernelError(errno.EINVAL, "no socket (NULL)")
+        if sk >> 32 == SOCK_REGION:
+            raise KernelError(errno.EOPNOTSUPP, "a test run's socket is of no protocol a "
+                                                "sockmap takes (sock_map_sk_is_suitable)")
+        raise KernelError(errno.EINVAL, "programs cannot store sockets other than a test "
+                                        "run's in the emulated backend")
 
     map_lookup_elem = sock_map_lookup
     map_update_elem = sock_map_update_elem

@@ -173,7 +173,9 @@ def map_update_elem(bpf_map: BpfMap, rs: RunState, r2: int, r3: int, r4: int,
     bpf_map.timing.sync(bpf_map.machine.current.cpu)
     key = _read(rs, r2, bpf_map.key_size, "key (R2)")
     try:
-        bpf_map.map_update_elem(key, _read(rs, r3, bpf_map.value_size, "value (R3)"), r4)
+        # the map's map_update_elem takes the value pointer itself where it is a socket
+        bpf_map.map_update_elem(key, r3 if bpf_map.value_is_socket
+                                else _read(rs, r3, bpf_map.value_size, "value (R3)"), r4)
     except KernelError as exc:
         return -exc.errno & M64
     return 0
