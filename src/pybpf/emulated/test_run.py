@@ -340,6 +340,7 @@ def bpf_prog_test_run_xdp(prog: Any, req: TestRunRequest) -> TestRun:
     frags = req.data_in[linear:]
     xdp = XdpBuff(page, headroom + meta, headroom + linear, dev, rx_queue,
                   data_meta=headroom, frame_sz=PAGE_SIZE)
+    xdp.frags_size = len(frags)
 
     def once() -> int:  # repeated runs share the buffer, head adjustments included
         return xdp_prog_run(prog, xdp)[0]

@@ -55,7 +55,7 @@ class XdpBuff:
     """struct xdp_buff / xdp_frame: a page, offsets into it, and the receive queue."""
 
     __slots__ = ("page", "data", "data_end", "data_meta", "dev_rx", "rxq_index", "frame_sz",
-                 "addr")
+                 "addr", "frags_size")
 
     def __init__(self, page: bytearray, data: int, data_end: int, dev_rx: Any,
                  rxq_index: int = 0, data_meta: int | None = None,
@@ -68,6 +68,9 @@ class XdpBuff:
         self.rxq_index = rxq_index
         self.frame_sz = frame_sz
         self.addr = 0  # the page's modeled memory, once a CPU placed it (0: not placed)
+        # skb_shared_info.xdp_frags_size: the bytes in frags after the linear part (a test
+        # run's data_in past the linear size; 0: no frags)
+        self.frags_size = 0
 
     @classmethod
     def from_bytes(cls, packet: bytes | bytearray, dev_rx: Any, rxq_index: int = 0, *,
@@ -110,6 +113,7 @@ def xdp_prog_run(prog: Any, xdp: XdpBuff, egress_ifindex: int = 0) -> tuple[int,
     rs = RunState(prog.run_env, view[xdp.data:xdp.data_end])
     rs.mem[CTX_REGION] = CtxRegion("xdp_md", md, pointers)
     rs.mem[PACKET_REGION] = view
+    rs.xdp_frags_size = xdp.frags_size
     act = run_prog(prog.executable, rs) & M32
     xdp.data = pointers[XDP_MD_DATA] & M32
     xdp.data_end = pointers[XDP_MD_DATA_END] & M32

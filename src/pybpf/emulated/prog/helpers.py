@@ -568,6 +568,13 @@ def bpf_xdp_adjust_meta(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: in
     return 0
 
 
+def bpf_xdp_get_buff_len(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """xdp_get_buff_len: the linear part (data to data_end) and, for a buffer with frags,
+    the bytes in them (skb_shared_info.xdp_frags_size)."""
+    ptrs, _ = _xdp_buff(rs, r1, "bpf_xdp_get_buff_len")
+    return ptrs[_XDP_DATA_END] - ptrs[_XDP_DATA] + rs.xdp_frags_size
+
+
 def _spin_lock_word(rs: RunState, ptr: int, helper: str) -> tuple[bytearray, int]:
     """The map value memory and offset a bpf_spin_lock argument points to."""
     region = rs.mem.get(ptr >> 32) if ptr >= 0 else None
@@ -794,6 +801,7 @@ def _table() -> dict[int, HelperProto]:
         (BpfFunc.xdp_adjust_head, bpf_xdp_adjust_head, (ARG_PTR_TO_CTX, ARG_ANYTHING), _XDP),
         (BpfFunc.xdp_adjust_tail, bpf_xdp_adjust_tail, (ARG_PTR_TO_CTX, ARG_ANYTHING), _XDP),
         (BpfFunc.xdp_adjust_meta, bpf_xdp_adjust_meta, (ARG_PTR_TO_CTX, ARG_ANYTHING), _XDP),
+        (BpfFunc.xdp_get_buff_len, bpf_xdp_get_buff_len, (ARG_PTR_TO_CTX,), _XDP),
         (BpfFunc.sk_redirect_map, bpf_sk_redirect_map,
          (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_ANYTHING, ARG_ANYTHING), _SK_SKB),
         (BpfFunc.sk_redirect_hash, bpf_sk_redirect_hash,

@@ -191,7 +191,7 @@ class RunState:
 
     __slots__ = ("env", "mem", "next_region", "value_regions", "count", "budget", "tail_calls",
                  "machine", "packet", "headers", "redirect", "entry_of", "trace", "retval",
-                 "psock")
+                 "psock", "xdp_frags_size")
 
     def __init__(self, env: RunEnv = RunEnv(),
                  packet: bytes | bytearray | memoryview = b"") -> None:
@@ -212,6 +212,7 @@ class RunState:
         self.trace: list[bytes] = []
         self.retval = 0  # R0 at exit, set by whoever runs the program
         self.psock: Any = None  # the SkPsock running the program (None: run outside one)
+        self.xdp_frags_size = 0  # an XDP run's bytes in frags (skb_shared_info.xdp_frags_size)
 
     def region_of(self, buf: Any) -> int:
         """The pointer to the start of ``buf`` (a map value), giving it a region once."""
