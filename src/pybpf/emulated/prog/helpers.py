@@ -437,16 +437,164 @@ def bpf_msg_redirect_hash(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: 
     return _sk_redirect(rs, bpf_map, mem_read(rs, r3, bpf_map.key_size, "key (R3)"), r4)
 
 
-def bpf_probe_read_user(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
-    """Copy R2 bytes of user memory at R3 (the machine's ``user_memory``) to R1; on a fault
-    the buffer is zeroed and -EFAULT returned, as the kernel does."""
+# -- probe reads (kernel/trace/bpf_trace.c, mm/maccess.c, lib/strncpy_from_user.c) -------------
+# The address space the probe reads see, x86-64 with 48-bit virtual addresses (this host's):
+# user space ends at TASK_SIZE_MAX; the kernel's half starts at the canonical bound.
+TASK_SIZE_MAX = 0x7FFF_FFFF_F000
+_PAGE_SIZE = 4096
+_KERNEL_HALF = 0xFFFF_8000_0000_0000  # the lowest canonical kernel address
+_VSYSCALL_PAGE = 0xFFFF_FFFF_FF60_0000
+_WORD = 8  # sizeof(unsigned long): strncpy_from_user copies a word at a time
+
+
+def _user_read(rs: RunState, addr: int, size: int) -> bytes | None:
+    """``size`` bytes of the tasks' user memory at ``addr`` (the machine's ``user_memory``),
+    or None where that faults."""
     machine = rs.machine
-    data = machine.user_memory.read(r3, r2) if machine is not None else None
-    if data is None:
-        mem_write(rs, r1, bytes(r2), "dst (R1)")
+    return machine.user_memory.read(addr, size) if machine is not None else None
+
+
+def _user_access_ok(addr: int, size: int) -> bool:
+    """__access_ok: the range lies below the end of user space (it may still fault)."""
+    return addr + size <= TASK_SIZE_MAX
+
+
+def bpf_probe_read_user(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_probe_read_user_common: copy R2 bytes of user memory at R3 to R1
+    (copy_from_user_nofault). A range outside user space, or one that faults, zeroes the
+    buffer and gives -EFAULT; 0 bytes from a user address copy nothing and succeed."""
+    size = r2 & M32
+    data = _user_read(rs, r3, size) if size else b""
+    if not _user_access_ok(r3, size) or data is None:
+        mem_write(rs, r1, bytes(size), "dst (R1)")
         return -errno.EFAULT & M64
     mem_write(rs, r1, data, "dst (R1)")
     return 0
+
+
+def bpf_probe_read_user_str(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_probe_read_user_str_common: strncpy_from_user_nofault of at most R2 bytes from the
+    user address R3 into R1. Returns the length with the NUL (a string of R2 bytes or more
+    is cut to R2 - 1 and a NUL); a fault zeroes R1's R2 bytes and gives -EFAULT. The copy is
+    do_strncpy_from_user's: a word at a time while 8 bytes of the count are left (the word
+    holding the NUL is stored with its bytes from the NUL on zeroed), then byte by byte
+    (also where a word would fault)."""
+    count = r2 & M32
+    if not count:
+        return 0
+    src = r3
+    out = bytearray()
+    found = False
+    if src < TASK_SIZE_MAX:
+        limit = min(count, TASK_SIZE_MAX - src)
+        res = 0
+        while limit - res >= _WORD:
+            word = _user_read(rs, src + res, _WORD)
+            if word is None:
+                break  # byte_at_a_time
+            nul = word.find(0)
+            if nul >= 0:
+                out += word[:nul] + bytes(_WORD - nul)
+                res += nul
+                found = True
+                break
+            out += word
+            res += _WORD
+        while not found and res < limit:
+            byte = _user_read(rs, src + res, 1)
+            if byte is None:
+                break
+            out += byte
+            if not byte[0]:
+                found = True
+                break
+            res += 1
+        ret = res if found or res >= count else -errno.EFAULT
+    else:
+        ret = -errno.EFAULT
+    if ret < 0:
+        mem_write(rs, r1, bytes(count), "dst (R1)")
+        return ret & M64
+    if ret >= count:  # no NUL within the count: cut, and terminated
+        ret = count
+        out[count - 1:] = b"\0"
+        out = out[:count]
+    else:
+        ret += 1
+    mem_write(rs, r1, bytes(out), "dst (R1)")
+    return ret
+
+
+def _kernel_read_allowed(addr: int) -> bool:
+    """copy_from_kernel_nofault_allowed (x86): no user address (nor the guard page after
+    user space), not the vsyscall page, and canonical."""
+    return addr >= TASK_SIZE_MAX + _PAGE_SIZE and addr & ~(_PAGE_SIZE - 1) != _VSYSCALL_PAGE \
+        and addr >= _KERNEL_HALF
+
+
+def _kernel_memory(rs: RunState, addr: int) -> tuple[bytes | bytearray | memoryview, int] | None:
+    """The emulated kernel memory at ``addr`` and the offset there: program-visible memory
+    (the stack, map values, the packet, a context's UAPI struct), or None where ``addr`` is
+    in no region. Regions are ``region << 32 | offset`` addresses, which the x86 checks above
+    would take for user (or non-canonical) ones: a region is looked up first."""
+    region = rs.mem.get(addr >> 32) if 0 <= addr <= M64 else None
+    if type(region) is CtxRegion:
+        region = region.buf
+    if not isinstance(region, (bytes, bytearray, memoryview)):
+        return None
+    return region, addr & OFF_MASK
+
+
+def bpf_probe_read_kernel(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_probe_read_kernel_common: copy_from_kernel_nofault of R2 bytes at R3 into R1.
+
+    The emulated kernel's memory is what programs reach through the run's regions; reading
+    past a region's end faults (-EFAULT). An address in no region is classed as on x86: a
+    user, non-canonical or vsyscall address gives -ERANGE (even for 0 bytes), any other
+    kernel address faults (-EFAULT) unless 0 bytes are asked for. On error R1 is zeroed."""
+    size = r2 & M32
+    found = _kernel_memory(rs, r3)
+    if found is not None:
+        region, off = found
+        if off + size <= len(region):
+            mem_write(rs, r1, bytes(region[off:off + size]), "dst (R1)")
+            return 0
+        ret = -errno.EFAULT
+    elif not _kernel_read_allowed(r3):
+        ret = -errno.ERANGE
+    else:
+        ret = -errno.EFAULT if size else 0
+    mem_write(rs, r1, bytes(size), "dst (R1)")
+    return ret & M64
+
+
+def bpf_probe_read_kernel_str(rs: RunState, r1: int, r2: int, r3: int, r4: int,
+                              r5: int) -> int:
+    """bpf_probe_read_kernel_str_common: strncpy_from_kernel_nofault of at most R2 bytes at
+    R3 into R1: the bytes up to and with the NUL (R1's later bytes are left as they were),
+    their count returned; a string of R2 bytes or more is cut, its last byte made NUL.
+    0 bytes: 0, nothing read. A fault (a region's end before the NUL, an unmapped kernel
+    address) gives -EFAULT, an address the kernel may not read -ERANGE; both zero R1's R2
+    bytes. Memory as bpf_probe_read_kernel sees it."""
+    count = r2 & M32
+    if not count:
+        return 0
+    found = _kernel_memory(rs, r3)
+    if found is not None:
+        region, off = found
+        text = bytes(region[off:off + count])
+        nul = text.find(0)
+        if nul >= 0:
+            mem_write(rs, r1, text[:nul + 1], "dst (R1)")
+            return nul + 1
+        if len(text) == count:
+            mem_write(rs, r1, text[:-1] + b"\0", "dst (R1)")
+            return count
+        ret = -errno.EFAULT
+    else:
+        ret = -errno.EFAULT if _kernel_read_allowed(r3) else -errno.ERANGE
+    mem_write(rs, r1, bytes(count), "dst (R1)")
+    return ret & M64
 
 
 def bpf_skb_load_bytes(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
@@ -787,8 +935,14 @@ def _table() -> dict[int, HelperProto]:
          None),
         (BpfFunc.get_current_pid_tgid, bpf_get_current_pid_tgid, (), None),
         (BpfFunc.get_numa_node_id, bpf_get_numa_node_id, (), None),
-        # bpf_base_func_proto: every program type of a CAP_PERFMON loader has it
+        # bpf_base_func_proto: every program type of a CAP_PERFMON loader has them
         (BpfFunc.probe_read_user, bpf_probe_read_user,
+         (ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE_OR_ZERO, ARG_ANYTHING), None),
+        (BpfFunc.probe_read_user_str, bpf_probe_read_user_str,
+         (ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE_OR_ZERO, ARG_ANYTHING), None),
+        (BpfFunc.probe_read_kernel, bpf_probe_read_kernel,
+         (ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE_OR_ZERO, ARG_ANYTHING), None),
+        (BpfFunc.probe_read_kernel_str, bpf_probe_read_kernel_str,
          (ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE_OR_ZERO, ARG_ANYTHING), None),
         (BpfFunc.skb_load_bytes, bpf_skb_load_bytes,
          (ARG_PTR_TO_CTX, ARG_ANYTHING, ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE), _SKB),
@@ -844,7 +998,9 @@ def _table() -> dict[int, HelperProto]:
         (BpfFunc.dynptr_data, bpf_dynptr_data,
          (ARG_PTR_TO_DYNPTR, ARG_ANYTHING, ARG_CONST_ALLOC_SIZE_OR_ZERO), None),
     ]
-    gpl_only = {BpfFunc.trace_printk}
+    # bpf_probe_read_{user,kernel}{,_str}_proto are .gpl_only (kernel/trace/bpf_trace.c)
+    gpl_only = {BpfFunc.trace_printk, BpfFunc.probe_read_user, BpfFunc.probe_read_user_str,
+                BpfFunc.probe_read_kernel, BpfFunc.probe_read_kernel_str}
     # .pkt_access: the helpers that may read (or write) the packet through a memory argument
     pkt_access = {BpfFunc.map_lookup_elem, BpfFunc.map_update_elem, BpfFunc.map_delete_elem,
                   BpfFunc.map_push_elem, BpfFunc.map_lookup_percpu_elem, BpfFunc.csum_diff}
