@@ -17,7 +17,9 @@ Rules this module keeps:
   and orders are the same either way.
 - The current CPU is per thread (``on_cpu``); a thread that never chose one runs on CPU 0. A
   thread may also stand for a task with its own pid (``set_task``), which
-  bpf_get_current_pid_tgid reports; otherwise the host's ids.
+  bpf_get_current_pid_tgid reports; otherwise the host's ids. The task's name (``comm``,
+  bpf_get_current_comm) is the one ``set_task`` gave, else the host thread's own
+  (/proc/thread-self/comm): the thread that runs a test run is the kernel's current there.
 - Randomness the kernel draws (hash seeds, bpf_get_prandom_u32 per CPU) comes from generators
   seeded by ``seed``, so a run can be repeated exactly.
 - Memory records its node; every element access from a CPU is counted as local (same node)
@@ -91,9 +93,23 @@ def declared_topology(cpus: int, nodes: int) -> Topology:
 MODULE_TASK_LOCALS: list[threading.local] = []
 
 
+TASK_COMM_LEN = 16  # include/linux/sched.h: a task's comm, its NUL included
+
+
+def thread_comm() -> bytes:
+    """The calling host thread's comm (/proc/thread-self/comm), without its NUL."""
+    try:
+        with open("/proc/thread-self/comm", "rb") as f:
+            comm = f.read().rstrip(b"\n")
+    except OSError:  # no procfs: the name Linux gives a thread of "python3"
+        comm = b"python3"
+    return comm[:TASK_COMM_LEN - 1]
+
+
 class _CurrentCpu(threading.local):
     cpu = 0
     task: tuple[int, int] | None = None  # (tgid, pid) this thread stands for, if set
+    comm: bytes | None = None  # that task's comm, if set (None: the host thread's)
 
 
 class AccessStats:
@@ -258,10 +274,18 @@ class Machine:
         several tasks on one thread must switch with them."""
         return [self.current, self.rcu.task_local, *MODULE_TASK_LOCALS]
 
-    def set_task(self, pid: int, tgid: int | None = None) -> None:
+    def set_task(self, pid: int, tgid: int | None = None, comm: bytes | None = None) -> None:
         """The calling thread stands for task ``pid`` of process ``tgid`` (default: its own
-        process), as bpf_get_current_pid_tgid reports it."""
+        process), as bpf_get_current_pid_tgid reports it, named ``comm`` (default: the host
+        thread's name) as bpf_get_current_comm reports it."""
         self.current.task = (pid if tgid is None else tgid, pid)
+        self.current.comm = None if comm is None else bytes(comm[:TASK_COMM_LEN - 1])
+
+    def current_comm(self) -> bytes:
+        """The current task's comm without its NUL (at most TASK_COMM_LEN - 1 bytes): the one
+        ``set_task`` gave, else the calling host thread's (/proc/thread-self/comm)."""
+        comm = self.current.comm
+        return thread_comm() if comm is None else comm
 
     def current_pid_tgid(self) -> int:
         """bpf_get_current_pid_tgid(): tgid << 32 | pid of the calling thread's task."""

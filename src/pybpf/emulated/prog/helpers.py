@@ -45,6 +45,7 @@ from ...uapi import (
     ProgType,
     map_traits,
 )
+from ..machine.machine import thread_comm
 from ..maps import bpf_spin_lock as spin_lock
 from ..maps import bpf_timer as timers
 from ..maps import ringbuf
@@ -303,6 +304,18 @@ def bpf_get_prandom_u32(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: in
 def bpf_get_current_pid_tgid(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     machine = rs.machine
     return machine.current_pid_tgid() if machine is not None else 0
+
+
+def bpf_get_current_comm(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_get_current_comm(buf, size): strscpy_pad of the current task's comm into the R2
+    bytes at R1 (the verifier makes R2 at least 1): at most R2 - 1 bytes of it, then NULs to
+    the end. The current task is the machine's (``Machine.current_comm``)."""
+    size = r2 & M32
+    machine = rs.machine
+    comm = machine.current_comm() if machine is not None else thread_comm()
+    comm = comm[:size - 1]
+    mem_write(rs, r1, comm + bytes(size - len(comm)), "buf (R1)")
+    return 0
 
 
 def bpf_trace_printk(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
@@ -944,6 +957,8 @@ def _table() -> dict[int, HelperProto]:
          (ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE_OR_ZERO, ARG_ANYTHING), None),
         (BpfFunc.probe_read_kernel_str, bpf_probe_read_kernel_str,
          (ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE_OR_ZERO, ARG_ANYTHING), None),
+        (BpfFunc.get_current_comm, bpf_get_current_comm,
+         (ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE), None),
         (BpfFunc.skb_load_bytes, bpf_skb_load_bytes,
          (ARG_PTR_TO_CTX, ARG_ANYTHING, ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE), _SKB),
         (BpfFunc.csum_diff, bpf_csum_diff,

@@ -735,7 +735,7 @@ class HelperCallChecks:
         """Helpers that write into stack memory leave data there the program does not know."""
         if func_id in (BpfFunc.probe_read_user, BpfFunc.probe_read_user_str,
                        BpfFunc.probe_read_kernel, BpfFunc.probe_read_kernel_str,
-                       BpfFunc.dynptr_read):
+                       BpfFunc.get_current_comm, BpfFunc.dynptr_read):
             buf, size = regs[1], regs[2].var.value if regs[2].is_const else None
         elif func_id in (BpfFunc.map_pop_elem, BpfFunc.map_peek_elem):
             buf, size = regs[2], bpf_map.value_size if bpf_map is not None else None
