@@ -624,6 +624,17 @@ def bpf_skb_load_bytes(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int
 
 
 # -- checksums (net/core/filter.c, arch/x86/lib/csum-partial_64.c, include/net/checksum.h) ------
+def bpf_skb_pull_data(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_skb_pull_data(skb, len) (and sk_skb_pull_data, its sk_skb twin): make the first
+    ``len`` bytes (0: skb_headlen) linear and writable, skb_ensure_writable. The emulated
+    skb's bytes (``rs.packet``, from skb->data) are all linear and its own: any ``len`` up
+    to skb->len succeeds, a longer one fails pskb_may_pull, -ENOMEM. The verifier has
+    forgotten the program's packet pointers (a helper that changes packet data)."""
+    if r2 & M32 > len(rs.packet):
+        return -errno.ENOMEM & M64
+    return 0
+
+
 def csum_partial(data: bytes, seed: int) -> int:
     """x86-64's csum_partial: ``data`` as little-endian 64-bit words (the tail zero-padded)
     added to the 32-bit ``seed`` with end-around carry, folded to 32 bits as
@@ -914,6 +925,11 @@ _SKB = frozenset({ProgType.SOCKET_FILTER, ProgType.SCHED_CLS, ProgType.SCHED_ACT
                   ProgType.CGROUP_SKB, ProgType.LWT_IN, ProgType.LWT_OUT, ProgType.LWT_XMIT,
                   ProgType.SK_SKB})
 _SK_MSG = frozenset({ProgType.SK_MSG})
+# the programs whose func_proto has bpf_skb_pull_data (tc_cls_act, lwt_out and the lwt types
+# built on it) or sk_skb_pull_data (sk_skb)
+_SKB_PULL_DATA = frozenset({ProgType.SCHED_CLS, ProgType.SCHED_ACT, ProgType.LWT_IN,
+                            ProgType.LWT_OUT, ProgType.LWT_XMIT, ProgType.LWT_SEG6LOCAL,
+                            ProgType.SK_SKB})
 # the programs whose func_proto has bpf_csum_diff (tc_cls_act, xdp, lwt_in/out/xmit/seg6local)
 _CSUM_DIFF = frozenset({ProgType.SCHED_CLS, ProgType.SCHED_ACT, ProgType.XDP, ProgType.LWT_IN,
                         ProgType.LWT_OUT, ProgType.LWT_XMIT, ProgType.LWT_SEG6LOCAL})
@@ -961,6 +977,8 @@ def _table() -> dict[int, HelperProto]:
          (ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE), None),
         (BpfFunc.skb_load_bytes, bpf_skb_load_bytes,
          (ARG_PTR_TO_CTX, ARG_ANYTHING, ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE), _SKB),
+        (BpfFunc.skb_pull_data, bpf_skb_pull_data, (ARG_PTR_TO_CTX, ARG_ANYTHING),
+         _SKB_PULL_DATA),
         (BpfFunc.csum_diff, bpf_csum_diff,
          (ARG_PTR_TO_MEM_OR_NULL, ARG_CONST_SIZE_OR_ZERO, ARG_PTR_TO_MEM_OR_NULL,
           ARG_CONST_SIZE_OR_ZERO, ARG_ANYTHING), _CSUM_DIFF),
