@@ -293,3 +293,52 @@ def test_probe_read_kernel_leaves_no_spilled_value_behind(kernel, emulated):
         finally:
             system.close(fd)
     assert errors[1] == errors[0] == errno.EACCES
+
+
+# -- bpf_skb_pull_data ---------------------------------------------------------------------------
+def _pull(length: int) -> list:
+    """bpf_skb_pull_data(skb, length); then value = r0, data_end - data (read again: the
+    verifier forgot the packet pointers), the first packet byte or 0x100 when none."""
+    return [b.mov64(R6, R1), b.lddw(R2, length), b.call("skb_pull_data"), b.mov64(R7, R0),
+            b.ld_map_value(R3, "out"), b.stxdw(R3, 0, R7),
+            b.ldxw(R1, R6, 76), b.ldxw(R2, R6, 80), b.mov64(R4, R2), b.sub64(R4, R1),
+            b.stxdw(R3, 8, R4), b.mov64(R4, 0x100), b.mov64(R0, R1), b.add64(R0, 1),
+            b.jgt(R0, R2, "empty"), b.ldxb(R4, R1, 0), b.label("empty"), b.stxdw(R3, 16, R4),
+            b.mov64(R0, 0), b.exit_()]
+
+
+@pytest.mark.parametrize("length", [0, 1, 14, 63, 64, 65, 1500, 0xFFFF_FFFF, 1 << 32,
+                                    (1 << 32) + 65])
+@pytest.mark.parametrize("prog_type", [ProgType.SCHED_CLS, ProgType.SCHED_ACT,
+                                       ProgType.LWT_IN, ProgType.LWT_XMIT])
+def test_skb_pull_data_is_the_kernels(kernel, emulated_engine, prog_type, length):
+    """Up to skb->len: 0 (the test run's skb is linear); past it: -ENOMEM; only the low 32
+    bits of the length count."""
+    want, got = _answers(kernel, emulated_engine, prog_type, _pull(length))
+    assert got == want
+
+
+def test_skb_pull_data_forgets_the_packet_pointers_as_the_kernel(kernel, emulated):
+    """A packet pointer checked before the call may not be used after it."""
+    items = [b.mov64(R6, R1), b.ldxw(R7, R1, 76), b.ldxw(R2, R1, 80), b.mov64(R3, R7),
+             b.add64(R3, 1), b.jgt(R3, R2, "out"), b.mov64(R1, R6), b.mov64(R2, 0),
+             b.call("skb_pull_data"), b.ldxb(R0, R7, 0), b.label("out"), b.mov64(R0, 0),
+             b.exit_()]
+    want = _load_error(kernel, ProgType.SCHED_CLS, items[:-2])
+    got = _load_error(emulated, ProgType.SCHED_CLS, items[:-2])
+    assert want[0] == errno.EACCES
+    assert got[0] == want[0]
+
+
+SKB_PULL_TYPES = {ProgType.SCHED_CLS, ProgType.SCHED_ACT, ProgType.LWT_IN, ProgType.LWT_OUT,
+                  ProgType.LWT_XMIT, ProgType.SK_SKB}
+
+
+@pytest.mark.parametrize("prog_type", PROG_TYPES, ids=[t.name for t in PROG_TYPES])
+def test_program_types_that_may_call_skb_pull_data_are_the_kernels(kernel, emulated,
+                                                                     prog_type):
+    items = [b.mov64(R2, 0), b.call("skb_pull_data")]
+    want = _load_error(kernel, prog_type, items)
+    got = _load_error(emulated, prog_type, items)
+    assert want[0] == (0 if prog_type in SKB_PULL_TYPES else errno.EINVAL)
+    assert got[0] == want[0]
