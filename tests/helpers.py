@@ -45,3 +45,15 @@ def op_errno(op: Callable, *args) -> int:
     except KernelError as exc:
         return exc.errno
     return 0
+
+
+def verdict(system, prog_type: int, insns: bytes, **kwargs) -> str:
+    """A program load's verdict: "ok", or the name of the errno it failed with."""
+    import errno
+
+    try:
+        fd = system.prog_load(prog_type, insns, **kwargs)
+    except OSError as exc:
+        return errno.errorcode.get(exc.errno, str(exc.errno))
+    system.close(fd)
+    return "ok"

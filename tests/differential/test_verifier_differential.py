@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import verdict
 from programs.strategies import assemble_items, constant_branch_programs
 from pybpf.asm import assemble_text
 from pybpf.emulated.prog.helpers import HELPERS
@@ -28,16 +29,6 @@ from pybpf.uapi import AttachType, MapType, ProgType
 
 _SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[
     HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large])
-
-
-def verdict(system, prog_type: int, insns: bytes, **kwargs) -> str:
-    """"ok", or the errno's name the load failed with."""
-    try:
-        fd = system.prog_load(prog_type, insns, **kwargs)
-    except BPFError as exc:
-        return errno.errorcode.get(exc.errno, str(exc.errno))
-    system.close(fd)
-    return "ok"
 
 
 def verdicts_with_a_map(systems, map_args: tuple, map_kwargs: dict, prog_type: int,

@@ -6,28 +6,17 @@ gives (accepted, or the errno it refuses with)."""
 
 from __future__ import annotations
 
-import errno
 import struct
 
 import pytest
 
+from helpers import verdict
 from pybpf.asm import assemble_text
-from pybpf.errors import BPFError
 from pybpf.uapi import MapType, ProgType
 
 
 def asm(text: str) -> bytes:
     return b"".join(insn.encode() for insn in assemble_text(text).instructions)
-
-
-def verdict(system, prog_type: int, insns: bytes, **kwargs) -> str:
-    """"ok", or the errno's name the load failed with."""
-    try:
-        fd = system.prog_load(prog_type, insns, **kwargs)
-    except BPFError as exc:
-        return errno.errorcode.get(exc.errno, str(exc.errno))
-    system.close(fd)
-    return "ok"
 
 
 # -- endless loops: an ancestor of the path (a state still being explored) never prunes ----

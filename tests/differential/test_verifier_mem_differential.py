@@ -5,25 +5,17 @@ the same verdict, accepted or refused with the same errno."""
 
 from __future__ import annotations
 
-import errno
-
 import pytest
 
+from helpers import verdict
 from pybpf.asm import assemble_text
-from pybpf.errors import BPFError
 from pybpf.uapi import MapType, ProgType
 
 
-def verdict(system, prog_type: int, text: str, map_fd: int | None = None) -> str:
-    """"ok", or the errno's name the load failed with (``{fd}`` in ``text``: ``map_fd``)."""
-    insns = b"".join(insn.encode() for insn in
-                     assemble_text(text.format(fd=map_fd)).instructions)
-    try:
-        fd = system.prog_load(prog_type, insns)
-    except BPFError as exc:
-        return errno.errorcode.get(exc.errno, str(exc.errno))
-    system.close(fd)
-    return "ok"
+def text_verdict(system, prog_type: int, text: str, map_fd: int | None = None) -> str:
+    """The verdict on ``text`` (``{fd}`` in it: ``map_fd``)."""
+    return verdict(system, prog_type, b"".join(
+        insn.encode() for insn in assemble_text(text.format(fd=map_fd)).instructions))
 
 
 def assert_same_verdict(kernel, emulated, prog_type: int, text: str, expected: str,
@@ -32,7 +24,7 @@ def assert_same_verdict(kernel, emulated, prog_type: int, text: str, expected: s
     for system in (kernel, emulated):
         map_fd = system.map_create(*map_args) if map_args else None
         try:
-            verdicts.append(verdict(system, prog_type, text, map_fd))
+            verdicts.append(text_verdict(system, prog_type, text, map_fd))
         finally:
             if map_fd is not None:
                 system.close(map_fd)
