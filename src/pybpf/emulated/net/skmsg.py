@@ -267,10 +267,10 @@ class PsockTable:
         for bpf_map, link_raw in list(psock.links):
             bpf_map.sock_map_delete_from_link(psock.ref, link_raw)
 
-    def forget(self, psock: SkPsock) -> None:
-        with self.lock:
-            if self.by_ino.get(psock.ino) is psock:
-                del self.by_ino[psock.ino]
+    def forget_locked(self, psock: SkPsock) -> None:
+        """Take ``psock`` out of the table (``self.lock`` held)."""
+        if self.by_ino.get(psock.ino) is psock:
+            del self.by_ino[psock.ino]
 
 
 # psock_table(machine): the psocks of ``machine``, made on first use.
@@ -454,20 +454,22 @@ class SkPsock:
                 pass
 
     def sk_psock_drop(self) -> None:
-        """The last link went: stop; the threads finish and exit."""
+        """The last link went: stop; the threads finish and exit. What ``ingress_msg``
+        still holds becomes the socket's leftover, read before its own queue, in the same
+        step that takes the psock out of the table: a reader finds one or the other."""
         self.receiver_stop = True
         self._quiesce_receiver()
-        self.table.forget(self)
         with self.lock:
             self.stopped = True
             self.receiver_stop = True
             if self.closed or not self.ref.alive():
                 self.closed = True
                 self._purge()
-            elif self.ingress_msg:
-                with self.table.lock:
+            with self.table.lock:
+                if self.ingress_msg:
                     self.table.leftover.setdefault(self.ino, MsgQueue()).extend(self.ingress_msg)
-                self.ingress_msg.clear()
+                    self.ingress_msg.clear()
+                self.table.forget_locked(self)
             self.lock.notify_all()
 
     def _purge(self) -> None:

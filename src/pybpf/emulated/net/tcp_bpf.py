@@ -58,6 +58,8 @@ def tcp_bpf_recvmsg(table: PsockTable, fd: int, bufsize: int, timeout: float | N
         with psock.lock:
             if psock.ingress_msg:
                 return psock.ingress_msg.take(bufsize)
+            if psock.stopped:  # dropped since the lookup: its leftover comes first
+                continue
             error = sock_error(psock)
             if error is not None and not psock.running():
                 raise error
@@ -88,6 +90,9 @@ def _recv_own_queue(psock: SkPsock, fd: int, bufsize: int,
     with psock.rx_lock:
         if psock.running() and not psock.stopped:
             return None  # data_ready fired meanwhile: the receive thread has it
+        if psock.ingress_msg or psock.stopped:
+            return None  # the receive thread's last skb stayed this socket's, or the psock
+            # went with it as leftover: that comes before what the socket holds now
         try:
             data = sockio.recv(fd, bufsize, 0)
         except KernelError as exc:
