@@ -289,13 +289,6 @@ def bpf_ktime_get_ns(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) 
     return machine.ktime_get_ns() if machine is not None else 0
 
 
-def bpf_ktime_get_boot_ns(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
-    """CLOCK_BOOTTIME, which also counts time suspended: the emulated machine never suspends,
-    so it is bpf_ktime_get_ns's clock."""
-    machine = rs.machine
-    return machine.ktime_get_ns() if machine is not None else 0
-
-
 def bpf_get_prandom_u32(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     machine = rs.machine
     return machine.prandom_u32() if machine is not None else 0
@@ -333,22 +326,23 @@ def bpf_trace_printk(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) 
 
 
 def _readable(rs: RunState, ptr: int, size: int) -> bytes | None:
-    """``size`` bytes of program memory at ``ptr``, or None (a kernel copy that faults)."""
-    try:
-        return mem_read(rs, ptr, size, "bprintf argument")
-    except ProgramFault:
+    """``size`` bytes of the emulated kernel memory at ``ptr`` (``_kernel_memory``), or None
+    (a kernel copy that faults)."""
+    found = _kernel_memory(rs, ptr)
+    if found is None or found[1] + size > len(found[0]):
         return None
+    region, off = found
+    return bytes(region[off:off + size])
 
 
 def _readable_string(rs: RunState, ptr: int, limit: int) -> bytes | None:
-    """The NUL-terminated string at ``ptr``, at most ``limit`` bytes of it (its region's
-    end ends it too), or None where nothing is readable."""
-    region = rs.mem.get(ptr >> 32) if 0 <= ptr <= M64 else None
-    off = ptr & OFF_MASK
-    if not isinstance(region, (bytes, bytearray, memoryview)) or off >= len(region):
+    """The NUL-terminated string at ``ptr`` in the emulated kernel memory, at most ``limit``
+    bytes of it (its region's end ends it too), or None where nothing is readable."""
+    found = _kernel_memory(rs, ptr)
+    if found is None or found[1] >= len(found[0]):
         return None
-    text = bytes(region[off:off + limit])
-    return text.split(b"\0", 1)[0]
+    region, off = found
+    return bytes(region[off:off + limit]).split(b"\0", 1)[0]
 
 
 # -- redirects (net/core/filter.c, net/core/sock_map.c) -----------------------------------------
@@ -623,7 +617,6 @@ def bpf_skb_load_bytes(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int
     return 0
 
 
-# -- checksums (net/core/filter.c, arch/x86/lib/csum-partial_64.c, include/net/checksum.h) ------
 def bpf_skb_pull_data(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     """bpf_skb_pull_data(skb, len) (and sk_skb_pull_data, its sk_skb twin): make the first
     ``len`` bytes (0: skb_headlen) linear and writable, skb_ensure_writable. The emulated
@@ -635,6 +628,7 @@ def bpf_skb_pull_data(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int)
     return 0
 
 
+# -- checksums (net/core/filter.c, arch/x86/lib/csum-partial_64.c, include/net/checksum.h) ------
 def csum_partial(data: bytes, seed: int) -> int:
     """x86-64's csum_partial: ``data`` as little-endian 64-bit words (the tail zero-padded)
     added to the 32-bit ``seed`` with end-around carry, folded to 32 bits as
@@ -956,7 +950,8 @@ def _table() -> dict[int, HelperProto]:
         (BpfFunc.map_lookup_percpu_elem, bpf_map_lookup_percpu_elem, (*map_key, ARG_ANYTHING),
          None),
         (BpfFunc.ktime_get_ns, bpf_ktime_get_ns, (), None),
-        (BpfFunc.ktime_get_boot_ns, bpf_ktime_get_boot_ns, (), None),
+        # CLOCK_BOOTTIME also counts time suspended: the emulated machine never suspends
+        (BpfFunc.ktime_get_boot_ns, bpf_ktime_get_ns, (), None),
         (BpfFunc.trace_printk, bpf_trace_printk, (ARG_PTR_TO_MEM, ARG_CONST_SIZE), None),
         (BpfFunc.get_prandom_u32, bpf_get_prandom_u32, (), None),
         (BpfFunc.get_smp_processor_id, bpf_get_smp_processor_id, (), None),

@@ -185,6 +185,15 @@ def bpf_check(insns: bytes, prog_type: int, map_from_fd: Callable[[int], Any],
     return verifier.run()
 
 
+def _is_tail_call(code: int, regs: int, imm: int) -> bool:
+    """Whether a raw slot calls the bpf_tail_call helper."""
+    return code == Class.JMP | JmpOp.CALL and not regs >> 4 and imm == BpfFunc.tail_call
+
+
+def _round_up_stack_depth(depth: int) -> int:
+    """round_up_stack_depth with the JIT on: a frame's stack in 16-byte steps."""
+    return -(-depth // 16) * 16
+
 
 class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
     def __init__(self, data: bytes, prog_type: int, map_from_fd: Callable[[int], Any],
@@ -304,8 +313,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
             for what, found in (
                     ("LD_ABS", any(code & 0x07 == Class.LD and code & 0xE0 in (Mode.ABS, Mode.IND)
                                    for code, _, _, _ in codes)),
-                    ("tail_call", any(code == Class.JMP | JmpOp.CALL and not regs >> 4
-                                      and imm == BpfFunc.tail_call
+                    ("tail_call", any(_is_tail_call(code, regs, imm)
                                       for code, regs, _, imm in codes))):
                 if not found:
                     continue
@@ -688,8 +696,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
     def check_max_stack_depth_subprog(self, idx: int) -> None:
         starts = self.subprogs
         tail_calls = {bisect_right(starts, pc) - 1 for pc, (code, regs, _, imm)
-                      in enumerate(self.raw) if code == Class.JMP | JmpOp.CALL
-                      and not regs >> 4 and imm == BpfFunc.tail_call}
+                      in enumerate(self.raw) if _is_tail_call(code, regs, imm)}
         frames: list[tuple[int, int]] = []  # (insn to return to, subprogram), as ret_insn
         depth, pc, entered = 0, starts[idx], True
         while True:
@@ -697,7 +704,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                 if idx and idx in tail_calls and depth >= 256:
                     raise _reject(errno.EACCES, "tail_calls are not allowed when call stack "
                                   f"of previous frames is {depth} bytes. Too large")
-                depth += -(-self.stack_depth[idx] // 16) * 16
+                depth += _round_up_stack_depth(self.stack_depth[idx])
                 if depth > MAX_BPF_STACK:
                     raise _reject(errno.EACCES, f"combined stack size of {len(frames) + 1} "
                                   f"calls is {depth}. Too large")
@@ -722,7 +729,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                 continue
             if not frames:
                 return
-            depth -= -(-self.stack_depth[idx] // 16) * 16
+            depth -= _round_up_stack_depth(self.stack_depth[idx])
             pc, idx = frames.pop()
 
     def do_check_insn(self, pc: int, state: State) -> tuple[int | None, list]:
