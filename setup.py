@@ -5,7 +5,7 @@ on its pure-Python path (``pybpf._accel``: the Map layer's accelerator) or witho
 maps (``pybpf._shm_maps``: maps in shared memory, ``pybpf.shared``, which then says what to
 install) or with the emulated machine's cache model in Python (``pybpf._cache_model``: the
 C twin of ``Timing.access``, ``charge``, ``spin_lock``, ``spin_unlock`` and
-``locked_access``).
+``locked_access``, and of a hash map's update and delete, ``HtabCore``).
 """
 
 from setuptools import Extension, setup
@@ -13,7 +13,8 @@ from setuptools import Extension, setup
 setup(ext_modules=[
     Extension("pybpf._accel", ["src/pybpf/_accel.c"], optional=True,
               extra_compile_args=["-O2"]),
-    Extension("pybpf._cache_model", ["src/pybpf/_cache_model.c"], optional=True,
+    Extension("pybpf._cache_model", ["src/pybpf/_cache_model.c", "src/pybpf/_hashtab.c"],
+              depends=["src/pybpf/_cache_model.h"], optional=True,
               extra_compile_args=["-O2", "-Wall"]),
     # librt: shm_open before glibc 2.34 (an empty stub after).
     Extension("pybpf._shm_maps", ["src/pybpf/_shm_maps.c"], optional=True,

@@ -3,6 +3,7 @@
  * around it on every modeled operation (charge, spin_lock, spin_unlock, locked_access);
  * swap_dicts, the virtual-time scheduler's switch of a task's thread-local state; and
  * pybpf_native_charge, those charges called from the native tier's machine code (at the end).
+ * The module's other source, _hashtab.c, is a hash map's update and delete charged here.
  *
  * The Python code in pybpf/emulated/machine/timing.py is the reference; this is the same model,
  * step for step, so every stall, clock, statistic and eviction is the same for any sequence of
@@ -27,6 +28,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "_cache_model.h"
 
 /* SpinLock (timing.py) with its fields in C, so that spin_lock and spin_unlock read and write
  * them without attribute look-ups; Timing.new_lock makes these when the C model runs. */
@@ -325,7 +328,7 @@ static inline int tab_pop_oldest(Table *t, uint64_t *line)
 static PyObject *s_shared_hit, *s_dram_local, *s_dram_remote, *s_transfer_local,
 	*s_transfer_remote, *s_lock_wait, *s_spin_lock, *s_one, *s_zero;
 
-typedef struct {
+struct CacheModel {
 	PyObject_HEAD
 	int ncpus, nnodes;
 	int *cpu_node;
@@ -340,7 +343,7 @@ typedef struct {
 	Py_ssize_t lock_history;
 	/* The Timing's objects, updated in place; cost is read only. */
 	PyObject *clock, *hits, *stats, *counts, *cost;
-} CacheModel;
+};
 
 static inline int64_t line_version(const CacheModel *m, uint64_t line)
 {
@@ -460,7 +463,7 @@ static void forget(CacheModel *m, uint64_t line)
 }
 
 /* Timing.access: the stall in ns (and charged), or -1.0 with an exception set. */
-static double model_access(CacheModel *m, int cpu, uint64_t addr, int write)
+double model_access(CacheModel *m, int cpu, uint64_t addr, int write)
 {
 	if (!addr)
 		return 0.0;
@@ -527,7 +530,7 @@ static double model_access(CacheModel *m, int cpu, uint64_t addr, int write)
 	return ns;
 }
 
-static int parse_cpu(CacheModel *m, PyObject *obj, int *cpu)
+int parse_cpu(CacheModel *m, PyObject *obj, int *cpu)
 {
 	long c = PyLong_AsLong(obj);
 	if (c == -1 && PyErr_Occurred())
@@ -540,7 +543,7 @@ static int parse_cpu(CacheModel *m, PyObject *obj, int *cpu)
 	return 0;
 }
 
-static int parse_addr(PyObject *obj, uint64_t *addr)
+int parse_addr(PyObject *obj, uint64_t *addr)
 {
 	if (!PyLong_Check(obj)) {
 		PyErr_Format(PyExc_TypeError, "an address is an int, not %.100s", Py_TYPE(obj)->tp_name);
@@ -605,7 +608,7 @@ static int lock_free_at(Lock *lock, int cpu, double *t)
 	return rc;
 }
 
-static PyObject *cm_spin_lock(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+PyObject *cm_spin_lock(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
 	CacheModel *m = (CacheModel *)op;
 	int cpu;
@@ -659,7 +662,7 @@ static PyObject *cm_spin_lock(PyObject *op, PyObject *const *args, Py_ssize_t na
 }
 
 /* Timing.charge: work, n times the profile's cost of event. */
-static PyObject *cm_charge(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+PyObject *cm_charge(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
 	CacheModel *m = (CacheModel *)op;
 	int cpu;
@@ -708,7 +711,7 @@ static PyObject *cm_charge(PyObject *op, PyObject *const *args, Py_ssize_t nargs
 }
 
 /* Timing.spin_unlock: the interval the lock was held joins its sorted history. */
-static PyObject *cm_spin_unlock(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+PyObject *cm_spin_unlock(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
 	CacheModel *m = (CacheModel *)op;
 	int cpu;
@@ -779,7 +782,7 @@ out:
 
 /* Timing.locked_access: spin_lock, access, spin_unlock (a list push or pop under its lock),
  * in one call. */
-static PyObject *cm_locked_access(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+PyObject *cm_locked_access(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
 				  PyObject *kwnames)
 {
 	PyObject *write_obj = nargs == 4 ? args[3] : Py_True;
@@ -1034,7 +1037,7 @@ static PyMethodDef cm_methods[] = {
 	{NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject CacheModelType = {
+PyTypeObject CacheModelType = {
 	PyVarObject_HEAD_INIT(NULL, 0)
 	.tp_name = "pybpf._cache_model.CacheModel",
 	.tp_doc = "The cache state of an emulated machine and its accesses (see Timing).",
@@ -1109,7 +1112,8 @@ enum {
 enum { NOT_CHARGED = 0, CHARGED = 1, CHARGE_FAILED = 2 };
 enum { RUN_TIMING, RUN_MODEL, RUN_CPU, RUN_DEFERRED, RUN_SELF };
 
-static PyObject *s_helper_call, *s_scheduler, *s_sync, *s_greenlet_thread, *s_holder,
+static PyObject *s_helper_call, *s_scheduler, *s_sync, *s_deferred, *s_run_deferred,
+	*s_greenlet_thread, *s_holder,
 	*s_active, *s_quantum, *s_error, *s_array_lookup, *s_htab_lookup, *s_jhash_byte,
 	*s_hash_cached, *s_mask, *s_bucket_base, *s_buckets, *s_addr, *s_key, *s_table, *s_ref;
 
@@ -1160,8 +1164,42 @@ out:
 	return rc;
 }
 
+/* Timing.sync(cpu) of ``timing``, whose model is ``m``: the scheduler's sync unless it would do
+ * nothing, then the CPU's deferred work if any waits */
+int timing_sync(PyObject *timing, CacheModel *m, PyObject *cpu_obj, int cpu)
+{
+	PyObject *scheduler = PyObject_GetAttr(timing, s_scheduler), *deferred = NULL;
+	if (scheduler == NULL)
+		return -1;
+	int idle = scheduler == Py_None ? 1 : sync_does_nothing(scheduler, m, cpu);
+	PyObject *synced = idle < 0 ? NULL : idle ? Py_NewRef(Py_None)
+		: PyObject_CallMethodOneArg(scheduler, s_sync, cpu_obj);
+	Py_DECREF(scheduler);
+	if (synced == NULL)
+		return -1;
+	Py_DECREF(synced);
+	if ((deferred = PyObject_GetAttr(timing, s_deferred)) == NULL)
+		return -1;
+	PyObject *heap = PyList_Check(deferred) && cpu < PyList_GET_SIZE(deferred)
+		? PyList_GET_ITEM(deferred, cpu) : NULL;
+	int waiting = heap == NULL ? -1 : PyObject_IsTrue(heap);
+	Py_DECREF(deferred);
+	if (waiting < 0) {
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_TypeError, "Timing._deferred is a list of heaps per CPU");
+		return -1;
+	}
+	if (waiting) {
+		PyObject *ran = PyObject_CallMethodOneArg(timing, s_run_deferred, cpu_obj);
+		if (ran == NULL)
+			return -1;
+		Py_DECREF(ran);
+	}
+	return 0;
+}
+
 /* Timing.charge(cpu, event, n) through the model's own method */
-static int charge_n(PyObject *model, PyObject *cpu, PyObject *event, PyObject *n)
+int charge_n(PyObject *model, PyObject *cpu, PyObject *event, PyObject *n)
 {
 	PyObject *args[3] = {cpu, event, n};
 	PyObject *done = cm_charge(model, args, 3);
@@ -1208,47 +1246,29 @@ out:
 	return rc;
 }
 
-/* HtabMap._walk_cost(cpu, key, hash): the bucket's line (bucket_base + (hash & mask) *
- * bucket_size) and each element of its chain up to ``kb`` (every one when it is absent) */
-static int htab_walk_cost(CacheModel *m, int cpu, PyObject *bpf_map, PyObject *kb,
-			  PyObject *hash, uint64_t bucket_size)
+/* The accesses of a walk: the bucket's line at ``bucket``, then each element of ``chain``
+ * (its list; NULL: an empty bucket) up to ``kb`` (every one when it is absent) */
+int htab_chain_cost(CacheModel *m, int cpu, uint64_t bucket, PyObject *chain, PyObject *kb)
 {
-	PyObject *mask = NULL, *index = NULL, *base = NULL, *buckets = NULL, *line = NULL;
-	int rc = -1;
-	uint64_t first, at;
-	if ((mask = PyObject_GetAttr(bpf_map, s_mask)) == NULL
-	    || (index = PyNumber_And(hash, mask)) == NULL
-	    || (base = PyObject_GetAttr(bpf_map, s_bucket_base)) == NULL
-	    || parse_addr(base, &first) < 0 || parse_addr(index, &at) < 0)
-		goto out;
-	if (model_access(m, cpu, first + at * bucket_size, 0) == -1.0 && PyErr_Occurred())
-		goto out;
-	if ((buckets = PyObject_GetAttr(bpf_map, s_buckets)) == NULL)
-		goto out;
-	if (!PyDict_Check(buckets)) {
-		PyErr_SetString(PyExc_TypeError, "a hash map's buckets are a dict");
-		goto out;
-	}
-	PyObject *chain = PyDict_GetItemWithError(buckets, index);  /* borrowed */
-	if (chain == NULL) {
-		rc = PyErr_Occurred() ? -1 : 0;
-		goto out;
-	}
+	if (model_access(m, cpu, bucket, 0) == -1.0 && PyErr_Occurred())
+		return -1;
+	if (chain == NULL)
+		return 0;
 	if (!PyList_Check(chain)) {
 		PyErr_SetString(PyExc_TypeError, "a hash map's bucket is a list");
-		goto out;
+		return -1;
 	}
 	Py_INCREF(chain);
-	rc = 0;
+	int rc = 0;
 	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(chain); i++) {
 		PyObject *elem = Py_NewRef(PyList_GET_ITEM(chain, i));
-		PyObject *elem_key = NULL;
+		PyObject *elem_key = NULL, *line = NULL;
 		int same = -1;
 		if ((line = PyObject_GetAttr(elem, s_addr)) != NULL
 		    && charge_access(m, cpu, line) == 0
 		    && (elem_key = PyObject_GetAttr(elem, s_key)) != NULL)
 			same = PyObject_RichCompareBool(elem_key, kb, Py_EQ);
-		Py_CLEAR(line);
+		Py_XDECREF(line);
 		Py_XDECREF(elem_key);
 		Py_DECREF(elem);
 		if (same != 0) {  /* the key, or an error */
@@ -1257,6 +1277,31 @@ static int htab_walk_cost(CacheModel *m, int cpu, PyObject *bpf_map, PyObject *k
 		}
 	}
 	Py_DECREF(chain);
+	return rc;
+}
+
+/* HtabMap._walk_cost(cpu, key, hash): htab_chain_cost of the bucket at bucket_base +
+ * (hash & mask) * bucket_size */
+static int htab_walk_cost(CacheModel *m, int cpu, PyObject *bpf_map, PyObject *kb,
+			  PyObject *hash, uint64_t bucket_size)
+{
+	PyObject *mask = NULL, *index = NULL, *base = NULL, *buckets = NULL;
+	int rc = -1;
+	uint64_t first, at;
+	if ((mask = PyObject_GetAttr(bpf_map, s_mask)) == NULL
+	    || (index = PyNumber_And(hash, mask)) == NULL
+	    || (base = PyObject_GetAttr(bpf_map, s_bucket_base)) == NULL
+	    || parse_addr(base, &first) < 0 || parse_addr(index, &at) < 0
+	    || (buckets = PyObject_GetAttr(bpf_map, s_buckets)) == NULL)
+		goto out;
+	if (!PyDict_Check(buckets)) {
+		PyErr_SetString(PyExc_TypeError, "a hash map's buckets are a dict");
+		goto out;
+	}
+	PyObject *chain = PyDict_GetItemWithError(buckets, index);  /* borrowed */
+	if (chain == NULL && PyErr_Occurred())
+		goto out;
+	rc = htab_chain_cost(m, cpu, first + at * bucket_size, chain, kb);
 out:
 	Py_XDECREF(mask);
 	Py_XDECREF(index);
@@ -1418,7 +1463,8 @@ static struct PyModuleDef cache_model_module = {
 	.m_name = "pybpf._cache_model",
 	.m_doc = "Optional C twin of the emulated machine's cache model (Timing.access) and of "
 		 "the virtual-time scheduler's switch of task-local state (swap_dicts); it also "
-		 "charges for the native tier's machine code (pybpf_native_charge).",
+		 "charges for the native tier's machine code (pybpf_native_charge) and runs a hash "
+		 "map's update and delete with their charges (HtabCore).",
 	.m_size = -1,
 	.m_methods = module_methods,
 };
@@ -1438,6 +1484,7 @@ PyMODINIT_FUNC PyInit__cache_model(void)
 	    || intern(&s_lock_wait, "lock_wait") < 0 || intern(&s_spin_lock, "spin_lock") < 0
 	    || intern(&s_helper_call, "helper_call") < 0
 	    || intern(&s_scheduler, "scheduler") < 0 || intern(&s_sync, "sync") < 0
+	    || intern(&s_deferred, "_deferred") < 0 || intern(&s_run_deferred, "run_deferred") < 0
 	    || intern(&s_greenlet_thread, "_greenlet_thread") < 0
 	    || intern(&s_holder, "_holder") < 0 || intern(&s_active, "_active") < 0
 	    || intern(&s_quantum, "quantum_ns") < 0
@@ -1453,13 +1500,15 @@ PyMODINIT_FUNC PyInit__cache_model(void)
 	if ((s_one == NULL && (s_one = PyLong_FromLong(1)) == NULL)
 	    || (s_zero == NULL && (s_zero = PyLong_FromLong(0)) == NULL))
 		return NULL;
-	if (PyType_Ready(&CacheModelType) < 0 || PyType_Ready(&LockType) < 0)
+	if (PyType_Ready(&CacheModelType) < 0 || PyType_Ready(&LockType) < 0
+	    || htab_core_ready() < 0)
 		return NULL;
 	PyObject *module = PyModule_Create(&cache_model_module);
 	if (module == NULL)
 		return NULL;
 	if (PyModule_AddObjectRef(module, "CacheModel", (PyObject *)&CacheModelType) < 0
-	    || PyModule_AddObjectRef(module, "SpinLock", (PyObject *)&LockType) < 0) {
+	    || PyModule_AddObjectRef(module, "SpinLock", (PyObject *)&LockType) < 0
+	    || PyModule_AddObjectRef(module, "HtabCore", (PyObject *)&HtabCoreType) < 0) {
 		Py_DECREF(module);
 		return NULL;
 	}

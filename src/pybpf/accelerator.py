@@ -32,7 +32,7 @@ ACCEL = _load("_accel")
 ATOMIC_RMW = getattr(ACCEL, "atomic_rmw", None)
 # Where a buffer's bytes are (None: an older build): how compiled code reaches a value.
 BUFFER_ADDRESS = getattr(ACCEL, "buffer_address", None)
-CACHE_MODEL = _load("_cache_model", needs=("CacheModel", "SpinLock", "swap_dicts"))
+CACHE_MODEL = _load("_cache_model", needs=("CacheModel", "SpinLock", "swap_dicts", "HtabCore"))
 
 
 def accelerated() -> bool:

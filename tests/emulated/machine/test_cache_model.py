@@ -13,13 +13,13 @@ import sys
 from unittest import mock
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from pybpf import system
 from pybpf.emulated.machine import timing as timing_module
 from pybpf.emulated.machine.timing import NODE_SHIFT, PAGE, SpinLock, Timing
-from pybpf.errors import BPFError
+from pybpf.errors import BPFError, KernelError
 from pybpf.profiles import Value, load_profile
 from pybpf.uapi import BPF_F_NO_PREALLOC, MapType
 
@@ -183,6 +183,96 @@ def test_hash_map_costs_in_c_agree_with_pythons(ops, map_type, no_prealloc):
                     results.append(exc.errno)
         assert observed(timings[0], []) == observed(timings[1], []), (op, key, cpu)
         assert results[:len(results) // 2] == results[len(results) // 2:]
+
+
+def hash_map_state(e, fd: int) -> dict:
+    """What a hash map holds and where: its keys in iteration order (bucket order), each
+    element's address, the free lists' and spares' addresses, its counters."""
+    bpf_map = e.map_from_fd(fd)
+    keys, key = [], None
+    while True:
+        try:
+            key = e.map_get_next_key(fd, key)
+        except BPFError:
+            break
+        keys.append(key)
+    freelist = bpf_map.freelist
+    return {"keys": keys, "addrs": {k: elem.addr for k, elem in bpf_map.table.items()},
+            "values": {k: bytes(v) for k, v in (bpf_map.values or {}).items()},
+            "free": None if freelist is None else [[elem.addr for elem in lst]
+                                                   for lst in freelist.lists],
+            "spares": [[elem.addr for elem in lst] for lst in bpf_map.extra_elems],
+            "stats": e.map_stats(fd),
+            "problems": bpf_map.storage.problems(bpf_map._hash)}
+
+
+HASH_CORE_OPS = st.lists(st.tuples(
+    st.sampled_from(["update", "prog_update", "lookup", "prog_lookup", "delete", "prog_delete",
+                     "lookup_and_delete"]),
+    st.integers(0, 11), st.integers(0, 1), st.sampled_from([0, 0, 1, 2, 4, 8])),
+    min_size=1, max_size=60)
+
+
+# Fill both CPUs' shares past max_entries, then delete, re-insert, replace and read on both
+# CPUs, so free lists fill and drain, spares turn over and full-map errors come.
+CHURN = [(op, key, cpu, flags) for key in range(10) for cpu in (0, 1)
+         for op, flags in (("prog_update", 0), ("update", 1), ("prog_lookup", 0))] + [
+    (op, key, cpu, flags) for key in range(0, 12, 2) for cpu in (1, 0)
+    for op, flags in (("prog_delete", 0), ("prog_update", 2), ("update", 1),
+                      ("prog_update", 0), ("lookup_and_delete", 0), ("update", 4),
+                      ("prog_update", 8), ("delete", 0), ("prog_lookup", 0))]
+
+
+@settings(max_examples=200, deadline=None)
+@given(HASH_CORE_OPS, st.sampled_from([MapType.HASH, MapType.PERCPU_HASH]), st.booleans())
+@example(CHURN, MapType.HASH, False).via("churn")
+@example(CHURN, MapType.HASH, True).via("churn")
+@example(CHURN, MapType.PERCPU_HASH, False).via("churn")
+def test_hash_map_ops_in_c_leave_what_pythons_leave(ops, map_type, no_prealloc):
+    """HtabCore (a hash map's lookup, update and delete in C) against the Python methods it
+    stands for, on a full map of 8 elements: the same results and errors, clocks, counts and
+    caches after every operation, from syscalls and as a program calls them (the map's own
+    methods), with every flag (BPF_F_LOCK and bad flags go back to Python); then the same
+    elements in the same buckets at the same addresses, the same free lists and counters."""
+    flags = BPF_F_NO_PREALLOC if no_prealloc else 0
+    percpu = map_type == MapType.PERCPU_HASH
+    systems = [system("emulated", cpus=2, profile=TINY, modeled_time=True)]
+    with mock.patch.object(timing_module, "CACHE_MODEL", None):
+        systems.append(system("emulated", cpus=2, profile=TINY, modeled_time=True))
+    fds = [e.map_create(map_type, 4, 8, 8, map_flags=flags) for e in systems]
+    maps = [e.map_from_fd(fd) for e, fd in zip(systems, fds, strict=True)]
+    assert [type(m.map_delete_elem).__name__ for m in maps] == ["builtin_function_or_method",
+                                                                 "method"]
+    for op, key, cpu, update_flags in ops:
+        results = []
+        for e, fd, bpf_map in zip(systems, fds, maps, strict=True):
+            k = key.to_bytes(4, "little")
+            value = bytes([key, cpu]) * (8 if percpu else 4)
+            with e.on_cpu(cpu):
+                try:
+                    if op == "update":
+                        results.append(e.map_update_elem(fd, k, value, update_flags))
+                    elif op == "prog_update":
+                        results.append(bpf_map.map_update_elem(k, value[:8], update_flags))
+                    elif op == "lookup":
+                        results.append(e.map_lookup_elem(fd, k))
+                    elif op == "prog_lookup":
+                        found = bpf_map.map_lookup_elem(k)
+                        results.append(None if found is None else bytes(found))
+                    elif op == "delete":
+                        results.append(e.map_delete_elem(fd, k))
+                    elif op == "prog_delete":
+                        results.append(bpf_map.map_delete_elem(k))
+                    else:
+                        results.append(e.map_lookup_and_delete_elem(fd, k))
+                except (BPFError, KernelError) as exc:
+                    results.append(exc.errno)
+        assert results[0] == results[1], (op, key, cpu, update_flags)
+        assert observed(systems[0].machine.timing, []) == \
+            observed(systems[1].machine.timing, []), (op, key, cpu, update_flags)
+    states = [hash_map_state(e, fd) for e, fd in zip(systems, fds, strict=True)]
+    assert states[0] == states[1]
+    assert states[0]["problems"] == []
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import errno
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, ClassVar
 
 from ...attrs import MapAttr
@@ -133,6 +134,10 @@ class BpfMap:
     # a program's bpf_map_update_elem passes the value as a socket pointer, not as memory to
     # copy (sockmap, sockhash: the verifier's resolve_map_arg_type)
     value_is_socket: ClassVar[bool] = False
+    # The map helpers that run in C on this map (hashtab.py's HtabCore), by name ("lookup",
+    # "update", "delete"): ``f(python, rs, r2, r3, r4, r5) -> r0``, ``python`` the helper
+    # bound to the map, which they call for what they do not do
+    c_helpers: Mapping[str, Callable[..., int]] = MappingProxyType({})
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int) -> None:
         self.map_type = attr.map_type

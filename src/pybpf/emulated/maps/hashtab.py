@@ -33,6 +33,7 @@ import functools
 import threading
 from typing import TYPE_CHECKING
 
+from ...accelerator import CACHE_MODEL
 from ...errors import KernelError
 from ...uapi import (
     BPF_EXIST,
@@ -158,6 +159,17 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
         self.bucket_base = self.timing.alloc_region(self.n_buckets * BUCKET_SIZE, node)
         self._c_model = self.timing._cache_model  # None: the costs in Python, the reference
         self._bucket_locks: dict[int, SpinLock] = {}
+        if self._c_model is not None and not (self.lru or self.fd_htab):
+            # With the C model, the hot ops run in C (HtabCore), charged there, with the
+            # methods here as their reference and for the cases they hand back.
+            core = CACHE_MODEL.HtabCore(self, BUCKET_SIZE, HtabMap.htab_map_update_elem,
+                                        HtabMap.htab_map_delete_elem)
+            self.map_delete_elem = core.delete
+            self.c_helpers = {"delete": core.helper_delete}
+            if not self.percpu:
+                self.map_lookup_elem = core.lookup
+                self.map_update_elem = self.bpf_map_update_value = core.update
+                self.c_helpers.update(lookup=core.helper_lookup, update=core.helper_update)
     def _hash(self, key: bytes) -> int:
         """htab_map_hash of ``key``, always from the key: an element found without its bucket
         lock may be recycled for another key meanwhile, so its ``hash`` cannot be trusted."""
@@ -273,13 +285,18 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
                 timing.spin_unlock(cpu, tlock)
             lock.release()
         if old is not None:
-            self.htab_put_fd_value(old)
-            if self.prealloc:  # unlinked now: it becomes this CPU's spare
-                self.extra_elems[cpu].append(old)
-            else:
-                with self.count_lock:
-                    self.count -= 1
-                self.ma.free(old)
+            self._retire_replaced(old, cpu)
+
+    def _retire_replaced(self, old: HtabElem, cpu: int) -> None:
+        """An element an update replaced, unlinked now: a preallocated map's CPU keeps it as
+        its spare; another map's goes back to the allocator."""
+        self.htab_put_fd_value(old)
+        if self.prealloc:
+            self.extra_elems[cpu].append(old)
+        else:
+            with self.count_lock:
+                self.count -= 1
+            self.ma.free(old)
 
     def htab_map_update_elem_in_place(self, key: bytes, value: bytes, flags: int,
                                       onallcpus: bool) -> None:
@@ -323,7 +340,7 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
                 self._op_cost(cpu, "htab_map_delete_elem", key, hash_)
             elem = self.table.get(key)
             if elem is None:
-                raise KernelError(errno.ENOENT, "key not found")
+                self._key_not_found()
             data = self._read_value(elem) if read else None
             self._unlink(elem)
         finally:
@@ -332,6 +349,10 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
             lock.release()
         self._release_elem(elem)
         return data
+
+    @staticmethod
+    def _key_not_found() -> None:
+        raise KernelError(errno.ENOENT, "key not found")
 
     _release_elem = HtabElemMemory.free_htab_elem  # where a deleted element goes (LRU maps:
     # back to the LRU)

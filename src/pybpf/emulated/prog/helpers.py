@@ -212,15 +212,22 @@ def bpf_map_delete_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: in
     return map_delete_elem(_resolve(rs, r1, "bpf_map_delete_elem"), rs, r2)
 
 
-def _binder(core: Callable[..., int]) -> Callable[[object], Callable[..., int] | None]:
+def _binder(core: Callable[..., int],
+            name: str) -> Callable[[object], Callable[..., int] | None]:
+    """``bind_map``: the core bound to a map, or the map's helper of that ``name`` in C
+    (``BpfMap.c_helpers``), which hands what it does not do to the core."""
     def bind_map(obj: object) -> Callable[..., int] | None:
-        return functools.partial(core, obj) if isinstance(obj, BpfMap) else None
+        if not isinstance(obj, BpfMap):
+            return None
+        bound = functools.partial(core, obj)
+        in_c = obj.c_helpers.get(name)
+        return bound if in_c is None else functools.partial(in_c, bound)
     return bind_map
 
 
-bpf_map_lookup_elem.bind_map = _binder(map_lookup_elem)
-bpf_map_update_elem.bind_map = _binder(map_update_elem)
-bpf_map_delete_elem.bind_map = _binder(map_delete_elem)
+bpf_map_lookup_elem.bind_map = _binder(map_lookup_elem, "lookup")
+bpf_map_update_elem.bind_map = _binder(map_update_elem, "update")
+bpf_map_delete_elem.bind_map = _binder(map_delete_elem, "delete")
 
 
 def bpf_map_push_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:

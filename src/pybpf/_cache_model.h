@@ -1,0 +1,36 @@
+/*
+ * What the two sources of pybpf._cache_model share: the cache model's calls (_cache_model.c)
+ * that the hash map's hot path (_hashtab.c) makes, each the twin of a Timing method.
+ */
+#ifndef PYBPF_CACHE_MODEL_H
+#define PYBPF_CACHE_MODEL_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+typedef struct CacheModel CacheModel;
+
+extern PyTypeObject CacheModelType;
+
+/* Timing.access: the stall in ns (charged), or -1.0 with an exception set */
+double model_access(CacheModel *m, int cpu, uint64_t addr, int write);
+int parse_cpu(CacheModel *m, PyObject *obj, int *cpu);
+int parse_addr(PyObject *obj, uint64_t *addr);
+/* Timing.charge(cpu, event, n) */
+int charge_n(PyObject *model, PyObject *cpu, PyObject *event, PyObject *n);
+/* Timing.spin_lock, spin_unlock, locked_access, called as the methods are */
+PyObject *cm_spin_lock(PyObject *op, PyObject *const *args, Py_ssize_t nargs);
+PyObject *cm_spin_unlock(PyObject *op, PyObject *const *args, Py_ssize_t nargs);
+PyObject *cm_locked_access(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
+			   PyObject *kwnames);
+/* Timing.sync(cpu) (its scheduler's turn, then the CPU's deferred work that is due) */
+int timing_sync(PyObject *timing, CacheModel *m, PyObject *cpu_obj, int cpu);
+/* HtabMap._walk_cost's accesses: the bucket's line, then its chain up to the key */
+int htab_chain_cost(CacheModel *m, int cpu, uint64_t bucket, PyObject *chain, PyObject *kb);
+
+/* _hashtab.c: HtabCore, the hash map's update and delete in C */
+extern PyTypeObject HtabCoreType;
+int htab_core_ready(void);
+
+#endif

@@ -1,0 +1,988 @@
+/*
+ * HtabCore: the hot path of the emulated hash map (pybpf/emulated/maps/hashtab.py, after
+ * kernel/bpf/hashtab.c) in C, with its modeled time charged straight to the C cache model:
+ * htab_map_lookup_elem and htab_map_update_elem of a HASH map, htab_map_delete_elem of a
+ * HASH or PERCPU_HASH map (the LRU and map-of-maps variants stay in Python). HtabMap makes
+ * one per map when the C model runs, and these become the map's own methods.
+ *
+ * The Python code is the reference. This does its steps on its Python objects (the key table,
+ * the buckets and their sorted index of non-empty ones, the live value table, the per-CPU
+ * free lists and spare elements, the access counts), takes the same host locks, and charges
+ * the same events in the same order, so the map, its statistics and every clock, count and
+ * cache are the same after any sequence of operations (tests/emulated/machine/
+ * test_cache_model.py runs both). What is not the hot case calls the Python that does it: an
+ * update with other flags or a value with special fields (the reference method, whole), an
+ * error (the method that raises it), a free list to refill or steal from, the allocator of a
+ * NO_PREALLOC map.
+ */
+#include "_cache_model.h"
+
+#define BPF_NOEXIST 1
+#define BPF_EXIST 2
+
+typedef struct {
+	PyObject_HEAD
+	PyObject *map;          /* the HtabMap, for what falls back to Python */
+	PyObject *update_elem;  /* HtabMap.htab_map_update_elem, the reference */
+	PyObject *delete_elem;  /* HtabMap.htab_map_delete_elem, the reference */
+	PyObject *timing;       /* the map's Timing */
+	PyObject *model;        /* its CacheModel */
+	PyObject *kernel_error; /* pybpf.errors.KernelError: a helper returns its errno */
+	PyObject *table;        /* key -> element */
+	PyObject *values;       /* key -> live value, or NULL (per-CPU maps have none) */
+	PyObject *buckets;      /* bucket index -> list of elements, newest first */
+	PyObject *nonempty;     /* sorted indices of the non-empty buckets */
+	PyObject *index_lock;   /* guards nonempty */
+	PyObject *stripes;      /* the host locks, one per stripe of buckets */
+	PyObject *bucket_locks; /* bucket index -> its modeled spinlock */
+	PyObject *hash_fn;      /* HtabMap._hash_cached */
+	PyObject *current;      /* machine.current: its .cpu is the running CPU */
+	PyObject *cpu_node, *local, *remote;  /* the map's AccessStats */
+	PyObject *freelist;     /* the PcpuFreelist of a preallocated map, or NULL */
+	PyObject *free_lists;   /* its lists, one per CPU */
+	PyObject *free_locks;   /* its modeled locks, one per CPU */
+	PyObject *extra_elems;  /* per CPU, the spares a replacement takes (empty: none) */
+	PyObject *key_size;     /* an int, for jhash's charge */
+	uint64_t mask, stripe_mask, bucket_base, bucket_size;
+	int prealloc;
+	int percpu;             /* a PERCPU_HASH map: only its delete is here */
+} HtabCore;
+
+static PyObject *s_cpu, *s_hash, *s_key, *s_value, *s_addr, *s_node, *s_pops, *s_pushes,
+	*s_acquire, *s_release, *s_update_event, *s_delete_event, *s_jhash_byte, *s_bucket_lock,
+	*s_check_flags, *s_alloc_htab_elem, *s_new_elem_on_home,
+	*s_retire_replaced, *s_release_elem, *s_key_not_found, *s_special_fields, *s_lookup_event,
+	*s_one, *s_false;
+
+static PyObject *attr(PyObject *obj, const char *name)
+{
+	return PyObject_GetAttrString(obj, name);
+}
+
+static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = {"bpf_map", "bucket_size", "update_elem", "delete_elem", NULL};
+	HtabCore *c = (HtabCore *)op;
+	PyObject *bpf_map, *update_elem, *delete_elem, *storage = NULL, *stats = NULL, *values = NULL;
+	PyObject *mask = NULL, *stripe_mask = NULL, *base = NULL, *prealloc = NULL, *percpu = NULL;
+	unsigned long long bucket_size;
+	int rc = -1;
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "OKOO", kwlist, &bpf_map, &bucket_size,
+					 &update_elem, &delete_elem))
+		return -1;
+	if (c->map != NULL) {
+		PyErr_SetString(PyExc_RuntimeError, "HtabCore is made once per map");
+		return -1;
+	}
+	c->map = Py_NewRef(bpf_map);
+	c->update_elem = Py_NewRef(update_elem);
+	c->delete_elem = Py_NewRef(delete_elem);
+	c->bucket_size = bucket_size;
+	PyObject *errors = PyImport_ImportModule("pybpf.errors");
+	if (errors == NULL)
+		return -1;
+	c->kernel_error = attr(errors, "KernelError");
+	Py_DECREF(errors);
+	if (c->kernel_error == NULL || (c->timing = attr(bpf_map, "timing")) == NULL
+	    || (c->model = attr(c->timing, "_cache_model")) == NULL
+	    || (storage = attr(bpf_map, "storage")) == NULL
+	    || (c->table = attr(storage, "table")) == NULL
+	    || (values = attr(storage, "values")) == NULL
+	    || (c->buckets = attr(storage, "buckets")) == NULL
+	    || (c->nonempty = attr(storage, "nonempty")) == NULL
+	    || (c->index_lock = attr(storage, "index_lock")) == NULL
+	    || (c->stripes = attr(bpf_map, "locks")) == NULL
+	    || (c->bucket_locks = attr(bpf_map, "_bucket_locks")) == NULL
+	    || (c->hash_fn = attr(bpf_map, "_hash_cached")) == NULL
+	    || (c->current = attr(bpf_map, "_current")) == NULL
+	    || (stats = attr(bpf_map, "access_stats")) == NULL
+	    || (c->cpu_node = attr(stats, "cpu_node")) == NULL
+	    || (c->local = attr(stats, "local")) == NULL
+	    || (c->remote = attr(stats, "remote")) == NULL
+	    || (c->extra_elems = attr(bpf_map, "extra_elems")) == NULL
+	    || (c->key_size = attr(bpf_map, "key_size")) == NULL
+	    || (mask = attr(bpf_map, "mask")) == NULL
+	    || (stripe_mask = attr(bpf_map, "stripe_mask")) == NULL
+	    || (base = attr(bpf_map, "bucket_base")) == NULL
+	    || (prealloc = attr(bpf_map, "prealloc")) == NULL
+	    || (percpu = attr(bpf_map, "percpu")) == NULL)
+		goto out;
+	if (!PyObject_TypeCheck(c->model, &CacheModelType)) {
+		PyErr_SetString(PyExc_TypeError, "HtabCore needs the map's timing to run the C model");
+		goto out;
+	}
+	if (!PyDict_CheckExact(c->table) || !PyDict_CheckExact(c->buckets)
+	    || !PyList_CheckExact(c->nonempty) || !PyList_CheckExact(c->stripes)
+	    || !PyDict_CheckExact(c->bucket_locks) || !PyList_CheckExact(c->cpu_node)
+	    || !PyList_CheckExact(c->local) || !PyList_CheckExact(c->remote)
+	    || !PyList_CheckExact(c->extra_elems) || (values != Py_None && !PyDict_CheckExact(values))) {
+		PyErr_SetString(PyExc_TypeError, "HtabCore: the map's storage is not what it expects");
+		goto out;
+	}
+	if (values != Py_None)
+		c->values = Py_NewRef(values);
+	if ((c->prealloc = PyObject_IsTrue(prealloc)) < 0 || (c->percpu = PyObject_IsTrue(percpu)) < 0
+	    || parse_addr(mask, &c->mask) < 0 || parse_addr(stripe_mask, &c->stripe_mask) < 0
+	    || parse_addr(base, &c->bucket_base) < 0)
+		goto out;
+	if (c->prealloc) {
+		if ((c->freelist = attr(bpf_map, "freelist")) == NULL
+		    || (c->free_lists = attr(c->freelist, "lists")) == NULL
+		    || (c->free_locks = attr(c->freelist, "tlocks")) == NULL)
+			goto out;
+		if (!PyList_CheckExact(c->free_lists) || !PyList_CheckExact(c->free_locks)) {
+			PyErr_SetString(PyExc_TypeError, "HtabCore: the free list is not what it expects");
+			goto out;
+		}
+	}
+	rc = 0;
+out:
+	Py_XDECREF(storage);
+	Py_XDECREF(stats);
+	Py_XDECREF(values);
+	Py_XDECREF(mask);
+	Py_XDECREF(stripe_mask);
+	Py_XDECREF(base);
+	Py_XDECREF(prealloc);
+	Py_XDECREF(percpu);
+	return rc;
+}
+
+static int htab_core_traverse(PyObject *op, visitproc visit, void *arg)
+{
+	HtabCore *c = (HtabCore *)op;
+	Py_VISIT(c->map);
+	Py_VISIT(c->update_elem);
+	Py_VISIT(c->delete_elem);
+	Py_VISIT(c->timing);
+	Py_VISIT(c->model);
+	Py_VISIT(c->kernel_error);
+	Py_VISIT(c->table);
+	Py_VISIT(c->values);
+	Py_VISIT(c->buckets);
+	Py_VISIT(c->nonempty);
+	Py_VISIT(c->index_lock);
+	Py_VISIT(c->stripes);
+	Py_VISIT(c->bucket_locks);
+	Py_VISIT(c->hash_fn);
+	Py_VISIT(c->current);
+	Py_VISIT(c->cpu_node);
+	Py_VISIT(c->local);
+	Py_VISIT(c->remote);
+	Py_VISIT(c->freelist);
+	Py_VISIT(c->free_lists);
+	Py_VISIT(c->free_locks);
+	Py_VISIT(c->extra_elems);
+	Py_VISIT(c->key_size);
+	return 0;
+}
+
+static int htab_core_clear(PyObject *op)
+{
+	HtabCore *c = (HtabCore *)op;
+	Py_CLEAR(c->map);
+	Py_CLEAR(c->update_elem);
+	Py_CLEAR(c->delete_elem);
+	Py_CLEAR(c->timing);
+	Py_CLEAR(c->model);
+	Py_CLEAR(c->kernel_error);
+	Py_CLEAR(c->table);
+	Py_CLEAR(c->values);
+	Py_CLEAR(c->buckets);
+	Py_CLEAR(c->nonempty);
+	Py_CLEAR(c->index_lock);
+	Py_CLEAR(c->stripes);
+	Py_CLEAR(c->bucket_locks);
+	Py_CLEAR(c->hash_fn);
+	Py_CLEAR(c->current);
+	Py_CLEAR(c->cpu_node);
+	Py_CLEAR(c->local);
+	Py_CLEAR(c->remote);
+	Py_CLEAR(c->freelist);
+	Py_CLEAR(c->free_lists);
+	Py_CLEAR(c->free_locks);
+	Py_CLEAR(c->extra_elems);
+	Py_CLEAR(c->key_size);
+	return 0;
+}
+
+static void htab_core_dealloc(PyObject *op)
+{
+	PyObject_GC_UnTrack(op);
+	htab_core_clear(op);
+	Py_TYPE(op)->tp_free(op);
+}
+
+/* -- small steps --------------------------------------------------------------------------- */
+
+/* Whether the map's value has special fields (a bpf_spin_lock, a bpf_timer: BTF may give
+ * them after the map is made): 1, 0, or -1 with an exception */
+static int has_special_fields(HtabCore *c)
+{
+	PyObject *fields = PyObject_GetAttr(c->map, s_special_fields);
+	int rc = fields == NULL ? -1 : PyObject_IsTrue(fields);
+	Py_XDECREF(fields);
+	return rc;
+}
+
+static int call_method(PyObject *obj, PyObject *name)
+{
+	PyObject *done = PyObject_CallMethodNoArgs(obj, name);
+	Py_XDECREF(done);
+	return done == NULL ? -1 : 0;
+}
+
+/* obj.name += 1 */
+static int attr_increment(PyObject *obj, PyObject *name)
+{
+	PyObject *old = PyObject_GetAttr(obj, name), *sum = NULL;
+	int rc = old == NULL || (sum = PyNumber_Add(old, s_one)) == NULL
+		|| PyObject_SetAttr(obj, name, sum) < 0 ? -1 : 0;
+	Py_XDECREF(old);
+	Py_XDECREF(sum);
+	return rc;
+}
+
+/* list[i] += 1 */
+static int item_increment(PyObject *list, Py_ssize_t i)
+{
+	PyObject *sum = PyNumber_Add(PyList_GET_ITEM(list, i), s_one);
+	if (sum == NULL)
+		return -1;
+	return PyList_SetItem(list, i, sum);
+}
+
+/* The running CPU (machine.current.cpu), as an int and as the object */
+static PyObject *current_cpu(HtabCore *c, int *cpu)
+{
+	PyObject *obj = PyObject_GetAttr(c->current, s_cpu);
+	if (obj != NULL && parse_cpu((CacheModel *)c->model, obj, cpu) < 0)
+		Py_CLEAR(obj);
+	return obj;
+}
+
+/* HtabMap._bucket_lock(hash): the modeled spinlock of the bucket (made by Python the first
+ * time) */
+static PyObject *bucket_lock(HtabCore *c, PyObject *index, PyObject *hash)
+{
+	PyObject *lock = PyDict_GetItemWithError(c->bucket_locks, index);
+	if (lock != NULL)
+		return Py_NewRef(lock);
+	if (PyErr_Occurred())
+		return NULL;
+	return PyObject_CallMethodOneArg(c->map, s_bucket_lock, hash);
+}
+
+/* The position bisect would give ``value`` in the sorted list of ints ``list`` (right: after
+ * an equal one) */
+static int bisect(PyObject *list, uint64_t value, int right, Py_ssize_t *at)
+{
+	Py_ssize_t lo = 0, hi = PyList_GET_SIZE(list);
+	while (lo < hi) {
+		Py_ssize_t mid = (lo + hi) / 2;
+		uint64_t here;
+		if (parse_addr(PyList_GET_ITEM(list, mid), &here) < 0)
+			return -1;
+		if (here < value || (right && here == value))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	*at = lo;
+	return 0;
+}
+
+/* Under the index lock, ``index`` enters (``add``) or leaves the sorted non-empty index */
+static int index_change(HtabCore *c, PyObject *index, uint64_t value, int add)
+{
+	if (call_method(c->index_lock, s_acquire) < 0)
+		return -1;
+	Py_ssize_t at;
+	int rc = bisect(c->nonempty, value, add, &at);
+	if (rc == 0)
+		rc = add ? PyList_Insert(c->nonempty, at, index)
+			: PyList_SetSlice(c->nonempty, at, at + 1, NULL);
+	PyObject *type, *exc, *tb;
+	PyErr_Fetch(&type, &exc, &tb);
+	if (call_method(c->index_lock, s_release) < 0)
+		rc = -1;
+	if (type != NULL) {
+		PyErr_Restore(type, exc, tb);
+		rc = -1;
+	}
+	return rc;
+}
+
+/* The first position of ``elem`` (by identity) in ``list``, or -1 */
+static Py_ssize_t position(PyObject *list, PyObject *elem)
+{
+	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(list); i++)
+		if (PyList_GET_ITEM(list, i) == elem)
+			return i;
+	return -1;
+}
+
+static int table_set(HtabCore *c, PyObject *key, PyObject *elem)
+{
+	PyObject *value;
+	if (PyDict_SetItem(c->table, key, elem) < 0)
+		return -1;
+	if (c->values == NULL)
+		return 0;
+	if ((value = PyObject_GetAttr(elem, s_value)) == NULL)
+		return -1;
+	int rc = PyDict_SetItem(c->values, key, value);
+	Py_DECREF(value);
+	return rc;
+}
+
+/* HtabBuckets.link: hlist_nulls_add_head_rcu of elem into bucket ``index`` */
+static int link_elem(HtabCore *c, PyObject *elem, PyObject *key, PyObject *index, uint64_t at)
+{
+	PyObject *bucket = PyDict_GetItemWithError(c->buckets, index);
+	if (bucket == NULL) {
+		if (PyErr_Occurred() || (bucket = PyList_New(1)) == NULL)
+			return -1;
+		PyList_SET_ITEM(bucket, 0, Py_NewRef(elem));
+		int rc = PyDict_SetItem(c->buckets, index, bucket);
+		Py_DECREF(bucket);
+		if (rc < 0 || index_change(c, index, at, 1) < 0)
+			return -1;
+	} else if (PyList_Insert(bucket, 0, elem) < 0) {
+		return -1;
+	}
+	return table_set(c, key, elem);
+}
+
+/* HtabBuckets.replace: ``new`` at the front of old's bucket, old out of it */
+static int replace_elem(HtabCore *c, PyObject *old, PyObject *new, PyObject *key,
+			PyObject *index)
+{
+	PyObject *bucket = PyDict_GetItemWithError(c->buckets, index);
+	if (bucket == NULL) {
+		if (!PyErr_Occurred())
+			PyErr_SetObject(PyExc_KeyError, index);
+		return -1;
+	}
+	Py_ssize_t at = position(bucket, old);
+	if (at < 0) {
+		PyErr_SetString(PyExc_ValueError, "list.remove(x): x not in list");
+		return -1;
+	}
+	if (PyList_SetSlice(bucket, at, at + 1, NULL) < 0 || PyList_Insert(bucket, 0, new) < 0)
+		return -1;
+	return table_set(c, key, new);
+}
+
+/* HtabBuckets.unlink: hlist_nulls_del_rcu of elem (from bucket ``index``) */
+static int unlink_elem(HtabCore *c, PyObject *elem, PyObject *key, PyObject *index,
+		       uint64_t at)
+{
+	PyObject *bucket = PyDict_GetItemWithError(c->buckets, index);
+	if (bucket == NULL) {
+		if (!PyErr_Occurred())
+			PyErr_SetObject(PyExc_KeyError, index);
+		return -1;
+	}
+	Py_ssize_t pos = position(bucket, elem);
+	if (pos < 0) {
+		PyErr_SetString(PyExc_ValueError, "list.remove(x): x not in list");
+		return -1;
+	}
+	if (PyList_SetSlice(bucket, pos, pos + 1, NULL) < 0)
+		return -1;
+	if (PyList_GET_SIZE(bucket) == 0
+	    && (PyDict_DelItem(c->buckets, index) < 0 || index_change(c, index, at, 0) < 0))
+		return -1;
+	PyObject *linked = PyDict_GetItemWithError(c->table, key);
+	if (linked != elem)
+		return linked == NULL && PyErr_Occurred() ? -1 : 0;
+	if (PyDict_DelItem(c->table, key) < 0)
+		return -1;
+	return c->values == NULL ? 0 : PyDict_DelItem(c->values, key);
+}
+
+/* A preallocated element from ``cpu``'s own free list (PcpuFreelist.pop's hot case with its
+ * locked_access), or NULL without an exception where that list is empty */
+static PyObject *freelist_pop(HtabCore *c, PyObject *cpu_obj, int cpu)
+{
+	PyObject *list = PyList_GET_ITEM(c->free_lists, cpu);
+	Py_ssize_t n = PyList_GET_SIZE(list);
+	if (n == 0)
+		return NULL;
+	PyObject *elem = Py_NewRef(PyList_GET_ITEM(list, n - 1)), *addr = NULL;
+	if (PyList_SetSlice(list, n - 1, n, NULL) < 0)
+		goto fail;
+	if (attr_increment(c->freelist, s_pops) < 0)
+		goto fail;
+	if ((addr = PyObject_GetAttr(elem, s_addr)) == NULL)
+		goto fail;
+	PyObject *args[3] = {cpu_obj, PyList_GET_ITEM(c->free_locks, cpu), addr};
+	PyObject *done = cm_locked_access(c->model, args, 3, NULL);
+	if (done == NULL)
+		goto fail;
+	Py_DECREF(done);
+	Py_DECREF(addr);
+	return elem;
+fail:
+	Py_XDECREF(addr);
+	Py_DECREF(elem);
+	return NULL;
+}
+
+/* PcpuFreelist.push onto ``cpu``'s list, with its locked_access */
+static int freelist_push(HtabCore *c, PyObject *elem, PyObject *cpu_obj, int cpu)
+{
+	PyObject *addr;
+	if (PyList_Append(PyList_GET_ITEM(c->free_lists, cpu), elem) < 0
+	    || attr_increment(c->freelist, s_pushes) < 0
+	    || (addr = PyObject_GetAttr(elem, s_addr)) == NULL)
+		return -1;
+	PyObject *args[3] = {cpu_obj, PyList_GET_ITEM(c->free_locks, cpu), addr};
+	PyObject *done = cm_locked_access(c->model, args, 3, NULL);
+	Py_DECREF(addr);
+	Py_XDECREF(done);
+	return done == NULL ? -1 : 0;
+}
+
+/* HtabElemMemory._fill_value of a new element of a map with one value buffer */
+static int fill_elem(HtabCore *c, PyObject *elem, PyObject *key, PyObject *hash,
+		     PyObject *value, int cpu)
+{
+	PyObject *addr = NULL, *node = NULL, *buffer = NULL;
+	uint64_t at;
+	int rc = -1;
+	if (PyObject_SetAttr(elem, s_key, key) < 0 || PyObject_SetAttr(elem, s_hash, hash) < 0
+	    || (addr = PyObject_GetAttr(elem, s_addr)) == NULL || parse_addr(addr, &at) < 0)
+		goto out;
+	if (model_access((CacheModel *)c->model, cpu, at, 1) == -1.0 && PyErr_Occurred())
+		goto out;
+	if ((node = PyObject_GetAttr(elem, s_node)) == NULL)
+		goto out;
+	int local = PyObject_RichCompareBool(PyList_GET_ITEM(c->cpu_node, cpu), node, Py_EQ);
+	if (local < 0 || item_increment(local ? c->local : c->remote, cpu) < 0)
+		goto out;
+	if ((buffer = PyObject_GetAttr(elem, s_value)) == NULL)
+		goto out;
+	rc = PySequence_SetSlice(buffer, 0, PY_SSIZE_T_MAX, value);
+out:
+	Py_XDECREF(addr);
+	Py_XDECREF(node);
+	Py_XDECREF(buffer);
+	return rc;
+}
+
+/* alloc_htab_elem: the element that takes ``key`` (replacing ``old`` if not NULL), filled;
+ * the preallocated hot cases here, the rest by the Python method */
+static PyObject *alloc_elem(HtabCore *c, PyObject *key, PyObject *value, PyObject *hash,
+			    PyObject *old, PyObject *cpu_obj, int cpu)
+{
+	PyObject *elem = NULL;
+	if (c->prealloc) {
+		if (old != NULL && PyList_GET_SIZE(c->extra_elems)) {
+			PyObject *spares = PyList_GET_ITEM(c->extra_elems, cpu);
+			Py_ssize_t n = PyList_GET_SIZE(spares);
+			if (n) {
+				elem = Py_NewRef(PyList_GET_ITEM(spares, n - 1));
+				if (PyList_SetSlice(spares, n - 1, n, NULL) < 0)
+					Py_CLEAR(elem);
+			} else {
+				elem = PyObject_CallMethodNoArgs(c->map, s_new_elem_on_home);
+			}
+			if (elem == NULL)
+				return NULL;
+		} else if ((elem = freelist_pop(c, cpu_obj, cpu)) == NULL && PyErr_Occurred()) {
+			return NULL;
+		}
+	}
+	if (elem == NULL) {  /* a steal, an element to make, E2BIG, or an allocator */
+		PyObject *args[7] = {c->map, key, value, hash, old != NULL ? old : Py_None,
+				     s_false, cpu_obj};
+		return PyObject_VectorcallMethod(s_alloc_htab_elem, args,
+						 7, NULL);
+	}
+	if (fill_elem(c, elem, key, hash, value, cpu) < 0)
+		Py_CLEAR(elem);
+	return elem;
+}
+
+/* An exception raised while the locks are held is kept across their release */
+static int unlock(HtabCore *c, PyObject *cpu_obj, PyObject *tlock, PyObject *stripe)
+{
+	PyObject *type, *exc, *tb;
+	int rc = 0;
+	PyErr_Fetch(&type, &exc, &tb);
+	if (tlock != NULL) {
+		PyObject *args[2] = {cpu_obj, tlock};
+		PyObject *done = cm_spin_unlock(c->model, args, 2);
+		if (done == NULL)
+			rc = -1;
+		Py_XDECREF(done);
+	}
+	if (call_method(stripe, s_release) < 0)
+		rc = -1;
+	if (type != NULL) {
+		PyErr_Restore(type, exc, tb);
+		rc = -1;
+	}
+	return rc;
+}
+
+/* The stripe lock of ``h``, taken */
+static PyObject *take_stripe(HtabCore *c, uint64_t h)
+{
+	PyObject *stripe = PyList_GET_ITEM(c->stripes, h & c->stripe_mask);
+	Py_INCREF(stripe);
+	if (call_method(stripe, s_acquire) < 0)
+		Py_CLEAR(stripe);
+	return stripe;
+}
+
+/* -- the operations ------------------------------------------------------------------------ */
+
+/* update(key, value, flags): HtabMap.htab_map_update_elem without BPF_F_LOCK or special
+ * fields */
+static PyObject *htab_core_update(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+	HtabCore *c = (HtabCore *)op;
+	if (nargs != 3) {
+		PyErr_SetString(PyExc_TypeError, "update(key, value, flags)");
+		return NULL;
+	}
+	PyObject *key = args[0], *value = args[1];
+	long flags = PyLong_AsLong(args[2]);
+	if (flags == -1 && PyErr_Occurred()) {
+		if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+			return NULL;
+		PyErr_Clear();
+	}
+	int special = flags < 0 || flags > BPF_EXIST || !PyBytes_CheckExact(key)
+		? 1 : has_special_fields(c);
+	if (special)  /* other flags (BPF_F_LOCK, errors), a lock or timer in the value */
+		return special < 0 ? NULL : PyObject_Vectorcall(c->update_elem,
+			(PyObject *[]){c->map, key, value, args[2]}, 4, NULL);
+	PyObject *old = NULL, *hash = NULL, *stripe = NULL, *cpu_obj = NULL, *tlock = NULL;
+	PyObject *index = NULL, *new = NULL, *result = NULL;
+	uint64_t h;
+	int cpu, failed = 1;
+	/* The hash an existing element carries saves hashing the key, if under the lock it
+	 * chose the element is still key's with that hash (it may have been recycled). */
+	old = PyDict_GetItemWithError(c->table, key);
+	if (old == NULL && PyErr_Occurred())
+		return NULL;
+	if (old != NULL) {
+		Py_INCREF(old);
+		if ((hash = PyObject_GetAttr(old, s_hash)) == NULL || parse_addr(hash, &h) < 0
+		    || (stripe = take_stripe(c, h)) == NULL)
+			goto out;
+		PyObject *now = PyDict_GetItemWithError(c->table, key), *again = NULL;
+		int same = now == old && (again = PyObject_GetAttr(old, s_hash)) != NULL
+			? PyObject_RichCompareBool(again, hash, Py_EQ) : 0;
+		Py_XDECREF(again);
+		if (same < 0 || (now == NULL && PyErr_Occurred())) {
+			unlock(c, NULL, NULL, stripe);
+			Py_CLEAR(stripe);
+			goto out;
+		}
+		if (!same) {
+			if (unlock(c, NULL, NULL, stripe) < 0) {
+				Py_CLEAR(stripe);
+				goto out;
+			}
+			Py_CLEAR(stripe);
+			Py_CLEAR(old);
+			Py_CLEAR(hash);
+		}
+	}
+	if (old == NULL) {
+		if ((hash = PyObject_CallOneArg(c->hash_fn, key)) == NULL || parse_addr(hash, &h) < 0
+		    || (stripe = take_stripe(c, h)) == NULL)
+			goto out;
+	}
+	uint64_t at = h & c->mask;
+	if ((cpu_obj = current_cpu(c, &cpu)) == NULL
+	    || charge_n(c->model, cpu_obj, s_update_event, s_one) < 0
+	    || charge_n(c->model, cpu_obj, s_jhash_byte, c->key_size) < 0
+	    || (index = PyLong_FromUnsignedLongLong(at)) == NULL
+	    || (tlock = bucket_lock(c, index, hash)) == NULL) {
+		unlock(c, NULL, NULL, stripe);
+		goto out;
+	}
+	PyObject *lock_args[2] = {cpu_obj, tlock};
+	PyObject *done = cm_spin_lock(c->model, lock_args, 2);
+	if (done == NULL) {
+		unlock(c, NULL, NULL, stripe);
+		goto out;
+	}
+	Py_DECREF(done);
+	/* the locks are held: every way out goes through unlock */
+	PyObject *chain = PyDict_GetItemWithError(c->buckets, index);
+	if ((chain == NULL && PyErr_Occurred())
+	    || htab_chain_cost((CacheModel *)c->model, cpu, c->bucket_base + at * c->bucket_size,
+			       chain, key) < 0)
+		goto locked_out;
+	Py_XSETREF(old, Py_XNewRef(PyDict_GetItemWithError(c->table, key)));
+	if (old == NULL && PyErr_Occurred())
+		goto locked_out;
+	if ((old != NULL && flags == BPF_NOEXIST) || (old == NULL && flags == BPF_EXIST)) {
+		/* check_flags raises the error */
+		Py_XDECREF(PyObject_CallMethodObjArgs(c->map, s_check_flags,
+						      old != NULL ? old : Py_None, args[2], NULL));
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_RuntimeError, "check_flags let a refused update pass");
+		goto locked_out;
+	}
+	if ((new = alloc_elem(c, key, value, hash, old, cpu_obj, cpu)) == NULL)
+		goto locked_out;
+	if (old == NULL ? link_elem(c, new, key, index, at) < 0
+	    : replace_elem(c, old, new, key, index) < 0)
+		goto locked_out;
+	failed = 0;
+locked_out:
+	if (unlock(c, cpu_obj, tlock, stripe) < 0 || failed)
+		goto out;
+	if (old != NULL) {  /* unlinked now: a preallocated map's CPU keeps it as its spare */
+		if (c->prealloc) {
+			if (PyList_Append(PyList_GET_ITEM(c->extra_elems, cpu), old) < 0)
+				goto out;
+		} else {
+			PyObject *retire_args[3] = {c->map, old, cpu_obj};
+			PyObject *retired = PyObject_VectorcallMethod(
+				s_retire_replaced, retire_args, 3, NULL);
+			if (retired == NULL)
+				goto out;
+			Py_DECREF(retired);
+		}
+	}
+	result = Py_NewRef(Py_None);
+out:
+	Py_XDECREF(old);
+	Py_XDECREF(hash);
+	Py_XDECREF(stripe);
+	Py_XDECREF(cpu_obj);
+	Py_XDECREF(tlock);
+	Py_XDECREF(index);
+	Py_XDECREF(new);
+	return result;
+}
+
+/* delete(key): HtabMap.htab_map_delete_elem without reading the value */
+static PyObject *htab_core_delete(PyObject *op, PyObject *key)
+{
+	HtabCore *c = (HtabCore *)op;
+	int special = !PyBytes_CheckExact(key) ? 1 : has_special_fields(c);
+	if (special)  /* a timer in the value to free */
+		return special < 0 ? NULL : PyObject_CallFunctionObjArgs(c->delete_elem, c->map,
+									 key, NULL);
+	PyObject *hash = NULL, *stripe = NULL, *cpu_obj = NULL, *tlock = NULL, *index = NULL;
+	PyObject *elem = NULL, *elem_hash = NULL, *elem_index = NULL, *result = NULL;
+	uint64_t h, eh;
+	int cpu, failed = 1;
+	if ((hash = PyObject_CallOneArg(c->hash_fn, key)) == NULL || parse_addr(hash, &h) < 0
+	    || (stripe = take_stripe(c, h)) == NULL)
+		goto out;
+	uint64_t at = h & c->mask;
+	if ((cpu_obj = current_cpu(c, &cpu)) == NULL
+	    || (index = PyLong_FromUnsignedLongLong(at)) == NULL
+	    || (tlock = bucket_lock(c, index, hash)) == NULL) {
+		unlock(c, NULL, NULL, stripe);
+		goto out;
+	}
+	PyObject *lock_args[2] = {cpu_obj, tlock};
+	PyObject *done = cm_spin_lock(c->model, lock_args, 2);
+	if (done == NULL) {
+		unlock(c, NULL, NULL, stripe);
+		goto out;
+	}
+	Py_DECREF(done);
+	/* the locks are held: every way out goes through unlock */
+	PyObject *chain;
+	if (charge_n(c->model, cpu_obj, s_delete_event, s_one) < 0
+	    || charge_n(c->model, cpu_obj, s_jhash_byte, c->key_size) < 0
+	    || ((chain = PyDict_GetItemWithError(c->buckets, index)) == NULL && PyErr_Occurred())
+	    || htab_chain_cost((CacheModel *)c->model, cpu, c->bucket_base + at * c->bucket_size,
+			       chain, key) < 0)
+		goto locked_out;
+	elem = Py_XNewRef(PyDict_GetItemWithError(c->table, key));
+	if (elem == NULL) {
+		if (!PyErr_Occurred())  /* the map's own error: ENOENT */
+			Py_XDECREF(PyObject_CallMethodNoArgs(c->map, s_key_not_found));
+		goto locked_out;
+	}
+	/* unlinked from the bucket its own hash names, as HtabBuckets.unlink does */
+	if ((elem_hash = PyObject_GetAttr(elem, s_hash)) == NULL || parse_addr(elem_hash, &eh) < 0
+	    || (elem_index = PyLong_FromUnsignedLongLong(eh & c->mask)) == NULL
+	    || unlink_elem(c, elem, key, elem_index, eh & c->mask) < 0)
+		goto locked_out;
+	failed = 0;
+locked_out:
+	if (unlock(c, cpu_obj, tlock, stripe) < 0 || failed)
+		goto out;
+	if (c->prealloc) {  /* free_htab_elem: back to this CPU's free list */
+		if (freelist_push(c, elem, cpu_obj, cpu) < 0)
+			goto out;
+	} else {
+		PyObject *released = PyObject_CallMethodOneArg(c->map, s_release_elem, elem);
+		if (released == NULL)
+			goto out;
+		Py_DECREF(released);
+	}
+	result = Py_NewRef(Py_None);
+out:
+	Py_XDECREF(hash);
+	Py_XDECREF(stripe);
+	Py_XDECREF(cpu_obj);
+	Py_XDECREF(tlock);
+	Py_XDECREF(index);
+	Py_XDECREF(elem);
+	Py_XDECREF(elem_hash);
+	Py_XDECREF(elem_index);
+	return result;
+}
+
+/* lookup(key): HtabMap.htab_map_lookup_elem of a HASH map: the live value, or None */
+static PyObject *htab_core_lookup(PyObject *op, PyObject *key)
+{
+	HtabCore *c = (HtabCore *)op;
+	PyObject *cpu_obj = NULL, *hash = NULL, *index = NULL, *elem, *node = NULL;
+	PyObject *result = NULL;
+	uint64_t h;
+	int cpu;
+	if ((cpu_obj = current_cpu(c, &cpu)) == NULL
+	    || (hash = PyObject_CallOneArg(c->hash_fn, key)) == NULL || parse_addr(hash, &h) < 0
+	    || charge_n(c->model, cpu_obj, s_lookup_event, s_one) < 0
+	    || charge_n(c->model, cpu_obj, s_jhash_byte, c->key_size) < 0
+	    || (index = PyLong_FromUnsignedLongLong(h & c->mask)) == NULL)
+		goto out;
+	PyObject *chain = PyDict_GetItemWithError(c->buckets, index);
+	if ((chain == NULL && PyErr_Occurred())
+	    || htab_chain_cost((CacheModel *)c->model, cpu,
+			       c->bucket_base + (h & c->mask) * c->bucket_size, chain, key) < 0)
+		goto out;
+	if ((elem = PyDict_GetItemWithError(c->table, key)) == NULL) {
+		result = PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+		goto out;
+	}
+	Py_INCREF(elem);
+	int local = (node = PyObject_GetAttr(elem, s_node)) == NULL ? -1
+		: PyObject_RichCompareBool(PyList_GET_ITEM(c->cpu_node, cpu), node, Py_EQ);
+	if (local >= 0 && item_increment(local ? c->local : c->remote, cpu) == 0)
+		result = PyObject_GetAttr(elem, s_value);
+	Py_DECREF(elem);
+out:
+	Py_XDECREF(cpu_obj);
+	Py_XDECREF(hash);
+	Py_XDECREF(index);
+	Py_XDECREF(node);
+	return result;
+}
+
+/* -- the map helpers, for the engines ------------------------------------------------------ */
+
+/* Where a helper's ``size`` bytes at ``ptr`` lie when they are plain memory of the run (a
+ * bytearray region, the stack mostly), else NULL without an exception (the Python helper then
+ * reads them, or says why it cannot) */
+static PyObject *plain_region(PyObject *mem, uint64_t ptr, Py_ssize_t size, Py_ssize_t *off)
+{
+	PyObject *index = PyLong_FromUnsignedLongLong(ptr >> 32);
+	if (index == NULL)
+		return NULL;
+	PyObject *region = PyDict_GetItemWithError(mem, index);
+	Py_DECREF(index);
+	*off = (Py_ssize_t)(ptr & 0xffffffffu);
+	if (region == NULL || !PyByteArray_CheckExact(region)
+	    || *off + size > PyByteArray_GET_SIZE(region))
+		return NULL;
+	return region;
+}
+
+/* A KernelError becomes the helper's return value, -errno as a u64; other errors stay */
+static PyObject *helper_result(HtabCore *c, PyObject *done)
+{
+	if (done != NULL) {
+		Py_DECREF(done);
+		return PyLong_FromLong(0);
+	}
+	if (!PyErr_ExceptionMatches(c->kernel_error))
+		return NULL;
+	PyObject *type, *exc, *tb;
+	PyErr_Fetch(&type, &exc, &tb);
+	PyErr_NormalizeException(&type, &exc, &tb);
+	PyObject *err = exc == NULL ? NULL : PyObject_GetAttrString(exc, "errno");
+	long value = err == NULL ? -1 : PyLong_AsLong(err);
+	Py_XDECREF(err);
+	if (value == -1 && PyErr_Occurred()) {
+		Py_XDECREF(type);
+		Py_XDECREF(exc);
+		Py_XDECREF(tb);
+		return NULL;
+	}
+	Py_XDECREF(type);
+	Py_XDECREF(exc);
+	Py_XDECREF(tb);
+	return PyLong_FromUnsignedLongLong(-(uint64_t)value);
+}
+
+enum { HELPER_LOOKUP, HELPER_UPDATE, HELPER_DELETE };
+
+/* bpf_map_{lookup,update,delete}_elem on this map, as helpers.map_*_elem bound to it:
+ * (python, rs, r2, r3, r4, r5) -> r0, ``python`` the Python helper bound to the map, which
+ * does what is not plain memory. */
+static PyObject *helper_call(HtabCore *c, int op, PyObject *const *args, Py_ssize_t nargs)
+{
+	if (nargs != 6) {
+		PyErr_SetString(PyExc_TypeError, "(python, rs, r2, r3, r4, r5)");
+		return NULL;
+	}
+	PyObject *rs = args[1], *mem = NULL, *cpu_obj = NULL, *key = NULL, *value = NULL;
+	PyObject *result = NULL, *key_region, *value_region = NULL;
+	uint64_t r2, r3 = 0;
+	Py_ssize_t key_size, value_size = 0, key_off, value_off = 0;
+	int cpu;
+	if (parse_addr(args[2], &r2) < 0 || (op == HELPER_UPDATE && parse_addr(args[3], &r3) < 0)
+	    || (key_size = PyLong_AsSsize_t(c->key_size)) < 0
+	    || (mem = PyObject_GetAttrString(rs, "mem")) == NULL)
+		goto out;
+	if (!PyDict_CheckExact(mem) || (c->percpu && op != HELPER_DELETE))
+		goto python;
+	if ((key_region = plain_region(mem, r2, key_size, &key_off)) == NULL) {
+		if (PyErr_Occurred())
+			goto out;
+		goto python;
+	}
+	if (op == HELPER_UPDATE) {
+		PyObject *size = PyObject_GetAttrString(c->map, "value_size");
+		value_size = size == NULL ? -1 : PyLong_AsSsize_t(size);
+		Py_XDECREF(size);
+		if (value_size < 0)
+			goto out;
+		if ((value_region = plain_region(mem, r3, value_size, &value_off)) == NULL) {
+			if (PyErr_Occurred())
+				goto out;
+			goto python;
+		}
+	}
+	/* a modeled operation begins (Timing.sync), then the bytes are read */
+	if ((cpu_obj = current_cpu(c, &cpu)) == NULL
+	    || timing_sync(c->timing, (CacheModel *)c->model, cpu_obj, cpu) < 0
+	    || (key = PyBytes_FromStringAndSize(PyByteArray_AS_STRING(key_region) + key_off,
+						key_size)) == NULL)
+		goto out;
+	if (op == HELPER_UPDATE) {
+		if ((value = PyBytes_FromStringAndSize(PyByteArray_AS_STRING(value_region) + value_off,
+						       value_size)) == NULL)
+			goto out;
+		result = helper_result(c, htab_core_update((PyObject *)c,
+			(PyObject *[]){key, value, args[4]}, 3));
+	} else if (op == HELPER_DELETE) {
+		result = helper_result(c, htab_core_delete((PyObject *)c, key));
+	} else {
+		PyObject *found = htab_core_lookup((PyObject *)c, key), *regions = NULL, *id = NULL;
+		if (found == NULL)
+			goto out;
+		if (found == Py_None) {
+			Py_DECREF(found);
+			result = PyLong_FromLong(0);
+			goto out;
+		}
+		/* the value's pointer: its region in this run, given once (RunState.region_of) */
+		if ((regions = PyObject_GetAttrString(rs, "value_regions")) != NULL
+		    && (id = PyLong_FromVoidPtr(found)) != NULL) {
+			PyObject *pointer = PyDict_GetItemWithError(regions, id);
+			result = pointer != NULL ? Py_NewRef(pointer) : PyErr_Occurred() ? NULL
+				: PyObject_CallMethod(rs, "region_of", "O", found);
+		}
+		Py_XDECREF(regions);
+		Py_XDECREF(id);
+		Py_DECREF(found);
+	}
+	goto out;
+python:
+	result = PyObject_Vectorcall(args[0], args + 1, 5, NULL);
+out:
+	Py_XDECREF(mem);
+	Py_XDECREF(cpu_obj);
+	Py_XDECREF(key);
+	Py_XDECREF(value);
+	return result;
+}
+
+static PyObject *htab_core_helper_lookup(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+	return helper_call((HtabCore *)op, HELPER_LOOKUP, args, nargs);
+}
+
+static PyObject *htab_core_helper_update(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+	return helper_call((HtabCore *)op, HELPER_UPDATE, args, nargs);
+}
+
+static PyObject *htab_core_helper_delete(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+	return helper_call((HtabCore *)op, HELPER_DELETE, args, nargs);
+}
+
+static PyMethodDef htab_core_methods[] = {
+	{"helper_lookup", (PyCFunction)(void (*)(void))htab_core_helper_lookup, METH_FASTCALL,
+	 "helper_lookup(python, rs, r2, r3, r4, r5) -> r0: bpf_map_lookup_elem on a HASH map"},
+	{"helper_update", (PyCFunction)(void (*)(void))htab_core_helper_update, METH_FASTCALL,
+	 "helper_update(python, rs, r2, r3, r4, r5) -> r0: bpf_map_update_elem on a HASH map"},
+	{"helper_delete", (PyCFunction)(void (*)(void))htab_core_helper_delete, METH_FASTCALL,
+	 "helper_delete(python, rs, r2, r3, r4, r5) -> r0: bpf_map_delete_elem on a HASH or "
+	 "PERCPU_HASH map"},
+	{"lookup", htab_core_lookup, METH_O,
+	 "lookup(key): HtabMap.htab_map_lookup_elem (a HASH map's live value, or None)"},
+	{"update", (PyCFunction)(void (*)(void))htab_core_update, METH_FASTCALL,
+	 "update(key, value, flags): HtabMap.htab_map_update_elem of a HASH map"},
+	{"delete", htab_core_delete, METH_O,
+	 "delete(key): HtabMap.htab_map_delete_elem of a HASH or PERCPU_HASH map"},
+	{NULL, NULL, 0, NULL},
+};
+
+PyTypeObject HtabCoreType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "pybpf._cache_model.HtabCore",
+	.tp_doc = "HtabCore(bpf_map, bucket_size, update_elem, delete_elem): a HASH map's lookup, "
+		  "update and delete (a PERCPU_HASH map's delete) in C, charged to the C cache "
+		  "model; update_elem and delete_elem, the Python reference, do the other cases",
+	.tp_basicsize = sizeof(HtabCore),
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+	.tp_new = PyType_GenericNew,
+	.tp_init = htab_core_init,
+	.tp_traverse = htab_core_traverse,
+	.tp_clear = htab_core_clear,
+	.tp_dealloc = htab_core_dealloc,
+	.tp_methods = htab_core_methods,
+};
+
+static int intern(PyObject **name, const char *text)
+{
+	*name = PyUnicode_InternFromString(text);
+	return *name == NULL ? -1 : 0;
+}
+
+int htab_core_ready(void)
+{
+	if (intern(&s_cpu, "cpu") < 0 || intern(&s_hash, "hash") < 0 || intern(&s_key, "key") < 0
+	    || intern(&s_value, "value") < 0 || intern(&s_addr, "addr") < 0
+	    || intern(&s_node, "node") < 0 || intern(&s_pops, "pops") < 0
+	    || intern(&s_pushes, "pushes") < 0 || intern(&s_acquire, "acquire") < 0
+	    || intern(&s_release, "release") < 0
+	    || intern(&s_update_event, "htab_map_update_elem") < 0
+	    || intern(&s_delete_event, "htab_map_delete_elem") < 0
+	    || intern(&s_jhash_byte, "jhash_byte") < 0
+	    || intern(&s_bucket_lock, "_bucket_lock") < 0
+	    || intern(&s_check_flags, "check_flags") < 0
+	    || intern(&s_alloc_htab_elem, "alloc_htab_elem") < 0
+	    || intern(&s_new_elem_on_home, "_new_elem_on_home") < 0
+	    || intern(&s_retire_replaced, "_retire_replaced") < 0
+	    || intern(&s_release_elem, "_release_elem") < 0
+	    || intern(&s_key_not_found, "_key_not_found") < 0
+	    || intern(&s_special_fields, "special_fields") < 0
+	    || intern(&s_lookup_event, "htab_map_lookup_elem") < 0)
+		return -1;
+	if ((s_one = PyLong_FromLong(1)) == NULL)
+		return -1;
+	s_false = Py_False;
+	return PyType_Ready(&HtabCoreType);
+}
