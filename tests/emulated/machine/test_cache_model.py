@@ -16,12 +16,14 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from pybpf import system
+from pybpf import asm, system
+from pybpf.asm import FP, R0, R1, R2, R3, R4, R6
+from pybpf.asm import builder as b
 from pybpf.emulated.machine import timing as timing_module
 from pybpf.emulated.machine.timing import NODE_SHIFT, PAGE, SpinLock, Timing
 from pybpf.errors import BPFError, KernelError
 from pybpf.profiles import Value, load_profile
-from pybpf.uapi import BPF_F_NO_PREALLOC, MapType
+from pybpf.uapi import BPF_F_NO_PREALLOC, MapType, ProgType
 
 pytestmark = pytest.mark.skipif(
     timing_module.CACHE_MODEL is None,
@@ -273,6 +275,55 @@ def test_hash_map_ops_in_c_leave_what_pythons_leave(ops, map_type, no_prealloc):
     states = [hash_map_state(e, fd) for e, fd in zip(systems, fds, strict=True)]
     assert states[0] == states[1]
     assert states[0]["problems"] == []
+
+
+PROGRAM_OPS = st.lists(st.tuples(st.sampled_from(["update", "lookup", "delete"]),
+                                  st.integers(0, 11), st.sampled_from([0, 1, 2, 4])),
+                       min_size=1, max_size=30)
+
+
+def hash_map_program(ops: list[tuple[str, int, int]]) -> list:
+    """The helpers ``ops`` name, on map "m" with the key at fp-4 and the value at fp-16; R0
+    sums the updates' and deletes' results and the values the lookups found."""
+    items = [b.st(8, FP, -16, 7), b.mov64(R6, 0)]
+    for n, (op, key, flags) in enumerate(ops):
+        items += [b.st(4, FP, -4, key), b.ld_map_fd(R1, "m"), b.mov64(R2, FP), b.add64(R2, -4)]
+        if op == "update":
+            items += [b.mov64(R3, FP), b.add64(R3, -16), b.mov64(R4, flags),
+                      b.call("map_update_elem"), b.add64(R6, R0)]
+        elif op == "delete":
+            items += [b.call("map_delete_elem"), b.add64(R6, R0)]
+        else:
+            items += [b.call("map_lookup_elem"), b.jeq(R0, 0, f"miss{n}"), b.ldx(8, R1, R0),
+                      b.add64(R6, R1), b.label(f"miss{n}")]
+    return [*items, b.mov64(R0, R6), b.exit_()]
+
+
+@settings(max_examples=40, deadline=None)
+@given(PROGRAM_OPS, st.sampled_from([MapType.HASH, MapType.PERCPU_HASH]), st.booleans(),
+       st.sampled_from(["interp", "jit"]))
+def test_hash_map_helpers_in_c_leave_what_pythons_leave(ops, map_type, no_prealloc, engine):
+    """A program's bpf_map_{lookup,update,delete}_elem on a hash map of 8 elements, run on
+    each CPU: through HtabCore's helpers (the JIT binds them to the map) with the C model and
+    through the Python helpers with the Python model, the same R0s, clocks, counts, caches
+    and map."""
+    systems = [system("emulated", cpus=2, profile=TINY, modeled_time=True)]
+    with mock.patch.object(timing_module, "CACHE_MODEL", None):
+        systems.append(system("emulated", cpus=2, profile=TINY, modeled_time=True))
+    fds = [e.map_create(map_type, 4, 8, 8, map_flags=BPF_F_NO_PREALLOC if no_prealloc else 0)
+           for e in systems]
+    items = hash_map_program(ops)
+    progs = [e.prog_from_fd(e.prog_load(ProgType.SCHED_CLS, asm.encode(
+        asm.assemble(items).with_map_fds(lambda name, fd=fd: fd))))
+        for e, fd in zip(systems, fds, strict=True)]
+    for cpu in (0, 1, 0):
+        r0s = []
+        for e, prog in zip(systems, progs, strict=True):
+            with e.machine.on_cpu(cpu):
+                r0s.append(prog.run(bytearray(64), engine=engine).retval)
+        assert r0s[0] == r0s[1]
+        assert observed(systems[0].machine.timing, []) == observed(systems[1].machine.timing, [])
+    assert hash_map_state(systems[0], fds[0]) == hash_map_state(systems[1], fds[1])
 
 
 @pytest.mark.parametrize("seed", range(3))
