@@ -1,9 +1,9 @@
 /*
  * HtabCore: the hot path of the emulated hash map (pybpf/emulated/maps/hashtab.py, after
  * kernel/bpf/hashtab.c) in C, with its modeled time charged straight to the C cache model:
- * htab_map_lookup_elem and htab_map_update_elem of a HASH map, htab_map_delete_elem of a
- * HASH or PERCPU_HASH map (the LRU and map-of-maps variants stay in Python). HtabMap makes
- * one per map when the C model runs, and these become the map's own methods.
+ * the lookup, update and delete a program makes on a HASH or PERCPU_HASH map (the LRU and
+ * map-of-maps variants stay in Python), and the map helpers around them. HtabMap makes one
+ * per map when the C model runs, and these become the map's own methods.
  *
  * The Python code is the reference. This does its steps on its Python objects (the key table,
  * the buckets and their sorted index of non-empty ones, the live value table, the per-CPU
@@ -23,8 +23,8 @@
 typedef struct {
 	PyObject_HEAD
 	PyObject *map;          /* the HtabMap, for what falls back to Python */
-	PyObject *update_elem;  /* HtabMap.htab_map_update_elem, the reference */
-	PyObject *delete_elem;  /* HtabMap.htab_map_delete_elem, the reference */
+	PyObject *update_elem;  /* the map's Python map_update_elem, the reference */
+	PyObject *delete_elem;  /* the map's Python map_delete_elem, the reference */
 	PyObject *timing;       /* the map's Timing */
 	PyObject *model;        /* its CacheModel */
 	PyObject *kernel_error; /* pybpf.errors.KernelError: a helper returns its errno */
@@ -45,14 +45,16 @@ typedef struct {
 	PyObject *key_size;     /* an int, for jhash's charge */
 	uint64_t mask, stripe_mask, bucket_base, bucket_size;
 	int prealloc;
-	int percpu;             /* a PERCPU_HASH map: only its delete is here */
+	int percpu;             /* a PERCPU_HASH map: values in place, a slot per CPU */
+	Py_ssize_t value_size;
+	PyObject *zeros;        /* a per-CPU slot's zeros */
 } HtabCore;
 
 static PyObject *s_cpu, *s_hash, *s_key, *s_value, *s_addr, *s_node, *s_pops, *s_pushes,
 	*s_acquire, *s_release, *s_update_event, *s_delete_event, *s_jhash_byte, *s_bucket_lock,
 	*s_check_flags, *s_alloc_htab_elem, *s_new_elem_on_home,
 	*s_retire_replaced, *s_release_elem, *s_key_not_found, *s_special_fields, *s_lookup_event,
-	*s_one, *s_false;
+	*s_errno, *s_mem, *s_value_size, *s_value_regions, *s_region_of, *s_one, *s_false;
 
 static PyObject *attr(PyObject *obj, const char *name)
 {
@@ -65,6 +67,8 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	HtabCore *c = (HtabCore *)op;
 	PyObject *bpf_map, *update_elem, *delete_elem, *storage = NULL, *stats = NULL, *values = NULL;
 	PyObject *mask = NULL, *stripe_mask = NULL, *base = NULL, *prealloc = NULL, *percpu = NULL;
+	PyObject *value_size = NULL, *slot_size = NULL;
+	Py_ssize_t slot_bytes;
 	unsigned long long bucket_size;
 	int rc = -1;
 	if (!PyArg_ParseTupleAndKeywords(args, kwds, "OKOO", kwlist, &bpf_map, &bucket_size,
@@ -105,7 +109,9 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	    || (stripe_mask = attr(bpf_map, "stripe_mask")) == NULL
 	    || (base = attr(bpf_map, "bucket_base")) == NULL
 	    || (prealloc = attr(bpf_map, "prealloc")) == NULL
-	    || (percpu = attr(bpf_map, "percpu")) == NULL)
+	    || (percpu = attr(bpf_map, "percpu")) == NULL
+	    || (value_size = attr(bpf_map, "value_size")) == NULL
+	    || (slot_size = attr(bpf_map, "slot_size")) == NULL)
 		goto out;
 	if (!PyObject_TypeCheck(c->model, &CacheModelType)) {
 		PyErr_SetString(PyExc_TypeError, "HtabCore needs the map's timing to run the C model");
@@ -122,6 +128,9 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	if (values != Py_None)
 		c->values = Py_NewRef(values);
 	if ((c->prealloc = PyObject_IsTrue(prealloc)) < 0 || (c->percpu = PyObject_IsTrue(percpu)) < 0
+	    || (c->value_size = PyLong_AsSsize_t(value_size)) < 0
+	    || (slot_bytes = PyLong_AsSsize_t(slot_size)) < 0
+	    || (c->zeros = PyObject_CallFunction((PyObject *)&PyBytes_Type, "n", slot_bytes)) == NULL
 	    || parse_addr(mask, &c->mask) < 0 || parse_addr(stripe_mask, &c->stripe_mask) < 0
 	    || parse_addr(base, &c->bucket_base) < 0)
 		goto out;
@@ -145,6 +154,8 @@ out:
 	Py_XDECREF(base);
 	Py_XDECREF(prealloc);
 	Py_XDECREF(percpu);
+	Py_XDECREF(value_size);
+	Py_XDECREF(slot_size);
 	return rc;
 }
 
@@ -174,6 +185,7 @@ static int htab_core_traverse(PyObject *op, visitproc visit, void *arg)
 	Py_VISIT(c->free_locks);
 	Py_VISIT(c->extra_elems);
 	Py_VISIT(c->key_size);
+	Py_VISIT(c->zeros);
 	return 0;
 }
 
@@ -203,6 +215,7 @@ static int htab_core_clear(PyObject *op)
 	Py_CLEAR(c->free_locks);
 	Py_CLEAR(c->extra_elems);
 	Py_CLEAR(c->key_size);
+	Py_CLEAR(c->zeros);
 	return 0;
 }
 
@@ -445,30 +458,46 @@ static int freelist_push(HtabCore *c, PyObject *elem, PyObject *cpu_obj, int cpu
 	return done == NULL ? -1 : 0;
 }
 
-/* HtabElemMemory._fill_value of a new element of a map with one value buffer */
-static int fill_elem(HtabCore *c, PyObject *elem, PyObject *key, PyObject *hash,
-		     PyObject *value, int cpu)
+/* HtabElemMemory._fill_value from a program on ``cpu`` (onallcpus false): the element's line
+ * written; a map with one value buffer counts the access and takes the value, a per-CPU map
+ * takes it in this CPU's slot, a new element (``init``) with the other slots zeroed */
+static int fill_value(HtabCore *c, PyObject *elem, PyObject *value, int cpu, int init)
 {
-	PyObject *addr = NULL, *node = NULL, *buffer = NULL;
+	PyObject *addr = NULL, *node = NULL, *buffer = NULL, *part = NULL;
 	uint64_t at;
 	int rc = -1;
-	if (PyObject_SetAttr(elem, s_key, key) < 0 || PyObject_SetAttr(elem, s_hash, hash) < 0
-	    || (addr = PyObject_GetAttr(elem, s_addr)) == NULL || parse_addr(addr, &at) < 0)
+	if ((addr = PyObject_GetAttr(elem, s_addr)) == NULL || parse_addr(addr, &at) < 0)
 		goto out;
 	if (model_access((CacheModel *)c->model, cpu, at, 1) == -1.0 && PyErr_Occurred())
 		goto out;
-	if ((node = PyObject_GetAttr(elem, s_node)) == NULL)
-		goto out;
-	int local = PyObject_RichCompareBool(PyList_GET_ITEM(c->cpu_node, cpu), node, Py_EQ);
-	if (local < 0 || item_increment(local ? c->local : c->remote, cpu) < 0)
-		goto out;
 	if ((buffer = PyObject_GetAttr(elem, s_value)) == NULL)
 		goto out;
-	rc = PySequence_SetSlice(buffer, 0, PY_SSIZE_T_MAX, value);
+	if (!c->percpu) {
+		if ((node = PyObject_GetAttr(elem, s_node)) == NULL)
+			goto out;
+		int local = PyObject_RichCompareBool(PyList_GET_ITEM(c->cpu_node, cpu), node, Py_EQ);
+		if (local < 0 || item_increment(local ? c->local : c->remote, cpu) < 0)
+			goto out;
+		rc = PySequence_SetSlice(buffer, 0, PY_SSIZE_T_MAX, value);
+		goto out;
+	}
+	if (!PyList_Check(buffer) || PyList_GET_SIZE(buffer) <= cpu) {
+		PyErr_SetString(PyExc_TypeError, "a per-CPU element's value is a list of slots");
+		goto out;
+	}
+	if ((part = PySequence_GetSlice(value, 0, c->value_size)) == NULL
+	    || PySequence_SetSlice(PyList_GET_ITEM(buffer, cpu), 0, c->value_size, part) < 0)
+		goto out;
+	for (Py_ssize_t other = 0; init && other < PyList_GET_SIZE(buffer); other++)
+		if (other != cpu && PySequence_SetSlice(PyList_GET_ITEM(buffer, other), 0,
+							PY_SSIZE_T_MAX, c->zeros) < 0)
+			goto out;
+	rc = 0;
 out:
 	Py_XDECREF(addr);
 	Py_XDECREF(node);
 	Py_XDECREF(buffer);
+	Py_XDECREF(part);
 	return rc;
 }
 
@@ -501,7 +530,8 @@ static PyObject *alloc_elem(HtabCore *c, PyObject *key, PyObject *value, PyObjec
 		return PyObject_VectorcallMethod(s_alloc_htab_elem, args,
 						 7, NULL);
 	}
-	if (fill_elem(c, elem, key, hash, value, cpu) < 0)
+	if (PyObject_SetAttr(elem, s_key, key) < 0 || PyObject_SetAttr(elem, s_hash, hash) < 0
+	    || fill_value(c, elem, value, cpu, 1) < 0)
 		Py_CLEAR(elem);
 	return elem;
 }
@@ -540,8 +570,70 @@ static PyObject *take_stripe(HtabCore *c, uint64_t h)
 
 /* -- the operations ------------------------------------------------------------------------ */
 
-/* update(key, value, flags): HtabMap.htab_map_update_elem without BPF_F_LOCK or special
- * fields */
+/* HtabMap.htab_map_update_elem_in_place from a program (onallcpus false): a per-CPU map's
+ * element takes the value in this CPU's slot where it is; a new one is linked */
+static PyObject *update_in_place(HtabCore *c, PyObject *key, PyObject *value, long flags,
+				 PyObject *flags_obj)
+{
+	PyObject *hash = NULL, *stripe = NULL, *cpu_obj = NULL, *tlock = NULL, *index = NULL;
+	PyObject *old = NULL, *new = NULL, *result = NULL;
+	uint64_t h;
+	int cpu, failed = 1;
+	if ((hash = PyObject_CallOneArg(c->hash_fn, key)) == NULL || parse_addr(hash, &h) < 0
+	    || (cpu_obj = current_cpu(c, &cpu)) == NULL
+	    || (index = PyLong_FromUnsignedLongLong(h & c->mask)) == NULL
+	    || (tlock = bucket_lock(c, index, hash)) == NULL
+	    || (stripe = take_stripe(c, h)) == NULL)
+		goto out;
+	PyObject *lock_args[2] = {cpu_obj, tlock};
+	PyObject *done = cm_spin_lock(c->model, lock_args, 2);
+	if (done == NULL) {
+		unlock(c, NULL, NULL, stripe);
+		goto out;
+	}
+	Py_DECREF(done);
+	/* the locks are held: every way out goes through unlock */
+	PyObject *chain;
+	if (charge_n(c->model, cpu_obj, s_update_event, s_one) < 0
+	    || charge_n(c->model, cpu_obj, s_jhash_byte, c->key_size) < 0
+	    || ((chain = PyDict_GetItemWithError(c->buckets, index)) == NULL && PyErr_Occurred())
+	    || htab_chain_cost((CacheModel *)c->model, cpu,
+			       c->bucket_base + (h & c->mask) * c->bucket_size, chain, key) < 0)
+		goto locked_out;
+	old = Py_XNewRef(PyDict_GetItemWithError(c->table, key));
+	if (old == NULL && PyErr_Occurred())
+		goto locked_out;
+	if ((old != NULL && flags == BPF_NOEXIST) || (old == NULL && flags == BPF_EXIST)) {
+		Py_XDECREF(PyObject_CallMethodObjArgs(c->map, s_check_flags,
+						      old != NULL ? old : Py_None, flags_obj, NULL));
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_RuntimeError, "check_flags let a refused update pass");
+		goto locked_out;
+	}
+	if (old != NULL) {
+		if (fill_value(c, old, value, cpu, 0) < 0)
+			goto locked_out;
+	} else if ((new = alloc_elem(c, key, value, hash, NULL, cpu_obj, cpu)) == NULL
+		   || link_elem(c, new, key, index, h & c->mask) < 0) {
+		goto locked_out;
+	}
+	failed = 0;
+locked_out:
+	if (unlock(c, cpu_obj, tlock, stripe) == 0 && !failed)
+		result = Py_NewRef(Py_None);
+out:
+	Py_XDECREF(hash);
+	Py_XDECREF(stripe);
+	Py_XDECREF(cpu_obj);
+	Py_XDECREF(tlock);
+	Py_XDECREF(index);
+	Py_XDECREF(old);
+	Py_XDECREF(new);
+	return result;
+}
+
+/* update(key, value, flags): the map's update from a program (a HASH map's
+ * htab_map_update_elem, a PERCPU_HASH map's htab_percpu_map_update_elem) */
 static PyObject *htab_core_update(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
 	HtabCore *c = (HtabCore *)op;
@@ -561,6 +653,8 @@ static PyObject *htab_core_update(PyObject *op, PyObject *const *args, Py_ssize_
 	if (special)  /* other flags (BPF_F_LOCK, errors), a lock or timer in the value */
 		return special < 0 ? NULL : PyObject_Vectorcall(c->update_elem,
 			(PyObject *[]){c->map, key, value, args[2]}, 4, NULL);
+	if (c->percpu)
+		return update_in_place(c, key, value, flags, args[2]);
 	PyObject *old = NULL, *hash = NULL, *stripe = NULL, *cpu_obj = NULL, *tlock = NULL;
 	PyObject *index = NULL, *new = NULL, *result = NULL;
 	uint64_t h;
@@ -740,7 +834,8 @@ out:
 	return result;
 }
 
-/* lookup(key): HtabMap.htab_map_lookup_elem of a HASH map: the live value, or None */
+/* lookup(key): htab_map_lookup_elem (a HASH map's live value) or htab_percpu_map_lookup_elem
+ * (this CPU's slot), None where the key is absent */
 static PyObject *htab_core_lookup(PyObject *op, PyObject *key)
 {
 	HtabCore *c = (HtabCore *)op;
@@ -764,6 +859,18 @@ static PyObject *htab_core_lookup(PyObject *op, PyObject *key)
 		goto out;
 	}
 	Py_INCREF(elem);
+	if (c->percpu) {  /* this CPU's slot, which lives on its node */
+		PyObject *slots = item_increment(c->local, cpu) < 0 ? NULL
+			: PyObject_GetAttr(elem, s_value);
+		if (slots != NULL && PyList_Check(slots) && cpu < PyList_GET_SIZE(slots))
+			result = Py_NewRef(PyList_GET_ITEM(slots, cpu));
+		else if (slots != NULL)
+			PyErr_SetString(PyExc_TypeError,
+					"a per-CPU element's value is a list of slots");
+		Py_XDECREF(slots);
+		Py_DECREF(elem);
+		goto out;
+	}
 	int local = (node = PyObject_GetAttr(elem, s_node)) == NULL ? -1
 		: PyObject_RichCompareBool(PyList_GET_ITEM(c->cpu_node, cpu), node, Py_EQ);
 	if (local >= 0 && item_increment(local ? c->local : c->remote, cpu) == 0)
@@ -808,7 +915,7 @@ static PyObject *helper_result(HtabCore *c, PyObject *done)
 	PyObject *type, *exc, *tb;
 	PyErr_Fetch(&type, &exc, &tb);
 	PyErr_NormalizeException(&type, &exc, &tb);
-	PyObject *err = exc == NULL ? NULL : PyObject_GetAttrString(exc, "errno");
+	PyObject *err = exc == NULL ? NULL : PyObject_GetAttr(exc, s_errno);
 	long value = err == NULL ? -1 : PyLong_AsLong(err);
 	Py_XDECREF(err);
 	if (value == -1 && PyErr_Occurred()) {
@@ -841,9 +948,9 @@ static PyObject *helper_call(HtabCore *c, int op, PyObject *const *args, Py_ssiz
 	int cpu;
 	if (parse_addr(args[2], &r2) < 0 || (op == HELPER_UPDATE && parse_addr(args[3], &r3) < 0)
 	    || (key_size = PyLong_AsSsize_t(c->key_size)) < 0
-	    || (mem = PyObject_GetAttrString(rs, "mem")) == NULL)
+	    || (mem = PyObject_GetAttr(rs, s_mem)) == NULL)
 		goto out;
-	if (!PyDict_CheckExact(mem) || (c->percpu && op != HELPER_DELETE))
+	if (!PyDict_CheckExact(mem))
 		goto python;
 	if ((key_region = plain_region(mem, r2, key_size, &key_off)) == NULL) {
 		if (PyErr_Occurred())
@@ -851,7 +958,7 @@ static PyObject *helper_call(HtabCore *c, int op, PyObject *const *args, Py_ssiz
 		goto python;
 	}
 	if (op == HELPER_UPDATE) {
-		PyObject *size = PyObject_GetAttrString(c->map, "value_size");
+		PyObject *size = PyObject_GetAttr(c->map, s_value_size);
 		value_size = size == NULL ? -1 : PyLong_AsSsize_t(size);
 		Py_XDECREF(size);
 		if (value_size < 0)
@@ -886,11 +993,11 @@ static PyObject *helper_call(HtabCore *c, int op, PyObject *const *args, Py_ssiz
 			goto out;
 		}
 		/* the value's pointer: its region in this run, given once (RunState.region_of) */
-		if ((regions = PyObject_GetAttrString(rs, "value_regions")) != NULL
+		if ((regions = PyObject_GetAttr(rs, s_value_regions)) != NULL
 		    && (id = PyLong_FromVoidPtr(found)) != NULL) {
 			PyObject *pointer = PyDict_GetItemWithError(regions, id);
 			result = pointer != NULL ? Py_NewRef(pointer) : PyErr_Occurred() ? NULL
-				: PyObject_CallMethod(rs, "region_of", "O", found);
+				: PyObject_CallMethodOneArg(rs, s_region_of, found);
 		}
 		Py_XDECREF(regions);
 		Py_XDECREF(id);
@@ -924,27 +1031,27 @@ static PyObject *htab_core_helper_delete(PyObject *op, PyObject *const *args, Py
 
 static PyMethodDef htab_core_methods[] = {
 	{"helper_lookup", (PyCFunction)(void (*)(void))htab_core_helper_lookup, METH_FASTCALL,
-	 "helper_lookup(python, rs, r2, r3, r4, r5) -> r0: bpf_map_lookup_elem on a HASH map"},
+	 "helper_lookup(python, rs, r2, r3, r4, r5) -> r0: bpf_map_lookup_elem"},
 	{"helper_update", (PyCFunction)(void (*)(void))htab_core_helper_update, METH_FASTCALL,
-	 "helper_update(python, rs, r2, r3, r4, r5) -> r0: bpf_map_update_elem on a HASH map"},
+	 "helper_update(python, rs, r2, r3, r4, r5) -> r0: bpf_map_update_elem"},
 	{"helper_delete", (PyCFunction)(void (*)(void))htab_core_helper_delete, METH_FASTCALL,
-	 "helper_delete(python, rs, r2, r3, r4, r5) -> r0: bpf_map_delete_elem on a HASH or "
-	 "PERCPU_HASH map"},
+	 "helper_delete(python, rs, r2, r3, r4, r5) -> r0: bpf_map_delete_elem"},
 	{"lookup", htab_core_lookup, METH_O,
-	 "lookup(key): HtabMap.htab_map_lookup_elem (a HASH map's live value, or None)"},
+	 "lookup(key): the map's map_lookup_elem (the live value or this CPU's slot, or None)"},
 	{"update", (PyCFunction)(void (*)(void))htab_core_update, METH_FASTCALL,
-	 "update(key, value, flags): HtabMap.htab_map_update_elem of a HASH map"},
+	 "update(key, value, flags): the map's map_update_elem (a program's update)"},
 	{"delete", htab_core_delete, METH_O,
-	 "delete(key): HtabMap.htab_map_delete_elem of a HASH or PERCPU_HASH map"},
+	 "delete(key): HtabMap.htab_map_delete_elem"},
 	{NULL, NULL, 0, NULL},
 };
 
 PyTypeObject HtabCoreType = {
 	PyVarObject_HEAD_INIT(NULL, 0)
 	.tp_name = "pybpf._cache_model.HtabCore",
-	.tp_doc = "HtabCore(bpf_map, bucket_size, update_elem, delete_elem): a HASH map's lookup, "
-		  "update and delete (a PERCPU_HASH map's delete) in C, charged to the C cache "
-		  "model; update_elem and delete_elem, the Python reference, do the other cases",
+	.tp_doc = "HtabCore(bpf_map, bucket_size, update_elem, delete_elem): a HASH or "
+		  "PERCPU_HASH map's lookup, update and delete from a program in C, charged to the C "
+		  "cache model; update_elem and delete_elem, the map's Python methods, do the cases "
+		  "handed back",
 	.tp_basicsize = sizeof(HtabCore),
 	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
 	.tp_new = PyType_GenericNew,
@@ -979,7 +1086,11 @@ int htab_core_ready(void)
 	    || intern(&s_release_elem, "_release_elem") < 0
 	    || intern(&s_key_not_found, "_key_not_found") < 0
 	    || intern(&s_special_fields, "special_fields") < 0
-	    || intern(&s_lookup_event, "htab_map_lookup_elem") < 0)
+	    || intern(&s_lookup_event, "htab_map_lookup_elem") < 0
+	    || intern(&s_errno, "errno") < 0 || intern(&s_mem, "mem") < 0
+	    || intern(&s_value_size, "value_size") < 0
+	    || intern(&s_value_regions, "value_regions") < 0
+	    || intern(&s_region_of, "region_of") < 0)
 		return -1;
 	if ((s_one = PyLong_FromLong(1)) == NULL)
 		return -1;

@@ -189,7 +189,8 @@ def test_hash_map_costs_in_c_agree_with_pythons(ops, map_type, no_prealloc):
 
 def hash_map_state(e, fd: int) -> dict:
     """What a hash map holds and where: its keys in iteration order (bucket order), each
-    element's address, the free lists' and spares' addresses, its counters."""
+    element's address and value (every CPU's slot), the free lists' and spares' addresses,
+    its counters."""
     bpf_map = e.map_from_fd(fd)
     keys, key = [], None
     while True:
@@ -200,7 +201,8 @@ def hash_map_state(e, fd: int) -> dict:
         keys.append(key)
     freelist = bpf_map.freelist
     return {"keys": keys, "addrs": {k: elem.addr for k, elem in bpf_map.table.items()},
-            "values": {k: bytes(v) for k, v in (bpf_map.values or {}).items()},
+            "values": {k: bytes(v) if bpf_map.values is not None else [bytes(s) for s in v]
+                       for k, v in ((k, elem.value) for k, elem in bpf_map.table.items())},
             "free": None if freelist is None else [[elem.addr for elem in lst]
                                                    for lst in freelist.lists],
             "spares": [[elem.addr for elem in lst] for lst in bpf_map.extra_elems],
@@ -217,7 +219,9 @@ HASH_CORE_OPS = st.lists(st.tuples(
 
 # Fill both CPUs' shares past max_entries, then delete, re-insert, replace and read on both
 # CPUs, so free lists fill and drain, spares turn over and full-map errors come.
-CHURN = [(op, key, cpu, flags) for key in range(10) for cpu in (0, 1)
+CHURN = [("prog_update", 20, 0, 0), ("prog_update", 20, 1, 0), ("prog_delete", 20, 0, 0),
+         ("prog_update", 21, 0, 0), ("lookup", 21, 0, 0)] + [
+    (op, key, cpu, flags) for key in range(10) for cpu in (0, 1)
          for op, flags in (("prog_update", 0), ("update", 1), ("prog_lookup", 0))] + [
     (op, key, cpu, flags) for key in range(0, 12, 2) for cpu in (1, 0)
     for op, flags in (("prog_delete", 0), ("prog_update", 2), ("update", 1),
