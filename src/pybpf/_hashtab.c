@@ -1,9 +1,10 @@
 /*
  * HtabCore: the hot path of the emulated hash map (pybpf/emulated/maps/hashtab.py, after
  * kernel/bpf/hashtab.c) in C, with its modeled time charged straight to the C cache model:
- * the lookup, update and delete a program makes on a HASH or PERCPU_HASH map (the LRU and
- * map-of-maps variants stay in Python), and the map helpers around them. HtabMap makes one
- * per map when the C model runs, and these become the map's own methods.
+ * the lookup, update and delete a program makes on a HASH or PERCPU_HASH map and the lookup
+ * on an LRU_HASH map (the other LRU ops, LRU_PERCPU_HASH and maps of maps stay in Python),
+ * and the map helpers around them. HtabMap makes one per map when the C model runs, and these
+ * become the map's own methods.
  *
  * The Python code is the reference. This does its steps on its Python objects (the key table,
  * the buckets and their sorted index of non-empty ones, the live value table, the per-CPU
@@ -46,6 +47,7 @@ typedef struct {
 	uint64_t mask, stripe_mask, bucket_base, bucket_size;
 	int prealloc;
 	int percpu;             /* a PERCPU_HASH map: values in place, a slot per CPU */
+	int lru;                /* an LRU_HASH map: only its lookup is here */
 	Py_ssize_t value_size;
 	PyObject *zeros;        /* a per-CPU slot's zeros */
 } HtabCore;
@@ -54,7 +56,7 @@ static PyObject *s_cpu, *s_hash, *s_key, *s_value, *s_addr, *s_node, *s_pops, *s
 	*s_acquire, *s_release, *s_update_event, *s_delete_event, *s_jhash_byte, *s_bucket_lock,
 	*s_check_flags, *s_alloc_htab_elem, *s_new_elem_on_home,
 	*s_retire_replaced, *s_release_elem, *s_key_not_found, *s_special_fields, *s_lookup_event,
-	*s_errno, *s_mem, *s_value_size, *s_value_regions, *s_region_of, *s_one, *s_false;
+	*s_errno, *s_ref, *s_mem, *s_value_size, *s_value_regions, *s_region_of, *s_one, *s_false;
 
 static PyObject *attr(PyObject *obj, const char *name)
 {
@@ -67,7 +69,7 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	HtabCore *c = (HtabCore *)op;
 	PyObject *bpf_map, *update_elem, *delete_elem, *storage = NULL, *stats = NULL, *values = NULL;
 	PyObject *mask = NULL, *stripe_mask = NULL, *base = NULL, *prealloc = NULL, *percpu = NULL;
-	PyObject *value_size = NULL, *slot_size = NULL;
+	PyObject *value_size = NULL, *slot_size = NULL, *lru = NULL;
 	Py_ssize_t slot_bytes;
 	unsigned long long bucket_size;
 	int rc = -1;
@@ -110,6 +112,7 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	    || (base = attr(bpf_map, "bucket_base")) == NULL
 	    || (prealloc = attr(bpf_map, "prealloc")) == NULL
 	    || (percpu = attr(bpf_map, "percpu")) == NULL
+	    || (lru = attr(bpf_map, "lru")) == NULL
 	    || (value_size = attr(bpf_map, "value_size")) == NULL
 	    || (slot_size = attr(bpf_map, "slot_size")) == NULL)
 		goto out;
@@ -128,13 +131,18 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	if (values != Py_None)
 		c->values = Py_NewRef(values);
 	if ((c->prealloc = PyObject_IsTrue(prealloc)) < 0 || (c->percpu = PyObject_IsTrue(percpu)) < 0
+	    || (c->lru = PyObject_IsTrue(lru)) < 0
 	    || (c->value_size = PyLong_AsSsize_t(value_size)) < 0
 	    || (slot_bytes = PyLong_AsSsize_t(slot_size)) < 0
 	    || (c->zeros = PyObject_CallFunction((PyObject *)&PyBytes_Type, "n", slot_bytes)) == NULL
 	    || parse_addr(mask, &c->mask) < 0 || parse_addr(stripe_mask, &c->stripe_mask) < 0
 	    || parse_addr(base, &c->bucket_base) < 0)
 		goto out;
-	if (c->prealloc) {
+	if (c->lru && c->percpu) {
+		PyErr_SetString(PyExc_TypeError, "HtabCore: an LRU_PERCPU_HASH map has none");
+		goto out;
+	}
+	if (c->prealloc && !c->lru) {
 		if ((c->freelist = attr(bpf_map, "freelist")) == NULL
 		    || (c->free_lists = attr(c->freelist, "lists")) == NULL
 		    || (c->free_locks = attr(c->freelist, "tlocks")) == NULL)
@@ -156,6 +164,7 @@ out:
 	Py_XDECREF(percpu);
 	Py_XDECREF(value_size);
 	Py_XDECREF(slot_size);
+	Py_XDECREF(lru);
 	return rc;
 }
 
@@ -648,9 +657,9 @@ static PyObject *htab_core_update(PyObject *op, PyObject *const *args, Py_ssize_
 			return NULL;
 		PyErr_Clear();
 	}
-	int special = flags < 0 || flags > BPF_EXIST || !PyBytes_CheckExact(key)
+	int special = c->lru || flags < 0 || flags > BPF_EXIST || !PyBytes_CheckExact(key)
 		? 1 : has_special_fields(c);
-	if (special)  /* other flags (BPF_F_LOCK, errors), a lock or timer in the value */
+	if (special)  /* an LRU map, other flags (BPF_F_LOCK, errors), special fields */
 		return special < 0 ? NULL : PyObject_Vectorcall(c->update_elem,
 			(PyObject *[]){c->map, key, value, args[2]}, 4, NULL);
 	if (c->percpu)
@@ -764,8 +773,8 @@ out:
 static PyObject *htab_core_delete(PyObject *op, PyObject *key)
 {
 	HtabCore *c = (HtabCore *)op;
-	int special = !PyBytes_CheckExact(key) ? 1 : has_special_fields(c);
-	if (special)  /* a timer in the value to free */
+	int special = c->lru || !PyBytes_CheckExact(key) ? 1 : has_special_fields(c);
+	if (special)  /* an LRU map (the node goes back to the LRU), a timer to free */
 		return special < 0 ? NULL : PyObject_CallFunctionObjArgs(c->delete_elem, c->map,
 									 key, NULL);
 	PyObject *hash = NULL, *stripe = NULL, *cpu_obj = NULL, *tlock = NULL, *index = NULL;
@@ -834,8 +843,27 @@ out:
 	return result;
 }
 
-/* lookup(key): htab_map_lookup_elem (a HASH map's live value) or htab_percpu_map_lookup_elem
- * (this CPU's slot), None where the key is absent */
+/* htab_lru_map_lookup_elem's bpf_lru_node_set_ref: the reference bit set where it was clear,
+ * a write of the element's line */
+static int lru_set_ref(HtabCore *c, PyObject *elem, int cpu)
+{
+	PyObject *bit = PyObject_GetAttr(elem, s_ref), *addr = NULL;
+	int set = bit == NULL ? -1 : PyObject_IsTrue(bit), rc = -1;
+	uint64_t at;
+	if (set == 0 && PyObject_SetAttr(elem, s_ref, s_one) == 0
+	    && (addr = PyObject_GetAttr(elem, s_addr)) != NULL && parse_addr(addr, &at) == 0)
+		rc = model_access((CacheModel *)c->model, cpu, at, 1) == -1.0 && PyErr_Occurred()
+			? -1 : 0;
+	else if (set > 0)
+		rc = 0;
+	Py_XDECREF(bit);
+	Py_XDECREF(addr);
+	return rc;
+}
+
+/* lookup(key): htab_map_lookup_elem (a HASH map's live value), htab_percpu_map_lookup_elem
+ * (this CPU's slot) or htab_lru_map_lookup_elem (the value, the node's reference bit set),
+ * None where the key is absent */
 static PyObject *htab_core_lookup(PyObject *op, PyObject *key)
 {
 	HtabCore *c = (HtabCore *)op;
@@ -873,7 +901,8 @@ static PyObject *htab_core_lookup(PyObject *op, PyObject *key)
 	}
 	int local = (node = PyObject_GetAttr(elem, s_node)) == NULL ? -1
 		: PyObject_RichCompareBool(PyList_GET_ITEM(c->cpu_node, cpu), node, Py_EQ);
-	if (local >= 0 && item_increment(local ? c->local : c->remote, cpu) == 0)
+	if (local >= 0 && item_increment(local ? c->local : c->remote, cpu) == 0
+	    && (!c->lru || lru_set_ref(c, elem, cpu) == 0))
 		result = PyObject_GetAttr(elem, s_value);
 	Py_DECREF(elem);
 out:
@@ -950,7 +979,7 @@ static PyObject *helper_call(HtabCore *c, int op, PyObject *const *args, Py_ssiz
 	    || (key_size = PyLong_AsSsize_t(c->key_size)) < 0
 	    || (mem = PyObject_GetAttr(rs, s_mem)) == NULL)
 		goto out;
-	if (!PyDict_CheckExact(mem))
+	if (!PyDict_CheckExact(mem) || (c->lru && op != HELPER_LOOKUP))
 		goto python;
 	if ((key_region = plain_region(mem, r2, key_size, &key_off)) == NULL) {
 		if (PyErr_Occurred())
@@ -1087,7 +1116,8 @@ int htab_core_ready(void)
 	    || intern(&s_key_not_found, "_key_not_found") < 0
 	    || intern(&s_special_fields, "special_fields") < 0
 	    || intern(&s_lookup_event, "htab_map_lookup_elem") < 0
-	    || intern(&s_errno, "errno") < 0 || intern(&s_mem, "mem") < 0
+	    || intern(&s_errno, "errno") < 0 || intern(&s_ref, "ref") < 0
+	    || intern(&s_mem, "mem") < 0
 	    || intern(&s_value_size, "value_size") < 0
 	    || intern(&s_value_regions, "value_regions") < 0
 	    || intern(&s_region_of, "region_of") < 0)

@@ -201,6 +201,7 @@ def hash_map_state(e, fd: int) -> dict:
         keys.append(key)
     freelist = bpf_map.freelist
     return {"keys": keys, "addrs": {k: elem.addr for k, elem in bpf_map.table.items()},
+            "refs": {k: elem.ref for k, elem in bpf_map.table.items()},
             "values": {k: bytes(v) if bpf_map.values is not None else [bytes(s) for s in v]
                        for k, v in ((k, elem.value) for k, elem in bpf_map.table.items())},
             "free": None if freelist is None else [[elem.addr for elem in lst]
@@ -210,6 +211,7 @@ def hash_map_state(e, fd: int) -> dict:
             "problems": bpf_map.storage.problems(bpf_map._hash)}
 
 
+CORE_MAP_TYPES = [MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH]
 HASH_CORE_OPS = st.lists(st.tuples(
     st.sampled_from(["update", "prog_update", "lookup", "prog_lookup", "delete", "prog_delete",
                      "lookup_and_delete"]),
@@ -230,24 +232,26 @@ CHURN = [("prog_update", 20, 0, 0), ("prog_update", 20, 1, 0), ("prog_delete", 2
 
 
 @settings(max_examples=200, deadline=None)
-@given(HASH_CORE_OPS, st.sampled_from([MapType.HASH, MapType.PERCPU_HASH]), st.booleans())
+@given(HASH_CORE_OPS, st.sampled_from(CORE_MAP_TYPES), st.booleans())
 @example(CHURN, MapType.HASH, False).via("churn")
 @example(CHURN, MapType.HASH, True).via("churn")
 @example(CHURN, MapType.PERCPU_HASH, False).via("churn")
+@example(CHURN, MapType.LRU_HASH, False).via("churn")
 def test_hash_map_ops_in_c_leave_what_pythons_leave(ops, map_type, no_prealloc):
-    """HtabCore (a hash map's lookup, update and delete in C) against the Python methods it
-    stands for, on a full map of 8 elements: the same results and errors, clocks, counts and
-    caches after every operation, from syscalls and as a program calls them (the map's own
-    methods), with every flag (BPF_F_LOCK and bad flags go back to Python); then the same
-    elements in the same buckets at the same addresses, the same free lists and counters."""
-    flags = BPF_F_NO_PREALLOC if no_prealloc else 0
+    """HtabCore (a hash map's lookup, update and delete in C; an LRU map's lookup) against
+    the Python methods it stands for, on a full map of 8 elements: the same results and
+    errors, clocks, counts and caches after every operation, from syscalls and as a program
+    calls them (the map's own methods), with every flag (BPF_F_LOCK and bad flags go back to
+    Python); then the same elements in the same buckets at the same addresses, the same
+    reference bits, free lists and counters."""
+    flags = BPF_F_NO_PREALLOC if no_prealloc and map_type != MapType.LRU_HASH else 0
     percpu = map_type == MapType.PERCPU_HASH
     systems = [system("emulated", cpus=2, profile=TINY, modeled_time=True)]
     with mock.patch.object(timing_module, "CACHE_MODEL", None):
         systems.append(system("emulated", cpus=2, profile=TINY, modeled_time=True))
     fds = [e.map_create(map_type, 4, 8, 8, map_flags=flags) for e in systems]
     maps = [e.map_from_fd(fd) for e, fd in zip(systems, fds, strict=True)]
-    assert [type(m.map_delete_elem).__name__ for m in maps] == ["builtin_function_or_method",
+    assert [type(m.map_lookup_elem).__name__ for m in maps] == ["builtin_function_or_method",
                                                                  "method"]
     for op, key, cpu, update_flags in ops:
         results = []
@@ -304,7 +308,7 @@ def hash_map_program(ops: list[tuple[str, int, int]]) -> list:
 
 
 @settings(max_examples=40, deadline=None)
-@given(PROGRAM_OPS, st.sampled_from([MapType.HASH, MapType.PERCPU_HASH]), st.booleans(),
+@given(PROGRAM_OPS, st.sampled_from(CORE_MAP_TYPES), st.booleans(),
        st.sampled_from(["interp", "jit"]))
 def test_hash_map_helpers_in_c_leave_what_pythons_leave(ops, map_type, no_prealloc, engine):
     """A program's bpf_map_{lookup,update,delete}_elem on a hash map of 8 elements, run on
@@ -314,8 +318,8 @@ def test_hash_map_helpers_in_c_leave_what_pythons_leave(ops, map_type, no_preall
     systems = [system("emulated", cpus=2, profile=TINY, modeled_time=True)]
     with mock.patch.object(timing_module, "CACHE_MODEL", None):
         systems.append(system("emulated", cpus=2, profile=TINY, modeled_time=True))
-    fds = [e.map_create(map_type, 4, 8, 8, map_flags=BPF_F_NO_PREALLOC if no_prealloc else 0)
-           for e in systems]
+    flags = BPF_F_NO_PREALLOC if no_prealloc and map_type != MapType.LRU_HASH else 0
+    fds = [e.map_create(map_type, 4, 8, 8, map_flags=flags) for e in systems]
     items = hash_map_program(ops)
     progs = [e.prog_from_fd(e.prog_load(ProgType.SCHED_CLS, asm.encode(
         asm.assemble(items).with_map_fds(lambda name, fd=fd: fd))))
