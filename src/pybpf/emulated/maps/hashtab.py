@@ -33,7 +33,7 @@ import functools
 import threading
 from typing import TYPE_CHECKING
 
-from ...accelerator import CACHE_MODEL
+from ...accelerator import CACHE_MODEL, HTAB_MAP_HASH
 from ...errors import KernelError
 from ...uapi import (
     BPF_EXIST,
@@ -149,9 +149,10 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
         self.buckets = self.storage.buckets
         self._link, self._unlink = self.storage.link, self.storage.unlink
         self._replace = self.storage.replace
-        # jhash in Python costs microseconds; keys come back often (delete, re-insert).
+        # jhash costs microseconds in Python; keys come back often (delete, re-insert).
         self._hash_cached = functools.lru_cache(maxsize=HASH_CACHE_SIZE)(
-            functools.partial(htab_map_hash, hashrnd=self.hashrnd))
+            functools.partial(htab_map_hash, hashrnd=self.hashrnd) if HTAB_MAP_HASH is None
+            else lambda key, hashrnd=self.hashrnd: HTAB_MAP_HASH(key, hashrnd))
         self.nstripes = min(self.n_buckets, LOCK_STRIPES)
         self.locks = [threading.Lock() for _ in range(self.nstripes)]
         self.stripe_mask = self.nstripes - 1  # both powers of two: hash & mask & stripe_mask
