@@ -916,20 +916,27 @@ out:
 /* -- the map helpers, for the engines ------------------------------------------------------ */
 
 /* Where a helper's ``size`` bytes at ``ptr`` lie when they are plain memory of the run (a
- * bytearray region, the stack mostly), else NULL without an exception (the Python helper then
- * reads them, or says why it cannot) */
-static PyObject *plain_region(PyObject *mem, uint64_t ptr, Py_ssize_t size, Py_ssize_t *off)
+ * bytearray region, the stack mostly; a memoryview, the native tier's frames), else NULL
+ * without an exception (the Python helper then reads them, or says why it cannot) */
+static const char *plain_memory(PyObject *mem, uint64_t ptr, Py_ssize_t size)
 {
 	PyObject *index = PyLong_FromUnsignedLongLong(ptr >> 32);
 	if (index == NULL)
 		return NULL;
 	PyObject *region = PyDict_GetItemWithError(mem, index);
 	Py_DECREF(index);
-	*off = (Py_ssize_t)(ptr & 0xffffffffu);
-	if (region == NULL || !PyByteArray_CheckExact(region)
-	    || *off + size > PyByteArray_GET_SIZE(region))
+	Py_ssize_t off = (Py_ssize_t)(ptr & 0xffffffffu);
+	if (region == NULL)
 		return NULL;
-	return region;
+	if (PyByteArray_CheckExact(region))
+		return off + size <= PyByteArray_GET_SIZE(region)
+			? PyByteArray_AS_STRING(region) + off : NULL;
+	if (PyMemoryView_Check(region)) {
+		Py_buffer *view = PyMemoryView_GET_BUFFER(region);
+		return view->buf != NULL && PyBuffer_IsContiguous(view, 'C')
+			&& off + size <= view->len ? (const char *)view->buf + off : NULL;
+	}
+	return NULL;
 }
 
 /* A KernelError becomes the helper's return value, -errno as a u64; other errors stay */
@@ -971,9 +978,10 @@ static PyObject *helper_call(HtabCore *c, int op, PyObject *const *args, Py_ssiz
 		return NULL;
 	}
 	PyObject *rs = args[1], *mem = NULL, *cpu_obj = NULL, *key = NULL, *value = NULL;
-	PyObject *result = NULL, *key_region, *value_region = NULL;
+	PyObject *result = NULL;
+	const char *key_at, *value_at = NULL;
 	uint64_t r2, r3 = 0;
-	Py_ssize_t key_size, value_size = 0, key_off, value_off = 0;
+	Py_ssize_t key_size, value_size = 0;
 	int cpu;
 	if (parse_addr(args[2], &r2) < 0 || (op == HELPER_UPDATE && parse_addr(args[3], &r3) < 0)
 	    || (key_size = PyLong_AsSsize_t(c->key_size)) < 0
@@ -981,7 +989,7 @@ static PyObject *helper_call(HtabCore *c, int op, PyObject *const *args, Py_ssiz
 		goto out;
 	if (!PyDict_CheckExact(mem) || (c->lru && op != HELPER_LOOKUP))
 		goto python;
-	if ((key_region = plain_region(mem, r2, key_size, &key_off)) == NULL) {
+	if ((key_at = plain_memory(mem, r2, key_size)) == NULL) {
 		if (PyErr_Occurred())
 			goto out;
 		goto python;
@@ -992,7 +1000,7 @@ static PyObject *helper_call(HtabCore *c, int op, PyObject *const *args, Py_ssiz
 		Py_XDECREF(size);
 		if (value_size < 0)
 			goto out;
-		if ((value_region = plain_region(mem, r3, value_size, &value_off)) == NULL) {
+		if ((value_at = plain_memory(mem, r3, value_size)) == NULL) {
 			if (PyErr_Occurred())
 				goto out;
 			goto python;
@@ -1001,12 +1009,10 @@ static PyObject *helper_call(HtabCore *c, int op, PyObject *const *args, Py_ssiz
 	/* a modeled operation begins (Timing.sync), then the bytes are read */
 	if ((cpu_obj = current_cpu(c, &cpu)) == NULL
 	    || timing_sync(c->timing, (CacheModel *)c->model, cpu_obj, cpu) < 0
-	    || (key = PyBytes_FromStringAndSize(PyByteArray_AS_STRING(key_region) + key_off,
-						key_size)) == NULL)
+	    || (key = PyBytes_FromStringAndSize(key_at, key_size)) == NULL)
 		goto out;
 	if (op == HELPER_UPDATE) {
-		if ((value = PyBytes_FromStringAndSize(PyByteArray_AS_STRING(value_region) + value_off,
-						       value_size)) == NULL)
+		if ((value = PyBytes_FromStringAndSize(value_at, value_size)) == NULL)
 			goto out;
 		result = helper_result(c, htab_core_update((PyObject *)c,
 			(PyObject *[]){key, value, args[4]}, 3));

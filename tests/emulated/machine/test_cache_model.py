@@ -21,6 +21,7 @@ from pybpf.asm import FP, R0, R1, R2, R3, R4, R6
 from pybpf.asm import builder as b
 from pybpf.emulated.machine import timing as timing_module
 from pybpf.emulated.machine.timing import NODE_SHIFT, PAGE, SpinLock, Timing
+from pybpf.emulated.prog import native
 from pybpf.errors import BPFError, KernelError
 from pybpf.profiles import Value, load_profile
 from pybpf.uapi import BPF_F_NO_PREALLOC, MapType, ProgType
@@ -285,6 +286,8 @@ def test_hash_map_ops_in_c_leave_what_pythons_leave(ops, map_type, no_prealloc):
     assert states[0]["problems"] == []
 
 
+# the native tier calls the helpers bound to a map too, with its frames as memoryviews
+ENGINES = ["interp", "jit"] + (["native"] if native.native_missing() is None else [])
 PROGRAM_OPS = st.lists(st.tuples(st.sampled_from(["update", "lookup", "delete"]),
                                   st.integers(0, 11), st.sampled_from([0, 1, 2, 4])),
                        min_size=1, max_size=30)
@@ -308,13 +311,12 @@ def hash_map_program(ops: list[tuple[str, int, int]]) -> list:
 
 
 @settings(max_examples=40, deadline=None)
-@given(PROGRAM_OPS, st.sampled_from(CORE_MAP_TYPES), st.booleans(),
-       st.sampled_from(["interp", "jit"]))
+@given(PROGRAM_OPS, st.sampled_from(CORE_MAP_TYPES), st.booleans(), st.sampled_from(ENGINES))
 def test_hash_map_helpers_in_c_leave_what_pythons_leave(ops, map_type, no_prealloc, engine):
     """A program's bpf_map_{lookup,update,delete}_elem on a hash map of 8 elements, run on
     each CPU: through HtabCore's helpers (the JIT binds them to the map) with the C model and
     through the Python helpers with the Python model, the same R0s, clocks, counts, caches
-    and map."""
+    and map, on every engine."""
     systems = [system("emulated", cpus=2, profile=TINY, modeled_time=True)]
     with mock.patch.object(timing_module, "CACHE_MODEL", None):
         systems.append(system("emulated", cpus=2, profile=TINY, modeled_time=True))
