@@ -62,11 +62,13 @@ from .bprintf import MAX_BPRINTF_BUF, BprintfError, bprintf
 from .memory import (
     M32,
     M64,
+    MAP_CLASSES,
     OFF_MASK,
     PACKET_REGION,
     BpfDynptr,
     CtxRegion,
     RunState,
+    bpf_map_of,
     mem_read,
     mem_write,
 )
@@ -116,19 +118,6 @@ class HelperProto:
     @property
     def nargs(self) -> int:
         return len(self.args)
-
-
-# Exact map classes seen so far (a fast type check for the hot helpers); filled lazily.
-_MAP_CLASSES: set[type] = set()
-
-
-def bpf_map_of(rs: RunState, ptr: int, helper: str) -> BpfMap:
-    """The map a map-pointer argument points to (a region holding the map object)."""
-    obj = rs.mem.get(ptr >> 32) if ptr >= 0 else None
-    if not isinstance(obj, BpfMap) or ptr & OFF_MASK:
-        raise ProgramFault(errno.EFAULT, f"{helper}: R1 is not a map pointer ({ptr:#x})")
-    _MAP_CLASSES.add(type(obj))
-    return obj
 
 
 # -- map helpers (kernel/bpf/helpers.c) ----------------------------------------------------------
@@ -195,7 +184,7 @@ def map_delete_elem(bpf_map: BpfMap, rs: RunState, r2: int, r3: int = 0, r4: int
 def _resolve(rs: RunState, r1: int, helper: str) -> BpfMap:
     # the common case (a map pointer at offset 0) inline
     bpf_map = rs.mem.get(r1 >> 32)
-    if type(bpf_map) not in _MAP_CLASSES or r1 & OFF_MASK:
+    if type(bpf_map) not in MAP_CLASSES or r1 & OFF_MASK:
         bpf_map = bpf_map_of(rs, r1, helper)
     return bpf_map
 

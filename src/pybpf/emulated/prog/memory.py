@@ -156,6 +156,19 @@ def mem_write(rs: RunState, addr: int, data: bytes, what: str) -> None:
     region[off:off + len(data)] = data
 
 
+# Exact map classes seen so far (a fast type check for the hot helpers); filled lazily.
+MAP_CLASSES: set[type] = set()
+
+
+def bpf_map_of(rs: RunState, ptr: int, helper: str) -> BpfMap:
+    """The map a map-pointer argument points to (a region holding the map object)."""
+    obj = rs.mem.get(ptr >> 32) if ptr >= 0 else None
+    if not isinstance(obj, BpfMap) or ptr & OFF_MASK:
+        raise ProgramFault(errno.EFAULT, f"{helper}: R1 is not a map pointer ({ptr:#x})")
+    MAP_CLASSES.add(type(obj))
+    return obj
+
+
 @dataclass(eq=False, slots=True)
 class BpfDynptr:
     """struct bpf_dynptr_kern of a LOCAL dynptr: ``size`` bytes of ``data`` from ``offset``.
