@@ -32,10 +32,9 @@ from typing import Any
 
 from ...errors import KernelError, ProgramFault
 from ...uapi import BpfFunc
-from ..maps.bpf_map import BpfMap
 from ..maps.bpf_timer import BpfTimer
 from ..maps.ringbuf import irq_work_run
-from .memory import BPF_MAX_LOOPS, M32, M64, OFF_MASK, RunState, mem_read, mem_write
+from .memory import BPF_MAX_LOOPS, M32, M64, OFF_MASK, RunState, bpf_map_of, mem_read, mem_write
 
 # Not a helper id: what the verifier puts in place of a bpf_loop call it inlines.
 BPF_LOOP_INLINED = 1 << 16
@@ -121,10 +120,7 @@ def bpf_for_each_map_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: 
     """bpf_for_each_map_elem(map, callback_fn, callback_ctx, flags): ``callback_fn(map, key,
     value, ctx)`` per element until it returns non-zero; the elements visited. The value is
     the element's memory (the pointer a lookup gives); the key is read-only."""
-    bpf_map = rs.mem.get(r1 >> 32) if r1 >= 0 else None
-    if not isinstance(bpf_map, BpfMap) or r1 & OFF_MASK:
-        raise ProgramFault(errno.EFAULT, f"bpf_for_each_map_elem: R1 is not a map pointer "
-                           f"({r1:#x})")
+    bpf_map = bpf_map_of(rs, r1, "bpf_for_each_map_elem")
     callback = callback_of(rs, r2, "bpf_for_each_map_elem")
 
     def visit(key: bytes, value: bytearray) -> int:
