@@ -88,11 +88,12 @@ from .prog.filter import (
     SKB_SK,
     SKB_TSTAMP,
     SKB_WIRE_LEN,
+    XDP_FRAME_SIZE,
     XDP_MD,
     XDP_MD_SIZE,
+    XdpRedirect,
     writable_fields,
 )
-from .prog.helpers import XDP_FRAME_SIZE, XdpRedirect
 from .prog.memory import CTX_REGION, M32, PACKET_REGION, SOCK_REGION, CtxRegion, RunState
 
 TEST_XDP_MAX_BATCH = 256

@@ -16,7 +16,6 @@ import pybpf
 from pybpf import asm
 from pybpf.asm import FP, R0, R1, R2, R3, R4, R6
 from pybpf.asm import builder as b
-from pybpf.emulated.prog.helpers import SK_DROP, SK_PASS
 from pybpf.emulated.prog.jit import jit_source
 from pybpf.emulated.prog.memory import CtxRegion
 from pybpf.errors import BPFError
@@ -26,6 +25,8 @@ from pybpf.uapi import (
     BPF_EXIST,
     BPF_F_TEST_RUN_ON_CPU,
     BPF_NOEXIST,
+    SK_DROP,
+    SK_PASS,
     XDP_ABORTED,
     XDP_PASS,
     XDP_REDIRECT,

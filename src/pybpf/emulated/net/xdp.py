@@ -31,8 +31,14 @@ from ...packet import ETH_HLEN, mac_bytes
 from ...uapi import XDP_ABORTED, XDP_PASS, MapType
 from ..machine.machine import MODULE_TASK_LOCALS
 from ..prog.core import run_prog
-from ..prog.filter import XDP_MD, XDP_MD_DATA, XDP_MD_DATA_END, XDP_MD_DATA_META
-from ..prog.helpers import XDP_FRAME_SIZE, XdpRedirect
+from ..prog.filter import (
+    XDP_FRAME_SIZE,
+    XDP_MD,
+    XDP_MD_DATA,
+    XDP_MD_DATA_END,
+    XDP_MD_DATA_META,
+    XdpRedirect,
+)
 from ..prog.memory import CTX_REGION, M32, PACKET_REGION, CtxRegion, RunState
 from .skbuff import (
     PACKET_BROADCAST,

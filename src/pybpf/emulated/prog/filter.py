@@ -1,5 +1,7 @@
-"""Program contexts: which bytes of its context a program type may read or write, what a
-load there yields, and how narrow loads read (net/core/filter.c, kernel/trace/bpf_trace.c).
+"""net/core/filter.c: program contexts (which bytes of its context a program type may read or
+write, what a load there yields, how narrow loads read; the tracing types' rules are
+kernel/trace/bpf_trace.c's) and the helpers of the network's programs (redirects, skb and XDP
+packet helpers, checksums).
 
 Rules this module keeps:
 - ``is_valid_access`` is each type's ``*_is_valid_access`` (``sk_filter_``, ``tc_cls_act_``,
@@ -13,13 +15,55 @@ Rules this module keeps:
   shifts and masks only when the load is narrower than that field, so a 1-byte load of
   ``pkt_type`` anywhere in its slot, or a 2-byte load of the upper half of ``protocol``,
   reads the whole field.
+- Helpers as helpers.py has them: ``f(rs, r1, r2, r3, r4, r5) -> r0`` on raw register values,
+  errors as the kernel's negative errno, return values exactly the kernel's (SK_PASS /
+  SK_DROP, XDP and TC actions); their protos are in helpers.py's ``HELPERS``, which imports
+  this module, never the other way.
+- A redirect helper only records where to (``XdpRedirect``, or the socket, on
+  ``rs.redirect``); the data path that ran the program acts on it (net/xdp.py's
+  ``xdp_do_redirect``, the psock's verdict).
+- The sockmap redirect helpers (bpf_{sk,msg}_redirect_{map,hash}) are net/core/sock_map.c's;
+  they are here, not in net/sock_map.py, because prog/ never imports net/ and the helper
+  table would have to.
 """
 
 from __future__ import annotations
 
+import errno
 import struct
 
-from ...uapi import AttachType, ProgType
+from ...errors import ProgramFault
+from ...packet import ETH_HLEN
+from ...uapi import (
+    BPF_F_BROADCAST,
+    BPF_F_EXCLUDE_INGRESS,
+    BPF_F_INGRESS,
+    SK_DROP,
+    SK_PASS,
+    TC_ACT_REDIRECT,
+    TC_ACT_SHOT,
+    XDP_ABORTED,
+    XDP_DROP,
+    XDP_PASS,
+    XDP_REDIRECT,
+    XDP_TX,
+    AttachType,
+    MapType,
+    ProgType,
+    map_traits,
+)
+from ..maps.bpf_map import INT_MAX, BpfMap
+from .memory import (
+    M32,
+    M64,
+    OFF_MASK,
+    PACKET_REGION,
+    CtxRegion,
+    RunState,
+    bpf_map_of,
+    mem_read,
+    mem_write,
+)
 
 # struct __sk_buff (include/uapi/linux/bpf.h)
 SK_BUFF_SIZE = 192
@@ -238,3 +282,244 @@ def writable_fields(prog_type: int, ctx_size: int) -> tuple[tuple[int, int], ...
             fields.append((off, size))
         off += size or 1
     return tuple(fields)
+
+
+# XDP actions (include/uapi/linux/bpf.h)
+_XDP_ACTION_MASK = XDP_ABORTED | XDP_DROP | XDP_PASS | XDP_TX
+
+
+# -- redirects (net/core/filter.c, net/core/sock_map.c) -----------------------------------------
+class XdpRedirect:
+    """struct bpf_redirect_info, as an XDP redirect helper leaves it for xdp_do_redirect:
+    the target's map type and id, its index and looked-up entry (``tgt_value``), and for a
+    broadcast the map and flags. ``map_type`` UNSPEC means "to the device ``tgt_index``"."""
+
+    __slots__ = ("map_type", "map_id", "tgt_index", "tgt_value", "bpf_map", "flags")
+
+    def __init__(self, map_type: int, map_id: int, tgt_index: int, tgt_value: object = None,
+                 bpf_map: BpfMap | None = None, flags: int = 0) -> None:
+        self.map_type = map_type
+        self.map_id = map_id
+        self.tgt_index = tgt_index
+        self.tgt_value = tgt_value
+        self.bpf_map = bpf_map
+        self.flags = flags
+
+    @property
+    def broadcast(self) -> bool:
+        return bool(self.flags & BPF_F_BROADCAST)
+
+    @property
+    def exclude_ingress(self) -> bool:
+        return bool(self.flags & BPF_F_EXCLUDE_INGRESS)
+
+
+def bpf_redirect_map(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """__bpf_xdp_redirect_map: XDP_REDIRECT when the key has a target, else the low bits of
+    flags (the default action); flags outside the allowed set give XDP_ABORTED."""
+    bpf_map = bpf_map_of(rs, r1, "bpf_redirect_map")
+    if not map_traits(bpf_map.map_type).redirect:
+        raise ProgramFault(errno.EFAULT, f"bpf_redirect_map: {bpf_map.describe()} is not a "
+                           "devmap, cpumap or xskmap")
+    flags = r3
+    broadcast_ok = bpf_map.map_type in (MapType.DEVMAP, MapType.DEVMAP_HASH)
+    allowed = _XDP_ACTION_MASK | (BPF_F_BROADCAST | BPF_F_EXCLUDE_INGRESS if broadcast_ok else 0)
+    if flags & ~allowed:
+        return XDP_ABORTED
+    index = r2 & M32
+    target = bpf_map.redirect_target(index)  # __cpu_map_lookup_elem and friends
+    if target is None and not flags & BPF_F_BROADCAST:
+        rs.redirect = None
+        return flags & _XDP_ACTION_MASK
+    broadcast = bool(flags & BPF_F_BROADCAST)
+    rs.redirect = XdpRedirect(bpf_map.map_type, bpf_map.id, index, target,
+                              bpf_map if broadcast else None, flags if broadcast else 0)
+    return XDP_REDIRECT
+
+
+def bpf_xdp_redirect(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_redirect(ifindex, flags) in XDP: to the device ``ifindex``; any flag aborts."""
+    if r2:
+        return XDP_ABORTED
+    rs.redirect = XdpRedirect(MapType.UNSPEC, INT_MAX, r1 & M32)
+    return XDP_REDIRECT
+
+
+def bpf_skb_redirect(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_redirect(ifindex, flags) in tc and lwt_xmit programs: TC_ACT_REDIRECT, or
+    TC_ACT_SHOT for a flag but BPF_F_INGRESS. Only tc's datapath acts on the target (skb_do_
+    redirect); the test runs where these programs run here, as the kernel's, do not."""
+    if r2 & ~BPF_F_INGRESS:
+        return TC_ACT_SHOT
+    return TC_ACT_REDIRECT
+
+
+def _sk_redirect(rs: RunState, bpf_map: BpfMap, key: bytes, flags: int) -> int:
+    if not map_traits(bpf_map.map_type).sockets:
+        raise ProgramFault(errno.EFAULT, f"sk redirect: {bpf_map.describe()} is not a sockmap")
+    if flags & ~BPF_F_INGRESS:
+        return SK_DROP
+    sock = bpf_map.lookup_sock(key)
+    if sock is None or sock.listening:  # sock_map_redirect_allowed
+        return SK_DROP
+    rs.redirect = (bpf_map, sock, flags & BPF_F_INGRESS)
+    return SK_PASS
+
+
+def bpf_sk_redirect_map(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    bpf_map = bpf_map_of(rs, r2, "bpf_sk_redirect_map")
+    return _sk_redirect(rs, bpf_map, (r3 & M32).to_bytes(4, "little"), r4)
+
+
+def bpf_sk_redirect_hash(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    bpf_map = bpf_map_of(rs, r2, "bpf_sk_redirect_hash")
+    return _sk_redirect(rs, bpf_map, mem_read(rs, r3, bpf_map.key_size, "key (R3)"), r4)
+
+
+def bpf_msg_redirect_map(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """The message goes to the socket under index R3 (msg->sk_redir, msg->flags)."""
+    bpf_map = bpf_map_of(rs, r2, "bpf_msg_redirect_map")
+    return _sk_redirect(rs, bpf_map, (r3 & M32).to_bytes(4, "little"), r4)
+
+
+def bpf_msg_redirect_hash(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    bpf_map = bpf_map_of(rs, r2, "bpf_msg_redirect_hash")
+    return _sk_redirect(rs, bpf_map, mem_read(rs, r3, bpf_map.key_size, "key (R3)"), r4)
+
+
+
+def bpf_skb_load_bytes(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_skb_load_bytes(skb, offset, to, len): ``len`` bytes of the packet from ``offset``
+    (from skb->data, as LD_ABS reads) into ``to``; past the packet, ``to`` is zeroed and
+    -EFAULT returned (skb_header_pointer's failure)."""
+    offset, size = r2 & M32, r4 & M32
+    packet = rs.packet
+    if offset > INT_MAX or offset + size > len(packet):
+        mem_write(rs, r3, bytes(size), "to (R3)")
+        return -errno.EFAULT & M64
+    mem_write(rs, r3, bytes(packet[offset:offset + size]), "to (R3)")
+    return 0
+
+
+def bpf_skb_pull_data(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_skb_pull_data(skb, len) (and sk_skb_pull_data, its sk_skb twin): make the first
+    ``len`` bytes (0: skb_headlen) linear and writable, skb_ensure_writable. The emulated
+    skb's bytes (``rs.packet``, from skb->data) are all linear and its own: any ``len`` up
+    to skb->len succeeds, a longer one fails pskb_may_pull, -ENOMEM. The verifier has
+    forgotten the program's packet pointers (a helper that changes packet data)."""
+    if r2 & M32 > len(rs.packet):
+        return -errno.ENOMEM & M64
+    return 0
+
+
+# -- checksums (net/core/filter.c, arch/x86/lib/csum-partial_64.c, include/net/checksum.h) ------
+def csum_partial(data: bytes, seed: int) -> int:
+    """x86-64's csum_partial: ``data`` as little-endian 64-bit words (the tail zero-padded)
+    added to the 32-bit ``seed`` with end-around carry, folded to 32 bits as
+    csum_finalize_sum folds it ((sum + ror64(sum, 32)) >> 32)."""
+    padded = data + bytes(-len(data) % 8)
+    total = seed + sum(struct.unpack(f"<{len(padded) // 8}Q", padded))
+    while total >> 64:
+        total = (total & M64) + (total >> 64)
+    return ((total + (total >> 32 | total << 32 & M64)) >> 32) & M32
+
+
+def csum_add(csum: int, addend: int) -> int:
+    """csum_add: 32-bit addition with end-around carry."""
+    total = (csum + addend) & M32
+    return total + (total < addend)
+
+
+def csum_from32to16(csum: int) -> int:
+    """csum_from32to16: the 32-bit sum folded to 16 bits (not complemented)."""
+    csum = (csum + (csum >> 16 | csum << 16 & M32)) & M32
+    return csum >> 16
+
+
+def bpf_csum_diff(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_csum_diff(from, from_size, to, to_size, seed) as 6.13+ computes it: the sum of
+    ``to`` less that of ``from`` (either may be empty, then NULL), from the 32-bit seed,
+    folded to 16 bits, so the same on every architecture. Any sizes the verifier lets
+    through are taken: the old scratch buffer's -EINVAL (sizes not multiples of 4, more
+    than 512 bytes in all) went with it."""
+    from_size, to_size, ret = r2 & M32, r4 & M32, r5 & M32
+    if from_size and to_size:
+        to = csum_partial(mem_read(rs, r3, to_size, "to (R3)"), ret)
+        ret = csum_add(to, ~csum_partial(mem_read(rs, r1, from_size, "from (R1)"), 0) & M32)
+    elif to_size:
+        ret = csum_partial(mem_read(rs, r3, to_size, "to (R3)"), ret)
+    elif from_size:
+        ret = ~csum_partial(mem_read(rs, r1, from_size, "from (R1)"), ~ret & M32) & M32
+    return csum_from32to16(ret)
+
+
+# -- XDP packet adjustments (net/core/filter.c) ---------------------------------------------------
+XDP_FRAME_SIZE = 40  # sizeof(struct xdp_frame): the head cannot grow into it
+_XDP_DATA, _XDP_DATA_END, _XDP_DATA_META = 0, 4, 8
+_XDP_HARD_END = 4096 - 320  # frame_sz less the skb_shared_info tailroom
+
+
+def _xdp_buff(rs: RunState, ctx: int, helper: str) -> tuple[dict[int, int], bytearray]:
+    region = rs.mem.get(ctx >> 32) if ctx >= 0 else None
+    packet = rs.mem.get(PACKET_REGION)
+    if type(region) is not CtxRegion or region.name != "xdp_md" or ctx & OFF_MASK \
+            or packet is None:
+        raise ProgramFault(errno.EFAULT, f"{helper}: R1 is not the xdp_md context")
+    return region.pointers, packet
+
+
+def _s32(value: int) -> int:
+    value &= M32
+    return value - (1 << 32) if value >> 31 else value
+
+
+def bpf_xdp_adjust_head(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """Move xdp->data by ``offset`` (the metadata moves with it)."""
+    ptrs, packet = _xdp_buff(rs, r1, "bpf_xdp_adjust_head")
+    offset = _s32(r2)
+    base = PACKET_REGION << 32
+    data, data_end, meta = ptrs[_XDP_DATA], ptrs[_XDP_DATA_END], ptrs[_XDP_DATA_META]
+    metalen = data - meta
+    new_data = data + offset
+    if new_data < base + XDP_FRAME_SIZE + metalen or new_data > data_end - ETH_HLEN:
+        return -errno.EINVAL & M64
+    if metalen:
+        start = meta & OFF_MASK
+        packet[start + offset:start + offset + metalen] = packet[start:start + metalen]
+    ptrs[_XDP_DATA_META] = meta + offset
+    ptrs[_XDP_DATA] = new_data
+    return 0
+
+
+def bpf_xdp_adjust_tail(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """Move xdp->data_end by ``offset``; grown bytes are zeroed."""
+    ptrs, packet = _xdp_buff(rs, r1, "bpf_xdp_adjust_tail")
+    offset = _s32(r2)
+    data_end = ptrs[_XDP_DATA_END]
+    new_end = data_end + offset
+    if new_end > (PACKET_REGION << 32) + _XDP_HARD_END or new_end < ptrs[_XDP_DATA] + ETH_HLEN:
+        return -errno.EINVAL & M64
+    if offset > 0:
+        start = data_end & OFF_MASK
+        packet[start:start + offset] = bytes(offset)
+    ptrs[_XDP_DATA_END] = new_end
+    return 0
+
+
+def bpf_xdp_adjust_meta(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """Move xdp->data_meta by ``offset``: the metadata area before the packet."""
+    ptrs, _ = _xdp_buff(rs, r1, "bpf_xdp_adjust_meta")
+    meta = ptrs[_XDP_DATA_META] + _s32(r2)
+    if meta < (PACKET_REGION << 32) + XDP_FRAME_SIZE or meta > ptrs[_XDP_DATA]:
+        return -errno.EINVAL & M64
+    if (ptrs[_XDP_DATA] - meta) % 4:
+        return -errno.EACCES & M64
+    ptrs[_XDP_DATA_META] = meta
+    return 0
+
+
+def bpf_xdp_get_buff_len(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """xdp_get_buff_len: the linear part (data to data_end) and, for a buffer with frags,
+    the bytes in them (skb_shared_info.xdp_frags_size)."""
+    ptrs, _ = _xdp_buff(rs, r1, "bpf_xdp_get_buff_len")
+    return ptrs[_XDP_DATA_END] - ptrs[_XDP_DATA] + rs.xdp_frags_size
