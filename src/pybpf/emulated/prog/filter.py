@@ -455,7 +455,6 @@ def bpf_csum_diff(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> 
 
 # -- XDP packet adjustments (net/core/filter.c) ---------------------------------------------------
 XDP_FRAME_SIZE = 40  # sizeof(struct xdp_frame): the head cannot grow into it
-_XDP_DATA, _XDP_DATA_END, _XDP_DATA_META = 0, 4, 8
 _XDP_HARD_END = 4096 - 320  # frame_sz less the skb_shared_info tailroom
 
 
@@ -478,7 +477,7 @@ def bpf_xdp_adjust_head(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: in
     ptrs, packet = _xdp_buff(rs, r1, "bpf_xdp_adjust_head")
     offset = _s32(r2)
     base = PACKET_REGION << 32
-    data, data_end, meta = ptrs[_XDP_DATA], ptrs[_XDP_DATA_END], ptrs[_XDP_DATA_META]
+    data, data_end, meta = ptrs[XDP_MD_DATA], ptrs[XDP_MD_DATA_END], ptrs[XDP_MD_DATA_META]
     metalen = data - meta
     new_data = data + offset
     if new_data < base + XDP_FRAME_SIZE + metalen or new_data > data_end - ETH_HLEN:
@@ -486,8 +485,8 @@ def bpf_xdp_adjust_head(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: in
     if metalen:
         start = meta & OFF_MASK
         packet[start + offset:start + offset + metalen] = packet[start:start + metalen]
-    ptrs[_XDP_DATA_META] = meta + offset
-    ptrs[_XDP_DATA] = new_data
+    ptrs[XDP_MD_DATA_META] = meta + offset
+    ptrs[XDP_MD_DATA] = new_data
     return 0
 
 
@@ -495,26 +494,26 @@ def bpf_xdp_adjust_tail(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: in
     """Move xdp->data_end by ``offset``; grown bytes are zeroed."""
     ptrs, packet = _xdp_buff(rs, r1, "bpf_xdp_adjust_tail")
     offset = _s32(r2)
-    data_end = ptrs[_XDP_DATA_END]
+    data_end = ptrs[XDP_MD_DATA_END]
     new_end = data_end + offset
-    if new_end > (PACKET_REGION << 32) + _XDP_HARD_END or new_end < ptrs[_XDP_DATA] + ETH_HLEN:
+    if new_end > (PACKET_REGION << 32) + _XDP_HARD_END or new_end < ptrs[XDP_MD_DATA] + ETH_HLEN:
         return -errno.EINVAL & M64
     if offset > 0:
         start = data_end & OFF_MASK
         packet[start:start + offset] = bytes(offset)
-    ptrs[_XDP_DATA_END] = new_end
+    ptrs[XDP_MD_DATA_END] = new_end
     return 0
 
 
 def bpf_xdp_adjust_meta(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     """Move xdp->data_meta by ``offset``: the metadata area before the packet."""
     ptrs, _ = _xdp_buff(rs, r1, "bpf_xdp_adjust_meta")
-    meta = ptrs[_XDP_DATA_META] + _s32(r2)
-    if meta < (PACKET_REGION << 32) + XDP_FRAME_SIZE or meta > ptrs[_XDP_DATA]:
+    meta = ptrs[XDP_MD_DATA_META] + _s32(r2)
+    if meta < (PACKET_REGION << 32) + XDP_FRAME_SIZE or meta > ptrs[XDP_MD_DATA]:
         return -errno.EINVAL & M64
-    if (ptrs[_XDP_DATA] - meta) % 4:
+    if (ptrs[XDP_MD_DATA] - meta) % 4:
         return -errno.EACCES & M64
-    ptrs[_XDP_DATA_META] = meta
+    ptrs[XDP_MD_DATA_META] = meta
     return 0
 
 
@@ -522,4 +521,4 @@ def bpf_xdp_get_buff_len(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: i
     """xdp_get_buff_len: the linear part (data to data_end) and, for a buffer with frags,
     the bytes in them (skb_shared_info.xdp_frags_size)."""
     ptrs, _ = _xdp_buff(rs, r1, "bpf_xdp_get_buff_len")
-    return ptrs[_XDP_DATA_END] - ptrs[_XDP_DATA] + rs.xdp_frags_size
+    return ptrs[XDP_MD_DATA_END] - ptrs[XDP_MD_DATA] + rs.xdp_frags_size

@@ -47,6 +47,7 @@ from .bpf_trace import (
     bpf_trace_printk,
 )
 from .filter import (
+    SK_BUFF_PROG_TYPES,
     bpf_csum_diff,
     bpf_msg_redirect_hash,
     bpf_msg_redirect_map,
@@ -478,10 +479,6 @@ def bpf_tail_call(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> 
 
 _XDP = frozenset({ProgType.XDP})
 _SK_SKB = frozenset({ProgType.SK_SKB})
-# the programs of skbs (sk_filter_func_proto, tc_cls_act_func_proto, cg_skb, lwt, sk_skb)
-_SKB = frozenset({ProgType.SOCKET_FILTER, ProgType.SCHED_CLS, ProgType.SCHED_ACT,
-                  ProgType.CGROUP_SKB, ProgType.LWT_IN, ProgType.LWT_OUT, ProgType.LWT_XMIT,
-                  ProgType.SK_SKB})
 _SK_MSG = frozenset({ProgType.SK_MSG})
 # the programs whose func_proto has bpf_skb_pull_data (tc_cls_act, lwt_out and the lwt types
 # built on it) or sk_skb_pull_data (sk_skb)
@@ -534,8 +531,10 @@ def _table() -> dict[int, HelperProto]:
          (ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE_OR_ZERO, ARG_ANYTHING), None),
         (BpfFunc.get_current_comm, bpf_get_current_comm,
          (ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE), None),
+        # the programs of skbs (sk_filter_func_proto, tc_cls_act_func_proto, cg_skb, lwt, sk_skb)
         (BpfFunc.skb_load_bytes, bpf_skb_load_bytes,
-         (ARG_PTR_TO_CTX, ARG_ANYTHING, ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE), _SKB),
+         (ARG_PTR_TO_CTX, ARG_ANYTHING, ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE),
+         SK_BUFF_PROG_TYPES),
         (BpfFunc.skb_pull_data, bpf_skb_pull_data, (ARG_PTR_TO_CTX, ARG_ANYTHING),
          _SKB_PULL_DATA),
         (BpfFunc.csum_diff, bpf_csum_diff,
