@@ -40,7 +40,7 @@ from .memory import BPF_MAX_LOOPS, M32, M64, OFF_MASK, RunState, bpf_map_of, mem
 BPF_LOOP_INLINED = 1 << 16
 # The calls that run callbacks (the verifier's is_callback_calling_function, as far as
 # emulated, and the inlined loop): the JIT keeps the run's count and budget current around them.
-# (bpf_user_ringbuf_drain, a ring buffer helper, lives with them in helpers.py.)
+# (bpf_user_ringbuf_drain, a ring buffer helper, lives in helpers.py.)
 CALLBACK_HELPERS = frozenset({BpfFunc.loop, BpfFunc.for_each_map_elem,
                               BpfFunc.user_ringbuf_drain, BPF_LOOP_INLINED})
 

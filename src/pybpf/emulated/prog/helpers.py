@@ -1,4 +1,13 @@
-"""BPF helpers of the emulated backend, by helper id (kernel/bpf/helpers.c, net/core/filter.c).
+"""BPF helpers of kernel/bpf/helpers.c, and the one helper table of the emulated backend.
+
+The helpers other kernel files define live in those files' modules, and the table imports
+them: bpf_trace.py (kernel/trace/bpf_trace.c: the probe reads, bpf_trace_printk), filter.py
+(net/core/filter.c: redirects, the skb and XDP packet helpers, checksums), bpf_iter.py
+(kernel/bpf/bpf_iter.c: bpf_loop, bpf_for_each_map_elem). Two kernel files' helpers stay
+here: kernel/bpf/ringbuf.c's, because maps/ringbuf.py may not import prog/ (and
+prog/bpf_iter.py, whose ``callback_of`` bpf_user_ringbuf_drain needs, imports it), and
+kernel/bpf/core.c's bpf_tail_call, because prog/core.py imports the engines, which import
+this table.
 
 Rules this module keeps:
 - A helper is ``f(rs, r1, r2, r3, r4, r5) -> r0``: arguments and result are the raw 64-bit
@@ -11,6 +20,8 @@ Rules this module keeps:
   that must be initialised, per-type availability); the engines call ``proto.func``.
 - ``bpf_tail_call`` is in the table for the verifier; the engines run it themselves because
   it does not return to the caller on success.
+- Imports go one way: the modules of other files' helpers never import this one (what they
+  share, such as ``bpf_map_of``, is memory.py's).
 - Modeled time: a helper's call costs its proto's ``cost`` (``helper_call``, or its own
   profile entry such as ``probe_read_user``), charged by the function ``helper_funcs`` hands
   out; the three map helpers instead begin a modeled operation (``Timing.sync``: the
@@ -267,7 +278,7 @@ def bpf_map_lookup_percpu_elem(rs: RunState, r1: int, r2: int, r3: int, r4: int,
     return 0 if value is None else rs.region_of(value)
 
 
-# -- machine helpers -----------------------------------------------------------------------------
+# -- machine helpers (kernel/bpf/helpers.c) -------------------------------------------------------
 def bpf_get_smp_processor_id(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     machine = rs.machine
     return machine.current_cpu() if machine is not None else 0
@@ -473,10 +484,12 @@ def bpf_dynptr_data(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -
     return rs.region_of(dynptr.data) + dynptr.offset + offset
 
 
+# -- tail calls (kernel/bpf/core.c; the engines run them: semantics.tail_call) --------------------
 def bpf_tail_call(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     raise AssertionError("the engines run bpf_tail_call themselves")  # pragma: no cover
 
 
+# -- the table ------------------------------------------------------------------------------------
 _XDP = frozenset({ProgType.XDP})
 _SK_SKB = frozenset({ProgType.SK_SKB})
 _SK_MSG = frozenset({ProgType.SK_MSG})
