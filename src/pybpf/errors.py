@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno as _errno
 import os
+from collections.abc import Callable
 
 from .uapi import ENOTSUPP, MapType, ProgType, map_traits
 
@@ -111,6 +112,15 @@ class KernelError(Exception):
 
     def __str__(self) -> str:
         return f"{errno_name(self.errno)}: {self.detail}"
+
+
+def file_call(call: Callable[..., None], path: str, *args: int) -> None:
+    """A file system call on ``path`` (unlink, mkdir, rmdir), an ``OSError`` from it the
+    ``KernelError`` backends raise."""
+    try:
+        call(path, *args)
+    except OSError as exc:
+        raise KernelError(exc.errno, f"{path}: {exc.strerror}") from None
 
 
 def errno_name(err: int) -> str:

@@ -441,6 +441,28 @@ class System(abc.ABC):
         except KernelError as exc:
             raise self._fail(exc, "obj_get") from None
 
+    def obj_unpin(self, path: str | bytes | os.PathLike) -> None:
+        """unlink(2) of a pin: the pinned object loses the pin's reference."""
+        try:
+            self._obj_unpin(pin_path(path))
+        except KernelError as exc:
+            raise self._fail(exc, "obj_unpin") from None
+
+    def mkdir(self, path: str | bytes | os.PathLike, mode: int = 0o700) -> None:
+        """mkdir(2), for directories of pins on bpffs (``mode`` 0700: libbpf's for the
+        directories it makes)."""
+        try:
+            self._mkdir(pin_path(path), unsigned(mode, 32, "mode"))
+        except KernelError as exc:
+            raise self._fail(exc, "mkdir") from None
+
+    def rmdir(self, path: str | bytes | os.PathLike) -> None:
+        """rmdir(2) of an empty directory (of pins, on bpffs)."""
+        try:
+            self._rmdir(pin_path(path))
+        except KernelError as exc:
+            raise self._fail(exc, "rmdir") from None
+
     def close(self, fd: int) -> None:
         """close(2) of an fd this System gave out (a map, program or attachment)."""
         try:
@@ -745,6 +767,15 @@ class System(abc.ABC):
 
     @abc.abstractmethod
     def _obj_get(self, path: str, file_flags: int) -> int: ...
+
+    @abc.abstractmethod
+    def _obj_unpin(self, path: str) -> None: ...
+
+    @abc.abstractmethod
+    def _mkdir(self, path: str, mode: int) -> None: ...
+
+    @abc.abstractmethod
+    def _rmdir(self, path: str) -> None: ...
 
     @abc.abstractmethod
     def _close(self, fd: int) -> None: ...

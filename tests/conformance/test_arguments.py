@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import uuid
 
 import pytest
@@ -356,6 +357,89 @@ def test_a_pin_path_is_resolved_from_the_working_directory(maps, pin_name, monke
     monkeypatch.chdir("/sys/fs/bpf")
     sys.obj_pin(fd, pin_name)
     maps.fds.append(sys.obj_get(f"/sys/fs/bpf/{pin_name}"))
+
+
+# -- bpffs directories ------------------------------------------------------------------------
+
+@pytest.fixture
+def pin_dir(backend):
+    """A fresh directory name under /sys/fs/bpf (not made yet); on the kernel's bpffs it is
+    removed afterwards with what it holds (the emulated bpffs goes with its system)."""
+    path = f"/sys/fs/bpf/pybpf_{uuid.uuid4().hex[:12]}"
+    yield path
+    if backend.name == "kernel" and os.path.lexists(path):
+        shutil.rmtree(path)
+
+
+def test_pins_go_into_directories_made_on_bpffs(maps, pin_dir):
+    sys = maps.sys
+    fd = maps.create(MapType.HASH, 4, 8, 4)
+    sys.mkdir(pin_dir)
+    sys.mkdir(f"{pin_dir}/nested/")  # mkdir takes a trailing slash
+    sys.obj_pin(fd, f"{pin_dir}/nested/m")
+    sys.obj_pin(fd, f"{pin_dir}/nested/../m")
+    for path in (f"{pin_dir}/m", f"{pin_dir}/nested/m", f"{pin_dir}/./nested//m"):
+        got = sys.obj_get(path)
+        maps.fds.append(got)
+        assert sys.map_get_info(got).type == MapType.HASH
+    assert err_of(sys.rmdir, f"{pin_dir}/nested") == errno.ENOTEMPTY
+    sys.obj_unpin(f"{pin_dir}/nested/m")
+    sys.rmdir(f"{pin_dir}/nested/")
+    assert err_of(sys.obj_get, f"{pin_dir}/nested/m") == errno.ENOENT
+    sys.obj_unpin(f"{pin_dir}/m")
+    sys.rmdir(f"{pin_dir}/../{os.path.basename(pin_dir)}")
+    assert err_of(sys.obj_pin, fd, f"{pin_dir}/m") == errno.ENOENT
+
+
+# In {d}: a pin p, an empty directory t, a directory full holding a pin.
+@pytest.mark.parametrize("call, path, expected", [
+    ("mkdir", "{d}", errno.EEXIST),
+    ("mkdir", "{d}/p", errno.EEXIST),
+    ("mkdir", "{d}/p/x", errno.ENOTDIR),
+    ("mkdir", "{d}/no/x", errno.ENOENT),
+    ("mkdir", "{d}/.", errno.EEXIST),
+    ("mkdir", "{d}/t/..", errno.EEXIST),
+    ("mkdir", "{d}/" + "n" * 256, errno.ENAMETOOLONG),
+    ("mkdir", "/sys/fs/bpf", errno.EEXIST),
+    ("mkdir", "/", errno.EEXIST),
+    ("mkdir", "", errno.ENOENT),
+    ("obj_pin", "{d}/t", errno.EEXIST),
+    ("obj_pin", "{d}/t/", errno.EEXIST),
+    ("obj_pin", "{d}/no/x", errno.ENOENT),
+    ("obj_pin", "{d}/p/x", errno.ENOTDIR),
+    ("obj_get", "{d}/t", errno.EACCES),
+    ("obj_get", "{d}/t/", errno.EACCES),
+    ("obj_get", "{d}/full/q/", errno.ENOTDIR),
+    ("rmdir", "{d}/full", errno.ENOTEMPTY),
+    ("rmdir", "{d}", errno.ENOTEMPTY),
+    ("rmdir", "{d}/p", errno.ENOTDIR),
+    ("rmdir", "{d}/p/", errno.ENOTDIR),
+    ("rmdir", "{d}/nope", errno.ENOENT),
+    ("rmdir", "{d}/nope/x", errno.ENOENT),
+    ("rmdir", "{d}/t/.", errno.EINVAL),
+    ("rmdir", "{d}/t/..", errno.ENOTEMPTY),
+    ("rmdir", "/sys/fs/bpf", errno.EBUSY),
+    ("rmdir", "/sys/fs/bpf/", errno.EBUSY),
+    ("rmdir", "/", errno.EBUSY),
+    ("rmdir", "", errno.ENOENT),
+    ("obj_unpin", "{d}/t", errno.EISDIR),
+    ("obj_unpin", "{d}/t/", errno.EISDIR),
+    ("obj_unpin", "{d}/.", errno.EISDIR),
+    ("obj_unpin", "{d}/..", errno.EISDIR),
+    ("obj_unpin", "{d}/p/", errno.ENOTDIR),
+    ("obj_unpin", "{d}/nope", errno.ENOENT),
+    ("obj_unpin", "{d}/nope/", errno.ENOENT),
+])
+def test_bpffs_directory_errors_are_the_kernels(maps, pin_dir, call, path, expected):
+    sys = maps.sys
+    fd = maps.create(MapType.HASH, 4, 8, 4)
+    sys.mkdir(pin_dir)
+    sys.mkdir(f"{pin_dir}/t")
+    sys.mkdir(f"{pin_dir}/full")
+    sys.obj_pin(fd, f"{pin_dir}/p")
+    sys.obj_pin(fd, f"{pin_dir}/full/q")
+    args = (fd,) if call == "obj_pin" else ()
+    assert err_of(getattr(sys, call), *args, path.format(d=pin_dir)) == expected
 
 
 def test_the_pin_fd_is_checked_before_the_path(maps):

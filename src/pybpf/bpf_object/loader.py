@@ -226,14 +226,10 @@ def load_object(spec: Any, system: System | None = None, *,
 
 
 def _unpin(system: System, path: str) -> None:
-    """unlink(2) of a pin this load made (the emulated bpffs is the System's own)."""
+    """unlink(2) of a pin this load made."""
     try:
-        unpin = getattr(system, "obj_unpin", None)
-        if unpin is not None:
-            unpin(path)
-        else:
-            os.unlink(path)
-    except (BPFError, OSError) as exc:
+        system.obj_unpin(path)
+    except BPFError as exc:
         warnings.warn(f"couldn't unpin '{path}' after the failed load: {exc}", RuntimeWarning,
                       stacklevel=3)
 

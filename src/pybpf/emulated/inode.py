@@ -1,8 +1,10 @@
-"""bpffs (kernel/bpf/inode.c): the pins of one emulated system, with the VFS's path rules.
+"""bpffs (kernel/bpf/inode.c): the pins and directories of one emulated system, with the VFS's
+path rules.
 
 Rules this module keeps:
-- The emulated bpffs is mounted at /sys/fs/bpf and has no subdirectories: a pin is a name in
-  it. Other directories are the host's (a pin there is EPERM: not bpffs).
+- The emulated bpffs is mounted at /sys/fs/bpf: its pins and directories are this module's;
+  other directories are the host's (a pin there is EPERM: not bpffs; a directory made or
+  removed there is the host's, as on the kernel backend).
 - Paths resolve as the VFS resolves them: relative to the working directory; "." , ".." and
   repeated slashes as usual, each directory checked as it is walked (a missing one ENOENT, a
   pin or a file ENOTDIR); a component over NAME_MAX bytes, or a path of PATH_MAX bytes,
@@ -10,6 +12,11 @@ Rules this module keeps:
 - Pinning over anything that exists (a pin, a directory) is EEXIST; a new name with a
   trailing slash ENOENT. Getting a pin with a trailing slash is ENOTDIR, a directory or a
   file EACCES (not a BPF object), nothing ENOENT.
+- mkdir, rmdir and unlink answer as do_mkdirat, do_rmdir and do_unlinkat: mkdir of "." or
+  ".." or of anything that exists EEXIST (a trailing slash is allowed); rmdir of "." EINVAL,
+  of ".." ENOTEMPTY, of a mount point (/sys/fs/bpf, "/") EBUSY, of a pin ENOTDIR, of a
+  directory that holds anything ENOTEMPTY; unlink of a directory (or "." or "..") EISDIR, of
+  a pin with a trailing slash ENOTDIR.
 - Callers hold their own lock; this module keeps no references (the system counts them).
 """
 
@@ -19,7 +26,7 @@ import errno
 import os
 import posixpath
 
-from ..errors import KernelError
+from ..errors import KernelError, file_call
 
 BPFFS_ROOT = "/sys/fs/bpf"
 NAME_MAX = 255
@@ -28,10 +35,11 @@ _ROOT_AND_ABOVE = frozenset({"/", "/sys", "/sys/fs", BPFFS_ROOT})
 
 
 class BpfFs:
-    """The pins of one emulated bpffs: path -> object (a map or a program)."""
+    """The pins (path -> object, a map or a program) and directories of one emulated bpffs."""
 
     def __init__(self) -> None:
         self.pins: dict[str, object] = {}
+        self.dirs: set[str] = set()  # below BPFFS_ROOT
 
     def _walk(self, path: str) -> tuple[str, str, bool]:
         """(directory, last component, trailing slash) of ``path``, its directories walked."""
@@ -56,42 +64,49 @@ class BpfFs:
                                       f"{path!r}: {posixpath.join(directory, name)} is "
                                       + ("missing" if kind is None else "not a directory"))
                 directory = posixpath.join(directory, name)
-        return directory, names[-1] if names else ".", path.endswith("/")
+        return directory, names[-1] if names else "/", path.endswith("/")
+
+    def _on_bpffs(self, path: str) -> bool:
+        return path.startswith(BPFFS_ROOT + "/")
 
     def _kind(self, path: str) -> str | None:
         """"dir", "pin", "file" or None (nothing there)."""
-        if path in _ROOT_AND_ABOVE:
+        if path in _ROOT_AND_ABOVE or path in self.dirs:
             return "dir"
-        if posixpath.dirname(path) == BPFFS_ROOT:
+        if self._on_bpffs(path):
             return "pin" if path in self.pins else None
         if os.path.isdir(path):
             return "dir"
         return "file" if os.path.lexists(path) else None
 
-    def _target(self, path: str) -> tuple[str, str | None, bool]:
-        """(the path the last component names, what is there, trailing slash)."""
+    def _target(self, path: str) -> tuple[str, str, str | None, bool]:
+        """(the path the last component names, that component, what is there, trailing
+        slash)."""
         directory, last, trailing = self._walk(path)
         if last in (".", ".."):
             target = directory if last == "." else posixpath.dirname(directory)
         else:
             target = posixpath.join(directory, last)
-        return target, self._kind(target), trailing
+        return target, last, self._kind(target), trailing
+
+    def _is_bpffs_dir(self, path: str) -> bool:
+        return path == BPFFS_ROOT or path in self.dirs
 
     def pin(self, path: str, obj: object) -> None:
         """bpf_obj_pin_user: ``obj`` at ``path`` (the caller takes its reference)."""
-        target, kind, trailing = self._target(path)
+        target, _, kind, trailing = self._target(path)
         if kind is not None:
             raise KernelError(errno.EEXIST, f"{path} exists already")
         if trailing:
             raise KernelError(errno.ENOENT, f"{path!r}: a new pin has no trailing slash")
-        if posixpath.dirname(target) != BPFFS_ROOT:
+        if not self._is_bpffs_dir(posixpath.dirname(target)):
             raise KernelError(errno.EPERM, f"{path!r} is not on bpffs: the emulated bpffs is "
-                              f"mounted at {BPFFS_ROOT} (and has no subdirectories)")
+                              f"mounted at {BPFFS_ROOT}")
         self.pins[target] = obj
 
     def get(self, path: str) -> object:
         """bpf_obj_get_user: the object pinned at ``path``."""
-        target, kind, trailing = self._target(path)
+        target, _, kind, trailing = self._target(path)
         if kind is None:
             raise KernelError(errno.ENOENT, f"nothing is pinned at {path}")
         if kind != "pin":
@@ -101,8 +116,53 @@ class BpfFs:
             raise KernelError(errno.ENOTDIR, f"{path!r}: a pin is not a directory")
         return self.pins[target]
 
-    def unpin(self, path: str) -> object:
-        """unlink(2) of a pin: the object whose pin reference the caller drops."""
-        self.get(path)
-        target, _, _ = self._target(path)
+    def unlink(self, path: str) -> object:
+        """do_unlinkat of a pin: the object whose pin reference the caller drops."""
+        target, last, kind, trailing = self._target(path)
+        if last in (".", "..", "/") or kind == "dir":
+            raise KernelError(errno.EISDIR, f"{path} is a directory: rmdir removes it")
+        if kind is None:
+            raise KernelError(errno.ENOENT, f"nothing is pinned at {path}")
+        if trailing:
+            raise KernelError(errno.ENOTDIR, f"{path!r}: a pin is not a directory")
+        if kind != "pin":
+            raise KernelError(errno.EPERM, f"{path} is not on the emulated bpffs: it unlinks "
+                              f"only what is pinned under {BPFFS_ROOT}")
         return self.pins.pop(target)
+
+    def mkdir(self, path: str, mode: int) -> None:
+        """do_mkdirat: a directory at ``path``; one outside bpffs is made on the host with
+        ``mode`` (the emulated bpffs keeps no modes: it checks no permissions)."""
+        target, last, kind, _ = self._target(path)
+        if last in (".", "..", "/") or kind is not None:
+            raise KernelError(errno.EEXIST, f"{path} exists already")
+        if not self._is_bpffs_dir(posixpath.dirname(target)):
+            file_call(os.mkdir, target, mode)
+            return
+        self.dirs.add(target)
+
+    def rmdir(self, path: str) -> None:
+        """do_rmdir: the empty directory at ``path``; one outside bpffs is the host's."""
+        target, last, kind, _ = self._target(path)
+        if last == ".":  # do_rmdir: LAST_DOT, LAST_DOTDOT and LAST_ROOT before the lookup
+            raise KernelError(errno.EINVAL, f"{path!r}: rmdir of '.' (name the directory)")
+        if last == "..":
+            raise KernelError(errno.ENOTEMPTY, f"{path!r}: rmdir of '..' (its parent holds "
+                              "this directory)")
+        if last == "/":
+            raise KernelError(errno.EBUSY, "/ is a mount point")
+        if kind is None:
+            raise KernelError(errno.ENOENT, f"{path}: no such directory")
+        if kind != "dir":
+            raise KernelError(errno.ENOTDIR, f"{path} is not a directory")
+        if target in _ROOT_AND_ABOVE:
+            raise KernelError(errno.EBUSY, f"{path} is a mount point")
+        if target not in self.dirs:
+            file_call(os.rmdir, target)
+            return
+        inside = target + "/"
+        if any(p.startswith(inside) for p in self.pins) or \
+                any(d.startswith(inside) for d in self.dirs):
+            raise KernelError(errno.ENOTEMPTY, f"{path} is not empty")
+        self.dirs.discard(target)
+

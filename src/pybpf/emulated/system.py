@@ -27,7 +27,7 @@ import weakref
 from typing import Any
 
 from .. import hostinfo
-from ..attrs import MapAttr, length_problem, pin_path, value_problem
+from ..attrs import MapAttr, length_problem, value_problem
 from ..errors import KernelError
 from ..system import BatchLookup, FastOps, MapInfo, System
 from ..topology import Topology
@@ -587,17 +587,21 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
             self.bpf_prog_inc(obj)
         return self.fd_install(obj)
 
-    def obj_unpin(self, path: str) -> None:
-        """unlink(2) of a pin: drop the pin's reference."""
-        try:
-            with self._lock:
-                obj = self.bpffs.unpin(pin_path(path))
-        except KernelError as exc:
-            raise self._fail(exc, "obj_unpin") from None
+    def _obj_unpin(self, path: str) -> None:
+        with self._lock:
+            obj = self.bpffs.unlink(path)
         if isinstance(obj, BpfMap):
             self.bpf_map_put(obj)
         else:
             self.bpf_prog_put(obj)
+
+    def _mkdir(self, path: str, mode: int) -> None:
+        with self._lock:
+            self.bpffs.mkdir(path, mode)
+
+    def _rmdir(self, path: str) -> None:
+        with self._lock:
+            self.bpffs.rmdir(path)
 
     # -- close -------------------------------------------------------------------------------
     def _close(self, fd: int) -> None:

@@ -42,7 +42,7 @@ from ..attrs import (
     value_problem,
 )
 from ..btf import Btf, Kind
-from ..errors import KernelError, bpf_error
+from ..errors import KernelError, bpf_error, file_call
 from ..system import BatchLookup, FastOps, MapInfo, ProgInfo, System, TestRun
 from ..topology import Topology, host_topology
 from ..uapi import BPF_F_SOCKMAP_TARGET_CPU, Cmd, MapType, map_traits, syscall_value_size
@@ -511,6 +511,15 @@ class KernelSystem(SockMapMixin, System):
         if fd < 0:
             raise KernelError(-fd, _pin_detail(-fd, path))
         return _fresh(fd)
+
+    def _obj_unpin(self, path: str) -> None:
+        file_call(os.unlink, path)
+
+    def _mkdir(self, path: str, mode: int) -> None:
+        file_call(os.mkdir, path, mode)
+
+    def _rmdir(self, path: str) -> None:
+        file_call(os.rmdir, path)
 
     def _close(self, fd: int) -> None:
         _MAPS.pop(fd, None)

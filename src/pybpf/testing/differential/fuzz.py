@@ -172,10 +172,9 @@ class Side:
         self.fds.clear()
         pins = glob.glob(f"{BPFFS}/{self.prefix}*") if self.sys.name == "kernel" else [
             f"{BPFFS}/{self.prefix}n{i}" for i in range(4)]
-        unpin = getattr(self.sys, "obj_unpin", os.unlink)
         for path in pins:
             with contextlib.suppress(OSError):
-                unpin(path)
+                self.sys.obj_unpin(path)
 
 
 def _success(compare: str, out: object) -> Outcome:
