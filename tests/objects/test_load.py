@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import shutil
 import struct
 import uuid
 
@@ -31,9 +32,7 @@ def pin_root(backend):
     path = f"/sys/fs/bpf/pybpf-test-{uuid.uuid4().hex[:8]}"
     os.mkdir(path)
     yield path
-    for name in os.listdir(path):
-        os.unlink(os.path.join(path, name))
-    os.rmdir(path)
+    shutil.rmtree(path)
 
 
 @pytest.fixture
@@ -467,6 +466,29 @@ char LICENSE[] SEC("license") = "GPL";
     with pytest.raises(BPFError) as gone:
         backend.obj_get(os.path.join(pin_root, "pin_then_fail"))
     assert gone.value.errno == errno.ENOENT
+
+
+def test_a_missing_pin_directory_is_made_as_libbpf_makes_it(compile_source, backend,
+                                                            pin_root):
+    """libbpf's make_parent_dir: the pin's own directory is made if missing, not the ones
+    above it (ENOENT, as libbpf 1.1 fails on 6.18)."""
+    path = compile_source("pin_in_subdir", """
+struct { __uint(type, BPF_MAP_TYPE_HASH); __type(key, __u32); __type(value, __u64);
+         __uint(max_entries, 8); __uint(pinning, LIBBPF_PIN_BY_NAME); } pin_in_subdir
+    SEC(".maps");
+char LICENSE[] SEC("license") = "GPL";
+""")
+    spec = ObjectSpec.from_file(path)
+    subdir = os.path.join(pin_root, f"sub-{uuid.uuid4().hex[:8]}")
+    with spec.load(backend, pin_root_path=subdir) as obj:
+        obj.maps["pin_in_subdir"][1] = 11
+        with spec.load(backend, pin_root_path=subdir + "/") as again:  # there now: reused
+            assert again.maps["pin_in_subdir"][1] == 11
+    backend.obj_unpin(os.path.join(subdir, "pin_in_subdir"))
+    backend.rmdir(subdir)
+    with pytest.raises(BPFError, match=r"map 'pin_in_subdir': failed to pin at") as refused:
+        spec.load(backend, pin_root_path=os.path.join(subdir, "deeper"))
+    assert refused.value.errno == errno.ENOENT
 
 
 def test_an_inner_map_template_has_the_objects_btf_types(compile_source, backend):

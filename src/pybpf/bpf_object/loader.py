@@ -18,7 +18,8 @@
    kernel refuses it, a warning says why (with the kernel's log) and loading goes on
    without it (maps untyped, programs without func_info).
 2. Maps, in the object's order: a pinned map (``LIBBPF_PIN_BY_NAME``) that already exists
-   under ``pin_root_path`` is reused when it matches, else created and pinned; maps are
+   under ``pin_root_path`` is reused when it matches, else created and pinned (the pin's
+   directory made first if missing, as libbpf's make_parent_dir does); maps are
    created with their BTF key/value types (retried without them if the kernel refuses, as
    libbpf does; a PERF_EVENT_ARRAY without max_entries gets a slot per possible CPU);
    global data maps get their initial bytes (``.kconfig``: the values worked out above),
@@ -317,12 +318,23 @@ def _create_map(obj: Object, m: ObjectMap, pin_root: str) -> Map:
             template.close()
     if path is not None:
         try:
+            _make_parent_dir(system, path)
             created.pin(path)
         except BPFError as exc:
             created.close()
             raise _map_error(m, f"failed to pin at '{path}'", exc) from exc
         obj.pinned.append(path)
     return created
+
+
+def _make_parent_dir(system: System, path: str) -> None:
+    """libbpf's make_parent_dir(): the pin's directory, made (0700) if missing; only that
+    one: a missing directory above it is ENOENT."""
+    try:
+        system.mkdir(os.path.dirname(path), 0o700)
+    except BPFError as exc:
+        if exc.errno != errno.EEXIST:
+            raise
 
 
 def _sized(spec: MapSpec, system: System) -> MapSpec:
