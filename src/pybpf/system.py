@@ -28,7 +28,8 @@ that only translates it, to bpf(2) (``pybpf.kernel``) or to the emulated subsyst
 - Failures: backends raise ``errors.KernelError``; ``_fail`` turns it into the public
   ``BPFError`` (command, object, detail, ``count`` for batches) here, once.
 - Batch lookups return what the kernel wrote even when it ended with ENOENT (``end=True``);
-  a write batch that stops early raises with ``count`` = elements done before the error.
+  a write batch that stops early raises with ``count`` = elements done before the error, and
+  a refused batch (a lookup, or a write refused before its first element) with ``count`` 0.
 """
 
 from __future__ import annotations
@@ -351,6 +352,10 @@ class System(abc.ABC):
                                           unsigned(elem_flags, 64, "elem_flags"),
                                           unsigned(flags, 64, "flags"), delete)
         except KernelError as exc:
+            # A refused lookup returns no element: the kernel leaves count as given (refused
+            # before the handler) or writes 0 (after its put_user(0)), never more.
+            if exc.count is None:
+                exc.count = 0
             raise self._map_fail(exc, command, fd) from None
 
     def map_lookup_batch(self, fd: int, in_batch: bytes | None, count: int,

@@ -17,6 +17,7 @@ from pybpf.asm import R0, assemble, encode, exit_, mov64
 from pybpf.errors import BPFError
 from pybpf.uapi import (
     BPF_EXIST,
+    BPF_F_LOCK,
     BPF_F_RDONLY,
     BPF_F_SLEEPABLE,
     BPF_F_WRONLY,
@@ -267,6 +268,56 @@ def test_a_batch_token_of_the_wrong_length_is_einval(maps, map_type, token):
     with pytest.raises(BPFError, match="in_batch is") as info:
         maps.sys.map_lookup_batch(fd, token, 4)
     assert info.value.errno == errno.EINVAL
+
+
+# What the kernel leaves in attr.count (6.18): the count given when the command is refused
+# before the map's handler writes 0 (fd, permissions, flags, no handler), 0 when refused after
+# it (an unreadable in_batch: EFAULT, here a wrong-length one; ENOSPC, whose count 0
+# test_element_ops checks). Either way no element came back, so both backends report count 0,
+# as for a write batch refused before its first element. The count given is over the map's
+# capacity, which the kernel backend clamps before it calls the kernel.
+@pytest.mark.parametrize("delete", [False, True], ids=["lookup", "lookup_and_delete"])
+@pytest.mark.parametrize("case, expected", [
+    ("closed fd", errno.EBADF),
+    ("not a map", errno.EINVAL),
+    ("elem_flags", errno.EINVAL),
+    ("BPF_F_LOCK without a spin lock", errno.EINVAL),
+    ("htab flags", errno.EINVAL),
+    ("write-only fd", errno.EPERM),
+    ("no batch handler", ENOTSUPP),
+    ("wrong-length in_batch", errno.EINVAL),
+])
+def test_a_refused_lookup_batch_reports_count_zero(maps, delete, case, expected):
+    sys = maps.sys
+    fd = maps.create(MapType.HASH, 4, 8, 4)
+    sys.map_update_elem(fd, u32(1), bytes(8))
+    args = dict(fd=fd, in_batch=None, count=1000, elem_flags=0, flags=0)
+    if case == "closed fd":
+        args["fd"] = 999_999
+    elif case == "not a map":
+        args["fd"] = os.open("/", os.O_RDONLY)
+    elif case == "elem_flags":
+        args["elem_flags"] = 8
+    elif case == "BPF_F_LOCK without a spin lock":
+        args["elem_flags"] = BPF_F_LOCK
+    elif case == "htab flags":
+        args["flags"] = 1
+    elif case == "write-only fd":
+        args["fd"] = sys.map_get_fd_by_id(sys.map_get_info(fd).id, BPF_F_WRONLY)
+        maps.fds.append(args["fd"])
+    elif case == "no batch handler":
+        args["fd"] = maps.create(MapType.QUEUE, 0, 8, 4)
+    elif case == "wrong-length in_batch":
+        args["in_batch"] = b"abc"
+    lookup = sys.map_lookup_and_delete_batch if delete else sys.map_lookup_batch
+    try:
+        with pytest.raises(BPFError) as info:
+            lookup(args["fd"], args["in_batch"], args["count"], args["elem_flags"],
+                   args["flags"])
+    finally:
+        if case == "not a map":
+            os.close(args["fd"])
+    assert (info.value.errno, info.value.count) == (expected, 0)
 
 
 def test_a_huge_batch_count_takes_no_more_memory_than_the_map_holds(maps):

@@ -416,7 +416,8 @@ class KernelSystem(SockMapMixin, System):
         if ret < 0 and ret != -errno.ENOENT:
             if problem and ret == -errno.EFAULT:
                 raise KernelError(errno.EINVAL, problem)
-            raise KernelError(-ret, count=attr.count)
+            # As for write batches: a count still equal to the one given was never written.
+            raise KernelError(-ret, count=attr.count if attr.count < n else 0)
         got = attr.count if n else 0
         ks, vs = meta.key_size, meta.value_size
         raw_keys, raw_values = keys.raw, values.raw
