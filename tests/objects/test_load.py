@@ -255,6 +255,50 @@ def test_bpftool_prints_typed_values(build_object, kernel):
         os.rmdir(root)
 
 
+# libbpf 1.1 on globals.c: bpf_map__name() of each map in its order, and its kernel name.
+LIBBPF_DATA_MAP_NAMES = {"globals.rodata": "globals.rodata", "globals.data": "globals.data",
+                         ".data.tuning": ".data.tuning", ".rodata.table": ".rodata.table",
+                         "globals.bss": "globals.bss"}
+
+
+def test_global_data_maps_are_named_as_libbpf_names_them(load):
+    obj = load("globals")
+    assert {name: m.info().name for name, m in obj.maps.items()} == LIBBPF_DATA_MAP_NAMES
+    assert list(obj.maps) == list(LIBBPF_DATA_MAP_NAMES)
+    # bpf_object__find_map_by_name: a name with a leading dot is the map's ELF section.
+    for section in (".data", ".rodata", ".bss", ".data.tuning", ".rodata.table"):
+        assert section in obj.maps
+        assert obj.maps[section] is obj.maps.get(section) is obj.maps[
+            section if section.count(".") > 1 else f"globals{section}"]
+    assert ".rodata.tab" not in obj.maps and obj.maps.get("globals") is None
+
+
+def test_map_names_are_libbpfs_on_the_same_object(build_object, kernel):
+    """bpftool loads the object with libbpf and pins its maps by bpf_map__name(), its dots
+    made underscores (libbpf's sanitize_pin_path)."""
+    import subprocess
+
+    from conftest import need_tool
+
+    bpftool = need_tool("bpftool")
+    path = build_object("globals")
+    root = f"/sys/fs/bpf/pybpf-test-{uuid.uuid4().hex[:8]}"
+    os.mkdir(root)
+    try:
+        subprocess.run([bpftool, "prog", "loadall", str(path), f"{root}/progs", "pinmaps",
+                        f"{root}/maps"], check=True, capture_output=True, text=True)
+        libbpf_names = {}
+        for name in os.listdir(f"{root}/maps"):
+            fd = kernel.obj_get(f"{root}/maps/{name}")
+            libbpf_names[name] = kernel.map_get_info(fd).name
+            kernel.close(fd)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    with ObjectSpec.from_file(path).load(kernel) as obj:
+        assert {name.replace(".", "_"): m.info().name for name, m in obj.maps.items()} == \
+            libbpf_names
+
+
 def test_loading_a_big_endian_object_on_this_host_is_refused(build_object, emulated):
     spec = ObjectSpec.from_file(build_object("subprogs", "bpfeb"))
     with pytest.raises(Exception, match="big-endian; this machine is not"):

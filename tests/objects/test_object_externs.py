@@ -156,7 +156,7 @@ def test_kconfig_externs_are_laid_out_as_libbpf_lays_them_out(build_object):
     assert {e.name: e.kcfg_type for e in spec.kconfig.values()}["CONFIG_PYBPF_TRI"] == \
         KcfgType.TRISTATE
     m = spec.maps[".kconfig"]
-    assert list(spec.maps)[-1] == ".kconfig" and m.kind == "kconfig" and m.frozen
+    assert list(spec.maps)[-1] == "externs.kconfig" and m.kind == "kconfig" and m.frozen
     assert (m.spec.type, m.spec.key_size, m.spec.value_size, m.spec.max_entries) == \
         (MapType.ARRAY, 4, 34, 1)
     assert m.spec.flags == BPF_F_RDONLY_PROG | BPF_F_MMAPABLE == 0x480

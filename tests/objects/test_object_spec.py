@@ -112,12 +112,12 @@ def test_global_data_maps(spec):
     data = {n: (m.kind, m.spec.name, m.spec.value_size, m.spec.flags, m.frozen)
             for n, m in s.maps.items()}
     mmap = BPF_F_MMAPABLE
-    assert data == {
-        ".rodata": ("rodata", "globals.rodata", 24, BPF_F_RDONLY_PROG | mmap, True),
-        ".data": ("data", "globals.data", 12, mmap, False),
+    assert data == {  # by libbpf's bpf_map__name(): the kernel name, or the custom section
+        "globals.rodata": ("rodata", "globals.rodata", 24, BPF_F_RDONLY_PROG | mmap, True),
+        "globals.data": ("data", "globals.data", 12, mmap, False),
         ".data.tuning": ("data", ".data.tuning", 4, mmap, False),
         ".rodata.table": ("rodata", ".rodata.table", 8, BPF_F_RDONLY_PROG | mmap, True),
-        ".bss": ("bss", "globals.bss", 40, mmap, False),
+        "globals.bss": ("bss", "globals.bss", 40, mmap, False),
     }
     for m in s.maps.values():
         assert (m.spec.type, m.spec.key_size, m.spec.max_entries) == (MapType.ARRAY, 4, 1)
@@ -156,6 +156,18 @@ def test_internal_map_names_follow_libbpf():
     assert internal_map_name("my_object_name", ".kconfig") == "my_obje.kconfig"
     assert internal_map_name("obj", ".rodata.abracadabra") == ".rodata.abracad"
     assert internal_map_name("a-b", ".data") == "a_b.data"
+
+
+@pytest.mark.parametrize("section, name", [
+    (".data", "my_objec.data"), (".kconfig", "my_obje.kconfig"),
+    (".data.abracadabra_long", ".data.abracadabra_long"), (".rodata.x-y", ".rodata.x-y"),
+    (".bss.verylongname_x", ".bss.verylongna"),
+])
+def test_data_map_names_follow_libbpf(section, name):
+    """bpf_map__name() as libbpf 1.1 gives it: a custom .data.*/.rodata.* map keeps its
+    section name (map_uses_real_name), the others have their kernel name."""
+    from pybpf.bpf_object.map_defs import data_map_name
+    assert data_map_name("my_object_name_long", section) == name
 
 
 # -- programs -----------------------------------------------------------------------------

@@ -245,7 +245,7 @@ def kconfig_map(btf: Btf, externs: Mapping[str, KconfigExtern], obj_name: str) -
     variables = {e.name: GlobalVariable(e.name, KCONFIG_SEC, e.offset, e.size, e.type_id,
                                         btf_codec(btf, e.type_id, e.name))
                  for e in externs.values()}
-    return ObjectMap(KCONFIG_SEC, KCONFIG_SEC, spec, 0, datasec_id, data=bytearray(size),
+    return ObjectMap(spec.name, KCONFIG_SEC, spec, 0, datasec_id, data=bytearray(size),
                      variables=variables, frozen=True)
 
 

@@ -64,9 +64,9 @@ from ..uapi import (
     map_traits,
 )
 from .errors import ObjectError, UnsupportedError
-from .externs import ResolvedKsym, patch_ksym, resolve_kconfig, resolve_ksyms
+from .externs import KCONFIG_SEC, ResolvedKsym, patch_ksym, resolve_kconfig, resolve_ksyms
 from .linker import RelocKind
-from .map_defs import LIBBPF_PIN_BY_NAME, Globals, ObjectMap
+from .map_defs import LIBBPF_PIN_BY_NAME, Globals, MapsByName, ObjectMap
 from .relo_core import POISON_IMM, Poisoned, apply_core_relos, essential_name, types_are_compat
 from .section_defs import SecFlag, SectionDef
 
@@ -101,7 +101,8 @@ def check_loadable(spec: Any, program: Any) -> None:
 class Object(Closable):
     """A loaded BPF object (libbpf's ``bpf_object`` after load, cilium's ``Collection``).
 
-    ``maps`` and ``programs`` are by name (global data maps by section: ``.data``, ...);
+    ``maps`` and ``programs`` are by name (global data maps by libbpf's names,
+    ``<obj>.data``, and found by their sections too: ``maps[".data"]``);
     ``globals`` reads and writes global variables in the live maps; ``kfuncs`` gives each
     kfunc extern's BTF id in the System's kernel BTF (None: weak, left unresolved).
     """
@@ -109,7 +110,7 @@ class Object(Closable):
     def __init__(self, spec: Any, system: System) -> None:
         self.spec = spec
         self.system = system
-        self.maps: dict[str, Map] = {}
+        self.maps: MapsByName[Map] = MapsByName(sections=spec.maps.sections)
         self.programs: dict[str, Program] = {}
         self.links: list[Link] = []
         self.btf_fd: int | None = None
@@ -201,7 +202,8 @@ def load_object(spec: Any, system: System | None = None, *,
                 any(p.core_relos for p in spec.programs.values() if p.autoload):
             target_btf = Btf.from_bytes(system.vmlinux_btf())
         if spec.kconfig:
-            obj.initial_data[".kconfig"] = resolve_kconfig(spec.kconfig, system, kconfig)
+            obj.initial_data[spec.maps[KCONFIG_SEC].name] = resolve_kconfig(spec.kconfig,
+                                                                            system, kconfig)
         if spec.ksyms:
             obj.ksyms = resolve_ksyms(spec.ksyms, spec.btf, system, target_btf)
         if spec.kfuncs:
@@ -478,7 +480,9 @@ def _patch_kfunc(code: bytearray, prog: str, relo: Any,
 
 def _load_program(obj: Object, prog: Any, target_btf: Btf | None, log_level: int) -> Program:
     system, spec = obj.system, obj.spec
-    code, poisoned = program_code(prog, {name: m.fd for name, m in obj.maps.items()},
+    map_fds = MapsByName({name: m.fd for name, m in obj.maps.items()},
+                         sections=obj.maps.sections)
+    code, poisoned = program_code(prog, map_fds,
                                   spec.btf, target_btf, obj.kfuncs, obj.ksyms)
     btf_args: dict[str, Any] = {}
     if obj.btf_fd is not None and prog.func_info:

@@ -10,8 +10,9 @@
   samples and older programs still use them, and cilium/ebpf reads them).
 - Global data: each ``.data``, ``.rodata``, ``.bss``, ``.data.*``, ``.rodata.*`` and
   ``.bss.*`` section is a one-element ARRAY whose value is the section, named as libbpf
-  names it (``internal_map_name``); ``.rodata`` is read-only for programs and is frozen
-  after it is filled.
+  names it (``data_map_name``; its kernel name ``internal_map_name``: ``<obj>.data``) and
+  found by its section name too (``MapsByName``); ``.rodata`` is read-only for programs and
+  is frozen after it is filled.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import mmap
 import struct
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ..btf import Array, Btf, BtfError, Datasec, Enum, FuncProto, Ptr, Struct, Var
 from ..btf.codecs import btf_codec
@@ -37,6 +38,7 @@ _LEGACY_DEF = struct.Struct("5I")  # struct bpf_map_def
 _MAP_IN_MAP = (MapType.ARRAY_OF_MAPS, MapType.HASH_OF_MAPS)
 U32_MAX = 2**32 - 1
 _DATA_PREFIXES = (".data", ".rodata", ".bss")
+_Map = TypeVar("_Map")
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ class GlobalVariable:
     """A variable of a global data section: where it lies in its map's value."""
 
     name: str
-    map: str          # the ObjectMap (section name, e.g. ".data")
+    map: str          # its map's section (e.g. ".data"), which finds it in MapsByName
     offset: int
     size: int
     type_id: int      # its BTF type (0 without BTF)
@@ -86,6 +88,30 @@ class ObjectMap:
         if self.section == ".kconfig":  # the __kconfig externs' values (externs.py)
             return "kconfig"
         return _data_kind(self.section)[1:]
+
+
+class MapsByName(dict[str, _Map]):
+    """Maps by name (libbpf's bpf_map__name: ``<obj>.data``, ``.data.custom``, ``counts``),
+    also found as bpf_object__find_map_by_name finds them: a name that starts with a dot is
+    a global data map's ELF section (``.data``, ``.rodata``, ``.bss``, ``.kconfig``).
+    ``sections`` maps those sections to the maps' names."""
+
+    def __init__(self, maps: Mapping[str, _Map] | None = None, *,
+                 sections: Mapping[str, str]) -> None:
+        super().__init__(maps or {})
+        self.sections = dict(sections)
+
+    def _name(self, name: str) -> str:
+        return self.sections.get(name, name)
+
+    def __getitem__(self, name: str) -> _Map:
+        return super().__getitem__(self._name(name))
+
+    def __contains__(self, name: object) -> bool:
+        return super().__contains__(self._name(name) if isinstance(name, str) else name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return super().get(self._name(name), default)
 
 
 class Globals(MutableMapping[str, Any]):
@@ -154,6 +180,14 @@ def is_data_section(section: Section) -> bool:
     if kind is None or section.executable or section.size == 0:
         return False
     return section.type == (SHT_NOBITS if kind == ".bss" else SHT_PROGBITS)
+
+
+def data_map_name(obj_name: str, section: str) -> str:
+    """libbpf's bpf_map__name() of a global data map: a custom ``.data.*`` or ``.rodata.*``
+    map is called by its section (map_uses_real_name), the others by their kernel name."""
+    if section.startswith((".data.", ".rodata.")):
+        return section
+    return internal_map_name(obj_name, section)
 
 
 def internal_map_name(obj_name: str, section: str) -> str:
@@ -454,7 +488,8 @@ def data_map(elf: ElfFile, btf: Btf | None, section: Section, obj_name: str) -> 
     spec = MapSpec(MapType.ARRAY, 4, section.size, 1, flags=flags,
                    name=internal_map_name(obj_name, section.name), value=value)
     data = bytearray(section.size) if section.type == SHT_NOBITS else bytearray(section.data)
-    return ObjectMap(section.name, section.name, spec, 0, datasec_id or 0, data=data,
+    return ObjectMap(data_map_name(obj_name, section.name), section.name, spec, 0,
+                     datasec_id or 0, data=data,
                      variables=variables, frozen=kind == ".rodata")
 
 

@@ -3,7 +3,8 @@
 Named as the ecosystem names it: libbpf's ``bpf_object`` before ``bpf_object__load``,
 cilium/ebpf's ``CollectionSpec``. An ``ObjectSpec`` holds
 
-- ``maps``: ``ObjectMap`` by name (BTF-defined, legacy, global data by section name);
+- ``maps``: ``ObjectMap`` by name (BTF-defined, legacy, global data as libbpf names them:
+  ``<obj>.data``, ``.data.custom``; ``maps[".data"]`` finds one by its section too);
 - ``programs``: ``ObjectProgram`` by function name, linked (subprograms appended), with
   the relocations left for load time (map fds, kfuncs, ksyms, unsupported externs) and the CO-RE
   records;
@@ -61,6 +62,7 @@ from .linker import Reloc, RelocKind, attach_btf_ext, collect_functions, link, r
 from .loader import DEFAULT_PIN_ROOT, Object, load_object
 from .map_defs import (
     Globals,
+    MapsByName,
     ObjectMap,
     btf_maps,
     data_map,
@@ -143,7 +145,7 @@ class ObjectSpec:
 
     name: str
     byteorder: str
-    maps: dict[str, ObjectMap]
+    maps: MapsByName[ObjectMap]
     programs: dict[str, ObjectProgram]
     license: str
     kern_version: int
@@ -232,12 +234,17 @@ def _parse(elf: ElfFile, obj_name: str) -> ObjectSpec:
                 raise ObjectError(f"map '{m.name}' is defined twice ('.maps' and 'maps')")
             maps[m.name] = m
             by_location[(legacy.index, m.offset)] = m.name
+    internal = []
     for section in elf.sections:
         if is_data_section(section):
-            maps[section.name] = data_map(elf, btf, section, obj_name)
+            internal.append(data_map(elf, btf, section, obj_name))
             data_by_section[section.index] = section.name
     if externs.kconfig:
-        maps[".kconfig"] = kconfig_map(btf, externs.kconfig, obj_name)
+        internal.append(kconfig_map(btf, externs.kconfig, obj_name))
+    for m in internal:
+        maps[m.name] = m
+    # Relocations name a global data map by its section, which finds it here.
+    maps = MapsByName(maps, sections={m.section: m.name for m in internal})
     for m in maps.values():
         if m.spec.type in _UNSUPPORTED_MAP_TYPES:
             unsupported.append(f"{_UNSUPPORTED_MAP_TYPES[m.spec.type]} (map '{m.name}')")
