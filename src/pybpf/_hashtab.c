@@ -1,9 +1,9 @@
 /*
  * HtabCore: the hot path of the emulated hash map (pybpf/emulated/maps/hashtab.py, after
  * kernel/bpf/hashtab.c) in C, with its modeled time charged straight to the C cache model:
- * the lookup, update and delete a program makes on a HASH or PERCPU_HASH map and the lookup
- * on an LRU_HASH map (the other LRU ops, LRU_PERCPU_HASH and maps of maps stay in Python),
- * and the map helpers around them. HtabMap makes one per map when the C model runs, and these
+ * the lookup, update and delete a program makes on a HASH, PERCPU_HASH or LRU_HASH map
+ * (LRU_PERCPU_HASH and maps of maps stay in Python; so do the LRU's lists, which an LRU
+ * map's update and delete call), and the map helpers around them. HtabMap makes one per map when the C model runs, and these
  * become the map's own methods.
  *
  * The Python code is the reference. This does its steps on its Python objects (the key table,
@@ -47,7 +47,8 @@ typedef struct {
 	uint64_t mask, stripe_mask, bucket_base, bucket_size;
 	int prealloc;
 	int percpu;             /* a PERCPU_HASH map: values in place, a slot per CPU */
-	int lru;                /* an LRU_HASH map: only its lookup is here */
+	int lru;                /* an LRU_HASH map: its nodes come from the LRU */
+	PyObject *lru_list;     /* its BpfLru, or NULL */
 	Py_ssize_t value_size;
 	PyObject *zeros;        /* a per-CPU slot's zeros */
 } HtabCore;
@@ -56,7 +57,7 @@ static PyObject *s_cpu, *s_hash, *s_key, *s_value, *s_addr, *s_node, *s_pops, *s
 	*s_acquire, *s_release, *s_update_event, *s_delete_event, *s_jhash_byte, *s_bucket_lock,
 	*s_check_flags, *s_alloc_htab_elem, *s_new_elem_on_home,
 	*s_retire_replaced, *s_release_elem, *s_key_not_found, *s_special_fields, *s_lookup_event,
-	*s_errno, *s_ref, *s_mem, *s_value_size, *s_value_regions, *s_region_of, *s_one, *s_false;
+	*s_errno, *s_ref, *s_lru_update_event, *s_prealloc_lru_pop, *s_push_free, *s_mem, *s_value_size, *s_value_regions, *s_region_of, *s_one, *s_false;
 
 static PyObject *attr(PyObject *obj, const char *name)
 {
@@ -142,6 +143,8 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 		PyErr_SetString(PyExc_TypeError, "HtabCore: an LRU_PERCPU_HASH map has none");
 		goto out;
 	}
+	if (c->lru && (c->lru_list = attr(bpf_map, "lru_list")) == NULL)
+		goto out;
 	if (c->prealloc && !c->lru) {
 		if ((c->freelist = attr(bpf_map, "freelist")) == NULL
 		    || (c->free_lists = attr(c->freelist, "lists")) == NULL
@@ -195,6 +198,7 @@ static int htab_core_traverse(PyObject *op, visitproc visit, void *arg)
 	Py_VISIT(c->extra_elems);
 	Py_VISIT(c->key_size);
 	Py_VISIT(c->zeros);
+	Py_VISIT(c->lru_list);
 	return 0;
 }
 
@@ -225,6 +229,7 @@ static int htab_core_clear(PyObject *op)
 	Py_CLEAR(c->extra_elems);
 	Py_CLEAR(c->key_size);
 	Py_CLEAR(c->zeros);
+	Py_CLEAR(c->lru_list);
 	return 0;
 }
 
@@ -641,6 +646,90 @@ out:
 	return result;
 }
 
+/* HtabLruMap.htab_lru_map_update_elem: a node from the LRU (which may evict: Python's
+ * prealloc_lru_pop) takes the value before the bucket lock; it goes back to the LRU if the
+ * flags refuse the update, the replaced one after the locks */
+static PyObject *lru_update(HtabCore *c, PyObject *key, PyObject *value, long flags,
+			    PyObject *flags_obj)
+{
+	PyObject *hash = NULL, *stripe = NULL, *cpu_obj = NULL, *tlock = NULL, *index = NULL;
+	PyObject *node = NULL, *old = NULL, *result = NULL;
+	PyObject *type = NULL, *exc = NULL, *tb = NULL;  /* check_flags' error */
+	uint64_t h;
+	int cpu, failed = 1;
+	if ((hash = PyObject_CallOneArg(c->hash_fn, key)) == NULL || parse_addr(hash, &h) < 0
+	    || (cpu_obj = current_cpu(c, &cpu)) == NULL
+	    || charge_n(c->model, cpu_obj, s_lru_update_event, s_one) < 0
+	    || charge_n(c->model, cpu_obj, s_jhash_byte, c->key_size) < 0
+	    || (node = PyObject_CallMethodNoArgs(c->map, s_prealloc_lru_pop)) == NULL
+	    || PyObject_SetAttr(node, s_key, key) < 0 || PyObject_SetAttr(node, s_hash, hash) < 0
+	    || fill_value(c, node, value, cpu, 1) < 0
+	    || (index = PyLong_FromUnsignedLongLong(h & c->mask)) == NULL
+	    || (tlock = bucket_lock(c, index, hash)) == NULL
+	    || (stripe = take_stripe(c, h)) == NULL)
+		goto out;
+	PyObject *lock_args[2] = {cpu_obj, tlock};
+	PyObject *done = cm_spin_lock(c->model, lock_args, 2);
+	if (done == NULL) {
+		unlock(c, NULL, NULL, stripe);
+		goto out;
+	}
+	Py_DECREF(done);
+	/* the locks are held: every way out goes through unlock */
+	PyObject *chain = PyDict_GetItemWithError(c->buckets, index);
+	if ((chain == NULL && PyErr_Occurred())
+	    || htab_chain_cost((CacheModel *)c->model, cpu,
+			       c->bucket_base + (h & c->mask) * c->bucket_size, chain, key) < 0)
+		goto locked_out;
+	old = Py_XNewRef(PyDict_GetItemWithError(c->table, key));
+	if (old == NULL && PyErr_Occurred())
+		goto locked_out;
+	if ((old != NULL && flags == BPF_NOEXIST) || (old == NULL && flags == BPF_EXIST)) {
+		Py_XDECREF(PyObject_CallMethodObjArgs(c->map, s_check_flags,
+						      old != NULL ? old : Py_None, flags_obj, NULL));
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_RuntimeError, "check_flags let a refused update pass");
+		PyErr_Fetch(&type, &exc, &tb);  /* raised once the node is back */
+		Py_CLEAR(old);
+	} else if (old == NULL ? link_elem(c, node, key, index, h & c->mask) < 0
+		   : PyObject_SetAttr(node, s_ref, s_one) < 0
+		   || replace_elem(c, old, node, key, index) < 0) {
+		goto locked_out;
+	}
+	failed = 0;
+locked_out:
+	if (unlock(c, cpu_obj, tlock, stripe) < 0 || failed)
+		goto out;
+	if (type != NULL) {  /* the node goes back, but what it evicted stays evicted */
+		PyObject *back = PyObject_CallMethodOneArg(c->lru_list, s_push_free, node);
+		Py_XDECREF(back);
+		if (back != NULL)
+			PyErr_Restore(type, exc, tb);
+		else {
+			Py_XDECREF(type);
+			Py_XDECREF(exc);
+			Py_XDECREF(tb);
+		}
+		goto out;
+	}
+	if (old != NULL) {
+		PyObject *released = PyObject_CallMethodOneArg(c->map, s_release_elem, old);
+		if (released == NULL)
+			goto out;
+		Py_DECREF(released);
+	}
+	result = Py_NewRef(Py_None);
+out:
+	Py_XDECREF(hash);
+	Py_XDECREF(stripe);
+	Py_XDECREF(cpu_obj);
+	Py_XDECREF(tlock);
+	Py_XDECREF(index);
+	Py_XDECREF(node);
+	Py_XDECREF(old);
+	return result;
+}
+
 /* update(key, value, flags): the map's update from a program (a HASH map's
  * htab_map_update_elem, a PERCPU_HASH map's htab_percpu_map_update_elem) */
 static PyObject *htab_core_update(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
@@ -657,13 +746,15 @@ static PyObject *htab_core_update(PyObject *op, PyObject *const *args, Py_ssize_
 			return NULL;
 		PyErr_Clear();
 	}
-	int special = c->lru || flags < 0 || flags > BPF_EXIST || !PyBytes_CheckExact(key)
+	int special = flags < 0 || flags > BPF_EXIST || !PyBytes_CheckExact(key)
 		? 1 : has_special_fields(c);
-	if (special)  /* an LRU map, other flags (BPF_F_LOCK, errors), special fields */
+	if (special)  /* other flags (BPF_F_LOCK, errors), special fields */
 		return special < 0 ? NULL : PyObject_Vectorcall(c->update_elem,
 			(PyObject *[]){c->map, key, value, args[2]}, 4, NULL);
 	if (c->percpu)
 		return update_in_place(c, key, value, flags, args[2]);
+	if (c->lru)
+		return lru_update(c, key, value, flags, args[2]);
 	PyObject *old = NULL, *hash = NULL, *stripe = NULL, *cpu_obj = NULL, *tlock = NULL;
 	PyObject *index = NULL, *new = NULL, *result = NULL;
 	uint64_t h;
@@ -769,12 +860,13 @@ out:
 	return result;
 }
 
-/* delete(key): HtabMap.htab_map_delete_elem without reading the value */
+/* delete(key): HtabMap.htab_map_delete_elem without reading the value (an LRU map's element
+ * goes back to the LRU through its _release_elem) */
 static PyObject *htab_core_delete(PyObject *op, PyObject *key)
 {
 	HtabCore *c = (HtabCore *)op;
-	int special = c->lru || !PyBytes_CheckExact(key) ? 1 : has_special_fields(c);
-	if (special)  /* an LRU map (the node goes back to the LRU), a timer to free */
+	int special = !PyBytes_CheckExact(key) ? 1 : has_special_fields(c);
+	if (special)  /* a timer to free */
 		return special < 0 ? NULL : PyObject_CallFunctionObjArgs(c->delete_elem, c->map,
 									 key, NULL);
 	PyObject *hash = NULL, *stripe = NULL, *cpu_obj = NULL, *tlock = NULL, *index = NULL;
@@ -821,10 +913,10 @@ static PyObject *htab_core_delete(PyObject *op, PyObject *key)
 locked_out:
 	if (unlock(c, cpu_obj, tlock, stripe) < 0 || failed)
 		goto out;
-	if (c->prealloc) {  /* free_htab_elem: back to this CPU's free list */
+	if (c->freelist != NULL) {  /* free_htab_elem: back to this CPU's free list */
 		if (freelist_push(c, elem, cpu_obj, cpu) < 0)
 			goto out;
-	} else {
+	} else {  /* the allocator's, or the LRU's (htab_lru_push_free) */
 		PyObject *released = PyObject_CallMethodOneArg(c->map, s_release_elem, elem);
 		if (released == NULL)
 			goto out;
@@ -987,7 +1079,7 @@ static PyObject *helper_call(HtabCore *c, int op, PyObject *const *args, Py_ssiz
 	    || (key_size = PyLong_AsSsize_t(c->key_size)) < 0
 	    || (mem = PyObject_GetAttr(rs, s_mem)) == NULL)
 		goto out;
-	if (!PyDict_CheckExact(mem) || (c->lru && op != HELPER_LOOKUP))
+	if (!PyDict_CheckExact(mem))
 		goto python;
 	if ((key_at = plain_memory(mem, r2, key_size)) == NULL) {
 		if (PyErr_Occurred())
@@ -1123,6 +1215,9 @@ int htab_core_ready(void)
 	    || intern(&s_special_fields, "special_fields") < 0
 	    || intern(&s_lookup_event, "htab_map_lookup_elem") < 0
 	    || intern(&s_errno, "errno") < 0 || intern(&s_ref, "ref") < 0
+	    || intern(&s_lru_update_event, "htab_lru_map_update_elem") < 0
+	    || intern(&s_prealloc_lru_pop, "prealloc_lru_pop") < 0
+	    || intern(&s_push_free, "push_free") < 0
 	    || intern(&s_mem, "mem") < 0
 	    || intern(&s_value_size, "value_size") < 0
 	    || intern(&s_value_regions, "value_regions") < 0

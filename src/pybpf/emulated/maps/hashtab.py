@@ -162,18 +162,16 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
         self._bucket_locks: dict[int, SpinLock] = {}
         if self._c_model is not None and not (self.fd_htab or self.lru and self.percpu):
             # With the C model, the hot ops run in C (HtabCore), charged there, with the
-            # methods here as their reference and for the cases they hand back; of an LRU
-            # map's, only the lookup.
+            # methods here as their reference and for the cases they hand back.
             core = CACHE_MODEL.HtabCore(self, BUCKET_SIZE, type(self).map_update_elem,
                                         type(self).map_delete_elem)
             self.map_lookup_elem = core.lookup
-            self.c_helpers = {"lookup": core.helper_lookup}
-            if not self.lru:
-                self.map_update_elem = core.update
-                self.map_delete_elem = core.delete
-                self.c_helpers |= {"update": core.helper_update, "delete": core.helper_delete}
-            if not (self.lru or self.percpu):  # a per-CPU map's syscall update writes every
-                self.bpf_map_update_value = core.update  # slot: Python does it
+            self.map_update_elem = core.update
+            self.map_delete_elem = core.delete
+            if not self.percpu:  # a per-CPU map's syscall update writes every slot: Python
+                self.bpf_map_update_value = core.update
+            self.c_helpers = {"lookup": core.helper_lookup, "update": core.helper_update,
+                              "delete": core.helper_delete}
     def _hash(self, key: bytes) -> int:
         """htab_map_hash of ``key``, always from the key: an element found without its bucket
         lock may be recycled for another key meanwhile, so its ``hash`` cannot be trusted."""
