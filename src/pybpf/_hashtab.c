@@ -572,6 +572,49 @@ static int unlock(HtabCore *c, PyObject *cpu_obj, PyObject *tlock, PyObject *str
 	return rc;
 }
 
+/* The bucket's modeled spinlock taken (the stripe's released where that fails) */
+static int spin_lock(HtabCore *c, PyObject *cpu_obj, PyObject *tlock, PyObject *stripe)
+{
+	PyObject *args[2] = {cpu_obj, tlock};
+	PyObject *done = cm_spin_lock(c->model, args, 2);
+	if (done == NULL) {
+		unlock(c, NULL, NULL, stripe);
+		return -1;
+	}
+	Py_DECREF(done);
+	return 0;
+}
+
+/* An op's own charge and jhash over the key (HtabMap._op_cost's charges) */
+static int charge_op(HtabCore *c, PyObject *cpu_obj, PyObject *event)
+{
+	return charge_n(c->model, cpu_obj, event, s_one) < 0
+		|| charge_n(c->model, cpu_obj, s_jhash_byte, c->key_size) < 0 ? -1 : 0;
+}
+
+/* HtabMap._walk_cost: bucket ``index`` (of hash ``h``) walked up to ``key`` */
+static int walk_cost(HtabCore *c, int cpu, PyObject *key, PyObject *index, uint64_t h)
+{
+	PyObject *chain = PyDict_GetItemWithError(c->buckets, index);
+	if (chain == NULL && PyErr_Occurred())
+		return -1;
+	return htab_chain_cost((CacheModel *)c->model, cpu,
+			       c->bucket_base + (h & c->mask) * c->bucket_size, chain, key);
+}
+
+/* check_flags: whether BPF_NOEXIST or BPF_EXIST refuses the update, which its Python method
+ * then raises (1, the exception set), or not (0) */
+static int refused(HtabCore *c, PyObject *old, long flags, PyObject *flags_obj)
+{
+	if ((old == NULL || flags != BPF_NOEXIST) && (old != NULL || flags != BPF_EXIST))
+		return 0;
+	Py_XDECREF(PyObject_CallMethodObjArgs(c->map, s_check_flags, old != NULL ? old : Py_None,
+					      flags_obj, NULL));
+	if (!PyErr_Occurred())
+		PyErr_SetString(PyExc_RuntimeError, "check_flags let a refused update pass");
+	return 1;
+}
+
 /* The stripe lock of ``h``, taken */
 static PyObject *take_stripe(HtabCore *c, uint64_t h)
 {
@@ -599,31 +642,16 @@ static PyObject *update_in_place(HtabCore *c, PyObject *key, PyObject *value, lo
 	    || (tlock = bucket_lock(c, index, hash)) == NULL
 	    || (stripe = take_stripe(c, h)) == NULL)
 		goto out;
-	PyObject *lock_args[2] = {cpu_obj, tlock};
-	PyObject *done = cm_spin_lock(c->model, lock_args, 2);
-	if (done == NULL) {
-		unlock(c, NULL, NULL, stripe);
+	if (spin_lock(c, cpu_obj, tlock, stripe) < 0)
 		goto out;
-	}
-	Py_DECREF(done);
 	/* the locks are held: every way out goes through unlock */
-	PyObject *chain;
-	if (charge_n(c->model, cpu_obj, s_update_event, s_one) < 0
-	    || charge_n(c->model, cpu_obj, s_jhash_byte, c->key_size) < 0
-	    || ((chain = PyDict_GetItemWithError(c->buckets, index)) == NULL && PyErr_Occurred())
-	    || htab_chain_cost((CacheModel *)c->model, cpu,
-			       c->bucket_base + (h & c->mask) * c->bucket_size, chain, key) < 0)
+	if (charge_op(c, cpu_obj, s_update_event) < 0 || walk_cost(c, cpu, key, index, h) < 0)
 		goto locked_out;
 	old = Py_XNewRef(PyDict_GetItemWithError(c->table, key));
 	if (old == NULL && PyErr_Occurred())
 		goto locked_out;
-	if ((old != NULL && flags == BPF_NOEXIST) || (old == NULL && flags == BPF_EXIST)) {
-		Py_XDECREF(PyObject_CallMethodObjArgs(c->map, s_check_flags,
-						      old != NULL ? old : Py_None, flags_obj, NULL));
-		if (!PyErr_Occurred())
-			PyErr_SetString(PyExc_RuntimeError, "check_flags let a refused update pass");
+	if (refused(c, old, flags, flags_obj))
 		goto locked_out;
-	}
 	if (old != NULL) {
 		if (fill_value(c, old, value, cpu, 0) < 0)
 			goto locked_out;
@@ -659,8 +687,7 @@ static PyObject *lru_update(HtabCore *c, PyObject *key, PyObject *value, long fl
 	int cpu, failed = 1;
 	if ((hash = PyObject_CallOneArg(c->hash_fn, key)) == NULL || parse_addr(hash, &h) < 0
 	    || (cpu_obj = current_cpu(c, &cpu)) == NULL
-	    || charge_n(c->model, cpu_obj, s_lru_update_event, s_one) < 0
-	    || charge_n(c->model, cpu_obj, s_jhash_byte, c->key_size) < 0
+	    || charge_op(c, cpu_obj, s_lru_update_event) < 0
 	    || (node = PyObject_CallMethodNoArgs(c->map, s_prealloc_lru_pop)) == NULL
 	    || PyObject_SetAttr(node, s_key, key) < 0 || PyObject_SetAttr(node, s_hash, hash) < 0
 	    || fill_value(c, node, value, cpu, 1) < 0
@@ -668,27 +695,15 @@ static PyObject *lru_update(HtabCore *c, PyObject *key, PyObject *value, long fl
 	    || (tlock = bucket_lock(c, index, hash)) == NULL
 	    || (stripe = take_stripe(c, h)) == NULL)
 		goto out;
-	PyObject *lock_args[2] = {cpu_obj, tlock};
-	PyObject *done = cm_spin_lock(c->model, lock_args, 2);
-	if (done == NULL) {
-		unlock(c, NULL, NULL, stripe);
+	if (spin_lock(c, cpu_obj, tlock, stripe) < 0)
 		goto out;
-	}
-	Py_DECREF(done);
 	/* the locks are held: every way out goes through unlock */
-	PyObject *chain = PyDict_GetItemWithError(c->buckets, index);
-	if ((chain == NULL && PyErr_Occurred())
-	    || htab_chain_cost((CacheModel *)c->model, cpu,
-			       c->bucket_base + (h & c->mask) * c->bucket_size, chain, key) < 0)
+	if (walk_cost(c, cpu, key, index, h) < 0)
 		goto locked_out;
 	old = Py_XNewRef(PyDict_GetItemWithError(c->table, key));
 	if (old == NULL && PyErr_Occurred())
 		goto locked_out;
-	if ((old != NULL && flags == BPF_NOEXIST) || (old == NULL && flags == BPF_EXIST)) {
-		Py_XDECREF(PyObject_CallMethodObjArgs(c->map, s_check_flags,
-						      old != NULL ? old : Py_None, flags_obj, NULL));
-		if (!PyErr_Occurred())
-			PyErr_SetString(PyExc_RuntimeError, "check_flags let a refused update pass");
+	if (refused(c, old, flags, flags_obj)) {
 		PyErr_Fetch(&type, &exc, &tb);  /* raised once the node is back */
 		Py_CLEAR(old);
 	} else if (old == NULL ? link_elem(c, node, key, index, h & c->mask) < 0
@@ -795,37 +810,22 @@ static PyObject *htab_core_update(PyObject *op, PyObject *const *args, Py_ssize_
 	}
 	uint64_t at = h & c->mask;
 	if ((cpu_obj = current_cpu(c, &cpu)) == NULL
-	    || charge_n(c->model, cpu_obj, s_update_event, s_one) < 0
-	    || charge_n(c->model, cpu_obj, s_jhash_byte, c->key_size) < 0
+	    || charge_op(c, cpu_obj, s_update_event) < 0
 	    || (index = PyLong_FromUnsignedLongLong(at)) == NULL
 	    || (tlock = bucket_lock(c, index, hash)) == NULL) {
 		unlock(c, NULL, NULL, stripe);
 		goto out;
 	}
-	PyObject *lock_args[2] = {cpu_obj, tlock};
-	PyObject *done = cm_spin_lock(c->model, lock_args, 2);
-	if (done == NULL) {
-		unlock(c, NULL, NULL, stripe);
+	if (spin_lock(c, cpu_obj, tlock, stripe) < 0)
 		goto out;
-	}
-	Py_DECREF(done);
 	/* the locks are held: every way out goes through unlock */
-	PyObject *chain = PyDict_GetItemWithError(c->buckets, index);
-	if ((chain == NULL && PyErr_Occurred())
-	    || htab_chain_cost((CacheModel *)c->model, cpu, c->bucket_base + at * c->bucket_size,
-			       chain, key) < 0)
+	if (walk_cost(c, cpu, key, index, h) < 0)
 		goto locked_out;
 	Py_XSETREF(old, Py_XNewRef(PyDict_GetItemWithError(c->table, key)));
 	if (old == NULL && PyErr_Occurred())
 		goto locked_out;
-	if ((old != NULL && flags == BPF_NOEXIST) || (old == NULL && flags == BPF_EXIST)) {
-		/* check_flags raises the error */
-		Py_XDECREF(PyObject_CallMethodObjArgs(c->map, s_check_flags,
-						      old != NULL ? old : Py_None, args[2], NULL));
-		if (!PyErr_Occurred())
-			PyErr_SetString(PyExc_RuntimeError, "check_flags let a refused update pass");
+	if (refused(c, old, flags, args[2]))
 		goto locked_out;
-	}
 	if ((new = alloc_elem(c, key, value, hash, old, cpu_obj, cpu)) == NULL)
 		goto locked_out;
 	if (old == NULL ? link_elem(c, new, key, index, at) < 0
@@ -883,20 +883,10 @@ static PyObject *htab_core_delete(PyObject *op, PyObject *key)
 		unlock(c, NULL, NULL, stripe);
 		goto out;
 	}
-	PyObject *lock_args[2] = {cpu_obj, tlock};
-	PyObject *done = cm_spin_lock(c->model, lock_args, 2);
-	if (done == NULL) {
-		unlock(c, NULL, NULL, stripe);
+	if (spin_lock(c, cpu_obj, tlock, stripe) < 0)
 		goto out;
-	}
-	Py_DECREF(done);
 	/* the locks are held: every way out goes through unlock */
-	PyObject *chain;
-	if (charge_n(c->model, cpu_obj, s_delete_event, s_one) < 0
-	    || charge_n(c->model, cpu_obj, s_jhash_byte, c->key_size) < 0
-	    || ((chain = PyDict_GetItemWithError(c->buckets, index)) == NULL && PyErr_Occurred())
-	    || htab_chain_cost((CacheModel *)c->model, cpu, c->bucket_base + at * c->bucket_size,
-			       chain, key) < 0)
+	if (charge_op(c, cpu_obj, s_delete_event) < 0 || walk_cost(c, cpu, key, index, h) < 0)
 		goto locked_out;
 	elem = Py_XNewRef(PyDict_GetItemWithError(c->table, key));
 	if (elem == NULL) {
@@ -965,14 +955,9 @@ static PyObject *htab_core_lookup(PyObject *op, PyObject *key)
 	int cpu;
 	if ((cpu_obj = current_cpu(c, &cpu)) == NULL
 	    || (hash = PyObject_CallOneArg(c->hash_fn, key)) == NULL || parse_addr(hash, &h) < 0
-	    || charge_n(c->model, cpu_obj, s_lookup_event, s_one) < 0
-	    || charge_n(c->model, cpu_obj, s_jhash_byte, c->key_size) < 0
-	    || (index = PyLong_FromUnsignedLongLong(h & c->mask)) == NULL)
-		goto out;
-	PyObject *chain = PyDict_GetItemWithError(c->buckets, index);
-	if ((chain == NULL && PyErr_Occurred())
-	    || htab_chain_cost((CacheModel *)c->model, cpu,
-			       c->bucket_base + (h & c->mask) * c->bucket_size, chain, key) < 0)
+	    || charge_op(c, cpu_obj, s_lookup_event) < 0
+	    || (index = PyLong_FromUnsignedLongLong(h & c->mask)) == NULL
+	    || walk_cost(c, cpu, key, index, h) < 0)
 		goto out;
 	if ((elem = PyDict_GetItemWithError(c->table, key)) == NULL) {
 		result = PyErr_Occurred() ? NULL : Py_NewRef(Py_None);

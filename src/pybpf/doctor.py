@@ -117,7 +117,8 @@ def check_cache_model() -> Finding:
 
     return _c_extension("C cache model", accelerator.CACHE_MODEL,
                         "the emulated machine's caches: Timing.access, charge, "
-                        "spin_lock, spin_unlock, locked_access; the scheduler's swap_dicts")
+                        "spin_lock, spin_unlock, locked_access; the scheduler's swap_dicts; "
+                        "hash maps' lookup, update and delete with their charges")
 
 
 def check_shared_maps() -> Finding:
