@@ -992,28 +992,28 @@ out:
 
 /* -- the map helpers, for the engines ------------------------------------------------------ */
 
-/* Where a helper's ``size`` bytes at ``ptr`` lie when they are plain memory of the run (a
- * bytearray region, the stack mostly; a memoryview, the native tier's frames), else NULL
- * without an exception (the Python helper then reads them, or says why it cannot) */
-static const char *plain_memory(PyObject *mem, uint64_t ptr, Py_ssize_t size)
+/* The ``size`` bytes at ``ptr`` when they lie in plain memory of the run (a bytearray
+ * region, the stack mostly; a memoryview, the native tier's frames), else NULL without an
+ * exception (the Python helper then reads them, or says why it cannot) */
+static PyObject *plain_bytes(PyObject *mem, uint64_t ptr, Py_ssize_t size)
 {
-	PyObject *index = PyLong_FromUnsignedLongLong(ptr >> 32);
+	PyObject *index = PyLong_FromUnsignedLongLong(ptr >> 32), *bytes = NULL;
 	if (index == NULL)
 		return NULL;
 	PyObject *region = PyDict_GetItemWithError(mem, index);
 	Py_DECREF(index);
-	Py_ssize_t off = (Py_ssize_t)(ptr & 0xffffffffu);
-	if (region == NULL)
+	if (region == NULL || !(PyByteArray_CheckExact(region) || PyMemoryView_Check(region)))
 		return NULL;
-	if (PyByteArray_CheckExact(region))
-		return off + size <= PyByteArray_GET_SIZE(region)
-			? PyByteArray_AS_STRING(region) + off : NULL;
-	if (PyMemoryView_Check(region)) {
-		Py_buffer *view = PyMemoryView_GET_BUFFER(region);
-		return view->buf != NULL && PyBuffer_IsContiguous(view, 'C')
-			&& off + size <= view->len ? (const char *)view->buf + off : NULL;
+	Py_buffer view;
+	if (PyObject_GetBuffer(region, &view, PyBUF_SIMPLE) < 0) {  /* released, strided */
+		PyErr_Clear();
+		return NULL;
 	}
-	return NULL;
+	Py_ssize_t off = (Py_ssize_t)(ptr & 0xffffffffu);
+	if (off + size <= view.len)
+		bytes = PyBytes_FromStringAndSize((const char *)view.buf + off, size);
+	PyBuffer_Release(&view);
+	return bytes;
 }
 
 /* A KernelError becomes the helper's return value, -errno as a u64; other errors stay */
@@ -1056,7 +1056,6 @@ static PyObject *helper_call(HtabCore *c, int op, PyObject *const *args, Py_ssiz
 	}
 	PyObject *rs = args[1], *mem = NULL, *cpu_obj = NULL, *key = NULL, *value = NULL;
 	PyObject *result = NULL;
-	const char *key_at, *value_at = NULL;
 	uint64_t r2, r3 = 0;
 	Py_ssize_t key_size, value_size = 0;
 	int cpu;
@@ -1064,33 +1063,25 @@ static PyObject *helper_call(HtabCore *c, int op, PyObject *const *args, Py_ssiz
 	    || (key_size = PyLong_AsSsize_t(c->key_size)) < 0
 	    || (mem = PyObject_GetAttr(rs, s_mem)) == NULL)
 		goto out;
-	if (!PyDict_CheckExact(mem))
-		goto python;
-	if ((key_at = plain_memory(mem, r2, key_size)) == NULL) {
-		if (PyErr_Occurred())
-			goto out;
-		goto python;
-	}
 	if (op == HELPER_UPDATE) {
 		PyObject *size = PyObject_GetAttr(c->map, s_value_size);
 		value_size = size == NULL ? -1 : PyLong_AsSsize_t(size);
 		Py_XDECREF(size);
 		if (value_size < 0)
 			goto out;
-		if ((value_at = plain_memory(mem, r3, value_size)) == NULL) {
-			if (PyErr_Occurred())
-				goto out;
-			goto python;
-		}
 	}
-	/* a modeled operation begins (Timing.sync), then the bytes are read */
+	/* a modeled operation begins (Timing.sync), then the bytes are read; where they are not
+	 * plain memory the Python helper does it all (its sync then does nothing) */
 	if ((cpu_obj = current_cpu(c, &cpu)) == NULL
-	    || timing_sync(c->timing, (CacheModel *)c->model, cpu_obj, cpu) < 0
-	    || (key = PyBytes_FromStringAndSize(key_at, key_size)) == NULL)
+	    || timing_sync(c->timing, (CacheModel *)c->model, cpu_obj, cpu) < 0)
 		goto out;
-	if (op == HELPER_UPDATE) {
-		if ((value = PyBytes_FromStringAndSize(value_at, value_size)) == NULL)
+	if (!PyDict_CheckExact(mem) || (key = plain_bytes(mem, r2, key_size)) == NULL
+	    || (op == HELPER_UPDATE && (value = plain_bytes(mem, r3, value_size)) == NULL)) {
+		if (PyErr_Occurred())
 			goto out;
+		goto python;
+	}
+	if (op == HELPER_UPDATE) {
 		result = helper_result(c, htab_core_update((PyObject *)c,
 			(PyObject *[]){key, value, args[4]}, 3));
 	} else if (op == HELPER_DELETE) {
