@@ -24,6 +24,9 @@ Rules this module keeps:
   writes, and touches the bucket's line and each element of the chain up to the key; the
   element's memory and the allocator charge what they do (htab_elem.py, memalloc.py,
   bpf_lru_list.py, percpu_freelist.py).
+- With the C cache model, a HASH, PERCPU_HASH or LRU_HASH map's lookup, update and delete (and
+  the map helpers bound to it) are its ``HtabCore``'s (src/pybpf/_hashtab.c), which does these
+  methods' steps in C and hands them back what it does not do; they stay the reference.
 """
 
 from __future__ import annotations
@@ -160,7 +163,7 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
         self.bucket_base = self.timing.alloc_region(self.n_buckets * BUCKET_SIZE, node)
         self._c_model = self.timing._cache_model  # None: the costs in Python, the reference
         self._bucket_locks: dict[int, SpinLock] = {}
-        if self._c_model is not None and not (self.fd_htab or self.lru and self.percpu):
+        if self._c_model is not None and not (self.fd_htab or (self.lru and self.percpu)):
             # With the C model, the hot ops run in C (HtabCore), charged there, with the
             # methods here as their reference and for the cases they hand back.
             core = CACHE_MODEL.HtabCore(self, BUCKET_SIZE, type(self).map_update_elem,
@@ -172,6 +175,7 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
                 self.bpf_map_update_value = core.update
             self.c_helpers = {"lookup": core.helper_lookup, "update": core.helper_update,
                               "delete": core.helper_delete}
+
     def _hash(self, key: bytes) -> int:
         """htab_map_hash of ``key``, always from the key: an element found without its bucket
         lock may be recycled for another key meanwhile, so its ``hash`` cannot be trusted."""
