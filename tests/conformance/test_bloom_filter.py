@@ -13,7 +13,19 @@ import random
 import pytest
 
 from helpers import err_of
-from pybpf.uapi import BPF_EXIST, BPF_F_NO_PREALLOC, BPF_F_ZERO_SEED, BPF_NOEXIST, ENOTSUPP, MapType
+from pybpf.asm import FP, R0, R1, R2
+from pybpf.asm import builder as b
+from pybpf.errors import VerifierError
+from pybpf.programs import Program, ProgramSpec
+from pybpf.uapi import (
+    BPF_EXIST,
+    BPF_F_NO_PREALLOC,
+    BPF_F_ZERO_SEED,
+    BPF_NOEXIST,
+    ENOTSUPP,
+    MapType,
+    ProgType,
+)
 
 from .conftest import KMALLOC_MAX_SIZE
 
@@ -50,6 +62,44 @@ def test_bloom_delete_and_get_next_key_give_eopnotsupp_lookup_and_delete_enotsup
     assert err_of(sys.map_get_next_key, fd, None) == errno.EOPNOTSUPP
     assert err_of(sys.map_lookup_and_delete_elem, fd, None) == ENOTSUPP
     assert err_of(sys.map_lookup_batch, fd, None, 4) == ENOTSUPP
+
+
+def peek_program(sys, fd: int) -> Program:
+    """Spills the context pointer into fp-8, peeks with fp-8 as the value, then reads the
+    context through the pointer reloaded from fp-8: loads only where the peek left it there."""
+    items = [b.stx(8, FP, -8, R1), b.ld_map_fd(R1, "m"), b.mov64(R2, FP), b.add64(R2, -8),
+             b.call("map_peek_elem"), b.ldx(8, R1, FP, -8), b.ldx(4, R0, R1, 0),
+             b.mov64(R0, 2), b.exit_()]
+    return Program.load(ProgramSpec(ProgType.XDP, items), sys, maps={"m": fd})
+
+
+def test_bloom_peek_from_a_program_reads_its_value(sys):
+    """resolve_map_arg_type: bpf_map_peek_elem on a bloom filter reads the value it tests (a
+    queue's peek writes the one it returns), so a pointer spilled there survives the call."""
+    fd = sys.map_create(MapType.BLOOM_FILTER, 0, 8, 4)
+    try:
+        peek_program(sys, fd).close()
+    finally:
+        sys.close(fd)
+    fd = sys.map_create(MapType.QUEUE, 0, 8, 4)
+    try:
+        with pytest.raises(VerifierError) as refused:
+            peek_program(sys, fd)
+        assert refused.value.errno == errno.EACCES
+        assert "R1 invalid mem access 'scalar'" in str(refused.value)
+    finally:
+        sys.close(fd)
+
+
+def test_bloom_peek_of_a_value_past_the_stack_is_an_invalid_read(sys):
+    fd = sys.map_create(MapType.BLOOM_FILTER, 0, 12, 4)
+    try:
+        with pytest.raises(VerifierError) as refused:
+            peek_program(sys, fd)
+        assert refused.value.errno == errno.EINVAL
+        assert "invalid read from stack R2 off=-8 size=12" in str(refused.value)
+    finally:
+        sys.close(fd)
 
 
 @pytest.mark.parametrize("value_size, max_entries, nr_hashes", [(4, 3, 1), (8, 5, 2),

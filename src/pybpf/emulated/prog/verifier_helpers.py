@@ -171,6 +171,20 @@ _SOCKMAP_UPDATERS = frozenset({ProgType.SOCKET_FILTER, ProgType.SCHED_CLS, ProgT
                                ProgType.XDP})
 
 
+def resolve_map_arg_type(func_id: int, bpf_map: Any, arg: str) -> str:
+    """resolve_map_arg_type: a map value argument as the map's type takes it. A sockmap's
+    value is a socket (and no helper may write one); a bloom filter's peek reads the value it
+    tests, where a queue's or stack's peek writes the one it returns."""
+    if bpf_map is None:
+        return arg
+    if map_traits(bpf_map.map_type).sockets:
+        if arg == ARG_PTR_TO_UNINIT_MAP_VALUE:
+            raise _reject(errno.EINVAL, "invalid arg_type for sockmap/sockhash")
+        return _ARG_SOCK_COMMON
+    if bpf_map.map_type == MapType.BLOOM_FILTER and func_id == BpfFunc.map_peek_elem:
+        return ARG_PTR_TO_MAP_VALUE
+    return arg
+
 def _check_map_func_compatibility(bpf_map: Any, func_id: int, name: str,
                                   prog_type: int) -> None:
     funcs = _MAP_FUNCS.get(bpf_map.map_type)
@@ -509,12 +523,8 @@ class HelperCallChecks:
         if reg.type in _PKT_TYPES and not HELPERS[func_id].pkt_access:
             # may_access_direct_pkt_data with the helper's proto, before the type is checked
             raise _reject(errno.EACCES, "helper access to the packet is not allowed")
-        if bpf_map is not None and map_traits(bpf_map.map_type).sockets:
-            # resolve_map_arg_type, for a map value argument only: the value is a socket
-            if arg == ARG_PTR_TO_MAP_VALUE:
-                arg = _ARG_SOCK_COMMON
-            elif arg == ARG_PTR_TO_UNINIT_MAP_VALUE:
-                raise _reject(errno.EINVAL, "invalid arg_type for sockmap/sockhash")
+        if arg in (ARG_PTR_TO_MAP_VALUE, ARG_PTR_TO_UNINIT_MAP_VALUE):
+            arg = resolve_map_arg_type(func_id, bpf_map, arg)
         expected = _ARG_TYPES[arg]
         if arg in (ARG_PTR_TO_STACK_OR_NULL, ARG_PTR_TO_MEM_OR_NULL) and reg.is_const \
                 and reg.var.value == 0:
@@ -737,7 +747,8 @@ class HelperCallChecks:
                        BpfFunc.probe_read_kernel, BpfFunc.probe_read_kernel_str,
                        BpfFunc.get_current_comm, BpfFunc.dynptr_read):
             buf, size = regs[1], regs[2].var.value if regs[2].is_const else None
-        elif func_id in (BpfFunc.map_pop_elem, BpfFunc.map_peek_elem):
+        elif func_id in (BpfFunc.map_pop_elem, BpfFunc.map_peek_elem) and resolve_map_arg_type(
+                func_id, bpf_map, ARG_PTR_TO_UNINIT_MAP_VALUE) == ARG_PTR_TO_UNINIT_MAP_VALUE:
             buf, size = regs[2], bpf_map.value_size if bpf_map is not None else None
         else:
             return
