@@ -10,9 +10,24 @@ from __future__ import annotations
 
 import errno
 
+import pytest
+
 from helpers import err_of, u32
+from pybpf.asm import FP, R0, R1, R2, R3, R6
+from pybpf.asm import builder as b
+from pybpf.errors import VerifierError
 from pybpf.system import iter_keys
-from pybpf.uapi import BPF_EXIST, BPF_F_INNER_MAP, BPF_F_ZERO_SEED, BPF_NOEXIST, ENOTSUPP, MapType
+from pybpf.uapi import (
+    BPF_EXIST,
+    BPF_F_INNER_MAP,
+    BPF_F_ZERO_SEED,
+    BPF_NOEXIST,
+    ENOTSUPP,
+    MapType,
+    ProgType,
+)
+
+from .conftest import load
 
 
 def test_array_of_maps_create_checks_inner_map(maps):
@@ -219,3 +234,65 @@ def test_an_inner_percpu_array_must_match_the_templates_max_entries(maps):
     sys.map_update_elem(outer, u32(0), u32(same))
     assert maps.create_errno(MapType.PERCPU_ARRAY, 4, 8, 4, map_flags=BPF_F_INNER_MAP) == \
         errno.EINVAL
+
+
+
+# -- programs: the verifier knows an inner map by the outer map's template ---------------------
+def inner_map_verdict(maps, template_flags: int, body: list) -> tuple[int, str]:
+    """The errno and message of loading a program that looks up the inner map at outer[0]
+    of an ARRAY_OF_MAPS (whose template is a 4-entry ARRAY of 16-byte values, with
+    ``template_flags``), then runs ``body`` with R1 = that inner map, R2 = fp-16 (key 0, a
+    constant); (0, '') when it loads."""
+    template = maps.create(MapType.ARRAY, 4, 16, 4, map_flags=template_flags)
+    outer = maps.create(MapType.ARRAY_OF_MAPS, 4, 4, 2, inner_map_fd=template)
+    items = [b.st(4, FP, -4, 0), b.ld_map_fd(R1, outer), b.mov64(R2, FP), b.add64(R2, -4),
+             b.call("map_lookup_elem"), b.jeq(R0, 0, "out"), b.mov64(R6, R0),
+             b.st(4, FP, -16, 0), b.mov64(R1, R6), b.mov64(R2, FP), b.add64(R2, -16), *body,
+             b.label("out"), b.mov64(R0, 0), b.exit_()]
+    try:
+        load(maps, ProgType.SCHED_CLS, items)
+    except VerifierError as exc:
+        return exc.errno, str(exc)
+    return 0, ""
+
+
+LOOKUP_THEN_READ_8_AT = [b.call("map_lookup_elem"), b.ldx(8, R0, R0, 8), b.exit_()]
+
+
+def test_an_inner_array_lookup_with_a_constant_in_range_key_is_not_null(maps):
+    """can_elide_value_nullness on the template: a constant key below its max_entries needs
+    no NULL check, unless the template allows inner arrays of any size (BPF_F_INNER_MAP)."""
+    assert inner_map_verdict(maps, 0, LOOKUP_THEN_READ_8_AT) == (0, "")
+    err, message = inner_map_verdict(maps, BPF_F_INNER_MAP, LOOKUP_THEN_READ_8_AT)
+    assert err == errno.EACCES
+    assert "R0 invalid mem access 'map_value_or_null'" in message
+
+
+def test_an_array_created_with_bpf_f_inner_map_keeps_its_null_check(maps):
+    fd = maps.create(MapType.ARRAY, 4, 16, 4, map_flags=BPF_F_INNER_MAP)
+    items = [b.st(4, FP, -8, 0), b.ld_map_fd(R1, fd), b.mov64(R2, FP), b.add64(R2, -8),
+             *LOOKUP_THEN_READ_8_AT]
+    with pytest.raises(VerifierError) as refused:
+        load(maps, ProgType.SCHED_CLS, items)
+    assert refused.value.errno == errno.EACCES
+    assert "R0 invalid mem access 'map_value_or_null'" in str(refused.value)
+
+
+@pytest.mark.parametrize("label,body,expected,message", [
+    ("a read past the value",
+     [b.call("map_lookup_elem"), b.jeq(R0, 0, "out"), b.ldx(8, R0, R0, 16), b.exit_()],
+     errno.EACCES, "invalid access to map value, value_size=16 off=16 size=8"),
+    ("a push into an array", [b.mov64(R3, 0), b.call("map_push_elem"), b.exit_()],
+     errno.EINVAL, "cannot pass map_type 2 into func bpf_map_push_elem#87"),
+    ("a spin lock in a value without BTF",
+     [b.call("map_lookup_elem"), b.jeq(R0, 0, "out"), b.mov64(R1, R0),
+      b.call("spin_lock"), b.exit_()],
+     errno.EINVAL, "map '' has to have BTF in order to use bpf_spin_lock"),
+])
+def test_a_programs_inner_map_is_checked_against_the_template(maps, label, body, expected,
+                                                              message):
+    """bpf_map_meta_alloc's template is what the verifier checks an inner map's uses
+    against: its type, sizes and special fields (it has no name)."""
+    err, text = inner_map_verdict(maps, 0, body)
+    assert err == expected, label
+    assert message in text, label

@@ -286,6 +286,11 @@ class BpfMap:
     def describe(self) -> str:
         return map_description(self.map_type, self.name, self.id)
 
+    @property
+    def ops(self) -> type[BpfMap]:
+        """The map's ``struct bpf_map_ops``: its class (map_ops registers it per type)."""
+        return type(self)
+
 
 def map_ops(*types: int):
     """Name the map types a BpfMap subclass is the ops of (``const struct bpf_map_ops``);

@@ -13,15 +13,16 @@ Rules this module keeps:
   or bpf_timer at the same offsets, or none in both); an inner ARRAY must also have the same
   max_entries unless the template had BPF_F_INNER_MAP. Mismatch -> EINVAL.
 - Values are map fds on update and map ids on lookup (4 bytes); programs get the inner map
-  itself. An outer map holds a reference on every inner map it stores; replacing, deleting
-  or freeing the outer map drops it.
+  itself, which the verifier knows only as the template (``MapMeta``: its type, sizes, flags
+  and special fields; no name). An outer map holds a reference on every inner map it stores;
+  replacing, deleting or freeing the outer map drops it.
 """
 
 from __future__ import annotations
 
 import errno
 
-from ...errors import KernelError
+from ...errors import KernelError, map_description
 from ...uapi import BPF_F_INNER_MAP, ENOTSUPP, MapType, map_traits
 from .bpf_map import BpfMap
 
@@ -34,10 +35,15 @@ ARRAY_META_EQUAL_TYPES = frozenset({MapType.ARRAY, MapType.PERCPU_ARRAY})
 
 
 class MapMeta:
-    """The inner-map template (``inner_map_meta``): the fields ``map_meta_equal`` compares."""
+    """The inner-map template (``inner_map_meta``): the fields ``map_meta_equal`` compares,
+    and what the verifier reads of the map a program's outer lookup returns (the kernel
+    verifies inner-map accesses against this template, never against a stored map)."""
 
     __slots__ = ("map_type", "key_size", "value_size", "map_flags", "max_entries",
-                 "special_fields")
+                 "map_extra", "ops", "btf", "spin_lock_off", "timer_off", "special_fields")
+    # bpf_map_meta_alloc copies neither the name nor the frozen state: the template has none.
+    name = ""
+    frozen = False
 
     def __init__(self, inner: BpfMap) -> None:
         self.map_type = inner.map_type
@@ -45,7 +51,15 @@ class MapMeta:
         self.value_size = inner.value_size
         self.map_flags = inner.map_flags
         self.max_entries = inner.max_entries
+        self.map_extra = inner.map_extra
+        self.ops = inner.ops
+        self.btf = inner.btf
+        self.spin_lock_off = inner.spin_lock_off
+        self.timer_off = inner.timer_off
         self.special_fields = inner.special_fields  # its btf_record (btf_record_dup)
+
+    def describe(self) -> str:
+        return f"the inner map template ({map_description(self.map_type, '', 0)})"
 
     def bpf_map_meta_equal(self, candidate: BpfMap) -> str:
         """Why ``candidate`` cannot be stored ('' when it can): bpf_map_meta_equal, and

@@ -11,6 +11,7 @@ from typing import Any
 
 from ...asm.opcodes import Class, Instruction, JmpOp
 from ...uapi import (
+    BPF_F_INNER_MAP,
     BPF_PSEUDO_KFUNC_CALL,
     ENOTSUPP,
     MAX_BPF_STACK,
@@ -184,6 +185,11 @@ def resolve_map_arg_type(func_id: int, bpf_map: Any, arg: str) -> str:
     if bpf_map.map_type == MapType.BLOOM_FILTER and func_id == BpfFunc.map_peek_elem:
         return ARG_PTR_TO_MAP_VALUE
     return arg
+
+def can_elide_value_nullness(bpf_map: Any) -> bool:
+    """can_elide_value_nullness: an array's lookup with a constant in-range key cannot fail,
+    unless the array is (or is the template of) inner arrays of any size (BPF_F_INNER_MAP)."""
+    return not bpf_map.map_flags & BPF_F_INNER_MAP and bpf_map.map_type in ELIDE_NULL_MAP_TYPES
 
 def _check_map_func_compatibility(bpf_map: Any, func_id: int, name: str,
                                   prog_type: int) -> None:
@@ -377,7 +383,7 @@ class HelperCallChecks:
         the helper passes them (set_loop_callback_state, set_map_elem_callback_state,
         set_user_ringbuf_callback_state)."""
         if func_id == BpfFunc.for_each_map_elem and bpf_map is not None \
-                and type(bpf_map).map_for_each_callback is None:
+                and bpf_map.ops.map_for_each_callback is None:
             raise _reject(ENOTSUPP, "callback function not allowed for map")
         if len(state.frames) >= MAX_CALL_FRAMES:
             raise _reject(errno.E2BIG, f"the call stack of {len(state.frames) + 1} frames is "
@@ -728,12 +734,14 @@ class HelperCallChecks:
         """A map value pointer, which may be NULL unless the map is an array and the key a
         constant on the stack that is in range (the kernel elides the check)."""
         if bpf_map is not None and map_traits(bpf_map.map_type).map_in_map:
-            return Reg(CONST_PTR_TO_MAP, tnum.const(0), id=self.new_id())
+            # the inner map as the verifier knows it: the outer map's template
+            return Reg(CONST_PTR_TO_MAP, tnum.const(0), id=self.new_id(),
+                       map=bpf_map.inner_map_meta)
         if bpf_map is not None and map_traits(bpf_map.map_type).sockets:
             ref = self.acquire_reference(state, pc)  # held until it is NULL or released
             return Reg(PTR_TO_SOCKET, tnum.const(0), id=ref)
         if func_id == BpfFunc.map_lookup_elem and bpf_map is not None \
-                and bpf_map.map_type in ELIDE_NULL_MAP_TYPES:
+                and can_elide_value_nullness(bpf_map):
             value = _constant_map_key(state, key, bpf_map.key_size)
             if value is not None and 0 <= _s64(value) < bpf_map.max_entries:
                 return Reg(PTR_TO_MAP_VALUE, tnum.const(0), map=bpf_map)
