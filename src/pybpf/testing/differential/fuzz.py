@@ -69,7 +69,8 @@ ALLOWED: dict[Rule, str] = {
         "the emulated verifier does not track value ranges",
     # the lookup program reads a u32 at offset 0 of what it found: in a map of maps, the
     # inner map's struct bpf_map (its ops pointer)
-    (r"prog_load\[.*\]\(lookup", frozenset({"ok"}), frozenset({"ENOTSUPP"})):
+    (r"prog_load\[.*\]\(lookup:(array|hash)_of_maps", frozenset({"ok"}),
+     frozenset({"ENOTSUPP"})):
         "a program's load of such a field through a map pointer (a map's own, or an inner "
         "map's from a lookup in a map of maps) is refused with ENOTSUPP",
     (r"obj_pin\[link\]", _ANY, frozenset({"EINVAL"})):

@@ -516,11 +516,14 @@ class FuzzGen:
             ttag, prog_type = self.choose(_U64_EDGES | _NOT_INTS)
         code = self.pick({"ret": 5, "ret_map": 2, "lookup": 3, "junk": 2, "empty": 1,
                           "odd": 1, "noexit": 1, "str": 1})
+        ret = _ret(self.rng.choice([0, 1, 2]))  # drawn in this order, whichever is used
+        ret_map_fd = self.fd("map")[1] if self.maps else Fd("closed")
+        lookup_tag, lookup_fd, _ = self.fd("map") if self.maps else ("closed", Fd("closed"), None)
         insns: object = {
-            "ret": _ret(self.rng.choice([0, 1, 2])),
-            "ret_map": Insns(b"", self.fd("map")[1] if self.maps else Fd("closed"), _ret(0)),
+            "ret": ret,
+            "ret_map": Insns(b"", ret_map_fd, _ret(0)),
             "lookup": Insns(_insn(0x7A, 10, off=-8, imm=0),  # *(u64 *)(r10 - 8) = 0
-                            self.fd("map")[1] if self.maps else Fd("closed"),
+                            lookup_fd,
                             _insn(0xBF, 2, 10) + _insn(0x07, 2, imm=-8)  # r2 = r10 - 8
                             + _insn(0x85, imm=1)  # call bpf_map_lookup_elem
                             + (_ret(0) if self.rng.random() < 0.5 else  # or read the value:
@@ -546,6 +549,8 @@ class FuzzGen:
         if isinstance(prog_type, int) and prog_type in ProgType._value2member_map_:
             self.progs[h] = prog_type
         kwargs: tuple = ()
+        if code == "lookup":  # the map it looks up in: a map of maps' value is a map
+            code = f"lookup:{lookup_tag}"
         label = (f"prog_load[{ttag}]({code},license:{ltag},name:{ntag},flags:{ftag},"
                  f"attach:{atag}")
         if self.rng.random() < 0.1:
