@@ -34,7 +34,7 @@ from __future__ import annotations
 import errno
 import functools
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from ...accelerator import CACHE_MODEL, HTAB_MAP_HASH
 from ...errors import KernelError
@@ -357,7 +357,8 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
         return data
 
     @staticmethod
-    def _key_not_found() -> None:
+    def _key_not_found() -> NoReturn:
+        """The ENOENT of an op on a missing key (HtabCore raises it through this too)."""
         raise KernelError(errno.ENOENT, "key not found")
 
     _release_elem = HtabElemMemory.free_htab_elem  # where a deleted element goes (LRU maps:
@@ -390,7 +391,7 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
         bpf_percpu_hash_copy for per-CPU maps (every CPU's slot)."""
         elem = self._lookup(key)
         if elem is None:
-            raise KernelError(errno.ENOENT, "key not found")
+            self._key_not_found()
         return b"".join(elem.value) if self.percpu else bytes(elem.value)
 
     def htab_map_lookup_and_delete_elem(self, key: bytes | None, flags: int) -> bytes:
