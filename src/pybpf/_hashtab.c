@@ -718,12 +718,9 @@ locked_out:
 	if (type != NULL) {  /* the node goes back, but what it evicted stays evicted */
 		PyObject *back = PyObject_CallMethodOneArg(c->lru_list, s_push_free, node);
 		Py_XDECREF(back);
-		if (back != NULL)
-			PyErr_Restore(type, exc, tb);
-		else {
-			Py_XDECREF(type);
-			Py_XDECREF(exc);
-			Py_XDECREF(tb);
+		if (back != NULL) {
+			PyErr_Restore(type, exc, tb);  /* it takes them */
+			type = exc = tb = NULL;
 		}
 		goto out;
 	}
@@ -742,6 +739,9 @@ out:
 	Py_XDECREF(index);
 	Py_XDECREF(node);
 	Py_XDECREF(old);
+	Py_XDECREF(type);
+	Py_XDECREF(exc);
+	Py_XDECREF(tb);
 	return result;
 }
 
