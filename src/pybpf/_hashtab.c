@@ -746,7 +746,8 @@ out:
 }
 
 /* update(key, value, flags): the map's update from a program (a HASH map's
- * htab_map_update_elem, a PERCPU_HASH map's htab_percpu_map_update_elem) */
+ * htab_map_update_elem, a PERCPU_HASH map's htab_percpu_map_update_elem, an LRU_HASH map's
+ * htab_lru_map_update_elem) */
 static PyObject *htab_core_update(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
 	HtabCore *c = (HtabCore *)op;
