@@ -106,6 +106,16 @@ BPF_F_SOCKMAP_TARGET_CPU = 1 << 5
 # Redirect helper flags (bpf_sk_redirect_*, bpf_msg_redirect_*): to the target's receive
 # queue instead of its transmit path.
 BPF_F_INGRESS = 1
+# bpf_skb_store_bytes flags
+BPF_F_RECOMPUTE_CSUM = 1 << 0  # keep a CHECKSUM_COMPLETE skb->csum right over the bytes
+BPF_F_INVALIDATE_HASH = 1 << 1  # skb_clear_hash
+# bpf_l3_csum_replace / bpf_l4_csum_replace flags: the low four bits are the size of the
+# field replaced (0: ``to`` is a bpf_csum_diff result, 2 or 4 bytes)
+BPF_F_HDR_FIELD_MASK = 0xF
+BPF_F_PSEUDO_HDR = 1 << 4  # the field is in the pseudo-header too (an address)
+BPF_F_MARK_MANGLED_0 = 1 << 5  # a UDP checksum: 0 stays 0 (none), a result of 0 is 0xffff
+BPF_F_MARK_ENFORCE = 1 << 6  # with MARK_MANGLED_0: update a checksum of 0 all the same
+BPF_F_IPV6 = 1 << 7  # (6.16) an IPv6 packet: a diff to the pseudo-header leaves skb->csum
 # sk_skb / sk_msg verdicts
 SK_DROP = 0
 SK_PASS = 1

@@ -37,7 +37,14 @@ from ...packet import ETH_HLEN
 from ...uapi import (
     BPF_F_BROADCAST,
     BPF_F_EXCLUDE_INGRESS,
+    BPF_F_HDR_FIELD_MASK,
     BPF_F_INGRESS,
+    BPF_F_INVALIDATE_HASH,
+    BPF_F_IPV6,
+    BPF_F_MARK_ENFORCE,
+    BPF_F_MARK_MANGLED_0,
+    BPF_F_PSEUDO_HDR,
+    BPF_F_RECOMPUTE_CSUM,
     SK_DROP,
     SK_PASS,
     TC_ACT_REDIRECT,
@@ -412,6 +419,30 @@ def bpf_skb_pull_data(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int)
     return 0
 
 
+def bpf_skb_store_bytes(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_skb_store_bytes(skb, offset, from, len, flags) (__bpf_skb_store_bytes): ``len``
+    bytes from ``from`` into the packet at ``offset`` (from skb->data). -EINVAL for a flag
+    but BPF_F_RECOMPUTE_CSUM and BPF_F_INVALIDATE_HASH; -EFAULT for an offset over INT_MAX
+    or bytes past skb->len (bpf_try_make_writable). BPF_F_RECOMPUTE_CSUM takes the old bytes
+    out of a CHECKSUM_COMPLETE skb->csum and the new ones in; BPF_F_INVALIDATE_HASH's
+    skb_clear_hash has nothing to clear, the emulated skbs' hash being 0."""
+    offset, size, flags = r2 & M32, r4 & M32, r5
+    if flags & ~(BPF_F_RECOMPUTE_CSUM | BPF_F_INVALIDATE_HASH):
+        return -errno.EINVAL & M64
+    packet = rs.packet
+    if offset > INT_MAX or offset + size > len(packet):
+        return -errno.EFAULT & M64
+    data = mem_read(rs, r3, size, "from (R3)")
+    recompute = flags & BPF_F_RECOMPUTE_CSUM and rs.csum is not None
+    if recompute:  # __skb_postpull_rcsum
+        rs.csum = csum_block_sub(rs.csum, csum_partial(bytes(packet[offset:offset + size]), 0),
+                                 offset)
+    packet[offset:offset + size] = data
+    if recompute:  # __skb_postpush_rcsum
+        rs.csum = csum_block_add(rs.csum, csum_partial(data, 0), offset)
+    return 0
+
+
 # -- checksums (net/core/filter.c, arch/x86/lib/csum-partial_64.c, include/net/checksum.h) ------
 def csum_partial(data: bytes, seed: int) -> int:
     """x86-64's csum_partial: ``data`` as little-endian 64-bit words (the tail zero-padded)
@@ -436,6 +467,49 @@ def csum_from32to16(csum: int) -> int:
     return csum >> 16
 
 
+def csum_sub(csum: int, addend: int) -> int:
+    return csum_add(csum, ~addend & M32)
+
+
+def csum_fold(csum: int) -> int:
+    """csum_fold: the 32-bit sum folded to 16 bits and complemented (a __sum16)."""
+    return ~csum_from32to16(csum) & U16_MAX
+
+
+def csum_block_add(csum: int, csum2: int, offset: int) -> int:
+    """csum_block_add: ``csum2``, the sum of bytes at ``offset``, rotated a byte when the
+    offset is odd (csum_shift), added to ``csum``."""
+    if offset & 1:
+        csum2 = (csum2 >> 8 | csum2 << 24) & M32
+    return csum_add(csum, csum2)
+
+
+def csum_block_sub(csum: int, csum2: int, offset: int) -> int:
+    return csum_block_add(csum, ~csum2 & M32, offset)
+
+
+def csum16_add(csum: int, addend: int) -> int:
+    """csum16_add: 16-bit addition with end-around carry."""
+    total = (csum + addend) & U16_MAX
+    return total + (total < addend)
+
+
+def csum_replace4(csum: int, old: int, new: int) -> int:
+    """csum_replace4 on a __sum16's value: the 32-bit field ``old`` became ``new``."""
+    return csum_fold(csum_add(csum_sub(~csum & M32, old), new))  # ~ of the unfolded u32
+
+
+def csum_replace2(csum: int, old: int, new: int) -> int:
+    """csum_replace2 (RFC 1624's HC' = ~(~HC + ~m + m')): the 16-bit field ``old`` became
+    ``new``."""
+    return ~csum16_add(csum16_add(~csum & U16_MAX, ~old & U16_MAX), new) & U16_MAX
+
+
+def csum_replace_by_diff(csum: int, diff: int) -> int:
+    """csum_replace_by_diff: ``diff`` (a bpf_csum_diff result) added to the checksum."""
+    return csum_fold(csum_add(diff, ~csum & M32))
+
+
 def bpf_csum_diff(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     """bpf_csum_diff(from, from_size, to, to_size, seed) as 6.13+ computes it: the sum of
     ``to`` less that of ``from`` (either may be empty, then NULL), from the 32-bit seed,
@@ -451,6 +525,84 @@ def bpf_csum_diff(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> 
     elif from_size:
         ret = ~csum_partial(mem_read(rs, r1, from_size, "from (R1)"), ~ret & M32) & M32
     return csum_from32to16(ret)
+
+
+def _csum_field(rs: RunState, offset: int) -> int | None:
+    """The offset of the __sum16 the csum_replace helpers update, or None where they answer
+    -EFAULT: past 0xffff, odd, or not within skb->len (bpf_try_make_writable)."""
+    if offset > U16_MAX or offset & 1 or offset + 2 > len(rs.packet):
+        return None
+    return offset
+
+
+def bpf_l3_csum_replace(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_l3_csum_replace(skb, offset, from, to, flags): the checksum (an IPv4 header's) at
+    ``offset`` updated for a field of ``flags & BPF_F_HDR_FIELD_MASK`` bytes that went from
+    ``from`` to ``to`` (2 and 4: their low bytes, in the packet's byte order), or with 0 by
+    the diff ``to`` (``from`` must then be 0). skb->csum is left alone: the field and its
+    checksum change by opposite amounts, once the program has stored the field too."""
+    flags, frm, to = r5, r3, r4
+    if flags & ~BPF_F_HDR_FIELD_MASK:
+        return -errno.EINVAL & M64
+    offset = _csum_field(rs, r2 & M32)
+    if offset is None:
+        return -errno.EFAULT & M64
+    packet = rs.packet
+    csum = int.from_bytes(packet[offset:offset + 2], "little")
+    size = flags & BPF_F_HDR_FIELD_MASK
+    if size == 0 and not frm:
+        csum = csum_replace_by_diff(csum, to & M32)
+    elif size == 2:
+        csum = csum_replace2(csum, frm & U16_MAX, to & U16_MAX)
+    elif size == 4:
+        csum = csum_replace4(csum, frm & M32, to & M32)
+    else:
+        return -errno.EINVAL & M64
+    packet[offset:offset + 2] = csum.to_bytes(2, "little")
+    return 0
+
+
+CSUM_MANGLED_0 = U16_MAX  # a UDP checksum that came out 0 (0 means "none" there)
+
+
+def bpf_l4_csum_replace(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_l4_csum_replace(skb, offset, from, to, flags): as bpf_l3_csum_replace, for a TCP
+    or UDP checksum (inet_proto_csum_replace4 and _by_diff: a 2-byte field is a 4-byte one
+    with zeros above). BPF_F_PSEUDO_HDR: the field is an address, also in the pseudo-header,
+    so a CHECKSUM_COMPLETE skb->csum takes the change the checksum did not (not for a diff
+    with BPF_F_IPV6, whose diff spans the whole address). BPF_F_MARK_MANGLED_0: a checksum
+    of 0 (none) stays 0 unless BPF_F_MARK_ENFORCE, a result of 0 becomes CSUM_MANGLED_0."""
+    flags, frm, to = r5, r3, r4
+    if flags & ~(BPF_F_MARK_MANGLED_0 | BPF_F_MARK_ENFORCE | BPF_F_PSEUDO_HDR
+                 | BPF_F_HDR_FIELD_MASK | BPF_F_IPV6):
+        return -errno.EINVAL & M64
+    offset = _csum_field(rs, r2 & M32)
+    if offset is None:
+        return -errno.EFAULT & M64
+    packet = rs.packet
+    csum = int.from_bytes(packet[offset:offset + 2], "little")
+    mangled_0 = flags & BPF_F_MARK_MANGLED_0
+    if mangled_0 and not flags & BPF_F_MARK_ENFORCE and not csum:
+        return 0
+    pseudo = rs.csum is not None and flags & BPF_F_PSEUDO_HDR
+    size = flags & BPF_F_HDR_FIELD_MASK
+    if size == 0 and not frm:  # inet_proto_csum_replace_by_diff
+        diff = to & M32
+        csum = csum_replace_by_diff(csum, diff)
+        if pseudo and not flags & BPF_F_IPV6:
+            rs.csum = ~csum_sub(diff, rs.csum) & M32
+    elif size in (2, 4):  # inet_proto_csum_replace4 (replace2 widens the fields)
+        mask = U16_MAX if size == 2 else M32
+        frm, to = frm & mask, to & mask
+        csum = csum_replace4(csum, frm, to)
+        if pseudo:
+            rs.csum = ~csum_add(csum_sub(~rs.csum & M32, frm), to) & M32
+    else:
+        return -errno.EINVAL & M64
+    if mangled_0 and not csum:
+        csum = CSUM_MANGLED_0
+    packet[offset:offset + 2] = csum.to_bytes(2, "little")
+    return 0
 
 
 # -- XDP packet adjustments (net/core/filter.c) ---------------------------------------------------

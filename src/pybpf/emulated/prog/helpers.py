@@ -60,6 +60,8 @@ from .bpf_trace import (
 from .filter import (
     SK_BUFF_PROG_TYPES,
     bpf_csum_diff,
+    bpf_l3_csum_replace,
+    bpf_l4_csum_replace,
     bpf_msg_redirect_hash,
     bpf_msg_redirect_map,
     bpf_redirect_map,
@@ -68,6 +70,7 @@ from .filter import (
     bpf_skb_load_bytes,
     bpf_skb_pull_data,
     bpf_skb_redirect,
+    bpf_skb_store_bytes,
     bpf_xdp_adjust_head,
     bpf_xdp_adjust_meta,
     bpf_xdp_adjust_tail,
@@ -501,8 +504,11 @@ _SKB_PULL_DATA = frozenset({ProgType.SCHED_CLS, ProgType.SCHED_ACT, ProgType.LWT
 # the programs whose func_proto has bpf_csum_diff (tc_cls_act, xdp, lwt_in/out/xmit/seg6local)
 _CSUM_DIFF = frozenset({ProgType.SCHED_CLS, ProgType.SCHED_ACT, ProgType.XDP, ProgType.LWT_IN,
                         ProgType.LWT_OUT, ProgType.LWT_XMIT, ProgType.LWT_SEG6LOCAL})
-# the programs of skbs whose func_proto has bpf_redirect (tc_cls_act, lwt_xmit)
+# the programs of skbs whose func_proto has bpf_redirect (tc_cls_act, lwt_xmit), and
+# bpf_l3_csum_replace and bpf_l4_csum_replace
 _SKB_REDIRECT = frozenset({ProgType.SCHED_CLS, ProgType.SCHED_ACT, ProgType.LWT_XMIT})
+# the programs whose func_proto has bpf_skb_store_bytes (tc_cls_act, lwt_xmit, sk_skb)
+_SKB_STORE_BYTES = _SKB_REDIRECT | _SK_SKB
 # helper id -> {program type: the function it is there}, where a type's get_func_proto
 # gives the id a proto of its own (the table's function is the other types')
 _FUNCS_BY_PROG_TYPE = {BpfFunc.redirect: dict.fromkeys(_SKB_REDIRECT, bpf_skb_redirect)}
@@ -550,6 +556,14 @@ def _table() -> dict[int, HelperProto]:
          SK_BUFF_PROG_TYPES),
         (BpfFunc.skb_pull_data, bpf_skb_pull_data, (ARG_PTR_TO_CTX, ARG_ANYTHING),
          _SKB_PULL_DATA),
+        # ARG_PTR_TO_MEM | MEM_RDONLY: the bytes are read
+        (BpfFunc.skb_store_bytes, bpf_skb_store_bytes,
+         (ARG_PTR_TO_CTX, ARG_ANYTHING, ARG_PTR_TO_MEM, ARG_CONST_SIZE, ARG_ANYTHING),
+         _SKB_STORE_BYTES),
+        (BpfFunc.l3_csum_replace, bpf_l3_csum_replace, (ARG_PTR_TO_CTX, *[ARG_ANYTHING] * 4),
+         _SKB_REDIRECT),
+        (BpfFunc.l4_csum_replace, bpf_l4_csum_replace, (ARG_PTR_TO_CTX, *[ARG_ANYTHING] * 4),
+         _SKB_REDIRECT),
         (BpfFunc.csum_diff, bpf_csum_diff,
          (ARG_PTR_TO_MEM_OR_NULL, ARG_CONST_SIZE_OR_ZERO, ARG_PTR_TO_MEM_OR_NULL,
           ARG_CONST_SIZE_OR_ZERO, ARG_ANYTHING), _CSUM_DIFF),
