@@ -1,11 +1,12 @@
 """bpf_skb_store_bytes, bpf_l3_csum_replace and bpf_l4_csum_replace on both backends.
 
-The same program bytes go through BPF_PROG_TEST_RUN on each backend (the emulated one on each
-of its engines), with random packets, offsets, values and flags, with and without
-BPF_F_TEST_SKB_CHECKSUM_COMPLETE (where a change skb->csum did not follow fails the run,
-EBADMSG): the retval, the packet after and the run's errno must be the kernel's. The rest
-is case tables: the program types that may call each helper, the verifier's checks of their
-arguments, and the packet pointers it forgets after each call.
+The same program bytes, as a tc and as an lwt_xmit program, go through BPF_PROG_TEST_RUN on
+each backend (the emulated one on each of its engines), with random packets, offsets,
+values and flags, with and without BPF_F_TEST_SKB_CHECKSUM_COMPLETE (where a change
+skb->csum did not follow fails the run, EBADMSG): the retval, the packet after and the
+run's errno must be the kernel's. The rest is case tables: the program types that may call
+each helper, the verifier's checks of their arguments, and the packet pointers it forgets
+after each call.
 """
 
 from __future__ import annotations
@@ -53,9 +54,10 @@ def load(system, prog_type, items, maps=None) -> Program:
     return Program.load(ProgramSpec(prog_type, items, license="GPL"), system, maps=maps or {})
 
 
-@pytest.fixture
-def programs(kernel, emulated_engine):
-    """helper -> [(system, map fd, program)] on each backend."""
+@pytest.fixture(params=[ProgType.SCHED_CLS, ProgType.LWT_XMIT], ids=["tc", "lwt_xmit"])
+def programs(request, kernel, emulated_engine):
+    """helper -> [(system, map fd, program)] on each backend, of a tc program (skb->data
+    at the Ethernet header) or an lwt_xmit one (at the network header)."""
     loaded: dict[str, list] = {}
     fds = []
     for system in (kernel, emulated_engine):
@@ -63,7 +65,7 @@ def programs(kernel, emulated_engine):
         fds.append((system, fd))
         for helper, items in (*CSUM_REPLACE.items(), ("skb_store_bytes", STORE_BYTES)):
             loaded.setdefault(helper, []).append(
-                (system, fd, load(system, ProgType.SCHED_CLS, items, {"m": fd})))
+                (system, fd, load(system, request.param, items, {"m": fd})))
     yield loaded
     for runs in loaded.values():
         for _, _, prog in runs:
