@@ -2,8 +2,8 @@
 
 A tnum is ``(value, mask)`` over 64 bits: a bit set in ``mask`` is unknown, the others are
 ``value``'s (``value & mask`` is always 0). A constant has ``mask == 0``. The operations are
-the kernel's, so the emulated verifier knows exactly the bits the kernel's knows (it keeps no
-value ranges besides: the ranges here are the ones the bits imply).
+the kernel's, so the emulated verifier knows exactly the bits the kernel's knows (the value
+ranges it keeps beside them are verifier_bounds'; the ones here are what the bits imply).
 """
 
 from __future__ import annotations
@@ -117,14 +117,27 @@ def xor(a: Tnum, b: Tnum) -> Tnum:
     return Tnum(v & ~mu & M64, mu)
 
 
+def union(a: Tnum, b: Tnum) -> Tnum:
+    """tnum_union: every value either may have."""
+    v = a.value & b.value
+    mu = (a.value ^ b.value) | a.mask | b.mask
+    return Tnum(v & ~mu & M64, mu & M64)
+
+
 def mul(a: Tnum, b: Tnum) -> Tnum:
-    """Constants multiply exactly; otherwise only a factor known to be 0 gives a known
-    result (anything more is left unknown rather than risk knowing more than the kernel)."""
-    if a.is_const and b.is_const:
+    """tnum_mul: ``b`` shifted and added for each bit of ``a`` known 1, and the union of
+    adding it and not for each unknown one."""
+    if not a.mask and not b.mask:
         return const(a.value * b.value)
-    if a == Tnum(0, 0) or b == Tnum(0, 0):
-        return Tnum(0, 0)
-    return UNKNOWN
+    acc = Tnum(0, 0)
+    while a.value or a.mask:
+        if a.value & 1:
+            acc = add(acc, b)
+        elif a.mask & 1:
+            acc = union(acc, add(acc, b))
+        a = rshift(a, 1)
+        b = lshift(b, 1)
+    return acc
 
 
 def bswap(a: Tnum, bits: int) -> Tnum:

@@ -81,6 +81,7 @@ from ...uapi import (
 )
 from . import filter as ctx_rules
 from . import tnum
+from . import verifier_bounds as vb
 from .bpf_iter import BPF_LOOP_INLINED
 from .btf import (
     ARG_ANYTHING,
@@ -144,7 +145,6 @@ from .verifier_state import (
     _covers,
     _jump_target,
     _reject,
-    _s64,
     _Visit,
     _widen,
     scalar,
@@ -925,26 +925,18 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
 
     @staticmethod
     def check_callback_return(r0: Reg) -> None:
-        """prepare_func_exit for a callback: R0 is a scalar in [0, 1] (refused here only when
-        it is a known value outside: the kernel's bound may come from a range)."""
+        """prepare_func_exit for a callback: R0 is a scalar within [0, 1]."""
         if r0.type != SCALAR:
             raise _reject(errno.EACCES, "R0 not a scalar value")
-        value = _s64(r0.var.value)
-        if r0.var.is_const and not 0 <= value <= 1:
-            raise _reject(errno.EINVAL, f"At callback return the register R0 has smin={value} "
-                          f"smax={value} should have been in [0, 1]")
+        _check_retval_range(r0, "At callback return", 0, 1)
 
     @staticmethod
     def check_async_callback_return(r0: Reg) -> None:
-        """check_return_code for an async callback: R0 is 0 (refused here only when it is a
-        known value other than 0)."""
+        """check_return_code for an async callback: R0 is 0."""
         if r0.type != SCALAR:
             raise _reject(errno.EINVAL, "At async callback return the register R0 is not a "
                           f"known value ({r0.type_str()})")
-        value = _s64(r0.var.value)
-        if r0.var.is_const and value:
-            raise _reject(errno.EINVAL, f"At async callback return the register R0 has "
-                          f"smin={value} smax={value} should have been in [0, 0]")
+        _check_retval_range(r0, "At async callback return", 0, 0)
 
     def check_return_code(self, r0: Reg) -> None:
         low, high = 0, 1
@@ -956,10 +948,7 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         if r0.type != SCALAR:
             raise _reject(errno.EINVAL, f"At program exit the register R0 is not a known value "
                           f"({r0.type_str()})")
-        value = _s64(r0.var.value)
-        if r0.var.is_const and not low <= value <= high:
-            raise _reject(errno.EINVAL, f"At program exit the register R0 has smin={value} "
-                          f"smax={value} should have been in [{low}, {high}]")
+        _check_retval_range(r0, "At program exit", low, high)
 
     # -- legacy packet loads and 64-bit immediates -------------------------------------------
     def check_ld_abs(self, insn: Instruction, info, state: State) -> None:
@@ -1009,6 +998,18 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                                  map=self.pseudo_map[pc])
 
 
+
+
+def _check_retval_range(r0: Reg, ctx: str, low: int, high: int) -> None:
+    """retval_range_within, and verbose_invalid_scalar's message where R0's signed range
+    leaves [low, high]."""
+    b = vb.bounds(r0)
+    if low <= b.smin and b.smax <= high:
+        return
+    has = (f" smin={b.smin}" if b.smin > vb.S64_MIN else "") \
+        + (f" smax={b.smax}" if b.smax < vb.S64_MAX else "")
+    raise _reject(errno.EINVAL, f"{ctx} the register R0 has{has or ' unknown scalar value'} "
+                  f"should have been in [{low}, {high}]")
 
 
 def _callback_target(pc: int, insn: Instruction) -> int:

@@ -14,8 +14,9 @@ from ...asm.opcodes import (
     Source,
 )
 from . import tnum
+from . import verifier_bounds as vb
 from .filter import PTR_TO_PACKET, PTR_TO_PACKET_END, PTR_TO_PACKET_META
-from .memory import M32, M64
+from .memory import M32
 from .tnum import Tnum
 from .verifier_state import (
     _PKT_ANY_TYPES,
@@ -56,7 +57,8 @@ _ALU_TEXT = {AluOp.ADD: "+=", AluOp.SUB: "-=", AluOp.MUL: "*=", AluOp.DIV: "/=",
 
 def _mov(insn: Instruction, info, regs: list[Reg]) -> Reg:
     """What a mov leaves in dst: the immediate, a copy of src, or src's low bits (sign- or
-    zero-extended); the low 32 bits of a pointer are an unknown scalar."""
+    zero-extended, with their ranges); the low 32 bits of a pointer are an unknown
+    scalar."""
     if info.source is Source.K:
         return scalar(insn.imm if info.is64 else insn.imm & M32)
     src = regs[insn.src]
@@ -66,11 +68,15 @@ def _mov(insn: Instruction, info, regs: list[Reg]) -> Reg:
         return UNKNOWN if info.is64 else Reg(SCALAR, tnum.cast(tnum.UNKNOWN, 4))
     # a copy that changes no value keeps src's id (_mov_links decides it was given one)
     scalar_id = src.scalar_id if _mov_links(insn, info, src) else 0
-    if not insn.off:
-        return Reg(SCALAR, tnum.cast(src.var, 4), scalar_id=scalar_id)
-    var = _coerce(src.var, insn.off // 8, True)
-    return Reg(SCALAR, var if info.is64 else tnum.cast(var if var.is_const else tnum.UNKNOWN, 4),
-               scalar_id=scalar_id)
+    r = vb.of(src)
+    if info.is64:
+        vb.coerce_reg_to_size_sx(r, insn.off // 8)
+    else:
+        if insn.off:
+            vb.coerce_subreg_to_size_sx(r, insn.off // 8)
+        vb.zext_32_to_64(r)
+        vb.reg_bounds_sync(r)
+    return vb.to_reg(Reg(SCALAR, scalar_id=scalar_id), r)
 
 
 def _mov_links(insn: Instruction, info, src: Reg) -> bool:
@@ -80,45 +86,19 @@ def _mov_links(insn: Instruction, info, src: Reg) -> bool:
     if src.type != SCALAR:
         return False
     if insn.off:
-        return src.var.umax() < 1 << (insn.off - 1)
+        return vb.bounds(src).umax < 1 << (insn.off - 1)
     return info.is64 or _reg_width(src) <= 32
 
 
-def _coerce(var: Tnum, size: int, sign_extend: bool) -> Tnum:
-    """A load's (or movsx's) ``size`` low bytes, zero- or sign-extended (coerce_reg_to_size,
-    coerce_reg_to_size_sx)."""
-    bits = 8 * size
-    if not sign_extend:
-        return tnum.cast(var, size)
-    if var.is_const:
-        return tnum.const(tnum._signed(var.value & ((1 << bits) - 1), bits))
-    smin, smax = var.smin(), var.smax()
-    if smin >> bits != smax >> bits:
-        return tnum.UNKNOWN
-    low = sorted(tnum._signed(v & ((1 << bits) - 1), bits) for v in (smin, smax))
-    if (low[0] >= 0) != (low[1] >= 0):
-        return tnum.UNKNOWN
-    return tnum.tnum_range(low[0] & M64, low[1] & M64)
-
-
-def _scalar_alu(op: AluOp, dst: Tnum, src: Tnum, bits: int) -> Tnum:
-    """adjust_scalar_min_max_vals on the known bits: the kernel's tnum operations; a shift by
-    an amount not known to be in range, a division or a modulo leave nothing known."""
-    if op in (AluOp.LSH, AluOp.RSH, AluOp.ARSH):
-        if not src.is_const or src.value >= bits:
-            return tnum.UNKNOWN
-        if op is AluOp.LSH:
-            result = tnum.lshift(dst if bits == 64 else tnum.subreg(dst), src.value)
-        elif op is AluOp.RSH:
-            result = tnum.rshift(dst if bits == 64 else tnum.subreg(dst), src.value)
-        else:
-            result = tnum.arshift(dst if bits == 64 else tnum.subreg(dst), src.value, bits)
-    elif op in (AluOp.DIV, AluOp.MOD):
-        return tnum.UNKNOWN
+def _coerce(reg: Reg, size: int, sign_extend: bool) -> Reg:
+    """A load's ``size`` low bytes of a scalar, zero- or sign-extended, with its ranges
+    (coerce_reg_to_size, coerce_reg_to_size_sx): a new value, linked to nothing."""
+    r = vb.of(reg)
+    if sign_extend:
+        vb.coerce_reg_to_size_sx(r, size)
     else:
-        result = {AluOp.ADD: tnum.add, AluOp.SUB: tnum.sub, AluOp.MUL: tnum.mul,
-                  AluOp.AND: tnum.and_, AluOp.OR: tnum.or_, AluOp.XOR: tnum.xor}[op](dst, src)
-    return result if bits == 64 else tnum.subreg(result)
+        vb.coerce_reg_to_size(r, size)
+    return vb.to_reg(UNKNOWN, r)
 
 
 # flip_opcode, for the comparisons of a packet pointer with the end: b OP a is a FLIP[OP] b
@@ -158,12 +138,11 @@ def _is_init_pkt_pointer(reg: Reg, ptr_type: str) -> bool:
 def _find_good_pkt_pointers(state: State, pkt: Reg, right_open: bool) -> None:
     """find_good_pkt_pointers: ``pkt`` is within the packet (``right_open``: before its
     end), so every pointer with its base has at least the bytes up to ``pkt``'s offset in
-    range. The kernel gives no range when the variable offset may reach past
-    MAX_PACKET_OFF; that maximum is a value range, so here only offsets the known bits put
-    past it for sure give none."""
+    range; none when the variable offset may reach past MAX_PACKET_OFF."""
     if pkt.off < 0 or pkt.off == 0 and right_open:
         return
-    if pkt.var.umin() + pkt.off > MAX_PACKET_OFF:
+    umax = vb.bounds(pkt).umax
+    if umax > MAX_PACKET_OFF or umax + pkt.off > MAX_PACKET_OFF:
         return
     new_range = pkt.off + 1 if right_open else pkt.off
 
@@ -205,10 +184,11 @@ def _try_match_pkt_pointers(insn: Instruction, info, this_branch: State,
     _mark_pkt_end(at_end, regno, beyond=not right_open)
 
 
-def _is_branch_taken(dst: Reg, src: Reg, op: JmpOp, is_jmp32: bool) -> bool | None:
-    """is_branch_taken: True/False when the known bits (or a pointer known not to be NULL,
-    compared with 0, or one known to be at the packet's end) decide the branch, None when
-    both ways are possible."""
+def _is_branch_taken(dst: Reg, src: Reg, op: JmpOp, is_jmp32: bool,
+                     same: bool = False) -> bool | None:
+    """is_branch_taken: True/False when the known bits and ranges (or a pointer known not
+    to be NULL, compared with 0, or one known to be at the packet's end) decide the branch,
+    None when both ways are possible; ``same``: one register compared with itself."""
     if dst.type in _PKT_ANY_TYPES and src.type in _PKT_ANY_TYPES and not is_jmp32:
         return _is_pkt_ptr_branch_taken(dst, src, op)
     if dst.is_pointer or src.is_pointer:
@@ -219,39 +199,7 @@ def _is_branch_taken(dst: Reg, src: Reg, op: JmpOp, is_jmp32: bool) -> bool | No
         if _low(other.var, is_jmp32).value:
             return None
         return {JmpOp.JEQ: False, JmpOp.JNE: True}.get(op)
-    t1, t2 = _low(dst.var, is_jmp32), _low(src.var, is_jmp32)
-    bits = 32 if is_jmp32 else 64
-    if op in (JmpOp.JEQ, JmpOp.JNE):
-        equal = None
-        if t1.is_const and t2.is_const:
-            equal = t1.value == t2.value
-        elif (t1.value ^ t2.value) & ~(t1.mask | t2.mask) \
-                or t1.umin() > t2.umax() or t1.umax() < t2.umin() \
-                or t1.smin(bits) > t2.smax(bits) or t1.smax(bits) < t2.smin(bits):
-            equal = False
-        if equal is None:
-            return None
-        return equal if op is JmpOp.JEQ else not equal
-    if op is JmpOp.JSET:
-        if not t2.is_const:
-            t1, t2 = t2, t1
-        if not t2.is_const:
-            return None
-        if t1.value & t2.value:
-            return True
-        if not (t1.mask | t1.value) & t2.value:
-            return False
-        return None
-    signed = op in (JmpOp.JSGT, JmpOp.JSGE, JmpOp.JSLT, JmpOp.JSLE)
-    lo1, hi1 = (t1.smin(bits), t1.smax(bits)) if signed else (t1.umin(), t1.umax())
-    lo2, hi2 = (t2.smin(bits), t2.smax(bits)) if signed else (t2.umin(), t2.umax())
-    if op in (JmpOp.JGT, JmpOp.JSGT):
-        return True if lo1 > hi2 else False if hi1 <= lo2 else None
-    if op in (JmpOp.JGE, JmpOp.JSGE):
-        return True if lo1 >= hi2 else False if hi1 < lo2 else None
-    if op in (JmpOp.JLT, JmpOp.JSLT):
-        return True if hi1 < lo2 else False if lo1 >= hi2 else None
-    return True if hi1 <= lo2 else False if lo1 > hi2 else None  # JLE, JSLE
+    return vb.is_scalar_branch_taken(vb.of(dst), vb.of(src), op, is_jmp32, same)
 
 
 # reg_not_null: pointers that are never NULL (a map value once checked, a map, a socket)
@@ -269,49 +217,28 @@ def _const_in(var: Tnum, is_jmp32: bool) -> bool:
 
 def _refine(taken: list[Reg], fallthrough: list[Reg], insn: Instruction, op: JmpOp,
             is_jmp32: bool) -> None:
-    """regs_refine_cond_op, for the known bits: where a branch says two scalars are equal
-    (JEQ taken, JNE not) both get the bits either has; where JSET with a constant says bits
-    are clear, they are known 0, and where it says a single bit is set, that bit is 1."""
+    """reg_set_min_max: what each branch tells of the two scalars compared (the jump's
+    condition, or its reverse on the fall-through), their bounds synced after; a register
+    compared with itself learns nothing. Bounds that cross (a branch the known bits and
+    ranges did not prove dead, but is) are forgotten, as reg_bounds_sanity_check does."""
     dst, src_reg = insn.dst, insn.src if insn.opcode & Source.X else None
-
-    def same(regs: list[Reg]) -> None:
-        a = regs[dst].var
-        b = regs[src_reg].var if src_reg is not None else tnum.const(_imm(insn, is_jmp32))
-        if is_jmp32:
-            both = tnum.intersect(tnum.subreg(a), tnum.subreg(b))
-            regs[dst] = regs[dst]._replace(var=tnum.with_subreg(a, both))
-            if src_reg is not None:
-                regs[src_reg] = regs[src_reg]._replace(var=tnum.with_subreg(b, both))
-        else:
-            regs[dst] = regs[dst]._replace(var=tnum.intersect(a, b))
-            if src_reg is not None:
-                regs[src_reg] = regs[src_reg]._replace(var=regs[dst].var)
-
-    def bits(regs: list[Reg], regno: int, combine, value: int) -> None:
-        var = regs[regno].var
-        if is_jmp32:
-            var = tnum.with_subreg(var, combine(tnum.subreg(var), tnum.const(value & M32)))
-        else:
-            var = combine(var, tnum.const(value))
-        regs[regno] = regs[regno]._replace(var=var)
-
-    if op is JmpOp.JEQ:
-        same(taken)
-    elif op is JmpOp.JNE:
-        same(fallthrough)
-    elif op is JmpOp.JSET:
-        regno, mask = dst, None  # the register tested against a constant mask
+    if src_reg == dst:
+        return
+    for regs, cond in ((fallthrough, vb.REV[op]), (taken, op)):
+        r1 = vb.of(regs[dst])
         if src_reg is None:
-            mask = _imm(insn, is_jmp32)
-        elif _const_in(fallthrough[src_reg].var, is_jmp32):
-            mask = _low(fallthrough[src_reg].var, is_jmp32).value
-        elif _const_in(fallthrough[dst].var, is_jmp32):
-            regno, mask = src_reg, _low(fallthrough[dst].var, is_jmp32).value
-        if mask is None:
-            return
-        if mask and not mask & (mask - 1):
-            bits(taken, regno, tnum.or_, mask)
-        bits(fallthrough, regno, tnum.and_, ~mask & M64)
+            r2 = vb._R(tnum.UNKNOWN, vb.UNBOUNDED)
+            r2.mark_known(insn.imm)  # the instruction's imm, sign-extended
+        else:
+            r2 = vb.of(regs[src_reg])
+        vb.regs_refine_cond_op(r1, r2, cond, is_jmp32)
+        for r in (r1, r2):
+            vb.reg_bounds_sync(r)
+            if not vb.valid(r):
+                r.unbounded()
+        regs[dst] = vb.to_reg(regs[dst], r1)
+        if src_reg is not None:
+            regs[src_reg] = vb.to_reg(regs[src_reg], r2)
 
 
 def _link_add_const(op: AluOp, info, dst: Reg, src: Reg, result: Reg) -> Reg:
@@ -338,12 +265,6 @@ def _link_add_const(op: AluOp, info, dst: Reg, src: Reg, result: Reg) -> Reg:
     return result._replace(scalar_id=dst.scalar_id, add_const=32 if alu32 else 64, delta=off)
 
 
-def _imm(insn: Instruction, is_jmp32: bool) -> int:
-    return insn.imm & (M32 if is_jmp32 else M64)
-
-
-
-
 class AluChecks:
     """check_alu_op and check_cond_jmp_op, for ``_Verifier``."""
 
@@ -366,8 +287,11 @@ class AluChecks:
             self.check_reg_arg(regs, dst, DST_OP_NO_MARK)
             var = regs[dst].var
             if info.kind is Kind.NEG:
-                var = tnum.cast(tnum.neg(var), bits // 8)
-            elif k and not info.is64:  # le: the low bits, as they are on a little-endian CPU
+                r = vb.of(regs[dst])
+                vb.scalar_neg(r, not info.is64)
+                regs[dst] = vb.to_reg(UNKNOWN, r)
+                return
+            if k and not info.is64:  # le: the low bits, as they are on a little-endian CPU
                 var = tnum.cast(var, insn.imm // 8)
             else:
                 var = tnum.bswap(var, insn.imm)
@@ -420,13 +344,18 @@ class AluChecks:
             return self.adjust_ptr_min_max_vals(insn, info, src, dst, scalar_dst=True)
         if dst.is_pointer:
             return self.adjust_ptr_min_max_vals(insn, info, dst, src, scalar_dst=False)
-        result = Reg(SCALAR, _scalar_alu(op, dst.var, src.var, 64 if info.is64 else 32))
-        return _link_add_const(op, info, dst, src, result)
+        r = vb.of(dst)
+        if not vb.scalar_alu(op, r, vb.of(src), not info.is64):
+            return UNKNOWN
+        return _link_add_const(op, info, dst, src, vb.to_reg(UNKNOWN, r))
 
     def adjust_ptr_min_max_vals(self, insn: Instruction, info, ptr: Reg, off_reg: Reg,
                                 scalar_dst: bool) -> Reg:
         dst, op = insn.dst, info.op
         known = off_reg.var.is_const
+        off = vb.of(off_reg)
+        if not vb.valid(off):
+            return UNKNOWN  # bounds from a dead branch: the result is tainted
         if not info.is64:
             if op is AluOp.SUB:
                 return UNKNOWN
@@ -439,14 +368,13 @@ class AluChecks:
                 or ptr.type in _SOCKET_TYPES or ptr.type == PTR_TO_PACKET_END:
             raise _reject(errno.EACCES, f"R{dst} pointer arithmetic on {ptr.type_str()} "
                           "prohibited")
-        value = _s64(off_reg.var.value)
-        if known and not -BPF_MAX_VAR_OFF < value < BPF_MAX_VAR_OFF:
-            raise _reject(errno.EINVAL, f"math between {ptr.type_str()} pointer and {value} "
-                          "is not allowed")
+        self.check_reg_sane_offset(off_reg, off, ptr)
+        if not ptr.wide:
+            self.check_reg_sane_offset(ptr, vb.of(ptr), ptr)
         if op is AluOp.ADD:
-            if known:
-                return _ptr_at(ptr, ptr.off + value)
-            moved = ptr._replace(var=tnum.add(ptr.var, off_reg.var))
+            if known and ptr.off + off.smin == tnum._signed((ptr.off + off.smin) & M32, 32):
+                return _ptr_at(ptr, ptr.off + off.smin)
+            moved = self.ptr_var_off(ptr, off, op)
             if ptr.type in _PKT_TYPES:  # a new base, of which nothing is known in range yet
                 return moved._replace(pkt_id=self.new_id(), range=0)
             return moved
@@ -456,21 +384,68 @@ class AluChecks:
             if ptr.type == PTR_TO_STACK:
                 raise _reject(errno.EACCES, f"R{dst} subtraction from stack pointer "
                               "prohibited")
-            if known:
-                return _ptr_at(ptr, ptr.off - value)
-            moved = ptr._replace(var=tnum.sub(ptr.var, off_reg.var))
+            if known and ptr.off - off.smin == tnum._signed((ptr.off - off.smin) & M32, 32):
+                return _ptr_at(ptr, ptr.off - off.smin)
+            moved = self.ptr_var_off(ptr, off, op)
             if ptr.type in _PKT_TYPES:
-                # a new base; the old range still holds unless the subtrahend may be
-                # negative (the kernel's smin, a value range: here only when the known bits
-                # make it negative for sure)
-                negative = off_reg.var.smax() < 0
-                return moved._replace(pkt_id=self.new_id(), range=0 if negative else ptr.range)
+                # a new base; the old range still holds unless the subtrahend may be negative
+                return moved._replace(pkt_id=self.new_id(),
+                                      range=0 if off.smin < 0 else ptr.range)
             return moved
         if op in (AluOp.AND, AluOp.OR, AluOp.XOR):
             raise _reject(errno.EACCES, f"R{dst} bitwise operator {_ALU_TEXT[op]} on pointer "
                           "prohibited")
         raise _reject(errno.EACCES, f"R{dst} pointer arithmetic with {_ALU_TEXT[op]} operator "
                       "prohibited")
+
+    def ptr_var_off(self, ptr: Reg, off: vb._R, op: AluOp) -> Reg:
+        """adjust_ptr_min_max_vals' new variable offset: the pointer's bounds plus (minus)
+        the scalar's, unbounded where they may overflow, its known bits tnum_add's
+        (tnum_sub's); then check_reg_sane_offset on the result and reg_bounds_sync. A
+        widened pointer stays one."""
+        p = vb.of(ptr)
+        d = p.copy()
+        d.unbound32()  # pointer types carry no 32-bit bounds
+        if op is AluOp.ADD:
+            smin, smax = p.smin + off.smin, p.smax + off.smax
+            umin, umax = p.umin + off.umin, p.umax + off.umax
+            d.var = tnum.add(p.var, off.var)
+        else:
+            smin, smax = p.smin - off.smax, p.smax - off.smin
+            umin, umax = p.umin - off.umax, p.umax - off.umin
+            d.var = tnum.sub(p.var, off.var)
+        if vb.S64_MIN <= smin <= vb.S64_MAX and vb.S64_MIN <= smax <= vb.S64_MAX:
+            d.smin, d.smax = smin, smax
+        else:
+            d.smin, d.smax = vb.S64_MIN, vb.S64_MAX
+        if 0 <= umin and umax <= vb.U64_MAX:
+            d.umin, d.umax = umin, umax
+        else:
+            d.umin, d.umax = 0, vb.U64_MAX
+        if ptr.wide:
+            return ptr._replace(var=tnum.UNKNOWN, rng=None)
+        self.check_reg_sane_offset(ptr, d, ptr)
+        vb.reg_bounds_sync(d)
+        return vb.to_reg(ptr, d)
+
+    @staticmethod
+    def check_reg_sane_offset(reg: Reg, r: vb._R, ptr: Reg) -> None:
+        """check_reg_sane_offset: a known offset, the fixed one and the least one the
+        bounds allow all within BPF_MAX_VAR_OFF, and a least one at all."""
+        kind = ptr.type_str()
+        if not r.var.mask:
+            value = _s64(r.var.value)
+            if not -BPF_MAX_VAR_OFF < value < BPF_MAX_VAR_OFF:
+                raise _reject(errno.EINVAL, f"math between {kind} pointer and {value} "
+                              "is not allowed")
+        if reg.is_pointer and not -BPF_MAX_VAR_OFF < reg.off < BPF_MAX_VAR_OFF:
+            raise _reject(errno.EINVAL, f"{kind} pointer offset {reg.off} is not allowed")
+        if r.smin == vb.S64_MIN:
+            raise _reject(errno.EINVAL, f"math between {kind} pointer and register with "
+                          "unbounded min value is not allowed")
+        if not -BPF_MAX_VAR_OFF < r.smin < BPF_MAX_VAR_OFF:
+            raise _reject(errno.EINVAL, f"value {r.smin} makes {kind} pointer be out of "
+                          "bounds")
 
     # -- jumps -------------------------------------------------------------------------------
     def check_cond_jmp_op(self, pc: int, insn: Instruction, info,

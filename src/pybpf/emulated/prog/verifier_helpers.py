@@ -21,6 +21,7 @@ from ...uapi import (
     map_traits,
 )
 from . import tnum
+from . import verifier_bounds as vb
 from .bpf_iter import CALLBACK_HELPERS
 from .btf import vmlinux_kfuncs
 from .filter import (
@@ -62,9 +63,11 @@ from .kfuncs import (
 )
 from .semantics import MAX_CALL_FRAMES
 from .verifier_mem import (
+    MEM_INVALID,
     MemoryChecks,
+    check_map_access,
+    check_mem_region_access,
     check_packet_access,
-    check_special_fields_untouched,
     check_stack_range_initialized,
 )
 from .verifier_state import (
@@ -565,18 +568,20 @@ class HelperCallChecks:
         elif arg in (ARG_PTR_TO_MAP_VALUE, ARG_PTR_TO_UNINIT_MAP_VALUE) and bpf_map is not None:
             self.check_helper_mem_access(state, regno, bpf_map.value_size,
                                          arg == ARG_PTR_TO_UNINIT_MAP_VALUE, False)
-        elif arg in (ARG_CONST_SIZE, ARG_CONST_SIZE_OR_ZERO) and reg.is_const:
-            # check_mem_size_reg, its checks in the kernel's order
-            size = reg.var.value
-            if _s64(size) < 0:
+        elif arg in (ARG_CONST_SIZE, ARG_CONST_SIZE_OR_ZERO):
+            # check_mem_size_reg, its checks in the kernel's order: the memory is checked
+            # for the size's greatest value
+            b = vb.bounds(reg)
+            if b.smin < 0:
                 raise _reject(errno.EACCES, f"R{regno} min value is negative, either use "
                               "unsigned or 'var &= const'")
-            if not size and arg == ARG_CONST_SIZE:
-                raise _reject(errno.EACCES, f"R{regno} invalid zero-sized read: u64=[0,0]")
-            if size >= BPF_MAX_VAR_SIZ:
+            if not b.umin and arg == ARG_CONST_SIZE:
+                raise _reject(errno.EACCES, f"R{regno} invalid zero-sized read: u64="
+                              f"[{_s64(b.umin)},{_s64(b.umax)}]")
+            if b.umax >= BPF_MAX_VAR_SIZ:
                 raise _reject(errno.EACCES, f"R{regno} unbounded memory access, use 'var &= "
                               "const' or 'if (var < const)'")
-            self.check_helper_mem_access(state, regno - 1, size,
+            self.check_helper_mem_access(state, regno - 1, b.umax,
                                          args[regno - 2] == ARG_PTR_TO_UNINIT_MEM, True)
         return bpf_map
 
@@ -671,7 +676,13 @@ class HelperCallChecks:
             return
         if reg.type == PTR_TO_MAP_VALUE and reg.map is not None:
             MemoryChecks.check_map_access_type(reg.map, reg.off, size, write)
-        if reg.type == PTR_TO_STACK and not reg.var.is_const and reg.var != tnum.UNKNOWN:
+            check_map_access(regno, reg, reg.off, size, zero_size_allowed)
+            return
+        if reg.type in (PTR_TO_MEM, PTR_TO_RINGBUF_MEM, PTR_TO_RDONLY_MEM):
+            check_mem_region_access(regno, reg, reg.off, size, reg.mem_size, MEM_INVALID,
+                                    zero_size_allowed)
+            return
+        if reg.type == PTR_TO_STACK and not reg.var.is_const and not reg.wide:
             if not size and not zero_size_allowed:
                 raise _reject(errno.EACCES, "invalid zero-sized read")
             first, end = MemoryChecks.check_stack_var_off_within_bounds(regno, reg, reg.off,
@@ -680,19 +691,12 @@ class HelperCallChecks:
                                           write)
             return
         if not reg.var.is_const:
-            return  # a variable offset: its bounds are value ranges, not kept here
+            return  # a stack offset a loop's widening left unknown (Reg.wide)
         off = reg.off + _s64(reg.var.value)
         if reg.type == PTR_TO_STACK:
             if not size and not zero_size_allowed:
                 raise _reject(errno.EACCES, "invalid zero-sized read")
             MemoryChecks.check_stack_access_within_bounds(regno, off, size, write)
-        elif reg.type == PTR_TO_MAP_VALUE and reg.map is not None and size:
-            if off < 0 or off + size > reg.map.value_size:
-                raise _reject(errno.EACCES, f"invalid access to map value, value_size="
-                              f"{reg.map.value_size} off={off} size={size}")
-            check_special_fields_untouched(reg.map, off, size)
-        elif reg.type in (PTR_TO_MEM, PTR_TO_RINGBUF_MEM, PTR_TO_RDONLY_MEM) and size:
-            MemoryChecks.check_mem_region_access(regno, reg, reg.off, size)
 
     def check_mem_reg(self, state: State, regno: int, size: int) -> None:
         """check_mem_reg, for a global subprogram's pointer argument: NULL, or ``size`` bytes

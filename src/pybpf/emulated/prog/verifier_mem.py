@@ -21,6 +21,7 @@ from ...uapi import (
 from ..maps.bpf_map import BPF_MAP_FIELDS, bpf_map_field_at
 from . import filter as ctx_rules
 from . import tnum
+from . import verifier_bounds as vb
 from .filter import (
     PTR_TO_PACKET_END,
     PTR_TO_SOCK_COMMON_OR_NULL,
@@ -32,6 +33,7 @@ from .verifier_state import (
     _SOCKET_TYPES,
     BPF_F_RDONLY_PROG,
     BPF_F_WRONLY_PROG,
+    BPF_MAX_VAR_OFF,
     BPF_REG_SIZE,
     CONST_PTR_TO_DYNPTR,
     CONST_PTR_TO_MAP,
@@ -152,11 +154,17 @@ def _atomic_ptr_type_ok(reg: Reg) -> bool:
     return reg.type not in (PTR_TO_CTX, *_PKT_TYPES, PTR_TO_PACKET_END, *_SOCKET_TYPES)
 
 
-def check_special_fields_untouched(bpf_map: Any, off: int, size: int) -> None:
+def check_special_fields_untouched(bpf_map: Any, off: int, size: int,
+                                   reg: Reg | None = None) -> None:
     """check_map_access: no load, store or helper reaches a value's bpf_spin_lock or
-    bpf_timer."""
+    bpf_timer (``off`` the fixed offset, ``reg``'s variable one's bounds added where
+    given)."""
+    lo, hi = off, off + size
+    if reg is not None and not reg.wide:
+        b = vb.bounds(reg)
+        lo, hi = b.smin + off, b.umax + off + size
     for field_off, field_size in bpf_map.special_fields:
-        if off < field_off + field_size and field_off < off + size:
+        if lo < field_off + field_size and field_off < hi:
             name = "bpf_spin_lock" if field_off == bpf_map.spin_lock_off else "bpf_timer"
             raise _reject(errno.EACCES, f"{name} cannot be accessed directly by load/store")
 
@@ -180,14 +188,48 @@ def map_direct_read(reg: Reg, off: int, size: int) -> Reg:
     return scalar(int.from_bytes(value[start:start + size], "little"))
 
 
+def check_mem_region_access(regno: int, reg: Reg, off: int, size: int, mem_size: int,
+                            invalid: str, zero_size_allowed: bool = False) -> None:
+    """check_mem_region_access: ``size`` bytes at ``off`` (the fixed offset) plus each of
+    the variable offset's least (smin) and greatest (umax) values lie within ``mem_size``
+    bytes; a least one that may be negative, or a greatest one of BPF_MAX_VAR_OFF or more,
+    is refused as such. ``invalid``: __check_mem_access's line for this memory, formatted
+    with mem_size, off and size. A pointer a loop's widening left (``Reg.wide``) is not
+    checked."""
+    if reg.wide:
+        return
+    b = vb.bounds(reg)
+    smin = b.smin
+    if smin < 0 and (smin == vb.S64_MIN or not vb.S32_MIN <= off + smin <= vb.S32_MAX
+                     or smin + off < 0):
+        raise _reject(errno.EACCES, f"R{regno} min value is negative, either use unsigned "
+                      "index or do a if (index >=0) check.")
+    size_ok = size > 0 or size == 0 and zero_size_allowed
+    at = smin + off
+    if not (at >= 0 and size_ok and at + size <= mem_size):
+        raise _reject(errno.EACCES, invalid.format(mem_size=mem_size, off=at, size=size)
+                      + f"\nR{regno} min value is outside of the allowed memory range")
+    if b.umax >= BPF_MAX_VAR_OFF:
+        raise _reject(errno.EACCES, f"R{regno} unbounded memory access, make sure to bounds "
+                      "check any such access")
+    at = b.umax + off
+    if not (at >= 0 and size_ok and at + size <= mem_size):
+        raise _reject(errno.EACCES, invalid.format(mem_size=mem_size, off=at, size=size)
+                      + f"\nR{regno} max value is outside of the allowed memory range")
+
+
+MAP_VALUE_INVALID = "invalid access to map value, value_size={mem_size} off={off} size={size}"
+MAP_KEY_INVALID = "invalid access to map key, key_size={mem_size} off={off} size={size}"
+MEM_INVALID = "invalid access to memory, mem_size={mem_size} off={off} size={size}"
+
+
 def check_packet_access(regno: int, reg: Reg, off: int, size: int,
                         zero_size_allowed: bool = False) -> None:
     """check_packet_access: ``size`` bytes at ``off`` (the insn's offset and the pointer's
     fixed one) lie within the range a comparison with the packet's end proved for the
-    pointer's base. The kernel also refuses a variable offset whose minimum may be negative;
-    that minimum is a value range, so it is refused here only when the known bits make the
-    offset negative for sure."""
-    if reg.var.smax() < 0:
+    pointer's base (which covers the variable offset), and the variable offset's least
+    value is not negative."""
+    if not reg.wide and vb.bounds(reg).smin < 0:
         raise _reject(errno.EACCES, f"R{regno} min value is negative, either use unsigned "
                       "index or do a if (index >=0) check.")
     outside = f"R{regno} offset is outside of the packet"
@@ -197,6 +239,15 @@ def check_packet_access(regno: int, reg: Reg, off: int, size: int,
     if off < 0 or not size_ok or off + size > reg.range:
         raise _reject(errno.EACCES, f"invalid access to packet, off={off} size={size}, "
                       f"R{regno}(id={reg.pkt_id},off={off},r={reg.range})\n{outside}")
+
+
+def check_map_access(regno: int, reg: Reg, off: int, size: int,
+                     zero_size_allowed: bool = False) -> None:
+    """check_map_access: within the map's value, and clear of its special fields."""
+    bpf_map = reg.map
+    check_mem_region_access(regno, reg, off, size, bpf_map.value_size, MAP_VALUE_INVALID,
+                            zero_size_allowed)
+    check_special_fields_untouched(bpf_map, off, size, reg)
 
 
 class MemoryChecks:
@@ -287,7 +338,7 @@ class MemoryChecks:
             # check_generic_ptr_alignment: every offset the known bits allow is aligned
             # (the stack's always, check_ptr_alignment). A variable offset of which no bit
             # is known is one a loop's widening left unknown here (_widen_reg): not checked.
-            if reg.var != tnum.UNKNOWN \
+            if not reg.wide \
                     and not _tnum_is_aligned(tnum.add(reg.var, tnum.const(off)), size):
                 raise _reject(errno.EACCES, f"misaligned {_ALIGN_DESC[reg.type]}access off "
                               f"{_tnum_str(reg.var)}+{reg.off}+{insn.off} size {size}")
@@ -342,19 +393,13 @@ class MemoryChecks:
                 and not (result.scalar_id and not ldsx and _reg_width(result) <= 8 * size):
             # (check_stack_read_fixed_off: a narrow fill of a spilled value that fits is the
             # value, still linked; any other narrow read is a new value)
-            result = Reg(SCALAR, _coerce(result.var, size, ldsx))
+            result = _coerce(result, size, ldsx)
         regs[value_regno] = result
 
     @staticmethod
     def check_mem_region_access(regno: int, reg: Reg, off: int, size: int) -> None:
-        """Within the memory's mem_size bytes (known offsets only)."""
-        if not reg.var.is_const:
-            return  # a variable offset: its bounds are value ranges, not kept here
-        off += _s64(reg.var.value)
-        if off < 0 or off + size > reg.mem_size:
-            raise _reject(errno.EACCES, f"invalid access to memory, mem_size={reg.mem_size} "
-                          f"off={off} size={size}\nR{regno} min value is outside of the "
-                          "allowed memory range")
+        """Within the memory's mem_size bytes."""
+        check_mem_region_access(regno, reg, off, size, reg.mem_size, MEM_INVALID)
 
     @staticmethod
     def check_ptr_to_map_access(regno: int, reg: Reg, off: int, size: int,
@@ -385,13 +430,7 @@ class MemoryChecks:
         """The key is read-only, and read within key_size (check_mem_region_access)."""
         if write:
             raise _reject(errno.EACCES, f"write to change key R{regno} not allowed")
-        if not reg.var.is_const:
-            return  # a variable offset: its bounds are value ranges, not kept here
-        off += _s64(reg.var.value)
-        key_size = reg.map.key_size
-        if off < 0 or off + size > key_size:
-            raise _reject(errno.EACCES, f"invalid access to map key, key_size={key_size} "
-                          f"off={off} size={size}")
+        check_mem_region_access(regno, reg, off, size, reg.map.key_size, MAP_KEY_INVALID)
 
     @staticmethod
     def check_map_access_type(bpf_map: Any, off: int, size: int, write: bool) -> None:
@@ -410,14 +449,7 @@ class MemoryChecks:
         if bpf_map is None:
             return
         self.check_map_access_type(bpf_map, off, size, write)
-        if not reg.var.is_const:
-            return  # a variable offset: its bounds are value ranges, not kept here
-        off += _s64(reg.var.value)
-        if off < 0 or off + size > bpf_map.value_size:
-            raise _reject(errno.EACCES, f"invalid access to map value, value_size="
-                          f"{bpf_map.value_size} off={off} size={size}\nR{regno} min value is "
-                          "outside of the allowed memory range")
-        check_special_fields_untouched(bpf_map, off, size)
+        check_map_access(regno, reg, off, size)
 
     def check_ctx_access(self, regno: int, reg: Reg, off: int, size: int, write: bool,
                          ldsx: bool) -> Reg:
@@ -451,9 +483,9 @@ class MemoryChecks:
         read (check_stack_read_var_off) needs every byte it may reach readable and gives an
         unknown scalar (0 where all are zeros); a write (check_stack_write_var_off) makes
         every byte it may reach data, erasing the spills there (but a spilled 0 under a
-        written 0). An offset of which no bit is known is one a loop's widening left
-        unknown here (_widen_reg): not checked, as before."""
-        if reg.var == tnum.UNKNOWN:
+        written 0). An offset a loop's widening left unknown (_widen_reg) is not
+        checked."""
+        if reg.wide:
             return UNKNOWN
         first, end = self.check_stack_var_off_within_bounds(regno, reg, off, size, write)
         frame = state.frames[reg.frame]
@@ -480,16 +512,19 @@ class MemoryChecks:
     @staticmethod
     def check_stack_var_off_within_bounds(regno: int, reg: Reg, off: int, size: int,
                                           write: bool) -> tuple[int, int]:
-        """check_stack_access_within_bounds for a variable offset, whose smin and smax the
-        kernel takes from value ranges; the known bits here give a range that holds the
-        kernel's, so an access is refused where every offset they allow is out of bounds
-        (EACCES for the first byte, EINVAL for the last past the top) and is let through
-        otherwise. Returns the stack bytes [first, end) the access may reach."""
-        lo, hi = reg.var.smin() + off, reg.var.smax() + off
-        err = errno.EACCES if lo > -1 or hi < -MAX_BPF_STACK \
-            else errno.EINVAL if lo + size > 0 else 0
+        """check_stack_access_within_bounds for a variable offset: its smin and smax, within
+        BPF_MAX_VAR_OFF, put the first byte within the stack (else EACCES) and the last
+        below the top (else EINVAL). Returns the stack bytes [first, end) the access may
+        reach."""
+        b = vb.bounds(reg)
+        access = "write to" if write else "read from"
+        if b.smax >= BPF_MAX_VAR_OFF or b.smin <= -BPF_MAX_VAR_OFF:
+            raise _reject(errno.EACCES, f"invalid unbounded variable-offset {access} stack "
+                          f"R{regno}")
+        lo, hi = b.smin + off, b.smax + off
+        err = errno.EACCES if lo > -1 or lo < -MAX_BPF_STACK \
+            else errno.EINVAL if hi + size > 0 else 0
         if err:
-            access = "write to" if write else "read from"
             raise _reject(err, f"invalid variable-offset {access} stack R{regno} "
                           f"var_off={_tnum_str(reg.var)} off={off} size={size}")
         return max(lo, -MAX_BPF_STACK), min(hi + size, 0)

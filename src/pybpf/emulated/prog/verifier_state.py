@@ -21,6 +21,7 @@ from ...uapi import (
     ProgType,
 )
 from . import tnum
+from . import verifier_bounds as vb
 from .filter import (
     PTR_TO_PACKET,
     PTR_TO_PACKET_END,
@@ -151,6 +152,12 @@ class Reg(NamedTuple):
     scalar_id: int = 0
     add_const: int = 0
     delta: int = 0
+    # A scalar's value ranges, or a pointer's variable offset's (verifier_bounds.Bounds):
+    # None where they are the ones ``var`` implies (a constant, a value known by its bits)
+    rng: vb.Bounds | None = None
+    # A pointer whose variable offset a loop's widening made unknown (_widen_reg): the
+    # kernel walks such a loop round by round; its accesses are not checked against ranges
+    wide: bool = False
 
     @property
     def is_pointer(self) -> bool:
@@ -299,15 +306,15 @@ def _reg_covers(old: Reg, cur: Reg, ids: dict[int, int]) -> bool:
         if old.scalar_id and old.add_const != cur.add_const \
                 or old.add_const and old.delta != cur.delta:
             return False
-        return old.var.contains(cur.var) \
+        return _var_covers(old, cur) \
             and _check_scalar_ids(old.scalar_id, cur.scalar_id, ids)
     if old.type in _PKT_TYPES:
         # what old could read cur can (at least its range, from the same offset), and the
         # pointers that share a base in old share one in cur
-        return old.range <= cur.range and old.off == cur.off and old.var.contains(cur.var) \
+        return old.range <= cur.range and old.off == cur.off and _var_covers(old, cur) \
             and _check_ids(old.pkt_id, cur.pkt_id, ids)
     if (old.off, old.map, old.frame) != (cur.off, cur.map, cur.frame) \
-            or not old.var.contains(cur.var):
+            or not _var_covers(old, cur):
         return False
     if bool(old.id) != bool(cur.id) or bool(old.ref) != bool(cur.ref) \
             or old.mem_size != cur.mem_size:
@@ -317,6 +324,15 @@ def _reg_covers(old: Reg, cur: Reg, ids: dict[int, int]) -> bool:
     if old.iter is not None and (cur.iter is None or old.iter[:2] != cur.iter[:2]):
         return False  # stacksafe's STACK_ITER: the same iterator in the same state, any depth
     return not old.id or ids.setdefault(old.id, cur.id) == cur.id
+
+
+def _var_covers(old: Reg, cur: Reg) -> bool:
+    """range_within and tnum_in: every value cur may have, old may have. Bounds synced with
+    the known bits lie within the ones those bits imply, which are monotonic in them: old
+    with no bounds of its own needs only the bits compared."""
+    if not old.var.contains(cur.var):
+        return False
+    return old.rng is None or vb.range_within(old.rng, vb.bounds(cur))
 
 
 def _check_scalar_ids(old_id: int, cur_id: int, ids: dict) -> bool:
@@ -384,10 +400,11 @@ def _widen_reg(reg: Reg, was: Reg) -> Reg:
         return reg  # an iterator's depth is not a value
     if reg.type == SCALAR:
         # regs_exact with an idmap: a value only linked anew is the same value
-        return reg if reg.var == was.var else UNKNOWN
+        return reg if reg.var == was.var and reg.rng == was.rng else UNKNOWN
     if reg.map is not was.map or reg.frame != was.frame:
         return reg
-    return reg._replace(off=was.off, var=tnum.UNKNOWN)  # the change is in the unknown part
+    # the change is in the unknown part
+    return reg._replace(off=was.off, var=tnum.UNKNOWN, rng=None, wide=True)
 
 
 
@@ -431,7 +448,7 @@ def update_each_reg(state: State, update: Callable[[Reg], Reg]) -> None:
 
 def _reg_width(reg: Reg) -> int:
     """get_reg_width: the bits the scalar's largest value needs."""
-    return reg.var.umax().bit_length()
+    return vb.bounds(reg).umax.bit_length()
 
 
 def assign_scalar_id_before_mov(reg: Reg, new_id: Callable[[], int]) -> Reg:
@@ -459,10 +476,11 @@ def sync_linked_regs(state: State, known: Reg) -> None:
             return reg
         if not reg.add_const and not known.add_const or reg.delta == known.delta:
             return known
-        var = tnum.add(known.var, tnum.const((reg.delta - known.delta) & M64))
-        if 32 in (reg.add_const, known.add_const):
-            var = tnum.cast(var, 4)
-        return known._replace(var=var, add_const=reg.add_const, delta=reg.delta)
+        # reg = known; reg += delta (scalar_min_max_add and tnum_add, zero-extended where
+        # either link is 32-bit)
+        r, fake = vb.of(known), vb.of(scalar(reg.delta - known.delta))
+        vb.add_reg(r, fake, 32 in (reg.add_const, known.add_const))
+        return vb.to_reg(known, r)._replace(add_const=reg.add_const, delta=reg.delta)
 
     for frame in state.frames:
         for regno, reg in enumerate(frame.regs):
