@@ -140,6 +140,20 @@ def mul(a: Tnum, b: Tnum) -> Tnum:
     return acc
 
 
+def step(t: Tnum, z: int) -> int:
+    """tnum_step: the least value ``t`` may have above ``z`` (``t``'s least where ``z`` is
+    below it, its greatest where ``z`` is not below that)."""
+    tmax = t.value | t.mask
+    if z >= tmax:
+        return tmax
+    if z < t.value:
+        return t.value
+    d = z - t.value
+    carry = (1 << (d & ~t.mask & M64).bit_length()) - 1
+    filled = d | carry | (~t.mask & M64)
+    return t.value | ((filled + 1) & t.mask)
+
+
 def bswap(a: Tnum, bits: int) -> Tnum:
     """The low ``bits`` bits with their bytes reversed (be16/32/64, bswap), zero-extended."""
     size = bits // 8

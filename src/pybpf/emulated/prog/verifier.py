@@ -740,7 +740,11 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         kind = info.kind
         regs = state.cur.regs
         if kind in (Kind.ALU, Kind.NEG, Kind.END):
-            self.check_alu_op(insn, info, regs)
+            zero = self.check_alu_op(insn, info, regs)
+            if zero is not None:  # maybe_fork_scalars: dst 0 from this insn, walked later
+                other = state.copy()
+                other.cur.regs[insn.dst] = zero
+                return pc + 1, [(pc, other)]
         elif kind in (Kind.LDX, Kind.LDX_SX):
             self.check_load_mem(pc, insn, info, state, kind is Kind.LDX_SX)
         elif kind is Kind.STX:

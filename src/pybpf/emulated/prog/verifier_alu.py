@@ -16,7 +16,7 @@ from ...asm.opcodes import (
 from . import tnum
 from . import verifier_bounds as vb
 from .filter import PTR_TO_PACKET, PTR_TO_PACKET_END, PTR_TO_PACKET_META
-from .memory import M32
+from .memory import M32, M64
 from .tnum import Tnum
 from .verifier_state import (
     _PKT_ANY_TYPES,
@@ -241,6 +241,30 @@ def _refine(taken: list[Reg], fallthrough: list[Reg], insn: Instruction, op: Jmp
             regs[src_reg] = vb.to_reg(regs[src_reg], r2)
 
 
+def _maybe_fork_scalars(regs: list[Reg], regno: int) -> Reg | None:
+    """maybe_fork_scalars: a scalar in [-1, 0] (or whose low half is), ANDed or ORed with a
+    constant, is -1 on this path and 0 on one walked later (from the same instruction),
+    each then exact. Returns the 0 one, or None where dst is not in [-1, 0]."""
+    reg = regs[regno]
+    b = vb.bounds(reg)
+    if b.smin == -1 and b.smax == 0:
+        alu32 = False
+    elif b.s32_min == -1 and b.s32_max == 0:
+        alu32 = True
+    else:
+        return None
+    minus, zero = vb.of(reg), vb.of(reg)
+    if alu32:
+        minus.mark_known32(M32)
+        zero.mark_known32(0)
+    else:
+        minus.mark_known(M64)
+        zero.mark_known(0)
+        reg = reg._replace(scalar_id=0, add_const=0, delta=0)
+    regs[regno] = vb.to_reg(reg, minus)
+    return vb.to_reg(reg, zero)
+
+
 def _link_add_const(op: AluOp, info, dst: Reg, src: Reg, result: Reg) -> Reg:
     """adjust_reg_min_max_vals: ``rX += K`` (or ``-= K``, K within s32) on a linked scalar
     keeps it linked, as the value plus K (BPF_ADD_CONST); once only, and a 32-bit one only
@@ -269,7 +293,9 @@ class AluChecks:
     """check_alu_op and check_cond_jmp_op, for ``_Verifier``."""
 
     # -- ALU ---------------------------------------------------------------------------------
-    def check_alu_op(self, insn: Instruction, info, regs: list[Reg]) -> None:
+    def check_alu_op(self, insn: Instruction, info, regs: list[Reg]) -> Reg | None:
+        """check_alu_op on ``regs``; returns what dst is on the path maybe_fork_scalars
+        leaves to walk later (None: no fork)."""
         op, k = info.op, info.source is Source.K
         bits = 64 if info.is64 else 32
         dst = insn.dst
@@ -331,7 +357,12 @@ class AluChecks:
             raise _reject(errno.EINVAL, f"invalid shift {insn.imm}")
         self.check_reg_arg(regs, dst, DST_OP_NO_MARK)
         src = scalar(insn.imm) if k else regs[insn.src]
+        zero = None
+        if op in (AluOp.AND, AluOp.OR) and src.type == SCALAR and src.var.is_const \
+                and regs[dst].type == SCALAR:
+            zero = _maybe_fork_scalars(regs, dst)
         regs[dst] = self.adjust_reg_min_max_vals(insn, info, regs[dst], src)
+        return zero
 
     def adjust_reg_min_max_vals(self, insn: Instruction, info, dst: Reg, src: Reg) -> Reg:
         op = info.op

@@ -117,6 +117,16 @@ def _update_reg64_bounds(r: _R) -> None:
     r.smax = min(r.smax, s64(v | (m & S64_MAX)))
     r.umin = max(r.umin, v)
     r.umax = min(r.umax, v | m)
+    # the u64 range and the known bits may have a single value in common
+    umin, umax = r.umin, r.umax
+    nxt = tnum.step(r.var, umin)
+    umin_in = umin & ~m == v
+    if umin_in and nxt > umax:
+        r.mark_known(umin)
+    elif not umin_in and nxt == v | m:
+        r.mark_known(nxt)
+    elif not umin_in and nxt <= umax and tnum.step(r.var, nxt) > umax:
+        r.mark_known(nxt)
 
 
 def update_reg_bounds(r: _R) -> None:
@@ -152,6 +162,13 @@ def _reg32_deduce_bounds(r: _R) -> None:
     if r.s32_min & M32 <= r.s32_max & M32:
         r.u32_min = max(r.u32_min, r.s32_min & M32)
         r.u32_max = min(r.u32_max, r.s32_max & M32)
+    elif r.u32_max < r.s32_min & M32:
+        # the s32 range crosses the sign boundary, the u32 one overlaps its upper part only
+        r.s32_min = s32(r.u32_min)
+        r.u32_max = min(r.u32_max, r.s32_max & M32)
+    elif r.s32_max & M32 < r.u32_min:
+        r.s32_max = s32(r.u32_max)
+        r.u32_min = max(r.u32_min, r.s32_min & M32)
 
 
 def _reg64_deduce_bounds(r: _R) -> None:
@@ -528,6 +545,10 @@ def coerce_reg_to_size_sx(d: _R, size: int) -> None:
             d.var = tnum.tnum_range(lo & M64, hi & M64)
             return
     lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    if lo <= d.s32_min and d.s32_max <= hi:
+        # the low 32 bits' signed range fits the narrow type: the extension keeps it
+        # (measured on 6.18: r = (s8)r of a value whose s32 range is [-8, 7] is [-8, 7])
+        lo, hi = d.s32_min, d.s32_max
     d.smin = d.s32_min = lo
     d.smax = d.s32_max = hi
     d.umin = d.u32_min = 0
