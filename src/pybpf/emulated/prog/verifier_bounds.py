@@ -386,14 +386,12 @@ def _lsh32_bounds(d: _R, umin_val: int, umax_val: int) -> None:
 
 
 def _lsh64_bounds(d: _R, umin_val: int, umax_val: int) -> None:
-    if umin_val == 32 and umax_val == 32 and d.s32_max >= 0:
-        d.smax = d.s32_max << 32
+    # <<= 32 (the compiler's sign extension, with s>>= 32): the s32 range, shifted
+    # (measured on 6.18: negative bounds too)
+    if umin_val == 32 and umax_val == 32:
+        d.smin, d.smax = d.s32_min << 32, d.s32_max << 32
     else:
-        d.smax = S64_MAX
-    if umin_val == 32 and umax_val == 32 and d.s32_min >= 0:
-        d.smin = d.s32_min << 32
-    else:
-        d.smin = S64_MIN
+        d.smin, d.smax = S64_MIN, S64_MAX
     if d.umax > 1 << (63 - umax_val):
         d.umin, d.umax = 0, U64_MAX
     else:
@@ -528,8 +526,7 @@ def _sext(v: int, bits: int) -> int:
 
 
 def coerce_reg_to_size_sx(d: _R, size: int) -> None:
-    """A sign-extending load's or movsx's extension to 64 bits (no sync after, as the
-    kernel's)."""
+    """A sign-extending load's or movsx's extension to 64 bits."""
     bits = size * 8
     if not d.var.mask:
         d.mark_known(_sext(d.var.value, bits))
@@ -545,15 +542,21 @@ def coerce_reg_to_size_sx(d: _R, size: int) -> None:
             d.var = tnum.tnum_range(lo & M64, hi & M64)
             return
     lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    if lo <= d.s32_min and d.s32_max <= hi:
-        # the low 32 bits' signed range fits the narrow type: the extension keeps it
-        # (measured on 6.18: r = (s8)r of a value whose s32 range is [-8, 7] is [-8, 7])
-        lo, hi = d.s32_min, d.s32_max
+    keep32 = size == 4 or lo <= d.s32_min and d.s32_max <= hi
+    s32_min, s32_max, u32_min, u32_max = d.s32_min, d.s32_max, d.u32_min, d.u32_max
     d.smin = d.s32_min = lo
     d.smax = d.s32_max = hi
     d.umin = d.u32_min = 0
     d.umax, d.u32_max = U64_MAX, U32_MAX
     d.var = tnum.UNKNOWN
+    if keep32:
+        # the low 32 bits come through unchanged (a (s32) extension, or a value whose s32
+        # range fits the narrow type): their bounds hold, and the 64-bit signed range is
+        # theirs (measured on 6.18, as is the sync after: (s8) of a value whose s32 range
+        # is [-8, 7] is [-8, 7]; (s32) of one whose u32 range is [1, 2^32 - 1] has umin 1)
+        d.s32_min, d.s32_max, d.u32_min, d.u32_max = s32_min, s32_max, u32_min, u32_max
+        d.smin, d.smax = s32_min, s32_max
+    reg_bounds_sync(d)
 
 
 def coerce_subreg_to_size_sx(d: _R, size: int) -> None:
