@@ -1,5 +1,4 @@
-"""Load-time checks of the emulated backend: the kernel's verifier (kernel/bpf/verifier.c) as
-far as it can be followed without value ranges.
+"""Load-time checks of the emulated backend: the kernel's verifier (kernel/bpf/verifier.c).
 
 Rules this module keeps:
 - Checks run in the kernel's phases (``bpf_check``), so the same problem wins when a program
@@ -17,27 +16,27 @@ Rules this module keeps:
   type (scalar, context, stack, map, map value, packet, socket, a global subprogram's
   memory argument: ``mem`` of its size, a kfunc's address: ``rdonly_mem`` of size 0, what
   ``bpf_ksym_exists`` tests) and, for a
-  scalar, the bits known of it (``tnum.py``, the kernel's tnums); for a pointer its
-  fixed offset and whether it may still be NULL; for a packet pointer its id and range
+  scalar, the bits known of it (``tnum.py``, the kernel's tnums) and its value ranges
+  (``verifier_bounds``: smin/smax, umin/umax and their 32-bit halves); for a pointer its
+  fixed offset, its variable offset's bits and ranges, and whether it may still be NULL;
+  for a packet pointer its id and range
   (the bytes a comparison with the packet's end proved there, ``find_good_pkt_pointers``);
   per stack slot the kernel's slot types and spilled register. A read at a known offset of
   a frozen read-only map (.rodata) is a known value. A branch the known bits (or a non-NULL
-  pointer, or a packet pointer known past the end) decide has one successor
+  pointer, or a packet pointer known past the end) and ranges decide has one successor
   (``is_branch_taken``), so code behind it is never checked, as in the kernel. A
   state that an explored state at the same instruction covers is pruned; states are kept
   at the kernel's prune points by is_state_visited's rule (forced at some, elsewhere after
   enough jumps and insns since the last one kept), and one equal to a state the same path
   kept there is an endless loop; a loop still changing after LOOP_UNROLL rounds has what
-  changes widened to unknown.
-- It refuses only on facts the kernel has too (a known value, a register's type, an offset),
-  never because a value is unknown: the kernel also tracks value ranges, which this module
-  does not, so where the kernel proves a bound this module cannot, it accepts, and the
-  interpreter catches a bad access at run time (``ProgramFault``) and an endless loop with
-  its budget. So a packet pointer with a variable offset gets a range unless its known
-  bits put it past MAX_PACKET_OFF, and its minimum is refused as negative only when the
-  known bits make it so (the kernel decides both on its value ranges). Helper arguments
-  are checked as the kernel checks them (``check_func_arg``,
-  ``check_map_func_compatibility``), but for bounds that need a range.
+  changes widened to unknown (ranges too; a pointer whose offset was widened, ``Reg.wide``,
+  is not checked against ranges, where the kernel would walk on round by round: the
+  interpreter catches a bad access at run time, ``ProgramFault``). Memory accesses, pointer
+  arithmetic, helper sizes and return values are checked against the ranges as the kernel
+  checks them (``check_mem_region_access``, ``check_reg_sane_offset``,
+  ``check_mem_size_reg``, ``retval_range_within``); precision marks are not kept (every
+  scalar is precise, which only prunes less). Helper arguments are checked as the kernel
+  checks them (``check_func_arg``, ``check_map_func_compatibility``).
 - Messages and errnos are the kernel's (EINVAL mostly; EACCES for register, stack, context,
   packet and map access; E2BIG for a too-deep call stack or too many instructions walked;
   EBADF for an fd that is not open).

@@ -65,8 +65,6 @@ ALLOWED: dict[Rule, str] = {
         "map types the emulated backend does not have are refused there",
     (r"link_create\[.*attach:(?!xdp,)", _ANY, frozenset({"EINVAL"})):
         "the emulated backend makes XDP and sockmap links only",
-    (r"prog_load\[cgroup_skb\]\(lookup", frozenset({"EINVAL"}), frozenset({"ok"})):
-        "the emulated verifier does not track value ranges",
     # the lookup program reads a u32 at offset 0 of what it found: in a map of maps, the
     # inner map's struct bpf_map (its ops pointer)
     (r"prog_load\[.*\]\(lookup:(array|hash)_of_maps", frozenset({"ok"}),
