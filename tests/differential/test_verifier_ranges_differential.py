@@ -317,3 +317,15 @@ def test_random_alu_and_branches_then_an_indexed_access_get_the_kernels_verdict(
     differential_tally.add("kernel", "emulated", "verifier: ranges", 1, 1,
                            int(verdicts[0] != verdicts[1]))
     assert verdicts[1] == verdicts[0], body
+
+
+# -- loops ----------------------------------------------------------------------------------------
+def test_a_loop_whose_branch_the_ranges_decide_after_some_rounds_is_accepted(kernel, emulated):
+    """1000 rounds of a loop with a branch both ways in its first 26 rounds and taken in the
+    rest: each path from an early round comes back to a state a finished path kept many
+    rounds before, which covers it (the kernel accepts; a walk pruned only by the last
+    STATES_PER_INSN states would go on to 2^26 paths, E2BIG)."""
+    text = ("call 5\nr7 = r0\nr6 = 0\nr2 = r7\nr2 &= 0xff\nr2 += r6\nr3 = r2\nr3 <<= 2\n"
+            "if r3 > 100 goto +1\nr3 += 1\nr6 += 1\nif r6 < 1000 goto -9\nr0 = 0\nexit")
+    assert range_verdict(kernel, ProgType.SOCKET_FILTER, text) == ("ok",)
+    assert range_verdict(emulated, ProgType.SOCKET_FILTER, text) == ("ok",)

@@ -590,6 +590,14 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         prune, loop_calls = self.prune, self.loop_calls
         forced, jmp_insns = self.force_checkpoints, self.jmp_insns
         explored: dict[int, list[tuple]] = {}
+        # a state kept at each prune point whose paths were all walked (not an ancestor of
+        # the path being walked), by its live part: a state the same there is covered. The
+        # kernel keeps them all; ``explored`` keeps the last STATES_PER_INSN, which alone
+        # cannot prune a path that comes back to a point after many rounds of a loop whose
+        # branches the ranges decided. ``open_kept``: the kept states not done yet (this
+        # path's ancestors), in the order kept, with the paths pending when each was kept.
+        done: dict[int, dict[tuple, tuple]] = {}
+        open_kept: list[tuple[int, int, tuple, tuple]] = []
         regs[FP] = Reg(PTR_TO_STACK, tnum.const(0))
         # (pc, state, this path's visits of each prune point)
         pending: list[tuple[int, State, dict[int, _Visit]]] = [
@@ -597,6 +605,10 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
         processed, jmps = self.processed, self.jmps
         while pending:
             pc, state, visits = pending.pop()
+            while open_kept and open_kept[-1][0] > len(pending):
+                # a path from before it: its paths are done
+                _, at, live_key, key = open_kept.pop()
+                done.setdefault(at, {}).setdefault(live_key, key)
             while pc is not None:
                 processed += 1
                 if processed > BPF_COMPLEXITY_LIMIT_INSNS:
@@ -615,7 +627,10 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                                 and processed - self.prev_processed < LOOP_CHECKPOINT_INSNS:
                             add = False
                     states = explored.setdefault(pc, [])
-                    if self.state_covered(pc, state, key, states, checkpoints):
+                    same = done.get(pc)
+                    live_key = state.key(self.live[pc]) if same else None
+                    if self.state_covered(pc, state, key, _with(states, same, live_key),
+                                          checkpoints):
                         self.update_stack_depth(pc, state)
                         break  # is_state_visited: a state explored here covers this one
                     unroll = CALLBACK_UNROLL if pc in loop_calls else LOOP_UNROLL
@@ -623,11 +638,16 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                     if widened:
                         _widen(state, last.state)
                         key = state.key()
-                        if self.state_covered(pc, state, key, states, checkpoints):
+                        live_key = state.key(self.live[pc]) if same else None
+                        if self.state_covered(pc, state, key,
+                                              _with(states, same, live_key), checkpoints):
                             self.update_stack_depth(pc, state)
                             break
                     if add:
                         states.append(key)
+                        if live_key is None:
+                            live_key = state.key(self.live[pc])
+                        open_kept.append((len(pending), pc, live_key, key))
                         if len(states) > STATES_PER_INSN:
                             del states[0]
                         checkpoints = (_Checkpoint(key, widened, state.callback_unroll),
@@ -1001,6 +1021,13 @@ class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
                                  map=self.pseudo_map[pc])
 
 
+
+
+def _with(states: list[tuple], done: dict[tuple, tuple] | None,
+          live_key: tuple | None) -> list[tuple]:
+    """``states`` and a state kept with this live part whose paths were all walked."""
+    key = done.get(live_key) if done else None
+    return states if key is None else [*states, key]
 
 
 def _check_retval_range(r0: Reg, ctx: str, low: int, high: int) -> None:

@@ -216,12 +216,14 @@ class Frame:
         return Frame(list(self.regs), dict(self.stack), self.callsite, self.frameno,
                      self.callback_depth)
 
-    def key(self, scalar_ids: dict[int, int] | None = None) -> tuple:
+    def key(self, scalar_ids: dict[int, int] | None = None, live: int = -1) -> tuple:
         """Registers, stack slots and call site; scalar ids renumbered in order of first
         appearance (``scalar_ids``: the numbering, shared by a state's frames), so states that
-        differ only in which ids were drawn compare equal, as check_ids would find them."""
+        differ only in which ids were drawn compare equal, as check_ids would find them.
+        ``live``: the registers that count (the others are left out, as uninitialised)."""
         canon = scalar_ids if scalar_ids is not None else {}
-        regs = tuple(_canon_scalar_id(reg, canon) for reg in self.regs)
+        regs = tuple(_canon_scalar_id(reg, canon) if live >> regno & 1 else UNINIT
+                     for regno, reg in enumerate(self.regs))
         stack = tuple((spi, slot._replace(spilled=_canon_scalar_id(slot.spilled, canon))
                        if slot.spilled.scalar_id else slot)
                       for spi, slot in sorted(self.stack.items()))
@@ -251,14 +253,16 @@ class State:
         return State([f.copy() for f in self.frames], set(self.refs), self.callback_unroll,
                      self.active_lock)
 
-    def key(self) -> tuple:
+    def key(self, live: int = -1) -> tuple:
         """The frames', then what the program holds: references and the lock (pruning needs
-        the same held)."""
+        the same held). ``live``: the innermost frame's registers that count."""
         held = tuple(sorted(self.refs))
         if self.active_lock is not None:
             held += (("spin_lock", id(self.active_lock)),)
         scalar_ids: dict[int, int] = {}
-        return tuple(f.key(scalar_ids) for f in self.frames) + (held,)
+        inner = len(self.frames) - 1
+        return tuple(f.key(scalar_ids, live if depth == inner else -1)
+                     for depth, f in enumerate(self.frames)) + (held,)
 
 
 def _canon_scalar_id(reg: Reg, canon: dict[int, int]) -> Reg:
