@@ -175,6 +175,13 @@ def test_a_max_past_the_value_is_refused_with_the_kernels_message(kernel, emulat
     "r0 = 0\nexit",
     "call 5\nr2 = r0\nif r2 s> 5 goto +4\nif r2 s< 2 goto +3\nr2 -= 2\nif r2 > 3 goto +2\n"
     "r0 = 0\nexit\nr0 = r3\nexit",
+    # a register compared with itself: decided by its bounds only, as any two (6.18 walks
+    # both sides of r2 > r2)
+    "call 5\nr2 = r0\nif r2 > r2 goto +2\nr0 = 0\nexit\nr0 = r3\nexit",
+    "call 5\nr2 = r0\nif r2 >= r2 goto +2\nr0 = r3\nexit\nr0 = 0\nexit",
+    "call 5\nr2 = r0\nif w2 s< w2 goto +2\nr0 = 0\nexit\nr0 = r3\nexit",
+    "call 5\nr2 = r0\nr2 |= 1\nif r2 & r2 goto +2\nr0 = r3\nexit\nr0 = 0\nexit",
+    "call 5\nr2 = r0\nif r2 & r2 goto +2\nr0 = 0\nexit\nr0 = r3\nexit",
 ])
 def test_a_branch_the_ranges_prove_dead_is_not_walked(kernel, emulated, text):
     verdicts = [range_verdict(system, ProgType.SOCKET_FILTER, text)

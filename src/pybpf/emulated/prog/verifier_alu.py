@@ -184,11 +184,11 @@ def _try_match_pkt_pointers(insn: Instruction, info, this_branch: State,
     _mark_pkt_end(at_end, regno, beyond=not right_open)
 
 
-def _is_branch_taken(dst: Reg, src: Reg, op: JmpOp, is_jmp32: bool,
-                     same: bool = False) -> bool | None:
+def _is_branch_taken(dst: Reg, src: Reg, op: JmpOp, is_jmp32: bool) -> bool | None:
     """is_branch_taken: True/False when the known bits and ranges (or a pointer known not
     to be NULL, compared with 0, or one known to be at the packet's end) decide the branch,
-    None when both ways are possible; ``same``: one register compared with itself."""
+    None when both ways are possible (a register compared with itself too: 6.18 decides
+    that by its bounds alone)."""
     if dst.type in _PKT_ANY_TYPES and src.type in _PKT_ANY_TYPES and not is_jmp32:
         return _is_pkt_ptr_branch_taken(dst, src, op)
     if dst.is_pointer or src.is_pointer:
@@ -199,7 +199,7 @@ def _is_branch_taken(dst: Reg, src: Reg, op: JmpOp, is_jmp32: bool,
         if _low(other.var, is_jmp32).value:
             return None
         return {JmpOp.JEQ: False, JmpOp.JNE: True}.get(op)
-    return vb.is_scalar_branch_taken(vb.of(dst), vb.of(src), op, is_jmp32, same)
+    return vb.is_scalar_branch_taken(vb.of(dst), vb.of(src), op, is_jmp32)
 
 
 # reg_not_null: pointers that are never NULL (a map value once checked, a map, a socket)

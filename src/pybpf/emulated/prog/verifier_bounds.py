@@ -591,15 +591,9 @@ REV = {JmpOp.JEQ: JmpOp.JNE, JmpOp.JNE: JmpOp.JEQ, JmpOp.JSET: JSET_NOT,
        JmpOp.JGT: JmpOp.JLE, JmpOp.JLE: JmpOp.JGT, JmpOp.JGE: JmpOp.JLT,
        JmpOp.JLT: JmpOp.JGE, JmpOp.JSGT: JmpOp.JSLE, JmpOp.JSLE: JmpOp.JSGT,
        JmpOp.JSGE: JmpOp.JSLT, JmpOp.JSLT: JmpOp.JSGE}
-_SAME_REG = {JmpOp.JGE: True, JmpOp.JLE: True, JmpOp.JSGE: True, JmpOp.JSLE: True,
-             JmpOp.JEQ: True, JmpOp.JGT: False, JmpOp.JLT: False, JmpOp.JSGT: False,
-             JmpOp.JSLT: False, JmpOp.JNE: False}
-
-
-def is_scalar_branch_taken(r1: _R, r2: _R, op: JmpOp, is_jmp32: bool,
-                           same: bool = False) -> bool | None:
+def is_scalar_branch_taken(r1: _R, r2: _R, op: JmpOp, is_jmp32: bool) -> bool | None:
     """is_scalar_branch_taken: True/False where the known bits and ranges decide the jump,
-    None where both ways are possible; ``same``: both operands are one register."""
+    None where both ways are possible."""
     if is_jmp32:
         t1, t2 = tnum.subreg(r1.var), tnum.subreg(r2.var)
         umin1, umax1, smin1, smax1 = r1.u32_min, r1.u32_max, r1.s32_min, r1.s32_max
@@ -608,12 +602,6 @@ def is_scalar_branch_taken(r1: _R, r2: _R, op: JmpOp, is_jmp32: bool,
         t1, t2 = r1.var, r2.var
         umin1, umax1, smin1, smax1 = r1.umin, r1.umax, r1.smin, r1.smax
         umin2, umax2, smin2, smax2 = r2.umin, r2.umax, r2.smin, r2.smax
-    if same:
-        if op is JmpOp.JSET:
-            if not t1.mask:
-                return t1.value != 0
-            return None if smin1 <= 0 <= smax1 else True
-        return _SAME_REG.get(op)
     if op in (JmpOp.JEQ, JmpOp.JNE):
         if not t1.mask and not t2.mask:
             equal = t1.value == t2.value
