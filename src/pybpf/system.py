@@ -340,7 +340,7 @@ class System(abc.ABC):
         """The backend's perf buffer reader of map ``fd``; a backend that has one overrides
         this."""
         raise KernelError(errno.EOPNOTSUPP, f"the {self.name} backend has no perf buffer "
-                          "reader yet (issue 21): records can be read on the kernel backend")
+                          "reader")
 
     # -- batches -----------------------------------------------------------------------------
     def _lookup_batch(self, command: str, fd: int, in_batch: bytes | None, count: int,

@@ -18,6 +18,7 @@ allocator counters of one map.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import itertools
@@ -32,6 +33,7 @@ from ..errors import KernelError
 from ..system import BatchLookup, FastOps, MapInfo, System
 from ..topology import Topology
 from ..uapi import (
+    BPF_ANY,
     BPF_F_LOCK,
     BPF_F_RDONLY,
     BPF_F_WRONLY,
@@ -46,6 +48,7 @@ from .inode import BpfFs
 from .links import LinksMixin
 from .machine.machine import Machine
 from .machine.memalloc import HTAB_MEM_DESIGNS
+from .machine.perf_event import EmulatedPerfBufferReader, PerfEvent
 from .maps.bpf_map import BpfMap, bpf_map_attr_numa_node
 from .maps.bpf_spin_lock import check_and_init_map_value, read_map_value
 from .maps.ringbuf import RingBufConsumer, UserRingBufWriter
@@ -535,6 +538,38 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
         ring = self.map_from_fd(fd)
         self.bpf_map_inc(ring)  # the reader's reference, as a mapping of the ring holds one
         return RingBufConsumer(ring, lambda: self.bpf_map_put(ring))
+
+    def _perf_buffer_reader(self, fd: int, pages: int,
+                            max_entries: int) -> EmulatedPerfBufferReader:
+        """perf_buffer__new: a BPF output event with a ring of ``pages`` pages for each CPU
+        the map has a slot for (every possible CPU is online here), each event an fd of its
+        own put in its CPU's slot as BPF_MAP_UPDATE_ELEM puts it; closing the reader empties
+        those slots and closes the fds. The reader holds a reference on the map (as the
+        kernel reader's own fd of it does)."""
+        perf_map = self.map_from_fd(fd)
+        wakeup = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        event_fds: dict[int, int] = {}
+        self.bpf_map_inc(perf_map)
+
+        def release() -> None:
+            for cpu, event_fd in event_fds.items():
+                with contextlib.suppress(KernelError):  # emptied by someone else
+                    perf_map.map_delete_elem(cpu.to_bytes(4, "little"))
+                self._close(event_fd)
+            self.bpf_map_put(perf_map)
+
+        events = {}
+        try:
+            for cpu in range(min(max_entries, self.machine.num_cpus)):
+                events[cpu] = PerfEvent(self.machine, cpu, pages, wakeup)
+                event_fds[cpu] = self.fd_install(events[cpu])
+                perf_map.bpf_map_update_value(cpu.to_bytes(4, "little"),
+                                              event_fds[cpu].to_bytes(4, "little"), BPF_ANY)
+        except BaseException:
+            release()
+            os.close(wakeup)
+            raise
+        return EmulatedPerfBufferReader(events, wakeup, release)
 
     def _user_ringbuf_producer(self, fd: int, size: int) -> UserRingBufWriter:
         ring = self.map_from_fd(fd)

@@ -46,6 +46,7 @@ from ...uapi import (
     MapType,
     round_up,
 )
+from ..machine.perf_event import PerfEvent
 from .batch import generic_map_lookup_batch, generic_map_update_batch
 from .bpf_map import (
     INT_MAX,
@@ -477,22 +478,35 @@ class ProgArray(FdArray):
 class PerfEventArray(FdArray):
     """BPF_MAP_TYPE_PERF_EVENT_ARRAY: perf event fds for bpf_perf_event_output.
 
-    Syscall lookups always give ENOTSUPP (the type has no ``map_fd_sys_lookup_elem``).
-    Deliberate gap: the emulated machine has no perf events, so every fd stored here is
-    refused as the kernel refuses a file that is not a perf event (EBADF); the output data
-    path does not exist either.
+    Syscall lookups always give ENOTSUPP (the type has no ``map_fd_sys_lookup_elem``). The
+    emulated machine's only perf events are the BPF output events of a perf buffer reader
+    (``System.perf_buffer_reader``: machine/perf_event.py), which puts them in the slots;
+    any other fd is refused as the kernel refuses a file that is not a perf event (EBADF).
+    Gap: the kernel also empties the slots a map fd filled when that fd is closed
+    (perf_event_fd_array_release); here the reader empties its own when it closes.
     """
 
     def perf_event_array_copy(self, key: bytes, flags: int = 0) -> bytes:
         raise KernelError(ENOTSUPP, "perf event arrays cannot be read from user space")
 
-    def perf_event_fd_array_get_ptr(self, ufd: int) -> object:
-        # perf_event_get: EBADF for any fd that is not a perf event (open or not)
-        raise KernelError(errno.EBADF, f"fd {ufd} is not a perf event (the emulated machine "
-                                       f"has none)")
+    def perf_event_fd_array_get_ptr(self, ufd: int) -> PerfEvent:
+        # perf_event_get: EBADF for any fd that is not a perf event (open or not, a host
+        # file or a BPF object)
+        try:
+            event = self.system.fd_get(ufd)
+        except KernelError:
+            event = None
+        if type(event) is not PerfEvent:
+            raise KernelError(errno.EBADF, f"fd {ufd} is not a perf event (the emulated "
+                                           f"machine's are a perf buffer reader's)")
+        return event
+
+    def perf_event_fd_array_put_ptr(self, ptr: object) -> None:
+        pass  # the event is the reader's: it lives as long as the reader does
 
     # struct bpf_map_ops perf_event_array_map_ops
     map_fd_get_ptr = perf_event_fd_array_get_ptr
+    map_fd_put_ptr = perf_event_fd_array_put_ptr
     bpf_map_copy_value = perf_event_array_copy
 
 
