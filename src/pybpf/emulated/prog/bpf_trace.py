@@ -1,5 +1,5 @@
 """BPF helpers of kernel/trace/bpf_trace.c: the probe reads (bpf_probe_read_{user,kernel}
-{,_str}) and bpf_trace_printk.
+{,_str}), bpf_trace_printk and bpf_perf_event_output.
 
 Rules this module keeps:
 - Helpers as helpers.py has them: ``f(rs, r1, r2, r3, r4, r5) -> r0`` on raw register values,
@@ -12,6 +12,9 @@ Rules this module keeps:
   (copy_from_kernel_nofault_allowed: user, non-canonical, vsyscall) for the kernel's errno.
 - A failed probe read zeroes the destination, as the kernel's do; bpf_trace_printk reads the
   memory its ``%s`` and ``%p`` conversions print through ``_kernel_memory`` too.
+- bpf_perf_event_output writes into the event in the PERF_EVENT_ARRAY's slot
+  (machine/perf_event.py), which must be the current CPU's; the skb and XDP programs' twins
+  (filter.py) append packet bytes through ``bpf_event_output``, as filter.c calls it.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from __future__ import annotations
 import errno
 import functools
 
+from ..maps.bpf_map import BpfMap
 from .bprintf import MAX_BPRINTF_BUF, BprintfError, bprintf
-from .memory import M32, M64, OFF_MASK, CtxRegion, RunState, mem_read, mem_write
+from .memory import M32, M64, OFF_MASK, CtxRegion, RunState, bpf_map_of, mem_read, mem_write
 
 # -- probe reads (mm/maccess.c, lib/strncpy_from_user.c) ------------------------------------------
 # The address space the probe reads see, x86-64 with 48-bit virtual addresses (this host's):
@@ -215,3 +219,45 @@ def _readable_string(rs: RunState, ptr: int, limit: int) -> bytes | None:
         return None
     region, off = found
     return bytes(region[off:off + limit]).split(b"\0", 1)[0]
+
+
+# -- bpf_perf_event_output (kernel/trace/bpf_trace.c; machine/perf_event.py) ----------------------
+BPF_F_INDEX_MASK = 0xFFFF_FFFF
+BPF_F_CURRENT_CPU = BPF_F_INDEX_MASK
+BPF_F_CTXLEN_MASK = 0xF_FFFF << 32  # the skb and XDP twins: packet bytes to append
+
+
+def __bpf_perf_event_output(rs: RunState, bpf_map: BpfMap, flags: int, raw: bytes) -> int:
+    """The sample ``raw`` into the event in slot ``flags & BPF_F_INDEX_MASK`` (the current
+    CPU's for BPF_F_CURRENT_CPU): -E2BIG past max_entries, -ENOENT for an empty slot,
+    -EOPNOTSUPP for an event of another CPU, -ENOSPC for a full ring. (The kernel's -EINVAL
+    for an event that is not a BPF output one cannot happen: the machine has no other.)"""
+    machine = rs.machine
+    cpu = machine.current_cpu() if machine is not None else 0
+    index = flags & BPF_F_INDEX_MASK
+    if index == BPF_F_CURRENT_CPU:
+        index = cpu
+    if index >= bpf_map.max_entries:
+        return -errno.E2BIG
+    event = bpf_map.ptrs.get(index)
+    if event is None:
+        return -errno.ENOENT
+    if event.oncpu != cpu:
+        return -errno.EOPNOTSUPP
+    return event.perf_event_output(raw)
+
+
+def bpf_event_output(rs: RunState, bpf_map: BpfMap, flags: int, meta: bytes,
+                     ctx_bytes: bytes) -> int:
+    """bpf_event_output: a sample of ``meta`` and then ``ctx_bytes`` (the copy of the
+    context's bytes its caller made), as its r0."""
+    return __bpf_perf_event_output(rs, bpf_map, flags, meta + ctx_bytes) & M64
+
+
+def bpf_perf_event_output(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_perf_event_output(ctx, map, flags, data, size): a sample of the ``size`` bytes
+    at ``data``; flags other than the index: -EINVAL."""
+    if r3 & ~BPF_F_INDEX_MASK:
+        return -errno.EINVAL & M64
+    bpf_map = bpf_map_of(rs, r2, "bpf_perf_event_output")
+    return bpf_event_output(rs, bpf_map, r3, mem_read(rs, r4, r5, "data (R4)"), b"")

@@ -60,6 +60,7 @@ from ...uapi import (
     map_traits,
 )
 from ..maps.bpf_map import INT_MAX, BpfMap
+from .bpf_trace import BPF_F_CTXLEN_MASK, BPF_F_INDEX_MASK, bpf_event_output
 from .memory import (
     M32,
     M64,
@@ -441,6 +442,39 @@ def bpf_skb_store_bytes(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: in
     if recompute:  # __skb_postpush_rcsum
         rs.csum = csum_block_add(rs.csum, csum_partial(data, 0), offset)
     return 0
+
+
+# -- perf event output of packets (net/core/filter.c; bpf_trace.py) ------------------------------
+def bpf_skb_event_output(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_skb_event_output(skb, map, flags, meta, meta_size): bpf_perf_event_output of the
+    ``meta_size`` bytes at ``meta`` and then the packet's first ``flags``' BPF_F_CTXLEN_MASK
+    bytes (from skb->data, bpf_skb_copy); other flags: -EINVAL; more than skb->len: -EFAULT."""
+    skb_size = (r3 & BPF_F_CTXLEN_MASK) >> 32
+    if r3 & ~(BPF_F_CTXLEN_MASK | BPF_F_INDEX_MASK):
+        return -errno.EINVAL & M64
+    packet = rs.packet
+    if skb_size > len(packet):
+        return -errno.EFAULT & M64
+    return bpf_event_output(rs, bpf_map_of(rs, r2, "bpf_skb_event_output"), r3,
+                            mem_read(rs, r4, r5, "meta (R4)"), bytes(packet[:skb_size]))
+
+
+def bpf_xdp_event_output(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_xdp_event_output: bpf_skb_event_output's twin for an xdp_buff, its bytes from
+    data (bpf_xdp_copy); more than xdp_get_buff_len: -EFAULT. The emulated buffer keeps only
+    the size of its frags, not their bytes: copying from them is a fault."""
+    xdp_size = (r3 & BPF_F_CTXLEN_MASK) >> 32
+    if r3 & ~(BPF_F_CTXLEN_MASK | BPF_F_INDEX_MASK):
+        return -errno.EINVAL & M64
+    ptrs, packet = _xdp_buff(rs, r1, "bpf_xdp_event_output")
+    data, data_end = ptrs[XDP_MD_DATA] & OFF_MASK, ptrs[XDP_MD_DATA_END] & OFF_MASK
+    if xdp_size > data_end - data + rs.xdp_frags_size:
+        return -errno.EFAULT & M64
+    if xdp_size > data_end - data:
+        raise ProgramFault(errno.EOPNOTSUPP, f"bpf_xdp_event_output: {xdp_size} bytes reach "
+                           "into the buffer's frags, whose bytes the emulated run does not keep")
+    return bpf_event_output(rs, bpf_map_of(rs, r2, "bpf_xdp_event_output"), r3,
+                            mem_read(rs, r4, r5, "meta (R4)"), bytes(packet[data:data + xdp_size]))
 
 
 # -- checksums (net/core/filter.c, arch/x86/lib/csum-partial_64.c, include/net/checksum.h) ------

@@ -51,6 +51,7 @@ from .bpf_iter import (
     timer_runner,
 )
 from .bpf_trace import (
+    bpf_perf_event_output,
     bpf_probe_read_kernel,
     bpf_probe_read_kernel_str,
     bpf_probe_read_user,
@@ -67,6 +68,7 @@ from .filter import (
     bpf_redirect_map,
     bpf_sk_redirect_hash,
     bpf_sk_redirect_map,
+    bpf_skb_event_output,
     bpf_skb_load_bytes,
     bpf_skb_pull_data,
     bpf_skb_redirect,
@@ -74,6 +76,7 @@ from .filter import (
     bpf_xdp_adjust_head,
     bpf_xdp_adjust_meta,
     bpf_xdp_adjust_tail,
+    bpf_xdp_event_output,
     bpf_xdp_get_buff_len,
     bpf_xdp_redirect,
 )
@@ -509,9 +512,17 @@ _CSUM_DIFF = frozenset({ProgType.SCHED_CLS, ProgType.SCHED_ACT, ProgType.XDP, Pr
 _SKB_REDIRECT = frozenset({ProgType.SCHED_CLS, ProgType.SCHED_ACT, ProgType.LWT_XMIT})
 # the programs whose func_proto has bpf_skb_store_bytes (tc_cls_act, lwt_xmit, sk_skb)
 _SKB_STORE_BYTES = _SKB_REDIRECT | _SK_SKB
+# the programs whose func_proto has bpf_perf_event_output: the tracing ones, sk_msg (as
+# bpf_event_output_data, the same here), the skb ones (bpf_skb_event_output) and XDP
+_PERF_EVENT_OUTPUT = frozenset({ProgType.KPROBE, ProgType.TRACEPOINT, ProgType.PERF_EVENT,
+                                ProgType.RAW_TRACEPOINT, ProgType.SK_MSG}) \
+    | SK_BUFF_PROG_TYPES | _XDP
 # helper id -> {program type: the function it is there}, where a type's get_func_proto
 # gives the id a proto of its own (the table's function is the other types')
-_FUNCS_BY_PROG_TYPE = {BpfFunc.redirect: dict.fromkeys(_SKB_REDIRECT, bpf_skb_redirect)}
+_FUNCS_BY_PROG_TYPE = {BpfFunc.redirect: dict.fromkeys(_SKB_REDIRECT, bpf_skb_redirect),
+                       BpfFunc.perf_event_output: {
+                           **dict.fromkeys(SK_BUFF_PROG_TYPES, bpf_skb_event_output),
+                           ProgType.XDP: bpf_xdp_event_output}}
 
 
 def _table() -> dict[int, HelperProto]:
@@ -550,6 +561,9 @@ def _table() -> dict[int, HelperProto]:
          (ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE_OR_ZERO, ARG_ANYTHING), None),
         (BpfFunc.get_current_comm, bpf_get_current_comm,
          (ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE), None),
+        (BpfFunc.perf_event_output, bpf_perf_event_output,
+         (ARG_PTR_TO_CTX, ARG_CONST_MAP_PTR, ARG_ANYTHING, ARG_PTR_TO_MEM,
+          ARG_CONST_SIZE_OR_ZERO), _PERF_EVENT_OUTPUT),
         # the programs of skbs (sk_filter_func_proto, tc_cls_act_func_proto, cg_skb, lwt, sk_skb)
         (BpfFunc.skb_load_bytes, bpf_skb_load_bytes,
          (ARG_PTR_TO_CTX, ARG_ANYTHING, ARG_PTR_TO_UNINIT_MEM, ARG_CONST_SIZE),
@@ -618,7 +632,8 @@ def _table() -> dict[int, HelperProto]:
     ]
     # bpf_probe_read_{user,kernel}{,_str}_proto are .gpl_only (kernel/trace/bpf_trace.c)
     gpl_only = {BpfFunc.trace_printk, BpfFunc.probe_read_user, BpfFunc.probe_read_user_str,
-                BpfFunc.probe_read_kernel, BpfFunc.probe_read_kernel_str}
+                BpfFunc.probe_read_kernel, BpfFunc.probe_read_kernel_str,
+                BpfFunc.perf_event_output}
     # .pkt_access: the helpers that may read (or write) the packet through a memory argument
     pkt_access = {BpfFunc.map_lookup_elem, BpfFunc.map_update_elem, BpfFunc.map_delete_elem,
                   BpfFunc.map_push_elem, BpfFunc.map_lookup_percpu_elem, BpfFunc.csum_diff}

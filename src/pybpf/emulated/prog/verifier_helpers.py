@@ -135,7 +135,7 @@ _ARG_TYPES = {
 # check_map_func_compatibility: the helpers (of those emulated) a map type may be passed to,
 # where it is restricted, and the map types a helper takes, where it is
 _MAP_FUNCS = {
-    MapType.PROG_ARRAY: {BpfFunc.tail_call}, MapType.PERF_EVENT_ARRAY: set(),
+    MapType.PROG_ARRAY: {BpfFunc.tail_call}, MapType.PERF_EVENT_ARRAY: {BpfFunc.perf_event_output},
     MapType.RINGBUF: {BpfFunc.ringbuf_output, BpfFunc.ringbuf_reserve, BpfFunc.ringbuf_query},
     MapType.USER_RINGBUF: {BpfFunc.user_ringbuf_drain},
     MapType.CPUMAP: {BpfFunc.redirect_map},
@@ -166,6 +166,7 @@ _FUNC_MAPS = {
     BpfFunc.ringbuf_output: {MapType.RINGBUF}, BpfFunc.ringbuf_reserve: {MapType.RINGBUF},
     BpfFunc.ringbuf_query: {MapType.RINGBUF},
     BpfFunc.user_ringbuf_drain: {MapType.USER_RINGBUF},
+    BpfFunc.perf_event_output: {MapType.PERF_EVENT_ARRAY},
 }
 
 
