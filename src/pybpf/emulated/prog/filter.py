@@ -395,7 +395,6 @@ def bpf_msg_redirect_hash(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: 
     return _sk_redirect(rs, bpf_map, mem_read(rs, r3, bpf_map.key_size, "key (R3)"), r4)
 
 
-
 def bpf_skb_load_bytes(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     """bpf_skb_load_bytes(skb, offset, to, len): ``len`` bytes of the packet from ``offset``
     (from skb->data, as LD_ABS reads) into ``to``; past the packet, ``to`` is zeroed and
