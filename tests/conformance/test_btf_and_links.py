@@ -152,6 +152,25 @@ def test_raw_tracepoint_open(maps):
     assert err_of(sys.raw_tracepoint_open, raw, "") == errno.EINVAL
 
 
+def test_a_tracepoint_takes_a_program_once_a_raw_tracepoint_as_often_as_asked(maps):
+    """bpf_prog_array_copy refuses a program a perf event's tracepoint already runs (EEXIST)
+    until that attachment goes; each raw tracepoint link is a probe of its own."""
+    sys = maps.sys
+    tracepoint, other = (sys.prog_load(ProgType.TRACEPOINT, RETURN_0) for _ in range(2))
+    raw = sys.prog_load(ProgType.RAW_TRACEPOINT, RETURN_0)
+    maps.fds += [tracepoint, other, raw]
+    first = sys.attach_tracepoint(tracepoint, "syscalls", "sys_enter_getpid")
+    assert err_of(sys.attach_tracepoint, tracepoint, "syscalls",
+                  "sys_enter_getpid") == errno.EEXIST
+    links = [sys.attach_tracepoint(other, "syscalls", "sys_enter_getpid"),
+             sys.attach_tracepoint(tracepoint, "syscalls", "sys_enter_getppid"),
+             sys.raw_tracepoint_open(raw, "sys_enter"), sys.raw_tracepoint_open(raw, "sys_enter")]
+    sys.close(first)
+    links.append(sys.attach_tracepoint(tracepoint, "syscalls", "sys_enter_getpid"))
+    for link in links:
+        sys.close(link)
+
+
 def test_xdp_link_create_refusals(maps):
     sys = maps.sys
     xdp = sys.prog_load(ProgType.XDP, insn(0xB7, 0, 0, 2) + insn(0x95),

@@ -268,7 +268,7 @@ class ProgramsMixin:
         prog = self.prog_from_fd(prog_fd)
         if prog.prog_type not in TRACEPOINT_PROG_TYPES:
             raise KernelError(errno.EINVAL, f"{prog.describe()} is not a TRACEPOINT program")
-        return self._attach(prog, (category, name))
+        return self._attach(prog, (category, name), once=True)
 
     def _raw_tracepoint_open(self, prog_fd: int, name: str) -> int:
         """BPF_RAW_TRACEPOINT_OPEN: a RAW_TRACEPOINT program on tracepoint ``name`` (any
@@ -285,11 +285,18 @@ class ProgramsMixin:
         net_of(self.machine).add_trace_sink(self.trigger_raw_tracepoint)  # the data path's events
         return self._attach(prog, ("raw", name))
 
-    def _attach(self, prog: BpfProg, key: tuple[str, str]) -> int:
-        self.bpf_prog_inc(prog)
+    def _attach(self, prog: BpfProg, key: tuple[str, str], once: bool = False) -> int:
+        """``prog`` on tracepoint ``key``; ``once``: a perf event's program, which
+        bpf_prog_array_copy refuses (EEXIST) where the tracepoint already has it (a raw
+        tracepoint's link is a probe of its own each time)."""
         link = _Tracepoint(self, prog, *key)
         with _tracepoint_lock:
-            self._tracepoint_links().setdefault(link.key, []).append(link)
+            links = self._tracepoint_links().setdefault(link.key, [])
+            if once and any(other.prog is prog for other in links):
+                raise KernelError(errno.EEXIST, f"{prog.describe()} is attached to "
+                                  f"{key[0]}/{key[1]} already: close that attachment first")
+            self.bpf_prog_inc(prog)
+            links.append(link)
         return self.fd_install(link)
 
     def _tracepoint_links(self) -> dict[tuple[str, str], list[_Tracepoint]]:
