@@ -7,7 +7,11 @@ from collections.abc import Callable
 
 import pytest
 
+from pybpf.asm import R0
+from pybpf.asm import builder as b
 from pybpf.emulated.prog.native import native_missing
+from pybpf.errors import BPFError
+from pybpf.programs import Program, ProgramSpec
 
 # The emulated backend's engines, for tests run on each (native only where llvmlite is).
 ENGINES = ["jit", "interp", pytest.param("native", marks=pytest.mark.skipif(
@@ -57,3 +61,19 @@ def verdict(system, prog_type: int, insns: bytes, **kwargs) -> str:
         return errno.errorcode.get(exc.errno, str(exc.errno))
     system.close(fd)
     return "ok"
+
+
+def load(system, prog_type: int, items, maps=None, license: str = "GPL") -> Program:
+    """``items`` (pybpf.asm) loaded on ``system`` as a ``prog_type`` program, its maps by
+    name."""
+    return Program.load(ProgramSpec(prog_type, items, license=license), system,
+                        maps=maps or {})
+
+
+def load_error(system, prog_type: int, items, license: str = "GPL") -> tuple[int, str]:
+    """(errno, message) of loading ``items`` then ``r0 = 0; exit``; (0, "") where it loads."""
+    try:
+        load(system, prog_type, [*items, b.mov64(R0, 0), b.exit_()], license=license).close()
+    except BPFError as exc:
+        return exc.errno, str(exc)
+    return 0, ""

@@ -21,10 +21,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import load
 from pybpf.asm import FP, R0, R1, R2, R3, R4, R5, R6, R7, R8
 from pybpf.asm import builder as b
 from pybpf.errors import BPFError
-from pybpf.programs import Program, ProgramSpec
 from pybpf.uapi import MapType, ProgType
 
 ETH_FRAME = bytes.fromhex("020000000002" "020000000001" "0800") + bytes(range(50))
@@ -43,10 +43,6 @@ CSUM_DIFF = [
     b.ldxw(R3, R6, 20), b.and64(R3, 7), b.mov64(R8, R6), b.add64(R8, TO_AT), b.add64(R8, R3),
     b.ldxw(R2, R6, 0), b.and64(R2, MAX_SIZE), b.ldxw(R4, R6, 4), b.and64(R4, MAX_SIZE),
     b.ldxdw(R5, R6, 8), b.mov64(R1, R7), b.mov64(R3, R8), b.call("csum_diff"), b.exit_()]
-
-
-def load(system, prog_type, items, maps=None) -> Program:
-    return Program.load(ProgramSpec(prog_type, items, license="GPL"), system, maps=maps or {})
 
 
 @pytest.fixture

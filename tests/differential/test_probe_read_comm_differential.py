@@ -19,20 +19,15 @@ import struct
 
 import pytest
 
+from helpers import load, load_error
 from pybpf.asm import FP, R0, R1, R2, R3, R4, R6, R7
 from pybpf.asm import builder as b
 from pybpf.errors import BPFError
-from pybpf.programs import Program, ProgramSpec
 from pybpf.uapi import MapType, ProgType
 
 ETH_FRAME = bytes.fromhex("020000000002" "020000000001" "0800") + bytes(range(50))
 VALUE_SIZE = 48  # r0 (8 bytes), then the destination buffer (up to 40)
 XDP_MD = struct.Struct("<6I")
-
-
-def load(system, prog_type, items, maps=None, license="GPL") -> Program:
-    return Program.load(ProgramSpec(prog_type, items, license=license), system,
-                        maps=maps or {})
 
 
 def _fill(off: int, size: int) -> list:
@@ -235,22 +230,14 @@ CALLS = {helper: _into_stack(helper) for helper in ("probe_read_kernel",
 CALLS["xdp_get_buff_len"] = [b.call("xdp_get_buff_len")]
 
 
-def _load_error(system, prog_type, items, license="GPL") -> tuple[int, str]:
-    try:
-        load(system, prog_type, [*items, b.mov64(R0, 0), b.exit_()], license=license).close()
-    except BPFError as exc:
-        return exc.errno, str(exc)
-    return 0, ""
-
-
 @pytest.mark.parametrize("helper", list(CALLS))
 @pytest.mark.parametrize("prog_type", PROG_TYPES, ids=[t.name for t in PROG_TYPES])
 def test_program_types_that_may_call_the_helper_are_the_kernels(kernel, emulated, helper,
                                                                   prog_type):
     """The probe reads and get_current_comm are bpf_base_func_proto's (CAP_PERFMON): every
     type; bpf_xdp_get_buff_len is XDP's."""
-    want = _load_error(kernel, prog_type, CALLS[helper])
-    got = _load_error(emulated, prog_type, CALLS[helper])
+    want = load_error(kernel, prog_type, CALLS[helper])
+    got = load_error(emulated, prog_type, CALLS[helper])
     allowed = helper != "xdp_get_buff_len" or prog_type == ProgType.XDP
     assert want[0] == (0 if allowed else errno.EINVAL)
     assert got[0] == want[0]
@@ -262,8 +249,8 @@ def test_program_types_that_may_call_the_helper_are_the_kernels(kernel, emulated
 @pytest.mark.parametrize("helper", ["probe_read_kernel", "probe_read_kernel_str",
                                     "probe_read_user_str", "get_current_comm"])
 def test_gpl_only_probe_reads_are_refused_to_other_licenses(kernel, emulated, helper):
-    want = _load_error(kernel, ProgType.KPROBE, CALLS[helper], license="MIT")
-    got = _load_error(emulated, ProgType.KPROBE, CALLS[helper], license="MIT")
+    want = load_error(kernel, ProgType.KPROBE, CALLS[helper], license="MIT")
+    got = load_error(emulated, ProgType.KPROBE, CALLS[helper], license="MIT")
     assert got[0] == want[0] == (0 if helper == "get_current_comm" else errno.EINVAL)
     if got[0]:
         assert "cannot call GPL-restricted function" in got[1]
@@ -271,8 +258,8 @@ def test_gpl_only_probe_reads_are_refused_to_other_licenses(kernel, emulated, he
 
 def test_get_current_comm_of_zero_bytes_is_refused_as_by_the_kernel(kernel, emulated):
     items = [b.mov64(R1, FP), b.add64(R1, -16), b.mov64(R2, 0), b.call("get_current_comm")]
-    want = _load_error(kernel, ProgType.XDP, items)
-    got = _load_error(emulated, ProgType.XDP, items)
+    want = load_error(kernel, ProgType.XDP, items)
+    got = load_error(emulated, ProgType.XDP, items)
     assert want[0] == errno.EACCES
     assert got[0] == want[0]
 
@@ -324,8 +311,8 @@ def test_skb_pull_data_forgets_the_packet_pointers_as_the_kernel(kernel, emulate
              b.add64(R3, 1), b.jgt(R3, R2, "out"), b.mov64(R1, R6), b.mov64(R2, 0),
              b.call("skb_pull_data"), b.ldxb(R0, R7, 0), b.label("out"), b.mov64(R0, 0),
              b.exit_()]
-    want = _load_error(kernel, ProgType.SCHED_CLS, items[:-2])
-    got = _load_error(emulated, ProgType.SCHED_CLS, items[:-2])
+    want = load_error(kernel, ProgType.SCHED_CLS, items[:-2])
+    got = load_error(emulated, ProgType.SCHED_CLS, items[:-2])
     assert want[0] == errno.EACCES
     assert got[0] == want[0]
 
@@ -338,7 +325,7 @@ SKB_PULL_TYPES = {ProgType.SCHED_CLS, ProgType.SCHED_ACT, ProgType.LWT_IN, ProgT
 def test_program_types_that_may_call_skb_pull_data_are_the_kernels(kernel, emulated,
                                                                      prog_type):
     items = [b.mov64(R2, 0), b.call("skb_pull_data")]
-    want = _load_error(kernel, prog_type, items)
-    got = _load_error(emulated, prog_type, items)
+    want = load_error(kernel, prog_type, items)
+    got = load_error(emulated, prog_type, items)
     assert want[0] == (0 if prog_type in SKB_PULL_TYPES else errno.EINVAL)
     assert got[0] == want[0]

@@ -18,10 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from helpers import load, load_error
 from pybpf.asm import FP, R0, R1, R2, R3, R4, R5, R6, R7
 from pybpf.asm import builder as b
-from pybpf.errors import BPFError
-from pybpf.programs import Program, ProgramSpec
 from pybpf.uapi import (
     BPF_F_IPV6,
     BPF_F_MARK_ENFORCE,
@@ -48,10 +47,6 @@ STORE_BYTES = [b.mov64(R6, R1), b.ld_map_value(R7, "m"), b.ldxw(R2, R7, 0), b.ld
                b.add64(R3, 16), b.mov64(R1, R6), b.call("skb_store_bytes"), b.exit_()]
 STORE_BYTES_ARGS = struct.Struct("<IIQ64s")
 ETH_P_EXPERIMENTAL = bytes.fromhex("88b5")  # no IP header for the test run to check
-
-
-def load(system, prog_type, items, maps=None) -> Program:
-    return Program.load(ProgramSpec(prog_type, items, license="GPL"), system, maps=maps or {})
 
 
 @pytest.fixture(params=[ProgType.SCHED_CLS, ProgType.LWT_XMIT], ids=["tc", "lwt_xmit"])
@@ -237,21 +232,13 @@ CALLS = {
 }
 
 
-def _load_error(system, prog_type, items) -> tuple[int, str]:
-    try:
-        load(system, prog_type, [*items, b.mov64(R0, 0), b.exit_()]).close()
-    except BPFError as exc:
-        return exc.errno, str(exc)
-    return 0, ""
-
-
 @pytest.mark.parametrize("helper", list(CALLS))
 @pytest.mark.parametrize("prog_type", PROG_TYPES, ids=[t.name for t in PROG_TYPES])
 def test_program_types_that_may_call_the_helper_are_the_kernels(kernel, emulated, helper,
                                                                   prog_type):
     items, prog_types = CALLS[helper]
-    want = _load_error(kernel, prog_type, items)
-    got = _load_error(emulated, prog_type, items)
+    want = load_error(kernel, prog_type, items)
+    got = load_error(emulated, prog_type, items)
     assert want[0] == (0 if prog_type in prog_types else errno.EINVAL)
     assert got[0] == want[0]
 
@@ -288,7 +275,7 @@ for helper, (call, _) in CALLS.items():  # bpf_helper_changes_pkt_data: R7 is a 
 @pytest.mark.parametrize("case", list(VERDICTS))
 def test_the_verifier_checks_calls_as_the_kernel(kernel, emulated, case):
     items, verdict = VERDICTS[case]
-    want = _load_error(kernel, ProgType.SCHED_CLS, items)
-    got = _load_error(emulated, ProgType.SCHED_CLS, items)
+    want = load_error(kernel, ProgType.SCHED_CLS, items)
+    got = load_error(emulated, ProgType.SCHED_CLS, items)
     assert want[0] == verdict
     assert got[0] == want[0]
