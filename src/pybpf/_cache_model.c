@@ -1166,19 +1166,25 @@ out:
 
 /* Timing.sync(cpu) of ``timing``, whose model is ``m``: the scheduler's sync unless it would do
  * nothing, then the CPU's deferred work if any waits */
-int timing_sync(PyObject *timing, CacheModel *m, PyObject *cpu_obj, int cpu)
+/* The first half of Timing.sync: the scheduler's turn for cpu, unless it would do nothing */
+static int scheduler_sync(PyObject *timing, CacheModel *m, PyObject *cpu_obj, int cpu)
 {
-	PyObject *scheduler = PyObject_GetAttr(timing, s_scheduler), *deferred = NULL;
+	PyObject *scheduler = PyObject_GetAttr(timing, s_scheduler);
 	if (scheduler == NULL)
 		return -1;
 	int idle = scheduler == Py_None ? 1 : sync_does_nothing(scheduler, m, cpu);
 	PyObject *synced = idle < 0 ? NULL : idle ? Py_NewRef(Py_None)
 		: PyObject_CallMethodOneArg(scheduler, s_sync, cpu_obj);
 	Py_DECREF(scheduler);
-	if (synced == NULL)
-		return -1;
-	Py_DECREF(synced);
-	if ((deferred = PyObject_GetAttr(timing, s_deferred)) == NULL)
+	Py_XDECREF(synced);
+	return synced == NULL ? -1 : 0;
+}
+
+int timing_sync(PyObject *timing, CacheModel *m, PyObject *cpu_obj, int cpu)
+{
+	PyObject *deferred;
+	if (scheduler_sync(timing, m, cpu_obj, cpu) < 0
+	    || (deferred = PyObject_GetAttr(timing, s_deferred)) == NULL)
 		return -1;
 	PyObject *heap = PyList_Check(deferred) && cpu < PyList_GET_SIZE(deferred)
 		? PyList_GET_ITEM(deferred, cpu) : NULL;
@@ -1407,16 +1413,8 @@ int64_t pybpf_native_charge(PyObject *const *run, int64_t what, uint64_t addr,
 	if (parse_cpu(m, run[RUN_CPU], &cpu) < 0)
 		goto fail;
 	if (what & CHARGE_SYNC) {
-		PyObject *scheduler = PyObject_GetAttr(run[RUN_TIMING], s_scheduler);
-		if (scheduler == NULL)
+		if (scheduler_sync(run[RUN_TIMING], m, run[RUN_CPU], cpu) < 0)
 			goto fail;
-		int idle = scheduler == Py_None ? 1 : sync_does_nothing(scheduler, m, cpu);
-		PyObject *synced = idle < 0 ? NULL : idle ? Py_NewRef(Py_None)
-			: PyObject_CallMethodOneArg(scheduler, s_sync, run[RUN_CPU]);
-		Py_DECREF(scheduler);
-		if (synced == NULL)
-			goto fail;
-		Py_DECREF(synced);
 		if (PyList_GET_SIZE(run[RUN_DEFERRED])) {
 			result = NOT_CHARGED;
 			goto out;
@@ -1469,7 +1467,7 @@ static struct PyModuleDef cache_model_module = {
 	.m_methods = module_methods,
 };
 
-static int intern(PyObject **name, const char *text)
+int intern(PyObject **name, const char *text)
 {
 	*name = PyUnicode_InternFromString(text);
 	return *name == NULL ? -1 : 0;

@@ -13,6 +13,8 @@ typedef struct CacheModel CacheModel;
 
 extern PyTypeObject CacheModelType;
 
+/* *name, the interned string of text: 0, or -1 with an exception */
+int intern(PyObject **name, const char *text);
 /* Timing.access: the stall in ns (charged), or -1.0 with an exception set */
 double model_access(CacheModel *m, int cpu, uint64_t addr, int write);
 int parse_cpu(CacheModel *m, PyObject *obj, int *cpu);

@@ -44,6 +44,7 @@ typedef struct {
 	PyObject *free_locks;   /* its modeled locks, one per CPU */
 	PyObject *extra_elems;  /* per CPU, the spares a replacement takes (empty: none) */
 	PyObject *key_size;     /* an int, for jhash's charge */
+	Py_ssize_t key_bytes;   /* the same */
 	uint64_t mask, stripe_mask, bucket_base, bucket_size;
 	int prealloc;
 	int percpu;             /* a PERCPU_HASH map: values in place, a slot per CPU */
@@ -57,7 +58,8 @@ static PyObject *s_cpu, *s_hash, *s_key, *s_value, *s_addr, *s_node, *s_pops, *s
 	*s_acquire, *s_release, *s_update_event, *s_delete_event, *s_jhash_byte, *s_bucket_lock,
 	*s_check_flags, *s_alloc_htab_elem, *s_new_elem_on_home,
 	*s_retire_replaced, *s_release_elem, *s_key_not_found, *s_special_fields, *s_lookup_event,
-	*s_errno, *s_ref, *s_lru_update_event, *s_prealloc_lru_pop, *s_push_free, *s_mem, *s_value_size, *s_value_regions, *s_region_of, *s_one, *s_false;
+	*s_errno, *s_ref, *s_lru_update_event, *s_prealloc_lru_pop, *s_push_free, *s_mem,
+	*s_value_regions, *s_region_of, *s_one, *s_false;
 
 static PyObject *attr(PyObject *obj, const char *name)
 {
@@ -134,6 +136,7 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	if ((c->prealloc = PyObject_IsTrue(prealloc)) < 0 || (c->percpu = PyObject_IsTrue(percpu)) < 0
 	    || (c->lru = PyObject_IsTrue(lru)) < 0
 	    || (c->value_size = PyLong_AsSsize_t(value_size)) < 0
+	    || (c->key_bytes = PyLong_AsSsize_t(c->key_size)) < 0
 	    || (slot_bytes = PyLong_AsSsize_t(slot_size)) < 0
 	    || (c->zeros = PyObject_CallFunction((PyObject *)&PyBytes_Type, "n", slot_bytes)) == NULL
 	    || parse_addr(mask, &c->mask) < 0 || parse_addr(stripe_mask, &c->stripe_mask) < 0
@@ -1058,26 +1061,17 @@ static PyObject *helper_call(HtabCore *c, int op, PyObject *const *args, Py_ssiz
 	PyObject *rs = args[1], *mem = NULL, *cpu_obj = NULL, *key = NULL, *value = NULL;
 	PyObject *result = NULL;
 	uint64_t r2, r3 = 0;
-	Py_ssize_t key_size, value_size = 0;
 	int cpu;
 	if (parse_addr(args[2], &r2) < 0 || (op == HELPER_UPDATE && parse_addr(args[3], &r3) < 0)
-	    || (key_size = PyLong_AsSsize_t(c->key_size)) < 0
 	    || (mem = PyObject_GetAttr(rs, s_mem)) == NULL)
 		goto out;
-	if (op == HELPER_UPDATE) {
-		PyObject *size = PyObject_GetAttr(c->map, s_value_size);
-		value_size = size == NULL ? -1 : PyLong_AsSsize_t(size);
-		Py_XDECREF(size);
-		if (value_size < 0)
-			goto out;
-	}
 	/* a modeled operation begins (Timing.sync), then the bytes are read; where they are not
 	 * plain memory the Python helper does it all (its sync then does nothing) */
 	if ((cpu_obj = current_cpu(c, &cpu)) == NULL
 	    || timing_sync(c->timing, (CacheModel *)c->model, cpu_obj, cpu) < 0)
 		goto out;
-	if (!PyDict_CheckExact(mem) || (key = plain_bytes(mem, r2, key_size)) == NULL
-	    || (op == HELPER_UPDATE && (value = plain_bytes(mem, r3, value_size)) == NULL)) {
+	if (!PyDict_CheckExact(mem) || (key = plain_bytes(mem, r2, c->key_bytes)) == NULL
+	    || (op == HELPER_UPDATE && (value = plain_bytes(mem, r3, c->value_size)) == NULL)) {
 		if (PyErr_Occurred())
 			goto out;
 		goto python;
@@ -1166,12 +1160,6 @@ PyTypeObject HtabCoreType = {
 	.tp_methods = htab_core_methods,
 };
 
-static int intern(PyObject **name, const char *text)
-{
-	*name = PyUnicode_InternFromString(text);
-	return *name == NULL ? -1 : 0;
-}
-
 int htab_core_ready(void)
 {
 	if (intern(&s_cpu, "cpu") < 0 || intern(&s_hash, "hash") < 0 || intern(&s_key, "key") < 0
@@ -1196,7 +1184,6 @@ int htab_core_ready(void)
 	    || intern(&s_prealloc_lru_pop, "prealloc_lru_pop") < 0
 	    || intern(&s_push_free, "push_free") < 0
 	    || intern(&s_mem, "mem") < 0
-	    || intern(&s_value_size, "value_size") < 0
 	    || intern(&s_value_regions, "value_regions") < 0
 	    || intern(&s_region_of, "region_of") < 0)
 		return -1;
