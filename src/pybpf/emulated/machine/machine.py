@@ -31,6 +31,7 @@ from __future__ import annotations
 import bisect
 import os
 import random
+import select
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -94,6 +95,18 @@ MODULE_TASK_LOCALS: list[threading.local] = []
 
 
 TASK_COMM_LEN = 16  # include/linux/sched.h: a task's comm, its NUL included
+
+
+def eventfd_wait(fd: int, timeout: float | None) -> bool:
+    """Wait up to ``timeout`` seconds for eventfd ``fd`` (a reader's wake-up) and consume it;
+    False on timeout. Another waiter may take it first: that still counts as woken."""
+    if not select.select([fd], [], [], timeout)[0]:
+        return False
+    try:
+        os.eventfd_read(fd)
+    except BlockingIOError:
+        pass
+    return True
 
 
 def thread_comm() -> bytes:

@@ -21,13 +21,12 @@ from __future__ import annotations
 import errno
 import itertools
 import os
-import select
 import struct
 import threading
 from collections.abc import Callable, Mapping
 
 from ...perf_buffer import PERF_EVENT_HEADER, PERF_RECORD_LOST, PERF_RECORD_SAMPLE, PerfBufferReader
-from .machine import Machine, per_machine
+from .machine import Machine, eventfd_wait, per_machine
 
 PAGE_SIZE = 4096
 PERF_TYPE_SOFTWARE = 1
@@ -135,13 +134,7 @@ class EmulatedPerfBufferReader(PerfBufferReader):
         return self._ring(cpu).data
 
     def wait(self, timeout: float | None) -> bool:
-        if not select.select([self._wakeup], [], [], timeout)[0]:
-            return False
-        try:
-            os.eventfd_read(self._wakeup)
-        except BlockingIOError:  # another waiter took it
-            pass
-        return True
+        return eventfd_wait(self._wakeup, timeout)
 
     def fileno(self) -> int:
         return self._wakeup

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 from ...errors import KernelError
 from ...ringbuf import RingBufReader, UserRingBufProducer, record_span
 from ...uapi import BPF_F_NUMA_NODE, ENOTSUPP, MapType
-from ..machine.machine import MODULE_TASK_LOCALS
+from ..machine.machine import MODULE_TASK_LOCALS, eventfd_wait
 from .bpf_map import BpfMap, MapAttr, map_ops
 
 if TYPE_CHECKING:
@@ -415,14 +415,7 @@ class RingBufConsumer(RingBufReader):
         return bytes(first + data[:length - len(first)])
 
     def wait(self, timeout: float | None) -> bool:
-        ready, _, _ = select.select([self._event], [], [], timeout)
-        if not ready:
-            return False
-        try:
-            os.eventfd_read(self._event)
-        except BlockingIOError:  # another waiter took it
-            pass
-        return True
+        return eventfd_wait(self._event, timeout)
 
     def fileno(self) -> int:
         return self._event
