@@ -13,7 +13,8 @@ from setuptools import Extension, setup
 setup(ext_modules=[
     Extension("pybpf._accel", ["src/pybpf/_accel.c"], optional=True,
               extra_compile_args=["-O2"]),
-    Extension("pybpf._cache_model", ["src/pybpf/_cache_model.c", "src/pybpf/_hashtab.c"],
+    Extension("pybpf._cache_model", ["src/pybpf/_cache_model.c", "src/pybpf/_hashtab.c",
+                                    "src/pybpf/_memalloc.c"],
               depends=["src/pybpf/_cache_model.h"], optional=True,
               extra_compile_args=["-O2", "-Wall"]),
     # librt: shm_open before glibc 2.34 (an empty stub after).

@@ -31,8 +31,7 @@ fi
 # a hash of what the install depends on, so a second run installs nothing.
 venv=.venv
 stamp="$venv/.pybpf-installed"
-want="$(cat pyproject.toml setup.py src/pybpf/_accel.c src/pybpf/_shm_maps.c \
-    src/pybpf/_cache_model.c | sha256sum | cut -d' ' -f1)"
+want="$(cat pyproject.toml setup.py src/pybpf/*.c src/pybpf/*.h | sha256sum | cut -d' ' -f1)"
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c '' 2>/dev/null; then
     rm -rf "$venv"
     if ! "${PYTHON:-python3}" -m venv "$venv"; then

@@ -1,6 +1,7 @@
 /*
- * What the two sources of pybpf._cache_model share: the cache model's calls (_cache_model.c)
- * that the hash map's hot path (_hashtab.c) makes, each the twin of a Timing method.
+ * What the sources of pybpf._cache_model share: the cache model's calls (_cache_model.c)
+ * that the hash map's hot path (_hashtab.c) and its allocator (_memalloc.c) make, each the
+ * twin of a Timing method, and a few small steps of theirs.
  */
 #ifndef PYBPF_CACHE_MODEL_H
 #define PYBPF_CACHE_MODEL_H
@@ -34,5 +35,31 @@ int htab_chain_cost(CacheModel *m, int cpu, uint64_t bucket, PyObject *chain, Py
 /* _hashtab.c: HtabCore, the hash map's update and delete in C */
 extern PyTypeObject HtabCoreType;
 int htab_core_ready(void);
+/* obj.name(): 0, or -1 with an exception */
+int call_method(PyObject *obj, PyObject *name);
+/* obj.name += 1 */
+int attr_increment(PyObject *obj, PyObject *name);
+/* The end of a with block on a host lock: released, an error raised in the block (rc < 0)
+ * kept; returns rc, or -1 where the release failed */
+int lock_release(PyObject *lock, int rc);
+
+/* _memalloc.c: a BpfMemAlloc's unit_alloc and unit_free in C */
+typedef struct {
+	PyObject *ma;          /* the BpfMemAlloc, or NULL: another design, all Python */
+	PyObject *caches;      /* its bpf_mem_cache per CPU */
+	PyObject *counters;    /* its _Counters */
+	PyObject *count_lock;  /* which guards them and its cache hits */
+	Py_ssize_t low, high;  /* its watermarks */
+} MemAlloc;
+
+int mem_alloc_ready(void);
+/* Bind a to ma if it is the design done in C: 1, 0 (another design), -1 with an exception */
+int mem_alloc_bind(MemAlloc *a, PyObject *ma);
+int mem_alloc_traverse(MemAlloc *a, visitproc visit, void *arg);
+void mem_alloc_clear(MemAlloc *a);
+/* BpfMemAlloc.alloc on cpu (the current CPU): an object, None, or NULL with an exception */
+PyObject *unit_alloc(MemAlloc *a, PyObject *model, PyObject *cpu_obj, int cpu);
+/* BpfMemAlloc.free of obj on cpu (the current CPU) */
+int unit_free(MemAlloc *a, PyObject *model, PyObject *obj, PyObject *cpu_obj, int cpu);
 
 #endif

@@ -52,6 +52,10 @@ typedef struct {
 	PyObject *lru_list;     /* its BpfLru, or NULL */
 	Py_ssize_t value_size;
 	PyObject *zeros;        /* a per-CPU slot's zeros */
+	MemAlloc ma;            /* a NO_PREALLOC map's allocator, where it runs in C */
+	PyObject *count_lock;   /* with ma: the lock of the map's element count, */
+	PyObject *max_entries;  /* its limit, */
+	PyObject *count_addr;   /* and its line where it is an atomic_t (else NULL) */
 } HtabCore;
 
 static PyObject *s_cpu, *s_hash, *s_key, *s_value, *s_addr, *s_node, *s_pops, *s_pushes,
@@ -59,11 +63,31 @@ static PyObject *s_cpu, *s_hash, *s_key, *s_value, *s_addr, *s_node, *s_pops, *s
 	*s_check_flags, *s_alloc_htab_elem, *s_new_elem_on_home,
 	*s_retire_replaced, *s_release_elem, *s_key_not_found, *s_special_fields, *s_lookup_event,
 	*s_errno, *s_ref, *s_lru_update_event, *s_prealloc_lru_pop, *s_push_free, *s_mem,
-	*s_value_regions, *s_region_of, *s_one, *s_false;
+	*s_value_regions, *s_region_of, *s_one, *s_false, *s_count, *s_atomic, *s_alloc_failed;
 
 static PyObject *attr(PyObject *obj, const char *name)
 {
 	return PyObject_GetAttrString(obj, name);
+}
+
+/* A NO_PREALLOC map's element count and allocator, where its allocator is bpf_mem_alloc's
+ * design done in C (else ma stays unbound and its calls Python) */
+static int bind_mem_alloc(HtabCore *c, PyObject *bpf_map)
+{
+	PyObject *ma = attr(bpf_map, "ma"), *percpu_counter = NULL;
+	int rc = ma == NULL ? -1 : mem_alloc_bind(&c->ma, ma);
+	if (rc > 0) {
+		int atomic_count = -1;
+		rc = (c->count_lock = attr(bpf_map, "count_lock")) == NULL
+			|| (c->max_entries = attr(bpf_map, "max_entries")) == NULL
+			|| (percpu_counter = attr(bpf_map, "use_percpu_counter")) == NULL
+			|| (atomic_count = !PyObject_IsTrue(percpu_counter)) < 0
+			|| (atomic_count && (c->count_addr = attr(bpf_map, "count_addr")) == NULL)
+			? -1 : 0;
+	}
+	Py_XDECREF(ma);
+	Py_XDECREF(percpu_counter);
+	return rc;
 }
 
 static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
@@ -148,6 +172,9 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	}
 	if (c->lru && (c->lru_list = attr(bpf_map, "lru_list")) == NULL)
 		goto out;
+	if (!c->prealloc && (rc = bind_mem_alloc(c, bpf_map)) < 0)
+		goto out;
+	rc = -1;
 	if (c->prealloc && !c->lru) {
 		if ((c->freelist = attr(bpf_map, "freelist")) == NULL
 		    || (c->free_lists = attr(c->freelist, "lists")) == NULL
@@ -202,7 +229,10 @@ static int htab_core_traverse(PyObject *op, visitproc visit, void *arg)
 	Py_VISIT(c->key_size);
 	Py_VISIT(c->zeros);
 	Py_VISIT(c->lru_list);
-	return 0;
+	Py_VISIT(c->count_lock);
+	Py_VISIT(c->max_entries);
+	Py_VISIT(c->count_addr);
+	return mem_alloc_traverse(&c->ma, visit, arg);
 }
 
 static int htab_core_clear(PyObject *op)
@@ -233,6 +263,10 @@ static int htab_core_clear(PyObject *op)
 	Py_CLEAR(c->key_size);
 	Py_CLEAR(c->zeros);
 	Py_CLEAR(c->lru_list);
+	Py_CLEAR(c->count_lock);
+	Py_CLEAR(c->max_entries);
+	Py_CLEAR(c->count_addr);
+	mem_alloc_clear(&c->ma);
 	return 0;
 }
 
@@ -255,15 +289,27 @@ static int has_special_fields(HtabCore *c)
 	return rc;
 }
 
-static int call_method(PyObject *obj, PyObject *name)
+int call_method(PyObject *obj, PyObject *name)
 {
 	PyObject *done = PyObject_CallMethodNoArgs(obj, name);
 	Py_XDECREF(done);
 	return done == NULL ? -1 : 0;
 }
 
-/* obj.name += 1 */
-static int attr_increment(PyObject *obj, PyObject *name)
+int lock_release(PyObject *lock, int rc)
+{
+	PyObject *type, *exc, *tb;
+	PyErr_Fetch(&type, &exc, &tb);
+	if (call_method(lock, s_release) < 0)
+		rc = -1;
+	if (type != NULL) {
+		PyErr_Restore(type, exc, tb);
+		rc = -1;
+	}
+	return rc;
+}
+
+int attr_increment(PyObject *obj, PyObject *name)
 {
 	PyObject *old = PyObject_GetAttr(obj, name), *sum = NULL;
 	int rc = old == NULL || (sum = PyNumber_Add(old, s_one)) == NULL
@@ -332,15 +378,7 @@ static int index_change(HtabCore *c, PyObject *index, uint64_t value, int add)
 	if (rc == 0)
 		rc = add ? PyList_Insert(c->nonempty, at, index)
 			: PyList_SetSlice(c->nonempty, at, at + 1, NULL);
-	PyObject *type, *exc, *tb;
-	PyErr_Fetch(&type, &exc, &tb);
-	if (call_method(c->index_lock, s_release) < 0)
-		rc = -1;
-	if (type != NULL) {
-		PyErr_Restore(type, exc, tb);
-		rc = -1;
-	}
-	return rc;
+	return lock_release(c->index_lock, rc);
 }
 
 /* The first position of ``elem`` (by identity) in ``list``, or -1 */
@@ -518,8 +556,66 @@ out:
 	return rc;
 }
 
+/* The map's element count (NO_PREALLOC) moved by delta under its lock; an element counted
+ * for a new key (not replacing ``old``) in a full map is not: 1. Else 0, or -1. */
+static int count_elems(HtabCore *c, int delta, PyObject *old)
+{
+	if (call_method(c->count_lock, s_acquire) < 0)
+		return -1;
+	PyObject *n = PyObject_GetAttr(c->map, s_count), *next = NULL;
+	int full = n == NULL ? -1 : delta < 0 || old != NULL ? 0
+		: PyObject_RichCompareBool(n, c->max_entries, Py_GE);
+	int rc = full < 0 ? -1 : full ? 0
+		: (next = delta < 0 ? PyNumber_Subtract(n, s_one) : PyNumber_Add(n, s_one)) == NULL
+		|| PyObject_SetAttr(c->map, s_count, next) < 0 ? -1 : 0;
+	Py_XDECREF(n);
+	Py_XDECREF(next);
+	return lock_release(c->count_lock, rc) < 0 ? -1 : full;
+}
+
+/* count_elem's cost: an atomic_t is a locked add on the map's line (a percpu_counter stays
+ * on this CPU: nothing) */
+static int count_elem(HtabCore *c, PyObject *cpu_obj)
+{
+	if (c->count_addr == NULL)
+		return 0;
+	PyObject *done = PyObject_CallMethodObjArgs(c->timing, s_atomic, cpu_obj, c->count_addr,
+						    NULL);
+	Py_XDECREF(done);
+	return done == NULL ? -1 : 0;
+}
+
+/* alloc_htab_elem's element from bpf_mem_alloc: counted, then unit_alloc's; NULL without an
+ * exception where the map is full (the Python method raises E2BIG), with one where the
+ * allocator had none (ENOMEM, from the map's _alloc_failed) */
+static PyObject *mem_alloc_elem(HtabCore *c, PyObject *old, PyObject *cpu_obj, int cpu)
+{
+	int full = count_elems(c, 1, old);
+	if (full != 0 || count_elem(c, cpu_obj) < 0)
+		return NULL;
+	PyObject *elem = unit_alloc(&c->ma, c->model, cpu_obj, cpu);
+	if (elem == Py_None) {
+		Py_DECREF(elem);
+		Py_XDECREF(PyObject_CallMethodNoArgs(c->map, s_alloc_failed));
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_RuntimeError, "_alloc_failed did not raise");
+		return NULL;
+	}
+	return elem;
+}
+
+/* free_htab_elem (``count_cost``) or _retire_replaced of a map on bpf_mem_alloc: uncounted,
+ * then unit_free's */
+static int mem_free_elem(HtabCore *c, PyObject *elem, int count_cost, PyObject *cpu_obj,
+			 int cpu)
+{
+	return count_elems(c, -1, NULL) < 0 || (count_cost && count_elem(c, cpu_obj) < 0)
+		|| unit_free(&c->ma, c->model, elem, cpu_obj, cpu) < 0 ? -1 : 0;
+}
+
 /* alloc_htab_elem: the element that takes ``key`` (replacing ``old`` if not NULL), filled;
- * the preallocated hot cases here, the rest by the Python method */
+ * the hot cases here (a free list's, a spare, bpf_mem_alloc's), the rest by the Python
+ * method */
 static PyObject *alloc_elem(HtabCore *c, PyObject *key, PyObject *value, PyObject *hash,
 			    PyObject *old, PyObject *cpu_obj, int cpu)
 {
@@ -540,8 +636,11 @@ static PyObject *alloc_elem(HtabCore *c, PyObject *key, PyObject *value, PyObjec
 		} else if ((elem = freelist_pop(c, cpu_obj, cpu)) == NULL && PyErr_Occurred()) {
 			return NULL;
 		}
+	} else if (c->ma.ma != NULL
+		   && (elem = mem_alloc_elem(c, old, cpu_obj, cpu)) == NULL && PyErr_Occurred()) {
+		return NULL;
 	}
-	if (elem == NULL) {  /* a steal, an element to make, E2BIG, or an allocator */
+	if (elem == NULL) {  /* a steal, an element to make, E2BIG, or another allocator */
 		PyObject *args[7] = {c->map, key, value, hash, old != NULL ? old : Py_None,
 				     s_false, cpu_obj};
 		return PyObject_VectorcallMethod(s_alloc_htab_elem, args,
@@ -843,6 +942,9 @@ locked_out:
 		if (c->prealloc) {
 			if (PyList_Append(PyList_GET_ITEM(c->extra_elems, cpu), old) < 0)
 				goto out;
+		} else if (c->ma.ma != NULL) {
+			if (mem_free_elem(c, old, 0, cpu_obj, cpu) < 0)
+				goto out;
 		} else {
 			PyObject *retire_args[3] = {c->map, old, cpu_obj};
 			PyObject *retired = PyObject_VectorcallMethod(
@@ -909,6 +1011,9 @@ locked_out:
 		goto out;
 	if (c->freelist != NULL) {  /* free_htab_elem: back to this CPU's free list */
 		if (freelist_push(c, elem, cpu_obj, cpu) < 0)
+			goto out;
+	} else if (c->ma.ma != NULL) {  /* free_htab_elem: back to bpf_mem_alloc */
+		if (mem_free_elem(c, elem, 1, cpu_obj, cpu) < 0)
 			goto out;
 	} else {  /* the allocator's, or the LRU's (htab_lru_push_free) */
 		PyObject *released = PyObject_CallMethodOneArg(c->map, s_release_elem, elem);
@@ -1185,7 +1290,9 @@ int htab_core_ready(void)
 	    || intern(&s_push_free, "push_free") < 0
 	    || intern(&s_mem, "mem") < 0
 	    || intern(&s_value_regions, "value_regions") < 0
-	    || intern(&s_region_of, "region_of") < 0)
+	    || intern(&s_region_of, "region_of") < 0 || intern(&s_count, "count") < 0
+	    || intern(&s_atomic, "atomic") < 0 || intern(&s_alloc_failed, "_alloc_failed") < 0
+	    || mem_alloc_ready() < 0)
 		return -1;
 	if ((s_one = PyLong_FromLong(1)) == NULL)
 		return -1;

@@ -20,6 +20,7 @@ from pybpf import asm, system
 from pybpf.asm import FP, R0, R1, R2, R3, R4, R6
 from pybpf.asm import builder as b
 from pybpf.emulated.machine import timing as timing_module
+from pybpf.emulated.machine.memalloc import BpfMemAlloc
 from pybpf.emulated.machine.timing import NODE_SHIFT, PAGE, SpinLock, Timing
 from pybpf.emulated.prog import native
 from pybpf.errors import BPFError, KernelError
@@ -208,6 +209,10 @@ def hash_map_state(e, fd: int) -> dict:
             "free": None if freelist is None else [[elem.addr for elem in lst]
                                                    for lst in freelist.lists],
             "spares": [[elem.addr for elem in lst] for lst in bpf_map.extra_elems],
+            "mem_caches": None if not isinstance(bpf_map.ma, BpfMemAlloc) else [
+                [[elem.addr for elem in objects] for objects in (
+                    cache.free, cache.free_by_rcu_ttrace, cache.waiting_for_gp_ttrace)]
+                for cache in bpf_map.ma.caches],
             "stats": e.map_stats(fd),
             "problems": bpf_map.storage.problems(bpf_map._hash)}
 
@@ -246,11 +251,19 @@ def test_hash_map_ops_in_c_leave_what_pythons_leave(ops, map_type, no_prealloc):
     Python); then the same elements in the same buckets at the same addresses, the same
     reference bits, free lists and counters."""
     flags = BPF_F_NO_PREALLOC if no_prealloc and map_type != MapType.LRU_HASH else 0
+    ops_agree(ops, map_type, flags, 8)
+
+
+def ops_agree(ops: list[tuple[str, int, int, int]], map_type: MapType, flags: int,
+              max_entries: int) -> None:
+    """``ops`` (op, key, cpu, update flags) on a map made on a machine with the C model and
+    on one with the Python model: the same results and errors, clocks, counts and caches
+    after each, and the same map at the end."""
     percpu = map_type == MapType.PERCPU_HASH
     systems = [system("emulated", cpus=2, profile=TINY, modeled_time=True)]
     with mock.patch.object(timing_module, "CACHE_MODEL", None):
         systems.append(system("emulated", cpus=2, profile=TINY, modeled_time=True))
-    fds = [e.map_create(map_type, 4, 8, 8, map_flags=flags) for e in systems]
+    fds = [e.map_create(map_type, 4, 8, max_entries, map_flags=flags) for e in systems]
     maps = [e.map_from_fd(fd) for e, fd in zip(systems, fds, strict=True)]
     assert [type(m.map_lookup_elem).__name__ for m in maps] == ["builtin_function_or_method",
                                                                  "method"]
@@ -258,7 +271,7 @@ def test_hash_map_ops_in_c_leave_what_pythons_leave(ops, map_type, no_prealloc):
         results = []
         for e, fd, bpf_map in zip(systems, fds, maps, strict=True):
             k = key.to_bytes(4, "little")
-            value = bytes([key, cpu]) * (8 if percpu else 4)
+            value = bytes([key % 256, cpu]) * (8 if percpu else 4)
             with e.on_cpu(cpu):
                 try:
                     if op == "update":
@@ -284,6 +297,26 @@ def test_hash_map_ops_in_c_leave_what_pythons_leave(ops, map_type, no_prealloc):
     states = [hash_map_state(e, fd) for e, fd in zip(systems, fds, strict=True)]
     assert states[0] == states[1]
     assert states[0]["problems"] == []
+
+
+# Past bpf_mem_alloc's watermarks (low 32, high 96 objects a CPU): one CPU allocates what the
+# other frees, so a cache refills from new objects, trims to RCU, and refills from what waits
+# for it; replacements free as they allocate; the map fills (E2BIG).
+MEM_ALLOC_CHURN = [("prog_update", key, 0, 0) for key in range(110)] + [
+    ("prog_delete", key, 1, 0) for key in range(110)] + [
+    (op, key, 1, 0) for key in range(0, 110, 3) for op in ("prog_update", "prog_update")] + [
+    ("delete", key, 0, 0) for key in range(0, 110, 6)] + [
+    ("prog_update", key, cpu, 0) for key in range(110, 200) for cpu in (0, 1)] + [
+    ("prog_update", key, 1, 0) for key in range(200, 330)]
+
+
+@pytest.mark.parametrize("map_type", [MapType.HASH, MapType.PERCPU_HASH])
+@pytest.mark.parametrize("max_entries", [120, 256])  # the count an atomic_t, a percpu_counter
+def test_bpf_mem_alloc_in_c_leaves_what_pythons_leaves(map_type, max_entries):
+    """A NO_PREALLOC map's allocations and frees through the allocator's unit_alloc and
+    unit_free in C (_memalloc.c) against BpfMemAlloc's, over its refills and trims: the
+    same errors (E2BIG past max_entries), clocks, caches, counters and free lists."""
+    ops_agree(MEM_ALLOC_CHURN, map_type, BPF_F_NO_PREALLOC, max_entries)
 
 
 # the native tier calls the helpers bound to a map too, with its frames as memoryviews

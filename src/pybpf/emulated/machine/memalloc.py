@@ -261,10 +261,14 @@ class BpfMemAlloc:
         if obj is not None:
             self.timing.access(cpu, addr_of(obj), write=True)  # llist_del_first
         if left < self.low:
-            with self.timing.in_context(cpu, "hardirq"):
-                self.timing.charge(cpu, "irq_work")  # bpf_mem_refill
-                self._alloc_bulk(cache, self.batch)
+            self.refill(cache)
         return obj
+
+    def refill(self, cache: _Cache) -> None:
+        """bpf_mem_refill, the irq_work unit_alloc queues below the low mark: a batch."""
+        with self.timing.in_context(cache.cpu, "hardirq"):
+            self.timing.charge(cache.cpu, "irq_work")
+            self._alloc_bulk(cache, self.batch)
 
     def free(self, obj: Any) -> None:
         """unit_free on the current CPU: reusable at once; trimmed above the high mark. With
@@ -293,9 +297,13 @@ class BpfMemAlloc:
         self.timing.charge(cpu, "bpf_mem_cache")
         self.timing.access(cpu, addr_of(obj), write=True)  # llist_add
         if over:
-            with self.timing.in_context(cpu, "hardirq"):
-                self.timing.charge(cpu, "irq_work")  # bpf_mem_free_bulk
-                self._free_bulk(cache)
+            self.trim(cache)
+
+    def trim(self, cache: _Cache) -> None:
+        """bpf_mem_free_bulk, the irq_work unit_free queues above the high mark."""
+        with self.timing.in_context(cache.cpu, "hardirq"):
+            self.timing.charge(cache.cpu, "irq_work")
+            self._free_bulk(cache)
 
     def destroy(self) -> None:
         """bpf_mem_alloc_destroy: everything cached is freed after a grace period (deferred,

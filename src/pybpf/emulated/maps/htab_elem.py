@@ -22,7 +22,7 @@ from __future__ import annotations
 import errno
 import itertools
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ...errors import KernelError
 from ...uapi import NUMA_NO_NODE, round_up
@@ -208,13 +208,17 @@ class HtabElemMemory:
             self.count_elem(+1)
             elem = self.ma.alloc()
             if elem is None:
-                with self.count_lock:
-                    self.count -= 1
-                raise KernelError(errno.ENOMEM, "bpf_mem_alloc had no free element")
+                self._alloc_failed()
         elem.key = key
         elem.hash = hash_
         self._fill_value(elem, value, onallcpus, cpu)
         return elem
+
+    def _alloc_failed(self) -> NoReturn:
+        """The allocator had no element: the one counted for it is not made (ENOMEM)."""
+        with self.count_lock:
+            self.count -= 1
+        raise KernelError(errno.ENOMEM, "bpf_mem_alloc had no free element")
 
     def free_htab_elem(self, elem: HtabElem) -> None:
         """free_htab_elem: back to the free list, or to the allocator."""
