@@ -684,13 +684,21 @@ PyObject *cm_charge(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 		Py_XDECREF(events);
 		return NULL;
 	}
-	/* clock += cost * n, as Python's float arithmetic does it */
-	PyObject *product = PyNumber_Multiply(cost, n);
-	if (product == NULL)
-		return NULL;
-	PyObject *old = PyList_GET_ITEM(m->clock, cpu);
-	PyObject *sum = PyNumber_Add(old, product);
-	Py_DECREF(product);
+	/* clock += cost * n, as Python's float arithmetic does it: in doubles where the cost and
+	 * the clock are floats and n an int (float * int converts n as PyLong_AsDouble does) */
+	PyObject *old = PyList_GET_ITEM(m->clock, cpu), *sum;
+	if (PyFloat_CheckExact(cost) && PyFloat_CheckExact(old) && PyLong_CheckExact(n)) {
+		double times = PyLong_AsDouble(n);
+		if (times == -1.0 && PyErr_Occurred())
+			return NULL;
+		sum = PyFloat_FromDouble(PyFloat_AS_DOUBLE(old) + PyFloat_AS_DOUBLE(cost) * times);
+	} else {
+		PyObject *product = PyNumber_Multiply(cost, n);
+		if (product == NULL)
+			return NULL;
+		sum = PyNumber_Add(old, product);
+		Py_DECREF(product);
+	}
 	if (sum == NULL)
 		return NULL;
 	PyList_SET_ITEM(m->clock, cpu, sum);
