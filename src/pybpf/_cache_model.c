@@ -1243,10 +1243,10 @@ static int lru_set_ref(CacheModel *m, int cpu, PyObject *bpf_map, PyObject *key,
 		goto out;
 	}
 	Py_INCREF(elem);
-	int set = (bit = PyObject_GetAttr(elem, s_ref)) == NULL ? -1 : PyObject_IsTrue(bit);
-	if (set == 0 && PyObject_SetAttr(elem, s_ref, s_one) == 0) {
+	int set = (bit = elem_get(elem, ELEM_REF)) == NULL ? -1 : PyObject_IsTrue(bit);
+	if (set == 0 && elem_set(elem, ELEM_REF, s_one) == 0) {
 		uint64_t at;
-		rc = !line ? 0 : (addr = PyObject_GetAttr(elem, s_addr)) == NULL
+		rc = !line ? 0 : (addr = elem_get(elem, ELEM_ADDR)) == NULL
 			|| parse_addr(addr, &at) < 0
 			|| (model_access(m, cpu, at, 1) == -1.0 && PyErr_Occurred()) ? -1 : 0;
 	} else if (set > 0) {
@@ -1278,9 +1278,9 @@ int htab_chain_cost(CacheModel *m, int cpu, uint64_t bucket, PyObject *chain, Py
 		PyObject *elem = Py_NewRef(PyList_GET_ITEM(chain, i));
 		PyObject *elem_key = NULL, *line = NULL;
 		int same = -1;
-		if ((line = PyObject_GetAttr(elem, s_addr)) != NULL
+		if ((line = elem_get(elem, ELEM_ADDR)) != NULL
 		    && charge_access(m, cpu, line) == 0
-		    && (elem_key = PyObject_GetAttr(elem, s_key)) != NULL)
+		    && (elem_key = elem_get(elem, ELEM_KEY)) != NULL)
 			same = PyObject_RichCompareBool(elem_key, kb, Py_EQ);
 		Py_XDECREF(line);
 		Py_XDECREF(elem_key);

@@ -8,6 +8,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <stdint.h>
 
 typedef struct CacheModel CacheModel;
@@ -35,6 +36,11 @@ int htab_chain_cost(CacheModel *m, int cpu, uint64_t bucket, PyObject *chain, Py
 /* _hashtab.c: HtabCore, the hash map's update and delete in C */
 extern PyTypeObject HtabCoreType;
 int htab_core_ready(void);
+/* An HtabElem's fields: elem.name read (a new reference) and written, at the slot's offset
+ * where elem is one, else by attribute */
+enum { ELEM_KEY, ELEM_VALUE, ELEM_HASH, ELEM_NODE, ELEM_ADDR, ELEM_REF, ELEM_FIELDS };
+PyObject *elem_get(PyObject *elem, int field);
+int elem_set(PyObject *elem, int field, PyObject *value);
 /* obj.name(): 0, or -1 with an exception */
 int call_method(PyObject *obj, PyObject *name);
 /* obj.name += 1 */

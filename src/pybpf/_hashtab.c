@@ -70,6 +70,65 @@ static PyObject *attr(PyObject *obj, const char *name)
 	return PyObject_GetAttrString(obj, name);
 }
 
+/* HtabElem's fields (its __slots__ and LruNode's), at their offsets in the object: the
+ * attribute protocol (type lookup, descriptor) costs more than the rest of some operations.
+ * Bound to the class once the first HtabCore is made; anything else goes by attribute. */
+static PyTypeObject *elem_type;
+static Py_ssize_t elem_offset[ELEM_FIELDS];
+static PyObject **const elem_names[ELEM_FIELDS] = {
+	[ELEM_KEY] = &s_key, [ELEM_VALUE] = &s_value, [ELEM_HASH] = &s_hash,
+	[ELEM_NODE] = &s_node, [ELEM_ADDR] = &s_addr, [ELEM_REF] = &s_ref,
+};
+
+static int bind_elem_type(void)
+{
+	if (elem_type != NULL)
+		return 0;
+	PyObject *module = PyImport_ImportModule("pybpf.emulated.maps.htab_elem"), *type;
+	if (module == NULL)
+		return -1;
+	type = PyObject_GetAttrString(module, "HtabElem");
+	Py_DECREF(module);
+	if (type == NULL)
+		return -1;
+	for (int f = 0; f < ELEM_FIELDS; f++) {
+		PyObject *descr = PyObject_GetAttr(type, *elem_names[f]);
+		PyMemberDef *member = descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)
+			? ((PyMemberDescrObject *)descr)->d_member : NULL;
+		Py_XDECREF(descr);
+		if (member == NULL || member->type != T_OBJECT_EX || member->flags & READONLY) {
+			if (!PyErr_Occurred())
+				PyErr_Format(PyExc_TypeError, "HtabElem.%U is not a writable slot",
+					     *elem_names[f]);
+			Py_DECREF(type);
+			return -1;
+		}
+		elem_offset[f] = member->offset;
+	}
+	elem_type = (PyTypeObject *)type;  /* kept for good, as the module keeps it */
+	return 0;
+}
+
+PyObject *elem_get(PyObject *elem, int field)
+{
+	if (Py_TYPE(elem) == elem_type) {
+		PyObject *value = *(PyObject **)((char *)elem + elem_offset[field]);
+		if (value != NULL)
+			return Py_NewRef(value);
+	}
+	return PyObject_GetAttr(elem, *elem_names[field]);  /* an unset slot's error too */
+}
+
+int elem_set(PyObject *elem, int field, PyObject *value)
+{
+	if (Py_TYPE(elem) != elem_type)
+		return PyObject_SetAttr(elem, *elem_names[field], value);
+	PyObject **slot = (PyObject **)((char *)elem + elem_offset[field]), *old = *slot;
+	*slot = Py_NewRef(value);
+	Py_XDECREF(old);
+	return 0;
+}
+
 /* A NO_PREALLOC map's element count and allocator, where its allocator is bpf_mem_alloc's
  * design done in C (else ma stays unbound and its calls Python) */
 static int bind_mem_alloc(HtabCore *c, PyObject *bpf_map)
@@ -107,6 +166,8 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 		PyErr_SetString(PyExc_RuntimeError, "HtabCore is made once per map");
 		return -1;
 	}
+	if (bind_elem_type() < 0)
+		return -1;
 	c->map = Py_NewRef(bpf_map);
 	c->update_elem = Py_NewRef(update_elem);
 	c->delete_elem = Py_NewRef(delete_elem);
@@ -397,7 +458,7 @@ static int table_set(HtabCore *c, PyObject *key, PyObject *elem)
 		return -1;
 	if (c->values == NULL)
 		return 0;
-	if ((value = PyObject_GetAttr(elem, s_value)) == NULL)
+	if ((value = elem_get(elem, ELEM_VALUE)) == NULL)
 		return -1;
 	int rc = PyDict_SetItem(c->values, key, value);
 	Py_DECREF(value);
@@ -483,7 +544,7 @@ static PyObject *freelist_pop(HtabCore *c, PyObject *cpu_obj, int cpu)
 		goto fail;
 	if (attr_increment(c->freelist, s_pops) < 0)
 		goto fail;
-	if ((addr = PyObject_GetAttr(elem, s_addr)) == NULL)
+	if ((addr = elem_get(elem, ELEM_ADDR)) == NULL)
 		goto fail;
 	PyObject *args[3] = {cpu_obj, PyList_GET_ITEM(c->free_locks, cpu), addr};
 	PyObject *done = cm_locked_access(c->model, args, 3, NULL);
@@ -504,7 +565,7 @@ static int freelist_push(HtabCore *c, PyObject *elem, PyObject *cpu_obj, int cpu
 	PyObject *addr;
 	if (PyList_Append(PyList_GET_ITEM(c->free_lists, cpu), elem) < 0
 	    || attr_increment(c->freelist, s_pushes) < 0
-	    || (addr = PyObject_GetAttr(elem, s_addr)) == NULL)
+	    || (addr = elem_get(elem, ELEM_ADDR)) == NULL)
 		return -1;
 	PyObject *args[3] = {cpu_obj, PyList_GET_ITEM(c->free_locks, cpu), addr};
 	PyObject *done = cm_locked_access(c->model, args, 3, NULL);
@@ -521,14 +582,14 @@ static int fill_value(HtabCore *c, PyObject *elem, PyObject *value, int cpu, int
 	PyObject *addr = NULL, *node = NULL, *buffer = NULL, *part = NULL;
 	uint64_t at;
 	int rc = -1;
-	if ((addr = PyObject_GetAttr(elem, s_addr)) == NULL || parse_addr(addr, &at) < 0)
+	if ((addr = elem_get(elem, ELEM_ADDR)) == NULL || parse_addr(addr, &at) < 0)
 		goto out;
 	if (model_access((CacheModel *)c->model, cpu, at, 1) == -1.0 && PyErr_Occurred())
 		goto out;
-	if ((buffer = PyObject_GetAttr(elem, s_value)) == NULL)
+	if ((buffer = elem_get(elem, ELEM_VALUE)) == NULL)
 		goto out;
 	if (!c->percpu) {
-		if ((node = PyObject_GetAttr(elem, s_node)) == NULL)
+		if ((node = elem_get(elem, ELEM_NODE)) == NULL)
 			goto out;
 		int local = PyObject_RichCompareBool(PyList_GET_ITEM(c->cpu_node, cpu), node, Py_EQ);
 		if (local < 0 || item_increment(local ? c->local : c->remote, cpu) < 0)
@@ -646,7 +707,7 @@ static PyObject *alloc_elem(HtabCore *c, PyObject *key, PyObject *value, PyObjec
 		return PyObject_VectorcallMethod(s_alloc_htab_elem, args,
 						 7, NULL);
 	}
-	if (PyObject_SetAttr(elem, s_key, key) < 0 || PyObject_SetAttr(elem, s_hash, hash) < 0
+	if (elem_set(elem, ELEM_KEY, key) < 0 || elem_set(elem, ELEM_HASH, hash) < 0
 	    || fill_value(c, elem, value, cpu, 1) < 0)
 		Py_CLEAR(elem);
 	return elem;
@@ -791,7 +852,7 @@ static PyObject *lru_update(HtabCore *c, PyObject *key, PyObject *value, long fl
 	    || (cpu_obj = current_cpu(c, &cpu)) == NULL
 	    || charge_op(c, cpu_obj, s_lru_update_event) < 0
 	    || (node = PyObject_CallMethodNoArgs(c->map, s_prealloc_lru_pop)) == NULL
-	    || PyObject_SetAttr(node, s_key, key) < 0 || PyObject_SetAttr(node, s_hash, hash) < 0
+	    || elem_set(node, ELEM_KEY, key) < 0 || elem_set(node, ELEM_HASH, hash) < 0
 	    || fill_value(c, node, value, cpu, 1) < 0
 	    || (index = PyLong_FromUnsignedLongLong(h & c->mask)) == NULL
 	    || (tlock = bucket_lock(c, index, hash)) == NULL
@@ -809,7 +870,7 @@ static PyObject *lru_update(HtabCore *c, PyObject *key, PyObject *value, long fl
 		PyErr_Fetch(&type, &exc, &tb);  /* raised once the node is back */
 		Py_CLEAR(old);
 	} else if (old == NULL ? link_elem(c, node, key, index, h & c->mask) < 0
-		   : PyObject_SetAttr(node, s_ref, s_one) < 0
+		   : elem_set(node, ELEM_REF, s_one) < 0
 		   || replace_elem(c, old, node, key, index) < 0) {
 		goto locked_out;
 	}
@@ -884,11 +945,11 @@ static PyObject *htab_core_update(PyObject *op, PyObject *const *args, Py_ssize_
 		return NULL;
 	if (old != NULL) {
 		Py_INCREF(old);
-		if ((hash = PyObject_GetAttr(old, s_hash)) == NULL || parse_addr(hash, &h) < 0
+		if ((hash = elem_get(old, ELEM_HASH)) == NULL || parse_addr(hash, &h) < 0
 		    || (stripe = take_stripe(c, h)) == NULL)
 			goto out;
 		PyObject *now = PyDict_GetItemWithError(c->table, key), *again = NULL;
-		int same = now == old && (again = PyObject_GetAttr(old, s_hash)) != NULL
+		int same = now == old && (again = elem_get(old, ELEM_HASH)) != NULL
 			? PyObject_RichCompareBool(again, hash, Py_EQ) : 0;
 		Py_XDECREF(again);
 		if (same < 0 || (now == NULL && PyErr_Occurred())) {
@@ -1001,7 +1062,7 @@ static PyObject *htab_core_delete(PyObject *op, PyObject *key)
 		goto locked_out;
 	}
 	/* unlinked from the bucket its own hash names, as HtabBuckets.unlink does */
-	if ((elem_hash = PyObject_GetAttr(elem, s_hash)) == NULL || parse_addr(elem_hash, &eh) < 0
+	if ((elem_hash = elem_get(elem, ELEM_HASH)) == NULL || parse_addr(elem_hash, &eh) < 0
 	    || (elem_index = PyLong_FromUnsignedLongLong(eh & c->mask)) == NULL
 	    || unlink_elem(c, elem, key, elem_index, eh & c->mask) < 0)
 		goto locked_out;
@@ -1038,11 +1099,11 @@ out:
  * a write of the element's line */
 static int lru_set_ref(HtabCore *c, PyObject *elem, int cpu)
 {
-	PyObject *bit = PyObject_GetAttr(elem, s_ref), *addr = NULL;
+	PyObject *bit = elem_get(elem, ELEM_REF), *addr = NULL;
 	int set = bit == NULL ? -1 : PyObject_IsTrue(bit), rc = -1;
 	uint64_t at;
-	if (set == 0 && PyObject_SetAttr(elem, s_ref, s_one) == 0
-	    && (addr = PyObject_GetAttr(elem, s_addr)) != NULL && parse_addr(addr, &at) == 0)
+	if (set == 0 && elem_set(elem, ELEM_REF, s_one) == 0
+	    && (addr = elem_get(elem, ELEM_ADDR)) != NULL && parse_addr(addr, &at) == 0)
 		rc = model_access((CacheModel *)c->model, cpu, at, 1) == -1.0 && PyErr_Occurred()
 			? -1 : 0;
 	else if (set > 0)
@@ -1075,7 +1136,7 @@ static PyObject *htab_core_lookup(PyObject *op, PyObject *key)
 	Py_INCREF(elem);
 	if (c->percpu) {  /* this CPU's slot, which lives on its node */
 		PyObject *slots = item_increment(c->local, cpu) < 0 ? NULL
-			: PyObject_GetAttr(elem, s_value);
+			: elem_get(elem, ELEM_VALUE);
 		if (slots != NULL && PyList_Check(slots) && cpu < PyList_GET_SIZE(slots))
 			result = Py_NewRef(PyList_GET_ITEM(slots, cpu));
 		else if (slots != NULL)
@@ -1085,11 +1146,11 @@ static PyObject *htab_core_lookup(PyObject *op, PyObject *key)
 		Py_DECREF(elem);
 		goto out;
 	}
-	int local = (node = PyObject_GetAttr(elem, s_node)) == NULL ? -1
+	int local = (node = elem_get(elem, ELEM_NODE)) == NULL ? -1
 		: PyObject_RichCompareBool(PyList_GET_ITEM(c->cpu_node, cpu), node, Py_EQ);
 	if (local >= 0 && item_increment(local ? c->local : c->remote, cpu) == 0
 	    && (!c->lru || lru_set_ref(c, elem, cpu) == 0))
-		result = PyObject_GetAttr(elem, s_value);
+		result = elem_get(elem, ELEM_VALUE);
 	Py_DECREF(elem);
 out:
 	Py_XDECREF(cpu_obj);

@@ -109,7 +109,7 @@ static int count(MemAlloc *a, PyObject *name, PyObject *other, PyObject *other_n
 /* addr_of(obj) written: the llist operation on the object's own node */
 static int touch(PyObject *model, PyObject *obj, int cpu)
 {
-	PyObject *addr = PyObject_GetAttr(obj, s_addr);
+	PyObject *addr = elem_get(obj, ELEM_ADDR);
 	uint64_t at = 0;
 	if (addr == NULL) {
 		if (!PyErr_ExceptionMatches(PyExc_AttributeError))
