@@ -37,8 +37,10 @@ int htab_chain_cost(CacheModel *m, int cpu, uint64_t bucket, PyObject *chain, Py
 extern PyTypeObject HtabCoreType;
 int htab_core_ready(void);
 /* An HtabElem's fields: elem.name read (a new reference) and written, at the slot's offset
- * where elem is one, else by attribute */
-enum { ELEM_KEY, ELEM_VALUE, ELEM_HASH, ELEM_NODE, ELEM_ADDR, ELEM_REF, ELEM_FIELDS };
+ * where elem is one, else by attribute; the fields from ELEM_PREV on are its LruNode's,
+ * which an LRU list's head (_Head) has too */
+enum { ELEM_KEY, ELEM_VALUE, ELEM_HASH, ELEM_NODE, ELEM_PREV, ELEM_NEXT, ELEM_TYPE, ELEM_REF,
+       ELEM_CPU, ELEM_ADDR, ELEM_FIELDS };
 PyObject *elem_get(PyObject *elem, int field);
 int elem_set(PyObject *elem, int field, PyObject *value);
 /* obj.name(): 0, or -1 with an exception */
@@ -67,5 +69,22 @@ void mem_alloc_clear(MemAlloc *a);
 PyObject *unit_alloc(MemAlloc *a, PyObject *model, PyObject *cpu_obj, int cpu);
 /* BpfMemAlloc.free of obj on cpu (the current CPU) */
 int unit_free(MemAlloc *a, PyObject *model, PyObject *obj, PyObject *cpu_obj, int cpu);
+
+/* _bpf_lru_list.c: a common BpfLru's pop_free and push_free in C */
+typedef struct {
+	PyObject *lru;     /* the BpfLru, or NULL: a per-CPU LRU, all Python */
+	PyObject *local;   /* its LocalList per CPU */
+	PyObject *common;  /* its LruList */
+} Lru;
+
+int lru_ready(void);
+/* Bind l to lru if it is a common LRU: 1, 0 (per-CPU), -1 with an exception */
+int lru_bind(Lru *l, PyObject *lru);
+int lru_traverse(Lru *l, visitproc visit, void *arg);
+void lru_clear(Lru *l);
+/* BpfLru.pop_free on cpu (the current CPU): a node, None, or NULL with an exception */
+PyObject *lru_pop_free(Lru *l, PyObject *model, PyObject *cpu_obj, int cpu);
+/* BpfLru.push_free of node on cpu (the current CPU) */
+int lru_push_free(Lru *l, PyObject *model, PyObject *node, PyObject *cpu_obj, int cpu);
 
 #endif

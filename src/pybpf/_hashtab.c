@@ -2,9 +2,10 @@
  * HtabCore: the hot path of the emulated hash map (pybpf/emulated/maps/hashtab.py, after
  * kernel/bpf/hashtab.c) in C, with its modeled time charged straight to the C cache model:
  * the lookup, update and delete a program makes on a HASH, PERCPU_HASH or LRU_HASH map
- * (LRU_PERCPU_HASH and maps of maps stay in Python; so do the LRU's lists, which an LRU
- * map's update and delete call), and the map helpers around them. HtabMap makes one per map when the C model runs, and these
- * become the map's own methods.
+ * (LRU_PERCPU_HASH and maps of maps stay in Python), and the map helpers around them, with
+ * the element memory they take and give back: a NO_PREALLOC map's bpf_mem_alloc
+ * (_memalloc.c) and an LRU map's common LRU (_bpf_lru_list.c). HtabMap makes one per map
+ * when the C model runs, and these become the map's own methods.
  *
  * The Python code is the reference. This does its steps on its Python objects (the key table,
  * the buckets and their sorted index of non-empty ones, the live value table, the per-CPU
@@ -13,8 +14,8 @@
  * cache are the same after any sequence of operations (tests/emulated/machine/
  * test_cache_model.py runs both). What is not the hot case calls the Python that does it: an
  * update with other flags or a value with special fields (the reference method, whole), an
- * error (the method that raises it), a free list to refill or steal from, the allocator of a
- * NO_PREALLOC map.
+ * error (the method that raises it), a free list to refill or steal from, an allocator of
+ * another design, a per-CPU LRU.
  */
 #include "_cache_model.h"
 
@@ -53,6 +54,7 @@ typedef struct {
 	Py_ssize_t value_size;
 	PyObject *zeros;        /* a per-CPU slot's zeros */
 	MemAlloc ma;            /* a NO_PREALLOC map's allocator, where it runs in C */
+	Lru lru_lists;          /* an LRU map's lists, where they run in C */
 	PyObject *count_lock;   /* with ma: the lock of the map's element count, */
 	PyObject *max_entries;  /* its limit, */
 	PyObject *count_addr;   /* and its line where it is an atomic_t (else NULL) */
@@ -62,7 +64,8 @@ static PyObject *s_cpu, *s_hash, *s_key, *s_value, *s_addr, *s_node, *s_pops, *s
 	*s_acquire, *s_release, *s_update_event, *s_delete_event, *s_jhash_byte, *s_bucket_lock,
 	*s_check_flags, *s_alloc_htab_elem, *s_new_elem_on_home,
 	*s_retire_replaced, *s_release_elem, *s_key_not_found, *s_special_fields, *s_lookup_event,
-	*s_errno, *s_ref, *s_lru_update_event, *s_prealloc_lru_pop, *s_push_free, *s_mem,
+	*s_errno, *s_ref, *s_lru_update_event, *s_prealloc_lru_pop, *s_no_free_node,
+	*s_push_free, *s_mem,
 	*s_value_regions, *s_region_of, *s_one, *s_false, *s_count, *s_atomic, *s_alloc_failed;
 
 static PyObject *attr(PyObject *obj, const char *name)
@@ -72,46 +75,76 @@ static PyObject *attr(PyObject *obj, const char *name)
 
 /* HtabElem's fields (its __slots__ and LruNode's), at their offsets in the object: the
  * attribute protocol (type lookup, descriptor) costs more than the rest of some operations.
- * Bound to the class once the first HtabCore is made; anything else goes by attribute. */
-static PyTypeObject *elem_type;
+ * Bound to the classes once the first HtabCore is made; anything else goes by attribute. */
+static PyTypeObject *elem_type, *head_type;
 static Py_ssize_t elem_offset[ELEM_FIELDS];
+static PyObject *s_prev, *s_next, *s_type;
 static PyObject **const elem_names[ELEM_FIELDS] = {
 	[ELEM_KEY] = &s_key, [ELEM_VALUE] = &s_value, [ELEM_HASH] = &s_hash,
-	[ELEM_NODE] = &s_node, [ELEM_ADDR] = &s_addr, [ELEM_REF] = &s_ref,
+	[ELEM_NODE] = &s_node, [ELEM_PREV] = &s_prev, [ELEM_NEXT] = &s_next,
+	[ELEM_TYPE] = &s_type, [ELEM_REF] = &s_ref, [ELEM_CPU] = &s_cpu, [ELEM_ADDR] = &s_addr,
 };
+
+/* A class of ``module`` whose instances are laid out as LruNode's */
+static PyObject *node_class(const char *module_name, const char *name)
+{
+	PyObject *module = PyImport_ImportModule(module_name), *type;
+	if (module == NULL)
+		return NULL;
+	type = PyObject_GetAttrString(module, name);
+	Py_DECREF(module);
+	if (type != NULL && !PyType_Check(type)) {
+		PyErr_Format(PyExc_TypeError, "%s.%s is not a class", module_name, name);
+		Py_CLEAR(type);
+	}
+	return type;
+}
 
 static int bind_elem_type(void)
 {
 	if (elem_type != NULL)
 		return 0;
-	PyObject *module = PyImport_ImportModule("pybpf.emulated.maps.htab_elem"), *type;
-	if (module == NULL)
+	PyObject *type = node_class("pybpf.emulated.maps.htab_elem", "HtabElem");
+	PyObject *head = node_class("pybpf.emulated.maps.bpf_lru_list", "_Head");
+	if (type == NULL || head == NULL) {
+		Py_XDECREF(type);
+		Py_XDECREF(head);
 		return -1;
-	type = PyObject_GetAttrString(module, "HtabElem");
-	Py_DECREF(module);
-	if (type == NULL)
-		return -1;
+	}
 	for (int f = 0; f < ELEM_FIELDS; f++) {
 		PyObject *descr = PyObject_GetAttr(type, *elem_names[f]);
 		PyMemberDef *member = descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)
 			? ((PyMemberDescrObject *)descr)->d_member : NULL;
+		PyObject *in_head = f < ELEM_PREV ? NULL : PyObject_GetAttr(head, *elem_names[f]);
+		int same = f < ELEM_PREV || in_head == descr;  /* LruNode's slot in both */
 		Py_XDECREF(descr);
-		if (member == NULL || member->type != T_OBJECT_EX || member->flags & READONLY) {
+		Py_XDECREF(in_head);
+		if (member == NULL || member->type != T_OBJECT_EX || member->flags & READONLY
+		    || !same) {
 			if (!PyErr_Occurred())
 				PyErr_Format(PyExc_TypeError, "HtabElem.%U is not a writable slot",
 					     *elem_names[f]);
 			Py_DECREF(type);
+			Py_DECREF(head);
 			return -1;
 		}
 		elem_offset[f] = member->offset;
 	}
-	elem_type = (PyTypeObject *)type;  /* kept for good, as the module keeps it */
+	/* kept for good, as their modules keep them */
+	elem_type = (PyTypeObject *)type;
+	head_type = (PyTypeObject *)head;
 	return 0;
+}
+
+/* Whether ``field`` of ``elem`` is at its offset */
+static inline int in_slot(PyObject *elem, int field)
+{
+	return Py_TYPE(elem) == elem_type || (field >= ELEM_PREV && Py_TYPE(elem) == head_type);
 }
 
 PyObject *elem_get(PyObject *elem, int field)
 {
-	if (Py_TYPE(elem) == elem_type) {
+	if (in_slot(elem, field)) {
 		PyObject *value = *(PyObject **)((char *)elem + elem_offset[field]);
 		if (value != NULL)
 			return Py_NewRef(value);
@@ -121,7 +154,7 @@ PyObject *elem_get(PyObject *elem, int field)
 
 int elem_set(PyObject *elem, int field, PyObject *value)
 {
-	if (Py_TYPE(elem) != elem_type)
+	if (!in_slot(elem, field))
 		return PyObject_SetAttr(elem, *elem_names[field], value);
 	PyObject **slot = (PyObject **)((char *)elem + elem_offset[field]), *old = *slot;
 	*slot = Py_NewRef(value);
@@ -231,7 +264,8 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 		PyErr_SetString(PyExc_TypeError, "HtabCore: an LRU_PERCPU_HASH map has none");
 		goto out;
 	}
-	if (c->lru && (c->lru_list = attr(bpf_map, "lru_list")) == NULL)
+	if (c->lru && ((c->lru_list = attr(bpf_map, "lru_list")) == NULL
+		       || lru_bind(&c->lru_lists, c->lru_list) < 0))
 		goto out;
 	if (!c->prealloc && (rc = bind_mem_alloc(c, bpf_map)) < 0)
 		goto out;
@@ -293,6 +327,9 @@ static int htab_core_traverse(PyObject *op, visitproc visit, void *arg)
 	Py_VISIT(c->count_lock);
 	Py_VISIT(c->max_entries);
 	Py_VISIT(c->count_addr);
+	Py_VISIT(c->lru_lists.lru);
+	Py_VISIT(c->lru_lists.local);
+	Py_VISIT(c->lru_lists.common);
 	return mem_alloc_traverse(&c->ma, visit, arg);
 }
 
@@ -328,6 +365,7 @@ static int htab_core_clear(PyObject *op)
 	Py_CLEAR(c->max_entries);
 	Py_CLEAR(c->count_addr);
 	mem_alloc_clear(&c->ma);
+	lru_clear(&c->lru_lists);
 	return 0;
 }
 
@@ -837,6 +875,43 @@ out:
 	return result;
 }
 
+/* HtabLruMap.prealloc_lru_pop: a node from the LRU (which may evict), in C where its lists
+ * are (ENOMEM from the map's _no_free_node) */
+static PyObject *lru_pop(HtabCore *c, PyObject *cpu_obj, int cpu)
+{
+	if (c->lru_lists.lru == NULL)
+		return PyObject_CallMethodNoArgs(c->map, s_prealloc_lru_pop);
+	PyObject *node = lru_pop_free(&c->lru_lists, c->model, cpu_obj, cpu);
+	if (node != Py_None)
+		return node;
+	Py_DECREF(node);
+	Py_XDECREF(PyObject_CallMethodNoArgs(c->map, s_no_free_node));
+	if (!PyErr_Occurred())
+		PyErr_SetString(PyExc_RuntimeError, "_no_free_node did not raise");
+	return NULL;
+}
+
+/* BpfLru.push_free of node (HtabLruMap.htab_lru_push_free, the map holding no fds) */
+static int lru_push(HtabCore *c, PyObject *node, PyObject *cpu_obj, int cpu)
+{
+	if (c->lru_lists.lru != NULL)
+		return lru_push_free(&c->lru_lists, c->model, node, cpu_obj, cpu);
+	PyObject *done = PyObject_CallMethodOneArg(c->lru_list, s_push_free, node);
+	Py_XDECREF(done);
+	return done == NULL ? -1 : 0;
+}
+
+/* The map's _release_elem of an unlinked element: an LRU map's back to its lists (its value
+ * has no special fields to free here), another's by the Python method */
+static int release_elem(HtabCore *c, PyObject *elem, PyObject *cpu_obj, int cpu)
+{
+	if (c->lru_lists.lru != NULL)
+		return lru_push(c, elem, cpu_obj, cpu);
+	PyObject *released = PyObject_CallMethodOneArg(c->map, s_release_elem, elem);
+	Py_XDECREF(released);
+	return released == NULL ? -1 : 0;
+}
+
 /* HtabLruMap.htab_lru_map_update_elem: a node from the LRU (which may evict: Python's
  * prealloc_lru_pop) takes the value before the bucket lock; it goes back to the LRU if the
  * flags refuse the update, the replaced one after the locks */
@@ -851,7 +926,7 @@ static PyObject *lru_update(HtabCore *c, PyObject *key, PyObject *value, long fl
 	if ((hash = PyObject_CallOneArg(c->hash_fn, key)) == NULL || parse_addr(hash, &h) < 0
 	    || (cpu_obj = current_cpu(c, &cpu)) == NULL
 	    || charge_op(c, cpu_obj, s_lru_update_event) < 0
-	    || (node = PyObject_CallMethodNoArgs(c->map, s_prealloc_lru_pop)) == NULL
+	    || (node = lru_pop(c, cpu_obj, cpu)) == NULL
 	    || elem_set(node, ELEM_KEY, key) < 0 || elem_set(node, ELEM_HASH, hash) < 0
 	    || fill_value(c, node, value, cpu, 1) < 0
 	    || (index = PyLong_FromUnsignedLongLong(h & c->mask)) == NULL
@@ -879,20 +954,14 @@ locked_out:
 	if (unlock(c, cpu_obj, tlock, stripe) < 0 || failed)
 		goto out;
 	if (type != NULL) {  /* the node goes back, but what it evicted stays evicted */
-		PyObject *back = PyObject_CallMethodOneArg(c->lru_list, s_push_free, node);
-		Py_XDECREF(back);
-		if (back != NULL) {
+		if (lru_push(c, node, cpu_obj, cpu) == 0) {
 			PyErr_Restore(type, exc, tb);  /* it takes them */
 			type = exc = tb = NULL;
 		}
 		goto out;
 	}
-	if (old != NULL) {
-		PyObject *released = PyObject_CallMethodOneArg(c->map, s_release_elem, old);
-		if (released == NULL)
-			goto out;
-		Py_DECREF(released);
-	}
+	if (old != NULL && release_elem(c, old, cpu_obj, cpu) < 0)
+		goto out;
 	result = Py_NewRef(Py_None);
 out:
 	Py_XDECREF(hash);
@@ -1076,11 +1145,8 @@ locked_out:
 	} else if (c->ma.ma != NULL) {  /* free_htab_elem: back to bpf_mem_alloc */
 		if (mem_free_elem(c, elem, 1, cpu_obj, cpu) < 0)
 			goto out;
-	} else {  /* the allocator's, or the LRU's (htab_lru_push_free) */
-		PyObject *released = PyObject_CallMethodOneArg(c->map, s_release_elem, elem);
-		if (released == NULL)
-			goto out;
-		Py_DECREF(released);
+	} else if (release_elem(c, elem, cpu_obj, cpu) < 0) {  /* another allocator's, the LRU's */
+		goto out;
 	}
 	result = Py_NewRef(Py_None);
 out:
@@ -1348,12 +1414,14 @@ int htab_core_ready(void)
 	    || intern(&s_errno, "errno") < 0 || intern(&s_ref, "ref") < 0
 	    || intern(&s_lru_update_event, "htab_lru_map_update_elem") < 0
 	    || intern(&s_prealloc_lru_pop, "prealloc_lru_pop") < 0
+	    || intern(&s_no_free_node, "_no_free_node") < 0
 	    || intern(&s_push_free, "push_free") < 0
 	    || intern(&s_mem, "mem") < 0
 	    || intern(&s_value_regions, "value_regions") < 0
 	    || intern(&s_region_of, "region_of") < 0 || intern(&s_count, "count") < 0
 	    || intern(&s_atomic, "atomic") < 0 || intern(&s_alloc_failed, "_alloc_failed") < 0
-	    || mem_alloc_ready() < 0)
+	    || intern(&s_prev, "prev") < 0 || intern(&s_next, "next") < 0
+	    || intern(&s_type, "type") < 0 || mem_alloc_ready() < 0 || lru_ready() < 0)
 		return -1;
 	if ((s_one = PyLong_FromLong(1)) == NULL)
 		return -1;

@@ -209,6 +209,13 @@ def hash_map_state(e, fd: int) -> dict:
             "free": None if freelist is None else [[elem.addr for elem in lst]
                                                    for lst in freelist.lists],
             "spares": [[elem.addr for elem in lst] for lst in bpf_map.extra_elems],
+            "lru": None if bpf_map.lru_list is None else (
+                {name: [(node.addr, node.cpu, node.ref) for node in nodes]
+                 for name, nodes in bpf_map.lru_list.lists().items()},
+                bpf_map.lru_list.stats(), [loc.next_steal for loc in bpf_map.lru_list.local]
+                if not bpf_map.lru_list.percpu else None,
+                None if bpf_map.lru_list.percpu else
+                bpf_map.lru_list.common.next_inactive_rotation.addr),
             "mem_caches": None if not isinstance(bpf_map.ma, BpfMemAlloc) else [
                 [[elem.addr for elem in objects] for objects in (
                     cache.free, cache.free_by_rcu_ttrace, cache.waiting_for_gp_ttrace)]
@@ -297,6 +304,8 @@ def ops_agree(ops: list[tuple[str, int, int, int]], map_type: MapType, flags: in
     states = [hash_map_state(e, fd) for e, fd in zip(systems, fds, strict=True)]
     assert states[0] == states[1]
     assert states[0]["problems"] == []
+    if map_type == MapType.LRU_HASH:
+        maps[0].lru_list.check_invariants()
 
 
 # Past bpf_mem_alloc's watermarks (low 32, high 96 objects a CPU): one CPU allocates what the
@@ -317,6 +326,33 @@ def test_bpf_mem_alloc_in_c_leaves_what_pythons_leaves(map_type, max_entries):
     unit_free in C (_memalloc.c) against BpfMemAlloc's, over its refills and trims: the
     same errors (E2BIG past max_entries), clocks, caches, counters and free lists."""
     ops_agree(MEM_ALLOC_CHURN, map_type, BPF_F_NO_PREALLOC, max_entries)
+
+
+# An LRU of 400 nodes on 2 CPUs refills 100 at a time, flushing the pending ones into
+# INACTIVE, whose rotation scans 128 nodes a time and so leaves its cursor on a node once
+# more are there; lookups set reference bits that rotations read; deleting every key frees
+# the node the cursor rests on, pending nodes to their CPU's list and the others globally,
+# and the map refills past its size (evictions, steals).
+LRU_DELETED = [("prog_update", key, 0, 0) for key in range(300)] + [
+    ("prog_lookup", key, 1, 0) for key in range(0, 300, 7)] + [
+    ("prog_update", key, 1, 0) for key in range(300, 420)] + [
+    ("prog_lookup", key, 0, 0) for key in range(0, 420, 3)] + [
+    ("prog_delete", key, key % 2, 0) for key in range(420)]
+LRU_ROTATION = LRU_DELETED + [("prog_update", key, key % 2, 0) for key in range(500, 950)]
+# Every node ACTIVE and referenced: a refill's rotation clears the bits of the 128 it scans,
+# and its shrink takes a node it did not scan, bit set, which a pop then hands out.
+LRU_REFERENCED = [(op, key, 0, 0) for key in range(400) for op in ("prog_update", "prog_lookup")
+                  ] + [("prog_lookup", key, 0, 0) for key in range(400)] + [
+    ("prog_update", key, 0, 0) for key in range(400, 410)]
+
+
+@pytest.mark.parametrize("ops", [LRU_DELETED, LRU_ROTATION, LRU_REFERENCED],
+                         ids=["deleted", "rotation", "referenced"])
+def test_lru_lists_in_c_leave_what_pythons_leave(ops):
+    """A common LRU's pop and push in C (_bpf_lru_list.c) against BpfLru's over refills,
+    rotations, deletions and evictions: the same lists in the same order (reference bits
+    too), cursor, counters and clocks."""
+    ops_agree(ops, MapType.LRU_HASH, 0, 400)
 
 
 # the native tier calls the helpers bound to a map too, with its frames as memoryviews

@@ -377,6 +377,11 @@ class BpfLru:
                     return node
             finally:
                 self._unlock(loc)
+        return self._steal(loc, cpu)
+
+    def _steal(self, loc: LocalList, cpu: int) -> LruNode | None:
+        """The CPU's own lists had no node: one from the CPUs after it in turn (a free one,
+        else a pending one evicted), put on its pending list."""
         first = steal = loc.next_steal
         while True:
             victim = self.local[steal]

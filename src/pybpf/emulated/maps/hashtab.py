@@ -580,9 +580,13 @@ class HtabLruMap(HtabMap):
         """prealloc_lru_pop: a free node, evicting if it must (ENOMEM when none)."""
         node = self.lru_list.pop_free()
         if node is None:
-            raise KernelError(errno.ENOMEM, "the LRU has no free node (all are in use on "
-                              "other CPUs)")
+            self._no_free_node()
         return node  # type: ignore[return-value]
+
+    @staticmethod
+    def _no_free_node() -> NoReturn:
+        raise KernelError(errno.ENOMEM, "the LRU has no free node (all are in use on "
+                          "other CPUs)")
 
     def htab_lru_push_free(self, elem: HtabElem) -> None:
         self.htab_put_fd_value(elem)
