@@ -65,7 +65,7 @@ static PyObject *s_cpu, *s_hash, *s_key, *s_value, *s_addr, *s_node, *s_pops, *s
 	*s_check_flags, *s_alloc_htab_elem, *s_new_elem_on_home,
 	*s_retire_replaced, *s_release_elem, *s_key_not_found, *s_special_fields, *s_lookup_event,
 	*s_errno, *s_ref, *s_lru_update_event, *s_prealloc_lru_pop, *s_no_free_node,
-	*s_push_free, *s_mem,
+	*s_push_free, *s_put_fd_value, *s_mem,
 	*s_value_regions, *s_region_of, *s_one, *s_false, *s_count, *s_atomic, *s_alloc_failed;
 
 static PyObject *attr(PyObject *obj, const char *name)
@@ -1096,6 +1096,51 @@ out:
 	return result;
 }
 
+/* delete_node(node): HtabLruMap.htab_lru_map_delete_node, the LRU's eviction callback:
+ * whether the node's key was unhashed (it was still the node's) */
+static PyObject *htab_core_delete_node(PyObject *op, PyObject *node)
+{
+	HtabCore *c = (HtabCore *)op;
+	PyObject *hash = NULL, *key = NULL, *stripe = NULL, *cpu_obj = NULL, *tlock = NULL;
+	PyObject *index = NULL, *result = NULL;
+	uint64_t h;
+	int cpu, unhashed = 0;
+	if ((cpu_obj = current_cpu(c, &cpu)) == NULL || (hash = elem_get(node, ELEM_HASH)) == NULL
+	    || parse_addr(hash, &h) < 0 || (key = elem_get(node, ELEM_KEY)) == NULL
+	    || (index = PyLong_FromUnsignedLongLong(h & c->mask)) == NULL
+	    || (tlock = bucket_lock(c, index, hash)) == NULL || (stripe = take_stripe(c, h)) == NULL
+	    || spin_lock(c, cpu_obj, tlock, stripe) < 0)
+		goto out;
+	/* the locks are held: every way out goes through unlock */
+	PyObject *linked = NULL;
+	int rc = walk_cost(c, cpu, key, index, h) < 0
+		|| ((linked = PyDict_GetItemWithError(c->table, key)) == NULL && PyErr_Occurred())
+		? -1 : 0;
+	if (rc == 0 && linked == node) {
+		unhashed = 1;
+		rc = unlink_elem(c, node, key, index, h & c->mask);
+	}
+	if (unlock(c, cpu_obj, tlock, stripe) < 0 || rc < 0)
+		goto out;
+	if (unhashed) {  /* htab_put_fd_value: a timer or lock in the value, by the map's method */
+		int special = has_special_fields(c);
+		PyObject *put = special <= 0 ? NULL
+			: PyObject_CallMethodOneArg(c->map, s_put_fd_value, node);
+		Py_XDECREF(put);
+		if (special < 0 || (special && put == NULL))
+			goto out;
+	}
+	result = Py_NewRef(unhashed ? Py_True : Py_False);
+out:
+	Py_XDECREF(hash);
+	Py_XDECREF(key);
+	Py_XDECREF(stripe);
+	Py_XDECREF(cpu_obj);
+	Py_XDECREF(tlock);
+	Py_XDECREF(index);
+	return result;
+}
+
 /* delete(key): HtabMap.htab_map_delete_elem without reading the value (an LRU map's element
  * goes back to the LRU through its _release_elem) */
 static PyObject *htab_core_delete(PyObject *op, PyObject *key)
@@ -1372,6 +1417,9 @@ static PyMethodDef htab_core_methods[] = {
 	 "update(key, value, flags): the map's map_update_elem (a program's update)"},
 	{"delete", htab_core_delete, METH_O,
 	 "delete(key): HtabMap.htab_map_delete_elem"},
+	{"delete_node", htab_core_delete_node, METH_O,
+	 "delete_node(node) -> bool: HtabLruMap.htab_lru_map_delete_node, the LRU's eviction "
+	 "callback"},
 	{NULL, NULL, 0, NULL},
 };
 
@@ -1415,6 +1463,7 @@ int htab_core_ready(void)
 	    || intern(&s_lru_update_event, "htab_lru_map_update_elem") < 0
 	    || intern(&s_prealloc_lru_pop, "prealloc_lru_pop") < 0
 	    || intern(&s_no_free_node, "_no_free_node") < 0
+	    || intern(&s_put_fd_value, "htab_put_fd_value") < 0
 	    || intern(&s_push_free, "push_free") < 0
 	    || intern(&s_mem, "mem") < 0
 	    || intern(&s_value_regions, "value_regions") < 0

@@ -175,6 +175,8 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
                 self.bpf_map_update_value = core.update
             self.c_helpers = {"lookup": core.helper_lookup, "update": core.helper_update,
                               "delete": core.helper_delete}
+            if self.lru:  # the LRU's eviction callback
+                self.lru_list.del_from_htab = core.delete_node
 
     def _hash(self, key: bytes) -> int:
         """htab_map_hash of ``key``, always from the key: an element found without its bucket
