@@ -116,6 +116,23 @@ BPF_F_PSEUDO_HDR = 1 << 4  # the field is in the pseudo-header too (an address)
 BPF_F_MARK_MANGLED_0 = 1 << 5  # a UDP checksum: 0 stays 0 (none), a result of 0 is 0xffff
 BPF_F_MARK_ENFORCE = 1 << 6  # with MARK_MANGLED_0: update a checksum of 0 all the same
 BPF_F_IPV6 = 1 << 7  # (6.16) an IPv6 packet: a diff to the pseudo-header leaves skb->csum
+# bpf_skb_adjust_room: where the room goes (mode) and its flags; ENCAP_L2(len) puts the
+# inner MAC header's length in the top byte
+BPF_ADJ_ROOM_NET, BPF_ADJ_ROOM_MAC = 0, 1
+BPF_F_ADJ_ROOM_FIXED_GSO = 1 << 0
+BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 = 1 << 1
+BPF_F_ADJ_ROOM_ENCAP_L3_IPV6 = 1 << 2
+BPF_F_ADJ_ROOM_ENCAP_L4_GRE = 1 << 3
+BPF_F_ADJ_ROOM_ENCAP_L4_UDP = 1 << 4
+BPF_F_ADJ_ROOM_NO_CSUM_RESET = 1 << 5
+BPF_F_ADJ_ROOM_ENCAP_L2_ETH = 1 << 6
+BPF_ADJ_ROOM_ENCAP_L2_SHIFT, BPF_ADJ_ROOM_ENCAP_L2_MASK = 56, 0xFF
+
+
+def BPF_F_ADJ_ROOM_ENCAP_L2(length: int) -> int:  # noqa: N802 - the UAPI macro's name
+    return (length & BPF_ADJ_ROOM_ENCAP_L2_MASK) << BPF_ADJ_ROOM_ENCAP_L2_SHIFT
+
+
 # sk_skb / sk_msg verdicts
 SK_DROP = 0
 SK_PASS = 1

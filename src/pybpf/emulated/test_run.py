@@ -91,12 +91,12 @@ from .prog.filter import (
     XDP_FRAME_SIZE,
     XDP_MD,
     XDP_MD_SIZE,
+    Skb,
     XdpRedirect,
     csum_fold,
-    csum_partial,
     writable_fields,
 )
-from .prog.memory import CTX_REGION, M32, PACKET_REGION, SOCK_REGION, CtxRegion, RunState
+from .prog.memory import CTX_REGION, M32, SOCK_REGION, CtxRegion, RunState
 
 TEST_XDP_MAX_BATCH = 256
 NET_SKB_PAD = 64  # max(32, L1_CACHE_BYTES) on x86-64; NET_IP_ALIGN is 0 there
@@ -230,39 +230,35 @@ def bpf_prog_test_run_skb(prog: Any, req: TestRunRequest) -> TestRun:
                               f"for its {hlen}-byte header (at least {ETH_HLEN + hlen})")
     l2 = prog.prog_type in L2_PROG_TYPES
     start = 0 if l2 else ETH_HLEN
-    skb = bytearray(SK_BUFF_SIZE)
-    _fill_sk_buff(skb, packet, start, protocol)
+    ctx_buf = bytearray(SK_BUFF_SIZE)
+    _fill_sk_buff(ctx_buf, packet, start, protocol)
     if ctx is not None:
-        _convert___skb_to_skb(ctx, skb, size - start)
-    checksum = req.flags & BPF_F_TEST_SKB_CHECKSUM_COMPLETE
-    # skb->csum over the network header on (skb_checksum), which helpers may update
-    csum = csum_partial(bytes(packet[ETH_HLEN:]), 0) if checksum else None
-    writable = writable_fields(prog.prog_type, SK_BUFF_SIZE)
-    pointers = {}
-    if prog.prog_type in DIRECT_PACKET_PROG_TYPES:
-        base = PACKET_REGION << 32
-        pointers = {SKB_DATA: base | start, SKB_DATA_END: base | len(packet),
-                    SKB_DATA_META: base | start}
-    ctx_region = CtxRegion("__sk_buff", skb, pointers, writable)
-    view = memoryview(packet)
-    data = view[start:]
+        _convert___skb_to_skb(ctx, ctx_buf, size - start)
+    # the packet pointers' fields, which Skb.attach sets
+    pointers = dict.fromkeys((SKB_DATA, SKB_DATA_END, SKB_DATA_META), 0) \
+        if prog.prog_type in DIRECT_PACKET_PROG_TYPES else {}
+    ctx_region = CtxRegion("__sk_buff", ctx_buf, pointers,
+                           writable_fields(prog.prog_type, SK_BUFF_SIZE))
+    # the frame's bytes before skb->data (an L3 program's MAC header) are its headroom
+    skb = Skb(packet, start, 0, ETH_HLEN, protocol, ctx_buf[SKB_PKT_TYPE], ctx_region)
+    skb.gso_size, skb.gso_segs = (struct.unpack_from("<I", ctx_buf, off)[0]
+                                  for off in (SKB_GSO_SIZE, SKB_GSO_SEGS))
+    if req.flags & BPF_F_TEST_SKB_CHECKSUM_COMPLETE:  # skb->csum from the network header on
+        skb.csum, skb.csum_complete = skb.checksum(), True
 
-    def once() -> int:  # repeated runs share the skb: its bytes and skb->csum
-        nonlocal csum
-        rs = RunState(prog.run_env, data)
-        rs.headers = (view, 0, ETH_HLEN)  # eth_type_trans set both
+    def once() -> int:  # repeated runs share the skb, its bytes and skb->csum
+        rs = RunState(prog.run_env)
         rs.mem[CTX_REGION] = ctx_region
-        rs.mem[PACKET_REGION] = view
-        rs.csum = csum
-        retval = run_prog(prog.executable, rs)
-        csum = rs.csum
-        return retval
+        rs.skb = skb
+        skb.attach(rs)
+        return run_prog(prog.executable, rs)
 
     retval, duration = _timed_runs(prog, req.repeat, once)
-    if not l2:
-        packet[:ETH_HLEN] = bytes(ETH_HLEN)
-    if csum is not None and csum_fold(csum) != csum_fold(csum_partial(bytes(
-            packet[ETH_HLEN:]), 0)):
+    # an L3 program's frame comes back with a zeroed Ethernet header before skb->data
+    data_out = bytes(skb.buf[skb.data:skb.tail]) if l2 else \
+        bytes(ETH_HLEN) + skb.buf[skb.data:skb.tail]
+    if req.flags & BPF_F_TEST_SKB_CHECKSUM_COMPLETE \
+            and csum_fold(skb.csum) != csum_fold(skb.checksum()):
         raise KernelError(errno.EBADMSG, "the program changed the packet without updating "
                                          "its CHECKSUM_COMPLETE checksum (skb->csum)")
     ctx_out = None
@@ -271,8 +267,8 @@ def bpf_prog_test_run_skb(prog: Any, req: TestRunRequest) -> TestRun:
         for off, length in ((SKB_MARK, 4), (SKB_PRIORITY, 4), (SKB_INGRESS_IFINDEX, 4),
                             (SKB_IFINDEX, 4), (SKB_CB, 20), (SKB_TSTAMP, 8),
                             (SKB_WIRE_LEN, 4), (SKB_GSO_SEGS, 4), (SKB_HWTSTAMP, 8)):
-            ctx_out[off:off + length] = skb[off:off + length]
-    return _test_finish(req, bytes(packet), retval, duration, ctx_out)
+            ctx_out[off:off + length] = ctx_buf[off:off + length]
+    return _test_finish(req, data_out, retval, duration, ctx_out)
 
 
 def bpf_prog_test_run_xdp(prog: Any, req: TestRunRequest) -> TestRun:

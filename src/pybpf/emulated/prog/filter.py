@@ -33,8 +33,20 @@ import errno
 import struct
 
 from ...errors import ProgramFault
-from ...packet import ETH_HLEN
+from ...packet import ETH_ALEN, ETH_HLEN
 from ...uapi import (
+    BPF_ADJ_ROOM_ENCAP_L2_MASK,
+    BPF_ADJ_ROOM_ENCAP_L2_SHIFT,
+    BPF_ADJ_ROOM_MAC,
+    BPF_ADJ_ROOM_NET,
+    BPF_F_ADJ_ROOM_ENCAP_L2,
+    BPF_F_ADJ_ROOM_ENCAP_L2_ETH,
+    BPF_F_ADJ_ROOM_ENCAP_L3_IPV4,
+    BPF_F_ADJ_ROOM_ENCAP_L3_IPV6,
+    BPF_F_ADJ_ROOM_ENCAP_L4_GRE,
+    BPF_F_ADJ_ROOM_ENCAP_L4_UDP,
+    BPF_F_ADJ_ROOM_FIXED_GSO,
+    BPF_F_ADJ_ROOM_NO_CSUM_RESET,
     BPF_F_BROADCAST,
     BPF_F_EXCLUDE_INGRESS,
     BPF_F_HDR_FIELD_MASK,
@@ -45,6 +57,7 @@ from ...uapi import (
     BPF_F_MARK_MANGLED_0,
     BPF_F_PSEUDO_HDR,
     BPF_F_RECOMPUTE_CSUM,
+    ENOTSUPP,
     SK_DROP,
     SK_PASS,
     TC_ACT_REDIRECT,
@@ -395,6 +408,158 @@ def bpf_msg_redirect_hash(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: 
     return _sk_redirect(rs, bpf_map, mem_read(rs, r3, bpf_map.key_size, "key (R3)"), r4)
 
 
+# -- the sk_buff a program runs on (include/linux/skbuff.h, net/core/skbuff.c) -------------------
+ETH_P_8021Q, ETH_P_8021AD = 0x8100, 0x88A8
+ETH_P_802_3, ETH_P_802_2, ETH_P_802_3_MIN = 0x0001, 0x0004, 0x0600
+ETH_P_IP, ETH_P_IPV6 = 0x0800, 0x86DD
+VLAN_HLEN = 4
+VLAN_ETH_HLEN = ETH_HLEN + VLAN_HLEN
+IPV4_HLEN, IPV6_HLEN = 20, 40
+# BPF_SKB_MAX_LEN: SKB_MAX_ALLOC, an order-2 page less the shared info on 6.18 x86-64
+BPF_SKB_MAX_LEN = (4096 << 2) - 320
+PACKET_OTHERHOST = 3  # the last pkt_type bpf_skb_change_type takes (skb_pkt_type_ok)
+
+
+class Skb:
+    """struct sk_buff as filter.c's helpers see and change it: the linear buffer (``buf``,
+    the run's packet region, with ``data`` and ``tail`` offsets into it and headroom before
+    ``data``), the header offsets (``transport_header`` None until set), skb->protocol and
+    the hardware-accelerated VLAN tag (host byte order; ``vlan_proto`` 0: none), pkt_type,
+    encapsulation, the GSO size and segments (gso_type is always 0: never TCP or UDP_L4),
+    and skb->csum with whether ip_summed is CHECKSUM_COMPLETE (``csum`` keeps its last
+    value after that ends: the test run compares it). ``ctx`` is the run's __sk_buff, which
+    ``attach`` keeps in step, its packet pointers too where it has them.
+
+    A size change gives a new ``buf`` (the program's memoryviews of the old one stay valid);
+    the buffer always ends at ``tail``, as LD_ABS's end of the frame."""
+
+    __slots__ = ("buf", "data", "tail", "mac_header", "network_header", "transport_header",
+                 "protocol", "vlan_proto", "vlan_tci", "pkt_type", "encapsulation", "gso_size",
+                 "gso_segs", "csum", "csum_complete", "ctx")
+
+    def __init__(self, buf: bytearray, data: int, mac_header: int, network_header: int,
+                 protocol: int, pkt_type: int, ctx: CtxRegion) -> None:
+        self.buf = buf
+        self.data = data
+        self.tail = len(buf)
+        self.mac_header = mac_header
+        self.network_header = network_header
+        self.transport_header: int | None = None
+        self.protocol = protocol
+        self.vlan_proto = self.vlan_tci = 0
+        self.pkt_type = pkt_type
+        self.encapsulation = False
+        self.gso_size = self.gso_segs = 0
+        self.csum = 0
+        self.csum_complete = False
+        self.ctx = ctx
+
+    @property
+    def len(self) -> int:
+        return self.tail - self.data
+
+    def attach(self, rs: RunState) -> None:
+        """The run's view of the skb after a change (bpf_compute_data_pointers and the
+        __sk_buff fields the kernel's loads read from the sk_buff itself)."""
+        view = memoryview(self.buf)
+        rs.packet = view[self.data:self.tail]
+        rs.headers = (view, self.mac_header, self.network_header)
+        rs.mem[PACKET_REGION] = self.buf
+        ctx = self.ctx.buf
+        struct.pack_into("<I", ctx, SKB_LEN, self.len)
+        struct.pack_into("<I", ctx, SKB_PKT_TYPE, self.pkt_type)
+        ctx[SKB_PROTOCOL:SKB_PROTOCOL + 2] = self.protocol.to_bytes(2, "big")  # __be16
+        struct.pack_into("<I", ctx, SKB_VLAN_PRESENT, int(self.vlan_proto != 0))
+        struct.pack_into("<I", ctx, SKB_VLAN_TCI, self.vlan_tci)
+        ctx[SKB_VLAN_PROTO:SKB_VLAN_PROTO + 2] = self.vlan_proto.to_bytes(2, "big")
+        struct.pack_into("<I", ctx, SKB_GSO_SEGS, self.gso_segs)
+        struct.pack_into("<I", ctx, SKB_GSO_SIZE, self.gso_size)
+        pointers = self.ctx.pointers
+        if pointers:  # the program types with direct packet access
+            base = PACKET_REGION << 32
+            pointers[SKB_DATA] = pointers[SKB_DATA_META] = base | self.data
+            pointers[SKB_DATA_END] = base | self.tail
+
+    def checksum(self) -> int:
+        """skb_checksum from the network header to the end."""
+        return csum_partial(bytes(self.buf[self.network_header:self.tail]), 0)
+
+    def push(self, size: int) -> None:
+        """skb_cow_head + __skb_push: ``size`` more bytes before data (what the headroom
+        held, zeros where it was short and the buffer was made again)."""
+        short = size - self.data
+        if short > 0:
+            self.buf = bytearray(short) + self.buf
+            self.data += short
+            self.tail += short
+            self.mac_header += short
+            self.network_header += short
+            if self.transport_header is not None:
+                self.transport_header += short
+        self.data -= size
+
+    def resize(self, new_len: int) -> None:
+        """__skb_grow (zeros) or __skb_trim to ``new_len`` bytes from data."""
+        tail = self.data + new_len
+        self.buf = self.buf[:tail] + bytes(max(tail - self.tail, 0))
+        self.tail = tail
+
+    def postpull_rcsum(self, start: int, size: int) -> None:
+        """skb_postpull_rcsum: the ``size`` bytes at ``start`` out of a CHECKSUM_COMPLETE
+        skb->csum (as whole 16-bit words, whatever their offset)."""
+        if self.csum_complete:
+            self.csum = csum_sub(self.csum, csum_partial(bytes(self.buf[start:start + size]), 0))
+
+    def postpush_rcsum(self, start: int, size: int) -> None:
+        """skb_postpush_rcsum: the ``size`` bytes at ``start`` into skb->csum."""
+        if self.csum_complete:
+            self.csum = csum_add(self.csum, csum_partial(bytes(self.buf[start:start + size]), 0))
+
+    def net_hdr_push(self, off: int, size: int) -> None:
+        """bpf_skb_net_hdr_push: ``size`` zero bytes inserted ``off`` bytes after data (the
+        headers before them move back with the bytes; skb->csum needs no change for zeros)."""
+        trans_same = self.transport_header == self.network_header
+        self.push(size)
+        buf, data = self.buf, self.data
+        buf[data:data + off] = buf[data + size:data + size + off]
+        buf[data + off:data + off + size] = bytes(size)
+        self.mac_header -= size
+        self.network_header -= size
+        if trans_same:
+            self.transport_header = self.network_header
+
+    def net_hdr_pop(self, off: int, size: int) -> int:
+        """bpf_skb_net_hdr_pop: the ``size`` bytes ``off`` bytes after data removed; 0, or
+        -ENOMEM where the skb is shorter than ``off + size`` (pskb_may_pull)."""
+        if off + size > self.len:
+            return -errno.ENOMEM
+        trans_same = self.transport_header == self.network_header
+        data = self.data
+        self.postpull_rcsum(data + off, size)
+        self.buf[data + size:data + size + off] = self.buf[data:data + off]
+        self.data += size
+        self.mac_header += size
+        self.network_header += size
+        if trans_same:
+            self.transport_header = self.network_header
+        return 0
+
+
+def skb_of(rs: RunState, helper: str) -> Skb:
+    """The run's sk_buff, for a helper that changes its size or headers."""
+    skb = rs.skb
+    if skb is None:
+        raise ProgramFault(errno.EOPNOTSUPP, f"{helper}: this run's skb has no emulated "
+                           "sk_buff to change (only test runs have one)")
+    return skb
+
+
+def _complete(rs: RunState) -> Skb | None:
+    """The run's skb where its ip_summed is CHECKSUM_COMPLETE (skb->csum to keep right)."""
+    skb = rs.skb
+    return skb if skb is not None and skb.csum_complete else None
+
+
 def bpf_skb_load_bytes(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     """bpf_skb_load_bytes(skb, offset, to, len): ``len`` bytes of the packet from ``offset``
     (from skb->data, as LD_ABS reads) into ``to``; past the packet, ``to`` is zeroed and
@@ -433,13 +598,255 @@ def bpf_skb_store_bytes(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: in
     if offset > INT_MAX or offset + size > len(packet):
         return -errno.EFAULT & M64
     data = mem_read(rs, r3, size, "from (R3)")
-    recompute = flags & BPF_F_RECOMPUTE_CSUM and rs.csum is not None
-    if recompute:  # __skb_postpull_rcsum
-        rs.csum = csum_block_sub(rs.csum, csum_partial(bytes(packet[offset:offset + size]), 0),
-                                 offset)
+    skb = _complete(rs) if flags & BPF_F_RECOMPUTE_CSUM else None
+    if skb is not None:  # __skb_postpull_rcsum
+        skb.csum = csum_block_sub(skb.csum, csum_partial(bytes(packet[offset:offset + size]), 0),
+                                  offset)
     packet[offset:offset + size] = data
-    if recompute:  # __skb_postpush_rcsum
-        rs.csum = csum_block_add(rs.csum, csum_partial(data, 0), offset)
+    if skb is not None:  # __skb_postpush_rcsum
+        skb.csum = csum_block_add(skb.csum, csum_partial(data, 0), offset)
+    return 0
+
+
+# -- skb size and header changes (net/core/filter.c) -----------------------------------------------
+def bpf_skb_change_tail(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_skb_change_tail(skb, len, flags) (__bpf_skb_change_tail): skb->len becomes
+    ``len``, grown with zeros or trimmed. -EINVAL for flags, a length over BPF_SKB_MAX_LEN or
+    under __bpf_skb_min_len (the network header's offset, the transport header's once set);
+    -ENOTSUPP for an encapsulated skb. A change ends CHECKSUM_COMPLETE (__skb_grow_rcsum,
+    __skb_trim_rcsum: skb->csum is left as it was); GSO is reset."""
+    skb = skb_of(rs, "bpf_skb_change_tail")
+    new_len = r2 & M32
+    header = skb.network_header if skb.transport_header is None else skb.transport_header
+    min_len = (header - skb.data) & M32
+    ret = 0
+    if r3 or new_len > BPF_SKB_MAX_LEN or new_len < min_len:
+        ret = -errno.EINVAL
+    elif skb.encapsulation:
+        ret = -ENOTSUPP
+    else:
+        if new_len != skb.len:
+            skb.resize(new_len)
+            skb.csum_complete = False
+        skb.gso_size = skb.gso_segs = 0  # skb_gso_reset
+    skb.attach(rs)
+    return ret & M64
+
+
+def bpf_skb_change_head(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_skb_change_head(skb, head_room, flags): ``head_room`` zero bytes before data, the
+    MAC header reset to them (the network header stays). -EINVAL for flags, or a length
+    over BPF_SKB_MAX_LEN (a GSO skb has no limit) or past 2^32."""
+    skb = skb_of(rs, "bpf_skb_change_head")
+    head_room = r2 & M32
+    new_len = skb.len + head_room
+    ret = 0
+    if r3 or (not skb.gso_size and new_len > BPF_SKB_MAX_LEN) or new_len > M32:
+        ret = -errno.EINVAL
+    else:
+        skb.push(head_room)
+        skb.buf[skb.data:skb.data + head_room] = bytes(head_room)
+        skb.mac_header = skb.data  # skb_reset_mac_header
+    skb.attach(rs)
+    return ret & M64
+
+
+_ADJ_ROOM_ENCAP_L3 = BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L3_IPV6
+_ADJ_ROOM_MASK = (BPF_F_ADJ_ROOM_FIXED_GSO | _ADJ_ROOM_ENCAP_L3 | BPF_F_ADJ_ROOM_ENCAP_L4_GRE
+                  | BPF_F_ADJ_ROOM_ENCAP_L4_UDP | BPF_F_ADJ_ROOM_ENCAP_L2_ETH
+                  | BPF_F_ADJ_ROOM_ENCAP_L2(BPF_ADJ_ROOM_ENCAP_L2_MASK))
+
+
+def _net_base_len(protocol: int) -> int:
+    """bpf_skb_net_base_len: the IP header's fixed length, ~0 for any other protocol."""
+    return {ETH_P_IP: IPV4_HLEN, ETH_P_IPV6: IPV6_HLEN}.get(protocol, M32)
+
+
+def _net_shrink(skb: Skb, off: int, len_diff: int, flags: int) -> int:
+    """bpf_skb_net_shrink."""
+    if flags & ~(BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_NO_CSUM_RESET):
+        return -errno.EINVAL
+    if skb.gso_size:  # neither TCP nor UDP_L4 GSO
+        return -ENOTSUPP
+    return skb.net_hdr_pop(off, len_diff)
+
+
+def _net_grow(skb: Skb, off: int, len_diff: int, flags: int) -> int:
+    """bpf_skb_net_grow: the room, and for an encapsulation (an ENCAP_L3 flag) the skb
+    marked encapsulated, its outer network (and with GRE or UDP, transport) header set and
+    skb->protocol the outer IP version."""
+    inner_mac_len = flags >> BPF_ADJ_ROOM_ENCAP_L2_SHIFT & BPF_ADJ_ROOM_ENCAP_L2_MASK
+    encap = flags & _ADJ_ROOM_ENCAP_L3
+    if skb.gso_size:
+        return -ENOTSUPP
+    mac_len = skb.network_header - skb.mac_header
+    if encap:
+        if flags & _ADJ_ROOM_ENCAP_L3 == _ADJ_ROOM_ENCAP_L3 \
+                or flags & BPF_F_ADJ_ROOM_ENCAP_L4_GRE and flags & BPF_F_ADJ_ROOM_ENCAP_L4_UDP \
+                or flags & BPF_F_ADJ_ROOM_ENCAP_L2_ETH and inner_mac_len < ETH_HLEN:
+            return -errno.EINVAL
+        if skb.encapsulation:
+            return -errno.EALREADY
+        if inner_mac_len > len_diff:
+            return -errno.EINVAL
+    skb.net_hdr_push(off, len_diff)
+    if encap:
+        skb.encapsulation = True
+        skb.network_header = skb.data + mac_len
+        if flags & (BPF_F_ADJ_ROOM_ENCAP_L4_GRE | BPF_F_ADJ_ROOM_ENCAP_L4_UDP):
+            ipv6 = flags & BPF_F_ADJ_ROOM_ENCAP_L3_IPV6
+            skb.transport_header = skb.network_header + (IPV6_HLEN if ipv6 else IPV4_HLEN)
+        if skb.protocol == ETH_P_IP and flags & BPF_F_ADJ_ROOM_ENCAP_L3_IPV6:
+            skb.protocol = ETH_P_IPV6
+        elif skb.protocol == ETH_P_IPV6 and flags & BPF_F_ADJ_ROOM_ENCAP_L3_IPV4:
+            skb.protocol = ETH_P_IP
+    return 0
+
+
+def bpf_skb_adjust_room(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_skb_adjust_room(skb, len_diff, mode, flags): ``len_diff`` (s32) zero bytes
+    inserted after the MAC header (BPF_ADJ_ROOM_MAC) or after the fixed IP header
+    (BPF_ADJ_ROOM_NET), or removed from there. -EINVAL for flags (a shrink takes only
+    FIXED_GSO and NO_CSUM_RESET), -EFAULT past 0xfff bytes, -ENOTSUPP for a protocol but
+    IPv4 and IPv6, another mode, a shrink into the IP header or a length past
+    BPF_SKB_MAX_LEN; an encapsulation's flags as bpf_skb_net_grow checks them."""
+    skb = skb_of(rs, "bpf_skb_adjust_room")
+    len_diff, mode, flags = _s32(r2), r3 & M32, r4
+    len_diff_abs = abs(len_diff)
+    len_min = _net_base_len(skb.protocol)
+    off = skb.network_header - skb.mac_header  # skb_mac_header_len
+    len_cur = (skb.len - (skb.network_header - skb.data)) & M32
+    shrink = len_diff < 0
+    if flags & ~(_ADJ_ROOM_MASK | BPF_F_ADJ_ROOM_NO_CSUM_RESET):
+        ret = -errno.EINVAL
+    elif len_diff_abs > 0xFFF:
+        ret = -errno.EFAULT
+    elif skb.protocol not in (ETH_P_IP, ETH_P_IPV6) or mode not in (BPF_ADJ_ROOM_NET,
+                                                                      BPF_ADJ_ROOM_MAC):
+        ret = -ENOTSUPP
+    elif shrink and (len_diff_abs >= len_cur or len_cur - len_diff_abs < len_min) or (
+            not shrink and skb.len + len_diff_abs > BPF_SKB_MAX_LEN and not skb.gso_size):
+        ret = -ENOTSUPP
+    else:
+        off += len_min if mode == BPF_ADJ_ROOM_NET else 0
+        ret = (_net_shrink if shrink else _net_grow)(skb, off, len_diff_abs, flags)
+    skb.attach(rs)
+    return ret & M64
+
+
+def _eth_type_vlan(protocol: int) -> bool:
+    return protocol in (ETH_P_8021Q, ETH_P_8021AD)
+
+
+def bpf_skb_vlan_push(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_skb_vlan_push(skb, vlan_proto, vlan_tci) (skb_vlan_push): the tag becomes the
+    skb's hardware-accelerated one (any vlan_proto but 802.1Q and 802.1ad is 802.1Q); a tag
+    already there goes into the frame first (__vlan_insert_tag after the MAC addresses,
+    skb->protocol its proto, its four bytes added to skb->csum)."""
+    skb = skb_of(rs, "bpf_skb_vlan_push")
+    vlan_proto = int.from_bytes((r2 & U16_MAX).to_bytes(2, "little"), "big")  # a __be16
+    if not _eth_type_vlan(vlan_proto):
+        vlan_proto = ETH_P_8021Q
+    if skb.vlan_proto:
+        skb.push(VLAN_HLEN)
+        buf, data = skb.buf, skb.data
+        buf[data:data + 2 * ETH_ALEN] = buf[data + VLAN_HLEN:data + VLAN_HLEN + 2 * ETH_ALEN]
+        skb.mac_header -= VLAN_HLEN
+        buf[data + 2 * ETH_ALEN:data + ETH_HLEN] = skb.vlan_proto.to_bytes(2, "big")
+        buf[data + ETH_HLEN:data + VLAN_ETH_HLEN - 2] = skb.vlan_tci.to_bytes(2, "big")
+        skb.protocol = skb.vlan_proto
+        skb.postpush_rcsum(data + 2 * ETH_ALEN, VLAN_HLEN)
+    skb.vlan_proto, skb.vlan_tci = vlan_proto, r3 & U16_MAX
+    skb.attach(rs)
+    return 0
+
+
+def _skb_vlan_pop_frame(skb: Skb) -> tuple[int, int]:
+    """__skb_vlan_pop: the frame's outer tag out (its four bytes out of skb->csum),
+    skb->protocol the type it carried (vlan_set_encap_proto: an 802.3 length is raw IPX's
+    ETH_P_802_3 when 0xFFFF follows, else 802.2), the network header at least ETH_HLEN in;
+    (0, the tag's TCI), or (-ENOMEM, 0) for a frame shorter than VLAN_ETH_HLEN."""
+    if skb.len < VLAN_ETH_HLEN:
+        return -errno.ENOMEM, 0
+    buf, data = skb.buf, skb.data
+    skb.postpull_rcsum(data + 2 * ETH_ALEN, VLAN_HLEN)
+    vlan_tci = int.from_bytes(buf[data + ETH_HLEN:data + ETH_HLEN + 2], "big")
+    proto = int.from_bytes(buf[data + VLAN_ETH_HLEN - 2:data + VLAN_ETH_HLEN], "big")
+    buf[data + VLAN_HLEN:data + VLAN_HLEN + 2 * ETH_ALEN] = buf[data:data + 2 * ETH_ALEN]
+    if proto < ETH_P_802_3_MIN:  # past the frame the kernel reads the zeroed shared info
+        raw = buf[data + VLAN_ETH_HLEN:data + VLAN_ETH_HLEN + 2]
+        proto = ETH_P_802_3 if raw == b"\xff\xff" else ETH_P_802_2
+    skb.protocol = proto
+    skb.data += VLAN_HLEN
+    skb.mac_header += VLAN_HLEN
+    if skb.network_header - skb.data < ETH_HLEN:
+        skb.network_header = skb.data + ETH_HLEN
+    return 0, vlan_tci
+
+
+def _skb_vlan_pop(skb: Skb) -> int:
+    """skb_vlan_pop: the hardware-accelerated tag, else the frame's; then a tag the frame
+    still has moves into the hardware-accelerated one."""
+    if skb.vlan_proto:
+        skb.vlan_proto = skb.vlan_tci = 0
+    elif not _eth_type_vlan(skb.protocol):
+        return 0
+    else:
+        err, _ = _skb_vlan_pop_frame(skb)
+        if err:
+            return err
+    if not _eth_type_vlan(skb.protocol):
+        return 0
+    vlan_proto = skb.protocol
+    err, vlan_tci = _skb_vlan_pop_frame(skb)
+    if not err:
+        skb.vlan_proto, skb.vlan_tci = vlan_proto, vlan_tci
+    return err
+
+
+def bpf_skb_vlan_pop(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_skb_vlan_pop(skb): skb_vlan_pop; -ENOMEM where a tag to pop from the frame is
+    cut short."""
+    skb = skb_of(rs, "bpf_skb_vlan_pop")
+    ret = _skb_vlan_pop(skb)
+    skb.attach(rs)
+    return ret & M64
+
+
+def bpf_skb_change_proto(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_skb_change_proto(skb, proto, flags) (bpf_skb_proto_xlat): IPv4 to IPv6 inserts
+    the headers' difference (20 zero bytes) after the MAC header, IPv6 to IPv4 removes it
+    (-ENOMEM for a shorter frame); skb->protocol follows. -EINVAL for flags, -ENOTSUPP for
+    any other pair."""
+    skb = skb_of(rs, "bpf_skb_change_proto")
+    to_proto = int.from_bytes((r2 & U16_MAX).to_bytes(2, "little"), "big")  # a __be16
+    off = skb.network_header - skb.mac_header  # skb_mac_header_len
+    len_diff = IPV6_HLEN - IPV4_HLEN
+    ret = 0
+    if r3:
+        ret = -errno.EINVAL
+    elif skb.protocol == ETH_P_IP and to_proto == ETH_P_IPV6:
+        skb.net_hdr_push(off, len_diff)
+        skb.protocol = ETH_P_IPV6
+    elif skb.protocol == ETH_P_IPV6 and to_proto == ETH_P_IP:
+        ret = skb.net_hdr_pop(off, len_diff)
+        if not ret:
+            skb.protocol = ETH_P_IP
+    else:
+        ret = -ENOTSUPP
+    skb.attach(rs)
+    return ret & M64
+
+
+def bpf_skb_change_type(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
+    """bpf_skb_change_type(skb, pkt_type): -EINVAL unless both the skb's pkt_type and the
+    new one are up to PACKET_OTHERHOST (skb_pkt_type_ok)."""
+    skb = skb_of(rs, "bpf_skb_change_type")
+    pkt_type = r2 & M32
+    if skb.pkt_type > PACKET_OTHERHOST or pkt_type > PACKET_OTHERHOST:
+        return -errno.EINVAL & M64
+    skb.pkt_type = pkt_type
+    skb.attach(rs)
     return 0
 
 
@@ -617,19 +1024,19 @@ def bpf_l4_csum_replace(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: in
     mangled_0 = flags & BPF_F_MARK_MANGLED_0
     if mangled_0 and not flags & BPF_F_MARK_ENFORCE and not csum:
         return 0
-    pseudo = rs.csum is not None and flags & BPF_F_PSEUDO_HDR
+    skb = _complete(rs) if flags & BPF_F_PSEUDO_HDR else None
     size = flags & BPF_F_HDR_FIELD_MASK
     if size == 0 and not frm:  # inet_proto_csum_replace_by_diff
         diff = to & M32
         csum = csum_replace_by_diff(csum, diff)
-        if pseudo and not flags & BPF_F_IPV6:
-            rs.csum = ~csum_sub(diff, rs.csum) & M32
+        if skb is not None and not flags & BPF_F_IPV6:
+            skb.csum = ~csum_sub(diff, skb.csum) & M32
     elif size in (2, 4):  # inet_proto_csum_replace4 (replace2 widens the fields)
         mask = U16_MAX if size == 2 else M32
         frm, to = frm & mask, to & mask
         csum = csum_replace4(csum, frm, to)
-        if pseudo:
-            rs.csum = ~csum_add(csum_sub(~rs.csum & M32, frm), to) & M32
+        if skb is not None:
+            skb.csum = ~csum_add(csum_sub(~skb.csum & M32, frm), to) & M32
     else:
         return -errno.EINVAL & M64
     if mangled_0 and not csum:

@@ -68,11 +68,18 @@ from .filter import (
     bpf_redirect_map,
     bpf_sk_redirect_hash,
     bpf_sk_redirect_map,
+    bpf_skb_adjust_room,
+    bpf_skb_change_head,
+    bpf_skb_change_proto,
+    bpf_skb_change_tail,
+    bpf_skb_change_type,
     bpf_skb_event_output,
     bpf_skb_load_bytes,
     bpf_skb_pull_data,
     bpf_skb_redirect,
     bpf_skb_store_bytes,
+    bpf_skb_vlan_pop,
+    bpf_skb_vlan_push,
     bpf_xdp_adjust_head,
     bpf_xdp_adjust_meta,
     bpf_xdp_adjust_tail,
@@ -497,6 +504,9 @@ def bpf_tail_call(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> 
 
 # -- the table ------------------------------------------------------------------------------------
 _XDP = frozenset({ProgType.XDP})
+# tc_cls_act_func_proto alone has bpf_skb_vlan_push, bpf_skb_vlan_pop, bpf_skb_change_proto
+# and bpf_skb_change_type
+_TC = frozenset({ProgType.SCHED_CLS, ProgType.SCHED_ACT})
 _SK_SKB = frozenset({ProgType.SK_SKB})
 _SK_MSG = frozenset({ProgType.SK_MSG})
 # the programs whose func_proto has bpf_skb_pull_data (tc_cls_act, lwt_out and the lwt types
@@ -510,8 +520,11 @@ _CSUM_DIFF = frozenset({ProgType.SCHED_CLS, ProgType.SCHED_ACT, ProgType.XDP, Pr
 # the programs of skbs whose func_proto has bpf_redirect (tc_cls_act, lwt_xmit), and
 # bpf_l3_csum_replace and bpf_l4_csum_replace
 _SKB_REDIRECT = frozenset({ProgType.SCHED_CLS, ProgType.SCHED_ACT, ProgType.LWT_XMIT})
-# the programs whose func_proto has bpf_skb_store_bytes (tc_cls_act, lwt_xmit, sk_skb)
+# the programs whose func_proto has bpf_skb_store_bytes, bpf_skb_change_tail and
+# bpf_skb_change_head (tc_cls_act, lwt_xmit; sk_skb, the last two as its sk_skb_ variants)
 _SKB_STORE_BYTES = _SKB_REDIRECT | _SK_SKB
+# the programs whose func_proto has bpf_skb_adjust_room (tc_cls_act; sk_skb_adjust_room)
+_SKB_ADJUST_ROOM = _TC | _SK_SKB
 # the programs whose func_proto has bpf_perf_event_output: the tracing ones, sk_msg (as
 # bpf_event_output_data, the same here), the skb ones (bpf_skb_event_output) and XDP
 _PERF_EVENT_OUTPUT = frozenset({ProgType.KPROBE, ProgType.TRACEPOINT, ProgType.PERF_EVENT,
@@ -578,6 +591,17 @@ def _table() -> dict[int, HelperProto]:
          _SKB_REDIRECT),
         (BpfFunc.l4_csum_replace, bpf_l4_csum_replace, (ARG_PTR_TO_CTX, *[ARG_ANYTHING] * 4),
          _SKB_REDIRECT),
+        (BpfFunc.skb_change_tail, bpf_skb_change_tail, (ARG_PTR_TO_CTX, *[ARG_ANYTHING] * 2),
+         _SKB_STORE_BYTES),
+        (BpfFunc.skb_change_head, bpf_skb_change_head, (ARG_PTR_TO_CTX, *[ARG_ANYTHING] * 2),
+         _SKB_STORE_BYTES),
+        (BpfFunc.skb_adjust_room, bpf_skb_adjust_room, (ARG_PTR_TO_CTX, *[ARG_ANYTHING] * 3),
+         _SKB_ADJUST_ROOM),
+        (BpfFunc.skb_vlan_push, bpf_skb_vlan_push, (ARG_PTR_TO_CTX, *[ARG_ANYTHING] * 2), _TC),
+        (BpfFunc.skb_vlan_pop, bpf_skb_vlan_pop, (ARG_PTR_TO_CTX,), _TC),
+        (BpfFunc.skb_change_proto, bpf_skb_change_proto, (ARG_PTR_TO_CTX, *[ARG_ANYTHING] * 2),
+         _TC),
+        (BpfFunc.skb_change_type, bpf_skb_change_type, (ARG_PTR_TO_CTX, ARG_ANYTHING), _TC),
         (BpfFunc.csum_diff, bpf_csum_diff,
          (ARG_PTR_TO_MEM_OR_NULL, ARG_CONST_SIZE_OR_ZERO, ARG_PTR_TO_MEM_OR_NULL,
           ARG_CONST_SIZE_OR_ZERO, ARG_ANYTHING), _CSUM_DIFF),

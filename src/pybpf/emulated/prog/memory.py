@@ -204,7 +204,7 @@ class RunState:
 
     __slots__ = ("env", "mem", "next_region", "value_regions", "count", "budget", "tail_calls",
                  "machine", "packet", "headers", "redirect", "entry_of", "trace", "retval",
-                 "psock", "xdp_frags_size", "csum")
+                 "psock", "xdp_frags_size", "skb")
 
     def __init__(self, env: RunEnv = RunEnv(),
                  packet: bytes | bytearray | memoryview = b"") -> None:
@@ -226,9 +226,9 @@ class RunState:
         self.retval = 0  # R0 at exit, set by whoever runs the program
         self.psock: Any = None  # the SkPsock running the program (None: run outside one)
         self.xdp_frags_size = 0  # an XDP run's bytes in frags (skb_shared_info.xdp_frags_size)
-        # skb->csum of an skb whose ip_summed is CHECKSUM_COMPLETE (the helpers that change
-        # the packet keep it up to date, or not, as the kernel's); None: any other ip_summed
-        self.csum: int | None = None
+        # the sk_buff of an skb program's run (filter.py's Skb: its buffer, headers, checksum),
+        # which the helpers that change the packet change; None where the run has none
+        self.skb: Any = None
 
     def region_of(self, buf: Any) -> int:
         """The pointer to the start of ``buf`` (a map value), giving it a region once."""
