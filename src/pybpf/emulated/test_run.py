@@ -50,7 +50,7 @@ from ..uapi import (
 )
 from .maps.bpf_map import INT_MAX
 from .net.netdev import LOOPBACK_IFINDEX, NAPI_POLL_WEIGHT, net_of
-from .net.skbuff import PACKET_HOST, PACKET_MULTICAST, PACKET_OTHERHOST, SKB_SHINFO_SIZE
+from .net.skbuff import PACKET_HOST, PACKET_MULTICAST, PACKET_OTHERHOST
 from .net.xdp import (
     ETH_P_802_2,
     ETH_P_802_3_MIN,
@@ -85,6 +85,7 @@ from .prog.filter import (
     SKB_PROTOCOL,
     SKB_REMOTE_IP4,
     SKB_REMOTE_IP6,
+    SKB_SHINFO_SIZE,
     SKB_SK,
     SKB_TSTAMP,
     SKB_WIRE_LEN,

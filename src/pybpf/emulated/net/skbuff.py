@@ -41,7 +41,6 @@ SKB_HEAD_CACHE = "skbuff_head_cache"
 CHECKSUM_NONE, CHECKSUM_UNNECESSARY, CHECKSUM_COMPLETE, CHECKSUM_PARTIAL = range(4)
 PACKET_HOST, PACKET_BROADCAST, PACKET_MULTICAST, PACKET_OTHERHOST = range(4)
 SKB_DATA_ALIGN = 64  # SMP_CACHE_BYTES on x86-64
-SKB_SHINFO_SIZE = 320  # SKB_DATA_ALIGN(sizeof(struct skb_shared_info)) on 6.18 x86-64
 SKB_HEAD_SIZE = 256  # SKB_DATA_ALIGN(sizeof(struct sk_buff))
 SKB_ZEROED = 192  # offsetof(struct sk_buff, tail): what a head's zeroing writes
 

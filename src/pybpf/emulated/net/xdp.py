@@ -32,6 +32,7 @@ from ...uapi import XDP_ABORTED, XDP_PASS, MapType
 from ..machine.machine import MODULE_TASK_LOCALS
 from ..prog.core import run_prog
 from ..prog.filter import (
+    SKB_SHINFO_SIZE,
     XDP_FRAME_SIZE,
     XDP_MD,
     XDP_MD_DATA,
@@ -46,7 +47,6 @@ from .skbuff import (
     PACKET_MULTICAST,
     PACKET_OTHERHOST,
     SKB_HEAD_SIZE,
-    SKB_SHINFO_SIZE,
     SKB_ZEROED,
     SkBuff,
 )

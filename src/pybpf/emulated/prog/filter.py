@@ -39,6 +39,8 @@ from ...uapi import (
     BPF_ADJ_ROOM_ENCAP_L2_SHIFT,
     BPF_ADJ_ROOM_MAC,
     BPF_ADJ_ROOM_NET,
+    BPF_F_ADJ_ROOM_DECAP_L3_IPV4,
+    BPF_F_ADJ_ROOM_DECAP_L3_IPV6,
     BPF_F_ADJ_ROOM_ENCAP_L2,
     BPF_F_ADJ_ROOM_ENCAP_L2_ETH,
     BPF_F_ADJ_ROOM_ENCAP_L3_IPV4,
@@ -415,9 +417,11 @@ ETH_P_IP, ETH_P_IPV6 = 0x0800, 0x86DD
 VLAN_HLEN = 4
 VLAN_ETH_HLEN = ETH_HLEN + VLAN_HLEN
 IPV4_HLEN, IPV6_HLEN = 20, 40
-# BPF_SKB_MAX_LEN: SKB_MAX_ALLOC, an order-2 page less the shared info on 6.18 x86-64
-BPF_SKB_MAX_LEN = (4096 << 2) - 320
+SKB_SHINFO_SIZE = 320  # SKB_DATA_ALIGN(sizeof(struct skb_shared_info)) on 6.18 x86-64
+# BPF_SKB_MAX_LEN: SKB_MAX_ALLOC, an order-2 page less the shared info
+BPF_SKB_MAX_LEN = (4096 << 2) - SKB_SHINFO_SIZE
 PACKET_OTHERHOST = 3  # the last pkt_type bpf_skb_change_type takes (skb_pkt_type_ok)
+KMALLOC_MAX_SIZE = 4 << 20  # the largest kmalloc (order 10 pages), an skb head's limit
 
 
 class Skb:
@@ -484,10 +488,13 @@ class Skb:
         """skb_checksum from the network header to the end."""
         return csum_partial(bytes(self.buf[self.network_header:self.tail]), 0)
 
-    def push(self, size: int) -> None:
+    def push(self, size: int) -> int:
         """skb_cow_head + __skb_push: ``size`` more bytes before data (what the headroom
-        held, zeros where it was short and the buffer was made again)."""
+        held, zeros where it was short and the buffer was made again); 0, or -ENOMEM where
+        the new buffer and its shared info would pass kmalloc's largest (4 MiB)."""
         short = size - self.data
+        if short > 0 and len(self.buf) + short + SKB_SHINFO_SIZE > KMALLOC_MAX_SIZE:
+            return -errno.ENOMEM
         if short > 0:
             self.buf = bytearray(short) + self.buf
             self.data += short
@@ -497,6 +504,7 @@ class Skb:
             if self.transport_header is not None:
                 self.transport_header += short
         self.data -= size
+        return 0
 
     def resize(self, new_len: int) -> None:
         """__skb_grow (zeros) or __skb_trim to ``new_len`` bytes from data."""
@@ -515,11 +523,14 @@ class Skb:
         if self.csum_complete:
             self.csum = csum_add(self.csum, csum_partial(bytes(self.buf[start:start + size]), 0))
 
-    def net_hdr_push(self, off: int, size: int) -> None:
+    def net_hdr_push(self, off: int, size: int) -> int:
         """bpf_skb_net_hdr_push: ``size`` zero bytes inserted ``off`` bytes after data (the
-        headers before them move back with the bytes; skb->csum needs no change for zeros)."""
+        headers before them move back with the bytes; skb->csum needs no change for zeros);
+        0 or push's -ENOMEM."""
         trans_same = self.transport_header == self.network_header
-        self.push(size)
+        ret = self.push(size)
+        if ret:
+            return ret
         buf, data = self.buf, self.data
         buf[data:data + off] = buf[data + size:data + size + off]
         buf[data + off:data + off + size] = bytes(size)
@@ -527,6 +538,7 @@ class Skb:
         self.network_header -= size
         if trans_same:
             self.transport_header = self.network_header
+        return 0
 
     def net_hdr_pop(self, off: int, size: int) -> int:
         """bpf_skb_net_hdr_pop: the ``size`` bytes ``off`` bytes after data removed; 0, or
@@ -628,7 +640,8 @@ def bpf_skb_change_tail(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: in
         if new_len != skb.len:
             skb.resize(new_len)
             skb.csum_complete = False
-        skb.gso_size = skb.gso_segs = 0  # skb_gso_reset
+        if skb.gso_size:  # skb_is_gso: skb_gso_reset
+            skb.gso_size = skb.gso_segs = 0
     skb.attach(rs)
     return ret & M64
 
@@ -636,15 +649,19 @@ def bpf_skb_change_tail(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: in
 def bpf_skb_change_head(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     """bpf_skb_change_head(skb, head_room, flags): ``head_room`` zero bytes before data, the
     MAC header reset to them (the network header stays). -EINVAL for flags, or a length
-    over BPF_SKB_MAX_LEN (a GSO skb has no limit) or past 2^32."""
+    over BPF_SKB_MAX_LEN (a GSO skb has no limit but kmalloc's, push's -ENOMEM) or past
+    2^32."""
     skb = skb_of(rs, "bpf_skb_change_head")
     head_room = r2 & M32
     new_len = skb.len + head_room
     ret = 0
-    if r3 or (not skb.gso_size and new_len > BPF_SKB_MAX_LEN) or new_len > M32:
+    # a head_room past INT_MAX is a negative delta to skb_cow: -EINVAL (measured on 6.18)
+    if r3 or (not skb.gso_size and new_len > BPF_SKB_MAX_LEN) or new_len > M32 \
+            or head_room > INT_MAX:
         ret = -errno.EINVAL
     else:
-        skb.push(head_room)
+        ret = skb.push(head_room)
+    if not ret:
         skb.buf[skb.data:skb.data + head_room] = bytes(head_room)
         skb.mac_header = skb.data  # skb_reset_mac_header
     skb.attach(rs)
@@ -652,9 +669,10 @@ def bpf_skb_change_head(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: in
 
 
 _ADJ_ROOM_ENCAP_L3 = BPF_F_ADJ_ROOM_ENCAP_L3_IPV4 | BPF_F_ADJ_ROOM_ENCAP_L3_IPV6
+_ADJ_ROOM_DECAP_L3 = BPF_F_ADJ_ROOM_DECAP_L3_IPV4 | BPF_F_ADJ_ROOM_DECAP_L3_IPV6
 _ADJ_ROOM_MASK = (BPF_F_ADJ_ROOM_FIXED_GSO | _ADJ_ROOM_ENCAP_L3 | BPF_F_ADJ_ROOM_ENCAP_L4_GRE
                   | BPF_F_ADJ_ROOM_ENCAP_L4_UDP | BPF_F_ADJ_ROOM_ENCAP_L2_ETH
-                  | BPF_F_ADJ_ROOM_ENCAP_L2(BPF_ADJ_ROOM_ENCAP_L2_MASK))
+                  | BPF_F_ADJ_ROOM_ENCAP_L2(BPF_ADJ_ROOM_ENCAP_L2_MASK) | _ADJ_ROOM_DECAP_L3)
 
 
 def _net_base_len(protocol: int) -> int:
@@ -663,12 +681,20 @@ def _net_base_len(protocol: int) -> int:
 
 
 def _net_shrink(skb: Skb, off: int, len_diff: int, flags: int) -> int:
-    """bpf_skb_net_shrink."""
-    if flags & ~(BPF_F_ADJ_ROOM_FIXED_GSO | BPF_F_ADJ_ROOM_NO_CSUM_RESET):
+    """bpf_skb_net_shrink: the room out; a decapsulation's flag makes skb->protocol the
+    inner IP version."""
+    if flags & ~(BPF_F_ADJ_ROOM_FIXED_GSO | _ADJ_ROOM_DECAP_L3 | BPF_F_ADJ_ROOM_NO_CSUM_RESET):
         return -errno.EINVAL
     if skb.gso_size:  # neither TCP nor UDP_L4 GSO
         return -ENOTSUPP
-    return skb.net_hdr_pop(off, len_diff)
+    ret = skb.net_hdr_pop(off, len_diff)
+    if ret:
+        return ret
+    if skb.protocol == ETH_P_IP and flags & BPF_F_ADJ_ROOM_DECAP_L3_IPV6:
+        skb.protocol = ETH_P_IPV6
+    elif skb.protocol == ETH_P_IPV6 and flags & BPF_F_ADJ_ROOM_DECAP_L3_IPV4:
+        skb.protocol = ETH_P_IP
+    return 0
 
 
 def _net_grow(skb: Skb, off: int, len_diff: int, flags: int) -> int:
@@ -689,7 +715,9 @@ def _net_grow(skb: Skb, off: int, len_diff: int, flags: int) -> int:
             return -errno.EALREADY
         if inner_mac_len > len_diff:
             return -errno.EINVAL
-    skb.net_hdr_push(off, len_diff)
+    ret = skb.net_hdr_push(off, len_diff)
+    if ret:
+        return ret
     if encap:
         skb.encapsulation = True
         skb.network_header = skb.data + mac_len
@@ -707,13 +735,18 @@ def bpf_skb_adjust_room(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: in
     """bpf_skb_adjust_room(skb, len_diff, mode, flags): ``len_diff`` (s32) zero bytes
     inserted after the MAC header (BPF_ADJ_ROOM_MAC) or after the fixed IP header
     (BPF_ADJ_ROOM_NET), or removed from there. -EINVAL for flags (a shrink takes only
-    FIXED_GSO and NO_CSUM_RESET), -EFAULT past 0xfff bytes, -ENOTSUPP for a protocol but
-    IPv4 and IPv6, another mode, a shrink into the IP header or a length past
-    BPF_SKB_MAX_LEN; an encapsulation's flags as bpf_skb_net_grow checks them."""
+    FIXED_GSO, NO_CSUM_RESET and one DECAP_L3 flag, which only a shrink takes), -EFAULT
+    past 0xfff bytes, -ENOTSUPP for a protocol but IPv4 and IPv6, another mode, a shrink
+    into the (inner) IP header or a length past BPF_SKB_MAX_LEN; an encapsulation's flags
+    as bpf_skb_net_grow checks them."""
     skb = skb_of(rs, "bpf_skb_adjust_room")
     len_diff, mode, flags = _s32(r2), r3 & M32, r4
     len_diff_abs = abs(len_diff)
     len_min = _net_base_len(skb.protocol)
+    if flags & BPF_F_ADJ_ROOM_DECAP_L3_IPV4:  # what is left must hold the inner header
+        len_min = IPV4_HLEN
+    elif flags & BPF_F_ADJ_ROOM_DECAP_L3_IPV6:
+        len_min = IPV6_HLEN
     off = skb.network_header - skb.mac_header  # skb_mac_header_len
     len_cur = (skb.len - (skb.network_header - skb.data)) & M32
     shrink = len_diff < 0
@@ -724,11 +757,14 @@ def bpf_skb_adjust_room(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: in
     elif skb.protocol not in (ETH_P_IP, ETH_P_IPV6) or mode not in (BPF_ADJ_ROOM_NET,
                                                                       BPF_ADJ_ROOM_MAC):
         ret = -ENOTSUPP
+    elif flags & _ADJ_ROOM_DECAP_L3 and (not shrink or flags & _ADJ_ROOM_DECAP_L3
+                                         == _ADJ_ROOM_DECAP_L3):
+        ret = -errno.EINVAL  # a decapsulation is a shrink, to one IP version
     elif shrink and (len_diff_abs >= len_cur or len_cur - len_diff_abs < len_min) or (
             not shrink and skb.len + len_diff_abs > BPF_SKB_MAX_LEN and not skb.gso_size):
         ret = -ENOTSUPP
     else:
-        off += len_min if mode == BPF_ADJ_ROOM_NET else 0
+        off += _net_base_len(skb.protocol) if mode == BPF_ADJ_ROOM_NET else 0
         ret = (_net_shrink if shrink else _net_grow)(skb, off, len_diff_abs, flags)
     skb.attach(rs)
     return ret & M64
@@ -748,10 +784,14 @@ def bpf_skb_vlan_push(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int)
     if not _eth_type_vlan(vlan_proto):
         vlan_proto = ETH_P_8021Q
     if skb.vlan_proto:
-        skb.push(VLAN_HLEN)
+        ret = skb.push(VLAN_HLEN)
+        if ret:
+            skb.attach(rs)
+            return ret & M64
         buf, data = skb.buf, skb.data
         buf[data:data + 2 * ETH_ALEN] = buf[data + VLAN_HLEN:data + VLAN_HLEN + 2 * ETH_ALEN]
         skb.mac_header -= VLAN_HLEN
+        skb.network_header -= VLAN_HLEN  # at the tag's TCI (measured on 6.18)
         buf[data + 2 * ETH_ALEN:data + ETH_HLEN] = skb.vlan_proto.to_bytes(2, "big")
         buf[data + ETH_HLEN:data + VLAN_ETH_HLEN - 2] = skb.vlan_tci.to_bytes(2, "big")
         skb.protocol = skb.vlan_proto
@@ -826,8 +866,9 @@ def bpf_skb_change_proto(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: i
     if r3:
         ret = -errno.EINVAL
     elif skb.protocol == ETH_P_IP and to_proto == ETH_P_IPV6:
-        skb.net_hdr_push(off, len_diff)
-        skb.protocol = ETH_P_IPV6
+        ret = skb.net_hdr_push(off, len_diff)
+        if not ret:
+            skb.protocol = ETH_P_IPV6
     elif skb.protocol == ETH_P_IPV6 and to_proto == ETH_P_IP:
         ret = skb.net_hdr_pop(off, len_diff)
         if not ret:
