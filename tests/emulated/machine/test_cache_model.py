@@ -16,11 +16,11 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from helpers import hash_map_state
 from pybpf import asm, system
 from pybpf.asm import FP, R0, R1, R2, R3, R4, R6
 from pybpf.asm import builder as b
 from pybpf.emulated.machine import timing as timing_module
-from pybpf.emulated.machine.memalloc import BpfMemAlloc
 from pybpf.emulated.machine.timing import NODE_SHIFT, PAGE, SpinLock, Timing
 from pybpf.emulated.prog import native
 from pybpf.errors import BPFError, KernelError
@@ -187,41 +187,6 @@ def test_hash_map_costs_in_c_agree_with_pythons(ops, map_type, no_prealloc):
                     results.append(exc.errno)
         assert observed(timings[0], []) == observed(timings[1], []), (op, key, cpu)
         assert results[:len(results) // 2] == results[len(results) // 2:]
-
-
-def hash_map_state(e, fd: int) -> dict:
-    """What a hash map holds and where: its keys in iteration order (bucket order), each
-    element's address and value (every CPU's slot), the free lists' and spares' addresses,
-    its counters."""
-    bpf_map = e.map_from_fd(fd)
-    keys, key = [], None
-    while True:
-        try:
-            key = e.map_get_next_key(fd, key)
-        except BPFError:
-            break
-        keys.append(key)
-    freelist = bpf_map.freelist
-    return {"keys": keys, "addrs": {k: elem.addr for k, elem in bpf_map.table.items()},
-            "refs": {k: elem.ref for k, elem in bpf_map.table.items()},
-            "values": {k: bytes(v) if bpf_map.values is not None else [bytes(s) for s in v]
-                       for k, v in ((k, elem.value) for k, elem in bpf_map.table.items())},
-            "free": None if freelist is None else [[elem.addr for elem in lst]
-                                                   for lst in freelist.lists],
-            "spares": [[elem.addr for elem in lst] for lst in bpf_map.extra_elems],
-            "lru": None if bpf_map.lru_list is None else (
-                {name: [(node.addr, node.cpu, node.ref) for node in nodes]
-                 for name, nodes in bpf_map.lru_list.lists().items()},
-                bpf_map.lru_list.stats(), [loc.next_steal for loc in bpf_map.lru_list.local]
-                if not bpf_map.lru_list.percpu else None,
-                None if bpf_map.lru_list.percpu else
-                bpf_map.lru_list.common.next_inactive_rotation.addr),
-            "mem_caches": None if not isinstance(bpf_map.ma, BpfMemAlloc) else [
-                [[elem.addr for elem in objects] for objects in (
-                    cache.free, cache.free_by_rcu_ttrace, cache.waiting_for_gp_ttrace)]
-                for cache in bpf_map.ma.caches],
-            "stats": e.map_stats(fd),
-            "problems": bpf_map.storage.problems(bpf_map._hash)}
 
 
 CORE_MAP_TYPES = [MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH]
