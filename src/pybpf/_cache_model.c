@@ -1411,6 +1411,20 @@ static PyObject *cm_sync_idle(PyObject *op, PyObject *const *args, Py_ssize_t na
 	return PyBool_FromLong(idle);
 }
 
+void native_keep_error(PyObject *run)
+{
+	PyObject *type, *value, *traceback;
+	PyErr_Fetch(&type, &value, &traceback);
+	PyErr_NormalizeException(&type, &value, &traceback);
+	if (traceback != NULL && value != NULL)
+		PyException_SetTraceback(value, traceback);
+	if (value == NULL || PyObject_SetAttr(run, s_error, value) < 0)
+		PyErr_WriteUnraisable(run);
+	Py_XDECREF(type);
+	Py_XDECREF(value);
+	Py_XDECREF(traceback);
+}
+
 int64_t pybpf_native_charge(PyObject *const *run, int64_t what, uint64_t addr,
 			    PyObject *bpf_map, const char *key, int64_t key_size)
 {
@@ -1441,17 +1455,8 @@ int64_t pybpf_native_charge(PyObject *const *run, int64_t what, uint64_t addr,
 	if (what & CHARGE_HELPER && charge_n((PyObject *)m, run[RUN_CPU], s_helper_call, s_one) < 0)
 		goto fail;
 	goto out;
-fail:;
-	PyObject *type, *value, *traceback;
-	PyErr_Fetch(&type, &value, &traceback);
-	PyErr_NormalizeException(&type, &value, &traceback);
-	if (traceback != NULL && value != NULL)
-		PyException_SetTraceback(value, traceback);
-	if (value == NULL || PyObject_SetAttr(run[RUN_SELF], s_error, value) < 0)
-		PyErr_WriteUnraisable(run[RUN_SELF]);
-	Py_XDECREF(type);
-	Py_XDECREF(value);
-	Py_XDECREF(traceback);
+fail:
+	native_keep_error(run[RUN_SELF]);
 	result = CHARGE_FAILED;
 out:
 	PyGILState_Release(gil);

@@ -33,6 +33,10 @@ int timing_sync(PyObject *timing, CacheModel *m, PyObject *cpu_obj, int cpu);
 /* HtabMap._walk_cost's accesses: the bucket's line, then its chain up to the key */
 int htab_chain_cost(CacheModel *m, int cpu, uint64_t bucket, PyObject *chain, PyObject *kb);
 
+/* The error being raised kept as the native tier's run's ``error`` (the run stops and raises
+ * it), cleared here */
+void native_keep_error(PyObject *run);
+
 /* _hashtab.c: HtabCore, the hash map's update and delete in C */
 extern PyTypeObject HtabCoreType;
 int htab_core_ready(void);

@@ -1326,6 +1326,27 @@ static PyObject *helper_result(HtabCore *c, PyObject *done)
 
 enum { HELPER_LOOKUP, HELPER_UPDATE, HELPER_DELETE };
 
+/* A modeled operation begins: Timing.sync on the running CPU */
+static int helper_sync(HtabCore *c)
+{
+	int cpu;
+	PyObject *cpu_obj = current_cpu(c, &cpu);
+	int rc = cpu_obj == NULL ? -1
+		: timing_sync(c->timing, (CacheModel *)c->model, cpu_obj, cpu);
+	Py_XDECREF(cpu_obj);
+	return rc;
+}
+
+/* An update or delete of the key (and value) bytes, after helper_sync: r0 */
+static PyObject *helper_change(HtabCore *c, int op, PyObject *key, PyObject *value,
+			       PyObject *flags)
+{
+	if (op == HELPER_UPDATE)
+		return helper_result(c, htab_core_update((PyObject *)c,
+			(PyObject *[]){key, value, flags}, 3));
+	return helper_result(c, htab_core_delete((PyObject *)c, key));
+}
+
 /* bpf_map_{lookup,update,delete}_elem on this map, as helpers.map_*_elem bound to it:
  * (python, rs, r2, r3, r4, r5) -> r0, ``python`` the Python helper bound to the map, which
  * does what is not plain memory. */
@@ -1335,17 +1356,15 @@ static PyObject *helper_call(HtabCore *c, int op, PyObject *const *args, Py_ssiz
 		PyErr_SetString(PyExc_TypeError, "(python, rs, r2, r3, r4, r5)");
 		return NULL;
 	}
-	PyObject *rs = args[1], *mem = NULL, *cpu_obj = NULL, *key = NULL, *value = NULL;
+	PyObject *rs = args[1], *mem = NULL, *key = NULL, *value = NULL;
 	PyObject *result = NULL;
 	uint64_t r2, r3 = 0;
-	int cpu;
 	if (parse_addr(args[2], &r2) < 0 || (op == HELPER_UPDATE && parse_addr(args[3], &r3) < 0)
 	    || (mem = PyObject_GetAttr(rs, s_mem)) == NULL)
 		goto out;
 	/* a modeled operation begins (Timing.sync), then the bytes are read; where they are not
 	 * plain memory the Python helper does it all (its sync then does nothing) */
-	if ((cpu_obj = current_cpu(c, &cpu)) == NULL
-	    || timing_sync(c->timing, (CacheModel *)c->model, cpu_obj, cpu) < 0)
+	if (helper_sync(c) < 0)
 		goto out;
 	if (!PyDict_CheckExact(mem) || (key = plain_bytes(mem, r2, c->key_bytes)) == NULL
 	    || (op == HELPER_UPDATE && (value = plain_bytes(mem, r3, c->value_size)) == NULL)) {
@@ -1353,11 +1372,8 @@ static PyObject *helper_call(HtabCore *c, int op, PyObject *const *args, Py_ssiz
 			goto out;
 		goto python;
 	}
-	if (op == HELPER_UPDATE) {
-		result = helper_result(c, htab_core_update((PyObject *)c,
-			(PyObject *[]){key, value, args[4]}, 3));
-	} else if (op == HELPER_DELETE) {
-		result = helper_result(c, htab_core_delete((PyObject *)c, key));
+	if (op != HELPER_LOOKUP) {
+		result = helper_change(c, op, key, value, args[4]);
 	} else {
 		PyObject *found = htab_core_lookup((PyObject *)c, key), *regions = NULL, *id = NULL;
 		if (found == NULL)
@@ -1383,10 +1399,42 @@ python:
 	result = PyObject_Vectorcall(args[0], args + 1, 5, NULL);
 out:
 	Py_XDECREF(mem);
-	Py_XDECREF(cpu_obj);
 	Py_XDECREF(key);
 	Py_XDECREF(value);
 	return result;
+}
+
+/* bpf_map_update_elem (op HELPER_UPDATE) or bpf_map_delete_elem (HELPER_DELETE) bound to the
+ * map of ``core``, called from the native tier's machine code with the key (and the value)
+ * where it reads them natively, and R4: what helper_call does with them, without the trip
+ * through Python. r0; where it raised, the error is kept for ``run`` (its ``error``) and
+ * *status set to ``raised``. The GIL is taken (a run charged from machine code holds it). */
+uint64_t pybpf_native_htab_op(uint64_t *status, uint64_t raised, PyObject *run,
+			      PyObject *core, int64_t op, const char *key_at,
+			      const char *value_at, uint64_t r4)
+{
+	PyGILState_STATE gil = PyGILState_Ensure();
+	HtabCore *c = (HtabCore *)core;
+	PyObject *key = NULL, *value = NULL, *flags = NULL, *result = NULL;
+	uint64_t r0 = 0;
+	/* the bytes are read after the sync, as helper_call reads them: other CPUs' tasks may
+	 * write them meanwhile */
+	if (helper_sync(c) == 0
+	    && (key = PyBytes_FromStringAndSize(key_at, c->key_bytes)) != NULL
+	    && (op != HELPER_UPDATE
+		|| (value = PyBytes_FromStringAndSize(value_at, c->value_size)) != NULL)
+	    && (flags = PyLong_FromUnsignedLongLong(r4)) != NULL)
+		result = helper_change(c, (int)op, key, value, flags);
+	if (result == NULL || parse_addr(result, &r0) < 0) {
+		native_keep_error(run);
+		*status = raised;
+	}
+	Py_XDECREF(key);
+	Py_XDECREF(value);
+	Py_XDECREF(flags);
+	Py_XDECREF(result);
+	PyGILState_Release(gil);
+	return r0;
 }
 
 static PyObject *htab_core_helper_lookup(PyObject *op, PyObject *const *args, Py_ssize_t nargs)

@@ -6,6 +6,7 @@ map contents and access statistics, and with modeled time the same clocks and br
 
 from __future__ import annotations
 
+import errno
 import functools
 import sys
 import threading
@@ -14,17 +15,28 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import hash_map_state
 from pybpf import asm
 from pybpf import system as make_system
 from pybpf.accelerator import ATOMIC_RMW
-from pybpf.asm import FP, R0, R1, R2, R3, R6
+from pybpf.asm import FP, R0, R1, R2, R3, R4, R6, R7
 from pybpf.asm import builder as b
 from pybpf.asm.opcodes import ATOMIC_FETCH, AtomicOp
+from pybpf.btf import Btf, Int, Member, Struct
 from pybpf.emulated import VirtualTimeScheduler
+from pybpf.emulated.machine import timing as timing_module
 from pybpf.emulated.prog import native
 from pybpf.emulated.prog.native import _memory_op
 from pybpf.errors import ProgramFault
-from pybpf.uapi import MapType, ProgType
+from pybpf.uapi import (
+    BPF_ANY,
+    BPF_EXIST,
+    BPF_F_LOCK,
+    BPF_F_NO_PREALLOC,
+    BPF_NOEXIST,
+    MapType,
+    ProgType,
+)
 
 pytestmark = pytest.mark.skipif(native.native_missing() is not None,
                                 reason=str(native.native_missing()))
@@ -518,8 +530,6 @@ def test_smp_processor_id_is_inlined_and_charged_as_python_charges_it(caches, mo
     """The run's CPU without a call into Python; with modeled time each call is charged
     "helper_call" in the program's order, by the C model or (its caches Python's) by Python:
     the same R0, count, clocks and breakdown on every engine."""
-    from pybpf.emulated.machine import timing as timing_module
-
     if caches == "Python":
         monkeypatch.setattr(timing_module, "CACHE_MODEL", None)
     elif caches == "C" and (timing_module.CACHE_MODEL is None or native._charge_address() is None):
@@ -569,3 +579,173 @@ def test_a_tracepoint_record_is_read_natively_and_never_written(monkeypatch):
         with pytest.raises(ProgramFault):
             writer.run(context, engine=engine)
     assert context == bytes(256)
+
+
+# -- bound updates and deletes on hash maps with an HtabCore (pybpf_native_htab_op) --------
+M64 = (1 << 64) - 1
+# (op, key, flags, where the key and the value lie): on the stack, in a map value (one the
+# program looked up: native memory) or in global data Python has not seen (not native: the
+# helper goes through Python). Max entries 4: the map fills and refuses (E2BIG, an LRU map
+# evicts instead); BPF_F_LOCK on a value without a lock and bad flags are EINVAL from Python.
+HTAB_OPS = [("update", 1, BPF_ANY, "stack"), ("update", 2, BPF_NOEXIST, "value"),
+            ("update", 2, BPF_NOEXIST, "stack"), ("update", 3, BPF_EXIST, "stack"),
+            ("update", 1, BPF_EXIST, "value"), ("update", 3, BPF_ANY, "global"),
+            ("update", 4, BPF_ANY, "value"), ("update", 5, BPF_ANY, "stack"),
+            ("update", 5, BPF_NOEXIST, "value"), ("update", 1, BPF_NOEXIST | BPF_EXIST, "stack"),
+            ("update", 1, BPF_F_LOCK, "value"), ("update", 1, 1 << 32, "stack"),
+            ("update", 1, M64, "stack"), ("delete", 5, 0, "stack"), ("delete", 2, 0, "value"),
+            ("delete", 2, 0, "stack"), ("delete", 3, 0, "global"), ("update", 6, BPF_ANY, "value"),
+            ("update", 2, BPF_ANY, "stack"), ("delete", 1, 0, "stack")]
+KEY_AT, VALUE_AT = 8 * len(HTAB_OPS), 8 * len(HTAB_OPS) + 8  # in the looked-up value
+GLOBAL_VALUE_AT = 48  # global data: key k at 4 * k (up to 11), then a value
+
+
+def htab_ops_program(ops: list, value_size: int = 8) -> list:
+    """``ops`` on map "m", each R0 stored in the value of "out" (looked up first) at 8 * n,
+    in order; a value written is the op's number + 1 in each word."""
+    items = [b.st(4, FP, -4, 0), b.ld_map_fd(R1, "out"), b.mov64(R2, FP), b.add64(R2, -4),
+             b.call("map_lookup_elem"), b.jeq(R0, 0, "done"), b.mov64(R7, R0)]
+    for n, (op, key, flags, where) in enumerate(ops):
+        if where == "stack":
+            items += [b.st(4, FP, -4, key), b.mov64(R2, FP), b.add64(R2, -4),
+                      *(b.st(8, FP, -32 + w, n + 1) for w in range(0, value_size, 8)),
+                      b.mov64(R3, FP), b.add64(R3, -32)]
+        elif where == "value":
+            items += [b.st(4, R7, KEY_AT, key), b.mov64(R2, R7), b.add64(R2, KEY_AT),
+                      b.st(8, R7, VALUE_AT, n + 1), b.mov64(R3, R7), b.add64(R3, VALUE_AT)]
+        else:
+            items += [b.ld_map_value(R2, "g", 4 * key), b.ld_map_value(R3, "g", GLOBAL_VALUE_AT)]
+        items += [b.ld_map_fd(R1, "m")]
+        if op == "update":
+            items += [b.lddw(R4, flags), b.call("map_update_elem")]
+        else:
+            items += [b.call("map_delete_elem")]
+        items += [b.stx(8, R7, 8 * n, R0)]
+    return [*items, b.label("done"), b.mov64(R0, 0), b.exit_()]
+
+
+def htab_op_runs(map_type: int, map_flags: int, modeled: bool, items: list,
+                 spin_lock: bool = False) -> tuple[dict, dict]:
+    """Per engine, after runs of ``items`` on CPUs 0, 1, 0 of a 2-CPU machine: each run's
+    R0s (the "out" value), the hash map's state, the clocks and breakdowns; and per engine
+    the ops of the bound map helpers that went through Python (callbacks). The map's value
+    is a u64, or with ``spin_lock`` SPIN_LOCK_TYPES' struct value."""
+    value_size = 16 if spin_lock else 8
+    results, bound_calls, callback = {}, {}, native._Run.callback
+
+    def counting(run, op, *args):
+        if op == native.OP_BOUND:
+            bound_calls[engine] += 1
+        return callback(run, op, *args)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(native._Run, "callback", counting)
+        for engine in ENGINES:
+            bound_calls[engine] = 0
+            system = make_system("emulated", modeled_time=modeled, cpus=2)
+            btf = {}
+            if spin_lock:
+                btf = {"btf_fd": system.btf_load(Btf(SPIN_LOCK_TYPES).to_bytes()),
+                       "btf_key_type_id": 1, "btf_value_type_id": 3}
+            fd = system.map_create(map_type, 4, value_size, 4, map_flags=map_flags, **btf)
+            out = system.map_create(MapType.ARRAY, 4, VALUE_AT + 8, 1)
+            globals_ = system.map_create(MapType.ARRAY, 4, GLOBAL_VALUE_AT + value_size, 1)
+            system.map_update_elem(globals_, bytes(4), b"".join(
+                k.to_bytes(4, "little") for k in range(12)) + bytes([9]) * value_size)
+            prog = load(system, items, {"m": fd, "out": out, "g": globals_})
+            r0s = []
+            for cpu in (0, 1, 0):
+                with system.machine.on_cpu(cpu):
+                    prog.run(bytearray(64), engine=engine)
+                r0s.append(system.map_lookup_elem(out, bytes(4))[:KEY_AT])
+            timing = system.machine.timing
+            results[engine] = (r0s, hash_map_state(system, fd), list(timing.clock),
+                               [timing.breakdown(cpu) for cpu in range(2)])
+    return results, bound_calls
+
+
+def direct_htab_ops(modeled: bool) -> bool:
+    """Whether compiled code calls a hash map's bound update and delete natively here."""
+    return modeled and timing_module.CACHE_MODEL is not None \
+        and native._htab_op_address() is not None
+
+
+@needs_accel
+@pytest.mark.parametrize("map_type, map_flags", [
+    (MapType.HASH, 0), (MapType.HASH, BPF_F_NO_PREALLOC), (MapType.PERCPU_HASH, 0),
+    (MapType.PERCPU_HASH, BPF_F_NO_PREALLOC), (MapType.LRU_HASH, 0)])
+@pytest.mark.parametrize("modeled", [True, False])
+def test_bound_hash_updates_and_deletes_agree_across_engines(map_type, map_flags, modeled):
+    """Every flag, full maps and missing keys, keys and values on the stack, in a map value
+    and in global data: the same R0s, map (elements, addresses, free lists, counters),
+    clocks and breakdowns on every engine. With an HtabCore (modeled time on the C model)
+    the native tier calls its ops without Python where the key and value are native memory;
+    only the ops on global data go through Python."""
+    results, bound_calls = htab_op_runs(map_type, map_flags, modeled,
+                                        htab_ops_program(HTAB_OPS))
+    agree(results)
+    r0s = {-int.from_bytes(r0s[k:k + 8], "little", signed=True)
+           for r0s in results["native"][0] for k in range(0, KEY_AT, 8)}
+    full = set() if map_type == MapType.LRU_HASH else {errno.E2BIG}
+    assert r0s == {0, errno.EEXIST, errno.ENOENT, errno.EINVAL} | full
+    in_python = sum(where == "global" for *_, where in HTAB_OPS) if direct_htab_ops(modeled) \
+        else len(HTAB_OPS)
+    assert bound_calls["native"] == 3 * in_python
+
+
+SPIN_LOCK_TYPES = [Int("unsigned int", 4, 0, 0, 32),
+                   Struct("bpf_spin_lock", 4, (Member("val", 1, 0),)),
+                   # struct value { struct bpf_spin_lock lock; u32 cnt; u64 x; }
+                   Struct("value", 16, (Member("lock", 2, 0), Member("cnt", 1, 32),
+                                        Member("x", 1, 64)))]
+
+
+@needs_accel
+def test_bound_updates_of_a_value_with_a_spin_lock_go_to_python_on_every_engine():
+    """A value with special fields (a bpf_spin_lock) is updated by the map's Python method,
+    BPF_F_LOCK taken there: the native tier's direct update hands it over as the helper
+    does, with the same results."""
+    ops = [("update", 1, BPF_ANY, "stack"), ("update", 1, BPF_F_LOCK, "stack"),
+           ("update", 2, BPF_F_LOCK | BPF_NOEXIST, "stack"),
+           ("update", 2, BPF_F_LOCK | BPF_NOEXIST, "stack"),
+           ("update", 3, BPF_F_LOCK | BPF_EXIST, "stack"), ("delete", 1, 0, "stack"),
+           ("update", 1, BPF_F_LOCK | 8, "stack")]
+    results = {}
+    for modeled in (True, False):
+        results[modeled], bound_calls = htab_op_runs(MapType.HASH, 0, modeled,
+                                                     htab_ops_program(ops, 16), spin_lock=True)
+        agree(results[modeled])
+        assert bound_calls["native"] == (0 if direct_htab_ops(modeled) else 3 * len(ops))
+    first_run = results[True]["native"][0][0]
+    assert [-int.from_bytes(first_run[k:k + 8], "little", signed=True)
+            for k in range(0, 8 * len(ops), 8)] == [0, 0, 0, errno.EEXIST, errno.ENOENT, 0,
+                                                    errno.EINVAL]
+
+
+def update_loop(iterations: int) -> list:
+    """bpf_map_update_elem of key i % 3 (on the stack), ``iterations`` times; R0 their
+    results' sum."""
+    return [b.st(8, FP, -16, 1), b.mov64(R6, 0), b.mov64(R7, 0), b.label("loop"),
+            b.mov64(R3, R6), b.mod64(R3, 3), b.stx(4, FP, -4, R3), b.ld_map_fd(R1, "m"),
+            b.mov64(R2, FP), b.add64(R2, -4), b.mov64(R3, FP), b.add64(R3, -16),
+            b.mov64(asm.Reg(4), 0), b.call("map_update_elem"), b.add64(R7, R0),
+            b.add64(R6, 1), b.jlt(R6, iterations, "loop"), b.mov64(R0, R7), b.exit_()]
+
+
+@needs_accel
+def test_what_a_sync_raises_in_a_direct_update_leaves_the_run_on_every_engine():
+    """The scheduler's sync raising in an update: the run stops with it after the same
+    syncs and the map holds the same on every engine; the native tier's clocks are the
+    interpreter's (the JIT charges no instructions to a run that raised)."""
+    maps, figures = {}, {}
+    for engine in ENGINES:
+        system, fd, prog = modeled_system(MapType.HASH, update_loop(30))
+        scheduler = system.machine.timing.scheduler = FailingScheduler()
+        with pytest.raises(RuntimeError, match="the scheduler gave up"):
+            prog.run(bytearray(64), engine=engine)
+        assert scheduler.syncs == 10, engine
+        maps[engine] = hash_map_state(system, fd)
+        figures[engine] = modeled_figures(system, fd)
+    agree(maps)
+    assert figures["native"] == figures["interp"]
+    assert bytes(4) in maps["native"]["keys"]  # the first updates were done

@@ -44,6 +44,17 @@ Rules this module keeps:
   CPU, its call charged like the others with modeled time. Other helpers and kfuncs go
   through the callback; as in the JIT, a map helper on a map R1 surely points to calls the
   core bound to that map, and only what may run a callback gets the count.
+- ``bpf_map_update_elem`` and ``bpf_map_delete_elem`` on a map R1 surely points to whose
+  bound helper is its HtabCore's (a HASH, PERCPU_HASH or LRU_HASH map with modeled time on
+  the C cache model: _hashtab.c) skip Python when the key (and the value) lie in memory
+  compiled code reaches (the live frames, the map values and global data in the run's
+  table): compiled code calls the C model's pybpf_native_htab_op with the core, their
+  addresses and R4, which does what the helper does with them (the scheduler's sync, then
+  the bytes read and the op in C; what the core hands to Python, such as BPF_F_LOCK, bad
+  flags or a value with special fields, it hands over from there), with the GIL taken; a
+  KernelError is R0's -errno, anything else stops the run with it (the count through the
+  call stored first, as for a callback; these helpers are not counted callbacks). A key
+  or value elsewhere sends the helper through the callback.
 - A program the tier does not compile (a tail call, an unknown helper, a write to r10,
   recursion, a jump out of its subprogram) is refused once at load with a reason; core.py
   then runs it on the JIT.
@@ -119,7 +130,8 @@ MAX_NATIVE_FRAMES = 64  # deeper static call chains run on the JIT
 # many values once each gains nothing from the cache, and would pay for trying it).
 # With modeled time, a run whose lookups are charged natively also holds what
 # pybpf_native_charge reads: its machine's Timing, that Timing's C cache model, its CPU
-# (an int object), that CPU's list of deferred work, and the run (whose ``error`` it sets).
+# (an int object), that CPU's list of deferred work; always the run (whose ``error`` it and
+# pybpf_native_htab_op set).
 COUNT, BUDGET, NEXT_REGION, STATUS, FAULT_PC, DEPTH, ARENA, CALLBACK = range(8)
 TIMING, MODEL, CPU, DEFERRED, RUN = range(8, 13)
 THIS_CPU = 13  # the run's CPU: per-CPU slots, bpf_get_smp_processor_id
@@ -167,6 +179,11 @@ NOT_CHARGED, CHARGED, CHARGE_FAILED = 0, 1, 2
 CHARGE_SYMBOL = "pybpf_native_charge"
 # _accel.c: a hash map's, and an array's, value's first lookup in a run
 VALUE_SYMBOL, ARRAY_VALUE_SYMBOL = "pybpf_native_value", "pybpf_native_array_value"
+# _hashtab.c: the update or delete of an HtabCore's bound helper from machine code, its op
+# (HELPER_UPDATE or HELPER_DELETE there) by the helper's name
+HTAB_OP_SYMBOL = "pybpf_native_htab_op"
+HTAB_OPS = {"helper_update": 1, "helper_delete": 2}
+HTAB_UPDATE = HTAB_OPS["helper_update"]
 # @htab_lookup's answers besides a value's address: absent, or ask Python
 HTAB_ABSENT, HTAB_SLOW = 0, M64
 
@@ -206,6 +223,8 @@ def native_reach() -> str:
         reach += " (a value's first lookup in a run through Python)"
     if _charge_address() is None:
         reach += "; with modeled time, lookups through Python (the C cache model is not built)"
+    elif _htab_op_address() is not None:
+        reach += "; with modeled time, hash map updates and deletes"
     return reach
 
 
@@ -253,12 +272,16 @@ class _FunctionIR:
     basic block per counting block."""
 
     def __init__(self, exe: Executable, start: int, end: int, maps: dict[int, int],
-                 bound: dict[str, int]) -> None:
+                 bound: dict[str, Callable]) -> None:
         self.exe = exe
         self.start = start
         self.end = end
         self.maps = maps  # region of a map whose lookups run natively -> its words' slot
-        self.bound = bound  # jit.bound_name of a bound map helper -> its index
+        # jit.bound_name of a bound map helper -> its index; (HtabCore, op) of those whose
+        # op compiled code calls natively
+        self.bound = {name: k for k, name in enumerate(bound)}
+        self.htab_ops = {name: op for name, func in bound.items()
+                         if (op := htab_op_of(func)) is not None}
         self.lines: list[str] = []
         self.temps = 0
         self.terminated = False
@@ -406,27 +429,34 @@ class _FunctionIR:
             at += self.exe.slots[at].slots
         return count
 
+    def store_count(self, pc: int) -> tuple[str, int]:
+        """Store the count through the instruction at ``pc`` (what a call out of compiled
+        code sees, and what a run it stops ends with): the count word's slot, and how many
+        instructions of the block come after ``pc`` (counted in ``%n`` already)."""
+        after = self.block_length(self.block_pc) - self.insns_done(pc)
+        n = self.op("load i64, ptr %n")
+        count_slot = self.slot(COUNT)
+        self.emit(f"store i64 {self.op(f'sub i64 {n}, {after}')}, ptr {count_slot}")
+        return count_slot, after
+
     def callback(self, pc: int, op: int, *args: str) -> str:
         """Call into Python for the instruction at ``pc`` with the count through it; leave
         the run when Python raised."""
-        length = self.block_length(self.block_pc)
-        done = self.insns_done(pc)
-        n = self.op("load i64, ptr %n")
-        count_slot = self.slot(COUNT)
-        self.emit(f"store i64 {self.op(f'sub i64 {n}, {length - done}')}, ptr {count_slot}")
+        count_slot, after = self.store_count(pc)
         padded = [*args, *["0"] * (6 - len(args))]
         result = self.op(f"call i64 @py_callback(ptr %st, i64 {op}, "
                          + ", ".join(f"i64 {a}" for a in padded) + ")")
         self.check_status(pc)
         counted = self.op(f"load i64, ptr {count_slot}")
-        self.emit(f"store i64 {self.op(f'add i64 {counted}, {length - done}')}, ptr %n")
+        self.emit(f"store i64 {self.op(f'add i64 {counted}, {after}')}, ptr %n")
         return result
 
-    def check_status(self, pc: int) -> None:
+    def check_status(self, pc: int, ok: str = "ok") -> None:
+        """Leave the run when its status says so, else go on at label ``ok{pc}``."""
         status = self.op(f"load i64, ptr {self.slot(STATUS)}")
         failed = self.op(f"icmp ne i64 {status}, 0")
-        self.branch(f"br i1 {failed}, label %bail, label %ok{pc}")
-        self.label(f"ok{pc}")
+        self.branch(f"br i1 {failed}, label %bail, label %{ok}{pc}")
+        self.label(f"{ok}{pc}")
 
     def write_insn(self, pc: int, insn: Instruction) -> None:
         info = OPCODES[insn.opcode]
@@ -565,14 +595,47 @@ class _FunctionIR:
             return
         elif bound_name(insn.imm, self.map_in_r1) in self.bound:
             # R1 is a known map: the helper bound to it skips resolving the map pointer
+            name = bound_name(insn.imm, self.map_in_r1)
+            if name in self.htab_ops:
+                self.write_htab_op(pc, *self.htab_ops[name], self.bound[name])
+                return
             args = [self.get(reg) for reg in range(2, 6)]
-            index = self.bound[bound_name(insn.imm, self.map_in_r1)]
-            self.put(0, self.callback(pc, OP_BOUND, str(index), *args))
+            self.put(0, self.callback(pc, OP_BOUND, str(self.bound[name]), *args))
             return
         else:
             op = OP_CALLBACK_HELPER if insn.imm in CALLBACK_HELPERS else OP_HELPER
         args = [self.get(reg) for reg in range(1, 6)]
         self.put(0, self.callback(pc, op, str(insn.imm), *args))
+
+    def write_htab_op(self, pc: int, core: Any, op: int, index: int) -> None:
+        """The update or delete of an HtabCore's helper bound to the map R1 points to: with
+        the key (and value) in memory compiled code reaches, by pybpf_native_htab_op, which
+        does what the helper does with them; else the helper through Python."""
+        bpf_map = self.exe.static_regions[self.map_in_r1]
+        args = [self.get(reg) for reg in range(2, 6)]
+        key_ptr = self.op(f"call ptr @mem_ptr(ptr %st, i64 {args[0]}, i64 {bpf_map.key_size}, "
+                          "i1 false)")
+        native = self.op(f"icmp ne ptr {key_ptr}, null")
+        value_ptr = "null"
+        if op == HTAB_UPDATE:
+            value_ptr = self.op(f"call ptr @mem_ptr(ptr %st, i64 {args[1]}, "
+                                f"i64 {bpf_map.value_size}, i1 false)")
+            native = self.op(f"and i1 {native}, {self.op(f'icmp ne ptr {value_ptr}, null')}")
+        self.branch(f"br i1 {native}, label %hd{pc}, label %hb{pc}")
+        self.label(f"hd{pc}")
+        self.store_count(pc)
+        run = self.op(f"load ptr, ptr {self.slot(RUN)}")
+        direct = self.op(f"call i64 @{HTAB_OP_SYMBOL}(ptr {self.slot(STATUS)}, "
+                         f"i64 {STATUS_RAISED}, ptr {run}, ptr inttoptr (i64 {id(core)} to ptr), "
+                         f"i64 {op}, ptr {key_ptr}, ptr {value_ptr}, i64 {args[2]})")
+        self.check_status(pc, "hdok")
+        self.branch(f"br label %hj{pc}")
+        self.label(f"hb{pc}")
+        slow = self.callback(pc, OP_BOUND, str(index), *args)
+        slow_block = self.current_block()
+        self.branch(f"br label %hj{pc}")
+        self.label(f"hj{pc}")
+        self.put(0, self.op(f"phi i64 [{direct}, %hdok{pc}], [{slow}, %{slow_block}]"))
 
     def write_smp_processor_id(self, pc: int, insn: Instruction) -> None:
         """bpf_get_smp_processor_id inlined, as the kernel's verifier inlines it: the run's
@@ -968,6 +1031,7 @@ declare i64 @{CHARGE_SYMBOL}(ptr, i64, i64, ptr, ptr, i64)
 declare i64 @{VALUE_SYMBOL}(ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64, i64,
                            ptr, ptr)
 declare i64 @{ARRAY_VALUE_SYMBOL}(ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64)
+declare i64 @{HTAB_OP_SYMBOL}(ptr, i64, ptr, ptr, i64, ptr, ptr, i64)
 declare i16 @llvm.bswap.i16(i16)
 declare i32 @llvm.bswap.i32(i32)
 declare i64 @llvm.bswap.i64(i64)
@@ -1107,11 +1171,11 @@ def map_words(frames: int, maps: list[int]) -> dict[int, int]:
     return {region: FRAME_REGIONS + frames + k * MAP_WORDS for k, region in enumerate(maps)}
 
 
-def native_ir(exe: Executable, frames: int, maps: list[int], bound: dict[str, int]) -> str:
+def native_ir(exe: Executable, frames: int, maps: list[int], bound: dict[str, Callable]) -> str:
     """The LLVM IR of ``exe`` (which ``check_compilable`` accepted, with at most ``frames``
     frames), ``maps`` the regions of the maps whose lookups run without Python, ``bound``
-    the index of each of its bound map helpers (by jit.bound_name): one function per
-    subprogram, an exported ``E<start>`` each."""
+    its bound map helpers (jit.bound_helpers, whose order gives each its index): one
+    function per subprogram, an exported ``E<start>`` each."""
     parts = [_FRAME_PTR, _py_callback_ir(), _htab_lookup_ir()]
     words = map_words(frames, maps)
     for start in exe.subprogs:
@@ -1178,7 +1242,8 @@ def _register_runtime() -> None:
     for name in PYTHON_SYMBOLS:
         llvm.add_symbol(name, ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value)
     for name, address in ((CHARGE_SYMBOL, _charge_address()), (VALUE_SYMBOL, _value_address()),
-                          (ARRAY_VALUE_SYMBOL, _symbol_address(ACCEL, ARRAY_VALUE_SYMBOL))):
+                          (ARRAY_VALUE_SYMBOL, _symbol_address(ACCEL, ARRAY_VALUE_SYMBOL)),
+                          (HTAB_OP_SYMBOL, _htab_op_address())):
         if address is not None:
             llvm.add_symbol(name, address)
     for library, names in RUNTIME_SYMBOLS:
@@ -1204,6 +1269,25 @@ def _symbol_address(module: Any, name: str) -> int | None:
 def _charge_address() -> int | None:
     """Where the C cache model's pybpf_native_charge is (None: not built)."""
     return _symbol_address(CACHE_MODEL, CHARGE_SYMBOL)
+
+
+@functools.cache
+def _htab_op_address() -> int | None:
+    """Where the C cache model's pybpf_native_htab_op is (None: not built)."""
+    return _symbol_address(CACHE_MODEL, HTAB_OP_SYMBOL)
+
+
+def htab_op_of(func: Callable) -> tuple[Any, int] | None:
+    """(HtabCore, op) where ``func``, a map helper bound to a map, is an HtabCore's update or
+    delete helper (helpers._binder's ``functools.partial(in_c, python)``), whose op compiled
+    code then calls natively; else None (also where pybpf_native_htab_op is not built)."""
+    in_c = getattr(func, "func", None)
+    core = getattr(in_c, "__self__", None)
+    op = HTAB_OPS.get(getattr(in_c, "__name__", None))
+    if op is None or type(core) is not getattr(CACHE_MODEL, "HtabCore", None) \
+            or _htab_op_address() is None:
+        return None
+    return core, op
 
 
 @functools.cache
@@ -1253,6 +1337,7 @@ class _Run:
         self.machine: Any = None  # the machine and CPU of the last run (run_on)
         self.cpu = -1
         self.words[CALLBACK] = id(self.entry)
+        self.words[RUN] = id(self)  # whose ``error`` the C functions set
         self.rs: Any = None
         self.exe: Any = None
         self.bound: list[Callable] = []  # the program's bound map helpers
@@ -1466,8 +1551,7 @@ class NativeProgram:
         self.maps = native_lookup_maps(exe)
         bound = bound_helpers(exe)
         self.bound = list(bound.values())
-        module = llvm.parse_assembly(native_ir(exe, self.frames, self.maps,
-                                               {name: k for k, name in enumerate(bound)}))
+        module = llvm.parse_assembly(native_ir(exe, self.frames, self.maps, bound))
         module.verify()
         machine = _machine()
         tuning = llvm.create_pipeline_tuning_options(speed_level=2)
