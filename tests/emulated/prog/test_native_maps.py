@@ -476,6 +476,28 @@ def test_what_a_sync_raises_leaves_the_run_on_every_engine(map_type):
         assert scheduler.syncs == 10, engine
 
 
+def tasks_on_two_cpus(map_type: int, engine: str, items=None) -> tuple:
+    """Two CPUs' tasks each run ``items`` (modeled_system's) 3 times on ``engine`` in virtual
+    time, starting together (map-perf's set-up): modeled_figures, and the scheduler's
+    handoffs."""
+    system, fd, prog = modeled_system(map_type, items)
+
+    def task(cpu: int) -> None:
+        with system.on_cpu(cpu):
+            system.machine.set_task(1000 + cpu)
+            for _ in range(3):
+                prog.run(bytearray(64), engine=engine)
+
+    timing = system.machine.timing
+    start = max(timing.clock)
+    for cpu in range(2):
+        timing.wait_until(cpu, start, "idle")
+    scheduler = VirtualTimeScheduler(timing, range(2), task_locals=system.machine.task_locals())
+    with scheduler:
+        scheduler.run({cpu: functools.partial(task, cpu) for cpu in range(2)})
+    return (*modeled_figures(system, fd), scheduler.handoffs)
+
+
 @needs_accel
 @pytest.mark.parametrize("map_type", LOOKUP_MAPS)
 @pytest.mark.parametrize("runner", ["greenlets", "threads"])
@@ -489,27 +511,10 @@ def test_tasks_on_two_cpus_under_the_scheduler_agree_across_engines(map_type, ru
     python_lookups, map_lookup = [], native._Run.map_lookup
     monkeypatch.setattr(native._Run, "map_lookup", lambda run, *args: (
         python_lookups.append(args), map_lookup(run, *args))[1])
-
-    def task(system, prog, engine: str, cpu: int) -> None:
-        with system.on_cpu(cpu):
-            system.machine.set_task(1000 + cpu)
-            for _ in range(3):
-                prog.run(bytearray(64), engine=engine)
-
     results = {}
     for engine in ENGINES:
         python_lookups.clear()
-        system, fd, prog = modeled_system(map_type)
-        timing = system.machine.timing
-        start = max(timing.clock)  # the tasks start together, as map-perf's
-        for cpu in range(2):
-            timing.wait_until(cpu, start, "idle")
-        scheduler = VirtualTimeScheduler(timing, range(2),
-                                         task_locals=system.machine.task_locals())
-        with scheduler:
-            scheduler.run({cpu: functools.partial(task, system, prog, engine, cpu)
-                           for cpu in range(2)})
-        results[engine] = (*modeled_figures(system, fd), scheduler.handoffs)
+        results[engine] = tasks_on_two_cpus(map_type, engine)
         if engine == "native":
             # the uncached values' first lookups (through Python, which fills the cache), at
             # most 3 per run: the rest of the 600 went native
@@ -749,3 +754,23 @@ def test_what_a_sync_raises_in_a_direct_update_leaves_the_run_on_every_engine():
     agree(maps)
     assert figures["native"] == figures["interp"]
     assert bytes(4) in maps["native"]["keys"]  # the first updates were done
+
+
+@needs_accel
+@pytest.mark.parametrize("map_type", [MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH])
+@pytest.mark.parametrize("runner", ["greenlets", "threads"])
+def test_direct_updates_of_tasks_on_two_cpus_agree_across_engines(map_type, runner,
+                                                                   monkeypatch):
+    """Two CPUs' tasks update, look up and delete keys of one map in virtual time, handing
+    the baton over in the updates' and deletes' syncs (in C called from machine code on the
+    native tier): the same figures on every engine."""
+    if runner == "threads":
+        monkeypatch.setitem(sys.modules, "greenlet", None)  # import greenlet fails
+    bound_calls, callback = [], native._Run.callback
+    monkeypatch.setattr(native._Run, "callback", lambda run, op, *args: (
+        bound_calls.append(op) if op == native.OP_BOUND else None, callback(run, op, *args))[1])
+    results = {engine: tasks_on_two_cpus(map_type, engine, hash_churn(40, 121))
+               for engine in ENGINES}
+    agree(results)
+    assert results["native"][4] > 10  # the CPUs took turns
+    assert bound_calls == [] or not direct_htab_ops(True)
