@@ -7,6 +7,8 @@ same verdict, and where it is refused for a range, the same reason.
 - 32-bit bounds: jmp32 refinement and alu32 zero-extension.
 - A helper's size argument bounded by a range (check_mem_size_reg).
 - A return value bounded by a range (CGROUP_SKB's [0, 1], [0, 3] on egress).
+- A helper's result as the kernel bounds it (do_refine_retval_range): the CPU id below the
+  machine's CPUs, a string read's length at most its size.
 - Random ALU and branch sequences, then a map value access indexed by their result
   (hypothesis, fixed seeds).
 """
@@ -263,6 +265,78 @@ def test_a_return_value_range_gets_the_kernels_verdict(kernel, emulated, ret, at
     text = f"call 7\n{ret}\nexit"  # bpf_get_prandom_u32: any u32
     verdicts = [range_verdict(system, ProgType.CGROUP_SKB, text, expected_attach_type=attach)
                 for system in (kernel, emulated)]
+    assert verdicts[1] == verdicts[0]
+
+
+# -- helper return values -------------------------------------------------------------------------
+@pytest.fixture
+def emulated_like_kernel(kernel):
+    """The emulated backend on a machine of the host's possible CPUs (the kernel's
+    nr_cpu_ids), which bounds bpf_get_smp_processor_id's result."""
+    from pybpf import system
+
+    return system("emulated", cpus=kernel.num_possible_cpus)
+
+
+@pytest.fixture
+def cpu_value_maps(kernel, emulated_like_kernel):
+    fds = {system: system.map_create(MapType.ARRAY, 4, VALUE_SIZE, 1)
+           for system in (kernel, emulated_like_kernel)}
+    yield fds
+    for system, fd in fds.items():
+        system.close(fd)
+
+
+@pytest.mark.parametrize("use,expected", [
+    # the last CPU's byte is the value's last: [0, nr_cpu_ids - 1] (do_refine_retval_range)
+    ("r6 += r0\nr0 = *(u8 *)(r6 +{last_byte})", "ok"),
+    ("r6 += r0\nr0 = *(u8 *)(r6 +{past_last_byte})", "EACCES"),
+    ("r0 <<= 3\nr6 += r0\nr0 = *(u64 *)(r6 +0)", "ok"),
+    ("w0 += 1\nr6 += r0\nr0 = *(u8 *)(r6 +{past_last_byte})", "EACCES"),
+    ("r0 = -r0\nr6 += r0\nr0 = *(u8 *)(r6 +63)", "EACCES"),
+    ("if r0 >= {cpus} goto +1\ngoto +1\nr0 = r7", "ok"),  # r7: not initialised
+    ("if r0 >= {last_cpu} goto +1\ngoto +1\nr0 = r7", "EACCES"),
+    ("if w0 s> {last_cpu} goto +1\ngoto +1\nr0 = r7", "ok"),
+    ("if r0 s< 0 goto +1\ngoto +1\nr0 = r7", "ok"),
+])
+def test_the_cpu_id_is_below_the_machines_cpus_as_the_kernel_knows(
+        kernel, emulated_like_kernel, cpu_value_maps, use, expected):
+    """bpf_get_smp_processor_id is in [0, nr_cpu_ids - 1]: an index bounded by nothing else
+    reaches the value's last byte, no further; a branch past it is dead."""
+    cpus = kernel.num_possible_cpus
+    body = "call 8\n" + use.format(cpus=cpus, last_cpu=cpus - 1, last_byte=VALUE_SIZE - cpus,
+                                    past_last_byte=VALUE_SIZE - cpus + 1) + "\nr0 = 0\nexit"
+    verdicts = [range_verdict(system, ProgType.SOCKET_FILTER,
+                              (_LOOKUP + body).format(fd=cpu_value_maps[system]))
+                for system in (kernel, emulated_like_kernel)]
+    assert verdicts[1] == verdicts[0]
+    if cpus * 8 <= VALUE_SIZE:  # small machines: what the kernel answered on 2 CPUs
+        assert verdicts[0][0] == expected
+
+
+@pytest.mark.parametrize("size", ["64", "63", "0", "1", "r2 &= 63", "r2 &= 31\nr2 += 1"])
+@pytest.mark.parametrize("use", [
+    "r6 += r0\nr0 = *(u8 *)(r6 +0)",  # smin -MAX_ERRNO: refused
+    "if r0 s< 0 goto +{out}\nr6 += r0\nr0 = *(u8 *)(r6 +0)",  # [0, size]
+    "if r0 > 64 goto +{out}\nr6 += r0\nr0 = *(u8 *)(r6 +0)",
+    "if w0 s< 0 goto +{out}\nw0 = w0\nr6 += r0\nr0 = *(u8 *)(r6 +0)",  # the s32 bounds
+    "if r0 s< 0 goto +{out}\nr1 = r10\nr1 += -64\nr1 += r0\nr0 = *(u8 *)(r1 -1)",
+    "if r0 s< 1 goto +{out}\nr2 = r0\nr1 = r10\nr1 += -64\nr3 = 0\ncall 113",
+    "r2 = r0\nr1 = r10\nr1 += -64\nr3 = 0\ncall 113",  # a size that may be negative
+    "if r0 != {size_max} goto +{out}\nr0 = r7",  # the size is reachable
+    "if r0 s> {size_max} goto +1\ngoto +{out}\nr0 = r7",  # beyond it is not
+])
+@pytest.mark.parametrize("func", [114, 115])  # probe_read_user_str, probe_read_kernel_str
+def test_a_string_reads_length_is_at_most_its_size_as_the_kernel_knows(
+        kernel, emulated, value_maps, size, use, func):
+    """The length a string read returns is in [-MAX_ERRNO, the size's umax]: its use as an
+    index or a size is checked against those bounds."""
+    size_max = {"r2 &= 63": 63, "r2 &= 31\nr2 += 1": 32}.get(size, size)
+    set_size = f"r2 = {size}" if size.isdigit() else size
+    body = (f"{set_size}\nr1 = r10\nr1 += -64\nr3 = 0\ncall {func}\n"
+            + jumps_out(use.replace("{size_max}", str(size_max)), 0) + "\nr0 = 0\nexit")
+    verdicts = verdicts_on_value(kernel, emulated, value_maps, body,
+                                 prog_type=ProgType.TRACEPOINT)
     assert verdicts[1] == verdicts[0]
 
 

@@ -219,7 +219,7 @@ class ProgramsMixin:
         verified = bpf_check(attr.insns, prog_type, map_from_fd, gpl,
                              attr.expected_attach_type,
                              functools.partial(check_sleepable, prog_type, attr.prog_flags),
-                             func_info)
+                             func_info, nr_cpu_ids=self.machine.num_cpus)
         prog = BpfProg(self, prog_type, attr.insns, verified, name, attr.expected_attach_type,
                        attr.prog_flags, gpl)
         # bpf_prog_select_runtime -> bpf_check_tail_call: after the verifier, no log

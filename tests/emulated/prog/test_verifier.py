@@ -95,7 +95,8 @@ def test_verifier_rejects_as_the_kernel_does(backend, program, err, message):
 
 def test_rejection_log_is_the_verifier_message():
     with pytest.raises(VerifierReject) as info:
-        bpf_check(ins(0xBF, 0, 2) + EXIT, ProgType.SOCKET_FILTER, lambda fd: None)
+        bpf_check(ins(0xBF, 0, 2) + EXIT, ProgType.SOCKET_FILTER, lambda fd: None,
+                  nr_cpu_ids=1)
     assert info.value.log == "R2 !read_ok\n"
     assert info.value.errno == errno.EACCES
 
@@ -125,7 +126,8 @@ def test_max_ctx_offset_follows_copies_of_the_context_pointer():
     # r6 = r1; r0 = *(u64 *)(r6 + 16); r1 is clobbered, so r1 + 40 is not the context
     program = (ins(0xBF, 6, 1) + ins(0x79, 0, 6, 16) + ins(0x85, imm=8) + ins(0xBF, 1, 0)
                + EXIT)
-    assert bpf_check(program, ProgType.RAW_TRACEPOINT, lambda fd: None).max_ctx_offset == 24
+    verified = bpf_check(program, ProgType.RAW_TRACEPOINT, lambda fd: None, nr_cpu_ids=1)
+    assert verified.max_ctx_offset == 24
 
 
 @pytest.mark.parametrize("ctx_size,ok", [(8, False), (16, True)])
@@ -347,3 +349,20 @@ def test_an_endless_loop_without_a_forced_checkpoint_is_found_at_its_head(backen
                      backend).close()
     assert info.value.errno == errno.EINVAL
     assert "infinite loop detected at insn 0" in info.value.log
+
+
+@pytest.mark.parametrize("cpus", [1, 3, 64, 512])
+def test_the_cpu_id_is_bounded_by_the_emulated_machines_cpus(cpus):
+    """bpf_get_smp_processor_id's result is in [0, nr_cpu_ids - 1] for the machine the program
+    runs on, which may have more CPUs than the host: a branch past its last CPU is dead (the
+    uninitialised R7 behind it never read), one to its last CPU is walked."""
+    from pybpf import system
+    from pybpf.programs import Program, ProgramSpec
+
+    machine = system("emulated", cpus=cpus)
+    dead = f"call 8\nif r0 > {cpus - 1} goto +2\nr0 = 0\nexit\nr0 = r7\nexit\n"
+    Program.load(ProgramSpec(ProgType.SOCKET_FILTER, dead), machine).close()
+    walked = f"call 8\nif r0 == {cpus - 1} goto +2\nr0 = 0\nexit\nr0 = r7\nexit\n"
+    with pytest.raises(BPFError) as info:
+        Program.load(ProgramSpec(ProgType.SOCKET_FILTER, walked), machine).close()
+    assert "R7 !read_ok" in info.value.log

@@ -171,14 +171,15 @@ class VerifiedProgram:
 def bpf_check(insns: bytes, prog_type: int, map_from_fd: Callable[[int], Any],
               gpl: bool = True, expected_attach_type: int = 0,
               check_attach_btf_id: Callable[[], None] | None = None,
-              func_info: FuncInfo | None = None) -> VerifiedProgram:
+              func_info: FuncInfo | None = None, *, nr_cpu_ids: int) -> VerifiedProgram:
     """Verify ``insns`` for ``prog_type``; ``map_from_fd(fd)`` resolves lddw map fds (raises
     KernelError); ``gpl``: the license is GPL-compatible; ``check_attach_btf_id`` (the
     loader's checks of the program's kind: sleepable) runs where the kernel's does, after
     check_cfg; ``func_info``: each subprogram's BTF FUNC, when the load gave func_info
-    (callbacks and global subprograms need it). Returns the decoded program or raises
+    (callbacks and global subprograms need it); ``nr_cpu_ids``: the machine's possible CPUs
+    (what bounds bpf_get_smp_processor_id's result). Returns the decoded program or raises
     ``VerifierReject``."""
-    verifier = _Verifier(insns, prog_type, map_from_fd, gpl, expected_attach_type)
+    verifier = _Verifier(insns, prog_type, map_from_fd, nr_cpu_ids, gpl, expected_attach_type)
     verifier.check_attach_btf_id = check_attach_btf_id
     verifier.func_info = func_info
     return verifier.run()
@@ -196,8 +197,9 @@ def _round_up_stack_depth(depth: int) -> int:
 
 class _Verifier(AluChecks, MemoryChecks, HelperCallChecks):
     def __init__(self, data: bytes, prog_type: int, map_from_fd: Callable[[int], Any],
-                 gpl: bool = True, attach_type: int = 0) -> None:
+                 nr_cpu_ids: int, gpl: bool = True, attach_type: int = 0) -> None:
         self.data = data
+        self.nr_cpu_ids = nr_cpu_ids
         self.gpl = gpl
         self.prog_type = prog_type
         self.attach_type = attach_type

@@ -226,6 +226,14 @@ def valid(r: _R) -> bool:
         and r.s32_min <= r.s32_max
 
 
+def unknown_within(**limits: int) -> _R:
+    """An unknown scalar with some of its bounds set (``Bounds``' field names), synced: what
+    do_refine_retval_range makes of R0 after a helper whose result it knows more of."""
+    r = _R(tnum.UNKNOWN, UNBOUNDED._replace(**limits))
+    reg_bounds_sync(r)
+    return r
+
+
 @lru_cache(maxsize=4096)
 def implied(var: Tnum) -> Bounds:
     """The bounds a register with these known bits and no other knowledge has once synced

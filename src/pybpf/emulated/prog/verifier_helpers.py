@@ -232,6 +232,12 @@ _MAP_WRITING_HELPERS = frozenset({BpfFunc.map_update_elem, BpfFunc.map_delete_el
                                   BpfFunc.map_push_elem, BpfFunc.map_pop_elem})
 _VALUE_RETURNING_HELPERS = frozenset({BpfFunc.map_lookup_elem,
                                       BpfFunc.map_lookup_percpu_elem})
+# do_refine_retval_range: helpers returning how many bytes they wrote (at most their size
+# argument) or a negative errno (the kernel's list; not all of them are emulated)
+_LENGTH_RETURNING_HELPERS = frozenset({
+    BpfFunc.get_stack, BpfFunc.get_task_stack, BpfFunc.probe_read_str,
+    BpfFunc.probe_read_kernel_str, BpfFunc.probe_read_user_str})
+MAX_ERRNO = 4095
 # bpf_helper_changes_pkt_data (net/core/filter.c): the packet may move or change length, so
 # every packet pointer is invalid after a call (the kernel's whole list: most of these
 # helpers are not emulated, and a call of one is refused before this matters)
@@ -337,7 +343,6 @@ class HelperCallChecks:
             state.cur.callback_depth = 0
         if bpf_map is not None:
             _check_map_func_compatibility(bpf_map, func_id, name, self.prog_type)
-        result = UNKNOWN
         if func_id in _VALUE_RETURNING_HELPERS:
             result = self.map_lookup_result(pc, state, bpf_map, regs[2], func_id)
         elif func_id in _VOID_HELPERS:
@@ -349,6 +354,8 @@ class HelperCallChecks:
         elif func_id == BpfFunc.dynptr_data:  # RET_PTR_TO_DYNPTR_MEM_OR_NULL
             result = Reg(PTR_TO_MEM, tnum.const(0), id=self.new_id(),
                          mem_size=regs[3].var.value)
+        else:  # RET_INTEGER
+            result = self.refine_retval_range(func_id, proto.args, regs)
         if func_id in _RELEASE_HELPERS:
             release_reference(state, regs[1].ref)
         self.clobber_helper_memory(state, func_id, bpf_map, regs)
@@ -358,6 +365,24 @@ class HelperCallChecks:
         if func_id in _PKT_DATA_CHANGING_HELPERS:
             clear_all_pkt_pointers(state)
         return pushed
+
+    def refine_retval_range(self, func_id: int, args: tuple[str, ...], regs: list[Reg]) -> Reg:
+        """do_refine_retval_range: R0 of a helper returning an integer, an unknown scalar but
+        for the helpers whose result the kernel bounds: a length in [-MAX_ERRNO, the size
+        argument's umax] (both widths' signed bounds), a CPU in [0, nr_cpu_ids - 1]."""
+        if func_id in _LENGTH_RETURNING_HELPERS:
+            # meta->msize_max_value: the size argument's umax, as check_mem_size_reg kept it
+            size = vb.bounds(regs[1 + next(i for i, arg in enumerate(args) if arg in (
+                ARG_CONST_SIZE, ARG_CONST_SIZE_OR_ZERO))]).umax
+            r = vb.unknown_within(smin=-MAX_ERRNO, s32_min=-MAX_ERRNO, smax=vb.s64(size),
+                                  s32_max=vb.s32(size))
+        elif func_id == BpfFunc.get_smp_processor_id:
+            last = self.nr_cpu_ids - 1  # the machine's possible CPUs, not the host's
+            r = vb.unknown_within(smax=last, umax=last, s32_min=0, s32_max=last, smin=0,
+                                  u32_max=last)
+        else:
+            return UNKNOWN
+        return vb.to_reg(UNKNOWN, r)
 
     @staticmethod
     def push_async_cb(pc: int, regs: list[Reg], bpf_map: Any) -> tuple[int, State]:
