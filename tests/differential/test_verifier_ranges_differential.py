@@ -200,6 +200,24 @@ def test_the_dead_branch_after_and_and_add_is_not_walked(kernel, emulated):
     assert range_verdict(emulated, ProgType.SOCKET_FILTER, text) == ("ok",)
 
 
+@pytest.mark.parametrize("compare", [
+    "if r2 s>= r2 goto +0", "if r2 s> r2 goto +0", "if r2 >= r2 goto +0", "if r2 > r2 goto +0",
+    "if r2 < r2 goto +0", "if r2 <= r2 goto +0", "if r2 s< r2 goto +0", "if w2 >= w2 goto +0",
+    "if w2 s> w2 goto +0", "if w2 < w2 goto +0", "if r2 == r2 goto +0", "if r2 != r2 goto +0",
+    "if r2 & r2 goto +0", "if r2 s>= r2 goto +2", "if r2 >= r2 goto +2",
+])
+@pytest.mark.parametrize("value", ["r2 = r3", "r2 &= 63", "w2 = w3\nw2 += 8", "r2 &= 1"])
+@pytest.mark.parametrize("access", ["r0 = *(u64 *)(r6 +56)", "r0 = *(u8 *)(r6 +0)"])
+def test_a_register_compared_with_itself_narrows_its_ranges_as_6_18_does(
+        kernel, emulated, value_maps, compare, value, access):
+    """6.18's reg_set_min_max refines a register compared with itself as two aliases of one
+    register (a strict compare's reverse takes one off its max and adds one to its min),
+    so the path on from the jump sees the narrowed ranges (or, where they cross, none)."""
+    body = f"{value}\n{compare}\nr6 += r2\n{access}\nr0 = 0\nexit"
+    verdicts = verdicts_on_value(kernel, emulated, value_maps, body)
+    assert verdicts[1] == verdicts[0]
+
+
 # -- 32-bit bounds ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("index,expected", [
     ("if w2 > 56 goto +{out}", "EINVAL"),  # the upper half unknown
@@ -396,6 +414,88 @@ def test_random_alu_and_branches_then_an_indexed_access_get_the_kernels_verdict(
     body = "\n".join(ops) + f"\nr6 += r2\n{access}\nr0 = 0\nexit"
     verdicts = verdicts_on_value(kernel, emulated, value_maps, body)
     differential_tally.add("kernel", "emulated", "verifier: ranges", 1, 1,
+                           int(verdicts[0] != verdicts[1]))
+    assert verdicts[1] == verdicts[0], body
+
+
+# -- random helper calls, then their results used -------------------------------------------------
+# What a helper call leaves in R0: the helpers whose result the kernel bounds (the CPU id, the
+# string reads' lengths) and ones it does not (a random u32, the time, the pid, the node, a
+# read's 0 or errno), sizes constant or bounded by a mask
+_CALLS = ["call 8", "call 7", "call 5", "call 14", "call 42", "call 16"]
+_READS = [112, 113, 114, 115]
+_SIZES = st.one_of(st.sampled_from(["0", "1", "8", "32", "63", "64", "65"]).map(
+    lambda n: f"r2 = {n}"), st.tuples(st.sampled_from("789"), st.sampled_from(
+        ["", "\nr2 &= 15", "\nr2 &= 63", "\nr2 &= 127", "\nw2 = w2"])).map(
+    lambda rm: f"r2 = r{rm[0]}{rm[1]}"))
+_USES = ["r6 += {r}\nr0 = *(u8 *)(r6 +0)", "r6 += {r}\nr0 = *(u64 *)(r6 +56)",
+         "r6 += {r}\nr0 = *(u32 *)(r6 -4)", "r1 = r10\nr1 += -64\nr1 += {r}\n"
+         "r0 = *(u8 *)(r1 +0)", "r2 = {r}\nr1 = r10\nr1 += -64\nr3 = 0\ncall 113",
+         "r2 = {r}\nr1 = r6\nr3 = 0\ncall 115", "r0 = {r}\nif r0 s> 63 goto +1\nr0 = r4"]
+_LOG_STATS = re.compile(r"^(processed \d+ insns|verification time|stack depth).*", re.M)
+
+
+def key_verdict(system, prog_type: int, text: str) -> tuple[str, str]:
+    """("ok", ""), or the errno's name and the last line of the refusal's message."""
+    try:
+        system.close(system.prog_load(prog_type, asm(text)))
+    except BPFError as exc:
+        lines = _LOG_STATS.sub("", exc.log or "").strip().splitlines()
+        return errno.errorcode.get(exc.errno, str(exc.errno)), lines[-1] if lines else ""
+    return "ok", ""
+
+
+@st.composite
+def _helper_result_programs(draw) -> str:
+    """Up to 6 steps on r7, r8 and r9 (first the value's unknown u64 and u32, and 0): a helper
+    call whose result one of them takes (as a u64, or its low 32 bits), an ALU op, or a jump
+    over some of the steps after it; then one of them used as an index into the map value
+    or the stack, a helper's size, or a return value."""
+    steps: list[list[str]] = []
+    regs = st.sampled_from("789")
+    for _ in range(draw(st.integers(1, 6))):
+        kind = draw(st.sampled_from(["call", "read", "alu", "jmp"]))
+        dst, src = draw(regs), draw(regs)
+        wide = draw(st.booleans())
+        r = "r" if wide else "w"
+        if kind in ("call", "read"):
+            if kind == "call":
+                call = draw(st.sampled_from(_CALLS))
+                head = ["r1 = r10", "r1 += -16", "r2 = 16"] if call == "call 16" else []
+            else:
+                head = ["r1 = r10", "r1 += -64",
+                        *draw(_SIZES).split("\n"), "r3 = 0"]
+                call = f"call {draw(st.sampled_from(_READS))}"
+            steps.append([*head, call, f"{r}{dst} = {r}0"])
+        elif kind == "alu":
+            op = draw(st.sampled_from([*_ALU, "/=", "%=", "="]))
+            operand = f"{r}{src}" if draw(st.booleans()) else str(draw(_IMMS))
+            steps.append([f"{r}{dst} {op} {operand}"])
+        else:
+            op = draw(st.sampled_from(_JMP))
+            operand = f"{r}{src}" if draw(st.booleans()) else str(draw(_IMMS))
+            steps.append([f"if {r}{dst} {op} {operand} goto +{{skip}}"])
+    lines = []
+    for i, step in enumerate(steps):
+        after = [len(later) for later in steps[i + 1:]]
+        skip = sum(after[:draw(st.integers(0, len(after)))])
+        lines += [line.replace("{skip}", str(skip)) for line in step]
+    use = draw(st.sampled_from(_USES)).replace("{r}", f"r{draw(regs)}")
+    stack = [f"*(u64 *)(r10 -{8 * i}) = 0" for i in range(1, 9)]
+    return "\n".join([*stack, "r7 = r2", "r8 = r3", "r9 = 0", *lines, use, "r0 = 0", "exit"])
+
+
+def helper_result_verdicts(kernel, emulated, value_maps, body: str) -> list[tuple[str, str]]:
+    return [key_verdict(system, ProgType.TRACEPOINT, (_LOOKUP + body).format(
+        fd=value_maps[system])) for system in (kernel, emulated)]
+
+
+@settings(max_examples=400, **_SETTINGS)
+@given(body=_helper_result_programs())
+def test_random_helper_results_used_get_the_kernels_verdict_and_message(
+        kernel, emulated_like_kernel, cpu_value_maps, body, differential_tally):
+    verdicts = helper_result_verdicts(kernel, emulated_like_kernel, cpu_value_maps, body)
+    differential_tally.add("kernel", "emulated", "verifier: helper results", 1, 1,
                            int(verdicts[0] != verdicts[1]))
     assert verdicts[1] == verdicts[0], body
 

@@ -218,22 +218,25 @@ def _const_in(var: Tnum, is_jmp32: bool) -> bool:
 def _refine(taken: list[Reg], fallthrough: list[Reg], insn: Instruction, op: JmpOp,
             is_jmp32: bool) -> None:
     """reg_set_min_max: what each branch tells of the two scalars compared (the jump's
-    condition, or its reverse on the fall-through), their bounds synced after; a register
-    compared with itself learns nothing. Bounds that cross (a branch the known bits and
-    ranges did not prove dead, but is) are forgotten, as reg_bounds_sanity_check does."""
+    condition, or its reverse on the fall-through), their bounds synced after. A register
+    compared with itself is both of them at once, as 6.18 passes it (a strict compare's
+    reverse, ``r < r`` on one side, takes one off its max and adds one to its min). Bounds
+    that cross (a branch the known bits and ranges did not prove dead, but is) are
+    forgotten, as reg_bounds_sanity_check does."""
     dst, src_reg = insn.dst, insn.src if insn.opcode & Source.X else None
-    if src_reg == dst:
-        return
     for regs, cond in ((fallthrough, vb.REV[op]), (taken, op)):
         r1 = vb.of(regs[dst])
         if src_reg is None:
             r2 = vb._R(tnum.UNKNOWN, vb.UNBOUNDED)
             r2.mark_known(insn.imm)  # the instruction's imm, sign-extended
+        elif src_reg == dst:
+            r2 = r1
         else:
             r2 = vb.of(regs[src_reg])
         vb.regs_refine_cond_op(r1, r2, cond, is_jmp32)
-        for r in (r1, r2):
+        for r in (r1, r2):  # one register: synced twice, as the kernel syncs it
             vb.reg_bounds_sync(r)
+        for r in (r1, r2):
             if not vb.valid(r):
                 r.unbounded()
         regs[dst] = vb.to_reg(regs[dst], r1)
