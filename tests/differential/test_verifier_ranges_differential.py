@@ -22,7 +22,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pybpf.asm import assemble_text
+from conformance.conftest import load_with_func_info
+from pybpf.asm import FP, R0, R1, R2, R3, R4, assemble_text
+from pybpf.asm import builder as b
 from pybpf.errors import BPFError
 from pybpf.uapi import AttachType, MapType, ProgType
 
@@ -36,7 +38,7 @@ _RANGE_REFUSALS = re.compile(
     r"R\d+ min value is negative.*|R\d+ (min|max) value is outside of the allowed memory range"
     r"|R\d+ unbounded memory access.*|invalid access to map value.*"
     r"|math between .* is not allowed|value -?\d+ makes .* pointer be out of bounds"
-    r"|R\d+ invalid zero-sized read.*|At program exit the register R0 .*"
+    r"|R\d+ invalid zero-sized read.*|At (program exit|callback return) the register R0 .*"
     r"|invalid (unbounded )?variable-offset.*|R\d+ !read_ok")
 
 
@@ -358,6 +360,40 @@ def test_a_string_reads_length_is_at_most_its_size_as_the_kernel_knows(
     assert verdicts[1] == verdicts[0]
 
 
+def _loop_calling(callback: list) -> list:
+    """main: bpf_loop(3, cb, fp-8, 0), then 0; ``callback`` the body of cb."""
+    return [b.st(8, FP, -8, 0), b.mov64(R1, 3), b.ld_func(R2, "cb"), b.mov64(R3, FP),
+            b.add64(R3, -8), b.mov64(R4, 0), b.call("loop"), b.mov64(R0, 0), b.exit_(),
+            b.label("cb"), *callback, b.exit_()]
+
+
+_READ_ONE = [b.mov64(R1, FP), b.add64(R1, -8), b.mov64(R2, 1), b.mov64(R3, 0),
+             b.call("probe_read_kernel_str")]
+
+
+@pytest.mark.parametrize("label,callback", [
+    ("the CPU id", [b.call("get_smp_processor_id")]),
+    ("the CPU id, 1 past", [b.call("get_smp_processor_id"), b.add64(R0, 1)]),
+    ("a string's length", _READ_ONE),  # [-MAX_ERRNO, 1]
+    ("a string's length, not negative", [*_READ_ONE, b.jsge(R0, 0, "out"), b.mov64(R0, 0),
+                                         b.label("out")]),
+])
+def test_a_callback_returning_a_helpers_result_gets_the_kernels_verdict(
+        kernel, emulated_like_kernel, label, callback):
+    """A callback must return a value in [0, 1]: a helper's result the kernel bounds may be
+    returned as it is where its bounds are in there (the CPU id on up to 2 CPUs)."""
+    verdicts = []
+    for system in (kernel, emulated_like_kernel):
+        try:
+            system.close(load_with_func_info(system, _loop_calling(callback),
+                                             prog_type=ProgType.SOCKET_FILTER))
+            verdicts.append(("ok",))
+        except BPFError as exc:
+            verdicts.append((exc.errno, *[m.group(0) for m in _RANGE_REFUSALS.finditer(
+                exc.log or "")]))
+    assert verdicts[1] == verdicts[0], label
+
+
 # -- random ALU and branch sequences ---------------------------------------------------------------
 _ALU = ["+=", "-=", "*=", "&=", "|=", "^=", "<<=", ">>=", "s>>="]
 _JMP = [">", ">=", "<", "<=", "s>", "s>=", "s<", "s<=", "==", "!=", "&"]
@@ -447,14 +483,17 @@ def key_verdict(system, prog_type: int, text: str) -> tuple[str, str]:
 
 @st.composite
 def _helper_result_programs(draw) -> str:
-    """Up to 6 steps on r7, r8 and r9 (first the value's unknown u64 and u32, and 0): a helper
-    call whose result one of them takes (as a u64, or its low 32 bits), an ALU op, or a jump
+    """Up to 6 steps on r7, r8 and r9 (first the value's unknown u64 and u32, and 0), and R0
+    once a call made it a scalar: a helper call whose result one of them takes (as a u64, or
+    its low 32 bits), an ALU op, a copy (sign-extending too) or ``+= K`` (copies share an
+    id, and the jumps on one refine all), a spill to the stack or a fill from it, or a jump
     over some of the steps after it; then one of them used as an index into the map value
     or the stack, a helper's size, or a return value."""
     steps: list[list[str]] = []
-    regs = st.sampled_from("789")
+    names = "789"
     for _ in range(draw(st.integers(1, 6))):
-        kind = draw(st.sampled_from(["call", "read", "alu", "jmp"]))
+        kind = draw(st.sampled_from(["call", "read", "alu", "jmp", "copy", "stack"]))
+        regs = st.sampled_from(names)
         dst, src = draw(regs), draw(regs)
         wide = draw(st.booleans())
         r = "r" if wide else "w"
@@ -463,14 +502,24 @@ def _helper_result_programs(draw) -> str:
                 call = draw(st.sampled_from(_CALLS))
                 head = ["r1 = r10", "r1 += -16", "r2 = 16"] if call == "call 16" else []
             else:
-                head = ["r1 = r10", "r1 += -64",
-                        *draw(_SIZES).split("\n"), "r3 = 0"]
+                head = ["r1 = r10", "r1 += -64", *draw(_SIZES).split("\n"), "r3 = 0"]
                 call = f"call {draw(st.sampled_from(_READS))}"
+            dst = draw(st.sampled_from("789"))
             steps.append([*head, call, f"{r}{dst} = {r}0"])
+            names = "0789"
         elif kind == "alu":
-            op = draw(st.sampled_from([*_ALU, "/=", "%=", "="]))
+            op = draw(st.sampled_from([*_ALU, "/=", "%="]))
             operand = f"{r}{src}" if draw(st.booleans()) else str(draw(_IMMS))
             steps.append([f"{r}{dst} {op} {operand}"])
+        elif kind == "copy":
+            ext = draw(st.sampled_from(["", "", "(s8)", "(s16)"] + (["(s32)"] if wide else [])))
+            steps.append([f"{r}{dst} = {ext}{r}{src}"] if draw(st.booleans())
+                         else [f"{r}{dst} += {draw(st.integers(-8, 8))}"])
+        elif kind == "stack":
+            size, off = draw(st.sampled_from([("u64", -72), ("u32", -72), ("u32", -68),
+                                              ("u16", -70), ("u8", -72)]))
+            steps.append([f"*({size} *)(r10 {off}) = r{src}"] if draw(st.booleans())
+                         else [f"r{dst} = *({size} *)(r10 {off})"])
         else:
             op = draw(st.sampled_from(_JMP))
             operand = f"{r}{src}" if draw(st.booleans()) else str(draw(_IMMS))
@@ -480,8 +529,8 @@ def _helper_result_programs(draw) -> str:
         after = [len(later) for later in steps[i + 1:]]
         skip = sum(after[:draw(st.integers(0, len(after)))])
         lines += [line.replace("{skip}", str(skip)) for line in step]
-    use = draw(st.sampled_from(_USES)).replace("{r}", f"r{draw(regs)}")
-    stack = [f"*(u64 *)(r10 -{8 * i}) = 0" for i in range(1, 9)]
+    use = draw(st.sampled_from(_USES)).replace("{r}", f"r{draw(st.sampled_from(names))}")
+    stack = [f"*(u64 *)(r10 -{8 * i}) = 0" for i in range(1, 10)]
     return "\n".join([*stack, "r7 = r2", "r8 = r3", "r9 = 0", *lines, use, "r0 = 0", "exit"])
 
 
