@@ -1,7 +1,8 @@
 """The emulated verifier's memory-access checks against the kernel's (6.18): load-acquire and
 store-release (check_atomic_load, check_atomic_store) and variable-offset stack accesses
-(check_stack_access_within_bounds, check_stack_read_var_off, check_stack_write_var_off) get
-the same verdict, accepted or refused with the same errno."""
+(check_stack_access_within_bounds, check_stack_read_var_off, check_stack_write_var_off), and
+a ring buffer record released where it was moved (check_func_arg_reg_off) get the same
+verdict, accepted or refused with the same errno."""
 
 from __future__ import annotations
 
@@ -136,3 +137,23 @@ def test_a_helper_reads_stack_memory_at_a_variable_offset(kernel, emulated, head
             f"r3 = 8\nr4 = 0\ncall 130\n{then}r0 = 0\nexit")
     assert_same_verdict(kernel, emulated, ProgType.SOCKET_FILTER, text, expected,
                         differential_tally, "variable-offset stack", (MapType.RINGBUF, 0, 0, 4096))
+
+
+# -- a reserved ring buffer record, released ------------------------------------------------------
+@pytest.mark.parametrize("moved,expected", [
+    ("", "ok"),
+    ("r6 += 4\n", "EINVAL"),  # must have zero offset when passed to release func
+    ("r6 += -4\n", "EINVAL"),
+    ("r6 += 4\nr6 += -4\n", "ok"),
+    ("call 7\nr0 &= 7\nr6 += r0\n", "EACCES"),  # variable ringbuf_mem access ... disallowed
+    ("call 7\nr0 &= 7\nr6 += r0\nr6 += 4\n", "EINVAL"),
+    ("call 7\nr0 &= 0\nr6 += r0\n", "ok"),
+])
+def test_a_released_record_is_the_pointer_reserve_gave(kernel, emulated, moved, expected,
+                                                       differential_tally):
+    """check_func_arg_reg_off for a release argument: a fixed offset is EINVAL, a variable
+    one EACCES (__check_ptr_off_reg), in that order."""
+    text = ("r1 = map[fd:{fd}]\nr2 = 8\nr3 = 0\ncall 131\nif r0 != 0 goto +2\nr0 = 0\nexit\n"
+            f"r6 = r0\n{moved}r1 = r6\nr2 = 0\ncall 132\nr0 = 0\nexit")
+    assert_same_verdict(kernel, emulated, ProgType.SOCKET_FILTER, text, expected,
+                        differential_tally, "ring buffer release", (MapType.RINGBUF, 0, 0, 4096))

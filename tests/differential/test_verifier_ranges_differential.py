@@ -467,7 +467,8 @@ _SIZES = st.one_of(st.sampled_from(["0", "1", "8", "32", "63", "64", "65"]).map(
 _USES = ["r6 += {r}\nr0 = *(u8 *)(r6 +0)", "r6 += {r}\nr0 = *(u64 *)(r6 +56)",
          "r6 += {r}\nr0 = *(u32 *)(r6 -4)", "r1 = r10\nr1 += -64\nr1 += {r}\n"
          "r0 = *(u8 *)(r1 +0)", "r2 = {r}\nr1 = r10\nr1 += -64\nr3 = 0\ncall 113",
-         "r2 = {r}\nr1 = r6\nr3 = 0\ncall 115", "r0 = {r}\nif r0 s> 63 goto +1\nr0 = r4"]
+         "r2 = {r}\nr1 = r6\nr3 = 0\ncall 115", "r0 = {r}\nif r0 s> 63 goto +1\nr0 = r4",
+         "r0 = *(u32 *)({r} +60)"]
 _LOG_STATS = re.compile(r"^(processed \d+ insns|verification time|stack depth).*", re.M)
 
 
@@ -492,7 +493,7 @@ def _helper_result_programs(draw) -> str:
     steps: list[list[str]] = []
     names = "789"
     for _ in range(draw(st.integers(1, 6))):
-        kind = draw(st.sampled_from(["call", "read", "alu", "jmp", "copy", "stack"]))
+        kind = draw(st.sampled_from(["call", "read", "lookup", "alu", "jmp", "copy", "stack"]))
         regs = st.sampled_from(names)
         dst, src = draw(regs), draw(regs)
         wide = draw(st.booleans())
@@ -507,6 +508,8 @@ def _helper_result_programs(draw) -> str:
             dst = draw(st.sampled_from("789"))
             steps.append([*head, call, f"{r}{dst} = {r}0"])
             names = "0789"
+        elif kind == "lookup":  # a map value or NULL, in R0 and a copy
+            steps.append(["r2 = r10", "r2 += -4", "r1 = map[fd:{fd}]", "call 1", f"r{dst} = r0"])
         elif kind == "alu":
             op = draw(st.sampled_from([*_ALU, "/=", "%="]))
             operand = f"{r}{src}" if draw(st.booleans()) else str(draw(_IMMS))
@@ -526,7 +529,8 @@ def _helper_result_programs(draw) -> str:
             steps.append([f"if {r}{dst} {op} {operand} goto +{{skip}}"])
     lines = []
     for i, step in enumerate(steps):
-        after = [len(later) for later in steps[i + 1:]]
+        after = [len(later) + sum("map[" in line for line in later)  # lddw: 2 slots
+                 for later in steps[i + 1:]]
         skip = sum(after[:draw(st.integers(0, len(after)))])
         lines += [line.replace("{skip}", str(skip)) for line in step]
     use = draw(st.sampled_from(_USES)).replace("{r}", f"r{draw(st.sampled_from(names))}")

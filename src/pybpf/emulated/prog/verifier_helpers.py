@@ -577,10 +577,11 @@ class HelperCallChecks:
             self.process_dynptr_func(regno, reg)
         elif arg == ARG_CONST_ALLOC_SIZE_OR_ZERO and not reg.is_const:
             raise _reject(errno.EACCES, f"R{regno} is not a known constant'")
-        elif arg == ARG_PTR_TO_RINGBUF_MEM and (reg.off or not reg.var.is_const
-                                                 or reg.var.value):
-            raise _reject(errno.EINVAL, f"R{regno} must have zero offset when passed to "
-                          "release func or trusted arg to kfunc")
+        elif arg == ARG_PTR_TO_RINGBUF_MEM:  # released: the pointer as reserve gave it
+            if reg.off:
+                raise _reject(errno.EINVAL, f"R{regno} must have zero offset when passed to "
+                              "release func or trusted arg to kfunc")
+            self.check_ptr_off_reg(regno, reg)  # a variable offset: EACCES
         elif arg == ARG_CONST_MAP_PTR:
             if bpf_map is not None and reg.map is not bpf_map:  # the timer's map (map_uid 0)
                 raise _reject(errno.EINVAL, f"timer pointer in R{regno - 1} map_uid=0 doesn't "
