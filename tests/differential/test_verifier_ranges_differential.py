@@ -38,6 +38,7 @@ _RANGE_REFUSALS = re.compile(
     r"R\d+ min value is negative.*|R\d+ (min|max) value is outside of the allowed memory range"
     r"|R\d+ unbounded memory access.*|invalid access to map value.*"
     r"|math between .* is not allowed|value -?\d+ makes .* pointer be out of bounds"
+    r"|\w+ pointer offset -?\d+ is not allowed"
     r"|R\d+ invalid zero-sized read.*|At (program exit|callback return) the register R0 .*"
     r"|invalid (unbounded )?variable-offset.*|R\d+ !read_ok")
 
@@ -156,6 +157,31 @@ def test_a_max_past_the_value_is_refused_with_the_kernels_message(kernel, emulat
     assert verdicts[0] == verdicts[1] == (
         "EACCES", "invalid access to map value, value_size=64 off=127 size=1",
         "R6 max value is outside of the allowed memory range")
+
+
+@pytest.mark.parametrize("arith", [
+    "w2 &= 0x7fffffff\nr6 -= r2",  # the result's smin: map_value pointer offset ... is not allowed
+    "w2 &= 0x3fffffff\nr6 -= r2",
+    "w2 &= 0x1fffffff\nr6 -= r2",
+    "w2 |= 1\nr6 -= r2",
+    "w2 &= 0x7fffffff\nr6 += 8\nr6 -= r2",
+    "w2 &= 0x7fffffff\nr2 = -r2\nr6 += r2",  # the scalar's smin: value ... makes ...
+    "w2 &= 0x7fffffff\nr6 += r2",
+    "r2 &= 1\nr2 += 0x10000000\nr6 += r2\nr6 += r2",  # the pointer's, then the result's
+    "r3 &= 1\nr6 -= r3\nr2 >>= 1\nr6 -= r2",  # a least offset of S64_MIN
+    "r3 &= 1\nr6 -= r3\nr2 >>= 1\nr2 += 2\nr6 -= r2",  # the scalar's smin unbounded
+    "r6 += 0x1ffffff0\nr6 += 0x10",  # the fixed offset
+    "r6 += 0x1ffffff0\nr2 &= 0x1f\nr6 += r2",
+    "r2 &= 0x1f\nr2 += 0x1ffffff0\nr6 -= r2\nr6 += 1",
+])
+def test_pointer_arithmetic_out_of_bounds_is_refused_with_the_kernels_message(
+        kernel, emulated, value_maps, arith):
+    """6.18's check_reg_sane_offset_scalar and check_reg_sane_offset_ptr: a scalar added to a
+    pointer is refused for its value, a pointer (before the ALU, and its result) for its
+    offsets, each with its own message."""
+    body = f"{arith}\nr0 = 0\nexit"
+    verdicts = verdicts_on_value(kernel, emulated, value_maps, body)
+    assert verdicts[1] == verdicts[0]
 
 
 # -- a branch the ranges prove dead ----------------------------------------------------------------

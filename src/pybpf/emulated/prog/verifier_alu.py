@@ -464,16 +464,21 @@ class AluChecks:
 
     @staticmethod
     def check_reg_sane_offset(reg: Reg, r: vb._R, ptr: Reg) -> None:
-        """check_reg_sane_offset: a known offset, the fixed one and the least one the
-        bounds allow all within BPF_MAX_VAR_OFF, and a least one at all."""
+        """6.18's check_reg_sane_offset_scalar and check_reg_sane_offset_ptr: a known value,
+        the fixed offset and the least value the bounds allow all within BPF_MAX_VAR_OFF; a
+        scalar's least value is one at all. A pointer out of them is refused for its
+        "pointer offset", a scalar for its value."""
         kind = ptr.type_str()
+        if reg.is_pointer:
+            for off in (_s64(r.var.value) if not r.var.mask else 0, reg.off, r.smin):
+                if not -BPF_MAX_VAR_OFF < off < BPF_MAX_VAR_OFF:
+                    raise _reject(errno.EINVAL, f"{kind} pointer offset {off} is not allowed")
+            return
         if not r.var.mask:
             value = _s64(r.var.value)
             if not -BPF_MAX_VAR_OFF < value < BPF_MAX_VAR_OFF:
                 raise _reject(errno.EINVAL, f"math between {kind} pointer and {value} "
                               "is not allowed")
-        if reg.is_pointer and not -BPF_MAX_VAR_OFF < reg.off < BPF_MAX_VAR_OFF:
-            raise _reject(errno.EINVAL, f"{kind} pointer offset {reg.off} is not allowed")
         if r.smin == vb.S64_MIN:
             raise _reject(errno.EINVAL, f"math between {kind} pointer and register with "
                           "unbounded min value is not allowed")
