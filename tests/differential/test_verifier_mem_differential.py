@@ -1,8 +1,9 @@
 """The emulated verifier's memory-access checks against the kernel's (6.18): load-acquire and
 store-release (check_atomic_load, check_atomic_store) and variable-offset stack accesses
 (check_stack_access_within_bounds, check_stack_read_var_off, check_stack_write_var_off), and
-a ring buffer record released where it was moved (check_func_arg_reg_off) get the same
-verdict, accepted or refused with the same errno."""
+a ring buffer record released where it was moved (check_func_arg_reg_off), and the stack a
+helper writes (what is data after it) get the same verdict, accepted or refused with the same
+errno."""
 
 from __future__ import annotations
 
@@ -157,3 +158,36 @@ def test_a_released_record_is_the_pointer_reserve_gave(kernel, emulated, moved, 
             f"r6 = r0\n{moved}r1 = r6\nr2 = 0\ncall 132\nr0 = 0\nexit")
     assert_same_verdict(kernel, emulated, ProgType.SOCKET_FILTER, text, expected,
                         differential_tally, "ring buffer release", (MapType.RINGBUF, 0, 0, 4096))
+
+
+# -- stack memory a helper writes ----------------------------------------------------------------
+_KEY_AFTER = ("r2 = r10\nr2 += -4\nr1 = map[fd:{fd}]\ncall 1\nr0 = *(u32 *)(r0 +0)\n"
+              "r0 = 0\nexit")
+
+
+@pytest.mark.parametrize("write,expected", [
+    # a size the helper may write: its bytes up to the size's umax become data, no further
+    # (the array key at fp-4 stays a known 0, so the lookup's value is not NULL)
+    ("r1 = r10\nr1 += -64\nr2 &= 15", "ok"),
+    ("r1 = r10\nr1 += -64\nr2 = 8", "ok"),
+    ("r1 = r10\nr1 += -16\nr2 &= 15", "EACCES"),  # reaches the key: NULL not ruled out
+    ("r1 = r10\nr1 += -16\nr2 &= 7", "ok"),
+    ("r1 = r10\nr1 += -16\nr2 &= 7\nr2 += 5", "EACCES"),
+    ("r1 = r10\nr1 += -16\nr2 = 12", "EACCES"),
+    # a variable offset: from its least to its greatest plus the size
+    ("r2 &= 8\nr1 = r10\nr1 += -24\nr1 += r2\nr2 = 8", "ok"),
+    ("r2 &= 8\nr1 = r10\nr1 += -16\nr1 += r2\nr2 = 4", "EACCES"),
+    ("r2 &= 4\nr1 = r10\nr1 += -16\nr1 += r2\nr2 = 7", "EACCES"),  # the key's slot: all data
+    ("r2 &= 4\nr1 = r10\nr1 += -24\nr1 += r2\nr2 = 4", "ok"),
+])
+@pytest.mark.parametrize("func", [113, 115])  # probe_read_kernel, _str
+def test_a_helper_writes_the_stack_up_to_its_sizes_umax(kernel, emulated, write, expected,
+                                                        func, differential_tally):
+    """check_stack_range_initialized for a helper's buffer on the stack (a raw-mode write
+    byte by byte for a constant size and offset, the range of both otherwise): what it
+    may write is data afterwards, a spilled 0 there no longer a known 0; beyond it the
+    stack is as it was."""
+    text = (f"*(u64 *)(r10 -8) = 0\n*(u64 *)(r10 -16) = 0\n*(u64 *)(r10 -24) = 0\n"
+            f"call 7\nr2 = r0\n{write}\nr3 = 0\ncall {func}\n{_KEY_AFTER}")
+    assert_same_verdict(kernel, emulated, ProgType.TRACEPOINT, text, expected,
+                        differential_tally, "helper stack writes", (MapType.ARRAY, 4, 8, 1))

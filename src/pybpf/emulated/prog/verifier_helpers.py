@@ -94,6 +94,7 @@ from .verifier_state import (
     PTR_TO_STACK,
     SCALAR,
     SRC_OP,
+    STACK_INVALID,
     STACK_ITER,
     STACK_MISC,
     STACK_SPILL,
@@ -781,25 +782,31 @@ class HelperCallChecks:
     @staticmethod
     def clobber_helper_memory(state: State, func_id: int, bpf_map: Any,
                               regs: list[Reg]) -> None:
-        """Helpers that write into stack memory leave data there the program does not know."""
+        """Helpers that write into stack memory leave data there the program does not know:
+        from the buffer's least offset to its greatest plus the size's umax
+        (check_stack_range_initialized, or for a constant size and offset check_helper_call's
+        byte-by-byte writes, to the same effect); a spilled register there is data, all its
+        slot's bytes (scrub_spilled_slot)."""
         if func_id in (BpfFunc.probe_read_user, BpfFunc.probe_read_user_str,
                        BpfFunc.probe_read_kernel, BpfFunc.probe_read_kernel_str,
                        BpfFunc.get_current_comm, BpfFunc.dynptr_read):
-            buf, size = regs[1], regs[2].var.value if regs[2].is_const else None
+            buf, size = regs[1], vb.bounds(regs[2]).umax
         elif func_id in (BpfFunc.map_pop_elem, BpfFunc.map_peek_elem) and resolve_map_arg_type(
                 func_id, bpf_map, ARG_PTR_TO_UNINIT_MAP_VALUE) == ARG_PTR_TO_UNINIT_MAP_VALUE:
             buf, size = regs[2], bpf_map.value_size if bpf_map is not None else None
         else:
             return
-        if buf.type != PTR_TO_STACK or not buf.var.is_const:
+        if buf.type != PTR_TO_STACK or buf.wide:
             return
         frame = state.frames[buf.frame]
-        start = buf.off + _s64(buf.var.value)
-        end = 0 if size is None else min(0, start + size)
-        for byte in range(max(start, -MAX_BPF_STACK), end):
+        offsets = vb.bounds(buf)  # the pointer's variable offset
+        end = 0 if size is None else min(0, buf.off + offsets.smax + size)
+        for byte in range(max(buf.off + offsets.smin, -MAX_BPF_STACK), end):
             slot = -byte - 1
             spi = slot // BPF_REG_SIZE
             old = frame.stack.get(spi, EMPTY_SLOT)
             types = list(old.types)
+            if STACK_SPILL in types:
+                types = [t if t == STACK_INVALID else STACK_MISC for t in types]
             types[slot % BPF_REG_SIZE] = STACK_MISC
             frame.stack[spi] = Slot("".join(types), UNINIT)
