@@ -360,6 +360,18 @@ def test_the_cpu_id_is_below_the_machines_cpus_as_the_kernel_knows(
         assert verdicts[0][0] == expected
 
 
+@pytest.mark.parametrize("ret", ["", "r0 += 1", "r0 &= 1", "w0 -= 1"])
+@pytest.mark.parametrize("attach", [AttachType.CGROUP_INET_INGRESS,
+                                    AttachType.CGROUP_INET_EGRESS])
+def test_a_cgroup_skb_program_may_return_the_cpu_id_where_its_range_fits(
+        kernel, emulated_like_kernel, ret, attach):
+    """[0, nr_cpu_ids - 1] against CGROUP_SKB's [0, 1] ([0, 3] on egress)."""
+    text = f"call 8\n{ret}\nexit"
+    verdicts = [range_verdict(system, ProgType.CGROUP_SKB, text, expected_attach_type=attach)
+                for system in (kernel, emulated_like_kernel)]
+    assert verdicts[1] == verdicts[0]
+
+
 @pytest.mark.parametrize("size", ["64", "63", "0", "1", "r2 &= 63", "r2 &= 31\nr2 += 1"])
 @pytest.mark.parametrize("use", [
     "r6 += r0\nr0 = *(u8 *)(r6 +0)",  # smin -MAX_ERRNO: refused
