@@ -464,7 +464,7 @@ def test_a_helper_takes_the_arguments_and_maps_the_kernel_lets_it(kernel, emulat
 # -- any helper call: arguments of every kind, on every program type ------------------------------
 # The prologue leaves r6 = the context, r8 = an array value (key 0: never NULL), r9 = a hash
 # value not NULL-checked, fp-16..fp-1 zeros; each argument register is then set to one of
-# these (unknown scalars left out: a size whose bounds are a range is not modeled)
+# these (a scalar the array value holds: unknown, or bounded by a mask)
 _HELPER_PROLOGUE = ("r6 = r1\n*(u64 *)(r10 -8) = 0\n*(u64 *)(r10 -16) = 0\n"
                     "r1 = map[fd:{ARRAY}]\nr2 = r10\nr2 += -8\ncall 1\nr8 = r0\n"
                     "r1 = map[fd:{HASH}]\nr2 = r10\nr2 += -8\ncall 1\nr9 = r0\n")
@@ -473,6 +473,8 @@ _HELPER_ARGS = {
     "fp-4": "rX = r10\nrX += -4", "fp": "rX = r10", "value": "rX = r8",
     "value_or_null": "rX = r9",
     **{str(value): f"rX = {value}" for value in (0, 1, 4, 8, 16, 64, -1, 1 << 30)},
+    **{f"unknown & {mask}": f"rX = *(u64 *)(r8 +0)\nrX &= {mask}" for mask in (15, 63, 127)},
+    "unknown": "rX = *(u64 *)(r8 +0)",
     **{f"map {map_type.name}": f"rX = map[fd:{{{map_type.name}}}]" for map_type in HELPER_MAPS},
 }
 
