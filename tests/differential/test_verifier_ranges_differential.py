@@ -548,8 +548,12 @@ def _helper_result_programs(draw) -> str:
             names = "0789"
         elif kind == "lookup":  # a map value or NULL, in R0 and a copy
             steps.append(["r2 = r10", "r2 += -4", "r1 = map[fd:{fd}]", "call 1", f"r{dst} = r0"])
+        elif kind == "alu" and draw(st.integers(0, 4)) == 0:  # byte swaps
+            swap = draw(st.sampled_from(["be", "le", "bswap"]))
+            bits = draw(st.sampled_from([16, 32, 64]))
+            steps.append([f"r{dst} = {swap}{bits} r{dst}"])
         elif kind == "alu":
-            op = draw(st.sampled_from([*_ALU, "/=", "%="]))
+            op = draw(st.sampled_from([*_ALU, "/=", "%=", "s/=", "s%="]))
             operand = f"{r}{src}" if draw(st.booleans()) else str(draw(_IMMS))
             steps.append([f"{r}{dst} {op} {operand}"])
         elif kind == "copy":
@@ -559,8 +563,15 @@ def _helper_result_programs(draw) -> str:
         elif kind == "stack":
             size, off = draw(st.sampled_from([("u64", -72), ("u32", -72), ("u32", -68),
                                               ("u16", -70), ("u8", -72)]))
-            steps.append([f"*({size} *)(r10 {off}) = r{src}"] if draw(st.booleans())
-                         else [f"r{dst} = *({size} *)(r10 {off})"])
+            how = draw(st.sampled_from(["spill", "fill", "atomic"]))
+            if how == "atomic":  # the old value fetched, the slot's new one data
+                width = "64" if size == "u64" else ""
+                op = draw(st.sampled_from(["fetch_add", "fetch_or", "xchg"]))
+                steps.append([f"r{dst} = atomic{width}_{op}(({size if width else 'u32'} *)"
+                              f"(r10 {off if size in ('u64', 'u32') else -72}), r{dst})"])
+            else:
+                steps.append([f"*({size} *)(r10 {off}) = r{src}"] if how == "spill"
+                             else [f"r{dst} = *({size} *)(r10 {off})"])
         else:
             op = draw(st.sampled_from(_JMP))
             operand = f"{r}{src}" if draw(st.booleans()) else str(draw(_IMMS))
