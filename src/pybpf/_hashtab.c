@@ -831,14 +831,13 @@ static PyObject *take_stripe(HtabCore *c, uint64_t h)
 /* HtabMap.htab_map_update_elem_in_place from a program (onallcpus false): a per-CPU map's
  * element takes the value in this CPU's slot where it is; a new one is linked */
 static PyObject *update_in_place(HtabCore *c, PyObject *key, PyObject *value, long flags,
-				 PyObject *flags_obj)
+				 PyObject *flags_obj, PyObject *cpu_obj, int cpu)
 {
-	PyObject *hash = NULL, *stripe = NULL, *cpu_obj = NULL, *tlock = NULL, *index = NULL;
+	PyObject *hash = NULL, *stripe = NULL, *tlock = NULL, *index = NULL;
 	PyObject *old = NULL, *new = NULL, *result = NULL;
 	uint64_t h;
-	int cpu, failed = 1;
+	int failed = 1;
 	if ((hash = PyObject_CallOneArg(c->hash_fn, key)) == NULL || parse_addr(hash, &h) < 0
-	    || (cpu_obj = current_cpu(c, &cpu)) == NULL
 	    || (index = PyLong_FromUnsignedLongLong(h & c->mask)) == NULL
 	    || (tlock = bucket_lock(c, index, hash)) == NULL
 	    || (stripe = take_stripe(c, h)) == NULL)
@@ -867,7 +866,6 @@ locked_out:
 out:
 	Py_XDECREF(hash);
 	Py_XDECREF(stripe);
-	Py_XDECREF(cpu_obj);
 	Py_XDECREF(tlock);
 	Py_XDECREF(index);
 	Py_XDECREF(old);
@@ -916,15 +914,14 @@ static int release_elem(HtabCore *c, PyObject *elem, PyObject *cpu_obj, int cpu)
  * prealloc_lru_pop) takes the value before the bucket lock; it goes back to the LRU if the
  * flags refuse the update, the replaced one after the locks */
 static PyObject *lru_update(HtabCore *c, PyObject *key, PyObject *value, long flags,
-			    PyObject *flags_obj)
+			    PyObject *flags_obj, PyObject *cpu_obj, int cpu)
 {
-	PyObject *hash = NULL, *stripe = NULL, *cpu_obj = NULL, *tlock = NULL, *index = NULL;
+	PyObject *hash = NULL, *stripe = NULL, *tlock = NULL, *index = NULL;
 	PyObject *node = NULL, *old = NULL, *result = NULL;
 	PyObject *type = NULL, *exc = NULL, *tb = NULL;  /* check_flags' error */
 	uint64_t h;
-	int cpu, failed = 1;
+	int failed = 1;
 	if ((hash = PyObject_CallOneArg(c->hash_fn, key)) == NULL || parse_addr(hash, &h) < 0
-	    || (cpu_obj = current_cpu(c, &cpu)) == NULL
 	    || charge_op(c, cpu_obj, s_lru_update_event) < 0
 	    || (node = lru_pop(c, cpu_obj, cpu)) == NULL
 	    || elem_set(node, ELEM_KEY, key) < 0 || elem_set(node, ELEM_HASH, hash) < 0
@@ -966,7 +963,6 @@ locked_out:
 out:
 	Py_XDECREF(hash);
 	Py_XDECREF(stripe);
-	Py_XDECREF(cpu_obj);
 	Py_XDECREF(tlock);
 	Py_XDECREF(index);
 	Py_XDECREF(node);
@@ -977,18 +973,12 @@ out:
 	return result;
 }
 
-/* update(key, value, flags): the map's update from a program (a HASH map's
- * htab_map_update_elem, a PERCPU_HASH map's htab_percpu_map_update_elem, an LRU_HASH map's
- * htab_lru_map_update_elem) */
-static PyObject *htab_core_update(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+/* The map's update from a program on cpu (a HASH map's htab_map_update_elem, a PERCPU_HASH
+ * map's htab_percpu_map_update_elem, an LRU_HASH map's htab_lru_map_update_elem) */
+static PyObject *update(HtabCore *c, PyObject *key, PyObject *value, PyObject *flags_obj,
+			PyObject *cpu_obj, int cpu)
 {
-	HtabCore *c = (HtabCore *)op;
-	if (nargs != 3) {
-		PyErr_SetString(PyExc_TypeError, "update(key, value, flags)");
-		return NULL;
-	}
-	PyObject *key = args[0], *value = args[1];
-	long flags = PyLong_AsLong(args[2]);
+	long flags = PyLong_AsLong(flags_obj);
 	if (flags == -1 && PyErr_Occurred()) {
 		if (!PyErr_ExceptionMatches(PyExc_OverflowError))
 			return NULL;
@@ -998,15 +988,15 @@ static PyObject *htab_core_update(PyObject *op, PyObject *const *args, Py_ssize_
 		? 1 : has_special_fields(c);
 	if (special)  /* other flags (BPF_F_LOCK, errors), special fields */
 		return special < 0 ? NULL : PyObject_Vectorcall(c->update_elem,
-			(PyObject *[]){c->map, key, value, args[2]}, 4, NULL);
+			(PyObject *[]){c->map, key, value, flags_obj}, 4, NULL);
 	if (c->percpu)
-		return update_in_place(c, key, value, flags, args[2]);
+		return update_in_place(c, key, value, flags, flags_obj, cpu_obj, cpu);
 	if (c->lru)
-		return lru_update(c, key, value, flags, args[2]);
-	PyObject *old = NULL, *hash = NULL, *stripe = NULL, *cpu_obj = NULL, *tlock = NULL;
+		return lru_update(c, key, value, flags, flags_obj, cpu_obj, cpu);
+	PyObject *old = NULL, *hash = NULL, *stripe = NULL, *tlock = NULL;
 	PyObject *index = NULL, *new = NULL, *result = NULL;
 	uint64_t h;
-	int cpu, failed = 1;
+	int failed = 1;
 	/* The hash an existing element carries saves hashing the key, if under the lock it
 	 * chose the element is still key's with that hash (it may have been recycled). */
 	old = PyDict_GetItemWithError(c->table, key);
@@ -1042,8 +1032,7 @@ static PyObject *htab_core_update(PyObject *op, PyObject *const *args, Py_ssize_
 			goto out;
 	}
 	uint64_t at = h & c->mask;
-	if ((cpu_obj = current_cpu(c, &cpu)) == NULL
-	    || charge_op(c, cpu_obj, s_update_event) < 0
+	if (charge_op(c, cpu_obj, s_update_event) < 0
 	    || (index = PyLong_FromUnsignedLongLong(at)) == NULL
 	    || (tlock = bucket_lock(c, index, hash)) == NULL) {
 		unlock(c, NULL, NULL, stripe);
@@ -1057,7 +1046,7 @@ static PyObject *htab_core_update(PyObject *op, PyObject *const *args, Py_ssize_
 	Py_XSETREF(old, Py_XNewRef(PyDict_GetItemWithError(c->table, key)));
 	if (old == NULL && PyErr_Occurred())
 		goto locked_out;
-	if (refused(c, old, flags, args[2]))
+	if (refused(c, old, flags, flags_obj))
 		goto locked_out;
 	if ((new = alloc_elem(c, key, value, hash, old, cpu_obj, cpu)) == NULL)
 		goto locked_out;
@@ -1089,10 +1078,25 @@ out:
 	Py_XDECREF(old);
 	Py_XDECREF(hash);
 	Py_XDECREF(stripe);
-	Py_XDECREF(cpu_obj);
 	Py_XDECREF(tlock);
 	Py_XDECREF(index);
 	Py_XDECREF(new);
+	return result;
+}
+
+/* update(key, value, flags): the map's map_update_elem (a program's update) on the running
+ * CPU */
+static PyObject *htab_core_update(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+	int cpu;
+	if (nargs != 3) {
+		PyErr_SetString(PyExc_TypeError, "update(key, value, flags)");
+		return NULL;
+	}
+	PyObject *cpu_obj = current_cpu((HtabCore *)op, &cpu);
+	PyObject *result = cpu_obj == NULL ? NULL
+		: update((HtabCore *)op, args[0], args[1], args[2], cpu_obj, cpu);
+	Py_XDECREF(cpu_obj);
 	return result;
 }
 
@@ -1143,23 +1147,21 @@ out:
 
 /* delete(key): HtabMap.htab_map_delete_elem without reading the value (an LRU map's element
  * goes back to the LRU through its _release_elem) */
-static PyObject *htab_core_delete(PyObject *op, PyObject *key)
+static PyObject *delete(HtabCore *c, PyObject *key, PyObject *cpu_obj, int cpu)
 {
-	HtabCore *c = (HtabCore *)op;
 	int special = !PyBytes_CheckExact(key) ? 1 : has_special_fields(c);
 	if (special)  /* a timer to free */
 		return special < 0 ? NULL : PyObject_CallFunctionObjArgs(c->delete_elem, c->map,
 									 key, NULL);
-	PyObject *hash = NULL, *stripe = NULL, *cpu_obj = NULL, *tlock = NULL, *index = NULL;
+	PyObject *hash = NULL, *stripe = NULL, *tlock = NULL, *index = NULL;
 	PyObject *elem = NULL, *elem_hash = NULL, *elem_index = NULL, *result = NULL;
 	uint64_t h, eh;
-	int cpu, failed = 1;
+	int failed = 1;
 	if ((hash = PyObject_CallOneArg(c->hash_fn, key)) == NULL || parse_addr(hash, &h) < 0
 	    || (stripe = take_stripe(c, h)) == NULL)
 		goto out;
 	uint64_t at = h & c->mask;
-	if ((cpu_obj = current_cpu(c, &cpu)) == NULL
-	    || (index = PyLong_FromUnsignedLongLong(at)) == NULL
+	if ((index = PyLong_FromUnsignedLongLong(at)) == NULL
 	    || (tlock = bucket_lock(c, index, hash)) == NULL) {
 		unlock(c, NULL, NULL, stripe);
 		goto out;
@@ -1197,12 +1199,21 @@ locked_out:
 out:
 	Py_XDECREF(hash);
 	Py_XDECREF(stripe);
-	Py_XDECREF(cpu_obj);
 	Py_XDECREF(tlock);
 	Py_XDECREF(index);
 	Py_XDECREF(elem);
 	Py_XDECREF(elem_hash);
 	Py_XDECREF(elem_index);
+	return result;
+}
+
+/* delete(key): the map's map_delete_elem on the running CPU */
+static PyObject *htab_core_delete(PyObject *op, PyObject *key)
+{
+	int cpu;
+	PyObject *cpu_obj = current_cpu((HtabCore *)op, &cpu);
+	PyObject *result = cpu_obj == NULL ? NULL : delete((HtabCore *)op, key, cpu_obj, cpu);
+	Py_XDECREF(cpu_obj);
 	return result;
 }
 
@@ -1227,15 +1238,11 @@ static int lru_set_ref(HtabCore *c, PyObject *elem, int cpu)
 /* lookup(key): htab_map_lookup_elem (a HASH map's live value), htab_percpu_map_lookup_elem
  * (this CPU's slot) or htab_lru_map_lookup_elem (the value, the node's reference bit set),
  * None where the key is absent */
-static PyObject *htab_core_lookup(PyObject *op, PyObject *key)
+static PyObject *lookup(HtabCore *c, PyObject *key, PyObject *cpu_obj, int cpu)
 {
-	HtabCore *c = (HtabCore *)op;
-	PyObject *cpu_obj = NULL, *hash = NULL, *index = NULL, *elem, *node = NULL;
-	PyObject *result = NULL;
+	PyObject *hash = NULL, *index = NULL, *elem, *node = NULL, *result = NULL;
 	uint64_t h;
-	int cpu;
-	if ((cpu_obj = current_cpu(c, &cpu)) == NULL
-	    || (hash = PyObject_CallOneArg(c->hash_fn, key)) == NULL || parse_addr(hash, &h) < 0
+	if ((hash = PyObject_CallOneArg(c->hash_fn, key)) == NULL || parse_addr(hash, &h) < 0
 	    || charge_op(c, cpu_obj, s_lookup_event) < 0
 	    || (index = PyLong_FromUnsignedLongLong(h & c->mask)) == NULL
 	    || walk_cost(c, cpu, key, index, h) < 0)
@@ -1264,10 +1271,19 @@ static PyObject *htab_core_lookup(PyObject *op, PyObject *key)
 		result = elem_get(elem, ELEM_VALUE);
 	Py_DECREF(elem);
 out:
-	Py_XDECREF(cpu_obj);
 	Py_XDECREF(hash);
 	Py_XDECREF(index);
 	Py_XDECREF(node);
+	return result;
+}
+
+/* lookup(key): the map's map_lookup_elem on the running CPU */
+static PyObject *htab_core_lookup(PyObject *op, PyObject *key)
+{
+	int cpu;
+	PyObject *cpu_obj = current_cpu((HtabCore *)op, &cpu);
+	PyObject *result = cpu_obj == NULL ? NULL : lookup((HtabCore *)op, key, cpu_obj, cpu);
+	Py_XDECREF(cpu_obj);
 	return result;
 }
 
@@ -1326,25 +1342,23 @@ static PyObject *helper_result(HtabCore *c, PyObject *done)
 
 enum { HELPER_LOOKUP, HELPER_UPDATE, HELPER_DELETE };
 
-/* A modeled operation begins: Timing.sync on the running CPU */
-static int helper_sync(HtabCore *c)
+/* A modeled operation begins: Timing.sync on the running CPU, which it gives (a new
+ * reference, its number in *cpu), or NULL */
+static PyObject *helper_sync(HtabCore *c, int *cpu)
 {
-	int cpu;
-	PyObject *cpu_obj = current_cpu(c, &cpu);
-	int rc = cpu_obj == NULL ? -1
-		: timing_sync(c->timing, (CacheModel *)c->model, cpu_obj, cpu);
-	Py_XDECREF(cpu_obj);
-	return rc;
+	PyObject *cpu_obj = current_cpu(c, cpu);
+	if (cpu_obj != NULL && timing_sync(c->timing, (CacheModel *)c->model, cpu_obj, *cpu) < 0)
+		Py_CLEAR(cpu_obj);
+	return cpu_obj;
 }
 
-/* An update or delete of the key (and value) bytes, after helper_sync: r0 */
+/* An update or delete of the key (and value) bytes on cpu, after helper_sync: r0 */
 static PyObject *helper_change(HtabCore *c, int op, PyObject *key, PyObject *value,
-			       PyObject *flags)
+			       PyObject *flags, PyObject *cpu_obj, int cpu)
 {
 	if (op == HELPER_UPDATE)
-		return helper_result(c, htab_core_update((PyObject *)c,
-			(PyObject *[]){key, value, flags}, 3));
-	return helper_result(c, htab_core_delete((PyObject *)c, key));
+		return helper_result(c, update(c, key, value, flags, cpu_obj, cpu));
+	return helper_result(c, delete(c, key, cpu_obj, cpu));
 }
 
 /* bpf_map_{lookup,update,delete}_elem on this map, as helpers.map_*_elem bound to it:
@@ -1356,15 +1370,16 @@ static PyObject *helper_call(HtabCore *c, int op, PyObject *const *args, Py_ssiz
 		PyErr_SetString(PyExc_TypeError, "(python, rs, r2, r3, r4, r5)");
 		return NULL;
 	}
-	PyObject *rs = args[1], *mem = NULL, *key = NULL, *value = NULL;
+	PyObject *rs = args[1], *mem = NULL, *cpu_obj = NULL, *key = NULL, *value = NULL;
 	PyObject *result = NULL;
 	uint64_t r2, r3 = 0;
+	int cpu;
 	if (parse_addr(args[2], &r2) < 0 || (op == HELPER_UPDATE && parse_addr(args[3], &r3) < 0)
 	    || (mem = PyObject_GetAttr(rs, s_mem)) == NULL)
 		goto out;
 	/* a modeled operation begins (Timing.sync), then the bytes are read; where they are not
 	 * plain memory the Python helper does it all (its sync then does nothing) */
-	if (helper_sync(c) < 0)
+	if ((cpu_obj = helper_sync(c, &cpu)) == NULL)
 		goto out;
 	if (!PyDict_CheckExact(mem) || (key = plain_bytes(mem, r2, c->key_bytes)) == NULL
 	    || (op == HELPER_UPDATE && (value = plain_bytes(mem, r3, c->value_size)) == NULL)) {
@@ -1373,9 +1388,9 @@ static PyObject *helper_call(HtabCore *c, int op, PyObject *const *args, Py_ssiz
 		goto python;
 	}
 	if (op != HELPER_LOOKUP) {
-		result = helper_change(c, op, key, value, args[4]);
+		result = helper_change(c, op, key, value, args[4], cpu_obj, cpu);
 	} else {
-		PyObject *found = htab_core_lookup((PyObject *)c, key), *regions = NULL, *id = NULL;
+		PyObject *found = lookup(c, key, cpu_obj, cpu), *regions = NULL, *id = NULL;
 		if (found == NULL)
 			goto out;
 		if (found == Py_None) {
@@ -1399,6 +1414,7 @@ python:
 	result = PyObject_Vectorcall(args[0], args + 1, 5, NULL);
 out:
 	Py_XDECREF(mem);
+	Py_XDECREF(cpu_obj);
 	Py_XDECREF(key);
 	Py_XDECREF(value);
 	return result;
@@ -1415,20 +1431,22 @@ uint64_t pybpf_native_htab_op(uint64_t *status, uint64_t raised, PyObject *run,
 {
 	PyGILState_STATE gil = PyGILState_Ensure();
 	HtabCore *c = (HtabCore *)core;
-	PyObject *key = NULL, *value = NULL, *flags = NULL, *result = NULL;
+	PyObject *cpu_obj, *key = NULL, *value = NULL, *flags = NULL, *result = NULL;
 	uint64_t r0 = 0;
+	int cpu;
 	/* the bytes are read after the sync, as helper_call reads them: other CPUs' tasks may
 	 * write them meanwhile */
-	if (helper_sync(c) == 0
+	if ((cpu_obj = helper_sync(c, &cpu)) != NULL
 	    && (key = PyBytes_FromStringAndSize(key_at, c->key_bytes)) != NULL
 	    && (op != HELPER_UPDATE
 		|| (value = PyBytes_FromStringAndSize(value_at, c->value_size)) != NULL)
 	    && (flags = PyLong_FromUnsignedLongLong(r4)) != NULL)
-		result = helper_change(c, (int)op, key, value, flags);
+		result = helper_change(c, (int)op, key, value, flags, cpu_obj, cpu);
 	if (result == NULL || parse_addr(result, &r0) < 0) {
 		native_keep_error(run);
 		*status = raised;
 	}
+	Py_XDECREF(cpu_obj);
 	Py_XDECREF(key);
 	Py_XDECREF(value);
 	Py_XDECREF(flags);
