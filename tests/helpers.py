@@ -3,7 +3,8 @@ directory imports them as ``from helpers import u32, err_of``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -13,6 +14,7 @@ from pybpf.emulated.machine.memalloc import BpfMemAlloc
 from pybpf.emulated.prog.native import native_missing
 from pybpf.errors import BPFError
 from pybpf.programs import Program, ProgramSpec
+from pybpf.uapi import MapType
 
 # The emulated backend's engines, for tests run on each (native only where llvmlite is).
 ENGINES = ["jit", "interp", pytest.param("native", marks=pytest.mark.skipif(
@@ -69,6 +71,29 @@ def load(system, prog_type: int, items, maps=None, license: str = "GPL") -> Prog
     name."""
     return Program.load(ProgramSpec(prog_type, items, license=license), system,
                         maps=maps or {})
+
+
+@contextlib.contextmanager
+def loaded_on_each(systems, value_size: int, programs: dict) -> Iterator[dict]:
+    """key -> [(system, map fd, program)]: on each of ``systems``, an array "m" of one
+    ``value_size``-byte value and the ``programs`` (key -> (program type, items)) using it;
+    all closed afterwards."""
+    loaded: dict = {}
+    fds = []
+    try:
+        for system in systems:
+            fd = system.map_create(MapType.ARRAY, 4, value_size, 1)
+            fds.append((system, fd))
+            for key, (prog_type, items) in programs.items():
+                loaded.setdefault(key, []).append(
+                    (system, fd, load(system, prog_type, items, {"m": fd})))
+        yield loaded
+    finally:
+        for runs in loaded.values():
+            for _, _, prog in runs:
+                prog.close()
+        for system, fd in fds:
+            system.close(fd)
 
 
 def load_error(system, prog_type: int, items, license: str = "GPL") -> tuple[int, str]:

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import load
+from helpers import load, loaded_on_each
 from pybpf.asm import FP, R0, R1, R2, R3, R4, R5, R6, R7
 from pybpf.asm import builder as b
 from pybpf.uapi import (
@@ -39,7 +39,6 @@ from pybpf.uapi import (
     BPF_F_ADJ_ROOM_NO_CSUM_RESET,
     BPF_F_RECOMPUTE_CSUM,
     BPF_F_TEST_SKB_CHECKSUM_COMPLETE,
-    MapType,
     ProgType,
 )
 
@@ -77,20 +76,10 @@ CASES = [(helper, ProgType.SCHED_CLS) for helper in LWT_XMIT_TOO + TC_ONLY] \
 @pytest.fixture
 def programs(kernel, emulated_engine):
     """(helper, program type) -> [(system, map fd, program)] on each backend."""
-    loaded: dict[tuple, list] = {}
-    fds = []
-    for system in (kernel, emulated_engine):
-        fd = system.map_create(MapType.ARRAY, 4, VALUE_SIZE, 1)
-        fds.append((system, fd))
-        for helper, prog_type in CASES:
-            loaded.setdefault((helper, prog_type), []).append(
-                (system, fd, load(system, prog_type, _program(helper), {"m": fd})))
-    yield loaded
-    for runs in loaded.values():
-        for _, _, prog in runs:
-            prog.close()
-    for system, fd in fds:
-        system.close(fd)
+    with loaded_on_each((kernel, emulated_engine), VALUE_SIZE, {
+            (helper, prog_type): (prog_type, _program(helper))
+            for helper, prog_type in CASES}) as loaded:
+        yield loaded
 
 
 def _outcome(system, fd, prog, args: tuple, packet: bytes, flags: int, ctx: bytes | None,

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import load, load_error
+from helpers import load, load_error, loaded_on_each
 from pybpf.asm import FP, R0, R1, R2, R3, R4, R5, R6, R7
 from pybpf.asm import builder as b
 from pybpf.uapi import (
@@ -28,7 +28,6 @@ from pybpf.uapi import (
     BPF_F_PSEUDO_HDR,
     BPF_F_RECOMPUTE_CSUM,
     BPF_F_TEST_SKB_CHECKSUM_COMPLETE,
-    MapType,
     ProgType,
 )
 
@@ -53,20 +52,11 @@ ETH_P_EXPERIMENTAL = bytes.fromhex("88b5")  # no IP header for the test run to c
 def programs(request, kernel, emulated_engine):
     """helper -> [(system, map fd, program)] on each backend, of a tc program (skb->data
     at the Ethernet header) or an lwt_xmit one (at the network header)."""
-    loaded: dict[str, list] = {}
-    fds = []
-    for system in (kernel, emulated_engine):
-        fd = system.map_create(MapType.ARRAY, 4, VALUE_SIZE, 1)
-        fds.append((system, fd))
-        for helper, items in (*CSUM_REPLACE.items(), ("skb_store_bytes", STORE_BYTES)):
-            loaded.setdefault(helper, []).append(
-                (system, fd, load(system, request.param, items, {"m": fd})))
-    yield loaded
-    for runs in loaded.values():
-        for _, _, prog in runs:
-            prog.close()
-    for system, fd in fds:
-        system.close(fd)
+    with loaded_on_each((kernel, emulated_engine), VALUE_SIZE, {
+            helper: (request.param, items)
+            for helper, items in (*CSUM_REPLACE.items(), ("skb_store_bytes", STORE_BYTES))
+    }) as loaded:
+        yield loaded
 
 
 def _outcome(system, fd, prog, value: bytes, packet: bytes, complete: bool) -> tuple:
