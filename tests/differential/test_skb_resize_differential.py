@@ -272,6 +272,13 @@ FOUND = {
                                                    BPF_F_ADJ_ROOM_DECAP_L3_IPV4
                                                    | BPF_F_ADJ_ROOM_DECAP_L3_IPV6, 0),
                                IPV4_FRAME, 0, None, 1),
+    # the head grows by the missing headroom rounded up to NET_SKB_PAD; the network header's
+    # u16 offset from skb->head wraps past 64 KiB (65473: the first to), and the checksum
+    # from where it then points is wrong
+    **{f"change_head_gso_{head_room}{'_complete' if complete else ''}": (
+        "skb_change_head", (head_room, 0, 0, 0), IPV4_FRAME,
+        BPF_F_TEST_SKB_CHECKSUM_COMPLETE if complete else 0, _gso_ctx(1, 0), 1)
+       for head_room in (65472, 65473, 70000) for complete in (False, True)},
 }
 
 

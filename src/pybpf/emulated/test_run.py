@@ -65,6 +65,7 @@ from .net.xdp import (
 )
 from .prog.core import run_prog
 from .prog.filter import (
+    NET_SKB_PAD,
     SK_BUFF_SIZE,
     SKB_CB,
     SKB_DATA,
@@ -100,7 +101,6 @@ from .prog.filter import (
 from .prog.memory import CTX_REGION, M32, SOCK_REGION, CtxRegion, RunState
 
 TEST_XDP_MAX_BATCH = 256
-NET_SKB_PAD = 64  # max(32, L1_CACHE_BYTES) on x86-64; NET_IP_ALIGN is 0 there
 XDP_METADATA_MAX = 255  # xdp_metalen_invalid: skb_shared_info.meta_len is a u8
 # sizeof(struct xdp_page_head) on x86-64: two struct xdp_buff (56 bytes each) and the
 # struct xdp_frame (40) a live-frames run keeps at the start of each page
@@ -240,8 +240,10 @@ def bpf_prog_test_run_skb(prog: Any, req: TestRunRequest) -> TestRun:
         if prog.prog_type in DIRECT_PACKET_PROG_TYPES else {}
     ctx_region = CtxRegion("__sk_buff", ctx_buf, pointers,
                            writable_fields(prog.prog_type, SK_BUFF_SIZE))
-    # the frame's bytes before skb->data (an L3 program's MAC header) are its headroom
-    skb = Skb(packet, start, 0, ETH_HLEN, protocol, ctx_buf[SKB_PKT_TYPE], ctx_region)
+    # the buffer from skb->head: NET_SKB_PAD bytes of headroom (bpf_test_init's zeros), then
+    # the frame, whose bytes before skb->data (an L3 program's MAC header) are headroom too
+    skb = Skb(bytearray(NET_SKB_PAD) + packet, NET_SKB_PAD + start, NET_SKB_PAD,
+              NET_SKB_PAD + ETH_HLEN, protocol, ctx_buf[SKB_PKT_TYPE], ctx_region)
     skb.gso_size, skb.gso_segs = (struct.unpack_from("<I", ctx_buf, off)[0]
                                   for off in (SKB_GSO_SIZE, SKB_GSO_SEGS))
     if req.flags & BPF_F_TEST_SKB_CHECKSUM_COMPLETE:  # skb->csum from the network header on

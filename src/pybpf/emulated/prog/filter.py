@@ -73,6 +73,7 @@ from ...uapi import (
     MapType,
     ProgType,
     map_traits,
+    round_up,
 )
 from ..maps.bpf_map import INT_MAX, BpfMap
 from .bpf_trace import BPF_F_CTXLEN_MASK, BPF_F_INDEX_MASK, bpf_event_output
@@ -422,12 +423,28 @@ SKB_SHINFO_SIZE = 320  # SKB_DATA_ALIGN(sizeof(struct skb_shared_info)) on 6.18 
 BPF_SKB_MAX_LEN = (4096 << 2) - SKB_SHINFO_SIZE
 PACKET_OTHERHOST = 3  # the last pkt_type bpf_skb_change_type takes (skb_pkt_type_ok)
 KMALLOC_MAX_SIZE = 4 << 20  # the largest kmalloc (order 10 pages), an skb head's limit
+NET_SKB_PAD = 64  # max(32, L1_CACHE_BYTES) on x86-64; NET_IP_ALIGN is 0 there
+
+
+def _head_offset(name: str) -> property:
+    """An sk_buff header's offset from skb->head: a u16 field, which wraps past 64 KiB
+    (None: not set)."""
+    slot = "_" + name
+
+    def get(skb: Skb) -> int | None:
+        return getattr(skb, slot)
+
+    def set_(skb: Skb, value: int | None) -> None:
+        setattr(skb, slot, None if value is None else value & U16_MAX)
+
+    return property(get, set_)
 
 
 class Skb:
-    """struct sk_buff as filter.c's helpers see and change it: the linear buffer (``buf``,
-    the run's packet region, with ``data`` and ``tail`` offsets into it and headroom before
-    ``data``), the header offsets (``transport_header`` None until set), skb->protocol and
+    """struct sk_buff as filter.c's helpers see and change it: the linear buffer (``buf``
+    from skb->head, the run's packet region, with ``data`` and ``tail`` offsets into it and
+    headroom before ``data``), the header offsets from skb->head (u16 fields, as the
+    kernel's: ``transport_header`` None until set), skb->protocol and
     the hardware-accelerated VLAN tag (host byte order; ``vlan_proto`` 0: none), pkt_type,
     encapsulation, the GSO size and segments (gso_type is always 0: never TCP or UDP_L4),
     and skb->csum with whether ip_summed is CHECKSUM_COMPLETE (``csum`` keeps its last
@@ -437,7 +454,7 @@ class Skb:
     A size change gives a new ``buf`` (the program's memoryviews of the old one stay valid);
     the buffer always ends at ``tail``, as LD_ABS's end of the frame."""
 
-    __slots__ = ("buf", "data", "tail", "mac_header", "network_header", "transport_header",
+    __slots__ = ("buf", "data", "tail", "_mac_header", "_network_header", "_transport_header",
                  "protocol", "vlan_proto", "vlan_tci", "pkt_type", "encapsulation", "gso_size",
                  "gso_segs", "csum", "csum_complete", "ctx")
 
@@ -457,6 +474,10 @@ class Skb:
         self.csum = 0
         self.csum_complete = False
         self.ctx = ctx
+
+    mac_header = _head_offset("mac_header")
+    network_header = _head_offset("network_header")
+    transport_header = _head_offset("transport_header")
 
     @property
     def len(self) -> int:
@@ -490,19 +511,23 @@ class Skb:
 
     def push(self, size: int) -> int:
         """skb_cow_head + __skb_push: ``size`` more bytes before data (what the headroom
-        held, zeros where it was short and the buffer was made again); 0, or -ENOMEM where
-        the new buffer and its shared info would pass kmalloc's largest (4 MiB)."""
+        held). Short of headroom, the buffer is made again (__skb_cow's pskb_expand_head)
+        with what is missing rounded up to NET_SKB_PAD in front, zeros, and every header
+        offset moves by that (skb_headers_offset_update, in u16: past 64 KiB the offsets
+        wrap, as the kernel's do); 0, or -ENOMEM where the new buffer and its shared info
+        would pass kmalloc's largest (4 MiB)."""
         short = size - self.data
-        if short > 0 and len(self.buf) + short + SKB_SHINFO_SIZE > KMALLOC_MAX_SIZE:
-            return -errno.ENOMEM
         if short > 0:
-            self.buf = bytearray(short) + self.buf
-            self.data += short
-            self.tail += short
-            self.mac_header += short
-            self.network_header += short
+            nhead = round_up(short, NET_SKB_PAD)
+            if len(self.buf) + nhead + SKB_SHINFO_SIZE > KMALLOC_MAX_SIZE:
+                return -errno.ENOMEM
+            self.buf = bytearray(nhead) + self.buf
+            self.data += nhead
+            self.tail += nhead
+            self.mac_header += nhead
+            self.network_header += nhead
             if self.transport_header is not None:
-                self.transport_header += short
+                self.transport_header += nhead
         self.data -= size
         return 0
 
