@@ -1466,6 +1466,8 @@ out:
 static PyMethodDef module_methods[] = {
 	{"swap_dicts", (PyCFunction)(void (*)(void))mod_swap_dicts, METH_FASTCALL,
 	 "swap_dicts(states, incoming) -> saved: timing.swap_dicts"},
+	{"lpm_trie_walk", (PyCFunction)(void (*)(void))lpm_trie_walk, METH_FASTCALL,
+	 "lpm_trie_walk(root, key, data_size) -> node or None: lpm_trie.trie_walk"},
 	{NULL, NULL, 0, NULL},
 };
 

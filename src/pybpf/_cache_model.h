@@ -47,6 +47,11 @@ enum { ELEM_KEY, ELEM_VALUE, ELEM_HASH, ELEM_NODE, ELEM_PREV, ELEM_NEXT, ELEM_TY
        ELEM_CPU, ELEM_ADDR, ELEM_FIELDS };
 PyObject *elem_get(PyObject *elem, int field);
 int elem_set(PyObject *elem, int field, PyObject *value);
+/* The class ``name`` of the module ``module_name`` (a new reference) */
+PyObject *node_class(const char *module_name, const char *name);
+/* Where the writable __slots__ field ``name`` of instances of ``type`` is: 0, or -1 with an
+ * exception */
+int slot_offset(PyObject *type, PyObject *name, Py_ssize_t *offset);
 /* obj.name(): 0, or -1 with an exception */
 int call_method(PyObject *obj, PyObject *name);
 /* obj.name += 1 */
@@ -73,6 +78,9 @@ void mem_alloc_clear(MemAlloc *a);
 PyObject *unit_alloc(MemAlloc *a, PyObject *model, PyObject *cpu_obj, int cpu);
 /* BpfMemAlloc.free of obj on cpu (the current CPU) */
 int unit_free(MemAlloc *a, PyObject *model, PyObject *obj, PyObject *cpu_obj, int cpu);
+
+/* _lpm_trie.c: trie_lookup_elem's walk, lpm_trie_walk(root, key, data_size) */
+PyObject *lpm_trie_walk(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* _bpf_lru_list.c: a common BpfLru's pop_free and push_free in C */
 typedef struct {

@@ -85,8 +85,7 @@ static PyObject **const elem_names[ELEM_FIELDS] = {
 	[ELEM_TYPE] = &s_type, [ELEM_REF] = &s_ref, [ELEM_CPU] = &s_cpu, [ELEM_ADDR] = &s_addr,
 };
 
-/* A class of ``module`` whose instances are laid out as LruNode's */
-static PyObject *node_class(const char *module_name, const char *name)
+PyObject *node_class(const char *module_name, const char *name)
 {
 	PyObject *module = PyImport_ImportModule(module_name), *type;
 	if (module == NULL)
@@ -98,6 +97,21 @@ static PyObject *node_class(const char *module_name, const char *name)
 		Py_CLEAR(type);
 	}
 	return type;
+}
+
+int slot_offset(PyObject *type, PyObject *name, Py_ssize_t *offset)
+{
+	PyObject *descr = PyObject_GetAttr(type, name);
+	PyMemberDef *member = descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)
+		? ((PyMemberDescrObject *)descr)->d_member : NULL;
+	Py_XDECREF(descr);  /* the member table is the class's, which the caller holds */
+	if (member == NULL || member->type != T_OBJECT_EX || member->flags & READONLY) {
+		if (!PyErr_Occurred())
+			PyErr_Format(PyExc_TypeError, "%R.%U is not a writable slot", type, name);
+		return -1;
+	}
+	*offset = member->offset;
+	return 0;
 }
 
 static int bind_elem_type(void)
@@ -112,23 +126,19 @@ static int bind_elem_type(void)
 		return -1;
 	}
 	for (int f = 0; f < ELEM_FIELDS; f++) {
-		PyObject *descr = PyObject_GetAttr(type, *elem_names[f]);
-		PyMemberDef *member = descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)
-			? ((PyMemberDescrObject *)descr)->d_member : NULL;
-		PyObject *in_head = f < ELEM_PREV ? NULL : PyObject_GetAttr(head, *elem_names[f]);
-		int same = f < ELEM_PREV || in_head == descr;  /* LruNode's slot in both */
-		Py_XDECREF(descr);
-		Py_XDECREF(in_head);
-		if (member == NULL || member->type != T_OBJECT_EX || member->flags & READONLY
-		    || !same) {
-			if (!PyErr_Occurred())
-				PyErr_Format(PyExc_TypeError, "HtabElem.%U is not a writable slot",
-					     *elem_names[f]);
+		Py_ssize_t in_head = -1;
+		if (slot_offset(type, *elem_names[f], &elem_offset[f]) < 0
+		    || (f >= ELEM_PREV && slot_offset(head, *elem_names[f], &in_head) < 0)) {
 			Py_DECREF(type);
 			Py_DECREF(head);
 			return -1;
 		}
-		elem_offset[f] = member->offset;
+		if (f >= ELEM_PREV && in_head != elem_offset[f]) {  /* LruNode's slot in both */
+			PyErr_Format(PyExc_TypeError, "_Head.%U is not LruNode's", *elem_names[f]);
+			Py_DECREF(type);
+			Py_DECREF(head);
+			return -1;
+		}
 	}
 	/* kept for good, as their modules keep them */
 	elem_type = (PyTypeObject *)type;

@@ -33,6 +33,8 @@ ATOMIC_RMW = getattr(ACCEL, "atomic_rmw", None)
 # Where a buffer's bytes are (None: an older build): how compiled code reaches a value.
 BUFFER_ADDRESS = getattr(ACCEL, "buffer_address", None)
 CACHE_MODEL = _load("_cache_model", needs=("CacheModel", "SpinLock", "swap_dicts", "HtabCore"))
+# lpm_trie.c's lookup walk in C (None: an older build, or none; lpm_trie.trie_walk runs)
+LPM_TRIE_WALK = getattr(CACHE_MODEL, "lpm_trie_walk", None)
 # hashtab.c's htab_map_hash(key, hashrnd) in C, from the shared maps' extension (None: the
 # emulated maps hash in Python, pybpf/emulated/maps/jhash.py)
 HTAB_MAP_HASH = getattr(_load("_shm_maps"), "htab_map_hash", None)

@@ -7,11 +7,14 @@ import errno
 import struct
 import threading
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pybpf
 from helpers import op_errno
+from pybpf.accelerator import LPM_TRIE_WALK
+from pybpf.emulated.maps.lpm_trie import trie_walk
 from pybpf.system import iter_keys
 from pybpf.uapi import BPF_F_NO_PREALLOC, MapType
 
@@ -122,3 +125,27 @@ def test_concurrent_inserts_keep_the_trie_whole():
     assert results == [0] * (4 * (2**MAX_PREFIXLEN // 64))
     trie.check_invariants()
     assert trie.n_entries == len(list(iter_keys(sys, fd))) == 4 * (2**MAX_PREFIXLEN // 64)
+
+
+@pytest.mark.skipif(LPM_TRIE_WALK is None, reason="pybpf._cache_model is not built")
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from([1, 2, 4, 7, 16]), st.data())
+def test_the_c_walk_finds_what_the_python_walk_finds(data_size, data):
+    """lpm_trie_walk (_lpm_trie.c) against trie_walk, its reference, on tries of random
+    prefixes (intermediate nodes among them) of every data size, for random keys, their
+    prefixes' own keys and prefix lengths past the data: the same node, or None."""
+    max_prefixlen = 8 * data_size
+    prefixes = st.tuples(st.integers(0, max_prefixlen), st.integers(0, 2**max_prefixlen - 1))
+    sys = pybpf.system("emulated", cpus=1)
+    fd = sys.map_create(MapType.LPM_TRIE, 4 + data_size, 4, 64, map_flags=BPF_F_NO_PREALLOC)
+    trie = sys.map_from_fd(fd)
+    stored = data.draw(st.lists(prefixes, max_size=40))
+    for n, (prefixlen, bits) in enumerate(stored):
+        sys.map_update_elem(fd, struct.pack("<I", prefixlen) + bits.to_bytes(data_size, "big"),
+                            struct.pack("<I", n))
+    probes = stored + data.draw(st.lists(
+        st.tuples(st.integers(0, max_prefixlen + 2), st.integers(0, 2**max_prefixlen - 1)),
+        min_size=1, max_size=30))
+    for prefixlen, bits in probes:
+        k = struct.pack("<I", prefixlen) + bits.to_bytes(data_size, "big")
+        assert LPM_TRIE_WALK(trie.root, k, data_size) is trie_walk(trie.root, k, data_size)

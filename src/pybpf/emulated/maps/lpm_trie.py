@@ -26,6 +26,7 @@ import errno
 import threading
 from typing import TYPE_CHECKING
 
+from ...accelerator import LPM_TRIE_WALK
 from ...errors import KernelError
 from ...uapi import (
     BPF_EXIST,
@@ -66,6 +67,36 @@ class LpmTrieNode:
         self.bits = bits
         self.value = value
         self.node = node  # NUMA node of the memory
+
+
+def trie_walk(root: LpmTrieNode | None, key: bytes, data_size: int) -> LpmTrieNode | None:
+    """trie_lookup_elem's walk from ``root``: the node of the longest prefix matching
+    ``key`` (prefixlen past 8 * ``data_size``: none). The C twin (_lpm_trie.c) runs instead
+    where it is built; this is its reference."""
+    prefixlen = int.from_bytes(key[:4], "little")
+    max_prefixlen = 8 * data_size
+    if prefixlen > max_prefixlen:
+        return None
+    bits = int.from_bytes(key[4:4 + data_size], "big")
+    found = None
+    node = root
+    while node is not None:
+        node_prefixlen = node.prefixlen
+        # __longest_prefix_match: common leading bits, capped by both prefix lengths
+        matchlen = min(max_prefixlen - (node.bits ^ bits).bit_length(), node_prefixlen,
+                       prefixlen)
+        if matchlen == max_prefixlen:
+            found = node
+            break
+        if matchlen < node_prefixlen:
+            break
+        if not node.intermediate:
+            found = node
+        node = node.child[(bits >> (max_prefixlen - 1 - node_prefixlen)) & 1]
+    return found
+
+
+_TRIE_WALK = trie_walk if LPM_TRIE_WALK is None else LPM_TRIE_WALK
 
 
 @map_ops(MapType.LPM_TRIE)
@@ -126,27 +157,8 @@ class LpmTrie(BpfMap):
 
     # -- lookup ---------------------------------------------------------------------------------
     def _trie_lookup(self, key: bytes) -> LpmTrieNode | None:
-        """trie_lookup_elem's walk (the program hot path: helpers inlined)."""
-        prefixlen = int.from_bytes(key[:4], "little")
-        max_prefixlen = self.max_prefixlen
-        if prefixlen > max_prefixlen:
-            return None
-        bits = int.from_bytes(key[4:4 + self.data_size], "big")
-        found = None
-        node = self.root
-        while node is not None:
-            node_prefixlen = node.prefixlen
-            # __longest_prefix_match: common leading bits, capped by both prefix lengths
-            matchlen = min(max_prefixlen - (node.bits ^ bits).bit_length(), node_prefixlen,
-                           prefixlen)
-            if matchlen == max_prefixlen:
-                found = node
-                break
-            if matchlen < node_prefixlen:
-                break
-            if not node.intermediate:
-                found = node
-            node = node.child[(bits >> (max_prefixlen - 1 - node_prefixlen)) & 1]
+        """trie_lookup_elem's walk, and the access to the node it finds."""
+        found = _TRIE_WALK(self.root, key, self.data_size)
         if found is not None:
             self.access_stats.access(self.machine.current_cpu(), found.node)
         return found
