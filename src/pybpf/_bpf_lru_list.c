@@ -162,20 +162,6 @@ static int model_lock(PyObject *model, PyObject *cpu_obj, PyObject *tlock, int t
 	return done == NULL ? -1 : 0;
 }
 
-/* An error raised while an owner's tlock is held is kept across its unlock */
-static int model_unlock(PyObject *model, PyObject *cpu_obj, PyObject *tlock, int rc)
-{
-	PyObject *type, *exc, *tb;
-	PyErr_Fetch(&type, &exc, &tb);
-	if (model_lock(model, cpu_obj, tlock, 0) < 0)
-		rc = -1;
-	if (type != NULL) {
-		PyErr_Restore(type, exc, tb);
-		rc = -1;
-	}
-	return rc;
-}
-
 /* The owner (a LocalList or the LruList) and its host lock and modeled lock */
 static int owner_locks(PyObject *owner, PyObject **lock, PyObject **tlock)
 {

@@ -59,6 +59,9 @@ int attr_increment(PyObject *obj, PyObject *name);
 /* The end of a with block on a host lock: released, an error raised in the block (rc < 0)
  * kept; returns rc, or -1 where the release failed */
 int lock_release(PyObject *lock, int rc);
+/* Timing.spin_unlock(cpu, tlock) on the model, an error raised while tlock was held kept:
+ * returns rc, or -1 where the unlock failed or an error was set */
+int model_unlock(PyObject *model, PyObject *cpu_obj, PyObject *tlock, int rc);
 
 /* _memalloc.c: a BpfMemAlloc's unit_alloc and unit_free in C */
 typedef struct {

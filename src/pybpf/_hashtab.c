@@ -761,26 +761,26 @@ static PyObject *alloc_elem(HtabCore *c, PyObject *key, PyObject *value, PyObjec
 	return elem;
 }
 
-/* An exception raised while the locks are held is kept across their release */
-static int unlock(HtabCore *c, PyObject *cpu_obj, PyObject *tlock, PyObject *stripe)
+int model_unlock(PyObject *model, PyObject *cpu_obj, PyObject *tlock, int rc)
 {
 	PyObject *type, *exc, *tb;
-	int rc = 0;
 	PyErr_Fetch(&type, &exc, &tb);
-	if (tlock != NULL) {
-		PyObject *args[2] = {cpu_obj, tlock};
-		PyObject *done = cm_spin_unlock(c->model, args, 2);
-		if (done == NULL)
-			rc = -1;
-		Py_XDECREF(done);
-	}
-	if (call_method(stripe, s_release) < 0)
+	PyObject *args[2] = {cpu_obj, tlock};
+	PyObject *done = cm_spin_unlock(model, args, 2);
+	if (done == NULL)
 		rc = -1;
+	Py_XDECREF(done);
 	if (type != NULL) {
 		PyErr_Restore(type, exc, tb);
 		rc = -1;
 	}
 	return rc;
+}
+
+/* An exception raised while the locks are held is kept across their release */
+static int unlock(HtabCore *c, PyObject *cpu_obj, PyObject *tlock, PyObject *stripe)
+{
+	return lock_release(stripe, tlock == NULL ? 0 : model_unlock(c->model, cpu_obj, tlock, 0));
 }
 
 /* The bucket's modeled spinlock taken (the stripe's released where that fails) */
