@@ -5,7 +5,8 @@ on its pure-Python path (``pybpf._accel``: the Map layer's accelerator) or witho
 maps (``pybpf._shm_maps``: maps in shared memory, ``pybpf.shared``, which then says what to
 install) or with the emulated machine's cache model in Python (``pybpf._cache_model``: the
 C twin of ``Timing.access``, ``charge``, ``spin_lock``, ``spin_unlock`` and
-``locked_access``, and of a hash map's update and delete, ``HtabCore``).
+``locked_access``, of a hash map's lookup, update and delete, ``HtabCore``, with
+bpf_mem_alloc's and the common LRU's hot paths, and of an LPM trie's lookup walk).
 """
 
 from setuptools import Extension, setup

@@ -1477,7 +1477,9 @@ static struct PyModuleDef cache_model_module = {
 	.m_doc = "Optional C twin of the emulated machine's cache model (Timing.access) and of "
 		 "the virtual-time scheduler's switch of task-local state (swap_dicts); it also "
 		 "charges for the native tier's machine code (pybpf_native_charge) and runs a hash "
-		 "map's update and delete with their charges (HtabCore).",
+		 "map's lookup, update and delete with their charges (HtabCore), with the element "
+		 "memory of bpf_mem_alloc and the common LRU, and an LPM trie's lookup walk "
+		 "(lpm_trie_walk).",
 	.m_size = -1,
 	.m_methods = module_methods,
 };
