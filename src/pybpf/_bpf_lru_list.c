@@ -125,17 +125,6 @@ static PyObject *pop_front(PyObject *head)
 	return node;
 }
 
-/* _touch: a list move writes the node's list_head */
-static int touch(PyObject *model, PyObject *node, int cpu)
-{
-	PyObject *addr = elem_get(node, ELEM_ADDR);
-	uint64_t at;
-	int rc = addr == NULL || parse_addr(addr, &at) < 0 ? -1
-		: model_access((CacheModel *)model, cpu, at, 1) == -1.0 && PyErr_Occurred() ? -1 : 0;
-	Py_XDECREF(addr);
-	return rc;
-}
-
 /* _check(primitive, node, to_type) where the move is not one of ``legal`` (from types, -1
  * ending): the Python method marks the LRU broken and raises */
 static int check(Lru *l, PyObject *primitive, PyObject *node, long from, int to_type,
@@ -192,7 +181,7 @@ static int add_pending(Lru *l, PyObject *model, PyObject *pending, PyObject *nod
 		return -1;
 	return elem_set(node, ELEM_CPU, cpu_obj) < 0 || set_int(node, ELEM_TYPE, LOCAL_PENDING) < 0
 		|| set_int(node, ELEM_REF, 0) < 0 || add_front(node, pending) < 0
-		|| touch(model, node, cpu) < 0 ? -1 : 0;
+		|| write_line(model, node, cpu) < 0 ? -1 : 0;
 }
 
 PyObject *lru_pop_free(Lru *l, PyObject *model, PyObject *cpu_obj, int cpu)
@@ -255,7 +244,7 @@ static int pending_to_free(PyObject *loc, PyObject *model, PyObject *node, PyObj
 		/* _check("pending_to_free") holds: the node is pending */
 		: model_lock(model, cpu_obj, tlock, 1) < 0 || set_int(node, ELEM_TYPE, LOCAL_FREE) < 0
 		|| set_int(node, ELEM_REF, 0) < 0 || unlink_node(node) < 0
-		|| add_front(node, free) < 0 || touch(model, node, cpu) < 0
+		|| add_front(node, free) < 0 || write_line(model, node, cpu) < 0
 		|| model_lock(model, cpu_obj, tlock, 0) < 0 ? -1 : 1;
 	rc = lock_release(lock, rc);
 out:
@@ -297,7 +286,7 @@ static int move_to_free(Lru *l, PyObject *model, PyObject *lst, PyObject *node, 
 				 || PyObject_SetAttr(lst, s_next_inactive_rotation, prev) < 0))
 		goto out;
 	rc = unlink_node(node) < 0 || add_front(node, PyList_GET_ITEM(heads, FREE)) < 0
-		|| touch(model, node, cpu) < 0 ? -1 : 0;
+		|| write_line(model, node, cpu) < 0 ? -1 : 0;
 out:
 	Py_XDECREF(heads);
 	Py_XDECREF(counts);

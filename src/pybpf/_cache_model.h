@@ -47,6 +47,9 @@ enum { ELEM_KEY, ELEM_VALUE, ELEM_HASH, ELEM_NODE, ELEM_PREV, ELEM_NEXT, ELEM_TY
        ELEM_CPU, ELEM_ADDR, ELEM_FIELDS };
 PyObject *elem_get(PyObject *elem, int field);
 int elem_set(PyObject *elem, int field, PyObject *value);
+/* A write of obj's line (its addr: memory the model does not place where it has none), as
+ * Timing.access(cpu, addr_of(obj), write=True) */
+int write_line(PyObject *model, PyObject *obj, int cpu);
 /* The class ``name`` of the module ``module_name`` (a new reference) */
 PyObject *node_class(const char *module_name, const char *name);
 /* Where the writable __slots__ field ``name`` of instances of ``type`` is: 0, or -1 with an

@@ -162,6 +162,23 @@ PyObject *elem_get(PyObject *elem, int field)
 	return PyObject_GetAttr(elem, *elem_names[field]);  /* an unset slot's error too */
 }
 
+int write_line(PyObject *model, PyObject *obj, int cpu)
+{
+	PyObject *addr = elem_get(obj, ELEM_ADDR);
+	uint64_t at = 0;
+	if (addr == NULL) {
+		if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+			return -1;
+		PyErr_Clear();  /* not placed: free to touch */
+	} else {
+		int rc = parse_addr(addr, &at);
+		Py_DECREF(addr);
+		if (rc < 0)
+			return -1;
+	}
+	return model_access((CacheModel *)model, cpu, at, 1) == -1.0 && PyErr_Occurred() ? -1 : 0;
+}
+
 int elem_set(PyObject *elem, int field, PyObject *value)
 {
 	if (!in_slot(elem, field))
@@ -627,14 +644,9 @@ static int freelist_push(HtabCore *c, PyObject *elem, PyObject *cpu_obj, int cpu
  * takes it in this CPU's slot, a new element (``init``) with the other slots zeroed */
 static int fill_value(HtabCore *c, PyObject *elem, PyObject *value, int cpu, int init)
 {
-	PyObject *addr = NULL, *node = NULL, *buffer = NULL, *part = NULL;
-	uint64_t at;
+	PyObject *node = NULL, *buffer = NULL, *part = NULL;
 	int rc = -1;
-	if ((addr = elem_get(elem, ELEM_ADDR)) == NULL || parse_addr(addr, &at) < 0)
-		goto out;
-	if (model_access((CacheModel *)c->model, cpu, at, 1) == -1.0 && PyErr_Occurred())
-		goto out;
-	if ((buffer = elem_get(elem, ELEM_VALUE)) == NULL)
+	if (write_line(c->model, elem, cpu) < 0 || (buffer = elem_get(elem, ELEM_VALUE)) == NULL)
 		goto out;
 	if (!c->percpu) {
 		if ((node = elem_get(elem, ELEM_NODE)) == NULL)
@@ -658,7 +670,6 @@ static int fill_value(HtabCore *c, PyObject *elem, PyObject *value, int cpu, int
 			goto out;
 	rc = 0;
 out:
-	Py_XDECREF(addr);
 	Py_XDECREF(node);
 	Py_XDECREF(buffer);
 	Py_XDECREF(part);
@@ -1231,18 +1242,12 @@ static PyObject *htab_core_delete(PyObject *op, PyObject *key)
  * a write of the element's line */
 static int lru_set_ref(HtabCore *c, PyObject *elem, int cpu)
 {
-	PyObject *bit = elem_get(elem, ELEM_REF), *addr = NULL;
-	int set = bit == NULL ? -1 : PyObject_IsTrue(bit), rc = -1;
-	uint64_t at;
-	if (set == 0 && elem_set(elem, ELEM_REF, s_one) == 0
-	    && (addr = elem_get(elem, ELEM_ADDR)) != NULL && parse_addr(addr, &at) == 0)
-		rc = model_access((CacheModel *)c->model, cpu, at, 1) == -1.0 && PyErr_Occurred()
-			? -1 : 0;
-	else if (set > 0)
-		rc = 0;
+	PyObject *bit = elem_get(elem, ELEM_REF);
+	int set = bit == NULL ? -1 : PyObject_IsTrue(bit);
 	Py_XDECREF(bit);
-	Py_XDECREF(addr);
-	return rc;
+	if (set != 0)
+		return set > 0 ? 0 : -1;
+	return elem_set(elem, ELEM_REF, s_one) < 0 || write_line(c->model, elem, cpu) < 0 ? -1 : 0;
 }
 
 /* lookup(key): htab_map_lookup_elem (a HASH map's live value), htab_percpu_map_lookup_elem

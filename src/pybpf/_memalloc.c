@@ -106,24 +106,6 @@ static int count(MemAlloc *a, PyObject *name, PyObject *other, PyObject *other_n
 	return lock_release(a->count_lock, rc);
 }
 
-/* addr_of(obj) written: the llist operation on the object's own node */
-static int touch(PyObject *model, PyObject *obj, int cpu)
-{
-	PyObject *addr = elem_get(obj, ELEM_ADDR);
-	uint64_t at = 0;
-	if (addr == NULL) {
-		if (!PyErr_ExceptionMatches(PyExc_AttributeError))
-			return -1;
-		PyErr_Clear();  /* not placed: free to touch */
-	} else if (parse_addr(addr, &at) < 0) {
-		Py_DECREF(addr);
-		return -1;
-	} else {
-		Py_DECREF(addr);
-	}
-	return model_access((CacheModel *)model, cpu, at, 1) == -1.0 && PyErr_Occurred() ? -1 : 0;
-}
-
 PyObject *unit_alloc(MemAlloc *a, PyObject *model, PyObject *cpu_obj, int cpu)
 {
 	PyObject *cache = NULL, *free = NULL, *lock = NULL, *obj = NULL, *result = NULL;
@@ -138,7 +120,7 @@ PyObject *unit_alloc(MemAlloc *a, PyObject *model, PyObject *cpu_obj, int cpu)
 	    || charge_n(model, cpu_obj, s_mem_cache_event, s_one) < 0
 	    || count(a, s_alloc_calls, obj == Py_None ? a->counters : a->ma,
 		     obj == Py_None ? s_alloc_failures : s_cache_hits) < 0
-	    || (obj != Py_None && touch(model, obj, cpu) < 0))  /* llist_del_first */
+	    || (obj != Py_None && write_line(model, obj, cpu) < 0))  /* llist_del_first */
 		goto out;
 	if (left < a->low) {
 		PyObject *done = PyObject_CallMethodOneArg(a->ma, s_refill, cache);
@@ -166,7 +148,7 @@ int unit_free(MemAlloc *a, PyObject *model, PyObject *obj, PyObject *cpu_obj, in
 	over = PyList_GET_SIZE(free) > a->high;
 	if (lock_release(lock, appended) < 0
 	    || charge_n(model, cpu_obj, s_mem_cache_event, s_one) < 0
-	    || touch(model, obj, cpu) < 0)  /* llist_add */
+	    || write_line(model, obj, cpu) < 0)  /* llist_add */
 		goto out;
 	if (over) {
 		PyObject *done = PyObject_CallMethodOneArg(a->ma, s_trim, cache);
