@@ -1180,7 +1180,7 @@ static int scheduler_sync(PyObject *timing, CacheModel *m, PyObject *cpu_obj, in
 	PyObject *scheduler = PyObject_GetAttr(timing, s_scheduler);
 	if (scheduler == NULL)
 		return -1;
-	int idle = scheduler == Py_None ? 1 : sync_does_nothing(scheduler, m, cpu);
+	int idle = scheduler == Py_None ? 1 : m == NULL ? 0 : sync_does_nothing(scheduler, m, cpu);
 	PyObject *synced = idle < 0 ? NULL : idle ? Py_NewRef(Py_None)
 		: PyObject_CallMethodOneArg(scheduler, s_sync, cpu_obj);
 	Py_DECREF(scheduler);
@@ -1212,9 +1212,11 @@ int timing_sync(PyObject *timing, CacheModel *m, PyObject *cpu_obj, int cpu)
 	return 0;
 }
 
-/* Timing.charge(cpu, event, n) through the model's own method */
+/* Timing.charge(cpu, event, n) through the model's own method (none: nothing) */
 int charge_n(PyObject *model, PyObject *cpu, PyObject *event, PyObject *n)
 {
+	if (model == NULL)
+		return 0;
 	PyObject *args[3] = {cpu, event, n};
 	PyObject *done = cm_charge(model, args, 3);
 	Py_XDECREF(done);

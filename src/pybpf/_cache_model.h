@@ -2,6 +2,10 @@
  * What the sources of pybpf._cache_model share: the cache model's calls (_cache_model.c)
  * that the hash map's hot path (_hashtab.c) and its allocator (_memalloc.c) make, each the
  * twin of a Timing method, and a few small steps of theirs.
+ *
+ * Where a model is passed as a PyObject *, NULL is a machine without modeled time
+ * (UnmodeledTiming): charge_n, write_line, model_unlock and the lists' locks then do nothing,
+ * as that class's methods do.
  */
 #ifndef PYBPF_CACHE_MODEL_H
 #define PYBPF_CACHE_MODEL_H
@@ -28,7 +32,8 @@ PyObject *cm_spin_lock(PyObject *op, PyObject *const *args, Py_ssize_t nargs);
 PyObject *cm_spin_unlock(PyObject *op, PyObject *const *args, Py_ssize_t nargs);
 PyObject *cm_locked_access(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
 			   PyObject *kwnames);
-/* Timing.sync(cpu) (its scheduler's turn, then the CPU's deferred work that is due) */
+/* Timing.sync(cpu) (its scheduler's turn, then the CPU's deferred work that is due); m may
+ * be NULL (no modeled time) */
 int timing_sync(PyObject *timing, CacheModel *m, PyObject *cpu_obj, int cpu);
 /* HtabMap._walk_cost's accesses: the bucket's line, then its chain up to the key */
 int htab_chain_cost(CacheModel *m, int cpu, uint64_t bucket, PyObject *chain, PyObject *kb);

@@ -28,7 +28,8 @@ typedef struct {
 	PyObject *update_elem;  /* the map's Python map_update_elem, the reference */
 	PyObject *delete_elem;  /* the map's Python map_delete_elem, the reference */
 	PyObject *timing;       /* the map's Timing */
-	PyObject *model;        /* its CacheModel */
+	PyObject *model;        /* its CacheModel, or NULL without modeled time: nothing charged */
+	int ncpus;              /* the machine's CPUs */
 	PyObject *kernel_error; /* pybpf.errors.KernelError: a helper returns its errno */
 	PyObject *table;        /* key -> element */
 	PyObject *values;       /* key -> live value, or NULL (per-CPU maps have none) */
@@ -164,6 +165,8 @@ PyObject *elem_get(PyObject *elem, int field)
 
 int write_line(PyObject *model, PyObject *obj, int cpu)
 {
+	if (model == NULL)
+		return 0;
 	PyObject *addr = elem_get(obj, ELEM_ADDR);
 	uint64_t at = 0;
 	if (addr == NULL) {
@@ -216,6 +219,7 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	PyObject *bpf_map, *update_elem, *delete_elem, *storage = NULL, *stats = NULL, *values = NULL;
 	PyObject *mask = NULL, *stripe_mask = NULL, *base = NULL, *prealloc = NULL, *percpu = NULL;
 	PyObject *value_size = NULL, *slot_size = NULL, *lru = NULL;
+	PyObject *model = NULL, *modeled = NULL, *clock = NULL;
 	Py_ssize_t slot_bytes;
 	unsigned long long bucket_size;
 	int rc = -1;
@@ -238,7 +242,9 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	c->kernel_error = attr(errors, "KernelError");
 	Py_DECREF(errors);
 	if (c->kernel_error == NULL || (c->timing = attr(bpf_map, "timing")) == NULL
-	    || (c->model = attr(c->timing, "_cache_model")) == NULL
+	    || (model = attr(c->timing, "_cache_model")) == NULL
+	    || (modeled = attr(c->timing, "modeled")) == NULL
+	    || (clock = attr(c->timing, "clock")) == NULL
 	    || (storage = attr(bpf_map, "storage")) == NULL
 	    || (c->table = attr(storage, "table")) == NULL
 	    || (values = attr(storage, "values")) == NULL
@@ -264,10 +270,22 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	    || (value_size = attr(bpf_map, "value_size")) == NULL
 	    || (slot_size = attr(bpf_map, "slot_size")) == NULL)
 		goto out;
-	if (!PyObject_TypeCheck(c->model, &CacheModelType)) {
-		PyErr_SetString(PyExc_TypeError, "HtabCore needs the map's timing to run the C model");
+	/* with modeled time, the costs are charged to the C model; without it, to nothing */
+	int charged = PyObject_IsTrue(modeled);
+	if (charged < 0)
+		goto out;
+	if (charged && !PyObject_TypeCheck(model, &CacheModelType)) {
+		PyErr_SetString(PyExc_TypeError, "HtabCore needs the map's timing to run the C model "
+				"or no modeled time");
 		goto out;
 	}
+	if (charged)
+		c->model = Py_NewRef(model);
+	if (!PyList_CheckExact(clock) || PyList_GET_SIZE(clock) > INT_MAX) {
+		PyErr_SetString(PyExc_TypeError, "HtabCore: Timing.clock is a list per CPU");
+		goto out;
+	}
+	c->ncpus = (int)PyList_GET_SIZE(clock);
 	if (!PyDict_CheckExact(c->table) || !PyDict_CheckExact(c->buckets)
 	    || !PyList_CheckExact(c->nonempty) || !PyList_CheckExact(c->stripes)
 	    || !PyDict_CheckExact(c->bucket_locks) || !PyList_CheckExact(c->cpu_node)
@@ -320,6 +338,9 @@ out:
 	Py_XDECREF(value_size);
 	Py_XDECREF(slot_size);
 	Py_XDECREF(lru);
+	Py_XDECREF(model);
+	Py_XDECREF(modeled);
+	Py_XDECREF(clock);
 	return rc;
 }
 
@@ -458,15 +479,23 @@ static int item_increment(PyObject *list, Py_ssize_t i)
 static PyObject *current_cpu(HtabCore *c, int *cpu)
 {
 	PyObject *obj = PyObject_GetAttr(c->current, s_cpu);
-	if (obj != NULL && parse_cpu((CacheModel *)c->model, obj, cpu) < 0)
+	long n = obj == NULL ? -1 : PyLong_AsLong(obj);
+	if (n == -1 && PyErr_Occurred()) {
 		Py_CLEAR(obj);
+	} else if (obj != NULL && (n < 0 || n >= c->ncpus)) {
+		PyErr_Format(PyExc_IndexError, "CPU %ld is not a CPU of the machine", n);
+		Py_CLEAR(obj);
+	}
+	*cpu = (int)n;
 	return obj;
 }
 
 /* HtabMap._bucket_lock(hash): the modeled spinlock of the bucket (made by Python the first
- * time) */
+ * time); None without modeled time */
 static PyObject *bucket_lock(HtabCore *c, PyObject *index, PyObject *hash)
 {
+	if (c->model == NULL)
+		return Py_NewRef(Py_None);
 	PyObject *lock = PyDict_GetItemWithError(c->bucket_locks, index);
 	if (lock != NULL)
 		return Py_NewRef(lock);
@@ -609,6 +638,8 @@ static PyObject *freelist_pop(HtabCore *c, PyObject *cpu_obj, int cpu)
 		goto fail;
 	if (attr_increment(c->freelist, s_pops) < 0)
 		goto fail;
+	if (c->model == NULL)
+		return elem;
 	if ((addr = elem_get(elem, ELEM_ADDR)) == NULL)
 		goto fail;
 	PyObject *args[3] = {cpu_obj, PyList_GET_ITEM(c->free_locks, cpu), addr};
@@ -629,8 +660,11 @@ static int freelist_push(HtabCore *c, PyObject *elem, PyObject *cpu_obj, int cpu
 {
 	PyObject *addr;
 	if (PyList_Append(PyList_GET_ITEM(c->free_lists, cpu), elem) < 0
-	    || attr_increment(c->freelist, s_pushes) < 0
-	    || (addr = elem_get(elem, ELEM_ADDR)) == NULL)
+	    || attr_increment(c->freelist, s_pushes) < 0)
+		return -1;
+	if (c->model == NULL)
+		return 0;
+	if ((addr = elem_get(elem, ELEM_ADDR)) == NULL)
 		return -1;
 	PyObject *args[3] = {cpu_obj, PyList_GET_ITEM(c->free_locks, cpu), addr};
 	PyObject *done = cm_locked_access(c->model, args, 3, NULL);
@@ -697,7 +731,7 @@ static int count_elems(HtabCore *c, int delta, PyObject *old)
  * on this CPU: nothing) */
 static int count_elem(HtabCore *c, PyObject *cpu_obj)
 {
-	if (c->count_addr == NULL)
+	if (c->count_addr == NULL || c->model == NULL)
 		return 0;
 	PyObject *done = PyObject_CallMethodObjArgs(c->timing, s_atomic, cpu_obj, c->count_addr,
 						    NULL);
@@ -774,6 +808,8 @@ static PyObject *alloc_elem(HtabCore *c, PyObject *key, PyObject *value, PyObjec
 
 int model_unlock(PyObject *model, PyObject *cpu_obj, PyObject *tlock, int rc)
 {
+	if (model == NULL)
+		return PyErr_Occurred() ? -1 : rc;
 	PyObject *type, *exc, *tb;
 	PyErr_Fetch(&type, &exc, &tb);
 	PyObject *args[2] = {cpu_obj, tlock};
@@ -797,6 +833,8 @@ static int unlock(HtabCore *c, PyObject *cpu_obj, PyObject *tlock, PyObject *str
 /* The bucket's modeled spinlock taken (the stripe's released where that fails) */
 static int spin_lock(HtabCore *c, PyObject *cpu_obj, PyObject *tlock, PyObject *stripe)
 {
+	if (c->model == NULL)
+		return 0;
 	PyObject *args[2] = {cpu_obj, tlock};
 	PyObject *done = cm_spin_lock(c->model, args, 2);
 	if (done == NULL) {
@@ -810,6 +848,8 @@ static int spin_lock(HtabCore *c, PyObject *cpu_obj, PyObject *tlock, PyObject *
 /* An op's own charge and jhash over the key (HtabMap._op_cost's charges) */
 static int charge_op(HtabCore *c, PyObject *cpu_obj, PyObject *event)
 {
+	if (c->model == NULL)
+		return 0;
 	return charge_n(c->model, cpu_obj, event, s_one) < 0
 		|| charge_n(c->model, cpu_obj, s_jhash_byte, c->key_size) < 0 ? -1 : 0;
 }
@@ -817,6 +857,8 @@ static int charge_op(HtabCore *c, PyObject *cpu_obj, PyObject *event)
 /* HtabMap._walk_cost: bucket ``index`` (of hash ``h``) walked up to ``key`` */
 static int walk_cost(HtabCore *c, int cpu, PyObject *key, PyObject *index, uint64_t h)
 {
+	if (c->model == NULL)
+		return 0;
 	PyObject *chain = PyDict_GetItemWithError(c->buckets, index);
 	if (chain == NULL && PyErr_Occurred())
 		return -1;

@@ -52,6 +52,17 @@ def machines(cpu_node: list[int]) -> tuple[Timing, Timing]:
     return native, reference
 
 
+def c_and_python_systems(modeled: bool = True) -> list:
+    """Two emulated machines of 2 CPUs on the TINY profile: the first with the C extension
+    (the C cache model, a hash map's HtabCore), the second its Python reference (the Python
+    caches and HtabMap's methods); with modeled time or without (HtabCore then charges
+    nothing)."""
+    systems = [system("emulated", cpus=2, profile=TINY, modeled_time=modeled)]
+    with mock.patch.object(timing_module, "CACHE_MODEL", None):
+        systems.append(system("emulated", cpus=2, profile=TINY, modeled_time=modeled))
+    return systems
+
+
 def address(node: int, line: int, offset: int) -> int:
     return (node << NODE_SHIFT) + PAGE + line * LINE + offset
 
@@ -162,9 +173,7 @@ def test_hash_map_costs_in_c_agree_with_pythons(ops, map_type, no_prealloc):
     operation, on a map of 16 elements over 16 buckets (so chains form), from two CPUs."""
     flags = BPF_F_NO_PREALLOC if no_prealloc and map_type in (MapType.HASH,
                                                               MapType.PERCPU_HASH) else 0
-    systems = [system("emulated", cpus=2, profile=TINY, modeled_time=True)]
-    with mock.patch.object(timing_module, "CACHE_MODEL", None):
-        systems.append(system("emulated", cpus=2, profile=TINY, modeled_time=True))
+    systems = c_and_python_systems()
     timings = [e.machine.timing for e in systems]
     assert [t.cache_model for t in timings] == ["C", "Python"]
     fds = [e.map_create(map_type, 4, 8, 16, map_flags=flags) for e in systems]
@@ -210,31 +219,31 @@ CHURN = [("prog_update", 20, 0, 0), ("prog_update", 20, 1, 0), ("prog_delete", 2
 
 
 @settings(max_examples=200, deadline=None)
-@given(HASH_CORE_OPS, st.sampled_from(CORE_MAP_TYPES), st.booleans())
-@example(CHURN, MapType.HASH, False).via("churn")
-@example(CHURN, MapType.HASH, True).via("churn")
-@example(CHURN, MapType.PERCPU_HASH, False).via("churn")
-@example(CHURN, MapType.LRU_HASH, False).via("churn")
-def test_hash_map_ops_in_c_leave_what_pythons_leave(ops, map_type, no_prealloc):
+@given(HASH_CORE_OPS, st.sampled_from(CORE_MAP_TYPES), st.booleans(), st.booleans())
+@example(CHURN, MapType.HASH, False, True).via("churn")
+@example(CHURN, MapType.HASH, True, True).via("churn")
+@example(CHURN, MapType.PERCPU_HASH, False, True).via("churn")
+@example(CHURN, MapType.LRU_HASH, False, True).via("churn")
+@example(CHURN, MapType.HASH, True, False).via("churn without modeled time")
+@example(CHURN, MapType.LRU_HASH, False, False).via("churn without modeled time")
+def test_hash_map_ops_in_c_leave_what_pythons_leave(ops, map_type, no_prealloc, modeled):
     """HtabCore (a hash map's lookup, update and delete in C; an LRU map's lookup) against
     the Python methods it stands for, on a full map of 8 elements: the same results and
     errors, clocks, counts and caches after every operation, from syscalls and as a program
     calls them (the map's own methods), with every flag (BPF_F_LOCK and bad flags go back to
-    Python); then the same elements in the same buckets at the same addresses, the same
-    reference bits, free lists and counters."""
+    Python), with modeled time and without; then the same elements in the same buckets at
+    the same addresses, the same reference bits, free lists and counters."""
     flags = BPF_F_NO_PREALLOC if no_prealloc and map_type != MapType.LRU_HASH else 0
-    ops_agree(ops, map_type, flags, 8)
+    ops_agree(ops, map_type, flags, 8, modeled)
 
 
 def ops_agree(ops: list[tuple[str, int, int, int]], map_type: MapType, flags: int,
-              max_entries: int) -> None:
-    """``ops`` (op, key, cpu, update flags) on a map made on a machine with the C model and
-    on one with the Python model: the same results and errors, clocks, counts and caches
+              max_entries: int, modeled: bool = True) -> None:
+    """``ops`` (op, key, cpu, update flags) on a map made on a machine with the C extension
+    and on its Python reference: the same results and errors, clocks, counts and caches
     after each, and the same map at the end."""
     percpu = map_type == MapType.PERCPU_HASH
-    systems = [system("emulated", cpus=2, profile=TINY, modeled_time=True)]
-    with mock.patch.object(timing_module, "CACHE_MODEL", None):
-        systems.append(system("emulated", cpus=2, profile=TINY, modeled_time=True))
+    systems = c_and_python_systems(modeled)
     fds = [e.map_create(map_type, 4, 8, max_entries, map_flags=flags) for e in systems]
     maps = [e.map_from_fd(fd) for e, fd in zip(systems, fds, strict=True)]
     assert [type(m.map_lookup_elem).__name__ for m in maps] == ["builtin_function_or_method",
@@ -284,13 +293,14 @@ MEM_ALLOC_CHURN = [("prog_update", key, 0, 0) for key in range(110)] + [
     ("prog_update", key, 1, 0) for key in range(200, 330)]
 
 
+@pytest.mark.parametrize("modeled", [True, False], ids=["modeled", "unmodeled"])
 @pytest.mark.parametrize("map_type", [MapType.HASH, MapType.PERCPU_HASH])
 @pytest.mark.parametrize("max_entries", [120, 256])  # the count an atomic_t, a percpu_counter
-def test_bpf_mem_alloc_in_c_leaves_what_pythons_leaves(map_type, max_entries):
+def test_bpf_mem_alloc_in_c_leaves_what_pythons_leaves(map_type, max_entries, modeled):
     """A NO_PREALLOC map's allocations and frees through the allocator's unit_alloc and
     unit_free in C (_memalloc.c) against BpfMemAlloc's, over its refills and trims: the
     same errors (E2BIG past max_entries), clocks, caches, counters and free lists."""
-    ops_agree(MEM_ALLOC_CHURN, map_type, BPF_F_NO_PREALLOC, max_entries)
+    ops_agree(MEM_ALLOC_CHURN, map_type, BPF_F_NO_PREALLOC, max_entries, modeled)
 
 
 # An LRU of 400 nodes on 2 CPUs refills 100 at a time, flushing the pending ones into
@@ -311,13 +321,14 @@ LRU_REFERENCED = [(op, key, 0, 0) for key in range(400) for op in ("prog_update"
     ("prog_update", key, 0, 0) for key in range(400, 410)]
 
 
+@pytest.mark.parametrize("modeled", [True, False], ids=["modeled", "unmodeled"])
 @pytest.mark.parametrize("ops", [LRU_DELETED, LRU_ROTATION, LRU_REFERENCED],
                          ids=["deleted", "rotation", "referenced"])
-def test_lru_lists_in_c_leave_what_pythons_leave(ops):
+def test_lru_lists_in_c_leave_what_pythons_leave(ops, modeled):
     """A common LRU's pop and push in C (_bpf_lru_list.c) against BpfLru's over refills,
     rotations, deletions and evictions: the same lists in the same order (reference bits
     too), cursor, counters and clocks."""
-    ops_agree(ops, MapType.LRU_HASH, 0, 400)
+    ops_agree(ops, MapType.LRU_HASH, 0, 400, modeled)
 
 
 # the native tier calls the helpers bound to a map too, with its frames as memoryviews
@@ -344,16 +355,16 @@ def hash_map_program(ops: list[tuple[str, int, int]]) -> list:
     return [*items, b.mov64(R0, R6), b.exit_()]
 
 
-@settings(max_examples=40, deadline=None)
-@given(PROGRAM_OPS, st.sampled_from(CORE_MAP_TYPES), st.booleans(), st.sampled_from(ENGINES))
-def test_hash_map_helpers_in_c_leave_what_pythons_leave(ops, map_type, no_prealloc, engine):
+@settings(max_examples=60, deadline=None)
+@given(PROGRAM_OPS, st.sampled_from(CORE_MAP_TYPES), st.booleans(), st.sampled_from(ENGINES),
+       st.booleans())
+def test_hash_map_helpers_in_c_leave_what_pythons_leave(ops, map_type, no_prealloc, engine,
+                                                        modeled):
     """A program's bpf_map_{lookup,update,delete}_elem on a hash map of 8 elements, run on
     each CPU: through HtabCore's helpers (the JIT binds them to the map) with the C model and
-    through the Python helpers with the Python model, the same R0s, clocks, counts, caches
-    and map, on every engine."""
-    systems = [system("emulated", cpus=2, profile=TINY, modeled_time=True)]
-    with mock.patch.object(timing_module, "CACHE_MODEL", None):
-        systems.append(system("emulated", cpus=2, profile=TINY, modeled_time=True))
+    through the Python helpers with the Python model (or both without modeled time), the
+    same R0s, clocks, counts, caches and map, on every engine."""
+    systems = c_and_python_systems(modeled)
     flags = BPF_F_NO_PREALLOC if no_prealloc and map_type != MapType.LRU_HASH else 0
     fds = [e.map_create(map_type, 4, 8, 8, map_flags=flags) for e in systems]
     items = hash_map_program(ops)

@@ -24,9 +24,11 @@ Rules this module keeps:
   writes, and touches the bucket's line and each element of the chain up to the key; the
   element's memory and the allocator charge what they do (htab_elem.py, memalloc.py,
   bpf_lru_list.py, percpu_freelist.py).
-- With the C cache model, a HASH, PERCPU_HASH or LRU_HASH map's lookup, update and delete (and
-  the map helpers bound to it) are its ``HtabCore``'s (src/pybpf/_hashtab.c), which does these
-  methods' steps in C and hands them back what it does not do; they stay the reference.
+- Where pybpf._cache_model is built, a HASH, PERCPU_HASH or LRU_HASH map's lookup, update and
+  delete (and the map helpers bound to it) are its ``HtabCore``'s (src/pybpf/_hashtab.c),
+  which does these methods' steps in C and hands them back what it does not do; they stay the
+  reference. With modeled time it charges the C cache model; without, nothing (a machine
+  whose modeled time runs on the Python caches keeps these methods).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import functools
 import threading
 from typing import TYPE_CHECKING, NoReturn
 
-from ...accelerator import CACHE_MODEL, HTAB_MAP_HASH
+from ...accelerator import HTAB_MAP_HASH
 from ...errors import KernelError
 from ...uapi import (
     BPF_EXIST,
@@ -163,10 +165,12 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
         self.bucket_base = self.timing.alloc_region(self.n_buckets * BUCKET_SIZE, node)
         self._c_model = self.timing._cache_model  # None: the costs in Python, the reference
         self._bucket_locks: dict[int, SpinLock] = {}
-        if self._c_model is not None and not (self.fd_htab or (self.lru and self.percpu)):
-            # With the C model, the hot ops run in C (HtabCore), charged there, with the
-            # methods here as their reference and for the cases they hand back.
-            core = CACHE_MODEL.HtabCore(self, BUCKET_SIZE, type(self).map_update_elem,
+        c_extension = self.timing.c_extension
+        if c_extension is not None and (self._c_model is not None or not self.timing.modeled) \
+                and not (self.fd_htab or (self.lru and self.percpu)):
+            # The hot ops run in C (HtabCore), charged to the C model (or to nothing), with
+            # the methods here as their reference and for the cases they hand back.
+            core = c_extension.HtabCore(self, BUCKET_SIZE, type(self).map_update_elem,
                                         type(self).map_delete_elem)
             self.map_lookup_elem = core.lookup
             self.map_update_elem = core.update
