@@ -669,10 +669,10 @@ def htab_op_runs(map_type: int, map_flags: int, modeled: bool, items: list,
     return results, bound_calls
 
 
-def direct_htab_ops(modeled: bool) -> bool:
-    """Whether compiled code calls a hash map's bound update and delete natively here."""
-    return modeled and timing_module.CACHE_MODEL is not None \
-        and native._htab_op_address() is not None
+def direct_htab_ops() -> bool:
+    """Whether compiled code calls a hash map's bound update and delete natively here (the
+    map has an HtabCore, with modeled time or without)."""
+    return timing_module.CACHE_MODEL is not None and native._htab_op_address() is not None
 
 
 @needs_accel
@@ -683,8 +683,8 @@ def direct_htab_ops(modeled: bool) -> bool:
 def test_bound_hash_updates_and_deletes_agree_across_engines(map_type, map_flags, modeled):
     """Every flag, full maps and missing keys, keys and values on the stack, in a map value
     and in global data: the same R0s, map (elements, addresses, free lists, counters),
-    clocks and breakdowns on every engine. With an HtabCore (modeled time on the C model)
-    the native tier calls its ops without Python where the key and value are native memory;
+    clocks and breakdowns on every engine. With an HtabCore (the C extension built) the
+    native tier calls its ops without Python where the key and value are native memory;
     only the ops on global data go through Python."""
     results, bound_calls = htab_op_runs(map_type, map_flags, modeled,
                                         htab_ops_program(HTAB_OPS))
@@ -693,7 +693,7 @@ def test_bound_hash_updates_and_deletes_agree_across_engines(map_type, map_flags
            for r0s in results["native"][0] for k in range(0, KEY_AT, 8)}
     full = set() if map_type == MapType.LRU_HASH else {errno.E2BIG}
     assert r0s == {0, errno.EEXIST, errno.ENOENT, errno.EINVAL} | full
-    in_python = sum(where == "global" for *_, where in HTAB_OPS) if direct_htab_ops(modeled) \
+    in_python = sum(where == "global" for *_, where in HTAB_OPS) if direct_htab_ops() \
         else len(HTAB_OPS)
     assert bound_calls["native"] == 3 * in_python
 
@@ -720,7 +720,7 @@ def test_bound_updates_of_a_value_with_a_spin_lock_go_to_python_on_every_engine(
         results[modeled], bound_calls = htab_op_runs(MapType.HASH, 0, modeled,
                                                      htab_ops_program(ops, 16), spin_lock=True)
         agree(results[modeled])
-        assert bound_calls["native"] == (0 if direct_htab_ops(modeled) else 3 * len(ops))
+        assert bound_calls["native"] == (0 if direct_htab_ops() else 3 * len(ops))
     first_run = results[True]["native"][0][0]
     assert [-int.from_bytes(first_run[k:k + 8], "little", signed=True)
             for k in range(0, 8 * len(ops), 8)] == [0, 0, 0, errno.EEXIST, errno.ENOENT, 0,
@@ -773,4 +773,4 @@ def test_direct_updates_of_tasks_on_two_cpus_agree_across_engines(map_type, runn
                for engine in ENGINES}
     agree(results)
     assert results["native"][4] > 10  # the CPUs took turns
-    assert bound_calls == [] or not direct_htab_ops(True)
+    assert bound_calls == [] or not direct_htab_ops()
