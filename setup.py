@@ -16,7 +16,7 @@ setup(ext_modules=[
               extra_compile_args=["-O2"]),
     Extension("pybpf._cache_model", ["src/pybpf/_cache_model.c", "src/pybpf/_hashtab.c",
                                     "src/pybpf/_memalloc.c", "src/pybpf/_bpf_lru_list.c",
-                                    "src/pybpf/_lpm_trie.c"],
+                                    "src/pybpf/_lpm_trie.c", "src/pybpf/_host_lock.c"],
               depends=["src/pybpf/_cache_model.h"], optional=True,
               # no fused multiply-adds: the modeled clocks are Python's float arithmetic
               extra_compile_args=["-O2", "-Wall", "-ffp-contract=off"]),

@@ -15,7 +15,7 @@ enum { ACTIVE, INACTIVE, FREE, LOCAL_FREE, LOCAL_PENDING, NR_LIST_COUNT = 2 };
 
 static PyObject *s_percpu, *s_local, *s_common, *s_lock, *s_tlock, *s_free, *s_pending,
 	*s_heads, *s_counts, *s_next_inactive_rotation, *s_pops, *s_pushes, *s_pop_free_to_local,
-	*s_steal, *s_check, *s_push_free, *s_acquire, *s_add_pending, *s_move, *s_one;
+	*s_steal, *s_check, *s_push_free, *s_add_pending, *s_move, *s_one;
 
 int lru_ready(void)
 {
@@ -28,7 +28,7 @@ int lru_ready(void)
 		|| intern(&s_pops, "pops") < 0 || intern(&s_pushes, "pushes") < 0
 		|| intern(&s_pop_free_to_local, "_pop_free_to_local") < 0
 		|| intern(&s_steal, "_steal") < 0 || intern(&s_check, "_check") < 0
-		|| intern(&s_push_free, "push_free") < 0 || intern(&s_acquire, "acquire") < 0
+		|| intern(&s_push_free, "push_free") < 0
 		|| intern(&s_add_pending, "add_pending") < 0 || intern(&s_move, "move") < 0
 		|| (s_one = PyLong_FromLong(1)) == NULL ? -1 : 0;
 }
@@ -193,7 +193,7 @@ PyObject *lru_pop_free(Lru *l, PyObject *model, PyObject *cpu_obj, int cpu)
 	if (loc == NULL || owner_locks(loc, &lock, &tlock) < 0
 	    || (free = PyObject_GetAttr(loc, s_free)) == NULL
 	    || (pending = PyObject_GetAttr(loc, s_pending)) == NULL
-	    || call_method(lock, s_acquire) < 0)
+	    || host_lock_acquire(lock) < 0)
 		goto out;
 	/* with loc.lock: the modeled lock, then the node, the modeled unlock in any case */
 	int rc = model_lock(model, cpu_obj, tlock, 1);
@@ -239,7 +239,7 @@ static int pending_to_free(PyObject *loc, PyObject *model, PyObject *node, PyObj
 	PyObject *lock = NULL, *tlock = NULL, *free = NULL;
 	int rc = -1;
 	if (owner_locks(loc, &lock, &tlock) < 0 || (free = PyObject_GetAttr(loc, s_free)) == NULL
-	    || call_method(lock, s_acquire) < 0)
+	    || host_lock_acquire(lock) < 0)
 		goto out;
 	long type = node_int(node, ELEM_TYPE);
 	rc = type == -1 && PyErr_Occurred() ? -1 : type != LOCAL_PENDING ? 0
@@ -322,7 +322,7 @@ int lru_push_free(Lru *l, PyObject *model, PyObject *node, PyObject *cpu_obj, in
 	/* with common.lock: the modeled lock, the move, the modeled unlock */
 	PyObject *lock = NULL, *tlock = NULL;
 	int rc = -1;
-	if (owner_locks(l->common, &lock, &tlock) < 0 || call_method(lock, s_acquire) < 0)
+	if (owner_locks(l->common, &lock, &tlock) < 0 || host_lock_acquire(lock) < 0)
 		goto out;
 	long from = node_int(node, ELEM_TYPE);
 	rc = (from == -1 && PyErr_Occurred()) || model_lock(model, cpu_obj, tlock, 1) < 0

@@ -71,6 +71,14 @@ int lock_release(PyObject *lock, int rc);
  * returns rc, or -1 where the unlock failed or an error was set */
 int model_unlock(PyObject *model, PyObject *cpu_obj, PyObject *tlock, int rc);
 
+/* _host_lock.c: HostLock, a threading.Lock that C takes by a direct call */
+extern PyTypeObject HostLockType;
+int host_lock_ready(void);
+/* lock.acquire() and lock.release(), directly where lock is a HostLock (else the methods):
+ * 0, or -1 with an exception */
+int host_lock_acquire(PyObject *lock);
+int host_lock_release(PyObject *lock);
+
 /* _memalloc.c: a BpfMemAlloc's unit_alloc and unit_free in C */
 typedef struct {
 	PyObject *ma;          /* the BpfMemAlloc, or NULL: another design, all Python */

@@ -62,7 +62,7 @@ typedef struct {
 } HtabCore;
 
 static PyObject *s_cpu, *s_hash, *s_key, *s_value, *s_addr, *s_node, *s_pops, *s_pushes,
-	*s_acquire, *s_release, *s_update_event, *s_delete_event, *s_jhash_byte, *s_bucket_lock,
+	*s_update_event, *s_delete_event, *s_jhash_byte, *s_bucket_lock,
 	*s_check_flags, *s_alloc_htab_elem, *s_new_elem_on_home,
 	*s_retire_replaced, *s_release_elem, *s_key_not_found, *s_special_fields, *s_lookup_event,
 	*s_errno, *s_ref, *s_lru_update_event, *s_prealloc_lru_pop, *s_no_free_node,
@@ -447,7 +447,7 @@ int lock_release(PyObject *lock, int rc)
 {
 	PyObject *type, *exc, *tb;
 	PyErr_Fetch(&type, &exc, &tb);
-	if (call_method(lock, s_release) < 0)
+	if (host_lock_release(lock) < 0)
 		rc = -1;
 	if (type != NULL) {
 		PyErr_Restore(type, exc, tb);
@@ -526,7 +526,7 @@ static int bisect(PyObject *list, uint64_t value, int right, Py_ssize_t *at)
 /* Under the index lock, ``index`` enters (``add``) or leaves the sorted non-empty index */
 static int index_change(HtabCore *c, PyObject *index, uint64_t value, int add)
 {
-	if (call_method(c->index_lock, s_acquire) < 0)
+	if (host_lock_acquire(c->index_lock) < 0)
 		return -1;
 	Py_ssize_t at;
 	int rc = bisect(c->nonempty, value, add, &at);
@@ -673,6 +673,17 @@ static int freelist_push(HtabCore *c, PyObject *elem, PyObject *cpu_obj, int cpu
 	return done == NULL ? -1 : 0;
 }
 
+/* dst[0:n] = src[0:n] where dst is a bytearray and src bytes, each of n bytes at least (no
+ * resize: a copy): 1; 0 where they are not, for the caller's slice assignment */
+static int copy_prefix(PyObject *dst, PyObject *src, Py_ssize_t n)
+{
+	if (!PyByteArray_CheckExact(dst) || !PyBytes_CheckExact(src)
+	    || PyByteArray_GET_SIZE(dst) < n || PyBytes_GET_SIZE(src) < n)
+		return 0;
+	memcpy(PyByteArray_AS_STRING(dst), PyBytes_AS_STRING(src), n);
+	return 1;
+}
+
 /* HtabElemMemory._fill_value from a program on ``cpu`` (onallcpus false): the element's line
  * written; a map with one value buffer counts the access and takes the value, a per-CPU map
  * takes it in this CPU's slot, a new element (``init``) with the other slots zeroed */
@@ -688,15 +699,21 @@ static int fill_value(HtabCore *c, PyObject *elem, PyObject *value, int cpu, int
 		int local = PyObject_RichCompareBool(PyList_GET_ITEM(c->cpu_node, cpu), node, Py_EQ);
 		if (local < 0 || item_increment(local ? c->local : c->remote, cpu) < 0)
 			goto out;
-		rc = PySequence_SetSlice(buffer, 0, PY_SSIZE_T_MAX, value);
+		/* buffer[:] = value, a copy where they are the same size */
+		Py_ssize_t n = PyBytes_CheckExact(value) ? PyBytes_GET_SIZE(value) : -1;
+		rc = PyByteArray_CheckExact(buffer) && PyByteArray_GET_SIZE(buffer) == n
+			&& copy_prefix(buffer, value, n) ? 0
+			: PySequence_SetSlice(buffer, 0, PY_SSIZE_T_MAX, value);
 		goto out;
 	}
 	if (!PyList_Check(buffer) || PyList_GET_SIZE(buffer) <= cpu) {
 		PyErr_SetString(PyExc_TypeError, "a per-CPU element's value is a list of slots");
 		goto out;
 	}
-	if ((part = PySequence_GetSlice(value, 0, c->value_size)) == NULL
-	    || PySequence_SetSlice(PyList_GET_ITEM(buffer, cpu), 0, c->value_size, part) < 0)
+	PyObject *slot = PyList_GET_ITEM(buffer, cpu);
+	if (!copy_prefix(slot, value, c->value_size)
+	    && ((part = PySequence_GetSlice(value, 0, c->value_size)) == NULL
+		|| PySequence_SetSlice(slot, 0, c->value_size, part) < 0))
 		goto out;
 	for (Py_ssize_t other = 0; init && other < PyList_GET_SIZE(buffer); other++)
 		if (other != cpu && PySequence_SetSlice(PyList_GET_ITEM(buffer, other), 0,
@@ -714,7 +731,7 @@ out:
  * for a new key (not replacing ``old``) in a full map is not: 1. Else 0, or -1. */
 static int count_elems(HtabCore *c, int delta, PyObject *old)
 {
-	if (call_method(c->count_lock, s_acquire) < 0)
+	if (host_lock_acquire(c->count_lock) < 0)
 		return -1;
 	PyObject *n = PyObject_GetAttr(c->map, s_count), *next = NULL;
 	int full = n == NULL ? -1 : delta < 0 || old != NULL ? 0
@@ -884,7 +901,7 @@ static PyObject *take_stripe(HtabCore *c, uint64_t h)
 {
 	PyObject *stripe = PyList_GET_ITEM(c->stripes, h & c->stripe_mask);
 	Py_INCREF(stripe);
-	if (call_method(stripe, s_acquire) < 0)
+	if (host_lock_acquire(stripe) < 0)
 		Py_CLEAR(stripe);
 	return stripe;
 }
@@ -1568,8 +1585,7 @@ int htab_core_ready(void)
 	if (intern(&s_cpu, "cpu") < 0 || intern(&s_hash, "hash") < 0 || intern(&s_key, "key") < 0
 	    || intern(&s_value, "value") < 0 || intern(&s_addr, "addr") < 0
 	    || intern(&s_node, "node") < 0 || intern(&s_pops, "pops") < 0
-	    || intern(&s_pushes, "pushes") < 0 || intern(&s_acquire, "acquire") < 0
-	    || intern(&s_release, "release") < 0
+	    || intern(&s_pushes, "pushes") < 0
 	    || intern(&s_update_event, "htab_map_update_elem") < 0
 	    || intern(&s_delete_event, "htab_map_delete_elem") < 0
 	    || intern(&s_jhash_byte, "jhash_byte") < 0

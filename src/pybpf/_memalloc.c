@@ -11,7 +11,7 @@
 
 static PyObject *s_free, *s_lock, *s_caches, *s_counters, *s_count_lock, *s_low, *s_high,
 	*s_alloc_calls, *s_alloc_failures, *s_free_calls, *s_cache_hits, *s_refill, *s_trim,
-	*s_design, *s_mem_cache_event, *s_addr, *s_acquire, *s_one;
+	*s_design, *s_mem_cache_event, *s_addr, *s_one;
 
 int mem_alloc_ready(void)
 {
@@ -23,8 +23,7 @@ int mem_alloc_ready(void)
 	    || intern(&s_free_calls, "free_calls") < 0 || intern(&s_cache_hits, "cache_hits") < 0
 	    || intern(&s_refill, "refill") < 0 || intern(&s_trim, "trim") < 0
 	    || intern(&s_design, "design") < 0
-	    || intern(&s_mem_cache_event, "bpf_mem_cache") < 0 || intern(&s_addr, "addr") < 0
-	    || intern(&s_acquire, "acquire") < 0)
+	    || intern(&s_mem_cache_event, "bpf_mem_cache") < 0 || intern(&s_addr, "addr") < 0)
 		return -1;
 	return (s_one = PyLong_FromLong(1)) == NULL ? -1 : 0;
 }
@@ -99,7 +98,7 @@ static int cpu_cache(MemAlloc *a, int cpu, PyObject **cache, PyObject **free, Py
 /* Under the allocator's count lock, obj.name += 1 (and, if other_name, other.other_name) */
 static int count(MemAlloc *a, PyObject *name, PyObject *other, PyObject *other_name)
 {
-	if (call_method(a->count_lock, s_acquire) < 0)
+	if (host_lock_acquire(a->count_lock) < 0)
 		return -1;
 	int rc = attr_increment(a->counters, name) < 0
 		|| (other != NULL && attr_increment(other, other_name) < 0) ? -1 : 0;
@@ -110,7 +109,7 @@ PyObject *unit_alloc(MemAlloc *a, PyObject *model, PyObject *cpu_obj, int cpu)
 {
 	PyObject *cache = NULL, *free = NULL, *lock = NULL, *obj = NULL, *result = NULL;
 	Py_ssize_t n, left;
-	if (cpu_cache(a, cpu, &cache, &free, &lock) < 0 || call_method(lock, s_acquire) < 0)
+	if (cpu_cache(a, cpu, &cache, &free, &lock) < 0 || host_lock_acquire(lock) < 0)
 		goto out;
 	n = PyList_GET_SIZE(free);
 	obj = Py_NewRef(n ? PyList_GET_ITEM(free, n - 1) : Py_None);
@@ -142,7 +141,7 @@ int unit_free(MemAlloc *a, PyObject *model, PyObject *obj, PyObject *cpu_obj, in
 	PyObject *cache = NULL, *free = NULL, *lock = NULL;
 	int rc = -1, over;
 	if (count(a, s_free_calls, NULL, NULL) < 0 || cpu_cache(a, cpu, &cache, &free, &lock) < 0
-	    || call_method(lock, s_acquire) < 0)
+	    || host_lock_acquire(lock) < 0)
 		goto out;
 	int appended = PyList_Append(free, obj);
 	over = PyList_GET_SIZE(free) > a->high;

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import threading
 from types import ModuleType
 
 
@@ -33,6 +34,9 @@ ATOMIC_RMW = getattr(ACCEL, "atomic_rmw", None)
 # Where a buffer's bytes are (None: an older build): how compiled code reaches a value.
 BUFFER_ADDRESS = getattr(ACCEL, "buffer_address", None)
 CACHE_MODEL = _load("_cache_model", needs=("CacheModel", "SpinLock", "swap_dicts", "HtabCore"))
+# A host lock as threading.Lock, which the C hot paths take by a direct call (threading.Lock:
+# an older build, or none)
+HostLock = getattr(CACHE_MODEL, "HostLock", threading.Lock)
 # lpm_trie.c's lookup walk in C (None: an older build, or none; lpm_trie.trie_walk runs)
 LPM_TRIE_WALK = getattr(CACHE_MODEL, "lpm_trie_walk", None)
 # hashtab.c's htab_map_hash(key, hashrnd) in C, from the shared maps' extension (None: the

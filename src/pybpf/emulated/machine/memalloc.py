@@ -41,6 +41,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ...accelerator import HostLock
 from .machine import Machine
 
 LLIST_NODE_SIZE = 8
@@ -87,7 +88,7 @@ class _Cache:
         self.free_by_rcu_ttrace: list[Any] = []
         self.waiting_for_gp_ttrace: list[Any] = []
         self.call_rcu_ttrace_in_progress = False
-        self.lock = threading.Lock()
+        self.lock = HostLock()
 
 
 class _Counters:
@@ -142,7 +143,7 @@ class BpfMemAlloc:
         self.bulk_allocated = 0
         self.free_bulk_runs = 0
         self.cache_hits = 0
-        self._count_lock = threading.Lock()
+        self._count_lock = HostLock()
         prefill = 4 if self.unit_size <= 256 else 1
         for cache in self.caches:
             self._alloc_bulk(cache, prefill)

@@ -22,9 +22,10 @@ Rules this module keeps:
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
+
+from ...accelerator import HostLock
 
 if TYPE_CHECKING:
     from ..machine.timing import SpinLock, Timing
@@ -122,7 +123,7 @@ class LruList:
         self.heads = [_Head(t) for t in (ACTIVE, INACTIVE, FREE)]
         self.counts = [0, 0]
         self.next_inactive_rotation: LruNode = self.heads[INACTIVE]
-        self.lock = threading.Lock()
+        self.lock = HostLock()
         self.tlock = tlock  # the lock as the timing model sees it
         # Free nodes not created yet (they count as the back of FREE; see populate_lazy).
         self.unmade = 0
@@ -135,7 +136,7 @@ class LocalList:
         self.free = _Head(LOCAL_FREE)
         self.pending = _Head(LOCAL_PENDING)
         self.next_steal = cpu
-        self.lock = threading.Lock()
+        self.lock = HostLock()
         self.tlock = tlock
 
 

@@ -38,7 +38,7 @@ import functools
 import threading
 from typing import TYPE_CHECKING, NoReturn
 
-from ...accelerator import HTAB_MAP_HASH
+from ...accelerator import HTAB_MAP_HASH, HostLock
 from ...errors import KernelError
 from ...uapi import (
     BPF_EXIST,
@@ -159,7 +159,7 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
             functools.partial(htab_map_hash, hashrnd=self.hashrnd) if HTAB_MAP_HASH is None
             else lambda key, hashrnd=self.hashrnd: HTAB_MAP_HASH(key, hashrnd))
         self.nstripes = min(self.n_buckets, LOCK_STRIPES)
-        self.locks = [threading.Lock() for _ in range(self.nstripes)]
+        self.locks = [HostLock() for _ in range(self.nstripes)]
         self.stripe_mask = self.nstripes - 1  # both powers of two: hash & mask & stripe_mask
         # The bucket array's memory, and each used bucket's spinlock, for the timing model.
         self.bucket_base = self.timing.alloc_region(self.n_buckets * BUCKET_SIZE, node)

@@ -16,9 +16,10 @@ Rules this module keeps:
 from __future__ import annotations
 
 import bisect
-import threading
 from collections.abc import Callable
 from typing import Any
+
+from ...accelerator import HostLock
 
 
 class HtabBuckets:
@@ -30,7 +31,7 @@ class HtabBuckets:
         self.values: dict[bytes, bytearray] | None = {} if with_values else None
         self.buckets: dict[int, list[Any]] = {}
         self.nonempty: list[int] = []  # sorted indices of non-empty buckets
-        self.index_lock = threading.Lock()
+        self.index_lock = HostLock()
 
     def link(self, elem: Any) -> None:
         """hlist_nulls_add_head_rcu: ``elem`` at its bucket's front."""

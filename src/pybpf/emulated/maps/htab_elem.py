@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import errno
 import itertools
-import threading
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from ...accelerator import HostLock
 from ...errors import KernelError
 from ...uapi import NUMA_NO_NODE, round_up
 from ..machine.memalloc import BpfMemAlloc, KmallocRcu
@@ -75,7 +75,7 @@ class HtabElemMemory:
     def prealloc_init(self, attr: MapAttr, machine: Machine) -> None:
         """Where elements will come from: the LRU, a free list, or an allocator (placing
         what it allocates on the node the map asked for, else the allocating CPU's)."""
-        self.count_lock = threading.Lock()
+        self.count_lock = HostLock()
         self.count = 0  # NO_PREALLOC element count (inc_elem_count / dec_elem_count)
         timing = self.timing
         self.elem_size = round_up(self.key_size, 8) + HTAB_ELEM_SIZE + (
