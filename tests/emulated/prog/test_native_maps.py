@@ -344,6 +344,34 @@ def test_native_and_python_atomics_on_one_value_lose_no_update():
     assert int.from_bytes(system.map_lookup_elem(fd, bytes(4)), "little") == 4 * 5 * 20_000
 
 
+@pytest.mark.parametrize("map_type, helper, keeps", [
+    (MapType.ARRAY, None, False),  # lookups inlined, values native: no GIL
+    (MapType.HASH, None, True),  # a hash lookup reads the map's table under the GIL
+    (MapType.ARRAY, "ktime_get_ns", True),  # a helper through Python
+    (MapType.HASH, "map_delete_elem", True),  # HtabCore's op
+])
+def test_a_run_keeps_the_gil_where_its_code_calls_what_takes_it(map_type, helper, keeps,
+                                                                 monkeypatch):
+    """A compiled program whose code calls what takes the GIL keeps it for the whole run
+    (call_native's keep_gil), one whose code does not lets it go; without modeled time."""
+    system = make_system("emulated", modeled_time=False)
+    fd = system.map_create(map_type, 4, 8, 4)
+    items = counting_loop(1, 10)
+    if helper == "map_delete_elem":
+        items = [*items[:-2], b.ld_map_fd(R1, "m"), b.mov64(R2, FP), b.add64(R2, -4),
+                 b.call(helper), b.mov64(R0, 0), b.exit_()]
+    elif helper is not None:
+        items = [b.call(helper), *items]
+    prog = load(system, items, {"m": fd})
+    asked = []
+    call = native.CALL_NATIVE or native._ctypes_call
+    monkeypatch.setattr(native, "CALL_NATIVE",
+                        lambda *args: asked.append(args[-1]) or call(*args))
+    prog.run(bytearray(64), engine="native")
+    assert prog.executable.native.keeps_gil is keeps
+    assert asked == [keeps]
+
+
 @needs_accel
 def test_atomic_rmw_refuses_what_is_not_an_aligned_word_of_writable_memory():
     buf = bytearray(16)

@@ -189,7 +189,11 @@ HTAB_ABSENT, HTAB_SLOW = 0, M64
 
 # A program's entry is called without the GIL (compiled code touches only its run's state,
 # arena and map values; @py_callback takes it back to call the run's ``_Run.callback``): by
-# the C accelerator's call_native, or where that is not built, through ctypes
+# the C accelerator's call_native, or where that is not built, through ctypes. A program
+# whose code makes calls that take the GIL every time (a helper through Python, a hash map's
+# lookup, update or delete: _FunctionIR.calls_python) keeps it for the whole run, as a run
+# charged from machine code does: taking it back at every call costs more than the run gives
+# other threads. (Slow paths, such as a lookup the run's cache misses, do not count.)
 CALL_NATIVE = getattr(ACCEL, "call_native", None)
 _ENTRY_TYPE = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p, *[ctypes.c_uint64] * 5)
 
@@ -287,6 +291,7 @@ class _FunctionIR:
         self.terminated = False
         self.block_starts = self._block_starts()
         self.map_in_r1: int | None = None
+        self.calls_python = False  # a call that takes the GIL every time it runs
 
     def _block_starts(self) -> set[int]:
         """Where counting blocks begin: the entry, jump targets, and after a jump, an exit or
@@ -499,8 +504,10 @@ class _FunctionIR:
         elif kind is Kind.ATOMIC:
             self.write_atomic(pc, insn, info.nbytes)
         elif kind is Kind.LD_ABS:
+            self.calls_python = True
             self.put(0, self.callback(pc, OP_LD_ABS, _const(insn.imm, 64), str(info.nbytes)))
         elif kind is Kind.LD_IND:
+            self.calls_python = True
             offset = self.op(f"add i64 {self.get(insn.src)}, {_const(insn.imm, 64)}")
             self.put(0, self.callback(pc, OP_LD_ABS, offset, str(info.nbytes)))
         else:  # pragma: no cover - every Kind is handled above
@@ -596,6 +603,7 @@ class _FunctionIR:
         elif bound_name(insn.imm, self.map_in_r1) in self.bound:
             # R1 is a known map: the helper bound to it skips resolving the map pointer
             name = bound_name(insn.imm, self.map_in_r1)
+            self.calls_python = True
             if name in self.htab_ops:
                 self.write_htab_op(pc, *self.htab_ops[name], self.bound[name])
                 return
@@ -604,6 +612,7 @@ class _FunctionIR:
             return
         else:
             op = OP_CALLBACK_HELPER if insn.imm in CALLBACK_HELPERS else OP_HELPER
+        self.calls_python = True
         args = [self.get(reg) for reg in range(1, 6)]
         self.put(0, self.callback(pc, op, str(insn.imm), *args))
 
@@ -695,6 +704,7 @@ class _FunctionIR:
             # an LRU map's lookup sets the element's reference bit: here without modeled
             # time, else where it is charged
             ref = int(bpf_map.lru and not modeled)
+            self.calls_python = True
             tag = self.op(f"call i64 @htab_lookup(ptr inttoptr (i64 {id(bpf_map.table)} to ptr),"
                           f" ptr {key_ptr}, i64 {bpf_map.key_size}, i64 {slot}, i64 {ref})")
             slow = self.op(f"icmp eq i64 {tag}, {_const(HTAB_SLOW, 64)}")
@@ -1171,20 +1181,24 @@ def map_words(frames: int, maps: list[int]) -> dict[int, int]:
     return {region: FRAME_REGIONS + frames + k * MAP_WORDS for k, region in enumerate(maps)}
 
 
-def native_ir(exe: Executable, frames: int, maps: list[int], bound: dict[str, Callable]) -> str:
+def native_ir(exe: Executable, frames: int, maps: list[int],
+              bound: dict[str, Callable]) -> tuple[str, bool]:
     """The LLVM IR of ``exe`` (which ``check_compilable`` accepted, with at most ``frames``
     frames), ``maps`` the regions of the maps whose lookups run without Python, ``bound``
     its bound map helpers (jit.bound_helpers, whose order gives each its index): one
-    function per subprogram, an exported ``E<start>`` each."""
+    function per subprogram, an exported ``E<start>`` each; and whether its code calls into
+    Python (``_FunctionIR.calls_python``), so that a run keeps the GIL."""
     parts = [_FRAME_PTR, _py_callback_ir(), _htab_lookup_ir()]
     words = map_words(frames, maps)
+    calls_python = False
     for start in exe.subprogs:
-        parts.append("\n".join(_FunctionIR(exe, start, exe.subprog_end(start),
-                                           words, bound).write()))
+        function = _FunctionIR(exe, start, exe.subprog_end(start), words, bound)
+        parts.append("\n".join(function.write()))
+        calls_python |= function.calls_python
         parts.append(f"define i64 @E{start}(ptr %st, i64 %a1, i64 %a2, i64 %a3, i64 %a4, "
                      f"i64 %a5) {{\n  %r = call i64 @F{start}(ptr %st, i64 %a1, i64 %a2, "
                      "i64 %a3, i64 %a4, i64 %a5)\n  ret i64 %r\n}")
-    return "\n\n".join(parts)
+    return "\n\n".join(parts), calls_python
 
 
 def check_compilable(exe: Executable) -> int:
@@ -1551,7 +1565,8 @@ class NativeProgram:
         self.maps = native_lookup_maps(exe)
         bound = bound_helpers(exe)
         self.bound = list(bound.values())
-        module = llvm.parse_assembly(native_ir(exe, self.frames, self.maps, bound))
+        ir, self.keeps_gil = native_ir(exe, self.frames, self.maps, bound)
+        module = llvm.parse_assembly(ir)
         module.verify()
         machine = _machine()
         tuning = llvm.create_pipeline_tuning_options(speed_level=2)
@@ -1569,6 +1584,7 @@ class NativeProgram:
         function = self.functions[start]
         free = self.free
         call = CALL_NATIVE or _ctypes_call
+        keeps_gil = self.keeps_gil
 
         def run_native(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
             run = free.pop() if free else _Run(self.frames, self.maps)
@@ -1584,9 +1600,10 @@ class NativeProgram:
             run.reach_record(rs.mem.get(CTX_REGION))
             run.run_on(rs.machine)
             try:
-                # a run charged from machine code needs the GIL for all its work: it keeps it
+                # a run charged from machine code needs the GIL for all its work, and one
+                # calling into Python at every map op needs it often: they keep it
                 r0 = call(function, run.address, r1, r2, r3, r4, r5,
-                          words[CHARGES] == CHARGES_NATIVE)
+                          keeps_gil or words[CHARGES] == CHARGES_NATIVE)
             finally:
                 run.unregister()
                 run.finish()
