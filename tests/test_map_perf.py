@@ -160,6 +160,10 @@ def test_resizing_touches_only_the_enabled_tests_maps():
     (["1", "--c-trigger", "/nonexistent/trigger"], "not an executable"),
     (["1", "--backend", "kernel", "--engine", "jit"], "--engine picks what runs the emulated"),
     (["1", "--engine", "fast"], "invalid choice: 'fast'"),
+    (["1", "--backend", "kernel", "--modeled-time", "off"], "--modeled-time off switches"),
+    (["1", "--modeled-time", "off", "--profile", "host"], "--profile and --cache-scale shape"),
+    (["1", "--modeled-time", "off", "--cache-scale", "0.5"], "which --modeled-time off"),
+    (["1", "--modeled-time", "maybe"], "invalid choice: 'maybe'"),
 ])
 def test_bad_arguments_print_usage_and_exit_2(args, message):
     proc = run_cli(*args)
@@ -310,6 +314,44 @@ def test_emulated_rates_keep_modeled_time_when_it_is_switched_off(monkeypatch):
     cfg = mp.Config(test_flags=mp.Test.HASH_PREALLOC.bit, num_procs=1, max_cnt=5,
                     backend="emulated", cpus=1, json=True, progress=False)
     assert mp.run(cfg).results[0].rate > 0
+
+
+@needs_emulated_programs
+@pytest.mark.parametrize("engine", ENGINES)
+def test_without_modeled_time_the_rates_are_the_hosts(engine):
+    """--modeled-time off: the same programs on a machine without the timing model (its
+    clocks stand still, nothing is charged), every CPU's events run, and each rate is its
+    host rate, labelled so; the maps end as with the model (the hash test leaves them
+    empty)."""
+    if engine == "native" and native_missing() is not None:
+        pytest.skip(str(native_missing()))
+    cfg = mp.Config(test_flags=mp.Test.HASH_PREALLOC.bit | mp.Test.LRU_HASH_PREALLOC.bit
+                    | mp.Test.INNER_LRU_HASH_PREALLOC.bit, num_procs=2, max_cnt=30,
+                    backend="emulated", cpus=2, nodes=2, json=True, progress=False,
+                    engine=engine, modeled_time=False)
+    result = mp.run(cfg)
+    assert "modeled time off" in result.notes[-1] and "host CPU time" in result.notes[-1]
+    assert sorted((r.test, r.cpu) for r in result.results) == sorted(
+        (t.name, cpu) for t in cfg.tests for cpu in (0, 1))
+    for r in result.results:
+        assert r.events == 30 and r.rate == r.host_rate > 0
+        assert r.profile is None and r.breakdown is None
+        assert mp.result_line(r, "emulated").endswith(
+            f"{mp.EMULATED_LABEL} modeled time off: per second of host CPU time"
+            + ("" if r.test != mp.Test.INNER_LRU_HASH_PREALLOC.name
+               else " remote 0.0% of 30 accesses"))
+    assert result.rcu_samples == [] and result.grace_periods == []
+
+
+@needs_emulated_programs
+def test_without_modeled_time_the_cli_prints_host_rates():
+    proc = run_cli("1", "1", "0", "20", "--modeled-time", "off", "--cpus", "1",
+                   "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    line, note = proc.stdout.splitlines()
+    assert SAMPLE_LINE.match(line)["rest"] == (f" {mp.EMULATED_LABEL} modeled time off: "
+                                               "per second of host CPU time")
+    assert note.startswith("# emulated backend: 1 CPUs on 1 NUMA node(s), modeled time off")
 
 
 def test_emulated_run_refuses_a_machine_without_modeled_time():

@@ -19,7 +19,8 @@ Rules this package keeps (the sample's, see perf-tests-and-suites.md section 1):
   each running the same programs via ``trigger_tracepoint``; rates are modeled events per
   second of each CPU's virtual clock, labelled emulated, with the host's own rate beside.
   The NUMA test adds each CPU's remote-access share of its inner map, from the machine's NUMA
-  accounting.
+  accounting. ``--modeled-time off`` runs them with the timing model off: the rates are then
+  the host's, events per second of the host CPU time each CPU's task ran.
 
 Modules: ``config`` (the test table, ``Config``, the arguments), ``testbed`` (maps and programs
 through the System interface), ``kernel_run``, ``emulated_run``, ``results`` (lines, tables,
@@ -60,7 +61,8 @@ def run(cfg: Config) -> RunResult:
         kwargs["cache_scale"] = cfg.cache_scale
     cfg.backend = backend_of(cfg)
     if cfg.backend == "emulated":
-        kwargs["modeled_time"] = True  # its rates are modeled time (PYBPF_NO_MODELED_TIME aside)
+        # its rates are modeled time unless --modeled-time off (PYBPF_NO_MODELED_TIME aside)
+        kwargs["modeled_time"] = cfg.modeled_time
     sys_ = system(cfg.backend, **kwargs)
     if sys_.name == "kernel":
         return KernelRun(sys_, cfg).run()

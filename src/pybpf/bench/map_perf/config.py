@@ -172,6 +172,7 @@ class Config:
     cache_scale: float = 1.0  # emulated: modeled caches scaled with a scaled-down experiment
     object: str | None = None  # a clang-built object whose programs replace the assembled
     engine: str | None = None  # emulated: what runs the programs (default: the system's, jit)
+    modeled_time: bool = True  # emulated: rates on the timing model; False: host rates only
 
     @property
     def tests(self) -> list[Test]:
@@ -282,6 +283,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         help="emulated: what runs the programs: the JIT (default), the "
                              "reference interpreter, or the native tier (needs llvmlite); "
                              "modeled rates are the same on each, host rates are not")
+    parser.add_argument("--modeled-time", dest="modeled_time", choices=("on", "off"),
+                        default="on",
+                        help="emulated: 'on' (default): rates are modeled time on --profile; "
+                             "'off': no timing model, each rate is events per second of the "
+                             "host CPU time the CPU's task ran (the emulator's own speed)")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress lines on stderr")
     return parser
@@ -304,7 +310,8 @@ def config_from_args(ns: argparse.Namespace) -> Config:
                   parent_cpu=ns.parent_cpu, json=ns.json, plot=ns.plot,
                   baseline=ns.baseline, c_trigger=ns.c_trigger, trigger=ns.trigger,
                   htab_mem=ns.htab_mem, progress=ns.progress, object=ns.object,
-                  profile=ns.profile, cache_scale=ns.cache_scale, engine=ns.engine)
+                  profile=ns.profile, cache_scale=ns.cache_scale, engine=ns.engine,
+                  modeled_time=ns.modeled_time == "on")
 
 
 def backend_of(cfg: Config) -> str:
@@ -313,7 +320,8 @@ def backend_of(cfg: Config) -> str:
     if cfg.backend is not None:
         return cfg.backend
     if cfg.cpus is not None or cfg.nodes is not None or cfg.htab_mem is not None \
-            or cfg.profile is not None or cfg.cache_scale != 1.0 or cfg.engine is not None:
+            or cfg.profile is not None or cfg.cache_scale != 1.0 or cfg.engine is not None \
+            or not cfg.modeled_time:
         return "emulated"
     from ...backends import default_backend
 
@@ -337,10 +345,16 @@ def validate(cfg: Config) -> str | None:
         if cfg.engine is not None:
             return "--engine picks what runs the emulated programs; drop it or use --backend " \
                    "emulated"
+        if not cfg.modeled_time:
+            return ("--modeled-time off switches the emulated machine's timing model off; drop "
+                    "it or use --backend emulated")
         cpus = os.cpu_count() or 1
     else:
         if cfg.baseline or cfg.c_trigger:
             return "--baseline and --c-trigger measure the kernel's trigger loop; drop them"
+        if not cfg.modeled_time and (cfg.profile is not None or cfg.cache_scale != 1.0):
+            return ("--profile and --cache-scale shape modeled time, which --modeled-time off "
+                    "switches off: drop them (--cpus/--nodes declare the machine)")
         if cfg.engine == "native" and native_missing():
             return f"--engine native: {native_missing()}"
         try:

@@ -8,6 +8,10 @@ run whatever the host's load. Each worker stands for a task of its own (pid
 ``TASK_PID_BASE + cpu``), as the sample's forked children do. The interpreter's own speed is
 kept beside each rate (events per second of the host CPU time the task ran), labelled as the
 host's.
+
+With modeled time off (``Config.modeled_time`` False) the machine charges nothing and its clocks
+stand still, so the scheduler runs the CPUs' tasks one after another, and each rate is that
+host rate: how fast the emulator itself runs the sample.
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ class EmulatedRun:
     interpreter under a virtual-time scheduler; rates are modeled."""
 
     def __init__(self, sys_, cfg: Config) -> None:
-        sys_.machine.require_modeled_time("map-perf's emulated rates")
+        if cfg.modeled_time:
+            sys_.machine.require_modeled_time("map-perf's emulated rates")
         self.sys = sys_
         self.cfg = cfg
         if cfg.engine is not None:
@@ -70,14 +75,23 @@ class EmulatedRun:
             machine.step()  # let the grace periods end, as they would by now
             result.alloc_stats = {name: allocator_counters(self.sys.map_stats(fd))
                                   for name, fd in setup.no_prealloc_fds().items()}
-            result.rcu_samples = list(machine.rcu.samples)
-            result.grace_periods = list(machine.rcu.gps)
+            if cfg.modeled_time:  # RCU samples and grace periods on virtual time
+                result.rcu_samples = list(machine.rcu.samples)
+                result.grace_periods = list(machine.rcu.gps)
         finally:
             setup.close()
+        machine_text = (f"emulated backend: {len(cpu_node)} CPUs on {max(cpu_node) + 1} NUMA "
+                        f"node(s)")
+        if not cfg.modeled_time:
+            result.notes.append(
+                f"{machine_text}, modeled time off, programs on the {self.sys.bpf_engine} "
+                "engine: each rate is events per second of the host CPU time that CPU's task "
+                "ran (the emulator's own speed, which varies from run to run), not a modeled "
+                "or a kernel figure")
+            return result
         result.notes.append(
-            f"emulated backend: {len(cpu_node)} CPUs on {max(cpu_node) + 1} NUMA node(s), "
-            f"profile {machine.profile.name}, programs on the {self.sys.bpf_engine} engine: "
-            "each rate is modeled events per second of that "
+            f"{machine_text}, profile {machine.profile.name}, programs on the "
+            f"{self.sys.bpf_engine} engine: each rate is modeled events per second of that "
             "CPU's virtual clock (the same on every run); 'host' is the interpreter's own rate "
             "per second of the host CPU time its task ran. Modeled figures are predictions, not "
             "kernel measurements")
@@ -155,11 +169,16 @@ class EmulatedRun:
             extra["map_node"] = stats["numa_node"]
             extra["local_accesses"], extra["remote_accesses"] = \
                 stats["access_by_cpu"].get(cpu, (0, 0))
+        host_rate = rate_of(cfg.max_cnt, busy, td.per_event)
+        if not cfg.modeled_time:
+            return Result(cpu, t.name, td.line(cpu, host_rate), host_rate, td.unit, cfg.max_cnt,
+                          busy, host_rate=host_rate,
+                          wall_rate=rate_of(cfg.max_cnt, elapsed, td.per_event), **extra)
         top = sorted(spent.items(), key=lambda kv: -kv[1][1])
         rate = rate_of(cfg.max_cnt, int(modeled), td.per_event)
         return Result(cpu, t.name, td.line(cpu, rate), rate, td.unit, cfg.max_cnt, int(modeled),
                       profile=machine.profile.name,
-                      host_rate=rate_of(cfg.max_cnt, busy, td.per_event),
+                      host_rate=host_rate,
                       wall_rate=rate_of(cfg.max_cnt, elapsed, td.per_event),
                       breakdown={event: round(ns / cfg.max_cnt, 3) for event, (_, ns) in top},
                       contexts={name: round((ns - contexts_before.get(name, 0.0))

@@ -32,7 +32,8 @@ class Result:
     # emulated: ``rate`` is modeled events per second of the CPU's virtual clock on the
     # machine's profile (``elapsed_ns`` that modeled time); ``host_rate`` interpreter events
     # per second of the host CPU time its task ran, ``wall_rate`` per wall-clock second
-    # while all workers ran; ``breakdown`` the modeled ns per event by cost.
+    # while all workers ran; ``breakdown`` the modeled ns per event by cost. With modeled
+    # time off, ``profile`` is None and ``rate`` is ``host_rate`` (``elapsed_ns`` that time).
     profile: str | None = None
     host_rate: int | None = None
     wall_rate: int | None = None
@@ -96,6 +97,8 @@ def result_line(res: Result, backend: str) -> str:
         line += f" {EMULATED_LABEL}"
         if res.profile is not None:
             line += f" modeled on {res.profile}; host {res.host_rate} {res.unit}/s of CPU time"
+        else:
+            line += " modeled time off: per second of host CPU time"
         share = res.remote_share
         if share is not None:
             line += (f" remote {100 * share:.1f}% of "
