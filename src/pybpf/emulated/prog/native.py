@@ -45,8 +45,8 @@ Rules this module keeps:
   through the callback; as in the JIT, a map helper on a map R1 surely points to calls the
   core bound to that map, and only what may run a callback gets the count.
 - ``bpf_map_update_elem`` and ``bpf_map_delete_elem`` on a map R1 surely points to whose
-  bound helper is its HtabCore's (a HASH, PERCPU_HASH or LRU_HASH map with modeled time on
-  the C cache model: _hashtab.c) skip Python when the key (and the value) lie in memory
+  bound helper is its HtabCore's (a HASH, PERCPU_HASH or LRU_HASH map where the C extension
+  is built, with modeled time on the C cache model or without it: _hashtab.c) skip Python when the key (and the value) lie in memory
   compiled code reaches (the live frames, the map values and global data in the run's
   table): compiled code calls the C model's pybpf_native_htab_op with the core, their
   addresses and R4, which does what the helper does with them (the scheduler's sync, then
@@ -228,7 +228,7 @@ def native_reach() -> str:
     if _charge_address() is None:
         reach += "; with modeled time, lookups through Python (the C cache model is not built)"
     elif _htab_op_address() is not None:
-        reach += "; with modeled time, hash map updates and deletes"
+        reach += "; hash map updates and deletes"
     return reach
 
 
