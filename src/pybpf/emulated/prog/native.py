@@ -46,15 +46,16 @@ Rules this module keeps:
   core bound to that map, and only what may run a callback gets the count.
 - ``bpf_map_update_elem`` and ``bpf_map_delete_elem`` on a map R1 surely points to whose
   bound helper is its HtabCore's (a HASH, PERCPU_HASH or LRU_HASH map where the C extension
-  is built, with modeled time on the C cache model or without it: _hashtab.c) skip Python when the key (and the value) lie in memory
-  compiled code reaches (the live frames, the map values and global data in the run's
-  table): compiled code calls the C model's pybpf_native_htab_op with the core, their
-  addresses and R4, which does what the helper does with them (the scheduler's sync, then
-  the bytes read and the op in C; what the core hands to Python, such as BPF_F_LOCK, bad
-  flags or a value with special fields, it hands over from there), with the GIL taken; a
-  KernelError is R0's -errno, anything else stops the run with it (the count through the
-  call stored first, as for a callback; these helpers are not counted callbacks). A key
-  or value elsewhere sends the helper through the callback.
+  is built, with modeled time on the C cache model or without it: _hashtab.c) skip Python
+  when the key (and the value) lie in memory compiled code reaches (the live frames, the map
+  values and global data in the run's table): compiled code calls the C model's
+  pybpf_native_htab_op with the core, their addresses and R4, which does what the helper
+  does with them (the scheduler's sync, then the bytes read and the op in C; what the core
+  hands to Python, such as BPF_F_LOCK, bad flags or a value with special fields, it hands
+  over from there), with the GIL taken; a KernelError is R0's -errno, anything else stops
+  the run with it (the count through the call stored first, as for a callback; these helpers
+  are not counted callbacks). A key or value elsewhere sends the helper through the
+  callback.
 - A program the tier does not compile (a tail call, an unknown helper, a write to r10,
   recursion, a jump out of its subprogram) is refused once at load with a reason; core.py
   then runs it on the JIT.
