@@ -18,6 +18,7 @@
  * another design, a per-CPU LRU.
  */
 #include "_cache_model.h"
+#include "_jhash.h"
 
 #define BPF_NOEXIST 1
 #define BPF_EXIST 2
@@ -38,7 +39,8 @@ typedef struct {
 	PyObject *index_lock;   /* guards nonempty */
 	PyObject *stripes;      /* the host locks, one per stripe of buckets */
 	PyObject *bucket_locks; /* bucket index -> its modeled spinlock */
-	PyObject *hash_fn;      /* HtabMap._hash_cached */
+	PyObject *hash_fn;      /* HtabMap._hash_cached, for a key that is not bytes of key_size */
+	uint32_t hashrnd;       /* its seed */
 	PyObject *current;      /* machine.current: its .cpu is the running CPU */
 	PyObject *cpu_node, *local, *remote;  /* the map's AccessStats */
 	PyObject *freelist;     /* the PcpuFreelist of a preallocated map, or NULL */
@@ -219,9 +221,10 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	PyObject *bpf_map, *update_elem, *delete_elem, *storage = NULL, *stats = NULL, *values = NULL;
 	PyObject *mask = NULL, *stripe_mask = NULL, *base = NULL, *prealloc = NULL, *percpu = NULL;
 	PyObject *value_size = NULL, *slot_size = NULL, *lru = NULL;
-	PyObject *model = NULL, *modeled = NULL, *clock = NULL;
+	PyObject *model = NULL, *modeled = NULL, *clock = NULL, *hashrnd = NULL;
 	Py_ssize_t slot_bytes;
 	unsigned long long bucket_size;
+	uint64_t seed;
 	int rc = -1;
 	if (!PyArg_ParseTupleAndKeywords(args, kwds, "OKOO", kwlist, &bpf_map, &bucket_size,
 					 &update_elem, &delete_elem))
@@ -254,6 +257,7 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	    || (c->stripes = attr(bpf_map, "locks")) == NULL
 	    || (c->bucket_locks = attr(bpf_map, "_bucket_locks")) == NULL
 	    || (c->hash_fn = attr(bpf_map, "_hash_cached")) == NULL
+	    || (hashrnd = attr(bpf_map, "hashrnd")) == NULL
 	    || (c->current = attr(bpf_map, "_current")) == NULL
 	    || (stats = attr(bpf_map, "access_stats")) == NULL
 	    || (c->cpu_node = attr(stats, "cpu_node")) == NULL
@@ -303,8 +307,14 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	    || (slot_bytes = PyLong_AsSsize_t(slot_size)) < 0
 	    || (c->zeros = PyObject_CallFunction((PyObject *)&PyBytes_Type, "n", slot_bytes)) == NULL
 	    || parse_addr(mask, &c->mask) < 0 || parse_addr(stripe_mask, &c->stripe_mask) < 0
+	    || parse_addr(hashrnd, &seed) < 0
 	    || parse_addr(base, &c->bucket_base) < 0)
 		goto out;
+	if (seed > UINT32_MAX) {
+		PyErr_SetString(PyExc_ValueError, "HtabCore: the map's hashrnd is a u32");
+		goto out;
+	}
+	c->hashrnd = (uint32_t)seed;
 	if (c->lru && c->percpu) {
 		PyErr_SetString(PyExc_TypeError, "HtabCore: an LRU_PERCPU_HASH map has none");
 		goto out;
@@ -341,6 +351,7 @@ out:
 	Py_XDECREF(model);
 	Py_XDECREF(modeled);
 	Py_XDECREF(clock);
+	Py_XDECREF(hashrnd);
 	return rc;
 }
 
@@ -488,6 +499,16 @@ static PyObject *current_cpu(HtabCore *c, int *cpu)
 	}
 	*cpu = (int)n;
 	return obj;
+}
+
+/* htab_map_hash of key (the map's _hash_cached, done here for key bytes of the map's size):
+ * an int, or NULL */
+static PyObject *hash_of(HtabCore *c, PyObject *key)
+{
+	if (!PyBytes_CheckExact(key) || PyBytes_GET_SIZE(key) != c->key_bytes)
+		return PyObject_CallOneArg(c->hash_fn, key);
+	return PyLong_FromUnsignedLong(htab_map_hash((const uint8_t *)PyBytes_AS_STRING(key),
+						     (uint32_t)c->key_bytes, c->hashrnd));
 }
 
 /* HtabMap._bucket_lock(hash): the modeled spinlock of the bucket (made by Python the first
@@ -917,7 +938,7 @@ static PyObject *update_in_place(HtabCore *c, PyObject *key, PyObject *value, lo
 	PyObject *old = NULL, *new = NULL, *result = NULL;
 	uint64_t h;
 	int failed = 1;
-	if ((hash = PyObject_CallOneArg(c->hash_fn, key)) == NULL || parse_addr(hash, &h) < 0
+	if ((hash = hash_of(c, key)) == NULL || parse_addr(hash, &h) < 0
 	    || (index = PyLong_FromUnsignedLongLong(h & c->mask)) == NULL
 	    || (tlock = bucket_lock(c, index, hash)) == NULL
 	    || (stripe = take_stripe(c, h)) == NULL)
@@ -1001,7 +1022,7 @@ static PyObject *lru_update(HtabCore *c, PyObject *key, PyObject *value, long fl
 	PyObject *type = NULL, *exc = NULL, *tb = NULL;  /* check_flags' error */
 	uint64_t h;
 	int failed = 1;
-	if ((hash = PyObject_CallOneArg(c->hash_fn, key)) == NULL || parse_addr(hash, &h) < 0
+	if ((hash = hash_of(c, key)) == NULL || parse_addr(hash, &h) < 0
 	    || charge_op(c, cpu_obj, s_lru_update_event) < 0
 	    || (node = lru_pop(c, cpu_obj, cpu)) == NULL
 	    || elem_set(node, ELEM_KEY, key) < 0 || elem_set(node, ELEM_HASH, hash) < 0
@@ -1107,7 +1128,7 @@ static PyObject *update(HtabCore *c, PyObject *key, PyObject *value, PyObject *f
 		}
 	}
 	if (old == NULL) {
-		if ((hash = PyObject_CallOneArg(c->hash_fn, key)) == NULL || parse_addr(hash, &h) < 0
+		if ((hash = hash_of(c, key)) == NULL || parse_addr(hash, &h) < 0
 		    || (stripe = take_stripe(c, h)) == NULL)
 			goto out;
 	}
@@ -1237,7 +1258,7 @@ static PyObject *delete(HtabCore *c, PyObject *key, PyObject *cpu_obj, int cpu)
 	PyObject *elem = NULL, *elem_hash = NULL, *elem_index = NULL, *result = NULL;
 	uint64_t h, eh;
 	int failed = 1;
-	if ((hash = PyObject_CallOneArg(c->hash_fn, key)) == NULL || parse_addr(hash, &h) < 0
+	if ((hash = hash_of(c, key)) == NULL || parse_addr(hash, &h) < 0
 	    || (stripe = take_stripe(c, h)) == NULL)
 		goto out;
 	uint64_t at = h & c->mask;
@@ -1316,7 +1337,7 @@ static PyObject *lookup(HtabCore *c, PyObject *key, PyObject *cpu_obj, int cpu)
 {
 	PyObject *hash = NULL, *index = NULL, *elem, *node = NULL, *result = NULL;
 	uint64_t h;
-	if ((hash = PyObject_CallOneArg(c->hash_fn, key)) == NULL || parse_addr(hash, &h) < 0
+	if ((hash = hash_of(c, key)) == NULL || parse_addr(hash, &h) < 0
 	    || charge_op(c, cpu_obj, s_lookup_event) < 0
 	    || (index = PyLong_FromUnsignedLongLong(h & c->mask)) == NULL
 	    || walk_cost(c, cpu, key, index, h) < 0)

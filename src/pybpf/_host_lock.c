@@ -6,32 +6,72 @@
  * threading.Lock taken from C is a method call each time, which cost more than the rest of
  * some operations.
  *
- * It is a PyThread lock, as threading.Lock is: taken without blocking when it is free (the
- * GIL held, no system call), else waited for with the GIL released and signals handled.
+ * On Linux it is a POSIX semaphore of one, as CPython's lock is there, taken without blocking
+ * when it is free (sem_trywait: the GIL held, no system call; CPython 3.11's lock reads the
+ * clock on every acquire, even one that cannot wait), else waited for with the GIL released
+ * and signals handled, and released from any thread. Elsewhere it is a PyThread lock.
  */
 
 #include "_cache_model.h"
 #include "pythread.h"
 
+#if defined(__linux__)
+#include <errno.h>
+#include <semaphore.h>
+#define HOST_SEMAPHORE 1
+#endif
+
 typedef struct {
 	PyObject_HEAD
+#ifdef HOST_SEMAPHORE
+	sem_t sem;              /* 1: free, 0: held */
+	char made;              /* sem_init succeeded */
+#else
 	PyThread_type_lock lock;
+#endif
 	char locked;
 } HostLock;
 
 static PyObject *s_acquire, *s_release;
 
+/* Taken without waiting: 1, or 0 where it is held */
+static int try_take(HostLock *l)
+{
+#ifdef HOST_SEMAPHORE
+	return sem_trywait(&l->sem) == 0;
+#else
+	return PyThread_acquire_lock(l->lock, NOWAIT_LOCK);
+#endif
+}
+
+static void give_back(HostLock *l)
+{
+#ifdef HOST_SEMAPHORE
+	sem_post(&l->sem);
+#else
+	PyThread_release_lock(l->lock);
+#endif
+}
+
 /* Wait for the lock with the GIL released, as threading.Lock.acquire does: 0, or -1 with an
- * exception (a signal handler raised) */
+ * exception (a signal handler raised, or the wait failed) */
 static int wait_for(HostLock *l)
 {
 	for (;;) {
-		PyLockStatus got;
+		int got;  /* 1 taken, 0 interrupted, -1 failed (errno) */
 		Py_BEGIN_ALLOW_THREADS
-		got = PyThread_acquire_lock_timed(l->lock, -1, 1);
+#ifdef HOST_SEMAPHORE
+		got = sem_wait(&l->sem) == 0 ? 1 : errno == EINTR ? 0 : -1;
+#else
+		got = PyThread_acquire_lock_timed(l->lock, -1, 1) == PY_LOCK_ACQUIRED;
+#endif
 		Py_END_ALLOW_THREADS
-		if (got == PY_LOCK_ACQUIRED)
+		if (got > 0)
 			return 0;
+		if (got < 0) {
+			PyErr_SetFromErrno(PyExc_OSError);
+			return -1;
+		}
 		if (Py_MakePendingCalls() < 0)  /* interrupted: run the signal handlers */
 			return -1;
 	}
@@ -42,7 +82,7 @@ int host_lock_acquire(PyObject *lock)
 	if (!Py_IS_TYPE(lock, &HostLockType))
 		return call_method(lock, s_acquire);
 	HostLock *l = (HostLock *)lock;
-	if (!PyThread_acquire_lock(l->lock, NOWAIT_LOCK) && wait_for(l) < 0)
+	if (!try_take(l) && wait_for(l) < 0)
 		return -1;
 	l->locked = 1;
 	return 0;
@@ -58,7 +98,7 @@ int host_lock_release(PyObject *lock)
 		return -1;
 	}
 	l->locked = 0;
-	PyThread_release_lock(l->lock);
+	give_back(l);
 	return 0;
 }
 
@@ -69,21 +109,36 @@ static PyObject *host_lock_new(PyTypeObject *type, PyObject *args, PyObject *kwd
 		return NULL;
 	}
 	HostLock *l = (HostLock *)type->tp_alloc(type, 0);
-	if (l != NULL && (l->lock = PyThread_allocate_lock()) == NULL) {
+	if (l == NULL)
+		return NULL;
+#ifdef HOST_SEMAPHORE
+	if (sem_init(&l->sem, 0, 1) < 0) {
+		Py_DECREF(l);
+		return PyErr_SetFromErrno(PyExc_OSError);
+	}
+	l->made = 1;
+#else
+	if ((l->lock = PyThread_allocate_lock()) == NULL) {
 		Py_DECREF(l);
 		return PyErr_NoMemory();
 	}
+#endif
 	return (PyObject *)l;
 }
 
 static void host_lock_dealloc(PyObject *op)
 {
 	HostLock *l = (HostLock *)op;
+#ifdef HOST_SEMAPHORE
+	if (l->made)  /* not: sem_init failed */
+		sem_destroy(&l->sem);
+#else
 	if (l->lock != NULL) {  /* NULL: its allocation failed */
 		if (l->locked)
 			PyThread_release_lock(l->lock);
 		PyThread_free_lock(l->lock);
 	}
+#endif
 	Py_TYPE(op)->tp_free(op);
 }
 
@@ -101,7 +156,7 @@ static PyObject *host_lock_acquire_method(PyObject *op, PyObject *args, PyObject
 				"threading.Lock where a wait must end");
 		return NULL;
 	}
-	if (!PyThread_acquire_lock(l->lock, NOWAIT_LOCK)) {
+	if (!try_take(l)) {
 		if (!blocking)
 			Py_RETURN_FALSE;
 		if (wait_for(l) < 0)
