@@ -138,12 +138,12 @@ class BpfProg:
     def run(self, ctx: Any, *, packet: Any = b"", engine: str | None = None) -> RunState:
         """Run once with ``ctx`` (a ``CtxRegion``, bytes (read-only) or a bytearray) as R1;
         the returned RunState has ``retval`` (R0, 64 bits) and what helpers recorded."""
-        env = self.run_env
+        env = self.system.run_env  # (self.run_env, one property less)
         if engine is not None:
             env = dataclasses.replace(env, engine=engine)
         rs = RunState(env, packet)
         rs.mem[CTX_REGION] = ctx
-        if isinstance(packet, (bytearray, memoryview)):
+        if type(packet) is not bytes and isinstance(packet, (bytearray, memoryview)):
             rs.mem[PACKET_REGION] = packet
         rs.retval = run_prog(self.executable, rs)
         return rs
@@ -291,23 +291,28 @@ class ProgramsMixin:
         tracepoint's link is a probe of its own each time)."""
         link = _Tracepoint(self, prog, *key)
         with _tracepoint_lock:
-            links = self._tracepoint_links().setdefault(link.key, [])
+            tracepoints = self._tracepoint_links()
+            links = tracepoints.get(link.key, ())
             if once and any(other.prog is prog for other in links):
                 raise KernelError(errno.EEXIST, f"{prog.describe()} is attached to "
                                   f"{key[0]}/{key[1]} already: close that attachment first")
             self.bpf_prog_inc(prog)
-            links.append(link)
+            tracepoints[link.key] = (*links, link)
         return self.fd_install(link)
 
-    def _tracepoint_links(self) -> dict[tuple[str, str], list[_Tracepoint]]:
-        """(category, name) -> attached links, kept on the system (the mixin has no __init__)."""
+    def _tracepoint_links(self) -> dict[tuple[str, str], tuple[_Tracepoint, ...]]:
+        """(category, name) -> attached links, kept on the system (the mixin has no __init__).
+        Each tuple is replaced, never changed (under ``_tracepoint_lock``): a firing reads
+        the one it finds without the lock."""
         return self.__dict__.setdefault("_tracepoints", {})
 
     def _detach_tracepoint(self, link: _Tracepoint) -> None:
         with _tracepoint_lock:
-            links = self._tracepoint_links().get(link.key, [])
+            tracepoints = self._tracepoint_links()
+            links = tracepoints.get(link.key, ())
             if link in links:
-                links.remove(link)
+                at = links.index(link)
+                tracepoints[link.key] = links[:at] + links[at + 1:]
         self.bpf_prog_put(link.prog)
 
     def trigger_raw_tracepoint(self, name: str, args: Sequence[int] = ()) -> list[int]:
@@ -318,11 +323,27 @@ class ProgramsMixin:
     def trigger_tracepoint(self, category: str, name: str, ctx: bytes = b"") -> list[int]:
         """Fire tracepoint ``category/name`` with the raw record ``ctx``: every attached
         program runs once on the current CPU; returns their return values (R0) in order."""
-        with _tracepoint_lock:
-            links = list(self._tracepoint_links().get((category, name), ()))
-        record = bytes(ctx)
-        timing = self.machine.timing
-        cpu = self.machine.current.cpu
+        return self._fire((category, name), ctx)
+
+    def _fire(self, key: tuple[str, str], ctx: bytes) -> list[int]:
+        """``trigger_tracepoint`` of tracepoint ``key``. The links are the tuple attached
+        when it fires (attaching or detaching meanwhile makes a new one); without modeled
+        time nothing is charged, so the charge calls are skipped (UnmodeledTiming's do
+        nothing)."""
+        links = self.__dict__.get("_tracepoints", _NO_TRACEPOINTS).get(key, ())
+        record = ctx if type(ctx) is bytes else bytes(ctx)
+        if not links:
+            return []
+        if len(links) == 1:  # the usual case: one program
+            prog = links[0].prog
+            machine = self.machine
+            timing = machine.timing
+            if timing.modeled:
+                timing.charge(machine.current.cpu, "tracepoint_entry")
+            return [prog.run(record).retval]
+        machine = self.machine
+        timing = machine.timing
+        cpu = machine.current.cpu
         retvals = []
         for link in links:
             timing.charge(cpu, "tracepoint_entry")
@@ -333,8 +354,14 @@ class ProgramsMixin:
         """A task on the current CPU makes ``syscall``: a modeled operation begins, the entry
         costs ``syscall_entry`` (``syscall_connect`` for connect), and tracepoint
         syscalls/sys_enter_<syscall> fires with the record ``ctx``."""
+        key = _SYSCALL_TRACEPOINTS.get(syscall)
+        if key is None:
+            key = _SYSCALL_TRACEPOINTS[syscall] = ("syscalls", f"sys_enter_{syscall}")
         self.machine.bpf_syscall("syscall_connect" if syscall == "connect" else "syscall_entry")
-        return self.trigger_tracepoint("syscalls", f"sys_enter_{syscall}", ctx)
+        return self._fire(key, ctx)
 
 
 _tracepoint_lock = threading.Lock()
+_NO_TRACEPOINTS: dict = {}  # a system with none attached yet (never filled)
+# syscall -> its tracepoint's key, ("syscalls", "sys_enter_<syscall>"), made once
+_SYSCALL_TRACEPOINTS: dict[str, tuple[str, str]] = {}

@@ -8,6 +8,7 @@ output) runs on the emulated backend.
 from __future__ import annotations
 
 import errno
+import functools
 import socket
 
 import pytest
@@ -405,6 +406,54 @@ def test_triggered_tracepoint_runs_attached_programs_until_detached(emulated):
     link.close()
     assert emulated.trigger_tracepoint("syscalls", "sys_enter_getpid", bytes(64)) == []
     assert emulated.map_lookup_elem(fd, bytes(4)) == (3).to_bytes(8, "little")
+
+
+def test_a_tracepoints_programs_run_in_attach_order_through_attach_and_detach(emulated):
+    """Each firing runs the programs attached then, in attach order; closing one link
+    leaves the others (and their order); a program is on a tracepoint once (EEXIST)."""
+    progs = [load(emulated, ProgType.TRACEPOINT, [b.mov64(R0, k), b.exit_()])
+             for k in (1, 2, 3)]
+    links = [prog.attach_tracepoint("syscalls", "sys_enter_getpid") for prog in progs]
+    fire = functools.partial(emulated.trigger_tracepoint, "syscalls", "sys_enter_getpid")
+    assert fire(bytes(64)) == [1, 2, 3]
+    assert emulated.enter_syscall("getpid", bytes(64)) == [1, 2, 3]
+    assert emulated.enter_syscall("getppid", bytes(64)) == []  # another tracepoint
+    with pytest.raises(BPFError) as info:
+        progs[0].attach_tracepoint("syscalls", "sys_enter_getpid")
+    assert info.value.errno == errno.EEXIST
+    links[1].close()
+    assert fire(bytearray(64)) == [1, 3]
+    links[1] = progs[1].attach_tracepoint("syscalls", "sys_enter_getpid")
+    assert fire(bytes(64)) == [1, 3, 2]
+    for link in links:
+        link.close()
+    assert fire(bytes(64)) == [] and emulated.enter_syscall("getpid") == []
+    with pytest.raises(TypeError):  # the record is made bytes with or without programs
+        fire("not bytes")
+
+
+@pytest.mark.parametrize("modeled", [True, False])
+def test_a_syscall_charges_its_entry_then_each_programs_tracepoint_entry(modeled):
+    """enter_syscall: syscall_entry (syscall_connect for connect), then tracepoint_entry
+    and the instructions of each attached program; without modeled time, nothing."""
+    system = pybpf.system("emulated", cpus=1, modeled_time=modeled)
+    progs = [load(system, ProgType.TRACEPOINT, [b.mov64(R0, k), b.exit_()]) for k in (1, 2)]
+    links = [prog.attach_tracepoint("syscalls", "sys_enter_connect") for prog in progs]
+    timing = system.machine.timing
+    with system.on_cpu(0):
+        before, clock = dict(timing.counts[0]), timing.clock[0]
+        assert system.enter_syscall("connect", bytes(64)) == [1, 2]
+        assert system.enter_syscall("getpid", bytes(64)) == []
+    counts = {event: n - before.get(event, 0) for event, n in timing.counts[0].items()
+              if n != before.get(event, 0)}
+    if modeled:
+        assert counts == {"syscall_connect": 1, "syscall_entry": 1, "tracepoint_entry": 2,
+                          "bpf_insn": 4}
+        assert timing.clock[0] > clock
+    else:
+        assert counts == {} and timing.clock[0] == clock
+    for link in links:
+        link.close()
 
 
 def test_attach_tracepoint_needs_a_tracepoint_program(backend):
