@@ -18,6 +18,7 @@ import errno
 from collections.abc import Callable
 
 from ...errors import ProgramFault
+from ..maps import ringbuf
 from ..maps.ringbuf import irq_work_run
 from .executable import Executable
 from .interpreter import Interpreter
@@ -75,13 +76,12 @@ _ENTRY_OF = {"jit": jit_entry, "interp": interp_entry, "native": native_entry}
 def entry_of(engine: str) -> Callable[[Executable, int], Callable]:
     """The entry maker of ``engine`` (ValueError for an unknown one, or for "native" where
     llvmlite is missing)."""
-    if engine == "native" and native_missing():
+    make_entry = _ENTRY_OF.get(engine)
+    if make_entry is native_entry and native_missing():
         raise ValueError(native_missing())
-    try:
-        return _ENTRY_OF[engine]
-    except KeyError:
-        raise ValueError(f"unknown engine {engine!r}: choose one of {', '.join(ENGINES)}") \
-            from None
+    if make_entry is None:
+        raise ValueError(f"unknown engine {engine!r}: choose one of {', '.join(ENGINES)}")
+    return make_entry
 
 
 def bpf_prog_select_runtime(exe: Executable, engine: str) -> None:
@@ -93,9 +93,12 @@ def bpf_prog_select_runtime(exe: Executable, engine: str) -> None:
 def run_prog(exe: Executable, rs: RunState, ctx: int = CTX_REGION << 32) -> int:
     """Run ``exe`` with R1 = ``ctx`` on the engine of ``rs``'s environment; returns R0 (64
     bits). The instructions it executed are charged to the current CPU of the run's
-    machine."""
+    machine. Without modeled time the charge is skipped (UnmodeledTiming's does nothing),
+    and so is irq_work_run where no ring buffer was ever used (it would return at once)."""
     make_entry = rs.entry_of = entry_of(rs.env.engine)
-    rs.mem.update(exe.static_regions)
+    static = exe.static_regions
+    if static:
+        rs.mem.update(static)
     try:
         return make_entry(exe, 0)(rs, ctx, 0, 0, 0, 0)
     except RunAbort:
@@ -103,7 +106,10 @@ def run_prog(exe: Executable, rs: RunState, ctx: int = CTX_REGION << 32) -> int:
     except RecursionError:
         raise ProgramFault(errno.EFAULT, "the call stack is too deep") from None
     finally:
-        irq_work_run()
+        if ringbuf._irq_work_used:
+            irq_work_run()
         machine = rs.machine
         if machine is not None:
-            machine.timing.charge(machine.current.cpu, "bpf_insn", rs.count)
+            timing = machine.timing
+            if timing.modeled:
+                timing.charge(machine.current.cpu, "bpf_insn", rs.count)

@@ -674,11 +674,14 @@ HELPERS: dict[int, HelperProto] = _table()
 
 
 def charged(func: Callable[..., int], cost: str) -> Callable[..., int]:
-    """``func``, charging ``cost`` to the current CPU of the program's machine first."""
+    """``func``, charging ``cost`` to the current CPU of the program's machine first (not
+    without modeled time, where UnmodeledTiming's charge does nothing)."""
     def helper(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
         machine = rs.machine
         if machine is not None:
-            machine.timing.charge(machine.current.cpu, cost)
+            timing = machine.timing
+            if timing.modeled:
+                timing.charge(machine.current.cpu, cost)
         return func(rs, r1, r2, r3, r4, r5)
 
     return functools.update_wrapper(helper, func)
