@@ -143,6 +143,7 @@ CHARGES_NONE, CHARGES_NATIVE, CHARGES_PYTHON = 0, 1, 2
 RS_MEM, RS_VALUE_REGIONS, EXPORTED, THIS_NODE = range(15, 19)
 VALUE_TABLE, VALUE_SLOTS = 19, 32
 READ_ONLY = 1 << 32  # in a value's length word: compiled code may read it, not write it
+RECORD_SLOT = VALUE_TABLE + 3 * (CTX_REGION & (VALUE_SLOTS - 1))  # a tracepoint record's
 FRAME_REGIONS = VALUE_TABLE + 3 * VALUE_SLOTS
 LOOKUP_CACHE = 64  # a power of two
 MAP_WORDS = 3 + 3 * LOOKUP_CACHE
@@ -1385,11 +1386,10 @@ class _Run:
         it is (the verifier lets no program write it; a write would go to Python, which
         refuses it)."""
         if NATIVE_VALUES and type(ctx) is bytes and ctx:
-            slot = VALUE_TABLE + 3 * (CTX_REGION & (VALUE_SLOTS - 1))
             words = self.words
-            words[slot] = CTX_REGION
-            words[slot + 1] = BUFFER_ADDRESS(ctx)
-            words[slot + 2] = len(ctx) | READ_ONLY
+            words[RECORD_SLOT] = CTX_REGION
+            words[RECORD_SLOT + 1] = BUFFER_ADDRESS(ctx)
+            words[RECORD_SLOT + 2] = len(ctx) | READ_ONLY
 
     def map_lookup(self, region: int, key: int, synced: int) -> int:
         """bpf_map_lookup_elem on a map whose lookups compiled code does, through Python
@@ -1444,17 +1444,18 @@ class _Run:
     def finish(self) -> None:
         """The run is over: count the lookups compiled code did into their maps' statistics
         and forget the map values (their region numbers are this run's)."""
-        words, static = self.words, self.exe.static_regions
-        for region, at in self.maps.items():
-            local, remote = words[at], words[at + 1]
-            if local or remote:
-                bpf_map = static[region]
-                cpu = bpf_map._current.cpu
-                bpf_map.access_stats.local[cpu] += local
-                bpf_map.access_stats.remote[cpu] += remote
-        record = VALUE_TABLE + 3 * (CTX_REGION & (VALUE_SLOTS - 1))
-        if words[record] == CTX_REGION:  # the record is this run's
-            words[record] = 0
+        words, maps = self.words, self.maps
+        if maps:
+            static = self.exe.static_regions
+            for region, at in maps.items():
+                local, remote = words[at], words[at + 1]
+                if local or remote:
+                    bpf_map = static[region]
+                    cpu = bpf_map._current.cpu
+                    bpf_map.access_stats.local[cpu] += local
+                    bpf_map.access_stats.remote[cpu] += remote
+        if words[RECORD_SLOT] == CTX_REGION:  # the record is this run's
+            words[RECORD_SLOT] = 0
         if self.exported:
             words[VALUE_TABLE:VALUE_TABLE + 3 * VALUE_SLOTS] = _ZERO_VALUE_TABLE
             for at in self.maps.values():
@@ -1551,10 +1552,12 @@ class _Run:
     def unregister(self) -> None:
         """Take the frames out of ``rs.mem`` (they stay between callbacks, where only
         compiled code runs, and are checked against the live ones at each)."""
-        mem = self.rs.mem
-        for region in self.registered:
-            mem.pop(region, None)
-        self.registered, self.deepest = [], 0
+        registered = self.registered
+        if registered:  # (none: deepest is 0 too)
+            mem = self.rs.mem
+            for region in registered:
+                mem.pop(region, None)
+            self.registered, self.deepest = [], 0
 
 
 class NativeProgram:
@@ -1588,25 +1591,34 @@ class NativeProgram:
         keeps_gil = self.keeps_gil
 
         def run_native(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
-            run = free.pop() if free else _Run(self.frames, self.maps)
+            if free:
+                run = free.pop()
+            else:  # a run of this program's: its exe and bound helpers are the program's
+                run = _Run(self.frames, self.maps)
+                run.exe, run.bound = self.exe, self.bound
             words = run.words
             words[COUNT] = rs.count
             words[BUDGET] = rs.budget
             words[NEXT_REGION] = rs.next_region
             words[STATUS] = STATUS_OK
             words[DEPTH] = 0
-            run.rs, run.exe, run.bound = rs, self.exe, self.bound
-            words[RS_MEM] = id(rs.mem)
+            run.rs = rs
+            mem = rs.mem
+            words[RS_MEM] = id(mem)
             words[RS_VALUE_REGIONS] = id(rs.value_regions)
-            run.reach_record(rs.mem.get(CTX_REGION))
-            run.run_on(rs.machine)
+            run.reach_record(mem.get(CTX_REGION))
+            machine = rs.machine  # run_on, unless on the last run's machine and CPU
+            if machine is not run.machine or \
+                    (0 if machine is None else machine.current.cpu) != run.cpu:
+                run.run_on(machine)
             try:
                 # a run charged from machine code needs the GIL for all its work, and one
                 # calling into Python at every map op needs it often: they keep it
                 r0 = call(function, run.address, r1, r2, r3, r4, r5,
                           keeps_gil or words[CHARGES] == CHARGES_NATIVE)
             finally:
-                run.unregister()
+                if run.registered:
+                    run.unregister()
                 run.finish()
                 rs.count = words[COUNT]
                 rs.next_region = words[NEXT_REGION]
