@@ -17,6 +17,7 @@ host rate: how fast the emulator itself runs the sample.
 from __future__ import annotations
 
 import functools
+import gc
 import itertools
 import sys
 import threading
@@ -71,7 +72,16 @@ class EmulatedRun:
             start = max(machine.timing.clock)
             for cpu in range(self.nprocs):
                 machine.timing.wait_until(cpu, start, "idle")
-            result.results = self.run_workers(setup)
+            # The maps made for every test are frozen out of the garbage collector while the
+            # tests run: a full collection (over all of them) would land in whichever test
+            # happens to be running and charge its host rate; each test's own garbage is
+            # still collected.
+            gc.collect()
+            gc.freeze()
+            try:
+                result.results = self.run_workers(setup)
+            finally:
+                gc.unfreeze()
             machine.step()  # let the grace periods end, as they would by now
             result.alloc_stats = {name: allocator_counters(self.sys.map_stats(fd))
                                   for name, fd in setup.no_prealloc_fds().items()}
