@@ -138,7 +138,7 @@ class BpfProg:
     def run(self, ctx: Any, *, packet: Any = b"", engine: str | None = None) -> RunState:
         """Run once with ``ctx`` (a ``CtxRegion``, bytes (read-only) or a bytearray) as R1;
         the returned RunState has ``retval`` (R0, 64 bits) and what helpers recorded."""
-        env = self.system.run_env  # (self.run_env, one property less)
+        env = self.system.run_env  # what self.run_env gives, without the second property
         if engine is not None:
             env = dataclasses.replace(env, engine=engine)
         rs = RunState(env, packet)
@@ -334,19 +334,13 @@ class ProgramsMixin:
         record = ctx if type(ctx) is bytes else bytes(ctx)
         if not links:
             return []
-        if len(links) == 1:  # the usual case: one program
-            prog = links[0].prog
-            machine = self.machine
-            timing = machine.timing
-            if timing.modeled:
-                timing.charge(machine.current.cpu, "tracepoint_entry")
-            return [prog.run(record).retval]
         machine = self.machine
         timing = machine.timing
-        cpu = machine.current.cpu
+        cpu = machine.current.cpu if timing.modeled else None
         retvals = []
         for link in links:
-            timing.charge(cpu, "tracepoint_entry")
+            if cpu is not None:
+                timing.charge(cpu, "tracepoint_entry")
             retvals.append(link.prog.run(record).retval)
         return retvals
 

@@ -18,7 +18,6 @@ import errno
 from collections.abc import Callable
 
 from ...errors import ProgramFault
-from ..maps import ringbuf
 from ..maps.ringbuf import irq_work_run
 from .executable import Executable
 from .interpreter import Interpreter
@@ -93,8 +92,8 @@ def bpf_prog_select_runtime(exe: Executable, engine: str) -> None:
 def run_prog(exe: Executable, rs: RunState, ctx: int = CTX_REGION << 32) -> int:
     """Run ``exe`` with R1 = ``ctx`` on the engine of ``rs``'s environment; returns R0 (64
     bits). The instructions it executed are charged to the current CPU of the run's
-    machine. Without modeled time the charge is skipped (UnmodeledTiming's does nothing),
-    and so is irq_work_run where no ring buffer was ever used (it would return at once)."""
+    machine (without modeled time the charge, UnmodeledTiming's, which does nothing, is
+    skipped)."""
     make_entry = rs.entry_of = entry_of(rs.env.engine)
     static = exe.static_regions
     if static:
@@ -106,8 +105,7 @@ def run_prog(exe: Executable, rs: RunState, ctx: int = CTX_REGION << 32) -> int:
     except RecursionError:
         raise ProgramFault(errno.EFAULT, "the call stack is too deep") from None
     finally:
-        if ringbuf._irq_work_used:
-            irq_work_run()
+        irq_work_run()
         machine = rs.machine
         if machine is not None:
             timing = machine.timing
