@@ -3,10 +3,12 @@
  * bpf_common_lru_pop_free, bpf_common_lru_push_free) in C, for an LRU_HASH map's HtabCore:
  * BpfLru.pop_free and push_free (pybpf/emulated/maps/bpf_lru_list.py, the reference) done on
  * its own Python lists and nodes, with the same host locks taken and the same charges made in
- * the same order. What a pop does when the CPU's local free list is empty (the refill from
- * the global lists, stealing from other CPUs) is the Python methods', called where the
- * reference calls them; so is a check that fails (the LRU marked broken). A per-CPU LRU
- * (BPF_F_NO_COMMON_LRU) stays Python.
+ * the same order; so is the refill of a CPU's empty local free list from the global lists
+ * (bpf_lru_list_pop_free_to_local: flush the pending nodes, rotate, take free nodes, shrink
+ * for the rest, evicting through the map's callback). Stealing from other CPUs, making the
+ * lazily populated nodes and a check that fails (the LRU marked broken) are the Python
+ * methods', called where the reference calls them. A per-CPU LRU (BPF_F_NO_COMMON_LRU) stays
+ * Python.
  */
 #include "_cache_model.h"
 
@@ -14,8 +16,10 @@
 enum { ACTIVE, INACTIVE, FREE, LOCAL_FREE, LOCAL_PENDING, NR_LIST_COUNT = 2 };
 
 static PyObject *s_percpu, *s_local, *s_common, *s_lock, *s_tlock, *s_free, *s_pending,
-	*s_heads, *s_counts, *s_next_inactive_rotation, *s_pops, *s_pushes, *s_pop_free_to_local,
-	*s_steal, *s_check, *s_push_free, *s_add_pending, *s_move, *s_one;
+	*s_heads, *s_counts, *s_next_inactive_rotation, *s_pops, *s_pushes,
+	*s_steal, *s_check, *s_push_free, *s_add_pending, *s_move, *s_move_in, *s_move_to_free,
+	*s_refills, *s_evictions, *s_del_from_htab, *s_make_free, *s_lru_evict, *s_nr_scans,
+	*s_target_free, *s_one;
 
 int lru_ready(void)
 {
@@ -26,10 +30,14 @@ int lru_ready(void)
 		|| intern(&s_counts, "counts") < 0
 		|| intern(&s_next_inactive_rotation, "next_inactive_rotation") < 0
 		|| intern(&s_pops, "pops") < 0 || intern(&s_pushes, "pushes") < 0
-		|| intern(&s_pop_free_to_local, "_pop_free_to_local") < 0
 		|| intern(&s_steal, "_steal") < 0 || intern(&s_check, "_check") < 0
 		|| intern(&s_push_free, "push_free") < 0
 		|| intern(&s_add_pending, "add_pending") < 0 || intern(&s_move, "move") < 0
+		|| intern(&s_move_in, "move_in") < 0 || intern(&s_move_to_free, "move_to_free") < 0
+		|| intern(&s_refills, "refills") < 0 || intern(&s_evictions, "evictions") < 0
+		|| intern(&s_del_from_htab, "del_from_htab") < 0
+		|| intern(&s_make_free, "_make_free") < 0 || intern(&s_lru_evict, "bpf_lru_evict") < 0
+		|| intern(&s_nr_scans, "nr_scans") < 0 || intern(&s_target_free, "target_free") < 0
 		|| (s_one = PyLong_FromLong(1)) == NULL ? -1 : 0;
 }
 
@@ -170,6 +178,347 @@ static PyObject *local_list(Lru *l, long cpu)
 	return Py_NewRef(PyList_GET_ITEM(l->local, cpu));
 }
 
+/* -- the global lists' moves ---------------------------------------------------------------- */
+
+/* The LruList's heads and counts (new references), read once per refill or push */
+typedef struct {
+	PyObject *lst, *heads, *counts;
+} Lists;
+
+static int lists_get(PyObject *lst, Lists *g)
+{
+	g->lst = lst;
+	g->counts = NULL;
+	if ((g->heads = PyObject_GetAttr(lst, s_heads)) == NULL
+	    || (g->counts = PyObject_GetAttr(lst, s_counts)) == NULL)
+		return -1;
+	if (!PyList_Check(g->heads) || PyList_GET_SIZE(g->heads) <= FREE
+	    || !PyList_Check(g->counts) || PyList_GET_SIZE(g->counts) < NR_LIST_COUNT) {
+		PyErr_SetString(PyExc_TypeError, "an LruList has three heads and two counts");
+		return -1;
+	}
+	return 0;
+}
+
+static void lists_put(Lists *g)
+{
+	Py_CLEAR(g->heads);
+	Py_CLEAR(g->counts);
+}
+
+/* lst.counts[type] += delta */
+static int count_add(Lists *g, long type, long delta)
+{
+	PyObject *by = PyLong_FromLong(delta), *sum = NULL;
+	if (by != NULL)
+		sum = PyNumber_Add(PyList_GET_ITEM(g->counts, type), by);
+	Py_XDECREF(by);
+	return sum == NULL ? -1 : PyList_SetItem(g->counts, type, sum);
+}
+
+/* bool(node.field): 1, 0, or -1 with an exception */
+static int node_true(PyObject *node, int field)
+{
+	PyObject *obj = elem_get(node, field);
+	int rc = obj == NULL ? -1 : PyObject_IsTrue(obj);
+	Py_XDECREF(obj);
+	return rc;
+}
+
+/* A node leaving its list moves the inactive rotation's cursor off it, to its prev */
+static int leave_rotation(Lists *g, PyObject *node)
+{
+	PyObject *rotation = PyObject_GetAttr(g->lst, s_next_inactive_rotation), *prev = NULL;
+	int rc = rotation == NULL ? -1 : rotation != node ? 0
+		: (prev = elem_get(node, ELEM_PREV)) == NULL
+		|| PyObject_SetAttr(g->lst, s_next_inactive_rotation, prev) < 0 ? -1 : 0;
+	Py_XDECREF(rotation);
+	Py_XDECREF(prev);
+	return rc;
+}
+
+static const int LRU_TYPES[] = {ACTIVE, INACTIVE, FREE, -1};
+static const int PENDING[] = {LOCAL_PENDING, -1};
+
+/* _move: __bpf_lru_node_move to the front of ACTIVE, INACTIVE or FREE, its ref cleared */
+static int move_node(Lru *l, PyObject *model, Lists *g, PyObject *node, int to, int cpu)
+{
+	long from = node_int(node, ELEM_TYPE);
+	if ((from == -1 && PyErr_Occurred()) || check(l, s_move, node, from, to, LRU_TYPES) < 0)
+		return -1;
+	if (from != to && ((from < NR_LIST_COUNT && count_add(g, from, -1) < 0)
+			   || (to < NR_LIST_COUNT && count_add(g, to, 1) < 0)
+			   || set_int(node, ELEM_TYPE, to) < 0))
+		return -1;
+	return set_int(node, ELEM_REF, 0) < 0 || leave_rotation(g, node) < 0
+		|| unlink_node(node) < 0 || add_front(node, PyList_GET_ITEM(g->heads, to)) < 0
+		|| write_line(model, node, cpu) < 0 ? -1 : 0;
+}
+
+/* _move_in: __bpf_lru_node_move_in, a flushed pending node into ACTIVE or INACTIVE */
+static int move_in(Lru *l, PyObject *model, Lists *g, PyObject *node, int to, int cpu)
+{
+	long from = node_int(node, ELEM_TYPE);
+	return (from == -1 && PyErr_Occurred()) || check(l, s_move_in, node, from, to, PENDING) < 0
+		|| count_add(g, to, 1) < 0 || set_int(node, ELEM_TYPE, to) < 0
+		|| set_int(node, ELEM_REF, 0) < 0 || unlink_node(node) < 0
+		|| add_front(node, PyList_GET_ITEM(g->heads, to)) < 0
+		|| write_line(model, node, cpu) < 0 ? -1 : 0;
+}
+
+/* _move_to_free: __bpf_lru_node_move_to_free onto ``free`` as ``free_type`` (the ref bit
+ * kept, as the kernel keeps it) */
+static int move_to_free(Lru *l, PyObject *model, Lists *g, PyObject *node, PyObject *free,
+			int free_type, int cpu)
+{
+	long from = node_int(node, ELEM_TYPE);
+	return (from == -1 && PyErr_Occurred())
+		|| check(l, s_move_to_free, node, from, free_type, LRU_TYPES) < 0
+		|| leave_rotation(g, node) < 0
+		|| (from < NR_LIST_COUNT && count_add(g, from, -1) < 0)
+		|| set_int(node, ELEM_TYPE, free_type) < 0 || unlink_node(node) < 0
+		|| add_front(node, free) < 0 || write_line(model, node, cpu) < 0 ? -1 : 0;
+}
+
+/* -- the refill of a CPU's local free list --------------------------------------------------- */
+
+/* What a refill reads of the BpfLru once: its scan and refill sizes, its eviction callback */
+typedef struct {
+	Lru *l;
+	PyObject *model, *cpu_obj;
+	int cpu;
+	long nr_scans, target_free;
+	PyObject *del_from_htab;
+} Refill;
+
+/* _rotate_active: ACTIVE scanned from its back, up to nr_scans nodes or its first: a
+ * referenced node stays ACTIVE (to the front), the others go INACTIVE */
+static int rotate_active(Refill *r, Lists *g)
+{
+	PyObject *head = PyList_GET_ITEM(g->heads, ACTIVE);
+	PyObject *first = elem_get(head, ELEM_NEXT), *node = NULL;
+	int rc = first == NULL || (node = elem_get(head, ELEM_PREV)) == NULL ? -1 : 0;
+	for (long i = 0; rc == 0 && node != head;) {
+		PyObject *prev = elem_get(node, ELEM_PREV);
+		int ref = prev == NULL ? -1 : node_true(node, ELEM_REF);
+		rc = ref < 0 || move_node(r->l, r->model, g, node, ref ? ACTIVE : INACTIVE, r->cpu) < 0
+			? -1 : 0;
+		int last = ++i == r->nr_scans || node == first;
+		Py_XSETREF(node, prev);
+		if (last)
+			break;
+	}
+	Py_XDECREF(first);
+	Py_XDECREF(node);
+	return rc;
+}
+
+/* _rotate_inactive: INACTIVE scanned from the cursor backwards, up to nr_scans nodes (the
+ * head skipped): a referenced node goes ACTIVE; the cursor ends where the scan stopped */
+static int rotate_inactive(Refill *r, Lists *g)
+{
+	PyObject *inactive = PyList_GET_ITEM(g->heads, INACTIVE);
+	PyObject *first = elem_get(inactive, ELEM_NEXT), *cur = NULL, *last = NULL, *next = NULL;
+	int rc = -1;
+	if (first == NULL)
+		goto out;
+	if (first == inactive) {
+		rc = 0;
+		goto out;
+	}
+	if ((cur = PyObject_GetAttr(g->lst, s_next_inactive_rotation)) == NULL
+	    || (last = elem_get(cur, ELEM_NEXT)) == NULL)
+		goto out;
+	if (last == inactive) {
+		Py_SETREF(last, elem_get(inactive, ELEM_NEXT));
+		if (last == NULL)
+			goto out;
+	}
+	next = Py_NewRef(inactive);
+	rc = 0;
+	for (long i = 0; rc == 0 && i < r->nr_scans;) {
+		if (cur == inactive) {
+			Py_SETREF(cur, elem_get(cur, ELEM_PREV));
+			rc = cur == NULL ? -1 : 0;
+			continue;
+		}
+		Py_SETREF(next, elem_get(cur, ELEM_PREV));
+		int ref = next == NULL ? -1 : node_true(cur, ELEM_REF);
+		if (ref < 0 || (ref && move_node(r->l, r->model, g, cur, ACTIVE, r->cpu) < 0)) {
+			rc = -1;
+			break;
+		}
+		if (cur == last)
+			break;
+		Py_SETREF(cur, Py_NewRef(next));
+		i++;
+	}
+	if (rc == 0)
+		rc = PyObject_SetAttr(g->lst, s_next_inactive_rotation, next);
+out:
+	Py_XDECREF(first);
+	Py_XDECREF(cur);
+	Py_XDECREF(last);
+	Py_XDECREF(next);
+	return rc;
+}
+
+/* _rotate: ACTIVE first where it outnumbers INACTIVE, then INACTIVE */
+static int rotate(Refill *r, Lists *g)
+{
+	int fewer = PyObject_RichCompareBool(PyList_GET_ITEM(g->counts, INACTIVE),
+					     PyList_GET_ITEM(g->counts, ACTIVE), Py_LT);
+	return fewer < 0 || (fewer && rotate_active(r, g) < 0) || rotate_inactive(r, g) < 0
+		? -1 : 0;
+}
+
+/* The map's eviction callback on node (its key unhashed): 1, 0, or -1 */
+static int evict(Refill *r, PyObject *node)
+{
+	PyObject *done = PyObject_CallOneArg(r->del_from_htab, node);
+	int rc = done == NULL ? -1 : PyObject_IsTrue(done);
+	Py_XDECREF(done);
+	return rc;
+}
+
+/* node, evicted, onto ``free``; _evicted: counted and charged */
+static int take_evicted(Refill *r, Lists *g, PyObject *node, PyObject *free, int free_type)
+{
+	return move_to_free(r->l, r->model, g, node, free, free_type, r->cpu) < 0
+		|| attr_increment(r->l->lru, s_evictions) < 0
+		|| charge_n(r->model, r->cpu_obj, s_lru_evict, s_one) < 0 ? -1 : 0;
+}
+
+/* _shrink_inactive: up to ``want`` nodes from INACTIVE's back evicted onto ``free`` within
+ * nr_scans nodes (a referenced one goes ACTIVE): how many, or -1 */
+static long shrink_inactive(Refill *r, Lists *g, long want, PyObject *free, int free_type)
+{
+	PyObject *head = PyList_GET_ITEM(g->heads, INACTIVE), *node = elem_get(head, ELEM_PREV);
+	long done = node == NULL ? -1 : 0;
+	for (long i = 0; done >= 0 && node != head;) {
+		PyObject *prev = elem_get(node, ELEM_PREV);
+		int ref = prev == NULL ? -1 : node_true(node, ELEM_REF), gone = 0;
+		if (ref < 0 || (ref ? move_node(r->l, r->model, g, node, ACTIVE, r->cpu)
+				: (gone = evict(r, node))) < 0
+		    || (gone && take_evicted(r, g, node, free, free_type) < 0)) {
+			Py_XDECREF(prev);
+			done = -1;
+			break;
+		}
+		Py_SETREF(node, prev);
+		if ((gone && ++done == want) || ++i == r->nr_scans)
+			break;
+	}
+	Py_XDECREF(node);
+	return done;
+}
+
+/* _shrink: shrink_inactive, else the first node from the back of INACTIVE (or of ACTIVE
+ * where INACTIVE is empty) that can be evicted: how many, or -1 */
+static long shrink(Refill *r, Lists *g, long want, PyObject *free, int free_type)
+{
+	long done = shrink_inactive(r, g, want, free, free_type);
+	if (done != 0)
+		return done;
+	PyObject *inactive = PyList_GET_ITEM(g->heads, INACTIVE);
+	PyObject *first = elem_get(inactive, ELEM_NEXT);
+	if (first == NULL)
+		return -1;
+	PyObject *victims = first != inactive ? inactive : PyList_GET_ITEM(g->heads, ACTIVE);
+	Py_DECREF(first);
+	PyObject *node = elem_get(victims, ELEM_PREV);
+	done = node == NULL ? -1 : 0;
+	while (done == 0 && node != victims) {
+		PyObject *prev = elem_get(node, ELEM_PREV);
+		int gone = prev == NULL ? -1 : evict(r, node);
+		if (gone < 0 || (gone && take_evicted(r, g, node, free, free_type) < 0))
+			done = -1;
+		else if (gone)
+			done = 1;
+		Py_SETREF(node, prev);
+	}
+	Py_XDECREF(node);
+	return done;
+}
+
+/* The refill's work under the global lists' locks */
+static int refill_locked(Refill *r, Lists *g, PyObject *loc)
+{
+	PyObject *pending = NULL, *free = NULL, *node = NULL, *made = NULL, *target = NULL;
+	int rc = -1;
+	if (attr_increment(r->l->lru, s_refills) < 0
+	    || (pending = PyObject_GetAttr(loc, s_pending)) == NULL
+	    || (free = PyObject_GetAttr(loc, s_free)) == NULL
+	    || (node = elem_get(pending, ELEM_PREV)) == NULL)
+		goto out;
+	while (node != pending) {  /* _flush_pending: the pending nodes from the back */
+		PyObject *prev = elem_get(node, ELEM_PREV);
+		int ref = prev == NULL ? -1 : node_true(node, ELEM_REF);
+		if (ref < 0 || move_in(r->l, r->model, g, node, ref ? ACTIVE : INACTIVE, r->cpu) < 0) {
+			Py_XDECREF(prev);
+			goto out;
+		}
+		Py_SETREF(node, prev);
+	}
+	if (rotate(r, g) < 0 || (target = PyLong_FromLong(r->target_free)) == NULL
+	    || (made = PyObject_CallMethodObjArgs(r->l->lru, s_make_free, g->lst, target,
+						  NULL)) == NULL)
+		goto out;
+	PyObject *global = PyList_GET_ITEM(g->heads, FREE);
+	Py_SETREF(node, elem_get(global, ELEM_NEXT));
+	long taken = 0;
+	while (node != NULL && node != global && taken < r->target_free) {
+		PyObject *next = elem_get(node, ELEM_NEXT);
+		if (next == NULL || move_to_free(r->l, r->model, g, node, free, LOCAL_FREE, r->cpu) < 0) {
+			Py_XDECREF(next);
+			goto out;
+		}
+		Py_SETREF(node, next);
+		taken++;
+	}
+	if (node == NULL)
+		goto out;
+	rc = taken < r->target_free
+		&& shrink(r, g, r->target_free - taken, free, LOCAL_FREE) < 0 ? -1 : 0;
+out:
+	Py_XDECREF(pending);
+	Py_XDECREF(free);
+	Py_XDECREF(node);
+	Py_XDECREF(made);
+	Py_XDECREF(target);
+	return rc;
+}
+
+/* BpfLru._pop_free_to_local(loc): bpf_lru_list_pop_free_to_local, under the global lists'
+ * host lock and modeled lock */
+static int pop_free_to_local(Lru *l, PyObject *model, PyObject *loc, PyObject *cpu_obj, int cpu)
+{
+	Refill r = {.l = l, .model = model, .cpu_obj = cpu_obj, .cpu = cpu};
+	Lists g = {0};
+	PyObject *lock = NULL, *tlock = NULL, *scans = NULL, *target = NULL;
+	int rc = -1;
+	if ((scans = PyObject_GetAttr(l->lru, s_nr_scans)) == NULL
+	    || (target = PyObject_GetAttr(l->lru, s_target_free)) == NULL
+	    || ((r.nr_scans = PyLong_AsLong(scans)) == -1 && PyErr_Occurred())
+	    || ((r.target_free = PyLong_AsLong(target)) == -1 && PyErr_Occurred())
+	    || (r.del_from_htab = PyObject_GetAttr(l->lru, s_del_from_htab)) == NULL
+	    || lists_get(l->common, &g) < 0 || owner_locks(l->common, &lock, &tlock) < 0
+	    || host_lock_acquire(lock) < 0)
+		goto out;
+	rc = model_lock(model, cpu_obj, tlock, 1);
+	if (rc == 0)
+		rc = model_unlock(model, cpu_obj, tlock, refill_locked(&r, &g, loc));
+	rc = lock_release(lock, rc);
+out:
+	lists_put(&g);
+	Py_XDECREF(lock);
+	Py_XDECREF(tlock);
+	Py_XDECREF(scans);
+	Py_XDECREF(target);
+	Py_XDECREF(r.del_from_htab);
+	return rc;
+}
+
 /* -- pop ----------------------------------------------------------------------------------- */
 
 /* _add_pending: node onto the CPU's pending list, owned by it */
@@ -198,12 +547,9 @@ PyObject *lru_pop_free(Lru *l, PyObject *model, PyObject *cpu_obj, int cpu)
 	/* with loc.lock: the modeled lock, then the node, the modeled unlock in any case */
 	int rc = model_lock(model, cpu_obj, tlock, 1);
 	if (rc == 0) {
-		if ((node = pop_front(free)) == NULL && !PyErr_Occurred()) {
-			PyObject *refilled = PyObject_CallMethodOneArg(l->lru, s_pop_free_to_local, loc);
-			Py_XDECREF(refilled);
-			if (refilled != NULL)
-				node = pop_front(free);
-		}
+		if ((node = pop_front(free)) == NULL && !PyErr_Occurred()
+		    && pop_free_to_local(l, model, loc, cpu_obj, cpu) == 0)
+			node = pop_front(free);
 		if (PyErr_Occurred() || (node != NULL && add_pending(l, model, pending, node,
 								     cpu_obj, cpu) < 0))
 			rc = -1;
@@ -256,47 +602,6 @@ out:
 	return rc;
 }
 
-/* _move(lst, node, FREE): __bpf_lru_node_move to the front of the global FREE list */
-static int move_to_free(Lru *l, PyObject *model, PyObject *lst, PyObject *node, long from,
-			int cpu)
-{
-	static const int legal[] = {ACTIVE, INACTIVE, FREE, -1};
-	PyObject *heads = NULL, *counts = NULL, *rotation = NULL, *prev = NULL;
-	int rc = -1;
-	if (check(l, s_move, node, from, FREE, legal) < 0
-	    || (heads = PyObject_GetAttr(lst, s_heads)) == NULL
-	    || (counts = PyObject_GetAttr(lst, s_counts)) == NULL)
-		goto out;
-	if (!PyList_Check(heads) || PyList_GET_SIZE(heads) <= FREE || !PyList_Check(counts)
-	    || PyList_GET_SIZE(counts) < NR_LIST_COUNT) {
-		PyErr_SetString(PyExc_TypeError, "an LruList has three heads and two counts");
-		goto out;
-	}
-	if (from != FREE) {
-		if (from < NR_LIST_COUNT) {
-			PyObject *n = PyNumber_Subtract(PyList_GET_ITEM(counts, from), s_one);
-			if (n == NULL || PyList_SetItem(counts, from, n) < 0)
-				goto out;
-		}
-		if (set_int(node, ELEM_TYPE, FREE) < 0)
-			goto out;
-	}
-	if (set_int(node, ELEM_REF, 0) < 0
-	    || (rotation = PyObject_GetAttr(lst, s_next_inactive_rotation)) == NULL)
-		goto out;
-	if (rotation == node && ((prev = elem_get(node, ELEM_PREV)) == NULL
-				 || PyObject_SetAttr(lst, s_next_inactive_rotation, prev) < 0))
-		goto out;
-	rc = unlink_node(node) < 0 || add_front(node, PyList_GET_ITEM(heads, FREE)) < 0
-		|| write_line(model, node, cpu) < 0 ? -1 : 0;
-out:
-	Py_XDECREF(heads);
-	Py_XDECREF(counts);
-	Py_XDECREF(rotation);
-	Py_XDECREF(prev);
-	return rc;
-}
-
 int lru_push_free(Lru *l, PyObject *model, PyObject *node, PyObject *cpu_obj, int cpu)
 {
 	long type = node_int(node, ELEM_TYPE);
@@ -324,10 +629,11 @@ int lru_push_free(Lru *l, PyObject *model, PyObject *node, PyObject *cpu_obj, in
 	int rc = -1;
 	if (owner_locks(l->common, &lock, &tlock) < 0 || host_lock_acquire(lock) < 0)
 		goto out;
-	long from = node_int(node, ELEM_TYPE);
-	rc = (from == -1 && PyErr_Occurred()) || model_lock(model, cpu_obj, tlock, 1) < 0
-		|| move_to_free(l, model, l->common, node, from, cpu) < 0
+	Lists g = {0};
+	rc = lists_get(l->common, &g) < 0 || model_lock(model, cpu_obj, tlock, 1) < 0
+		|| move_node(l, model, &g, node, FREE, cpu) < 0
 		|| model_lock(model, cpu_obj, tlock, 0) < 0 ? -1 : 0;
+	lists_put(&g);
 	rc = lock_release(lock, rc);
 out:
 	Py_XDECREF(lock);
