@@ -18,6 +18,9 @@ Rules this module keeps:
   (the global lists' on the map's node, a CPU's local lists on that CPU's node); every node
   moved writes its line (its list_head); every node taken back from the lists for an insert
   costs ``bpf_lru_evict``.
+- Where pybpf._cache_model is built, an LRU_HASH map's common LRU pops, refills and pushes in C
+  (src/pybpf/_bpf_lru_list.c, for its HtabCore) on these same lists and nodes; the methods
+  here are that code's reference, and do what it hands back (steals, making nodes, checks).
 """
 
 from __future__ import annotations
