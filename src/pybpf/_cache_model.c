@@ -1518,7 +1518,7 @@ PyMODINIT_FUNC PyInit__cache_model(void)
 	    || (s_zero == NULL && (s_zero = PyLong_FromLong(0)) == NULL))
 		return NULL;
 	if (PyType_Ready(&CacheModelType) < 0 || PyType_Ready(&LockType) < 0
-	    || htab_core_ready() < 0 || host_lock_ready() < 0)
+	    || htab_core_ready() < 0 || host_lock_ready() < 0 || lpm_core_ready() < 0)
 		return NULL;
 	PyObject *module = PyModule_Create(&cache_model_module);
 	if (module == NULL)
@@ -1526,7 +1526,8 @@ PyMODINIT_FUNC PyInit__cache_model(void)
 	if (PyModule_AddObjectRef(module, "CacheModel", (PyObject *)&CacheModelType) < 0
 	    || PyModule_AddObjectRef(module, "SpinLock", (PyObject *)&LockType) < 0
 	    || PyModule_AddObjectRef(module, "HtabCore", (PyObject *)&HtabCoreType) < 0
-	    || PyModule_AddObjectRef(module, "HostLock", (PyObject *)&HostLockType) < 0) {
+	    || PyModule_AddObjectRef(module, "HostLock", (PyObject *)&HostLockType) < 0
+	    || PyModule_AddObjectRef(module, "LpmCore", (PyObject *)&LpmCoreType) < 0) {
 		Py_DECREF(module);
 		return NULL;
 	}

@@ -79,6 +79,16 @@ int host_lock_ready(void);
 int host_lock_acquire(PyObject *lock);
 int host_lock_release(PyObject *lock);
 
+/* The running CPU, machine.current.cpu (``current``), of a machine of ``ncpus`` CPUs: the
+ * int object (a new reference) and its value in *cpu, or NULL */
+PyObject *running_cpu(PyObject *current, int ncpus, int *cpu);
+/* The ``size`` bytes at ``ptr`` where they lie in plain memory of a run's ``mem`` (a bytes
+ * object), else NULL without an exception (the Python helper then reads them) */
+PyObject *plain_bytes(PyObject *mem, uint64_t ptr, Py_ssize_t size);
+/* A map helper's R0 for a looked-up value: 0 for None, else its pointer in the run ``rs``
+ * (RunState.value_regions, region_of) */
+PyObject *value_pointer(PyObject *rs, PyObject *value);
+
 /* _memalloc.c: a BpfMemAlloc's unit_alloc and unit_free in C */
 typedef struct {
 	PyObject *ma;          /* the BpfMemAlloc, or NULL: another design, all Python */
@@ -98,8 +108,11 @@ PyObject *unit_alloc(MemAlloc *a, PyObject *model, PyObject *cpu_obj, int cpu);
 /* BpfMemAlloc.free of obj on cpu (the current CPU) */
 int unit_free(MemAlloc *a, PyObject *model, PyObject *obj, PyObject *cpu_obj, int cpu);
 
-/* _lpm_trie.c: trie_lookup_elem's walk, lpm_trie_walk(root, key, data_size) */
+/* _lpm_trie.c: trie_lookup_elem's walk, lpm_trie_walk(root, key, data_size), and LpmCore, an
+ * LPM trie's lookup helper in C */
 PyObject *lpm_trie_walk(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+extern PyTypeObject LpmCoreType;
+int lpm_core_ready(void);
 
 /* _bpf_lru_list.c: a common BpfLru's pop_free and push_free in C */
 typedef struct {

@@ -487,18 +487,23 @@ static int item_increment(PyObject *list, Py_ssize_t i)
 }
 
 /* The running CPU (machine.current.cpu), as an int and as the object */
-static PyObject *current_cpu(HtabCore *c, int *cpu)
+PyObject *running_cpu(PyObject *current, int ncpus, int *cpu)
 {
-	PyObject *obj = PyObject_GetAttr(c->current, s_cpu);
+	PyObject *obj = PyObject_GetAttr(current, s_cpu);
 	long n = obj == NULL ? -1 : PyLong_AsLong(obj);
 	if (n == -1 && PyErr_Occurred()) {
 		Py_CLEAR(obj);
-	} else if (obj != NULL && (n < 0 || n >= c->ncpus)) {
+	} else if (obj != NULL && (n < 0 || n >= ncpus)) {
 		PyErr_Format(PyExc_IndexError, "CPU %ld is not a CPU of the machine", n);
 		Py_CLEAR(obj);
 	}
 	*cpu = (int)n;
 	return obj;
+}
+
+static PyObject *current_cpu(HtabCore *c, int *cpu)
+{
+	return running_cpu(c->current, c->ncpus, cpu);
 }
 
 /* htab_map_hash of key (the map's _hash_cached, done here for key bytes of the map's size):
@@ -1387,7 +1392,7 @@ static PyObject *htab_core_lookup(PyObject *op, PyObject *key)
 /* The ``size`` bytes at ``ptr`` when they lie in plain memory of the run (a bytearray
  * region, the stack mostly; a memoryview, the native tier's frames), else NULL without an
  * exception (the Python helper then reads them, or says why it cannot) */
-static PyObject *plain_bytes(PyObject *mem, uint64_t ptr, Py_ssize_t size)
+PyObject *plain_bytes(PyObject *mem, uint64_t ptr, Py_ssize_t size)
 {
 	PyObject *index = PyLong_FromUnsignedLongLong(ptr >> 32), *bytes = NULL;
 	if (index == NULL)
@@ -1437,6 +1442,22 @@ static PyObject *helper_result(HtabCore *c, PyObject *done)
 
 enum { HELPER_LOOKUP, HELPER_UPDATE, HELPER_DELETE };
 
+PyObject *value_pointer(PyObject *rs, PyObject *value)
+{
+	if (value == Py_None)
+		return PyLong_FromLong(0);
+	/* its region in this run, given once (RunState.region_of) */
+	PyObject *regions = PyObject_GetAttr(rs, s_value_regions), *id = NULL, *result = NULL;
+	if (regions != NULL && (id = PyLong_FromVoidPtr(value)) != NULL) {
+		PyObject *pointer = PyDict_GetItemWithError(regions, id);
+		result = pointer != NULL ? Py_NewRef(pointer) : PyErr_Occurred() ? NULL
+			: PyObject_CallMethodOneArg(rs, s_region_of, value);
+	}
+	Py_XDECREF(regions);
+	Py_XDECREF(id);
+	return result;
+}
+
 /* A modeled operation begins: Timing.sync on the running CPU, which it gives (a new
  * reference, its number in *cpu), or NULL */
 static PyObject *helper_sync(HtabCore *c, int *cpu)
@@ -1485,24 +1506,9 @@ static PyObject *helper_call(HtabCore *c, int op, PyObject *const *args, Py_ssiz
 	if (op != HELPER_LOOKUP) {
 		result = helper_change(c, op, key, value, args[4], cpu_obj, cpu);
 	} else {
-		PyObject *found = lookup(c, key, cpu_obj, cpu), *regions = NULL, *id = NULL;
-		if (found == NULL)
-			goto out;
-		if (found == Py_None) {
-			Py_DECREF(found);
-			result = PyLong_FromLong(0);
-			goto out;
-		}
-		/* the value's pointer: its region in this run, given once (RunState.region_of) */
-		if ((regions = PyObject_GetAttr(rs, s_value_regions)) != NULL
-		    && (id = PyLong_FromVoidPtr(found)) != NULL) {
-			PyObject *pointer = PyDict_GetItemWithError(regions, id);
-			result = pointer != NULL ? Py_NewRef(pointer) : PyErr_Occurred() ? NULL
-				: PyObject_CallMethodOneArg(rs, s_region_of, found);
-		}
-		Py_XDECREF(regions);
-		Py_XDECREF(id);
-		Py_DECREF(found);
+		PyObject *found = lookup(c, key, cpu_obj, cpu);
+		result = found == NULL ? NULL : value_pointer(rs, found);
+		Py_XDECREF(found);
 	}
 	goto out;
 python:

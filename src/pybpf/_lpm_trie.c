@@ -135,3 +135,212 @@ out:
 	PyBuffer_Release(&key);
 	return Py_XNewRef(found);
 }
+
+/* -- LpmCore: the map's lookup helper ------------------------------------------------------ */
+
+/*
+ * bpf_map_lookup_elem on an LPM trie, as helpers.map_lookup_elem bound to it does it with
+ * LpmTrie.trie_lookup_elem (the reference): the modeled operation begins (Timing.sync), the
+ * key is read where it lies in plain memory of the run, trie_lookup_elem is charged, the
+ * walk is lpm_trie_walk, the node found is counted local or remote, and R0 is the value's
+ * pointer in the run. A key elsewhere is the Python helper's to read (it does it all).
+ */
+typedef struct {
+	PyObject_HEAD
+	PyObject *map;        /* the LpmTrie: its root, read at each lookup */
+	PyObject *timing;     /* its Timing */
+	PyObject *model;      /* the C cache model, or NULL without modeled time */
+	PyObject *current;    /* machine.current: .cpu is the running CPU */
+	PyObject *cpu_node, *local, *remote;  /* its AccessStats */
+	PyObject *data_size;  /* an int */
+	Py_ssize_t key_bytes;
+	int ncpus;
+} LpmCore;
+
+static PyObject *s_lookup_event, *s_root, *s_value, *s_node, *s_mem, *s_one;
+
+static int lpm_core_init(PyObject *op, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = {"bpf_map", NULL};
+	LpmCore *c = (LpmCore *)op;
+	PyObject *bpf_map, *machine = NULL, *stats = NULL, *model = NULL, *modeled = NULL;
+	PyObject *clock = NULL, *key_size = NULL;
+	int rc = -1;
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "O", kwlist, &bpf_map))
+		return -1;
+	if (c->map != NULL) {
+		PyErr_SetString(PyExc_RuntimeError, "LpmCore is made once per map");
+		return -1;
+	}
+	c->map = Py_NewRef(bpf_map);
+	if ((c->timing = PyObject_GetAttrString(bpf_map, "timing")) == NULL
+	    || (machine = PyObject_GetAttrString(bpf_map, "machine")) == NULL
+	    || (c->current = PyObject_GetAttrString(machine, "current")) == NULL
+	    || (stats = PyObject_GetAttrString(bpf_map, "access_stats")) == NULL
+	    || (c->cpu_node = PyObject_GetAttrString(stats, "cpu_node")) == NULL
+	    || (c->local = PyObject_GetAttrString(stats, "local")) == NULL
+	    || (c->remote = PyObject_GetAttrString(stats, "remote")) == NULL
+	    || (c->data_size = PyObject_GetAttrString(bpf_map, "data_size")) == NULL
+	    || (key_size = PyObject_GetAttrString(bpf_map, "key_size")) == NULL
+	    || (model = PyObject_GetAttrString(c->timing, "_cache_model")) == NULL
+	    || (modeled = PyObject_GetAttrString(c->timing, "modeled")) == NULL
+	    || (clock = PyObject_GetAttrString(c->timing, "clock")) == NULL)
+		goto out;
+	int charged = PyObject_IsTrue(modeled);
+	if (charged < 0 || (c->key_bytes = PyLong_AsSsize_t(key_size)) < 0)
+		goto out;
+	if (charged && !PyObject_TypeCheck(model, &CacheModelType)) {
+		PyErr_SetString(PyExc_TypeError, "LpmCore needs the map's timing to run the C model "
+				"or no modeled time");
+		goto out;
+	}
+	if (!PyList_CheckExact(c->cpu_node) || !PyList_CheckExact(c->local)
+	    || !PyList_CheckExact(c->remote) || !PyList_CheckExact(clock)
+	    || PyList_GET_SIZE(clock) > INT_MAX
+	    || PyList_GET_SIZE(c->local) < PyList_GET_SIZE(clock)
+	    || PyList_GET_SIZE(c->remote) < PyList_GET_SIZE(clock)
+	    || PyList_GET_SIZE(c->cpu_node) < PyList_GET_SIZE(clock)) {
+		PyErr_SetString(PyExc_TypeError, "LpmCore: the map's access statistics are not what "
+				"it expects");
+		goto out;
+	}
+	if (charged)
+		c->model = Py_NewRef(model);
+	c->ncpus = (int)PyList_GET_SIZE(clock);
+	rc = 0;
+out:
+	Py_XDECREF(machine);
+	Py_XDECREF(stats);
+	Py_XDECREF(model);
+	Py_XDECREF(modeled);
+	Py_XDECREF(clock);
+	Py_XDECREF(key_size);
+	return rc;
+}
+
+static int lpm_core_traverse(PyObject *op, visitproc visit, void *arg)
+{
+	LpmCore *c = (LpmCore *)op;
+	Py_VISIT(c->map);
+	Py_VISIT(c->timing);
+	Py_VISIT(c->model);
+	Py_VISIT(c->current);
+	Py_VISIT(c->cpu_node);
+	Py_VISIT(c->local);
+	Py_VISIT(c->remote);
+	Py_VISIT(c->data_size);
+	return 0;
+}
+
+static int lpm_core_clear(PyObject *op)
+{
+	LpmCore *c = (LpmCore *)op;
+	Py_CLEAR(c->map);
+	Py_CLEAR(c->timing);
+	Py_CLEAR(c->model);
+	Py_CLEAR(c->current);
+	Py_CLEAR(c->cpu_node);
+	Py_CLEAR(c->local);
+	Py_CLEAR(c->remote);
+	Py_CLEAR(c->data_size);
+	return 0;
+}
+
+static void lpm_core_dealloc(PyObject *op)
+{
+	PyObject_GC_UnTrack(op);
+	lpm_core_clear(op);
+	Py_TYPE(op)->tp_free(op);
+}
+
+/* trie_lookup_elem of key on cpu: the node's value (None where no prefix matches) */
+static PyObject *lookup(LpmCore *c, PyObject *key, PyObject *cpu_obj, int cpu)
+{
+	PyObject *root = NULL, *found = NULL, *node = NULL, *value = NULL;
+	if (charge_n(c->model, cpu_obj, s_lookup_event, s_one) < 0
+	    || (root = PyObject_GetAttr(c->map, s_root)) == NULL)
+		goto out;
+	PyObject *walk_args[3] = {root, key, c->data_size};
+	if ((found = lpm_trie_walk(NULL, walk_args, 3)) == NULL)
+		goto out;
+	if (found == Py_None) {
+		value = Py_NewRef(Py_None);
+		goto out;
+	}
+	/* AccessStats.access(cpu, found.node) */
+	int local = (node = PyObject_GetAttr(found, s_node)) == NULL ? -1
+		: PyObject_RichCompareBool(PyList_GET_ITEM(c->cpu_node, cpu), node, Py_EQ);
+	if (local < 0)
+		goto out;
+	PyObject *counts = local ? c->local : c->remote;
+	PyObject *sum = PyNumber_Add(PyList_GET_ITEM(counts, cpu), s_one);
+	if (sum == NULL || PyList_SetItem(counts, cpu, sum) < 0)
+		goto out;
+	value = PyObject_GetAttr(found, s_value);
+out:
+	Py_XDECREF(root);
+	Py_XDECREF(found);
+	Py_XDECREF(node);
+	return value;
+}
+
+/* helper_lookup(python, rs, r2, r3, r4, r5) -> r0: bpf_map_lookup_elem on this map, as
+ * helpers.map_lookup_elem bound to it (``python``, which reads a key that is not plain) */
+static PyObject *lpm_core_helper_lookup(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+	LpmCore *c = (LpmCore *)op;
+	if (nargs != 6) {
+		PyErr_SetString(PyExc_TypeError, "(python, rs, r2, r3, r4, r5)");
+		return NULL;
+	}
+	PyObject *mem = NULL, *cpu_obj = NULL, *key = NULL, *value = NULL, *result = NULL;
+	uint64_t r2;
+	int cpu;
+	if (parse_addr(args[2], &r2) < 0 || (mem = PyObject_GetAttr(args[1], s_mem)) == NULL
+	    || (cpu_obj = running_cpu(c->current, c->ncpus, &cpu)) == NULL
+	    || timing_sync(c->timing, (CacheModel *)c->model, cpu_obj, cpu) < 0)
+		goto out;
+	if (!PyDict_CheckExact(mem) || (key = plain_bytes(mem, r2, c->key_bytes)) == NULL) {
+		if (!PyErr_Occurred())  /* the Python helper does it all (its sync does nothing) */
+			result = PyObject_Vectorcall(args[0], args + 1, 5, NULL);
+		goto out;
+	}
+	if ((value = lookup(c, key, cpu_obj, cpu)) != NULL)
+		result = value_pointer(args[1], value);
+out:
+	Py_XDECREF(mem);
+	Py_XDECREF(cpu_obj);
+	Py_XDECREF(key);
+	Py_XDECREF(value);
+	return result;
+}
+
+static PyMethodDef lpm_core_methods[] = {
+	{"helper_lookup", (PyCFunction)(void (*)(void))lpm_core_helper_lookup, METH_FASTCALL,
+	 "helper_lookup(python, rs, r2, r3, r4, r5) -> r0: bpf_map_lookup_elem"},
+	{NULL, NULL, 0, NULL},
+};
+
+PyTypeObject LpmCoreType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "pybpf._cache_model.LpmCore",
+	.tp_doc = "LpmCore(bpf_map): an LPM trie's lookup helper in C, charged to the C cache "
+		  "model (or to nothing without modeled time)",
+	.tp_basicsize = sizeof(LpmCore),
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+	.tp_new = PyType_GenericNew,
+	.tp_init = lpm_core_init,
+	.tp_traverse = lpm_core_traverse,
+	.tp_clear = lpm_core_clear,
+	.tp_dealloc = lpm_core_dealloc,
+	.tp_methods = lpm_core_methods,
+};
+
+int lpm_core_ready(void)
+{
+	if (intern(&s_lookup_event, "trie_lookup_elem") < 0 || intern(&s_root, "root") < 0
+	    || intern(&s_value, "value") < 0 || intern(&s_node, "node") < 0
+	    || intern(&s_mem, "mem") < 0 || (s_one = PyLong_FromLong(1)) == NULL)
+		return -1;
+	return PyType_Ready(&LpmCoreType);
+}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import struct
 import threading
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -13,10 +14,15 @@ from hypothesis import strategies as st
 
 import pybpf
 from helpers import op_errno
-from pybpf.accelerator import LPM_TRIE_WALK
+from pybpf import asm
+from pybpf.accelerator import CACHE_MODEL, LPM_TRIE_WALK
+from pybpf.asm import FP, R0, R1, R2, R6
+from pybpf.asm import builder as b
+from pybpf.emulated.machine import timing as timing_module
 from pybpf.emulated.maps.lpm_trie import trie_walk
+from pybpf.emulated.prog import native
 from pybpf.system import iter_keys
-from pybpf.uapi import BPF_F_NO_PREALLOC, MapType
+from pybpf.uapi import BPF_F_NO_PREALLOC, MapType, ProgType
 
 DATA_SIZE = 2
 MAX_PREFIXLEN = 8 * DATA_SIZE
@@ -149,3 +155,64 @@ def test_the_c_walk_finds_what_the_python_walk_finds(data_size, data):
     for prefixlen, bits in probes:
         k = struct.pack("<I", prefixlen) + bits.to_bytes(data_size, "big")
         assert LPM_TRIE_WALK(trie.root, k, data_size) is trie_walk(trie.root, k, data_size)
+
+
+LPM_ENGINES = ["interp", "jit"] + (["native"] if native.native_missing() is None else [])
+
+
+def key32(prefixlen: int, bits: int) -> bytes:
+    """An LPM key of 4 data bytes (an IPv4 prefix)."""
+    return struct.pack("<I", prefixlen) + bits.to_bytes(4, "big")
+
+
+def lpm_lookup_program(probes: list[bytes]) -> list:
+    """bpf_map_lookup_elem of each probe (a key written to the stack at fp-8) on map "m"; R0
+    sums the first byte of each value found plus 1000 per miss."""
+    items = [b.mov64(R6, 0)]
+    for n, probe in enumerate(probes):
+        items += [b.st(4, FP, -8, int.from_bytes(probe[:4], "little", signed=True)),
+                  b.st(4, FP, -4, int.from_bytes(probe[4:], "little", signed=True)),
+                  b.ld_map_fd(R1, "m"), b.mov64(R2, FP), b.add64(R2, -8),
+                  b.call("map_lookup_elem"), b.jeq(R0, 0, f"miss{n}"), b.ldx(1, R1, R0),
+                  b.add64(R6, R1), b.ja(f"next{n}"), b.label(f"miss{n}"), b.add64(R6, 1000),
+                  b.label(f"next{n}")]
+    return [*items, b.mov64(R0, R6), b.exit_()]
+
+
+@pytest.mark.skipif(getattr(CACHE_MODEL, "LpmCore", None) is None,
+                    reason="pybpf._cache_model is not built: lookups run in Python")
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 32), st.integers(0, 2**32 - 1)), min_size=1,
+                max_size=12),
+       st.lists(st.tuples(st.integers(0, 40), st.integers(0, 2**32 - 1)), min_size=1,
+                max_size=12),
+       st.sampled_from(LPM_ENGINES), st.booleans())
+def test_the_c_lookup_helper_does_what_the_python_one_does(entries, probes, engine, modeled):
+    """A program's LPM lookups through LpmCore's helper (C) and through the Python helper
+    with the Python model (or both without modeled time), on each CPU of a 2-node machine
+    whose CPUs inserted: the same R0s, clocks, counts and local/remote accesses."""
+    systems = [pybpf.system("emulated", cpus=2, nodes=2, modeled_time=modeled)]
+    with mock.patch.object(timing_module, "CACHE_MODEL", None):
+        systems.append(pybpf.system("emulated", cpus=2, nodes=2, modeled_time=modeled))
+    progs, tries = [], []
+    for e in systems:
+        fd = e.map_create(MapType.LPM_TRIE, 8, 4, 16, map_flags=BPF_F_NO_PREALLOC)
+        for n, (prefixlen, bits) in enumerate(entries):
+            with e.on_cpu(n % 2):
+                e.map_update_elem(fd, key32(prefixlen, bits), bytes([n, 0, 0, 0]))
+        tries.append(e.map_from_fd(fd))
+        insns = asm.encode(asm.assemble(lpm_lookup_program(
+            [key32(prefixlen, bits) for prefixlen, bits in probes])).with_map_fds(
+                lambda name, fd=fd: fd))
+        progs.append(e.prog_from_fd(e.prog_load(ProgType.SCHED_CLS, insns)))
+    assert "lookup" in tries[0].c_helpers and "lookup" not in tries[1].c_helpers
+    for cpu in (0, 1, 0):
+        r0s = []
+        for e, prog in zip(systems, progs, strict=True):
+            with e.machine.on_cpu(cpu):
+                r0s.append(prog.run(bytearray(64), engine=engine).retval)
+        assert r0s[0] == r0s[1]
+        timings = [e.machine.timing for e in systems]
+        assert [(t.clock, t.counts, t.stats) for t in timings][0] == \
+            [(t.clock, t.counts, t.stats) for t in timings][1]
+        assert tries[0].access_stats.by_cpu() == tries[1].access_stats.by_cpu()
