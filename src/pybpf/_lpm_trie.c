@@ -1,8 +1,9 @@
 /*
- * trie_lookup_elem's walk (kernel/bpf/lpm_trie.c) in C: LpmTrie._trie_lookup's loop over its
- * nodes (pybpf/emulated/maps/lpm_trie.py, trie_walk there is the reference), reading the
- * nodes' fields at their slots. A program's LPM lookup walks a node per prefix bit it
- * matches, each a handful of attribute reads and big-int operations in Python.
+ * trie_lookup_elem (kernel/bpf/lpm_trie.c) in C: its walk, LpmTrie._trie_lookup's loop over
+ * the nodes (pybpf/emulated/maps/lpm_trie.py, trie_walk there is the reference), reading the
+ * nodes' fields at their slots (a program's LPM lookup walks a node per prefix bit it
+ * matches, each a handful of attribute reads and big-int operations in Python); and
+ * LpmCore, a program's whole lookup with its charges, the map's bound lookup helper.
  */
 #include "_cache_model.h"
 
