@@ -73,6 +73,16 @@ def load(system, prog_type: int, items, maps=None, license: str = "GPL") -> Prog
                         maps=maps or {})
 
 
+def retvals_on_cpu(systems, progs, cpu: int, engine: str) -> list[int]:
+    """R0 of one run of each of ``progs`` (one per system, in order) on ``cpu`` of its
+    system's machine, with a 64-byte context, on ``engine``."""
+    r0s = []
+    for system, prog in zip(systems, progs, strict=True):
+        with system.machine.on_cpu(cpu):
+            r0s.append(prog.run(bytearray(64), engine=engine).retval)
+    return r0s
+
+
 @contextlib.contextmanager
 def loaded_on_each(systems, value_size: int, programs: dict) -> Iterator[dict]:
     """key -> [(system, map fd, program)]: on each of ``systems``, an array "m" of one

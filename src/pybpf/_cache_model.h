@@ -79,6 +79,10 @@ int host_lock_ready(void);
 int host_lock_acquire(PyObject *lock);
 int host_lock_release(PyObject *lock);
 
+/* AccessStats.access(cpu, node): the access counted local where the CPU is on ``node``, else
+ * remote (the lists of an AccessStats): 0, or -1 with an exception */
+int count_access(PyObject *cpu_node, PyObject *local, PyObject *remote, int cpu,
+		 PyObject *node);
 /* The running CPU, machine.current.cpu (``current``), of a machine of ``ncpus`` CPUs: the
  * int object (a new reference) and its value in *cpu, or NULL */
 PyObject *running_cpu(PyObject *current, int ncpus, int *cpu);

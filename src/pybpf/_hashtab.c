@@ -486,6 +486,13 @@ static int item_increment(PyObject *list, Py_ssize_t i)
 	return PyList_SetItem(list, i, sum);
 }
 
+int count_access(PyObject *cpu_node, PyObject *local, PyObject *remote, int cpu,
+		 PyObject *node)
+{
+	int here = PyObject_RichCompareBool(PyList_GET_ITEM(cpu_node, cpu), node, Py_EQ);
+	return here < 0 ? -1 : item_increment(here ? local : remote, cpu);
+}
+
 /* The running CPU (machine.current.cpu), as an int and as the object */
 PyObject *running_cpu(PyObject *current, int ncpus, int *cpu)
 {
@@ -722,8 +729,7 @@ static int fill_value(HtabCore *c, PyObject *elem, PyObject *value, int cpu, int
 	if (!c->percpu) {
 		if ((node = elem_get(elem, ELEM_NODE)) == NULL)
 			goto out;
-		int local = PyObject_RichCompareBool(PyList_GET_ITEM(c->cpu_node, cpu), node, Py_EQ);
-		if (local < 0 || item_increment(local ? c->local : c->remote, cpu) < 0)
+		if (count_access(c->cpu_node, c->local, c->remote, cpu, node) < 0)
 			goto out;
 		/* buffer[:] = value, a copy where they are the same size */
 		Py_ssize_t n = PyBytes_CheckExact(value) ? PyBytes_GET_SIZE(value) : -1;
@@ -1364,9 +1370,8 @@ static PyObject *lookup(HtabCore *c, PyObject *key, PyObject *cpu_obj, int cpu)
 		Py_DECREF(elem);
 		goto out;
 	}
-	int local = (node = elem_get(elem, ELEM_NODE)) == NULL ? -1
-		: PyObject_RichCompareBool(PyList_GET_ITEM(c->cpu_node, cpu), node, Py_EQ);
-	if (local >= 0 && item_increment(local ? c->local : c->remote, cpu) == 0
+	if ((node = elem_get(elem, ELEM_NODE)) != NULL
+	    && count_access(c->cpu_node, c->local, c->remote, cpu, node) == 0
 	    && (!c->lru || lru_set_ref(c, elem, cpu) == 0))
 		result = elem_get(elem, ELEM_VALUE);
 	Py_DECREF(elem);

@@ -268,16 +268,9 @@ static PyObject *lookup(LpmCore *c, PyObject *key, PyObject *cpu_obj, int cpu)
 		value = Py_NewRef(Py_None);
 		goto out;
 	}
-	/* AccessStats.access(cpu, found.node) */
-	int local = (node = PyObject_GetAttr(found, s_node)) == NULL ? -1
-		: PyObject_RichCompareBool(PyList_GET_ITEM(c->cpu_node, cpu), node, Py_EQ);
-	if (local < 0)
-		goto out;
-	PyObject *counts = local ? c->local : c->remote;
-	PyObject *sum = PyNumber_Add(PyList_GET_ITEM(counts, cpu), s_one);
-	if (sum == NULL || PyList_SetItem(counts, cpu, sum) < 0)
-		goto out;
-	value = PyObject_GetAttr(found, s_value);
+	if ((node = PyObject_GetAttr(found, s_node)) != NULL
+	    && count_access(c->cpu_node, c->local, c->remote, cpu, node) == 0)
+		value = PyObject_GetAttr(found, s_value);
 out:
 	Py_XDECREF(root);
 	Py_XDECREF(found);

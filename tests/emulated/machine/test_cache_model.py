@@ -16,7 +16,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from helpers import hash_map_state
+from helpers import hash_map_state, retvals_on_cpu
 from pybpf import asm, system
 from pybpf.asm import FP, R0, R1, R2, R3, R4, R6
 from pybpf.asm import builder as b
@@ -372,10 +372,7 @@ def test_hash_map_helpers_in_c_leave_what_pythons_leave(ops, map_type, no_preall
         asm.assemble(items).with_map_fds(lambda name, fd=fd: fd))))
         for e, fd in zip(systems, fds, strict=True)]
     for cpu in (0, 1, 0):
-        r0s = []
-        for e, prog in zip(systems, progs, strict=True):
-            with e.machine.on_cpu(cpu):
-                r0s.append(prog.run(bytearray(64), engine=engine).retval)
+        r0s = retvals_on_cpu(systems, progs, cpu, engine)
         assert r0s[0] == r0s[1]
         assert observed(systems[0].machine.timing, []) == observed(systems[1].machine.timing, [])
     assert hash_map_state(systems[0], fds[0]) == hash_map_state(systems[1], fds[1])

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pybpf
-from helpers import op_errno
+from helpers import op_errno, retvals_on_cpu
 from pybpf import asm
 from pybpf.accelerator import CACHE_MODEL, LPM_TRIE_WALK
 from pybpf.asm import FP, R0, R1, R2, R6
@@ -207,12 +207,9 @@ def test_the_c_lookup_helper_does_what_the_python_one_does(entries, probes, engi
         progs.append(e.prog_from_fd(e.prog_load(ProgType.SCHED_CLS, insns)))
     assert "lookup" in tries[0].c_helpers and "lookup" not in tries[1].c_helpers
     for cpu in (0, 1, 0):
-        r0s = []
-        for e, prog in zip(systems, progs, strict=True):
-            with e.machine.on_cpu(cpu):
-                r0s.append(prog.run(bytearray(64), engine=engine).retval)
+        r0s = retvals_on_cpu(systems, progs, cpu, engine)
         assert r0s[0] == r0s[1]
-        timings = [e.machine.timing for e in systems]
-        assert [(t.clock, t.counts, t.stats) for t in timings][0] == \
-            [(t.clock, t.counts, t.stats) for t in timings][1]
+        c_timing, python_timing = (e.machine.timing for e in systems)
+        assert (c_timing.clock, c_timing.counts, c_timing.stats) == \
+            (python_timing.clock, python_timing.counts, python_timing.stats)
         assert tries[0].access_stats.by_cpu() == tries[1].access_stats.by_cpu()

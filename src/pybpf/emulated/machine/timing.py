@@ -218,7 +218,8 @@ class Timing:
         # step, else the reference here: ``access`` with ``_own`` and ``_forget``, and the
         # calls around it on every operation, ``charge``, ``spin_lock``, ``spin_unlock``,
         # ``locked_access``.
-        # The C extension the hot paths use (HtabCore...), or None: their Python reference
+        # The C extension the hot paths use (HtabCore...), or None: their Python reference.
+        # Where it is set and time is modeled, the model below is the C one too.
         self.c_extension = CACHE_MODEL
         self._cache_model = None
         if CACHE_MODEL is not None and self.modeled:

@@ -166,8 +166,7 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
         self._c_model = self.timing._cache_model  # None: the costs in Python, the reference
         self._bucket_locks: dict[int, SpinLock] = {}
         c_extension = self.timing.c_extension
-        if c_extension is not None and (self._c_model is not None or not self.timing.modeled) \
-                and not (self.fd_htab or (self.lru and self.percpu)):
+        if c_extension is not None and not (self.fd_htab or (self.lru and self.percpu)):
             # The hot ops run in C (HtabCore), charged to the C model (or to nothing), with
             # the methods here as their reference and for the cases they hand back.
             core = c_extension.HtabCore(self, BUCKET_SIZE, type(self).map_update_elem,

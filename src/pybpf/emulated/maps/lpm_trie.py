@@ -132,12 +132,11 @@ class LpmTrie(BpfMap):
         self.n_entries = 0
         # trie->lock: updates and deletes are serialised; lookups walk without it (RCU).
         self.lock = threading.Lock()
-        timing = self.timing
-        if getattr(timing.c_extension, "LpmCore", None) is not None \
-                and (timing._cache_model is not None or not timing.modeled):
-            # A program's lookup in C (_lpm_trie.c's LpmCore), charged to the C model (or to
-            # nothing); trie_lookup_elem is its reference.
-            self.c_helpers = {"lookup": timing.c_extension.LpmCore(self).helper_lookup}
+        lpm_core = getattr(self.timing.c_extension, "LpmCore", None)
+        if lpm_core is not None:
+            # A program's lookup in C (_lpm_trie.c), charged to the C model (or to nothing
+            # without modeled time); trie_lookup_elem is its reference.
+            self.c_helpers = {"lookup": lpm_core(self).helper_lookup}
 
     # -- helpers --------------------------------------------------------------------------------
     def _split_key(self, key: bytes) -> tuple[int, bytes, int]:
