@@ -1020,7 +1020,6 @@ static void cm_dealloc(PyObject *op)
  * charges, below) */
 static PyObject *cm_htab_op_cost(PyObject *op, PyObject *const *args, Py_ssize_t nargs);
 static PyObject *cm_htab_walk_cost(PyObject *op, PyObject *const *args, Py_ssize_t nargs);
-static PyObject *cm_sync_idle(PyObject *op, PyObject *const *args, Py_ssize_t nargs);
 
 static PyMethodDef cm_methods[] = {
 	{"access", (PyCFunction)(void (*)(void))cm_access, METH_FASTCALL | METH_KEYWORDS,
@@ -1038,8 +1037,6 @@ static PyMethodDef cm_methods[] = {
 	 "htab_op_cost(bpf_map, bucket_size, cpu, event, key, hash): HtabMap._op_cost"},
 	{"htab_walk_cost", (PyCFunction)(void (*)(void))cm_htab_walk_cost, METH_FASTCALL,
 	 "htab_walk_cost(bpf_map, bucket_size, cpu, key, hash): HtabMap._walk_cost"},
-	{"sync_idle", (PyCFunction)(void (*)(void))cm_sync_idle, METH_FASTCALL,
-	 "sync_idle(scheduler, cpu): whether scheduler.sync(cpu) would do nothing now"},
 	{"state", cm_state, METH_NOARGS,
 	 "The caches, versions and owners, as Timing.cache_state gives them"},
 	{NULL, NULL, 0, NULL},
@@ -1123,12 +1120,16 @@ enum { RUN_TIMING, RUN_MODEL, RUN_CPU, RUN_DEFERRED, RUN_SELF };
 static PyObject *s_helper_call, *s_scheduler, *s_sync, *s_deferred, *s_run_deferred,
 	*s_greenlet_thread, *s_holder,
 	*s_active, *s_quantum, *s_error, *s_array_lookup, *s_htab_lookup, *s_jhash_byte,
-	*s_hash_cached, *s_mask, *s_bucket_base, *s_buckets, *s_addr, *s_key, *s_table, *s_ref;
+	*s_hash_cached, *s_mask, *s_bucket_base, *s_buckets, *s_addr, *s_key, *s_table, *s_ref,
+	*s_clock;
 
 /* Whether VirtualTimeScheduler.sync(cpu) would do nothing now: its participants run as
- * greenlets of this thread, cpu holds the baton, and no other participant's clock plus the
- * quantum is below cpu's (so no other CPU goes first). 1, 0 (call it), or -1 (an error). */
-static int sync_does_nothing(PyObject *scheduler, CacheModel *m, int cpu)
+ * greenlets of this thread, cpu holds the baton, and no other participant's clock (in
+ * ``clock``, Timing.clock: a float per CPU) plus the quantum is below cpu's (so no other CPU
+ * goes first). 1, 0 (call it), or -1 (an error). Without modeled time the clocks stand still
+ * but for waits, so this is nearly always 1: the check, not the call, is what each
+ * operation costs then. */
+static int sync_does_nothing(PyObject *scheduler, PyObject *clock, int cpu)
 {
 	PyObject *thread = NULL, *holder = NULL, *active = NULL, *quantum = NULL;
 	int rc = 0;
@@ -1144,10 +1145,12 @@ static int sync_does_nothing(PyObject *scheduler, CacheModel *m, int cpu)
 		goto out;
 	}
 	if (thread == Py_None || !PyLong_Check(holder) || PyLong_AsLong(holder) != cpu
-	    || PyLong_AsUnsignedLong(thread) != PyThread_get_thread_ident() || !PyList_Check(active))
+	    || PyLong_AsUnsignedLong(thread) != PyThread_get_thread_ident() || !PyList_Check(active)
+	    || !PyList_Check(clock) || cpu < 0 || cpu >= PyList_GET_SIZE(clock))
 		goto out;
+	Py_ssize_t ncpus = PyList_GET_SIZE(clock);
 	double slack = PyFloat_AsDouble(quantum);
-	double now = PyFloat_AsDouble(PyList_GET_ITEM(m->clock, cpu));
+	double now = PyFloat_AsDouble(PyList_GET_ITEM(clock, cpu));
 	if (PyErr_Occurred()) {
 		rc = -1;
 		goto out;
@@ -1157,10 +1160,10 @@ static int sync_does_nothing(PyObject *scheduler, CacheModel *m, int cpu)
 		long other = PyLong_AsLong(PyList_GET_ITEM(active, i));
 		if (other == -1 && PyErr_Occurred())
 			rc = -1;
-		else if (other < 0 || other >= m->ncpus)
+		else if (other < 0 || other >= ncpus)
 			rc = 0;
 		else if (other != cpu) {
-			double then = PyFloat_AsDouble(PyList_GET_ITEM(m->clock, other));
+			double then = PyFloat_AsDouble(PyList_GET_ITEM(clock, other));
 			rc = then == -1.0 && PyErr_Occurred() ? -1 : now > then + slack ? 0 : 1;
 		}
 	}
@@ -1172,18 +1175,22 @@ out:
 	return rc;
 }
 
-/* Timing.sync(cpu) of ``timing``, whose model is ``m``: the scheduler's sync unless it would do
- * nothing, then the CPU's deferred work if any waits */
-/* The first half of Timing.sync: the scheduler's turn for cpu, unless it would do nothing */
+/* The first half of Timing.sync: the scheduler's turn for cpu, unless it would do nothing.
+ * The clocks are the model's (``m``) or, without one, the Timing's own list. */
 static int scheduler_sync(PyObject *timing, CacheModel *m, PyObject *cpu_obj, int cpu)
 {
-	PyObject *scheduler = PyObject_GetAttr(timing, s_scheduler);
+	PyObject *scheduler = PyObject_GetAttr(timing, s_scheduler), *clock = NULL;
 	if (scheduler == NULL)
 		return -1;
-	int idle = scheduler == Py_None ? 1 : m == NULL ? 0 : sync_does_nothing(scheduler, m, cpu);
+	int idle = 1;
+	if (scheduler != Py_None) {
+		clock = m != NULL ? Py_NewRef(m->clock) : PyObject_GetAttr(timing, s_clock);
+		idle = clock == NULL ? -1 : sync_does_nothing(scheduler, clock, cpu);
+	}
 	PyObject *synced = idle < 0 ? NULL : idle ? Py_NewRef(Py_None)
 		: PyObject_CallMethodOneArg(scheduler, s_sync, cpu_obj);
 	Py_DECREF(scheduler);
+	Py_XDECREF(clock);
 	Py_XDECREF(synced);
 	return synced == NULL ? -1 : 0;
 }
@@ -1395,19 +1402,20 @@ static PyObject *cm_htab_walk_cost(PyObject *op, PyObject *const *args, Py_ssize
 	Py_RETURN_NONE;
 }
 
-/* sync_idle(scheduler, cpu): whether scheduler.sync(cpu) would do nothing now (Timing.sync
- * then leaves it uncalled); False where it cannot tell */
-static PyObject *cm_sync_idle(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+/* sync_idle(scheduler, clock, cpu): whether scheduler.sync(cpu) would do nothing now, the
+ * clocks being ``clock`` (Timing.sync then leaves it uncalled); False where it cannot tell */
+static PyObject *mod_sync_idle(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-	CacheModel *m = (CacheModel *)op;
-	int cpu;
-	if (nargs != 2) {
-		PyErr_SetString(PyExc_TypeError, "sync_idle(scheduler, cpu)");
+	long cpu;
+	if (nargs != 3) {
+		PyErr_SetString(PyExc_TypeError, "sync_idle(scheduler, clock, cpu)");
 		return NULL;
 	}
-	if (parse_cpu(m, args[1], &cpu) < 0)
+	if ((cpu = PyLong_AsLong(args[2])) == -1 && PyErr_Occurred())
 		return NULL;
-	int idle = sync_does_nothing(args[0], m, cpu);
+	if (cpu < 0 || cpu > INT_MAX)
+		Py_RETURN_FALSE;
+	int idle = sync_does_nothing(args[0], args[1], (int)cpu);
 	if (idle < 0)
 		return NULL;
 	return PyBool_FromLong(idle);
@@ -1468,6 +1476,8 @@ out:
 static PyMethodDef module_methods[] = {
 	{"swap_dicts", (PyCFunction)(void (*)(void))mod_swap_dicts, METH_FASTCALL,
 	 "swap_dicts(states, incoming) -> saved: timing.swap_dicts"},
+	{"sync_idle", (PyCFunction)(void (*)(void))mod_sync_idle, METH_FASTCALL,
+	 "sync_idle(scheduler, clock, cpu): whether scheduler.sync(cpu) would do nothing now"},
 	{"lpm_trie_walk", (PyCFunction)(void (*)(void))lpm_trie_walk, METH_FASTCALL,
 	 "lpm_trie_walk(root, key, data_size) -> node or None: lpm_trie.trie_walk"},
 	{NULL, NULL, 0, NULL},
@@ -1501,6 +1511,7 @@ PyMODINIT_FUNC PyInit__cache_model(void)
 	    || intern(&s_lock_wait, "lock_wait") < 0 || intern(&s_spin_lock, "spin_lock") < 0
 	    || intern(&s_helper_call, "helper_call") < 0
 	    || intern(&s_scheduler, "scheduler") < 0 || intern(&s_sync, "sync") < 0
+	    || intern(&s_clock, "clock") < 0
 	    || intern(&s_deferred, "_deferred") < 0 || intern(&s_run_deferred, "run_deferred") < 0
 	    || intern(&s_greenlet_thread, "_greenlet_thread") < 0
 	    || intern(&s_holder, "_holder") < 0 || intern(&s_active, "_active") < 0

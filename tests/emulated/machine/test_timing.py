@@ -473,3 +473,55 @@ def test_time_in_contexts_nests_and_excludes_the_task():
         {"softirq": cost["rcu_core"] + cost["rcu_callback"], "hardirq": cost["irq_work"]})
     assert t.clock[0] - sum(t.context_ns[0].values()) == pytest.approx(10 * cost["bpf_insn"])
     assert t.context_ns[1] == {}
+
+
+def unmodeled_turns(c_extension: bool, wait_after: int | None) -> tuple[list[int], list[int]]:
+    """Two CPUs' tasks on greenlets of a machine without modeled time, each syncing five
+    times; with ``wait_after``, CPU 0 waits 100 ns (its clock moves) after that many syncs.
+    Returns who ran each turn and the CPUs whose sync reached the scheduler's ``sync``."""
+    machine = Machine(cpus=2, nodes=1, modeled_time=False)
+    t = machine.timing
+    if not c_extension:
+        t.c_extension = None  # the Python reference: every sync asks the scheduler
+    sched = VirtualTimeScheduler(t, (0, 1))
+    asked: list[int] = []
+    scheduler_sync = sched.sync
+
+    def counted_sync(cpu: int) -> None:
+        asked.append(cpu)
+        scheduler_sync(cpu)
+
+    sched.sync = counted_sync
+    turns: list[int] = []
+
+    def body(cpu: int) -> None:
+        for i in range(5):
+            if cpu == 0 and i == wait_after:
+                t.wait_until(0, t.clock[0] + 100, "idle")
+            t.sync(cpu)
+            turns.append(cpu)
+
+    with sched:
+        sched.run({cpu: functools.partial(body, cpu) for cpu in (0, 1)})
+    return turns, asked
+
+
+@pytest.mark.parametrize("wait_after", [None, 2])
+def test_without_modeled_time_a_sync_that_would_do_nothing_skips_the_scheduler(wait_after):
+    """The clocks stand still without modeled time, so each task runs to its end and the C
+    extension answers every sync without calling the scheduler's (each operation's cost
+    then); a clock moved by a wait still hands the baton over, in the Python reference's
+    order."""
+    pytest.importorskip("greenlet")
+    if Machine(cpus=1, nodes=1, modeled_time=False).timing.c_extension is None:
+        pytest.skip("the C extension (pybpf._cache_model) is not built")
+    turns, asked = unmodeled_turns(True, wait_after)
+    reference_turns, reference_asked = unmodeled_turns(False, wait_after)
+    assert turns == reference_turns
+    assert sorted(reference_asked) == sorted(reference_turns)  # it asks at every sync
+    if wait_after is None:
+        assert turns == [0] * 5 + [1] * 5
+        assert asked == []
+    else:  # CPU 0, ahead after its wait, lets CPU 1 run to its end first
+        assert turns == [0, 0, 1, 1, 1, 1, 1, 0, 0, 0]
+        assert asked == [0]

@@ -490,12 +490,12 @@ class Timing:
 
     def sync(self, cpu: int) -> None:
         """A modeled operation begins on ``cpu``: take the baton if a scheduler is attached,
-        then run the deferred work that is due. (The C model tells, cheaper than the call,
-        when the scheduler's sync would do nothing: ``sync_idle``.)"""
+        then run the deferred work that is due. (The C extension tells, cheaper than the call,
+        when the scheduler's sync would do nothing: ``sync_idle``, modeled time on or off.)"""
         scheduler = self.scheduler
         if scheduler is not None:
-            model = self._cache_model
-            if model is None or not model.sync_idle(scheduler, cpu):
+            c_extension = self.c_extension
+            if c_extension is None or not c_extension.sync_idle(scheduler, self.clock, cpu):
                 scheduler.sync(cpu)
         if self._deferred[cpu]:
             self.run_deferred(cpu)
