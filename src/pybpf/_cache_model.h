@@ -86,6 +86,13 @@ int count_access(PyObject *cpu_node, PyObject *local, PyObject *remote, int cpu,
 /* The running CPU, machine.current.cpu (``current``), of a machine of ``ncpus`` CPUs: the
  * int object (a new reference) and its value in *cpu, or NULL */
 PyObject *running_cpu(PyObject *current, int ncpus, int *cpu);
+/* RunState's slots, bound (at their offsets) by the first map core: 0, or -1 */
+int bind_run_state_type(void);
+/* A run's regions, rs.mem (a new reference), or NULL */
+PyObject *run_regions(PyObject *rs);
+/* The CPU the run ``rs`` is on (rs.cpu, else machine.current.cpu through ``current``) as
+ * running_cpu gives it */
+PyObject *run_cpu(PyObject *rs, PyObject *current, int ncpus, int *cpu);
 /* The ``size`` bytes at ``ptr`` where they lie in plain memory of a run's ``mem`` (a bytes
  * object), else NULL without an exception (the Python helper then reads them) */
 PyObject *plain_bytes(PyObject *mem, uint64_t ptr, Py_ssize_t size);

@@ -233,7 +233,7 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 		PyErr_SetString(PyExc_RuntimeError, "HtabCore is made once per map");
 		return -1;
 	}
-	if (bind_elem_type() < 0)
+	if (bind_elem_type() < 0 || bind_run_state_type() < 0)
 		return -1;
 	c->map = Py_NewRef(bpf_map);
 	c->update_elem = Py_NewRef(update_elem);
@@ -493,10 +493,10 @@ int count_access(PyObject *cpu_node, PyObject *local, PyObject *remote, int cpu,
 	return here < 0 ? -1 : item_increment(here ? local : remote, cpu);
 }
 
-/* The running CPU (machine.current.cpu), as an int and as the object */
-PyObject *running_cpu(PyObject *current, int ncpus, int *cpu)
+/* The CPU ``obj`` names (a new reference to it, its number in *cpu), or NULL where it is not
+ * one of the machine's ``ncpus`` */
+static PyObject *cpu_of(PyObject *obj, int ncpus, int *cpu)
 {
-	PyObject *obj = PyObject_GetAttr(current, s_cpu);
 	long n = obj == NULL ? -1 : PyLong_AsLong(obj);
 	if (n == -1 && PyErr_Occurred()) {
 		Py_CLEAR(obj);
@@ -508,9 +508,70 @@ PyObject *running_cpu(PyObject *current, int ncpus, int *cpu)
 	return obj;
 }
 
+/* The running CPU (machine.current.cpu), as an int and as the object */
+PyObject *running_cpu(PyObject *current, int ncpus, int *cpu)
+{
+	return cpu_of(PyObject_GetAttr(current, s_cpu), ncpus, cpu);
+}
+
 static PyObject *current_cpu(HtabCore *c, int *cpu)
 {
 	return running_cpu(c->current, c->ncpus, cpu);
+}
+
+/* RunState's fields the map helpers read on every call (its __slots__), at their offsets,
+ * as HtabElem's: bound once the first map core is made; another object goes by attribute */
+enum { RUN_STATE_MEM, RUN_STATE_VALUE_REGIONS, RUN_STATE_CPU, RUN_STATE_FIELDS };
+static PyTypeObject *run_state_type;
+static Py_ssize_t run_state_offset[RUN_STATE_FIELDS];
+static PyObject **const run_state_names[RUN_STATE_FIELDS] = {
+	[RUN_STATE_MEM] = &s_mem, [RUN_STATE_VALUE_REGIONS] = &s_value_regions,
+	[RUN_STATE_CPU] = &s_cpu,
+};
+
+int bind_run_state_type(void)
+{
+	if (run_state_type != NULL)
+		return 0;
+	PyObject *type = node_class("pybpf.emulated.prog.memory", "RunState");
+	if (type == NULL)
+		return -1;
+	for (int f = 0; f < RUN_STATE_FIELDS; f++) {
+		if (slot_offset(type, *run_state_names[f], &run_state_offset[f]) < 0) {
+			Py_DECREF(type);
+			return -1;
+		}
+	}
+	run_state_type = (PyTypeObject *)type;  /* kept for good, as its module keeps it */
+	return 0;
+}
+
+static PyObject *run_state_get(PyObject *rs, int field)
+{
+	if (Py_TYPE(rs) == run_state_type) {
+		PyObject *value = *(PyObject **)((char *)rs + run_state_offset[field]);
+		if (value != NULL)
+			return Py_NewRef(value);
+	}
+	return PyObject_GetAttr(rs, *run_state_names[field]);
+}
+
+PyObject *run_regions(PyObject *rs)
+{
+	return run_state_get(rs, RUN_STATE_MEM);
+}
+
+/* The CPU a run is on: rs.cpu, which run_prog sets when the run begins (a program runs where
+ * it began, as with the kernel's migrate_disable), else the machine's running CPU */
+PyObject *run_cpu(PyObject *rs, PyObject *current, int ncpus, int *cpu)
+{
+	PyObject *obj = run_state_get(rs, RUN_STATE_CPU);
+	if (obj == NULL)
+		return NULL;
+	if (obj != Py_None)
+		return cpu_of(obj, ncpus, cpu);
+	Py_DECREF(obj);
+	return running_cpu(current, ncpus, cpu);
 }
 
 /* htab_map_hash of key (the map's _hash_cached, done here for key bytes of the map's size):
@@ -1452,7 +1513,8 @@ PyObject *value_pointer(PyObject *rs, PyObject *value)
 	if (value == Py_None)
 		return PyLong_FromLong(0);
 	/* its region in this run, given once (RunState.region_of) */
-	PyObject *regions = PyObject_GetAttr(rs, s_value_regions), *id = NULL, *result = NULL;
+	PyObject *regions = run_state_get(rs, RUN_STATE_VALUE_REGIONS), *id = NULL;
+	PyObject *result = NULL;
 	if (regions != NULL && (id = PyLong_FromVoidPtr(value)) != NULL) {
 		PyObject *pointer = PyDict_GetItemWithError(regions, id);
 		result = pointer != NULL ? Py_NewRef(pointer) : PyErr_Occurred() ? NULL
@@ -1463,11 +1525,12 @@ PyObject *value_pointer(PyObject *rs, PyObject *value)
 	return result;
 }
 
-/* A modeled operation begins: Timing.sync on the running CPU, which it gives (a new
- * reference, its number in *cpu), or NULL */
-static PyObject *helper_sync(HtabCore *c, int *cpu)
+/* A modeled operation begins: Timing.sync on the CPU of the run ``rs`` (NULL: the running
+ * CPU), which it gives (a new reference, its number in *cpu), or NULL */
+static PyObject *helper_sync(HtabCore *c, PyObject *rs, int *cpu)
 {
-	PyObject *cpu_obj = current_cpu(c, cpu);
+	PyObject *cpu_obj = rs != NULL ? run_cpu(rs, c->current, c->ncpus, cpu)
+		: current_cpu(c, cpu);
 	if (cpu_obj != NULL && timing_sync(c->timing, (CacheModel *)c->model, cpu_obj, *cpu) < 0)
 		Py_CLEAR(cpu_obj);
 	return cpu_obj;
@@ -1496,11 +1559,11 @@ static PyObject *helper_call(HtabCore *c, int op, PyObject *const *args, Py_ssiz
 	uint64_t r2, r3 = 0;
 	int cpu;
 	if (parse_addr(args[2], &r2) < 0 || (op == HELPER_UPDATE && parse_addr(args[3], &r3) < 0)
-	    || (mem = PyObject_GetAttr(rs, s_mem)) == NULL)
+	    || (mem = run_regions(rs)) == NULL)
 		goto out;
 	/* a modeled operation begins (Timing.sync), then the bytes are read; where they are not
 	 * plain memory the Python helper does it all (its sync then does nothing) */
-	if ((cpu_obj = helper_sync(c, &cpu)) == NULL)
+	if ((cpu_obj = helper_sync(c, rs, &cpu)) == NULL)
 		goto out;
 	if (!PyDict_CheckExact(mem) || (key = plain_bytes(mem, r2, c->key_bytes)) == NULL
 	    || (op == HELPER_UPDATE && (value = plain_bytes(mem, r3, c->value_size)) == NULL)) {
@@ -1542,7 +1605,7 @@ uint64_t pybpf_native_htab_op(uint64_t *status, uint64_t raised, PyObject *run,
 	int cpu;
 	/* the bytes are read after the sync, as helper_call reads them: other CPUs' tasks may
 	 * write them meanwhile */
-	if ((cpu_obj = helper_sync(c, &cpu)) != NULL
+	if ((cpu_obj = helper_sync(c, NULL, &cpu)) != NULL
 	    && (key = PyBytes_FromStringAndSize(key_at, c->key_bytes)) != NULL
 	    && (op != HELPER_UPDATE
 		|| (value = PyBytes_FromStringAndSize(value_at, c->value_size)) != NULL)

@@ -158,7 +158,7 @@ typedef struct {
 	int ncpus;
 } LpmCore;
 
-static PyObject *s_lookup_event, *s_root, *s_value, *s_node, *s_mem, *s_one;
+static PyObject *s_lookup_event, *s_root, *s_value, *s_node, *s_one;
 
 static int lpm_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 {
@@ -173,6 +173,8 @@ static int lpm_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 		PyErr_SetString(PyExc_RuntimeError, "LpmCore is made once per map");
 		return -1;
 	}
+	if (bind_run_state_type() < 0)
+		return -1;
 	c->map = Py_NewRef(bpf_map);
 	if ((c->timing = PyObject_GetAttrString(bpf_map, "timing")) == NULL
 	    || (machine = PyObject_GetAttrString(bpf_map, "machine")) == NULL
@@ -290,8 +292,8 @@ static PyObject *lpm_core_helper_lookup(PyObject *op, PyObject *const *args, Py_
 	PyObject *mem = NULL, *cpu_obj = NULL, *key = NULL, *value = NULL, *result = NULL;
 	uint64_t r2;
 	int cpu;
-	if (parse_addr(args[2], &r2) < 0 || (mem = PyObject_GetAttr(args[1], s_mem)) == NULL
-	    || (cpu_obj = running_cpu(c->current, c->ncpus, &cpu)) == NULL
+	if (parse_addr(args[2], &r2) < 0 || (mem = run_regions(args[1])) == NULL
+	    || (cpu_obj = run_cpu(args[1], c->current, c->ncpus, &cpu)) == NULL
 	    || timing_sync(c->timing, (CacheModel *)c->model, cpu_obj, cpu) < 0)
 		goto out;
 	if (!PyDict_CheckExact(mem) || (key = plain_bytes(mem, r2, c->key_bytes)) == NULL) {
@@ -334,7 +336,7 @@ int lpm_core_ready(void)
 {
 	if (intern(&s_lookup_event, "trie_lookup_elem") < 0 || intern(&s_root, "root") < 0
 	    || intern(&s_value, "value") < 0 || intern(&s_node, "node") < 0
-	    || intern(&s_mem, "mem") < 0 || (s_one = PyLong_FromLong(1)) == NULL)
+	    || (s_one = PyLong_FromLong(1)) == NULL)
 		return -1;
 	return PyType_Ready(&LpmCoreType);
 }

@@ -378,6 +378,24 @@ def test_hash_map_helpers_in_c_leave_what_pythons_leave(ops, map_type, no_preall
     assert hash_map_state(systems[0], fds[0]) == hash_map_state(systems[1], fds[1])
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("modeled", [True, False])
+def test_a_runs_helpers_work_on_the_cpu_the_run_began_on(engine, modeled):
+    """run_prog reads the running CPU once, into RunState.cpu (a program stays on its CPU for
+    the run, as under the kernel's migrate_disable), and HtabCore's helpers take it from
+    there: a per-CPU hash map's update on CPU 1 fills CPU 1's slot, on either machine."""
+    items = hash_map_program([("update", 3, 0), ("lookup", 3, 0)])
+    for e in c_and_python_systems(modeled):
+        fd = e.map_create(MapType.PERCPU_HASH, 4, 8, 8)
+        prog = e.prog_from_fd(e.prog_load(ProgType.SCHED_CLS, asm.encode(
+            asm.assemble(items).with_map_fds(lambda name, fd=fd: fd))))
+        with e.machine.on_cpu(1):
+            rs = prog.run(bytearray(64), engine=engine)
+        assert (rs.cpu, rs.retval) == (1, 7)
+        slots = e.map_lookup_elem(fd, (3).to_bytes(4, "little"))
+        assert slots == bytes(8) + (7).to_bytes(8, "little")  # CPU 0's slot, then CPU 1's
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_larger_caches_over_many_lines_agree(seed):
     """Caches of hundreds of lines over thousands: the C tables grow and delete at a scale the

@@ -95,6 +95,9 @@ def run_prog(exe: Executable, rs: RunState, ctx: int = CTX_REGION << 32) -> int:
     machine (without modeled time the charge, UnmodeledTiming's, which does nothing, is
     skipped)."""
     make_entry = rs.entry_of = entry_of(rs.env.engine)
+    machine = rs.machine
+    if machine is not None:
+        rs.cpu = machine.current.cpu
     static = exe.static_regions
     if static:
         rs.mem.update(static)
@@ -106,8 +109,7 @@ def run_prog(exe: Executable, rs: RunState, ctx: int = CTX_REGION << 32) -> int:
         raise ProgramFault(errno.EFAULT, "the call stack is too deep") from None
     finally:
         irq_work_run()
-        machine = rs.machine
         if machine is not None:
             timing = machine.timing
             if timing.modeled:
-                timing.charge(machine.current.cpu, "bpf_insn", rs.count)
+                timing.charge(rs.cpu, "bpf_insn", rs.count)

@@ -204,7 +204,7 @@ class RunState:
 
     __slots__ = ("env", "mem", "next_region", "value_regions", "count", "budget", "tail_calls",
                  "machine", "packet", "headers", "redirect", "entry_of", "trace", "retval",
-                 "psock", "xdp_frags_size", "skb")
+                 "psock", "xdp_frags_size", "skb", "cpu")
 
     def __init__(self, env: RunEnv = RunEnv(),
                  packet: bytes | bytearray | memoryview = b"") -> None:
@@ -229,6 +229,9 @@ class RunState:
         # the sk_buff of an skb program's run (filter.py's Skb: its buffer, headers, checksum),
         # which the helpers that change the packet change; None where the run has none
         self.skb: Any = None
+        # the CPU the run is on, read once by core.run_prog (a program stays on the CPU it
+        # began on: the kernel runs it with migration disabled); None before it begins
+        self.cpu: int | None = None
 
     def region_of(self, buf: Any) -> int:
         """The pointer to the start of ``buf`` (a map value), giving it a region once."""
