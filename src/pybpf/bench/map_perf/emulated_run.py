@@ -10,8 +10,9 @@ kept beside each rate (events per second of the host CPU time the task ran), lab
 host's.
 
 With modeled time off (``Config.modeled_time`` False) the machine charges nothing and its clocks
-stand still, so the scheduler runs the CPUs' tasks one after another, and each rate is that
-host rate: how fast the emulator itself runs the sample.
+stand still, so the CPUs' tasks run one after another on one host thread, with no scheduler
+(whose only part would be to ask at every operation whether to hand over), and each rate is
+that host rate: how fast the emulator itself runs the sample.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import itertools
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from ...emulated import VirtualTimeScheduler
 from .. import report
@@ -113,14 +115,20 @@ class EmulatedRun:
         errors: list[BaseException] = []
         done = [0] * self.nprocs
         machine = self.sys.machine
+        # Without modeled time nothing is charged, so the scheduler would only run the tasks
+        # one after another, asking at every operation whether to hand over: they run one
+        # after another on the runner thread, each timed by that thread's CPU clock.
         scheduler = VirtualTimeScheduler(machine.timing, range(self.nprocs),
-                                         task_locals=machine.task_locals())
+                                         task_locals=machine.task_locals()) \
+            if cfg.modeled_time else None
+        host_cpu_ns = scheduler.host_cpu_ns if scheduler is not None \
+            else lambda cpu: time.thread_time_ns()
 
         def worker(cpu: int) -> None:
             with self.sys.on_cpu(cpu):
                 machine.set_task(TASK_PID_BASE + cpu)
                 for t in cfg.tests:
-                    res = self.run_test(setup, t, cpu, done, scheduler)
+                    res = self.run_test(setup, t, cpu, done, host_cpu_ns)
                     results.append(res)
                     if not cfg.json:
                         sys.stdout.write(result_line(res, "emulated") + "\n")
@@ -128,19 +136,23 @@ class EmulatedRun:
 
         def run_all() -> None:
             try:
-                scheduler.run({cpu: functools.partial(worker, cpu)
-                               for cpu in range(self.nprocs)})
+                if scheduler is None:
+                    for cpu in range(self.nprocs):
+                        worker(cpu)
+                    return
+                with scheduler:
+                    scheduler.run({cpu: functools.partial(worker, cpu)
+                                   for cpu in range(self.nprocs)})
             except BaseException as exc:
                 errors.append(exc)
 
         total = self.nprocs * len(cfg.tests) * cfg.max_cnt
         progress = report.Progress("map-perf (emulated) events", total, enabled=cfg.progress)
-        with scheduler:
-            runner = threading.Thread(target=run_all, name="map-perf-cpus")
-            runner.start()
-            while runner.is_alive():
-                runner.join(0.1)
-                progress.update(sum(done))
+        runner = threading.Thread(target=run_all, name="map-perf-cpus")
+        runner.start()
+        while runner.is_alive():
+            runner.join(0.1)
+            progress.update(sum(done))
         progress.update(sum(done))
         progress.finish()
         if errors:
@@ -148,7 +160,9 @@ class EmulatedRun:
         return results
 
     def run_test(self, setup: Setup, t: Test, cpu: int, done: list[int],
-                 scheduler: VirtualTimeScheduler) -> Result:
+                 host_cpu_ns: Callable[[int], int]) -> Result:
+        """Test ``t``'s events on ``cpu``; ``host_cpu_ns(cpu)`` is the host CPU time the CPU's
+        task has run so far."""
         cfg = self.cfg
         td = TESTS[t]
         machine = self.sys.machine
@@ -163,7 +177,7 @@ class EmulatedRun:
         left = cfg.max_cnt
         snap = machine.timing.snapshot(cpu)
         contexts_before = dict(machine.timing.context_ns[cpu])
-        start, cpu_start = time.monotonic_ns(), scheduler.host_cpu_ns(cpu)
+        start, cpu_start = time.monotonic_ns(), host_cpu_ns(cpu)
         while left:
             n = min(chunk, left)
             for record in itertools.islice(events, n):
@@ -171,7 +185,7 @@ class EmulatedRun:
             left -= n
             done[cpu] += n
         elapsed = time.monotonic_ns() - start
-        busy = scheduler.host_cpu_ns(cpu) - cpu_start
+        busy = host_cpu_ns(cpu) - cpu_start
         modeled, spent = machine.timing.since(cpu, snap)
         if t == Test.INNER_LRU_HASH_PREALLOC:
             # Only this CPU uses its inner map, so its counts are final now.
