@@ -1176,12 +1176,17 @@ out:
 }
 
 /* The first half of Timing.sync: the scheduler's turn for cpu, unless it would do nothing.
- * The clocks are the model's (``m``) or, without one, the Timing's own list. */
-static int scheduler_sync(PyObject *timing, CacheModel *m, PyObject *cpu_obj, int cpu)
+ * The clocks are the model's (``m``) or, without one, the Timing's own list; the scheduler is
+ * read from the Timing's instance dict where it is given (``dict``), else as its attribute. */
+static int scheduler_sync(PyObject *timing, PyObject *dict, CacheModel *m, PyObject *cpu_obj,
+			  int cpu)
 {
-	PyObject *scheduler = PyObject_GetAttr(timing, s_scheduler), *clock = NULL;
-	if (scheduler == NULL)
+	PyObject *scheduler = dict != NULL ? Py_XNewRef(PyDict_GetItemWithError(dict, s_scheduler))
+		: NULL;
+	if (scheduler == NULL && (PyErr_Occurred()
+				  || (scheduler = PyObject_GetAttr(timing, s_scheduler)) == NULL))
 		return -1;
+	PyObject *clock = NULL;
 	int idle = 1;
 	if (scheduler != Py_None) {
 		clock = m != NULL ? Py_NewRef(m->clock) : PyObject_GetAttr(timing, s_clock);
@@ -1195,23 +1200,32 @@ static int scheduler_sync(PyObject *timing, CacheModel *m, PyObject *cpu_obj, in
 	return synced == NULL ? -1 : 0;
 }
 
-int timing_sync(PyObject *timing, CacheModel *m, PyObject *cpu_obj, int cpu)
+int timing_ref_bind(TimingRef *t, PyObject *bpf_map)
 {
-	PyObject *deferred;
-	if (scheduler_sync(timing, m, cpu_obj, cpu) < 0
-	    || (deferred = PyObject_GetAttr(timing, s_deferred)) == NULL)
+	if ((t->timing = PyObject_GetAttrString(bpf_map, "timing")) == NULL
+	    || (t->dict = PyObject_GenericGetDict(t->timing, NULL)) == NULL
+	    || (t->deferred = PyObject_GetAttr(t->timing, s_deferred)) == NULL)
 		return -1;
-	PyObject *heap = PyList_Check(deferred) && cpu < PyList_GET_SIZE(deferred)
-		? PyList_GET_ITEM(deferred, cpu) : NULL;
-	int waiting = heap == NULL ? -1 : PyObject_IsTrue(heap);
-	Py_DECREF(deferred);
-	if (waiting < 0) {
-		if (!PyErr_Occurred())
-			PyErr_SetString(PyExc_TypeError, "Timing._deferred is a list of heaps per CPU");
+	if (!PyDict_CheckExact(t->dict) || !PyList_CheckExact(t->deferred)) {
+		PyErr_SetString(PyExc_TypeError, "a map core's Timing has an instance dict and a "
+				"list of deferred work per CPU (_deferred)");
 		return -1;
 	}
-	if (waiting) {
-		PyObject *ran = PyObject_CallMethodOneArg(timing, s_run_deferred, cpu_obj);
+	return 0;
+}
+
+int timing_sync(const TimingRef *t, CacheModel *m, PyObject *cpu_obj, int cpu)
+{
+	if (scheduler_sync(t->timing, t->dict, m, cpu_obj, cpu) < 0)
+		return -1;
+	PyObject *heap = cpu < PyList_GET_SIZE(t->deferred) ? PyList_GET_ITEM(t->deferred, cpu)
+		: NULL;
+	if (heap == NULL || !PyList_Check(heap)) {
+		PyErr_SetString(PyExc_TypeError, "Timing._deferred is a list of heaps per CPU");
+		return -1;
+	}
+	if (PyList_GET_SIZE(heap)) {
+		PyObject *ran = PyObject_CallMethodOneArg(t->timing, s_run_deferred, cpu_obj);
 		if (ran == NULL)
 			return -1;
 		Py_DECREF(ran);
@@ -1445,7 +1459,7 @@ int64_t pybpf_native_charge(PyObject *const *run, int64_t what, uint64_t addr,
 	if (parse_cpu(m, run[RUN_CPU], &cpu) < 0)
 		goto fail;
 	if (what & CHARGE_SYNC) {
-		if (scheduler_sync(run[RUN_TIMING], m, run[RUN_CPU], cpu) < 0)
+		if (scheduler_sync(run[RUN_TIMING], NULL, m, run[RUN_CPU], cpu) < 0)
 			goto fail;
 		if (PyList_GET_SIZE(run[RUN_DEFERRED])) {
 			result = NOT_CHARGED;

@@ -32,9 +32,23 @@ PyObject *cm_spin_lock(PyObject *op, PyObject *const *args, Py_ssize_t nargs);
 PyObject *cm_spin_unlock(PyObject *op, PyObject *const *args, Py_ssize_t nargs);
 PyObject *cm_locked_access(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
 			   PyObject *kwnames);
+/* A map core's Timing, with what Timing.sync reads at every operation bound once: the
+ * instance dict that holds its ``scheduler``, and ``_deferred``, its list of a heap of
+ * deferred work per CPU (neither is ever rebound) */
+typedef struct {
+	PyObject *timing;
+	PyObject *dict;
+	PyObject *deferred;
+} TimingRef;
+/* Bind ``t`` to the map's timing (bpf_map.timing): 0, or -1 with an exception */
+int timing_ref_bind(TimingRef *t, PyObject *bpf_map);
+#define TIMING_REF_VISIT(t) do { Py_VISIT((t).timing); Py_VISIT((t).dict); \
+				 Py_VISIT((t).deferred); } while (0)
+#define TIMING_REF_CLEAR(t) do { Py_CLEAR((t).timing); Py_CLEAR((t).dict); \
+				 Py_CLEAR((t).deferred); } while (0)
 /* Timing.sync(cpu) (its scheduler's turn, then the CPU's deferred work that is due); m may
  * be NULL (no modeled time) */
-int timing_sync(PyObject *timing, CacheModel *m, PyObject *cpu_obj, int cpu);
+int timing_sync(const TimingRef *t, CacheModel *m, PyObject *cpu_obj, int cpu);
 /* HtabMap._walk_cost's accesses: the bucket's line, then its chain up to the key */
 int htab_chain_cost(CacheModel *m, int cpu, uint64_t bucket, PyObject *chain, PyObject *kb);
 

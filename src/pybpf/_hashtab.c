@@ -18,6 +18,7 @@
  * another design, a per-CPU LRU.
  */
 #include "_cache_model.h"
+#include <structmember.h>
 #include "_jhash.h"
 
 #define BPF_NOEXIST 1
@@ -28,7 +29,7 @@ typedef struct {
 	PyObject *map;          /* the HtabMap, for what falls back to Python */
 	PyObject *update_elem;  /* the map's Python map_update_elem, the reference */
 	PyObject *delete_elem;  /* the map's Python map_delete_elem, the reference */
-	PyObject *timing;       /* the map's Timing */
+	TimingRef timing;       /* the map's Timing */
 	PyObject *model;        /* its CacheModel, or NULL without modeled time: nothing charged */
 	int ncpus;              /* the machine's CPUs */
 	PyObject *kernel_error; /* pybpf.errors.KernelError: a helper returns its errno */
@@ -58,6 +59,7 @@ typedef struct {
 	PyObject *zeros;        /* a per-CPU slot's zeros */
 	MemAlloc ma;            /* a NO_PREALLOC map's allocator, where it runs in C */
 	Lru lru_lists;          /* an LRU map's lists, where they run in C */
+	char special_fields;    /* the map's special_fields is not empty: the Python ops do */
 	PyObject *count_lock;   /* with ma: the lock of the map's element count, */
 	PyObject *max_entries;  /* its limit, */
 	PyObject *count_addr;   /* and its line where it is an atomic_t (else NULL) */
@@ -66,7 +68,7 @@ typedef struct {
 static PyObject *s_cpu, *s_hash, *s_key, *s_value, *s_addr, *s_node, *s_pops, *s_pushes,
 	*s_update_event, *s_delete_event, *s_jhash_byte, *s_bucket_lock,
 	*s_check_flags, *s_alloc_htab_elem, *s_new_elem_on_home,
-	*s_retire_replaced, *s_release_elem, *s_key_not_found, *s_special_fields, *s_lookup_event,
+	*s_retire_replaced, *s_release_elem, *s_key_not_found, *s_lookup_event,
 	*s_errno, *s_ref, *s_lru_update_event, *s_prealloc_lru_pop, *s_no_free_node,
 	*s_push_free, *s_put_fd_value, *s_mem,
 	*s_value_regions, *s_region_of, *s_one, *s_false, *s_count, *s_atomic, *s_alloc_failed;
@@ -221,7 +223,7 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	PyObject *bpf_map, *update_elem, *delete_elem, *storage = NULL, *stats = NULL, *values = NULL;
 	PyObject *mask = NULL, *stripe_mask = NULL, *base = NULL, *prealloc = NULL, *percpu = NULL;
 	PyObject *value_size = NULL, *slot_size = NULL, *lru = NULL;
-	PyObject *model = NULL, *modeled = NULL, *clock = NULL, *hashrnd = NULL;
+	PyObject *model = NULL, *modeled = NULL, *clock = NULL, *hashrnd = NULL, *special = NULL;
 	Py_ssize_t slot_bytes;
 	unsigned long long bucket_size;
 	uint64_t seed;
@@ -244,10 +246,11 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 		return -1;
 	c->kernel_error = attr(errors, "KernelError");
 	Py_DECREF(errors);
-	if (c->kernel_error == NULL || (c->timing = attr(bpf_map, "timing")) == NULL
-	    || (model = attr(c->timing, "_cache_model")) == NULL
-	    || (modeled = attr(c->timing, "modeled")) == NULL
-	    || (clock = attr(c->timing, "clock")) == NULL
+	if (c->kernel_error == NULL || timing_ref_bind(&c->timing, bpf_map) < 0
+	    || (model = attr(c->timing.timing, "_cache_model")) == NULL
+	    || (modeled = attr(c->timing.timing, "modeled")) == NULL
+	    || (clock = attr(c->timing.timing, "clock")) == NULL
+	    || (special = attr(bpf_map, "special_fields")) == NULL
 	    || (storage = attr(bpf_map, "storage")) == NULL
 	    || (c->table = attr(storage, "table")) == NULL
 	    || (values = attr(storage, "values")) == NULL
@@ -275,9 +278,10 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	    || (slot_size = attr(bpf_map, "slot_size")) == NULL)
 		goto out;
 	/* with modeled time, the costs are charged to the C model; without it, to nothing */
-	int charged = PyObject_IsTrue(modeled);
-	if (charged < 0)
+	int charged = PyObject_IsTrue(modeled), has_special = PyObject_IsTrue(special);
+	if (charged < 0 || has_special < 0)
 		goto out;
+	c->special_fields = (char)has_special;
 	if (charged && !PyObject_TypeCheck(model, &CacheModelType)) {
 		PyErr_SetString(PyExc_TypeError, "HtabCore needs the map's timing to run the C model "
 				"or no modeled time");
@@ -352,6 +356,7 @@ out:
 	Py_XDECREF(modeled);
 	Py_XDECREF(clock);
 	Py_XDECREF(hashrnd);
+	Py_XDECREF(special);
 	return rc;
 }
 
@@ -361,7 +366,7 @@ static int htab_core_traverse(PyObject *op, visitproc visit, void *arg)
 	Py_VISIT(c->map);
 	Py_VISIT(c->update_elem);
 	Py_VISIT(c->delete_elem);
-	Py_VISIT(c->timing);
+	TIMING_REF_VISIT(c->timing);
 	Py_VISIT(c->model);
 	Py_VISIT(c->kernel_error);
 	Py_VISIT(c->table);
@@ -398,7 +403,7 @@ static int htab_core_clear(PyObject *op)
 	Py_CLEAR(c->map);
 	Py_CLEAR(c->update_elem);
 	Py_CLEAR(c->delete_elem);
-	Py_CLEAR(c->timing);
+	TIMING_REF_CLEAR(c->timing);
 	Py_CLEAR(c->model);
 	Py_CLEAR(c->kernel_error);
 	Py_CLEAR(c->table);
@@ -437,14 +442,13 @@ static void htab_core_dealloc(PyObject *op)
 
 /* -- small steps --------------------------------------------------------------------------- */
 
-/* Whether the map's value has special fields (a bpf_spin_lock, a bpf_timer: BTF may give
- * them after the map is made): 1, 0, or -1 with an exception */
+/* Whether the map's value has special fields (a bpf_spin_lock, a bpf_timer): 1 or 0. BTF
+ * gives them after the map is made (map_create's map_check_btf), and the map's
+ * set_special_fields tells the core (its special_fields member), which reads nothing per
+ * operation. */
 static int has_special_fields(HtabCore *c)
 {
-	PyObject *fields = PyObject_GetAttr(c->map, s_special_fields);
-	int rc = fields == NULL ? -1 : PyObject_IsTrue(fields);
-	Py_XDECREF(fields);
-	return rc;
+	return c->special_fields;
 }
 
 int call_method(PyObject *obj, PyObject *name)
@@ -843,7 +847,7 @@ static int count_elem(HtabCore *c, PyObject *cpu_obj)
 {
 	if (c->count_addr == NULL || c->model == NULL)
 		return 0;
-	PyObject *done = PyObject_CallMethodObjArgs(c->timing, s_atomic, cpu_obj, c->count_addr,
+	PyObject *done = PyObject_CallMethodObjArgs(c->timing.timing, s_atomic, cpu_obj, c->count_addr,
 						    NULL);
 	Py_XDECREF(done);
 	return done == NULL ? -1 : 0;
@@ -1531,7 +1535,7 @@ static PyObject *helper_sync(HtabCore *c, PyObject *rs, int *cpu)
 {
 	PyObject *cpu_obj = rs != NULL ? run_cpu(rs, c->current, c->ncpus, cpu)
 		: current_cpu(c, cpu);
-	if (cpu_obj != NULL && timing_sync(c->timing, (CacheModel *)c->model, cpu_obj, *cpu) < 0)
+	if (cpu_obj != NULL && timing_sync(&c->timing, (CacheModel *)c->model, cpu_obj, *cpu) < 0)
 		Py_CLEAR(cpu_obj);
 	return cpu_obj;
 }
@@ -1658,6 +1662,12 @@ static PyMethodDef htab_core_methods[] = {
 	{NULL, NULL, 0, NULL},
 };
 
+static PyMemberDef htab_core_members[] = {
+	{"special_fields", T_BOOL, offsetof(HtabCore, special_fields), 0,
+	 "whether the map's value has special fields (HtabMap.set_special_fields sets it)"},
+	{NULL},
+};
+
 PyTypeObject HtabCoreType = {
 	PyVarObject_HEAD_INIT(NULL, 0)
 	.tp_name = "pybpf._cache_model.HtabCore",
@@ -1673,6 +1683,7 @@ PyTypeObject HtabCoreType = {
 	.tp_clear = htab_core_clear,
 	.tp_dealloc = htab_core_dealloc,
 	.tp_methods = htab_core_methods,
+	.tp_members = htab_core_members,
 };
 
 int htab_core_ready(void)
@@ -1691,7 +1702,6 @@ int htab_core_ready(void)
 	    || intern(&s_retire_replaced, "_retire_replaced") < 0
 	    || intern(&s_release_elem, "_release_elem") < 0
 	    || intern(&s_key_not_found, "_key_not_found") < 0
-	    || intern(&s_special_fields, "special_fields") < 0
 	    || intern(&s_lookup_event, "htab_map_lookup_elem") < 0
 	    || intern(&s_errno, "errno") < 0 || intern(&s_ref, "ref") < 0
 	    || intern(&s_lru_update_event, "htab_lru_map_update_elem") < 0

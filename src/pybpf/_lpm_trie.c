@@ -149,7 +149,7 @@ out:
 typedef struct {
 	PyObject_HEAD
 	PyObject *map;        /* the LpmTrie: its root, read at each lookup */
-	PyObject *timing;     /* its Timing */
+	TimingRef timing;     /* its Timing */
 	PyObject *model;      /* the C cache model, or NULL without modeled time */
 	PyObject *current;    /* machine.current: .cpu is the running CPU */
 	PyObject *cpu_node, *local, *remote;  /* its AccessStats */
@@ -176,7 +176,7 @@ static int lpm_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	if (bind_run_state_type() < 0)
 		return -1;
 	c->map = Py_NewRef(bpf_map);
-	if ((c->timing = PyObject_GetAttrString(bpf_map, "timing")) == NULL
+	if (timing_ref_bind(&c->timing, bpf_map) < 0
 	    || (machine = PyObject_GetAttrString(bpf_map, "machine")) == NULL
 	    || (c->current = PyObject_GetAttrString(machine, "current")) == NULL
 	    || (stats = PyObject_GetAttrString(bpf_map, "access_stats")) == NULL
@@ -185,9 +185,9 @@ static int lpm_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	    || (c->remote = PyObject_GetAttrString(stats, "remote")) == NULL
 	    || (c->data_size = PyObject_GetAttrString(bpf_map, "data_size")) == NULL
 	    || (key_size = PyObject_GetAttrString(bpf_map, "key_size")) == NULL
-	    || (model = PyObject_GetAttrString(c->timing, "_cache_model")) == NULL
-	    || (modeled = PyObject_GetAttrString(c->timing, "modeled")) == NULL
-	    || (clock = PyObject_GetAttrString(c->timing, "clock")) == NULL)
+	    || (model = PyObject_GetAttrString(c->timing.timing, "_cache_model")) == NULL
+	    || (modeled = PyObject_GetAttrString(c->timing.timing, "modeled")) == NULL
+	    || (clock = PyObject_GetAttrString(c->timing.timing, "clock")) == NULL)
 		goto out;
 	int charged = PyObject_IsTrue(modeled);
 	if (charged < 0 || (c->key_bytes = PyLong_AsSsize_t(key_size)) < 0)
@@ -225,7 +225,7 @@ static int lpm_core_traverse(PyObject *op, visitproc visit, void *arg)
 {
 	LpmCore *c = (LpmCore *)op;
 	Py_VISIT(c->map);
-	Py_VISIT(c->timing);
+	TIMING_REF_VISIT(c->timing);
 	Py_VISIT(c->model);
 	Py_VISIT(c->current);
 	Py_VISIT(c->cpu_node);
@@ -239,7 +239,7 @@ static int lpm_core_clear(PyObject *op)
 {
 	LpmCore *c = (LpmCore *)op;
 	Py_CLEAR(c->map);
-	Py_CLEAR(c->timing);
+	TIMING_REF_CLEAR(c->timing);
 	Py_CLEAR(c->model);
 	Py_CLEAR(c->current);
 	Py_CLEAR(c->cpu_node);
@@ -294,7 +294,7 @@ static PyObject *lpm_core_helper_lookup(PyObject *op, PyObject *const *args, Py_
 	int cpu;
 	if (parse_addr(args[2], &r2) < 0 || (mem = run_regions(args[1])) == NULL
 	    || (cpu_obj = run_cpu(args[1], c->current, c->ncpus, &cpu)) == NULL
-	    || timing_sync(c->timing, (CacheModel *)c->model, cpu_obj, cpu) < 0)
+	    || timing_sync(&c->timing, (CacheModel *)c->model, cpu_obj, cpu) < 0)
 		goto out;
 	if (!PyDict_CheckExact(mem) || (key = plain_bytes(mem, r2, c->key_bytes)) == NULL) {
 		if (!PyErr_Occurred())  /* the Python helper does it all (its sync does nothing) */

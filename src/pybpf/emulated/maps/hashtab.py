@@ -166,11 +166,13 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
         self._c_model = self.timing._cache_model  # None: the costs in Python, the reference
         self._bucket_locks: dict[int, SpinLock] = {}
         c_extension = self.timing.c_extension
+        self._core = None
         if c_extension is not None and not (self.fd_htab or (self.lru and self.percpu)):
             # The hot ops run in C (HtabCore), charged to the C model (or to nothing), with
             # the methods here as their reference and for the cases they hand back.
-            core = c_extension.HtabCore(self, BUCKET_SIZE, type(self).map_update_elem,
-                                        type(self).map_delete_elem)
+            core = self._core = c_extension.HtabCore(self, BUCKET_SIZE,
+                                                     type(self).map_update_elem,
+                                                     type(self).map_delete_elem)
             self.map_lookup_elem = core.lookup
             self.map_update_elem = core.update
             self.map_delete_elem = core.delete
@@ -180,6 +182,11 @@ class HtabMap(HtabElemMemory, HtabBatchOps, BpfMap):
                               "delete": core.helper_delete}
             if self.lru:  # the LRU's eviction callback
                 self.lru_list.del_from_htab = core.delete_node
+
+    def set_special_fields(self, spin_lock_off: int, timer_off: int) -> None:
+        super().set_special_fields(spin_lock_off, timer_off)
+        if self._core is not None:  # its ops then hand such values to the methods here
+            self._core.special_fields = bool(self.special_fields)
 
     def _hash(self, key: bytes) -> int:
         """htab_map_hash of ``key``, always from the key: an element found without its bucket
