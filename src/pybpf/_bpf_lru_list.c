@@ -15,34 +15,58 @@
 /* enum bpf_lru_list_type; ACTIVE and INACTIVE are counted */
 enum { ACTIVE, INACTIVE, FREE, LOCAL_FREE, LOCAL_PENDING, NR_LIST_COUNT = 2 };
 
-static PyObject *s_percpu, *s_local, *s_common, *s_lock, *s_tlock, *s_free, *s_pending,
-	*s_heads, *s_counts, *s_next_inactive_rotation, *s_pops, *s_pushes,
-	*s_steal, *s_check, *s_push_free, *s_add_pending, *s_move, *s_move_in, *s_move_to_free,
-	*s_refills, *s_evictions, *s_del_from_htab, *s_make_free, *s_lru_evict, *s_nr_scans,
-	*s_target_free, *s_one;
+static PyObject *s_percpu, *s_local, *s_common, *s_steal, *s_check, *s_push_free,
+	*s_add_pending, *s_move, *s_move_in, *s_move_to_free, *s_del_from_htab, *s_make_free,
+	*s_lru_evict, *s_nr_scans, *s_target_free, *s_one;
 
 int lru_ready(void)
 {
 	return intern(&s_percpu, "percpu") < 0 || intern(&s_local, "local") < 0
-		|| intern(&s_common, "common") < 0 || intern(&s_lock, "lock") < 0
-		|| intern(&s_tlock, "tlock") < 0 || intern(&s_free, "free") < 0
-		|| intern(&s_pending, "pending") < 0 || intern(&s_heads, "heads") < 0
-		|| intern(&s_counts, "counts") < 0
-		|| intern(&s_next_inactive_rotation, "next_inactive_rotation") < 0
-		|| intern(&s_pops, "pops") < 0 || intern(&s_pushes, "pushes") < 0
+		|| intern(&s_common, "common") < 0
 		|| intern(&s_steal, "_steal") < 0 || intern(&s_check, "_check") < 0
 		|| intern(&s_push_free, "push_free") < 0
 		|| intern(&s_add_pending, "add_pending") < 0 || intern(&s_move, "move") < 0
 		|| intern(&s_move_in, "move_in") < 0 || intern(&s_move_to_free, "move_to_free") < 0
-		|| intern(&s_refills, "refills") < 0 || intern(&s_evictions, "evictions") < 0
 		|| intern(&s_del_from_htab, "del_from_htab") < 0
 		|| intern(&s_make_free, "_make_free") < 0 || intern(&s_lru_evict, "bpf_lru_evict") < 0
 		|| intern(&s_nr_scans, "nr_scans") < 0 || intern(&s_target_free, "target_free") < 0
 		|| (s_one = PyLong_FromLong(1)) == NULL ? -1 : 0;
 }
 
+/* The fields the pops and pushes read and write on every call, at their slots (the classes'
+ * __slots__), bound by the first LRU map's core */
+enum { LOCAL_FREE_F, LOCAL_PENDING_F, LOCAL_LOCK_F, LOCAL_TLOCK_F,
+       LIST_HEADS_F, LIST_COUNTS_F, LIST_ROTATION_F, LIST_LOCK_F, LIST_TLOCK_F,
+       LRU_POPS_F, LRU_PUSHES_F, LRU_EVICTIONS_F, LRU_REFILLS_F, LRU_FIELDS };
+static SlotField fields[LRU_FIELDS];
+
+static int bind_fields(void)
+{
+	static const struct { const char *class, *name; } of[LRU_FIELDS] = {
+		[LOCAL_FREE_F] = {"LocalList", "free"}, [LOCAL_PENDING_F] = {"LocalList", "pending"},
+		[LOCAL_LOCK_F] = {"LocalList", "lock"}, [LOCAL_TLOCK_F] = {"LocalList", "tlock"},
+		[LIST_HEADS_F] = {"LruList", "heads"}, [LIST_COUNTS_F] = {"LruList", "counts"},
+		[LIST_ROTATION_F] = {"LruList", "next_inactive_rotation"},
+		[LIST_LOCK_F] = {"LruList", "lock"}, [LIST_TLOCK_F] = {"LruList", "tlock"},
+		[LRU_POPS_F] = {"BpfLru", "pops"}, [LRU_PUSHES_F] = {"BpfLru", "pushes"},
+		[LRU_EVICTIONS_F] = {"BpfLru", "evictions"}, [LRU_REFILLS_F] = {"BpfLru", "refills"},
+	};
+	if (fields[LRU_FIELDS - 1].type != NULL)
+		return 0;
+	for (int f = 0; f < LRU_FIELDS; f++) {
+		PyObject *type = node_class("pybpf.emulated.maps.bpf_lru_list", of[f].class);
+		int rc = type == NULL ? -1 : slot_field_bind(&fields[f], type, of[f].name);
+		Py_XDECREF(type);
+		if (rc < 0)
+			return -1;
+	}
+	return 0;
+}
+
 int lru_bind(Lru *l, PyObject *lru)
 {
+	if (bind_fields() < 0)
+		return -1;
 	PyObject *percpu = PyObject_GetAttr(lru, s_percpu);
 	int per_cpu = percpu == NULL ? -1 : PyObject_IsTrue(percpu);
 	Py_XDECREF(percpu);
@@ -161,12 +185,13 @@ static int model_lock(PyObject *model, PyObject *cpu_obj, PyObject *tlock, int t
 	return done == NULL ? -1 : 0;
 }
 
-/* The owner (a LocalList or the LruList) and its host lock and modeled lock */
-static int owner_locks(PyObject *owner, PyObject **lock, PyObject **tlock)
+/* The host lock and modeled lock of a LocalList (``lock_field`` LOCAL_LOCK_F) or the LruList
+ * (LIST_LOCK_F; the modeled lock's field follows the host lock's) */
+static int owner_locks(PyObject *owner, int lock_field, PyObject **lock, PyObject **tlock)
 {
 	*tlock = NULL;
-	return (*lock = PyObject_GetAttr(owner, s_lock)) == NULL
-		|| (*tlock = PyObject_GetAttr(owner, s_tlock)) == NULL ? -1 : 0;
+	return (*lock = slot_field_get(&fields[lock_field], owner)) == NULL
+		|| (*tlock = slot_field_get(&fields[lock_field + 1], owner)) == NULL ? -1 : 0;
 }
 
 static PyObject *local_list(Lru *l, long cpu)
@@ -189,8 +214,8 @@ static int lists_get(PyObject *lst, Lists *g)
 {
 	g->lst = lst;
 	g->counts = NULL;
-	if ((g->heads = PyObject_GetAttr(lst, s_heads)) == NULL
-	    || (g->counts = PyObject_GetAttr(lst, s_counts)) == NULL)
+	if ((g->heads = slot_field_get(&fields[LIST_HEADS_F], lst)) == NULL
+	    || (g->counts = slot_field_get(&fields[LIST_COUNTS_F], lst)) == NULL)
 		return -1;
 	if (!PyList_Check(g->heads) || PyList_GET_SIZE(g->heads) <= FREE
 	    || !PyList_Check(g->counts) || PyList_GET_SIZE(g->counts) < NR_LIST_COUNT) {
@@ -228,10 +253,10 @@ static int node_true(PyObject *node, int field)
 /* A node leaving its list moves the inactive rotation's cursor off it, to its prev */
 static int leave_rotation(Lists *g, PyObject *node)
 {
-	PyObject *rotation = PyObject_GetAttr(g->lst, s_next_inactive_rotation), *prev = NULL;
+	PyObject *rotation = slot_field_get(&fields[LIST_ROTATION_F], g->lst), *prev = NULL;
 	int rc = rotation == NULL ? -1 : rotation != node ? 0
 		: (prev = elem_get(node, ELEM_PREV)) == NULL
-		|| PyObject_SetAttr(g->lst, s_next_inactive_rotation, prev) < 0 ? -1 : 0;
+		|| slot_field_set(&fields[LIST_ROTATION_F], g->lst, prev) < 0 ? -1 : 0;
 	Py_XDECREF(rotation);
 	Py_XDECREF(prev);
 	return rc;
@@ -326,7 +351,7 @@ static int rotate_inactive(Refill *r, Lists *g)
 		rc = 0;
 		goto out;
 	}
-	if ((cur = PyObject_GetAttr(g->lst, s_next_inactive_rotation)) == NULL
+	if ((cur = slot_field_get(&fields[LIST_ROTATION_F], g->lst)) == NULL
 	    || (last = elem_get(cur, ELEM_NEXT)) == NULL)
 		goto out;
 	if (last == inactive) {
@@ -354,7 +379,7 @@ static int rotate_inactive(Refill *r, Lists *g)
 		i++;
 	}
 	if (rc == 0)
-		rc = PyObject_SetAttr(g->lst, s_next_inactive_rotation, next);
+		rc = slot_field_set(&fields[LIST_ROTATION_F], g->lst, next);
 out:
 	Py_XDECREF(first);
 	Py_XDECREF(cur);
@@ -385,7 +410,7 @@ static int evict(Refill *r, PyObject *node)
 static int take_evicted(Refill *r, Lists *g, PyObject *node, PyObject *free, int free_type)
 {
 	return move_to_free(r->l, r->model, g, node, free, free_type, r->cpu) < 0
-		|| attr_increment(r->l->lru, s_evictions) < 0
+		|| slot_field_increment(&fields[LRU_EVICTIONS_F], r->l->lru) < 0
 		|| charge_n(r->model, r->cpu_obj, s_lru_evict, s_one) < 0 ? -1 : 0;
 }
 
@@ -446,9 +471,9 @@ static int refill_locked(Refill *r, Lists *g, PyObject *loc)
 {
 	PyObject *pending = NULL, *free = NULL, *node = NULL, *made = NULL, *target = NULL;
 	int rc = -1;
-	if (attr_increment(r->l->lru, s_refills) < 0
-	    || (pending = PyObject_GetAttr(loc, s_pending)) == NULL
-	    || (free = PyObject_GetAttr(loc, s_free)) == NULL
+	if (slot_field_increment(&fields[LRU_REFILLS_F], r->l->lru) < 0
+	    || (pending = slot_field_get(&fields[LOCAL_PENDING_F], loc)) == NULL
+	    || (free = slot_field_get(&fields[LOCAL_FREE_F], loc)) == NULL
 	    || (node = elem_get(pending, ELEM_PREV)) == NULL)
 		goto out;
 	while (node != pending) {  /* _flush_pending: the pending nodes from the back */
@@ -502,7 +527,8 @@ static int pop_free_to_local(Lru *l, PyObject *model, PyObject *loc, PyObject *c
 	    || ((r.nr_scans = PyLong_AsLong(scans)) == -1 && PyErr_Occurred())
 	    || ((r.target_free = PyLong_AsLong(target)) == -1 && PyErr_Occurred())
 	    || (r.del_from_htab = PyObject_GetAttr(l->lru, s_del_from_htab)) == NULL
-	    || lists_get(l->common, &g) < 0 || owner_locks(l->common, &lock, &tlock) < 0
+	    || lists_get(l->common, &g) < 0
+	    || owner_locks(l->common, LIST_LOCK_F, &lock, &tlock) < 0
 	    || host_lock_acquire(lock) < 0)
 		goto out;
 	rc = model_lock(model, cpu_obj, tlock, 1);
@@ -539,9 +565,9 @@ PyObject *lru_pop_free(Lru *l, PyObject *model, PyObject *cpu_obj, int cpu)
 {
 	PyObject *loc = local_list(l, cpu), *lock = NULL, *tlock = NULL, *free = NULL;
 	PyObject *pending = NULL, *node = NULL, *result = NULL;
-	if (loc == NULL || owner_locks(loc, &lock, &tlock) < 0
-	    || (free = PyObject_GetAttr(loc, s_free)) == NULL
-	    || (pending = PyObject_GetAttr(loc, s_pending)) == NULL
+	if (loc == NULL || owner_locks(loc, LOCAL_LOCK_F, &lock, &tlock) < 0
+	    || (free = slot_field_get(&fields[LOCAL_FREE_F], loc)) == NULL
+	    || (pending = slot_field_get(&fields[LOCAL_PENDING_F], loc)) == NULL
 	    || host_lock_acquire(lock) < 0)
 		goto out;
 	/* with loc.lock: the modeled lock, then the node, the modeled unlock in any case */
@@ -562,7 +588,7 @@ PyObject *lru_pop_free(Lru *l, PyObject *model, PyObject *cpu_obj, int cpu)
 		if ((node = PyObject_VectorcallMethod(s_steal, args, 3, NULL)) == NULL)
 			goto out;
 	}
-	if (node != Py_None && attr_increment(l->lru, s_pops) < 0)
+	if (node != Py_None && slot_field_increment(&fields[LRU_POPS_F], l->lru) < 0)
 		goto out;
 	result = Py_NewRef(node);
 out:
@@ -584,7 +610,8 @@ static int pending_to_free(PyObject *loc, PyObject *model, PyObject *node, PyObj
 {
 	PyObject *lock = NULL, *tlock = NULL, *free = NULL;
 	int rc = -1;
-	if (owner_locks(loc, &lock, &tlock) < 0 || (free = PyObject_GetAttr(loc, s_free)) == NULL
+	if (owner_locks(loc, LOCAL_LOCK_F, &lock, &tlock) < 0
+	    || (free = slot_field_get(&fields[LOCAL_FREE_F], loc)) == NULL
 	    || host_lock_acquire(lock) < 0)
 		goto out;
 	long type = node_int(node, ELEM_TYPE);
@@ -614,7 +641,7 @@ int lru_push_free(Lru *l, PyObject *model, PyObject *node, PyObject *cpu_obj, in
 			PyErr_SetString(PyExc_RuntimeError, "BpfLru.push_free took a free node");
 		return -1;
 	}
-	if (attr_increment(l->lru, s_pushes) < 0)
+	if (slot_field_increment(&fields[LRU_PUSHES_F], l->lru) < 0)
 		return -1;
 	if (type == LOCAL_PENDING) {
 		long owner = node_int(node, ELEM_CPU);
@@ -627,7 +654,7 @@ int lru_push_free(Lru *l, PyObject *model, PyObject *node, PyObject *cpu_obj, in
 	/* with common.lock: the modeled lock, the move, the modeled unlock */
 	PyObject *lock = NULL, *tlock = NULL;
 	int rc = -1;
-	if (owner_locks(l->common, &lock, &tlock) < 0 || host_lock_acquire(lock) < 0)
+	if (owner_locks(l->common, LIST_LOCK_F, &lock, &tlock) < 0 || host_lock_acquire(lock) < 0)
 		goto out;
 	Lists g = {0};
 	rc = lists_get(l->common, &g) < 0 || model_lock(model, cpu_obj, tlock, 1) < 0

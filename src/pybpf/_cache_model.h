@@ -74,6 +74,23 @@ PyObject *node_class(const char *module_name, const char *name);
 /* Where the writable __slots__ field ``name`` of instances of ``type`` is: 0, or -1 with an
  * exception */
 int slot_offset(PyObject *type, PyObject *name, Py_ssize_t *offset);
+/* A __slots__ field of a class, read and written at its offset in its instances (the
+ * attribute protocol, a type lookup and a descriptor call, costs more than some operations
+ * do); an object of another class, or with the slot unset, goes by attribute */
+typedef struct {
+	PyTypeObject *type;  /* NULL until bound */
+	Py_ssize_t offset;
+	PyObject *name;      /* interned */
+} SlotField;
+/* Bind ``f`` to the field ``name`` of the class ``type`` (kept for good, as its module keeps
+ * it): 0, or -1 with an exception */
+int slot_field_bind(SlotField *f, PyObject *type, const char *name);
+/* obj.<field> (a new reference), or NULL with an exception */
+PyObject *slot_field_get(const SlotField *f, PyObject *obj);
+/* obj.<field> = value: 0, or -1 */
+int slot_field_set(const SlotField *f, PyObject *obj, PyObject *value);
+/* obj.<field> += 1: 0, or -1 */
+int slot_field_increment(const SlotField *f, PyObject *obj);
 /* obj.name(): 0, or -1 with an exception */
 int call_method(PyObject *obj, PyObject *name);
 /* obj.name += 1 */

@@ -119,6 +119,48 @@ int slot_offset(PyObject *type, PyObject *name, Py_ssize_t *offset)
 	return 0;
 }
 
+int slot_field_bind(SlotField *f, PyObject *type, const char *name)
+{
+	PyObject *interned = PyUnicode_InternFromString(name);
+	if (interned == NULL || slot_offset(type, interned, &f->offset) < 0) {
+		Py_XDECREF(interned);
+		return -1;
+	}
+	f->name = interned;
+	f->type = (PyTypeObject *)Py_NewRef(type);
+	return 0;
+}
+
+PyObject *slot_field_get(const SlotField *f, PyObject *obj)
+{
+	if (Py_TYPE(obj) == f->type) {
+		PyObject *value = *(PyObject **)((char *)obj + f->offset);
+		if (value != NULL)
+			return Py_NewRef(value);
+	}
+	return PyObject_GetAttr(obj, f->name);  /* an unset slot's error too */
+}
+
+int slot_field_set(const SlotField *f, PyObject *obj, PyObject *value)
+{
+	if (Py_TYPE(obj) != f->type)
+		return PyObject_SetAttr(obj, f->name, value);
+	PyObject **slot = (PyObject **)((char *)obj + f->offset), *old = *slot;
+	*slot = Py_NewRef(value);
+	Py_XDECREF(old);
+	return 0;
+}
+
+int slot_field_increment(const SlotField *f, PyObject *obj)
+{
+	PyObject *old = slot_field_get(f, obj), *sum = NULL;
+	int rc = old == NULL || (sum = PyNumber_Add(old, s_one)) == NULL
+		|| slot_field_set(f, obj, sum) < 0 ? -1 : 0;
+	Py_XDECREF(old);
+	Py_XDECREF(sum);
+	return rc;
+}
+
 static int bind_elem_type(void)
 {
 	if (elem_type != NULL)
@@ -523,41 +565,30 @@ static PyObject *current_cpu(HtabCore *c, int *cpu)
 	return running_cpu(c->current, c->ncpus, cpu);
 }
 
-/* RunState's fields the map helpers read on every call (its __slots__), at their offsets,
- * as HtabElem's: bound once the first map core is made; another object goes by attribute */
+/* RunState's fields the map helpers read on every call (its __slots__), bound once the first
+ * map core is made */
 enum { RUN_STATE_MEM, RUN_STATE_VALUE_REGIONS, RUN_STATE_CPU, RUN_STATE_FIELDS };
-static PyTypeObject *run_state_type;
-static Py_ssize_t run_state_offset[RUN_STATE_FIELDS];
-static PyObject **const run_state_names[RUN_STATE_FIELDS] = {
-	[RUN_STATE_MEM] = &s_mem, [RUN_STATE_VALUE_REGIONS] = &s_value_regions,
-	[RUN_STATE_CPU] = &s_cpu,
-};
+static SlotField run_state_fields[RUN_STATE_FIELDS];
 
 int bind_run_state_type(void)
 {
-	if (run_state_type != NULL)
+	static const char *const names[RUN_STATE_FIELDS] = {
+		[RUN_STATE_MEM] = "mem", [RUN_STATE_VALUE_REGIONS] = "value_regions",
+		[RUN_STATE_CPU] = "cpu",
+	};
+	if (run_state_fields[RUN_STATE_FIELDS - 1].type != NULL)
 		return 0;
 	PyObject *type = node_class("pybpf.emulated.prog.memory", "RunState");
-	if (type == NULL)
-		return -1;
-	for (int f = 0; f < RUN_STATE_FIELDS; f++) {
-		if (slot_offset(type, *run_state_names[f], &run_state_offset[f]) < 0) {
-			Py_DECREF(type);
-			return -1;
-		}
-	}
-	run_state_type = (PyTypeObject *)type;  /* kept for good, as its module keeps it */
-	return 0;
+	int rc = type == NULL ? -1 : 0;
+	for (int f = 0; rc == 0 && f < RUN_STATE_FIELDS; f++)
+		rc = slot_field_bind(&run_state_fields[f], type, names[f]);
+	Py_XDECREF(type);
+	return rc;
 }
 
 static PyObject *run_state_get(PyObject *rs, int field)
 {
-	if (Py_TYPE(rs) == run_state_type) {
-		PyObject *value = *(PyObject **)((char *)rs + run_state_offset[field]);
-		if (value != NULL)
-			return Py_NewRef(value);
-	}
-	return PyObject_GetAttr(rs, *run_state_names[field]);
+	return slot_field_get(&run_state_fields[field], rs);
 }
 
 PyObject *run_regions(PyObject *rs)

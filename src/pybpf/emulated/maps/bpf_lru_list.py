@@ -122,6 +122,9 @@ def _iter_front(head: LruNode) -> Iterator[LruNode]:
 class LruList:
     """struct bpf_lru_list: ACTIVE, INACTIVE and FREE lists with their lock."""
 
+    # slots: the C lists (pybpf._cache_model) read them at their offsets
+    __slots__ = ("heads", "counts", "next_inactive_rotation", "lock", "tlock", "unmade")
+
     def __init__(self, tlock: SpinLock | None = None) -> None:
         self.heads = [_Head(t) for t in (ACTIVE, INACTIVE, FREE)]
         self.counts = [0, 0]
@@ -135,6 +138,8 @@ class LruList:
 class LocalList:
     """struct bpf_lru_locallist: one CPU's FREE and PENDING lists."""
 
+    __slots__ = ("free", "pending", "next_steal", "lock", "tlock")
+
     def __init__(self, cpu: int, tlock: SpinLock | None = None) -> None:
         self.free = _Head(LOCAL_FREE)
         self.pending = _Head(LOCAL_PENDING)
@@ -145,6 +150,10 @@ class LocalList:
 
 class BpfLru:
     """struct bpf_lru: a common LRU or a per-CPU one."""
+
+    __slots__ = ("ncpus", "percpu", "del_from_htab", "current_cpu", "timing", "broken",
+                 "factory", "nr_scans", "target_free", "percpu_lists", "common", "local",
+                 "pops", "pushes", "evictions", "steals", "refills")
 
     def __init__(self, ncpus: int, percpu: bool, del_from_htab: Callable[[LruNode], bool],
                  target_free: int = LOCAL_FREE_TARGET,
