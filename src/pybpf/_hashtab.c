@@ -36,8 +36,7 @@ typedef struct {
 	PyObject *table;        /* key -> element */
 	PyObject *values;       /* key -> live value, or NULL (per-CPU maps have none) */
 	PyObject *buckets;      /* bucket index -> list of elements, newest first */
-	PyObject *nonempty;     /* sorted indices of the non-empty buckets */
-	PyObject *index_lock;   /* guards nonempty */
+	PyObject *nonempty;     /* a byte per bucket, 1 where it has elements (a bytearray) */
 	PyObject *stripes;      /* the host locks, one per stripe of buckets */
 	PyObject *bucket_locks; /* bucket index -> its modeled spinlock */
 	PyObject *hash_fn;      /* HtabMap._hash_cached, for a key that is not bytes of key_size */
@@ -298,7 +297,6 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	    || (values = attr(storage, "values")) == NULL
 	    || (c->buckets = attr(storage, "buckets")) == NULL
 	    || (c->nonempty = attr(storage, "nonempty")) == NULL
-	    || (c->index_lock = attr(storage, "index_lock")) == NULL
 	    || (c->stripes = attr(bpf_map, "locks")) == NULL
 	    || (c->bucket_locks = attr(bpf_map, "_bucket_locks")) == NULL
 	    || (c->hash_fn = attr(bpf_map, "_hash_cached")) == NULL
@@ -337,7 +335,7 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	}
 	c->ncpus = (int)PyList_GET_SIZE(clock);
 	if (!PyDict_CheckExact(c->table) || !PyDict_CheckExact(c->buckets)
-	    || !PyList_CheckExact(c->nonempty) || !PyList_CheckExact(c->stripes)
+	    || !PyByteArray_CheckExact(c->nonempty) || !PyList_CheckExact(c->stripes)
 	    || !PyDict_CheckExact(c->bucket_locks) || !PyList_CheckExact(c->cpu_node)
 	    || !PyList_CheckExact(c->local) || !PyList_CheckExact(c->remote)
 	    || !PyList_CheckExact(c->extra_elems) || (values != Py_None && !PyDict_CheckExact(values))) {
@@ -415,7 +413,6 @@ static int htab_core_traverse(PyObject *op, visitproc visit, void *arg)
 	Py_VISIT(c->values);
 	Py_VISIT(c->buckets);
 	Py_VISIT(c->nonempty);
-	Py_VISIT(c->index_lock);
 	Py_VISIT(c->stripes);
 	Py_VISIT(c->bucket_locks);
 	Py_VISIT(c->hash_fn);
@@ -452,7 +449,6 @@ static int htab_core_clear(PyObject *op)
 	Py_CLEAR(c->values);
 	Py_CLEAR(c->buckets);
 	Py_CLEAR(c->nonempty);
-	Py_CLEAR(c->index_lock);
 	Py_CLEAR(c->stripes);
 	Py_CLEAR(c->bucket_locks);
 	Py_CLEAR(c->hash_fn);
@@ -633,36 +629,16 @@ static PyObject *bucket_lock(HtabCore *c, PyObject *index, PyObject *hash)
 	return PyObject_CallMethodOneArg(c->map, s_bucket_lock, hash);
 }
 
-/* The position bisect would give ``value`` in the sorted list of ints ``list`` (right: after
- * an equal one) */
-static int bisect(PyObject *list, uint64_t value, int right, Py_ssize_t *at)
+/* Bucket ``at`` becomes non-empty (``used``) or empty: its byte in HtabBuckets.nonempty,
+ * written under the bucket's lock */
+static int mark_bucket(HtabCore *c, uint64_t at, char used)
 {
-	Py_ssize_t lo = 0, hi = PyList_GET_SIZE(list);
-	while (lo < hi) {
-		Py_ssize_t mid = (lo + hi) / 2;
-		uint64_t here;
-		if (parse_addr(PyList_GET_ITEM(list, mid), &here) < 0)
-			return -1;
-		if (here < value || (right && here == value))
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	*at = lo;
-	return 0;
-}
-
-/* Under the index lock, ``index`` enters (``add``) or leaves the sorted non-empty index */
-static int index_change(HtabCore *c, PyObject *index, uint64_t value, int add)
-{
-	if (host_lock_acquire(c->index_lock) < 0)
+	if (at >= (uint64_t)PyByteArray_GET_SIZE(c->nonempty)) {
+		PyErr_SetString(PyExc_IndexError, "a bucket past the map's non-empty index");
 		return -1;
-	Py_ssize_t at;
-	int rc = bisect(c->nonempty, value, add, &at);
-	if (rc == 0)
-		rc = add ? PyList_Insert(c->nonempty, at, index)
-			: PyList_SetSlice(c->nonempty, at, at + 1, NULL);
-	return lock_release(c->index_lock, rc);
+	}
+	PyByteArray_AS_STRING(c->nonempty)[at] = used;
+	return 0;
 }
 
 /* The first position of ``elem`` (by identity) in ``list``, or -1 */
@@ -698,7 +674,7 @@ static int link_elem(HtabCore *c, PyObject *elem, PyObject *key, PyObject *index
 		PyList_SET_ITEM(bucket, 0, Py_NewRef(elem));
 		int rc = PyDict_SetItem(c->buckets, index, bucket);
 		Py_DECREF(bucket);
-		if (rc < 0 || index_change(c, index, at, 1) < 0)
+		if (rc < 0 || mark_bucket(c, at, 1) < 0)
 			return -1;
 	} else if (PyList_Insert(bucket, 0, elem) < 0) {
 		return -1;
@@ -744,7 +720,7 @@ static int unlink_elem(HtabCore *c, PyObject *elem, PyObject *key, PyObject *ind
 	if (PyList_SetSlice(bucket, pos, pos + 1, NULL) < 0)
 		return -1;
 	if (PyList_GET_SIZE(bucket) == 0
-	    && (PyDict_DelItem(c->buckets, index) < 0 || index_change(c, index, at, 0) < 0))
+	    && (PyDict_DelItem(c->buckets, index) < 0 || mark_bucket(c, at, 0) < 0))
 		return -1;
 	PyObject *linked = PyDict_GetItemWithError(c->table, key);
 	if (linked != elem)

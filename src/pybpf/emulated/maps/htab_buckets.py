@@ -3,23 +3,22 @@ the emulation keeps it.
 
 Rules this module keeps:
 - A bucket lists its elements newest first (``hlist_nulls_add_head_rcu``); only non-empty
-  buckets exist, with a sorted index of them, so walks go in bucket order without touching
-  the empty ones (get_next_key and the batches).
+  buckets exist, and a byte per bucket (``nonempty``, 1 while it has elements) lets walks go
+  in bucket order to the next one with ``bytearray.find`` (get_next_key and the batches)
+  where a linked element costs one byte write: a sorted index of them cost a list insert or
+  delete, which moves every later entry, each time a bucket filled or emptied.
 - Beside the buckets, ``table`` maps a key to its element (the lookup), and ``values`` (kept
   for maps whose value is one buffer) a key to its live value buffer, for the Map layer's
   direct reads (``System.fast_ops``). The three always agree (``problems`` says where not).
-- Writers hold the bucket's lock (the map's stripe of it); readers walk without locks, as the
-  kernel walks under RCU, each bucket through a copy, so a concurrent update or delete cannot
-  shrink it between two reads.
+- Writers hold the bucket's lock (the map's stripe of it), which also guards its byte;
+  readers walk without locks, as the kernel walks under RCU, each bucket through a copy, so
+  a concurrent update or delete cannot shrink it between two reads.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable
 from typing import Any
-
-from ...accelerator import HostLock
 
 
 class HtabBuckets:
@@ -30,8 +29,7 @@ class HtabBuckets:
         self.table: dict[bytes, Any] = {}
         self.values: dict[bytes, bytearray] | None = {} if with_values else None
         self.buckets: dict[int, list[Any]] = {}
-        self.nonempty: list[int] = []  # sorted indices of non-empty buckets
-        self.index_lock = HostLock()
+        self.nonempty = bytearray(n_buckets)  # 1 where a bucket has elements
 
     def link(self, elem: Any) -> None:
         """hlist_nulls_add_head_rcu: ``elem`` at its bucket's front."""
@@ -39,12 +37,7 @@ class HtabBuckets:
         bucket = self.buckets.get(index)
         if bucket is None:
             self.buckets[index] = [elem]
-            lock = self.index_lock  # acquire/release: cheaper than a with statement here
-            lock.acquire()
-            try:
-                bisect.insort(self.nonempty, index)
-            finally:
-                lock.release()
+            self.nonempty[index] = 1
         else:
             bucket.insert(0, elem)
         self.table[elem.key] = elem
@@ -58,12 +51,7 @@ class HtabBuckets:
         bucket.remove(elem)
         if not bucket:
             del self.buckets[index]
-            lock = self.index_lock
-            lock.acquire()
-            try:
-                del self.nonempty[bisect.bisect_left(self.nonempty, index)]
-            finally:
-                lock.release()
+            self.nonempty[index] = 0
         if self.table.get(elem.key) is elem:
             del self.table[elem.key]
             if self.values is not None:
@@ -84,9 +72,8 @@ class HtabBuckets:
 
     def next_nonempty(self, start: int) -> int | None:
         """The first non-empty bucket at or after ``start``, or None."""
-        with self.index_lock:
-            at = bisect.bisect_left(self.nonempty, start)
-            return self.nonempty[at] if at < len(self.nonempty) else None
+        at = self.nonempty.find(1, start)
+        return at if at >= 0 else None
 
     def next_key(self, elem: Any | None, index: int) -> bytes | None:
         """The key after ``elem`` (in bucket ``index``; None: from the start of the
@@ -112,7 +99,7 @@ class HtabBuckets:
         if self.values is not None:
             self.values.clear()
         self.buckets.clear()
-        self.nonempty.clear()
+        self.nonempty[:] = bytes(len(self.nonempty))  # in place: the C core holds it
         return elems
 
     def problems(self, hash_of: Callable[[bytes], int]) -> list[str]:
@@ -129,6 +116,6 @@ class HtabBuckets:
         if self.values is not None and (self.values.keys() != self.table.keys() or any(
                 self.values[k] is not e.value for k, e in self.table.items())):
             problems.append("the value table disagrees with the element table")
-        if sorted(self.buckets) != self.nonempty:
+        if sorted(self.buckets) != [i for i, used in enumerate(self.nonempty) if used]:
             problems.append("the non-empty bucket index is out of date")
         return problems
