@@ -32,11 +32,19 @@
 #include "_cache_model.h"
 
 /* SpinLock (timing.py) with its fields in C, so that spin_lock and spin_unlock read and write
- * them without attribute look-ups; Timing.new_lock makes these when the C model runs. */
+ * them without attribute look-ups; Timing.new_lock makes these when the C model runs. Its
+ * history is an array here (a list of tuples in Python: one allocated per unlock, walked per
+ * contended lock, each a cache miss away), which ``held`` shows as the Python lock's list. */
+typedef struct {
+	double start, end;
+	int cpu;
+} Interval;
+
 typedef struct {
 	PyObject_HEAD
 	unsigned long long addr;
-	PyObject *held;  /* a list of (start, end, cpu), sorted */
+	Interval *held;  /* the intervals CPUs held it, sorted as (start, end, cpu) tuples */
+	Py_ssize_t nheld, cap;
 	double acquired_at;
 	double last_end;  /* the latest end of any interval */
 	int holder;
@@ -44,12 +52,77 @@ typedef struct {
 
 static PyMemberDef lock_members[] = {
 	{"addr", T_ULONGLONG, offsetof(Lock, addr), READONLY, "the lock's address (its line)"},
-	{"held", T_OBJECT_EX, offsetof(Lock, held), 0,
-	 "the intervals CPUs held it, (start, end, cpu), sorted"},
 	{"acquired_at", T_DOUBLE, offsetof(Lock, acquired_at), 0, "when its holder took it"},
 	{"holder", T_INT, offsetof(Lock, holder), 0, "the CPU holding it, -1 none"},
 	{"last_end", T_DOUBLE, offsetof(Lock, last_end), 0,
 	 "the latest end of any interval: a CPU asking later never waits"},
+	{NULL},
+};
+
+/* Room for ``n`` intervals: 0, or -1 with MemoryError */
+static int lock_reserve(Lock *lock, Py_ssize_t n)
+{
+	if (n <= lock->cap)
+		return 0;
+	Py_ssize_t cap = n < 8 ? 8 : n + n / 2;
+	Interval *held = PyMem_Realloc(lock->held, (size_t)cap * sizeof(Interval));
+	if (held == NULL) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	lock->held = held;
+	lock->cap = cap;
+	return 0;
+}
+
+static PyObject *lock_get_held(PyObject *op, void *closure)
+{
+	Lock *lock = (Lock *)op;
+	PyObject *list = PyList_New(lock->nheld);
+	for (Py_ssize_t i = 0; list != NULL && i < lock->nheld; i++) {
+		Interval *iv = &lock->held[i];
+		PyObject *item = Py_BuildValue("(ddi)", iv->start, iv->end, iv->cpu);
+		if (item == NULL)
+			Py_CLEAR(list);
+		else
+			PyList_SET_ITEM(list, i, item);
+	}
+	return list;
+}
+
+/* held = a list of (start, end, cpu), sorted */
+static int lock_set_held(PyObject *op, PyObject *value, void *closure)
+{
+	Lock *lock = (Lock *)op;
+	if (value == NULL || !PyList_Check(value)) {
+		PyErr_SetString(PyExc_TypeError, "a lock's history is a list of (start, end, cpu)");
+		return -1;
+	}
+	/* parsed whole before it replaces the history, which a bad interval leaves as it was */
+	Py_ssize_t n = PyList_GET_SIZE(value);
+	Interval *held = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(Interval));
+	if (held == NULL) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		Interval *iv = &held[i];
+		if (!PyArg_ParseTuple(PyList_GET_ITEM(value, i), "ddi;a lock interval is (start, "
+				      "end, cpu)", &iv->start, &iv->end, &iv->cpu)) {
+			PyMem_Free(held);
+			return -1;
+		}
+	}
+	PyMem_Free(lock->held);
+	lock->held = held;
+	lock->cap = n ? n : 1;
+	lock->nheld = n;
+	return 0;
+}
+
+static PyGetSetDef lock_getset[] = {
+	{"held", lock_get_held, lock_set_held,
+	 "the intervals CPUs held it, (start, end, cpu), sorted (a copy)", NULL},
 	{NULL},
 };
 
@@ -61,9 +134,9 @@ static int lock_init(PyObject *op, PyObject *args, PyObject *kwds)
 	double acquired_at = 0.0, last_end = 0.0;
 	int holder = -1;
 	if (!PyArg_ParseTupleAndKeywords(args, kwds, "KO!|did", kwlist, &lock->addr, &PyList_Type,
-					 &held, &acquired_at, &holder, &last_end))
+					 &held, &acquired_at, &holder, &last_end)
+	    || lock_set_held(op, held, NULL) < 0)
 		return -1;
-	Py_XSETREF(lock->held, Py_NewRef(held));
 	lock->acquired_at = acquired_at;
 	lock->holder = holder;
 	lock->last_end = last_end;
@@ -72,7 +145,7 @@ static int lock_init(PyObject *op, PyObject *args, PyObject *kwds)
 
 static void lock_dealloc(PyObject *op)
 {
-	Py_XDECREF(((Lock *)op)->held);
+	PyMem_Free(((Lock *)op)->held);
 	Py_TYPE(op)->tp_free(op);
 }
 
@@ -87,15 +160,14 @@ static PyTypeObject LockType = {
 	.tp_init = lock_init,
 	.tp_dealloc = lock_dealloc,
 	.tp_members = lock_members,
+	.tp_getset = lock_getset,
 };
 
 static Lock *as_lock(PyObject *obj)
 {
-	if (!Py_IS_TYPE(obj, &LockType) || ((Lock *)obj)->held == NULL
-	    || !PyList_Check(((Lock *)obj)->held)) {
-		PyErr_Format(PyExc_TypeError, "a lock of the C model is a %s with a list of "
-			     "intervals (Timing.new_lock), not %.100s", LockType.tp_name,
-			     Py_TYPE(obj)->tp_name);
+	if (!Py_IS_TYPE(obj, &LockType)) {
+		PyErr_Format(PyExc_TypeError, "a lock of the C model is a %s (Timing.new_lock), not "
+			     "%.100s", LockType.tp_name, Py_TYPE(obj)->tp_name);
 		return NULL;
 	}
 	return (Lock *)obj;
@@ -583,29 +655,13 @@ static PyObject *cm_access(PyObject *op, PyObject *const *args, Py_ssize_t nargs
 
 /* The time from which ``cpu`` holds ``lock`` when it asks at t: past every interval another
  * CPU held it at that time (Timing.spin_lock's loop; the intervals are sorted). */
-static int lock_free_at(Lock *lock, int cpu, double *t)
+static void lock_free_at(const Lock *lock, int cpu, double *t)
 {
-	PyObject *seq = Py_NewRef(lock->held);
-	int rc = 0;
-	for (Py_ssize_t i = 0; i < PyList_GET_SIZE(seq); i++) {
-		PyObject *iv = PyList_GET_ITEM(seq, i);
-		if (!PyTuple_Check(iv) || PyTuple_GET_SIZE(iv) != 3) {
-			PyErr_SetString(PyExc_TypeError, "a lock interval is (start, end, holder)");
-			rc = -1;
-			break;
-		}
-		double start = PyFloat_AsDouble(PyTuple_GET_ITEM(iv, 0));
-		double end = PyFloat_AsDouble(PyTuple_GET_ITEM(iv, 1));
-		long holder = PyLong_AsLong(PyTuple_GET_ITEM(iv, 2));
-		if (PyErr_Occurred()) {
-			rc = -1;
-			break;
-		}
-		if (start <= *t && *t < end && holder != cpu)
-			*t = end;
+	for (Py_ssize_t i = 0; i < lock->nheld; i++) {
+		const Interval *iv = &lock->held[i];
+		if (iv->start <= *t && *t < iv->end && iv->cpu != cpu)
+			*t = iv->end;
 	}
-	Py_DECREF(seq);
-	return rc;
 }
 
 PyObject *cm_spin_lock(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
@@ -624,8 +680,7 @@ PyObject *cm_spin_lock(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 		return NULL;
 	if (now < lock->last_end) {
 		double t = now;
-		if (lock_free_at(lock, cpu, &t) < 0)
-			return NULL;
+		lock_free_at(lock, cpu, &t);
 		if (t > now && account(m, cpu, s_lock_wait, t - now) < 0)  /* wait_until */
 			return NULL;
 	}
@@ -719,6 +774,16 @@ PyObject *cm_charge(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 }
 
 /* Timing.spin_unlock: the interval the lock was held joins its sorted history. */
+/* Whether interval a sorts before b, as the Python lock's (start, end, cpu) tuples */
+static int interval_less(const Interval *a, const Interval *b)
+{
+	if (a->start != b->start)
+		return a->start < b->start;
+	if (a->end != b->end)
+		return a->end < b->end;
+	return a->cpu < b->cpu;
+}
+
 PyObject *cm_spin_unlock(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
 	CacheModel *m = (CacheModel *)op;
@@ -730,62 +795,39 @@ PyObject *cm_spin_unlock(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 	Lock *lock = as_lock(args[1]);
 	if (lock == NULL || parse_cpu(m, args[0], &cpu) < 0)
 		return NULL;
-	PyObject *interval = NULL, *held = Py_NewRef(lock->held);
-	PyObject *end = Py_NewRef(PyList_GET_ITEM(m->clock, cpu)), *start = NULL;
-	PyObject *result = NULL;
-	start = lock->holder == cpu ? PyFloat_FromDouble(lock->acquired_at) : Py_NewRef(end);
-	if (start == NULL)
-		goto out;
-	interval = PyTuple_Pack(3, start, end, args[0]);
-	if (interval == NULL)
-		goto out;
+	double end = PyFloat_AsDouble(PyList_GET_ITEM(m->clock, cpu));
+	if (end == -1.0 && PyErr_Occurred())
+		return NULL;
+	Interval interval = {lock->holder == cpu ? lock->acquired_at : end, end, cpu};
+	if (lock_reserve(lock, lock->nheld + 1) < 0)
+		return NULL;
 	/* bisect.insort (insort_right); an interval starting at or after the last one is the
 	 * common case, appended */
-	Py_ssize_t len = PyList_GET_SIZE(held), lo = len;
-	if (len) {
-		PyObject *last_start = PySequence_GetItem(PyList_GET_ITEM(held, len - 1), 0);
-		if (last_start == NULL)
-			goto out;
-		int after = PyObject_RichCompareBool(start, last_start, Py_GE);
-		Py_DECREF(last_start);
-		if (after < 0)
-			goto out;
-		if (!after) {
-			Py_ssize_t hi = len;
-			lo = 0;
-			while (lo < hi) {
-				Py_ssize_t mid = (lo + hi) / 2;
-				int less = PyObject_RichCompareBool(interval, PyList_GET_ITEM(held, mid),
-								    Py_LT);
-				if (less < 0)
-					goto out;
-				if (less)
-					hi = mid;
-				else
-					lo = mid + 1;
-			}
+	Py_ssize_t len = lock->nheld, lo = len;
+	if (len && interval.start < lock->held[len - 1].start) {
+		Py_ssize_t hi = len;
+		lo = 0;
+		while (lo < hi) {
+			Py_ssize_t mid = (lo + hi) / 2;
+			if (interval_less(&interval, &lock->held[mid]))
+				hi = mid;
+			else
+				lo = mid + 1;
 		}
+		memmove(&lock->held[lo + 1], &lock->held[lo], (size_t)(len - lo) * sizeof(Interval));
 	}
-	if (PyList_Insert(held, lo, interval) < 0)
-		goto out;
+	lock->held[lo] = interval;
+	lock->nheld = len + 1;
 	lock->holder = -1;
-	double end_ns = PyFloat_AsDouble(end);
-	if (end_ns == -1.0 && PyErr_Occurred())
-		goto out;
-	if (end_ns > lock->last_end)
-		lock->last_end = end_ns;
+	if (end > lock->last_end)
+		lock->last_end = end;
 	/* a CPU further behind than the latest half does not wait: del held[:-history // 2] */
-	len = PyList_GET_SIZE(held);
-	if (len > m->lock_history
-	    && PyList_SetSlice(held, 0, len - (m->lock_history + 1) / 2, NULL) < 0)
-		goto out;
-	result = Py_NewRef(Py_None);
-out:
-	Py_XDECREF(interval);
-	Py_XDECREF(held);
-	Py_XDECREF(start);
-	Py_DECREF(end);
-	return result;
+	if (lock->nheld > m->lock_history) {
+		Py_ssize_t keep = (m->lock_history + 1) / 2;
+		memmove(lock->held, &lock->held[lock->nheld - keep], (size_t)keep * sizeof(Interval));
+		lock->nheld = keep;
+	}
+	Py_RETURN_NONE;
 }
 
 /* Timing.locked_access: spin_lock, access, spin_unlock (a list push or pop under its lock),

@@ -544,3 +544,21 @@ def test_the_c_model_has_its_own_locks_with_the_same_fields():
     assert fields(lock) == fields(ref) == (address(0, 1, 0), [], 0.0, -1, 0.0)
     with pytest.raises(TypeError):
         native.spin_lock(0, ref)
+
+
+def test_the_c_locks_history_reads_and_writes_as_the_python_locks_list():
+    """The C lock keeps its history as an array: ``held`` gives it as the Python lock's list
+    of (start, end, cpu), takes such a list, and refuses anything else without changing."""
+    native, _ = machines([0, 0])
+    lock = native.new_lock(address(0, 1, 0))
+    lock.held = [(1.0, 2.5, 0), (2.5, 4.0, 1)]
+    assert lock.held == [(1.0, 2.5, 0), (2.5, 4.0, 1)]
+    native.clock[1] = 5.0
+    native.spin_unlock(1, lock)  # not taken by CPU 1: the interval starts at the release
+    assert lock.held == [(1.0, 2.5, 0), (2.5, 4.0, 1), (5.0, 5.0, 1)] and lock.last_end == 5.0
+    for bad in ([(1.0, 2.0)], [(0.0, 1.0, 0), ("a", 2.0, 0)], ((1.0, 2.0, 0),)):
+        with pytest.raises(TypeError):
+            lock.held = bad
+    with pytest.raises(TypeError):
+        del lock.held
+    assert lock.held == [(1.0, 2.5, 0), (2.5, 4.0, 1), (5.0, 5.0, 1)]
