@@ -64,7 +64,7 @@ typedef struct {
 	PyObject *count_addr;   /* and its line where it is an atomic_t (else NULL) */
 } HtabCore;
 
-static PyObject *s_cpu, *s_hash, *s_key, *s_value, *s_addr, *s_node, *s_pops, *s_pushes,
+static PyObject *s_cpu, *s_hash, *s_key, *s_value, *s_addr, *s_node,
 	*s_update_event, *s_delete_event, *s_jhash_byte, *s_bucket_lock,
 	*s_check_flags, *s_alloc_htab_elem, *s_new_elem_on_home,
 	*s_retire_replaced, *s_release_elem, *s_key_not_found, *s_lookup_event,
@@ -190,6 +190,20 @@ static int bind_elem_type(void)
 	elem_type = (PyTypeObject *)type;
 	head_type = (PyTypeObject *)head;
 	return 0;
+}
+
+/* PcpuFreelist's counters, at their slots: bound by the first preallocated map's core */
+static SlotField freelist_pops, freelist_pushes;
+
+static int bind_freelist_type(void)
+{
+	if (freelist_pushes.type != NULL)
+		return 0;
+	PyObject *type = node_class("pybpf.emulated.maps.percpu_freelist", "PcpuFreelist");
+	int rc = type == NULL || slot_field_bind(&freelist_pops, type, "pops") < 0
+		|| slot_field_bind(&freelist_pushes, type, "pushes") < 0 ? -1 : 0;
+	Py_XDECREF(type);
+	return rc;
 }
 
 /* Whether ``field`` of ``elem`` is at its offset */
@@ -370,7 +384,7 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 		goto out;
 	rc = -1;
 	if (c->prealloc && !c->lru) {
-		if ((c->freelist = attr(bpf_map, "freelist")) == NULL
+		if (bind_freelist_type() < 0 || (c->freelist = attr(bpf_map, "freelist")) == NULL
 		    || (c->free_lists = attr(c->freelist, "lists")) == NULL
 		    || (c->free_locks = attr(c->freelist, "tlocks")) == NULL)
 			goto out;
@@ -741,7 +755,7 @@ static PyObject *freelist_pop(HtabCore *c, PyObject *cpu_obj, int cpu)
 	PyObject *elem = Py_NewRef(PyList_GET_ITEM(list, n - 1)), *addr = NULL;
 	if (PyList_SetSlice(list, n - 1, n, NULL) < 0)
 		goto fail;
-	if (attr_increment(c->freelist, s_pops) < 0)
+	if (slot_field_increment(&freelist_pops, c->freelist) < 0)
 		goto fail;
 	if (c->model == NULL)
 		return elem;
@@ -765,7 +779,7 @@ static int freelist_push(HtabCore *c, PyObject *elem, PyObject *cpu_obj, int cpu
 {
 	PyObject *addr;
 	if (PyList_Append(PyList_GET_ITEM(c->free_lists, cpu), elem) < 0
-	    || attr_increment(c->freelist, s_pushes) < 0)
+	    || slot_field_increment(&freelist_pushes, c->freelist) < 0)
 		return -1;
 	if (c->model == NULL)
 		return 0;
@@ -1697,8 +1711,7 @@ int htab_core_ready(void)
 {
 	if (intern(&s_cpu, "cpu") < 0 || intern(&s_hash, "hash") < 0 || intern(&s_key, "key") < 0
 	    || intern(&s_value, "value") < 0 || intern(&s_addr, "addr") < 0
-	    || intern(&s_node, "node") < 0 || intern(&s_pops, "pops") < 0
-	    || intern(&s_pushes, "pushes") < 0
+	    || intern(&s_node, "node") < 0
 	    || intern(&s_update_event, "htab_map_update_elem") < 0
 	    || intern(&s_delete_event, "htab_map_delete_elem") < 0
 	    || intern(&s_jhash_byte, "jhash_byte") < 0

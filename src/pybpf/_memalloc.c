@@ -9,27 +9,52 @@
  */
 #include "_cache_model.h"
 
-static PyObject *s_free, *s_lock, *s_caches, *s_counters, *s_count_lock, *s_low, *s_high,
-	*s_alloc_calls, *s_alloc_failures, *s_free_calls, *s_cache_hits, *s_refill, *s_trim,
-	*s_design, *s_mem_cache_event, *s_addr, *s_one;
+static PyObject *s_caches, *s_counters, *s_count_lock, *s_low, *s_high, *s_cache_hits,
+	*s_refill, *s_trim, *s_design, *s_mem_cache_event, *s_one;
 
 int mem_alloc_ready(void)
 {
-	if (intern(&s_free, "free") < 0 || intern(&s_lock, "lock") < 0
-	    || intern(&s_caches, "caches") < 0 || intern(&s_counters, "counters") < 0
+	if (intern(&s_caches, "caches") < 0 || intern(&s_counters, "counters") < 0
 	    || intern(&s_count_lock, "_count_lock") < 0 || intern(&s_low, "low") < 0
-	    || intern(&s_high, "high") < 0 || intern(&s_alloc_calls, "alloc_calls") < 0
-	    || intern(&s_alloc_failures, "alloc_failures") < 0
-	    || intern(&s_free_calls, "free_calls") < 0 || intern(&s_cache_hits, "cache_hits") < 0
+	    || intern(&s_high, "high") < 0 || intern(&s_cache_hits, "cache_hits") < 0
 	    || intern(&s_refill, "refill") < 0 || intern(&s_trim, "trim") < 0
 	    || intern(&s_design, "design") < 0
-	    || intern(&s_mem_cache_event, "bpf_mem_cache") < 0 || intern(&s_addr, "addr") < 0)
+	    || intern(&s_mem_cache_event, "bpf_mem_cache") < 0)
 		return -1;
 	return (s_one = PyLong_FromLong(1)) == NULL ? -1 : 0;
 }
 
+/* The fields unit_alloc and unit_free read and count on every call, at their slots: a
+ * cache's free list and lock, the counters' calls and failures; bound by the first map of this
+ * allocator's design */
+enum { CACHE_FREE_F, CACHE_LOCK_F, ALLOC_CALLS_F, ALLOC_FAILURES_F, FREE_CALLS_F,
+       MEM_ALLOC_FIELDS };
+static SlotField fields[MEM_ALLOC_FIELDS];
+
+static int bind_fields(void)
+{
+	static const struct { const char *class, *name; } of[MEM_ALLOC_FIELDS] = {
+		[CACHE_FREE_F] = {"_Cache", "free"}, [CACHE_LOCK_F] = {"_Cache", "lock"},
+		[ALLOC_CALLS_F] = {"_Counters", "alloc_calls"},
+		[ALLOC_FAILURES_F] = {"_Counters", "alloc_failures"},
+		[FREE_CALLS_F] = {"_Counters", "free_calls"},
+	};
+	if (fields[MEM_ALLOC_FIELDS - 1].type != NULL)
+		return 0;
+	for (int f = 0; f < MEM_ALLOC_FIELDS; f++) {
+		PyObject *type = node_class("pybpf.emulated.machine.memalloc", of[f].class);
+		int rc = type == NULL ? -1 : slot_field_bind(&fields[f], type, of[f].name);
+		Py_XDECREF(type);
+		if (rc < 0)
+			return -1;
+	}
+	return 0;
+}
+
 int mem_alloc_bind(MemAlloc *a, PyObject *ma)
 {
+	if (bind_fields() < 0)
+		return -1;
 	PyObject *design = PyObject_GetAttr(ma, s_design), *low = NULL, *high = NULL;
 	int rc = -1;
 	if (design == NULL)
@@ -85,8 +110,8 @@ static int cpu_cache(MemAlloc *a, int cpu, PyObject **cache, PyObject **free, Py
 		return -1;
 	}
 	*cache = Py_NewRef(PyList_GET_ITEM(a->caches, cpu));
-	if ((*free = PyObject_GetAttr(*cache, s_free)) == NULL
-	    || (*lock = PyObject_GetAttr(*cache, s_lock)) == NULL)
+	if ((*free = slot_field_get(&fields[CACHE_FREE_F], *cache)) == NULL
+	    || (*lock = slot_field_get(&fields[CACHE_LOCK_F], *cache)) == NULL)
 		return -1;
 	if (!PyList_CheckExact(*free)) {
 		PyErr_SetString(PyExc_TypeError, "a bpf_mem_cache's free list is a list");
@@ -95,13 +120,16 @@ static int cpu_cache(MemAlloc *a, int cpu, PyObject **cache, PyObject **free, Py
 	return 0;
 }
 
-/* Under the allocator's count lock, obj.name += 1 (and, if other_name, other.other_name) */
-static int count(MemAlloc *a, PyObject *name, PyObject *other, PyObject *other_name)
+/* Under the allocator's count lock, the counter ``field`` += 1, and with ``hits`` the
+ * allocator's cache_hits (else, if ``failures``, the counters' alloc_failures) */
+static int count(MemAlloc *a, int field, int hits, int failures)
 {
 	if (host_lock_acquire(a->count_lock) < 0)
 		return -1;
-	int rc = attr_increment(a->counters, name) < 0
-		|| (other != NULL && attr_increment(other, other_name) < 0) ? -1 : 0;
+	int rc = slot_field_increment(&fields[field], a->counters) < 0
+		|| (hits && attr_increment(a->ma, s_cache_hits) < 0)
+		|| (failures && slot_field_increment(&fields[ALLOC_FAILURES_F], a->counters) < 0)
+		? -1 : 0;
 	return lock_release(a->count_lock, rc);
 }
 
@@ -117,8 +145,7 @@ PyObject *unit_alloc(MemAlloc *a, PyObject *model, PyObject *cpu_obj, int cpu)
 	left = PyList_GET_SIZE(free);
 	if (lock_release(lock, rc) < 0
 	    || charge_n(model, cpu_obj, s_mem_cache_event, s_one) < 0
-	    || count(a, s_alloc_calls, obj == Py_None ? a->counters : a->ma,
-		     obj == Py_None ? s_alloc_failures : s_cache_hits) < 0
+	    || count(a, ALLOC_CALLS_F, obj != Py_None, obj == Py_None) < 0
 	    || (obj != Py_None && write_line(model, obj, cpu) < 0))  /* llist_del_first */
 		goto out;
 	if (left < a->low) {
@@ -140,7 +167,7 @@ int unit_free(MemAlloc *a, PyObject *model, PyObject *obj, PyObject *cpu_obj, in
 {
 	PyObject *cache = NULL, *free = NULL, *lock = NULL;
 	int rc = -1, over;
-	if (count(a, s_free_calls, NULL, NULL) < 0 || cpu_cache(a, cpu, &cache, &free, &lock) < 0
+	if (count(a, FREE_CALLS_F, 0, 0) < 0 || cpu_cache(a, cpu, &cache, &free, &lock) < 0
 	    || host_lock_acquire(lock) < 0)
 		goto out;
 	int appended = PyList_Append(free, obj);

@@ -92,6 +92,11 @@ class _Cache:
 
 
 class _Counters:
+    # slots: the C allocator (pybpf._cache_model) counts at their offsets
+    __slots__ = ("allocated", "freed", "reused", "call_rcu", "alloc_calls", "free_calls",
+                 "alloc_failures", "held_by_rcu_bytes", "max_held_by_rcu_bytes",
+                 "kmalloc_while_held", "_held_samples")
+
     def __init__(self) -> None:
         self.allocated = 0      # new objects created
         self.freed = 0          # objects given back for good
@@ -106,7 +111,7 @@ class _Counters:
         self._held_samples: list[tuple[float, int]] = []
 
     def as_dict(self) -> dict[str, int]:
-        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+        return {k: getattr(self, k) for k in self.__slots__ if not k.startswith("_")}
 
     def hold(self, nbytes: int, at: float, every: float) -> None:
         """Freed memory handed to (positive) or released by (negative) an RCU callback at

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 
 class PcpuFreelist:
+    # slots: the C hash map core (pybpf._cache_model) counts pops and pushes at their offsets
+    __slots__ = ("ncpus", "current_cpu", "timing", "tlocks", "lists", "unmade", "factory",
+                 "unmade_locks", "pops", "pushes", "steals", "empty_pops")
+
     def __init__(self, ncpus: int, current_cpu: Callable[[], int],
                  timing: Timing | None = None) -> None:
         self.ncpus = ncpus
