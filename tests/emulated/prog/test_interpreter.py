@@ -309,10 +309,24 @@ def stack_insn(draw) -> Instruction:
 
 
 @st.composite
+def stack_pointer_insn(draw) -> Instruction:
+    """R10 copied to a register, or a constant added to or taken from one (a stack address,
+    near the frame or far from it: the JIT writes a small offset from R10 without a mask)."""
+    dst = draw(reg_names)
+    kind = draw(st.sampled_from(["mov", "add", "sub", "add32"]))
+    if kind == "mov":
+        return b.mov64(dst, FP)
+    imm = draw(st.one_of(st.integers(-600, 600), imm32))
+    return {"add": b.add64, "sub": b.sub64, "add32": b.add32}[kind](dst, imm)
+
+
+@st.composite
 def branchy_programs(draw) -> list:
-    """Straight-line ALU and stack code with forward conditional jumps over parts of it."""
+    """Straight-line ALU, stack and stack-address code with forward conditional jumps over
+    parts of it."""
     items: list = [b.lddw(reg, draw(value64)) for reg in WORK_REGS]
-    body = draw(st.lists(st.one_of(alu_instruction(regs), stack_insn()), min_size=1, max_size=40))
+    body = draw(st.lists(st.one_of(alu_instruction(regs), stack_insn(), stack_pointer_insn()),
+                         min_size=1, max_size=40))
     jumps = draw(st.lists(st.tuples(st.integers(0, len(body) - 1), st.integers(1, 6),
                                     st.sampled_from(JMP_CODES), regs, regs, imm32),
                           max_size=6))
@@ -335,6 +349,30 @@ def branchy_programs(draw) -> list:
         items.append(b.xor64(R0, reg))
     items.append(b.exit_())
     return items
+
+
+@pytest.mark.parametrize("between", [
+    [b.ldx(8, R1, FP, -8)], [b.lddw(R1, 1 << 40)], [b.neg64(R1)], [b.add32(R1, 0)],
+    [b.le(R1, 32)], [b.mov64(R1, 7)], [b.call("get_prandom_u32"), b.mov64(R1, R0)],
+    [b.mov64(R2, 3), b.atomic_xchg64(FP, -8, R1)], [b.jeq(R2, 1, "next"), b.label("next")],
+    [b.add64(R1, 1 << 20)], [], [b.sub64(R1, -4)]], ids=lambda items: ",".join(
+        type(i).__name__ if not hasattr(i, "opcode") else OPCODES[i.opcode].name for i in items))
+def test_the_jit_forgets_a_stack_address_once_its_register_changes(between):
+    """``mov r1, r10; <between>; add r1, -4``: the JIT writes the add as ``r10 - 4`` only
+    where R1 surely still holds R10 plus a small constant; whatever else writes R1 (a load, a
+    call's clobber, an atomic fetch, a 32-bit op, a far offset), or a jump target between,
+    makes it the masked add: every engine gives the same R0."""
+    r0_of(b.st(8, FP, -8, 5), b.mov64(R1, FP), b.mov64(R2, 1), *between, b.add64(R1, -4),
+          b.mov64(R0, R1))
+
+
+@pytest.mark.parametrize("taken", [0, 1])
+def test_the_jit_forgets_a_stack_address_at_a_jump_target(taken):
+    """R1 holds R10 on the fall-through path only: at the jump's target the add is the masked
+    one, whichever way control came."""
+    assert r0_of(b.mov64(R1, 100), b.mov64(R2, taken), b.jeq(R2, 1, "target"),
+                 b.mov64(R1, FP), b.label("target"), b.add64(R1, -4), b.mov64(R0, R1)) \
+        == (96 if taken else r0_of(b.mov64(R0, FP), b.add64(R0, -4)))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

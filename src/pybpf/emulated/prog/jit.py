@@ -71,6 +71,7 @@ _JMP_JIT = {
 _JMP_SIGNED = {JmpOp.JSGT: ">", JmpOp.JSGE: ">=", JmpOp.JSLT: "<", JmpOp.JSLE: "<="}
 
 _MAX_NESTING = 40  # forward jumps nest as if/else up to this depth, then use ``continue``
+_FP_RANGE = 1 << 16  # the offsets from R10 the JIT writes without a mask
 JIT_MAX_SLOTS = 100_000  # bigger programs run on the reference interpreter (compile ~3 s)
 
 
@@ -84,6 +85,11 @@ class _FunctionWriter:
         self.end = end
         self.bound = bound or {}
         self.map_in_r1: int | None = None  # region of the map R1 surely points to, if any
+        # register -> its offset from R10, for registers that surely hold R10 plus a small
+        # constant in straight-line code (``mov rX, r10; add rX, -4``, a stack address):
+        # the JIT writes such an add as ``rX = r10 - 4``, one small int operation where a
+        # 64-bit add with its mask is two on a 65-bit int
+        self.fp_offset: dict[int, int] = {}
         self.lines: list[str] = []
         targets: set[int] = {start}
         block_starts: set[int] = {start}
@@ -143,12 +149,14 @@ class _FunctionWriter:
             insn = self.exe.slots[pc]
             if pc in self.block_starts or pc == region:
                 self.map_in_r1 = None
+                self.fp_offset.clear()
                 count = self._block_length(pc, end)
                 self.emit(depth, f"n += {count}")
                 if pc == region and region in self.back_targets:
                     self.emit(depth, f"if n > limit: rs.count = n; raise rs.over_budget({pc})")
             depth = self.write_insn(pc, insn, depth, region, loops)
             self.map_in_r1 = self.exe.map_in_r1_after(pc, self.map_in_r1)
+            self.track_fp_offset(insn)
             if depth < 0:  # control does not reach the next instruction
                 return
             pc += insn.slots
@@ -200,6 +208,10 @@ class _FunctionWriter:
         imm = insn.imm
         bits = 64 if info.is64 else 32
         if kind is Kind.ALU:
+            stack_address = self.stack_address(insn, info)
+            if stack_address is not None:
+                emit(depth, f"{d} = {stack_address}")
+                return depth
             s = src if info.source is Source.X else str(imm & (M64 if bits == 64 else M32))
             emit(depth, f"{d} = {_alu_expr(info.op, insn.off, d, s, bits)}")
         elif kind is Kind.NEG:
@@ -289,6 +301,52 @@ class _FunctionWriter:
         else:  # pragma: no cover
             raise ValueError(f"insn {pc}: the JIT cannot translate {info.name}")
         return depth
+
+    def stack_offset_after(self, insn: Instruction, info) -> int | None:
+        """The offset from R10 the destination of the 64-bit ALU ``insn`` surely holds after
+        it (``mov dst, r10``; adding or subtracting a constant to a register that holds one),
+        where it stays small; else None."""
+        if not info.is64 or insn.off:
+            return None
+        if info.op is AluOp.MOV and info.source is Source.X and insn.src == 10:
+            return 0
+        before = self.fp_offset.get(insn.dst)
+        if before is None or info.source is not Source.K or info.op not in (AluOp.ADD,
+                                                                          AluOp.SUB):
+            return None
+        after = before + (insn.imm if info.op is AluOp.ADD else -insn.imm)
+        # R10 is (frame << 32) | 512 with frame >= 1: no wrap within this range
+        return after if -_FP_RANGE <= after <= _FP_RANGE else None
+
+    def stack_address(self, insn: Instruction, info) -> str | None:
+        """``r10`` or ``r10 +/- k`` for an ALU instruction that leaves its destination a
+        small offset from R10, else None."""
+        after = self.stack_offset_after(insn, info)
+        if after is None:
+            return None
+        return "r10" if after == 0 else f"r10 + {after}" if after > 0 else f"r10 - {-after}"
+
+    def track_fp_offset(self, insn: Instruction) -> None:
+        """``fp_offset`` after ``insn``: what it may write is forgotten (a helper call, LD_ABS
+        and LD_IND clobber R0-R5, an atomic fetch its source and R0), then an ALU instruction
+        that leaves its destination near R10 records it."""
+        info = OPCODES[insn.opcode]
+        kind = info.kind
+        offsets = self.fp_offset
+        if kind is Kind.ALU:
+            after = self.stack_offset_after(insn, info)
+            if after is None:
+                offsets.pop(insn.dst, None)
+            else:
+                offsets[insn.dst] = after
+        elif kind in (Kind.NEG, Kind.END, Kind.LDX, Kind.LDX_SX, Kind.LD_IMM64):
+            offsets.pop(insn.dst, None)
+        elif kind in (Kind.CALL, Kind.LD_ABS, Kind.LD_IND):
+            for reg in range(6):
+                offsets.pop(reg, None)
+        elif kind is Kind.ATOMIC:
+            offsets.pop(insn.src, None)
+            offsets.pop(0, None)
 
     def write_atomic_rmw(self, pc: int, insn: Instruction, size: int, depth: int) -> None:
         """add/or/and/xor (with or without fetch) and xchg, inline: one hardware atomic (under
