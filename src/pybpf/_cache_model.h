@@ -91,6 +91,12 @@ PyObject *slot_field_get(const SlotField *f, PyObject *obj);
 int slot_field_set(const SlotField *f, PyObject *obj, PyObject *value);
 /* obj.<field> += 1: 0, or -1 */
 int slot_field_increment(const SlotField *f, PyObject *obj);
+/* The instance dict of ``obj`` (a new reference) where its attribute ``name`` lives there, no
+ * descriptor of its class standing in front of it; else NULL with a TypeError. A counter kept
+ * as a plain attribute is then read and written in that dict, not by attribute. */
+PyObject *attr_dict(PyObject *obj, PyObject *name);
+/* dict[name] += 1: 0, or -1 */
+int dict_item_increment(PyObject *dict, PyObject *name);
 /* obj.name(): 0, or -1 with an exception */
 int call_method(PyObject *obj, PyObject *name);
 /* obj.name += 1 */
@@ -134,6 +140,7 @@ PyObject *value_pointer(PyObject *rs, PyObject *value);
 /* _memalloc.c: a BpfMemAlloc's unit_alloc and unit_free in C */
 typedef struct {
 	PyObject *ma;          /* the BpfMemAlloc, or NULL: another design, all Python */
+	PyObject *ma_dict;     /* its instance dict, where its cache_hits is */
 	PyObject *caches;      /* its bpf_mem_cache per CPU */
 	PyObject *counters;    /* its _Counters */
 	PyObject *count_lock;  /* which guards them and its cache hits */

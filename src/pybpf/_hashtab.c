@@ -60,6 +60,7 @@ typedef struct {
 	Lru lru_lists;          /* an LRU map's lists, where they run in C */
 	char special_fields;    /* the map's special_fields is not empty: the Python ops do */
 	PyObject *count_lock;   /* with ma: the lock of the map's element count, */
+	PyObject *map_dict;     /* the map's instance dict, where that count is, */
 	PyObject *max_entries;  /* its limit, */
 	PyObject *count_addr;   /* and its line where it is an atomic_t (else NULL) */
 } HtabCore;
@@ -260,6 +261,7 @@ static int bind_mem_alloc(HtabCore *c, PyObject *bpf_map)
 	if (rc > 0) {
 		int atomic_count = -1;
 		rc = (c->count_lock = attr(bpf_map, "count_lock")) == NULL
+			|| (c->map_dict = attr_dict(bpf_map, s_count)) == NULL
 			|| (c->max_entries = attr(bpf_map, "max_entries")) == NULL
 			|| (percpu_counter = attr(bpf_map, "use_percpu_counter")) == NULL
 			|| (atomic_count = !PyObject_IsTrue(percpu_counter)) < 0
@@ -442,6 +444,7 @@ static int htab_core_traverse(PyObject *op, visitproc visit, void *arg)
 	Py_VISIT(c->zeros);
 	Py_VISIT(c->lru_list);
 	Py_VISIT(c->count_lock);
+	Py_VISIT(c->map_dict);
 	Py_VISIT(c->max_entries);
 	Py_VISIT(c->count_addr);
 	Py_VISIT(c->lru_lists.lru);
@@ -478,6 +481,7 @@ static int htab_core_clear(PyObject *op)
 	Py_CLEAR(c->zeros);
 	Py_CLEAR(c->lru_list);
 	Py_CLEAR(c->count_lock);
+	Py_CLEAR(c->map_dict);
 	Py_CLEAR(c->max_entries);
 	Py_CLEAR(c->count_addr);
 	mem_alloc_clear(&c->ma);
@@ -520,6 +524,36 @@ int lock_release(PyObject *lock, int rc)
 		PyErr_Restore(type, exc, tb);
 		rc = -1;
 	}
+	return rc;
+}
+
+PyObject *attr_dict(PyObject *obj, PyObject *name)
+{
+	PyObject *dict = PyObject_GenericGetDict(obj, NULL);
+	if (dict == NULL)
+		return NULL;
+	PyObject *held = PyDict_GetItemWithError(dict, name);
+	if (held == NULL || _PyType_Lookup(Py_TYPE(obj), name) != NULL) {
+		if (!PyErr_Occurred())
+			PyErr_Format(PyExc_TypeError, "%.100s.%U is not a plain instance attribute",
+				     Py_TYPE(obj)->tp_name, name);
+		Py_DECREF(dict);
+		return NULL;
+	}
+	return dict;
+}
+
+int dict_item_increment(PyObject *dict, PyObject *name)
+{
+	PyObject *old = PyDict_GetItemWithError(dict, name);
+	if (old == NULL) {
+		if (!PyErr_Occurred())
+			PyErr_SetObject(PyExc_KeyError, name);
+		return -1;
+	}
+	PyObject *sum = PyNumber_Add(old, s_one);
+	int rc = sum == NULL ? -1 : PyDict_SetItem(dict, name, sum);
+	Py_XDECREF(sum);
 	return rc;
 }
 
@@ -851,12 +885,14 @@ static int count_elems(HtabCore *c, int delta, PyObject *old)
 {
 	if (host_lock_acquire(c->count_lock) < 0)
 		return -1;
-	PyObject *n = PyObject_GetAttr(c->map, s_count), *next = NULL;
+	PyObject *n = Py_XNewRef(PyDict_GetItemWithError(c->map_dict, s_count)), *next = NULL;
+	if (n == NULL && !PyErr_Occurred())
+		PyErr_SetString(PyExc_AttributeError, "the map has no element count");
 	int full = n == NULL ? -1 : delta < 0 || old != NULL ? 0
 		: PyObject_RichCompareBool(n, c->max_entries, Py_GE);
 	int rc = full < 0 ? -1 : full ? 0
 		: (next = delta < 0 ? PyNumber_Subtract(n, s_one) : PyNumber_Add(n, s_one)) == NULL
-		|| PyObject_SetAttr(c->map, s_count, next) < 0 ? -1 : 0;
+		|| PyDict_SetItem(c->map_dict, s_count, next) < 0 ? -1 : 0;
 	Py_XDECREF(n);
 	Py_XDECREF(next);
 	return lock_release(c->count_lock, rc) < 0 ? -1 : full;

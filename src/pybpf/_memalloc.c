@@ -64,6 +64,7 @@ int mem_alloc_bind(MemAlloc *a, PyObject *ma)
 		return 0;
 	}
 	if ((a->caches = PyObject_GetAttr(ma, s_caches)) == NULL
+	    || (a->ma_dict = attr_dict(ma, s_cache_hits)) == NULL
 	    || (a->counters = PyObject_GetAttr(ma, s_counters)) == NULL
 	    || (a->count_lock = PyObject_GetAttr(ma, s_count_lock)) == NULL
 	    || (low = PyObject_GetAttr(ma, s_low)) == NULL
@@ -88,6 +89,7 @@ out:
 int mem_alloc_traverse(MemAlloc *a, visitproc visit, void *arg)
 {
 	Py_VISIT(a->ma);
+	Py_VISIT(a->ma_dict);
 	Py_VISIT(a->caches);
 	Py_VISIT(a->counters);
 	Py_VISIT(a->count_lock);
@@ -97,6 +99,7 @@ int mem_alloc_traverse(MemAlloc *a, visitproc visit, void *arg)
 void mem_alloc_clear(MemAlloc *a)
 {
 	Py_CLEAR(a->ma);
+	Py_CLEAR(a->ma_dict);
 	Py_CLEAR(a->caches);
 	Py_CLEAR(a->counters);
 	Py_CLEAR(a->count_lock);
@@ -127,7 +130,7 @@ static int count(MemAlloc *a, int field, int hits, int failures)
 	if (host_lock_acquire(a->count_lock) < 0)
 		return -1;
 	int rc = slot_field_increment(&fields[field], a->counters) < 0
-		|| (hits && attr_increment(a->ma, s_cache_hits) < 0)
+		|| (hits && dict_item_increment(a->ma_dict, s_cache_hits) < 0)
 		|| (failures && slot_field_increment(&fields[ALLOC_FAILURES_F], a->counters) < 0)
 		? -1 : 0;
 	return lock_release(a->count_lock, rc);
