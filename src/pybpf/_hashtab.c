@@ -1519,21 +1519,40 @@ static PyObject *htab_core_lookup(PyObject *op, PyObject *key)
 /* The ``size`` bytes at ``ptr`` when they lie in plain memory of the run (a bytearray
  * region, the stack mostly; a memoryview, the native tier's frames), else NULL without an
  * exception (the Python helper then reads them, or says why it cannot) */
+/* The int of a region number, the last one kept (a run's stack is the same region, and so is
+ * every run's, which begins at DYNAMIC_REGION_BASE): a new reference, or NULL */
+static PyObject *region_index(uint64_t region)
+{
+	static uint64_t last = UINT64_MAX;
+	static PyObject *last_index;
+	if (region != last || last_index == NULL) {
+		PyObject *index = PyLong_FromUnsignedLongLong(region);
+		if (index == NULL)
+			return NULL;
+		Py_XSETREF(last_index, index);
+		last = region;
+	}
+	return Py_NewRef(last_index);
+}
+
 PyObject *plain_bytes(PyObject *mem, uint64_t ptr, Py_ssize_t size)
 {
-	PyObject *index = PyLong_FromUnsignedLongLong(ptr >> 32), *bytes = NULL;
+	PyObject *index = region_index(ptr >> 32), *bytes = NULL;
 	if (index == NULL)
 		return NULL;
 	PyObject *region = PyDict_GetItemWithError(mem, index);
 	Py_DECREF(index);
-	if (region == NULL || !(PyByteArray_CheckExact(region) || PyMemoryView_Check(region)))
+	Py_ssize_t off = (Py_ssize_t)(ptr & 0xffffffffu);
+	if (region != NULL && PyByteArray_CheckExact(region))  /* the stack, mostly */
+		return off + size <= PyByteArray_GET_SIZE(region)
+			? PyBytes_FromStringAndSize(PyByteArray_AS_STRING(region) + off, size) : NULL;
+	if (region == NULL || !PyMemoryView_Check(region))
 		return NULL;
 	Py_buffer view;
 	if (PyObject_GetBuffer(region, &view, PyBUF_SIMPLE) < 0) {  /* released, strided */
 		PyErr_Clear();
 		return NULL;
 	}
-	Py_ssize_t off = (Py_ssize_t)(ptr & 0xffffffffu);
 	if (off + size <= view.len)
 		bytes = PyBytes_FromStringAndSize((const char *)view.buf + off, size);
 	PyBuffer_Release(&view);
