@@ -28,7 +28,8 @@ from pybpf.bench.map_perf.kernel_run import kernel_trigger
 from pybpf.bench.map_perf.progs import BUILDERS, build_program
 from pybpf.bench.map_perf.results import plot
 from pybpf.bench.map_perf.testbed import Setup, lru_lookup_keys, sockaddr_in6
-from pybpf.emulated.prog.core import ENGINES, native_missing
+from pybpf.emulated.prog.core import ENGINES
+from pybpf.emulated.prog.native import native_missing
 from pybpf.testing import KERNEL_SKIP_REASON, kernel_available
 from pybpf.uapi import MapFlags, MapType
 

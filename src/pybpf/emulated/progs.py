@@ -169,19 +169,37 @@ class _Tracepoint:
 class ProgramsMixin:
     """BPF_PROG_* commands of the emulated system (see the module docstring)."""
 
-    bpf_engine = "jit"  # "jit" or "interp" (the reference interpreter)
-    insn_budget = DEFAULT_BUDGET  # instructions one run may execute
-
+    _bpf_engine = "jit"
+    _insn_budget = DEFAULT_BUDGET
     _run_env: RunEnv | None = None
 
     @property
+    def bpf_engine(self) -> str:
+        """What runs the programs: "jit", "native" or "interp" (the reference interpreter)."""
+        return self._bpf_engine
+
+    @bpf_engine.setter
+    def bpf_engine(self, engine: str) -> None:
+        self._bpf_engine = engine
+        self._run_env = None
+
+    @property
+    def insn_budget(self) -> int:
+        """The instructions one run may execute."""
+        return self._insn_budget
+
+    @insn_budget.setter
+    def insn_budget(self, budget: int) -> None:
+        self._insn_budget = budget
+        self._run_env = None
+
+    @property
     def run_env(self) -> RunEnv:
-        """The environment of this system's program runs (``prog/core.py``): made again only
-        when the machine, budget or engine changed (every run asks for it)."""
+        """The environment of this system's program runs (``prog/core.py``), made again only
+        after the engine or the budget is set (every run asks for it)."""
         env = self._run_env
-        if env is None or env.machine is not self.machine or \
-                env.insn_budget != self.insn_budget or env.engine != self.bpf_engine:
-            env = self._run_env = RunEnv(self.machine, self.insn_budget, self.bpf_engine)
+        if env is None:
+            env = self._run_env = RunEnv(self.machine, self._insn_budget, self._bpf_engine)
         return env
 
     # -- load --------------------------------------------------------------------------------

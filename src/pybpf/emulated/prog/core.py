@@ -23,7 +23,7 @@ from .executable import Executable
 from .interpreter import Interpreter
 from .jit import JIT_MAX_SLOTS, jit_compile
 from .memory import CTX_REGION, RunState
-from .native import NativeRefused, native_compile, native_missing
+from .native import NativeRefused, native_compile
 from .semantics import RunAbort
 
 ENGINES = ("jit", "interp", "native")
@@ -73,11 +73,9 @@ _ENTRY_OF = {"jit": jit_entry, "interp": interp_entry, "native": native_entry}
 
 
 def entry_of(engine: str) -> Callable[[Executable, int], Callable]:
-    """The entry maker of ``engine`` (ValueError for an unknown one, or for "native" where
-    llvmlite is missing)."""
+    """The entry maker of ``engine`` (ValueError for an unknown one; "native" where llvmlite
+    is missing raises it when it first compiles)."""
     make_entry = _ENTRY_OF.get(engine)
-    if make_entry is native_entry and native_missing():
-        raise ValueError(native_missing())
     if make_entry is None:
         raise ValueError(f"unknown engine {engine!r}: choose one of {', '.join(ENGINES)}")
     return make_entry
@@ -94,7 +92,11 @@ def run_prog(exe: Executable, rs: RunState, ctx: int = CTX_REGION << 32) -> int:
     bits). The instructions it executed are charged to the current CPU of the run's
     machine (without modeled time the charge, UnmodeledTiming's, which does nothing, is
     skipped)."""
-    make_entry = rs.entry_of = entry_of(rs.env.engine)
+    engine = rs.env.engine
+    rs.entry_of = entry_of(engine)
+    entry = exe.main_entries.get(engine)
+    if entry is None:
+        entry = exe.main_entries[engine] = rs.entry_of(exe, 0)
     machine = rs.machine
     if machine is not None:
         rs.cpu = machine.current.cpu
@@ -102,7 +104,7 @@ def run_prog(exe: Executable, rs: RunState, ctx: int = CTX_REGION << 32) -> int:
     if static:
         rs.mem.update(static)
     try:
-        return make_entry(exe, 0)(rs, ctx, 0, 0, 0, 0)
+        return entry(rs, ctx, 0, 0, 0, 0)
     except RunAbort:
         return 0
     except RecursionError:

@@ -74,6 +74,7 @@ class Executable:
         self.native: Any = None
         self.native_refused: str | None = None
         self.entries: dict[tuple[str, int], Callable] = {}
+        self.main_entries: dict[str, Callable] = {}  # engine -> entries[engine, 0], per run
 
     def map_in_r1_after(self, pc: int, before: int | None) -> int | None:
         """The static region R1 surely points to (at offset 0) after the instruction at
