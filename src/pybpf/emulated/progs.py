@@ -115,7 +115,9 @@ class BpfProg:
         self.tag = bpf_prog_calc_tag(insns)
         self.used_maps = list(verified.maps)
         self.max_ctx_offset = verified.max_ctx_offset
-        self.executable = Executable(verified.insns, helper_funcs(prog_type), verified.pseudo,
+        self.executable = Executable(verified.insns,
+                                     helper_funcs(prog_type, system.machine.timing.modeled),
+                                     verified.pseudo,
                                      owner=self, kfuncs=kfunc_funcs(vmlinux_kfuncs()))
         self.refcnt = 0
         self.id = 0

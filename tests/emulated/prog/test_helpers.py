@@ -31,6 +31,7 @@ from pybpf.uapi import (
     XDP_ABORTED,
     XDP_PASS,
     XDP_REDIRECT,
+    BpfFunc,
     MapType,
     ProgType,
 )
@@ -537,3 +538,25 @@ def test_skb_load_bytes_reads_the_packet_or_zeroes_the_buffer(kernel, emulated, 
              b.ldx(8, R2, FP, -8), b.xor64(R0, R2), b.exit_()]
     assert load(emulated, prog_type, items).test_run(ETH_FRAME).retval == \
         load(kernel, prog_type, items).test_run(ETH_FRAME).retval
+
+
+@pytest.mark.parametrize("modeled", [True, False])
+def test_a_helper_is_charged_only_on_a_machine_with_modeled_time(modeled):
+    """A program's helpers charge their call where time is modeled; on a machine without it
+    (for good) they are the helpers' own functions, a Python frame less per call, with the
+    same result on every engine."""
+    from pybpf.emulated.prog.helpers import bpf_get_smp_processor_id
+    from pybpf.emulated.prog.native import native_missing
+
+    emu = pybpf.system("emulated", cpus=2, modeled_time=modeled)
+    items = [b.call("get_smp_processor_id"), b.exit_()]
+    fd = emu.prog_load(ProgType.SOCKET_FILTER, asm.encode(asm.assemble(items).instructions),
+                       license="GPL")
+    prog = emu.prog_from_fd(fd)
+    helper = prog.executable.helpers[BpfFunc.get_smp_processor_id]
+    engines = ["interp", "jit"] + (["native"] if native_missing() is None else [])
+    assert (helper is bpf_get_smp_processor_id) is not modeled
+    assert getattr(helper, "__wrapped__", helper) is bpf_get_smp_processor_id
+    for engine in engines:
+        with emu.on_cpu(1):
+            assert prog.run(bytearray(64), engine=engine).retval == 1

@@ -687,12 +687,15 @@ def charged(func: Callable[..., int], cost: str) -> Callable[..., int]:
     return functools.update_wrapper(helper, func)
 
 
-def helper_funcs(prog_type: int | None = None) -> dict[int, Callable[..., int]]:
+def helper_funcs(prog_type: int | None = None,
+                 modeled: bool = True) -> dict[int, Callable[..., int]]:
     """id -> function, what the engines call in a program of ``prog_type`` (charging the
-    call's cost where the proto has one); None: each proto's own function."""
+    call's cost where the proto has one, on a machine with modeled time: without it, which a
+    machine is for good, a charge is nothing and the function is called as it is); None:
+    each proto's own function."""
     funcs = {}
     for fid, proto in HELPERS.items():
         func = _FUNCS_BY_PROG_TYPE.get(fid, {}).get(prog_type, proto.func)
-        funcs[fid] = func if proto.cost is None else charged(func, proto.cost)
+        funcs[fid] = func if proto.cost is None or not modeled else charged(func, proto.cost)
     funcs[BPF_LOOP_INLINED] = bpf_loop_inlined  # inlined: no call to charge
     return funcs

@@ -599,7 +599,7 @@ class _FunctionIR:
         elif insn.imm == BpfFunc.map_lookup_elem and self.map_in_r1 in self.maps:
             self.write_map_lookup(pc, self.map_in_r1)
             return
-        elif getattr(self.exe.helpers[insn.imm], "__wrapped__", None) is bpf_get_smp_processor_id:
+        elif _unwrapped(self.exe.helpers[insn.imm]) is bpf_get_smp_processor_id:
             self.write_smp_processor_id(pc, insn)
             return
         elif bound_name(insn.imm, self.map_in_r1) in self.bound:
@@ -1279,6 +1279,11 @@ def _symbol_address(module: Any, name: str) -> int | None:
         return None
     function = getattr(ctypes.PyDLL(module.__file__), name, None)
     return None if function is None else ctypes.cast(function, ctypes.c_void_p).value
+
+
+def _unwrapped(helper: Callable) -> Callable:
+    """The helper's own function: ``helpers.charged`` wraps it where time is modeled."""
+    return getattr(helper, "__wrapped__", helper)
 
 
 @functools.cache
