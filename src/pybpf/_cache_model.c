@@ -1534,6 +1534,8 @@ static PyMethodDef module_methods[] = {
 	 "swap_dicts(states, incoming) -> saved: timing.swap_dicts"},
 	{"sync_idle", (PyCFunction)(void (*)(void))mod_sync_idle, METH_FASTCALL,
 	 "sync_idle(scheduler, clock, cpu): whether scheduler.sync(cpu) would do nothing now"},
+	{"probe_read_user", (PyCFunction)(void (*)(void))probe_read_user, METH_FASTCALL,
+	 "probe_read_user(rs, r1, r2, r3, r4, r5) -> r0: bpf_trace.bpf_probe_read_user"},
 	{"lpm_trie_walk", (PyCFunction)(void (*)(void))lpm_trie_walk, METH_FASTCALL,
 	 "lpm_trie_walk(root, key, data_size) -> node or None: lpm_trie.trie_walk"},
 	{NULL, NULL, 0, NULL},
@@ -1585,7 +1587,8 @@ PyMODINIT_FUNC PyInit__cache_model(void)
 	    || (s_zero == NULL && (s_zero = PyLong_FromLong(0)) == NULL))
 		return NULL;
 	if (PyType_Ready(&CacheModelType) < 0 || PyType_Ready(&LockType) < 0
-	    || htab_core_ready() < 0 || host_lock_ready() < 0 || lpm_core_ready() < 0)
+	    || htab_core_ready() < 0 || host_lock_ready() < 0 || lpm_core_ready() < 0
+	    || bpf_trace_ready() < 0)
 		return NULL;
 	PyObject *module = PyModule_Create(&cache_model_module);
 	if (module == NULL)

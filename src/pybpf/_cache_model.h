@@ -127,6 +127,11 @@ PyObject *running_cpu(PyObject *current, int ncpus, int *cpu);
 int bind_run_state_type(void);
 /* A run's regions, rs.mem (a new reference), or NULL */
 PyObject *run_regions(PyObject *rs);
+/* A run's machine, rs.machine (a new reference: None for a bare run), or NULL */
+PyObject *run_machine(PyObject *rs);
+/* The region of a run's ``mem`` that ``ptr`` points into (borrowed), or NULL (with an
+ * exception only where the lookup failed) */
+PyObject *region_at(PyObject *mem, uint64_t ptr);
 /* The CPU the run ``rs`` is on (rs.cpu, else machine.current.cpu through ``current``) as
  * running_cpu gives it */
 PyObject *run_cpu(PyObject *rs, PyObject *current, int ncpus, int *cpu);
@@ -136,6 +141,10 @@ PyObject *plain_bytes(PyObject *mem, uint64_t ptr, Py_ssize_t size);
 /* A map helper's R0 for a looked-up value: 0 for None, else its pointer in the run ``rs``
  * (RunState.value_regions, region_of) */
 PyObject *value_pointer(PyObject *rs, PyObject *value);
+
+/* _bpf_trace.c: bpf_probe_read_user's common case */
+int bpf_trace_ready(void);
+PyObject *probe_read_user(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* _memalloc.c: a BpfMemAlloc's unit_alloc and unit_free in C */
 typedef struct {

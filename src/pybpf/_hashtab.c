@@ -611,14 +611,15 @@ static PyObject *current_cpu(HtabCore *c, int *cpu)
 
 /* RunState's fields the map helpers read on every call (its __slots__), bound once the first
  * map core is made */
-enum { RUN_STATE_MEM, RUN_STATE_VALUE_REGIONS, RUN_STATE_CPU, RUN_STATE_FIELDS };
+enum { RUN_STATE_MEM, RUN_STATE_VALUE_REGIONS, RUN_STATE_CPU, RUN_STATE_MACHINE,
+       RUN_STATE_FIELDS };
 static SlotField run_state_fields[RUN_STATE_FIELDS];
 
 int bind_run_state_type(void)
 {
 	static const char *const names[RUN_STATE_FIELDS] = {
 		[RUN_STATE_MEM] = "mem", [RUN_STATE_VALUE_REGIONS] = "value_regions",
-		[RUN_STATE_CPU] = "cpu",
+		[RUN_STATE_CPU] = "cpu", [RUN_STATE_MACHINE] = "machine",
 	};
 	if (run_state_fields[RUN_STATE_FIELDS - 1].type != NULL)
 		return 0;
@@ -638,6 +639,11 @@ static PyObject *run_state_get(PyObject *rs, int field)
 PyObject *run_regions(PyObject *rs)
 {
 	return run_state_get(rs, RUN_STATE_MEM);
+}
+
+PyObject *run_machine(PyObject *rs)
+{
+	return run_state_get(rs, RUN_STATE_MACHINE);
 }
 
 /* The CPU a run is on: rs.cpu, which run_prog sets when the run begins (a program runs where
@@ -1535,13 +1541,19 @@ static PyObject *region_index(uint64_t region)
 	return Py_NewRef(last_index);
 }
 
-PyObject *plain_bytes(PyObject *mem, uint64_t ptr, Py_ssize_t size)
+PyObject *region_at(PyObject *mem, uint64_t ptr)
 {
-	PyObject *index = region_index(ptr >> 32), *bytes = NULL;
+	PyObject *index = region_index(ptr >> 32);
 	if (index == NULL)
 		return NULL;
 	PyObject *region = PyDict_GetItemWithError(mem, index);
 	Py_DECREF(index);
+	return region;
+}
+
+PyObject *plain_bytes(PyObject *mem, uint64_t ptr, Py_ssize_t size)
+{
+	PyObject *region = region_at(mem, ptr), *bytes = NULL;
 	Py_ssize_t off = (Py_ssize_t)(ptr & 0xffffffffu);
 	if (region != NULL && PyByteArray_CheckExact(region))  /* the stack, mostly */
 		return off + size <= PyByteArray_GET_SIZE(region)

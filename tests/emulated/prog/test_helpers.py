@@ -12,6 +12,8 @@ import functools
 import socket
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pybpf
 from pybpf import asm
@@ -19,7 +21,7 @@ from pybpf.asm import FP, R0, R1, R2, R3, R4, R6
 from pybpf.asm import builder as b
 from pybpf.emulated.prog.jit import jit_source
 from pybpf.emulated.prog.memory import CtxRegion
-from pybpf.errors import BPFError
+from pybpf.errors import BPFError, ProgramFault
 from pybpf.programs import Program, ProgramSpec
 from pybpf.uapi import (
     BPF_ANY,
@@ -560,3 +562,37 @@ def test_a_helper_is_charged_only_on_a_machine_with_modeled_time(modeled):
     for engine in engines:
         with emu.on_cpu(1):
             assert prog.run(bytearray(64), engine=engine).retval == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 3), st.integers(-40, 80), st.sampled_from([0, 1, 7, 8, 16, 40, 1 << 32]),
+       st.sampled_from(["stack", "short", "record", "none"]), st.integers(0, 520))
+def test_probe_read_user_in_c_does_what_the_python_helper_does(block, offset, size, dst,
+                                                              dst_offset):
+    """bpf_probe_read_user's C twin (the accelerator's, where built) against the Python
+    helper: a read in a block, across its end, before the first, at an address out of user
+    space; 0 or 2**32 bytes (R2 is cut to 32 bits); into the stack, a short buffer, the
+    read-only record, no region: the same R0 or fault, the same destination after."""
+    from pybpf.accelerator import PROBE_READ_USER
+    from pybpf.emulated.prog.bpf_trace import TASK_SIZE_MAX, bpf_probe_read_user
+    from pybpf.emulated.prog.memory import RunState
+
+    if PROBE_READ_USER is None:
+        pytest.skip("the C extension (pybpf._cache_model) is not built")
+    emu = pybpf.system("emulated", cpus=1, modeled_time=False)
+    memory = emu.machine.user_memory
+    starts = [memory.map(bytes(range(i * 10, i * 10 + 30))) for i in range(3)]
+    src = TASK_SIZE_MAX - 8 if block == 3 else starts[block] + offset
+    outcomes = []
+    for helper in (PROBE_READ_USER, bpf_probe_read_user):
+        rs = RunState(emu.run_env)
+        rs.mem[5] = bytearray(b"\xaa" * 512)
+        rs.mem[6] = bytearray(b"\xbb" * 12)
+        rs.mem[7] = b"\xcc" * 64
+        region = {"stack": 5, "short": 6, "record": 7, "none": 8}[dst]
+        try:
+            result = helper(rs, (region << 32) | dst_offset, size, src, 0, 0)
+        except ProgramFault as fault:
+            result = ("fault", fault.errno)
+        outcomes.append((result, {r: bytes(rs.mem[r]) for r in (5, 6, 7)}))
+    assert outcomes[0] == outcomes[1]

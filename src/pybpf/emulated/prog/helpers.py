@@ -35,6 +35,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ...accelerator import PROBE_READ_USER
 from ...errors import KernelError, ProgramFault
 from ...uapi import BpfFunc, MapType, ProgType
 from ..machine.machine import thread_comm
@@ -530,6 +531,9 @@ _SKB_ADJUST_ROOM = _TC | _SK_SKB
 _PERF_EVENT_OUTPUT = frozenset({ProgType.KPROBE, ProgType.TRACEPOINT, ProgType.PERF_EVENT,
                                 ProgType.RAW_TRACEPOINT, ProgType.SK_MSG}) \
     | SK_BUFF_PROG_TYPES | _XDP
+# helper id -> its function in C (the accelerator's, which hands what it does not do to the
+# proto's own, its reference)
+_C_FUNCS = {} if PROBE_READ_USER is None else {BpfFunc.probe_read_user: PROBE_READ_USER}
 # helper id -> {program type: the function it is there}, where a type's get_func_proto
 # gives the id a proto of its own (the table's function is the other types')
 _FUNCS_BY_PROG_TYPE = {BpfFunc.redirect: dict.fromkeys(_SKB_REDIRECT, bpf_skb_redirect),
@@ -695,7 +699,7 @@ def helper_funcs(prog_type: int | None = None,
     each proto's own function."""
     funcs = {}
     for fid, proto in HELPERS.items():
-        func = _FUNCS_BY_PROG_TYPE.get(fid, {}).get(prog_type, proto.func)
+        func = _FUNCS_BY_PROG_TYPE.get(fid, {}).get(prog_type, _C_FUNCS.get(fid, proto.func))
         funcs[fid] = func if proto.cost is None or not modeled else charged(func, proto.cost)
     funcs[BPF_LOOP_INLINED] = bpf_loop_inlined  # inlined: no call to charge
     return funcs

@@ -1,0 +1,110 @@
+/*
+ * bpf_probe_read_user (kernel/trace/bpf_trace.c: bpf_probe_read_user_common) in C for its
+ * common case: R2 bytes of the tasks' user memory (the machine's UserMemory, its blocks in
+ * address order) at R3, copied to R1 where that is plain memory of the run (a bytearray
+ * region: the stack, mostly). A tracepoint program that reads its syscall's arguments does
+ * it on every event, and the Python helper is a few calls and a bisect in Python.
+ * Anything else (no bytes, an address out of user space or unmapped, a destination that is
+ * not plain memory, a run without a machine) is the Python helper's
+ * (pybpf/emulated/prog/bpf_trace.py, the reference), which zeroes the destination, returns
+ * -EFAULT or raises as it must.
+ */
+#include "_cache_model.h"
+
+#define TASK_SIZE_MAX 0x7FFFFFFFF000ULL  /* x86-64, 48-bit virtual addresses */
+
+static PyObject *s_user_memory, *s_starts, *s_blocks, *s_machine;
+static PyObject *python_helper;  /* bpf_trace.bpf_probe_read_user, imported at first use */
+
+int bpf_trace_ready(void)
+{
+	return intern(&s_user_memory, "user_memory") < 0 || intern(&s_starts, "_starts") < 0
+		|| intern(&s_blocks, "_blocks") < 0 || intern(&s_machine, "machine") < 0 ? -1 : 0;
+}
+
+/* The user block holding [addr, addr + size) and the offset there (a new reference), or NULL
+ * without an exception where there is none (the Python helper then says what happens) */
+static PyObject *user_block(PyObject *machine, uint64_t addr, uint64_t size, Py_ssize_t *off)
+{
+	PyObject *memory = PyObject_GetAttr(machine, s_user_memory), *starts = NULL;
+	PyObject *blocks = NULL, *block = NULL;
+	if (memory == NULL || (starts = PyObject_GetAttr(memory, s_starts)) == NULL
+	    || (blocks = PyObject_GetAttr(memory, s_blocks)) == NULL)
+		goto out;
+	if (!PyList_Check(starts) || !PyList_Check(blocks)
+	    || PyList_GET_SIZE(starts) != PyList_GET_SIZE(blocks))
+		goto out;
+	/* bisect_right(starts, addr) - 1 */
+	Py_ssize_t lo = 0, hi = PyList_GET_SIZE(starts);
+	while (lo < hi) {
+		Py_ssize_t mid = (lo + hi) / 2;
+		uint64_t start;
+		if (parse_addr(PyList_GET_ITEM(starts, mid), &start) < 0)
+			goto out;
+		if (addr < start)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	if (lo == 0)
+		goto out;
+	uint64_t start;
+	PyObject *found = PyList_GET_ITEM(blocks, lo - 1);
+	if (parse_addr(PyList_GET_ITEM(starts, lo - 1), &start) < 0 || !PyBytes_CheckExact(found)
+	    || addr - start + size > (uint64_t)PyBytes_GET_SIZE(found))
+		goto out;
+	*off = (Py_ssize_t)(addr - start);
+	block = Py_NewRef(found);
+out:
+	Py_XDECREF(memory);
+	Py_XDECREF(starts);
+	Py_XDECREF(blocks);
+	return block;
+}
+
+/* probe_read_user(rs, r1, r2, r3, r4, r5) -> r0: bpf_probe_read_user */
+PyObject *probe_read_user(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+	if (nargs != 6) {
+		PyErr_SetString(PyExc_TypeError, "probe_read_user(rs, r1, r2, r3, r4, r5)");
+		return NULL;
+	}
+	PyObject *rs = args[0], *machine = NULL, *block = NULL, *mem = NULL;
+	PyObject *result = NULL;
+	uint64_t dst, size, src;
+	Py_ssize_t off = 0;
+	if (bind_run_state_type() < 0 || parse_addr(args[1], &dst) < 0
+	    || parse_addr(args[2], &size) < 0 || parse_addr(args[3], &src) < 0)
+		return NULL;
+	size &= 0xffffffffu;
+	if (size == 0 || src > TASK_SIZE_MAX || size > TASK_SIZE_MAX - src
+	    || (machine = run_machine(rs)) == NULL)
+		goto python;
+	if (machine == Py_None || (block = user_block(machine, src, size, &off)) == NULL
+	    || (mem = run_regions(rs)) == NULL || !PyDict_CheckExact(mem))
+		goto python;
+	PyObject *region = region_at(mem, dst);
+	uint64_t at = dst & 0xffffffffu;
+	if (region == NULL || !PyByteArray_CheckExact(region)
+	    || at + size > (uint64_t)PyByteArray_GET_SIZE(region))
+		goto python;
+	memcpy(PyByteArray_AS_STRING(region) + at, PyBytes_AS_STRING(block) + off, size);
+	result = PyLong_FromLong(0);
+	goto out;
+python:
+	if (!PyErr_Occurred()) {
+		if (python_helper == NULL) {
+			PyObject *trace = PyImport_ImportModule("pybpf.emulated.prog.bpf_trace");
+			python_helper = trace == NULL ? NULL
+				: PyObject_GetAttrString(trace, "bpf_probe_read_user");
+			Py_XDECREF(trace);
+		}
+		if (python_helper != NULL)
+			result = PyObject_Vectorcall(python_helper, args, 6, NULL);
+	}
+out:
+	Py_XDECREF(machine);
+	Py_XDECREF(block);
+	Py_XDECREF(mem);
+	return result;
+}
