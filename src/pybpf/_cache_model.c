@@ -621,10 +621,14 @@ int parse_addr(PyObject *obj, uint64_t *addr)
 		PyErr_Format(PyExc_TypeError, "an address is an int, not %.100s", Py_TYPE(obj)->tp_name);
 		return -1;
 	}
-	unsigned long long a = PyLong_AsUnsignedLongLong(obj);
-	if (a == (unsigned long long)-1 && PyErr_Occurred())
+	/* the mask conversion reads the digits; PyLong_AsUnsignedLongLong goes through a byte
+	 * array for any int over one digit, which every 64-bit register value is */
+	if (_PyLong_Sign(obj) < 0 || _PyLong_NumBits(obj) > 64) {
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_OverflowError, "an address is an int of 0 to 2**64 - 1");
 		return -1;
-	*addr = a;
+	}
+	*addr = PyLong_AsUnsignedLongLongMask(obj);
 	return 0;
 }
 

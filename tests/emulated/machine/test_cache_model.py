@@ -489,6 +489,19 @@ def test_an_address_on_a_node_the_machine_lacks_is_an_index_error():
             t.access(0, address(1, 0, 0))
 
 
+def test_the_c_model_takes_addresses_of_64_bits_and_refuses_others():
+    """An address is an int of 0 to 2**64 - 1: below or above is an OverflowError (not a
+    wrapped address); the largest one is taken, and its node, which no machine has, is the
+    IndexError above."""
+    native, _ = machines([0])
+    for bad in (-1, 1 << 64, -(1 << 70), 1 << 90):
+        with pytest.raises(OverflowError):
+            native.access(0, bad)
+    with pytest.raises(IndexError):
+        native.access(0, (1 << 64) - 1)
+    assert native.access(0, address(0, 3, 8)) > 0
+
+
 def test_an_unknown_event_is_the_same_error():
     errors = []
     for t in machines([0]):
