@@ -1224,9 +1224,13 @@ out:
 /* The first half of Timing.sync: the scheduler's turn for cpu, unless it would do nothing.
  * The clocks are the model's (``m``) or, without one, the Timing's own list; the scheduler is
  * read from the Timing's instance dict where it is given (``dict``), else as its attribute. */
+static long schedulers;  /* Timings with a scheduler attached (Timing.scheduler counts) */
+
 static int scheduler_sync(PyObject *timing, PyObject *dict, CacheModel *m, PyObject *cpu_obj,
 			  int cpu)
 {
+	if (schedulers == 0)
+		return 0;
 	PyObject *scheduler = dict != NULL ? Py_XNewRef(PyDict_GetItemWithError(dict, s_scheduler))
 		: NULL;
 	if (scheduler == NULL && (PyErr_Occurred()
@@ -1462,6 +1466,20 @@ static PyObject *cm_htab_walk_cost(PyObject *op, PyObject *const *args, Py_ssize
 	Py_RETURN_NONE;
 }
 
+/* count_schedulers(delta): a Timing's scheduler attached (1) or detached (-1) */
+static PyObject *mod_count_schedulers(PyObject *module, PyObject *delta)
+{
+	long n = PyLong_AsLong(delta);
+	if (n == -1 && PyErr_Occurred())
+		return NULL;
+	if (schedulers + n < 0) {
+		PyErr_SetString(PyExc_ValueError, "more schedulers detached than attached");
+		return NULL;
+	}
+	schedulers += n;
+	Py_RETURN_NONE;
+}
+
 /* sync_idle(scheduler, clock, cpu): whether scheduler.sync(cpu) would do nothing now, the
  * clocks being ``clock`` (Timing.sync then leaves it uncalled); False where it cannot tell */
 static PyObject *mod_sync_idle(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -1536,6 +1554,8 @@ out:
 static PyMethodDef module_methods[] = {
 	{"swap_dicts", (PyCFunction)(void (*)(void))mod_swap_dicts, METH_FASTCALL,
 	 "swap_dicts(states, incoming) -> saved: timing.swap_dicts"},
+	{"count_schedulers", mod_count_schedulers, METH_O,
+	 "count_schedulers(delta): Timing.scheduler's count of the attached schedulers"},
 	{"sync_idle", (PyCFunction)(void (*)(void))mod_sync_idle, METH_FASTCALL,
 	 "sync_idle(scheduler, clock, cpu): whether scheduler.sync(cpu) would do nothing now"},
 	{"probe_read_user", (PyCFunction)(void (*)(void))probe_read_user, METH_FASTCALL,
@@ -1572,7 +1592,7 @@ PyMODINIT_FUNC PyInit__cache_model(void)
 	    || intern(&s_transfer_remote, "transfer_remote") < 0
 	    || intern(&s_lock_wait, "lock_wait") < 0 || intern(&s_spin_lock, "spin_lock") < 0
 	    || intern(&s_helper_call, "helper_call") < 0
-	    || intern(&s_scheduler, "scheduler") < 0 || intern(&s_sync, "sync") < 0
+	    || intern(&s_scheduler, "_scheduler") < 0 || intern(&s_sync, "sync") < 0
 	    || intern(&s_clock, "clock") < 0
 	    || intern(&s_deferred, "_deferred") < 0 || intern(&s_run_deferred, "run_deferred") < 0
 	    || intern(&s_greenlet_thread, "_greenlet_thread") < 0

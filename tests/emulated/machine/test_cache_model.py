@@ -575,3 +575,32 @@ def test_the_c_locks_history_reads_and_writes_as_the_python_locks_list():
     with pytest.raises(TypeError):
         del lock.held
     assert lock.held == [(1.0, 2.5, 0), (2.5, 4.0, 1), (5.0, 5.0, 1)]
+
+
+@pytest.mark.parametrize("modeled", [True, False])
+def test_a_map_helper_asks_the_scheduler_only_while_one_is_attached(modeled):
+    """Timing.scheduler counts the attached schedulers for the C extension, whose map cores
+    look for one only while some machine has one: a program's lookup asks an attached
+    scheduler (one that is not a VirtualTimeScheduler is always asked) and, once it is
+    detached, nothing."""
+    e = c_and_python_systems(modeled)[0]
+    fd = e.map_create(MapType.HASH, 4, 8, 8)
+    prog = e.prog_from_fd(e.prog_load(ProgType.SCHED_CLS, asm.encode(
+        asm.assemble(hash_map_program([("lookup", 1, 0)])).with_map_fds(lambda name: fd))))
+    asked = []
+
+    class Scheduler:
+        def sync(self, cpu: int) -> None:
+            asked.append(cpu)
+
+    timing = e.machine.timing
+    timing.scheduler = Scheduler()
+    try:
+        retvals_on_cpu([e], [prog], 1, "jit")
+        assert asked == [1]
+    finally:
+        timing.scheduler = None
+    retvals_on_cpu([e], [prog], 1, "jit")
+    assert asked == [1]
+    with pytest.raises(ValueError, match="detached"):
+        timing.c_extension.count_schedulers(-1 << 40)

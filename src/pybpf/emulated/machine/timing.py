@@ -126,7 +126,7 @@ class Timing:
         self.context_ns: list[dict[str, float]] = [{} for _ in range(num_cpus)]
         self._contexts: list[list[list]] = [[] for _ in range(num_cpus)]
         self._lock = threading.Lock()  # model state, for callers without a scheduler
-        self.scheduler: VirtualTimeScheduler | None = None
+        self._scheduler: VirtualTimeScheduler | None = None  # see ``scheduler``
         self._init_memory()
         self._gps: list[tuple[float, float]] = []  # grace periods (start, end), in order
         self._deferred: list[list] = [[] for _ in range(num_cpus)]  # heaps (at, seq, fn)
@@ -137,6 +137,20 @@ class Timing:
 
     def __repr__(self) -> str:
         return f"Timing(profile={self.profile.name!r}, cpus={len(self.clock)})"
+
+    @property
+    def scheduler(self) -> VirtualTimeScheduler | None:
+        """The virtual-time scheduler attached to this machine (``with scheduler:``), or
+        None. The C extension counts the machines that have one: while none has, its map
+        cores' sync does not look."""
+        return self._scheduler
+
+    @scheduler.setter
+    def scheduler(self, scheduler: VirtualTimeScheduler | None) -> None:
+        c_extension = self.c_extension
+        if c_extension is not None and (scheduler is None) != (self._scheduler is None):
+            c_extension.count_schedulers(-1 if scheduler is None else 1)
+        self._scheduler = scheduler
 
     # -- clocks and work -----------------------------------------------------------------------
     def now(self, cpu: int) -> float:
@@ -492,7 +506,7 @@ class Timing:
         """A modeled operation begins on ``cpu``: take the baton if a scheduler is attached,
         then run the deferred work that is due. (The C extension tells, cheaper than the call,
         when the scheduler's sync would do nothing: ``sync_idle``, modeled time on or off.)"""
-        scheduler = self.scheduler
+        scheduler = self._scheduler
         if scheduler is not None:
             c_extension = self.c_extension
             if c_extension is None or not c_extension.sync_idle(scheduler, self.clock, cpu):
