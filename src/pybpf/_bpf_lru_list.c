@@ -42,7 +42,7 @@ static SlotField fields[LRU_FIELDS];
 
 static int bind_fields(void)
 {
-	static const struct { const char *class, *name; } of[LRU_FIELDS] = {
+	static const SlotFieldOf of[LRU_FIELDS] = {
 		[LOCAL_FREE_F] = {"LocalList", "free"}, [LOCAL_PENDING_F] = {"LocalList", "pending"},
 		[LOCAL_LOCK_F] = {"LocalList", "lock"}, [LOCAL_TLOCK_F] = {"LocalList", "tlock"},
 		[LIST_HEADS_F] = {"LruList", "heads"}, [LIST_COUNTS_F] = {"LruList", "counts"},
@@ -51,16 +51,7 @@ static int bind_fields(void)
 		[LRU_POPS_F] = {"BpfLru", "pops"}, [LRU_PUSHES_F] = {"BpfLru", "pushes"},
 		[LRU_EVICTIONS_F] = {"BpfLru", "evictions"}, [LRU_REFILLS_F] = {"BpfLru", "refills"},
 	};
-	if (fields[LRU_FIELDS - 1].type != NULL)
-		return 0;
-	for (int f = 0; f < LRU_FIELDS; f++) {
-		PyObject *type = node_class("pybpf.emulated.maps.bpf_lru_list", of[f].class);
-		int rc = type == NULL ? -1 : slot_field_bind(&fields[f], type, of[f].name);
-		Py_XDECREF(type);
-		if (rc < 0)
-			return -1;
-	}
-	return 0;
+	return slot_fields_bind(fields, of, LRU_FIELDS, "pybpf.emulated.maps.bpf_lru_list");
 }
 
 int lru_bind(Lru *l, PyObject *lru)

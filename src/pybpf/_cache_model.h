@@ -82,9 +82,13 @@ typedef struct {
 	Py_ssize_t offset;
 	PyObject *name;      /* interned */
 } SlotField;
-/* Bind ``f`` to the field ``name`` of the class ``type`` (kept for good, as its module keeps
- * it): 0, or -1 with an exception */
-int slot_field_bind(SlotField *f, PyObject *type, const char *name);
+/* A field to bind: its class and its name */
+typedef struct {
+	const char *class, *name;
+} SlotFieldOf;
+/* Bind ``fields[i]`` to ``of[i]`` of the module ``module``, ``n`` of them, once (the classes
+ * kept for good, as their module keeps them): 0, or -1 with an exception */
+int slot_fields_bind(SlotField *fields, const SlotFieldOf *of, int n, const char *module);
 /* obj.<field> (a new reference), or NULL with an exception */
 PyObject *slot_field_get(const SlotField *f, PyObject *obj);
 /* obj.<field> = value: 0, or -1 */
@@ -99,8 +103,6 @@ PyObject *attr_dict(PyObject *obj, PyObject *name);
 int dict_item_increment(PyObject *dict, PyObject *name);
 /* obj.name(): 0, or -1 with an exception */
 int call_method(PyObject *obj, PyObject *name);
-/* obj.name += 1 */
-int attr_increment(PyObject *obj, PyObject *name);
 /* The end of a with block on a host lock: released, an error raised in the block (rc < 0)
  * kept; returns rc, or -1 where the release failed */
 int lock_release(PyObject *lock, int rc);

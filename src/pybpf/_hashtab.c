@@ -119,7 +119,7 @@ int slot_offset(PyObject *type, PyObject *name, Py_ssize_t *offset)
 	return 0;
 }
 
-int slot_field_bind(SlotField *f, PyObject *type, const char *name)
+static int slot_field_bind(SlotField *f, PyObject *type, const char *name)
 {
 	PyObject *interned = PyUnicode_InternFromString(name);
 	if (interned == NULL || slot_offset(type, interned, &f->offset) < 0) {
@@ -128,6 +128,20 @@ int slot_field_bind(SlotField *f, PyObject *type, const char *name)
 	}
 	f->name = interned;
 	f->type = (PyTypeObject *)Py_NewRef(type);
+	return 0;
+}
+
+int slot_fields_bind(SlotField *fields, const SlotFieldOf *of, int n, const char *module)
+{
+	if (fields[n - 1].type != NULL)
+		return 0;
+	for (int f = 0; f < n; f++) {
+		PyObject *type = node_class(module, of[f].class);
+		int rc = type == NULL ? -1 : slot_field_bind(&fields[f], type, of[f].name);
+		Py_XDECREF(type);
+		if (rc < 0)
+			return -1;
+	}
 	return 0;
 }
 
@@ -194,17 +208,17 @@ static int bind_elem_type(void)
 }
 
 /* PcpuFreelist's counters, at their slots: bound by the first preallocated map's core */
-static SlotField freelist_pops, freelist_pushes;
+enum { FREELIST_POPS_F, FREELIST_PUSHES_F, FREELIST_FIELDS };
+static SlotField freelist_fields[FREELIST_FIELDS];
 
 static int bind_freelist_type(void)
 {
-	if (freelist_pushes.type != NULL)
-		return 0;
-	PyObject *type = node_class("pybpf.emulated.maps.percpu_freelist", "PcpuFreelist");
-	int rc = type == NULL || slot_field_bind(&freelist_pops, type, "pops") < 0
-		|| slot_field_bind(&freelist_pushes, type, "pushes") < 0 ? -1 : 0;
-	Py_XDECREF(type);
-	return rc;
+	static const SlotFieldOf of[FREELIST_FIELDS] = {
+		[FREELIST_POPS_F] = {"PcpuFreelist", "pops"},
+		[FREELIST_PUSHES_F] = {"PcpuFreelist", "pushes"},
+	};
+	return slot_fields_bind(freelist_fields, of, FREELIST_FIELDS,
+				"pybpf.emulated.maps.percpu_freelist");
 }
 
 /* Whether ``field`` of ``elem`` is at its offset */
@@ -557,16 +571,6 @@ int dict_item_increment(PyObject *dict, PyObject *name)
 	return rc;
 }
 
-int attr_increment(PyObject *obj, PyObject *name)
-{
-	PyObject *old = PyObject_GetAttr(obj, name), *sum = NULL;
-	int rc = old == NULL || (sum = PyNumber_Add(old, s_one)) == NULL
-		|| PyObject_SetAttr(obj, name, sum) < 0 ? -1 : 0;
-	Py_XDECREF(old);
-	Py_XDECREF(sum);
-	return rc;
-}
-
 /* list[i] += 1 */
 static int item_increment(PyObject *list, Py_ssize_t i)
 {
@@ -617,18 +621,13 @@ static SlotField run_state_fields[RUN_STATE_FIELDS];
 
 int bind_run_state_type(void)
 {
-	static const char *const names[RUN_STATE_FIELDS] = {
-		[RUN_STATE_MEM] = "mem", [RUN_STATE_VALUE_REGIONS] = "value_regions",
-		[RUN_STATE_CPU] = "cpu", [RUN_STATE_MACHINE] = "machine",
+	static const SlotFieldOf of[RUN_STATE_FIELDS] = {
+		[RUN_STATE_MEM] = {"RunState", "mem"},
+		[RUN_STATE_VALUE_REGIONS] = {"RunState", "value_regions"},
+		[RUN_STATE_CPU] = {"RunState", "cpu"}, [RUN_STATE_MACHINE] = {"RunState", "machine"},
 	};
-	if (run_state_fields[RUN_STATE_FIELDS - 1].type != NULL)
-		return 0;
-	PyObject *type = node_class("pybpf.emulated.prog.memory", "RunState");
-	int rc = type == NULL ? -1 : 0;
-	for (int f = 0; rc == 0 && f < RUN_STATE_FIELDS; f++)
-		rc = slot_field_bind(&run_state_fields[f], type, names[f]);
-	Py_XDECREF(type);
-	return rc;
+	return slot_fields_bind(run_state_fields, of, RUN_STATE_FIELDS,
+				"pybpf.emulated.prog.memory");
 }
 
 static PyObject *run_state_get(PyObject *rs, int field)
@@ -795,7 +794,7 @@ static PyObject *freelist_pop(HtabCore *c, PyObject *cpu_obj, int cpu)
 	PyObject *elem = Py_NewRef(PyList_GET_ITEM(list, n - 1)), *addr = NULL;
 	if (PyList_SetSlice(list, n - 1, n, NULL) < 0)
 		goto fail;
-	if (slot_field_increment(&freelist_pops, c->freelist) < 0)
+	if (slot_field_increment(&freelist_fields[FREELIST_POPS_F], c->freelist) < 0)
 		goto fail;
 	if (c->model == NULL)
 		return elem;
@@ -819,7 +818,7 @@ static int freelist_push(HtabCore *c, PyObject *elem, PyObject *cpu_obj, int cpu
 {
 	PyObject *addr;
 	if (PyList_Append(PyList_GET_ITEM(c->free_lists, cpu), elem) < 0
-	    || slot_field_increment(&freelist_pushes, c->freelist) < 0)
+	    || slot_field_increment(&freelist_fields[FREELIST_PUSHES_F], c->freelist) < 0)
 		return -1;
 	if (c->model == NULL)
 		return 0;

@@ -33,22 +33,13 @@ static SlotField fields[MEM_ALLOC_FIELDS];
 
 static int bind_fields(void)
 {
-	static const struct { const char *class, *name; } of[MEM_ALLOC_FIELDS] = {
+	static const SlotFieldOf of[MEM_ALLOC_FIELDS] = {
 		[CACHE_FREE_F] = {"_Cache", "free"}, [CACHE_LOCK_F] = {"_Cache", "lock"},
 		[ALLOC_CALLS_F] = {"_Counters", "alloc_calls"},
 		[ALLOC_FAILURES_F] = {"_Counters", "alloc_failures"},
 		[FREE_CALLS_F] = {"_Counters", "free_calls"},
 	};
-	if (fields[MEM_ALLOC_FIELDS - 1].type != NULL)
-		return 0;
-	for (int f = 0; f < MEM_ALLOC_FIELDS; f++) {
-		PyObject *type = node_class("pybpf.emulated.machine.memalloc", of[f].class);
-		int rc = type == NULL ? -1 : slot_field_bind(&fields[f], type, of[f].name);
-		Py_XDECREF(type);
-		if (rc < 0)
-			return -1;
-	}
-	return 0;
+	return slot_fields_bind(fields, of, MEM_ALLOC_FIELDS, "pybpf.emulated.machine.memalloc");
 }
 
 int mem_alloc_bind(MemAlloc *a, PyObject *ma)
