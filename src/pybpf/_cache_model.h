@@ -33,8 +33,8 @@ PyObject *cm_spin_unlock(PyObject *op, PyObject *const *args, Py_ssize_t nargs);
 PyObject *cm_locked_access(PyObject *op, PyObject *const *args, Py_ssize_t nargs,
 			   PyObject *kwnames);
 /* A map core's Timing, with what Timing.sync reads at every operation bound once: the
- * instance dict that holds its ``scheduler``, and ``_deferred``, its list of a heap of
- * deferred work per CPU (neither is ever rebound) */
+ * instance dict that holds its ``_scheduler`` (Timing.scheduler's), and ``_deferred``, its list
+ * of a heap of deferred work per CPU (neither is ever rebound) */
 typedef struct {
 	PyObject *timing;
 	PyObject *dict;
@@ -125,7 +125,7 @@ int count_access(PyObject *cpu_node, PyObject *local, PyObject *remote, int cpu,
 /* The running CPU, machine.current.cpu (``current``), of a machine of ``ncpus`` CPUs: the
  * int object (a new reference) and its value in *cpu, or NULL */
 PyObject *running_cpu(PyObject *current, int ncpus, int *cpu);
-/* RunState's slots, bound (at their offsets) by the first map core: 0, or -1 */
+/* RunState's slots, bound (at their offsets) at their first use: 0, or -1 */
 int bind_run_state_type(void);
 /* A run's regions, rs.mem (a new reference), or NULL */
 PyObject *run_regions(PyObject *rs);
