@@ -142,3 +142,15 @@ def test_greenlet_line_says_how_emulated_cpus_run(monkeypatch):
     monkeypatch.setattr(doctor, "package_version", lambda package: "3.5.6")
     present = doctor.check_greenlet()
     assert present.active and "greenlet 3.5.6" in present.detail
+
+
+def test_an_extension_older_than_the_source_is_not_loaded():
+    """A build that lacks a name the Python side calls (an older build: a module-level
+    sync_idle, count_schedulers) is not loaded, so its Python twins run instead of failing
+    on the missing name."""
+    if accelerator.CACHE_MODEL is None:
+        pytest.skip("the C extension (pybpf._cache_model) is not built")
+    for name in ("sync_idle", "count_schedulers"):
+        assert hasattr(accelerator.CACHE_MODEL, name)
+    assert accelerator._load("_cache_model", needs=("CacheModel", "no_such_name")) is None
+    assert accelerator._load("_cache_model", needs=("CacheModel",)) is accelerator.CACHE_MODEL

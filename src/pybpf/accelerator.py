@@ -33,7 +33,8 @@ ACCEL = _load("_accel")
 ATOMIC_RMW = getattr(ACCEL, "atomic_rmw", None)
 # Where a buffer's bytes are (None: an older build): how compiled code reaches a value.
 BUFFER_ADDRESS = getattr(ACCEL, "buffer_address", None)
-CACHE_MODEL = _load("_cache_model", needs=("CacheModel", "SpinLock", "swap_dicts", "HtabCore"))
+CACHE_MODEL = _load("_cache_model", needs=("CacheModel", "SpinLock", "swap_dicts", "HtabCore",
+                                          "sync_idle", "count_schedulers"))
 # A host lock as threading.Lock, which the C hot paths take by a direct call (threading.Lock:
 # an older build, or none)
 HostLock = getattr(CACHE_MODEL, "HostLock", threading.Lock)
