@@ -777,7 +777,6 @@ PyObject *cm_charge(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 	Py_RETURN_NONE;
 }
 
-/* Timing.spin_unlock: the interval the lock was held joins its sorted history. */
 /* Whether interval a sorts before b, as the Python lock's (start, end, cpu) tuples */
 static int interval_less(const Interval *a, const Interval *b)
 {
@@ -788,6 +787,7 @@ static int interval_less(const Interval *a, const Interval *b)
 	return a->cpu < b->cpu;
 }
 
+/* Timing.spin_unlock: the interval the lock was held joins its sorted history. */
 PyObject *cm_spin_unlock(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
 	CacheModel *m = (CacheModel *)op;
@@ -1221,11 +1221,12 @@ out:
 	return rc;
 }
 
-/* The first half of Timing.sync: the scheduler's turn for cpu, unless it would do nothing.
- * The clocks are the model's (``m``) or, without one, the Timing's own list; the scheduler is
- * read from the Timing's instance dict where it is given (``dict``), else as its attribute. */
 static long schedulers;  /* Timings with a scheduler attached (Timing.scheduler counts) */
 
+/* The first half of Timing.sync: the scheduler's turn for cpu, unless it would do nothing
+ * (none attached to any machine, or sync_does_nothing). The clocks are the model's (``m``)
+ * or, without one, the Timing's own list; the scheduler is read from the Timing's instance
+ * dict where it is given (``dict``), else as its attribute. */
 static int scheduler_sync(PyObject *timing, PyObject *dict, CacheModel *m, PyObject *cpu_obj,
 			  int cpu)
 {

@@ -58,7 +58,10 @@ typedef struct {
 	PyObject *zeros;        /* a per-CPU slot's zeros */
 	MemAlloc ma;            /* a NO_PREALLOC map's allocator, where it runs in C */
 	Lru lru_lists;          /* an LRU map's lists, where they run in C */
-	char special_fields;    /* the map's special_fields is not empty: the Python ops do */
+	/* the map's value has special fields (a bpf_spin_lock, a bpf_timer): the Python ops do
+	 * its updates and deletes. BTF gives them after the map is made (map_check_btf), and
+	 * HtabMap.set_special_fields sets this member then. */
+	char special_fields;
 	PyObject *count_lock;   /* with ma: the lock of the map's element count, */
 	PyObject *map_dict;     /* the map's instance dict, where that count is, */
 	PyObject *max_entries;  /* its limit, */
@@ -70,8 +73,7 @@ static PyObject *s_cpu, *s_hash, *s_key, *s_value, *s_addr, *s_node,
 	*s_check_flags, *s_alloc_htab_elem, *s_new_elem_on_home,
 	*s_retire_replaced, *s_release_elem, *s_key_not_found, *s_lookup_event,
 	*s_errno, *s_ref, *s_lru_update_event, *s_prealloc_lru_pop, *s_no_free_node,
-	*s_push_free, *s_put_fd_value, *s_mem,
-	*s_value_regions, *s_region_of, *s_one, *s_false, *s_count, *s_atomic, *s_alloc_failed;
+	*s_push_free, *s_put_fd_value, *s_region_of, *s_one, *s_false, *s_count, *s_atomic, *s_alloc_failed;
 
 static PyObject *attr(PyObject *obj, const char *name)
 {
@@ -512,15 +514,6 @@ static void htab_core_dealloc(PyObject *op)
 
 /* -- small steps --------------------------------------------------------------------------- */
 
-/* Whether the map's value has special fields (a bpf_spin_lock, a bpf_timer): 1 or 0. BTF
- * gives them after the map is made (map_create's map_check_btf), and the map's
- * set_special_fields tells the core (its special_fields member), which reads nothing per
- * operation. */
-static int has_special_fields(HtabCore *c)
-{
-	return c->special_fields;
-}
-
 int call_method(PyObject *obj, PyObject *name)
 {
 	PyObject *done = PyObject_CallMethodNoArgs(obj, name);
@@ -613,8 +606,8 @@ static PyObject *current_cpu(HtabCore *c, int *cpu)
 	return running_cpu(c->current, c->ncpus, cpu);
 }
 
-/* RunState's fields the map helpers read on every call (its __slots__), bound once the first
- * map core is made */
+/* RunState's fields the map helpers read on every call (its __slots__), bound at their first
+ * use */
 enum { RUN_STATE_MEM, RUN_STATE_VALUE_REGIONS, RUN_STATE_CPU, RUN_STATE_MACHINE,
        RUN_STATE_FIELDS };
 static SlotField run_state_fields[RUN_STATE_FIELDS];
@@ -909,8 +902,8 @@ static int count_elem(HtabCore *c, PyObject *cpu_obj)
 {
 	if (c->count_addr == NULL || c->model == NULL)
 		return 0;
-	PyObject *done = PyObject_CallMethodObjArgs(c->timing.timing, s_atomic, cpu_obj, c->count_addr,
-						    NULL);
+	PyObject *done = PyObject_CallMethodObjArgs(c->timing.timing, s_atomic, cpu_obj,
+						    c->count_addr, NULL);
 	Py_XDECREF(done);
 	return done == NULL ? -1 : 0;
 }
@@ -1223,11 +1216,10 @@ static PyObject *update(HtabCore *c, PyObject *key, PyObject *value, PyObject *f
 			return NULL;
 		PyErr_Clear();
 	}
-	int special = flags < 0 || flags > BPF_EXIST || !PyBytes_CheckExact(key)
-		? 1 : has_special_fields(c);
-	if (special)  /* other flags (BPF_F_LOCK, errors), special fields */
-		return special < 0 ? NULL : PyObject_Vectorcall(c->update_elem,
-			(PyObject *[]){c->map, key, value, flags_obj}, 4, NULL);
+	/* other flags (BPF_F_LOCK, errors), special fields */
+	if (flags < 0 || flags > BPF_EXIST || !PyBytes_CheckExact(key) || c->special_fields)
+		return PyObject_Vectorcall(c->update_elem,
+					   (PyObject *[]){c->map, key, value, flags_obj}, 4, NULL);
 	if (c->percpu)
 		return update_in_place(c, key, value, flags, flags_obj, cpu_obj, cpu);
 	if (c->lru)
@@ -1366,11 +1358,10 @@ static PyObject *htab_core_delete_node(PyObject *op, PyObject *node)
 	if (unlock(c, cpu_obj, tlock, stripe) < 0 || rc < 0)
 		goto out;
 	if (unhashed) {  /* htab_put_fd_value: a timer or lock in the value, by the map's method */
-		int special = has_special_fields(c);
-		PyObject *put = special <= 0 ? NULL
+		PyObject *put = !c->special_fields ? NULL
 			: PyObject_CallMethodOneArg(c->map, s_put_fd_value, node);
 		Py_XDECREF(put);
-		if (special < 0 || (special && put == NULL))
+		if (c->special_fields && put == NULL)
 			goto out;
 	}
 	result = Py_NewRef(unhashed ? Py_True : Py_False);
@@ -1388,10 +1379,8 @@ out:
  * goes back to the LRU through its _release_elem) */
 static PyObject *delete(HtabCore *c, PyObject *key, PyObject *cpu_obj, int cpu)
 {
-	int special = !PyBytes_CheckExact(key) ? 1 : has_special_fields(c);
-	if (special)  /* a timer to free */
-		return special < 0 ? NULL : PyObject_CallFunctionObjArgs(c->delete_elem, c->map,
-									 key, NULL);
+	if (!PyBytes_CheckExact(key) || c->special_fields)  /* a timer to free */
+		return PyObject_CallFunctionObjArgs(c->delete_elem, c->map, key, NULL);
 	PyObject *hash = NULL, *stripe = NULL, *tlock = NULL, *index = NULL;
 	PyObject *elem = NULL, *elem_hash = NULL, *elem_index = NULL, *result = NULL;
 	uint64_t h, eh;
@@ -1521,9 +1510,6 @@ static PyObject *htab_core_lookup(PyObject *op, PyObject *key)
 
 /* -- the map helpers, for the engines ------------------------------------------------------ */
 
-/* The ``size`` bytes at ``ptr`` when they lie in plain memory of the run (a bytearray
- * region, the stack mostly; a memoryview, the native tier's frames), else NULL without an
- * exception (the Python helper then reads them, or says why it cannot) */
 /* The int of a region number, the last one kept (a run's stack is the same region, and so is
  * every run's, which begins at DYNAMIC_REGION_BASE): a new reference, or NULL */
 static PyObject *region_index(uint64_t region)
@@ -1550,6 +1536,9 @@ PyObject *region_at(PyObject *mem, uint64_t ptr)
 	return region;
 }
 
+/* The ``size`` bytes at ``ptr`` when they lie in plain memory of the run (a bytearray
+ * region, the stack mostly; a memoryview, the native tier's frames), else NULL without an
+ * exception (the Python helper then reads them, or says why it cannot) */
 PyObject *plain_bytes(PyObject *mem, uint64_t ptr, Py_ssize_t size)
 {
 	PyObject *region = region_at(mem, ptr), *bytes = NULL;
@@ -1795,8 +1784,6 @@ int htab_core_ready(void)
 	    || intern(&s_no_free_node, "_no_free_node") < 0
 	    || intern(&s_put_fd_value, "htab_put_fd_value") < 0
 	    || intern(&s_push_free, "push_free") < 0
-	    || intern(&s_mem, "mem") < 0
-	    || intern(&s_value_regions, "value_regions") < 0
 	    || intern(&s_region_of, "region_of") < 0 || intern(&s_count, "count") < 0
 	    || intern(&s_atomic, "atomic") < 0 || intern(&s_alloc_failed, "_alloc_failed") < 0
 	    || intern(&s_prev, "prev") < 0 || intern(&s_next, "next") < 0
