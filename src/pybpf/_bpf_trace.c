@@ -8,18 +8,26 @@
  * not plain memory, a run without a machine) is the Python helper's
  * (pybpf/emulated/prog/bpf_trace.py, the reference), which zeroes the destination, returns
  * -EFAULT or raises as it must.
+ *
+ * trace_call_bpf: a tracepoint's programs run on its record (trace_call_bpf's
+ * bpf_prog_run_array), each run's RunState copied from a prototype, without the Python
+ * frames between the syscall and core.run_prog, which stays the one place a program runs.
  */
 #include "_cache_model.h"
 
 #define TASK_SIZE_MAX 0x7FFFFFFFF000ULL  /* x86-64, 48-bit virtual addresses */
 
-static PyObject *s_user_memory, *s_starts, *s_blocks, *s_machine;
+static PyObject *s_user_memory, *s_starts, *s_blocks, *s_machine, *s_prog, *s_executable,
+	*s_charge, *s_tracepoint_entry;
 static PyObject *python_helper;  /* bpf_trace.bpf_probe_read_user, imported at first use */
 
 int bpf_trace_ready(void)
 {
 	return intern(&s_user_memory, "user_memory") < 0 || intern(&s_starts, "_starts") < 0
-		|| intern(&s_blocks, "_blocks") < 0 || intern(&s_machine, "machine") < 0 ? -1 : 0;
+		|| intern(&s_blocks, "_blocks") < 0 || intern(&s_machine, "machine") < 0
+		|| intern(&s_prog, "prog") < 0 || intern(&s_executable, "executable") < 0
+		|| intern(&s_charge, "charge") < 0
+		|| intern(&s_tracepoint_entry, "tracepoint_entry") < 0 ? -1 : 0;
 }
 
 /* The user block holding [addr, addr + size) and the offset there (a new reference), or NULL
@@ -107,4 +115,78 @@ out:
 	Py_XDECREF(block);
 	Py_XDECREF(mem);
 	return result;
+}
+
+/* A new RunState like ``proto``: each of its slots the prototype's value, a dict or a list
+ * a copy of the prototype's (a run's regions, values and trace are its own), without the
+ * Python __init__: what RunState(env) gives where ``proto`` is one */
+static PyObject *run_state_copy(PyObject *proto)
+{
+	PyTypeObject *type = Py_TYPE(proto);
+	PyObject *rs = type->tp_alloc(type, 0);
+	if (rs == NULL)
+		return NULL;
+	for (PyMemberDef *m = type->tp_members; m != NULL && m->name != NULL; m++) {
+		if (m->type != T_OBJECT_EX)
+			continue;
+		PyObject *value = *(PyObject **)((char *)proto + m->offset);
+		if (value != NULL && PyDict_CheckExact(value))
+			value = PyDict_Copy(value);
+		else if (value != NULL && PyList_CheckExact(value))
+			value = PyList_GetSlice(value, 0, PyList_GET_SIZE(value));
+		else
+			Py_XINCREF(value);
+		if (value == NULL && PyErr_Occurred()) {
+			Py_DECREF(rs);
+			return NULL;
+		}
+		*(PyObject **)((char *)rs + m->offset) = value;
+	}
+	return rs;
+}
+
+/* trace_call_bpf(links, record, proto, ctx_region, run_prog, timing, cpu) -> [r0, ...]: each
+ * link's program (link.prog.executable) run once by ``run_prog(exe, rs)`` with ``record`` as
+ * region ``ctx_region`` of a RunState copied from ``proto``; where ``cpu`` is not None,
+ * ``timing.charge(cpu, "tracepoint_entry")`` first (progs.py's _fire, the reference) */
+PyObject *trace_call_bpf(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+	if (nargs != 7 || !PyTuple_CheckExact(args[0])) {
+		PyErr_SetString(PyExc_TypeError,
+				"trace_call_bpf(links: tuple, record, proto, ctx_region, run_prog, "
+				"timing, cpu)");
+		return NULL;
+	}
+	PyObject *links = args[0], *record = args[1], *proto = args[2], *ctx_region = args[3];
+	PyObject *run_prog = args[4], *timing = args[5], *cpu = args[6];
+	Py_ssize_t n = PyTuple_GET_SIZE(links);
+	PyObject *retvals = PyList_New(n);
+	if (retvals == NULL || bind_run_state_type() < 0)
+		goto fail;
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *prog = NULL, *exe = NULL, *rs = NULL, *mem = NULL, *r0 = NULL;
+		if (cpu != Py_None) {
+			PyObject *charged = PyObject_VectorcallMethod(
+				s_charge, (PyObject *[]){timing, cpu, s_tracepoint_entry}, 3, NULL);
+			if (charged == NULL)
+				goto fail;
+			Py_DECREF(charged);
+		}
+		if ((prog = PyObject_GetAttr(PyTuple_GET_ITEM(links, i), s_prog)) != NULL
+		    && (exe = PyObject_GetAttr(prog, s_executable)) != NULL
+		    && (rs = run_state_copy(proto)) != NULL && (mem = run_regions(rs)) != NULL
+		    && PyDict_SetItem(mem, ctx_region, record) == 0)
+			r0 = PyObject_Vectorcall(run_prog, (PyObject *[]){exe, rs}, 2, NULL);
+		Py_XDECREF(prog);
+		Py_XDECREF(exe);
+		Py_XDECREF(rs);
+		Py_XDECREF(mem);
+		if (r0 == NULL)
+			goto fail;
+		PyList_SET_ITEM(retvals, i, r0);
+	}
+	return retvals;
+fail:
+	Py_XDECREF(retvals);
+	return NULL;
 }

@@ -1561,6 +1561,9 @@ static PyMethodDef module_methods[] = {
 	 "sync_idle(scheduler, clock, cpu): whether scheduler.sync(cpu) would do nothing now"},
 	{"probe_read_user", (PyCFunction)(void (*)(void))probe_read_user, METH_FASTCALL,
 	 "probe_read_user(rs, r1, r2, r3, r4, r5) -> r0: bpf_trace.bpf_probe_read_user"},
+	{"trace_call_bpf", (PyCFunction)(void (*)(void))trace_call_bpf, METH_FASTCALL,
+	 "trace_call_bpf(links, record, proto, ctx_region, run_prog, timing, cpu) -> r0s: "
+	 "progs._fire's runs"},
 	{"lpm_trie_walk", (PyCFunction)(void (*)(void))lpm_trie_walk, METH_FASTCALL,
 	 "lpm_trie_walk(root, key, data_size) -> node or None: lpm_trie.trie_walk"},
 	{NULL, NULL, 0, NULL},

@@ -144,9 +144,10 @@ PyObject *plain_bytes(PyObject *mem, uint64_t ptr, Py_ssize_t size);
  * (RunState.value_regions, region_of) */
 PyObject *value_pointer(PyObject *rs, PyObject *value);
 
-/* _bpf_trace.c: bpf_probe_read_user's common case */
+/* _bpf_trace.c: bpf_probe_read_user's common case, a tracepoint's runs */
 int bpf_trace_ready(void);
 PyObject *probe_read_user(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *trace_call_bpf(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* _memalloc.c: a BpfMemAlloc's unit_alloc and unit_free in C */
 typedef struct {

@@ -34,6 +34,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from ..accelerator import TRACE_CALL_BPF
 from ..attrs import ProgAttr, TestRunRequest
 from ..errors import KernelError, prog_description
 from ..system import ProgInfo, TestRun
@@ -156,6 +157,9 @@ class BpfProg:
         return self.system.run_env
 
 
+_NO_TRACEPOINTS: dict = {}  # a system with none attached yet (never filled)
+
+
 class _Tracepoint:
     """An attachment of a TRACEPOINT program (the perf event fd the kernel would give)."""
 
@@ -174,6 +178,9 @@ class ProgramsMixin:
     _bpf_engine = "jit"
     _insn_budget = DEFAULT_BUDGET
     _run_env: RunEnv | None = None
+    _run_state_proto: RunState | None = None
+    # (category, name) -> attached links: the system's own dict once a program is attached
+    _tracepoints: dict[tuple[str, str], tuple[_Tracepoint, ...]] = _NO_TRACEPOINTS
 
     @property
     def bpf_engine(self) -> str:
@@ -183,7 +190,7 @@ class ProgramsMixin:
     @bpf_engine.setter
     def bpf_engine(self, engine: str) -> None:
         self._bpf_engine = engine
-        self._run_env = None
+        self._run_env = self._run_state_proto = None
 
     @property
     def insn_budget(self) -> int:
@@ -193,7 +200,7 @@ class ProgramsMixin:
     @insn_budget.setter
     def insn_budget(self, budget: int) -> None:
         self._insn_budget = budget
-        self._run_env = None
+        self._run_env = self._run_state_proto = None
 
     @property
     def run_env(self) -> RunEnv:
@@ -203,6 +210,14 @@ class ProgramsMixin:
         if env is None:
             env = self._run_env = RunEnv(self.machine, self._insn_budget, self._bpf_engine)
         return env
+
+    def _run_state(self) -> RunState:
+        """The prototype RunState of ``run_env``, never run itself: each of a tracepoint's
+        runs gets a copy of it (``trace_call_bpf``), made without RunState's __init__."""
+        proto = self._run_state_proto
+        if proto is None:
+            proto = self._run_state_proto = RunState(self.run_env)
+        return proto
 
     # -- load --------------------------------------------------------------------------------
     def _prog_load(self, attr: ProgAttr) -> int:
@@ -350,13 +365,15 @@ class ProgramsMixin:
         when it fires (attaching or detaching meanwhile makes a new one); without modeled
         time nothing is charged, so the charge calls are skipped (UnmodeledTiming's do
         nothing)."""
-        links = self.__dict__.get("_tracepoints", _NO_TRACEPOINTS).get(key, ())
+        links = self._tracepoints.get(key, ())
         record = ctx if type(ctx) is bytes else bytes(ctx)
         if not links:
             return []
-        machine = self.machine
-        timing = machine.timing
-        cpu = machine.current.cpu if timing.modeled else None
+        timing = self.machine.timing
+        cpu = self.machine.current.cpu if timing.modeled else None
+        if TRACE_CALL_BPF is not None:
+            return TRACE_CALL_BPF(links, record, self._run_state_proto or self._run_state(),
+                                  CTX_REGION, run_prog, timing, cpu)
         retvals = []
         for link in links:
             if cpu is not None:
@@ -376,6 +393,5 @@ class ProgramsMixin:
 
 
 _tracepoint_lock = threading.Lock()
-_NO_TRACEPOINTS: dict = {}  # a system with none attached yet (never filled)
 # syscall -> its tracepoint's key, ("syscalls", "sys_enter_<syscall>"), made once
 _SYSCALL_TRACEPOINTS: dict[str, tuple[str, str]] = {}

@@ -459,6 +459,78 @@ def test_a_syscall_charges_its_entry_then_each_programs_tracepoint_entry(modeled
         link.close()
 
 
+def test_a_tracepoint_run_state_is_a_fresh_copy_of_the_systems_prototype():
+    """trace_call_bpf's RunState (the accelerator's, where built): each slot what
+    RunState(run_env) holds, its dicts and lists its own; a new engine or budget makes a new
+    prototype."""
+    from pybpf.accelerator import CACHE_MODEL
+    from pybpf.emulated.prog.memory import RunState
+
+    if CACHE_MODEL is None or not hasattr(CACHE_MODEL, "trace_call_bpf"):
+        pytest.skip("the C extension (pybpf._cache_model) is not built")
+    system = pybpf.system("emulated", cpus=1, modeled_time=False)
+    seen: list[RunState] = []
+    prog = load(system, ProgType.TRACEPOINT, [b.mov64(R0, 7), b.exit_()])
+    link = prog.attach_tracepoint("syscalls", "sys_enter_getpid")
+    links = system._tracepoints["syscalls", "sys_enter_getpid"]
+
+    def run_prog(exe, rs):
+        seen.append(rs)
+        return 7
+
+    proto = system._run_state()
+    assert CACHE_MODEL.trace_call_bpf(links, b"rec", proto, 5, run_prog, None, None) == [7]
+    assert CACHE_MODEL.trace_call_bpf(links, b"rec", proto, 5, run_prog, None, None) == [7]
+    fresh = RunState(system.run_env)
+    for rs in seen:
+        for slot in RunState.__slots__:
+            value = getattr(rs, slot)
+            if slot == "mem":
+                assert value == {5: b"rec"} and value is not proto.mem
+            elif isinstance(value, (dict, list)):
+                assert value == getattr(fresh, slot) and value is not getattr(proto, slot)
+            else:
+                assert value == getattr(fresh, slot), slot
+    assert seen[0].mem is not seen[1].mem and seen[0].trace is not seen[1].trace
+    assert proto.mem == {}
+    system.insn_budget = 123
+    assert system._run_state().budget == 123 and system._run_state().env is system.run_env
+    system.bpf_engine = "interp"
+    assert system._run_state().env.engine == "interp"
+    link.close()
+
+
+@pytest.mark.parametrize("modeled", [True, False])
+def test_a_tracepoint_fires_the_same_with_or_without_its_c_loop(modeled, monkeypatch):
+    """progs._fire's runs in C (trace_call_bpf) and in Python: the same R0s, map contents,
+    modeled counts and clock, the same fault where a program exceeds the budget."""
+    import pybpf.emulated.progs as progs
+
+    outcomes = []
+    for in_c in (True, False):
+        if not in_c:
+            monkeypatch.setattr(progs, "TRACE_CALL_BPF", None)
+        system = pybpf.system("emulated", cpus=2, modeled_time=modeled)
+        counting, fd = counting_tracepoint(system)
+        reader = load(system, ProgType.TRACEPOINT, [  # R0: the record's second u64 + 20
+            b.ldx(8, R0, R1, 8), b.mov64(R2, 0), b.label("loop"), b.add64(R0, 1),
+            b.add64(R2, 1), b.jlt(R2, 20, "loop"), b.exit_()])
+        links = [p.attach_tracepoint("syscalls", "sys_enter_getpid") for p in (counting, reader)]
+        record = (5).to_bytes(8, "little") + (99).to_bytes(8, "little") + bytes(48)
+        timing = system.machine.timing
+        with system.on_cpu(1):
+            r0s = [system.enter_syscall("getpid", record) for _ in range(3)]
+            system.insn_budget = 30
+            with pytest.raises(ProgramFault) as info:
+                system.enter_syscall("getpid", record)
+        outcomes.append((r0s, system.map_lookup_elem(fd, bytes(4)), dict(timing.counts[1]),
+                         timing.clock[1], info.value.errno, str(info.value)))
+        for link in links:
+            link.close()
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][0] == [[0, 119]] * 3
+
+
 def test_attach_tracepoint_needs_a_tracepoint_program(backend):
     prog = load(backend, ProgType.SOCKET_FILTER, RET_2)
     with pytest.raises(BPFError) as info:
