@@ -1228,40 +1228,9 @@ static PyObject *update(HtabCore *c, PyObject *key, PyObject *value, PyObject *f
 	PyObject *index = NULL, *new = NULL, *result = NULL;
 	uint64_t h;
 	int failed = 1;
-	/* The hash an existing element carries saves hashing the key, if under the lock it
-	 * chose the element is still key's with that hash (it may have been recycled). */
-	old = PyDict_GetItemWithError(c->table, key);
-	if (old == NULL && PyErr_Occurred())
-		return NULL;
-	if (old != NULL) {
-		Py_INCREF(old);
-		if ((hash = elem_get(old, ELEM_HASH)) == NULL || parse_addr(hash, &h) < 0
-		    || (stripe = take_stripe(c, h)) == NULL)
-			goto out;
-		PyObject *now = PyDict_GetItemWithError(c->table, key), *again = NULL;
-		int same = now == old && (again = elem_get(old, ELEM_HASH)) != NULL
-			? PyObject_RichCompareBool(again, hash, Py_EQ) : 0;
-		Py_XDECREF(again);
-		if (same < 0 || (now == NULL && PyErr_Occurred())) {
-			unlock(c, NULL, NULL, stripe);
-			Py_CLEAR(stripe);
-			goto out;
-		}
-		if (!same) {
-			if (unlock(c, NULL, NULL, stripe) < 0) {
-				Py_CLEAR(stripe);
-				goto out;
-			}
-			Py_CLEAR(stripe);
-			Py_CLEAR(old);
-			Py_CLEAR(hash);
-		}
-	}
-	if (old == NULL) {
-		if ((hash = hash_of(c, key)) == NULL || parse_addr(hash, &h) < 0
-		    || (stripe = take_stripe(c, h)) == NULL)
-			goto out;
-	}
+	if ((hash = hash_of(c, key)) == NULL || parse_addr(hash, &h) < 0
+	    || (stripe = take_stripe(c, h)) == NULL)
+		goto out;
 	uint64_t at = h & c->mask;
 	if (charge_op(c, cpu_obj, s_update_event) < 0
 	    || (index = PyLong_FromUnsignedLongLong(at)) == NULL
@@ -1407,7 +1376,8 @@ static PyObject *delete(HtabCore *c, PyObject *key, PyObject *cpu_obj, int cpu)
 	}
 	/* unlinked from the bucket its own hash names, as HtabBuckets.unlink does */
 	if ((elem_hash = elem_get(elem, ELEM_HASH)) == NULL || parse_addr(elem_hash, &eh) < 0
-	    || (elem_index = PyLong_FromUnsignedLongLong(eh & c->mask)) == NULL
+	    || (elem_index = eh == h ? Py_NewRef(index)
+		: PyLong_FromUnsignedLongLong(eh & c->mask)) == NULL
 	    || unlink_elem(c, elem, key, elem_index, eh & c->mask) < 0)
 		goto locked_out;
 	failed = 0;
