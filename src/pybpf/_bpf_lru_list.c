@@ -391,7 +391,7 @@ static int rotate(Refill *r, Lists *g)
 /* The map's eviction callback on node (its key unhashed): 1, 0, or -1 */
 static int evict(Refill *r, PyObject *node)
 {
-	PyObject *done = PyObject_CallOneArg(r->del_from_htab, node);
+	PyObject *done = htab_evict_node(r->del_from_htab, node, r->cpu_obj, r->cpu);
 	int rc = done == NULL ? -1 : PyObject_IsTrue(done);
 	Py_XDECREF(done);
 	return rc;

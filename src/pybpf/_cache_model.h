@@ -59,6 +59,9 @@ void native_keep_error(PyObject *run);
 /* _hashtab.c: HtabCore, the hash map's update and delete in C */
 extern PyTypeObject HtabCoreType;
 int htab_core_ready(void);
+/* An LRU's del_from_htab(node) on the CPU evicting: an HtabCore's delete_node is called
+ * directly with that CPU (not the thread's, read again), any other callable as it is */
+PyObject *htab_evict_node(PyObject *del_from_htab, PyObject *node, PyObject *cpu_obj, int cpu);
 /* An HtabElem's fields: elem.name read (a new reference) and written, at the slot's offset
  * where elem is one, else by attribute; the fields from ELEM_PREV on are its LruNode's,
  * which an LRU list's head (_Head) has too */

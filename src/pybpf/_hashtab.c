@@ -1302,14 +1302,13 @@ static PyObject *htab_core_update(PyObject *op, PyObject *const *args, Py_ssize_
 
 /* delete_node(node): HtabLruMap.htab_lru_map_delete_node, the LRU's eviction callback:
  * whether the node's key was unhashed (it was still the node's) */
-static PyObject *htab_core_delete_node(PyObject *op, PyObject *node)
+static PyObject *delete_node(HtabCore *c, PyObject *node, PyObject *cpu_obj, int cpu)
 {
-	HtabCore *c = (HtabCore *)op;
-	PyObject *hash = NULL, *key = NULL, *stripe = NULL, *cpu_obj = NULL, *tlock = NULL;
+	PyObject *hash = NULL, *key = NULL, *stripe = NULL, *tlock = NULL;
 	PyObject *index = NULL, *result = NULL;
 	uint64_t h;
-	int cpu, unhashed = 0;
-	if ((cpu_obj = current_cpu(c, &cpu)) == NULL || (hash = elem_get(node, ELEM_HASH)) == NULL
+	int unhashed = 0;
+	if ((hash = elem_get(node, ELEM_HASH)) == NULL
 	    || parse_addr(hash, &h) < 0 || (key = elem_get(node, ELEM_KEY)) == NULL
 	    || (index = PyLong_FromUnsignedLongLong(h & c->mask)) == NULL
 	    || (tlock = bucket_lock(c, index, hash)) == NULL || (stripe = take_stripe(c, h)) == NULL
@@ -1338,10 +1337,28 @@ out:
 	Py_XDECREF(hash);
 	Py_XDECREF(key);
 	Py_XDECREF(stripe);
-	Py_XDECREF(cpu_obj);
 	Py_XDECREF(tlock);
 	Py_XDECREF(index);
 	return result;
+}
+
+static PyObject *htab_core_delete_node(PyObject *op, PyObject *node)
+{
+	int cpu;
+	PyObject *cpu_obj = current_cpu((HtabCore *)op, &cpu), *result = NULL;
+	if (cpu_obj != NULL)
+		result = delete_node((HtabCore *)op, node, cpu_obj, cpu);
+	Py_XDECREF(cpu_obj);
+	return result;
+}
+
+PyObject *htab_evict_node(PyObject *del_from_htab, PyObject *node, PyObject *cpu_obj, int cpu)
+{
+	if (PyCFunction_Check(del_from_htab)
+	    && PyCFunction_GET_FUNCTION(del_from_htab) == htab_core_delete_node)
+		return delete_node((HtabCore *)PyCFunction_GET_SELF(del_from_htab), node, cpu_obj,
+				   cpu);
+	return PyObject_CallOneArg(del_from_htab, node);
 }
 
 /* delete(key): HtabMap.htab_map_delete_elem without reading the value (an LRU map's element
