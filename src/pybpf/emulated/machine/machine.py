@@ -307,9 +307,10 @@ class Machine:
             return (os.getpid() << 32) | threading.get_native_id()
         return (task[0] << 32) | task[1]
 
-    def prandom_u32(self) -> int:
-        """bpf_get_prandom_u32(): the current CPU's generator (per CPU, as the kernel's)."""
-        return self._prandom[self.current.cpu].getrandbits(32)
+    def prandom_u32(self, cpu: int | None = None) -> int:
+        """bpf_get_prandom_u32(): the generator of ``cpu`` (None: the current CPU; per CPU,
+        as the kernel's)."""
+        return self._prandom[self.current.cpu if cpu is None else cpu].getrandbits(32)
     def ktime_get_ns(self) -> int:
         """bpf_ktime_get_ns(): the current CPU's modeled clock (ns since the machine began)."""
         return int(self.timing.clock[self.current.cpu])

@@ -310,7 +310,7 @@ def bpf_ktime_get_ns(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) 
 
 def bpf_get_prandom_u32(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
     machine = rs.machine
-    return machine.prandom_u32() if machine is not None else 0
+    return machine.prandom_u32(rs.cpu) if machine is not None else 0
 
 
 def bpf_get_current_pid_tgid(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
