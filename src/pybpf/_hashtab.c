@@ -748,7 +748,8 @@ static int replace_elem(HtabCore *c, PyObject *old, PyObject *new, PyObject *key
 	return table_set(c, key, new);
 }
 
-/* HtabBuckets.unlink: hlist_nulls_del_rcu of elem (from bucket ``index``) */
+/* HtabBuckets.unlink: hlist_nulls_del_rcu of elem (from bucket ``index``), which is the
+ * table's element for key: its callers found it there under the bucket's lock */
 static int unlink_elem(HtabCore *c, PyObject *elem, PyObject *key, PyObject *index,
 		       uint64_t at)
 {
@@ -768,9 +769,6 @@ static int unlink_elem(HtabCore *c, PyObject *elem, PyObject *key, PyObject *ind
 	if (PyList_GET_SIZE(bucket) == 0
 	    && (PyDict_DelItem(c->buckets, index) < 0 || mark_bucket(c, at, 0) < 0))
 		return -1;
-	PyObject *linked = PyDict_GetItemWithError(c->table, key);
-	if (linked != elem)
-		return linked == NULL && PyErr_Occurred() ? -1 : 0;
 	if (PyDict_DelItem(c->table, key) < 0)
 		return -1;
 	return c->values == NULL ? 0 : PyDict_DelItem(c->values, key);
