@@ -609,7 +609,7 @@ static PyObject *current_cpu(HtabCore *c, int *cpu)
 /* RunState's fields the map helpers read on every call (its __slots__), bound at their first
  * use */
 enum { RUN_STATE_MEM, RUN_STATE_VALUE_REGIONS, RUN_STATE_CPU, RUN_STATE_MACHINE,
-       RUN_STATE_FIELDS };
+       RUN_STATE_NEXT_REGION, RUN_STATE_FIELDS };
 static SlotField run_state_fields[RUN_STATE_FIELDS];
 
 int bind_run_state_type(void)
@@ -618,6 +618,7 @@ int bind_run_state_type(void)
 		[RUN_STATE_MEM] = {"RunState", "mem"},
 		[RUN_STATE_VALUE_REGIONS] = {"RunState", "value_regions"},
 		[RUN_STATE_CPU] = {"RunState", "cpu"}, [RUN_STATE_MACHINE] = {"RunState", "machine"},
+		[RUN_STATE_NEXT_REGION] = {"RunState", "next_region"},
 	};
 	return slot_fields_bind(run_state_fields, of, RUN_STATE_FIELDS,
 				"pybpf.emulated.prog.memory");
@@ -1573,6 +1574,32 @@ static PyObject *helper_result(HtabCore *c, PyObject *done)
 
 enum { HELPER_LOOKUP, HELPER_UPDATE, HELPER_DELETE };
 
+/* RunState.region_of's new region: the run's next region holds value (which keeps it alive,
+ * so its id stays unique), its pointer kept in ``regions`` under ``id`` */
+static PyObject *new_value_region(PyObject *rs, PyObject *regions, PyObject *id,
+				  PyObject *value)
+{
+	PyObject *region = run_state_get(rs, RUN_STATE_NEXT_REGION), *next = NULL;
+	PyObject *mem = NULL, *pointer = NULL;
+	uint64_t at;
+	if (region == NULL || parse_addr(region, &at) < 0 || at >= 0xffffffffu
+	    || (next = PyLong_FromUnsignedLongLong(at + 1)) == NULL
+	    || (mem = run_regions(rs)) == NULL)
+		goto out;
+	if (slot_field_set(&run_state_fields[RUN_STATE_NEXT_REGION], rs, next) < 0
+	    || PyObject_SetItem(mem, region, value) < 0
+	    || (pointer = PyLong_FromUnsignedLongLong(at << 32)) == NULL
+	    || PyDict_SetItem(regions, id, pointer) < 0)
+		Py_CLEAR(pointer);
+out:
+	if (region != NULL && pointer == NULL && !PyErr_Occurred())
+		PyErr_SetString(PyExc_OverflowError, "a run has at most 2**32 memory regions");
+	Py_XDECREF(region);
+	Py_XDECREF(next);
+	Py_XDECREF(mem);
+	return pointer;
+}
+
 PyObject *value_pointer(PyObject *rs, PyObject *value)
 {
 	if (value == Py_None)
@@ -1583,6 +1610,7 @@ PyObject *value_pointer(PyObject *rs, PyObject *value)
 	if (regions != NULL && (id = PyLong_FromVoidPtr(value)) != NULL) {
 		PyObject *pointer = PyDict_GetItemWithError(regions, id);
 		result = pointer != NULL ? Py_NewRef(pointer) : PyErr_Occurred() ? NULL
+			: PyDict_CheckExact(regions) ? new_value_region(rs, regions, id, value)
 			: PyObject_CallMethodOneArg(rs, s_region_of, value);
 	}
 	Py_XDECREF(regions);

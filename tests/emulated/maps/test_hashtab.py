@@ -195,6 +195,35 @@ def test_program_lookup_returns_the_live_value_buffer():
     assert m.map_lookup_elem(u32(2)) is None
 
 
+@pytest.mark.parametrize("map_type", [T.HASH, T.LRU_HASH])
+def test_a_bound_lookup_gives_a_value_its_region_once_per_run_as_the_python_helper(map_type):
+    """bpf_map_lookup_elem bound to a hash map (its C helper where built, else the Python
+    one) against the Python helper: a value found gets the run's next region the first time
+    (RunState.region_of), the same pointer after, another value the region after; a miss is
+    NULL."""
+    from pybpf.emulated.prog.helpers import bpf_map_lookup_elem, map_lookup_elem
+    from pybpf.emulated.prog.memory import RunState
+
+    sys = system("emulated", cpus=1, modeled_time=False)
+    fd = hmap(sys, map_type)
+    for k in (1, 2):
+        sys.map_update_elem(fd, u32(k), bytes(8))
+    m = sys.map_from_fd(fd)
+    runs = []
+    for helper in (bpf_map_lookup_elem.bind_map(m), lambda rs, r2, *_: map_lookup_elem(m, rs, r2)):
+        rs = RunState(sys.run_env)
+        with sys.on_cpu(0):
+            rs.cpu = 0
+            stack = rs.mem[5] = bytearray(16)
+            stack[0:4], stack[4:8], stack[8:12] = u32(1), u32(2), u32(3)
+            pointers = [helper(rs, (5 << 32) | at, 0, 0, 0) for at in (0, 4, 0, 8, 4)]
+        runs.append((pointers, rs.next_region, {r: id(v) for r, v in rs.mem.items() if r != 5}))
+    assert runs[0] == runs[1]
+    first = runs[0][0][0] >> 32
+    assert runs[0][0] == [first << 32, (first + 1) << 32, first << 32, 0, (first + 1) << 32]
+    assert runs[0][1] == first + 2
+
+
 def test_program_update_and_delete_return_negative_errno():
     sys = system("emulated", cpus=2)
     m = sys.map_from_fd(hmap(sys, max_entries=1))
