@@ -1638,28 +1638,52 @@ static PyObject *helper_change(HtabCore *c, int op, PyObject *key, PyObject *val
 	return helper_result(c, delete(c, key, cpu_obj, cpu));
 }
 
+/* The ``size`` bytes at ``ptr`` in the frame's ``stack`` (a bytearray), which the JIT says
+ * ptr points into, else NULL without an exception */
+static PyObject *stack_bytes(PyObject *stack, uint64_t ptr, Py_ssize_t size)
+{
+	Py_ssize_t off = (Py_ssize_t)(ptr & 0xffffffffu);
+	if (!PyByteArray_CheckExact(stack) || off + size > PyByteArray_GET_SIZE(stack))
+		return NULL;
+	return PyBytes_FromStringAndSize(PyByteArray_AS_STRING(stack) + off, size);
+}
+
+/* The ``size`` bytes a helper's pointer argument points to: in ``stack`` where the JIT said
+ * the pointer is there (``in_stack``), else where plain_bytes finds them */
+static PyObject *arg_bytes(PyObject *mem, PyObject *stack, int in_stack, uint64_t ptr,
+			   Py_ssize_t size)
+{
+	PyObject *bytes = in_stack ? stack_bytes(stack, ptr, size) : NULL;
+	return bytes != NULL || PyErr_Occurred() || !PyDict_CheckExact(mem) ? bytes
+		: plain_bytes(mem, ptr, size);
+}
+
 /* bpf_map_{lookup,update,delete}_elem on this map, as helpers.map_*_elem bound to it:
- * (python, rs, r2, r3, r4, r5) -> r0, ``python`` the Python helper bound to the map, which
- * does what is not plain memory. */
+ * (python, rs, r2, r3, r4, r5[, stack, on_stack]) -> r0, ``python`` the Python helper bound
+ * to the map, which does what is not plain memory; the JIT adds the frame's stack where R2
+ * (on_stack bit 1) or R3 (bit 2) surely point into it (jit.takes_stack). */
 static PyObject *helper_call(HtabCore *c, int op, PyObject *const *args, Py_ssize_t nargs)
 {
-	if (nargs != 6) {
-		PyErr_SetString(PyExc_TypeError, "(python, rs, r2, r3, r4, r5)");
+	if (nargs != 6 && nargs != 8) {
+		PyErr_SetString(PyExc_TypeError, "(python, rs, r2, r3, r4, r5[, stack, on_stack])");
 		return NULL;
 	}
 	PyObject *rs = args[1], *mem = NULL, *cpu_obj = NULL, *key = NULL, *value = NULL;
-	PyObject *result = NULL;
+	PyObject *stack = nargs == 8 ? args[6] : NULL, *result = NULL;
+	long on_stack = nargs == 8 ? PyLong_AsLong(args[7]) : 0;
 	uint64_t r2, r3 = 0;
 	int cpu;
-	if (parse_addr(args[2], &r2) < 0 || (op == HELPER_UPDATE && parse_addr(args[3], &r3) < 0)
+	if ((on_stack == -1 && PyErr_Occurred()) || parse_addr(args[2], &r2) < 0
+	    || (op == HELPER_UPDATE && parse_addr(args[3], &r3) < 0)
 	    || (mem = run_regions(rs)) == NULL)
 		goto out;
 	/* a modeled operation begins (Timing.sync), then the bytes are read; where they are not
 	 * plain memory the Python helper does it all (its sync then does nothing) */
 	if ((cpu_obj = helper_sync(c, rs, &cpu)) == NULL)
 		goto out;
-	if (!PyDict_CheckExact(mem) || (key = plain_bytes(mem, r2, c->key_bytes)) == NULL
-	    || (op == HELPER_UPDATE && (value = plain_bytes(mem, r3, c->value_size)) == NULL)) {
+	if ((key = arg_bytes(mem, stack, on_stack & 1, r2, c->key_bytes)) == NULL
+	    || (op == HELPER_UPDATE
+		&& (value = arg_bytes(mem, stack, on_stack & 2, r3, c->value_size)) == NULL)) {
 		if (PyErr_Occurred())
 			goto out;
 		goto python;

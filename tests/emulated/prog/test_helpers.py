@@ -129,6 +129,32 @@ def test_jit_binds_map_helpers_to_the_map_loaded_just_before(emulated):
     assert "r0 = H1_" in source and "H1(" not in source
 
 
+def test_jit_tells_a_hash_maps_c_helper_which_pointers_are_on_the_stack(emulated):
+    """A hash map's helper in C (jit.takes_stack) gets the frame's stack and which of R2 (1)
+    and R3 (2) surely point into it: a key on the stack, a value from a map's value."""
+    from pybpf.emulated.prog.jit import takes_stack
+
+    fd = emulated.map_create(MapType.HASH, 4, 8, 4)
+    prog = load(emulated, ProgType.SCHED_CLS, [
+        *key_at(-4, 1), b.ld_map_fd(R1, "m"), b.call("map_lookup_elem"), b.jeq(R0, 0, "out"),
+        b.mov64(R3, R0), b.mov64(R2, FP), b.add64(R2, -4), b.ld_map_fd(R1, "m"),
+        b.mov64(R4, 0), b.call("map_update_elem"),
+        b.st(8, FP, -16, 7), b.mov64(R2, FP), b.add64(R2, -4), b.mov64(R3, FP),
+        b.add64(R3, -16),
+        b.ld_map_fd(R1, "m"), b.mov64(R4, 0), b.call("map_update_elem"),
+        b.label("out"), b.mov64(R0, 0), b.exit_()], maps={"m": fd})
+    exe = emulated.prog_from_fd(prog.fd).executable
+    source = jit_source(exe)
+    calls = [line.strip() for line in source.splitlines() if "r0 = H" in line]
+    bound = [name for name in exe.jit_functions["F0"].__globals__ if name.startswith("H1_")]
+    if not takes_stack(exe.jit_functions["F0"].__globals__[bound[0]]):
+        assert all(call.endswith("(rs, r2, r3, r4, r5)") for call in calls)
+        return
+    assert [call.split("(", 1)[1] for call in calls] == [
+        "rs, r2, r3, r4, r5, stack, 1)", "rs, r2, r3, r4, r5, stack, 1)",
+        "rs, r2, r3, r4, r5, stack, 3)"]
+
+
 def test_lookup_of_a_missing_key_returns_null(backend):
     fd = backend.map_create(MapType.HASH, 4, 8, 4)
     prog = load(backend, ProgType.SCHED_CLS, [

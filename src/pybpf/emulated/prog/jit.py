@@ -11,7 +11,7 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ...accelerator import ATOMIC_RMW
+from ...accelerator import ATOMIC_RMW, CACHE_MODEL
 from ...asm.opcodes import (
     ATOMIC_FETCH,
     OPCODES,
@@ -262,7 +262,10 @@ class _FunctionWriter:
                 emit(depth + 1, "return rs.entry_of(t, 0)(rs, r1, 0, 0, 0, 0)")
             elif bound_name(imm, self.map_in_r1) in self.bound:
                 # R1 is a known map: the helper bound to it skips resolving the map pointer
-                emit(depth, f"r0 = {bound_name(imm, self.map_in_r1)}(rs, r2, r3, r4, r5)")
+                name = bound_name(imm, self.map_in_r1)
+                on_stack = self.stack_args() if takes_stack(self.bound[name]) else 0
+                extra = f", stack, {on_stack}" if on_stack else ""
+                emit(depth, f"r0 = {name}(rs, r2, r3, r4, r5{extra})")
             elif imm in CALLBACK_HELPERS:
                 # the callback counts its instructions in rs.count and raises rs.budget
                 emit(depth, "rs.count = n")
@@ -325,6 +328,11 @@ class _FunctionWriter:
         if after is None:
             return None
         return "r10" if after == 0 else f"r10 + {after}" if after > 0 else f"r10 - {-after}"
+
+    def stack_args(self) -> int:
+        """Which of R2 (1) and R3 (2) surely point into this frame's stack now."""
+        offsets = self.fp_offset
+        return (1 if 2 in offsets else 0) | (2 if 3 in offsets else 0)
 
     def track_fp_offset(self, insn: Instruction) -> None:
         """``fp_offset`` after ``insn``: what it may write is forgotten (a helper call, LD_ABS
@@ -481,6 +489,15 @@ _LITERAL_RE = re.compile(r"\b(SIGN64|SIGN32|M64|M32)\b")
 
 def bound_name(helper_id: int, region: int | None) -> str:
     return f"H{helper_id}_{region:x}" if region is not None else ""
+
+
+def takes_stack(func: Callable) -> bool:
+    """Whether ``func``, a map helper bound to a map, is a hash map core's helper in C
+    (helpers._binder's ``functools.partial(in_c, python)``), which takes two more arguments
+    after R5: the frame's stack and which of R2 (1) and R3 (2) point into it, whose bytes it
+    then reads there without looking their region up."""
+    core = getattr(getattr(func, "func", None), "__self__", None)
+    return CACHE_MODEL is not None and type(core) is CACHE_MODEL.HtabCore
 
 
 def bound_helpers(exe: Executable) -> dict[str, Callable]:
