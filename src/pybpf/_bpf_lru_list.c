@@ -36,8 +36,7 @@ int lru_ready(void)
 /* The fields the pops and pushes read and write on every call, at their slots (the classes'
  * __slots__), bound by the first LRU map's core */
 enum { LOCAL_FREE_F, LOCAL_PENDING_F, LOCAL_LOCK_F, LOCAL_TLOCK_F,
-       LIST_HEADS_F, LIST_COUNTS_F, LIST_ROTATION_F, LIST_LOCK_F, LIST_TLOCK_F,
-       LRU_POPS_F, LRU_PUSHES_F, LRU_EVICTIONS_F, LRU_REFILLS_F, LRU_FIELDS };
+       LIST_HEADS_F, LIST_COUNTS_F, LIST_ROTATION_F, LIST_LOCK_F, LIST_TLOCK_F, LRU_FIELDS };
 static SlotField fields[LRU_FIELDS];
 
 static int bind_fields(void)
@@ -48,11 +47,13 @@ static int bind_fields(void)
 		[LIST_HEADS_F] = {"LruList", "heads"}, [LIST_COUNTS_F] = {"LruList", "counts"},
 		[LIST_ROTATION_F] = {"LruList", "next_inactive_rotation"},
 		[LIST_LOCK_F] = {"LruList", "lock"}, [LIST_TLOCK_F] = {"LruList", "tlock"},
-		[LRU_POPS_F] = {"BpfLru", "pops"}, [LRU_PUSHES_F] = {"BpfLru", "pushes"},
-		[LRU_EVICTIONS_F] = {"BpfLru", "evictions"}, [LRU_REFILLS_F] = {"BpfLru", "refills"},
 	};
 	return slot_fields_bind(fields, of, LRU_FIELDS, "pybpf.emulated.maps.bpf_lru_list");
 }
+
+/* The BpfLru's counters the pops and pushes count, in Lru.count_at's order */
+enum { LRU_POPS, LRU_PUSHES, LRU_EVICTIONS, LRU_REFILLS };
+static const char *const COUNTED[] = {"pops", "pushes", "evictions", "refills"};
 
 int lru_bind(Lru *l, PyObject *lru)
 {
@@ -64,7 +65,8 @@ int lru_bind(Lru *l, PyObject *lru)
 	if (per_cpu != 0)
 		return per_cpu > 0 ? 0 : -1;
 	if ((l->local = PyObject_GetAttr(lru, s_local)) == NULL
-	    || (l->common = PyObject_GetAttr(lru, s_common)) == NULL) {
+	    || (l->common = PyObject_GetAttr(lru, s_common)) == NULL
+	    || counts_bind(&l->counts, lru, COUNTED, l->count_at, 4) < 0) {
 		lru_clear(l);
 		return -1;
 	}
@@ -90,6 +92,7 @@ void lru_clear(Lru *l)
 	Py_CLEAR(l->lru);
 	Py_CLEAR(l->local);
 	Py_CLEAR(l->common);
+	counts_release(&l->counts);
 }
 
 /* -- the lists ----------------------------------------------------------------------------- */
@@ -400,9 +403,10 @@ static int evict(Refill *r, PyObject *node)
 /* node, evicted, onto ``free``; _evicted: counted and charged */
 static int take_evicted(Refill *r, Lists *g, PyObject *node, PyObject *free, int free_type)
 {
-	return move_to_free(r->l, r->model, g, node, free, free_type, r->cpu) < 0
-		|| slot_field_increment(&fields[LRU_EVICTIONS_F], r->l->lru) < 0
-		|| charge_n(r->model, r->cpu_obj, s_lru_evict, s_one) < 0 ? -1 : 0;
+	if (move_to_free(r->l, r->model, g, node, free, free_type, r->cpu) < 0)
+		return -1;
+	counts_add(&r->l->counts, r->l->count_at[LRU_EVICTIONS], 1);
+	return charge_n(r->model, r->cpu_obj, s_lru_evict, s_one);
 }
 
 /* _shrink_inactive: up to ``want`` nodes from INACTIVE's back evicted onto ``free`` within
@@ -462,8 +466,8 @@ static int refill_locked(Refill *r, Lists *g, PyObject *loc)
 {
 	PyObject *pending = NULL, *free = NULL, *node = NULL, *made = NULL, *target = NULL;
 	int rc = -1;
-	if (slot_field_increment(&fields[LRU_REFILLS_F], r->l->lru) < 0
-	    || (pending = slot_field_get(&fields[LOCAL_PENDING_F], loc)) == NULL
+	counts_add(&r->l->counts, r->l->count_at[LRU_REFILLS], 1);
+	if ((pending = slot_field_get(&fields[LOCAL_PENDING_F], loc)) == NULL
 	    || (free = slot_field_get(&fields[LOCAL_FREE_F], loc)) == NULL
 	    || (node = elem_get(pending, ELEM_PREV)) == NULL)
 		goto out;
@@ -579,8 +583,8 @@ PyObject *lru_pop_free(Lru *l, PyObject *model, PyObject *cpu_obj, int cpu)
 		if ((node = PyObject_VectorcallMethod(s_steal, args, 3, NULL)) == NULL)
 			goto out;
 	}
-	if (node != Py_None && slot_field_increment(&fields[LRU_POPS_F], l->lru) < 0)
-		goto out;
+	if (node != Py_None)
+		counts_add(&l->counts, l->count_at[LRU_POPS], 1);
 	result = Py_NewRef(node);
 out:
 	Py_XDECREF(loc);
@@ -632,8 +636,7 @@ int lru_push_free(Lru *l, PyObject *model, PyObject *node, PyObject *cpu_obj, in
 			PyErr_SetString(PyExc_RuntimeError, "BpfLru.push_free took a free node");
 		return -1;
 	}
-	if (slot_field_increment(&fields[LRU_PUSHES_F], l->lru) < 0)
-		return -1;
+	counts_add(&l->counts, l->count_at[LRU_PUSHES], 1);
 	if (type == LOCAL_PENDING) {
 		long owner = node_int(node, ELEM_CPU);
 		PyObject *loc = owner == -1 && PyErr_Occurred() ? NULL : local_list(l, owner);

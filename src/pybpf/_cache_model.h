@@ -96,14 +96,26 @@ int slot_fields_bind(SlotField *fields, const SlotFieldOf *of, int n, const char
 PyObject *slot_field_get(const SlotField *f, PyObject *obj);
 /* obj.<field> = value: 0, or -1 */
 int slot_field_set(const SlotField *f, PyObject *obj, PyObject *value);
-/* obj.<field> += 1: 0, or -1 */
-int slot_field_increment(const SlotField *f, PyObject *obj);
-/* The instance dict of ``obj`` (a new reference) where its attribute ``name`` lives there, no
- * descriptor of its class standing in front of it; else NULL with a TypeError. A counter kept
- * as a plain attribute is then read and written in that dict, not by attribute. */
-PyObject *attr_dict(PyObject *obj, PyObject *name);
-/* dict[name] += 1: 0, or -1 */
-int dict_item_increment(PyObject *dict, PyObject *name);
+/* A Python owner's ``tally`` (emulated/machine/counters.py: an array of int64 counters, its
+ * Counter attributes): its buffer held, so that a counter is added to where it lies, without
+ * an int object per increment */
+typedef struct {
+	Py_buffer view;  /* view.obj is NULL until bound */
+} Counts;
+/* Bind ``c`` to owner.tally and find where the counters ``names`` (n of them) are: the
+ * index of names[i], its class's Counter's, in index[i]. 0, or -1 with an exception */
+int counts_bind(Counts *c, PyObject *owner, const char *const *names, Py_ssize_t *index,
+		int n);
+void counts_release(Counts *c);
+/* counter ``i`` += delta */
+static inline void counts_add(Counts *c, Py_ssize_t i, int64_t delta)
+{
+	((int64_t *)c->view.buf)[i] += delta;
+}
+static inline int64_t counts_get(const Counts *c, Py_ssize_t i)
+{
+	return ((const int64_t *)c->view.buf)[i];
+}
 /* obj.name(): 0, or -1 with an exception */
 int call_method(PyObject *obj, PyObject *name);
 /* The end of a with block on a host lock: released, an error raised in the block (rc < 0)
@@ -155,10 +167,10 @@ PyObject *trace_call_bpf(PyObject *module, PyObject *const *args, Py_ssize_t nar
 /* _memalloc.c: a BpfMemAlloc's unit_alloc and unit_free in C */
 typedef struct {
 	PyObject *ma;          /* the BpfMemAlloc, or NULL: another design, all Python */
-	PyObject *ma_dict;     /* its instance dict, where its cache_hits is */
 	PyObject *caches;      /* its bpf_mem_cache per CPU */
-	PyObject *counters;    /* its _Counters */
-	PyObject *count_lock;  /* which guards them and its cache hits */
+	Counts counts;         /* its _Counters' tally */
+	Py_ssize_t count_at[4];  /* where alloc_calls, alloc_failures, free_calls, cache_hits are */
+	PyObject *count_lock;  /* which guards them */
 	Py_ssize_t low, high;  /* its watermarks */
 } MemAlloc;
 
@@ -183,6 +195,8 @@ typedef struct {
 	PyObject *lru;     /* the BpfLru, or NULL: a per-CPU LRU, all Python */
 	PyObject *local;   /* its LocalList per CPU */
 	PyObject *common;  /* its LruList */
+	Counts counts;     /* its tally */
+	Py_ssize_t count_at[4];  /* where pops, pushes, evictions, refills are */
 } Lru;
 
 int lru_ready(void);

@@ -44,6 +44,8 @@ typedef struct {
 	PyObject *current;      /* machine.current: its .cpu is the running CPU */
 	PyObject *cpu_node, *local, *remote;  /* the map's AccessStats */
 	PyObject *freelist;     /* the PcpuFreelist of a preallocated map, or NULL */
+	Counts freelist_counts; /* its tally */
+	Py_ssize_t freelist_at[2];  /* where its pops and pushes are */
 	PyObject *free_lists;   /* its lists, one per CPU */
 	PyObject *free_locks;   /* its modeled locks, one per CPU */
 	PyObject *extra_elems;  /* per CPU, the spares a replacement takes (empty: none) */
@@ -63,8 +65,9 @@ typedef struct {
 	 * HtabMap.set_special_fields sets this member then. */
 	char special_fields;
 	PyObject *count_lock;   /* with ma: the lock of the map's element count, */
-	PyObject *map_dict;     /* the map's instance dict, where that count is, */
-	PyObject *max_entries;  /* its limit, */
+	Counts elem_counts;     /* the map's tally, where that count is (at count_at), */
+	Py_ssize_t count_at;
+	long long max_entries;  /* its limit, */
 	PyObject *count_addr;   /* and its line where it is an atomic_t (else NULL) */
 } HtabCore;
 
@@ -73,7 +76,7 @@ static PyObject *s_cpu, *s_hash, *s_key, *s_value, *s_addr, *s_node,
 	*s_check_flags, *s_alloc_htab_elem, *s_new_elem_on_home,
 	*s_retire_replaced, *s_release_elem, *s_key_not_found, *s_lookup_event,
 	*s_errno, *s_ref, *s_lru_update_event, *s_prealloc_lru_pop, *s_no_free_node,
-	*s_push_free, *s_put_fd_value, *s_region_of, *s_one, *s_false, *s_count, *s_atomic, *s_alloc_failed;
+	*s_push_free, *s_put_fd_value, *s_region_of, *s_one, *s_false, *s_atomic, *s_alloc_failed;
 
 static PyObject *attr(PyObject *obj, const char *name)
 {
@@ -167,14 +170,43 @@ int slot_field_set(const SlotField *f, PyObject *obj, PyObject *value)
 	return 0;
 }
 
-int slot_field_increment(const SlotField *f, PyObject *obj)
+int counts_bind(Counts *c, PyObject *owner, const char *const *names, Py_ssize_t *index,
+		int n)
 {
-	PyObject *old = slot_field_get(f, obj), *sum = NULL;
-	int rc = old == NULL || (sum = PyNumber_Add(old, s_one)) == NULL
-		|| slot_field_set(f, obj, sum) < 0 ? -1 : 0;
-	Py_XDECREF(old);
-	Py_XDECREF(sum);
-	return rc;
+	PyObject *counts = PyObject_GetAttrString(owner, "tally");
+	int rc = counts == NULL ? -1
+		: PyObject_GetBuffer(counts, &c->view, PyBUF_WRITABLE | PyBUF_FORMAT);
+	Py_XDECREF(counts);
+	if (rc < 0)
+		return -1;
+	if (c->view.itemsize != 8 || c->view.format == NULL || strcmp(c->view.format, "q") != 0) {
+		PyErr_Format(PyExc_TypeError, "%s.tally is not an array of int64 counters",
+			     Py_TYPE(owner)->tp_name);
+		goto fail;
+	}
+	for (int i = 0; i < n; i++) {
+		PyObject *counter = PyObject_GetAttrString((PyObject *)Py_TYPE(owner), names[i]);
+		PyObject *at = counter == NULL ? NULL : PyObject_GetAttrString(counter, "index");
+		index[i] = at == NULL ? -1 : PyLong_AsSsize_t(at);
+		Py_XDECREF(counter);
+		Py_XDECREF(at);
+		if (index[i] < 0 || index[i] >= c->view.len / 8) {
+			if (!PyErr_Occurred())
+				PyErr_Format(PyExc_IndexError, "%s.%s is past its tally",
+					     Py_TYPE(owner)->tp_name, names[i]);
+			goto fail;
+		}
+	}
+	return 0;
+fail:
+	counts_release(c);
+	return -1;
+}
+
+void counts_release(Counts *c)
+{
+	if (c->view.obj != NULL)
+		PyBuffer_Release(&c->view);
 }
 
 static int bind_elem_type(void)
@@ -207,20 +239,6 @@ static int bind_elem_type(void)
 	elem_type = (PyTypeObject *)type;
 	head_type = (PyTypeObject *)head;
 	return 0;
-}
-
-/* PcpuFreelist's counters, at their slots: bound by the first preallocated map's core */
-enum { FREELIST_POPS_F, FREELIST_PUSHES_F, FREELIST_FIELDS };
-static SlotField freelist_fields[FREELIST_FIELDS];
-
-static int bind_freelist_type(void)
-{
-	static const SlotFieldOf of[FREELIST_FIELDS] = {
-		[FREELIST_POPS_F] = {"PcpuFreelist", "pops"},
-		[FREELIST_PUSHES_F] = {"PcpuFreelist", "pushes"},
-	};
-	return slot_fields_bind(freelist_fields, of, FREELIST_FIELDS,
-				"pybpf.emulated.maps.percpu_freelist");
 }
 
 /* Whether ``field`` of ``elem`` is at its offset */
@@ -272,13 +290,16 @@ int elem_set(PyObject *elem, int field, PyObject *value)
  * design done in C (else ma stays unbound and its calls Python) */
 static int bind_mem_alloc(HtabCore *c, PyObject *bpf_map)
 {
-	PyObject *ma = attr(bpf_map, "ma"), *percpu_counter = NULL;
+	PyObject *ma = attr(bpf_map, "ma"), *percpu_counter = NULL, *max_entries = NULL;
 	int rc = ma == NULL ? -1 : mem_alloc_bind(&c->ma, ma);
 	if (rc > 0) {
 		int atomic_count = -1;
 		rc = (c->count_lock = attr(bpf_map, "count_lock")) == NULL
-			|| (c->map_dict = attr_dict(bpf_map, s_count)) == NULL
-			|| (c->max_entries = attr(bpf_map, "max_entries")) == NULL
+			|| counts_bind(&c->elem_counts, bpf_map, (const char *[]){"count"},
+				       &c->count_at, 1) < 0
+			|| (max_entries = attr(bpf_map, "max_entries")) == NULL
+			|| ((c->max_entries = PyLong_AsLongLong(max_entries)) == -1
+			    && PyErr_Occurred())
 			|| (percpu_counter = attr(bpf_map, "use_percpu_counter")) == NULL
 			|| (atomic_count = !PyObject_IsTrue(percpu_counter)) < 0
 			|| (atomic_count && (c->count_addr = attr(bpf_map, "count_addr")) == NULL)
@@ -286,6 +307,7 @@ static int bind_mem_alloc(HtabCore *c, PyObject *bpf_map)
 	}
 	Py_XDECREF(ma);
 	Py_XDECREF(percpu_counter);
+	Py_XDECREF(max_entries);
 	return rc;
 }
 
@@ -402,7 +424,9 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 		goto out;
 	rc = -1;
 	if (c->prealloc && !c->lru) {
-		if (bind_freelist_type() < 0 || (c->freelist = attr(bpf_map, "freelist")) == NULL
+		if ((c->freelist = attr(bpf_map, "freelist")) == NULL
+		    || counts_bind(&c->freelist_counts, c->freelist,
+				   (const char *[]){"pops", "pushes"}, c->freelist_at, 2) < 0
 		    || (c->free_lists = attr(c->freelist, "lists")) == NULL
 		    || (c->free_locks = attr(c->freelist, "tlocks")) == NULL)
 			goto out;
@@ -460,8 +484,6 @@ static int htab_core_traverse(PyObject *op, visitproc visit, void *arg)
 	Py_VISIT(c->zeros);
 	Py_VISIT(c->lru_list);
 	Py_VISIT(c->count_lock);
-	Py_VISIT(c->map_dict);
-	Py_VISIT(c->max_entries);
 	Py_VISIT(c->count_addr);
 	Py_VISIT(c->lru_lists.lru);
 	Py_VISIT(c->lru_lists.local);
@@ -497,8 +519,8 @@ static int htab_core_clear(PyObject *op)
 	Py_CLEAR(c->zeros);
 	Py_CLEAR(c->lru_list);
 	Py_CLEAR(c->count_lock);
-	Py_CLEAR(c->map_dict);
-	Py_CLEAR(c->max_entries);
+	counts_release(&c->elem_counts);
+	counts_release(&c->freelist_counts);
 	Py_CLEAR(c->count_addr);
 	mem_alloc_clear(&c->ma);
 	lru_clear(&c->lru_lists);
@@ -531,36 +553,6 @@ int lock_release(PyObject *lock, int rc)
 		PyErr_Restore(type, exc, tb);
 		rc = -1;
 	}
-	return rc;
-}
-
-PyObject *attr_dict(PyObject *obj, PyObject *name)
-{
-	PyObject *dict = PyObject_GenericGetDict(obj, NULL);
-	if (dict == NULL)
-		return NULL;
-	PyObject *held = PyDict_GetItemWithError(dict, name);
-	if (held == NULL || _PyType_Lookup(Py_TYPE(obj), name) != NULL) {
-		if (!PyErr_Occurred())
-			PyErr_Format(PyExc_TypeError, "%.100s.%U is not a plain instance attribute",
-				     Py_TYPE(obj)->tp_name, name);
-		Py_DECREF(dict);
-		return NULL;
-	}
-	return dict;
-}
-
-int dict_item_increment(PyObject *dict, PyObject *name)
-{
-	PyObject *old = PyDict_GetItemWithError(dict, name);
-	if (old == NULL) {
-		if (!PyErr_Occurred())
-			PyErr_SetObject(PyExc_KeyError, name);
-		return -1;
-	}
-	PyObject *sum = PyNumber_Add(old, s_one);
-	int rc = sum == NULL ? -1 : PyDict_SetItem(dict, name, sum);
-	Py_XDECREF(sum);
 	return rc;
 }
 
@@ -786,8 +778,7 @@ static PyObject *freelist_pop(HtabCore *c, PyObject *cpu_obj, int cpu)
 	PyObject *elem = Py_NewRef(PyList_GET_ITEM(list, n - 1)), *addr = NULL;
 	if (PyList_SetSlice(list, n - 1, n, NULL) < 0)
 		goto fail;
-	if (slot_field_increment(&freelist_fields[FREELIST_POPS_F], c->freelist) < 0)
-		goto fail;
+	counts_add(&c->freelist_counts, c->freelist_at[0], 1);
 	if (c->model == NULL)
 		return elem;
 	if ((addr = elem_get(elem, ELEM_ADDR)) == NULL)
@@ -809,9 +800,9 @@ fail:
 static int freelist_push(HtabCore *c, PyObject *elem, PyObject *cpu_obj, int cpu)
 {
 	PyObject *addr;
-	if (PyList_Append(PyList_GET_ITEM(c->free_lists, cpu), elem) < 0
-	    || slot_field_increment(&freelist_fields[FREELIST_PUSHES_F], c->freelist) < 0)
+	if (PyList_Append(PyList_GET_ITEM(c->free_lists, cpu), elem) < 0)
 		return -1;
+	counts_add(&c->freelist_counts, c->freelist_at[1], 1);
 	if (c->model == NULL)
 		return 0;
 	if ((addr = elem_get(elem, ELEM_ADDR)) == NULL)
@@ -882,17 +873,11 @@ static int count_elems(HtabCore *c, int delta, PyObject *old)
 {
 	if (host_lock_acquire(c->count_lock) < 0)
 		return -1;
-	PyObject *n = Py_XNewRef(PyDict_GetItemWithError(c->map_dict, s_count)), *next = NULL;
-	if (n == NULL && !PyErr_Occurred())
-		PyErr_SetString(PyExc_AttributeError, "the map has no element count");
-	int full = n == NULL ? -1 : delta < 0 || old != NULL ? 0
-		: PyObject_RichCompareBool(n, c->max_entries, Py_GE);
-	int rc = full < 0 ? -1 : full ? 0
-		: (next = delta < 0 ? PyNumber_Subtract(n, s_one) : PyNumber_Add(n, s_one)) == NULL
-		|| PyDict_SetItem(c->map_dict, s_count, next) < 0 ? -1 : 0;
-	Py_XDECREF(n);
-	Py_XDECREF(next);
-	return lock_release(c->count_lock, rc) < 0 ? -1 : full;
+	int full = delta > 0 && old == NULL
+		&& counts_get(&c->elem_counts, c->count_at) >= c->max_entries;
+	if (!full)
+		counts_add(&c->elem_counts, c->count_at, delta);
+	return lock_release(c->count_lock, 0) < 0 ? -1 : full;
 }
 
 /* count_elem's cost: an atomic_t is a locked add on the map's line (a percpu_counter stays
@@ -1821,7 +1806,7 @@ int htab_core_ready(void)
 	    || intern(&s_no_free_node, "_no_free_node") < 0
 	    || intern(&s_put_fd_value, "htab_put_fd_value") < 0
 	    || intern(&s_push_free, "push_free") < 0
-	    || intern(&s_region_of, "region_of") < 0 || intern(&s_count, "count") < 0
+	    || intern(&s_region_of, "region_of") < 0
 	    || intern(&s_atomic, "atomic") < 0 || intern(&s_alloc_failed, "_alloc_failed") < 0
 	    || intern(&s_prev, "prev") < 0 || intern(&s_next, "next") < 0
 	    || intern(&s_type, "type") < 0 || mem_alloc_ready() < 0 || lru_ready() < 0)

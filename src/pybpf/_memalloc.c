@@ -9,14 +9,13 @@
  */
 #include "_cache_model.h"
 
-static PyObject *s_caches, *s_counters, *s_count_lock, *s_low, *s_high, *s_cache_hits,
-	*s_refill, *s_trim, *s_design, *s_mem_cache_event, *s_one;
+static PyObject *s_caches, *s_counters, *s_count_lock, *s_low, *s_high, *s_refill, *s_trim, *s_design, *s_mem_cache_event, *s_one;
 
 int mem_alloc_ready(void)
 {
 	if (intern(&s_caches, "caches") < 0 || intern(&s_counters, "counters") < 0
 	    || intern(&s_count_lock, "_count_lock") < 0 || intern(&s_low, "low") < 0
-	    || intern(&s_high, "high") < 0 || intern(&s_cache_hits, "cache_hits") < 0
+	    || intern(&s_high, "high") < 0
 	    || intern(&s_refill, "refill") < 0 || intern(&s_trim, "trim") < 0
 	    || intern(&s_design, "design") < 0
 	    || intern(&s_mem_cache_event, "bpf_mem_cache") < 0)
@@ -24,29 +23,30 @@ int mem_alloc_ready(void)
 	return (s_one = PyLong_FromLong(1)) == NULL ? -1 : 0;
 }
 
-/* The fields unit_alloc and unit_free read and count on every call, at their slots: a
- * cache's free list and lock, the counters' calls and failures; bound by the first map of this
- * allocator's design */
-enum { CACHE_FREE_F, CACHE_LOCK_F, ALLOC_CALLS_F, ALLOC_FAILURES_F, FREE_CALLS_F,
-       MEM_ALLOC_FIELDS };
+/* The fields unit_alloc and unit_free read on every call, at their slots: a cache's free list
+ * and lock; bound by the first map of this allocator's design */
+enum { CACHE_FREE_F, CACHE_LOCK_F, MEM_ALLOC_FIELDS };
 static SlotField fields[MEM_ALLOC_FIELDS];
 
 static int bind_fields(void)
 {
 	static const SlotFieldOf of[MEM_ALLOC_FIELDS] = {
 		[CACHE_FREE_F] = {"_Cache", "free"}, [CACHE_LOCK_F] = {"_Cache", "lock"},
-		[ALLOC_CALLS_F] = {"_Counters", "alloc_calls"},
-		[ALLOC_FAILURES_F] = {"_Counters", "alloc_failures"},
-		[FREE_CALLS_F] = {"_Counters", "free_calls"},
 	};
 	return slot_fields_bind(fields, of, MEM_ALLOC_FIELDS, "pybpf.emulated.machine.memalloc");
 }
+
+/* The counters unit_alloc and unit_free count, in MemAlloc.count_at's order */
+enum { ALLOC_CALLS, ALLOC_FAILURES, FREE_CALLS, CACHE_HITS };
+static const char *const COUNTED[] = {"alloc_calls", "alloc_failures", "free_calls",
+				      "cache_hits"};
 
 int mem_alloc_bind(MemAlloc *a, PyObject *ma)
 {
 	if (bind_fields() < 0)
 		return -1;
 	PyObject *design = PyObject_GetAttr(ma, s_design), *low = NULL, *high = NULL;
+	PyObject *counters = NULL;
 	int rc = -1;
 	if (design == NULL)
 		return -1;
@@ -55,8 +55,8 @@ int mem_alloc_bind(MemAlloc *a, PyObject *ma)
 		return 0;
 	}
 	if ((a->caches = PyObject_GetAttr(ma, s_caches)) == NULL
-	    || (a->ma_dict = attr_dict(ma, s_cache_hits)) == NULL
-	    || (a->counters = PyObject_GetAttr(ma, s_counters)) == NULL
+	    || (counters = PyObject_GetAttr(ma, s_counters)) == NULL
+	    || counts_bind(&a->counts, counters, COUNTED, a->count_at, 4) < 0
 	    || (a->count_lock = PyObject_GetAttr(ma, s_count_lock)) == NULL
 	    || (low = PyObject_GetAttr(ma, s_low)) == NULL
 	    || (high = PyObject_GetAttr(ma, s_high)) == NULL
@@ -72,6 +72,7 @@ out:
 	if (rc < 0)
 		mem_alloc_clear(a);
 	Py_DECREF(design);
+	Py_XDECREF(counters);
 	Py_XDECREF(low);
 	Py_XDECREF(high);
 	return rc;
@@ -80,9 +81,7 @@ out:
 int mem_alloc_traverse(MemAlloc *a, visitproc visit, void *arg)
 {
 	Py_VISIT(a->ma);
-	Py_VISIT(a->ma_dict);
 	Py_VISIT(a->caches);
-	Py_VISIT(a->counters);
 	Py_VISIT(a->count_lock);
 	return 0;
 }
@@ -90,9 +89,8 @@ int mem_alloc_traverse(MemAlloc *a, visitproc visit, void *arg)
 void mem_alloc_clear(MemAlloc *a)
 {
 	Py_CLEAR(a->ma);
-	Py_CLEAR(a->ma_dict);
 	Py_CLEAR(a->caches);
-	Py_CLEAR(a->counters);
+	counts_release(&a->counts);
 	Py_CLEAR(a->count_lock);
 }
 
@@ -114,17 +112,18 @@ static int cpu_cache(MemAlloc *a, int cpu, PyObject **cache, PyObject **free, Py
 	return 0;
 }
 
-/* Under the allocator's count lock, the counter ``field`` += 1, and with ``hits`` the
- * allocator's cache_hits (else, if ``failures``, the counters' alloc_failures) */
-static int count(MemAlloc *a, int field, int hits, int failures)
+/* Under the allocator's count lock (Python's counting takes it too), the counter ``counted``
+ * += 1, and with ``hits`` cache_hits (else, if ``failures``, alloc_failures) */
+static int count(MemAlloc *a, int counted, int hits, int failures)
 {
 	if (host_lock_acquire(a->count_lock) < 0)
 		return -1;
-	int rc = slot_field_increment(&fields[field], a->counters) < 0
-		|| (hits && dict_item_increment(a->ma_dict, s_cache_hits) < 0)
-		|| (failures && slot_field_increment(&fields[ALLOC_FAILURES_F], a->counters) < 0)
-		? -1 : 0;
-	return lock_release(a->count_lock, rc);
+	counts_add(&a->counts, a->count_at[counted], 1);
+	if (hits)
+		counts_add(&a->counts, a->count_at[CACHE_HITS], 1);
+	else if (failures)
+		counts_add(&a->counts, a->count_at[ALLOC_FAILURES], 1);
+	return lock_release(a->count_lock, 0);
 }
 
 PyObject *unit_alloc(MemAlloc *a, PyObject *model, PyObject *cpu_obj, int cpu)
@@ -139,7 +138,7 @@ PyObject *unit_alloc(MemAlloc *a, PyObject *model, PyObject *cpu_obj, int cpu)
 	left = PyList_GET_SIZE(free);
 	if (lock_release(lock, rc) < 0
 	    || charge_n(model, cpu_obj, s_mem_cache_event, s_one) < 0
-	    || count(a, ALLOC_CALLS_F, obj != Py_None, obj == Py_None) < 0
+	    || count(a, ALLOC_CALLS, obj != Py_None, obj == Py_None) < 0
 	    || (obj != Py_None && write_line(model, obj, cpu) < 0))  /* llist_del_first */
 		goto out;
 	if (left < a->low) {
@@ -161,7 +160,7 @@ int unit_free(MemAlloc *a, PyObject *model, PyObject *obj, PyObject *cpu_obj, in
 {
 	PyObject *cache = NULL, *free = NULL, *lock = NULL;
 	int rc = -1, over;
-	if (count(a, FREE_CALLS_F, 0, 0) < 0 || cpu_cache(a, cpu, &cache, &free, &lock) < 0
+	if (count(a, FREE_CALLS, 0, 0) < 0 || cpu_cache(a, cpu, &cache, &free, &lock) < 0
 	    || host_lock_acquire(lock) < 0)
 		goto out;
 	int appended = PyList_Append(free, obj);

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...accelerator import HostLock
+from .counters import Counter, counter_array
 from .machine import Machine
 
 LLIST_NODE_SIZE = 8
@@ -92,26 +93,25 @@ class _Cache:
 
 
 class _Counters:
-    # slots: the C allocator (pybpf._cache_model) counts at their offsets
-    __slots__ = ("allocated", "freed", "reused", "call_rcu", "alloc_calls", "free_calls",
-                 "alloc_failures", "held_by_rcu_bytes", "max_held_by_rcu_bytes",
-                 "kmalloc_while_held", "_held_samples")
+    # in ``tally``, where the C allocator (pybpf._cache_model) counts: new objects created,
+    # objects given back for good, handed out again from the RCU lists, call_rcu
+    # invocations, unit_alloc and unit_free calls, allocations that found no object, freed
+    # memory whose RCU callback has not run yet (and its most), new objects made while freed
+    # ones waited for RCU; then allocations served from a per-CPU cache
+    NAMES = ("allocated", "freed", "reused", "call_rcu", "alloc_calls", "free_calls",
+             "alloc_failures", "held_by_rcu_bytes", "max_held_by_rcu_bytes",
+             "kmalloc_while_held")
+    (allocated, freed, reused, call_rcu, alloc_calls, free_calls, alloc_failures,
+     held_by_rcu_bytes, max_held_by_rcu_bytes, kmalloc_while_held,
+     cache_hits) = (Counter(i) for i in range(len(NAMES) + 1))
+    __slots__ = ("tally", "_held_samples")
 
     def __init__(self) -> None:
-        self.allocated = 0      # new objects created
-        self.freed = 0          # objects given back for good
-        self.reused = 0         # objects handed out again from the RCU lists
-        self.call_rcu = 0       # call_rcu invocations
-        self.alloc_calls = 0
-        self.free_calls = 0
-        self.alloc_failures = 0
-        self.held_by_rcu_bytes = 0  # freed memory whose RCU callback has not run yet
-        self.max_held_by_rcu_bytes = 0
-        self.kmalloc_while_held = 0  # new objects made while freed ones waited for RCU
+        self.tally = counter_array(len(self.NAMES) + 1)
         self._held_samples: list[tuple[float, int]] = []
 
     def as_dict(self) -> dict[str, int]:
-        return {k: getattr(self, k) for k in self.__slots__ if not k.startswith("_")}
+        return {name: getattr(self, name) for name in self.NAMES}
 
     def hold(self, nbytes: int, at: float, every: float) -> None:
         """Freed memory handed to (positive) or released by (negative) an RCU callback at
@@ -147,7 +147,6 @@ class BpfMemAlloc:
         self.refills = 0
         self.bulk_allocated = 0
         self.free_bulk_runs = 0
-        self.cache_hits = 0
         self._count_lock = HostLock()
         prefill = 4 if self.unit_size <= 256 else 1
         for cache in self.caches:
@@ -263,7 +262,7 @@ class BpfMemAlloc:
             if obj is None:
                 self.counters.alloc_failures += 1
             else:
-                self.cache_hits += 1
+                self.counters.cache_hits += 1
         if obj is not None:
             self.timing.access(cpu, addr_of(obj), write=True)  # llist_del_first
         if left < self.low:
@@ -333,7 +332,7 @@ class BpfMemAlloc:
         out: dict[str, int | str] = {"mem_design": self.design}
         out.update(self.counters.as_dict())
         out.update(refills=self.refills, bulk_allocated=self.bulk_allocated,
-                   free_bulk=self.free_bulk_runs, cache_hits=self.cache_hits,
+                   free_bulk=self.free_bulk_runs, cache_hits=self.counters.cache_hits,
                    cached=sum(len(c.free) for c in self.caches),
                    waiting_for_rcu=sum(len(c.free_by_rcu_ttrace) + len(c.waiting_for_gp_ttrace)
                                        for c in self.caches),

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from ...accelerator import HostLock
+from ..machine.counters import Counter, counter_array
 
 if TYPE_CHECKING:
     from ..machine.timing import SpinLock, Timing
@@ -153,7 +154,10 @@ class BpfLru:
 
     __slots__ = ("ncpus", "percpu", "del_from_htab", "current_cpu", "timing", "broken",
                  "factory", "nr_scans", "target_free", "percpu_lists", "common", "local",
-                 "pops", "pushes", "evictions", "steals", "refills")
+                 "tally")
+    # in ``tally``, where the C LRU (pybpf._cache_model) counts: nodes handed out, given
+    # back, evicted, stolen from other CPUs, refills
+    pops, pushes, evictions, steals, refills = (Counter(i) for i in range(5))
 
     def __init__(self, ncpus: int, percpu: bool, del_from_htab: Callable[[LruNode], bool],
                  target_free: int = LOCAL_FREE_TARGET,
@@ -183,12 +187,7 @@ class BpfLru:
             self.target_free = target_free
             self.common = LruList(tlock(node))
             self.local = [LocalList(cpu, tlock(cpu_node(cpu))) for cpu in range(ncpus)]
-        # Counters: nodes handed out, given back, evicted, stolen from other CPUs, refills.
-        self.pops = 0
-        self.pushes = 0
-        self.evictions = 0
-        self.steals = 0
-        self.refills = 0
+        self.tally = counter_array(5)
 
     # -- modeled time ------------------------------------------------------------------------
     def _touch(self, node: LruNode) -> None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ...accelerator import HostLock
 from ...errors import KernelError
 from ...uapi import NUMA_NO_NODE, round_up
+from ..machine.counters import Counter, counter_array
 from ..machine.memalloc import BpfMemAlloc, KmallocRcu
 from ..machine.timing import SpinLock
 from .bpf_lru_list import BpfLru, LruNode, lru_target_free
@@ -71,12 +72,14 @@ class HtabElemMemory:
     access_stats: Any
     _current: Any
     timer_off: int
+    # the NO_PREALLOC element count (inc_elem_count / dec_elem_count), in ``tally``
+    count = Counter(0)
 
     def prealloc_init(self, attr: MapAttr, machine: Machine) -> None:
         """Where elements will come from: the LRU, a free list, or an allocator (placing
         what it allocates on the node the map asked for, else the allocating CPU's)."""
         self.count_lock = HostLock()
-        self.count = 0  # NO_PREALLOC element count (inc_elem_count / dec_elem_count)
+        self.tally = counter_array(1)  # ``count``'s, where the C hash map core counts
         timing = self.timing
         self.elem_size = round_up(self.key_size, 8) + HTAB_ELEM_SIZE + (
             8 if self.percpu else round_up(self.value_size, 8))

@@ -20,14 +20,17 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..machine.counters import Counter, counter_array
+
 if TYPE_CHECKING:
     from ..machine.timing import Timing
 
 
 class PcpuFreelist:
-    # slots: the C hash map core (pybpf._cache_model) counts pops and pushes at their offsets
     __slots__ = ("ncpus", "current_cpu", "timing", "tlocks", "lists", "unmade", "factory",
-                 "unmade_locks", "pops", "pushes", "steals", "empty_pops")
+                 "unmade_locks", "tally")
+    # in ``tally``, where the C hash map core (pybpf._cache_model) counts pops and pushes
+    pops, pushes, steals, empty_pops = (Counter(i) for i in range(4))
 
     def __init__(self, ncpus: int, current_cpu: Callable[[], int],
                  timing: Timing | None = None) -> None:
@@ -41,10 +44,7 @@ class PcpuFreelist:
         self.unmade = [0] * ncpus  # objects of each CPU's share not created yet
         self.factory: Callable[[], Any] | None = None
         self.unmade_locks = [threading.Lock() for _ in range(ncpus)]
-        self.pops = 0
-        self.pushes = 0
-        self.steals = 0
-        self.empty_pops = 0
+        self.tally = counter_array(4)
 
     def populate(self, objects: list[Any]) -> None:
         per_cpu = len(objects) // self.ncpus + 1
