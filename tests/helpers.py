@@ -130,6 +130,9 @@ def hash_map_state(e, fd: int) -> dict:
     freelist = bpf_map.freelist
     return {"keys": keys, "addrs": {k: elem.addr for k, elem in bpf_map.table.items()},
             "refs": {k: elem.ref for k, elem in bpf_map.table.items()},
+            # every bucket's list, emptied ones included (made once, kept)
+            "buckets": {i: [elem.addr for elem in bucket]
+                        for i, bucket in sorted(bpf_map.buckets.items())},
             "values": {k: bytes(v) if bpf_map.values is not None else [bytes(s) for s in v]
                        for k, v in ((k, elem.value) for k, elem in bpf_map.table.items())},
             "free": None if freelist is None else [[elem.addr for elem in lst]

@@ -703,21 +703,25 @@ static int table_set(HtabCore *c, PyObject *key, PyObject *elem)
 	return rc;
 }
 
-/* HtabBuckets.link: hlist_nulls_add_head_rcu of elem into bucket ``index`` */
+/* HtabBuckets.link: hlist_nulls_add_head_rcu of elem into bucket ``index`` (whose list is
+ * made the first time and kept when it empties) */
 static int link_elem(HtabCore *c, PyObject *elem, PyObject *key, PyObject *index, uint64_t at)
 {
 	PyObject *bucket = PyDict_GetItemWithError(c->buckets, index);
 	if (bucket == NULL) {
-		if (PyErr_Occurred() || (bucket = PyList_New(1)) == NULL)
+		if (PyErr_Occurred() || (bucket = PyList_New(0)) == NULL)
 			return -1;
-		PyList_SET_ITEM(bucket, 0, Py_NewRef(elem));
 		int rc = PyDict_SetItem(c->buckets, index, bucket);
-		Py_DECREF(bucket);
-		if (rc < 0 || mark_bucket(c, at, 1) < 0)
+		Py_DECREF(bucket);  /* the dict holds it */
+		if (rc < 0)
 			return -1;
-	} else if (PyList_Insert(bucket, 0, elem) < 0) {
+	} else if (!PyList_Check(bucket)) {
+		PyErr_SetString(PyExc_TypeError, "a hash map's bucket is a list");
 		return -1;
 	}
+	if ((PyList_GET_SIZE(bucket) == 0 && mark_bucket(c, at, 1) < 0)
+	    || PyList_Insert(bucket, 0, elem) < 0)
+		return -1;
 	return table_set(c, key, elem);
 }
 
@@ -759,8 +763,7 @@ static int unlink_elem(HtabCore *c, PyObject *elem, PyObject *key, PyObject *ind
 	}
 	if (PyList_SetSlice(bucket, pos, pos + 1, NULL) < 0)
 		return -1;
-	if (PyList_GET_SIZE(bucket) == 0
-	    && (PyDict_DelItem(c->buckets, index) < 0 || mark_bucket(c, at, 0) < 0))
+	if (PyList_GET_SIZE(bucket) == 0 && mark_bucket(c, at, 0) < 0)
 		return -1;
 	if (PyDict_DelItem(c->table, key) < 0)
 		return -1;

@@ -224,6 +224,26 @@ def test_a_bound_lookup_gives_a_value_its_region_once_per_run_as_the_python_help
     assert runs[0][1] == first + 2
 
 
+@pytest.mark.parametrize("map_type", [T.HASH, T.LRU_HASH, T.PERCPU_HASH])
+def test_an_emptied_bucket_keeps_its_list_and_leaves_the_index(map_type):
+    """A bucket's list is made when it first takes an element and kept when it empties: the
+    non-empty index and the walks skip it, a new element goes into it."""
+    sys = system("emulated", cpus=2)
+    fd = hmap(sys, map_type)
+    m = sys.map_from_fd(fd)
+    for k in (1, 2):
+        sys.map_update_elem(fd, u32(k), bytes(8) if map_type != T.PERCPU_HASH else bytes(16))
+    lists = {i: bucket for i, bucket in m.buckets.items()}
+    sys.map_delete_elem(fd, u32(1))
+    sys.map_delete_elem(fd, u32(2))
+    assert m.buckets == {i: [] for i in lists} and not any(m.storage.nonempty)
+    assert list(iter_keys(sys, fd)) == [] and m.storage.problems(m._hash) == []
+    sys.map_update_elem(fd, u32(2), bytes(8) if map_type != T.PERCPU_HASH else bytes(16))
+    index = m.table[u32(2)].hash & m.mask
+    assert m.buckets[index] is lists[index] and m.storage.nonempty[index] == 1
+    assert list(iter_keys(sys, fd)) == [u32(2)] and m.storage.problems(m._hash) == []
+
+
 def test_program_update_and_delete_return_negative_errno():
     sys = system("emulated", cpus=2)
     m = sys.map_from_fd(hmap(sys, max_entries=1))

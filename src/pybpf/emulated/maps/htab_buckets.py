@@ -28,6 +28,8 @@ class HtabBuckets:
         self.mask = n_buckets - 1
         self.table: dict[bytes, Any] = {}
         self.values: dict[bytes, bytearray] | None = {} if with_values else None
+        # a bucket's list, made when it first takes an element and kept when it empties (a
+        # map's churn then neither makes nor drops one; at most one per bucket ever used)
         self.buckets: dict[int, list[Any]] = {}
         self.nonempty = bytearray(n_buckets)  # 1 where a bucket has elements
 
@@ -36,10 +38,10 @@ class HtabBuckets:
         index = elem.hash & self.mask
         bucket = self.buckets.get(index)
         if bucket is None:
-            self.buckets[index] = [elem]
+            bucket = self.buckets[index] = []
+        if not bucket:
             self.nonempty[index] = 1
-        else:
-            bucket.insert(0, elem)
+        bucket.insert(0, elem)
         self.table[elem.key] = elem
         if self.values is not None:
             self.values[elem.key] = elem.value
@@ -50,7 +52,6 @@ class HtabBuckets:
         bucket = self.buckets[index]
         bucket.remove(elem)
         if not bucket:
-            del self.buckets[index]
             self.nonempty[index] = 0
         if self.table.get(elem.key) is elem:
             del self.table[elem.key]
@@ -116,6 +117,7 @@ class HtabBuckets:
         if self.values is not None and (self.values.keys() != self.table.keys() or any(
                 self.values[k] is not e.value for k, e in self.table.items())):
             problems.append("the value table disagrees with the element table")
-        if sorted(self.buckets) != [i for i, used in enumerate(self.nonempty) if used]:
+        if sorted(i for i, bucket in self.buckets.items() if bucket) != [
+                i for i, used in enumerate(self.nonempty) if used]:
             problems.append("the non-empty bucket index is out of date")
         return problems
