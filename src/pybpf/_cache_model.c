@@ -1164,8 +1164,7 @@ enum { NOT_CHARGED = 0, CHARGED = 1, CHARGE_FAILED = 2 };
 enum { RUN_TIMING, RUN_MODEL, RUN_CPU, RUN_DEFERRED, RUN_SELF };
 
 static PyObject *s_helper_call, *s_scheduler, *s_sync, *s_deferred, *s_run_deferred,
-	*s_greenlet_thread, *s_holder,
-	*s_active, *s_quantum, *s_error, *s_array_lookup, *s_htab_lookup, *s_jhash_byte,
+	*s_error, *s_array_lookup, *s_htab_lookup, *s_jhash_byte,
 	*s_hash_cached, *s_mask, *s_bucket_base, *s_buckets, *s_addr, *s_key, *s_table, *s_ref,
 	*s_clock;
 
@@ -1175,14 +1174,25 @@ static PyObject *s_helper_call, *s_scheduler, *s_sync, *s_deferred, *s_run_defer
  * goes first). 1, 0 (call it), or -1 (an error). Without modeled time the clocks stand still
  * but for waits, so this is nearly always 1: the check, not the call, is what each
  * operation costs then. */
+enum { SCHED_THREAD_F, SCHED_HOLDER_F, SCHED_ACTIVE_F, SCHED_QUANTUM_F, SCHED_FIELDS };
+static SlotField sched_fields[SCHED_FIELDS];
+
 static int sync_does_nothing(PyObject *scheduler, PyObject *clock, int cpu)
 {
+	static const SlotFieldOf of[SCHED_FIELDS] = {
+		[SCHED_THREAD_F] = {"VirtualTimeScheduler", "_greenlet_thread"},
+		[SCHED_HOLDER_F] = {"VirtualTimeScheduler", "_holder"},
+		[SCHED_ACTIVE_F] = {"VirtualTimeScheduler", "_active"},
+		[SCHED_QUANTUM_F] = {"VirtualTimeScheduler", "quantum_ns"},
+	};
 	PyObject *thread = NULL, *holder = NULL, *active = NULL, *quantum = NULL;
 	int rc = 0;
-	if ((thread = PyObject_GetAttr(scheduler, s_greenlet_thread)) == NULL
-	    || (holder = PyObject_GetAttr(scheduler, s_holder)) == NULL
-	    || (active = PyObject_GetAttr(scheduler, s_active)) == NULL
-	    || (quantum = PyObject_GetAttr(scheduler, s_quantum)) == NULL) {
+	if (slot_fields_bind(sched_fields, of, SCHED_FIELDS, "pybpf.emulated.machine.timing") < 0)
+		return -1;
+	if ((thread = slot_field_get(&sched_fields[SCHED_THREAD_F], scheduler)) == NULL
+	    || (holder = slot_field_get(&sched_fields[SCHED_HOLDER_F], scheduler)) == NULL
+	    || (active = slot_field_get(&sched_fields[SCHED_ACTIVE_F], scheduler)) == NULL
+	    || (quantum = slot_field_get(&sched_fields[SCHED_QUANTUM_F], scheduler)) == NULL) {
 		/* not a VirtualTimeScheduler: its sync is called */
 		if (PyErr_ExceptionMatches(PyExc_AttributeError))
 			PyErr_Clear();
@@ -1599,9 +1609,6 @@ PyMODINIT_FUNC PyInit__cache_model(void)
 	    || intern(&s_scheduler, "_scheduler") < 0 || intern(&s_sync, "sync") < 0
 	    || intern(&s_clock, "clock") < 0
 	    || intern(&s_deferred, "_deferred") < 0 || intern(&s_run_deferred, "run_deferred") < 0
-	    || intern(&s_greenlet_thread, "_greenlet_thread") < 0
-	    || intern(&s_holder, "_holder") < 0 || intern(&s_active, "_active") < 0
-	    || intern(&s_quantum, "quantum_ns") < 0
 	    || intern(&s_error, "error") < 0
 	    || intern(&s_array_lookup, "array_map_lookup_elem") < 0
 	    || intern(&s_htab_lookup, "htab_map_lookup_elem") < 0

@@ -483,15 +483,16 @@ def unmodeled_turns(c_extension: bool, wait_after: int | None) -> tuple[list[int
     t = machine.timing
     if not c_extension:
         t.c_extension = None  # the Python reference: every sync asks the scheduler
-    sched = VirtualTimeScheduler(t, (0, 1))
     asked: list[int] = []
-    scheduler_sync = sched.sync
 
-    def counted_sync(cpu: int) -> None:
-        asked.append(cpu)
-        scheduler_sync(cpu)
+    class CountedScheduler(VirtualTimeScheduler):
+        __slots__ = ()
 
-    sched.sync = counted_sync
+        def sync(self, cpu: int) -> None:
+            asked.append(cpu)
+            super().sync(cpu)
+
+    sched = CountedScheduler(t, (0, 1))
     turns: list[int] = []
 
     def body(cpu: int) -> None:
