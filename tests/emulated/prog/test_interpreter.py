@@ -366,6 +366,20 @@ def test_the_jit_forgets_a_stack_address_once_its_register_changes(between):
           b.mov64(R0, R1))
 
 
+def test_the_jit_writes_a_stack_address_once_where_nothing_reads_it_between():
+    """``mov r1, r10; add r1, -4; add r1, -4`` is one line, ``r1 = r10 - 8``: nothing sees the
+    values before; a read between (``mov r2, r1``) keeps the line it reads."""
+    def r1_lines(*items) -> list[str]:
+        source = jit_source(executable([*items, b.mov64(R0, 0), b.exit_()]))
+        return [line.strip() for line in source.splitlines() if line.strip().startswith("r1 =")]
+
+    assert r1_lines(b.mov64(R1, FP), b.add64(R1, -4), b.add64(R1, -4)) == ["r1 = r10 - 8"]
+    assert r1_lines(b.mov64(R1, FP), b.mov64(R2, R1), b.add64(R1, -4)) == [
+        "r1 = r10", "r1 = r10 - 4"]
+    assert r0_of(b.mov64(R1, FP), b.add64(R1, -4), b.add64(R1, -4), b.mov64(R0, R1)) \
+        == r0_of(b.mov64(R0, FP), b.sub64(R0, 8))
+
+
 @pytest.mark.parametrize("taken", [0, 1])
 def test_the_jit_forgets_a_stack_address_at_a_jump_target(taken):
     """R1 holds R10 on the fall-through path only: at the jump's target the add is the masked

@@ -91,6 +91,8 @@ class _FunctionWriter:
         # 64-bit add with its mask is two on a 65-bit int
         self.fp_offset: dict[int, int] = {}
         self.lines: list[str] = []
+        # (line, register) of the last stack address written, which the next may replace
+        self.stack_line: tuple[int, int] | None = None
         targets: set[int] = {start}
         block_starts: set[int] = {start}
         self.back_targets: set[int] = set()
@@ -210,7 +212,12 @@ class _FunctionWriter:
         if kind is Kind.ALU:
             stack_address = self.stack_address(insn, info)
             if stack_address is not None:
+                if self.stack_line == (len(self.lines) - 1, insn.dst):
+                    # the line before gave dst the address this one moves (``mov rX, r10``
+                    # before ``add rX, -4``): nothing can see that value, only this one
+                    self.lines.pop()
                 emit(depth, f"{d} = {stack_address}")
+                self.stack_line = (len(self.lines) - 1, insn.dst)
                 return depth
             s = src if info.source is Source.X else str(imm & (M64 if bits == 64 else M32))
             emit(depth, f"{d} = {_alu_expr(info.op, insn.off, d, s, bits)}")
