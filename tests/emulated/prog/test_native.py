@@ -186,3 +186,32 @@ def test_without_the_accelerators_call_native_programs_run_through_ctypes(monkey
     expected = outcome(items, "native", 100)
     monkeypatch.setattr(native, "CALL_NATIVE", None)
     assert outcome(items, "native", 100) == expected == (("r0", 35), 5)
+
+
+def test_the_native_tier_runs_its_inlined_helper_without_the_c_extensions():
+    """bpf_get_smp_processor_id compiled inline calls the C cache model's charge only where
+    that is built: without the extensions (PYBPF_NO_ACCEL=1, a child process) its machine
+    code referenced the missing symbol, which left every call of the module a jump to
+    address 0 (a crash); now the run gives the CPU, modeled or not."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import pybpf\n"
+        "from pybpf import asm\n"
+        "from pybpf.asm import builder as b\n"
+        "from pybpf.uapi import ProgType\n"
+        "for modeled in (True, False):\n"
+        "    emu = pybpf.system('emulated', cpus=2, modeled_time=modeled)\n"
+        "    insns = asm.encode(asm.assemble([b.call('get_smp_processor_id'), b.exit_()])"
+        ".instructions)\n"
+        "    prog = emu.prog_from_fd(emu.prog_load(ProgType.SOCKET_FILTER, insns, "
+        "license='GPL'))\n"
+        "    with emu.on_cpu(1):\n"
+        "        print(prog.run(bytearray(64), engine='native').retval)\n")
+    env = dict(os.environ, PYBPF_NO_ACCEL="1")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["1", "1"]

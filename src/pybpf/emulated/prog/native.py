@@ -653,10 +653,15 @@ class _FunctionIR:
         CPU; with modeled time its call is charged as Python's is (``charged``), by Python
         itself where the machine's caches are Python's."""
         mode = self.op(f"load i64, ptr {self.slot(CHARGES)}")
-        self.branch(f"switch i64 {mode}, label %hp{pc} [i64 {CHARGES_NONE}, label %hc{pc} "
-                    f"i64 {CHARGES_NATIVE}, label %hn{pc}]")
-        self.label(f"hn{pc}")
-        self.charged(CHARGE_HELPER, "0", f"hc{pc}", f"hp{pc}")
+        # no native charge without the C cache model (a run's mode is never CHARGES_NATIVE
+        # then), and no call of its symbol: MCJIT would leave every call unresolved
+        native = _charge_address() is not None
+        cases = f"i64 {CHARGES_NONE}, label %hc{pc}" + (
+            f" i64 {CHARGES_NATIVE}, label %hn{pc}" if native else "")
+        self.branch(f"switch i64 {mode}, label %hp{pc} [{cases}]")
+        if native:
+            self.label(f"hn{pc}")
+            self.charged(CHARGE_HELPER, "0", f"hc{pc}", f"hp{pc}")
         self.label(f"hc{pc}")
         native_cpu = self.op(f"load i64, ptr {self.slot(THIS_CPU)}")
         self.branch(f"br label %hj{pc}")
