@@ -1168,15 +1168,16 @@ static PyObject *s_helper_call, *s_scheduler, *s_sync, *s_deferred, *s_run_defer
 	*s_hash_cached, *s_mask, *s_bucket_base, *s_buckets, *s_addr, *s_key, *s_table, *s_ref,
 	*s_clock;
 
+/* The scheduler's fields sync_does_nothing reads, at their slots */
+enum { SCHED_THREAD_F, SCHED_HOLDER_F, SCHED_ACTIVE_F, SCHED_QUANTUM_F, SCHED_FIELDS };
+static SlotField sched_fields[SCHED_FIELDS];
+
 /* Whether VirtualTimeScheduler.sync(cpu) would do nothing now: its participants run as
  * greenlets of this thread, cpu holds the baton, and no other participant's clock (in
  * ``clock``, Timing.clock: a float per CPU) plus the quantum is below cpu's (so no other CPU
  * goes first). 1, 0 (call it), or -1 (an error). Without modeled time the clocks stand still
  * but for waits, so this is nearly always 1: the check, not the call, is what each
  * operation costs then. */
-enum { SCHED_THREAD_F, SCHED_HOLDER_F, SCHED_ACTIVE_F, SCHED_QUANTUM_F, SCHED_FIELDS };
-static SlotField sched_fields[SCHED_FIELDS];
-
 static int sync_does_nothing(PyObject *scheduler, PyObject *clock, int cpu)
 {
 	static const SlotFieldOf of[SCHED_FIELDS] = {

@@ -45,7 +45,7 @@ typedef struct {
 	PyObject *cpu_node, *local, *remote;  /* the map's AccessStats */
 	PyObject *freelist;     /* the PcpuFreelist of a preallocated map, or NULL */
 	Counts freelist_counts; /* its tally */
-	Py_ssize_t freelist_at[2];  /* where its pops and pushes are */
+	Py_ssize_t freelist_at[2];  /* where its pops and pushes are (FREELIST_COUNTED) */
 	PyObject *free_lists;   /* its lists, one per CPU */
 	PyObject *free_locks;   /* its modeled locks, one per CPU */
 	PyObject *extra_elems;  /* per CPU, the spares a replacement takes (empty: none) */
@@ -241,6 +241,10 @@ static int bind_elem_type(void)
 	return 0;
 }
 
+/* PcpuFreelist's counters the core counts, in HtabCore.freelist_at's order */
+enum { FREELIST_POPS, FREELIST_PUSHES };
+static const char *const FREELIST_COUNTED[] = {"pops", "pushes"};
+
 /* Whether ``field`` of ``elem`` is at its offset */
 static inline int in_slot(PyObject *elem, int field)
 {
@@ -425,8 +429,8 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	rc = -1;
 	if (c->prealloc && !c->lru) {
 		if ((c->freelist = attr(bpf_map, "freelist")) == NULL
-		    || counts_bind(&c->freelist_counts, c->freelist,
-				   (const char *[]){"pops", "pushes"}, c->freelist_at, 2) < 0
+		    || counts_bind(&c->freelist_counts, c->freelist, FREELIST_COUNTED,
+				   c->freelist_at, 2) < 0
 		    || (c->free_lists = attr(c->freelist, "lists")) == NULL
 		    || (c->free_locks = attr(c->freelist, "tlocks")) == NULL)
 			goto out;
@@ -781,7 +785,7 @@ static PyObject *freelist_pop(HtabCore *c, PyObject *cpu_obj, int cpu)
 	PyObject *elem = Py_NewRef(PyList_GET_ITEM(list, n - 1)), *addr = NULL;
 	if (PyList_SetSlice(list, n - 1, n, NULL) < 0)
 		goto fail;
-	counts_add(&c->freelist_counts, c->freelist_at[0], 1);
+	counts_add(&c->freelist_counts, c->freelist_at[FREELIST_POPS], 1);
 	if (c->model == NULL)
 		return elem;
 	if ((addr = elem_get(elem, ELEM_ADDR)) == NULL)
@@ -805,7 +809,7 @@ static int freelist_push(HtabCore *c, PyObject *elem, PyObject *cpu_obj, int cpu
 	PyObject *addr;
 	if (PyList_Append(PyList_GET_ITEM(c->free_lists, cpu), elem) < 0)
 		return -1;
-	counts_add(&c->freelist_counts, c->freelist_at[1], 1);
+	counts_add(&c->freelist_counts, c->freelist_at[FREELIST_PUSHES], 1);
 	if (c->model == NULL)
 		return 0;
 	if ((addr = elem_get(elem, ELEM_ADDR)) == NULL)
@@ -1510,6 +1514,16 @@ PyObject *region_at(PyObject *mem, uint64_t ptr)
 	return region;
 }
 
+/* The ``size`` bytes at ``ptr``'s offset in ``region`` where it is a bytearray (the stack,
+ * mostly) holding them, else NULL without an exception */
+static PyObject *bytearray_bytes(PyObject *region, uint64_t ptr, Py_ssize_t size)
+{
+	Py_ssize_t off = (Py_ssize_t)(ptr & 0xffffffffu);
+	if (!PyByteArray_CheckExact(region) || off + size > PyByteArray_GET_SIZE(region))
+		return NULL;
+	return PyBytes_FromStringAndSize(PyByteArray_AS_STRING(region) + off, size);
+}
+
 /* The ``size`` bytes at ``ptr`` when they lie in plain memory of the run (a bytearray
  * region, the stack mostly; a memoryview, the native tier's frames), else NULL without an
  * exception (the Python helper then reads them, or says why it cannot) */
@@ -1517,9 +1531,8 @@ PyObject *plain_bytes(PyObject *mem, uint64_t ptr, Py_ssize_t size)
 {
 	PyObject *region = region_at(mem, ptr), *bytes = NULL;
 	Py_ssize_t off = (Py_ssize_t)(ptr & 0xffffffffu);
-	if (region != NULL && PyByteArray_CheckExact(region))  /* the stack, mostly */
-		return off + size <= PyByteArray_GET_SIZE(region)
-			? PyBytes_FromStringAndSize(PyByteArray_AS_STRING(region) + off, size) : NULL;
+	if (region != NULL && PyByteArray_CheckExact(region))
+		return bytearray_bytes(region, ptr, size);
 	if (region == NULL || !PyMemoryView_Check(region))
 		return NULL;
 	Py_buffer view;
@@ -1626,22 +1639,12 @@ static PyObject *helper_change(HtabCore *c, int op, PyObject *key, PyObject *val
 	return helper_result(c, delete(c, key, cpu_obj, cpu));
 }
 
-/* The ``size`` bytes at ``ptr`` in the frame's ``stack`` (a bytearray), which the JIT says
- * ptr points into, else NULL without an exception */
-static PyObject *stack_bytes(PyObject *stack, uint64_t ptr, Py_ssize_t size)
-{
-	Py_ssize_t off = (Py_ssize_t)(ptr & 0xffffffffu);
-	if (!PyByteArray_CheckExact(stack) || off + size > PyByteArray_GET_SIZE(stack))
-		return NULL;
-	return PyBytes_FromStringAndSize(PyByteArray_AS_STRING(stack) + off, size);
-}
-
-/* The ``size`` bytes a helper's pointer argument points to: in ``stack`` where the JIT said
- * the pointer is there (``in_stack``), else where plain_bytes finds them */
+/* The ``size`` bytes a helper's pointer argument points to: in the frame's ``stack`` where
+ * the JIT said the pointer is there (``in_stack``), else where plain_bytes finds them */
 static PyObject *arg_bytes(PyObject *mem, PyObject *stack, int in_stack, uint64_t ptr,
 			   Py_ssize_t size)
 {
-	PyObject *bytes = in_stack ? stack_bytes(stack, ptr, size) : NULL;
+	PyObject *bytes = in_stack ? bytearray_bytes(stack, ptr, size) : NULL;
 	return bytes != NULL || PyErr_Occurred() || !PyDict_CheckExact(mem) ? bytes
 		: plain_bytes(mem, ptr, size);
 }

@@ -9,7 +9,8 @@
  */
 #include "_cache_model.h"
 
-static PyObject *s_caches, *s_counters, *s_count_lock, *s_low, *s_high, *s_refill, *s_trim, *s_design, *s_mem_cache_event, *s_one;
+static PyObject *s_caches, *s_counters, *s_count_lock, *s_low, *s_high, *s_refill, *s_trim,
+	*s_design, *s_mem_cache_event, *s_one;
 
 int mem_alloc_ready(void)
 {
@@ -113,16 +114,14 @@ static int cpu_cache(MemAlloc *a, int cpu, PyObject **cache, PyObject **free, Py
 }
 
 /* Under the allocator's count lock (Python's counting takes it too), the counter ``counted``
- * += 1, and with ``hits`` cache_hits (else, if ``failures``, alloc_failures) */
-static int count(MemAlloc *a, int counted, int hits, int failures)
+ * += 1, and the counter ``also`` (-1: none) */
+static int count(MemAlloc *a, int counted, int also)
 {
 	if (host_lock_acquire(a->count_lock) < 0)
 		return -1;
 	counts_add(&a->counts, a->count_at[counted], 1);
-	if (hits)
-		counts_add(&a->counts, a->count_at[CACHE_HITS], 1);
-	else if (failures)
-		counts_add(&a->counts, a->count_at[ALLOC_FAILURES], 1);
+	if (also >= 0)
+		counts_add(&a->counts, a->count_at[also], 1);
 	return lock_release(a->count_lock, 0);
 }
 
@@ -138,7 +137,7 @@ PyObject *unit_alloc(MemAlloc *a, PyObject *model, PyObject *cpu_obj, int cpu)
 	left = PyList_GET_SIZE(free);
 	if (lock_release(lock, rc) < 0
 	    || charge_n(model, cpu_obj, s_mem_cache_event, s_one) < 0
-	    || count(a, ALLOC_CALLS, obj != Py_None, obj == Py_None) < 0
+	    || count(a, ALLOC_CALLS, obj != Py_None ? CACHE_HITS : ALLOC_FAILURES) < 0
 	    || (obj != Py_None && write_line(model, obj, cpu) < 0))  /* llist_del_first */
 		goto out;
 	if (left < a->low) {
@@ -160,7 +159,7 @@ int unit_free(MemAlloc *a, PyObject *model, PyObject *obj, PyObject *cpu_obj, in
 {
 	PyObject *cache = NULL, *free = NULL, *lock = NULL;
 	int rc = -1, over;
-	if (count(a, FREE_CALLS, 0, 0) < 0 || cpu_cache(a, cpu, &cache, &free, &lock) < 0
+	if (count(a, FREE_CALLS, -1) < 0 || cpu_cache(a, cpu, &cache, &free, &lock) < 0
 	    || host_lock_acquire(lock) < 0)
 		goto out;
 	int appended = PyList_Append(free, obj);

@@ -498,13 +498,18 @@ def bound_name(helper_id: int, region: int | None) -> str:
     return f"H{helper_id}_{region:x}" if region is not None else ""
 
 
-def takes_stack(func: Callable) -> bool:
-    """Whether ``func``, a map helper bound to a map, is a hash map core's helper in C
-    (helpers._binder's ``functools.partial(in_c, python)``), which takes two more arguments
-    after R5: the frame's stack and which of R2 (1) and R3 (2) point into it, whose bytes it
-    then reads there without looking their region up."""
+def htab_core_of(func: Callable) -> Any | None:
+    """The HtabCore whose helper in C ``func``, a map helper bound to a map, is
+    (helpers._binder's ``functools.partial(in_c, python)``), else None."""
     core = getattr(getattr(func, "func", None), "__self__", None)
-    return CACHE_MODEL is not None and type(core) is CACHE_MODEL.HtabCore
+    return core if CACHE_MODEL is not None and type(core) is CACHE_MODEL.HtabCore else None
+
+
+def takes_stack(func: Callable) -> bool:
+    """Whether ``func``, a map helper bound to a map, is a hash map core's helper in C, which
+    takes two more arguments after R5: the frame's stack and which of R2 (1) and R3 (2)
+    point into it, whose bytes it then reads there without looking their region up."""
+    return htab_core_of(func) is not None
 
 
 def bound_helpers(exe: Executable) -> dict[str, Callable]:

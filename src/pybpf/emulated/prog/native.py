@@ -94,7 +94,7 @@ from .helpers import (
     map_lookup_elem,
     map_lookup_elem_synced,
 )
-from .jit import bound_helpers, bound_name
+from .jit import bound_helpers, bound_name, htab_core_of
 from .memory import (
     BPF_MAX_LOOPS,
     CTX_REGION,
@@ -1307,11 +1307,9 @@ def htab_op_of(func: Callable) -> tuple[Any, int] | None:
     """(HtabCore, op) where ``func``, a map helper bound to a map, is an HtabCore's update or
     delete helper (helpers._binder's ``functools.partial(in_c, python)``), whose op compiled
     code then calls natively; else None (also where pybpf_native_htab_op is not built)."""
-    in_c = getattr(func, "func", None)
-    core = getattr(in_c, "__self__", None)
-    op = HTAB_OPS.get(getattr(in_c, "__name__", None))
-    if op is None or type(core) is not getattr(CACHE_MODEL, "HtabCore", None) \
-            or _htab_op_address() is None:
+    core = htab_core_of(func)
+    op = HTAB_OPS.get(getattr(getattr(func, "func", None), "__name__", None))
+    if op is None or core is None or _htab_op_address() is None:
         return None
     return core, op
 
