@@ -9,6 +9,8 @@
  * (pybpf/emulated/prog/bpf_trace.py, the reference), which zeroes the destination, returns
  * -EFAULT or raises as it must.
  *
+ * pybpf_native_probe_read_user: the same common case for the native tier's machine code.
+ *
  * trace_call_bpf: a tracepoint's programs run on its record (trace_call_bpf's
  * bpf_prog_run_array), each run's RunState copied from a prototype, without the Python
  * frames between the syscall and core.run_prog, which stays the one place a program runs.
@@ -115,6 +117,32 @@ out:
 	Py_XDECREF(block);
 	Py_XDECREF(mem);
 	return result;
+}
+
+/* bpf_probe_read_user from the native tier's machine code: the ``size`` bytes of user memory
+ * at ``src`` copied to ``dst`` (native memory of the run, writable) with the GIL taken: 0, or
+ * PROBE_SLOW where the common case does not hold (nothing copied: the callback's Python
+ * helper then does it, faults and errors included). ``machine`` is the run's (NULL: none). */
+#define PROBE_SLOW UINT64_MAX
+uint64_t pybpf_native_probe_read_user(PyObject *machine, char *dst, uint64_t size,
+				      uint64_t src)
+{
+	size &= 0xffffffffu;
+	if (machine == NULL || dst == NULL || size == 0 || src > TASK_SIZE_MAX
+	    || size > TASK_SIZE_MAX - src)
+		return PROBE_SLOW;
+	PyGILState_STATE gil = PyGILState_Ensure();
+	Py_ssize_t off = 0;
+	PyObject *block = user_block(machine, src, size, &off);
+	uint64_t r0 = PROBE_SLOW;
+	if (block != NULL) {
+		memcpy(dst, PyBytes_AS_STRING(block) + off, size);
+		Py_DECREF(block);
+		r0 = 0;
+	}
+	PyErr_Clear();  /* what failed, the Python helper meets again and reports */
+	PyGILState_Release(gil);
+	return r0;
 }
 
 /* A new RunState like ``proto``: each of its slots the prototype's value, a dict or a list

@@ -1153,17 +1153,19 @@ error:
  *   struct bucket) and each element of its chain up to the key.
  *   With CHARGE_REF, then an LRU map's bpf_lru_node_set_ref: the element's reference bit
  *   set where it was clear, and with CHARGE_REF_LINE that write charged to its line.
- * - CHARGE_HELPER: a helper's call (helpers.charged: "helper_call"), for one compiled inline.
+ * - CHARGE_HELPER: a helper's call (helpers.charged: "helper_call"), for one compiled inline;
+ *   CHARGE_PROBE_READ: bpf_probe_read_user's, its own cost ("probe_read_user").
  * Returns CHARGED, NOT_CHARGED or CHARGE_FAILED (the exception in run.error).
  */
 enum {
 	CHARGE_SYNC = 1, CHARGE_ARRAY = 2, CHARGE_ACCESS = 4, CHARGE_HTAB = 8, CHARGE_HELPER = 16,
-	CHARGE_REF = 32, CHARGE_REF_LINE = 64
+	CHARGE_REF = 32, CHARGE_REF_LINE = 64, CHARGE_PROBE_READ = 128
 };
 enum { NOT_CHARGED = 0, CHARGED = 1, CHARGE_FAILED = 2 };
 enum { RUN_TIMING, RUN_MODEL, RUN_CPU, RUN_DEFERRED, RUN_SELF };
 
-static PyObject *s_helper_call, *s_scheduler, *s_sync, *s_deferred, *s_run_deferred,
+static PyObject *s_thirty_two;  /* getrandbits' argument */
+static PyObject *s_helper_call, *s_probe_read_user, *s_scheduler, *s_sync, *s_deferred, *s_run_deferred,
 	*s_error, *s_array_lookup, *s_htab_lookup, *s_jhash_byte,
 	*s_hash_cached, *s_mask, *s_bucket_base, *s_buckets, *s_addr, *s_key, *s_table, *s_ref,
 	*s_clock;
@@ -1554,6 +1556,9 @@ int64_t pybpf_native_charge(PyObject *const *run, int64_t what, uint64_t addr,
 		goto fail;
 	if (what & CHARGE_HELPER && charge_n((PyObject *)m, run[RUN_CPU], s_helper_call, s_one) < 0)
 		goto fail;
+	if (what & CHARGE_PROBE_READ
+	    && charge_n((PyObject *)m, run[RUN_CPU], s_probe_read_user, s_one) < 0)
+		goto fail;
 	goto out;
 fail:
 	native_keep_error(run[RUN_SELF]);
@@ -1561,6 +1566,27 @@ fail:
 out:
 	PyGILState_Release(gil);
 	return result;
+}
+
+/* bpf_get_prandom_u32 from the native tier's machine code: ``bits`` is the bound getrandbits
+ * of the run's CPU's generator (Machine.prandom_source; NULL: a run without a machine, 0),
+ * called for 32 bits as Machine.prandom_u32 calls it. Where it raised, the error is kept for
+ * the run and *status set to ``raised``. */
+uint64_t pybpf_native_prandom_u32(uint64_t *status, uint64_t raised, PyObject *run,
+				  PyObject *bits)
+{
+	if (bits == NULL)
+		return 0;
+	PyGILState_STATE gil = PyGILState_Ensure();
+	PyObject *word = PyObject_Vectorcall(bits, &s_thirty_two, 1, NULL);
+	uint64_t r0 = word == NULL ? 0 : PyLong_AsUnsignedLongLongMask(word);
+	Py_XDECREF(word);
+	if (PyErr_Occurred()) {
+		native_keep_error(run);
+		*status = raised;
+	}
+	PyGILState_Release(gil);
+	return r0 & 0xffffffffu;
 }
 
 static PyMethodDef module_methods[] = {
@@ -1607,6 +1633,7 @@ PyMODINIT_FUNC PyInit__cache_model(void)
 	    || intern(&s_transfer_remote, "transfer_remote") < 0
 	    || intern(&s_lock_wait, "lock_wait") < 0 || intern(&s_spin_lock, "spin_lock") < 0
 	    || intern(&s_helper_call, "helper_call") < 0
+	    || intern(&s_probe_read_user, "probe_read_user") < 0
 	    || intern(&s_scheduler, "_scheduler") < 0 || intern(&s_sync, "sync") < 0
 	    || intern(&s_clock, "clock") < 0
 	    || intern(&s_deferred, "_deferred") < 0 || intern(&s_run_deferred, "run_deferred") < 0
@@ -1620,7 +1647,8 @@ PyMODINIT_FUNC PyInit__cache_model(void)
 	    || intern(&s_table, "table") < 0 || intern(&s_ref, "ref") < 0)
 		return NULL;
 	if ((s_one == NULL && (s_one = PyLong_FromLong(1)) == NULL)
-	    || (s_zero == NULL && (s_zero = PyLong_FromLong(0)) == NULL))
+	    || (s_zero == NULL && (s_zero = PyLong_FromLong(0)) == NULL)
+	    || (s_thirty_two == NULL && (s_thirty_two = PyLong_FromLong(32)) == NULL))
 		return NULL;
 	if (PyType_Ready(&CacheModelType) < 0 || PyType_Ready(&LockType) < 0
 	    || htab_core_ready() < 0 || host_lock_ready() < 0 || lpm_core_ready() < 0

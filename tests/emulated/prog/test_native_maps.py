@@ -554,40 +554,131 @@ def test_tasks_on_two_cpus_under_the_scheduler_agree_across_engines(map_type, ru
     assert results["native"][4] > 10  # the CPUs took turns
 
 
-def smp_id_loop(iterations: int) -> list:
-    """R0 = the sum of bpf_get_smp_processor_id over ``iterations`` calls."""
-    return [b.mov64(R6, 0), b.mov64(asm.Reg(7), 0), b.label("loop"),
-            b.call("get_smp_processor_id"), b.add64(asm.Reg(7), R0), b.add64(R6, 1),
-            b.jlt(R6, iterations, "loop"), b.mov64(R0, asm.Reg(7)), b.exit_()]
+def helper_loop(helper: str, iterations: int) -> list:
+    """R0 = the results of ``helper`` over ``iterations`` calls, folded in order (R7 =
+    R7 * 3 + R0 each time)."""
+    r7 = asm.Reg(7)
+    return [b.mov64(R6, 0), b.mov64(r7, 0), b.label("loop"),
+            b.call(helper), b.mul64(r7, 3), b.add64(r7, R0), b.add64(R6, 1),
+            b.jlt(R6, iterations, "loop"), b.mov64(R0, r7), b.exit_()]
 
 
-@pytest.mark.parametrize("caches", ["unmodeled", "C", "Python"])
-def test_smp_processor_id_is_inlined_and_charged_as_python_charges_it(caches, monkeypatch):
-    """The run's CPU without a call into Python; with modeled time each call is charged
-    "helper_call" in the program's order, by the C model or (its caches Python's) by Python:
-    the same R0, count, clocks and breakdown on every engine."""
+def skip_without(caches: str, monkeypatch) -> None:
+    """Make the machine's caches ``caches``' (Python's: the C model switched off)."""
     if caches == "Python":
         monkeypatch.setattr(timing_module, "CACHE_MODEL", None)
     elif caches == "C" and (timing_module.CACHE_MODEL is None or native._charge_address() is None):
         pytest.skip("the C cache model (pybpf._cache_model) is not built")
+
+
+def count_callbacks(monkeypatch) -> list:
+    """The ops of the native tier's calls into Python, as they come."""
     calls, callback = [], native._Run.callback
     monkeypatch.setattr(native._Run, "callback", lambda run, *args: (
         calls.append(args[0]), callback(run, *args))[1])
+    return calls
+
+
+@pytest.mark.parametrize("helper", ["get_smp_processor_id", "get_current_pid_tgid",
+                                    "get_prandom_u32"])
+@pytest.mark.parametrize("caches", ["unmodeled", "C", "Python"])
+def test_inlined_helpers_agree_and_are_charged_as_python_charges_them(helper, caches,
+                                                                        monkeypatch):
+    """The run's CPU, its task, and its CPU's next random numbers without a call into
+    Python (bpf_get_prandom_u32's generator called from C); with modeled time each call is
+    charged "helper_call" in the program's order, by the C model or (its caches Python's)
+    by Python: the same R0s, counts, clocks and breakdown on every engine. A second run as
+    another task gives that task."""
+    skip_without(caches, monkeypatch)
+    calls = count_callbacks(monkeypatch)
+    results = {}
+    for engine in ENGINES:
+        calls.clear()
+        system = make_system("emulated", modeled_time=caches != "unmodeled", cpus=2)
+        prog = load(system, helper_loop(helper, 50), {})
+        r0s = []
+        with system.machine.on_cpu(1):
+            for pid, tgid in ((1234, 99), (7, 7)):
+                system.machine.set_task(pid, tgid)
+                rs = prog.run(bytearray(64), engine=engine)
+                r0s.append((rs.retval, rs.count))
+        timing = system.machine.timing
+        results[engine] = (r0s, list(timing.clock), timing.breakdown(1))
+        if engine == "native":  # the generator's call is the C model's (else Python's)
+            inlined = caches != "Python" and (helper != "get_prandom_u32" or native._inlined(
+                native.bpf_get_prandom_u32))
+            assert len(calls) == (0 if inlined else 100)
+    agree(results)
+
+    def folded(r0: int) -> int:
+        return functools.reduce(lambda r7, _: (r7 * 3 + r0) & (2**64 - 1), range(50), 0)
+
+    if helper == "get_smp_processor_id":
+        assert [r0 for r0, _ in results["native"][0]] == [folded(1)] * 2
+    elif helper == "get_current_pid_tgid":
+        assert [r0 for r0, _ in results["native"][0]] == [folded(99 << 32 | 1234),
+                                                         folded(7 << 32 | 7)]
+    else:  # two runs of one generator: two different sequences
+        assert results["native"][0][0][0] != results["native"][0][1][0]
+    if caches != "unmodeled":
+        assert results["native"][2]["helper_call"][0] == 100
+
+
+def probe_read(src: int, size: int) -> list:
+    """bpf_probe_read_user of ``size`` bytes at ``src`` to fp-16; R0 its result xor the
+    16 bytes there (as two words)."""
+    return [b.st(8, FP, -16, -1), b.st(8, FP, -8, -1),
+            b.mov64(R1, FP), b.add64(R1, -16), b.mov64(R2, size),
+            b.lddw(R3, src), b.call("probe_read_user"), b.ldx(8, R1, FP, -16),
+            b.xor64(R0, R1), b.ldx(8, R1, FP, -8), b.xor64(R0, R1), b.exit_()]
+
+
+@pytest.mark.parametrize("case", ["mapped", "partly mapped", "unmapped", "kernel address",
+                                  "nothing", "too long"])
+@pytest.mark.parametrize("caches", ["unmodeled", "C", "Python"])
+def test_probe_read_user_agrees_and_copies_in_c_where_it_can(case, caches, monkeypatch):
+    """bpf_probe_read_user into the stack: user memory is copied by
+    pybpf_native_probe_read_user without Python, charged "probe_read_user" as Python
+    charges it; what faults (unmapped, past a block, outside user space: -EFAULT, the
+    buffer zeroed), asks for nothing, or is longer than the buffer (the verifier refuses
+    it) is Python's, with the same outcome on every engine."""
+    skip_without(caches, monkeypatch)
+    calls = count_callbacks(monkeypatch)
+    data = bytes(range(1, 41))
     results = {}
     for engine in ENGINES:
         calls.clear()
         system = make_system("emulated", modeled_time=caches != "unmodeled")
-        prog = load(system, smp_id_loop(50), {})
-        with system.machine.on_cpu(1):
+        base = system.machine.user_memory.map(data)
+        src, size = {"mapped": (base + 3, 16), "partly mapped": (base + 4090, 16),
+                     "unmapped": (base + (1 << 30), 16), "kernel address": (2**63, 16),
+                     "nothing": (base, 0), "too long": (base, 17)}[case]
+        try:
+            prog = load(system, probe_read(src, size), {})
+        except OSError as refused:
+            results[engine] = ("refused", refused.errno)
+            continue
+        with system.machine.on_cpu(0):
             rs = prog.run(bytearray(64), engine=engine)
         timing = system.machine.timing
-        results[engine] = (rs.retval, rs.count, list(timing.clock), timing.breakdown(1))
+        results[engine] = (rs.retval, rs.count, list(timing.clock), timing.breakdown(0))
         if engine == "native":
-            assert len(calls) == (50 if caches == "Python" else 0)
+            in_c = native._cache_model_symbol(native.PROBE_READ_SYMBOL) is not None
+            assert len(calls) == (0 if case == "mapped" and caches != "Python" and in_c else 1)
     agree(results)
-    assert results["native"][0] == 50
-    if caches != "unmodeled":
-        assert results["native"][3]["helper_call"][0] == 50
+    if case == "too long":
+        assert results["native"] == ("refused", errno.EINVAL)  # the kernel's too
+        return
+    r0 = results["native"][0]
+    if case == "mapped":
+        words = int.from_bytes(data[3:11], "little") ^ int.from_bytes(data[11:19], "little")
+        assert r0 == words
+    elif case == "nothing":
+        assert r0 == 0  # the buffer as it was: two words of ones
+    else:
+        assert r0 == -errno.EFAULT & (2**64 - 1)  # zeroed
+    if caches != "unmodeled" and case != "nothing":
+        assert results["native"][3]["probe_read_user"][0] == 1
 
 
 @needs_accel

@@ -311,6 +311,12 @@ class Machine:
         """bpf_get_prandom_u32(): the generator of ``cpu`` (None: the current CPU; per CPU,
         as the kernel's)."""
         return self._prandom[self.current.cpu if cpu is None else cpu].getrandbits(32)
+
+    def prandom_source(self, cpu: int) -> random.Random:
+        """The generator ``prandom_u32`` draws from on ``cpu`` (the native tier calls its
+        getrandbits itself)."""
+        return self._prandom[cpu]
+
     def ktime_get_ns(self) -> int:
         """bpf_ktime_get_ns(): the current CPU's modeled clock (ns since the machine began)."""
         return int(self.timing.clock[self.current.cpu])

@@ -41,9 +41,14 @@ Rules this module keeps:
   the CPU, Python does the whole lookup (its sync runs the work), so modeled figures are the
   Python engines' to the last nanosecond.
 - ``bpf_get_smp_processor_id`` is inlined, as the kernel's verifier inlines it: the run's
-  CPU, its call charged like the others with modeled time. Other helpers and kfuncs go
-  through the callback; as in the JIT, a map helper on a map R1 surely points to calls the
-  core bound to that map, and only what may run a callback gets the count.
+  CPU; so are ``bpf_get_current_pid_tgid`` (the run's task, given at each run of a program
+  that calls it) and ``bpf_get_prandom_u32`` (the run's CPU's generator, called from C:
+  pybpf_native_prandom_u32), and ``bpf_probe_read_user`` of the machine's user memory into
+  memory compiled code reaches is a copy in C (pybpf_native_probe_read_user; what faults,
+  or reads nothing, is the Python helper's). With modeled time each call is charged as
+  Python's helper charges it. Other helpers and kfuncs go through the callback; as in the
+  JIT, a map helper on a map R1 surely points to calls the core bound to that map, and only
+  what may run a callback gets the count.
 - ``bpf_map_update_elem`` and ``bpf_map_delete_elem`` on a map R1 surely points to whose
   bound helper is its HtabCore's (a HASH, PERCPU_HASH or LRU_HASH map where the C extension
   is built, with modeled time on the C cache model or without it: _hashtab.c) skip Python
@@ -71,7 +76,7 @@ from array import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ...accelerator import ACCEL, ATOMIC_RMW, BUFFER_ADDRESS, CACHE_MODEL
+from ...accelerator import ACCEL, ATOMIC_RMW, BUFFER_ADDRESS, CACHE_MODEL, PROBE_READ_USER
 from ...asm.opcodes import (
     ATOMIC_FETCH,
     OPCODES,
@@ -88,7 +93,10 @@ from ...uapi import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, BpfFu
 from ..maps.arraymap import BpfArray, BpfPercpuArray
 from ..maps.hashtab import BUCKET_SIZE, HtabLruMap, HtabLruPercpuMap, HtabMap, HtabPercpuMap
 from .bpf_iter import CALLBACK_HELPERS
+from .bpf_trace import bpf_probe_read_user
 from .helpers import (
+    bpf_get_current_pid_tgid,
+    bpf_get_prandom_u32,
     bpf_get_smp_processor_id,
     bpf_map_lookup_elem,
     map_lookup_elem,
@@ -141,7 +149,11 @@ CHARGES_NONE, CHARGES_NATIVE, CHARGES_PYTHON = 0, 1, 2
 # what pybpf_native_value reads: the run's rs.mem, rs.value_regions and exported values, and
 # the node of its CPU
 RS_MEM, RS_VALUE_REGIONS, EXPORTED, THIS_NODE = range(15, 19)
-VALUE_TABLE, VALUE_SLOTS = 19, 32
+# what the helpers compiled inline read: the run's task (bpf_get_current_pid_tgid, set at each
+# run of a program that calls it), its CPU's random generator's bound getrandbits
+# (bpf_get_prandom_u32) and its machine (bpf_probe_read_user's user memory); 0 without one
+PID_TGID, RANDOM_BITS, MACHINE = range(19, 22)
+VALUE_TABLE, VALUE_SLOTS = 22, 32
 READ_ONLY = 1 << 32  # in a value's length word: compiled code may read it, not write it
 RECORD_SLOT = VALUE_TABLE + 3 * (CTX_REGION & (VALUE_SLOTS - 1))  # a tracepoint record's
 FRAME_REGIONS = VALUE_TABLE + 3 * VALUE_SLOTS
@@ -176,7 +188,7 @@ _NATIVE_LOOKUPS = {BpfArray: MapType.ARRAY, BpfPercpuArray: MapType.PERCPU_ARRAY
 # then an array's charge and its value's line, or a hash map's charge and walk), and its
 # answers: charged; not (deferred work waits: Python does it all); failed (the run stops)
 CHARGE_SYNC, CHARGE_ARRAY, CHARGE_ACCESS, CHARGE_HTAB, CHARGE_HELPER = 1, 2, 4, 8, 16
-CHARGE_REF, CHARGE_REF_LINE = 32, 64
+CHARGE_REF, CHARGE_REF_LINE, CHARGE_PROBE_READ = 32, 64, 128
 NOT_CHARGED, CHARGED, CHARGE_FAILED = 0, 1, 2
 CHARGE_SYMBOL = "pybpf_native_charge"
 # _accel.c: a hash map's, and an array's, value's first lookup in a run
@@ -184,6 +196,9 @@ VALUE_SYMBOL, ARRAY_VALUE_SYMBOL = "pybpf_native_value", "pybpf_native_array_val
 # _hashtab.c: the update or delete of an HtabCore's bound helper from machine code, its op
 # (HELPER_UPDATE or HELPER_DELETE there) by the helper's name
 HTAB_OP_SYMBOL = "pybpf_native_htab_op"
+# _bpf_trace.c and _cache_model.c: bpf_probe_read_user's common case, bpf_get_prandom_u32
+PROBE_READ_SYMBOL, PRANDOM_SYMBOL = "pybpf_native_probe_read_user", "pybpf_native_prandom_u32"
+PROBE_SLOW = M64  # pybpf_native_probe_read_user did nothing: the helper through Python
 HTAB_OPS = {"helper_update": 1, "helper_delete": 2}
 HTAB_UPDATE = HTAB_OPS["helper_update"]
 # @htab_lookup's answers besides a value's address: absent, or ask Python
@@ -224,13 +239,15 @@ def native_reach() -> str:
     ALU, stack and control flow, always)."""
     if not NATIVE_VALUES:
         return "map values through Python (the C accelerator is not built)"
-    reach = "map values, atomics, array and hash lookups, bpf_get_smp_processor_id"
+    reach = ("map values, atomics, array and hash lookups, bpf_get_smp_processor_id, "
+             "bpf_get_current_pid_tgid")
     if _value_address() is None:
         reach += " (a value's first lookup in a run through Python)"
     if _charge_address() is None:
         reach += "; with modeled time, lookups through Python (the C cache model is not built)"
     elif _htab_op_address() is not None:
-        reach += "; hash map updates and deletes"
+        reach += ("; hash map updates and deletes, bpf_get_prandom_u32, "
+                  "bpf_probe_read_user")
     return reach
 
 
@@ -599,8 +616,12 @@ class _FunctionIR:
         elif insn.imm == BpfFunc.map_lookup_elem and self.map_in_r1 in self.maps:
             self.write_map_lookup(pc, self.map_in_r1)
             return
-        elif _unwrapped(self.exe.helpers[insn.imm]) is bpf_get_smp_processor_id:
-            self.write_smp_processor_id(pc, insn)
+        elif _inlined(_unwrapped(self.exe.helpers[insn.imm])):
+            self.write_inlined_helper(pc, insn, _unwrapped(self.exe.helpers[insn.imm]))
+            return
+        elif _unwrapped(self.exe.helpers[insn.imm]) in (PROBE_READ_USER, bpf_probe_read_user) \
+                and _cache_model_symbol(PROBE_READ_SYMBOL) is not None:
+            self.write_probe_read_user(pc, insn)
             return
         elif bound_name(insn.imm, self.map_in_r1) in self.bound:
             # R1 is a known map: the helper bound to it skips resolving the map pointer
@@ -648,10 +669,12 @@ class _FunctionIR:
         self.label(f"hj{pc}")
         self.put(0, self.op(f"phi i64 [{direct}, %hdok{pc}], [{slow}, %{slow_block}]"))
 
-    def write_smp_processor_id(self, pc: int, insn: Instruction) -> None:
-        """bpf_get_smp_processor_id inlined, as the kernel's verifier inlines it: the run's
-        CPU; with modeled time its call is charged as Python's is (``charged``), by Python
-        itself where the machine's caches are Python's."""
+    def write_inlined_helper(self, pc: int, insn: Instruction, helper: Callable) -> None:
+        """A helper compiled inline: bpf_get_smp_processor_id as the kernel's verifier
+        inlines it, the run's CPU; bpf_get_current_pid_tgid, the run's task; and
+        bpf_get_prandom_u32, the run's CPU's generator called from C. With modeled time its
+        call is charged as Python's is (``charged``), by Python itself where the machine's
+        caches are Python's."""
         mode = self.op(f"load i64, ptr {self.slot(CHARGES)}")
         # no native charge without the C cache model (a run's mode is never CHARGES_NATIVE
         # then), and no call of its symbol: MCJIT would leave every call unresolved
@@ -663,15 +686,59 @@ class _FunctionIR:
             self.label(f"hn{pc}")
             self.charged(CHARGE_HELPER, "0", f"hc{pc}", f"hp{pc}")
         self.label(f"hc{pc}")
-        native_cpu = self.op(f"load i64, ptr {self.slot(THIS_CPU)}")
+        if helper is bpf_get_prandom_u32:
+            self.calls_python = True  # the generator is a Python object
+            self.store_count(pc)
+            bits = self.op(f"load ptr, ptr {self.slot(RANDOM_BITS)}")
+            run = self.op(f"load ptr, ptr {self.slot(RUN)}")
+            inline = self.op(f"call i64 @{PRANDOM_SYMBOL}(ptr {self.slot(STATUS)}, "
+                             f"i64 {STATUS_RAISED}, ptr {run}, ptr {bits})")
+            self.check_status(pc, "hcok")
+        else:
+            word = THIS_CPU if helper is bpf_get_smp_processor_id else PID_TGID
+            inline = self.op(f"load i64, ptr {self.slot(word)}")
+        inline_block = self.current_block()
         self.branch(f"br label %hj{pc}")
         self.label(f"hp{pc}")
         args = [self.get(reg) for reg in range(1, 6)]
-        python_cpu = self.callback(pc, OP_HELPER, str(insn.imm), *args)
+        python = self.callback(pc, OP_HELPER, str(insn.imm), *args)
         python_block = self.current_block()
         self.branch(f"br label %hj{pc}")
         self.label(f"hj{pc}")
-        self.put(0, self.op(f"phi i64 [{native_cpu}, %hc{pc}], [{python_cpu}, %{python_block}]"))
+        self.put(0, self.op(f"phi i64 [{inline}, %{inline_block}], "
+                            f"[{python}, %{python_block}]"))
+
+    def write_probe_read_user(self, pc: int, insn: Instruction) -> None:
+        """bpf_probe_read_user where the destination is native memory and the bytes are the
+        machine's user memory: pybpf_native_probe_read_user copies them (with modeled time,
+        the call then charged as Python charges it first); anything else, and any run whose
+        caches are Python's, is the helper through Python."""
+        mode = self.op(f"load i64, ptr {self.slot(CHARGES)}")
+        self.branch(f"switch i64 {mode}, label %hp{pc} [i64 {CHARGES_NONE}, label %hd{pc} "
+                    f"i64 {CHARGES_NATIVE}, label %hd{pc}]")
+        self.label(f"hd{pc}")
+        size = self.op(f"and i64 {self.get(2)}, {0xFFFFFFFF}")
+        dst = self.op(f"call ptr @mem_ptr(ptr %st, i64 {self.get(1)}, i64 {size}, i1 true)")
+        machine = self.op(f"load ptr, ptr {self.slot(MACHINE)}")
+        copied = self.op(f"call i64 @{PROBE_READ_SYMBOL}(ptr {machine}, ptr {dst}, "
+                         f"i64 {size}, i64 {self.get(3)})")
+        slow = self.op(f"icmp eq i64 {copied}, {_const(PROBE_SLOW, 64)}")
+        self.branch(f"br i1 {slow}, label %hp{pc}, label %hm{pc}")
+        self.label(f"hm{pc}")
+        # the copy touched nothing the model sees: its charge may follow it
+        charge = self.op(f"icmp eq i64 {mode}, {CHARGES_NATIVE}")
+        self.branch(f"br i1 {charge}, label %hn{pc}, label %hc{pc}")
+        self.label(f"hn{pc}")
+        self.charged(CHARGE_PROBE_READ, "0", f"hc{pc}", f"hp{pc}")
+        self.label(f"hc{pc}")
+        self.branch(f"br label %hj{pc}")
+        self.label(f"hp{pc}")
+        args = [self.get(reg) for reg in range(1, 6)]
+        python = self.callback(pc, OP_HELPER, str(insn.imm), *args)
+        python_block = self.current_block()
+        self.branch(f"br label %hj{pc}")
+        self.label(f"hj{pc}")
+        self.put(0, self.op(f"phi i64 [0, %hc{pc}], [{python}, %{python_block}]"))
 
     def write_map_lookup(self, pc: int, region: int) -> None:
         """bpf_map_lookup_elem without Python: R0 from the run's cache of the map's values
@@ -1049,6 +1116,8 @@ declare i64 @{VALUE_SYMBOL}(ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i6
                            ptr, ptr)
 declare i64 @{ARRAY_VALUE_SYMBOL}(ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64)
 declare i64 @{HTAB_OP_SYMBOL}(ptr, i64, ptr, ptr, i64, ptr, ptr, i64)
+declare i64 @{PROBE_READ_SYMBOL}(ptr, ptr, i64, i64)
+declare i64 @{PRANDOM_SYMBOL}(ptr, i64, ptr, ptr)
 declare i16 @llvm.bswap.i16(i16)
 declare i32 @llvm.bswap.i32(i32)
 declare i64 @llvm.bswap.i64(i64)
@@ -1264,7 +1333,9 @@ def _register_runtime() -> None:
         llvm.add_symbol(name, ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value)
     for name, address in ((CHARGE_SYMBOL, _charge_address()), (VALUE_SYMBOL, _value_address()),
                           (ARRAY_VALUE_SYMBOL, _symbol_address(ACCEL, ARRAY_VALUE_SYMBOL)),
-                          (HTAB_OP_SYMBOL, _htab_op_address())):
+                          (HTAB_OP_SYMBOL, _htab_op_address()),
+                          *((name, _cache_model_symbol(name))
+                            for name in (PROBE_READ_SYMBOL, PRANDOM_SYMBOL))):
         if address is not None:
             llvm.add_symbol(name, address)
     for library, names in RUNTIME_SYMBOLS:
@@ -1295,6 +1366,19 @@ def _unwrapped(helper: Callable) -> Callable:
 def _charge_address() -> int | None:
     """Where the C cache model's pybpf_native_charge is (None: not built)."""
     return _symbol_address(CACHE_MODEL, CHARGE_SYMBOL)
+
+
+@functools.cache
+def _cache_model_symbol(name: str) -> int | None:
+    """Where the C cache model's function ``name`` is (None: not built)."""
+    return _symbol_address(CACHE_MODEL, name)
+
+
+def _inlined(helper: Callable) -> bool:
+    """Whether compiled code does ``helper`` inline (write_inlined_helper)."""
+    if helper is bpf_get_prandom_u32:
+        return _cache_model_symbol(PRANDOM_SYMBOL) is not None
+    return helper is bpf_get_smp_processor_id or helper is bpf_get_current_pid_tgid
 
 
 @functools.cache
@@ -1358,6 +1442,7 @@ class _Run:
         self.words[ARENA] = ctypes.addressof(self.arena_c)
         self.entry = self.callback  # what @py_callback calls: kept alive with the run
         self.charging: tuple = ()  # what pybpf_native_charge reads (run_on)
+        self.random_bits: Callable | None = None  # the generator's getrandbits (run_on)
         self.machine: Any = None  # the machine and CPU of the last run (run_on)
         self.cpu = -1
         self.words[CALLBACK] = id(self.entry)
@@ -1481,12 +1566,16 @@ class _Run:
         self.machine, self.cpu = machine, cpu
         words = self.words
         if machine is None:
-            words[THIS_CPU] = words[THIS_NODE] = 0
+            words[THIS_CPU] = words[THIS_NODE] = words[MACHINE] = words[RANDOM_BITS] = 0
             words[CHARGES] = CHARGES_NONE
+            self.random_bits = None
             return
         timing = machine.timing
         words[THIS_CPU] = cpu
         words[THIS_NODE] = machine.topology.cpu_node[cpu]
+        words[MACHINE] = id(machine)  # alive as self.machine
+        self.random_bits = machine.prandom_source(cpu).getrandbits
+        words[RANDOM_BITS] = id(self.random_bits)
         if not timing.modeled:
             words[CHARGES] = CHARGES_NONE
         elif timing.cache_model == "C" and _charge_address() is not None:
@@ -1590,13 +1679,18 @@ class NativeProgram:
         self.functions = {start: self.engine.get_function_address(f"E{start}")
                           for start in exe.subprogs}
         self.free: list[_Run] = []
+        # its runs give compiled code their task (PID_TGID) where it calls for it
+        self.reads_task = any(
+            insn is not None and OPCODES[insn.opcode].kind is Kind.CALL and insn.src == 0
+            and _unwrapped(exe.helpers.get(insn.imm)) is bpf_get_current_pid_tgid
+            for insn in exe.slots)
 
     def entry(self, start: int) -> Callable:
         """``f(rs, r1, r2, r3, r4, r5) -> r0`` running the subprogram at ``start``."""
         function = self.functions[start]
         free = self.free
         call = CALL_NATIVE or _ctypes_call
-        keeps_gil = self.keeps_gil
+        keeps_gil, reads_task = self.keeps_gil, self.reads_task
 
         def run_native(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
             if free:
@@ -1619,6 +1713,8 @@ class NativeProgram:
             if machine is not run.machine or \
                     (0 if machine is None else machine.current.cpu) != run.cpu:
                 run.run_on(machine)
+            if reads_task:
+                words[PID_TGID] = 0 if machine is None else machine.current_pid_tgid()
             try:
                 # a run charged from machine code needs the GIL for all its work, and one
                 # calling into Python at every map op needs it often: they keep it
