@@ -1619,12 +1619,10 @@ PyObject *value_pointer(PyObject *rs, PyObject *value)
 	return result;
 }
 
-/* A modeled operation begins: Timing.sync on the CPU of the run ``rs`` (NULL: the running
- * CPU), which it gives (a new reference, its number in *cpu), or NULL */
-static PyObject *helper_sync(HtabCore *c, PyObject *rs, int *cpu)
+/* A modeled operation begins: Timing.sync on the run's CPU ``cpu_obj`` (a new reference, its
+ * number in *cpu, or NULL where finding it failed), which it gives back, or NULL */
+static PyObject *helper_sync(HtabCore *c, PyObject *cpu_obj, int *cpu)
 {
-	PyObject *cpu_obj = rs != NULL ? run_cpu(rs, c->current, c->ncpus, cpu)
-		: current_cpu(c, cpu);
 	if (cpu_obj != NULL && timing_sync(&c->timing, (CacheModel *)c->model, cpu_obj, *cpu) < 0)
 		Py_CLEAR(cpu_obj);
 	return cpu_obj;
@@ -1670,7 +1668,7 @@ static PyObject *helper_call(HtabCore *c, int op, PyObject *const *args, Py_ssiz
 		goto out;
 	/* a modeled operation begins (Timing.sync), then the bytes are read; where they are not
 	 * plain memory the Python helper does it all (its sync then does nothing) */
-	if ((cpu_obj = helper_sync(c, rs, &cpu)) == NULL)
+	if ((cpu_obj = helper_sync(c, run_cpu(rs, c->current, c->ncpus, &cpu), &cpu)) == NULL)
 		goto out;
 	if ((key = arg_bytes(mem, stack, on_stack & 1, r2, c->key_bytes)) == NULL
 	    || (op == HELPER_UPDATE
@@ -1700,11 +1698,13 @@ out:
 /* bpf_map_update_elem (op HELPER_UPDATE) or bpf_map_delete_elem (HELPER_DELETE) bound to the
  * map of ``core``, called from the native tier's machine code with the key (and the value)
  * where it reads them natively, and R4: what helper_call does with them, without the trip
- * through Python. r0; where it raised, the error is kept for ``run`` (its ``error``) and
- * *status set to ``raised``. The GIL is taken (a run charged from machine code holds it). */
+ * through Python, on the run's CPU ``run_on`` (rs.cpu, which helper_call reads; -1 for a run
+ * without a machine: the running CPU). r0; where it raised, the error is kept for ``run``
+ * (its ``error``) and *status set to ``raised``. The GIL is taken (a run charged from machine
+ * code holds it). */
 uint64_t pybpf_native_htab_op(uint64_t *status, uint64_t raised, PyObject *run,
 			      PyObject *core, int64_t op, const char *key_at,
-			      const char *value_at, uint64_t r4)
+			      const char *value_at, uint64_t r4, int64_t run_on)
 {
 	PyGILState_STATE gil = PyGILState_Ensure();
 	HtabCore *c = (HtabCore *)core;
@@ -1713,7 +1713,9 @@ uint64_t pybpf_native_htab_op(uint64_t *status, uint64_t raised, PyObject *run,
 	int cpu;
 	/* the bytes are read after the sync, as helper_call reads them: other CPUs' tasks may
 	 * write them meanwhile */
-	if ((cpu_obj = helper_sync(c, NULL, &cpu)) != NULL
+	if ((cpu_obj = helper_sync(c, run_on >= 0 ? cpu_of(PyLong_FromLongLong(run_on), c->ncpus,
+								&cpu)
+					 : current_cpu(c, &cpu), &cpu)) != NULL
 	    && (key = PyBytes_FromStringAndSize(key_at, c->key_bytes)) != NULL
 	    && (op != HELPER_UPDATE
 		|| (value = PyBytes_FromStringAndSize(value_at, c->value_size)) != NULL)

@@ -657,9 +657,14 @@ class _FunctionIR:
         self.label(f"hd{pc}")
         self.store_count(pc)
         run = self.op(f"load ptr, ptr {self.slot(RUN)}")
+        # the run's CPU, as rs.cpu gives it to Python's helper (-1: a run without a machine)
+        machine = self.op(f"load i64, ptr {self.slot(MACHINE)}")
+        cpu = self.op(f"select i1 {self.op(f'icmp ne i64 {machine}, 0')}, "
+                      f"i64 {self.op(f'load i64, ptr {self.slot(THIS_CPU)}')}, i64 -1")
         direct = self.op(f"call i64 @{HTAB_OP_SYMBOL}(ptr {self.slot(STATUS)}, "
                          f"i64 {STATUS_RAISED}, ptr {run}, ptr inttoptr (i64 {id(core)} to ptr), "
-                         f"i64 {op}, ptr {key_ptr}, ptr {value_ptr}, i64 {args[2]})")
+                         f"i64 {op}, ptr {key_ptr}, ptr {value_ptr}, i64 {args[2]}, "
+                         f"i64 {cpu})")
         self.check_status(pc, "hdok")
         self.branch(f"br label %hj{pc}")
         self.label(f"hb{pc}")
@@ -1115,7 +1120,7 @@ declare i64 @{CHARGE_SYMBOL}(ptr, i64, i64, ptr, ptr, i64)
 declare i64 @{VALUE_SYMBOL}(ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64, i64,
                            ptr, ptr)
 declare i64 @{ARRAY_VALUE_SYMBOL}(ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64)
-declare i64 @{HTAB_OP_SYMBOL}(ptr, i64, ptr, ptr, i64, ptr, ptr, i64)
+declare i64 @{HTAB_OP_SYMBOL}(ptr, i64, ptr, ptr, i64, ptr, ptr, i64, i64)
 declare i64 @{PROBE_READ_SYMBOL}(ptr, ptr, i64, i64)
 declare i64 @{PRANDOM_SYMBOL}(ptr, i64, ptr, ptr)
 declare i16 @llvm.bswap.i16(i16)
