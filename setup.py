@@ -6,8 +6,8 @@ maps (``pybpf._shm_maps``: maps in shared memory, ``pybpf.shared``, which then s
 install) or with the emulated machine's cache model in Python (``pybpf._cache_model``: the
 C twin of ``Timing.access``, ``charge``, ``spin_lock``, ``spin_unlock`` and
 ``locked_access``, of a hash map's lookup, update and delete, ``HtabCore``, with
-bpf_mem_alloc's and the common LRU's hot paths, of an LPM trie's lookup walk, and of
-bpf_probe_read_user's common case).
+bpf_mem_alloc's and the common LRU's hot paths, of an LPM trie's lookup walk, of
+bpf_probe_read_user's common case, and of a native-tier program's entry).
 """
 
 from setuptools import Extension, setup
@@ -18,7 +18,7 @@ setup(ext_modules=[
     Extension("pybpf._cache_model", ["src/pybpf/_cache_model.c", "src/pybpf/_hashtab.c",
                                     "src/pybpf/_memalloc.c", "src/pybpf/_bpf_lru_list.c",
                                     "src/pybpf/_lpm_trie.c", "src/pybpf/_host_lock.c",
-                                    "src/pybpf/_bpf_trace.c"],
+                                    "src/pybpf/_bpf_trace.c", "src/pybpf/_native.c"],
               depends=["src/pybpf/_cache_model.h", "src/pybpf/_jhash.h"], optional=True,
               # no fused multiply-adds: the modeled clocks are Python's float arithmetic
               extra_compile_args=["-O2", "-Wall", "-ffp-contract=off"]),

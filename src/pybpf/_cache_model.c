@@ -1652,7 +1652,7 @@ PyMODINIT_FUNC PyInit__cache_model(void)
 		return NULL;
 	if (PyType_Ready(&CacheModelType) < 0 || PyType_Ready(&LockType) < 0
 	    || htab_core_ready() < 0 || host_lock_ready() < 0 || lpm_core_ready() < 0
-	    || bpf_trace_ready() < 0)
+	    || bpf_trace_ready() < 0 || native_entry_ready() < 0)
 		return NULL;
 	PyObject *module = PyModule_Create(&cache_model_module);
 	if (module == NULL)
@@ -1661,6 +1661,7 @@ PyMODINIT_FUNC PyInit__cache_model(void)
 	    || PyModule_AddObjectRef(module, "SpinLock", (PyObject *)&LockType) < 0
 	    || PyModule_AddObjectRef(module, "HtabCore", (PyObject *)&HtabCoreType) < 0
 	    || PyModule_AddObjectRef(module, "HostLock", (PyObject *)&HostLockType) < 0
+	    || PyModule_AddObjectRef(module, "NativeEntry", (PyObject *)&NativeEntryType) < 0
 	    || PyModule_AddObjectRef(module, "LpmCore", (PyObject *)&LpmCoreType) < 0) {
 		Py_DECREF(module);
 		return NULL;

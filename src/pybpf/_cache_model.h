@@ -164,6 +164,10 @@ int bpf_trace_ready(void);
 PyObject *probe_read_user(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *trace_call_bpf(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
+/* _native.c: NativeEntry, a native-tier program's entry */
+extern PyTypeObject NativeEntryType;
+int native_entry_ready(void);
+
 /* _memalloc.c: a BpfMemAlloc's unit_alloc and unit_free in C */
 typedef struct {
 	PyObject *ma;          /* the BpfMemAlloc, or NULL: another design, all Python */

@@ -89,6 +89,67 @@ def test_random_loops_agree_with_the_interpreter_to_the_instruction(items, budge
         assert outcome(items, "jit", budget) == reference
 
 
+needs_native_entry = pytest.mark.skipif(
+    native.NATIVE_ENTRY is None,
+    reason="the C cache model (pybpf._cache_model) is not built: a native program's entry "
+           "is Python's run_native")
+
+
+def runs_through(entry, budget: int, times: int = 3) -> list:
+    """(R0 or the fault's errno and pc, the count, the next region) of ``times`` runs through
+    ``entry``, each with a RunState of its own."""
+    results = []
+    for _ in range(times):
+        rs = RunState(RunEnv(insn_budget=budget, engine="native"))
+        try:
+            result: tuple = ("r0", entry(rs, 0, 0, 0, 0, 0))
+        except ProgramFault as fault:
+            result = ("fault", fault.errno, fault.pc)
+        results.append((result, rs.count, rs.next_region))
+    return results
+
+
+def c_entry_counting(program, python_runs: list):
+    """A NativeEntry of ``program``'s main function whose calls of the Python run_native
+    (what is not its common path) are counted in ``python_runs``."""
+    python_entry = program.python_entry(0)
+
+    def python(*args):
+        python_runs.append(args)
+        return python_entry(*args)
+
+    return native.NATIVE_ENTRY(program.functions[0], program.free, python, program.failed,
+                               native._ENTRY_LAYOUT, program.keeps_gil, program.reads_task,
+                               native.NATIVE_VALUES)
+
+
+@needs_native_entry
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(items=looping_programs(), budget=st.integers(50, 1500))
+def test_the_c_entry_runs_as_python_run_native_does(items, budget):
+    """NativeEntry, a run's common path in C, against the Python run_native, the reference:
+    the same R0 (or ELOOP at the same instruction), count and next region, run after run;
+    only the first run, which makes the run's state, is Python's."""
+    program = native.native_compile(executable(items))
+    assert type(program.entry(0)) is native.NATIVE_ENTRY
+    python_runs: list = []
+    through_c = runs_through(c_entry_counting(program, python_runs), budget)
+    assert through_c == runs_through(program.python_entry(0), budget)
+    assert len(python_runs) == 1
+
+
+@needs_native_entry
+def test_what_a_run_raises_through_the_c_entry_is_python_run_natives():
+    """A fault Python raised in a callback (a load at address 0) stops the run with that
+    fault, the run's state back in the free list for the next run."""
+    program = native.native_compile(executable([b.ldx(8, R0, R1, 0), b.exit_()]))
+    python_runs: list = []
+    through_c = runs_through(c_entry_counting(program, python_runs), 100)
+    assert through_c == runs_through(program.python_entry(0), 100)
+    assert through_c[0][0][:2] == ("fault", errno.EFAULT)
+    assert len(python_runs) == 1 and len(program.free) == 1
+
+
 def test_a_loop_whose_trip_count_the_optimizer_divides_in_128_bits_runs():
     """Found by the random loops: LLVM's loop analysis gave this one a call to libgcc's
     __udivti3, which MCJIT could not resolve by itself; every external call of the module

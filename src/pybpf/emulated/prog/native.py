@@ -74,7 +74,7 @@ import functools
 import sys
 from array import array
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ...accelerator import ACCEL, ATOMIC_RMW, BUFFER_ADDRESS, CACHE_MODEL, PROBE_READ_USER
 from ...asm.opcodes import (
@@ -163,6 +163,11 @@ MAP_WORDS = 3 + 3 * LOOKUP_CACHE
 # hashing): objects' addresses are multiples of their allocator's size classes.
 FIBONACCI = 0x9E3779B97F4A7C15
 STATUS_OK, STATUS_ELOOP, STATUS_RAISED = 0, 1, 2
+# the words NativeEntry (_native.c) reads and writes, and the values it compares them with, in
+# its order
+_ENTRY_LAYOUT = (COUNT, BUDGET, NEXT_REGION, STATUS, FAULT_PC, DEPTH, RS_MEM, RS_VALUE_REGIONS,
+                 PID_TGID, CHARGES, RECORD_SLOT, CHARGES_NATIVE, CTX_REGION, READ_ONLY,
+                 STATUS_OK, VALUE_TABLE, VALUE_SLOTS, MAP_WORDS)
 # what a run's end writes over the value table and each map's words (a slice assignment is
 # a fifth of a ctypes.memset call)
 _ZERO_VALUE_TABLE = memoryview(bytes(8 * 3 * VALUE_SLOTS)).cast("Q")
@@ -212,6 +217,9 @@ HTAB_ABSENT, HTAB_SLOW = 0, M64
 # charged from machine code does: taking it back at every call costs more than the run gives
 # other threads. (Slow paths, such as a lookup the run's cache misses, do not count.)
 CALL_NATIVE = getattr(ACCEL, "call_native", None)
+# The C cache model's NativeEntry: a program's entry, its run's state filled and handed back in
+# C (NativeProgram.python_entry, the reference, does the rest), and the words it uses
+NATIVE_ENTRY = getattr(CACHE_MODEL, "NativeEntry", None)
 _ENTRY_TYPE = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p, *[ctypes.c_uint64] * 5)
 
 
@@ -1435,6 +1443,11 @@ class _Run:
     """One run's state array (``words``: Python's view of it), frame arena, Python's views of
     the frames, and the map values it reaches natively."""
 
+    # slots: NativeEntry reads and writes some where they lie
+    __slots__ = ("maps", "state", "words", "arena", "arena_c", "views", "address", "entry",
+                 "charging", "random_bits", "machine", "cpu", "rs", "exe", "bound", "error",
+                 "registered", "deepest", "exported", "__weakref__")
+
     def __init__(self, frames: int, maps: list[int]) -> None:
         self.maps = map_words(frames, maps)
         self.state = (ctypes.c_uint64 * (FRAME_REGIONS + frames + len(maps) * MAP_WORDS))()
@@ -1691,7 +1704,17 @@ class NativeProgram:
             for insn in exe.slots)
 
     def entry(self, start: int) -> Callable:
-        """``f(rs, r1, r2, r3, r4, r5) -> r0`` running the subprogram at ``start``."""
+        """``f(rs, r1, r2, r3, r4, r5) -> r0`` running the subprogram at ``start``: the C
+        cache model's NativeEntry, which hands what is not its common path to
+        ``python_entry``'s function, or where that is not built, that function."""
+        run_native = self.python_entry(start)
+        if NATIVE_ENTRY is None:
+            return run_native
+        return NATIVE_ENTRY(self.functions[start], self.free, run_native, self.failed,
+                            _ENTRY_LAYOUT, self.keeps_gil, self.reads_task, NATIVE_VALUES)
+
+    def python_entry(self, start: int) -> Callable:
+        """``entry``'s function in Python, the reference."""
         function = self.functions[start]
         free = self.free
         call = CALL_NATIVE or _ctypes_call
@@ -1734,15 +1757,21 @@ class NativeProgram:
                 status, error = words[STATUS], run.error
                 run.rs = run.error = None
                 free.append(run)
-            if status == STATUS_RAISED:
-                if error is None:  # @py_callback could not call Python at all
-                    raise MemoryError("the native tier could not call back into Python")
-                raise error
-            if status == STATUS_ELOOP:
-                raise self.over_budget(rs, words[FAULT_PC])
+            if status != STATUS_OK:
+                self.failed(rs, status, error, words[FAULT_PC])
             return r0
 
         return run_native
+
+    def failed(self, rs: RunState, status: int, error: BaseException | None,
+               fault_pc: int) -> NoReturn:
+        """Raise what stopped a run: what it raised (STATUS_RAISED), or the budget
+        (STATUS_ELOOP, at the block of ``fault_pc``)."""
+        if status == STATUS_RAISED:
+            if error is None:  # @py_callback could not call Python at all
+                raise MemoryError("the native tier could not call back into Python")
+            raise error
+        raise self.over_budget(rs, fault_pc)
 
     def over_budget(self, rs: RunState, block_pc: int) -> ProgramFault:
         """The interpreter's ELOOP: at the instruction of the block that passed the budget."""
