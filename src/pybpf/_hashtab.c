@@ -58,6 +58,7 @@ typedef struct {
 	PyObject *lru_list;     /* its BpfLru, or NULL */
 	Py_ssize_t value_size;
 	PyObject *zeros;        /* a per-CPU slot's zeros */
+	PyObject *last_key;     /* the key bytes of the last helper call, or NULL */
 	MemAlloc ma;            /* a NO_PREALLOC map's allocator, where it runs in C */
 	Lru lru_lists;          /* an LRU map's lists, where they run in C */
 	/* the map's value has special fields (a bpf_spin_lock, a bpf_timer): the Python ops do
@@ -486,6 +487,7 @@ static int htab_core_traverse(PyObject *op, visitproc visit, void *arg)
 	Py_VISIT(c->extra_elems);
 	Py_VISIT(c->key_size);
 	Py_VISIT(c->zeros);
+	Py_VISIT(c->last_key);
 	Py_VISIT(c->lru_list);
 	Py_VISIT(c->count_lock);
 	Py_VISIT(c->count_addr);
@@ -521,6 +523,7 @@ static int htab_core_clear(PyObject *op)
 	Py_CLEAR(c->extra_elems);
 	Py_CLEAR(c->key_size);
 	Py_CLEAR(c->zeros);
+	Py_CLEAR(c->last_key);
 	Py_CLEAR(c->lru_list);
 	Py_CLEAR(c->count_lock);
 	counts_release(&c->elem_counts);
@@ -1637,6 +1640,32 @@ static PyObject *helper_change(HtabCore *c, int op, PyObject *key, PyObject *val
 	return helper_result(c, delete(c, key, cpu_obj, cpu));
 }
 
+/* A helper's key bytes as the core's last key where they are its bytes, else kept as the last
+ * key: a program's ops on one key (an update, a lookup, a delete) then share one object,
+ * whose hash is known and which the table finds by identity where it holds the key. The
+ * object in, its reference taken over; the object out, a new reference. */
+static PyObject *remembered_key(HtabCore *c, PyObject *key)
+{
+	PyObject *last = c->last_key;
+	if (last != NULL && PyBytes_GET_SIZE(key) == PyBytes_GET_SIZE(last)
+	    && memcmp(PyBytes_AS_STRING(key), PyBytes_AS_STRING(last), PyBytes_GET_SIZE(key)) == 0) {
+		Py_DECREF(key);
+		return Py_NewRef(last);
+	}
+	Py_XSETREF(c->last_key, Py_NewRef(key));
+	return key;
+}
+
+/* The key bytes at ``at`` (remembered_key's, without making bytes that are the last key's) */
+static PyObject *key_from(HtabCore *c, const char *at)
+{
+	PyObject *last = c->last_key;
+	if (last != NULL && memcmp(PyBytes_AS_STRING(last), at, c->key_bytes) == 0)
+		return Py_NewRef(last);
+	PyObject *key = PyBytes_FromStringAndSize(at, c->key_bytes);
+	return key == NULL ? NULL : remembered_key(c, key);
+}
+
 /* The ``size`` bytes a helper's pointer argument points to: in the frame's ``stack`` where
  * the JIT said the pointer is there (``in_stack``), else where plain_bytes finds them */
 static PyObject *arg_bytes(PyObject *mem, PyObject *stack, int in_stack, uint64_t ptr,
@@ -1671,6 +1700,7 @@ static PyObject *helper_call(HtabCore *c, int op, PyObject *const *args, Py_ssiz
 	if ((cpu_obj = helper_sync(c, run_cpu(rs, c->current, c->ncpus, &cpu), &cpu)) == NULL)
 		goto out;
 	if ((key = arg_bytes(mem, stack, on_stack & 1, r2, c->key_bytes)) == NULL
+	    || (key = remembered_key(c, key)) == NULL
 	    || (op == HELPER_UPDATE
 		&& (value = arg_bytes(mem, stack, on_stack & 2, r3, c->value_size)) == NULL)) {
 		if (PyErr_Occurred())
@@ -1716,7 +1746,7 @@ uint64_t pybpf_native_htab_op(uint64_t *status, uint64_t raised, PyObject *run,
 	if ((cpu_obj = helper_sync(c, run_on >= 0 ? cpu_of(PyLong_FromLongLong(run_on), c->ncpus,
 								&cpu)
 					 : current_cpu(c, &cpu), &cpu)) != NULL
-	    && (key = PyBytes_FromStringAndSize(key_at, c->key_bytes)) != NULL
+	    && (key = key_from(c, key_at)) != NULL
 	    && (op != HELPER_UPDATE
 		|| (value = PyBytes_FromStringAndSize(value_at, c->value_size)) != NULL)
 	    && (flags = PyLong_FromUnsignedLongLong(r4)) != NULL)
