@@ -222,15 +222,24 @@ typedef struct {
  * The key bytes of recently used int keys, direct-mapped by value: a table lookup of a
  * remembered key makes no bytes object and hashes nothing (bytes cache their hash). With an
  * int value codec the slot also keeps the int last decoded for the key and the raw value it
- * came from: while the value's bytes are unchanged the same int object is returned.
+ * came from: while the value's bytes are unchanged the same int object is returned. It also
+ * keeps the table's value object it found for the key, with the table's version then (PEP
+ * 509's ma_version_tag, which every change of the dict moves on; CPython 3.11): while the
+ * table is unchanged, that object is still the key's value, with no dict lookup (which
+ * compares the key bytes with the table's own key object).
  */
 #define KEY_SLOTS 1024
+#if PY_VERSION_HEX < 0x030C0000  /* deprecated from 3.12 on, its low bits for watchers */
+#define TABLE_VERSIONS 1
+#endif
 
 struct key_slot {
 	uint64_t value;
 	PyObject *bytes;
 	uint64_t raw;       /* the value bytes `decoded` was made from */
 	PyObject *decoded;  /* NULL until an int value was decoded for this key */
+	uint64_t version;   /* the table's version when `found` was the key's value */
+	PyObject *found;    /* that value, or NULL */
 };
 
 static void clear_slots(MapCore *self)
@@ -240,6 +249,7 @@ static void clear_slots(MapCore *self)
 	for (int i = 0; i < KEY_SLOTS; i++) {
 		Py_XDECREF(self->slots[i].bytes);
 		Py_XDECREF(self->slots[i].decoded);
+		Py_XDECREF(self->slots[i].found);
 	}
 	PyMem_Free(self->slots);
 	self->slots = NULL;
@@ -482,12 +492,28 @@ static PyObject *table_value(MapCore *self, PyObject *kb, int missing_ok)
  */
 static PyObject *slot_int_value(MapCore *self, struct key_slot *slot)
 {
-	PyObject *v = PyDict_GetItemWithError(self->table, slot->bytes);
+	PyObject *v;
 	const uint8_t *data;
 	Py_ssize_t size;
 
+#ifdef TABLE_VERSIONS
+	uint64_t version = PyDict_CheckExact(self->table)
+		? ((PyDictObject *)self->table)->ma_version_tag : 0;
+
+	if (slot->found && version && slot->version == version) {
+		v = slot->found;
+	} else {
+		v = PyDict_GetItemWithError(self->table, slot->bytes);
+		if (!v)
+			return NULL;
+		Py_XSETREF(slot->found, Py_NewRef(v));
+		slot->version = version;
+	}
+#else
+	v = PyDict_GetItemWithError(self->table, slot->bytes);
 	if (!v)
 		return NULL;
+#endif
 	if (PyByteArray_CheckExact(v)) {
 		data = (const uint8_t *)PyByteArray_AS_STRING(v);
 		size = PyByteArray_GET_SIZE(v);
@@ -532,6 +558,7 @@ static PyObject *table_int_key(MapCore *self, uint64_t value, int missing_ok)
 			return NULL;
 		Py_XSETREF(slot->bytes, b);
 		Py_CLEAR(slot->decoded);
+		Py_CLEAR(slot->found);
 		slot->value = value;
 	}
 	if (self->vkind == KIND_UINT || self->vkind == KIND_INT) {
