@@ -710,6 +710,12 @@ class _FunctionIR:
         else:
             word = THIS_CPU if helper is bpf_get_smp_processor_id else PID_TGID
             inline = self.op(f"load i64, ptr {self.slot(word)}")
+        self.or_through_python(pc, insn, inline)
+
+    def or_through_python(self, pc: int, insn: Instruction, inline: str) -> None:
+        """The end of a helper compiled inline, whose R0 is ``inline`` where the current
+        block goes on: the block ``hp{pc}`` that the inline code branches to where it cannot
+        do the call calls the helper through Python, and both join at ``hj{pc}``."""
         inline_block = self.current_block()
         self.branch(f"br label %hj{pc}")
         self.label(f"hp{pc}")
@@ -744,14 +750,7 @@ class _FunctionIR:
         self.label(f"hn{pc}")
         self.charged(CHARGE_PROBE_READ, "0", f"hc{pc}", f"hp{pc}")
         self.label(f"hc{pc}")
-        self.branch(f"br label %hj{pc}")
-        self.label(f"hp{pc}")
-        args = [self.get(reg) for reg in range(1, 6)]
-        python = self.callback(pc, OP_HELPER, str(insn.imm), *args)
-        python_block = self.current_block()
-        self.branch(f"br label %hj{pc}")
-        self.label(f"hj{pc}")
-        self.put(0, self.op(f"phi i64 [0, %hc{pc}], [{python}, %{python_block}]"))
+        self.or_through_python(pc, insn, "0")
 
     def write_map_lookup(self, pc: int, region: int) -> None:
         """bpf_map_lookup_elem without Python: R0 from the run's cache of the map's values
@@ -1721,9 +1720,9 @@ class NativeProgram:
         keeps_gil, reads_task = self.keeps_gil, self.reads_task
 
         def run_native(rs: RunState, r1: int, r2: int, r3: int, r4: int, r5: int) -> int:
-            if free:
+            try:  # (another thread may take the last free state between a test and a pop)
                 run = free.pop()
-            else:  # a run of this program's: its exe and bound helpers are the program's
+            except IndexError:  # a run of this program's: its exe and bound helpers are its
                 run = _Run(self.frames, self.maps)
                 run.exe, run.bound = self.exe, self.bound
             words = run.words
