@@ -329,8 +329,8 @@ class Machine:
         the current CPU (every emulated syscall comes here; the thread-local read would be
         most of what it costs)."""
         timing = self.timing
-        if not self.modeled_time:
-            if timing.scheduler is not None or timing.ever_deferred:
+        if not self.modeled_time:  # (the scheduler's slot: its property is a call)
+            if timing._scheduler is not None or timing.ever_deferred:
                 timing.sync(self.current.cpu)
             return
         cpu = self.current.cpu

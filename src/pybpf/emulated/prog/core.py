@@ -93,7 +93,7 @@ def run_prog(exe: Executable, rs: RunState, ctx: int = CTX_REGION << 32) -> int:
     machine (without modeled time the charge, UnmodeledTiming's, which does nothing, is
     skipped)."""
     engine = rs.env.engine
-    rs.entry_of = entry_of(engine)
+    rs.entry_of = _ENTRY_OF.get(engine) or entry_of(engine)  # (which raises for no engine)
     entry = exe.main_entries.get(engine)
     if entry is None:
         entry = exe.main_entries[engine] = rs.entry_of(exe, 0)
