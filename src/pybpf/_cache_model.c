@@ -1150,7 +1150,8 @@ error:
  *   line at ``addr``.
  * - CHARGE_HTAB: HtabMap._op_cost of the ``key_size`` bytes at ``key`` in ``bpf_map``:
  *   "htab_map_lookup_elem", jhash per key byte, the bucket's line (``addr``: the size of
- *   struct bucket) and each element of its chain up to the key.
+ *   struct bucket) and each element of its chain up to the key; by the map's HtabCore
+ *   ``core`` where it has one (NULL: none).
  *   With CHARGE_REF, then an LRU map's bpf_lru_node_set_ref: the element's reference bit
  *   set where it was clear, and with CHARGE_REF_LINE that write charged to its line.
  * - CHARGE_HELPER: a helper's call (helpers.charged: "helper_call"), for one compiled inline;
@@ -1426,18 +1427,22 @@ static int htab_op_cost(CacheModel *m, PyObject *cpu_obj, int cpu, PyObject *eve
 
 /* The native tier's lookup: HtabMap._op_cost(cpu, "htab_map_lookup_elem", key, hash) of the
  * ``key_size`` bytes at ``key``, and with ``ref`` an LRU map's lru_set_ref */
-static int htab_lookup_cost(PyObject *const *run, int cpu, PyObject *bpf_map, const char *key,
-			    int64_t key_size, uint64_t bucket_size, int64_t ref)
+static int htab_lookup_cost(PyObject *const *run, int cpu, PyObject *bpf_map, PyObject *core,
+			    const char *key, int64_t key_size, uint64_t bucket_size, int64_t ref)
 {
 	CacheModel *m = (CacheModel *)run[RUN_MODEL];
 	PyObject *kb = NULL, *hash_fn = NULL, *hash = NULL;
 	int rc = -1;
-	if ((kb = PyBytes_FromStringAndSize(key, key_size)) == NULL
-	    || (hash_fn = PyObject_GetAttr(bpf_map, s_hash_cached)) == NULL
-	    || (hash = PyObject_CallOneArg(hash_fn, kb)) == NULL
-	    || htab_op_cost(m, run[RUN_CPU], cpu, s_htab_lookup, bpf_map, kb, hash,
-			    bucket_size) < 0)
+	if (core != NULL) {  /* the map's HtabCore: its hash and walk without Python */
+		if (htab_core_lookup_cost(core, run[RUN_CPU], cpu, key, &kb) < 0)
+			goto out;
+	} else if ((kb = PyBytes_FromStringAndSize(key, key_size)) == NULL
+		   || (hash_fn = PyObject_GetAttr(bpf_map, s_hash_cached)) == NULL
+		   || (hash = PyObject_CallOneArg(hash_fn, kb)) == NULL
+		   || htab_op_cost(m, run[RUN_CPU], cpu, s_htab_lookup, bpf_map, kb, hash,
+				   bucket_size) < 0) {
 		goto out;
+	}
 	rc = ref & CHARGE_REF ? lru_set_ref(m, cpu, bpf_map, kb, (ref & CHARGE_REF_LINE) != 0) : 0;
 out:
 	Py_XDECREF(kb);
@@ -1528,7 +1533,7 @@ void native_keep_error(PyObject *run)
 }
 
 int64_t pybpf_native_charge(PyObject *const *run, int64_t what, uint64_t addr,
-			    PyObject *bpf_map, const char *key, int64_t key_size)
+			    PyObject *bpf_map, const char *key, int64_t key_size, PyObject *core)
 {
 	PyGILState_STATE gil = PyGILState_Ensure();
 	int64_t result = CHARGED;
@@ -1552,7 +1557,7 @@ int64_t pybpf_native_charge(PyObject *const *run, int64_t what, uint64_t addr,
 			goto fail;
 	}
 	if (what & CHARGE_HTAB
-	    && htab_lookup_cost(run, cpu, bpf_map, key, key_size, addr, what) < 0)
+	    && htab_lookup_cost(run, cpu, bpf_map, core, key, key_size, addr, what) < 0)
 		goto fail;
 	if (what & CHARGE_HELPER && charge_n((PyObject *)m, run[RUN_CPU], s_helper_call, s_one) < 0)
 		goto fail;

@@ -58,6 +58,10 @@ void native_keep_error(PyObject *run);
 
 /* _hashtab.c: HtabCore, the hash map's update and delete in C */
 extern PyTypeObject HtabCoreType;
+/* The native tier's lookup of the key bytes at ``key`` charged on the core's map (its key
+ * bytes in *kb): 0, or -1 */
+int htab_core_lookup_cost(PyObject *core, PyObject *cpu_obj, int cpu, const char *key,
+			  PyObject **kb);
 int htab_core_ready(void);
 /* An LRU's del_from_htab(node) on the CPU evicting: an HtabCore's delete_node is called
  * directly with that CPU (not the thread's, read again), any other callable as it is */

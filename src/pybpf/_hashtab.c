@@ -1666,6 +1666,22 @@ static PyObject *key_from(HtabCore *c, const char *at)
 	return key == NULL ? NULL : remembered_key(c, key);
 }
 
+/* The native tier's lookup, charged on the map of ``core``: HtabMap._op_cost(cpu,
+ * "htab_map_lookup_elem", key, hash) of the key bytes at ``key``, which *kb gets (a new
+ * reference: an LRU map's reference bit is set next). 0, or -1 with an exception. */
+int htab_core_lookup_cost(PyObject *core, PyObject *cpu_obj, int cpu, const char *key,
+			  PyObject **kb)
+{
+	HtabCore *c = (HtabCore *)core;
+	uint64_t h = htab_map_hash((const uint8_t *)key, (uint32_t)c->key_bytes, c->hashrnd);
+	PyObject *index = PyLong_FromUnsignedLongLong(h & c->mask);
+	int rc = index == NULL || (*kb = key_from(c, key)) == NULL
+		|| charge_op(c, cpu_obj, s_lookup_event) < 0
+		|| walk_cost(c, cpu, *kb, index, h) < 0 ? -1 : 0;
+	Py_XDECREF(index);
+	return rc;
+}
+
 /* The ``size`` bytes a helper's pointer argument points to: in the frame's ``stack`` where
  * the JIT said the pointer is there (``in_stack``), else where plain_bytes finds them */
 static PyObject *arg_bytes(PyObject *mem, PyObject *stack, int in_stack, uint64_t ptr,

@@ -897,8 +897,11 @@ class _FunctionIR:
         it did not charge, out of the run with what it raised when it failed."""
         map_ptr = f"inttoptr (i64 {id(bpf_map)} to ptr)" if bpf_map is not None else "null"
         key_size = bpf_map.key_size if bpf_map is not None else 0
+        core = getattr(bpf_map, "_core", None)  # a hash map's HtabCore, alive with the map
+        core_ptr = f"inttoptr (i64 {id(core)} to ptr)" if core is not None else "null"
         result = self.op(f"call i64 @{CHARGE_SYMBOL}(ptr {self.slot(TIMING)}, i64 {what}, "
-                         f"i64 {addr}, ptr {map_ptr}, ptr {key_ptr}, i64 {key_size})")
+                         f"i64 {addr}, ptr {map_ptr}, ptr {key_ptr}, i64 {key_size}, "
+                         f"ptr {core_ptr})")
         self.branch(f"switch i64 {result}, label %raised [i64 {CHARGED}, label %{done}.c "
                     f"i64 {NOT_CHARGED}, label %{python}]")
         self.label(f"{done}.c")
@@ -1123,7 +1126,7 @@ declare i64 @PyList_Size(ptr)
 declare ptr @PyList_GetItem(ptr, i64)
 declare i32 @PyObject_IsTrue(ptr)
 declare i32 @PyObject_SetAttr(ptr, ptr, ptr)
-declare i64 @{CHARGE_SYMBOL}(ptr, i64, i64, ptr, ptr, i64)
+declare i64 @{CHARGE_SYMBOL}(ptr, i64, i64, ptr, ptr, i64, ptr)
 declare i64 @{VALUE_SYMBOL}(ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64, i64,
                            ptr, ptr)
 declare i64 @{ARRAY_VALUE_SYMBOL}(ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64)
