@@ -415,6 +415,7 @@ struct CacheModel {
 	Py_ssize_t lock_history;
 	/* The Timing's objects, updated in place; cost is read only. */
 	PyObject *clock, *hits, *stats, *counts, *cost;
+	Py_buffer hits_view;  /* hits, an array of int64 per CPU, held exported */
 };
 
 static inline int64_t line_version(const CacheModel *m, uint64_t line)
@@ -440,12 +441,7 @@ static inline void clear_owner(CacheModel *m, uint64_t line)
 /* self.hits[cpu] += 1 */
 static int count_hit(CacheModel *m, int cpu)
 {
-	PyObject *old = PyList_GET_ITEM(m->hits, cpu);
-	PyObject *sum = PyNumber_Add(old, s_one);
-	if (sum == NULL)
-		return -1;
-	PyList_SET_ITEM(m->hits, cpu, sum);
-	Py_DECREF(old);
+	((int64_t *)m->hits_view.buf)[cpu] += 1;
 	return 0;
 }
 
@@ -967,6 +963,8 @@ static void cm_release(CacheModel *m)
 	m->cpu_node = NULL;
 	m->dram = m->transfer = NULL;
 	Py_CLEAR(m->clock);
+	if (m->hits_view.obj != NULL)
+		PyBuffer_Release(&m->hits_view);
 	Py_CLEAR(m->hits);
 	Py_CLEAR(m->stats);
 	Py_CLEAR(m->counts);
@@ -988,16 +986,23 @@ static int cm_init(PyObject *op, PyObject *args, PyObject *kwds)
 		PyErr_SetString(PyExc_RuntimeError, "CacheModel is initialised once");
 		return -1;
 	}
-	if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!iinndO!O!dnO!O!O!O!O!", kwlist,
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!iinndO!O!dnO!O!OO!O!", kwlist,
 					 &PyList_Type, &cpu_node, &line_shift, &node_shift,
 					 &private_lines, &shared_lines, &shared_hit, &PyList_Type, &dram,
 					 &PyList_Type, &transfer, &spin_lock_ns, &lock_history,
-					 &PyDict_Type, &cost, &PyList_Type, &clock, &PyList_Type, &hits,
+					 &PyDict_Type, &cost, &PyList_Type, &clock, &hits,
 					 &PyList_Type, &stats, &PyList_Type, &counts))
 		return -1;
 	Py_ssize_t ncpus = PyList_GET_SIZE(cpu_node);
+	if (PyObject_GetBuffer(hits, &m->hits_view, PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
+		return -1;
+	if (m->hits_view.format == NULL || strcmp(m->hits_view.format, "q") != 0
+	    || m->hits_view.itemsize != 8) {
+		PyErr_SetString(PyExc_TypeError, "hits is an array of int64 (array('q'))");
+		return -1;
+	}
 	if (ncpus < 1 || ncpus > INT32_MAX || PyList_GET_SIZE(clock) != ncpus
-	    || PyList_GET_SIZE(hits) != ncpus || PyList_GET_SIZE(stats) != ncpus
+	    || m->hits_view.len != ncpus * 8 || PyList_GET_SIZE(stats) != ncpus
 	    || PyList_GET_SIZE(counts) != ncpus) {
 		PyErr_SetString(PyExc_ValueError, "clock, hits, stats and counts need one entry "
 				"per CPU of cpu_node");

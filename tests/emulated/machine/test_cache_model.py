@@ -471,7 +471,7 @@ def test_evictions_forget_lines_and_keep_lru_order():
             [address(0, n, 0) // LINE for n in (6, 7, 8, 5)]
         assert state["shared"][0] == [address(0, n, 0) // LINE for n in range(1, 9)]
         assert state["version"] == {} and state["dirty"] == {}
-        assert t.hits == [1, 0]
+        assert list(t.hits) == [1, 0]
 
 
 def test_a_line_transfers_from_the_cpu_that_wrote_it():

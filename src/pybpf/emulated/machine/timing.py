@@ -48,6 +48,7 @@ import itertools
 import operator
 import threading
 import time
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -213,7 +214,8 @@ class Timing:
                                  int(p["memory.private_kib"] * 1024 // line * self.cache_scale))
         self.shared_lines = max(min(HOT_LINES, int(p["memory.shared_kib"] * 1024 // line)),
                                 int(p["memory.shared_kib"] * 1024 // line * self.cache_scale))
-        self.hits = [0] * len(self.clock)  # private-cache hits per CPU (they cost nothing)
+        # private-cache hits per CPU (they cost nothing): int64s the C model adds to in place
+        self.hits = array("q", bytes(8 * len(self.clock)))
         self.private_hit = 0.0  # included in the work costs, which were measured hot
         self.shared_hit = float(p["memory.shared_hit"])
         dist = machine_distances(p.distances, self.num_nodes)
