@@ -13,14 +13,19 @@
  *
  * trace_call_bpf: a tracepoint's programs run on its record (trace_call_bpf's
  * bpf_prog_run_array), each run's RunState copied from a prototype, without the Python
- * frames between the syscall and core.run_prog, which stays the one place a program runs.
+ * frames between the syscall and core.run_prog, which stays the one place a program runs
+ * but for a program whose entry is a native one (NativeEntry, _native.c): run_native_prog
+ * does what run_prog does around it here, and the run has no Python frame at all.
  */
 #include "_cache_model.h"
 
 #define TASK_SIZE_MAX 0x7FFFFFFFF000ULL  /* x86-64, 48-bit virtual addresses */
 
 static PyObject *s_user_memory, *s_starts, *s_blocks, *s_machine, *s_prog, *s_executable,
-	*s_charge, *s_tracepoint_entry;
+	*s_charge, *s_tracepoint_entry, *s_env, *s_engine, *s_entry_of, *s_main_entries,
+	*s_current, *s_cpu, *s_static_regions, *s_bpf_insn, *s_count;
+/* what run_native_prog raises and calls as run_prog does, imported at first use */
+static PyObject *run_abort, *program_fault, *irq_work_run;
 static PyObject *python_helper;  /* bpf_trace.bpf_probe_read_user, imported at first use */
 
 int bpf_trace_ready(void)
@@ -29,7 +34,12 @@ int bpf_trace_ready(void)
 		|| intern(&s_blocks, "_blocks") < 0 || intern(&s_machine, "machine") < 0
 		|| intern(&s_prog, "prog") < 0 || intern(&s_executable, "executable") < 0
 		|| intern(&s_charge, "charge") < 0
-		|| intern(&s_tracepoint_entry, "tracepoint_entry") < 0 ? -1 : 0;
+		|| intern(&s_tracepoint_entry, "tracepoint_entry") < 0
+		|| intern(&s_env, "env") < 0 || intern(&s_engine, "engine") < 0
+		|| intern(&s_entry_of, "entry_of") < 0 || intern(&s_main_entries, "main_entries") < 0
+		|| intern(&s_current, "current") < 0 || intern(&s_cpu, "cpu") < 0
+		|| intern(&s_static_regions, "static_regions") < 0
+		|| intern(&s_bpf_insn, "bpf_insn") < 0 || intern(&s_count, "count") < 0 ? -1 : 0;
 }
 
 /* The user block holding [addr, addr + size) and the offset there (a new reference), or NULL
@@ -173,6 +183,113 @@ static PyObject *run_state_copy(PyObject *proto)
 	return rs;
 }
 
+/* obj.<name> of module ``module`` (a new reference), or NULL */
+static PyObject *import_name(const char *module, const char *name)
+{
+	PyObject *mod = PyImport_ImportModule(module);
+	PyObject *found = mod == NULL ? NULL : PyObject_GetAttrString(mod, name);
+	Py_XDECREF(mod);
+	return found;
+}
+
+/* The program's entry on the run's engine where it is a native one (NativeEntry) and the
+ * run's entry maker is set (the prototype's: run_prog sets the same), else NULL (run_prog
+ * runs it); a new reference, or NULL with an exception */
+static PyObject *native_entry_of(PyObject *exe, PyObject *rs)
+{
+	PyObject *entry_of = PyObject_GetAttr(rs, s_entry_of), *env = NULL, *engine = NULL;
+	PyObject *entries = NULL, *entry = NULL;
+	if (entry_of == NULL || entry_of == Py_None || (env = PyObject_GetAttr(rs, s_env)) == NULL
+	    || (engine = PyObject_GetAttr(env, s_engine)) == NULL
+	    || (entries = PyObject_GetAttr(exe, s_main_entries)) == NULL
+	    || !PyDict_CheckExact(entries))
+		goto out;
+	entry = PyDict_GetItemWithError(entries, engine);
+	entry = entry != NULL && Py_IS_TYPE(entry, &NativeEntryType) ? Py_NewRef(entry) : NULL;
+out:
+	Py_XDECREF(entry_of);
+	Py_XDECREF(env);
+	Py_XDECREF(engine);
+	Py_XDECREF(entries);
+	return entry;
+}
+
+/* core.run_prog(exe, rs) where the program's entry is native (``entry``), from C: the run's
+ * CPU, the program's maps among its regions, the run (a RunAbort is R0 0, a RecursionError a
+ * fault), then the rings' wake-ups and, with modeled time (``cpu`` not None), its
+ * instructions charged; R0, or NULL */
+static PyObject *run_native_prog(PyObject *exe, PyObject *rs, PyObject *entry,
+				 PyObject *ctx, PyObject *timing, PyObject *cpu)
+{
+	PyObject *machine = NULL, *current = NULL, *run_cpu = NULL, *statics = NULL;
+	PyObject *mem = NULL, *r0 = NULL, *zero = NULL;
+	if (run_abort == NULL && (run_abort = import_name("pybpf.emulated.prog.semantics",
+							  "RunAbort")) == NULL)
+		return NULL;
+	if (program_fault == NULL && (program_fault = import_name("pybpf.errors",
+								  "ProgramFault")) == NULL)
+		return NULL;
+	if (irq_work_run == NULL && (irq_work_run = import_name("pybpf.emulated.maps.ringbuf",
+								"irq_work_run")) == NULL)
+		return NULL;
+	if ((machine = run_machine(rs)) == NULL)
+		goto out;
+	if (machine != Py_None  /* rs.cpu = machine.current.cpu */
+	    && ((current = PyObject_GetAttr(machine, s_current)) == NULL
+		|| (run_cpu = PyObject_GetAttr(current, s_cpu)) == NULL
+		|| PyObject_SetAttr(rs, s_cpu, run_cpu) < 0))
+		goto out;
+	if ((statics = PyObject_GetAttr(exe, s_static_regions)) == NULL
+	    || (mem = run_regions(rs)) == NULL
+	    || (PyObject_IsTrue(statics) && PyDict_Update(mem, statics) < 0)
+	    || (zero = PyLong_FromLong(0)) == NULL)
+		goto out;
+	r0 = PyObject_Vectorcall(entry, (PyObject *[]){rs, ctx, zero, zero, zero, zero}, 6, NULL);
+	if (r0 == NULL && PyErr_ExceptionMatches(run_abort)) {
+		PyErr_Clear();
+		r0 = Py_NewRef(zero);
+	} else if (r0 == NULL && PyErr_ExceptionMatches(PyExc_RecursionError)) {
+		PyErr_Clear();
+		PyObject *fault = PyObject_CallFunction(program_fault, "is", EFAULT,
+							"the call stack is too deep");
+		if (fault != NULL) {
+			PyErr_SetObject(program_fault, fault);
+			Py_DECREF(fault);
+		}
+	}
+	/* run_prog's finally: what the run raised is raised after it */
+	PyObject *type, *value, *traceback;
+	PyErr_Fetch(&type, &value, &traceback);
+	PyObject *woken = PyObject_CallNoArgs(irq_work_run), *charged = NULL;
+	if (woken != NULL && cpu != Py_None) {
+		PyObject *count = PyObject_GetAttr(rs, s_count), *on = PyObject_GetAttr(rs, s_cpu);
+		if (count != NULL && on != NULL)
+			charged = PyObject_VectorcallMethod(
+				s_charge, (PyObject *[]){timing, on, s_bpf_insn, count}, 4, NULL);
+		Py_XDECREF(count);
+		Py_XDECREF(on);
+	}
+	int ended = woken != NULL && (cpu == Py_None || charged != NULL);
+	Py_XDECREF(woken);
+	Py_XDECREF(charged);
+	if (!ended) {  /* as a finally block's: its own error replaces the run's */
+		Py_XDECREF(type);
+		Py_XDECREF(value);
+		Py_XDECREF(traceback);
+		Py_CLEAR(r0);
+	} else if (type != NULL) {
+		PyErr_Restore(type, value, traceback);
+	}
+out:
+	Py_XDECREF(machine);
+	Py_XDECREF(current);
+	Py_XDECREF(run_cpu);
+	Py_XDECREF(statics);
+	Py_XDECREF(mem);
+	Py_XDECREF(zero);
+	return r0;
+}
+
 /* trace_call_bpf(links, record, proto, ctx_region, run_prog, timing, cpu) -> [r0, ...]: each
  * link's program (link.prog.executable) run once by ``run_prog(exe, rs)`` with ``record`` as
  * region ``ctx_region`` of a RunState copied from ``proto``; where ``cpu`` is not None,
@@ -188,7 +305,11 @@ PyObject *trace_call_bpf(PyObject *module, PyObject *const *args, Py_ssize_t nar
 	PyObject *links = args[0], *record = args[1], *proto = args[2], *ctx_region = args[3];
 	PyObject *run_prog = args[4], *timing = args[5], *cpu = args[6];
 	Py_ssize_t n = PyTuple_GET_SIZE(links);
-	PyObject *retvals = PyList_New(n);
+	uint64_t region = PyLong_AsUnsignedLongLong(ctx_region);
+	/* R1: the context's pointer, run_prog's default */
+	PyObject *ctx = region == (uint64_t)-1 && PyErr_Occurred() ? NULL
+		: PyLong_FromUnsignedLongLong(region << 32);
+	PyObject *retvals = ctx == NULL ? NULL : PyList_New(n);
 	if (retvals == NULL || bind_run_state_type() < 0)
 		goto fail;
 	for (Py_ssize_t i = 0; i < n; i++) {
@@ -203,8 +324,13 @@ PyObject *trace_call_bpf(PyObject *module, PyObject *const *args, Py_ssize_t nar
 		if ((prog = PyObject_GetAttr(PyTuple_GET_ITEM(links, i), s_prog)) != NULL
 		    && (exe = PyObject_GetAttr(prog, s_executable)) != NULL
 		    && (rs = run_state_copy(proto)) != NULL && (mem = run_regions(rs)) != NULL
-		    && PyDict_SetItem(mem, ctx_region, record) == 0)
-			r0 = PyObject_Vectorcall(run_prog, (PyObject *[]){exe, rs}, 2, NULL);
+		    && PyDict_SetItem(mem, ctx_region, record) == 0) {
+			PyObject *entry = native_entry_of(exe, rs);
+			r0 = entry != NULL ? run_native_prog(exe, rs, entry, ctx, timing, cpu)
+				: PyErr_Occurred() ? NULL
+				: PyObject_Vectorcall(run_prog, (PyObject *[]){exe, rs}, 2, NULL);
+			Py_XDECREF(entry);
+		}
 		Py_XDECREF(prog);
 		Py_XDECREF(exe);
 		Py_XDECREF(rs);
@@ -213,8 +339,10 @@ PyObject *trace_call_bpf(PyObject *module, PyObject *const *args, Py_ssize_t nar
 			goto fail;
 		PyList_SET_ITEM(retvals, i, r0);
 	}
+	Py_DECREF(ctx);
 	return retvals;
 fail:
+	Py_XDECREF(ctx);
 	Py_XDECREF(retvals);
 	return NULL;
 }

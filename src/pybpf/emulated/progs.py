@@ -46,7 +46,7 @@ from ..uapi import (
 from .maps.bpf_map import MAPS_CONTAINING_PROGS, bpf_prog_map_compatible
 from .net.netdev import net_of
 from .prog.btf import check_btf_func, vmlinux_kfuncs
-from .prog.core import bpf_prog_select_runtime, run_prog
+from .prog.core import ENGINES, bpf_prog_select_runtime, entry_of, run_prog
 from .prog.executable import Executable
 from .prog.helpers import helper_funcs
 from .prog.kfuncs import kfunc_funcs
@@ -213,10 +213,14 @@ class ProgramsMixin:
 
     def _run_state(self) -> RunState:
         """The prototype RunState of ``run_env``, never run itself: each of a tracepoint's
-        runs gets a copy of it (``trace_call_bpf``), made without RunState's __init__."""
+        runs gets a copy of it (``trace_call_bpf``), made without RunState's __init__, with
+        the engine's entry maker run_prog gives a run (which trace_call_bpf's runs of a native
+        entry, without run_prog, need; run_prog says what an unknown engine is)."""
         proto = self._run_state_proto
         if proto is None:
             proto = self._run_state_proto = RunState(self.run_env)
+            if self._bpf_engine in ENGINES:
+                proto.entry_of = entry_of(self._bpf_engine)
         return proto
 
     # -- load --------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import pybpf
 from pybpf import asm
 from pybpf.asm import FP, R0, R1, R2, R3, R4, R6
 from pybpf.asm import builder as b
+from pybpf.emulated.prog.core import entry_of
 from pybpf.emulated.prog.jit import jit_source
 from pybpf.emulated.prog.memory import CtxRegion
 from pybpf.errors import BPFError, ProgramFault
@@ -515,6 +516,8 @@ def test_a_tracepoint_run_state_is_a_fresh_copy_of_the_systems_prototype():
                 assert value == {5: b"rec"} and value is not proto.mem
             elif isinstance(value, (dict, list)):
                 assert value == getattr(fresh, slot) and value is not getattr(proto, slot)
+            elif slot == "entry_of":  # the engine's, as run_prog gives it
+                assert value is entry_of(system.bpf_engine)
             else:
                 assert value == getattr(fresh, slot), slot
     assert seen[0].mem is not seen[1].mem and seen[0].trace is not seen[1].trace
@@ -526,17 +529,23 @@ def test_a_tracepoint_run_state_is_a_fresh_copy_of_the_systems_prototype():
     link.close()
 
 
+@pytest.mark.parametrize("engine", ["jit", "native"])
 @pytest.mark.parametrize("modeled", [True, False])
-def test_a_tracepoint_fires_the_same_with_or_without_its_c_loop(modeled, monkeypatch):
-    """progs._fire's runs in C (trace_call_bpf) and in Python: the same R0s, map contents,
-    modeled counts and clock, the same fault where a program exceeds the budget."""
+def test_a_tracepoint_fires_the_same_with_or_without_its_c_loop(modeled, engine, monkeypatch):
+    """progs._fire's runs in C (trace_call_bpf; a native entry's without run_prog's Python
+    frame) and in Python: the same R0s, map contents, modeled counts and clock, the same
+    fault where a program exceeds the budget."""
     import pybpf.emulated.progs as progs
+    from pybpf.emulated.prog.native import native_missing
 
+    if engine == "native" and native_missing():
+        pytest.skip(native_missing())
     outcomes = []
     for in_c in (True, False):
         if not in_c:
             monkeypatch.setattr(progs, "TRACE_CALL_BPF", None)
         system = pybpf.system("emulated", cpus=2, modeled_time=modeled)
+        system.bpf_engine = engine
         counting, fd = counting_tracepoint(system)
         reader = load(system, ProgType.TRACEPOINT, [  # R0: the record's second u64 + 20
             b.ldx(8, R0, R1, 8), b.mov64(R2, 0), b.label("loop"), b.add64(R0, 1),
