@@ -42,10 +42,9 @@ enum { RS_COUNT, RS_BUDGET, RS_NEXT_REGION, RS_MEM, RS_VALUE_REGIONS, RS_MACHINE
        RS_FIELDS };
 static SlotField rs_fields[RS_FIELDS];
 enum { RUN_ADDRESS, RUN_RS, RUN_ERROR, RUN_MACHINE, RUN_CPU, RUN_MAPS, RUN_EXPORTED,
-       RUN_REGISTERED, RUN_EXE, RUN_FIELDS };
+       RUN_REGISTERED, RUN_LOOKUP_STATS, RUN_FIELDS };
 static SlotField run_fields[RUN_FIELDS];
-static PyObject *s_current_pid_tgid, *s_unregister, *s_static_regions, *s_current, *s_cpu,
-	*s_access_stats, *s_local, *s_remote;
+static PyObject *s_current_pid_tgid, *s_unregister, *s_cpu;
 
 static int bind_fields(void)
 {
@@ -60,7 +59,7 @@ static int bind_fields(void)
 		[RUN_ERROR] = {"_Run", "error"}, [RUN_MACHINE] = {"_Run", "machine"},
 		[RUN_CPU] = {"_Run", "cpu"}, [RUN_MAPS] = {"_Run", "maps"},
 		[RUN_EXPORTED] = {"_Run", "exported"}, [RUN_REGISTERED] = {"_Run", "registered"},
-		[RUN_EXE] = {"_Run", "exe"},
+		[RUN_LOOKUP_STATS] = {"_Run", "lookup_stats"},
 	};
 	return slot_fields_bind(rs_fields, rs_of, RS_FIELDS, "pybpf.emulated.prog.memory") < 0
 		|| slot_fields_bind(run_fields, run_of, RUN_FIELDS,
@@ -170,42 +169,28 @@ out:
 	return rc;
 }
 
-/* stats.<name>[cpu] += n */
-static int stat_add(PyObject *stats, PyObject *name, PyObject *cpu, uint64_t n)
+/* counts[cpu] += n, counts a list */
+static int count_add(PyObject *counts, PyObject *cpu, uint64_t n)
 {
-	PyObject *counts = PyObject_GetAttr(stats, name), *count = NULL, *sum = NULL;
-	PyObject *delta = PyLong_FromUnsignedLongLong(n);
+	PyObject *delta = PyLong_FromUnsignedLongLong(n), *count = NULL, *sum = NULL;
 	int rc = -1;
-	if (counts != NULL && delta != NULL && (count = PyObject_GetItem(counts, cpu)) != NULL
+	if (delta != NULL && (count = PyObject_GetItem(counts, cpu)) != NULL
 	    && (sum = PyNumber_InPlaceAdd(count, delta)) != NULL)
 		rc = PyObject_SetItem(counts, cpu, sum);
-	Py_XDECREF(counts);
 	Py_XDECREF(delta);
 	Py_XDECREF(count);
 	Py_XDECREF(sum);
 	return rc;
 }
 
-/* The native lookups of the map of ``region`` counted into its access statistics on its
- * machine's running CPU (_Run.finish) */
-static int count_lookups(PyObject *run, PyObject *region, uint64_t local, uint64_t remote)
+/* The native lookups of a map counted into its access statistics on its machine's running
+ * CPU (``entry``: a NativeProgram.lookup_stats entry, (at, current, local, remote)) */
+static int count_lookups(PyObject *entry, uint64_t local, uint64_t remote)
 {
-	PyObject *exe = slot_field_get(&run_fields[RUN_EXE], run), *regions = NULL;
-	PyObject *bpf_map = NULL, *current = NULL, *cpu = NULL, *stats = NULL;
-	int rc = -1;
-	if (exe != NULL && (regions = PyObject_GetAttr(exe, s_static_regions)) != NULL
-	    && (bpf_map = PyObject_GetItem(regions, region)) != NULL
-	    && (current = PyObject_GetAttr(bpf_map, s_current)) != NULL
-	    && (cpu = PyObject_GetAttr(current, s_cpu)) != NULL
-	    && (stats = PyObject_GetAttr(bpf_map, s_access_stats)) != NULL)
-		rc = stat_add(stats, s_local, cpu, local) < 0
-			|| stat_add(stats, s_remote, cpu, remote) < 0 ? -1 : 0;
-	Py_XDECREF(exe);
-	Py_XDECREF(regions);
-	Py_XDECREF(bpf_map);
-	Py_XDECREF(current);
+	PyObject *cpu = PyObject_GetAttr(PyTuple_GET_ITEM(entry, 1), s_cpu);
+	int rc = cpu == NULL || count_add(PyTuple_GET_ITEM(entry, 2), cpu, local) < 0
+		|| count_add(PyTuple_GET_ITEM(entry, 3), cpu, remote) < 0 ? -1 : 0;
 	Py_XDECREF(cpu);
-	Py_XDECREF(stats);
 	return rc;
 }
 
@@ -216,21 +201,28 @@ static int run_finish(NativeEntry *e, PyObject *run, uint64_t *st)
 	const uint64_t *l = e->layout;
 	PyObject *maps = slot_field_get(&run_fields[RUN_MAPS], run);
 	PyObject *exported = slot_field_get(&run_fields[RUN_EXPORTED], run);
+	PyObject *stats = slot_field_get(&run_fields[RUN_LOOKUP_STATS], run);
 	PyObject *region, *at;
 	Py_ssize_t pos = 0;
 	int rc = -1;
-	if (maps == NULL || exported == NULL || !PyDict_CheckExact(maps)
-	    || !PyDict_CheckExact(exported)) {
+	if (maps == NULL || exported == NULL || stats == NULL || !PyDict_CheckExact(maps)
+	    || !PyDict_CheckExact(exported) || !PyTuple_CheckExact(stats)) {
 		if (!PyErr_Occurred())
-			PyErr_SetString(PyExc_TypeError, "a native run's maps and exported are dicts");
+			PyErr_SetString(PyExc_TypeError, "a native run's maps and exported are dicts, "
+					"its lookup_stats a tuple");
 		goto out;
 	}
-	while (PyDict_Next(maps, &pos, &region, &at)) {
-		Py_ssize_t word = PyLong_AsSsize_t(at);
-		if (word == -1 && PyErr_Occurred())
+	for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(stats); i++) {
+		PyObject *entry = PyTuple_GET_ITEM(stats, i);
+		Py_ssize_t word = PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 4
+			? PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 0)) : -1;
+		if (word < 0) {
+			if (!PyErr_Occurred())
+				PyErr_SetString(PyExc_TypeError, "a lookup_stats entry is "
+						"(at, current, local, remote)");
 			goto out;
-		if ((st[word] || st[word + 1])
-		    && count_lookups(run, region, st[word], st[word + 1]) < 0)
+		}
+		if ((st[word] || st[word + 1]) && count_lookups(entry, st[word], st[word + 1]) < 0)
 			goto out;
 	}
 	if (st[l[L_RECORD_SLOT]] == l[L_CTX_REGION])  /* the record is this run's */
@@ -245,6 +237,7 @@ static int run_finish(NativeEntry *e, PyObject *run, uint64_t *st)
 out:
 	Py_XDECREF(maps);
 	Py_XDECREF(exported);
+	Py_XDECREF(stats);
 	return rc;
 }
 
@@ -428,10 +421,6 @@ PyTypeObject NativeEntryType = {
 int native_entry_ready(void)
 {
 	return intern(&s_current_pid_tgid, "current_pid_tgid") < 0
-		|| intern(&s_unregister, "unregister") < 0
-		|| intern(&s_static_regions, "static_regions") < 0
-		|| intern(&s_current, "_current") < 0 || intern(&s_cpu, "cpu") < 0
-		|| intern(&s_access_stats, "access_stats") < 0 || intern(&s_local, "local") < 0
-		|| intern(&s_remote, "remote") < 0
+		|| intern(&s_unregister, "unregister") < 0 || intern(&s_cpu, "cpu") < 0
 		|| PyType_Ready(&NativeEntryType) < 0 ? -1 : 0;
 }

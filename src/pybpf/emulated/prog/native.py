@@ -1447,8 +1447,8 @@ class _Run:
 
     # slots: NativeEntry reads and writes some where they lie
     __slots__ = ("maps", "state", "words", "arena", "arena_c", "views", "address", "entry",
-                 "charging", "random_bits", "machine", "cpu", "rs", "exe", "bound", "error",
-                 "registered", "deepest", "exported", "__weakref__")
+                 "charging", "random_bits", "machine", "cpu", "rs", "exe", "bound",
+                 "lookup_stats", "error", "registered", "deepest", "exported", "__weakref__")
 
     def __init__(self, frames: int, maps: list[int]) -> None:
         self.maps = map_words(frames, maps)
@@ -1470,6 +1470,7 @@ class _Run:
         self.rs: Any = None
         self.exe: Any = None
         self.bound: list[Callable] = []  # the program's bound map helpers
+        self.lookup_stats: tuple = ()  # NativeProgram.lookup_stats
         self.error: BaseException | None = None
         self.registered: list[int] = []  # frame regions now in rs.mem
         self.deepest = 0  # the last of them (0: none)
@@ -1557,16 +1558,13 @@ class _Run:
     def finish(self) -> None:
         """The run is over: count the lookups compiled code did into their maps' statistics
         and forget the map values (their region numbers are this run's)."""
-        words, maps = self.words, self.maps
-        if maps:
-            static = self.exe.static_regions
-            for region, at in maps.items():
-                local, remote = words[at], words[at + 1]
-                if local or remote:
-                    bpf_map = static[region]
-                    cpu = bpf_map._current.cpu
-                    bpf_map.access_stats.local[cpu] += local
-                    bpf_map.access_stats.remote[cpu] += remote
+        words = self.words
+        for at, current, local, remote in self.lookup_stats:
+            done_local, done_remote = words[at], words[at + 1]
+            if done_local or done_remote:
+                cpu = current.cpu  # the map's machine's running CPU
+                local[cpu] += done_local
+                remote[cpu] += done_remote
         if words[RECORD_SLOT] == CTX_REGION:  # the record is this run's
             words[RECORD_SLOT] = 0
         if self.exported:
@@ -1699,6 +1697,14 @@ class NativeProgram:
         self.functions = {start: self.engine.get_function_address(f"E{start}")
                           for start in exe.subprogs}
         self.free: list[_Run] = []
+        # per map whose lookups run natively: where its counts of them are in a run's words,
+        # its machine's current task state (whose CPU they are counted to) and its access
+        # statistics' local and remote counts, which _Run.finish adds them to
+        words = map_words(self.frames, self.maps)
+        self.lookup_stats = tuple(
+            (words[region], exe.static_regions[region]._current,
+             exe.static_regions[region].access_stats.local,
+             exe.static_regions[region].access_stats.remote) for region in self.maps)
         # its runs give compiled code their task (PID_TGID) where it calls for it
         self.reads_task = any(
             insn is not None and OPCODES[insn.opcode].kind is Kind.CALL and insn.src == 0
@@ -1727,7 +1733,7 @@ class NativeProgram:
                 run = free.pop()
             except IndexError:  # a run of this program's: its exe and bound helpers are its
                 run = _Run(self.frames, self.maps)
-                run.exe, run.bound = self.exe, self.bound
+                run.exe, run.bound, run.lookup_stats = self.exe, self.bound, self.lookup_stats
             words = run.words
             words[COUNT] = rs.count
             words[BUDGET] = rs.budget
