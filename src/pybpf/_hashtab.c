@@ -77,7 +77,8 @@ static PyObject *s_cpu, *s_hash, *s_key, *s_value, *s_addr, *s_node,
 	*s_check_flags, *s_alloc_htab_elem, *s_new_elem_on_home,
 	*s_retire_replaced, *s_release_elem, *s_key_not_found, *s_lookup_event,
 	*s_errno, *s_ref, *s_lru_update_event, *s_prealloc_lru_pop, *s_no_free_node,
-	*s_push_free, *s_put_fd_value, *s_region_of, *s_one, *s_false, *s_atomic, *s_alloc_failed;
+	*s_push_free, *s_put_fd_value, *s_region_of, *s_one, *s_false, *s_atomic, *s_alloc_failed,
+	*s_core;
 
 static PyObject *attr(PyObject *obj, const char *name)
 {
@@ -1780,6 +1781,32 @@ uint64_t pybpf_native_htab_op(uint64_t *status, uint64_t raised, PyObject *run,
 	return r0;
 }
 
+/* The HtabCore of the map that the map pointer ``r1`` points to among the run's regions
+ * ``mem`` (a map a program found at run time, in a map of maps), its key and value sizes in
+ * sizes[0] and sizes[1]: the map its region holds for the run, which holds the core; else NULL
+ * (no such map, or one without a core: the helper through Python, which says what is wrong).
+ * The GIL is taken. */
+PyObject *pybpf_native_map_core(PyObject *mem, uint64_t r1, int64_t *sizes)
+{
+	if (r1 & 0xffffffffu)
+		return NULL;
+	PyGILState_STATE gil = PyGILState_Ensure();
+	PyObject *region = PyLong_FromUnsignedLongLong(r1 >> 32), *found = NULL;
+	PyObject *obj = region == NULL ? NULL : PyDict_GetItemWithError(mem, region);  /* borrowed */
+	if (obj != NULL && (found = PyObject_GetAttr(obj, s_core)) != NULL
+	    && Py_IS_TYPE(found, &HtabCoreType)) {
+		sizes[0] = ((HtabCore *)found)->key_bytes;
+		sizes[1] = ((HtabCore *)found)->value_size;
+	} else {
+		Py_CLEAR(found);
+	}
+	PyErr_Clear();  /* what went wrong, the Python helper meets and reports */
+	Py_XDECREF(region);
+	Py_XDECREF(found);  /* alive with its map, which the run's regions hold */
+	PyGILState_Release(gil);
+	return found;
+}
+
 static PyObject *htab_core_helper_lookup(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
 	return helper_call((HtabCore *)op, HELPER_LOOKUP, args, nargs);
@@ -1862,6 +1889,7 @@ int htab_core_ready(void)
 	    || intern(&s_push_free, "push_free") < 0
 	    || intern(&s_region_of, "region_of") < 0
 	    || intern(&s_atomic, "atomic") < 0 || intern(&s_alloc_failed, "_alloc_failed") < 0
+	    || intern(&s_core, "_core") < 0
 	    || intern(&s_prev, "prev") < 0 || intern(&s_next, "next") < 0
 	    || intern(&s_type, "type") < 0 || mem_alloc_ready() < 0 || lru_ready() < 0)
 		return -1;

@@ -688,6 +688,30 @@ _map_case("map_in_map_empty_slot_is_null", [_inner, _outer], (
     label("none"), mov64(R0, 0xFFFF), exit_()),
     retval=0xFFFF, expect_maps={"inner": {u32(0): u64(5), u32(1): u64(0)}})
 
+
+
+def _inner_change(inner: str, outer: str) -> tuple[Item, ...]:
+    """Through the inner map outer[0]: key 2 = 9, again with BPF_NOEXIST (-EEXIST), key 1
+    deleted, again (-ENOENT): R0 the sum of the four results (the native tier's updates
+    and deletes of a map a program found at run time: write_dynamic_htab_op)."""
+    inner_op = (mov64(R1, R6), *_key_on_stack(2), mov64(R3, FP), add64(R3, -16))
+    return (*_lookup(outer, 0), jeq(R0, 0, "none"), mov64(R6, R0),
+            lddw(R3, 9), stxdw(FP, -16, R3),
+            *inner_op, mov64(R4, BPF_ANY), call("map_update_elem"), mov64(R7, R0),
+            *inner_op, mov64(R4, BPF_NOEXIST), call("map_update_elem"), add64(R7, R0),
+            mov64(R1, R6), *_key_on_stack(1), call("map_delete_elem"), add64(R7, R0),
+            mov64(R1, R6), *_key_on_stack(1), call("map_delete_elem"), add64(R0, R7), exit_(),
+            label("none"), mov64(R0, 0xFFFF), exit_())
+
+
+for _type, _name in ((MapType.HASH, "hash"), (MapType.LRU_HASH, "lru_hash")):
+    _inner_map = MapDef(f"inner_{_name}", _type, 4, 8, 8, init=((u32(1), u64(7)),))
+    _outer_map = MapDef(f"outer_{_name}", MapType.ARRAY_OF_MAPS, 4, 4, 1,
+                        inner=f"inner_{_name}", init=((u32(0), MapFdRef(f"inner_{_name}")),))
+    _map_case(f"map_in_map_update_and_delete_in_an_inner_{_name}", [_inner_map, _outer_map],
+              _inner_change(f"inner_{_name}", f"outer_{_name}"), retval=-EEXIST - ENOENT,
+              expect_maps={f"inner_{_name}": {u32(2): u64(9)}})
+
 # -- tail calls ----------------------------------------------------------------------------------
 
 _jump_table = MapDef("jumps", MapType.PROG_ARRAY, 4, 4, 4, init=((u32(2), ProgRef("callee")),))

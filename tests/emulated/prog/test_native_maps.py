@@ -910,3 +910,43 @@ def test_direct_updates_of_tasks_on_two_cpus_agree_across_engines(map_type, runn
     agree(results)
     assert results["native"][4] > 10  # the CPUs took turns
     assert bound_calls == [] or not direct_htab_ops()
+
+
+@needs_accel
+@pytest.mark.parametrize("inner_type", [MapType.HASH, MapType.LRU_HASH, MapType.PERCPU_HASH,
+                                        MapType.LRU_PERCPU_HASH])
+def test_updates_of_a_map_found_in_a_map_of_maps_agree_across_engines(inner_type,
+                                                                      monkeypatch):
+    """A map a program finds at run time (the inner map of an ARRAY_OF_MAPS): its updates and
+    deletes, errors included, are the C core's from machine code where the map has one (an
+    LRU per-CPU map has none: the helper through Python), with the same R0s and contents on
+    every engine; the native tier calls into Python for the outer lookup only."""
+    calls = count_callbacks(monkeypatch)
+    results = {}
+    for engine in ENGINES:
+        calls.clear()
+        system = make_system("emulated", modeled_time=False)
+        inner = system.map_create(inner_type, 4, 8, 8)
+        system.map_update_elem(inner, (1).to_bytes(4, "little"), bytes(8 * (
+            system.num_possible_cpus if inner_type in (MapType.PERCPU_HASH,
+                                                       MapType.LRU_PERCPU_HASH) else 1)))
+        outer = system.map_create(MapType.ARRAY_OF_MAPS, 4, 4, 1, inner_map_fd=inner)
+        system.map_update_elem(outer, bytes(4), inner.to_bytes(4, "little"))
+        items = [b.st(4, FP, -4, 0), b.ld_map_fd(R1, "m"), b.mov64(R2, FP), b.add64(R2, -4),
+                 b.call("map_lookup_elem"), b.jeq(R0, 0, "none"), b.mov64(R6, R0),
+                 b.st(8, FP, -16, 9), b.mov64(R7, 0)]
+        for key, flags, helper in ((2, BPF_ANY, "map_update_elem"),
+                                   (2, BPF_NOEXIST, "map_update_elem"),
+                                   (1, 0, "map_delete_elem"), (1, 0, "map_delete_elem")):
+            items += [b.mov64(R1, R6), b.st(4, FP, -4, key), b.mov64(R2, FP),
+                      b.add64(R2, -4), b.mov64(R3, FP), b.add64(R3, -16), b.mov64(R4, flags),
+                      b.call(helper), b.add64(R7, R0)]
+        items += [b.mov64(R0, R7), b.exit_(), b.label("none"), b.mov64(R0, 1), b.exit_()]
+        prog = load(system, items, {"m": outer})
+        with system.machine.on_cpu(0):
+            rs = prog.run(bytearray(64), engine=engine)
+        results[engine] = (rs.retval, rs.count, contents(system, inner, 4))
+        if engine == "native":  # the outer lookup, and the inner ops where there is no core
+            assert len(calls) == (5 if inner_type == MapType.LRU_PERCPU_HASH else 1), calls
+    agree(results)
+    assert results["native"][0] == (-errno.EEXIST - errno.ENOENT) & (2**64 - 1)

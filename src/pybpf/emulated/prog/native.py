@@ -60,7 +60,8 @@ Rules this module keeps:
   over from there), with the GIL taken; a KernelError is R0's -errno, anything else stops
   the run with it (the count through the call stored first, as for a callback; these helpers
   are not counted callbacks). A key or value elsewhere sends the helper through the
-  callback.
+  callback. On a map the program found at run time (in a map of maps) the same is done with
+  the core pybpf_native_map_core finds for R1 among the run's regions, where the map has one.
 - A program the tier does not compile (a tail call, an unknown helper, a write to r10,
   recursion, a jump out of its subprogram) is refused once at load with a reason; core.py
   then runs it on the JIT.
@@ -98,7 +99,9 @@ from .helpers import (
     bpf_get_current_pid_tgid,
     bpf_get_prandom_u32,
     bpf_get_smp_processor_id,
+    bpf_map_delete_elem,
     bpf_map_lookup_elem,
+    bpf_map_update_elem,
     map_lookup_elem,
     map_lookup_elem_synced,
 )
@@ -205,6 +208,8 @@ HTAB_OP_SYMBOL = "pybpf_native_htab_op"
 PROBE_READ_SYMBOL, PRANDOM_SYMBOL = "pybpf_native_probe_read_user", "pybpf_native_prandom_u32"
 PROBE_SLOW = M64  # pybpf_native_probe_read_user did nothing: the helper through Python
 HTAB_OPS = {"helper_update": 1, "helper_delete": 2}
+# _hashtab.c: the HtabCore of a map a program found at run time (write_dynamic_htab_op)
+MAP_CORE_SYMBOL = "pybpf_native_map_core"
 HTAB_UPDATE = HTAB_OPS["helper_update"]
 # @htab_lookup's answers besides a value's address: absent, or ask Python
 HTAB_ABSENT, HTAB_SLOW = 0, M64
@@ -388,6 +393,9 @@ class _FunctionIR:
             self.emit(f"%r{reg} = alloca i64")
         self.emit("%n = alloca i64")
         self.emit("%may_goto = alloca i64")
+        # the key and value sizes of a map found at run time (write_dynamic_htab_op): in the
+        # entry block, as an alloca elsewhere would take new stack at every pass of a loop
+        self.emit("%map_sizes = alloca [2 x i64]")
         for reg in range(10):
             self.put(reg, f"%a{reg}" if 1 <= reg <= 5 else "0")
         self.emit(f"store i64 {BPF_MAX_LOOPS}, ptr %may_goto")
@@ -641,6 +649,11 @@ class _FunctionIR:
             args = [self.get(reg) for reg in range(2, 6)]
             self.put(0, self.callback(pc, OP_BOUND, str(self.bound[name]), *args))
             return
+        elif _unwrapped(self.exe.helpers[insn.imm]) in _DYNAMIC_HTAB_OPS \
+                and _htab_op_address() is not None and NATIVE_VALUES:
+            self.calls_python = True
+            self.write_dynamic_htab_op(pc, insn)
+            return
         else:
             op = OP_CALLBACK_HELPER if insn.imm in CALLBACK_HELPERS else OP_HELPER
         self.calls_python = True
@@ -653,13 +666,41 @@ class _FunctionIR:
         does what the helper does with them; else the helper through Python."""
         bpf_map = self.exe.static_regions[self.map_in_r1]
         args = [self.get(reg) for reg in range(2, 6)]
-        key_ptr = self.op(f"call ptr @mem_ptr(ptr %st, i64 {args[0]}, i64 {bpf_map.key_size}, "
+        self.htab_op(pc, op, f"inttoptr (i64 {id(core)} to ptr)", str(bpf_map.key_size),
+                     str(bpf_map.value_size), "true",
+                     lambda: self.callback(pc, OP_BOUND, str(index), *args))
+
+    def write_dynamic_htab_op(self, pc: int, insn: Instruction) -> None:
+        """bpf_map_update_elem or bpf_map_delete_elem on a map R1 points to that the program
+        found at run time (in a map of maps): its HtabCore and sizes from
+        pybpf_native_map_core, then as write_htab_op; the helper through Python where the map
+        has no core."""
+        sizes = "%map_sizes"
+        self.emit(f"store [2 x i64] zeroinitializer, ptr {sizes}")
+        mem = self.op(f"load ptr, ptr {self.slot(RS_MEM)}")
+        core = self.op(f"call ptr @{MAP_CORE_SYMBOL}(ptr {mem}, i64 {self.get(1)}, "
+                       f"ptr {sizes})")
+        key_size = self.op(f"load i64, ptr {sizes}")
+        value_size = self.op(f"load i64, ptr {self.op(f'getelementptr i64, ptr {sizes}, i64 1')}")
+        op = HTAB_OPS["helper_update" if _unwrapped(self.exe.helpers[insn.imm])
+                      is bpf_map_update_elem else "helper_delete"]
+        args = [self.get(reg) for reg in range(1, 6)]
+        self.htab_op(pc, op, core, key_size, value_size, self.op(f"icmp ne ptr {core}, null"),
+                     lambda: self.callback(pc, OP_HELPER, str(insn.imm), *args))
+
+    def htab_op(self, pc: int, op: int, core: str, key_size: str, value_size: str,
+                has_core: str, slow: Callable[[], str]) -> None:
+        """R0 of an HtabCore's update or delete (``op``) on the core ``core``, whose map has
+        keys and values of those sizes: by pybpf_native_htab_op where ``has_core`` and the
+        key (and value) lie in memory compiled code reaches, else by ``slow``'s code."""
+        args = [self.get(reg) for reg in range(2, 6)]
+        key_ptr = self.op(f"call ptr @mem_ptr(ptr %st, i64 {args[0]}, i64 {key_size}, "
                           "i1 false)")
-        native = self.op(f"icmp ne ptr {key_ptr}, null")
+        native = self.op(f"and i1 {has_core}, {self.op(f'icmp ne ptr {key_ptr}, null')}")
         value_ptr = "null"
         if op == HTAB_UPDATE:
             value_ptr = self.op(f"call ptr @mem_ptr(ptr %st, i64 {args[1]}, "
-                                f"i64 {bpf_map.value_size}, i1 false)")
+                                f"i64 {value_size}, i1 false)")
             native = self.op(f"and i1 {native}, {self.op(f'icmp ne ptr {value_ptr}, null')}")
         self.branch(f"br i1 {native}, label %hd{pc}, label %hb{pc}")
         self.label(f"hd{pc}")
@@ -670,17 +711,16 @@ class _FunctionIR:
         cpu = self.op(f"select i1 {self.op(f'icmp ne i64 {machine}, 0')}, "
                       f"i64 {self.op(f'load i64, ptr {self.slot(THIS_CPU)}')}, i64 -1")
         direct = self.op(f"call i64 @{HTAB_OP_SYMBOL}(ptr {self.slot(STATUS)}, "
-                         f"i64 {STATUS_RAISED}, ptr {run}, ptr inttoptr (i64 {id(core)} to ptr), "
-                         f"i64 {op}, ptr {key_ptr}, ptr {value_ptr}, i64 {args[2]}, "
-                         f"i64 {cpu})")
+                         f"i64 {STATUS_RAISED}, ptr {run}, ptr {core}, i64 {op}, "
+                         f"ptr {key_ptr}, ptr {value_ptr}, i64 {args[2]}, i64 {cpu})")
         self.check_status(pc, "hdok")
         self.branch(f"br label %hj{pc}")
         self.label(f"hb{pc}")
-        slow = self.callback(pc, OP_BOUND, str(index), *args)
+        slow_r0 = slow()
         slow_block = self.current_block()
         self.branch(f"br label %hj{pc}")
         self.label(f"hj{pc}")
-        self.put(0, self.op(f"phi i64 [{direct}, %hdok{pc}], [{slow}, %{slow_block}]"))
+        self.put(0, self.op(f"phi i64 [{direct}, %hdok{pc}], [{slow_r0}, %{slow_block}]"))
 
     def write_inlined_helper(self, pc: int, insn: Instruction, helper: Callable) -> None:
         """A helper compiled inline: bpf_get_smp_processor_id as the kernel's verifier
@@ -1131,6 +1171,7 @@ declare i64 @{VALUE_SYMBOL}(ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i6
                            ptr, ptr)
 declare i64 @{ARRAY_VALUE_SYMBOL}(ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64)
 declare i64 @{HTAB_OP_SYMBOL}(ptr, i64, ptr, ptr, i64, ptr, ptr, i64, i64)
+declare ptr @{MAP_CORE_SYMBOL}(ptr, i64, ptr)
 declare i64 @{PROBE_READ_SYMBOL}(ptr, ptr, i64, i64)
 declare i64 @{PRANDOM_SYMBOL}(ptr, i64, ptr, ptr)
 declare i16 @llvm.bswap.i16(i16)
@@ -1349,6 +1390,7 @@ def _register_runtime() -> None:
     for name, address in ((CHARGE_SYMBOL, _charge_address()), (VALUE_SYMBOL, _value_address()),
                           (ARRAY_VALUE_SYMBOL, _symbol_address(ACCEL, ARRAY_VALUE_SYMBOL)),
                           (HTAB_OP_SYMBOL, _htab_op_address()),
+                          (MAP_CORE_SYMBOL, _cache_model_symbol(MAP_CORE_SYMBOL)),
                           *((name, _cache_model_symbol(name))
                             for name in (PROBE_READ_SYMBOL, PRANDOM_SYMBOL))):
         if address is not None:
@@ -1387,6 +1429,10 @@ def _charge_address() -> int | None:
 def _cache_model_symbol(name: str) -> int | None:
     """Where the C cache model's function ``name`` is (None: not built)."""
     return _symbol_address(CACHE_MODEL, name)
+
+
+# the helpers compiled code calls pybpf_native_htab_op for on a map found at run time
+_DYNAMIC_HTAB_OPS = (bpf_map_update_elem, bpf_map_delete_elem)
 
 
 def _inlined(helper: Callable) -> bool:
