@@ -1494,7 +1494,7 @@ class _Run:
     # slots: NativeEntry reads and writes some where they lie
     __slots__ = ("maps", "state", "words", "arena", "arena_c", "views", "address", "entry",
                  "charging", "random_bits", "machine", "cpu", "rs", "exe", "bound",
-                 "lookup_stats", "error", "registered", "deepest", "exported", "__weakref__")
+                 "lookup_stats", "error", "registered", "deepest", "exported")
 
     def __init__(self, frames: int, maps: list[int]) -> None:
         self.maps = map_words(frames, maps)
