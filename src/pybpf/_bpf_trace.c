@@ -82,6 +82,15 @@ out:
 	return block;
 }
 
+/* obj.<name> of module ``module`` (a new reference), or NULL */
+static PyObject *import_name(const char *module, const char *name)
+{
+	PyObject *mod = PyImport_ImportModule(module);
+	PyObject *found = mod == NULL ? NULL : PyObject_GetAttrString(mod, name);
+	Py_XDECREF(mod);
+	return found;
+}
+
 /* probe_read_user(rs, r1, r2, r3, r4, r5) -> r0: bpf_probe_read_user */
 PyObject *probe_read_user(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -113,12 +122,9 @@ PyObject *probe_read_user(PyObject *module, PyObject *const *args, Py_ssize_t na
 	goto out;
 python:
 	if (!PyErr_Occurred()) {
-		if (python_helper == NULL) {
-			PyObject *trace = PyImport_ImportModule("pybpf.emulated.prog.bpf_trace");
-			python_helper = trace == NULL ? NULL
-				: PyObject_GetAttrString(trace, "bpf_probe_read_user");
-			Py_XDECREF(trace);
-		}
+		if (python_helper == NULL)
+			python_helper = import_name("pybpf.emulated.prog.bpf_trace",
+						    "bpf_probe_read_user");
 		if (python_helper != NULL)
 			result = PyObject_Vectorcall(python_helper, args, 6, NULL);
 	}
@@ -181,15 +187,6 @@ static PyObject *run_state_copy(PyObject *proto)
 		*(PyObject **)((char *)rs + m->offset) = value;
 	}
 	return rs;
-}
-
-/* obj.<name> of module ``module`` (a new reference), or NULL */
-static PyObject *import_name(const char *module, const char *name)
-{
-	PyObject *mod = PyImport_ImportModule(module);
-	PyObject *found = mod == NULL ? NULL : PyObject_GetAttrString(mod, name);
-	Py_XDECREF(mod);
-	return found;
 }
 
 /* The program's entry on the run's engine where it is a native one (NativeEntry) and the

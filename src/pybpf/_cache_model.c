@@ -1171,8 +1171,8 @@ enum { NOT_CHARGED = 0, CHARGED = 1, CHARGE_FAILED = 2 };
 enum { RUN_TIMING, RUN_MODEL, RUN_CPU, RUN_DEFERRED, RUN_SELF };
 
 static PyObject *s_thirty_two;  /* getrandbits' argument */
-static PyObject *s_helper_call, *s_probe_read_user, *s_scheduler, *s_sync, *s_deferred, *s_run_deferred,
-	*s_error, *s_array_lookup, *s_htab_lookup, *s_jhash_byte,
+static PyObject *s_helper_call, *s_probe_read_user, *s_scheduler, *s_sync, *s_deferred,
+	*s_run_deferred, *s_error, *s_array_lookup, *s_htab_lookup, *s_jhash_byte,
 	*s_hash_cached, *s_mask, *s_bucket_base, *s_buckets, *s_addr, *s_key, *s_table, *s_ref,
 	*s_clock;
 

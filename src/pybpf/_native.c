@@ -41,8 +41,8 @@ typedef struct {
 enum { RS_COUNT, RS_BUDGET, RS_NEXT_REGION, RS_MEM, RS_VALUE_REGIONS, RS_MACHINE, RS_CPU,
        RS_FIELDS };
 static SlotField rs_fields[RS_FIELDS];
-enum { RUN_ADDRESS, RUN_RS, RUN_ERROR, RUN_MACHINE, RUN_CPU, RUN_MAPS, RUN_EXPORTED,
-       RUN_REGISTERED, RUN_LOOKUP_STATS, RUN_FIELDS };
+enum { RUN_ADDRESS, RUN_RS, RUN_ERROR, RUN_MACHINE, RUN_CPU, RUN_EXPORTED, RUN_REGISTERED,
+       RUN_LOOKUP_STATS, RUN_FIELDS };
 static SlotField run_fields[RUN_FIELDS];
 static PyObject *s_current_pid_tgid, *s_unregister, *s_cpu;
 
@@ -57,7 +57,7 @@ static int bind_fields(void)
 	static const SlotFieldOf run_of[RUN_FIELDS] = {
 		[RUN_ADDRESS] = {"_Run", "address"}, [RUN_RS] = {"_Run", "rs"},
 		[RUN_ERROR] = {"_Run", "error"}, [RUN_MACHINE] = {"_Run", "machine"},
-		[RUN_CPU] = {"_Run", "cpu"}, [RUN_MAPS] = {"_Run", "maps"},
+		[RUN_CPU] = {"_Run", "cpu"},
 		[RUN_EXPORTED] = {"_Run", "exported"}, [RUN_REGISTERED] = {"_Run", "registered"},
 		[RUN_LOOKUP_STATS] = {"_Run", "lookup_stats"},
 	};
@@ -89,16 +89,15 @@ static int set_u64(const SlotField *f, PyObject *obj, uint64_t value)
 /* Whether the Python run_native must do this run: no free state, or the last free state's
  * machine and CPU are not the run's (run_on makes them so); -1 with an exception. The CPU
  * is rs.cpu, which run_prog sets as the run begins (machine.current.cpu). */
-static int needs_python(NativeEntry *e, PyObject *rs, PyObject **run)
+static int needs_python(NativeEntry *e, PyObject *rs, PyObject *machine, PyObject **run)
 {
 	Py_ssize_t n = PyList_GET_SIZE(e->free);
 	if (n == 0)
 		return 1;
 	*run = PyList_GET_ITEM(e->free, n - 1);
-	PyObject *machine = slot_field_get(&rs_fields[RS_MACHINE], rs), *cpu = NULL;
-	PyObject *last = NULL, *last_cpu = NULL;
+	PyObject *cpu = NULL, *last = NULL, *last_cpu = NULL;
 	int rc = -1;
-	if (machine == NULL || (cpu = slot_field_get(&rs_fields[RS_CPU], rs)) == NULL
+	if ((cpu = slot_field_get(&rs_fields[RS_CPU], rs)) == NULL
 	    || (last = slot_field_get(&run_fields[RUN_MACHINE], *run)) == NULL
 	    || (last_cpu = slot_field_get(&run_fields[RUN_CPU], *run)) == NULL)
 		goto out;
@@ -111,18 +110,19 @@ static int needs_python(NativeEntry *e, PyObject *rs, PyObject **run)
 		rc = PyObject_RichCompareBool(cpu, last_cpu, Py_NE);
 	}
 out:
-	Py_XDECREF(machine);
 	Py_XDECREF(cpu);
 	Py_XDECREF(last);
 	Py_XDECREF(last_cpu);
 	return rc;
 }
 
-/* The run's state filled from rs for a run: 0, or -1 with an exception */
-static int run_begin(NativeEntry *e, PyObject *rs, PyObject *run, uint64_t *st)
+/* The run's state filled from rs (on ``machine``, rs.machine) for a run: 0, or -1 with an
+ * exception */
+static int run_begin(NativeEntry *e, PyObject *rs, PyObject *machine, PyObject *run,
+		     uint64_t *st)
 {
 	const uint64_t *l = e->layout;
-	PyObject *mem = NULL, *values = NULL, *machine = NULL;
+	PyObject *mem = NULL, *values = NULL;
 	int rc = -1;
 	if (field_u64(&rs_fields[RS_COUNT], rs, &st[l[L_COUNT]]) < 0
 	    || field_u64(&rs_fields[RS_BUDGET], rs, &st[l[L_BUDGET]]) < 0
@@ -149,8 +149,6 @@ static int run_begin(NativeEntry *e, PyObject *rs, PyObject *run, uint64_t *st)
 		record[2] = (uint64_t)PyBytes_GET_SIZE(ctx) | l[L_READ_ONLY];
 	}
 	if (e->reads_task) {
-		if ((machine = slot_field_get(&rs_fields[RS_MACHINE], rs)) == NULL)
-			goto out;
 		uint64_t pid_tgid = 0;
 		if (machine != Py_None) {
 			PyObject *task = PyObject_CallMethodNoArgs(machine, s_current_pid_tgid);
@@ -165,7 +163,6 @@ static int run_begin(NativeEntry *e, PyObject *rs, PyObject *run, uint64_t *st)
 out:
 	Py_XDECREF(mem);
 	Py_XDECREF(values);
-	Py_XDECREF(machine);
 	return rc;
 }
 
@@ -199,17 +196,14 @@ static int count_lookups(PyObject *entry, uint64_t local, uint64_t remote)
 static int run_finish(NativeEntry *e, PyObject *run, uint64_t *st)
 {
 	const uint64_t *l = e->layout;
-	PyObject *maps = slot_field_get(&run_fields[RUN_MAPS], run);
 	PyObject *exported = slot_field_get(&run_fields[RUN_EXPORTED], run);
 	PyObject *stats = slot_field_get(&run_fields[RUN_LOOKUP_STATS], run);
-	PyObject *region, *at;
-	Py_ssize_t pos = 0;
 	int rc = -1;
-	if (maps == NULL || exported == NULL || stats == NULL || !PyDict_CheckExact(maps)
-	    || !PyDict_CheckExact(exported) || !PyTuple_CheckExact(stats)) {
+	if (exported == NULL || stats == NULL || !PyDict_CheckExact(exported)
+	    || !PyTuple_CheckExact(stats)) {
 		if (!PyErr_Occurred())
-			PyErr_SetString(PyExc_TypeError, "a native run's maps and exported are dicts, "
-					"its lookup_stats a tuple");
+			PyErr_SetString(PyExc_TypeError, "a native run's exported is a dict, its "
+					"lookup_stats a tuple");
 		goto out;
 	}
 	for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(stats); i++) {
@@ -227,15 +221,15 @@ static int run_finish(NativeEntry *e, PyObject *run, uint64_t *st)
 	}
 	if (st[l[L_RECORD_SLOT]] == l[L_CTX_REGION])  /* the record is this run's */
 		st[l[L_RECORD_SLOT]] = 0;
-	if (PyDict_GET_SIZE(exported)) {
+	if (PyDict_GET_SIZE(exported)) {  /* each map's words, as the entries checked above */
 		memset(&st[l[L_VALUE_TABLE]], 0, 3 * l[L_VALUE_SLOTS] * sizeof(uint64_t));
-		for (pos = 0; PyDict_Next(maps, &pos, &region, &at);)
-			memset(&st[PyLong_AsSsize_t(at)], 0, l[L_MAP_WORDS] * sizeof(uint64_t));
+		for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(stats); i++)
+			memset(&st[PyLong_AsSsize_t(PyTuple_GET_ITEM(PyTuple_GET_ITEM(stats, i), 0))],
+			       0, l[L_MAP_WORDS] * sizeof(uint64_t));
 		PyDict_Clear(exported);
 	}
 	rc = 0;
 out:
-	Py_XDECREF(maps);
 	Py_XDECREF(exported);
 	Py_XDECREF(stats);
 	return rc;
@@ -277,17 +271,21 @@ static PyObject *native_entry_call(PyObject *op, PyObject *const *args, size_t n
 		return NULL;
 	}
 	PyObject *rs = args[0], *run = NULL, *error = NULL, *result = NULL;
-	int python = bind_fields() < 0 ? -1 : needs_python(e, rs, &run);
-	if (python != 0)
-		return python < 0 ? NULL : PyObject_Vectorcall(e->python, args, nargsf, kwnames);
+	PyObject *machine = bind_fields() < 0 ? NULL : slot_field_get(&rs_fields[RS_MACHINE], rs);
+	int python = machine == NULL ? -1 : needs_python(e, rs, machine, &run);
+	if (python != 0) {
+		if (python > 0)
+			result = PyObject_Vectorcall(e->python, args, nargsf, kwnames);
+		goto out;
+	}
 	for (int i = 0; i < 5; i++) {
 		r[i] = PyLong_AsUnsignedLongLongMask(args[i + 1]);
 		if (r[i] == (uint64_t)-1 && PyErr_Occurred())
-			return NULL;
+			goto out;
 	}
 	uint64_t address;
 	if (field_u64(&run_fields[RUN_ADDRESS], run, &address) < 0)
-		return NULL;
+		goto out;
 	uint64_t *st = (uint64_t *)(uintptr_t)address;
 	/* the run's state is out of the free list while it runs (a callback may run the
 	 * program again) */
@@ -295,9 +293,9 @@ static PyObject *native_entry_call(PyObject *op, PyObject *const *args, size_t n
 	if (PyList_SetSlice(e->free, PyList_GET_SIZE(e->free) - 1, PyList_GET_SIZE(e->free),
 			    NULL) < 0) {
 		Py_DECREF(run);
-		return NULL;
+		goto out;
 	}
-	int begun = run_begin(e, rs, run, st);
+	int begun = run_begin(e, rs, machine, run, st);
 	uint64_t r0 = 0;
 	if (begun == 0) {
 		native_function function = e->function;
@@ -333,6 +331,8 @@ static PyObject *native_entry_call(PyObject *op, PyObject *const *args, size_t n
 		result = PyLong_FromUnsignedLongLong(r0);
 	}
 	Py_XDECREF(error);
+out:
+	Py_XDECREF(machine);
 	return result;
 }
 

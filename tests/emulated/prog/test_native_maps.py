@@ -47,6 +47,11 @@ needs_accel = pytest.mark.skipif(ATOMIC_RMW is None,
 ENGINES = ("interp", "jit", "native")
 
 
+def built(symbol: str) -> bool:
+    """Whether the C cache model has the native tier's function ``symbol``."""
+    return native._cache_model_symbol(symbol) is not None
+
+
 def load(system, items, maps: dict[str, int]):
     insns = asm.encode(asm.assemble(items).with_map_fds(lambda name: maps[name]))
     return system.prog_from_fd(system.prog_load(ProgType.SCHED_CLS, insns))
@@ -298,7 +303,7 @@ def test_which_lookups_run_without_python(map_type, expected):
         prog = load(system, counting_loop(1, 1) if expected else [
             b.ld_map_fd(R1, "m"), b.mov64(R0, 0), b.exit_()], {"m": fd})
         chargeable = not modeled_time or (system.machine.timing.cache_model == "C"
-                                          and native._charge_address() is not None)
+                                          and built(native.CHARGE_SYMBOL))
         assert bool(native.native_lookup_maps(prog.executable)) == (
             expected and native.NATIVE_VALUES and chargeable)
 
@@ -581,7 +586,8 @@ def skip_without(caches: str, monkeypatch) -> None:
     """Make the machine's caches ``caches``' (Python's: the C model switched off)."""
     if caches == "Python":
         monkeypatch.setattr(timing_module, "CACHE_MODEL", None)
-    elif caches == "C" and (timing_module.CACHE_MODEL is None or native._charge_address() is None):
+    elif caches == "C" and (timing_module.CACHE_MODEL is None
+                            or not built(native.CHARGE_SYMBOL)):
         pytest.skip("the C cache model (pybpf._cache_model) is not built")
 
 
@@ -677,7 +683,7 @@ def test_probe_read_user_agrees_and_copies_in_c_where_it_can(case, caches, monke
         timing = system.machine.timing
         results[engine] = (rs.retval, rs.count, list(timing.clock), timing.breakdown(0))
         if engine == "native":
-            in_c = native._cache_model_symbol(native.PROBE_READ_SYMBOL) is not None
+            in_c = built(native.PROBE_READ_SYMBOL)
             assert len(calls) == (0 if case == "mapped" and caches != "Python" and in_c else 1)
     agree(results)
     if case == "too long":
@@ -808,7 +814,7 @@ def htab_op_runs(map_type: int, map_flags: int, modeled: bool, items: list,
 def direct_htab_ops() -> bool:
     """Whether compiled code calls a hash map's bound update and delete natively here (the
     map has an HtabCore, with modeled time or without)."""
-    return timing_module.CACHE_MODEL is not None and native._htab_op_address() is not None
+    return timing_module.CACHE_MODEL is not None and built(native.HTAB_OP_SYMBOL)
 
 
 @needs_accel

@@ -256,9 +256,9 @@ def native_reach() -> str:
              "bpf_get_current_pid_tgid")
     if _value_address() is None:
         reach += " (a value's first lookup in a run through Python)"
-    if _charge_address() is None:
+    if _cache_model_symbol(CHARGE_SYMBOL) is None:
         reach += "; with modeled time, lookups through Python (the C cache model is not built)"
-    elif _htab_op_address() is not None:
+    elif _cache_model_symbol(HTAB_OP_SYMBOL) is not None:
         reach += ("; hash map updates and deletes, bpf_get_prandom_u32, "
                   "bpf_probe_read_user")
     return reach
@@ -650,7 +650,7 @@ class _FunctionIR:
             self.put(0, self.callback(pc, OP_BOUND, str(self.bound[name]), *args))
             return
         elif _unwrapped(self.exe.helpers[insn.imm]) in _DYNAMIC_HTAB_OPS \
-                and _htab_op_address() is not None and NATIVE_VALUES:
+                and _cache_model_symbol(HTAB_OP_SYMBOL) is not None and NATIVE_VALUES:
             self.calls_python = True
             self.write_dynamic_htab_op(pc, insn)
             return
@@ -731,7 +731,7 @@ class _FunctionIR:
         mode = self.op(f"load i64, ptr {self.slot(CHARGES)}")
         # no native charge without the C cache model (a run's mode is never CHARGES_NATIVE
         # then), and no call of its symbol: MCJIT would leave every call unresolved
-        native = _charge_address() is not None
+        native = _cache_model_symbol(CHARGE_SYMBOL) is not None
         cases = f"i64 {CHARGES_NONE}, label %hc{pc}" + (
             f" i64 {CHARGES_NATIVE}, label %hn{pc}" if native else "")
         self.branch(f"switch i64 {mode}, label %hp{pc} [{cases}]")
@@ -1304,8 +1304,8 @@ def native_lookup_maps(exe: Executable) -> list[int]:
         return []
     return [region for region, obj in exe.static_regions.items()
             if type(obj) in _NATIVE_LOOKUPS and obj.map_type == _NATIVE_LOOKUPS[type(obj)]
-            and (not obj.timing.modeled
-                 or (obj.timing.cache_model == "C" and _charge_address() is not None))]
+            and (not obj.timing.modeled or (obj.timing.cache_model == "C"
+                                            and _cache_model_symbol(CHARGE_SYMBOL) is not None))]
 
 
 def map_words(frames: int, maps: list[int]) -> dict[int, int]:
@@ -1387,12 +1387,11 @@ def _register_runtime() -> None:
     address 0."""
     for name in PYTHON_SYMBOLS:
         llvm.add_symbol(name, ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value)
-    for name, address in ((CHARGE_SYMBOL, _charge_address()), (VALUE_SYMBOL, _value_address()),
+    for name, address in ((VALUE_SYMBOL, _value_address()),
                           (ARRAY_VALUE_SYMBOL, _symbol_address(ACCEL, ARRAY_VALUE_SYMBOL)),
-                          (HTAB_OP_SYMBOL, _htab_op_address()),
-                          (MAP_CORE_SYMBOL, _cache_model_symbol(MAP_CORE_SYMBOL)),
-                          *((name, _cache_model_symbol(name))
-                            for name in (PROBE_READ_SYMBOL, PRANDOM_SYMBOL))):
+                          *((name, _cache_model_symbol(name)) for name in (
+                              CHARGE_SYMBOL, HTAB_OP_SYMBOL, MAP_CORE_SYMBOL,
+                              PROBE_READ_SYMBOL, PRANDOM_SYMBOL))):
         if address is not None:
             llvm.add_symbol(name, address)
     for library, names in RUNTIME_SYMBOLS:
@@ -1420,12 +1419,6 @@ def _unwrapped(helper: Callable) -> Callable:
 
 
 @functools.cache
-def _charge_address() -> int | None:
-    """Where the C cache model's pybpf_native_charge is (None: not built)."""
-    return _symbol_address(CACHE_MODEL, CHARGE_SYMBOL)
-
-
-@functools.cache
 def _cache_model_symbol(name: str) -> int | None:
     """Where the C cache model's function ``name`` is (None: not built)."""
     return _symbol_address(CACHE_MODEL, name)
@@ -1442,19 +1435,13 @@ def _inlined(helper: Callable) -> bool:
     return helper is bpf_get_smp_processor_id or helper is bpf_get_current_pid_tgid
 
 
-@functools.cache
-def _htab_op_address() -> int | None:
-    """Where the C cache model's pybpf_native_htab_op is (None: not built)."""
-    return _symbol_address(CACHE_MODEL, HTAB_OP_SYMBOL)
-
-
 def htab_op_of(func: Callable) -> tuple[Any, int] | None:
     """(HtabCore, op) where ``func``, a map helper bound to a map, is an HtabCore's update or
     delete helper (helpers._binder's ``functools.partial(in_c, python)``), whose op compiled
     code then calls natively; else None (also where pybpf_native_htab_op is not built)."""
     core = htab_core_of(func)
     op = HTAB_OPS.get(getattr(getattr(func, "func", None), "__name__", None))
-    if op is None or core is None or _htab_op_address() is None:
+    if op is None or core is None or _cache_model_symbol(HTAB_OP_SYMBOL) is None:
         return None
     return core, op
 
@@ -1615,7 +1602,7 @@ class _Run:
             words[RECORD_SLOT] = 0
         if self.exported:
             words[VALUE_TABLE:VALUE_TABLE + 3 * VALUE_SLOTS] = _ZERO_VALUE_TABLE
-            for at in self.maps.values():
+            for at, *_ in self.lookup_stats:  # each native lookup map's words
                 words[at:at + MAP_WORDS] = _ZERO_MAP_WORDS
             self.exported.clear()
 
@@ -1642,7 +1629,7 @@ class _Run:
         words[RANDOM_BITS] = id(self.random_bits)
         if not timing.modeled:
             words[CHARGES] = CHARGES_NONE
-        elif timing.cache_model == "C" and _charge_address() is not None:
+        elif timing.cache_model == "C" and _cache_model_symbol(CHARGE_SYMBOL) is not None:
             words[CHARGES] = CHARGES_NATIVE
             self.charging = (timing, timing._cache_model, cpu, timing.deferred_work(cpu), self)
             words[TIMING:RUN + 1] = array("Q", map(id, self.charging))
