@@ -1155,11 +1155,11 @@ static PyObject *mod_atomic_rmw(PyObject *m, PyObject *const *args, Py_ssize_t n
  * from machine code without the GIL: what _Run.map_lookup does once Python's lookup found
  * the value, without Python code. ``st`` is the run's state, ``run`` three objects of it:
  * the run's rs.mem, rs.value_regions and exported (_Run.exported). The value's region
- * (rs.region_of: its number from the state's word ``next_region``); the value reached
- * natively (_Run.reach: an export kept in ``exported``, its address in the value table at
- * ``values``); the cache entry from ``home`` of the map's cache at ``cache`` (its count of
- * entries in use in the word before) filled with ``tag``, the pointer and whether the value
- * is local. Each returns the pointer, or 0 where Python must do it (no such element yet, a
+ * (rs.region_of: its number from the state's word ``next_region``); a value that is memory
+ * reached natively (_Run.reach: an export kept in ``exported``, its address in the value
+ * table at ``values``); the cache entry from ``home`` of the map's cache at ``cache`` (its
+ * count of entries in use in the word before) filled with ``tag``, the pointer and whether
+ * the value is local. Each returns the pointer, or 0 where Python must do it (no such element yet, a
  * value that is not plain memory, a full cache, an error: cleared, Python's own lookup
  * reports it).
  */
@@ -1170,11 +1170,11 @@ struct native_state {
 };
 
 static uint64_t place_value(uint64_t *st, PyObject *const *run, const struct native_state *at,
-			    PyObject *value, uint64_t tag, int64_t home, int local)
+			    PyObject *value, uint64_t tag, int64_t home, int local, int memory)
 {
 	PyObject *id = NULL, *pointer = NULL, *region_obj = NULL;
 	uint64_t result = 0;
-	if (!PyByteArray_CheckExact(value) || PyByteArray_GET_SIZE(value) == 0
+	if ((memory && (!PyByteArray_CheckExact(value) || PyByteArray_GET_SIZE(value) == 0))
 	    || st[at->cache - 1] >= (uint64_t)at->entries)
 		return 0;
 	/* rs.region_of(value) */
@@ -1197,7 +1197,7 @@ static uint64_t place_value(uint64_t *st, PyObject *const *run, const struct nat
 		goto out;
 	/* _Run.reach(region) */
 	uint64_t *slot = &st[at->values + 3 * (int64_t)(region & (uint64_t)(at->value_slots - 1))];
-	if (slot[0] != region) {
+	if (memory && slot[0] != region) {
 		Py_CLEAR(region_obj);
 		if ((region_obj = PyLong_FromUnsignedLongLong(region)) == NULL)
 			goto out;
@@ -1266,7 +1266,7 @@ uint64_t pybpf_native_value(uint64_t *st, PyObject *const *run, PyObject *table,
 		if (PyErr_Occurred())
 			goto out;
 	}
-	result = place_value(st, run, &at, value, (uint64_t)(uintptr_t)value, home, local);
+	result = place_value(st, run, &at, value, (uint64_t)(uintptr_t)value, home, local, 1);
 out:
 	if (PyErr_Occurred())
 		PyErr_Clear();
@@ -1279,9 +1279,11 @@ out:
 
 /* An array's: element ``index`` of ``elems`` (an index's buffer, or per-CPU its list of
  * slots, of which ``cpu``'s; an element not made yet is Python's to make), tagged index + 1
- * with its home the index; ``local`` as the caller knows it. */
+ * with its home the index; ``local`` as the caller knows it. ``memory`` 0: the elements are
+ * objects a program only hands to helpers (an ARRAY_OF_MAPS's inner maps, ``elems`` its
+ * ptrs; an empty slot is Python's), given their region, not reached as memory. */
 uint64_t pybpf_native_array_value(uint64_t *st, PyObject *const *run, PyObject *elems,
-				  uint64_t index, int64_t cpu, int64_t local,
+				  uint64_t index, int64_t cpu, int64_t local, int64_t memory,
 				  int64_t next_region, int64_t values, int64_t value_slots,
 				  int64_t cache, int64_t entries)
 {
@@ -1296,7 +1298,8 @@ uint64_t pybpf_native_array_value(uint64_t *st, PyObject *const *run, PyObject *
 		if (value != NULL) {
 			Py_INCREF(value);
 			result = place_value(st, run, &at, value, index + 1,
-					     (int64_t)(index & (uint64_t)(entries - 1)), local != 0);
+					     (int64_t)(index & (uint64_t)(entries - 1)), local != 0,
+					     memory != 0);
 			Py_DECREF(value);
 		}
 	}

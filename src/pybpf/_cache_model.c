@@ -438,6 +438,63 @@ static inline void clear_owner(CacheModel *m, uint64_t line)
 		m->lines.entries[e].owner = -1;
 }
 
+int int64_array_export(PyObject *obj, Py_buffer *view, Py_ssize_t n, const char *what)
+{
+	if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
+		return -1;
+	if (view->format != NULL && strcmp(view->format, "q") == 0 && view->itemsize == 8
+	    && view->len == n * 8)
+		return 0;
+	PyBuffer_Release(view);
+	PyErr_Format(PyExc_TypeError, "%s is an array of %zd int64 (array('q'))", what, n);
+	return -1;
+}
+
+int access_counts_bind(AccessCounts *a, PyObject *stats, Py_ssize_t ncpus)
+{
+	PyObject *local = NULL, *remote = NULL;
+	int rc = -1;
+	if ((a->cpu_node = PyObject_GetAttrString(stats, "cpu_node")) == NULL
+	    || (local = PyObject_GetAttrString(stats, "local")) == NULL
+	    || (remote = PyObject_GetAttrString(stats, "remote")) == NULL)
+		goto out;
+	if (!PyList_CheckExact(a->cpu_node) || PyList_GET_SIZE(a->cpu_node) != ncpus) {
+		PyErr_SetString(PyExc_TypeError, "AccessStats.cpu_node is a list, a node per CPU");
+		goto out;
+	}
+	if (int64_array_export(local, &a->local, ncpus, "AccessStats.local") < 0)
+		goto out;
+	if (int64_array_export(remote, &a->remote, ncpus, "AccessStats.remote") < 0) {
+		PyBuffer_Release(&a->local);
+		goto out;
+	}
+	rc = 0;
+out:
+	if (rc < 0)
+		Py_CLEAR(a->cpu_node);
+	Py_XDECREF(local);
+	Py_XDECREF(remote);
+	return rc;
+}
+
+void access_counts_release(AccessCounts *a)
+{
+	if (a->cpu_node == NULL)
+		return;
+	Py_CLEAR(a->cpu_node);
+	PyBuffer_Release(&a->local);
+	PyBuffer_Release(&a->remote);
+}
+
+int count_access(AccessCounts *a, int cpu, PyObject *node)
+{
+	int here = PyObject_RichCompareBool(PyList_GET_ITEM(a->cpu_node, cpu), node, Py_EQ);
+	if (here < 0)
+		return -1;
+	(here ? access_local(a) : access_remote(a))[cpu] += 1;
+	return 0;
+}
+
 /* self.hits[cpu] += 1 */
 static int count_hit(CacheModel *m, int cpu)
 {
@@ -994,16 +1051,10 @@ static int cm_init(PyObject *op, PyObject *args, PyObject *kwds)
 					 &PyList_Type, &stats, &PyList_Type, &counts))
 		return -1;
 	Py_ssize_t ncpus = PyList_GET_SIZE(cpu_node);
-	if (PyObject_GetBuffer(hits, &m->hits_view, PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
+	if (int64_array_export(hits, &m->hits_view, ncpus, "hits") < 0)
 		return -1;
-	if (m->hits_view.format == NULL || strcmp(m->hits_view.format, "q") != 0
-	    || m->hits_view.itemsize != 8) {
-		PyErr_SetString(PyExc_TypeError, "hits is an array of int64 (array('q'))");
-		return -1;
-	}
 	if (ncpus < 1 || ncpus > INT32_MAX || PyList_GET_SIZE(clock) != ncpus
-	    || m->hits_view.len != ncpus * 8 || PyList_GET_SIZE(stats) != ncpus
-	    || PyList_GET_SIZE(counts) != ncpus) {
+	    || PyList_GET_SIZE(stats) != ncpus || PyList_GET_SIZE(counts) != ncpus) {
 		PyErr_SetString(PyExc_ValueError, "clock, hits, stats and counts need one entry "
 				"per CPU of cpu_node");
 		return -1;

@@ -137,10 +137,29 @@ int host_lock_ready(void);
 int host_lock_acquire(PyObject *lock);
 int host_lock_release(PyObject *lock);
 
+/* ``obj`` exported as an array of ``n`` int64 (array('q'), ``what`` names it in the
+ * TypeError): 0, or -1; the caller releases ``view`` */
+int int64_array_export(PyObject *obj, Py_buffer *view, Py_ssize_t n, const char *what);
+/* A map's AccessStats as C counts into it: its node per CPU (a list) and its local and remote
+ * counts, arrays of int64 per CPU held exported while bound */
+typedef struct {
+	PyObject *cpu_node;
+	Py_buffer local, remote;
+} AccessCounts;
+/* ``stats`` (an AccessStats of a machine of ``ncpus`` CPUs) bound: 0, or -1 */
+int access_counts_bind(AccessCounts *a, PyObject *stats, Py_ssize_t ncpus);
+void access_counts_release(AccessCounts *a);
+static inline int64_t *access_local(AccessCounts *a)
+{
+	return (int64_t *)a->local.buf;
+}
+static inline int64_t *access_remote(AccessCounts *a)
+{
+	return (int64_t *)a->remote.buf;
+}
 /* AccessStats.access(cpu, node): the access counted local where the CPU is on ``node``, else
- * remote (the lists of an AccessStats): 0, or -1 with an exception */
-int count_access(PyObject *cpu_node, PyObject *local, PyObject *remote, int cpu,
-		 PyObject *node);
+ * remote: 0, or -1 with an exception */
+int count_access(AccessCounts *a, int cpu, PyObject *node);
 /* The running CPU, machine.current.cpu (``current``), of a machine of ``ncpus`` CPUs: the
  * int object (a new reference) and its value in *cpu, or NULL */
 PyObject *running_cpu(PyObject *current, int ncpus, int *cpu);

@@ -42,7 +42,7 @@ typedef struct {
 	PyObject *hash_fn;      /* HtabMap._hash_cached, for a key that is not bytes of key_size */
 	uint32_t hashrnd;       /* its seed */
 	PyObject *current;      /* machine.current: its .cpu is the running CPU */
-	PyObject *cpu_node, *local, *remote;  /* the map's AccessStats */
+	AccessCounts access;    /* the map's AccessStats */
 	PyObject *freelist;     /* the PcpuFreelist of a preallocated map, or NULL */
 	Counts freelist_counts; /* its tally */
 	Py_ssize_t freelist_at[2];  /* where its pops and pushes are (FREELIST_COUNTED) */
@@ -363,9 +363,6 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	    || (hashrnd = attr(bpf_map, "hashrnd")) == NULL
 	    || (c->current = attr(bpf_map, "_current")) == NULL
 	    || (stats = attr(bpf_map, "access_stats")) == NULL
-	    || (c->cpu_node = attr(stats, "cpu_node")) == NULL
-	    || (c->local = attr(stats, "local")) == NULL
-	    || (c->remote = attr(stats, "remote")) == NULL
 	    || (c->extra_elems = attr(bpf_map, "extra_elems")) == NULL
 	    || (c->key_size = attr(bpf_map, "key_size")) == NULL
 	    || (mask = attr(bpf_map, "mask")) == NULL
@@ -394,10 +391,11 @@ static int htab_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 		goto out;
 	}
 	c->ncpus = (int)PyList_GET_SIZE(clock);
+	if (access_counts_bind(&c->access, stats, c->ncpus) < 0)
+		goto out;
 	if (!PyDict_CheckExact(c->table) || !PyDict_CheckExact(c->buckets)
 	    || !PyByteArray_CheckExact(c->nonempty) || !PyList_CheckExact(c->stripes)
-	    || !PyDict_CheckExact(c->bucket_locks) || !PyList_CheckExact(c->cpu_node)
-	    || !PyList_CheckExact(c->local) || !PyList_CheckExact(c->remote)
+	    || !PyDict_CheckExact(c->bucket_locks)
 	    || !PyList_CheckExact(c->extra_elems) || (values != Py_None && !PyDict_CheckExact(values))) {
 		PyErr_SetString(PyExc_TypeError, "HtabCore: the map's storage is not what it expects");
 		goto out;
@@ -479,9 +477,9 @@ static int htab_core_traverse(PyObject *op, visitproc visit, void *arg)
 	Py_VISIT(c->bucket_locks);
 	Py_VISIT(c->hash_fn);
 	Py_VISIT(c->current);
-	Py_VISIT(c->cpu_node);
-	Py_VISIT(c->local);
-	Py_VISIT(c->remote);
+	Py_VISIT(c->access.cpu_node);
+	Py_VISIT(c->access.local.obj);
+	Py_VISIT(c->access.remote.obj);
 	Py_VISIT(c->freelist);
 	Py_VISIT(c->free_lists);
 	Py_VISIT(c->free_locks);
@@ -515,9 +513,7 @@ static int htab_core_clear(PyObject *op)
 	Py_CLEAR(c->bucket_locks);
 	Py_CLEAR(c->hash_fn);
 	Py_CLEAR(c->current);
-	Py_CLEAR(c->cpu_node);
-	Py_CLEAR(c->local);
-	Py_CLEAR(c->remote);
+	access_counts_release(&c->access);
 	Py_CLEAR(c->freelist);
 	Py_CLEAR(c->free_lists);
 	Py_CLEAR(c->free_locks);
@@ -564,21 +560,6 @@ int lock_release(PyObject *lock, int rc)
 	return rc;
 }
 
-/* list[i] += 1 */
-static int item_increment(PyObject *list, Py_ssize_t i)
-{
-	PyObject *sum = PyNumber_Add(PyList_GET_ITEM(list, i), s_one);
-	if (sum == NULL)
-		return -1;
-	return PyList_SetItem(list, i, sum);
-}
-
-int count_access(PyObject *cpu_node, PyObject *local, PyObject *remote, int cpu,
-		 PyObject *node)
-{
-	int here = PyObject_RichCompareBool(PyList_GET_ITEM(cpu_node, cpu), node, Py_EQ);
-	return here < 0 ? -1 : item_increment(here ? local : remote, cpu);
-}
 
 /* The CPU ``obj`` names (a new reference to it, its number in *cpu), or NULL where it is not
  * one of the machine's ``ncpus`` */
@@ -848,7 +829,7 @@ static int fill_value(HtabCore *c, PyObject *elem, PyObject *value, int cpu, int
 	if (!c->percpu) {
 		if ((node = elem_get(elem, ELEM_NODE)) == NULL)
 			goto out;
-		if (count_access(c->cpu_node, c->local, c->remote, cpu, node) < 0)
+		if (count_access(&c->access, cpu, node) < 0)
 			goto out;
 		/* buffer[:] = value, a copy where they are the same size */
 		Py_ssize_t n = PyBytes_CheckExact(value) ? PyBytes_GET_SIZE(value) : -1;
@@ -1457,8 +1438,8 @@ static PyObject *lookup(HtabCore *c, PyObject *key, PyObject *cpu_obj, int cpu)
 	}
 	Py_INCREF(elem);
 	if (c->percpu) {  /* this CPU's slot, which lives on its node */
-		PyObject *slots = item_increment(c->local, cpu) < 0 ? NULL
-			: elem_get(elem, ELEM_VALUE);
+		access_local(&c->access)[cpu] += 1;
+		PyObject *slots = elem_get(elem, ELEM_VALUE);
 		if (slots != NULL && PyList_Check(slots) && cpu < PyList_GET_SIZE(slots))
 			result = Py_NewRef(PyList_GET_ITEM(slots, cpu));
 		else if (slots != NULL)
@@ -1469,7 +1450,7 @@ static PyObject *lookup(HtabCore *c, PyObject *key, PyObject *cpu_obj, int cpu)
 		goto out;
 	}
 	if ((node = elem_get(elem, ELEM_NODE)) != NULL
-	    && count_access(c->cpu_node, c->local, c->remote, cpu, node) == 0
+	    && count_access(&c->access, cpu, node) == 0
 	    && (!c->lru || lru_set_ref(c, elem, cpu) == 0))
 		result = elem_get(elem, ELEM_VALUE);
 	Py_DECREF(elem);

@@ -152,7 +152,7 @@ typedef struct {
 	TimingRef timing;     /* its Timing */
 	PyObject *model;      /* the C cache model, or NULL without modeled time */
 	PyObject *current;    /* machine.current: .cpu is the running CPU */
-	PyObject *cpu_node, *local, *remote;  /* its AccessStats */
+	AccessCounts access;  /* its AccessStats */
 	PyObject *data_size;  /* an int */
 	Py_ssize_t key_bytes;
 	int ncpus;
@@ -180,9 +180,6 @@ static int lpm_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 	    || (machine = PyObject_GetAttrString(bpf_map, "machine")) == NULL
 	    || (c->current = PyObject_GetAttrString(machine, "current")) == NULL
 	    || (stats = PyObject_GetAttrString(bpf_map, "access_stats")) == NULL
-	    || (c->cpu_node = PyObject_GetAttrString(stats, "cpu_node")) == NULL
-	    || (c->local = PyObject_GetAttrString(stats, "local")) == NULL
-	    || (c->remote = PyObject_GetAttrString(stats, "remote")) == NULL
 	    || (c->data_size = PyObject_GetAttrString(bpf_map, "data_size")) == NULL
 	    || (key_size = PyObject_GetAttrString(bpf_map, "key_size")) == NULL
 	    || (model = PyObject_GetAttrString(c->timing.timing, "_cache_model")) == NULL
@@ -197,16 +194,12 @@ static int lpm_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 				"or no modeled time");
 		goto out;
 	}
-	if (!PyList_CheckExact(c->cpu_node) || !PyList_CheckExact(c->local)
-	    || !PyList_CheckExact(c->remote) || !PyList_CheckExact(clock)
-	    || PyList_GET_SIZE(clock) > INT_MAX
-	    || PyList_GET_SIZE(c->local) < PyList_GET_SIZE(clock)
-	    || PyList_GET_SIZE(c->remote) < PyList_GET_SIZE(clock)
-	    || PyList_GET_SIZE(c->cpu_node) < PyList_GET_SIZE(clock)) {
-		PyErr_SetString(PyExc_TypeError, "LpmCore: the map's access statistics are not what "
-				"it expects");
+	if (!PyList_CheckExact(clock) || PyList_GET_SIZE(clock) > INT_MAX) {
+		PyErr_SetString(PyExc_TypeError, "LpmCore: Timing.clock is a list per CPU");
 		goto out;
 	}
+	if (access_counts_bind(&c->access, stats, PyList_GET_SIZE(clock)) < 0)
+		goto out;
 	if (charged)
 		c->model = Py_NewRef(model);
 	c->ncpus = (int)PyList_GET_SIZE(clock);
@@ -228,9 +221,9 @@ static int lpm_core_traverse(PyObject *op, visitproc visit, void *arg)
 	TIMING_REF_VISIT(c->timing);
 	Py_VISIT(c->model);
 	Py_VISIT(c->current);
-	Py_VISIT(c->cpu_node);
-	Py_VISIT(c->local);
-	Py_VISIT(c->remote);
+	Py_VISIT(c->access.cpu_node);
+	Py_VISIT(c->access.local.obj);
+	Py_VISIT(c->access.remote.obj);
 	Py_VISIT(c->data_size);
 	return 0;
 }
@@ -242,9 +235,7 @@ static int lpm_core_clear(PyObject *op)
 	TIMING_REF_CLEAR(c->timing);
 	Py_CLEAR(c->model);
 	Py_CLEAR(c->current);
-	Py_CLEAR(c->cpu_node);
-	Py_CLEAR(c->local);
-	Py_CLEAR(c->remote);
+	access_counts_release(&c->access);
 	Py_CLEAR(c->data_size);
 	return 0;
 }
@@ -271,7 +262,7 @@ static PyObject *lookup(LpmCore *c, PyObject *key, PyObject *cpu_obj, int cpu)
 		goto out;
 	}
 	if ((node = PyObject_GetAttr(found, s_node)) != NULL
-	    && count_access(c->cpu_node, c->local, c->remote, cpu, node) == 0)
+	    && count_access(&c->access, cpu, node) == 0)
 		value = PyObject_GetAttr(found, s_value);
 out:
 	Py_XDECREF(root);

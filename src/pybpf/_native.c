@@ -166,38 +166,42 @@ out:
 	return rc;
 }
 
-/* counts[cpu] += n, counts a list */
-static int count_add(PyObject *counts, PyObject *cpu, uint64_t n)
-{
-	PyObject *delta = PyLong_FromUnsignedLongLong(n), *count = NULL, *sum = NULL;
-	int rc = -1;
-	if (delta != NULL && (count = PyObject_GetItem(counts, cpu)) != NULL
-	    && (sum = PyNumber_InPlaceAdd(count, delta)) != NULL)
-		rc = PyObject_SetItem(counts, cpu, sum);
-	Py_XDECREF(delta);
-	Py_XDECREF(count);
-	Py_XDECREF(sum);
-	return rc;
-}
-
 /* The native lookups of a map counted into its access statistics on its machine's running
- * CPU (``entry``: a NativeProgram.lookup_stats entry, (at, current, local, remote)) */
-static int count_lookups(PyObject *entry, uint64_t local, uint64_t remote)
+ * CPU (``entry``: a NativeProgram.lookup_stats entry, (at, machine, current, local, remote),
+ * the counts memoryviews of int64): the run's CPU where the map is on the run's machine
+ * (``machine``, the run's ``cpu``), as it is but for a program given another machine's map */
+static int count_lookups(PyObject *entry, PyObject *machine, PyObject *cpu_obj,
+			 uint64_t local, uint64_t remote)
 {
-	PyObject *cpu = PyObject_GetAttr(PyTuple_GET_ITEM(entry, 1), s_cpu);
-	int rc = cpu == NULL || count_add(PyTuple_GET_ITEM(entry, 2), cpu, local) < 0
-		|| count_add(PyTuple_GET_ITEM(entry, 3), cpu, remote) < 0 ? -1 : 0;
-	Py_XDECREF(cpu);
-	return rc;
+	PyObject *cpu_of_map = PyTuple_GET_ITEM(entry, 1) == machine ? Py_NewRef(cpu_obj)
+		: PyObject_GetAttr(PyTuple_GET_ITEM(entry, 2), s_cpu);
+	Py_ssize_t cpu = cpu_of_map == NULL ? -1 : PyLong_AsSsize_t(cpu_of_map);
+	Py_XDECREF(cpu_of_map);
+	if (cpu < 0 && PyErr_Occurred())
+		return -1;
+	PyObject *local_view = PyTuple_GET_ITEM(entry, 3), *remote_view = PyTuple_GET_ITEM(entry, 4);
+	if (!PyMemoryView_Check(local_view) || !PyMemoryView_Check(remote_view)) {
+		PyErr_SetString(PyExc_TypeError, "a lookup_stats entry's counts are memoryviews");
+		return -1;
+	}
+	Py_buffer *l = PyMemoryView_GET_BUFFER(local_view), *r = PyMemoryView_GET_BUFFER(remote_view);
+	if (cpu < 0 || (cpu + 1) * 8 > l->len || (cpu + 1) * 8 > r->len) {
+		PyErr_Format(PyExc_IndexError, "CPU %zd has no access counts", cpu);
+		return -1;
+	}
+	((int64_t *)l->buf)[cpu] += (int64_t)local;
+	((int64_t *)r->buf)[cpu] += (int64_t)remote;
+	return 0;
 }
 
 /* _Run.finish: the lookups compiled code did counted into their maps' statistics, the record
  * and the map values forgotten (their region numbers are this run's): 0, or -1 */
-static int run_finish(NativeEntry *e, PyObject *run, uint64_t *st)
+static int run_finish(NativeEntry *e, PyObject *rs, PyObject *run, uint64_t *st)
 {
 	const uint64_t *l = e->layout;
 	PyObject *exported = slot_field_get(&run_fields[RUN_EXPORTED], run);
 	PyObject *stats = slot_field_get(&run_fields[RUN_LOOKUP_STATS], run);
+	PyObject *machine = NULL, *cpu = NULL;
 	int rc = -1;
 	if (exported == NULL || stats == NULL || !PyDict_CheckExact(exported)
 	    || !PyTuple_CheckExact(stats)) {
@@ -208,30 +212,38 @@ static int run_finish(NativeEntry *e, PyObject *run, uint64_t *st)
 	}
 	for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(stats); i++) {
 		PyObject *entry = PyTuple_GET_ITEM(stats, i);
-		Py_ssize_t word = PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 4
+		Py_ssize_t word = PyTuple_CheckExact(entry) && PyTuple_GET_SIZE(entry) == 5
 			? PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 0)) : -1;
 		if (word < 0) {
 			if (!PyErr_Occurred())
 				PyErr_SetString(PyExc_TypeError, "a lookup_stats entry is "
-						"(at, current, local, remote)");
+						"(at, machine, current, local, remote)");
 			goto out;
 		}
-		if ((st[word] || st[word + 1]) && count_lookups(entry, st[word], st[word + 1]) < 0)
-			goto out;
+		if (!st[word + 2])  /* nothing in the map's cache: no lookups counted either */
+			continue;
+		if (st[word] || st[word + 1]) {
+			if (machine == NULL
+			    && ((machine = slot_field_get(&rs_fields[RS_MACHINE], rs)) == NULL
+				|| (cpu = slot_field_get(&rs_fields[RS_CPU], rs)) == NULL))
+				goto out;
+			if (count_lookups(entry, machine, cpu, st[word], st[word + 1]) < 0)
+				goto out;
+		}
+		memset(&st[word], 0, l[L_MAP_WORDS] * sizeof(uint64_t));
 	}
 	if (st[l[L_RECORD_SLOT]] == l[L_CTX_REGION])  /* the record is this run's */
 		st[l[L_RECORD_SLOT]] = 0;
-	if (PyDict_GET_SIZE(exported)) {  /* each map's words, as the entries checked above */
+	if (PyDict_GET_SIZE(exported)) {
 		memset(&st[l[L_VALUE_TABLE]], 0, 3 * l[L_VALUE_SLOTS] * sizeof(uint64_t));
-		for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(stats); i++)
-			memset(&st[PyLong_AsSsize_t(PyTuple_GET_ITEM(PyTuple_GET_ITEM(stats, i), 0))],
-			       0, l[L_MAP_WORDS] * sizeof(uint64_t));
 		PyDict_Clear(exported);
 	}
 	rc = 0;
 out:
 	Py_XDECREF(exported);
 	Py_XDECREF(stats);
+	Py_XDECREF(machine);
+	Py_XDECREF(cpu);
 	return rc;
 }
 
@@ -247,7 +259,7 @@ static int run_end(NativeEntry *e, PyObject *rs, PyObject *run, uint64_t *st,
 	Py_XDECREF(registered);
 	if (used != 0)
 		rc = used < 0 ? -1 : call_method(run, s_unregister);
-	if (run_finish(e, run, st) < 0)
+	if (run_finish(e, rs, run, st) < 0)
 		rc = -1;
 	if (set_u64(&rs_fields[RS_COUNT], rs, st[l[L_COUNT]]) < 0
 	    || set_u64(&rs_fields[RS_NEXT_REGION], rs, st[l[L_NEXT_REGION]]) < 0)

@@ -926,7 +926,7 @@ def test_updates_of_a_map_found_in_a_map_of_maps_agree_across_engines(inner_type
     """A map a program finds at run time (the inner map of an ARRAY_OF_MAPS): its updates and
     deletes, errors included, are the C core's from machine code where the map has one (an
     LRU per-CPU map has none: the helper through Python), with the same R0s and contents on
-    every engine; the native tier calls into Python for the outer lookup only."""
+    every engine; the native tier calls into Python for none of it."""
     calls = count_callbacks(monkeypatch)
     results = {}
     for engine in ENGINES:
@@ -952,7 +952,63 @@ def test_updates_of_a_map_found_in_a_map_of_maps_agree_across_engines(inner_type
         with system.machine.on_cpu(0):
             rs = prog.run(bytearray(64), engine=engine)
         results[engine] = (rs.retval, rs.count, contents(system, inner, 4))
-        if engine == "native":  # the outer lookup, and the inner ops where there is no core
-            assert len(calls) == (5 if inner_type == MapType.LRU_PERCPU_HASH else 1), calls
+        if engine == "native":  # the inner ops where there is no core
+            assert len(calls) == (4 if inner_type == MapType.LRU_PERCPU_HASH else 0), calls
     agree(results)
     assert results["native"][0] == (-errno.EEXIST - errno.ENOENT) & (2**64 - 1)
+
+
+def map_of_maps_program(slots: list[int]) -> list:
+    """For each of ``slots`` in turn: look it up in the ARRAY_OF_MAPS ``m`` and, where it
+    holds a map, write the slot's number + 1 there under key 0 (BPF_ANY); R0 counts the
+    slots found."""
+    items = [b.mov64(R7, 0)]
+    for n, slot in enumerate(slots):
+        items += [*lookup(slot, f"empty{n}"), b.mov64(R1, R0), b.st(4, FP, -4, 0),
+                  b.st(8, FP, -16, slot + 1), b.mov64(R2, FP), b.add64(R2, -4),
+                  b.mov64(R3, FP), b.add64(R3, -16), b.mov64(R4, BPF_ANY),
+                  b.call("map_update_elem"), b.add64(R7, 1), b.label(f"empty{n}")]
+    return [*items, b.mov64(R0, R7), b.exit_()]
+
+
+@needs_accel
+@pytest.mark.parametrize("modeled", [False, True])
+def test_map_of_maps_lookups_run_natively_and_agree_across_engines(modeled, monkeypatch):
+    """An ARRAY_OF_MAPS's lookup is inlined as an array's (array_of_map_gen_lookup): the
+    inner map in a slot from machine code, once per slot a run (the run's cache), an empty
+    slot NULL through Python; the map's statistics and (with modeled time) the clocks as
+    Python's. A slot's map changed between runs is the one the next run finds."""
+    calls = count_callbacks(monkeypatch)
+    results = {}
+    for engine in ENGINES:
+        system = make_system("emulated", modeled_time=modeled, cpus=2, nodes=2)
+        inners = [system.map_create(MapType.HASH, 4, 8, 4) for _ in range(2)]
+        outer = system.map_create(MapType.ARRAY_OF_MAPS, 4, 4, 3, inner_map_fd=inners[0])
+        prog = load(system, map_of_maps_program([0, 1, 2, 0, 1, 5]), {"m": outer})
+        r0s, found = [], []
+        for run in range(4):
+            # slots 0 and 1 hold the inner maps, swapped at each run; slot 2 stays empty
+            for slot in (0, 1):
+                fd = inners[(slot + run) % 2]
+                system.map_update_elem(outer, slot.to_bytes(4, "little"),
+                                       fd.to_bytes(4, "little"))
+            calls.clear()
+            # CPU 1 is on the other node; a run on the last run's CPU is C's (NativeEntry)
+            with system.machine.on_cpu(run // 2):
+                rs = prog.run(bytearray(64), engine=engine)
+            r0s.append((rs.retval, rs.count))
+            found.append([contents(system, fd, 1) for fd in inners])
+            if engine == "native":  # the empty slot's lookup, through Python
+                assert calls == [native.OP_MAP_LOOKUP], calls
+        figures = (list(system.machine.timing.clock), system.machine.timing.breakdown(0)) \
+            if modeled else None
+        results[engine] = (r0s, found, system.map_from_fd(outer).access_stats.by_cpu(),
+                           figures)
+    agree(results)
+    r0s, found, by_cpu, _ = results["native"]
+    assert [r0 for r0, _ in r0s] == [4, 4, 4, 4]
+    # each run writes 1 to the map in slot 0 and 2 to the one in slot 1
+    assert [[int.from_bytes(f[0], "little") for f in run] for run in found] == \
+        [[1, 2], [2, 1], [1, 2], [2, 1]]
+    # five lookups within max_entries a run, and CPU 0's eight slot updates from user space
+    assert by_cpu == {0: (10 + 8, 0), 1: (0, 10)}

@@ -34,6 +34,7 @@ import random
 import select
 import threading
 import weakref
+from array import array
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -129,15 +130,16 @@ class AccessStats:
     """Local and remote element accesses of one object (a map), per CPU.
 
     ``access(cpu, node)`` is the cheap call made on each element access: the memory touched
-    lives on ``node``, the access comes from ``cpu``.
+    lives on ``node``, the access comes from ``cpu``. The counts are arrays of int64, which
+    the C map cores and the native tier count into where they lie.
     """
 
     __slots__ = ("cpu_node", "local", "remote")
 
     def __init__(self, cpu_node: list[int]) -> None:
         self.cpu_node = cpu_node
-        self.local = [0] * len(cpu_node)
-        self.remote = [0] * len(cpu_node)
+        self.local = array("q", bytes(8 * len(cpu_node)))
+        self.remote = array("q", bytes(8 * len(cpu_node)))
 
     def access(self, cpu: int, node: int) -> None:
         if self.cpu_node[cpu] == node:

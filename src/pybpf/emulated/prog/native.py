@@ -91,7 +91,7 @@ from ...asm.opcodes import (
 )
 from ...errors import ProgramFault
 from ...uapi import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, BpfFunc, MapType
-from ..maps.arraymap import BpfArray, BpfPercpuArray
+from ..maps.arraymap import ArrayOfMaps, BpfArray, BpfPercpuArray
 from ..maps.hashtab import BUCKET_SIZE, HtabLruMap, HtabLruPercpuMap, HtabMap, HtabPercpuMap
 from .bpf_iter import CALLBACK_HELPERS
 from .bpf_trace import bpf_probe_read_user
@@ -187,9 +187,13 @@ NATIVE_VALUES = ATOMIC_RMW is not None and BUFFER_ADDRESS is not None
 # memory ops (``>= OP_LOAD``).
 OP_HELPER, OP_BOUND, OP_MAP_LOOKUP, OP_CALLBACK_HELPER, OP_KFUNC = range(5)
 OP_LOAD, OP_STORE, OP_ATOMIC, OP_LD_ABS = range(5, 9)
-ARRAYS = (BpfArray, BpfPercpuArray)  # the maps whose lookups the tier inlines by index
+# the maps whose lookups the tier inlines by index (array_map_gen_lookup,
+# array_of_map_gen_lookup); an ARRAY_OF_MAPS's values are its inner maps, which a program
+# hands to helpers and never reads as memory
+ARRAYS = (BpfArray, BpfPercpuArray, ArrayOfMaps)
 # the classes of the maps whose lookups run natively, and the plain map type of each
 _NATIVE_LOOKUPS = {BpfArray: MapType.ARRAY, BpfPercpuArray: MapType.PERCPU_ARRAY,
+                   ArrayOfMaps: MapType.ARRAY_OF_MAPS,
                    HtabMap: MapType.HASH, HtabPercpuMap: MapType.PERCPU_HASH,
                    HtabLruMap: MapType.LRU_HASH, HtabLruPercpuMap: MapType.LRU_PERCPU_HASH}
 # pybpf_native_charge (_cache_model.c): what it does (its flags: the scheduler's sync,
@@ -252,8 +256,8 @@ def native_reach() -> str:
     ALU, stack and control flow, always)."""
     if not NATIVE_VALUES:
         return "map values through Python (the C accelerator is not built)"
-    reach = ("map values, atomics, array and hash lookups, bpf_get_smp_processor_id, "
-             "bpf_get_current_pid_tgid")
+    reach = ("map values, atomics, array, map-in-map and hash lookups, "
+             "bpf_get_smp_processor_id, bpf_get_current_pid_tgid")
     if _value_address() is None:
         reach += " (a value's first lookup in a run through Python)"
     if _cache_model_symbol(CHARGE_SYMBOL) is None:
@@ -857,7 +861,7 @@ class _FunctionIR:
         if modeled and array:  # array_cost: the lookup, and (not per-CPU) the value's line
             addr = self.op(f"add i64 {self.op(f'mul i64 {index}, {bpf_map.elem_size}')}, "
                            f"{bpf_map.value_base}")
-            line = CHARGE_ACCESS if type(bpf_map) is BpfArray else 0
+            line = 0 if type(bpf_map) is BpfPercpuArray else CHARGE_ACCESS
             self.charged(CHARGE_SYNC | CHARGE_ARRAY | line, addr, f"mh{pc}", python)
             self.label(f"mo{pc}")  # past max_entries: the sync only, then NULL
             self.charged(CHARGE_SYNC, "0", f"mz{pc}", python)
@@ -916,18 +920,22 @@ class _FunctionIR:
         """An array value's first lookup in the run, into the map's cache (at word ``cache``)
         without Python (pybpf_native_array_value) when the element exists, then back to the
         cache (mc); to ``python`` when it could not. A per-CPU array's slot is the run's
-        CPU's, local; a plain one's value is on the map's node."""
+        CPU's, local; a plain one's value is on the map's node. An ARRAY_OF_MAPS's value is
+        the inner map in its slot, given a region as Python's lookup gives it one (an empty
+        slot goes to Python)."""
         if type(bpf_map) is BpfPercpuArray:
             cpu, local = self.op(f"load i64, ptr {self.slot(THIS_CPU)}"), "1"
         else:
             node = self.op(f"load i64, ptr {self.slot(THIS_NODE)}")
             cpu = "-1"
             local = self.zext(self.op(f"icmp eq i64 {node}, {bpf_map.numa_node}"), 1)
+        maps = type(bpf_map) is ArrayOfMaps
+        elems = bpf_map.ptrs if maps else bpf_map.elems
         pointer = self.op(
             f"call i64 @{ARRAY_VALUE_SYMBOL}(ptr %st, ptr {self.slot(RS_MEM)}, "
-            f"ptr inttoptr (i64 {id(bpf_map.elems)} to ptr), i64 {index}, i64 {cpu}, "
-            f"i64 {local}, i64 {NEXT_REGION}, i64 {VALUE_TABLE}, i64 {VALUE_SLOTS}, "
-            f"i64 {cache}, i64 {LOOKUP_CACHE})")
+            f"ptr inttoptr (i64 {id(elems)} to ptr), i64 {index}, i64 {cpu}, "
+            f"i64 {local}, i64 {int(not maps)}, i64 {NEXT_REGION}, i64 {VALUE_TABLE}, "
+            f"i64 {VALUE_SLOTS}, i64 {cache}, i64 {LOOKUP_CACHE})")
         placed = self.op(f"icmp ne i64 {pointer}, 0")
         self.branch(f"br i1 {placed}, label %mc{pc}, label %{python}")
 
@@ -1169,7 +1177,7 @@ declare i32 @PyObject_SetAttr(ptr, ptr, ptr)
 declare i64 @{CHARGE_SYMBOL}(ptr, i64, i64, ptr, ptr, i64, ptr)
 declare i64 @{VALUE_SYMBOL}(ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64, i64,
                            ptr, ptr)
-declare i64 @{ARRAY_VALUE_SYMBOL}(ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64)
+declare i64 @{ARRAY_VALUE_SYMBOL}(ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64, i64)
 declare i64 @{HTAB_OP_SYMBOL}(ptr, i64, ptr, ptr, i64, ptr, ptr, i64, i64)
 declare ptr @{MAP_CORE_SYMBOL}(ptr, i64, ptr)
 declare i64 @{PROBE_READ_SYMBOL}(ptr, ptr, i64, i64)
@@ -1297,9 +1305,10 @@ def _py_callback_ir() -> str:
 
 def native_lookup_maps(exe: Executable) -> list[int]:
     """The static regions of the maps whose lookups run without Python, where map values are
-    native memory: plain BPF_MAP_TYPE_ARRAY, PERCPU_ARRAY, HASH and PERCPU_HASH maps (a run
-    stays on its CPU, so a key names one slot), on a machine without modeled time or whose
-    caches are the C model, which charges lookups for machine code."""
+    native memory: plain BPF_MAP_TYPE_ARRAY, PERCPU_ARRAY, ARRAY_OF_MAPS, HASH, PERCPU_HASH
+    and their LRU twins (a run stays on its CPU, so a key names one slot), on a machine
+    without modeled time or whose caches are the C model, which charges lookups for machine
+    code."""
     if not NATIVE_VALUES or exe.helpers.get(BpfFunc.map_lookup_elem) is not bpf_map_lookup_elem:
         return []
     return [region for region, obj in exe.static_regions.items()
@@ -1543,19 +1552,22 @@ class _Run:
         (``synced``: after the scheduler's sync, which compiled code did); the value found
         goes in the run's cache, where compiled code finds it next time."""
         rs, bpf_map = self.rs, self.exe.static_regions[region]
+        cpu = bpf_map.machine.current.cpu
         if synced:  # Timing.sync's second half
-            bpf_map.timing.run_deferred(bpf_map._current.cpu)
+            bpf_map.timing.run_deferred(cpu)
             r0 = map_lookup_elem_synced(bpf_map, rs, key)
         else:
             r0 = map_lookup_elem(bpf_map, rs, key)
         words, filled_at = self.words, self.maps[region] + 2
-        if not (r0 and self.reach(r0 >> 32)) or words[filled_at] >= LOOKUP_CACHE:
+        # a value is reached as memory; an inner map (in an ARRAY_OF_MAPS) is not memory
+        if not (r0 and (type(bpf_map) is ArrayOfMaps or self.reach(r0 >> 32))) \
+                or words[filled_at] >= LOOKUP_CACHE:
             return r0
-        cpu = bpf_map._current.cpu
         key_bytes = mem_read(rs, key, bpf_map.key_size, "key (R2)")
         if type(bpf_map) in ARRAYS:  # a per-CPU slot is on its CPU's node
             index = int.from_bytes(key_bytes, "little")
-            local = type(bpf_map) is BpfPercpuArray or bpf_map._local[cpu]
+            local = type(bpf_map) is BpfPercpuArray \
+                or bpf_map.access_stats.cpu_node[cpu] == bpf_map.numa_node
             tag, entry = index + 1, index & (LOOKUP_CACHE - 1)
         else:
             elem = bpf_map.table.get(key_bytes)
@@ -1592,18 +1604,19 @@ class _Run:
         """The run is over: count the lookups compiled code did into their maps' statistics
         and forget the map values (their region numbers are this run's)."""
         words = self.words
-        for at, current, local, remote in self.lookup_stats:
+        for at, _machine, current, local, remote in self.lookup_stats:
+            if not words[at + 2]:  # nothing in the map's cache: no lookups counted either
+                continue
             done_local, done_remote = words[at], words[at + 1]
             if done_local or done_remote:
                 cpu = current.cpu  # the map's machine's running CPU
                 local[cpu] += done_local
                 remote[cpu] += done_remote
+            words[at:at + MAP_WORDS] = _ZERO_MAP_WORDS
         if words[RECORD_SLOT] == CTX_REGION:  # the record is this run's
             words[RECORD_SLOT] = 0
         if self.exported:
             words[VALUE_TABLE:VALUE_TABLE + 3 * VALUE_SLOTS] = _ZERO_VALUE_TABLE
-            for at, *_ in self.lookup_stats:  # each native lookup map's words
-                words[at:at + MAP_WORDS] = _ZERO_MAP_WORDS
             self.exported.clear()
 
     def run_on(self, machine: Any) -> None:
@@ -1731,13 +1744,15 @@ class NativeProgram:
                           for start in exe.subprogs}
         self.free: list[_Run] = []
         # per map whose lookups run natively: where its counts of them are in a run's words,
-        # its machine's current task state (whose CPU they are counted to) and its access
-        # statistics' local and remote counts, which _Run.finish adds them to
+        # its machine and that machine's current task state (whose CPU they are counted to)
+        # and its access statistics' local and remote counts (exported: they stay where they
+        # are for C to add to), which _Run.finish adds them to
         words = map_words(self.frames, self.maps)
+        lookup_maps = [exe.static_regions[region] for region in self.maps]
         self.lookup_stats = tuple(
-            (words[region], exe.static_regions[region]._current,
-             exe.static_regions[region].access_stats.local,
-             exe.static_regions[region].access_stats.remote) for region in self.maps)
+            (words[region], bpf_map.machine, bpf_map.machine.current,
+             memoryview(bpf_map.access_stats.local), memoryview(bpf_map.access_stats.remote))
+            for region, bpf_map in zip(self.maps, lookup_maps, strict=True))
         # its runs give compiled code their task (PID_TGID) where it calls for it
         self.reads_task = any(
             insn is not None and OPCODES[insn.opcode].kind is Kind.CALL and insn.src == 0
