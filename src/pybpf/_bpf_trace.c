@@ -23,9 +23,16 @@
 
 static PyObject *s_user_memory, *s_starts, *s_blocks, *s_machine, *s_prog, *s_executable,
 	*s_charge, *s_tracepoint_entry, *s_env, *s_engine, *s_entry_of, *s_main_entries,
-	*s_current, *s_cpu, *s_static_regions, *s_bpf_insn, *s_count;
-/* what run_native_prog raises and calls as run_prog does, imported at first use */
-static PyObject *run_abort, *program_fault, *irq_work_run;
+	*s_current, *s_cpu, *s_static_regions, *s_bpf_insn, *s_count, *s_tracepoints,
+	*s_run_state_proto, *s_run_state, *s_timing, *s_modeled, *s_modeled_time, *s_scheduler,
+	*s_ever_deferred, *s_bpf_syscall;
+/* what run_native_prog raises and calls as run_prog does, imported at first use, and the
+ * globals of irq_work_run's module, whose _irq_work_used says whether the call has anything
+ * to do (irq_work_run's own first test, without its Python frame) */
+static PyObject *run_abort, *program_fault, *irq_work_run, *ringbuf_globals, *s_irq_work_used;
+/* core.run_prog and memory.CTX_REGION, what _fire hands trace_call_bpf, imported at first
+ * use */
+static PyObject *run_prog, *ctx_region;
 static PyObject *python_helper;  /* bpf_trace.bpf_probe_read_user, imported at first use */
 
 int bpf_trace_ready(void)
@@ -39,7 +46,15 @@ int bpf_trace_ready(void)
 		|| intern(&s_entry_of, "entry_of") < 0 || intern(&s_main_entries, "main_entries") < 0
 		|| intern(&s_current, "current") < 0 || intern(&s_cpu, "cpu") < 0
 		|| intern(&s_static_regions, "static_regions") < 0
-		|| intern(&s_bpf_insn, "bpf_insn") < 0 || intern(&s_count, "count") < 0 ? -1 : 0;
+		|| intern(&s_bpf_insn, "bpf_insn") < 0 || intern(&s_count, "count") < 0
+		|| intern(&s_tracepoints, "_tracepoints") < 0
+		|| intern(&s_run_state_proto, "_run_state_proto") < 0
+		|| intern(&s_run_state, "_run_state") < 0 || intern(&s_timing, "timing") < 0
+		|| intern(&s_modeled, "modeled") < 0 || intern(&s_modeled_time, "modeled_time") < 0
+		|| intern(&s_scheduler, "_scheduler") < 0
+		|| intern(&s_ever_deferred, "ever_deferred") < 0
+		|| intern(&s_bpf_syscall, "bpf_syscall") < 0
+		|| intern(&s_irq_work_used, "_irq_work_used") < 0 ? -1 : 0;
 }
 
 /* The user block holding [addr, addr + size) and the offset there (a new reference), or NULL
@@ -226,9 +241,16 @@ static PyObject *run_native_prog(PyObject *exe, PyObject *rs, PyObject *entry,
 	if (program_fault == NULL && (program_fault = import_name("pybpf.errors",
 								  "ProgramFault")) == NULL)
 		return NULL;
-	if (irq_work_run == NULL && (irq_work_run = import_name("pybpf.emulated.maps.ringbuf",
-								"irq_work_run")) == NULL)
-		return NULL;
+	if (irq_work_run == NULL) {
+		PyObject *ringbuf = PyImport_ImportModule("pybpf.emulated.maps.ringbuf");
+		if (ringbuf == NULL)
+			return NULL;
+		ringbuf_globals = Py_NewRef(PyModule_GetDict(ringbuf));
+		irq_work_run = PyObject_GetAttrString(ringbuf, "irq_work_run");
+		Py_DECREF(ringbuf);
+		if (irq_work_run == NULL)
+			return NULL;
+	}
 	if ((machine = run_machine(rs)) == NULL)
 		goto out;
 	if (machine != Py_None  /* rs.cpu = machine.current.cpu */
@@ -257,7 +279,9 @@ static PyObject *run_native_prog(PyObject *exe, PyObject *rs, PyObject *entry,
 	/* run_prog's finally: what the run raised is raised after it */
 	PyObject *type, *value, *traceback;
 	PyErr_Fetch(&type, &value, &traceback);
-	PyObject *woken = PyObject_CallNoArgs(irq_work_run), *charged = NULL;
+	PyObject *used = PyDict_GetItemWithError(ringbuf_globals, s_irq_work_used);  /* borrowed */
+	PyObject *woken = used == Py_False ? Py_NewRef(Py_None)
+		: PyErr_Occurred() ? NULL : PyObject_CallNoArgs(irq_work_run), *charged = NULL;
 	if (woken != NULL && cpu != Py_None) {
 		PyObject *count = PyObject_GetAttr(rs, s_count), *on = PyObject_GetAttr(rs, s_cpu);
 		if (count != NULL && on != NULL)
@@ -342,4 +366,105 @@ fail:
 	Py_XDECREF(ctx);
 	Py_XDECREF(retvals);
 	return NULL;
+}
+
+/* bool(obj.name): 1 or 0, or -1 with an exception */
+static int attr_truth(PyObject *obj, PyObject *name)
+{
+	PyObject *value = PyObject_GetAttr(obj, name);
+	int truth = value == NULL ? -1 : PyObject_IsTrue(value);
+	Py_XDECREF(value);
+	return truth;
+}
+
+/* fire_tracepoint(system, key, ctx) -> [r0, ...]: ProgramsMixin._fire (progs.py, the
+ * reference) in C: the links attached to tracepoint ``key`` when it fires, the record as
+ * bytes, the system's prototype RunState (its _run_state() makes one where there is none),
+ * the current CPU where time is modeled (else None: nothing charged), then trace_call_bpf */
+PyObject *fire_tracepoint(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+	if (nargs != 3) {
+		PyErr_SetString(PyExc_TypeError, "fire_tracepoint(system, key, ctx)");
+		return NULL;
+	}
+	PyObject *system = args[0], *key = args[1], *ctx = args[2];
+	PyObject *tracepoints = NULL, *record = NULL, *machine = NULL, *timing = NULL;
+	PyObject *cpu = NULL, *current = NULL, *proto = NULL, *result = NULL;
+	if (run_prog == NULL
+	    && (run_prog = import_name("pybpf.emulated.prog.core", "run_prog")) == NULL)
+		return NULL;
+	if (ctx_region == NULL
+	    && (ctx_region = import_name("pybpf.emulated.prog.memory", "CTX_REGION")) == NULL)
+		return NULL;
+	if ((tracepoints = PyObject_GetAttr(system, s_tracepoints)) == NULL
+	    || (record = PyBytes_CheckExact(ctx) ? Py_NewRef(ctx)
+		: PyObject_CallOneArg((PyObject *)&PyBytes_Type, ctx)) == NULL)
+		goto out;
+	PyObject *links = PyDict_CheckExact(tracepoints)
+		? PyDict_GetItemWithError(tracepoints, key) : NULL;  /* borrowed */
+	if (links == NULL && !PyErr_Occurred() && !PyDict_CheckExact(tracepoints))
+		PyErr_SetString(PyExc_TypeError, "a system's _tracepoints is a dict");
+	if (PyErr_Occurred())
+		goto out;
+	if (links == NULL || !PyTuple_CheckExact(links) || PyTuple_GET_SIZE(links) == 0) {
+		result = links == NULL || PyTuple_CheckExact(links) ? PyList_New(0) : NULL;
+		if (result == NULL && !PyErr_Occurred())
+			PyErr_SetString(PyExc_TypeError, "a tracepoint's links are a tuple");
+		goto out;
+	}
+	Py_INCREF(links);  /* as the Python loop holds them: an attach meanwhile makes new ones */
+	int modeled = (machine = PyObject_GetAttr(system, s_machine)) == NULL
+		|| (timing = PyObject_GetAttr(machine, s_timing)) == NULL ? -1
+		: attr_truth(timing, s_modeled);
+	if (modeled > 0) {
+		if ((current = PyObject_GetAttr(machine, s_current)) != NULL)
+			cpu = PyObject_GetAttr(current, s_cpu);
+	} else if (modeled == 0) {
+		cpu = Py_NewRef(Py_None);
+	}
+	if (cpu != NULL && (proto = PyObject_GetAttr(system, s_run_state_proto)) != NULL
+	    && proto == Py_None) {
+		Py_SETREF(proto, PyObject_CallMethodNoArgs(system, s_run_state));
+	}
+	if (proto != NULL)
+		result = trace_call_bpf(NULL, (PyObject *[]){links, record, proto, ctx_region,
+							   run_prog, timing, cpu}, 7);
+	Py_DECREF(links);
+out:
+	Py_XDECREF(tracepoints);
+	Py_XDECREF(record);
+	Py_XDECREF(machine);
+	Py_XDECREF(timing);
+	Py_XDECREF(current);
+	Py_XDECREF(cpu);
+	Py_XDECREF(proto);
+	return result;
+}
+
+/* enter_syscall(system, key, ctx, entry) -> [r0, ...]: ProgramsMixin.enter_syscall (progs.py,
+ * the reference) once it has the tracepoint's key and the entry's event: machine.bpf_syscall
+ * (entry), which a machine without modeled time, scheduler or deferred work skips (its own
+ * test, made here without a Python frame), then fire_tracepoint */
+PyObject *enter_syscall(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+	if (nargs != 4) {
+		PyErr_SetString(PyExc_TypeError, "enter_syscall(system, key, ctx, entry)");
+		return NULL;
+	}
+	PyObject *machine = PyObject_GetAttr(args[0], s_machine), *timing = NULL;
+	PyObject *scheduler = NULL, *entered = NULL;
+	int modeled = machine == NULL ? -1 : attr_truth(machine, s_modeled_time);
+	int skip = 0;
+	if (modeled == 0 && (timing = PyObject_GetAttr(machine, s_timing)) != NULL
+	    && (scheduler = PyObject_GetAttr(timing, s_scheduler)) != NULL)
+		skip = scheduler == Py_None ? !attr_truth(timing, s_ever_deferred) : 0;
+	if (modeled >= 0 && !PyErr_Occurred() && !skip)
+		entered = PyObject_CallMethodOneArg(machine, s_bpf_syscall, args[3]);
+	Py_XDECREF(machine);
+	Py_XDECREF(timing);
+	Py_XDECREF(scheduler);
+	if (PyErr_Occurred())
+		return NULL;
+	Py_XDECREF(entered);
+	return fire_tracepoint(module, args, 3);
 }

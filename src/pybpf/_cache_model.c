@@ -1662,6 +1662,10 @@ static PyMethodDef module_methods[] = {
 	{"trace_call_bpf", (PyCFunction)(void (*)(void))trace_call_bpf, METH_FASTCALL,
 	 "trace_call_bpf(links, record, proto, ctx_region, run_prog, timing, cpu) -> r0s: "
 	 "progs._fire's runs"},
+	{"fire_tracepoint", (PyCFunction)(void (*)(void))fire_tracepoint, METH_FASTCALL,
+	 "fire_tracepoint(system, key, ctx) -> r0s: progs.ProgramsMixin._fire"},
+	{"enter_syscall", (PyCFunction)(void (*)(void))enter_syscall, METH_FASTCALL,
+	 "enter_syscall(system, key, ctx, entry) -> r0s: progs.ProgramsMixin.enter_syscall"},
 	{"lpm_trie_walk", (PyCFunction)(void (*)(void))lpm_trie_walk, METH_FASTCALL,
 	 "lpm_trie_walk(root, key, data_size) -> node or None: lpm_trie.trie_walk"},
 	{NULL, NULL, 0, NULL},

@@ -182,10 +182,12 @@ PyObject *plain_bytes(PyObject *mem, uint64_t ptr, Py_ssize_t size);
  * (RunState.value_regions, region_of) */
 PyObject *value_pointer(PyObject *rs, PyObject *value);
 
-/* _bpf_trace.c: bpf_probe_read_user's common case, a tracepoint's runs */
+/* _bpf_trace.c: bpf_probe_read_user's common case, a tracepoint's runs, a syscall's entry */
 int bpf_trace_ready(void);
 PyObject *probe_read_user(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *trace_call_bpf(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *fire_tracepoint(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *enter_syscall(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* _native.c: NativeEntry, a native-tier program's entry */
 extern PyTypeObject NativeEntryType;

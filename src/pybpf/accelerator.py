@@ -43,8 +43,11 @@ LPM_TRIE_WALK = getattr(CACHE_MODEL, "lpm_trie_walk", None)
 # bpf_probe_read_user's common case in C, which hands the rest to bpf_trace's (None: an
 # older build, or none; bpf_trace.bpf_probe_read_user runs)
 PROBE_READ_USER = getattr(CACHE_MODEL, "probe_read_user", None)
-# a tracepoint's runs (progs._fire's loop) in C (None: an older build, or none)
+# a tracepoint's runs (progs._fire's loop) in C, and _fire and enter_syscall around them
+# (None: an older build, or none)
 TRACE_CALL_BPF = getattr(CACHE_MODEL, "trace_call_bpf", None)
+FIRE_TRACEPOINT = getattr(CACHE_MODEL, "fire_tracepoint", None)
+ENTER_SYSCALL = getattr(CACHE_MODEL, "enter_syscall", None)
 # hashtab.c's htab_map_hash(key, hashrnd) in C, from the shared maps' extension (None: the
 # emulated maps hash in Python, pybpf/emulated/maps/jhash.py)
 HTAB_MAP_HASH = getattr(_load("_shm_maps"), "htab_map_hash", None)

@@ -34,7 +34,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ..accelerator import TRACE_CALL_BPF
+from ..accelerator import ENTER_SYSCALL, FIRE_TRACEPOINT
 from ..attrs import ProgAttr, TestRunRequest
 from ..errors import KernelError, prog_description
 from ..system import ProgInfo, TestRun
@@ -368,16 +368,15 @@ class ProgramsMixin:
         """``trigger_tracepoint`` of tracepoint ``key``. The links are the tuple attached
         when it fires (attaching or detaching meanwhile makes a new one); without modeled
         time nothing is charged, so the charge calls are skipped (UnmodeledTiming's do
-        nothing)."""
+        nothing). In C where built (FIRE_TRACEPOINT, its runs trace_call_bpf's)."""
+        if FIRE_TRACEPOINT is not None:
+            return FIRE_TRACEPOINT(self, key, ctx)
         links = self._tracepoints.get(key, ())
         record = ctx if type(ctx) is bytes else bytes(ctx)
         if not links:
             return []
         timing = self.machine.timing
         cpu = self.machine.current.cpu if timing.modeled else None
-        if TRACE_CALL_BPF is not None:
-            return TRACE_CALL_BPF(links, record, self._run_state_proto or self._run_state(),
-                                  CTX_REGION, run_prog, timing, cpu)
         retvals = []
         for link in links:
             if cpu is not None:
@@ -392,7 +391,10 @@ class ProgramsMixin:
         key = _SYSCALL_TRACEPOINTS.get(syscall)
         if key is None:
             key = _SYSCALL_TRACEPOINTS[syscall] = ("syscalls", f"sys_enter_{syscall}")
-        self.machine.bpf_syscall("syscall_connect" if syscall == "connect" else "syscall_entry")
+        entry = "syscall_connect" if syscall == "connect" else "syscall_entry"
+        if ENTER_SYSCALL is not None:  # the same in C, without the Python frames
+            return ENTER_SYSCALL(self, key, ctx, entry)
+        self.machine.bpf_syscall(entry)
         return self._fire(key, ctx)
 
 

@@ -532,9 +532,10 @@ def test_a_tracepoint_run_state_is_a_fresh_copy_of_the_systems_prototype():
 @pytest.mark.parametrize("engine", ["jit", "native"])
 @pytest.mark.parametrize("modeled", [True, False])
 def test_a_tracepoint_fires_the_same_with_or_without_its_c_loop(modeled, engine, monkeypatch):
-    """progs._fire's runs in C (trace_call_bpf; a native entry's without run_prog's Python
-    frame) and in Python: the same R0s, map contents, modeled counts and clock, the same
-    fault where a program exceeds the budget."""
+    """A syscall's entry and its tracepoint's runs in C (enter_syscall, fire_tracepoint and
+    trace_call_bpf; a native entry's without run_prog's Python frame) and in Python: the
+    same R0s, map contents, modeled counts and clock, the same fault where a program exceeds
+    the budget."""
     import pybpf.emulated.progs as progs
     from pybpf.emulated.prog.native import native_missing
 
@@ -543,7 +544,8 @@ def test_a_tracepoint_fires_the_same_with_or_without_its_c_loop(modeled, engine,
     outcomes = []
     for in_c in (True, False):
         if not in_c:
-            monkeypatch.setattr(progs, "TRACE_CALL_BPF", None)
+            monkeypatch.setattr(progs, "ENTER_SYSCALL", None)
+            monkeypatch.setattr(progs, "FIRE_TRACEPOINT", None)
         system = pybpf.system("emulated", cpus=2, modeled_time=modeled)
         system.bpf_engine = engine
         counting, fd = counting_tracepoint(system)
@@ -564,6 +566,33 @@ def test_a_tracepoint_fires_the_same_with_or_without_its_c_loop(modeled, engine,
             link.close()
     assert outcomes[0] == outcomes[1]
     assert outcomes[0][0] == [[0, 119]] * 3
+
+
+@pytest.mark.parametrize("in_c", [True, False])
+def test_without_modeled_time_a_syscall_runs_deferred_work_due_before_its_programs(
+        in_c, monkeypatch):
+    """Machine.bpf_syscall's test of whether a syscall's entry has anything to do without
+    modeled time (a scheduler, work ever deferred), made again in C by enter_syscall: work
+    due runs first, then the tracepoint's programs; a bytearray record is read as bytes."""
+    import pybpf.emulated.progs as progs
+
+    if not in_c:
+        monkeypatch.setattr(progs, "ENTER_SYSCALL", None)
+        monkeypatch.setattr(progs, "FIRE_TRACEPOINT", None)
+    elif progs.ENTER_SYSCALL is None:
+        pytest.skip("the C extension (pybpf._cache_model) is not built")
+    system = pybpf.system("emulated", cpus=1, modeled_time=False)
+    prog, fd = counting_tracepoint(system)
+    link = prog.attach_tracepoint("syscalls", "sys_enter_getpid")
+    seen = []
+    system.machine.timing.defer(0, 0.0, lambda: seen.append(
+        system.map_lookup_elem(fd, bytes(4))))
+    with system.on_cpu(0):
+        assert system.enter_syscall("getpid", bytearray(64)) == [0]
+        assert system.enter_syscall("getppid", bytearray(64)) == []  # nothing attached
+    assert seen == [bytes(8)]  # before the program's count
+    assert system.map_lookup_elem(fd, bytes(4)) == (1).to_bytes(8, "little")
+    link.close()
 
 
 def test_attach_tracepoint_needs_a_tracepoint_program(backend):
