@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from programs.strategies import JMP_CODES, alu_instruction, imm32, value64
 from pybpf import asm
-from pybpf.asm import FP, OPCODES, R0, R1, R2, R3, R6, Source
+from pybpf.asm import FP, OPCODES, R0, R1, R2, R3, R4, R6, Source
 from pybpf.asm import builder as b
 from pybpf.emulated.prog import core, native
 from pybpf.emulated.prog.core import run_prog
@@ -204,6 +204,23 @@ def test_a_pointer_to_the_callers_stack_reaches_it_through_the_frame_table():
     rs = RunState(RunEnv(engine="native"))
     assert run_prog(exe, rs, 0) == 42
     assert exe.native is not None and rs.count == 11
+
+
+@pytest.mark.parametrize("taken", [0, 1])
+def test_a_register_holding_a_stack_address_is_used_as_one_only_where_it_surely_does(taken):
+    """``mov r2, r10; add r2, -8`` leaves R2 a known stack slot, which loads and stores
+    through it reach directly (FpOffsets); where two paths meet, or the register was
+    written since, the address is found at run time: each store lands where the
+    interpreter puts it."""
+    items = [b.mov64(R3, taken), b.mov64(R2, FP), b.add64(R2, -8), b.st(8, R2, 0, 5),
+             b.jeq(R3, 0, "meet"), b.mov64(R2, FP), b.sub64(R2, 16),
+             b.label("meet"), b.st(8, R2, 0, 7), b.st(8, R2, -8, 11),  # R2: -8 or -16
+             b.mov64(R4, R2), b.add64(R4, 4), b.st(4, R4, -4, 13),  # R2's slot again
+             b.ldx(8, R0, FP, -8), b.ldx(8, R1, FP, -16), b.mul64(R1, 100), b.add64(R0, R1),
+             b.ldx(8, R1, FP, -24), b.mul64(R1, 10000), b.add64(R0, R1), b.exit_()]
+    reference = outcome(items, "interp", 100)
+    assert reference[0] == ("r0", 13 + 1100 if not taken else 5 + 1300 + 110000)
+    assert outcome(items, "native", 100) == reference
 
 
 def test_helpers_run_through_the_callback_and_see_the_stack():

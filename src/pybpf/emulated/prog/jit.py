@@ -75,6 +75,49 @@ _FP_RANGE = 1 << 16  # the offsets from R10 the JIT writes without a mask
 JIT_MAX_SLOTS = 100_000  # bigger programs run on the reference interpreter (compile ~3 s)
 
 
+class FpOffsets(dict):
+    """Register -> its offset from R10, for the registers that surely hold R10 plus a small
+    constant in straight-line code (``mov rX, r10; add rX, -4``: a stack address). A writer
+    clears it where a block begins and tracks each instruction after writing it."""
+
+    def after(self, insn: Instruction, info) -> int | None:
+        """The offset from R10 the destination of the 64-bit ALU ``insn`` surely holds after
+        it (``mov dst, r10``; adding or subtracting a constant to a register that holds one),
+        where it stays small; else None."""
+        if not info.is64 or insn.off:
+            return None
+        if info.op is AluOp.MOV and info.source is Source.X and insn.src == 10:
+            return 0
+        before = self.get(insn.dst)
+        if before is None or info.source is not Source.K or info.op not in (AluOp.ADD,
+                                                                          AluOp.SUB):
+            return None
+        after = before + (insn.imm if info.op is AluOp.ADD else -insn.imm)
+        # R10 is (frame << 32) | 512 with frame >= 1: no wrap within this range
+        return after if -_FP_RANGE <= after <= _FP_RANGE else None
+
+    def track(self, insn: Instruction) -> None:
+        """The offsets after ``insn``: what it may write is forgotten (a helper call, LD_ABS
+        and LD_IND clobber R0-R5, an atomic fetch its source and R0), then an ALU instruction
+        that leaves its destination near R10 records it."""
+        info = OPCODES[insn.opcode]
+        kind = info.kind
+        if kind is Kind.ALU:
+            after = self.after(insn, info)
+            if after is None:
+                self.pop(insn.dst, None)
+            else:
+                self[insn.dst] = after
+        elif kind in (Kind.NEG, Kind.END, Kind.LDX, Kind.LDX_SX, Kind.LD_IMM64):
+            self.pop(insn.dst, None)
+        elif kind in (Kind.CALL, Kind.LD_ABS, Kind.LD_IND):
+            for reg in range(6):
+                self.pop(reg, None)
+        elif kind is Kind.ATOMIC:
+            self.pop(insn.src, None)
+            self.pop(0, None)
+
+
 class _FunctionWriter:
     """Python source of one subprogram [start, end): a block dispatch loop over its regions."""
 
@@ -85,11 +128,10 @@ class _FunctionWriter:
         self.end = end
         self.bound = bound or {}
         self.map_in_r1: int | None = None  # region of the map R1 surely points to, if any
-        # register -> its offset from R10, for registers that surely hold R10 plus a small
-        # constant in straight-line code (``mov rX, r10; add rX, -4``, a stack address):
-        # the JIT writes such an add as ``rX = r10 - 4``, one small int operation where a
-        # 64-bit add with its mask is two on a 65-bit int
-        self.fp_offset: dict[int, int] = {}
+        # the registers that surely hold a stack address: the JIT writes ``add rX, -4`` on
+        # one as ``rX = r10 - 4``, one small int operation where a 64-bit add with its mask
+        # is two on a 65-bit int
+        self.fp_offset = FpOffsets()
         self.lines: list[str] = []
         # (line, register) of the last stack address written, which the next may replace
         self.stack_line: tuple[int, int] | None = None
@@ -158,7 +200,7 @@ class _FunctionWriter:
                     self.emit(depth, f"if n > limit: rs.count = n; raise rs.over_budget({pc})")
             depth = self.write_insn(pc, insn, depth, region, loops)
             self.map_in_r1 = self.exe.map_in_r1_after(pc, self.map_in_r1)
-            self.track_fp_offset(insn)
+            self.fp_offset.track(insn)
             if depth < 0:  # control does not reach the next instruction
                 return
             pc += insn.slots
@@ -312,26 +354,10 @@ class _FunctionWriter:
             raise ValueError(f"insn {pc}: the JIT cannot translate {info.name}")
         return depth
 
-    def stack_offset_after(self, insn: Instruction, info) -> int | None:
-        """The offset from R10 the destination of the 64-bit ALU ``insn`` surely holds after
-        it (``mov dst, r10``; adding or subtracting a constant to a register that holds one),
-        where it stays small; else None."""
-        if not info.is64 or insn.off:
-            return None
-        if info.op is AluOp.MOV and info.source is Source.X and insn.src == 10:
-            return 0
-        before = self.fp_offset.get(insn.dst)
-        if before is None or info.source is not Source.K or info.op not in (AluOp.ADD,
-                                                                          AluOp.SUB):
-            return None
-        after = before + (insn.imm if info.op is AluOp.ADD else -insn.imm)
-        # R10 is (frame << 32) | 512 with frame >= 1: no wrap within this range
-        return after if -_FP_RANGE <= after <= _FP_RANGE else None
-
     def stack_address(self, insn: Instruction, info) -> str | None:
         """``r10`` or ``r10 +/- k`` for an ALU instruction that leaves its destination a
         small offset from R10, else None."""
-        after = self.stack_offset_after(insn, info)
+        after = self.fp_offset.after(insn, info)
         if after is None:
             return None
         return "r10" if after == 0 else f"r10 + {after}" if after > 0 else f"r10 - {-after}"
@@ -340,28 +366,6 @@ class _FunctionWriter:
         """Which of R2 (1) and R3 (2) surely point into this frame's stack now."""
         offsets = self.fp_offset
         return (1 if 2 in offsets else 0) | (2 if 3 in offsets else 0)
-
-    def track_fp_offset(self, insn: Instruction) -> None:
-        """``fp_offset`` after ``insn``: what it may write is forgotten (a helper call, LD_ABS
-        and LD_IND clobber R0-R5, an atomic fetch its source and R0), then an ALU instruction
-        that leaves its destination near R10 records it."""
-        info = OPCODES[insn.opcode]
-        kind = info.kind
-        offsets = self.fp_offset
-        if kind is Kind.ALU:
-            after = self.stack_offset_after(insn, info)
-            if after is None:
-                offsets.pop(insn.dst, None)
-            else:
-                offsets[insn.dst] = after
-        elif kind in (Kind.NEG, Kind.END, Kind.LDX, Kind.LDX_SX, Kind.LD_IMM64):
-            offsets.pop(insn.dst, None)
-        elif kind in (Kind.CALL, Kind.LD_ABS, Kind.LD_IND):
-            for reg in range(6):
-                offsets.pop(reg, None)
-        elif kind is Kind.ATOMIC:
-            offsets.pop(insn.src, None)
-            offsets.pop(0, None)
 
     def write_atomic_rmw(self, pc: int, insn: Instruction, size: int, depth: int) -> None:
         """add/or/and/xor (with or without fetch) and xchg, inline: one hardware atomic (under

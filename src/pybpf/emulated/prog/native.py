@@ -105,7 +105,7 @@ from .helpers import (
     map_lookup_elem,
     map_lookup_elem_synced,
 )
-from .jit import bound_helpers, bound_name, htab_core_of
+from .jit import FpOffsets, bound_helpers, bound_name, htab_core_of
 from .memory import (
     BPF_MAX_LOOPS,
     CTX_REGION,
@@ -327,6 +327,7 @@ class _FunctionIR:
         self.terminated = False
         self.block_starts = self._block_starts()
         self.map_in_r1: int | None = None
+        self.fp_offset = FpOffsets()  # the registers that surely hold a stack address
         self.calls_python = False  # a call that takes the GIL every time it runs
 
     def _block_starts(self) -> set[int]:
@@ -425,8 +426,10 @@ class _FunctionIR:
             if pc in self.block_starts:
                 self.start_block(pc)
                 self.map_in_r1 = None
+                self.fp_offset.clear()
             self.write_insn(pc, insn)
             self.map_in_r1 = self.exe.map_in_r1_after(pc, self.map_in_r1)
+            self.fp_offset.track(insn)
             pc += insn.slots
         self.lines.append("raised:")  # what Python raised is kept for the run
         self.emit(f"store i64 {STATUS_RAISED}, ptr {self.slot(STATUS)}")
@@ -698,13 +701,11 @@ class _FunctionIR:
         keys and values of those sizes: by pybpf_native_htab_op where ``has_core`` and the
         key (and value) lie in memory compiled code reaches, else by ``slow``'s code."""
         args = [self.get(reg) for reg in range(2, 6)]
-        key_ptr = self.op(f"call ptr @mem_ptr(ptr %st, i64 {args[0]}, i64 {key_size}, "
-                          "i1 false)")
+        key_ptr = self.pointer_arg(2, key_size)
         native = self.op(f"and i1 {has_core}, {self.op(f'icmp ne ptr {key_ptr}, null')}")
         value_ptr = "null"
         if op == HTAB_UPDATE:
-            value_ptr = self.op(f"call ptr @mem_ptr(ptr %st, i64 {args[1]}, "
-                                f"i64 {value_size}, i1 false)")
+            value_ptr = self.pointer_arg(3, value_size)
             native = self.op(f"and i1 {native}, {self.op(f'icmp ne ptr {value_ptr}, null')}")
         self.branch(f"br i1 {native}, label %hd{pc}, label %hb{pc}")
         self.label(f"hd{pc}")
@@ -807,8 +808,7 @@ class _FunctionIR:
         modeled = bpf_map.timing.modeled
         array = type(bpf_map) in ARRAYS
         key = self.get(2)
-        key_ptr = self.op(f"call ptr @mem_ptr(ptr %st, i64 {key}, i64 {bpf_map.key_size}, "
-                          "i1 false)")
+        key_ptr = self.pointer_arg(2, str(bpf_map.key_size))
         readable = self.op(f"icmp ne ptr {key_ptr}, null")
         self.branch(f"br i1 {readable}, label %mr{pc}.k, label %ms{pc}")
         self.label(f"mr{pc}.k")
@@ -956,11 +956,24 @@ class _FunctionIR:
         self.branch(f"br label %{done}")
 
     def stack_pointer(self, base: int, off: int, size: int) -> str | None:
-        """The stack address of ``r10 + off`` when the whole access is inside this frame."""
-        at = MAX_BPF_STACK + off
-        if base != 10 or not 0 <= at <= MAX_BPF_STACK - size:
+        """The stack address of ``r{base} + off`` where the register surely holds one (r10,
+        or r10 plus a constant in straight-line code: ``fp_offset``) and the whole access
+        is inside this frame."""
+        from_fp = 0 if base == 10 else self.fp_offset.get(base)
+        if from_fp is None:
+            return None
+        at = MAX_BPF_STACK + from_fp + off
+        if not 0 <= at <= MAX_BPF_STACK - size:
             return None
         return self.op(f"getelementptr i8, ptr %stack, i64 {at}")
+
+    def pointer_arg(self, reg: int, size: str) -> str:
+        """Where the ``size`` bytes a helper's argument R``reg`` points to lie, for the
+        helper to read: their stack address where the register surely holds one, else
+        mem_ptr's answer at run time (null: not memory compiled code reaches)."""
+        pointer = self.stack_pointer(reg, 0, int(size)) if size.isdigit() else None
+        return pointer or self.op(f"call ptr @mem_ptr(ptr %st, i64 {self.get(reg)}, "
+                                  f"i64 {size}, i1 false)")
 
     def frame_or_python(self, pc: int, base: int, off: int, size: int,
                         write: bool) -> tuple[str, str]:
