@@ -455,16 +455,16 @@ int access_counts_bind(AccessCounts *a, PyObject *stats, Py_ssize_t ncpus)
 	PyObject *local = NULL, *remote = NULL;
 	int rc = -1;
 	if ((a->cpu_node = PyObject_GetAttrString(stats, "cpu_node")) == NULL
-	    || (local = PyObject_GetAttrString(stats, "local")) == NULL
-	    || (remote = PyObject_GetAttrString(stats, "remote")) == NULL)
+	    || (local = PyObject_GetAttrString(stats, "c_local")) == NULL
+	    || (remote = PyObject_GetAttrString(stats, "c_remote")) == NULL)
 		goto out;
 	if (!PyList_CheckExact(a->cpu_node) || PyList_GET_SIZE(a->cpu_node) != ncpus) {
 		PyErr_SetString(PyExc_TypeError, "AccessStats.cpu_node is a list, a node per CPU");
 		goto out;
 	}
-	if (int64_array_export(local, &a->local, ncpus, "AccessStats.local") < 0)
+	if (int64_array_export(local, &a->local, ncpus, "AccessStats.c_local") < 0)
 		goto out;
-	if (int64_array_export(remote, &a->remote, ncpus, "AccessStats.remote") < 0) {
+	if (int64_array_export(remote, &a->remote, ncpus, "AccessStats.c_remote") < 0) {
 		PyBuffer_Release(&a->local);
 		goto out;
 	}

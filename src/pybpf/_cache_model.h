@@ -140,8 +140,8 @@ int host_lock_release(PyObject *lock);
 /* ``obj`` exported as an array of ``n`` int64 (array('q'), ``what`` names it in the
  * TypeError): 0, or -1; the caller releases ``view`` */
 int int64_array_export(PyObject *obj, Py_buffer *view, Py_ssize_t n, const char *what);
-/* A map's AccessStats as C counts into it: its node per CPU (a list) and its local and remote
- * counts, arrays of int64 per CPU held exported while bound */
+/* A map's AccessStats as C counts into it: its node per CPU (a list) and its C counts, local
+ * and remote (c_local, c_remote: arrays of int64 per CPU, held exported while bound) */
 typedef struct {
 	PyObject *cpu_node;
 	Py_buffer local, remote;

@@ -94,6 +94,10 @@ def test_access_stats_count_local_and_remote_per_cpu():
     assert stats.remote_share(3) == 0.0
     assert stats.remote_share() == 0.25
     assert stats.remote_share(1) == 0.0
+    stats.c_remote[3] += 2  # what C counts (the map cores, the native tier) is added in
+    stats.c_local[1] += 1
+    assert stats.by_cpu() == {0: (1, 1), 1: (1, 0), 3: (2, 2)}
+    assert stats.totals() == (4, 3) and stats.remote_share(3) == 0.5
 
 
 def test_machine_step_runs_due_rcu_callbacks():

@@ -130,16 +130,21 @@ class AccessStats:
     """Local and remote element accesses of one object (a map), per CPU.
 
     ``access(cpu, node)`` is the cheap call made on each element access: the memory touched
-    lives on ``node``, the access comes from ``cpu``. The counts are arrays of int64, which
-    the C map cores and the native tier count into where they lie.
+    lives on ``node``, the access comes from ``cpu``. Python counts into the lists ``local``
+    and ``remote``; the C map cores and the native tier count into ``c_local`` and
+    ``c_remote``, arrays of int64 they add to where they lie (a list item is a Python int,
+    which C would have to make anew at each access, and an array item is one Python would);
+    a CPU's count is the sum of both.
     """
 
-    __slots__ = ("cpu_node", "local", "remote")
+    __slots__ = ("cpu_node", "local", "remote", "c_local", "c_remote")
 
     def __init__(self, cpu_node: list[int]) -> None:
         self.cpu_node = cpu_node
-        self.local = array("q", bytes(8 * len(cpu_node)))
-        self.remote = array("q", bytes(8 * len(cpu_node)))
+        self.local = [0] * len(cpu_node)
+        self.remote = [0] * len(cpu_node)
+        self.c_local = array("q", bytes(8 * len(cpu_node)))
+        self.c_remote = array("q", bytes(8 * len(cpu_node)))
 
     def access(self, cpu: int, node: int) -> None:
         if self.cpu_node[cpu] == node:
@@ -147,21 +152,28 @@ class AccessStats:
         else:
             self.remote[cpu] += 1
 
+    def counts(self) -> tuple[list[int], list[int]]:
+        """Local and remote accesses per CPU, Python's and C's together."""
+        return ([a + b for a, b in zip(self.local, self.c_local, strict=True)],
+                [a + b for a, b in zip(self.remote, self.c_remote, strict=True)])
+
     def by_cpu(self) -> dict[int, tuple[int, int]]:
         """{cpu: (local, remote)} for every CPU that made an access."""
-        pairs = zip(self.local, self.remote, strict=True)
+        pairs = zip(*self.counts(), strict=True)
         return {cpu: (loc, rem) for cpu, (loc, rem) in enumerate(pairs) if loc or rem}
 
     def remote_share(self, cpu: int | None = None) -> float:
         """Fraction of accesses (of ``cpu``, or of all CPUs) that were remote; 0.0 if none."""
+        local, remote = self.counts()
         if cpu is None:
-            loc, rem = sum(self.local), sum(self.remote)
+            loc, rem = sum(local), sum(remote)
         else:
-            loc, rem = self.local[cpu], self.remote[cpu]
+            loc, rem = local[cpu], remote[cpu]
         return rem / (loc + rem) if loc + rem else 0.0
 
     def totals(self) -> tuple[int, int]:
-        return sum(self.local), sum(self.remote)
+        local, remote = self.counts()
+        return sum(local), sum(remote)
 
 
 class UserMemory:

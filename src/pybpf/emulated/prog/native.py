@@ -1758,13 +1758,14 @@ class NativeProgram:
         self.free: list[_Run] = []
         # per map whose lookups run natively: where its counts of them are in a run's words,
         # its machine and that machine's current task state (whose CPU they are counted to)
-        # and its access statistics' local and remote counts (exported: they stay where they
+        # and its access statistics' C counts, local and remote (exported: they stay where they
         # are for C to add to), which _Run.finish adds them to
         words = map_words(self.frames, self.maps)
         lookup_maps = [exe.static_regions[region] for region in self.maps]
         self.lookup_stats = tuple(
             (words[region], bpf_map.machine, bpf_map.machine.current,
-             memoryview(bpf_map.access_stats.local), memoryview(bpf_map.access_stats.remote))
+             memoryview(bpf_map.access_stats.c_local),
+             memoryview(bpf_map.access_stats.c_remote))
             for region, bpf_map in zip(self.maps, lookup_maps, strict=True))
         # its runs give compiled code their task (PID_TGID) where it calls for it
         self.reads_task = any(
