@@ -21,6 +21,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdint.h>
@@ -1234,45 +1235,133 @@ out:
 	return result;
 }
 
+/* A hash element's slots (HtabElem's value and node, its LRU node's reference bit) at their
+ * offsets in the element type last seen, found once per type from its member descriptors:
+ * what the native tier reads of an element without an attribute lookup */
+static struct {
+	PyTypeObject *type;  /* a strong reference, or NULL */
+	Py_ssize_t value, node, ref;
+} elem_slots;
+
+/* The offset of the object slot ``name`` (a __slots__ member) in instances of ``type``, or
+ * -1 */
+static Py_ssize_t slot_offset(PyTypeObject *type, const char *name)
+{
+	PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
+	Py_ssize_t offset = -1;
+	if (descr != NULL && Py_IS_TYPE(descr, &PyMemberDescr_Type)
+	    && ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX)
+		offset = ((PyMemberDescrObject *)descr)->d_member->offset;
+	Py_XDECREF(descr);
+	PyErr_Clear();
+	return offset;
+}
+
+/* ``elem``'s type's slots in elem_slots: 0, or -1 where it has not all three (Python reads
+ * it then) */
+static int bind_elem_slots(PyObject *elem)
+{
+	PyTypeObject *type = Py_TYPE(elem);
+	if (type == elem_slots.type)
+		return 0;
+	Py_ssize_t value = slot_offset(type, "value"), node = slot_offset(type, "node");
+	Py_ssize_t ref = slot_offset(type, "ref");
+	if (value < 0 || node < 0 || ref < 0)
+		return -1;
+	Py_XSETREF(elem_slots.type, (PyTypeObject *)Py_NewRef(type));
+	elem_slots.value = value;
+	elem_slots.node = node;
+	elem_slots.ref = ref;
+	return 0;
+}
+
+/* elem.<slot at offset>, borrowed; NULL (no exception) where it is unset */
+static inline PyObject *elem_slot(PyObject *elem, Py_ssize_t offset)
+{
+	return *(PyObject **)((char *)elem + offset);
+}
+
+/* The value object of ``elem`` (per-CPU: its slot ``cpu``, else -1), borrowed, or NULL
+ * where it is not what the element's slots hold */
+static PyObject *elem_value(PyObject *elem, int64_t cpu)
+{
+	PyObject *value = elem_slot(elem, elem_slots.value);
+	if (value != NULL && cpu >= 0)
+		value = PyList_Check(value) && cpu < PyList_GET_SIZE(value)
+			? PyList_GET_ITEM(value, cpu) : NULL;
+	return value;
+}
+
+/* The native tier's hash map lookup (the machine code's @htab_lookup): the address of the
+ * value object (``cpu`` as elem_value's) of the element the ``size`` key bytes at ``key``
+ * name in ``table`` (a dict of key bytes to HtabElem), 0 where there is none, or UINT64_MAX
+ * where Python must do it (an error, cleared: Python's lookup reports it); with ``ref``, the
+ * element's LRU reference bit set first (bpf_lru_node_set_ref). The address only keys the
+ * run's cache of values registered for it, which stay alive. Called without the GIL. */
+uint64_t pybpf_native_htab_lookup(PyObject *table, const char *key, int64_t size, int64_t cpu,
+				  int64_t ref)
+{
+	PyGILState_STATE gil = PyGILState_Ensure();
+	PyObject *kb = PyBytes_FromStringAndSize(key, size), *elem = NULL, *value = NULL;
+	uint64_t result = UINT64_MAX;
+	if (kb != NULL && (elem = PyDict_GetItemWithError(table, kb)) == NULL) {
+		if (!PyErr_Occurred())
+			result = 0;
+		goto out;
+	}
+	if (elem == NULL || bind_elem_slots(elem) < 0)
+		goto out;
+	if (ref) {
+		PyObject *bit = elem_slot(elem, elem_slots.ref);
+		int set = bit == NULL ? -1 : PyObject_IsTrue(bit);
+		if (set < 0)
+			goto out;
+		if (!set) {  /* node.ref = 1 */
+			*(PyObject **)((char *)elem + elem_slots.ref) = PyLong_FromLong(1);
+			Py_DECREF(bit);
+		}
+	}
+	if ((value = elem_value(elem, cpu)) != NULL)
+		result = (uint64_t)(uintptr_t)value;
+out:
+	if (PyErr_Occurred())
+		PyErr_Clear();
+	Py_XDECREF(kb);
+	PyGILState_Release(gil);
+	return result;
+}
+
 /* A hash map's: the element of the ``key_size`` bytes at ``key`` in ``table``, its value
  * (per-CPU: slot ``cpu``, else -1), tagged with its address; local when per-CPU or on
  * ``node``. */
 uint64_t pybpf_native_value(uint64_t *st, PyObject *const *run, PyObject *table,
 			    const char *key, int64_t key_size, int64_t cpu, int64_t next_region,
 			    int64_t values, int64_t value_slots, int64_t cache, int64_t entries,
-			    int64_t home, int64_t node, PyObject *node_name, PyObject *value_name)
+			    int64_t home, int64_t node)
 {
 	PyGILState_STATE gil = PyGILState_Ensure();
 	const struct native_state at = {next_region, values, value_slots, cache, entries};
-	PyObject *kb = NULL, *value = NULL, *elem_node = NULL;
+	PyObject *kb = NULL, *value = NULL;
 	uint64_t result = 0;
 	if ((kb = PyBytes_FromStringAndSize(key, key_size)) == NULL)
 		goto out;
 	PyObject *elem = PyDict_GetItemWithError(table, kb);  /* borrowed */
-	if (elem == NULL || (value = PyObject_GetAttr(elem, value_name)) == NULL)
-		goto out;
-	if (cpu >= 0) {
-		PyObject *slot = PyList_Check(value) && cpu < PyList_GET_SIZE(value)
-			? Py_NewRef(PyList_GET_ITEM(value, cpu)) : NULL;
-		Py_SETREF(value, slot);
-	}
-	if (value == NULL)
+	if (elem == NULL || bind_elem_slots(elem) < 0 || (value = elem_value(elem, cpu)) == NULL)
 		goto out;
 	int local = 1;
 	if (cpu < 0) {  /* an element's value lives on its node; a CPU's own slot is local */
-		if ((elem_node = PyObject_GetAttr(elem, node_name)) == NULL)
-			goto out;
-		local = PyLong_AsLongLong(elem_node) == node;
-		if (PyErr_Occurred())
+		PyObject *elem_node = elem_slot(elem, elem_slots.node);
+		local = elem_node != NULL && PyLong_AsLongLong(elem_node) == node;
+		if (elem_node == NULL || PyErr_Occurred())
 			goto out;
 	}
+	Py_INCREF(value);  /* the element may go while place_value runs Python code */
 	result = place_value(st, run, &at, value, (uint64_t)(uintptr_t)value, home, local, 1);
+	Py_DECREF(value);
 out:
 	if (PyErr_Occurred())
 		PyErr_Clear();
 	Py_XDECREF(kb);
-	Py_XDECREF(value);
-	Py_XDECREF(elem_node);
 	PyGILState_Release(gil);
 	return result;
 }

@@ -72,7 +72,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import sys
 from array import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -205,6 +204,7 @@ NOT_CHARGED, CHARGED, CHARGE_FAILED = 0, 1, 2
 CHARGE_SYMBOL = "pybpf_native_charge"
 # _accel.c: a hash map's, and an array's, value's first lookup in a run
 VALUE_SYMBOL, ARRAY_VALUE_SYMBOL = "pybpf_native_value", "pybpf_native_array_value"
+HTAB_LOOKUP_SYMBOL = "pybpf_native_htab_lookup"  # _accel.c: a hash map's lookup
 # _hashtab.c: the update or delete of an HtabCore's bound helper from machine code, its op
 # (HELPER_UPDATE or HELPER_DELETE there) by the helper's name
 HTAB_OP_SYMBOL = "pybpf_native_htab_op"
@@ -835,8 +835,9 @@ class _FunctionIR:
             # time, else where it is charged
             ref = int(bpf_map.lru and not modeled)
             self.calls_python = True
-            tag = self.op(f"call i64 @htab_lookup(ptr inttoptr (i64 {id(bpf_map.table)} to ptr),"
-                          f" ptr {key_ptr}, i64 {bpf_map.key_size}, i64 {slot}, i64 {ref})")
+            tag = self.op(f"call i64 @{HTAB_LOOKUP_SYMBOL}(ptr inttoptr "
+                          f"(i64 {id(bpf_map.table)} to ptr), ptr {key_ptr}, "
+                          f"i64 {bpf_map.key_size}, i64 {slot}, i64 {ref})")
             slow = self.op(f"icmp eq i64 {tag}, {_const(HTAB_SLOW, 64)}")
             self.branch(f"br i1 {slow}, label %{python}, label %mf{pc}")
             self.label(f"mf{pc}")
@@ -910,8 +911,7 @@ class _FunctionIR:
             f"ptr inttoptr (i64 {id(bpf_map.table)} to ptr), ptr {key_ptr}, "
             f"i64 {bpf_map.key_size}, i64 {slot}, i64 {NEXT_REGION}, i64 {VALUE_TABLE}, "
             f"i64 {VALUE_SLOTS}, i64 {cache}, i64 {LOOKUP_CACHE}, "
-            f"i64 {home}, i64 {node}, ptr inttoptr (i64 {id(_NODE)} to ptr), "
-            f"ptr inttoptr (i64 {id(_VALUE)} to ptr))")
+            f"i64 {home}, i64 {node})")
         placed = self.op(f"icmp ne i64 {pointer}, 0")
         self.branch(f"br i1 {placed}, label %mc{pc}, label %{python}")
 
@@ -1178,18 +1178,9 @@ declare i64 @PyLong_AsUnsignedLongLongMask(ptr)
 declare ptr @PyObject_Vectorcall(ptr, ptr, i64, ptr)
 declare void @Py_DecRef(ptr)
 declare void @PyErr_WriteUnraisable(ptr)
-declare ptr @PyBytes_FromStringAndSize(ptr, i64)
-declare ptr @PyDict_GetItemWithError(ptr, ptr)
-declare ptr @PyErr_Occurred()
-declare void @PyErr_Clear()
-declare ptr @PyObject_GetAttr(ptr, ptr)
-declare i64 @PyList_Size(ptr)
-declare ptr @PyList_GetItem(ptr, i64)
-declare i32 @PyObject_IsTrue(ptr)
-declare i32 @PyObject_SetAttr(ptr, ptr, ptr)
 declare i64 @{CHARGE_SYMBOL}(ptr, i64, i64, ptr, ptr, i64, ptr)
-declare i64 @{VALUE_SYMBOL}(ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64, i64,
-                           ptr, ptr)
+declare i64 @{VALUE_SYMBOL}(ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64, i64)
+declare i64 @{HTAB_LOOKUP_SYMBOL}(ptr, ptr, i64, i64, i64)
 declare i64 @{ARRAY_VALUE_SYMBOL}(ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64, i64)
 declare i64 @{HTAB_OP_SYMBOL}(ptr, i64, ptr, ptr, i64, ptr, ptr, i64, i64)
 declare ptr @{MAP_CORE_SYMBOL}(ptr, i64, ptr)
@@ -1199,82 +1190,6 @@ declare i16 @llvm.bswap.i16(i16)
 declare i32 @llvm.bswap.i32(i32)
 declare i64 @llvm.bswap.i64(i64)
 """
-
-
-_VALUE = sys.intern("value")  # HtabElem.value, the name @htab_lookup reads
-_REF = sys.intern("ref")  # the LRU node's reference bit, which it sets
-_NODE = sys.intern("node")  # HtabElem.node, which pybpf_native_value reads
-
-
-def _htab_lookup_ir() -> str:
-    """@htab_lookup(table, key, size, cpu, ref): the address of the value object of the
-    element the ``size`` key bytes at ``key`` name in a hash map's table (a dict of key bytes
-    to HtabElem), of its slot ``cpu`` in a per-CPU map (``cpu`` -1: the value itself),
-    HTAB_ABSENT, or HTAB_SLOW when Python failed (the error cleared: the lookup is done
-    again through Python, which reports it); with ``ref``, the element's LRU reference bit
-    set first (bpf_lru_node_set_ref). The GIL is taken for the dict lookup; the address only
-    keys the run's cache of values Python registered, which stay alive."""
-    return f"""
-define internal i64 @htab_lookup(ptr %table, ptr %key, i64 %size, i64 %cpu, i64 %ref)
-    noinline {{
-entry:
-  %gil = call i32 @PyGILState_Ensure()
-  %kb = call ptr @PyBytes_FromStringAndSize(ptr %key, i64 %size)
-  %made = icmp ne ptr %kb, null
-  br i1 %made, label %look, label %error
-look:
-  %elem = call ptr @PyDict_GetItemWithError(ptr %table, ptr %kb)
-  call void @Py_DecRef(ptr %kb)
-  %has = icmp ne ptr %elem, null
-  br i1 %has, label %referenced, label %missing
-referenced:
-  %lru = icmp ne i64 %ref, 0
-  br i1 %lru, label %bit, label %value
-bit:
-  %bit_v = call ptr @PyObject_GetAttr(ptr %elem, ptr inttoptr (i64 {id(_REF)} to ptr))
-  %bit_ok = icmp ne ptr %bit_v, null
-  br i1 %bit_ok, label %bit_test, label %error
-bit_test:
-  %bit_set = call i32 @PyObject_IsTrue(ptr %bit_v)
-  call void @Py_DecRef(ptr %bit_v)
-  switch i32 %bit_set, label %value [i32 0, label %bit_clear i32 -1, label %error]
-bit_clear:
-  %stored = call i32 @PyObject_SetAttr(ptr %elem, ptr inttoptr (i64 {id(_REF)} to ptr),
-                                       ptr inttoptr (i64 {id(1)} to ptr))
-  %store_ok = icmp eq i32 %stored, 0
-  br i1 %store_ok, label %value, label %error
-missing:
-  %err = call ptr @PyErr_Occurred()
-  %absent = icmp eq ptr %err, null
-  br i1 %absent, label %done, label %error
-value:
-  %v = call ptr @PyObject_GetAttr(ptr %elem, ptr inttoptr (i64 {id(_VALUE)} to ptr))
-  %got = icmp ne ptr %v, null
-  br i1 %got, label %address, label %error
-address:
-  %whole = icmp slt i64 %cpu, 0
-  br i1 %whole, label %value_address, label %slot
-slot:
-  %slot_v = call ptr @PyList_GetItem(ptr %v, i64 %cpu)
-  call void @Py_DecRef(ptr %v)
-  %slot_ok = icmp ne ptr %slot_v, null
-  br i1 %slot_ok, label %slot_address, label %error
-slot_address:
-  %slot_addr = ptrtoint ptr %slot_v to i64
-  br label %done
-value_address:
-  %addr = ptrtoint ptr %v to i64
-  call void @Py_DecRef(ptr %v)
-  br label %done
-error:
-  call void @PyErr_Clear()
-  br label %done
-done:
-  %r = phi i64 [{HTAB_ABSENT}, %missing], [%addr, %value_address],
-               [%slot_addr, %slot_address], [{_const(HTAB_SLOW, 64)}, %error]
-  call void @PyGILState_Release(i32 %gil)
-  ret i64 %r
-}}"""
 
 
 def _py_callback_ir() -> str:
@@ -1321,11 +1236,14 @@ def native_lookup_maps(exe: Executable) -> list[int]:
     native memory: plain BPF_MAP_TYPE_ARRAY, PERCPU_ARRAY, ARRAY_OF_MAPS, HASH, PERCPU_HASH
     and their LRU twins (a run stays on its CPU, so a key names one slot), on a machine
     without modeled time or whose caches are the C model, which charges lookups for machine
-    code."""
+    code. A hash map's lookup is the C accelerator's pybpf_native_htab_lookup (a build
+    without it leaves hash maps to Python)."""
     if not NATIVE_VALUES or exe.helpers.get(BpfFunc.map_lookup_elem) is not bpf_map_lookup_elem:
         return []
+    hash_lookups = _symbol_address(ACCEL, HTAB_LOOKUP_SYMBOL) is not None
     return [region for region, obj in exe.static_regions.items()
             if type(obj) in _NATIVE_LOOKUPS and obj.map_type == _NATIVE_LOOKUPS[type(obj)]
+            and (type(obj) in ARRAYS or hash_lookups)
             and (not obj.timing.modeled or (obj.timing.cache_model == "C"
                                             and _cache_model_symbol(CHARGE_SYMBOL) is not None))]
 
@@ -1342,7 +1260,7 @@ def native_ir(exe: Executable, frames: int, maps: list[int],
     its bound map helpers (jit.bound_helpers, whose order gives each its index): one
     function per subprogram, an exported ``E<start>`` each; and whether its code calls into
     Python (``_FunctionIR.calls_python``), so that a run keeps the GIL."""
-    parts = [_FRAME_PTR, _py_callback_ir(), _htab_lookup_ir()]
+    parts = [_FRAME_PTR, _py_callback_ir()]
     words = map_words(frames, maps)
     calls_python = False
     for start in exe.subprogs:
@@ -1396,10 +1314,7 @@ RUNTIME_SYMBOLS = ((None, ("memset", "memcpy", "memmove")),
 # The C API @py_callback calls, from this interpreter.
 PYTHON_SYMBOLS = ("PyGILState_Ensure", "PyGILState_Release", "PyLong_FromUnsignedLongLong",
                   "PyLong_AsUnsignedLongLongMask", "PyObject_Vectorcall", "Py_DecRef",
-                  "PyErr_WriteUnraisable", "PyBytes_FromStringAndSize",
-                  "PyDict_GetItemWithError", "PyErr_Occurred", "PyErr_Clear",
-                  "PyObject_GetAttr", "PyList_Size", "PyList_GetItem", "PyObject_IsTrue",
-                  "PyObject_SetAttr")
+                  "PyErr_WriteUnraisable")
 
 
 @functools.cache
@@ -1411,6 +1326,7 @@ def _register_runtime() -> None:
         llvm.add_symbol(name, ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value)
     for name, address in ((VALUE_SYMBOL, _value_address()),
                           (ARRAY_VALUE_SYMBOL, _symbol_address(ACCEL, ARRAY_VALUE_SYMBOL)),
+                          (HTAB_LOOKUP_SYMBOL, _symbol_address(ACCEL, HTAB_LOOKUP_SYMBOL)),
                           *((name, _cache_model_symbol(name)) for name in (
                               CHARGE_SYMBOL, HTAB_OP_SYMBOL, MAP_CORE_SYMBOL,
                               PROBE_READ_SYMBOL, PRANDOM_SYMBOL))):
