@@ -1157,14 +1157,50 @@ static PyObject *mod_atomic_rmw(PyObject *m, PyObject *const *args, Py_ssize_t n
  * the value, without Python code. ``st`` is the run's state, ``run`` three objects of it:
  * the run's rs.mem, rs.value_regions and exported (_Run.exported). The value's region
  * (rs.region_of: its number from the state's word ``next_region``); a value that is memory
- * reached natively (_Run.reach: an export kept in ``exported``, its address in the value
- * table at ``values``); the cache entry from ``home`` of the map's cache at ``cache`` (its
- * count of entries in use in the word before) filled with ``tag``, the pointer and whether
- * the value is local. Each returns the pointer, or 0 where Python must do it (no such element yet, a
- * value that is not plain memory, a full cache, an error: cleared, Python's own lookup
- * reports it).
+ * reached natively (_Run.reach: an export, a BufferPin, kept in ``exported``; its address
+ * in the value table at ``values``); the cache entry from ``home`` of the map's cache at
+ * ``cache`` (its count of entries in use in the word before) filled with ``tag``, the
+ * pointer and whether the value is local. Each returns the pointer, or 0 where Python must
+ * do it (no such element yet, a value that is not plain memory, a full cache, an error:
+ * cleared, Python's own lookup reports it).
  */
 enum { RUN_MEM, RUN_VALUE_REGIONS, RUN_EXPORTED };
+
+/* A bytearray's buffer held exported, as a memoryview of it holds it (Python's _Run.reach
+ * keeps one), in one small object where a memoryview is two: the bytearray cannot move or
+ * resize while it lives */
+typedef struct {
+	PyObject_HEAD
+	Py_buffer view;
+} BufferPin;
+
+static void buffer_pin_dealloc(PyObject *op)
+{
+	PyBuffer_Release(&((BufferPin *)op)->view);
+	PyObject_Free(op);
+}
+
+static PyTypeObject BufferPinType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "pybpf._accel.BufferPin",
+	.tp_basicsize = sizeof(BufferPin),
+	.tp_dealloc = buffer_pin_dealloc,
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "A buffer held exported for a native run (the run's _Run.exported holds it)",
+};
+
+static PyObject *buffer_pin(PyObject *obj)
+{
+	BufferPin *pin = PyObject_New(BufferPin, &BufferPinType);
+	if (pin == NULL)
+		return NULL;
+	if (PyObject_GetBuffer(obj, &pin->view, PyBUF_SIMPLE) < 0) {
+		pin->view.obj = NULL;  /* nothing to release */
+		Py_DECREF(pin);
+		return NULL;
+	}
+	return (PyObject *)pin;
+}
 
 struct native_state {
 	int64_t next_region, values, value_slots, cache, entries;
@@ -1182,8 +1218,12 @@ static uint64_t place_value(uint64_t *st, PyObject *const *run, const struct nat
 	if ((id = PyLong_FromVoidPtr(value)) == NULL)
 		goto out;
 	pointer = PyDict_GetItemWithError(run[RUN_VALUE_REGIONS], id);
+	uint64_t ptr;
 	if (pointer != NULL) {
 		Py_INCREF(pointer);
+		ptr = PyLong_AsUnsignedLongLong(pointer);
+		if (PyErr_Occurred())
+			goto out;
 	} else {
 		uint64_t fresh = st[at->next_region];
 		if (PyErr_Occurred() || (region_obj = PyLong_FromUnsignedLongLong(fresh)) == NULL
@@ -1192,19 +1232,17 @@ static uint64_t place_value(uint64_t *st, PyObject *const *run, const struct nat
 		    || PyDict_SetItem(run[RUN_VALUE_REGIONS], id, pointer) < 0)
 			goto out;
 		st[at->next_region] = fresh + 1;
+		ptr = fresh << 32;
 	}
-	uint64_t ptr = PyLong_AsUnsignedLongLong(pointer), region = ptr >> 32;
-	if (PyErr_Occurred())
-		goto out;
+	uint64_t region = ptr >> 32;
 	/* _Run.reach(region) */
 	uint64_t *slot = &st[at->values + 3 * (int64_t)(region & (uint64_t)(at->value_slots - 1))];
 	if (memory && slot[0] != region) {
-		Py_CLEAR(region_obj);
-		if ((region_obj = PyLong_FromUnsignedLongLong(region)) == NULL)
+		if (region_obj == NULL && (region_obj = PyLong_FromUnsignedLongLong(region)) == NULL)
 			goto out;
 		PyObject *view = PyDict_GetItemWithError(run[RUN_EXPORTED], region_obj);
 		if (view == NULL) {
-			if (PyErr_Occurred() || (view = PyMemoryView_FromObject(value)) == NULL)
+			if (PyErr_Occurred() || (view = buffer_pin(value)) == NULL)
 				goto out;
 			int stored = PyDict_SetItem(run[RUN_EXPORTED], region_obj, view);
 			Py_DECREF(view);  /* the dict holds it */
@@ -1442,7 +1480,7 @@ static PyObject *mod_call_native(PyObject *m, PyObject *const *args, Py_ssize_t 
 
 /*
  * buffer_address(buffer) -> int: where a buffer's bytes are (the native tier reaches a map
- * value there, its caller holding an export, a memoryview, so they stay there; or a
+ * value there, its caller holding an export, so they stay there; or a
  * tracepoint's record, bytes, which never move). TypeError for what is not contiguous memory.
  */
 static PyObject *mod_buffer_address(PyObject *m, PyObject *buffer)
@@ -1483,6 +1521,8 @@ static PyMethodDef module_methods[] = {
 
 static int module_exec(PyObject *module)
 {
+	if (PyType_Ready(&BufferPinType) < 0)
+		return -1;
 	PyObject *core = PyType_FromModuleAndSpec(module, &core_spec, NULL);
 
 	if (!core)

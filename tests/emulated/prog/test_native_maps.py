@@ -309,12 +309,21 @@ def test_which_lookups_run_without_python(map_type, expected):
 
 
 @needs_accel
-def test_values_are_released_when_the_run_ends():
+@pytest.mark.parametrize("map_type", [MapType.ARRAY, MapType.HASH])
+def test_values_are_released_when_the_run_ends(map_type):
+    """A value reached natively is pinned (exported: a memoryview from Python, a BufferPin
+    from C) while the run lasts, and only then."""
     system = make_system("emulated", modeled_time=False)
-    fd = system.map_create(MapType.ARRAY, 4, 8, 4)
+    fd = system.map_create(map_type, 4, 8, 4)
+    for k in range(4 if map_type == MapType.HASH else 0):
+        system.map_update_elem(fd, k.to_bytes(4, "little"), bytes(8))
     prog = load(system, counting_loop(4, 8), {"m": fd})
-    prog.run(bytearray(64), engine="native")
-    value = system.map_from_fd(fd).elems[0]
+    with system.machine.on_cpu(0):
+        for _ in range(3):  # the first run's lookups are Python's, the next ones C's
+            assert prog.run(bytearray(64), engine="native").retval == 8
+    bpf_map = system.map_from_fd(fd)
+    value = bpf_map.elems[0] if map_type == MapType.ARRAY else bpf_map.table[bytes(4)].value
+    assert int.from_bytes(value, "little") == 6
     value.append(0)  # BufferError while an export pins it
     value.pop()
 

@@ -1458,11 +1458,10 @@ class _Run:
         buf = self.rs.mem.get(region)
         if not NATIVE_VALUES or type(buf) is not bytearray or not buf:
             return False
-        view = self.exported.get(region)
-        if view is None:  # the export keeps the buffer where it is until the run ends
-            view = self.exported[region] = memoryview(buf)
+        if region not in self.exported:  # the export keeps the buffer where it is until
+            self.exported[region] = memoryview(buf)  # the run ends (C's: a BufferPin)
         words[slot] = region
-        words[slot + 1] = BUFFER_ADDRESS(view)
+        words[slot + 1] = BUFFER_ADDRESS(buf)
         words[slot + 2] = len(buf)
         return True
 
