@@ -22,10 +22,10 @@
 #define TASK_SIZE_MAX 0x7FFFFFFFF000ULL  /* x86-64, 48-bit virtual addresses */
 
 static PyObject *s_user_memory, *s_starts, *s_blocks, *s_machine, *s_prog, *s_executable,
-	*s_charge, *s_tracepoint_entry, *s_env, *s_engine, *s_entry_of, *s_main_entries,
+	*s_charge, *s_tracepoint_entry, *s_engine, *s_main_entries,
 	*s_current, *s_cpu, *s_static_regions, *s_bpf_insn, *s_count, *s_tracepoints,
 	*s_run_state_proto, *s_run_state, *s_timing, *s_modeled, *s_modeled_time, *s_scheduler,
-	*s_ever_deferred, *s_bpf_syscall;
+	*s_ever_deferred, *s_bpf_syscall, *s_syscall_connect, *s_syscall_entry, *s_empty_ctx;
 /* what run_native_prog raises and calls as run_prog does, imported at first use, and the
  * globals of irq_work_run's module, whose _irq_work_used says whether the call has anything
  * to do (irq_work_run's own first test, without its Python frame) */
@@ -42,8 +42,8 @@ int bpf_trace_ready(void)
 		|| intern(&s_prog, "prog") < 0 || intern(&s_executable, "executable") < 0
 		|| intern(&s_charge, "charge") < 0
 		|| intern(&s_tracepoint_entry, "tracepoint_entry") < 0
-		|| intern(&s_env, "env") < 0 || intern(&s_engine, "engine") < 0
-		|| intern(&s_entry_of, "entry_of") < 0 || intern(&s_main_entries, "main_entries") < 0
+		|| intern(&s_engine, "engine") < 0
+		|| intern(&s_main_entries, "main_entries") < 0
 		|| intern(&s_current, "current") < 0 || intern(&s_cpu, "cpu") < 0
 		|| intern(&s_static_regions, "static_regions") < 0
 		|| intern(&s_bpf_insn, "bpf_insn") < 0 || intern(&s_count, "count") < 0
@@ -54,7 +54,11 @@ int bpf_trace_ready(void)
 		|| intern(&s_scheduler, "_scheduler") < 0
 		|| intern(&s_ever_deferred, "ever_deferred") < 0
 		|| intern(&s_bpf_syscall, "bpf_syscall") < 0
-		|| intern(&s_irq_work_used, "_irq_work_used") < 0 ? -1 : 0;
+		|| intern(&s_irq_work_used, "_irq_work_used") < 0
+		|| intern(&s_syscall_connect, "syscall_connect") < 0
+		|| intern(&s_syscall_entry, "syscall_entry") < 0
+		|| (s_empty_ctx == NULL
+		    && (s_empty_ctx = PyBytes_FromStringAndSize(NULL, 0)) == NULL) ? -1 : 0;
 }
 
 /* The user block holding [addr, addr + size) and the offset there (a new reference), or NULL
@@ -209,9 +213,9 @@ static PyObject *run_state_copy(PyObject *proto)
  * runs it); a new reference, or NULL with an exception */
 static PyObject *native_entry_of(PyObject *exe, PyObject *rs)
 {
-	PyObject *entry_of = PyObject_GetAttr(rs, s_entry_of), *env = NULL, *engine = NULL;
+	PyObject *entry_of = run_entry_of(rs), *env = NULL, *engine = NULL;
 	PyObject *entries = NULL, *entry = NULL;
-	if (entry_of == NULL || entry_of == Py_None || (env = PyObject_GetAttr(rs, s_env)) == NULL
+	if (entry_of == NULL || entry_of == Py_None || (env = run_env(rs)) == NULL
 	    || (engine = PyObject_GetAttr(env, s_engine)) == NULL
 	    || (entries = PyObject_GetAttr(exe, s_main_entries)) == NULL
 	    || !PyDict_CheckExact(entries))
@@ -256,7 +260,7 @@ static PyObject *run_native_prog(PyObject *exe, PyObject *rs, PyObject *entry,
 	if (machine != Py_None  /* rs.cpu = machine.current.cpu */
 	    && ((current = PyObject_GetAttr(machine, s_current)) == NULL
 		|| (run_cpu = PyObject_GetAttr(current, s_cpu)) == NULL
-		|| PyObject_SetAttr(rs, s_cpu, run_cpu) < 0))
+		|| run_set_cpu(rs, run_cpu) < 0))
 		goto out;
 	if ((statics = PyObject_GetAttr(exe, s_static_regions)) == NULL
 	    || (mem = run_regions(rs)) == NULL
@@ -467,4 +471,53 @@ PyObject *enter_syscall(PyObject *module, PyObject *const *args, Py_ssize_t narg
 		return NULL;
 	Py_XDECREF(entered);
 	return fire_tracepoint(module, args, 3);
+}
+
+/* EmulatedSystem.enter_syscall(syscall, ctx=b"") in C (the class's method where built: an
+ * instancemethod of this function; progs.py's enter_syscall is the reference): the
+ * tracepoint's key (syscalls, sys_enter_<syscall>), kept per syscall, and the entry's event
+ * (syscall_connect for connect), then enter_syscall */
+PyObject *enter_syscall_method(PyObject *module, PyObject *const *args, size_t nargsf,
+				PyObject *kwnames)
+{
+	static PyObject *keys;  /* syscall -> its tracepoint's key */
+	Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+	/* (self, syscall, ctx=b""), the last two by name too */
+	PyObject *given[3] = {nargs > 0 ? args[0] : NULL, nargs > 1 ? args[1] : NULL,
+			      nargs > 2 ? args[2] : NULL};
+	int bad = nargs < 1 || nargs > 3;
+	for (Py_ssize_t i = 0; kwnames != NULL && i < PyTuple_GET_SIZE(kwnames) && !bad; i++) {
+		PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+		int at = PyUnicode_CompareWithASCIIString(name, "syscall") == 0 ? 1
+			: PyUnicode_CompareWithASCIIString(name, "ctx") == 0 ? 2 : 0;
+		bad = at == 0 || given[at] != NULL;
+		if (!bad)
+			given[at] = args[nargs + i];
+	}
+	if (bad || given[1] == NULL) {
+		PyErr_SetString(PyExc_TypeError, "enter_syscall(syscall, ctx=b''): one syscall "
+				"name and at most one record");
+		return NULL;
+	}
+	if (keys == NULL && (keys = PyDict_New()) == NULL)
+		return NULL;
+	PyObject *syscall = given[1];
+	PyObject *key = PyDict_GetItemWithError(keys, syscall);  /* borrowed */
+	if (key == NULL) {
+		PyObject *name = PyErr_Occurred() ? NULL
+			: PyUnicode_FromFormat("sys_enter_%S", syscall);
+		PyObject *made = name == NULL ? NULL : Py_BuildValue("(sO)", "syscalls", name);
+		Py_XDECREF(name);
+		if (made == NULL || PyDict_SetItem(keys, syscall, made) < 0) {
+			Py_XDECREF(made);
+			return NULL;
+		}
+		key = made;
+		Py_DECREF(made);  /* the dict holds it */
+	}
+	int connect = PyUnicode_Check(syscall)
+		&& PyUnicode_CompareWithASCIIString(syscall, "connect") == 0;
+	PyObject *ctx = given[2] != NULL ? given[2] : s_empty_ctx;
+	return enter_syscall(module, (PyObject *[]){given[0], key, ctx,
+						  connect ? s_syscall_connect : s_syscall_entry}, 4);
 }

@@ -1665,7 +1665,8 @@ static PyMethodDef module_methods[] = {
 	{"fire_tracepoint", (PyCFunction)(void (*)(void))fire_tracepoint, METH_FASTCALL,
 	 "fire_tracepoint(system, key, ctx) -> r0s: progs.ProgramsMixin._fire"},
 	{"enter_syscall", (PyCFunction)(void (*)(void))enter_syscall, METH_FASTCALL,
-	 "enter_syscall(system, key, ctx, entry) -> r0s: progs.ProgramsMixin.enter_syscall"},
+	 "enter_syscall(system, key, ctx, entry) -> r0s: progs.ProgramsMixin.enter_syscall "
+	 "once it has the key and the entry's event"},
 	{"lpm_trie_walk", (PyCFunction)(void (*)(void))lpm_trie_walk, METH_FASTCALL,
 	 "lpm_trie_walk(root, key, data_size) -> node or None: lpm_trie.trie_walk"},
 	{NULL, NULL, 0, NULL},
@@ -1728,6 +1729,22 @@ PyMODINIT_FUNC PyInit__cache_model(void)
 	    || PyModule_AddObjectRef(module, "HostLock", (PyObject *)&HostLockType) < 0
 	    || PyModule_AddObjectRef(module, "NativeEntry", (PyObject *)&NativeEntryType) < 0
 	    || PyModule_AddObjectRef(module, "LpmCore", (PyObject *)&LpmCoreType) < 0) {
+		Py_DECREF(module);
+		return NULL;
+	}
+	/* EmulatedSystem.enter_syscall, a method: a C function called with the system first */
+	static PyMethodDef enter_syscall_def = {
+		"enter_syscall", (PyCFunction)(void (*)(void))enter_syscall_method,
+		METH_FASTCALL | METH_KEYWORDS,
+		"enter_syscall(syscall, ctx=b'') -> r0s: a task on the current CPU makes "
+		"``syscall``: a modeled operation begins, the entry costs syscall_entry "
+		"(syscall_connect for connect), and tracepoint syscalls/sys_enter_<syscall> fires "
+		"with the record ``ctx`` (progs.py's ProgramsMixin.enter_syscall, in C)"};
+	PyObject *function = PyCFunction_New(&enter_syscall_def, module);
+	PyObject *method = function == NULL ? NULL : PyInstanceMethod_New(function);
+	Py_XDECREF(function);
+	if (method == NULL || PyModule_AddObject(module, "enter_syscall_method", method) < 0) {
+		Py_XDECREF(method);
 		Py_DECREF(module);
 		return NULL;
 	}

@@ -169,6 +169,11 @@ int bind_run_state_type(void);
 PyObject *run_regions(PyObject *rs);
 /* A run's machine, rs.machine (a new reference: None for a bare run), or NULL */
 PyObject *run_machine(PyObject *rs);
+/* A run's environment and entry maker, rs.env and rs.entry_of (new references), or NULL */
+PyObject *run_env(PyObject *rs);
+PyObject *run_entry_of(PyObject *rs);
+/* rs.cpu = cpu: 0, or -1 */
+int run_set_cpu(PyObject *rs, PyObject *cpu);
 /* The region of a run's ``mem`` that ``ptr`` points into (borrowed), or NULL (with an
  * exception only where the lookup failed) */
 PyObject *region_at(PyObject *mem, uint64_t ptr);
@@ -188,6 +193,8 @@ PyObject *probe_read_user(PyObject *module, PyObject *const *args, Py_ssize_t na
 PyObject *trace_call_bpf(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *fire_tracepoint(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 PyObject *enter_syscall(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+PyObject *enter_syscall_method(PyObject *module, PyObject *const *args, size_t nargsf,
+				PyObject *kwnames);
 
 /* _native.c: NativeEntry, a native-tier program's entry */
 extern PyTypeObject NativeEntryType;

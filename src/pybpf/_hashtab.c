@@ -590,7 +590,7 @@ static PyObject *current_cpu(HtabCore *c, int *cpu)
 /* RunState's fields the map helpers read on every call (its __slots__), bound at their first
  * use */
 enum { RUN_STATE_MEM, RUN_STATE_VALUE_REGIONS, RUN_STATE_CPU, RUN_STATE_MACHINE,
-       RUN_STATE_NEXT_REGION, RUN_STATE_FIELDS };
+       RUN_STATE_NEXT_REGION, RUN_STATE_ENV, RUN_STATE_ENTRY_OF, RUN_STATE_FIELDS };
 static SlotField run_state_fields[RUN_STATE_FIELDS];
 
 int bind_run_state_type(void)
@@ -600,6 +600,7 @@ int bind_run_state_type(void)
 		[RUN_STATE_VALUE_REGIONS] = {"RunState", "value_regions"},
 		[RUN_STATE_CPU] = {"RunState", "cpu"}, [RUN_STATE_MACHINE] = {"RunState", "machine"},
 		[RUN_STATE_NEXT_REGION] = {"RunState", "next_region"},
+		[RUN_STATE_ENV] = {"RunState", "env"}, [RUN_STATE_ENTRY_OF] = {"RunState", "entry_of"},
 	};
 	return slot_fields_bind(run_state_fields, of, RUN_STATE_FIELDS,
 				"pybpf.emulated.prog.memory");
@@ -618,6 +619,21 @@ PyObject *run_regions(PyObject *rs)
 PyObject *run_machine(PyObject *rs)
 {
 	return run_state_get(rs, RUN_STATE_MACHINE);
+}
+
+PyObject *run_env(PyObject *rs)
+{
+	return run_state_get(rs, RUN_STATE_ENV);
+}
+
+PyObject *run_entry_of(PyObject *rs)
+{
+	return run_state_get(rs, RUN_STATE_ENTRY_OF);
+}
+
+int run_set_cpu(PyObject *rs, PyObject *cpu)
+{
+	return slot_field_set(&run_state_fields[RUN_STATE_CPU], rs, cpu);
 }
 
 /* The CPU a run is on: rs.cpu, which run_prog sets when the run begins (a program runs where

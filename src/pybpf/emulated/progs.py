@@ -34,7 +34,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ..accelerator import ENTER_SYSCALL, FIRE_TRACEPOINT
+from ..accelerator import ENTER_SYSCALL_METHOD, FIRE_TRACEPOINT
 from ..attrs import ProgAttr, TestRunRequest
 from ..errors import KernelError, prog_description
 from ..system import ProgInfo, TestRun
@@ -391,11 +391,13 @@ class ProgramsMixin:
         key = _SYSCALL_TRACEPOINTS.get(syscall)
         if key is None:
             key = _SYSCALL_TRACEPOINTS[syscall] = ("syscalls", f"sys_enter_{syscall}")
-        entry = "syscall_connect" if syscall == "connect" else "syscall_entry"
-        if ENTER_SYSCALL is not None:  # the same in C, without the Python frames
-            return ENTER_SYSCALL(self, key, ctx, entry)
-        self.machine.bpf_syscall(entry)
+        self.machine.bpf_syscall("syscall_connect" if syscall == "connect" else "syscall_entry")
         return self._fire(key, ctx)
+
+    # the same in C where built, without a Python frame on the way (this one its reference)
+    if ENTER_SYSCALL_METHOD is not None:
+        _enter_syscall_reference = enter_syscall
+        enter_syscall = ENTER_SYSCALL_METHOD
 
 
 _tracepoint_lock = threading.Lock()

@@ -529,14 +529,24 @@ def test_a_tracepoint_run_state_is_a_fresh_copy_of_the_systems_prototype():
     link.close()
 
 
+def python_syscalls(monkeypatch) -> None:
+    """Syscall entries and tracepoint firings through progs.py's Python methods, the
+    references (the C ones set aside)."""
+    import pybpf.emulated.progs as progs
+
+    reference = getattr(progs.ProgramsMixin, "_enter_syscall_reference", None)
+    if reference is not None:
+        monkeypatch.setattr(progs.ProgramsMixin, "enter_syscall", reference)
+    monkeypatch.setattr(progs, "FIRE_TRACEPOINT", None)
+
+
 @pytest.mark.parametrize("engine", ["jit", "native"])
 @pytest.mark.parametrize("modeled", [True, False])
 def test_a_tracepoint_fires_the_same_with_or_without_its_c_loop(modeled, engine, monkeypatch):
     """A syscall's entry and its tracepoint's runs in C (enter_syscall, fire_tracepoint and
     trace_call_bpf; a native entry's without run_prog's Python frame) and in Python: the
     same R0s, map contents, modeled counts and clock, the same fault where a program exceeds
-    the budget."""
-    import pybpf.emulated.progs as progs
+    the budget; the record given by name, or none (an empty one)."""
     from pybpf.emulated.prog.native import native_missing
 
     if engine == "native" and native_missing():
@@ -544,8 +554,7 @@ def test_a_tracepoint_fires_the_same_with_or_without_its_c_loop(modeled, engine,
     outcomes = []
     for in_c in (True, False):
         if not in_c:
-            monkeypatch.setattr(progs, "ENTER_SYSCALL", None)
-            monkeypatch.setattr(progs, "FIRE_TRACEPOINT", None)
+            python_syscalls(monkeypatch)
         system = pybpf.system("emulated", cpus=2, modeled_time=modeled)
         system.bpf_engine = engine
         counting, fd = counting_tracepoint(system)
@@ -556,7 +565,10 @@ def test_a_tracepoint_fires_the_same_with_or_without_its_c_loop(modeled, engine,
         record = (5).to_bytes(8, "little") + (99).to_bytes(8, "little") + bytes(48)
         timing = system.machine.timing
         with system.on_cpu(1):
-            r0s = [system.enter_syscall("getpid", record) for _ in range(3)]
+            r0s = [system.enter_syscall("getpid", record),
+                   system.enter_syscall("getpid", ctx=record),
+                   system.enter_syscall(syscall="getpid", ctx=record),
+                   system.enter_syscall("getppid")]  # nothing attached there
             system.insn_budget = 30
             with pytest.raises(ProgramFault) as info:
                 system.enter_syscall("getpid", record)
@@ -565,7 +577,7 @@ def test_a_tracepoint_fires_the_same_with_or_without_its_c_loop(modeled, engine,
         for link in links:
             link.close()
     assert outcomes[0] == outcomes[1]
-    assert outcomes[0][0] == [[0, 119]] * 3
+    assert outcomes[0][0] == [[0, 119]] * 3 + [[]]
 
 
 @pytest.mark.parametrize("in_c", [True, False])
@@ -577,9 +589,8 @@ def test_without_modeled_time_a_syscall_runs_deferred_work_due_before_its_progra
     import pybpf.emulated.progs as progs
 
     if not in_c:
-        monkeypatch.setattr(progs, "ENTER_SYSCALL", None)
-        monkeypatch.setattr(progs, "FIRE_TRACEPOINT", None)
-    elif progs.ENTER_SYSCALL is None:
+        python_syscalls(monkeypatch)
+    elif progs.ENTER_SYSCALL_METHOD is None:
         pytest.skip("the C extension (pybpf._cache_model) is not built")
     system = pybpf.system("emulated", cpus=1, modeled_time=False)
     prog, fd = counting_tracepoint(system)
