@@ -1330,6 +1330,21 @@ static PyObject *elem_value(PyObject *elem, int64_t cpu)
 	return value;
 }
 
+/* The element the ``size`` key bytes at ``key`` name in ``table`` (a dict of key bytes to
+ * HtabElem), borrowed (the dict holds it), its type's slots bound; NULL where there is none,
+ * with an exception where Python must find it */
+static PyObject *find_elem(PyObject *table, const char *key, int64_t size)
+{
+	PyObject *kb = PyBytes_FromStringAndSize(key, size);
+	PyObject *elem = kb == NULL ? NULL : PyDict_GetItemWithError(table, kb);
+	Py_XDECREF(kb);
+	if (elem != NULL && bind_elem_slots(elem) < 0) {
+		PyErr_SetString(PyExc_TypeError, "a hash map's element without its slots");
+		return NULL;
+	}
+	return elem;
+}
+
 /* The native tier's hash map lookup (the machine code's @htab_lookup): the address of the
  * value object (``cpu`` as elem_value's) of the element the ``size`` key bytes at ``key``
  * name in ``table`` (a dict of key bytes to HtabElem), 0 where there is none, or UINT64_MAX
@@ -1340,15 +1355,13 @@ uint64_t pybpf_native_htab_lookup(PyObject *table, const char *key, int64_t size
 				  int64_t ref)
 {
 	PyGILState_STATE gil = PyGILState_Ensure();
-	PyObject *kb = PyBytes_FromStringAndSize(key, size), *elem = NULL, *value = NULL;
+	PyObject *elem = find_elem(table, key, size), *value;
 	uint64_t result = UINT64_MAX;
-	if (kb != NULL && (elem = PyDict_GetItemWithError(table, kb)) == NULL) {
+	if (elem == NULL) {
 		if (!PyErr_Occurred())
 			result = 0;
 		goto out;
 	}
-	if (elem == NULL || bind_elem_slots(elem) < 0)
-		goto out;
 	if (ref) {
 		PyObject *bit = elem_slot(elem, elem_slots.ref);
 		int set = bit == NULL ? -1 : PyObject_IsTrue(bit);
@@ -1362,9 +1375,7 @@ uint64_t pybpf_native_htab_lookup(PyObject *table, const char *key, int64_t size
 	if ((value = elem_value(elem, cpu)) != NULL)
 		result = (uint64_t)(uintptr_t)value;
 out:
-	if (PyErr_Occurred())
-		PyErr_Clear();
-	Py_XDECREF(kb);
+	PyErr_Clear();
 	PyGILState_Release(gil);
 	return result;
 }
@@ -1379,12 +1390,9 @@ uint64_t pybpf_native_value(uint64_t *st, PyObject *const *run, PyObject *table,
 {
 	PyGILState_STATE gil = PyGILState_Ensure();
 	const struct native_state at = {next_region, values, value_slots, cache, entries};
-	PyObject *kb = NULL, *value = NULL;
+	PyObject *elem = find_elem(table, key, key_size), *value;
 	uint64_t result = 0;
-	if ((kb = PyBytes_FromStringAndSize(key, key_size)) == NULL)
-		goto out;
-	PyObject *elem = PyDict_GetItemWithError(table, kb);  /* borrowed */
-	if (elem == NULL || bind_elem_slots(elem) < 0 || (value = elem_value(elem, cpu)) == NULL)
+	if (elem == NULL || (value = elem_value(elem, cpu)) == NULL)
 		goto out;
 	int local = 1;
 	if (cpu < 0) {  /* an element's value lives on its node; a CPU's own slot is local */
@@ -1397,9 +1405,7 @@ uint64_t pybpf_native_value(uint64_t *st, PyObject *const *run, PyObject *table,
 	result = place_value(st, run, &at, value, (uint64_t)(uintptr_t)value, home, local, 1);
 	Py_DECREF(value);
 out:
-	if (PyErr_Occurred())
-		PyErr_Clear();
-	Py_XDECREF(kb);
+	PyErr_Clear();  /* what went wrong, Python's own lookup meets and reports */
 	PyGILState_Release(gil);
 	return result;
 }
