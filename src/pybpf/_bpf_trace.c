@@ -475,12 +475,12 @@ PyObject *enter_syscall(PyObject *module, PyObject *const *args, Py_ssize_t narg
 
 /* EmulatedSystem.enter_syscall(syscall, ctx=b"") in C (the class's method where built: an
  * instancemethod of this function; progs.py's enter_syscall is the reference): the
- * tracepoint's key (syscalls, sys_enter_<syscall>), kept per syscall, and the entry's event
- * (syscall_connect for connect), then enter_syscall */
+ * tracepoint's key (syscalls, sys_enter_<syscall>), kept per syscall in the reference's
+ * own dict, and the entry's event (syscall_connect for connect), then enter_syscall */
 PyObject *enter_syscall_method(PyObject *module, PyObject *const *args, size_t nargsf,
 				PyObject *kwnames)
 {
-	static PyObject *keys;  /* syscall -> its tracepoint's key */
+	static PyObject *keys;  /* progs._SYSCALL_TRACEPOINTS: syscall -> its tracepoint's key */
 	Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
 	/* (self, syscall, ctx=b""), the last two by name too */
 	PyObject *given[3] = {nargs > 0 ? args[0] : NULL, nargs > 1 ? args[1] : NULL,
@@ -499,8 +499,13 @@ PyObject *enter_syscall_method(PyObject *module, PyObject *const *args, size_t n
 				"name and at most one record");
 		return NULL;
 	}
-	if (keys == NULL && (keys = PyDict_New()) == NULL)
+	if (keys == NULL
+	    && (keys = import_name("pybpf.emulated.progs", "_SYSCALL_TRACEPOINTS")) == NULL)
 		return NULL;
+	if (!PyDict_CheckExact(keys)) {
+		PyErr_SetString(PyExc_TypeError, "progs._SYSCALL_TRACEPOINTS is a dict");
+		return NULL;
+	}
 	PyObject *syscall = given[1];
 	PyObject *key = PyDict_GetItemWithError(keys, syscall);  /* borrowed */
 	if (key == NULL) {

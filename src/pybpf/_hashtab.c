@@ -560,7 +560,6 @@ int lock_release(PyObject *lock, int rc)
 	return rc;
 }
 
-
 /* The CPU ``obj`` names (a new reference to it, its number in *cpu), or NULL where it is not
  * one of the machine's ``ncpus`` */
 static PyObject *cpu_of(PyObject *obj, int ncpus, int *cpu)

@@ -401,5 +401,6 @@ class ProgramsMixin:
 
 
 _tracepoint_lock = threading.Lock()
-# syscall -> its tracepoint's key, ("syscalls", "sys_enter_<syscall>"), made once
+# syscall -> its tracepoint's key, ("syscalls", "sys_enter_<syscall>"), made once (here or by
+# C's enter_syscall, which keeps its keys here too)
 _SYSCALL_TRACEPOINTS: dict[str, tuple[str, str]] = {}
