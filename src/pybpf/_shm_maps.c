@@ -307,6 +307,7 @@ typedef struct {
 	uint64_t size;
 	int fd;          /* -1 for an anonymous segment (or once closed) */
 	PyObject *name;  /* str, or None */
+	Py_ssize_t exports; /* live buffer views of the mapping: it stays mapped while any */
 } SegmentObject;
 
 typedef struct {
@@ -687,6 +688,12 @@ static void Segment_dealloc(SegmentObject *self)
 /* close(): drop this process from the pid table and unmap (maps of it then give EBADF). */
 static PyObject *Segment_close(SegmentObject *self, PyObject *unused)
 {
+	if (self->exports) {
+		PyErr_Format(PyExc_BufferError, "the segment has %zd views of its memory in use (map "
+			     "values of an emulated system using it): close that system first",
+			     self->exports);
+		return NULL;
+	}
 	if (self->base && self->fd >= 0) {
 		struct seg_hdr *h = seg_hdr(self);
 		if (spin_lock(&h->lock) == 0) {
@@ -1090,6 +1097,32 @@ static PyObject *Segment_get_closed(SegmentObject *self, void *unused)
 	return PyBool_FromLong(self->base == NULL);
 }
 
+/* The buffer protocol: the whole mapping, writable; the emulated backend's map families
+ * (pybpf/emulated/maps/shared.py) slice their values out of it, and a live view keeps the
+ * segment mapped (close() refuses while there are views). */
+static int Segment_getbuffer(SegmentObject *self, Py_buffer *view, int flags)
+{
+	if (self->base == NULL) {
+		PyErr_SetString(PyExc_ValueError, "the segment is closed");
+		return -1;
+	}
+	if (PyBuffer_FillInfo(view, (PyObject *)self, self->base, (Py_ssize_t)self->size, 0,
+			      flags) < 0)
+		return -1;
+	self->exports++;
+	return 0;
+}
+
+static void Segment_releasebuffer(SegmentObject *self, Py_buffer *view)
+{
+	self->exports--;
+}
+
+static PyBufferProcs Segment_as_buffer = {
+	.bf_getbuffer = (getbufferproc)Segment_getbuffer,
+	.bf_releasebuffer = (releasebufferproc)Segment_releasebuffer,
+};
+
 static PyMethodDef Segment_methods[] = {
 	{"create_map", (PyCFunction)Segment_create_map, METH_VARARGS,
 	 "create_map(name, type, key_size, value_size, max_entries, flags, hashrnd) -> Map"},
@@ -1121,6 +1154,7 @@ static PyTypeObject SegmentType = {
 	.tp_methods = Segment_methods,
 	.tp_getset = Segment_getset,
 	.tp_members = Segment_members,
+	.tp_as_buffer = &Segment_as_buffer,
 };
 
 /* -- the map object ------------------------------------------------------------------------ */
@@ -1240,6 +1274,25 @@ static inline struct aelem *array_elem(MapObject *m, uint32_t index)
 	return (struct aelem *)(m->seg->base + map_hdr(m)->values_off + (uint64_t)index * m->elem_size);
 }
 
+/* key's slot in bucket b, or NIL, walked without its lock (between read_begin and
+ * read_retry: a changed chain is walked again). A walk longer than the map can hold went
+ * round a chain changed under it. */
+static inline uint32_t walk_chain(MapObject *m, struct bucket *b, const uint8_t *k,
+				  uint32_t hash)
+{
+	uint8_t *base = m->seg->base;
+	struct map_hdr *h = map_hdr(m);
+	uint32_t steps = 0;
+	uint32_t s = __atomic_load_n(&b->head, __ATOMIC_RELAXED);
+	while (s != NIL && steps++ <= m->max_entries) {
+		struct helem *e = (struct helem *)slot_elem(base, h, s);
+		if (e->hash == hash && memcmp((uint8_t *)e + sizeof(*e), k, m->key_size) == 0)
+			return s;
+		s = __atomic_load_n(&e->next, __ATOMIC_RELAXED);
+	}
+	return NIL;
+}
+
 /* lookup(key) -> bytes: ENOENT when absent (an array: the index is past its end) */
 static PyObject *Map_lookup_impl(MapObject *m, PyObject *key)
 {
@@ -1279,24 +1332,46 @@ static PyObject *Map_lookup_impl(MapObject *m, PyObject *key)
 			Py_DECREF(out);
 			return owner_dead(dead);
 		}
-		/* A walk longer than the map can hold went round a chain changed under it. */
-		uint32_t steps = 0;
-		s = __atomic_load_n(&b->head, __ATOMIC_RELAXED);
-		while (s != NIL && steps++ <= m->max_entries) {
-			struct helem *e = (struct helem *)slot_elem(base, h, s);
-			if (e->hash == hash &&
-			    memcmp((uint8_t *)e + sizeof(*e), k, m->key_size) == 0) {
-				memcpy(dst, (uint8_t *)e + m->value_off, m->value_size);
-				break;
-			}
-			s = __atomic_load_n(&e->next, __ATOMIC_RELAXED);
-		}
+		s = walk_chain(m, b, k, hash);
+		if (s != NIL)
+			memcpy(dst, slot_elem(base, h, s) + m->value_off, m->value_size);
 	} while (read_retry(&b->seq, start));
 	if (s == NIL) {
 		Py_DECREF(out);
 		return os_error(ENOENT, "key not found");
 	}
 	return out;
+}
+
+/* value_offset(key) -> int: where key's value lies from the segment's start, -1 when there
+ * is none: what a program's bpf_map_lookup_elem points to (the live element, as the
+ * kernel's lookup returns it; the element may be reused once deleted, as the kernel's). */
+static PyObject *Map_value_offset_impl(MapObject *m, PyObject *key)
+{
+	const uint8_t *k;
+	if (get_key(m, key, &k) < 0)
+		return NULL;
+	uint8_t *base = m->seg->base;
+	if (m->type == BPF_MAP_TYPE_ARRAY) {
+		uint32_t index = array_index(k);
+		if (index >= m->max_entries)
+			return PyLong_FromLong(-1);
+		return PyLong_FromUnsignedLongLong(
+			(uint64_t)((uint8_t *)array_elem(m, index) + m->value_off - base));
+	}
+	uint32_t hash = htab_map_hash(k, m->key_size, m->hashrnd);
+	struct bucket *b = bucket_of(m, hash);
+	uint32_t start, s;
+	int dead;
+	do {
+		if ((dead = read_begin(&b->seq, &b->lock, &start)))
+			return owner_dead(dead);
+		s = walk_chain(m, b, k, hash);
+	} while (read_retry(&b->seq, start));
+	if (s == NIL)
+		return PyLong_FromLong(-1);
+	return PyLong_FromUnsignedLongLong(
+		(uint64_t)(slot_elem(base, map_hdr(m), s) + m->value_off - base));
 }
 
 static PyObject *update_array(MapObject *m, const uint8_t *k, const char *v, uint64_t flags)
@@ -1600,6 +1675,11 @@ static PyObject *Map_lookup(MapObject *m, PyObject *key)
 	return map_result(m, "map_lookup_elem", Map_lookup_impl(m, key));
 }
 
+static PyObject *Map_value_offset(MapObject *m, PyObject *key)
+{
+	return map_result(m, "map_lookup_elem", Map_value_offset_impl(m, key));
+}
+
 static PyObject *Map_delete(MapObject *m, PyObject *key)
 {
 	return map_result(m, "map_delete_elem", Map_delete_impl(m, key));
@@ -1624,6 +1704,8 @@ static PyMethodDef Map_methods[] = {
 	{"lookup", (PyCFunction)Map_lookup, METH_O, "lookup(key) -> value bytes"},
 	{"update", (PyCFunction)(void (*)(void))Map_update, METH_FASTCALL,
 	 "update(key, value, flags=0)"},
+	{"value_offset", (PyCFunction)Map_value_offset, METH_O,
+	 "value_offset(key) -> where the live value lies in the segment, or -1"},
 	{"delete", (PyCFunction)Map_delete, METH_O, "delete(key)"},
 	{"lookup_and_delete", (PyCFunction)Map_lookup_and_delete, METH_O,
 	 "lookup_and_delete(key) -> value bytes"},

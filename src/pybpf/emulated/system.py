@@ -25,7 +25,7 @@ import itertools
 import os
 import threading
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import hostinfo
 from ..attrs import MapAttr, length_problem, value_problem
@@ -52,11 +52,15 @@ from .machine.perf_event import EmulatedPerfBufferReader, PerfEvent
 from .maps.bpf_map import BpfMap, bpf_map_attr_numa_node
 from .maps.bpf_spin_lock import check_and_init_map_value, read_map_value
 from .maps.ringbuf import RingBufConsumer, UserRingBufWriter
+from .maps.shared import SHARED_OPS, SharedSegmentMap
 from .net.netdev import net_of
 from .prog.btf import BtfMixin, map_check_btf
 from .progs import ProgramsMixin
 from .sockmap_progs import SockMapMixin
 from .syscall import bpf_get_file_flag, bpf_obj_file_flags, bpf_obj_name_cpy
+
+if TYPE_CHECKING:
+    from ..shared import Segment
 
 
 class MapFile:
@@ -123,6 +127,9 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
     ``"kmem_cache_alloc_bulk"`` (straight from the slab; before). ``cpumap_rx`` picks how
     they pass skbs up: ``"gro_receive_skb"`` (the entry's GRO node; since 6.15) or
     ``"netif_receive_skb_list"`` (one list per pass, no GRO node; before).
+    ``shared`` (a ``pybpf.shared.Segment``) puts the system's HASH and ARRAY maps in that
+    segment, so processes forked after they were made share them (emulated/maps/shared.py);
+    such a system runs without modeled time, which the segment's maps do not charge.
     """
 
     name = "emulated"
@@ -131,7 +138,8 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
                  machine: Machine | None = None, htab_mem: str = "bpf_mem_alloc",
                  profile: Any = None, cache_scale: float = 1.0, seed: int = 0,
                  cpumap_skb_alloc: str = "napi_skb_cache_get_bulk",
-                 cpumap_rx: str = "gro_receive_skb", modeled_time: bool | None = None) -> None:
+                 cpumap_rx: str = "gro_receive_skb", modeled_time: bool | None = None,
+                 shared: Segment | None = None) -> None:
         if machine is not None and (cpus is not None or nodes is not None
                                     or profile is not None or modeled_time is not None):
             raise TypeError("give either machine= or cpus=/nodes=/profile=/modeled_time=, "
@@ -153,6 +161,10 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
             net_of(self.machine).cpumap_skb_alloc = cpumap_skb_alloc
         if cpumap_rx != "gro_receive_skb":
             net_of(self.machine).cpumap_rx = cpumap_rx
+        if shared is not None and self.machine.modeled_time:
+            raise ValueError("shared=: maps in a shared segment charge no modeled time; create "
+                             "the system with modeled_time=False")
+        self.shared_segment = shared
         self._lock = threading.RLock()  # fd table, idrs, pins, refcounts
         # fd -> object. Each emulated fd holds a real host fd (on /dev/null) of the same number,
         # so emulated objects and the process's real files (sockets for sockmap, say) share one
@@ -316,13 +328,17 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
                 if attr.map_type in MapType._value2member_map_ else None
             raise KernelError(errno.EINVAL, f"map type {known} is not emulated"
                               if known and attr.map_type else f"unknown map type {attr.map_type}")
+        if self.shared_segment is not None:
+            ops = SHARED_OPS.get(attr.map_type, ops)
         ops.map_alloc_check(attr, self.machine)
         if token_flag:  # bpf_token_get_from_fd: there are no BPF tokens in this backend
             raise KernelError(errno.EINVAL, "BPF_F_TOKEN_FD: map_token_fd is not a BPF token "
                               "(the emulated backend has none)")
         # Memory goes on the requested node, else on the creating CPU's (as kmalloc places it).
         home = node if node != NUMA_NO_NODE else self.machine.numa_node_id()
-        if map_traits(attr.map_type).map_in_map:  # bpf_map_meta_alloc reads inner_map_fd
+        if issubclass(ops, SharedSegmentMap):
+            bpf_map = ops(attr, self.machine, home, self.shared_segment)
+        elif map_traits(attr.map_type).map_in_map:  # bpf_map_meta_alloc reads inner_map_fd
             bpf_map = ops(attr, self.machine, home,
                           inner_map=self.map_from_fd(attr.inner_map_fd))
         else:

@@ -1,0 +1,182 @@
+"""Hash and array maps of an emulated system that live in a ``pybpf.shared`` segment.
+
+``EmulatedSystem(shared=segment)`` puts its BPF_MAP_TYPE_HASH and BPF_MAP_TYPE_ARRAY maps in
+``segment`` (pybpf/_shm_maps.c holds them: the layout, the locks, the kernel's semantics),
+so processes forked after the maps were made (an emulated CPU each, say) run programs and
+syscalls on the same maps, in parallel on the host's CPUs; every other map type stays
+process-local. The families here are the emulated ops of those maps:
+
+- A program's lookup points into the segment, at the live element (``Map.value_offset``),
+  as the kernel's lookup points at the element; writes through it land in the shared map,
+  and an atomic instruction is one on the shared word. The memory of a deleted element is
+  reused by a later insert, as the kernel's preallocated elements are.
+- Updates, deletes, get_next_key and lookup_and_delete are the segment's, atomic per element
+  across processes (each holds its bucket's or element's spin lock in the segment); a
+  syscall lookup is its untorn copy.
+- Not modelled: the segment charges no modeled time, keeps no NUMA access counts and has no
+  allocator model, so a system with a segment runs without modeled time. A value with a
+  bpf_spin_lock or bpf_timer, BPF_F_MMAPABLE and BPF_F_INNER_MAP arrays, and hash batch ops
+  are refused (EINVAL / ENOTSUPP, saying so); array batch ops are syscall.c's generic ones.
+- A map's memory stays in the segment until the segment goes (pybpf.shared's rule).
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ...attrs import MapAttr
+from ...errors import KernelError
+from ...uapi import BPF_F_INNER_MAP, BPF_F_MMAPABLE, MapFlags, MapType
+from .arraymap import array_map_alloc_check
+from .batch import generic_map_lookup_batch, generic_map_update_batch
+from .bpf_map import BpfMap
+from .hashtab import HtabMap
+
+if TYPE_CHECKING:
+    from ...shared import Segment
+    from ..machine.machine import Machine
+
+# the map flags the segment's maps hold; the others (NUMA placement, program access) are the
+# emulated map's, read where the kernel reads them
+SEGMENT_FLAGS = int(MapFlags.NO_PREALLOC | MapFlags.ZERO_SEED)
+_names = itertools.count()
+
+
+def _kernel_error(err: int, command: str, detail: str) -> KernelError:
+    return KernelError(err, detail)
+
+
+class SharedSegmentMap(BpfMap):
+    """A map whose elements are a ``pybpf.shared`` segment's (``self.shm``)."""
+
+    def __init__(self, attr: MapAttr, machine: Machine, node: int, segment: Segment) -> None:
+        super().__init__(attr, machine, node)
+        self.segment = segment
+        self.hashrnd = 0 if attr.map_flags & MapFlags.ZERO_SEED else \
+            machine.random.getrandbits(32)
+        try:
+            self.shm = segment._seg.create_map(
+                f"emulated-{os.getpid()}-{next(_names)}", int(attr.map_type), attr.key_size,
+                attr.value_size, attr.max_entries, attr.map_flags & SEGMENT_FLAGS,
+                self.hashrnd)
+        except OSError as exc:
+            raise KernelError(exc.errno or errno.ENOMEM,
+                              f"{exc.strerror} (in the {segment.describe()} of this "
+                              "emulated system)") from None
+        self.shm._set_errors(_kernel_error)
+        # the element ops a program's helpers call are the segment's C methods themselves
+        # (their keys and values are bytes of the right sizes)
+        self.map_update_elem = self.shm.update
+        self.map_delete_elem = self.shm.delete
+        self.map_get_next_key = self.shm.get_next_key
+        self._memory = memoryview(segment._seg)
+        # one view per element, so a value keeps its pointer within a run
+        self._views: dict[int, memoryview] = {}
+
+    def _view(self, key: bytes) -> memoryview | None:
+        off = self.shm.value_offset(key)
+        if off < 0:
+            return None
+        view = self._views.get(off)
+        if view is None:
+            view = self._views[off] = self._memory[off:off + self.value_size]
+        return view
+
+    def map_free(self) -> None:
+        """The views go; the elements stay in the segment (its memory is never given back)."""
+        self._views.clear()
+        self._memory.release()
+
+    def map_lookup_elem(self, key: bytes) -> memoryview | None:
+        return self._view(key)
+
+    def bpf_map_update_value(self, key: bytes | None, value: bytes, flags: int) -> None:
+        self.shm.update(bytes(key), bytes(value), flags)
+
+    def bpf_map_copy_value(self, key: bytes | None, flags: int) -> bytes:
+        """The segment's lookup: a copy read between two equal sequence counts (untorn)."""
+        return self.shm.lookup(key)
+
+    def set_special_fields(self, spin_lock_off: int, timer_off: int) -> None:
+        if spin_lock_off >= 0 or timer_off >= 0:
+            raise KernelError(errno.EINVAL, "a bpf_spin_lock or bpf_timer in the value of a "
+                              "map in a shared segment is not supported: create the map on "
+                              "an emulated system without shared=")
+
+    def mem_stats(self) -> dict:
+        return {**super().mem_stats(), "shared_segment": self.segment.describe()}
+
+
+class SharedHtab(SharedSegmentMap):
+    """BPF_MAP_TYPE_HASH in the segment."""
+
+    map_types = (MapType.HASH,)
+
+    @classmethod
+    def map_alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
+        HtabMap.htab_map_alloc_check(attr, machine)
+
+    def map_lookup_and_delete_elem(self, key: bytes | None, flags: int) -> bytes:
+        if flags:
+            raise KernelError(errno.EINVAL, f"flags {flags:#x}: BPF_F_LOCK needs a "
+                              "bpf_spin_lock in the value (maps in a segment have none)")
+        return self.shm.lookup_and_delete(key)
+
+    def map_for_each_callback(self, callback: Callable[[bytes, Any], int], flags: int) -> int:
+        """bpf_for_each_hash_elem over the elements present when it began, in the kernel's
+        order (buckets in order, each newest first); one deleted meanwhile is skipped."""
+        if flags:
+            raise KernelError(errno.EINVAL, f"flags {flags:#x}: must be 0")
+        keys = []
+        key = None
+        while True:
+            try:
+                key = self.shm.get_next_key(key)
+            except KernelError:
+                break
+            keys.append(key)
+        visited = 0
+        for key in keys:
+            value = self._view(key)
+            if value is None:
+                continue
+            visited += 1
+            if callback(key, value):
+                break
+        return visited
+
+
+class SharedArray(SharedSegmentMap):
+    """BPF_MAP_TYPE_ARRAY in the segment."""
+
+    map_types = (MapType.ARRAY,)
+
+    @classmethod
+    def map_alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
+        array_map_alloc_check(attr, machine)
+        if attr.map_flags & (BPF_F_MMAPABLE | BPF_F_INNER_MAP):
+            raise KernelError(errno.EINVAL, "BPF_F_MMAPABLE and BPF_F_INNER_MAP arrays are not "
+                              "supported in a shared segment: create the map on an emulated "
+                              "system without shared=")
+
+    def map_for_each_callback(self, callback: Callable[[bytes, Any], int], flags: int) -> int:
+        """bpf_for_each_array_elem: every index from 0."""
+        if flags:
+            raise KernelError(errno.EINVAL, f"flags {flags:#x}: must be 0")
+        for index in range(self.max_entries):
+            key = index.to_bytes(4, "little")
+            if callback(key, self._view(key)):
+                return index + 1
+        return self.max_entries
+
+    map_lookup_batch = generic_map_lookup_batch
+    map_update_batch = generic_map_update_batch
+
+
+# map type -> the family that holds it in a segment (EmulatedSystem(shared=...))
+SHARED_OPS: dict[int, type[SharedSegmentMap]] = {int(MapType.HASH): SharedHtab,
+                                                 int(MapType.ARRAY): SharedArray}

@@ -1,0 +1,240 @@
+"""An emulated system whose HASH and ARRAY maps live in a pybpf.shared segment
+(``EmulatedSystem(shared=...)``, emulated/maps/shared.py).
+
+The emulated system without a segment is the reference: the same syscalls and the same
+programs, on every engine, give the same values, errno and get_next_key order. Then what only
+the segment gives: processes forked after the maps were made update the same maps, from
+syscalls and from programs, and lose nothing.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pybpf import shared
+from pybpf.asm import (
+    FP,
+    R0,
+    R1,
+    R2,
+    R3,
+    R4,
+    add64,
+    atomic_add64,
+    call,
+    exit_,
+    jeq,
+    label,
+    ld_map_fd,
+    mov64,
+    stdw,
+    stw,
+)
+from pybpf.emulated import native_missing
+from pybpf.emulated.system import EmulatedSystem
+from pybpf.errors import BPFError
+from pybpf.maps import Map, MapSpec
+from pybpf.programs import Program, ProgramSpec
+from pybpf.uapi import BPF_F_MMAPABLE, BPF_F_NO_PREALLOC, BPF_F_ZERO_SEED, MapType, ProgType
+
+pytestmark = pytest.mark.skipif(not shared.available(),
+                                reason="pybpf._shm_maps is not built (no C compiler)")
+
+MIB = 1 << 20
+ENGINES = ["interp", "jit"] + ([] if native_missing() else ["native"])
+
+
+def shared_system(size: int = 8 * MIB, cpus: int = 2) -> EmulatedSystem:
+    return EmulatedSystem(cpus=cpus, modeled_time=False,
+                          shared=shared.Segment.create(None, size))
+
+
+def outcome(call_):
+    try:
+        return ("ok", call_())
+    except BPFError as exc:
+        return ("errno", exc.errno)
+
+
+def walk(sys_, fd) -> list:
+    keys, key = [], None
+    while True:
+        try:
+            key = sys_.map_get_next_key(fd, key)
+        except BPFError:
+            return keys
+        keys.append(key)
+
+
+@st.composite
+def op_sequence(draw, key_size: int, value_size: int):
+    pool = draw(st.lists(st.binary(min_size=key_size, max_size=key_size), min_size=1,
+                         max_size=16, unique=True))
+    key = st.sampled_from(pool)
+    value = st.binary(min_size=value_size, max_size=value_size)
+    op = st.one_of(
+        st.tuples(st.just("update"), key, value, st.sampled_from([0, 0, 1, 2, 4, 8])),
+        st.tuples(st.just("lookup"), key),
+        st.tuples(st.just("delete"), key),
+        st.tuples(st.just("lookup_and_delete"), key, st.sampled_from([0, 0, 4])),
+        st.tuples(st.just("next"), st.one_of(st.none(), key)),
+    )
+    return draw(st.lists(op, max_size=50))
+
+
+def apply(sys_, fd, op):
+    name, *args = op
+    if name == "update":
+        return outcome(lambda: sys_.map_update_elem(fd, *args))
+    if name == "lookup":
+        return outcome(lambda: sys_.map_lookup_elem(fd, args[0]))
+    if name == "delete":
+        return outcome(lambda: sys_.map_delete_elem(fd, args[0]))
+    if name == "lookup_and_delete":
+        return outcome(lambda: sys_.map_lookup_and_delete_elem(fd, *args))
+    return outcome(lambda: sys_.map_get_next_key(fd, args[0]))
+
+
+@settings(max_examples=60, database=None, deadline=None)
+@given(st.sampled_from([1, 4, 13]), st.sampled_from([1, 8, 12]), st.integers(1, 10),
+       st.sampled_from([0, BPF_F_NO_PREALLOC]), st.data())
+def test_hash_syscalls_match_the_emulated_reference(key_size, value_size, max_entries, flags,
+                                                    data):
+    ops = data.draw(op_sequence(key_size, value_size))
+    mine, ref = shared_system(), EmulatedSystem(cpus=2, modeled_time=False)
+    fds = [s.map_create(MapType.HASH, key_size, value_size, max_entries,
+                        map_flags=flags | BPF_F_ZERO_SEED) for s in (mine, ref)]
+    for op in ops:
+        assert apply(mine, fds[0], op) == apply(ref, fds[1], op), op
+    assert walk(mine, fds[0]) == walk(ref, fds[1])
+    assert mine.map_stats(fds[0])["shared_segment"] == "anonymous segment"
+
+
+@settings(max_examples=40, database=None, deadline=None)
+@given(st.sampled_from([1, 8, 12]), st.integers(1, 5), st.data())
+def test_array_syscalls_match_the_emulated_reference(value_size, max_entries, data):
+    ops = data.draw(op_sequence(4, value_size))
+    mine, ref = shared_system(), EmulatedSystem(cpus=2, modeled_time=False)
+    fds = [s.map_create(MapType.ARRAY, 4, value_size, max_entries) for s in (mine, ref)]
+    for op in ops:
+        assert apply(mine, fds[0], op) == apply(ref, fds[1], op), op
+    assert walk(mine, fds[0]) == walk(ref, fds[1])
+    batch = [s.map_lookup_batch(fd, None, max_entries)
+             for s, fd in zip((mine, ref), fds, strict=True)]
+    assert batch[0] == batch[1]
+
+
+def count_program() -> ProgramSpec:
+    """counts[1] += 1; h[7] = 5 (BPF_ANY); h[7] += 3: two maps, lookups, an update and
+    atomics on looked-up values."""
+    return ProgramSpec(ProgType.XDP, [
+        ld_map_fd(R1, "counts"), stw(FP, -4, 1), mov64(R2, FP), add64(R2, -4),
+        call("map_lookup_elem"), jeq(R0, 0, "out"), mov64(R1, 1), atomic_add64(R0, 0, R1),
+        label("out"),
+        ld_map_fd(R1, "h"), stw(FP, -4, 7), mov64(R2, FP), add64(R2, -4),
+        stdw(FP, -16, 5), mov64(R3, FP), add64(R3, -16), mov64(R4, 0),
+        call("map_update_elem"),
+        ld_map_fd(R1, "h"), mov64(R2, FP), add64(R2, -4),
+        call("map_lookup_elem"), jeq(R0, 0, "out2"), mov64(R1, 3), atomic_add64(R0, 0, R1),
+        label("out2"),
+        mov64(R0, 2), exit_()], name="count")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_programs_see_the_same_maps_as_without_a_segment(engine):
+    got = []
+    for sys_ in (shared_system(), EmulatedSystem(cpus=2, modeled_time=False)):
+        sys_.bpf_engine = engine
+        counts = Map(MapSpec(MapType.ARRAY, 4, 8, 4, key=int, value=int), sys_)
+        h = Map(MapSpec(MapType.HASH, 4, 8, 16, key=int, value=int), sys_)
+        with Program.load(count_program(), sys_, maps={"counts": counts, "h": h}) as prog:
+            retvals = [prog.test_run(bytes(64)).retval for _ in range(3)]
+        got.append((retvals, dict(counts.items()), dict(h.items())))
+    assert got[0] == got[1] == ([2, 2, 2], {0: 0, 1: 3, 2: 0, 3: 0}, {7: 8})
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_forked_processes_update_the_same_maps(engine):
+    """Two children each run the program 500 times and update keys of their own through
+    the syscall: the parent sees every increment and every key."""
+    sys_ = shared_system()
+    sys_.bpf_engine = engine
+    counts = Map(MapSpec(MapType.ARRAY, 4, 8, 4, key=int, value=int), sys_)
+    h = Map(MapSpec(MapType.HASH, 4, 8, 2048, key=int, value=int), sys_)
+    with Program.load(count_program(), sys_, maps={"counts": counts, "h": h}) as prog:
+        prog.test_run(bytes(64))  # compiled before the fork
+        pids = []
+        for child in range(2):
+            pid = os.fork()
+            if pid == 0:
+                status = 0
+                try:
+                    for i in range(500):
+                        prog.test_run(bytes(64))
+                        h[1000 * (child + 1) + i] = i
+                except BaseException:  # noqa: BLE001 - the exit status says it
+                    status = 1
+                os._exit(status)
+            pids.append(pid)
+        assert [os.waitpid(pid, 0)[1] for pid in pids] == [0, 0]
+    assert counts[1] == 1001
+    assert h[7] == 8
+    assert sorted(k for k in h if k != 7) == [*range(1000, 1500), *range(2000, 2500)]
+
+
+def test_a_system_with_a_segment_runs_without_modeled_time():
+    seg = shared.Segment.create(None, MIB)
+    with pytest.raises(ValueError, match="modeled_time=False"):
+        EmulatedSystem(cpus=1, modeled_time=True, shared=seg)
+
+
+def test_other_map_types_stay_in_the_process():
+    sys_ = shared_system()
+    fd = sys_.map_create(MapType.LRU_HASH, 4, 8, 16)
+    assert "shared_segment" not in sys_.map_stats(fd)
+
+
+def test_what_a_segment_cannot_hold_is_refused_saying_so():
+    sys_ = shared_system()
+    with pytest.raises(BPFError, match="not supported in a shared segment") as exc:
+        sys_.map_create(MapType.ARRAY, 4, 8, 4, map_flags=BPF_F_MMAPABLE)
+    assert exc.value.errno == errno.EINVAL
+    fd = sys_.map_create(MapType.HASH, 4, 8, 4)
+    with pytest.raises(BPFError) as exc:
+        sys_.map_lookup_batch(fd, None, 4)
+    assert exc.value.errno in (errno.EOPNOTSUPP, 524)  # ENOTSUPP, as the System says it
+    bpf_map = sys_.map_from_fd(fd)
+    with pytest.raises(Exception, match="bpf_spin_lock or bpf_timer"):
+        bpf_map.set_special_fields(0, -1)
+    # the kernel's checks come first, with the kernel's errno
+    with pytest.raises(BPFError) as exc:
+        sys_.map_create(MapType.HASH, 4, 0, 4)
+    assert exc.value.errno == errno.EINVAL
+
+
+def test_a_full_segment_is_enomem_and_the_system_goes_on():
+    sys_ = shared_system(size=64 * 1024)
+    with pytest.raises(BPFError) as exc:
+        sys_.map_create(MapType.HASH, 4, 8, 100_000)
+    assert exc.value.errno == errno.ENOMEM
+    fd = sys_.map_create(MapType.HASH, 4, 8, 8)
+    sys_.map_update_elem(fd, struct.pack("<I", 1), bytes(8), 0)
+    assert sys_.map_lookup_elem(fd, struct.pack("<I", 1)) == bytes(8)
+
+
+def test_the_segment_stays_mapped_while_a_map_holds_its_memory():
+    seg = shared.Segment.create(None, MIB)
+    sys_ = EmulatedSystem(cpus=1, modeled_time=False, shared=seg)
+    fd = sys_.map_create(MapType.ARRAY, 4, 8, 4)
+    with pytest.raises(BufferError, match="close that system first"):
+        seg.close()
+    assert sys_.map_lookup_elem(fd, struct.pack("<I", 0)) == bytes(8)
+    sys_.close(fd)  # the last reference: map_free releases the views
+    seg.close()
+    assert seg.closed
