@@ -166,6 +166,11 @@ def test_resizing_touches_only_the_enabled_tests_maps():
     (["1", "--modeled-time", "off", "--profile", "host"], "--profile and --cache-scale shape"),
     (["1", "--modeled-time", "off", "--cache-scale", "0.5"], "which --modeled-time off"),
     (["1", "--modeled-time", "maybe"], "invalid choice: 'maybe'"),
+    (["1", "--processes"], "--processes needs --modeled-time off"),
+    (["2", "--processes", "--modeled-time", "off"],
+     "test(s) 1 (PERCPU_HASH_PREALLOC) use maps that a shared segment does not hold"),
+    (["0", "--processes", "--modeled-time", "off"], "give TEST_FLAGS 389 or a part of it"),
+    (["1", "--backend", "kernel", "--processes"], "--processes runs the emulated CPUs"),
 ])
 def test_bad_arguments_print_usage_and_exit_2(args, message):
     proc = run_cli(*args)
@@ -356,6 +361,30 @@ def test_without_modeled_time_the_cli_prints_host_rates():
     assert SAMPLE_LINE.match(line)["rest"] == (f" {mp.EMULATED_LABEL} modeled time off: "
                                                "per second of host CPU time")
     assert note.startswith("# emulated backend: 1 CPUs on 1 NUMA node(s), modeled time off")
+
+
+@needs_emulated_programs
+@pytest.mark.skipif(not __import__("pybpf.shared").shared.available(),
+                    reason="pybpf._shm_maps is not built (no C compiler)")
+def test_processes_run_each_cpu_in_a_process_on_shared_maps(capsys):
+    """--processes: each CPU's task in a forked child, the HASH and ARRAY maps in a shared
+    segment (tests/emulated/maps/test_shared.py: forked processes share its maps); every
+    CPU's results come back, the lines are printed by CPU, and the aggregate counts every
+    trigger event over the wall time."""
+    assert mp.PROCESS_TESTS == (mp.Test.HASH_PREALLOC, mp.Test.HASH_KMALLOC,
+                                mp.Test.HASH_LOOKUP, mp.Test.ARRAY_LOOKUP)
+    cfg = mp.Config(test_flags=sum(t.bit for t in mp.PROCESS_TESTS), num_procs=2, max_cnt=40,
+                    backend="emulated", cpus=2, progress=False, modeled_time=False,
+                    processes=True)
+    result = mp.run(cfg)
+    assert sorted((r.cpu, r.test) for r in result.results) == sorted(
+        (cpu, t.name) for cpu in (0, 1) for t in cfg.tests)
+    assert all(r.events == 40 and r.rate == r.host_rate > 0 for r in result.results)
+    printed = [line for line in capsys.readouterr().out.splitlines() if SAMPLE_LINE.match(line)]
+    assert [int(SAMPLE_LINE.match(line)["cpu"]) for line in printed] == [0] * 4 + [1] * 4
+    assert result.aggregate_rate > 0
+    assert "2 processes on host CPUs" in result.notes[0]
+    assert "320 trigger events of all tests" in result.notes[0]
 
 
 def test_emulated_run_refuses_a_machine_without_modeled_time():

@@ -35,7 +35,7 @@ from ...commands import UsageError
 from . import config as _config
 from .config import *  # noqa: F403  (its __all__: the tests, their defaults, Config)
 from .config import Config, backend_of, config_from_args, validate
-from .emulated_run import EmulatedRun
+from .emulated_run import EmulatedRun, shared_segment_size
 from .kernel_run import KernelRun
 from .results import Result, RunResult, emit, rate_of, result_line
 
@@ -63,6 +63,10 @@ def run(cfg: Config) -> RunResult:
     if cfg.backend == "emulated":
         # its rates are modeled time unless --modeled-time off (PYBPF_NO_MODELED_TIME aside)
         kwargs["modeled_time"] = cfg.modeled_time
+        if cfg.processes:
+            from ... import shared
+
+            kwargs["shared"] = shared.Segment.create(None, shared_segment_size(cfg))
     sys_ = system(cfg.backend, **kwargs)
     if sys_.name == "kernel":
         return KernelRun(sys_, cfg).run()

@@ -25,8 +25,8 @@ from ..args import (
 )
 
 __all__ = ["ALL_TESTS_MASK", "COMPARE_ROUNDS", "Config", "EMULATED_LABEL", "MAP_DEFS",
-    "MAX_NR_CPUS", "NUMA_AUTO", "NUMA_NONE", "TESTS", "TRIGGER_AUTO", "TRIGGER_NATIVE",
-    "TRIGGER_PYTHON", "Test", "configure_parser"]
+    "MAX_NR_CPUS", "NUMA_AUTO", "NUMA_NONE", "PROCESS_TESTS", "TESTS", "TRIGGER_AUTO",
+    "TRIGGER_NATIVE", "TRIGGER_PYTHON", "Test", "configure_parser"]
 
 MAX_NR_CPUS = 1024  # slots of array_of_lru_hashs, as in the sample
 MAX_NUMNODES = 1024  # the kernel's largest (CONFIG_NODES_SHIFT 10)
@@ -173,6 +173,13 @@ class Config:
     object: str | None = None  # a clang-built object whose programs replace the assembled
     engine: str | None = None  # emulated: what runs the programs (default: the system's, jit)
     modeled_time: bool = True  # emulated: rates on the timing model; False: host rates only
+    processes: bool = False  # emulated: each CPU's task in a forked process, maps shared
+
+    def max_entries(self, name: str) -> int:
+        """The sample's fixup_map: NUM_ENTRIES resizes the enabled tests' maps."""
+        if self.num_map_entries > 0 and any(TESTS[t].map_name == name for t in self.tests):
+            return self.num_map_entries
+        return MAP_DEFS[name].max_entries
 
     @property
     def tests(self) -> list[Test]:
@@ -288,6 +295,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         help="emulated: 'on' (default): rates are modeled time on --profile; "
                              "'off': no timing model, each rate is events per second of the "
                              "host CPU time the CPU's task ran (the emulator's own speed)")
+    parser.add_argument("--processes", action="store_true",
+                        help="emulated, with --modeled-time off: run each CPU's task in a "
+                             "forked process of its own, pinned to a host CPU, the HASH and "
+                             "ARRAY maps in a shared-memory segment (pybpf.shared), so the run "
+                             "uses the host's CPUs; tests "
+                             + ", ".join(str(t.value) for t in PROCESS_TESTS) + " only")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress lines on stderr")
     return parser
@@ -311,7 +324,7 @@ def config_from_args(ns: argparse.Namespace) -> Config:
                   baseline=ns.baseline, c_trigger=ns.c_trigger, trigger=ns.trigger,
                   htab_mem=ns.htab_mem, progress=ns.progress, object=ns.object,
                   profile=ns.profile, cache_scale=ns.cache_scale, engine=ns.engine,
-                  modeled_time=ns.modeled_time == "on")
+                  modeled_time=ns.modeled_time == "on", processes=ns.processes)
 
 
 def backend_of(cfg: Config) -> str:
@@ -321,7 +334,7 @@ def backend_of(cfg: Config) -> str:
         return cfg.backend
     if cfg.cpus is not None or cfg.nodes is not None or cfg.htab_mem is not None \
             or cfg.profile is not None or cfg.cache_scale != 1.0 or cfg.engine is not None \
-            or not cfg.modeled_time:
+            or not cfg.modeled_time or cfg.processes:
         return "emulated"
     from ...backends import default_backend
 
@@ -348,6 +361,9 @@ def validate(cfg: Config) -> str | None:
         if not cfg.modeled_time:
             return ("--modeled-time off switches the emulated machine's timing model off; drop "
                     "it or use --backend emulated")
+        if cfg.processes:
+            return ("--processes runs the emulated CPUs as processes (the kernel backend's "
+                    "CPUs are processes already); drop it or use --backend emulated")
         cpus = os.cpu_count() or 1
     else:
         if cfg.baseline or cfg.c_trigger:
@@ -355,6 +371,10 @@ def validate(cfg: Config) -> str | None:
         if not cfg.modeled_time and (cfg.profile is not None or cfg.cache_scale != 1.0):
             return ("--profile and --cache-scale shape modeled time, which --modeled-time off "
                     "switches off: drop them (--cpus/--nodes declare the machine)")
+        if cfg.processes:
+            problem = processes_problem(cfg)
+            if problem:
+                return problem
         if cfg.engine == "native" and native_missing():
             return f"--engine native: {native_missing()}"
         try:
@@ -374,6 +394,38 @@ def validate(cfg: Config) -> str | None:
             return problem
     if cfg.c_trigger:
         return c_trigger_problem(cfg.c_trigger)
+    return None
+
+
+def test_maps(test: Test) -> tuple[str, ...]:
+    """Every map test ``test``'s program uses."""
+    td = TESTS[test]
+    return LRU_PROG_MAPS if td.syscall == "connect" else td.maps
+
+
+# the tests whose maps a shared segment holds (HASH and ARRAY, pybpf.shared): --processes
+PROCESS_TESTS = tuple(t for t in Test if all(
+    MAP_DEFS[name].map_type in (MapType.HASH, MapType.ARRAY) for name in test_maps(t)))
+
+
+def processes_problem(cfg: Config) -> str | None:
+    """What stops ``--processes`` (the emulated backend's), or None."""
+    from ... import shared
+
+    flags = sum(t.bit for t in PROCESS_TESTS)
+    if cfg.modeled_time:
+        return ("--processes needs --modeled-time off: the CPUs' modeled clocks run on one "
+                "scheduler, in one process")
+    others = [t for t in cfg.tests if t not in PROCESS_TESTS]
+    if others:
+        return (f"--processes: test(s) {', '.join(f'{t.value} ({t.name})' for t in others)} "
+                "use maps that a shared segment does not hold (it holds HASH and ARRAY maps); "
+                f"give TEST_FLAGS {flags} or a part of it (tests "
+                f"{', '.join(str(t.value) for t in PROCESS_TESTS)})")
+    if not shared.available():
+        return f"--processes: {shared.INSTALL_HINT}"
+    if not hasattr(os, "fork") or not hasattr(os, "sched_setaffinity"):
+        return "--processes needs fork() and sched_setaffinity() (Linux)"
     return None
 
 

@@ -13,6 +13,14 @@ With modeled time off (``Config.modeled_time`` False) the machine charges nothin
 stand still, so the CPUs' tasks run one after another on one host thread, with no scheduler
 (whose only part would be to ask at every operation whether to hand over), and each rate is
 that host rate: how fast the emulator itself runs the sample.
+
+``--processes`` (modeled time off) runs them as the sample runs its children: each CPU's task
+in a process forked once the maps and programs are made, pinned to a host CPU (CPU i on the
+i-th CPU the run may use, round robin), the HASH and ARRAY maps in an anonymous shared
+segment (``EmulatedSystem(shared=...)``), so the tasks update the same maps at once on the
+host's CPUs. The children start together from a barrier and send their results back through
+a pipe; the run also reports the aggregate: all trigger events (of every test, each a
+syscall whose program ran) over the wall time from that start to the last child's end.
 """
 
 from __future__ import annotations
@@ -20,15 +28,18 @@ from __future__ import annotations
 import functools
 import gc
 import itertools
+import os
+import pickle
 import sys
 import threading
 import time
 from collections.abc import Callable
 
 from ...emulated import VirtualTimeScheduler
+from ...uapi import MapType
 from .. import report
 from ..common import sys_enter_record
-from .config import NUMA_AUTO, TESTS, Config, Test, TestDef
+from .config import MAP_DEFS, NUMA_AUTO, TESTS, Config, Test, TestDef, test_maps
 from .results import Result, RunResult, allocator_counters, rate_of, result_line
 from .testbed import Setup, lru_lookup_keys, sockaddr_in6
 
@@ -81,12 +92,16 @@ class EmulatedRun:
             gc.collect()
             gc.freeze()
             try:
-                result.results = self.run_workers(setup)
+                if cfg.processes:
+                    result.results = self.run_processes(setup, result)
+                else:
+                    result.results = self.run_workers(setup)
             finally:
                 gc.unfreeze()
             machine.step()  # let the grace periods end, as they would by now
-            result.alloc_stats = {name: allocator_counters(self.sys.map_stats(fd))
-                                  for name, fd in setup.no_prealloc_fds().items()}
+            if not cfg.processes:  # a segment's maps have no allocator model
+                result.alloc_stats = {name: allocator_counters(self.sys.map_stats(fd))
+                                      for name, fd in setup.no_prealloc_fds().items()}
             if cfg.modeled_time:  # RCU samples and grace periods on virtual time
                 result.rcu_samples = list(machine.rcu.samples)
                 result.grace_periods = list(machine.rcu.gps)
@@ -159,6 +174,78 @@ class EmulatedRun:
             raise errors[0]
         return results
 
+    def run_processes(self, setup: Setup, result: RunResult) -> list[Result]:
+        """Each CPU's task in a forked child (see the module's doc); the children's results,
+        printed by CPU once all are in."""
+        cfg = self.cfg
+        host_cpus = sorted(os.sched_getaffinity(0))
+        go_read, go_write = os.pipe()
+        children: list[tuple[int, int]] = []
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for cpu in range(self.nprocs):
+            out_read, out_write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: run, send (results, start, end), exit without cleanup
+                os.close(out_read)
+                os.close(go_write)
+                status = 0
+                try:
+                    os.sched_setaffinity(0, {host_cpus[cpu % len(host_cpus)]})
+                    os.read(go_read, 1)  # the barrier: the parent closes its end
+                    start = time.monotonic_ns()
+                    payload = pickle.dumps((self.child_results(setup, cpu), start,
+                                            time.monotonic_ns()))
+                except BaseException as exc:  # noqa: BLE001 - reported by the parent
+                    payload = pickle.dumps(f"{type(exc).__name__}: {exc}")
+                    status = 1
+                with os.fdopen(out_write, "wb") as out:
+                    out.write(payload)
+                os._exit(status)
+            os.close(out_write)
+            children.append((pid, out_read))
+        os.close(go_read)
+        os.close(go_write)  # every child's read returns: they start together
+        results: list[Result] = []
+        spans: list[tuple[int, int]] = []
+        failures: list[str] = []
+        for cpu, (pid, out_read) in enumerate(children):
+            with os.fdopen(out_read, "rb") as out:
+                payload = out.read()
+            os.waitpid(pid, 0)
+            got = pickle.loads(payload) if payload else "it died without a report"
+            if isinstance(got, str):
+                failures.append(f"CPU {cpu}'s process: {got}")
+                continue
+            child_results, start, end = got
+            results.extend(child_results)
+            spans.append((start, end))
+        if failures:
+            raise RuntimeError("map-perf --processes: " + "; ".join(failures))
+        if not cfg.json:
+            for res in sorted(results, key=lambda r: (r.cpu, Test[r.test].value)):
+                sys.stdout.write(result_line(res, "emulated") + "\n")
+            sys.stdout.flush()
+        wall = max(end for _, end in spans) - min(start for start, _ in spans)
+        events = sum(res.events for res in results)
+        result.aggregate_rate = rate_of(events, wall)
+        result.notes.append(
+            f"{self.nprocs} processes on host CPUs "
+            f"{sorted({host_cpus[cpu % len(host_cpus)] for cpu in range(self.nprocs)})}, maps "
+            f"in a shared segment: aggregate {result.aggregate_rate} events per second of wall "
+            f"time ({events} trigger events of all tests in {wall / 1e9:.3f} s from the common "
+            "start to the last process's end)")
+        return results
+
+    def child_results(self, setup: Setup, cpu: int) -> list[Result]:
+        """A forked child's run: CPU ``cpu``'s task, every test, timed by its CPU clock."""
+        machine = self.sys.machine
+        done = [0] * self.nprocs
+        with self.sys.on_cpu(cpu):
+            machine.set_task(TASK_PID_BASE + cpu)
+            return [self.run_test(setup, t, cpu, done, lambda _cpu: time.thread_time_ns())
+                    for t in self.cfg.tests]
+
     def run_test(self, setup: Setup, t: Test, cpu: int, done: list[int],
                  host_cpu_ns: Callable[[int], int]) -> Result:
         """Test ``t``'s events on ``cpu``; ``host_cpu_ns(cpu)`` is the host CPU time the CPU's
@@ -209,6 +296,20 @@ class EmulatedRun:
                                             / cfg.max_cnt, 3)
                                 for name, ns in machine.timing.context_ns[cpu].items()},
                       **extra)
+
+
+def shared_segment_size(cfg: Config) -> int:
+    """Bytes of the segment the HASH and ARRAY maps of ``cfg``'s tests fit in: each element
+    (the segment's header words, key and value, 8-byte aligned), a hash's buckets, and room
+    for the maps' headers and a BPF_F_NO_PREALLOC map's last chunk."""
+    size = 1 << 20
+    for name in {name for t in cfg.tests for name in test_maps(t)}:
+        m = MAP_DEFS[name]
+        entries = cfg.max_entries(name)
+        size += entries * (16 + -(-(m.key_size + m.value_size) // 8) * 8)
+        if m.map_type != MapType.ARRAY:
+            size += (1 << max(0, entries - 1).bit_length()) * 16 + 64 * 64 * (m.key_size + 24)
+    return size
 
 
 def emulated_events(td: TestDef, lookup_entries: int, user_memory=None):

@@ -76,6 +76,9 @@ class RunResult:
     # held machine-wide) at each CPU's tick, and each grace period's (start, end), virtual ns.
     rcu_samples: list[tuple[float, int, int, int]] = field(default_factory=list)
     grace_periods: list[tuple[float, float]] = field(default_factory=list)
+    # Emulated --processes: all events per second of wall time, from the children's common
+    # start to the last one's end (lookups for the lookup tests)
+    aggregate_rate: int | None = None
 
     def by_test(self) -> dict[str, list[Result]]:
         out: dict[str, list[Result]] = {}

@@ -12,7 +12,6 @@ from ...uapi import MapFlags, MapType
 from .. import report
 from .config import (
     LRU_LOOKUP_BATCH,
-    LRU_PROG_MAPS,
     MAP_DEFS,
     MAX_NR_CPUS,
     NUMA_AUTO,
@@ -20,6 +19,7 @@ from .config import (
     TESTS,
     Config,
     Test,
+    test_maps,
 )
 
 
@@ -58,13 +58,8 @@ class Setup:
         self.inner_numa: dict[int, tuple[int, int | None]] = {}  # cpu: (map_flags, node)
         self.lru_hash_lookup_test_entries = LRU_LOOKUP_BATCH
 
-    # The sample's fixup_map: resize the enabled tests' maps.
     def max_entries(self, name: str) -> int:
-        size = MAP_DEFS[name].max_entries
-        if self.cfg.num_map_entries > 0:
-            if any(TESTS[t].map_name == name for t in self.tests):
-                size = self.cfg.num_map_entries
-        return size
+        return self.cfg.max_entries(name)
 
     @property
     def inner_lru_hash_size(self) -> int:
@@ -82,8 +77,7 @@ class Setup:
     def needed_maps(self) -> list[str]:
         names: list[str] = []
         for t in self.tests:
-            td = TESTS[t]
-            for name in (LRU_PROG_MAPS if td.syscall == "connect" else td.maps):
+            for name in test_maps(t):
                 if name not in names:
                     names.append(name)
         if "array_of_lru_hashs" in names and "inner_lru_hash_map" not in names:
