@@ -369,8 +369,8 @@ def test_without_modeled_time_the_cli_prints_host_rates():
 def test_processes_run_each_cpu_in_a_process_on_shared_maps(capsys):
     """--processes: each CPU's task in a forked child, the HASH and ARRAY maps in a shared
     segment (tests/emulated/maps/test_shared.py: forked processes share its maps); every
-    CPU's results come back, the lines are printed by CPU, and the aggregate counts every
-    trigger event over the wall time."""
+    CPU's results come back, the lines are printed by CPU, and each test's aggregate counts
+    all processes' events over its wall time."""
     assert mp.PROCESS_TESTS == (mp.Test.HASH_PREALLOC, mp.Test.HASH_KMALLOC,
                                 mp.Test.HASH_LOOKUP, mp.Test.ARRAY_LOOKUP)
     cfg = mp.Config(test_flags=sum(t.bit for t in mp.PROCESS_TESTS), num_procs=2, max_cnt=40,
@@ -382,9 +382,11 @@ def test_processes_run_each_cpu_in_a_process_on_shared_maps(capsys):
     assert all(r.events == 40 and r.rate == r.host_rate > 0 for r in result.results)
     printed = [line for line in capsys.readouterr().out.splitlines() if SAMPLE_LINE.match(line)]
     assert [int(SAMPLE_LINE.match(line)["cpu"]) for line in printed] == [0] * 4 + [1] * 4
-    assert result.aggregate_rate > 0
-    assert "2 processes on host CPUs" in result.notes[0]
-    assert "320 trigger events of all tests" in result.notes[0]
+    assert list(result.aggregate_rates) == [t.name for t in cfg.tests]
+    assert all(rate > 0 for rate in result.aggregate_rates.values())
+    assert result.notes[0].startswith("all:hash_map_perf pre-alloc ")
+    assert "over 2 processes on host CPUs" in result.notes[0]
+    assert "80 events in" in result.notes[0]
 
 
 def test_emulated_run_refuses_a_machine_without_modeled_time():

@@ -1726,6 +1726,7 @@ PyMODINIT_FUNC PyInit__cache_model(void)
 	if (PyModule_AddObjectRef(module, "CacheModel", (PyObject *)&CacheModelType) < 0
 	    || PyModule_AddObjectRef(module, "SpinLock", (PyObject *)&LockType) < 0
 	    || PyModule_AddObjectRef(module, "HtabCore", (PyObject *)&HtabCoreType) < 0
+	    || PyModule_AddObjectRef(module, "OpsHelpers", (PyObject *)&OpsHelpersType) < 0
 	    || PyModule_AddObjectRef(module, "HostLock", (PyObject *)&HostLockType) < 0
 	    || PyModule_AddObjectRef(module, "NativeEntry", (PyObject *)&NativeEntryType) < 0
 	    || PyModule_AddObjectRef(module, "LpmCore", (PyObject *)&LpmCoreType) < 0) {

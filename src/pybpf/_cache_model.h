@@ -58,6 +58,7 @@ void native_keep_error(PyObject *run);
 
 /* _hashtab.c: HtabCore, the hash map's update and delete in C */
 extern PyTypeObject HtabCoreType;
+extern PyTypeObject OpsHelpersType;
 /* The native tier's lookup of the key bytes at ``key`` charged on the core's map (its key
  * bytes in *kb): 0, or -1 */
 int htab_core_lookup_cost(PyObject *core, PyObject *cpu_obj, int cpu, const char *key,

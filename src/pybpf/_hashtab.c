@@ -1546,14 +1546,15 @@ PyObject *plain_bytes(PyObject *mem, uint64_t ptr, Py_ssize_t size)
 	return bytes;
 }
 
-/* A KernelError becomes the helper's return value, -errno as a u64; other errors stay */
-static PyObject *helper_result(HtabCore *c, PyObject *done)
+/* A KernelError (``kernel_error``) becomes the helper's return value, -errno as a u64;
+ * other errors stay */
+static PyObject *helper_result(PyObject *kernel_error, PyObject *done)
 {
 	if (done != NULL) {
 		Py_DECREF(done);
 		return PyLong_FromLong(0);
 	}
-	if (!PyErr_ExceptionMatches(c->kernel_error))
+	if (!PyErr_ExceptionMatches(kernel_error))
 		return NULL;
 	PyObject *type, *exc, *tb;
 	PyErr_Fetch(&type, &exc, &tb);
@@ -1633,8 +1634,8 @@ static PyObject *helper_change(HtabCore *c, int op, PyObject *key, PyObject *val
 			       PyObject *flags, PyObject *cpu_obj, int cpu)
 {
 	if (op == HELPER_UPDATE)
-		return helper_result(c, update(c, key, value, flags, cpu_obj, cpu));
-	return helper_result(c, delete(c, key, cpu_obj, cpu));
+		return helper_result(c->kernel_error, update(c, key, value, flags, cpu_obj, cpu));
+	return helper_result(c->kernel_error, delete(c, key, cpu_obj, cpu));
 }
 
 /* A helper's key bytes as the core's last key where they are its bytes, else kept as the last
@@ -1861,6 +1862,141 @@ PyTypeObject HtabCoreType = {
 	.tp_members = htab_core_members,
 };
 
+/* -- OpsHelpers ---------------------------------------------------------------------------- */
+
+/* The map helpers of a map whose element ops are callables on bytes, run without modeled
+ * time: a map in a shared segment (emulated/maps/shared.py), whose update and delete are
+ * pybpf._shm_maps's C methods. helper_call's steps without a core: the key (and value)
+ * bytes read where they are plain memory of the run, else the Python helper does it all. */
+typedef struct {
+	PyObject_HEAD
+	Py_ssize_t key_size, value_size;
+	PyObject *ops[3];       /* lookup(key) -> live value or None, update(key, value, flags),
+				 * delete(key): in HELPER_LOOKUP, HELPER_UPDATE, HELPER_DELETE order */
+	PyObject *kernel_error; /* what the ops raise, which becomes the helper's -errno */
+} OpsHelpers;
+
+static int ops_helpers_init(PyObject *op, PyObject *args, PyObject *kwds)
+{
+	OpsHelpers *h = (OpsHelpers *)op;
+	PyObject *ops[3], *kernel_error;
+	/* the run-state fields the helpers read, bound here where no HtabCore bound them */
+	if (!PyArg_ParseTuple(args, "nnOOOO", &h->key_size, &h->value_size, &ops[0], &ops[1],
+			      &ops[2], &kernel_error) || bind_run_state_type() < 0)
+		return -1;
+	for (int i = 0; i < 3; i++)
+		Py_XSETREF(h->ops[i], Py_NewRef(ops[i]));
+	Py_XSETREF(h->kernel_error, Py_NewRef(kernel_error));
+	return 0;
+}
+
+static int ops_helpers_traverse(PyObject *op, visitproc visit, void *arg)
+{
+	OpsHelpers *h = (OpsHelpers *)op;
+	for (int i = 0; i < 3; i++)
+		Py_VISIT(h->ops[i]);
+	Py_VISIT(h->kernel_error);
+	return 0;
+}
+
+static int ops_helpers_clear(PyObject *op)
+{
+	OpsHelpers *h = (OpsHelpers *)op;
+	for (int i = 0; i < 3; i++)
+		Py_CLEAR(h->ops[i]);
+	Py_CLEAR(h->kernel_error);
+	return 0;
+}
+
+static void ops_helpers_dealloc(PyObject *op)
+{
+	PyObject_GC_UnTrack(op);
+	ops_helpers_clear(op);
+	Py_TYPE(op)->tp_free(op);
+}
+
+/* (python, rs, r2, r3, r4, r5) -> r0, as helper_call */
+static PyObject *ops_helper_call(OpsHelpers *h, int op, PyObject *const *args, Py_ssize_t nargs)
+{
+	if (nargs != 6) {
+		PyErr_SetString(PyExc_TypeError, "(python, rs, r2, r3, r4, r5)");
+		return NULL;
+	}
+	if (h->kernel_error == NULL) {
+		PyErr_SetString(PyExc_ValueError, "OpsHelpers was not initialised");
+		return NULL;
+	}
+	PyObject *rs = args[1], *mem = NULL, *key = NULL, *value = NULL, *result = NULL;
+	uint64_t r2, r3 = 0;
+	if (parse_addr(args[2], &r2) < 0 || (op == HELPER_UPDATE && parse_addr(args[3], &r3) < 0)
+	    || (mem = run_regions(rs)) == NULL)
+		goto out;
+	if (!PyDict_CheckExact(mem) || (key = plain_bytes(mem, r2, h->key_size)) == NULL
+	    || (op == HELPER_UPDATE && (value = plain_bytes(mem, r3, h->value_size)) == NULL)) {
+		if (!PyErr_Occurred())
+			result = PyObject_Vectorcall(args[0], args + 1, 5, NULL);
+		goto out;
+	}
+	if (op == HELPER_LOOKUP) {
+		PyObject *found = PyObject_CallOneArg(h->ops[HELPER_LOOKUP], key);
+		result = found == NULL ? NULL : value_pointer(rs, found);
+		Py_XDECREF(found);
+	} else if (op == HELPER_UPDATE) {
+		PyObject *call_args[3] = {key, value, args[4]};
+		result = helper_result(h->kernel_error,
+				       PyObject_Vectorcall(h->ops[HELPER_UPDATE], call_args, 3, NULL));
+	} else {
+		result = helper_result(h->kernel_error,
+				       PyObject_CallOneArg(h->ops[HELPER_DELETE], key));
+	}
+out:
+	Py_XDECREF(mem);
+	Py_XDECREF(key);
+	Py_XDECREF(value);
+	return result;
+}
+
+static PyObject *ops_helpers_lookup(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+	return ops_helper_call((OpsHelpers *)op, HELPER_LOOKUP, args, nargs);
+}
+
+static PyObject *ops_helpers_update(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+	return ops_helper_call((OpsHelpers *)op, HELPER_UPDATE, args, nargs);
+}
+
+static PyObject *ops_helpers_delete(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+	return ops_helper_call((OpsHelpers *)op, HELPER_DELETE, args, nargs);
+}
+
+static PyMethodDef ops_helpers_methods[] = {
+	{"helper_lookup", (PyCFunction)(void (*)(void))ops_helpers_lookup, METH_FASTCALL,
+	 "helper_lookup(python, rs, r2, r3, r4, r5) -> r0: bpf_map_lookup_elem"},
+	{"helper_update", (PyCFunction)(void (*)(void))ops_helpers_update, METH_FASTCALL,
+	 "helper_update(python, rs, r2, r3, r4, r5) -> r0: bpf_map_update_elem"},
+	{"helper_delete", (PyCFunction)(void (*)(void))ops_helpers_delete, METH_FASTCALL,
+	 "helper_delete(python, rs, r2, r3, r4, r5) -> r0: bpf_map_delete_elem"},
+	{NULL, NULL, 0, NULL},
+};
+
+PyTypeObject OpsHelpersType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "pybpf._cache_model.OpsHelpers",
+	.tp_doc = "OpsHelpers(key_size, value_size, lookup, update, delete, kernel_error): the "
+		  "map helpers in C of a map whose element ops are these callables on bytes, "
+		  "without modeled time (BpfMap.c_helpers)",
+	.tp_basicsize = sizeof(OpsHelpers),
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+	.tp_new = PyType_GenericNew,
+	.tp_init = ops_helpers_init,
+	.tp_traverse = ops_helpers_traverse,
+	.tp_clear = ops_helpers_clear,
+	.tp_dealloc = ops_helpers_dealloc,
+	.tp_methods = ops_helpers_methods,
+};
+
 int htab_core_ready(void)
 {
 	if (intern(&s_cpu, "cpu") < 0 || intern(&s_hash, "hash") < 0 || intern(&s_key, "key") < 0
@@ -1892,5 +2028,5 @@ int htab_core_ready(void)
 	if ((s_one = PyLong_FromLong(1)) == NULL)
 		return -1;
 	s_false = Py_False;
-	return PyType_Ready(&HtabCoreType);
+	return PyType_Ready(&HtabCoreType) < 0 ? -1 : PyType_Ready(&OpsHelpersType);
 }

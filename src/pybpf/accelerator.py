@@ -38,6 +38,9 @@ CACHE_MODEL = _load("_cache_model", needs=("CacheModel", "SpinLock", "swap_dicts
 # A host lock as threading.Lock, which the C hot paths take by a direct call (threading.Lock:
 # an older build, or none)
 HostLock = getattr(CACHE_MODEL, "HostLock", threading.Lock)
+# the map helpers in C of a map whose element ops are C callables on bytes (a map in a
+# shared segment); None: an older build, or none (the Python helpers run)
+OpsHelpers = getattr(CACHE_MODEL, "OpsHelpers", None)
 # lpm_trie.c's lookup walk in C (None: an older build, or none; lpm_trie.trie_walk runs)
 LPM_TRIE_WALK = getattr(CACHE_MODEL, "lpm_trie_walk", None)
 # bpf_probe_read_user's common case in C, which hands the rest to bpf_trace's (None: an

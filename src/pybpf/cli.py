@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from . import __version__, calibrate, doctor, reproduce
 from .backends import BACKENDS
-from .bench import cpumap, htab_mem, interp, map_perf, ops, shm, sockmap
+from .bench import cpumap, htab_mem, interp, map_perf, map_perf_scaling, ops, shm, sockmap
 from .commands import CommandError as CommandError  # what a refused run raises, as before
 from .commands import run_command
 from .testing.differential import command as differential
@@ -63,6 +63,8 @@ BENCHMARKS: dict[str, Command] = {
     "ops": Command(ops.ABOUT, ops.configure_parser, ops.run),
     "interp": Command(interp.ABOUT, interp.configure_parser, interp.run_from_args),
     "shm": Command(shm.ABOUT, shm.configure_parser, shm.run),
+    "map-perf-scaling": Command(map_perf_scaling.ABOUT, map_perf_scaling.configure_parser,
+                                map_perf_scaling.run_from_args),
 }
 
 
@@ -131,7 +133,8 @@ COMMANDS: dict[str, Command] = {
     "map-perf": Command("the kernel's samples/bpf/map_perf_test: per-CPU events/s of map work "
                         "on syscall tracepoints",
                         map_perf.configure_parser, map_perf.run_from_args),
-    "bench": Command("benchmarks: htab-mem, ops, interp, cpumap, sockmap",
+    "bench": Command("benchmarks: htab-mem, ops, interp, cpumap, sockmap, shm, "
+                     "map-perf-scaling",
                      add_benchmarks, run_benchmark),
     "reproduce": Command("the seed patches' published results beside the emulated machine's "
                          "predictions on a profile of their era (about two minutes), and why",

@@ -12,6 +12,8 @@ from __future__ import annotations
 import errno
 import os
 import struct
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -238,3 +240,43 @@ def test_the_segment_stays_mapped_while_a_map_holds_its_memory():
     sys_.close(fd)  # the last reference: map_free releases the views
     seg.close()
     assert seg.closed
+
+
+def test_the_c_helpers_work_in_a_fresh_interpreter():
+    """A program's helpers on a segment's maps run in C (OpsHelpers) in an interpreter where
+    no other map made the C run-state bindings first (their first use bound them: a build
+    that left that to HtabCore crashed here)."""
+    script = (
+        "from pybpf import shared\n"
+        "from pybpf.emulated.system import EmulatedSystem\n"
+        "from pybpf.maps import Map, MapSpec\n"
+        "from pybpf.programs import Program\n"
+        "from pybpf.uapi import MapType\n"
+        "import tests_shared_program as p\n"
+        "s = EmulatedSystem(cpus=1, modeled_time=False, shared=shared.Segment.create(None, "
+        "1 << 20))\n"
+        "c = Map(MapSpec(MapType.ARRAY, 4, 8, 4, key=int, value=int), s)\n"
+        "h = Map(MapSpec(MapType.HASH, 4, 8, 4, key=int, value=int), s)\n"
+        "assert 'lookup' in s.map_from_fd(h.fd).c_helpers\n"
+        "with Program.load(p.count_program(), s, maps={'counts': c, 'h': h}) as prog:\n"
+        "    print(prog.test_run(bytes(64)).retval, c[1], h[7])\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), *sys.path]))
+    run = subprocess.run([sys.executable, "-c", script.replace("tests_shared_program",
+                                                               "test_shared")],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["2", "1", "8"]
+
+
+def test_bench_map_perf_scaling_prints_each_test_beside_the_reference():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    run = subprocess.run([sys.executable, "-m", "pybpf", "bench", "map-perf-scaling",
+                          "--rounds", "1", "--max-cnt", "50", "--procs", "2",
+                          "--backend-kernel", "off"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    rows = {line.split()[0]: line for line in run.stdout.splitlines()[2:]}
+    assert set(rows) == {"0:hash_map_perf", "2:hash_map_perf", "7:hash_lookup",
+                         "8:array_lookup", "reference:"}
+    for line in rows.values():
+        assert "x ±" in line

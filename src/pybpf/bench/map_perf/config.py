@@ -103,7 +103,7 @@ class TestDef:
     per_event: int = 1  # the lookup tests print lookups: rate * 64
     tcase: int | None = None  # connect() test case of the LRU tests
 
-    def line(self, cpu: int, rate: int) -> str:
+    def line(self, cpu: int | str, rate: int) -> str:
         return f"{cpu}:{self.label} {rate} {self.unit} per sec"
 
 

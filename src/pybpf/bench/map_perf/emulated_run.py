@@ -18,9 +18,9 @@ that host rate: how fast the emulator itself runs the sample.
 in a process forked once the maps and programs are made, pinned to a host CPU (CPU i on the
 i-th CPU the run may use, round robin), the HASH and ARRAY maps in an anonymous shared
 segment (``EmulatedSystem(shared=...)``), so the tasks update the same maps at once on the
-host's CPUs. The children start together from a barrier and send their results back through
-a pipe; the run also reports the aggregate: all trigger events (of every test, each a
-syscall whose program ran) over the wall time from that start to the last child's end.
+host's CPUs. The children start each test together from a barrier and send their results
+back through a pipe; the run also reports each test's aggregate: the events of all children
+over the wall time from that start to the last child's end of the test.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import gc
 import itertools
+import multiprocessing
 import os
 import pickle
 import sys
@@ -176,27 +177,25 @@ class EmulatedRun:
 
     def run_processes(self, setup: Setup, result: RunResult) -> list[Result]:
         """Each CPU's task in a forked child (see the module's doc); the children's results,
-        printed by CPU once all are in."""
+        printed by CPU once all are in, and each test's aggregate rate."""
         cfg = self.cfg
         host_cpus = sorted(os.sched_getaffinity(0))
-        go_read, go_write = os.pipe()
+        # every test starts in all children at once, so its aggregate is theirs together
+        barrier = multiprocessing.get_context("fork").Barrier(self.nprocs)
         children: list[tuple[int, int]] = []
         sys.stdout.flush()
         sys.stderr.flush()
         for cpu in range(self.nprocs):
             out_read, out_write = os.pipe()
             pid = os.fork()
-            if pid == 0:  # the child: run, send (results, start, end), exit without cleanup
+            if pid == 0:  # the child: run, send its results and spans, exit without cleanup
                 os.close(out_read)
-                os.close(go_write)
                 status = 0
                 try:
                     os.sched_setaffinity(0, {host_cpus[cpu % len(host_cpus)]})
-                    os.read(go_read, 1)  # the barrier: the parent closes its end
-                    start = time.monotonic_ns()
-                    payload = pickle.dumps((self.child_results(setup, cpu), start,
-                                            time.monotonic_ns()))
+                    payload = pickle.dumps(self.child_results(setup, cpu, barrier))
                 except BaseException as exc:  # noqa: BLE001 - reported by the parent
+                    barrier.abort()  # the others stop waiting for this one
                     payload = pickle.dumps(f"{type(exc).__name__}: {exc}")
                     status = 1
                 with os.fdopen(out_write, "wb") as out:
@@ -204,10 +203,8 @@ class EmulatedRun:
                 os._exit(status)
             os.close(out_write)
             children.append((pid, out_read))
-        os.close(go_read)
-        os.close(go_write)  # every child's read returns: they start together
         results: list[Result] = []
-        spans: list[tuple[int, int]] = []
+        spans: dict[str, list[tuple[int, int]]] = {}
         failures: list[str] = []
         for cpu, (pid, out_read) in enumerate(children):
             with os.fdopen(out_read, "rb") as out:
@@ -217,34 +214,43 @@ class EmulatedRun:
             if isinstance(got, str):
                 failures.append(f"CPU {cpu}'s process: {got}")
                 continue
-            child_results, start, end = got
-            results.extend(child_results)
-            spans.append((start, end))
+            for res, span in got:
+                results.append(res)
+                spans.setdefault(res.test, []).append(span)
         if failures:
             raise RuntimeError("map-perf --processes: " + "; ".join(failures))
         if not cfg.json:
             for res in sorted(results, key=lambda r: (r.cpu, Test[r.test].value)):
                 sys.stdout.write(result_line(res, "emulated") + "\n")
             sys.stdout.flush()
-        wall = max(end for _, end in spans) - min(start for start, _ in spans)
-        events = sum(res.events for res in results)
-        result.aggregate_rate = rate_of(events, wall)
-        result.notes.append(
-            f"{self.nprocs} processes on host CPUs "
-            f"{sorted({host_cpus[cpu % len(host_cpus)] for cpu in range(self.nprocs)})}, maps "
-            f"in a shared segment: aggregate {result.aggregate_rate} events per second of wall "
-            f"time ({events} trigger events of all tests in {wall / 1e9:.3f} s from the common "
-            "start to the last process's end)")
+        cpus = sorted({host_cpus[cpu % len(host_cpus)] for cpu in range(self.nprocs)})
+        for t in cfg.tests:
+            td = TESTS[t]
+            wall = max(end for _, end in spans[t.name]) - min(start for start, _ in spans[t.name])
+            rate = rate_of(cfg.max_cnt * self.nprocs, wall, td.per_event)
+            result.aggregate_rates[t.name] = rate
+            result.notes.append(
+                f"{td.line('all', rate)} over {self.nprocs} processes on host CPUs {cpus}, "
+                f"maps in a shared segment: {cfg.max_cnt * self.nprocs} events in "
+                f"{wall / 1e9:.3f} s of wall time from the test's common start to the last "
+                "process's end")
         return results
 
-    def child_results(self, setup: Setup, cpu: int) -> list[Result]:
-        """A forked child's run: CPU ``cpu``'s task, every test, timed by its CPU clock."""
+    def child_results(self, setup: Setup, cpu: int,
+                      barrier: threading.Barrier) -> list[tuple[Result, tuple[int, int]]]:
+        """A forked child's run: CPU ``cpu``'s task, every test (each from ``barrier``,
+        timed by its CPU clock), with each test's span in wall-clock ns."""
         machine = self.sys.machine
         done = [0] * self.nprocs
+        out = []
         with self.sys.on_cpu(cpu):
             machine.set_task(TASK_PID_BASE + cpu)
-            return [self.run_test(setup, t, cpu, done, lambda _cpu: time.thread_time_ns())
-                    for t in self.cfg.tests]
+            for t in self.cfg.tests:
+                barrier.wait()
+                start = time.monotonic_ns()
+                res = self.run_test(setup, t, cpu, done, lambda _cpu: time.thread_time_ns())
+                out.append((res, (start, time.monotonic_ns())))
+        return out
 
     def run_test(self, setup: Setup, t: Test, cpu: int, done: list[int],
                  host_cpu_ns: Callable[[int], int]) -> Result:

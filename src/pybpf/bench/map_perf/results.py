@@ -76,9 +76,9 @@ class RunResult:
     # held machine-wide) at each CPU's tick, and each grace period's (start, end), virtual ns.
     rcu_samples: list[tuple[float, int, int, int]] = field(default_factory=list)
     grace_periods: list[tuple[float, float]] = field(default_factory=list)
-    # Emulated --processes: all events per second of wall time, from the children's common
-    # start to the last one's end (lookups for the lookup tests)
-    aggregate_rate: int | None = None
+    # Emulated --processes: {test: the events (lookups for the lookup tests) of all children
+    # per second of wall time, from the test's common start to the last child's end}
+    aggregate_rates: dict[str, int] = field(default_factory=dict)
 
     def by_test(self) -> dict[str, list[Result]]:
         out: dict[str, list[Result]] = {}
@@ -138,6 +138,7 @@ def to_json(run_result: RunResult) -> dict:
         "notes": run_result.notes,
         "trigger": run_result.trigger,
         "alloc_stats": run_result.alloc_stats,
+        "aggregate_rates": run_result.aggregate_rates,
     }
 
 

@@ -12,7 +12,8 @@ process-local. The families here are the emulated ops of those maps:
   reused by a later insert, as the kernel's preallocated elements are.
 - Updates, deletes, get_next_key and lookup_and_delete are the segment's, atomic per element
   across processes (each holds its bucket's or element's spin lock in the segment); a
-  syscall lookup is its untorn copy.
+  syscall lookup is its untorn copy. A program's map helpers read their key and value and
+  call the segment's methods in C (the C extension's OpsHelpers) where it is built.
 - Not modelled: the segment charges no modeled time, keeps no NUMA access counts and has no
   allocator model, so a system with a segment runs without modeled time. A value with a
   bpf_spin_lock or bpf_timer, BPF_F_MMAPABLE and BPF_F_INNER_MAP arrays, and hash batch ops
@@ -28,6 +29,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ...accelerator import OpsHelpers
 from ...attrs import MapAttr
 from ...errors import KernelError
 from ...uapi import BPF_F_INNER_MAP, BPF_F_MMAPABLE, MapFlags, MapType
@@ -76,6 +78,11 @@ class SharedSegmentMap(BpfMap):
         self._memory = memoryview(segment._seg)
         # one view per element, so a value keeps its pointer within a run
         self._views: dict[int, memoryview] = {}
+        if OpsHelpers is not None:  # a program's helpers read their bytes and call these in C
+            helpers = OpsHelpers(attr.key_size, attr.value_size, self._view, self.shm.update,
+                                 self.shm.delete, KernelError)
+            self.c_helpers = {"lookup": helpers.helper_lookup, "update": helpers.helper_update,
+                              "delete": helpers.helper_delete}
 
     def _view(self, key: bytes) -> memoryview | None:
         off = self.shm.value_offset(key)

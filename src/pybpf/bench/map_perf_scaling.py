@@ -1,0 +1,156 @@
+"""``python -m pybpf.bench.map_perf_scaling`` (``pybpf bench map-perf-scaling``): emulated
+map-perf on 1 host CPU and on N, beside what the host gives N processes and the kernel.
+
+Rules this module keeps:
+- The emulated runs are ``pybpf map-perf TESTS P 0 MAX_CNT --processes --modeled-time off``
+  (emulated_run.py: each CPU's task a forked process pinned to a host CPU, the HASH and ARRAY
+  maps in a shared segment), P = 1 and P = N; a test's figure is its aggregate: all
+  processes' events over the wall time from the test's common start to the last end.
+- Beside them, in the same rounds: the reference, a pure-Python loop (dict lookups) in 1 and
+  in N forked processes, the most the host gives N processes of Python; and, where bpf(2)
+  is allowed, the kernel's map-perf with 1 and N processes (its aggregate: the processes'
+  rates summed, as they run at once), so each emulated process's rate has the kernel's
+  beside it.
+- Rounds interleave every run; each figure is the median of ``--rounds`` with its range,
+  each ratio a ratio of medians with the larger spread of the two as its noise. A test's
+  N / 1 is also given as a share of the reference's N / 1 ("of the reference's"): on a host
+  whose other CPUs are busy with other work, Python itself gains less than N.
+- Nothing here is used by the tests to time anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+from ..backends import bpf_allowed
+from ..commands import CommandError, run_standalone
+from .args import int_arg
+from .map_perf import PROCESS_TESTS, TESTS, Config, Test, run
+from .report import format_table, spread
+
+ABOUT = ("emulated map-perf with its CPUs as processes (--processes) on 1 host CPU and on N: "
+         "each test's aggregate rate and N/1, beside a Python loop in 1 and N processes and "
+         "the kernel's map-perf")
+REFERENCE_OPS = 2_000_000  # dict lookups per process and reference run
+
+
+def reference_rate(procs: int) -> float:
+    """Dict lookups per second of wall time by ``procs`` forked processes at once, each
+    pinned to a host CPU of its own (round robin)."""
+    host_cpus = sorted(os.sched_getaffinity(0))
+    start = time.monotonic_ns()
+    pids = []
+    for k in range(procs):
+        pid = os.fork()
+        if pid == 0:
+            os.sched_setaffinity(0, {host_cpus[k % len(host_cpus)]})
+            table = {i: i for i in range(512)}
+            total = 0
+            for i in range(REFERENCE_OPS):
+                total += table[i & 511]
+            os._exit(0 if total >= 0 else 1)
+        pids.append(pid)
+    failed = [pid for pid in pids if os.waitpid(pid, 0)[1]]
+    if failed:
+        raise CommandError(f"the reference's processes {failed} failed")
+    return procs * REFERENCE_OPS * 1e9 / (time.monotonic_ns() - start)
+
+
+def map_perf_rates(tests: list[Test], procs: int, max_cnt: int, backend: str) -> dict[str, float]:
+    """Each test's aggregate rate of one map-perf run with ``procs`` processes."""
+    cfg = Config(test_flags=sum(t.bit for t in tests), num_procs=procs, max_cnt=max_cnt,
+                 backend=backend, json=True, progress=False)
+    if backend == "emulated":
+        cfg.cpus, cfg.modeled_time, cfg.processes = procs, False, True
+    result = run(cfg)
+    if backend == "emulated":
+        return dict(result.aggregate_rates)
+    return {name: sum(r.rate for r in rows) for name, rows in result.by_test().items()}
+
+
+def _fmt(values: list[float]) -> str:
+    return f"{statistics.median(values):,.0f} [{min(values):,.0f}-{max(values):,.0f}]"
+
+
+def scaling(mine: list[float], ref: list[float]) -> float:
+    return statistics.median(mine) / statistics.median(ref)
+
+
+def _ratio(mine: list[float], ref: list[float]) -> str:
+    return f"{scaling(mine, ref):.2f}x ±{100 * max(spread(mine), spread(ref)):.0f}%"
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.description = ABOUT
+    flags = sum(t.bit for t in PROCESS_TESTS)
+    parser.add_argument("--tests", type=int_arg("--tests", 1, flags), default=flags,
+                        help=f"TEST_FLAGS of the tests to run (default {flags}: every test "
+                             "--processes runs)")
+    parser.add_argument("--procs", type=int_arg("--procs", 2, 1024), default=None,
+                        help="N, the processes of the scaled run (default: the host CPUs this "
+                             "run may use)")
+    parser.add_argument("--max-cnt", dest="max_cnt", type=int_arg("--max-cnt", 1),
+                        default=30000, help="events per test and process (default 30000)")
+    parser.add_argument("--rounds", type=int_arg("--rounds", 1, 100), default=5,
+                        help="interleaved rounds (default 5)")
+    parser.add_argument("--backend-kernel", dest="kernel", choices=("auto", "on", "off"),
+                        default="auto", help="the kernel's map-perf beside (auto: where "
+                                             "bpf(2) is allowed)")
+    return parser
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    tests = [t for t in Test if args.tests & t.bit]
+    others = [t for t in tests if t not in PROCESS_TESTS]
+    if others:
+        raise CommandError(f"--tests: {', '.join(t.name for t in others)} cannot run with "
+                           f"--processes (tests {[t.value for t in PROCESS_TESTS]} can)")
+    host_cpus = len(os.sched_getaffinity(0))
+    procs = args.procs or host_cpus
+    if procs < 2:
+        raise CommandError("this run may use 1 host CPU: give --procs N (N >= 2) to run N "
+                           "processes on it anyway, or run where it may use more")
+    kernel = args.kernel == "on" or (args.kernel == "auto" and bpf_allowed())
+    emulated: dict[int, list[dict[str, float]]] = {1: [], procs: []}
+    kernel_rates: dict[int, list[dict[str, float]]] = {1: [], procs: []}
+    reference: dict[int, list[float]] = {1: [], procs: []}
+    for _ in range(args.rounds):
+        for n in (1, procs):
+            emulated[n].append(map_perf_rates(tests, n, args.max_cnt, "emulated"))
+            reference[n].append(reference_rate(n))
+            if kernel:
+                kernel_rates[n].append(map_perf_rates(tests, n, args.max_cnt, "kernel"))
+    print(f"emulated map-perf --processes --modeled-time off, {args.rounds} interleaved "
+          f"rounds, {args.max_cnt} events per test and process; the host lets this run use "
+          f"{host_cpus} CPUs; median [range], events (lookups for the lookup tests) per "
+          "second of wall time of all processes together")
+    rows = []
+    for t in tests:
+        one = [r[t.name] for r in emulated[1]]
+        many = [r[t.name] for r in emulated[procs]]
+        row = [f"{t.value}:{TESTS[t].label}", _fmt(one), _fmt(many), _ratio(many, one),
+               f"{scaling(many, one) / scaling(reference[procs], reference[1]):.2f}"]
+        if kernel:
+            k_one = [r[t.name] for r in kernel_rates[1]]
+            row += [_fmt(k_one), _ratio(k_one, one)]
+        rows.append(row)
+    header = ["test", "1 process", f"{procs} processes", f"{procs} / 1", "of the reference's"]
+    if kernel:
+        header += ["kernel, 1 process", "kernel / emulated (1 process)"]
+    rows.append(["reference: dict lookups, a process each", _fmt(reference[1]),
+                 _fmt(reference[procs]), _ratio(reference[procs], reference[1]), "1.00"]
+                + (["", ""] if kernel else []))
+    print(format_table(header, rows))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_standalone("pybpf bench map-perf-scaling", configure_parser, run_from_args,
+                          argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
