@@ -1206,13 +1206,33 @@ struct native_state {
 	int64_t next_region, values, value_slots, cache, entries;
 };
 
+/* Where a map value's bytes are and how many, or NULL: a bytearray's, or a writable
+ * contiguous memoryview's (a value in a shared segment, emulated/maps/shared.py, which stays
+ * mapped while the view lives) */
+static char *value_memory(PyObject *value, Py_ssize_t *len)
+{
+	if (PyByteArray_CheckExact(value)) {
+		*len = PyByteArray_GET_SIZE(value);
+		return *len ? PyByteArray_AS_STRING(value) : NULL;
+	}
+	if (!PyMemoryView_Check(value))
+		return NULL;
+	Py_buffer *view = PyMemoryView_GET_BUFFER(value);
+	if (view->readonly || view->len == 0 || !PyBuffer_IsContiguous(view, 'C')
+	    || PyMemoryView_GET_BASE(value) == NULL)
+		return NULL;
+	*len = view->len;
+	return view->buf;
+}
+
 static uint64_t place_value(uint64_t *st, PyObject *const *run, const struct native_state *at,
 			    PyObject *value, uint64_t tag, int64_t home, int local, int memory)
 {
 	PyObject *id = NULL, *pointer = NULL, *region_obj = NULL;
 	uint64_t result = 0;
-	if ((memory && (!PyByteArray_CheckExact(value) || PyByteArray_GET_SIZE(value) == 0))
-	    || st[at->cache - 1] >= (uint64_t)at->entries)
+	Py_ssize_t len = 0;
+	char *bytes = memory ? value_memory(value, &len) : NULL;
+	if ((memory && bytes == NULL) || st[at->cache - 1] >= (uint64_t)at->entries)
 		return 0;
 	/* rs.region_of(value) */
 	if ((id = PyLong_FromVoidPtr(value)) == NULL)
@@ -1250,8 +1270,8 @@ static uint64_t place_value(uint64_t *st, PyObject *const *run, const struct nat
 				goto out;
 		}
 		slot[0] = region;
-		slot[1] = (uint64_t)(uintptr_t)PyByteArray_AS_STRING(value);
-		slot[2] = (uint64_t)PyByteArray_GET_SIZE(value);
+		slot[1] = (uint64_t)(uintptr_t)bytes;
+		slot[2] = (uint64_t)len;
 	}
 	/* _Run.cache_entry, then the entry */
 	for (int64_t probe = 0; probe < at->entries; probe++) {

@@ -1374,26 +1374,27 @@ static PyObject *Map_value_offset_impl(MapObject *m, PyObject *key)
 		(uint64_t)(slot_elem(base, map_hdr(m), s) + m->value_off - base));
 }
 
-static PyObject *update_array(MapObject *m, const uint8_t *k, const char *v, uint64_t flags)
+/* The element ops' cores: 0 or the errno, *dead the owner of a lock it met held by a dead
+ * process (EOWNERDEAD). They take no GIL and make no Python object: the native tier calls
+ * them from machine code (pybpf_shm_update, ...), the methods below through element_error. */
+static int array_update(MapObject *m, const uint8_t *k, const uint8_t *v, uint64_t flags,
+			int *dead)
 {
 	uint32_t index = array_index(k);
 	if ((flags & ~(uint64_t)BPF_F_LOCK) > BPF_EXIST)
-		return os_error(EINVAL, "flags %#llx: use BPF_ANY, BPF_NOEXIST or BPF_EXIST",
-				(unsigned long long)flags);
+		return EINVAL;
 	if (index >= m->max_entries)
-		return os_error(E2BIG, "index %u is past the array's end (max_entries %u): raise "
-				"max_entries", index, m->max_entries);
+		return E2BIG;
 	if (flags & BPF_NOEXIST)
-		return os_error(EEXIST, "array elements always exist (BPF_NOEXIST)");
+		return EEXIST;
 	struct aelem *a = array_elem(m, index);
-	int dead = spin_lock(&a->lock);
-	if (dead)
-		return owner_dead(dead);
+	if ((*dead = spin_lock(&a->lock)))
+		return EOWNERDEAD;
 	write_begin(&a->seq);
 	memcpy((uint8_t *)a + m->value_off, v, m->value_size);
 	write_end(&a->seq);
 	spin_unlock(&a->lock);
-	Py_RETURN_NONE;
+	return 0;
 }
 
 /* Take a slot for a new element: count it first (E2BIG past max_entries), then pop one,
@@ -1437,27 +1438,26 @@ static uint32_t alloc_slot(MapObject *m, int *err, int *dead)
 	}
 }
 
-static PyObject *update_hash(MapObject *m, const uint8_t *k, const char *v, uint64_t flags)
+static int hash_update(MapObject *m, const uint8_t *k, const uint8_t *v, uint64_t flags,
+		       int *dead)
 {
-	if (flags > BPF_EXIST) /* BPF_F_LOCK was refused before: no spin lock in the value */
-		return os_error(EINVAL, "flags %#llx: use BPF_ANY, BPF_NOEXIST or BPF_EXIST",
-				(unsigned long long)flags);
+	if (flags > BPF_EXIST) /* BPF_F_LOCK included: no spin lock in the value */
+		return EINVAL;
 	uint8_t *base = m->seg->base;
 	struct map_hdr *h = map_hdr(m);
 	uint32_t hash = htab_map_hash(k, m->key_size, m->hashrnd);
 	struct bucket *b = bucket_of(m, hash);
-	int dead = spin_lock(&b->lock);
-	if (dead)
-		return owner_dead(dead);
+	if ((*dead = spin_lock(&b->lock)))
+		return EOWNERDEAD;
 	uint32_t prev;
 	uint32_t s = find_in_bucket(m, b, k, hash, &prev);
 	if (s != NIL && flags == BPF_NOEXIST) {
 		spin_unlock(&b->lock);
-		return os_error(EEXIST, "the key exists (BPF_NOEXIST)");
+		return EEXIST;
 	}
 	if (s == NIL && flags == BPF_EXIST) {
 		spin_unlock(&b->lock);
-		return os_error(ENOENT, "the key does not exist (BPF_EXIST)");
+		return ENOENT;
 	}
 	if (s != NIL) {
 		/* The kernel links a new element at the bucket's front and frees the old one; the
@@ -1472,19 +1472,13 @@ static PyObject *update_hash(MapObject *m, const uint8_t *k, const char *v, uint
 		}
 		write_end(&b->seq);
 		spin_unlock(&b->lock);
-		Py_RETURN_NONE;
+		return 0;
 	}
 	int err = 0;
-	s = alloc_slot(m, &err, &dead);
+	s = alloc_slot(m, &err, dead);
 	if (s == NIL) {
 		spin_unlock(&b->lock);
-		if (err == EOWNERDEAD)
-			return owner_dead(dead);
-		if (err == E2BIG)
-			return os_error(E2BIG, "the map is full (max_entries %u): delete elements or "
-					"create it with a larger max_entries", m->max_entries);
-		return os_error(ENOMEM, "the segment is full: no room for more elements of this "
-				"BPF_F_NO_PREALLOC map; create the segment with a larger size");
+		return err;
 	}
 	struct helem *e = (struct helem *)slot_elem(base, h, s);
 	e->hash = hash;
@@ -1495,10 +1489,65 @@ static PyObject *update_hash(MapObject *m, const uint8_t *k, const char *v, uint
 	b->head = s;
 	write_end(&b->seq);
 	spin_unlock(&b->lock);
-	Py_RETURN_NONE;
+	return 0;
 }
 
-/* update(key, value, flags=0) */
+/* Remove key's element; with out, copy its value there first. */
+static int hash_delete(MapObject *m, const uint8_t *k, char *out, int *dead)
+{
+	uint8_t *base = m->seg->base;
+	struct map_hdr *h = map_hdr(m);
+	uint32_t hash = htab_map_hash(k, m->key_size, m->hashrnd);
+	struct bucket *b = bucket_of(m, hash);
+	if ((*dead = spin_lock(&b->lock)))
+		return EOWNERDEAD;
+	uint32_t prev;
+	uint32_t s = find_in_bucket(m, b, k, hash, &prev);
+	if (s == NIL) {
+		spin_unlock(&b->lock);
+		return ENOENT;
+	}
+	if (out)
+		memcpy(out, slot_elem(base, h, s) + m->value_off, m->value_size);
+	write_begin(&b->seq);
+	unlink_slot(m, b, s, prev);
+	write_end(&b->seq);
+	spin_unlock(&b->lock);
+	freelist_push(base, h, s);
+	__atomic_sub_fetch(&h->count, 1, __ATOMIC_RELAXED);
+	return 0;
+}
+
+/* The exception of a core's ``err`` (nonzero) on key ``k``: the kernel's errno, with what is
+ * wrong and what to do. NULL. */
+static PyObject *element_error(MapObject *m, int err, int dead, const uint8_t *k,
+			       uint64_t flags)
+{
+	int array = m->type == BPF_MAP_TYPE_ARRAY;
+	switch (err) {
+	case EOWNERDEAD:
+		return owner_dead(dead);
+	case EINVAL:
+		return os_error(EINVAL, "flags %#llx: use BPF_ANY, BPF_NOEXIST or BPF_EXIST",
+				(unsigned long long)flags);
+	case EEXIST:
+		return os_error(EEXIST, array ? "array elements always exist (BPF_NOEXIST)"
+				: "the key exists (BPF_NOEXIST)");
+	case ENOENT:
+		return os_error(ENOENT, flags == BPF_EXIST ? "the key does not exist (BPF_EXIST)"
+				: "key not found");
+	case E2BIG:
+		if (array)
+			return os_error(E2BIG, "index %u is past the array's end (max_entries %u): "
+					"raise max_entries", array_index(k), m->max_entries);
+		return os_error(E2BIG, "the map is full (max_entries %u): delete elements or "
+				"create it with a larger max_entries", m->max_entries);
+	default:
+		return os_error(ENOMEM, "the segment is full: no room for more elements of this "
+				"BPF_F_NO_PREALLOC map; create the segment with a larger size");
+	}
+}
+
 static PyObject *Map_update_impl(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
 	if (nargs < 2 || nargs > 3) {
@@ -1526,40 +1575,13 @@ static PyObject *Map_update_impl(MapObject *m, PyObject *const *args, Py_ssize_t
 	if ((size_t)PyBytes_GET_SIZE(value) != m->value_size)
 		return os_error(EINVAL, "the value has %zd bytes, the map's value_size is %u",
 				PyBytes_GET_SIZE(value), m->value_size);
-	const char *v = PyBytes_AS_STRING(value);
-	if (m->type == BPF_MAP_TYPE_ARRAY)
-		return update_array(m, k, v, flags);
-	return update_hash(m, k, v, flags);
-}
-
-/* Remove key's element; with out, copy its value there first. 0 or -1 (exception set). */
-static int delete_hash(MapObject *m, const uint8_t *k, char *out)
-{
-	uint8_t *base = m->seg->base;
-	struct map_hdr *h = map_hdr(m);
-	uint32_t hash = htab_map_hash(k, m->key_size, m->hashrnd);
-	struct bucket *b = bucket_of(m, hash);
-	int dead = spin_lock(&b->lock);
-	if (dead) {
-		owner_dead(dead);
-		return -1;
-	}
-	uint32_t prev;
-	uint32_t s = find_in_bucket(m, b, k, hash, &prev);
-	if (s == NIL) {
-		spin_unlock(&b->lock);
-		os_error(ENOENT, "key not found");
-		return -1;
-	}
-	if (out)
-		memcpy(out, slot_elem(base, h, s) + m->value_off, m->value_size);
-	write_begin(&b->seq);
-	unlink_slot(m, b, s, prev);
-	write_end(&b->seq);
-	spin_unlock(&b->lock);
-	freelist_push(base, h, s);
-	__atomic_sub_fetch(&h->count, 1, __ATOMIC_RELAXED);
-	return 0;
+	const uint8_t *v = (const uint8_t *)PyBytes_AS_STRING(value);
+	int dead = 0;
+	int err = m->type == BPF_MAP_TYPE_ARRAY ? array_update(m, k, v, flags, &dead)
+		: hash_update(m, k, v, flags, &dead);
+	if (err)
+		return element_error(m, err, dead, k, flags);
+	Py_RETURN_NONE;
 }
 
 static PyObject *Map_delete_impl(MapObject *m, PyObject *key)
@@ -1570,8 +1592,10 @@ static PyObject *Map_delete_impl(MapObject *m, PyObject *key)
 	if (m->type == BPF_MAP_TYPE_ARRAY)
 		return os_error(EINVAL, "array elements cannot be deleted (they always exist); "
 				"write zeros instead");
-	if (delete_hash(m, k, NULL) < 0)
-		return NULL;
+	int dead = 0;
+	int err = hash_delete(m, k, NULL, &dead);
+	if (err)
+		return element_error(m, err, dead, k, 0);
 	Py_RETURN_NONE;
 }
 
@@ -1586,9 +1610,11 @@ static PyObject *Map_lookup_and_delete_impl(MapObject *m, PyObject *key)
 	PyObject *out = PyBytes_FromStringAndSize(NULL, m->value_size);
 	if (!out)
 		return NULL;
-	if (delete_hash(m, k, PyBytes_AS_STRING(out)) < 0) {
+	int dead = 0;
+	int err = hash_delete(m, k, PyBytes_AS_STRING(out), &dead);
+	if (err) {
 		Py_DECREF(out);
-		return NULL;
+		return element_error(m, err, dead, k, 0);
 	}
 	return out;
 }
@@ -1741,6 +1767,58 @@ static PyTypeObject MapType = {
 	.tp_members = Map_members,
 	.tp_getset = Map_getset,
 };
+
+/* -- the native tier's calls ---------------------------------------------------------------- */
+
+/* What the native tier (emulated/prog/native.py) calls from machine code on a map of a
+ * segment, with the key (and value) where the program holds them: no GIL, no Python object.
+ * ``map`` is the Map object, which the emulated map keeps alive. SHM_NATIVE_SLOW: not done
+ * here (a closed segment, a lock whose owner died): the helper through Python, which says
+ * why. */
+#define SHM_NATIVE_SLOW UINT64_MAX
+
+/* bpf_map_lookup_elem: 1 + where the live value lies from the segment's start, 0 when absent */
+uint64_t pybpf_shm_lookup(PyObject *map, const uint8_t *key)
+{
+	MapObject *m = (MapObject *)map;
+	uint8_t *base = m->seg->base;
+	if (base == NULL)
+		return SHM_NATIVE_SLOW;
+	if (m->type == BPF_MAP_TYPE_ARRAY) {
+		uint32_t index = array_index(key);
+		return index >= m->max_entries ? 0
+			: 1 + (uint64_t)((uint8_t *)array_elem(m, index) + m->value_off - base);
+	}
+	uint32_t hash = htab_map_hash(key, m->key_size, m->hashrnd);
+	struct bucket *b = bucket_of(m, hash);
+	uint32_t start, s;
+	do {
+		if (read_begin(&b->seq, &b->lock, &start))
+			return SHM_NATIVE_SLOW;
+		s = walk_chain(m, b, key, hash);
+	} while (read_retry(&b->seq, start));
+	return s == NIL ? 0 : 1 + (uint64_t)(slot_elem(base, map_hdr(m), s) + m->value_off - base);
+}
+
+/* bpf_map_update_elem (op 1) or bpf_map_delete_elem (op 2): 0 or -errno as the helper
+ * returns it */
+uint64_t pybpf_shm_op(PyObject *map, int64_t op, const uint8_t *key, const uint8_t *value,
+		      uint64_t flags)
+{
+	MapObject *m = (MapObject *)map;
+	int dead = 0, err;
+	if (m->seg->base == NULL)
+		return SHM_NATIVE_SLOW;
+	if (op == 1)
+		err = flags & BPF_F_LOCK ? EINVAL /* no bpf_spin_lock in the value */
+			: m->type == BPF_MAP_TYPE_ARRAY ? array_update(m, key, value, flags, &dead)
+			: hash_update(m, key, value, flags, &dead);
+	else
+		err = m->type == BPF_MAP_TYPE_ARRAY ? EINVAL : hash_delete(m, key, NULL, &dead);
+	if (err == EOWNERDEAD)
+		return SHM_NATIVE_SLOW;
+	return -(uint64_t)err;
+}
 
 /* -- module ------------------------------------------------------------------------------- */
 

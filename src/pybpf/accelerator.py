@@ -27,6 +27,9 @@ def _load(name: str, needs: tuple[str, ...] = ()) -> ModuleType | None:
 
 
 ACCEL = _load("_accel")
+# maps in shared memory (pybpf.shared's C part), whose element ops the native tier calls
+# from machine code (None: not built)
+SHM_MAPS = _load("_shm_maps")
 # The engines' hardware atomic on plain memory (None: a build older than the source, or no
 # build; the engines then serialise atomics under one lock and compiled code leaves map
 # values to Python).

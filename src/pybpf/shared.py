@@ -196,6 +196,12 @@ class Segment:
     def closed(self) -> bool:
         return self._seg.closed
 
+    @property
+    def handle(self) -> Any:
+        """The C segment (``pybpf._shm_maps.Segment``): what an emulated system whose maps
+        live here (``EmulatedSystem(shared=...)``) makes them in."""
+        return self._seg
+
     def close(self) -> None:
         """Detach: this process leaves the pid table and unmaps the segment (its maps then
         answer EBADF). The segment itself stays until unlinked."""

@@ -25,7 +25,7 @@ import itertools
 import os
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import hostinfo
 from ..attrs import MapAttr, length_problem, value_problem
@@ -58,9 +58,6 @@ from .prog.btf import BtfMixin, map_check_btf
 from .progs import ProgramsMixin
 from .sockmap_progs import SockMapMixin
 from .syscall import bpf_get_file_flag, bpf_obj_file_flags, bpf_obj_name_cpy
-
-if TYPE_CHECKING:
-    from ..shared import Segment
 
 
 class MapFile:
@@ -139,7 +136,7 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
                  profile: Any = None, cache_scale: float = 1.0, seed: int = 0,
                  cpumap_skb_alloc: str = "napi_skb_cache_get_bulk",
                  cpumap_rx: str = "gro_receive_skb", modeled_time: bool | None = None,
-                 shared: Segment | None = None) -> None:
+                 shared: Any = None) -> None:
         if machine is not None and (cpus is not None or nodes is not None
                                     or profile is not None or modeled_time is not None):
             raise TypeError("give either machine= or cpus=/nodes=/profile=/modeled_time=, "

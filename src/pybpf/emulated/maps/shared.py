@@ -39,7 +39,6 @@ from .bpf_map import BpfMap
 from .hashtab import HtabMap
 
 if TYPE_CHECKING:
-    from ...shared import Segment
     from ..machine.machine import Machine
 
 # the map flags the segment's maps hold; the others (NUMA placement, program access) are the
@@ -53,15 +52,17 @@ def _kernel_error(err: int, command: str, detail: str) -> KernelError:
 
 
 class SharedSegmentMap(BpfMap):
-    """A map whose elements are a ``pybpf.shared`` segment's (``self.shm``)."""
+    """A map whose elements are a ``pybpf.shared`` segment's (``self.shm``). ``segment`` is
+    the ``pybpf.shared.Segment`` (its ``handle`` the C segment), which this floor does not
+    import: pybpf.shared stands on the Map layer, above the backends."""
 
-    def __init__(self, attr: MapAttr, machine: Machine, node: int, segment: Segment) -> None:
+    def __init__(self, attr: MapAttr, machine: Machine, node: int, segment: Any) -> None:
         super().__init__(attr, machine, node)
         self.segment = segment
         self.hashrnd = 0 if attr.map_flags & MapFlags.ZERO_SEED else \
             machine.random.getrandbits(32)
         try:
-            self.shm = segment._seg.create_map(
+            self.shm = segment.handle.create_map(
                 f"emulated-{os.getpid()}-{next(_names)}", int(attr.map_type), attr.key_size,
                 attr.value_size, attr.max_entries, attr.map_flags & SEGMENT_FLAGS,
                 self.hashrnd)
@@ -75,9 +76,10 @@ class SharedSegmentMap(BpfMap):
         self.map_update_elem = self.shm.update
         self.map_delete_elem = self.shm.delete
         self.map_get_next_key = self.shm.get_next_key
-        self._memory = memoryview(segment._seg)
-        # one view per element, so a value keeps its pointer within a run
-        self._views: dict[int, memoryview] = {}
+        self._memory = memoryview(segment.handle)
+        # where a value lies in the segment -> its view: one per element, so a value keeps
+        # its pointer within a run (the native tier finds them here too)
+        self.views: dict[int, memoryview] = {}
         if OpsHelpers is not None:  # a program's helpers read their bytes and call these in C
             helpers = OpsHelpers(attr.key_size, attr.value_size, self._view, self.shm.update,
                                  self.shm.delete, KernelError)
@@ -88,14 +90,14 @@ class SharedSegmentMap(BpfMap):
         off = self.shm.value_offset(key)
         if off < 0:
             return None
-        view = self._views.get(off)
+        view = self.views.get(off)
         if view is None:
-            view = self._views[off] = self._memory[off:off + self.value_size]
+            view = self.views[off] = self._memory[off:off + self.value_size]
         return view
 
     def map_free(self) -> None:
         """The views go; the elements stay in the segment (its memory is never given back)."""
-        self._views.clear()
+        self.views.clear()
         self._memory.release()
 
     def map_lookup_elem(self, key: bytes) -> memoryview | None:
@@ -158,9 +160,26 @@ class SharedHtab(SharedSegmentMap):
 
 
 class SharedArray(SharedSegmentMap):
-    """BPF_MAP_TYPE_ARRAY in the segment."""
+    """BPF_MAP_TYPE_ARRAY in the segment. ``elems`` holds each index's value as looked up
+    (index -> its view), as BpfArray's holds its buffers, so the native tier inlines its
+    lookups as an array's (array_map_gen_lookup)."""
 
     map_types = (MapType.ARRAY,)
+
+    def __init__(self, attr: MapAttr, machine: Machine, node: int, segment: Any) -> None:
+        super().__init__(attr, machine, node, segment)
+        self.elems: dict[int, memoryview] = {}
+
+    def map_lookup_elem(self, key: bytes) -> memoryview | None:
+        index = int.from_bytes(key[:4], "little")
+        view = self.elems.get(index)
+        if view is None and index < self.max_entries:
+            view = self.elems[index] = self._view(key)
+        return view
+
+    def map_free(self) -> None:
+        self.elems.clear()
+        super().map_free()
 
     @classmethod
     def map_alloc_check(cls, attr: MapAttr, machine: Machine) -> None:

@@ -76,7 +76,14 @@ from array import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ...accelerator import ACCEL, ATOMIC_RMW, BUFFER_ADDRESS, CACHE_MODEL, PROBE_READ_USER
+from ...accelerator import (
+    ACCEL,
+    ATOMIC_RMW,
+    BUFFER_ADDRESS,
+    CACHE_MODEL,
+    PROBE_READ_USER,
+    SHM_MAPS,
+)
 from ...asm.opcodes import (
     ATOMIC_FETCH,
     OPCODES,
@@ -92,6 +99,7 @@ from ...errors import ProgramFault
 from ...uapi import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, BpfFunc, MapType
 from ..maps.arraymap import ArrayOfMaps, BpfArray, BpfPercpuArray
 from ..maps.hashtab import BUCKET_SIZE, HtabLruMap, HtabLruPercpuMap, HtabMap, HtabPercpuMap
+from ..maps.shared import SharedArray, SharedHtab, SharedSegmentMap
 from .bpf_iter import CALLBACK_HELPERS
 from .bpf_trace import bpf_probe_read_user
 from .helpers import (
@@ -189,10 +197,11 @@ OP_LOAD, OP_STORE, OP_ATOMIC, OP_LD_ABS = range(5, 9)
 # the maps whose lookups the tier inlines by index (array_map_gen_lookup,
 # array_of_map_gen_lookup); an ARRAY_OF_MAPS's values are its inner maps, which a program
 # hands to helpers and never reads as memory
-ARRAYS = (BpfArray, BpfPercpuArray, ArrayOfMaps)
+ARRAYS = (BpfArray, BpfPercpuArray, ArrayOfMaps, SharedArray)
 # the classes of the maps whose lookups run natively, and the plain map type of each
 _NATIVE_LOOKUPS = {BpfArray: MapType.ARRAY, BpfPercpuArray: MapType.PERCPU_ARRAY,
-                   ArrayOfMaps: MapType.ARRAY_OF_MAPS,
+                   ArrayOfMaps: MapType.ARRAY_OF_MAPS, SharedArray: MapType.ARRAY,
+                   SharedHtab: MapType.HASH,
                    HtabMap: MapType.HASH, HtabPercpuMap: MapType.PERCPU_HASH,
                    HtabLruMap: MapType.LRU_HASH, HtabLruPercpuMap: MapType.LRU_PERCPU_HASH}
 # pybpf_native_charge (_cache_model.c): what it does (its flags: the scheduler's sync,
@@ -217,6 +226,10 @@ MAP_CORE_SYMBOL = "pybpf_native_map_core"
 HTAB_UPDATE = HTAB_OPS["helper_update"]
 # @htab_lookup's answers besides a value's address: absent, or ask Python
 HTAB_ABSENT, HTAB_SLOW = 0, M64
+# _shm_maps.c: a lookup (1 + where the value lies in the segment, 0: absent), and an update
+# or delete (its op HTAB_OPS's), on a map in a shared segment, without the GIL; SHM_SLOW:
+# the helper through Python
+SHM_LOOKUP_SYMBOL, SHM_OP_SYMBOL, SHM_SLOW = "pybpf_shm_lookup", "pybpf_shm_op", M64
 
 # A program's entry is called without the GIL (compiled code touches only its run's state,
 # arena and map values; @py_callback takes it back to call the run's ``_Run.callback``): by
@@ -649,6 +662,13 @@ class _FunctionIR:
         elif bound_name(insn.imm, self.map_in_r1) in self.bound:
             # R1 is a known map: the helper bound to it skips resolving the map pointer
             name = bound_name(insn.imm, self.map_in_r1)
+            bpf_map = self.exe.static_regions[self.map_in_r1]
+            helper = _unwrapped(self.exe.helpers[insn.imm])
+            if isinstance(bpf_map, SharedSegmentMap) and helper in _DYNAMIC_HTAB_OPS \
+                    and _shm_symbol(SHM_OP_SYMBOL) is not None:
+                self.write_shm_op(pc, bpf_map, helper is bpf_map_update_elem,
+                                  self.bound[name])
+                return
             self.calls_python = True
             if name in self.htab_ops:
                 self.write_htab_op(pc, *self.htab_ops[name], self.bound[name])
@@ -676,6 +696,32 @@ class _FunctionIR:
         self.htab_op(pc, op, f"inttoptr (i64 {id(core)} to ptr)", str(bpf_map.key_size),
                      str(bpf_map.value_size), "true",
                      lambda: self.callback(pc, OP_BOUND, str(index), *args))
+
+    def write_shm_op(self, pc: int, bpf_map: SharedSegmentMap, update: bool,
+                     index: int) -> None:
+        """The update or delete of a map in a shared segment: with the key (and value) in
+        memory compiled code reaches, _shm_maps.c's pybpf_shm_op, without the GIL; else (or
+        where it says so) the helper through Python."""
+        args = [self.get(reg) for reg in range(2, 6)]
+        key_ptr = self.pointer_arg(2, str(bpf_map.key_size))
+        native = self.op(f"icmp ne ptr {key_ptr}, null")
+        value_ptr = "null"
+        if update:
+            value_ptr = self.pointer_arg(3, str(bpf_map.value_size))
+            native = self.op(f"and i1 {native}, {self.op(f'icmp ne ptr {value_ptr}, null')}")
+        self.branch(f"br i1 {native}, label %sd{pc}, label %sb{pc}")
+        self.label(f"sd{pc}")
+        op = HTAB_OPS["helper_update" if update else "helper_delete"]
+        direct = self.op(f"call i64 @{SHM_OP_SYMBOL}(ptr inttoptr (i64 {id(bpf_map.shm)} to "
+                         f"ptr), i64 {op}, ptr {key_ptr}, ptr {value_ptr}, i64 {args[2]})")
+        slow = self.op(f"icmp eq i64 {direct}, {_const(SHM_SLOW, 64)}")
+        self.branch(f"br i1 {slow}, label %sb{pc}, label %sj{pc}")
+        self.label(f"sb{pc}")
+        slow_r0 = self.callback(pc, OP_BOUND, str(index), *args)
+        slow_block = self.current_block()
+        self.branch(f"br label %sj{pc}")
+        self.label(f"sj{pc}")
+        self.put(0, self.op(f"phi i64 [{direct}, %sd{pc}], [{slow_r0}, %{slow_block}]"))
 
     def write_dynamic_htab_op(self, pc: int, insn: Instruction) -> None:
         """bpf_map_update_elem or bpf_map_delete_elem on a map R1 points to that the program
@@ -824,6 +870,16 @@ class _FunctionIR:
             found = self.op(f"icmp ult i64 {index}, {bpf_map.max_entries}")
             tag = self.op(f"add i64 {index}, 1")
             entry = self.op(f"and i64 {index}, {LOOKUP_CACHE - 1}")
+        elif type(bpf_map) is SharedHtab:  # the key in the segment, without the GIL: its
+            # value's place there then stands for an index (the map's views by place)
+            tag = self.op(f"call i64 @{SHM_LOOKUP_SYMBOL}(ptr inttoptr (i64 {id(bpf_map.shm)} "
+                          f"to ptr), ptr {key_ptr})")
+            slow = self.op(f"icmp eq i64 {tag}, {_const(SHM_SLOW, 64)}")
+            self.branch(f"br i1 {slow}, label %{python}, label %mf{pc}")
+            self.label(f"mf{pc}")
+            found = self.op(f"icmp ne i64 {tag}, 0")
+            index = self.op(f"sub i64 {tag}, 1")
+            entry = self.op(f"and i64 {index}, {LOOKUP_CACHE - 1}")
         else:  # the key in the map's table, by @htab_lookup
             if modeled:
                 self.charged(CHARGE_SYNC, "0", f"ml{pc}", python)
@@ -854,7 +910,7 @@ class _FunctionIR:
         self.branch(f"br i1 {cached}, label %mp{pc}, label %{first}")
         if first != python:
             self.label(first)
-            if array:
+            if array or type(bpf_map) is SharedHtab:
                 self.write_first_array_lookup(pc, bpf_map, index, words + 3, python)
             else:
                 self.write_first_lookup(pc, bpf_map, key_ptr, slot, words + 3, entry, python)
@@ -930,7 +986,9 @@ class _FunctionIR:
             cpu = "-1"
             local = self.zext(self.op(f"icmp eq i64 {node}, {bpf_map.numa_node}"), 1)
         maps = type(bpf_map) is ArrayOfMaps
-        elems = bpf_map.ptrs if maps else bpf_map.elems
+        # a shared hash map's values by their place in the segment, its lookup's "index"
+        elems = bpf_map.ptrs if maps else bpf_map.views if type(bpf_map) is SharedHtab \
+            else bpf_map.elems
         pointer = self.op(
             f"call i64 @{ARRAY_VALUE_SYMBOL}(ptr %st, ptr {self.slot(RS_MEM)}, "
             f"ptr inttoptr (i64 {id(elems)} to ptr), i64 {index}, i64 {cpu}, "
@@ -1183,6 +1241,8 @@ declare i64 @{VALUE_SYMBOL}(ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i6
 declare i64 @{HTAB_LOOKUP_SYMBOL}(ptr, ptr, i64, i64, i64)
 declare i64 @{ARRAY_VALUE_SYMBOL}(ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64, i64)
 declare i64 @{HTAB_OP_SYMBOL}(ptr, i64, ptr, ptr, i64, ptr, ptr, i64, i64)
+declare i64 @{SHM_LOOKUP_SYMBOL}(ptr, ptr)
+declare i64 @{SHM_OP_SYMBOL}(ptr, i64, ptr, ptr, i64)
 declare ptr @{MAP_CORE_SYMBOL}(ptr, i64, ptr)
 declare i64 @{PROBE_READ_SYMBOL}(ptr, ptr, i64, i64)
 declare i64 @{PRANDOM_SYMBOL}(ptr, i64, ptr, ptr)
@@ -1240,10 +1300,11 @@ def native_lookup_maps(exe: Executable) -> list[int]:
     without it leaves hash maps to Python)."""
     if not NATIVE_VALUES or exe.helpers.get(BpfFunc.map_lookup_elem) is not bpf_map_lookup_elem:
         return []
-    hash_lookups = _symbol_address(ACCEL, HTAB_LOOKUP_SYMBOL) is not None
+    in_c = {True: True, False: _symbol_address(ACCEL, HTAB_LOOKUP_SYMBOL) is not None,
+             None: _shm_symbol(SHM_LOOKUP_SYMBOL) is not None}
     return [region for region, obj in exe.static_regions.items()
             if type(obj) in _NATIVE_LOOKUPS and obj.map_type == _NATIVE_LOOKUPS[type(obj)]
-            and (type(obj) in ARRAYS or hash_lookups)
+            and in_c[type(obj) in ARRAYS if type(obj) is not SharedHtab else None]
             and (not obj.timing.modeled or (obj.timing.cache_model == "C"
                                             and _cache_model_symbol(CHARGE_SYMBOL) is not None))]
 
@@ -1327,6 +1388,8 @@ def _register_runtime() -> None:
     for name, address in ((VALUE_SYMBOL, _value_address()),
                           (ARRAY_VALUE_SYMBOL, _symbol_address(ACCEL, ARRAY_VALUE_SYMBOL)),
                           (HTAB_LOOKUP_SYMBOL, _symbol_address(ACCEL, HTAB_LOOKUP_SYMBOL)),
+                          (SHM_LOOKUP_SYMBOL, _shm_symbol(SHM_LOOKUP_SYMBOL)),
+                          (SHM_OP_SYMBOL, _shm_symbol(SHM_OP_SYMBOL)),
                           *((name, _cache_model_symbol(name)) for name in (
                               CHARGE_SYMBOL, HTAB_OP_SYMBOL, MAP_CORE_SYMBOL,
                               PROBE_READ_SYMBOL, PRANDOM_SYMBOL))):
@@ -1354,6 +1417,12 @@ def _symbol_address(module: Any, name: str) -> int | None:
 def _unwrapped(helper: Callable) -> Callable:
     """The helper's own function: ``helpers.charged`` wraps it where time is modeled."""
     return getattr(helper, "__wrapped__", helper)
+
+
+@functools.cache
+def _shm_symbol(name: str) -> int | None:
+    """Where _shm_maps.c's function ``name`` is (None: not built)."""
+    return _symbol_address(SHM_MAPS, name)
 
 
 @functools.cache
@@ -1456,7 +1525,10 @@ class _Run:
         if words[slot] == region and region:
             return True
         buf = self.rs.mem.get(region)
-        if not NATIVE_VALUES or type(buf) is not bytearray or not buf:
+        # a bytearray, or a writable view of a value in a shared segment (maps/shared.py)
+        if not NATIVE_VALUES or not buf or not (
+                type(buf) is bytearray
+                or (type(buf) is memoryview and not buf.readonly and buf.c_contiguous)):
             return False
         if region not in self.exported:  # the export keeps the buffer where it is until
             self.exported[region] = memoryview(buf)  # the run ends (C's: a BufferPin)
@@ -1497,6 +1569,12 @@ class _Run:
             local = type(bpf_map) is BpfPercpuArray \
                 or bpf_map.access_stats.cpu_node[cpu] == bpf_map.numa_node
             tag, entry = index + 1, index & (LOOKUP_CACHE - 1)
+        elif type(bpf_map) is SharedHtab:  # its "index": where the value lies
+            place = bpf_map.shm.value_offset(key_bytes)
+            if place < 0 or bpf_map.views.get(place) is not rs.mem[r0 >> 32]:
+                return r0  # gone or replaced meanwhile: nothing to remember
+            local = bpf_map.access_stats.cpu_node[cpu] == bpf_map.numa_node
+            tag, entry = place + 1, place & (LOOKUP_CACHE - 1)
         else:
             elem = bpf_map.table.get(key_bytes)
             value = None if elem is None else elem.value[cpu] if bpf_map.percpu else elem.value
