@@ -318,6 +318,42 @@ def test_a_full_hash_is_e2big_and_takes_replacements(flags):
         assert dict(m.items()) == {1: 100, 2: 2, 3: 3} and m.count == 3
 
 
+def _fill_on_one_cpu(m, cpu: int, n: int, out) -> None:
+    os.sched_setaffinity(0, {cpu})
+    for k in range(n):
+        m[k] = k
+    try:
+        m[n] = n
+        out.put("no E2BIG")
+    except MapFullError:
+        out.put(m.count)
+
+
+@pytest.mark.parametrize("flags", [0, BPF_F_NO_PREALLOC])
+def test_a_process_on_one_cpu_takes_every_element_and_the_count_is_the_maps(flags):
+    """Free elements are kept per CPU (the kernel's pcpu_freelist): a preallocated map's are
+    spread over the CPUs' lists at create. A process pinned to one CPU still fills the whole
+    map, taking from the other CPUs' lists once its own is empty, then gets E2BIG; the
+    count, kept per CPU, is the map's wherever it is read, and deletes on another CPU
+    bring it down."""
+    ctx = multiprocessing.get_context("fork")
+    with shared.Segment.create(None, MIB) as seg:
+        m = seg.create_map("m", "hash", 4, 8, 100, flags, key=int, value=int)
+        out = ctx.Queue()
+        child = ctx.Process(target=_fill_on_one_cpu,
+                            args=(m, max(os.sched_getaffinity(0)), 100, out))
+        child.start()
+        assert out.get(timeout=60) == 100
+        child.join(timeout=60)
+        assert child.exitcode == 0
+        assert m.count == len(m) == 100
+        for k in range(0, 100, 2):
+            del m[k]
+        assert m.count == len(m) == 50
+        m[1000] = 1
+        assert m.count == 51
+
+
 def test_a_map_that_does_not_fit_is_enomem_naming_the_size_to_ask_for():
     with shared.Segment.create(None, MIB) as seg:
         with pytest.raises(BPFError) as info:

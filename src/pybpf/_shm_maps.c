@@ -32,7 +32,12 @@
  *   owner (killed inside an operation) gives EOWNERDEAD instead of a hang.
  * - BPF_F_NO_PREALLOC: elements come from the segment in chunks as the map grows (ENOMEM when
  *   the segment is used up); without it every element is carved at create (ENOMEM then).
- *   Either way at most max_entries elements live (E2BIG beyond), counted exactly.
+ *   Either way a map has max_entries elements at most (E2BIG beyond). Free elements are kept
+ *   per CPU, as the kernel's pcpu_freelist keeps them (an insert takes from its CPU's list,
+ *   then steals from the others'; a delete gives back to its CPU's), and so is the count of
+ *   live elements (summed when read): processes on different CPUs write different cache
+ *   lines. As in the kernel, an insert that finds every list empty while another process is
+ *   giving an element back gets E2BIG.
  * - Python's GIL is held throughout an operation: operations take tens of ns, and a
  *   process's threads never hold a segment lock across a GIL switch.
  */
@@ -56,7 +61,7 @@
 #include "_jhash.h"
 
 #define SHM_MAGIC 0x4d48534650425950ULL /* "PYBPFSHM" read as a little-endian u64 */
-#define SHM_VERSION 1
+#define SHM_VERSION 2 /* 2: a hash map's free elements on per-CPU lists */
 #define MAX_PIDS 128
 #define MAX_MAPS 256
 #define MAP_NAME_LEN 64
@@ -65,6 +70,7 @@
 #define HEAP_ALIGN 64
 #define MIN_CHUNK_SHIFT 6   /* at least 64 elements per chunk */
 #define MAX_CHUNKS 4096
+#define FREE_LISTS 64      /* a hash map's free lists, one per CPU (CPU mod 64): a power of 2 */
 
 /* uapi numbers (include/uapi/linux/bpf.h) */
 #define BPF_MAP_TYPE_HASH 1
@@ -113,8 +119,7 @@ struct map_hdr {
 	uint32_t grow_lock; /* serialises chunk growth (BPF_F_NO_PREALLOC) */
 	uint64_t buckets_off; /* hash: n_buckets struct bucket */
 	uint64_t values_off;  /* array: max_entries elements */
-	uint64_t freelist;    /* hash: (tag << 32) | first free slot */
-	int64_t count;        /* hash: live elements (and those being inserted) */
+	uint64_t lists_off;   /* hash: FREE_LISTS struct free_list, a CPU's each */
 	uint64_t chunks[];    /* hash: nchunks offsets of element chunks, 0 until carved */
 };
 
@@ -129,6 +134,15 @@ struct bucket { /* 16 bytes, sizeof(struct bucket) in the kernel: 4 per cache li
 struct aelem {
 	uint32_t lock;
 	uint32_t seq;
+};
+
+/* A CPU's free elements and its share of the count, on a cache line of its own (the kernel's
+ * pcpu_freelist, and its per-CPU element count): an insert takes an element from its CPU's
+ * list and a delete gives it back there, so processes on other CPUs write other lines. */
+struct free_list {
+	uint64_t head;  /* (tag << 32) | first free slot */
+	int64_t count;  /* elements inserted minus deleted on this CPU (a share: may be < 0) */
+	uint8_t pad[48];
 };
 
 struct helem { /* key at +8, value at value_off */
@@ -874,39 +888,38 @@ static inline uint8_t *slot_elem(uint8_t *base, struct map_hdr *h, uint32_t slot
 	return base + chunk + (uint64_t)(slot & ((1u << h->chunk_shift) - 1)) * h->elem_size;
 }
 
-/* Push the slots [first, first + n) of a freshly carved chunk onto the free list. */
-static void freelist_push_range(uint8_t *base, struct map_hdr *h, uint32_t first, uint32_t n)
+static inline struct free_list *free_lists(uint8_t *base, struct map_hdr *h)
 {
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t slot = first + i;
-		struct helem *e = (struct helem *)slot_elem(base, h, slot);
-		uint64_t head = __atomic_load_n(&h->freelist, __ATOMIC_RELAXED);
-		uint64_t next;
-		do {
-			__atomic_store_n(&e->next, (uint32_t)head, __ATOMIC_RELAXED);
-			next = ((head >> 32) + 1) << 32 | slot;
-		} while (!__atomic_compare_exchange_n(&h->freelist, &head, next, 1,
-						      __ATOMIC_RELEASE, __ATOMIC_RELAXED));
-	}
+	return (struct free_list *)(base + h->lists_off);
 }
 
-static inline void freelist_push(uint8_t *base, struct map_hdr *h, uint32_t slot)
+/* This CPU's list (sched_getcpu: vDSO and rseq, no system call) */
+static inline struct free_list *this_list(uint8_t *base, struct map_hdr *h)
+{
+	int cpu = sched_getcpu();
+	return &free_lists(base, h)[cpu < 0 ? 0 : (uint32_t)cpu & (FREE_LISTS - 1)];
+}
+
+/* Push slot onto list l (a tagged Treiber stack: processes on one CPU, or stealing, share a
+ * list) */
+static inline void list_push(uint8_t *base, struct map_hdr *h, struct free_list *l,
+			     uint32_t slot)
 {
 	struct helem *e = (struct helem *)slot_elem(base, h, slot);
-	uint64_t head = __atomic_load_n(&h->freelist, __ATOMIC_RELAXED);
+	uint64_t head = __atomic_load_n(&l->head, __ATOMIC_RELAXED);
 	uint64_t next;
 	do {
 		__atomic_store_n(&e->next, (uint32_t)head, __ATOMIC_RELAXED);
 		next = ((head >> 32) + 1) << 32 | slot;
-	} while (!__atomic_compare_exchange_n(&h->freelist, &head, next, 1, __ATOMIC_RELEASE,
+	} while (!__atomic_compare_exchange_n(&l->head, &head, next, 1, __ATOMIC_RELEASE,
 					      __ATOMIC_RELAXED));
 }
 
-/* Pop a free slot (a tagged Treiber stack: the tag defeats ABA; a stale `next` read from an
- * element taken meanwhile is harmless, the pool is never unmapped): NIL when empty. */
-static inline uint32_t freelist_pop(uint8_t *base, struct map_hdr *h)
+/* Pop a slot of list l (the tag defeats ABA; a stale `next` read from an element taken
+ * meanwhile is harmless, the pool is never unmapped): NIL when empty. */
+static inline uint32_t list_pop(uint8_t *base, struct map_hdr *h, struct free_list *l)
 {
-	uint64_t head = __atomic_load_n(&h->freelist, __ATOMIC_ACQUIRE);
+	uint64_t head = __atomic_load_n(&l->head, __ATOMIC_ACQUIRE);
 	for (;;) {
 		uint32_t slot = (uint32_t)head;
 		if (slot == NIL)
@@ -914,15 +927,50 @@ static inline uint32_t freelist_pop(uint8_t *base, struct map_hdr *h)
 		struct helem *e = (struct helem *)slot_elem(base, h, slot);
 		uint32_t next = __atomic_load_n(&e->next, __ATOMIC_RELAXED);
 		uint64_t want = ((head >> 32) + 1) << 32 | next;
-		if (__atomic_compare_exchange_n(&h->freelist, &head, want, 1, __ATOMIC_ACQUIRE,
+		if (__atomic_compare_exchange_n(&l->head, &head, want, 1, __ATOMIC_ACQUIRE,
 						__ATOMIC_ACQUIRE))
 			return slot;
 	}
 }
 
-/* Carve chunk `c` of the map's elements from the segment heap and free its slots:
- * 0, ENOMEM, or EOWNERDEAD (*dead set). */
-static int carve_chunk(uint8_t *base, struct map_hdr *h, uint32_t c, int *dead)
+/* A free slot, counted on this CPU: this CPU's list first, then the others' from the next
+ * one on (pcpu_freelist_pop's order); NIL when every list is empty. */
+static uint32_t freelist_pop(uint8_t *base, struct map_hdr *h)
+{
+	struct free_list *lists = free_lists(base, h), *mine = this_list(base, h);
+	uint32_t at = (uint32_t)(mine - lists);
+	for (uint32_t i = 0; i < FREE_LISTS; i++) {
+		uint32_t s = list_pop(base, h, &lists[(at + i) & (FREE_LISTS - 1)]);
+		if (s != NIL) {
+			__atomic_add_fetch(&mine->count, 1, __ATOMIC_RELAXED);
+			return s;
+		}
+	}
+	return NIL;
+}
+
+/* A deleted element's slot back on this CPU's list, uncounted there */
+static inline void freelist_push(uint8_t *base, struct map_hdr *h, uint32_t slot)
+{
+	struct free_list *mine = this_list(base, h);
+	list_push(base, h, mine, slot);
+	__atomic_sub_fetch(&mine->count, 1, __ATOMIC_RELAXED);
+}
+
+/* The slots [first, first + n) of a freshly carved chunk onto the lists: a preallocated map's
+ * spread over the CPUs in blocks (pcpu_freelist_populate), a growing map's on this CPU's. */
+static void freelist_push_range(uint8_t *base, struct map_hdr *h, uint32_t first, uint32_t n,
+				uint32_t cpus)
+{
+	struct free_list *lists = free_lists(base, h), *mine = this_list(base, h);
+	uint32_t per = (n + cpus - 1) / cpus;
+	for (uint32_t i = 0; i < n; i++)
+		list_push(base, h, cpus > 1 ? &lists[i / per] : mine, first + i);
+}
+
+/* Carve chunk `c` of the map's elements from the segment heap and free its slots, spread
+ * over ``cpus`` lists (1: this CPU's): 0, ENOMEM, or EOWNERDEAD (*dead set). */
+static int carve_chunk(uint8_t *base, struct map_hdr *h, uint32_t c, uint32_t cpus, int *dead)
 {
 	uint32_t per = 1u << h->chunk_shift;
 	uint32_t first = c << h->chunk_shift;
@@ -931,7 +979,7 @@ static int carve_chunk(uint8_t *base, struct map_hdr *h, uint32_t c, int *dead)
 	if (!off)
 		return *dead ? EOWNERDEAD : ENOMEM;
 	__atomic_store_n(&h->chunks[c], off, __ATOMIC_RELEASE);
-	freelist_push_range(base, h, first, n);
+	freelist_push_range(base, h, first, n, cpus);
 	return 0;
 }
 
@@ -964,7 +1012,8 @@ static PyObject *Segment_create_map(SegmentObject *self, PyObject *args)
 		value_off = (uint32_t)round_up64(sizeof(struct helem) + key_size, 8);
 		elem_size = value_off + (uint32_t)round_up64(value_size, 8);
 		elems_bytes = (uint64_t)max_entries * elem_size;
-		need = sizeof(struct map_hdr) + (uint64_t)nchunks * 8 + HEAP_ALIGN +
+		need = sizeof(struct map_hdr) + (uint64_t)nchunks * 8 + 2 * HEAP_ALIGN +
+		       FREE_LISTS * sizeof(struct free_list) +
 		       (uint64_t)n_buckets * sizeof(struct bucket);
 		if (!(flags & BPF_F_NO_PREALLOC))
 			need += elems_bytes + (uint64_t)nchunks * HEAP_ALIGN;
@@ -1018,7 +1067,14 @@ static PyObject *Segment_create_map(SegmentObject *self, PyObject *args)
 	h->nchunks = nchunks;
 	h->n_buckets = n_buckets ? n_buckets : 1;
 	h->hashrnd = (flags & BPF_F_ZERO_SEED) ? 0 : hashrnd;
-	h->freelist = NIL;
+	if (type == BPF_MAP_TYPE_HASH) {
+		h->lists_off = round_up64(sh->heap_next, HEAP_ALIGN);
+		sh->heap_next = h->lists_off + FREE_LISTS * sizeof(struct free_list);
+		struct free_list *lists = free_lists(base, h);
+		memset(lists, 0, FREE_LISTS * sizeof(struct free_list));
+		for (int i = 0; i < FREE_LISTS; i++)
+			lists[i].head = NIL;
+	}
 	uint64_t region_bytes = type == BPF_MAP_TYPE_HASH ?
 		(uint64_t)n_buckets * sizeof(struct bucket) : elems_bytes;
 	uint64_t region = round_up64(sh->heap_next, HEAP_ALIGN);
@@ -1038,8 +1094,11 @@ static PyObject *Segment_create_map(SegmentObject *self, PyObject *args)
 		 * it first: then ENOMEM and the map is not published). No prealloc: chunks as the
 		 * map grows, the first one now. */
 		uint32_t carve = (flags & BPF_F_NO_PREALLOC) ? 1 : nchunks;
+		long cpus = sysconf(_SC_NPROCESSORS_CONF);
+		cpus = cpus < 1 ? 1 : cpus > FREE_LISTS ? FREE_LISTS : cpus;
 		for (uint32_t c = 0; c < carve; c++) {
-			err = carve_chunk(base, h, c, &dead);
+			err = carve_chunk(base, h, c, (flags & BPF_F_NO_PREALLOC) ? 1 : (uint32_t)cpus,
+					  &dead);
 			if (err == EOWNERDEAD)
 				return owner_dead(dead);
 			if (err)
@@ -1397,25 +1456,24 @@ static int array_update(MapObject *m, const uint8_t *k, const uint8_t *v, uint64
 	return 0;
 }
 
-/* Take a slot for a new element: count it first (E2BIG past max_entries), then pop one,
- * carving the next chunk when a BPF_F_NO_PREALLOC map has none free (ENOMEM). */
+/* Take a slot for a new element: a free one (freelist_pop), else where a BPF_F_NO_PREALLOC
+ * map has chunks left, the next one carved (ENOMEM when the segment has no room). Every map
+ * has max_entries slots at most, so no free slot is E2BIG: the map is full, or all that are
+ * not in use are being given back by other processes at that moment (the kernel's
+ * pcpu_freelist answers E2BIG then too). */
 static uint32_t alloc_slot(MapObject *m, int *err, int *dead)
 {
 	uint8_t *base = m->seg->base;
 	struct map_hdr *h = map_hdr(m);
-	if (__atomic_add_fetch(&h->count, 1, __ATOMIC_RELAXED) > (int64_t)m->max_entries) {
-		__atomic_sub_fetch(&h->count, 1, __ATOMIC_RELAXED);
-		*err = E2BIG;
-		return NIL;
-	}
 	for (;;) {
 		uint32_t s = freelist_pop(base, h);
 		if (s != NIL)
 			return s;
-		/* Every counted element holds a slot or is about to; one is free in a carved chunk
-		 * unless the chunks carved so far hold fewer than max_entries: carve the next. */
+		if (!(h->map_flags & BPF_F_NO_PREALLOC)) {
+			*err = E2BIG;
+			return NIL;
+		}
 		if ((*dead = spin_lock(&h->grow_lock))) {
-			__atomic_sub_fetch(&h->count, 1, __ATOMIC_RELAXED);
 			*err = EOWNERDEAD;
 			return NIL;
 		}
@@ -1427,14 +1485,12 @@ static uint32_t alloc_slot(MapObject *m, int *err, int *dead)
 		uint32_t c = 0;
 		while (c < h->nchunks && __atomic_load_n(&h->chunks[c], __ATOMIC_ACQUIRE))
 			c++;
-		int e = c < h->nchunks ? carve_chunk(base, h, c, dead) : 0;
+		int e = c < h->nchunks ? carve_chunk(base, h, c, 1, dead) : E2BIG;
 		spin_unlock(&h->grow_lock);
 		if (e) {
-			__atomic_sub_fetch(&h->count, 1, __ATOMIC_RELAXED);
 			*err = e;
 			return NIL;
 		}
-		/* c == nchunks: all carved, a slot is in flight back to the list; retry */
 	}
 }
 
@@ -1514,7 +1570,6 @@ static int hash_delete(MapObject *m, const uint8_t *k, char *out, int *dead)
 	write_end(&b->seq);
 	spin_unlock(&b->lock);
 	freelist_push(base, h, s);
-	__atomic_sub_fetch(&h->count, 1, __ATOMIC_RELAXED);
 	return 0;
 }
 
@@ -1688,7 +1743,11 @@ static PyObject *Map_get_count_impl(MapObject *m)
 		return os_error(EBADF, "the map's segment is closed");
 	if (m->type == BPF_MAP_TYPE_ARRAY)
 		return PyLong_FromUnsignedLong(m->max_entries);
-	return PyLong_FromLongLong(__atomic_load_n(&map_hdr(m)->count, __ATOMIC_RELAXED));
+	struct free_list *lists = free_lists(m->seg->base, map_hdr(m));
+	int64_t count = 0;
+	for (int i = 0; i < FREE_LISTS; i++)
+		count += __atomic_load_n(&lists[i].count, __ATOMIC_RELAXED);
+	return PyLong_FromLongLong(count);
 }
 
 static PyObject *Map_get_count(MapObject *m, void *unused)
