@@ -127,7 +127,8 @@ def check_shared_maps() -> Finding:
     name = "shared maps"
     if shared.SHM is not None:
         return Finding(name, True, f"built: {shared.SHM.__file__} (pybpf.shared: array and "
-                                   "hash maps in shared memory)")
+                                   "hash maps in shared memory; an emulated system's with "
+                                   "shared=, so map-perf --processes)")
     return Finding(name, False, f"not built: {shared.INSTALL_HINT}")
 
 

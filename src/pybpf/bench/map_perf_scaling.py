@@ -27,6 +27,7 @@ import time
 
 from ..backends import bpf_allowed
 from ..commands import CommandError, run_standalone
+from ..emulated import ENGINES, native_missing
 from .args import int_arg
 from .map_perf import PROCESS_TESTS, TESTS, Config, Test, run
 from .report import format_table, spread
@@ -59,12 +60,14 @@ def reference_rate(procs: int) -> float:
     return procs * REFERENCE_OPS * 1e9 / (time.monotonic_ns() - start)
 
 
-def map_perf_rates(tests: list[Test], procs: int, max_cnt: int, backend: str) -> dict[str, float]:
-    """Each test's aggregate rate of one map-perf run with ``procs`` processes."""
+def map_perf_rates(tests: list[Test], procs: int, max_cnt: int, backend: str,
+                   engine: str | None = None) -> dict[str, float]:
+    """Each test's aggregate rate of one map-perf run with ``procs`` processes (the emulated
+    programs on ``engine``)."""
     cfg = Config(test_flags=sum(t.bit for t in tests), num_procs=procs, max_cnt=max_cnt,
                  backend=backend, json=True, progress=False)
     if backend == "emulated":
-        cfg.cpus, cfg.modeled_time, cfg.processes = procs, False, True
+        cfg.cpus, cfg.modeled_time, cfg.processes, cfg.engine = procs, False, True, engine
     result = run(cfg)
     if backend == "emulated":
         return dict(result.aggregate_rates)
@@ -96,6 +99,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                         default=30000, help="events per test and process (default 30000)")
     parser.add_argument("--rounds", type=int_arg("--rounds", 1, 100), default=5,
                         help="interleaved rounds (default 5)")
+    parser.add_argument("--engine", choices=ENGINES, default=None,
+                        help="what runs the emulated programs (default: native where "
+                             "llvmlite is installed, else the JIT)")
     parser.add_argument("--backend-kernel", dest="kernel", choices=("auto", "on", "off"),
                         default="auto", help="the kernel's map-perf beside (auto: where "
                                              "bpf(2) is allowed)")
@@ -114,16 +120,20 @@ def run_from_args(args: argparse.Namespace) -> int:
         raise CommandError("this run may use 1 host CPU: give --procs N (N >= 2) to run N "
                            "processes on it anyway, or run where it may use more")
     kernel = args.kernel == "on" or (args.kernel == "auto" and bpf_allowed())
+    engine = args.engine or ("jit" if native_missing() else "native")
+    if engine == "native" and native_missing():
+        raise CommandError(f"--engine native: {native_missing()}")
     emulated: dict[int, list[dict[str, float]]] = {1: [], procs: []}
     kernel_rates: dict[int, list[dict[str, float]]] = {1: [], procs: []}
     reference: dict[int, list[float]] = {1: [], procs: []}
     for _ in range(args.rounds):
         for n in (1, procs):
-            emulated[n].append(map_perf_rates(tests, n, args.max_cnt, "emulated"))
+            emulated[n].append(map_perf_rates(tests, n, args.max_cnt, "emulated", engine))
             reference[n].append(reference_rate(n))
             if kernel:
                 kernel_rates[n].append(map_perf_rates(tests, n, args.max_cnt, "kernel"))
-    print(f"emulated map-perf --processes --modeled-time off, {args.rounds} interleaved "
+    print(f"emulated map-perf --processes --modeled-time off --engine {engine}, "
+          f"{args.rounds} interleaved "
           f"rounds, {args.max_cnt} events per test and process; the host lets this run use "
           f"{host_cpus} CPUs; median [range], events (lookups for the lookup tests) per "
           "second of wall time of all processes together")

@@ -273,7 +273,7 @@ def test_bench_map_perf_scaling_prints_each_test_beside_the_reference():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     run = subprocess.run([sys.executable, "-m", "pybpf", "bench", "map-perf-scaling",
                           "--rounds", "1", "--max-cnt", "50", "--procs", "2",
-                          "--backend-kernel", "off"],
+                          "--backend-kernel", "off", "--engine", "jit"],
                          capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr
     rows = {line.split()[0]: line for line in run.stdout.splitlines()[2:]}
