@@ -1494,6 +1494,19 @@ static uint32_t alloc_slot(MapObject *m, int *err, int *dead)
 	}
 }
 
+/* key's bucket (*b, of *hash) locked, its element there (*slot, NIL: none) and the one
+ * before it (*prev): 0, or the pid of a dead owner of the lock */
+static int lock_key(MapObject *m, const uint8_t *k, uint32_t *hash, struct bucket **b,
+		    uint32_t *slot, uint32_t *prev)
+{
+	*hash = htab_map_hash(k, m->key_size, m->hashrnd);
+	*b = bucket_of(m, *hash);
+	int dead = spin_lock(&(*b)->lock);
+	if (!dead)
+		*slot = find_in_bucket(m, *b, k, *hash, prev);
+	return dead;
+}
+
 static int hash_update(MapObject *m, const uint8_t *k, const uint8_t *v, uint64_t flags,
 		       int *dead)
 {
@@ -1501,12 +1514,10 @@ static int hash_update(MapObject *m, const uint8_t *k, const uint8_t *v, uint64_
 		return EINVAL;
 	uint8_t *base = m->seg->base;
 	struct map_hdr *h = map_hdr(m);
-	uint32_t hash = htab_map_hash(k, m->key_size, m->hashrnd);
-	struct bucket *b = bucket_of(m, hash);
-	if ((*dead = spin_lock(&b->lock)))
+	uint32_t hash, prev, s;
+	struct bucket *b;
+	if ((*dead = lock_key(m, k, &hash, &b, &s, &prev)))
 		return EOWNERDEAD;
-	uint32_t prev;
-	uint32_t s = find_in_bucket(m, b, k, hash, &prev);
 	if (s != NIL && flags == BPF_NOEXIST) {
 		spin_unlock(&b->lock);
 		return EEXIST;
@@ -1553,12 +1564,10 @@ static int hash_delete(MapObject *m, const uint8_t *k, char *out, int *dead)
 {
 	uint8_t *base = m->seg->base;
 	struct map_hdr *h = map_hdr(m);
-	uint32_t hash = htab_map_hash(k, m->key_size, m->hashrnd);
-	struct bucket *b = bucket_of(m, hash);
-	if ((*dead = spin_lock(&b->lock)))
+	uint32_t hash, prev, s;
+	struct bucket *b;
+	if ((*dead = lock_key(m, k, &hash, &b, &s, &prev)))
 		return EOWNERDEAD;
-	uint32_t prev;
-	uint32_t s = find_in_bucket(m, b, k, hash, &prev);
 	if (s == NIL) {
 		spin_unlock(&b->lock);
 		return ENOENT;

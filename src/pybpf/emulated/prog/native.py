@@ -229,7 +229,7 @@ HTAB_ABSENT, HTAB_SLOW = 0, M64
 # _shm_maps.c: a lookup (1 + where the value lies in the segment, 0: absent), and an update
 # or delete (its op HTAB_OPS's), on a map in a shared segment, without the GIL; SHM_SLOW:
 # the helper through Python
-SHM_LOOKUP_SYMBOL, SHM_OP_SYMBOL, SHM_SLOW = "pybpf_shm_lookup", "pybpf_shm_op", M64
+SHM_LOOKUP_SYMBOL, SHM_OP_SYMBOL, SHM_SLOW = "pybpf_shm_lookup", "pybpf_shm_op", HTAB_SLOW
 
 # A program's entry is called without the GIL (compiled code touches only its run's state,
 # arena and map values; @py_callback takes it back to call the run's ``_Run.callback``): by
@@ -872,11 +872,8 @@ class _FunctionIR:
             entry = self.op(f"and i64 {index}, {LOOKUP_CACHE - 1}")
         elif type(bpf_map) is SharedHtab:  # the key in the segment, without the GIL: its
             # value's place there then stands for an index (the map's views by place)
-            tag = self.op(f"call i64 @{SHM_LOOKUP_SYMBOL}(ptr inttoptr (i64 {id(bpf_map.shm)} "
-                          f"to ptr), ptr {key_ptr})")
-            slow = self.op(f"icmp eq i64 {tag}, {_const(SHM_SLOW, 64)}")
-            self.branch(f"br i1 {slow}, label %{python}, label %mf{pc}")
-            self.label(f"mf{pc}")
+            tag = self.tag_or_python(pc, f"@{SHM_LOOKUP_SYMBOL}(ptr inttoptr (i64 "
+                                     f"{id(bpf_map.shm)} to ptr), ptr {key_ptr})", python)
             found = self.op(f"icmp ne i64 {tag}, 0")
             index = self.op(f"sub i64 {tag}, 1")
             entry = self.op(f"and i64 {index}, {LOOKUP_CACHE - 1}")
@@ -891,12 +888,9 @@ class _FunctionIR:
             # time, else where it is charged
             ref = int(bpf_map.lru and not modeled)
             self.calls_python = True
-            tag = self.op(f"call i64 @{HTAB_LOOKUP_SYMBOL}(ptr inttoptr "
-                          f"(i64 {id(bpf_map.table)} to ptr), ptr {key_ptr}, "
-                          f"i64 {bpf_map.key_size}, i64 {slot}, i64 {ref})")
-            slow = self.op(f"icmp eq i64 {tag}, {_const(HTAB_SLOW, 64)}")
-            self.branch(f"br i1 {slow}, label %{python}, label %mf{pc}")
-            self.label(f"mf{pc}")
+            tag = self.tag_or_python(pc, f"@{HTAB_LOOKUP_SYMBOL}(ptr inttoptr "
+                                     f"(i64 {id(bpf_map.table)} to ptr), ptr {key_ptr}, "
+                                     f"i64 {bpf_map.key_size}, i64 {slot}, i64 {ref})", python)
             found = self.op(f"icmp ne i64 {tag}, {HTAB_ABSENT}")
             hashed = self.op(f"mul i64 {tag}, {_const(FIBONACCI, 64)}")
             entry = self.op(f"lshr i64 {hashed}, {64 - LOOKUP_CACHE.bit_length() + 1}")
@@ -955,6 +949,15 @@ class _FunctionIR:
         self.branch(f"br label %mj{pc}")
         self.label(f"mj{pc}")
         self.put(0, self.op(f"phi i64 [{fast}, %mh{pc}], [0, %mz{pc}], [{slow}, %{slow_block}]"))
+
+    def tag_or_python(self, pc: int, call: str, python: str) -> str:
+        """The tag a hash lookup's C function (``call``: its name and arguments) gives, the
+        code going on at ``mf{pc}``; to ``python`` where it answers HTAB_SLOW (SHM_SLOW)."""
+        tag = self.op(f"call i64 {call}")
+        slow = self.op(f"icmp eq i64 {tag}, {_const(HTAB_SLOW, 64)}")
+        self.branch(f"br i1 {slow}, label %{python}, label %mf{pc}")
+        self.label(f"mf{pc}")
+        return tag
 
     def write_first_lookup(self, pc: int, bpf_map: Any, key_ptr: str, slot: str, cache: int,
                            home: str, python: str) -> None:
