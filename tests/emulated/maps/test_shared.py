@@ -337,3 +337,27 @@ def test_program_map_ops_match_the_reference_on_every_engine(ops, flags):
     reference = results[0][1:]
     for engine, *got in results[1:]:
         assert tuple(got) == reference, engine
+
+
+def test_another_process_finds_the_maps_in_a_named_segment():
+    """A map of an emulated system on a named segment is there by name (emulated-PID-N-NAME)
+    for any process that attaches, through pybpf.shared's face: the same elements."""
+    name = f"pybpf-test-{os.getpid()}-emulated"
+    seg = shared.Segment.create(name, MIB)
+    try:
+        sys_ = EmulatedSystem(cpus=1, modeled_time=False, shared=seg)
+        fd = sys_.map_create(MapType.HASH, 4, 8, 16, map_name=b"flows")
+        sys_.map_update_elem(fd, struct.pack("<I", 7), struct.pack("<Q", 70), 0)
+        script = ("import sys\nfrom pybpf import shared\n"
+                  "seg = shared.Segment.attach(sys.argv[1])\n"
+                  "(found,) = [n for n in seg.map_names() if n.endswith('-flows')]\n"
+                  "m = seg.open_map(found, key=int, value=int)\n"
+                  "m[8] = 80\nprint(found.split('-')[1], sorted(m.items()))\nseg.close()\n")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        run = subprocess.run([sys.executable, "-c", script, name], capture_output=True,
+                             text=True, env=env, timeout=120)
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.split(maxsplit=1) == [str(os.getpid()), "[(7, 70), (8, 80)]\n"]
+        assert sys_.map_lookup_elem(fd, struct.pack("<I", 8)) == struct.pack("<Q", 80)
+    finally:
+        shared.unlink(name)

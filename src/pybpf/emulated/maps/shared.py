@@ -18,7 +18,9 @@ process-local. The families here are the emulated ops of those maps:
   allocator model, so a system with a segment runs without modeled time. A value with a
   bpf_spin_lock or bpf_timer, BPF_F_MMAPABLE and BPF_F_INNER_MAP arrays, and hash batch ops
   are refused (EINVAL / ENOTSUPP, saying so); array batch ops are syscall.c's generic ones.
-- A map's memory stays in the segment until the segment goes (pybpf.shared's rule).
+- A map's memory stays in the segment until the segment goes (pybpf.shared's rule). Its name
+  there is ``emulated-PID-N-NAME`` (the creating process, a count, the map's name), so
+  another process attached to a named segment finds it (``Segment.map_names``, ``open_map``).
 """
 
 from __future__ import annotations
@@ -61,11 +63,13 @@ class SharedSegmentMap(BpfMap):
         self.segment = segment
         self.hashrnd = 0 if attr.map_flags & MapFlags.ZERO_SEED else \
             machine.random.getrandbits(32)
+        # the map's name as bpf_obj_name_cpy keeps it (it checks the name after this)
+        name = "".join(c for c in self.name if c.isascii() and (c.isalnum() or c in "_."))
         try:
             self.shm = segment.handle.create_map(
-                f"emulated-{os.getpid()}-{next(_names)}", int(attr.map_type), attr.key_size,
-                attr.value_size, attr.max_entries, attr.map_flags & SEGMENT_FLAGS,
-                self.hashrnd)
+                f"emulated-{os.getpid()}-{next(_names)}-{name}", int(attr.map_type),
+                attr.key_size, attr.value_size, attr.max_entries,
+                attr.map_flags & SEGMENT_FLAGS, self.hashrnd)
         except OSError as exc:
             raise KernelError(exc.errno or errno.ENOMEM,
                               f"{exc.strerror} (in the {segment.describe()} of this "
