@@ -167,9 +167,9 @@ def test_resizing_touches_only_the_enabled_tests_maps():
     (["1", "--modeled-time", "off", "--cache-scale", "0.5"], "which --modeled-time off"),
     (["1", "--modeled-time", "maybe"], "invalid choice: 'maybe'"),
     (["1", "--processes"], "--processes needs --modeled-time off"),
-    (["2", "--processes", "--modeled-time", "off"],
-     "test(s) 1 (PERCPU_HASH_PREALLOC) use maps that a shared segment does not hold"),
-    (["0", "--processes", "--modeled-time", "off"], "give TEST_FLAGS 389 or a part of it"),
+    (["16", "--processes", "--modeled-time", "off"],
+     "test(s) 4 (LRU_HASH_PREALLOC) use maps that a shared segment does not hold"),
+    (["0", "--processes", "--modeled-time", "off"], "give TEST_FLAGS 399 or a part of it"),
     (["1", "--backend", "kernel", "--processes"], "--processes runs the emulated CPUs"),
 ])
 def test_bad_arguments_print_usage_and_exit_2(args, message):
@@ -371,7 +371,8 @@ def test_processes_run_each_cpu_in_a_process_on_shared_maps(capsys):
     segment (tests/emulated/maps/test_shared.py: forked processes share its maps); every
     CPU's results come back, the lines are printed by CPU, and each test's aggregate counts
     all processes' events over its wall time."""
-    assert mp.PROCESS_TESTS == (mp.Test.HASH_PREALLOC, mp.Test.HASH_KMALLOC,
+    assert mp.PROCESS_TESTS == (mp.Test.HASH_PREALLOC, mp.Test.PERCPU_HASH_PREALLOC,
+                                mp.Test.HASH_KMALLOC, mp.Test.PERCPU_HASH_KMALLOC,
                                 mp.Test.HASH_LOOKUP, mp.Test.ARRAY_LOOKUP)
     cfg = mp.Config(test_flags=sum(t.bit for t in mp.PROCESS_TESTS), num_procs=2, max_cnt=40,
                     backend="emulated", cpus=2, progress=False, modeled_time=False,
@@ -381,7 +382,7 @@ def test_processes_run_each_cpu_in_a_process_on_shared_maps(capsys):
         (cpu, t.name) for cpu in (0, 1) for t in cfg.tests)
     assert all(r.events == 40 and r.rate == r.host_rate > 0 for r in result.results)
     printed = [line for line in capsys.readouterr().out.splitlines() if SAMPLE_LINE.match(line)]
-    assert [int(SAMPLE_LINE.match(line)["cpu"]) for line in printed] == [0] * 4 + [1] * 4
+    assert [int(SAMPLE_LINE.match(line)["cpu"]) for line in printed] == [0] * 6 + [1] * 6
     assert list(result.aggregate_rates) == [t.name for t in cfg.tests]
     assert all(rate > 0 for rate in result.aggregate_rates.values())
     assert result.notes[0].startswith("all:hash_map_perf pre-alloc ")

@@ -237,8 +237,12 @@ def test_flags_the_reference_takes_but_shared_maps_do_not_are_refused_clearly():
             seg.create_map("m", "hash", 4, 8, 4, pybpf.MapFlags.NUMA_NODE)
         assert info.value.errno == errno.EINVAL
         assert "BPF_F_NO_PREALLOC and BPF_F_ZERO_SEED only" in str(info.value)
-        with pytest.raises(BPFError, match="HASH and .*ARRAY"):
+        with pytest.raises(BPFError, match="HASH, PERCPU_HASH, ARRAY and PERCPU_ARRAY"):
             seg.create_map("q", "lru_hash", 4, 8, 4)
+        # per-CPU maps in a segment are an emulated system's, which knows its CPUs
+        with pytest.raises(BPFError, match="EmulatedSystem\\(shared=") as info:
+            seg.create_map("p", "percpu_hash", 4, 8, 4)
+        assert info.value.errno == errno.EINVAL
 
 
 def test_a_wrong_key_length_is_einval_and_no_map_is_touched():

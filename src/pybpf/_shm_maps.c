@@ -75,6 +75,9 @@
 /* uapi numbers (include/uapi/linux/bpf.h) */
 #define BPF_MAP_TYPE_HASH 1
 #define BPF_MAP_TYPE_ARRAY 2
+#define BPF_MAP_TYPE_PERCPU_HASH 5
+#define BPF_MAP_TYPE_PERCPU_ARRAY 6
+#define PCPU_MIN_UNIT_SIZE 32768 /* the largest per-CPU value the kernel takes */
 #define BPF_ANY 0
 #define BPF_NOEXIST 1
 #define BPF_EXIST 2
@@ -117,6 +120,9 @@ struct map_hdr {
 	uint32_t value_off; /* where the value starts inside an element */
 	uint32_t chunk_shift, nchunks;
 	uint32_t grow_lock; /* serialises chunk growth (BPF_F_NO_PREALLOC) */
+	uint32_t ncpus;     /* per-CPU maps: the CPUs a value has a slot for (else 1) */
+	uint32_t data_size; /* an element's value bytes: value_size, or per CPU
+			     * ncpus * round_up(value_size, 8), the syscall's layout */
 	uint64_t buckets_off; /* hash: n_buckets struct bucket */
 	uint64_t values_off;  /* array: max_entries elements */
 	uint64_t lists_off;   /* hash: FREE_LISTS struct free_list, a CPU's each */
@@ -333,7 +339,18 @@ typedef struct {
 	/* copies of the immutable header fields, for the hot paths */
 	uint32_t type, key_size, value_size, max_entries, map_flags, mask, hashrnd;
 	uint32_t elem_size, value_off, chunk_shift;
+	uint32_t ncpus, data_size; /* as in the header */
 } MapObject;
+
+static inline int is_array(uint32_t type)
+{
+	return type == BPF_MAP_TYPE_ARRAY || type == BPF_MAP_TYPE_PERCPU_ARRAY;
+}
+
+static inline int is_percpu(uint32_t type)
+{
+	return type == BPF_MAP_TYPE_PERCPU_HASH || type == BPF_MAP_TYPE_PERCPU_ARRAY;
+}
 
 static PyTypeObject SegmentType;
 static PyTypeObject MapType;
@@ -803,6 +820,8 @@ static PyObject *map_object(SegmentObject *seg, uint64_t off, const char *name)
 	m->elem_size = h->elem_size;
 	m->value_off = h->value_off;
 	m->chunk_shift = h->chunk_shift;
+	m->ncpus = h->ncpus;
+	m->data_size = h->data_size;
 	if (!m->name) {
 		Py_DECREF(m);
 		return NULL;
@@ -830,9 +849,21 @@ static uint32_t roundup_pow_of_two(uint32_t n)
 /* htab_map_alloc_check / array_map_alloc_check for the flags shared maps take: an errno and
  * a message, 0 when the attributes are good. */
 static int check_create(uint32_t type, uint32_t key_size, uint32_t value_size,
-			uint32_t max_entries, uint32_t flags, const char **why)
+			uint32_t max_entries, uint32_t flags, uint32_t ncpus, const char **why)
 {
-	if (type == BPF_MAP_TYPE_HASH) {
+	if (is_percpu(type) && (ncpus < 1 || ncpus > 4096)) {
+		*why = "a per-CPU map needs its number of CPUs (1 to 4096)";
+		return EINVAL;
+	}
+	if (is_percpu(type) && round_up64(value_size, 8) > PCPU_MIN_UNIT_SIZE) {
+		*why = "per-CPU values are limited to 32768 bytes";
+		return E2BIG;
+	}
+	if (is_percpu(type) && (uint64_t)ncpus * round_up64(value_size, 8) > INT32_MAX) {
+		*why = "a per-CPU value for every CPU is over INT_MAX bytes";
+		return E2BIG;
+	}
+	if (type == BPF_MAP_TYPE_HASH || type == BPF_MAP_TYPE_PERCPU_HASH) {
 		if (flags & ~(BPF_F_NO_PREALLOC | BPF_F_ZERO_SEED)) {
 			*why = "shared hash maps take BPF_F_NO_PREALLOC and BPF_F_ZERO_SEED only";
 			return EINVAL;
@@ -855,7 +886,7 @@ static int check_create(uint32_t type, uint32_t key_size, uint32_t value_size,
 		}
 		return 0;
 	}
-	if (type == BPF_MAP_TYPE_ARRAY) {
+	if (is_array(type)) {
 		if (!max_entries) {
 			*why = "max_entries must be at least 1";
 			return EINVAL;
@@ -878,7 +909,7 @@ static int check_create(uint32_t type, uint32_t key_size, uint32_t value_size,
 		}
 		return 0;
 	}
-	*why = "shared segments hold BPF_MAP_TYPE_HASH and BPF_MAP_TYPE_ARRAY maps";
+	*why = "shared segments hold HASH, PERCPU_HASH, ARRAY and PERCPU_ARRAY maps";
 	return EINVAL;
 }
 
@@ -983,34 +1014,38 @@ static int carve_chunk(uint8_t *base, struct map_hdr *h, uint32_t c, uint32_t cp
 	return 0;
 }
 
-/* create_map(name, type, key_size, value_size, max_entries, flags, hashrnd) */
+/* create_map(name, type, key_size, value_size, max_entries, flags, hashrnd, ncpus=1) */
 static PyObject *Segment_create_map(SegmentObject *self, PyObject *args)
 {
 	const char *name;
-	unsigned int type, key_size, value_size, max_entries, flags, hashrnd;
-	if (!PyArg_ParseTuple(args, "sIIIIII", &name, &type, &key_size, &value_size,
-			      &max_entries, &flags, &hashrnd))
+	unsigned int type, key_size, value_size, max_entries, flags, hashrnd, ncpus = 1;
+	if (!PyArg_ParseTuple(args, "sIIIIII|I", &name, &type, &key_size, &value_size,
+			      &max_entries, &flags, &hashrnd, &ncpus))
 		return NULL;
 	if (check_open(self) < 0)
 		return NULL;
 	if (!name[0] || strlen(name) >= MAP_NAME_LEN)
 		return os_error(EINVAL, "a map name has 1 to %d bytes", MAP_NAME_LEN - 1);
 	const char *why = NULL;
-	int err = check_create(type, key_size, value_size, max_entries, flags, &why);
+	int err = check_create(type, key_size, value_size, max_entries, flags, ncpus, &why);
 	if (err)
 		return os_error(err, "%s", why);
 	uint8_t *base = self->base;
 	struct seg_hdr *sh = seg_hdr(self);
 	uint32_t chunk_shift = 0, nchunks = 0, n_buckets = 0, elem_size, value_off;
 	uint64_t need, elems_bytes;
-	if (type == BPF_MAP_TYPE_HASH) {
+	if (!is_percpu(type))
+		ncpus = 1;
+	uint32_t data_size = is_percpu(type) ? ncpus * (uint32_t)round_up64(value_size, 8)
+		: value_size;
+	if (!is_array(type)) {
 		n_buckets = roundup_pow_of_two(max_entries);
 		chunk_shift = MIN_CHUNK_SHIFT;
 		while (((uint64_t)max_entries + (1u << chunk_shift) - 1) >> chunk_shift > MAX_CHUNKS)
 			chunk_shift++;
 		nchunks = (uint32_t)(((uint64_t)max_entries + (1u << chunk_shift) - 1) >> chunk_shift);
 		value_off = (uint32_t)round_up64(sizeof(struct helem) + key_size, 8);
-		elem_size = value_off + (uint32_t)round_up64(value_size, 8);
+		elem_size = value_off + (uint32_t)round_up64(data_size, 8);
 		elems_bytes = (uint64_t)max_entries * elem_size;
 		need = sizeof(struct map_hdr) + (uint64_t)nchunks * 8 + 2 * HEAP_ALIGN +
 		       FREE_LISTS * sizeof(struct free_list) +
@@ -1021,7 +1056,7 @@ static PyObject *Segment_create_map(SegmentObject *self, PyObject *args)
 			need += (uint64_t)elem_size << chunk_shift; /* its first chunk, at least */
 	} else {
 		value_off = sizeof(struct aelem); /* the element's lock and count, then the value */
-		elem_size = value_off + (uint32_t)round_up64(value_size, 8);
+		elem_size = value_off + (uint32_t)round_up64(data_size, 8);
 		elems_bytes = (uint64_t)max_entries * elem_size;
 		need = sizeof(struct map_hdr) + HEAP_ALIGN + elems_bytes;
 	}
@@ -1065,9 +1100,11 @@ static PyObject *Segment_create_map(SegmentObject *self, PyObject *args)
 	h->value_off = value_off;
 	h->chunk_shift = chunk_shift;
 	h->nchunks = nchunks;
+	h->ncpus = ncpus;
+	h->data_size = data_size;
 	h->n_buckets = n_buckets ? n_buckets : 1;
 	h->hashrnd = (flags & BPF_F_ZERO_SEED) ? 0 : hashrnd;
-	if (type == BPF_MAP_TYPE_HASH) {
+	if (!is_array(type)) {
 		h->lists_off = round_up64(sh->heap_next, HEAP_ALIGN);
 		sh->heap_next = h->lists_off + FREE_LISTS * sizeof(struct free_list);
 		struct free_list *lists = free_lists(base, h);
@@ -1075,12 +1112,12 @@ static PyObject *Segment_create_map(SegmentObject *self, PyObject *args)
 		for (int i = 0; i < FREE_LISTS; i++)
 			lists[i].head = NIL;
 	}
-	uint64_t region_bytes = type == BPF_MAP_TYPE_HASH ?
+	uint64_t region_bytes = !is_array(type) ?
 		(uint64_t)n_buckets * sizeof(struct bucket) : elems_bytes;
 	uint64_t region = round_up64(sh->heap_next, HEAP_ALIGN);
 	sh->heap_next = region + region_bytes;
 	memset(base + region, 0, region_bytes); /* a fresh segment is zero; a reused one not */
-	if (type == BPF_MAP_TYPE_HASH) {
+	if (!is_array(type)) {
 		h->buckets_off = region;
 		struct bucket *b = (struct bucket *)(base + region);
 		for (uint32_t i = 0; i < n_buckets; i++)
@@ -1089,7 +1126,7 @@ static PyObject *Segment_create_map(SegmentObject *self, PyObject *args)
 		h->values_off = region;
 	}
 	spin_unlock(&sh->lock);
-	if (type == BPF_MAP_TYPE_HASH) {
+	if (!is_array(type)) {
 		/* prealloc: every chunk now (room was checked, but a concurrent create may take
 		 * it first: then ENOMEM and the map is not published). No prealloc: chunks as the
 		 * map grows, the first one now. */
@@ -1358,12 +1395,12 @@ static PyObject *Map_lookup_impl(MapObject *m, PyObject *key)
 	const uint8_t *k;
 	if (get_key(m, key, &k) < 0)
 		return NULL;
-	PyObject *out = PyBytes_FromStringAndSize(NULL, m->value_size);
+	PyObject *out = PyBytes_FromStringAndSize(NULL, m->data_size);
 	if (!out)
 		return NULL;
 	char *dst = PyBytes_AS_STRING(out);
 	int dead;
-	if (m->type == BPF_MAP_TYPE_ARRAY) {
+	if (is_array(m->type)) {
 		uint32_t index = array_index(k);
 		if (index >= m->max_entries) {
 			Py_DECREF(out);
@@ -1377,7 +1414,7 @@ static PyObject *Map_lookup_impl(MapObject *m, PyObject *key)
 				Py_DECREF(out);
 				return owner_dead(dead);
 			}
-			memcpy(dst, (uint8_t *)a + m->value_off, m->value_size);
+			memcpy(dst, (uint8_t *)a + m->value_off, m->data_size);
 		} while (read_retry(&a->seq, start));
 		return out;
 	}
@@ -1393,7 +1430,7 @@ static PyObject *Map_lookup_impl(MapObject *m, PyObject *key)
 		}
 		s = walk_chain(m, b, k, hash);
 		if (s != NIL)
-			memcpy(dst, slot_elem(base, h, s) + m->value_off, m->value_size);
+			memcpy(dst, slot_elem(base, h, s) + m->value_off, m->data_size);
 	} while (read_retry(&b->seq, start));
 	if (s == NIL) {
 		Py_DECREF(out);
@@ -1411,7 +1448,7 @@ static PyObject *Map_value_offset_impl(MapObject *m, PyObject *key)
 	if (get_key(m, key, &k) < 0)
 		return NULL;
 	uint8_t *base = m->seg->base;
-	if (m->type == BPF_MAP_TYPE_ARRAY) {
+	if (is_array(m->type)) {
 		uint32_t index = array_index(k);
 		if (index >= m->max_entries)
 			return PyLong_FromLong(-1);
@@ -1436,8 +1473,28 @@ static PyObject *Map_value_offset_impl(MapObject *m, PyObject *key)
 /* The element ops' cores: 0 or the errno, *dead the owner of a lock it met held by a dead
  * process (EOWNERDEAD). They take no GIL and make no Python object: the native tier calls
  * them from machine code (pybpf_shm_update, ...), the methods below through element_error. */
+/* A value written: all of it (cpu -1: a syscall's, a per-CPU map's value_size bytes per CPU
+ * at its stride, the padding left as it is: zero), or from a program on a per-CPU map, CPU
+ * cpu's slot, a new element's other slots zeroed (pcpu_init_value) */
+static void put_value(MapObject *m, uint8_t *dst, const uint8_t *v, int64_t cpu, int fresh)
+{
+	if (!is_percpu(m->type)) {
+		memcpy(dst, v, m->value_size);
+		return;
+	}
+	uint32_t stride = m->data_size / m->ncpus;
+	if (fresh)
+		memset(dst, 0, m->data_size);
+	if (cpu >= 0) {
+		memcpy(dst + (uint64_t)cpu * stride, v, m->value_size);
+		return;
+	}
+	for (uint32_t c = 0; c < m->ncpus; c++)
+		memcpy(dst + (uint64_t)c * stride, v + (uint64_t)c * stride, m->value_size);
+}
+
 static int array_update(MapObject *m, const uint8_t *k, const uint8_t *v, uint64_t flags,
-			int *dead)
+			int64_t cpu, int *dead)
 {
 	uint32_t index = array_index(k);
 	if ((flags & ~(uint64_t)BPF_F_LOCK) > BPF_EXIST)
@@ -1450,7 +1507,7 @@ static int array_update(MapObject *m, const uint8_t *k, const uint8_t *v, uint64
 	if ((*dead = spin_lock(&a->lock)))
 		return EOWNERDEAD;
 	write_begin(&a->seq);
-	memcpy((uint8_t *)a + m->value_off, v, m->value_size);
+	put_value(m, (uint8_t *)a + m->value_off, v, cpu, 0);
 	write_end(&a->seq);
 	spin_unlock(&a->lock);
 	return 0;
@@ -1508,7 +1565,7 @@ static int lock_key(MapObject *m, const uint8_t *k, uint32_t *hash, struct bucke
 }
 
 static int hash_update(MapObject *m, const uint8_t *k, const uint8_t *v, uint64_t flags,
-		       int *dead)
+		       int64_t cpu, int *dead)
 {
 	if (flags > BPF_EXIST) /* BPF_F_LOCK included: no spin lock in the value */
 		return EINVAL;
@@ -1531,7 +1588,7 @@ static int hash_update(MapObject *m, const uint8_t *k, const uint8_t *v, uint64_
 		 * same order, without a spare element: rewrite it and move it to the front. */
 		uint8_t *e = slot_elem(base, h, s);
 		write_begin(&b->seq);
-		memcpy(e + m->value_off, v, m->value_size);
+		put_value(m, e + m->value_off, v, cpu, 0);
 		if (prev != NIL) {
 			unlink_slot(m, b, s, prev);
 			((struct helem *)e)->next = b->head;
@@ -1550,7 +1607,7 @@ static int hash_update(MapObject *m, const uint8_t *k, const uint8_t *v, uint64_
 	struct helem *e = (struct helem *)slot_elem(base, h, s);
 	e->hash = hash;
 	memcpy((uint8_t *)e + sizeof(*e), k, m->key_size);
-	memcpy((uint8_t *)e + m->value_off, v, m->value_size);
+	put_value(m, (uint8_t *)e + m->value_off, v, cpu, 1);
 	e->next = b->head;
 	write_begin(&b->seq); /* the element was unreachable until now: only the link counts */
 	b->head = s;
@@ -1573,7 +1630,7 @@ static int hash_delete(MapObject *m, const uint8_t *k, char *out, int *dead)
 		return ENOENT;
 	}
 	if (out)
-		memcpy(out, slot_elem(base, h, s) + m->value_off, m->value_size);
+		memcpy(out, slot_elem(base, h, s) + m->value_off, m->data_size);
 	write_begin(&b->seq);
 	unlink_slot(m, b, s, prev);
 	write_end(&b->seq);
@@ -1587,7 +1644,7 @@ static int hash_delete(MapObject *m, const uint8_t *k, char *out, int *dead)
 static PyObject *element_error(MapObject *m, int err, int dead, const uint8_t *k,
 			       uint64_t flags)
 {
-	int array = m->type == BPF_MAP_TYPE_ARRAY;
+	int array = is_array(m->type);
 	switch (err) {
 	case EOWNERDEAD:
 		return owner_dead(dead);
@@ -1614,8 +1671,8 @@ static PyObject *element_error(MapObject *m, int err, int dead, const uint8_t *k
 
 static PyObject *Map_update_impl(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-	if (nargs < 2 || nargs > 3) {
-		PyErr_SetString(PyExc_TypeError, "update(key, value, flags=0)");
+	if (nargs < 2 || nargs > 4) {
+		PyErr_SetString(PyExc_TypeError, "update(key, value, flags=0, cpu=-1)");
 		return NULL;
 	}
 	const uint8_t *k;
@@ -1628,21 +1685,29 @@ static PyObject *Map_update_impl(MapObject *m, PyObject *const *args, Py_ssize_t
 		return NULL;
 	}
 	uint64_t flags = 0;
-	if (nargs == 3) {
+	long long cpu = -1;
+	if (nargs >= 3) {
 		flags = PyLong_AsUnsignedLongLong(args[2]);
 		if (flags == (uint64_t)-1 && PyErr_Occurred())
 			return NULL;
 	}
+	if (nargs == 4 && (cpu = PyLong_AsLongLong(args[3])) == -1 && PyErr_Occurred())
+		return NULL;
+	if (cpu != -1 && (!is_percpu(m->type) || cpu < 0 || cpu >= m->ncpus))
+		return os_error(EINVAL, "cpu %lld: a program's update of one CPU's value is for a "
+				"per-CPU map, with a CPU below its %u", cpu, m->ncpus);
 	if (flags & BPF_F_LOCK) /* syscall.c: BPF_F_LOCK needs a bpf_spin_lock in the value */
 		return os_error(EINVAL, "BPF_F_LOCK needs a bpf_spin_lock in the value (shared maps "
 				"have none)");
-	if ((size_t)PyBytes_GET_SIZE(value) != m->value_size)
-		return os_error(EINVAL, "the value has %zd bytes, the map's value_size is %u",
-				PyBytes_GET_SIZE(value), m->value_size);
+	uint32_t size = cpu == -1 ? m->data_size : m->value_size;
+	if ((size_t)PyBytes_GET_SIZE(value) != size)
+		return os_error(EINVAL, "the value has %zd bytes, the map's takes %u%s",
+				PyBytes_GET_SIZE(value), size, size == m->value_size ? ""
+				: " (value_size rounded up to 8, for each CPU)");
 	const uint8_t *v = (const uint8_t *)PyBytes_AS_STRING(value);
 	int dead = 0;
-	int err = m->type == BPF_MAP_TYPE_ARRAY ? array_update(m, k, v, flags, &dead)
-		: hash_update(m, k, v, flags, &dead);
+	int err = is_array(m->type) ? array_update(m, k, v, flags, cpu, &dead)
+		: hash_update(m, k, v, flags, cpu, &dead);
 	if (err)
 		return element_error(m, err, dead, k, flags);
 	Py_RETURN_NONE;
@@ -1653,7 +1718,7 @@ static PyObject *Map_delete_impl(MapObject *m, PyObject *key)
 	const uint8_t *k;
 	if (get_key(m, key, &k) < 0)
 		return NULL;
-	if (m->type == BPF_MAP_TYPE_ARRAY)
+	if (is_array(m->type))
 		return os_error(EINVAL, "array elements cannot be deleted (they always exist); "
 				"write zeros instead");
 	int dead = 0;
@@ -1669,9 +1734,9 @@ static PyObject *Map_lookup_and_delete_impl(MapObject *m, PyObject *key)
 	const uint8_t *k;
 	if (get_key(m, key, &k) < 0)
 		return NULL;
-	if (m->type == BPF_MAP_TYPE_ARRAY)
+	if (is_array(m->type))
 		return os_error(ENOTSUPP, "lookup_and_delete is not supported by this map type");
-	PyObject *out = PyBytes_FromStringAndSize(NULL, m->value_size);
+	PyObject *out = PyBytes_FromStringAndSize(NULL, m->data_size);
 	if (!out)
 		return NULL;
 	int dead = 0;
@@ -1691,7 +1756,7 @@ static PyObject *Map_get_next_key_impl(MapObject *m, PyObject *key)
 		return NULL;
 	if (m->seg->base == NULL)
 		return os_error(EBADF, "the map's segment is closed");
-	if (m->type == BPF_MAP_TYPE_ARRAY) {
+	if (is_array(m->type)) {
 		uint32_t index = UINT32_MAX;
 		if (k)
 			index = array_index(k);
@@ -1750,7 +1815,7 @@ static PyObject *Map_get_count_impl(MapObject *m)
 {
 	if (m->seg->base == NULL)
 		return os_error(EBADF, "the map's segment is closed");
-	if (m->type == BPF_MAP_TYPE_ARRAY)
+	if (is_array(m->type))
 		return PyLong_FromUnsignedLong(m->max_entries);
 	struct free_list *lists = free_lists(m->seg->base, map_hdr(m));
 	int64_t count = 0;
@@ -1845,14 +1910,15 @@ static PyTypeObject MapType = {
  * why. */
 #define SHM_NATIVE_SLOW UINT64_MAX
 
-/* bpf_map_lookup_elem: 1 + where the live value lies from the segment's start, 0 when absent */
+/* bpf_map_lookup_elem: 1 + where the live value lies from the segment's start (a per-CPU
+ * map's: CPU 0's slot), 0 when absent */
 uint64_t pybpf_shm_lookup(PyObject *map, const uint8_t *key)
 {
 	MapObject *m = (MapObject *)map;
 	uint8_t *base = m->seg->base;
 	if (base == NULL)
 		return SHM_NATIVE_SLOW;
-	if (m->type == BPF_MAP_TYPE_ARRAY) {
+	if (is_array(m->type)) {
 		uint32_t index = array_index(key);
 		return index >= m->max_entries ? 0
 			: 1 + (uint64_t)((uint8_t *)array_elem(m, index) + m->value_off - base);
@@ -1868,21 +1934,22 @@ uint64_t pybpf_shm_lookup(PyObject *map, const uint8_t *key)
 	return s == NIL ? 0 : 1 + (uint64_t)(slot_elem(base, map_hdr(m), s) + m->value_off - base);
 }
 
-/* bpf_map_update_elem (op 1) or bpf_map_delete_elem (op 2): 0 or -errno as the helper
- * returns it */
+/* bpf_map_update_elem (op 1) or bpf_map_delete_elem (op 2) from a program on CPU ``cpu``
+ * (a per-CPU map's update writes its slot): 0 or -errno as the helper returns it */
 uint64_t pybpf_shm_op(PyObject *map, int64_t op, const uint8_t *key, const uint8_t *value,
-		      uint64_t flags)
+		      uint64_t flags, int64_t cpu)
 {
 	MapObject *m = (MapObject *)map;
 	int dead = 0, err;
-	if (m->seg->base == NULL)
+	if (m->seg->base == NULL || (is_percpu(m->type) && (cpu < 0 || cpu >= m->ncpus)))
 		return SHM_NATIVE_SLOW;
+	cpu = is_percpu(m->type) ? cpu : -1;
 	if (op == 1)
 		err = flags & BPF_F_LOCK ? EINVAL /* no bpf_spin_lock in the value */
-			: m->type == BPF_MAP_TYPE_ARRAY ? array_update(m, key, value, flags, &dead)
-			: hash_update(m, key, value, flags, &dead);
+			: is_array(m->type) ? array_update(m, key, value, flags, cpu, &dead)
+			: hash_update(m, key, value, flags, cpu, &dead);
 	else
-		err = m->type == BPF_MAP_TYPE_ARRAY ? EINVAL : hash_delete(m, key, NULL, &dead);
+		err = is_array(m->type) ? EINVAL : hash_delete(m, key, NULL, &dead);
 	if (err == EOWNERDEAD)
 		return SHM_NATIVE_SLOW;
 	return -(uint64_t)err;

@@ -155,6 +155,10 @@ class Segment:
         segment has no room for it."""
         kind = member_named(MapType, map_type, "map type") if isinstance(map_type, str) \
             else map_type
+        if int(kind) in (MapType.PERCPU_HASH, MapType.PERCPU_ARRAY):
+            raise BPFError(errno.EINVAL, f"map create {name!r}: per-CPU maps in a segment are "
+                           "an emulated system's (EmulatedSystem(shared=...), whose CPUs they "
+                           "have a slot for); here use HASH or ARRAY", command="map_create")
         key_codec, value_codec = _codecs(int(kind), key_size, value_size, key, value)
         for field, number in (("key_size", key_size), ("value_size", value_size),
                               ("max_entries", max_entries), ("flags", flags)):
@@ -170,11 +174,15 @@ class Segment:
 
     def open_map(self, name: str, *, key: CodecSpec = None,
                  value: CodecSpec = None) -> SharedMap:
-        """The map named ``name`` (ENOENT when there is none)."""
+        """The map named ``name`` (ENOENT when there is none; EINVAL for a per-CPU map, an
+        emulated system's)."""
         try:
             handle = self._seg.open_map(name)
         except OSError as exc:
             raise _segment_error(exc, f"map_open {name!r} in {self.describe()}") from None
+        if handle.type in (MapType.PERCPU_HASH, MapType.PERCPU_ARRAY):
+            raise BPFError(errno.EINVAL, f"map_open {name!r}: a per-CPU map is an emulated "
+                           "system's; open HASH and ARRAY maps here", command="map_open")
         key_codec, value_codec = _codecs(handle.type, handle.key_size, handle.value_size, key,
                                          value)
         return SharedMap(handle, self, key_codec, value_codec)

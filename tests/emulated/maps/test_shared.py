@@ -77,6 +77,7 @@ def walk(sys_, fd) -> list:
 
 @st.composite
 def op_sequence(draw, key_size: int, value_size: int):
+    """Syscall ops on keys of a small pool; ``value_size``: the syscall's value bytes."""
     pool = draw(st.lists(st.binary(min_size=key_size, max_size=key_size), min_size=1,
                          max_size=16, unique=True))
     key = st.sampled_from(pool)
@@ -104,14 +105,20 @@ def apply(sys_, fd, op):
     return outcome(lambda: sys_.map_get_next_key(fd, args[0]))
 
 
+def syscall_value_size(map_type: int, value_size: int, cpus: int = 2) -> int:
+    percpu = map_type in (MapType.PERCPU_HASH, MapType.PERCPU_ARRAY)
+    return -(-value_size // 8) * 8 * cpus if percpu else value_size
+
+
 @settings(max_examples=60, database=None, deadline=None)
-@given(st.sampled_from([1, 4, 13]), st.sampled_from([1, 8, 12]), st.integers(1, 10),
+@given(st.sampled_from([MapType.HASH, MapType.PERCPU_HASH]), st.sampled_from([1, 4, 13]),
+       st.sampled_from([1, 8, 12]), st.integers(1, 10),
        st.sampled_from([0, BPF_F_NO_PREALLOC]), st.data())
-def test_hash_syscalls_match_the_emulated_reference(key_size, value_size, max_entries, flags,
-                                                    data):
-    ops = data.draw(op_sequence(key_size, value_size))
+def test_hash_syscalls_match_the_emulated_reference(map_type, key_size, value_size,
+                                                    max_entries, flags, data):
+    ops = data.draw(op_sequence(key_size, syscall_value_size(map_type, value_size)))
     mine, ref = shared_system(), EmulatedSystem(cpus=2, modeled_time=False)
-    fds = [s.map_create(MapType.HASH, key_size, value_size, max_entries,
+    fds = [s.map_create(map_type, key_size, value_size, max_entries,
                         map_flags=flags | BPF_F_ZERO_SEED) for s in (mine, ref)]
     for op in ops:
         assert apply(mine, fds[0], op) == apply(ref, fds[1], op), op
@@ -120,11 +127,12 @@ def test_hash_syscalls_match_the_emulated_reference(key_size, value_size, max_en
 
 
 @settings(max_examples=40, database=None, deadline=None)
-@given(st.sampled_from([1, 8, 12]), st.integers(1, 5), st.data())
-def test_array_syscalls_match_the_emulated_reference(value_size, max_entries, data):
-    ops = data.draw(op_sequence(4, value_size))
+@given(st.sampled_from([MapType.ARRAY, MapType.PERCPU_ARRAY]), st.sampled_from([1, 8, 12]),
+       st.integers(1, 5), st.data())
+def test_array_syscalls_match_the_emulated_reference(map_type, value_size, max_entries, data):
+    ops = data.draw(op_sequence(4, syscall_value_size(map_type, value_size)))
     mine, ref = shared_system(), EmulatedSystem(cpus=2, modeled_time=False)
-    fds = [s.map_create(MapType.ARRAY, 4, value_size, max_entries) for s in (mine, ref)]
+    fds = [s.map_create(map_type, 4, value_size, max_entries) for s in (mine, ref)]
     for op in ops:
         assert apply(mine, fds[0], op) == apply(ref, fds[1], op), op
     assert walk(mine, fds[0]) == walk(ref, fds[1])
@@ -277,8 +285,9 @@ def test_bench_map_perf_scaling_prints_each_test_beside_the_reference():
                          capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr
     rows = {line.split()[0]: line for line in run.stdout.splitlines()[2:]}
-    assert set(rows) == {"0:hash_map_perf", "2:hash_map_perf", "7:hash_lookup",
-                         "8:array_lookup", "reference:"}
+    assert set(rows) == {"0:hash_map_perf", "1:percpu_hash_map_perf", "2:hash_map_perf",
+                         "3:percpu_hash_map_perf", "7:hash_lookup", "8:array_lookup",
+                         "reference:"}
     for line in rows.values():
         assert "x ±" in line
 
@@ -317,23 +326,28 @@ OPS_CASES = st.lists(st.one_of(
 
 
 @settings(max_examples=25, database=None, deadline=None)
-@given(OPS_CASES, st.sampled_from([0, BPF_F_NO_PREALLOC]))
-def test_program_map_ops_match_the_reference_on_every_engine(ops, flags):
+@given(OPS_CASES, st.sampled_from([0, BPF_F_NO_PREALLOC]),
+       st.sampled_from([MapType.HASH, MapType.PERCPU_HASH]))
+def test_program_map_ops_match_the_reference_on_every_engine(ops, flags, map_type):
     """Updates (flags valid and not, a full map), deletes (present and not) and lookups
-    with an atomic on the value, from a program: R0 of each op and the map's contents on
-    each engine over a segment equal the interpreter's on a map without one. On the native
-    tier these run in machine code (pybpf_shm_lookup, pybpf_shm_op)."""
+    with an atomic on the value, from a program on CPU 0 and then on CPU 1: R0 of each op
+    and the map's contents (a per-CPU map's every CPU's value) on each engine over a segment
+    equal the interpreter's on a map without one. On the native tier these run in machine
+    code (pybpf_shm_lookup, pybpf_shm_op)."""
     results = []
-    for engine, sys_ in [("interp", EmulatedSystem(cpus=1, modeled_time=False))] + [
-            (engine, shared_system(cpus=1)) for engine in ENGINES]:
+    for engine, sys_ in [("interp", EmulatedSystem(cpus=2, modeled_time=False))] + [
+            (engine, shared_system(cpus=2)) for engine in ENGINES]:
         sys_.bpf_engine = engine
-        h = Map(MapSpec(MapType.HASH, 4, 8, 4, flags=flags | BPF_F_ZERO_SEED, key=int,
+        h = Map(MapSpec(map_type, 4, 8, 4, flags=flags | BPF_F_ZERO_SEED, key=int,
                         value=int), sys_)
         out = Map(MapSpec(MapType.ARRAY, 4, 8, len(ops), key=int, value=int), sys_)
+        runs = []
         with Program.load(ops_program(ops), sys_, maps={"h": h, "results": out}) as prog:
-            for _ in range(2):
-                assert prog.test_run(bytes(64)).retval == 2
-        results.append((engine, [out[i] for i in range(len(ops))], list(h.items())))
+            for cpu in (0, 1, 1):
+                with sys_.on_cpu(cpu):
+                    assert prog.test_run(bytes(64)).retval == 2
+                runs.append([out[i] for i in range(len(ops))])
+        results.append((engine, runs, list(h.items())))
     reference = results[0][1:]
     for engine, *got in results[1:]:
         assert tuple(got) == reference, engine

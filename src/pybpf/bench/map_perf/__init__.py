@@ -65,8 +65,10 @@ def run(cfg: Config) -> RunResult:
         kwargs["modeled_time"] = cfg.modeled_time
         if cfg.processes:
             from ... import shared
+            from ..args import emulated_machine
 
-            kwargs["shared"] = shared.Segment.create(None, shared_segment_size(cfg))
+            ncpus = emulated_machine(cfg.cpus, cfg.nodes).num_possible_cpus
+            kwargs["shared"] = shared.Segment.create(None, shared_segment_size(cfg, ncpus))
     sys_ = system(cfg.backend, **kwargs)
     if sys_.name == "kernel":
         return KernelRun(sys_, cfg).run()

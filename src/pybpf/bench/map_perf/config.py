@@ -297,8 +297,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                              "host CPU time the CPU's task ran (the emulator's own speed)")
     parser.add_argument("--processes", action="store_true",
                         help="emulated, with --modeled-time off: run each CPU's task in a "
-                             "forked process of its own, pinned to a host CPU, the HASH and "
-                             "ARRAY maps in a shared-memory segment (pybpf.shared), so the run "
+                             "forked process of its own, pinned to a host CPU, the hash and "
+                             "array maps in a shared-memory segment (pybpf.shared), so the run "
                              "uses the host's CPUs; tests "
                              + ", ".join(str(t.value) for t in PROCESS_TESTS) + " only")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
@@ -403,9 +403,11 @@ def test_maps(test: Test) -> tuple[str, ...]:
     return LRU_PROG_MAPS if td.syscall == "connect" else td.maps
 
 
-# the tests whose maps a shared segment holds (HASH and ARRAY, pybpf.shared): --processes
+# the map types an emulated system keeps in a shared segment (emulated/maps/shared.py)
+SEGMENT_MAP_TYPES = (MapType.HASH, MapType.PERCPU_HASH, MapType.ARRAY, MapType.PERCPU_ARRAY)
+# the tests whose maps a shared segment holds: --processes
 PROCESS_TESTS = tuple(t for t in Test if all(
-    MAP_DEFS[name].map_type in (MapType.HASH, MapType.ARRAY) for name in test_maps(t)))
+    MAP_DEFS[name].map_type in SEGMENT_MAP_TYPES for name in test_maps(t)))
 
 
 def processes_problem(cfg: Config) -> str | None:
@@ -419,7 +421,8 @@ def processes_problem(cfg: Config) -> str | None:
     others = [t for t in cfg.tests if t not in PROCESS_TESTS]
     if others:
         return (f"--processes: test(s) {', '.join(f'{t.value} ({t.name})' for t in others)} "
-                "use maps that a shared segment does not hold (it holds HASH and ARRAY maps); "
+                "use maps that a shared segment does not hold (it holds HASH, PERCPU_HASH, "
+                "ARRAY and PERCPU_ARRAY maps); "
                 f"give TEST_FLAGS {flags} or a part of it (tests "
                 f"{', '.join(str(t.value) for t in PROCESS_TESTS)})")
     if not shared.available():

@@ -304,17 +304,21 @@ class EmulatedRun:
                       **extra)
 
 
-def shared_segment_size(cfg: Config) -> int:
-    """Bytes of the segment the HASH and ARRAY maps of ``cfg``'s tests fit in: each element
-    (the segment's header words, key and value, 8-byte aligned), a hash's buckets, and room
-    for the maps' headers and a BPF_F_NO_PREALLOC map's last chunk."""
+def shared_segment_size(cfg: Config, ncpus: int) -> int:
+    """Bytes of the segment the maps of ``cfg``'s tests fit in, on a machine of ``ncpus``
+    CPUs: each element (the segment's header words, key and value, a per-CPU value for each
+    CPU, 8-byte aligned), a hash's buckets and free lists, and room for the maps' headers
+    and a BPF_F_NO_PREALLOC map's last chunk."""
     size = 1 << 20
     for name in {name for t in cfg.tests for name in test_maps(t)}:
         m = MAP_DEFS[name]
         entries = cfg.max_entries(name)
-        size += entries * (16 + -(-(m.key_size + m.value_size) // 8) * 8)
-        if m.map_type != MapType.ARRAY:
-            size += (1 << max(0, entries - 1).bit_length()) * 16 + 64 * 64 * (m.key_size + 24)
+        value = -(-m.value_size // 8) * 8 * (ncpus if m.map_type in (
+            MapType.PERCPU_HASH, MapType.PERCPU_ARRAY) else 1)
+        element = 16 + -(-m.key_size // 8) * 8 + value
+        size += entries * element
+        if m.map_type in (MapType.HASH, MapType.PERCPU_HASH):
+            size += (1 << max(0, entries - 1).bit_length()) * 16 + 64 * (64 + element)
     return size
 
 

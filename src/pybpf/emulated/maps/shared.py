@@ -1,6 +1,6 @@
 """Hash and array maps of an emulated system that live in a ``pybpf.shared`` segment.
 
-``EmulatedSystem(shared=segment)`` puts its BPF_MAP_TYPE_HASH and BPF_MAP_TYPE_ARRAY maps in
+``EmulatedSystem(shared=segment)`` puts its HASH, PERCPU_HASH, ARRAY and PERCPU_ARRAY maps in
 ``segment`` (pybpf/_shm_maps.c holds them: the layout, the locks, the kernel's semantics),
 so processes forked after the maps were made (an emulated CPU each, say) run programs and
 syscalls on the same maps, in parallel on the host's CPUs; every other map type stays
@@ -29,12 +29,12 @@ import errno
 import itertools
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...accelerator import OpsHelpers
 from ...attrs import MapAttr
 from ...errors import KernelError
-from ...uapi import BPF_F_INNER_MAP, BPF_F_MMAPABLE, MapFlags, MapType
+from ...uapi import BPF_F_INNER_MAP, BPF_F_MMAPABLE, MapFlags, MapType, round_up
 from .arraymap import array_map_alloc_check
 from .batch import generic_map_lookup_batch, generic_map_update_batch
 from .bpf_map import BpfMap
@@ -56,7 +56,11 @@ def _kernel_error(err: int, command: str, detail: str) -> KernelError:
 class SharedSegmentMap(BpfMap):
     """A map whose elements are a ``pybpf.shared`` segment's (``self.shm``). ``segment`` is
     the ``pybpf.shared.Segment`` (its ``handle`` the C segment), which this floor does not
-    import: pybpf.shared stands on the Map layer, above the backends."""
+    import: pybpf.shared stands on the Map layer, above the backends. A per-CPU map's
+    element holds a value for each CPU of the machine, ``round_up(value_size, 8)`` apart
+    (the syscall's layout): a program reads and writes its CPU's (``cpu_slots``)."""
+
+    percpu: ClassVar[bool] = False
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int, segment: Any) -> None:
         super().__init__(attr, machine, node)
@@ -69,24 +73,31 @@ class SharedSegmentMap(BpfMap):
             self.shm = segment.handle.create_map(
                 f"emulated-{os.getpid()}-{next(_names)}-{name}", int(attr.map_type),
                 attr.key_size, attr.value_size, attr.max_entries,
-                attr.map_flags & SEGMENT_FLAGS, self.hashrnd)
+                attr.map_flags & SEGMENT_FLAGS, self.hashrnd,
+                machine.num_cpus if self.percpu else 1)
         except OSError as exc:
             raise KernelError(exc.errno or errno.ENOMEM,
                               f"{exc.strerror} (in the {segment.describe()} of this "
                               "emulated system)") from None
         self.shm._set_errors(_kernel_error)
+        self._current = machine.current  # ``.cpu``: the running CPU
+        self.stride = round_up(attr.value_size, 8)
         # the element ops a program's helpers call are the segment's C methods themselves
-        # (their keys and values are bytes of the right sizes)
-        self.map_update_elem = self.shm.update
+        # (their keys and values are bytes of the right sizes; a per-CPU map's update
+        # writes the running CPU's value)
+        if not self.percpu:
+            self.map_update_elem = self.shm.update
         self.map_delete_elem = self.shm.delete
         self.map_get_next_key = self.shm.get_next_key
         self._memory = memoryview(segment.handle)
         # where a value lies in the segment -> its view: one per element, so a value keeps
-        # its pointer within a run (the native tier finds them here too)
+        # its pointer within a run (the native tier finds them here too); a per-CPU map's
+        # element -> its CPUs' views
         self.views: dict[int, memoryview] = {}
+        self.slots: dict[int, list[memoryview]] = {}
         if OpsHelpers is not None:  # a program's helpers read their bytes and call these in C
-            helpers = OpsHelpers(attr.key_size, attr.value_size, self._view, self.shm.update,
-                                 self.shm.delete, KernelError)
+            helpers = OpsHelpers(attr.key_size, attr.value_size, self.map_lookup_elem,
+                                 self.map_update_elem, self.shm.delete, KernelError)
             self.c_helpers = {"lookup": helpers.helper_lookup, "update": helpers.helper_update,
                               "delete": helpers.helper_delete}
 
@@ -99,13 +110,33 @@ class SharedSegmentMap(BpfMap):
             view = self.views[off] = self._memory[off:off + self.value_size]
         return view
 
+    def cpu_slots(self, off: int) -> list[memoryview]:
+        """The views of each CPU's value of the per-CPU element whose values begin at
+        ``off``."""
+        slots = self.slots.get(off)
+        if slots is None:
+            slots = self.slots[off] = [
+                self._memory[at:at + self.value_size]
+                for at in range(off, off + self.stride * self.machine.num_cpus, self.stride)]
+        return slots
+
     def map_free(self) -> None:
         """The views go; the elements stay in the segment (its memory is never given back)."""
         self.views.clear()
+        self.slots.clear()
         self._memory.release()
 
     def map_lookup_elem(self, key: bytes) -> memoryview | None:
-        return self._view(key)
+        """The live value: a per-CPU map's running CPU's."""
+        if not self.percpu:
+            return self._view(key)
+        off = self.shm.value_offset(key)
+        return None if off < 0 else self.cpu_slots(off)[self._current.cpu]
+
+    def map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
+        """A program's update of a per-CPU map: the running CPU's value (a new element's
+        others zero)."""
+        self.shm.update(key, value, flags, self._current.cpu)
 
     def bpf_map_update_value(self, key: bytes | None, value: bytes, flags: int) -> None:
         self.shm.update(bytes(key), bytes(value), flags)
@@ -154,7 +185,7 @@ class SharedHtab(SharedSegmentMap):
             keys.append(key)
         visited = 0
         for key in keys:
-            value = self._view(key)
+            value = self.map_lookup_elem(key)
             if value is None:
                 continue
             visited += 1
@@ -172,7 +203,7 @@ class SharedArray(SharedSegmentMap):
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int, segment: Any) -> None:
         super().__init__(attr, machine, node, segment)
-        self.elems: dict[int, memoryview] = {}
+        self.elems: dict[int, Any] = {}
 
     def map_lookup_elem(self, key: bytes) -> memoryview | None:
         index = int.from_bytes(key[:4], "little")
@@ -199,7 +230,7 @@ class SharedArray(SharedSegmentMap):
             raise KernelError(errno.EINVAL, f"flags {flags:#x}: must be 0")
         for index in range(self.max_entries):
             key = index.to_bytes(4, "little")
-            if callback(key, self._view(key)):
+            if callback(key, self.map_lookup_elem(key)):
                 return index + 1
         return self.max_entries
 
@@ -207,6 +238,31 @@ class SharedArray(SharedSegmentMap):
     map_update_batch = generic_map_update_batch
 
 
+class SharedPercpuHtab(SharedHtab):
+    """BPF_MAP_TYPE_PERCPU_HASH in the segment."""
+
+    map_types = (MapType.PERCPU_HASH,)
+    percpu = True
+
+
+class SharedPercpuArray(SharedArray):
+    """BPF_MAP_TYPE_PERCPU_ARRAY in the segment: ``elems`` holds each index's CPUs' views,
+    as BpfPercpuArray's holds its slots."""
+
+    map_types = (MapType.PERCPU_ARRAY,)
+    percpu = True
+
+    def map_lookup_elem(self, key: bytes) -> memoryview | None:
+        index = int.from_bytes(key[:4], "little")
+        slots = self.elems.get(index)
+        if slots is None:
+            if index >= self.max_entries:
+                return None
+            slots = self.elems[index] = self.cpu_slots(self.shm.value_offset(key))
+        return slots[self._current.cpu]
+
+
 # map type -> the family that holds it in a segment (EmulatedSystem(shared=...))
-SHARED_OPS: dict[int, type[SharedSegmentMap]] = {int(MapType.HASH): SharedHtab,
-                                                 int(MapType.ARRAY): SharedArray}
+SHARED_OPS: dict[int, type[SharedSegmentMap]] = {
+    int(cls.map_types[0]): cls
+    for cls in (SharedHtab, SharedArray, SharedPercpuHtab, SharedPercpuArray)}

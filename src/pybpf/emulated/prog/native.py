@@ -99,7 +99,13 @@ from ...errors import ProgramFault
 from ...uapi import BPF_PSEUDO_CALL, BPF_PSEUDO_KFUNC_CALL, MAX_BPF_STACK, BpfFunc, MapType
 from ..maps.arraymap import ArrayOfMaps, BpfArray, BpfPercpuArray
 from ..maps.hashtab import BUCKET_SIZE, HtabLruMap, HtabLruPercpuMap, HtabMap, HtabPercpuMap
-from ..maps.shared import SharedArray, SharedHtab, SharedSegmentMap
+from ..maps.shared import (
+    SharedArray,
+    SharedHtab,
+    SharedPercpuArray,
+    SharedPercpuHtab,
+    SharedSegmentMap,
+)
 from .bpf_iter import CALLBACK_HELPERS
 from .bpf_trace import bpf_probe_read_user
 from .helpers import (
@@ -197,11 +203,16 @@ OP_LOAD, OP_STORE, OP_ATOMIC, OP_LD_ABS = range(5, 9)
 # the maps whose lookups the tier inlines by index (array_map_gen_lookup,
 # array_of_map_gen_lookup); an ARRAY_OF_MAPS's values are its inner maps, which a program
 # hands to helpers and never reads as memory
-ARRAYS = (BpfArray, BpfPercpuArray, ArrayOfMaps, SharedArray)
+ARRAYS = (BpfArray, BpfPercpuArray, ArrayOfMaps, SharedArray, SharedPercpuArray)
+# the maps whose values are a slot per CPU, of which a run reads its CPU's
+PERCPU_VALUES = (BpfPercpuArray, SharedPercpuArray, SharedPercpuHtab)
+# the hash maps in a shared segment, whose lookups go by where pybpf_shm_lookup finds the value
+SHARED_HASHES = (SharedHtab, SharedPercpuHtab)
 # the classes of the maps whose lookups run natively, and the plain map type of each
 _NATIVE_LOOKUPS = {BpfArray: MapType.ARRAY, BpfPercpuArray: MapType.PERCPU_ARRAY,
                    ArrayOfMaps: MapType.ARRAY_OF_MAPS, SharedArray: MapType.ARRAY,
-                   SharedHtab: MapType.HASH,
+                   SharedHtab: MapType.HASH, SharedPercpuArray: MapType.PERCPU_ARRAY,
+                   SharedPercpuHtab: MapType.PERCPU_HASH,
                    HtabMap: MapType.HASH, HtabPercpuMap: MapType.PERCPU_HASH,
                    HtabLruMap: MapType.LRU_HASH, HtabLruPercpuMap: MapType.LRU_PERCPU_HASH}
 # pybpf_native_charge (_cache_model.c): what it does (its flags: the scheduler's sync,
@@ -712,8 +723,10 @@ class _FunctionIR:
         self.branch(f"br i1 {native}, label %sd{pc}, label %sb{pc}")
         self.label(f"sd{pc}")
         op = HTAB_OPS["helper_update" if update else "helper_delete"]
+        cpu = self.op(f"load i64, ptr {self.slot(THIS_CPU)}")  # a per-CPU map's slot
         direct = self.op(f"call i64 @{SHM_OP_SYMBOL}(ptr inttoptr (i64 {id(bpf_map.shm)} to "
-                         f"ptr), i64 {op}, ptr {key_ptr}, ptr {value_ptr}, i64 {args[2]})")
+                         f"ptr), i64 {op}, ptr {key_ptr}, ptr {value_ptr}, i64 {args[2]}, "
+                         f"i64 {cpu})")
         slow = self.op(f"icmp eq i64 {direct}, {_const(SHM_SLOW, 64)}")
         self.branch(f"br i1 {slow}, label %sb{pc}, label %sj{pc}")
         self.label(f"sb{pc}")
@@ -870,7 +883,7 @@ class _FunctionIR:
             found = self.op(f"icmp ult i64 {index}, {bpf_map.max_entries}")
             tag = self.op(f"add i64 {index}, 1")
             entry = self.op(f"and i64 {index}, {LOOKUP_CACHE - 1}")
-        elif type(bpf_map) is SharedHtab:  # the key in the segment, without the GIL: its
+        elif type(bpf_map) in SHARED_HASHES:  # the key in the segment, without the GIL: its
             # value's place there then stands for an index (the map's views by place)
             tag = self.tag_or_python(pc, f"@{SHM_LOOKUP_SYMBOL}(ptr inttoptr (i64 "
                                      f"{id(bpf_map.shm)} to ptr), ptr {key_ptr})", python)
@@ -904,7 +917,7 @@ class _FunctionIR:
         self.branch(f"br i1 {cached}, label %mp{pc}, label %{first}")
         if first != python:
             self.label(first)
-            if array or type(bpf_map) is SharedHtab:
+            if array or type(bpf_map) in SHARED_HASHES:
                 self.write_first_array_lookup(pc, bpf_map, index, words + 3, python)
             else:
                 self.write_first_lookup(pc, bpf_map, key_ptr, slot, words + 3, entry, python)
@@ -982,7 +995,7 @@ class _FunctionIR:
         CPU's, local; a plain one's value is on the map's node. An ARRAY_OF_MAPS's value is
         the inner map in its slot, given a region as Python's lookup gives it one (an empty
         slot goes to Python)."""
-        if type(bpf_map) is BpfPercpuArray:
+        if type(bpf_map) in PERCPU_VALUES:
             cpu, local = self.op(f"load i64, ptr {self.slot(THIS_CPU)}"), "1"
         else:
             node = self.op(f"load i64, ptr {self.slot(THIS_NODE)}")
@@ -991,7 +1004,7 @@ class _FunctionIR:
         maps = type(bpf_map) is ArrayOfMaps
         # a shared hash map's values by their place in the segment, its lookup's "index"
         elems = bpf_map.ptrs if maps else bpf_map.views if type(bpf_map) is SharedHtab \
-            else bpf_map.elems
+            else bpf_map.slots if type(bpf_map) is SharedPercpuHtab else bpf_map.elems
         pointer = self.op(
             f"call i64 @{ARRAY_VALUE_SYMBOL}(ptr %st, ptr {self.slot(RS_MEM)}, "
             f"ptr inttoptr (i64 {id(elems)} to ptr), i64 {index}, i64 {cpu}, "
@@ -1245,7 +1258,7 @@ declare i64 @{HTAB_LOOKUP_SYMBOL}(ptr, ptr, i64, i64, i64)
 declare i64 @{ARRAY_VALUE_SYMBOL}(ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64, i64)
 declare i64 @{HTAB_OP_SYMBOL}(ptr, i64, ptr, ptr, i64, ptr, ptr, i64, i64)
 declare i64 @{SHM_LOOKUP_SYMBOL}(ptr, ptr)
-declare i64 @{SHM_OP_SYMBOL}(ptr, i64, ptr, ptr, i64)
+declare i64 @{SHM_OP_SYMBOL}(ptr, i64, ptr, ptr, i64, i64)
 declare ptr @{MAP_CORE_SYMBOL}(ptr, i64, ptr)
 declare i64 @{PROBE_READ_SYMBOL}(ptr, ptr, i64, i64)
 declare i64 @{PRANDOM_SYMBOL}(ptr, i64, ptr, ptr)
@@ -1307,7 +1320,7 @@ def native_lookup_maps(exe: Executable) -> list[int]:
              None: _shm_symbol(SHM_LOOKUP_SYMBOL) is not None}
     return [region for region, obj in exe.static_regions.items()
             if type(obj) in _NATIVE_LOOKUPS and obj.map_type == _NATIVE_LOOKUPS[type(obj)]
-            and in_c[type(obj) in ARRAYS if type(obj) is not SharedHtab else None]
+            and in_c[type(obj) in ARRAYS if type(obj) not in SHARED_HASHES else None]
             and (not obj.timing.modeled or (obj.timing.cache_model == "C"
                                             and _cache_model_symbol(CHARGE_SYMBOL) is not None))]
 
@@ -1569,14 +1582,16 @@ class _Run:
         key_bytes = mem_read(rs, key, bpf_map.key_size, "key (R2)")
         if type(bpf_map) in ARRAYS:  # a per-CPU slot is on its CPU's node
             index = int.from_bytes(key_bytes, "little")
-            local = type(bpf_map) is BpfPercpuArray \
+            local = type(bpf_map) in PERCPU_VALUES \
                 or bpf_map.access_stats.cpu_node[cpu] == bpf_map.numa_node
             tag, entry = index + 1, index & (LOOKUP_CACHE - 1)
-        elif type(bpf_map) is SharedHtab:  # its "index": where the value lies
+        elif type(bpf_map) in SHARED_HASHES:  # its "index": where the value lies
             place = bpf_map.shm.value_offset(key_bytes)
-            if place < 0 or bpf_map.views.get(place) is not rs.mem[r0 >> 32]:
+            value = None if place < 0 else bpf_map.slots[place][cpu] if bpf_map.percpu \
+                else bpf_map.views.get(place)
+            if value is not rs.mem[r0 >> 32]:
                 return r0  # gone or replaced meanwhile: nothing to remember
-            local = bpf_map.access_stats.cpu_node[cpu] == bpf_map.numa_node
+            local = bpf_map.percpu or bpf_map.access_stats.cpu_node[cpu] == bpf_map.numa_node
             tag, entry = place + 1, place & (LOOKUP_CACHE - 1)
         else:
             elem = bpf_map.table.get(key_bytes)
