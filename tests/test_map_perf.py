@@ -390,6 +390,32 @@ def test_processes_run_each_cpu_in_a_process_on_shared_maps(capsys):
     assert "80 events in" in result.notes[0]
 
 
+@needs_emulated_programs
+@pytest.mark.skipif(not __import__("pybpf.shared").shared.available(),
+                    reason="pybpf._shm_maps is not built (no C compiler)")
+def test_a_process_killed_mid_run_is_reported_and_the_others_stop_waiting(monkeypatch):
+    """CPU 1's process is killed in its first test: the run ends (the others, waiting for
+    it at the next test's barrier, are released and say so) with an error naming it."""
+    import signal
+
+    run_test = emulated_run.EmulatedRun.run_test
+
+    def killed_on_cpu_1(self, setup, t, cpu, *args):
+        if cpu == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return run_test(self, setup, t, cpu, *args)
+
+    monkeypatch.setattr(emulated_run.EmulatedRun, "run_test", killed_on_cpu_1)
+    cfg = mp.Config(test_flags=mp.Test.HASH_PREALLOC.bit | mp.Test.HASH_KMALLOC.bit,
+                    num_procs=2, max_cnt=20, backend="emulated", cpus=2, progress=False,
+                    modeled_time=False, processes=True, json=True)
+    with pytest.raises(RuntimeError) as info:
+        mp.run(cfg)
+    message = str(info.value)
+    assert "CPU 1's process: it died without a report" in message
+    assert "CPU 0's process: BrokenBarrierError" in message
+
+
 def test_emulated_run_refuses_a_machine_without_modeled_time():
     from pybpf import system
     from pybpf.bench.map_perf.emulated_run import EmulatedRun

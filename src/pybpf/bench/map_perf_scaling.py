@@ -10,7 +10,7 @@ Rules this module keeps:
   in N forked processes, the most the host gives N processes of Python; and, where bpf(2)
   is allowed, the kernel's map-perf with 1 and N processes (its aggregate: the processes'
   rates summed, as they run at once), so each emulated process's rate has the kernel's
-  beside it.
+  beside it, and the emulated N / 1 the kernel's.
 - Rounds interleave every run; each figure is the median of ``--rounds`` with its range,
   each ratio a ratio of medians with the larger spread of the two as its noise (and the
   ratio of the best rounds beside it: on a shared host the best round is the one least
@@ -148,16 +148,18 @@ def run_from_args(args: argparse.Namespace) -> int:
                f"{scaling(many, one) / scaling(reference[procs], reference[1]):.2f}"]
         if kernel:
             k_one = [r[t.name] for r in kernel_rates[1]]
-            row += [_fmt(k_one), _ratio(k_one, one)]
+            k_many = [r[t.name] for r in kernel_rates[procs]]
+            row += [_fmt(k_one), _ratio(k_one, one), _ratio(k_many, k_one)]
         rows.append(row)
     header = ["test", "1 process", f"{procs} processes", f"{procs} / 1",
               f"{procs} / 1 (bests)", "of the reference's"]
     if kernel:
-        header += ["kernel, 1 process", "kernel / emulated (1 process)"]
+        header += ["kernel, 1 process", "kernel / emulated (1 process)",
+                   f"kernel {procs} / 1"]
     rows.append(["reference: dict lookups, a process each", _fmt(reference[1]),
                  _fmt(reference[procs]), _ratio(reference[procs], reference[1]),
                  f"{max(reference[procs]) / max(reference[1]):.2f}x", "1.00"]
-                + (["", ""] if kernel else []))
+                + (["", "", ""] if kernel else []))
     print(format_table(header, rows))
     return 0
 

@@ -31,6 +31,7 @@ import itertools
 import multiprocessing
 import os
 import pickle
+import selectors
 import sys
 import threading
 import time
@@ -206,10 +207,7 @@ class EmulatedRun:
         results: list[Result] = []
         spans: dict[str, list[tuple[int, int]]] = {}
         failures: list[str] = []
-        for cpu, (pid, out_read) in enumerate(children):
-            with os.fdopen(out_read, "rb") as out:
-                payload = out.read()
-            os.waitpid(pid, 0)
+        for cpu, payload in enumerate(self.collect(children, barrier)):
             got = pickle.loads(payload) if payload else "it died without a report"
             if isinstance(got, str):
                 failures.append(f"CPU {cpu}'s process: {got}")
@@ -235,6 +233,29 @@ class EmulatedRun:
                 f"{wall / 1e9:.3f} s of wall time from the test's common start to the last "
                 "process's end")
         return results
+
+    @staticmethod
+    def collect(children: list[tuple[int, int]], barrier: threading.Barrier) -> list[bytes]:
+        """Each child's report, read from all pipes at once (a report never waits on a full
+        pipe); a child that ends without one (killed) breaks the barrier, so the others stop
+        waiting for it and report their own failure."""
+        payloads = {fd: bytearray() for _, fd in children}
+        pid_of = {fd: pid for pid, fd in children}
+        with selectors.DefaultSelector() as selector:
+            for fd in payloads:
+                selector.register(fd, selectors.EVENT_READ)
+            while selector.get_map():
+                for key, _ in selector.select():
+                    chunk = os.read(key.fd, 1 << 16)
+                    if chunk:
+                        payloads[key.fd] += chunk
+                        continue
+                    selector.unregister(key.fd)
+                    os.close(key.fd)
+                    _, status = os.waitpid(pid_of[key.fd], 0)
+                    if status and not payloads[key.fd]:
+                        barrier.abort()
+        return [bytes(payloads[fd]) for _, fd in children]
 
     def child_results(self, setup: Setup, cpu: int,
                       barrier: threading.Barrier) -> list[tuple[Result, tuple[int, int]]]:
