@@ -1165,10 +1165,15 @@ static PyObject *Segment_open_map(SegmentObject *self, PyObject *arg)
 	if (!name || check_open(self) < 0)
 		return NULL;
 	struct seg_hdr *sh = seg_hdr(self);
+	int dead = spin_lock(&sh->lock); /* unlink_name moves the table's entries */
+	if (dead)
+		return owner_dead(dead);
 	int i = find_name(sh, name);
+	uint64_t off = i < 0 ? 0 : sh->maps[i].off;
+	spin_unlock(&sh->lock);
 	if (i < 0)
 		return os_error(ENOENT, "no map named %R in this segment", arg);
-	return map_object(self, sh->maps[i].off, name);
+	return map_object(self, off, name);
 }
 
 static PyObject *Segment_map_names(SegmentObject *self, PyObject *unused)
@@ -1176,16 +1181,81 @@ static PyObject *Segment_map_names(SegmentObject *self, PyObject *unused)
 	if (check_open(self) < 0)
 		return NULL;
 	struct seg_hdr *sh = seg_hdr(self);
-	uint32_t n = __atomic_load_n(&sh->nmaps, __ATOMIC_ACQUIRE);
+	char names[MAX_MAPS][MAP_NAME_LEN];
+	int dead = spin_lock(&sh->lock);
+	if (dead)
+		return owner_dead(dead);
+	uint32_t n = sh->nmaps < MAX_MAPS ? sh->nmaps : MAX_MAPS;
+	for (uint32_t i = 0; i < n; i++)
+		memcpy(names[i], sh->maps[i].name, MAP_NAME_LEN);
+	spin_unlock(&sh->lock);
 	PyObject *out = PyList_New(0);
-	for (uint32_t i = 0; out && i < n && i < MAX_MAPS; i++) {
-		PyObject *s = PyUnicode_FromStringAndSize(
-			sh->maps[i].name, strnlen(sh->maps[i].name, MAP_NAME_LEN));
+	for (uint32_t i = 0; out && i < n; i++) {
+		PyObject *s = PyUnicode_FromStringAndSize(names[i], strnlen(names[i], MAP_NAME_LEN));
 		if (!s || PyList_Append(out, s) < 0)
 			Py_CLEAR(out);
 		Py_XDECREF(s);
 	}
 	return out;
+}
+
+/* link_name(name, new_name): the map named ``name`` under a second name too (a pin) */
+static PyObject *Segment_link_name(SegmentObject *self, PyObject *args)
+{
+	const char *name, *new_name;
+	if (!PyArg_ParseTuple(args, "ss", &name, &new_name) || check_open(self) < 0)
+		return NULL;
+	if (!new_name[0] || strlen(new_name) >= MAP_NAME_LEN)
+		return os_error(ENAMETOOLONG, "a name in a segment has 1 to %d bytes, %R has %zu",
+				MAP_NAME_LEN - 1, PyTuple_GET_ITEM(args, 1), strlen(new_name));
+	struct seg_hdr *sh = seg_hdr(self);
+	int dead = spin_lock(&sh->lock);
+	if (dead)
+		return owner_dead(dead);
+	int i = find_name(sh, name), err = 0;
+	if (i < 0)
+		err = ENOENT;
+	else if (find_name(sh, new_name) >= 0)
+		err = EEXIST;
+	else if (sh->nmaps >= MAX_MAPS)
+		err = ENOSPC;
+	if (!err) {
+		struct name_slot *slot = &sh->maps[sh->nmaps];
+		memset(slot->name, 0, MAP_NAME_LEN);
+		strncpy(slot->name, new_name, MAP_NAME_LEN - 1);
+		slot->off = sh->maps[i].off;
+		__atomic_store_n(&sh->nmaps, sh->nmaps + 1, __ATOMIC_RELEASE);
+	}
+	spin_unlock(&sh->lock);
+	if (err == ENOENT)
+		return os_error(ENOENT, "no map named '%s' in this segment", name);
+	if (err == EEXIST)
+		return os_error(EEXIST, "'%s' is taken in this segment", new_name);
+	if (err)
+		return os_error(ENOSPC, "the segment's table of names is full (%d)", MAX_MAPS);
+	Py_RETURN_NONE;
+}
+
+/* unlink_name(name): the name goes from the table (the map's memory stays, as ever) */
+static PyObject *Segment_unlink_name(SegmentObject *self, PyObject *arg)
+{
+	const char *name = PyUnicode_AsUTF8(arg);
+	if (!name || check_open(self) < 0)
+		return NULL;
+	struct seg_hdr *sh = seg_hdr(self);
+	int dead = spin_lock(&sh->lock);
+	if (dead)
+		return owner_dead(dead);
+	int i = find_name(sh, name);
+	if (i >= 0) {
+		memmove(&sh->maps[i], &sh->maps[i + 1],
+			(sh->nmaps - (uint32_t)i - 1) * sizeof(struct name_slot));
+		__atomic_store_n(&sh->nmaps, sh->nmaps - 1, __ATOMIC_RELEASE);
+	}
+	spin_unlock(&sh->lock);
+	if (i < 0)
+		return os_error(ENOENT, "no map named %R in this segment", arg);
+	Py_RETURN_NONE;
 }
 
 static PyObject *Segment_get_closed(SegmentObject *self, void *unused)
@@ -1224,6 +1294,10 @@ static PyMethodDef Segment_methods[] = {
 	 "create_map(name, type, key_size, value_size, max_entries, flags, hashrnd) -> Map"},
 	{"open_map", (PyCFunction)Segment_open_map, METH_O, "open_map(name) -> Map"},
 	{"map_names", (PyCFunction)Segment_map_names, METH_NOARGS, "the names of the maps"},
+	{"link_name", (PyCFunction)Segment_link_name, METH_VARARGS,
+	 "link_name(name, new_name): a second name of a map (a pin)"},
+	{"unlink_name", (PyCFunction)Segment_unlink_name, METH_O,
+	 "unlink_name(name): remove a name (the map's memory stays)"},
 	{"pids", (PyCFunction)Segment_pids, METH_NOARGS, "the live attached pids"},
 	{"register", (PyCFunction)Segment_register, METH_NOARGS,
 	 "record the calling process as attached (after fork)"},
@@ -1473,24 +1547,21 @@ static PyObject *Map_value_offset_impl(MapObject *m, PyObject *key)
 /* The element ops' cores: 0 or the errno, *dead the owner of a lock it met held by a dead
  * process (EOWNERDEAD). They take no GIL and make no Python object: the native tier calls
  * them from machine code (pybpf_shm_update, ...), the methods below through element_error. */
-/* A value written: all of it (cpu -1: a syscall's, a per-CPU map's value_size bytes per CPU
- * at its stride, the padding left as it is: zero), or from a program on a per-CPU map, CPU
- * cpu's slot, a new element's other slots zeroed (pcpu_init_value) */
+/* A value written: all of it (cpu -1: a syscall's; a per-CPU map's round_up(value_size, 8)
+ * bytes per CPU, as copy_map_value_long copies them), or from a program on a per-CPU map,
+ * CPU cpu's value_size bytes, a new element's other CPUs' values zeroed (pcpu_init_value) */
 static void put_value(MapObject *m, uint8_t *dst, const uint8_t *v, int64_t cpu, int fresh)
 {
-	if (!is_percpu(m->type)) {
-		memcpy(dst, v, m->value_size);
+	if (cpu < 0) {
+		memcpy(dst, v, m->data_size);
 		return;
 	}
 	uint32_t stride = m->data_size / m->ncpus;
 	if (fresh)
-		memset(dst, 0, m->data_size);
-	if (cpu >= 0) {
-		memcpy(dst + (uint64_t)cpu * stride, v, m->value_size);
-		return;
-	}
-	for (uint32_t c = 0; c < m->ncpus; c++)
-		memcpy(dst + (uint64_t)c * stride, v + (uint64_t)c * stride, m->value_size);
+		for (uint32_t c = 0; c < m->ncpus; c++)
+			if (c != (uint32_t)cpu)
+				memset(dst + (uint64_t)c * stride, 0, stride);
+	memcpy(dst + (uint64_t)cpu * stride, v, m->value_size);
 }
 
 static int array_update(MapObject *m, const uint8_t *k, const uint8_t *v, uint64_t flags,
@@ -1585,11 +1656,12 @@ static int hash_update(MapObject *m, const uint8_t *k, const uint8_t *v, uint64_
 	}
 	if (s != NIL) {
 		/* The kernel links a new element at the bucket's front and frees the old one; the
-		 * same order, without a spare element: rewrite it and move it to the front. */
+		 * same order, without a spare element: rewrite it and move it to the front. A
+		 * per-CPU map's element is updated in place (__htab_percpu_map_update_elem). */
 		uint8_t *e = slot_elem(base, h, s);
 		write_begin(&b->seq);
 		put_value(m, e + m->value_off, v, cpu, 0);
-		if (prev != NIL) {
+		if (prev != NIL && !is_percpu(m->type)) {
 			unlink_slot(m, b, s, prev);
 			((struct helem *)e)->next = b->head;
 			b->head = s;
@@ -1882,6 +1954,10 @@ static PyMemberDef Map_members[] = {
 	{"map_flags", T_UINT, offsetof(MapObject, map_flags), READONLY, NULL},
 	{"hashrnd", T_UINT, offsetof(MapObject, hashrnd), READONLY, NULL},
 	{"segment", T_OBJECT, offsetof(MapObject, seg), READONLY, NULL},
+	{"offset", T_ULONGLONG, offsetof(MapObject, off), READONLY,
+	 "where the map's header is in the segment: the same map under any name"},
+	{"ncpus", T_UINT, offsetof(MapObject, ncpus), READONLY,
+	 "a per-CPU map's CPUs (1 for the others)"},
 	{NULL}};
 
 static PyGetSetDef Map_getset[] = {

@@ -92,8 +92,8 @@ class BpfFs:
     def _is_bpffs_dir(self, path: str) -> bool:
         return path == BPFFS_ROOT or path in self.dirs
 
-    def pin(self, path: str, obj: object) -> None:
-        """bpf_obj_pin_user: ``obj`` at ``path`` (the caller takes its reference)."""
+    def new_pin(self, path: str) -> str:
+        """bpf_obj_pin_user's checks of ``path``: where a new pin there goes."""
         target, _, kind, trailing = self._target(path)
         if kind is not None:
             raise KernelError(errno.EEXIST, f"{path} exists already")
@@ -102,7 +102,11 @@ class BpfFs:
         if not self._is_bpffs_dir(posixpath.dirname(target)):
             raise KernelError(errno.EPERM, f"{path!r} is not on bpffs: the emulated bpffs is "
                               f"mounted at {BPFFS_ROOT}")
-        self.pins[target] = obj
+        return target
+
+    def pin(self, path: str, obj: object) -> None:
+        """bpf_obj_pin_user: ``obj`` at ``path`` (the caller takes its reference)."""
+        self.pins[self.new_pin(path)] = obj
 
     def get(self, path: str) -> object:
         """bpf_obj_get_user: the object pinned at ``path``."""

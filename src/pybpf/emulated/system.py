@@ -23,6 +23,7 @@ import dataclasses
 import errno
 import itertools
 import os
+import posixpath
 import threading
 import weakref
 from typing import Any
@@ -52,7 +53,14 @@ from .machine.perf_event import EmulatedPerfBufferReader, PerfEvent
 from .maps.bpf_map import BpfMap, bpf_map_attr_numa_node
 from .maps.bpf_spin_lock import check_and_init_map_value, read_map_value
 from .maps.ringbuf import RingBufConsumer, UserRingBufWriter
-from .maps.shared import SHARED_OPS, SharedSegmentMap
+from .maps.shared import (
+    SHARED_OPS,
+    SharedSegmentMap,
+    open_pinned,
+    pin_in_segment,
+    segment_pin,
+    unpin_in_segment,
+)
 from .net.netdev import net_of
 from .prog.btf import BtfMixin, map_check_btf
 from .progs import ProgramsMixin
@@ -162,6 +170,9 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
             raise ValueError("shared=: maps in a shared segment charge no modeled time; create "
                              "the system with modeled_time=False")
         self.shared_segment = shared
+        # a segment's map (by where it is there) -> this system's map of it, while it lives:
+        # a pin got again, here or from another process's, is the same map
+        self._segment_maps: dict[int, SharedSegmentMap] = {}
         self._lock = threading.RLock()  # fd table, idrs, pins, refcounts
         # fd -> object. Each emulated fd holds a real host fd (on /dev/null) of the same number,
         # so emulated objects and the process's real files (sockets for sockmap, say) share one
@@ -352,11 +363,17 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
                 bpf_map.map_free()
                 raise
         bpf_map.map_flags = bpf_map_flags_retain_permanent(bpf_map.map_flags)
+        self._map_register(bpf_map)
+        return self._map_new_fd(bpf_map, file_flags)
+
+    def _map_register(self, bpf_map: BpfMap) -> None:
+        """The map's id (and, in a segment, its place there, for pins got again)."""
         bpf_map.system = self
         with self._lock:
             bpf_map.id = next(self._next_map_id)
             self._map_idr[bpf_map.id] = bpf_map
-        return self._map_new_fd(bpf_map, file_flags)
+            if isinstance(bpf_map, SharedSegmentMap):
+                self._segment_maps[bpf_map.shm.offset] = bpf_map
 
     def _map_set_btf(self, bpf_map: BpfMap, attr: MapAttr) -> None:
         """map_create's BTF part: the object behind btf_fd, then map_check_btf."""
@@ -619,6 +636,15 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
         else:
             raise KernelError(errno.EINVAL, f"fd {fd} is not an open map or program")
         with self._lock:
+            target = self.bpffs.new_pin(path)
+            if self.shared_segment is not None and segment_pin(self.shared_segment, target):
+                raise KernelError(errno.EEXIST, f"{path} exists already (a pin in the "
+                                  f"{self.shared_segment.describe()})")
+            if isinstance(obj, SharedSegmentMap):
+                # the segment holds the pin, for every process on it, and the map's memory
+                # lives as long as the segment: no reference is taken here
+                pin_in_segment(obj, target)
+                return
             self.bpffs.pin(path, obj)
             inc(obj)
 
@@ -628,16 +654,45 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
         # path_fd, which the System leaves 0); the access bits are the rest.
         flags = bpf_obj_file_flags(file_flags & ~int(MapFlags.PATH_FD), "file_flags")
         with self._lock:
-            obj = self.bpffs.get(path)
+            try:
+                obj = self.bpffs.get(path)
+            except KernelError as exc:
+                pinned = self._segment_pinned(path, exc)
+                return self._map_new_fd(pinned, flags)
             if isinstance(obj, BpfMap):
                 return self._map_new_fd(obj, flags)
             # bpf_obj_get_user: a program's fd is read-write whatever the flags asked
             self.bpf_prog_inc(obj)
         return self.fd_install(obj)
 
+    def _segment_target(self, path: str, exc: KernelError) -> str:
+        """Where ``path`` points, as a segment's pin names it, for a path the bpffs here
+        has nothing at (``exc``, re-raised without a segment or for other failures). The
+        path is resolved lexically: its directories may be another process's."""
+        if self.shared_segment is None or exc.errno != errno.ENOENT or path.endswith("/"):
+            raise exc
+        return posixpath.normpath(posixpath.join(os.getcwd(), path))
+
+    def _segment_pinned(self, path: str, exc: KernelError) -> BpfMap:
+        """obj_get of a pin in the segment: this system's map of it (made the first time)."""
+        shm = segment_pin(self.shared_segment, self._segment_target(path, exc))
+        if shm is None:
+            raise exc
+        bpf_map = self._segment_maps.get(shm.offset)
+        if bpf_map is None or bpf_map.id not in self._map_idr:
+            bpf_map = open_pinned(shm, self.shared_segment, self.machine,
+                                  self.machine.numa_node_id())
+            self._map_register(bpf_map)
+        return bpf_map
+
     def _obj_unpin(self, path: str) -> None:
         with self._lock:
-            obj = self.bpffs.unlink(path)
+            try:
+                obj = self.bpffs.unlink(path)
+            except KernelError as exc:
+                if not unpin_in_segment(self.shared_segment, self._segment_target(path, exc)):
+                    raise
+                return
         if isinstance(obj, BpfMap):
             self.bpf_map_put(obj)
         else:

@@ -375,3 +375,55 @@ def test_another_process_finds_the_maps_in_a_named_segment():
         assert sys_.map_lookup_elem(fd, struct.pack("<I", 8)) == struct.pack("<Q", 80)
     finally:
         shared.unlink(name)
+
+
+def test_pins_are_the_segments_for_every_process_on_it():
+    """A pin of a map in a segment is a name there: this process gets it again (the same
+    map), another process's emulated system on the segment gets it (its type, sizes, flags
+    and name), changes it, and unpins it for both; a path taken in the segment is EEXIST
+    for any object, and one past the segment's names' length ENAMETOOLONG."""
+    name = f"pybpf-test-{os.getpid()}-pins"
+    seg = shared.Segment.create(name, MIB)
+    path = f"/sys/fs/bpf/pybpf-test-{os.getpid()}"
+    try:
+        sys_ = EmulatedSystem(cpus=2, modeled_time=False, shared=seg)
+        fd = sys_.map_create(MapType.PERCPU_HASH, 4, 8, 16, map_flags=BPF_F_NO_PREALLOC,
+                             map_name=b"counters")
+        sys_.map_update_elem(fd, struct.pack("<I", 1), struct.pack("<QQ", 10, 11), 0)
+        sys_.obj_pin(fd, path)
+        again = sys_.obj_get(path)
+        assert sys_.map_get_info(again).id == sys_.map_get_info(fd).id
+        with pytest.raises(BPFError) as exc:
+            sys_.obj_pin(sys_.map_create(MapType.LRU_HASH, 4, 8, 4), path)
+        assert exc.value.errno == errno.EEXIST
+        with pytest.raises(BPFError) as exc:
+            sys_.obj_pin(fd, "/sys/fs/bpf/" + "x" * 60)
+        assert exc.value.errno == errno.ENAMETOOLONG
+        script = (
+            "import struct, sys\n"
+            "from pybpf import shared\n"
+            "from pybpf.emulated.system import EmulatedSystem\n"
+            "s = EmulatedSystem(cpus=2, modeled_time=False, "
+            "shared=shared.Segment.attach(sys.argv[1]))\n"
+            "fd = s.obj_get(sys.argv[2])\n"
+            "info = s.map_get_info(fd)\n"
+            "print(info.type, info.key_size, info.value_size, info.max_entries, "
+            "info.map_flags, info.name)\n"
+            "print(struct.unpack('<QQ', s.map_lookup_elem(fd, struct.pack('<I', 1))))\n"
+            "s.map_update_elem(fd, struct.pack('<I', 2), struct.pack('<QQ', 20, 21), 0)\n"
+            "s.obj_unpin(sys.argv[2])\n")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        run = subprocess.run([sys.executable, "-c", script, name, path], capture_output=True,
+                             text=True, env=env, timeout=120)
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.splitlines() == [
+            f"{int(MapType.PERCPU_HASH)} 4 8 16 {BPF_F_NO_PREALLOC} counters", "(10, 11)"]
+        assert sys_.map_lookup_elem(fd, struct.pack("<I", 2)) == struct.pack("<QQ", 20, 21)
+        with pytest.raises(BPFError) as exc:
+            sys_.obj_get(path)
+        assert exc.value.errno == errno.ENOENT
+        with pytest.raises(BPFError) as exc:
+            sys_.obj_unpin(path)
+        assert exc.value.errno == errno.ENOENT
+    finally:
+        shared.unlink(name)

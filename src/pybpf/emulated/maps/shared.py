@@ -21,6 +21,10 @@ process-local. The families here are the emulated ops of those maps:
 - A map's memory stays in the segment until the segment goes (pybpf.shared's rule). Its name
   there is ``emulated-PID-N-NAME`` (the creating process, a count, the map's name), so
   another process attached to a named segment finds it (``Segment.map_names``, ``open_map``).
+- Pins of these maps are names in the segment too (``pin:PATH``, PATH the bpffs path as the
+  pinning process resolved it), not entries of the process's bpffs: an emulated system in
+  any process on the segment gets (``obj_get``) and unpins them. The bpffs's directories
+  stay each process's own, so a pin's directory is checked where it is pinned only.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ if TYPE_CHECKING:
 # emulated map's, read where the kernel reads them
 SEGMENT_FLAGS = int(MapFlags.NO_PREALLOC | MapFlags.ZERO_SEED)
 _names = itertools.count()
+# a map's own name in the segment (emulated-PID-N-NAME), and a pin's (pin:/sys/fs/bpf/...)
+NAME_PREFIX, PIN_PREFIX = "emulated-", "pin:"
 
 
 def _kernel_error(err: int, command: str, detail: str) -> KernelError:
@@ -62,23 +68,33 @@ class SharedSegmentMap(BpfMap):
 
     percpu: ClassVar[bool] = False
 
-    def __init__(self, attr: MapAttr, machine: Machine, node: int, segment: Any) -> None:
+    def __init__(self, attr: MapAttr, machine: Machine, node: int, segment: Any,
+                 shm: Any = None) -> None:
+        """A new map in ``segment``, or the one ``shm`` is (a pin another process made:
+        ``open_pinned``)."""
         super().__init__(attr, machine, node)
         self.segment = segment
-        self.hashrnd = 0 if attr.map_flags & MapFlags.ZERO_SEED else \
-            machine.random.getrandbits(32)
-        # the map's name as bpf_obj_name_cpy keeps it (it checks the name after this)
-        name = "".join(c for c in self.name if c.isascii() and (c.isalnum() or c in "_."))
-        try:
-            self.shm = segment.handle.create_map(
-                f"emulated-{os.getpid()}-{next(_names)}-{name}", int(attr.map_type),
-                attr.key_size, attr.value_size, attr.max_entries,
-                attr.map_flags & SEGMENT_FLAGS, self.hashrnd,
-                machine.num_cpus if self.percpu else 1)
-        except OSError as exc:
-            raise KernelError(exc.errno or errno.ENOMEM,
-                              f"{exc.strerror} (in the {segment.describe()} of this "
-                              "emulated system)") from None
+        if shm is not None:
+            if self.percpu and shm.ncpus != machine.num_cpus:
+                raise KernelError(errno.EINVAL, f"the per-CPU map has a value for {shm.ncpus} "
+                                  f"CPUs, this machine has {machine.num_cpus}")
+            self.hashrnd = shm.hashrnd
+            self.shm = shm
+        else:
+            self.hashrnd = 0 if attr.map_flags & MapFlags.ZERO_SEED else \
+                machine.random.getrandbits(32)
+            # the map's name as bpf_obj_name_cpy keeps it (it checks the name after this)
+            name = "".join(c for c in self.name if c.isascii() and (c.isalnum() or c in "_."))
+            try:
+                self.shm = segment.handle.create_map(
+                    f"{NAME_PREFIX}{os.getpid()}-{next(_names)}-{name}", int(attr.map_type),
+                    attr.key_size, attr.value_size, attr.max_entries,
+                    attr.map_flags & SEGMENT_FLAGS, self.hashrnd,
+                    machine.num_cpus if self.percpu else 1)
+            except OSError as exc:
+                raise KernelError(exc.errno or errno.ENOMEM,
+                                  f"{exc.strerror} (in the {segment.describe()} of this "
+                                  "emulated system)") from None
         self.shm._set_errors(_kernel_error)
         self._current = machine.current  # ``.cpu``: the running CPU
         self.stride = round_up(attr.value_size, 8)
@@ -266,3 +282,49 @@ class SharedPercpuArray(SharedArray):
 SHARED_OPS: dict[int, type[SharedSegmentMap]] = {
     int(cls.map_types[0]): cls
     for cls in (SharedHtab, SharedArray, SharedPercpuHtab, SharedPercpuArray)}
+
+
+# -- pins: the segment's names, so every process on it sees them ---------------------------------
+def segment_pin(segment: Any, target: str) -> Any | None:
+    """The C map pinned at ``target`` (a normalised bpffs path) in ``segment``, or None."""
+    try:
+        return segment.handle.open_map(PIN_PREFIX + target)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return None
+        raise KernelError(exc.errno or errno.EIO, exc.strerror) from None
+
+
+def pin_in_segment(bpf_map: SharedSegmentMap, target: str) -> None:
+    """bpf_obj_pin of a map in a segment: the pin is a name of the map there (EEXIST where
+    another process pinned there; ENAMETOOLONG past the segment's names' 63 bytes)."""
+    try:
+        bpf_map.segment.handle.link_name(bpf_map.shm.name, PIN_PREFIX + target)
+    except OSError as exc:
+        raise KernelError(exc.errno or errno.EIO, f"{exc.strerror} (a pin of a map in the "
+                          f"{bpf_map.segment.describe()} is a name there: "
+                          f"{PIN_PREFIX}{target})") from None
+
+
+def unpin_in_segment(segment: Any, target: str) -> bool:
+    """Remove the pin at ``target`` from ``segment``; False where there was none."""
+    try:
+        segment.handle.unlink_name(PIN_PREFIX + target)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return False
+        raise KernelError(exc.errno or errno.EIO, exc.strerror) from None
+    return True
+
+
+def open_pinned(shm: Any, segment: Any, machine: Machine, node: int) -> SharedSegmentMap:
+    """The emulated map of ``shm``, a segment's map another process (or this one, earlier)
+    pinned: its type, sizes and flags from the segment, its name from its own name there."""
+    name = ""
+    for own in segment.handle.map_names():
+        if own.startswith(NAME_PREFIX) and segment.handle.open_map(own).offset == shm.offset:
+            name = own.split("-", 3)[3]
+            break
+    attr = MapAttr(shm.type, shm.key_size, shm.value_size, shm.max_entries, shm.map_flags,
+                   map_name=name.encode())
+    return SHARED_OPS[shm.type](attr, machine, node, segment, shm=shm)
