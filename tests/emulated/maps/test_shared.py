@@ -427,3 +427,52 @@ def test_pins_are_the_segments_for_every_process_on_it():
         assert exc.value.errno == errno.ENOENT
     finally:
         shared.unlink(name)
+
+
+def _race(sys_, fd, role: int, keys: int, rounds: int, out) -> None:
+    """One side of the race on an emulated system's hash in a segment: role 0 inserts the
+    common keys with BPF_NOEXIST, role 1 takes them with lookup_and_delete; both also insert
+    and delete keys of their own. Reports (inserted, taken)."""
+    inserted = taken = 0
+    for r in range(rounds):
+        for k in range(keys):
+            key = struct.pack("<I", k)
+            own = struct.pack("<I", 1000 * (role + 1) + k)
+            sys_.map_update_elem(fd, own, struct.pack("<Q", r), 0)
+            try:
+                if role == 0:
+                    sys_.map_update_elem(fd, key, struct.pack("<Q", r), 1)
+                    inserted += 1
+                else:
+                    sys_.map_lookup_and_delete_elem(fd, key)
+                    taken += 1
+            except BPFError as exc:
+                assert exc.errno in (errno.EEXIST, errno.ENOENT)
+            sys_.map_delete_elem(fd, own)
+    out.put((role, inserted, taken))
+
+
+def test_two_processes_racing_through_emulated_syscalls_lose_nothing():
+    """Two forked processes on one emulated system's hash map in a segment, through its
+    syscalls: every common key inserted is taken once or still there, their own keys all
+    gone, nothing listed twice."""
+    import multiprocessing
+
+    sys_ = shared_system()
+    fd = sys_.map_create(MapType.HASH, 4, 8, 4096, map_flags=BPF_F_NO_PREALLOC)
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_race, args=(sys_, fd, role, 200, 20, out))
+             for role in (0, 1)]
+    for p in procs:
+        p.start()
+    results = {role: (inserted, taken) for role, inserted, taken in
+               (out.get(timeout=300) for _ in procs)}
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    inserted, taken = results[0][0], results[1][1]
+    left = walk(sys_, fd)
+    assert len(set(left)) == len(left)
+    assert all(struct.unpack("<I", k)[0] < 200 for k in left)
+    assert inserted == taken + len(left) and inserted >= 200

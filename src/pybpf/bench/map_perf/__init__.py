@@ -20,7 +20,10 @@ Rules this package keeps (the sample's, see perf-tests-and-suites.md section 1):
   second of each CPU's virtual clock, labelled emulated, with the host's own rate beside.
   The NUMA test adds each CPU's remote-access share of its inner map, from the machine's NUMA
   accounting. ``--modeled-time off`` runs them with the timing model off: the rates are then
-  the host's, events per second of the host CPU time each CPU's task ran.
+  the host's, events per second of the host CPU time each CPU's task ran; with
+  ``--processes`` too, each CPU's task runs in a forked process pinned to a host CPU, the
+  maps in a shared segment (tests whose maps a segment holds), and each test's aggregate
+  rate over all processes is reported (emulated_run.py).
 
 Modules: ``config`` (the test table, ``Config``, the arguments), ``testbed`` (maps and programs
 through the System interface), ``kernel_run``, ``emulated_run``, ``results`` (lines, tables,
