@@ -391,6 +391,8 @@ def test_pins_are_the_segments_for_every_process_on_it():
                              map_name=b"counters")
         sys_.map_update_elem(fd, struct.pack("<I", 1), struct.pack("<QQ", 10, 11), 0)
         sys_.obj_pin(fd, path)
+        array = sys_.map_create(MapType.ARRAY, 4, 8, 2)
+        sys_.obj_pin(array, path + "-array")
         again = sys_.obj_get(path)
         assert sys_.map_get_info(again).id == sys_.map_get_info(fd).id
         with pytest.raises(BPFError) as exc:
@@ -411,7 +413,9 @@ def test_pins_are_the_segments_for_every_process_on_it():
             "info.map_flags, info.name)\n"
             "print(struct.unpack('<QQ', s.map_lookup_elem(fd, struct.pack('<I', 1))))\n"
             "s.map_update_elem(fd, struct.pack('<I', 2), struct.pack('<QQ', 20, 21), 0)\n"
-            "s.obj_unpin(sys.argv[2])\n")
+            "s.obj_unpin(sys.argv[2])\n"
+            "array = s.obj_get(sys.argv[2] + '-array')\n"
+            "s.map_update_elem(array, struct.pack('<I', 1), struct.pack('<Q', 7), 0)\n")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
         run = subprocess.run([sys.executable, "-c", script, name, path], capture_output=True,
                              text=True, env=env, timeout=120)
@@ -419,6 +423,7 @@ def test_pins_are_the_segments_for_every_process_on_it():
         assert run.stdout.splitlines() == [
             f"{int(MapType.PERCPU_HASH)} 4 8 16 {BPF_F_NO_PREALLOC} counters", "(10, 11)"]
         assert sys_.map_lookup_elem(fd, struct.pack("<I", 2)) == struct.pack("<QQ", 20, 21)
+        assert sys_.map_lookup_elem(array, struct.pack("<I", 1)) == struct.pack("<Q", 7)
         with pytest.raises(BPFError) as exc:
             sys_.obj_get(path)
         assert exc.value.errno == errno.ENOENT

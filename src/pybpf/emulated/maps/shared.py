@@ -39,7 +39,7 @@ from ...accelerator import OpsHelpers
 from ...attrs import MapAttr
 from ...errors import KernelError
 from ...uapi import BPF_F_INNER_MAP, BPF_F_MMAPABLE, MapFlags, MapType, round_up
-from .arraymap import array_map_alloc_check
+from .arraymap import ArrayBase, array_map_alloc_check
 from .batch import generic_map_lookup_batch, generic_map_update_batch
 from .bpf_map import BpfMap
 from .hashtab import HtabMap
@@ -64,7 +64,7 @@ class SharedSegmentMap(BpfMap):
     the ``pybpf.shared.Segment`` (its ``handle`` the C segment), which this floor does not
     import: pybpf.shared stands on the Map layer, above the backends. A per-CPU map's
     element holds a value for each CPU of the machine, ``round_up(value_size, 8)`` apart
-    (the syscall's layout): a program reads and writes its CPU's (``cpu_slots``)."""
+    (the syscall's layout): a program reads and writes its CPU's."""
 
     percpu: ClassVar[bool] = False
 
@@ -106,48 +106,32 @@ class SharedSegmentMap(BpfMap):
         self.map_delete_elem = self.shm.delete
         self.map_get_next_key = self.shm.get_next_key
         self._memory = memoryview(segment.handle)
-        # where a value lies in the segment -> its view: one per element, so a value keeps
-        # its pointer within a run (the native tier finds them here too); a per-CPU map's
-        # element -> its CPUs' views
-        self.views: dict[int, memoryview] = {}
-        self.slots: dict[int, list[memoryview]] = {}
+        # the values looked up (views_at's), by index (arrays) or by where they lie in the
+        # segment (hash maps)
+        self.elems: dict[int, Any] = {}
         if OpsHelpers is not None:  # a program's helpers read their bytes and call these in C
             helpers = OpsHelpers(attr.key_size, attr.value_size, self.map_lookup_elem,
                                  self.map_update_elem, self.shm.delete, KernelError)
             self.c_helpers = {"lookup": helpers.helper_lookup, "update": helpers.helper_update,
                               "delete": helpers.helper_delete}
 
-    def _view(self, key: bytes) -> memoryview | None:
-        off = self.shm.value_offset(key)
-        if off < 0:
-            return None
-        view = self.views.get(off)
-        if view is None:
-            view = self.views[off] = self._memory[off:off + self.value_size]
-        return view
-
-    def cpu_slots(self, off: int) -> list[memoryview]:
-        """The views of each CPU's value of the per-CPU element whose values begin at
-        ``off``."""
-        slots = self.slots.get(off)
-        if slots is None:
-            slots = self.slots[off] = [
-                self._memory[at:at + self.value_size]
+    def views_at(self, off: int) -> Any:
+        """The view of the value that begins at ``off`` in the segment; a per-CPU map's: the
+        list of its CPUs' views."""
+        if not self.percpu:
+            return self._memory[off:off + self.value_size]
+        return [self._memory[at:at + self.value_size]
                 for at in range(off, off + self.stride * self.machine.num_cpus, self.stride)]
-        return slots
 
     def map_free(self) -> None:
         """The views go; the elements stay in the segment (its memory is never given back)."""
-        self.views.clear()
-        self.slots.clear()
+        self.elems.clear()
         self._memory.release()
 
-    def map_lookup_elem(self, key: bytes) -> memoryview | None:
-        """The live value: a per-CPU map's running CPU's."""
-        if not self.percpu:
-            return self._view(key)
-        off = self.shm.value_offset(key)
-        return None if off < 0 else self.cpu_slots(off)[self._current.cpu]
+    def this_cpu(self, found: Any) -> memoryview | None:
+        """What a program's lookup gives of ``found`` (``views_at``'s, or None): a per-CPU
+        map's running CPU's value."""
+        return found[self._current.cpu] if self.percpu and found is not None else found
 
     def map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
         """A program's update of a per-CPU map: the running CPU's value (a new element's
@@ -172,9 +156,21 @@ class SharedSegmentMap(BpfMap):
 
 
 class SharedHtab(SharedSegmentMap):
-    """BPF_MAP_TYPE_HASH in the segment."""
+    """BPF_MAP_TYPE_HASH in the segment. ``elems`` holds each value as looked up, by where
+    it lies in the segment (its views_at): one per element, so a value keeps its pointer
+    within a run, and the native tier finds it there as an array's by index."""
 
     map_types = (MapType.HASH,)
+
+    def map_lookup_elem(self, key: bytes) -> memoryview | None:
+        """The live value: a per-CPU map's running CPU's."""
+        off = self.shm.value_offset(key)
+        if off < 0:
+            return None
+        found = self.elems.get(off)
+        if found is None:
+            found = self.elems[off] = self.views_at(off)
+        return self.this_cpu(found)
 
     @classmethod
     def map_alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
@@ -212,25 +208,21 @@ class SharedHtab(SharedSegmentMap):
 
 class SharedArray(SharedSegmentMap):
     """BPF_MAP_TYPE_ARRAY in the segment. ``elems`` holds each index's value as looked up
-    (index -> its view), as BpfArray's holds its buffers, so the native tier inlines its
-    lookups as an array's (array_map_gen_lookup)."""
+    (its views_at), as BpfArray's holds its buffers (BpfPercpuArray's its slots), so the
+    native tier inlines its lookups as an array's (array_map_gen_lookup)."""
 
     map_types = (MapType.ARRAY,)
 
-    def __init__(self, attr: MapAttr, machine: Machine, node: int, segment: Any) -> None:
-        super().__init__(attr, machine, node, segment)
-        self.elems: dict[int, Any] = {}
-
     def map_lookup_elem(self, key: bytes) -> memoryview | None:
+        """The live value: a per-CPU array's running CPU's."""
         index = int.from_bytes(key[:4], "little")
-        view = self.elems.get(index)
-        if view is None and index < self.max_entries:
-            view = self.elems[index] = self._view(key)
-        return view
+        found = self.elems.get(index)
+        if found is None and index < self.max_entries:
+            found = self.elems[index] = self.views_at(self.shm.value_offset(key))
+        return self.this_cpu(found)
 
-    def map_free(self) -> None:
-        self.elems.clear()
-        super().map_free()
+    def elem_of_this_cpu(self, index: int) -> memoryview | None:
+        return self.map_lookup_elem(index.to_bytes(4, "little"))
 
     @classmethod
     def map_alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
@@ -240,16 +232,7 @@ class SharedArray(SharedSegmentMap):
                               "supported in a shared segment: create the map on an emulated "
                               "system without shared=")
 
-    def map_for_each_callback(self, callback: Callable[[bytes, Any], int], flags: int) -> int:
-        """bpf_for_each_array_elem: every index from 0."""
-        if flags:
-            raise KernelError(errno.EINVAL, f"flags {flags:#x}: must be 0")
-        for index in range(self.max_entries):
-            key = index.to_bytes(4, "little")
-            if callback(key, self.map_lookup_elem(key)):
-                return index + 1
-        return self.max_entries
-
+    map_for_each_callback = ArrayBase.bpf_for_each_array_elem
     map_lookup_batch = generic_map_lookup_batch
     map_update_batch = generic_map_update_batch
 
@@ -262,20 +245,10 @@ class SharedPercpuHtab(SharedHtab):
 
 
 class SharedPercpuArray(SharedArray):
-    """BPF_MAP_TYPE_PERCPU_ARRAY in the segment: ``elems`` holds each index's CPUs' views,
-    as BpfPercpuArray's holds its slots."""
+    """BPF_MAP_TYPE_PERCPU_ARRAY in the segment."""
 
     map_types = (MapType.PERCPU_ARRAY,)
     percpu = True
-
-    def map_lookup_elem(self, key: bytes) -> memoryview | None:
-        index = int.from_bytes(key[:4], "little")
-        slots = self.elems.get(index)
-        if slots is None:
-            if index >= self.max_entries:
-                return None
-            slots = self.elems[index] = self.cpu_slots(self.shm.value_offset(key))
-        return slots[self._current.cpu]
 
 
 # map type -> the family that holds it in a segment (EmulatedSystem(shared=...))

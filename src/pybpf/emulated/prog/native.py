@@ -994,7 +994,8 @@ class _FunctionIR:
         cache (mc); to ``python`` when it could not. A per-CPU array's slot is the run's
         CPU's, local; a plain one's value is on the map's node. An ARRAY_OF_MAPS's value is
         the inner map in its slot, given a region as Python's lookup gives it one (an empty
-        slot goes to Python)."""
+        slot goes to Python). A hash map in a shared segment comes here too, where its value
+        lies in the segment standing for an index."""
         if type(bpf_map) in PERCPU_VALUES:
             cpu, local = self.op(f"load i64, ptr {self.slot(THIS_CPU)}"), "1"
         else:
@@ -1002,9 +1003,7 @@ class _FunctionIR:
             cpu = "-1"
             local = self.zext(self.op(f"icmp eq i64 {node}, {bpf_map.numa_node}"), 1)
         maps = type(bpf_map) is ArrayOfMaps
-        # a shared hash map's values by their place in the segment, its lookup's "index"
-        elems = bpf_map.ptrs if maps else bpf_map.views if type(bpf_map) is SharedHtab \
-            else bpf_map.slots if type(bpf_map) is SharedPercpuHtab else bpf_map.elems
+        elems = bpf_map.ptrs if maps else bpf_map.elems
         pointer = self.op(
             f"call i64 @{ARRAY_VALUE_SYMBOL}(ptr %st, ptr {self.slot(RS_MEM)}, "
             f"ptr inttoptr (i64 {id(elems)} to ptr), i64 {index}, i64 {cpu}, "
@@ -1316,11 +1315,12 @@ def native_lookup_maps(exe: Executable) -> list[int]:
     without it leaves hash maps to Python)."""
     if not NATIVE_VALUES or exe.helpers.get(BpfFunc.map_lookup_elem) is not bpf_map_lookup_elem:
         return []
-    in_c = {True: True, False: _symbol_address(ACCEL, HTAB_LOOKUP_SYMBOL) is not None,
-             None: _shm_symbol(SHM_LOOKUP_SYMBOL) is not None}
+    hash_lookups = _symbol_address(ACCEL, HTAB_LOOKUP_SYMBOL) is not None
+    shared_lookups = _shm_symbol(SHM_LOOKUP_SYMBOL) is not None
     return [region for region, obj in exe.static_regions.items()
             if type(obj) in _NATIVE_LOOKUPS and obj.map_type == _NATIVE_LOOKUPS[type(obj)]
-            and in_c[type(obj) in ARRAYS if type(obj) not in SHARED_HASHES else None]
+            and (type(obj) in ARRAYS or (shared_lookups if type(obj) in SHARED_HASHES
+                                         else hash_lookups))
             and (not obj.timing.modeled or (obj.timing.cache_model == "C"
                                             and _cache_model_symbol(CHARGE_SYMBOL) is not None))]
 
@@ -1587,9 +1587,7 @@ class _Run:
             tag, entry = index + 1, index & (LOOKUP_CACHE - 1)
         elif type(bpf_map) in SHARED_HASHES:  # its "index": where the value lies
             place = bpf_map.shm.value_offset(key_bytes)
-            value = None if place < 0 else bpf_map.slots[place][cpu] if bpf_map.percpu \
-                else bpf_map.views.get(place)
-            if value is not rs.mem[r0 >> 32]:
+            if place < 0 or bpf_map.this_cpu(bpf_map.elems.get(place)) is not rs.mem[r0 >> 32]:
                 return r0  # gone or replaced meanwhile: nothing to remember
             local = bpf_map.percpu or bpf_map.access_stats.cpu_node[cpu] == bpf_map.numa_node
             tag, entry = place + 1, place & (LOOKUP_CACHE - 1)
