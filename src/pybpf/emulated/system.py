@@ -132,9 +132,11 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
     ``"kmem_cache_alloc_bulk"`` (straight from the slab; before). ``cpumap_rx`` picks how
     they pass skbs up: ``"gro_receive_skb"`` (the entry's GRO node; since 6.15) or
     ``"netif_receive_skb_list"`` (one list per pass, no GRO node; before).
-    ``shared`` (a ``pybpf.shared.Segment``) puts the system's HASH and ARRAY maps in that
-    segment, so processes forked after they were made share them (emulated/maps/shared.py);
-    such a system runs without modeled time, which the segment's maps do not charge.
+    ``shared`` (a ``pybpf.shared.Segment``) puts the system's hash and array maps (per-CPU
+    ones too) and their pins in that segment, so processes forked after they were made share
+    them, and systems of other processes on the segment get its pins
+    (emulated/maps/shared.py); such a system runs without modeled time, which the segment's
+    maps do not charge.
     """
 
     name = "emulated"
@@ -261,6 +263,8 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
             if bpf_map.refcnt:
                 return
             self._map_idr.pop(bpf_map.id, None)
+            if isinstance(bpf_map, SharedSegmentMap):
+                self._segment_maps.pop(bpf_map.shm.offset, None)
         bpf_map.map_free()
         if bpf_map.btf is not None:
             self.btf_put(bpf_map.btf)
@@ -679,7 +683,7 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
         if shm is None:
             raise exc
         bpf_map = self._segment_maps.get(shm.offset)
-        if bpf_map is None or bpf_map.id not in self._map_idr:
+        if bpf_map is None:
             bpf_map = open_pinned(shm, self.shared_segment, self.machine,
                                   self.machine.numa_node_id())
             self._map_register(bpf_map)

@@ -424,6 +424,12 @@ def test_pins_are_the_segments_for_every_process_on_it():
             f"{int(MapType.PERCPU_HASH)} 4 8 16 {BPF_F_NO_PREALLOC} counters", "(10, 11)"]
         assert sys_.map_lookup_elem(fd, struct.pack("<I", 2)) == struct.pack("<QQ", 20, 21)
         assert sys_.map_lookup_elem(array, struct.pack("<I", 1)) == struct.pack("<Q", 7)
+        # the pin outlives this process's map of it: closed, got again, the same elements
+        array_id = sys_.map_get_info(array).id
+        sys_.close(array)
+        array = sys_.obj_get(path + "-array")
+        assert sys_.map_get_info(array).id != array_id
+        assert sys_.map_lookup_elem(array, struct.pack("<I", 1)) == struct.pack("<Q", 7)
         with pytest.raises(BPFError) as exc:
             sys_.obj_get(path)
         assert exc.value.errno == errno.ENOENT

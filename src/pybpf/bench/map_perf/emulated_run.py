@@ -16,11 +16,12 @@ that host rate: how fast the emulator itself runs the sample.
 
 ``--processes`` (modeled time off) runs them as the sample runs its children: each CPU's task
 in a process forked once the maps and programs are made, pinned to a host CPU (CPU i on the
-i-th CPU the run may use, round robin), the HASH and ARRAY maps in an anonymous shared
-segment (``EmulatedSystem(shared=...)``), so the tasks update the same maps at once on the
-host's CPUs. The children start each test together from a barrier and send their results
-back through a pipe; the run also reports each test's aggregate: the events of all children
-over the wall time from that start to the last child's end of the test.
+i-th CPU the run may use, round robin), the maps in an anonymous shared segment
+(``EmulatedSystem(shared=...)``, which holds hash and array maps, per-CPU ones too), so the
+tasks update the same maps at once on the host's CPUs. The children start each test
+together from a barrier and send their results back through a pipe; the run also reports
+each test's aggregate: the events of all children over the wall time from that start to
+the last child's end of the test.
 """
 
 from __future__ import annotations
@@ -181,6 +182,7 @@ class EmulatedRun:
         printed by CPU once all are in, and each test's aggregate rate."""
         cfg = self.cfg
         host_cpus = sorted(os.sched_getaffinity(0))
+        pinned = [host_cpus[cpu % len(host_cpus)] for cpu in range(self.nprocs)]
         # every test starts in all children at once, so its aggregate is theirs together
         barrier = multiprocessing.get_context("fork").Barrier(self.nprocs)
         children: list[tuple[int, int]] = []
@@ -193,7 +195,7 @@ class EmulatedRun:
                 os.close(out_read)
                 status = 0
                 try:
-                    os.sched_setaffinity(0, {host_cpus[cpu % len(host_cpus)]})
+                    os.sched_setaffinity(0, {pinned[cpu]})
                     payload = pickle.dumps(self.child_results(setup, cpu, barrier))
                 except BaseException as exc:  # noqa: BLE001 - reported by the parent
                     barrier.abort()  # the others stop waiting for this one
@@ -221,7 +223,7 @@ class EmulatedRun:
             for res in sorted(results, key=lambda r: (r.cpu, Test[r.test].value)):
                 sys.stdout.write(result_line(res, "emulated") + "\n")
             sys.stdout.flush()
-        cpus = sorted({host_cpus[cpu % len(host_cpus)] for cpu in range(self.nprocs)})
+        cpus = sorted(set(pinned))
         for t in cfg.tests:
             td = TESTS[t]
             wall = max(end for _, end in spans[t.name]) - min(start for start, _ in spans[t.name])
