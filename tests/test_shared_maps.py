@@ -237,12 +237,13 @@ def test_flags_the_reference_takes_but_shared_maps_do_not_are_refused_clearly():
             seg.create_map("m", "hash", 4, 8, 4, pybpf.MapFlags.NUMA_NODE)
         assert info.value.errno == errno.EINVAL
         assert "BPF_F_NO_PREALLOC and BPF_F_ZERO_SEED only" in str(info.value)
-        with pytest.raises(BPFError, match="HASH, PERCPU_HASH, ARRAY and PERCPU_ARRAY"):
-            seg.create_map("q", "lru_hash", 4, 8, 4)
-        # per-CPU maps in a segment are an emulated system's, which knows its CPUs
-        with pytest.raises(BPFError, match="EmulatedSystem\\(shared=") as info:
-            seg.create_map("p", "percpu_hash", 4, 8, 4)
-        assert info.value.errno == errno.EINVAL
+        with pytest.raises(BPFError, match="LRU_HASH, LRU_PERCPU_HASH, ARRAY and"):
+            seg.create_map("q", "lpm_trie", 8, 8, 4, pybpf.MapFlags.NO_PREALLOC)
+        # per-CPU and LRU maps in a segment are an emulated system's, which knows its CPUs
+        for kind in ("percpu_hash", "lru_hash"):
+            with pytest.raises(BPFError, match="EmulatedSystem\\(shared=") as info:
+                seg.create_map("p", kind, 4, 8, 4)
+            assert info.value.errno == errno.EINVAL
 
 
 def test_a_wrong_key_length_is_einval_and_no_map_is_touched():

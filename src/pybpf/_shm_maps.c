@@ -61,7 +61,7 @@
 #include "_jhash.h"
 
 #define SHM_MAGIC 0x4d48534650425950ULL /* "PYBPFSHM" read as a little-endian u64 */
-#define SHM_VERSION 2 /* 2: a hash map's free elements on per-CPU lists */
+#define SHM_VERSION 3 /* 2: a hash map's free elements on per-CPU lists; 3: LRU maps */
 #define MAX_PIDS 128
 #define MAX_MAPS 256
 #define MAP_NAME_LEN 64
@@ -77,12 +77,15 @@
 #define BPF_MAP_TYPE_ARRAY 2
 #define BPF_MAP_TYPE_PERCPU_HASH 5
 #define BPF_MAP_TYPE_PERCPU_ARRAY 6
+#define BPF_MAP_TYPE_LRU_HASH 9
+#define BPF_MAP_TYPE_LRU_PERCPU_HASH 10
 #define PCPU_MIN_UNIT_SIZE 32768 /* the largest per-CPU value the kernel takes */
 #define BPF_ANY 0
 #define BPF_NOEXIST 1
 #define BPF_EXIST 2
 #define BPF_F_LOCK 4
 #define BPF_F_NO_PREALLOC 1u
+#define BPF_F_NO_COMMON_LRU 2u
 #define BPF_F_ZERO_SEED (1u << 6)
 #define ENOTSUPP 524
 #define KMALLOC_MAX_SIZE (4u << 20)
@@ -125,7 +128,11 @@ struct map_hdr {
 			     * ncpus * round_up(value_size, 8), the syscall's layout */
 	uint64_t buckets_off; /* hash: n_buckets struct bucket */
 	uint64_t values_off;  /* array: max_entries elements */
-	uint64_t lists_off;   /* hash: FREE_LISTS struct free_list, a CPU's each */
+	uint64_t lists_off;   /* hash: FREE_LISTS struct free_list, a CPU's each (an LRU map's
+			       * hold its count only) */
+	uint32_t lru_cpus;    /* LRU: the CPUs it has lists for */
+	uint32_t lru_target_free;
+	uint64_t lru_nodes_off, lru_lists_off, lru_locals_off; /* LRU: see _shm_lru.h */
 	uint64_t chunks[];    /* hash: nchunks offsets of element chunks, 0 until carved */
 };
 
@@ -349,7 +356,13 @@ static inline int is_array(uint32_t type)
 
 static inline int is_percpu(uint32_t type)
 {
-	return type == BPF_MAP_TYPE_PERCPU_HASH || type == BPF_MAP_TYPE_PERCPU_ARRAY;
+	return type == BPF_MAP_TYPE_PERCPU_HASH || type == BPF_MAP_TYPE_PERCPU_ARRAY ||
+	       type == BPF_MAP_TYPE_LRU_PERCPU_HASH;
+}
+
+static inline int is_lru(uint32_t type)
+{
+	return type == BPF_MAP_TYPE_LRU_HASH || type == BPF_MAP_TYPE_LRU_PERCPU_HASH;
 }
 
 static PyTypeObject SegmentType;
@@ -851,8 +864,8 @@ static uint32_t roundup_pow_of_two(uint32_t n)
 static int check_create(uint32_t type, uint32_t key_size, uint32_t value_size,
 			uint32_t max_entries, uint32_t flags, uint32_t ncpus, const char **why)
 {
-	if (is_percpu(type) && (ncpus < 1 || ncpus > 4096)) {
-		*why = "a per-CPU map needs its number of CPUs (1 to 4096)";
+	if ((is_percpu(type) || is_lru(type)) && (ncpus < 1 || ncpus > 4096)) {
+		*why = "a per-CPU or LRU map needs its number of CPUs (1 to 4096)";
 		return EINVAL;
 	}
 	if (is_percpu(type) && round_up64(value_size, 8) > PCPU_MIN_UNIT_SIZE) {
@@ -863,8 +876,23 @@ static int check_create(uint32_t type, uint32_t key_size, uint32_t value_size,
 		*why = "a per-CPU value for every CPU is over INT_MAX bytes";
 		return E2BIG;
 	}
-	if (type == BPF_MAP_TYPE_HASH || type == BPF_MAP_TYPE_PERCPU_HASH) {
-		if (flags & ~(BPF_F_NO_PREALLOC | BPF_F_ZERO_SEED)) {
+	if (is_lru(type)) {
+		if (flags & ~(BPF_F_NO_PREALLOC | BPF_F_NO_COMMON_LRU | BPF_F_ZERO_SEED)) {
+			*why = "shared LRU maps take BPF_F_NO_COMMON_LRU and BPF_F_ZERO_SEED only";
+			return EINVAL;
+		}
+		if (flags & BPF_F_NO_PREALLOC) {
+			*why = "LRU maps are always preallocated: drop BPF_F_NO_PREALLOC";
+			return ENOTSUPP;
+		}
+		if ((flags & BPF_F_NO_COMMON_LRU) && max_entries % ncpus) {
+			*why = "a BPF_F_NO_COMMON_LRU map's max_entries is a multiple of its CPUs "
+			       "(htab_map_alloc rounds it up)";
+			return EINVAL;
+		}
+	}
+	if (type == BPF_MAP_TYPE_HASH || type == BPF_MAP_TYPE_PERCPU_HASH || is_lru(type)) {
+		if (!is_lru(type) && (flags & ~(BPF_F_NO_PREALLOC | BPF_F_ZERO_SEED))) {
 			*why = "shared hash maps take BPF_F_NO_PREALLOC and BPF_F_ZERO_SEED only";
 			return EINVAL;
 		}
@@ -909,7 +937,8 @@ static int check_create(uint32_t type, uint32_t key_size, uint32_t value_size,
 		}
 		return 0;
 	}
-	*why = "shared segments hold HASH, PERCPU_HASH, ARRAY and PERCPU_ARRAY maps";
+	*why = "shared segments hold HASH, PERCPU_HASH, LRU_HASH, LRU_PERCPU_HASH, ARRAY and "
+	       "PERCPU_ARRAY maps";
 	return EINVAL;
 }
 
@@ -1010,11 +1039,15 @@ static int carve_chunk(uint8_t *base, struct map_hdr *h, uint32_t c, uint32_t cp
 	if (!off)
 		return *dead ? EOWNERDEAD : ENOMEM;
 	__atomic_store_n(&h->chunks[c], off, __ATOMIC_RELEASE);
-	freelist_push_range(base, h, first, n, cpus);
+	if (!is_lru(h->type)) /* an LRU map's free elements are its LRU's FREE nodes */
+		freelist_push_range(base, h, first, n, cpus);
 	return 0;
 }
 
-/* create_map(name, type, key_size, value_size, max_entries, flags, hashrnd, ncpus=1) */
+#include "_shm_lru.h"
+
+/* create_map(name, type, key_size, value_size, max_entries, flags, hashrnd, ncpus=1): ncpus
+ * the CPUs a per-CPU map has a value for, an LRU map lists for */
 static PyObject *Segment_create_map(SegmentObject *self, PyObject *args)
 {
 	const char *name;
@@ -1034,6 +1067,7 @@ static PyObject *Segment_create_map(SegmentObject *self, PyObject *args)
 	struct seg_hdr *sh = seg_hdr(self);
 	uint32_t chunk_shift = 0, nchunks = 0, n_buckets = 0, elem_size, value_off;
 	uint64_t need, elems_bytes;
+	uint32_t lru_cpus = is_lru(type) ? ncpus : 0;
 	if (!is_percpu(type))
 		ncpus = 1;
 	uint32_t data_size = is_percpu(type) ? ncpus * (uint32_t)round_up64(value_size, 8)
@@ -1052,6 +1086,8 @@ static PyObject *Segment_create_map(SegmentObject *self, PyObject *args)
 		       (uint64_t)n_buckets * sizeof(struct bucket);
 		if (!(flags & BPF_F_NO_PREALLOC))
 			need += elems_bytes + (uint64_t)nchunks * HEAP_ALIGN;
+		if (lru_cpus)
+			need += lru_bytes(max_entries, flags, lru_cpus);
 		else
 			need += (uint64_t)elem_size << chunk_shift; /* its first chunk, at least */
 	} else {
@@ -1111,6 +1147,10 @@ static PyObject *Segment_create_map(SegmentObject *self, PyObject *args)
 		memset(lists, 0, FREE_LISTS * sizeof(struct free_list));
 		for (int i = 0; i < FREE_LISTS; i++)
 			lists[i].head = NIL;
+		if (lru_cpus) {
+			h->lru_cpus = lru_cpus;
+			lru_init(base, h, &sh->heap_next);
+		}
 	}
 	uint64_t region_bytes = !is_array(type) ?
 		(uint64_t)n_buckets * sizeof(struct bucket) : elems_bytes;
@@ -1540,6 +1580,8 @@ static PyObject *Map_value_offset_impl(MapObject *m, PyObject *key)
 	} while (read_retry(&b->seq, start));
 	if (s == NIL)
 		return PyLong_FromLong(-1);
+	if (is_lru(m->type))
+		lru_set_ref(base, map_hdr(m), s);
 	return PyLong_FromUnsignedLongLong(
 		(uint64_t)(slot_elem(base, map_hdr(m), s) + m->value_off - base));
 }
@@ -1635,11 +1677,118 @@ static int lock_key(MapObject *m, const uint8_t *k, uint32_t *hash, struct bucke
 	return dead;
 }
 
+/* The share of the count of live elements this CPU keeps (see struct free_list) */
+static inline void count_add(MapObject *m, int64_t delta)
+{
+	__atomic_add_fetch(&this_list(m->seg->base, map_hdr(m))->count, delta, __ATOMIC_RELAXED);
+}
+
+/* htab_lru_map_delete_node: the LRU's eviction of slot's element, unhashed if it is still in
+ * its bucket (1), else 0 (a node being filled for an insert, or gone meanwhile) */
+static int htab_lru_map_delete_node(MapObject *m, uint32_t slot, int *dead)
+{
+	uint8_t *base = m->seg->base;
+	struct map_hdr *h = map_hdr(m);
+	struct helem *e = (struct helem *)slot_elem(base, h, slot);
+	struct bucket *b = bucket_of(m, __atomic_load_n(&e->hash, __ATOMIC_RELAXED));
+	if ((*dead = spin_lock(&b->lock)))
+		return 0;
+	uint32_t prev = NIL, s = b->head;
+	while (s != NIL && s != slot) {
+		prev = s;
+		s = ((struct helem *)slot_elem(base, h, s))->next;
+	}
+	if (s != NIL) {
+		write_begin(&b->seq);
+		unlink_slot(m, b, s, prev);
+		write_end(&b->seq);
+		count_add(m, -1);
+	}
+	spin_unlock(&b->lock);
+	return s != NIL;
+}
+
+/* htab_lru_map_update_elem and __htab_lru_percpu_map_update_elem, on CPU lru_cpu: a node is
+ * taken from the LRU before the bucket is locked (so an update that then fails on its flags
+ * still evicted what it evicted), except for a per-CPU map's BPF_EXIST, which updates in
+ * place; a replaced element, or the node unused, goes back after the bucket is unlocked */
+static int lru_update(MapObject *m, const uint8_t *k, const uint8_t *v, uint64_t flags,
+		      int64_t cpu, uint32_t lru_cpu, int *dead)
+{
+	uint8_t *base = m->seg->base;
+	struct map_hdr *h = map_hdr(m);
+	int percpu = is_percpu(m->type), err = 0;
+	uint32_t node = NIL;
+	if (!percpu || flags != BPF_EXIST) {
+		node = lru_pop_free(m, lru_cpu, dead);
+		if (node == NIL)
+			return *dead ? EOWNERDEAD : ENOMEM;
+	}
+	uint32_t hash = htab_map_hash(k, m->key_size, m->hashrnd);
+	struct helem *e = node == NIL ? NULL : (struct helem *)slot_elem(base, h, node);
+	if (e && !percpu) { /* filled before the bucket is locked, as the kernel's */
+		__atomic_store_n(&e->hash, hash, __ATOMIC_RELAXED);
+		memcpy((uint8_t *)e + sizeof(*e), k, m->key_size);
+		put_value(m, (uint8_t *)e + m->value_off, v, cpu, 1);
+	}
+	struct bucket *b = bucket_of(m, hash);
+	uint32_t prev, old = NIL;
+	if ((*dead = spin_lock(&b->lock))) {
+		err = EOWNERDEAD;
+		goto give_back;
+	}
+	old = find_in_bucket(m, b, k, hash, &prev);
+	if (old != NIL && flags == BPF_NOEXIST)
+		err = EEXIST;
+	else if (old == NIL && flags == BPF_EXIST)
+		err = ENOENT;
+	if (err) {
+		spin_unlock(&b->lock);
+		goto give_back;
+	}
+	write_begin(&b->seq);
+	if (old != NIL && percpu) {
+		lru_set_ref(base, h, old);
+		put_value(m, slot_elem(base, h, old) + m->value_off, v, cpu, 0);
+		old = NIL;
+	} else {
+		if (percpu) {
+			__atomic_store_n(&e->hash, hash, __ATOMIC_RELAXED);
+			memcpy((uint8_t *)e + sizeof(*e), k, m->key_size);
+			put_value(m, (uint8_t *)e + m->value_off, v, cpu, 1);
+		}
+		if (old != NIL) {
+			lru_set_ref(base, h, node);
+			unlink_slot(m, b, old, prev);
+		} else {
+			count_add(m, 1);
+		}
+		e->next = b->head;
+		b->head = node;
+		node = NIL;
+	}
+	write_end(&b->seq);
+	spin_unlock(&b->lock);
+give_back:
+	if (node != NIL) {
+		int d = lru_push_free(m, node);
+		if (d && !err) {
+			*dead = d;
+			err = EOWNERDEAD;
+		}
+	}
+	if (old != NIL && !err && (*dead = lru_push_free(m, old)))
+		err = EOWNERDEAD;
+	return err;
+}
+
 static int hash_update(MapObject *m, const uint8_t *k, const uint8_t *v, uint64_t flags,
-		       int64_t cpu, int *dead)
+		       int64_t cpu, uint32_t lru_cpu, int *dead)
 {
 	if (flags > BPF_EXIST) /* BPF_F_LOCK included: no spin lock in the value */
 		return EINVAL;
+	if (is_lru(m->type))
+		return lru_update(m, k, v, flags, cpu, lru_cpu, dead);
 	uint8_t *base = m->seg->base;
 	struct map_hdr *h = map_hdr(m);
 	uint32_t hash, prev, s;
@@ -1707,8 +1856,12 @@ static int hash_delete(MapObject *m, const uint8_t *k, char *out, int *dead)
 	unlink_slot(m, b, s, prev);
 	write_end(&b->seq);
 	spin_unlock(&b->lock);
-	freelist_push(base, h, s);
-	return 0;
+	if (!is_lru(m->type)) {
+		freelist_push(base, h, s);
+		return 0;
+	}
+	count_add(m, -1);
+	return (*dead = lru_push_free(m, s)) ? EOWNERDEAD : 0;
 }
 
 /* The exception of a core's ``err`` (nonzero) on key ``k``: the kernel's errno, with what is
@@ -1743,8 +1896,8 @@ static PyObject *element_error(MapObject *m, int err, int dead, const uint8_t *k
 
 static PyObject *Map_update_impl(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-	if (nargs < 2 || nargs > 4) {
-		PyErr_SetString(PyExc_TypeError, "update(key, value, flags=0, cpu=-1)");
+	if (nargs < 2 || nargs > 5) {
+		PyErr_SetString(PyExc_TypeError, "update(key, value, flags=0, cpu=-1, lru_cpu=-1)");
 		return NULL;
 	}
 	const uint8_t *k;
@@ -1763,8 +1916,16 @@ static PyObject *Map_update_impl(MapObject *m, PyObject *const *args, Py_ssize_t
 		if (flags == (uint64_t)-1 && PyErr_Occurred())
 			return NULL;
 	}
-	if (nargs == 4 && (cpu = PyLong_AsLongLong(args[3])) == -1 && PyErr_Occurred())
+	if (nargs >= 4 && (cpu = PyLong_AsLongLong(args[3])) == -1 && PyErr_Occurred())
 		return NULL;
+	long long lru_cpu = nargs == 5 ? PyLong_AsLongLong(args[4]) : -1;
+	if (lru_cpu == -1 && PyErr_Occurred())
+		return NULL;
+	if (lru_cpu == -1)
+		lru_cpu = cpu == -1 ? 0 : cpu;
+	if (is_lru(m->type) && (lru_cpu < 0 || lru_cpu >= map_hdr(m)->lru_cpus))
+		return os_error(EINVAL, "lru_cpu %lld: an LRU map's update runs on one of its %u "
+				"CPUs", lru_cpu, map_hdr(m)->lru_cpus);
 	if (cpu != -1 && (!is_percpu(m->type) || cpu < 0 || cpu >= m->ncpus))
 		return os_error(EINVAL, "cpu %lld: a program's update of one CPU's value is for a "
 				"per-CPU map, with a CPU below its %u", cpu, m->ncpus);
@@ -1779,7 +1940,7 @@ static PyObject *Map_update_impl(MapObject *m, PyObject *const *args, Py_ssize_t
 	const uint8_t *v = (const uint8_t *)PyBytes_AS_STRING(value);
 	int dead = 0;
 	int err = is_array(m->type) ? array_update(m, k, v, flags, cpu, &dead)
-		: hash_update(m, k, v, flags, cpu, &dead);
+		: hash_update(m, k, v, flags, cpu, (uint32_t)lru_cpu, &dead);
 	if (err)
 		return element_error(m, err, dead, k, flags);
 	Py_RETURN_NONE;
@@ -1934,7 +2095,9 @@ static PyObject *Map_update(MapObject *m, PyObject *const *args, Py_ssize_t narg
 static PyMethodDef Map_methods[] = {
 	{"lookup", (PyCFunction)Map_lookup, METH_O, "lookup(key) -> value bytes"},
 	{"update", (PyCFunction)(void (*)(void))Map_update, METH_FASTCALL,
-	 "update(key, value, flags=0)"},
+	 "update(key, value, flags=0, cpu=-1, lru_cpu=-1): cpu, a program's update of that "
+	 "CPU's value of a per-CPU map (-1: a syscall's, every CPU's); lru_cpu, the CPU whose "
+	 "LRU lists an LRU map's insert takes a node from (-1: cpu, or 0)"},
 	{"value_offset", (PyCFunction)Map_value_offset, METH_O,
 	 "value_offset(key) -> where the live value lies in the segment, or -1"},
 	{"delete", (PyCFunction)Map_delete, METH_O, "delete(key)"},
@@ -1960,9 +2123,18 @@ static PyMemberDef Map_members[] = {
 	 "a per-CPU map's CPUs (1 for the others)"},
 	{NULL}};
 
+static PyObject *Map_get_lru_cpus(MapObject *m, void *unused)
+{
+	if (m->seg->base == NULL)
+		return os_error(EBADF, "the map's segment is closed");
+	return PyLong_FromUnsignedLong(is_lru(m->type) ? map_hdr(m)->lru_cpus : 0);
+}
+
 static PyGetSetDef Map_getset[] = {
 	{"count", (getter)Map_get_count, NULL,
 	 "live elements of a hash (max_entries for an array)", NULL},
+	{"lru_cpus", (getter)Map_get_lru_cpus, NULL,
+	 "an LRU map's CPUs (each with its lists), 0 for the others", NULL},
 	{NULL}};
 
 static PyTypeObject MapType = {
@@ -2007,7 +2179,11 @@ uint64_t pybpf_shm_lookup(PyObject *map, const uint8_t *key)
 			return SHM_NATIVE_SLOW;
 		s = walk_chain(m, b, key, hash);
 	} while (read_retry(&b->seq, start));
-	return s == NIL ? 0 : 1 + (uint64_t)(slot_elem(base, map_hdr(m), s) + m->value_off - base);
+	if (s == NIL)
+		return 0;
+	if (is_lru(m->type))
+		lru_set_ref(base, map_hdr(m), s);
+	return 1 + (uint64_t)(slot_elem(base, map_hdr(m), s) + m->value_off - base);
 }
 
 /* bpf_map_update_elem (op 1) or bpf_map_delete_elem (op 2) from a program on CPU ``cpu``
@@ -2017,13 +2193,15 @@ uint64_t pybpf_shm_op(PyObject *map, int64_t op, const uint8_t *key, const uint8
 {
 	MapObject *m = (MapObject *)map;
 	int dead = 0, err;
-	if (m->seg->base == NULL || (is_percpu(m->type) && (cpu < 0 || cpu >= m->ncpus)))
+	if (m->seg->base == NULL || (is_percpu(m->type) && (cpu < 0 || cpu >= m->ncpus)) ||
+	    (is_lru(m->type) && (cpu < 0 || cpu >= map_hdr(m)->lru_cpus)))
 		return SHM_NATIVE_SLOW;
+	uint32_t lru_cpu = (uint32_t)cpu;
 	cpu = is_percpu(m->type) ? cpu : -1;
 	if (op == 1)
 		err = flags & BPF_F_LOCK ? EINVAL /* no bpf_spin_lock in the value */
 			: is_array(m->type) ? array_update(m, key, value, flags, cpu, &dead)
-			: hash_update(m, key, value, flags, cpu, &dead);
+			: hash_update(m, key, value, flags, cpu, lru_cpu, &dead);
 	else
 		err = is_array(m->type) ? EINVAL : hash_delete(m, key, NULL, &dead);
 	if (err == EOWNERDEAD)

@@ -56,6 +56,9 @@ __all__ = ["Segment", "SegmentUsage", "SharedMap", "SharedMapsUnavailable", "ava
 INSTALL_HINT = ("pybpf.shared needs the C extension pybpf._shm_maps, which was not built: "
                 "install a C compiler and the Python headers (apt-get install gcc python3-dev) "
                 "and install pybpf again (./scripts/setup.sh, or pip install -e .)")
+# the segment's map types that need an emulated machine's CPUs (a value, or LRU lists, each)
+EMULATED_ONLY = (MapType.PERCPU_HASH, MapType.PERCPU_ARRAY, MapType.LRU_HASH,
+                 MapType.LRU_PERCPU_HASH)
 
 
 class SharedMapsUnavailable(RuntimeError):
@@ -155,10 +158,11 @@ class Segment:
         segment has no room for it."""
         kind = member_named(MapType, map_type, "map type") if isinstance(map_type, str) \
             else map_type
-        if int(kind) in (MapType.PERCPU_HASH, MapType.PERCPU_ARRAY):
-            raise BPFError(errno.EINVAL, f"map create {name!r}: per-CPU maps in a segment are "
-                           "an emulated system's (EmulatedSystem(shared=...), whose CPUs they "
-                           "have a slot for); here use HASH or ARRAY", command="map_create")
+        if int(kind) in EMULATED_ONLY:
+            raise BPFError(errno.EINVAL, f"map create {name!r}: per-CPU and LRU maps in a "
+                           "segment are an emulated system's (EmulatedSystem(shared=...), "
+                           "whose CPUs they have a value or LRU lists for); here use HASH or "
+                           "ARRAY", command="map_create")
         key_codec, value_codec = _codecs(int(kind), key_size, value_size, key, value)
         for field, number in (("key_size", key_size), ("value_size", value_size),
                               ("max_entries", max_entries), ("flags", flags)):
@@ -174,15 +178,16 @@ class Segment:
 
     def open_map(self, name: str, *, key: CodecSpec = None,
                  value: CodecSpec = None) -> SharedMap:
-        """The map named ``name`` (ENOENT when there is none; EINVAL for a per-CPU map, an
-        emulated system's)."""
+        """The map named ``name`` (ENOENT when there is none; EINVAL for a per-CPU or LRU map,
+        an emulated system's)."""
         try:
             handle = self._seg.open_map(name)
         except OSError as exc:
             raise _segment_error(exc, f"map_open {name!r} in {self.describe()}") from None
-        if handle.type in (MapType.PERCPU_HASH, MapType.PERCPU_ARRAY):
-            raise BPFError(errno.EINVAL, f"map_open {name!r}: a per-CPU map is an emulated "
-                           "system's; open HASH and ARRAY maps here", command="map_open")
+        if handle.type in EMULATED_ONLY:
+            raise BPFError(errno.EINVAL, f"map_open {name!r}: a per-CPU or LRU map is an "
+                           "emulated system's; open HASH and ARRAY maps here",
+                           command="map_open")
         key_codec, value_codec = _codecs(handle.type, handle.key_size, handle.value_size, key,
                                          value)
         return SharedMap(handle, self, key_codec, value_codec)

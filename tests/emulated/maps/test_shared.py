@@ -44,7 +44,14 @@ from pybpf.emulated.system import EmulatedSystem
 from pybpf.errors import BPFError
 from pybpf.maps import Map, MapSpec
 from pybpf.programs import Program, ProgramSpec
-from pybpf.uapi import BPF_F_MMAPABLE, BPF_F_NO_PREALLOC, BPF_F_ZERO_SEED, MapType, ProgType
+from pybpf.uapi import (
+    BPF_F_MMAPABLE,
+    BPF_F_NO_COMMON_LRU,
+    BPF_F_NO_PREALLOC,
+    BPF_F_ZERO_SEED,
+    MapType,
+    ProgType,
+)
 
 pytestmark = pytest.mark.skipif(not shared.available(),
                                 reason="pybpf._shm_maps is not built (no C compiler)")
@@ -105,23 +112,39 @@ def apply(sys_, fd, op):
     return outcome(lambda: sys_.map_get_next_key(fd, args[0]))
 
 
+PERCPU_TYPES = (MapType.PERCPU_HASH, MapType.PERCPU_ARRAY, MapType.LRU_PERCPU_HASH)
+HASH_TYPES = [MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH, MapType.LRU_PERCPU_HASH]
+
+
 def syscall_value_size(map_type: int, value_size: int, cpus: int = 2) -> int:
-    percpu = map_type in (MapType.PERCPU_HASH, MapType.PERCPU_ARRAY)
-    return -(-value_size // 8) * 8 * cpus if percpu else value_size
+    return -(-value_size // 8) * 8 * cpus if map_type in PERCPU_TYPES else value_size
 
 
-@settings(max_examples=60, database=None, deadline=None)
-@given(st.sampled_from([MapType.HASH, MapType.PERCPU_HASH]), st.sampled_from([1, 4, 13]),
-       st.sampled_from([1, 8, 12]), st.integers(1, 10),
-       st.sampled_from([0, BPF_F_NO_PREALLOC]), st.data())
+def hash_flags(map_type: int, other: bool) -> int:
+    """The flag a hash map type varies: BPF_F_NO_PREALLOC, or an LRU map's
+    BPF_F_NO_COMMON_LRU (LRU maps are always preallocated)."""
+    if not other:
+        return 0
+    return BPF_F_NO_COMMON_LRU if map_type in (MapType.LRU_HASH, MapType.LRU_PERCPU_HASH) \
+        else BPF_F_NO_PREALLOC
+
+
+@settings(max_examples=80, database=None, deadline=None)
+@given(st.sampled_from(HASH_TYPES), st.sampled_from([1, 4, 13]),
+       st.sampled_from([1, 8, 12]), st.integers(1, 10), st.booleans(), st.data())
 def test_hash_syscalls_match_the_emulated_reference(map_type, key_size, value_size,
-                                                    max_entries, flags, data):
+                                                    max_entries, other_flag, data):
+    """Every op on each emulated CPU in turn (an LRU map's inserts take their CPU's nodes
+    and evict as the reference's lists do)."""
     ops = data.draw(op_sequence(key_size, syscall_value_size(map_type, value_size)))
+    cpus = data.draw(st.lists(st.integers(0, 1), min_size=len(ops), max_size=len(ops)))
     mine, ref = shared_system(), EmulatedSystem(cpus=2, modeled_time=False)
     fds = [s.map_create(map_type, key_size, value_size, max_entries,
-                        map_flags=flags | BPF_F_ZERO_SEED) for s in (mine, ref)]
-    for op in ops:
-        assert apply(mine, fds[0], op) == apply(ref, fds[1], op), op
+                        map_flags=hash_flags(map_type, other_flag) | BPF_F_ZERO_SEED)
+           for s in (mine, ref)]
+    for op, cpu in zip(ops, cpus, strict=True):
+        with mine.on_cpu(cpu), ref.on_cpu(cpu):
+            assert apply(mine, fds[0], op) == apply(ref, fds[1], op), op
     assert walk(mine, fds[0]) == walk(ref, fds[1])
     assert mine.map_stats(fds[0])["shared_segment"] == "anonymous segment"
 
@@ -207,8 +230,10 @@ def test_a_system_with_a_segment_runs_without_modeled_time():
 
 def test_other_map_types_stay_in_the_process():
     sys_ = shared_system()
-    fd = sys_.map_create(MapType.LRU_HASH, 4, 8, 16)
+    fd = sys_.map_create(MapType.LPM_TRIE, 8, 8, 16, map_flags=BPF_F_NO_PREALLOC)
     assert "shared_segment" not in sys_.map_stats(fd)
+    lru = sys_.map_create(MapType.LRU_HASH, 4, 8, 16)
+    assert sys_.map_stats(lru)["shared_segment"] == "anonymous segment"
 
 
 def test_what_a_segment_cannot_hold_is_refused_saying_so():
@@ -325,15 +350,16 @@ OPS_CASES = st.lists(st.one_of(
     st.tuples(st.just("add"), st.integers(0, 7), st.integers(1, 5))), min_size=1, max_size=24)
 
 
-@settings(max_examples=25, database=None, deadline=None)
-@given(OPS_CASES, st.sampled_from([0, BPF_F_NO_PREALLOC]),
-       st.sampled_from([MapType.HASH, MapType.PERCPU_HASH]))
-def test_program_map_ops_match_the_reference_on_every_engine(ops, flags, map_type):
+@settings(max_examples=40, database=None, deadline=None)
+@given(OPS_CASES, st.booleans(), st.sampled_from(HASH_TYPES))
+def test_program_map_ops_match_the_reference_on_every_engine(ops, other_flag, map_type):
     """Updates (flags valid and not, a full map), deletes (present and not) and lookups
     with an atomic on the value, from a program on CPU 0 and then on CPU 1: R0 of each op
     and the map's contents (a per-CPU map's every CPU's value) on each engine over a segment
     equal the interpreter's on a map without one. On the native tier these run in machine
-    code (pybpf_shm_lookup, pybpf_shm_op)."""
+    code (pybpf_shm_lookup, pybpf_shm_op). An LRU map of 4 evicts, from the running CPU's
+    lists, what the reference's evicts, its lookups setting the reference bits."""
+    flags = hash_flags(map_type, other_flag)
     results = []
     for engine, sys_ in [("interp", EmulatedSystem(cpus=2, modeled_time=False))] + [
             (engine, shared_system(cpus=2)) for engine in ENGINES]:
@@ -487,3 +513,24 @@ def test_two_processes_racing_through_emulated_syscalls_lose_nothing():
     assert len(set(left)) == len(left)
     assert all(struct.unpack("<I", k)[0] < 200 for k in left)
     assert inserted == taken + len(left) and inserted >= 200
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_programs_lookup_keeps_an_lru_element_and_a_syscalls_does_not(engine):
+    """Keys 0-7 in an LRU map of 16; a program looks up 0 and 1 (setting their reference
+    bits), a syscall looks up 2; then 12 inserts evict: 0 and 1 stay, 2-7 go, as in the
+    reference."""
+    ops = [("add", 0, 1), ("add", 1, 1)] + [("update", k, k, 0) for k in range(8, 20)]
+    kept = []
+    for sys_ in (shared_system(cpus=1), EmulatedSystem(cpus=1, modeled_time=False)):
+        sys_.bpf_engine = engine
+        h = Map(MapSpec(MapType.LRU_HASH, 4, 8, 16, flags=BPF_F_ZERO_SEED, key=int,
+                        value=int), sys_)
+        for k in range(8):
+            h[k] = k
+        assert h[2] == 2
+        out = Map(MapSpec(MapType.ARRAY, 4, 8, len(ops), key=int, value=int), sys_)
+        with Program.load(ops_program(ops), sys_, maps={"h": h, "results": out}) as prog:
+            prog.test_run(bytes(64))
+        kept.append(dict(h.items()))
+    assert kept[0] == kept[1] == {0: 1, 1: 2, **{k: k for k in range(10, 20)}}

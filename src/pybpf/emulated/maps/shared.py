@@ -1,7 +1,8 @@
 """Hash and array maps of an emulated system that live in a ``pybpf.shared`` segment.
 
-``EmulatedSystem(shared=segment)`` puts its HASH, PERCPU_HASH, ARRAY and PERCPU_ARRAY maps in
-``segment`` (pybpf/_shm_maps.c holds them: the layout, the locks, the kernel's semantics),
+``EmulatedSystem(shared=segment)`` puts its HASH, PERCPU_HASH, LRU_HASH, LRU_PERCPU_HASH, ARRAY
+and PERCPU_ARRAY maps in ``segment`` (pybpf/_shm_maps.c holds them: the layout, the locks, the
+kernel's semantics; _shm_lru.h an LRU map's lists, the emulated CPUs' as the reference's),
 so processes forked after the maps were made (an emulated CPU each, say) run programs and
 syscalls on the same maps, in parallel on the host's CPUs; every other map type stays
 process-local. The families here are the emulated ops of those maps:
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 
 # the map flags the segment's maps hold; the others (NUMA placement, program access) are the
 # emulated map's, read where the kernel reads them
-SEGMENT_FLAGS = int(MapFlags.NO_PREALLOC | MapFlags.ZERO_SEED)
+SEGMENT_FLAGS = int(MapFlags.NO_PREALLOC | MapFlags.NO_COMMON_LRU | MapFlags.ZERO_SEED)
 _names = itertools.count()
 # a map's own name in the segment (emulated-PID-N-NAME), and a pin's (pin:/sys/fs/bpf/...)
 NAME_PREFIX, PIN_PREFIX = "emulated-", "pin:"
@@ -67,6 +68,7 @@ class SharedSegmentMap(BpfMap):
     (the syscall's layout): a program reads and writes its CPU's."""
 
     percpu: ClassVar[bool] = False
+    lru: ClassVar[bool] = False  # its inserts take a node from the running CPU's LRU lists
 
     def __init__(self, attr: MapAttr, machine: Machine, node: int, segment: Any,
                  shm: Any = None) -> None:
@@ -78,6 +80,9 @@ class SharedSegmentMap(BpfMap):
             if self.percpu and shm.ncpus != machine.num_cpus:
                 raise KernelError(errno.EINVAL, f"the per-CPU map has a value for {shm.ncpus} "
                                   f"CPUs, this machine has {machine.num_cpus}")
+            if self.lru and shm.lru_cpus != machine.num_cpus:
+                raise KernelError(errno.EINVAL, f"the LRU map has lists for {shm.lru_cpus} "
+                                  f"CPUs, this machine has {machine.num_cpus}")
             self.hashrnd = shm.hashrnd
             self.shm = shm
         else:
@@ -85,12 +90,17 @@ class SharedSegmentMap(BpfMap):
                 machine.random.getrandbits(32)
             # the map's name as bpf_obj_name_cpy keeps it (it checks the name after this)
             name = "".join(c for c in self.name if c.isascii() and (c.isalnum() or c in "_."))
+            if attr.map_flags & MapFlags.NO_COMMON_LRU:  # htab_map_alloc: a CPU's share each
+                ncpus = machine.num_cpus
+                rounded = round_up(self.max_entries, ncpus)
+                self.max_entries = rounded if rounded < 1 << 32 else \
+                    self.max_entries // ncpus * ncpus
             try:
                 self.shm = segment.handle.create_map(
                     f"{NAME_PREFIX}{os.getpid()}-{next(_names)}-{name}", int(attr.map_type),
-                    attr.key_size, attr.value_size, attr.max_entries,
+                    attr.key_size, attr.value_size, self.max_entries,
                     attr.map_flags & SEGMENT_FLAGS, self.hashrnd,
-                    machine.num_cpus if self.percpu else 1)
+                    machine.num_cpus if self.percpu or self.lru else 1)
             except OSError as exc:
                 raise KernelError(exc.errno or errno.ENOMEM,
                                   f"{exc.strerror} (in the {segment.describe()} of this "
@@ -100,8 +110,8 @@ class SharedSegmentMap(BpfMap):
         self.stride = round_up(attr.value_size, 8)
         # the element ops a program's helpers call are the segment's C methods themselves
         # (their keys and values are bytes of the right sizes; a per-CPU map's update
-        # writes the running CPU's value)
-        if not self.percpu:
+        # writes the running CPU's value, an LRU map's takes the running CPU's nodes)
+        if not (self.percpu or self.lru):
             self.map_update_elem = self.shm.update
         self.map_delete_elem = self.shm.delete
         self.map_get_next_key = self.shm.get_next_key
@@ -134,12 +144,15 @@ class SharedSegmentMap(BpfMap):
         return found[self._current.cpu] if self.percpu and found is not None else found
 
     def map_update_elem(self, key: bytes, value: bytes, flags: int) -> None:
-        """A program's update of a per-CPU map: the running CPU's value (a new element's
-        others zero)."""
-        self.shm.update(key, value, flags, self._current.cpu)
+        """A program's update on the running CPU: a per-CPU map's writes that CPU's value (a
+        new element's others zero), an LRU map's takes a node from that CPU's lists."""
+        cpu = self._current.cpu
+        self.shm.update(key, value, flags, cpu if self.percpu else -1, cpu)
 
     def bpf_map_update_value(self, key: bytes | None, value: bytes, flags: int) -> None:
-        self.shm.update(bytes(key), bytes(value), flags)
+        """A syscall's update: every CPU's value; an LRU map's node from the current CPU's
+        lists."""
+        self.shm.update(bytes(key), bytes(value), flags, -1, self._current.cpu)
 
     def bpf_map_copy_value(self, key: bytes | None, flags: int) -> bytes:
         """The segment's lookup: a copy read between two equal sequence counts (untorn)."""
@@ -206,6 +219,23 @@ class SharedHtab(SharedSegmentMap):
         return visited
 
 
+class SharedLruHtab(SharedHtab):
+    """BPF_MAP_TYPE_LRU_HASH in the segment: a program's lookup sets the element's
+    reference bit (a syscall's does not), an insert takes a node from the LRU, evicting
+    through its lists as the kernel's (_shm_lru.h, the reference's bpf_lru_list.py)."""
+
+    map_types = (MapType.LRU_HASH,)
+    lru = True
+
+
+class SharedLruPercpuHtab(SharedLruHtab):
+    """BPF_MAP_TYPE_LRU_PERCPU_HASH in the segment: updates of an existing key in place, and
+    BPF_EXIST takes no node."""
+
+    map_types = (MapType.LRU_PERCPU_HASH,)
+    percpu = True
+
+
 class SharedArray(SharedSegmentMap):
     """BPF_MAP_TYPE_ARRAY in the segment. ``elems`` holds each index's value as looked up
     (its views_at), as BpfArray's holds its buffers (BpfPercpuArray's its slots), so the
@@ -254,7 +284,8 @@ class SharedPercpuArray(SharedArray):
 # map type -> the family that holds it in a segment (EmulatedSystem(shared=...))
 SHARED_OPS: dict[int, type[SharedSegmentMap]] = {
     int(cls.map_types[0]): cls
-    for cls in (SharedHtab, SharedArray, SharedPercpuHtab, SharedPercpuArray)}
+    for cls in (SharedHtab, SharedArray, SharedPercpuHtab, SharedPercpuArray, SharedLruHtab,
+                SharedLruPercpuHtab)}
 
 
 # -- pins: the segment's names, so every process on it sees them ---------------------------------

@@ -102,6 +102,8 @@ from ..maps.hashtab import BUCKET_SIZE, HtabLruMap, HtabLruPercpuMap, HtabMap, H
 from ..maps.shared import (
     SharedArray,
     SharedHtab,
+    SharedLruHtab,
+    SharedLruPercpuHtab,
     SharedPercpuArray,
     SharedPercpuHtab,
     SharedSegmentMap,
@@ -205,14 +207,15 @@ OP_LOAD, OP_STORE, OP_ATOMIC, OP_LD_ABS = range(5, 9)
 # hands to helpers and never reads as memory
 ARRAYS = (BpfArray, BpfPercpuArray, ArrayOfMaps, SharedArray, SharedPercpuArray)
 # the maps whose values are a slot per CPU, of which a run reads its CPU's
-PERCPU_VALUES = (BpfPercpuArray, SharedPercpuArray, SharedPercpuHtab)
+PERCPU_VALUES = (BpfPercpuArray, SharedPercpuArray, SharedPercpuHtab, SharedLruPercpuHtab)
 # the hash maps in a shared segment, whose lookups go by where pybpf_shm_lookup finds the value
-SHARED_HASHES = (SharedHtab, SharedPercpuHtab)
+SHARED_HASHES = (SharedHtab, SharedPercpuHtab, SharedLruHtab, SharedLruPercpuHtab)
 # the classes of the maps whose lookups run natively, and the plain map type of each
 _NATIVE_LOOKUPS = {BpfArray: MapType.ARRAY, BpfPercpuArray: MapType.PERCPU_ARRAY,
                    ArrayOfMaps: MapType.ARRAY_OF_MAPS, SharedArray: MapType.ARRAY,
                    SharedHtab: MapType.HASH, SharedPercpuArray: MapType.PERCPU_ARRAY,
-                   SharedPercpuHtab: MapType.PERCPU_HASH,
+                   SharedPercpuHtab: MapType.PERCPU_HASH, SharedLruHtab: MapType.LRU_HASH,
+                   SharedLruPercpuHtab: MapType.LRU_PERCPU_HASH,
                    HtabMap: MapType.HASH, HtabPercpuMap: MapType.PERCPU_HASH,
                    HtabLruMap: MapType.LRU_HASH, HtabLruPercpuMap: MapType.LRU_PERCPU_HASH}
 # pybpf_native_charge (_cache_model.c): what it does (its flags: the scheduler's sync,
