@@ -311,7 +311,9 @@ def test_bench_map_perf_scaling_prints_each_test_beside_the_reference():
     assert run.returncode == 0, run.stderr
     rows = {line.split()[0]: line for line in run.stdout.splitlines()[2:]}
     assert set(rows) == {"0:hash_map_perf", "1:percpu_hash_map_perf", "2:hash_map_perf",
-                         "3:percpu_hash_map_perf", "7:hash_lookup", "8:array_lookup",
+                         "3:percpu_hash_map_perf", "4:lru_hash_map_perf",
+                         "5:nocommon_lru_hash_map_perf", "7:hash_lookup", "8:array_lookup",
+                         "9:inner_lru_hash_map_perf", "10:lru_hash_lookup_perf",
                          "reference:"}
     for line in rows.values():
         assert "x ±" in line

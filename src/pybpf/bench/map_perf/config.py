@@ -404,10 +404,14 @@ def test_maps(test: Test) -> tuple[str, ...]:
 
 
 # the map types an emulated system keeps in a shared segment (emulated/maps/shared.py)
-SEGMENT_MAP_TYPES = (MapType.HASH, MapType.PERCPU_HASH, MapType.ARRAY, MapType.PERCPU_ARRAY)
-# the tests whose maps a shared segment holds: --processes
+SEGMENT_MAP_TYPES = (MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH,
+                     MapType.LRU_PERCPU_HASH, MapType.ARRAY, MapType.PERCPU_ARRAY)
+# the tests whose maps a shared segment holds: --processes. An array of maps stays each
+# process's (a copy made at the fork), which works because the programs only read it and a
+# CPU's task writes only its own slot: its inner maps are in the segment.
 PROCESS_TESTS = tuple(t for t in Test if all(
-    MAP_DEFS[name].map_type in SEGMENT_MAP_TYPES for name in test_maps(t)))
+    MAP_DEFS[name].map_type in (*SEGMENT_MAP_TYPES, MapType.ARRAY_OF_MAPS)
+    for name in test_maps(t)))
 
 
 def processes_problem(cfg: Config) -> str | None:
@@ -422,7 +426,7 @@ def processes_problem(cfg: Config) -> str | None:
     if others:
         return (f"--processes: test(s) {', '.join(f'{t.value} ({t.name})' for t in others)} "
                 "use maps that a shared segment does not hold (it holds HASH, PERCPU_HASH, "
-                "ARRAY and PERCPU_ARRAY maps); "
+                "LRU_HASH, LRU_PERCPU_HASH, ARRAY and PERCPU_ARRAY maps); "
                 f"give TEST_FLAGS {flags} or a part of it (tests "
                 f"{', '.join(str(t.value) for t in PROCESS_TESTS)})")
     if not shared.available():

@@ -330,18 +330,26 @@ class EmulatedRun:
 def shared_segment_size(cfg: Config, ncpus: int) -> int:
     """Bytes of the segment the maps of ``cfg``'s tests fit in, on a machine of ``ncpus``
     CPUs: each element (the segment's header words, key and value, a per-CPU value for each
-    CPU, 8-byte aligned), a hash's buckets and free lists, and room for the maps' headers
-    and a BPF_F_NO_PREALLOC map's last chunk."""
+    CPU, 8-byte aligned), a hash's buckets and free lists, an LRU's nodes and lists, and room
+    for the maps' headers and a BPF_F_NO_PREALLOC map's last chunk. The inner LRU test makes
+    an inner map per CPU."""
     size = 1 << 20
-    for name in {name for t in cfg.tests for name in test_maps(t)}:
+    names = {name for t in cfg.tests for name in test_maps(t)}
+    if "array_of_lru_hashs" in names:  # each process's own; its inner maps are the segment's
+        names.remove("array_of_lru_hashs")
+        names.add("inner_lru_hash_map")
+    for name in names:
         m = MAP_DEFS[name]
         entries = cfg.max_entries(name)
         value = -(-m.value_size // 8) * 8 * (ncpus if m.map_type in (
-            MapType.PERCPU_HASH, MapType.PERCPU_ARRAY) else 1)
+            MapType.PERCPU_HASH, MapType.PERCPU_ARRAY, MapType.LRU_PERCPU_HASH) else 1)
         element = 16 + -(-m.key_size // 8) * 8 + value
-        size += entries * element
-        if m.map_type in (MapType.HASH, MapType.PERCPU_HASH):
-            size += (1 << max(0, entries - 1).bit_length()) * 16 + 64 * (64 + element)
+        copies = ncpus if name == "inner_lru_hash_map" else 1
+        size += copies * entries * element
+        if m.map_type not in (MapType.ARRAY, MapType.PERCPU_ARRAY):
+            size += copies * ((1 << max(0, entries - 1).bit_length()) * 16 + 64 * (64 + element))
+        if m.map_type in (MapType.LRU_HASH, MapType.LRU_PERCPU_HASH):
+            size += copies * (16 * (entries + 3 * ncpus + 3) + 192 * ncpus + 256)
     return size
 
 
