@@ -514,3 +514,101 @@ static void lru_init(uint8_t *base, struct map_hdr *h, uint64_t *next)
 		lru_add_front(&l, i, l.lists[percpu ? cpu : 0].heads + LRU_FREE);
 	}
 }
+
+/* -- inspection ---------------------------------------------------------------------------- */
+
+static int add_problem(PyObject *problems, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	PyObject *s = PyUnicode_FromFormatV(fmt, ap);
+	va_end(ap);
+	int rc = s == NULL ? -1 : PyList_Append(problems, s);
+	Py_XDECREF(s);
+	return rc;
+}
+
+/* Walk list ``head`` (nodes of type ``type``): links both ways, types, each node once
+ * (``seen``); the number of its nodes, or -1 with an exception */
+static long walk_list(struct lru *l, uint32_t head, uint8_t type, const char *name, uint32_t cpu,
+		      uint8_t *seen, PyObject *problems)
+{
+	uint32_t n = l->m->max_entries;
+	long count = 0;
+	for (uint32_t id = N(l, head)->next; id != head; id = N(l, id)->next) {
+		if (id >= n || N(l, N(l, id)->next)->prev != id || N(l, N(l, id)->prev)->next != id)
+			return add_problem(problems, "cpu%u.%s: broken links", cpu, name) < 0 ? -1
+				: count;
+		if (N(l, id)->type != type &&
+		    add_problem(problems, "cpu%u.%s: node %u of type %d", cpu, name, id,
+				(int)N(l, id)->type) < 0)
+			return -1;
+		if (seen[id]++)
+			return add_problem(problems, "cpu%u.%s: node %u on two lists (or a cycle)",
+					   cpu, name, id) < 0 ? -1 : count;
+		if (l->percpu && N(l, id)->cpu != cpu &&
+		    add_problem(problems, "cpu%u.%s: node %u of cpu %u", cpu, name, id,
+				N(l, id)->cpu) < 0)
+			return -1;
+		count++;
+	}
+	return count;
+}
+
+/* bpf_lru_list.py's check_invariants on the segment's lists, at rest: each list's links,
+ * types and counters, the rotation cursor, every node on exactly one list, and as many nodes
+ * in use (ACTIVE, INACTIVE, PENDING) as ``elements`` hashed. 0, or -1 with an exception. */
+static int lru_problems(MapObject *m, uint32_t elements, PyObject *problems)
+{
+	static const char *const names[] = {"ACTIVE", "INACTIVE", "FREE", "LOCAL_FREE",
+					    "LOCAL_PENDING"};
+	struct lru l;
+	lru_of(&l, m);
+	uint8_t *seen = calloc(m->max_entries ? m->max_entries : 1, 1);
+	if (!seen) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	long in_use = 0, listed = 0, got;
+	for (uint32_t i = 0; i < (l.percpu ? l.ncpus : 1); i++) {
+		struct lru_list *lst = &l.lists[i];
+		for (uint8_t t = LRU_ACTIVE; t <= LRU_FREE; t++) {
+			if ((got = walk_list(&l, lst->heads + t, t, names[t], i, seen, problems)) < 0)
+				goto fail;
+			listed += got;
+			if (t < LRU_NR_LIST_COUNT) {
+				in_use += got;
+				if (got != lst->counts[t] &&
+				    add_problem(problems, "list %u: %s counter %u but %ld nodes", i,
+						names[t], lst->counts[t], got) < 0)
+					goto fail;
+			}
+		}
+		uint32_t cur = lst->rotation;
+		if (cur != lst->heads + LRU_INACTIVE &&
+		    (cur >= m->max_entries || N(&l, cur)->type != LRU_INACTIVE) &&
+		    add_problem(problems, "list %u: rotation cursor on node %u, not INACTIVE", i,
+				cur) < 0)
+			goto fail;
+	}
+	for (uint32_t c = 0; !l.percpu && c < l.ncpus; c++)
+		for (uint8_t t = 0; t < 2; t++) {
+			got = walk_list(&l, l.locals[c].heads + t, LRU_LOCAL_FREE + t,
+					names[LRU_LOCAL_FREE + t], c, seen, problems);
+			if (got < 0)
+				goto fail;
+			listed += got;
+			in_use += t ? got : 0;
+		}
+	free(seen);
+	if (listed != m->max_entries &&
+	    add_problem(problems, "%ld node(s) on no list", (long)m->max_entries - listed) < 0)
+		return -1;
+	if (in_use != elements &&
+	    add_problem(problems, "%ld LRU nodes in use but %u elements", in_use, elements) < 0)
+		return -1;
+	return 0;
+fail:
+	free(seen);
+	return -1;
+}

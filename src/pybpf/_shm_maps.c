@@ -49,6 +49,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -2044,6 +2045,78 @@ static PyObject *Map_get_next_key_impl(MapObject *m, PyObject *key)
 	return os_error(ENOENT, "no next key");
 }
 
+/* check() -> [problem, ...]: a hash map's structure at rest (no operation in flight), as the
+ * reference's check_invariants: every chain's elements in their bucket, once; the count; the
+ * free slots (each once, none hashed) and the hashed ones make up every slot carved; an LRU
+ * map's lists (lru_problems). [] for an array. */
+static PyObject *Map_check_impl(MapObject *m)
+{
+	if (m->seg->base == NULL)
+		return os_error(EBADF, "the map's segment is closed");
+	PyObject *problems = PyList_New(0);
+	if (!problems || is_array(m->type))
+		return problems;
+	uint8_t *base = m->seg->base;
+	struct map_hdr *h = map_hdr(m);
+	uint8_t *seen = calloc(m->max_entries, 1);
+	if (!seen) {
+		Py_DECREF(problems);
+		return PyErr_NoMemory();
+	}
+	struct bucket *buckets = (struct bucket *)(base + h->buckets_off);
+	uint32_t elements = 0, carved = 0, free_slots = 0;
+	int rc = 0;
+	for (uint32_t i = 0; i <= m->mask && rc == 0; i++)
+		for (uint32_t s = buckets[i].head; s != NIL && rc == 0;
+		     s = ((struct helem *)slot_elem(base, h, s))->next) {
+			if (s >= m->max_entries || seen[s]++) {
+				rc = add_problem(problems, "bucket %u: slot %u twice or out of range",
+						 i, s);
+				break;
+			}
+			elements++;
+			if ((((struct helem *)slot_elem(base, h, s))->hash & m->mask) != i)
+				rc = add_problem(problems, "bucket %u: slot %u hashes elsewhere", i, s);
+		}
+	struct free_list *lists = free_lists(base, h);
+	int64_t count = 0;
+	for (int i = 0; i < FREE_LISTS && rc == 0; i++) {
+		count += lists[i].count;
+		for (uint32_t s = (uint32_t)lists[i].head; s != NIL && rc == 0;
+		     s = ((struct helem *)slot_elem(base, h, s))->next) {
+			if (s >= m->max_entries || seen[s]++) {
+				rc = add_problem(problems, "free list %d: slot %u hashed, listed twice "
+						 "or out of range", i, s);
+				break;
+			}
+			free_slots++;
+		}
+	}
+	free(seen);
+	for (uint32_t c = 0; c < h->nchunks; c++)
+		if (__atomic_load_n(&h->chunks[c], __ATOMIC_ACQUIRE))
+			carved += c == h->nchunks - 1 ? m->max_entries - (c << h->chunk_shift)
+				: 1u << h->chunk_shift;
+	if (rc == 0 && count != elements)
+		rc = add_problem(problems, "element count %lld but %u elements", (long long)count,
+				 elements);
+	if (rc == 0 && !is_lru(m->type) && free_slots + elements != carved)
+		rc = add_problem(problems, "%u free + %u hashed slots, but %u carved", free_slots,
+				 elements, carved);
+	if (rc == 0 && is_lru(m->type))
+		rc = lru_problems(m, elements, problems);
+	if (rc < 0) {
+		Py_DECREF(problems);
+		return NULL;
+	}
+	return problems;
+}
+
+static PyObject *Map_check(MapObject *m, PyObject *unused)
+{
+	return map_result(m, "map_check", Map_check_impl(m));
+}
+
 static PyObject *Map_get_count_impl(MapObject *m)
 {
 	if (m->seg->base == NULL)
@@ -2104,6 +2177,9 @@ static PyMethodDef Map_methods[] = {
 	{"lookup_and_delete", (PyCFunction)Map_lookup_and_delete, METH_O,
 	 "lookup_and_delete(key) -> value bytes"},
 	{"get_next_key", (PyCFunction)Map_get_next_key, METH_O, "get_next_key(key or None)"},
+	{"check", (PyCFunction)Map_check, METH_NOARGS,
+	 "check() -> [problem, ...]: a hash map's chains, count, free slots and LRU lists at "
+	 "rest ([] when consistent)"},
 	{"_set_errors", (PyCFunction)Map_set_errors, METH_O,
 	 "_set_errors(factory): element errors become factory(errno, command, detail)"},
 	{NULL}};

@@ -195,6 +195,13 @@ class SharedHtab(SharedSegmentMap):
                               "bpf_spin_lock in the value (maps in a segment have none)")
         return self.shm.lookup_and_delete(key)
 
+    def check_invariants(self) -> None:
+        """The segment's chains, count, free slots and (LRU maps) LRU lists agree, with no
+        operation in flight (Map.check); raises RuntimeError if not."""
+        problems = self.shm.check()
+        if problems:
+            raise RuntimeError(f"{self.describe()}: " + "; ".join(problems))
+
     def map_for_each_callback(self, callback: Callable[[bytes, Any], int], flags: int) -> int:
         """bpf_for_each_hash_elem over the elements present when it began, in the kernel's
         order (buckets in order, each newest first); one deleted meanwhile is skipped."""
