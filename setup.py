@@ -24,7 +24,8 @@ setup(ext_modules=[
               extra_compile_args=["-O2", "-Wall", "-ffp-contract=off"]),
     # librt: shm_open before glibc 2.34 (an empty stub after).
     Extension("pybpf._shm_maps", ["src/pybpf/_shm_maps.c"],
-              depends=["src/pybpf/_jhash.h", "src/pybpf/_shm_lru.h"],
+              depends=["src/pybpf/_jhash.h", "src/pybpf/_shm_lru.h",
+                       "src/pybpf/_shm_lpm.h"],
               optional=True,
               extra_compile_args=["-O2", "-Wall"], libraries=["rt"]),
 ])

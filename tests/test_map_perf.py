@@ -167,9 +167,6 @@ def test_resizing_touches_only_the_enabled_tests_maps():
     (["1", "--modeled-time", "off", "--cache-scale", "0.5"], "which --modeled-time off"),
     (["1", "--modeled-time", "maybe"], "invalid choice: 'maybe'"),
     (["1", "--processes"], "--processes needs --modeled-time off"),
-    (["64", "--processes", "--modeled-time", "off"],
-     "test(s) 6 (LPM_KMALLOC) use maps that a shared segment does not hold"),
-    (["0", "--processes", "--modeled-time", "off"], "give TEST_FLAGS 1983 or a part of it"),
     (["1", "--backend", "kernel", "--processes"], "--processes runs the emulated CPUs"),
 ])
 def test_bad_arguments_print_usage_and_exit_2(args, message):
@@ -367,13 +364,17 @@ def test_without_modeled_time_the_cli_prints_host_rates():
 @pytest.mark.skipif(not __import__("pybpf.shared").shared.available(),
                     reason="pybpf._shm_maps is not built (no C compiler)")
 def test_processes_run_each_cpu_in_a_process_on_shared_maps(capsys):
-    """--processes: each CPU's task in a forked child, the HASH, LRU_HASH and ARRAY maps in
-    a shared segment (tests/emulated/maps/test_shared.py: forked processes share its maps;
-    the inner LRU test's array of maps is each process's, its inner maps the segment's);
+    """--processes: each CPU's task in a forked child, the maps in a shared segment
+    (tests/emulated/maps/test_shared.py: forked processes share its maps; the inner LRU
+    test's array of maps is each process's, its inner maps the segment's);
     every CPU's results come back, the lines are printed by CPU, and each test's aggregate
-    counts all processes' events over its wall time. The LPM trie is not a segment's."""
-    assert mp.PROCESS_TESTS == tuple(t for t in mp.Test if t != mp.Test.LPM_KMALLOC)
-    cfg = mp.Config(test_flags=sum(t.bit for t in mp.PROCESS_TESTS), num_procs=2, max_cnt=40,
+    counts all processes' events over its wall time. Every map of the sample but the array
+    of maps is of a type the segment holds."""
+    from pybpf.emulated.maps.shared import SHARED_OPS
+
+    assert {m.map_type for m in mp.MAP_DEFS.values()} - {MapType.ARRAY_OF_MAPS} \
+        <= set(SHARED_OPS)
+    cfg = mp.Config(test_flags=mp.ALL_TESTS_MASK, num_procs=2, max_cnt=40,
                     backend="emulated", cpus=2, progress=False, modeled_time=False,
                     processes=True)
     result = mp.run(cfg)

@@ -237,8 +237,8 @@ def test_flags_the_reference_takes_but_shared_maps_do_not_are_refused_clearly():
             seg.create_map("m", "hash", 4, 8, 4, pybpf.MapFlags.NUMA_NODE)
         assert info.value.errno == errno.EINVAL
         assert "BPF_F_NO_PREALLOC and BPF_F_ZERO_SEED only" in str(info.value)
-        with pytest.raises(BPFError, match="LRU_HASH, LRU_PERCPU_HASH, ARRAY and"):
-            seg.create_map("q", "lpm_trie", 8, 8, 4, pybpf.MapFlags.NO_PREALLOC)
+        with pytest.raises(BPFError, match="LRU_PERCPU_HASH, LPM_TRIE, ARRAY and"):
+            seg.create_map("q", "queue", 0, 8, 4)
         # per-CPU and LRU maps in a segment are an emulated system's, which knows its CPUs
         for kind in ("percpu_hash", "lru_hash"):
             with pytest.raises(BPFError, match="EmulatedSystem\\(shared=") as info:
@@ -643,3 +643,28 @@ def test_bench_shm_runs_and_its_stress_run_counts_nothing_lost():
     stress = doc["stress"]
     assert stress["ops"] >= 20000 and stress["lost"] == stress["duplicated"] == 0
     assert stress["inserted"] == stress["taken"] + stress["left"]
+
+
+def test_an_lpm_trie_in_a_segment_matches_the_longest_prefix_for_every_process():
+    """A trie made through the face: a lookup finds the longest prefix holding the key, a
+    forked process's update is seen, get_next_key goes in post-order (more specific
+    first), and a key no prefix holds is ENOENT."""
+    def key(prefixlen: int, *octets: int) -> bytes:
+        return struct.pack("<I", prefixlen) + bytes(octets)
+
+    with shared.Segment.create(None, MIB) as seg:
+        routes = seg.create_map("routes", "lpm_trie", 8, 8, 16, pybpf.MapFlags.NO_PREALLOC,
+                                value=int)
+        routes[key(8, 10, 0, 0, 0)] = 8
+        pid = os.fork()
+        if pid == 0:
+            routes[key(16, 10, 1, 0, 0)] = 16
+            os._exit(0)
+        assert os.waitpid(pid, 0)[1] == 0
+        assert routes[key(32, 10, 1, 2, 3)] == 16
+        assert routes[key(32, 10, 9, 2, 3)] == 8
+        assert list(routes) == [key(16, 10, 1, 0, 0), key(8, 10, 0, 0, 0)]
+        with pytest.raises(BPFError) as info:
+            routes[key(32, 11, 1, 2, 3)]
+        assert info.value.errno == errno.ENOENT and "no prefix" in str(info.value)
+        assert routes.count == 2

@@ -62,7 +62,8 @@
 #include "_jhash.h"
 
 #define SHM_MAGIC 0x4d48534650425950ULL /* "PYBPFSHM" read as a little-endian u64 */
-#define SHM_VERSION 3 /* 2: a hash map's free elements on per-CPU lists; 3: LRU maps */
+#define SHM_VERSION 3 /* 2: a hash map's free elements on per-CPU lists; 3: LRU maps and
+			* LPM tries */
 #define MAX_PIDS 128
 #define MAX_MAPS 256
 #define MAP_NAME_LEN 64
@@ -80,6 +81,12 @@
 #define BPF_MAP_TYPE_PERCPU_ARRAY 6
 #define BPF_MAP_TYPE_LRU_HASH 9
 #define BPF_MAP_TYPE_LRU_PERCPU_HASH 10
+#define BPF_MAP_TYPE_LPM_TRIE 11
+#define LPM_DATA_SIZE_MAX 256
+#define LPM_KEY_SIZE_MIN 5
+#define LPM_KEY_SIZE_MAX (4 + LPM_DATA_SIZE_MAX)
+#define LPM_NODE_HEADER 24 /* sizeof(struct lpm_trie_node) in the kernel */
+#define LPM_VAL_SIZE_MAX (KMALLOC_MAX_SIZE - LPM_DATA_SIZE_MAX - LPM_NODE_HEADER)
 #define PCPU_MIN_UNIT_SIZE 32768 /* the largest per-CPU value the kernel takes */
 #define BPF_ANY 0
 #define BPF_NOEXIST 1
@@ -120,7 +127,8 @@ struct seg_hdr {
 struct map_hdr {
 	uint32_t type, key_size, value_size, max_entries, map_flags;
 	uint32_t n_buckets, hashrnd;
-	uint32_t elem_size; /* stride of hash elements / array elements */
+	uint32_t elem_size; /* stride of hash elements / array elements / trie nodes */
+	uint32_t capacity;  /* hash elements or trie nodes the map's chunks hold in all */
 	uint32_t value_off; /* where the value starts inside an element */
 	uint32_t chunk_shift, nchunks;
 	uint32_t grow_lock; /* serialises chunk growth (BPF_F_NO_PREALLOC) */
@@ -347,7 +355,7 @@ typedef struct {
 	/* copies of the immutable header fields, for the hot paths */
 	uint32_t type, key_size, value_size, max_entries, map_flags, mask, hashrnd;
 	uint32_t elem_size, value_off, chunk_shift;
-	uint32_t ncpus, data_size; /* as in the header */
+	uint32_t ncpus, data_size, capacity; /* as in the header */
 } MapObject;
 
 static inline int is_array(uint32_t type)
@@ -365,6 +373,8 @@ static inline int is_lru(uint32_t type)
 {
 	return type == BPF_MAP_TYPE_LRU_HASH || type == BPF_MAP_TYPE_LRU_PERCPU_HASH;
 }
+
+static inline int is_lpm(uint32_t type) { return type == BPF_MAP_TYPE_LPM_TRIE; }
 
 static PyTypeObject SegmentType;
 static PyTypeObject MapType;
@@ -836,6 +846,7 @@ static PyObject *map_object(SegmentObject *seg, uint64_t off, const char *name)
 	m->chunk_shift = h->chunk_shift;
 	m->ncpus = h->ncpus;
 	m->data_size = h->data_size;
+	m->capacity = h->capacity;
 	if (!m->name) {
 		Py_DECREF(m);
 		return NULL;
@@ -876,6 +887,26 @@ static int check_create(uint32_t type, uint32_t key_size, uint32_t value_size,
 	if (is_percpu(type) && (uint64_t)ncpus * round_up64(value_size, 8) > INT32_MAX) {
 		*why = "a per-CPU value for every CPU is over INT_MAX bytes";
 		return E2BIG;
+	}
+	if (is_lpm(type)) { /* trie_alloc's checks */
+		if (!max_entries) {
+			*why = "max_entries must be at least 1";
+			return EINVAL;
+		}
+		if (flags != BPF_F_NO_PREALLOC) {
+			*why = "LPM tries must be created with BPF_F_NO_PREALLOC (and no other flag "
+			       "here)";
+			return EINVAL;
+		}
+		if (key_size < LPM_KEY_SIZE_MIN || key_size > LPM_KEY_SIZE_MAX) {
+			*why = "an LPM key is a u32 prefixlen plus 1..256 data bytes (5..260)";
+			return EINVAL;
+		}
+		if (!value_size || value_size > LPM_VAL_SIZE_MAX) {
+			*why = "an LPM value has 1 to KMALLOC_MAX_SIZE - 280 bytes";
+			return EINVAL;
+		}
+		return 0;
 	}
 	if (is_lru(type)) {
 		if (flags & ~(BPF_F_NO_PREALLOC | BPF_F_NO_COMMON_LRU | BPF_F_ZERO_SEED)) {
@@ -938,8 +969,8 @@ static int check_create(uint32_t type, uint32_t key_size, uint32_t value_size,
 		}
 		return 0;
 	}
-	*why = "shared segments hold HASH, PERCPU_HASH, LRU_HASH, LRU_PERCPU_HASH, ARRAY and "
-	       "PERCPU_ARRAY maps";
+	*why = "shared segments hold HASH, PERCPU_HASH, LRU_HASH, LRU_PERCPU_HASH, LPM_TRIE, ARRAY "
+	       "and PERCPU_ARRAY maps";
 	return EINVAL;
 }
 
@@ -1035,12 +1066,15 @@ static int carve_chunk(uint8_t *base, struct map_hdr *h, uint32_t c, uint32_t cp
 {
 	uint32_t per = 1u << h->chunk_shift;
 	uint32_t first = c << h->chunk_shift;
-	uint32_t n = h->max_entries - first < per ? h->max_entries - first : per;
+	uint32_t n = h->capacity - first < per ? h->capacity - first : per;
 	uint64_t off = seg_alloc((struct seg_hdr *)base, (uint64_t)n * h->elem_size, dead);
 	if (!off)
 		return *dead ? EOWNERDEAD : ENOMEM;
 	__atomic_store_n(&h->chunks[c], off, __ATOMIC_RELEASE);
-	if (!is_lru(h->type)) /* an LRU map's free elements are its LRU's FREE nodes */
+	if (is_lpm(h->type)) /* the trie's pool: list 0, taken and given under its lock */
+		for (uint32_t i = 0; i < n; i++)
+			list_push(base, h, free_lists(base, h), first + i);
+	else if (!is_lru(h->type)) /* an LRU map's free elements are its LRU's FREE nodes */
 		freelist_push_range(base, h, first, n, cpus);
 	return 0;
 }
@@ -1073,24 +1107,29 @@ static PyObject *Segment_create_map(SegmentObject *self, PyObject *args)
 		ncpus = 1;
 	uint32_t data_size = is_percpu(type) ? ncpus * (uint32_t)round_up64(value_size, 8)
 		: value_size;
+	/* a hash map's elements; a trie's nodes: its elements, the intermediate nodes between
+	 * them and the one an update makes before it frees the one it replaces (_shm_lpm.h) */
+	uint32_t capacity = !is_lpm(type) ? max_entries
+		: max_entries > (UINT32_MAX - 1) / 2 ? UINT32_MAX - 1 : 2 * max_entries;
 	if (!is_array(type)) {
-		n_buckets = roundup_pow_of_two(max_entries);
+		n_buckets = is_lpm(type) ? 1 : roundup_pow_of_two(max_entries);
 		chunk_shift = MIN_CHUNK_SHIFT;
-		while (((uint64_t)max_entries + (1u << chunk_shift) - 1) >> chunk_shift > MAX_CHUNKS)
+		while (((uint64_t)capacity + (1u << chunk_shift) - 1) >> chunk_shift > MAX_CHUNKS)
 			chunk_shift++;
-		nchunks = (uint32_t)(((uint64_t)max_entries + (1u << chunk_shift) - 1) >> chunk_shift);
-		value_off = (uint32_t)round_up64(sizeof(struct helem) + key_size, 8);
+		nchunks = (uint32_t)(((uint64_t)capacity + (1u << chunk_shift) - 1) >> chunk_shift);
+		value_off = (uint32_t)round_up64(is_lpm(type) ? 16 + key_size - 4
+						 : sizeof(struct helem) + key_size, 8);
 		elem_size = value_off + (uint32_t)round_up64(data_size, 8);
-		elems_bytes = (uint64_t)max_entries * elem_size;
+		elems_bytes = (uint64_t)capacity * elem_size;
 		need = sizeof(struct map_hdr) + (uint64_t)nchunks * 8 + 2 * HEAP_ALIGN +
 		       FREE_LISTS * sizeof(struct free_list) +
 		       (uint64_t)n_buckets * sizeof(struct bucket);
 		if (!(flags & BPF_F_NO_PREALLOC))
 			need += elems_bytes + (uint64_t)nchunks * HEAP_ALIGN;
-		if (lru_cpus)
-			need += lru_bytes(max_entries, flags, lru_cpus);
 		else
 			need += (uint64_t)elem_size << chunk_shift; /* its first chunk, at least */
+		if (lru_cpus)
+			need += lru_bytes(max_entries, flags, lru_cpus);
 	} else {
 		value_off = sizeof(struct aelem); /* the element's lock and count, then the value */
 		elem_size = value_off + (uint32_t)round_up64(data_size, 8);
@@ -1134,6 +1173,7 @@ static PyObject *Segment_create_map(SegmentObject *self, PyObject *args)
 	h->max_entries = max_entries;
 	h->map_flags = flags;
 	h->elem_size = elem_size;
+	h->capacity = capacity;
 	h->value_off = value_off;
 	h->chunk_shift = chunk_shift;
 	h->nchunks = nchunks;
@@ -1504,7 +1544,10 @@ static inline uint32_t walk_chain(MapObject *m, struct bucket *b, const uint8_t 
 	return NIL;
 }
 
-/* lookup(key) -> bytes: ENOENT when absent (an array: the index is past its end) */
+#include "_shm_lpm.h"
+
+/* lookup(key) -> bytes: ENOENT when absent (an array: the index is past its end; a trie: no
+ * prefix matches) */
 static PyObject *Map_lookup_impl(MapObject *m, PyObject *key)
 {
 	const uint8_t *k;
@@ -1535,21 +1578,22 @@ static PyObject *Map_lookup_impl(MapObject *m, PyObject *key)
 	}
 	uint8_t *base = m->seg->base;
 	struct map_hdr *h = map_hdr(m);
-	uint32_t hash = htab_map_hash(k, m->key_size, m->hashrnd);
-	struct bucket *b = bucket_of(m, hash);
+	uint32_t hash = is_lpm(m->type) ? 0 : htab_map_hash(k, m->key_size, m->hashrnd);
+	struct bucket *b = is_lpm(m->type) ? trie_of(m) : bucket_of(m, hash);
 	uint32_t start, s;
 	do {
 		if ((dead = read_begin(&b->seq, &b->lock, &start))) {
 			Py_DECREF(out);
 			return owner_dead(dead);
 		}
-		s = walk_chain(m, b, k, hash);
+		s = is_lpm(m->type) ? lpm_walk(m, k) : walk_chain(m, b, k, hash);
 		if (s != NIL)
 			memcpy(dst, slot_elem(base, h, s) + m->value_off, m->data_size);
 	} while (read_retry(&b->seq, start));
 	if (s == NIL) {
 		Py_DECREF(out);
-		return os_error(ENOENT, "key not found");
+		return os_error(ENOENT, is_lpm(m->type) ? "no prefix in the trie holds the key"
+				: "key not found");
 	}
 	return out;
 }
@@ -1570,15 +1614,21 @@ static PyObject *Map_value_offset_impl(MapObject *m, PyObject *key)
 		return PyLong_FromUnsignedLongLong(
 			(uint64_t)((uint8_t *)array_elem(m, index) + m->value_off - base));
 	}
-	uint32_t hash = htab_map_hash(k, m->key_size, m->hashrnd);
-	struct bucket *b = bucket_of(m, hash);
-	uint32_t start, s;
-	int dead;
-	do {
-		if ((dead = read_begin(&b->seq, &b->lock, &start)))
+	uint32_t s;
+	int dead = 0;
+	if (is_lpm(m->type)) {
+		s = lpm_lookup(m, k, &dead);
+		if (dead)
 			return owner_dead(dead);
-		s = walk_chain(m, b, k, hash);
-	} while (read_retry(&b->seq, start));
+	} else {
+		uint32_t hash = htab_map_hash(k, m->key_size, m->hashrnd), start;
+		struct bucket *b = bucket_of(m, hash);
+		do {
+			if ((dead = read_begin(&b->seq, &b->lock, &start)))
+				return owner_dead(dead);
+			s = walk_chain(m, b, k, hash);
+		} while (read_retry(&b->seq, start));
+	}
 	if (s == NIL)
 		return PyLong_FromLong(-1);
 	if (is_lru(m->type))
@@ -1871,6 +1921,21 @@ static PyObject *element_error(MapObject *m, int err, int dead, const uint8_t *k
 			       uint64_t flags)
 {
 	int array = is_array(m->type);
+	if (is_lpm(m->type) && err != EOWNERDEAD && err != ENOMEM) {
+		if (err == EINVAL && flags > BPF_EXIST)
+			return os_error(EINVAL, "flags %#llx: use BPF_ANY, BPF_NOEXIST or BPF_EXIST",
+					(unsigned long long)flags);
+		if (err == EINVAL)
+			return os_error(EINVAL, "prefixlen %u is over the trie's maximum %u",
+					key_prefixlen(k), 8 * (m->key_size - 4));
+		if (err == ENOSPC)
+			return os_error(ENOSPC, "the trie is full (%u elements)", m->max_entries);
+		if (err == EEXIST)
+			return os_error(EEXIST, "an element with this prefix exists and BPF_NOEXIST "
+					"was given");
+		return os_error(ENOENT, flags == BPF_EXIST ? "no element with this prefix exists "
+				"and BPF_EXIST was given" : "no element with exactly this prefix");
+	}
 	switch (err) {
 	case EOWNERDEAD:
 		return owner_dead(dead);
@@ -1941,6 +2006,7 @@ static PyObject *Map_update_impl(MapObject *m, PyObject *const *args, Py_ssize_t
 	const uint8_t *v = (const uint8_t *)PyBytes_AS_STRING(value);
 	int dead = 0;
 	int err = is_array(m->type) ? array_update(m, k, v, flags, cpu, &dead)
+		: is_lpm(m->type) ? lpm_update(m, k, v, flags, &dead)
 		: hash_update(m, k, v, flags, cpu, (uint32_t)lru_cpu, &dead);
 	if (err)
 		return element_error(m, err, dead, k, flags);
@@ -1956,7 +2022,7 @@ static PyObject *Map_delete_impl(MapObject *m, PyObject *key)
 		return os_error(EINVAL, "array elements cannot be deleted (they always exist); "
 				"write zeros instead");
 	int dead = 0;
-	int err = hash_delete(m, k, NULL, &dead);
+	int err = is_lpm(m->type) ? lpm_delete(m, k, &dead) : hash_delete(m, k, NULL, &dead);
 	if (err)
 		return element_error(m, err, dead, k, 0);
 	Py_RETURN_NONE;
@@ -1968,7 +2034,7 @@ static PyObject *Map_lookup_and_delete_impl(MapObject *m, PyObject *key)
 	const uint8_t *k;
 	if (get_key(m, key, &k) < 0)
 		return NULL;
-	if (is_array(m->type))
+	if (is_array(m->type) || is_lpm(m->type))
 		return os_error(ENOTSUPP, "lookup_and_delete is not supported by this map type");
 	PyObject *out = PyBytes_FromStringAndSize(NULL, m->data_size);
 	if (!out)
@@ -2007,6 +2073,33 @@ static PyObject *Map_get_next_key_impl(MapObject *m, PyObject *key)
 	struct map_hdr *h = map_hdr(m);
 	uint32_t i = 0;
 	int dead;
+	if (is_lpm(m->type)) {
+		PyObject *out = PyBytes_FromStringAndSize(NULL, m->key_size);
+		if (!out)
+			return NULL;
+		uint8_t *next = (uint8_t *)PyBytes_AS_STRING(out);
+		struct bucket *t = trie_of(m);
+		uint32_t start, s;
+		int empty;
+		do {
+			if ((dead = read_begin(&t->seq, &t->lock, &start))) {
+				Py_DECREF(out);
+				return owner_dead(dead);
+			}
+			s = lpm_next(m, k, &empty);
+			if (s != NIL) {
+				struct lpm_node *n = lpm_node(m, s);
+				memcpy(next, &n->prefixlen, 4);
+				memcpy(next + 4, node_data(n), m->key_size - 4);
+			}
+		} while (read_retry(&t->seq, start));
+		if (s == NIL) {
+			Py_DECREF(out);
+			return os_error(ENOENT, empty ? "the trie is empty"
+					: "the key is the last one in the trie's order");
+		}
+		return out;
+	}
 	if (k) {
 		uint32_t hash = htab_map_hash(k, m->key_size, m->hashrnd);
 		struct bucket *b = bucket_of(m, hash);
@@ -2058,13 +2151,23 @@ static PyObject *Map_check_impl(MapObject *m)
 		return problems;
 	uint8_t *base = m->seg->base;
 	struct map_hdr *h = map_hdr(m);
+	uint32_t carved = 0;
+	for (uint32_t c = 0; c < h->nchunks; c++)
+		if (__atomic_load_n(&h->chunks[c], __ATOMIC_ACQUIRE))
+			carved += c == h->nchunks - 1 ? m->capacity - (c << h->chunk_shift)
+				: 1u << h->chunk_shift;
+	if (is_lpm(m->type)) {
+		if (lpm_problems(m, carved, problems) < 0)
+			Py_CLEAR(problems);
+		return problems;
+	}
 	uint8_t *seen = calloc(m->max_entries, 1);
 	if (!seen) {
 		Py_DECREF(problems);
 		return PyErr_NoMemory();
 	}
 	struct bucket *buckets = (struct bucket *)(base + h->buckets_off);
-	uint32_t elements = 0, carved = 0, free_slots = 0;
+	uint32_t elements = 0, free_slots = 0;
 	int rc = 0;
 	for (uint32_t i = 0; i <= m->mask && rc == 0; i++)
 		for (uint32_t s = buckets[i].head; s != NIL && rc == 0;
@@ -2093,10 +2196,6 @@ static PyObject *Map_check_impl(MapObject *m)
 		}
 	}
 	free(seen);
-	for (uint32_t c = 0; c < h->nchunks; c++)
-		if (__atomic_load_n(&h->chunks[c], __ATOMIC_ACQUIRE))
-			carved += c == h->nchunks - 1 ? m->max_entries - (c << h->chunk_shift)
-				: 1u << h->chunk_shift;
 	if (rc == 0 && count != elements)
 		rc = add_problem(problems, "element count %lld but %u elements", (long long)count,
 				 elements);
@@ -2247,13 +2346,13 @@ uint64_t pybpf_shm_lookup(PyObject *map, const uint8_t *key)
 		return index >= m->max_entries ? 0
 			: 1 + (uint64_t)((uint8_t *)array_elem(m, index) + m->value_off - base);
 	}
-	uint32_t hash = htab_map_hash(key, m->key_size, m->hashrnd);
-	struct bucket *b = bucket_of(m, hash);
+	uint32_t hash = is_lpm(m->type) ? 0 : htab_map_hash(key, m->key_size, m->hashrnd);
+	struct bucket *b = is_lpm(m->type) ? trie_of(m) : bucket_of(m, hash);
 	uint32_t start, s;
 	do {
 		if (read_begin(&b->seq, &b->lock, &start))
 			return SHM_NATIVE_SLOW;
-		s = walk_chain(m, b, key, hash);
+		s = is_lpm(m->type) ? lpm_walk(m, key) : walk_chain(m, b, key, hash);
 	} while (read_retry(&b->seq, start));
 	if (s == NIL)
 		return 0;
@@ -2277,9 +2376,11 @@ uint64_t pybpf_shm_op(PyObject *map, int64_t op, const uint8_t *key, const uint8
 	if (op == 1)
 		err = flags & BPF_F_LOCK ? EINVAL /* no bpf_spin_lock in the value */
 			: is_array(m->type) ? array_update(m, key, value, flags, cpu, &dead)
+			: is_lpm(m->type) ? lpm_update(m, key, value, flags, &dead)
 			: hash_update(m, key, value, flags, cpu, lru_cpu, &dead);
 	else
-		err = is_array(m->type) ? EINVAL : hash_delete(m, key, NULL, &dead);
+		err = is_array(m->type) ? EINVAL : is_lpm(m->type) ? lpm_delete(m, key, &dead)
+			: hash_delete(m, key, NULL, &dead);
 	if (err == EOWNERDEAD)
 		return SHM_NATIVE_SLOW;
 	return -(uint64_t)err;

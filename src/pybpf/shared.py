@@ -1,4 +1,4 @@
-"""BPF array and hash maps in shared memory, shared by processes: ``pybpf.shared``.
+"""BPF array, hash and LPM trie maps in shared memory, shared by processes: ``pybpf.shared``.
 
 A ``Segment`` is one block of shared memory holding maps, anonymous (shared with forked
 children) or a named POSIX shared-memory object that other processes attach to by name. Its
@@ -24,6 +24,9 @@ Rules this module keeps:
   BPF_F_NO_PREALLOC hash takes its elements from the segment as it grows, so it can also meet
   a full segment on update (ENOMEM).
 - Map memory is never given back to the segment: a map lives as long as its segment.
+- An LPM trie (``lpm_trie``, BPF_F_NO_PREALLOC as the kernel demands) is the kernel's trie:
+  a lookup is a longest-prefix match, updates and deletes hold the trie's lock, lookups and
+  get_next_key take none and walk again when a writer changed the trie meanwhile.
 - Atomicity per element, as the kernel's, and one guarantee more: an update or delete holds
   its hash bucket's (or array element's) spin lock, in the segment, so two processes never
   lose or duplicate an element; a lookup takes no lock and reads again if a writer changed
@@ -152,17 +155,17 @@ class Segment:
     def create_map(self, name: str, map_type: MapType | int | str, key_size: int,
                    value_size: int, max_entries: int, flags: MapFlags | int = 0, *,
                    key: CodecSpec = None, value: CodecSpec = None) -> SharedMap:
-        """A new map named ``name`` in the segment: ``map_type`` HASH or ARRAY; ``flags``
-        BPF_F_NO_PREALLOC and BPF_F_ZERO_SEED for a hash; ``key``/``value`` codecs as for
-        ``Map`` (array keys default to int). EEXIST when the name is taken, ENOMEM when the
-        segment has no room for it."""
+        """A new map named ``name`` in the segment: ``map_type`` HASH, ARRAY or LPM_TRIE;
+        ``flags`` BPF_F_NO_PREALLOC and BPF_F_ZERO_SEED for a hash, BPF_F_NO_PREALLOC for a
+        trie; ``key``/``value`` codecs as for ``Map`` (array keys default to int). EEXIST when
+        the name is taken, ENOMEM when the segment has no room for it."""
         kind = member_named(MapType, map_type, "map type") if isinstance(map_type, str) \
             else map_type
         if int(kind) in EMULATED_ONLY:
             raise BPFError(errno.EINVAL, f"map create {name!r}: per-CPU and LRU maps in a "
                            "segment are an emulated system's (EmulatedSystem(shared=...), "
-                           "whose CPUs they have a value or LRU lists for); here use HASH or "
-                           "ARRAY", command="map_create")
+                           "whose CPUs they have a value or LRU lists for); here use HASH, "
+                           "ARRAY or LPM_TRIE", command="map_create")
         key_codec, value_codec = _codecs(int(kind), key_size, value_size, key, value)
         for field, number in (("key_size", key_size), ("value_size", value_size),
                               ("max_entries", max_entries), ("flags", flags)):
@@ -186,7 +189,7 @@ class Segment:
             raise _segment_error(exc, f"map_open {name!r} in {self.describe()}") from None
         if handle.type in EMULATED_ONLY:
             raise BPFError(errno.EINVAL, f"map_open {name!r}: a per-CPU or LRU map is an "
-                           "emulated system's; open HASH and ARRAY maps here",
+                           "emulated system's; open HASH, ARRAY and LPM_TRIE maps here",
                            command="map_open")
         key_codec, value_codec = _codecs(handle.type, handle.key_size, handle.value_size, key,
                                          value)

@@ -31,7 +31,7 @@ from ..backends import bpf_allowed
 from ..commands import CommandError, run_standalone
 from ..emulated import ENGINES, native_missing
 from .args import int_arg
-from .map_perf import PROCESS_TESTS, TESTS, Config, Test, run
+from .map_perf import ALL_TESTS_MASK, TESTS, Config, Test, run
 from .report import format_table, spread
 
 ABOUT = ("emulated map-perf with its CPUs as processes (--processes) on 1 host CPU and on N: "
@@ -94,10 +94,10 @@ def _ratio(mine: list[float], ref: list[float]) -> str:
 
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.description = ABOUT
-    flags = sum(t.bit for t in PROCESS_TESTS)
-    parser.add_argument("--tests", type=int_arg("--tests", 1, flags), default=flags,
-                        help=f"TEST_FLAGS of the tests to run (default {flags}: every test "
-                             "--processes runs)")
+    parser.add_argument("--tests", type=int_arg("--tests", 1, ALL_TESTS_MASK),
+                        default=ALL_TESTS_MASK,
+                        help=f"TEST_FLAGS of the tests to run (default {ALL_TESTS_MASK}: "
+                             "every test)")
     parser.add_argument("--procs", type=int_arg("--procs", 2, 1024), default=None,
                         help="N, the processes of the scaled run (default: the host CPUs this "
                              "run may use)")
@@ -116,10 +116,6 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
 
 def run_from_args(args: argparse.Namespace) -> int:
     tests = [t for t in Test if args.tests & t.bit]
-    others = [t for t in tests if t not in PROCESS_TESTS]
-    if others:
-        raise CommandError(f"--tests: {', '.join(t.name for t in others)} cannot run with "
-                           f"--processes (tests {[t.value for t in PROCESS_TESTS]} can)")
     host_cpus = len(os.sched_getaffinity(0))
     procs = args.procs or host_cpus
     if procs < 2:

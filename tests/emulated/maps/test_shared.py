@@ -145,8 +145,8 @@ def test_hash_syscalls_match_the_emulated_reference(map_type, key_size, value_si
     for op, cpu in zip(ops, cpus, strict=True):
         with mine.on_cpu(cpu), ref.on_cpu(cpu):
             assert apply(mine, fds[0], op) == apply(ref, fds[1], op), op
+        mine.map_from_fd(fds[0]).check_invariants()
     assert walk(mine, fds[0]) == walk(ref, fds[1])
-    mine.map_from_fd(fds[0]).check_invariants()
     assert mine.map_stats(fds[0])["shared_segment"] == "anonymous segment"
 
 
@@ -231,7 +231,7 @@ def test_a_system_with_a_segment_runs_without_modeled_time():
 
 def test_other_map_types_stay_in_the_process():
     sys_ = shared_system()
-    fd = sys_.map_create(MapType.LPM_TRIE, 8, 8, 16, map_flags=BPF_F_NO_PREALLOC)
+    fd = sys_.map_create(MapType.QUEUE, 0, 8, 16)
     assert "shared_segment" not in sys_.map_stats(fd)
     lru = sys_.map_create(MapType.LRU_HASH, 4, 8, 16)
     assert sys_.map_stats(lru)["shared_segment"] == "anonymous segment"
@@ -313,7 +313,8 @@ def test_bench_map_perf_scaling_prints_each_test_beside_the_reference():
     rows = {line.split()[0]: line for line in run.stdout.splitlines()[2:]}
     assert set(rows) == {"0:hash_map_perf", "1:percpu_hash_map_perf", "2:hash_map_perf",
                          "3:percpu_hash_map_perf", "4:lru_hash_map_perf",
-                         "5:nocommon_lru_hash_map_perf", "7:hash_lookup", "8:array_lookup",
+                         "5:nocommon_lru_hash_map_perf", "6:lpm_perf", "7:hash_lookup",
+                         "8:array_lookup",
                          "9:inner_lru_hash_map_perf", "10:lru_hash_lookup_perf",
                          "reference:"}
     for line in rows.values():
@@ -321,13 +322,18 @@ def test_bench_map_perf_scaling_prints_each_test_beside_the_reference():
 
 
 def ops_program(ops) -> ProgramSpec:
-    """Each op on map ``h`` (key 4 bytes, value 8), its R0 stored in ``results[i]``:
-    ("update", key, value, flags), ("delete", key), ("add", key, n): a lookup and, where
-    found, an atomic add of n to the value (R0 1 where found, else 0)."""
+    """Each op on map ``h`` (key 4 bytes, or an LPM key (prefixlen, 4 data bytes as a u32);
+    value 8), its R0 stored in ``results[i]``: ("update", key, value, flags), ("delete",
+    key), ("add", key, n): a lookup and, where found, an atomic add of n to the value (R0 1
+    where found, else 0)."""
     insns = []
     for i, op in enumerate(ops):
         name, key, *rest = op
-        insns += [ld_map_fd(R1, "h"), stw(FP, -4, key), mov64(R2, FP), add64(R2, -4)]
+        if isinstance(key, tuple):
+            insns += [ld_map_fd(R1, "h"), stw(FP, -8, key[0]), stw(FP, -4, key[1]),
+                      mov64(R2, FP), add64(R2, -8)]
+        else:
+            insns += [ld_map_fd(R1, "h"), stw(FP, -4, key), mov64(R2, FP), add64(R2, -4)]
         if name == "update":
             value, flags = rest
             insns += [stdw(FP, -16, value), mov64(R3, FP), add64(R3, -16), mov64(R4, flags),
@@ -601,3 +607,90 @@ def test_two_processes_churning_an_lru_map_leave_it_whole(map_type, flags):
     for key in keys:
         k = struct.unpack("<I", key)[0]
         assert sys_.map_lookup_elem(fd, key) == struct.pack("<II", k, k) * (value_size // 8)
+
+
+LPM_KEYS = st.tuples(st.integers(0, 33), st.sampled_from([0x0000A8C0, 0x0100A8C0, 0x00FFA8C0,
+                                                          0x12345678, 0x0000A8C1]))
+LPM_CASES = st.lists(st.one_of(
+    st.tuples(st.just("update"), LPM_KEYS, st.integers(0, 99), st.sampled_from([0, 1, 2, 3])),
+    st.tuples(st.just("delete"), LPM_KEYS),
+    st.tuples(st.just("add"), LPM_KEYS, st.integers(1, 5))), min_size=1, max_size=24)
+
+
+@settings(max_examples=20, database=None, deadline=None)
+@given(LPM_CASES)
+def test_program_lpm_ops_match_the_reference_on_every_engine(ops):
+    """A program's LPM lookups (longest prefix match, with an atomic on the value found),
+    updates (all flags, prefixlen past 32, a full trie of 4) and deletes on a trie in the
+    segment, on each engine, give the R0s and the trie (get_next_key's order) of the
+    interpreter's on a trie without a segment; on the native tier the lookups are
+    pybpf_shm_lookup's walk."""
+    results = []
+    for engine, sys_ in [("interp", EmulatedSystem(cpus=2, modeled_time=False))] + [
+            (engine, shared_system(cpus=2)) for engine in ENGINES]:
+        sys_.bpf_engine = engine
+        h = Map(MapSpec(MapType.LPM_TRIE, 8, 8, 4, flags=BPF_F_NO_PREALLOC, value=int), sys_)
+        out = Map(MapSpec(MapType.ARRAY, 4, 8, len(ops), key=int, value=int), sys_)
+        with Program.load(ops_program(ops), sys_, maps={"h": h, "results": out}) as prog:
+            assert prog.test_run(bytes(64)).retval == 2
+        results.append((engine, [out[i] for i in range(len(ops))], list(h.items())))
+        if sys_.shared_segment is not None:
+            sys_.map_from_fd(h.fd).check_invariants()
+    for engine, *got in results[1:]:
+        assert tuple(got) == results[0][1:], engine
+
+
+@st.composite
+def lpm_sequence(draw):
+    """Syscall ops on an LPM trie with 1 to 3 data bytes: keys of a small pool (prefixes
+    of each other, and past the maximum), values of 8 bytes."""
+    data_size = draw(st.integers(1, 3))
+    # bytes that part early and late (st.binary's favourite, zeros, would nest every prefix)
+    data = st.lists(st.sampled_from([0x00, 0x80, 0xC0, 0x40, 0xFF, 0x0F, 0xA5]),
+                    min_size=data_size, max_size=data_size).map(bytes)
+    key = st.builds(lambda p, d: p.to_bytes(4, "little") + d, st.integers(0, 8 * data_size + 1),
+                    data)
+    pool = draw(st.lists(key, min_size=1, max_size=12))
+    keys = st.one_of(st.sampled_from(pool), key)
+    update = st.tuples(st.just("update"), keys, st.binary(min_size=8, max_size=8),
+                       st.sampled_from([0, 0, 0, 1, 2, 4]))
+    op = st.one_of(  # updates and deletes most: the trie's shape changes
+        update, update, update,
+        st.tuples(st.just("delete"), keys), st.tuples(st.just("delete"), keys),
+        st.tuples(st.just("lookup"), keys),
+        st.tuples(st.just("lookup_and_delete"), keys, st.just(0)),
+        st.tuples(st.just("next"), st.one_of(st.none(), keys)))
+    return data_size, draw(st.lists(op, min_size=4, max_size=60))
+
+
+@settings(max_examples=100, database=None, deadline=None)
+@given(lpm_sequence(), st.integers(1, 8))
+def test_lpm_syscalls_match_the_emulated_reference(sequence, max_entries):
+    """A trie in the segment answers every syscall as the reference's does (values, errno:
+    ENOSPC when full, EINVAL past the maximum prefixlen, ENOTSUPP for lookup_and_delete),
+    its get_next_key walks the same post-order, and its shape checks after every op."""
+    data_size, ops = sequence
+    mine, ref = shared_system(), EmulatedSystem(cpus=2, modeled_time=False)
+    fds = [s.map_create(MapType.LPM_TRIE, 4 + data_size, 8, max_entries,
+                        map_flags=BPF_F_NO_PREALLOC) for s in (mine, ref)]
+    for op in ops:
+        assert apply(mine, fds[0], op) == apply(ref, fds[1], op), op
+        mine.map_from_fd(fds[0]).check_invariants()
+    assert walk(mine, fds[0]) == walk(ref, fds[1])
+
+
+def test_deleting_a_leaf_under_an_intermediate_node_puts_its_sibling_in_its_place():
+    """Two /8 keys that differ in their first bit hang under an intermediate /0 node;
+    deleting one leaves the other where the intermediate node was (trie_delete_elem frees
+    both), as the reference's trie does: the same order, and a shape that checks."""
+    systems = [shared_system(), EmulatedSystem(cpus=2, modeled_time=False)]
+    orders = []
+    for sys_ in systems:
+        fd = sys_.map_create(MapType.LPM_TRIE, 5, 8, 8, map_flags=BPF_F_NO_PREALLOC)
+        for data in (b"\x80", b"\x00", b"\xc0"):
+            sys_.map_update_elem(fd, struct.pack("<I", 8) + data, data * 8, 0)
+        sys_.map_delete_elem(fd, struct.pack("<I", 8) + b"\x00")
+        sys_.map_from_fd(fd).check_invariants()
+        orders.append(walk(sys_, fd))
+    assert orders[0] == orders[1] == [struct.pack("<I", 8) + b"\x80",
+                                      struct.pack("<I", 8) + b"\xc0"]

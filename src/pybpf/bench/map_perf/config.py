@@ -25,7 +25,7 @@ from ..args import (
 )
 
 __all__ = ["ALL_TESTS_MASK", "COMPARE_ROUNDS", "Config", "EMULATED_LABEL", "MAP_DEFS",
-    "MAX_NR_CPUS", "NUMA_AUTO", "NUMA_NONE", "PROCESS_TESTS", "TESTS", "TRIGGER_AUTO",
+    "MAX_NR_CPUS", "NUMA_AUTO", "NUMA_NONE", "TESTS", "TRIGGER_AUTO",
     "TRIGGER_NATIVE", "TRIGGER_PYTHON", "Test", "configure_parser"]
 
 MAX_NR_CPUS = 1024  # slots of array_of_lru_hashs, as in the sample
@@ -297,10 +297,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                              "host CPU time the CPU's task ran (the emulator's own speed)")
     parser.add_argument("--processes", action="store_true",
                         help="emulated, with --modeled-time off: run each CPU's task in a "
-                             "forked process of its own, pinned to a host CPU, the hash and "
-                             "array maps in a shared-memory segment (pybpf.shared), so the run "
-                             "uses the host's CPUs; tests "
-                             + ", ".join(str(t.value) for t in PROCESS_TESTS) + " only")
+                             "forked process of its own, pinned to a host CPU, the maps in a "
+                             "shared-memory segment (pybpf.shared), so the run uses the host's "
+                             "CPUs")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress lines on stderr")
     return parser
@@ -403,32 +402,16 @@ def test_maps(test: Test) -> tuple[str, ...]:
     return LRU_PROG_MAPS if td.syscall == "connect" else td.maps
 
 
-# the map types an emulated system keeps in a shared segment (emulated/maps/shared.py)
-SEGMENT_MAP_TYPES = (MapType.HASH, MapType.PERCPU_HASH, MapType.LRU_HASH,
-                     MapType.LRU_PERCPU_HASH, MapType.ARRAY, MapType.PERCPU_ARRAY)
-# the tests whose maps a shared segment holds: --processes. An array of maps stays each
-# process's (a copy made at the fork), which works because the programs only read it and a
-# CPU's task writes only its own slot: its inner maps are in the segment.
-PROCESS_TESTS = tuple(t for t in Test if all(
-    MAP_DEFS[name].map_type in (*SEGMENT_MAP_TYPES, MapType.ARRAY_OF_MAPS)
-    for name in test_maps(t)))
-
-
 def processes_problem(cfg: Config) -> str | None:
-    """What stops ``--processes`` (the emulated backend's), or None."""
+    """What stops ``--processes`` (the emulated backend's), or None. Every map of the
+    sample lives in the shared segment but array_of_lru_hashs, which stays each process's
+    (a copy made at the fork): the programs only read it and a CPU's task writes only its
+    own slot, whose inner map is the segment's."""
     from ... import shared
 
-    flags = sum(t.bit for t in PROCESS_TESTS)
     if cfg.modeled_time:
         return ("--processes needs --modeled-time off: the CPUs' modeled clocks run on one "
                 "scheduler, in one process")
-    others = [t for t in cfg.tests if t not in PROCESS_TESTS]
-    if others:
-        return (f"--processes: test(s) {', '.join(f'{t.value} ({t.name})' for t in others)} "
-                "use maps that a shared segment does not hold (it holds HASH, PERCPU_HASH, "
-                "LRU_HASH, LRU_PERCPU_HASH, ARRAY and PERCPU_ARRAY maps); "
-                f"give TEST_FLAGS {flags} or a part of it (tests "
-                f"{', '.join(str(t.value) for t in PROCESS_TESTS)})")
     if not shared.available():
         return f"--processes: {shared.INSTALL_HINT}"
     if not hasattr(os, "fork") or not hasattr(os, "sched_setaffinity"):

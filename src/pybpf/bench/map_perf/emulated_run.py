@@ -330,9 +330,9 @@ class EmulatedRun:
 def shared_segment_size(cfg: Config, ncpus: int) -> int:
     """Bytes of the segment the maps of ``cfg``'s tests fit in, on a machine of ``ncpus``
     CPUs: each element (the segment's header words, key and value, a per-CPU value for each
-    CPU, 8-byte aligned), a hash's buckets and free lists, an LRU's nodes and lists, and room
-    for the maps' headers and a BPF_F_NO_PREALLOC map's last chunk. The inner LRU test makes
-    an inner map per CPU."""
+    CPU, 8-byte aligned), a hash's buckets and free lists, an LRU's nodes and lists, a trie's
+    nodes, and room for the maps' headers and a BPF_F_NO_PREALLOC map's last chunk. The inner
+    LRU test makes an inner map per CPU."""
     size = 1 << 20
     names = {name for t in cfg.tests for name in test_maps(t)}
     if "array_of_lru_hashs" in names:  # each process's own; its inner maps are the segment's
@@ -344,6 +344,8 @@ def shared_segment_size(cfg: Config, ncpus: int) -> int:
         value = -(-m.value_size // 8) * 8 * (ncpus if m.map_type in (
             MapType.PERCPU_HASH, MapType.PERCPU_ARRAY, MapType.LRU_PERCPU_HASH) else 1)
         element = 16 + -(-m.key_size // 8) * 8 + value
+        if m.map_type == MapType.LPM_TRIE:  # a node per element and per split between them
+            entries *= 2
         copies = ncpus if name == "inner_lru_hash_map" else 1
         size += copies * entries * element
         if m.map_type not in (MapType.ARRAY, MapType.PERCPU_ARRAY):

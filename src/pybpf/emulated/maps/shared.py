@@ -1,8 +1,9 @@
 """Hash and array maps of an emulated system that live in a ``pybpf.shared`` segment.
 
-``EmulatedSystem(shared=segment)`` puts its HASH, PERCPU_HASH, LRU_HASH, LRU_PERCPU_HASH, ARRAY
-and PERCPU_ARRAY maps in ``segment`` (pybpf/_shm_maps.c holds them: the layout, the locks, the
-kernel's semantics; _shm_lru.h an LRU map's lists, the emulated CPUs' as the reference's),
+``EmulatedSystem(shared=segment)`` puts its HASH, PERCPU_HASH, LRU_HASH, LRU_PERCPU_HASH,
+LPM_TRIE, ARRAY and PERCPU_ARRAY maps in ``segment`` (pybpf/_shm_maps.c holds them: the layout,
+the locks, the kernel's semantics; _shm_lru.h an LRU map's lists, the emulated CPUs' as the
+reference's; _shm_lpm.h a trie),
 so processes forked after the maps were made (an emulated CPU each, say) run programs and
 syscalls on the same maps, in parallel on the host's CPUs; every other map type stays
 process-local. The families here are the emulated ops of those maps:
@@ -41,9 +42,10 @@ from ...attrs import MapAttr
 from ...errors import KernelError
 from ...uapi import BPF_F_INNER_MAP, BPF_F_MMAPABLE, MapFlags, MapType, round_up
 from .arraymap import ArrayBase, array_map_alloc_check
-from .batch import generic_map_lookup_batch, generic_map_update_batch
+from .batch import generic_map_delete_batch, generic_map_lookup_batch, generic_map_update_batch
 from .bpf_map import BpfMap
 from .hashtab import HtabMap
+from .lpm_trie import LpmTrie
 
 if TYPE_CHECKING:
     from ..machine.machine import Machine
@@ -125,6 +127,25 @@ class SharedSegmentMap(BpfMap):
             self.c_helpers = {"lookup": helpers.helper_lookup, "update": helpers.helper_update,
                               "delete": helpers.helper_delete}
 
+    def map_lookup_elem(self, key: bytes) -> memoryview | None:
+        """The live value (a per-CPU map's running CPU's): its view in ``elems`` by where it
+        lies in the segment, one per element, so a value keeps its pointer within a run
+        and the native tier finds it there as an array's by index."""
+        off = self.shm.value_offset(key)
+        if off < 0:
+            return None
+        found = self.elems.get(off)
+        if found is None:
+            found = self.elems[off] = self.views_at(off)
+        return self.this_cpu(found)
+
+    def check_invariants(self) -> None:
+        """The segment's chains, count, free slots, LRU lists or trie agree, with no
+        operation in flight (Map.check); raises RuntimeError if not."""
+        problems = self.shm.check()
+        if problems:
+            raise RuntimeError(f"{self.describe()}: " + "; ".join(problems))
+
     def views_at(self, off: int) -> Any:
         """The view of the value that begins at ``off`` in the segment; a per-CPU map's: the
         list of its CPUs' views."""
@@ -170,20 +191,9 @@ class SharedSegmentMap(BpfMap):
 
 class SharedHtab(SharedSegmentMap):
     """BPF_MAP_TYPE_HASH in the segment. ``elems`` holds each value as looked up, by where
-    it lies in the segment (its views_at): one per element, so a value keeps its pointer
-    within a run, and the native tier finds it there as an array's by index."""
+    it lies in the segment (its views_at)."""
 
     map_types = (MapType.HASH,)
-
-    def map_lookup_elem(self, key: bytes) -> memoryview | None:
-        """The live value: a per-CPU map's running CPU's."""
-        off = self.shm.value_offset(key)
-        if off < 0:
-            return None
-        found = self.elems.get(off)
-        if found is None:
-            found = self.elems[off] = self.views_at(off)
-        return self.this_cpu(found)
 
     @classmethod
     def map_alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
@@ -194,13 +204,6 @@ class SharedHtab(SharedSegmentMap):
             raise KernelError(errno.EINVAL, f"flags {flags:#x}: BPF_F_LOCK needs a "
                               "bpf_spin_lock in the value (maps in a segment have none)")
         return self.shm.lookup_and_delete(key)
-
-    def check_invariants(self) -> None:
-        """The segment's chains, count, free slots and (LRU maps) LRU lists agree, with no
-        operation in flight (Map.check); raises RuntimeError if not."""
-        problems = self.shm.check()
-        if problems:
-            raise RuntimeError(f"{self.describe()}: " + "; ".join(problems))
 
     def map_for_each_callback(self, callback: Callable[[bytes, Any], int], flags: int) -> int:
         """bpf_for_each_hash_elem over the elements present when it began, in the kernel's
@@ -241,6 +244,18 @@ class SharedLruPercpuHtab(SharedLruHtab):
 
     map_types = (MapType.LRU_PERCPU_HASH,)
     percpu = True
+
+
+class SharedLpmTrie(SharedSegmentMap):
+    """BPF_MAP_TYPE_LPM_TRIE in the segment: the kernel's trie shape (so get_next_key's
+    post-order), updates and deletes under the trie's lock, lookups (longest prefix match)
+    without it. ``elems`` holds each value as looked up, by where it lies."""
+
+    map_types = (MapType.LPM_TRIE,)
+    map_alloc_check = LpmTrie.trie_alloc_check
+    map_lookup_batch = generic_map_lookup_batch
+    map_update_batch = generic_map_update_batch
+    map_delete_batch = generic_map_delete_batch
 
 
 class SharedArray(SharedSegmentMap):
@@ -292,7 +307,7 @@ class SharedPercpuArray(SharedArray):
 SHARED_OPS: dict[int, type[SharedSegmentMap]] = {
     int(cls.map_types[0]): cls
     for cls in (SharedHtab, SharedArray, SharedPercpuHtab, SharedPercpuArray, SharedLruHtab,
-                SharedLruPercpuHtab)}
+                SharedLruPercpuHtab, SharedLpmTrie)}
 
 
 # -- pins: the segment's names, so every process on it sees them ---------------------------------

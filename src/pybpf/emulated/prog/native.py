@@ -102,6 +102,7 @@ from ..maps.hashtab import BUCKET_SIZE, HtabLruMap, HtabLruPercpuMap, HtabMap, H
 from ..maps.shared import (
     SharedArray,
     SharedHtab,
+    SharedLpmTrie,
     SharedLruHtab,
     SharedLruPercpuHtab,
     SharedPercpuArray,
@@ -208,14 +209,17 @@ OP_LOAD, OP_STORE, OP_ATOMIC, OP_LD_ABS = range(5, 9)
 ARRAYS = (BpfArray, BpfPercpuArray, ArrayOfMaps, SharedArray, SharedPercpuArray)
 # the maps whose values are a slot per CPU, of which a run reads its CPU's
 PERCPU_VALUES = (BpfPercpuArray, SharedPercpuArray, SharedPercpuHtab, SharedLruPercpuHtab)
-# the hash maps in a shared segment, whose lookups go by where pybpf_shm_lookup finds the value
-SHARED_HASHES = (SharedHtab, SharedPercpuHtab, SharedLruHtab, SharedLruPercpuHtab)
+# the hash maps and tries in a shared segment, whose lookups go by where pybpf_shm_lookup
+# finds the value
+SHARED_BY_PLACE = (SharedHtab, SharedPercpuHtab, SharedLruHtab, SharedLruPercpuHtab,
+                   SharedLpmTrie)
 # the classes of the maps whose lookups run natively, and the plain map type of each
 _NATIVE_LOOKUPS = {BpfArray: MapType.ARRAY, BpfPercpuArray: MapType.PERCPU_ARRAY,
                    ArrayOfMaps: MapType.ARRAY_OF_MAPS, SharedArray: MapType.ARRAY,
                    SharedHtab: MapType.HASH, SharedPercpuArray: MapType.PERCPU_ARRAY,
                    SharedPercpuHtab: MapType.PERCPU_HASH, SharedLruHtab: MapType.LRU_HASH,
                    SharedLruPercpuHtab: MapType.LRU_PERCPU_HASH,
+                   SharedLpmTrie: MapType.LPM_TRIE,
                    HtabMap: MapType.HASH, HtabPercpuMap: MapType.PERCPU_HASH,
                    HtabLruMap: MapType.LRU_HASH, HtabLruPercpuMap: MapType.LRU_PERCPU_HASH}
 # pybpf_native_charge (_cache_model.c): what it does (its flags: the scheduler's sync,
@@ -886,7 +890,7 @@ class _FunctionIR:
             found = self.op(f"icmp ult i64 {index}, {bpf_map.max_entries}")
             tag = self.op(f"add i64 {index}, 1")
             entry = self.op(f"and i64 {index}, {LOOKUP_CACHE - 1}")
-        elif type(bpf_map) in SHARED_HASHES:  # the key in the segment, without the GIL: its
+        elif type(bpf_map) in SHARED_BY_PLACE:  # the key in the segment, without the GIL: its
             # value's place there then stands for an index (the map's views by place)
             tag = self.tag_or_python(pc, f"@{SHM_LOOKUP_SYMBOL}(ptr inttoptr (i64 "
                                      f"{id(bpf_map.shm)} to ptr), ptr {key_ptr})", python)
@@ -920,7 +924,7 @@ class _FunctionIR:
         self.branch(f"br i1 {cached}, label %mp{pc}, label %{first}")
         if first != python:
             self.label(first)
-            if array or type(bpf_map) in SHARED_HASHES:
+            if array or type(bpf_map) in SHARED_BY_PLACE:
                 self.write_first_array_lookup(pc, bpf_map, index, words + 3, python)
             else:
                 self.write_first_lookup(pc, bpf_map, key_ptr, slot, words + 3, entry, python)
@@ -1322,7 +1326,7 @@ def native_lookup_maps(exe: Executable) -> list[int]:
     shared_lookups = _shm_symbol(SHM_LOOKUP_SYMBOL) is not None
     return [region for region, obj in exe.static_regions.items()
             if type(obj) in _NATIVE_LOOKUPS and obj.map_type == _NATIVE_LOOKUPS[type(obj)]
-            and (type(obj) in ARRAYS or (shared_lookups if type(obj) in SHARED_HASHES
+            and (type(obj) in ARRAYS or (shared_lookups if type(obj) in SHARED_BY_PLACE
                                          else hash_lookups))
             and (not obj.timing.modeled or (obj.timing.cache_model == "C"
                                             and _cache_model_symbol(CHARGE_SYMBOL) is not None))]
@@ -1588,7 +1592,7 @@ class _Run:
             local = type(bpf_map) in PERCPU_VALUES \
                 or bpf_map.access_stats.cpu_node[cpu] == bpf_map.numa_node
             tag, entry = index + 1, index & (LOOKUP_CACHE - 1)
-        elif type(bpf_map) in SHARED_HASHES:  # its "index": where the value lies
+        elif type(bpf_map) in SHARED_BY_PLACE:  # its "index": where the value lies
             place = bpf_map.shm.value_offset(key_bytes)
             if place < 0 or bpf_map.this_cpu(bpf_map.elems.get(place)) is not rs.mem[r0 >> 32]:
                 return r0  # gone or replaced meanwhile: nothing to remember
