@@ -2386,6 +2386,32 @@ uint64_t pybpf_shm_op(PyObject *map, int64_t op, const uint8_t *key, const uint8
 	return -(uint64_t)err;
 }
 
+/* The Map of the map that the map pointer ``r1`` points to among the run's regions ``mem``
+ * (a map a program found at run time, in a map of maps), its key and value sizes in sizes[0]
+ * and sizes[1], where that map is a segment's (its ``shm``); else NULL (the helper through
+ * Python, which says what is wrong). Borrowed: the map, which the run's regions hold, keeps
+ * it. The GIL is taken. */
+PyObject *pybpf_shm_map_of(PyObject *mem, uint64_t r1, int64_t *sizes)
+{
+	if (r1 & 0xffffffffu)
+		return NULL;
+	PyGILState_STATE gil = PyGILState_Ensure();
+	PyObject *region = PyLong_FromUnsignedLongLong(r1 >> 32), *found = NULL;
+	PyObject *obj = region == NULL ? NULL : PyDict_GetItemWithError(mem, region); /* borrowed */
+	if (obj != NULL && (found = PyObject_GetAttrString(obj, "shm")) != NULL &&
+	    Py_IS_TYPE(found, &MapType)) {
+		sizes[0] = ((MapObject *)found)->key_size;
+		sizes[1] = ((MapObject *)found)->value_size;
+	} else {
+		Py_CLEAR(found);
+	}
+	PyErr_Clear();
+	Py_XDECREF(region);
+	Py_XDECREF(found);
+	PyGILState_Release(gil);
+	return found;
+}
+
 /* -- module ------------------------------------------------------------------------------- */
 
 static PyObject *py_htab_map_hash(PyObject *module, PyObject *args)

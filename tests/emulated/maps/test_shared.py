@@ -694,3 +694,50 @@ def test_deleting_a_leaf_under_an_intermediate_node_puts_its_sibling_in_its_plac
         orders.append(walk(sys_, fd))
     assert orders[0] == orders[1] == [struct.pack("<I", 8) + b"\x80",
                                       struct.pack("<I", 8) + b"\xc0"]
+
+
+def inner_ops_program(ops) -> ProgramSpec:
+    """Each op on the map in slot 0 of ``outer`` (found at run time), its R0 stored in
+    ``results[i]``: ("update", key, value, flags) or ("delete", key)."""
+    insns = []
+    for i, (name, key, *rest) in enumerate(ops):
+        insns += [ld_map_fd(R1, "outer"), stw(FP, -4, 0), mov64(R2, FP), add64(R2, -4),
+                  call("map_lookup_elem"), jeq(R0, 0, f"none{i}"), mov64(R1, R0),
+                  stw(FP, -4, key), mov64(R2, FP), add64(R2, -4)]
+        if name == "update":
+            insns += [stdw(FP, -16, rest[0]), mov64(R3, FP), add64(R3, -16),
+                      mov64(R4, rest[1]), call("map_update_elem")]
+        else:
+            insns.append(call("map_delete_elem"))
+        insns += [label(f"none{i}"), stxdw(FP, -24, R0), ld_map_fd(R1, "results"),
+                  stw(FP, -4, i), mov64(R2, FP), add64(R2, -4), mov64(R3, FP), add64(R3, -24),
+                  mov64(R4, 0), call("map_update_elem")]
+    return ProgramSpec(ProgType.XDP, insns + [mov64(R0, 2), exit_()], name="inner_ops")
+
+
+@settings(max_examples=15, database=None, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("update"), st.integers(0, 7), st.integers(0, 99),
+              st.sampled_from([0, 1, 2, 4])),
+    st.tuples(st.just("delete"), st.integers(0, 7))), min_size=1, max_size=16),
+    st.sampled_from([MapType.HASH, MapType.LRU_HASH]))
+def test_a_segment_map_found_in_a_map_of_maps_is_updated_as_the_reference(ops, inner_type):
+    """A program updates and deletes in the segment's map it finds in an array of maps (the
+    native tier: pybpf_shm_map_of, then pybpf_shm_op, without Python), on each engine: the
+    R0s and the inner map's contents of the interpreter's without a segment."""
+    results = []
+    for engine, sys_ in [("interp", EmulatedSystem(cpus=2, modeled_time=False))] + [
+            (engine, shared_system(cpus=2)) for engine in ENGINES]:
+        sys_.bpf_engine = engine
+        spec = MapSpec(inner_type, 4, 8, 4, flags=BPF_F_ZERO_SEED, key=int, value=int)
+        inner = Map(spec, sys_)
+        outer = Map(MapSpec(MapType.ARRAY_OF_MAPS, 4, 4, 1, inner_map=spec), sys_)
+        outer[0] = inner
+        out = Map(MapSpec(MapType.ARRAY, 4, 8, len(ops), key=int, value=int), sys_)
+        with Program.load(inner_ops_program(ops), sys_,
+                          maps={"outer": outer, "results": out}) as prog:
+            with sys_.on_cpu(1):
+                assert prog.test_run(bytes(64)).retval == 2
+        results.append((engine, [out[i] for i in range(len(ops))], sorted(inner.items())))
+    for engine, *got in results[1:]:
+        assert tuple(got) == results[0][1:], engine

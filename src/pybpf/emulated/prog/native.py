@@ -248,6 +248,7 @@ HTAB_ABSENT, HTAB_SLOW = 0, M64
 # or delete (its op HTAB_OPS's), on a map in a shared segment, without the GIL; SHM_SLOW:
 # the helper through Python
 SHM_LOOKUP_SYMBOL, SHM_OP_SYMBOL, SHM_SLOW = "pybpf_shm_lookup", "pybpf_shm_op", HTAB_SLOW
+SHM_MAP_OF_SYMBOL = "pybpf_shm_map_of"  # _shm_maps.c: a map found at run time, a segment's
 
 # A program's entry is called without the GIL (compiled code touches only its run's state,
 # arena and map values; @py_callback takes it back to call the run's ``_Run.callback``): by
@@ -721,27 +722,37 @@ class _FunctionIR:
         memory compiled code reaches, _shm_maps.c's pybpf_shm_op, without the GIL; else (or
         where it says so) the helper through Python."""
         args = [self.get(reg) for reg in range(2, 6)]
-        key_ptr = self.pointer_arg(2, str(bpf_map.key_size))
-        native = self.op(f"icmp ne ptr {key_ptr}, null")
+        self.put(0, self.shm_op(pc, "s", f"inttoptr (i64 {id(bpf_map.shm)} to ptr)", "true",
+                                str(bpf_map.key_size), str(bpf_map.value_size), update,
+                                lambda: self.callback(pc, OP_BOUND, str(index), *args)))
+
+    def shm_op(self, pc: int, tag: str, shm: str, has_map: str, key_size: str,
+               value_size: str, update: bool, slow: Callable[[], str]) -> str:
+        """R0 of an update or delete on the segment's map ``shm`` (a Map), whose keys and
+        values have those sizes: pybpf_shm_op where ``has_map`` and the key (and value) lie
+        in memory compiled code reaches, else (or where it says so) ``slow``'s code. ``tag``
+        keeps its blocks' labels apart from another's at the same pc."""
+        args = [self.get(reg) for reg in range(2, 6)]
+        key_ptr = self.pointer_arg(2, key_size)
+        native = self.op(f"and i1 {has_map}, {self.op(f'icmp ne ptr {key_ptr}, null')}")
         value_ptr = "null"
         if update:
-            value_ptr = self.pointer_arg(3, str(bpf_map.value_size))
+            value_ptr = self.pointer_arg(3, value_size)
             native = self.op(f"and i1 {native}, {self.op(f'icmp ne ptr {value_ptr}, null')}")
-        self.branch(f"br i1 {native}, label %sd{pc}, label %sb{pc}")
-        self.label(f"sd{pc}")
+        self.branch(f"br i1 {native}, label %{tag}d{pc}, label %{tag}b{pc}")
+        self.label(f"{tag}d{pc}")
         op = HTAB_OPS["helper_update" if update else "helper_delete"]
         cpu = self.op(f"load i64, ptr {self.slot(THIS_CPU)}")  # a per-CPU map's slot
-        direct = self.op(f"call i64 @{SHM_OP_SYMBOL}(ptr inttoptr (i64 {id(bpf_map.shm)} to "
-                         f"ptr), i64 {op}, ptr {key_ptr}, ptr {value_ptr}, i64 {args[2]}, "
-                         f"i64 {cpu})")
-        slow = self.op(f"icmp eq i64 {direct}, {_const(SHM_SLOW, 64)}")
-        self.branch(f"br i1 {slow}, label %sb{pc}, label %sj{pc}")
-        self.label(f"sb{pc}")
-        slow_r0 = self.callback(pc, OP_BOUND, str(index), *args)
+        direct = self.op(f"call i64 @{SHM_OP_SYMBOL}(ptr {shm}, i64 {op}, ptr {key_ptr}, "
+                         f"ptr {value_ptr}, i64 {args[2]}, i64 {cpu})")
+        slow_op = self.op(f"icmp eq i64 {direct}, {_const(SHM_SLOW, 64)}")
+        self.branch(f"br i1 {slow_op}, label %{tag}b{pc}, label %{tag}j{pc}")
+        self.label(f"{tag}b{pc}")
+        slow_r0 = slow()
         slow_block = self.current_block()
-        self.branch(f"br label %sj{pc}")
-        self.label(f"sj{pc}")
-        self.put(0, self.op(f"phi i64 [{direct}, %sd{pc}], [{slow_r0}, %{slow_block}]"))
+        self.branch(f"br label %{tag}j{pc}")
+        self.label(f"{tag}j{pc}")
+        return self.op(f"phi i64 [{direct}, %{tag}d{pc}], [{slow_r0}, %{slow_block}]")
 
     def write_dynamic_htab_op(self, pc: int, insn: Instruction) -> None:
         """bpf_map_update_elem or bpf_map_delete_elem on a map R1 points to that the program
@@ -755,11 +766,28 @@ class _FunctionIR:
                        f"ptr {sizes})")
         key_size = self.op(f"load i64, ptr {sizes}")
         value_size = self.op(f"load i64, ptr {self.op(f'getelementptr i64, ptr {sizes}, i64 1')}")
-        op = HTAB_OPS["helper_update" if _unwrapped(self.exe.helpers[insn.imm])
-                      is bpf_map_update_elem else "helper_delete"]
+        update = _unwrapped(self.exe.helpers[insn.imm]) is bpf_map_update_elem
+        op = HTAB_OPS["helper_update" if update else "helper_delete"]
         args = [self.get(reg) for reg in range(1, 6)]
+
+        def python() -> str:
+            return self.callback(pc, OP_HELPER, str(insn.imm), *args)
+
+        def segment_or_python() -> str:
+            """A map without a core may be a segment's: pybpf_shm_op on its Map."""
+            if _shm_symbol(SHM_MAP_OF_SYMBOL) is None or _shm_symbol(SHM_OP_SYMBOL) is None:
+                return python()
+            self.emit(f"store [2 x i64] zeroinitializer, ptr {sizes}")
+            shm = self.op(f"call ptr @{SHM_MAP_OF_SYMBOL}(ptr {mem}, i64 {self.get(1)}, "
+                          f"ptr {sizes})")
+            shm_key = self.op(f"load i64, ptr {sizes}")
+            shm_value = self.op(f"load i64, ptr "
+                                f"{self.op(f'getelementptr i64, ptr {sizes}, i64 1')}")
+            return self.shm_op(pc, "g", shm, self.op(f"icmp ne ptr {shm}, null"), shm_key,
+                               shm_value, update, python)
+
         self.htab_op(pc, op, core, key_size, value_size, self.op(f"icmp ne ptr {core}, null"),
-                     lambda: self.callback(pc, OP_HELPER, str(insn.imm), *args))
+                     segment_or_python)
 
     def htab_op(self, pc: int, op: int, core: str, key_size: str, value_size: str,
                 has_core: str, slow: Callable[[], str]) -> None:
@@ -1266,6 +1294,7 @@ declare i64 @{HTAB_OP_SYMBOL}(ptr, i64, ptr, ptr, i64, ptr, ptr, i64, i64)
 declare i64 @{SHM_LOOKUP_SYMBOL}(ptr, ptr)
 declare i64 @{SHM_OP_SYMBOL}(ptr, i64, ptr, ptr, i64, i64)
 declare ptr @{MAP_CORE_SYMBOL}(ptr, i64, ptr)
+declare ptr @{SHM_MAP_OF_SYMBOL}(ptr, i64, ptr)
 declare i64 @{PROBE_READ_SYMBOL}(ptr, ptr, i64, i64)
 declare i64 @{PRANDOM_SYMBOL}(ptr, i64, ptr, ptr)
 declare i16 @llvm.bswap.i16(i16)
@@ -1413,6 +1442,7 @@ def _register_runtime() -> None:
                           (HTAB_LOOKUP_SYMBOL, _symbol_address(ACCEL, HTAB_LOOKUP_SYMBOL)),
                           (SHM_LOOKUP_SYMBOL, _shm_symbol(SHM_LOOKUP_SYMBOL)),
                           (SHM_OP_SYMBOL, _shm_symbol(SHM_OP_SYMBOL)),
+                          (SHM_MAP_OF_SYMBOL, _shm_symbol(SHM_MAP_OF_SYMBOL)),
                           *((name, _cache_model_symbol(name)) for name in (
                               CHARGE_SYMBOL, HTAB_OP_SYMBOL, MAP_CORE_SYMBOL,
                               PROBE_READ_SYMBOL, PRANDOM_SYMBOL))):
