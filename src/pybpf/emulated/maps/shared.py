@@ -118,6 +118,10 @@ class SharedSegmentMap(BpfMap):
         self.map_delete_elem = self.shm.delete
         self.map_get_next_key = self.shm.get_next_key
         self._memory = memoryview(segment.handle)
+        # the whole segment as one value, which the native tier registers once per run and
+        # points its lookups into (a pointer's offset has 32 bits: not for a larger segment)
+        self.segment_region: dict[int, Any] | None = \
+            {0: self._memory} if len(self._memory) < 1 << 32 else None
         # the values looked up (views_at's), by index (arrays) or by where they lie in the
         # segment (hash maps)
         self.elems: dict[int, Any] = {}
@@ -157,6 +161,7 @@ class SharedSegmentMap(BpfMap):
     def map_free(self) -> None:
         """The views go; the elements stay in the segment (its memory is never given back)."""
         self.elems.clear()
+        self.segment_region = None
         self._memory.release()
 
     def this_cpu(self, found: Any) -> memoryview | None:

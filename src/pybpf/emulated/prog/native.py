@@ -918,13 +918,18 @@ class _FunctionIR:
             found = self.op(f"icmp ult i64 {index}, {bpf_map.max_entries}")
             tag = self.op(f"add i64 {index}, 1")
             entry = self.op(f"and i64 {index}, {LOOKUP_CACHE - 1}")
-        elif type(bpf_map) in SHARED_BY_PLACE:  # the key in the segment, without the GIL: its
-            # value's place there then stands for an index (the map's views by place)
-            tag = self.tag_or_python(pc, f"@{SHM_LOOKUP_SYMBOL}(ptr inttoptr (i64 "
-                                     f"{id(bpf_map.shm)} to ptr), ptr {key_ptr})", python)
-            found = self.op(f"icmp ne i64 {tag}, 0")
-            index = self.op(f"sub i64 {tag}, 1")
-            entry = self.op(f"and i64 {index}, {LOOKUP_CACHE - 1}")
+        elif type(bpf_map) in SHARED_BY_PLACE:  # the key in the segment, without the GIL:
+            # the value is where it lies in the segment's region (one per run: tag 1), a
+            # per-CPU map's this CPU's slot
+            place = self.tag_or_python(pc, f"@{SHM_LOOKUP_SYMBOL}(ptr inttoptr (i64 "
+                                       f"{id(bpf_map.shm)} to ptr), ptr {key_ptr})", python)
+            found = self.op(f"icmp ne i64 {place}, 0")
+            in_segment = self.op(f"sub i64 {place}, 1")
+            if bpf_map.percpu:
+                cpu = self.op(f"load i64, ptr {self.slot(THIS_CPU)}")
+                in_segment = self.op(f"add i64 {in_segment}, "
+                                     f"{self.op(f'mul i64 {cpu}, {bpf_map.stride}')}")
+            tag, entry, index = "1", "0", "0"
         else:  # the key in the map's table, by @htab_lookup
             if modeled:
                 self.charged(CHARGE_SYNC, "0", f"ml{pc}", python)
@@ -975,6 +980,8 @@ class _FunctionIR:
             self.branch(f"br label %mh{pc}")
         self.label(f"mh{pc}")
         fast = self.op(f"load i64, ptr {self.op(f'getelementptr i64, ptr {tag_at}, i64 1')}")
+        if type(bpf_map) in SHARED_BY_PLACE:
+            fast = self.op(f"add i64 {fast}, {in_segment}")
         local = self.op(f"load i64, ptr {self.op(f'getelementptr i64, ptr {tag_at}, i64 2')}")
         # local lookups counted in the map's first word, remote ones in its second
         counter_at = self.op(f"getelementptr i64, ptr %st, i64 "
@@ -1029,16 +1036,20 @@ class _FunctionIR:
         cache (mc); to ``python`` when it could not. A per-CPU array's slot is the run's
         CPU's, local; a plain one's value is on the map's node. An ARRAY_OF_MAPS's value is
         the inner map in its slot, given a region as Python's lookup gives it one (an empty
-        slot goes to Python). A hash map in a shared segment comes here too, where its value
-        lies in the segment standing for an index."""
-        if type(bpf_map) in PERCPU_VALUES:
+        slot goes to Python). A hash map or trie in a shared segment comes here for the
+        segment's region (its ``segment_region``, index 0), where its values lie: one
+        registration per run, whichever values it looks up."""
+        if type(bpf_map) in SHARED_BY_PLACE:  # the segment's region: one value
+            cpu, local = "-1", "1"
+        elif type(bpf_map) in PERCPU_VALUES:
             cpu, local = self.op(f"load i64, ptr {self.slot(THIS_CPU)}"), "1"
         else:
             node = self.op(f"load i64, ptr {self.slot(THIS_NODE)}")
             cpu = "-1"
             local = self.zext(self.op(f"icmp eq i64 {node}, {bpf_map.numa_node}"), 1)
         maps = type(bpf_map) is ArrayOfMaps
-        elems = bpf_map.ptrs if maps else bpf_map.elems
+        elems = bpf_map.ptrs if maps else bpf_map.segment_region \
+            if type(bpf_map) in SHARED_BY_PLACE else bpf_map.elems
         pointer = self.op(
             f"call i64 @{ARRAY_VALUE_SYMBOL}(ptr %st, ptr {self.slot(RS_MEM)}, "
             f"ptr inttoptr (i64 {id(elems)} to ptr), i64 {index}, i64 {cpu}, "
@@ -1355,8 +1366,8 @@ def native_lookup_maps(exe: Executable) -> list[int]:
     shared_lookups = _shm_symbol(SHM_LOOKUP_SYMBOL) is not None
     return [region for region, obj in exe.static_regions.items()
             if type(obj) in _NATIVE_LOOKUPS and obj.map_type == _NATIVE_LOOKUPS[type(obj)]
-            and (type(obj) in ARRAYS or (shared_lookups if type(obj) in SHARED_BY_PLACE
-                                         else hash_lookups))
+            and (type(obj) in ARRAYS or (shared_lookups and obj.segment_region is not None
+                                         if type(obj) in SHARED_BY_PLACE else hash_lookups))
             and (not obj.timing.modeled or (obj.timing.cache_model == "C"
                                             and _cache_model_symbol(CHARGE_SYMBOL) is not None))]
 
@@ -1622,12 +1633,8 @@ class _Run:
             local = type(bpf_map) in PERCPU_VALUES \
                 or bpf_map.access_stats.cpu_node[cpu] == bpf_map.numa_node
             tag, entry = index + 1, index & (LOOKUP_CACHE - 1)
-        elif type(bpf_map) in SHARED_BY_PLACE:  # its "index": where the value lies
-            place = bpf_map.shm.value_offset(key_bytes)
-            if place < 0 or bpf_map.this_cpu(bpf_map.elems.get(place)) is not rs.mem[r0 >> 32]:
-                return r0  # gone or replaced meanwhile: nothing to remember
-            local = bpf_map.percpu or bpf_map.access_stats.cpu_node[cpu] == bpf_map.numa_node
-            tag, entry = place + 1, place & (LOOKUP_CACHE - 1)
+        elif type(bpf_map) in SHARED_BY_PLACE:
+            return r0  # compiled code registers the segment's region itself, not values
         else:
             elem = bpf_map.table.get(key_bytes)
             value = None if elem is None else elem.value[cpu] if bpf_map.percpu else elem.value
