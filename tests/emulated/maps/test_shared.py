@@ -741,3 +741,59 @@ def test_a_segment_map_found_in_a_map_of_maps_is_updated_as_the_reference(ops, i
         results.append((engine, [out[i] for i in range(len(ops))], sorted(inner.items())))
     for engine, *got in results[1:]:
         assert tuple(got) == results[0][1:], engine
+
+
+def test_lru_and_lpm_pins_are_got_by_another_process_with_the_same_cpus():
+    """An LRU map (BPF_F_NO_COMMON_LRU: max_entries rounded up to the CPUs, as
+    htab_map_alloc does) and an LPM trie pinned in a named segment: another process's
+    emulated system of 2 CPUs gets both (sizes, flags, contents) and inserts; one of 4 CPUs
+    cannot take the LRU map, whose lists are 2 CPUs' (EINVAL, saying so)."""
+    name = f"pybpf-test-{os.getpid()}-lru-pins"
+    seg = shared.Segment.create(name, MIB)
+    path = f"/sys/fs/bpf/pybpf-test-{os.getpid()}-lru"
+    try:
+        sys_ = EmulatedSystem(cpus=2, modeled_time=False, shared=seg)
+        lru = sys_.map_create(MapType.LRU_HASH, 4, 8, 3, map_flags=BPF_F_NO_COMMON_LRU)
+        assert sys_.map_get_info(lru).max_entries == 4
+        sys_.map_update_elem(lru, struct.pack("<I", 1), struct.pack("<Q", 10), 0)
+        sys_.obj_pin(lru, path)
+        trie = sys_.map_create(MapType.LPM_TRIE, 8, 8, 4, map_flags=BPF_F_NO_PREALLOC)
+        sys_.map_update_elem(trie, struct.pack("<I", 8) + bytes([10, 0, 0, 0]),
+                             struct.pack("<Q", 8), 0)
+        sys_.obj_pin(trie, path + "-trie")
+        script = (
+            "import struct, sys\n"
+            "from pybpf import shared\n"
+            "from pybpf.emulated.system import EmulatedSystem\n"
+            "from pybpf.errors import BPFError\n"
+            "s = EmulatedSystem(cpus=int(sys.argv[3]), modeled_time=False, "
+            "shared=shared.Segment.attach(sys.argv[1]))\n"
+            "try:\n"
+            "    lru = s.obj_get(sys.argv[2])\n"
+            "except BPFError as exc:\n"
+            "    print('errno', exc.errno, 'lists for 2 CPUs' in str(exc))\n"
+            "    sys.exit(0)\n"
+            "info = s.map_get_info(lru)\n"
+            "print(info.max_entries, info.map_flags)\n"
+            "print(struct.unpack('<Q', s.map_lookup_elem(lru, struct.pack('<I', 1)))[0])\n"
+            "with s.on_cpu(1):\n"
+            "    s.map_update_elem(lru, struct.pack('<I', 2), struct.pack('<Q', 20), 0)\n"
+            "trie = s.obj_get(sys.argv[2] + '-trie')\n"
+            "key = struct.pack('<I', 32) + bytes([10, 1, 2, 3])\n"
+            "print(struct.unpack('<Q', s.map_lookup_elem(trie, key))[0])\n"
+            "s.map_update_elem(trie, struct.pack('<I', 16) + bytes([10, 1, 0, 0]), "
+            "struct.pack('<Q', 16), 0)\n")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        runs = [subprocess.run([sys.executable, "-c", script, name, path, cpus],
+                               capture_output=True, text=True, env=env, timeout=120)
+                for cpus in ("2", "4")]
+        assert [run.returncode for run in runs] == [0, 0], [run.stderr for run in runs]
+        assert runs[0].stdout.splitlines() == [f"4 {BPF_F_NO_COMMON_LRU}", "10", "8"]
+        assert runs[1].stdout.splitlines() == [f"errno {errno.EINVAL} True"]
+        assert sys_.map_lookup_elem(lru, struct.pack("<I", 2)) == struct.pack("<Q", 20)
+        key = struct.pack("<I", 32) + bytes([10, 1, 2, 3])
+        assert sys_.map_lookup_elem(trie, key) == struct.pack("<Q", 16)
+        sys_.map_from_fd(lru).check_invariants()
+        sys_.map_from_fd(trie).check_invariants()
+    finally:
+        shared.unlink(name)
