@@ -3,14 +3,15 @@ map-perf on 1 host CPU and on N, beside what the host gives N processes and the 
 
 Rules this module keeps:
 - The emulated runs are ``pybpf map-perf TESTS P 0 MAX_CNT --processes --modeled-time off``
-  (emulated_run.py: each CPU's task a forked process pinned to a host CPU, the HASH and ARRAY
-  maps in a shared segment), P = 1 and P = N; a test's figure is its aggregate: all
+  (emulated_run.py: each CPU's task a forked process pinned to a host CPU, the maps in a
+  shared segment), P = 1 and P = N; a test's figure is its aggregate: all
   processes' events over the wall time from the test's common start to the last end.
 - Beside them, in the same rounds: the reference, a pure-Python loop (dict lookups) in 1 and
   in N forked processes, the most the host gives N processes of Python; and, where bpf(2)
   is allowed, the kernel's map-perf with 1 and N processes (its aggregate: the processes'
   rates summed, as they run at once), so each emulated process's rate has the kernel's
-  beside it, and the emulated N / 1 the kernel's.
+  beside it, and the emulated N / 1 the kernel's. With ``--jit-beside``, the same run of 1
+  process on the JIT too, and the engine's rate over the JIT's.
 - Rounds interleave every run; each figure is the median of ``--rounds`` with its range,
   each ratio a ratio of medians with the larger spread of the two as its noise (and the
   ratio of the best rounds beside it: on a shared host the best round is the one least
@@ -111,6 +112,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--backend-kernel", dest="kernel", choices=("auto", "on", "off"),
                         default="auto", help="the kernel's map-perf beside (auto: where "
                                              "bpf(2) is allowed)")
+    parser.add_argument("--jit-beside", dest="jit_beside", action="store_true",
+                        help="also run 1 process on the JIT in each round, and give the "
+                             "engine's rate over the JIT's")
     return parser
 
 
@@ -128,12 +132,16 @@ def run_from_args(args: argparse.Namespace) -> int:
     emulated: dict[int, list[dict[str, float]]] = {1: [], procs: []}
     kernel_rates: dict[int, list[dict[str, float]]] = {1: [], procs: []}
     reference: dict[int, list[float]] = {1: [], procs: []}
+    jit = args.jit_beside and engine != "jit"
+    jit_rates: list[dict[str, float]] = []
     for _ in range(args.rounds):
         for n in (1, procs):
             emulated[n].append(map_perf_rates(tests, n, args.max_cnt, "emulated", engine))
             reference[n].append(reference_rate(n))
             if kernel:
                 kernel_rates[n].append(map_perf_rates(tests, n, args.max_cnt, "kernel"))
+        if jit:
+            jit_rates.append(map_perf_rates(tests, 1, args.max_cnt, "emulated", "jit"))
     print(f"emulated map-perf --processes --modeled-time off --engine {engine}, "
           f"{args.rounds} interleaved rounds, {args.max_cnt} events per test and process; "
           f"the host lets this run use {host_cpus} CPUs; median [range], events (lookups for "
@@ -149,16 +157,21 @@ def run_from_args(args: argparse.Namespace) -> int:
             k_one = [r[t.name] for r in kernel_rates[1]]
             k_many = [r[t.name] for r in kernel_rates[procs]]
             row += [_fmt(k_one), _ratio(k_one, one), _ratio(k_many, k_one)]
+        if jit:
+            jit_one = [r[t.name] for r in jit_rates]
+            row += [_fmt(jit_one), _ratio(one, jit_one)]
         rows.append(row)
     header = ["test", "1 process", f"{procs} processes", f"{procs} / 1",
               f"{procs} / 1 (bests)", "of the reference's"]
     if kernel:
         header += ["kernel, 1 process", "kernel / emulated (1 process)",
                    f"kernel {procs} / 1"]
+    if jit:
+        header += ["JIT, 1 process", f"{engine} / JIT"]
     rows.append(["reference: dict lookups, a process each", _fmt(reference[1]),
                  _fmt(reference[procs]), _ratio(reference[procs], reference[1]),
                  _best_ratio(reference[procs], reference[1]), "1.00"]
-                + (["", "", ""] if kernel else []))
+                + (["", "", ""] if kernel else []) + (["", ""] if jit else []))
     print(format_table(header, rows))
     return 0
 
