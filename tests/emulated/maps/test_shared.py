@@ -797,3 +797,15 @@ def test_lru_and_lpm_pins_are_got_by_another_process_with_the_same_cpus():
         sys_.map_from_fd(trie).check_invariants()
     finally:
         shared.unlink(name)
+
+
+def test_bench_map_perf_scaling_puts_the_jit_beside():
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    run = subprocess.run([sys.executable, "-m", "pybpf", "bench", "map-perf-scaling",
+                          "--rounds", "1", "--max-cnt", "50", "--procs", "2", "--tests", "1",
+                          "--backend-kernel", "off", "--engine", "interp", "--jit-beside"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    header, row = run.stdout.splitlines()[1:3]
+    assert header.split("  ")[-1].strip() == "interp / JIT" and "JIT, 1 process" in header
+    assert row.startswith("0:hash_map_perf") and row.rstrip().endswith("%")
