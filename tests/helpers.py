@@ -151,3 +151,21 @@ def hash_map_state(e, fd: int) -> dict:
                 for cache in bpf_map.ma.caches],
             "stats": e.map_stats(fd),
             "problems": bpf_map.storage.problems(bpf_map._hash)}
+
+
+def forked_results(target: Callable, args_each: list[tuple], timeout: float = 300) -> list:
+    """Run ``target(*args, queue)`` in a forked process for each ``args`` of ``args_each``,
+    all at once; what each put on the queue (in the order they put it), after every process
+    exited 0."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(*args, out)) for args in args_each]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=timeout) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    return results

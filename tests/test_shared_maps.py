@@ -28,6 +28,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pybpf
+from helpers import forked_results
 from pybpf import shared
 from pybpf.errors import BPFError, KeyExistsError, KeyNotFoundError, MapFullError
 from pybpf.testing import KERNEL_SKIP_REASON, kernel_available
@@ -430,18 +431,10 @@ def test_two_processes_on_one_hash_lose_and_duplicate_nothing(segment_name, flag
     listed twice, and the own keys are all there: about 200k operations. Without
     preallocation both processes also grow the map (chunk by chunk) at once."""
     keys, rounds = 1000, 20
-    ctx = multiprocessing.get_context("fork")
     with shared.Segment.create(segment_name, 8 * MIB) as seg:
         m = seg.create_map("h", "hash", 8, 8, 4 * keys, flags, key=int, value=int)
-        out = ctx.Queue()
-        procs = [ctx.Process(target=_hammer, args=(segment_name, "h", w, keys, rounds, out))
-                 for w in range(2)]
-        for p in procs:
-            p.start()
-        results = [out.get(timeout=300) for _ in procs]
-        for p in procs:
-            p.join(timeout=60)
-            assert p.exitcode == 0
+        results = forked_results(_hammer, [(segment_name, "h", w, keys, rounds)
+                                           for w in range(2)])
         inserted = sum(r[1] for r in results)
         taken = sum(r[2] for r in results)
         listed = list(m)

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from helpers import forked_results
 from pybpf import shared
 from pybpf.asm import (
     FP,
@@ -502,21 +503,10 @@ def test_two_processes_racing_through_emulated_syscalls_lose_nothing():
     """Two forked processes on one emulated system's hash map in a segment, through its
     syscalls: every common key inserted is taken once or still there, their own keys all
     gone, nothing listed twice."""
-    import multiprocessing
-
     sys_ = shared_system()
     fd = sys_.map_create(MapType.HASH, 4, 8, 4096, map_flags=BPF_F_NO_PREALLOC)
-    ctx = multiprocessing.get_context("fork")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_race, args=(sys_, fd, role, 200, 20, out))
-             for role in (0, 1)]
-    for p in procs:
-        p.start()
     results = {role: (inserted, taken) for role, inserted, taken in
-               (out.get(timeout=300) for _ in procs)}
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+               forked_results(_race, [(sys_, fd, role, 200, 20) for role in (0, 1)])}
     inserted, taken = results[0][0], results[1][1]
     left = walk(sys_, fd)
     assert len(set(left)) == len(left)
@@ -585,21 +575,10 @@ def test_two_processes_churning_an_lru_map_leave_it_whole(map_type, flags):
     map of 64 in a segment (300 keys: it evicts all the time, steals nodes from the other
     CPU's lists): every value read is whole, and at rest the chains, the count and every LRU
     list agree (Map.check), each node on one list."""
-    import multiprocessing
-
     sys_ = shared_system()
     fd = sys_.map_create(map_type, 4, 8, 64, map_flags=flags)
     value_size = syscall_value_size(map_type, 8)
-    ctx = multiprocessing.get_context("fork")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_lru_churn, args=(sys_, fd, cpu, value_size, 20000, out))
-             for cpu in (0, 1)]
-    for p in procs:
-        p.start()
-    done = [out.get(timeout=300) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    done = forked_results(_lru_churn, [(sys_, fd, cpu, value_size, 20000) for cpu in (0, 1)])
     assert done == [20000, 20000]
     sys_.map_from_fd(fd).check_invariants()
     keys = walk(sys_, fd)
