@@ -240,8 +240,8 @@ def test_flags_the_reference_takes_but_shared_maps_do_not_are_refused_clearly():
         assert "BPF_F_NO_PREALLOC and BPF_F_ZERO_SEED only" in str(info.value)
         with pytest.raises(BPFError, match="LRU_PERCPU_HASH, LPM_TRIE, ARRAY and"):
             seg.create_map("q", "queue", 0, 8, 4)
-        # per-CPU and LRU maps in a segment are an emulated system's, which knows its CPUs
-        for kind in ("percpu_hash", "lru_hash"):
+        # per-CPU maps in a segment are an emulated system's, which knows its CPUs
+        for kind in ("percpu_hash", "lru_percpu_hash"):
             with pytest.raises(BPFError, match="EmulatedSystem\\(shared=") as info:
                 seg.create_map("p", kind, 4, 8, 4)
             assert info.value.errno == errno.EINVAL
@@ -661,3 +661,33 @@ def test_an_lpm_trie_in_a_segment_matches_the_longest_prefix_for_every_process()
             routes[key(32, 11, 1, 2, 3)]
         assert info.value.errno == errno.ENOENT and "no prefix" in str(info.value)
         assert routes.count == 2
+
+
+def _lru_inserts(segment: str, worker: int, out) -> None:
+    seg = shared.Segment.attach(segment)
+    cache = seg.open_map("cache", key=int, value=int)
+    for i in range(5000):
+        cache[worker * 100_000 + i] = i
+    out.put(worker)
+
+
+def test_an_lru_hash_through_the_face_evicts_and_two_processes_keep_it_whole(segment_name):
+    """An LRU hash made through the face (lists per host CPU): filling it past max_entries
+    evicts the oldest keys, a BPF_F_NO_COMMON_LRU one has max_entries rounded up to the host
+    CPUs as htab_map_alloc rounds it, and two processes inserting 5000 keys each into one
+    map of 64 at once leave its chains, count and lists consistent (Map.check)."""
+    with shared.Segment.create(segment_name, 4 * MIB) as seg:
+        cache = seg.create_map("cache", "lru_hash", 4, 8, 64, key=int, value=int)
+        for i in range(200):
+            cache[i] = i
+        assert cache.count == len(list(cache)) <= 64 and 199 in cache and 0 not in cache
+        cpus = os.cpu_count() or 1
+        per_cpu = seg.create_map("per_cpu", "lru_hash", 4, 8, cpus + 1,
+                                 pybpf.MapFlags.NO_COMMON_LRU)
+        assert per_cpu._m.max_entries == 2 * cpus
+        assert sorted(forked_results(_lru_inserts, [(segment_name, w) for w in range(2)])) \
+            == [0, 1]
+        assert cache._m.check() == []
+        keys = list(cache)
+        assert len(keys) == len(set(keys)) == cache.count <= 64
+        assert all(cache[k] == k % 100_000 for k in keys)

@@ -1987,8 +1987,10 @@ static PyObject *Map_update_impl(MapObject *m, PyObject *const *args, Py_ssize_t
 	long long lru_cpu = nargs == 5 ? PyLong_AsLongLong(args[4]) : -1;
 	if (lru_cpu == -1 && PyErr_Occurred())
 		return NULL;
-	if (lru_cpu == -1)
-		lru_cpu = cpu == -1 ? 0 : cpu;
+	if (lru_cpu == -1 && is_lru(m->type)) { /* the CPU this process runs on */
+		int host = cpu != -1 ? (int)cpu : sched_getcpu();
+		lru_cpu = host < 0 ? 0 : (uint32_t)host % map_hdr(m)->lru_cpus;
+	}
 	if (is_lru(m->type) && (lru_cpu < 0 || lru_cpu >= map_hdr(m)->lru_cpus))
 		return os_error(EINVAL, "lru_cpu %lld: an LRU map's update runs on one of its %u "
 				"CPUs", lru_cpu, map_hdr(m)->lru_cpus);
@@ -2269,7 +2271,8 @@ static PyMethodDef Map_methods[] = {
 	{"update", (PyCFunction)(void (*)(void))Map_update, METH_FASTCALL,
 	 "update(key, value, flags=0, cpu=-1, lru_cpu=-1): cpu, a program's update of that "
 	 "CPU's value of a per-CPU map (-1: a syscall's, every CPU's); lru_cpu, the CPU whose "
-	 "LRU lists an LRU map's insert takes a node from (-1: cpu, or 0)"},
+	 "LRU lists an LRU map's insert takes a node from (-1: cpu, else the host CPU this "
+	 "process runs on, modulo the map's CPUs)"},
 	{"value_offset", (PyCFunction)Map_value_offset, METH_O,
 	 "value_offset(key) -> where the live value lies in the segment, or -1"},
 	{"delete", (PyCFunction)Map_delete, METH_O, "delete(key)"},

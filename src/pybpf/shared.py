@@ -1,4 +1,5 @@
-"""BPF array, hash and LPM trie maps in shared memory, shared by processes: ``pybpf.shared``.
+"""BPF array, hash, LRU hash and LPM trie maps in shared memory, shared by processes:
+``pybpf.shared``.
 
 A ``Segment`` is one block of shared memory holding maps, anonymous (shared with forked
 children) or a named POSIX shared-memory object that other processes attach to by name. Its
@@ -24,6 +25,10 @@ Rules this module keeps:
   BPF_F_NO_PREALLOC hash takes its elements from the segment as it grows, so it can also meet
   a full segment on update (ENOMEM).
 - Map memory is never given back to the segment: a map lives as long as its segment.
+- An LRU hash (``lru_hash``) is the kernel's LRU: an insert into a full map evicts. Lookups
+  here are the syscall's, which leave the reference bits alone (only a BPF program's lookup
+  marks a key used; an update of an existing key does too). Its lists are one set per host
+  CPU: an insert takes a node from those of the CPU its process runs on.
 - An LPM trie (``lpm_trie``, BPF_F_NO_PREALLOC as the kernel demands) is the kernel's trie:
   a lookup is a longest-prefix match, updates and deletes hold the trie's lock, lookups and
   get_next_key take none and walk again when a writer changed the trie meanwhile.
@@ -59,9 +64,8 @@ __all__ = ["Segment", "SegmentUsage", "SharedMap", "SharedMapsUnavailable", "ava
 INSTALL_HINT = ("pybpf.shared needs the C extension pybpf._shm_maps, which was not built: "
                 "install a C compiler and the Python headers (apt-get install gcc python3-dev) "
                 "and install pybpf again (./scripts/setup.sh, or pip install -e .)")
-# the segment's map types that need an emulated machine's CPUs (a value, or LRU lists, each)
-EMULATED_ONLY = (MapType.PERCPU_HASH, MapType.PERCPU_ARRAY, MapType.LRU_HASH,
-                 MapType.LRU_PERCPU_HASH)
+# the segment's map types that need an emulated machine's CPUs (a value for each)
+EMULATED_ONLY = (MapType.PERCPU_HASH, MapType.PERCPU_ARRAY, MapType.LRU_PERCPU_HASH)
 
 
 class SharedMapsUnavailable(RuntimeError):
@@ -155,41 +159,50 @@ class Segment:
     def create_map(self, name: str, map_type: MapType | int | str, key_size: int,
                    value_size: int, max_entries: int, flags: MapFlags | int = 0, *,
                    key: CodecSpec = None, value: CodecSpec = None) -> SharedMap:
-        """A new map named ``name`` in the segment: ``map_type`` HASH, ARRAY or LPM_TRIE;
-        ``flags`` BPF_F_NO_PREALLOC and BPF_F_ZERO_SEED for a hash, BPF_F_NO_PREALLOC for a
-        trie; ``key``/``value`` codecs as for ``Map`` (array keys default to int). EEXIST when
-        the name is taken, ENOMEM when the segment has no room for it."""
+        """A new map named ``name`` in the segment: ``map_type`` HASH, LRU_HASH, ARRAY or
+        LPM_TRIE; ``flags`` BPF_F_NO_PREALLOC and BPF_F_ZERO_SEED for a hash,
+        BPF_F_NO_COMMON_LRU and BPF_F_ZERO_SEED for an LRU hash (whose lists are one set per
+        host CPU: an insert takes a node from the lists of the CPU its process runs on, and
+        a full map evicts the least recently used keys, as the kernel's),
+        BPF_F_NO_PREALLOC for a trie; ``key``/``value`` codecs as for ``Map`` (array keys
+        default to int). EEXIST when the name is taken, ENOMEM when the segment has no room
+        for it."""
         kind = member_named(MapType, map_type, "map type") if isinstance(map_type, str) \
             else map_type
         if int(kind) in EMULATED_ONLY:
-            raise BPFError(errno.EINVAL, f"map create {name!r}: per-CPU and LRU maps in a "
-                           "segment are an emulated system's (EmulatedSystem(shared=...), "
-                           "whose CPUs they have a value or LRU lists for); here use HASH, "
-                           "ARRAY or LPM_TRIE", command="map_create")
+            raise BPFError(errno.EINVAL, f"map create {name!r}: per-CPU maps in a segment are "
+                           "an emulated system's (EmulatedSystem(shared=...), whose CPUs they "
+                           "have a value for); here use HASH, LRU_HASH, ARRAY or LPM_TRIE",
+                           command="map_create")
         key_codec, value_codec = _codecs(int(kind), key_size, value_size, key, value)
         for field, number in (("key_size", key_size), ("value_size", value_size),
                               ("max_entries", max_entries), ("flags", flags)):
             if not isinstance(number, int) or not 0 <= number < 1 << 32:
                 raise BPFError(errno.EINVAL, f"map create {name!r}: {field} must be a u32, "
                                f"got {number!r}", command="map_create")
+        ncpus = 1
+        if int(kind) == MapType.LRU_HASH:  # its lists: one set per host CPU
+            ncpus = os.cpu_count() or 1
+            if flags & MapFlags.NO_COMMON_LRU:  # htab_map_alloc: a CPU's share each
+                max_entries = -(-max_entries // ncpus) * ncpus
         try:
             handle = self._seg.create_map(name, int(kind), key_size, value_size, max_entries,
-                                          int(flags), random.getrandbits(32))
+                                          int(flags), random.getrandbits(32), ncpus)
         except OSError as exc:
             raise _segment_error(exc, f"map_create {name!r} in {self.describe()}") from None
         return SharedMap(handle, self, key_codec, value_codec)
 
     def open_map(self, name: str, *, key: CodecSpec = None,
                  value: CodecSpec = None) -> SharedMap:
-        """The map named ``name`` (ENOENT when there is none; EINVAL for a per-CPU or LRU map,
-        an emulated system's)."""
+        """The map named ``name`` (ENOENT when there is none; EINVAL for a per-CPU map, an
+        emulated system's)."""
         try:
             handle = self._seg.open_map(name)
         except OSError as exc:
             raise _segment_error(exc, f"map_open {name!r} in {self.describe()}") from None
         if handle.type in EMULATED_ONLY:
-            raise BPFError(errno.EINVAL, f"map_open {name!r}: a per-CPU or LRU map is an "
-                           "emulated system's; open HASH, ARRAY and LPM_TRIE maps here",
+            raise BPFError(errno.EINVAL, f"map_open {name!r}: a per-CPU map is an emulated "
+                           "system's; open HASH, LRU_HASH, ARRAY and LPM_TRIE maps here",
                            command="map_open")
         key_codec, value_codec = _codecs(handle.type, handle.key_size, handle.value_size, key,
                                          value)
