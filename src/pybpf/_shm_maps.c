@@ -2218,6 +2218,99 @@ static PyObject *Map_check(MapObject *m, PyObject *unused)
 	return map_result(m, "map_check", Map_check_impl(m));
 }
 
+/* bucket_batch(start, room, delete) -> (index, items): a hash map's batch ops' step
+ * (__htab_map_lookup_and_delete_batch): the first bucket at or after ``start`` that holds
+ * elements (index n_buckets when none does), and its (key, value) pairs front to back, read
+ * under its lock; None for the pairs when it holds more than ``room`` (nothing taken). With
+ * ``delete`` the bucket is emptied, its elements freed once its lock is dropped (an LRU
+ * map's back to the LRU), as the kernel frees them. */
+static PyObject *Map_bucket_batch_impl(MapObject *m, PyObject *args)
+{
+	unsigned int start, room;
+	int delete;
+	if (!PyArg_ParseTuple(args, "IIp", &start, &room, &delete))
+		return NULL;
+	if (m->seg->base == NULL)
+		return os_error(EBADF, "the map's segment is closed");
+	if (is_array(m->type) || is_lpm(m->type))
+		return os_error(ENOTSUPP, "bucket batches are a hash map's");
+	uint8_t *base = m->seg->base;
+	struct map_hdr *h = map_hdr(m);
+	struct bucket *buckets = (struct bucket *)(base + h->buckets_off);
+	uint32_t i = start;
+	for (; i <= m->mask; i++) {
+		struct bucket *b = &buckets[i];
+		if (__atomic_load_n(&b->head, __ATOMIC_RELAXED) == NIL)
+			continue;
+		int dead = spin_lock(&b->lock);
+		if (dead)
+			return owner_dead(dead);
+		uint32_t n = 0;
+		for (uint32_t s = b->head; s != NIL; s = ((struct helem *)slot_elem(base, h, s))->next)
+			n++;
+		if (n == 0) {
+			spin_unlock(&b->lock);
+			continue;
+		}
+		if (n > room) {
+			spin_unlock(&b->lock);
+			return Py_BuildValue("IO", i, Py_None);
+		}
+		PyObject *items = PyList_New(n);
+		uint32_t *freed = delete ? PyMem_Malloc(n * sizeof(uint32_t)) : NULL;
+		if (!items || (delete && !freed)) {
+			spin_unlock(&b->lock);
+			Py_XDECREF(items);
+			PyMem_Free(freed);
+			return PyErr_NoMemory();
+		}
+		uint32_t k = 0;
+		for (uint32_t s = b->head; s != NIL; s = ((struct helem *)slot_elem(base, h, s))->next) {
+			uint8_t *e = slot_elem(base, h, s);
+			PyObject *pair = Py_BuildValue(
+				"y#y#", (const char *)e + sizeof(struct helem), (Py_ssize_t)m->key_size,
+				(const char *)e + m->value_off, (Py_ssize_t)m->data_size);
+			if (!pair) {
+				spin_unlock(&b->lock);
+				Py_DECREF(items);
+				PyMem_Free(freed);
+				return NULL;
+			}
+			PyList_SET_ITEM(items, k, pair);
+			if (freed)
+				freed[k] = s;
+			k++;
+		}
+		if (delete) {
+			write_begin(&b->seq);
+			b->head = NIL;
+			write_end(&b->seq);
+		}
+		spin_unlock(&b->lock);
+		for (uint32_t j = 0; delete && j < n; j++) {
+			if (!is_lru(m->type)) {
+				freelist_push(base, h, freed[j]);
+				continue;
+			}
+			count_add(m, -1);
+			if ((dead = lru_push_free(m, freed[j]))) {
+				PyMem_Free(freed);
+				Py_DECREF(items);
+				return owner_dead(dead);
+			}
+		}
+		PyMem_Free(freed);
+		return Py_BuildValue("IN", i, items);
+	}
+	PyObject *none_left = PyList_New(0);
+	return none_left == NULL ? NULL : Py_BuildValue("IN", m->mask + 1, none_left);
+}
+
+static PyObject *Map_bucket_batch(MapObject *m, PyObject *args)
+{
+	return map_result(m, "map_lookup_batch", Map_bucket_batch_impl(m, args));
+}
+
 static PyObject *Map_get_count_impl(MapObject *m)
 {
 	if (m->seg->base == NULL)
@@ -2279,6 +2372,9 @@ static PyMethodDef Map_methods[] = {
 	{"lookup_and_delete", (PyCFunction)Map_lookup_and_delete, METH_O,
 	 "lookup_and_delete(key) -> value bytes"},
 	{"get_next_key", (PyCFunction)Map_get_next_key, METH_O, "get_next_key(key or None)"},
+	{"bucket_batch", (PyCFunction)Map_bucket_batch, METH_VARARGS,
+	 "bucket_batch(start, room, delete) -> (index, [(key, value), ...] or None): a hash "
+	 "map's batch step, a whole bucket"},
 	{"check", (PyCFunction)Map_check, METH_NOARGS,
 	 "check() -> [problem, ...]: a hash map's chains, count, free slots and LRU lists at "
 	 "rest ([] when consistent)"},

@@ -18,8 +18,9 @@ process-local. The families here are the emulated ops of those maps:
   call the segment's methods in C (the C extension's OpsHelpers) where it is built.
 - Not modelled: the segment charges no modeled time, keeps no NUMA access counts and has no
   allocator model, so a system with a segment runs without modeled time. A value with a
-  bpf_spin_lock or bpf_timer, BPF_F_MMAPABLE and BPF_F_INNER_MAP arrays, and hash batch ops
-  are refused (EINVAL / ENOTSUPP, saying so); array batch ops are syscall.c's generic ones.
+  bpf_spin_lock or bpf_timer, and BPF_F_MMAPABLE and BPF_F_INNER_MAP arrays are refused
+  (EINVAL, saying so). A hash map's batch lookups take whole buckets of the segment
+  (``Map.bucket_batch``, htab_batch's walk); the other batch ops are syscall.c's generic ones.
 - A map's memory stays in the segment until the segment goes (pybpf.shared's rule). Its name
   there is ``emulated-PID-N-NAME`` (the creating process, a count, the map's name), so
   another process attached to a named segment finds it (``Segment.map_names``, ``open_map``).
@@ -45,6 +46,7 @@ from .arraymap import ArrayBase, array_map_alloc_check
 from .batch import generic_map_delete_batch, generic_map_lookup_batch, generic_map_update_batch
 from .bpf_map import BpfMap
 from .hashtab import HtabMap
+from .htab_batch import lookup_and_delete_batch
 from .lpm_trie import LpmTrie
 
 if TYPE_CHECKING:
@@ -203,6 +205,29 @@ class SharedHtab(SharedSegmentMap):
     @classmethod
     def map_alloc_check(cls, attr: MapAttr, machine: Machine) -> None:
         HtabMap.htab_map_alloc_check(attr, machine)
+
+    def _batch(self, in_batch: bytes | None, count: int, elem_flags: int, flags: int,
+               delete: bool) -> Any:
+        """__htab_map_lookup_and_delete_batch on the segment's buckets."""
+        n_buckets = 1 << (self.max_entries - 1).bit_length()
+
+        def take_bucket(start: int, room: int, delete: bool) -> tuple[int | None, Any]:
+            index, pairs = self.shm.bucket_batch(start, room, delete)
+            return (None, None) if index >= n_buckets else (index, pairs)
+
+        return lookup_and_delete_batch(self, n_buckets, take_bucket, in_batch, count,
+                                       elem_flags, flags, delete)
+
+    def map_lookup_batch(self, in_batch: bytes | None, count: int, elem_flags: int,
+                         flags: int) -> Any:
+        return self._batch(in_batch, count, elem_flags, flags, delete=False)
+
+    def map_lookup_and_delete_batch(self, in_batch: bytes | None, count: int,
+                                    elem_flags: int, flags: int) -> Any:
+        return self._batch(in_batch, count, elem_flags, flags, delete=True)
+
+    map_update_batch = generic_map_update_batch
+    map_delete_batch = generic_map_delete_batch
 
     def map_lookup_and_delete_elem(self, key: bytes | None, flags: int) -> bytes:
         if flags:
