@@ -44,7 +44,7 @@ static SlotField rs_fields[RS_FIELDS];
 enum { RUN_ADDRESS, RUN_RS, RUN_ERROR, RUN_MACHINE, RUN_CPU, RUN_EXPORTED, RUN_REGISTERED,
        RUN_LOOKUP_STATS, RUN_FIELDS };
 static SlotField run_fields[RUN_FIELDS];
-static PyObject *s_current_pid_tgid, *s_unregister, *s_cpu;
+static PyObject *s_current_pid_tgid, *s_unregister, *s_cpu, *s_current, *s_task;
 
 static int bind_fields(void)
 {
@@ -116,6 +116,29 @@ out:
 	return rc;
 }
 
+/* Machine.current_pid_tgid of ``machine`` in *pid_tgid: from the task set_task gave the
+ * calling thread (machine.current.task, a (tgid, pid) tuple) without a Python frame, else by
+ * the method. 0, or -1 with an exception. */
+static int task_of(PyObject *machine, uint64_t *pid_tgid)
+{
+	PyObject *current = PyObject_GetAttr(machine, s_current);
+	PyObject *task = current == NULL ? NULL : PyObject_GetAttr(current, s_task);
+	Py_XDECREF(current);
+	if (task != NULL && PyTuple_CheckExact(task) && PyTuple_GET_SIZE(task) == 2) {
+		uint64_t tgid = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(task, 0));
+		uint64_t pid = PyLong_AsUnsignedLongLongMask(PyTuple_GET_ITEM(task, 1));
+		*pid_tgid = tgid << 32 | (pid & 0xffffffffu);
+		Py_DECREF(task);
+		return PyErr_Occurred() ? -1 : 0;
+	}
+	Py_XDECREF(task);
+	PyErr_Clear();
+	PyObject *value = PyObject_CallMethodNoArgs(machine, s_current_pid_tgid);
+	*pid_tgid = value == NULL ? 0 : PyLong_AsUnsignedLongLongMask(value);
+	Py_XDECREF(value);
+	return PyErr_Occurred() ? -1 : 0;
+}
+
 /* The run's state filled from rs (on ``machine``, rs.machine) for a run: 0, or -1 with an
  * exception */
 static int run_begin(NativeEntry *e, PyObject *rs, PyObject *machine, PyObject *run,
@@ -150,13 +173,8 @@ static int run_begin(NativeEntry *e, PyObject *rs, PyObject *machine, PyObject *
 	}
 	if (e->reads_task) {
 		uint64_t pid_tgid = 0;
-		if (machine != Py_None) {
-			PyObject *task = PyObject_CallMethodNoArgs(machine, s_current_pid_tgid);
-			pid_tgid = task == NULL ? 0 : PyLong_AsUnsignedLongLongMask(task);
-			Py_XDECREF(task);
-			if (PyErr_Occurred())
-				goto out;
-		}
+		if (machine != Py_None && task_of(machine, &pid_tgid) < 0)
+			goto out;
 		st[l[L_PID_TGID]] = pid_tgid;
 	}
 	rc = 0;
@@ -434,5 +452,6 @@ int native_entry_ready(void)
 {
 	return intern(&s_current_pid_tgid, "current_pid_tgid") < 0
 		|| intern(&s_unregister, "unregister") < 0 || intern(&s_cpu, "cpu") < 0
+		|| intern(&s_current, "current") < 0 || intern(&s_task, "task") < 0
 		|| PyType_Ready(&NativeEntryType) < 0 ? -1 : 0;
 }
