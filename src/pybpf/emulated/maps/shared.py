@@ -124,8 +124,8 @@ class SharedSegmentMap(BpfMap):
         # points its lookups into (a pointer's offset has 32 bits: not for a larger segment)
         self.segment_region: dict[int, Any] | None = \
             {0: self._memory} if len(self._memory) < 1 << 32 else None
-        # the values looked up (views_at's), by index (arrays) or by where they lie in the
-        # segment (hash maps)
+        # the values looked up (views_at's), by index (arrays: the native tier's too) or by
+        # where they lie in the segment (hash maps, tries)
         self.elems: dict[int, Any] = {}
         if OpsHelpers is not None:  # a program's helpers read their bytes and call these in C
             helpers = OpsHelpers(attr.key_size, attr.value_size, self.map_lookup_elem,
@@ -135,8 +135,8 @@ class SharedSegmentMap(BpfMap):
 
     def map_lookup_elem(self, key: bytes) -> memoryview | None:
         """The live value (a per-CPU map's running CPU's): its view in ``elems`` by where it
-        lies in the segment, one per element, so a value keeps its pointer within a run
-        and the native tier finds it there as an array's by index."""
+        lies in the segment, one per element, so a value keeps its pointer within a run (the
+        native tier points into ``segment_region`` instead)."""
         off = self.shm.value_offset(key)
         if off < 0:
             return None

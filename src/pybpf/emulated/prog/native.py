@@ -209,8 +209,8 @@ OP_LOAD, OP_STORE, OP_ATOMIC, OP_LD_ABS = range(5, 9)
 ARRAYS = (BpfArray, BpfPercpuArray, ArrayOfMaps, SharedArray, SharedPercpuArray)
 # the maps whose values are a slot per CPU, of which a run reads its CPU's
 PERCPU_VALUES = (BpfPercpuArray, SharedPercpuArray, SharedPercpuHtab, SharedLruPercpuHtab)
-# the hash maps and tries in a shared segment, whose lookups go by where pybpf_shm_lookup
-# finds the value
+# the hash maps and tries in a shared segment, whose lookups point into the segment's region
+# (registered once per run) where pybpf_shm_lookup finds the value
 SHARED_BY_PLACE = (SharedHtab, SharedPercpuHtab, SharedLruHtab, SharedLruPercpuHtab,
                    SharedLpmTrie)
 # the classes of the maps whose lookups run natively, and the plain map type of each
@@ -742,7 +742,8 @@ class _FunctionIR:
         self.branch(f"br i1 {native}, label %{tag}d{pc}, label %{tag}b{pc}")
         self.label(f"{tag}d{pc}")
         op = HTAB_OPS["helper_update" if update else "helper_delete"]
-        cpu = self.op(f"load i64, ptr {self.slot(THIS_CPU)}")  # a per-CPU map's slot
+        # the run's CPU: a per-CPU map's slot, an LRU map's lists
+        cpu = self.op(f"load i64, ptr {self.slot(THIS_CPU)}")
         direct = self.op(f"call i64 @{SHM_OP_SYMBOL}(ptr {shm}, i64 {op}, ptr {key_ptr}, "
                          f"ptr {value_ptr}, i64 {args[2]}, i64 {cpu})")
         slow_op = self.op(f"icmp eq i64 {direct}, {_const(SHM_SLOW, 64)}")
