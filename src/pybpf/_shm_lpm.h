@@ -53,14 +53,38 @@ static uint32_t longest_prefix_match(MapObject *m, const struct lpm_node *node,
 				     uint32_t prefixlen, const uint8_t *data)
 {
 	uint32_t limit = node->prefixlen < prefixlen ? node->prefixlen : prefixlen, bits = 0;
+	uint32_t size = m->key_size - 4, i = 0;
 	const uint8_t *nd = node_data(node);
-	for (uint32_t i = 0; i < m->key_size - 4 && bits < limit; i++) {
+	/* eight bytes at a time, then four, then one, as the kernel compares words (big
+	 * endian: the first differing bit is the highest set bit of the xor) */
+	for (; i + 8 <= size && bits < limit; i += 8, bits += 64) {
+		uint64_t a, b;
+		memcpy(&a, nd + i, 8);
+		memcpy(&b, data + i, 8);
+		uint64_t diff = __builtin_bswap64(a ^ b);
+		if (diff) {
+			bits += __builtin_clzll(diff);
+			return bits < limit ? bits : limit;
+		}
+	}
+	if (i + 4 <= size && bits < limit) { /* an IPv4 address's four bytes at once */
+		uint32_t a, b;
+		memcpy(&a, nd + i, 4);
+		memcpy(&b, data + i, 4);
+		uint32_t diff = __builtin_bswap32(a ^ b);
+		if (diff) {
+			bits += __builtin_clz(diff);
+			return bits < limit ? bits : limit;
+		}
+		i += 4;
+		bits += 32;
+	}
+	for (; i < size && bits < limit; i++, bits += 8) {
 		uint8_t diff = nd[i] ^ data[i];
 		if (diff) {
 			bits += __builtin_clz((unsigned)diff) - 24;
 			break;
 		}
-		bits += 8;
 	}
 	return bits < limit ? bits : limit;
 }

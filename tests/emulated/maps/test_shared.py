@@ -625,14 +625,16 @@ def test_program_lpm_ops_match_the_reference_on_every_engine(ops):
 
 @st.composite
 def lpm_sequence(draw):
-    """Syscall ops on an LPM trie with 1 to 3 data bytes: keys of a small pool (prefixes
+    """Syscall ops on an LPM trie with 1 to 16 data bytes: keys of a small pool (prefixes
     of each other, and past the maximum), values of 8 bytes."""
-    data_size = draw(st.integers(1, 3))
+    data_size = draw(st.sampled_from([1, 2, 3, 4, 9, 16]))  # byte, word and u64 compares
     # bytes that part early and late (st.binary's favourite, zeros, would nest every prefix)
     data = st.lists(st.sampled_from([0x00, 0x80, 0xC0, 0x40, 0xFF, 0x0F, 0xA5]),
                     min_size=data_size, max_size=data_size).map(bytes)
-    key = st.builds(lambda p, d: p.to_bytes(4, "little") + d, st.integers(0, 8 * data_size + 1),
-                    data)
+    # prefixes that end near where such bytes part (and any, and past the maximum)
+    prefixlen = st.one_of(st.integers(0, 8 * data_size + 1),
+                          st.sampled_from([0, 1, 2, 3, 4, 5, 8, 9, 8 * data_size]))
+    key = st.builds(lambda p, d: p.to_bytes(4, "little") + d, prefixlen, data)
     pool = draw(st.lists(key, min_size=1, max_size=12))
     keys = st.one_of(st.sampled_from(pool), key)
     update = st.tuples(st.just("update"), keys, st.binary(min_size=8, max_size=8),
@@ -792,3 +794,24 @@ def test_bench_map_perf_scaling_puts_the_jit_beside():
     header, row = run.stdout.splitlines()[1:3]
     assert header.split("  ")[-1].strip() == "interp / JIT" and "JIT, 1 process" in header
     assert row.startswith("0:hash_map_perf") and row.rstrip().endswith("%")
+
+
+@pytest.mark.parametrize("data_size", [3, 4, 9])
+def test_a_trie_key_parting_at_a_nodes_last_bit_does_not_match_it(data_size):
+    """/1 0x80.. and /9 0x00.. part at bit 0, under an intermediate node: /8 0x00.. matches
+    neither (ENOENT) and /72-ish 0x00.. matches /9, whichever way the prefix match compares
+    (bytes, a u32, a u64), as in the reference."""
+    def key(prefixlen: int, first: int) -> bytes:
+        return struct.pack("<I", prefixlen) + bytes([first]) + bytes(data_size - 1)
+
+    answers = []
+    for sys_ in (shared_system(), EmulatedSystem(cpus=2, modeled_time=False)):
+        fd = sys_.map_create(MapType.LPM_TRIE, 4 + data_size, 8, 8,
+                             map_flags=BPF_F_NO_PREALLOC)
+        sys_.map_update_elem(fd, key(1, 0x80), bytes(8), 0)
+        sys_.map_update_elem(fd, key(9, 0x00), b"\x01" * 8, 0)
+        answers.append([apply(sys_, fd, ("lookup", key(8, 0x00))),
+                        apply(sys_, fd, ("lookup", key(8 * data_size, 0x00))),
+                        walk(sys_, fd)])
+    assert answers[0] == answers[1]
+    assert answers[0][0] == ("errno", errno.ENOENT) and answers[0][1] == ("ok", b"\x01" * 8)
