@@ -132,9 +132,9 @@ class EmulatedSystem(LinksMixin, SockMapMixin, ProgramsMixin, BtfMixin, System):
     ``"kmem_cache_alloc_bulk"`` (straight from the slab; before). ``cpumap_rx`` picks how
     they pass skbs up: ``"gro_receive_skb"`` (the entry's GRO node; since 6.15) or
     ``"netif_receive_skb_list"`` (one list per pass, no GRO node; before).
-    ``shared`` (a ``pybpf.shared.Segment``) puts the system's hash and array maps (per-CPU
-    ones too) and their pins in that segment, so processes forked after they were made share
-    them, and systems of other processes on the segment get its pins
+    ``shared`` (a ``pybpf.shared.Segment``) puts the system's hash, LRU hash, LPM trie and
+    array maps (per-CPU ones too) and their pins in that segment, so processes forked after
+    they were made share them, and systems of other processes on the segment get its pins
     (emulated/maps/shared.py); such a system runs without modeled time, which the segment's
     maps do not charge.
     """

@@ -17,11 +17,11 @@ that host rate: how fast the emulator itself runs the sample.
 ``--processes`` (modeled time off) runs them as the sample runs its children: each CPU's task
 in a process forked once the maps and programs are made, pinned to a host CPU (CPU i on the
 i-th CPU the run may use, round robin), the maps in an anonymous shared segment
-(``EmulatedSystem(shared=...)``, which holds hash and array maps, per-CPU ones too), so the
-tasks update the same maps at once on the host's CPUs. The children start each test
-together from a barrier and send their results back through a pipe; the run also reports
-each test's aggregate: the events of all children over the wall time from that start to
-the last child's end of the test.
+(``EmulatedSystem(shared=...)``, which holds every map of the sample but its array of maps,
+each process's copy), so the tasks update the same maps at once on the host's CPUs. The
+children start each test together from a barrier and send their results back through a
+pipe; the run also reports each test's aggregate: the events of all children over the wall
+time from that start to the last child's end of the test.
 """
 
 from __future__ import annotations
