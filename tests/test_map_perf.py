@@ -389,6 +389,11 @@ def test_processes_run_each_cpu_in_a_process_on_shared_maps(capsys):
     assert result.notes[0].startswith("all:hash_map_perf pre-alloc ")
     assert "over 2 processes on host CPUs" in result.notes[0]
     assert "80 events in" in result.notes[0]
+    # what the processes waited for on the segment, counted in each and summed
+    waits = re.search(r"waited (\d+) times for a lock another held and read again (\d+) "
+                      r"times as another wrote \(([\d.]+) and ([\d.]+) per 1000 events\)",
+                      result.notes[0])
+    assert waits and float(waits[3]) == pytest.approx(1000 * int(waits[1]) / 80, abs=0.01)
 
 
 @needs_emulated_programs

@@ -691,3 +691,33 @@ def test_an_lru_hash_through_the_face_evicts_and_two_processes_keep_it_whole(seg
         keys = list(cache)
         assert len(keys) == len(set(keys)) == cache.count <= 64
         assert all(cache[k] == k % 100_000 for k in keys)
+
+
+def test_waits_count_a_lock_another_process_holds_and_a_value_it_is_writing(segment_name):
+    """White box, as the EOWNERDEAD test: an array element's lock word and count set as a
+    live process mid-write leaves them (the child's pid, an odd count). A lookup waits for
+    the count to turn even, an update for the lock; shared.waits() counts both, and the
+    child, which lets go of each in turn, counts nothing."""
+    with shared.Segment.create(segment_name, MIB) as seg:
+        a = seg.create_map("a", "array", 4, 8, 1, value=bytes)
+        marker = b"\x5a\xa5PYBPF!"
+        a[0] = marker
+        with open(f"/dev/shm/{segment_name}", "r+b") as f, mmap.mmap(f.fileno(), 0) as mem:
+            at = mem.find(marker)
+            ready, go = multiprocessing.Pipe()
+            pid = os.fork()
+            if pid == 0:
+                go.recv()
+                time.sleep(0.2)
+                struct.pack_into("<I", mem, at - 4, 2)  # the write is over: count even
+                time.sleep(0.2)
+                struct.pack_into("<I", mem, at - 8, 0)  # and the lock let go
+                os._exit(0)
+            struct.pack_into("<II", mem, at - 8, pid, 1)
+            before = shared.waits()
+            ready.send(True)
+            assert a._m.lookup(bytes(4)) == marker  # the C map's one lookup, and update
+            a._m.update(bytes(4), bytes(8))
+            after = shared.waits()
+            assert os.waitpid(pid, 0)[1] == 0
+    assert (after.locks - before.locks, after.reads - before.reads) == (1, 1)

@@ -232,9 +232,16 @@ static inline void cpu_relax(void)
 #endif
 }
 
+/* What this process waited for on its segments (module function waits()): locks it found
+ * held by another process, and lookups that read again because a writer was changing what
+ * they read. Counted on the slow paths only, in this process's memory (its threads add
+ * atomically). */
+static uint64_t lock_waits, read_waits;
+
 static int spin_lock_slow(uint32_t *lock)
 {
 	unsigned long spins = 0;
+	__atomic_add_fetch(&lock_waits, 1, __ATOMIC_RELAXED);
 	for (;;) {
 		uint32_t owner = __atomic_load_n(lock, __ATOMIC_RELAXED);
 		if (owner == 0) {
@@ -297,6 +304,7 @@ static int pid_alive(int pid, uint64_t start);
 static int read_begin_slow(uint32_t *seq, uint32_t *lock, uint32_t *start)
 {
 	unsigned long spins = 0;
+	__atomic_add_fetch(&read_waits, 1, __ATOMIC_RELAXED);
 	for (;;) {
 		uint32_t s = __atomic_load_n(seq, __ATOMIC_ACQUIRE);
 		if (!(s & 1)) {
@@ -332,7 +340,10 @@ static inline int read_begin(uint32_t *seq, uint32_t *lock, uint32_t *start)
 static inline int read_retry(uint32_t *seq, uint32_t start)
 {
 	__atomic_thread_fence(__ATOMIC_ACQUIRE);
-	return __atomic_load_n(seq, __ATOMIC_RELAXED) != start;
+	if (__builtin_expect(__atomic_load_n(seq, __ATOMIC_RELAXED) == start, 1))
+		return 0;
+	__atomic_add_fetch(&read_waits, 1, __ATOMIC_RELAXED);
+	return 1;
 }
 
 /* -- the segment object ------------------------------------------------------------------- */
@@ -2535,7 +2546,16 @@ static PyObject *py_jhash(PyObject *module, PyObject *args)
 	return PyLong_FromUnsignedLong(h);
 }
 
+static PyObject *py_waits(PyObject *module, PyObject *unused)
+{
+	return Py_BuildValue("KK", (unsigned long long)__atomic_load_n(&lock_waits, __ATOMIC_RELAXED),
+			     (unsigned long long)__atomic_load_n(&read_waits, __ATOMIC_RELAXED));
+}
+
 static PyMethodDef module_methods[] = {
+	{"waits", py_waits, METH_NOARGS,
+	 "waits() -> (lock_waits, read_waits): how often this process found a segment lock held "
+	 "by another, and a lookup read again as a writer changed what it read"},
 	{"htab_map_hash", py_htab_map_hash, METH_VARARGS,
 	 "htab_map_hash(key, hashrnd): the bucket hash of a key (jhash2 or jhash)"},
 	{"jhash", py_jhash, METH_VARARGS, "jhash(bytes, initval)"},

@@ -58,8 +58,8 @@ from .mapcore import MODE_SLOW, MapCore
 from .maps import FlaggedUpdate, UpdateFlags, _ItemsView, _ValuesView, update_flags
 from .uapi import MapFlags, MapType, member_named
 
-__all__ = ["Segment", "SegmentUsage", "SharedMap", "SharedMapsUnavailable", "available",
-           "unlink"]
+__all__ = ["Segment", "SegmentUsage", "SharedMap", "SharedMapsUnavailable", "Waits",
+           "available", "unlink", "waits"]
 
 INSTALL_HINT = ("pybpf.shared needs the C extension pybpf._shm_maps, which was not built: "
                 "install a C compiler and the Python headers (apt-get install gcc python3-dev) "
@@ -273,6 +273,23 @@ def unlink(name: str) -> None:
         shm.unlink(name)
     except OSError as exc:
         raise _segment_error(exc, f"segment unlink {name!r}") from None
+
+
+@dataclass(frozen=True)
+class Waits:
+    """What this process has waited for on segments since it started (forked children start
+    from their parent's counts): ``locks``, a bucket's, element's or list's lock it found
+    held by another process; ``reads``, lookups (and walks) it read again because another
+    process was writing what they read. Counted on the slow paths only: contention between
+    processes, not the cost of an operation."""
+
+    locks: int
+    reads: int
+
+
+def waits() -> Waits:
+    """This process's ``Waits`` (take two and subtract to see what a stretch waited)."""
+    return Waits(*_require().waits())
 
 
 def _check_size(size: int) -> None:

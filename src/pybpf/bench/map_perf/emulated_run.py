@@ -38,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ... import shared
 from ...emulated import VirtualTimeScheduler
 from ...uapi import MapType
 from .. import report
@@ -208,15 +209,18 @@ class EmulatedRun:
             children.append((pid, out_read))
         results: list[Result] = []
         spans: dict[str, list[tuple[int, int]]] = {}
+        waits: dict[str, list[int]] = {t.name: [0, 0] for t in cfg.tests}
         failures: list[str] = []
         for cpu, payload in enumerate(self.collect(children, barrier)):
             got = pickle.loads(payload) if payload else "it died without a report"
             if isinstance(got, str):
                 failures.append(f"CPU {cpu}'s process: {got}")
                 continue
-            for res, span in got:
+            for res, span, (lock_waits, read_waits) in got:
                 results.append(res)
                 spans.setdefault(res.test, []).append(span)
+                waits[res.test][0] += lock_waits
+                waits[res.test][1] += read_waits
         if failures:
             raise RuntimeError("map-perf --processes: " + "; ".join(failures))
         if not cfg.json:
@@ -227,13 +231,17 @@ class EmulatedRun:
         for t in cfg.tests:
             td = TESTS[t]
             wall = max(end for _, end in spans[t.name]) - min(start for start, _ in spans[t.name])
-            rate = rate_of(cfg.max_cnt * self.nprocs, wall, td.per_event)
+            events = cfg.max_cnt * self.nprocs
+            rate = rate_of(events, wall, td.per_event)
             result.aggregate_rates[t.name] = rate
+            lock_waits, read_waits = waits[t.name]
             result.notes.append(
                 f"{td.line('all', rate)} over {self.nprocs} processes on host CPUs {cpus}, "
-                f"maps in a shared segment: {cfg.max_cnt * self.nprocs} events in "
-                f"{wall / 1e9:.3f} s of wall time from the test's common start to the last "
-                "process's end")
+                f"maps in a shared segment: {events} events in {wall / 1e9:.3f} s of wall "
+                "time from the test's common start to the last process's end; the processes "
+                f"waited {lock_waits} times for a lock another held and read again "
+                f"{read_waits} times as another wrote ({1000 * lock_waits / events:.2f} and "
+                f"{1000 * read_waits / events:.2f} per 1000 events)")
         return results
 
     @staticmethod
@@ -259,10 +267,12 @@ class EmulatedRun:
                         barrier.abort()
         return [bytes(payloads[fd]) for _, fd in children]
 
-    def child_results(self, setup: Setup, cpu: int,
-                      barrier: threading.Barrier) -> list[tuple[Result, tuple[int, int]]]:
+    def child_results(self, setup: Setup, cpu: int, barrier: threading.Barrier
+                      ) -> list[tuple[Result, tuple[int, int], tuple[int, int]]]:
         """A forked child's run: CPU ``cpu``'s task, every test (each from ``barrier``,
-        timed by its CPU clock), with each test's span in wall-clock ns."""
+        timed by its CPU clock), with each test's span in wall-clock ns and what it waited
+        for on the segment (shared.waits: locks held by another process, lookups read
+        again)."""
         machine = self.sys.machine
         done = [0] * self.nprocs
         out = []
@@ -270,9 +280,13 @@ class EmulatedRun:
             machine.set_task(TASK_PID_BASE + cpu)
             for t in self.cfg.tests:
                 barrier.wait()
+                before = shared.waits()
                 start = time.monotonic_ns()
                 res = self.run_test(setup, t, cpu, done, lambda _cpu: time.thread_time_ns())
-                out.append((res, (start, time.monotonic_ns())))
+                end = time.monotonic_ns()
+                after = shared.waits()
+                out.append((res, (start, end),
+                            (after.locks - before.locks, after.reads - before.reads)))
         return out
 
     def run_test(self, setup: Setup, t: Test, cpu: int, done: list[int],
