@@ -11,7 +11,9 @@ Rules this module keeps:
   is allowed, the kernel's map-perf with 1 and N processes (its aggregate: the processes'
   rates summed, as they run at once), so each emulated process's rate has the kernel's
   beside it, and the emulated N / 1 the kernel's. With ``--jit-beside``, the same run of 1
-  process on the JIT too, and the engine's rate over the JIT's.
+  process on the JIT too, and the engine's rate over the JIT's. Beside each test's N / 1,
+  what its N processes waited for on the segment (pybpf.shared.waits: locks another
+  process held, lookups read again as another wrote), per 1000 events over the rounds.
 - Rounds interleave every run; each figure is the median of ``--rounds`` with its range,
   each ratio a ratio of medians with the larger spread of the two as its noise (and the
   ratio of the best rounds beside it: on a shared host the best round is the one least
@@ -64,15 +66,22 @@ def reference_rate(procs: int) -> float:
 
 
 def map_perf_rates(tests: list[Test], procs: int, max_cnt: int, backend: str,
-                   engine: str | None = None) -> dict[str, float]:
+                   engine: str | None = None, waits: dict | None = None) -> dict[str, float]:
     """Each test's aggregate rate of one map-perf run with ``procs`` processes (the emulated
-    programs on ``engine``)."""
+    programs on ``engine``); an emulated run adds what its processes waited for, per test,
+    to ``waits`` ({test: [locks, reads, events]})."""
     cfg = Config(test_flags=sum(t.bit for t in tests), num_procs=procs, max_cnt=max_cnt,
                  backend=backend, json=True, progress=False)
     if backend == "emulated":
         cfg.cpus, cfg.modeled_time, cfg.processes, cfg.engine = procs, False, True, engine
     result = run(cfg)
     if backend == "emulated":
+        for name, (locks, reads) in result.waits.items():
+            if waits is not None:
+                total = waits.setdefault(name, [0, 0, 0])
+                total[0] += locks
+                total[1] += reads
+                total[2] += max_cnt * procs
         return dict(result.aggregate_rates)
     return {name: sum(r.rate for r in rows) for name, rows in result.by_test().items()}
 
@@ -134,9 +143,11 @@ def run_from_args(args: argparse.Namespace) -> int:
     reference: dict[int, list[float]] = {1: [], procs: []}
     jit = args.jit_beside and engine != "jit"
     jit_rates: list[dict[str, float]] = []
+    waits: dict[str, list[int]] = {}  # the N-process runs': [locks, reads, events]
     for _ in range(args.rounds):
         for n in (1, procs):
-            emulated[n].append(map_perf_rates(tests, n, args.max_cnt, "emulated", engine))
+            emulated[n].append(map_perf_rates(tests, n, args.max_cnt, "emulated", engine,
+                                              waits if n > 1 else None))
             reference[n].append(reference_rate(n))
             if kernel:
                 kernel_rates[n].append(map_perf_rates(tests, n, args.max_cnt, "kernel"))
@@ -150,9 +161,11 @@ def run_from_args(args: argparse.Namespace) -> int:
     for t in tests:
         one = [r[t.name] for r in emulated[1]]
         many = [r[t.name] for r in emulated[procs]]
+        locks, reads, events = waits.get(t.name, (0, 0, 0))
         row = [f"{t.value}:{TESTS[t].label}", _fmt(one), _fmt(many), _ratio(many, one),
                _best_ratio(many, one),
-               f"{scaling(many, one) / scaling(reference[procs], reference[1]):.2f}"]
+               f"{scaling(many, one) / scaling(reference[procs], reference[1]):.2f}",
+               f"{1000 * locks / max(events, 1):.2f} / {1000 * reads / max(events, 1):.2f}"]
         if kernel:
             k_one = [r[t.name] for r in kernel_rates[1]]
             k_many = [r[t.name] for r in kernel_rates[procs]]
@@ -162,7 +175,8 @@ def run_from_args(args: argparse.Namespace) -> int:
             row += [_fmt(jit_one), _ratio(one, jit_one)]
         rows.append(row)
     header = ["test", "1 process", f"{procs} processes", f"{procs} / 1",
-              f"{procs} / 1 (bests)", "of the reference's"]
+              f"{procs} / 1 (bests)", "of the reference's",
+              f"waits per 1000 events ({procs} processes): locks / reads"]
     if kernel:
         header += ["kernel, 1 process", "kernel / emulated (1 process)",
                    f"kernel {procs} / 1"]
@@ -170,7 +184,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         header += ["JIT, 1 process", f"{engine} / JIT"]
     rows.append(["reference: dict lookups, a process each", _fmt(reference[1]),
                  _fmt(reference[procs]), _ratio(reference[procs], reference[1]),
-                 _best_ratio(reference[procs], reference[1]), "1.00"]
+                 _best_ratio(reference[procs], reference[1]), "1.00", ""]
                 + (["", "", ""] if kernel else []) + (["", ""] if jit else []))
     print(format_table(header, rows))
     return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -324,6 +325,10 @@ def test_bench_map_perf_scaling_prints_each_test_beside_the_reference():
                          "reference:"}
     for line in rows.values():
         assert "x ±" in line
+    # beside each test, what its 2 processes waited for per 1000 events
+    assert "waits per 1000 events (2 processes): locks / reads" in run.stdout.splitlines()[1]
+    assert all(re.search(r"\d+\.\d\d / \d+\.\d\d", line)
+               for name, line in rows.items() if name != "reference:")
 
 
 def ops_program(ops) -> ProgramSpec:

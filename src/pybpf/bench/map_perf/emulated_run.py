@@ -234,7 +234,7 @@ class EmulatedRun:
             events = cfg.max_cnt * self.nprocs
             rate = rate_of(events, wall, td.per_event)
             result.aggregate_rates[t.name] = rate
-            lock_waits, read_waits = waits[t.name]
+            lock_waits, read_waits = result.waits[t.name] = tuple(waits[t.name])
             result.notes.append(
                 f"{td.line('all', rate)} over {self.nprocs} processes on host CPUs {cpus}, "
                 f"maps in a shared segment: {events} events in {wall / 1e9:.3f} s of wall "

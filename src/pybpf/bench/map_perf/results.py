@@ -79,6 +79,9 @@ class RunResult:
     # Emulated --processes: {test: the events (lookups for the lookup tests) of all children
     # per second of wall time, from the test's common start to the last child's end}
     aggregate_rates: dict[str, int] = field(default_factory=dict)
+    # Emulated --processes: {test: (locks, reads), what all children waited for on the
+    # segment (pybpf.shared.waits): locks another held, lookups read again}
+    waits: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def by_test(self) -> dict[str, list[Result]]:
         out: dict[str, list[Result]] = {}
@@ -139,6 +142,7 @@ def to_json(run_result: RunResult) -> dict:
         "trigger": run_result.trigger,
         "alloc_stats": run_result.alloc_stats,
         "aggregate_rates": run_result.aggregate_rates,
+        "waits": run_result.waits,
     }
 
 
