@@ -721,3 +721,75 @@ def test_waits_count_a_lock_another_process_holds_and_a_value_it_is_writing(segm
             after = shared.waits()
             assert os.waitpid(pid, 0)[1] == 0
     assert (after.locks - before.locks, after.reads - before.reads) == (1, 1)
+
+
+@st.composite
+def lru_case(draw):
+    key_size = draw(st.sampled_from([4, 8]))
+    max_entries = draw(st.integers(1, 12))
+    flags = BPF_F_ZERO_SEED | draw(st.sampled_from([0, pybpf.MapFlags.NO_COMMON_LRU]))
+    # more keys than entries: the map fills and evicts
+    pool = draw(st.lists(st.binary(min_size=key_size, max_size=key_size), min_size=1,
+                         max_size=30, unique=True))
+    ops = draw(st.lists(op_strategy(key_size, 8, pool), max_size=80))
+    return key_size, max_entries, int(flags), ops
+
+
+@settings(max_examples=100, database=None)
+@given(lru_case())
+def test_lru_op_sequences_match_the_reference_on_one_cpu(reference, case):
+    """An LRU hash through the face, this process pinned to CPU 0 (its inserts take CPU 0's
+    lists, as the kernel's take the lists of the CPU the syscall runs on, and the emulated
+    system's its current CPU, 0): the same values, errno, evictions and order as the
+    reference's, the kernel's included where bpf(2) is allowed."""
+    key_size, max_entries, flags, ops = case
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})
+    seg = shared.Segment.create(None, 4 * MIB)
+    fd = reference.map_create(MapType.LRU_HASH, key_size, 8, max_entries, map_flags=flags)
+    try:
+        m = seg.create_map("lru", "lru_hash", key_size, 8, max_entries, flags)
+        for op in ops:
+            mine, ref = run_both(m, reference, fd, op)
+            assert mine == ref, op
+        assert walk(m.get_next_key) == walk(lambda k: reference.map_get_next_key(fd, k))
+        assert m._m.check() == []
+    finally:
+        os.sched_setaffinity(0, cpus)
+        reference.close(fd)
+        seg.close()
+
+
+@st.composite
+def lpm_case(draw):
+    data_size = draw(st.sampled_from([1, 4, 9]))
+    max_entries = draw(st.integers(1, 8))
+    data = st.lists(st.sampled_from([0x00, 0x80, 0xC0, 0x40, 0xFF, 0x0F]),
+                    min_size=data_size, max_size=data_size).map(bytes)
+    prefixlen = st.one_of(st.integers(0, 8 * data_size + 1), st.sampled_from([0, 1, 2, 8]))
+    pool = draw(st.lists(st.builds(lambda p, d: struct.pack("<I", p) + d, prefixlen, data),
+                         min_size=1, max_size=12))
+    ops = draw(st.lists(op_strategy(4 + data_size, 8, pool), max_size=60))
+    return data_size, max_entries, ops
+
+
+@settings(max_examples=100, database=None)
+@given(lpm_case())
+def test_lpm_op_sequences_match_the_reference(reference, case):
+    """An LPM trie through the face: longest-prefix lookups, updates (ENOSPC when full,
+    EINVAL past the maximum prefix), deletes and get_next_key's post-order as the
+    reference's, the kernel's included where bpf(2) is allowed."""
+    data_size, max_entries, ops = case
+    seg = shared.Segment.create(None, 4 * MIB)
+    fd = reference.map_create(MapType.LPM_TRIE, 4 + data_size, 8, max_entries,
+                              map_flags=BPF_F_NO_PREALLOC)
+    try:
+        m = seg.create_map("t", "lpm_trie", 4 + data_size, 8, max_entries, BPF_F_NO_PREALLOC)
+        for op in ops:
+            mine, ref = run_both(m, reference, fd, op)
+            assert mine == ref, op
+        assert walk(m.get_next_key) == walk(lambda k: reference.map_get_next_key(fd, k))
+        assert m._m.check() == []
+    finally:
+        reference.close(fd)
+        seg.close()
