@@ -27,8 +27,9 @@ Rules this module keeps:
 - Map memory is never given back to the segment: a map lives as long as its segment.
 - An LRU hash (``lru_hash``) is the kernel's LRU: an insert into a full map evicts. Lookups
   here are the syscall's, which leave the reference bits alone (only a BPF program's lookup
-  marks a key used; an update of an existing key does too). Its lists are one set per host
-  CPU: an insert takes a node from those of the CPU its process runs on.
+  marks a key used; an update of an existing key does too). Its lists are one set per
+  possible CPU, as the kernel's: an insert takes a node from those of the CPU its process
+  runs on, so a process pinned to a CPU evicts what the kernel's LRU evicts there.
 - An LPM trie (``lpm_trie``, BPF_F_NO_PREALLOC as the kernel demands) is the kernel's trie:
   a lookup is a longest-prefix match, updates and deletes hold the trie's lock, lookups and
   get_next_key take none and walk again when a writer changed the trie meanwhile.
@@ -56,6 +57,7 @@ from .codecs import Codec, CodecSpec, make_codec
 from .errors import BPFError, KeyNotFoundError, bpf_error
 from .mapcore import MODE_SLOW, MapCore
 from .maps import FlaggedUpdate, UpdateFlags, _ItemsView, _ValuesView, update_flags
+from .topology import host_topology
 from .uapi import MapFlags, MapType, member_named
 
 __all__ = ["Segment", "SegmentUsage", "SharedMap", "SharedMapsUnavailable", "Waits",
@@ -162,7 +164,7 @@ class Segment:
         """A new map named ``name`` in the segment: ``map_type`` HASH, LRU_HASH, ARRAY or
         LPM_TRIE; ``flags`` BPF_F_NO_PREALLOC and BPF_F_ZERO_SEED for a hash,
         BPF_F_NO_COMMON_LRU and BPF_F_ZERO_SEED for an LRU hash (whose lists are one set per
-        host CPU: an insert takes a node from the lists of the CPU its process runs on, and
+        possible CPU: an insert takes a node from the lists of the CPU its process runs on, and
         a full map evicts the least recently used keys, as the kernel's),
         BPF_F_NO_PREALLOC for a trie; ``key``/``value`` codecs as for ``Map`` (array keys
         default to int). EEXIST when the name is taken, ENOMEM when the segment has no room
@@ -181,8 +183,8 @@ class Segment:
                 raise BPFError(errno.EINVAL, f"map create {name!r}: {field} must be a u32, "
                                f"got {number!r}", command="map_create")
         ncpus = 1
-        if int(kind) == MapType.LRU_HASH:  # its lists: one set per host CPU
-            ncpus = os.cpu_count() or 1
+        if int(kind) == MapType.LRU_HASH:  # its lists: one set per possible CPU, as the
+            ncpus = host_topology().num_cpus  # kernel's
             if flags & MapFlags.NO_COMMON_LRU:  # htab_map_alloc: a CPU's share each
                 max_entries = -(-max_entries // ncpus) * ncpus
         try:
