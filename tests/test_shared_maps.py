@@ -707,17 +707,19 @@ def test_waits_count_a_lock_another_process_holds_and_a_value_it_is_writing(segm
             at = mem.find(marker)
             ready, go = multiprocessing.Pipe()
             pid = os.fork()
-            if pid == 0:
-                go.recv()
-                time.sleep(0.2)
+            if pid == 0:  # each change half a second after the parent says it is about to
+                go.recv()  # read
+                time.sleep(0.5)
                 struct.pack_into("<I", mem, at - 4, 2)  # the write is over: count even
-                time.sleep(0.2)
+                go.recv()  # update
+                time.sleep(0.5)
                 struct.pack_into("<I", mem, at - 8, 0)  # and the lock let go
                 os._exit(0)
             struct.pack_into("<II", mem, at - 8, pid, 1)
             before = shared.waits()
-            ready.send(True)
+            ready.send("read")
             assert a._m.lookup(bytes(4)) == marker  # the C map's one lookup, and update
+            ready.send("update")
             a._m.update(bytes(4), bytes(8))
             after = shared.waits()
             assert os.waitpid(pid, 0)[1] == 0
