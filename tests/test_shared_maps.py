@@ -673,19 +673,25 @@ def _lru_inserts(segment: str, worker: int, out) -> None:
 
 
 def test_an_lru_hash_through_the_face_evicts_and_two_processes_keep_it_whole(segment_name):
-    """An LRU hash made through the face (lists per host CPU): filling it past max_entries
-    evicts the oldest keys, a BPF_F_NO_COMMON_LRU one has max_entries rounded up to the host
-    CPUs as htab_map_alloc rounds it, and two processes inserting 5000 keys each into one
-    map of 64 at once leave its chains, count and lists consistent (Map.check)."""
+    """An LRU hash made through the face (lists per possible CPU): filling it past
+    max_entries from one CPU evicts the oldest keys, a BPF_F_NO_COMMON_LRU one has
+    max_entries rounded up to the possible CPUs as htab_map_alloc rounds it, and two
+    processes inserting 5000 keys each into one map of 64 at once leave its chains, count
+    and lists consistent (Map.check)."""
     with shared.Segment.create(segment_name, 4 * MIB) as seg:
         cache = seg.create_map("cache", "lru_hash", 4, 8, 64, key=int, value=int)
-        for i in range(200):
-            cache[i] = i
+        cpus = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {min(cpus)})  # one CPU's lists: the oldest keys go first
+        try:
+            for i in range(200):
+                cache[i] = i
+        finally:
+            os.sched_setaffinity(0, cpus)
         assert cache.count == len(list(cache)) <= 64 and 199 in cache and 0 not in cache
-        cpus = host_topology().num_cpus  # the possible CPUs, as the kernel counts them
-        per_cpu = seg.create_map("per_cpu", "lru_hash", 4, 8, cpus + 1,
+        possible = host_topology().num_cpus  # the possible CPUs, as the kernel counts them
+        per_cpu = seg.create_map("per_cpu", "lru_hash", 4, 8, possible + 1,
                                  pybpf.MapFlags.NO_COMMON_LRU)
-        assert per_cpu._m.max_entries == 2 * cpus
+        assert per_cpu._m.max_entries == 2 * possible
         assert sorted(forked_results(_lru_inserts, [(segment_name, w) for w in range(2)])) \
             == [0, 1]
         assert cache._m.check() == []
