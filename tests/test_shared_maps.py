@@ -711,17 +711,21 @@ def test_waits_count_a_lock_another_process_holds_and_a_value_it_is_writing(segm
         a[0] = marker
         with open(f"/dev/shm/{segment_name}", "r+b") as f, mmap.mmap(f.fileno(), 0) as mem:
             at = mem.find(marker)
+            # the lock word and the count, each changed by one aligned 32-bit store
+            # (struct.pack_into zero-fills first: a reader could see the count at 0)
+            words = memoryview(mem)[at - 8:at].cast("I")
+            count = words[1]
             ready, go = multiprocessing.Pipe()
             pid = os.fork()
             if pid == 0:  # each change half a second after the parent says it is about to
                 go.recv()  # read
                 time.sleep(0.5)
-                struct.pack_into("<I", mem, at - 4, 2)  # the write is over: count even
+                words[1] = count + 2  # the write is over: the count even again
                 go.recv()  # update
                 time.sleep(0.5)
-                struct.pack_into("<I", mem, at - 8, 0)  # and the lock let go
+                words[0] = 0  # and the lock let go
                 os._exit(0)
-            struct.pack_into("<II", mem, at - 8, pid, 1)
+            words[0], words[1] = pid, count + 1
             before = shared.waits()
             ready.send("read")
             assert a._m.lookup(bytes(4)) == marker  # the C map's one lookup, and update
@@ -729,6 +733,7 @@ def test_waits_count_a_lock_another_process_holds_and_a_value_it_is_writing(segm
             a._m.update(bytes(4), bytes(8))
             after = shared.waits()
             assert os.waitpid(pid, 0)[1] == 0
+            words.release()
     assert (after.locks - before.locks, after.reads - before.reads) == (1, 1)
 
 
