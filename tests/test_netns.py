@@ -102,7 +102,9 @@ def test_bad_names_are_value_errors():
 def test_nothing_survives_a_process_killed_mid_run(sig):
     marker = f"{os.getpid()}.{sig.value}{int(time.time() * 1000) % 100000}"
     child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
-        import sys, time
+        import signal, sys, time
+        # Ctrl-C's default, whatever the test runner inherited (see test_veth_fixture.py)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from pybpf.netns import NetNamespace
         ns = NetNamespace()
         ns.add_veth("pbA", "pbB")

@@ -69,6 +69,9 @@ def test_the_emulated_pair_has_the_same_shape(emulated):
 
 CHILD = textwrap.dedent("""
     import os, signal, sys, time
+    # Ctrl-C's default, whatever the test runner inherited (a shell's background job starts
+    # with SIGINT ignored, which a child would keep)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     import pybpf
     from pybpf.testing.veth import veth_pair
     pair = veth_pair(pybpf.system("kernel"))
