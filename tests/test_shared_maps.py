@@ -11,6 +11,7 @@ extension the face says what to install and the rest of pybpf works.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import mmap
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -566,26 +568,41 @@ def test_a_segment_whose_processes_died_is_reclaimed(segment_name, reap):
         p.join(timeout=60)
 
 
+MARKER = b"\x5a\xa5PYBPF!"
+
+
+@contextlib.contextmanager
+def element_words(segment_name: str) -> Iterator[tuple]:
+    """White box: a one-element array holding MARKER in a new named segment, and its lock
+    word and count (the 8 bytes before its value, _shm_maps.c's struct aelem) as two u32s,
+    each changed by one aligned 32-bit store (struct.pack_into zero-fills first: a reader
+    could see the count at 0)."""
+    with shared.Segment.create(segment_name, MIB) as seg:
+        a = seg.create_map("a", "array", 4, 8, 1, value=bytes)
+        a[0] = MARKER
+        with open(f"/dev/shm/{segment_name}", "r+b") as f, mmap.mmap(f.fileno(), 0) as mem:
+            at = mem.find(MARKER)
+            assert at > 8 and mem.find(MARKER, at + 1) == -1
+            words = memoryview(mem)[at - 8:at].cast("I")
+            try:
+                yield a, words
+            finally:
+                words.release()
+
+
 def test_a_lock_held_by_a_dead_process_is_eownerdead_not_a_hang(segment_name):
     """A process killed inside an operation leaves its element's lock taken and its count
-    odd. White box: the element's lock word and count are the 8 bytes before its value
-    (_shm_maps.c, struct aelem); they are set here as a dead process would leave them."""
+    odd; they are set here as a dead process would leave them."""
     pid = os.fork()
     if pid == 0:
         os._exit(0)
     os.waitpid(pid, 0)  # a pid that no process has now
-    with shared.Segment.create(segment_name, MIB) as seg:
-        a = seg.create_map("a", "array", 4, 8, 1, value=bytes)
-        marker = b"\x5a\xa5PYBPF!"
-        a[0] = marker
-        with open(f"/dev/shm/{segment_name}", "r+b") as f, mmap.mmap(f.fileno(), 0) as mem:
-            at = mem.find(marker)
-            assert at > 8 and mem.find(marker, at + 1) == -1
-            struct.pack_into("<II", mem, at - 8, pid, 1)
-            for call in (lambda: a[0], lambda: a.update(0, bytes(8))):
-                with pytest.raises(BPFError) as info:
-                    call()
-                assert info.value.errno == errno.EOWNERDEAD and str(pid) in str(info.value)
+    with element_words(segment_name) as (a, words):
+        words[0], words[1] = pid, words[1] + 1
+        for call in (lambda: a[0], lambda: a.update(0, bytes(8))):
+            with pytest.raises(BPFError) as info:
+                call()
+            assert info.value.errno == errno.EOWNERDEAD and str(pid) in str(info.value)
 
 
 def test_attaching_to_a_missing_segment_says_how_to_make_one():
@@ -701,39 +718,30 @@ def test_an_lru_hash_through_the_face_evicts_and_two_processes_keep_it_whole(seg
 
 
 def test_waits_count_a_lock_another_process_holds_and_a_value_it_is_writing(segment_name):
-    """White box, as the EOWNERDEAD test: an array element's lock word and count set as a
-    live process mid-write leaves them (the child's pid, an odd count). A lookup waits for
-    the count to turn even, an update for the lock; shared.waits() counts both, and the
-    child, which lets go of each in turn, counts nothing."""
-    with shared.Segment.create(segment_name, MIB) as seg:
-        a = seg.create_map("a", "array", 4, 8, 1, value=bytes)
-        marker = b"\x5a\xa5PYBPF!"
-        a[0] = marker
-        with open(f"/dev/shm/{segment_name}", "r+b") as f, mmap.mmap(f.fileno(), 0) as mem:
-            at = mem.find(marker)
-            # the lock word and the count, each changed by one aligned 32-bit store
-            # (struct.pack_into zero-fills first: a reader could see the count at 0)
-            words = memoryview(mem)[at - 8:at].cast("I")
-            count = words[1]
-            ready, go = multiprocessing.Pipe()
-            pid = os.fork()
-            if pid == 0:  # each change half a second after the parent says it is about to
-                go.recv()  # read
-                time.sleep(0.5)
-                words[1] = count + 2  # the write is over: the count even again
-                go.recv()  # update
-                time.sleep(0.5)
-                words[0] = 0  # and the lock let go
-                os._exit(0)
-            words[0], words[1] = pid, count + 1
-            before = shared.waits()
-            ready.send("read")
-            assert a._m.lookup(bytes(4)) == marker  # the C map's one lookup, and update
-            ready.send("update")
-            a._m.update(bytes(4), bytes(8))
-            after = shared.waits()
-            assert os.waitpid(pid, 0)[1] == 0
-            words.release()
+    """An array element's lock word and count set as a live process mid-write leaves them
+    (the child's pid, an odd count). A lookup waits for the count to turn even, an update
+    for the lock; shared.waits() counts both, and the child, which lets go of each in
+    turn, counts nothing."""
+    with element_words(segment_name) as (a, words):
+        count = words[1]
+        ready, go = multiprocessing.Pipe()
+        pid = os.fork()
+        if pid == 0:  # each change half a second after the parent says it is about to
+            go.recv()  # read
+            time.sleep(0.5)
+            words[1] = count + 2  # the write is over: the count even again
+            go.recv()  # update
+            time.sleep(0.5)
+            words[0] = 0  # and the lock let go
+            os._exit(0)
+        words[0], words[1] = pid, count + 1
+        before = shared.waits()
+        ready.send("read")
+        assert a._m.lookup(bytes(4)) == MARKER  # the C map's one lookup, and update
+        ready.send("update")
+        a._m.update(bytes(4), bytes(8))
+        after = shared.waits()
+        assert os.waitpid(pid, 0)[1] == 0
     assert (after.locks - before.locks, after.reads - before.reads) == (1, 1)
 
 
