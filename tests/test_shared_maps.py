@@ -138,6 +138,15 @@ def run_both(shared_map, ref, fd, op) -> tuple:
     return (walk(m.get_next_key), walk(lambda k: ref.map_get_next_key(fd, k)))
 
 
+def run_sequence(m, reference, fd, ops) -> None:
+    """Every op on the shared map and on the reference's map ``fd``: the same outcome each,
+    then the same keys in the same order."""
+    for op in ops:
+        mine, ref = run_both(m, reference, fd, op)
+        assert mine == ref, op
+    assert walk(m.get_next_key) == walk(lambda k: reference.map_get_next_key(fd, k))
+
+
 @st.composite
 def hash_case(draw):
     key_size = draw(st.sampled_from([1, 3, 4, 8, 13]))
@@ -160,10 +169,7 @@ def test_hash_op_sequences_match_the_reference(reference, case):
                               map_flags=flags)
     try:
         m = seg.create_map("h", "hash", key_size, value_size, max_entries, flags)
-        for op in ops:
-            mine, ref = run_both(m, reference, fd, op)
-            assert mine == ref, op
-        assert walk(m.get_next_key) == walk(lambda k: reference.map_get_next_key(fd, k))
+        run_sequence(m, reference, fd, ops)
         assert m.count == len(m)
     finally:
         reference.close(fd)
@@ -771,10 +777,7 @@ def test_lru_op_sequences_match_the_reference_on_one_cpu(reference, case):
     fd = reference.map_create(MapType.LRU_HASH, key_size, 8, max_entries, map_flags=flags)
     try:
         m = seg.create_map("lru", "lru_hash", key_size, 8, max_entries, flags)
-        for op in ops:
-            mine, ref = run_both(m, reference, fd, op)
-            assert mine == ref, op
-        assert walk(m.get_next_key) == walk(lambda k: reference.map_get_next_key(fd, k))
+        run_sequence(m, reference, fd, ops)
         assert m._m.check() == []
     finally:
         os.sched_setaffinity(0, cpus)
@@ -807,10 +810,7 @@ def test_lpm_op_sequences_match_the_reference(reference, case):
                               map_flags=BPF_F_NO_PREALLOC)
     try:
         m = seg.create_map("t", "lpm_trie", 4 + data_size, 8, max_entries, BPF_F_NO_PREALLOC)
-        for op in ops:
-            mine, ref = run_both(m, reference, fd, op)
-            assert mine == ref, op
-        assert walk(m.get_next_key) == walk(lambda k: reference.map_get_next_key(fd, k))
+        run_sequence(m, reference, fd, ops)
         assert m._m.check() == []
     finally:
         reference.close(fd)

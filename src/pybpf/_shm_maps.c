@@ -1899,6 +1899,18 @@ static int hash_update(MapObject *m, const uint8_t *k, const uint8_t *v, uint64_
 	return 0;
 }
 
+/* An unlinked element's slot given back, uncounted: to this CPU's free list, or an LRU
+ * map's to its LRU. 0, or the pid of a dead owner of an LRU lock. */
+static int free_slot(MapObject *m, uint32_t slot)
+{
+	if (!is_lru(m->type)) {
+		freelist_push(m->seg->base, map_hdr(m), slot);
+		return 0;
+	}
+	count_add(m, -1);
+	return lru_push_free(m, slot);
+}
+
 /* Remove key's element; with out, copy its value there first. */
 static int hash_delete(MapObject *m, const uint8_t *k, char *out, int *dead)
 {
@@ -1918,12 +1930,7 @@ static int hash_delete(MapObject *m, const uint8_t *k, char *out, int *dead)
 	unlink_slot(m, b, s, prev);
 	write_end(&b->seq);
 	spin_unlock(&b->lock);
-	if (!is_lru(m->type)) {
-		freelist_push(base, h, s);
-		return 0;
-	}
-	count_add(m, -1);
-	return (*dead = lru_push_free(m, s)) ? EOWNERDEAD : 0;
+	return (*dead = free_slot(m, s)) ? EOWNERDEAD : 0;
 }
 
 /* The exception of a core's ``err`` (nonzero) on key ``k``: the kernel's errno, with what is
@@ -2299,12 +2306,7 @@ static PyObject *Map_bucket_batch_impl(MapObject *m, PyObject *args)
 		}
 		spin_unlock(&b->lock);
 		for (uint32_t j = 0; delete && j < n; j++) {
-			if (!is_lru(m->type)) {
-				freelist_push(base, h, freed[j]);
-				continue;
-			}
-			count_add(m, -1);
-			if ((dead = lru_push_free(m, freed[j]))) {
+			if ((dead = free_slot(m, freed[j]))) {
 				PyMem_Free(freed);
 				Py_DECREF(items);
 				return owner_dead(dead);

@@ -44,7 +44,7 @@ from ...errors import KernelError
 from ...uapi import BPF_F_INNER_MAP, BPF_F_MMAPABLE, MapFlags, MapType, round_up
 from .arraymap import ArrayBase, array_map_alloc_check
 from .batch import generic_map_delete_batch, generic_map_lookup_batch, generic_map_update_batch
-from .bpf_map import BpfMap
+from .bpf_map import BpfMap, roundup_pow_of_two
 from .hashtab import HtabMap
 from .htab_batch import lookup_and_delete_batch
 from .lpm_trie import LpmTrie
@@ -209,7 +209,7 @@ class SharedHtab(SharedSegmentMap):
     def _batch(self, in_batch: bytes | None, count: int, elem_flags: int, flags: int,
                delete: bool) -> Any:
         """__htab_map_lookup_and_delete_batch on the segment's buckets."""
-        n_buckets = 1 << (self.max_entries - 1).bit_length()
+        n_buckets = roundup_pow_of_two(self.max_entries)
 
         def take_bucket(start: int, room: int, delete: bool) -> tuple[int | None, Any]:
             index, pairs = self.shm.bucket_batch(start, room, delete)
