@@ -25,7 +25,8 @@ static PyObject *s_user_memory, *s_starts, *s_blocks, *s_machine, *s_prog, *s_ex
 	*s_charge, *s_tracepoint_entry, *s_engine, *s_main_entries,
 	*s_current, *s_cpu, *s_static_regions, *s_bpf_insn, *s_count, *s_tracepoints,
 	*s_run_state_proto, *s_run_state, *s_timing, *s_modeled, *s_modeled_time, *s_scheduler,
-	*s_ever_deferred, *s_bpf_syscall, *s_syscall_connect, *s_syscall_entry, *s_empty_ctx;
+	*s_ever_deferred, *s_bpf_syscall, *s_syscall_connect, *s_syscall_entry, *s_empty_ctx,
+	*s_fire_path;
 /* what run_native_prog raises and calls as run_prog does, imported at first use, and the
  * globals of irq_work_run's module, whose _irq_work_used says whether the call has anything
  * to do (irq_work_run's own first test, without its Python frame) */
@@ -34,6 +35,71 @@ static PyObject *run_abort, *program_fault, *irq_work_run, *ringbuf_globals, *s_
  * use */
 static PyObject *run_prog, *ctx_region;
 static PyObject *python_helper;  /* bpf_trace.bpf_probe_read_user, imported at first use */
+
+/* What a system's firings read that is set once, when the system is made: its machine, the
+ * machine's timing and per-thread ``current``, whether time is modeled (machine.modeled_time,
+ * timing.modeled); kept on the system (its _fire_path) so that no firing looks them up
+ * again. With it, what the runs of the links last fired read of each link (its program's
+ * executable, the executable's static regions and main entries: made when the program is
+ * loaded), while that tuple is the one fired (attaching or detaching makes a new one); the
+ * engine of the prototype RunState last used (a new engine or budget makes a new prototype);
+ * and the hash of the tracepoint key last fired (a tuple's hash is made at every lookup). */
+typedef struct {
+	PyObject_HEAD
+	PyObject *machine, *timing, *current;
+	int modeled_time, timing_modeled;
+	PyObject *key;       /* the key last fired, held: its address stays its own */
+	Py_hash_t key_hash;
+	PyObject *links;     /* the links last fired, and of each (exe, static_regions, */
+	PyObject *programs;  /* main_entries), a tuple */
+	PyObject *proto, *engine;  /* the prototype last used and its env's engine */
+} FirePath;
+
+static int fire_path_traverse(PyObject *op, visitproc visit, void *arg)
+{
+	FirePath *p = (FirePath *)op;
+	Py_VISIT(p->machine);
+	Py_VISIT(p->timing);
+	Py_VISIT(p->current);
+	Py_VISIT(p->key);
+	Py_VISIT(p->links);
+	Py_VISIT(p->programs);
+	Py_VISIT(p->proto);
+	Py_VISIT(p->engine);
+	return 0;
+}
+
+static int fire_path_clear(PyObject *op)
+{
+	FirePath *p = (FirePath *)op;
+	Py_CLEAR(p->machine);
+	Py_CLEAR(p->timing);
+	Py_CLEAR(p->current);
+	Py_CLEAR(p->key);
+	Py_CLEAR(p->links);
+	Py_CLEAR(p->programs);
+	Py_CLEAR(p->proto);
+	Py_CLEAR(p->engine);
+	return 0;
+}
+
+static void fire_path_dealloc(PyObject *op)
+{
+	PyObject_GC_UnTrack(op);
+	fire_path_clear(op);
+	Py_TYPE(op)->tp_free(op);
+}
+
+static PyTypeObject FirePathType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "pybpf._cache_model.FirePath",
+	.tp_basicsize = sizeof(FirePath),
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+	.tp_doc = "What a system's tracepoint firings read that is set once (_bpf_trace.c).",
+	.tp_traverse = fire_path_traverse,
+	.tp_clear = fire_path_clear,
+	.tp_dealloc = fire_path_dealloc,
+};
 
 int bpf_trace_ready(void)
 {
@@ -57,6 +123,8 @@ int bpf_trace_ready(void)
 		|| intern(&s_irq_work_used, "_irq_work_used") < 0
 		|| intern(&s_syscall_connect, "syscall_connect") < 0
 		|| intern(&s_syscall_entry, "syscall_entry") < 0
+		|| intern(&s_fire_path, "_fire_path") < 0
+		|| PyType_Ready(&FirePathType) < 0
 		|| (s_empty_ctx == NULL
 		    && (s_empty_ctx = PyBytes_FromStringAndSize(NULL, 0)) == NULL) ? -1 : 0;
 }
@@ -208,16 +276,87 @@ static PyObject *run_state_copy(PyObject *proto)
 	return rs;
 }
 
+/* bool(obj.name): 1 or 0, or -1 with an exception */
+static int attr_truth(PyObject *obj, PyObject *name)
+{
+	PyObject *value = PyObject_GetAttr(obj, name);
+	int truth = value == NULL ? -1 : PyObject_IsTrue(value);
+	Py_XDECREF(value);
+	return truth;
+}
+
+/* The system's FirePath (a new reference), made and kept on it at its first firing; NULL
+ * with an exception */
+static FirePath *fire_path_of(PyObject *system)
+{
+	PyObject *found = PyObject_GetAttr(system, s_fire_path);
+	if (found != NULL) {
+		if (Py_IS_TYPE(found, &FirePathType))
+			return (FirePath *)found;
+		Py_DECREF(found);
+		PyErr_SetString(PyExc_TypeError, "a system's _fire_path is a FirePath");
+		return NULL;
+	}
+	if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+		return NULL;
+	PyErr_Clear();
+	FirePath *p = PyObject_GC_New(FirePath, &FirePathType);
+	if (p == NULL)
+		return NULL;
+	p->machine = p->timing = p->current = p->key = NULL;
+	p->links = p->programs = p->proto = p->engine = NULL;
+	p->key_hash = -1;
+	PyObject_GC_Track(p);
+	if ((p->machine = PyObject_GetAttr(system, s_machine)) == NULL
+	    || (p->timing = PyObject_GetAttr(p->machine, s_timing)) == NULL
+	    || (p->current = PyObject_GetAttr(p->machine, s_current)) == NULL
+	    || (p->modeled_time = attr_truth(p->machine, s_modeled_time)) < 0
+	    || (p->timing_modeled = attr_truth(p->timing, s_modeled)) < 0
+	    || PyObject_SetAttr(system, s_fire_path, (PyObject *)p) < 0) {
+		Py_DECREF(p);
+		return NULL;
+	}
+	return p;
+}
+
+/* Of each of ``links``, (exe, exe.static_regions, exe.main_entries) (link.prog.executable),
+ * a new tuple, or NULL */
+static PyObject *programs_of(PyObject *links)
+{
+	Py_ssize_t n = PyTuple_GET_SIZE(links);
+	PyObject *programs = PyTuple_New(n);
+	for (Py_ssize_t i = 0; programs != NULL && i < n; i++) {
+		PyObject *prog = PyObject_GetAttr(PyTuple_GET_ITEM(links, i), s_prog);
+		PyObject *exe = prog == NULL ? NULL : PyObject_GetAttr(prog, s_executable);
+		PyObject *statics = exe == NULL ? NULL : PyObject_GetAttr(exe, s_static_regions);
+		PyObject *entries = statics == NULL ? NULL : PyObject_GetAttr(exe, s_main_entries);
+		PyObject *program = entries == NULL ? NULL : PyTuple_Pack(3, exe, statics, entries);
+		Py_XDECREF(prog);
+		Py_XDECREF(exe);
+		Py_XDECREF(statics);
+		Py_XDECREF(entries);
+		if (program == NULL)
+			Py_CLEAR(programs);
+		else
+			PyTuple_SET_ITEM(programs, i, program);
+	}
+	return programs;
+}
+
 /* The program's entry on the run's engine where it is a native one (NativeEntry) and the
  * run's entry maker is set (the prototype's: run_prog sets the same), else NULL (run_prog
- * runs it); a new reference, or NULL with an exception */
-static PyObject *native_entry_of(PyObject *exe, PyObject *rs)
+ * runs it); a new reference, or NULL with an exception. ``entries`` is exe.main_entries,
+ * ``engine`` the run's (rs.env.engine), each NULL where the caller has not got it. */
+static PyObject *native_entry_of(PyObject *exe, PyObject *rs, PyObject *entries,
+				 PyObject *engine)
 {
-	PyObject *entry_of = run_entry_of(rs), *env = NULL, *engine = NULL;
-	PyObject *entries = NULL, *entry = NULL;
-	if (entry_of == NULL || entry_of == Py_None || (env = run_env(rs)) == NULL
-	    || (engine = PyObject_GetAttr(env, s_engine)) == NULL
-	    || (entries = PyObject_GetAttr(exe, s_main_entries)) == NULL
+	PyObject *entry_of = run_entry_of(rs), *env = NULL, *entry = NULL;
+	Py_XINCREF(entries);
+	Py_XINCREF(engine);
+	if (entry_of == NULL || entry_of == Py_None
+	    || (engine == NULL && ((env = run_env(rs)) == NULL
+				   || (engine = PyObject_GetAttr(env, s_engine)) == NULL))
+	    || (entries == NULL && (entries = PyObject_GetAttr(exe, s_main_entries)) == NULL)
 	    || !PyDict_CheckExact(entries))
 		goto out;
 	entry = PyDict_GetItemWithError(entries, engine);
@@ -230,15 +369,39 @@ out:
 	return entry;
 }
 
-/* core.run_prog(exe, rs) where the program's entry is native (``entry``), from C: the run's
- * CPU, the program's maps among its regions, the run (a RunAbort is R0 0, a RecursionError a
- * fault), then the rings' wake-ups and, with modeled time (``cpu`` not None), its
- * instructions charged; R0, or NULL */
-static PyObject *run_native_prog(PyObject *exe, PyObject *rs, PyObject *entry,
-				 PyObject *ctx, PyObject *timing, PyObject *cpu)
+/* The run's regions given the program's static ones (run_prog's rs.mem.update(static)): a
+ * copy of ``statics`` with what rs.mem held beside them (a statics' region keeps its
+ * object, as update gives it), which is a copy of a small dict, not an insert per region;
+ * 0, or -1 */
+static int add_static_regions(PyObject *rs, PyObject *statics)
 {
-	PyObject *machine = NULL, *current = NULL, *run_cpu = NULL, *statics = NULL;
-	PyObject *mem = NULL, *r0 = NULL, *zero = NULL;
+	PyObject *mem = run_regions(rs), *merged = NULL;
+	int rc = -1;
+	if (mem == NULL)
+		return -1;
+	if (!PyDict_CheckExact(mem) || !PyDict_CheckExact(statics)) {
+		rc = PyObject_IsTrue(statics);
+		rc = rc <= 0 ? rc : PyDict_Update(mem, statics);
+	} else if (PyDict_GET_SIZE(statics) == 0) {
+		rc = 0;
+	} else if ((merged = PyDict_Copy(statics)) != NULL && PyDict_Merge(merged, mem, 0) == 0) {
+		rc = run_set_regions(rs, merged);
+	}
+	Py_XDECREF(mem);
+	Py_XDECREF(merged);
+	return rc;
+}
+
+/* core.run_prog(exe, rs) where the program's entry is native (``entry``), from C: the run's
+ * CPU, the program's maps among its regions (``statics``, exe.static_regions), the run (a
+ * RunAbort is R0 0, a RecursionError a fault), then the rings' wake-ups and, with modeled
+ * time (``cpu`` not None), its instructions charged; R0, or NULL. ``path`` is the firing
+ * system's (NULL: none). */
+static PyObject *run_native_prog(PyObject *exe, PyObject *rs, PyObject *entry,
+				 PyObject *ctx, PyObject *timing, PyObject *cpu,
+				 PyObject *statics, FirePath *path)
+{
+	PyObject *machine = NULL, *current = NULL, *run_cpu = NULL, *r0 = NULL, *zero = NULL;
 	if (run_abort == NULL && (run_abort = import_name("pybpf.emulated.prog.semantics",
 							  "RunAbort")) == NULL)
 		return NULL;
@@ -255,17 +418,18 @@ static PyObject *run_native_prog(PyObject *exe, PyObject *rs, PyObject *entry,
 		if (irq_work_run == NULL)
 			return NULL;
 	}
+	Py_XINCREF(statics);
 	if ((machine = run_machine(rs)) == NULL)
 		goto out;
-	if (machine != Py_None  /* rs.cpu = machine.current.cpu */
-	    && ((current = PyObject_GetAttr(machine, s_current)) == NULL
-		|| (run_cpu = PyObject_GetAttr(current, s_cpu)) == NULL
-		|| run_set_cpu(rs, run_cpu) < 0))
-		goto out;
-	if ((statics = PyObject_GetAttr(exe, s_static_regions)) == NULL
-	    || (mem = run_regions(rs)) == NULL
-	    || (PyObject_IsTrue(statics) && PyDict_Update(mem, statics) < 0)
-	    || (zero = PyLong_FromLong(0)) == NULL)
+	if (machine != Py_None) {  /* rs.cpu = machine.current.cpu */
+		current = path != NULL && path->machine == machine ? Py_NewRef(path->current)
+			: PyObject_GetAttr(machine, s_current);
+		if (current == NULL || (run_cpu = PyObject_GetAttr(current, s_cpu)) == NULL
+		    || run_set_cpu(rs, run_cpu) < 0)
+			goto out;
+	}
+	if ((statics == NULL && (statics = PyObject_GetAttr(exe, s_static_regions)) == NULL)
+	    || add_static_regions(rs, statics) < 0 || (zero = PyLong_FromLong(0)) == NULL)
 		goto out;
 	r0 = PyObject_Vectorcall(entry, (PyObject *[]){rs, ctx, zero, zero, zero, zero}, 6, NULL);
 	if (r0 == NULL && PyErr_ExceptionMatches(run_abort)) {
@@ -310,9 +474,91 @@ out:
 	Py_XDECREF(current);
 	Py_XDECREF(run_cpu);
 	Py_XDECREF(statics);
-	Py_XDECREF(mem);
 	Py_XDECREF(zero);
 	return r0;
+}
+
+/* trace_call_bpf's runs: each link's program run with ``record`` as region ``ctx_region`` of
+ * a RunState copied from ``proto``; ``path`` the firing system's (NULL: none), which keeps
+ * what the runs read of ``links`` and of ``proto`` */
+static PyObject *call_links(PyObject *links, PyObject *record, PyObject *proto,
+			    PyObject *ctx_region, PyObject *run_prog, PyObject *timing,
+			    PyObject *cpu, FirePath *path)
+{
+	Py_ssize_t n = PyTuple_GET_SIZE(links);
+	uint64_t region = PyLong_AsUnsignedLongLong(ctx_region);
+	/* R1: the context's pointer, run_prog's default */
+	PyObject *ctx = region == (uint64_t)-1 && PyErr_Occurred() ? NULL
+		: PyLong_FromUnsignedLongLong(region << 32);
+	PyObject *retvals = ctx == NULL ? NULL : PyList_New(n), *engine = NULL, *programs = NULL;
+	if (retvals == NULL || bind_run_state_type() < 0)
+		goto fail;
+	if (path != NULL && path->links != links) {
+		PyObject *made = programs_of(links);
+		if (made == NULL)
+			goto fail;
+		Py_XSETREF(path->programs, made);
+		Py_XSETREF(path->links, Py_NewRef(links));
+	}
+	if (path != NULL && path->proto != proto) {
+		PyObject *env = run_env(proto);
+		engine = env == NULL ? NULL : PyObject_GetAttr(env, s_engine);
+		Py_XDECREF(env);
+		if (engine == NULL)
+			goto fail;
+		Py_XSETREF(path->proto, Py_NewRef(proto));
+		Py_XSETREF(path->engine, Py_NewRef(engine));
+	} else if (path != NULL) {
+		engine = Py_NewRef(path->engine);
+	}
+	/* held: a run that fires another tracepoint of the system replaces the path's */
+	programs = path == NULL ? NULL : Py_NewRef(path->programs);
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *prog = NULL, *exe = NULL, *statics = NULL, *entries = NULL;
+		PyObject *rs = NULL, *mem = NULL, *r0 = NULL;
+		if (cpu != Py_None) {
+			PyObject *charged = PyObject_VectorcallMethod(
+				s_charge, (PyObject *[]){timing, cpu, s_tracepoint_entry}, 3, NULL);
+			if (charged == NULL)
+				goto fail;
+			Py_DECREF(charged);
+		}
+		if (path != NULL) {
+			PyObject *program = PyTuple_GET_ITEM(programs, i);
+			exe = Py_NewRef(PyTuple_GET_ITEM(program, 0));
+			statics = PyTuple_GET_ITEM(program, 1);
+			entries = PyTuple_GET_ITEM(program, 2);
+		} else if ((prog = PyObject_GetAttr(PyTuple_GET_ITEM(links, i), s_prog)) != NULL) {
+			exe = PyObject_GetAttr(prog, s_executable);
+		}
+		if (exe != NULL && (rs = run_state_copy(proto)) != NULL
+		    && (mem = run_regions(rs)) != NULL
+		    && PyDict_SetItem(mem, ctx_region, record) == 0) {
+			PyObject *entry = native_entry_of(exe, rs, entries, engine);
+			r0 = entry != NULL
+				? run_native_prog(exe, rs, entry, ctx, timing, cpu, statics, path)
+				: PyErr_Occurred() ? NULL
+				: PyObject_Vectorcall(run_prog, (PyObject *[]){exe, rs}, 2, NULL);
+			Py_XDECREF(entry);
+		}
+		Py_XDECREF(prog);
+		Py_XDECREF(exe);
+		Py_XDECREF(rs);
+		Py_XDECREF(mem);
+		if (r0 == NULL)
+			goto fail;
+		PyList_SET_ITEM(retvals, i, r0);
+	}
+	Py_DECREF(ctx);
+	Py_XDECREF(engine);
+	Py_XDECREF(programs);
+	return retvals;
+fail:
+	Py_XDECREF(ctx);
+	Py_XDECREF(retvals);
+	Py_XDECREF(engine);
+	Py_XDECREF(programs);
+	return NULL;
 }
 
 /* trace_call_bpf(links, record, proto, ctx_region, run_prog, timing, cpu) -> [r0, ...]: each
@@ -327,87 +573,46 @@ PyObject *trace_call_bpf(PyObject *module, PyObject *const *args, Py_ssize_t nar
 				"timing, cpu)");
 		return NULL;
 	}
-	PyObject *links = args[0], *record = args[1], *proto = args[2], *ctx_region = args[3];
-	PyObject *run_prog = args[4], *timing = args[5], *cpu = args[6];
-	Py_ssize_t n = PyTuple_GET_SIZE(links);
-	uint64_t region = PyLong_AsUnsignedLongLong(ctx_region);
-	/* R1: the context's pointer, run_prog's default */
-	PyObject *ctx = region == (uint64_t)-1 && PyErr_Occurred() ? NULL
-		: PyLong_FromUnsignedLongLong(region << 32);
-	PyObject *retvals = ctx == NULL ? NULL : PyList_New(n);
-	if (retvals == NULL || bind_run_state_type() < 0)
-		goto fail;
-	for (Py_ssize_t i = 0; i < n; i++) {
-		PyObject *prog = NULL, *exe = NULL, *rs = NULL, *mem = NULL, *r0 = NULL;
-		if (cpu != Py_None) {
-			PyObject *charged = PyObject_VectorcallMethod(
-				s_charge, (PyObject *[]){timing, cpu, s_tracepoint_entry}, 3, NULL);
-			if (charged == NULL)
-				goto fail;
-			Py_DECREF(charged);
-		}
-		if ((prog = PyObject_GetAttr(PyTuple_GET_ITEM(links, i), s_prog)) != NULL
-		    && (exe = PyObject_GetAttr(prog, s_executable)) != NULL
-		    && (rs = run_state_copy(proto)) != NULL && (mem = run_regions(rs)) != NULL
-		    && PyDict_SetItem(mem, ctx_region, record) == 0) {
-			PyObject *entry = native_entry_of(exe, rs);
-			r0 = entry != NULL ? run_native_prog(exe, rs, entry, ctx, timing, cpu)
-				: PyErr_Occurred() ? NULL
-				: PyObject_Vectorcall(run_prog, (PyObject *[]){exe, rs}, 2, NULL);
-			Py_XDECREF(entry);
-		}
-		Py_XDECREF(prog);
-		Py_XDECREF(exe);
-		Py_XDECREF(rs);
-		Py_XDECREF(mem);
-		if (r0 == NULL)
-			goto fail;
-		PyList_SET_ITEM(retvals, i, r0);
-	}
-	Py_DECREF(ctx);
-	return retvals;
-fail:
-	Py_XDECREF(ctx);
-	Py_XDECREF(retvals);
-	return NULL;
+	return call_links(args[0], args[1], args[2], args[3], args[4], args[5], args[6], NULL);
 }
 
-/* bool(obj.name): 1 or 0, or -1 with an exception */
-static int attr_truth(PyObject *obj, PyObject *name)
+/* ProgramsMixin._fire (progs.py, the reference) in C: the links attached to tracepoint
+ * ``key`` when it fires, the record as bytes, the system's prototype RunState (its
+ * _run_state() makes one where there is none), the current CPU where time is modeled (else
+ * None: nothing charged), then the runs. ``path`` is the system's FirePath where the caller
+ * has it, else NULL. */
+static PyObject *fire(PyObject *system, PyObject *key, PyObject *ctx, FirePath *path)
 {
-	PyObject *value = PyObject_GetAttr(obj, name);
-	int truth = value == NULL ? -1 : PyObject_IsTrue(value);
-	Py_XDECREF(value);
-	return truth;
-}
-
-/* fire_tracepoint(system, key, ctx) -> [r0, ...]: ProgramsMixin._fire (progs.py, the
- * reference) in C: the links attached to tracepoint ``key`` when it fires, the record as
- * bytes, the system's prototype RunState (its _run_state() makes one where there is none),
- * the current CPU where time is modeled (else None: nothing charged), then trace_call_bpf */
-PyObject *fire_tracepoint(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-	if (nargs != 3) {
-		PyErr_SetString(PyExc_TypeError, "fire_tracepoint(system, key, ctx)");
-		return NULL;
-	}
-	PyObject *system = args[0], *key = args[1], *ctx = args[2];
-	PyObject *tracepoints = NULL, *record = NULL, *machine = NULL, *timing = NULL;
-	PyObject *cpu = NULL, *current = NULL, *proto = NULL, *result = NULL;
+	PyObject *tracepoints = NULL, *record = NULL, *cpu = NULL, *proto = NULL;
+	PyObject *result = NULL;
 	if (run_prog == NULL
 	    && (run_prog = import_name("pybpf.emulated.prog.core", "run_prog")) == NULL)
 		return NULL;
 	if (ctx_region == NULL
 	    && (ctx_region = import_name("pybpf.emulated.prog.memory", "CTX_REGION")) == NULL)
 		return NULL;
+	if (path == NULL) {
+		if ((path = fire_path_of(system)) == NULL)
+			return NULL;
+	} else {
+		Py_INCREF(path);
+	}
 	if ((tracepoints = PyObject_GetAttr(system, s_tracepoints)) == NULL
 	    || (record = PyBytes_CheckExact(ctx) ? Py_NewRef(ctx)
 		: PyObject_CallOneArg((PyObject *)&PyBytes_Type, ctx)) == NULL)
 		goto out;
-	PyObject *links = PyDict_CheckExact(tracepoints)
-		? PyDict_GetItemWithError(tracepoints, key) : NULL;  /* borrowed */
-	if (links == NULL && !PyErr_Occurred() && !PyDict_CheckExact(tracepoints))
+	if (!PyDict_CheckExact(tracepoints)) {
 		PyErr_SetString(PyExc_TypeError, "a system's _tracepoints is a dict");
+		goto out;
+	}
+	if (path->key != key) {
+		Py_hash_t hash = PyObject_Hash(key);
+		if (hash == -1)
+			goto out;
+		Py_XSETREF(path->key, Py_NewRef(key));
+		path->key_hash = hash;
+	}
+	PyObject *links = _PyDict_GetItem_KnownHash(tracepoints, key, path->key_hash);  /* borrowed */
 	if (PyErr_Occurred())
 		goto out;
 	if (links == NULL || !PyTuple_CheckExact(links) || PyTuple_GET_SIZE(links) == 0) {
@@ -417,60 +622,62 @@ PyObject *fire_tracepoint(PyObject *module, PyObject *const *args, Py_ssize_t na
 		goto out;
 	}
 	Py_INCREF(links);  /* as the Python loop holds them: an attach meanwhile makes new ones */
-	int modeled = (machine = PyObject_GetAttr(system, s_machine)) == NULL
-		|| (timing = PyObject_GetAttr(machine, s_timing)) == NULL ? -1
-		: attr_truth(timing, s_modeled);
-	if (modeled > 0) {
-		if ((current = PyObject_GetAttr(machine, s_current)) != NULL)
-			cpu = PyObject_GetAttr(current, s_cpu);
-	} else if (modeled == 0) {
-		cpu = Py_NewRef(Py_None);
-	}
+	cpu = path->timing_modeled ? PyObject_GetAttr(path->current, s_cpu) : Py_NewRef(Py_None);
 	if (cpu != NULL && (proto = PyObject_GetAttr(system, s_run_state_proto)) != NULL
 	    && proto == Py_None) {
 		Py_SETREF(proto, PyObject_CallMethodNoArgs(system, s_run_state));
 	}
 	if (proto != NULL)
-		result = trace_call_bpf(NULL, (PyObject *[]){links, record, proto, ctx_region,
-							   run_prog, timing, cpu}, 7);
+		result = call_links(links, record, proto, ctx_region, run_prog, path->timing, cpu,
+				    path);
 	Py_DECREF(links);
 out:
+	Py_DECREF(path);
 	Py_XDECREF(tracepoints);
 	Py_XDECREF(record);
-	Py_XDECREF(machine);
-	Py_XDECREF(timing);
-	Py_XDECREF(current);
 	Py_XDECREF(cpu);
 	Py_XDECREF(proto);
 	return result;
 }
 
+/* fire_tracepoint(system, key, ctx) -> [r0, ...]: fire's */
+PyObject *fire_tracepoint(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+	if (nargs != 3) {
+		PyErr_SetString(PyExc_TypeError, "fire_tracepoint(system, key, ctx)");
+		return NULL;
+	}
+	return fire(args[0], args[1], args[2], NULL);
+}
+
 /* enter_syscall(system, key, ctx, entry) -> [r0, ...]: ProgramsMixin.enter_syscall (progs.py,
  * the reference) once it has the tracepoint's key and the entry's event: machine.bpf_syscall
  * (entry), which a machine without modeled time, scheduler or deferred work skips (its own
- * test, made here without a Python frame), then fire_tracepoint */
+ * test, made here without a Python frame), then fire */
 PyObject *enter_syscall(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
 	if (nargs != 4) {
 		PyErr_SetString(PyExc_TypeError, "enter_syscall(system, key, ctx, entry)");
 		return NULL;
 	}
-	PyObject *machine = PyObject_GetAttr(args[0], s_machine), *timing = NULL;
-	PyObject *scheduler = NULL, *entered = NULL;
-	int modeled = machine == NULL ? -1 : attr_truth(machine, s_modeled_time);
-	int skip = 0;
-	if (modeled == 0 && (timing = PyObject_GetAttr(machine, s_timing)) != NULL
-	    && (scheduler = PyObject_GetAttr(timing, s_scheduler)) != NULL)
-		skip = scheduler == Py_None ? !attr_truth(timing, s_ever_deferred) : 0;
-	if (modeled >= 0 && !PyErr_Occurred() && !skip)
-		entered = PyObject_CallMethodOneArg(machine, s_bpf_syscall, args[3]);
-	Py_XDECREF(machine);
-	Py_XDECREF(timing);
-	Py_XDECREF(scheduler);
-	if (PyErr_Occurred())
+	FirePath *path = fire_path_of(args[0]);
+	if (path == NULL)
 		return NULL;
+	PyObject *scheduler = NULL, *entered = NULL, *result = NULL;
+	int skip = 0;
+	if (!path->modeled_time) {
+		scheduler = PyObject_GetAttr(path->timing, s_scheduler);
+		skip = scheduler == NULL ? -1 : scheduler != Py_None ? 0
+			: !attr_truth(path->timing, s_ever_deferred);
+	}
+	if (!PyErr_Occurred() && !skip)
+		entered = PyObject_CallMethodOneArg(path->machine, s_bpf_syscall, args[3]);
+	if (!PyErr_Occurred())
+		result = fire(args[0], args[1], args[2], path);
+	Py_XDECREF(scheduler);
 	Py_XDECREF(entered);
-	return fire_tracepoint(module, args, 3);
+	Py_DECREF(path);
+	return result;
 }
 
 /* EmulatedSystem.enter_syscall(syscall, ctx=b"") in C (the class's method where built: an

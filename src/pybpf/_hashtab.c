@@ -635,6 +635,11 @@ int run_set_cpu(PyObject *rs, PyObject *cpu)
 	return slot_field_set(&run_state_fields[RUN_STATE_CPU], rs, cpu);
 }
 
+int run_set_regions(PyObject *rs, PyObject *mem)
+{
+	return slot_field_set(&run_state_fields[RUN_STATE_MEM], rs, mem);
+}
+
 /* The CPU a run is on: rs.cpu, which run_prog sets when the run begins (a program runs where
  * it began, as with the kernel's migrate_disable), else the machine's running CPU */
 PyObject *run_cpu(PyObject *rs, PyObject *current, int ncpus, int *cpu)

@@ -529,6 +529,39 @@ def test_a_tracepoint_run_state_is_a_fresh_copy_of_the_systems_prototype():
     link.close()
 
 
+def test_a_systems_firings_follow_its_links_and_engine_between_them():
+    """What the C firing keeps on the system between firings (_fire_path: the links last
+    fired, the prototype's engine, the key's hash) follows every change: a program attached
+    or detached runs or stops at the next firing, a new engine runs the program on it (its
+    main entry made; the native engine first, whose entry a stale engine would run); two
+    systems keep their own."""
+    from pybpf.emulated.prog.native import native_missing
+
+    engines = ([] if native_missing() else ["native"]) + ["interp", "jit"]
+    systems = [pybpf.system("emulated", cpus=1, modeled_time=False) for _ in range(2)]
+    counters = [counting_tracepoint(system) for system in systems]
+    links = [prog.attach_tracepoint("syscalls", "sys_enter_getpid") for prog, _ in counters]
+    counts = [0, 0]
+    for engine in engines * 2:
+        for i, system in enumerate(systems):
+            system.bpf_engine = engine
+            assert system.enter_syscall("getpid", bytes(64)) == [0]
+            counts[i] += 1
+            exe = system._tracepoints["syscalls", "sys_enter_getpid"][0].prog.executable
+            assert engine in exe.main_entries
+    second = load(systems[0], ProgType.TRACEPOINT, [b.mov64(R0, 5), b.exit_()])
+    extra = second.attach_tracepoint("syscalls", "sys_enter_getpid")
+    assert systems[0].enter_syscall("getpid", bytes(64)) == [0, 5]
+    assert systems[1].enter_syscall("getpid", bytes(64)) == [0]
+    counts = [counts[0] + 1, counts[1] + 1]
+    links[0].close()
+    assert systems[0].enter_syscall("getpid", bytes(64)) == [5]
+    for (_, fd), system, n in zip(counters, systems, counts):
+        assert system.map_lookup_elem(fd, bytes(4)) == n.to_bytes(8, "little")
+    extra.close()
+    links[1].close()
+
+
 def python_syscalls(monkeypatch) -> None:
     """Syscall entries and tracepoint firings through progs.py's Python methods, the
     references (the C ones set aside)."""
