@@ -133,10 +133,10 @@ int bpf_trace_ready(void)
  * without an exception where there is none (the Python helper then says what happens) */
 static PyObject *user_block(PyObject *machine, uint64_t addr, uint64_t size, Py_ssize_t *off)
 {
-	PyObject *memory = PyObject_GetAttr(machine, s_user_memory), *starts = NULL;
+	PyObject *memory = own_attr(machine, s_user_memory), *starts = NULL;
 	PyObject *blocks = NULL, *block = NULL;
-	if (memory == NULL || (starts = PyObject_GetAttr(memory, s_starts)) == NULL
-	    || (blocks = PyObject_GetAttr(memory, s_blocks)) == NULL)
+	if (memory == NULL || (starts = own_attr(memory, s_starts)) == NULL
+	    || (blocks = own_attr(memory, s_blocks)) == NULL)
 		goto out;
 	if (!PyList_Check(starts) || !PyList_Check(blocks)
 	    || PyList_GET_SIZE(starts) != PyList_GET_SIZE(blocks))
@@ -289,7 +289,7 @@ static int attr_truth(PyObject *obj, PyObject *name)
  * with an exception */
 static FirePath *fire_path_of(PyObject *system)
 {
-	PyObject *found = PyObject_GetAttr(system, s_fire_path);
+	PyObject *found = own_attr(system, s_fire_path);
 	if (found != NULL) {
 		if (Py_IS_TYPE(found, &FirePathType))
 			return (FirePath *)found;
@@ -597,7 +597,7 @@ static PyObject *fire(PyObject *system, PyObject *key, PyObject *ctx, FirePath *
 	} else {
 		Py_INCREF(path);
 	}
-	if ((tracepoints = PyObject_GetAttr(system, s_tracepoints)) == NULL
+	if ((tracepoints = own_attr(system, s_tracepoints)) == NULL
 	    || (record = PyBytes_CheckExact(ctx) ? Py_NewRef(ctx)
 		: PyObject_CallOneArg((PyObject *)&PyBytes_Type, ctx)) == NULL)
 		goto out;
@@ -623,7 +623,7 @@ static PyObject *fire(PyObject *system, PyObject *key, PyObject *ctx, FirePath *
 	}
 	Py_INCREF(links);  /* as the Python loop holds them: an attach meanwhile makes new ones */
 	cpu = path->timing_modeled ? PyObject_GetAttr(path->current, s_cpu) : Py_NewRef(Py_None);
-	if (cpu != NULL && (proto = PyObject_GetAttr(system, s_run_state_proto)) != NULL
+	if (cpu != NULL && (proto = own_attr(system, s_run_state_proto)) != NULL
 	    && proto == Py_None) {
 		Py_SETREF(proto, PyObject_CallMethodNoArgs(system, s_run_state));
 	}
@@ -663,18 +663,20 @@ PyObject *enter_syscall(PyObject *module, PyObject *const *args, Py_ssize_t narg
 	FirePath *path = fire_path_of(args[0]);
 	if (path == NULL)
 		return NULL;
-	PyObject *scheduler = NULL, *entered = NULL, *result = NULL;
+	PyObject *scheduler = NULL, *deferred = NULL, *entered = NULL, *result = NULL;
 	int skip = 0;
 	if (!path->modeled_time) {
-		scheduler = PyObject_GetAttr(path->timing, s_scheduler);
+		scheduler = own_attr(path->timing, s_scheduler);
 		skip = scheduler == NULL ? -1 : scheduler != Py_None ? 0
-			: !attr_truth(path->timing, s_ever_deferred);
+			: (deferred = own_attr(path->timing, s_ever_deferred)) == NULL ? -1
+			: !PyObject_IsTrue(deferred);
 	}
 	if (!PyErr_Occurred() && !skip)
 		entered = PyObject_CallMethodOneArg(path->machine, s_bpf_syscall, args[3]);
 	if (!PyErr_Occurred())
 		result = fire(args[0], args[1], args[2], path);
 	Py_XDECREF(scheduler);
+	Py_XDECREF(deferred);
 	Py_XDECREF(entered);
 	Py_DECREF(path);
 	return result;

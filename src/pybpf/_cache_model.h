@@ -99,6 +99,9 @@ typedef struct {
 int slot_fields_bind(SlotField *fields, const SlotFieldOf *of, int n, const char *module);
 /* obj.<field> (a new reference), or NULL with an exception */
 PyObject *slot_field_get(const SlotField *f, PyObject *obj);
+/* obj.<name> from obj.__dict__ where it is there, else getattr (a new reference, or NULL): for
+ * plain attributes only (no descriptor of that name on the class) */
+PyObject *own_attr(PyObject *obj, PyObject *name);
 /* obj.<field> = value: 0, or -1 */
 int slot_field_set(const SlotField *f, PyObject *obj, PyObject *value);
 /* A Python owner's ``tally`` (emulated/machine/counters.py: an array of int64 counters, its

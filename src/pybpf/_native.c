@@ -121,7 +121,7 @@ out:
  * the method. 0, or -1 with an exception. */
 static int task_of(PyObject *machine, uint64_t *pid_tgid)
 {
-	PyObject *current = PyObject_GetAttr(machine, s_current);
+	PyObject *current = own_attr(machine, s_current);
 	PyObject *task = current == NULL ? NULL : PyObject_GetAttr(current, s_task);
 	Py_XDECREF(current);
 	if (task != NULL && PyTuple_CheckExact(task) && PyTuple_GET_SIZE(task) == 2) {
