@@ -556,7 +556,7 @@ def test_a_systems_firings_follow_its_links_and_engine_between_them():
     counts = [counts[0] + 1, counts[1] + 1]
     links[0].close()
     assert systems[0].enter_syscall("getpid", bytes(64)) == [5]
-    for (_, fd), system, n in zip(counters, systems, counts):
+    for (_, fd), system, n in zip(counters, systems, counts, strict=True):
         assert system.map_lookup_elem(fd, bytes(4)) == n.to_bytes(8, "little")
     extra.close()
     links[1].close()
