@@ -43,7 +43,8 @@ static PyObject *python_helper;  /* bpf_trace.bpf_probe_read_user, imported at f
  * executable, the executable's static regions and main entries: made when the program is
  * loaded), while that tuple is the one fired (attaching or detaching makes a new one); the
  * engine of the prototype RunState last used (a new engine or budget makes a new prototype);
- * and the hash of the tracepoint key last fired (a tuple's hash is made at every lookup). */
+ * the hash of the tracepoint key last fired (a tuple's hash is made at every lookup); and a
+ * RunState to run the same program again in. */
 typedef struct {
 	PyObject_HEAD
 	PyObject *machine, *timing, *current;
@@ -53,6 +54,9 @@ typedef struct {
 	PyObject *links;     /* the links last fired, and of each (exe, static_regions, */
 	PyObject *programs;  /* main_entries), a tuple */
 	PyObject *proto, *engine;  /* the prototype last used and its env's engine */
+	/* a native run's RunState that nothing held after its run, for the next run of its
+	 * program from that prototype (run_state_reuse) */
+	PyObject *spare, *spare_exe, *spare_proto;
 } FirePath;
 
 static int fire_path_traverse(PyObject *op, visitproc visit, void *arg)
@@ -66,6 +70,9 @@ static int fire_path_traverse(PyObject *op, visitproc visit, void *arg)
 	Py_VISIT(p->programs);
 	Py_VISIT(p->proto);
 	Py_VISIT(p->engine);
+	Py_VISIT(p->spare);
+	Py_VISIT(p->spare_exe);
+	Py_VISIT(p->spare_proto);
 	return 0;
 }
 
@@ -80,6 +87,9 @@ static int fire_path_clear(PyObject *op)
 	Py_CLEAR(p->programs);
 	Py_CLEAR(p->proto);
 	Py_CLEAR(p->engine);
+	Py_CLEAR(p->spare);
+	Py_CLEAR(p->spare_exe);
+	Py_CLEAR(p->spare_proto);
 	return 0;
 }
 
@@ -276,6 +286,82 @@ static PyObject *run_state_copy(PyObject *proto)
 	return rs;
 }
 
+/* ``rs``, a native run's RunState from ``proto`` that nothing else holds since its run
+ * ended, made again what run_state_copy(proto) and the next run's regions give: its regions
+ * (the program's static ones and its record) kept, those the run added (numbered from the
+ * prototype's next_region on) taken out, ``record`` the record (``statics`` are the
+ * program's static regions); each other slot the
+ * prototype's, a dict or list an empty one of its own. A run's RunState is mostly that
+ * dict of static regions, made and freed at every run. 1, 0 where ``rs`` is not as that
+ * says (it is not used again), or -1 with an exception. */
+static int run_state_reuse(PyObject *rs, PyObject *proto, PyObject *ctx_region,
+			   PyObject *record, PyObject *statics)
+{
+	PyTypeObject *type = Py_TYPE(rs);
+	PyObject *mem = run_regions(rs), *proto_mem = run_regions(proto);
+	PyObject *base = run_next_region(proto), *next = run_next_region(rs), *added = NULL;
+	int rc = -1;
+	if (mem == NULL || proto_mem == NULL || base == NULL || next == NULL)
+		goto out;
+	rc = 0;
+	/* the slot and ours: nothing else holds the regions */
+	if (type != Py_TYPE(proto) || !PyDict_CheckExact(mem) || Py_REFCNT(mem) != 2
+	    || !PyDict_CheckExact(proto_mem) || PyDict_GET_SIZE(proto_mem) != 0
+	    || !PyLong_CheckExact(base))
+		goto out;
+	rc = -1;
+	/* nothing added: no region numbered since (a frame takes a number, not a region), or
+	 * the regions the program's static ones and its record (a run takes out only what it
+	 * added) */
+	int same = next == base || (PyDict_CheckExact(statics)
+				    && PyDict_GET_SIZE(mem) == PyDict_GET_SIZE(statics) + 1)
+		? 1 : PyObject_RichCompareBool(next, base, Py_EQ);
+	if (same < 0 || (!same && (added = PyList_New(0)) == NULL))
+		goto out;
+	Py_ssize_t pos = 0;
+	PyObject *region, *value;
+	while (!same && PyDict_Next(mem, &pos, &region, &value)) {
+		int run_made = PyLong_CheckExact(region)
+			? PyObject_RichCompareBool(region, base, Py_GE) : 0;
+		if (run_made < 0 || (run_made && PyList_Append(added, region) < 0))
+			goto out;
+	}
+	for (Py_ssize_t i = 0; added != NULL && i < PyList_GET_SIZE(added); i++)
+		if (PyDict_DelItem(mem, PyList_GET_ITEM(added, i)) < 0)
+			goto out;
+	for (PyMemberDef *m = type->tp_members; m != NULL && m->name != NULL; m++) {
+		if (m->type != T_OBJECT_EX)
+			continue;
+		PyObject **slot = (PyObject **)((char *)rs + m->offset);
+		PyObject *want = *(PyObject **)((char *)proto + m->offset), *made;
+		if (*slot == mem || *slot == want)
+			continue;
+		if (want != NULL && (PyDict_CheckExact(want) || PyList_CheckExact(want))) {
+			PyObject *now = *slot;
+			if (now != NULL && Py_TYPE(now) == Py_TYPE(want) && Py_REFCNT(now) == 1
+			    && (PyDict_CheckExact(now)
+				? PyDict_GET_SIZE(now) == 0 && PyDict_GET_SIZE(want) == 0
+				: PyList_GET_SIZE(now) == 0 && PyList_GET_SIZE(want) == 0))
+				continue;
+			made = PyDict_CheckExact(want) ? PyDict_Copy(want)
+				: PyList_GetSlice(want, 0, PyList_GET_SIZE(want));
+			if (made == NULL)
+				goto out;
+		} else {
+			made = Py_XNewRef(want);
+		}
+		Py_XSETREF(*slot, made);
+	}
+	rc = PyDict_SetItem(mem, ctx_region, record) < 0 ? -1 : 1;
+out:
+	Py_XDECREF(mem);
+	Py_XDECREF(proto_mem);
+	Py_XDECREF(base);
+	Py_XDECREF(next);
+	Py_XDECREF(added);
+	return rc;
+}
+
 /* bool(obj.name): 1 or 0, or -1 with an exception */
 static int attr_truth(PyObject *obj, PyObject *name)
 {
@@ -305,6 +391,7 @@ static FirePath *fire_path_of(PyObject *system)
 		return NULL;
 	p->machine = p->timing = p->current = p->key = NULL;
 	p->links = p->programs = p->proto = p->engine = NULL;
+	p->spare = p->spare_exe = p->spare_proto = NULL;
 	p->key_hash = -1;
 	PyObject_GC_Track(p);
 	if ((p->machine = PyObject_GetAttr(system, s_machine)) == NULL
@@ -393,13 +480,13 @@ static int add_static_regions(PyObject *rs, PyObject *statics)
 }
 
 /* core.run_prog(exe, rs) where the program's entry is native (``entry``), from C: the run's
- * CPU, the program's maps among its regions (``statics``, exe.static_regions), the run (a
- * RunAbort is R0 0, a RecursionError a fault), then the rings' wake-ups and, with modeled
- * time (``cpu`` not None), its instructions charged; R0, or NULL. ``path`` is the firing
- * system's (NULL: none). */
+ * CPU, the program's maps among its regions (``statics``, exe.static_regions; there already
+ * where ``has_statics``), the run (a RunAbort is R0 0, a RecursionError a fault), then the
+ * rings' wake-ups and, with modeled time (``cpu`` not None), its instructions charged; R0,
+ * or NULL. ``path`` is the firing system's (NULL: none). */
 static PyObject *run_native_prog(PyObject *exe, PyObject *rs, PyObject *entry,
 				 PyObject *ctx, PyObject *timing, PyObject *cpu,
-				 PyObject *statics, FirePath *path)
+				 PyObject *statics, int has_statics, FirePath *path)
 {
 	PyObject *machine = NULL, *current = NULL, *run_cpu = NULL, *r0 = NULL, *zero = NULL;
 	if (run_abort == NULL && (run_abort = import_name("pybpf.emulated.prog.semantics",
@@ -428,8 +515,11 @@ static PyObject *run_native_prog(PyObject *exe, PyObject *rs, PyObject *entry,
 		    || run_set_cpu(rs, run_cpu) < 0)
 			goto out;
 	}
-	if ((statics == NULL && (statics = PyObject_GetAttr(exe, s_static_regions)) == NULL)
-	    || add_static_regions(rs, statics) < 0 || (zero = PyLong_FromLong(0)) == NULL)
+	if (!has_statics
+	    && ((statics == NULL && (statics = PyObject_GetAttr(exe, s_static_regions)) == NULL)
+		|| add_static_regions(rs, statics) < 0))
+		goto out;
+	if ((zero = PyLong_FromLong(0)) == NULL)
 		goto out;
 	r0 = PyObject_Vectorcall(entry, (PyObject *[]){rs, ctx, zero, zero, zero, zero}, 6, NULL);
 	if (r0 == NULL && PyErr_ExceptionMatches(run_abort)) {
@@ -531,14 +621,30 @@ static PyObject *call_links(PyObject *links, PyObject *record, PyObject *proto,
 		} else if ((prog = PyObject_GetAttr(PyTuple_GET_ITEM(links, i), s_prog)) != NULL) {
 			exe = PyObject_GetAttr(prog, s_executable);
 		}
-		if (exe != NULL && (rs = run_state_copy(proto)) != NULL
-		    && (mem = run_regions(rs)) != NULL
-		    && PyDict_SetItem(mem, ctx_region, record) == 0) {
+		int reused = 0;
+		if (exe != NULL && statics != NULL && path->spare != NULL
+		    && path->spare_exe == exe && path->spare_proto == proto) {
+			rs = path->spare;  /* ours while it runs: a run it makes keeps its own */
+			path->spare = NULL;
+			if ((reused = run_state_reuse(rs, proto, ctx_region, record, statics)) <= 0)
+				Py_CLEAR(rs);
+		}
+		if (exe != NULL && reused >= 0
+		    && (reused || ((rs = run_state_copy(proto)) != NULL
+				   && (mem = run_regions(rs)) != NULL
+				   && PyDict_SetItem(mem, ctx_region, record) == 0))) {
 			PyObject *entry = native_entry_of(exe, rs, entries, engine);
 			r0 = entry != NULL
-				? run_native_prog(exe, rs, entry, ctx, timing, cpu, statics, path)
+				? run_native_prog(exe, rs, entry, ctx, timing, cpu, statics, reused,
+						  path)
 				: PyErr_Occurred() ? NULL
 				: PyObject_Vectorcall(run_prog, (PyObject *[]){exe, rs}, 2, NULL);
+			if (r0 != NULL && entry != NULL && path != NULL && Py_REFCNT(rs) == 1) {
+				Py_XSETREF(path->spare_exe, Py_NewRef(exe));
+				Py_XSETREF(path->spare_proto, Py_NewRef(proto));
+				Py_XSETREF(path->spare, rs);
+				rs = NULL;
+			}
 			Py_XDECREF(entry);
 		}
 		Py_XDECREF(prog);

@@ -178,6 +178,8 @@ PyObject *run_env(PyObject *rs);
 PyObject *run_entry_of(PyObject *rs);
 /* rs.cpu = cpu: 0, or -1 */
 int run_set_cpu(PyObject *rs, PyObject *cpu);
+/* rs.next_region (a new reference), or NULL */
+PyObject *run_next_region(PyObject *rs);
 /* rs.mem = mem: 0, or -1 */
 int run_set_regions(PyObject *rs, PyObject *mem);
 /* The region of a run's ``mem`` that ``ptr`` points into (borrowed), or NULL (with an

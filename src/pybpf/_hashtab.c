@@ -649,6 +649,11 @@ int run_set_cpu(PyObject *rs, PyObject *cpu)
 	return slot_field_set(&run_state_fields[RUN_STATE_CPU], rs, cpu);
 }
 
+PyObject *run_next_region(PyObject *rs)
+{
+	return run_state_get(rs, RUN_STATE_NEXT_REGION);
+}
+
 int run_set_regions(PyObject *rs, PyObject *mem)
 {
 	return slot_field_set(&run_state_fields[RUN_STATE_MEM], rs, mem);

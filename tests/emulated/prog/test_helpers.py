@@ -562,6 +562,59 @@ def test_a_systems_firings_follow_its_links_and_engine_between_them():
     links[1].close()
 
 
+@pytest.mark.parametrize("engine", ["native", "jit"])
+def test_each_firing_runs_in_a_run_state_as_fresh_as_a_copy_of_the_prototype(engine,
+                                                                             monkeypatch):
+    """Every run of a tracepoint's program starts from what RunState(run_env) holds plus its
+    record and static regions, whether the firing made its RunState anew or made the last
+    run's one again (trace_call_bpf keeps a native run's RunState nothing held): a region,
+    a trace line, a value region or a redirect a run left is not in the next run."""
+    import dataclasses
+
+    from pybpf.emulated.prog import helpers
+    from pybpf.emulated.prog.memory import CTX_REGION, DYNAMIC_REGION_BASE, RunState
+    from pybpf.emulated.prog.native import native_missing
+
+    if engine == "native" and native_missing():
+        pytest.skip(native_missing())
+    seen = []
+
+    def leave_things_behind(rs, r1, r2, r3, r4, r5):
+        seen.append((dict(rs.mem), list(rs.trace), dict(rs.value_regions), rs.redirect,
+                     rs.count <= 4, rs.retval))
+        rs.add_region(bytearray(8))
+        rs.region_of(bytearray(4))
+        rs.trace.append(b"left")
+        rs.redirect, rs.retval = ("somewhere", 1), 99
+        return 0
+
+    proto = helpers.HELPERS[BpfFunc.trace_printk]
+    monkeypatch.setitem(helpers.HELPERS, BpfFunc.trace_printk,
+                        dataclasses.replace(proto, func=leave_things_behind))
+    system = pybpf.system("emulated", cpus=1, modeled_time=False)
+    system.bpf_engine = engine
+    fd = system.map_create(MapType.ARRAY, 4, 8, 1)
+    prog = load(system, ProgType.TRACEPOINT, [
+        b.ld_map_fd(R1, "m"), b.mov64(R1, FP), b.add64(R1, -8), b.st(8, FP, -8, 0),
+        b.mov64(R2, 8), b.call("trace_printk"), b.mov64(R0, 3), b.exit_()], maps={"m": fd})
+    link = prog.attach_tracepoint("syscalls", "sys_enter_getpid")
+    records = [bytes([n]) * 16 for n in range(4)]
+    for record in records:
+        assert system.enter_syscall("getpid", record) == [3]
+    fresh = RunState(system.run_env)
+    statics = system._tracepoints["syscalls", "sys_enter_getpid"][0].prog.executable.static_regions
+    for record, (mem, trace, value_regions, redirect, counted, retval) in zip(records, seen,
+                                                                               strict=True):
+        assert {r: v for r, v in mem.items() if r < DYNAMIC_REGION_BASE} == {
+            CTX_REGION: record, **statics}
+        # of the dynamic regions, only the run's stack frame: what the last run added is gone
+        assert len([r for r in mem if r >= DYNAMIC_REGION_BASE]) == 1
+        assert (trace, value_regions, redirect, retval) == (
+            fresh.trace, fresh.value_regions, fresh.redirect, fresh.retval)
+        assert counted  # the count began at the prototype's
+    link.close()
+
+
 def python_syscalls(monkeypatch) -> None:
     """Syscall entries and tracepoint firings through progs.py's Python methods, the
     references (the C ones set aside)."""
