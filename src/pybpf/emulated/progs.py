@@ -166,7 +166,7 @@ class _Tracepoint:
     def __init__(self, system: Any, prog: BpfProg, category: str, name: str) -> None:
         self.system = system
         self.prog = prog
-        self.key = (category, name)
+        self.key = _tracepoint_key(category, name)
 
     def fd_release(self) -> None:
         self.system._detach_tracepoint(self)
@@ -401,6 +401,15 @@ class ProgramsMixin:
 
 
 _tracepoint_lock = threading.Lock()
-# syscall -> its tracepoint's key, ("syscalls", "sys_enter_<syscall>"), made once (here or by
-# C's enter_syscall, which keeps its keys here too)
+# syscall -> its tracepoint's key, ("syscalls", "sys_enter_<syscall>"), made once (here, by
+# C's enter_syscall, which keeps its keys here too, or by an attach)
 _SYSCALL_TRACEPOINTS: dict[str, tuple[str, str]] = {}
+
+
+def _tracepoint_key(category: str, name: str) -> tuple[str, str]:
+    """The key of tracepoint ``category/name``: for a syscall's entry the tuple its
+    enter_syscall fires, so that the firing's lookup of the links finds its own key."""
+    if category == "syscalls" and name.startswith("sys_enter_"):
+        return _SYSCALL_TRACEPOINTS.setdefault(name.removeprefix("sys_enter_"),
+                                               (category, name))
+    return (category, name)

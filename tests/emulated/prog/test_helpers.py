@@ -615,6 +615,23 @@ def test_each_firing_runs_in_a_run_state_as_fresh_as_a_copy_of_the_prototype(eng
     link.close()
 
 
+def test_a_syscall_tracepoints_links_are_kept_under_the_key_its_syscall_fires(emulated):
+    """Attaching to syscalls/sys_enter_<syscall> keeps the links under the very tuple
+    enter_syscall fires (the firing's lookup then matches the key by identity), whichever
+    came first; other tracepoints' keys are their own."""
+    from pybpf.emulated import progs
+
+    prog = load(emulated, ProgType.TRACEPOINT, [b.mov64(R0, 1), b.exit_()])
+    links = [prog.attach_tracepoint("syscalls", name)
+             for name in ("sys_enter_getpid", "sys_enter_getppid")]
+    assert emulated.enter_syscall("getppid", bytes(8)) == [1]
+    keys = {key: key for key in emulated._tracepoints}
+    for syscall in ("getpid", "getppid"):
+        assert keys[("syscalls", f"sys_enter_{syscall}")] is progs._SYSCALL_TRACEPOINTS[syscall]
+    for link in links:
+        link.close()
+
+
 def python_syscalls(monkeypatch) -> None:
     """Syscall entries and tracepoint firings through progs.py's Python methods, the
     references (the C ones set aside)."""
