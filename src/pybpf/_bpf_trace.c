@@ -299,9 +299,9 @@ static int run_state_reuse(PyObject *rs, PyObject *proto, PyObject *ctx_region,
 {
 	PyTypeObject *type = Py_TYPE(rs);
 	PyObject *mem = run_regions(rs), *proto_mem = run_regions(proto);
-	PyObject *base = run_next_region(proto), *next = run_next_region(rs), *added = NULL;
+	PyObject *base = run_next_region(proto), *added = NULL;
 	int rc = -1;
-	if (mem == NULL || proto_mem == NULL || base == NULL || next == NULL)
+	if (mem == NULL || proto_mem == NULL || base == NULL)
 		goto out;
 	rc = 0;
 	/* the slot and ours: nothing else holds the regions */
@@ -310,20 +310,22 @@ static int run_state_reuse(PyObject *rs, PyObject *proto, PyObject *ctx_region,
 	    || !PyLong_CheckExact(base))
 		goto out;
 	rc = -1;
-	/* nothing added: no region numbered since (a frame takes a number, not a region), or
-	 * the regions the program's static ones and its record (a run takes out only what it
-	 * added) */
-	int same = next == base || (PyDict_CheckExact(statics)
-				    && PyDict_GET_SIZE(mem) == PyDict_GET_SIZE(statics) + 1)
-		? 1 : PyObject_RichCompareBool(next, base, Py_EQ);
-	if (same < 0 || (!same && (added = PyList_New(0)) == NULL))
+	uint64_t first = PyLong_AsUnsignedLongLong(base);
+	if (first == (uint64_t)-1 && PyErr_Occurred())
 		goto out;
+	/* nothing added where the regions are the program's static ones and its record (a run
+	 * takes out only what it added; a frame takes a number, not a region) */
+	int same = PyDict_CheckExact(statics)
+		&& PyDict_GET_SIZE(mem) == PyDict_GET_SIZE(statics) + 1;
 	Py_ssize_t pos = 0;
 	PyObject *region, *value;
 	while (!same && PyDict_Next(mem, &pos, &region, &value)) {
-		int run_made = PyLong_CheckExact(region)
-			? PyObject_RichCompareBool(region, base, Py_GE) : 0;
-		if (run_made < 0 || (run_made && PyList_Append(added, region) < 0))
+		uint64_t number = PyLong_CheckExact(region)
+			? PyLong_AsUnsignedLongLong(region) : 0;
+		if (number == (uint64_t)-1 && PyErr_Occurred())
+			PyErr_Clear();  /* not a region number of the run's */
+		else if (number >= first && ((added == NULL && (added = PyList_New(0)) == NULL)
+					     || PyList_Append(added, region) < 0))
 			goto out;
 	}
 	for (Py_ssize_t i = 0; added != NULL && i < PyList_GET_SIZE(added); i++)
@@ -339,10 +341,15 @@ static int run_state_reuse(PyObject *rs, PyObject *proto, PyObject *ctx_region,
 		if (want != NULL && (PyDict_CheckExact(want) || PyList_CheckExact(want))) {
 			PyObject *now = *slot;
 			if (now != NULL && Py_TYPE(now) == Py_TYPE(want) && Py_REFCNT(now) == 1
-			    && (PyDict_CheckExact(now)
-				? PyDict_GET_SIZE(now) == 0 && PyDict_GET_SIZE(want) == 0
-				: PyList_GET_SIZE(now) == 0 && PyList_GET_SIZE(want) == 0))
+			    && (PyDict_CheckExact(now) ? PyDict_GET_SIZE(want) == 0
+				: PyList_GET_SIZE(want) == 0)) {
+				/* only the slot holds it: emptied in place */
+				if (PyDict_CheckExact(now))
+					PyDict_Clear(now);
+				else if (PyList_SetSlice(now, 0, PyList_GET_SIZE(now), NULL) < 0)
+					goto out;
 				continue;
+			}
 			made = PyDict_CheckExact(want) ? PyDict_Copy(want)
 				: PyList_GetSlice(want, 0, PyList_GET_SIZE(want));
 			if (made == NULL)
@@ -357,7 +364,6 @@ out:
 	Py_XDECREF(mem);
 	Py_XDECREF(proto_mem);
 	Py_XDECREF(base);
-	Py_XDECREF(next);
 	Py_XDECREF(added);
 	return rc;
 }

@@ -1814,7 +1814,7 @@ PyObject *pybpf_native_map_core(PyObject *mem, uint64_t r1, int64_t *sizes)
 	PyGILState_STATE gil = PyGILState_Ensure();
 	PyObject *region = PyLong_FromUnsignedLongLong(r1 >> 32), *found = NULL;
 	PyObject *obj = region == NULL ? NULL : PyDict_GetItemWithError(mem, region);  /* borrowed */
-	if (obj != NULL && (found = PyObject_GetAttr(obj, s_core)) != NULL
+	if (obj != NULL && lookup_attr(obj, s_core, &found) > 0
 	    && Py_IS_TYPE(found, &HtabCoreType)) {
 		sizes[0] = ((HtabCore *)found)->key_bytes;
 		sizes[1] = ((HtabCore *)found)->value_size;

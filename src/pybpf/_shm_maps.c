@@ -2507,10 +2507,14 @@ PyObject *pybpf_shm_map_of(PyObject *mem, uint64_t r1, int64_t *sizes)
 {
 	if (r1 & 0xffffffffu)
 		return NULL;
+	static PyObject *shm_name;  /* "shm", interned once: a name made at each call cost more
+				     * than the lookup */
 	PyGILState_STATE gil = PyGILState_Ensure();
+	if (shm_name == NULL)
+		shm_name = PyUnicode_InternFromString("shm");
 	PyObject *region = PyLong_FromUnsignedLongLong(r1 >> 32), *found = NULL;
 	PyObject *obj = region == NULL ? NULL : PyDict_GetItemWithError(mem, region); /* borrowed */
-	if (obj != NULL && (found = PyObject_GetAttrString(obj, "shm")) != NULL &&
+	if (obj != NULL && shm_name != NULL && (found = PyObject_GetAttr(obj, shm_name)) != NULL &&
 	    Py_IS_TYPE(found, &MapType)) {
 		sizes[0] = ((MapObject *)found)->key_size;
 		sizes[1] = ((MapObject *)found)->value_size;
