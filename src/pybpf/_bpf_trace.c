@@ -43,8 +43,8 @@ static PyObject *python_helper;  /* bpf_trace.bpf_probe_read_user, imported at f
  * executable, the executable's static regions and main entries: made when the program is
  * loaded), while that tuple is the one fired (attaching or detaching makes a new one); the
  * engine of the prototype RunState last used (a new engine or budget makes a new prototype);
- * the hash of the tracepoint key last fired (a tuple's hash is made at every lookup); and a
- * RunState to run the same program again in. */
+ * the hash of the tracepoint key last fired (a tuple's hash is made at every lookup); and of
+ * each link a RunState to run its program again in. */
 typedef struct {
 	PyObject_HEAD
 	PyObject *machine, *timing, *current;
@@ -54,9 +54,9 @@ typedef struct {
 	PyObject *links;     /* the links last fired, and of each (exe, static_regions, */
 	PyObject *programs;  /* main_entries), a tuple */
 	PyObject *proto, *engine;  /* the prototype last used and its env's engine */
-	/* a native run's RunState that nothing held after its run, for the next run of its
-	 * program from that prototype (run_state_reuse) */
-	PyObject *spare, *spare_exe, *spare_proto;
+	/* of each of the links, a native run's RunState that nothing held after its run (else
+	 * None), for the program's next run from the prototype (run_state_reuse): a list */
+	PyObject *spares;
 } FirePath;
 
 static int fire_path_traverse(PyObject *op, visitproc visit, void *arg)
@@ -70,9 +70,7 @@ static int fire_path_traverse(PyObject *op, visitproc visit, void *arg)
 	Py_VISIT(p->programs);
 	Py_VISIT(p->proto);
 	Py_VISIT(p->engine);
-	Py_VISIT(p->spare);
-	Py_VISIT(p->spare_exe);
-	Py_VISIT(p->spare_proto);
+	Py_VISIT(p->spares);
 	return 0;
 }
 
@@ -87,9 +85,7 @@ static int fire_path_clear(PyObject *op)
 	Py_CLEAR(p->programs);
 	Py_CLEAR(p->proto);
 	Py_CLEAR(p->engine);
-	Py_CLEAR(p->spare);
-	Py_CLEAR(p->spare_exe);
-	Py_CLEAR(p->spare_proto);
+	Py_CLEAR(p->spares);
 	return 0;
 }
 
@@ -397,7 +393,7 @@ static FirePath *fire_path_of(PyObject *system)
 		return NULL;
 	p->machine = p->timing = p->current = p->key = NULL;
 	p->links = p->programs = p->proto = p->engine = NULL;
-	p->spare = p->spare_exe = p->spare_proto = NULL;
+	p->spares = NULL;
 	p->key_hash = -1;
 	PyObject_GC_Track(p);
 	if ((p->machine = PyObject_GetAttr(system, s_machine)) == NULL
@@ -587,9 +583,11 @@ static PyObject *call_links(PyObject *links, PyObject *record, PyObject *proto,
 	PyObject *ctx = region == (uint64_t)-1 && PyErr_Occurred() ? NULL
 		: PyLong_FromUnsignedLongLong(region << 32);
 	PyObject *retvals = ctx == NULL ? NULL : PyList_New(n), *engine = NULL, *programs = NULL;
+	PyObject *spares = NULL;
 	if (retvals == NULL || bind_run_state_type() < 0)
 		goto fail;
-	if (path != NULL && path->links != links) {
+	int new_links = path != NULL && path->links != links;
+	if (new_links) {
 		PyObject *made = programs_of(links);
 		if (made == NULL)
 			goto fail;
@@ -604,11 +602,21 @@ static PyObject *call_links(PyObject *links, PyObject *record, PyObject *proto,
 			goto fail;
 		Py_XSETREF(path->proto, Py_NewRef(proto));
 		Py_XSETREF(path->engine, Py_NewRef(engine));
+		new_links = 1;  /* the spares were the old prototype's */
 	} else if (path != NULL) {
 		engine = Py_NewRef(path->engine);
 	}
+	if (new_links) {
+		PyObject *none = PyList_New(n);
+		if (none == NULL)
+			goto fail;
+		for (Py_ssize_t i = 0; i < n; i++)
+			PyList_SET_ITEM(none, i, Py_NewRef(Py_None));
+		Py_XSETREF(path->spares, none);
+	}
 	/* held: a run that fires another tracepoint of the system replaces the path's */
 	programs = path == NULL ? NULL : Py_NewRef(path->programs);
+	spares = path == NULL ? NULL : Py_NewRef(path->spares);
 	for (Py_ssize_t i = 0; i < n; i++) {
 		PyObject *prog = NULL, *exe = NULL, *statics = NULL, *entries = NULL;
 		PyObject *rs = NULL, *mem = NULL, *r0 = NULL;
@@ -628,10 +636,10 @@ static PyObject *call_links(PyObject *links, PyObject *record, PyObject *proto,
 			exe = PyObject_GetAttr(prog, s_executable);
 		}
 		int reused = 0;
-		if (exe != NULL && statics != NULL && path->spare != NULL
-		    && path->spare_exe == exe && path->spare_proto == proto) {
-			rs = path->spare;  /* ours while it runs: a run it makes keeps its own */
-			path->spare = NULL;
+		if (exe != NULL && spares != NULL && PyList_GET_ITEM(spares, i) != Py_None) {
+			/* ours while it runs: a run it makes of the same program keeps its own */
+			rs = PyList_GET_ITEM(spares, i);
+			PyList_SET_ITEM(spares, i, Py_NewRef(Py_None));
 			if ((reused = run_state_reuse(rs, proto, ctx_region, record, statics)) <= 0)
 				Py_CLEAR(rs);
 		}
@@ -645,11 +653,11 @@ static PyObject *call_links(PyObject *links, PyObject *record, PyObject *proto,
 						  path)
 				: PyErr_Occurred() ? NULL
 				: PyObject_Vectorcall(run_prog, (PyObject *[]){exe, rs}, 2, NULL);
-			if (r0 != NULL && entry != NULL && path != NULL && Py_REFCNT(rs) == 1) {
-				Py_XSETREF(path->spare_exe, Py_NewRef(exe));
-				Py_XSETREF(path->spare_proto, Py_NewRef(proto));
-				Py_XSETREF(path->spare, rs);
+			if (r0 != NULL && entry != NULL && spares != NULL && Py_REFCNT(rs) == 1) {
+				PyObject *left = PyList_GET_ITEM(spares, i);
+				PyList_SET_ITEM(spares, i, rs);  /* the list's now */
 				rs = NULL;
+				Py_DECREF(left);
 			}
 			Py_XDECREF(entry);
 		}
@@ -664,12 +672,14 @@ static PyObject *call_links(PyObject *links, PyObject *record, PyObject *proto,
 	Py_DECREF(ctx);
 	Py_XDECREF(engine);
 	Py_XDECREF(programs);
+	Py_XDECREF(spares);
 	return retvals;
 fail:
 	Py_XDECREF(ctx);
 	Py_XDECREF(retvals);
 	Py_XDECREF(engine);
 	Py_XDECREF(programs);
+	Py_XDECREF(spares);
 	return NULL;
 }
 

@@ -594,25 +594,29 @@ def test_each_firing_runs_in_a_run_state_as_fresh_as_a_copy_of_the_prototype(eng
     system = pybpf.system("emulated", cpus=1, modeled_time=False)
     system.bpf_engine = engine
     fd = system.map_create(MapType.ARRAY, 4, 8, 1)
-    prog = load(system, ProgType.TRACEPOINT, [
+    progs = [load(system, ProgType.TRACEPOINT, [
         b.ld_map_fd(R1, "m"), b.mov64(R1, FP), b.add64(R1, -8), b.st(8, FP, -8, 0),
-        b.mov64(R2, 8), b.call("trace_printk"), b.mov64(R0, 3), b.exit_()], maps={"m": fd})
-    link = prog.attach_tracepoint("syscalls", "sys_enter_getpid")
+        b.mov64(R2, 8), b.call("trace_printk"), b.mov64(R0, k), b.exit_()], maps={"m": fd})
+        for k in (3, 4)]  # two on the tracepoint: each keeps its own RunState
+    links = [prog.attach_tracepoint("syscalls", "sys_enter_getpid") for prog in progs]
     records = [bytes([n]) * 16 for n in range(4)]
     for record in records:
-        assert system.enter_syscall("getpid", record) == [3]
+        assert system.enter_syscall("getpid", record) == [3, 4]
     fresh = RunState(system.run_env)
-    statics = system._tracepoints["syscalls", "sys_enter_getpid"][0].prog.executable.static_regions
-    for record, (mem, trace, value_regions, redirect, counted, retval) in zip(records, seen,
-                                                                               strict=True):
+    statics = [link.prog.executable.static_regions
+               for link in system._tracepoints["syscalls", "sys_enter_getpid"]]
+    runs = [(record, statics[i]) for record in records for i in range(2)]
+    for (record, regions), (mem, trace, value_regions, redirect, counted, retval) in zip(
+            runs, seen, strict=True):
         assert {r: v for r, v in mem.items() if r < DYNAMIC_REGION_BASE} == {
-            CTX_REGION: record, **statics}
+            CTX_REGION: record, **regions}
         # of the dynamic regions, only the run's stack frame: what the last run added is gone
         assert len([r for r in mem if r >= DYNAMIC_REGION_BASE]) == 1
         assert (trace, value_regions, redirect, retval) == (
             fresh.trace, fresh.value_regions, fresh.redirect, fresh.retval)
         assert counted  # the count began at the prototype's
-    link.close()
+    for link in links:
+        link.close()
 
 
 def test_a_syscall_tracepoints_links_are_kept_under_the_key_its_syscall_fires(emulated):
