@@ -55,7 +55,7 @@ typedef struct {
 	PyObject *programs;  /* main_entries), a tuple */
 	PyObject *proto, *engine;  /* the prototype last used and its env's engine */
 	/* of each of the links, a native run's RunState that nothing held after its run (else
-	 * None), for the program's next run from the prototype (run_state_reuse): a list */
+	 * None), for the program's next run from the prototype (run_state_clean): a list */
 	PyObject *spares;
 } FirePath;
 
@@ -283,15 +283,15 @@ static PyObject *run_state_copy(PyObject *proto)
 }
 
 /* ``rs``, a native run's RunState from ``proto`` that nothing else holds since its run
- * ended, made again what run_state_copy(proto) and the next run's regions give: its regions
- * (the program's static ones and its record) kept, those the run added (numbered from the
- * prototype's next_region on) taken out, ``record`` the record (``statics`` are the
- * program's static regions); each other slot the
- * prototype's, a dict or list an empty one of its own. A run's RunState is mostly that
- * dict of static regions, made and freed at every run. 1, 0 where ``rs`` is not as that
- * says (it is not used again), or -1 with an exception. */
-static int run_state_reuse(PyObject *rs, PyObject *proto, PyObject *ctx_region,
-			   PyObject *record, PyObject *statics)
+ * ended, made again what run_state_copy(proto) and the program's static regions give, for
+ * the program's next run (which sets its record): the regions the run added (numbered
+ * from the prototype's next_region on) taken out, each other slot the prototype's, a dict
+ * or list an empty one of its own (``statics`` are the program's static regions). Done as
+ * the run ends, so that nothing the run reached (a map value's view, which keeps a shared
+ * segment mapped) outlives it. A run's RunState was mostly its dict of static regions,
+ * made and freed at every run. 1, 0 where ``rs`` is not as that says (it is not used
+ * again), or -1 with an exception. */
+static int run_state_clean(PyObject *rs, PyObject *proto, PyObject *statics)
 {
 	PyTypeObject *type = Py_TYPE(rs);
 	PyObject *mem = run_regions(rs), *proto_mem = run_regions(proto);
@@ -355,7 +355,7 @@ static int run_state_reuse(PyObject *rs, PyObject *proto, PyObject *ctx_region,
 		}
 		Py_XSETREF(*slot, made);
 	}
-	rc = PyDict_SetItem(mem, ctx_region, record) < 0 ? -1 : 1;
+	rc = 1;
 out:
 	Py_XDECREF(mem);
 	Py_XDECREF(proto_mem);
@@ -640,7 +640,11 @@ static PyObject *call_links(PyObject *links, PyObject *record, PyObject *proto,
 			/* ours while it runs: a run it makes of the same program keeps its own */
 			rs = PyList_GET_ITEM(spares, i);
 			PyList_SET_ITEM(spares, i, Py_NewRef(Py_None));
-			if ((reused = run_state_reuse(rs, proto, ctx_region, record, statics)) <= 0)
+			PyObject *regions = run_regions(rs);
+			reused = regions == NULL || PyDict_SetItem(regions, ctx_region, record) < 0
+				? -1 : 1;
+			Py_XDECREF(regions);
+			if (reused < 0)
 				Py_CLEAR(rs);
 		}
 		if (exe != NULL && reused >= 0
@@ -653,11 +657,15 @@ static PyObject *call_links(PyObject *links, PyObject *record, PyObject *proto,
 						  path)
 				: PyErr_Occurred() ? NULL
 				: PyObject_Vectorcall(run_prog, (PyObject *[]){exe, rs}, 2, NULL);
-			if (r0 != NULL && entry != NULL && spares != NULL && Py_REFCNT(rs) == 1) {
+			int clean = r0 != NULL && entry != NULL && spares != NULL
+				&& Py_REFCNT(rs) == 1 ? run_state_clean(rs, proto, statics) : 0;
+			if (clean > 0) {
 				PyObject *left = PyList_GET_ITEM(spares, i);
 				PyList_SET_ITEM(spares, i, rs);  /* the list's now */
 				rs = NULL;
 				Py_DECREF(left);
+			} else if (clean < 0) {
+				PyErr_Clear();  /* the run is done: its RunState is only not used again */
 			}
 			Py_XDECREF(entry);
 		}

@@ -9,6 +9,7 @@ syscalls and from programs, and lose nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import re
@@ -201,6 +202,28 @@ def test_programs_see_the_same_maps_as_without_a_segment(engine):
             retvals = [prog.test_run(bytes(64)).retval for _ in range(3)]
         got.append((retvals, dict(counts.items()), dict(h.items())))
     assert got[0] == got[1] == ([2, 2, 2], {0: 0, 1: 3, 2: 0, 3: 0}, {7: 8})
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_segment_closes_after_tracepoint_runs_that_looked_up_its_values(engine):
+    """A tracepoint program that reached values in the segment (each firing's RunState kept
+    for the next one) leaves no view of the segment once it is closed: the segment closes
+    as soon as its maps are."""
+    seg = shared.Segment.create(None, MIB)
+    sys_ = EmulatedSystem(cpus=1, modeled_time=False, shared=seg)
+    sys_.bpf_engine = engine
+    counts = Map(MapSpec(MapType.ARRAY, 4, 8, 4, key=int, value=int), sys_)
+    h = Map(MapSpec(MapType.HASH, 4, 8, 16, key=int, value=int), sys_)
+    spec = dataclasses.replace(count_program(), prog_type=ProgType.TRACEPOINT)
+    with Program.load(spec, sys_, maps={"counts": counts, "h": h}) as prog:
+        link = prog.attach_tracepoint("syscalls", "sys_enter_getpid")
+        assert [sys_.enter_syscall("getpid", bytes(16)) for _ in range(3)] == [[2]] * 3
+        link.close()
+    assert (counts[1], h[7]) == (3, 8)
+    counts.close()
+    h.close()
+    seg.close()
+    assert seg.closed
 
 
 @pytest.mark.parametrize("engine", ENGINES)
