@@ -156,16 +156,10 @@ def hash_map_state(e, fd: int) -> dict:
 def forked_results(target: Callable, args_each: list[tuple], timeout: float = 300) -> list:
     """Run ``target(*args, queue)`` in a forked process for each ``args`` of ``args_each``,
     all at once; what each put on the queue (in the order they put it), after every process
-    exited 0."""
+    exited 0 (bench.shm's run_processes, which raises where one did not)."""
     import multiprocessing
 
-    ctx = multiprocessing.get_context("fork")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=target, args=(*args, out)) for args in args_each]
-    for p in procs:
-        p.start()
-    results = [out.get(timeout=timeout) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
-    return results
+    from pybpf.bench.shm import run_processes
+
+    return run_processes(multiprocessing.get_context("fork"), target, args_each,
+                         "test", timeout)

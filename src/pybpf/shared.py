@@ -58,7 +58,7 @@ from .errors import BPFError, KeyNotFoundError, bpf_error
 from .mapcore import MODE_SLOW, MapCore
 from .maps import FlaggedUpdate, UpdateFlags, _ItemsView, _ValuesView, update_flags
 from .topology import host_topology
-from .uapi import MapFlags, MapType, member_named
+from .uapi import MapFlags, MapType, member_named, round_up
 
 __all__ = ["Segment", "SegmentUsage", "SharedMap", "SharedMapsUnavailable", "Waits",
            "available", "unlink", "waits"]
@@ -186,7 +186,7 @@ class Segment:
         if int(kind) == MapType.LRU_HASH:  # its lists: one set per possible CPU, as the
             ncpus = host_topology().num_cpus  # kernel's
             if flags & MapFlags.NO_COMMON_LRU:  # htab_map_alloc: a CPU's share each
-                max_entries = -(-max_entries // ncpus) * ncpus
+                max_entries = round_up(max_entries, ncpus)
         try:
             handle = self._seg.create_map(name, int(kind), key_size, value_size, max_entries,
                                           int(flags), random.getrandbits(32), ncpus)

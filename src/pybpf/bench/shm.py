@@ -203,7 +203,7 @@ def _worker(name: str, map_name: str, op: str, worker: int, keys: int, rounds: i
     seg.close()
 
 
-def _run_processes(ctx, target, args: list[tuple], what: str, timeout_s: float) -> list:
+def run_processes(ctx, target, args: list[tuple], what: str, timeout_s: float) -> list:
     """One process per ``args`` running ``target(*args, out)``; what each put on ``out``."""
     out = ctx.Queue()
     procs = [ctx.Process(target=target, args=(*a, out)) for a in args]
@@ -221,7 +221,7 @@ def _run_procs(ctx, name: str, map_name: str, op: str, nprocs: int, keys: int,
                rounds: int) -> float:
     """Aggregate ops/s of ``nprocs`` processes doing ``op`` at once."""
     barrier = ctx.Barrier(nprocs)
-    results = _run_processes(ctx, _worker, [(name, map_name, op, w, keys, rounds, barrier)
+    results = run_processes(ctx, _worker, [(name, map_name, op, w, keys, rounds, barrier)
                                             for w in range(nprocs)], "scaling", 600)
     ops = sum(n for n, _ in results)
     slowest = max(ns for _, ns in results)
@@ -301,7 +301,7 @@ def stress(name: str, total_ops: int, keys: int) -> dict:
         m = seg.create_map("bench_stress", "hash", 4, 8, 3 * keys)
         barrier = ctx.Barrier(2)
         per = total_ops // 2
-        results = _run_processes(ctx, _stress_worker, [(name, w, keys, per, barrier)
+        results = run_processes(ctx, _stress_worker, [(name, w, keys, per, barrier)
                                                        for w in range(2)], "stress", 3600)
         listed = [int.from_bytes(k, "little") for k in _walk(m.raw)]
         inserted = sum(r[0] for r in results)
