@@ -291,6 +291,22 @@ static PyObject *run_state_copy(PyObject *proto)
  * segment mapped) outlives it. A run's RunState was mostly its dict of static regions,
  * made and freed at every run. 1, 0 where ``rs`` is not as that says (it is not used
  * again), or -1 with an exception. */
+/* ``key`` taken out of the dict ``d`` where it is there: 0, or -1 with an exception */
+static int dict_discard(PyObject *d, PyObject *key)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+	return PyDict_Pop(d, key, NULL) < 0 ? -1 : 0;
+#else
+	PyObject *value = _PyDict_Pop(d, key, Py_None);
+	Py_XDECREF(value);
+	return value == NULL ? -1 : 0;
+#endif
+}
+
+/* at most this many regions added by a run are taken out by number (each a dict lookup);
+ * more, by a scan of all its regions */
+#define ADDED_BY_NUMBER 32
+
 static int run_state_clean(PyObject *rs, PyObject *proto, PyObject *statics)
 {
 	PyTypeObject *type = Py_TYPE(rs);
@@ -306,9 +322,30 @@ static int run_state_clean(PyObject *rs, PyObject *proto, PyObject *statics)
 	    || !PyLong_CheckExact(base))
 		goto out;
 	rc = -1;
-	uint64_t first = PyLong_AsUnsignedLongLong(base);
-	if (first == (uint64_t)-1 && PyErr_Occurred())
+	Py_ssize_t first = PyLong_AsSsize_t(base);
+	if (first < 0) {
+		if (!PyErr_Occurred())
+			rc = 0;  /* not a region number: the run state is not used again */
 		goto out;
+	}
+	/* the regions the run added are numbered from first to its next_region: taken out by
+	 * number where they are few, else (or where some are left) found by a scan */
+	PyObject *next = run_next_region(rs);
+	Py_ssize_t last = next != NULL && PyLong_CheckExact(next) ? PyLong_AsSsize_t(next) : first;
+	Py_XDECREF(next);
+	if (PyErr_Occurred()) {
+		PyErr_Clear();  /* not a number: the scan finds what was added */
+		last = first;
+	}
+	for (Py_ssize_t number = first; number < last && last - first <= ADDED_BY_NUMBER;
+	     number++) {
+		PyObject *key = PyLong_FromSsize_t(number);
+		if (key == NULL || dict_discard(mem, key) < 0) {
+			Py_XDECREF(key);
+			goto out;
+		}
+		Py_DECREF(key);
+	}
 	/* nothing added where the regions are the program's static ones and its record (a run
 	 * takes out only what it added; a frame takes a number, not a region) */
 	int same = PyDict_CheckExact(statics)
@@ -316,9 +353,8 @@ static int run_state_clean(PyObject *rs, PyObject *proto, PyObject *statics)
 	Py_ssize_t pos = 0;
 	PyObject *region, *value;
 	while (!same && PyDict_Next(mem, &pos, &region, &value)) {
-		uint64_t number = PyLong_CheckExact(region)
-			? PyLong_AsUnsignedLongLong(region) : 0;
-		if (number == (uint64_t)-1 && PyErr_Occurred())
+		Py_ssize_t number = PyLong_CheckExact(region) ? PyLong_AsSsize_t(region) : -1;
+		if (number < 0)
 			PyErr_Clear();  /* not a region number of the run's */
 		else if (number >= first && ((added == NULL && (added = PyList_New(0)) == NULL)
 					     || PyList_Append(added, region) < 0))

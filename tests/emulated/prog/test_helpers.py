@@ -563,12 +563,15 @@ def test_a_systems_firings_follow_its_links_and_engine_between_them():
 
 
 @pytest.mark.parametrize("engine", ["native", "jit"])
+@pytest.mark.parametrize("regions_added", [1, 40])
 def test_each_firing_runs_in_a_run_state_as_fresh_as_a_copy_of_the_prototype(engine,
+                                                                             regions_added,
                                                                              monkeypatch):
     """Every run of a tracepoint's program starts from what RunState(run_env) holds plus its
     record and static regions, whether the firing made its RunState anew or made the last
     run's one again (trace_call_bpf keeps a native run's RunState nothing held): a region,
-    a trace line, a value region or a redirect a run left is not in the next run."""
+    a trace line, a value region or a redirect a run left is not in the next run, whether
+    the run added a few regions (taken out by number) or many (found by a scan)."""
     import dataclasses
 
     from pybpf.emulated.prog import helpers
@@ -582,7 +585,8 @@ def test_each_firing_runs_in_a_run_state_as_fresh_as_a_copy_of_the_prototype(eng
     def leave_things_behind(rs, r1, r2, r3, r4, r5):
         seen.append((dict(rs.mem), list(rs.trace), dict(rs.value_regions), rs.redirect,
                      rs.count <= 4, rs.retval))
-        rs.add_region(bytearray(8))
+        for _ in range(regions_added):
+            rs.add_region(bytearray(8))
         rs.region_of(bytearray(4))
         rs.trace.append(b"left")
         rs.redirect, rs.retval = ("somewhere", 1), 99
