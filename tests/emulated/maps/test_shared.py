@@ -30,6 +30,7 @@ from pybpf.asm import (
     R2,
     R3,
     R4,
+    R7,
     add64,
     atomic_add64,
     call,
@@ -43,15 +44,18 @@ from pybpf.asm import (
     stxdw,
 )
 from pybpf.emulated import native_missing
+from pybpf.emulated.prog import native
 from pybpf.emulated.system import EmulatedSystem
 from pybpf.errors import BPFError
 from pybpf.maps import Map, MapSpec
 from pybpf.programs import Program, ProgramSpec
 from pybpf.uapi import (
+    BPF_ANY,
     BPF_F_MMAPABLE,
     BPF_F_NO_COMMON_LRU,
     BPF_F_NO_PREALLOC,
     BPF_F_ZERO_SEED,
+    BPF_NOEXIST,
     MapType,
     ProgType,
 )
@@ -755,6 +759,55 @@ def test_a_segment_map_found_in_a_map_of_maps_is_updated_as_the_reference(ops, i
     for engine, *got in results[1:]:
         assert tuple(got) == results[0][1:], engine
 
+
+
+@pytest.mark.skipif(native_missing() is not None, reason=str(native_missing()))
+@pytest.mark.parametrize("own_map_in_segment", [True, False])
+def test_a_segment_map_found_at_run_time_is_changed_without_python(own_map_in_segment,
+                                                                    monkeypatch):
+    """The native tier finds the segment's map a program found in an array of maps whether
+    the program's own maps are the segment's (pybpf_shm_map_of asked first) or not (an
+    HtabCore asked first, which it has not): its update, failed update and delete call no
+    helper through Python, with the interpreter's R0s (an XDP program's 32 bits) and
+    contents."""
+    ops = [("update", 3, 7, BPF_ANY), ("update", 3, 8, BPF_NOEXIST), ("delete", 5)]
+    insns = [mov64(R7, 0)]
+    if own_map_in_segment:  # a lookup in the segment's array: a map of the program's own
+        insns += [ld_map_fd(R1, "own"), stw(FP, -4, 0), mov64(R2, FP), add64(R2, -4),
+                  call("map_lookup_elem")]
+    for i, (name, key, *rest) in enumerate(ops):
+        insns += [ld_map_fd(R1, "outer"), stw(FP, -4, 0), mov64(R2, FP), add64(R2, -4),
+                  call("map_lookup_elem"), jeq(R0, 0, f"none{i}"), mov64(R1, R0),
+                  stw(FP, -4, key), mov64(R2, FP), add64(R2, -4)]
+        if name == "update":
+            insns += [stdw(FP, -16, rest[0]), mov64(R3, FP), add64(R3, -16),
+                      mov64(R4, rest[1]), call("map_update_elem")]
+        else:
+            insns.append(call("map_delete_elem"))
+        insns += [add64(R7, R0), label(f"none{i}")]
+    spec = ProgramSpec(ProgType.XDP, [*insns, mov64(R0, R7), exit_()], name="found_ops")
+    calls, callback = [], native._Run.callback
+    monkeypatch.setattr(native._Run, "callback", lambda run, *args: (
+        calls.append(args[0]), callback(run, *args))[1])
+    results = []
+    for engine, sys_ in (("interp", EmulatedSystem(cpus=2, modeled_time=False)),
+                         ("native", shared_system(cpus=2))):
+        sys_.bpf_engine = engine
+        inner_spec = MapSpec(MapType.LRU_HASH, 4, 8, 4, key=int, value=int)
+        inner = Map(inner_spec, sys_)
+        inner[5 + 1] = 1
+        outer = Map(MapSpec(MapType.ARRAY_OF_MAPS, 4, 4, 1, inner_map=inner_spec), sys_)
+        outer[0] = inner
+        maps = {"outer": outer}
+        if own_map_in_segment:
+            maps["own"] = Map(MapSpec(MapType.ARRAY, 4, 8, 1, key=int, value=int), sys_)
+        calls.clear()
+        with Program.load(spec, sys_, maps=maps) as prog:
+            with sys_.on_cpu(1):
+                results.append((prog.test_run(bytes(64)).retval, sorted(inner.items())))
+    assert native.OP_HELPER not in calls, calls
+    assert results[0] == results[1]
+    assert results[1] == ((-errno.EEXIST - errno.ENOENT) & (2**32 - 1), [(3, 7), (6, 1)])
 
 def test_lru_and_lpm_pins_are_got_by_another_process_with_the_same_cpus():
     """An LRU map (BPF_F_NO_COMMON_LRU: max_entries rounded up to the CPUs, as

@@ -712,9 +712,9 @@ class _FunctionIR:
         does what the helper does with them; else the helper through Python."""
         bpf_map = self.exe.static_regions[self.map_in_r1]
         args = [self.get(reg) for reg in range(2, 6)]
-        self.htab_op(pc, op, f"inttoptr (i64 {id(core)} to ptr)", str(bpf_map.key_size),
-                     str(bpf_map.value_size), "true",
-                     lambda: self.callback(pc, OP_BOUND, str(index), *args))
+        self.put(0, self.htab_op(pc, op, f"inttoptr (i64 {id(core)} to ptr)",
+                                 str(bpf_map.key_size), str(bpf_map.value_size), "true",
+                                 lambda: self.callback(pc, OP_BOUND, str(index), *args)))
 
     def write_shm_op(self, pc: int, bpf_map: SharedSegmentMap, update: bool,
                      index: int) -> None:
@@ -757,41 +757,49 @@ class _FunctionIR:
 
     def write_dynamic_htab_op(self, pc: int, insn: Instruction) -> None:
         """bpf_map_update_elem or bpf_map_delete_elem on a map R1 points to that the program
-        found at run time (in a map of maps): its HtabCore and sizes from
-        pybpf_native_map_core, then as write_htab_op; the helper through Python where the map
-        has no core."""
+        found at run time (in a map of maps): as write_htab_op on its HtabCore (and sizes)
+        from pybpf_native_map_core, or as write_shm_op on its segment's Map from
+        pybpf_shm_map_of; the helper through Python where the map has neither. A program
+        whose own maps are a segment's asks for a segment's Map first (a system with a
+        segment puts its hash maps there), another for a core first."""
         sizes = "%map_sizes"
-        self.emit(f"store [2 x i64] zeroinitializer, ptr {sizes}")
         mem = self.op(f"load ptr, ptr {self.slot(RS_MEM)}")
-        core = self.op(f"call ptr @{MAP_CORE_SYMBOL}(ptr {mem}, i64 {self.get(1)}, "
-                       f"ptr {sizes})")
-        key_size = self.op(f"load i64, ptr {sizes}")
-        value_size = self.op(f"load i64, ptr {self.op(f'getelementptr i64, ptr {sizes}, i64 1')}")
         update = _unwrapped(self.exe.helpers[insn.imm]) is bpf_map_update_elem
-        op = HTAB_OPS["helper_update" if update else "helper_delete"]
         args = [self.get(reg) for reg in range(1, 6)]
+
+        def found(symbol: str) -> tuple[str, str, str]:
+            """The map ``symbol`` finds for R1 and its key and value sizes."""
+            self.emit(f"store [2 x i64] zeroinitializer, ptr {sizes}")
+            handle = self.op(f"call ptr @{symbol}(ptr {mem}, i64 {self.get(1)}, "
+                             f"ptr {sizes})")
+            key_size = self.op(f"load i64, ptr {sizes}")
+            value_size = self.op(f"load i64, ptr "
+                                 f"{self.op(f'getelementptr i64, ptr {sizes}, i64 1')}")
+            return handle, key_size, value_size
+
+        def core(slow: Callable[[], str]) -> str:
+            handle, key_size, value_size = found(MAP_CORE_SYMBOL)
+            return self.htab_op(pc, HTAB_OPS["helper_update" if update else "helper_delete"],
+                                handle, key_size, value_size,
+                                self.op(f"icmp ne ptr {handle}, null"), slow)
+
+        def segment(slow: Callable[[], str]) -> str:
+            if _shm_symbol(SHM_MAP_OF_SYMBOL) is None or _shm_symbol(SHM_OP_SYMBOL) is None:
+                return slow()
+            handle, key_size, value_size = found(SHM_MAP_OF_SYMBOL)
+            return self.shm_op(pc, "g", handle, self.op(f"icmp ne ptr {handle}, null"),
+                               key_size, value_size, update, slow)
 
         def python() -> str:
             return self.callback(pc, OP_HELPER, str(insn.imm), *args)
 
-        def segment_or_python() -> str:
-            """A map without a core may be a segment's: pybpf_shm_op on its Map."""
-            if _shm_symbol(SHM_MAP_OF_SYMBOL) is None or _shm_symbol(SHM_OP_SYMBOL) is None:
-                return python()
-            self.emit(f"store [2 x i64] zeroinitializer, ptr {sizes}")
-            shm = self.op(f"call ptr @{SHM_MAP_OF_SYMBOL}(ptr {mem}, i64 {self.get(1)}, "
-                          f"ptr {sizes})")
-            shm_key = self.op(f"load i64, ptr {sizes}")
-            shm_value = self.op(f"load i64, ptr "
-                                f"{self.op(f'getelementptr i64, ptr {sizes}, i64 1')}")
-            return self.shm_op(pc, "g", shm, self.op(f"icmp ne ptr {shm}, null"), shm_key,
-                               shm_value, update, python)
-
-        self.htab_op(pc, op, core, key_size, value_size, self.op(f"icmp ne ptr {core}, null"),
-                     segment_or_python)
+        in_segment = any(isinstance(bpf_map, SharedSegmentMap)
+                         for bpf_map in self.exe.static_regions.values())
+        first, second = (segment, core) if in_segment else (core, segment)
+        self.put(0, first(lambda: second(python)))
 
     def htab_op(self, pc: int, op: int, core: str, key_size: str, value_size: str,
-                has_core: str, slow: Callable[[], str]) -> None:
+                has_core: str, slow: Callable[[], str]) -> str:
         """R0 of an HtabCore's update or delete (``op``) on the core ``core``, whose map has
         keys and values of those sizes: by pybpf_native_htab_op where ``has_core`` and the
         key (and value) lie in memory compiled code reaches, else by ``slow``'s code."""
@@ -820,7 +828,7 @@ class _FunctionIR:
         slow_block = self.current_block()
         self.branch(f"br label %hj{pc}")
         self.label(f"hj{pc}")
-        self.put(0, self.op(f"phi i64 [{direct}, %hdok{pc}], [{slow_r0}, %{slow_block}]"))
+        return self.op(f"phi i64 [{direct}, %hdok{pc}], [{slow_r0}, %{slow_block}]")
 
     def write_inlined_helper(self, pc: int, insn: Instruction, helper: Callable) -> None:
         """A helper compiled inline: bpf_get_smp_processor_id as the kernel's verifier
