@@ -14,6 +14,7 @@
 #include <Python.h>
 #include <structmember.h>
 #include <stdint.h>
+#include "_pyattr.h"
 
 typedef struct CacheModel CacheModel;
 
@@ -99,17 +100,6 @@ typedef struct {
 int slot_fields_bind(SlotField *fields, const SlotFieldOf *of, int n, const char *module);
 /* obj.<field> (a new reference), or NULL with an exception */
 PyObject *slot_field_get(const SlotField *f, PyObject *obj);
-/* obj.<name> from obj.__dict__ where it is there, else getattr (a new reference, or NULL): for
- * plain attributes only (no descriptor of that name on the class) */
-PyObject *own_attr(PyObject *obj, PyObject *name);
-/* obj.<name> where it has one: 1 with *value a new reference, 0 with NULL where it has none
- * (no AttributeError made: its message is most of a missed getattr's cost), -1 with an
- * exception */
-#if PY_VERSION_HEX >= 0x030D0000
-#define lookup_attr PyObject_GetOptionalAttr
-#else
-#define lookup_attr _PyObject_LookupAttr
-#endif
 /* obj.<field> = value: 0, or -1 */
 int slot_field_set(const SlotField *f, PyObject *obj, PyObject *value);
 /* A Python owner's ``tally`` (emulated/machine/counters.py: an array of int64 counters, its

@@ -162,20 +162,6 @@ PyObject *slot_field_get(const SlotField *f, PyObject *obj)
 	return PyObject_GetAttr(obj, f->name);  /* an unset slot's error too */
 }
 
-/* obj.<name> (a new reference, or NULL with an exception) from the object's own __dict__
- * where it is there, else by getattr: for plain attributes (no descriptor of the name on
- * the class) read on every firing, of classes whose deep MROs make getattr's type lookup
- * the larger part of each read (a system, its machine and timing) */
-PyObject *own_attr(PyObject *obj, PyObject *name)
-{
-	PyObject **dict = _PyObject_GetDictPtr(obj);
-	PyObject *value = dict == NULL || *dict == NULL ? NULL
-		: PyDict_GetItemWithError(*dict, name);  /* borrowed */
-	if (value != NULL)
-		return Py_NewRef(value);
-	return PyErr_Occurred() ? NULL : PyObject_GetAttr(obj, name);
-}
-
 int slot_field_set(const SlotField *f, PyObject *obj, PyObject *value)
 {
 	if (Py_TYPE(obj) != f->type)

@@ -60,6 +60,7 @@
 #include <unistd.h>
 
 #include "_jhash.h"
+#include "_pyattr.h"
 
 #define SHM_MAGIC 0x4d48534650425950ULL /* "PYBPFSHM" read as a little-endian u64 */
 #define SHM_VERSION 3 /* 2: a hash map's free elements on per-CPU lists; 3: LRU maps and
@@ -2514,7 +2515,7 @@ PyObject *pybpf_shm_map_of(PyObject *mem, uint64_t r1, int64_t *sizes)
 		shm_name = PyUnicode_InternFromString("shm");
 	PyObject *region = PyLong_FromUnsignedLongLong(r1 >> 32), *found = NULL;
 	PyObject *obj = region == NULL ? NULL : PyDict_GetItemWithError(mem, region); /* borrowed */
-	if (obj != NULL && shm_name != NULL && (found = PyObject_GetAttr(obj, shm_name)) != NULL &&
+	if (obj != NULL && shm_name != NULL && (found = own_attr(obj, shm_name)) != NULL &&
 	    Py_IS_TYPE(found, &MapType)) {
 		sizes[0] = ((MapObject *)found)->key_size;
 		sizes[1] = ((MapObject *)found)->value_size;
