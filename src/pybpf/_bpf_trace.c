@@ -21,7 +21,7 @@
 
 #define TASK_SIZE_MAX 0x7FFFFFFFF000ULL  /* x86-64, 48-bit virtual addresses */
 
-static PyObject *s_user_memory, *s_starts, *s_blocks, *s_machine, *s_prog, *s_executable,
+static PyObject *s_user_memory, *s_machine, *s_prog, *s_executable,
 	*s_charge, *s_tracepoint_entry, *s_engine, *s_main_entries,
 	*s_current, *s_cpu, *s_static_regions, *s_bpf_insn, *s_count, *s_tracepoints,
 	*s_run_state_proto, *s_run_state, *s_timing, *s_modeled, *s_modeled_time, *s_scheduler,
@@ -109,8 +109,7 @@ static PyTypeObject FirePathType = {
 
 int bpf_trace_ready(void)
 {
-	return intern(&s_user_memory, "user_memory") < 0 || intern(&s_starts, "_starts") < 0
-		|| intern(&s_blocks, "_blocks") < 0 || intern(&s_machine, "machine") < 0
+	return intern(&s_user_memory, "user_memory") < 0 || intern(&s_machine, "machine") < 0
 		|| intern(&s_prog, "prog") < 0 || intern(&s_executable, "executable") < 0
 		|| intern(&s_charge, "charge") < 0
 		|| intern(&s_tracepoint_entry, "tracepoint_entry") < 0
@@ -135,14 +134,23 @@ int bpf_trace_ready(void)
 		    && (s_empty_ctx = PyBytes_FromStringAndSize(NULL, 0)) == NULL) ? -1 : 0;
 }
 
+/* A UserMemory's (emulated/machine/machine.py) lists of block addresses and blocks, its
+ * slots read at their offsets */
+enum { USER_STARTS, USER_BLOCKS, USER_FIELDS };
+static SlotField user_fields[USER_FIELDS];
+static const SlotFieldOf user_fields_of[USER_FIELDS] = {
+	[USER_STARTS] = {"UserMemory", "_starts"}, [USER_BLOCKS] = {"UserMemory", "_blocks"}};
+
 /* The user block holding [addr, addr + size) and the offset there (a new reference), or NULL
  * without an exception where there is none (the Python helper then says what happens) */
 static PyObject *user_block(PyObject *machine, uint64_t addr, uint64_t size, Py_ssize_t *off)
 {
 	PyObject *memory = own_attr(machine, s_user_memory), *starts = NULL;
 	PyObject *blocks = NULL, *block = NULL;
-	if (memory == NULL || (starts = own_attr(memory, s_starts)) == NULL
-	    || (blocks = own_attr(memory, s_blocks)) == NULL)
+	if (memory == NULL || slot_fields_bind(user_fields, user_fields_of, USER_FIELDS,
+					       "pybpf.emulated.machine.machine") < 0
+	    || (starts = slot_field_get(&user_fields[USER_STARTS], memory)) == NULL
+	    || (blocks = slot_field_get(&user_fields[USER_BLOCKS], memory)) == NULL)
 		goto out;
 	if (!PyList_Check(starts) || !PyList_Check(blocks)
 	    || PyList_GET_SIZE(starts) != PyList_GET_SIZE(blocks))
@@ -303,6 +311,26 @@ static int dict_discard(PyObject *d, PyObject *key)
 #endif
 }
 
+/* a run state's dict of at most this many items is emptied item by item, keeping its table
+ * (PyDict_Clear frees it, and the next run's first item makes a new one) */
+#define KEPT_TABLE 4
+
+/* Every item taken out of the dict ``d``, one at a time: 0, or -1 with an exception */
+static int dict_empty(PyObject *d)
+{
+	Py_ssize_t pos = 0;
+	PyObject *key, *value;
+	while (PyDict_Next(d, &pos, &key, &value)) {
+		Py_INCREF(key);
+		int rc = PyDict_DelItem(d, key);
+		Py_DECREF(key);
+		if (rc < 0)
+			return -1;
+		pos = 0;  /* the dict changed: from its first item again */
+	}
+	return 0;
+}
+
 /* at most this many regions added by a run are taken out by number (each a dict lookup);
  * more, by a scan of all its regions */
 #define ADDED_BY_NUMBER 32
@@ -375,9 +403,15 @@ static int run_state_clean(PyObject *rs, PyObject *proto, PyObject *statics)
 			if (now != NULL && Py_TYPE(now) == Py_TYPE(want) && Py_REFCNT(now) == 1
 			    && (PyDict_CheckExact(now) ? PyDict_GET_SIZE(want) == 0
 				: PyList_GET_SIZE(want) == 0)) {
-				/* only the slot holds it: emptied in place */
-				if (PyDict_CheckExact(now))
+				/* only the slot holds it: emptied in place (a few items taken
+				 * out one by one, which keeps the dict's table for the next
+				 * run's items) */
+				if (PyDict_CheckExact(now) && PyDict_GET_SIZE(now) > KEPT_TABLE)
 					PyDict_Clear(now);
+				else if (PyDict_CheckExact(now)) {
+					if (dict_empty(now) < 0)
+						goto out;
+				}
 				else if (PyList_SetSlice(now, 0, PyList_GET_SIZE(now), NULL) < 0)
 					goto out;
 				continue;
@@ -614,9 +648,9 @@ static PyObject *call_links(PyObject *links, PyObject *record, PyObject *proto,
 			    PyObject *cpu, FirePath *path)
 {
 	Py_ssize_t n = PyTuple_GET_SIZE(links);
-	uint64_t region = PyLong_AsUnsignedLongLong(ctx_region);
+	uint64_t region;
 	/* R1: the context's pointer, run_prog's default */
-	PyObject *ctx = region == (uint64_t)-1 && PyErr_Occurred() ? NULL
+	PyObject *ctx = parse_addr(ctx_region, &region) < 0 ? NULL
 		: PyLong_FromUnsignedLongLong(region << 32);
 	PyObject *retvals = ctx == NULL ? NULL : PyList_New(n), *engine = NULL, *programs = NULL;
 	PyObject *spares = NULL;

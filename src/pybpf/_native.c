@@ -72,9 +72,9 @@ static int field_u64(const SlotField *f, PyObject *obj, uint64_t *out)
 	PyObject *value = slot_field_get(f, obj);
 	if (value == NULL)
 		return -1;
-	*out = PyLong_AsUnsignedLongLong(value);
+	int rc = parse_addr(value, out);  /* not PyLong_AsUnsignedLongLong's byte array */
 	Py_DECREF(value);
-	return *out == (uint64_t)-1 && PyErr_Occurred() ? -1 : 0;
+	return rc;
 }
 
 /* obj.<field> = value (u64): 0, or -1 */

@@ -186,6 +186,8 @@ class UserMemory:
 
     BASE = 0x7F00_0000_0000
     PAGE = 4096
+    # bpf_probe_read_user's C path (_bpf_trace.c) reads the lists at their slots' offsets
+    __slots__ = ("_starts", "_blocks", "_next", "_lock")
 
     def __init__(self) -> None:
         self._starts: list[int] = []  # ascending: addresses are handed out in order
