@@ -239,6 +239,53 @@ static inline void cpu_relax(void)
  * atomically). */
 static uint64_t lock_waits, read_waits;
 
+/*
+ * The holds of segment locks this process makes while a trace is on (module function
+ * lock_trace): each lock's address and the CLOCK_MONOTONIC ns at which it was taken and let
+ * go, what pybpf.bench.map_perf_contention replays to simulate more processes than the host
+ * has CPUs. One thread's (map-perf's processes have one each). Off, a lock and an unlock
+ * test a pointer.
+ */
+struct lock_hold {
+	uint64_t lock, taken, released;
+};
+static struct lock_hold *holds;  /* NULL: no trace */
+static size_t holds_cap, holds_len, holds_lost;
+static double clock_read_ns;  /* what a clock read cost as the trace began */
+/* the holds not let go yet, by index (locks nest: a bucket's, then an LRU list's) */
+#define OPEN_HOLDS 8
+static size_t open_holds[OPEN_HOLDS];
+static int n_open;
+
+static uint64_t monotonic_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void hold_taken(uint32_t *lock)
+{
+	if (holds_len == holds_cap || n_open == OPEN_HOLDS) {
+		holds_lost++;  /* the trace is full: the rest is counted, not recorded */
+		return;
+	}
+	holds[holds_len] = (struct lock_hold){(uintptr_t)lock, monotonic_ns(), 0};
+	open_holds[n_open++] = holds_len++;
+}
+
+static void hold_released(uint32_t *lock)
+{
+	for (int i = n_open - 1; i >= 0; i--) {
+		if (holds[open_holds[i]].lock != (uintptr_t)lock)
+			continue;
+		holds[open_holds[i]].released = monotonic_ns();
+		for (n_open--; i < n_open; i++)
+			open_holds[i] = open_holds[i + 1];
+		return;
+	}
+}
+
 static int spin_lock_slow(uint32_t *lock)
 {
 	unsigned long spins = 0;
@@ -269,14 +316,19 @@ static int spin_lock_slow(uint32_t *lock)
 static inline int spin_lock(uint32_t *lock)
 {
 	uint32_t zero = 0;
-	if (__builtin_expect(__atomic_compare_exchange_n(lock, &zero, my_pid, 0, __ATOMIC_ACQUIRE,
-							 __ATOMIC_RELAXED), 1))
-		return 0;
-	return spin_lock_slow(lock);
+	int dead = 0;
+	if (!__builtin_expect(__atomic_compare_exchange_n(lock, &zero, my_pid, 0, __ATOMIC_ACQUIRE,
+							  __ATOMIC_RELAXED), 1))
+		dead = spin_lock_slow(lock);
+	if (__builtin_expect(holds != NULL, 0) && dead == 0)
+		hold_taken(lock);
+	return dead;
 }
 
 static inline void spin_unlock(uint32_t *lock)
 {
+	if (__builtin_expect(holds != NULL, 0))
+		hold_released(lock);
 	__atomic_store_n(lock, 0, __ATOMIC_RELEASE);
 }
 
@@ -2559,7 +2611,90 @@ static PyObject *py_waits(PyObject *module, PyObject *unused)
 			     (unsigned long long)__atomic_load_n(&read_waits, __ATOMIC_RELAXED));
 }
 
+/* lock_trace(capacity) -> (bytes, lost, read_ns): the trace so far (struct lock_hold records,
+ * u64 triples; a hold not let go yet ends at 0), the count of holds it had no room for and
+ * what a clock read cost as it began, ended; a new one begun with room for ``capacity``
+ * holds (0: none) */
+static PyObject *py_lock_trace(PyObject *module, PyObject *arg)
+{
+	Py_ssize_t capacity = PyLong_AsSsize_t(arg);
+	if (capacity < 0) {
+		if (!PyErr_Occurred())
+			PyErr_SetString(PyExc_ValueError, "lock_trace(capacity): capacity >= 0");
+		return NULL;
+	}
+	if ((size_t)capacity > SIZE_MAX / sizeof(struct lock_hold))
+		return PyErr_NoMemory();
+	struct lock_hold *fresh = NULL;
+	if (capacity && (fresh = PyMem_RawCalloc((size_t)capacity, sizeof *fresh)) == NULL)
+		return PyErr_NoMemory();
+	PyObject *trace = Py_BuildValue("(Nnd)", PyBytes_FromStringAndSize(
+		holds_len ? (const char *)holds : "", (Py_ssize_t)(holds_len * sizeof *holds)),
+		(Py_ssize_t)holds_lost, clock_read_ns);
+	if (trace == NULL) {
+		PyMem_RawFree(fresh);
+		return NULL;
+	}
+	if (fresh != NULL) {  /* the cost of the two reads each hold adds */
+		enum { READS = 4096 };
+		uint64_t start = monotonic_ns();
+		for (int i = 0; i < READS; i++)
+			(void)monotonic_ns();
+		clock_read_ns = (double)(monotonic_ns() - start) / (READS + 1);
+	}
+	PyMem_RawFree(holds);
+	holds = fresh;
+	holds_cap = (size_t)capacity;
+	holds_len = holds_lost = 0;
+	n_open = 0;
+	return trace;
+}
+
+/* handoff(buffer, rounds, me) -> ns: ``rounds`` passes of the first word of ``buffer`` (a
+ * writable buffer two processes share, an anonymous shared mmap) between this process, ``me``
+ * (0 or 1), and the other: each waits for the word to say it is its turn, then hands the
+ * turn over. The wall-clock ns it took, in which the word's cache line moved 2 * rounds
+ * times between the two processes' CPUs. */
+static PyObject *py_handoff(PyObject *module, PyObject *args)
+{
+	Py_buffer buf;
+	long long rounds;
+	int me;
+	if (!PyArg_ParseTuple(args, "w*Li", &buf, &rounds, &me))
+		return NULL;
+	if (buf.len < 64 || ((uintptr_t)buf.buf & 63) || rounds < 1 || (me != 0 && me != 1)) {
+		PyBuffer_Release(&buf);
+		PyErr_SetString(PyExc_ValueError, "handoff(buffer, rounds, me): a 64-byte aligned "
+				"buffer of 64 bytes or more, rounds >= 1, me 0 or 1");
+		return NULL;
+	}
+	uint32_t *turn = buf.buf;
+	uint64_t start = monotonic_ns();
+	Py_BEGIN_ALLOW_THREADS
+	for (long long i = 0; i < rounds; i++) {
+		unsigned long spins = 0;
+		while (__atomic_load_n(turn, __ATOMIC_ACQUIRE) != (uint32_t)me)
+			if (++spins % 4096 == 0)
+				sched_yield();  /* the other is not running: give it the CPU */
+			else
+				cpu_relax();
+		__atomic_store_n(turn, (uint32_t)(1 - me), __ATOMIC_RELEASE);
+	}
+	Py_END_ALLOW_THREADS
+	uint64_t took = monotonic_ns() - start;
+	PyBuffer_Release(&buf);
+	return PyLong_FromUnsignedLongLong(took);
+}
+
 static PyMethodDef module_methods[] = {
+	{"handoff", py_handoff, METH_VARARGS,
+	 "handoff(buffer, rounds, me) -> ns: rounds passes of a shared buffer's first word "
+	 "between this process (me, 0 or 1) and another; the wall-clock ns they took"},
+	{"lock_trace", py_lock_trace, METH_O,
+	 "lock_trace(capacity) -> (bytes, lost, read_ns): the holds of segment locks this thread "
+	 "recorded (u64 triples: the lock's address, the CLOCK_MONOTONIC ns it was taken and let "
+	 "go), how many found the trace full, and the ns a clock read cost; a new trace begun "
+	 "with room for capacity holds (0: tracing off)"},
 	{"waits", py_waits, METH_NOARGS,
 	 "waits() -> (lock_waits, read_waits): how often this process found a segment lock held "
 	 "by another, and a lookup read again as a writer changed what it read"},

@@ -45,8 +45,10 @@ from __future__ import annotations
 
 import errno
 import functools
+import mmap
 import os
 import random
+import struct
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -292,6 +294,42 @@ class Waits:
 def waits() -> Waits:
     """This process's ``Waits`` (take two and subtract to see what a stretch waited)."""
     return Waits(*_require().waits())
+
+
+def lock_trace(capacity: int) -> tuple[list[tuple[int, int, int]], int, float]:
+    """The holds of segment locks this thread has made since its last call, each (the lock's
+    address, the CLOCK_MONOTONIC ns it was taken, the ns it was let go: 0 while held); how
+    many holds found the trace full; and the ns one of the trace's clock reads cost (each
+    hold makes two). A new trace begun with room for ``capacity`` holds (0: none, recording
+    off). For pybpf.bench's simulation of contention."""
+    raw, lost, read_ns = _require().lock_trace(capacity)
+    return list(struct.iter_unpack("=QQQ", raw)), lost, read_ns
+
+
+def handoff_ns(first_cpu: int, second_cpu: int, rounds: int = 200_000) -> float:
+    """The time a cache line takes to move from host CPU ``first_cpu`` to ``second_cpu`` and
+    back, halved: two forked processes pinned there pass a shared word to each other
+    ``rounds`` times (_shm_maps.handoff); this process runs on ``first_cpu`` meanwhile and
+    may use its CPUs again after. Refused (ValueError) for one CPU: the processes would take
+    turns on it, not pass a line."""
+    if first_cpu == second_cpu:
+        raise ValueError("a cache line moves between two host CPUs: give two different ones")
+    word = mmap.mmap(-1, mmap.PAGESIZE)
+    pid = os.fork()
+    if pid == 0:  # the other side: pass the word back rounds times, exit without cleanup
+        try:
+            os.sched_setaffinity(0, {second_cpu})
+            _require().handoff(word, rounds, 1)
+        finally:
+            os._exit(0)
+    allowed = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {first_cpu})
+        took = _require().handoff(word, rounds, 0)
+    finally:
+        os.sched_setaffinity(0, allowed)
+        os.waitpid(pid, 0)
+    return took / (2 * rounds)
 
 
 def _check_size(size: int) -> None:
