@@ -44,7 +44,7 @@ from ...uapi import MapType
 from .. import report
 from ..common import sys_enter_record
 from .config import MAP_DEFS, NUMA_AUTO, TESTS, Config, Test, TestDef, test_maps
-from .results import Result, RunResult, allocator_counters, rate_of, result_line
+from .results import LockTrace, Result, RunResult, allocator_counters, rate_of, result_line
 from .testbed import Setup, lru_lookup_keys, sockaddr_in6
 
 TASK_PID_BASE = 1000  # the workers' pids: a fixed base, so hash keys repeat across runs
@@ -216,11 +216,13 @@ class EmulatedRun:
             if isinstance(got, str):
                 failures.append(f"CPU {cpu}'s process: {got}")
                 continue
-            for res, span, (lock_waits, read_waits) in got:
+            for res, span, (lock_waits, read_waits), trace in got:
                 results.append(res)
                 spans.setdefault(res.test, []).append(span)
                 waits[res.test][0] += lock_waits
                 waits[res.test][1] += read_waits
+                if trace is not None:
+                    result.lock_traces.setdefault(res.test, []).append(trace)
         if failures:
             raise RuntimeError("map-perf --processes: " + "; ".join(failures))
         if not cfg.json:
@@ -268,11 +270,12 @@ class EmulatedRun:
         return [bytes(payloads[fd]) for _, fd in children]
 
     def child_results(self, setup: Setup, cpu: int, barrier: threading.Barrier
-                      ) -> list[tuple[Result, tuple[int, int], tuple[int, int]]]:
+                      ) -> list[tuple[Result, tuple[int, int], tuple[int, int],
+                                      LockTrace | None]]:
         """A forked child's run: CPU ``cpu``'s task, every test (each from ``barrier``,
-        timed by its CPU clock), with each test's span in wall-clock ns and what it waited
+        timed by its CPU clock), with each test's span in wall-clock ns, what it waited
         for on the segment (shared.waits: locks held by another process, lookups read
-        again)."""
+        again) and, with ``Config.lock_trace``, its lock holds."""
         machine = self.sys.machine
         done = [0] * self.nprocs
         out = []
@@ -280,13 +283,17 @@ class EmulatedRun:
             machine.set_task(TASK_PID_BASE + cpu)
             for t in self.cfg.tests:
                 barrier.wait()
+                if self.cfg.lock_trace:
+                    shared.lock_trace(self.cfg.lock_trace)
                 before = shared.waits()
                 start = time.monotonic_ns()
                 res = self.run_test(setup, t, cpu, done, lambda _cpu: time.thread_time_ns())
                 end = time.monotonic_ns()
                 after = shared.waits()
+                trace = LockTrace(*shared.lock_trace(0), events=self.cfg.max_cnt) \
+                    if self.cfg.lock_trace else None
                 out.append((res, (start, end),
-                            (after.locks - before.locks, after.reads - before.reads)))
+                            (after.locks - before.locks, after.reads - before.reads), trace))
         return out
 
     def run_test(self, setup: Setup, t: Test, cpu: int, done: list[int],

@@ -62,6 +62,18 @@ class Result:
 
 
 @dataclass
+class LockTrace:
+    """What one process of an emulated --processes run recorded of a test: its lock holds
+    (pybpf.shared.lock_trace: each lock's address, the ns it was taken and let go), how
+    many found the trace full, what a clock read of the trace cost, and its events."""
+
+    holds: list[tuple[int, int, int]]
+    lost: int
+    read_ns: float
+    events: int
+
+
+@dataclass
 class RunResult:
     backend: str
     config: Config
@@ -82,6 +94,8 @@ class RunResult:
     # Emulated --processes: {test: (locks, reads), what all children waited for on the
     # segment (pybpf.shared.waits): locks another held, lookups read again}
     waits: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Emulated --processes with Config.lock_trace: {test: [each child's LockTrace]}
+    lock_traces: dict[str, list[LockTrace]] = field(default_factory=dict)
 
     def by_test(self) -> dict[str, list[Result]]:
         out: dict[str, list[Result]] = {}
