@@ -20,6 +20,12 @@ Rules this module keeps:
   disturbed). A test's
   N / 1 is also given as a share of the reference's N / 1 ("of the reference's"): on a host
   whose other CPUs are busy with other work, Python itself gains less than N.
+- ``--simulate N,...``: the N / 1 on more CPUs than the host has, by simulation of the
+  processes' contention on the segment's locks (shm_contention.py: its rules say what is
+  replayed and what is left out), from one more run of the N processes with their lock
+  holds recorded and the time a cache line takes to move between two host CPUs, both
+  measured after the rounds; beside the measured N / 1, the simulation's own N / 1, which
+  checks it against the host.
 - Nothing here is used by the tests to time anything.
 """
 
@@ -30,10 +36,11 @@ import os
 import statistics
 import time
 
+from .. import shared
 from ..backends import bpf_allowed
 from ..commands import CommandError, run_standalone
 from ..emulated import ENGINES, native_missing
-from .args import int_arg
+from .args import MAX_EMULATED_CPUS, int_arg
 from .map_perf import ALL_TESTS_MASK, TESTS, Config, Test, run
 from .report import format_table, spread
 
@@ -65,15 +72,22 @@ def reference_rate(procs: int) -> float:
     return procs * REFERENCE_OPS * 1e9 / (time.monotonic_ns() - start)
 
 
+def emulated_config(tests: list[Test], procs: int, max_cnt: int, engine: str | None
+                    ) -> Config:
+    """The emulated map-perf run of ``tests`` with ``procs`` processes."""
+    return Config(test_flags=sum(t.bit for t in tests), num_procs=procs, max_cnt=max_cnt,
+                  backend="emulated", json=True, progress=False, cpus=procs,
+                  modeled_time=False, processes=True, engine=engine)
+
+
 def map_perf_rates(tests: list[Test], procs: int, max_cnt: int, backend: str,
                    engine: str | None = None, waits: dict | None = None) -> dict[str, float]:
     """Each test's aggregate rate of one map-perf run with ``procs`` processes (the emulated
     programs on ``engine``); an emulated run adds what its processes waited for, per test,
     to ``waits`` ({test: [locks, reads, events]})."""
-    cfg = Config(test_flags=sum(t.bit for t in tests), num_procs=procs, max_cnt=max_cnt,
-                 backend=backend, json=True, progress=False)
-    if backend == "emulated":
-        cfg.cpus, cfg.modeled_time, cfg.processes, cfg.engine = procs, False, True, engine
+    cfg = emulated_config(tests, procs, max_cnt, engine) if backend == "emulated" else Config(
+        test_flags=sum(t.bit for t in tests), num_procs=procs, max_cnt=max_cnt,
+        backend=backend, json=True, progress=False)
     result = run(cfg)
     if backend == "emulated":
         for name, (locks, reads) in result.waits.items():
@@ -102,6 +116,47 @@ def _ratio(mine: list[float], ref: list[float]) -> str:
     return f"{scaling(mine, ref):.2f}x ±{100 * max(spread(mine), spread(ref)):.0f}%"
 
 
+def simulated(tests: list[Test], procs: int, max_cnt: int, engine: str, counts: list[int],
+              window: int) -> tuple[float, dict[str, list], str]:
+    """The time a line takes to move between two of the host's CPUs, and each test's
+    simulated N / 1 for ``procs`` and each of ``counts``, replaying the lock holds of one
+    recorded run of ``procs`` processes (the first ``window`` holds of each process's
+    test); a line of what was recorded."""
+    try:
+        from . import shm_contention
+    except ImportError as exc:
+        raise CommandError(f"--simulate needs SimPy ({exc}): pip install 'pybpf[simulate]'"
+                           ) from None
+    host_cpus = sorted(os.sched_getaffinity(0))
+    handoff = statistics.median(shared.handoff_ns(host_cpus[0], host_cpus[1])
+                                for _ in range(3))
+    cfg = emulated_config(tests, procs, max_cnt, engine)
+    cfg.lock_trace = window
+    recorded = run(cfg).lock_traces
+    out: dict[str, list] = {}  # shm_contention.Simulated, for procs then each of counts
+    holds = lost = 0
+    for t in tests:
+        traces = recorded.get(t.name, [])
+        holds += sum(len(trace.holds) for trace in traces)
+        lost += sum(trace.lost for trace in traces)
+        timelines = [shm_contention.timeline(trace.holds, trace.read_ns) for trace in traces]
+        out[t.name] = [shm_contention.simulate(timelines, n, handoff)
+                       for n in (procs, *counts)]
+    what = (f"{holds} lock holds recorded in a run of {procs} processes (the first {window} "
+            f"of each test's in each process; {lost} more not), a cache line's move between "
+            f"host CPUs {host_cpus[0]} and {host_cpus[1]} {handoff:.1f} ns (median of 3)")
+    return handoff, out, what
+
+
+def counts_arg(text: str) -> list[int]:
+    """``--simulate``'s N,...: process counts of 2 to MAX_EMULATED_CPUS."""
+    parse = int_arg("--simulate", 2, MAX_EMULATED_CPUS)
+    parts = [part for part in text.split(",") if part.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError("--simulate takes process counts, such as 4,8,16")
+    return sorted({parse(part) for part in parts})
+
+
 def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.description = ABOUT
     parser.add_argument("--tests", type=int_arg("--tests", 1, ALL_TESTS_MASK),
@@ -124,6 +179,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     parser.add_argument("--jit-beside", dest="jit_beside", action="store_true",
                         help="also run 1 process on the JIT in each round, and give the "
                              "engine's rate over the JIT's")
+    parser.add_argument("--simulate", type=counts_arg, default=None, metavar="N,...",
+                        help="also each test's N / 1 for these process counts by simulation "
+                             "of their contention on the segment's locks (needs SimPy and 2 "
+                             "host CPUs), beside the simulation's N / 1 for the measured N")
+    parser.add_argument("--window", type=int_arg("--window", 100, 10_000_000), default=20000,
+                        help="--simulate: the lock holds recorded of each process's test, "
+                             "from its start, which each simulated process replays (default "
+                             "20000)")
     return parser
 
 
@@ -141,6 +204,9 @@ def run_from_args(args: argparse.Namespace) -> int:
     emulated: dict[int, list[dict[str, float]]] = {1: [], procs: []}
     kernel_rates: dict[int, list[dict[str, float]]] = {1: [], procs: []}
     reference: dict[int, list[float]] = {1: [], procs: []}
+    if args.simulate and host_cpus < 2:
+        raise CommandError("--simulate measures a cache line's move between two host CPUs: "
+                           "run where this run may use 2 or more")
     jit = args.jit_beside and engine != "jit"
     jit_rates: list[dict[str, float]] = []
     waits: dict[str, list[int]] = {}  # the N-process runs': [locks, reads, events]
@@ -187,7 +253,30 @@ def run_from_args(args: argparse.Namespace) -> int:
                  _best_ratio(reference[procs], reference[1]), "1.00", ""]
                 + (["", "", ""] if kernel else []) + (["", ""] if jit else []))
     print(format_table(header, rows))
+    if args.simulate:
+        print_simulated(tests, procs, emulated, args.max_cnt, engine, args.simulate,
+                        args.window)
     return 0
+
+
+def print_simulated(tests: list[Test], procs: int, emulated: dict[int, list[dict]],
+                    max_cnt: int, engine: str, counts: list[int], window: int) -> None:
+    """``--simulate``'s table: each test's measured N / 1 beside the simulation's, then the
+    simulated N / 1 for each of ``counts``."""
+    _, sims, what = simulated(tests, procs, max_cnt, engine, counts, window)
+    print(f"\nsimulated: N processes replaying the lock holds of {procs} (bench/"
+          f"shm_contention.py); {what}; N / 1, and the takes per process that waited for "
+          "another's hold / moved the lock's line")
+    header = ["test", f"{procs} / 1 measured", f"{procs} / 1 simulated",
+              *(f"{n} / 1 simulated" for n in counts)]
+    rows = []
+    for t in tests:
+        one = [r[t.name] for r in emulated[1]]
+        many = [r[t.name] for r in emulated[procs]]
+        rows.append([f"{t.value}:{TESTS[t].label}", _ratio(many, one),
+                     *(f"{s.speedup:.2f}x ({s.waits:.0f} / {s.moves:.0f})"
+                       for s in sims[t.name])])
+    print(format_table(header, rows))
 
 
 def main(argv: list[str] | None = None) -> int:
