@@ -102,7 +102,8 @@ def test_n_processes_go_at_most_n_times_one_and_never_slower_than_one(recorded, 
 @needs_segments
 def test_lock_trace_records_the_holds_of_a_segments_lru_map():
     """An LRU map's updates in a segment take its locks: recorded with their ends after
-    their starts; a trace with room for 2 counts the rest as not recorded; 0 turns it off."""
+    their starts, oldest first; a trace that keeps 2 keeps the last 2 and counts the older
+    ones; 0 turns it off."""
     from pybpf.emulated.system import EmulatedSystem
 
     sys_ = EmulatedSystem(cpus=1, modeled_time=False,
@@ -114,11 +115,12 @@ def test_lock_trace_records_the_holds_of_a_segments_lru_map():
     holds, lost, read_ns = shared.lock_trace(2)
     assert len(holds) >= 40 and lost == 0 and read_ns > 0
     assert all(0 < taken <= released for _, taken, released in holds)
-    sys_.map_update_elem(fd, struct.pack("<I", 99), bytes(8), 0)
-    sys_.map_update_elem(fd, struct.pack("<I", 98), bytes(8), 0)
+    assert [taken for _, taken, _ in holds] == sorted(taken for _, taken, _ in holds)
+    for key in (99, 98, 97):  # each update takes a bucket's lock and its CPU's lists'
+        sys_.map_update_elem(fd, struct.pack("<I", key), bytes(8), 0)
     holds, lost, _ = shared.lock_trace(0)
-    assert len(holds) == 2 and lost > 0
-    sys_.map_update_elem(fd, struct.pack("<I", 97), bytes(8), 0)
+    assert len(holds) == 2 and lost >= 4 and holds[0][1] < holds[1][1]
+    sys_.map_update_elem(fd, struct.pack("<I", 96), bytes(8), 0)
     assert shared.lock_trace(0)[:2] == ([], 0)
     with pytest.raises(ValueError, match="capacity"):
         shared.lock_trace(-1)

@@ -242,15 +242,16 @@ static uint64_t lock_waits, read_waits;
 /*
  * The holds of segment locks this process makes while a trace is on (module function
  * lock_trace): each lock's address and the CLOCK_MONOTONIC ns at which it was taken and let
- * go, what pybpf.bench.map_perf_contention replays to simulate more processes than the host
- * has CPUs. One thread's (map-perf's processes have one each). Off, a lock and an unlock
- * test a pointer.
+ * go, the last ``holds_cap`` of them (a ring: a test's steady state, not its start), what
+ * pybpf.bench.shm_contention replays to simulate more processes than the host has
+ * CPUs. One thread's (map-perf's processes have one each). Off, a lock and an unlock test a
+ * pointer.
  */
 struct lock_hold {
 	uint64_t lock, taken, released;
 };
 static struct lock_hold *holds;  /* NULL: no trace */
-static size_t holds_cap, holds_len, holds_lost;
+static size_t holds_cap, holds_made;  /* holds_made % holds_cap: the next to write */
 static double clock_read_ns;  /* what a clock read cost as the trace began */
 /* the holds not let go yet, by index (locks nest: a bucket's, then an LRU list's) */
 #define OPEN_HOLDS 8
@@ -264,14 +265,22 @@ static uint64_t monotonic_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+static void forget_open(int i)
+{
+	for (n_open--; i < n_open; i++)
+		open_holds[i] = open_holds[i + 1];
+}
+
 static void hold_taken(uint32_t *lock)
 {
-	if (holds_len == holds_cap || n_open == OPEN_HOLDS) {
-		holds_lost++;  /* the trace is full: the rest is counted, not recorded */
-		return;
-	}
-	holds[holds_len] = (struct lock_hold){(uintptr_t)lock, monotonic_ns(), 0};
-	open_holds[n_open++] = holds_len++;
+	size_t at = holds_made++ % holds_cap;
+	for (int i = 0; i < n_open; i++)
+		if (open_holds[i] == at)
+			forget_open(i--);  /* written over while held: its end is not recorded */
+	if (n_open == OPEN_HOLDS)
+		forget_open(0);
+	holds[at] = (struct lock_hold){(uintptr_t)lock, monotonic_ns(), 0};
+	open_holds[n_open++] = at;
 }
 
 static void hold_released(uint32_t *lock)
@@ -280,8 +289,7 @@ static void hold_released(uint32_t *lock)
 		if (holds[open_holds[i]].lock != (uintptr_t)lock)
 			continue;
 		holds[open_holds[i]].released = monotonic_ns();
-		for (n_open--; i < n_open; i++)
-			open_holds[i] = open_holds[i + 1];
+		forget_open(i);
 		return;
 	}
 }
@@ -2612,9 +2620,9 @@ static PyObject *py_waits(PyObject *module, PyObject *unused)
 }
 
 /* lock_trace(capacity) -> (bytes, lost, read_ns): the trace so far (struct lock_hold records,
- * u64 triples; a hold not let go yet ends at 0), the count of holds it had no room for and
- * what a clock read cost as it began, ended; a new one begun with room for ``capacity``
- * holds (0: none) */
+ * u64 triples, the oldest first; a hold not let go yet ends at 0), the count of older holds
+ * written over and what a clock read cost as it began, ended; a new one begun that keeps the
+ * last ``capacity`` holds (0: none) */
 static PyObject *py_lock_trace(PyObject *module, PyObject *arg)
 {
 	Py_ssize_t capacity = PyLong_AsSsize_t(arg);
@@ -2628,9 +2636,17 @@ static PyObject *py_lock_trace(PyObject *module, PyObject *arg)
 	struct lock_hold *fresh = NULL;
 	if (capacity && (fresh = PyMem_RawCalloc((size_t)capacity, sizeof *fresh)) == NULL)
 		return PyErr_NoMemory();
-	PyObject *trace = Py_BuildValue("(Nnd)", PyBytes_FromStringAndSize(
-		holds_len ? (const char *)holds : "", (Py_ssize_t)(holds_len * sizeof *holds)),
-		(Py_ssize_t)holds_lost, clock_read_ns);
+	/* the ring from its oldest hold */
+	size_t kept = holds_made < holds_cap ? holds_made : holds_cap;
+	size_t oldest = holds_made <= holds_cap ? 0 : holds_made % holds_cap;
+	PyObject *raw = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(kept * sizeof *holds));
+	if (raw != NULL && kept) {
+		char *out = PyBytes_AS_STRING(raw);
+		memcpy(out, holds + oldest, (kept - oldest) * sizeof *holds);
+		memcpy(out + (kept - oldest) * sizeof *holds, holds, oldest * sizeof *holds);
+	}
+	PyObject *trace = raw == NULL ? NULL : Py_BuildValue(
+		"(Nnd)", raw, (Py_ssize_t)(holds_made - kept), clock_read_ns);
 	if (trace == NULL) {
 		PyMem_RawFree(fresh);
 		return NULL;
@@ -2645,7 +2661,7 @@ static PyObject *py_lock_trace(PyObject *module, PyObject *arg)
 	PyMem_RawFree(holds);
 	holds = fresh;
 	holds_cap = (size_t)capacity;
-	holds_len = holds_lost = 0;
+	holds_made = 0;
 	n_open = 0;
 	return trace;
 }
@@ -2692,9 +2708,9 @@ static PyMethodDef module_methods[] = {
 	 "between this process (me, 0 or 1) and another; the wall-clock ns they took"},
 	{"lock_trace", py_lock_trace, METH_O,
 	 "lock_trace(capacity) -> (bytes, lost, read_ns): the holds of segment locks this thread "
-	 "recorded (u64 triples: the lock's address, the CLOCK_MONOTONIC ns it was taken and let "
-	 "go), how many found the trace full, and the ns a clock read cost; a new trace begun "
-	 "with room for capacity holds (0: tracing off)"},
+	 "recorded (u64 triples, oldest first: the lock's address, the CLOCK_MONOTONIC ns it was "
+	 "taken and let go), how many older ones were written over, and the ns a clock read "
+	 "cost; a new trace begun that keeps the last capacity holds (0: tracing off)"},
 	{"waits", py_waits, METH_NOARGS,
 	 "waits() -> (lock_waits, read_waits): how often this process found a segment lock held "
 	 "by another, and a lookup read again as a writer changed what it read"},

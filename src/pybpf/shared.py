@@ -297,11 +297,12 @@ def waits() -> Waits:
 
 
 def lock_trace(capacity: int) -> tuple[list[tuple[int, int, int]], int, float]:
-    """The holds of segment locks this thread has made since its last call, each (the lock's
-    address, the CLOCK_MONOTONIC ns it was taken, the ns it was let go: 0 while held); how
-    many holds found the trace full; and the ns one of the trace's clock reads cost (each
-    hold makes two). A new trace begun with room for ``capacity`` holds (0: none, recording
-    off). For pybpf.bench's simulation of contention."""
+    """The holds of segment locks this thread has made since its last call, the last
+    ``capacity`` of the trace then begun, oldest first, each (the lock's address, the
+    CLOCK_MONOTONIC ns it was taken, the ns it was let go: 0 while held); how many older
+    holds were written over; and the ns one of the trace's clock reads cost (each hold makes
+    two). A new trace begun that keeps the last ``capacity`` holds (0: none, recording off).
+    For pybpf.bench's simulation of contention."""
     raw, lost, read_ns = _require().lock_trace(capacity)
     return list(struct.iter_unpack("=QQQ", raw)), lost, read_ns
 

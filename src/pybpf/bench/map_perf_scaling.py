@@ -120,7 +120,7 @@ def simulated(tests: list[Test], procs: int, max_cnt: int, engine: str, counts: 
               window: int) -> tuple[float, dict[str, list], str]:
     """The time a line takes to move between two of the host's CPUs, and each test's
     simulated N / 1 for ``procs`` and each of ``counts``, replaying the lock holds of one
-    recorded run of ``procs`` processes (the first ``window`` holds of each process's
+    recorded run of ``procs`` processes (the last ``window`` holds of each process's
     test); a line of what was recorded."""
     try:
         from . import shm_contention
@@ -142,9 +142,10 @@ def simulated(tests: list[Test], procs: int, max_cnt: int, engine: str, counts: 
         timelines = [shm_contention.timeline(trace.holds, trace.read_ns) for trace in traces]
         out[t.name] = [shm_contention.simulate(timelines, n, handoff)
                        for n in (procs, *counts)]
-    what = (f"{holds} lock holds recorded in a run of {procs} processes (the first {window} "
-            f"of each test's in each process; {lost} more not), a cache line's move between "
-            f"host CPUs {host_cpus[0]} and {host_cpus[1]} {handoff:.1f} ns (median of 3)")
+    what = (f"{holds} lock holds recorded in a run of {procs} processes (the last {window} "
+            f"of each test's in each process; {lost} before them not), a cache line's move "
+            f"between host CPUs {host_cpus[0]} and {host_cpus[1]} {handoff:.1f} ns (median "
+            "of 3)")
     return handoff, out, what
 
 
@@ -185,7 +186,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
                              "host CPUs), beside the simulation's N / 1 for the measured N")
     parser.add_argument("--window", type=int_arg("--window", 100, 10_000_000), default=20000,
                         help="--simulate: the lock holds recorded of each process's test, "
-                             "from its start, which each simulated process replays (default "
+                             "its last ones, which each simulated process replays (default "
                              "20000)")
     return parser
 

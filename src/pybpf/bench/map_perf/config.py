@@ -174,7 +174,7 @@ class Config:
     engine: str | None = None  # emulated: what runs the programs (default: the system's, jit)
     modeled_time: bool = True  # emulated: rates on the timing model; False: host rates only
     processes: bool = False  # emulated: each CPU's task in a forked process, maps shared
-    # emulated --processes: room for this many lock holds per test and process, recorded
+    # emulated --processes: the last this many lock holds of each test and process, recorded
     # (pybpf.shared.lock_trace) into RunResult.lock_traces; 0: none recorded
     lock_trace: int = 0
 

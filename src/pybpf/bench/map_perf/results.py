@@ -63,9 +63,10 @@ class Result:
 
 @dataclass
 class LockTrace:
-    """What one process of an emulated --processes run recorded of a test: its lock holds
-    (pybpf.shared.lock_trace: each lock's address, the ns it was taken and let go), how
-    many found the trace full, what a clock read of the trace cost, and its events."""
+    """What one process of an emulated --processes run recorded of a test: its last lock
+    holds (pybpf.shared.lock_trace: each lock's address, the ns it was taken and let go),
+    how many older ones were not kept, what a clock read of the trace cost, and its
+    events."""
 
     holds: list[tuple[int, int, int]]
     lost: int
