@@ -2,25 +2,27 @@
 their contention on the shared segment's locks (``pybpf bench map-perf-scaling --simulate``).
 
 Rules this module keeps:
-- What it replays is measured: each process's lock holds in a run of 2 processes (map-perf
-  ``Config.lock_trace``: each hold's lock, and the CLOCK_MONOTONIC ns at which it was taken
-  and let go, ``pybpf.shared.lock_trace``), and the time a cache line takes to move between
-  two of the host's CPUs (``pybpf.shared.handoff_ns``). Nothing is fitted.
+- What it replays is measured: the last lock holds of each process of a run of P
+  processes, P the measured N (map-perf ``Config.lock_trace``: each hold's lock, and the
+  CLOCK_MONOTONIC ns at which it was taken and let go, ``pybpf.shared.lock_trace``), and
+  the time a cache line takes to move between two of the host's CPUs
+  (``pybpf.shared.handoff_ns``). Nothing is fitted.
 - A process's timeline is its holds in order: the work between two of its lock events runs
   as it ran (on a CPU of its own, beside the others'); a take waits while another process
   holds the lock, then costs one line move more where another process let the lock go last
-  (the lock's line comes from that CPU's cache). A lock both recorded processes took is one
-  lock for all N (the common LRU list's, a bucket's, the free list's); a lock only one took
-  is that process's own (its CPU's LRU lists), one per simulated process.
+  (the lock's line comes from that CPU's cache). A lock more than one recorded process took
+  is one lock for all N (the common LRU lists', a bucket's); a lock only one took is that
+  process's own (its CPU's LRU lists), one per simulated process.
 - N processes replay the recorded timelines in turn (process k the (k mod P)-th of P
   recorded), each the whole timeline from a point of its own (spread evenly over it, always
   where the process held no lock), wrapping round. N / 1 = the sum over the processes of
-  the time a process's window takes alone over the time it takes beside the others (each
+  the time a process's replay takes alone over the time it takes beside the others (each
   one's speed as a share of its speed alone); 1 process gives exactly 1.
 - Not simulated (what the curve leaves out): memory bandwidth, shared caches and SMT; the
   lines a hold reads or writes besides its lock's (a bucket's chain, an LRU node), and lines
   written outside a lock (an LRU node's reference bit, a value); lookups read again as a
-  writer changed what they read. Recording adds two clock reads to every hold: each gap is
+  writer changed what they read; a bucket only one recorded process happened to take
+  counts as that process's own. Recording adds two clock reads to every hold: each gap is
   taken less what a clock read cost (measured as the trace began), so a hold that nests
   others (a common LRU list's, round its evictions' buckets) is not made longer by them.
 """
