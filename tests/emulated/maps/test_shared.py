@@ -713,20 +713,26 @@ def test_deleting_a_leaf_under_an_intermediate_node_puts_its_sibling_in_its_plac
                                       struct.pack("<I", 8) + b"\xc0"]
 
 
+def found_map_op(i: int, name: str, key: int, *rest: int) -> list:
+    """Op ``i`` on the map in slot 0 of ``outer`` (found at run time): ("update", key,
+    value, flags) or ("delete", key); R0 its result, 0 where the slot is empty."""
+    insns = [ld_map_fd(R1, "outer"), stw(FP, -4, 0), mov64(R2, FP), add64(R2, -4),
+             call("map_lookup_elem"), jeq(R0, 0, f"none{i}"), mov64(R1, R0),
+             stw(FP, -4, key), mov64(R2, FP), add64(R2, -4)]
+    if name == "update":
+        insns += [stdw(FP, -16, rest[0]), mov64(R3, FP), add64(R3, -16),
+                  mov64(R4, rest[1]), call("map_update_elem")]
+    else:
+        insns.append(call("map_delete_elem"))
+    return [*insns, label(f"none{i}")]
+
+
 def inner_ops_program(ops) -> ProgramSpec:
-    """Each op on the map in slot 0 of ``outer`` (found at run time), its R0 stored in
-    ``results[i]``: ("update", key, value, flags) or ("delete", key)."""
+    """Each op on the map in slot 0 of ``outer`` (found_map_op), its R0 stored in
+    ``results[i]``."""
     insns = []
-    for i, (name, key, *rest) in enumerate(ops):
-        insns += [ld_map_fd(R1, "outer"), stw(FP, -4, 0), mov64(R2, FP), add64(R2, -4),
-                  call("map_lookup_elem"), jeq(R0, 0, f"none{i}"), mov64(R1, R0),
-                  stw(FP, -4, key), mov64(R2, FP), add64(R2, -4)]
-        if name == "update":
-            insns += [stdw(FP, -16, rest[0]), mov64(R3, FP), add64(R3, -16),
-                      mov64(R4, rest[1]), call("map_update_elem")]
-        else:
-            insns.append(call("map_delete_elem"))
-        insns += [label(f"none{i}"), stxdw(FP, -24, R0), ld_map_fd(R1, "results"),
+    for i, op in enumerate(ops):
+        insns += [*found_map_op(i, *op), stxdw(FP, -24, R0), ld_map_fd(R1, "results"),
                   stw(FP, -4, i), mov64(R2, FP), add64(R2, -4), mov64(R3, FP), add64(R3, -24),
                   mov64(R4, 0), call("map_update_elem")]
     return ProgramSpec(ProgType.XDP, insns + [mov64(R0, 2), exit_()], name="inner_ops")
@@ -775,16 +781,8 @@ def test_a_segment_map_found_at_run_time_is_changed_without_python(own_map_in_se
     if own_map_in_segment:  # a lookup in the segment's array: a map of the program's own
         insns += [ld_map_fd(R1, "own"), stw(FP, -4, 0), mov64(R2, FP), add64(R2, -4),
                   call("map_lookup_elem")]
-    for i, (name, key, *rest) in enumerate(ops):
-        insns += [ld_map_fd(R1, "outer"), stw(FP, -4, 0), mov64(R2, FP), add64(R2, -4),
-                  call("map_lookup_elem"), jeq(R0, 0, f"none{i}"), mov64(R1, R0),
-                  stw(FP, -4, key), mov64(R2, FP), add64(R2, -4)]
-        if name == "update":
-            insns += [stdw(FP, -16, rest[0]), mov64(R3, FP), add64(R3, -16),
-                      mov64(R4, rest[1]), call("map_update_elem")]
-        else:
-            insns.append(call("map_delete_elem"))
-        insns += [add64(R7, R0), label(f"none{i}")]
+    for i, op in enumerate(ops):
+        insns += [*found_map_op(i, *op), add64(R7, R0)]
     spec = ProgramSpec(ProgType.XDP, [*insns, mov64(R0, R7), exit_()], name="found_ops")
     calls, callback = [], native._Run.callback
     monkeypatch.setattr(native._Run, "callback", lambda run, *args: (
