@@ -290,15 +290,6 @@ static PyObject *run_state_copy(PyObject *proto)
 	return rs;
 }
 
-/* ``rs``, a native run's RunState from ``proto`` that nothing else holds since its run
- * ended, made again what run_state_copy(proto) and the program's static regions give, for
- * the program's next run (which sets its record): the regions the run added (numbered
- * from the prototype's next_region on) taken out, each other slot the prototype's, a dict
- * or list an empty one of its own (``statics`` are the program's static regions). Done as
- * the run ends, so that nothing the run reached (a map value's view, which keeps a shared
- * segment mapped) outlives it. A run's RunState was mostly its dict of static regions,
- * made and freed at every run. 1, 0 where ``rs`` is not as that says (it is not used
- * again), or -1 with an exception. */
 /* ``key`` taken out of the dict ``d`` where it is there: 0, or -1 with an exception */
 static int dict_discard(PyObject *d, PyObject *key)
 {
@@ -335,6 +326,15 @@ static int dict_empty(PyObject *d)
  * more, by a scan of all its regions */
 #define ADDED_BY_NUMBER 32
 
+/* ``rs``, a native run's RunState from ``proto`` that nothing else holds since its run
+ * ended, made again what run_state_copy(proto) and the program's static regions give, for
+ * the program's next run (which sets its record): the regions the run added (numbered
+ * from the prototype's next_region on) taken out, each other slot the prototype's, a dict
+ * or list an empty one of its own (``statics`` are the program's static regions). Done as
+ * the run ends, so that nothing the run reached (a map value's view, which keeps a shared
+ * segment mapped) outlives it. A run's RunState was mostly its dict of static regions,
+ * made and freed at every run. 1, 0 where ``rs`` is not as that says (it is not used
+ * again), or -1 with an exception. */
 static int run_state_clean(PyObject *rs, PyObject *proto, PyObject *statics)
 {
 	PyTypeObject *type = Py_TYPE(rs);
