@@ -127,6 +127,35 @@ def test_lock_trace_records_the_holds_of_a_segments_lru_map():
 
 
 @needs_segments
+def test_a_trace_records_the_thread_that_began_it_and_only_it_ends_it():
+    """Another thread's holds are not recorded (it would race on the ring), and it cannot
+    end or begin a trace while this one records (RuntimeError, saying so)."""
+    import threading
+
+    from pybpf.emulated.system import EmulatedSystem
+
+    sys_ = EmulatedSystem(cpus=1, modeled_time=False,
+                          shared=shared.Segment.create(None, 1 << 20))
+    fd = sys_.map_create(MapType.HASH, 4, 8, 16)
+    shared.lock_trace(100)
+    errors = []
+
+    def other() -> None:
+        sys_.map_update_elem(fd, struct.pack("<I", 1), bytes(8), 0)
+        try:
+            shared.lock_trace(0)
+        except RuntimeError as exc:
+            errors.append(str(exc))
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    assert shared.lock_trace(0)[:2] == ([], 0)
+    assert errors and "another thread" in errors[0]
+    sys_.map_update_elem(fd, struct.pack("<I", 2), bytes(8), 0)  # no trace: nothing kept
+
+
+@needs_segments
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 host CPUs")
 def test_a_line_moves_between_two_host_cpus_in_a_measured_time():
     cpus = sorted(os.sched_getaffinity(0))

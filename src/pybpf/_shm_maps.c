@@ -244,8 +244,8 @@ static uint64_t lock_waits, read_waits;
  * lock_trace): each lock's address and the CLOCK_MONOTONIC ns at which it was taken and let
  * go, the last ``holds_cap`` of them (a ring: a test's steady state, not its start), what
  * pybpf.bench.shm_contention replays to simulate more processes than the host has
- * CPUs. One thread's (map-perf's processes have one each). Off, a lock and an unlock test a
- * pointer.
+ * CPUs. The holds of the thread that began the trace (map-perf's processes have one each;
+ * another thread's would race on the ring). Off, a lock and an unlock test a pointer.
  */
 struct lock_hold {
 	uint64_t lock, taken, released;
@@ -253,7 +253,9 @@ struct lock_hold {
 static struct lock_hold *holds;  /* NULL: no trace */
 static size_t holds_cap, holds_made;  /* holds_made % holds_cap: the next to write */
 static double clock_read_ns;  /* what a clock read cost as the trace began */
-/* the holds not let go yet, by index (locks nest: a bucket's, then an LRU list's) */
+static pthread_t trace_thread;  /* the thread that began the trace: the only one recorded */
+/* the holds not let go yet, by index (locks nest: the common LRU lists', then the buckets
+ * of their evictions) */
 #define OPEN_HOLDS 8
 static size_t open_holds[OPEN_HOLDS];
 static int n_open;
@@ -328,14 +330,15 @@ static inline int spin_lock(uint32_t *lock)
 	if (!__builtin_expect(__atomic_compare_exchange_n(lock, &zero, my_pid, 0, __ATOMIC_ACQUIRE,
 							  __ATOMIC_RELAXED), 1))
 		dead = spin_lock_slow(lock);
-	if (__builtin_expect(holds != NULL, 0) && dead == 0)
+	if (__builtin_expect(holds != NULL, 0) && dead == 0
+	    && pthread_equal(pthread_self(), trace_thread))
 		hold_taken(lock);
 	return dead;
 }
 
 static inline void spin_unlock(uint32_t *lock)
 {
-	if (__builtin_expect(holds != NULL, 0))
+	if (__builtin_expect(holds != NULL, 0) && pthread_equal(pthread_self(), trace_thread))
 		hold_released(lock);
 	__atomic_store_n(lock, 0, __ATOMIC_RELEASE);
 }
@@ -2631,6 +2634,12 @@ static PyObject *py_lock_trace(PyObject *module, PyObject *arg)
 			PyErr_SetString(PyExc_ValueError, "lock_trace(capacity): capacity >= 0");
 		return NULL;
 	}
+	if (holds != NULL && !pthread_equal(trace_thread, pthread_self())) {
+		/* that thread records into the ring as this one would swap it */
+		PyErr_SetString(PyExc_RuntimeError, "lock_trace: another thread of this process "
+				"is recording: end its trace from that thread");
+		return NULL;
+	}
 	if ((size_t)capacity > SIZE_MAX / sizeof(struct lock_hold))
 		return PyErr_NoMemory();
 	struct lock_hold *fresh = NULL;
@@ -2659,10 +2668,12 @@ static PyObject *py_lock_trace(PyObject *module, PyObject *arg)
 		clock_read_ns = (double)(monotonic_ns() - start) / (READS + 1);
 	}
 	PyMem_RawFree(holds);
-	holds = fresh;
+	/* the ring last: no other thread records into it meanwhile (none is the trace's) */
+	trace_thread = pthread_self();
 	holds_cap = (size_t)capacity;
 	holds_made = 0;
 	n_open = 0;
+	__atomic_store_n(&holds, fresh, __ATOMIC_RELEASE);
 	return trace;
 }
 
