@@ -163,6 +163,8 @@ def test_a_line_moves_between_two_host_cpus_in_a_measured_time():
     assert os.sched_getaffinity(0) == set(cpus)  # given back
     with pytest.raises(ValueError, match="two different"):
         shared.handoff_ns(cpus[0], cpus[0])
+    with pytest.raises(ValueError, match="may run on"):
+        shared.handoff_ns(cpus[0], max(cpus) + 1)
 
 
 @needs_segments

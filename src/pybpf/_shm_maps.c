@@ -2682,6 +2682,8 @@ static PyObject *py_lock_trace(PyObject *module, PyObject *arg)
  * (0 or 1), and the other: each waits for the word to say it is its turn, then hands the
  * turn over. The wall-clock ns it took, in which the word's cache line moved 2 * rounds
  * times between the two processes' CPUs. */
+#define HANDOFF_TIMEOUT_NS 10000000000ULL
+
 static PyObject *py_handoff(PyObject *module, PyObject *args)
 {
 	Py_buffer buf;
@@ -2697,19 +2699,27 @@ static PyObject *py_handoff(PyObject *module, PyObject *args)
 	}
 	uint32_t *turn = buf.buf;
 	uint64_t start = monotonic_ns();
+	int gone = 0;
 	Py_BEGIN_ALLOW_THREADS
-	for (long long i = 0; i < rounds; i++) {
+	for (long long i = 0; i < rounds && !gone; i++) {
 		unsigned long spins = 0;
-		while (__atomic_load_n(turn, __ATOMIC_ACQUIRE) != (uint32_t)me)
-			if (++spins % 4096 == 0)
+		while (!gone && __atomic_load_n(turn, __ATOMIC_ACQUIRE) != (uint32_t)me)
+			if (++spins % 4096 == 0) {
 				sched_yield();  /* the other is not running: give it the CPU */
-			else
+				gone = monotonic_ns() - start > HANDOFF_TIMEOUT_NS;
+			} else {
 				cpu_relax();
+			}
 		__atomic_store_n(turn, (uint32_t)(1 - me), __ATOMIC_RELEASE);
 	}
 	Py_END_ALLOW_THREADS
 	uint64_t took = monotonic_ns() - start;
 	PyBuffer_Release(&buf);
+	if (gone) {
+		PyErr_SetString(PyExc_TimeoutError, "handoff: the other process passed nothing back "
+				"for 10 s (did it start, on another CPU?)");
+		return NULL;
+	}
 	return PyLong_FromUnsignedLongLong(took);
 }
 

@@ -311,10 +311,15 @@ def handoff_ns(first_cpu: int, second_cpu: int, rounds: int = 200_000) -> float:
     """The time a cache line takes to move from host CPU ``first_cpu`` to ``second_cpu`` and
     back, halved: two forked processes pinned there pass a shared word to each other
     ``rounds`` times (_shm_maps.handoff); this process runs on ``first_cpu`` meanwhile and
-    may use its CPUs again after. Refused (ValueError) for one CPU: the processes would take
-    turns on it, not pass a line."""
+    may use its CPUs again after. Refused (ValueError) for one CPU (the processes would take
+    turns on it, not pass a line) or a CPU this process may not run on; TimeoutError where
+    the other side passed nothing back for 10 s."""
     if first_cpu == second_cpu:
         raise ValueError("a cache line moves between two host CPUs: give two different ones")
+    allowed = os.sched_getaffinity(0)
+    if not {first_cpu, second_cpu} <= allowed:
+        raise ValueError(f"host CPUs {first_cpu} and {second_cpu}: this process may run on "
+                         f"{sorted(allowed)} only")
     word = mmap.mmap(-1, mmap.PAGESIZE)
     pid = os.fork()
     if pid == 0:  # the other side: pass the word back rounds times, exit without cleanup
@@ -323,7 +328,6 @@ def handoff_ns(first_cpu: int, second_cpu: int, rounds: int = 200_000) -> float:
             _require().handoff(word, rounds, 1)
         finally:
             os._exit(0)
-    allowed = os.sched_getaffinity(0)
     try:
         os.sched_setaffinity(0, {first_cpu})
         took = _require().handoff(word, rounds, 0)
