@@ -302,26 +302,6 @@ static int dict_discard(PyObject *d, PyObject *key)
 #endif
 }
 
-/* a run state's dict of at most this many items is emptied item by item, keeping its table
- * (PyDict_Clear frees it, and the next run's first item makes a new one) */
-#define KEPT_TABLE 4
-
-/* Every item taken out of the dict ``d``, one at a time: 0, or -1 with an exception */
-static int dict_empty(PyObject *d)
-{
-	Py_ssize_t pos = 0;
-	PyObject *key, *value;
-	while (PyDict_Next(d, &pos, &key, &value)) {
-		Py_INCREF(key);
-		int rc = PyDict_DelItem(d, key);
-		Py_DECREF(key);
-		if (rc < 0)
-			return -1;
-		pos = 0;  /* the dict changed: from its first item again */
-	}
-	return 0;
-}
-
 /* at most this many regions added by a run are taken out by number (each a dict lookup);
  * more, by a scan of all its regions */
 #define ADDED_BY_NUMBER 32
@@ -356,9 +336,13 @@ static int run_state_clean(PyObject *rs, PyObject *proto, PyObject *statics)
 			rc = 0;  /* not a region number: the run state is not used again */
 		goto out;
 	}
-	/* the regions the run added are numbered from first to its next_region: taken out by
-	 * number where they are few, else (or where some are left) found by a scan */
-	PyObject *next = run_next_region(rs);
+	/* nothing added where the regions are the program's static ones and its record (a run
+	 * takes out only what it added; a frame takes a number, not a region) */
+	int statics_ok = PyDict_CheckExact(statics);
+	int same = statics_ok && PyDict_GET_SIZE(mem) == PyDict_GET_SIZE(statics) + 1;
+	/* else the regions the run added, numbered from first to its next_region: taken out by
+	 * number where they are few, then (where some are left) found by a scan */
+	PyObject *next = same ? NULL : run_next_region(rs);
 	Py_ssize_t last = next != NULL && PyLong_CheckExact(next) ? PyLong_AsSsize_t(next) : first;
 	Py_XDECREF(next);
 	if (PyErr_Occurred()) {
@@ -374,10 +358,7 @@ static int run_state_clean(PyObject *rs, PyObject *proto, PyObject *statics)
 		}
 		Py_DECREF(key);
 	}
-	/* nothing added where the regions are the program's static ones and its record (a run
-	 * takes out only what it added; a frame takes a number, not a region) */
-	int same = PyDict_CheckExact(statics)
-		&& PyDict_GET_SIZE(mem) == PyDict_GET_SIZE(statics) + 1;
+	same = statics_ok && PyDict_GET_SIZE(mem) == PyDict_GET_SIZE(statics) + 1;
 	Py_ssize_t pos = 0;
 	PyObject *region, *value;
 	while (!same && PyDict_Next(mem, &pos, &region, &value)) {
@@ -403,15 +384,9 @@ static int run_state_clean(PyObject *rs, PyObject *proto, PyObject *statics)
 			if (now != NULL && Py_TYPE(now) == Py_TYPE(want) && Py_REFCNT(now) == 1
 			    && (PyDict_CheckExact(now) ? PyDict_GET_SIZE(want) == 0
 				: PyList_GET_SIZE(want) == 0)) {
-				/* only the slot holds it: emptied in place (a few items taken
-				 * out one by one, which keeps the dict's table for the next
-				 * run's items) */
-				if (PyDict_CheckExact(now) && PyDict_GET_SIZE(now) > KEPT_TABLE)
+				/* only the slot holds it: emptied in place */
+				if (PyDict_CheckExact(now))
 					PyDict_Clear(now);
-				else if (PyDict_CheckExact(now)) {
-					if (dict_empty(now) < 0)
-						goto out;
-				}
 				else if (PyList_SetSlice(now, 0, PyList_GET_SIZE(now), NULL) < 0)
 					goto out;
 				continue;

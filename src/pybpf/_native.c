@@ -72,9 +72,9 @@ static int field_u64(const SlotField *f, PyObject *obj, uint64_t *out)
 	PyObject *value = slot_field_get(f, obj);
 	if (value == NULL)
 		return -1;
-	int rc = parse_addr(value, out);  /* not PyLong_AsUnsignedLongLong's byte array */
+	*out = PyLong_AsUnsignedLongLong(value);  /* a fast path for the small ints these are */
 	Py_DECREF(value);
-	return rc;
+	return *out == (uint64_t)-1 && PyErr_Occurred() ? -1 : 0;
 }
 
 /* obj.<field> = value (u64): 0, or -1 */
