@@ -5,6 +5,7 @@ Config.lock_trace) and the line move it charges (pybpf.shared.handoff_ns)."""
 from __future__ import annotations
 
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -204,6 +205,9 @@ def test_bench_map_perf_scaling_simulates_more_processes():
         simulated = [float(cell.rstrip("x")) for cell in row.split() if cell.endswith("x")]
         assert len(simulated) == 4  # the measured 2 / 1, then 2, 4 and 8 simulated
         assert 0 < simulated[1] <= 2 and 0 < simulated[2] <= 4 and 0 < simulated[3] <= 8
+        # each simulated cell: the rounds' median [range] (waits / moves)
+        assert len(re.findall(r"\d+\.\d\dx \[\d+\.\d\d-\d+\.\d\d\] \(\d+ / \d+\)",
+                              row)) == 3
 
 
 def test_simulate_takes_process_counts():

@@ -22,10 +22,12 @@ Rules this module keeps:
   whose other CPUs are busy with other work, Python itself gains less than N.
 - ``--simulate N,...``: the N / 1 on more CPUs than the host has, by simulation of the
   processes' contention on the segment's locks (shm_contention.py: its rules say what is
-  replayed and what is left out), from one more run of the N processes with their lock
-  holds recorded and the time a cache line takes to move between two host CPUs, both
-  measured after the rounds; beside the measured N / 1, the simulation's own N / 1, which
-  checks it against the host.
+  replayed and what is left out), from one more run of the N processes in each round with
+  their lock holds recorded and the time a cache line takes to move between two host CPUs,
+  both measured in that round (what one recording gives varies: a common LRU's lists'
+  lock was held a median 8 us in some runs and 22 us in others; the rounds' median and
+  range show it); beside the measured N / 1, the simulation's own N / 1, which checks it
+  against the host.
 - Nothing here is used by the tests to time anything.
 """
 
@@ -35,6 +37,7 @@ import argparse
 import os
 import statistics
 import time
+from dataclasses import dataclass, field
 
 from .. import shared
 from ..backends import bpf_allowed
@@ -116,12 +119,24 @@ def _ratio(mine: list[float], ref: list[float]) -> str:
     return f"{scaling(mine, ref):.2f}x ±{100 * max(spread(mine), spread(ref)):.0f}%"
 
 
-def simulated(tests: list[Test], procs: int, max_cnt: int, engine: str, counts: list[int],
-              window: int) -> tuple[float, dict[str, list], str]:
-    """The time a line takes to move between two of the host's CPUs, and each test's
-    simulated N / 1 for ``procs`` and each of ``counts``, replaying the lock holds of one
-    recorded run of ``procs`` processes (the last ``window`` holds of each process's
-    test); a line of what was recorded."""
+@dataclass
+class Simulations:
+    """``--simulate``'s rounds: each test's simulated N / 1 (shm_contention.Simulated) for
+    the measured N then each of the counts, a list per round; the line moves measured; the
+    holds recorded and those written over before them."""
+
+    by_test: dict[str, list[list]] = field(default_factory=dict)
+    handoffs: list[float] = field(default_factory=list)
+    holds: int = 0
+    lost: int = 0
+
+
+def simulate_round(tests: list[Test], procs: int, max_cnt: int, engine: str,
+                   counts: list[int], window: int, into: Simulations) -> None:
+    """One round of ``--simulate`` into ``into``: the time a line takes to move between
+    two of the host's CPUs (median of 3), and each test's simulated N / 1 for ``procs`` and
+    each of ``counts``, replaying the lock holds of a recorded run of ``procs`` processes
+    (the last ``window`` holds of each process's test)."""
     try:
         from . import shm_contention
     except ImportError as exc:
@@ -130,23 +145,17 @@ def simulated(tests: list[Test], procs: int, max_cnt: int, engine: str, counts: 
     host_cpus = sorted(os.sched_getaffinity(0))
     handoff = statistics.median(shared.handoff_ns(host_cpus[0], host_cpus[1])
                                 for _ in range(3))
+    into.handoffs.append(handoff)
     cfg = emulated_config(tests, procs, max_cnt, engine)
     cfg.lock_trace = window
     recorded = run(cfg).lock_traces
-    out: dict[str, list] = {}  # shm_contention.Simulated, for procs then each of counts
-    holds = lost = 0
     for t in tests:
         traces = recorded.get(t.name, [])
-        holds += sum(len(trace.holds) for trace in traces)
-        lost += sum(trace.lost for trace in traces)
+        into.holds += sum(len(trace.holds) for trace in traces)
+        into.lost += sum(trace.lost for trace in traces)
         timelines = [shm_contention.timeline(trace.holds, trace.read_ns) for trace in traces]
-        out[t.name] = [shm_contention.simulate(timelines, n, handoff)
-                       for n in (procs, *counts)]
-    what = (f"{holds} lock holds recorded in a run of {procs} processes (the last {window} "
-            f"of each test's in each process; {lost} before them not), a cache line's move "
-            f"between host CPUs {host_cpus[0]} and {host_cpus[1]} {handoff:.1f} ns (median "
-            "of 3)")
-    return handoff, out, what
+        into.by_test.setdefault(t.name, []).append(
+            [shm_contention.simulate(timelines, n, handoff) for n in (procs, *counts)])
 
 
 def counts_arg(text: str) -> list[int]:
@@ -208,6 +217,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     if args.simulate and host_cpus < 2:
         raise CommandError("--simulate measures a cache line's move between two host CPUs: "
                            "run where this run may use 2 or more")
+    sims = Simulations()
     jit = args.jit_beside and engine != "jit"
     jit_rates: list[dict[str, float]] = []
     waits: dict[str, list[int]] = {}  # the N-process runs': [locks, reads, events]
@@ -220,6 +230,9 @@ def run_from_args(args: argparse.Namespace) -> int:
                 kernel_rates[n].append(map_perf_rates(tests, n, args.max_cnt, "kernel"))
         if jit:
             jit_rates.append(map_perf_rates(tests, 1, args.max_cnt, "emulated", "jit"))
+        if args.simulate:
+            simulate_round(tests, procs, args.max_cnt, engine, args.simulate, args.window,
+                           sims)
     print(f"emulated map-perf --processes --modeled-time off --engine {engine}, "
           f"{args.rounds} interleaved rounds, {args.max_cnt} events per test and process; "
           f"the host lets this run use {host_cpus} CPUs; median [range], events (lookups for "
@@ -255,29 +268,42 @@ def run_from_args(args: argparse.Namespace) -> int:
                 + (["", "", ""] if kernel else []) + (["", ""] if jit else []))
     print(format_table(header, rows))
     if args.simulate:
-        print_simulated(tests, procs, emulated, args.max_cnt, engine, args.simulate,
-                        args.window)
+        print_simulated(tests, procs, emulated, args.simulate, args.window, sims)
     return 0
 
 
 def print_simulated(tests: list[Test], procs: int, emulated: dict[int, list[dict]],
-                    max_cnt: int, engine: str, counts: list[int], window: int) -> None:
+                    counts: list[int], window: int, sims: Simulations) -> None:
     """``--simulate``'s table: each test's measured N / 1 beside the simulation's, then the
-    simulated N / 1 for each of ``counts``."""
-    _, sims, what = simulated(tests, procs, max_cnt, engine, counts, window)
+    simulated N / 1 for each of ``counts``: medians [range] over the rounds, and the
+    takes per process that waited for another's hold / moved the lock's line (medians)."""
+    host_cpus = sorted(os.sched_getaffinity(0))
     print(f"\nsimulated: N processes replaying the lock holds of {procs} (bench/"
-          f"shm_contention.py); {what}; N / 1, and the takes per process that waited for "
-          "another's hold / moved the lock's line")
+          f"shm_contention.py), recorded in each round: {sims.holds} holds (the last "
+          f"{window} of each test in each process; {sims.lost} before them not); a cache "
+          f"line's move between host CPUs {host_cpus[0]} and {host_cpus[1]} "
+          f"{_fmt_ns(sims.handoffs)}; N / 1 median [range], (takes per process that waited "
+          "for another's hold / moved the lock's line)")
     header = ["test", f"{procs} / 1 measured", f"{procs} / 1 simulated",
               *(f"{n} / 1 simulated" for n in counts)]
     rows = []
     for t in tests:
         one = [r[t.name] for r in emulated[1]]
         many = [r[t.name] for r in emulated[procs]]
-        rows.append([f"{t.value}:{TESTS[t].label}", _ratio(many, one),
-                     *(f"{s.speedup:.2f}x ({s.waits:.0f} / {s.moves:.0f})"
-                       for s in sims[t.name])])
+        rounds = sims.by_test[t.name]
+        cells = []
+        for i in range(1 + len(counts)):
+            got = [r[i] for r in rounds]
+            speedups = [s.speedup for s in got]
+            cells.append(f"{statistics.median(speedups):.2f}x [{min(speedups):.2f}-"
+                         f"{max(speedups):.2f}] ({statistics.median(s.waits for s in got):.0f}"
+                         f" / {statistics.median(s.moves for s in got):.0f})")
+        rows.append([f"{t.value}:{TESTS[t].label}", _ratio(many, one), *cells])
     print(format_table(header, rows))
+
+
+def _fmt_ns(values: list[float]) -> str:
+    return f"{statistics.median(values):.1f} ns [{min(values):.1f}-{max(values):.1f}]"
 
 
 def main(argv: list[str] | None = None) -> int:
