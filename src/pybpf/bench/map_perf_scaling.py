@@ -279,7 +279,7 @@ def print_simulated(tests: list[Test], procs: int, emulated: dict[int, list[dict
     takes per process that waited for another's hold / moved the lock's line (medians)."""
     host_cpus = sorted(os.sched_getaffinity(0))
     print(f"\nsimulated: N processes replaying the lock holds of {procs} (bench/"
-          f"shm_contention.py), recorded in each round: {sims.holds} holds (the last "
+          f"shm_contention.py), recorded in each round: {sims.holds} holds in all (the last "
           f"{window} of each test in each process; {sims.lost} before them not); a cache "
           f"line's move between host CPUs {host_cpus[0]} and {host_cpus[1]} "
           f"{_fmt_ns(sims.handoffs)}; N / 1 median [range], (takes per process that waited "
