@@ -349,8 +349,9 @@ static int run_state_clean(PyObject *rs, PyObject *proto, PyObject *statics)
 		PyErr_Clear();  /* not a number: the scan finds what was added */
 		last = first;
 	}
-	for (Py_ssize_t number = first; number < last && last - first <= ADDED_BY_NUMBER;
-	     number++) {
+	if (last - first > ADDED_BY_NUMBER)
+		last = first;  /* many: the scan finds them */
+	for (Py_ssize_t number = first; number < last; number++) {
 		PyObject *key = PyLong_FromSsize_t(number);
 		if (key == NULL || dict_discard(mem, key) < 0) {
 			Py_XDECREF(key);

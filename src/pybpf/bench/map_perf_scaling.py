@@ -38,6 +38,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass, field
+from types import ModuleType
 
 from .. import shared
 from ..backends import bpf_allowed
@@ -131,17 +132,24 @@ class Simulations:
     lost: int = 0
 
 
+def simulation_module() -> ModuleType:
+    """bench/shm_contention.py, which needs SimPy: a CommandError saying how to install it
+    where it is missing."""
+    try:
+        from . import shm_contention
+    except ImportError as exc:
+        raise CommandError(f"--simulate needs SimPy ({exc}): pip install 'pybpf[simulate]'"
+                           ) from None
+    return shm_contention
+
+
 def simulate_round(tests: list[Test], procs: int, max_cnt: int, engine: str,
                    counts: list[int], window: int, into: Simulations) -> None:
     """One round of ``--simulate`` into ``into``: the time a line takes to move between
     two of the host's CPUs (median of 3), and each test's simulated N / 1 for ``procs`` and
     each of ``counts``, replaying the lock holds of a recorded run of ``procs`` processes
     (the last ``window`` holds of each process's test)."""
-    try:
-        from . import shm_contention
-    except ImportError as exc:
-        raise CommandError(f"--simulate needs SimPy ({exc}): pip install 'pybpf[simulate]'"
-                           ) from None
+    shm_contention = simulation_module()
     host_cpus = sorted(os.sched_getaffinity(0))
     handoff = statistics.median(shared.handoff_ns(host_cpus[0], host_cpus[1])
                                 for _ in range(3))
@@ -214,9 +222,11 @@ def run_from_args(args: argparse.Namespace) -> int:
     emulated: dict[int, list[dict[str, float]]] = {1: [], procs: []}
     kernel_rates: dict[int, list[dict[str, float]]] = {1: [], procs: []}
     reference: dict[int, list[float]] = {1: [], procs: []}
-    if args.simulate and host_cpus < 2:
-        raise CommandError("--simulate measures a cache line's move between two host CPUs: "
-                           "run where this run may use 2 or more")
+    if args.simulate:
+        if host_cpus < 2:
+            raise CommandError("--simulate measures a cache line's move between two host "
+                               "CPUs: run where this run may use 2 or more")
+        simulation_module()  # before the rounds: a missing SimPy is said at once
     sims = Simulations()
     jit = args.jit_beside and engine != "jit"
     jit_rates: list[dict[str, float]] = []

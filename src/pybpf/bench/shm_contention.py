@@ -80,8 +80,9 @@ def shared_locks(timelines: Sequence[Timeline]) -> set[int]:
     seen: set[int] = set()
     shared: set[int] = set()
     for tl in timelines:
-        shared |= seen & tl.locks
-        seen |= tl.locks
+        locks = tl.locks
+        shared |= seen & locks
+        seen |= locks
     return shared
 
 
@@ -102,7 +103,6 @@ class Simulated:
     the others), ``waits`` (takes that found the lock held) and ``moves`` (takes that moved
     the lock's line from another process's CPU), per process."""
 
-    nprocs: int
     speedup: float
     waits: float
     moves: float
@@ -122,7 +122,7 @@ def simulate(timelines: Sequence[Timeline], nprocs: int, handoff_ns: float) -> S
     counts = {"waits": 0, "moves": 0}
 
     def replay(k: int, steps: Iterator[Step]) -> Iterator[simpy.Event]:
-        held: dict[object, simpy.Resource] = {}
+        held: dict[object, simpy.resources.resource.Request] = {}
         for gap, take, lock in steps:
             alone[k] += gap
             if gap:
@@ -146,19 +146,17 @@ def simulate(timelines: Sequence[Timeline], nprocs: int, handoff_ns: float) -> S
                 yield env.timeout(handoff_ns)
         finished[k] = env.now
 
-    per_timeline = [0] * len(timelines)
-    for k in range(nprocs):
-        per_timeline[k % len(timelines)] += 1
     for k in range(nprocs):
         tl = timelines[k % len(timelines)]
         if not tl.steps:
             continue
-        # the m-th of the processes replaying this timeline begins m / r of the way in
-        m, r = k // len(timelines), per_timeline[k % len(timelines)]
+        # the m-th of the r processes replaying this timeline begins m / r of the way in
+        m = k // len(timelines)
+        r = len(range(k % len(timelines), nprocs, len(timelines)))
         start = tl.free_at[bisect.bisect_left(tl.free_at, m * len(tl.steps) // r)
                            % len(tl.free_at)]
         env.process(replay(k, replay_steps(tl, start)))
     env.run()
     # each process's speed beside the others' as a share of its speed alone, summed
     speedup = sum(a / f if f else 1.0 for a, f in zip(alone, finished, strict=True))
-    return Simulated(nprocs, speedup, counts["waits"] / nprocs, counts["moves"] / nprocs)
+    return Simulated(speedup, counts["waits"] / nprocs, counts["moves"] / nprocs)
