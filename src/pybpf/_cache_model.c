@@ -1591,7 +1591,7 @@ void native_keep_error(PyObject *run)
 int64_t pybpf_native_charge(PyObject *const *run, int64_t what, uint64_t addr,
 			    PyObject *bpf_map, const char *key, int64_t key_size, PyObject *core)
 {
-	PyGILState_STATE gil = PyGILState_Ensure();
+	HelperGil gil = helper_gil_take();
 	int64_t result = CHARGED;
 	CacheModel *m = (CacheModel *)run[RUN_MODEL];
 	int cpu;
@@ -1625,28 +1625,138 @@ fail:
 	native_keep_error(run[RUN_SELF]);
 	result = CHARGE_FAILED;
 out:
-	PyGILState_Release(gil);
+	helper_gil_give(gil);
 	return result;
+}
+
+/* Python's random.Random in place: Modules/_randommodule.c's RandomObject, a Mersenne Twister
+ * (MT19937) whose next 32-bit word is what getrandbits(32) answers. Read here where
+ * mt_verify found the struct as it is laid out below (compared word for word with getstate()
+ * and 1300 words with getrandbits(32) across a regeneration), so the generator's sequence is
+ * the reference tiers' one; else (another Python, a subclass's own getrandbits) the method
+ * is called. */
+#define MT_N 624
+#define MT_M 397
+
+typedef struct {
+	PyObject_HEAD
+	int index;
+	uint32_t state[MT_N];
+} MTRandom;
+
+/* the C function of the getrandbits whose object is an MTRandom; NULL: call the method */
+static PyCFunction mt_getrandbits;
+static int mt_verified;
+
+static uint32_t mt_next(MTRandom *r)
+{
+	static const uint32_t mag01[2] = {0x0U, 0x9908b0dfU};
+	uint32_t *mt = r->state, y;
+	if (r->index >= MT_N) {
+		int k;
+		for (k = 0; k < MT_N - MT_M; k++) {
+			y = (mt[k] & 0x80000000U) | (mt[k + 1] & 0x7fffffffU);
+			mt[k] = mt[k + MT_M] ^ (y >> 1) ^ mag01[y & 1];
+		}
+		for (; k < MT_N - 1; k++) {
+			y = (mt[k] & 0x80000000U) | (mt[k + 1] & 0x7fffffffU);
+			mt[k] = mt[k + (MT_M - MT_N)] ^ (y >> 1) ^ mag01[y & 1];
+		}
+		y = (mt[MT_N - 1] & 0x80000000U) | (mt[0] & 0x7fffffffU);
+		mt[MT_N - 1] = mt[MT_M - 1] ^ (y >> 1) ^ mag01[y & 1];
+		r->index = 0;
+	}
+	y = mt[r->index++];
+	y ^= y >> 11;
+	y ^= (y << 7) & 0x9d2c5680U;
+	y ^= (y << 15) & 0xefc60000U;
+	y ^= y >> 18;
+	return y;
+}
+
+/* 1 where ``r``'s getstate() is the MTRandom view's words and index, 0 where not, -1 with an
+ * exception */
+static int mt_state_matches(PyObject *r)
+{
+	PyObject *state = PyObject_CallMethod(r, "getstate", NULL);
+	if (state == NULL)
+		return -1;
+	PyObject *words = PyTuple_Check(state) && PyTuple_GET_SIZE(state) == 3
+		? PyTuple_GET_ITEM(state, 1) : NULL;
+	int same = words != NULL && PyTuple_Check(words) && PyTuple_GET_SIZE(words) == MT_N + 1
+		&& Py_TYPE(r)->tp_basicsize >= (Py_ssize_t)sizeof(MTRandom);
+	const MTRandom *view = (const MTRandom *)r;
+	for (Py_ssize_t i = 0; same && i <= MT_N; i++) {
+		unsigned long word = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(words, i));
+		if (PyErr_Occurred()) {
+			Py_DECREF(state);
+			return -1;
+		}
+		same = word == (i < MT_N ? view->state[i] : (unsigned long)view->index);
+	}
+	Py_DECREF(state);
+	return same;
+}
+
+/* mt_getrandbits set where random.Random is an MTRandom whose words mt_next steps as
+ * getrandbits(32) does: 0, or -1 with an exception */
+static int mt_verify(void)
+{
+	mt_verified = 1;
+	PyObject *module = PyImport_ImportModule("random");
+	PyObject *ours = module == NULL ? NULL : PyObject_CallMethod(module, "Random", "i", 2017);
+	PyObject *theirs = ours == NULL ? NULL : PyObject_CallMethod(module, "Random", "i", 2017);
+	PyObject *bits = theirs == NULL ? NULL : PyObject_GetAttrString(theirs, "getrandbits");
+	int rc = -1, same = bits != NULL && PyCFunction_Check(bits)
+		&& PyCFunction_GET_SELF(bits) == theirs ? mt_state_matches(ours) : 0;
+	for (int i = 0; same > 0 && i < 1300; i++) {
+		PyObject *word = PyObject_CallFunction(bits, "i", 32);
+		unsigned long expected = word == NULL ? 0 : PyLong_AsUnsignedLong(word);
+		Py_XDECREF(word);
+		if (PyErr_Occurred())
+			goto out;
+		same = mt_next((MTRandom *)ours) == expected;
+	}
+	if (same > 0)
+		same = mt_state_matches(ours);
+	if (same < 0)
+		goto out;
+	if (same)
+		mt_getrandbits = PyCFunction_GET_FUNCTION(bits);
+	rc = 0;
+out:
+	Py_XDECREF(module);
+	Py_XDECREF(ours);
+	Py_XDECREF(theirs);
+	Py_XDECREF(bits);
+	return rc;
 }
 
 /* bpf_get_prandom_u32 from the native tier's machine code: ``bits`` is the bound getrandbits
  * of the run's CPU's generator (Machine.prandom_source; NULL: a run without a machine, 0),
- * called for 32 bits as Machine.prandom_u32 calls it. Where it raised, the error is kept for
- * the run and *status set to ``raised``. */
+ * called for 32 bits as Machine.prandom_u32 calls it (stepped in place where it is
+ * random.Random's own). Where it raised, the error is kept for the run and *status set to
+ * ``raised``. */
 uint64_t pybpf_native_prandom_u32(uint64_t *status, uint64_t raised, PyObject *run,
 				  PyObject *bits)
 {
 	if (bits == NULL)
 		return 0;
-	PyGILState_STATE gil = PyGILState_Ensure();
-	PyObject *word = PyObject_Vectorcall(bits, &s_thirty_two, 1, NULL);
-	uint64_t r0 = word == NULL ? 0 : PyLong_AsUnsignedLongLongMask(word);
-	Py_XDECREF(word);
+	HelperGil gil = helper_gil_take();
+	uint64_t r0 = 0;
+	if ((mt_verified || mt_verify() == 0) && mt_getrandbits != NULL && PyCFunction_Check(bits)
+	    && PyCFunction_GET_FUNCTION(bits) == mt_getrandbits) {
+		r0 = mt_next((MTRandom *)PyCFunction_GET_SELF(bits));
+	} else if (!PyErr_Occurred()) {
+		PyObject *word = PyObject_Vectorcall(bits, &s_thirty_two, 1, NULL);
+		r0 = word == NULL ? 0 : PyLong_AsUnsignedLongLongMask(word);
+		Py_XDECREF(word);
+	}
 	if (PyErr_Occurred()) {
 		native_keep_error(run);
 		*status = raised;
 	}
-	PyGILState_Release(gil);
+	helper_gil_give(gil);
 	return r0 & 0xffffffffu;
 }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import random
 import sys
 import threading
 
@@ -652,6 +653,50 @@ def test_inlined_helpers_agree_and_are_charged_as_python_charges_them(helper, ca
     if caches != "unmodeled":
         assert results["native"][2]["helper_call"][0] == 100
 
+
+
+class OwnBitsRandom(random.Random):
+    """A generator whose getrandbits is a subclass's own (counted): called, not stepped in
+    place."""
+
+    calls = 0
+
+    def getrandbits(self, k: int) -> int:
+        OwnBitsRandom.calls += 1
+        return super().getrandbits(k)
+
+
+@pytest.mark.parametrize("generator", ["random.Random", "a subclass's getrandbits"])
+def test_prandom_words_are_the_generators_past_its_regeneration(generator, monkeypatch):
+    """700 words of bpf_get_prandom_u32 in one run, past the Mersenne Twister's regeneration
+    every 624: on every engine the words random.Random(state).getrandbits(32) gives, and the
+    CPU's generator goes on from the same state after the run. The native tier steps
+    random.Random's own state in C, and calls a subclass's getrandbits."""
+    calls = count_callbacks(monkeypatch)
+    results = {}
+    for engine in ENGINES:
+        calls.clear()
+        system = make_system("emulated", cpus=2)
+        start = system.machine.prandom_source(1).getstate()
+        if generator != "random.Random":
+            own = OwnBitsRandom()
+            own.setstate(start)
+            monkeypatch.setattr(system.machine, "_prandom",
+                                [system.machine.prandom_source(0), own])
+            OwnBitsRandom.calls = 0
+        prog = load(system, helper_loop("get_prandom_u32", 700), {})
+        with system.machine.on_cpu(1):
+            rs = prog.run(bytearray(64), engine=engine)
+        results[engine] = (rs.retval, system.machine.prandom_source(1).getstate())
+        if engine == "native" and built(native.PRANDOM_SYMBOL):
+            assert calls == []
+            assert OwnBitsRandom.calls == (0 if generator == "random.Random" else 700)
+    agree(results)
+    reference = random.Random()
+    reference.setstate(start)
+    words = [reference.getrandbits(32) for _ in range(700)]
+    assert results["native"] == (functools.reduce(lambda r7, w: (r7 * 3 + w) & (2**64 - 1),
+                                                  words, 0), reference.getstate())
 
 def probe_read(src: int, size: int) -> list:
     """bpf_probe_read_user of ``size`` bytes at ``src`` to fp-16; R0 its result xor the
