@@ -29,6 +29,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "_helper_gil.h"
+
 #if LONG_MAX < INT64_MAX
 #error "pybpf._accel assumes a 64-bit long (LP64)"
 #endif
@@ -1374,7 +1376,7 @@ static PyObject *find_elem(PyObject *table, const char *key, int64_t size)
 uint64_t pybpf_native_htab_lookup(PyObject *table, const char *key, int64_t size, int64_t cpu,
 				  int64_t ref)
 {
-	PyGILState_STATE gil = PyGILState_Ensure();
+	HelperGil gil = helper_gil_take();
 	PyObject *elem = find_elem(table, key, size), *value;
 	uint64_t result = UINT64_MAX;
 	if (elem == NULL) {
@@ -1396,7 +1398,7 @@ uint64_t pybpf_native_htab_lookup(PyObject *table, const char *key, int64_t size
 		result = (uint64_t)(uintptr_t)value;
 out:
 	PyErr_Clear();
-	PyGILState_Release(gil);
+	helper_gil_give(gil);
 	return result;
 }
 
@@ -1408,7 +1410,7 @@ uint64_t pybpf_native_value(uint64_t *st, PyObject *const *run, PyObject *table,
 			    int64_t values, int64_t value_slots, int64_t cache, int64_t entries,
 			    int64_t home, int64_t node)
 {
-	PyGILState_STATE gil = PyGILState_Ensure();
+	HelperGil gil = helper_gil_take();
 	const struct native_state at = {next_region, values, value_slots, cache, entries};
 	PyObject *elem = find_elem(table, key, key_size), *value;
 	uint64_t result = 0;
@@ -1426,7 +1428,7 @@ uint64_t pybpf_native_value(uint64_t *st, PyObject *const *run, PyObject *table,
 	Py_DECREF(value);
 out:
 	PyErr_Clear();  /* what went wrong, Python's own lookup meets and reports */
-	PyGILState_Release(gil);
+	helper_gil_give(gil);
 	return result;
 }
 
@@ -1440,7 +1442,7 @@ uint64_t pybpf_native_array_value(uint64_t *st, PyObject *const *run, PyObject *
 				  int64_t next_region, int64_t values, int64_t value_slots,
 				  int64_t cache, int64_t entries)
 {
-	PyGILState_STATE gil = PyGILState_Ensure();
+	HelperGil gil = helper_gil_take();
 	const struct native_state at = {next_region, values, value_slots, cache, entries};
 	PyObject *key = PyLong_FromUnsignedLongLong(index), *value = NULL;
 	uint64_t result = 0;
@@ -1459,7 +1461,7 @@ uint64_t pybpf_native_array_value(uint64_t *st, PyObject *const *run, PyObject *
 	if (PyErr_Occurred())
 		PyErr_Clear();
 	Py_XDECREF(key);
-	PyGILState_Release(gil);
+	helper_gil_give(gil);
 	return result;
 }
 

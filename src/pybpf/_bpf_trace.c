@@ -248,7 +248,7 @@ uint64_t pybpf_native_probe_read_user(PyObject *machine, char *dst, uint64_t siz
 	if (machine == NULL || dst == NULL || size == 0 || src > TASK_SIZE_MAX
 	    || size > TASK_SIZE_MAX - src)
 		return PROBE_SLOW;
-	PyGILState_STATE gil = PyGILState_Ensure();
+	HelperGil gil = helper_gil_take();
 	Py_ssize_t off = 0;
 	PyObject *block = user_block(machine, src, size, &off);
 	uint64_t r0 = PROBE_SLOW;
@@ -258,7 +258,7 @@ uint64_t pybpf_native_probe_read_user(PyObject *machine, char *dst, uint64_t siz
 		r0 = 0;
 	}
 	PyErr_Clear();  /* what failed, the Python helper meets again and reports */
-	PyGILState_Release(gil);
+	helper_gil_give(gil);
 	return r0;
 }
 

@@ -14,6 +14,7 @@
 #include <Python.h>
 #include <structmember.h>
 #include <stdint.h>
+#include "_helper_gil.h"
 #include "_pyattr.h"
 
 typedef struct CacheModel CacheModel;

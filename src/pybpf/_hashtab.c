@@ -1760,7 +1760,7 @@ uint64_t pybpf_native_htab_op(uint64_t *status, uint64_t raised, PyObject *run,
 			      PyObject *core, int64_t op, const char *key_at,
 			      const char *value_at, uint64_t r4, int64_t run_on)
 {
-	PyGILState_STATE gil = PyGILState_Ensure();
+	HelperGil gil = helper_gil_take();
 	HtabCore *c = (HtabCore *)core;
 	PyObject *cpu_obj, *key = NULL, *value = NULL, *flags = NULL, *result = NULL;
 	uint64_t r0 = 0;
@@ -1784,7 +1784,7 @@ uint64_t pybpf_native_htab_op(uint64_t *status, uint64_t raised, PyObject *run,
 	Py_XDECREF(value);
 	Py_XDECREF(flags);
 	Py_XDECREF(result);
-	PyGILState_Release(gil);
+	helper_gil_give(gil);
 	return r0;
 }
 
@@ -1797,7 +1797,7 @@ PyObject *pybpf_native_map_core(PyObject *mem, uint64_t r1, int64_t *sizes)
 {
 	if (r1 & 0xffffffffu)
 		return NULL;
-	PyGILState_STATE gil = PyGILState_Ensure();
+	HelperGil gil = helper_gil_take();
 	PyObject *region = PyLong_FromUnsignedLongLong(r1 >> 32), *found = NULL;
 	PyObject *obj = region == NULL ? NULL : PyDict_GetItemWithError(mem, region);  /* borrowed */
 	if (obj != NULL && lookup_attr(obj, s_core, &found) > 0
@@ -1810,7 +1810,7 @@ PyObject *pybpf_native_map_core(PyObject *mem, uint64_t r1, int64_t *sizes)
 	PyErr_Clear();  /* what went wrong, the Python helper meets and reports */
 	Py_XDECREF(region);
 	Py_XDECREF(found);  /* alive with its map, which the run's regions hold */
-	PyGILState_Release(gil);
+	helper_gil_give(gil);
 	return found;
 }
 

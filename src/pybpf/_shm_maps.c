@@ -60,6 +60,7 @@
 #include <unistd.h>
 
 #include "_jhash.h"
+#include "_helper_gil.h"
 #include "_pyattr.h"
 
 #define SHM_MAGIC 0x4d48534650425950ULL /* "PYBPFSHM" read as a little-endian u64 */
@@ -2573,7 +2574,7 @@ PyObject *pybpf_shm_map_of(PyObject *mem, uint64_t r1, int64_t *sizes)
 		return NULL;
 	static PyObject *shm_name;  /* "shm", interned once: a name made at each call cost more
 				     * than the lookup */
-	PyGILState_STATE gil = PyGILState_Ensure();
+	HelperGil gil = helper_gil_take();
 	if (shm_name == NULL)
 		shm_name = PyUnicode_InternFromString("shm");
 	PyObject *region = PyLong_FromUnsignedLongLong(r1 >> 32), *found = NULL;
@@ -2588,7 +2589,7 @@ PyObject *pybpf_shm_map_of(PyObject *mem, uint64_t r1, int64_t *sizes)
 	PyErr_Clear();
 	Py_XDECREF(region);
 	Py_XDECREF(found);
-	PyGILState_Release(gil);
+	helper_gil_give(gil);
 	return found;
 }
 
