@@ -26,7 +26,7 @@ static PyObject *s_user_memory, *s_machine, *s_prog, *s_executable,
 	*s_current, *s_cpu, *s_static_regions, *s_bpf_insn, *s_count, *s_tracepoints,
 	*s_run_state_proto, *s_run_state, *s_timing, *s_modeled, *s_modeled_time, *s_scheduler,
 	*s_ever_deferred, *s_bpf_syscall, *s_syscall_connect, *s_syscall_entry, *s_empty_ctx,
-	*s_fire_path;
+	*s_fire_path, *s___dict__;
 /* what run_native_prog raises and calls as run_prog does, imported at first use, and the
  * globals of irq_work_run's module, whose _irq_work_used says whether the call has anything
  * to do (irq_work_run's own first test, without its Python frame) */
@@ -49,6 +49,11 @@ typedef struct {
 	PyObject_HEAD
 	PyObject *machine, *timing, *current;
 	int modeled_time, timing_modeled;
+	/* the thread state (by its id, which no other one gets) that last read current, and
+	 * its own dict of the thread-local (current.__dict__ there: the scheduler swaps a
+	 * task's contents into it): a read there without the thread-local's own lookups */
+	uint64_t current_reader;
+	PyObject *current_dict;
 	PyObject *key;       /* the key last fired, held: its address stays its own */
 	Py_hash_t key_hash;
 	PyObject *links;     /* the links last fired, and of each (exe, static_regions, */
@@ -65,6 +70,7 @@ static int fire_path_traverse(PyObject *op, visitproc visit, void *arg)
 	Py_VISIT(p->machine);
 	Py_VISIT(p->timing);
 	Py_VISIT(p->current);
+	Py_VISIT(p->current_dict);
 	Py_VISIT(p->key);
 	Py_VISIT(p->links);
 	Py_VISIT(p->programs);
@@ -80,6 +86,7 @@ static int fire_path_clear(PyObject *op)
 	Py_CLEAR(p->machine);
 	Py_CLEAR(p->timing);
 	Py_CLEAR(p->current);
+	Py_CLEAR(p->current_dict);
 	Py_CLEAR(p->key);
 	Py_CLEAR(p->links);
 	Py_CLEAR(p->programs);
@@ -116,6 +123,7 @@ int bpf_trace_ready(void)
 		|| intern(&s_engine, "engine") < 0
 		|| intern(&s_main_entries, "main_entries") < 0
 		|| intern(&s_current, "current") < 0 || intern(&s_cpu, "cpu") < 0
+		|| intern(&s___dict__, "__dict__") < 0
 		|| intern(&s_static_regions, "static_regions") < 0
 		|| intern(&s_bpf_insn, "bpf_insn") < 0 || intern(&s_count, "count") < 0
 		|| intern(&s_tracepoints, "_tracepoints") < 0
@@ -437,7 +445,7 @@ static FirePath *fire_path_of(PyObject *system)
 	FirePath *p = PyObject_GC_New(FirePath, &FirePathType);
 	if (p == NULL)
 		return NULL;
-	p->machine = p->timing = p->current = p->key = NULL;
+	p->machine = p->timing = p->current = p->current_dict = p->key = NULL;
 	p->links = p->programs = p->proto = p->engine = NULL;
 	p->spares = NULL;
 	p->key_hash = -1;
@@ -452,6 +460,29 @@ static FirePath *fire_path_of(PyObject *system)
 		return NULL;
 	}
 	return p;
+}
+
+/* machine.current.cpu on the calling thread (a new reference, or NULL with an exception):
+ * from the thread's own dict of the thread-local, kept on ``path`` for the thread state
+ * that read it last; by getattr where that dict has none (the class's default) */
+static PyObject *current_cpu(FirePath *path)
+{
+	uint64_t reader = PyThreadState_GetID(PyThreadState_Get());
+	if (path->current_dict == NULL || path->current_reader != reader) {
+		PyObject *dict = PyObject_GetAttr(path->current, s___dict__);
+		if (dict == NULL)
+			return NULL;
+		if (!PyDict_CheckExact(dict)) {
+			Py_DECREF(dict);
+			return PyObject_GetAttr(path->current, s_cpu);
+		}
+		Py_XSETREF(path->current_dict, dict);
+		path->current_reader = reader;
+	}
+	PyObject *cpu = PyDict_GetItemWithError(path->current_dict, s_cpu);  /* borrowed */
+	if (cpu != NULL)
+		return Py_NewRef(cpu);
+	return PyErr_Occurred() ? NULL : PyObject_GetAttr(path->current, s_cpu);
 }
 
 /* Of each of ``links``, (exe, exe.static_regions, exe.main_entries) (link.prog.executable),
@@ -557,10 +588,11 @@ static PyObject *run_native_prog(PyObject *exe, PyObject *rs, PyObject *entry,
 	if ((machine = run_machine(rs)) == NULL)
 		goto out;
 	if (machine != Py_None) {  /* rs.cpu = machine.current.cpu */
-		current = path != NULL && path->machine == machine ? Py_NewRef(path->current)
-			: PyObject_GetAttr(machine, s_current);
-		if (current == NULL || (run_cpu = PyObject_GetAttr(current, s_cpu)) == NULL
-		    || run_set_cpu(rs, run_cpu) < 0)
+		if (path != NULL && path->machine == machine)
+			run_cpu = current_cpu(path);
+		else if ((current = PyObject_GetAttr(machine, s_current)) != NULL)
+			run_cpu = PyObject_GetAttr(current, s_cpu);
+		if (run_cpu == NULL || run_set_cpu(rs, run_cpu) < 0)
 			goto out;
 	}
 	if (!has_statics
@@ -798,7 +830,7 @@ static PyObject *fire(PyObject *system, PyObject *key, PyObject *ctx, FirePath *
 		goto out;
 	}
 	Py_INCREF(links);  /* as the Python loop holds them: an attach meanwhile makes new ones */
-	cpu = path->timing_modeled ? PyObject_GetAttr(path->current, s_cpu) : Py_NewRef(Py_None);
+	cpu = path->timing_modeled ? current_cpu(path) : Py_NewRef(Py_None);
 	if (cpu != NULL && (proto = own_attr(system, s_run_state_proto)) != NULL
 	    && proto == Py_None) {
 		Py_SETREF(proto, PyObject_CallMethodNoArgs(system, s_run_state));

@@ -562,6 +562,44 @@ def test_a_systems_firings_follow_its_links_and_engine_between_them():
     links[1].close()
 
 
+@pytest.mark.parametrize("modeled", [False, True])
+@pytest.mark.parametrize("engine", ["native", "jit"])
+def test_a_tracepoints_programs_run_on_the_firing_threads_cpu(engine, modeled):
+    """A firing's runs are on the CPU its thread is on now (the C firing keeps the last
+    reading thread's own dict of machine.current): the same thread moved between CPUs,
+    threads one after another (a thread's ident is often its predecessor's), and a thread
+    that never chose a CPU (CPU 0)."""
+    import threading
+
+    from pybpf.emulated.prog.native import native_missing
+
+    if engine == "native" and native_missing():
+        pytest.skip(native_missing())
+    system = pybpf.system("emulated", cpus=4, modeled_time=modeled)
+    system.bpf_engine = engine
+    prog = load(system, ProgType.TRACEPOINT, [b.call("get_smp_processor_id"), b.exit_()])
+    link = prog.attach_tracepoint("syscalls", "sys_enter_getpid")
+    for cpu in (2, 3, 1):
+        with system.on_cpu(cpu):
+            assert system.enter_syscall("getpid", bytes(8)) == [cpu]
+    seen = []
+
+    def fire(cpu):
+        if cpu is None:
+            seen.append(system.enter_syscall("getpid", bytes(8)))
+            return
+        with system.on_cpu(cpu):
+            seen.append(system.enter_syscall("getpid", bytes(8)))
+
+    cpus = [1, 3, None, 2, 0, 3, None]
+    for cpu in cpus:
+        thread = threading.Thread(target=fire, args=(cpu,))
+        thread.start()
+        thread.join()
+    assert seen == [[0 if cpu is None else cpu] for cpu in cpus]
+    link.close()
+
+
 @pytest.mark.parametrize("engine", ["native", "jit"])
 @pytest.mark.parametrize("regions_added", [1, 40])
 def test_each_firing_runs_in_a_run_state_as_fresh_as_a_copy_of_the_prototype(engine,
