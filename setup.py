@@ -13,14 +13,16 @@ bpf_probe_read_user's common case, and of a native-tier program's entry).
 from setuptools import Extension, setup
 
 setup(ext_modules=[
-    Extension("pybpf._accel", ["src/pybpf/_accel.c"], depends=["src/pybpf/_helper_gil.h"],
+    Extension("pybpf._accel", ["src/pybpf/_accel.c"],
+              depends=["src/pybpf/_helper_gil.h", "src/pybpf/_int_cache.h"],
               optional=True, extra_compile_args=["-O2"]),
     Extension("pybpf._cache_model", ["src/pybpf/_cache_model.c", "src/pybpf/_hashtab.c",
                                     "src/pybpf/_memalloc.c", "src/pybpf/_bpf_lru_list.c",
                                     "src/pybpf/_lpm_trie.c", "src/pybpf/_host_lock.c",
                                     "src/pybpf/_bpf_trace.c", "src/pybpf/_native.c"],
               depends=["src/pybpf/_cache_model.h", "src/pybpf/_jhash.h",
-                       "src/pybpf/_pyattr.h", "src/pybpf/_helper_gil.h"], optional=True,
+                       "src/pybpf/_pyattr.h", "src/pybpf/_helper_gil.h",
+                       "src/pybpf/_int_cache.h"], optional=True,
               # no fused multiply-adds: the modeled clocks are Python's float arithmetic
               extra_compile_args=["-O2", "-Wall", "-ffp-contract=off"]),
     # librt: shm_open before glibc 2.34 (an empty stub after).

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "_helper_gil.h"
+#include "_int_cache.h"
 
 #if LONG_MAX < INT64_MAX
 #error "pybpf._accel assumes a 64-bit long (LP64)"
@@ -1227,6 +1228,9 @@ static char *value_memory(PyObject *value, Py_ssize_t *len)
 	return view->buf;
 }
 
+/* the region numbers place_value gives and their pointers: the same at every run */
+static IntCacheSlot region_numbers[INT_CACHE_SLOTS], region_pointers[INT_CACHE_SLOTS];
+
 static uint64_t place_value(uint64_t *st, PyObject *const *run, const struct native_state *at,
 			    PyObject *value, uint64_t tag, int64_t home, int local, int memory)
 {
@@ -1248,8 +1252,8 @@ static uint64_t place_value(uint64_t *st, PyObject *const *run, const struct nat
 			goto out;
 	} else {
 		uint64_t fresh = st[at->next_region];
-		if (PyErr_Occurred() || (region_obj = PyLong_FromUnsignedLongLong(fresh)) == NULL
-		    || (pointer = PyLong_FromUnsignedLongLong(fresh << 32)) == NULL
+		if (PyErr_Occurred() || (region_obj = cached_int(region_numbers, fresh)) == NULL
+		    || (pointer = cached_int(region_pointers, fresh << 32)) == NULL
 		    || PyDict_SetItem(run[RUN_MEM], region_obj, value) < 0
 		    || PyDict_SetItem(run[RUN_VALUE_REGIONS], id, pointer) < 0)
 			goto out;
@@ -1260,7 +1264,7 @@ static uint64_t place_value(uint64_t *st, PyObject *const *run, const struct nat
 	/* _Run.reach(region) */
 	uint64_t *slot = &st[at->values + 3 * (int64_t)(region & (uint64_t)(at->value_slots - 1))];
 	if (memory && slot[0] != region) {
-		if (region_obj == NULL && (region_obj = PyLong_FromUnsignedLongLong(region)) == NULL)
+		if (region_obj == NULL && (region_obj = cached_int(region_numbers, region)) == NULL)
 			goto out;
 		PyObject *view = PyDict_GetItemWithError(run[RUN_EXPORTED], region_obj);
 		if (view == NULL) {

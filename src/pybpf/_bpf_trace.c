@@ -18,6 +18,7 @@
  * does what run_prog does around it here, and the run has no Python frame at all.
  */
 #include "_cache_model.h"
+#include "_int_cache.h"
 
 #define TASK_SIZE_MAX 0x7FFFFFFFF000ULL  /* x86-64, 48-bit virtual addresses */
 
@@ -313,6 +314,8 @@ static int dict_discard(PyObject *d, PyObject *key)
 /* at most this many regions added by a run are taken out by number (each a dict lookup);
  * more, by a scan of all its regions */
 #define ADDED_BY_NUMBER 32
+/* their numbers, the same at every run */
+static IntCacheSlot added_regions[INT_CACHE_SLOTS];
 
 /* ``rs``, a native run's RunState from ``proto`` that nothing else holds since its run
  * ended, made again what run_state_copy(proto) and the program's static regions give, for
@@ -360,7 +363,7 @@ static int run_state_clean(PyObject *rs, PyObject *proto, PyObject *statics)
 	if (last - first > ADDED_BY_NUMBER)
 		last = first;  /* many: the scan finds them */
 	for (Py_ssize_t number = first; number < last; number++) {
-		PyObject *key = PyLong_FromSsize_t(number);
+		PyObject *key = cached_int(added_regions, (uint64_t)number);
 		if (key == NULL || dict_discard(mem, key) < 0) {
 			Py_XDECREF(key);
 			goto out;
