@@ -72,7 +72,14 @@ static int field_u64(const SlotField *f, PyObject *obj, uint64_t *out)
 	PyObject *value = slot_field_get(f, obj);
 	if (value == NULL)
 		return -1;
-	*out = PyLong_AsUnsignedLongLong(value);  /* a fast path for the small ints these are */
+	/* a loop over its digits (LP64: unsigned long is 64 bits), where unsigned long long's
+	 * goes through a byte array for an int of more than one digit (2**30 and up: a region
+	 * number) */
+#if ULONG_MAX == UINT64_MAX
+	*out = PyLong_AsUnsignedLong(value);
+#else
+	*out = PyLong_AsUnsignedLongLong(value);
+#endif
 	Py_DECREF(value);
 	return *out == (uint64_t)-1 && PyErr_Occurred() ? -1 : 0;
 }
