@@ -349,8 +349,8 @@ static int run_state_clean(PyObject *rs, PyObject *proto, PyObject *statics)
 	}
 	/* nothing added where the regions are the program's static ones and its record (a run
 	 * takes out only what it added; a frame takes a number, not a region) */
-	int statics_ok = PyDict_CheckExact(statics);
-	int same = statics_ok && PyDict_GET_SIZE(mem) == PyDict_GET_SIZE(statics) + 1;
+	Py_ssize_t clean_size = PyDict_CheckExact(statics) ? PyDict_GET_SIZE(statics) + 1 : -1;
+	int same = PyDict_GET_SIZE(mem) == clean_size;
 	/* else the regions the run added, numbered from first to its next_region: taken out by
 	 * number where they are few, then (where some are left) found by a scan */
 	PyObject *next = same ? NULL : run_next_region(rs);
@@ -362,7 +362,10 @@ static int run_state_clean(PyObject *rs, PyObject *proto, PyObject *statics)
 	}
 	if (last - first > ADDED_BY_NUMBER)
 		last = first;  /* many: the scan finds them */
-	for (Py_ssize_t number = first; number < last; number++) {
+	/* the last first, until only the static ones and the record are left: the run's first
+	 * number is its frame's, which has no region (a miss walks the table's deleted slots) */
+	for (Py_ssize_t number = last - 1; number >= first && PyDict_GET_SIZE(mem) != clean_size;
+	     number--) {
 		PyObject *key = cached_int(added_regions, (uint64_t)number);
 		if (key == NULL || dict_discard(mem, key) < 0) {
 			Py_XDECREF(key);
@@ -370,7 +373,7 @@ static int run_state_clean(PyObject *rs, PyObject *proto, PyObject *statics)
 		}
 		Py_DECREF(key);
 	}
-	same = statics_ok && PyDict_GET_SIZE(mem) == PyDict_GET_SIZE(statics) + 1;
+	same = PyDict_GET_SIZE(mem) == clean_size;
 	Py_ssize_t pos = 0;
 	PyObject *region, *value;
 	while (!same && PyDict_Next(mem, &pos, &region, &value)) {
