@@ -1,9 +1,9 @@
 /* Python ints kept for values a run makes again at every run of a program: its region numbers
  * (each run numbers its regions from the prototype's next one) and their pointers, each a new
- * int where it is made and again where it is taken out. Included by the modules that make
- * them (_accel: place_value; _cache_model: run_state_clean), each with a table of its own per
- * kind of value (a region number and its pointer take the same slot), used with the GIL
- * held. */
+ * int where it is made and again where it is taken out, and the count and next region a
+ * native run hands back. Included by the modules that make them (_accel: place_value;
+ * _cache_model: run_state_clean, run_end), each with a table of its own per kind of value (a
+ * region number and its pointer take the same slot), used with the GIL held. */
 #ifndef PYBPF_INT_CACHE_H
 #define PYBPF_INT_CACHE_H
 

@@ -15,6 +15,7 @@
  * NativeProgram.failed, which raises.
  */
 #include "_cache_model.h"
+#include "_int_cache.h"
 
 typedef uint64_t (*native_function)(void *, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
 
@@ -84,10 +85,11 @@ static int field_u64(const SlotField *f, PyObject *obj, uint64_t *out)
 	return *out == (uint64_t)-1 && PyErr_Occurred() ? -1 : 0;
 }
 
-/* obj.<field> = value (u64): 0, or -1 */
-static int set_u64(const SlotField *f, PyObject *obj, uint64_t value)
+/* obj.<field> = value (u64), the int from ``ints`` (a run's count and next region are
+ * the same at every run of a program that takes the same path): 0, or -1 */
+static int set_u64(const SlotField *f, PyObject *obj, IntCacheSlot *ints, uint64_t value)
 {
-	PyObject *number = PyLong_FromUnsignedLongLong(value);
+	PyObject *number = cached_int(ints, value);
 	int rc = number == NULL ? -1 : slot_field_set(f, obj, number);
 	Py_XDECREF(number);
 	return rc;
@@ -286,8 +288,9 @@ static int run_end(NativeEntry *e, PyObject *rs, PyObject *run, uint64_t *st,
 		rc = used < 0 ? -1 : call_method(run, s_unregister);
 	if (run_finish(e, rs, run, st) < 0)
 		rc = -1;
-	if (set_u64(&rs_fields[RS_COUNT], rs, st[l[L_COUNT]]) < 0
-	    || set_u64(&rs_fields[RS_NEXT_REGION], rs, st[l[L_NEXT_REGION]]) < 0)
+	static IntCacheSlot counts[INT_CACHE_SLOTS], next_regions[INT_CACHE_SLOTS];
+	if (set_u64(&rs_fields[RS_COUNT], rs, counts, st[l[L_COUNT]]) < 0
+	    || set_u64(&rs_fields[RS_NEXT_REGION], rs, next_regions, st[l[L_NEXT_REGION]]) < 0)
 		rc = -1;
 	*error = slot_field_get(&run_fields[RUN_ERROR], run);
 	if (*error == NULL
