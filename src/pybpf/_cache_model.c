@@ -1744,10 +1744,12 @@ uint64_t pybpf_native_prandom_u32(uint64_t *status, uint64_t raised, PyObject *r
 		return 0;
 	HelperGil gil = helper_gil_take();
 	uint64_t r0 = 0;
-	if ((mt_verified || mt_verify() == 0) && mt_getrandbits != NULL && PyCFunction_Check(bits)
+	if (!mt_verified && mt_verify() < 0)
+		PyErr_Clear();  /* not verified: the method is called */
+	if (mt_getrandbits != NULL && PyCFunction_Check(bits)
 	    && PyCFunction_GET_FUNCTION(bits) == mt_getrandbits) {
 		r0 = mt_next((MTRandom *)PyCFunction_GET_SELF(bits));
-	} else if (!PyErr_Occurred()) {
+	} else {
 		PyObject *word = PyObject_Vectorcall(bits, &s_thirty_two, 1, NULL);
 		r0 = word == NULL ? 0 : PyLong_AsUnsignedLongLongMask(word);
 		Py_XDECREF(word);
