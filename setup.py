@@ -29,7 +29,7 @@ setup(ext_modules=[
     Extension("pybpf._shm_maps", ["src/pybpf/_shm_maps.c"],
               depends=["src/pybpf/_jhash.h", "src/pybpf/_shm_lru.h",
                        "src/pybpf/_shm_lpm.h", "src/pybpf/_pyattr.h",
-                       "src/pybpf/_helper_gil.h"],
+                       "src/pybpf/_helper_gil.h", "src/pybpf/_int_cache.h"],
               optional=True,
               extra_compile_args=["-O2", "-Wall"], libraries=["rt"]),
 ])

@@ -350,10 +350,9 @@ static int run_state_clean(PyObject *rs, PyObject *proto, PyObject *statics)
 	/* nothing added where the regions are the program's static ones and its record (a run
 	 * takes out only what it added; a frame takes a number, not a region) */
 	Py_ssize_t clean_size = PyDict_CheckExact(statics) ? PyDict_GET_SIZE(statics) + 1 : -1;
-	int same = PyDict_GET_SIZE(mem) == clean_size;
 	/* else the regions the run added, numbered from first to its next_region: taken out by
 	 * number where they are few, then (where some are left) found by a scan */
-	PyObject *next = same ? NULL : run_next_region(rs);
+	PyObject *next = PyDict_GET_SIZE(mem) == clean_size ? NULL : run_next_region(rs);
 	Py_ssize_t last = next != NULL && PyLong_CheckExact(next) ? PyLong_AsSsize_t(next) : first;
 	Py_XDECREF(next);
 	if (PyErr_Occurred()) {
@@ -373,7 +372,7 @@ static int run_state_clean(PyObject *rs, PyObject *proto, PyObject *statics)
 		}
 		Py_DECREF(key);
 	}
-	same = PyDict_GET_SIZE(mem) == clean_size;
+	int same = PyDict_GET_SIZE(mem) == clean_size;
 	Py_ssize_t pos = 0;
 	PyObject *region, *value;
 	while (!same && PyDict_Next(mem, &pos, &region, &value)) {

@@ -19,6 +19,7 @@
  */
 #include "_cache_model.h"
 #include <structmember.h>
+#include "_int_cache.h"
 #include "_jhash.h"
 
 #define BPF_NOEXIST 1
@@ -1797,8 +1798,9 @@ PyObject *pybpf_native_map_core(PyObject *mem, uint64_t r1, int64_t *sizes)
 {
 	if (r1 & 0xffffffffu)
 		return NULL;
+	static IntCacheSlot regions[INT_CACHE_SLOTS];  /* R1's region: the same at every run */
 	HelperGil gil = helper_gil_take();
-	PyObject *region = PyLong_FromUnsignedLongLong(r1 >> 32), *found = NULL;
+	PyObject *region = cached_int(regions, r1 >> 32), *found = NULL;
 	PyObject *obj = region == NULL ? NULL : PyDict_GetItemWithError(mem, region);  /* borrowed */
 	if (obj != NULL && lookup_attr(obj, s_core, &found) > 0
 	    && Py_IS_TYPE(found, &HtabCoreType)) {

@@ -61,6 +61,7 @@
 
 #include "_jhash.h"
 #include "_helper_gil.h"
+#include "_int_cache.h"
 #include "_pyattr.h"
 
 #define SHM_MAGIC 0x4d48534650425950ULL /* "PYBPFSHM" read as a little-endian u64 */
@@ -2574,10 +2575,11 @@ PyObject *pybpf_shm_map_of(PyObject *mem, uint64_t r1, int64_t *sizes)
 		return NULL;
 	static PyObject *shm_name;  /* "shm", interned once: a name made at each call cost more
 				     * than the lookup */
+	static IntCacheSlot regions[INT_CACHE_SLOTS];  /* R1's region: the same at every run */
 	HelperGil gil = helper_gil_take();
 	if (shm_name == NULL)
 		shm_name = PyUnicode_InternFromString("shm");
-	PyObject *region = PyLong_FromUnsignedLongLong(r1 >> 32), *found = NULL;
+	PyObject *region = cached_int(regions, r1 >> 32), *found = NULL;
 	PyObject *obj = region == NULL ? NULL : PyDict_GetItemWithError(mem, region); /* borrowed */
 	if (obj != NULL && shm_name != NULL && (found = own_attr(obj, shm_name)) != NULL &&
 	    Py_IS_TYPE(found, &MapType)) {
