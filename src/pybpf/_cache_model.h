@@ -166,6 +166,9 @@ int count_access(AccessCounts *a, int cpu, PyObject *node);
 /* The running CPU, machine.current.cpu (``current``), of a machine of ``ncpus`` CPUs: the
  * int object (a new reference) and its value in *cpu, or NULL */
 PyObject *running_cpu(PyObject *current, int ncpus, int *cpu);
+/* The CPU of a native run: ``run_on`` (its machine's CPU), or -1 for a run without a machine,
+ * the running one; as running_cpu gives it */
+PyObject *native_run_cpu(int64_t run_on, PyObject *current, int ncpus, int *cpu);
 /* RunState's slots, bound (at their offsets) at their first use: 0, or -1 */
 int bind_run_state_type(void);
 /* A run's regions, rs.mem (a new reference), or NULL */
@@ -179,6 +182,8 @@ PyObject *run_entry_of(PyObject *rs);
 int run_set_cpu(PyObject *rs, PyObject *cpu);
 /* rs.next_region (a new reference), or NULL */
 PyObject *run_next_region(PyObject *rs);
+/* rs.next_region = region: 0, or -1 */
+int run_set_next_region(PyObject *rs, PyObject *region);
 /* rs.mem = mem: 0, or -1 */
 int run_set_regions(PyObject *rs, PyObject *mem);
 /* The region of a run's ``mem`` that ``ptr`` points into (borrowed), or NULL (with an

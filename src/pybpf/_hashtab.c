@@ -587,6 +587,12 @@ static PyObject *current_cpu(HtabCore *c, int *cpu)
 	return running_cpu(c->current, c->ncpus, cpu);
 }
 
+PyObject *native_run_cpu(int64_t run_on, PyObject *current, int ncpus, int *cpu)
+{
+	return run_on >= 0 ? cpu_of(PyLong_FromLongLong(run_on), ncpus, cpu)
+		: running_cpu(current, ncpus, cpu);
+}
+
 /* RunState's fields the map helpers read on every call (its __slots__), bound at their first
  * use */
 enum { RUN_STATE_MEM, RUN_STATE_VALUE_REGIONS, RUN_STATE_CPU, RUN_STATE_MACHINE,
@@ -639,6 +645,11 @@ int run_set_cpu(PyObject *rs, PyObject *cpu)
 PyObject *run_next_region(PyObject *rs)
 {
 	return run_state_get(rs, RUN_STATE_NEXT_REGION);
+}
+
+int run_set_next_region(PyObject *rs, PyObject *region)
+{
+	return slot_field_set(&run_state_fields[RUN_STATE_NEXT_REGION], rs, region);
 }
 
 int run_set_regions(PyObject *rs, PyObject *mem)
@@ -1768,9 +1779,8 @@ uint64_t pybpf_native_htab_op(uint64_t *status, uint64_t raised, PyObject *run,
 	int cpu;
 	/* the bytes are read after the sync, as helper_call reads them: other CPUs' tasks may
 	 * write them meanwhile */
-	if ((cpu_obj = helper_sync(c, run_on >= 0 ? cpu_of(PyLong_FromLongLong(run_on), c->ncpus,
-								&cpu)
-					 : current_cpu(c, &cpu), &cpu)) != NULL
+	if ((cpu_obj = helper_sync(c, native_run_cpu(run_on, c->current, c->ncpus, &cpu),
+				   &cpu)) != NULL
 	    && (key = key_from(c, key_at)) != NULL
 	    && (op != HELPER_UPDATE
 		|| (value = PyBytes_FromStringAndSize(value_at, c->value_size)) != NULL)

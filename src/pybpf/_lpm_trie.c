@@ -6,8 +6,10 @@
  * LpmCore, a program's whole lookup with its charges, the map's bound lookup helper.
  */
 #include "_cache_model.h"
+#include "_int_cache.h"
 
-enum { NODE_CHILD, NODE_PREFIXLEN, NODE_INTERMEDIATE, NODE_DATA, NODE_FIELDS };
+enum { NODE_CHILD, NODE_PREFIXLEN, NODE_INTERMEDIATE, NODE_DATA, NODE_VALUE, NODE_NODE,
+       NODE_FIELDS };
 
 static PyTypeObject *node_type;  /* LpmTrieNode, bound by the first walk */
 static Py_ssize_t node_offset[NODE_FIELDS];
@@ -17,6 +19,7 @@ static int bind_node_type(void)
 	static const char *const names[NODE_FIELDS] = {
 		[NODE_CHILD] = "child", [NODE_PREFIXLEN] = "prefixlen",
 		[NODE_INTERMEDIATE] = "intermediate", [NODE_DATA] = "data",
+		[NODE_VALUE] = "value", [NODE_NODE] = "node",
 	};
 	PyObject *type = node_class("pybpf.emulated.maps.lpm_trie", "LpmTrieNode");
 	if (type == NULL)
@@ -158,7 +161,7 @@ typedef struct {
 	int ncpus;
 } LpmCore;
 
-static PyObject *s_lookup_event, *s_root, *s_value, *s_node, *s_one;
+static PyObject *s_lookup_event, *s_root, *s_one, *s_rs, *s_reach;
 
 static int lpm_core_init(PyObject *op, PyObject *args, PyObject *kwds)
 {
@@ -250,9 +253,9 @@ static void lpm_core_dealloc(PyObject *op)
 /* trie_lookup_elem of key on cpu: the node's value (None where no prefix matches) */
 static PyObject *lookup(LpmCore *c, PyObject *key, PyObject *cpu_obj, int cpu)
 {
-	PyObject *root = NULL, *found = NULL, *node = NULL, *value = NULL;
+	PyObject *root = NULL, *found = NULL, *node, *value = NULL;
 	if (charge_n(c->model, cpu_obj, s_lookup_event, s_one) < 0
-	    || (root = PyObject_GetAttr(c->map, s_root)) == NULL)
+	    || (root = own_attr(c->map, s_root)) == NULL)
 		goto out;
 	PyObject *walk_args[3] = {root, key, c->data_size};
 	if ((found = lpm_trie_walk(NULL, walk_args, 3)) == NULL)
@@ -261,13 +264,13 @@ static PyObject *lookup(LpmCore *c, PyObject *key, PyObject *cpu_obj, int cpu)
 		value = Py_NewRef(Py_None);
 		goto out;
 	}
-	if ((node = PyObject_GetAttr(found, s_node)) != NULL
-	    && count_access(&c->access, cpu, node) == 0)
-		value = PyObject_GetAttr(found, s_value);
+	/* a node the walk found: of the type whose slots it bound */
+	if ((node = field(found, NODE_NODE)) != NULL && count_access(&c->access, cpu, node) == 0
+	    && (value = field(found, NODE_VALUE)) != NULL)
+		Py_INCREF(value);
 out:
 	Py_XDECREF(root);
 	Py_XDECREF(found);
-	Py_XDECREF(node);
 	return value;
 }
 
@@ -302,6 +305,68 @@ out:
 	return result;
 }
 
+/*
+ * The native tier's bpf_map_lookup_elem on an LpmCore's map, the key ``key_at`` where
+ * compiled code reaches it: what helper_lookup does with it, on the run's CPU ``run_on``
+ * (native_run_cpu's), for the _Run ``run`` whose state words are ``st``. R0 is the value's
+ * pointer in the run (RunState.region_of: a region made for it at the run's first lookup,
+ * numbered from the state's word ``next_region``, which it then counts) whose memory is
+ * in the state's value table (``values``, ``value_slots`` slots; _Run.reach where its slot
+ * lacks it), or 0 where no prefix matches. An error is kept for the run, ``status`` set to
+ * ``raised``.
+ */
+uint64_t pybpf_native_lpm_lookup(uint64_t *status, uint64_t raised, PyObject *run,
+				 PyObject *core, const char *key_at, int64_t run_on, uint64_t *st,
+				 int64_t next_region, int64_t values, int64_t value_slots)
+{
+	/* the next region handed to the RunState: the same at every run */
+	static IntCacheSlot regions[INT_CACHE_SLOTS];
+	HelperGil gil = helper_gil_take();
+	LpmCore *c = (LpmCore *)core;
+	PyObject *key = NULL, *value = NULL, *rs = NULL, *region = NULL, *pointer = NULL;
+	PyObject *reached = NULL;
+	uint64_t r0 = 0;
+	int cpu;
+	PyObject *cpu_obj = native_run_cpu(run_on, c->current, c->ncpus, &cpu);
+	/* the key is read after the sync, as helper_lookup reads it */
+	if (cpu_obj == NULL || timing_sync(&c->timing, (CacheModel *)c->model, cpu_obj, cpu) < 0
+	    || (key = PyBytes_FromStringAndSize(key_at, c->key_bytes)) == NULL
+	    || (value = lookup(c, key, cpu_obj, cpu)) == NULL)
+		goto fail;
+	if (value == Py_None)
+		goto out;
+	if ((rs = PyObject_GetAttr(run, s_rs)) == NULL
+	    || (region = cached_int(regions, st[next_region])) == NULL
+	    || run_set_next_region(rs, region) < 0
+	    || (pointer = value_pointer(rs, value)) == NULL || parse_addr(pointer, &r0) < 0)
+		goto fail;
+	Py_CLEAR(region);
+	if ((region = run_next_region(rs)) == NULL || parse_addr(region, &st[next_region]) < 0)
+		goto fail;
+	uint64_t number = r0 >> 32;
+	if (st[values + 3 * (int64_t)(number & (uint64_t)(value_slots - 1))] != number) {
+		Py_CLEAR(region);
+		if ((region = PyLong_FromUnsignedLongLong(number)) == NULL
+		    || (reached = PyObject_CallMethodOneArg(run, s_reach, region)) == NULL)
+			goto fail;
+	}
+	goto out;
+fail:
+	native_keep_error(run);
+	*status = raised;
+	r0 = 0;
+out:
+	Py_XDECREF(cpu_obj);
+	Py_XDECREF(key);
+	Py_XDECREF(value);
+	Py_XDECREF(rs);
+	Py_XDECREF(region);
+	Py_XDECREF(pointer);
+	Py_XDECREF(reached);
+	helper_gil_give(gil);
+	return r0;
+}
+
 static PyMethodDef lpm_core_methods[] = {
 	{"helper_lookup", (PyCFunction)(void (*)(void))lpm_core_helper_lookup, METH_FASTCALL,
 	 "helper_lookup(python, rs, r2, r3, r4, r5) -> r0: bpf_map_lookup_elem"},
@@ -326,7 +391,7 @@ PyTypeObject LpmCoreType = {
 int lpm_core_ready(void)
 {
 	if (intern(&s_lookup_event, "trie_lookup_elem") < 0 || intern(&s_root, "root") < 0
-	    || intern(&s_value, "value") < 0 || intern(&s_node, "node") < 0
+	    || intern(&s_rs, "rs") < 0 || intern(&s_reach, "reach") < 0
 	    || (s_one = PyLong_FromLong(1)) == NULL)
 		return -1;
 	return PyType_Ready(&LpmCoreType);

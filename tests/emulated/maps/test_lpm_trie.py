@@ -213,3 +213,96 @@ def test_the_c_lookup_helper_does_what_the_python_one_does(entries, probes, engi
         assert (c_timing.clock, c_timing.counts, c_timing.stats) == \
             (python_timing.clock, python_timing.counts, python_timing.stats)
         assert tries[0].access_stats.by_cpu() == tries[1].access_stats.by_cpu()
+
+
+def counting_program() -> list:
+    """Three lookups of 10.1.2.3/32 (a key on the stack at fp-8) on map "m", each adding 1 to
+    the second byte of the value found through R0; R0 that byte at the end (1000: a miss)."""
+    probe = key32(32, 0x0A010203)
+    items = [b.st(4, FP, -8, int.from_bytes(probe[:4], "little", signed=True)),
+             b.st(4, FP, -4, int.from_bytes(probe[4:], "little", signed=True))]
+    for _ in range(3):
+        items += [b.ld_map_fd(R1, "m"), b.mov64(R2, FP), b.add64(R2, -8),
+                  b.call("map_lookup_elem"), b.jeq(R0, 0, "miss"), b.ldx(1, R1, R0, 1),
+                  b.add64(R1, 1), b.stx(1, R0, 1, R1)]
+    return [*items, b.mov64(R0, R1), b.exit_(), b.label("miss"), b.mov64(R0, 1000), b.exit_()]
+
+
+def loaded_trie(system, items: list) -> tuple[int, object]:
+    """An LPM trie "m" holding 10.0.0.0/8 with the value 7, 0, 0, 0 and ``items`` loaded on it."""
+    fd = system.map_create(MapType.LPM_TRIE, 8, 4, 16, map_flags=BPF_F_NO_PREALLOC)
+    system.map_update_elem(fd, key32(8, 0x0A000000), bytes([7, 0, 0, 0]))
+    insns = asm.encode(asm.assemble(items).with_map_fds(lambda name: fd))
+    return fd, system.prog_from_fd(system.prog_load(ProgType.SCHED_CLS, insns))
+
+
+@pytest.mark.skipif(native.native_missing() is not None
+                    or getattr(CACHE_MODEL, "LpmCore", None) is None,
+                    reason="the native tier or pybpf._cache_model is not built")
+@pytest.mark.parametrize("modeled", [False, True])
+def test_native_lpm_lookups_run_without_python_and_write_the_value(modeled, monkeypatch):
+    """Compiled code calls LpmCore's lookup itself (pybpf_native_lpm_lookup): no callback into
+    Python; its R0 points at the trie's value, written through it as the JIT writes it, with
+    the same modeled clock."""
+    callbacks = []
+    callback = native._Run.callback
+    monkeypatch.setattr(native._Run, "callback",
+                        lambda run, op, *args: callbacks.append(op) or callback(run, op, *args))
+    results = {}
+    for engine in ("jit", "native"):
+        system = pybpf.system("emulated", cpus=2, nodes=2, modeled_time=modeled)
+        fd, prog = loaded_trie(system, counting_program())
+        r0s = [prog.run(bytearray(64), engine=engine).retval for _ in range(2)]
+        results[engine] = (r0s, system.map_lookup_elem(fd, key32(8, 0x0A000000)),
+                           system.machine.timing.clock)
+    assert results["native"] == results["jit"]
+    assert results["native"][:2] == ([3, 6], bytes([7, 6, 0, 0]))
+    assert callbacks == []
+
+
+@pytest.mark.skipif(native.native_missing() is not None,
+                    reason="the native tier is not built")
+def test_a_native_lpm_lookup_raises_what_the_helper_raises():
+    """An error in the lookup (here a trie whose root is not a node) leaves the run with the
+    exception the helper raises on the JIT."""
+    raised = {}
+    for engine in ("jit", "native"):
+        system = pybpf.system("emulated", modeled_time=False)
+        fd, prog = loaded_trie(system, counting_program())
+        system.map_from_fd(fd).root = "not a node"
+        with pytest.raises(TypeError) as error:
+            prog.run(bytearray(64), engine=engine)
+        raised[engine] = str(error.value)
+    assert raised["native"] == raised["jit"]
+
+
+@pytest.mark.skipif(native.native_missing() is not None
+                    or getattr(CACHE_MODEL, "LpmCore", None) is None,
+                    reason="the native tier or pybpf._cache_model is not built")
+@pytest.mark.parametrize("modeled", [False, True])
+def test_native_lookups_in_two_tries_give_each_value_its_own_region(modeled):
+    """A value's region is numbered after those the run made before it: writes through the
+    pointers of two tries' values (and one of the first again) land each in its own trie."""
+    probe = key32(32, 0x0A010203)
+    items = [b.st(4, FP, -8, int.from_bytes(probe[:4], "little", signed=True)),
+             b.st(4, FP, -4, int.from_bytes(probe[4:], "little", signed=True))]
+    for n, (name, byte) in enumerate((("a", 11), ("b", 22), ("a", 33))):
+        items += [b.ld_map_fd(R1, name), b.mov64(R2, FP), b.add64(R2, -8),
+                  b.call("map_lookup_elem"), b.jeq(R0, 0, "miss"), b.ldx(1, R6, R0, n),
+                  b.add64(R6, byte), b.stx(1, R0, n, R6)]
+    items += [b.mov64(R0, R6), b.exit_(), b.label("miss"), b.mov64(R0, 1000), b.exit_()]
+    results = {}
+    for engine in ("jit", "native"):
+        system = pybpf.system("emulated", modeled_time=modeled)
+        fds = {}
+        for name in ("a", "b"):
+            fds[name] = system.map_create(MapType.LPM_TRIE, 8, 4, 16,
+                                          map_flags=BPF_F_NO_PREALLOC)
+            system.map_update_elem(fds[name], key32(8, 0x0A000000), bytes(4))
+        insns = asm.encode(asm.assemble(items).with_map_fds(fds.__getitem__))
+        prog = system.prog_from_fd(system.prog_load(ProgType.SCHED_CLS, insns))
+        r0 = prog.run(bytearray(64), engine=engine).retval
+        results[engine] = (r0, [system.map_lookup_elem(fds[name], key32(8, 0x0A000000))
+                                for name in ("a", "b")])
+    assert results["native"] == results["jit"] == (33, [bytes([11, 0, 33, 0]),
+                                                        bytes([0, 22, 0, 0])])

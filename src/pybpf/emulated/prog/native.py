@@ -239,6 +239,8 @@ HTAB_OP_SYMBOL = "pybpf_native_htab_op"
 PROBE_READ_SYMBOL, PRANDOM_SYMBOL = "pybpf_native_probe_read_user", "pybpf_native_prandom_u32"
 PROBE_SLOW = M64  # pybpf_native_probe_read_user did nothing: the helper through Python
 HTAB_OPS = {"helper_update": 1, "helper_delete": 2}
+# _lpm_trie.c: the lookup of an LpmCore's bound helper from machine code
+LPM_LOOKUP_SYMBOL = "pybpf_native_lpm_lookup"
 # _hashtab.c: the HtabCore of a map a program found at run time (write_dynamic_htab_op)
 MAP_CORE_SYMBOL = "pybpf_native_map_core"
 HTAB_UPDATE = HTAB_OPS["helper_update"]
@@ -297,6 +299,8 @@ def native_reach() -> str:
     elif _cache_model_symbol(HTAB_OP_SYMBOL) is not None:
         reach += ("; hash map updates and deletes, bpf_get_prandom_u32, "
                   "bpf_probe_read_user")
+    if _cache_model_symbol(LPM_LOOKUP_SYMBOL) is not None:
+        reach += "; LPM trie lookups in C"
     return reach
 
 
@@ -354,6 +358,8 @@ class _FunctionIR:
         self.bound = {name: k for k, name in enumerate(bound)}
         self.htab_ops = {name: op for name, func in bound.items()
                          if (op := htab_op_of(func)) is not None}
+        self.lpm_lookups = {name: core for name, func in bound.items()
+                            if (core := lpm_core_of(func)) is not None}
         self.lines: list[str] = []
         self.temps = 0
         self.terminated = False
@@ -692,6 +698,9 @@ class _FunctionIR:
             if name in self.htab_ops:
                 self.write_htab_op(pc, *self.htab_ops[name], self.bound[name])
                 return
+            if name in self.lpm_lookups:
+                self.write_lpm_lookup(pc, self.lpm_lookups[name], self.bound[name])
+                return
             args = [self.get(reg) for reg in range(2, 6)]
             self.put(0, self.callback(pc, OP_BOUND, str(self.bound[name]), *args))
             return
@@ -715,6 +724,21 @@ class _FunctionIR:
         self.put(0, self.htab_op(pc, op, f"inttoptr (i64 {id(core)} to ptr)",
                                  str(bpf_map.key_size), str(bpf_map.value_size), "true",
                                  lambda: self.callback(pc, OP_BOUND, str(index), *args)))
+
+    def write_lpm_lookup(self, pc: int, core: Any, index: int) -> None:
+        """The lookup of an LpmCore's helper bound to the trie R1 points to: with the key in
+        memory compiled code reaches, by pybpf_native_lpm_lookup, which does what the helper
+        does with it and reaches the value natively; else the helper through Python."""
+        bpf_map = self.exe.static_regions[self.map_in_r1]
+        args = [self.get(reg) for reg in range(2, 6)]
+        key_ptr = self.pointer_arg(2, str(bpf_map.key_size))
+        self.put(0, self.direct_or_slow(
+            pc, "l", self.op(f"icmp ne ptr {key_ptr}, null"),
+            lambda run, cpu: (f"@{LPM_LOOKUP_SYMBOL}(ptr {self.slot(STATUS)}, "
+                              f"i64 {STATUS_RAISED}, ptr {run}, ptr inttoptr (i64 {id(core)} "
+                              f"to ptr), ptr {key_ptr}, i64 {cpu}, ptr %st, "
+                              f"i64 {NEXT_REGION}, i64 {VALUE_TABLE}, i64 {VALUE_SLOTS})"),
+            lambda: self.callback(pc, OP_BOUND, str(index), *args)))
 
     def write_shm_op(self, pc: int, bpf_map: SharedSegmentMap, update: bool,
                      index: int) -> None:
@@ -810,25 +834,35 @@ class _FunctionIR:
         if op == HTAB_UPDATE:
             value_ptr = self.pointer_arg(3, value_size)
             native = self.op(f"and i1 {native}, {self.op(f'icmp ne ptr {value_ptr}, null')}")
-        self.branch(f"br i1 {native}, label %hd{pc}, label %hb{pc}")
-        self.label(f"hd{pc}")
+        return self.direct_or_slow(
+            pc, "h", native,
+            lambda run, cpu: (f"@{HTAB_OP_SYMBOL}(ptr {self.slot(STATUS)}, "
+                              f"i64 {STATUS_RAISED}, ptr {run}, ptr {core}, i64 {op}, "
+                              f"ptr {key_ptr}, ptr {value_ptr}, i64 {args[2]}, i64 {cpu})"),
+            slow)
+
+    def direct_or_slow(self, pc: int, tag: str, native: str, call: Callable[[str, str], str],
+                       slow: Callable[[], str]) -> str:
+        """R0 of a C function that does a helper's work where ``native`` holds (``call``:
+        its name and arguments, given the run's _Run and CPU), leaving the run where it kept
+        an error; else ``slow``'s code. ``tag`` keeps its blocks' labels apart."""
+        self.branch(f"br i1 {native}, label %{tag}d{pc}, label %{tag}b{pc}")
+        self.label(f"{tag}d{pc}")
         self.store_count(pc)
         run = self.op(f"load ptr, ptr {self.slot(RUN)}")
         # the run's CPU, as rs.cpu gives it to Python's helper (-1: a run without a machine)
         machine = self.op(f"load i64, ptr {self.slot(MACHINE)}")
         cpu = self.op(f"select i1 {self.op(f'icmp ne i64 {machine}, 0')}, "
                       f"i64 {self.op(f'load i64, ptr {self.slot(THIS_CPU)}')}, i64 -1")
-        direct = self.op(f"call i64 @{HTAB_OP_SYMBOL}(ptr {self.slot(STATUS)}, "
-                         f"i64 {STATUS_RAISED}, ptr {run}, ptr {core}, i64 {op}, "
-                         f"ptr {key_ptr}, ptr {value_ptr}, i64 {args[2]}, i64 {cpu})")
-        self.check_status(pc, "hdok")
-        self.branch(f"br label %hj{pc}")
-        self.label(f"hb{pc}")
+        direct = self.op(f"call i64 {call(run, cpu)}")
+        self.check_status(pc, f"{tag}dok")
+        self.branch(f"br label %{tag}j{pc}")
+        self.label(f"{tag}b{pc}")
         slow_r0 = slow()
         slow_block = self.current_block()
-        self.branch(f"br label %hj{pc}")
-        self.label(f"hj{pc}")
-        return self.op(f"phi i64 [{direct}, %hdok{pc}], [{slow_r0}, %{slow_block}]")
+        self.branch(f"br label %{tag}j{pc}")
+        self.label(f"{tag}j{pc}")
+        return self.op(f"phi i64 [{direct}, %{tag}dok{pc}], [{slow_r0}, %{slow_block}]")
 
     def write_inlined_helper(self, pc: int, insn: Instruction, helper: Callable) -> None:
         """A helper compiled inline: bpf_get_smp_processor_id as the kernel's verifier
@@ -1311,6 +1345,7 @@ declare i64 @{VALUE_SYMBOL}(ptr, ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i6
 declare i64 @{HTAB_LOOKUP_SYMBOL}(ptr, ptr, i64, i64, i64)
 declare i64 @{ARRAY_VALUE_SYMBOL}(ptr, ptr, ptr, i64, i64, i64, i64, i64, i64, i64, i64, i64)
 declare i64 @{HTAB_OP_SYMBOL}(ptr, i64, ptr, ptr, i64, ptr, ptr, i64, i64)
+declare i64 @{LPM_LOOKUP_SYMBOL}(ptr, i64, ptr, ptr, ptr, i64, ptr, i64, i64, i64)
 declare i64 @{SHM_LOOKUP_SYMBOL}(ptr, ptr)
 declare i64 @{SHM_OP_SYMBOL}(ptr, i64, ptr, ptr, i64, i64)
 declare ptr @{MAP_CORE_SYMBOL}(ptr, i64, ptr)
@@ -1464,7 +1499,7 @@ def _register_runtime() -> None:
                           (SHM_OP_SYMBOL, _shm_symbol(SHM_OP_SYMBOL)),
                           (SHM_MAP_OF_SYMBOL, _shm_symbol(SHM_MAP_OF_SYMBOL)),
                           *((name, _cache_model_symbol(name)) for name in (
-                              CHARGE_SYMBOL, HTAB_OP_SYMBOL, MAP_CORE_SYMBOL,
+                              CHARGE_SYMBOL, HTAB_OP_SYMBOL, LPM_LOOKUP_SYMBOL, MAP_CORE_SYMBOL,
                               PROBE_READ_SYMBOL, PRANDOM_SYMBOL))):
         if address is not None:
             llvm.add_symbol(name, address)
@@ -1524,6 +1559,18 @@ def htab_op_of(func: Callable) -> tuple[Any, int] | None:
     if op is None or core is None or _cache_model_symbol(HTAB_OP_SYMBOL) is None:
         return None
     return core, op
+
+
+def lpm_core_of(func: Callable) -> Any | None:
+    """The LpmCore whose lookup helper ``func``, a map helper bound to a map, is (helpers.
+    _binder's ``functools.partial(in_c, python)``), whose lookup compiled code then calls
+    natively; else None (also where pybpf_native_lpm_lookup is not built)."""
+    core = getattr(getattr(func, "func", None), "__self__", None)
+    lpm_core = getattr(CACHE_MODEL, "LpmCore", None)
+    if lpm_core is None or type(core) is not lpm_core \
+            or _cache_model_symbol(LPM_LOOKUP_SYMBOL) is None:
+        return None
+    return core
 
 
 @functools.cache
