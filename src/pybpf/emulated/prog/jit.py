@@ -502,11 +502,18 @@ def bound_name(helper_id: int, region: int | None) -> str:
     return f"H{helper_id}_{region:x}" if region is not None else ""
 
 
-def htab_core_of(func: Callable) -> Any | None:
-    """The HtabCore whose helper in C ``func``, a map helper bound to a map, is
-    (helpers._binder's ``functools.partial(in_c, python)``), else None."""
+def core_of(func: Callable, core_type: str) -> Any | None:
+    """The C map core (``core_type``, a type of the C cache model: HtabCore, LpmCore) whose
+    helper in C ``func``, a map helper bound to a map, is (helpers._binder's
+    ``functools.partial(in_c, python)``), else None."""
+    core_class = getattr(CACHE_MODEL, core_type, None)
     core = getattr(getattr(func, "func", None), "__self__", None)
-    return core if CACHE_MODEL is not None and type(core) is CACHE_MODEL.HtabCore else None
+    return core if core_class is not None and type(core) is core_class else None
+
+
+def htab_core_of(func: Callable) -> Any | None:
+    """The HtabCore whose helper in C ``func`` is (``core_of``), else None."""
+    return core_of(func, "HtabCore")
 
 
 def takes_stack(func: Callable) -> bool:

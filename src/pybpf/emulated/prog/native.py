@@ -121,7 +121,7 @@ from .helpers import (
     map_lookup_elem,
     map_lookup_elem_synced,
 )
-from .jit import FpOffsets, bound_helpers, bound_name, htab_core_of
+from .jit import FpOffsets, bound_helpers, bound_name, core_of, htab_core_of
 from .memory import (
     BPF_MAX_LOOPS,
     CTX_REGION,
@@ -1565,12 +1565,9 @@ def lpm_core_of(func: Callable) -> Any | None:
     """The LpmCore whose lookup helper ``func``, a map helper bound to a map, is (helpers.
     _binder's ``functools.partial(in_c, python)``), whose lookup compiled code then calls
     natively; else None (also where pybpf_native_lpm_lookup is not built)."""
-    core = getattr(getattr(func, "func", None), "__self__", None)
-    lpm_core = getattr(CACHE_MODEL, "LpmCore", None)
-    if lpm_core is None or type(core) is not lpm_core \
-            or _cache_model_symbol(LPM_LOOKUP_SYMBOL) is None:
+    if _cache_model_symbol(LPM_LOOKUP_SYMBOL) is None:
         return None
-    return core
+    return core_of(func, "LpmCore")
 
 
 @functools.cache
