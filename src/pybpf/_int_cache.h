@@ -2,8 +2,8 @@
  * (each run numbers its regions from the prototype's next one) and their pointers, each a new
  * int where it is made, where a helper looks a map up by it and where it is taken out, and
  * the count and next region a native run hands back. Included by the modules that make them
- * (_accel: place_value; _cache_model: run_state_clean, run_end, pybpf_native_map_core;
- * _shm_maps: pybpf_shm_map_of), each with a table of its own per kind of value (a region
+ * (_accel: place_value; _cache_model: run_state_clean, run_end, pybpf_native_map_core,
+ * pybpf_native_lpm_lookup; _shm_maps: pybpf_shm_map_of), each with a table of its own per kind of value (a region
  * number and its pointer take the same slot), used with the GIL held. */
 #ifndef PYBPF_INT_CACHE_H
 #define PYBPF_INT_CACHE_H

@@ -310,7 +310,7 @@ out:
  * compiled code reaches it: what helper_lookup does with it, on the run's CPU ``run_on``
  * (native_run_cpu's), for the _Run ``run`` whose state words are ``st``. R0 is the value's
  * pointer in the run (RunState.region_of: a region made for it at the run's first lookup,
- * numbered from the state's word ``next_region``, which it then counts) whose memory is
+ * numbered from the state's word ``next_region``, which then counts it) whose memory is
  * in the state's value table (``values``, ``value_slots`` slots; _Run.reach where its slot
  * lacks it), or 0 where no prefix matches. An error is kept for the run, ``status`` set to
  * ``raised``.
@@ -319,7 +319,7 @@ uint64_t pybpf_native_lpm_lookup(uint64_t *status, uint64_t raised, PyObject *ru
 				 PyObject *core, const char *key_at, int64_t run_on, uint64_t *st,
 				 int64_t next_region, int64_t values, int64_t value_slots)
 {
-	/* the next region handed to the RunState: the same at every run */
+	/* the region numbers handed to the RunState and to reach: the same at every run */
 	static IntCacheSlot regions[INT_CACHE_SLOTS];
 	HelperGil gil = helper_gil_take();
 	LpmCore *c = (LpmCore *)core;
@@ -340,13 +340,12 @@ uint64_t pybpf_native_lpm_lookup(uint64_t *status, uint64_t raised, PyObject *ru
 	    || run_set_next_region(rs, region) < 0
 	    || (pointer = value_pointer(rs, value)) == NULL || parse_addr(pointer, &r0) < 0)
 		goto fail;
-	Py_CLEAR(region);
-	if ((region = run_next_region(rs)) == NULL || parse_addr(region, &st[next_region]) < 0)
-		goto fail;
 	uint64_t number = r0 >> 32;
+	if (number >= st[next_region])  /* a region made for it: the next one counted */
+		st[next_region] = number + 1;
 	if (st[values + 3 * (int64_t)(number & (uint64_t)(value_slots - 1))] != number) {
 		Py_CLEAR(region);
-		if ((region = PyLong_FromUnsignedLongLong(number)) == NULL
+		if ((region = cached_int(regions, number)) == NULL
 		    || (reached = PyObject_CallMethodOneArg(run, s_reach, region)) == NULL)
 			goto fail;
 	}

@@ -215,6 +215,11 @@ def test_the_c_lookup_helper_does_what_the_python_one_does(entries, probes, engi
         assert tries[0].access_stats.by_cpu() == tries[1].access_stats.by_cpu()
 
 
+needs_native_lpm = pytest.mark.skipif(
+    native.native_missing() is not None or getattr(CACHE_MODEL, "LpmCore", None) is None,
+    reason="the native tier or pybpf._cache_model is not built: no LPM lookup in C")
+
+
 def counting_program() -> list:
     """Three lookups of 10.1.2.3/32 (a key on the stack at fp-8) on map "m", each adding 1 to
     the second byte of the value found through R0; R0 that byte at the end (1000: a miss)."""
@@ -236,9 +241,7 @@ def loaded_trie(system, items: list) -> tuple[int, object]:
     return fd, system.prog_from_fd(system.prog_load(ProgType.SCHED_CLS, insns))
 
 
-@pytest.mark.skipif(native.native_missing() is not None
-                    or getattr(CACHE_MODEL, "LpmCore", None) is None,
-                    reason="the native tier or pybpf._cache_model is not built")
+@needs_native_lpm
 @pytest.mark.parametrize("modeled", [False, True])
 def test_native_lpm_lookups_run_without_python_and_write_the_value(modeled, monkeypatch):
     """Compiled code calls LpmCore's lookup itself (pybpf_native_lpm_lookup): no callback into
@@ -260,8 +263,7 @@ def test_native_lpm_lookups_run_without_python_and_write_the_value(modeled, monk
     assert callbacks == []
 
 
-@pytest.mark.skipif(native.native_missing() is not None,
-                    reason="the native tier is not built")
+@needs_native_lpm
 def test_a_native_lpm_lookup_raises_what_the_helper_raises():
     """An error in the lookup (here a trie whose root is not a node) leaves the run with the
     exception the helper raises on the JIT."""
@@ -276,9 +278,7 @@ def test_a_native_lpm_lookup_raises_what_the_helper_raises():
     assert raised["native"] == raised["jit"]
 
 
-@pytest.mark.skipif(native.native_missing() is not None
-                    or getattr(CACHE_MODEL, "LpmCore", None) is None,
-                    reason="the native tier or pybpf._cache_model is not built")
+@needs_native_lpm
 @pytest.mark.parametrize("modeled", [False, True])
 def test_native_lookups_in_two_tries_give_each_value_its_own_region(modeled):
     """A value's region is numbered after those the run made before it: writes through the
